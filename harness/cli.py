@@ -1,0 +1,256 @@
+"""The ``loopbench`` command line.  Thin: parse, call, print; heavy imports inside subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.errors import LoopbenchError
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 4
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if f != f:
+        return "-"
+    return f"{f:,.{digits}f}"
+
+
+def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    # Piped output (CI logs, files) gets a fixed wide layout instead of an 80-column squeeze.
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    table = Table(title=f"loopbench — {summary.get('run_id', '')}", title_justify="left")
+    cols = [
+        ("transport", "left"),
+        ("rollouts", "right"),
+        ("turns", "right"),
+        ("errors", "right"),
+        ("TTFT p50 ms", "right"),
+        ("TTFT p99 ms", "right"),
+        ("turn p50 ms", "right"),
+        ("rollout p50 ms", "right"),
+        ("rollout p99 ms", "right"),
+        ("decode TPS p50", "right"),
+        ("burst TPS peak", "right"),
+    ]
+    for name, justify in cols:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name, t in summary.get("transports", {}).items():
+        table.add_row(
+            name,
+            str(t["rollouts"]["count"]),
+            str(t["turns"]["count"]),
+            str(t["turns"]["errors"] + t["rollouts"]["errors"]),
+            _fmt(t["ttft_ms"]["p50"]),
+            _fmt(t["ttft_ms"]["p99"]),
+            _fmt(t["turn_ms"]["p50"]),
+            _fmt(t["rollout_ms"]["p50"]),
+            _fmt(t["rollout_ms"]["p99"]),
+            _fmt(t["tps"]["decode_p50"], 0),
+            _fmt(t["tps"]["burst_peak"], 0),
+        )
+    console.print(table)
+    comps = summary.get("comparisons", [])
+    if comps:
+        ct = Table(title="speedup (paired on identical rollouts)", title_justify="left")
+        for name in (
+            "candidate vs baseline",
+            "rollout speedup",
+            "95% CI",
+            "rollout latency reduction",
+            "TTFT p50 reduction",
+        ):
+            ct.add_column(name, justify="right" if name != "candidate vs baseline" else "left")
+        for c in comps:
+            lo, hi = c.get("rollout_speedup_ci95", [None, None])
+            ct.add_row(
+                f"{c['candidate']} vs {c['baseline']}",
+                f"{_fmt(c.get('rollout_speedup'), 2)}x",
+                f"[{_fmt(lo, 2)}, {_fmt(hi, 2)}]",
+                f"{_fmt(c.get('rollout_latency_reduction_pct'))} %",
+                f"{_fmt(c.get('ttft_p50_reduction_pct'))} %",
+            )
+        console.print(ct)
+    if not summary.get("valid", True):
+        console.print("[bold red]run INVALID:[/] " + "; ".join(summary.get("invalid_reasons", [])))
+    console.print(f"results: {run_dir}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import os
+
+    from harness.core.scenario import load_scenario
+    from harness.runner import RunOptions, run_scenario
+    from harness.transports import TRANSPORT_NAMES
+
+    overrides = dict(_parse_sets(args.set))
+    scenario = load_scenario(args.scenario, overrides or None)
+    transports = [t.strip() for t in args.transports.split(",")] if args.transports else None
+    for t in transports or []:
+        if t not in TRANSPORT_NAMES:
+            raise LoopbenchError(
+                f"--transports: unknown transport {t!r}; expected some of {', '.join(TRANSPORT_NAMES)}"
+            )
+    api_key = "sk-loopbench"
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env, "")
+        if not api_key:
+            raise LoopbenchError(
+                f"--api-key-env: environment variable {args.api_key_env} is not set or empty"
+            )
+    opts = RunOptions(
+        transports=transports,
+        target=args.target,
+        api_key=api_key,
+        results_root=Path(args.out),
+        run_id=args.run_id,
+        keepalive=not args.no_keepalive,
+        verify_tls=not args.insecure,
+        baseline=args.baseline,
+    )
+    quiet = args.quiet
+    tty = sys.stderr.isatty()
+
+    def printer(line: str) -> None:
+        # On a terminal the progress line rewrites itself; in logs it is one line per second.
+        if quiet:
+            return
+        if tty:
+            print("\r\033[K" + line, end="", file=sys.stderr, flush=True)
+        else:
+            print(line.rstrip("\n"), file=sys.stderr, flush=True)
+
+    result = run_scenario(scenario, str(args.scenario), opts, printer=printer)
+    print_summary(result.summary, result.run_dir)
+    return EXIT_OK
+
+
+def _parse_sets(items: Sequence[str]) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise LoopbenchError(f"--set {item!r}: expected KEY=VALUE, e.g. load.concurrency=4")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from reference_server.serve import config_from_args, serve
+
+    serve(config_from_args(args))
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from harness.core.scenario import load_scenario
+
+    failed = 0
+    for path in args.files:
+        try:
+            load_scenario(path)
+            print(f"{path}: ok")
+        except LoopbenchError as exc:
+            failed += 1
+            print(str(exc), file=sys.stderr)
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.core.scenario import scenario_json_schema
+
+    print(json.dumps(scenario_json_schema(), indent=2))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from reference_server.serve import add_server_arguments
+
+    parser = argparse.ArgumentParser(
+        prog="loopbench",
+        description="Latency benchmarking and load testing for agentic LLM workloads over the Responses API "
+        "(HTTP+SSE vs WebSocket mode).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="replay a scenario's rollouts over each transport and report",
+        description="Replay the same seeded rollouts over each transport. Without --target, an embedded "
+        "reference server is started on a free loopback port and stopped afterwards.",
+    )
+    run.add_argument("scenario", help="scenario YAML file (see scenarios/)")
+    run.add_argument(
+        "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"
+    )
+    run.add_argument(
+        "--target", help="base URL of a Responses endpoint, e.g. http://127.0.0.1:8000/v1"
+    )
+    run.add_argument(
+        "--api-key-env", help="name of the environment variable holding the API key for --target"
+    )
+    run.add_argument("--out", default="results", help="results root folder (default: results/)")
+    run.add_argument("--run-id", help="name of the run folder (default: timestamp-scenario)")
+    run.add_argument("--baseline", help="transport the others are compared with (default: http)")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. load.concurrency=4",
+    )
+    run.add_argument(
+        "--no-keepalive", action="store_true", help="HTTP: open a new connection for every request"
+    )
+    run.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    run.set_defaults(func=cmd_run)
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the reference server in the foreground",
+        description="Run the reference Responses API server (HTTP+SSE and WebSocket on /v1/responses).",
+    )
+    add_server_arguments(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    val = sub.add_parser("validate", help="check scenario files and print precise errors")
+    val.add_argument("files", nargs="+")
+    val.set_defaults(func=cmd_validate)
+
+    schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editor completion)")
+    schema.set_defaults(func=cmd_schema)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        sys.exit(EXIT_USAGE)
+    try:
+        code = args.func(args)
+    except LoopbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)

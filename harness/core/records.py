@@ -1,0 +1,122 @@
+"""Measurement records: one row per turn and per rollout, integer nanoseconds.
+
+Timestamps are monotonic nanoseconds taken at the I/O edge (``time.perf_counter_ns``
+in the asyncio layer).  ``0`` means "did not happen" (no connection opened this
+turn, no token received).  Derived metrics are computed from these fields by
+:mod:`harness.metrics`; records themselves hold only what was observed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+TURN_STATUS = ("completed", "incomplete", "failed", "error")
+
+
+@dataclass(slots=True)
+class TurnRecord:
+    transport: str
+    rollout_id: int
+    turn_index: int
+    round: int = 0
+    # timestamps (ns, monotonic)
+    intended_start_ns: int = 0
+    sent_ns: int = 0
+    connected_ns: int = 0
+    first_event_ns: int = 0
+    first_token_ns: int = 0
+    last_token_ns: int = 0
+    done_ns: int = 0
+    # what was sent and received
+    status: str = "error"
+    error_kind: str = ""
+    error_message: str = ""
+    response_id: str = ""
+    history_tokens: int = 0
+    sent_input_tokens: int = 0
+    bytes_sent: int = 0
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    delta_events: int = 0
+    new_connection: bool = False
+    burst_tokens_max: int = 0
+    # recovery (WS cache miss, reconnect)
+    recoveries: int = 0
+    recovery_ns: int = 0
+    # server-reported model (sim_timing, ms); -1 = not reported
+    sim_api_pre_ms: float = -1.0
+    sim_api_queue_ms: float = -1.0
+    sim_engine_queue_ms: float = -1.0
+    sim_prefill_ms: float = -1.0
+    sim_decode_ms: float = -1.0
+    sim_api_post_ms: float = -1.0
+    sim_ttft_ms: float = -1.0
+    sim_cache: str = ""
+    # gaps between consecutive output deltas (ns); not written to CSV, fed to histograms
+    itl_ns: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("completed", "incomplete")
+
+    @property
+    def ttft_ns(self) -> int | None:
+        return self.first_token_ns - self.sent_ns if self.first_token_ns and self.sent_ns else None
+
+    @property
+    def ttfb_ns(self) -> int | None:
+        return self.first_event_ns - self.sent_ns if self.first_event_ns and self.sent_ns else None
+
+    @property
+    def turn_ns(self) -> int | None:
+        return self.done_ns - self.sent_ns if self.done_ns and self.sent_ns else None
+
+    @property
+    def decode_tps(self) -> float | None:
+        span = self.last_token_ns - self.first_token_ns
+        if self.output_tokens < 2 or span <= 0:
+            return None
+        return (self.output_tokens - 1) * 1e9 / span
+
+
+@dataclass(slots=True)
+class RolloutRecord:
+    transport: str
+    rollout_id: int
+    round: int = 0
+    intended_start_ns: int = 0
+    start_ns: int = 0
+    end_ns: int = 0
+    turns: int = 0
+    errors: int = 0
+    status: str = "error"
+    error_kind: str = ""
+    model_ns: int = 0
+    tool_ns: int = 0
+    client_ns: int = 0
+    recovery_ns: int = 0
+    recoveries: int = 0
+    connections: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+    @property
+    def latency_ns(self) -> int | None:
+        """Rollout latency measured from the intended start (coordinated-omission safe)."""
+        return self.end_ns - self.intended_start_ns if self.end_ns else None
+
+    @property
+    def uncorrected_latency_ns(self) -> int | None:
+        return self.end_ns - self.start_ns if self.end_ns else None
+
+    @property
+    def schedule_lag_ns(self) -> int:
+        return max(0, self.start_ns - self.intended_start_ns)
+
+
+def csv_fields(cls: type) -> list[str]:
+    """Column names for a record class: every dataclass field except list-valued ones."""
+    return [f.name for f in fields(cls) if f.name != "itl_ns"]

@@ -1,0 +1,24 @@
+"""Metrics: HDR histograms (µs / tokens/s), run summaries and speedup statistics."""
+
+from harness.metrics.hdr import Histogram, SignedHistogram, read_hlog, write_hlog
+from harness.metrics.stats import (
+    PairedResult,
+    bootstrap_ratio_of_medians,
+    mann_whitney_u,
+    paired_speedup,
+    unpaired_speedup,
+)
+from harness.metrics.summary import Accumulator
+
+__all__ = [
+    "Accumulator",
+    "Histogram",
+    "PairedResult",
+    "SignedHistogram",
+    "bootstrap_ratio_of_medians",
+    "mann_whitney_u",
+    "paired_speedup",
+    "read_hlog",
+    "unpaired_speedup",
+    "write_hlog",
+]

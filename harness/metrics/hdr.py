@@ -1,0 +1,480 @@
+"""The project's one histogram layout: HdrHistogram, 3 significant digits.
+
+Two units share the class:
+
+* ``"us"`` — latencies in microseconds, trackable range 0 … 3,600,000,000 (1 h),
+  resolution 1 µs up to 2 ms, 0.1 % beyond;
+* ``"tps"`` — throughput in integer tokens/s, 0 … 1,000,000.
+
+Every histogram of a unit has the same bucket layout, so histograms from any
+process or host merge losslessly (count arrays are added).
+
+Out-of-range values are never dropped: a negative value is counted in
+``below`` and recorded as 0, a value above the top is counted in ``above`` and
+recorded as the top value.  Zero is in range, as in HdrHistogram itself (the
+lowest *discernible* value is 1 unit); an exactly on-time schedule lag of 0 is a
+legitimate measurement, not an error.
+
+Besides the counts, a histogram keeps the exact sum of the (integer, clamped)
+recorded values, so ``mean`` is exact rather than a bucket-midpoint estimate.
+``below``, ``above`` and the sum travel with :meth:`Histogram.encode` as a
+suffix after the standard payload (see :func:`Histogram.encode`), and in
+``.hlog`` files as a comment line before each interval line, which standard
+HdrHistogram readers skip.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+
+SIGNIFICANT_DIGITS = 3
+LOWEST = 1
+#: unit -> highest trackable value
+UNITS: dict[str, int] = {"us": 3_600_000_000, "tps": 1_000_000}
+#: divisor turning a recorded value into the value of an hlog's Interval_Max column
+#: (HdrHistogram convention: latencies are logged in milliseconds)
+_HLOG_MAX_RATIO = {"us": 1000.0, "tps": 1.0}
+
+# With 3 significant digits HdrHistogram uses 2048 sub-buckets (half = 1024,
+# magnitude 10).  record() computes the counts index inline with these instead
+# of calling hdrh's record_value, which is several times slower (bin()-based clz).
+_SUB_BUCKET_HALF_MAG = 10
+_SUB_BUCKET_HALF = 1 << _SUB_BUCKET_HALF_MAG
+_SUB_BUCKET_BITS = _SUB_BUCKET_HALF_MAG + 1
+
+_SUFFIX_SEP = "|"
+
+
+def _unit_for_highest(highest: int) -> str:
+    for unit, top in UNITS.items():
+        if top == highest:
+            return unit
+    raise ValueError(
+        f"histogram payload: highest trackable value: expected one of "
+        f"{sorted(UNITS.values())}, got {highest}"
+    )
+
+
+class Histogram:
+    """An HdrHistogram (µs or tokens/s) with out-of-range counters and an exact sum."""
+
+    __slots__ = ("_counts", "above", "below", "count", "highest", "sum", "unit")
+
+    def __init__(self, unit: str = "us") -> None:
+        if unit not in UNITS:
+            raise ValueError(f"histogram unit: expected one of {sorted(UNITS)}, got {unit!r}")
+        self.unit = unit
+        self.highest = UNITS[unit]
+        # Counts live in a plain list, in hdrh's index layout: a list increment is
+        # ~3x cheaper than one on hdrh's ctypes array, and recording is the hot
+        # path.  An hdrh histogram is materialised only to encode.
+        self._counts: list[int] = [0] * _layout(unit).counts_len
+        #: number of recorded values (out-of-range ones included, at their clamped value)
+        self.count = 0
+        #: exact sum of the recorded (rounded, clamped) values, in the unit
+        self.sum = 0
+        self.below = 0
+        self.above = 0
+
+    @classmethod
+    def tps(cls) -> Histogram:
+        return cls("tps")
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def record(self, value: float) -> None:
+        """Record ``value`` in this histogram's unit (rounded to an integer)."""
+        v = value if value.__class__ is int else round(float(value))
+        if v < 0 or v > self.highest or value < 0:
+            v = self._clamp(-1 if value < 0 else v)
+        b = v.bit_length() - _SUB_BUCKET_BITS
+        if b > 0:
+            self._counts[((b + 1) << _SUB_BUCKET_HALF_MAG) + (v >> b) - _SUB_BUCKET_HALF] += 1
+        else:
+            self._counts[v] += 1
+        self.count += 1
+        self.sum += v
+
+    def record_ns(self, ns: int) -> None:
+        """Record a duration given in nanoseconds (rounded to the nearest µs).
+
+        Any negative duration counts as ``below``, even one that would round to 0:
+        it means two timestamps were taken out of order, which must not go unseen.
+        """
+        v = (ns + 500) // 1000 if ns >= 0 else -1
+        if v < 0 or v > self.highest:
+            v = self._clamp(v)
+        b = v.bit_length() - _SUB_BUCKET_BITS
+        if b > 0:
+            self._counts[((b + 1) << _SUB_BUCKET_HALF_MAG) + (v >> b) - _SUB_BUCKET_HALF] += 1
+        else:
+            self._counts[v] += 1
+        self.count += 1
+        self.sum += v
+
+    def record_many_ns(self, values: Iterable[int]) -> None:
+        """Record many nanosecond durations (e.g. every inter-token gap of a response)."""
+        counts = self._counts
+        highest = self.highest
+        n = 0
+        total = 0
+        for ns in values:
+            v = (ns + 500) // 1000 if ns >= 0 else -1
+            if v < 0 or v > highest:
+                v = self._clamp(v)
+            b = v.bit_length() - _SUB_BUCKET_BITS
+            if b > 0:
+                counts[((b + 1) << _SUB_BUCKET_HALF_MAG) + (v >> b) - _SUB_BUCKET_HALF] += 1
+            else:
+                counts[v] += 1
+            n += 1
+            total += v
+        self.count += n
+        self.sum += total
+
+    def _clamp(self, v: int) -> int:
+        if v < 0:
+            self.below += 1
+            return 0
+        self.above += 1
+        return self.highest
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def counts_array(self) -> np.ndarray:
+        """The counts in hdrh's index layout (a copy)."""
+        return np.array(self._counts, dtype=np.uint64)
+
+    @property
+    def min(self) -> float:
+        """Lowest equivalent value of the smallest recorded value (NaN when empty)."""
+        if not self.count:
+            return math.nan
+        idx = next(i for i, c in enumerate(self._counts) if c)
+        return float(_layout(self.unit).get_lowest_equivalent_value(_value_from_index(self, idx)))
+
+    @property
+    def max(self) -> float:
+        """Highest equivalent value of the largest recorded value (NaN when empty)."""
+        if not self.count:
+            return math.nan
+        counts = self._counts
+        idx = next(i for i in range(len(counts) - 1, -1, -1) if counts[i])
+        return _value_at_index(self, idx)
+
+    @property
+    def mean(self) -> float:
+        """Exact mean of the recorded integer values (NaN when empty)."""
+        return self.sum / self.count if self.count else math.nan
+
+    @property
+    def mean_ms(self) -> float:
+        return self.mean / 1000.0
+
+    def value_at_rank(self, rank: int, *, lowest: bool = False) -> float:
+        """Highest (or ``lowest``) equivalent value of the ``rank``-th smallest value (1-based)."""
+        if not self.count:
+            return math.nan
+        cum = np.cumsum(self.counts_array())
+        idx = int(np.searchsorted(cum, max(1, rank), side="left"))
+        if lowest:
+            return float(
+                _layout(self.unit).get_lowest_equivalent_value(_value_from_index(self, idx))
+            )
+        return _value_at_index(self, idx)
+
+    def percentiles(self, ps: Sequence[float]) -> list[float]:
+        """Values at percentiles ``ps`` (0–100) in the unit; NaN when empty.
+
+        HdrHistogram semantics: the highest value equivalent (same bucket) to the
+        recorded value at that rank, so exact below 2,048 units and within 0.1 %
+        above; percentile 0 gives the lowest equivalent value of the minimum.
+        """
+        if not self.count:
+            return [math.nan] * len(ps)
+        cum = np.cumsum(self.counts_array())
+        layout = _layout(self.unit)
+        out: list[float] = []
+        for p in ps:
+            target = max(1, int(min(p, 100.0) * self.count / 100.0 + 0.5))
+            idx = int(np.searchsorted(cum, target, side="left"))
+            if p <= 0:
+                value = _value_from_index(self, idx)
+                out.append(float(layout.get_lowest_equivalent_value(value)))
+            else:
+                out.append(_value_at_index(self, idx))
+        return out
+
+    def percentile(self, p: float) -> float:
+        return self.percentiles((p,))[0]
+
+    def percentile_ms(self, p: float) -> float:
+        return self.percentile(p) / 1000.0
+
+    def percentiles_ms(self, ps: Sequence[float]) -> list[float]:
+        return [v / 1000.0 for v in self.percentiles(ps)]
+
+    # -- combining ---------------------------------------------------------------------------
+
+    def merge(self, other: Histogram) -> Histogram:
+        """Add ``other`` into this histogram (lossless: same layout); returns self."""
+        if other.unit != self.unit:
+            raise ValueError(f"histogram merge: expected unit {self.unit!r}, got {other.unit!r}")
+        if other.count:
+            self._counts = [a + b for a, b in zip(self._counts, other._counts, strict=True)]
+        self.count += other.count
+        self.sum += other.sum
+        self.below += other.below
+        self.above += other.above
+        return self
+
+    def copy(self) -> Histogram:
+        return Histogram(self.unit).merge(self)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Histogram):
+            return NotImplemented
+        return (
+            self.unit == other.unit
+            and self.count == other.count
+            and self.sum == other.sum
+            and self.below == other.below
+            and self.above == other.above
+            and self._counts == other._counts
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Histogram(unit={self.unit!r}, count={self.count}, below={self.below}, "
+            f"above={self.above}, mean={self.mean:.1f})"
+        )
+
+    # -- encoding ----------------------------------------------------------------------------
+
+    def to_hdrh(self) -> Any:
+        """A new ``hdrh.histogram.HdrHistogram`` holding these counts."""
+        h = HdrHistogram(LOWEST, self.highest, SIGNIFICANT_DIGITS)
+        arr = self.counts_array()
+        np.ctypeslib.as_array(h.counts)[:] = arr
+        nz = np.flatnonzero(arr)
+        if len(nz):
+            # hdrh sizes its encoding from max_value and reports min/max from them
+            h.set_internal_tacking_values(int(nz[0]), int(nz[-1]), self.count)
+        return h
+
+    def payload(self) -> str:
+        """The standard HdrHistogram V2 compressed base64 payload (counts only)."""
+        return str(self.to_hdrh().encode().decode("ascii"))
+
+    def encode(self) -> str:
+        """``<HdrHistogram base64 payload>|unit=us;below=0;above=0;sum=123``.
+
+        The part before ``|`` is the standard payload any HdrHistogram tool can
+        decode; the suffix carries what that format has no field for.
+        """
+        return (
+            f"{self.payload()}{_SUFFIX_SEP}unit={self.unit};below={self.below};"
+            f"above={self.above};sum={self.sum}"
+        )
+
+    @classmethod
+    def decode(cls, s: str) -> Histogram:
+        """Inverse of :meth:`encode`; also accepts a bare HdrHistogram payload.
+
+        A bare payload has no counters (0) and its sum is estimated from bucket
+        midpoints.  Payloads of any other layout are rejected: merging them
+        would not be lossless.
+        """
+        payload, sep, suffix = s.strip().partition(_SUFFIX_SEP)
+        meta: dict[str, str] = {}
+        if sep:
+            for item in suffix.split(";"):
+                key, eq, value = item.partition("=")
+                if not eq:
+                    raise ValueError(f"histogram encoding: expected key=value, got {item!r}")
+                meta[key] = value
+        try:
+            src = HdrHistogram.decode(payload.encode("ascii"))
+        except Exception as exc:
+            raise ValueError(f"histogram encoding: undecodable payload ({exc!r})") from exc
+        if src.lowest_trackable_value != LOWEST or src.significant_figures != SIGNIFICANT_DIGITS:
+            raise ValueError(
+                f"histogram payload: expected lowest={LOWEST}, digits={SIGNIFICANT_DIGITS}, got "
+                f"lowest={src.lowest_trackable_value}, digits={src.significant_figures}"
+            )
+        unit = _unit_for_highest(int(src.highest_trackable_value))
+        if meta.get("unit", unit) != unit:
+            raise ValueError(
+                f"histogram encoding: unit {meta['unit']!r} does not match payload range ({unit})"
+            )
+        out = cls(unit)
+        counts = np.ctypeslib.as_array(src.counts)
+        n = len(out._counts)
+        values: list[int] = counts[:n].tolist()
+        values.extend([0] * (n - len(values)))
+        out._counts = values
+        out.count = sum(out._counts)
+        out.below = int(meta.get("below", 0))
+        out.above = int(meta.get("above", 0))
+        out.sum = int(meta["sum"]) if "sum" in meta else round(src.get_mean_value() * out.count)
+        return out
+
+
+_LAYOUTS: dict[str, Any] = {}
+
+
+def _layout(unit: str) -> Any:
+    """An empty hdrh histogram of ``unit``: the index <-> value arithmetic of the layout."""
+    h = _LAYOUTS.get(unit)
+    if h is None:
+        h = _LAYOUTS[unit] = HdrHistogram(LOWEST, UNITS[unit], SIGNIFICANT_DIGITS)
+    return h
+
+
+def _value_from_index(hist: Histogram, idx: int) -> int:
+    return int(_layout(hist.unit).get_value_from_index(idx))
+
+
+def _value_at_index(hist: Histogram, idx: int) -> float:
+    layout = _layout(hist.unit)
+    return float(layout.get_highest_equivalent_value(layout.get_value_from_index(idx)))
+
+
+class SignedHistogram:
+    """A signed duration distribution (e.g. measured − modelled TTFT) as two histograms.
+
+    ``pos`` holds values ≥ 0, ``neg`` the magnitudes of negative values; the
+    percentile walks the negative side from its largest magnitude down.
+    """
+
+    __slots__ = ("neg", "pos")
+
+    def __init__(self) -> None:
+        self.pos = Histogram("us")
+        self.neg = Histogram("us")
+
+    def record_ns(self, ns: int) -> None:
+        if ns < 0:
+            self.neg.record_ns(-ns)
+        else:
+            self.pos.record_ns(ns)
+
+    @property
+    def count(self) -> int:
+        return self.pos.count + self.neg.count
+
+    def merge(self, other: SignedHistogram) -> SignedHistogram:
+        self.pos.merge(other.pos)
+        self.neg.merge(other.neg)
+        return self
+
+    def percentile_ms(self, p: float) -> float:
+        n = self.count
+        if not n:
+            return math.nan
+        rank = max(1, int(min(p, 100.0) * n / 100.0 + 0.5))
+        n_neg = self.neg.count
+        if rank <= n_neg:
+            # mirrored: the bucket's lowest magnitude is its highest signed value
+            return -self.neg.value_at_rank(n_neg - rank + 1, lowest=True) / 1000.0
+        return self.pos.value_at_rank(rank - n_neg) / 1000.0
+
+
+# -- interval logs ---------------------------------------------------------------------------
+
+_COUNTERS_RE = re.compile(
+    r"#\[loopbench-counters: Tag=(?P<tag>[^,\]]*), unit=(?P<unit>\w+), below=(?P<below>\d+), "
+    r"above=(?P<above>\d+), sum=(?P<sum>\d+)\]"
+)
+_START_RE = re.compile(r"#\[StartTime: *([\d.]+)")
+
+
+def write_hlog(
+    path: str | Path,
+    tagged: Mapping[str, Sequence[tuple[float, float, Histogram]]],
+    start_time_s: float,
+) -> None:
+    """Write interval histograms in the HdrHistogram log format (version 1.3, tagged).
+
+    ``tagged`` maps a tag to ``(start_s, end_s, histogram)`` intervals whose times
+    are seconds relative to ``start_time_s`` (seconds since the epoch).  Lines
+    are ordered by interval start, as log readers expect.  Before each interval
+    line a ``#[loopbench-counters: ...]`` comment carries below/above/sum.
+    """
+    rows: list[tuple[float, str, float, Histogram]] = []
+    for tag, intervals in tagged.items():
+        if any(c in tag for c in ", \n\r"):
+            raise ValueError(f"hlog tag: expected no comma or whitespace, got {tag!r}")
+        for start_s, end_s, hist in intervals:
+            if start_s < 0 or end_s < start_s:
+                raise ValueError(
+                    f"hlog interval {tag!r}: expected 0 <= start <= end, got {start_s}, {end_s}"
+                )
+            rows.append((start_s, tag, end_s, hist))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    stamp = time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime(start_time_s))
+    lines = [
+        "#[Histogram log format version 1.3]",
+        f"#[StartTime: {start_time_s:.3f} (seconds since epoch), {stamp}]",
+        f"#[BaseTime: {start_time_s:.3f} (seconds since epoch)]",
+        '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"',
+    ]
+    for start_s, tag, end_s, hist in rows:
+        lines.append(
+            f"#[loopbench-counters: Tag={tag}, unit={hist.unit}, below={hist.below}, "
+            f"above={hist.above}, sum={hist.sum}]"
+        )
+        top = hist.max if hist.count else 0.0
+        lines.append(
+            f"Tag={tag},{start_s:.3f},{end_s - start_s:.3f},"
+            f"{top / _HLOG_MAX_RATIO[hist.unit]:.3f},{hist.payload()}"
+        )
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def read_hlog(path: str | Path) -> tuple[float, dict[str, list[tuple[float, float, Histogram]]]]:
+    """Read a log written by :func:`write_hlog` (or any tagged HdrHistogram log).
+
+    Returns ``(start_time_s, {tag: [(start_s, end_s, histogram), ...]})``; the
+    loopbench counter comments, when present, restore below/above/sum.  Untagged
+    lines get the tag ``""``.
+    """
+    start_time_s = 0.0
+    out: dict[str, list[tuple[float, float, Histogram]]] = {}
+    pending: dict[str, str] | None = None
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line or line.startswith('"'):
+            continue
+        if line.startswith("#"):
+            if m := _START_RE.match(line):
+                start_time_s = float(m.group(1))
+            elif m := _COUNTERS_RE.match(line):
+                pending = m.groupdict()
+            continue
+        tag = ""
+        body = line
+        if line.startswith("Tag="):
+            tag, _, body = line[4:].partition(",")
+        parts = body.split(",", 3)
+        if len(parts) != 4:
+            raise ValueError(f"{path}:{lineno}: expected start,length,max,payload, got {line!r}")
+        start_s, length_s = float(parts[0]), float(parts[1])
+        encoded = parts[3]
+        if pending is not None and pending["tag"] == tag:
+            encoded += (
+                f"{_SUFFIX_SEP}unit={pending['unit']};below={pending['below']};"
+                f"above={pending['above']};sum={pending['sum']}"
+            )
+        pending = None
+        out.setdefault(tag, []).append((start_s, start_s + length_s, Histogram.decode(encoded)))
+    return start_time_s, out

@@ -1,0 +1,347 @@
+"""Results folders: the only code that writes ``results/<run-id>/`` (DESIGN §6), and its reader.
+
+Crash safety: rows are buffered and written as **one complete gzip member per
+block** (every ``flush_rows`` rows or ``flush_interval_s`` seconds, and on
+:meth:`ResultsWriter.flush`).  A multi-member gzip file is a valid gzip file,
+so after a SIGINT or SIGKILL between blocks every flushed row is readable by
+``gzip.open`` and ``pandas.read_csv``.  A kill *during* a block write leaves a
+truncated last member, which those readers reject; :func:`read_csv_gz` keeps
+every complete member and drops only that tail, i.e. exactly the rows that
+were never flushed.  Blocks go to the kernel with ``flush()`` (SIGKILL of the
+process does not lose them); ``fsync`` happens only on close, since durability
+against power loss is not worth a disk sync per block on the measurement path.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import os
+import re
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import orjson
+
+from harness.core.records import RolloutRecord, TurnRecord, csv_fields
+from harness.errors import ResultsError
+from harness.metrics.hdr import Histogram, write_hlog
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FORMAT_VERSION = 1
+
+MANIFEST = "manifest.json"
+SUMMARY = "summary.json"
+TURNS = "turns.csv.gz"
+ROLLOUTS = "rollouts.csv.gz"
+HISTOGRAMS = "histograms"
+
+#: text columns of the record CSVs (read as strings, empty stays "")
+_TEXT_COLUMNS = frozenset(
+    ("transport", "status", "error_kind", "error_message", "response_id", "sim_cache")
+)
+
+#: a histogram for the whole run, or its ``(start_s, end_s, histogram)`` intervals
+HistogramSeries = Histogram | Sequence[tuple[float, float, Histogram]]
+
+
+class _CsvGzAppender:
+    """Appends CSV rows to a gzip file, one complete gzip member per flushed block."""
+
+    def __init__(
+        self,
+        path: Path,
+        columns: Sequence[str],
+        *,
+        flush_rows: int,
+        flush_interval_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.path = path
+        try:
+            self._file: BinaryIO = open(path, "xb")  # noqa: SIM115 - closed in close()
+        except FileExistsError:
+            raise ResultsError(
+                f"{path}: already exists; a results folder is written once"
+            ) from None
+        self._row = attrgetter(*columns)
+        self._buf = io.StringIO()
+        self._csv = csv.writer(self._buf, lineterminator="\n")
+        self._flush_rows = flush_rows
+        self._flush_interval_s = flush_interval_s
+        self._clock = clock
+        self._pending = 0
+        self.rows = 0
+        # The header is a member of its own, so even a file killed before the
+        # first block reads as an empty table with the right columns.
+        self._csv.writerow(columns)
+        self.flush()
+
+    def add(self, rec: object) -> None:
+        self._csv.writerow(self._row(rec))
+        self._pending += 1
+        if self._pending >= self._flush_rows or (
+            self._clock() - self._last_flush >= self._flush_interval_s
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        self._last_flush = self._clock()
+        data = self._buf.getvalue()
+        if not data:
+            return
+        self._file.write(gzip.compress(data.encode("utf-8"), compresslevel=6, mtime=0))
+        self._file.flush()
+        self.rows += self._pending
+        self._pending = 0
+        self._buf.seek(0)
+        self._buf.truncate()
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        self.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+
+
+def _write_json_atomic(path: Path, doc: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(
+        orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+    )
+    os.replace(tmp, path)
+
+
+class ResultsWriter:
+    """Writes one results folder: manifest first, rows as they come, summary at the end.
+
+    Use as a context manager (or call :meth:`close`) so buffered rows are written
+    on every exit path; :meth:`finish` closes too.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        manifest: Mapping[str, Any],
+        *,
+        flush_rows: int = 256,
+        flush_interval_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(out_dir)
+        if (self.path / MANIFEST).exists():
+            raise ResultsError(f"{self.path}: already holds a run ({MANIFEST} exists)")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ResultsError(f"{self.path}: cannot create results folder: {exc}") from exc
+        self._created_wall_s = time.time()
+        self.manifest = {**manifest, "format_version": FORMAT_VERSION}
+        _write_json_atomic(self.path / MANIFEST, self.manifest)
+        self._turns, self._rollouts = (
+            _CsvGzAppender(
+                self.path / name,
+                csv_fields(cls),
+                flush_rows=flush_rows,
+                flush_interval_s=flush_interval_s,
+                clock=clock,
+            )
+            for name, cls in ((TURNS, TurnRecord), (ROLLOUTS, RolloutRecord))
+        )
+
+    @property
+    def turns_written(self) -> int:
+        """Turn rows already flushed to the file."""
+        return self._turns.rows
+
+    @property
+    def rollouts_written(self) -> int:
+        return self._rollouts.rows
+
+    def add_turn(self, rec: TurnRecord) -> None:
+        self._turns.add(rec)
+
+    def add_rollout(self, rec: RolloutRecord) -> None:
+        self._rollouts.add(rec)
+
+    def flush(self) -> None:
+        """Write every buffered row now (one gzip member per file)."""
+        self._turns.flush()
+        self._rollouts.flush()
+
+    def close(self) -> None:
+        self._turns.close()
+        self._rollouts.close()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def finish(
+        self,
+        summary: Mapping[str, Any],
+        histograms: Mapping[tuple[str, str], HistogramSeries],
+        *,
+        start_time_s: float | None = None,
+        end_time_s: float | None = None,
+    ) -> None:
+        """Close the row files, write ``histograms/<transport>.<metric>.hlog`` and ``summary.json``.
+
+        A whole-run :class:`Histogram` becomes one interval from ``start_time_s``
+        (wall clock, default: when the writer was created) to ``end_time_s``
+        (default: now); an empty one writes no file.  ``summary.json`` is written last and atomically: its
+        presence marks a finished run.
+        """
+        self.close()
+        start = self._created_wall_s if start_time_s is None else start_time_s
+        end = time.time() if end_time_s is None else end_time_s
+        hist_dir = self.path / HISTOGRAMS
+        hist_dir.mkdir(exist_ok=True)
+        for (transport, metric), series in histograms.items():
+            if isinstance(series, Histogram) and not (series.count or series.below or series.above):
+                continue  # a metric that never occurred (e.g. no sim_timing): no file
+            tag = f"{transport}.{metric}"
+            if "/" in tag or "\\" in tag:
+                raise ResultsError(
+                    f"{hist_dir}: histogram name: expected no path separator, got {tag!r}"
+                )
+            intervals = (
+                [(0.0, max(0.0, end - start), series)]
+                if isinstance(series, Histogram)
+                else list(series)
+            )
+            write_hlog(hist_dir / f"{tag}.hlog", {tag: intervals}, start)
+        _write_json_atomic(self.path / SUMMARY, dict(summary))
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def _complete_gzip_members(path: Path) -> bytes:
+    """Decompressed content of every complete gzip member; a truncated tail is dropped."""
+    done: list[bytes] = []
+    member: list[bytes] = []
+    d = zlib.decompressobj(wbits=31)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            data = chunk
+            while data:
+                try:
+                    member.append(d.decompress(data))
+                except zlib.error:
+                    return b"".join(done)
+                if not d.eof:
+                    break
+                done.extend(member)
+                member = []
+                data = d.unused_data
+                d = zlib.decompressobj(wbits=31)
+    return b"".join(done)
+
+
+def read_csv_gz(path: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Read a row file written by :class:`ResultsWriter`, tolerating a truncated last block.
+
+    ``columns`` names the table's columns when the file holds no header at all.
+    """
+    import pandas as pd
+
+    path = Path(path)
+    try:
+        raw = _complete_gzip_members(path)
+    except OSError as exc:
+        raise ResultsError(f"{path}: unreadable: {exc}") from exc
+    if not raw.strip():
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in (columns or ())})
+    header = raw.split(b"\n", 1)[0].decode("utf-8").split(",")
+    try:
+        return pd.read_csv(
+            io.BytesIO(raw),
+            dtype={c: str for c in header if c in _TEXT_COLUMNS},
+            keep_default_na=False,
+        )
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise ResultsError(f"{path}: not a loopbench CSV: {exc}") from exc
+
+
+@dataclass
+class Run:
+    """A results folder loaded for analysis; ``summary`` is None if the run did not finish."""
+
+    path: Path
+    manifest: dict[str, Any]
+    summary: dict[str, Any] | None
+    turns: pd.DataFrame
+    rollouts: pd.DataFrame
+
+    @property
+    def run_id(self) -> str:
+        rid = (self.summary or {}).get("run_id") or self.manifest.get("run_id")
+        return str(rid) if rid else self.path.name
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None
+
+
+def _read_versioned_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ResultsError(f"{path}: unreadable: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{path}: expected a JSON object, got {type(doc).__name__}")
+    if "format_version" not in doc:
+        raise ResultsError(f"{path}: format_version: missing (expected {FORMAT_VERSION})")
+    if doc["format_version"] != FORMAT_VERSION:
+        raise ResultsError(
+            f"{path}: format_version: expected {FORMAT_VERSION}, got {doc['format_version']!r}"
+        )
+    return doc
+
+
+def load_run(path: str | Path) -> Run:
+    """Load ``manifest.json``, ``summary.json`` (if present) and the row files of a run."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ResultsError(
+            f"{path}: expected a results folder, got {'a file' if path.exists() else 'nothing'}"
+        )
+    manifest = _read_versioned_json(path / MANIFEST)
+    summary = _read_versioned_json(path / SUMMARY) if (path / SUMMARY).exists() else None
+    tables = []
+    for name, cls in ((TURNS, TurnRecord), (ROLLOUTS, RolloutRecord)):
+        if not (path / name).exists():
+            raise ResultsError(f"{path / name}: missing")
+        tables.append(read_csv_gz(path / name, csv_fields(cls)))
+    return Run(path=path, manifest=manifest, summary=summary, turns=tables[0], rollouts=tables[1])
+
+
+_SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def new_run_id(scenario_name: str, wall_time_s: float) -> str:
+    """``YYYYmmdd-HHMMSS-<scenario>`` in UTC, e.g. ``20261202-110203-quickstart``.
+
+    UTC so the id of a run does not depend on the machine's time zone; the
+    scenario name is reduced to a file-name-safe slug.
+    """
+    name = Path(scenario_name).name
+    for ext in (".yaml", ".yml"):
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    slug = _SLUG_RE.sub("-", name).strip("-.") or "run"
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(wall_time_s))}-{slug}"

@@ -1,0 +1,31 @@
+"""Transports by name (DESIGN §3); the names are part of the CLI and of results."""
+
+from __future__ import annotations
+
+from harness.errors import UsageError
+from harness.transports.base import Session, Transport, TransportOptions
+
+TRANSPORT_NAMES = ("http", "http-chained", "ws", "ws-store")
+
+
+def make_transport(name: str, options: TransportOptions) -> Transport:
+    if name == "http":
+        from harness.transports.http import HttpTransport
+
+        return HttpTransport(options)
+    if name == "http-chained":
+        from harness.transports.http import HttpTransport
+
+        return HttpTransport(options, chained=True)
+    if name == "ws":
+        from harness.transports.ws import WsTransport
+
+        return WsTransport(options)
+    if name == "ws-store":
+        from harness.transports.ws import WsTransport
+
+        return WsTransport(options, store=True)
+    raise UsageError(f"unknown transport {name!r}; expected one of {', '.join(TRANSPORT_NAMES)}")
+
+
+__all__ = ["TRANSPORT_NAMES", "Session", "Transport", "TransportOptions", "make_transport"]

@@ -1,0 +1,3 @@
+from reference_server.serve import main
+
+main()

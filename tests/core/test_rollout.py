@@ -1,0 +1,197 @@
+"""The seeded rollout generator: determinism, shapes, history arithmetic."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.core.plan import RolloutPlan, TurnPlan
+from harness.core.rollout import derive_seed, generate_rollouts, history_tokens, new_tokens
+from harness.core.scenario import Scenario, load_scenario, validate_scenario
+from harness.core.schedule import intended_starts
+from harness.errors import ScenarioError
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+BASE: dict[str, Any] = {
+    "name": "gen",
+    "seed": 42,
+    "rollout": {
+        "count": 8,
+        "system_tokens": 800,
+        "tool_schema_tokens": 400,
+        "user_prompt_tokens": {"dist": "uniform", "min": 100, "max": 300},
+        "tool_calls": {"dist": "uniform", "min": 8, "max": 12},
+        "tool_output_tokens": {"dist": "lognormal", "median": 400, "p95": 2000},
+        "tool_latency_ms": {"dist": "lognormal", "median": 120, "p95": 600},
+        "step_output_tokens": {"dist": "uniform", "min": 40, "max": 120},
+        "final_answer_tokens": 300,
+    },
+}
+
+
+def _scenario(overrides: dict[str, str] | None = None, **top: Any) -> Scenario:
+    return validate_scenario({**BASE, **top}, "test.yaml", overrides)
+
+
+def test_same_seed_identical_plans() -> None:
+    assert generate_rollouts(_scenario()) == generate_rollouts(_scenario())
+
+
+def test_different_seed_different_plans() -> None:
+    a = generate_rollouts(_scenario())
+    b = generate_rollouts(_scenario(seed=43))
+    assert [p.turns for p in a] != [p.turns for p in b]
+
+
+def test_rollouts_do_not_depend_on_count_or_load() -> None:
+    small = generate_rollouts(_scenario({"rollout.count": "3"}))
+    big = generate_rollouts(_scenario())
+    assert [p.turns for p in small] == [p.turns for p in big[:3]]
+    open_loop = generate_rollouts(
+        _scenario({"load.mode": "open", "load.arrival.rate": "2", "load.concurrency": "7"})
+    )
+    assert [p.turns for p in open_loop] == [p.turns for p in big]
+
+
+def test_shapes_follow_the_scenario() -> None:
+    plans = generate_rollouts(_scenario())
+    assert [p.rollout_id for p in plans] == list(range(8))
+    assert len({p.seed for p in plans}) == 8
+    for plan in plans:
+        assert plan.system_tokens == 800 and plan.tool_schema_tokens == 400
+        assert 100 <= plan.user_prompt_tokens <= 300
+        assert 8 <= plan.tool_call_count <= 12
+        *steps, final = plan.turns
+        assert final.final and final.tool_calls == 0 and final.output_tokens == 300
+        assert final.tool_latency_ms == () and final.tool_output_tokens == ()
+        assert [t.index for t in plan.turns] == list(range(len(plan.turns)))
+        for turn in steps:
+            assert turn.tool_calls == 1
+            assert 40 <= turn.output_tokens <= 120
+            assert len(turn.tool_latency_ms) == len(turn.tool_output_tokens) == 1
+            assert all(isinstance(n, int) and n >= 1 for n in turn.tool_output_tokens)
+            assert all(ms >= 0 for ms in turn.tool_latency_ms)
+        assert plan.start_offset_ns == 0
+        assert plan.tags == {"phase": "measure", "round": "0", "arrival": "closed"}
+
+
+def test_parallel_calls_split_the_total() -> None:
+    plan = generate_rollouts(
+        _scenario({"rollout.tool_calls": "10", "rollout.parallel_calls": "3"})
+    )[0]
+    assert [t.tool_calls for t in plan.turns] == [3, 3, 3, 1, 0]
+    assert [len(t.tool_output_tokens) for t in plan.turns] == [3, 3, 3, 1, 0]
+
+
+def test_no_tool_calls_is_a_single_answer() -> None:
+    plan = generate_rollouts(_scenario({"rollout.tool_calls": "0"}))[0]
+    assert len(plan.turns) == 1 and plan.turns[0].final
+
+
+def test_outputs_at_least_one_token_and_clamped_latencies() -> None:
+    plans = generate_rollouts(
+        _scenario(
+            {
+                "rollout.step_output_tokens": "0",
+                "rollout.final_answer_tokens": "0",
+                "rollout.tool_latency_ms": "{dist: normal, mean: 1, sd: 50}",
+                "rollout.think_ms": "{dist: normal, mean: 1, sd: 50}",
+            }
+        )
+    )
+    turns = [t for p in plans for t in p.turns]
+    assert all(t.output_tokens >= 1 for t in turns)
+    assert all(ms >= 0 for t in turns for ms in t.tool_latency_ms)
+    assert all(t.think_ms >= 0 for t in turns)
+    assert any(t.think_ms > 0 for t in turns)
+
+
+def test_tool_output_growth() -> None:
+    plan = generate_rollouts(
+        _scenario(
+            {
+                "rollout.tool_calls": "4",
+                "rollout.tool_output_tokens": "100",
+                "rollout.tool_output_growth": "2",
+            }
+        )
+    )[0]
+    assert [t.tool_output_tokens for t in plan.turns] == [(100,), (200,), (400,), (800,), ()]
+
+
+def test_history_and_new_tokens() -> None:
+    plan = RolloutPlan(
+        rollout_id=0,
+        seed=1,
+        system_tokens=800,
+        tool_schema_tokens=400,
+        user_prompt_tokens=200,
+        turns=(
+            TurnPlan(0, 50, 2, (10.0, 20.0), (300, 100)),
+            TurnPlan(1, 60, 1, (5.0,), (1000,)),
+            TurnPlan(2, 300, 0),
+        ),
+    )
+    assert [new_tokens(plan, i) for i in range(3)] == [200, 400, 1000]
+    assert [history_tokens(plan, i) for i in range(3)] == [1400, 1850, 2910]
+    with pytest.raises(IndexError):
+        history_tokens(plan, 3)
+    with pytest.raises(IndexError):
+        new_tokens(plan, -1)
+
+
+def test_history_grows_by_output_plus_new_input() -> None:
+    for plan in generate_rollouts(_scenario()):
+        for i in range(1, len(plan.turns)):
+            grown = history_tokens(plan, i) - history_tokens(plan, i - 1)
+            assert grown == plan.turns[i - 1].output_tokens + new_tokens(plan, i)
+
+
+def test_open_loop_offsets_come_from_the_schedule() -> None:
+    scenario = _scenario(
+        {
+            "load.mode": "open",
+            "load.arrival": "{process: poisson, rate: 2}",
+            "load.bursts": "[{at_s: 1, extra: 3, over_s: 1}]",
+        }
+    )
+    plans = generate_rollouts(scenario)
+    expected = intended_starts(scenario.load, 8, random.Random(derive_seed(42, "schedule")))
+    assert [p.start_offset_ns for p in plans] == expected
+    assert len(plans) == 11
+    assert sum(p.tags["arrival"] == "burst" for p in plans) == 3
+
+
+def test_warmup_and_round_tags() -> None:
+    plans = generate_rollouts(
+        _scenario({"load.warmup_rollouts": "2", "load.order": "interleaved", "load.rounds": "4"})
+    )
+    assert [p.tags["phase"] for p in plans] == ["warmup"] * 2 + ["measure"] * 6
+    assert [p.tags["round"] for p in plans] == ["0", "0", "1", "1", "2", "2", "3", "3"]
+
+
+def test_trace_is_not_generated() -> None:
+    with pytest.raises(ScenarioError, match=r"^test.yaml: rollout.trace: "):
+        generate_rollouts(_scenario({"rollout.trace": "traces/x.jsonl"}))
+
+
+def test_quickstart_reaches_a_long_history() -> None:
+    plans = generate_rollouts(load_scenario(SCENARIOS / "quickstart.yaml"))
+    assert 4 <= len(plans) <= 6
+    for plan in plans:
+        assert 8 <= plan.tool_call_count <= 12
+        final = len(plan.turns) - 1
+        assert 12_000 <= history_tokens(plan, final) <= 28_000
+        assert all(60 <= t.output_tokens <= 120 for t in plan.turns[:-1])
+        assert all(50 <= ms <= 150 for t in plan.turns for ms in t.tool_latency_ms)
+    assert generate_rollouts(load_scenario(SCENARIOS / "quickstart.yaml")) == plans
+
+
+def test_tiny_is_two_by_three() -> None:
+    plans = generate_rollouts(load_scenario(SCENARIOS / "tiny.yaml"))
+    assert len(plans) == 2
+    assert [p.tool_call_count for p in plans] == [3, 3]

@@ -1,0 +1,290 @@
+"""Scenario loading: every bad file gives one exact line; overrides; schema; shipped files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.core.distributions import ConstantDist, LognormalDist, UniformDist
+from harness.core.scenario import load_scenario, scenario_json_schema, validate_scenario
+from harness.errors import ScenarioError
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+
+GOOD = """\
+name: ok
+seed: 3
+rollout:
+  count: 4
+  tool_calls: {dist: uniform, min: 8, max: 12}
+load:
+  mode: closed
+  concurrency: 2
+"""
+
+# (file body, expected message after "<path>: ")
+BAD: list[tuple[str, str | None]] = [
+    (
+        "name: x\nload:\n  concurency: 2\n",
+        "load.concurency: unknown field (did you mean 'concurrency'?)",
+    ),
+    (
+        "name: x\nrollout:\n  tool_calls: {dist: uniform, min: 8, max: 3}\n",
+        "rollout.tool_calls.max: expected a number greater than min (8), got 3",
+    ),
+    (
+        "name: x\nload:\n  mode: open\n  arrival: {process: poisson, rate: -2}\n",
+        "load.arrival.rate: expected a positive number, got -2",
+    ),
+    ("description: no name\n", "name: required field missing"),
+    ("name: Quick Start\n", "name: expected lowercase letters, digits and '-', got 'Quick Start'"),
+    (
+        "name: x\ntransports: [http, websocket]\n",
+        "transports[1]: expected one of http, http-chained, ws, ws-store, ws-append, "
+        "sdk-http, sdk-ws, got 'websocket'",
+    ),
+    ("name: x\ntransports: [http, htp]\n", None),  # checked separately: did-you-mean
+    ("name: x\ntransports: [ws, ws]\n", "transports[1]: expected each transport once, got 'ws'"),
+    (
+        "name: x\nrollout:\n  tool_output_tokens: {dist: lognormal, median: 400, p95: 300}\n",
+        "rollout.tool_output_tokens.p95: expected a number greater than median (400), got 300",
+    ),
+    (
+        "name: x\nrollout:\n  tool_latency_ms: {dist: logn, median: 1, p95: 2}\n",
+        "rollout.tool_latency_ms.dist: expected one of constant, uniform, normal, lognormal, "
+        "empirical, got 'logn' (did you mean 'lognormal'?)",
+    ),
+    (
+        "name: x\nrollout:\n  tool_latency_ms: {median: 100, p95: 600}\n",
+        "rollout.tool_latency_ms: expected a mapping with 'dist' (one of constant, uniform, "
+        "normal, lognormal, empirical), got {median: 100, p95: 600}",
+    ),
+    (
+        "name: x\nrollout:\n  tool_latency_ms: {dist: lognormal, median: 100, p99: 600}\n",
+        "rollout.tool_latency_ms.p99: unknown field (did you mean 'p95'?)",
+    ),
+    ("name: x\nrollout:\n  count: 4.5\n", "rollout.count: expected an integer, got 4.5"),
+    ("name: x\nrollout:\n  count: 0\n", "rollout.count: expected an integer at least 1, got 0"),
+    ("name: x\nrollout:\n  count: '6'\n", "rollout.count: expected an integer, got '6'"),
+    (
+        "name: x\nrollout:\n  final_answer_tokens: -5\n",
+        "rollout.final_answer_tokens: expected a non-negative number, got -5",
+    ),
+    (
+        "name: x\nrollout:\n  parallel_calls: {dist: uniform, min: 0, max: 3}\n",
+        "rollout.parallel_calls.min: expected a number at least 1, got 0",
+    ),
+    (
+        "name: x\nrollout:\n  think_ms: yes\n",
+        "rollout.think_ms: expected a number or a mapping with 'dist', got true",
+    ),
+    (
+        "name: x\nload:\n  mode: open\n",
+        "load.arrival: expected an arrival rate (or stages) for open-loop mode, got nothing",
+    ),
+    (
+        "name: x\nload:\n  mode: open\n  arrival: {process: gamma, rate: 2}\n",
+        "load.arrival.cv: expected a positive number (or burstiness) for process gamma, "
+        "got nothing",
+    ),
+    (
+        "name: x\nload:\n  mode: open\n  arrival: {process: poisson, rate: 2, cv: 3}\n",
+        "load.arrival.cv: expected no cv for process poisson, got 3",
+    ),
+    (
+        "name: x\nload:\n  mode: open\n  arrival: {rate: 1}\n  bursts: [{at_s: 10, over_s: 2}]\n",
+        "load.bursts[0].extra: required field missing",
+    ),
+    (
+        "name: x\nload:\n  mode: open\n  arrival: {rate: 1}\n  duration_s: 30\n"
+        "  bursts: [{at_s: 29, extra: 5, over_s: 2}]\n",
+        "load.bursts[0].at_s: expected a burst ending within duration_s (30), got 29",
+    ),
+    (
+        "name: x\nload:\n  stages: [{duration_s: 0, rate: 1}]\n",
+        "load.stages[0].duration_s: expected a positive number, got 0",
+    ),
+    (
+        "name: x\nload:\n  mode: burst\n",
+        "load.mode: expected one of closed, open, got 'burst'",
+    ),
+    (
+        "name: x\nrollout:\n  count: 3\nload:\n  warmup_rollouts: 3\n",
+        "load.warmup_rollouts: expected a number less than rollout.count (3), got 3",
+    ),
+    ("name: x\nload: [1, 2]\n", "load: expected a mapping, got [1, 2]"),
+    ("name: x\nseed: .nan\n", "seed: expected an integer, got nan"),
+    (
+        "name: x\nload:\n  mode: open\n  arrival: {rate: .inf}\n",
+        "load.arrival.rate: expected a finite number, got inf",
+    ),
+    ("name: x\nflavour: spicy\n", None),  # unknown top-level key, no close match: lists fields
+    ("- name: x\n", "expected a mapping of scenario fields, got a list [{name: x}]"),
+    ("", "expected a mapping of scenario fields, got an empty file"),
+    ("name: x\nseed: 1\nseed: 2\n", "invalid YAML at line 3, column 1: duplicate key 'seed'"),
+    (
+        "name: x\nload:\n  mode: open\n   concurrency: 2\n",
+        "invalid YAML at line 4, column 15: mapping values are not allowed here",
+    ),
+]
+
+
+def _write(tmp_path: Path, body: str, name: str = "bad.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("body", "message"), [b for b in BAD if b[1] is not None])
+def test_bad_scenario_gives_one_exact_line(tmp_path: Path, body: str, message: str) -> None:
+    path = _write(tmp_path, body)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value) == f"{path}: {message}"
+    assert "\n" not in str(info.value)
+    assert info.value.path == str(path)
+
+
+def test_catalogue_is_large() -> None:
+    assert len(BAD) >= 10
+
+
+def test_literal_typo_suggests_closest(tmp_path: Path) -> None:
+    path = _write(tmp_path, "name: x\ntransports: [http, htp]\n")
+    with pytest.raises(ScenarioError, match=r"got 'htp' \(did you mean 'http'\?\)$"):
+        load_scenario(path)
+
+
+def test_unknown_key_without_close_match_lists_fields(tmp_path: Path) -> None:
+    path = _write(tmp_path, "name: x\nflavour: spicy\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert info.value.field == "flavour"
+    assert str(info.value).startswith(f"{path}: flavour: unknown field (expected one of: name, ")
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ScenarioError) as info:
+        load_scenario("scenarios/does-not-exist.yaml")
+    assert str(info.value) == "scenarios/does-not-exist.yaml: file not found"
+
+
+def test_directory_is_not_a_file(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="expected a YAML file, got a directory"):
+        load_scenario(tmp_path)
+
+
+def test_good_file_loads_with_defaults(tmp_path: Path) -> None:
+    scenario = load_scenario(_write(tmp_path, GOOD, "ok.yaml"))
+    assert scenario.name == "ok"
+    assert scenario.transports == ["http", "ws"]
+    assert scenario.load.concurrency == 2
+    assert isinstance(scenario.rollout.tool_calls, UniformDist)
+    # Defaults written as plain numbers are distributions as well.
+    assert isinstance(scenario.rollout.final_answer_tokens, ConstantDist)
+    assert scenario.source == str(tmp_path / "ok.yaml")
+
+
+def test_overrides_apply_before_validation(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD)
+    scenario = load_scenario(
+        path,
+        {
+            "load.concurrency": "4",
+            "transports": "[http, ws-store]",
+            "rollout.tool_output_tokens": "{dist: lognormal, median: 100, p95: 300}",
+            "load.mode": "open",
+            "load.arrival.rate": "2.5",
+            "server.set.engine.sustained_tps": "500",
+            "description": "",
+        },
+    )
+    assert scenario.load.concurrency == 4
+    assert scenario.transports == ["http", "ws-store"]
+    assert isinstance(scenario.rollout.tool_output_tokens, LognormalDist)
+    assert scenario.load.mode == "open"
+    assert scenario.load.arrival is not None and scenario.load.arrival.rate == 2.5
+    assert scenario.server.set == {"engine.sustained_tps": "500"}
+    assert scenario.description == ""
+    # The file itself is untouched by overrides.
+    assert load_scenario(path).load.concurrency == 2
+
+
+def test_override_into_existing_distribution(tmp_path: Path) -> None:
+    scenario = load_scenario(_write(tmp_path, GOOD), {"rollout.tool_calls.max": "20"})
+    tool_calls = scenario.rollout.tool_calls
+    assert isinstance(tool_calls, UniformDist)
+    assert tool_calls.max == 20
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"load.concurrency": "many"},
+            "load.concurrency: expected an integer, got 'many' "
+            "(from override load.concurrency=many)",
+        ),
+        (
+            {"load.concurency": "4"},
+            "load.concurency: unknown field (did you mean 'concurrency'?) "
+            "(from override load.concurency=4)",
+        ),
+        (
+            {"rollout.tool_calls.max": "3"},
+            "rollout.tool_calls.max: expected a number greater than min (8), got 3 "
+            "(from override rollout.tool_calls.max=3)",
+        ),
+        (
+            {"rollout.count.max": "3"},
+            "rollout.count.max: expected a mapping at rollout.count to set a field in, got 4",
+        ),
+    ],
+)
+def test_bad_override(tmp_path: Path, overrides: dict[str, str], message: str) -> None:
+    path = _write(tmp_path, GOOD)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path, overrides)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_validate_scenario_does_not_mutate_input() -> None:
+    data = {"name": "x", "load": {"concurrency": 1}}
+    validate_scenario(data, overrides={"load.concurrency": "3"})
+    assert data == {"name": "x", "load": {"concurrency": 1}}
+
+
+def test_json_schema_export() -> None:
+    schema = scenario_json_schema()
+    text = json.dumps(schema)  # must be plain JSON
+    assert schema["type"] == "object"
+    assert schema["required"] == ["name"]
+    for key in ("name", "seed", "transports", "server", "rollout", "load"):
+        assert key in schema["properties"]
+    assert schema["additionalProperties"] is False
+    assert "lognormal" in text and "p95" in text
+    assert "ws-append" in text
+
+
+@pytest.mark.parametrize("name", ["quickstart", "tiny"])
+def test_shipped_scenarios_validate(name: str) -> None:
+    scenario = load_scenario(SCENARIOS / f"{name}.yaml")
+    assert scenario.name == name
+    assert scenario.transports == ["http", "ws"]
+
+
+def test_quickstart_shape() -> None:
+    scenario = load_scenario(SCENARIOS / "quickstart.yaml")
+    assert scenario.seed == 42
+    assert 4 <= scenario.rollout.count <= 6
+    assert scenario.load.mode == "closed" and scenario.load.concurrency == 2
+
+
+def test_every_shipped_scenario_validates() -> None:
+    files = sorted(SCENARIOS.glob("*.yaml"))
+    assert files
+    for path in files:
+        load_scenario(path)

@@ -1,0 +1,343 @@
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from harness.core.records import RolloutRecord, TurnRecord
+from harness.metrics.hdr import Histogram
+from harness.metrics.summary import Accumulator
+
+MS = 1_000_000
+S = 1_000_000_000
+
+
+def _turns() -> list[TurnRecord]:
+    return [
+        # warm-up rollout 0: excluded everywhere
+        TurnRecord(
+            transport="http",
+            rollout_id=0,
+            turn_index=0,
+            sent_ns=1,
+            first_token_ns=900 * MS,
+            last_token_ns=950 * MS,
+            done_ns=999 * MS,
+            status="completed",
+            output_tokens=500,
+            burst_tokens_max=400,
+        ),
+        TurnRecord(
+            transport="http",
+            rollout_id=1,
+            turn_index=0,
+            sent_ns=1 * S,
+            first_event_ns=1 * S + 5 * MS,
+            first_token_ns=1 * S + 10 * MS,
+            last_token_ns=1 * S + 110 * MS,
+            done_ns=1 * S + 120 * MS,
+            status="completed",
+            output_tokens=101,
+            burst_tokens_max=30,
+            itl_ns=[1 * MS] * 100,
+            sim_api_pre_ms=2.0,
+            sim_api_queue_ms=0.0,
+            sim_prefill_ms=3.0,
+            sim_decode_ms=100.0,
+            sim_api_post_ms=1.0,
+            sim_ttft_ms=9.0,
+        ),
+        TurnRecord(
+            transport="http",
+            rollout_id=1,
+            turn_index=1,
+            sent_ns=2 * S,
+            first_event_ns=2 * S + 4 * MS,
+            first_token_ns=2 * S + 20 * MS,
+            last_token_ns=2 * S + 20 * MS,
+            done_ns=2 * S + 30 * MS,
+            status="incomplete",
+            output_tokens=1,
+            burst_tokens_max=1,
+            sim_api_pre_ms=4.0,
+            sim_ttft_ms=21.0,
+        ),
+        TurnRecord(
+            transport="http",
+            rollout_id=1,
+            turn_index=2,
+            sent_ns=3 * S,
+            status="failed",
+            error_kind="rate_limited",
+        ),
+        TurnRecord(
+            transport="ws",
+            rollout_id=1,
+            turn_index=0,
+            sent_ns=5 * S,
+            first_event_ns=5 * S + 2 * MS,
+            first_token_ns=5 * S + 5 * MS,
+            last_token_ns=5 * S + 5 * MS,
+            done_ns=5 * S + 6 * MS,
+            status="completed",
+            output_tokens=1,
+        ),
+    ]
+
+
+def _rollouts() -> list[RolloutRecord]:
+    return [
+        RolloutRecord(
+            transport="http",
+            rollout_id=0,
+            start_ns=1,
+            intended_start_ns=1,
+            end_ns=S,
+            status="completed",
+            turns=1,
+        ),
+        RolloutRecord(
+            transport="http",
+            rollout_id=1,
+            intended_start_ns=900 * MS,
+            start_ns=950 * MS,
+            end_ns=2100 * MS,
+            turns=3,
+            errors=1,
+            status="completed",
+            tool_ns=300 * MS,
+            client_ns=30 * MS,
+        ),
+        RolloutRecord(
+            transport="http",
+            rollout_id=2,
+            intended_start_ns=3 * S,
+            start_ns=3 * S,
+            status="failed",
+            error_kind="timeout",
+        ),
+        RolloutRecord(
+            transport="ws",
+            rollout_id=1,
+            intended_start_ns=5 * S,
+            start_ns=5 * S,
+            end_ns=5 * S + 600 * MS,
+            turns=1,
+            status="completed",
+        ),
+    ]
+
+
+def _filled(**kw: object) -> Accumulator:
+    acc = Accumulator(warmup_rollouts=1, **kw)  # type: ignore[arg-type]
+    acc.add_turns(_turns())
+    acc.add_rollouts(_rollouts())
+    return acc
+
+
+# Hand-computed.  Percentiles are HdrHistogram "highest equivalent" values: at
+# 3 significant digits a value v >= 2,048 µs shares a bucket 2^(bit_length(v)-11)
+# µs wide, e.g. 10,000 µs -> [10000, 10007], 20,000 -> [20000, 20015],
+# 6,000 -> [6000, 6003], 1,200,000 -> [1199104, 1200127].  Means are exact.
+EXPECTED = {
+    "format_version": 1,
+    "run_id": "golden",
+    "valid": False,
+    "invalid_reasons": ["client CPU saturated"],
+    "transports": {
+        "http": {
+            "turns": {"count": 3, "errors": 1},
+            "rollouts": {"count": 2, "errors": 1},
+            "ttft_ms": {"p50": 10.007, "p90": 20.015, "p99": 20.015, "mean": 15.0},
+            "ttfb_ms": {"p50": 4.001, "p90": 5.003, "p99": 5.003, "mean": 4.5},
+            "itl_ms": {"p50": 1.0, "p90": 1.0, "p99": 1.0, "mean": 1.0},
+            "turn_ms": {"p50": 30.015, "p90": 120.063, "p99": 120.063, "mean": 75.0},
+            "rollout_ms": {"p50": 1200.127, "p90": 1200.127, "p99": 1200.127, "mean": 1200.0},
+            # one TPOT sample: 100 ms over 100 gaps
+            "tpot_ms": {"p50": 1.0, "p90": 1.0, "p99": 1.0, "mean": 1.0},
+            "tps": {
+                "decode_p50": 1000.0,  # 100 tokens after the first in 0.1 s
+                "decode_mean": 1000.0,
+                "burst_peak": 300.0,  # 30 tokens / 0.1 s window
+                # 101 + 1 tokens between 1.010 s and 2.020 s
+                "aggregate_mean": round(102 / 1.010, 3),
+                "aggregate_peak": 101.0,  # all of turn 0 falls in second 1
+            },
+            "breakdown_ms": {
+                "api_pre": 3.0,
+                "api_queue": 0.0,
+                "engine_queue": None,
+                "prefill": 3.0,
+                "decode": 100.0,
+                "api_post": 1.0,
+                "tool": 100.0,  # 300 ms over 3 turns
+                "client": 10.0,
+                "recovery": 0.0,
+            },
+            # lags 50 ms and 0 (50,000 µs -> [49984, 50015])
+            "schedule_lag_ms": {"p50": 0.0, "p99": 50.015},
+            "errors_by_kind": {"rate_limited": 1, "rollout:timeout": 1},
+            # measured - modelled TTFT: +1 ms and -1 ms
+            "measurement_error_ms": {"p50": -1.0, "p99": 1.0},
+        },
+        "ws": {
+            "turns": {"count": 1, "errors": 0},
+            "rollouts": {"count": 1, "errors": 0},
+            "ttft_ms": {"p50": 5.003, "p90": 5.003, "p99": 5.003, "mean": 5.0},
+            "ttfb_ms": {"p50": 2.0, "p90": 2.0, "p99": 2.0, "mean": 2.0},
+            "itl_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
+            "turn_ms": {"p50": 6.003, "p90": 6.003, "p99": 6.003, "mean": 6.0},
+            "rollout_ms": {"p50": 600.063, "p90": 600.063, "p99": 600.063, "mean": 600.0},
+            "tpot_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
+            "tps": {
+                "decode_p50": None,
+                "decode_mean": None,
+                "burst_peak": None,
+                "aggregate_mean": None,
+                "aggregate_peak": 1.0,
+            },
+            "breakdown_ms": {
+                "api_pre": None,
+                "api_queue": None,
+                "engine_queue": None,
+                "prefill": None,
+                "decode": None,
+                "api_post": None,
+                "tool": 0.0,
+                "client": 0.0,
+                "recovery": 0.0,
+            },
+            "schedule_lag_ms": {"p50": 0.0, "p99": 0.0},
+            "errors_by_kind": {},
+            "measurement_error_ms": {"p50": None, "p99": None},
+        },
+    },
+    "comparisons": [
+        {
+            "baseline": "http",
+            "candidate": "ws",
+            "rollout_speedup": 2.0,  # 1200 ms / 600 ms on rollout 1
+            "rollout_speedup_ci95": [2.0, 2.0],
+            "rollout_latency_reduction_pct": 50.0,
+            "ttft_p50_reduction_pct": round((1 - 5003 / 10007) * 100, 3),
+            "paired": True,
+        }
+    ],
+}
+
+
+def test_golden_summary() -> None:
+    summary = _filled().summary(
+        "golden",
+        valid=False,
+        invalid_reasons=["client CPU saturated"],
+        comparisons=[("http", "ws"), ("http", "ws-append")],
+    )
+    assert summary == EXPECTED
+    assert list(summary) == list(EXPECTED)
+    assert list(summary["transports"]["http"]) == list(EXPECTED["transports"]["http"])  # type: ignore[index]
+    orjson.dumps(summary)  # JSON-serialisable as is
+
+
+def test_default_comparisons_use_http_as_baseline() -> None:
+    summary = _filled().summary("x")
+    assert [(c["baseline"], c["candidate"]) for c in summary["comparisons"]] == [("http", "ws")]
+
+
+def test_unpaired_when_completed_rollouts_differ() -> None:
+    acc = _filled()
+    acc.add_rollout(
+        RolloutRecord(
+            transport="ws",
+            rollout_id=3,
+            intended_start_ns=S,
+            start_ns=S,
+            end_ns=S + 200 * MS,
+            status="completed",
+            turns=1,
+        )
+    )
+    (cmp,) = acc.summary("x")["comparisons"]
+    assert cmp["paired"] is False
+    # ratio of medians: 1200 / median(600, 200) = 3
+    assert cmp["rollout_speedup"] == 3.0
+    assert cmp["rollout_latency_reduction_pct"] == pytest.approx(66.667)
+
+
+def test_merge_equals_single_accumulator() -> None:
+    turns, rollouts = _turns(), _rollouts()
+    a = Accumulator(warmup_rollouts=1)
+    b = Accumulator(warmup_rollouts=1)
+    for i, rec in enumerate(turns):
+        (a if i % 2 else b).add_turn(rec)
+    for i, rollout in enumerate(rollouts):
+        (b if i % 2 else a).add_rollout(rollout)
+    merged = a.merge(b)
+    whole = _filled()
+    assert merged.summary("m") == whole.summary("m")
+    assert merged.histograms() == whole.histograms()
+
+
+def test_merge_rejects_a_rollout_measured_twice() -> None:
+    with pytest.raises(ValueError, match="rollout 1"):
+        _filled().merge(_filled())
+
+
+def test_state_round_trip_through_json() -> None:
+    acc = _filled()
+    back = Accumulator.from_state(orjson.loads(orjson.dumps(acc.to_state())))
+    assert back.summary("s") == acc.summary("s")
+    assert back.histograms() == acc.histograms()
+
+
+def test_histograms_exposed_per_transport_and_metric() -> None:
+    hists = _filled().histograms()
+    assert isinstance(hists["http", "ttft"], Histogram)
+    assert hists["http", "ttft"].count == 2
+    assert hists["http", "itl"].count == 100
+    assert hists["http", "decode_tps"].unit == "tps"
+    assert {m for t, m in hists if t == "ws"} == {
+        "ttft",
+        "ttfb",
+        "itl",
+        "turn",
+        "rollout",
+        "tpot",
+        "schedule_lag",
+        "decode_tps",
+        "measurement_error_pos",
+        "measurement_error_neg",
+    }
+
+
+def test_aggregate_tps_spreads_tokens_across_seconds() -> None:
+    acc = Accumulator()
+    # 300 tokens uniformly over 0.5 s .. 2.0 s: 100 in second 0, 200 in second 1
+    acc.add_turn(
+        TurnRecord(
+            transport="http",
+            rollout_id=0,
+            turn_index=0,
+            sent_ns=1,
+            first_token_ns=S // 2,
+            last_token_ns=2 * S,
+            done_ns=2 * S,
+            status="completed",
+            output_tokens=300,
+        )
+    )
+    tps = acc.summary("x")["transports"]["http"]["tps"]
+    assert tps["aggregate_peak"] == 200.0
+    assert tps["aggregate_mean"] == 200.0  # 300 tokens over 1.5 s
+    assert tps["decode_p50"] == 199.0  # 299 gaps over 1.5 s = 199.33 -> integer histogram
+
+
+def test_empty_accumulator_summary() -> None:
+    summary = Accumulator().summary("empty")
+    assert summary == {
+        "format_version": 1,
+        "run_id": "empty",
+        "valid": True,
+        "invalid_reasons": [],
+        "transports": {},
+        "comparisons": [],
+    }

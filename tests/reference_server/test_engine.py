@@ -1,0 +1,331 @@
+"""The pure engine model, driven by a fake clock: rates, bursts, batching, cache, capacity."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+from bisect import bisect_right
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reference_server.engine import (
+    NS_PER_MS,
+    NS_PER_S,
+    DecodePlan,
+    EngineCapacity,
+    Pacer,
+    PrefixCache,
+    decode_plan,
+    expected_decode_ms,
+    first_token_ns,
+    prefill_ns,
+)
+from reference_server.profiles import EngineProfile, load_profiles
+
+WINDOW_NS = 100 * NS_PER_MS
+
+
+def _engine(name: str = "cerebras-spark", **overrides: str) -> EngineProfile:
+    return load_profiles("optimized", name, {f"engine.{k}": v for k, v in overrides.items()})[1]
+
+
+def _peak_window_tokens(times_ns: list[int], counts: list[int], window_ns: int = WINDOW_NS) -> int:
+    """Most tokens emitted within any closed window of ``window_ns`` (as the harness measures)."""
+    prefix = [0]
+    for c in counts:
+        prefix.append(prefix[-1] + c)
+    best = 0
+    for i, t in enumerate(times_ns):
+        j = bisect_right(times_ns, t + window_ns)
+        best = max(best, prefix[j] - prefix[i])
+    return best
+
+
+def _decode_tps(plan: DecodePlan) -> float:
+    return (plan.n_tokens - 1) * NS_PER_S / plan.duration_ns
+
+
+# -- prefill ---------------------------------------------------------------------------------
+
+
+def test_prefill_and_first_token_arithmetic() -> None:
+    eng = _engine()
+    assert prefill_ns(40_000, eng) == NS_PER_S  # 40k tokens/s
+    assert prefill_ns(0, eng) == 0
+    assert prefill_ns(-5, eng) == 0
+    assert first_token_ns(2_000, eng) == 50 * NS_PER_MS + 20 * NS_PER_MS
+
+
+# -- prefix cache ----------------------------------------------------------------------------
+
+
+def test_prefix_cache_longest_match() -> None:
+    cache = PrefixCache(100)
+    conv = [(11, 100), (12, 300), (13, 700)]
+    assert cache.lookup(conv) == 0
+    cache.insert(conv[:2])
+    assert cache.lookup(conv) == 300
+    cache.insert(conv)
+    assert cache.lookup([*conv, (14, 1500)]) == 700
+    # A different conversation sharing only the first item.
+    assert cache.lookup([(11, 100), (99, 250)]) == 100
+    assert cache.lookup([(98, 100)]) == 0
+    assert cache.hits == 3 and cache.misses == 2
+
+
+def test_prefix_cache_lru_eviction_and_refresh() -> None:
+    cache = PrefixCache(3)
+    cache.insert([(1, 10), (2, 20)])
+    cache.insert([(3, 30)])
+    assert cache.lookup([(1, 10)]) == 10  # refreshes 1; 2 is now the oldest
+    cache.insert([(4, 40)])
+    assert len(cache) == 3
+    assert cache.lookup([(2, 20)]) == 0
+    assert cache.lookup([(1, 10)]) == 10
+    assert cache.lookup([(3, 30)]) == 30
+    assert cache.lookup([(4, 40)]) == 40
+
+
+def test_prefix_cache_disabled() -> None:
+    cache = PrefixCache(0)
+    cache.insert([(1, 10)])
+    assert cache.lookup([(1, 10)]) == 0
+    with pytest.raises(ValueError, match="max_entries"):
+        PrefixCache(-1)
+
+
+# -- decode plans ----------------------------------------------------------------------------
+
+
+def test_plan_without_burst_is_exactly_sustained() -> None:
+    eng = _engine(burst_probability="0")
+    plan = decode_plan(1001, random.Random(1), eng)
+    assert plan.burst is None
+    assert plan.offsets_ns[0] == 0
+    assert plan.offsets_ns[1] == NS_PER_MS
+    assert plan.duration_ns == 1000 * NS_PER_MS
+    assert _decode_tps(plan) == pytest.approx(1000.0, rel=1e-12)
+
+
+def test_gpu_legacy_never_bursts() -> None:
+    eng = _engine("gpu-legacy")
+    rng = random.Random(3)
+    for _ in range(50):
+        plan = decode_plan(400, rng, eng)
+        assert plan.burst is None
+        assert _decode_tps(plan) == pytest.approx(65.0, rel=1e-9)
+
+
+def test_plans_are_deterministic_by_seed() -> None:
+    eng = _engine()
+    a = [decode_plan(900, random.Random(s), eng) for s in range(40)]
+    b = [decode_plan(900, random.Random(s), eng) for s in range(40)]
+    assert a == b
+    assert len({p.burst for p in a}) > 2  # the seed matters
+
+
+def test_burst_runs_at_burst_rate_and_fills_a_window() -> None:
+    eng = _engine(burst_probability="1")
+    plan = decode_plan(2000, random.Random(7), eng)
+    assert plan.burst is not None
+    start, length = plan.burst
+    assert eng.burst_min_tokens <= length <= eng.burst_max_tokens
+    gap_ns = NS_PER_S / eng.burst_tps
+    for i in range(start, start + length):
+        assert plan.offsets_ns[i] - plan.offsets_ns[i - 1] == pytest.approx(gap_ns, abs=1)
+    for i in range(1, start):
+        assert plan.offsets_ns[i] - plan.offsets_ns[i - 1] == pytest.approx(NS_PER_MS, abs=1)
+    # Batched as the server emits it, the burst fills one 100 ms window at the burst rate.
+    batches = plan.batches(2 * NS_PER_MS)
+    peak = _peak_window_tokens([t for t, _ in batches], [k for _, k in batches])
+    assert peak * NS_PER_S / WINDOW_NS >= 4000
+    # ...and batching adds at most one batch to the true (one token per delta) peak.
+    exact = _peak_window_tokens(list(plan.offsets_ns), [1] * plan.n_tokens)
+    assert exact <= peak <= exact + max(k for _, k in batches)
+
+
+def test_decode_tps_median_is_sustained_rate() -> None:
+    for name, rate in (("cerebras-spark", 1000.0), ("gpu-legacy", 65.0)):
+        eng = _engine(name)
+        rng = random.Random(11)
+        tps = [_decode_tps(decode_plan(rng.choice([150, 400, 1500]), rng, eng)) for _ in range(400)]
+        assert statistics.median(tps) == pytest.approx(rate, rel=0.03)
+
+
+@pytest.mark.parametrize("run_seed", range(10))
+def test_burst_peak_over_a_few_dozen_long_responses(run_seed: int) -> None:
+    eng = _engine()
+    rng = random.Random(run_seed)
+    best = 0
+    for _ in range(24):
+        plan = decode_plan(1500, rng, eng)
+        batches = plan.batches(2 * NS_PER_MS)
+        best = max(best, _peak_window_tokens([t for t, _ in batches], [k for _, k in batches]))
+    assert best * NS_PER_S / WINDOW_NS >= 3600
+
+
+def test_expected_decode_matches_sampled_mean() -> None:
+    eng = _engine()
+    rng = random.Random(5)
+    for n in (150, 400, 1500):
+        mean_ms = statistics.fmean(
+            decode_plan(n, rng, eng).duration_ns / NS_PER_MS for _ in range(3000)
+        )
+        assert mean_ms == pytest.approx(expected_decode_ms(n, eng), rel=0.03)
+    assert expected_decode_ms(400, _engine("gpu-legacy")) == pytest.approx(399 / 65 * 1000)
+
+
+def test_empty_and_single_token_plans() -> None:
+    eng = _engine()
+    assert decode_plan(0, random.Random(0), eng).batches(2 * NS_PER_MS) == []
+    one = decode_plan(1, random.Random(0), eng)
+    assert one.offsets_ns == (0,) and one.batches(2 * NS_PER_MS) == [(0, 1)]
+
+
+# -- batching --------------------------------------------------------------------------------
+
+
+def test_batches_at_sustained_rate() -> None:
+    plan = decode_plan(300, random.Random(0), _engine(burst_probability="0"))
+    batches = plan.batches(2 * NS_PER_MS)
+    assert batches[0] == (0, 1)
+    assert batches[-1][0] == 299 * NS_PER_MS
+    assert sum(k for _, k in batches) == 300
+    assert len(batches) == 150
+    assert plan.batches(0) == [(off, 1) for off in plan.offsets_ns]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=1500),
+    seed=st.integers(min_value=0, max_value=2**32),
+    interval_us=st.integers(min_value=0, max_value=20_000),
+)
+def test_batches_properties(n: int, seed: int, interval_us: int) -> None:
+    plan = decode_plan(n, random.Random(seed), _engine(burst_probability="0.5"))
+    interval = interval_us * 1000
+    batches = plan.batches(interval)
+    assert sum(k for _, k in batches) == n
+    assert all(k >= 1 for _, k in batches)
+    assert batches[0][0] == 0 and batches[-1][0] == plan.duration_ns
+    # Each batch goes out when its last token is due: never early.
+    last_index = -1
+    for t, k in batches:
+        last_index += k
+        assert t == plan.offsets_ns[last_index]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(batches)]
+    if plan.duration_ns >= interval:
+        assert all(g >= interval for g in gaps)
+
+
+# -- pacing against a fake clock -------------------------------------------------------------
+
+
+def test_pacer_keeps_the_long_run_rate_under_late_wakeups() -> None:
+    plan = decode_plan(3001, random.Random(0), _engine(burst_probability="0"))
+    batches = plan.batches(2 * NS_PER_MS)
+    t0 = 5 * NS_PER_S
+    pacer = Pacer(batches, t0)
+    rng = random.Random(42)
+    emitted: list[tuple[int, int]] = []
+    while not pacer.done:
+        deadline = pacer.next_deadline_ns()
+        assert deadline is not None
+        # The event loop wakes up to 15 ms late, sometimes much later.
+        late = rng.choice([0, rng.randrange(15 * NS_PER_MS), rng.randrange(60 * NS_PER_MS)])
+        now = deadline + late
+        k = pacer.take_due(now)
+        assert k >= 1
+        # Every batch due by now went out, nothing not yet due did; so the emitted count
+        # trails the per-token schedule by less than one batch, however late the wake-up.
+        due_batches = sum(c for off, c in batches if t0 + off <= now)
+        due_tokens = sum(1 for off in plan.offsets_ns if t0 + off <= now)
+        total = sum(c for _, c in emitted) + k
+        assert total == due_batches
+        assert due_tokens - 2 < total <= due_tokens
+        emitted.append((now, k))
+    assert sum(k for _, k in emitted) == 3001
+    assert len(emitted) < len(batches)  # late wake-ups coalesced batches
+    assert pacer.last_deadline_ns - t0 == 3000 * NS_PER_MS
+    # The final token's emission is late only by that wake-up's lateness, not by accumulated drift.
+    assert emitted[-1][0] - (t0 + plan.duration_ns) < 60 * NS_PER_MS
+
+
+def test_pacer_on_time_reproduces_the_plan() -> None:
+    plan = decode_plan(500, random.Random(9), _engine(burst_probability="1"))
+    batches = plan.batches(2 * NS_PER_MS)
+    pacer = Pacer(batches, 1000)
+    out = []
+    while not pacer.done:
+        deadline = pacer.next_deadline_ns()
+        assert deadline is not None
+        assert pacer.take_due(deadline - 1) == 0
+        out.append((deadline - 1000, pacer.take_due(deadline)))
+    assert out == batches
+
+
+def test_pacer_rate_scale_slows_the_remaining_tokens() -> None:
+    plan = decode_plan(1001, random.Random(0), _engine(burst_probability="0"))
+    pacer = Pacer(plan.batches(0), 0)
+    # Half speed from the midpoint: the second 500 tokens take 1 s instead of 0.5 s.
+    while not pacer.done:
+        deadline = pacer.next_deadline_ns()
+        assert deadline is not None
+        if deadline >= 500 * NS_PER_MS:
+            pacer.set_scale(500 * NS_PER_MS, 0.5)
+            deadline = pacer.next_deadline_ns()
+            assert deadline is not None
+        pacer.take_due(deadline)
+    assert pacer.last_deadline_ns == 1500 * NS_PER_MS
+    with pytest.raises(ValueError, match="scale"):
+        pacer.set_scale(0, 0.0)
+
+
+# -- capacity --------------------------------------------------------------------------------
+
+
+def test_capacity_fifo_queue_and_queue_time() -> None:
+    cap = EngineCapacity(max_streams=2, aggregate_tps=10_000)
+    a = cap.request(0, 1000)
+    b = cap.request(10, 1000)
+    c = cap.request(20, 1000)
+    d = cap.request(30, 1000)
+    assert a.admitted and b.admitted and not c.admitted and not d.admitted
+    assert cap.admit(35, 1000) is None  # no overtaking the queue
+    assert (cap.active, cap.queued) == (2, 2)
+    assert cap.release(b, 100) == [c]
+    assert c.queue_ns == 80
+    assert d.queue_ns == 0 and not d.admitted
+    assert cap.release(a, 250) == [d]
+    assert d.queue_ns == 220
+    assert cap.release(a, 300) == []  # double release is harmless
+    assert cap.total_queue_ns == 300
+    assert cap.peak_active == 2 and cap.peak_queued == 2
+
+
+def test_capacity_cancel_while_queued() -> None:
+    cap = EngineCapacity(max_streams=1, aggregate_tps=10_000)
+    a = cap.request(0, 1000)
+    b = cap.request(0, 1000)
+    c = cap.request(0, 1000)
+    assert cap.release(b, 5) == []  # b gave up waiting
+    assert cap.release(a, 10) == [c]
+    assert cap.active == 1 and cap.queued == 0
+
+
+def test_capacity_fair_rate_scaling() -> None:
+    cap = EngineCapacity(max_streams=10, aggregate_tps=3000)
+    tickets = [cap.request(0, 1000) for _ in range(3)]
+    assert cap.rate_scale(0) == 1.0
+    extra = cap.request(0, 1000)
+    assert cap.rate_scale(0) == pytest.approx(0.75)
+    tickets.append(cap.request(0, 1000))
+    assert cap.rate_scale(0) == pytest.approx(0.6)
+    cap.release(extra, 1)
+    cap.release(tickets[0], 1)
+    assert cap.rate_scale(1) == 1.0
+    with pytest.raises(ValueError, match="max_streams"):
+        EngineCapacity(0, 1.0)

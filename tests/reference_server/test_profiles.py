@@ -1,0 +1,171 @@
+"""Profile files, name resolution and ``--set`` overrides with one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.errors import LoopbenchError
+from reference_server.profiles import (
+    PROFILE_DIR,
+    ApiProfile,
+    EngineProfile,
+    ProfileError,
+    available_profiles,
+    load_profiles,
+)
+
+
+def test_shipped_profiles_are_listed() -> None:
+    assert available_profiles("api") == ["legacy", "optimized"]
+    assert available_profiles("engine") == ["cerebras-spark", "gpu-legacy"]
+
+
+@pytest.mark.parametrize("api", ["legacy", "optimized"])
+@pytest.mark.parametrize("engine", ["cerebras-spark", "gpu-legacy"])
+def test_every_shipped_combination_loads(api: str, engine: str) -> None:
+    a, e = load_profiles(api, engine)
+    assert isinstance(a, ApiProfile) and a.name == api
+    assert isinstance(e, EngineProfile) and e.name == engine
+
+
+def test_defaults_and_published_rates() -> None:
+    api, engine = load_profiles()
+    assert api.name == "optimized" and engine.name == "cerebras-spark"
+    assert engine.sustained_tps == 1000 and engine.burst_tps == 4000
+    assert load_profiles(engine="gpu-legacy")[1].sustained_tps == 65
+
+
+@pytest.mark.parametrize("path", sorted(PROFILE_DIR.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_parameter_is_commented(path: Path) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    keys = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for key in keys:
+        if key in ("name", "description"):
+            continue
+        index = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+        above = lines[index - 1]
+        assert above.startswith("#") or lines[index - 2].startswith("#"), (
+            f"{path.name}: {key} lacks a comment"
+        )
+
+
+def test_names_stems_and_paths_resolve(tmp_path: Path) -> None:
+    assert load_profiles("api-legacy", "engine-gpu-legacy")[0].name == "legacy"
+    custom = tmp_path / "mine.yaml"
+    data = yaml.safe_load((PROFILE_DIR / "engine-cerebras-spark.yaml").read_text())
+    data["name"] = "mine"
+    data["sustained_tps"] = 2000
+    custom.write_text(yaml.safe_dump(data))
+    _, engine = load_profiles("optimized", str(custom))
+    assert engine.name == "mine" and engine.sustained_tps == 2000
+
+
+def test_overrides_apply_and_are_typed() -> None:
+    api, engine = load_profiles(
+        overrides={"api.fixed_ms": "12.5", "engine.sustained_tps": "500", "api.hops": "4"}
+    )
+    assert api.fixed_ms == 12.5 and api.hops == 4
+    assert engine.sustained_tps == 500
+    assert engine.burst_tps == 4000  # untouched
+
+
+def _error(**kwargs: object) -> str:
+    with pytest.raises(ProfileError) as info:
+        load_profiles(**kwargs)  # type: ignore[arg-type]
+    assert isinstance(info.value, LoopbenchError)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_override_errors_name_key_expected_and_received() -> None:
+    assert (
+        _error(overrides={"api.fixed_ms": "-3"})
+        == "--set: api.fixed_ms: expected a number >= 0, got '-3'"
+    )
+    assert (
+        _error(overrides={"api.fixed_ms": "fast"})
+        == "--set: api.fixed_ms: expected a number >= 0, got 'fast'"
+    )
+    assert (
+        _error(overrides={"engine.max_streams": "1.5"})
+        == "--set: engine.max_streams: expected an integer >= 1, got '1.5'"
+    )
+    assert _error(overrides={"engine.burst_probability": "2"}) == (
+        "--set: engine.burst_probability: expected a number >= 0 and <= 1, got '2'"
+    )
+    assert (
+        _error(overrides={"engine.sustained_tps": "0"})
+        == "--set: engine.sustained_tps: expected a number > 0, got '0'"
+    )
+
+
+def test_override_cross_field_errors() -> None:
+    assert _error(overrides={"engine.burst_tps": "900"}) == (
+        "--set: engine.burst_tps: expected a number >= sustained_tps (1000), got '900'"
+    )
+    # The message blames the override that was actually given, not the file.
+    assert _error(overrides={"engine.sustained_tps": "5000"}) == (
+        "--set: engine.sustained_tps: expected a number <= burst_tps (4000), got '5000'"
+    )
+    assert _error(overrides={"engine.burst_min_tokens": "5000"}) == (
+        "--set: engine.burst_min_tokens: expected an integer <= burst_max_tokens (1200), got '5000'"
+    )
+    assert _error(overrides={"api.fixed_resolved_ms": "50"}) == (
+        "--set: api.fixed_resolved_ms: expected a number <= fixed_ms (12), got '50'"
+    )
+
+
+def test_unknown_and_malformed_override_keys() -> None:
+    msg = _error(overrides={"api.fixd_ms": "3"})
+    assert msg.startswith(
+        "--set: api.fixd_ms: unknown api parameter; expected one of: workers, connect_ms, fixed_ms"
+    )
+    assert _error(overrides={"fixed_ms": "3"}) == (
+        "--set: fixed_ms: expected a key of the form api.<param> or engine.<param>"
+    )
+    assert _error(overrides={"gpu.fixed_ms": "3"}).startswith("--set: gpu.fixed_ms: expected a key")
+
+
+def test_unknown_profile_name() -> None:
+    assert _error(api="fast") == (
+        "api profile: fast: expected a shipped profile (legacy, optimized) or a path to a YAML file, got 'fast'"
+    )
+    assert _error(engine="h100").startswith(
+        "engine profile: h100: expected a shipped profile (cerebras-spark, gpu-legacy)"
+    )
+
+
+def test_invalid_user_files(tmp_path: Path) -> None:
+    base = yaml.safe_load((PROFILE_DIR / "api-optimized.yaml").read_text())
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(yaml.safe_dump({**base, "turbo": True}))
+    msg = _error(api=str(extra))
+    assert msg.startswith(
+        f"{extra}: turbo: expected a known parameter (one of: name, description, workers"
+    )
+    assert msg.endswith("got True")
+
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(yaml.safe_dump({k: v for k, v in base.items() if k != "hops"}))
+    assert (
+        _error(api=str(missing))
+        == f"{missing}: hops: expected an integer >= 0, got nothing (missing)"
+    )
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**base, "workers": 0}))
+    assert _error(api=str(bad)) == f"{bad}: workers: expected an integer >= 1, got 0"
+
+    not_mapping = tmp_path / "list.yaml"
+    not_mapping.write_text("- 1\n- 2\n")
+    assert (
+        _error(api=str(not_mapping)) == f"{not_mapping}: expected a mapping of parameters, got list"
+    )
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("workers: [1,\n")
+    assert _error(api=str(broken)).startswith(f"{broken}: line ")

@@ -1,0 +1,167 @@
+"""The asyncio adapter on a real event loop: pacing, slots, queueing, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from reference_server.api_tier import RequestCost
+from reference_server.profiles import load_profiles
+from reference_server.sim import DEFAULT_MIN_DELTA_INTERVAL_MS, Simulator
+
+
+def _sim(
+    min_delta_interval_ms: float | None = None, overrides: dict[str, str] | None = None
+) -> Simulator:
+    api, engine = load_profiles(
+        "optimized",
+        "cerebras-spark",
+        {"engine.burst_probability": "0", **(overrides or {})},
+    )
+    return Simulator(api, engine, seed=1, min_delta_interval_ms=min_delta_interval_ms)
+
+
+T = TypeVar("T")
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.times_ns: list[int] = []
+        self.counts: list[int] = []
+
+    async def __call__(self, k: int) -> None:
+        self.times_ns.append(time.perf_counter_ns())
+        self.counts.append(k)
+
+
+def _run(coro: Coroutine[Any, Any, T], loop: str = "asyncio") -> T:
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro)
+    return asyncio.run(coro)
+
+
+@pytest.mark.parametrize(
+    ("interval_ms", "loop"), [(None, "asyncio"), (0.0, "asyncio"), (None, "uvloop")]
+)
+def test_paces_300_tokens_at_1000_tps(interval_ms: float | None, loop: str) -> None:
+    sim = _sim(interval_ms, {"engine.base_ttft_ms": "0"})
+    rec = _Recorder()
+    result = _run(sim.inference([(1, 10)], 10, 300, 7, rec), loop)
+    assert sum(rec.counts) == 300
+    assert all(k >= 1 for k in rec.counts)
+    # One delta per batch (2 tokens per 2 ms, or 1 per token); a late wake-up may merge some.
+    max_emits = 300 if interval_ms == 0.0 else 150
+    assert 1 < len(rec.counts) <= max_emits
+    span_ms = (rec.times_ns[-1] - rec.times_ns[0]) / 1e6
+    assert span_ms == pytest.approx(299.0, rel=0.03)
+    assert result["decode"] == pytest.approx(299.0)
+    assert result["cached_tokens"] == 0
+
+
+def test_default_delta_interval() -> None:
+    assert _sim().describe()["min_delta_interval_ms"] == DEFAULT_MIN_DELTA_INTERVAL_MS
+    with pytest.raises(ValueError, match="min_delta_interval_ms"):
+        _sim(-1.0)
+
+
+def test_prefix_cache_spans_requests() -> None:
+    sim = _sim()
+
+    async def run() -> tuple[dict[str, float | int], dict[str, float | int]]:
+        async def emit(k: int) -> None:
+            return None
+
+        conv = [(101, 3000)]
+        first = await sim.inference(conv, 3000, 2, 1, emit)
+        second = await sim.inference([*conv, (102, 5150)], 5150, 2, 2, emit)
+        return first, second
+
+    first, second = asyncio.run(run())
+    assert first["cached_tokens"] == 0 and second["cached_tokens"] == 3000
+    # prefill reports the uncached prefill plus the base TTFT
+    assert second["prefill"] == pytest.approx(2150 / 40.0 + 20.0)
+    assert second["ttft"] == pytest.approx(second["engine_queue"] + second["prefill"])
+
+
+def test_engine_slots_queue_fifo() -> None:
+    sim = _sim(overrides={"engine.max_streams": "1", "engine.base_ttft_ms": "0"})
+    order: list[str] = []
+
+    def emitter(tag: str) -> Callable[[int], Awaitable[None]]:
+        async def emit(k: int) -> None:
+            order.append(tag)
+
+        return emit
+
+    async def run() -> list[dict[str, float | int]]:
+        return list(
+            await asyncio.gather(
+                sim.inference([(1, 1)], 1, 20, 1, emitter("a")),
+                sim.inference([(2, 1)], 1, 20, 2, emitter("b")),
+                sim.inference([(3, 1)], 1, 20, 3, emitter("c")),
+            )
+        )
+
+    a, b, c = asyncio.run(run())
+    assert order == sorted(order)  # one stream at a time, in arrival order
+    assert a["engine_queue"] == 0
+    assert 0 < b["engine_queue"] < c["engine_queue"]
+    assert sim.capacity.active == 0 and sim.capacity.queued == 0
+
+
+def test_cancelled_streams_free_their_slot() -> None:
+    sim = _sim(overrides={"engine.max_streams": "1"})
+
+    async def emit(k: int) -> None:
+        return None
+
+    async def run() -> dict[str, float | int]:
+        running = asyncio.create_task(sim.inference([(1, 1)], 1, 5000, 1, emit))
+        waiting = asyncio.create_task(sim.inference([(2, 1)], 1, 5000, 2, emit))
+        await asyncio.sleep(0)
+        assert sim.capacity.queued == 1
+        waiting.cancel()
+        running.cancel()
+        for task in (waiting, running):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert sim.capacity.active == 0 and sim.capacity.queued == 0
+        return await sim.inference([(3, 1)], 1, 3, 3, emit)
+
+    assert asyncio.run(run())["engine_queue"] == 0
+
+
+def test_api_workers_bound_concurrency() -> None:
+    api, engine = load_profiles(overrides={"api.workers": "1"})
+    sim = Simulator(api, engine)
+    cost = RequestCost(
+        new_connection=False, websocket=True, connection_resolved=True, processed_tokens=100
+    )
+
+    async def run() -> list[dict[str, float]]:
+        return list(await asyncio.gather(sim.pre_inference(cost), sim.pre_inference(cost)))
+
+    first, second = asyncio.run(run())
+    expected = api.fixed_resolved_ms + 100 * api.per_token_us / 1000 + api.hops * api.hop_ms
+    assert first["api_pre"] == second["api_pre"] == pytest.approx(expected)
+    assert first["api_queue"] < second["api_queue"]
+
+
+def test_post_inference_returns_modelled_ms() -> None:
+    sim = _sim(overrides={"api.post_ms": "5"})
+    cost = RequestCost(False, False, False, 10)
+    assert asyncio.run(sim.post_inference(cost)) == 5.0
+
+
+def test_describe_names_profiles() -> None:
+    d = _sim().describe()
+    assert d["api"]["name"] == "optimized"
+    assert d["engine"]["name"] == "cerebras-spark"
+    assert d["engine"]["burst_probability"] == 0
+    assert d["seed"] == 1
