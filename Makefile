@@ -5,12 +5,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench reproduce soak clean help
+.PHONY: venv demo test lint clean help reproduce
 
 help:
 	@echo "make demo       run scenarios/quickstart.yaml over http and ws against the embedded server"
 	@echo "make test       run the whole test suite"
 	@echo "make lint       ruff + mypy"
+	@echo "make reproduce  measure the published figures (DESIGN §7) -> results/reproduction/ (~4 min)"
 
 # Re-install whenever pyproject.toml changes (the stamp is older than it).
 $(STAMP): pyproject.toml
@@ -20,8 +21,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# `make venv` (or any target) creates .venv and installs -e .[dev]; again when pyproject.toml changes.
+venv: $(STAMP)
+
 demo: $(STAMP)
 	$(BIN)/loopbench run scenarios/quickstart.yaml --out results
+
+# Fresh each time: the reproduction folder holds one reproduction, never a mix of two.
+reproduce: $(STAMP)
+	rm -rf results/reproduction
+	$(BIN)/loopbench reproduce --out results/reproduction
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -85,9 +85,16 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
                 f"{_fmt(c.get('ttft_p50_reduction_pct'))} %",
             )
         console.print(ct)
+    from harness.progress import schedule_table
+
+    sched = schedule_table(summary)
+    if sched is not None:
+        console.print(sched)
     if not summary.get("valid", True):
         console.print("[bold red]run INVALID:[/] " + "; ".join(summary.get("invalid_reasons", [])))
     console.print(f"results: {run_dir}")
+    if (run_dir / "report.html").exists():
+        console.print(f"report:  {run_dir / 'report.html'}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -105,6 +112,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise LoopbenchError(
                 f"--transports: unknown transport {t!r}; expected some of {', '.join(TRANSPORT_NAMES)}"
             )
+    if not args.request_timeout_s > 0:
+        raise LoopbenchError(
+            f"--request-timeout-s: expected a positive number of seconds, got {args.request_timeout_s}"
+        )
     api_key = "sk-loopbench"
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env, "")
@@ -121,22 +132,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         keepalive=not args.no_keepalive,
         verify_tls=not args.insecure,
         baseline=args.baseline,
+        hints=not args.no_hints,
+        request_timeout_s=args.request_timeout_s,
     )
-    quiet = args.quiet
-    tty = sys.stderr.isatty()
+    from harness.progress import make_progress
 
-    def printer(line: str) -> None:
-        # On a terminal the progress line rewrites itself; in logs it is one line per second.
-        if quiet:
-            return
-        if tty:
-            print("\r\033[K" + line, end="", file=sys.stderr, flush=True)
-        else:
-            print(line.rstrip("\n"), file=sys.stderr, flush=True)
-
-    result = run_scenario(scenario, str(args.scenario), opts, printer=printer)
+    # A live table on a terminal; plain lines every few seconds in logs.
+    progress = make_progress(sys.stderr, quiet=args.quiet)
+    _sigterm_as_sigint()
+    result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
     print_summary(result.summary, result.run_dir)
     return EXIT_OK
+
+
+def _sigterm_as_sigint() -> None:
+    """SIGTERM stops a run the way Ctrl-C does: records flushed, summary marked partial."""
+    import signal
+
+    # asyncio's runner turns SIGINT into a cancellation of the run, which the runner
+    # catches to finish writing; without this SIGTERM would kill the process mid-write.
+    signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
 
 
 def _parse_sets(items: Sequence[str]) -> list[tuple[str, str]]:
@@ -157,12 +172,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from harness.core.rollout import load_scenario_trace
     from harness.core.scenario import load_scenario
 
     failed = 0
     for path in args.files:
         try:
-            load_scenario(path)
+            # A replayed trace is part of the scenario: check it resolves and parses too.
+            load_scenario_trace(load_scenario(path))
             print(f"{path}: ok")
         except LoopbenchError as exc:
             failed += 1
@@ -176,6 +193,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
     from harness.core.scenario import scenario_json_schema
 
     print(json.dumps(scenario_json_schema(), indent=2))
+    return EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from harness.importers import import_sessions
+
+    report = import_sessions(args.format, args.paths, args.output)
+    print(report)
     return EXIT_OK
 
 
@@ -219,6 +244,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-keepalive", action="store_true", help="HTTP: open a new connection for every request"
     )
     run.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    run.add_argument(
+        "--no-hints",
+        action="store_true",
+        help="send no loopbench.* metadata hints (as a real endpoint would be driven; output "
+        "length is then bounded by max_output_tokens only)",
+    )
+    run.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=120.0,
+        help="a response silent for this long is abandoned as an error of kind timeout",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)
 
@@ -236,6 +273,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editor completion)")
     schema.set_defaults(func=cmd_schema)
+
+    from harness.gate.command import add_gate_parser
+
+    add_gate_parser(sub)
+
+    imp = sub.add_parser(
+        "import",
+        help="turn recorded agent sessions into a replayable trace (docs/traces.md)",
+        description="Read recorded sessions and write a loopbench JSONL trace that a scenario "
+        "replays with `rollout.trace: FILE`.",
+    )
+    imp.add_argument("format", choices=["codex"], help="session format: codex (Codex CLI rollouts)")
+    imp.add_argument(
+        "paths",
+        nargs="+",
+        help="session files, or folders searched for *.jsonl (e.g. ~/.codex/sessions)",
+    )
+    imp.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="trace file to write, e.g. scenarios/traces/NAME.jsonl",
+    )
+    imp.set_defaults(func=cmd_import)
+
+    from harness.report_commands import add_report_commands
+
+    add_report_commands(sub)
+
+    from harness.model_cli import add_model_commands
+
+    add_model_commands(sub)
+
+    from harness.locust_cli import add_locust_parser
+
+    add_locust_parser(sub)
+
+    from harness.selfbench.command import add_selfbench_parser
+
+    add_selfbench_parser(sub)
     return parser
 
 

@@ -55,6 +55,9 @@ def embedded_server(
     for key, value in (overrides or {}).items():
         cmd += ["--set", f"{key}={value}"]
     cmd += list(extra_args)
+    if "--store" not in extra_args:
+        # The embedded server lives only as long as the run: its store need not outlive it.
+        cmd += ["--store", ":memory:"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     stderr_lines: list[str] = []

@@ -28,11 +28,12 @@ async def run_rollout(
     round_index: int = 0,
     model: str = "sim-model",
     on_turn: TurnSink,
+    hints: bool = True,
 ) -> RolloutRecord:
     roll = RolloutRecord(transport=transport.name, rollout_id=plan.rollout_id, round=round_index)
     roll.intended_start_ns = intended_start_ns
     roll.start_ns = time.perf_counter_ns()
-    transcript = Transcript(plan, model=model)
+    transcript = Transcript(plan, model=model, hints=hints)
     session = await transport.session()
     try:
         for index, turn in enumerate(plan.turns):

@@ -77,6 +77,19 @@ class Conversation:
     prefix_hashes: list[tuple[int, int]] = field(default_factory=list)
     tokens: int = 0
     function_calls: int = 0
+    # Leading items that render this request's ``instructions``: the model sees them,
+    # but they are not part of the chain (instructions are not inherited).
+    head: int = 0
+    head_tokens: int = 0
+
+    @property
+    def chain_items(self) -> list[dict[str, Any]]:
+        """The items a continuation inherits: everything but the instructions."""
+        return self.items[self.head :]
+
+    @property
+    def chain_tokens(self) -> int:
+        return self.tokens - self.head_tokens
 
     def extend(self, new_items: list[dict[str, Any]]) -> int:
         """Append items; returns the tokens added."""
@@ -96,11 +109,34 @@ class Conversation:
     def fork(self) -> Conversation:
         """A copy that can be extended without changing this one (lists are copied, items shared)."""
         return Conversation(
-            list(self.items), list(self.prefix_hashes), self.tokens, self.function_calls
+            list(self.items),
+            list(self.prefix_hashes),
+            self.tokens,
+            self.function_calls,
+            self.head,
+            self.head_tokens,
         )
 
     @classmethod
-    def from_items(cls, items: list[dict[str, Any]]) -> Conversation:
+    def build(
+        cls,
+        instructions: str | None,
+        chain_items: list[dict[str, Any]],
+        new_items: list[dict[str, Any]] | None = None,
+    ) -> Conversation:
+        """The model's context: instructions first, then the inherited chain, then the new input."""
         conv = cls()
-        conv.extend(items)
+        if instructions:
+            conv.head_tokens = conv.extend(instruction_items(instructions))
+            conv.head = len(conv.items)
+        conv.extend(chain_items)
+        if new_items:
+            conv.extend(new_items)
         return conv
+
+
+def instruction_items(instructions: str | None) -> list[dict[str, Any]]:
+    """How ``instructions`` enter the context: one developer message (none if empty)."""
+    return (
+        [{"type": "message", "role": "developer", "content": instructions}] if instructions else []
+    )

@@ -20,6 +20,13 @@ from harness.core.tokens import CHARS_PER_TOKEN, count_tokens, token_pieces
 HINT_OUTPUT_TOKENS = "loopbench.output_tokens"
 HINT_TOOL_CALLS = "loopbench.tool_calls"
 HINT_PARALLEL_CALLS = "loopbench.parallel_calls"
+# Hints are clamped so that no metadata value can make one response unboundedly large:
+# the output bound is the one validate.py puts on max_output_tokens.
+MAX_HINT_OUTPUT_TOKENS = 1_000_000
+MAX_PARALLEL_CALLS = 128
+# Schema-driven arguments: arrays at most this long, nested at most this deep.
+MAX_SAMPLED_ITEMS = 64
+MAX_SAMPLED_DEPTH = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +49,27 @@ class OutputPlan:
         return self.text_tokens + sum(c.tokens for c in self.calls)
 
 
-def _int_hint(metadata: dict[str, str], key: str) -> int | None:
+def _int_hint(metadata: dict[str, str], key: str, limit: int | None = None) -> int | None:
     raw = metadata.get(key)
-    if raw is None:
+    if raw is None or len(raw) > 20:
         return None
     try:
         value = int(raw)
     except ValueError:
         return None
-    return value if value >= 0 else None
+    if value < 0:
+        return None
+    return value if limit is None else min(value, limit)
+
+
+def _bound(schema: dict[str, Any], key: str, default: float) -> float:
+    """A numeric schema keyword, or ``default`` when it is missing, not a number or not finite."""
+    value = schema.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    if not -1e15 < value < 1e15:  # also false for NaN
+        return default
+    return float(value)
 
 
 def _sample_value(schema: dict[str, Any], rng: random.Random, depth: int = 0) -> Any:
@@ -62,17 +81,19 @@ def _sample_value(schema: dict[str, Any], rng: random.Random, depth: int = 0) ->
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
     if kind == "integer":
-        return rng.randint(int(schema.get("minimum", 0)), int(schema.get("maximum", 100)))
+        lo, hi = sorted((_bound(schema, "minimum", 0), _bound(schema, "maximum", 100)))
+        return rng.randint(int(lo), int(hi))
     if kind == "number":
-        return round(
-            rng.uniform(float(schema.get("minimum", 0)), float(schema.get("maximum", 100))), 2
-        )
+        return round(rng.uniform(_bound(schema, "minimum", 0), _bound(schema, "maximum", 100)), 2)
     if kind == "boolean":
         return rng.random() < 0.5
     if kind == "array":
         raw_items = schema.get("items")
         items: dict[str, Any] = raw_items if isinstance(raw_items, dict) else {"type": "string"}
-        return [_sample_value(items, rng, depth + 1) for _ in range(int(schema.get("minItems", 1)))]
+        if depth >= MAX_SAMPLED_DEPTH:
+            return []
+        n = max(0, min(MAX_SAMPLED_ITEMS, int(_bound(schema, "minItems", 1))))
+        return [_sample_value(items, rng, depth + 1) for _ in range(n)]
     if kind == "object" and depth < 4:
         return _sample_object(schema, rng, depth + 1)
     if kind == "null":
@@ -136,7 +157,7 @@ def plan_output(
 ) -> OutputPlan:
     """Decide this response's output.  ``chain_function_calls`` counts calls already made in the chain."""
     function_tools = [t for t in tools if t.get("type") == "function"]
-    hint = _int_hint(metadata, HINT_OUTPUT_TOKENS)
+    hint = _int_hint(metadata, HINT_OUTPUT_TOKENS, MAX_HINT_OUTPUT_TOKENS)
     want = hint if hint is not None else (max_output_tokens or default_output_tokens)
     want = max(1, want)
     limit = max_output_tokens if max_output_tokens is not None else None
@@ -162,7 +183,7 @@ def plan_output(
 
     n_calls = 1
     if parallel_tool_calls:
-        n_calls = max(1, _int_hint(metadata, HINT_PARALLEL_CALLS) or 1)
+        n_calls = max(1, _int_hint(metadata, HINT_PARALLEL_CALLS, MAX_PARALLEL_CALLS) or 1)
     per_call = max(1, want // n_calls)
     calls: list[PlannedCall] = []
     budget = limit

@@ -25,9 +25,14 @@ def request_cost(
     new_tokens: int,
     *,
     new_connection: bool = False,
+    resent_tokens: int = 0,
 ) -> RequestCost | None:
     """The API work a transport causes for one turn; ``None`` when no request is made.
 
+    ``resent_tokens`` are what every request carries again besides its new
+    items — instructions and tool schemas, which a stored chain does not
+    inherit: ``http-chained`` processes them on every turn, a WebSocket keeps
+    them with the connection's cache (they are part of ``history_tokens``).
     ``ws-store`` means its cache-miss path (store fallback); on a hit it costs
     what ``ws`` costs.  ``ws-append`` makes a request only for the first turn
     (``history_tokens == 0``); later turns are appends to the live response.
@@ -35,7 +40,10 @@ def request_cost(
     if transport == "http":
         return RequestCost(new_connection, False, False, history_tokens + new_tokens, 0)
     if transport == "http-chained":
-        return RequestCost(new_connection, False, False, new_tokens, history_tokens)
+        if history_tokens == 0:
+            return RequestCost(new_connection, False, False, new_tokens, 0)
+        chain = max(0, history_tokens - resent_tokens)
+        return RequestCost(new_connection, False, False, new_tokens + resent_tokens, chain)
     if transport == "ws":
         return RequestCost(new_connection, True, not new_connection, new_tokens, 0)
     if transport == "ws-store":
@@ -57,6 +65,7 @@ def predict_turn_ms(
     *,
     new_connection: bool = False,
     cached_tokens: int | None = None,
+    resent_tokens: int = 0,
 ) -> dict[str, float]:
     """Predicted milliseconds of one turn, from send to the terminal event.
 
@@ -67,7 +76,13 @@ def predict_turn_ms(
     (uncached prefill + base TTFT), ``ttft``, ``decode``, ``api_post`` (the
     part on the critical path), ``turn``.
     """
-    cost = request_cost(transport, history_tokens, new_tokens, new_connection=new_connection)
+    cost = request_cost(
+        transport,
+        history_tokens,
+        new_tokens,
+        new_connection=new_connection,
+        resent_tokens=resent_tokens,
+    )
     pre = api_pre_ms(api, cost).total_ms if cost is not None else 0.0
     post = 0.0
     if cost is not None and post_blocks_completion(cost):
@@ -99,6 +114,8 @@ class CodexRollout:
 
     tool_calls: int = 25
     prompt_tokens: int = 3000
+    #: of the prompt, what every request re-sends: instructions (1,800) + tool schemas (400)
+    resent_tokens: int = 2200
     tool_output_tokens: int = 2000
     step_output_tokens: int = 150
     final_output_tokens: int = 400
@@ -162,6 +179,7 @@ def predict_rollout(
             new,
             output,
             new_connection=new_conn,
+            resent_tokens=w.resent_tokens,
         )
         ttfts.append(p["ttft"])
         turn_ms.append(p["turn"])

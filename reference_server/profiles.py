@@ -10,6 +10,7 @@ name (``api-optimized``) or by a path to a user YAML, then adjusted with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -145,6 +146,33 @@ def available_profiles(kind: Kind) -> list[str]:
     """Short names of the shipped profiles of one kind (``optimized``, ``legacy``, …)."""
     prefix = f"{kind}-"
     return sorted(p.stem[len(prefix) :] for p in PROFILE_DIR.glob(f"{prefix}*.yaml"))
+
+
+def combine_profile_args(api: str, engine: str, specs: Sequence[str]) -> tuple[str, str]:
+    """Apply ``--profile`` values to the ``(api, engine)`` choice; returns the new pair.
+
+    Each spec is one or more ``+``-separated names: a shipped short name of
+    either kind (names are unique across kinds: ``legacy``, ``gpu-legacy``…), or
+    ``api:REF`` / ``engine:REF`` for anything :func:`load_profiles` accepts.
+    """
+    chosen = {"api": api, "engine": engine}
+    shipped = {kind: set(available_profiles(kind)) for kind in ("api", "engine")}
+    for spec in specs:
+        for part in (p.strip() for p in spec.split("+")):
+            kind, colon, ref = part.partition(":")
+            if colon and kind in chosen and ref:
+                chosen[kind] = ref
+                continue
+            kinds = [k for k in ("api", "engine") if part in shipped[k]]
+            if len(kinds) != 1:
+                names = ", ".join(sorted(shipped["api"] | shipped["engine"]))
+                raise ProfileError(
+                    "--profile",
+                    part,
+                    f"expected a shipped profile ({names}) or api:REF / engine:REF, got {part!r}",
+                )
+            chosen[kinds[0]] = part
+    return chosen["api"], chosen["engine"]
 
 
 def load_profiles(

@@ -1,8 +1,24 @@
 """The asyncio adapter between the server app and the pure cost/timing models.
 
 Everything here *waits* modelled time while holding modelled resources (an API
-worker slot, an engine stream slot); nothing burns CPU to imitate work.  Times
-come from ``loop.time()`` so the waits and the deadlines share one clock.
+worker slot, an engine stream slot); nothing burns CPU to imitate work.
+
+Clock: ``time.perf_counter_ns``, read fresh at every decision.  ``loop.time()``
+will not do: uvloop caches it once per loop iteration in whole milliseconds, so
+a busy iteration hands out a "now" that is milliseconds stale, and deadlines
+anchored on it make the first token late and every later one on time — a
+decode span that is short by the staleness, i.e. a decode rate biased high.
+Decode is anchored at the first token's *actual* emission: if the wake-up after
+prefill is late, the lateness shows in TTFT (the harness's measured − modelled)
+and the decode rate stays exact.
+
+Waits end on :mod:`reference_server.timer` (a timerfd on Linux: tens of
+microseconds, not uvloop's millisecond ticks).  The API-tier wait and the
+engine wait are one timeline: the engine is asked for a slot at the *modelled*
+end of the API-tier work, not at whenever that wake-up happened to run, so the
+lateness of the first wake-up is absorbed by the prefill wait instead of adding
+to TTFT.  The hand-over travels in a context variable because both waits run in
+the request's task (or a task created from it), with the app's own work between.
 
 Default delta interval: 2 ms.  At 1,000 TPS that is 2 tokens per delta, 500
 events/s per stream (one token per delta would be 1,000/s per stream and, at a
@@ -18,14 +34,17 @@ restores one token per delta.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import hashlib
 import random
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from reference_server.api_tier import RequestCost, api_post_ms, api_pre_ms
+from reference_server.conversation import item_text
 from reference_server.engine import (
     NS_PER_MS,
-    NS_PER_S,
     EngineCapacity,
     Pacer,
     PrefixCache,
@@ -34,8 +53,15 @@ from reference_server.engine import (
     first_token_ns,
 )
 from reference_server.profiles import ApiProfile, EngineProfile
+from reference_server.timer import sleep_until, tolerance_ns
 
 DEFAULT_MIN_DELTA_INTERVAL_MS = 2.0
+
+# perf_counter_ns at which this request's modelled API-tier work ended; read (once) by
+# the engine as the instant the request reached it.
+_API_DONE_NS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "loopbench_api_done_ns", default=None
+)
 
 
 class Simulator:
@@ -74,14 +100,15 @@ class Simulator:
 
     async def pre_inference(self, cost: RequestCost) -> dict[str, float]:
         """Wait the modelled pre-inference work while holding one API worker."""
-        loop = asyncio.get_running_loop()
         pre = api_pre_ms(self.api, cost).total_ms
-        t_req = loop.time()
+        t_req = _now_ns()
         async with self._semaphore():
-            t_start = loop.time()
+            t_start = _now_ns()
+            done = t_start + round(pre * NS_PER_MS)
             if pre > 0:
-                await asyncio.sleep(pre / 1000.0)
-        return {"api_pre": pre, "api_queue": (t_start - t_req) * 1000.0}
+                await sleep_until(done)
+        _API_DONE_NS.set(done)
+        return {"api_pre": pre, "api_queue": (t_start - t_req) / NS_PER_MS}
 
     async def post_inference(self, cost: RequestCost) -> float:
         """Wait the modelled post-inference bookkeeping; returns its milliseconds.
@@ -91,7 +118,7 @@ class Simulator:
         """
         post = api_post_ms(self.api, cost)
         if post > 0:
-            await asyncio.sleep(post / 1000.0)
+            await sleep_until(_now_ns() + round(post * NS_PER_MS))
         return post
 
     # -- engine ------------------------------------------------------------------------------
@@ -103,16 +130,26 @@ class Simulator:
         output_tokens: int,
         rng_seed: int,
         emit: Callable[[int], Awaitable[None]],
+        *,
+        static_prefix: tuple[int, int] | None = None,
     ) -> dict[str, float | int]:
         """Queue for a stream slot, prefill the uncached input, then pace the output.
 
+        ``static_prefix`` is ``(key, tokens)`` of what the prompt renders before
+        the items (tool schemas): it is part of every cached prefix, so a
+        conversation with unchanged tools re-prefills only its new items.
         ``emit(k)`` is awaited once per delta with ``k >= 1`` tokens.  Returns
         modelled milliseconds ``engine_queue`` (slot wait), ``prefill`` (prefill
         of uncached tokens + base TTFT), ``decode`` (first to last token
         deadline) and ``ttft`` (``engine_queue + prefill``), and ``cached_tokens``.
         """
         loop = asyncio.get_running_loop()
-        now = _now_ns(loop)
+        now = _now_ns()
+        # Consumed once: a later segment of the same task (append mode) starts from now.
+        api_done = _API_DONE_NS.get()
+        _API_DONE_NS.set(None)
+        if api_done is not None and api_done <= now:
+            now = api_done
         ticket = self.capacity.request(now, self.engine.sustained_tps)
         try:
             if not ticket.admitted:
@@ -122,26 +159,35 @@ class Simulator:
                     await fut
                 finally:
                     self._waiters.pop(ticket.id, None)
-            t_admit = ticket.admitted_ns if ticket.admitted_ns is not None else _now_ns(loop)
-            cached = min(self.prefix_cache.lookup(prefix_hashes), max(0, input_tokens))
+            t_admit = ticket.admitted_ns if ticket.admitted_ns is not None else _now_ns()
+            hashes = with_static_prefix(prefix_hashes, static_prefix)
+            cached = min(self.prefix_cache.lookup(hashes), max(0, input_tokens))
             first_ns = first_token_ns(input_tokens - cached, self.engine)
             t0 = t_admit + first_ns
-            await _sleep_until(loop, t0)
-            self.prefix_cache.insert(prefix_hashes)
+            tolerance = tolerance_ns(loop)
+            await sleep_until(t0)
+            self.prefix_cache.insert(hashes)
 
             plan = decode_plan(output_tokens, random.Random(_mix(self.seed, rng_seed)), self.engine)
-            pacer = Pacer(plan.batches(self._min_interval_ns), t0, _tolerance_ns(loop))
+            t_first = max(t0, _now_ns())
+            pacer = Pacer(plan.batches(self._min_interval_ns), t_first, tolerance)
+            one_per_event = self._min_interval_ns == 0
             while not pacer.done:
-                now = _now_ns(loop)
+                now = _now_ns()
                 pacer.set_scale(now, self.capacity.rate_scale(now))
                 k = pacer.take_due(now)
                 if k:
-                    await emit(k)
+                    if one_per_event:
+                        # min_delta_interval_ms 0 promises one token per delta, late or not.
+                        for _ in range(k):
+                            await emit(1)
+                    else:
+                        await emit(k)
                     continue
                 deadline = pacer.next_deadline_ns()
                 if deadline is not None:
-                    await _sleep_until(loop, deadline)
-            decode_ns = pacer.last_deadline_ns - t0
+                    await sleep_until(deadline)
+            decode_ns = pacer.last_deadline_ns - t_first
         finally:
             self._release(ticket, loop)
         return {
@@ -153,7 +199,7 @@ class Simulator:
         }
 
     def _release(self, ticket: Ticket, loop: asyncio.AbstractEventLoop) -> None:
-        for woken in self.capacity.release(ticket, _now_ns(loop)):
+        for woken in self.capacity.release(ticket, _now_ns()):
             fut = self._waiters.get(woken.id)
             if fut is not None and not fut.done():
                 fut.set_result(None)
@@ -168,24 +214,31 @@ class Simulator:
         }
 
 
-def _now_ns(loop: asyncio.AbstractEventLoop) -> int:
-    return round(loop.time() * NS_PER_S)
+def with_static_prefix(
+    prefix_hashes: Sequence[tuple[int, int]], static_prefix: tuple[int, int] | None
+) -> list[tuple[int, int]]:
+    """Prefix hashes of ``static + items``: the static part first, then every item prefix on it."""
+    if static_prefix is None or static_prefix[1] <= 0:
+        return list(prefix_hashes)
+    key, tokens = static_prefix
+    return [(hash((key, 0)), tokens)] + [(hash((key, h)), t + tokens) for h, t in prefix_hashes]
 
 
-def _tolerance_ns(loop: asyncio.AbstractEventLoop) -> int:
-    # uvloop's clock and timers tick in whole milliseconds: a timer can fire up to
-    # half a tick before a fractional deadline, and waiting out the remainder would
-    # spin on zero-delay timers.  Half a tick of earliness is below what the clock
-    # can resolve.  asyncio's own loop fires timers within its 1 ns clock resolution.
-    if type(loop).__module__.startswith("uvloop"):
-        return 500_000
-    return 1_000
+def decode_seed(items: Sequence[Mapping[str, Any]]) -> int:
+    """A decode-plan seed from the conversation's content, not from the request counter.
+
+    The last input item (the user prompt, then each turn's tool output) and the
+    item count identify a turn of a rollout whatever transport carried it, so
+    every transport replays the same bursts and a paired comparison does not
+    pay for burst luck.  Call ids, which differ per response, are left out.
+    """
+    last = items[-1] if items else {}
+    key = f"{len(items)}|{last.get('type', 'message')}|{item_text(dict(last))}"
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") >> 1
 
 
-async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline_ns: int) -> None:
-    delay = deadline_ns - _now_ns(loop)
-    if delay > 0:
-        await asyncio.sleep(delay / NS_PER_S)
+def _now_ns() -> int:
+    return time.perf_counter_ns()
 
 
 def _mix(seed: int, rng_seed: int) -> int:

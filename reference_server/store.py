@@ -1,50 +1,201 @@
-"""Where ``store: true`` responses live between requests.
+"""Where ``store: true`` responses live between requests: SQLite, off the event loop.
 
-:class:`MemoryStore` keeps them in process; the SQLite store (same interface)
-persists them.  The interface is async so a store that does I/O never blocks the
-event loop.
+Each response is one row holding only what it *added* to its chain (its new
+input items and its output items) and a pointer to its predecessor, so a chain
+of N turns costs O(N) storage, not O(N²); :meth:`SqliteStore.get` walks the
+pointers with one recursive query and returns the whole context.
+
+Every SQLite call runs on one dedicated thread (a single-worker executor): the
+event loop only submits jobs and awaits their futures.  Because that worker runs
+jobs in submission order, :meth:`SqliteStore.put` need not be awaited: a ``get``
+submitted after a ``put`` always sees it.  The server relies on that to keep
+the write off the response's critical path.
+
+``path=":memory:"`` keeps the database in process (lost on exit); any other
+path is a file in WAL mode that survives restarts (:func:`default_store_path`
+when none is given).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import asyncio
+import logging
+import os
+import sqlite3
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+MEMORY = ":memory:"
+# The Responses API keeps stored responses for 30 days; so does the reference server by default.
+DEFAULT_RETENTION_S = 30 * 24 * 3600.0
+
+_T = TypeVar("_T")
+_log = logging.getLogger("reference_server.store")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    previous_id TEXT,
+    created_at REAL NOT NULL,
+    depth INTEGER NOT NULL,
+    function_calls INTEGER NOT NULL,
+    items BLOB NOT NULL
+)
+"""
+_CHAIN = """
+WITH RECURSIVE chain(id, previous_id, depth, items) AS (
+    SELECT id, previous_id, depth, items FROM responses WHERE id = ?
+    UNION ALL
+    SELECT r.id, r.previous_id, r.depth, r.items FROM responses r JOIN chain c ON r.id = c.previous_id
+)
+SELECT previous_id, depth, items FROM chain ORDER BY depth
+"""
+
+
+def default_store_path() -> Path:
+    """``<user cache dir>/loopbench/responses.sqlite3`` (XDG, macOS and Windows conventions)."""
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "loopbench" / "responses.sqlite3"
 
 
 @dataclass(slots=True)
 class StoredResponse:
+    """A stored response as re-hydrated: the full chain context, oldest item first."""
+
     response_id: str
-    items: list[dict[str, Any]]  # full context: input items of the chain + this response's output
-    function_calls: int = 0
+    items: list[dict[str, Any]]  # every input and output item of the chain through this response
+    function_calls: int = 0  # function calls made along the chain (the scripted agent counts them)
 
 
-class ResponseStore(Protocol):
-    async def get(self, response_id: str) -> StoredResponse | None: ...
+class SqliteStore:
+    """``store: true`` responses in SQLite, accessed from one worker thread."""
 
-    async def put(self, stored: StoredResponse) -> None: ...
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        retention_s: float = DEFAULT_RETENTION_S,
+    ) -> None:
+        self.path = MEMORY if str(path) == MEMORY else str(path or default_store_path())
+        self.retention_s = retention_s
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopbench-store")
+        self._db: sqlite3.Connection | None = None
+        self._closed = False
 
-    async def close(self) -> None: ...
+    # -- worker-thread side ------------------------------------------------------------------
 
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            if self.path != MEMORY:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if self.path != MEMORY:
+                # WAL: readers never block the writer; NORMAL sync is durable across process crashes.
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(_SCHEMA)
+            db.execute(
+                "DELETE FROM responses WHERE created_at < ?", (time.time() - self.retention_s,)
+            )
+            self._db = db
+        return self._db
 
-class MemoryStore:
-    """An LRU-bounded in-process store (tests and the default when no path is given)."""
+    def _put_sync(
+        self,
+        response_id: str,
+        previous_id: str | None,
+        new_items: list[dict[str, Any]],
+        function_calls: int,
+    ) -> None:
+        db = self._conn()
+        depth = 0
+        if previous_id is not None:
+            row = db.execute("SELECT depth FROM responses WHERE id = ?", (previous_id,)).fetchone()
+            depth = row[0] + 1 if row else 0
+            if row is None:
+                previous_id = None  # the parent expired: this row starts a (shorter) chain
+        db.execute(
+            "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+            (response_id, previous_id, time.time(), depth, function_calls, orjson.dumps(new_items)),
+        )
 
-    def __init__(self, max_responses: int = 10_000) -> None:
-        self._data: OrderedDict[str, StoredResponse] = OrderedDict()
-        self._max = max_responses
+    def _get_sync(self, response_id: str) -> StoredResponse | None:
+        db = self._conn()
+        rows = db.execute(_CHAIN, (response_id,)).fetchall()
+        if not rows or rows[0][0] is not None or len(rows) != rows[-1][1] + 1:
+            return None  # unknown, or an ancestor was pruned: the context cannot be rebuilt
+        items: list[dict[str, Any]] = []
+        for _, _, blob in rows:
+            items.extend(orjson.loads(blob))
+        fc = db.execute("SELECT function_calls FROM responses WHERE id = ?", (response_id,))
+        return StoredResponse(response_id, items, int(fc.fetchone()[0]))
+
+    def _count_sync(self) -> int:
+        return int(self._conn().execute("SELECT count(*) FROM responses").fetchone()[0])
+
+    def _close_sync(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # -- event-loop side ---------------------------------------------------------------------
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.wrap_future(self._executor.submit(fn, *args))
+
+    def put(
+        self,
+        response_id: str,
+        previous_id: str | None,
+        new_items: list[dict[str, Any]],
+        function_calls: int,
+    ) -> None:
+        """Queue a write and return at once (a later :meth:`get` is ordered after it).
+
+        ``new_items`` are what this response added to its chain: its input items
+        (without ``instructions``, which are not inherited) and its output items.
+        """
+        if self._closed:
+            return
+        fut = self._executor.submit(
+            self._put_sync, response_id, previous_id, list(new_items), function_calls
+        )
+        fut.add_done_callback(_log_failure)
 
     async def get(self, response_id: str) -> StoredResponse | None:
-        found = self._data.get(response_id)
-        if found is not None:
-            self._data.move_to_end(response_id)
-        return found
+        """The full context through ``response_id``, or None if it is unknown or expired."""
+        result: StoredResponse | None = await self._run(self._get_sync, response_id)
+        return result
 
-    async def put(self, stored: StoredResponse) -> None:
-        self._data[stored.response_id] = stored
-        self._data.move_to_end(stored.response_id)
-        while len(self._data) > self._max:
-            self._data.popitem(last=False)
+    async def count(self) -> int:
+        """Rows in the store (tests and diagnostics)."""
+        result: int = await self._run(self._count_sync)
+        return result
+
+    async def flush(self) -> None:
+        """Wait until every queued write is committed."""
+        await self._run(lambda: None)
 
     async def close(self) -> None:
-        self._data.clear()
+        if self._closed:
+            return
+        self._closed = True
+        await self._run(self._close_sync)
+        self._executor.shutdown(wait=False)
+
+
+def _log_failure(fut: Future[None]) -> None:
+    exc = fut.exception()
+    if exc is not None:
+        _log.error("store write failed: %r", exc)

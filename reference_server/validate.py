@@ -152,6 +152,12 @@ def _validate_tool(tool: Any, i: int) -> dict[str, Any]:
             f"{where}.parameters",
             "invalid_type",
         )
+    if isinstance(params, dict) and params.get("type", "object") != "object":
+        raise _invalid(
+            f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{params.get('type')}\"'.",
+            f"{where}.parameters",
+            "invalid_function_parameters",
+        )
     return tool
 
 
@@ -190,6 +196,15 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
             "invalid_type",
         )
     tools = [_validate_tool(t, i) for i, t in enumerate(tools_raw)]
+    seen: set[str] = set()
+    for i, t in enumerate(tools):
+        if t.get("type") == "function":
+            if t["name"] in seen:
+                raise _invalid(
+                    f"Invalid 'tools[{i}].name': duplicate function name {t['name']!r}.",
+                    f"tools[{i}].name",
+                )
+            seen.add(t["name"])
     tool_choice = body.get("tool_choice", "auto")
     if tool_choice is None:
         tool_choice = "auto"
@@ -275,3 +290,56 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
         background=bool(body.get("background", False)),
         raw=body,
     )
+
+
+@dataclass(slots=True)
+class AppendRequest:
+    """``response.append`` of the append prototype (PROTOCOL §5).
+
+    ``metadata`` and ``tool_choice`` are optional loopbench extensions: when
+    present they steer the output of the next segment (as the create's did for
+    the first), so a replayed rollout keeps its per-turn shape.
+    """
+
+    response_id: str
+    input_items: list[dict[str, Any]]
+    metadata: dict[str, str] | None = None
+    tool_choice: Any = None
+
+
+def parse_append(body: dict[str, Any]) -> AppendRequest:
+    rid = body.get("response_id")
+    if not isinstance(rid, str) or not rid:
+        raise RequestError(
+            400,
+            "missing_required_parameter",
+            "Missing required parameter: 'response_id'.",
+            "response_id",
+        )
+    raw_input = body.get("input")
+    if isinstance(raw_input, str):
+        items = [{"type": "message", "role": "user", "content": raw_input}]
+    elif isinstance(raw_input, list) and raw_input:
+        items = [_normalize_item(it, f"input[{i}]") for i, it in enumerate(raw_input)]
+    else:
+        raise _invalid(
+            f"Invalid value for 'input': expected a non-empty array of input items, got {_type_name(raw_input)}.",
+            "input",
+        )
+    metadata = body.get("metadata")
+    if metadata is not None and (
+        not isinstance(metadata, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise _invalid(
+            "Invalid type for 'metadata': expected a map of strings to strings.",
+            "metadata",
+            "invalid_type",
+        )
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None and tool_choice not in TOOL_CHOICES:
+        raise _invalid(
+            f"Invalid value for 'tool_choice': expected one of auto, none, required, got {tool_choice!r}.",
+            "tool_choice",
+        )
+    return AppendRequest(rid, items, metadata, tool_choice)

@@ -12,5 +12,5 @@ from harness.embedded import embedded_server
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
     """Base URL (``http://127.0.0.1:PORT/v1``) of a reference server with the default profiles."""
-    with embedded_server(extra_args=["--default-tool-calls", "3"]) as url:
+    with embedded_server(extra_args=["--default-tool-calls", "3", "--store", ":memory:"]) as url:
         yield url

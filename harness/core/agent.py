@@ -83,6 +83,8 @@ class Transcript:
     instructions: str = ""
     tools: list[dict[str, Any]] = field(default_factory=list)
     history_tokens: int = 0
+    # False: send no loopbench.* metadata, as against an endpoint that knows nothing of them.
+    hints: bool = True
 
     def __post_init__(self) -> None:
         rng = random.Random(self.plan.seed)
@@ -102,9 +104,11 @@ class Transcript:
         self.history_tokens += sum(_item_tokens(i) for i in self.pending)
         new_items, self.pending = self.pending, []
         calls = turn.tool_calls
-        metadata = {HINT_OUTPUT_TOKENS: str(turn.output_tokens)}
-        if calls > 1:
-            metadata[HINT_PARALLEL_CALLS] = str(calls)
+        metadata: dict[str, str] = {}
+        if self.hints:
+            metadata[HINT_OUTPUT_TOKENS] = str(turn.output_tokens)
+            if calls > 1:
+                metadata[HINT_PARALLEL_CALLS] = str(calls)
         return TurnInput(
             turn=turn,
             history=list(self.history),

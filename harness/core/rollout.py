@@ -11,14 +11,30 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from harness.core.distributions import Distribution
 from harness.core.plan import RolloutPlan, TurnPlan
 from harness.core.scenario import RolloutConfig, Scenario
 from harness.core.schedule import Start, schedule_starts
+from harness.core.trace import TraceRollout, read_trace, resolve_trace_path, trace_plan
 from harness.errors import ScenarioError
 
-__all__ = ["derive_seed", "generate_rollouts", "history_tokens", "new_tokens"]
+__all__ = [
+    "ThroughputDerivation",
+    "derive_seed",
+    "generate_rollouts",
+    "history_tokens",
+    "load_scenario_trace",
+    "new_tokens",
+    "throughput_derivation",
+]
+
+# Rollouts averaged to estimate the mean output per rollout in throughput mode:
+# the first N of the run itself, so the estimate is exact for short runs and
+# within ~1-3% (typical token CVs) for long ones.
+THROUGHPUT_SAMPLE = 500
 
 
 def derive_seed(seed: int, label: str) -> int:
@@ -74,23 +90,100 @@ def _make_rollout(
     )
 
 
-def generate_rollouts(scenario: Scenario) -> list[RolloutPlan]:
+def load_scenario_trace(scenario: Scenario) -> list[TraceRollout] | None:
+    """Read the trace a scenario replays (``None`` when it draws from distributions)."""
+    if scenario.rollout.trace is None:
+        return None
+    return read_trace(resolve_trace_path(scenario.rollout.trace, scenario.source))
+
+
+def _plan_at(
+    scenario: Scenario,
+    trace: Sequence[TraceRollout] | None,
+    i: int,
+    start: Start,
+    tags: dict[str, str],
+) -> RolloutPlan:
+    seed = derive_seed(scenario.seed, f"rollout:{i}")
+    if trace:
+        # Rollout i replays recorded task i (cycling): paired across transports like a draw.
+        return trace_plan(trace[i % len(trace)], i, seed, start.offset_ns, tags)
+    return _make_rollout(scenario.rollout, i, seed, start, tags)
+
+
+def _rollout_count(scenario: Scenario, trace: Sequence[TraceRollout] | None) -> int:
+    cfg = scenario.rollout
+    # Replaying a trace once is what "rollout.trace: FILE" means unless a count is written.
+    if trace and "count" not in cfg.model_fields_set:
+        return len(trace)
+    return cfg.count
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputDerivation:
+    """How a throughput target became an arrival rate (reported in the summary)."""
+
+    target_tps: float
+    mean_output_tokens: float
+    arrival_rate: float  # rollouts/s at the sustained target
+    burst_rates: tuple[float, ...]  # rollouts/s during each TPS burst, in load order
+
+
+def throughput_derivation(
+    scenario: Scenario, trace: Sequence[TraceRollout] | None = None
+) -> ThroughputDerivation | None:
+    """Mean output tokens per rollout and the derived rates (``None`` unless throughput mode)."""
+    target = scenario.load.throughput
+    if scenario.load.mode != "throughput" or target is None:
+        return None
+    if trace is None:
+        trace = load_scenario_trace(scenario)
+    if trace:
+        mean = sum(r.output_tokens for r in trace) / len(trace)
+    else:
+        zero = Start(0, "closed")
+        total = 0
+        for i in range(THROUGHPUT_SAMPLE):
+            plan = _plan_at(scenario, None, i, zero, {})
+            total += sum(t.output_tokens for t in plan.turns)
+        mean = total / THROUGHPUT_SAMPLE
+    return ThroughputDerivation(
+        target_tps=target.tps,
+        mean_output_tokens=mean,
+        arrival_rate=target.tps / mean,
+        burst_rates=tuple(b.tps / mean for b in target.bursts),
+    )
+
+
+def generate_rollouts(
+    scenario: Scenario, trace: Sequence[TraceRollout] | None = None
+) -> list[RolloutPlan]:
     """The scenario's rollouts, in intended start order, identical on every call.
 
     Closed loop: ``rollout.count`` rollouts with ``start_offset_ns = 0``.  Open
-    loop: one rollout per scheduled start (see :mod:`harness.core.schedule`).
+    loop: one rollout per scheduled start (see :mod:`harness.core.schedule`);
+    throughput mode derives the rate with :func:`throughput_derivation`.
+    With ``rollout.trace`` the rollouts replay the recorded ones (read from the
+    file unless ``trace`` is given), cycling through them; ``rollout.count``
+    defaults to the number of recorded rollouts.
     Tags: ``phase`` (``warmup``/``measure``: the first ``load.warmup_rollouts``
     are excluded from statistics), ``round`` (the interleaving round, ``0`` when
     sequential) and ``arrival`` (``closed``/``base``/``burst``).
     """
-    cfg = scenario.rollout
-    if cfg.trace is not None:
-        raise ScenarioError(
-            scenario.source, "rollout.trace", "trace replay is not supported by this version"
-        )
+    if trace is None:
+        trace = load_scenario_trace(scenario)
     load = scenario.load
+    derived = throughput_derivation(scenario, trace)
     schedule_rng = random.Random(derive_seed(scenario.seed, "schedule"))
-    starts = schedule_starts(load, cfg.count, schedule_rng)
+    try:
+        starts = schedule_starts(
+            load,
+            _rollout_count(scenario, trace),
+            schedule_rng,
+            derived.mean_output_tokens if derived else None,
+        )
+    except ValueError as exc:
+        raise ScenarioError(scenario.source, "load", str(exc)) from None
     n = len(starts)
     rounds = load.rounds if load.order == "interleaved" else 1
     plans: list[RolloutPlan] = []
@@ -100,8 +193,7 @@ def generate_rollouts(scenario: Scenario) -> list[RolloutPlan]:
             "round": str(i * rounds // n),
             "arrival": start.source,
         }
-        seed = derive_seed(scenario.seed, f"rollout:{i}")
-        plans.append(_make_rollout(cfg, i, seed, start, tags))
+        plans.append(_plan_at(scenario, trace, i, start, tags))
     return plans
 
 

@@ -51,7 +51,10 @@ __all__ = [
     "Scenario",
     "ServerConfig",
     "Stage",
+    "Throughput",
+    "ThroughputBurst",
     "TransportName",
+    "describe_error",
     "load_scenario",
     "scenario_json_schema",
     "validate_scenario",
@@ -158,7 +161,20 @@ class RolloutConfig(StrictModel):
     step_output_tokens: NonNegDist = ConstantDist(value=80)
     final_answer_tokens: NonNegDist = ConstantDist(value=300)
     think_ms: NonNegDist = ConstantDist(value=0)
-    trace: str | None = None
+    trace: str | None = Field(default=None, min_length=1)
+
+    @_model_validator(mode="after")
+    def _trace_excludes_distributions(self) -> RolloutConfig:
+        # A trace gives every turn; a distribution next to it would be silently unused.
+        if self.trace is not None:
+            for name in sorted(self.model_fields_set - {"trace", "count"}):
+                value = getattr(self, name)
+                raise invalid(
+                    name,
+                    "no distribution next to rollout.trace (the trace gives every turn)",
+                    value.value if isinstance(value, ConstantDist) else value,
+                )
+        return self
 
 
 class Arrival(StrictModel):
@@ -218,39 +234,100 @@ class Stage(StrictModel):
         return self.rate if self.end_rate is None else self.end_rate
 
 
+class ThroughputBurst(StrictModel):
+    """Raise the aggregate output-TPS target to ``tps`` during ``[at_s, at_s + over_s]``."""
+
+    at_s: float = Field(ge=0.0)
+    over_s: float = Field(gt=0.0)
+    tps: float = Field(gt=0.0)
+
+
+class Throughput(StrictModel):
+    """An aggregate output-token target (tokens/s across all streams).
+
+    The arrival rate is derived from the rollout model: ``rate = tps / mean
+    output tokens per rollout`` (Little's law: in steady state the tokens
+    produced per second equal the rollouts started per second times the
+    tokens each produces).  The aggregate follows the target after a ramp of
+    about one rollout length; a burst shorter than a rollout is smoothed.
+    """
+
+    tps: float = Field(gt=0.0)
+    bursts: list[ThroughputBurst] = Field(default_factory=list)
+
+    @_model_validator(mode="after")
+    def _disjoint(self) -> Throughput:
+        end = -1.0
+        for i, burst in enumerate(sorted(self.bursts, key=lambda b: b.at_s)):
+            if burst.at_s < end:
+                raise invalid(
+                    f"bursts[{i}].at_s",
+                    f"bursts that do not overlap (previous ends at {shown(end)})",
+                    burst.at_s,
+                )
+            end = burst.at_s + burst.over_s
+        return self
+
+
 class Load(StrictModel):
     """How rollouts are started.
 
-    ``closed``: ``concurrency`` agents each run rollouts back to back.
+    ``closed``: ``concurrency`` agents each run rollouts back to back, until
+    ``rollout.count`` rollouts ran or ``duration_s`` elapsed (per transport).
     ``open``: rollouts start at scheduled times whatever is in flight. The rate
     over time is given by ``stages`` (then ``arrival.rate`` continues after the
     last stage if set) or by ``arrival.rate`` alone; ``arrival.process`` shapes
     the gaps. The schedule ends at ``duration_s`` if set, else after
     ``rollout.count`` scheduled rollouts (or when stages end with no tail rate);
-    ``bursts`` add extra rollouts on top. Fields for the other mode are ignored
-    so that a mode can be switched with one override.
+    ``bursts`` add extra rollouts on top.
+    ``throughput``: open loop whose rate follows ``throughput`` (aggregate
+    output TPS, with TPS bursts); ``arrival.process`` shapes the gaps,
+    ``arrival.rate`` and ``stages`` are ignored, ``bursts`` still add rollouts.
+    In open and throughput modes ``max_in_flight`` (if set) drops a start that
+    finds that many rollouts in flight; dropped starts are counted and make the
+    run invalid.  Fields for the other modes are ignored so that a mode can be
+    switched with one override.
     """
 
-    mode: Literal["closed", "open"] = "closed"
+    mode: Literal["closed", "open", "throughput"] = "closed"
     concurrency: int = Field(default=1, ge=1)
     arrival: Arrival | None = None
     bursts: list[Burst] = Field(default_factory=list)
     stages: list[Stage] = Field(default_factory=list)
+    throughput: Throughput | None = None
     duration_s: float | None = Field(default=None, gt=0.0)
+    max_in_flight: int | None = Field(default=None, ge=1)
     warmup_rollouts: int = Field(default=0, ge=0)
     order: Literal["sequential", "interleaved"] = "sequential"
     rounds: int = Field(default=1, ge=1)
     max_schedule_lag_ms: float = Field(default=100.0, gt=0.0)
 
+    @property
+    def scheduled(self) -> bool:
+        """True when rollouts start at intended times (open or throughput mode)."""
+        return self.mode != "closed"
+
     @_model_validator(mode="after")
     def _open_loop(self) -> Load:
-        if self.mode != "open":
+        if self.mode == "closed":
             return self
-        has_rate = self.arrival is not None and self.arrival.rate is not None
-        if not has_rate and not self.stages:
-            got = self.arrival.model_dump(exclude_none=True) if self.arrival else None
-            field = "arrival.rate" if self.arrival is not None else "arrival"
-            raise invalid(field, "an arrival rate (or stages) for open-loop mode", got)
+        if self.mode == "throughput":
+            if self.throughput is None:
+                raise invalid("throughput", "a throughput target (tps) for throughput mode", None)
+            if self.duration_s is not None:
+                for i, tb in enumerate(self.throughput.bursts):
+                    if tb.at_s + tb.over_s > self.duration_s:
+                        raise invalid(
+                            f"throughput.bursts[{i}].at_s",
+                            f"a burst ending within duration_s ({shown(self.duration_s)})",
+                            tb.at_s,
+                        )
+        else:
+            has_rate = self.arrival is not None and self.arrival.rate is not None
+            if not has_rate and not self.stages:
+                got = self.arrival.model_dump(exclude_none=True) if self.arrival else None
+                field = "arrival.rate" if self.arrival is not None else "arrival"
+                raise invalid(field, "an arrival rate (or stages) for open-loop mode", got)
         if self.duration_s is not None:
             for i, burst in enumerate(self.bursts):
                 if burst.at_s + burst.over_s > self.duration_s:
@@ -410,7 +487,7 @@ _TYPE_WORDS = {
 }
 
 
-def _describe_error(err: ErrorDetails) -> tuple[str, str]:
+def describe_error(err: ErrorDetails) -> tuple[str, str]:
     """(dotted field, message) for one pydantic error, in the project's wording."""
     kind = err["type"]
     ctx: dict[str, Any] = dict(err.get("ctx") or {})
@@ -428,7 +505,8 @@ def _describe_error(err: ErrorDetails) -> tuple[str, str]:
         key = next(k for k in ("gt", "ge", "lt", "le") if k in ctx)
         expected = _bound(key, ctx[key])
     elif kind == "literal_error":
-        choices = _choices(str(ctx.get("expected", "")))
+        raw = str(ctx.get("expected", ""))
+        choices = _choices(raw) or [c.strip() for c in re.split(r",| or ", raw) if c.strip()]
         return field, (
             f"expected one of {', '.join(choices)}, got {describe_value(got)}"
             + _did_you_mean(got, choices)
@@ -446,6 +524,9 @@ def _describe_error(err: ErrorDetails) -> tuple[str, str]:
             expected = "lowercase letters, digits and '-'"
         else:
             expected = f"a string matching {ctx.get('pattern')}"
+    elif kind == "string_too_short":
+        need = ctx.get("min_length", 1)
+        expected = "a non-empty string" if need == 1 else f"a string of at least {need} characters"
     elif kind == "too_short":
         need = ctx.get("min_length", 1)
         expected = "a non-empty list" if need == 1 else f"a list of at least {need} items"
@@ -461,7 +542,7 @@ def _scenario_error(
 ) -> ScenarioError:
     # One line per problem; the first is what the user fixes first (pydantic
     # reports in field order), the rest follow once it is fixed.
-    field, message = _describe_error(exc.errors(include_url=False)[0])
+    field, message = describe_error(exc.errors(include_url=False)[0])
     for key, value in (overrides or {}).items():
         related = (field, key) if len(field) >= len(key) else (key, field)
         if related[0] == related[1] or related[0].startswith((related[1] + ".", related[1] + "[")):

@@ -21,9 +21,9 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from harness.core.scenario import MAX_OPEN_LOOP_ROLLOUTS, Load
+from harness.core.scenario import MAX_OPEN_LOOP_ROLLOUTS, Arrival, Load, Stage
 
-__all__ = ["Start", "intended_starts", "schedule_starts"]
+__all__ = ["Start", "intended_starts", "schedule_starts", "throughput_load"]
 
 NS_PER_S = 1_000_000_000
 
@@ -134,16 +134,61 @@ def _burst_times(load: Load) -> list[tuple[float, int]]:
     return out
 
 
-def schedule_starts(load: Load, count: int, rng: random.Random) -> list[Start]:
+def throughput_load(load: Load, mean_output_tokens: float) -> Load:
+    """The open-loop load equivalent to a throughput target.
+
+    Each rollout produces ``mean_output_tokens`` on average, so an aggregate of
+    ``tps`` tokens/s needs ``tps / mean_output_tokens`` rollouts/s (Little's
+    law, steady state).  TPS bursts become constant-rate stages; the base rate
+    is the tail after them.
+    """
+    if load.throughput is None:
+        raise ValueError("throughput_load: load.throughput is not set")
+    if mean_output_tokens <= 0:
+        raise ValueError(
+            f"mean_output_tokens: expected a positive number, got {mean_output_tokens}"
+        )
+    target = load.throughput
+    base = target.tps / mean_output_tokens
+    stages: list[Stage] = []
+    t = 0.0
+    for burst in sorted(target.bursts, key=lambda b: b.at_s):
+        if burst.at_s > t:
+            stages.append(Stage(duration_s=burst.at_s - t, rate=base))
+        stages.append(Stage(duration_s=burst.over_s, rate=burst.tps / mean_output_tokens))
+        t = burst.at_s + burst.over_s
+    process = load.arrival.process if load.arrival is not None else "poisson"
+    shape = (
+        load.arrival.model_dump(include={"cv", "burstiness"}, exclude_none=True)
+        if load.arrival
+        else {}
+    )
+    return load.model_copy(
+        update={
+            "mode": "open",
+            "stages": stages,
+            "arrival": Arrival(process=process, rate=base, **shape),
+        }
+    )
+
+
+def schedule_starts(
+    load: Load, count: int, rng: random.Random, mean_output_tokens: float | None = None
+) -> list[Start]:
     """Intended starts, sorted, tagged with where they came from.
 
     Closed loop: ``count`` starts at 0 (agents start rollouts when a slot frees).
     Open loop: base arrivals until ``duration_s`` (if set) or ``count`` starts,
     or the end of the stages when no ``arrival.rate`` follows them; plus every
-    burst's ``extra`` starts (bursts add to ``count``).
+    burst's ``extra`` starts (bursts add to ``count``).  Throughput mode: the
+    open loop of :func:`throughput_load` (needs ``mean_output_tokens``).
     """
     if load.mode == "closed":
         return [Start(0, "closed") for _ in range(count)]
+    if load.mode == "throughput":
+        if mean_output_tokens is None:
+            raise ValueError("schedule_starts: throughput mode needs mean_output_tokens")
+        load = throughput_load(load, mean_output_tokens)
     starts = [Start(round(t * NS_PER_S), "base") for t in _base_times(load, count, rng)]
     starts += [Start(round(t * NS_PER_S), "burst", b) for t, b in _burst_times(load)]
     # Stable sort: at equal offsets a base start stays ahead of a burst start.
@@ -151,6 +196,8 @@ def schedule_starts(load: Load, count: int, rng: random.Random) -> list[Start]:
     return starts
 
 
-def intended_starts(load: Load, count: int, rng: random.Random) -> list[int]:
+def intended_starts(
+    load: Load, count: int, rng: random.Random, mean_output_tokens: float | None = None
+) -> list[int]:
     """Intended start offsets (ns from the run start), sorted ascending."""
-    return [s.offset_ns for s in schedule_starts(load, count, rng)]
+    return [s.offset_ns for s in schedule_starts(load, count, rng, mean_output_tokens)]

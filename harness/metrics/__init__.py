@@ -9,6 +9,7 @@ from harness.metrics.stats import (
     unpaired_speedup,
 )
 from harness.metrics.summary import Accumulator
+from harness.metrics.timeseries import token_rate_series
 
 __all__ = [
     "Accumulator",
@@ -19,6 +20,7 @@ __all__ = [
     "mann_whitney_u",
     "paired_speedup",
     "read_hlog",
+    "token_rate_series",
     "unpaired_speedup",
     "write_hlog",
 ]

@@ -21,7 +21,9 @@ Choices the definitions in DESIGN §5 leave open:
   run to last token), which unlike a mean of buckets is not diluted by the
   partially filled first and last seconds.
 * Rollout latency is measured from the intended start; rollouts with no
-  intended start (0) fall back to the actual start.
+  intended start (0) fall back to the actual start.  ``rollout_uncorrected_ms``
+  is measured from the actual start (what a coordinated-omission-prone tool
+  would report); the gap between the two is the schedule lag.
 * Rollouts pair across transports by ``(round, rollout_id)``; a comparison is
   ``paired`` when both transports completed exactly the same set, else it falls
   back to an unpaired ratio of medians.
@@ -36,6 +38,7 @@ from typing import Any
 from harness.core.records import RolloutRecord, TurnRecord
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.stats import paired_speedup, unpaired_speedup
+from harness.metrics.timeseries import buckets_to_series
 
 FORMAT_VERSION = 1
 
@@ -52,7 +55,16 @@ _SIM_FIELDS = (
     ("api_post", "sim_api_post_ms"),
 )
 #: latency histograms (µs) per transport, by the name used in histograms() and file names
-LATENCY_METRICS = ("ttft", "ttfb", "itl", "turn", "rollout", "tpot", "schedule_lag")
+LATENCY_METRICS = (
+    "ttft",
+    "ttfb",
+    "itl",
+    "turn",
+    "rollout",
+    "rollout_uncorrected",
+    "tpot",
+    "schedule_lag",
+)
 
 
 class _TransportStats:
@@ -74,6 +86,7 @@ class _TransportStats:
         "rollout_errors",
         "rollout_latency_ns",
         "rollout_turns",
+        "rollout_uncorrected",
         "rollouts",
         "schedule_lag",
         "sim_n",
@@ -97,6 +110,7 @@ class _TransportStats:
         self.itl = Histogram()
         self.turn = Histogram()
         self.rollout = Histogram()
+        self.rollout_uncorrected = Histogram()
         self.tpot = Histogram()
         self.schedule_lag = Histogram()
         self.decode_tps = Histogram("tps")
@@ -280,6 +294,8 @@ class Accumulator:
         start = rec.intended_start_ns or rec.start_ns
         latency = rec.end_ns - start
         t.rollout.record_ns(latency)
+        if rec.start_ns:
+            t.rollout_uncorrected.record_ns(rec.end_ns - rec.start_ns)
         t.rollout_latency_ns[(rec.round, rec.rollout_id)] = latency
 
     def add_turns(self, recs: Iterable[TurnRecord]) -> None:
@@ -316,6 +332,15 @@ class Accumulator:
             for name, stats in self._by_transport.items()
             for metric, hist in stats.histograms().items()
         }
+
+    def aggregate_tps_series(self, transport: str) -> list[tuple[float, float]]:
+        """Aggregate TPS of ``transport`` per one-second bucket: ``[(start_s, tokens/s)]``.
+
+        Seconds are relative to ``t0_ns``; seconds with no output inside the
+        active span are 0.  Empty for a transport with no output token.
+        """
+        stats = self._by_transport.get(transport)
+        return buckets_to_series(stats.agg_buckets) if stats is not None else []
 
     def rollout_latencies_ms(self, transport: str) -> dict[tuple[int, int], float]:
         """Completed rollouts' latencies by ``(round, rollout_id)``."""
@@ -455,6 +480,7 @@ class Accumulator:
             "itl_ms": _dist(t.itl),
             "turn_ms": _dist(t.turn),
             "rollout_ms": _dist(t.rollout),
+            "rollout_uncorrected_ms": _dist(t.rollout_uncorrected),
             "tpot_ms": _dist(t.tpot),
             "tps": {
                 "decode_p50": _r(decode_p50),

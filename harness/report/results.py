@@ -121,6 +121,24 @@ def _write_json_atomic(path: Path, doc: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_index(root: str | Path, name: str, doc: Any, text: str | None = None) -> Path:
+    """Write ``<root>/<name>.json`` (and ``<name>.md`` from ``text``) next to run folders.
+
+    For documents that span several runs (``loopbench reproduce`` writes its
+    verdict table here); returns the JSON path.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{name}.json"
+    _write_json_atomic(path, doc)
+    if text is not None:
+        md = root / f"{name}.md"
+        tmp = md.with_name(md.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, md)
+    return path
+
+
 class ResultsWriter:
     """Writes one results folder: manifest first, rows as they come, summary at the end.
 

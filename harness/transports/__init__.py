@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.errors import UsageError
 from harness.transports.base import Session, Transport, TransportOptions
 
-TRANSPORT_NAMES = ("http", "http-chained", "ws", "ws-store")
+TRANSPORT_NAMES = ("http", "http-chained", "ws", "ws-store", "ws-append")
 
 
 def make_transport(name: str, options: TransportOptions) -> Transport:
@@ -25,6 +25,10 @@ def make_transport(name: str, options: TransportOptions) -> Transport:
         from harness.transports.ws import WsTransport
 
         return WsTransport(options, store=True)
+    if name == "ws-append":
+        from harness.transports.ws_append import WsAppendTransport
+
+        return WsAppendTransport(options)
     raise UsageError(f"unknown transport {name!r}; expected one of {', '.join(TRANSPORT_NAMES)}")
 
 

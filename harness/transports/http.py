@@ -101,8 +101,9 @@ class HttpSession:
                         if msg.data.startswith("[DONE]"):
                             continue
                         stream.feed(loads(msg.data), t_ns)
-                    if stream.done:
-                        break
+                # Read to the end of the body even after the terminal event: a response
+                # left unread is closed, not returned to the pool, and every turn would
+                # then pay a new connection (keep-alive in name only).
         except httpx.TimeoutException as exc:
             raise TransportError(
                 "timeout", f"POST {self.t.options.base_url}/responses: {type(exc).__name__}"

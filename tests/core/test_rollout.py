@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,13 @@ from typing import Any
 import pytest
 
 from harness.core.plan import RolloutPlan, TurnPlan
-from harness.core.rollout import derive_seed, generate_rollouts, history_tokens, new_tokens
+from harness.core.rollout import (
+    derive_seed,
+    generate_rollouts,
+    history_tokens,
+    new_tokens,
+    throughput_derivation,
+)
 from harness.core.scenario import Scenario, load_scenario, validate_scenario
 from harness.core.schedule import intended_starts
 from harness.errors import ScenarioError
@@ -174,9 +181,95 @@ def test_warmup_and_round_tags() -> None:
     assert [p.tags["round"] for p in plans] == ["0", "0", "1", "1", "2", "2", "3", "3"]
 
 
-def test_trace_is_not_generated() -> None:
-    with pytest.raises(ScenarioError, match=r"^test.yaml: rollout.trace: "):
-        generate_rollouts(_scenario({"rollout.trace": "traces/x.jsonl"}))
+TRACE_LINES = [
+    json.dumps(
+        {
+            "type": "rollout",
+            "id": f"t{i}",
+            "system_tokens": 1000 + i,
+            "user_prompt_tokens": 10 + i,
+            "turns": [
+                {"output_tokens": 50 + i, "tool_calls": [{"latency_ms": 5, "output_tokens": 100}]},
+                {"output_tokens": 70},
+            ],
+        }
+    )
+    for i in range(3)
+]
+
+
+def _trace_scenario(tmp_path: Path, **load: Any) -> Scenario:
+    (tmp_path / "traces").mkdir(exist_ok=True)
+    (tmp_path / "traces" / "t.jsonl").write_text("\n".join(TRACE_LINES) + "\n")
+    data = {"name": "replay", "seed": 4, "rollout": {"trace": "traces/t.jsonl"}, "load": load}
+    return validate_scenario(data, str(tmp_path / "replay.yaml"))
+
+
+def test_trace_replays_each_recorded_rollout_once_by_default(tmp_path: Path) -> None:
+    plans = generate_rollouts(_trace_scenario(tmp_path))
+    assert [p.system_tokens for p in plans] == [1000, 1001, 1002]
+    assert [p.user_prompt_tokens for p in plans] == [10, 11, 12]
+    assert [[t.output_tokens for t in p.turns] for p in plans] == [[50, 70], [51, 70], [52, 70]]
+    assert plans == generate_rollouts(_trace_scenario(tmp_path))
+
+
+def test_trace_cycles_when_count_is_larger(tmp_path: Path) -> None:
+    scenario = _trace_scenario(tmp_path)
+    bigger = validate_scenario(
+        {**scenario.model_dump(mode="json"), "rollout": {"trace": "traces/t.jsonl", "count": 5}},
+        scenario.source,
+    )
+    plans = generate_rollouts(bigger)
+    assert [p.system_tokens for p in plans] == [1000, 1001, 1002, 1000, 1001]
+    # Content seeds differ per rollout even when the recorded shape repeats.
+    assert len({p.seed for p in plans}) == 5
+
+
+def test_trace_with_open_loop_schedule(tmp_path: Path) -> None:
+    scenario = _trace_scenario(
+        tmp_path, mode="open", arrival={"process": "constant", "rate": 10}, duration_s=1
+    )
+    plans = generate_rollouts(scenario)
+    assert len(plans) == 10
+    assert [p.start_offset_ns for p in plans] == [i * 100_000_000 for i in range(10)]
+    assert [p.system_tokens for p in plans][:4] == [1000, 1001, 1002, 1000]
+
+
+def test_missing_trace_file_names_the_field(tmp_path: Path) -> None:
+    scenario = validate_scenario(
+        {"name": "replay", "rollout": {"trace": "traces/none.jsonl"}}, str(tmp_path / "r.yaml")
+    )
+    with pytest.raises(ScenarioError, match=r"r.yaml: rollout.trace: expected an existing trace"):
+        generate_rollouts(scenario)
+
+
+def test_throughput_mode_derives_rate_from_mean_output() -> None:
+    scenario = _scenario(
+        {
+            "load.mode": "throughput",
+            "load.throughput": "{tps: 1000, bursts: [{at_s: 20, over_s: 10, tps: 4000}]}",
+            "load.duration_s": "60",
+            "load.arrival": "{process: constant}",
+            "rollout.final_answer_tokens": "300",
+        }
+    )
+    derived = throughput_derivation(scenario)
+    assert derived is not None
+    # ~10 steps x uniform(40, 120) + 300: mean output per rollout ~1100 tokens.
+    assert 1000 <= derived.mean_output_tokens <= 1200
+    assert derived.arrival_rate == pytest.approx(1000 / derived.mean_output_tokens)
+    assert derived.burst_rates == pytest.approx((4000 / derived.mean_output_tokens,))
+    plans = generate_rollouts(scenario)
+    # Constant gaps: 50 s at the base rate + 10 s at 4x.
+    expected = (50 + 40) * derived.arrival_rate
+    assert len(plans) == pytest.approx(expected, abs=2)
+    # The scheduled rollouts carry the targeted output: 1,000 TPS x 50 s + 4,000 x 10 s.
+    tokens = sum(t.output_tokens for p in plans for t in p.turns)
+    assert tokens / (50 * 1000 + 10 * 4000) == pytest.approx(1.0, rel=0.05)
+    burst = [p for p in plans if 20e9 <= p.start_offset_ns < 30e9]
+    base = [p for p in plans if 30e9 <= p.start_offset_ns < 60e9]
+    assert len(burst) / 10 > 2.5 * len(base) / 30
+    assert throughput_derivation(_scenario()) is None
 
 
 def test_quickstart_reaches_a_long_history() -> None:

@@ -109,8 +109,45 @@ BAD: list[tuple[str, str | None]] = [
     ),
     (
         "name: x\nload:\n  mode: burst\n",
-        "load.mode: expected one of closed, open, got 'burst'",
+        "load.mode: expected one of closed, open, throughput, got 'burst'",
     ),
+    (
+        "name: x\nload:\n  mode: throughput\n",
+        "load.throughput: expected a throughput target (tps) for throughput mode, got nothing",
+    ),
+    (
+        "name: x\nload:\n  mode: throughput\n  throughput: {tps: 0}\n",
+        "load.throughput.tps: expected a positive number, got 0",
+    ),
+    (
+        "name: x\nload:\n  mode: throughput\n  throughput: {tps: 1000, bursts: [{at_s: 5, tps: 4000}]}\n",
+        "load.throughput.bursts[0].over_s: required field missing",
+    ),
+    (
+        "name: x\nload:\n  mode: throughput\n  duration_s: 20\n"
+        "  throughput: {tps: 1000, bursts: [{at_s: 15, over_s: 10, tps: 4000}]}\n",
+        "load.throughput.bursts[0].at_s: expected a burst ending within duration_s (20), got 15",
+    ),
+    (
+        "name: x\nload:\n  mode: throughput\n  throughput:\n    tps: 1000\n    bursts:\n"
+        "      - {at_s: 5, over_s: 10, tps: 4000}\n      - {at_s: 12, over_s: 2, tps: 3000}\n",
+        "load.throughput.bursts[1].at_s: expected bursts that do not overlap "
+        "(previous ends at 15), got 12",
+    ),
+    (
+        "name: x\nload:\n  mode: open\n  arrival: {rate: 1}\n  max_in_flight: 0\n",
+        "load.max_in_flight: expected an integer at least 1, got 0",
+    ),
+    (
+        "name: x\nload:\n  max_schedule_lag_ms: -1\n",
+        "load.max_schedule_lag_ms: expected a positive number, got -1",
+    ),
+    (
+        "name: x\nrollout:\n  trace: traces/a.jsonl\n  tool_calls: 5\n",
+        "rollout.tool_calls: expected no distribution next to rollout.trace "
+        "(the trace gives every turn), got 5",
+    ),
+    ("name: x\nrollout:\n  trace: ''\n", "rollout.trace: expected a non-empty string, got ''"),
     (
         "name: x\nrollout:\n  count: 3\nload:\n  warmup_rollouts: 3\n",
         "load.warmup_rollouts: expected a number less than rollout.count (3), got 3",

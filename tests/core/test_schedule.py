@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.core.scenario import Load
-from harness.core.schedule import NS_PER_S, intended_starts, schedule_starts
+from harness.core.schedule import NS_PER_S, intended_starts, schedule_starts, throughput_load
 
 
 def _load(**fields: Any) -> Load:
@@ -160,3 +160,40 @@ def test_schedule_invariants(
     assert len(starts) == count + extra
     assert starts == sorted(starts)
     assert all(isinstance(t, int) and t >= 0 for t in starts)
+
+
+def _throughput(**fields: Any) -> Load:
+    return Load.model_validate({"mode": "throughput", **fields})
+
+
+def test_throughput_becomes_rate_stages() -> None:
+    load = _throughput(
+        throughput={"tps": 1000, "bursts": [{"at_s": 10, "over_s": 5, "tps": 4000}]},
+        arrival={"process": "constant"},
+        duration_s=30,
+    )
+    open_load = throughput_load(load, 500.0)
+    assert open_load.mode == "open"
+    assert [(s.duration_s, s.rate) for s in open_load.stages] == [(10, 2.0), (5, 8.0)]
+    assert open_load.arrival is not None and open_load.arrival.rate == 2.0
+    starts = intended_starts(load, 0, random.Random(0), 500.0)
+    # Constant gaps: 20 starts in [0, 10), 40 in [10, 15), 30 in [15, 30).
+    assert len(starts) == 20 + 40 + 30
+    assert sum(10 * NS_PER_S <= s < 15 * NS_PER_S for s in starts) == 40
+
+
+def test_throughput_keeps_the_gap_law() -> None:
+    load = _throughput(
+        throughput={"tps": 2000}, arrival={"process": "gamma", "cv": 2.0}, duration_s=10_000
+    )
+    gaps = _gaps_s(intended_starts(load, 0, random.Random(5), 1000.0))
+    assert 1 / statistics.fmean(gaps) == pytest.approx(2.0, rel=0.05)
+    assert statistics.pstdev(gaps) / statistics.fmean(gaps) == pytest.approx(2.0, rel=0.08)
+
+
+def test_throughput_needs_the_mean_output() -> None:
+    load = _throughput(throughput={"tps": 1000})
+    with pytest.raises(ValueError, match="mean_output_tokens"):
+        schedule_starts(load, 5, random.Random(0))
+    with pytest.raises(ValueError, match="positive"):
+        throughput_load(load, 0.0)

@@ -6,6 +6,7 @@ import pytest
 from harness.core.records import RolloutRecord, TurnRecord
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
+from harness.metrics.timeseries import token_rate_series
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -152,6 +153,13 @@ EXPECTED = {
             "itl_ms": {"p50": 1.0, "p90": 1.0, "p99": 1.0, "mean": 1.0},
             "turn_ms": {"p50": 30.015, "p90": 120.063, "p99": 120.063, "mean": 75.0},
             "rollout_ms": {"p50": 1200.127, "p90": 1200.127, "p99": 1200.127, "mean": 1200.0},
+            # from the actual start (950 ms): 1,150,000 µs -> [1149952, 1150975]
+            "rollout_uncorrected_ms": {
+                "p50": 1150.975,
+                "p90": 1150.975,
+                "p99": 1150.975,
+                "mean": 1150.0,
+            },
             # one TPOT sample: 100 ms over 100 gaps
             "tpot_ms": {"p50": 1.0, "p90": 1.0, "p99": 1.0, "mean": 1.0},
             "tps": {
@@ -187,6 +195,12 @@ EXPECTED = {
             "itl_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
             "turn_ms": {"p50": 6.003, "p90": 6.003, "p99": 6.003, "mean": 6.0},
             "rollout_ms": {"p50": 600.063, "p90": 600.063, "p99": 600.063, "mean": 600.0},
+            "rollout_uncorrected_ms": {
+                "p50": 600.063,
+                "p90": 600.063,
+                "p99": 600.063,
+                "mean": 600.0,
+            },
             "tpot_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
             "tps": {
                 "decode_p50": None,
@@ -301,6 +315,7 @@ def test_histograms_exposed_per_transport_and_metric() -> None:
         "itl",
         "turn",
         "rollout",
+        "rollout_uncorrected",
         "tpot",
         "schedule_lag",
         "decode_tps",
@@ -341,3 +356,104 @@ def test_empty_accumulator_summary() -> None:
         "transports": {},
         "comparisons": [],
     }
+
+
+#: DESIGN §6: the summary.json keys tools and CI rely on (dotted; <t> = every transport)
+DESIGN_KEYS = [
+    "format_version",
+    "run_id",
+    "valid",
+    "invalid_reasons",
+    "transports.<t>.turns.count",
+    "transports.<t>.turns.errors",
+    "transports.<t>.rollouts.count",
+    "transports.<t>.rollouts.errors",
+    *(
+        f"transports.<t>.{m}.{s}"
+        for m in ("ttft_ms", "ttfb_ms", "itl_ms", "turn_ms", "rollout_ms")
+        for s in ("p50", "p90", "p99", "mean")
+    ),
+    *(
+        f"transports.<t>.tps.{k}"
+        for k in ("decode_p50", "decode_mean", "burst_peak", "aggregate_mean", "aggregate_peak")
+    ),
+    *(
+        f"transports.<t>.breakdown_ms.{k}"
+        for k in (
+            "api_pre",
+            "api_queue",
+            "engine_queue",
+            "prefill",
+            "decode",
+            "api_post",
+            "tool",
+            "client",
+            "recovery",
+        )
+    ),
+    "transports.<t>.schedule_lag_ms.p50",
+    "transports.<t>.schedule_lag_ms.p99",
+]
+COMPARISON_KEYS = [
+    "baseline",
+    "candidate",
+    "rollout_speedup",
+    "rollout_speedup_ci95",
+    "rollout_latency_reduction_pct",
+    "ttft_p50_reduction_pct",
+    "paired",
+]
+
+
+def _lookup(doc: object, dotted: str) -> object:
+    for part in dotted.split("."):
+        assert isinstance(doc, dict) and part in doc, f"summary: missing key {dotted!r}"
+        doc = doc[part]
+    return doc
+
+
+def test_every_design_key_is_present_for_every_transport() -> None:
+    summary = _filled().summary("keys")
+    assert set(summary["transports"]) == {"http", "ws"}
+    for key in DESIGN_KEYS:
+        for name in summary["transports"]:
+            _lookup(summary, key.replace("<t>", name))
+    (cmp,) = summary["comparisons"]
+    assert list(cmp) == COMPARISON_KEYS
+    assert len(cmp["rollout_speedup_ci95"]) == 2
+
+
+def test_aggregate_tps_series_matches_vectorised_series() -> None:
+    acc = Accumulator(t0_ns=S // 4)
+    turns = [
+        (S // 2, 2 * S, 300),  # spread over three buckets
+        (S + S // 10, S + S // 10, 7),  # a single-token-time response
+        (4 * S, 4 * S + S // 2, 50),  # after an idle second
+    ]
+    for i, (first, last, n) in enumerate(turns):
+        acc.add_turn(
+            TurnRecord(
+                transport="ws",
+                rollout_id=i,
+                turn_index=0,
+                sent_ns=first - 1,
+                first_token_ns=first,
+                last_token_ns=last,
+                done_ns=last,
+                status="completed",
+                output_tokens=n,
+            )
+        )
+    series = acc.aggregate_tps_series("ws")
+    starts, rates = token_rate_series(
+        [t[0] for t in turns],
+        [t[1] for t in turns],
+        [t[2] for t in turns],
+        bucket_ns=S,
+        origin_ns=S // 4,
+    )
+    assert [s for s, _ in series] == list(starts) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert [r for _, r in series] == pytest.approx(list(rates))
+    # relative to t0: 300 tokens over 0.25..1.75 s (150 + 150), 7 at 0.85 s, 50 over 3.75..4.25 s
+    assert [r for _, r in series] == pytest.approx([157.0, 150.0, 0.0, 25.0, 25.0])
+    assert acc.aggregate_tps_series("nope") == []

@@ -169,3 +169,36 @@ def test_invalid_user_files(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("workers: [1,\n")
     assert _error(api=str(broken)).startswith(f"{broken}: line ")
+
+
+def test_profile_option_picks_either_kind_by_name() -> None:
+    from reference_server.profiles import combine_profile_args
+
+    assert combine_profile_args("optimized", "cerebras-spark", []) == (
+        "optimized",
+        "cerebras-spark",
+    )
+    assert combine_profile_args("optimized", "cerebras-spark", ["legacy+gpu-legacy"]) == (
+        "legacy",
+        "gpu-legacy",
+    )
+    assert combine_profile_args("optimized", "cerebras-spark", ["gpu-legacy"]) == (
+        "optimized",
+        "gpu-legacy",
+    )
+    assert combine_profile_args("x", "y", ["api:my.yaml", "engine:e.yaml"]) == ("my.yaml", "e.yaml")
+    with pytest.raises(ProfileError, match=r"--profile: turbo: expected a shipped profile \(cere"):
+        combine_profile_args("optimized", "cerebras-spark", ["turbo"])
+
+
+def test_serve_applies_the_profile_option() -> None:
+    import argparse
+
+    from reference_server.serve import add_server_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_server_arguments(parser)
+    cfg = config_from_args(parser.parse_args(["--profile", "legacy+gpu-legacy"]))
+    assert (cfg.api_profile, cfg.engine_profile) == ("legacy", "gpu-legacy")
+    with pytest.raises(SystemExit, match="error: --profile: nope"):
+        config_from_args(parser.parse_args(["--profile", "nope"]))

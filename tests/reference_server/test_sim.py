@@ -11,7 +11,12 @@ import pytest
 
 from reference_server.api_tier import RequestCost
 from reference_server.profiles import load_profiles
-from reference_server.sim import DEFAULT_MIN_DELTA_INTERVAL_MS, Simulator
+from reference_server.sim import (
+    DEFAULT_MIN_DELTA_INTERVAL_MS,
+    Simulator,
+    decode_seed,
+    with_static_prefix,
+)
 
 
 def _sim(
@@ -165,3 +170,59 @@ def test_describe_names_profiles() -> None:
     assert d["engine"]["name"] == "cerebras-spark"
     assert d["engine"]["burst_probability"] == 0
     assert d["seed"] == 1
+
+
+def test_decode_is_anchored_at_the_actual_first_token() -> None:
+    """A late wake-up after prefill delays the first token (TTFT), not the decode rate."""
+    sim = _sim(None, {"engine.base_ttft_ms": "30"})
+    rec = _Recorder()
+
+    async def main() -> dict[str, float | int]:
+        async def stall() -> None:
+            await asyncio.sleep(0.025)
+            time.sleep(0.02)  # the event loop is busy right when the first token is due
+
+        blocker = asyncio.ensure_future(stall())
+        result = await sim.inference([(1, 10)], 10, 300, 7, rec)
+        await blocker
+        return result
+
+    t0 = time.perf_counter_ns()
+    result = _run(main())
+    assert (rec.times_ns[0] - t0) / 1e6 >= 44  # 30 ms due, the stall ends at ~45 ms
+    span_ms = (rec.times_ns[-1] - rec.times_ns[0]) / 1e6
+    # Anchored on the stale deadline the span would be ~15 ms short (~1,050 TPS).
+    assert span_ms == pytest.approx(299.0, rel=0.02)
+    assert result["decode"] == pytest.approx(299.0)
+
+
+def test_static_prefix_is_cached_with_the_items() -> None:
+    sim = _sim(None, {"engine.base_ttft_ms": "0"})
+    tools = (12345, 400)
+
+    async def two() -> tuple[int, int]:
+        async def sink(_: int) -> None:
+            return None
+
+        first = await sim.inference([(1, 100)], 500, 2, 1, sink, static_prefix=tools)
+        second = await sim.inference([(1, 100), (2, 300)], 700, 2, 1, sink, static_prefix=tools)
+        return int(first["cached_tokens"]), int(second["cached_tokens"])
+
+    assert _run(two()) == (0, 500)  # tools + first item, everything the first request had
+    assert with_static_prefix([(1, 100)], None) == [(1, 100)]
+    shifted = with_static_prefix([(1, 100), (2, 300)], (7, 50))
+    assert [t for _, t in shifted] == [50, 150, 350]
+
+
+def test_decode_seed_follows_content_not_ids() -> None:
+    a = [
+        {"type": "message", "role": "user", "content": "fix the bug"},
+        {"type": "function_call", "call_id": "call_a", "name": "run", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_a", "output": "3 tests failed"},
+    ]
+    b = [dict(item, call_id="call_b") if "call_id" in item else item for item in a]
+    assert decode_seed(a) == decode_seed(b)  # same turn of the same rollout, another transport
+    assert decode_seed(a) != decode_seed(a[:1])
+    c = [*a[:2], dict(a[2], output="all tests passed")]
+    assert decode_seed(a) != decode_seed(c)
+    assert 0 <= decode_seed([]) < 2**63

@@ -1,0 +1,348 @@
+"""A/B mode: two targets measured in interleaved rounds of one job, so machine noise hits both.
+
+The scenario's rollouts are split into rounds.  In round *r* every transport
+replays the round's rollouts against both targets back to back, baseline
+first in even rounds and candidate first in odd rounds, so a slow phase of a
+shared CI machine (a neighbour's build, thermal throttling) lands on both
+sides about equally and a warm-up advantage is not always the same side's.
+Each side is written as an ordinary results folder (``<id>-baseline``,
+``<id>-candidate``), keyed so the gate pairs them rollout by rollout.
+
+A side is either a URL (``--baseline-target``) or an embedded reference server
+started here with its own profiles and ``--set`` overrides: that is how a
+server change (say a 20 % slower API tier) is gated before it ships.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.plan import RolloutPlan
+from harness.core.records import RolloutRecord, TurnRecord
+from harness.core.rollout import generate_rollouts
+from harness.core.scenario import Scenario
+from harness.metrics.hdr import Histogram
+from harness.metrics.summary import Accumulator
+from harness.report.results import ResultsWriter, new_run_id
+from harness.runner import (
+    RunOptions,
+    RunResult,
+    _lag_reasons,
+    _Live,
+    _run_transport,
+    _Schedule,
+    _watch_loop,
+    build_manifest,
+)
+from harness.transports import TransportOptions, make_transport
+
+SIDES = ("baseline", "candidate")
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side of an A/B job: a target URL, or an embedded server with these settings."""
+
+    target: str | None = None
+    api_profile: str | None = None
+    engine_profile: str | None = None
+    server_set: Mapping[str, str] = field(default_factory=dict)
+
+    def server(self, scenario: Scenario) -> dict[str, Any]:
+        """The embedded server's settings: the scenario's, with this side's changes on top."""
+        return {
+            "api_profile": self.api_profile or scenario.server.api_profile,
+            "engine_profile": self.engine_profile or scenario.server.engine_profile,
+            "overrides": {**scenario.server.set, **self.server_set},
+        }
+
+
+@dataclass(slots=True)
+class ABOptions:
+    results_root: Path = Path("results")
+    run_id: str | None = None
+    rounds: int | None = None
+    transports: Sequence[str] | None = None
+    api_key: str = "sk-loopbench"
+    keepalive: bool = True
+    verify_tls: bool = True
+    request_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class ABResult:
+    baseline: RunResult
+    candidate: RunResult
+    rounds: int
+
+
+def split_rounds(plans: Sequence[RolloutPlan], rounds: int) -> list[list[RolloutPlan]]:
+    """``rounds`` consecutive chunks whose sizes differ by at most one (none empty)."""
+    n = len(plans)
+    rounds = max(1, min(rounds, n))
+    return [list(plans[i * n // rounds : (i + 1) * n // rounds]) for i in range(rounds)]
+
+
+def round_order(round_index: int) -> tuple[str, str]:
+    """Which side goes first in a round: alternate, so neither side always runs warm."""
+    return SIDES if round_index % 2 == 0 else (SIDES[1], SIDES[0])
+
+
+def default_rounds(scenario: Scenario, n_plans: int) -> int:
+    if scenario.load.rounds > 1:
+        return min(scenario.load.rounds, n_plans)
+    # Enough rounds that slow phases of the machine average out, each still holding a
+    # few rollouts so a round is more than one sample.
+    return max(1, min(6, n_plans // 2))
+
+
+class _Side:
+    """A side's writer, accumulator and schedule bookkeeping, fed by the transports' callbacks."""
+
+    def __init__(
+        self, run_dir: Path, manifest: Mapping[str, Any], warmup: int, transports: Sequence[str]
+    ) -> None:
+        self.writer = ResultsWriter(run_dir, manifest)
+        self.acc = Accumulator(warmup_rollouts=warmup)
+        self.schedules = {name: _Schedule() for name in transports}
+        self.run_dir = run_dir
+
+    def on_turn(self, rec: TurnRecord) -> None:
+        self.writer.add_turn(rec)
+        self.acc.add_turn(rec)
+
+    def on_rollout(self, rec: RolloutRecord) -> None:
+        self.writer.add_rollout(rec)
+        self.acc.add_rollout(rec)
+
+    def finish(
+        self,
+        run_id: str,
+        scenario: Scenario,
+        shared_invalid: Sequence[str],
+        partial: bool,
+        cpu_share: float,
+        loop_lag: Histogram,
+        wall_s: float,
+    ) -> RunResult:
+        """Write the summary; validity is judged with the runner's own reasons."""
+        summary = self.acc.summary(run_id=run_id, valid=True, invalid_reasons=[])
+        for name, t in summary.get("transports", {}).items():
+            sched = self.schedules.get(name)
+            if sched is not None:
+                t["schedule"] = sched.as_dict()
+        reasons = list(shared_invalid)
+        reasons += _lag_reasons(summary, self.schedules, scenario, loop_lag, cpu_share, wall_s)
+        summary["invalid_reasons"] = reasons
+        summary["valid"] = not reasons
+        summary["partial"] = partial
+        summary["client_cpu_share"] = round(cpu_share, 3)
+        loop50, loop99 = loop_lag.percentiles_ms((50, 99))
+        summary["client"] = {
+            "cpu_share": round(cpu_share, 3),
+            "loop_lag_ms": {
+                "p50": _finite(loop50),
+                "p99": _finite(loop99),
+                "max": _finite(loop_lag.max / 1000.0),
+            },
+        }
+        summary["scenario"] = scenario.name
+        summary["seed"] = scenario.seed
+        self.writer.finish(summary, self.acc.histograms())
+        return RunResult(self.run_dir, summary)
+
+
+async def run_ab_plans(
+    scenario: Scenario,
+    scenario_path: str,
+    plans: list[RolloutPlan],
+    urls: Mapping[str, str],
+    embedded: Mapping[str, bool],
+    opts: ABOptions,
+    *,
+    servers: Mapping[str, Mapping[str, Any]] | None = None,
+    printer: Callable[[str], None] | None = None,
+) -> ABResult:
+    transports = list(opts.transports or scenario.transports)
+    base_id = opts.run_id or new_run_id(f"{scenario.name}-ab", time.time())
+    rounds = split_rounds(plans, opts.rounds or default_rounds(scenario, len(plans)))
+    ids = {side: f"{base_id}-{side}" for side in SIDES}
+    run_opts = RunOptions(
+        transports=transports,
+        api_key=opts.api_key,
+        keepalive=opts.keepalive,
+        verify_tls=opts.verify_tls,
+        request_timeout_s=opts.request_timeout_s,
+    )
+    sides: dict[str, _Side] = {}
+    for side in SIDES:
+        manifest = build_manifest(
+            scenario, scenario_path, transports, urls[side], embedded[side], ids[side], run_opts
+        )
+        other = SIDES[1 - SIDES.index(side)]
+        manifest["ab"] = {
+            "side": side,
+            "pair_run_id": ids[other],
+            "rounds": len(rounds),
+            "order": "alternating",
+            "server": dict((servers or {}).get(side, {})),
+        }
+        sides[side] = _Side(
+            Path(opts.results_root) / ids[side], manifest, scenario.load.warmup_rollouts, transports
+        )
+    load = scenario.load
+    options = {
+        side: TransportOptions(
+            base_url=urls[side],
+            api_key=opts.api_key,
+            keepalive=opts.keepalive,
+            verify_tls=opts.verify_tls,
+            request_timeout_s=opts.request_timeout_s,
+            max_connections=max(16, load.concurrency * 2, load.max_in_flight or 0),
+        )
+        for side in SIDES
+    }
+    closed = load.mode == "closed" and load.duration_s is not None
+    pass_duration = load.duration_s / len(rounds) if closed and load.duration_s else None
+    # Built once per side, before the watchdog starts, and shared by the rounds (as the
+    # runner does): building a transport blocks the loop, which is set-up, not lag.
+    clients = {
+        side: {name: make_transport(name, options[side]) for name in transports} for side in SIDES
+    }
+    loop_lag = Histogram()
+    watcher = asyncio.ensure_future(_watch_loop(loop_lag))
+    cpu0 = os.times()
+    wall0 = time.monotonic()
+    invalid: list[str] = []
+    partial = False
+    try:
+        for r, chunk in enumerate(rounds):
+            for name in transports:
+                for side in round_order(r):
+                    live = _Live(total=len(chunk))
+                    s = sides[side]
+                    started = time.monotonic()
+                    await _run_transport(
+                        clients[side][name],
+                        chunk,
+                        scenario,
+                        r,
+                        s.on_turn,
+                        s.on_rollout,
+                        live,
+                        s.schedules[name],
+                        run_opts,
+                        pass_duration,
+                    )
+                    if printer is not None:
+                        printer(
+                            f"round {r + 1}/{len(rounds)} {side:<9} {name:<12} "
+                            f"{live.done}/{live.total} rollouts {live.turns} turns "
+                            f"{live.errors} errors {time.monotonic() - started:5.1f}s"
+                        )
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        partial = True
+        invalid.append("A/B run interrupted before every round finished")
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        for per_side in clients.values():
+            for client in per_side.values():
+                await client.aclose()
+        cpu1 = os.times()
+        wall = max(1e-9, time.monotonic() - wall0)
+        cpu_share = ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / wall
+        try:
+            results = {
+                side: s.finish(ids[side], scenario, invalid, partial, cpu_share, loop_lag, wall)
+                for side, s in sides.items()
+            }
+        finally:
+            # An error while summarising must not leave the row files open (or half-flushed).
+            for s in sides.values():
+                s.writer.close()
+    return ABResult(results["baseline"], results["candidate"], len(rounds))
+
+
+def _finite(x: float) -> float | None:
+    return round(x, 3) if math.isfinite(x) else None
+
+
+def run_ab(
+    scenario: Scenario,
+    scenario_path: str,
+    baseline: Side,
+    candidate: Side,
+    opts: ABOptions,
+    printer: Callable[[str], None] | None = None,
+) -> ABResult:
+    """Run both sides synchronously; embedded servers are started and stopped here."""
+    from harness.embedded import embedded_server
+
+    plans = generate_rollouts(scenario)
+    urls: dict[str, str] = {}
+    embedded: dict[str, bool] = {}
+    servers: dict[str, dict[str, Any]] = {}
+    with ExitStack() as stack:
+        for name, side in zip(SIDES, (baseline, candidate), strict=True):
+            if side.target:
+                urls[name], embedded[name] = side.target, False
+                continue
+            server = side.server(scenario)
+            servers[name] = server
+            urls[name] = stack.enter_context(
+                embedded_server(
+                    api_profile=server["api_profile"],
+                    engine_profile=server["engine_profile"],
+                    overrides=server["overrides"],
+                    seed=scenario.seed,
+                )
+            )
+            embedded[name] = True
+        coro = run_ab_plans(
+            scenario, scenario_path, plans, urls, embedded, opts, servers=servers, printer=printer
+        )
+        return _run_loop(coro)
+
+
+def _run_loop(coro: Any) -> ABResult:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    result: ABResult = uvloop.run(coro)
+    return result
+
+
+#: API-tier parameters that are service times (scaled by :func:`scaled_api_overrides`)
+API_TIME_PARAMS = (
+    "connect_ms",
+    "fixed_ms",
+    "fixed_resolved_ms",
+    "per_token_us",
+    "rehydrate_us",
+    "hop_ms",
+    "post_ms",
+)
+
+
+def scaled_api_overrides(api_profile: str, factor: float) -> dict[str, str]:
+    """``--set`` overrides that make every service time of an API profile ``factor`` x longer.
+
+    Worker count and hop count stay: this models the same stack doing its work
+    slower (a heavier safety classifier, a slower auth call), not a different shape.
+    """
+    from reference_server.profiles import load_profiles
+
+    if not factor > 0:
+        raise ValueError(f"factor: expected a positive number, got {factor!r}")
+    api, _ = load_profiles(api_profile)
+    return {f"api.{name}": f"{getattr(api, name) * factor:.6g}" for name in API_TIME_PARAMS}

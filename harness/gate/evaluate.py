@@ -1,0 +1,372 @@
+"""Apply gate rules to a candidate run (and a baseline): pure, deterministic for a given seed.
+
+Order: validity first (both runs finished and valid, error rates, sample
+counts, same scenario and seed, every named transport present).  If any of
+that fails nothing else is judged and the verdict is *invalid* (exit 3): a
+latency comparison between runs that are not comparable means nothing.
+
+A relative rule flags a regression only when the candidate is worse by
+**more than the allowance** and the change is **statistically significant**
+(bootstrap CI of the ratio entirely above 1, or a Mann–Whitney U test at
+``alpha`` in the worse direction).  Either condition alone is noise on a
+shared CI machine: a 0.5 % shift measured on 10,000 turns is significant and
+irrelevant; a 30 % jump in one of three rollouts is large and unproven.
+
+Exit codes: 0 pass, 1 regression (relative rule or harness self-check),
+2 SLO breach (absolute bound or minimum speedup), 3 invalid / not comparable.
+When several classes fail, the highest code wins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from harness.gate.outcome import GateReport, Kind, RuleResult
+from harness.gate.ratios import MIN_SAMPLES, align, per_round, ratio_with_ci, statistic
+from harness.gate.rules import (
+    GateConfig,
+    GateRulesError,
+    RegressionRule,
+    SelfCheckRule,
+    SloRule,
+    SpeedupRule,
+)
+from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData
+from harness.gate.validity import check_validity, missing_transports
+from harness.metrics.stats import mann_whitney_u
+
+
+def _expand(transport: str, available: Sequence[str]) -> list[str]:
+    return list(available) if transport == "*" else [transport]
+
+
+def _slo_name(rule: SloRule, t: str) -> str:
+    return rule.name or f"{t}.{'.'.join(rule.path)} {rule.op} {rule.value:g}"
+
+
+def _regression_name(rule: RegressionRule, t: str) -> str:
+    return rule.name or (
+        f"{t}.{rule.metric}.{rule.statistic} vs baseline <= +{rule.max_increase_pct:g}%"
+    )
+
+
+def _self_check_name(rule: SelfCheckRule, t: str) -> str:
+    return rule.name or SelfCheckRule(t, rule.statistic, rule.max_ms, rule.max_pct).label
+
+
+def _outcome_text(regressed: bool, significant: bool, large: bool) -> str:
+    if regressed:
+        return "REGRESSION: significant and above the allowance"
+    if significant:
+        return "significant but within the allowance"
+    return "above the allowance but not significant" if large else "no regression"
+
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def _summary_value(
+    summary: Mapping[str, Any], transport: str, path: Sequence[str], source: str, label: str
+) -> Any:
+    node: Any = (summary.get("transports") or {}).get(transport, {})
+    walked = [transport]
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            known = (
+                ", ".join(sorted(node)) if isinstance(node, Mapping) else "nothing (not a mapping)"
+            )
+            raise GateRulesError(
+                source,
+                f"slo {label!r}",
+                f"no {'.'.join([*walked, part])} in summary.json; under {'.'.join(walked)} there is {known}",
+            )
+        node = node[part]
+        walked.append(part)
+    return node
+
+
+def _slo_results(
+    rule: SloRule, cand: RunData, base: RunData | None, cfg: GateConfig
+) -> list[RuleResult]:
+    out = []
+    assert cand.summary is not None
+    for t in _expand(rule.transport, cand.transports):
+        name = _slo_name(rule, t)
+        value = _summary_value(cand.summary, t, rule.path, cfg.source, rule.label)
+        before = None
+        if base is not None and base.summary is not None and t in base.transports:
+            try:
+                b = _summary_value(base.summary, t, rule.path, cfg.source, rule.label)
+                before = float(b) if isinstance(b, int | float) else None
+            except GateRulesError:
+                before = None
+        limit = f"{rule.op} {rule.value:g}"
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            out.append(
+                RuleResult(
+                    "slo",
+                    name,
+                    "fail",
+                    f"{t}.{'.'.join(rule.path)}: no value in the run (got {value!r})",
+                    baseline=before,
+                    limit=limit,
+                )
+            )
+            continue
+        ok = _OPS[rule.op](float(value), rule.value)
+        out.append(
+            RuleResult(
+                "slo",
+                name,
+                "pass" if ok else "fail",
+                f"{t}.{'.'.join(rule.path)} = {float(value):.4g} ({'meets' if ok else 'breaches'} {limit})",
+                baseline=before,
+                candidate=float(value),
+                limit=limit,
+            )
+        )
+    return out
+
+
+def _regression_result(
+    rule: RegressionRule, t: str, cand: RunData, base: RunData, cfg: GateConfig
+) -> RuleResult:
+    name = _regression_name(rule, t)
+    limit = f"<= +{rule.max_increase_pct:g}% ({rule.test})"
+    bs, cs = base.get(t, rule.metric), cand.get(t, rule.metric)
+    stat = rule.statistic
+    unit = rule.samples
+    if unit == "round":
+        bs, cs, stat = per_round(bs, rule.statistic), per_round(cs, rule.statistic), "p50"
+    if len(bs) < MIN_SAMPLES or len(cs) < MIN_SAMPLES:
+        return RuleResult(
+            "regression",
+            name,
+            "skip",
+            f"too few samples to test ({len(bs)} baseline, {len(cs)} candidate; need {MIN_SAMPLES})",
+            n=(len(bs), len(cs)),
+            limit=limit,
+        )
+    b, c, paired = align(bs, cs)
+    if np.any(b <= 0) or np.any(c <= 0):
+        return RuleResult(
+            "regression", name, "skip", "non-positive latencies: no ratio", limit=limit
+        )
+    ratio, ci = ratio_with_ci(
+        b, c, stat, paired=paired, alpha=cfg.alpha, resamples=cfg.resamples, seed=cfg.seed
+    )
+    u, p = mann_whitney_u(c, b)
+    worse_by_rank = u > c.size * b.size / 2.0
+    if rule.test == "bootstrap":
+        significant = ci[0] > 1.0
+        where = "above 1" if ci[0] > 1.0 else ("below 1" if ci[1] < 1.0 else "includes 1")
+        evidence = f"{(1 - cfg.alpha):.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}] {where}"
+    else:
+        significant = p < cfg.alpha and worse_by_rank
+        evidence = (
+            f"Mann-Whitney p = {p:.3g}{'' if worse_by_rank else ' (candidate not worse by rank)'}"
+        )
+    allowed = 1.0 + rule.max_increase_pct / 100.0
+    large = ratio > allowed
+    regressed = significant and large
+    how = "paired" if paired else "unpaired"
+    unit_name = (
+        "rounds" if unit == "round" else ("rollouts" if rule.metric == "rollout_ms" else "turns")
+    )
+    message = (
+        f"{t}.{rule.metric}.{rule.statistic}: candidate/baseline {ratio:.3f} "
+        f"({(ratio - 1) * 100:+.1f}%), {evidence}; {how} over {c.size} {unit_name}; "
+        + _outcome_text(regressed, significant, large)
+    )
+    return RuleResult(
+        "regression",
+        name,
+        "fail" if regressed else "pass",
+        message,
+        # the rule's statistic over all samples, whatever unit the test ran on
+        baseline=statistic(base.get(t, rule.metric).values, rule.statistic),
+        candidate=statistic(cand.get(t, rule.metric).values, rule.statistic),
+        ratio=ratio,
+        ci=ci,
+        p_value=p,
+        n=(int(b.size), int(c.size)),
+        limit=limit,
+        unit="ms",
+    )
+
+
+def _speedup_value(
+    run: RunData, rule: SpeedupRule, cfg: GateConfig
+) -> tuple[float, tuple[float, float], int, bool] | None:
+    bs, cs = run.get(rule.baseline, rule.metric), run.get(rule.candidate, rule.metric)
+    if len(bs) < MIN_SAMPLES or len(cs) < MIN_SAMPLES:
+        return None
+    b, c, paired = align(bs, cs)
+    # ratio_with_ci gives second/first: pass the candidate transport first for baseline/candidate.
+    ratio, ci = ratio_with_ci(
+        c, b, "p50", paired=paired, alpha=cfg.alpha, resamples=cfg.resamples, seed=cfg.seed
+    )
+    return ratio, ci, int(min(b.size, c.size)), paired
+
+
+def _speedup_result(
+    rule: SpeedupRule, cand: RunData, base: RunData | None, cfg: GateConfig
+) -> RuleResult:
+    limit = f">= {rule.min:g}x"
+    got = _speedup_value(cand, rule, cfg)
+    if got is None:
+        return RuleResult(
+            "speedup",
+            rule.label,
+            "skip",
+            f"too few {rule.metric} samples for {rule.candidate} vs {rule.baseline}",
+            limit=limit,
+        )
+    ratio, ci, n, paired = got
+    before = None
+    if base is not None and {rule.candidate, rule.baseline} <= set(base.transports):
+        prev = _speedup_value(base, rule, cfg)
+        before = prev[0] if prev else None
+    ok = ratio >= rule.min
+    return RuleResult(
+        "speedup",
+        rule.label,
+        "pass" if ok else "fail",
+        f"{rule.candidate} vs {rule.baseline} {rule.metric} speedup {ratio:.3f}x "
+        f"({(1 - cfg.alpha):.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}], {'paired' if paired else 'unpaired'}, n={n}); "
+        f"{'meets' if ok else 'below'} {limit}",
+        baseline=before,
+        candidate=ratio,
+        ratio=ratio,
+        ci=ci,
+        n=(n, n),
+        limit=limit,
+        unit="x",
+    )
+
+
+def _self_check_results(
+    rule: SelfCheckRule, cand: RunData, base: RunData | None
+) -> list[RuleResult]:
+    out = []
+    for t in _expand(rule.transport, cand.transports):
+        name = _self_check_name(rule, t)
+        bounds = []
+        if rule.max_ms is not None:
+            bounds.append(f"<= {rule.max_ms:g} ms")
+        if rule.max_pct is not None:
+            bounds.append(f"<= {rule.max_pct:g}%")
+        limit = " and ".join(bounds)
+        err = cand.get(t, MEASUREMENT_ERROR)
+        if len(err) == 0:
+            out.append(
+                RuleResult(
+                    "self_check",
+                    name,
+                    "skip",
+                    f"{t}: no sim_timing in the run (target is not the reference server?)",
+                    limit=limit,
+                )
+            )
+            continue
+        value = statistic(err.values, rule.statistic)
+        modelled = cand.get(t, MODELLED_TTFT).values
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(modelled > 0, err.values / modelled * 100.0, np.nan)
+        rel = rel[np.isfinite(rel)]
+        pct = statistic(rel, rule.statistic) if rel.size else float("nan")
+        problems = []
+        if rule.max_ms is not None and value > rule.max_ms:
+            problems.append(f"{value:.2f} ms > {rule.max_ms:g} ms")
+        if rule.max_pct is not None and not (pct <= rule.max_pct):
+            problems.append(f"{pct:.1f}% of modelled > {rule.max_pct:g}%")
+        before = None
+        if base is not None and len(base.get(t, MEASUREMENT_ERROR)):
+            before = statistic(base.get(t, MEASUREMENT_ERROR).values, rule.statistic)
+        out.append(
+            RuleResult(
+                "self_check",
+                name,
+                "fail" if problems else "pass",
+                f"{t}: measured - modelled TTFT {rule.statistic} {value:.2f} ms "
+                f"({pct:.1f}% of modelled) over {len(err)} turns"
+                + (f"; {'; '.join(problems)}" if problems else ""),
+                baseline=before,
+                candidate=value,
+                n=(len(base.get(t, MEASUREMENT_ERROR)) if base else 0, len(err)),
+                limit=limit,
+                unit="ms",
+            )
+        )
+    return out
+
+
+def _rule_names(
+    cfg: GateConfig, cand: RunData, common: Sequence[str]
+) -> Iterable[tuple[Kind, str]]:
+    """Every testcase the rules would produce, for reporting them as skipped."""
+    for s in cfg.slo:
+        for t in _expand(s.transport, cand.transports):
+            yield "slo", _slo_name(s, t)
+    for r in cfg.regression:
+        for t in _expand(r.transport, common):
+            yield "regression", _regression_name(r, t)
+    for sp in cfg.speedup:
+        yield "speedup", sp.label
+    for c in cfg.self_check:
+        for t in _expand(c.transport, cand.transports):
+            yield "self_check", _self_check_name(c, t)
+
+
+def evaluate(cfg: GateConfig, candidate: RunData, baseline: RunData | None) -> GateReport:
+    """Judge ``candidate`` against ``cfg`` (and ``baseline`` for relative rules).
+
+    Raises :class:`GateRulesError` for a rule that cannot apply to any run
+    (a relative rule without a baseline, a metric path summary.json does not have).
+    """
+    if cfg.regression and baseline is None:
+        raise GateRulesError(cfg.source, "regression", "relative rules need --baseline")
+    results = check_validity(cfg, candidate, baseline)
+    for problem in missing_transports(cfg, candidate, baseline):
+        results.append(RuleResult("validity", "transports named by the rules", "fail", problem))
+    common = [t for t in candidate.transports if baseline is None or t in baseline.transports]
+    if any(r.failed for r in results):
+        results += [
+            RuleResult(kind, name, "skip", "not evaluated: the runs failed validity")
+            for kind, name in _rule_names(cfg, candidate, common)
+        ]
+    else:
+        for slo in cfg.slo:
+            results += _slo_results(slo, candidate, baseline, cfg)
+        for reg in cfg.regression:
+            assert baseline is not None
+            results += [
+                _regression_result(reg, t, candidate, baseline, cfg)
+                for t in _expand(reg.transport, common)
+            ]
+        for sp in cfg.speedup:
+            results.append(_speedup_result(sp, candidate, baseline, cfg))
+        for chk in cfg.self_check:
+            results += _self_check_results(chk, candidate, baseline)
+    return GateReport(
+        results=tuple(results),
+        candidate_id=candidate.run_id,
+        baseline_id=baseline.run_id if baseline is not None else None,
+        scenario=str(candidate.manifest.get("scenario_name", "")),
+        seed=candidate.manifest.get("seed"),
+        rules_source=cfg.source,
+        alpha=cfg.alpha,
+    )

@@ -1,0 +1,67 @@
+"""What the gate concluded: one :class:`RuleResult` per rule, gathered in a :class:`GateReport`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from harness.gate.codes import EXIT_INVALID, EXIT_PASS, EXIT_REGRESSION, EXIT_SLO, VERDICTS
+
+Kind = Literal["validity", "slo", "regression", "speedup", "self_check"]
+Status = Literal["pass", "fail", "skip"]
+
+#: exit code of a failed rule of each kind
+KIND_EXIT: dict[str, int] = {
+    "validity": EXIT_INVALID,
+    "slo": EXIT_SLO,
+    "speedup": EXIT_SLO,
+    "regression": EXIT_REGRESSION,
+    "self_check": EXIT_REGRESSION,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RuleResult:
+    """The outcome of one rule (one testcase in JUnit, one row in Markdown)."""
+
+    kind: Kind
+    name: str
+    status: Status
+    message: str
+    baseline: float | None = None
+    candidate: float | None = None
+    ratio: float | None = None
+    ci: tuple[float, float] | None = None
+    p_value: float | None = None
+    n: tuple[int, int] | None = None
+    limit: str = ""
+    unit: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class GateReport:
+    results: tuple[RuleResult, ...]
+    candidate_id: str
+    baseline_id: str | None
+    scenario: str
+    seed: int | None
+    rules_source: str
+    alpha: float
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        codes = [KIND_EXIT[r.kind] for r in self.results if r.failed]
+        return max(codes, default=EXIT_PASS)
+
+    @property
+    def verdict(self) -> str:
+        return VERDICTS[self.exit_code]
+
+    def count(self, status: Status) -> int:
+        return sum(1 for r in self.results if r.status == status)

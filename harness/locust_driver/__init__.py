@@ -1,0 +1,9 @@
+"""Scale-out through Locust's master/worker mode (DESIGN §2: the gevent world).
+
+Only ever imported by a ``locust`` process: :mod:`.locustfile` imports locust,
+which monkey-patches the whole process with gevent.  The other modules are
+blocking, sans-asyncio code (plain sockets, h11, websockets' sans-I/O protocol)
+that gevent makes cooperative once the process is patched; they import neither
+locust nor gevent, so they also run, unpatched, in ordinary tests.  See
+``docs/distributed.md``.
+"""

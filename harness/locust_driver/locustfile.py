@@ -1,0 +1,358 @@
+"""The loopbench locustfile: agents that replay scenario rollouts, plus the scenario's load shape.
+
+Run it through ``loopbench locust`` (which starts the master, the workers and,
+without ``--host``, the reference server), or directly::
+
+    locust -f harness/locust_driver/locustfile.py --master --headless \\
+        --scenario scenarios/quickstart.yaml -H http://127.0.0.1:8000/v1
+    locust -f harness/locust_driver/locustfile.py --worker --master-host 10.0.0.5
+
+Importing this module imports locust, which monkey-patches the process with
+gevent: nothing in loopbench imports it (tests/test_architecture.py checks).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust import LoadTestShape, User, argument_parser, constant, events, task
+from locust.env import Environment
+from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
+
+from harness.core.plan import RolloutPlan
+from harness.core.records import RolloutRecord
+from harness.core.scenario import load_scenario
+from harness.errors import LoopbenchError
+from harness.locust_driver.agent_loop import run_rollout
+from harness.locust_driver.master import MasterOptions, MasterSide
+from harness.locust_driver.net import now_ns
+from harness.locust_driver.protocol import (
+    MSG_CLAIM,
+    MSG_FINAL,
+    MSG_HELLO,
+    MSG_ROWS,
+    MSG_WORK,
+    RUN_OPTION,
+    RunConfig,
+)
+from harness.locust_driver.sessions import LOCUST_TRANSPORTS, ClientOptions, Session, make_session
+from harness.locust_driver.worker import WorkerSide
+
+log = logging.getLogger("loopbench.locust")
+
+_master: MasterSide | None = None
+_worker: WorkerSide | None = None
+
+
+@events.init_command_line_parser.add_listener
+def _add_arguments(parser: Any) -> None:
+    parser.add_argument(
+        "--scenario",
+        env_var="LOOPBENCH_SCENARIO",
+        default="",
+        help="loopbench scenario YAML (read by the master only)",
+    )
+    parser.add_argument(
+        "--transports",
+        env_var="LOOPBENCH_TRANSPORTS",
+        default="",
+        help="comma-separated transports (default: the scenario's)",
+    )
+    parser.add_argument(
+        "--loopbench-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. load.concurrency=64",
+    )
+    parser.add_argument("--loopbench-out", default="results", help="results root folder")
+    parser.add_argument("--loopbench-run-id", default="", help="results folder name")
+    parser.add_argument(
+        "--loopbench-run-time",
+        type=float,
+        default=0.0,
+        help="stop after this many seconds even if rollouts remain (0: run them all)",
+    )
+    parser.add_argument("--loopbench-no-keepalive", action="store_true", default=False)
+    parser.add_argument("--loopbench-insecure", action="store_true", default=False)
+    parser.add_argument(
+        "--loopbench-no-hints",
+        action="store_true",
+        default=False,
+        help="send no loopbench.* metadata hints (for endpoints other than the reference server)",
+    )
+    parser.add_argument(
+        "--loopbench-api-key-env",
+        default="",
+        help="environment variable (on each worker) holding the API key",
+    )
+    parser.add_argument(
+        "--loopbench-stop-file",
+        default="",
+        include_in_web_ui=False,
+        help="when this file appears, end the run gracefully (results are still written)",
+    )
+    parser.add_argument(
+        "--loopbench-embedded",
+        action="store_true",
+        default=False,
+        include_in_web_ui=False,
+        help="the target is a reference server started for this run (recorded in the manifest)",
+    )
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _master_options(environment: Environment) -> MasterOptions:
+    opts = environment.parsed_options
+    assert opts is not None
+    if not opts.scenario:
+        _fail("--scenario (or LOOPBENCH_SCENARIO): a scenario file is required on the master")
+    if not environment.host:
+        _fail("--host: the target base URL is required, e.g. http://127.0.0.1:8000/v1")
+    overrides: dict[str, str] = {}
+    for item in opts.loopbench_set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--loopbench-set {item!r}: expected KEY=VALUE, e.g. load.concurrency=4")
+        overrides[key.strip()] = value.strip()
+    try:
+        scenario = load_scenario(opts.scenario, overrides or None)
+    except LoopbenchError as exc:
+        _fail(str(exc))
+    transports = (
+        [t.strip() for t in opts.transports.split(",") if t.strip()]
+        if opts.transports
+        else list(scenario.transports)
+    )
+    for name in transports:
+        if name not in LOCUST_TRANSPORTS:
+            _fail(
+                f"transports: {name!r} is not available under Locust; "
+                f"expected some of {', '.join(LOCUST_TRANSPORTS)}"
+            )
+    import locust
+
+    return MasterOptions(
+        scenario=scenario,
+        scenario_path=str(opts.scenario),
+        transports=transports,
+        target=str(environment.host),
+        embedded=bool(opts.loopbench_embedded),
+        results_root=Path(opts.loopbench_out),
+        run_id=opts.loopbench_run_id or None,
+        time_limit_s=opts.loopbench_run_time or None,
+        keepalive=not opts.loopbench_no_keepalive,
+        verify_tls=not opts.loopbench_insecure,
+        api_key_env=opts.loopbench_api_key_env,
+        hints=not opts.loopbench_no_hints,
+        extra_manifest={
+            "version": locust.__version__,
+            "expect_workers": getattr(opts, "expect_workers", None),
+        },
+    )
+
+
+@events.init.add_listener
+def _on_init(environment: Environment, **_kw: Any) -> None:
+    global _master, _worker
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        # Locust 2.47's worker evaluates default_args_dict() - a whole argument parser built
+        # from scratch - once per option of every spawn message: 0.3-0.5 s with the event loop
+        # blocked, which delays every timer and read of the worker (schedule lag, inflated
+        # tool time).  Its result is constant within a process, so it is computed once.
+        argument_parser.default_args_dict = cache(argument_parser.default_args_dict)
+    if isinstance(runner, WorkerRunner | LocalRunner):
+        worker = _worker = WorkerSide(runner.send_message, environment.events.request.fire)
+        runner.register_message(MSG_WORK, lambda environment, msg, **kw: worker.on_work(msg.data))
+    if isinstance(runner, MasterRunner | LocalRunner):
+        master = _master = MasterSide(_master_options(environment), runner.send_message)
+        runner.register_message(
+            MSG_HELLO, lambda environment, msg, **kw: master.on_hello(msg.node_id, msg.data)
+        )
+        runner.register_message(
+            MSG_CLAIM, lambda environment, msg, **kw: master.on_claim(msg.node_id, msg.data)
+        )
+        runner.register_message(
+            MSG_ROWS, lambda environment, msg, **kw: master.on_rows(msg.node_id, msg.data)
+        )
+        runner.register_message(
+            MSG_FINAL, lambda environment, msg, **kw: master.on_final(msg.node_id, msg.data)
+        )
+        stop_file = getattr(environment.parsed_options, "loopbench_stop_file", "")
+        if stop_file:
+            gevent.spawn(_watch_stop_file, runner, master, Path(stop_file))
+
+
+def _headless(runner: Runner) -> bool:
+    options = runner.environment.parsed_options
+    return bool(options is not None and options.headless)
+
+
+def _end_run(runner: Runner, master: MasterSide) -> None:
+    """Stop the users, wait for every worker's final report, write the results."""
+    master.mark_stopping()
+    runner.stop()
+    # Headless: plots wait until the workers are gone (rendered when the master quits).
+    master.finalize(render=not _headless(runner))
+
+
+def _watch_stop_file(runner: Runner, master: MasterSide, path: Path) -> None:
+    # Signals are a poor channel here: in headless shape mode Locust installs its SIGTERM
+    # handler only after the run, and SIGINT is ignored by children of non-interactive
+    # shells.  `loopbench locust` asks for a graceful stop by creating this file.
+    while not path.exists():
+        gevent.sleep(0.25)
+    log.warning("loopbench: %s appeared, ending the run", path)
+    if master.run is not None and not master.run.stopping:
+        master.interrupt()
+        _end_run(runner, master)
+    runner.quit()
+
+
+@events.test_start.add_listener
+def _on_test_start(environment: Environment, **_kw: Any) -> None:
+    if _worker is None:
+        return
+    wire = getattr(environment.parsed_options, RUN_OPTION, None)
+    if not wire:
+        log.error("loopbench: the master sent no run settings; is it running this locustfile?")
+        return
+    _worker.begin(RunConfig.from_wire(wire))
+
+
+@events.test_stop.add_listener
+def _on_test_stop(environment: Environment, **_kw: Any) -> None:
+    if _worker is not None:
+        _worker.end()
+    master = _master
+    if master is not None and master.run is not None and not master.run.stopping:
+        # Stopped from the web UI (or by Locust itself): finish the results in the background.
+        master.mark_stopping()
+        gevent.spawn(master.finalize)
+
+
+@events.quitting.add_listener
+def _on_quitting(environment: Environment, **_kw: Any) -> None:
+    master = _master
+    if master is not None and master.run is not None:
+        master.mark_stopping()
+        master.finalize(wait_s=2.0, render=False)
+    if master is not None:
+        master.render_pending()
+    summary = master.last_summary if master is not None else None
+    if summary is not None and not summary.get("valid", True):
+        log.warning("loopbench run INVALID: %s", "; ".join(summary["invalid_reasons"]))
+
+
+class ScenarioShape(LoadTestShape):
+    """The scenario's load as Locust users over time (docs/distributed.md, "Load shapes").
+
+    Closed loop: ``load.concurrency`` users.  Open loop: a pool that grows with
+    the rollouts in flight and due within the next two seconds, so ramps
+    (``stages``) and ``bursts`` raise it just ahead of time; the starts
+    themselves follow the schedule exactly.  The test ends when every rollout
+    has run on every transport, or at ``--loopbench-run-time``.
+    """
+
+    def tick(self) -> tuple[int, float] | None:
+        master = _master
+        if master is None:
+            return None
+        if master.run is None:
+            config = master.begin()
+            assert self.runner is not None
+            setattr(self.runner.environment.parsed_options, RUN_OPTION, config.to_wire())
+        if master.should_stop():
+            assert self.runner is not None
+            _end_run(self.runner, master)
+            return None
+        users = master.target_users()
+        return users, float(min(max(users, 1), 1000))
+
+
+class LoopbenchAgent(User):
+    """One agent: claims a rollout from the master, runs it turn by turn, repeats."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._finished: tuple[int, int] | None = None
+        self._idle = False
+
+    def on_stop(self) -> None:
+        for session in self._sessions.values():
+            session.close()
+        self._sessions.clear()
+
+    def _session(self, transport: str, config: RunConfig) -> Session:
+        session = self._sessions.get(transport)
+        if session is None:
+            key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+            session = self._sessions[transport] = make_session(
+                transport,
+                ClientOptions(
+                    base_url=config.target,
+                    api_key=key or "sk-loopbench",
+                    keepalive=config.keepalive,
+                    verify_tls=config.verify_tls,
+                    request_timeout_s=config.request_timeout_s,
+                ),
+            )
+        return session
+
+    @task
+    def rollout(self) -> None:
+        side = _worker
+        if side is None or side.run is None or self._idle:
+            gevent.sleep(1.0)
+            return
+        claim = side.claim(self._finished)
+        self._finished = None
+        if claim.kind != "run" or claim.plan is None:
+            self._idle = True
+            return
+        config = side.run.config
+        plan: RolloutPlan = claim.plan
+        intended = now_ns() if claim.start_in_ns is None else claim.start_in_ns
+        delay_s = (intended - now_ns()) / 1e9
+        if delay_s > 0:
+            gevent.sleep(delay_s)
+        try:
+            record = run_rollout(
+                self._session(claim.transport, config),
+                plan,
+                intended_start_ns=intended,
+                round_index=claim.round,
+                model=config.model,
+                on_turn=side.on_turn,
+                sleep=gevent.sleep,
+                hints=config.hints,
+            )
+        except Exception as exc:  # a driver bug must not stall the phase: report and move on
+            log.exception(
+                "rollout %d over %s failed in the driver", plan.rollout_id, claim.transport
+            )
+            record = RolloutRecord(
+                transport=claim.transport,
+                rollout_id=plan.rollout_id,
+                round=claim.round,
+                intended_start_ns=intended,
+                start_ns=intended,
+                end_ns=now_ns(),
+                status="error",
+                error_kind=f"driver:{type(exc).__name__}",
+            )
+        side.on_rollout(record)
+        self._finished = (claim.phase, plan.rollout_id)

@@ -1,0 +1,62 @@
+"""Names and shared settings of the master <-> worker conversation.  Pure.
+
+Messages (Locust custom messages; payloads are msgpack-able dicts):
+
+* ``loopbench_hello`` worker → master, at test start: the worker takes part in the run;
+* ``loopbench_claim`` worker → master: ``{req, finished}``, the rollout just run
+  (``[phase, rollout_id]`` or None) and a request for the next one;
+* ``loopbench_work`` master → worker: ``{req, kind, ...}`` the answer (``run`` with
+  the plan, or ``done``); answers to claims made while a phase drains are held
+  until the next phase starts;
+* ``loopbench_rows`` worker → master: record rows, every ~0.5 s;
+* ``loopbench_final`` worker → master, once its users stopped: the
+  accumulator state (HDR blobs), the last rows and the worker's own counts.
+
+The master hands the run's settings to workers as a Locust parsed option
+(:data:`RUN_OPTION`), which Locust forwards with every spawn message, so
+workers need nothing but the master's address.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+MSG_HELLO = "loopbench_hello"
+MSG_CLAIM = "loopbench_claim"
+MSG_WORK = "loopbench_work"
+MSG_ROWS = "loopbench_rows"
+MSG_FINAL = "loopbench_final"
+
+#: attribute of ``environment.parsed_options`` carrying :class:`RunConfig` to workers
+RUN_OPTION = "loopbench_run"
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    run_id: str
+    target: str
+    model: str
+    warmup_rollouts: int
+    keepalive: bool = True
+    verify_tls: bool = True
+    request_timeout_s: float = 120.0
+    api_key_env: str = ""
+    hints: bool = True
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> RunConfig:
+        return cls(
+            run_id=str(data["run_id"]),
+            target=str(data["target"]),
+            model=str(data["model"]),
+            warmup_rollouts=int(data["warmup_rollouts"]),
+            keepalive=bool(data["keepalive"]),
+            verify_tls=bool(data["verify_tls"]),
+            request_timeout_s=float(data["request_timeout_s"]),
+            api_key_env=str(data["api_key_env"]),
+            hints=bool(data.get("hints", True)),
+        )

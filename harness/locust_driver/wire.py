@@ -1,0 +1,61 @@
+"""Wire forms for Locust messages (msgpack carries plain lists, dicts and scalars only).  Pure."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from harness.core.plan import RolloutPlan, TurnPlan
+from harness.core.records import RolloutRecord, TurnRecord, csv_fields
+
+TURN_FIELDS = tuple(csv_fields(TurnRecord))
+ROLLOUT_FIELDS = tuple(csv_fields(RolloutRecord))
+
+
+def turn_to_row(rec: TurnRecord) -> list[Any]:
+    """The CSV columns of a turn (``itl_ns`` travels inside the histograms, not per row)."""
+    return [getattr(rec, name) for name in TURN_FIELDS]
+
+
+def turn_from_row(row: list[Any]) -> TurnRecord:
+    if len(row) != len(TURN_FIELDS):
+        raise ValueError(f"turn row: expected {len(TURN_FIELDS)} fields, got {len(row)}")
+    return TurnRecord(**dict(zip(TURN_FIELDS, row, strict=True)))
+
+
+def rollout_to_row(rec: RolloutRecord) -> list[Any]:
+    return [getattr(rec, name) for name in ROLLOUT_FIELDS]
+
+
+def rollout_from_row(row: list[Any]) -> RolloutRecord:
+    if len(row) != len(ROLLOUT_FIELDS):
+        raise ValueError(f"rollout row: expected {len(ROLLOUT_FIELDS)} fields, got {len(row)}")
+    return RolloutRecord(**dict(zip(ROLLOUT_FIELDS, row, strict=True)))
+
+
+def plan_to_wire(plan: RolloutPlan) -> dict[str, Any]:
+    return asdict(plan)
+
+
+def plan_from_wire(data: dict[str, Any]) -> RolloutPlan:
+    turns = tuple(
+        TurnPlan(
+            index=int(t["index"]),
+            output_tokens=int(t["output_tokens"]),
+            tool_calls=int(t["tool_calls"]),
+            tool_latency_ms=tuple(float(x) for x in t["tool_latency_ms"]),
+            tool_output_tokens=tuple(int(x) for x in t["tool_output_tokens"]),
+            think_ms=float(t["think_ms"]),
+        )
+        for t in data["turns"]
+    )
+    return RolloutPlan(
+        rollout_id=int(data["rollout_id"]),
+        seed=int(data["seed"]),
+        system_tokens=int(data["system_tokens"]),
+        tool_schema_tokens=int(data["tool_schema_tokens"]),
+        user_prompt_tokens=int(data["user_prompt_tokens"]),
+        turns=turns,
+        start_offset_ns=int(data["start_offset_ns"]),
+        tags={str(k): str(v) for k, v in data["tags"].items()},
+    )

@@ -1,0 +1,145 @@
+"""Master-side work distribution: what a free Locust user runs next.  Pure; the clock is passed in.
+
+``loopbench run`` replays the scenario's rollouts over each transport in turn
+(per interleaving round), all of them, with ``load.concurrency`` agents or at
+the open-loop schedule's intended starts.  A distributed run must do the same
+work to produce the same results, so the master holds the plan and hands out
+one rollout per claim:
+
+* work is split into **phases**, one per ``(round, transport)`` in the order
+  ``loopbench run`` uses; a phase starts when the previous one has finished
+  (every rollout reported back), so transports never load the server at the
+  same time and each rollout id is measured once per transport (paired
+  comparisons);
+* closed loop: a claim gets the next rollout at once; open loop: the claim
+  also gets the delay until the rollout's intended start, measured from the
+  phase's start (the first claim of the phase), so the worker starts it on
+  time and records any lateness as schedule lag;
+* a claim that arrives while a phase drains is told to wait; once every phase
+  has finished, claims are told the run is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from harness.core.plan import RolloutPlan
+
+ClaimKind = Literal["run", "wait", "done"]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    kind: ClaimKind
+    phase: int = -1
+    transport: str = ""
+    round: int = 0
+    plan: RolloutPlan | None = None
+    #: open loop: ns from the answer until the intended start (negative: already late)
+    start_in_ns: int | None = None
+
+
+@dataclass(slots=True)
+class Phase:
+    transport: str
+    round: int
+    plans: list[RolloutPlan]
+    open_loop: bool
+    next_index: int = 0
+    claimed: set[int] = field(default_factory=set)
+    finished: set[int] = field(default_factory=set)
+    t0_ns: int | None = None
+    base_offset_ns: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return len(self.finished) >= len(self.plans)
+
+
+def split_rounds(plans: Sequence[RolloutPlan], rounds: int) -> list[list[RolloutPlan]]:
+    """The interleaving rounds, chunked as ``loopbench run`` chunks them."""
+    if rounds <= 1:
+        return [list(plans)]
+    size = -(-len(plans) // rounds)
+    return [list(plans[i : i + size]) for i in range(0, len(plans), size)]
+
+
+class WorkQueue:
+    def __init__(
+        self,
+        plans: Sequence[RolloutPlan],
+        transports: Sequence[str],
+        *,
+        open_loop: bool,
+        rounds: int = 1,
+    ) -> None:
+        if not transports:
+            raise ValueError("work queue: transports: expected at least one, got none")
+        self.open_loop = open_loop
+        self.phases: list[Phase] = []
+        for round_index, chunk in enumerate(split_rounds(plans, rounds)):
+            for name in transports:
+                base = min((p.start_offset_ns for p in chunk), default=0)
+                self.phases.append(Phase(name, round_index, chunk, open_loop, base_offset_ns=base))
+        self.current = 0
+        self.claimed = 0
+        self.finished = 0
+
+    @property
+    def done(self) -> bool:
+        return self.current >= len(self.phases)
+
+    @property
+    def in_flight(self) -> int:
+        return self.claimed - self.finished
+
+    @property
+    def total(self) -> int:
+        return sum(len(p.plans) for p in self.phases)
+
+    def _advance(self) -> None:
+        while self.current < len(self.phases) and self.phases[self.current].complete:
+            self.current += 1
+
+    def claim(self, now_ns: int) -> Claim:
+        self._advance()
+        if self.done:
+            return Claim("done")
+        phase = self.phases[self.current]
+        if phase.next_index >= len(phase.plans):
+            return Claim("wait")
+        plan = phase.plans[phase.next_index]
+        phase.next_index += 1
+        phase.claimed.add(plan.rollout_id)
+        self.claimed += 1
+        start_in: int | None = None
+        if phase.open_loop:
+            if phase.t0_ns is None:
+                phase.t0_ns = now_ns
+            start_in = phase.t0_ns + plan.start_offset_ns - phase.base_offset_ns - now_ns
+        return Claim("run", self.current, phase.transport, phase.round, plan, start_in)
+
+    def finish(self, phase_index: int, rollout_id: int) -> None:
+        """A claimed rollout was run to its end (successfully or not); unknown ones are ignored."""
+        if not 0 <= phase_index < len(self.phases):
+            return
+        phase = self.phases[phase_index]
+        if rollout_id in phase.finished or rollout_id not in phase.claimed:
+            return
+        phase.finished.add(rollout_id)
+        self.finished += 1
+        self._advance()
+
+    def due_within(self, now_ns: int, horizon_ns: int) -> int:
+        """Unclaimed rollouts of the current phase whose intended start is within ``horizon_ns``."""
+        if self.done:
+            return 0
+        phase = self.phases[self.current]
+        rest = phase.plans[phase.next_index :]
+        if not phase.open_loop:
+            return len(rest)
+        t0 = now_ns if phase.t0_ns is None else phase.t0_ns
+        limit = now_ns + horizon_ns - t0 + phase.base_offset_ns
+        return sum(1 for p in rest if p.start_offset_ns <= limit)

@@ -1,0 +1,195 @@
+"""Worker side of a distributed run: run claimed rollouts, measure, ship to the master.
+
+Every record goes, in the same step, into this worker's
+:class:`~harness.metrics.summary.Accumulator` (HDR histograms, counters) and
+into a row buffer, and fires Locust ``request`` events so Locust's UI, CSV and
+HTML show the run.  A shipper greenlet sends the row buffer every
+:data:`SHIP_INTERVAL_S`; when the test stops, the final message carries the
+accumulator's state (histograms as HdrHistogram blobs), the last rows and the
+worker's own counts, which the master checks against what it received.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any
+
+import gevent
+from gevent.event import AsyncResult
+
+from harness.core.records import RolloutRecord, TurnRecord
+from harness.locust_driver.net import now_ns
+from harness.locust_driver.protocol import (
+    MSG_CLAIM,
+    MSG_FINAL,
+    MSG_HELLO,
+    MSG_ROWS,
+    RunConfig,
+)
+from harness.locust_driver.wire import plan_from_wire, rollout_to_row, turn_to_row
+from harness.locust_driver.work import Claim
+from harness.metrics.summary import Accumulator
+
+SHIP_INTERVAL_S = 0.5
+
+
+@dataclass(slots=True)
+class WorkerRun:
+    config: RunConfig
+    acc: Accumulator
+    turn_rows: list[list[Any]] = field(default_factory=list)
+    rollout_rows: list[list[Any]] = field(default_factory=list)
+    turns: int = 0
+    rollouts: int = 0
+    cpu0: Any = field(default_factory=os.times)
+    wall0: float = field(default_factory=time.monotonic)
+
+
+class WorkerSide:
+    """One per worker process; ``send`` is ``runner.send_message``, ``fire`` the request event."""
+
+    def __init__(self, send: Any, fire: Any) -> None:
+        self._send = send
+        self._fire = fire
+        self._req = count()
+        self._waiting: dict[int, AsyncResult] = {}
+        self.run: WorkerRun | None = None
+        self._shipper: gevent.Greenlet | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def begin(self, config: RunConfig) -> None:
+        self.run = WorkerRun(config, Accumulator(warmup_rollouts=config.warmup_rollouts))
+        self._send(MSG_HELLO, {"run_id": config.run_id, "pid": os.getpid()})
+        self._shipper = gevent.spawn(self._ship_forever)
+
+    def end(self) -> None:
+        """Send the final state; called once the users are stopped."""
+        run, self.run = self.run, None
+        if self._shipper is not None:
+            self._shipper.kill(block=False)
+            self._shipper = None
+        for result in self._waiting.values():
+            result.set(Claim("done"))
+        self._waiting.clear()
+        if run is None:
+            return
+        cpu1 = os.times()
+        wall = max(1e-9, time.monotonic() - run.wall0)
+        cpu_share = ((cpu1.user - run.cpu0.user) + (cpu1.system - run.cpu0.system)) / wall
+        turns, rollouts = run.turn_rows, run.rollout_rows
+        run.turn_rows, run.rollout_rows = [], []
+        self._send(
+            MSG_FINAL,
+            {
+                "run_id": run.config.run_id,
+                "state": run.acc.to_state(),
+                "turns": turns,
+                "rollouts": rollouts,
+                "turns_total": run.turns,
+                "rollouts_total": run.rollouts,
+                "cpu_share": round(cpu_share, 4),
+            },
+        )
+
+    def _ship_forever(self) -> None:
+        while True:
+            gevent.sleep(SHIP_INTERVAL_S)
+            self.ship()
+
+    def ship(self) -> None:
+        run = self.run
+        if run is None or not (run.turn_rows or run.rollout_rows):
+            return
+        turns, rollouts = run.turn_rows, run.rollout_rows
+        run.turn_rows, run.rollout_rows = [], []
+        self._send(MSG_ROWS, {"run_id": run.config.run_id, "turns": turns, "rollouts": rollouts})
+
+    # -- work ------------------------------------------------------------------------------------
+
+    def claim(self, finished: tuple[int, int] | None) -> Claim:
+        """Ask the master for the next rollout, reporting the one just finished; blocks."""
+        if self.run is None:
+            return Claim("done")
+        req = next(self._req)
+        result: AsyncResult = AsyncResult()
+        self._waiting[req] = result
+        self._send(
+            MSG_CLAIM,
+            {"req": req, "finished": list(finished) if finished else None},
+        )
+        claim: Claim = result.get()
+        return claim
+
+    def on_work(self, data: dict[str, Any]) -> None:
+        """The master's answer to a claim (runs in the message-receiving greenlet)."""
+        result = self._waiting.pop(int(data["req"]), None)
+        if result is None:
+            return
+        if data["kind"] != "run":
+            result.set(Claim("done"))
+            return
+        start_in = data.get("start_in_ns")
+        result.set(
+            Claim(
+                "run",
+                phase=int(data["phase"]),
+                transport=str(data["transport"]),
+                round=int(data["round"]),
+                plan=plan_from_wire(data["plan"]),
+                # Anchored on this process's clock when the answer arrived.
+                start_in_ns=None if start_in is None else now_ns() + int(start_in),
+            )
+        )
+
+    # -- records ---------------------------------------------------------------------------------
+
+    def on_turn(self, rec: TurnRecord) -> None:
+        run = self.run
+        if run is None:
+            return
+        run.acc.add_turn(rec)
+        run.turn_rows.append(turn_to_row(rec))
+        run.turns += 1
+        name = rec.transport
+        exc = (
+            None if rec.ok else RuntimeError(f"{rec.error_kind or rec.status}: {rec.error_message}")
+        )
+        if rec.ok and rec.first_token_ns and rec.sent_ns:
+            self._fire(
+                request_type=name,
+                name=f"{name} ttft",
+                response_time=(rec.first_token_ns - rec.sent_ns) / 1e6,
+                response_length=0,
+                exception=None,
+                context={"rollout_id": rec.rollout_id, "turn": rec.turn_index},
+            )
+        self._fire(
+            request_type=name,
+            name=f"{name} turn",
+            response_time=((rec.done_ns or now_ns()) - rec.sent_ns) / 1e6 if rec.sent_ns else 0.0,
+            response_length=rec.output_tokens,
+            exception=exc,
+            context={"rollout_id": rec.rollout_id, "turn": rec.turn_index},
+        )
+
+    def on_rollout(self, rec: RolloutRecord) -> None:
+        run = self.run
+        if run is None:
+            return
+        run.acc.add_rollout(rec)
+        run.rollout_rows.append(rollout_to_row(rec))
+        run.rollouts += 1
+        start = rec.intended_start_ns or rec.start_ns
+        exc = None if rec.ok else RuntimeError(f"{rec.error_kind or rec.status}")
+        self._fire(
+            request_type=rec.transport,
+            name=f"{rec.transport} rollout",
+            response_time=(rec.end_ns - start) / 1e6,
+            response_length=rec.turns,
+            exception=exc,
+            context={"rollout_id": rec.rollout_id},
+        )

@@ -1,0 +1,91 @@
+"""Aggregate token-rate time series: output tokens per second across all streams.
+
+DESIGN §5 defines aggregate TPS as a time series.  Each response's output
+tokens are taken as emitted uniformly between its first and last token (the
+per-delta times are not kept in the row files) and added to fixed-width
+buckets; a bucket's rate is its tokens divided by its width.  The
+:class:`~harness.metrics.summary.Accumulator` does the same incrementally with
+one-second buckets; this module does it in one vectorised pass over a table,
+with any bucket width, for plots and notebooks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+
+def token_rate_series(
+    first_ns: npt.ArrayLike,
+    last_ns: npt.ArrayLike,
+    tokens: npt.ArrayLike,
+    *,
+    bucket_ns: int,
+    origin_ns: int = 0,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Bucket starts (s after ``origin_ns``) and tokens/s in each bucket.
+
+    ``first_ns``/``last_ns``/``tokens`` are per response; responses with no
+    token (``tokens <= 0`` or ``first_ns == 0``) are skipped.  A response whose
+    last token is not after its first puts all its tokens in one bucket.  The
+    series runs from the bucket of the earliest first token to that of the
+    latest last token, empty buckets included (a gap in output is a real 0).
+    """
+    if bucket_ns <= 0:
+        raise ValueError(f"bucket_ns: expected a positive integer, got {bucket_ns}")
+    first = np.asarray(first_ns, dtype=np.int64)
+    last = np.asarray(last_ns, dtype=np.int64)
+    n = np.asarray(tokens, dtype=np.float64)
+    if not (first.shape == last.shape == n.shape) or first.ndim != 1:
+        raise ValueError(
+            f"token_rate_series: expected three 1-d arrays of one length, got shapes "
+            f"{first.shape}, {last.shape}, {n.shape}"
+        )
+    keep = (n > 0) & (first != 0)
+    if not keep.any():
+        return np.zeros(0), np.zeros(0)
+    a = first[keep] - origin_ns
+    b = np.maximum(first[keep], last[keep]) - origin_ns
+    n = n[keep]
+    lo_bucket = int(a.min() // bucket_ns)
+    hi_bucket = int(b.max() // bucket_ns)
+    edges = np.arange(lo_bucket, hi_bucket + 2, dtype=np.int64) * bucket_ns
+    totals = np.zeros(len(edges) - 1, dtype=np.float64)
+
+    point = a == b
+    if point.any():
+        idx = a[point] // bucket_ns - lo_bucket
+        np.add.at(totals, idx, n[point])
+    span = ~point
+    if span.any():
+        # Cumulative tokens emitted by every spread response up to each edge: with
+        # a uniform rate, tokens(t) = n * clip((t - a) / (b - a), 0, 1).
+        sa, sb, sn = a[span], b[span], n[span]
+        cum = np.zeros(len(edges), dtype=np.float64)
+        for start in range(0, len(sa), 4096):
+            stop = start + 4096
+            frac = (edges[None, :] - sa[start:stop, None]) / (sb - sa)[start:stop, None]
+            cum += (np.clip(frac, 0.0, 1.0) * sn[start:stop, None]).sum(axis=0)
+        totals += np.diff(cum)
+    starts = edges[:-1] / 1e9
+    return starts.astype(np.float64), totals * (1e9 / bucket_ns)
+
+
+def buckets_to_series(
+    buckets: dict[int, float], bucket_s: float = 1.0
+) -> list[tuple[float, float]]:
+    """``{bucket index: tokens}`` -> ``[(start_s, tokens/s)]``, gaps filled with 0."""
+    if not buckets:
+        return []
+    lo, hi = min(buckets), max(buckets)
+    return [(k * bucket_s, buckets.get(k, 0.0) / bucket_s) for k in range(lo, hi + 1)]
+
+
+def pick_bucket_ns(span_ns: int, target_buckets: int = 120) -> int:
+    """A readable bucket width for a timeline of ``span_ns``: 10 ms … 60 s, about ``target_buckets``."""
+    steps = (10, 20, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 30000, 60000)
+    want_ms = max(span_ns, 1) / 1e6 / max(1, target_buckets)
+    for ms in steps:
+        if ms >= want_ms:
+            return ms * 1_000_000
+    return steps[-1] * 1_000_000

@@ -1,0 +1,232 @@
+"""Derived tables of a run for plots, reports and notebooks (pandas in, pandas out).
+
+Everything here reads the row files of a :class:`~harness.report.results.Run`
+and applies the metric definitions of DESIGN §5 row by row, so a notebook sees
+the same numbers the summary was built from.  Warm-up rollouts (``rollout_id``
+below the scenario's ``load.warmup_rollouts``) are dropped, as the summary
+drops them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from harness.metrics.stats import paired_speedup
+from harness.metrics.summary import TRANSPORT_ORDER
+from harness.metrics.timeseries import pick_bucket_ns, token_rate_series
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from harness.report.results import Run
+
+#: the sliding window the transports use for ``burst_tokens_max`` (DESIGN §5 default)
+BURST_WINDOW_S = 0.1
+
+#: server-modelled parts of a turn (``sim_timing``), in critical-path order
+SERVER_COMPONENTS = ("api_pre", "api_queue", "engine_queue", "prefill", "decode", "api_post")
+#: client-side parts of a rollout, per turn
+CLIENT_COMPONENTS = ("tool", "client", "recovery")
+#: turn time the server model does not account for: network, transport framing, client I/O
+UNMODELLED = "unmodelled"
+
+_OK = ("completed", "incomplete")
+
+
+def ordered_transports(names: Iterable[str]) -> list[str]:
+    """Transports in the canonical order (http … ws-append), unknown names last as given."""
+    names = list(dict.fromkeys(names))
+    known = [n for n in TRANSPORT_ORDER if n in names]
+    return known + [n for n in names if n not in known]
+
+
+def run_transports(run: Run) -> list[str]:
+    """The transports of a run: from the summary, else the manifest, else the rows."""
+    names: list[str] = []
+    if run.summary:
+        names = list(run.summary.get("transports", {}))
+    if not names:
+        names = [str(n) for n in run.manifest.get("transports", [])]
+    if not names and len(run.turns):
+        names = [str(n) for n in run.turns["transport"].unique()]
+    return ordered_transports(names)
+
+
+def warmup_rollouts(run: Run) -> int:
+    scenario = run.manifest.get("scenario") or {}
+    return int((scenario.get("load") or {}).get("warmup_rollouts", 0) or 0)
+
+
+def turn_table(run: Run, burst_window_s: float = BURST_WINDOW_S) -> pd.DataFrame:
+    """One row per measured turn with the per-turn metrics added.
+
+    Added columns: ``ok``; ``ttft_ms``, ``ttfb_ms``, ``turn_ms`` (NaN when the
+    turn failed or the event did not happen); ``decode_tps`` ((n−1)/(last−first),
+    NaN below 2 tokens); ``burst_tps`` (``burst_tokens_max`` / window: a lower
+    bound for responses shorter than the window); ``t_s`` (first token, else
+    sent, in seconds after the transport's first request of the run).
+    """
+    df = run.turns
+    df = df[df["rollout_id"] >= warmup_rollouts(run)].copy()
+    ok = df["status"].isin(_OK)
+    df["ok"] = ok
+    sent = df["sent_ns"].astype("int64")
+    for col, end in (
+        ("ttft_ms", "first_token_ns"),
+        ("ttfb_ms", "first_event_ns"),
+        ("turn_ms", "done_ns"),
+    ):
+        t = df[end].astype("int64")
+        df[col] = ((t - sent) / 1e6).where(ok & (t > 0) & (sent > 0))
+    span = df["last_token_ns"].astype("int64") - df["first_token_ns"].astype("int64")
+    n = df["output_tokens"].astype("int64")
+    df["decode_tps"] = ((n - 1) * 1e9 / span.where(span > 0)).where(ok & (n >= 2))
+    df["burst_tps"] = (df["burst_tokens_max"] / burst_window_s).where(df["burst_tokens_max"] > 0)
+    origin = sent.where(sent > 0).groupby(df["transport"]).transform("min")
+    at = df["first_token_ns"].where(df["first_token_ns"] > 0, sent)
+    df["t_s"] = (at - origin) / 1e9
+    return df
+
+
+def rollout_table(run: Run) -> pd.DataFrame:
+    """One row per measured rollout with ``ok``, ``latency_ms`` (from the intended start,
+    else the actual start), ``uncorrected_ms`` (from the actual start) and ``schedule_lag_ms``."""
+    df = run.rollouts
+    df = df[df["rollout_id"] >= warmup_rollouts(run)].copy()
+    ok = (df["status"] == "completed") & (df["end_ns"] > 0)
+    df["ok"] = ok
+    start = df["intended_start_ns"].where(df["intended_start_ns"] > 0, df["start_ns"])
+    df["latency_ms"] = ((df["end_ns"] - start) / 1e6).where(ok)
+    df["uncorrected_ms"] = ((df["end_ns"] - df["start_ns"]) / 1e6).where(ok & (df["start_ns"] > 0))
+    lag = (df["start_ns"] - df["intended_start_ns"]).clip(lower=0)
+    df["schedule_lag_ms"] = (lag / 1e6).where((df["start_ns"] > 0) & (df["intended_start_ns"] > 0))
+    return df
+
+
+def paired_rollouts(run: Run) -> pd.DataFrame:
+    """Completed rollout latencies (ms), one column per transport, indexed by (round, rollout_id).
+
+    Only rollouts completed by every transport are kept: the rows are the pairs
+    the paired speedup is computed on.
+    """
+    df = rollout_table(run)
+    df = df[df["ok"]]
+    wide = df.pivot_table(
+        index=["round", "rollout_id"], columns="transport", values="latency_ms", aggfunc="first"
+    )
+    cols = [t for t in ordered_transports(wide.columns) if t in wide.columns]
+    return wide[cols].dropna()
+
+
+def paired_ttft_speedup(
+    run: Run, baseline: str, candidate: str, *, n_boot: int = 2000, seed: int = 0
+) -> dict[str, Any] | None:
+    """TTFT speedup of ``candidate`` over ``baseline`` paired turn by turn (same rollout,
+    round and turn index): median ratio and bootstrap 95 % CI; None with no common turn."""
+    df = turn_table(run)
+    df = df[df["ttft_ms"] > 0]
+    wide = df.pivot_table(
+        index=["round", "rollout_id", "turn_index"],
+        columns="transport",
+        values="ttft_ms",
+        aggfunc="first",
+    )
+    if baseline not in wide.columns or candidate not in wide.columns:
+        return None
+    pairs = wide[[baseline, candidate]].dropna()
+    if pairs.empty:
+        return None
+    res = paired_speedup(
+        pairs[baseline].to_numpy(), pairs[candidate].to_numpy(), n_boot=n_boot, seed=seed
+    )
+    return {
+        "speedup": res.median_ratio,
+        "ci95": list(res.ci95),
+        "reduction_pct": res.reduction_pct,
+        "n": res.n,
+    }
+
+
+def aggregate_tps(run: Run, bucket_ns: int | None = None) -> pd.DataFrame:
+    """Aggregate output tokens/s per transport over time: columns ``transport``, ``t_s``, ``tps``.
+
+    ``t_s`` is the bucket start in seconds after the transport's first request;
+    failed turns' tokens count (they loaded the engine), as in the summary.
+    ``bucket_ns`` defaults to a width giving ~120 buckets over the longest transport.
+    """
+    import pandas as pd
+
+    df = run.turns
+    df = df[df["rollout_id"] >= warmup_rollouts(run)]
+    frames = []
+    groups = {name: g for name, g in df.groupby("transport", sort=False)}
+    if bucket_ns is None:
+        spans = [
+            int(g["last_token_ns"].max() - g["sent_ns"][g["sent_ns"] > 0].min())
+            for g in groups.values()
+            if (g["sent_ns"] > 0).any()
+        ]
+        bucket_ns = pick_bucket_ns(max(spans, default=1), target_buckets=60)
+    for name in ordered_transports(groups):
+        g = groups[name]
+        sent = g["sent_ns"][g["sent_ns"] > 0]
+        if sent.empty:
+            continue
+        starts, rates = token_rate_series(
+            g["first_token_ns"].to_numpy(),
+            g["last_token_ns"].to_numpy(),
+            g["output_tokens"].to_numpy(),
+            bucket_ns=bucket_ns,
+            origin_ns=int(sent.min()),
+        )
+        frames.append(pd.DataFrame({"transport": name, "t_s": starts, "tps": rates}))
+    if not frames:
+        return pd.DataFrame({"transport": [], "t_s": [], "tps": []})
+    return pd.concat(frames, ignore_index=True)
+
+
+def breakdown_table(summary: dict[str, Any]) -> pd.DataFrame:
+    """Mean time per turn (ms) by component, one row per transport (from ``summary.json``).
+
+    Server components come from ``sim_timing`` (means over turns that reported
+    it; ``api_post`` is 0 where it is overlapped); ``unmodelled`` is the mean
+    measured turn latency minus their sum (network, framing, client I/O; clipped
+    at 0); ``tool``, ``client`` and ``recovery`` are rollout time per turn.
+    The server and unmodelled parts add up to the mean turn latency.
+    """
+    import pandas as pd
+
+    rows = {}
+    for name in ordered_transports(summary.get("transports", {})):
+        t = summary["transports"][name]
+        b = t.get("breakdown_ms", {})
+        row = {k: float(b.get(k) or 0.0) for k in SERVER_COMPONENTS}
+        turn_mean = (t.get("turn_ms") or {}).get("mean")
+        modelled = sum(row.values())
+        row[UNMODELLED] = max(0.0, float(turn_mean) - modelled) if turn_mean is not None else 0.0
+        for k in CLIENT_COMPONENTS:
+            row[k] = float(b.get(k) or 0.0)
+        rows[name] = row
+    return pd.DataFrame.from_dict(
+        rows, orient="index", columns=[*SERVER_COMPONENTS, UNMODELLED, *CLIENT_COMPONENTS]
+    )
+
+
+def turn_index_medians(turns: pd.DataFrame, value: str = "turn_ms") -> pd.DataFrame:
+    """Median of ``value`` per (transport, turn_index) over successful turns."""
+    ok = turns[turns["ok"] & turns[value].notna()]
+    return ok.groupby(["transport", "turn_index"], sort=False)[value].median().reset_index()
+
+
+def binned_medians(x: np.ndarray, y: np.ndarray, bins: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """Median of ``y`` in ``bins`` equal-count bins of ``x``: (bin centre x, median y)."""
+    order = np.argsort(x)
+    xs, ys = x[order], y[order]
+    parts = [p for p in np.array_split(np.arange(len(xs)), min(bins, len(xs))) if len(p)]
+    return (
+        np.array([float(np.median(xs[p])) for p in parts]),
+        np.array([float(np.median(ys[p])) for p in parts]),
+    )

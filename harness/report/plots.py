@@ -1,0 +1,514 @@
+"""The run's plots: matplotlib figures with one style, titled, axes labelled with units.
+
+Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot), so
+this module never touches the global backend: it renders headless through
+Agg in :func:`write_plots`, and a notebook displays the returned figures
+inline.  Each ``plot_*`` function takes a loaded :class:`Run` and returns a
+figure, or ``None`` when the run has nothing to draw for it (e.g. no output
+tokens); :data:`PLOTS` lists them with the caption the reports print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from harness.report import analysis as A
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from harness.report.results import Run
+
+#: one colour per transport, the same in every plot and report
+TRANSPORT_COLORS = {
+    "http": "#c0392b",
+    "http-chained": "#e67e22",
+    "ws": "#2471a3",
+    "ws-store": "#17a589",
+    "ws-append": "#7d3c98",
+}
+_FALLBACK_COLORS = ("#5d6d7e", "#b7950b", "#a04000", "#1e8449", "#6c3483")
+
+COMPONENT_COLORS = {
+    "api_pre": "#922b21",
+    "api_queue": "#e6b0aa",
+    "engine_queue": "#f5cba7",
+    "prefill": "#d68910",
+    "decode": "#2e86c1",
+    "api_post": "#af7ac5",
+    "unmodelled": "#99a3a4",
+    "tool": "#27ae60",
+    "client": "#a9dfbf",
+    "recovery": "#8e44ad",
+}
+COMPONENT_LABELS = {
+    "api_pre": "API pre-inference",
+    "api_queue": "API queue",
+    "engine_queue": "engine queue",
+    "prefill": "prefill",
+    "decode": "decode",
+    "api_post": "API post (blocking)",
+    "unmodelled": "network + client I/O (unmodelled)",
+    "tool": "tool execution",
+    "client": "client think/work",
+    "recovery": "recovery",
+}
+
+STYLE: dict[str, Any] = {
+    "figure.dpi": 100,
+    "savefig.dpi": 110,
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 10,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linestyle": "-",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.fontsize": 9,
+    "legend.frameon": False,
+    "figure.titlesize": 13,
+    "figure.titleweight": "bold",
+}
+
+
+def transport_color(name: str, index: int = 0) -> str:
+    return TRANSPORT_COLORS.get(name, _FALLBACK_COLORS[index % len(_FALLBACK_COLORS)])
+
+
+@contextmanager
+def plot_style() -> Iterator[None]:
+    """The report style, for figures built or saved inside the block."""
+    import matplotlib
+
+    with matplotlib.rc_context(cast(Any, STYLE)):
+        yield
+
+
+def _figure(width: float, height: float, ncols: int = 1, **kw: Any) -> tuple[Figure, list[Axes]]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False, **kw)[0]
+    return fig, list(axes)
+
+
+def _subtitle(run: Run) -> str:
+    scenario = run.manifest.get("scenario_name") or (run.manifest.get("scenario") or {}).get("name")
+    server = (run.manifest.get("scenario") or {}).get("server") or {}
+    parts = [f"run {run.run_id}"]
+    if scenario:
+        parts.append(f"scenario {scenario}")
+    if server.get("api_profile") and run.manifest.get("embedded_server"):
+        parts.append(f"API {server['api_profile']}, engine {server.get('engine_profile', '?')}")
+    return " · ".join(parts)
+
+
+def _title(fig: Figure, run: Run, title: str) -> None:
+    fig.suptitle(title)
+    # supxlabel, unlike free text, gets its own row from the constrained layout
+    fig.supxlabel(_subtitle(run), fontsize=8, color="#555555")
+
+
+def _fmt_ms(v: float) -> str:
+    return f"{v:,.0f} ms" if v >= 100 else f"{v:,.1f} ms"
+
+
+# -- the plots -----------------------------------------------------------------------------------
+
+
+def plot_ttft_cdf(run: Run) -> Figure | None:
+    """Empirical CDF of TTFT per transport, p50 marked."""
+    turns = A.turn_table(run)
+    fig, (ax,) = _figure(8.5, 4.8)
+    drawn = False
+    lo_hi: list[float] = []
+    for i, name in enumerate(A.run_transports(run)):
+        v = np.sort(turns.loc[(turns["transport"] == name) & turns["ttft_ms"].notna(), "ttft_ms"])
+        if not len(v):
+            continue
+        drawn = True
+        color = transport_color(name, i)
+        y = np.arange(1, len(v) + 1) / len(v)
+        p50 = float(np.median(v))
+        ax.step(
+            v, y, where="post", color=color, lw=2, label=f"{name}  (p50 {_fmt_ms(p50)}, n={len(v)})"
+        )
+        ax.axvline(p50, color=color, ls=":", lw=1)
+        lo_hi += [float(v[0]), float(v[-1])]
+    if not drawn:
+        return None
+    if max(lo_hi) / max(min(lo_hi), 1e-3) > 20:
+        ax.set_xscale("log")
+    ax.axhline(0.5, color="#888888", lw=0.8, ls="--")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("time to first token (ms)")
+    ax.set_ylabel("fraction of turns ≤ x")
+    ax.legend(loc="lower right")
+    _title(fig, run, "TTFT distribution per transport")
+    return fig
+
+
+def plot_turn_latency_growth(run: Run) -> Figure | None:
+    """Turn latency and TTFT against turn index and history size, per transport."""
+    turns = A.turn_table(run)
+    ok = turns[turns["ok"] & turns["turn_ms"].notna()]
+    if ok.empty:
+        return None
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = _figure(12, 4.8, ncols=2, sharey=True)
+    ax_idx, ax_hist = axes
+    for i, name in enumerate(A.run_transports(run)):
+        g = ok[ok["transport"] == name]
+        if g.empty:
+            continue
+        color = transport_color(name, i)
+        jitter = (np.random.default_rng(i).random(len(g)) - 0.5) * 0.3
+        ax_idx.scatter(g["turn_index"] + jitter, g["turn_ms"], s=10, color=color, alpha=0.35, lw=0)
+        med = A.turn_index_medians(g)
+        ax_idx.plot(
+            med["turn_index"],
+            med["turn_ms"],
+            color=color,
+            lw=2,
+            marker="o",
+            ms=4,
+            label=f"{name} turn latency (median)",
+        )
+        med_ttft = A.turn_index_medians(g[g["ttft_ms"].notna()], "ttft_ms")
+        ax_idx.plot(
+            med_ttft["turn_index"],
+            med_ttft["ttft_ms"],
+            color=color,
+            lw=1.2,
+            ls="--",
+            label=f"{name} TTFT (median)",
+        )
+        ax_hist.scatter(
+            g["history_tokens"] / 1000, g["turn_ms"], s=10, color=color, alpha=0.35, lw=0
+        )
+        bx, by = A.binned_medians(g["history_tokens"].to_numpy(float), g["turn_ms"].to_numpy(float))
+        ax_hist.plot(bx / 1000, by, color=color, lw=2, label=f"{name} (binned median)")
+        if len(g) >= 3 and g["history_tokens"].nunique() > 1:
+            slope = np.polyfit(g["history_tokens"] / 1000, g["turn_ms"], 1)[0]
+            ax_hist.plot([], [], " ", label=f"  slope {slope:+.1f} ms per 1k tokens")
+    ax_idx.set_xlabel("turn index within the rollout")
+    ax_idx.set_ylabel("latency (ms)")
+    ax_idx.set_title("by turn index")
+    ax_idx.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_idx.legend(loc="upper left", fontsize=8)
+    ax_hist.set_xlabel("conversation history at the turn (thousand tokens)")
+    ax_hist.set_title("turn latency by history size")
+    ax_hist.legend(loc="upper left", fontsize=8)
+    ax_idx.set_ylim(bottom=0)
+    _title(fig, run, "Turn latency as the conversation grows")
+    return fig
+
+
+def plot_latency_breakdown(run: Run) -> Figure | None:
+    """Stacked mean time per turn by component, per transport."""
+    if not run.summary:
+        return None
+    table = A.breakdown_table(run.summary)
+    if table.empty:
+        return None
+    fig, (ax,) = _figure(11.5, 2.8 + 0.6 * len(table))
+    names = list(table.index)[::-1]
+    left = np.zeros(len(names))
+    for comp in table.columns:
+        vals = table.loc[names, comp].to_numpy(float)
+        if not np.any(vals > 0):
+            continue
+        ax.barh(
+            names,
+            vals,
+            left=left,
+            color=COMPONENT_COLORS[comp],
+            label=COMPONENT_LABELS[comp],
+            edgecolor="white",
+            lw=0.6,
+            height=0.6,
+        )
+        for y, (x0, w) in enumerate(zip(left, vals, strict=True)):
+            if w >= 0.06 * table.sum(axis=1).max():
+                ax.text(
+                    x0 + w / 2,
+                    y,
+                    f"{w:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white"
+                    if comp not in ("api_queue", "engine_queue", "client")
+                    else "#333333",
+                )
+        left += vals
+    for y, total in enumerate(left):
+        ax.text(total, y, f"  {total:,.0f} ms", va="center", fontsize=9)
+    ax.set_xlim(0, left.max() * 1.15 if left.max() > 0 else 1)
+    ax.set_xlabel("mean time per turn (ms)")
+    ax.grid(axis="y", visible=False)
+    # legend at the side: below the axes it would collide with the run line (supxlabel)
+    fig.legend(loc="outside right upper", fontsize=8)
+    _title(fig, run, "Where a turn's time goes (server model + client), per transport")
+    return fig
+
+
+def plot_decode_tps(run: Run) -> Figure | None:
+    """Per-response decode TPS over time per transport: sustained rate and bursts."""
+    turns = A.turn_table(run)
+    names = [
+        n
+        for n in A.run_transports(run)
+        if turns.loc[turns["transport"] == n, "decode_tps"].notna().any()
+    ]
+    if not names:
+        return None
+    fig, axes = _figure(6 * min(len(names), 2) + 0.5, 4.6, ncols=len(names), sharey=True)
+    tps_summary = (run.summary or {}).get("transports", {})
+    for i, (ax, name) in enumerate(zip(axes, names, strict=True)):
+        g = turns[(turns["transport"] == name) & turns["decode_tps"].notna()]
+        color = transport_color(name, A.run_transports(run).index(name))
+        sizes = 6 + 40 * g["output_tokens"] / max(1, g["output_tokens"].max())
+        ax.scatter(
+            g["t_s"],
+            g["decode_tps"],
+            s=sizes,
+            color=color,
+            alpha=0.6,
+            lw=0,
+            label="one response: (n−1)/(last−first)",
+        )
+        p50 = float(g["decode_tps"].median())
+        ax.axhline(p50, color="#222222", lw=1.5, label=f"sustained (p50) {p50:,.0f} tok/s")
+        peak = (tps_summary.get(name, {}).get("tps") or {}).get("burst_peak")
+        if peak:
+            ax.axhline(
+                peak,
+                color="#d35400",
+                lw=1.5,
+                ls="--",
+                label=f"burst peak ({A.BURST_WINDOW_S * 1000:.0f} ms window) {peak:,.0f} tok/s",
+            )
+        ax.set_title(name)
+        ax.set_xlabel("time since the transport's first request (s)")
+        if i == 0:
+            ax.set_ylabel("decode rate (tokens/s)")
+        ax.legend(loc="center right", fontsize=8, frameon=True, framealpha=0.85)
+    # shared y: set once from every panel's data, or the first panel's range would win
+    tops = [
+        turns["decode_tps"].max(),
+        *((tps_summary.get(n, {}).get("tps") or {}).get("burst_peak") or 0 for n in names),
+    ]
+    axes[0].set_ylim(0, float(np.nanmax(tops)) * 1.08)
+    _title(fig, run, "Per-stream decode rate over time")
+    return fig
+
+
+def plot_aggregate_tps(run: Run) -> Figure | None:
+    """Output tokens per second across all streams, per transport, over the run."""
+    series = A.aggregate_tps(run)
+    if series.empty:
+        return None
+    fig, (ax,) = _figure(10, 4.4)
+    width = float(np.diff(series["t_s"].iloc[:2]).item()) if len(series) > 1 else 1.0
+    for i, name in enumerate(A.run_transports(run)):
+        g = series[series["transport"] == name]
+        if g.empty:
+            continue
+        color = transport_color(name, i)
+        mean = ((run.summary or {}).get("transports", {}).get(name, {}).get("tps") or {}).get(
+            "aggregate_mean"
+        )
+        label = f"{name}" + (f"  (mean {mean:,.0f} tok/s)" if mean else "")
+        ax.step(g["t_s"], g["tps"], where="post", color=color, lw=1.6, label=label)
+        ax.fill_between(g["t_s"], g["tps"], step="post", color=color, alpha=0.12)
+        if mean:
+            ax.axhline(mean, color=color, ls=":", lw=1)
+    ax.set_xlabel(f"time since the transport's first request (s; {width * 1000:.0f} ms buckets)")
+    ax.set_ylabel("aggregate output (tokens/s)")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper right")
+    _title(fig, run, "Aggregate token throughput over time")
+    return fig
+
+
+def plot_rollout_latency(run: Run) -> Figure | None:
+    """Rollout latency distribution per transport and the paired speedup with its CI."""
+    rollouts = A.rollout_table(run)
+    ok = rollouts[rollouts["ok"]]
+    names = [n for n in A.run_transports(run) if (ok["transport"] == n).any()]
+    if not names:
+        return None
+    comps = [c for c in (run.summary or {}).get("comparisons", []) if c.get("rollout_speedup")]
+    fig, axes = _figure(
+        12 if comps else 7,
+        4.8,
+        ncols=2 if comps else 1,
+        gridspec_kw={"width_ratios": [3, 2]} if comps else None,
+    )
+    ax = axes[0]
+    data = [ok.loc[ok["transport"] == n, "latency_ms"].to_numpy(float) / 1000 for n in names]
+    parts = ax.violinplot(data, showextrema=False, widths=0.8)
+    for body, name in zip(list(cast(Any, parts["bodies"])), names, strict=True):
+        body.set_facecolor(transport_color(name, names.index(name)))
+        body.set_alpha(0.25)
+    ax.boxplot(data, widths=0.25, showfliers=False, medianprops={"color": "#222222", "lw": 2})
+    for j, (name, v) in enumerate(zip(names, data, strict=True)):
+        x = j + 1 + (np.random.default_rng(j).random(len(v)) - 0.5) * 0.35
+        ax.scatter(x, v, s=14, color=transport_color(name, j), alpha=0.8, lw=0, zorder=3)
+        ax.text(j + 1.3, float(np.median(v)), f"p50 {np.median(v):,.2f} s", va="center", fontsize=8)
+    ax.set_xticks(range(1, len(names) + 1), names)
+    ax.set_ylabel("rollout latency (s, from intended start)")
+    ax.set_title("rollout latency per transport")
+    ax.set_ylim(bottom=0)
+    if comps:
+        ax2 = axes[1]
+        pairs = A.paired_rollouts(run)
+        labels = []
+        for k, c in enumerate(comps):
+            base, cand = c["baseline"], c["candidate"]
+            y = len(comps) - 1 - k
+            if base in pairs.columns and cand in pairs.columns:
+                r = (pairs[base] / pairs[cand]).to_numpy(float)
+                ax2.scatter(
+                    r,
+                    y + (np.random.default_rng(k).random(len(r)) - 0.5) * 0.25,
+                    s=14,
+                    color=transport_color(cand, k),
+                    alpha=0.6,
+                    lw=0,
+                    zorder=3,
+                )
+            lo, hi = c.get("rollout_speedup_ci95") or [None, None]
+            s = float(c["rollout_speedup"])
+            if lo is not None and hi is not None:
+                ax2.errorbar(
+                    s,
+                    y,
+                    xerr=[[s - lo], [hi - s]],
+                    fmt="D",
+                    color="#222222",
+                    capsize=6,
+                    ms=7,
+                    lw=2,
+                    zorder=4,
+                )
+            red = c.get("rollout_latency_reduction_pct")
+            ax2.text(
+                s,
+                y + 0.3,
+                f"{s:.2f}× [{lo:.2f}, {hi:.2f}]" + (f"  (−{red:.1f} %)" if red is not None else ""),
+                ha="center",
+                fontsize=9,
+            )
+            labels.append(f"{cand}\nvs {base}")
+        ax2.axvline(1.0, color="#888888", lw=1, ls="--")
+        ax2.set_yticks(range(len(comps)), labels[::-1])
+        ax2.set_ylim(-0.6, len(comps) - 0.2)
+        ax2.set_xlabel("speedup (baseline latency / candidate latency, ×)")
+        paired = all(c.get("paired") for c in comps)
+        ax2.set_title(
+            ("paired per rollout" if paired else "ratio of medians") + ": median, 95 % CI"
+        )
+        ax2.grid(axis="y", visible=False)
+    _title(fig, run, "Rollout latency and speedup")
+    return fig
+
+
+@dataclass(frozen=True, slots=True)
+class PlotSpec:
+    name: str
+    title: str
+    caption: str
+    make: Callable[[Run], Figure | None]
+
+
+PLOTS: tuple[PlotSpec, ...] = (
+    PlotSpec(
+        "ttft_cdf",
+        "TTFT distribution",
+        "Cumulative distribution of time to first token per "
+        "transport (dotted: median). A curve further left is faster at every percentile.",
+        plot_ttft_cdf,
+    ),
+    PlotSpec(
+        "turn_latency_growth",
+        "Turn latency vs conversation length",
+        "Left: turn latency (dots, solid median) and TTFT (dashed median) by turn index. Right: turn "
+        "latency against the history the turn carries. Full-history transports pay for the whole "
+        "conversation every turn, so their line climbs; cached transports stay flatter.",
+        plot_turn_latency_growth,
+    ),
+    PlotSpec(
+        "latency_breakdown",
+        "Latency breakdown",
+        "Mean time per turn by component: the server's modelled API-tier and engine time "
+        "(sim_timing), the measured remainder (network and client I/O), and the client-side tool, "
+        "think and recovery time per turn.",
+        plot_latency_breakdown,
+    ),
+    PlotSpec(
+        "decode_tps",
+        "Decode rate per stream",
+        "Each dot is one response's decode rate, (output tokens − 1) / (last − first token), at the "
+        "time its first token arrived (size: response length). The solid line is the sustained rate "
+        "(median); dots far above it are responses decoded in a speculative burst. The dashed line is "
+        "the burst peak: most tokens in any 100 ms window / 0.1 s (responses shorter than the window "
+        "cannot fill it).",
+        plot_decode_tps,
+    ),
+    PlotSpec(
+        "aggregate_tps",
+        "Aggregate throughput",
+        "Output tokens per second summed over all concurrent streams, each response's tokens spread "
+        "evenly between its first and last token (dotted: mean over the active span).",
+        plot_aggregate_tps,
+    ),
+    PlotSpec(
+        "rollout_latency",
+        "Rollout latency and speedup",
+        "Left: end-to-end rollout latency per transport (violin, box, one dot per rollout). Right: the "
+        "per-rollout speedup over the baseline on identical seeded rollouts (dots), the median "
+        "(diamond) and its bootstrap 95 % confidence interval.",
+        plot_rollout_latency,
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PlotFile:
+    spec: PlotSpec
+    path: Path
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Write ``fig`` as PNG through Agg (no display needed)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    with plot_style():
+        fig.savefig(path, format="png")
+    return path
+
+
+def write_plots(run: Run, out_dir: Path, specs: Sequence[PlotSpec] = PLOTS) -> list[PlotFile]:
+    """Render every plot that has data to ``out_dir/<name>.png``; returns what was written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for spec in specs:
+        with plot_style():
+            fig = spec.make(run)
+        if fig is None:
+            continue
+        written.append(PlotFile(spec, save_figure(fig, out_dir / f"{spec.name}.png")))
+    return written

@@ -1,0 +1,296 @@
+"""``report.md``, ``report.html`` and ``plots/*.png`` of a results folder.
+
+:func:`render_run` (re)builds them from the files of the run alone, so
+``loopbench report RUN`` gives the same report as the run itself did.
+:func:`render_run_safely` is what the runner calls after ``summary.json`` is
+written: a plotting failure there is reported on stderr and never costs the
+measured results.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.report import analysis as A
+from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
+from harness.report.results import Run, load_run
+
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+PLOTS_DIR = "plots"
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    report_md: Path
+    report_html: Path
+    plots: list[Path]
+
+
+def fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
+    """A number for a table cell: thousands separators, ``-`` for missing/NaN."""
+    if value is None:
+        return "-"
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if f != f:
+        return "-"
+    return f"{f:,.{digits}f}{suffix}"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _run_facts(run: Run) -> list[str]:
+    m = run.manifest
+    scenario = m.get("scenario") or {}
+    server = scenario.get("server") or {}
+    load = scenario.get("load") or {}
+    machine = m.get("machine") or {}
+    facts = [
+        f"Scenario {m.get('scenario_name', scenario.get('name', '?'))}"
+        + (f" — {scenario['description']}" if scenario.get("description") else ""),
+        f"seed {m.get('seed', '?')}, transports {', '.join(m.get('transports', []))}, load "
+        f"{load.get('mode', '?')}"
+        + (
+            f" (concurrency {load.get('concurrency')})"
+            if load.get("mode") == "closed"
+            else f" (arrival {load.get('arrival')})"
+        ),
+        (
+            f"embedded reference server, API profile {server.get('api_profile')}, engine "
+            f"{server.get('engine_profile')}"
+            if m.get("embedded_server")
+            else f"target {m.get('target', '?')}"
+        ),
+        f"started {m.get('started_at', '?')}, git {str(m.get('git_sha', ''))[:10] or '?'}, "
+        f"Python {machine.get('python', '?')}, {machine.get('cpu_count', '?')} CPUs",
+    ]
+    return facts
+
+
+def latency_table(summary: dict[str, Any]) -> Table:
+    rows = []
+    for name in A.ordered_transports(summary.get("transports", {})):
+        t = summary["transports"][name]
+        rows.append(
+            [
+                name,
+                f"{t['rollouts']['count']} ({t['rollouts']['errors']})",
+                f"{t['turns']['count']} ({t['turns']['errors']})",
+                fmt(t["ttft_ms"]["p50"]),
+                fmt(t["ttft_ms"]["p90"]),
+                fmt(t["ttft_ms"]["p99"]),
+                fmt(t["ttfb_ms"]["p50"]),
+                fmt(t["itl_ms"]["p50"], 2),
+                fmt(t["itl_ms"]["p99"], 2),
+                fmt((t.get("tpot_ms") or {}).get("p50"), 3),
+                fmt(t["turn_ms"]["p50"]),
+                fmt(t["turn_ms"]["p99"]),
+                fmt(t["rollout_ms"]["p50"]),
+                fmt(t["rollout_ms"]["p99"]),
+            ]
+        )
+    return Table(
+        [
+            "transport",
+            "rollouts (err)",
+            "turns (err)",
+            "TTFT p50",
+            "TTFT p90",
+            "TTFT p99",
+            "TTFB p50",
+            "ITL p50",
+            "ITL p99",
+            "TPOT p50",
+            "turn p50",
+            "turn p99",
+            "rollout p50",
+            "rollout p99",
+        ],
+        rows,
+        caption="Milliseconds. Percentiles from HdrHistograms (3 significant digits). Rollout "
+        "latency is measured from the intended start.",
+    )
+
+
+def throughput_table(summary: dict[str, Any]) -> Table:
+    rows = []
+    for name in A.ordered_transports(summary.get("transports", {})):
+        t = summary["transports"][name]
+        tps = t["tps"]
+        lag = t.get("schedule_lag_ms") or {}
+        me = t.get("measurement_error_ms") or {}
+        rows.append(
+            [
+                name,
+                fmt(tps["decode_p50"], 0),
+                fmt(tps["decode_mean"], 0),
+                fmt(tps["burst_peak"], 0),
+                fmt(tps["aggregate_mean"], 0),
+                fmt(tps["aggregate_peak"], 0),
+                fmt(lag.get("p50"), 2),
+                fmt(lag.get("p99"), 2),
+                fmt(me.get("p50"), 2),
+                fmt(me.get("p99"), 2),
+            ]
+        )
+    return Table(
+        [
+            "transport",
+            "decode TPS p50",
+            "decode TPS mean",
+            "burst TPS peak",
+            "aggregate TPS mean",
+            "aggregate TPS peak",
+            "schedule lag p50 ms",
+            "schedule lag p99 ms",
+            "TTFT measured−modelled p50 ms",
+            "p99 ms",
+        ],
+        rows,
+        caption="Tokens per second. Burst: most tokens in any 100 ms window / 0.1 s. Aggregate: all "
+        "streams together, per one-second bucket (peak) and over the active span (mean).",
+    )
+
+
+def comparison_table(run: Run) -> Table | None:
+    comps = (run.summary or {}).get("comparisons") or []
+    if not comps:
+        return None
+    rows = []
+    for c in comps:
+        lo, hi = c.get("rollout_speedup_ci95") or [None, None]
+        ttft = A.paired_ttft_speedup(run, c["baseline"], c["candidate"])
+        rows.append(
+            [
+                f"{c['candidate']} vs {c['baseline']}",
+                fmt(c.get("rollout_speedup"), 3, "×"),
+                f"[{fmt(lo, 3)}, {fmt(hi, 3)}]",
+                fmt(c.get("rollout_latency_reduction_pct"), 1, " %"),
+                fmt(c.get("ttft_p50_reduction_pct"), 1, " %"),
+                fmt(ttft["speedup"], 3, "×") if ttft else "-",
+                f"[{fmt(ttft['ci95'][0], 3)}, {fmt(ttft['ci95'][1], 3)}]" if ttft else "-",
+                "yes" if c.get("paired") else "no",
+            ]
+        )
+    return Table(
+        [
+            "candidate vs baseline",
+            "rollout speedup",
+            "95 % CI",
+            "rollout latency reduction",
+            "TTFT p50 reduction",
+            "TTFT speedup (per turn)",
+            "95 % CI",
+            "paired",
+        ],
+        rows,
+        caption="Speedup = baseline latency / candidate latency on the same seeded rollouts: median "
+        "of per-rollout ratios with a bootstrap 95 % confidence interval (ratio of medians when not "
+        "every rollout completed on both). The TTFT speedup pairs turns by rollout and turn index.",
+    )
+
+
+def breakdown_doc_table(summary: dict[str, Any]) -> Table:
+    table = A.breakdown_table(summary)
+    headers = ["transport", *table.columns]
+    rows = [[name, *(fmt(v, 1) for v in table.loc[name])] for name in table.index]
+    return Table(
+        headers,
+        rows,
+        caption="Mean milliseconds per turn. api_* / engine_queue / prefill / decode: the server's "
+        "model (sim_timing); unmodelled: measured turn latency minus the server parts; tool, client, "
+        "recovery: rollout time per turn.",
+    )
+
+
+def build_run_document(run: Run, plot_files: list[Any]) -> Document:
+    """The report of one run; ``plot_files`` are :class:`~harness.report.plots.PlotFile` s."""
+    summary = run.summary or {}
+    doc = Document(f"loopbench report — {run.run_id}")
+    doc.add(Paragraph(" · ".join(_run_facts(run))))
+    if not run.finished:
+        doc.add(Paragraph("This run has no summary.json: it did not finish.", kind="bad"))
+    elif not summary.get("valid", True):
+        doc.add(
+            Paragraph("Run INVALID: " + "; ".join(summary.get("invalid_reasons", [])), kind="bad")
+        )
+    if summary.get("partial"):
+        doc.add(
+            Paragraph(
+                "Partial run: interrupted before every rollout finished; figures cover what was "
+                "measured.",
+                kind="note",
+            )
+        )
+    if summary.get("transports"):
+        doc.add(Heading("Latency"), latency_table(summary))
+        doc.add(Heading("Throughput and measurement quality"), throughput_table(summary))
+        comp = comparison_table(run)
+        if comp is not None:
+            doc.add(Heading("Speedup between transports"), comp)
+        doc.add(Heading("Latency breakdown"), breakdown_doc_table(summary))
+        errors = [
+            [name, kind, str(n)]
+            for name in A.ordered_transports(summary["transports"])
+            for kind, n in (summary["transports"][name].get("errors_by_kind") or {}).items()
+        ]
+        if errors:
+            doc.add(Heading("Errors"), Table(["transport", "kind", "count"], errors, align="llr"))
+    if plot_files:
+        doc.add(Heading("Plots"))
+        for pf in plot_files:
+            doc.add(
+                Heading(pf.spec.title, level=3),
+                Image(f"{PLOTS_DIR}/{pf.path.name}", pf.spec.title, pf.spec.caption),
+            )
+    doc.add(
+        Heading("Files"),
+        Paragraph(
+            "manifest.json (scenario, seed, versions, machine) · turns.csv.gz and rollouts.csv.gz "
+            "(one row per record) · histograms/*.hlog (HdrHistogram interval logs, µs) · "
+            "summary.json · plots/*.png. Load them with harness.report.load_run(path)."
+        ),
+    )
+    return doc
+
+
+def render_run(run_dir: str | Path) -> Rendered:
+    """Write ``plots/*.png``, ``report.md`` and ``report.html`` into ``run_dir``.
+
+    A sweep folder (``sweep.json``) gets the combined sweep report instead.
+    """
+    from harness.report.plots import write_plots
+    from harness.report.sweep import is_sweep, render_sweep
+
+    if is_sweep(run_dir):
+        return render_sweep(run_dir)
+    run = load_run(run_dir)
+    plot_files = write_plots(run, run.path / PLOTS_DIR)
+    doc = build_run_document(run, plot_files)
+    md = run.path / REPORT_MD
+    page = run.path / REPORT_HTML
+    write_text_atomic(md, to_markdown(doc))
+    write_text_atomic(page, to_html(doc, run.path))
+    return Rendered(md, page, [p.path for p in plot_files])
+
+
+def render_run_safely(run_dir: str | Path) -> Rendered | None:
+    """:func:`render_run`, but a failure is printed to stderr instead of raised."""
+    try:
+        return render_run(run_dir)
+    except Exception as exc:  # any plotting bug must not cost a measured run
+        print(f"warning: {run_dir}: report not rendered: {exc!r}", file=sys.stderr)
+        traceback.print_exc(limit=3, file=sys.stderr)
+        return None

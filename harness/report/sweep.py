@@ -1,0 +1,434 @@
+"""Sweeps: one run per value of a scenario field, and their combined report.
+
+The runs themselves are started by :mod:`harness.sweep` (reports never import
+the runner); this module parses the sweep, keeps its index and reports it.
+
+A sweep folder holds ``sweep.json`` (what was swept and which run measured each
+value; rewritten after every run so an interrupted sweep still renders), one
+ordinary run folder per value, and the combined ``report.md`` /
+``report.html`` / ``plots/latency_vs_load.png``.
+
+The knee of a latency-vs-load curve is found as in Kneedle (Satopää et al.,
+2011): with load and latency scaled to [0, 1], it is the point furthest below
+the chord from the lightest to the heaviest load — where a curve that was
+nearly flat turns steep.  Geometric load steps (1, 2, 4, 8, …) are scaled
+on a log axis first, so each step weighs the same.  A curve that never bends
+by more than :data:`KNEE_MIN_BEND` of its range has no knee.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from harness.errors import LoopbenchError, ResultsError
+from harness.report import analysis as A
+from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
+from harness.report.render import (
+    PLOTS_DIR,
+    REPORT_HTML,
+    REPORT_MD,
+    Rendered,
+    fmt,
+    write_text_atomic,
+)
+from harness.report.results import FORMAT_VERSION, load_run
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+SWEEP_JSON = "sweep.json"
+KNEE_MIN_BEND = 0.1
+#: swept values growing by at least this factor per step are treated as geometric
+GEOMETRIC_STEP = 1.5
+
+_SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+# -- pure helpers --------------------------------------------------------------------------------
+
+
+def split_values(text: str) -> list[str]:
+    """Split ``v1,v2,...`` at top-level commas; ``[a,b]`` / ``{k: v}`` stay one value."""
+    values: list[str] = []
+    depth = 0
+    cur: list[str] = []
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        if ch == "," and depth == 0:
+            values.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    values.append("".join(cur).strip())
+    return values
+
+
+def parse_sweep_sets(items: Sequence[str]) -> tuple[str, list[str], dict[str, str]]:
+    """``--set`` items -> (swept key, its values, fixed overrides).
+
+    Exactly one key must have several values: a sweep draws one curve.
+    """
+    swept: list[tuple[str, list[str]]] = []
+    fixed: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise LoopbenchError(
+                f"--set {item!r}: expected KEY=V1,V2,..., e.g. load.concurrency=1,2,4"
+            )
+        values = split_values(value)
+        if any(not v for v in values):
+            raise LoopbenchError(f"--set {item!r}: expected non-empty values between commas")
+        if len(values) > 1:
+            swept.append((key, values))
+        else:
+            fixed[key] = values[0]
+    if len(swept) != 1:
+        got = ", ".join(k for k, _ in swept) or "none"
+        raise LoopbenchError(
+            f"--set: expected exactly one KEY with several comma-separated values, got {got}"
+        )
+    key, values = swept[0]
+    if key in fixed:
+        raise LoopbenchError(f"--set {key}: given twice")
+    return key, values, fixed
+
+
+def find_knee(x: Sequence[float], y: Sequence[float]) -> int | None:
+    """Index (into ``x`` as given) of the knee of an increasing latency curve, or None."""
+    xs = np.asarray(x, dtype=float)
+    ys = np.asarray(y, dtype=float)
+    if (
+        len(xs) < 3
+        or len(xs) != len(ys)
+        or not (np.all(np.isfinite(xs)) and np.all(np.isfinite(ys)))
+    ):
+        return None
+    order = np.argsort(xs, kind="stable")
+    xs, ys = xs[order], ys[order]
+    if xs[-1] == xs[0] or ys.max() == ys.min():
+        return None
+    if is_geometric(xs):
+        # loads that double (1, 2, 4, 8, ...) are read on a log axis, as they are plotted
+        xs = np.log(xs)
+    xn = (xs - xs[0]) / (xs[-1] - xs[0])
+    yn = (ys - ys.min()) / (ys.max() - ys.min())
+    # chord from the first to the last point, in scaled units
+    chord = yn[0] + (yn[-1] - yn[0]) * xn
+    below = chord - yn
+    i = int(np.argmax(below))
+    if below[i] < KNEE_MIN_BEND:
+        return None
+    return int(order[i])
+
+
+def is_geometric(x: Sequence[float] | np.ndarray) -> bool:
+    """Positive values each at least :data:`GEOMETRIC_STEP` times the previous (sorted)."""
+    xs = np.sort(np.asarray(x, dtype=float))
+    return len(xs) >= 2 and xs[0] > 0 and bool(np.all(xs[1:] / xs[:-1] >= GEOMETRIC_STEP))
+
+
+def numeric_values(values: Sequence[str]) -> list[float] | None:
+    try:
+        return [float(v) for v in values]
+    except ValueError:
+        return None
+
+
+def _slug(text: str) -> str:
+    return _SLUG_RE.sub("-", text).strip("-.") or "v"
+
+
+# -- the sweep index ----------------------------------------------------------------------------
+
+
+def new_sweep_doc(
+    sweep_id: str,
+    scenario_path: str,
+    scenario_name: str,
+    key: str,
+    values: Sequence[str],
+    fixed: dict[str, str],
+    transports: Sequence[str],
+) -> dict[str, Any]:
+    """The ``sweep.json`` document before the first run; ``runs`` grows as runs finish."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "sweep_id": sweep_id,
+        "scenario_path": scenario_path,
+        "scenario_name": scenario_name,
+        "key": key,
+        "values": list(values),
+        "fixed": dict(fixed),
+        "transports": list(transports),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "runs": [],
+    }
+
+
+def write_sweep_json(root: Path, doc: dict[str, Any]) -> None:
+    """Write ``root/sweep.json`` atomically (a reader never sees half a file)."""
+    path = root / SWEEP_JSON
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    tmp.replace(path)
+
+
+def sweep_run_id(index: int, key: str, value: str) -> str:
+    """``NN-<last part of key>-<value>``, e.g. ``02-concurrency-4``."""
+    return f"{index:02d}-{_slug(key.rsplit('.', 1)[-1])}-{_slug(value)}"
+
+
+# -- reading and reporting -----------------------------------------------------------------------
+
+
+def is_sweep(path: str | Path) -> bool:
+    return (Path(path) / SWEEP_JSON).is_file()
+
+
+def load_sweep(path: str | Path) -> dict[str, Any]:
+    p = Path(path) / SWEEP_JSON
+    try:
+        doc = orjson.loads(p.read_bytes())
+    except FileNotFoundError:
+        raise ResultsError(f"{p}: missing") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ResultsError(f"{p}: unreadable: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
+        got = doc.get("format_version") if isinstance(doc, dict) else type(doc).__name__
+        raise ResultsError(f"{p}: format_version: expected {FORMAT_VERSION}, got {got!r}")
+    return doc
+
+
+def sweep_table(path: str | Path) -> pd.DataFrame:
+    """One row per (value, transport) of a sweep's finished runs: latencies and achieved load."""
+    import pandas as pd
+
+    root = Path(path)
+    doc = load_sweep(root)
+    rows = []
+    for i, entry in enumerate(doc["runs"]):
+        run_dir = root / entry["run_id"]
+        if not (run_dir / "summary.json").exists():
+            continue
+        run = load_run(run_dir)
+        summary = run.summary or {}
+        rollouts = A.rollout_table(run)
+        for name in A.ordered_transports(summary.get("transports", {})):
+            t = summary["transports"][name]
+            r = rollouts[(rollouts["transport"] == name) & rollouts["ok"]]
+            span_s = (
+                (
+                    r["end_ns"].max()
+                    - r["intended_start_ns"].where(r["intended_start_ns"] > 0, r["start_ns"]).min()
+                )
+                / 1e9
+                if len(r)
+                else float("nan")
+            )
+            rows.append(
+                {
+                    "index": i,
+                    "value": entry["value"],
+                    "run_id": entry["run_id"],
+                    "transport": name,
+                    "rollout_p50_ms": t["rollout_ms"]["p50"],
+                    "rollout_p99_ms": t["rollout_ms"]["p99"],
+                    "ttft_p50_ms": t["ttft_ms"]["p50"],
+                    "ttft_p99_ms": t["ttft_ms"]["p99"],
+                    "turn_p50_ms": t["turn_ms"]["p50"],
+                    "rollouts_per_s": len(r) / span_s if span_s and span_s > 0 else float("nan"),
+                    "errors": t["turns"]["errors"] + t["rollouts"]["errors"],
+                    "valid": bool(summary.get("valid", True)),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def knees(table: pd.DataFrame, metric: str = "rollout_p50_ms") -> dict[str, int]:
+    """Transport -> row index (in ``table``) of the knee of ``metric`` vs the swept value."""
+    out: dict[str, int] = {}
+    for name, g in table.groupby("transport", sort=False):
+        x = numeric_values([str(v) for v in g["value"]])
+        if x is None:
+            continue
+        k = find_knee(x, g[metric].astype(float).to_numpy())
+        if k is not None:
+            out[str(name)] = int(g.index[k])
+    return out
+
+
+def plot_latency_vs_load(table: pd.DataFrame, key: str, title_note: str = "") -> Figure | None:
+    from harness.report.plots import _figure, transport_color
+
+    if table.empty:
+        return None
+    numeric = numeric_values([str(v) for v in table["value"]]) is not None
+    fig, (ax_roll, ax_ttft) = _figure(12, 4.8, ncols=2)
+    knee_rows = knees(table)
+    order = list(dict.fromkeys(table["value"]))
+    for i, name in enumerate(A.ordered_transports(table["transport"])):
+        g = table[table["transport"] == name]
+        x = g["value"].astype(float) if numeric else g["value"].map(order.index)
+        color = transport_color(name, i)
+        ax_roll.plot(
+            x, g["rollout_p50_ms"] / 1000, color=color, marker="o", lw=2, label=f"{name} p50"
+        )
+        ax_roll.plot(
+            x,
+            g["rollout_p99_ms"] / 1000,
+            color=color,
+            marker=".",
+            lw=1,
+            ls="--",
+            label=f"{name} p99",
+        )
+        ax_ttft.plot(x, g["ttft_p50_ms"], color=color, marker="o", lw=2, label=f"{name} p50")
+        ax_ttft.plot(
+            x, g["ttft_p99_ms"], color=color, marker=".", lw=1, ls="--", label=f"{name} p99"
+        )
+        if name in knee_rows:
+            row = table.loc[knee_rows[name]]
+            kx = float(row["value"])
+            ky = float(row["rollout_p50_ms"]) / 1000
+            ax_roll.scatter([kx], [ky], s=220, facecolors="none", edgecolors=color, lw=2, zorder=5)
+            ax_roll.annotate(
+                f"knee: {key.rsplit('.', 1)[-1]}={row['value']}",
+                (kx, ky),
+                xytext=(8, 12),
+                textcoords="offset points",
+                color=color,
+                fontsize=9,
+            )
+    xvals = numeric_values([str(v) for v in order]) if numeric else None
+    for ax in (ax_roll, ax_ttft):
+        ax.set_xlabel(f"{key} (offered load)")
+        if xvals is not None and is_geometric(xvals):
+            ax.set_xscale("log")
+            ax.set_xticks(xvals, [str(v) for v in order])
+            ax.minorticks_off()
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="best", fontsize=8)
+        if not numeric:
+            ax.set_xticks(range(len(order)), order)
+    ax_roll.set_ylabel("rollout latency (s)")
+    ax_roll.set_title("rollout latency (ring: knee)")
+    ax_ttft.set_ylabel("time to first token (ms)")
+    ax_ttft.set_title("TTFT")
+    fig.suptitle("Latency vs offered load")
+    if title_note:
+        fig.supxlabel(title_note, fontsize=8, color="#555555")
+    return fig
+
+
+def render_sweep(path: str | Path) -> Rendered:
+    """Write the combined ``report.md``, ``report.html`` and ``plots/latency_vs_load.png``."""
+    from harness.report.plots import plot_style, save_figure
+
+    root = Path(path)
+    doc_json = load_sweep(root)
+    key = doc_json["key"]
+    table = sweep_table(root)
+    plot_paths: list[Path] = []
+    (root / PLOTS_DIR).mkdir(exist_ok=True)
+    with plot_style():
+        fig = plot_latency_vs_load(
+            table,
+            key,
+            f"sweep {doc_json['sweep_id']} · scenario {doc_json.get('scenario_name', '?')}",
+        )
+    if fig is not None:
+        plot_paths.append(save_figure(fig, root / PLOTS_DIR / "latency_vs_load.png"))
+
+    doc = Document(f"loopbench sweep — {doc_json['sweep_id']}")
+    fixed = ", ".join(f"{k}={v}" for k, v in doc_json.get("fixed", {}).items())
+    doc.add(
+        Paragraph(
+            f"Scenario {doc_json.get('scenario_name', '?')} ({doc_json.get('scenario_path', '')}), "
+            f"swept {key} over {', '.join(doc_json['values'])}"
+            + (f"; fixed {fixed}" if fixed else "")
+            + f". {len(doc_json['runs'])} of {len(doc_json['values'])} runs done."
+        )
+    )
+    knee_rows = knees(table) if not table.empty else {}
+    if knee_rows:
+        doc.add(
+            Paragraph(
+                "Knee (rollout p50): "
+                + "; ".join(f"{t} at {key}={table.loc[i, 'value']}" for t, i in knee_rows.items())
+                + " — beyond it latency grows faster than the load."
+            )
+        )
+    elif not table.empty:
+        doc.add(
+            Paragraph(
+                "No knee: latency grows about linearly (or not at all) over this range.",
+                kind="note",
+            )
+        )
+    if not table.empty:
+        rows = [
+            [
+                str(r.value),
+                r.transport,
+                fmt(r.rollout_p50_ms),
+                fmt(r.rollout_p99_ms),
+                fmt(r.ttft_p50_ms),
+                fmt(r.ttft_p99_ms),
+                fmt(r.turn_p50_ms),
+                fmt(r.rollouts_per_s, 2),
+                str(r.errors),
+                ("yes" if r.valid else "NO")
+                + (" (knee)" if knee_rows.get(r.transport) == idx else ""),
+                r.run_id,
+            ]
+            for idx, r in table.iterrows()
+        ]
+        doc.add(
+            Heading("Results per value"),
+            Table(
+                [
+                    key,
+                    "transport",
+                    "rollout p50 ms",
+                    "rollout p99 ms",
+                    "TTFT p50 ms",
+                    "TTFT p99 ms",
+                    "turn p50 ms",
+                    "rollouts/s achieved",
+                    "errors",
+                    "valid",
+                    "run folder",
+                ],
+                rows,
+                align="llrrrrrrrll",
+                caption="Each run folder holds its own full report.html.",
+            ),
+        )
+    for p in plot_paths:
+        doc.add(
+            Heading("Latency vs offered load"),
+            Image(
+                f"{PLOTS_DIR}/{p.name}",
+                "latency vs offered load",
+                "Rollout latency (left) and TTFT (right) per transport against the swept value; solid "
+                "p50, dashed p99. The ring marks the knee: the last load before latency turns steep.",
+            ),
+        )
+    md = root / REPORT_MD
+    page = root / REPORT_HTML
+    write_text_atomic(md, to_markdown(doc))
+    write_text_atomic(page, to_html(doc, root))
+    return Rendered(md, page, plot_paths)

@@ -1,0 +1,70 @@
+"""Graceful shutdown on SIGTERM (or SIGINT): drain, bounded, then close WebSockets with 1001.
+
+uvicorn's own shutdown lets HTTP responses in progress finish but closes every
+WebSocket at once with 1012.  Here, on the first signal:
+
+1. the listening sockets close (no new connections);
+2. HTTP connections finish the response in progress and then close (idle
+   keep-alive connections close at once);
+3. every WebSocket refuses new ``response.create`` (``server_shutting_down``),
+   lets the responses it already started finish, then closes with 1001
+   ("going away", which clients treat as reconnectable);
+4. whatever is still running after ``drain_timeout_s`` is cut: WebSockets are
+   closed with 1001 and HTTP tasks are cancelled;
+5. the app's lifespan ends, which flushes and closes the SQLite store.
+
+A second signal forces an immediate exit, as uvicorn does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+
+if TYPE_CHECKING:
+    from reference_server.app import ReferenceServer
+
+GOING_AWAY = 1001
+_POLL_S = 0.05
+
+
+def _is_websocket(protocol: Any) -> bool:
+    return type(protocol).__module__.startswith("uvicorn.protocols.websockets")
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, app: ReferenceServer, drain_timeout_s: float):
+        super().__init__(config)
+        self.ref = app
+        self.drain_timeout_s = drain_timeout_s
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_timeout_s
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for protocol in list(self.server_state.connections):
+            if not _is_websocket(protocol):
+                protocol.shutdown()
+        ws_drain = [
+            asyncio.ensure_future(conn.shutdown(GOING_AWAY, self.drain_timeout_s))
+            for conn in list(self.ref.ws_connections)
+        ]
+        while self.server_state.connections and not self.force_exit and loop.time() < deadline:
+            await asyncio.sleep(_POLL_S)
+        await asyncio.gather(*ws_drain, return_exceptions=True)
+        # Whatever is left overran the drain timeout: cut it.
+        for protocol in list(self.server_state.connections):
+            protocol.shutdown()
+        for task in list(self.server_state.tasks):
+            task.cancel()
+        await asyncio.gather(*self.server_state.tasks, return_exceptions=True)
+        for server in self.servers:
+            await server.wait_closed()
+        if not self.force_exit:
+            await self.lifespan.shutdown()

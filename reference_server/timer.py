@@ -1,0 +1,162 @@
+"""Sleeps that end within tens of microseconds of an absolute ``perf_counter_ns`` deadline.
+
+Why not ``asyncio.sleep``: uvloop rounds every delay to a whole millisecond and
+measures it from a loop time cached at the start of the iteration, so a
+modelled wait ends anywhere from about half a millisecond early to a
+millisecond late.  Two such waits before the first token (API tier, prefill)
+put a millisecond or two of pure timer error into every TTFT the harness
+compares with the model.
+
+How: one Linux ``timerfd`` per event loop, armed (``TFD_TIMER_ABSTIME``) at the
+earliest pending deadline on ``CLOCK_MONOTONIC`` — the clock behind
+``time.perf_counter_ns`` — and watched with ``loop.add_reader``.  A readable fd
+wakes ``epoll`` at once, whatever the poll timeout's millisecond granularity.
+When it fires, every waiter due within :data:`COALESCE_NS` is released in the
+same callback, so streams whose deadlines nearly coincide share one wake-up.
+
+Where ``timerfd`` is unavailable (not Linux, or ``perf_counter`` is another
+clock) :func:`sleep_until` falls back to ``asyncio.sleep`` loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import heapq
+import itertools
+import os
+import sys
+import time
+import weakref
+
+#: a waiter due this close to a wake-up is released with it (never later than due + jitter)
+COALESCE_NS = 50_000
+#: fallback: uvloop timers round to whole milliseconds; within half a tick counts as due
+_COARSE_TOLERANCE_NS = 500_000
+
+_CLOCK_MONOTONIC = 1
+_TFD_TIMER_ABSTIME = 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = (("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long))
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = (("it_interval", _Timespec), ("it_value", _Timespec))
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    if time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)":
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.timerfd_create.argtypes = (ctypes.c_int, ctypes.c_int)
+        libc.timerfd_settime.argtypes = (
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(_Itimerspec),
+            ctypes.c_void_p,
+        )
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _load_libc() if not os.environ.get("LOOPBENCH_COARSE_TIMER") else None
+
+
+class FineTimer:
+    """Absolute-deadline sleeps for one event loop, on one timerfd."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        if _LIBC is None:
+            raise OSError("timerfd is not available on this platform")
+        fd = _LIBC.timerfd_create(_CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"timerfd_create: {os.strerror(err)}")
+        self.loop = loop
+        self._fd = fd
+        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._armed_ns = 0  # deadline the fd is armed at; 0 = disarmed
+        self._order = itertools.count()
+        self._spec = _Itimerspec()
+        loop.add_reader(fd, self._fire)
+        # The fd lives as long as its loop: servers have one loop, tests have many.
+        weakref.finalize(loop, os.close, fd)
+
+    async def sleep_until(self, deadline_ns: int) -> None:
+        if deadline_ns - time.perf_counter_ns() <= COALESCE_NS:
+            return
+        fut: asyncio.Future[None] = self.loop.create_future()
+        heapq.heappush(self._heap, (deadline_ns, next(self._order), fut))
+        if not self._armed_ns or deadline_ns < self._armed_ns:
+            self._arm(deadline_ns)
+        await fut
+
+    def _arm(self, deadline_ns: int) -> None:
+        value = self._spec.it_value
+        value.tv_sec, value.tv_nsec = divmod(deadline_ns, 1_000_000_000)
+        # A deadline already past fires at once, which is what a late arm needs.
+        if _LIBC is not None and _LIBC.timerfd_settime(
+            self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None
+        ):
+            err = ctypes.get_errno()
+            raise OSError(err, f"timerfd_settime: {os.strerror(err)}")
+        self._armed_ns = deadline_ns
+
+    def _fire(self) -> None:
+        # Re-armed after it expired but before this callback ran: nothing to consume.
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._fd, 8)
+        self._armed_ns = 0
+        heap = self._heap
+        due = time.perf_counter_ns() + COALESCE_NS
+        while heap and heap[0][0] <= due:
+            fut = heapq.heappop(heap)[2]
+            if not fut.done():  # a cancelled sleeper leaves its entry behind
+                fut.set_result(None)
+        if heap:
+            self._arm(heap[0][0])
+
+
+_TIMERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FineTimer] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def fine_timer(loop: asyncio.AbstractEventLoop) -> FineTimer | None:
+    """The loop's :class:`FineTimer`, created on first use; ``None`` without timerfd."""
+    if _LIBC is None:
+        return None
+    timer = _TIMERS.get(loop)
+    if timer is None:
+        timer = _TIMERS[loop] = FineTimer(loop)
+    return timer
+
+
+def tolerance_ns(loop: asyncio.AbstractEventLoop) -> int:
+    """How early a deadline may be treated as reached on ``loop``."""
+    if _LIBC is not None:
+        return COALESCE_NS
+    if type(loop).__module__.startswith("uvloop"):
+        return _COARSE_TOLERANCE_NS
+    return 1_000
+
+
+async def sleep_until(deadline_ns: int) -> None:
+    """Return at ``deadline_ns`` (``perf_counter_ns``), give or take :func:`tolerance_ns`."""
+    loop = asyncio.get_running_loop()
+    timer = fine_timer(loop)
+    if timer is not None:
+        await timer.sleep_until(deadline_ns)
+        return
+    tolerance = tolerance_ns(loop)
+    # A millisecond timer can fire early against the fine clock: sleep again for the rest.
+    while (delay := deadline_ns - time.perf_counter_ns()) > tolerance:
+        await asyncio.sleep(delay / 1e9)

@@ -1,0 +1,169 @@
+"""Fitting the model to a run: exact on synthetic turns, within 10% on a real run of the server."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.calibrate import CalibrationError, fit, profiles_from_fit, turns_from_rows
+from harness.report.results import load_run
+from harness.reproduce import ReproductionResult
+from reference_server.profiles import load_profiles
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _synthetic_rows(seed: int = 1, noise_ms: float = 0.0) -> list[dict[str, Any]]:
+    """Turn rows of http and ws rollouts timed exactly by a known model (plus optional noise)."""
+    rng = random.Random(seed)
+    per_token_ms, prefill_ms, a_http, a_ws, connect, post = 0.009, 1 / 40, 35.0, 26.0, 25.0, 20.0
+    rows = []
+    for transport in ("http", "ws"):
+        for rollout in range(3):
+            history, prev_in, prev_out = 0, 0, 0
+            t = 1_000_000_000
+            for turn in range(12):
+                new = 3000 if turn == 0 else rng.randint(1000, 3000)
+                inp = history + new
+                cached = 0 if turn == 0 else history
+                processed = inp if transport == "http" or turn == 0 else inp - prev_in - prev_out
+                first_conn = turn == 0
+                a = a_http if transport == "http" or first_conn else a_ws
+                ttft = a + per_token_ms * processed + prefill_ms * (inp - cached)
+                if first_conn:
+                    ttft += connect
+                ttft += rng.gauss(0, noise_ms) if noise_ms else 0.0
+                out = 150
+                burst = turn % 4 == 0
+                decode_ms = 149 / (4.0 if burst else 1.0)
+                sent = t
+                first = sent + round(ttft * 1e6)
+                last = first + round(decode_ms * 1e6)
+                done = last + round((post if transport == "http" else 0.5) * 1e6)
+                rows.append(
+                    {
+                        "transport": transport,
+                        "round": 0,
+                        "rollout_id": rollout,
+                        "turn_index": turn,
+                        "status": "completed",
+                        "sent_ns": sent,
+                        "first_token_ns": first,
+                        "last_token_ns": last,
+                        "done_ns": done,
+                        "input_tokens": inp,
+                        "cached_tokens": cached,
+                        "output_tokens": out,
+                        "new_connection": first_conn,
+                        "burst_tokens_max": 150 if burst else 100,
+                    }
+                )
+                t = done + 10**8
+                history, prev_in, prev_out = inp + out, inp, out
+    return rows
+
+
+def test_exact_recovery_on_synthetic_turns() -> None:
+    f = fit(turns_from_rows(_synthetic_rows()))
+    assert f.per_token_us == pytest.approx(9.0, rel=1e-6)
+    assert f.prefill_tps == pytest.approx(40_000, rel=1e-6)
+    assert f.intercept_http_ms == pytest.approx(35.0, abs=1e-6)
+    assert f.intercept_ws_ms == pytest.approx(26.0, abs=1e-6)
+    assert f.connect_ms == pytest.approx(25.0, abs=1e-6)
+    assert f.post_ms == pytest.approx(19.5, abs=1e-3)
+    assert f.sustained_tps == pytest.approx(1000.0, rel=1e-3)
+    assert f.burst_probability == pytest.approx(0.25)
+    assert f.rehydrate_us is None and f.overhead_http_ms is None
+    assert f.r2 == pytest.approx(1.0)
+
+
+def test_outliers_do_not_drag_the_fit() -> None:
+    rows = _synthetic_rows(noise_ms=0.5)
+    for row in rows[5::17]:  # a few turns 300 ms late (a GC pause, a busy host)
+        row["first_token_ns"] += 300_000_000
+    f = fit(turns_from_rows(rows))
+    assert f.per_token_us == pytest.approx(9.0, rel=0.03)
+    assert f.prefill_tps == pytest.approx(40_000, rel=0.05)
+
+
+def test_prefill_is_not_fitted_when_it_cannot_be_separated() -> None:
+    rows = [r for r in _synthetic_rows() if r["transport"] == "http"]
+    for r in rows:  # every turn adds the same amount: uncached tokens are constant
+        r["cached_tokens"] = r["input_tokens"] - 2000
+    f = fit(turns_from_rows(rows))
+    assert f.prefill_tps is None
+    assert any("prefill rate not identifiable" in n for n in f.notes)
+
+
+def test_too_few_turns_is_a_clear_error() -> None:
+    with pytest.raises(CalibrationError, match="at least 8 successful turns"):
+        fit(turns_from_rows(_synthetic_rows()[:5]))
+
+
+def test_fitted_profiles_load_and_reproduce_the_intercepts() -> None:
+    f = fit(turns_from_rows(_synthetic_rows()))
+    base_api, base_engine = load_profiles("optimized", "cerebras-spark")
+    api, engine = profiles_from_fit(f, base_api.model_dump(), base_engine.model_dump(), "x")
+    # Cheapest path (ws) on the engine, the rest on the API tier: both intercepts survive.
+    assert engine["base_ttft_ms"] == pytest.approx(26.0)
+    assert api["fixed_ms"] + api["hops"] * api["hop_ms"] + engine["base_ttft_ms"] == pytest.approx(
+        35
+    )
+    assert api["fixed_resolved_ms"] == pytest.approx(0.0)
+    # The burst rate comes from whole-response bursts (150 tokens at 4,000 TPS), not from
+    # their 100 ms windows (1,500); the shortest burst then fills a whole window.
+    assert engine["burst_tps"] == pytest.approx(4000.0)
+    assert engine["burst_min_tokens"] == 400
+    assert api["workers"] == base_api.workers  # capacity is not observable: kept from the base
+
+
+def test_recovers_the_reference_servers_own_parameters(
+    reduced_reproduction: ReproductionResult, tmp_path: Path
+) -> None:
+    """The issue's validation: fit a run against the reference server, get its profile back."""
+    run_dir = reduced_reproduction.run_dirs["codex-cerebras"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "calibrate", str(run_dir), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    print("\n" + proc.stdout)
+    api = yaml.safe_load((tmp_path / "api-fitted.yaml").read_text())
+    engine = yaml.safe_load((tmp_path / "engine-fitted.yaml").read_text())
+    truth_api, truth_engine = load_profiles("optimized", "cerebras-spark")
+    hops = truth_api.hops * truth_api.hop_ms
+    # The slopes get 15% here: 4 rollouts x 6 calls on a shared 2-core host, where other
+    # processes' load stretches the CPU-bound handling of large HTTP bodies.  The full-size
+    # reproduction run recovers both within 5% (docs/model.md §10).
+    assert api["per_token_us"] == pytest.approx(truth_api.per_token_us, rel=0.15)
+    # At this size re-hydration spreads http-chained TTFTs by only 3 µs x <15k tokens, against
+    # several ms of real store I/O per turn; the full-size run recovers it within 2 %.
+    assert api["rehydrate_us"] == pytest.approx(truth_api.rehydrate_us, rel=0.5)
+    assert api["post_ms"] == pytest.approx(truth_api.post_ms, rel=0.10)
+    assert engine["prefill_tps"] == pytest.approx(truth_engine.prefill_tps, rel=0.15)
+    assert engine["sustained_tps"] == pytest.approx(truth_engine.sustained_tps, rel=0.10)
+    # Identifiable sums: the fixed path of a fresh request and of a resolved WebSocket.  They
+    # are a few ms out of ~30, the size of the harness's own per-turn overhead that the fit
+    # takes out: 25% here; the full-size run lands within 7% (docs/model.md §10).
+    http_path = api["fixed_ms"] + engine["base_ttft_ms"]
+    ws_path = api["fixed_resolved_ms"] + engine["base_ttft_ms"]
+    assert http_path == pytest.approx(
+        truth_api.fixed_ms + hops + truth_engine.base_ttft_ms, rel=0.25
+    )
+    assert ws_path == pytest.approx(
+        truth_api.fixed_resolved_ms + hops + truth_engine.base_ttft_ms, rel=0.25
+    )
+    # Burst rate: the decode part has bursting 600-token responses.
+    decode_rows = load_run(reduced_reproduction.run_dirs["decode-cerebras"]).turns
+    f = fit(turns_from_rows(decode_rows.to_dict("records")))
+    assert f.burst_tps == pytest.approx(truth_engine.burst_tps, rel=0.10)
+    assert f.burst_probability == pytest.approx(truth_engine.burst_probability, abs=0.2)

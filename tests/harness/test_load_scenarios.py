@@ -1,0 +1,156 @@
+"""Every shipped scenario validates, and each of the load scenarios runs at reduced size.
+
+Reduced with ``--set``-style overrides (fewer and smaller rollouts, short
+schedules) against the session's shared reference server; one runs through the
+CLI with its own embedded server, as from a fresh clone.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.core.rollout import generate_rollouts, history_tokens, load_scenario_trace
+from harness.core.scenario import load_scenario
+from harness.runner import RunOptions, run_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+
+SMALL = {
+    "rollout.system_tokens": "200",
+    "rollout.tool_schema_tokens": "100",
+    "rollout.tool_output_tokens": "60",
+    "rollout.tool_latency_ms": "5",
+    "rollout.step_output_tokens": "30",
+    "rollout.final_answer_tokens": "40",
+    "rollout.think_ms": "0",
+}
+
+# scenario -> overrides that shrink it to a few seconds (the shape of the load is kept).
+REDUCED: dict[str, dict[str, str]] = {
+    "tiny": {},
+    "quickstart": {**SMALL, "rollout.count": "2", "rollout.tool_calls": "2"},
+    "codex-spark-bugfix": {**SMALL, "rollout.count": "2", "rollout.tool_calls": "3"},
+    "long-horizon": {**SMALL, "rollout.count": "1", "rollout.tool_calls": "6"},
+    "burst-storm": {
+        **SMALL,
+        "rollout.tool_calls": "2",
+        "load.duration_s": "1.5",
+        "load.arrival.rate": "3",
+        "load.bursts": "[{at_s: 0.5, extra: 4, over_s: 0.2}]",
+    },
+    "many-agents": {
+        **SMALL,
+        "rollout.tool_calls": "2",
+        "load.duration_s": "1.5",
+        "load.arrival.rate": "4",
+        "load.warmup_rollouts": "1",
+    },
+    "tps-target": {
+        **SMALL,
+        "rollout.tool_calls": "2",
+        "load.duration_s": "1.5",
+        "load.throughput": "{tps: 600, bursts: [{at_s: 0.5, over_s: 0.5, tps: 1200}]}",
+    },
+    "codex-replay": {"rollout.count": "1", "transports": "[ws]"},
+}
+
+
+def _shipped() -> list[Path]:
+    return sorted(SCENARIOS.rglob("*.yaml"))
+
+
+def test_every_shipped_scenario_validates_and_generates() -> None:
+    files = _shipped()
+    assert {p.stem for p in files} >= set(REDUCED)
+    for path in files:
+        scenario = load_scenario(path)
+        assert generate_rollouts(scenario), path
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "validate", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count(": ok") == len(files)
+
+
+def test_every_top_level_scenario_has_a_reduced_run() -> None:
+    assert {p.stem for p in SCENARIOS.glob("*.yaml")} == set(REDUCED)
+
+
+def test_shipped_shapes_match_their_documentation() -> None:
+    def final_history(name: str, count: int) -> list[int]:
+        s = load_scenario(SCENARIOS / f"{name}.yaml", {"rollout.count": str(count)})
+        return sorted(history_tokens(p, len(p.turns) - 1) for p in generate_rollouts(s))
+
+    bugfix = load_scenario(SCENARIOS / "codex-spark-bugfix.yaml")
+    assert all(20 <= p.tool_call_count <= 30 for p in generate_rollouts(bugfix))
+    hist = final_history("codex-spark-bugfix", 200)
+    assert 50_000 <= hist[len(hist) // 2] <= 70_000
+    horizon = load_scenario(SCENARIOS / "long-horizon.yaml")
+    assert {p.tool_call_count for p in generate_rollouts(horizon)} == {100}
+    hist = final_history("long-horizon", 40)
+    assert 130_000 <= hist[len(hist) // 2] <= 170_000
+    storm = generate_rollouts(load_scenario(SCENARIOS / "burst-storm.yaml"))
+    assert sum(p.tags["arrival"] == "burst" for p in storm) == 60
+    tps = load_scenario(SCENARIOS / "tps-target.yaml")
+    assert tps.load.mode == "throughput" and tps.load.throughput is not None
+    assert tps.load.throughput.tps == 1000 and tps.load.throughput.bursts[0].tps == 4000
+    replay = load_scenario(SCENARIOS / "codex-replay.yaml")
+    assert len(generate_rollouts(replay)) == len(load_scenario_trace(replay) or [])
+
+
+@pytest.mark.parametrize("name", sorted(REDUCED))
+def test_shipped_scenario_runs_reduced(name: str, server_url: str, tmp_path: Path) -> None:
+    path = SCENARIOS / f"{name}.yaml"
+    scenario = load_scenario(path, REDUCED[name])
+    opts = RunOptions(target=server_url, results_root=tmp_path, run_id=name, render=False)
+    summary = run_scenario(scenario, str(path), opts).summary
+    planned = summary["load"]["rollouts_planned"]
+    assert planned == len(generate_rollouts(scenario))
+    warmup = scenario.load.warmup_rollouts
+    for transport, t in summary["transports"].items():
+        assert t["turns"]["errors"] == 0, (transport, t["errors_by_kind"])
+        assert t["rollouts"]["count"] == planned - warmup, transport
+        assert t["schedule"]["started"] == planned - warmup
+        assert t["schedule"]["dropped"] == 0
+    assert set(summary["transports"]) == set(scenario.transports)
+
+
+def test_burst_storm_through_the_cli(tmp_path: Path) -> None:
+    sets = [f"--set={k}={v}" for k, v in REDUCED["burst-storm"].items()]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(SCENARIOS / "burst-storm.yaml"),
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "storm",
+            *sets,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "load generator (intended vs actual starts)" in proc.stdout
+    # Non-TTY progress: plain lines, one at the end of each pass at least.
+    assert "rollouts" in proc.stderr and "\x1b[" not in proc.stderr
+    summary = json.loads((tmp_path / "storm" / "summary.json").read_text())
+    assert summary["load"]["mode"] == "open"
+    for t in summary["transports"].values():
+        assert t["schedule_lag_ms"]["p99"] is not None
+        assert t["schedule"]["intended"] == summary["load"]["rollouts_planned"]

@@ -1,0 +1,95 @@
+"""``loopbench locust``: argument checks and the command lines it builds (no processes started)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from pathlib import Path
+
+import pytest
+
+from harness.cli import build_parser, main
+from harness.locust_cli import LOCUSTFILE, master_command, worker_command
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = str(ROOT / "scenarios" / "tiny.yaml")
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["locust", *argv])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "a scenario file is required"),
+        (["--worker", TINY], "the scenario is read by the master"),
+        ([TINY, "--transports", "ws-append"], "'ws-append' is not available under Locust"),
+        ([TINY, "--remote-workers", "2"], "give --target"),
+        ([TINY, "--workers", "0"], "at least one worker"),
+        ([TINY, "--set", "load.concurrency"], "expected KEY=VALUE"),
+        ([TINY, "--set", "load.concurrency=-1"], "load.concurrency"),
+    ],
+)
+def test_bad_invocations_fail_with_one_line_before_starting_anything(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["locust", *argv])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_the_master_command_carries_the_loopbench_options(tmp_path: Path) -> None:
+    args = _args(
+        TINY,
+        "--workers",
+        "3",
+        "--run-time",
+        "30",
+        "--set",
+        "load.concurrency=8",
+        "--transports",
+        "http,ws",
+        "--no-keepalive",
+        "--api-key-env",
+        "KEY",
+        "--locust-arg=--stop-timeout=5",
+    )
+    cmd = master_command(
+        args,
+        target="http://127.0.0.1:1/v1",
+        embedded=True,
+        bind_host="127.0.0.1",
+        port=5999,
+        expect_workers=3,
+        run_dir=tmp_path / "r1",
+    )
+    assert cmd[1:5] == ["-m", "locust", "-f", str(LOCUSTFILE)]
+    pairs = dict(itertools.pairwise(cmd))
+    assert pairs["--expect-workers"] == "3" and pairs["--master-bind-port"] == "5999"
+    assert (
+        pairs["--loopbench-run-time"] == "30.0" and pairs["--loopbench-set"] == "load.concurrency=8"
+    )
+    assert pairs["--loopbench-out"] == str(tmp_path) and pairs["--loopbench-run-id"] == "r1"
+    assert pairs["--csv"] == str(tmp_path / "r1" / "locust")
+    assert {"--headless", "--loopbench-no-keepalive", "--loopbench-embedded"} <= set(cmd)
+    assert cmd[-1] == "--stop-timeout=5"
+    web = master_command(
+        _args(TINY, "--web", "--web-port", "8099"),
+        target="http://x/v1",
+        embedded=False,
+        bind_host="*",
+        port=5557,
+        expect_workers=1,
+        run_dir=tmp_path / "r2",
+    )
+    assert "--headless" not in web and dict(itertools.pairwise(web))["--web-port"] == "8099"
+    assert worker_command("10.0.0.5", 5557)[-4:] == [
+        "--master-host",
+        "10.0.0.5",
+        "--master-port",
+        "5557",
+    ]
+    assert LOCUSTFILE.is_file()

@@ -1,0 +1,68 @@
+"""notebooks/transport_comparison.ipynb executes top to bottom on a small real run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "transport_comparison.ipynb"
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("nb-results")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(ROOT / "scenarios" / "tiny.yaml"),
+            "--out",
+            str(out),
+            "--run-id",
+            "nb",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out / "nb"
+
+
+def test_notebook_executes_on_a_run(small_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # jupyter_core warns about its path migration unless told which scheme to use
+    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("LOOPBENCH_RUN", str(small_run))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    # "python3" is ipykernel's own spec: jupyter_client starts it with sys.executable,
+    # i.e. this virtualenv's interpreter, where harness is importable.
+    client = NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=120,
+        startup_timeout=60,
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )
+    client.execute()
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count for c in code)
+    outputs = [o for c in code for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    stderr = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr"]
+    assert stderr == [], stderr
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "run nb: " in text and "transports ['http', 'ws']" in text
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= 7  # six report plots + the hand-made one
