@@ -12,6 +12,8 @@ help:
 	@echo "make test       run the whole test suite"
 	@echo "make lint       ruff + mypy"
 	@echo "make reproduce  measure the published figures (DESIGN §7) -> results/reproduction/ (~4 min)"
+	@echo "make soak       mixed load with injected faults; RSS over time + error counts -> results/soak/ (~5 min)"
+	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~3 min)"
 
 # Re-install whenever pyproject.toml changes (the stamp is older than it).
 $(STAMP): pyproject.toml
@@ -23,6 +25,16 @@ $(STAMP): pyproject.toml
 
 # `make venv` (or any target) creates .venv and installs -e .[dev]; again when pyproject.toml changes.
 venv: $(STAMP)
+
+.PHONY: bench
+# Ratios measured side by side in one run; fails (exit 3) when a target is missed.
+bench: $(STAMP)
+	$(BIN)/loopbench selfbench --check --out results/selfbench.json
+
+.PHONY: soak
+# Bounded (4 min of load): RSS of server and harness over time, errors and recoveries by kind.
+soak: $(STAMP)
+	$(BIN)/python -m harness.soak --out results/soak --duration-s 240
 
 demo: $(STAMP)
 	$(BIN)/loopbench run scenarios/quickstart.yaml --out results

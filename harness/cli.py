@@ -140,7 +140,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     # A live table on a terminal; plain lines every few seconds in logs.
     progress = make_progress(sys.stderr, quiet=args.quiet)
     _sigterm_as_sigint()
-    result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
+    if args.procs > 1:
+        from harness.multiproc import run_procs
+
+        result = run_procs(
+            scenario, str(args.scenario), opts, args.procs, say=lambda m: print(m, file=sys.stderr)
+        )
+    else:
+        result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
     print_summary(result.summary, result.run_dir)
     return EXIT_OK
 
@@ -257,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a response silent for this long is abandoned as an error of kind timeout",
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    run.add_argument(
+        "--procs",
+        type=int,
+        default=1,
+        help="client processes (rollouts split among them, histograms merged); the embedded "
+        "server gets as many workers (default 1; see BENCHMARKS.md)",
+    )
     run.set_defaults(func=cmd_run)
 
     serve = sub.add_parser(

@@ -79,6 +79,8 @@ class RunOptions:
 class RunResult:
     run_dir: Path
     summary: dict[str, Any]
+    # The run's accumulator, so a multi-process run (harness.multiproc) can merge them.
+    accumulator: Accumulator | None = None
 
 
 @dataclass(slots=True)
@@ -585,7 +587,7 @@ async def run_plans(
             from harness.report.render import render_run_safely  # matplotlib: only when reporting
 
             render_run_safely(run_dir)
-    return RunResult(run_dir, summary)
+    return RunResult(run_dir, summary, acc)
 
 
 def _load_summary(scenario: Scenario, rollouts: int) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from reference_server.guard import ConnectionGuard
 from reference_server.limits import TokenBucket, retry_after_headers
 from reference_server.output import OutputPlan, plan_output
 from reference_server.profiles import load_profiles
-from reference_server.sim import Simulator, decode_seed
+from reference_server.sim import Simulator, decode_seed, mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.validate import CreateRequest, RequestError, parse_create
 
@@ -128,7 +128,8 @@ class ReferenceServer:
             api, engine, seed=config.seed, min_delta_interval_ms=config.min_delta_interval_ms
         )
         self.store = store or SqliteStore(config.store_path, retention_s=config.store_retention_s)
-        self._counter = itertools.count()
+        # Workers share the store: their id sequences must not overlap (2**40 ids each).
+        self._counter = itertools.count(config.worker_index << 40)
         self._seen_clients: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._background: set[asyncio.Task[Any]] = set()
         self._keys = frozenset(config.api_keys)
@@ -155,7 +156,7 @@ class ReferenceServer:
             send_timeout_s=config.send_timeout_s,
             http_lifetime_s=config.faults.lifetime_s,
         )
-        self.app = self.guard
+        self.app = _StampArrival(self.guard)
 
     @property
     def open_connections(self) -> int:
@@ -260,9 +261,9 @@ class ReferenceServer:
 
     async def health(self, request: Request) -> Response:
         doc: dict[str, Any] = {"status": "ok", "model": self.sim.describe()}
+        doc["slow_clients_dropped"] = self.guard.dropped_slow
         if self.config.faults.enabled:
             doc["faults_injected"] = dict(sorted(self.faults.counts.items()))
-            doc["slow_clients_dropped"] = self.guard.dropped_slow
         return JSONResponse(doc)
 
     async def models(self, request: Request) -> Response:
@@ -502,6 +503,7 @@ class ReferenceServer:
                 return self.error_response(err, request_id, retry)
             if fault.kind == "spike":
                 await self.faults.spike()
+                mark_arrival()  # the spike comes before the API tier: restart its clock
             faults.current.set(fault)  # read by generate() in this task and its children
         return await self._http_create(request, request_id, rng)
 
@@ -570,6 +572,8 @@ class ReferenceServer:
                 await self.generate(req, conv, cost, builder, send, timing, on_output=on_output)
                 if self.config.sse_done_marker:
                     queue.put_nowait(b"data: [DONE]\n\n")
+            except faults.InjectedDisconnect:
+                raise  # body_iter re-raises it: the connection is dropped, not the response failed
             except Exception as exc:  # a bug must not leave the client hanging: fail the response
                 with contextlib.suppress(ValueError):
                     for e in builder.fail(
@@ -602,6 +606,10 @@ class ReferenceServer:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+                elif not task.cancelled() and isinstance(
+                    task.exception(), faults.InjectedDisconnect
+                ):
+                    raise faults.InjectedDisconnect("injected mid-stream disconnect")
 
         return StreamingResponse(
             body_iter(),
@@ -649,6 +657,22 @@ def _too_large(size: int, limit: int) -> RequestError:
 
 def _now_s() -> int:
     return int(time.time())
+
+
+class _StampArrival:
+    """Outermost ASGI layer: an HTTP request's API-tier clock starts as it enters the app.
+
+    Routing, admission, reading and parsing then run inside the modelled
+    API-tier time (:func:`reference_server.sim.mark_arrival`) instead of before it.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            mark_arrival()
+        await self.app(scope, receive, send)
 
 
 def create_app(config: ServerConfig | None = None) -> Any:

@@ -59,3 +59,7 @@ class ServerConfig:
     ws_ping_interval_s: float = 20.0  # keepalive pings; a peer silent for 2x this is dropped
     sse_max_queued_events: int = 1024  # SSE events queued for a slow reader before generation waits
     log_level: str = "warning"
+    # Server processes sharing the listening socket (reference_server/workers.py); each
+    # worker gets 1/workers of the modelled capacity, and its index keeps ids distinct.
+    workers: int = 1
+    worker_index: int = 0

@@ -214,6 +214,13 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="WebSocket keepalive pings; a peer that does not answer within as long is dropped",
     )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port, each with 1/N of the modelled capacity "
+        "(needs a --store file when > 1; see BENCHMARKS.md)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -302,6 +309,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         drain_timeout_s=args.drain_timeout_s,
         ws_ping_interval_s=args.ws_ping_interval_s,
         log_level=args.log_level,
+        workers=args.workers,
     )
 
 
@@ -391,18 +399,30 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(config: ServerConfig) -> None:
+def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
+    """Serve until stopped; ``sock``: an already bound socket (a worker of ``--workers``)."""
+    warning = bind_warning(config.host, config.api_keys) if sock is None else None
+    if warning is not None:  # once, from the process that binds
+        print(warning, file=sys.stderr, flush=True)
+    if config.workers > 1 and sock is None:
+        from reference_server.workers import serve_workers
+
+        serve_workers(config)
+        return
     import uvicorn
 
     from reference_server.app import ReferenceServer
     from reference_server.faults import install_log_filter
+    from reference_server.profiles import ProfileError
     from reference_server.shutdown import DrainingServer
 
-    warning = bind_warning(config.host, config.api_keys)
-    if warning is not None:
-        print(warning, file=sys.stderr, flush=True)
-    server_app = ReferenceServer(config)
-    sock = _bind(config.host, config.port)
+    try:
+        server_app = ReferenceServer(config)
+    except ProfileError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    announce = sock is None  # a worker's supervisor has announced the port already
+    if sock is None:
+        sock = _bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     uv_config = uvicorn.Config(
@@ -426,7 +446,8 @@ def serve(config: ServerConfig) -> None:
     from reference_server.runtime import quiet_gc
 
     quiet_gc()
-    print(f"{READY_PREFIX}http://{shown}:{port}/v1", flush=True)
+    if announce:
+        print(f"{READY_PREFIX}http://{shown}:{port}/v1", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(server.serve(sockets=[sock])) if not _has_uvloop() else _run_uvloop(
             server, sock

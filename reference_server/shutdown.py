@@ -19,6 +19,7 @@ A second signal forces an immediate exit, as uvicorn does.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,15 @@ if TYPE_CHECKING:
 
 GOING_AWAY = 1001
 _POLL_S = 0.05
+_log = logging.getLogger("uvicorn.error")
+
+
+class _QuietCancelled(logging.Filter):
+    """After the drain timeout, requests are cancelled on purpose: no traceback for each."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, asyncio.CancelledError)
 
 
 def _is_websocket(protocol: Any) -> bool:
@@ -58,7 +68,15 @@ class DrainingServer(uvicorn.Server):
         while self.server_state.connections and not self.force_exit and loop.time() < deadline:
             await asyncio.sleep(_POLL_S)
         await asyncio.gather(*ws_drain, return_exceptions=True)
-        # Whatever is left overran the drain timeout: cut it.
+        # Whatever is left overran the drain timeout: cut it, with one log line, not a
+        # traceback per cancelled request.
+        if self.server_state.connections:
+            _log.warning(
+                "drain timeout (%g s): cutting %d connection(s) still open",
+                self.drain_timeout_s,
+                len(self.server_state.connections),
+            )
+        logging.getLogger("uvicorn.error").addFilter(_QuietCancelled())
         for protocol in list(self.server_state.connections):
             protocol.shutdown()
         for task in list(self.server_state.tasks):

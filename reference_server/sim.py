@@ -62,6 +62,21 @@ DEFAULT_MIN_DELTA_INTERVAL_MS = 2.0
 _API_DONE_NS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "loopbench_api_done_ns", default=None
 )
+# perf_counter_ns at which the request reached the app (see mark_arrival).
+_ARRIVED_NS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "loopbench_arrived_ns", default=None
+)
+
+
+def mark_arrival() -> None:
+    """Start this request's API-tier clock now, before the app reads and parses it.
+
+    The modelled API-tier work (validation, tokenization, ...) stands for the
+    real parsing the app then does, so that parsing runs inside the modelled
+    time instead of before it: TTFT then differs from the model only by what
+    the model cannot see (network, framework, the client).
+    """
+    _ARRIVED_NS.set(_now_ns())
 
 
 class Simulator:
@@ -101,9 +116,15 @@ class Simulator:
     async def pre_inference(self, cost: RequestCost) -> dict[str, float]:
         """Wait the modelled pre-inference work while holding one API worker."""
         pre = api_pre_ms(self.api, cost).total_ms
-        t_req = _now_ns()
-        async with self._semaphore():
-            t_start = _now_ns()
+        now = _now_ns()
+        arrived = _ARRIVED_NS.get()
+        _ARRIVED_NS.set(None)
+        t_req = arrived if arrived is not None and arrived <= now else now
+        workers = self._semaphore()
+        # A free worker took the request when it arrived; a busy pool made it queue.
+        immediate = not workers.locked()
+        async with workers:
+            t_start = t_req if immediate else _now_ns()
             done = t_start + round(pre * NS_PER_MS)
             if pre > 0:
                 await sleep_until(done)
@@ -165,12 +186,15 @@ class Simulator:
             first_ns = first_token_ns(input_tokens - cached, self.engine)
             t0 = t_admit + first_ns
             tolerance = tolerance_ns(loop)
+            # Planned while the prefill is waited, not after it: for a long output the
+            # plan costs milliseconds that would otherwise delay the first token.
+            plan = decode_plan(output_tokens, random.Random(_mix(self.seed, rng_seed)), self.engine)
+            batches = plan.batches(self._min_interval_ns)
             await sleep_until(t0)
             self.prefix_cache.insert(hashes)
 
-            plan = decode_plan(output_tokens, random.Random(_mix(self.seed, rng_seed)), self.engine)
             t_first = max(t0, _now_ns())
-            pacer = Pacer(plan.batches(self._min_interval_ns), t_first, tolerance)
+            pacer = Pacer(batches, t_first, tolerance)
             one_per_event = self._min_interval_ns == 0
             while not pacer.done:
                 now = _now_ns()

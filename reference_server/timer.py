@@ -13,6 +13,9 @@ earliest pending deadline on ``CLOCK_MONOTONIC`` — the clock behind
 wakes ``epoll`` at once, whatever the poll timeout's millisecond granularity.
 When it fires, every waiter due within :data:`COALESCE_NS` is released in the
 same callback, so streams whose deadlines nearly coincide share one wake-up.
+The fd is armed that much *before* the earliest deadline: a wake-up costs
+about as long (epoll, the callback, the task switch), so the waiter resumes
+close to its deadline instead of consistently after it.
 
 Where ``timerfd`` is unavailable (not Linux, or ``perf_counter`` is another
 clock) :func:`sleep_until` falls back to ``asyncio.sleep`` loops.
@@ -67,7 +70,7 @@ def _load_libc() -> ctypes.CDLL | None:
     return libc
 
 
-_LIBC = _load_libc() if not os.environ.get("LOOPBENCH_COARSE_TIMER") else None
+_LIBC = _load_libc()
 
 
 class FineTimer:
@@ -101,7 +104,8 @@ class FineTimer:
 
     def _arm(self, deadline_ns: int) -> None:
         value = self._spec.it_value
-        value.tv_sec, value.tv_nsec = divmod(deadline_ns, 1_000_000_000)
+        # Early by the release window: the fire then always finds this deadline due.
+        value.tv_sec, value.tv_nsec = divmod(deadline_ns - COALESCE_NS, 1_000_000_000)
         # A deadline already past fires at once, which is what a late arm needs.
         if _LIBC is not None and _LIBC.timerfd_settime(
             self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None

@@ -27,6 +27,7 @@ from harness.core import events as ev
 from reference_server import faults
 from reference_server.api_tier import RequestCost
 from reference_server.conversation import Conversation, tools_tokens
+from reference_server.sim import mark_arrival
 from reference_server.validate import (
     AppendRequest,
     CreateRequest,
@@ -290,6 +291,18 @@ class WsConnection:
     async def shutdown(self, code: int, timeout_s: float) -> None:
         """Refuse new creates, let started responses finish (bounded), then close with ``code``."""
         self.draining = True
+        # Creates accepted but not started will not run: say so instead of dropping them.
+        with contextlib.suppress(_Closed):
+            for lane, queue in list(self.queues.items()):
+                for _ in range(len(queue)):
+                    await self.error(
+                        503,
+                        "server_shutting_down",
+                        "The server is shutting down; this response was not started.",
+                        None,
+                        lane,
+                        "server_error",
+                    )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.drain_and_close(code), timeout_s)
         for task in list(self.workers.values()):
@@ -425,6 +438,8 @@ class WsConnection:
     async def process(self, lane: str | None, body: dict[str, Any]) -> None:
         if await self.inject_fault(lane):
             return
+        # Parsing and resolving run inside the modelled API-tier time (sim.mark_arrival).
+        mark_arrival()
         prev = body.get("previous_response_id")
         cached = self.cache.lane(lane)
         same_lane = isinstance(prev, str) and cached is not None and cached.response_id == prev
@@ -471,6 +486,8 @@ class WsConnection:
         self.segment_started()
         try:
             if self.append_mode:
+                # generate() applies a drawn disconnect/stall itself; the append loop does not.
+                send = faults.wrap_send(send, self.cfg.faults.stall_s)
                 status = await self.run_append(req, conv, cost, builder, send, timing, on_output)
             else:
                 status = await self.s.generate(

@@ -102,22 +102,26 @@ class SSEDecoder:
         if complete[-1:] == b"\r" and not self._buf:
             self._skip_lf = True
         out: list[SSEMessage] = []
-        # bytes.splitlines splits on exactly CR, LF and CRLF (unlike str.splitlines).
-        for line in complete.splitlines():
+        # bytes.splitlines splits on exactly CR, LF and CRLF (unlike str.splitlines); without
+        # a CR, splitting on LF is the same and cheaper (complete ends in LF: drop that end).
+        lines = complete[:-1].split(b"\n") if b"\r" not in complete else complete.splitlines()
+        for line in lines:
             if not line:
-                if self._data:
+                parts = self._data
+                if parts:
+                    joined = parts[0] if len(parts) == 1 else b"\n".join(parts)
                     out.append(
-                        SSEMessage(
-                            self._event,
-                            b"\n".join(self._data).decode("utf-8", "replace"),
-                            self._last_id,
-                        )
+                        SSEMessage(self._event, joined.decode("utf-8", "replace"), self._last_id)
                     )
+                    self._data = []
                 self._event = None
-                self._data = []
                 self._pending = False
-                continue
-            self._line(line)
+            elif line.startswith(b"data: "):
+                # The common field, inlined: every event of a Responses stream has one.
+                self._data.append(line[6:])
+                self._pending = True
+            else:
+                self._line(line)
         return out
 
     def _line(self, line: bytes) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.selfbench.figures import Figure, at_least, at_most, between, figure
+from harness.selfbench.figures import Figure, at_least, at_most, figure
 from harness.selfbench.raw import Rate
 
 # Targets (issue #10).  Ratios are measured in one run, so they hold on a busy machine too.
@@ -26,10 +26,10 @@ TTFT_P50_MAX_MS = 1.0
 TTFT_P99_MAX_MS = 5.0
 DECODE_ERROR_MAX_PCT = 2.0
 SUSTAINED_TPS = 1000.0
-# DESIGN §7 asks for a burst peak >= 3,600 of 4,000; a peak far above 4,000 would mean
-# the client bunched deltas up (it read late), so the band is symmetric.
+# DESIGN §7: a burst peak >= 3,600 of the modelled 4,000.  No upper bound: a sliding-window
+# maximum is biased upwards by any jitter (a late batch lands in the next window).
 BURST_TPS = 4000.0
-BURST_BAND = (3600.0, 4400.0)
+BURST_PEAK_MIN = 3600.0
 MEMORY_MAX_MB_PER_MILLION = 64.0
 TARGET_STREAMS = 16
 
@@ -53,6 +53,7 @@ class SelfbenchOptions:
     overload_block_ms: float = 150.0
     locust: bool = True
     locust_seconds: float = 6.0
+    steps: tuple[str, ...] = ("throughput", "timing", "memory")
 
     @classmethod
     def quick(cls) -> SelfbenchOptions:
@@ -79,7 +80,10 @@ def _best(trials: list[Rate]) -> Rate:
 
 
 def _rate_detail(trials: list[Rate]) -> list[dict[str, float]]:
-    return [{"count": r.count, "seconds": round(r.seconds, 4), "per_s": round(r.per_s, 1)} for r in trials]
+    return [
+        {"count": r.count, "seconds": round(r.seconds, 4), "per_s": round(r.per_s, 1)}
+        for r in trials
+    ]
 
 
 def _throughput(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
@@ -111,7 +115,9 @@ def _throughput(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], No
         kind = kinds[t]
         r, p = _best(raw[kind]), _best(pipe[t])
         out.figures.append(
-            figure(f"raw.{kind}", f"raw loopback ceiling, {labels[kind]}", r.per_s, "msg/s", digits=0)
+            figure(
+                f"raw.{kind}", f"raw loopback ceiling, {labels[kind]}", r.per_s, "msg/s", digits=0
+            )
         )
         out.figures.append(
             figure(f"pipeline.{t}", f"full pipeline, {t}", p.per_s, "events/s", digits=0)
@@ -130,7 +136,13 @@ def _throughput(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], No
     if locust is not None:
         p = _best(pipe["http"])
         out.figures.append(
-            figure("locust.sse", "Locust FastHttpUser, same SSE endpoint", locust.per_s, "events/s", digits=0)
+            figure(
+                "locust.sse",
+                "Locust FastHttpUser, same SSE endpoint",
+                locust.per_s,
+                "events/s",
+                digits=0,
+            )
         )
         out.figures.append(
             figure(
@@ -167,7 +179,10 @@ def _timing(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None])
             for t in opts.transports:
                 err = run.transport(t).get("measurement_error_ms", {})
                 turns = run.transport(t).get("turns", {})
-                out.details[f"overhead_{streams}"][t] = {"measurement_error_ms": err, "turns": turns}
+                out.details[f"overhead_{streams}"][t] = {
+                    "measurement_error_ms": err,
+                    "turns": turns,
+                }
                 at_target = streams == TARGET_STREAMS
                 for q, bound in (("p50", TTFT_P50_MAX_MS), ("p99", TTFT_P99_MAX_MS)):
                     out.figures.append(
@@ -181,7 +196,11 @@ def _timing(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None])
                     )
         say(f"pacing at {SUSTAINED_TPS:,.0f} TPS, {opts.pacing_streams} streams")
         run = pacing_run(
-            url, list(opts.transports), opts.pacing_streams, opts.pacing_rollouts, opts.pacing_tokens
+            url,
+            list(opts.transports),
+            opts.pacing_streams,
+            opts.pacing_rollouts,
+            opts.pacing_tokens,
         )
         out.details["pacing"] = {
             "valid": run.summary.get("valid"),
@@ -208,7 +227,7 @@ def _timing(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None])
                     f"burst TPS peak (model {BURST_TPS:,.0f}), {t}, {opts.pacing_streams} streams",
                     tps.get("burst_peak"),
                     "tok/s",
-                    between(*BURST_BAND, f"{BURST_BAND[0]:,.0f}-{BURST_BAND[1]:,.0f}"),
+                    at_least(BURST_PEAK_MIN, f">= {BURST_PEAK_MIN:,.0f}"),
                     digits=0,
                 )
             )
@@ -264,7 +283,13 @@ def _memory(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None])
         )
     )
     out.figures.append(
-        figure("memory.us_per_turn", "recording cost per turn", mem.us_per_turn, "µs", digits=1)
+        figure(
+            "memory.us_per_turn",
+            "recording cost per turn (accumulator + writer)",
+            mem.us_per_turn,
+            "µs",
+            digits=1,
+        )
     )
     out.details["memory"] = {"turns": mem.turns, "bytes_per_turn": round(mem.bytes_per_turn, 2)}
 
@@ -276,9 +301,9 @@ def run_selfbench(
     out = _Collected()
     started = time.time()
     t0 = time.perf_counter()
-    _throughput(opts, out, say)
-    _timing(opts, out, say)
-    _memory(opts, out, say)
+    for step, run in (("throughput", _throughput), ("timing", _timing), ("memory", _memory)):
+        if step in opts.steps:
+            run(opts, out, say)
     meta = {
         "command": " ".join(["loopbench", *sys.argv[1:]]) if sys.argv else "loopbench selfbench",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),

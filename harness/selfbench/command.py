@@ -33,6 +33,11 @@ def add_selfbench_parser(sub: Any) -> None:
     )
     p.add_argument("--no-locust", action="store_true", help="skip the Locust comparison")
     p.add_argument(
+        "--steps",
+        default="throughput,timing,memory",
+        help="comma-separated steps to run (default: all): throughput, timing, memory",
+    )
+    p.add_argument(
         "--check",
         action="store_true",
         help=f"exit with code {EXIT_TARGET_MISSED} when a target is missed (make bench)",
@@ -52,6 +57,15 @@ def cmd_selfbench(args: argparse.Namespace) -> int:
     opts = SelfbenchOptions.quick() if args.quick else SelfbenchOptions()
     if args.no_locust:
         opts = dataclasses.replace(opts, locust=False)
+    steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
+    unknown = sorted(set(steps) - {"throughput", "timing", "memory"})
+    if unknown or not steps:
+        from harness.errors import UsageError
+
+        raise UsageError(
+            f"--steps: expected some of throughput, timing, memory, got {args.steps!r}"
+        )
+    opts = dataclasses.replace(opts, steps=steps)
 
     def say(line: str) -> None:
         if not args.quiet:

@@ -54,9 +54,7 @@ def measure_locust(base_url: str, users: int, tokens: int, seconds: float) -> Ra
             raise SelfbenchError(f"locust did not finish within {seconds + 60:.0f} s") from exc
         if done.returncode != 0 or not out.exists():
             tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-            raise SelfbenchError(
-                f"locust exited with code {done.returncode}: " + " | ".join(tail)
-            )
+            raise SelfbenchError(f"locust exited with code {done.returncode}: " + " | ".join(tail))
         data = json.loads(out.read_text(encoding="utf-8"))
     if not data.get("responses"):
         raise SelfbenchError(

@@ -114,9 +114,7 @@ def measure_pipeline(
     from harness.selfbench.loop import run_async
 
     out: dict[str, Rate] = {}
-    with embedded_server(
-        overrides=FLOOD_OVERRIDES, extra_args=[*FLOOD_ARGS, *server_args]
-    ) as url:
+    with embedded_server(overrides=FLOOD_OVERRIDES, extra_args=[*FLOOD_ARGS, *server_args]) as url:
         for name in transports:
             out[name] = run_async(drive(url, name, streams, per_stream))
     return out

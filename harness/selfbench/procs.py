@@ -25,9 +25,7 @@ def child(
     """Run ``python args...``; yield (process, rest of the first stdout line starting with ``ready_prefix``)."""
     cmd = [sys.executable, *args]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     found: list[str] = []
     tail: list[str] = []
 

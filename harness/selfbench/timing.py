@@ -90,14 +90,20 @@ def run_once(
     return RunFigures(result.summary, seconds)
 
 
-def overhead_run(base_url: str, transports: Sequence[str], streams: int, rollouts_per_stream: int) -> RunFigures:
-    """Short turns (40-token outputs, small inputs) at ``streams`` concurrent rollouts."""
+def overhead_run(
+    base_url: str, transports: Sequence[str], streams: int, rollouts_per_stream: int
+) -> RunFigures:
+    """Short turns (40-token outputs, small inputs) at ``streams`` concurrent rollouts.
+
+    The first wave (one rollout per stream) is warm-up and not measured: it opens
+    the connections and runs code paths for the first time on both sides.
+    """
     return run_once(
         base_url,
         f"selfbench-overhead-{streams}",
         transports,
         {
-            "count": streams * rollouts_per_stream,
+            "count": streams * (rollouts_per_stream + 1),
             "system_tokens": 50,
             "tool_schema_tokens": 60,
             "user_prompt_tokens": 30,
@@ -107,7 +113,7 @@ def overhead_run(base_url: str, transports: Sequence[str], streams: int, rollout
             "step_output_tokens": 40,
             "final_answer_tokens": 40,
         },
-        {"mode": "closed", "concurrency": streams},
+        {"mode": "closed", "concurrency": streams, "warmup_rollouts": streams},
     )
 
 
@@ -134,7 +140,9 @@ def pacing_run(
     )
 
 
-def overload_runs(base_url: str, rate: float, rollouts: int, block_ms: float) -> tuple[RunFigures, RunFigures]:
+def overload_runs(
+    base_url: str, rate: float, rollouts: int, block_ms: float
+) -> tuple[RunFigures, RunFigures]:
     """(control, overloaded): the same open-loop run without and with a client that blocks."""
     rollout = {
         "count": rollouts,
@@ -157,7 +165,5 @@ def overload_runs(base_url: str, rate: float, rollouts: int, block_ms: float) ->
             pass
 
     control = run_once(base_url, "selfbench-overload-control", ["ws"], rollout, load)
-    overloaded = run_once(
-        base_url, "selfbench-overload", ["ws"], rollout, load, turn_hook=block
-    )
+    overloaded = run_once(base_url, "selfbench-overload", ["ws"], rollout, load, turn_hook=block)
     return control, overloaded

@@ -1,15 +1,16 @@
 """HTTP transports: ``http`` (stateless, whole history) and ``http-chained`` (stored chain).
 
-Built on httpx with streaming reads; timestamps are taken once per received
-chunk, at the I/O edge, and every event of that chunk carries it.
+Built on a lean HTTP/1.1 client (:mod:`harness.transports.h1client`): each
+received chunk is timestamped in the protocol's ``data_received`` and decoded
+in the same call, so every event of that chunk carries the time it reached the
+process.  (Until issue #10 this was an httpx stream; its per-chunk cost showed
+up in every measured TTFT, see BENCHMARKS.md.)
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
-
-import httpx
 
 from harness.core.agent import TurnInput
 from harness.core.events import dumps, loads
@@ -18,6 +19,7 @@ from harness.core.sse import SSEDecoder
 from harness.core.stream import ResponseStream
 from harness.errors import APIError, LoopbenchError, TransportError
 from harness.transports.base import TransportOptions
+from harness.transports.h1client import H1Pool
 
 
 def _error_from_body(status: int, body: bytes) -> APIError:
@@ -37,27 +39,28 @@ class HttpTransport:
         self.name = "http-chained" if chained else "http"
         self.options = options
         self.chained = chained
-        limits = httpx.Limits(
+        headers = {
+            "user-agent": "loopbench",
+            "accept": "text/event-stream",
+            "authorization": f"Bearer {options.api_key}",
+            "content-type": "application/json",
+        }
+        headers.update({k.lower(): v for k, v in options.extra_headers.items()})
+        self.headers = list(headers.items())
+        self.pool = H1Pool(
+            options.base_url,
             max_connections=options.max_connections,
-            max_keepalive_connections=options.max_connections if options.keepalive else 0,
-        )
-        headers = {"authorization": f"Bearer {options.api_key}", "content-type": "application/json"}
-        if not options.keepalive:
-            headers["connection"] = "close"
-        headers.update(options.extra_headers)
-        self.client = httpx.AsyncClient(
-            base_url=options.base_url.rstrip("/"),
-            headers=headers,
-            limits=limits,
-            timeout=httpx.Timeout(options.request_timeout_s, connect=options.connect_timeout_s),
-            verify=options.verify_tls,
+            keepalive=options.keepalive,
+            verify_tls=options.verify_tls,
+            connect_timeout_s=options.connect_timeout_s,
+            read_timeout_s=options.request_timeout_s,
         )
 
     async def session(self) -> HttpSession:
         return HttpSession(self)
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.pool.aclose()
 
 
 class HttpSession:
@@ -91,27 +94,18 @@ class HttpSession:
         decoder = SSEDecoder()
         rec.sent_ns = time.perf_counter_ns()
         stream = ResponseStream(rec.sent_ns)
-        try:
-            async with self.t.client.stream("POST", "/responses", content=payload) as resp:
-                if resp.status_code >= 400:
-                    raise _error_from_body(resp.status_code, await resp.aread())
-                async for chunk in resp.aiter_raw():
-                    t_ns = time.perf_counter_ns()
-                    for msg in decoder.feed(chunk):
-                        if msg.data.startswith("[DONE]"):
-                            continue
-                        stream.feed(loads(msg.data), t_ns)
-                # Read to the end of the body even after the terminal event: a response
-                # left unread is closed, not returned to the pool, and every turn would
-                # then pay a new connection (keep-alive in name only).
-        except httpx.TimeoutException as exc:
-            raise TransportError(
-                "timeout", f"POST {self.t.options.base_url}/responses: {type(exc).__name__}"
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise TransportError(
-                "connection", f"POST {self.t.options.base_url}/responses: {exc!r}"
-            ) from exc
+
+        def sink(chunk: bytes, t_ns: int) -> None:
+            for msg in decoder.feed(chunk):
+                if msg.data.startswith("[DONE]"):
+                    continue
+                stream.feed(loads(msg.data), t_ns)
+
+        # The whole body is read even after the terminal event, so the connection goes
+        # back to the pool (a response left unread would cost a new connection per turn).
+        resp = await self.t.pool.request("POST", "/responses", self.t.headers, payload, sink)
+        if resp.status >= 400:
+            raise _error_from_body(resp.status, resp.body)
         if not stream.done:
             raise TransportError("truncated_stream", "the SSE stream ended before a terminal event")
         if stream.response_id and stream.status in ("completed", "incomplete"):

@@ -30,6 +30,7 @@ from harness.core.records import TurnRecord
 from harness.core.stream import ResponseStream
 from harness.errors import APIError, TransportError
 from harness.transports.base import TransportOptions
+from harness.transports.ws_stamp import StampedConnection, arrival_ns
 
 RECOVERABLE_CLOSE_CODES = frozenset({1001, 1005, 1006, 1011, 1012, 1013, 1015})
 RECONNECT_CODES = frozenset({"websocket_connection_limit_reached"})
@@ -49,6 +50,8 @@ async def open_ws(options: TransportOptions, url: str) -> ClientConnection:
             ping_interval=None,
             open_timeout=options.connect_timeout_s,
             close_timeout=2,
+            # Messages are stamped at the I/O edge, not when the loop gets round to them.
+            create_connection=StampedConnection,
         )
     except (OSError, websockets.exceptions.WebSocketException, TimeoutError) as exc:
         raise TransportError("connection", f"WebSocket {url}: {exc!r}") from exc
@@ -69,9 +72,9 @@ async def read_response(
     # One timer per turn, pushed back at most every idle/8 (not once per event).
     next_push = time.perf_counter_ns() + idle_ns // 8
     try:
-        async with asyncio.timeout(loop.time() + idle_ns / 1e9 if idle_ns else None) as timer:
+        async with asyncio.timeout_at(loop.time() + idle_ns / 1e9 if idle_ns else None) as timer:
             async for raw in conn:
-                t_ns = time.perf_counter_ns()
+                t_ns = arrival_ns(conn)
                 if idle_ns and t_ns >= next_push:
                     timer.reschedule(loop.time() + idle_ns / 1e9)
                     next_push = t_ns + idle_ns // 8

@@ -134,9 +134,9 @@ def test_defaults_and_missing_file() -> None:
     ab = load_rules(None, ab=True)
     assert ab.source == "<default A/B rules>"
     assert [(r.metric, r.max_increase_pct) for r in ab.regression] == [
-        ("rollout_ms", 5.0),
-        ("ttft_ms", 5.0),
-        ("turn_ms", 5.0),
+        ("rollout_ms", 10.0),
+        ("ttft_ms", 8.0),
+        ("turn_ms", 8.0),
     ]
     assert parse_rules_text(DEFAULT_RULES_YAML).regression == cfg.regression
     with pytest.raises(GateRulesError, match=r"^nope\.yaml: file not found$"):

@@ -1,0 +1,255 @@
+"""A lean HTTP/1.1 client for the measurement path: asyncio protocols and a connection pool.
+
+Each received chunk is timestamped in ``data_received`` — the earliest point
+Python sees it — and handed, in the same call, to the caller's body sink (the
+SSE decoder and the response state machine).  There is no task switch, stream
+wrapper or timeout scope per chunk, which is where an httpx stream spends most
+of its time at thousands of SSE chunks per second (see BENCHMARKS.md).
+
+Scope: one request at a time per connection, keep-alive reuse, optional TLS,
+connect and idle-read timeouts, a bound on open connections.  A request on a
+reused connection that the server closed while idle (before any response
+byte) is retried once on a fresh connection, as the request never reached the
+application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urlsplit
+
+from harness.core.h1 import ResponseParser, encode_request
+from harness.errors import LoopbenchError, TransportError
+
+#: ``(body bytes, t_ns)``; raising stops the response and fails the request with that error
+BodySink = Callable[[bytes, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes  # only when no sink was given (error responses, non-streaming calls)
+    new_connection: bool
+
+
+class _Stale(Exception):
+    """A reused connection was closed before the response started."""
+
+
+class _Conn(asyncio.Protocol):
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.parser = ResponseParser()
+        self.sink: BodySink | None = None
+        self.body: list[bytes] = []
+        self.done: asyncio.Future[None] | None = None
+        self.received = False
+        self.last_io = 0.0
+
+    # -- asyncio callbacks ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        t_ns = time.perf_counter_ns()
+        self.received = True
+        self.last_io = self.loop.time()
+        try:
+            body = self.parser.feed(data)
+            if body:
+                # Error responses are collected whole for the error message, never streamed.
+                if self.sink is not None and self.parser.status < 400:
+                    self.sink(body, t_ns)
+                else:
+                    self.body.append(body)
+        except BaseException as exc:  # the sink's protocol errors included: fail the request
+            self._fail(exc)
+            return
+        if self.parser.complete and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    def eof_received(self) -> bool | None:
+        try:
+            self.parser.eof()
+        except LoopbenchError as exc:
+            self._fail(exc)
+        else:
+            if self.done is not None and not self.done.done():
+                self.done.set_result(None)
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.done is not None and not self.done.done():
+            if not self.received:
+                self._fail(_Stale())
+            else:
+                self._fail(TransportError("connection", f"connection lost mid-response: {exc!r}"))
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(exc)
+        self.close()
+
+    def abandon(self) -> None:
+        """Close without failing anyone: the waiter already gave up (timeout, cancellation)."""
+        if self.done is not None and not self.done.done():
+            self.done.cancel()
+        self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- one exchange --------------------------------------------------------------------------
+    def start(self, request: bytes, sink: BodySink | None) -> None:
+        assert self.transport is not None
+        self.parser = ResponseParser()
+        self.sink = sink
+        self.body = []
+        self.received = False
+        self.done = self.loop.create_future()
+        self.last_io = self.loop.time()
+        self.transport.write(request)
+
+
+class H1Pool:
+    """Keep-alive connections to one origin (``http[s]://host:port``)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_connections: int,
+        keepalive: bool,
+        verify_tls: bool,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise LoopbenchError(
+                f"base URL {base_url!r}: expected http://HOST[:PORT]/PATH or https://"
+            )
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.path = parts.path.rstrip("/")
+        default_port = self.port == (443 if parts.scheme == "https" else 80)
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        self.authority = shown if default_port else f"{shown}:{self.port}"
+        self.ssl: ssl.SSLContext | None = None
+        if parts.scheme == "https":
+            self.ssl = ssl.create_default_context()
+            if not verify_tls:
+                self.ssl.check_hostname = False
+                self.ssl.verify_mode = ssl.CERT_NONE
+        self.keepalive = keepalive
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self._slots = asyncio.Semaphore(max_connections)
+        self._idle: list[_Conn] = []
+        self._open: set[_Conn] = set()
+
+    async def _connect(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        try:
+            transport, proto = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _Conn(loop),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl else None,
+                ),
+                self.connect_timeout_s,
+            )
+        except TimeoutError as exc:
+            raise TransportError("timeout", f"connect to {self.authority}: timed out") from exc
+        except OSError as exc:
+            raise TransportError("connection", f"connect to {self.authority}: {exc!r}") from exc
+        # uvloop calls connection_made() soon, not before create_connection returns.
+        proto.transport = cast(asyncio.Transport, transport)
+        self._open.add(proto)
+        return proto
+
+    def _take_idle(self) -> _Conn | None:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed:
+                return conn
+            self._open.discard(conn)
+        return None
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        sink: BodySink | None = None,
+    ) -> Response:
+        """Send one request; body bytes go to ``sink`` as they arrive (else into ``body``)."""
+        head = [("host", self.authority), *headers]
+        if not self.keepalive:
+            head.append(("connection", "close"))
+        wire = encode_request(method, self.path + path, head, body)
+        async with self._slots:
+            for attempt in (0, 1):
+                conn = self._take_idle() if attempt == 0 else None
+                new = conn is None
+                if conn is None:
+                    conn = await self._connect()
+                conn.start(wire, sink)
+                try:
+                    await self._wait(conn)
+                except _Stale:
+                    self._open.discard(conn)
+                    if new:
+                        raise TransportError(
+                            "connection", f"{method} {path}: connection closed before a response"
+                        ) from None
+                    continue
+                except BaseException:
+                    conn.abandon()
+                    self._open.discard(conn)
+                    raise
+                p = conn.parser
+                if self.keepalive and p.keep_alive and not conn.closed:
+                    self._idle.append(conn)
+                else:
+                    conn.close()
+                    self._open.discard(conn)
+                return Response(p.status, p.headers, b"".join(conn.body), new)
+        raise AssertionError("unreachable")
+
+    async def _wait(self, conn: _Conn) -> None:
+        """Until the response is complete; fails after ``read_timeout_s`` without a byte."""
+        assert conn.done is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            left = conn.last_io + self.read_timeout_s - loop.time()
+            if left <= 0:
+                raise TransportError(
+                    "timeout", f"no data from {self.authority} for {self.read_timeout_s:g} s"
+                )
+            try:
+                await asyncio.wait_for(asyncio.shield(conn.done), left)
+            except TimeoutError:
+                continue
+            return
+
+    async def aclose(self) -> None:
+        for conn in list(self._open):
+            conn.close()
+        self._open.clear()
+        self._idle.clear()

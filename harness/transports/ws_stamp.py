@@ -1,0 +1,43 @@
+"""A websockets client connection that stamps each message when its last frame arrives.
+
+``async for raw in conn`` hands a message to the reader one event-loop hop
+after the bytes arrived, later still when the loop is busy with other streams;
+a timestamp taken there measures the client's own queueing.  This subclass
+records ``perf_counter_ns`` for every complete data message while the
+connection's ``data_received`` is parsing it — the I/O edge, as the HTTP
+transport's ``data_received`` does — and :meth:`StampedConnection.arrival_ns`
+hands the stamps out in message order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection
+from websockets.frames import DATA_OPCODES, Frame
+
+
+class StampedConnection(ClientConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._arrivals: deque[int] = deque()
+
+    def process_event(self, event: Any) -> None:
+        # A final frame completes a message (unfragmented TEXT/BINARY, or the last CONT).
+        if isinstance(event, Frame) and event.fin and event.opcode in DATA_OPCODES:
+            self._arrivals.append(time.perf_counter_ns())
+        super().process_event(event)
+
+    def arrival_ns(self) -> int:
+        """When the message just read arrived; now, if it was never stamped."""
+        arrivals = self._arrivals
+        return arrivals.popleft() if arrivals else time.perf_counter_ns()
+
+
+def arrival_ns(conn: ClientConnection) -> int:
+    """The arrival stamp of the message just read from ``conn`` (now for other connections)."""
+    if isinstance(conn, StampedConnection):
+        return conn.arrival_ns()
+    return time.perf_counter_ns()

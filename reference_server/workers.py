@@ -1,0 +1,106 @@
+"""``--workers N``: N server processes accepting on one listening socket.
+
+Why: one Python process serves one core; on a 2-core box the server and the
+harness each get one only if both scale out (``loopbench run --procs N``).
+
+How: the supervisor binds the socket, announces it, and forks N workers before
+it starts any thread or event loop; each worker builds its own app and serves
+the inherited socket (the kernel hands each new connection to one of them).
+SIGTERM/SIGINT to the supervisor are passed on to every worker, and it exits
+when they have.
+
+What is per worker, and why that is right:
+
+* a WebSocket connection lives on one worker, so its connection-scoped cache
+  is where its next ``response.create`` arrives;
+* the store must be shared, since consecutive HTTP requests of a chain may
+  reach different workers: a SQLite file (WAL mode), never ``:memory:``;
+* the modelled capacity (API workers, engine stream slots, aggregate token
+  budget) is divided among the workers, so N workers model the same server as
+  one — as long as the kernel spreads connections evenly, which it does on
+  average, not per instant;
+* response ids come from per-worker sequences (``worker_index``) so two workers
+  never hand out the same id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import signal
+import sys
+from types import FrameType
+
+from reference_server.config import ServerConfig
+
+
+def worker_config(config: ServerConfig, index: int) -> ServerConfig:
+    """``config`` for worker ``index`` of ``config.workers``: a 1/N share of the capacity."""
+    from reference_server.profiles import load_profiles
+
+    n = config.workers
+    api, engine = load_profiles(config.api_profile, config.engine_profile, config.overrides)
+    overrides = dict(config.overrides)
+    overrides["api.workers"] = str(max(1, math.ceil(api.workers / n)))
+    overrides["engine.max_streams"] = str(max(1, math.ceil(engine.max_streams / n)))
+    overrides["engine.aggregate_tps"] = repr(engine.aggregate_tps / n)
+    return dataclasses.replace(config, overrides=overrides, workers=1, worker_index=index)
+
+
+def serve_workers(config: ServerConfig) -> None:
+    """Bind, announce, fork ``config.workers`` workers and wait for them."""
+    from reference_server.profiles import ProfileError
+    from reference_server.serve import READY_PREFIX, _bind, serve
+
+    n = config.workers
+    if config.store_path == ":memory:":
+        raise SystemExit(
+            f"error: --workers {n}: --store :memory: is private to one process; "
+            "give a SQLite file the workers share"
+        )
+    try:
+        configs = [worker_config(config, i) for i in range(n)]
+    except ProfileError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    sock = _bind(config.host, config.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pids: list[int] = []
+    for cfg in configs:
+        pid = os.fork()
+        if pid == 0:  # the worker: serve, never return into the supervisor's code
+            code = 0
+            try:
+                serve(cfg, sock)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+        pids.append(pid)
+    sock.close()
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):  # already gone
+                os.kill(pid, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    print(f"{READY_PREFIX}http://{shown}:{port}/v1", flush=True)
+    worst = 0
+    for pid in pids:
+        _, status = os.waitpid(pid, 0)
+        worst = max(worst, os.waitstatus_to_exitcode(status))
+    if worst:
+        raise SystemExit(worst)

@@ -1,0 +1,88 @@
+"""The HTTP/1.1 client codec: framing of every kind, at every split point."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.core.h1 import H1Error, ResponseParser, encode_request
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+BODY = [b"event: a\ndata: 1\n\n", b'event: b\ndata: {"x": 2}\n\n', b"x" * 300]
+
+
+def chunked(parts: list[bytes]) -> bytes:
+    return b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\ntrailer: t\r\n\r\n"
+
+
+def feed_split(data: bytes, cuts: list[int]) -> tuple[ResponseParser, bytes]:
+    p = ResponseParser()
+    out = b""
+    last = 0
+    for cut in [*cuts, len(data)]:
+        out += p.feed(data[last:cut])
+        last = cut
+    return p, out
+
+
+def test_encode_request_adds_content_length_and_rejects_header_injection() -> None:
+    wire = encode_request("POST", "/v1/responses", [("host", "h:1")], b"{}")
+    assert wire == b"POST /v1/responses HTTP/1.1\r\nhost: h:1\r\ncontent-length: 2\r\n\r\n{}"
+    with pytest.raises(ValueError, match="single line"):
+        encode_request("GET", "/", [("x", "a\r\nevil: 1")], b"")
+
+
+def test_chunked_body_is_the_same_whatever_the_split() -> None:
+    wire = HEAD + chunked(BODY)
+    whole, body = feed_split(wire, [])
+    assert body == b"".join(BODY) and whole.complete and whole.status == 200
+    assert whole.keep_alive and whole.headers["content-type"] == "text/event-stream"
+    for cut in range(1, len(wire)):
+        p, got = feed_split(wire, [cut])
+        assert got == b"".join(BODY) and p.complete, cut
+    p, got = feed_split(wire, list(range(1, len(wire))))  # one byte at a time
+    assert got == b"".join(BODY) and p.complete
+
+
+def test_content_length_body_and_connection_close() -> None:
+    wire = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello"
+    for cut in range(1, len(wire)):
+        p, got = feed_split(wire, [cut])
+        assert (got, p.status, p.complete, p.keep_alive) == (b"hello", 400, True, False)
+
+
+def test_body_until_close_completes_on_eof_only() -> None:
+    p = ResponseParser()
+    assert p.feed(b"HTTP/1.0 200 OK\r\n\r\nabc") == b"abc"
+    assert p.feed(b"def") == b"def" and not p.complete and not p.keep_alive
+    p.eof()
+    assert p.complete
+
+
+def test_interim_responses_are_skipped() -> None:
+    p, got = feed_split(
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", []
+    )
+    assert (p.status, got, p.complete) == (200, b"ok", True)
+
+
+@pytest.mark.parametrize(
+    ("wire", "message"),
+    [
+        (b"HTTX/1.1 200 OK\r\n\r\n", "status line"),
+        (b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n", "header line"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n", "content-length"),
+        (HEAD + b"zz\r\n", "hexadecimal size"),
+        (HEAD + b"2\r\nabXY", "CRLF after the data"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nab", "nothing after the body"),
+    ],
+)
+def test_malformed_responses_raise_with_what_was_expected(wire: bytes, message: str) -> None:
+    with pytest.raises(H1Error, match=message):
+        ResponseParser().feed(wire)
+
+
+def test_eof_inside_a_response_is_an_error() -> None:
+    p = ResponseParser()
+    p.feed(HEAD + b"5\r\nab")
+    with pytest.raises(H1Error, match="inside the response body"):
+        p.eof()

@@ -1,0 +1,84 @@
+"""``--procs N``: rollouts split across client processes, server workers, merged results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.core.plan import RolloutPlan
+from harness.multiproc import partition, split_concurrency
+from harness.report.results import load_run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plan(i: int, offset: int) -> RolloutPlan:
+    return RolloutPlan(i, i, 1, 1, 1, (), start_offset_ns=offset)
+
+
+def test_partition_is_round_robin_in_start_order_and_loses_nothing() -> None:
+    plans = [_plan(i, off) for i, off in enumerate([50, 10, 40, 20, 30])]
+    parts = partition(plans, 2)
+    assert [[p.rollout_id for p in part] for part in parts] == [[1, 4, 0], [3, 2]]
+    assert partition(plans, 7)[5:] == [[], []]
+
+
+def test_concurrency_is_split_as_evenly_as_possible() -> None:
+    assert split_concurrency(5, 2) == [3, 2]
+    assert split_concurrency(1, 3) == [1, 0, 0]
+    assert sum(split_concurrency(16, 3)) == 16
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_two_client_processes_and_two_server_workers_merge_into_one_run(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(ROOT / "scenarios" / "tiny.yaml"),
+            "--procs",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "procs",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = load_run(tmp_path / "procs")
+    assert run.manifest["procs"] == 2
+    summary = run.summary
+    assert summary is not None and summary["valid"], summary and summary["invalid_reasons"]
+    assert summary["client"]["procs"] == 2 and len(summary["client"]["per_process"]) == 2
+    # tiny.yaml: 2 rollouts x 4 turns per transport, each rollout in its own process.
+    for name in ("http", "ws"):
+        t = summary["transports"][name]
+        assert t["turns"] == {"count": 8, "errors": 0}
+        assert t["schedule"]["started"] == 2
+    assert len(run.turns) == 16 and len(run.rollouts) == 4
+    assert sorted(set(run.rollouts["rollout_id"])) == [0, 1]
+    # The paired comparison survives the split (both transports ran every rollout).
+    assert summary["comparisons"][0]["paired"] is True
+    assert json.loads((tmp_path / "procs" / "summary.json").read_text())["client"]["procs"] == 2
+
+
+def test_server_workers_refuse_a_private_in_memory_store() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "reference_server", "--workers", "2", "--store", ":memory:"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "--workers 2: --store :memory: is private to one process" in done.stderr

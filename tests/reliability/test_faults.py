@@ -1,0 +1,204 @@
+"""Fault injection: the spec and the seeded draw (pure), then each kind as the harness sees it."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness.core.scenario import load_scenario
+from harness.report.results import Run, load_run
+from harness.runner import RunOptions, run_scenario
+from harness.soak import server_process
+from reference_server.faults import FaultInjector, FaultSpecError, parse_fault_spec
+from reference_server.serve import add_server_arguments, config_from_args
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = str(ROOT / "scenarios" / "tiny.yaml")
+
+# -- the spec ------------------------------------------------------------------------------------
+
+
+def test_spec_accepts_dotted_and_nested_error_rates() -> None:
+    a = parse_fault_spec({"error_rate.503": "0.1", "stall_rate": 0.2, "seed": "4"})
+    b = parse_fault_spec({"error_rate": {503: 0.1}, "stall_rate": "0.2", "seed": 4})
+    assert a == b and a.error_rate == {503: 0.1} and a.seed == 4
+    assert a.enabled and abs(a.total_rate - 0.3) < 1e-9
+    assert not parse_fault_spec({}).enabled
+    assert parse_fault_spec({"lifetime_s": 5}).enabled
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ({"stall": 0.1}, "fault 'stall': unknown key"),
+        ({"error_rate.418": 0.1}, "fault error_rate.418: expected a status among 429, 500"),
+        ({"disconnect_rate": 1.5}, "expected a probability from 0 to 1, got 1.5"),
+        ({"spike_ms": -1}, "fault spike_ms: expected a positive number, got -1"),
+        ({"stall_rate": "x"}, "fault stall_rate: expected a number, got 'x'"),
+        ({"stall_rate": 0.6, "evict_rate": 0.6}, "rates add up to 1.2; expected at most 1"),
+    ],
+)
+def test_spec_errors_name_the_key_and_what_was_expected(
+    entries: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(FaultSpecError, match=message.replace("(", r"\(")):
+        parse_fault_spec(entries)
+
+
+def test_draws_are_seeded_and_follow_the_rates() -> None:
+    spec = parse_fault_spec(
+        {"seed": 9, "error_rate.500": 0.1, "disconnect_rate": 0.2, "evict_rate": 0.3}
+    )
+    one, two = FaultInjector(spec), FaultInjector(spec)
+    seq = [one.draw(websocket=True) for _ in range(20_000)]
+    assert seq == [two.draw(websocket=True) for _ in range(20_000)]
+    kinds = Counter(f.kind for f in seq)
+    for kind, rate in (("error", 0.1), ("disconnect", 0.2), ("evict", 0.3), ("", 0.4)):
+        assert abs(kinds[kind] / len(seq) - rate) < 0.02, (kind, kinds)
+    assert one.counts == {"error_500": kinds["error"], "disconnect": kinds["disconnect"]} | {
+        "evict": kinds["evict"]
+    }
+    # A cache eviction means nothing over HTTP: no fault instead.
+    http = FaultInjector(parse_fault_spec({"evict_rate": 1.0}))
+    assert not any(http.draw(websocket=False) for _ in range(100))
+
+
+def test_command_line_and_file_make_one_spec(tmp_path: Path) -> None:
+    path = tmp_path / "faults.yaml"
+    path.write_text("faults:\n  seed: 3\n  error_rate: {429: 0.2}\n  lifetime_s: 30\n")
+    parser = argparse.ArgumentParser()
+    add_server_arguments(parser)
+    args = parser.parse_args(["--faults-file", str(path), "--fault", "lifetime_s=7"])
+    cfg = config_from_args(args)
+    assert cfg.faults.seed == 3 and cfg.faults.error_rate == {429: 0.2}
+    assert cfg.faults.lifetime_s == 7  # --fault wins over the file
+    assert cfg.ws_max_lifetime_s == 7  # the short lifetime applies to WebSockets
+    with pytest.raises(SystemExit, match="fault 'nope': unknown key"):
+        config_from_args(parser.parse_args(["--fault", "nope=1"]))
+
+
+# -- each kind, as the harness records it --------------------------------------------------------
+
+
+def faulted_run(
+    tmp: Path,
+    faults: list[str],
+    transports: str,
+    *,
+    count: int = 3,
+    timeout_s: float = 120.0,
+    concurrency: int = 1,
+) -> Run:
+    server_args = ["--store", ":memory:", "--drain-timeout-s", "1"]
+    for item in faults:
+        server_args += ["--fault", item]
+    scenario = load_scenario(
+        TINY, {"rollout.count": str(count), "load.concurrency": str(concurrency)}
+    )
+    opts = RunOptions(
+        transports=transports.split(","),
+        results_root=tmp,
+        run_id="r",
+        progress=False,
+        render=False,
+        request_timeout_s=timeout_s,
+        server_args=server_args,
+    )
+    result = run_scenario(scenario, TINY, opts)
+    run = load_run(result.run_dir)
+    assert run.summary is not None and run.summary["partial"] is False
+    for name in transports.split(","):
+        assert run.summary["transports"][name]["rollouts"]["count"] == count, name
+    return run
+
+
+def _kinds(run: Run, name: str) -> dict[str, int]:
+    assert run.summary is not None
+    return dict(run.summary["transports"][name]["errors_by_kind"])
+
+
+def test_injected_errors_are_counted_by_status_code_and_transport(tmp_path: Path) -> None:
+    run = faulted_run(tmp_path, ["error_rate.503=0.5", "error_rate.429=0.5"], "http,ws")
+    for name in ("http", "ws"):
+        kinds = _kinds(run, name)
+        # Every rollout fails on its first request, with one of the two injected codes.
+        assert set(kinds) <= {"service_unavailable", "rate_limit_exceeded"}, kinds
+        assert sum(kinds.values()) == 3, kinds
+
+
+def test_mid_stream_disconnects_fail_http_and_are_recovered_over_ws(tmp_path: Path) -> None:
+    run = faulted_run(tmp_path, ["disconnect_rate=0.3", "seed=5"], "http,ws")
+    # The server closed the connection inside the chunked body: an error, not a hang.
+    http_errors = run.turns[(run.turns["transport"] == "http") & (run.turns["status"] == "error")]
+    assert len(http_errors) >= 1
+    assert http_errors["error_message"].str.contains("closed|disconnect", case=False).all(), list(
+        http_errors["error_message"]
+    )
+    ws_turns = run.turns[run.turns["transport"] == "ws"]
+    assert ws_turns["recoveries"].sum() >= 1
+    # A cut WebSocket response is retried on a new connection; only three cuts in a row fail.
+    assert set(_kinds(run, "ws")) <= {"recovery_exhausted"}, _kinds(run, "ws")
+    recovered = ws_turns[(ws_turns["recoveries"] > 0) & (ws_turns["status"] == "completed")]
+    assert len(recovered) >= 1 and recovered["new_connection"].all()
+
+
+def test_stalled_streams_time_out_as_errors_of_kind_timeout(tmp_path: Path) -> None:
+    run = faulted_run(
+        tmp_path,
+        ["stall_rate=1", "stall_s=60"],
+        "http,ws,ws-append",
+        count=2,
+        timeout_s=1.0,
+        concurrency=2,
+    )
+    for name in ("http", "ws", "ws-append"):
+        assert _kinds(run, name) == {"timeout": 2}, (name, _kinds(run, name))
+    # Each stalled turn ended at the timeout, not at the end of the stall.
+    failed = run.turns[run.turns["status"] == "error"]
+    assert ((failed["done_ns"] - failed["sent_ns"]) / 1e9 < 30).all()
+
+
+def test_latency_spikes_show_in_time_to_first_token(tmp_path: Path) -> None:
+    run = faulted_run(tmp_path, ["spike_rate=1", "spike_ms=150"], "http,ws", count=1)
+    assert run.summary is not None
+    for name in ("http", "ws"):
+        t = run.summary["transports"][name]
+        assert t["turns"]["errors"] == 0
+        assert t["ttft_ms"]["p50"] >= 150, t["ttft_ms"]
+
+
+def test_cache_evictions_are_recovered_by_resending_or_by_the_store(tmp_path: Path) -> None:
+    run = faulted_run(tmp_path, ["evict_rate=1"], "ws,ws-store", count=2)
+    assert _kinds(run, "ws") == {} and _kinds(run, "ws-store") == {}
+    ws = run.turns[(run.turns["transport"] == "ws") & (run.turns["turn_index"] > 0)]
+    assert (ws["recoveries"] == 1).all()  # previous_response_not_found -> full context
+    store = run.turns[(run.turns["transport"] == "ws-store") & (run.turns["turn_index"] > 0)]
+    assert (store["recoveries"] == 0).all() and set(store["sim_cache"]) == {"store"}
+
+
+def test_short_connection_lifetimes_reconnect_without_errors(tmp_path: Path) -> None:
+    run = faulted_run(tmp_path, ["lifetime_s=0.2"], "http,ws", count=2)
+    assert _kinds(run, "http") == {} and _kinds(run, "ws") == {}
+    ws = run.turns[run.turns["transport"] == "ws"]
+    assert ws["recoveries"].sum() >= 1 and ws["new_connection"].sum() > 2
+
+
+def test_http_keep_alive_connections_are_closed_after_the_lifetime() -> None:
+    with (
+        server_process(["--store", ":memory:", "--fault", "lifetime_s=0.2"]) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        body = {"model": "m", "input": "hi", "tool_choice": "none", "max_output_tokens": 300}
+        first = client.post("/responses", json=body)
+        # 300 tokens at 1,000 TPS outlive 0.2 s: the connection is older than its lifetime now.
+        second = client.post("/responses", json=body)
+        third = client.post("/responses", json=body)
+    assert first.status_code == second.status_code == third.status_code == 200
+    assert first.headers.get("connection") != "close"
+    assert second.headers.get("connection") == "close"
+    assert third.headers.get("connection") != "close"  # a fresh connection
