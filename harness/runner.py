@@ -395,6 +395,26 @@ def _ms(x: float) -> float | None:
     return round(x, 3) if math.isfinite(x) else None
 
 
+def finish_client_summary(
+    summary: dict[str, Any],
+    reasons: list[str],
+    *,
+    partial: bool,
+    cpu_share: float,
+    loop_lag: Histogram,
+) -> None:
+    """Validity, partial flag and the client's own health, the same for every kind of run."""
+    summary["invalid_reasons"] = reasons
+    summary["valid"] = not reasons
+    summary["partial"] = partial
+    summary["client_cpu_share"] = round(cpu_share, 3)
+    loop50, loop99 = loop_lag.percentiles_ms((50, 99))
+    summary["client"] = {
+        "cpu_share": round(cpu_share, 3),
+        "loop_lag_ms": {"p50": _ms(loop50), "p99": _ms(loop99), "max": _ms(loop_lag.max / 1000.0)},
+    }
+
+
 def _lag_reasons(
     summary: dict[str, Any],
     schedules: dict[str, _Schedule],
@@ -566,19 +586,10 @@ async def run_plans(
                     "mean": _ms(sched.uncorrected.mean_ms),
                 }
         invalid += _lag_reasons(summary, schedules, scenario, loop_lag, cpu_share, wall)
-        summary["invalid_reasons"] = list(summary.get("invalid_reasons", [])) + invalid
-        summary["valid"] = not summary["invalid_reasons"]
-        summary["partial"] = partial
-        summary["client_cpu_share"] = round(cpu_share, 3)
-        loop50, loop99 = loop_lag.percentiles_ms((50, 99))
-        summary["client"] = {
-            "cpu_share": round(cpu_share, 3),
-            "loop_lag_ms": {
-                "p50": _ms(loop50),
-                "p99": _ms(loop99),
-                "max": _ms(loop_lag.max / 1000.0),
-            },
-        }
+        reasons = list(summary.get("invalid_reasons", [])) + invalid
+        finish_client_summary(
+            summary, reasons, partial=partial, cpu_share=cpu_share, loop_lag=loop_lag
+        )
         summary["load"] = _load_summary(scenario, len(plans))
         summary["scenario"] = scenario.name
         summary["seed"] = scenario.seed

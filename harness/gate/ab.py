@@ -16,7 +16,6 @@ server change (say a 20 % slower API tier) is gated before it ships.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +40,7 @@ from harness.runner import (
     _Schedule,
     _watch_loop,
     build_manifest,
+    finish_client_summary,
 )
 from harness.transports import TransportOptions, make_transport
 
@@ -141,19 +141,9 @@ class _Side:
                 t["schedule"] = sched.as_dict()
         reasons = list(shared_invalid)
         reasons += _lag_reasons(summary, self.schedules, scenario, loop_lag, cpu_share, wall_s)
-        summary["invalid_reasons"] = reasons
-        summary["valid"] = not reasons
-        summary["partial"] = partial
-        summary["client_cpu_share"] = round(cpu_share, 3)
-        loop50, loop99 = loop_lag.percentiles_ms((50, 99))
-        summary["client"] = {
-            "cpu_share": round(cpu_share, 3),
-            "loop_lag_ms": {
-                "p50": _finite(loop50),
-                "p99": _finite(loop99),
-                "max": _finite(loop_lag.max / 1000.0),
-            },
-        }
+        finish_client_summary(
+            summary, reasons, partial=partial, cpu_share=cpu_share, loop_lag=loop_lag
+        )
         summary["scenario"] = scenario.name
         summary["seed"] = scenario.seed
         self.writer.finish(summary, self.acc.histograms())
@@ -270,10 +260,6 @@ async def run_ab_plans(
             for s in sides.values():
                 s.writer.close()
     return ABResult(results["baseline"], results["candidate"], len(rounds))
-
-
-def _finite(x: float) -> float | None:
-    return round(x, 3) if math.isfinite(x) else None
 
 
 def run_ab(
