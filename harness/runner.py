@@ -17,7 +17,6 @@ system under test.
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import os
 import platform
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import quiet_gc
 from harness.core.plan import RolloutPlan
 from harness.core.records import RolloutRecord, TurnRecord
 from harness.core.rollout import generate_rollouts, load_scenario_trace, throughput_derivation
@@ -512,9 +512,9 @@ async def run_plans(
     # which is set-up, not the client falling behind.
     clients = {name: make_transport(name, options) for name in transports}
     # Everything alive now (modules, plans, pools) is kept out of the cyclic GC's full
-    # collections, which otherwise pause the loop for tens of ms mid-measurement.
-    gc.collect()
-    gc.freeze()
+    # collections, which otherwise pause the loop for tens of ms mid-measurement, and
+    # young collections become rare (harness/quiet_gc.py).
+    gc_state = quiet_gc.begin()
     loop_lag = Histogram()
     watcher = asyncio.ensure_future(_watch_loop(loop_lag))
     cpu0 = os.times()
@@ -558,11 +558,11 @@ async def run_plans(
         partial = True
         invalid.append("run interrupted before every rollout finished")
     finally:
+        quiet_gc.end(gc_state)
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
         for client in clients.values():
             await client.aclose()
-        gc.unfreeze()
         if progress is not None:
             progress.close()
         cpu1 = os.times()

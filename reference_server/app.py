@@ -18,7 +18,7 @@ import itertools
 import random
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,26 +26,28 @@ import orjson
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from harness.core import events as ev
-from harness.core.sse import encode_event
 from harness.core.tokens import CHARS_PER_TOKEN, token_pieces
 from reference_server import faults
 from reference_server.api_tier import RequestCost
 from reference_server.config import ServerConfig
 from reference_server.conversation import Conversation, tools_tokens
+from reference_server.event_stream import EventStream, SendEvents, until_disconnect
 from reference_server.guard import ConnectionGuard
 from reference_server.limits import TokenBucket, retry_after_headers
 from reference_server.output import OutputPlan, plan_output
 from reference_server.profiles import load_profiles
+from reference_server.protocols import ARRIVED_KEY
 from reference_server.sim import Simulator, decode_seed, mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.validate import CreateRequest, RequestError, parse_create
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+# Events that are due together go out together: one SSE write or one batch of WS frames.
+Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
 # Called with the finished conversation just before the terminal event goes out, so a
 # client that chains from the response the moment it completes always finds it.
 OnOutput = Callable[[Conversation], None]
@@ -262,6 +264,8 @@ class ReferenceServer:
     async def health(self, request: Request) -> Response:
         doc: dict[str, Any] = {"status": "ok", "model": self.sim.describe()}
         doc["slow_clients_dropped"] = self.guard.dropped_slow
+        # Responses holding an engine stream slot now, and waiting for one.
+        doc["engine"] = {"active": self.sim.capacity.active, "queued": self.sim.capacity.queued}
         if self.config.faults.enabled:
             doc["faults_injected"] = dict(sorted(self.faults.counts.items()))
         return JSONResponse(doc)
@@ -328,8 +332,7 @@ class ReferenceServer:
         cursor = _OutputCursor(builder, plan, rng)
 
         async def emit(k: int) -> None:
-            for e in cursor.emit(k):
-                await send(e)
+            await send(cursor.emit(k))
 
         input_tokens = conv.tokens + tools_tok
         inf = await self.sim.inference(
@@ -341,8 +344,9 @@ class ReferenceServer:
             emit,
             static_prefix=(hash(orjson.dumps(req.tools)), tools_tok),
         )
-        for e in cursor.finish():
-            await send(e)
+        closing = cursor.finish()
+        if closing:
+            await send(closing)
         return Segment(
             output_tokens=plan.output_tokens,
             cached_tokens=int(inf.get("cached_tokens", 0)),
@@ -363,14 +367,14 @@ class ReferenceServer:
         """The ``loopbench.fail: mid_stream`` hint: one output delta, then error + response.failed."""
         plan = OutputPlan((), 4, truncated=False)
         cursor = _OutputCursor(builder, plan, rng)
-        for e in cursor.emit(1):
-            await send(e)
-        for e in builder.fail(
-            "server_error",
-            "The server had an error while processing your request (injected by loopbench.fail).",
-            nested=self.config.sse_error_shape != "flat",
-        ):
-            await send(e)
+        await send(cursor.emit(1))
+        await send(
+            builder.fail(
+                "server_error",
+                "The server had an error while processing your request (injected by loopbench.fail).",
+                nested=self.config.sse_error_shape != "flat",
+            )
+        )
 
     async def generate(
         self,
@@ -390,8 +394,7 @@ class ReferenceServer:
         """
         rng = self.rng()
         send = faults.wrap_send(send, self.config.faults.stall_s)
-        for e in builder.start():
-            await send(e)
+        await send(builder.start())
         if req.metadata.get(HINT_FAIL) == "mid_stream":
             await self.fail_mid_stream(builder, send, rng)
             return "failed"
@@ -403,7 +406,7 @@ class ReferenceServer:
             timing["ttft"] = timing["api_pre"] + timing["api_queue"]
             on_output(conv)
             usage = ev.usage(conv.tokens + tools_tok, 0, 0)
-            await send(builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s()))
+            await send([builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s())])
             return "completed"
         seg = await self.run_segment(
             req, conv, builder, send, rng, tool_choice=req.tool_choice, metadata=req.metadata
@@ -426,9 +429,9 @@ class ReferenceServer:
             cache_write_tokens=seg.input_tokens - seg.cached_tokens,
         )
         if seg.truncated:
-            await send(builder.incomplete("max_output_tokens", usage, {"sim_timing": timing}))
+            await send([builder.incomplete("max_output_tokens", usage, {"sim_timing": timing})])
             return "incomplete"
-        await send(builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s()))
+        await send([builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s())])
         return "completed"
 
     async def pre_inference(self, cost: RequestCost, cache: str) -> dict[str, Any]:
@@ -546,75 +549,42 @@ class ReferenceServer:
 
         if not req.stream:
 
-            async def discard(_: dict[str, Any]) -> None:
+            async def discard(_: Sequence[dict[str, Any]]) -> None:
                 return None
 
-            await self.generate(req, conv, cost, builder, discard, timing, on_output=on_output)
+            finished = await until_disconnect(
+                request.receive,
+                self.generate(req, conv, cost, builder, discard, timing, on_output=on_output),
+            )
+            if not finished:
+                return Response(status_code=499)  # the client left: stop generating for nobody
             return Response(
                 orjson.dumps(builder.response_object()),
                 media_type="application/json",
                 headers=headers,
             )
 
-        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-
-        max_queued = self.config.sse_max_queued_events
-
-        async def send(e: dict[str, Any]) -> None:
-            queue.put_nowait(encode_event(e))
-            # A reader that falls behind makes its own generation wait (never an unbounded
-            # queue); one that stops reading is dropped by the guard's send timeout.
-            while queue.qsize() > max_queued:
-                await asyncio.sleep(0.01)
-
-        async def produce() -> None:
+        async def run(send: SendEvents) -> bool:
             try:
                 await self.generate(req, conv, cost, builder, send, timing, on_output=on_output)
-                if self.config.sse_done_marker:
-                    queue.put_nowait(b"data: [DONE]\n\n")
             except faults.InjectedDisconnect:
-                raise  # body_iter re-raises it: the connection is dropped, not the response failed
+                raise  # the connection is dropped, not the response failed
             except Exception as exc:  # a bug must not leave the client hanging: fail the response
                 with contextlib.suppress(ValueError):
-                    for e in builder.fail(
-                        "server_error",
-                        f"The server had an error: {type(exc).__name__}.",
-                        nested=self.config.sse_error_shape != "flat",
-                    ):
-                        queue.put_nowait(encode_event(e))
-            finally:
-                queue.put_nowait(None)
+                    await send(
+                        builder.fail(
+                            "server_error",
+                            f"The server had an error: {type(exc).__name__}.",
+                            nested=self.config.sse_error_shape != "flat",
+                        )
+                    )
+                return False
+            return True
 
-        async def body_iter() -> AsyncIterator[bytes]:
-            task = asyncio.ensure_future(produce())
-            try:
-                while True:
-                    chunk = await queue.get()
-                    if chunk is None:
-                        break
-                    # Coalesce what is already queued into one write: fewer syscalls, same bytes.
-                    parts = [chunk]
-                    while not queue.empty():
-                        nxt = queue.get_nowait()
-                        if nxt is None:
-                            yield b"".join(parts)
-                            return
-                        parts.append(nxt)
-                    yield b"".join(parts) if len(parts) > 1 else chunk
-            finally:
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-                elif not task.cancelled() and isinstance(
-                    task.exception(), faults.InjectedDisconnect
-                ):
-                    raise faults.InjectedDisconnect("injected mid-stream disconnect")
-
-        return StreamingResponse(
-            body_iter(),
-            media_type="text/event-stream",
-            headers={**headers, "cache-control": "no-cache"},
+        return EventStream(
+            run,
+            {**headers, "cache-control": "no-cache"},
+            done_marker=self.config.sse_done_marker,
         )
 
     # -- WebSocket -------------------------------------------------------------------------
@@ -660,9 +630,11 @@ def _now_s() -> int:
 
 
 class _StampArrival:
-    """Outermost ASGI layer: an HTTP request's API-tier clock starts as it enters the app.
+    """Outermost ASGI layer: start an HTTP request's API-tier clock.
 
-    Routing, admission, reading and parsing then run inside the modelled
+    At the instant its bytes reached the server when the protocol stamped it
+    (``scope["loopbench.arrived_ns"]``, reference_server/protocols.py), else now.
+    Parsing, routing, admission and reading the body then run inside the modelled
     API-tier time (:func:`reference_server.sim.mark_arrival`) instead of before it.
     """
 
@@ -671,7 +643,7 @@ class _StampArrival:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            mark_arrival()
+            mark_arrival(scope.get(ARRIVED_KEY))
         await self.app(scope, receive, send)
 
 

@@ -57,7 +57,6 @@ class ServerConfig:
     send_timeout_s: float = 30.0  # a peer that does not read for this long is dropped
     drain_timeout_s: float = 30.0  # SIGTERM: in-flight responses get this long to finish
     ws_ping_interval_s: float = 20.0  # keepalive pings; a peer silent for 2x this is dropped
-    sse_max_queued_events: int = 1024  # SSE events queued for a slow reader before generation waits
     log_level: str = "warning"
     # Server processes sharing the listening socket (reference_server/workers.py); each
     # worker gets 1/workers of the modelled capacity, and its index keeps ids distinct.

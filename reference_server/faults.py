@@ -26,7 +26,7 @@ import asyncio
 import contextvars
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +54,7 @@ ERROR_STATUSES: dict[int, tuple[str, str, str]] = {
     504: ("server_error", "gateway_timeout", "Gateway timeout (injected fault)."),
 }
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
 
 
 class FaultSpecError(ValueError):
@@ -244,10 +244,10 @@ def wrap_send(send: Send, stall_s: float) -> Send:
         return send
     armed = True
 
-    async def faulty(event: dict[str, Any]) -> None:
+    async def faulty(events: Sequence[dict[str, Any]]) -> None:
         nonlocal armed
-        await send(event)
-        if armed and event.get("type") in ev.DELTA_TYPES:
+        await send(events)
+        if armed and any(e.get("type") in ev.DELTA_TYPES for e in events):
             armed = False
             if fault.kind == "disconnect":
                 raise InjectedDisconnect("injected mid-stream disconnect")

@@ -414,6 +414,7 @@ def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
     from reference_server.app import ReferenceServer
     from reference_server.faults import install_log_filter
     from reference_server.profiles import ProfileError
+    from reference_server.protocols import uvicorn_protocols
     from reference_server.shutdown import DrainingServer
 
     try:
@@ -425,12 +426,15 @@ def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
         sock = _bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
+    protocols: dict[str, Any] = {"ws": "websockets-sansio" if _has_ws_sansio() else "websockets"}
+    # Arrival stamps and batched WebSocket sends (reference_server/protocols.py).
+    protocols.update(uvicorn_protocols())
     uv_config = uvicorn.Config(
         server_app.app,
         log_level=config.log_level,
         access_log=False,
         loop="uvloop" if _has_uvloop() else "asyncio",
-        ws="websockets-sansio" if _has_ws_sansio() else "websockets",
+        **protocols,
         # Frames a little over the app's limit still reach it and get a message_too_large
         # error event; far larger ones are refused by the protocol layer (close 1009).
         ws_max_size=config.max_ws_message_bytes + 1024 * 1024,

@@ -42,7 +42,10 @@ class _QuietCancelled(logging.Filter):
 
 
 def _is_websocket(protocol: Any) -> bool:
-    return type(protocol).__module__.startswith("uvicorn.protocols.websockets")
+    # Subclasses too (reference_server/protocols.py).
+    return any(
+        cls.__module__.startswith("uvicorn.protocols.websockets") for cls in type(protocol).__mro__
+    )
 
 
 class DrainingServer(uvicorn.Server):

@@ -62,21 +62,24 @@ DEFAULT_MIN_DELTA_INTERVAL_MS = 2.0
 _API_DONE_NS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "loopbench_api_done_ns", default=None
 )
-# perf_counter_ns at which the request reached the app (see mark_arrival).
+# perf_counter_ns at which the request reached the server (see mark_arrival).
 _ARRIVED_NS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "loopbench_arrived_ns", default=None
 )
 
 
-def mark_arrival() -> None:
-    """Start this request's API-tier clock now, before the app reads and parses it.
+def mark_arrival(arrived_ns: int | None = None) -> None:
+    """Start this request's API-tier clock at ``arrived_ns`` (default: now).
 
     The modelled API-tier work (validation, tokenization, ...) stands for the
-    real parsing the app then does, so that parsing runs inside the modelled
-    time instead of before it: TTFT then differs from the model only by what
-    the model cannot see (network, framework, the client).
+    real reading and parsing the server does, so that work runs inside the
+    modelled time instead of before it: TTFT then differs from the model only
+    by what the model cannot see (network, the client).  ``arrived_ns`` is when
+    the request's bytes reached the server (reference_server/protocols.py); a
+    stamp from the future (another clock) is ignored.
     """
-    _ARRIVED_NS.set(_now_ns())
+    now = _now_ns()
+    _ARRIVED_NS.set(arrived_ns if arrived_ns is not None and 0 < arrived_ns <= now else now)
 
 
 class Simulator:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from harness.core import events as ev
 from reference_server import faults
 from reference_server.api_tier import RequestCost
 from reference_server.conversation import Conversation, tools_tokens
+from reference_server.protocols import ARRIVED_KEY, BATCH_EXTENSION, BATCH_KEY
 from reference_server.sim import mark_arrival
 from reference_server.validate import (
     AppendRequest,
@@ -91,7 +92,8 @@ class WsConnection:
         self.opened = self.loop.time()
         self.cache = LaneCache(self.cfg.ws_max_cached_bytes)
         self.named_lanes: set[str] = set()
-        self.queues: dict[str | None, deque[dict[str, Any]]] = {}
+        # Per lane: (create body, when its bytes arrived if it could start at once, else None).
+        self.queues: dict[str | None, deque[tuple[dict[str, Any], int | None]]] = {}
         self.workers: dict[str | None, asyncio.Task[None]] = {}
         self.slots = asyncio.Semaphore(self.cfg.ws_max_in_flight)
         # Accepted creates not finished yet: up to ws_max_in_flight generate, the rest
@@ -104,18 +106,28 @@ class WsConnection:
         self.active_appends: set[str] = set()
         self.closed = False
         self.draining = False  # the server is shutting down: no new creates
+        # The ASGI server can send a batch of frames in one write (reference_server/protocols.py).
+        self.batch_send = BATCH_EXTENSION in ws.scope.get("extensions", {})
 
     # -- sending -----------------------------------------------------------------------------
 
-    async def send(self, event: dict[str, Any]) -> None:
+    async def send(self, events: Sequence[dict[str, Any]]) -> None:
+        """Send ``events``, one text message each: in one write when the server can batch."""
         if self.closed:
             raise _Closed()
+        if not events:
+            return
         try:
-            await self.ws.send({"type": "websocket.send", "text": orjson.dumps(event).decode()})
+            if self.batch_send:
+                texts = [orjson.dumps(e) for e in events]
+                await self.ws.send({"type": "websocket.send", BATCH_KEY: texts})
+            else:
+                for e in events:
+                    await self.ws.send({"type": "websocket.send", "text": orjson.dumps(e).decode()})
         except Exception as exc:  # the peer is gone; whatever the layer below raised
             self.closed = True
             raise _Closed() from exc
-        if self.cut_armed and event["type"] in ev.DELTA_TYPES:
+        if self.cut_armed and any(e["type"] in ev.DELTA_TYPES for e in events):
             self.cut_armed = False
             raise _Closed(self.cfg.ws_fault_close_code)
 
@@ -133,7 +145,7 @@ class WsConnection:
         stream_id: str | None = None,
         type_: str | None = None,
     ) -> None:
-        await self.send(ev.ws_error_event(status, code, message, param, stream_id, type_=type_))
+        await self.send([ev.ws_error_event(status, code, message, param, stream_id, type_=type_)])
 
     async def close_now(self, code: int) -> None:
         if self.closed:
@@ -186,7 +198,7 @@ class WsConnection:
             return
         kind = body.get("type") if isinstance(body, dict) else None
         if kind == "response.create":
-            await self.on_create(body)
+            await self.on_create(body, msg.get(ARRIVED_KEY))
         elif kind == "response.append":
             await self.on_append(body)
         elif kind == "response.steer":
@@ -200,7 +212,7 @@ class WsConnection:
                 "type",
             )
 
-    async def on_create(self, body: dict[str, Any]) -> None:
+    async def on_create(self, body: dict[str, Any], arrived_ns: int | None = None) -> None:
         cfg = self.cfg
         if self.draining:
             await self.error(
@@ -266,7 +278,9 @@ class WsConnection:
             return
         if body.get("loopbench_mode") == "append":
             self.append_mode = True
-        self.queues.setdefault(lane, deque()).append(body)
+        # Its API-tier clock starts at arrival only if nothing is ahead of it (lane or slots).
+        immediate = lane not in self.workers and self.outstanding < cfg.ws_max_in_flight
+        self.queues.setdefault(lane, deque()).append((body, arrived_ns if immediate else None))
         self.outstanding += 1
         if lane not in self.workers:
             self.workers[lane] = asyncio.ensure_future(self.lane_worker(lane))
@@ -322,19 +336,21 @@ class WsConnection:
     async def on_steer(self, body: dict[str, Any]) -> None:
         # Steering (PROTOCOL §2.3) is not simulated: say so in the documented shape.
         await self.send(
-            {
-                "type": "response.steer.failed",
-                "sequence_number": 0,
-                "error": {
-                    "code": "steering_not_supported",
-                    "message": "Steering is not supported by the loopbench reference server.",
-                    "type": "invalid_request_error",
-                },
-                "steer": {
-                    "input": body.get("input"),
-                    "previous_response_id": body.get("previous_response_id"),
-                },
-            }
+            [
+                {
+                    "type": "response.steer.failed",
+                    "sequence_number": 0,
+                    "error": {
+                        "code": "steering_not_supported",
+                        "message": "Steering is not supported by the loopbench reference server.",
+                        "type": "invalid_request_error",
+                    },
+                    "steer": {
+                        "input": body.get("input"),
+                        "previous_response_id": body.get("previous_response_id"),
+                    },
+                }
+            ]
         )
 
     async def on_append(self, body: dict[str, Any]) -> None:
@@ -386,9 +402,9 @@ class WsConnection:
         try:
             while queue and not self.closed:
                 async with self.slots:
-                    body = queue.popleft()
+                    body, arrived_ns = queue.popleft()
                     try:
-                        await self.process(lane, body)
+                        await self.process(lane, body, arrived_ns)
                     finally:
                         self.outstanding -= 1
         except _Closed as closing:
@@ -435,11 +451,13 @@ class WsConnection:
 
         raise previous_not_found(prev)
 
-    async def process(self, lane: str | None, body: dict[str, Any]) -> None:
+    async def process(self, lane: str | None, body: dict[str, Any], arrived_ns: int | None) -> None:
         if await self.inject_fault(lane):
             return
-        # Parsing and resolving run inside the modelled API-tier time (sim.mark_arrival).
-        mark_arrival()
+        # Reading, parsing and resolving run inside the modelled API-tier time
+        # (sim.mark_arrival); an injected latency spike comes before it.
+        spiked = faults.current.get().kind == "spike"
+        mark_arrival(None if spiked else arrived_ns)
         prev = body.get("previous_response_id")
         cached = self.cache.lane(lane)
         same_lane = isinstance(prev, str) and cached is not None and cached.response_id == prev
@@ -500,12 +518,13 @@ class WsConnection:
         except Exception as exc:  # a bug must not leave the client hanging: fail the response
             status = "failed"
             with contextlib.suppress(ValueError):
-                for e in builder.fail(
-                    "server_error",
-                    f"The server had an error: {type(exc).__name__}.",
-                    nested=self.cfg.sse_error_shape != "flat",
-                ):
-                    await self.send(e)
+                await self.send(
+                    builder.fail(
+                        "server_error",
+                        f"The server had an error: {type(exc).__name__}.",
+                        nested=self.cfg.sse_error_shape != "flat",
+                    )
+                )
         if status == "failed" and same_lane and isinstance(prev, str):
             self.cache.evict_response(prev)
 
@@ -528,8 +547,7 @@ class WsConnection:
         """
         rng = self.s.rng()
         rid = builder.response_id
-        for e in builder.start():
-            await send(e)
+        await send(builder.start())
         tool_choice, metadata = req.tool_choice, req.metadata
         total_out = 0
         seg_timing = dict(timing)
@@ -561,7 +579,7 @@ class WsConnection:
                 )
                 future: asyncio.Future[AppendRequest] = self.loop.create_future()
                 self.paused[rid] = _Paused(future, calls, req.stream_id)
-                await send(builder.pause({"usage": usage, "sim_timing": seg_timing}))
+                await send([builder.pause({"usage": usage, "sim_timing": seg_timing})])
                 append = await future
                 self.segment_started()
                 conv.extend(append.input_items)
@@ -583,9 +601,9 @@ class WsConnection:
         self.s.spawn(self.s.sim.post_inference(cost))
         on_output(conv)
         if seg.truncated:
-            await send(builder.incomplete("max_output_tokens", usage, {"sim_timing": seg_timing}))
+            await send([builder.incomplete("max_output_tokens", usage, {"sim_timing": seg_timing})])
             return "incomplete"
         await send(
-            builder.complete(usage, {"sim_timing": seg_timing}, completed_at=int(time.time()))
+            [builder.complete(usage, {"sim_timing": seg_timing}, completed_at=int(time.time()))]
         )
         return "completed"

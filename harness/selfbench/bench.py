@@ -43,7 +43,9 @@ class SelfbenchOptions:
     messages_per_stream: int = 20_000
     trials: int = 3
     overhead_levels: tuple[int, ...] = (1, 16, 64)
-    overhead_rollouts: int = 3  # rollouts per stream (x4 turns), 12 at one stream
+    # Rollouts per stream (x4 turns; x4 again at one stream): 512 turns at 16 streams, so
+    # the p99 rests on the 5 slowest turns, not on one or two.
+    overhead_rollouts: int = 8
     pacing_streams: int = TARGET_STREAMS
     pacing_rollouts: int = 2  # per stream, two long responses each
     pacing_tokens: int = 600
@@ -163,37 +165,11 @@ def _throughput(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], No
 
 def _timing(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
     from harness.embedded import embedded_server
-    from harness.selfbench.timing import overhead_run, overload_runs, pacing_run
+    from harness.selfbench.timing import overload_runs, pacing_run
 
     with embedded_server() as url:
         for streams in opts.overhead_levels:
-            say(f"measurement overhead at {streams} stream(s)")
-            per = opts.overhead_rollouts * (4 if streams == 1 else 1)
-            run = overhead_run(url, list(opts.transports), streams, per)
-            out.details[f"overhead_{streams}"] = {
-                "valid": run.summary.get("valid"),
-                "invalid_reasons": run.summary.get("invalid_reasons"),
-                "client": run.summary.get("client"),
-                "seconds": round(run.seconds, 2),
-            }
-            for t in opts.transports:
-                err = run.transport(t).get("measurement_error_ms", {})
-                turns = run.transport(t).get("turns", {})
-                out.details[f"overhead_{streams}"][t] = {
-                    "measurement_error_ms": err,
-                    "turns": turns,
-                }
-                at_target = streams == TARGET_STREAMS
-                for q, bound in (("p50", TTFT_P50_MAX_MS), ("p99", TTFT_P99_MAX_MS)):
-                    out.figures.append(
-                        figure(
-                            f"ttft_overhead.{t}.{streams}.{q}",
-                            f"TTFT overhead {q}, {t}, {streams} stream{'s' if streams > 1 else ''}",
-                            err.get(q),
-                            "ms",
-                            at_most(bound, f"<= {bound:g} ms") if at_target else None,
-                        )
-                    )
+            _overhead_level(url, streams, opts, out, say)
         say(f"pacing at {SUSTAINED_TPS:,.0f} TPS, {opts.pacing_streams} streams")
         run = pacing_run(
             url,
@@ -267,6 +243,78 @@ def _timing(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None])
     }
 
 
+def _overhead_level(
+    url: str, streams: int, opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]
+) -> None:
+    """Measurement overhead at one concurrency; at the target level, in ``opts.trials`` trials.
+
+    As for the throughput ceilings, the best trial (lowest p99, per transport) is
+    the figure: another guest on the host or another process only ever adds
+    latency.  The worst trial is reported next to it and every trial, with the
+    CPU steal and the client's loop lag during it, is in the JSON.
+    """
+    from harness.selfbench.cpu_steal import read_cpu_times, steal_percent
+    from harness.selfbench.timing import overhead_run
+
+    per = opts.overhead_rollouts * (4 if streams == 1 else 1)
+    at_target = streams == TARGET_STREAMS
+    n_trials = opts.trials if at_target else 1
+    trials: list[dict[str, Any]] = []
+    for i in range(n_trials):
+        say(
+            f"measurement overhead at {streams} stream(s)"
+            + (f", trial {i + 1}/{n_trials}" if n_trials > 1 else "")
+        )
+        cpu0 = read_cpu_times()
+        run = overhead_run(url, list(opts.transports), streams, per)
+        trial: dict[str, Any] = {
+            "valid": run.summary.get("valid"),
+            "invalid_reasons": run.summary.get("invalid_reasons"),
+            "client": run.summary.get("client"),
+            "cpu_steal_pct": steal_percent(cpu0, read_cpu_times()),
+            "seconds": round(run.seconds, 2),
+        }
+        for t in opts.transports:
+            trial[t] = {
+                "measurement_error_ms": run.transport(t).get("measurement_error_ms", {}),
+                "turns": run.transport(t).get("turns", {}),
+            }
+        trials.append(trial)
+    detail: dict[str, Any] = dict(trials[0]) if n_trials == 1 else {"trials": trials}
+    out.details[f"overhead_{streams}"] = detail
+    plural = "s" if streams > 1 else ""
+    for t in opts.transports:
+        errs = [tr[t]["measurement_error_ms"] for tr in trials]
+        ranked = sorted(errs, key=lambda e: _or_inf(e.get("p99")))
+        best, worst = ranked[0], ranked[-1]
+        if n_trials > 1:
+            detail[t] = {"best_trial": best, "worst_trial": worst}
+        for q, bound in (("p50", TTFT_P50_MAX_MS), ("p99", TTFT_P99_MAX_MS)):
+            out.figures.append(
+                figure(
+                    f"ttft_overhead.{t}.{streams}.{q}",
+                    f"TTFT overhead {q}, {t}, {streams} stream{plural}"
+                    + (f", best of {n_trials} trials" if n_trials > 1 else ""),
+                    best.get(q),
+                    "ms",
+                    at_most(bound, f"<= {bound:g} ms") if at_target else None,
+                )
+            )
+        if n_trials > 1:
+            out.figures.append(
+                figure(
+                    f"ttft_overhead.{t}.{streams}.p99_worst_trial",
+                    f"TTFT overhead p99, {t}, {streams} stream{plural}, worst trial",
+                    worst.get("p99"),
+                    "ms",
+                )
+            )
+
+
+def _or_inf(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) else float("inf")
+
+
 def _memory(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
     from harness.selfbench.memory import measure_memory
 
@@ -298,9 +346,12 @@ def run_selfbench(
     opts: SelfbenchOptions, say: Callable[[str], None] = lambda _: None
 ) -> tuple[list[Figure], dict[str, Any], dict[str, Any]]:
     """Run every step; returns (figures, meta, details)."""
+    from harness.selfbench.cpu_steal import read_cpu_times, steal_percent
+
     out = _Collected()
     started = time.time()
     t0 = time.perf_counter()
+    cpu0 = read_cpu_times()
     for step, run in (("throughput", _throughput), ("timing", _timing), ("memory", _memory)):
         if step in opts.steps:
             run(opts, out, say)
@@ -312,6 +363,8 @@ def run_selfbench(
             "hostname": socket.gethostname(),
             "cpu_count": os.cpu_count(),
             "load_average": [round(x, 2) for x in os.getloadavg()],
+            # Share of CPU time the hypervisor gave to other guests during the whole run.
+            "cpu_steal_pct": steal_percent(cpu0, read_cpu_times()),
             "platform": platform.platform(),
             "python": sys.version.split()[0],
         },

@@ -52,6 +52,9 @@ async def open_ws(options: TransportOptions, url: str) -> ClientConnection:
             close_timeout=2,
             # Messages are stamped at the I/O edge, not when the loop gets round to them.
             create_connection=StampedConnection,
+            # Direct, like the HTTP transports: a proxy would be measured too, and looking
+            # one up scans the environment on every connect.
+            proxy=None,
         )
     except (OSError, websockets.exceptions.WebSocketException, TimeoutError) as exc:
         raise TransportError("connection", f"WebSocket {url}: {exc!r}") from exc

@@ -1,0 +1,109 @@
+"""An SSE response written straight to the ASGI ``send``, and cancellation on disconnect.
+
+Starlette's ``StreamingResponse`` pulls from an async iterator inside an anyio
+task group that also listens for the disconnect; feeding it from a generation
+task takes a queue and a second task, so every batch of due events crossed the
+event loop once more before it reached the socket — time that showed up in the
+measured TTFT and inter-token latency.  :class:`EventStream` runs the
+generation in the request's own task and writes each batch as it is produced.
+
+Back-pressure is the ASGI server's: a body ``send`` waits while the socket's
+write buffer is above its high-water mark, so a reader that falls behind makes
+its own generation wait, and the connection guard drops one that stops reading
+(``send_timeout_s``).  A client that disconnects cancels the generation
+(:func:`until_disconnect`) instead of letting it run to the end unread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+from starlette.responses import Response
+
+from harness.core.sse import encode_event
+
+SendEvents = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+AsgiSend = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+async def until_disconnect(receive: Receive, work: Coroutine[Any, Any, Any]) -> bool:
+    """Await ``work`` in this task; cancel it if the client disconnects first.
+
+    Returns True if ``work`` finished, False if the disconnect cancelled it.
+    Call it after the request body has been read: from then on the only
+    message ``receive`` can return is ``http.disconnect``.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await work
+    except asyncio.CancelledError:
+        if not gone:
+            raise  # someone else's cancellation (shutdown, the slow-reader guard)
+        task.uncancel()
+        return False
+    finally:
+        watcher.cancel()
+    return True
+
+
+class EventStream(Response):
+    """``text/event-stream`` of what ``run(send_events)`` sends, one body write per batch.
+
+    ``run`` returns True if the stream ended normally: only then does
+    ``done_marker`` add the ``data: [DONE]`` line some clients expect.
+    """
+
+    def __init__(
+        self,
+        run: Callable[[SendEvents], Coroutine[Any, Any, bool]],
+        headers: Mapping[str, str] | None = None,
+        *,
+        done_marker: bool = False,
+    ) -> None:
+        # Not Response.__init__: a streamed body has no content-length.
+        self.status_code = 200
+        self.media_type = "text/event-stream"
+        self.background = None
+        self.init_headers(headers)
+        self._run = run
+        self._done_marker = done_marker
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        asgi_send: AsgiSend = send
+        await asgi_send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+
+        async def send_events(events: Sequence[dict[str, Any]]) -> None:
+            if not events:
+                return
+            body = (
+                encode_event(events[0])
+                if len(events) == 1
+                else b"".join(encode_event(e) for e in events)
+            )
+            await asgi_send({"type": "http.response.body", "body": body, "more_body": True})
+
+        ended: list[bool] = []
+
+        async def run() -> None:
+            ended.append(await self._run(send_events))
+
+        if not await until_disconnect(receive, run()):
+            return  # nobody is reading: no end of body to send
+        tail = b"data: [DONE]\n\n" if self._done_marker and ended[0] else b""
+        await asgi_send({"type": "http.response.body", "body": tail, "more_body": False})

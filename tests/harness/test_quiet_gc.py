@@ -1,0 +1,92 @@
+"""harness/quiet_gc.py: a run raises the young-generation threshold and freezes, then undoes both."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from harness import quiet_gc
+
+
+@pytest.fixture(autouse=True)
+def restore_gc() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the collector frees it
+
+
+def test_begin_raises_gen0_threshold_and_freezes_then_end_restores() -> None:
+    gc.set_threshold(700, 11, 12)
+    old = quiet_gc.begin()
+    try:
+        assert old == (700, 11, 12)
+        assert gc.get_threshold() == (quiet_gc.GEN0_THRESHOLD, 11, 12)
+        assert quiet_gc.GEN0_THRESHOLD >= 20_000
+        assert gc.get_freeze_count() > 0
+    finally:
+        quiet_gc.end(old)
+    assert gc.get_threshold() == (700, 11, 12)
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_higher_threshold_is_kept() -> None:
+    gc.set_threshold(50_000, 3, 4)
+    old = quiet_gc.begin()
+    try:
+        assert gc.get_threshold() == (50_000, 3, 4)
+    finally:
+        quiet_gc.end(old)
+    assert old == gc.get_threshold() == (50_000, 3, 4)
+    assert gc.get_freeze_count() == 0
+
+
+def test_begin_collects_garbage_then_freezes_what_is_alive() -> None:
+    garbage = _Node()
+    dead = weakref.ref(garbage)
+    alive = _Node()
+    frozen = weakref.ref(alive)
+    del garbage
+    assert dead() is not None
+    old = quiet_gc.begin()
+    try:
+        # Garbage that existed at begin() is freed, not frozen for the whole run.
+        assert dead() is None
+        # What was alive is out of every collection now, even once it is garbage.
+        del alive
+        gc.collect()
+        assert frozen() is not None
+    finally:
+        quiet_gc.end(old)
+    gc.collect()
+    assert frozen() is None
+
+
+def test_end_restores_thresholds_and_unfreezes_even_after_nested_changes() -> None:
+    gc.set_threshold(900, 10, 10)
+    old = quiet_gc.begin()
+    gc.set_threshold(123, 4, 5)  # something changed it during the run
+    quiet_gc.end(old)
+    assert gc.get_threshold() == (900, 10, 10)
+    assert gc.get_freeze_count() == 0
+
+
+def test_collection_turned_off_by_a_zero_threshold_stays_off() -> None:
+    gc.set_threshold(0, 10, 10)
+    old = quiet_gc.begin()
+    try:
+        assert gc.get_threshold() == (0, 10, 10)
+    finally:
+        quiet_gc.end(old)
+    assert gc.get_threshold() == (0, 10, 10)
