@@ -331,8 +331,14 @@ class ReferenceServer:
         )
         cursor = _OutputCursor(builder, plan, rng)
 
-        async def emit(k: int) -> None:
-            await send(cursor.emit(k))
+        async def emit(sizes: Sequence[int]) -> None:
+            if len(sizes) == 1:
+                await send(cursor.emit(sizes[0]))
+                return
+            events: list[dict[str, Any]] = []
+            for k in sizes:
+                events.extend(cursor.emit(k))
+            await send(events)
 
         input_tokens = conv.tokens + tools_tok
         inf = await self.sim.inference(

@@ -56,6 +56,9 @@ from reference_server.profiles import ApiProfile, EngineProfile
 from reference_server.timer import sleep_until, tolerance_ns
 
 DEFAULT_MIN_DELTA_INTERVAL_MS = 2.0
+# One token per delta with many due at once (an engine far faster than the socket): at most
+# this many events per write, so a 20,000-token answer is not one multi-megabyte batch.
+MAX_DELTAS_PER_EMIT = 512
 
 # perf_counter_ns at which this request's modelled API-tier work ended; read (once) by
 # the engine as the instant the request reached it.
@@ -153,7 +156,7 @@ class Simulator:
         input_tokens: int,
         output_tokens: int,
         rng_seed: int,
-        emit: Callable[[int], Awaitable[None]],
+        emit: Callable[[Sequence[int]], Awaitable[None]],
         *,
         static_prefix: tuple[int, int] | None = None,
     ) -> dict[str, float | int]:
@@ -162,7 +165,8 @@ class Simulator:
         ``static_prefix`` is ``(key, tokens)`` of what the prompt renders before
         the items (tool schemas): it is part of every cached prefix, so a
         conversation with unchanged tools re-prefills only its new items.
-        ``emit(k)`` is awaited once per delta with ``k >= 1`` tokens.  Returns
+        ``emit(sizes)`` is awaited with the token counts (each >= 1) of the deltas
+        that are due together, one event each, so they can go out in one write.  Returns
         modelled milliseconds ``engine_queue`` (slot wait), ``prefill`` (prefill
         of uncached tokens + base TTFT), ``decode`` (first to last token
         deadline) and ``ttft`` (``engine_queue + prefill``), and ``cached_tokens``.
@@ -206,10 +210,10 @@ class Simulator:
                 if k:
                     if one_per_event:
                         # min_delta_interval_ms 0 promises one token per delta, late or not.
-                        for _ in range(k):
-                            await emit(1)
+                        for start in range(0, k, MAX_DELTAS_PER_EMIT):
+                            await emit([1] * min(MAX_DELTAS_PER_EMIT, k - start))
                     else:
-                        await emit(k)
+                        await emit((k,))
                     continue
                 deadline = pacer.next_deadline_ns()
                 if deadline is not None:

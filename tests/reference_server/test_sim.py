@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import pytest
@@ -38,9 +38,11 @@ class _Recorder:
         self.times_ns: list[int] = []
         self.counts: list[int] = []
 
-    async def __call__(self, k: int) -> None:
-        self.times_ns.append(time.perf_counter_ns())
-        self.counts.append(k)
+    async def __call__(self, sizes: Sequence[int]) -> None:
+        now = time.perf_counter_ns()
+        for k in sizes:  # one delta event each, written together
+            self.times_ns.append(now)
+            self.counts.append(k)
 
 
 def _run(coro: Coroutine[Any, Any, T], loop: str = "asyncio") -> T:
@@ -79,7 +81,7 @@ def test_prefix_cache_spans_requests() -> None:
     sim = _sim()
 
     async def run() -> tuple[dict[str, float | int], dict[str, float | int]]:
-        async def emit(k: int) -> None:
+        async def emit(sizes: Sequence[int]) -> None:
             return None
 
         conv = [(101, 3000)]
@@ -98,8 +100,8 @@ def test_engine_slots_queue_fifo() -> None:
     sim = _sim(overrides={"engine.max_streams": "1", "engine.base_ttft_ms": "0"})
     order: list[str] = []
 
-    def emitter(tag: str) -> Callable[[int], Awaitable[None]]:
-        async def emit(k: int) -> None:
+    def emitter(tag: str) -> Callable[[Sequence[int]], Awaitable[None]]:
+        async def emit(sizes: Sequence[int]) -> None:
             order.append(tag)
 
         return emit
@@ -123,7 +125,7 @@ def test_engine_slots_queue_fifo() -> None:
 def test_cancelled_streams_free_their_slot() -> None:
     sim = _sim(overrides={"engine.max_streams": "1"})
 
-    async def emit(k: int) -> None:
+    async def emit(sizes: Sequence[int]) -> None:
         return None
 
     async def run() -> dict[str, float | int]:
@@ -201,7 +203,7 @@ def test_static_prefix_is_cached_with_the_items() -> None:
     tools = (12345, 400)
 
     async def two() -> tuple[int, int]:
-        async def sink(_: int) -> None:
+        async def sink(_: Sequence[int]) -> None:
             return None
 
         first = await sim.inference([(1, 100)], 500, 2, 1, sink, static_prefix=tools)

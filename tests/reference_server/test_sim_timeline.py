@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 from reference_server import sim as sim_module
 from reference_server.api_tier import RequestCost
@@ -53,7 +54,7 @@ def test_without_arrival_the_clock_starts_at_the_call_and_the_handover_is_used_o
         handed = sim_module._API_DONE_NS.get()
         assert handed is not None and handed >= t0
 
-        async def emit(k: int) -> None:
+        async def emit(sizes: Sequence[int]) -> None:
             return None
 
         await sim.inference([(1, 10)], 10, 3, 5, emit)
@@ -67,8 +68,14 @@ def test_interval_zero_emits_one_token_per_delta_even_when_all_are_due() -> None
     sim = _sim({"engine.sustained_tps": "100000000", "engine.burst_tps": "100000000"}, interval=0.0)
     counts: list[int] = []
 
-    async def emit(k: int) -> None:
-        counts.append(k)
+    calls: list[int] = []
 
-    asyncio.run(sim.inference([(1, 10)], 10, 500, 3, emit))
-    assert counts == [1] * 500
+    async def emit(sizes: Sequence[int]) -> None:
+        calls.append(len(sizes))
+        counts.extend(sizes)
+
+    asyncio.run(sim.inference([(1, 10)], 10, 1200, 3, emit))
+    assert counts == [1] * 1200
+    # Deltas due together are handed over together (one write), in bounded batches.
+    assert len(calls) < 1200 and max(calls) <= sim_module.MAX_DELTAS_PER_EMIT
+    assert max(calls) > 1
