@@ -170,7 +170,13 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
             "invalid_json",
         )
     model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if model is not None and not isinstance(model, str):
+        raise _invalid(
+            f"Invalid type for 'model': expected a string, got {_type_name(model)}.",
+            "model",
+            "invalid_type",
+        )
+    if not model:
         raise RequestError(
             400, "missing_required_parameter", "Missing required parameter: 'model'.", "model"
         )

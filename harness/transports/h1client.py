@@ -81,7 +81,13 @@ class _Conn(asyncio.Protocol):
         try:
             self.parser.eof()
         except LoopbenchError as exc:
-            self._fail(exc)
+            # The peer hung up mid-response: a connection failure, not a malformed response
+            # (before any byte, a pooled connection the server had already closed: retried).
+            self._fail(
+                _Stale()
+                if not self.received
+                else TransportError("connection", f"peer closed the connection: {exc}")
+            )
         else:
             if self.done is not None and not self.done.done():
                 self.done.set_result(None)

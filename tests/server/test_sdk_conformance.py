@@ -171,6 +171,16 @@ def test_malformed_body_gets_openai_error_and_server_keeps_serving(server_url: s
         assert bad.headers.get("x-request-id", "").startswith("req_")
         wrong = http.post("/responses", json={"model": "sim", "input": 42})
         assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "input"
+        # A model of the wrong type is a type error; a missing or empty one is missing.
+        for body, code in (
+            ({"model": 5, "input": "hi"}, "invalid_type"),
+            ({"input": "hi"}, "missing_required_parameter"),
+            ({"model": "", "input": "hi"}, "missing_required_parameter"),
+        ):
+            answer = http.post("/responses", json=body)
+            assert answer.status_code == 400, body
+            assert answer.json()["error"]["code"] == code, body
+            assert answer.json()["error"]["param"] == "model", body
         ok = http.post(
             "/responses",
             json={

@@ -151,3 +151,26 @@ def test_a_silent_server_times_out_and_a_failing_sink_fails_the_request() -> Non
             await p.aclose()
 
     asyncio.run(main())
+
+
+def test_a_server_hanging_up_mid_body_is_a_connection_error() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, no: int) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n" + b"x" * 10)
+        await writer.drain()
+        return False  # close with 90 bytes of the body missing
+
+    async def main() -> TransportError:
+        server, port, _ = await serve(handler)
+        async with server:
+            p = pool(port)
+            try:
+                with pytest.raises(TransportError) as caught:
+                    await p.request("POST", "/responses", [], b"{}")
+            finally:
+                await p.aclose()
+        return caught.value
+
+    err = asyncio.run(main())
+    # Labelled as what happened to the run (the peer left), not as a parser complaint.
+    assert err.kind == "connection"
+    assert "inside the response body" in str(err)
