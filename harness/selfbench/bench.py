@@ -32,6 +32,12 @@ BURST_TPS = 4000.0
 BURST_PEAK_MIN = 3600.0
 MEMORY_MAX_MB_PER_MILLION = 64.0
 TARGET_STREAMS = 16
+# A timing trial during which the hypervisor took more than this share of the CPU time
+# (``/proc/stat`` steal) measured the host: it is repeated, up to this factor of trials.
+# On the 2-core VM of BENCHMARKS.md, 16-stream trials run at 3-5 % steal and measure a p50
+# of 0.5-0.9 ms; the trials at 8-13 % measured 1.0-1.9 ms.
+STEAL_DISTURBED_PCT = 6.0
+MAX_TRIAL_FACTOR = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,8 +256,11 @@ def _overhead_level(
 
     As for the throughput ceilings, the best trial (lowest p99, per transport) is
     the figure: another guest on the host or another process only ever adds
-    latency.  The worst trial is reported next to it and every trial, with the
-    CPU steal and the client's loop lag during it, is in the JSON.
+    latency.  A trial during which the hypervisor took more than
+    ``STEAL_DISTURBED_PCT`` of the CPU time measured the host, not the harness:
+    it is marked disturbed and another is run, up to ``MAX_TRIAL_FACTOR`` times
+    the planned count.  The worst trial is reported next to the best, and every
+    trial — with its CPU steal and the client's loop lag — is in the JSON.
     """
     from harness.selfbench.cpu_steal import read_cpu_times, steal_percent
     from harness.selfbench.timing import overhead_run
@@ -260,18 +269,21 @@ def _overhead_level(
     at_target = streams == TARGET_STREAMS
     n_trials = opts.trials if at_target else 1
     trials: list[dict[str, Any]] = []
-    for i in range(n_trials):
+    while True:
+        n = len(trials) + 1
         say(
             f"measurement overhead at {streams} stream(s)"
-            + (f", trial {i + 1}/{n_trials}" if n_trials > 1 else "")
+            + (f", trial {n} (of {n_trials} undisturbed)" if n_trials > 1 else "")
         )
         cpu0 = read_cpu_times()
         run = overhead_run(url, list(opts.transports), streams, per)
+        steal = steal_percent(cpu0, read_cpu_times())
         trial: dict[str, Any] = {
             "valid": run.summary.get("valid"),
             "invalid_reasons": run.summary.get("invalid_reasons"),
             "client": run.summary.get("client"),
-            "cpu_steal_pct": steal_percent(cpu0, read_cpu_times()),
+            "cpu_steal_pct": steal,
+            "disturbed": steal is not None and steal > STEAL_DISTURBED_PCT,
             "seconds": round(run.seconds, 2),
         }
         for t in opts.transports:
@@ -280,13 +292,20 @@ def _overhead_level(
                 "turns": run.transport(t).get("turns", {}),
             }
         trials.append(trial)
+        if n_trials == 1:
+            break
+        if trial["disturbed"]:
+            say(f"  disturbed: {steal:g} % CPU steal (> {STEAL_DISTURBED_PCT:g} %)")
+        if sum(not tr["disturbed"] for tr in trials) >= n_trials:
+            break
+        if len(trials) >= n_trials * MAX_TRIAL_FACTOR:
+            break
     detail: dict[str, Any] = dict(trials[0]) if n_trials == 1 else {"trials": trials}
     out.details[f"overhead_{streams}"] = detail
+    considered, note = usable_trials(trials)
     plural = "s" if streams > 1 else ""
     for t in opts.transports:
-        errs = [tr[t]["measurement_error_ms"] for tr in trials]
-        ranked = sorted(errs, key=lambda e: _or_inf(e.get("p99")))
-        best, worst = ranked[0], ranked[-1]
+        best, worst = best_and_worst([tr[t]["measurement_error_ms"] for tr in considered])
         if n_trials > 1:
             detail[t] = {"best_trial": best, "worst_trial": worst}
         for q, bound in (("p50", TTFT_P50_MAX_MS), ("p99", TTFT_P99_MAX_MS)):
@@ -294,10 +313,11 @@ def _overhead_level(
                 figure(
                     f"ttft_overhead.{t}.{streams}.{q}",
                     f"TTFT overhead {q}, {t}, {streams} stream{plural}"
-                    + (f", best of {n_trials} trials" if n_trials > 1 else ""),
+                    + (_of_trials(len(considered)) if n_trials > 1 else ""),
                     best.get(q),
                     "ms",
                     at_most(bound, f"<= {bound:g} ms") if at_target else None,
+                    note=note,
                 )
             )
         if n_trials > 1:
@@ -307,8 +327,31 @@ def _overhead_level(
                     f"TTFT overhead p99, {t}, {streams} stream{plural}, worst trial",
                     worst.get("p99"),
                     "ms",
+                    note=note,
                 )
             )
+
+
+def usable_trials(trials: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The undisturbed trials (all of them, with a note saying so, if every one was disturbed)."""
+    quiet = [tr for tr in trials if not tr.get("disturbed")]
+    if quiet:
+        return quiet, ""
+    steals = [tr["cpu_steal_pct"] for tr in trials if tr.get("cpu_steal_pct") is not None]
+    least = min(steals) if steals else float("nan")
+    return trials, (
+        f"every trial was disturbed: at least {least:g} % CPU steal (> {STEAL_DISTURBED_PCT:g} %)"
+    )
+
+
+def best_and_worst(errs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The trials' measurement-error summaries with the lowest and the highest p99."""
+    ranked = sorted(errs, key=lambda e: _or_inf(e.get("p99")))
+    return ranked[0], ranked[-1]
+
+
+def _of_trials(n: int) -> str:
+    return f", best of {n} trials" if n > 1 else ", 1 trial"
 
 
 def _or_inf(v: Any) -> float:

@@ -115,4 +115,6 @@ def render_table(figures: Sequence[Figure]) -> str:
         lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
         if n == 0:
             lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    notes = list(dict.fromkeys(f.note for f in figures if f.note))
+    lines.extend(f"\nnote: {n}" for n in notes)
     return "\n".join(lines)

@@ -55,3 +55,14 @@ def test_document_carries_figures_meta_and_overall_verdict() -> None:
         "note": None,
     }
     assert doc["command"] == "loopbench selfbench" and doc["details"] == {"raw": [1]}
+
+
+def test_notes_are_printed_once_under_the_table() -> None:
+    note = "every trial was disturbed"
+    figs = [
+        figure("a", "TTFT overhead p50", 0.8, "ms", at_most(1.0, "<= 1 ms"), note=note),
+        figure("b", "TTFT overhead p99", 4.0, "ms", at_most(5.0, "<= 5 ms"), note=note),
+    ]
+    table = render_table(figs)
+    assert table.count(f"note: {note}") == 1
+    assert table.splitlines()[-1] == f"note: {note}"
