@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import quiet_gc
 from harness.core.plan import RolloutPlan
 from harness.core.records import RolloutRecord, TurnRecord
 from harness.core.rollout import generate_rollouts
@@ -207,6 +208,8 @@ async def run_ab_plans(
     clients = {
         side: {name: make_transport(name, options[side]) for name in transports} for side in SIDES
     }
+    # The collector stays out of the measurement, as in a run (harness/quiet_gc.py).
+    gc_state = quiet_gc.begin()
     loop_lag = Histogram()
     watcher = asyncio.ensure_future(_watch_loop(loop_lag))
     cpu0 = os.times()
@@ -242,6 +245,7 @@ async def run_ab_plans(
         partial = True
         invalid.append("A/B run interrupted before every round finished")
     finally:
+        quiet_gc.end(gc_state)
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
         for per_side in clients.values():
