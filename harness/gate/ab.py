@@ -31,18 +31,16 @@ from harness.core.rollout import generate_rollouts
 from harness.core.scenario import Scenario
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
-from harness.report.results import ResultsWriter, new_run_id
-from harness.runner import (
-    RunOptions,
-    RunResult,
-    _lag_reasons,
-    _Live,
-    _run_transport,
-    _Schedule,
-    _watch_loop,
-    build_manifest,
+from harness.passes import (
+    PassCounts,
+    ScheduleStats,
     finish_client_summary,
+    lag_reasons,
+    run_pass,
+    watch_loop,
 )
+from harness.report.results import ResultsWriter, new_run_id
+from harness.runner import RunOptions, RunResult, build_manifest
 from harness.transports import TransportOptions, make_transport
 
 SIDES = ("baseline", "candidate")
@@ -113,7 +111,7 @@ class _Side:
     ) -> None:
         self.writer = ResultsWriter(run_dir, manifest)
         self.acc = Accumulator(warmup_rollouts=warmup)
-        self.schedules = {name: _Schedule() for name in transports}
+        self.schedules = {name: ScheduleStats() for name in transports}
         self.run_dir = run_dir
 
     def on_turn(self, rec: TurnRecord) -> None:
@@ -141,7 +139,7 @@ class _Side:
             if sched is not None:
                 t["schedule"] = sched.as_dict()
         reasons = list(shared_invalid)
-        reasons += _lag_reasons(summary, self.schedules, scenario, loop_lag, cpu_share, wall_s)
+        reasons += lag_reasons(summary, self.schedules, scenario, loop_lag, cpu_share, wall_s)
         finish_client_summary(
             summary, reasons, partial=partial, cpu_share=cpu_share, loop_lag=loop_lag
         )
@@ -211,7 +209,7 @@ async def run_ab_plans(
     # The collector stays out of the measurement, as in a run (harness/quiet_gc.py).
     gc_state = quiet_gc.begin()
     loop_lag = Histogram()
-    watcher = asyncio.ensure_future(_watch_loop(loop_lag))
+    watcher = asyncio.ensure_future(watch_loop(loop_lag))
     cpu0 = os.times()
     wall0 = time.monotonic()
     invalid: list[str] = []
@@ -220,10 +218,10 @@ async def run_ab_plans(
         for r, chunk in enumerate(rounds):
             for name in transports:
                 for side in round_order(r):
-                    live = _Live(total=len(chunk))
+                    live = PassCounts(total=len(chunk))
                     s = sides[side]
                     started = time.monotonic()
-                    await _run_transport(
+                    await run_pass(
                         clients[side][name],
                         chunk,
                         scenario,
@@ -232,8 +230,9 @@ async def run_ab_plans(
                         s.on_rollout,
                         live,
                         s.schedules[name],
-                        run_opts,
                         pass_duration,
+                        hints=run_opts.hints,
+                        turn_hook=run_opts.turn_hook,
                     )
                     if printer is not None:
                         printer(
