@@ -53,7 +53,8 @@ async def until_disconnect(receive: Receive, work: Coroutine[Any, Any, Any]) -> 
     except asyncio.CancelledError:
         if not gone:
             raise  # someone else's cancellation (shutdown, the slow-reader guard)
-        task.uncancel()
+        if task.uncancel() > 0:
+            raise  # someone else cancelled in the same moment: theirs still stands
         return False
     finally:
         watcher.cancel()

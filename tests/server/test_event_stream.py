@@ -153,6 +153,21 @@ def test_until_disconnect_propagates_an_outside_cancellation() -> None:
     run(main())
 
 
+def test_an_outside_cancellation_arriving_with_the_disconnect_still_propagates() -> None:
+    async def main() -> None:
+        receive, work = FakeReceive(), Work()
+        outer = asyncio.ensure_future(until_disconnect(receive, work()))
+        await work.started.wait()
+        await _settle()  # the watcher is waiting in receive()
+        receive.put("http.disconnect")  # the watcher cancels the work on its next step...
+        outer.cancel()  # ...and a shutdown cancels the same task in the same moment
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+        assert work.outcome == "cancelled"
+
+    run(main())
+
+
 def test_until_disconnect_propagates_the_work_s_exception() -> None:
     async def failing() -> None:
         await asyncio.sleep(0)
