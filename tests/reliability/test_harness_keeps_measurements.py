@@ -8,13 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from harness.core.records import TurnRecord
 from harness.core.scenario import load_scenario
-from harness.report.results import load_run, read_csv_gz
+from harness.report.results import load_run
 from harness.runner import RunOptions, run_scenario
+from tests.conftest import rows_flushed
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "scenarios" / "tiny.yaml")
@@ -96,15 +96,7 @@ def test_sigterm_midway_leaves_readable_rows_and_a_partial_summary(tmp_path: Pat
     )
     turns = tmp_path / "term" / "turns.csv.gz"
     try:
-        # Rows reach the file in blocks (every 0.5 s); poll it, bounded.
-        deadline = time.monotonic() + 120
-        seen = 0
-        while time.monotonic() < deadline and proc.poll() is None:
-            if turns.exists():
-                seen = len(read_csv_gz(turns))
-                if seen >= 6:
-                    break
-            time.sleep(0.1)
+        seen = rows_flushed(proc, turns, 6)
         assert proc.poll() is None and seen >= 6, "no rows flushed before the run ended"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)

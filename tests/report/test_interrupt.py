@@ -6,10 +6,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from harness.report import load_run, read_csv_gz
+from tests.conftest import rows_flushed
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANNED_ROLLOUTS = 40
@@ -42,16 +42,7 @@ def test_sigint_midway_leaves_readable_rows_and_a_partial_summary(tmp_path: Path
     )
     turns = tmp_path / "cut" / "turns.csv.gz"
     try:
-        # Rows reach the file in blocks (every 0.5 s); there is no event to await
-        # from another process, so poll the file, bounded.
-        deadline = time.monotonic() + 120
-        seen = 0
-        while time.monotonic() < deadline and proc.poll() is None:
-            if turns.exists():
-                seen = len(read_csv_gz(turns))
-                if seen >= 6:
-                    break
-            time.sleep(0.1)
+        seen = rows_flushed(proc, turns, 6)
         assert proc.poll() is None, f"run ended before it could be interrupted: {proc.stderr}"
         assert seen >= 6, "no rows flushed within 120 s"
         proc.send_signal(signal.SIGINT)
