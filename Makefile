@@ -11,7 +11,7 @@ help:
 	@echo "make demo       run scenarios/quickstart.yaml over http and ws against the embedded server"
 	@echo "make test       run the whole test suite"
 	@echo "make lint       ruff + mypy"
-	@echo "make reproduce  measure the published figures (DESIGN §7) -> results/reproduction/ (~4 min)"
+	@echo "make reproduce  measure the published figures (docs/model.md §9) -> results/reproduction/ (~4 min)"
 	@echo "make soak       mixed load with injected faults; RSS over time + error counts -> results/soak/ (~5 min)"
 	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~3 min)"
 
@@ -34,7 +34,7 @@ bench: $(STAMP)
 .PHONY: soak
 # Bounded (4 min of load): RSS of server and harness over time, errors and recoveries by kind.
 soak: $(STAMP)
-	$(BIN)/python -m harness.soak --out results/soak --duration-s 240
+	$(BIN)/python -m harness.tools.soak --out results/soak --duration-s 240
 
 demo: $(STAMP)
 	$(BIN)/loopbench run scenarios/quickstart.yaml --out results

@@ -5,7 +5,7 @@ connection limits), validates them (:mod:`.validate`), rebuilds the
 conversation from the input, the store or the connection cache
 (:mod:`.conversation`), asks the simulator to wait the modelled API-tier and
 engine time (:mod:`.sim`), and writes the events the pure builder produces
-(:mod:`harness.core.events`).  WebSocket connections live in
+(:mod:`harness.wire.events`).  WebSocket connections live in
 :mod:`.ws_connection`.  Everything that decides *what* to send lives in pure
 modules; this one decides *when* and *where*.
 """
@@ -30,21 +30,21 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from harness.core import events as ev
-from harness.core.tokens import CHARS_PER_TOKEN, token_pieces
-from reference_server import faults
-from reference_server.api_tier import RequestCost
-from reference_server.config import ServerConfig
-from reference_server.conversation import Conversation, tools_tokens
+from harness.wire import events as ev
+from harness.wire.tokens import CHARS_PER_TOKEN, token_pieces
+from reference_server.core import faults
+from reference_server.core.api_tier import RequestCost
+from reference_server.core.config import ServerConfig
+from reference_server.core.conversation import Conversation, tools_tokens
+from reference_server.core.limits import TokenBucket, retry_after_headers
+from reference_server.core.output import OutputPlan, plan_output
+from reference_server.core.profiles import load_profiles
+from reference_server.core.validation import CreateRequest, RequestError, parse_create
 from reference_server.event_stream import EventStream, SendEvents, until_disconnect
 from reference_server.guard import ConnectionGuard
-from reference_server.limits import TokenBucket, retry_after_headers
-from reference_server.output import OutputPlan, plan_output
-from reference_server.profiles import load_profiles
 from reference_server.protocols import ARRIVED_KEY
 from reference_server.sim import Simulator, decode_seed, mark_arrival
 from reference_server.store import SqliteStore
-from reference_server.validate import CreateRequest, RequestError, parse_create
 
 # Events that are due together go out together: one SSE write or one batch of WS frames.
 Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
@@ -396,7 +396,7 @@ class ReferenceServer:
         """Stream one whole response; returns its final status.
 
         Post-inference work blocks ``response.completed`` over HTTP and runs in the
-        background over WebSocket (DESIGN §4).
+        background over WebSocket (docs/model.md).
         """
         rng = self.rng()
         send = faults.wrap_send(send, self.config.faults.stall_s)

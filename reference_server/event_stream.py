@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from harness.core.sse import encode_event
+from harness.wire.sse import encode_event
 
 SendEvents = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]

@@ -17,8 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reference_server.config import ServerConfig
-from reference_server.faults import FaultSpec, FaultSpecError, parse_fault_args, parse_fault_spec
+from reference_server.core.config import ServerConfig
+from reference_server.core.faults import (
+    FaultSpec,
+    FaultSpecError,
+    parse_fault_args,
+    parse_fault_spec,
+)
 
 READY_PREFIX = "loopbench reference server listening on "
 API_KEYS_ENV = "LOOPBENCH_API_KEYS"
@@ -381,7 +386,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def _profile_choice(args: argparse.Namespace) -> tuple[str, str]:
-    from reference_server.profiles import ProfileError, combine_profile_args
+    from reference_server.core.profiles import ProfileError, combine_profile_args
 
     try:
         return combine_profile_args(args.api_profile, args.engine_profile, args.profile)
@@ -412,8 +417,8 @@ def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
     import uvicorn
 
     from reference_server.app import ReferenceServer
-    from reference_server.faults import install_log_filter
-    from reference_server.profiles import ProfileError
+    from reference_server.core.faults import install_log_filter
+    from reference_server.core.profiles import ProfileError
     from reference_server.protocols import uvicorn_protocols
     from reference_server.shutdown import DrainingServer
 

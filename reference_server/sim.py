@@ -41,9 +41,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from reference_server.api_tier import RequestCost, api_post_ms, api_pre_ms
-from reference_server.conversation import item_text
-from reference_server.engine import (
+from reference_server.core.api_tier import RequestCost, api_post_ms, api_pre_ms
+from reference_server.core.conversation import item_text
+from reference_server.core.engine import (
     NS_PER_MS,
     EngineCapacity,
     Pacer,
@@ -52,7 +52,7 @@ from reference_server.engine import (
     decode_plan,
     first_token_ns,
 )
-from reference_server.profiles import ApiProfile, EngineProfile
+from reference_server.core.profiles import ApiProfile, EngineProfile
 from reference_server.timer import sleep_until, tolerance_ns
 
 DEFAULT_MIN_DELTA_INTERVAL_MS = 2.0

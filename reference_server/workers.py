@@ -33,12 +33,12 @@ import signal
 import sys
 from types import FrameType
 
-from reference_server.config import ServerConfig
+from reference_server.core.config import ServerConfig
 
 
 def worker_config(config: ServerConfig, index: int) -> ServerConfig:
     """``config`` for worker ``index`` of ``config.workers``: a 1/N share of the capacity."""
-    from reference_server.profiles import load_profiles
+    from reference_server.core.profiles import load_profiles
 
     n = config.workers
     api, engine = load_profiles(config.api_profile, config.engine_profile, config.overrides)
@@ -51,7 +51,7 @@ def worker_config(config: ServerConfig, index: int) -> ServerConfig:
 
 def serve_workers(config: ServerConfig) -> None:
     """Bind, announce, fork ``config.workers`` workers and wait for them."""
-    from reference_server.profiles import ProfileError
+    from reference_server.core.profiles import ProfileError
     from reference_server.serve import READY_PREFIX, _bind, serve
 
     n = config.workers

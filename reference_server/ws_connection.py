@@ -1,4 +1,4 @@
-"""One WebSocket-mode connection (PROTOCOL §2 and the append prototype of §5).
+"""One WebSocket-mode connection (docs/protocol.md §2 and the append prototype of §5).
 
 A reader task takes every client message as it arrives and never waits for a
 generation: it answers admission errors at once and hands each accepted
@@ -23,25 +23,25 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.websockets import WebSocket
 
-from harness.core import events as ev
-from reference_server import faults
-from reference_server.api_tier import RequestCost
-from reference_server.conversation import Conversation, tools_tokens
-from reference_server.protocols import ARRIVED_KEY, BATCH_EXTENSION, BATCH_KEY
-from reference_server.sim import mark_arrival
-from reference_server.validate import (
+from harness.wire import events as ev
+from reference_server.core import faults
+from reference_server.core.api_tier import RequestCost
+from reference_server.core.conversation import Conversation, tools_tokens
+from reference_server.core.lanes import (
+    INVALID_STREAM_ID_MESSAGE,
+    CachedResponse,
+    LaneCache,
+    valid_stream_id,
+)
+from reference_server.core.validation import (
     AppendRequest,
     CreateRequest,
     RequestError,
     parse_append,
     parse_create,
 )
-from reference_server.ws_lanes import (
-    INVALID_STREAM_ID_MESSAGE,
-    CachedResponse,
-    LaneCache,
-    valid_stream_id,
-)
+from reference_server.protocols import ARRIVED_KEY, BATCH_EXTENSION, BATCH_KEY
+from reference_server.sim import mark_arrival
 
 if TYPE_CHECKING:
     from reference_server.app import OnOutput, ReferenceServer, Send
@@ -334,7 +334,7 @@ class WsConnection:
         await self.close_now(code)
 
     async def on_steer(self, body: dict[str, Any]) -> None:
-        # Steering (PROTOCOL §2.3) is not simulated: say so in the documented shape.
+        # Steering (docs/protocol.md §2.3) is not simulated: say so in the documented shape.
         await self.send(
             [
                 {
@@ -528,7 +528,7 @@ class WsConnection:
         if status == "failed" and same_lane and isinstance(prev, str):
             self.cache.evict_response(prev)
 
-    # -- the append prototype (PROTOCOL §5) --------------------------------------------------
+    # -- the append prototype (docs/protocol.md §5) --------------------------------------------------
 
     async def run_append(
         self,

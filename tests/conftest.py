@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.embedded import embedded_server
 from harness.report.results import read_csv_gz
+from harness.run.embedded import embedded_server
 
 
 @pytest.fixture(scope="session")

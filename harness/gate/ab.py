@@ -24,14 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import quiet_gc
-from harness.core.plan import RolloutPlan
-from harness.core.records import RolloutRecord, TurnRecord
-from harness.core.rollout import generate_rollouts
-from harness.core.scenario import Scenario
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
-from harness.passes import (
+from harness.report.results import ResultsWriter, new_run_id
+from harness.run import quiet_gc
+from harness.run.passes import (
     PassCounts,
     ScheduleStats,
     finish_client_summary,
@@ -39,9 +36,12 @@ from harness.passes import (
     run_pass,
     watch_loop,
 )
-from harness.report.results import ResultsWriter, new_run_id
-from harness.runner import RunOptions, RunResult, build_manifest
+from harness.run.runner import RunOptions, RunResult, build_manifest
 from harness.transports import TransportOptions, make_transport
+from harness.workload.plan import RolloutPlan
+from harness.workload.records import RolloutRecord, TurnRecord
+from harness.workload.rollout import generate_rollouts
+from harness.workload.scenario import Scenario
 
 SIDES = ("baseline", "candidate")
 
@@ -206,7 +206,7 @@ async def run_ab_plans(
     clients = {
         side: {name: make_transport(name, options[side]) for name in transports} for side in SIDES
     }
-    # The collector stays out of the measurement, as in a run (harness/quiet_gc.py).
+    # The collector stays out of the measurement, as in a run (harness/run/quiet_gc.py).
     gc_state = quiet_gc.begin()
     loop_lag = Histogram()
     watcher = asyncio.ensure_future(watch_loop(loop_lag))
@@ -274,7 +274,7 @@ def run_ab(
     printer: Callable[[str], None] | None = None,
 ) -> ABResult:
     """Run both sides synchronously; embedded servers are started and stopped here."""
-    from harness.embedded import embedded_server
+    from harness.run.embedded import embedded_server
 
     plans = generate_rollouts(scenario)
     urls: dict[str, str] = {}
@@ -329,7 +329,7 @@ def scaled_api_overrides(api_profile: str, factor: float) -> dict[str, str]:
     Worker count and hop count stay: this models the same stack doing its work
     slower (a heavier safety classifier, a slower auth call), not a different shape.
     """
-    from reference_server.profiles import load_profiles
+    from reference_server.core.profiles import load_profiles
 
     if not factor > 0:
         raise ValueError(f"factor: expected a positive number, got {factor!r}")

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from harness.errors import UsageError
+from harness.wire.errors import UsageError
 
 #: metrics with per-sample values in the results' CSV files (lower is better, milliseconds)
 SAMPLE_METRICS = ("rollout_ms", "turn_ms", "ttft_ms", "ttfb_ms", "tpot_ms")

@@ -1,4 +1,4 @@
-"""Scale-out through Locust's master/worker mode (DESIGN §2: the gevent world).
+"""Scale-out through Locust's master/worker mode (docs/architecture.md: the gevent world).
 
 Only ever imported by a ``locust`` process: :mod:`.locustfile` imports locust,
 which monkey-patches the whole process with gevent.  The other modules are

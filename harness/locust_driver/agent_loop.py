@@ -1,6 +1,6 @@
-"""One rollout over one session: the blocking twin of :mod:`harness.rollout_loop`.
+"""One rollout over one session: the blocking twin of :mod:`harness.transports.rollout_loop`.
 
-The pure :class:`~harness.core.agent.Transcript` decides what to send; this
+The pure :class:`~harness.workload.agent.Transcript` decides what to send; this
 module sends it through a blocking :class:`~.sessions.Session`, waits tool and
 think time with an injected ``sleep`` (``gevent.sleep`` in a Locust worker)
 and produces the records, field for field as the asyncio loop does.
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.core.agent import Transcript
-from harness.core.plan import RolloutPlan
-from harness.core.records import RolloutRecord, TurnRecord
-from harness.errors import APIError, LoopbenchError, TransportError
 from harness.locust_driver.net import now_ns
 from harness.locust_driver.sessions import Session
+from harness.wire.errors import APIError, LoopbenchError, TransportError
+from harness.workload.agent import Transcript
+from harness.workload.plan import RolloutPlan
+from harness.workload.records import RolloutRecord, TurnRecord
 
 TurnSink = Callable[[TurnRecord], None]
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import h11
 
-from harness.errors import TransportError
 from harness.locust_driver.net import Endpoint, now_ns, open_socket
+from harness.wire.errors import TransportError
 
 RECV_BYTES = 65536
 

@@ -25,10 +25,6 @@ from locust import LoadTestShape, User, argument_parser, constant, events, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
-from harness.core.plan import RolloutPlan
-from harness.core.records import RolloutRecord
-from harness.core.scenario import load_scenario
-from harness.errors import LoopbenchError
 from harness.locust_driver.agent_loop import run_rollout
 from harness.locust_driver.master import MasterOptions, MasterSide
 from harness.locust_driver.net import now_ns
@@ -43,6 +39,10 @@ from harness.locust_driver.protocol import (
 )
 from harness.locust_driver.sessions import LOCUST_TRANSPORTS, ClientOptions, Session, make_session
 from harness.locust_driver.worker import WorkerSide
+from harness.wire.errors import LoopbenchError
+from harness.workload.plan import RolloutPlan
+from harness.workload.records import RolloutRecord
+from harness.workload.scenario import load_scenario
 
 log = logging.getLogger("loopbench.locust")
 

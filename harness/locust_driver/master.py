@@ -19,14 +19,14 @@ from typing import Any
 
 import gevent
 
-from harness.core.rollout import generate_rollouts
-from harness.core.scenario import Scenario
 from harness.locust_driver.net import now_ns
 from harness.locust_driver.protocol import MSG_WORK, RunConfig
 from harness.locust_driver.wire import plan_to_wire, rollout_from_row, turn_from_row
 from harness.locust_driver.work import Claim, WorkQueue
 from harness.metrics.summary import Accumulator
 from harness.report.results import ResultsWriter, new_run_id
+from harness.workload.rollout import generate_rollouts
+from harness.workload.scenario import Scenario
 
 log = logging.getLogger("loopbench.locust")
 
@@ -93,7 +93,7 @@ class MasterSide:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def begin(self) -> RunConfig:
-        from harness.runner import build_manifest
+        from harness.run.runner import build_manifest
 
         opts = self.options
         scenario = opts.scenario

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from harness.errors import TransportError
+from harness.wire.errors import TransportError
 
 _SHIFT_NS = time.time_ns() - time.perf_counter_ns()
 

@@ -1,7 +1,7 @@
-"""The transports of DESIGN §3 as blocking sessions, for the gevent world.
+"""The transports of docs/architecture.md as blocking sessions, for the gevent world.
 
 Same requests, same recovery rules and the same stream state machine
-(:class:`~harness.core.stream.ResponseStream`) as :mod:`harness.transports`;
+(:class:`~harness.client.stream.ResponseStream`) as :mod:`harness.transports`;
 only the I/O differs (see :mod:`.http_client`, :mod:`.ws_client`).  A session
 lives as long as one Locust user, so HTTP keep-alive connections are reused
 across that user's rollouts while each rollout opens its own WebSocket, as in
@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from harness.core.agent import TurnInput
-from harness.core.events import dumps, loads
-from harness.core.records import TurnRecord
-from harness.core.sse import SSEDecoder
-from harness.core.stream import ResponseStream
-from harness.errors import APIError, LoopbenchError, TransportError
+from harness.client.stream import ResponseStream
 from harness.locust_driver.http_client import HttpConnection
 from harness.locust_driver.net import Endpoint, now_ns
 from harness.locust_driver.ws_client import WsClosed, WsConnection
+from harness.wire.errors import APIError, LoopbenchError, TransportError
+from harness.wire.events import dumps, loads
+from harness.wire.sse import SSEDecoder
+from harness.workload.agent import TurnInput
+from harness.workload.records import TurnRecord
 
 #: transports this driver speaks (the append prototype and SDK transports are asyncio-only)
 LOCUST_TRANSPORTS = ("http", "http-chained", "ws", "ws-store")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from harness.core.plan import RolloutPlan, TurnPlan
-from harness.core.records import RolloutRecord, TurnRecord, csv_fields
+from harness.workload.plan import RolloutPlan, TurnPlan
+from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
 TURN_FIELDS = tuple(csv_fields(TurnRecord))
 ROLLOUT_FIELDS = tuple(csv_fields(RolloutRecord))

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from harness.core.plan import RolloutPlan
+from harness.workload.plan import RolloutPlan
 
 ClaimKind = Literal["run", "wait", "done"]
 

@@ -20,7 +20,6 @@ from typing import Any
 import gevent
 from gevent.event import AsyncResult
 
-from harness.core.records import RolloutRecord, TurnRecord
 from harness.locust_driver.net import now_ns
 from harness.locust_driver.protocol import (
     MSG_CLAIM,
@@ -32,6 +31,7 @@ from harness.locust_driver.protocol import (
 from harness.locust_driver.wire import plan_from_wire, rollout_to_row, turn_to_row
 from harness.locust_driver.work import Claim
 from harness.metrics.summary import Accumulator
+from harness.workload.records import RolloutRecord, TurnRecord
 
 SHIP_INTERVAL_S = 0.5
 

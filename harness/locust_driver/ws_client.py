@@ -18,8 +18,8 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from harness.errors import TransportError
 from harness.locust_driver.net import Endpoint, now_ns, open_socket
+from harness.wire.errors import TransportError
 
 RECV_BYTES = 65536
 

@@ -1,4 +1,4 @@
-"""Incremental run summary: records in, ``summary.json`` (DESIGN §6) out.
+"""Incremental run summary: records in, ``summary.json`` (docs/metrics.md §3) out.
 
 An :class:`Accumulator` sees every record once and keeps only what the summary
 needs — histograms, counters, per-second token buckets and, for the paired
@@ -6,7 +6,7 @@ speedup, one integer per completed rollout — so memory does not grow with the
 number of turns.  Accumulators of several processes merge (:meth:`Accumulator.merge`,
 or :meth:`Accumulator.to_state` / :meth:`Accumulator.from_state` over the wire).
 
-Choices the definitions in DESIGN §5 leave open:
+Choices the definitions in docs/metrics.md §1 leave open:
 
 * Latency metrics (TTFT, TTFB, turn, ITL, TPOT, decode TPS, breakdown,
   measurement error) come from successful turns (``status`` completed or
@@ -35,10 +35,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from harness.core.records import RolloutRecord, TurnRecord
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.stats import paired_speedup, unpaired_speedup
 from harness.metrics.timeseries import buckets_to_series
+from harness.workload.records import RolloutRecord, TurnRecord
 
 FORMAT_VERSION = 1
 
@@ -422,7 +422,7 @@ class Accumulator:
         n_boot: int = 2000,
         seed: int = 0,
     ) -> dict[str, Any]:
-        """The ``summary.json`` document (DESIGN §6); missing values are ``None``.
+        """The ``summary.json`` document (docs/metrics.md §3); missing values are ``None``.
 
         ``comparisons``: ``(baseline, candidate)`` pairs; ``None`` compares the
         first transport present in :data:`TRANSPORT_ORDER` (else the first seen)

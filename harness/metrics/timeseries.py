@@ -1,6 +1,6 @@
 """Aggregate token-rate time series: output tokens per second across all streams.
 
-DESIGN §5 defines aggregate TPS as a time series.  Each response's output
+docs/metrics.md §1 defines aggregate TPS as a time series.  Each response's output
 tokens are taken as emitted uniformly between its first and last token (the
 per-delta times are not kept in the row files) and added to fixed-width
 buckets; a bucket's rate is its tokens divided by its width.  The

@@ -1,7 +1,7 @@
 """Derived tables of a run for plots, reports and notebooks (pandas in, pandas out).
 
 Everything here reads the row files of a :class:`~harness.report.results.Run`
-and applies the metric definitions of DESIGN §5 row by row, so a notebook sees
+and applies the metric definitions of docs/metrics.md §1 row by row, so a notebook sees
 the same numbers the summary was built from.  Warm-up rollouts (``rollout_id``
 below the scenario's ``load.warmup_rollouts``) are dropped, as the summary
 drops them.
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from harness.report.results import Run
 
-#: the sliding window the transports use for ``burst_tokens_max`` (DESIGN §5 default)
+#: the sliding window the transports use for ``burst_tokens_max`` (docs/metrics.md §1 default)
 BURST_WINDOW_S = 0.1
 
 #: server-modelled parts of a turn (``sim_timing``), in critical-path order

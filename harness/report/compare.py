@@ -25,7 +25,7 @@ import numpy as np
 from harness.metrics.stats import bootstrap_ratio_of_medians, mann_whitney_u
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Paragraph, Table
-from harness.report.render import fmt
+from harness.report.files import fmt
 from harness.report.results import Run
 
 ALPHA = 0.05

@@ -9,46 +9,16 @@ measured results.
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
+from harness.report.files import PLOTS_DIR, REPORT_HTML, REPORT_MD, Rendered, fmt, write_text_atomic
 from harness.report.results import Run, load_run
-
-REPORT_MD = "report.md"
-REPORT_HTML = "report.html"
-PLOTS_DIR = "plots"
-
-
-@dataclass(frozen=True, slots=True)
-class Rendered:
-    report_md: Path
-    report_html: Path
-    plots: list[Path]
-
-
-def fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
-    """A number for a table cell: thousands separators, ``-`` for missing/NaN."""
-    if value is None:
-        return "-"
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    if f != f:
-        return "-"
-    return f"{f:,.{digits}f}{suffix}"
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+from harness.report.sweep import is_sweep, render_sweep
 
 
 def _run_facts(run: Run) -> list[str]:
@@ -271,8 +241,7 @@ def render_run(run_dir: str | Path) -> Rendered:
 
     A sweep folder (``sweep.json``) gets the combined sweep report instead.
     """
-    from harness.report.plots import write_plots
-    from harness.report.sweep import is_sweep, render_sweep
+    from harness.report.plots import write_plots  # matplotlib: only when plotting
 
     if is_sweep(run_dir):
         return render_sweep(run_dir)

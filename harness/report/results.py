@@ -1,4 +1,4 @@
-"""Results folders: the only code that writes ``results/<run-id>/`` (DESIGN §6), and its reader.
+"""Results folders: the only code that writes ``results/<run-id>/`` (docs/metrics.md §3), and its reader.
 
 Crash safety: rows are buffered and written as **one complete gzip member per
 block** (every ``flush_rows`` rows or ``flush_interval_s`` seconds, and on
@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
-from harness.core.records import RolloutRecord, TurnRecord, csv_fields
-from harness.errors import ResultsError
 from harness.metrics.hdr import Histogram, write_hlog
+from harness.wire.errors import ResultsError
+from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,6 +1,6 @@
 """Sweeps: one run per value of a scenario field, and their combined report.
 
-The runs themselves are started by :mod:`harness.sweep` (reports never import
+The runs themselves are started by :mod:`harness.run.sweep` (reports never import
 the runner); this module parses the sweep, keeps its index and reports it.
 
 A sweep folder holds ``sweep.json`` (what was swept and which run measured each
@@ -27,10 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from harness.errors import LoopbenchError, ResultsError
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
-from harness.report.render import (
+from harness.report.files import (
     PLOTS_DIR,
     REPORT_HTML,
     REPORT_MD,
@@ -39,6 +38,7 @@ from harness.report.render import (
     write_text_atomic,
 )
 from harness.report.results import FORMAT_VERSION, load_run
+from harness.wire.errors import LoopbenchError, ResultsError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,9 +1,9 @@
-"""Transports by name (DESIGN §3); the names are part of the CLI and of results."""
+"""Transports by name (docs/architecture.md); the names are part of the CLI and of results."""
 
 from __future__ import annotations
 
-from harness.errors import UsageError
 from harness.transports.base import Session, Transport, TransportOptions
+from harness.wire.errors import UsageError
 
 TRANSPORT_NAMES = ("http", "http-chained", "ws", "ws-store", "ws-append")
 

@@ -3,9 +3,9 @@
 A :class:`Transport` is shared by all rollouts of a run (it owns pools and
 settings); a :class:`Session` is one rollout's conversation (it owns the
 WebSocket, or the last response id).  ``Session.turn`` sends one request, feeds
-every event into a :class:`~harness.core.stream.ResponseStream` with the
+every event into a :class:`~harness.client.stream.ResponseStream` with the
 monotonic time it was read, and fills the turn record.  It raises only
-:class:`~harness.errors.TransportError` subclasses.
+:class:`~harness.wire.errors.TransportError` subclasses.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from harness.core.agent import TurnInput
-from harness.core.records import TurnRecord
-from harness.core.stream import ResponseStream
+from harness.client.stream import ResponseStream
+from harness.workload.agent import TurnInput
+from harness.workload.records import TurnRecord
 
 
 @dataclass(slots=True)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
-from harness.core.h1 import ResponseParser, encode_request
-from harness.errors import LoopbenchError, TransportError
+from harness.client.h1 import ResponseParser, encode_request
+from harness.wire.errors import LoopbenchError, TransportError
 
 #: ``(body bytes, t_ns)``; raising stops the response and fails the request with that error
 BodySink = Callable[[bytes, int], None]

@@ -12,14 +12,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from harness.core.agent import TurnInput
-from harness.core.events import dumps, loads
-from harness.core.records import TurnRecord
-from harness.core.sse import SSEDecoder
-from harness.core.stream import ResponseStream
-from harness.errors import APIError, LoopbenchError, TransportError
+from harness.client.stream import ResponseStream
 from harness.transports.base import TransportOptions
 from harness.transports.h1client import H1Pool
+from harness.wire.errors import APIError, LoopbenchError, TransportError
+from harness.wire.events import dumps, loads
+from harness.wire.sse import SSEDecoder
+from harness.workload.agent import TurnInput
+from harness.workload.records import TurnRecord
 
 
 def _error_from_body(status: int, body: bytes) -> APIError:

@@ -2,7 +2,7 @@
 
 ``ws`` sends ``store: false`` (connection-scoped cache only); ``ws-store`` sends
 ``store: true`` so a cache miss falls back to the server's store.  Recovery, as
-DESIGN §3 asks, with every recovery counted and timed on the turn record:
+docs/architecture.md asks, with every recovery counted and timed on the turn record:
 
 * ``previous_response_not_found`` → resend the full context as a new chain;
 * ``websocket_connection_limit_reached`` or a recoverable close code (1001,
@@ -24,13 +24,13 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
-from harness.core.agent import TurnInput
-from harness.core.events import dumps, loads
-from harness.core.records import TurnRecord
-from harness.core.stream import ResponseStream
-from harness.errors import APIError, TransportError
+from harness.client.stream import ResponseStream
 from harness.transports.base import TransportOptions
 from harness.transports.ws_stamp import StampedConnection, arrival_ns
+from harness.wire.errors import APIError, TransportError
+from harness.wire.events import dumps, loads
+from harness.workload.agent import TurnInput
+from harness.workload.records import TurnRecord
 
 RECOVERABLE_CLOSE_CODES = frozenset({1001, 1005, 1006, 1011, 1012, 1013, 1015})
 RECONNECT_CODES = frozenset({"websocket_connection_limit_reached"})

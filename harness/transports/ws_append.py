@@ -1,4 +1,4 @@
-"""``ws-append``: the append prototype (PROTOCOL §5), one response per rollout.
+"""``ws-append``: the append prototype (docs/protocol.md §5), one response per rollout.
 
 The session opens its WebSocket with ``?mode=append``.  The first turn sends a
 ``response.create`` with the whole context; the server samples, streams the
@@ -23,11 +23,7 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from harness.core.agent import TurnInput
-from harness.core.events import dumps
-from harness.core.records import TurnRecord
-from harness.core.stream import ResponseStream
-from harness.errors import APIError, TransportError
+from harness.client.stream import ResponseStream
 from harness.transports.base import TransportOptions
 from harness.transports.ws import (
     MAX_RECOVERIES_PER_TURN,
@@ -37,6 +33,10 @@ from harness.transports.ws import (
     open_ws,
     read_response,
 )
+from harness.wire.errors import APIError, TransportError
+from harness.wire.events import dumps
+from harness.workload.agent import TurnInput
+from harness.workload.records import TurnRecord
 
 RESTART_CODES = frozenset({"response_not_found", "response_not_paused", "invalid_append_input"})
 

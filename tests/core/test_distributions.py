@@ -9,7 +9,7 @@ import statistics
 import pytest
 from pydantic import ValidationError
 
-from harness.core.distributions import (
+from harness.workload.distributions import (
     ConstantDist,
     EmpiricalDist,
     LognormalDist,

@@ -1,4 +1,4 @@
-"""harness.core.events: every builder sequence must validate against the official SDK types."""
+"""harness.wire.events: every builder sequence must validate against the official SDK types."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from openai.lib.streaming.responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.responses.responses_server_event import ResponsesServerEvent
 
-from harness.core import events as ev
-from harness.core.events import ResponseBuilder, usage
-from harness.core.records import TurnRecord
-from harness.core.stream import ResponseStream
-from harness.errors import ProtocolError
+from harness.client.stream import ResponseStream
+from harness.wire import events as ev
+from harness.wire.errors import ProtocolError
+from harness.wire.events import ResponseBuilder, usage
+from harness.workload.records import TurnRecord
 
 STREAM_EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 WS_EVENT = pydantic.TypeAdapter(ResponsesServerEvent)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.h1 import H1Error, ResponseParser, encode_request
+from harness.client.h1 import H1Error, ResponseParser, encode_request
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 BODY = [b"event: a\ndata: 1\n\n", b'event: b\ndata: {"x": 2}\n\n', b"x" * 300]

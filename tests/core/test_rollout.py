@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from harness.core.plan import RolloutPlan, TurnPlan
-from harness.core.rollout import (
+from harness.wire.errors import ScenarioError
+from harness.workload.plan import RolloutPlan, TurnPlan
+from harness.workload.rollout import (
     derive_seed,
     generate_rollouts,
     history_tokens,
     new_tokens,
     throughput_derivation,
 )
-from harness.core.scenario import Scenario, load_scenario, validate_scenario
-from harness.core.schedule import intended_starts
-from harness.errors import ScenarioError
+from harness.workload.scenario import Scenario, load_scenario, validate_scenario
+from harness.workload.schedule import intended_starts
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.distributions import ConstantDist, LognormalDist, UniformDist
-from harness.core.scenario import load_scenario, scenario_json_schema, validate_scenario
-from harness.errors import ScenarioError
+from harness.wire.errors import ScenarioError
+from harness.workload.distributions import ConstantDist, LognormalDist, UniformDist
+from harness.workload.scenario import load_scenario, scenario_json_schema, validate_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.scenario import Load
-from harness.core.schedule import NS_PER_S, intended_starts, schedule_starts, throughput_load
+from harness.workload.scenario import Load
+from harness.workload.schedule import NS_PER_S, intended_starts, schedule_starts, throughput_load
 
 
 def _load(**fields: Any) -> Load:

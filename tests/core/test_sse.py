@@ -1,4 +1,4 @@
-"""harness.core.sse: the decoder is chunking-independent and spec-conformant."""
+"""harness.wire.sse: the decoder is chunking-independent and spec-conformant."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.events import loads
-from harness.core.sse import SSEDecoder, SSEMessage, encode_comment, encode_done, encode_event
-from harness.errors import SSEError
+from harness.wire.errors import SSEError
+from harness.wire.events import loads
+from harness.wire.sse import SSEDecoder, SSEMessage, encode_comment, encode_done, encode_event
 
 STREAM = (
     b"\xef\xbb\xbf: keepalive\r\n"

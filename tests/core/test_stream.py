@@ -1,4 +1,4 @@
-"""harness.core.stream: ordering invariants, timing metrics and the TurnRecord it fills."""
+"""harness.client.stream: ordering invariants, timing metrics and the TurnRecord it fills."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from harness.core.events import ResponseBuilder, usage
-from harness.core.records import TurnRecord
-from harness.core.stream import ResponseStream
-from harness.errors import StreamOrderError
+from harness.client.stream import ResponseStream
+from harness.wire.errors import StreamOrderError
+from harness.wire.events import ResponseBuilder, usage
+from harness.workload.records import TurnRecord
 
 MS = 1_000_000
 Events = list[dict[str, Any]]

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from harness.core.trace import (
+from harness.wire.errors import ScenarioError
+from harness.workload.trace import (
     TraceHeader,
     dump_trace,
     parse_trace,
@@ -16,7 +17,6 @@ from harness.core.trace import (
     resolve_trace_path,
     trace_plan,
 )
-from harness.errors import ScenarioError
 
 ROLLOUT: dict[str, Any] = {
     "type": "rollout",

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.scenario import load_scenario
-from harness.embedded import embedded_server
 from harness.gate.evaluate import evaluate
 from harness.gate.rules import load_rules
 from harness.gate.samples import RunData, run_data
 from harness.report.results import load_run
-from harness.runner import RunOptions, run_scenario
+from harness.run.embedded import embedded_server
+from harness.run.runner import RunOptions, run_scenario
+from harness.workload.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "ci" / "scenario.yaml"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.core.plan import RolloutPlan
+from harness.cli.gate import judge
+from harness.cli.main import main
 from harness.gate.ab import round_order, scaled_api_overrides, split_rounds
-from harness.gate.command import judge
+from harness.workload.plan import RolloutPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "ci" / "scenario.yaml"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.core.scenario import load_scenario
-from harness.runner import RunOptions, run_scenario
+from harness.cli.main import main
+from harness.run.runner import RunOptions, run_scenario
+from harness.workload.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "ci" / "scenario.yaml"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baseline"

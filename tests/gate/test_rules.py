@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UsageError
 from harness.gate.rules import (
     DEFAULT_RULES_YAML,
     GateRulesError,
@@ -15,6 +14,7 @@ from harness.gate.rules import (
     load_rules,
     parse_rules_text,
 )
+from harness.wire.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 

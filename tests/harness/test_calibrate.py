@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.calibrate import CalibrationError, fit, profiles_from_fit, turns_from_rows
 from harness.report.results import load_run
-from harness.reproduce import ReproductionResult
-from reference_server.profiles import load_profiles
+from harness.tools.calibrate import CalibrationError, fit, profiles_from_fit, turns_from_rows
+from harness.tools.reproduce import ReproductionResult
+from reference_server.core.profiles import load_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,10 +16,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.core.records import TurnRecord
-from harness.core.rollout import generate_rollouts
-from harness.core.scenario import Scenario, validate_scenario
-from harness.runner import RunOptions, RunResult, run_scenario
+from harness.run.runner import RunOptions, RunResult, run_scenario
+from harness.workload.records import TurnRecord
+from harness.workload.rollout import generate_rollouts
+from harness.workload.scenario import Scenario, validate_scenario
 
 ROLLOUT: dict[str, Any] = {
     "system_tokens": 50,

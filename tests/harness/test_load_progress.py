@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from harness.progress import (
+from harness.run.progress import (
     LineProgress,
     PassProgress,
     RichProgress,

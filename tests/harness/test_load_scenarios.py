@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.rollout import generate_rollouts, history_tokens, load_scenario_trace
-from harness.core.scenario import load_scenario
-from harness.runner import RunOptions, run_scenario
+from harness.run.runner import RunOptions, run_scenario
+from harness.workload.rollout import generate_rollouts, history_tokens, load_scenario_trace
+from harness.workload.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"

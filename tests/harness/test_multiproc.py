@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.plan import RolloutPlan
-from harness.multiproc import partition, split_concurrency
 from harness.report.results import load_run
+from harness.run.procs import partition, split_concurrency
+from harness.workload.plan import RolloutPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""harness/quiet_gc.py: a run raises the young-generation threshold and freezes, then undoes both."""
+"""harness/run/quiet_gc.py: a run raises the young-generation threshold and freezes, then undoes both."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import quiet_gc
+from harness.run import quiet_gc
 
 
 @pytest.fixture(autouse=True)

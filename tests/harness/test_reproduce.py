@@ -1,4 +1,4 @@
-"""The DESIGN §7 verdict logic on hand-written summaries, and the table at reduced size.
+"""The docs/model.md §9 verdict logic on hand-written summaries, and the table at reduced size.
 
 The live test runs every reproduction part through real sockets against
 embedded servers (shared with ``test_calibrate.py`` through ``conftest.py``).
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harness.reproduce import (
+from harness.tools.reproduce import (
     ORDERING,
     Band,
     Bands,
@@ -206,7 +206,7 @@ def test_decode_rates_through_real_sockets(reduced_reproduction: ReproductionRes
 def test_breakdown_and_measurement_error_per_transport(
     reduced_reproduction: ReproductionResult,
 ) -> None:
-    """DESIGN §6: breakdown_ms from sim_timing and measured − modelled TTFT, per transport."""
+    """docs/metrics.md §3: breakdown_ms from sim_timing and measured − modelled TTFT, per transport."""
     run_dir = reduced_reproduction.run_dirs["codex-cerebras"]
     summary = json.loads((run_dir / "summary.json").read_text())
     http = summary["transports"]["http"]

@@ -17,10 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.trace import TraceRollout, read_trace
-from harness.errors import UsageError
-from harness.importers import find_session_files, import_sessions
-from harness.importers.codex import SessionImportError, import_codex_files, parse_codex_session
+from harness.wire.errors import UsageError
+from harness.workload.importers import find_session_files, import_sessions
+from harness.workload.importers.codex import (
+    SessionImportError,
+    import_codex_files,
+    parse_codex_session,
+)
+from harness.workload.trace import TraceRollout, read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSION = Path(__file__).parent / "data" / "codex-session.jsonl"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from harness.locust_cli import LOCUSTFILE, _free_port, stop_children, worker_command
+from harness.cli.locust import LOCUSTFILE, _free_port, stop_children, worker_command
 from harness.metrics.hdr import Histogram, read_hlog
 from harness.report.results import load_run
 

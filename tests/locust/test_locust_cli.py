@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import build_parser, main
-from harness.locust_cli import LOCUSTFILE, master_command, worker_command
+from harness.cli.locust import LOCUSTFILE, master_command, worker_command
+from harness.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "scenarios" / "tiny.yaml")

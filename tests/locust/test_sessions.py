@@ -11,18 +11,18 @@ import time
 
 import pytest
 
-from harness.core.agent import Transcript
-from harness.core.plan import RolloutPlan
-from harness.core.records import TurnRecord
-from harness.core.rollout import generate_rollouts
-from harness.core.scenario import validate_scenario
-from harness.errors import APIError
 from harness.locust_driver.agent_loop import run_rollout
 from harness.locust_driver.net import Endpoint, now_ns
 from harness.locust_driver.sessions import ClientOptions, HttpSession, WsSession, make_session
 from harness.transports.base import TransportOptions
 from harness.transports.http import HttpTransport
 from harness.transports.ws import WsTransport
+from harness.wire.errors import APIError
+from harness.workload.agent import Transcript
+from harness.workload.plan import RolloutPlan
+from harness.workload.records import TurnRecord
+from harness.workload.rollout import generate_rollouts
+from harness.workload.scenario import validate_scenario
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_without_keepalive_every_request_opens_a_connection(
     turns = _run("http", server_url, plans[:1], keepalive=False)
     assert [r.new_connection for r in turns] == [True, True, True]
     # The connection is opened inside the request, so its cost is part of TTFT, as for the
-    # asyncio driver (DESIGN §5: `sent` precedes `connected`).
+    # asyncio driver (docs/metrics.md §1: `sent` precedes `connected`).
     assert all(r.sent_ns < r.connected_ns < r.first_event_ns for r in turns)
 
 

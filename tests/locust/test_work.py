@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.records import RolloutRecord, TurnRecord
-from harness.core.rollout import generate_rollouts
-from harness.core.scenario import validate_scenario
 from harness.locust_driver.protocol import RunConfig
 from harness.locust_driver.wire import (
     plan_from_wire,
@@ -17,6 +14,9 @@ from harness.locust_driver.wire import (
     turn_to_row,
 )
 from harness.locust_driver.work import WorkQueue, split_rounds
+from harness.workload.records import RolloutRecord, TurnRecord
+from harness.workload.rollout import generate_rollouts
+from harness.workload.scenario import validate_scenario
 
 MS = 1_000_000
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from harness.core.records import RolloutRecord, TurnRecord
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
 from harness.metrics.timeseries import token_rate_series
+from harness.workload.records import RolloutRecord, TurnRecord
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -358,7 +358,7 @@ def test_empty_accumulator_summary() -> None:
     }
 
 
-#: DESIGN §6: the summary.json keys tools and CI rely on (dotted; <t> = every transport)
+#: docs/metrics.md §3: the summary.json keys tools and CI rely on (dotted; <t> = every transport)
 DESIGN_KEYS = [
     "format_version",
     "run_id",

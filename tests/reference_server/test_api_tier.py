@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from reference_server.api_tier import RequestCost, api_post_ms, api_pre_ms, post_blocks_completion
-from reference_server.predict import (
+from reference_server.core.api_tier import (
+    RequestCost,
+    api_post_ms,
+    api_pre_ms,
+    post_blocks_completion,
+)
+from reference_server.core.predict import (
     TRANSPORTS,
     CodexRollout,
     predict_rollout,
@@ -14,7 +19,7 @@ from reference_server.predict import (
     predicted_ttft_reduction_pct,
     request_cost,
 )
-from reference_server.profiles import ApiProfile, EngineProfile, load_profiles
+from reference_server.core.profiles import ApiProfile, EngineProfile, load_profiles
 
 OPT, CEREBRAS = load_profiles("optimized", "cerebras-spark")
 LEGACY, GPU = load_profiles("legacy", "gpu-legacy")
@@ -105,7 +110,7 @@ def test_prefix_cache_makes_prefill_transport_independent() -> None:
         )
 
 
-# -- calibration (DESIGN §7) -----------------------------------------------------------------
+# -- calibration (docs/model.md §9) -----------------------------------------------------------------
 
 
 def test_codex_rollout_shape() -> None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_server.engine import (
+from reference_server.core.engine import (
     NS_PER_MS,
     NS_PER_S,
     DecodePlan,
@@ -23,7 +23,7 @@ from reference_server.engine import (
     first_token_ns,
     prefill_ns,
 )
-from reference_server.profiles import EngineProfile, load_profiles
+from reference_server.core.profiles import EngineProfile, load_profiles
 
 WINDOW_NS = 100 * NS_PER_MS
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.errors import LoopbenchError
-from reference_server.profiles import (
+from harness.wire.errors import LoopbenchError
+from reference_server.core.profiles import (
     PROFILE_DIR,
     ApiProfile,
     EngineProfile,
@@ -172,7 +172,7 @@ def test_invalid_user_files(tmp_path: Path) -> None:
 
 
 def test_profile_option_picks_either_kind_by_name() -> None:
-    from reference_server.profiles import combine_profile_args
+    from reference_server.core.profiles import combine_profile_args
 
     assert combine_profile_args("optimized", "cerebras-spark", []) == (
         "optimized",

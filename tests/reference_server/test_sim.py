@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from reference_server.api_tier import RequestCost
-from reference_server.profiles import load_profiles
+from reference_server.core.api_tier import RequestCost
+from reference_server.core.profiles import load_profiles
 from reference_server.sim import (
     DEFAULT_MIN_DELTA_INTERVAL_MS,
     Simulator,

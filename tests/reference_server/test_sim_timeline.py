@@ -8,8 +8,8 @@ import time
 from collections.abc import Sequence
 
 from reference_server import sim as sim_module
-from reference_server.api_tier import RequestCost
-from reference_server.profiles import load_profiles
+from reference_server.core.api_tier import RequestCost
+from reference_server.core.profiles import load_profiles
 from reference_server.sim import Simulator, mark_arrival
 
 COST = RequestCost(

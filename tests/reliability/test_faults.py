@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.core.scenario import load_scenario
 from harness.report.results import Run, load_run
-from harness.runner import RunOptions, run_scenario
-from harness.soak import server_process
-from reference_server.faults import FaultInjector, FaultSpecError, parse_fault_spec
+from harness.run.runner import RunOptions, run_scenario
+from harness.tools.soak import server_process
+from harness.workload.scenario import load_scenario
+from reference_server.core.faults import FaultInjector, FaultSpecError, parse_fault_spec
 from reference_server.serve import add_server_arguments, config_from_args
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from harness.soak import ServerProcess, rss_kib, server_process
+from harness.tools.soak import ServerProcess, rss_kib, server_process
 
 HTTP_EXAMPLES = 250
 WS_EXAMPLES = 150

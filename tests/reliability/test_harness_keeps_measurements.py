@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.core.records import TurnRecord
-from harness.core.scenario import load_scenario
 from harness.report.results import load_run
-from harness.runner import RunOptions, run_scenario
+from harness.run.runner import RunOptions, run_scenario
+from harness.workload.records import TurnRecord
+from harness.workload.scenario import load_scenario
 from tests.conftest import rows_flushed
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from harness.soak import ServerProcess, rss_kib, server_process
+from harness.tools.soak import ServerProcess, rss_kib, server_process
 from reference_server.serve import (
     API_KEYS_ENV,
     add_server_arguments,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from harness.core.scenario import load_scenario
-from harness.soak import TRANSPORTS, growth_mib, soak_scenario
+from harness.tools.soak import TRANSPORTS, growth_mib, soak_scenario
+from harness.workload.scenario import load_scenario
 
 
 def test_the_soak_scenario_is_a_valid_mixed_scenario(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.soak import ServerProcess, server_process
+from harness.tools.soak import ServerProcess, server_process
 from reference_server.store import SqliteStore
 
 CHAINS = 8

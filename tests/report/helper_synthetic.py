@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.core.records import RolloutRecord, TurnRecord
 from harness.metrics.summary import Accumulator
 from harness.report import ResultsWriter
+from harness.workload.records import RolloutRecord, TurnRecord
 
 MS = 1_000_000
 

@@ -15,11 +15,11 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
-from harness.core.records import RolloutRecord, TurnRecord, csv_fields
-from harness.errors import ResultsError
 from harness.metrics.hdr import Histogram, read_hlog
 from harness.metrics.summary import Accumulator
 from harness.report import ResultsWriter, load_run, new_run_id, read_csv_gz
+from harness.wire.errors import ResultsError
+from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,7 +122,7 @@ def test_writer_refuses_an_existing_run(tmp_path: Path) -> None:
 _CHILD = textwrap.dedent(
     """
     import sys
-    from harness.core.records import TurnRecord
+    from harness.workload.records import TurnRecord
     from harness.report.results import ResultsWriter
 
     w = ResultsWriter(sys.argv[1], {"scenario": "crash"}, flush_rows=100, flush_interval_s=3600)

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from harness.errors import LoopbenchError
 from harness.report.render import render_run
 from harness.report.sweep import find_knee, parse_sweep_sets, split_values, sweep_table
+from harness.wire.errors import LoopbenchError
 
 ROOT = Path(__file__).resolve().parents[2]
 

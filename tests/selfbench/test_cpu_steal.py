@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.selfbench.cpu_steal import read_cpu_times, steal_percent
+from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 
 
 def _stat(tmp_path: Path, line: str) -> Path:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import math
 
-from harness.selfbench.figures import at_least, at_most, document, figure, render_table, verdict
+from harness.tools.selfbench.figures import (
+    at_least,
+    at_most,
+    document,
+    figure,
+    render_table,
+    verdict,
+)
 
 
 def test_a_figure_passes_or_fails_its_target() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.selfbench.bench import STEAL_DISTURBED_PCT, best_and_worst, usable_trials
+from harness.tools.selfbench.bench import STEAL_DISTURBED_PCT, best_and_worst, usable_trials
 
 
 def _trial(steal: float | None, p50: float, p99: float) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from harness.embedded import embedded_server
+from harness.run.embedded import embedded_server
 
 
 @contextmanager

@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-from harness.core.sse import SSEDecoder, encode_event
+from harness.wire.sse import SSEDecoder, encode_event
 from reference_server.event_stream import EventStream, until_disconnect
 from tests.server.conftest import configured_server
 

@@ -25,7 +25,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.asyncio.client import ClientConnection, connect
 
 from reference_server.app import ReferenceServer
-from reference_server.config import ServerConfig
+from reference_server.core.config import ServerConfig
 from reference_server.protocols import (
     ARRIVED_KEY,
     BATCH_EXTENSION,

@@ -1,4 +1,4 @@
-"""The official openai SDK as a real client of the reference server (PROTOCOL §1-§3)."""
+"""The official openai SDK as a real client of the reference server (docs/protocol.md §1–§3)."""
 
 from __future__ import annotations
 

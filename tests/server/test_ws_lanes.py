@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reference_server.conversation import Conversation
-from reference_server.limits import TokenBucket, retry_after_headers
-from reference_server.ws_lanes import CachedResponse, LaneCache, valid_stream_id
+from reference_server.core.conversation import Conversation
+from reference_server.core.lanes import CachedResponse, LaneCache, valid_stream_id
+from reference_server.core.limits import TokenBucket, retry_after_headers
 
 
 def _entry(rid: str, tokens: int) -> CachedResponse:

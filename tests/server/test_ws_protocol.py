@@ -1,4 +1,4 @@
-"""WebSocket mode semantics (PROTOCOL §2.4) over real sockets with a raw websockets client."""
+"""WebSocket mode semantics (docs/protocol.md §2.4) over real sockets with a raw websockets client."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from harness.errors import TransportError
 from harness.transports.h1client import H1Pool
+from harness.wire.errors import TransportError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.scenario import load_scenario
 from harness.report.results import Run, load_run
-from harness.runner import RunOptions, run_scenario
+from harness.run.runner import RunOptions, run_scenario
+from harness.workload.scenario import load_scenario
 from tests.transports.conftest import TINY
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.scenario import load_scenario
 from harness.report.results import Run, load_run
-from harness.runner import RunOptions, run_scenario
+from harness.run.runner import RunOptions, run_scenario
 from harness.transports import TRANSPORT_NAMES
+from harness.workload.scenario import load_scenario
 from tests.transports.conftest import TINY, loopbench_run
 
 ALL = ("http", "http-chained", "ws", "ws-store", "ws-append")

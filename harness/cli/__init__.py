@@ -1,0 +1,1 @@
+"""The ``loopbench`` command line: one module per subcommand family."""

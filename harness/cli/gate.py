@@ -1,0 +1,310 @@
+"""``loopbench gate``: the command line of the regression gate (docs/ci.md).
+
+Exit codes are the gate's contract with CI and never collide: 0 pass,
+1 regression, 2 SLO breach, 3 invalid run / not comparable, 4 usage error.
+So argument errors here exit 4 (argparse's own default, 2, would read as an
+SLO breach), and every error is caught and mapped rather than left to the
+generic handler of ``harness.cli.main``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from harness.gate.codes import EXIT_INVALID, EXIT_USAGE
+from harness.wire.errors import LoopbenchError, ResultsError, ScenarioError, UsageError
+
+if TYPE_CHECKING:
+    from harness.gate.outcome import GateReport
+
+_STATUS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
+
+
+class _GateParser(argparse.ArgumentParser):
+    """Argument errors exit with the gate's usage code, including unknown options."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        ns, extra = super().parse_known_args(args, namespace)
+        # The top-level parser would report leftovers with its own exit code (2).
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return ns, extra
+
+
+def add_gate_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``gate`` on the CLI's subparsers action."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "gate",
+        help="CI regression gate: judge a run against a baseline and rules (exit 0/1/2/3/4)",
+        description="Judge RUN against a BASELINE run with rules (absolute SLOs, significant "
+        "relative regressions, minimum speedups, harness self-check), or with --ab measure two "
+        "targets in interleaved rounds of one job and judge the candidate against the baseline. "
+        "Exit codes: 0 pass, 1 regression, 2 SLO breach, 3 invalid run or not comparable, "
+        "4 usage error. See docs/ci.md.",
+        allow_abbrev=False,
+    )
+    # Swap in the subclass after creation: subparsers build their parsers from the
+    # parent's class, and only this subcommand must exit 4 on bad arguments.
+    p.__class__ = _GateParser
+    p.add_argument(
+        "subject",
+        metavar="RUN|SCENARIO",
+        help="results folder to judge, or with --ab a scenario YAML",
+    )
+    p.add_argument("--baseline", metavar="BASELINE", help="results folder of the baseline run")
+    p.add_argument(
+        "--rules",
+        metavar="FILE",
+        help="rules YAML (default: p50 of rollout, TTFT and turn latency may not regress by more "
+        "than 20%% between separate runs, 5%% in --ab mode)",
+    )
+    p.add_argument(
+        "--junit", metavar="FILE", help="write a JUnit XML report (one testcase per rule)"
+    )
+    p.add_argument("--markdown", metavar="FILE", help="write a Markdown summary (CI job summary)")
+    ab = p.add_argument_group("A/B mode (two targets, interleaved rounds, one job)")
+    ab.add_argument(
+        "--ab", action="store_true", help="measure baseline and candidate now, then judge"
+    )
+    for side in ("baseline", "candidate"):
+        ab.add_argument(
+            f"--{side}-target",
+            metavar="URL",
+            help=f"{side} endpoint (default: an embedded reference server)",
+        )
+        ab.add_argument(
+            f"--{side}-api-profile", metavar="NAME", help=f"embedded {side} server: API profile"
+        )
+        ab.add_argument(
+            f"--{side}-engine-profile",
+            metavar="NAME",
+            help=f"embedded {side} server: engine profile",
+        )
+        ab.add_argument(
+            f"--{side}-server-set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=f"embedded {side} server: profile override, e.g. api.fixed_ms=15",
+        )
+    ab.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="interleaved rounds (default: scenario's load.rounds, else up to 6)",
+    )
+    ab.add_argument("--transports", help="comma-separated transports (default: the scenario's)")
+    ab.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field"
+    )
+    ab.add_argument(
+        "--out", default="results", help="results root for the two runs (default: results/)"
+    )
+    ab.add_argument(
+        "--run-id", help="prefix of the two run folders (<id>-baseline, <id>-candidate)"
+    )
+    ab.add_argument(
+        "--api-key-env", help="environment variable holding the API key for the targets"
+    )
+    ab.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_gate)
+    return p
+
+
+def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{option} {item!r}: expected KEY=VALUE, e.g. api.fixed_ms=15")
+        out[key.strip()] = value.strip()
+    return out
+
+
+_AB_ONLY = (
+    "baseline_target",
+    "candidate_target",
+    "baseline_api_profile",
+    "candidate_api_profile",
+    "baseline_engine_profile",
+    "candidate_engine_profile",
+    "rounds",
+    "transports",
+    "run_id",
+    "api_key_env",
+)
+
+
+def _check_usage(args: argparse.Namespace) -> None:
+    if args.ab:
+        if args.baseline:
+            raise UsageError(
+                "--baseline names a results folder; in --ab mode use --baseline-target (or nothing, for an embedded server)"
+            )
+        if args.rounds is not None and args.rounds < 1:
+            raise UsageError(f"--rounds: expected a positive integer, got {args.rounds}")
+        return
+    if not args.baseline:
+        raise UsageError("--baseline: required (a results folder), unless --ab is given")
+    used = [n for n in _AB_ONLY if getattr(args, n) is not None]
+    used += [n for n in ("baseline_server_set", "candidate_server_set", "set") if getattr(args, n)]
+    if used:
+        raise UsageError(f"--{used[0].replace('_', '-')}: only with --ab")
+
+
+def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
+    from harness.gate.ab import ABOptions, Side, run_ab
+    from harness.transports import TRANSPORT_NAMES
+    from harness.workload.scenario import load_scenario
+
+    scenario = load_scenario(args.subject, _pairs(args.set, "--set") or None)
+    transports = [t.strip() for t in args.transports.split(",")] if args.transports else None
+    for t in transports or []:
+        if t not in TRANSPORT_NAMES:
+            raise UsageError(
+                f"--transports: unknown transport {t!r}; expected some of {', '.join(TRANSPORT_NAMES)}"
+            )
+    api_key = "sk-loopbench"
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env, "")
+        if not api_key:
+            raise UsageError(
+                f"--api-key-env: environment variable {args.api_key_env} is not set or empty"
+            )
+    from reference_server.core.profiles import load_profiles
+
+    sides = [
+        Side(
+            target=getattr(args, f"{side}_target"),
+            api_profile=getattr(args, f"{side}_api_profile"),
+            engine_profile=getattr(args, f"{side}_engine_profile"),
+            server_set=_pairs(getattr(args, f"{side}_server_set"), f"--{side}-server-set"),
+        )
+        for side in ("baseline", "candidate")
+    ]
+    for name, side in zip(("baseline", "candidate"), sides, strict=True):
+        if side.target:
+            if side.api_profile or side.engine_profile or side.server_set:
+                raise UsageError(
+                    f"--{name}-target: the {name}'s profiles and --{name}-server-set configure "
+                    "an embedded server; give either a target or those"
+                )
+            continue
+        server = side.server(scenario)
+        try:
+            # Checked here so a typo exits 4 at once instead of as a server that never starts.
+            load_profiles(server["api_profile"], server["engine_profile"], server["overrides"])
+        except LoopbenchError as exc:
+            raise UsageError(f"{name} server: {exc}") from exc
+    opts = ABOptions(
+        results_root=Path(args.out),
+        run_id=args.run_id,
+        rounds=args.rounds,
+        transports=transports,
+        api_key=api_key,
+    )
+    quiet = args.quiet
+
+    def printer(line: str) -> None:
+        if not quiet:
+            print(line.rstrip("\n"), file=sys.stderr, flush=True)
+
+    result = run_ab(scenario, str(args.subject), sides[0], sides[1], opts, printer=printer)
+    print(
+        f"A/B: {result.rounds} interleaved rounds; baseline {result.baseline.run_dir}, "
+        f"candidate {result.candidate.run_dir}",
+        file=sys.stderr,
+    )
+    return result.candidate.run_dir, result.baseline.run_dir
+
+
+def print_report(report: GateReport) -> None:
+    for r in report.results:
+        print(f"{_STATUS[r.status]:<5} {r.kind:<10} {r.name}")
+        if r.status != "pass" or r.kind != "validity":
+            print(f"      {r.message}")
+    counts = f"{report.count('pass')} passed, {report.count('fail')} failed, {report.count('skip')} skipped"
+    print(f"gate: {report.verdict.upper()} (exit {report.exit_code}); {counts}")
+
+
+def _write(path: str, text: str) -> None:
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write: {exc}") from exc
+
+
+def judge(
+    candidate: str | Path,
+    baseline: str | Path | None,
+    rules_path: str | None,
+    *,
+    ab: bool = False,
+) -> GateReport:
+    """Load the rules and both runs and evaluate; raises the gate's errors (see :func:`cmd_gate`)."""
+    from harness.gate.evaluate import evaluate
+    from harness.gate.rules import load_rules
+    from harness.gate.samples import run_data
+    from harness.report.results import load_run
+
+    cfg = load_rules(rules_path, ab=ab)
+    cand = run_data(load_run(candidate))
+    base = run_data(load_run(baseline)) if baseline is not None else None
+    return evaluate(cfg, cand, base)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    try:
+        _check_usage(args)
+        if args.rules:
+            from harness.gate.rules import load_rules
+
+            load_rules(args.rules)  # a broken rules file must fail before minutes of A/B measuring
+        if args.ab:
+            candidate, baseline = _measure_ab(args)
+        else:
+            candidate, baseline = Path(args.subject), Path(args.baseline)
+        report = judge(candidate, baseline, args.rules, ab=args.ab)
+    except (UsageError, ScenarioError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ResultsError as exc:
+        print(f"error: invalid run: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except LoopbenchError as exc:
+        # A/B measurement failures (server did not start, target unreachable): nothing to judge.
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        if args.junit:
+            from harness.gate.junit import render_junit
+
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+            _write(
+                args.junit,
+                render_junit(report, timestamp=stamp, elapsed_s=time.monotonic() - started),
+            )
+        if args.markdown:
+            from harness.gate.markdown import render_markdown
+
+            _write(args.markdown, render_markdown(report))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print_report(report)
+    return report.exit_code

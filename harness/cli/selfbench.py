@@ -1,0 +1,82 @@
+"""``loopbench selfbench``: the argument parser and the command (thin)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_TARGET_MISSED = 3
+
+
+def add_selfbench_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "selfbench",
+        help="measure the harness itself: loopback ceiling, pipeline rate, overhead, pacing, memory",
+        description="Measure loopbench against this machine in one run: the raw loopback ceiling "
+        "(bare websockets / uvicorn SSE), the full pipeline, their ratio, TTFT measurement "
+        "overhead at 1/16/64 streams, decode-TPS and burst pacing accuracy, overload "
+        "detection, memory per recorded turn, and Locust on the same SSE endpoint. Prints a "
+        "table with each target and writes it as JSON. See BENCHMARKS.md.",
+    )
+    p.add_argument(
+        "--out",
+        default="results/selfbench.json",
+        help="JSON file to write (default: results/selfbench.json)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="reduced sizes (~30 s): every figure, less precision; for tests and smoke runs",
+    )
+    p.add_argument("--no-locust", action="store_true", help="skip the Locust comparison")
+    p.add_argument(
+        "--steps",
+        default="throughput,timing,memory",
+        help="comma-separated steps to run (default: all): throughput, timing, memory",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit with code {EXIT_TARGET_MISSED} when a target is missed (make bench)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_selfbench)
+
+
+def cmd_selfbench(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import orjson
+
+    from harness.tools.selfbench.bench import SelfbenchOptions, run_selfbench
+    from harness.tools.selfbench.figures import document, render_table, verdict
+
+    opts = SelfbenchOptions.quick() if args.quick else SelfbenchOptions()
+    if args.no_locust:
+        opts = dataclasses.replace(opts, locust=False)
+    steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
+    unknown = sorted(set(steps) - {"throughput", "timing", "memory"})
+    if unknown or not steps:
+        from harness.wire.errors import UsageError
+
+        raise UsageError(
+            f"--steps: expected some of throughput, timing, memory, got {args.steps!r}"
+        )
+    opts = dataclasses.replace(opts, steps=steps)
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(f"selfbench: {line}", file=sys.stderr, flush=True)
+
+    figures, meta, details = run_selfbench(opts, say)
+    doc = document(figures, meta, details)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    print(render_table(figures))
+    passed = verdict(figures)
+    print(f"\n{'all targets met' if passed else 'TARGET MISSED'}; written to {out}")
+    return EXIT_TARGET_MISSED if args.check and not passed else EXIT_OK

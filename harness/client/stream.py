@@ -1,0 +1,456 @@
+"""Client-side state machine for one Responses stream: ``(event, t_ns)`` in, measurements out.
+
+A transport decodes events (SSE or WebSocket frames), stamps each with a monotonic
+``t_ns`` at the I/O edge and feeds it to :class:`ResponseStream`.  The stream
+enforces the ordering invariants of docs/protocol.md §1.3 (raising
+:class:`~harness.wire.errors.StreamOrderError` with the event, its sequence number and
+what was expected), collects output items, usage and the server's ``sim_timing``,
+and computes the timing metrics of docs/metrics.md §1, which :meth:`ResponseStream.fill`
+copies into a :class:`~harness.workload.records.TurnRecord`.
+
+Append prototype (docs/protocol.md §5): ``response.done`` with ``response.status ==
+"in_progress"`` ends a *segment* (``status == "paused"``, ``done`` is True).  After
+:meth:`ResponseStream.resume` the same object accepts the rest of the response:
+ordering state and sequence numbers carry over, while measurements (timestamps,
+deltas, ITL, tokens, output items) restart, so each segment is measured as one turn.
+
+Unknown event types and fields are ignored (forward compatibility) but still
+consume a sequence number.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from harness.wire.errors import StreamOrderError
+from harness.wire.events import (
+    ARGUMENTS_DELTA,
+    ARGUMENTS_DONE,
+    COMPLETED,
+    CONTENT_PART_ADDED,
+    CONTENT_PART_DONE,
+    CREATED,
+    DELTA_TYPES,
+    DONE,
+    ERROR,
+    FAILED,
+    IN_PROGRESS,
+    INCOMPLETE,
+    OUTPUT_ITEM_ADDED,
+    OUTPUT_ITEM_DONE,
+    QUEUED,
+    TEXT_DELTA,
+    TEXT_DONE,
+)
+from harness.wire.tokens import count_tokens
+from harness.workload.records import TurnRecord
+
+__all__ = ["ResponseStream"]
+
+_TERMINAL_STATUS = {COMPLETED: "completed", INCOMPLETE: "incomplete", FAILED: "failed"}
+# Events scoped to one content part of an item.
+_PART_EVENTS = frozenset({TEXT_DELTA, TEXT_DONE, CONTENT_PART_DONE})
+# Events scoped to an item but not to a content part (item must be added, not yet done).
+_ITEM_EVENTS = frozenset({ARGUMENTS_DELTA, ARGUMENTS_DONE}) | (DELTA_TYPES - {TEXT_DELTA})
+_SIM_FIELDS = (
+    ("api_pre", "sim_api_pre_ms"),
+    ("api_queue", "sim_api_queue_ms"),
+    ("engine_queue", "sim_engine_queue_ms"),
+    ("prefill", "sim_prefill_ms"),
+    ("decode", "sim_decode_ms"),
+    ("api_post", "sim_api_post_ms"),
+    ("ttft", "sim_ttft_ms"),
+)
+
+
+class ResponseStream:
+    """Per-response state machine; see the module docstring.
+
+    ``status`` is ``"pending"`` before ``response.created``, ``"in_progress"`` while
+    streaming, then one of ``"completed"``, ``"incomplete"``, ``"failed"``,
+    ``"error"`` (an ``error`` event not, or not yet, followed by ``response.failed``)
+    or ``"paused"`` (append prototype).  ``done`` is True in all terminal states;
+    after an ``error`` event only ``response.failed`` is still accepted.
+    """
+
+    def __init__(self, sent_ns: int, burst_window_ns: int = 100_000_000) -> None:
+        if burst_window_ns <= 0:
+            raise ValueError(f"burst_window_ns: expected a positive number, got {burst_window_ns}")
+        self.burst_window_ns = burst_window_ns
+        self.status = "pending"
+        self.done = False
+        self.response_id: str | None = None
+        self.response: dict[str, Any] | None = None
+        self.usage: dict[str, Any] | None = None
+        self.sim_timing: dict[str, Any] | None = None
+        self.error_code: str | None = None
+        self.error_message: str | None = None
+        # ordering state: lives for the whole response, across pause/resume
+        self._created = False
+        self._last_seq: int | None = None
+        self._added: dict[int, dict[str, Any]] = {}
+        self._item_done: set[int] = set()
+        self._parts: set[tuple[int, int]] = set()
+        self._tokens_before = 0
+        self._start_segment(sent_ns)
+
+    def _start_segment(self, sent_ns: int) -> None:
+        self.sent_ns = sent_ns
+        self.first_event_ns = 0
+        self.first_token_ns = 0
+        self.last_token_ns = 0
+        self.done_ns = 0
+        self.delta_events = 0
+        self.itl_ns: list[int] = []
+        self.burst_tokens_max = 0
+        self._items: dict[int, dict[str, Any]] = {}
+        self._delta_t: list[int] = []
+        self._delta_len: list[int] = []
+        self._text_chars = 0
+        self._output_tokens: int | None = None
+
+    # -- public results ----------------------------------------------------------------------
+
+    @property
+    def output_items(self) -> list[dict[str, Any]]:
+        """Output items completed in this segment, in ``output_index`` order."""
+        return [self._items[i] for i in sorted(self._items)]
+
+    @property
+    def function_calls(self) -> list[dict[str, Any]]:
+        """The ``function_call`` items among :attr:`output_items`."""
+        return [it for it in self.output_items if it.get("type") == "function_call"]
+
+    @property
+    def output_tokens(self) -> int:
+        """``usage.output_tokens`` (minus earlier segments) if known, else counted from delta text."""
+        if self._output_tokens is not None:
+            return self._output_tokens
+        return self._segment_tokens()
+
+    def resume(self, sent_ns: int) -> None:
+        """Continue a paused response (append prototype); measurement restarts at ``sent_ns``."""
+        if self.status != "paused":
+            raise StreamOrderError(
+                f"resume() of response {self.response_id}: expected status paused, got {self.status}"
+            )
+        self._tokens_before += self.output_tokens
+        self.status = "in_progress"
+        self.done = False
+        self._start_segment(sent_ns)
+
+    # -- feeding -----------------------------------------------------------------------------
+
+    def feed(self, event: dict[str, Any], t_ns: int) -> None:
+        """Apply one decoded event received at ``t_ns``; raise StreamOrderError if it is out of order."""
+        etype = event.get("type") if isinstance(event, dict) else None
+        if not isinstance(etype, str):
+            raise StreamOrderError(
+                f"event without a string 'type' after sequence_number {self._last_seq}: "
+                f"expected a Responses event object, got {_preview(event)}"
+            )
+        seq = event.get("sequence_number")
+        if seq is not None:
+            if not isinstance(seq, int) or isinstance(seq, bool):
+                self._fail(etype, seq, "an integer sequence_number", repr(seq))
+            if self._last_seq is not None and seq != self._last_seq + 1:
+                self._fail(etype, seq, f"sequence_number {self._last_seq + 1}", str(seq))
+        # Only a response.failed may follow an error event; everything else is late.
+        if self.done and not (self.status == "error" and etype == FAILED):
+            self._fail(
+                etype, seq, f"no event after the terminal event (status {self.status})", etype
+            )
+        if seq is not None:
+            self._last_seq = seq
+        if not self.first_event_ns:
+            self.first_event_ns = t_ns
+
+        if etype in DELTA_TYPES:
+            self._on_delta(etype, seq, event, t_ns)
+        elif etype == CREATED:
+            if self._created:
+                self._fail(etype, seq, "a single response.created per response", "a second one")
+            self._check_response(etype, seq, event)
+            self._created = True
+            self.status = "in_progress"
+        elif etype == ERROR:
+            self._on_error(event, t_ns)
+        elif not self._created and not (etype == FAILED and self.status == "error"):
+            if etype in _KNOWN or etype == FAILED:
+                self._fail(etype, seq, "response.created as the first event", etype)
+            # unknown types before response.created (e.g. keepalives) are ignored
+        elif etype == OUTPUT_ITEM_ADDED:
+            self._on_item_added(etype, seq, event)
+        elif etype == OUTPUT_ITEM_DONE:
+            self._on_item_done(etype, seq, event)
+        elif etype == CONTENT_PART_ADDED:
+            index = self._open_item(etype, seq, event)
+            cidx = _int_field(self, etype, seq, event, "content_index")
+            if (index, cidx) in self._parts:
+                self._fail(
+                    etype, seq, f"content_index {cidx} added once", "a second content_part.added"
+                )
+            self._parts.add((index, cidx))
+        elif etype in _PART_EVENTS:
+            self._check_part(etype, seq, event)
+        elif etype in _ITEM_EVENTS:
+            self._open_item(etype, seq, event)
+        elif etype in (IN_PROGRESS, QUEUED):
+            self._check_response(etype, seq, event)
+        elif etype in _TERMINAL_STATUS or etype == DONE:
+            self._on_terminal(etype, seq, event, t_ns)
+        # anything else: unknown, ignored
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    def _on_delta(self, etype: str, seq: int | None, event: dict[str, Any], t_ns: int) -> None:
+        if not self._created:
+            self._fail(etype, seq, "response.created as the first event", etype)
+        if etype == TEXT_DELTA:
+            self._check_part(etype, seq, event)
+        else:
+            self._open_item(etype, seq, event)
+        delta = event.get("delta")
+        n = len(delta) if isinstance(delta, str) else 0
+        if self.first_token_ns:
+            self.itl_ns.append(t_ns - self.last_token_ns)
+        else:
+            self.first_token_ns = t_ns
+        self.last_token_ns = t_ns
+        self.delta_events += 1
+        self._delta_t.append(t_ns)
+        self._delta_len.append(n)
+        self._text_chars += n
+
+    def _on_item_added(self, etype: str, seq: int | None, event: dict[str, Any]) -> None:
+        index = _int_field(self, etype, seq, event, "output_index")
+        if index in self._added:
+            self._fail(etype, seq, f"output_index {index} added once", "a second output_item.added")
+        item = event.get("item")
+        if not isinstance(item, dict):
+            self._fail(etype, seq, "an 'item' object", _preview(item))
+        self._added[index] = item
+
+    def _on_item_done(self, etype: str, seq: int | None, event: dict[str, Any]) -> None:
+        index = self._open_item(etype, seq, event)
+        item = event.get("item")
+        if not isinstance(item, dict):
+            self._fail(etype, seq, "an 'item' object", _preview(item))
+        self._item_done.add(index)
+        self._items[index] = item
+
+    def _on_error(self, event: dict[str, Any], t_ns: int) -> None:
+        nested = event.get("error")
+        src = nested if isinstance(nested, dict) else event
+        code = src.get("code")
+        message = src.get("message")
+        self.error_code = str(code) if code is not None else None
+        self.error_message = str(message) if message is not None else ""
+        self._end("error", t_ns)
+
+    def _on_terminal(self, etype: str, seq: int | None, event: dict[str, Any], t_ns: int) -> None:
+        resp = self._check_response(etype, seq, event)
+        if etype == DONE:
+            rstatus = resp.get("status")
+            status = "paused" if rstatus == "in_progress" else str(rstatus or "completed")
+        else:
+            status = _TERMINAL_STATUS[etype]
+        if status != "paused":
+            # Items may be reported only in the final output (docs/protocol.md §1.3).
+            output = resp.get("output")
+            if isinstance(output, list):
+                for i, item in enumerate(output):
+                    if i not in self._item_done and isinstance(item, dict):
+                        self._item_done.add(i)
+                        self._items[i] = item
+        if status in ("completed", "paused"):
+            missing = sorted(set(self._added) - self._item_done)
+            if missing:
+                self._fail(
+                    etype,
+                    seq,
+                    f"output_item.done for every added item first (output_index {missing} open)",
+                    etype,
+                )
+        self.response = resp
+        u = resp.get("usage")
+        if isinstance(u, dict):
+            self.usage = u
+            out = u.get("output_tokens")
+            if isinstance(out, int):
+                self._output_tokens = max(0, out - self._tokens_before)
+        st = resp.get("sim_timing")
+        if isinstance(st, dict):
+            self.sim_timing = st
+        err = resp.get("error")
+        if isinstance(err, dict) and self.error_code is None:
+            code = err.get("code")
+            self.error_code = str(code) if code is not None else None
+            self.error_message = str(err.get("message", ""))
+        self._end(status, t_ns)
+
+    def _end(self, status: str, t_ns: int) -> None:
+        self.status = status
+        self.done = True
+        self.done_ns = t_ns
+        self.burst_tokens_max = self._burst()
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def _check_response(self, etype: str, seq: int | None, event: dict[str, Any]) -> dict[str, Any]:
+        resp = event.get("response")
+        if not isinstance(resp, dict):
+            self._fail(etype, seq, "a 'response' object", _preview(resp))
+        rid = resp.get("id")
+        if not isinstance(rid, str):
+            self._fail(etype, seq, "a string response.id", repr(rid))
+        if self.response_id is None:
+            self.response_id = rid
+        elif rid != self.response_id:
+            self._fail(etype, seq, f"response.id {self.response_id!r}", repr(rid))
+        return resp
+
+    def _open_item(self, etype: str, seq: int | None, event: dict[str, Any]) -> int:
+        index = _int_field(self, etype, seq, event, "output_index")
+        item = self._added.get(index)
+        if item is None:
+            self._fail(
+                etype, seq, f"response.output_item.added for output_index {index} first", etype
+            )
+        if index in self._item_done:
+            self._fail(
+                etype,
+                seq,
+                f"output_index {index} still open",
+                "an event after its output_item.done",
+            )
+        item_id = event.get("item_id")
+        if item_id is not None and "id" in item and item_id != item["id"]:
+            self._fail(
+                etype, seq, f"item_id {item['id']!r} for output_index {index}", repr(item_id)
+            )
+        return index
+
+    def _check_part(self, etype: str, seq: int | None, event: dict[str, Any]) -> None:
+        index = self._open_item(etype, seq, event)
+        cidx = _int_field(self, etype, seq, event, "content_index")
+        if (index, cidx) not in self._parts:
+            self._fail(
+                etype,
+                seq,
+                f"response.content_part.added for output_index {index} content_index {cidx} first",
+                etype,
+            )
+
+    def _fail(self, etype: str, seq: object, expected: str, got: str) -> NoReturn:
+        where = (
+            f"sequence_number {seq}"
+            if seq is not None
+            else f"after sequence_number {self._last_seq}"
+        )
+        rid = f" (response {self.response_id})" if self.response_id else ""
+        raise StreamOrderError(f"{etype} at {where}{rid}: expected {expected}, got {got}")
+
+    # -- metrics -----------------------------------------------------------------------------
+
+    def _segment_tokens(self) -> int:
+        return count_tokens("x" * self._text_chars) if self._text_chars else 0
+
+    def _burst(self) -> int:
+        """Highest token count in any window [t_i, t_i + W) starting at a delta (docs/metrics.md §1).
+
+        Each delta weighs ``output_tokens * len / total_len``; the maximum of the
+        weighted sums equals ``output_tokens / total_len`` times the maximum length
+        sum, so the scan works on integer lengths and rounds (half up) once at the end.
+        """
+        n = len(self._delta_t)
+        if n == 0:
+            return 0
+        total_tokens = self.output_tokens
+        lengths = self._delta_len if self._text_chars else [1] * n
+        total = sum(lengths)
+        window = self.burst_window_ns
+        times = self._delta_t
+        best = acc = lo = 0
+        for hi in range(n):
+            acc += lengths[hi]
+            while times[hi] - times[lo] >= window:
+                acc -= lengths[lo]
+                lo += 1
+            best = max(best, acc)
+        return (best * total_tokens * 2 + total) // (2 * total)
+
+    def fill(self, rec: TurnRecord) -> None:
+        """Copy status, ids, timestamps, token counts, ITL and ``sim_*`` into ``rec``.
+
+        A paused segment (append prototype) is a successful turn and is recorded as
+        ``completed``; a stream that never reached a terminal event as ``error``.
+        """
+        status = self.status
+        if status == "paused":
+            status = "completed"
+        elif not self.done:
+            status = "error"
+            if not self.error_message:
+                rec.error_message = "stream ended before a terminal event"
+        rec.status = status
+        if status in ("failed", "error"):
+            rec.error_kind = self.error_code or rec.error_kind or "stream"
+            if self.error_message:
+                rec.error_message = self.error_message
+        rec.response_id = self.response_id or ""
+        rec.sent_ns = self.sent_ns
+        rec.first_event_ns = self.first_event_ns
+        rec.first_token_ns = self.first_token_ns
+        rec.last_token_ns = self.last_token_ns
+        rec.done_ns = self.done_ns
+        u = self.usage or {}
+        rec.input_tokens = _int(u.get("input_tokens"))
+        details = u.get("input_tokens_details")
+        rec.cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        rec.output_tokens = self.output_tokens
+        rec.delta_events = self.delta_events
+        rec.burst_tokens_max = self.burst_tokens_max
+        rec.itl_ns = list(self.itl_ns)
+        st = self.sim_timing or {}
+        for key, attr in _SIM_FIELDS:
+            value = st.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                setattr(rec, attr, float(value))
+        cache = st.get("cache")
+        if isinstance(cache, str):
+            rec.sim_cache = cache
+
+
+_KNOWN = frozenset(
+    {
+        IN_PROGRESS,
+        QUEUED,
+        OUTPUT_ITEM_ADDED,
+        OUTPUT_ITEM_DONE,
+        CONTENT_PART_ADDED,
+        COMPLETED,
+        INCOMPLETE,
+        DONE,
+    }
+    | _PART_EVENTS
+    | _ITEM_EVENTS
+)
+
+
+def _int_field(
+    s: ResponseStream, etype: str, seq: int | None, event: dict[str, Any], key: str
+) -> int:
+    value = event.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        s._fail(etype, seq, f"an integer {key}", repr(value))
+    return value
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _preview(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"

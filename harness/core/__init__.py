@@ -1,1 +1,0 @@
-"""Pure, sans-I/O core: no asyncio, no sockets, no clocks read, no global random."""

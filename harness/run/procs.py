@@ -1,0 +1,294 @@
+"""``loopbench run --procs N``: the client in N processes, the embedded server with N workers.
+
+One Python process drives about one core.  On a multi-core machine this runs
+the same seeded rollouts split across N client processes (round-robin, so every
+process gets early and late rollouts, and every transport runs a process's
+rollouts, keeping comparisons paired), each with its share of the closed-loop
+concurrency, all started together behind a barrier.  Each child runs the
+ordinary :func:`~harness.run.runner.run_plans` into a private folder; the parent
+merges the children's accumulators (HDR histograms bucket by bucket, so merged
+percentiles are those of one histogram of every sample), re-writes their rows
+into the one results folder through :class:`~harness.report.results.ResultsWriter`,
+and marks the run invalid if any child fell behind.
+
+Clocks: every process stamps with ``perf_counter_ns`` (``CLOCK_MONOTONIC`` on
+Linux, one clock for the whole machine), so per-second token buckets line up.
+An open-loop child anchors its schedule at its own first intended start, which
+is at most one inter-arrival gap after the global first one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from harness.metrics.summary import TRANSPORT_ORDER, Accumulator
+from harness.run.runner import RunOptions, RunResult, build_manifest
+from harness.wire.errors import LoopbenchError
+from harness.workload.plan import RolloutPlan
+from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
+from harness.workload.rollout import generate_rollouts
+from harness.workload.scenario import Scenario
+
+#: how long children may take to import and reach the start barrier
+START_TIMEOUT_S = 120.0
+_SCHEDULE_SUMS = ("intended", "started", "late", "dropped", "not_started")
+
+
+def partition(plans: Sequence[RolloutPlan], procs: int) -> list[list[RolloutPlan]]:
+    """Round-robin in start order: each part sees the whole arrival pattern, thinned."""
+    ordered = sorted(plans, key=lambda p: (p.start_offset_ns, p.rollout_id))
+    return [list(ordered[i::procs]) for i in range(procs)]
+
+
+def split_concurrency(concurrency: int, procs: int) -> list[int]:
+    """``concurrency`` agents over ``procs`` processes, as evenly as possible."""
+    base, extra = divmod(concurrency, procs)
+    return [base + (1 if i < extra else 0) for i in range(procs)]
+
+
+def _child(
+    index: int,
+    scenario: Scenario,
+    scenario_path: str,
+    plans: list[RolloutPlan],
+    base_url: str,
+    opts: RunOptions,
+    embedded: bool,
+    barrier: Any,
+    conn: Connection,
+) -> None:
+    from harness.run.runner import run_plans
+
+    try:
+        barrier.wait(START_TIMEOUT_S)
+        coro = run_plans(scenario, scenario_path, plans, base_url, opts, embedded=embedded)
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a Linux dependency
+            import asyncio
+
+            result = asyncio.run(coro)
+        else:
+            result = uvloop.run(coro)
+        acc = result.accumulator
+        conn.send(
+            {
+                "index": index,
+                "run_dir": str(result.run_dir),
+                "state": acc.to_state() if acc is not None else None,
+                "summary": result.summary,
+            }
+        )
+    except BaseException as exc:
+        conn.send({"index": index, "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    finally:
+        conn.close()
+
+
+def _merge_schedules(children: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    parts = [
+        c["summary"]["transports"][name]["schedule"]
+        for c in children
+        if "schedule" in c["summary"].get("transports", {}).get(name, {})
+    ]
+    if not parts:
+        return None
+    out: dict[str, Any] = {k: sum(int(p.get(k) or 0) for p in parts) for k in _SCHEDULE_SUMS}
+    started = out["started"]
+    lag_sum = sum((p.get("lag_mean_ms") or 0.0) * int(p.get("started") or 0) for p in parts)
+    out["lag_mean_ms"] = round(lag_sum / started, 3) if started else None
+    maxes = [p["lag_max_ms"] for p in parts if p.get("lag_max_ms") is not None]
+    out["lag_max_ms"] = max(maxes) if maxes else None
+    return out
+
+
+def _copy_rows(writer: Any, run_dir: Path) -> None:
+    from harness.report.results import load_run
+
+    run = load_run(run_dir)
+    for table, cls, add in (
+        (run.turns, TurnRecord, writer.add_turn),
+        (run.rollouts, RolloutRecord, writer.add_rollout),
+    ):
+        names = csv_fields(cls)
+        for row in table[names].itertuples(index=False, name=None):
+            add(
+                cls(
+                    **{
+                        k: (v.item() if hasattr(v, "item") else v)
+                        for k, v in zip(names, row, strict=True)
+                    }
+                )
+            )
+
+
+def run_procs(
+    scenario: Scenario,
+    scenario_path: str,
+    opts: RunOptions,
+    procs: int,
+    *,
+    say: Callable[[str], None] = lambda _: None,
+) -> RunResult:
+    """Run ``scenario`` with ``procs`` client processes (and server workers when embedded)."""
+    if procs < 1:
+        raise LoopbenchError(f"--procs: expected an integer >= 1, got {procs}")
+    plans = generate_rollouts(scenario)
+    load = scenario.load
+    shares = split_concurrency(load.concurrency, procs) if load.mode == "closed" else [1] * procs
+    parts = partition(plans, procs)
+    jobs = [
+        (i, part, share)
+        for i, (part, share) in enumerate(zip(parts, shares, strict=True))
+        if part and share
+    ]
+    with tempfile.TemporaryDirectory(prefix="loopbench-procs-") as tmp:
+        if opts.target:
+            return _run(
+                scenario, scenario_path, opts, plans, jobs, opts.target, False, Path(tmp), say
+            )
+        from harness.run.embedded import embedded_server
+
+        server = scenario.server
+        args = list(opts.server_args)
+        if procs > 1:
+            args += ["--workers", str(procs)]
+            if "--store" not in args:
+                # Workers share the store: a file, private to this run.
+                args += ["--store", str(Path(tmp) / "store.sqlite3")]
+        with embedded_server(
+            api_profile=server.api_profile,
+            engine_profile=server.engine_profile,
+            overrides=dict(server.set),
+            seed=scenario.seed,
+            extra_args=args,
+        ) as url:
+            return _run(scenario, scenario_path, opts, plans, jobs, url, True, Path(tmp), say)
+
+
+def _run(
+    scenario: Scenario,
+    scenario_path: str,
+    opts: RunOptions,
+    plans: list[RolloutPlan],
+    jobs: list[tuple[int, list[RolloutPlan], int]],
+    base_url: str,
+    embedded: bool,
+    tmp: Path,
+    say: Callable[[str], None],
+) -> RunResult:
+    from harness.report.results import ResultsWriter, new_run_id
+
+    # The summary's "load" block exactly as a single-process run writes it.
+    from harness.run.runner import _load_summary
+
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(jobs))
+    children: list[tuple[Any, Connection]] = []
+    for i, part, share in jobs:
+        child_scenario = scenario.model_copy(
+            update={"load": scenario.load.model_copy(update={"concurrency": share})}
+        )
+        child_opts = replace(
+            opts,
+            results_root=tmp / "procs",
+            run_id=f"p{i}",
+            progress=False,
+            render=False,
+            turn_hook=None,
+        )
+        parent_end, child_end = ctx.Pipe(duplex=False)
+        proc = ctx.Process(
+            target=_child,
+            args=(
+                i,
+                child_scenario,
+                scenario_path,
+                part,
+                base_url,
+                child_opts,
+                embedded,
+                barrier,
+                child_end,
+            ),
+            name=f"loopbench-client-{i}",
+        )
+        proc.start()
+        child_end.close()
+        children.append((proc, parent_end))
+    say(f"running {len(plans)} rollouts in {len(children)} client processes")
+    results: list[dict[str, Any]] = []
+    errors: list[str] = []
+    try:
+        for proc, end in children:
+            try:
+                msg = end.recv()
+            except EOFError:
+                errors.append(f"client process {proc.name} exited with code {proc.exitcode}")
+                continue
+            if "error" in msg:
+                errors.append(f"client process {msg['index']}: {msg['error']}")
+            else:
+                results.append(msg)
+    finally:
+        for proc, end in children:
+            proc.join(30)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+            end.close()
+    if errors:
+        raise LoopbenchError("; ".join(errors))
+
+    transports = list(opts.transports or scenario.transports)
+    run_id = opts.run_id or new_run_id(scenario.name, time.time())
+    run_dir = Path(opts.results_root) / run_id
+    manifest = build_manifest(scenario, scenario_path, transports, base_url, embedded, run_id, opts)
+    manifest["procs"] = len(results)
+    acc = Accumulator.from_state(results[0]["state"])
+    for r in results[1:]:
+        acc.merge(Accumulator.from_state(r["state"]))
+    base = opts.baseline or next((t for t in TRANSPORT_ORDER if t in transports), transports[0])
+    summary = acc.summary(run_id=run_id, comparisons=[(base, t) for t in transports if t != base])
+    reasons: list[str] = []
+    for r in results:
+        reasons += [
+            f"client process {r['index']}: {x}" for x in r["summary"].get("invalid_reasons", [])
+        ]
+    for name, t in summary.get("transports", {}).items():
+        sched = _merge_schedules(results, name)
+        if sched is not None:
+            t["schedule"] = sched
+    clients = [r["summary"].get("client", {}) for r in results]
+    summary["invalid_reasons"] = reasons
+    summary["valid"] = not reasons
+    summary["partial"] = any(r["summary"].get("partial") for r in results)
+    summary["client_cpu_share"] = max((c.get("cpu_share") or 0.0) for c in clients)
+    summary["client"] = {
+        "procs": len(results),
+        "cpu_share": summary["client_cpu_share"],
+        "per_process": clients,
+    }
+    summary["load"] = _load_summary(scenario, len(plans))
+    summary["scenario"] = scenario.name
+    summary["seed"] = scenario.seed
+    with ResultsWriter(run_dir, manifest) as writer:
+        for r in sorted(results, key=lambda r: r["index"]):
+            _copy_rows(writer, Path(r["run_dir"]))
+        writer.finish(summary, acc.histograms())
+    if opts.render:
+        from harness.report.render import render_run_safely
+
+        render_run_safely(run_dir)
+    return RunResult(run_dir, summary, acc)
+
+
+__all__ = ["partition", "run_procs", "split_concurrency"]

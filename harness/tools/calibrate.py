@@ -1,0 +1,440 @@
+"""Fit the simulation model to measurements of any endpoint (pure: rows in, parameters out).
+
+``loopbench calibrate RUN_DIR`` reads a run's turn rows and fits the model of
+docs/model.md / docs/model.md, so the reference server can replay *that* endpoint's
+behaviour at scales nobody can test directly.  What a client can observe:
+
+* **TTFT** of every turn, the tokens the endpoint had to process for it, and
+  the tokens its prefix cache missed (``usage.input_tokens`` minus
+  ``cached_tokens``).  One least-squares fit over all turns::
+
+      TTFT = a[transport] + p·processed + q·uncached + r·rehydrated + c[class]·new_connection
+
+  ``a[http]`` is a request resolved from scratch, ``a[ws]`` one on an already
+  resolved WebSocket; ``a[http-chained]`` also absorbs the instructions and tool
+  schemas every chained request re-sends (a constant the client's records do
+  not count).  ``class`` is http-like or ws-like.  ``processed`` is the whole
+  input on ``http``, the new input on chained transports; ``rehydrated`` the
+  chain re-loaded from a store (``http-chained``).  ``p`` is the API tier's per-token cost, ``q`` the
+  inverse prefill rate, ``r`` the re-hydration cost.  ``processed`` and
+  ``uncached`` separate only when they vary independently: a run over both
+  ``http`` (processed grows with the history, uncached does not) and ``ws``
+  (both track the new input), with varied tool-output sizes.
+* **Decode**: the median per-response decode rate is the sustained rate; the
+  top cluster of per-response decode rates (responses that burst from first
+  to last token), the burst rate; the share of responses decoding markedly
+  faster, the burst probability.
+* **Post-inference work**: the gap between the last token and the terminal
+  event on ``http`` (where bookkeeping blocks it) minus the same gap on ``ws``.
+
+What a client cannot separate: the fixed API work, the hops and the engine's
+base latency all add to the intercept ``a``.  The fitted profile gives the
+whole of the cheapest path's intercept (``a[ws]``, else ``a[http]``) to the
+engine's ``base_ttft_ms`` unless told the engine's share, and the rest to the
+API tier's ``fixed_ms``/``fixed_resolved_ms`` (``hops: 0``): every TTFT is
+reproduced, only the split under load is a convention.  Capacity (API workers,
+engine slots, aggregate budget) is not observable from a run below saturation
+and is copied from the base profiles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.wire.errors import LoopbenchError
+
+HTTP_LIKE = frozenset({"http", "http-chained", "sdk-http"})
+# ws-append is left out: its later turns are appends, with no per-request API work to fit.
+WS_LIKE = frozenset({"ws", "ws-store", "sdk-ws"})
+CHAINED = frozenset({"http-chained", "ws", "ws-store", "sdk-ws"})
+#: a response whose decode rate exceeds the sustained rate by this factor had a burst
+BURST_FACTOR = 1.05
+BURST_WINDOW_S = 0.1
+
+
+class CalibrationError(LoopbenchError):
+    """The run does not hold what a fit needs (too few turns, no token counts, …)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What the fit needs of one turn (ms and tokens); built from a row by :func:`turns_from_rows`."""
+
+    transport: str
+    ttft_ms: float
+    processed: int
+    uncached: int
+    rehydrated: int
+    new_connection: bool
+    output_tokens: int
+    decode_tps: float | None
+    tail_ms: float | None  # last token -> terminal event
+    burst_tokens: int
+    model_ttft_ms: float | None = None  # the endpoint's own sim_timing.ttft, if it reports one
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """Fitted parameters (``None`` = not identifiable from this run) and fit quality."""
+
+    per_token_us: float
+    prefill_tps: float | None
+    rehydrate_us: float | None
+    intercept_http_ms: float | None
+    intercept_ws_ms: float | None
+    #: median measured − modelled TTFT per class, when the endpoint reports sim_timing
+    overhead_http_ms: float | None
+    overhead_ws_ms: float | None
+    connect_ms: float | None
+    post_ms: float | None
+    sustained_tps: float | None
+    burst_tps: float | None
+    burst_probability: float | None
+    burst_max_tokens: int | None
+    turns: int
+    r2: float
+    residual_p50_ms: float
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
+    """Successful turns with a first token, in conversation order, with the tokens each processed.
+
+    Chained transports send only what is new; how much that is comes from the
+    usage the endpoint reported: ``input(t) - input(t-1) - output(t-1)``.
+    """
+    by_conv: dict[tuple[str, int, int], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        key = (str(row["transport"]), int(row.get("round", 0)), int(row["rollout_id"]))
+        by_conv.setdefault(key, []).append(row)
+    out: list[Turn] = []
+    for (transport, _, _), conv in sorted(by_conv.items()):
+        conv.sort(key=lambda r: int(r["turn_index"]))
+        prev: Mapping[str, Any] | None = None
+        for row in conv:
+            ok = str(row.get("status")) in ("completed", "incomplete")
+            sent, first = int(row["sent_ns"]), int(row["first_token_ns"])
+            inp, cached = int(row["input_tokens"]), int(row["cached_tokens"])
+            if ok and sent and first and inp > 0:
+                rehydrated = 0
+                processed = inp
+                if prev is not None and transport in CHAINED:
+                    before = int(prev["input_tokens"]) + int(prev["output_tokens"])
+                    processed = max(0, inp - before)
+                    rehydrated = before if transport == "http-chained" else 0
+                last, done = int(row["last_token_ns"]), int(row["done_ns"])
+                n_out = int(row["output_tokens"])
+                tps = (n_out - 1) * 1e9 / (last - first) if n_out >= 2 and last > first else None
+                out.append(
+                    Turn(
+                        transport=transport,
+                        ttft_ms=(first - sent) / 1e6,
+                        processed=processed,
+                        uncached=max(0, inp - cached),
+                        rehydrated=rehydrated,
+                        new_connection=_truthy(row.get("new_connection")),
+                        output_tokens=n_out,
+                        decode_tps=tps,
+                        tail_ms=(done - last) / 1e6 if done and last else None,
+                        burst_tokens=int(row.get("burst_tokens_max", 0) or 0),
+                        model_ttft_ms=_model_ttft(row.get("sim_ttft_ms")),
+                    )
+                )
+            # A failed turn breaks the chain: the next one's "new" tokens are unknown.
+            prev = row if ok else None
+    return out
+
+
+def _model_ttft(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v >= 0 else None
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit:
+    """Least-squares TTFT model plus decode statistics; raises :class:`CalibrationError`."""
+    usable = [t for t in turns if t.transport in HTTP_LIKE | WS_LIKE]
+    if len(usable) < 8:
+        raise CalibrationError(
+            f"calibrate: expected at least 8 successful turns over http/ws transports, "
+            f"got {len(usable)}"
+        )
+    notes: list[str] = []
+    columns: dict[str, list[float]] = {
+        f"a:{name}": [1.0 if t.transport == name else 0.0 for t in usable]
+        for name in sorted({t.transport for t in usable})
+    }
+    columns |= {
+        "p": [float(t.processed) for t in usable],
+        "q": [float(t.uncached) for t in usable],
+        "r": [float(t.rehydrated) for t in usable],
+        "c_http": [1.0 if t.new_connection and t.transport in HTTP_LIKE else 0.0 for t in usable],
+        "c_ws": [1.0 if t.new_connection and t.transport in WS_LIKE else 0.0 for t in usable],
+    }
+    # A column with no variation of its own (no chained turns, no new connections) is dropped.
+    names = [n for n, col in columns.items() if any(col)]
+    x = np.array([columns[n] for n in names], dtype=np.float64).T
+    y = np.array([t.ttft_ms for t in usable], dtype=np.float64)
+    rank = np.linalg.matrix_rank(x)
+    if rank < len(names) and "q" in names:
+        names.remove("q")
+        x = np.array([columns[n] for n in names], dtype=np.float64).T
+        notes.append(
+            "prefill rate not identifiable: uncached tokens do not vary apart from the "
+            "processed tokens (run http and ws with varied tool-output sizes)"
+        )
+    coef = _robust_lstsq(x, y)
+    got = dict(zip(names, (float(c) for c in coef), strict=True))
+    resid = y - x @ coef
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else 1.0
+
+    q = got.get("q")
+    prefill_tps = 1000.0 / q if q is not None and q > 0 else None
+    if q is not None and q <= 0:
+        notes.append(f"prefill slope {q:.3g} ms/token is not positive: prefill rate not fitted")
+    a_http = _first(got, ("a:http", "a:sdk-http", "a:http-chained"))
+    a_ws = _first(got, ("a:ws", "a:ws-store", "a:sdk-ws"))
+    if a_http is not None and "a:http" not in got and "a:sdk-http" not in got:
+        notes.append("http intercept from http-chained only: it includes the re-sent prompt")
+    # The overhead of the very transport whose intercept is used (http-chained's store I/O
+    # is not http's).
+    http_name = next((n for n in ("http", "sdk-http", "http-chained") if f"a:{n}" in got), None)
+    ws_name = next((n for n in ("ws", "ws-store", "sdk-ws") if f"a:{n}" in got), None)
+    overhead_http = _overhead(usable, frozenset({http_name})) if http_name else None
+    overhead_ws = _overhead(usable, frozenset({ws_name})) if ws_name else None
+    connect = got.get("c_http")
+    if connect is None and "c_ws" in got and a_http is not None and a_ws is not None:
+        # A WebSocket's first request also pays the unresolved fixed work: the difference of
+        # the two intercepts, net of the harness overheads they hold (when known).
+        fixed_gap = (a_http - (overhead_http or 0.0)) - (a_ws - (overhead_ws or 0.0))
+        connect = got["c_ws"] - fixed_gap
+
+    decode = sorted(t.decode_tps for t in usable if t.decode_tps is not None)
+    sustained = _median(decode) if decode else None
+    burst_tps: float | None = None
+    burst_p: float | None = None
+    burst_max: int | None = None
+    if sustained is not None:
+        bursting = [
+            t
+            for t in usable
+            if t.decode_tps is not None and t.decode_tps > sustained * BURST_FACTOR
+        ]
+        if bursting:
+            # A response that bursts from its first token to its last decodes at the burst
+            # rate, and first-to-last is measured from two timestamps only: robust where a
+            # 100 ms window is not (deltas a busy host delivered together can crowd one
+            # window).  The token-weighted median of the bursting responses' rates is that
+            # rate while most bursts cover their response; weighting by length trusts long
+            # spans, whose endpoints' jitter matters least.
+            burst_tps = _weighted_median(
+                [(t.decode_tps, t.output_tokens) for t in bursting if t.decode_tps is not None]
+            )
+            burst_p = len(bursting) / len(decode)
+            lengths = [_burst_length(t, sustained, burst_tps) for t in bursting]
+            burst_max = max(lengths) if lengths else None
+        else:
+            burst_tps, burst_p = sustained, 0.0
+    tails = {
+        cls: [t.tail_ms for t in usable if t.tail_ms is not None and t.transport in kinds]
+        for cls, kinds in (("http", HTTP_LIKE), ("ws", WS_LIKE))
+    }
+    post: float | None = None
+    if tails["http"] and tails["ws"]:
+        post = max(0.0, _median(sorted(tails["http"])) - _median(sorted(tails["ws"])))
+    elif tails["http"]:
+        post = _median(sorted(tails["http"]))
+        notes.append("post_ms from http alone includes the network tail (no ws turns to subtract)")
+
+    return Fit(
+        per_token_us=got["p"] * 1000.0,
+        prefill_tps=prefill_tps,
+        rehydrate_us=got["r"] * 1000.0 if "r" in got else None,
+        intercept_http_ms=a_http,
+        intercept_ws_ms=a_ws,
+        overhead_http_ms=overhead_http,
+        overhead_ws_ms=overhead_ws,
+        connect_ms=connect,
+        post_ms=post,
+        sustained_tps=sustained,
+        burst_tps=burst_tps,
+        burst_probability=burst_p,
+        burst_max_tokens=burst_max,
+        turns=len(usable),
+        r2=r2,
+        residual_p50_ms=_median(sorted(abs(float(v)) for v in resid)),
+        notes=notes,
+    )
+
+
+def _robust_lstsq(x: np.ndarray, y: np.ndarray, rounds: int = 3) -> np.ndarray:
+    """Least squares, refitted without the turns far off the fit.
+
+    Measured TTFTs have a long right tail (a GC pause, a scheduler hiccup on a
+    busy host) that plain least squares lets drag the intercepts and slopes;
+    turns beyond 4 MADs of the residuals are dropped and the fit repeated.
+    """
+    keep = np.ones(len(y), dtype=bool)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    for _ in range(rounds):
+        resid = y - x @ coef
+        med = float(np.median(resid[keep]))
+        mad = float(np.median(np.abs(resid[keep] - med))) or 1e-9
+        new_keep = np.abs(resid - med) <= 4 * 1.4826 * mad
+        if new_keep.sum() < x.shape[1] + 2 or bool(np.all(new_keep == keep)):
+            break
+        keep = new_keep
+        coef, *_ = np.linalg.lstsq(x[keep], y[keep], rcond=None)
+    return np.asarray(coef)
+
+
+def _overhead(turns: Sequence[Turn], kinds: frozenset[str]) -> float | None:
+    errs = sorted(
+        t.ttft_ms - t.model_ttft_ms
+        for t in turns
+        if t.transport in kinds and t.model_ttft_ms is not None
+    )
+    return _median(errs) if errs else None
+
+
+def _first(values: Mapping[str, float], keys: Sequence[str]) -> float | None:
+    return next((values[k] for k in keys if k in values), None)
+
+
+def _burst_length(t: Turn, sustained: float, burst: float) -> int:
+    """Gaps decoded at the burst rate that explain this response's shorter decode time."""
+    assert t.decode_tps is not None
+    gaps = t.output_tokens - 1
+    duration_s = gaps / t.decode_tps
+    saved_per_gap = 1.0 / sustained - 1.0 / burst
+    return max(1, min(gaps, round((gaps / sustained - duration_s) / saved_per_gap)))
+
+
+def _weighted_median(pairs: Sequence[tuple[float, int]]) -> float:
+    ordered = sorted(pairs)
+    half = sum(w for _, w in ordered) / 2
+    acc = 0
+    for value, weight in ordered:
+        acc += weight
+        if acc >= half:
+            return value
+    return ordered[-1][0] if ordered else math.nan
+
+
+def _median(values: Sequence[float]) -> float:
+    n = len(values)
+    if n == 0:
+        return math.nan
+    mid = n // 2
+    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def profiles_from_fit(
+    f: Fit,
+    base_api: Mapping[str, Any],
+    base_engine: Mapping[str, Any],
+    name: str,
+    *,
+    base_ttft_ms: float | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """API and engine profile documents (the YAML schema of reference_server/core/profiles).
+
+    ``base_*`` supply what a run cannot show (capacity, cache size) and any
+    parameter the fit left undetermined.  ``base_ttft_ms`` is the engine's
+    share of the intercept when known; by default the cheapest path's whole
+    intercept.
+    """
+    # Against the reference server the intercepts also hold the harness's own per-turn
+    # overhead (measured − modelled TTFT); a replay measured by the same harness adds it
+    # again, so it is taken out.  A foreign endpoint reports no model: nothing to take out.
+    a_http = _minus(f.intercept_http_ms, f.overhead_http_ms)
+    a_ws = _minus(f.intercept_ws_ms, f.overhead_ws_ms)
+    known = [v for v in (a_http, a_ws) if v is not None]
+    cheapest = min(known) if known else 0.0
+    base = max(0.0, cheapest if base_ttft_ms is None else base_ttft_ms)
+    fixed = max(0.0, (a_http if a_http is not None else cheapest) - base)
+    fixed_resolved = min(fixed, max(0.0, (a_ws if a_ws is not None else cheapest) - base))
+    per_token = max(0.0, f.per_token_us)
+    api: dict[str, Any] = {
+        **base_api,
+        "name": name,
+        "description": f"fitted by loopbench calibrate from {f.turns} turns",
+        "connect_ms": _round(max(0.0, f.connect_ms))
+        if f.connect_ms is not None
+        else base_api["connect_ms"],
+        "fixed_ms": _round(fixed),
+        "fixed_resolved_ms": _round(fixed_resolved),
+        "per_token_us": _round(per_token),
+        "rehydrate_us": _round(min(per_token, max(0.0, f.rehydrate_us)))
+        if f.rehydrate_us is not None
+        else min(per_token, float(base_api["rehydrate_us"])),
+        "hops": 0,
+        "hop_ms": 0.0,
+        "post_ms": _round(f.post_ms) if f.post_ms is not None else base_api["post_ms"],
+    }
+    engine: dict[str, Any] = {**base_engine, "name": name, "base_ttft_ms": _round(base)}
+    engine["description"] = f"fitted by loopbench calibrate from {f.turns} turns"
+    if f.prefill_tps is not None:
+        engine["prefill_tps"] = _round(f.prefill_tps)
+    if f.sustained_tps is not None:
+        engine["sustained_tps"] = _round(f.sustained_tps)
+        burst = f.burst_tps if f.burst_tps is not None else f.sustained_tps
+        engine["burst_tps"] = _round(max(burst, f.sustained_tps))
+        engine["burst_probability"] = _round(f.burst_probability or 0.0)
+        # The shortest burst that fills a whole window, so the peak is reproduced.
+        lo = max(1, math.ceil(engine["burst_tps"] * BURST_WINDOW_S))
+        engine["burst_min_tokens"] = lo
+        engine["burst_max_tokens"] = max(lo, f.burst_max_tokens or lo)
+    return api, engine
+
+
+def _minus(value: float | None, overhead: float | None) -> float | None:
+    if value is None:
+        return None
+    return value - overhead if overhead is not None else value
+
+
+def _round(x: float, digits: int = 3) -> float:
+    return round(float(x), digits)
+
+
+def describe(f: Fit) -> str:
+    """A human-readable report of the fit, one parameter a line."""
+
+    def show(v: float | None, unit: str, d: int = 2) -> str:
+        return "not identifiable" if v is None else f"{v:,.{d}f} {unit}"
+
+    lines = [
+        f"turns fitted: {f.turns}   R²: {f.r2:.4f}   |residual| p50: {f.residual_p50_ms:.2f} ms",
+        f"per-token API work:     {show(f.per_token_us, 'µs/token')}",
+        f"re-hydration:           {show(f.rehydrate_us, 'µs/token')}",
+        f"prefill rate:           {show(f.prefill_tps, 'tokens/s', 0)}",
+        f"intercept, http:        {show(f.intercept_http_ms, 'ms')}",
+        f"intercept, ws:          {show(f.intercept_ws_ms, 'ms')}",
+        f"harness overhead, http: {show(f.overhead_http_ms, 'ms')} (measured − modelled TTFT)",
+        f"harness overhead, ws:   {show(f.overhead_ws_ms, 'ms')}",
+        f"connection setup:       {show(f.connect_ms, 'ms')}",
+        f"post-inference (http):  {show(f.post_ms, 'ms')}",
+        f"sustained decode:       {show(f.sustained_tps, 'tokens/s', 1)}",
+        f"burst decode:           {show(f.burst_tps, 'tokens/s', 0)}",
+        f"burst probability:      {show(f.burst_probability, '', 3)}",
+    ]
+    lines += [f"note: {n}" for n in f.notes]
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""The full pipeline: reference server events → loopbench driver → records.
+
+The reference server runs as ``loopbench run`` starts it (a child process,
+uvloop) with an engine that never makes a token wait (``sustained_tps`` and
+``burst_tps`` far above what a socket can carry, ``min_delta_interval_ms 0``:
+one token per delta event), so it emits real Responses events as fast as it
+can encode them.  The client is the real measurement path: the transport
+parses every event, stamps it and feeds the per-response state machine,
+:func:`~harness.transports.rollout_loop.run_rollout` fills the turn record, and every
+record goes to an :class:`~harness.metrics.summary.Accumulator` and a
+:class:`~harness.report.results.ResultsWriter`, as in a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import Sequence
+
+from harness.metrics.summary import Accumulator
+from harness.report.results import ResultsWriter
+from harness.tools.selfbench.raw import Rate
+from harness.transports import TransportOptions, make_transport
+from harness.transports.rollout_loop import run_rollout
+from harness.workload.plan import RolloutPlan, TurnPlan
+from harness.workload.records import TurnRecord
+
+# Events of a streamed text answer besides its deltas: created, in_progress,
+# output_item.added, content_part.added, output_text.done, content_part.done,
+# output_item.done, completed.
+LIFECYCLE_EVENTS = 8
+#: server settings under which every token is due at once and goes out as its own event
+FLOOD_OVERRIDES = {
+    "engine.sustained_tps": "100000000",
+    "engine.burst_tps": "100000000",
+    "engine.aggregate_tps": "1000000000000",
+    "engine.max_streams": "4096",
+    "engine.prefill_tps": "100000000",
+    "engine.base_ttft_ms": "0",
+}
+FLOOD_ARGS = ("--min-delta-interval-ms", "0")
+
+
+def _plan(rollout_id: int, tokens: int) -> RolloutPlan:
+    return RolloutPlan(
+        rollout_id=rollout_id,
+        seed=rollout_id,
+        system_tokens=20,
+        tool_schema_tokens=40,
+        user_prompt_tokens=20,
+        turns=(TurnPlan(index=0, output_tokens=tokens, tool_calls=0),),
+    )
+
+
+async def drive(
+    base_url: str, transport_name: str, streams: int, per_stream: int, rounds: int = 1
+) -> Rate:
+    """``streams`` concurrent one-turn rollouts of ``per_stream`` tokens, ``rounds`` times each."""
+    options = TransportOptions(base_url=base_url, max_connections=max(16, streams * 2))
+    transport = make_transport(transport_name, options)
+    acc = Accumulator()
+    events = 0
+    errors: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="loopbench-selfbench-") as tmp:
+        writer = ResultsWriter(f"{tmp}/run", {"run_id": "selfbench-pipeline"})
+
+        def on_turn(rec: TurnRecord) -> None:
+            nonlocal events
+            writer.add_turn(rec)
+            acc.add_turn(rec)
+            if rec.ok:
+                events += rec.delta_events + LIFECYCLE_EVENTS
+            else:
+                errors.append(f"{rec.error_kind}: {rec.error_message}")
+
+        async def agent(i: int) -> None:
+            for r in range(rounds):
+                rid = i * rounds + r
+                roll = await run_rollout(
+                    transport,
+                    _plan(rid, per_stream),
+                    intended_start_ns=time.perf_counter_ns(),
+                    on_turn=on_turn,
+                )
+                writer.add_rollout(roll)
+                acc.add_rollout(roll)
+
+        try:
+            t0 = time.perf_counter_ns()
+            await asyncio.gather(*(agent(i) for i in range(streams)))
+            t1 = time.perf_counter_ns()
+        finally:
+            await transport.aclose()
+            writer.close()
+    if errors:
+        from harness.tools.selfbench.procs import SelfbenchError
+
+        raise SelfbenchError(
+            f"pipeline {transport_name}: {len(errors)} turn(s) failed, first: {errors[0]}"
+        )
+    return Rate(events, (t1 - t0) / 1e9, streams)
+
+
+def measure_pipeline(
+    transports: Sequence[str],
+    streams: int,
+    per_stream: int,
+    *,
+    server_args: Sequence[str] = (),
+) -> dict[str, Rate]:
+    """Start a flooding reference server and drive each transport against it."""
+    from harness.run.embedded import embedded_server
+    from harness.tools.selfbench.loop import run_async
+
+    out: dict[str, Rate] = {}
+    with embedded_server(overrides=FLOOD_OVERRIDES, extra_args=[*FLOOD_ARGS, *server_args]) as url:
+        for name in transports:
+            out[name] = run_async(drive(url, name, streams, per_stream))
+    return out

@@ -1,0 +1,174 @@
+"""Incremental server-sent-events decoder and encoder (sans-I/O).
+
+:class:`SSEDecoder` turns arbitrarily chunked bytes into :class:`SSEMessage` s,
+following the WHATWG event-stream parsing rules that matter for the Responses API:
+
+* lines end in CR, LF or CRLF, and a CRLF may be split across two chunks;
+* ``data:`` lines of one event are joined with ``"\\n"``;
+* lines starting with ``:`` are comments; one space after the field colon is dropped;
+* a blank line dispatches the event; an event without any ``data`` field is not dispatched;
+* ``id`` persists across events (it is the "last event id"), ``retry`` and unknown
+  fields are ignored;
+* a leading UTF-8 BOM is skipped; invalid UTF-8 is replaced, never fatal.
+
+Bytes are decoded per complete line, so a multi-byte character split across chunks
+is reassembled.  ``data: [DONE]`` is passed through as ordinary data: whether it
+ends the stream is the caller's decision (docs/protocol.md §1.3).
+
+The decoder is a hot path (thousands of events per second per process): it splits
+on line endings with ``bytes`` methods and never loops over single bytes in Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from harness.wire.errors import SSEError
+
+__all__ = ["SSEDecoder", "SSEMessage", "encode_comment", "encode_done", "encode_event"]
+
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(slots=True)
+class SSEMessage:
+    """One dispatched event: ``event`` is the ``event:`` field (``None`` if absent)."""
+
+    event: str | None
+    data: str
+    id: str | None = None
+
+
+class SSEDecoder:
+    """Feed bytes, get complete messages.
+
+    ``close()`` ends the stream.  Per the SSE spec an event not terminated by a
+    blank line is dropped; with ``strict=True`` ``close()`` raises :class:`SSEError`
+    instead, so a transport can tell a truncated stream from a clean end.
+    """
+
+    __slots__ = (
+        "_buf",
+        "_data",
+        "_event",
+        "_last_id",
+        "_pending",
+        "_skip_lf",
+        "_started",
+        "strict",
+    )
+
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
+        self._buf = b""
+        # A chunk ended in CR: if the next chunk starts with LF, that LF belongs to the CRLF.
+        self._skip_lf = False
+        self._started = False
+        self._event: str | None = None
+        self._data: list[bytes] = []
+        self._last_id: str | None = None
+        # True once any field line of the current event was seen (for strict close()).
+        self._pending = False
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[SSEMessage]:
+        """Consume ``data`` and return the events it completed (possibly none)."""
+        chunk = bytes(data)
+        if not chunk:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+                if not chunk:
+                    return []
+        buf = self._buf + chunk if self._buf else chunk
+        if not self._started:
+            # The BOM check needs 3 bytes; wait for them unless a line already ended.
+            if len(buf) < 3 and _BOM.startswith(buf) and b"\n" not in buf and b"\r" not in buf:
+                self._buf = buf
+                return []
+            self._started = True
+            if buf.startswith(_BOM):
+                buf = buf[3:]
+        end = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
+        if end < 0:
+            self._buf = buf
+            return []
+        self._buf = buf[end + 1 :]
+        complete = buf[: end + 1]
+        if complete[-1:] == b"\r" and not self._buf:
+            self._skip_lf = True
+        out: list[SSEMessage] = []
+        # bytes.splitlines splits on exactly CR, LF and CRLF (unlike str.splitlines); without
+        # a CR, splitting on LF is the same and cheaper (complete ends in LF: drop that end).
+        lines = complete[:-1].split(b"\n") if b"\r" not in complete else complete.splitlines()
+        for line in lines:
+            if not line:
+                parts = self._data
+                if parts:
+                    joined = parts[0] if len(parts) == 1 else b"\n".join(parts)
+                    out.append(
+                        SSEMessage(self._event, joined.decode("utf-8", "replace"), self._last_id)
+                    )
+                    self._data = []
+                self._event = None
+                self._pending = False
+            elif line.startswith(b"data: "):
+                # The common field, inlined: every event of a Responses stream has one.
+                self._data.append(line[6:])
+                self._pending = True
+            else:
+                self._line(line)
+        return out
+
+    def _line(self, line: bytes) -> None:
+        if line[0] == 0x3A:  # ":" comment
+            return
+        field, colon, value = line.partition(b":")
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        self._pending = True
+        if field == b"data":
+            self._data.append(value)
+        elif field == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif field == b"id" and b"\x00" not in value:
+            self._last_id = value.decode("utf-8", "replace")
+        # "retry" and unknown fields: nothing to do for a one-shot Responses stream.
+
+    def close(self) -> list[SSEMessage]:
+        """End of stream: returns ``[]`` (an unterminated event is dropped).
+
+        In strict mode raises :class:`SSEError` if bytes or fields of an unfinished
+        event were pending.
+        """
+        if self.strict and (self._buf or self._pending):
+            detail = repr(self._buf[:80]) if self._buf else f"{len(self._data)} data line(s)"
+            raise SSEError(f"SSE stream ended inside an event: expected a blank line, got {detail}")
+        self._buf = b""
+        self._event = None
+        self._data = []
+        self._pending = False
+        return []
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    """``event: <type>\\ndata: <one-line JSON>\\n\\n`` for one Responses event dict."""
+    etype = event.get("type")
+    if not isinstance(etype, str) or not etype or "\n" in etype or "\r" in etype:
+        raise ValueError(f"encode_event: expected a one-line string 'type', got {etype!r}")
+    return b"event: " + etype.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def encode_comment(text: str = "") -> bytes:
+    """A comment block (e.g. keepalive); every line of ``text`` becomes a ``:`` line."""
+    lines = text.splitlines() or [""]
+    return b"".join(b": " + line.encode() + b"\n" for line in lines) + b"\n"
+
+
+def encode_done() -> bytes:
+    """``data: [DONE]`` terminator, for servers configured to send one (docs/protocol.md §6)."""
+    return b"data: [DONE]\n\n"

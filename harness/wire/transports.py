@@ -1,0 +1,113 @@
+"""The one transport registry: every transport declared once, with what it can do.
+
+The names are part of the CLI, of scenario files and of results.  Everything that
+needs to know about transports (scenario validation, CLI help, summaries, plots,
+calibrate, soak, reproduce, the server's latency prediction, both client edges)
+reads this table; adding a transport starts here (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.wire.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class TransportSpec:
+    name: str
+    #: one line for ``--help``, ``loopbench validate`` and the docs
+    description: str
+    #: the connection speaks WebSocket mode (else HTTP + SSE)
+    websocket: bool
+    #: turns after the first name the previous response (server-side state) instead of
+    #: resending the history
+    chained: bool
+    #: requests carry ``store: true`` (the chain survives a lost connection)
+    store: bool
+    #: the append prototype: one response per rollout, later turns appended to it
+    append: bool
+    #: the blocking (gevent) edge implements it, so ``loopbench locust`` can run it
+    locust: bool
+    #: colour of this transport in every plot and report
+    colour: str
+
+    @property
+    def stateless(self) -> bool:
+        return not self.chained and not self.append
+
+
+TRANSPORTS: tuple[TransportSpec, ...] = (
+    TransportSpec(
+        name="http",
+        description="HTTP + SSE, the whole history every turn (stateless, store: false)",
+        websocket=False,
+        chained=False,
+        store=False,
+        append=False,
+        locust=True,
+        colour="#c0392b",
+    ),
+    TransportSpec(
+        name="http-chained",
+        description="HTTP + SSE, previous_response_id + new input (store: true)",
+        websocket=False,
+        chained=True,
+        store=True,
+        append=False,
+        locust=True,
+        colour="#e67e22",
+    ),
+    TransportSpec(
+        name="ws",
+        description="WebSocket mode, one connection per rollout, chained from the connection cache",
+        websocket=True,
+        chained=True,
+        store=False,
+        append=False,
+        locust=True,
+        colour="#2471a3",
+    ),
+    TransportSpec(
+        name="ws-store",
+        description="WebSocket mode with store: true (the chain survives a reconnect)",
+        websocket=True,
+        chained=True,
+        store=True,
+        append=False,
+        locust=True,
+        colour="#17a589",
+    ),
+    TransportSpec(
+        name="ws-append",
+        description="WebSocket append prototype: one response per rollout (reference server only)",
+        websocket=True,
+        chained=False,
+        store=False,
+        append=True,
+        locust=False,
+        colour="#7d3c98",
+    ),
+)
+
+BY_NAME: dict[str, TransportSpec] = {t.name: t for t in TRANSPORTS}
+#: every name, in the order tables and plots show them
+TRANSPORT_NAMES: tuple[str, ...] = tuple(BY_NAME)
+#: the names the Locust (gevent) edge runs
+LOCUST_TRANSPORTS: tuple[str, ...] = tuple(t.name for t in TRANSPORTS if t.locust)
+
+
+def transport_spec(name: str) -> TransportSpec:
+    """The spec of ``name``; an unknown name is a :class:`UsageError` that lists the known ones."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown transport {name!r}; expected one of {', '.join(TRANSPORT_NAMES)}"
+        ) from None
+
+
+def transport_help() -> str:
+    """The transports, one per line, for ``--help`` texts."""
+    width = max(len(n) for n in TRANSPORT_NAMES)
+    return "\n".join(f"  {t.name:<{width}}  {t.description}" for t in TRANSPORTS)

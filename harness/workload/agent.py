@@ -1,0 +1,150 @@
+"""What an agent sends each turn: the pure half of the rollout loop.
+
+:class:`Transcript` turns a :class:`~harness.workload.plan.RolloutPlan` into request
+bodies and folds each response back into the conversation, exactly as a coding
+agent does: echo the function calls, run the tools, send their outputs.  All
+text is generated from the plan's seed, so every transport sends the same bytes
+of content and a comparison between transports is paired.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from harness.wire.tokens import count_tokens, make_text
+from harness.workload.plan import RolloutPlan, TurnPlan
+
+HINT_OUTPUT_TOKENS = "loopbench.output_tokens"
+HINT_PARALLEL_CALLS = "loopbench.parallel_calls"
+TOOL_NAME = "run_tool"
+# Framing tokens per item (role markers, separators); the reference server uses the same figure.
+ITEM_OVERHEAD_TOKENS = 4
+
+
+def _item_tokens(item: dict[str, Any]) -> int:
+    kind = item.get("type", "message")
+    if kind == "function_call":
+        text = str(item.get("name", "")) + str(item.get("arguments", ""))
+    elif kind == "function_call_output":
+        text = str(item.get("output", ""))
+    else:
+        text = str(item.get("content", ""))
+    return count_tokens(text) + ITEM_OVERHEAD_TOKENS
+
+
+def synthetic_tool(schema_tokens: int, rng: random.Random) -> dict[str, Any]:
+    """One function tool whose definition weighs about ``schema_tokens`` tokens.
+
+    Its parameters are a plain ``command`` string so any model (or the reference
+    server) can produce valid arguments.
+    """
+    description = "Run a shell command in the repository and return its output." + make_text(
+        max(0, schema_tokens - 40), rng
+    )
+    return {
+        "type": "function",
+        "name": TOOL_NAME,
+        "description": description,
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "the command line to run"}},
+            "required": ["command"],
+            "additionalProperties": False,
+        },
+    }
+
+
+@dataclass(slots=True)
+class TurnInput:
+    """One request's content, from which each transport picks what it sends."""
+
+    turn: TurnPlan
+    history: list[dict[str, Any]]  # every item so far, new ones included (stateless HTTP sends all)
+    new_items: list[dict[str, Any]]  # what this turn adds (chained transports send only these)
+    instructions: str
+    tools: list[dict[str, Any]]
+    tool_choice: str
+    metadata: dict[str, str]
+    max_output_tokens: int
+    model: str
+
+
+@dataclass(slots=True)
+class Transcript:
+    plan: RolloutPlan
+    model: str = "sim-model"
+    history: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    instructions: str = ""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    history_tokens: int = 0
+    # False: send no loopbench.* metadata, as against an endpoint that knows nothing of them.
+    hints: bool = True
+
+    def __post_init__(self) -> None:
+        rng = random.Random(self.plan.seed)
+        self.instructions = "You are a coding agent." + make_text(
+            max(0, self.plan.system_tokens - 6), rng
+        )
+        self.tools = [synthetic_tool(self.plan.tool_schema_tokens, rng)]
+        prompt = make_text(self.plan.user_prompt_tokens, rng)
+        self.pending = [{"type": "message", "role": "user", "content": prompt}]
+        self.history_tokens = count_tokens(self.instructions) + count_tokens(
+            orjson.dumps(self.tools).decode()
+        )
+
+    def next_input(self, index: int) -> TurnInput:
+        turn = self.plan.turns[index]
+        self.history.extend(self.pending)
+        self.history_tokens += sum(_item_tokens(i) for i in self.pending)
+        new_items, self.pending = self.pending, []
+        calls = turn.tool_calls
+        metadata: dict[str, str] = {}
+        if self.hints:
+            metadata[HINT_OUTPUT_TOKENS] = str(turn.output_tokens)
+            if calls > 1:
+                metadata[HINT_PARALLEL_CALLS] = str(calls)
+        return TurnInput(
+            turn=turn,
+            history=list(self.history),
+            new_items=new_items,
+            instructions=self.instructions,
+            tools=self.tools,
+            tool_choice="required" if calls else "none",
+            metadata=metadata,
+            # Bounds a real model's output; generous so the reference server's hint decides.
+            max_output_tokens=max(64, turn.output_tokens * 2 + 32),
+            model=self.model,
+        )
+
+    def record_output(
+        self, index: int, function_calls: list[dict[str, Any]]
+    ) -> list[tuple[str, int]]:
+        """Fold a response's calls into the history; returns (call_id, output tokens) tool jobs."""
+        turn = self.plan.turns[index]
+        jobs: list[tuple[str, int]] = []
+        for i, call in enumerate(function_calls):
+            item = {
+                "type": "function_call",
+                "call_id": call.get("call_id", ""),
+                "name": call.get("name", TOOL_NAME),
+                "arguments": call.get("arguments", "{}"),
+            }
+            self.history.append(item)
+            self.history_tokens += _item_tokens(item)
+            sizes = turn.tool_output_tokens or (100,)
+            jobs.append((str(call.get("call_id", "")), sizes[i % len(sizes)]))
+        return jobs
+
+    def add_tool_outputs(self, index: int, jobs: list[tuple[str, int]]) -> None:
+        """Queue the tool outputs as the next turn's new items (content fixed by the seed)."""
+        rng = random.Random(self.plan.seed * 7919 + index)
+        self.pending = [
+            {"type": "function_call_output", "call_id": call_id, "output": make_text(tokens, rng)}
+            for call_id, tokens in jobs
+        ]

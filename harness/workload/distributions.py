@@ -1,0 +1,338 @@
+"""Random quantities of a scenario: token counts, latencies, call counts.
+
+In YAML a distribution is a bare number (a constant) or a mapping tagged by
+``dist``::
+
+    final_answer_tokens: 300
+    tool_calls: {dist: uniform, min: 8, max: 12}
+    tool_latency_ms: {dist: normal, mean: 120, sd: 30, min: 10}
+    tool_output_tokens: {dist: lognormal, median: 400, p95: 2000}
+    step_output_tokens: {dist: empirical, values: [40, 60, 60, 120]}
+
+Sampling takes an injected :class:`random.Random` so that every draw is fixed by
+the scenario seed; nothing here touches the global generator.
+
+Validation errors raised here are :class:`pydantic_core.PydanticCustomError`
+with a ``field`` in their context; :mod:`harness.workload.scenario` turns them into
+one-line :class:`~harness.wire.errors.ScenarioError` messages.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import random
+import re
+from statistics import NormalDist as _StdNormal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "DIST_KINDS",
+    "ConstantDist",
+    "Distribution",
+    "EmpiricalDist",
+    "LognormalDist",
+    "NormalDist",
+    "StrictModel",
+    "UniformDist",
+    "describe_value",
+    "invalid",
+    "parse_distribution",
+    "shown",
+]
+
+DIST_KINDS = ("constant", "uniform", "normal", "lognormal", "empirical")
+
+# z such that P(Z <= z) = 0.95 for a standard normal: sigma = ln(p95/median) / z.
+_Z95 = _StdNormal().inv_cdf(0.95)
+_STD = _StdNormal()
+
+
+def describe_value(value: Any) -> str:
+    """How a received value is shown in an error: as the user wrote it in YAML, short."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        text = repr(value)
+    elif isinstance(value, list | tuple | dict):
+        text = _flow(value)
+    else:
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _flow(value: Any) -> str:
+    # YAML flow style reads closer to the user's file than Python's repr.
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    if isinstance(value, str) and _PLAIN.match(value) and value.lower() not in _YAML_WORDS:
+        return value
+    return describe_value(value)
+
+
+_PLAIN = re.compile(r"^[A-Za-z_][\w.-]*$")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
+
+
+def shown(x: Any) -> str:
+    """A validated value in an error: floats the user wrote as `3` are shown as 3."""
+    if x is None:
+        return "nothing"
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        return describe_value(int(x))
+    if isinstance(x, list | tuple):
+        return "[" + ", ".join(shown(v) for v in x) + "]"
+    return describe_value(x)
+
+
+def invalid(field: str | None, expected: str, got: Any) -> PydanticCustomError:
+    """An error for ``field`` (relative to the model being validated) in the project's wording.
+
+    ``got`` is a validated value; ``None`` reads as "nothing" (the field is absent).
+    """
+    return PydanticCustomError(
+        "loopbench",
+        "expected {expected}, got {got}",
+        {"expected": expected, "got": shown(got), "field": field or ""},
+    )
+
+
+def _unknown_field(key: str, allowed: list[str]) -> PydanticCustomError:
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    hint = (
+        f" (did you mean {close[0]!r}?)" if close else f" (expected one of: {', '.join(allowed)})"
+    )
+    return PydanticCustomError("unknown_field", "unknown field{hint}", {"field": key, "hint": hint})
+
+
+class StrictModel(BaseModel):
+    """Base of every scenario model: strict types, frozen, and helpful unknown-key errors.
+
+    ``extra="forbid"`` alone reports an unknown key without saying what was
+    meant; the before-validator catches it first and suggests the closest name.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            allowed = [f.alias or name for name, f in cls.model_fields.items()]
+            for key in data:
+                if key not in allowed:
+                    raise _unknown_field(str(key), allowed)
+        return data
+
+
+class _DistBase(StrictModel):
+    def sample(self, rng: random.Random) -> float:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def mean(self) -> float:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def lower_bound(self) -> tuple[str | None, float]:
+        """The smallest value ``sample`` can return and the field that sets it (-inf if none)."""
+        return None, -math.inf
+
+
+class ConstantDist(_DistBase):
+    """Always ``value``."""
+
+    dist: Literal["constant"] = "constant"
+    value: float
+
+    def sample(self, rng: random.Random) -> float:
+        return self.value
+
+    def mean(self) -> float:
+        return self.value
+
+    def lower_bound(self) -> tuple[str | None, float]:
+        return "value", self.value
+
+
+class UniformDist(_DistBase):
+    """Uniform on ``[min, max]``."""
+
+    dist: Literal["uniform"]
+    min: float
+    max: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformDist:
+        if not self.max > self.min:
+            raise invalid("max", f"a number greater than min ({shown(self.min)})", self.max)
+        return self
+
+    def sample(self, rng: random.Random) -> float:
+        return rng.uniform(self.min, self.max)
+
+    def mean(self) -> float:
+        return (self.min + self.max) / 2
+
+    def lower_bound(self) -> tuple[str | None, float]:
+        return "min", self.min
+
+
+class NormalDist(_DistBase):
+    """Normal with ``mean`` and ``sd``, optionally truncated to ``[min, max]``.
+
+    Truncation is exact (inverse CDF over the allowed interval), not clamping, so
+    the bounds do not pile probability mass onto themselves.
+    """
+
+    dist: Literal["normal"]
+    mean_: float = Field(alias="mean")
+    sd: float = Field(gt=0)
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> NormalDist:
+        if self.min is not None and self.max is not None and not self.max > self.min:
+            raise invalid("max", f"a number greater than min ({shown(self.min)})", self.max)
+        # A mean outside the bounds leaves almost no mass inside them, which makes
+        # the distribution a surprise to whoever reads the scenario.
+        if self.min is not None and self.mean_ < self.min:
+            raise invalid("mean", f"a number at least min ({shown(self.min)})", self.mean_)
+        if self.max is not None and self.mean_ > self.max:
+            raise invalid("mean", f"a number at most max ({shown(self.max)})", self.mean_)
+        return self
+
+    def _cdf_bounds(self) -> tuple[float, float]:
+        lo = 0.0 if self.min is None else _STD.cdf((self.min - self.mean_) / self.sd)
+        hi = 1.0 if self.max is None else _STD.cdf((self.max - self.mean_) / self.sd)
+        return lo, hi
+
+    def sample(self, rng: random.Random) -> float:
+        if self.min is None and self.max is None:
+            return rng.gauss(self.mean_, self.sd)
+        lo, hi = self._cdf_bounds()
+        u = lo + (hi - lo) * rng.random()
+        # inv_cdf is undefined at exactly 0 and 1; those draws have probability ~2^-53.
+        u = min(max(u, 1e-300), 1.0 - 1e-16)
+        x = self.mean_ + self.sd * _STD.inv_cdf(u)
+        if self.min is not None:
+            x = max(x, self.min)
+        if self.max is not None:
+            x = min(x, self.max)
+        return x
+
+    def mean(self) -> float:
+        if self.min is None and self.max is None:
+            return self.mean_
+        a = -math.inf if self.min is None else (self.min - self.mean_) / self.sd
+        b = math.inf if self.max is None else (self.max - self.mean_) / self.sd
+        pdf_a = 0.0 if math.isinf(a) else _STD.pdf(a)
+        pdf_b = 0.0 if math.isinf(b) else _STD.pdf(b)
+        lo, hi = self._cdf_bounds()
+        return self.mean_ + self.sd * (pdf_a - pdf_b) / (hi - lo)
+
+    def lower_bound(self) -> tuple[str | None, float]:
+        return ("min", self.min) if self.min is not None else (None, -math.inf)
+
+
+class LognormalDist(_DistBase):
+    """Log-normal given by its median and 95th percentile (the numbers people know).
+
+    ``sigma = ln(p95 / median) / z95`` with ``z95 ≈ 1.645``; ``mu = ln(median)``.
+    """
+
+    dist: Literal["lognormal"]
+    median: float = Field(gt=0)
+    p95: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalDist:
+        if not self.p95 > self.median:
+            raise invalid("p95", f"a number greater than median ({shown(self.median)})", self.p95)
+        return self
+
+    @property
+    def mu(self) -> float:
+        return math.log(self.median)
+
+    @property
+    def sigma(self) -> float:
+        return math.log(self.p95 / self.median) / _Z95
+
+    def sample(self, rng: random.Random) -> float:
+        return rng.lognormvariate(self.mu, self.sigma)
+
+    def mean(self) -> float:
+        return math.exp(self.mu + self.sigma**2 / 2)
+
+    def lower_bound(self) -> tuple[str | None, float]:
+        return "median", 0.0
+
+
+class EmpiricalDist(_DistBase):
+    """Draws uniformly from observed ``values`` (repeat a value to weight it)."""
+
+    dist: Literal["empirical"]
+    values: list[float]
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> EmpiricalDist:
+        if not self.values:
+            raise invalid("values", "a non-empty list of numbers", self.values)
+        return self
+
+    def sample(self, rng: random.Random) -> float:
+        return rng.choice(self.values)
+
+    def mean(self) -> float:
+        return math.fsum(self.values) / len(self.values)
+
+    def lower_bound(self) -> tuple[str | None, float]:
+        return "values", min(self.values)
+
+
+_AnyDist = Annotated[
+    ConstantDist | UniformDist | NormalDist | LognormalDist | EmpiricalDist,
+    Field(discriminator="dist"),
+]
+
+
+def _from_yaml(value: Any) -> Any:
+    if isinstance(value, bool):
+        # YAML turns `yes`/`on` into booleans; a count of `true` is a mistake, not 1.
+        raise invalid(None, "a number or a mapping with 'dist'", value)
+    if isinstance(value, int | float):
+        return {"dist": "constant", "value": value}
+    if isinstance(value, dict):
+        if "dist" not in value:
+            raise invalid(None, f"a mapping with 'dist' (one of {', '.join(DIST_KINDS)})", value)
+        return value
+    if isinstance(value, _DistBase):
+        return value
+    raise invalid(None, "a number or a mapping with 'dist'", value)
+
+
+Distribution = Annotated[
+    _AnyDist,
+    BeforeValidator(_from_yaml, json_schema_input_type=float | _AnyDist),
+]
+"""A distribution field: a bare number or a ``{dist: ...}`` mapping."""
+
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(Distribution)
+
+
+def parse_distribution(
+    value: Any,
+) -> ConstantDist | UniformDist | NormalDist | LognormalDist | EmpiricalDist:
+    """Validate one distribution outside a scenario (raises :class:`pydantic.ValidationError`)."""
+    result: ConstantDist | UniformDist | NormalDist | LognormalDist | EmpiricalDist
+    result = _ADAPTER.validate_python(value)
+    return result

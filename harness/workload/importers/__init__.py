@@ -1,0 +1,74 @@
+"""Recorded agent sessions → loopbench traces (``loopbench import FORMAT PATH... -o FILE``).
+
+Each importer turns one tool's session files into
+:class:`~harness.workload.trace.TraceRollout` objects; this module finds the files,
+writes the generic JSONL trace (docs/traces.md) and reports what it wrote.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.wire.errors import UsageError
+from harness.workload.importers.codex import SessionImportError, import_codex_files
+from harness.workload.trace import TRACE_VERSION, TraceHeader, TraceRollout, dump_trace
+
+__all__ = ["FORMATS", "SessionImportError", "find_session_files", "import_sessions"]
+
+FORMATS = ("codex",)
+
+
+def find_session_files(paths: Sequence[str]) -> list[str]:
+    """Files as given, and every ``*.jsonl`` under each folder (sorted, so imports are stable)."""
+    out: list[str] = []
+    for raw in paths:
+        path = Path(os.path.expanduser(raw))
+        if path.is_dir():
+            found = sorted(str(p) for p in path.rglob("*.jsonl") if p.is_file())
+            if not found:
+                raise UsageError(
+                    f"{raw}: expected session files (*.jsonl) in this folder, got none"
+                )
+            out += found
+        elif path.is_file():
+            out.append(str(path))
+        else:
+            raise UsageError(f"{raw}: expected a session file or folder, got nothing at that path")
+    return out
+
+
+def _describe(rollouts: Sequence[TraceRollout], files: int, output: str) -> str:
+    calls = sum(r.tool_call_count for r in rollouts)
+    turns = sum(len(r.turns) for r in rollouts)
+    history = max(r.final_history_tokens for r in rollouts)
+    return (
+        f"wrote {len(rollouts)} rollouts ({turns} turns, {calls} tool calls, history up to "
+        f"{history:,} tokens) from {files} file(s) to {output}"
+    )
+
+
+def import_sessions(fmt: str, paths: Sequence[str], output: str) -> str:
+    """Import sessions of format ``fmt`` into the trace file ``output``; returns a one-line report."""
+    if fmt not in FORMATS:
+        raise UsageError(f"import: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    files = find_session_files(paths)
+    rollouts = import_codex_files(files)
+    if not rollouts:
+        raise SessionImportError(
+            f"{', '.join(paths)}: expected at least one task (a user prompt the model answered), "
+            "got none"
+        )
+    header = TraceHeader(
+        type="trace",
+        version=TRACE_VERSION,
+        source=fmt,
+        meta={"files": [os.path.basename(f) for f in files]},
+    )
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(dump_trace(rollouts, header), encoding="utf-8")
+    os.replace(tmp, out)
+    return _describe(rollouts, len(files), output)

@@ -1,0 +1,58 @@
+"""Concrete rollouts: what one agent does, turn by turn, fixed by a seed.
+
+A :class:`RolloutPlan` is produced by the seeded generator in
+:mod:`harness.workload.rollout` and replayed identically by every transport, so a
+comparison between transports is paired on the same work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPlan:
+    """One model call of a rollout and the client work that follows it.
+
+    ``new_input_tokens`` is what this turn adds to the conversation (the user
+    prompt on turn 0, the tool outputs of the previous turn afterwards).
+    ``tool_calls`` parallel function calls are requested; ``0`` means this is
+    the final answer.  After the response, the client runs each call for
+    ``tool_latency_ms[i]`` (in parallel: the turn waits for the longest) and
+    produces ``tool_output_tokens[i]`` tokens of output for the next turn.
+    ``think_ms`` is client time (context building) spent before the send.
+    """
+
+    index: int
+    output_tokens: int
+    tool_calls: int
+    tool_latency_ms: tuple[float, ...] = ()
+    tool_output_tokens: tuple[int, ...] = ()
+    think_ms: float = 0.0
+
+    @property
+    def final(self) -> bool:
+        return self.tool_calls == 0
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutPlan:
+    """A whole agent rollout.
+
+    ``start_offset_ns`` is the intended start relative to the run's start
+    (open-loop schedules); closed-loop runs leave it at 0 and start a rollout
+    when an agent slot frees up.
+    """
+
+    rollout_id: int
+    seed: int
+    system_tokens: int
+    tool_schema_tokens: int
+    user_prompt_tokens: int
+    turns: tuple[TurnPlan, ...]
+    start_offset_ns: int = 0
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tool_call_count(self) -> int:
+        return sum(t.tool_calls for t in self.turns)

@@ -1,0 +1,226 @@
+"""The seeded rollout generator: scenario → concrete turns.
+
+Every transport replays the *same* list of :class:`RolloutPlan` so that
+comparisons are paired.  Each rollout draws from its own generator, seeded from
+``(scenario.seed, rollout index)``: rollout *i* is identical whatever
+``rollout.count`` is, and changing the load section (schedule) never changes
+the rollouts' shapes, because the schedule has a separate stream too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.wire.errors import ScenarioError
+from harness.workload.distributions import Distribution
+from harness.workload.plan import RolloutPlan, TurnPlan
+from harness.workload.scenario import RolloutConfig, Scenario
+from harness.workload.schedule import Start, schedule_starts
+from harness.workload.trace import TraceRollout, read_trace, resolve_trace_path, trace_plan
+
+__all__ = [
+    "ThroughputDerivation",
+    "derive_seed",
+    "generate_rollouts",
+    "history_tokens",
+    "load_scenario_trace",
+    "new_tokens",
+    "throughput_derivation",
+]
+
+# Rollouts averaged to estimate the mean output per rollout in throughput mode:
+# the first N of the run itself, so the estimate is exact for short runs and
+# within ~1-3% (typical token CVs) for long ones.
+THROUGHPUT_SAMPLE = 500
+
+
+def derive_seed(seed: int, label: str) -> int:
+    """A 63-bit seed for one named stream of a run (stable across Python versions)."""
+    digest = hashlib.blake2b(f"loopbench:{seed}:{label}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def _count(dist: Distribution, rng: random.Random, floor: int) -> int:
+    return max(floor, round(dist.sample(rng)))
+
+
+def _ms(dist: Distribution, rng: random.Random) -> float:
+    # Microsecond resolution is far below any tool latency worth simulating.
+    return round(max(0.0, dist.sample(rng)), 3)
+
+
+def _make_rollout(
+    cfg: RolloutConfig, rollout_id: int, seed: int, start: Start, tags: dict[str, str]
+) -> RolloutPlan:
+    rng = random.Random(seed)
+    # Draw order is part of the reproducibility contract: keep it fixed.
+    system = _count(cfg.system_tokens, rng, 0)
+    tool_schema = _count(cfg.tool_schema_tokens, rng, 0)
+    user = _count(cfg.user_prompt_tokens, rng, 1)
+    remaining = _count(cfg.tool_calls, rng, 0)
+    turns: list[TurnPlan] = []
+    step = 0
+    while remaining > 0:
+        calls = min(remaining, _count(cfg.parallel_calls, rng, 1))
+        think = _ms(cfg.think_ms, rng)
+        output = _count(cfg.step_output_tokens, rng, 1)
+        growth = cfg.tool_output_growth**step
+        latencies = tuple(_ms(cfg.tool_latency_ms, rng) for _ in range(calls))
+        outputs = tuple(
+            max(1, round(cfg.tool_output_tokens.sample(rng) * growth)) for _ in range(calls)
+        )
+        turns.append(TurnPlan(step, output, calls, latencies, outputs, think))
+        remaining -= calls
+        step += 1
+    think = _ms(cfg.think_ms, rng)
+    final = _count(cfg.final_answer_tokens, rng, 1)
+    turns.append(TurnPlan(step, final, 0, (), (), think))
+    return RolloutPlan(
+        rollout_id=rollout_id,
+        seed=seed,
+        system_tokens=system,
+        tool_schema_tokens=tool_schema,
+        user_prompt_tokens=user,
+        turns=tuple(turns),
+        start_offset_ns=start.offset_ns,
+        tags=tags,
+    )
+
+
+def load_scenario_trace(scenario: Scenario) -> list[TraceRollout] | None:
+    """Read the trace a scenario replays (``None`` when it draws from distributions)."""
+    if scenario.rollout.trace is None:
+        return None
+    return read_trace(resolve_trace_path(scenario.rollout.trace, scenario.source))
+
+
+def _plan_at(
+    scenario: Scenario,
+    trace: Sequence[TraceRollout] | None,
+    i: int,
+    start: Start,
+    tags: dict[str, str],
+) -> RolloutPlan:
+    seed = derive_seed(scenario.seed, f"rollout:{i}")
+    if trace:
+        # Rollout i replays recorded task i (cycling): paired across transports like a draw.
+        return trace_plan(trace[i % len(trace)], i, seed, start.offset_ns, tags)
+    return _make_rollout(scenario.rollout, i, seed, start, tags)
+
+
+def _rollout_count(scenario: Scenario, trace: Sequence[TraceRollout] | None) -> int:
+    cfg = scenario.rollout
+    # Replaying a trace once is what "rollout.trace: FILE" means unless a count is written.
+    if trace and "count" not in cfg.model_fields_set:
+        return len(trace)
+    return cfg.count
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputDerivation:
+    """How a throughput target became an arrival rate (reported in the summary)."""
+
+    target_tps: float
+    mean_output_tokens: float
+    arrival_rate: float  # rollouts/s at the sustained target
+    burst_rates: tuple[float, ...]  # rollouts/s during each TPS burst, in load order
+
+
+def throughput_derivation(
+    scenario: Scenario, trace: Sequence[TraceRollout] | None = None
+) -> ThroughputDerivation | None:
+    """Mean output tokens per rollout and the derived rates (``None`` unless throughput mode)."""
+    target = scenario.load.throughput
+    if scenario.load.mode != "throughput" or target is None:
+        return None
+    if trace is None:
+        trace = load_scenario_trace(scenario)
+    if trace:
+        mean = sum(r.output_tokens for r in trace) / len(trace)
+    else:
+        zero = Start(0, "closed")
+        total = 0
+        for i in range(THROUGHPUT_SAMPLE):
+            plan = _plan_at(scenario, None, i, zero, {})
+            total += sum(t.output_tokens for t in plan.turns)
+        mean = total / THROUGHPUT_SAMPLE
+    return ThroughputDerivation(
+        target_tps=target.tps,
+        mean_output_tokens=mean,
+        arrival_rate=target.tps / mean,
+        burst_rates=tuple(b.tps / mean for b in target.bursts),
+    )
+
+
+def generate_rollouts(
+    scenario: Scenario, trace: Sequence[TraceRollout] | None = None
+) -> list[RolloutPlan]:
+    """The scenario's rollouts, in intended start order, identical on every call.
+
+    Closed loop: ``rollout.count`` rollouts with ``start_offset_ns = 0``.  Open
+    loop: one rollout per scheduled start (see :mod:`harness.workload.schedule`);
+    throughput mode derives the rate with :func:`throughput_derivation`.
+    With ``rollout.trace`` the rollouts replay the recorded ones (read from the
+    file unless ``trace`` is given), cycling through them; ``rollout.count``
+    defaults to the number of recorded rollouts.
+    Tags: ``phase`` (``warmup``/``measure``: the first ``load.warmup_rollouts``
+    are excluded from statistics), ``round`` (the interleaving round, ``0`` when
+    sequential) and ``arrival`` (``closed``/``base``/``burst``).
+    """
+    if trace is None:
+        trace = load_scenario_trace(scenario)
+    load = scenario.load
+    derived = throughput_derivation(scenario, trace)
+    schedule_rng = random.Random(derive_seed(scenario.seed, "schedule"))
+    try:
+        starts = schedule_starts(
+            load,
+            _rollout_count(scenario, trace),
+            schedule_rng,
+            derived.mean_output_tokens if derived else None,
+        )
+    except ValueError as exc:
+        raise ScenarioError(scenario.source, "load", str(exc)) from None
+    n = len(starts)
+    rounds = load.rounds if load.order == "interleaved" else 1
+    plans: list[RolloutPlan] = []
+    for i, start in enumerate(starts):
+        tags = {
+            "phase": "warmup" if i < load.warmup_rollouts else "measure",
+            "round": str(i * rounds // n),
+            "arrival": start.source,
+        }
+        plans.append(_plan_at(scenario, trace, i, start, tags))
+    return plans
+
+
+def _check_index(plan: RolloutPlan, turn_index: int) -> None:
+    if not 0 <= turn_index < len(plan.turns):
+        raise IndexError(
+            f"turn {turn_index} out of range for rollout {plan.rollout_id} "
+            f"({len(plan.turns)} turns)"
+        )
+
+
+def new_tokens(plan: RolloutPlan, turn_index: int) -> int:
+    """Input tokens turn ``turn_index`` adds: the user prompt, then the previous turn's tool outputs."""
+    _check_index(plan, turn_index)
+    if turn_index == 0:
+        return plan.user_prompt_tokens
+    return sum(plan.turns[turn_index - 1].tool_output_tokens)
+
+
+def history_tokens(plan: RolloutPlan, turn_index: int) -> int:
+    """Input tokens of the whole conversation at turn ``turn_index`` (what stateless HTTP re-sends).
+
+    System prompt + tool schemas + user prompt + every earlier turn's output and
+    tool outputs (so it includes :func:`new_tokens` of this turn).
+    """
+    _check_index(plan, turn_index)
+    total = plan.system_tokens + plan.tool_schema_tokens + plan.user_prompt_tokens
+    for turn in plan.turns[:turn_index]:
+        total += turn.output_tokens + sum(turn.tool_output_tokens)
+    return total

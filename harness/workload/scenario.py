@@ -1,0 +1,691 @@
+"""Scenario files: what to replay, over which transports, under which load.
+
+A scenario is a YAML file validated into frozen pydantic models.  Validation is
+strict (``"4"`` is not a number, ``4.5`` is not an integer, unknown keys are
+errors) because a benchmark that silently runs something other than what was
+written measures the wrong thing.  Every problem surfaces as one
+:class:`~harness.wire.errors.ScenarioError` whose single line names the file, the
+dotted field path, what was expected and what was found.
+
+Reading the file is the only I/O here; :func:`validate_scenario` is pure.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    ValidationError,
+)
+from pydantic import model_validator as _model_validator
+from pydantic_core import ErrorDetails
+
+from harness.wire.errors import ScenarioError
+from harness.workload.distributions import (
+    DIST_KINDS,
+    ConstantDist,
+    Distribution,
+    StrictModel,
+    describe_value,
+    invalid,
+    shown,
+)
+
+__all__ = [
+    "MAX_OPEN_LOOP_ROLLOUTS",
+    "TRANSPORTS",
+    "Arrival",
+    "Burst",
+    "Load",
+    "RolloutConfig",
+    "Scenario",
+    "ServerConfig",
+    "Stage",
+    "Throughput",
+    "ThroughputBurst",
+    "TransportName",
+    "describe_error",
+    "load_scenario",
+    "scenario_json_schema",
+    "validate_scenario",
+]
+
+TransportName = Literal["http", "http-chained", "ws", "ws-store", "ws-append", "sdk-http", "sdk-ws"]
+TRANSPORTS: tuple[str, ...] = (
+    "http",
+    "http-chained",
+    "ws",
+    "ws-store",
+    "ws-append",
+    "sdk-http",
+    "sdk-ws",
+)
+
+# An open-loop plan is materialised up front; beyond this it would be a memory
+# problem disguised as a benchmark, so it is refused at validation time.
+MAX_OPEN_LOOP_ROLLOUTS = 1_000_000
+
+_NAME_PATTERN = r"^[a-z0-9-]+$"
+
+
+def _bound_word(minimum: float) -> str:
+    if minimum == 0:
+        return "a non-negative number"
+    return f"a number at least {shown(minimum)}"
+
+
+def _bare_at_least(minimum: float) -> Any:
+    def check(value: Any) -> Any:
+        # Checked before the number becomes {dist: constant, value: ...} so the
+        # error names the field itself, not a `.value` the user never wrote.
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < minimum:
+            raise invalid(None, _bound_word(minimum), value)
+        return value
+
+    return check
+
+
+def _support_at_least(minimum: float) -> Any:
+    def check(dist: Any) -> Any:
+        field, low = dist.lower_bound()
+        if field is not None and low < minimum:
+            if field == "values":
+                raise invalid(field, f"values that are all at least {shown(minimum)}", dist.values)
+            raise invalid(field, _bound_word(minimum), low)
+        return dist
+
+    return check
+
+
+NonNegDist = Annotated[
+    Distribution, AfterValidator(_support_at_least(0)), BeforeValidator(_bare_at_least(0))
+]
+CallsDist = Annotated[
+    Distribution, AfterValidator(_support_at_least(1)), BeforeValidator(_bare_at_least(1))
+]
+
+
+def _stringify_scalars(value: Any) -> Any:
+    # Server overrides are passed on as strings; YAML makes `500` an int, which
+    # is what the user meant, so accept scalars and keep them as text.
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            if isinstance(v, bool):
+                out[k] = "true" if v else "false"
+            elif isinstance(v, int | float):
+                out[k] = str(v)
+            else:
+                out[k] = v
+        return out
+    return value
+
+
+class ServerConfig(StrictModel):
+    """Used only when loopbench starts the embedded reference server."""
+
+    api_profile: str = "optimized"
+    engine_profile: str = "cerebras-spark"
+    set: Annotated[dict[str, str], BeforeValidator(_stringify_scalars)] = Field(
+        default_factory=dict
+    )
+
+
+class RolloutConfig(StrictModel):
+    """The shape of one agent rollout; every numeric field accepts a distribution.
+
+    Samples are rounded to integers for token and call counts (outputs to at
+    least 1 token) and to microseconds for latencies; draws below a field's
+    floor (possible only with an unbounded normal) are clamped to it.
+    """
+
+    count: int = Field(default=6, ge=1)
+    system_tokens: NonNegDist = ConstantDist(value=800)
+    tool_schema_tokens: NonNegDist = ConstantDist(value=400)
+    user_prompt_tokens: NonNegDist = ConstantDist(value=200)
+    tool_calls: NonNegDist = ConstantDist(value=10)
+    parallel_calls: CallsDist = ConstantDist(value=1)
+    tool_output_tokens: NonNegDist = ConstantDist(value=400)
+    tool_output_growth: float = Field(default=1.0, gt=0.0)
+    tool_latency_ms: NonNegDist = ConstantDist(value=100)
+    step_output_tokens: NonNegDist = ConstantDist(value=80)
+    final_answer_tokens: NonNegDist = ConstantDist(value=300)
+    think_ms: NonNegDist = ConstantDist(value=0)
+    trace: str | None = Field(default=None, min_length=1)
+
+    @_model_validator(mode="after")
+    def _trace_excludes_distributions(self) -> RolloutConfig:
+        # A trace gives every turn; a distribution next to it would be silently unused.
+        if self.trace is not None:
+            for name in sorted(self.model_fields_set - {"trace", "count"}):
+                value = getattr(self, name)
+                raise invalid(
+                    name,
+                    "no distribution next to rollout.trace (the trace gives every turn)",
+                    value.value if isinstance(value, ConstantDist) else value,
+                )
+        return self
+
+
+class Arrival(StrictModel):
+    """Open-loop arrival process; ``rate`` is rollouts per second.
+
+    ``gamma`` takes either ``cv`` (coefficient of variation of inter-arrival
+    gaps; 1 is Poisson-like, above 1 is bursty) or ``burstiness`` (the gamma
+    shape, ``1/cv²``, as in vLLM's benchmark).
+    """
+
+    process: Literal["constant", "poisson", "gamma"] = "poisson"
+    rate: float | None = Field(default=None, gt=0.0)
+    cv: float | None = Field(default=None, gt=0.0)
+    burstiness: float | None = Field(default=None, gt=0.0)
+
+    @_model_validator(mode="after")
+    def _gamma_shape(self) -> Arrival:
+        if self.process == "gamma":
+            if self.cv is None and self.burstiness is None:
+                raise invalid("cv", "a positive number (or burstiness) for process gamma", None)
+            if self.cv is not None and self.burstiness is not None:
+                raise invalid("burstiness", "either cv or burstiness, not both", self.burstiness)
+        else:
+            for name in ("cv", "burstiness"):
+                value = getattr(self, name)
+                if value is not None:
+                    raise invalid(name, f"no {name} for process {self.process}", value)
+        return self
+
+    @property
+    def gamma_shape(self) -> float:
+        """Shape k of the gamma inter-arrival law (1 for Poisson; unused for constant)."""
+        if self.burstiness is not None:
+            return self.burstiness
+        if self.cv is not None:
+            return 1.0 / (self.cv * self.cv)
+        return 1.0
+
+
+class Burst(StrictModel):
+    """``extra`` additional rollouts spread evenly over ``[at_s, at_s + over_s]``."""
+
+    at_s: float = Field(ge=0.0)
+    extra: int = Field(ge=1)
+    over_s: float = Field(default=0.0, ge=0.0)
+
+
+class Stage(StrictModel):
+    """A stretch of the open-loop schedule: constant ``rate``, or a linear ramp to ``end_rate``."""
+
+    duration_s: float = Field(gt=0.0)
+    rate: float = Field(ge=0.0)
+    end_rate: float | None = Field(default=None, ge=0.0)
+
+    @property
+    def final_rate(self) -> float:
+        return self.rate if self.end_rate is None else self.end_rate
+
+
+class ThroughputBurst(StrictModel):
+    """Raise the aggregate output-TPS target to ``tps`` during ``[at_s, at_s + over_s]``."""
+
+    at_s: float = Field(ge=0.0)
+    over_s: float = Field(gt=0.0)
+    tps: float = Field(gt=0.0)
+
+
+class Throughput(StrictModel):
+    """An aggregate output-token target (tokens/s across all streams).
+
+    The arrival rate is derived from the rollout model: ``rate = tps / mean
+    output tokens per rollout`` (Little's law: in steady state the tokens
+    produced per second equal the rollouts started per second times the
+    tokens each produces).  The aggregate follows the target after a ramp of
+    about one rollout length; a burst shorter than a rollout is smoothed.
+    """
+
+    tps: float = Field(gt=0.0)
+    bursts: list[ThroughputBurst] = Field(default_factory=list)
+
+    @_model_validator(mode="after")
+    def _disjoint(self) -> Throughput:
+        end = -1.0
+        for i, burst in enumerate(sorted(self.bursts, key=lambda b: b.at_s)):
+            if burst.at_s < end:
+                raise invalid(
+                    f"bursts[{i}].at_s",
+                    f"bursts that do not overlap (previous ends at {shown(end)})",
+                    burst.at_s,
+                )
+            end = burst.at_s + burst.over_s
+        return self
+
+
+class Load(StrictModel):
+    """How rollouts are started.
+
+    ``closed``: ``concurrency`` agents each run rollouts back to back, until
+    ``rollout.count`` rollouts ran or ``duration_s`` elapsed (per transport).
+    ``open``: rollouts start at scheduled times whatever is in flight. The rate
+    over time is given by ``stages`` (then ``arrival.rate`` continues after the
+    last stage if set) or by ``arrival.rate`` alone; ``arrival.process`` shapes
+    the gaps. The schedule ends at ``duration_s`` if set, else after
+    ``rollout.count`` scheduled rollouts (or when stages end with no tail rate);
+    ``bursts`` add extra rollouts on top.
+    ``throughput``: open loop whose rate follows ``throughput`` (aggregate
+    output TPS, with TPS bursts); ``arrival.process`` shapes the gaps,
+    ``arrival.rate`` and ``stages`` are ignored, ``bursts`` still add rollouts.
+    In open and throughput modes ``max_in_flight`` (if set) drops a start that
+    finds that many rollouts in flight; dropped starts are counted and make the
+    run invalid.  Fields for the other modes are ignored so that a mode can be
+    switched with one override.
+    """
+
+    mode: Literal["closed", "open", "throughput"] = "closed"
+    concurrency: int = Field(default=1, ge=1)
+    arrival: Arrival | None = None
+    bursts: list[Burst] = Field(default_factory=list)
+    stages: list[Stage] = Field(default_factory=list)
+    throughput: Throughput | None = None
+    duration_s: float | None = Field(default=None, gt=0.0)
+    max_in_flight: int | None = Field(default=None, ge=1)
+    warmup_rollouts: int = Field(default=0, ge=0)
+    order: Literal["sequential", "interleaved"] = "sequential"
+    rounds: int = Field(default=1, ge=1)
+    max_schedule_lag_ms: float = Field(default=100.0, gt=0.0)
+
+    @property
+    def scheduled(self) -> bool:
+        """True when rollouts start at intended times (open or throughput mode)."""
+        return self.mode != "closed"
+
+    @_model_validator(mode="after")
+    def _open_loop(self) -> Load:
+        if self.mode == "closed":
+            return self
+        if self.mode == "throughput":
+            if self.throughput is None:
+                raise invalid("throughput", "a throughput target (tps) for throughput mode", None)
+            if self.duration_s is not None:
+                for i, tb in enumerate(self.throughput.bursts):
+                    if tb.at_s + tb.over_s > self.duration_s:
+                        raise invalid(
+                            f"throughput.bursts[{i}].at_s",
+                            f"a burst ending within duration_s ({shown(self.duration_s)})",
+                            tb.at_s,
+                        )
+        else:
+            has_rate = self.arrival is not None and self.arrival.rate is not None
+            if not has_rate and not self.stages:
+                got = self.arrival.model_dump(exclude_none=True) if self.arrival else None
+                field = "arrival.rate" if self.arrival is not None else "arrival"
+                raise invalid(field, "an arrival rate (or stages) for open-loop mode", got)
+        if self.duration_s is not None:
+            for i, burst in enumerate(self.bursts):
+                if burst.at_s + burst.over_s > self.duration_s:
+                    raise invalid(
+                        f"bursts[{i}].at_s",
+                        f"a burst ending within duration_s ({shown(self.duration_s)})",
+                        burst.at_s,
+                    )
+        return self
+
+    @property
+    def tail_rate(self) -> float | None:
+        """The rate that applies after the stages (or throughout when there are none)."""
+        return self.arrival.rate if self.arrival is not None else None
+
+    def expected_base_rollouts(self, count: int) -> float:
+        """Scheduled rollouts before bursts: what the schedule will roughly materialise."""
+        if self.duration_s is None:
+            return float(count)
+        total, t = 0.0, 0.0
+        for stage in self.stages:
+            span = min(stage.duration_s, self.duration_s - t)
+            if span <= 0:
+                break
+            end = stage.rate + (stage.final_rate - stage.rate) * span / stage.duration_s
+            total += (stage.rate + end) / 2 * span
+            t += span
+        if t < self.duration_s and self.tail_rate is not None:
+            total += self.tail_rate * (self.duration_s - t)
+        return total
+
+
+def _default_transports() -> list[TransportName]:
+    return ["http", "ws"]
+
+
+class Scenario(StrictModel):
+    """A whole scenario file."""
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    description: str = ""
+    seed: int = Field(default=0, ge=0)
+    model: str = "sim-model"
+    transports: list[TransportName] = Field(default_factory=_default_transports, min_length=1)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    load: Load = Field(default_factory=Load)
+
+    _source: str = PrivateAttr(default="<scenario>")
+
+    @_model_validator(mode="after")
+    def _cross_checks(self) -> Scenario:
+        seen: set[str] = set()
+        for i, name in enumerate(self.transports):
+            if name in seen:
+                raise invalid(f"transports[{i}]", "each transport once", name)
+            seen.add(name)
+        load, count = self.load, self.rollout.count
+        count_bounded = load.mode == "closed" or load.duration_s is None
+        if count_bounded and load.warmup_rollouts >= count:
+            raise invalid(
+                "load.warmup_rollouts",
+                f"a number less than rollout.count ({count})",
+                load.warmup_rollouts,
+            )
+        if load.order == "interleaved" and count_bounded and load.rounds > count:
+            raise invalid("load.rounds", f"at most rollout.count ({count})", load.rounds)
+        if load.mode == "open":
+            expected = load.expected_base_rollouts(count) + sum(b.extra for b in load.bursts)
+            if expected > MAX_OPEN_LOOP_ROLLOUTS:
+                raise invalid(
+                    "load.duration_s",
+                    f"a schedule of at most {MAX_OPEN_LOOP_ROLLOUTS} rollouts "
+                    f"(this one has ~{math.ceil(expected)})",
+                    load.duration_s,
+                )
+        return self
+
+    @property
+    def source(self) -> str:
+        """The file this scenario was loaded from (for error messages)."""
+        return self._source
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """JSON Schema of scenario files (validation side: bare numbers accepted for distributions)."""
+    schema = Scenario.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in DIST_KINDS:
+            # pydantic inserts the discriminated union's tag; the user never wrote it.
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _join(base: str, field: str) -> str:
+    if not field:
+        return base
+    if not base or field.startswith("["):
+        return base + field
+    return f"{base}.{field}"
+
+
+def _choices(ctx_expected: str) -> list[str]:
+    return re.findall(r"'([^']*)'", ctx_expected)
+
+
+def _did_you_mean(got: Any, choices: list[str]) -> str:
+    if not isinstance(got, str):
+        return ""
+    close = difflib.get_close_matches(got, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _bound(kind: str, bound: Any) -> str:
+    noun = "an integer" if isinstance(bound, int) else "a number"
+    if kind == "gt" and bound == 0:
+        return "a positive integer" if isinstance(bound, int) else "a positive number"
+    if kind == "ge" and bound == 0:
+        return "a non-negative integer" if isinstance(bound, int) else "a non-negative number"
+    phrase = {
+        "gt": "greater than",
+        "ge": "at least",
+        "lt": "less than",
+        "le": "at most",
+    }[kind]
+    return f"{noun} {phrase} {describe_value(bound)}"
+
+
+_TYPE_WORDS = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "finite_number": "a finite number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+
+
+def describe_error(err: ErrorDetails) -> tuple[str, str]:
+    """(dotted field, message) for one pydantic error, in the project's wording."""
+    kind = err["type"]
+    ctx: dict[str, Any] = dict(err.get("ctx") or {})
+    field = _dotted(err["loc"])
+    got = err.get("input")
+    if kind == "loopbench":
+        return _join(field, ctx.get("field", "")), f"expected {ctx['expected']}, got {ctx['got']}"
+    if kind == "unknown_field":
+        return _join(field, ctx["field"]), "unknown field" + ctx["hint"]
+    if kind == "missing":
+        return field, "required field missing"
+    if kind in _TYPE_WORDS:
+        expected = _TYPE_WORDS[kind]
+    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        key = next(k for k in ("gt", "ge", "lt", "le") if k in ctx)
+        expected = _bound(key, ctx[key])
+    elif kind == "literal_error":
+        raw = str(ctx.get("expected", ""))
+        choices = _choices(raw) or [c.strip() for c in re.split(r",| or ", raw) if c.strip()]
+        return field, (
+            f"expected one of {', '.join(choices)}, got {describe_value(got)}"
+            + _did_you_mean(got, choices)
+        )
+    elif kind == "union_tag_invalid":
+        choices = _choices(str(ctx.get("expected_tags", "")))
+        tag = ctx.get("tag")
+        disc = str(ctx.get("discriminator", "")).strip("'")
+        return _join(field, disc), (
+            f"expected one of {', '.join(choices)}, got {describe_value(tag)}"
+            + _did_you_mean(tag, choices)
+        )
+    elif kind == "string_pattern_mismatch":
+        if ctx.get("pattern") == _NAME_PATTERN:
+            expected = "lowercase letters, digits and '-'"
+        else:
+            expected = f"a string matching {ctx.get('pattern')}"
+    elif kind == "string_too_short":
+        need = ctx.get("min_length", 1)
+        expected = "a non-empty string" if need == 1 else f"a string of at least {need} characters"
+    elif kind == "too_short":
+        need = ctx.get("min_length", 1)
+        expected = "a non-empty list" if need == 1 else f"a list of at least {need} items"
+    elif kind == "too_long":
+        expected = f"a list of at most {ctx.get('max_length')} items"
+    else:
+        return field, f"{err['msg']}, got {describe_value(got)}"
+    return field, f"expected {expected}, got {describe_value(got)}"
+
+
+def _scenario_error(
+    source: str, exc: ValidationError, overrides: Mapping[str, str] | None
+) -> ScenarioError:
+    # One line per problem; the first is what the user fixes first (pydantic
+    # reports in field order), the rest follow once it is fixed.
+    field, message = describe_error(exc.errors(include_url=False)[0])
+    for key, value in (overrides or {}).items():
+        related = (field, key) if len(field) >= len(key) else (key, field)
+        if related[0] == related[1] or related[0].startswith((related[1] + ".", related[1] + "[")):
+            message += f" (from override {key}={value})"
+            break
+    return ScenarioError(source, field, message)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _construct_mapping,
+)
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # safe: builds plain data only
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ScenarioError(source, "", f"invalid YAML{where}: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(source, "", f"invalid YAML: {exc}") from None
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, list):
+        return f"a list {describe_value(value)}"
+    return describe_value(value)
+
+
+def _apply_override(data: dict[str, Any], key: str, raw: str, source: str) -> None:
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    parts = key.split(".")
+    if not key or any(not p for p in parts):
+        raise ScenarioError(source, key, "expected a dotted field path like load.concurrency")
+    # Server override keys contain dots themselves ("engine.sustained_tps").
+    if len(parts) > 3 and parts[:2] == ["server", "set"]:
+        parts = [*parts[:2], ".".join(parts[2:])]
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        here = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ScenarioError(
+                    source,
+                    key,
+                    f"expected an index below {len(node)} into {'.'.join(parts[:depth])}, "
+                    f"got {part!r}",
+                )
+            child = node[int(part)]
+        elif isinstance(node, dict):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+        else:
+            break
+        if not isinstance(child, dict | list):
+            raise ScenarioError(
+                source,
+                key,
+                f"expected a mapping at {here} to set a field in, got {_kind_of(child)}",
+            )
+        node = child
+    last = parts[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise ScenarioError(source, key, f"expected an index below {len(node)}, got {last!r}")
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def validate_scenario(
+    data: Any, source: str = "<scenario>", overrides: Mapping[str, str] | None = None
+) -> Scenario:
+    """Validate already-parsed scenario data; raises one :class:`ScenarioError`."""
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else _kind_of(data)
+        raise ScenarioError(source, "", f"expected a mapping of scenario fields, got {got}")
+    data = _deep_copy(data)
+    for key, raw in (overrides or {}).items():
+        _apply_override(data, key, raw, source)
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise _scenario_error(source, exc, overrides) from None
+    scenario._source = source
+    return scenario
+
+
+def _deep_copy(value: Any) -> Any:
+    # Overrides mutate the parsed tree; the caller's data must stay as given.
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def load_scenario(
+    path: str | os.PathLike[str], overrides: dict[str, str] | None = None
+) -> Scenario:
+    """Read, override and validate a scenario file.
+
+    ``overrides`` maps dotted field paths to YAML scalars, e.g.
+    ``{"load.concurrency": "4", "transports": "[http]"}``; they are applied to
+    the parsed file before validation so they are checked like the file.
+    """
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise ScenarioError(source, "", "file not found") from None
+    except IsADirectoryError:
+        raise ScenarioError(source, "", "expected a YAML file, got a directory") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(source, "", f"cannot read file: {exc}") from None
+    return validate_scenario(_parse_yaml(text, source), source, overrides)

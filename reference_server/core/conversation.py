@@ -1,0 +1,142 @@
+"""Conversation state the server keeps between responses, and what it costs to rebuild.
+
+A :class:`Conversation` is the full item list a response was sampled from
+(input + output), with its running token count and the rolling prefix hashes the
+engine's prefix cache is keyed on.  Extending a cached conversation with new
+items only touches the new items: that asymmetry *is* the WebSocket-mode saving
+the harness measures, so the server does the real work it models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from harness.wire.tokens import count_tokens
+
+# Per-item framing tokens (role markers, separators), as chat templates add.
+ITEM_OVERHEAD_TOKENS = 4
+
+
+def item_text(item: dict[str, Any]) -> str:
+    kind = item.get("type", "message")
+    if kind == "message":
+        content = item.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return "".join(
+                p.get("text", "")
+                for p in content
+                if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
+        return ""
+    if kind == "function_call":
+        return str(item.get("name", "")) + str(item.get("arguments", ""))
+    if kind == "function_call_output":
+        out = item.get("output")
+        if isinstance(out, str):
+            return out
+        if isinstance(out, list):
+            return "".join(
+                p.get("text", "")
+                for p in out
+                if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
+        return ""
+    return ""
+
+
+def item_tokens(item: dict[str, Any]) -> int:
+    return count_tokens(item_text(item)) + ITEM_OVERHEAD_TOKENS
+
+
+def tools_tokens(tools: list[dict[str, Any]]) -> int:
+    return count_tokens(orjson.dumps(tools).decode()) if tools else 0
+
+
+def _item_key(item: dict[str, Any]) -> bytes:
+    # Only what the model sees: ids and statuses of echoed items must not break prefix matches.
+    kind = item.get("type", "message")
+    if kind == "message":
+        return orjson.dumps(("m", item.get("role"), item_text(item)))
+    if kind == "function_call":
+        return orjson.dumps(("c", item.get("call_id"), item.get("name"), item.get("arguments")))
+    if kind == "function_call_output":
+        return orjson.dumps(("o", item.get("call_id"), item_text(item)))
+    return orjson.dumps(("x", kind))
+
+
+@dataclass(slots=True)
+class Conversation:
+    """Items of a conversation plus what the engine and the API tier need to know about them."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    prefix_hashes: list[tuple[int, int]] = field(default_factory=list)
+    tokens: int = 0
+    function_calls: int = 0
+    # Leading items that render this request's ``instructions``: the model sees them,
+    # but they are not part of the chain (instructions are not inherited).
+    head: int = 0
+    head_tokens: int = 0
+
+    @property
+    def chain_items(self) -> list[dict[str, Any]]:
+        """The items a continuation inherits: everything but the instructions."""
+        return self.items[self.head :]
+
+    @property
+    def chain_tokens(self) -> int:
+        return self.tokens - self.head_tokens
+
+    def extend(self, new_items: list[dict[str, Any]]) -> int:
+        """Append items; returns the tokens added."""
+        added = 0
+        h = self.prefix_hashes[-1][0] if self.prefix_hashes else 0
+        for item in new_items:
+            t = item_tokens(item)
+            added += t
+            self.tokens += t
+            h = hash((h, _item_key(item)))
+            self.prefix_hashes.append((h, self.tokens))
+            self.items.append(item)
+            if item.get("type") == "function_call":
+                self.function_calls += 1
+        return added
+
+    def fork(self) -> Conversation:
+        """A copy that can be extended without changing this one (lists are copied, items shared)."""
+        return Conversation(
+            list(self.items),
+            list(self.prefix_hashes),
+            self.tokens,
+            self.function_calls,
+            self.head,
+            self.head_tokens,
+        )
+
+    @classmethod
+    def build(
+        cls,
+        instructions: str | None,
+        chain_items: list[dict[str, Any]],
+        new_items: list[dict[str, Any]] | None = None,
+    ) -> Conversation:
+        """The model's context: instructions first, then the inherited chain, then the new input."""
+        conv = cls()
+        if instructions:
+            conv.head_tokens = conv.extend(instruction_items(instructions))
+            conv.head = len(conv.items)
+        conv.extend(chain_items)
+        if new_items:
+            conv.extend(new_items)
+        return conv
+
+
+def instruction_items(instructions: str | None) -> list[dict[str, Any]]:
+    """How ``instructions`` enter the context: one developer message (none if empty)."""
+    return (
+        [{"type": "message", "role": "developer", "content": instructions}] if instructions else []
+    )

@@ -1,0 +1,279 @@
+"""Seeded fault injection: what goes wrong with which request (pure but for :func:`wrap_send`).
+
+A :class:`FaultSpec` holds rates; :class:`FaultInjector` draws one
+:class:`Fault` per admitted request (an HTTP POST or a WebSocket
+``response.create``) from its own seeded generator, so the same sequence of
+requests meets the same sequence of faults.  The kinds are mutually
+exclusive, drawn with one uniform number against cumulative rates:
+
+* ``error``: the request is refused with ``status`` (429, 500, 502, 503 or 504)
+  before any work, as an HTTP error body or a WebSocket ``error`` event;
+* ``disconnect``: the stream is cut after its first delta (HTTP: the TCP
+  connection is closed without finishing the chunked body; WebSocket: close
+  with ``--ws-fault-close-code``);
+* ``stall``: after the first delta the stream goes silent for ``stall_s``;
+* ``spike``: ``spike_ms`` of extra latency before the API tier starts;
+* ``evict``: the WebSocket connection's response cache is dropped first.
+
+``lifetime_s`` (not drawn) shortens connections: WebSockets get the lifetime
+limit, and HTTP keep-alive connections older than it are closed after their
+current response (``connection: close``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.wire import events as ev
+
+KINDS = ("error", "disconnect", "stall", "spike", "evict")
+ERROR_STATUSES: dict[int, tuple[str, str, str]] = {
+    # status: (type, code, message) in the shapes the public API uses for each
+    429: (
+        "requests",
+        "rate_limit_exceeded",
+        "Rate limit reached (injected by loopbench fault injection).",
+    ),
+    500: (
+        "server_error",
+        "server_error",
+        "The server had an error while processing your request (injected fault).",
+    ),
+    502: ("server_error", "bad_gateway", "Bad gateway (injected fault)."),
+    503: (
+        "server_error",
+        "service_unavailable",
+        "The engine is currently overloaded, please try again later (injected fault).",
+    ),
+    504: ("server_error", "gateway_timeout", "Gateway timeout (injected fault)."),
+}
+
+Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
+
+
+class FaultSpecError(ValueError):
+    """A fault option or file entry is invalid (one line: which key, expected, got)."""
+
+
+class IntentionalDisconnect(Exception):
+    """Raised to make the ASGI server drop a connection on purpose (logged at debug only)."""
+
+
+class InjectedDisconnect(IntentionalDisconnect):
+    """The ``disconnect`` fault: cut this stream now."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    seed: int = 0
+    error_rate: Mapping[int, float] = field(default_factory=dict)
+    disconnect_rate: float = 0.0
+    stall_rate: float = 0.0
+    stall_s: float = 3600.0
+    spike_rate: float = 0.0
+    spike_ms: float = 500.0
+    evict_rate: float = 0.0
+    lifetime_s: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.total_rate > 0 or self.lifetime_s is not None
+
+    @property
+    def total_rate(self) -> float:
+        return (
+            sum(self.error_rate.values())
+            + self.disconnect_rate
+            + self.stall_rate
+            + self.spike_rate
+            + self.evict_rate
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: str  # "" (none) or one of KINDS
+    status: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.kind)
+
+
+NO_FAULT = Fault("")
+_RATE_KEYS = ("disconnect_rate", "stall_rate", "spike_rate", "evict_rate")
+_POSITIVE_KEYS = ("stall_s", "spike_ms", "lifetime_s")
+
+
+def _number(key: str, raw: Any) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise FaultSpecError(f"fault {key}: expected a number, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise FaultSpecError(f"fault {key}: expected a finite number, got {raw!r}")
+    return value
+
+
+def parse_fault_spec(entries: Mapping[str, Any]) -> FaultSpec:
+    """Build a spec from ``key: value`` pairs (command line ``--fault`` or a YAML ``faults:`` map).
+
+    Keys: ``seed``, ``error_rate.<status>`` (or ``error_rate: {status: rate}``),
+    ``disconnect_rate``, ``stall_rate``, ``stall_s``, ``spike_rate``, ``spike_ms``,
+    ``evict_rate``, ``lifetime_s``.  Rates are probabilities per request; their
+    sum must not exceed 1.
+    """
+    values: dict[str, Any] = {}
+    errors: dict[int, float] = {}
+    for key, raw in entries.items():
+        key = str(key).strip()
+        if key == "error_rate" and isinstance(raw, Mapping):
+            for status, rate in raw.items():
+                errors[_status(f"error_rate.{status}", status)] = _rate(
+                    f"error_rate.{status}", rate
+                )
+        elif key.startswith("error_rate."):
+            errors[_status(key, key.partition(".")[2])] = _rate(key, raw)
+        elif key == "seed":
+            try:
+                values["seed"] = int(raw)
+            except (TypeError, ValueError):
+                raise FaultSpecError(f"fault seed: expected an integer, got {raw!r}") from None
+        elif key in _RATE_KEYS:
+            values[key] = _rate(key, raw)
+        elif key in _POSITIVE_KEYS:
+            value = _number(key, raw)
+            if value <= 0:
+                raise FaultSpecError(f"fault {key}: expected a positive number, got {raw!r}")
+            values[key] = value
+        else:
+            known = ", ".join(("seed", "error_rate.<status>", *_RATE_KEYS, *_POSITIVE_KEYS))
+            raise FaultSpecError(f"fault {key!r}: unknown key; expected one of {known}")
+    spec = FaultSpec(error_rate=dict(sorted(errors.items())), **values)
+    if spec.total_rate > 1.0 + 1e-9:
+        raise FaultSpecError(
+            f"faults: rates add up to {spec.total_rate:g}; expected at most 1 "
+            "(each request meets at most one fault)"
+        )
+    return spec
+
+
+def _rate(key: str, raw: Any) -> float:
+    value = _number(key, raw)
+    if not 0.0 <= value <= 1.0:
+        raise FaultSpecError(f"fault {key}: expected a probability from 0 to 1, got {raw!r}")
+    return value
+
+
+def _status(key: str, raw: Any) -> int:
+    try:
+        status = int(raw)
+    except (TypeError, ValueError):
+        status = 0
+    if status not in ERROR_STATUSES:
+        raise FaultSpecError(
+            f"fault {key}: expected a status among {', '.join(map(str, ERROR_STATUSES))}, got {raw!r}"
+        )
+    return status
+
+
+def parse_fault_args(items: list[str]) -> dict[str, str]:
+    """``["stall_rate=0.1", ...]`` (the ``--fault`` options) as a mapping."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise FaultSpecError(f"--fault {item!r}: expected KEY=VALUE, e.g. stall_rate=0.01")
+        out[key.strip()] = value.strip()
+    return out
+
+
+class FaultInjector:
+    """Draws faults and counts what it injected (``/health`` reports the counts)."""
+
+    def __init__(self, spec: FaultSpec) -> None:
+        self.spec = spec
+        self._rng = random.Random(spec.seed)
+        self.counts: dict[str, int] = {}
+        table: list[tuple[float, Fault]] = []
+        acc = 0.0
+        for status, rate in spec.error_rate.items():
+            acc += rate
+            table.append((acc, Fault("error", status)))
+        for kind in ("disconnect", "stall", "spike", "evict"):
+            acc += getattr(spec, f"{kind}_rate")
+            table.append((acc, Fault(kind)))
+        self._table = [(edge, fault) for edge, fault in table if fault]
+        self._active = spec.total_rate > 0
+
+    def draw(self, *, websocket: bool) -> Fault:
+        """The fault for the next request (``evict`` only exists over WebSocket)."""
+        if not self._active:
+            return NO_FAULT
+        u = self._rng.random()
+        for edge, fault in self._table:
+            if u < edge:
+                if fault.kind == "evict" and not websocket:
+                    return NO_FAULT
+                name = f"error_{fault.status}" if fault.kind == "error" else fault.kind
+                self.counts[name] = self.counts.get(name, 0) + 1
+                return fault
+        return NO_FAULT
+
+    def error_body(self, status: int) -> tuple[str, str, str]:
+        """(type, code, message) of an injected error with this status."""
+        return ERROR_STATUSES[status]
+
+    async def spike(self) -> None:
+        await asyncio.sleep(self.spec.spike_ms / 1000)
+
+
+# The fault drawn for the response being generated in this task (read by wrap_send).
+current: contextvars.ContextVar[Fault] = contextvars.ContextVar("loopbench_fault", default=NO_FAULT)
+
+
+def wrap_send(send: Send, stall_s: float) -> Send:
+    """``send`` with this task's ``disconnect`` or ``stall`` fault applied at the first delta."""
+    fault = current.get()
+    if fault.kind not in ("disconnect", "stall"):
+        return send
+    armed = True
+
+    async def faulty(events: Sequence[dict[str, Any]]) -> None:
+        nonlocal armed
+        await send(events)
+        if armed and any(e.get("type") in ev.DELTA_TYPES for e in events):
+            armed = False
+            if fault.kind == "disconnect":
+                raise InjectedDisconnect("injected mid-stream disconnect")
+            await asyncio.sleep(stall_s)
+
+    return faulty
+
+
+class QuietIntentional(logging.Filter):
+    """Drop the ASGI server's "Exception in ASGI application" record for intentional drops."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not _intentional(exc)
+
+
+def _intentional(exc: BaseException | None) -> bool:
+    if exc is None:
+        return False
+    if isinstance(exc, IntentionalDisconnect):
+        return True
+    group = getattr(exc, "exceptions", None)
+    if group:
+        return all(_intentional(e) for e in group)
+    return _intentional(exc.__cause__) if exc.__cause__ is not None else False
+
+
+def install_log_filter() -> None:
+    logging.getLogger("uvicorn.error").addFilter(QuietIntentional())

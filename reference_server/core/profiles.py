@@ -1,0 +1,327 @@
+"""Simulation profiles: the API-tier and engine parameters of the reference server.
+
+Profiles are YAML files (``reference_server/core/profiles/api-*.yaml`` and
+``engine-*.yaml``) validated by the pydantic models below.  Every parameter is a
+documented service time or rate; ``docs/model.md`` derives each default.  A
+profile is chosen by short name (``optimized``, ``cerebras-spark``), by file
+name (``api-optimized``) or by a path to a user YAML, then adjusted with
+``--set``-style overrides (``api.fixed_ms=12``, ``engine.sustained_tps=500``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import annotated_types as at
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from harness.wire.errors import LoopbenchError
+
+PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
+
+
+class ProfileError(LoopbenchError):
+    """A profile file or override is missing, unreadable or invalid.
+
+    ``str(err)`` is one line: ``--set api.fixed_ms: expected a number >= 0, got '-3'``.
+    """
+
+    def __init__(self, source: str, key: str, message: str) -> None:
+        self.source = source
+        self.key = key
+        self.detail = message
+        where = f"{source}: {key}: " if key else f"{source}: "
+        super().__init__(where + message)
+
+
+class _Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    description: str = ""
+
+
+class ApiProfile(_Profile):
+    """Per-request service times of the API tier in front of the engine (docs/model.md)."""
+
+    workers: int = Field(ge=1)
+    connect_ms: float = Field(ge=0)
+    fixed_ms: float = Field(ge=0)
+    fixed_resolved_ms: float = Field(ge=0)
+    per_token_us: float = Field(ge=0)
+    rehydrate_us: float = Field(ge=0)
+    hops: int = Field(ge=0)
+    hop_ms: float = Field(ge=0)
+    post_ms: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _resolved_is_cheaper(self) -> ApiProfile:
+        # A resolved WS connection skips work; costing more than a fresh request would invert the model.
+        if self.fixed_resolved_ms > self.fixed_ms:
+            raise _CrossFieldError(
+                (
+                    "fixed_resolved_ms",
+                    f"a number <= fixed_ms ({self.fixed_ms:g})",
+                    self.fixed_resolved_ms,
+                ),
+                (
+                    "fixed_ms",
+                    f"a number >= fixed_resolved_ms ({self.fixed_resolved_ms:g})",
+                    self.fixed_ms,
+                ),
+            )
+        return self
+
+
+class EngineProfile(_Profile):
+    """Token timing and capacity of the simulated inference engine (docs/model.md)."""
+
+    sustained_tps: float = Field(gt=0)
+    burst_tps: float = Field(gt=0)
+    burst_probability: float = Field(ge=0, le=1)
+    burst_min_tokens: int = Field(ge=1)
+    burst_max_tokens: int = Field(ge=1)
+    prefill_tps: float = Field(gt=0)
+    base_ttft_ms: float = Field(ge=0)
+    max_streams: int = Field(ge=1)
+    aggregate_tps: float = Field(gt=0)
+    prefix_cache_entries: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EngineProfile:
+        if self.burst_tps < self.sustained_tps:
+            raise _CrossFieldError(
+                (
+                    "burst_tps",
+                    f"a number >= sustained_tps ({self.sustained_tps:g})",
+                    self.burst_tps,
+                ),
+                (
+                    "sustained_tps",
+                    f"a number <= burst_tps ({self.burst_tps:g})",
+                    self.sustained_tps,
+                ),
+            )
+        if self.burst_max_tokens < self.burst_min_tokens:
+            raise _CrossFieldError(
+                (
+                    "burst_max_tokens",
+                    f"an integer >= burst_min_tokens ({self.burst_min_tokens})",
+                    self.burst_max_tokens,
+                ),
+                (
+                    "burst_min_tokens",
+                    f"an integer <= burst_max_tokens ({self.burst_max_tokens})",
+                    self.burst_min_tokens,
+                ),
+            )
+        return self
+
+
+_Blame = tuple[str, str, Any]  # (key, expected, received)
+
+
+class _CrossFieldError(ValueError):
+    """Raised inside model validators: two parameters disagree.
+
+    Carries the message for each side, so the error can blame the one the user
+    overrode on the command line rather than the file that was fine before.
+    """
+
+    def __init__(self, primary: _Blame, other: _Blame) -> None:
+        self.primary = primary
+        self.other = other
+        key, expected, got = primary
+        super().__init__(f"{key}: expected {expected}, got {got!r}")
+
+
+Kind = Literal["api", "engine"]
+_MODELS: dict[str, type[_Profile]] = {"api": ApiProfile, "engine": EngineProfile}
+
+
+def available_profiles(kind: Kind) -> list[str]:
+    """Short names of the shipped profiles of one kind (``optimized``, ``legacy``, …)."""
+    prefix = f"{kind}-"
+    return sorted(p.stem[len(prefix) :] for p in PROFILE_DIR.glob(f"{prefix}*.yaml"))
+
+
+def combine_profile_args(api: str, engine: str, specs: Sequence[str]) -> tuple[str, str]:
+    """Apply ``--profile`` values to the ``(api, engine)`` choice; returns the new pair.
+
+    Each spec is one or more ``+``-separated names: a shipped short name of
+    either kind (names are unique across kinds: ``legacy``, ``gpu-legacy``…), or
+    ``api:REF`` / ``engine:REF`` for anything :func:`load_profiles` accepts.
+    """
+    chosen = {"api": api, "engine": engine}
+    shipped = {kind: set(available_profiles(kind)) for kind in ("api", "engine")}
+    for spec in specs:
+        for part in (p.strip() for p in spec.split("+")):
+            kind, colon, ref = part.partition(":")
+            if colon and kind in chosen and ref:
+                chosen[kind] = ref
+                continue
+            kinds = [k for k in ("api", "engine") if part in shipped[k]]
+            if len(kinds) != 1:
+                names = ", ".join(sorted(shipped["api"] | shipped["engine"]))
+                raise ProfileError(
+                    "--profile",
+                    part,
+                    f"expected a shipped profile ({names}) or api:REF / engine:REF, got {part!r}",
+                )
+            chosen[kinds[0]] = part
+    return chosen["api"], chosen["engine"]
+
+
+def load_profiles(
+    api: str = "optimized",
+    engine: str = "cerebras-spark",
+    overrides: dict[str, str] | None = None,
+) -> tuple[ApiProfile, EngineProfile]:
+    """Load and validate both profiles, then apply ``--set`` overrides.
+
+    ``api`` and ``engine`` are shipped short names, shipped file stems
+    (``api-optimized``) or paths to YAML files.  Override keys are
+    ``api.<param>`` or ``engine.<param>``; values are YAML scalars.  Every
+    problem raises :class:`ProfileError` naming the file or override, the key,
+    what was expected and what came.
+    """
+    api_source, api_data = _read("api", api)
+    engine_source, engine_data = _read("engine", engine)
+    per_kind: dict[str, dict[str, str]] = {"api": {}, "engine": {}}
+    for key, raw in (overrides or {}).items():
+        kind, dot, param = key.strip().partition(".")
+        if not dot or kind not in per_kind or not param:
+            raise ProfileError(
+                "--set",
+                key,
+                "expected a key of the form api.<param> or engine.<param>",
+            )
+        model = _MODELS[kind]
+        if param not in model.model_fields:
+            known = ", ".join(f for f in model.model_fields if f not in ("name", "description"))
+            raise ProfileError("--set", key, f"unknown {kind} parameter; expected one of: {known}")
+        per_kind[kind][param] = raw
+    api_profile = _validate(ApiProfile, api_source, api_data, per_kind["api"], "api")
+    engine_profile = _validate(
+        EngineProfile, engine_source, engine_data, per_kind["engine"], "engine"
+    )
+    assert isinstance(api_profile, ApiProfile) and isinstance(engine_profile, EngineProfile)
+    return api_profile, engine_profile
+
+
+def _resolve(kind: Kind, ref: str) -> Path:
+    shipped = PROFILE_DIR / f"{kind}-{ref}.yaml"
+    if shipped.is_file():
+        return shipped
+    stem = PROFILE_DIR / f"{ref}.yaml"
+    if ref.startswith(f"{kind}-") and stem.is_file():
+        return stem
+    path = Path(ref).expanduser()
+    if path.is_file():
+        return path
+    names = ", ".join(available_profiles(kind))
+    raise ProfileError(
+        f"{kind} profile",
+        ref,
+        f"expected a shipped profile ({names}) or a path to a YAML file, got {ref!r}",
+    )
+
+
+def _read(kind: Kind, ref: str) -> tuple[str, dict[str, Any]]:
+    path = _resolve(kind, ref)
+    source = _display(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProfileError(source, "", f"cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f"line {where.line + 1}: " if where is not None else ""
+        raise ProfileError(source, "", f"{line}expected valid YAML") from None
+    if not isinstance(data, dict):
+        raise ProfileError(
+            source, "", f"expected a mapping of parameters, got {type(data).__name__}"
+        )
+    return source, data
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _validate(
+    model: type[_Profile],
+    source: str,
+    data: dict[str, Any],
+    overrides: dict[str, str],
+    kind: str,
+) -> _Profile:
+    merged = dict(data)
+    for param, raw in overrides.items():
+        merged[param] = _parse_scalar(raw)
+    try:
+        return model.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        ctx_err = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_err, _CrossFieldError):
+            blame = ctx_err.primary
+            if blame[0] not in overrides and ctx_err.other[0] in overrides:
+                blame = ctx_err.other
+            key, expected, got = blame
+        else:
+            key = ".".join(str(p) for p in err["loc"])
+            expected = _expected(model, key, err["type"])
+            got = err.get("input")
+        if key in overrides:
+            raise ProfileError(
+                "--set", f"{kind}.{key}", f"expected {expected}, got {overrides[key]!r}"
+            ) from None
+        if err["type"] == "missing":
+            raise ProfileError(source, key, f"expected {expected}, got nothing (missing)") from None
+        raise ProfileError(source, key, f"expected {expected}, got {got!r}") from None
+
+
+def _parse_scalar(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def _expected(model: type[_Profile], key: str, err_type: str) -> str:
+    if err_type == "extra_forbidden":
+        known = ", ".join(model.model_fields)
+        return f"a known parameter (one of: {known})"
+    field = model.model_fields.get(key)
+    if field is None:
+        return "a valid value"
+    ann = field.annotation
+    noun = (
+        "an integer"
+        if ann is int
+        else "a number"
+        if ann is float
+        else "a string"
+        if ann is str
+        else "a value"
+    )
+    bounds: list[str] = []
+    for meta in field.metadata:
+        if isinstance(meta, at.Ge):
+            bounds.append(f">= {meta.ge}")
+        elif isinstance(meta, at.Gt):
+            bounds.append(f"> {meta.gt}")
+        elif isinstance(meta, at.Le):
+            bounds.append(f"<= {meta.le}")
+        elif isinstance(meta, at.Lt):
+            bounds.append(f"< {meta.lt}")
+        elif isinstance(meta, at.MinLen):
+            bounds.append("non-empty")
+    return f"{noun} {' and '.join(bounds)}".strip()
