@@ -10,99 +10,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from harness.cli.common import EXIT_ERROR, EXIT_OK
+from harness.report.results import load_run
+from harness.tools.calibrate import describe, fit, profiles_from_fit, turns_from_rows
+from harness.tools.reproduce import PARTS, REPRODUCE_DIR, all_passed, format_table, run_reproduction
 from harness.wire.errors import LoopbenchError
-
-EXIT_OK = 0
-EXIT_FAILED = 1
+from reference_server.core.profiles import load_profiles
 
 
-def cmd_reproduce(args: argparse.Namespace) -> int:
-    from harness.tools.reproduce import (
-        PARTS,
-        REPRODUCE_DIR,
-        all_passed,
-        format_table,
-        run_reproduction,
-    )
-
-    out = Path(args.out)
-    parts = [p.strip() for p in args.parts.split(",")] if args.parts else list(PARTS)
-    for part in parts:
-        if part not in PARTS:
-            raise LoopbenchError(
-                f"--parts: unknown part {part!r}; expected some of {', '.join(PARTS)}"
-            )
-        for existing in (out / part, out / f"{part}-http"):
-            if existing.exists():
-                raise LoopbenchError(
-                    f"--out {out}: {existing} already exists; remove it or choose another --out"
-                )
-    overrides: dict[str, dict[str, str]] = {}
-    for item in args.set:
-        target, colon, rest = item.partition(":")
-        if not colon:
-            target, rest = "*", item
-        key, eq, value = rest.partition("=")
-        if not eq or not key:
-            raise LoopbenchError(
-                f"--set {item!r}: expected [PART:]KEY=VALUE, e.g. codex-cerebras:rollout.count=4"
-            )
-        overrides.setdefault(target.strip(), {})[key.strip()] = value.strip()
-
-    def printer(line: str) -> None:
-        if not args.quiet:
-            print(line, file=sys.stderr, flush=True)
-
-    result = run_reproduction(
-        out,
-        scenario_dir=Path(args.scenarios) if args.scenarios else REPRODUCE_DIR,
-        overrides=overrides,
-        parts=parts,
-        printer=printer,
-    )
-    print(format_table(result.rows))
-    verdict = "all rows pass" if all_passed(result.rows) else "NOT all rows pass"
-    print(f"\n{verdict}; {result.wall_s:.0f} s; results: {out}")
-    return EXIT_OK if all_passed(result.rows) else EXIT_FAILED
-
-
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    import yaml
-
-    from harness.report.results import load_run
-    from harness.tools.calibrate import describe, fit, profiles_from_fit, turns_from_rows
-    from reference_server.core.profiles import load_profiles
-
-    run = load_run(args.run_dir)
-    rows: list[dict[str, Any]] = run.turns.to_dict("records")
-    if args.transports:
-        keep = {t.strip() for t in args.transports.split(",")}
-        rows = [r for r in rows if r["transport"] in keep]
-    f = fit(turns_from_rows(rows))
-    print(describe(f))
-    base_api, base_engine = load_profiles(args.base_api, args.base_engine)
-    api_doc, engine_doc = profiles_from_fit(
-        f,
-        base_api.model_dump(),
-        base_engine.model_dump(),
-        args.name,
-        base_ttft_ms=args.base_ttft_ms,
-    )
-    # Validate before writing: a fitted profile the server would refuse is no use.
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    api_path = out / f"api-{args.name}.yaml"
-    engine_path = out / f"engine-{args.name}.yaml"
-    header = f"# Fitted by `loopbench calibrate {args.run_dir}`; see docs/model.md §10.\n"
-    api_path.write_text(header + yaml.safe_dump(api_doc, sort_keys=False), encoding="utf-8")
-    engine_path.write_text(header + yaml.safe_dump(engine_doc, sort_keys=False), encoding="utf-8")
-    load_profiles(str(api_path), str(engine_path))
-    print(f"wrote {api_path} and {engine_path}")
-    print(f"replay: loopbench serve --api-profile {api_path} --engine-profile {engine_path}")
-    return EXIT_OK
-
-
-def add_model_commands(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     rep = sub.add_parser(
         "reproduce",
         help="measure the published figures (docs/model.md §9) against the embedded reference server",
@@ -154,3 +72,75 @@ def add_model_commands(sub: Any) -> None:
         help="engine profile supplying unfitted parameters (capacity, cache size)",
     )
     cal.set_defaults(func=cmd_calibrate)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    parts = [p.strip() for p in args.parts.split(",")] if args.parts else list(PARTS)
+    for part in parts:
+        if part not in PARTS:
+            raise LoopbenchError(
+                f"--parts: unknown part {part!r}; expected some of {', '.join(PARTS)}"
+            )
+        for existing in (out / part, out / f"{part}-http"):
+            if existing.exists():
+                raise LoopbenchError(
+                    f"--out {out}: {existing} already exists; remove it or choose another --out"
+                )
+    overrides: dict[str, dict[str, str]] = {}
+    for item in args.set:
+        target, colon, rest = item.partition(":")
+        if not colon:
+            target, rest = "*", item
+        key, eq, value = rest.partition("=")
+        if not eq or not key:
+            raise LoopbenchError(
+                f"--set {item!r}: expected [PART:]KEY=VALUE, e.g. codex-cerebras:rollout.count=4"
+            )
+        overrides.setdefault(target.strip(), {})[key.strip()] = value.strip()
+
+    def printer(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    result = run_reproduction(
+        out,
+        scenario_dir=Path(args.scenarios) if args.scenarios else REPRODUCE_DIR,
+        overrides=overrides,
+        parts=parts,
+        printer=printer,
+    )
+    print(format_table(result.rows))
+    verdict = "all rows pass" if all_passed(result.rows) else "NOT all rows pass"
+    print(f"\n{verdict}; {result.wall_s:.0f} s; results: {out}")
+    return EXIT_OK if all_passed(result.rows) else EXIT_ERROR
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    run = load_run(args.run_dir)
+    rows: list[dict[str, Any]] = run.turns.to_dict("records")
+    if args.transports:
+        keep = {t.strip() for t in args.transports.split(",")}
+        rows = [r for r in rows if r["transport"] in keep]
+    f = fit(turns_from_rows(rows))
+    print(describe(f))
+    base_api, base_engine = load_profiles(args.base_api, args.base_engine)
+    api_doc, engine_doc = profiles_from_fit(
+        f,
+        base_api.model_dump(),
+        base_engine.model_dump(),
+        args.name,
+        base_ttft_ms=args.base_ttft_ms,
+    )
+    # Validate before writing: a fitted profile the server would refuse is no use.
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    api_path = out / f"api-{args.name}.yaml"
+    engine_path = out / f"engine-{args.name}.yaml"
+    header = f"# Fitted by `loopbench calibrate {args.run_dir}`; see docs/model.md §10.\n"
+    api_path.write_text(header + yaml.safe_dump(api_doc, sort_keys=False), encoding="utf-8")
+    engine_path.write_text(header + yaml.safe_dump(engine_doc, sort_keys=False), encoding="utf-8")
+    load_profiles(str(api_path), str(engine_path))
+    print(f"wrote {api_path} and {engine_path}")
+    print(f"replay: loopbench serve --api-profile {api_path} --engine-profile {engine_path}")
+    return EXIT_OK

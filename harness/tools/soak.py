@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from harness.report.results import read_csv_gz, write_index
 from harness.run.embedded import READY_PREFIX, stop_process
 from harness.wire.transports import TRANSPORT_NAMES
 
@@ -206,8 +207,6 @@ def _stats(values: Sequence[int], load_values: Sequence[int]) -> dict[str, Any]:
 def run_soak(
     out: Path, duration_s: float, sample_s: float, seed: int, max_growth_mib: float
 ) -> int:
-    from harness.report.results import read_csv_gz, write_index
-
     out.mkdir(parents=True, exist_ok=True)
     scenario_path = out / "soak-scenario.yaml"
     scenario_path.write_text(yaml.safe_dump(soak_scenario(duration_s, seed), sort_keys=False))
