@@ -53,9 +53,11 @@ class HelpFormatter(argparse.HelpFormatter):
         return "\n".join(out)
 
 
-def transports_epilog(transports: Iterable[TransportSpec] = TRANSPORTS) -> str:
+def transports_epilog(
+    transports: Iterable[TransportSpec] = TRANSPORTS, heading: str = "transports"
+) -> str:
     """The ``--help`` epilog naming the transports (from the registry) with what each does."""
-    return "transports:\n" + transport_help(transports)
+    return f"{heading}:\n" + transport_help(transports)
 
 
 def parse_transports(value: str | None) -> list[str] | None:

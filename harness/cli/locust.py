@@ -47,7 +47,9 @@ def add_parser(sub: Any) -> None:
         "scenario's rollouts, workers run them and ship HDR histograms back, and the master writes "
         "the same results folder as `loopbench run`. Without --target an embedded reference server "
         "is started. With --worker, only start workers that join a master elsewhere.",
-        epilog=transports_epilog(t for t in TRANSPORTS if t.locust),
+        epilog=transports_epilog(
+            (t for t in TRANSPORTS if t.locust), "transports available under Locust"
+        ),
         formatter_class=HelpFormatter,
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML file (master only)")

@@ -12,11 +12,19 @@ from typing import Any
 
 import yaml
 
-from harness.cli.common import EXIT_ERROR, EXIT_OK
+from harness.cli.common import EXIT_ERROR, EXIT_OK, HelpFormatter, transports_epilog
 from harness.report.results import load_run
-from harness.tools.calibrate import describe, fit, profiles_from_fit, turns_from_rows
+from harness.tools.calibrate import (
+    HTTP_LIKE,
+    WS_LIKE,
+    describe,
+    fit,
+    profiles_from_fit,
+    turns_from_rows,
+)
 from harness.tools.reproduce import PARTS, REPRODUCE_DIR, all_passed, format_table, run_reproduction
 from harness.wire.errors import LoopbenchError
+from harness.wire.transports import TRANSPORTS
 from reference_server.core.profiles import load_profiles
 
 
@@ -51,6 +59,11 @@ def add_parser(sub: Any) -> None:
         description="Fit the simulation model (TTFT vs processed and uncached tokens, decode and "
         "burst rates, post-inference work) to the turns of RUN_DIR, measured against any "
         "endpoint, and write api-NAME.yaml and engine-NAME.yaml for the reference server.",
+        epilog=transports_epilog(
+            (t for t in TRANSPORTS if t.name in HTTP_LIKE or t.name in WS_LIKE),
+            "transports a fit uses",
+        ),
+        formatter_class=HelpFormatter,
     )
     cal.add_argument(
         "run_dir", help="a results folder (best: http and ws over varied tool outputs)"

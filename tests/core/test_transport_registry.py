@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -17,6 +18,7 @@ from harness.wire.transports import (
     LOCUST_TRANSPORTS,
     TRANSPORT_NAMES,
     TRANSPORTS,
+    TransportSpec,
     transport_help,
     transport_spec,
 )
@@ -68,15 +70,29 @@ def test_readers_follow_the_capabilities() -> None:
     assert {"http-chained"} == REHYDRATING
 
 
-@pytest.mark.parametrize("command", ["run", "validate", "sweep", "gate", "locust"])
+@pytest.mark.parametrize(
+    ("command", "heading", "which"),
+    [
+        ("run", "transports", lambda t: True),
+        ("validate", "transports", lambda t: True),
+        ("sweep", "transports", lambda t: True),
+        ("gate", "transports", lambda t: True),
+        ("locust", "transports available under Locust", lambda t: t.locust),
+        ("calibrate", "transports a fit uses", lambda t: not t.append),
+    ],
+)
 def test_help_lists_the_transports_with_their_descriptions(
-    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    command: str,
+    heading: str,
+    which: Callable[[TransportSpec], bool],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # one row per transport
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])
     assert exc.value.code == 0
-    rows = capsys.readouterr().out.split("\ntransports:\n", 1)[1].splitlines()
-    listed = [t for t in TRANSPORTS if command != "locust" or t.locust]
+    rows = capsys.readouterr().out.split(f"\n{heading}:\n", 1)[1].splitlines()
+    listed = [t for t in TRANSPORTS if which(t)]
     assert [r.split()[0] for r in rows] == [t.name for t in listed]
     assert all(r.endswith(t.description) for r, t in zip(rows, listed, strict=True))
