@@ -10,15 +10,30 @@ generic handler of ``harness.cli.main``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from harness.cli.common import (
+    HelpFormatter,
+    api_key,
+    parse_pairs,
+    parse_transports,
+    transports_epilog,
+)
+from harness.gate.ab import ABOptions, Side, run_ab
 from harness.gate.codes import EXIT_INVALID, EXIT_USAGE
+from harness.gate.evaluate import evaluate
+from harness.gate.junit import render_junit
+from harness.gate.markdown import render_markdown
+from harness.gate.rules import load_rules
+from harness.gate.samples import run_data
+from harness.report.results import load_run
 from harness.wire.errors import LoopbenchError, ResultsError, ScenarioError, UsageError
+from harness.workload.scenario import load_scenario
+from reference_server.core.profiles import load_profiles
 
 if TYPE_CHECKING:
     from harness.gate.outcome import GateReport
@@ -43,8 +58,7 @@ class _GateParser(argparse.ArgumentParser):
         return ns, extra
 
 
-def add_gate_parser(sub: Any) -> argparse.ArgumentParser:
-    """Register ``gate`` on the CLI's subparsers action."""
+def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "gate",
         help="CI regression gate: judge a run against a baseline and rules (exit 0/1/2/3/4)",
@@ -53,6 +67,8 @@ def add_gate_parser(sub: Any) -> argparse.ArgumentParser:
         "targets in interleaved rounds of one job and judge the candidate against the baseline. "
         "Exit codes: 0 pass, 1 regression, 2 SLO breach, 3 invalid run or not comparable, "
         "4 usage error. See docs/ci.md.",
+        epilog=transports_epilog(),
+        formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     # Swap in the subclass after creation: subparsers build their parsers from the
@@ -120,17 +136,10 @@ def add_gate_parser(sub: Any) -> argparse.ArgumentParser:
     )
     ab.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_gate)
-    return p
 
 
 def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{option} {item!r}: expected KEY=VALUE, e.g. api.fixed_ms=15")
-        out[key.strip()] = value.strip()
-    return out
+    return parse_pairs(items, option, "api.fixed_ms=15")
 
 
 _AB_ONLY = (
@@ -165,26 +174,9 @@ def _check_usage(args: argparse.Namespace) -> None:
 
 
 def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
-    from harness.gate.ab import ABOptions, Side, run_ab
-    from harness.transports import TRANSPORT_NAMES
-    from harness.workload.scenario import load_scenario
-
     scenario = load_scenario(args.subject, _pairs(args.set, "--set") or None)
-    transports = [t.strip() for t in args.transports.split(",")] if args.transports else None
-    for t in transports or []:
-        if t not in TRANSPORT_NAMES:
-            raise UsageError(
-                f"--transports: unknown transport {t!r}; expected some of {', '.join(TRANSPORT_NAMES)}"
-            )
-    api_key = "sk-loopbench"
-    if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env, "")
-        if not api_key:
-            raise UsageError(
-                f"--api-key-env: environment variable {args.api_key_env} is not set or empty"
-            )
-    from reference_server.core.profiles import load_profiles
-
+    transports = parse_transports(args.transports)
+    key = api_key(args.api_key_env)
     sides = [
         Side(
             target=getattr(args, f"{side}_target"),
@@ -213,7 +205,7 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
         run_id=args.run_id,
         rounds=args.rounds,
         transports=transports,
-        api_key=api_key,
+        api_key=key,
     )
     quiet = args.quiet
 
@@ -256,11 +248,6 @@ def judge(
     ab: bool = False,
 ) -> GateReport:
     """Load the rules and both runs and evaluate; raises the gate's errors (see :func:`cmd_gate`)."""
-    from harness.gate.evaluate import evaluate
-    from harness.gate.rules import load_rules
-    from harness.gate.samples import run_data
-    from harness.report.results import load_run
-
     cfg = load_rules(rules_path, ab=ab)
     cand = run_data(load_run(candidate))
     base = run_data(load_run(baseline)) if baseline is not None else None
@@ -272,8 +259,6 @@ def cmd_gate(args: argparse.Namespace) -> int:
     try:
         _check_usage(args)
         if args.rules:
-            from harness.gate.rules import load_rules
-
             load_rules(args.rules)  # a broken rules file must fail before minutes of A/B measuring
         if args.ab:
             candidate, baseline = _measure_ab(args)
@@ -292,16 +277,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     try:
         if args.junit:
-            from harness.gate.junit import render_junit
-
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
             _write(
                 args.junit,
                 render_junit(report, timestamp=stamp, elapsed_s=time.monotonic() - started),
             )
         if args.markdown:
-            from harness.gate.markdown import render_markdown
-
             _write(args.markdown, render_markdown(report))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -22,7 +22,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.wire.errors import UsageError
+from harness.cli.common import HelpFormatter, scenario_overrides, transports_epilog
+from harness.cli.summary_table import print_summary
+from harness.report.results import load_run, new_run_id
+from harness.run.embedded import embedded_server
+from harness.wire.errors import ResultsError, UsageError
+from harness.wire.transports import LOCUST_TRANSPORTS, TRANSPORTS
+from harness.workload.scenario import Scenario, load_scenario
 
 #: the locustfile, located without importing it (importing it would import locust)
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "locust_driver" / "locustfile.py"
@@ -33,7 +39,7 @@ EXIT_GRACE_S = 20.0
 STOP_WAIT_S = 60.0
 
 
-def add_locust_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "locust",
         help="distributed load: a Locust master and workers replaying a scenario",
@@ -41,6 +47,10 @@ def add_locust_parser(sub: Any) -> None:
         "scenario's rollouts, workers run them and ship HDR histograms back, and the master writes "
         "the same results folder as `loopbench run`. Without --target an embedded reference server "
         "is started. With --worker, only start workers that join a master elsewhere.",
+        epilog=transports_epilog(
+            (t for t in TRANSPORTS if t.locust), "transports available under Locust"
+        ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML file (master only)")
     p.add_argument(
@@ -237,35 +247,25 @@ def _run_workers(args: argparse.Namespace) -> int:
     return max(codes, default=0)
 
 
-def _check_scenario(args: argparse.Namespace) -> Any:
-    from harness.workload.scenario import load_scenario
-
+def _check_scenario(args: argparse.Namespace) -> Scenario:
     if not args.scenario:
         raise UsageError("loopbench locust: a scenario file is required (or --worker)")
-    overrides: dict[str, str] = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. load.concurrency=4")
-        overrides[key.strip()] = value.strip()
-    scenario = load_scenario(args.scenario, overrides or None)
+    scenario = load_scenario(args.scenario, scenario_overrides(args.set))
     names = (
         [t.strip() for t in args.transports.split(",") if t.strip()]
         if args.transports
         else list(scenario.transports)
     )
-    supported = ("http", "http-chained", "ws", "ws-store")
     for name in names:
-        if name not in supported:
+        if name not in LOCUST_TRANSPORTS:
             raise UsageError(
-                f"transports: {name!r} is not available under Locust; expected some of {', '.join(supported)}"
+                f"transports: {name!r} is not available under Locust; "
+                f"expected some of {', '.join(LOCUST_TRANSPORTS)}"
             )
     return scenario
 
 
 def _run_master(args: argparse.Namespace) -> int:
-    from harness.report.results import new_run_id
-
     scenario = _check_scenario(args)
     local = (0 if args.remote_workers else 1) if args.workers is None else args.workers
     if local < 0 or args.remote_workers < 0:
@@ -288,8 +288,6 @@ def _run_master(args: argparse.Namespace) -> int:
         if args.target:
             target, embedded = args.target, False
         else:
-            from harness.run.embedded import embedded_server
-
             server = scenario.server
             target = stack.enter_context(
                 embedded_server(
@@ -340,10 +338,6 @@ def _run_master(args: argparse.Namespace) -> int:
 
 
 def _report(run_dir: Path, code: int) -> int:
-    from harness.cli.summary_table import print_summary
-    from harness.report.results import load_run
-    from harness.wire.errors import ResultsError
-
     try:
         run = load_run(run_dir)
     except ResultsError as exc:

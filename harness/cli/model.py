@@ -10,21 +10,84 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.wire.errors import LoopbenchError
+import yaml
 
-EXIT_OK = 0
-EXIT_FAILED = 1
+from harness.cli.common import EXIT_ERROR, EXIT_OK, HelpFormatter, transports_epilog
+from harness.report.results import load_run
+from harness.tools.calibrate import (
+    HTTP_LIKE,
+    WS_LIKE,
+    describe,
+    fit,
+    profiles_from_fit,
+    turns_from_rows,
+)
+from harness.tools.reproduce import PARTS, REPRODUCE_DIR, all_passed, format_table, run_reproduction
+from harness.wire.errors import LoopbenchError
+from harness.wire.transports import TRANSPORTS
+from reference_server.core.profiles import load_profiles
+
+
+def add_parser(sub: Any) -> None:
+    rep = sub.add_parser(
+        "reproduce",
+        help="measure the published figures (docs/model.md §9) against the embedded reference server",
+        description="Run scenarios/reproduce/*.yaml through real sockets against embedded reference "
+        "servers and print each published figure, its band, the measured value and pass/fail. "
+        "Exit status 1 unless every row passes.",
+    )
+    rep.add_argument(
+        "--out", default="results/reproduction", help="results root (default: results/reproduction)"
+    )
+    rep.add_argument(
+        "--scenarios", help="folder of the part scenarios (default: scenarios/reproduce)"
+    )
+    rep.add_argument("--parts", help="comma-separated subset of parts to run (default: all)")
+    rep.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="[PART:]KEY=VALUE",
+        help="scenario override for one part (or all), e.g. codex-cerebras:rollout.count=4",
+    )
+    rep.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    rep.set_defaults(func=cmd_reproduce)
+
+    cal = sub.add_parser(
+        "calibrate",
+        help="fit API-tier and engine parameters to a run and write profile YAMLs",
+        description="Fit the simulation model (TTFT vs processed and uncached tokens, decode and "
+        "burst rates, post-inference work) to the turns of RUN_DIR, measured against any "
+        "endpoint, and write api-NAME.yaml and engine-NAME.yaml for the reference server.",
+        epilog=transports_epilog(
+            (t for t in TRANSPORTS if t.name in HTTP_LIKE or t.name in WS_LIKE),
+            "transports a fit uses",
+        ),
+        formatter_class=HelpFormatter,
+    )
+    cal.add_argument(
+        "run_dir", help="a results folder (best: http and ws over varied tool outputs)"
+    )
+    cal.add_argument("--name", default="fitted", help="profile name (default: fitted)")
+    cal.add_argument("--out", default=".", help="folder for the two YAML files (default: .)")
+    cal.add_argument("--transports", help="fit only these transports (comma-separated)")
+    cal.add_argument(
+        "--base-ttft-ms",
+        type=float,
+        help="the engine's share of the fixed TTFT, if known (default: all of the cheapest path's)",
+    )
+    cal.add_argument(
+        "--base-api", default="optimized", help="API profile supplying unfitted parameters"
+    )
+    cal.add_argument(
+        "--base-engine",
+        default="cerebras-spark",
+        help="engine profile supplying unfitted parameters (capacity, cache size)",
+    )
+    cal.set_defaults(func=cmd_calibrate)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from harness.tools.reproduce import (
-        PARTS,
-        REPRODUCE_DIR,
-        all_passed,
-        format_table,
-        run_reproduction,
-    )
-
     out = Path(args.out)
     parts = [p.strip() for p in args.parts.split(",")] if args.parts else list(PARTS)
     for part in parts:
@@ -63,16 +126,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     print(format_table(result.rows))
     verdict = "all rows pass" if all_passed(result.rows) else "NOT all rows pass"
     print(f"\n{verdict}; {result.wall_s:.0f} s; results: {out}")
-    return EXIT_OK if all_passed(result.rows) else EXIT_FAILED
+    return EXIT_OK if all_passed(result.rows) else EXIT_ERROR
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    import yaml
-
-    from harness.report.results import load_run
-    from harness.tools.calibrate import describe, fit, profiles_from_fit, turns_from_rows
-    from reference_server.core.profiles import load_profiles
-
     run = load_run(args.run_dir)
     rows: list[dict[str, Any]] = run.turns.to_dict("records")
     if args.transports:
@@ -100,57 +157,3 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"wrote {api_path} and {engine_path}")
     print(f"replay: loopbench serve --api-profile {api_path} --engine-profile {engine_path}")
     return EXIT_OK
-
-
-def add_model_commands(sub: Any) -> None:
-    rep = sub.add_parser(
-        "reproduce",
-        help="measure the published figures (docs/model.md §9) against the embedded reference server",
-        description="Run scenarios/reproduce/*.yaml through real sockets against embedded reference "
-        "servers and print each published figure, its band, the measured value and pass/fail. "
-        "Exit status 1 unless every row passes.",
-    )
-    rep.add_argument(
-        "--out", default="results/reproduction", help="results root (default: results/reproduction)"
-    )
-    rep.add_argument(
-        "--scenarios", help="folder of the part scenarios (default: scenarios/reproduce)"
-    )
-    rep.add_argument("--parts", help="comma-separated subset of parts to run (default: all)")
-    rep.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="[PART:]KEY=VALUE",
-        help="scenario override for one part (or all), e.g. codex-cerebras:rollout.count=4",
-    )
-    rep.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    rep.set_defaults(func=cmd_reproduce)
-
-    cal = sub.add_parser(
-        "calibrate",
-        help="fit API-tier and engine parameters to a run and write profile YAMLs",
-        description="Fit the simulation model (TTFT vs processed and uncached tokens, decode and "
-        "burst rates, post-inference work) to the turns of RUN_DIR, measured against any "
-        "endpoint, and write api-NAME.yaml and engine-NAME.yaml for the reference server.",
-    )
-    cal.add_argument(
-        "run_dir", help="a results folder (best: http and ws over varied tool outputs)"
-    )
-    cal.add_argument("--name", default="fitted", help="profile name (default: fitted)")
-    cal.add_argument("--out", default=".", help="folder for the two YAML files (default: .)")
-    cal.add_argument("--transports", help="fit only these transports (comma-separated)")
-    cal.add_argument(
-        "--base-ttft-ms",
-        type=float,
-        help="the engine's share of the fixed TTFT, if known (default: all of the cheapest path's)",
-    )
-    cal.add_argument(
-        "--base-api", default="optimized", help="API profile supplying unfitted parameters"
-    )
-    cal.add_argument(
-        "--base-engine",
-        default="cerebras-spark",
-        help="engine profile supplying unfitted parameters (capacity, cache size)",
-    )
-    cal.set_defaults(func=cmd_calibrate)

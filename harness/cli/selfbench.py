@@ -1,17 +1,24 @@
-"""``loopbench selfbench``: the argument parser and the command (thin)."""
+"""``loopbench selfbench``: measure the harness itself (thin: parse, call, print)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_OK = 0
+import orjson
+
+from harness.cli.common import EXIT_OK
+from harness.tools.selfbench.bench import SelfbenchOptions, run_selfbench
+from harness.tools.selfbench.figures import document, render_table, verdict
+from harness.wire.errors import UsageError
+
 EXIT_TARGET_MISSED = 3
 
 
-def add_selfbench_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "selfbench",
         help="measure the harness itself: loopback ceiling, pipeline rate, overhead, pacing, memory",
@@ -47,21 +54,12 @@ def add_selfbench_parser(sub: Any) -> None:
 
 
 def cmd_selfbench(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    import orjson
-
-    from harness.tools.selfbench.bench import SelfbenchOptions, run_selfbench
-    from harness.tools.selfbench.figures import document, render_table, verdict
-
     opts = SelfbenchOptions.quick() if args.quick else SelfbenchOptions()
     if args.no_locust:
         opts = dataclasses.replace(opts, locust=False)
     steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
     unknown = sorted(set(steps) - {"throughput", "timing", "memory"})
     if unknown or not steps:
-        from harness.wire.errors import UsageError
-
         raise UsageError(
             f"--steps: expected some of throughput, timing, memory, got {args.steps!r}"
         )

@@ -6,6 +6,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
+from harness.run.progress import schedule_table
+
 
 def _fmt(value: Any, digits: int = 1) -> str:
     if value is None:
@@ -20,9 +25,6 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 
 def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     # Piped output (CI logs, files) gets a fixed wide layout instead of an 80-column squeeze.
     console = Console() if sys.stdout.isatty() else Console(width=160)
     table = Table(title=f"loopbench — {summary.get('run_id', '')}", title_justify="left")
@@ -77,8 +79,6 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
                 f"{_fmt(c.get('ttft_p50_reduction_pct'))} %",
             )
         console.print(ct)
-    from harness.run.progress import schedule_table
-
     sched = schedule_table(summary)
     if sched is not None:
         console.print(sched)

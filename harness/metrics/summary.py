@@ -38,12 +38,13 @@ from typing import Any
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.stats import paired_speedup, unpaired_speedup
 from harness.metrics.timeseries import buckets_to_series
+from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.records import RolloutRecord, TurnRecord
 
 FORMAT_VERSION = 1
 
-#: transports in the order a default comparison picks its baseline
-TRANSPORT_ORDER = ("http", "http-chained", "ws", "ws-store", "ws-append")
+#: transports in the order a default comparison picks its baseline: the registry's
+TRANSPORT_ORDER = TRANSPORT_NAMES
 
 _NS_PER_S = 1_000_000_000
 _SIM_FIELDS = (

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from harness.report import analysis as A
+from harness.wire.transports import BY_NAME
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,14 +27,7 @@ if TYPE_CHECKING:
 
     from harness.report.results import Run
 
-#: one colour per transport, the same in every plot and report
-TRANSPORT_COLORS = {
-    "http": "#c0392b",
-    "http-chained": "#e67e22",
-    "ws": "#2471a3",
-    "ws-store": "#17a589",
-    "ws-append": "#7d3c98",
-}
+#: for a transport the registry does not know (a results folder written by another version)
 _FALLBACK_COLORS = ("#5d6d7e", "#b7950b", "#a04000", "#1e8449", "#6c3483")
 
 COMPONENT_COLORS = {
@@ -81,7 +75,9 @@ STYLE: dict[str, Any] = {
 
 
 def transport_color(name: str, index: int = 0) -> str:
-    return TRANSPORT_COLORS.get(name, _FALLBACK_COLORS[index % len(_FALLBACK_COLORS)])
+    """The registry's colour of ``name``, the same in every plot and report."""
+    spec = BY_NAME.get(name)
+    return spec.colour if spec is not None else _FALLBACK_COLORS[index % len(_FALLBACK_COLORS)]
 
 
 @contextmanager

@@ -47,11 +47,20 @@ from typing import Any
 import numpy as np
 
 from harness.wire.errors import LoopbenchError
+from harness.wire.transports import TRANSPORTS
 
-HTTP_LIKE = frozenset({"http", "http-chained", "sdk-http"})
-# ws-append is left out: its later turns are appends, with no per-request API work to fit.
-WS_LIKE = frozenset({"ws", "ws-store", "sdk-ws"})
-CHAINED = frozenset({"http-chained", "ws", "ws-store", "sdk-ws"})
+# The transports a fit can use, grouped by what their requests cost (registry capabilities),
+# plainest first (no chain, then no store): the first one a run holds supplies the intercept.
+# The append prototype is left out: its later turns are appends, with no per-request API work.
+_PLAIN_FIRST = sorted((t for t in TRANSPORTS if not t.append), key=lambda t: (t.chained, t.store))
+#: requests over HTTP, each resolved from scratch
+HTTP_LIKE = tuple(t.name for t in _PLAIN_FIRST if not t.websocket)
+#: requests on a WebSocket, resolved once per connection
+WS_LIKE = tuple(t.name for t in _PLAIN_FIRST if t.websocket)
+#: later turns send only what is new
+CHAINED = frozenset(t.name for t in TRANSPORTS if t.chained)
+#: the chain is re-loaded from the store on every request (no connection cache holds it)
+REHYDRATING = frozenset(t.name for t in TRANSPORTS if t.chained and not t.websocket)
 #: a response whose decode rate exceeds the sustained rate by this factor had a burst
 BURST_FACTOR = 1.05
 BURST_WINDOW_S = 0.1
@@ -129,7 +138,7 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
                 if prev is not None and transport in CHAINED:
                     before = int(prev["input_tokens"]) + int(prev["output_tokens"])
                     processed = max(0, inp - before)
-                    rehydrated = before if transport == "http-chained" else 0
+                    rehydrated = before if transport in REHYDRATING else 0
                 last, done = int(row["last_token_ns"]), int(row["done_ns"])
                 n_out = int(row["output_tokens"])
                 tps = (n_out - 1) * 1e9 / (last - first) if n_out >= 2 and last > first else None
@@ -169,7 +178,7 @@ def _truthy(value: Any) -> bool:
 
 def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit:
     """Least-squares TTFT model plus decode statistics; raises :class:`CalibrationError`."""
-    usable = [t for t in turns if t.transport in HTTP_LIKE | WS_LIKE]
+    usable = [t for t in turns if t.transport in HTTP_LIKE or t.transport in WS_LIKE]
     if len(usable) < 8:
         raise CalibrationError(
             f"calibrate: expected at least 8 successful turns over http/ws transports, "
@@ -209,14 +218,14 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     prefill_tps = 1000.0 / q if q is not None and q > 0 else None
     if q is not None and q <= 0:
         notes.append(f"prefill slope {q:.3g} ms/token is not positive: prefill rate not fitted")
-    a_http = _first(got, ("a:http", "a:sdk-http", "a:http-chained"))
-    a_ws = _first(got, ("a:ws", "a:ws-store", "a:sdk-ws"))
-    if a_http is not None and "a:http" not in got and "a:sdk-http" not in got:
-        notes.append("http intercept from http-chained only: it includes the re-sent prompt")
+    http_name = next((n for n in HTTP_LIKE if f"a:{n}" in got), None)
+    ws_name = next((n for n in WS_LIKE if f"a:{n}" in got), None)
+    a_http = got[f"a:{http_name}"] if http_name else None
+    a_ws = got[f"a:{ws_name}"] if ws_name else None
+    if http_name in CHAINED:
+        notes.append(f"http intercept from {http_name} only: it includes the re-sent prompt")
     # The overhead of the very transport whose intercept is used (http-chained's store I/O
     # is not http's).
-    http_name = next((n for n in ("http", "sdk-http", "http-chained") if f"a:{n}" in got), None)
-    ws_name = next((n for n in ("ws", "ws-store", "sdk-ws") if f"a:{n}" in got), None)
     overhead_http = _overhead(usable, frozenset({http_name})) if http_name else None
     overhead_ws = _overhead(usable, frozenset({ws_name})) if ws_name else None
     connect = got.get("c_http")
@@ -312,10 +321,6 @@ def _overhead(turns: Sequence[Turn], kinds: frozenset[str]) -> float | None:
         if t.transport in kinds and t.model_ttft_ms is not None
     )
     return _median(errs) if errs else None
-
-
-def _first(values: Mapping[str, float], keys: Sequence[str]) -> float | None:
-    return next((values[k] for k in keys if k in values), None)
 
 
 def _burst_length(t: Turn, sustained: float, burst: float) -> int:

@@ -23,22 +23,31 @@ Parts and what they feed:
 * ``decode-cerebras`` — long responses, 8 concurrent streams: rows 3 (1,000 TPS)
   and 4.
 
-A transport the harness does not implement yet is skipped, and a row that
-needs it is reported ``blocked`` — never passed.
+A row that needs a transport whose rollouts all failed is reported
+``blocked`` — never passed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import math
+import multiprocessing
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.metrics.stats import paired_speedup
+from harness.report.results import load_run, write_index
+from harness.run.embedded import embedded_server
+from harness.run.runner import RunOptions, run_plans, run_scenario
+from harness.tools.selfbench.loop import run_async
 from harness.wire.errors import LoopbenchError
+from harness.workload.rollout import generate_rollouts
+from harness.workload.scenario import load_scenario, validate_scenario
 
 Status = Literal["pass", "fail", "blocked"]
 
@@ -218,8 +227,6 @@ def paired_reduction_pct(
     baseline_ms: Mapping[Any, float], candidate_ms: Mapping[Any, float]
 ) -> float | None:
     """Rollout latency reduction % of candidate over baseline on the rollouts both completed."""
-    from harness.metrics.stats import paired_speedup
-
     keys = sorted(baseline_ms.keys() & candidate_ms.keys())
     if not keys:
         return None
@@ -388,35 +395,21 @@ def run_reproduction(
     an existing folder of the same name is an error (results are never overwritten).
     ``render=False`` skips each run's report and plots (the test suite's reduced run).
     """
-    import time
-
-    from harness.report.results import load_run, write_index
-    from harness.transports import TRANSPORT_NAMES
-    from harness.workload.scenario import load_scenario
-
     t_start = time.monotonic()
     overrides = overrides or {}
     summaries: dict[str, dict[str, Any]] = {}
     run_dirs: dict[str, Path] = {}
-    missing: dict[str, str] = {}
     gpu_reduction: float | None = None
     cpus = os.cpu_count() or 1
     load_peak = os.getloadavg()[0]
     for part in parts:
         sets = {**overrides.get("*", {}), **overrides.get(part, {})}
         scenario = load_scenario(scenario_dir / f"{part}.yaml", dict(sets) or None)
-        wanted: list[str] = list(scenario.transports)
-        runnable = [t for t in wanted if t in TRANSPORT_NAMES]
-        for t in wanted:
-            if t not in runnable:
-                missing[t] = "transport not implemented in this harness yet"
-        if not runnable:
-            raise ReproductionError(f"{part}: none of the transports {wanted} can run here")
-        scenario = scenario.model_copy(update={"transports": runnable})
+        transports: list[str] = list(scenario.transports)
         if printer is not None:
-            printer(f"reproduce: {part} over {', '.join(runnable)}")
+            printer(f"reproduce: {part} over {', '.join(transports)}")
         if part in SIDE_BY_SIDE:
-            results = _run_side_by_side(part, scenario, runnable, out_root, render)
+            results = _run_side_by_side(part, scenario, transports, out_root, render)
             for name, (run_dir, summary) in results.items():
                 summaries[f"{part}/{name}"] = summary
                 run_dirs[f"{part}/{name}"] = run_dir
@@ -443,7 +436,7 @@ def run_reproduction(
                 f"reproduce: warning: host load average {load:.1f} on {cpus} cores after {part}: "
                 "other processes compete with the client and server"
             )
-    m = measurements_from(summaries, gpu_reduction_pct=gpu_reduction, missing_transports=missing)
+    m = measurements_from(summaries, gpu_reduction_pct=gpu_reduction)
     rows = evaluate(m, bands)
     wall = time.monotonic() - t_start
     write_index(
@@ -492,8 +485,6 @@ def _as_dict(m: Measurements) -> dict[str, Any]:
 
 
 def _run_one(part: str, scenario: Any, out_root: Path, render: bool) -> tuple[Path, dict[str, Any]]:
-    from harness.run.runner import RunOptions, run_scenario
-
     opts = RunOptions(results_root=out_root, run_id=part, progress=False, render=render)
     res = run_scenario(scenario, str(REPRODUCE_DIR / f"{part}.yaml"), opts)
     return res.run_dir, res.summary
@@ -508,11 +499,6 @@ def _run_side_by_side(
     writing its results (statistics, plots) would stall a shared loop for
     seconds and the other transport would measure the stall.
     """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from harness.run.embedded import embedded_server
-
     server = scenario.server
     doc = scenario.model_dump(mode="json")
     ctx = multiprocessing.get_context("spawn")
@@ -537,10 +523,6 @@ def _transport_process(
     doc: dict[str, Any], part: str, transport: str, url: str, out_root: str, render: bool
 ) -> tuple[str, dict[str, Any]]:
     """Body of a side-by-side client process: one transport's run against ``url``."""
-    from harness.run.runner import RunOptions, run_plans
-    from harness.workload.rollout import generate_rollouts
-    from harness.workload.scenario import validate_scenario
-
     source = str(REPRODUCE_DIR / f"{part}.yaml")
     scenario = validate_scenario(doc, source)
     opts = RunOptions(
@@ -551,16 +533,8 @@ def _transport_process(
         render=render,
     )
     coro = run_plans(scenario, source, generate_rollouts(scenario), url, opts, embedded=True)
-    res = _run_loop(coro)
+    res = run_async(coro)
     return str(res.run_dir), res.summary
-
-
-def _run_loop(coro: Any) -> Any:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 def _rollout_latencies(run: Any) -> dict[tuple[int, int], float]:

@@ -33,7 +33,9 @@ from typing import Any
 
 import yaml
 
+from harness.report.results import read_csv_gz, write_index
 from harness.run.embedded import READY_PREFIX, stop_process
+from harness.wire.transports import TRANSPORT_NAMES
 
 SOAK_FAULTS = (
     "seed=11",
@@ -48,7 +50,6 @@ SOAK_FAULTS = (
     "evict_rate=0.03",
     "lifetime_s=20",
 )
-TRANSPORTS = ("http", "http-chained", "ws", "ws-store", "ws-append")
 STARTUP_S = 10.0
 
 
@@ -141,12 +142,12 @@ def server_process(
 def soak_scenario(duration_s: float, seed: int) -> dict[str, Any]:
     """A mixed agent workload: every transport in interleaved rounds, closed loop."""
     rounds = 8
-    per_transport_s = duration_s / len(TRANSPORTS)
+    per_transport_s = duration_s / len(TRANSPORT_NAMES)
     return {
         "name": "soak",
         "description": "make soak: mixed transports under injected faults",
         "seed": seed,
-        "transports": list(TRANSPORTS),
+        "transports": list(TRANSPORT_NAMES),
         "rollout": {
             "count": rounds * 400,
             "system_tokens": 400,
@@ -206,8 +207,6 @@ def _stats(values: Sequence[int], load_values: Sequence[int]) -> dict[str, Any]:
 def run_soak(
     out: Path, duration_s: float, sample_s: float, seed: int, max_growth_mib: float
 ) -> int:
-    from harness.report.results import read_csv_gz, write_index
-
     out.mkdir(parents=True, exist_ok=True)
     scenario_path = out / "soak-scenario.yaml"
     scenario_path.write_text(yaml.safe_dump(soak_scenario(duration_s, seed), sort_keys=False))

@@ -8,6 +8,7 @@ reads this table; adding a transport starts here (docs/architecture.md).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness.wire.errors import UsageError
@@ -107,7 +108,8 @@ def transport_spec(name: str) -> TransportSpec:
         ) from None
 
 
-def transport_help() -> str:
-    """The transports, one per line, for ``--help`` texts."""
-    width = max(len(n) for n in TRANSPORT_NAMES)
-    return "\n".join(f"  {t.name:<{width}}  {t.description}" for t in TRANSPORTS)
+def transport_help(transports: Iterable[TransportSpec] = TRANSPORTS) -> str:
+    """The transports (default: all), one per line with their description, for ``--help`` texts."""
+    specs = list(transports)
+    width = max(len(t.name) for t in specs)
+    return "\n".join(f"  {t.name:<{width}}  {t.description}" for t in specs)

@@ -17,7 +17,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -31,6 +31,7 @@ from pydantic import model_validator as _model_validator
 from pydantic_core import ErrorDetails
 
 from harness.wire.errors import ScenarioError
+from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.distributions import (
     DIST_KINDS,
     ConstantDist,
@@ -43,7 +44,6 @@ from harness.workload.distributions import (
 
 __all__ = [
     "MAX_OPEN_LOOP_ROLLOUTS",
-    "TRANSPORTS",
     "Arrival",
     "Burst",
     "Load",
@@ -60,16 +60,12 @@ __all__ = [
     "validate_scenario",
 ]
 
-TransportName = Literal["http", "http-chained", "ws", "ws-store", "ws-append", "sdk-http", "sdk-ws"]
-TRANSPORTS: tuple[str, ...] = (
-    "http",
-    "http-chained",
-    "ws",
-    "ws-store",
-    "ws-append",
-    "sdk-http",
-    "sdk-ws",
-)
+if TYPE_CHECKING:
+    TransportName = str
+else:
+    # The registry's names as a Literal: pydantic then refuses any other name with the
+    # list of valid ones, and the JSON Schema offers them for completion.
+    TransportName = Literal[TRANSPORT_NAMES]
 
 # An open-loop plan is materialised up front; beyond this it would be a memory
 # problem disguised as a benchmark, so it is refused at validation time.

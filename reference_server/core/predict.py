@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.wire.transports import BY_NAME, TRANSPORT_NAMES, TransportSpec
 from reference_server.core.api_tier import (
     RequestCost,
     api_post_ms,
@@ -21,7 +22,14 @@ from reference_server.core.api_tier import (
 from reference_server.core.engine import expected_decode_ms, first_token_ns
 from reference_server.core.profiles import ApiProfile, EngineProfile
 
-TRANSPORTS = ("http", "http-chained", "ws", "ws-store", "ws-append")
+
+def _spec(transport: str) -> TransportSpec:
+    try:
+        return BY_NAME[transport]
+    except KeyError:
+        raise ValueError(
+            f"transport: expected one of {', '.join(TRANSPORT_NAMES)}, got {transport!r}"
+        ) from None
 
 
 def request_cost(
@@ -42,22 +50,19 @@ def request_cost(
     what ``ws`` costs.  ``ws-append`` makes a request only for the first turn
     (``history_tokens == 0``); later turns are appends to the live response.
     """
-    if transport == "http":
-        return RequestCost(new_connection, False, False, history_tokens + new_tokens, 0)
-    if transport == "http-chained":
-        if history_tokens == 0:
-            return RequestCost(new_connection, False, False, new_tokens, 0)
-        chain = max(0, history_tokens - resent_tokens)
-        return RequestCost(new_connection, False, False, new_tokens + resent_tokens, chain)
-    if transport == "ws":
-        return RequestCost(new_connection, True, not new_connection, new_tokens, 0)
-    if transport == "ws-store":
-        return RequestCost(new_connection, True, not new_connection, new_tokens, history_tokens)
-    if transport == "ws-append":
-        if history_tokens == 0:
-            return RequestCost(new_connection, True, not new_connection, new_tokens, 0)
+    spec = _spec(transport)
+    if spec.append and history_tokens > 0:
         return None
-    raise ValueError(f"transport: expected one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    if spec.websocket:
+        # A stored chain is what a cache miss re-loads; without a store there is none.
+        chain = history_tokens if spec.store else 0
+        return RequestCost(new_connection, True, not new_connection, new_tokens, chain)
+    if not spec.chained:
+        return RequestCost(new_connection, False, False, history_tokens + new_tokens, 0)
+    if history_tokens == 0:
+        return RequestCost(new_connection, False, False, new_tokens, 0)
+    chain = max(0, history_tokens - resent_tokens)
+    return RequestCost(new_connection, False, False, new_tokens + resent_tokens, chain)
 
 
 def predict_turn_ms(
@@ -175,7 +180,7 @@ def predict_rollout(
     ttfts: list[float] = []
     turn_ms: list[float] = []
     for i, (history, new, output) in enumerate(turns):
-        new_conn = i == 0 or (transport.startswith("http") and not keepalive)
+        new_conn = i == 0 or (not _spec(transport).websocket and not keepalive)
         p = predict_turn_ms(
             api,
             engine,

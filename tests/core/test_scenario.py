@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.wire.errors import ScenarioError
+from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.distributions import ConstantDist, LognormalDist, UniformDist
 from harness.workload.scenario import load_scenario, scenario_json_schema, validate_scenario
 
@@ -44,7 +45,7 @@ BAD: list[tuple[str, str | None]] = [
     (
         "name: x\ntransports: [http, websocket]\n",
         "transports[1]: expected one of http, http-chained, ws, ws-store, ws-append, "
-        "sdk-http, sdk-ws, got 'websocket'",
+        "got 'websocket'",
     ),
     ("name: x\ntransports: [http, htp]\n", None),  # checked separately: did-you-mean
     ("name: x\ntransports: [ws, ws]\n", "transports[1]: expected each transport once, got 'ws'"),
@@ -304,6 +305,8 @@ def test_json_schema_export() -> None:
     assert schema["additionalProperties"] is False
     assert "lognormal" in text and "p95" in text
     assert "ws-append" in text
+    # editors offer exactly the names a run accepts
+    assert schema["properties"]["transports"]["items"]["enum"] == list(TRANSPORT_NAMES)
 
 
 @pytest.mark.parametrize("name", ["quickstart", "tiny"])

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli.main import main
 from harness.run.runner import RunOptions, run_scenario
+from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.rollout import generate_rollouts, history_tokens, load_scenario_trace
 from harness.workload.scenario import load_scenario
 
@@ -80,6 +82,22 @@ def test_every_shipped_scenario_validates_and_generates() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count(": ok") == len(files)
+
+
+@pytest.mark.parametrize("name", ["sdk-http", "sdk-ws"])
+def test_validate_refuses_a_transport_that_cannot_run(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "sdk.yaml"
+    path.write_text(f"name: sdk\ntransports: [http, {name}]\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", str(path)])
+    assert exc.value.code == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.startswith(
+        f"{path}: transports[1]: expected one of {', '.join(TRANSPORT_NAMES)}, got {name!r}"
+    ), out.err
 
 
 def test_every_top_level_scenario_has_a_reduced_run() -> None:

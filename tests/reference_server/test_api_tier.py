@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.wire.transports import TRANSPORT_NAMES
 from reference_server.core.api_tier import (
     RequestCost,
     api_post_ms,
@@ -11,7 +12,6 @@ from reference_server.core.api_tier import (
     post_blocks_completion,
 )
 from reference_server.core.predict import (
-    TRANSPORTS,
     CodexRollout,
     predict_rollout,
     predict_turn_ms,
@@ -69,7 +69,9 @@ def test_post_blocks_only_on_http() -> None:
 @pytest.mark.parametrize("api", [OPT, LEGACY], ids=["optimized", "legacy"])
 @pytest.mark.parametrize("history", [0, 3_150, 30_000, 56_000])
 def test_per_turn_cost_ordering(api: ApiProfile, history: int) -> None:
-    turn = {t: predict_turn_ms(api, CEREBRAS, t, history, 2_000, 150)["turn"] for t in TRANSPORTS}
+    turn = {
+        t: predict_turn_ms(api, CEREBRAS, t, history, 2_000, 150)["turn"] for t in TRANSPORT_NAMES
+    }
     assert turn["ws-append"] <= turn["ws"] <= turn["http-chained"] <= turn["http"]
     assert turn["ws"] <= turn["ws-store"] <= turn["http-chained"]
     if history:
@@ -77,7 +79,7 @@ def test_per_turn_cost_ordering(api: ApiProfile, history: int) -> None:
 
 
 def test_legacy_costs_more_than_optimized_everywhere() -> None:
-    for transport in TRANSPORTS:
+    for transport in TRANSPORT_NAMES:
         for history in (0, 20_000):
             for new_conn in (False, True):
                 o = predict_turn_ms(
@@ -104,7 +106,7 @@ def test_request_cost_per_transport() -> None:
 
 def test_prefix_cache_makes_prefill_transport_independent() -> None:
     expected = 2_000 / CEREBRAS.prefill_tps * 1000 + CEREBRAS.base_ttft_ms
-    for t in TRANSPORTS:
+    for t in TRANSPORT_NAMES:
         assert predict_turn_ms(OPT, CEREBRAS, t, 30_000, 2_000, 150)["prefill"] == pytest.approx(
             expected
         )
@@ -151,7 +153,7 @@ def test_gpu_legacy_hides_the_api_overhead() -> None:
 
 @pytest.mark.parametrize("engine", [CEREBRAS, GPU], ids=["cerebras-spark", "gpu-legacy"])
 def test_rollout_ordering(engine: EngineProfile) -> None:
-    totals = {t: predict_rollout(OPT, engine, t).total_ms for t in TRANSPORTS}
+    totals = {t: predict_rollout(OPT, engine, t).total_ms for t in TRANSPORT_NAMES}
     assert totals["ws-append"] <= totals["ws"] <= totals["http-chained"] <= totals["http"]
 
 

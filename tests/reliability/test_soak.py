@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from harness.tools.soak import TRANSPORTS, growth_mib, soak_scenario
+from harness.tools.soak import growth_mib, soak_scenario
+from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import load_scenario
 
 
@@ -14,11 +15,11 @@ def test_the_soak_scenario_is_a_valid_mixed_scenario(tmp_path: Path) -> None:
     path = tmp_path / "soak.yaml"
     path.write_text(yaml.safe_dump(soak_scenario(240, seed=3)))
     scenario = load_scenario(path)
-    assert list(scenario.transports) == list(TRANSPORTS)
+    assert list(scenario.transports) == list(TRANSPORT_NAMES)
     assert scenario.load.order == "interleaved" and scenario.load.rounds > 1
     # duration_s is per transport in a closed loop: together they make the soak's length
     assert scenario.load.duration_s is not None
-    assert abs(scenario.load.duration_s * len(TRANSPORTS) - 240) < 0.01
+    assert abs(scenario.load.duration_s * len(TRANSPORT_NAMES) - 240) < 0.01
 
 
 def test_growth_ignores_the_warm_up_and_sees_a_leak() -> None:

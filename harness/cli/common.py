@@ -1,0 +1,99 @@
+"""What the subcommand families share: exit codes, shared option values, the help layout."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import textwrap
+from collections.abc import Iterable, Sequence
+
+from harness.wire.errors import UsageError
+from harness.wire.transports import TRANSPORT_NAMES, TRANSPORTS, TransportSpec, transport_help
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 4
+
+DEFAULT_API_KEY = "sk-loopbench"
+
+# "  name  description": a row of a help table (two spaces before the description).
+_ROW = re.compile(r"(\s+\S+\s{2,})\S")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's layout, except that indented rows (the transports) keep their own lines.
+
+    Prose is re-flowed as argparse always does; a table row wraps under its description.
+    """
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out: list[str] = []
+        prose: list[str] = []
+
+        def flush() -> None:
+            if prose:
+                out.append(super(HelpFormatter, self)._fill_text(" ".join(prose), width, indent))
+                prose.clear()
+
+        for line in text.splitlines():
+            row = _ROW.match(line)
+            if row:
+                flush()
+                hang = indent + " " * len(row.group(1))
+                out.append(
+                    textwrap.fill(line, width, initial_indent=indent, subsequent_indent=hang)
+                )
+            elif line.strip():
+                prose.append(line)
+            else:
+                flush()
+                out.append("")
+        flush()
+        return "\n".join(out)
+
+
+def transports_epilog(
+    transports: Iterable[TransportSpec] = TRANSPORTS, heading: str = "transports"
+) -> str:
+    """The ``--help`` epilog naming the transports (from the registry) with what each does."""
+    return f"{heading}:\n" + transport_help(transports)
+
+
+def parse_transports(value: str | None) -> list[str] | None:
+    """``--transports http,ws``: the names, each checked against the registry; None if not given."""
+    if not value:
+        return None
+    names = [t.strip() for t in value.split(",")]
+    for t in names:
+        if t not in TRANSPORT_NAMES:
+            raise UsageError(
+                f"--transports: unknown transport {t!r}; expected some of {', '.join(TRANSPORT_NAMES)}"
+            )
+    return names
+
+
+def parse_pairs(items: Sequence[str], option: str, example: str) -> dict[str, str]:
+    """Repeated ``KEY=VALUE`` options (``--set``, ``--*-server-set``) as a mapping."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{option} {item!r}: expected KEY=VALUE, e.g. {example}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def scenario_overrides(items: Sequence[str]) -> dict[str, str] | None:
+    """``--set KEY=VALUE`` scenario overrides; None when there are none."""
+    return parse_pairs(items, "--set", "load.concurrency=4") or None
+
+
+def api_key(env_name: str | None) -> str:
+    """The API key read from ``--api-key-env``'s variable, else the reference server's default."""
+    if not env_name:
+        return DEFAULT_API_KEY
+    key = os.environ.get(env_name, "")
+    if not key:
+        raise UsageError(f"--api-key-env: environment variable {env_name} is not set or empty")
+    return key

@@ -1,0 +1,119 @@
+"""``loopbench run``: replay a scenario over each transport and print the summary."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.cli.common import (
+    EXIT_OK,
+    HelpFormatter,
+    api_key,
+    parse_transports,
+    scenario_overrides,
+    transports_epilog,
+)
+from harness.cli.summary_table import print_summary
+from harness.run.procs import run_procs
+from harness.run.progress import make_progress
+from harness.run.runner import RunOptions, run_scenario
+from harness.wire.errors import LoopbenchError
+from harness.workload.scenario import load_scenario
+
+
+def add_parser(sub: Any) -> None:
+    run = sub.add_parser(
+        "run",
+        help="replay a scenario's rollouts over each transport and report",
+        description="Replay the same seeded rollouts over each transport. Without --target, an embedded "
+        "reference server is started on a free loopback port and stopped afterwards.",
+        epilog=transports_epilog(),
+        formatter_class=HelpFormatter,
+    )
+    run.add_argument("scenario", help="scenario YAML file (see scenarios/)")
+    run.add_argument(
+        "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"
+    )
+    run.add_argument(
+        "--target", help="base URL of a Responses endpoint, e.g. http://127.0.0.1:8000/v1"
+    )
+    run.add_argument(
+        "--api-key-env", help="name of the environment variable holding the API key for --target"
+    )
+    run.add_argument("--out", default="results", help="results root folder (default: results/)")
+    run.add_argument("--run-id", help="name of the run folder (default: timestamp-scenario)")
+    run.add_argument("--baseline", help="transport the others are compared with (default: http)")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. load.concurrency=4",
+    )
+    run.add_argument(
+        "--no-keepalive", action="store_true", help="HTTP: open a new connection for every request"
+    )
+    run.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    run.add_argument(
+        "--no-hints",
+        action="store_true",
+        help="send no loopbench.* metadata hints (as a real endpoint would be driven; output "
+        "length is then bounded by max_output_tokens only)",
+    )
+    run.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=120.0,
+        help="a response silent for this long is abandoned as an error of kind timeout",
+    )
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    run.add_argument(
+        "--procs",
+        type=int,
+        default=1,
+        help="client processes (rollouts split among them, histograms merged); the embedded "
+        "server gets as many workers (default 1; see BENCHMARKS.md)",
+    )
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario, scenario_overrides(args.set))
+    transports = parse_transports(args.transports)
+    if not args.request_timeout_s > 0:
+        raise LoopbenchError(
+            f"--request-timeout-s: expected a positive number of seconds, got {args.request_timeout_s}"
+        )
+    opts = RunOptions(
+        transports=transports,
+        target=args.target,
+        api_key=api_key(args.api_key_env),
+        results_root=Path(args.out),
+        run_id=args.run_id,
+        keepalive=not args.no_keepalive,
+        verify_tls=not args.insecure,
+        baseline=args.baseline,
+        hints=not args.no_hints,
+        request_timeout_s=args.request_timeout_s,
+    )
+    # A live table on a terminal; plain lines every few seconds in logs.
+    progress = make_progress(sys.stderr, quiet=args.quiet)
+    _sigterm_as_sigint()
+    if args.procs > 1:
+        result = run_procs(
+            scenario, str(args.scenario), opts, args.procs, say=lambda m: print(m, file=sys.stderr)
+        )
+    else:
+        result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
+    print_summary(result.summary, result.run_dir)
+    return EXIT_OK
+
+
+def _sigterm_as_sigint() -> None:
+    """SIGTERM stops a run the way Ctrl-C does: records flushed, summary marked partial."""
+    # asyncio's runner turns SIGINT into a cancellation of the run, which the runner
+    # catches to finish writing; without this SIGTERM would kill the process mid-write.
+    signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))

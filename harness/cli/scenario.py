@@ -1,0 +1,72 @@
+"""``loopbench validate``, ``schema`` and ``import``: writing and checking scenario files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from harness.cli.common import EXIT_ERROR, EXIT_OK, HelpFormatter, transports_epilog
+from harness.wire.errors import LoopbenchError
+from harness.workload.importers import import_sessions
+from harness.workload.rollout import load_scenario_trace
+from harness.workload.scenario import load_scenario, scenario_json_schema
+
+
+def add_parser(sub: Any) -> None:
+    val = sub.add_parser(
+        "validate",
+        help="check scenario files and print precise errors",
+        epilog=transports_epilog(),
+        formatter_class=HelpFormatter,
+    )
+    val.add_argument("files", nargs="+")
+    val.set_defaults(func=cmd_validate)
+
+    schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editor completion)")
+    schema.set_defaults(func=cmd_schema)
+
+    imp = sub.add_parser(
+        "import",
+        help="turn recorded agent sessions into a replayable trace (docs/traces.md)",
+        description="Read recorded sessions and write a loopbench JSONL trace that a scenario "
+        "replays with `rollout.trace: FILE`.",
+    )
+    imp.add_argument("format", choices=["codex"], help="session format: codex (Codex CLI rollouts)")
+    imp.add_argument(
+        "paths",
+        nargs="+",
+        help="session files, or folders searched for *.jsonl (e.g. ~/.codex/sessions)",
+    )
+    imp.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="trace file to write, e.g. scenarios/traces/NAME.jsonl",
+    )
+    imp.set_defaults(func=cmd_import)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    failed = 0
+    for path in args.files:
+        try:
+            # A replayed trace is part of the scenario: check it resolves and parses too.
+            load_scenario_trace(load_scenario(path))
+            print(f"{path}: ok")
+        except LoopbenchError as exc:
+            failed += 1
+            print(str(exc), file=sys.stderr)
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(scenario_json_schema(), indent=2))
+    return EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    report = import_sessions(args.format, args.paths, args.output)
+    print(report)
+    return EXIT_OK
