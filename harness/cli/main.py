@@ -90,7 +90,8 @@ def _parse_sets(items: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from reference_server.serve import config_from_args, serve
+    from reference_server.cli import config_from_args
+    from reference_server.serve import serve
 
     serve(config_from_args(args))
     return EXIT_OK
@@ -130,7 +131,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from reference_server.serve import add_server_arguments
+    from reference_server.cli import add_server_arguments
 
     parser = argparse.ArgumentParser(
         prog="loopbench",
