@@ -222,20 +222,8 @@ class ReferenceServer:
             processed_tokens=conv.tokens - rehydrated + tools_tokens(req.tools),
             rehydrated_tokens=rehydrated,
         )
-        timing = await service.pre_inference(cost, cache)
-        response_id = ev.new_id("resp", rng)
-        builder = service.builder(req, response_id)
+        job = await service.admit(req, conv, cost, cache, rng, parent_stored=True)
         headers = {"x-request-id": request_id}
-        added_from = len(conv.items) - len(req.input_items)
-
-        def on_output(conv_out: Conversation) -> None:
-            service.store_response(
-                req,
-                response_id,
-                conv_out,
-                parent_stored=True,
-                added_items=conv_out.items[added_from:],
-            )
 
         if not req.stream:
 
@@ -244,24 +232,24 @@ class ReferenceServer:
 
             finished = await until_disconnect(
                 request.receive,
-                service.generate(req, conv, cost, builder, discard, timing, on_output=on_output),
+                service.generate(job, discard),
             )
             if not finished:
                 return Response(status_code=499)  # the client left: stop generating for nobody
             return Response(
-                orjson.dumps(builder.response_object()),
+                orjson.dumps(job.builder.response_object()),
                 media_type="application/json",
                 headers=headers,
             )
 
         async def run(send: SendEvents) -> bool:
             try:
-                await service.generate(req, conv, cost, builder, send, timing, on_output=on_output)
+                await service.generate(job, send)
             except InjectedDisconnect:
                 raise  # the connection is dropped, not the response failed
             except Exception as exc:
                 with contextlib.suppress(ValueError):
-                    await send(service.crashed(builder, exc))
+                    await send(service.crashed(job.builder, exc))
                 return False
             return True
 

@@ -70,6 +70,18 @@ class Segment:
         )
 
 
+@dataclass(slots=True)
+class Job:
+    """One admitted response, its API-tier work waited: what generating it needs."""
+
+    req: CreateRequest
+    conv: Conversation
+    cost: RequestCost
+    builder: ev.ResponseBuilder
+    timing: dict[str, Any]  # the response's sim_timing, filled in as it is generated
+    on_output: OnOutput
+
+
 def previous_not_found(response_id: str) -> RequestError:
     return RequestError(
         400,
@@ -196,11 +208,36 @@ class Service:
             stream_id=req.stream_id,
         )
 
-    async def pre_inference(self, cost: RequestCost, cache: str) -> dict[str, Any]:
+    async def admit(
+        self,
+        req: CreateRequest,
+        conv: Conversation,
+        cost: RequestCost,
+        cache: str,
+        rng: random.Random,
+        *,
+        parent_stored: bool,
+        remember: Callable[[str, Conversation], None] | None = None,
+    ) -> Job:
+        """Wait the modelled API-tier work; the job's output is stored (and ``remember``-ed)."""
         timing: dict[str, Any] = dict(await self.sim.pre_inference(cost))
         timing["cache"] = cache
         timing["processed_input_tokens"] = cost.processed_tokens + cost.rehydrated_tokens
-        return timing
+        response_id = ev.new_id("resp", rng)
+        added_from = len(conv.items) - len(req.input_items)
+
+        def on_output(conv_out: Conversation) -> None:
+            if remember is not None:
+                remember(response_id, conv_out)
+            self.store_response(
+                req,
+                response_id,
+                conv_out,
+                parent_stored=parent_stored,
+                added_items=conv_out.items[added_from:],
+            )
+
+        return Job(req, conv, cost, self.builder(req, response_id), timing, on_output)
 
     def failure(self, builder: ev.ResponseBuilder, message: str) -> list[dict[str, Any]]:
         """``error`` + ``response.failed`` in the configured error shape."""
@@ -301,22 +338,13 @@ class Service:
         await send([builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s())])
         return "completed"
 
-    async def generate(
-        self,
-        req: CreateRequest,
-        conv: Conversation,
-        cost: RequestCost,
-        builder: ev.ResponseBuilder,
-        send: Send,
-        timing: dict[str, Any],
-        *,
-        on_output: OnOutput,
-    ) -> str:
+    async def generate(self, job: Job, send: Send) -> str:
         """Stream one whole response; returns its final status.
 
         Post-inference work blocks ``response.completed`` over HTTP and runs in the
         background over WebSocket (docs/model.md).
         """
+        req, conv, cost, builder, timing = job.req, job.conv, job.cost, job.builder, job.timing
         rng = self.rng()
         send = fault_send.wrap_send(send, self.config.faults.stall_s)
         await send(builder.start())
@@ -328,7 +356,7 @@ class Service:
                 engine_queue=0.0, prefill=0.0, decode=0.0, api_post=0.0, cached_input_tokens=0
             )
             timing["ttft"] = timing["api_pre"] + timing["api_queue"]
-            on_output(conv)
+            job.on_output(conv)
             usage = ev.usage(conv.tokens + tools_tokens(req.tools), 0, 0)
             return await self.finish(builder, send, usage, timing, truncated=False)
         seg = await self.run_segment(
@@ -341,7 +369,7 @@ class Service:
         else:
             timing["api_post"] = await self.sim.post_inference(cost)
         conv.extend(builder.output)
-        on_output(conv)
+        job.on_output(conv)
         usage = seg.usage(seg.output_tokens)
         return await self.finish(builder, send, usage, timing, truncated=seg.truncated)
 

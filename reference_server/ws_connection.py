@@ -40,13 +40,7 @@ from reference_server.core.validation import (
     parse_create,
 )
 from reference_server.protocols import ARRIVED_KEY, BATCH_EXTENSION, BATCH_KEY
-from reference_server.service import (
-    OnOutput,
-    Send,
-    Service,
-    fault_error,
-    previous_not_found,
-)
+from reference_server.service import Job, Send, Service, fault_error, previous_not_found
 from reference_server.sim import mark_arrival
 
 
@@ -473,38 +467,26 @@ class WsConnection:
             processed_tokens=res.processed_tokens,
             rehydrated_tokens=res.rehydrated_tokens,
         )
-        timing = await self.s.pre_inference(cost, res.cache)
-        response_id = ev.new_id("resp", rng)
-        builder = self.s.builder(req, response_id)
-        conv = res.conv
-        added_from = len(conv.items) - len(req.input_items)
 
-        def on_output(conv_out: Conversation) -> None:
+        def remember(response_id: str, conv_out: Conversation) -> None:
             self.cache.put(
                 lane,
                 CachedResponse(
                     response_id, conv_out, req.instructions, req.tools, res.tools_tokens, req.store
                 ),
             )
-            self.s.store_response(
-                req,
-                response_id,
-                conv_out,
-                parent_stored=res.parent_stored,
-                added_items=conv_out.items[added_from:],
-            )
 
-        send: Send = self.send
+        job = await self.s.admit(
+            req, res.conv, cost, res.cache, rng, parent_stored=res.parent_stored, remember=remember
+        )
         self.segment_started()
         try:
             if self.append_mode:
                 # generate() applies a drawn disconnect/stall itself; the append loop does not.
-                send = fault_send.wrap_send(send, self.cfg.faults.stall_s)
-                status = await self.run_append(req, conv, cost, builder, send, timing, on_output)
+                send = fault_send.wrap_send(self.send, self.cfg.faults.stall_s)
+                status = await self.run_append(job, send)
             else:
-                status = await self.s.generate(
-                    req, conv, cost, builder, send, timing, on_output=on_output
-                )
+                status = await self.s.generate(job, self.send)
         except _Closed:
             raise
         except fault_send.InjectedDisconnect:
@@ -512,27 +494,19 @@ class WsConnection:
         except Exception as exc:
             status = "failed"
             with contextlib.suppress(ValueError):
-                await self.send(self.s.crashed(builder, exc))
+                await self.send(self.s.crashed(job.builder, exc))
         if status == "failed" and same_lane and isinstance(prev, str):
             self.cache.evict_response(prev)
 
     # -- the append prototype (docs/protocol.md §5) --------------------------------------------------
 
-    async def run_append(
-        self,
-        req: CreateRequest,
-        conv: Conversation,
-        cost: RequestCost,
-        builder: ev.ResponseBuilder,
-        send: Send,
-        timing: dict[str, Any],
-        on_output: OnOutput,
-    ) -> str:
+    async def run_append(self, job: Job, send: Send) -> str:
         """One response for a whole rollout: pause after function calls, resume on append.
 
         Pre-inference work was charged once, before this; post-inference work is
         charged once, after the last segment, off the critical path.
         """
+        req, conv, builder, timing = job.req, job.conv, job.builder, job.timing
         rng = self.s.rng()
         rid = builder.response_id
         await send(builder.start())
@@ -578,6 +552,6 @@ class WsConnection:
         finally:
             self.active_appends.discard(rid)
             self.paused.pop(rid, None)
-        self.s.spawn(self.s.sim.post_inference(cost))
-        on_output(conv)
+        self.s.spawn(self.s.sim.post_inference(job.cost))
+        job.on_output(conv)
         return await self.s.finish(builder, send, usage, seg_timing, truncated=seg.truncated)
