@@ -22,7 +22,7 @@ HINT_OUTPUT_TOKENS = "loopbench.output_tokens"
 HINT_TOOL_CALLS = "loopbench.tool_calls"
 HINT_PARALLEL_CALLS = "loopbench.parallel_calls"
 # Hints are clamped so that no metadata value can make one response unboundedly large:
-# the output bound is the one validate.py puts on max_output_tokens.
+# the output bound is the one validation.py puts on max_output_tokens.
 MAX_HINT_OUTPUT_TOKENS = 1_000_000
 MAX_PARALLEL_CALLS = 128
 # Schema-driven arguments: arrays at most this long, nested at most this deep.

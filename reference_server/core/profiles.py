@@ -1,6 +1,6 @@
 """Simulation profiles: the API-tier and engine parameters of the reference server.
 
-Profiles are YAML files (``reference_server/core/profiles/api-*.yaml`` and
+Profiles are YAML files (``reference_server/profiles/api-*.yaml`` and
 ``engine-*.yaml``) validated by the pydantic models below.  Every parameter is a
 documented service time or rate; ``docs/model.md`` derives each default.  A
 profile is chosen by short name (``optimized``, ``cerebras-spark``), by file
