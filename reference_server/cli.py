@@ -135,7 +135,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     try:
         return ServerConfig(**values)
     except ServerConfigError as exc:
-        raise SystemExit(f"error: {exc.flag}: expected {exc.expected}, got {exc.got}") from None
+        raise SystemExit(f"error: {exc.flag}: {exc.detail}") from None
 
 
 def config_to_argv(config: ServerConfig) -> list[str]:

@@ -284,16 +284,6 @@ class WsConnection:
         if lane not in self.workers:
             self.workers[lane] = asyncio.ensure_future(self.lane_worker(lane))
 
-    async def inject_fault(self, lane: str | None) -> bool:
-        """Apply this create's drawn fault; True if it already answered (an injected error)."""
-        fault = await self.s.draw_fault(websocket=True)
-        if fault.kind == "error":
-            await self.request_error(fault_error(fault), lane)
-            return True
-        if fault.kind == "evict":
-            self.cache.clear()
-        return False
-
     async def shutdown(self, code: int, timeout_s: float) -> None:
         """Refuse new creates, let started responses finish (bounded), then close with ``code``."""
         self.draining = True
@@ -440,12 +430,15 @@ class WsConnection:
         return _Resolved(conv, "store", processed, rehydrated, True, tools_tok, False)
 
     async def process(self, lane: str | None, body: dict[str, Any], arrived_ns: int | None) -> None:
-        if await self.inject_fault(lane):
+        fault = await self.s.draw_fault(websocket=True)
+        if fault.kind == "error":
+            await self.request_error(fault_error(fault), lane)
             return
+        if fault.kind == "evict":
+            self.cache.clear()
         # Reading, parsing and resolving run inside the modelled API-tier time
         # (sim.mark_arrival); an injected latency spike comes before it.
-        spiked = fault_send.current.get().kind == "spike"
-        mark_arrival(None if spiked else arrived_ns)
+        mark_arrival(None if fault.kind == "spike" else arrived_ns)
         prev = body.get("previous_response_id")
         cached = self.cache.lane(lane)
         same_lane = isinstance(prev, str) and cached is not None and cached.response_id == prev

@@ -37,8 +37,8 @@ class ServerConfigError(LoopbenchError):
         self.flag = flag
         self.expected = expected
         self.got = got
-        where = f"{name} ({flag})" if flag else name
-        super().__init__(f"{where}: expected {expected}, got {_shown(got)}")
+        self.detail = f"expected {expected}, got {_shown(got)}"
+        super().__init__(f"{name} ({flag}): {self.detail}" if flag else f"{name}: {self.detail}")
 
 
 @dataclass(frozen=True, slots=True)
