@@ -18,13 +18,7 @@ from typing import Any
 
 import yaml
 
-from reference_server.core.config import (
-    Option,
-    ServerConfig,
-    ServerConfigError,
-    default_of,
-    options,
-)
+from reference_server.core.config import ServerConfig, default_of, options
 from reference_server.core.faults import (
     FaultSpec,
     FaultSpecError,
@@ -32,6 +26,7 @@ from reference_server.core.faults import (
     parse_fault_args,
     parse_fault_spec,
 )
+from reference_server.core.options import Option, ServerConfigError
 from reference_server.core.profiles import ProfileError, combine_profile_args
 
 API_KEYS_ENV = "LOOPBENCH_API_KEYS"

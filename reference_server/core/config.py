@@ -1,101 +1,39 @@
 """Server settings: every option of the reference server, declared once.
 
-Each field is declared once: its default, and in its metadata (:func:`option`)
-its command-line flag, help text and the check its value must pass.  ``ServerConfig.__post_init__``
-runs the checks, so a config built in code (``create_app(ServerConfig(...))``) is
-validated exactly like one from the command line, and ``reference_server/cli.py``
-builds the parser and the argv <-> config mapping from the same declarations.
-Adding an option is one field here (and its row in docs/server.md).
+Each field is declared once: its default, and in its metadata (``option(...)``,
+reference_server/core/options.py) its command-line flag, help text and the check
+its value must pass.  ``ServerConfig.__post_init__`` runs the checks, so a config
+built in code (``create_app(ServerConfig(...))``) is validated exactly like one
+from the command line, and ``reference_server/cli.py`` builds the parser and the
+argv <-> config mapping from the same declarations.  Adding an option is one
+field here (and its row in docs/server.md).
 """
 
 from __future__ import annotations
 
-import typing
-from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from harness.wire.errors import LoopbenchError
 from reference_server.core.faults import FaultSpec
+from reference_server.core.options import (
+    Option,
+    at_least,
+    close_code,
+    declared,
+    default_value,
+    non_empty,
+    non_negative,
+    option,
+    port_number,
+    positive,
+    validate,
+)
 
 MiB = 1024 * 1024
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 SSE_ERROR_SHAPES = ("nested", "flat")
 
-# What a value must be, as a phrase ("an integer >= 1"), or None when it is fine.
-Check = Callable[[Any], str | None]
-
-
-class ServerConfigError(LoopbenchError):
-    """A server option has a bad value.
-
-    ``str(err)``: ``max_body_bytes (--max-body-bytes): expected an integer >= 1, got 0``.
-    """
-
-    def __init__(self, name: str, flag: str | None, expected: str, got: Any) -> None:
-        self.name = name
-        self.flag = flag
-        self.expected = expected
-        self.got = got
-        self.detail = f"expected {expected}, got {_shown(got)}"
-        super().__init__(f"{name} ({flag}): {self.detail}" if flag else f"{name}: {self.detail}")
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """How one field appears on the command line."""
-
-    flag: str | None  # None: set by the program, not by the user (worker_index)
-    help: str
-    group: str = ""  # the section of --help ("": the general options)
-    metavar: str | None = None
-    choices: tuple[str, ...] = ()
-    check: Check | None = None
-
-
-def option(
-    *,
-    flag: str | None,
-    help: str,
-    group: str = "",
-    metavar: str | None = None,
-    choices: tuple[str, ...] = (),
-    check: Check | None = None,
-) -> dict[str, Option]:
-    """A field's ``metadata``: how the option appears on the command line, and its check."""
-    return {"option": Option(flag, help, group, metavar, choices, check)}
-
-
-def at_least(n: int) -> Check:
-    return lambda v: None if v >= n else f"an integer >= {n}"
-
-
-def positive(v: float) -> str | None:
-    return None if v > 0 else "a positive number"
-
-
-def non_negative(v: float) -> str | None:
-    return None if v >= 0 else "a number >= 0"
-
-
-def non_empty(v: str) -> str | None:
-    return None if v.strip() else "a non-empty string"
-
-
-def port_number(v: int) -> str | None:
-    return None if 0 <= v <= 65535 else "a port from 0 to 65535"
-
-
-def close_code(v: int) -> str | None:
-    # 1004-1006 are reserved: never sent in a close frame.
-    valid = v == 1000 or 1001 <= v <= 1014 or 3000 <= v <= 4999
-    return None if valid and v not in (1004, 1005, 1006) else "a WebSocket close code"
-
-
-def one_of(choices: tuple[str, ...]) -> Check:
-    return lambda v: None if v in choices else "one of " + ", ".join(choices)
-
-
+# Sections of --help ("" is the general options).
 STORE = "store"
 ACCESS = "access"
 LIMITS = "limits"
@@ -179,7 +117,6 @@ class ServerConfig:
             flag="--sse-error-shape",
             choices=SSE_ERROR_SHAPES,
             help="shape of mid-stream SSE error events (and of mid-stream WebSocket errors)",
-            check=one_of(SSE_ERROR_SHAPES),
         ),
     )
     min_delta_interval_ms: float | None = field(
@@ -393,12 +330,7 @@ class ServerConfig:
     )
     log_level: str = field(
         default="warning",
-        metadata=option(
-            flag="--log-level",
-            choices=LOG_LEVELS,
-            help="uvicorn log level",
-            check=one_of(LOG_LEVELS),
-        ),
+        metadata=option(flag="--log-level", choices=LOG_LEVELS, help="uvicorn log level"),
     )
     # Server processes sharing the listening socket (reference_server/workers.py); each
     # worker gets 1/workers of the modelled capacity, and its index keeps ids distinct.
@@ -419,15 +351,7 @@ class ServerConfig:
     )
 
     def __post_init__(self) -> None:
-        hints = _hints()
-        for f in fields(self):
-            opt: Option = f.metadata["option"]
-            value = getattr(self, f.name)
-            expected = _type_problem(hints[f.name], value)
-            if expected is None and value is not None and opt.check is not None:
-                expected = opt.check(value)
-            if expected is not None:
-                raise ServerConfigError(f.name, opt.flag, expected, value)
+        validate(self)
 
     @property
     def ws_lifetime_s(self) -> float:
@@ -438,58 +362,9 @@ class ServerConfig:
 
 
 def options() -> list[tuple[str, Any, Option]]:
-    """(field name, resolved type, declaration) of every option, in declaration order."""
-    hints = _hints()
-    return [(f.name, hints[f.name], f.metadata["option"]) for f in fields(ServerConfig)]
+    """(field name, resolved type, declaration) of every server option, in declaration order."""
+    return declared(ServerConfig)
 
 
 def default_of(name: str) -> Any:
-    f = ServerConfig.__dataclass_fields__[name]
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    return f.default
-
-
-_HINTS: dict[str, Any] = {}
-
-
-def _hints() -> dict[str, Any]:
-    if not _HINTS:
-        _HINTS.update(typing.get_type_hints(ServerConfig))
-    return _HINTS
-
-
-def _type_problem(hint: Any, value: Any) -> str | None:
-    """What ``value`` should have been if it is not of the declared type, else None."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if value is None:
-            return None
-        hint = next(a for a in args if a is not type(None))
-    origin = typing.get_origin(hint) or hint
-    if hint is bool:
-        return None if isinstance(value, bool) else "true or false"
-    if isinstance(value, bool):  # bool is an int subclass: never a number here
-        return _TYPE_NAMES.get(origin, origin.__name__)
-    if hint is float:
-        ok = isinstance(value, int | float) and value == value
-        return None if ok else "a number"
-    if origin is tuple:
-        return (
-            None
-            if isinstance(value, tuple) and all(isinstance(v, str) for v in value)
-            else ("a tuple of strings")
-        )
-    if origin is dict:
-        ok = isinstance(value, dict) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-        )
-        return None if ok else "a mapping of strings to strings"
-    return None if isinstance(value, origin) else _TYPE_NAMES.get(origin, origin.__name__)
-
-
-_TYPE_NAMES: dict[Any, str] = {int: "an integer", str: "a string", FaultSpec: "a FaultSpec"}
-
-
-def _shown(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
+    return default_value(ServerConfig, name)

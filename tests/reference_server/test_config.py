@@ -11,8 +11,9 @@ import pytest
 
 from reference_server.app import create_app
 from reference_server.cli import add_server_arguments, config_from_args, config_to_argv, parser
-from reference_server.core.config import ServerConfig, ServerConfigError, default_of, options
+from reference_server.core.config import ServerConfig, default_of, options
 from reference_server.core.faults import FaultSpec, parse_fault_spec
+from reference_server.core.options import ServerConfigError
 
 # Set by the program, never by the user: the only fields without a flag.
 INTERNAL = {"worker_index"}
