@@ -1,148 +1,50 @@
-"""The reference Responses API server: HTTP+SSE and WebSocket mode on one path.
+"""The reference Responses API server: the ASGI app, HTTP+SSE and WebSocket mode on one path.
 
-The ASGI app is thin: it admits requests (API key, rate limit, size and
-connection limits), validates them (:mod:`.validate`), rebuilds the
-conversation from the input, the store or the connection cache
-(:mod:`.conversation`), asks the simulator to wait the modelled API-tier and
-engine time (:mod:`.sim`), and writes the events the pure builder produces
-(:mod:`harness.wire.events`).  WebSocket connections live in
-:mod:`.ws_connection`.  Everything that decides *what* to send lives in pure
-modules; this one decides *when* and *where*.
+The app is thin: it admits connections (connection limits, API key), reads and
+validates HTTP requests (:mod:`.core.validation`), rebuilds the conversation from
+the input or the store (:mod:`.core.conversation`), and streams what the shared
+response pipeline produces (:mod:`.service`) as SSE.  A WebSocket, once
+accepted, is handed to :mod:`.ws_connection`, which uses the same service.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import itertools
 import random
-import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import orjson
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from harness.wire import events as ev
-from harness.wire.tokens import CHARS_PER_TOKEN, token_pieces
-from reference_server.core import faults
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
 from reference_server.core.conversation import Conversation, tools_tokens
-from reference_server.core.limits import TokenBucket, retry_after_headers
-from reference_server.core.output import OutputPlan, plan_output
-from reference_server.core.profiles import load_profiles
+from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError, parse_create
 from reference_server.event_stream import EventStream, SendEvents, until_disconnect
+from reference_server.fault_send import InjectedDisconnect
 from reference_server.guard import ConnectionGuard
 from reference_server.protocols import ARRIVED_KEY
-from reference_server.sim import Simulator, decode_seed, mark_arrival
+from reference_server.service import Service, fault_error, previous_not_found
+from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
-
-# Events that are due together go out together: one SSE write or one batch of WS frames.
-Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
-# Called with the finished conversation just before the terminal event goes out, so a
-# client that chains from the response the moment it completes always finds it.
-OnOutput = Callable[[Conversation], None]
-
-HINT_FAIL = "loopbench.fail"
-
-
-class _OutputCursor:
-    """Turns "k more tokens are due" into delta events walking through the planned items."""
-
-    def __init__(self, builder: ev.ResponseBuilder, plan: OutputPlan, rng: random.Random) -> None:
-        self.b = builder
-        self.truncated = plan.truncated
-        self.segments: list[tuple[str, str, list[str]]] = []  # (kind, name, pieces)
-        for call in plan.calls:
-            text = call.arguments
-            pieces = [text[i : i + CHARS_PER_TOKEN] for i in range(0, len(text), CHARS_PER_TOKEN)]
-            self.segments.append(("call", call.name, pieces))
-        if plan.text_tokens:
-            self.segments.append(("text", "", token_pieces(plan.text_tokens, rng)))
-        self.rng = rng
-        self.seg = 0
-        self.pos = 0
-        self.open = False
-
-    def emit(self, k: int) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        while k > 0 and self.seg < len(self.segments):
-            kind, name, pieces = self.segments[self.seg]
-            if not self.open:
-                if kind == "call":
-                    out.extend(self.b.begin_function_call(name, ev.new_id("call", self.rng)))
-                else:
-                    out.extend(self.b.begin_message())
-                self.open = True
-            take = min(k, len(pieces) - self.pos)
-            chunk = "".join(pieces[self.pos : self.pos + take])
-            self.pos += take
-            k -= take
-            if chunk:
-                out.append(
-                    self.b.arguments_delta(chunk) if kind == "call" else self.b.text_delta(chunk)
-                )
-            if self.pos >= len(pieces):
-                if kind == "call":
-                    out.extend(self.b.end_function_call())
-                else:
-                    # A message cut by max_output_tokens is itself incomplete.
-                    out.extend(self.b.end_message("incomplete" if self.truncated else "completed"))
-                self.seg += 1
-                self.pos = 0
-                self.open = False
-        return out
-
-    def finish(self) -> list[dict[str, Any]]:
-        """Close whatever is still open (the engine emitted fewer tokens than planned)."""
-        out: list[dict[str, Any]] = []
-        while self.seg < len(self.segments):
-            out.extend(self.emit(len(self.segments[self.seg][2]) - self.pos or 1))
-        return out
-
-
-@dataclass(slots=True)
-class Segment:
-    """What one stretch of sampling produced (a whole response, or one append-mode segment)."""
-
-    output_tokens: int
-    cached_tokens: int
-    input_tokens: int
-    calls: int
-    truncated: bool
-    timing: dict[str, float]
+from reference_server.ws_connection import WsConnection
 
 
 class ReferenceServer:
     def __init__(self, config: ServerConfig, store: SqliteStore | None = None) -> None:
         self.config = config
-        api, engine = load_profiles(config.api_profile, config.engine_profile, config.overrides)
-        self.sim = Simulator(
-            api, engine, seed=config.seed, min_delta_interval_ms=config.min_delta_interval_ms
-        )
-        self.store = store or SqliteStore(config.store_path, retention_s=config.store_retention_s)
-        # Workers share the store: their id sequences must not overlap (2**40 ids each).
-        self._counter = itertools.count(config.worker_index << 40)
+        self.service = Service(config, store)
         self._seen_clients: OrderedDict[tuple[str, int], None] = OrderedDict()
-        self._background: set[asyncio.Task[Any]] = set()
-        self._keys = frozenset(config.api_keys)
-        self._bucket = (
-            TokenBucket(config.rate_limit_rps, config.rate_limit_burst)
-            if config.rate_limit_rps
-            else None
-        )
-        self.faults = faults.FaultInjector(config.faults)
-        # Open WebSocket connections (WsConnection), so a shutdown can drain and close them.
-        self.ws_connections: set[Any] = set()
+        # Open WebSocket connections, so a shutdown can drain and close them.
+        self.ws_connections: set[WsConnection] = set()
         self.starlette = Starlette(
             routes=[
                 Route("/v1/responses", self.http_create, methods=["POST"]),
@@ -160,19 +62,11 @@ class ReferenceServer:
         )
         self.app = _StampArrival(self.guard)
 
-    @property
-    def open_connections(self) -> int:
-        return self.guard.open
-
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         yield
         await self.guard.aclose()
-        await self.store.close()
-
-    # -- helpers ---------------------------------------------------------------------------
-    def rng(self) -> random.Random:
-        return random.Random(self.config.seed * 1_000_003 + next(self._counter))
+        await self.service.store.close()
 
     def _new_http_connection(self, request: Request) -> bool:
         # ASGI hides the TCP connection; the client's (host, port) identifies it while it is open.
@@ -188,48 +82,8 @@ class ReferenceServer:
             self._seen_clients.popitem(last=False)
         return True
 
-    def spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    def check_api_key(self, headers: Headers) -> RequestError | None:
-        """401 unless keys are configured off or the bearer token is one of them."""
-        if not self._keys:
-            return None
-        auth = headers.get("authorization", "")
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return RequestError(
-                401,
-                "invalid_api_key",
-                "You didn't provide an API key. Provide it in the Authorization header as 'Bearer <key>'.",
-            )
-        token = token.strip()
-        if token not in self._keys:
-            shown = token[:3] + "*" * 4 + token[-4:] if len(token) > 8 else "*" * len(token)
-            return RequestError(401, "invalid_api_key", f"Incorrect API key provided: {shown}.")
-        return None
-
-    def check_rate(self) -> tuple[RequestError, float] | None:
-        """(429 error, seconds to wait) when the configured rate limit is exceeded."""
-        if self._bucket is None:
-            return None
-        wait = self._bucket.take(time.monotonic())
-        if wait <= 0:
-            return None
-        return (
-            RequestError(
-                429,
-                "rate_limit_exceeded",
-                f"Rate limit reached: {self.config.rate_limit_rps:g} requests per second. "
-                f"Please try again in {wait * 1000:.0f}ms.",
-                type_="requests",
-            ),
-            wait,
-        )
-
-    def check_connections(self, client_host: str | None = None) -> RequestError | None:
+    def _admit(self, client_host: str | None, headers: Any) -> RequestError | None:
+        """Connection limits, then the API key: whatever refuses a request or a WebSocket first."""
         # The counts include the connection asking (see ConnectionGuard).
         per_client = self.config.max_connections_per_client
         if per_client and self.guard.client_open(client_host) > per_client:
@@ -240,14 +94,17 @@ class ReferenceServer:
                 "(--max-connections-per-client); close some or retry later.",
                 type_="requests",
             )
-        if self.open_connections > self.config.max_connections:
+        if self.guard.open > self.config.max_connections:
             return RequestError(
                 503,
                 "too_many_connections",
                 f"The server is at its limit of {self.config.max_connections} open connections; retry later.",
                 type_="server_error",
             )
-        return None
+        return self.service.check_api_key(headers)
+
+    def _request_id(self) -> str:
+        return ev.new_id("req", self.service.rng())
 
     @staticmethod
     def error_response(
@@ -262,17 +119,18 @@ class ReferenceServer:
         )
 
     async def health(self, request: Request) -> Response:
-        doc: dict[str, Any] = {"status": "ok", "model": self.sim.describe()}
+        sim = self.service.sim
+        doc: dict[str, Any] = {"status": "ok", "model": sim.describe()}
         doc["slow_clients_dropped"] = self.guard.dropped_slow
         # Responses holding an engine stream slot now, and waiting for one.
-        doc["engine"] = {"active": self.sim.capacity.active, "queued": self.sim.capacity.queued}
+        doc["engine"] = {"active": sim.capacity.active, "queued": sim.capacity.queued}
         if self.config.faults.enabled:
-            doc["faults_injected"] = dict(sorted(self.faults.counts.items()))
+            doc["faults_injected"] = dict(sorted(self.service.faults.counts.items()))
         return JSONResponse(doc)
 
     async def models(self, request: Request) -> Response:
-        request_id = ev.new_id("req", self.rng())
-        denied = self.check_api_key(request.headers)
+        request_id = self._request_id()
+        denied = self.service.check_api_key(request.headers)
         if denied is not None:
             return self.error_response(denied, request_id)
         return JSONResponse(
@@ -285,7 +143,7 @@ class ReferenceServer:
 
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         err = RequestError(404, "not_found", f"Unknown route: {request.method} {request.url.path}.")
-        return self.error_response(err, ev.new_id("req", self.rng()))
+        return self.error_response(err, self._request_id())
 
     async def _method_not_allowed(self, request: Request, exc: Exception) -> Response:
         err = RequestError(
@@ -293,175 +151,7 @@ class ReferenceServer:
             "method_not_allowed",
             f"Method {request.method} is not allowed on {request.url.path}.",
         )
-        return self.error_response(err, ev.new_id("req", self.rng()))
-
-    # -- the shared response pipeline ---------------------------------------------------------
-    def builder(self, req: CreateRequest, response_id: str) -> ev.ResponseBuilder:
-        return ev.ResponseBuilder(
-            response_id,
-            model=req.model,
-            created_at=int(time.time()),
-            request=req.raw,
-            stream_id=req.stream_id,
-        )
-
-    async def run_segment(
-        self,
-        req: CreateRequest,
-        conv: Conversation,
-        builder: ev.ResponseBuilder,
-        send: Send,
-        rng: random.Random,
-        *,
-        tool_choice: Any,
-        metadata: dict[str, str],
-    ) -> Segment:
-        """Plan the output, wait the engine, stream the items; returns what was produced."""
-        tools_tok = tools_tokens(req.tools)
-        plan = plan_output(
-            tools=req.tools,
-            tool_choice=tool_choice,
-            parallel_tool_calls=req.parallel_tool_calls,
-            metadata=metadata,
-            max_output_tokens=req.max_output_tokens,
-            chain_function_calls=conv.function_calls,
-            default_output_tokens=self.config.default_output_tokens,
-            default_auto_tool_calls=self.config.default_auto_tool_calls,
-            rng=rng,
-        )
-        cursor = _OutputCursor(builder, plan, rng)
-
-        async def emit(sizes: Sequence[int]) -> None:
-            if len(sizes) == 1:
-                await send(cursor.emit(sizes[0]))
-                return
-            events: list[dict[str, Any]] = []
-            for k in sizes:
-                events.extend(cursor.emit(k))
-            await send(events)
-
-        input_tokens = conv.tokens + tools_tok
-        inf = await self.sim.inference(
-            conv.prefix_hashes,
-            input_tokens,
-            plan.output_tokens,
-            # Content-derived, so every transport replays the same bursts (paired comparisons).
-            decode_seed(conv.items),
-            emit,
-            static_prefix=(hash(orjson.dumps(req.tools)), tools_tok),
-        )
-        closing = cursor.finish()
-        if closing:
-            await send(closing)
-        return Segment(
-            output_tokens=plan.output_tokens,
-            cached_tokens=int(inf.get("cached_tokens", 0)),
-            input_tokens=input_tokens,
-            calls=len(plan.calls),
-            truncated=plan.truncated,
-            timing={
-                "engine_queue": float(inf.get("engine_queue", 0.0)),
-                "prefill": float(inf.get("prefill", 0.0)),
-                "decode": float(inf.get("decode", 0.0)),
-                "engine_ttft": float(inf.get("ttft", 0.0)),
-            },
-        )
-
-    async def fail_mid_stream(
-        self, builder: ev.ResponseBuilder, send: Send, rng: random.Random
-    ) -> None:
-        """The ``loopbench.fail: mid_stream`` hint: one output delta, then error + response.failed."""
-        plan = OutputPlan((), 4, truncated=False)
-        cursor = _OutputCursor(builder, plan, rng)
-        await send(cursor.emit(1))
-        await send(
-            builder.fail(
-                "server_error",
-                "The server had an error while processing your request (injected by loopbench.fail).",
-                nested=self.config.sse_error_shape != "flat",
-            )
-        )
-
-    async def generate(
-        self,
-        req: CreateRequest,
-        conv: Conversation,
-        cost: RequestCost,
-        builder: ev.ResponseBuilder,
-        send: Send,
-        timing: dict[str, Any],
-        *,
-        on_output: OnOutput,
-    ) -> str:
-        """Stream one whole response; returns its final status.
-
-        Post-inference work blocks ``response.completed`` over HTTP and runs in the
-        background over WebSocket (docs/model.md).
-        """
-        rng = self.rng()
-        send = faults.wrap_send(send, self.config.faults.stall_s)
-        await send(builder.start())
-        if req.metadata.get(HINT_FAIL) == "mid_stream":
-            await self.fail_mid_stream(builder, send, rng)
-            return "failed"
-        tools_tok = tools_tokens(req.tools)
-        if not req.generate:
-            timing.update(
-                engine_queue=0.0, prefill=0.0, decode=0.0, api_post=0.0, cached_input_tokens=0
-            )
-            timing["ttft"] = timing["api_pre"] + timing["api_queue"]
-            on_output(conv)
-            usage = ev.usage(conv.tokens + tools_tok, 0, 0)
-            await send([builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s())])
-            return "completed"
-        seg = await self.run_segment(
-            req, conv, builder, send, rng, tool_choice=req.tool_choice, metadata=req.metadata
-        )
-        engine_ttft = seg.timing.pop("engine_ttft")
-        timing.update(seg.timing)
-        timing["cached_input_tokens"] = seg.cached_tokens
-        timing["ttft"] = timing["api_pre"] + timing["api_queue"] + engine_ttft
-        if cost.websocket:
-            timing["api_post"] = 0.0
-            self.spawn(self.sim.post_inference(cost))
-        else:
-            timing["api_post"] = await self.sim.post_inference(cost)
-        conv.extend(builder.output)
-        on_output(conv)
-        usage = ev.usage(
-            seg.input_tokens,
-            seg.cached_tokens,
-            seg.output_tokens,
-            cache_write_tokens=seg.input_tokens - seg.cached_tokens,
-        )
-        if seg.truncated:
-            await send([builder.incomplete("max_output_tokens", usage, {"sim_timing": timing})])
-            return "incomplete"
-        await send([builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s())])
-        return "completed"
-
-    async def pre_inference(self, cost: RequestCost, cache: str) -> dict[str, Any]:
-        timing: dict[str, Any] = dict(await self.sim.pre_inference(cost))
-        timing["cache"] = cache
-        timing["processed_input_tokens"] = cost.processed_tokens + cost.rehydrated_tokens
-        return timing
-
-    def store_response(
-        self,
-        req: CreateRequest,
-        response_id: str,
-        conv: Conversation,
-        *,
-        parent_stored: bool,
-        added_items: list[dict[str, Any]],
-    ) -> None:
-        """Persist a ``store: true`` response: its additions, or its whole chain if the parent is not stored."""
-        if not req.store:
-            return
-        if parent_stored and req.previous_response_id is not None:
-            self.store.put(response_id, req.previous_response_id, added_items, conv.function_calls)
-        else:
-            self.store.put(response_id, None, conv.chain_items, conv.function_calls)
+        return self.error_response(err, self._request_id())
 
     # -- HTTP ------------------------------------------------------------------------------
     async def _read_body(self, request: Request) -> bytes:
@@ -484,39 +174,33 @@ class ReferenceServer:
         """Conversation for an HTTP request: (conversation, rehydrated tokens, cache label)."""
         if req.previous_response_id is None:
             return Conversation.build(req.instructions, [], req.input_items), 0, "none"
-        stored = await self.store.get(req.previous_response_id)
-        if stored is None:
+        found = await self.service.from_store(req)
+        if found is None:
             raise previous_not_found(req.previous_response_id)
-        conv = Conversation.build(req.instructions, stored.items)
-        rehydrated = conv.chain_tokens
+        conv, rehydrated = found
         conv.extend(req.input_items)
         return conv, rehydrated, "store"
 
     async def http_create(self, request: Request) -> Response:
-        rng = self.rng()
+        rng = self.service.rng()
         request_id = ev.new_id("req", rng)
-        client = request.client.host if request.client else None
-        denied = self.check_connections(client) or self.check_api_key(request.headers)
+        denied = self._admit(request.client.host if request.client else None, request.headers)
         if denied is not None:
             headers = retry_after_headers(1.0) if denied.status == 429 else None
             return self.error_response(denied, request_id, headers)
-        limited = self.check_rate()
+        limited = self.service.check_rate()
         if limited is not None:
             return self.error_response(limited[0], request_id, retry_after_headers(limited[1]))
-        fault = self.faults.draw(websocket=False)
-        if fault:
-            if fault.kind == "error":
-                type_, code, message = self.faults.error_body(fault.status)
-                err = RequestError(fault.status, code, message, type_=type_)
-                retry = retry_after_headers(1.0) if fault.status == 429 else None
-                return self.error_response(err, request_id, retry)
-            if fault.kind == "spike":
-                await self.faults.spike()
-                mark_arrival()  # the spike comes before the API tier: restart its clock
-            faults.current.set(fault)  # read by generate() in this task and its children
+        fault = await self.service.draw_fault(websocket=False)
+        if fault.kind == "error":
+            retry = retry_after_headers(1.0) if fault.status == 429 else None
+            return self.error_response(fault_error(fault), request_id, retry)
+        if fault.kind == "spike":
+            mark_arrival()  # the spike comes before the API tier: restart its clock
         return await self._http_create(request, request_id, rng)
 
     async def _http_create(self, request: Request, request_id: str, rng: random.Random) -> Response:
+        service = self.service
         try:
             raw = await self._read_body(request)
             try:
@@ -538,20 +222,8 @@ class ReferenceServer:
             processed_tokens=conv.tokens - rehydrated + tools_tokens(req.tools),
             rehydrated_tokens=rehydrated,
         )
-        timing = await self.pre_inference(cost, cache)
-        response_id = ev.new_id("resp", rng)
-        builder = self.builder(req, response_id)
+        job = await service.admit(req, conv, cost, cache, rng, parent_stored=True)
         headers = {"x-request-id": request_id}
-        added_from = len(conv.items) - len(req.input_items)
-
-        def on_output(conv_out: Conversation) -> None:
-            self.store_response(
-                req,
-                response_id,
-                conv_out,
-                parent_stored=True,
-                added_items=conv_out.items[added_from:],
-            )
 
         if not req.stream:
 
@@ -560,30 +232,24 @@ class ReferenceServer:
 
             finished = await until_disconnect(
                 request.receive,
-                self.generate(req, conv, cost, builder, discard, timing, on_output=on_output),
+                service.generate(job, discard),
             )
             if not finished:
                 return Response(status_code=499)  # the client left: stop generating for nobody
             return Response(
-                orjson.dumps(builder.response_object()),
+                orjson.dumps(job.builder.response_object()),
                 media_type="application/json",
                 headers=headers,
             )
 
         async def run(send: SendEvents) -> bool:
             try:
-                await self.generate(req, conv, cost, builder, send, timing, on_output=on_output)
-            except faults.InjectedDisconnect:
+                await service.generate(job, send)
+            except InjectedDisconnect:
                 raise  # the connection is dropped, not the response failed
-            except Exception as exc:  # a bug must not leave the client hanging: fail the response
+            except Exception as exc:
                 with contextlib.suppress(ValueError):
-                    await send(
-                        builder.fail(
-                            "server_error",
-                            f"The server had an error: {type(exc).__name__}.",
-                            nested=self.config.sse_error_shape != "flat",
-                        )
-                    )
+                    await send(service.crashed(job.builder, exc))
                 return False
             return True
 
@@ -595,32 +261,20 @@ class ReferenceServer:
 
     # -- WebSocket -------------------------------------------------------------------------
     async def websocket(self, ws: WebSocket) -> None:
-        from reference_server.ws_connection import WsConnection
-
-        request_id = ev.new_id("req", self.rng())
-        denied = self.check_connections(ws.client.host if ws.client else None)
-        denied = denied or self.check_api_key(ws.headers)
+        request_id = self._request_id()
+        denied = self._admit(ws.client.host if ws.client else None, ws.headers)
         if denied is not None:
             # Refused before the 101, as the API does: the client sees an HTTP status.
             await ws.send_denial_response(self.error_response(denied, request_id))
             return
         append = ws.query_params.get("mode") == "append"
         await ws.accept(headers=[(b"x-request-id", request_id.encode())])
-        conn = WsConnection(self, ws, append_mode=append)
+        conn = WsConnection(self.service, ws, append_mode=append)
         self.ws_connections.add(conn)
         try:
             await conn.run()
         finally:
             self.ws_connections.discard(conn)
-
-
-def previous_not_found(response_id: str) -> RequestError:
-    return RequestError(
-        400,
-        "previous_response_not_found",
-        f"Previous response with id '{response_id}' not found.",
-        "previous_response_id",
-    )
 
 
 def _too_large(size: int, limit: int) -> RequestError:
@@ -629,10 +283,6 @@ def _too_large(size: int, limit: int) -> RequestError:
         "request_too_large",
         f"Request body of {size} bytes exceeds the limit of {limit} bytes.",
     )
-
-
-def _now_s() -> int:
-    return int(time.time())
 
 
 class _StampArrival:

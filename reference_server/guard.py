@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from reference_server.core.faults import IntentionalDisconnect
+from reference_server.fault_send import IntentionalDisconnect
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -21,12 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import uvicorn
 
-if TYPE_CHECKING:
-    from reference_server.app import ReferenceServer
+from reference_server.app import ReferenceServer
 
 GOING_AWAY = 1001
 _POLL_S = 0.05

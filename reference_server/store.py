@@ -27,7 +27,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
@@ -35,7 +35,7 @@ MEMORY = ":memory:"
 # The Responses API keeps stored responses for 30 days; so does the reference server by default.
 DEFAULT_RETENTION_S = 30 * 24 * 3600.0
 
-_T = TypeVar("_T")
+Items = list[dict[str, Any]]
 _log = logging.getLogger("reference_server.store")
 
 _SCHEMA = """
@@ -74,7 +74,7 @@ class StoredResponse:
     """A stored response as re-hydrated: the full chain context, oldest item first."""
 
     response_id: str
-    items: list[dict[str, Any]]  # every input and output item of the chain through this response
+    items: Items  # every input and output item of the chain through this response
     function_calls: int = 0  # function calls made along the chain (the scripted agent counts them)
 
 
@@ -111,13 +111,7 @@ class SqliteStore:
             self._db = db
         return self._db
 
-    def _put_sync(
-        self,
-        response_id: str,
-        previous_id: str | None,
-        new_items: list[dict[str, Any]],
-        function_calls: int,
-    ) -> None:
+    def _put_sync(self, rid: str, previous_id: str | None, items: Items, calls: int) -> None:
         db = self._conn()
         depth = 0
         if previous_id is not None:
@@ -127,7 +121,7 @@ class SqliteStore:
                 previous_id = None  # the parent expired: this row starts a (shorter) chain
         db.execute(
             "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
-            (response_id, previous_id, time.time(), depth, function_calls, orjson.dumps(new_items)),
+            (rid, previous_id, time.time(), depth, calls, orjson.dumps(items)),
         )
 
     def _get_sync(self, response_id: str) -> StoredResponse | None:
@@ -135,7 +129,7 @@ class SqliteStore:
         rows = db.execute(_CHAIN, (response_id,)).fetchall()
         if not rows or rows[0][0] is not None or len(rows) != rows[-1][1] + 1:
             return None  # unknown, or an ancestor was pruned: the context cannot be rebuilt
-        items: list[dict[str, Any]] = []
+        items: Items = []
         for _, _, blob in rows:
             items.extend(orjson.loads(blob))
         fc = db.execute("SELECT function_calls FROM responses WHERE id = ?", (response_id,))
@@ -158,7 +152,7 @@ class SqliteStore:
         self,
         response_id: str,
         previous_id: str | None,
-        new_items: list[dict[str, Any]],
+        new_items: Items,
         function_calls: int,
     ) -> None:
         """Queue a write and return at once (a later :meth:`get` is ordered after it).

@@ -31,15 +31,16 @@ import math
 import os
 import signal
 import sys
+import traceback
 from types import FrameType
 
 from reference_server.core.config import ServerConfig
+from reference_server.core.profiles import ProfileError, load_profiles
+from reference_server.process import bind, ready_line, serve_process
 
 
 def worker_config(config: ServerConfig, index: int) -> ServerConfig:
     """``config`` for worker ``index`` of ``config.workers``: a 1/N share of the capacity."""
-    from reference_server.core.profiles import load_profiles
-
     n = config.workers
     api, engine = load_profiles(config.api_profile, config.engine_profile, config.overrides)
     overrides = dict(config.overrides)
@@ -51,9 +52,6 @@ def worker_config(config: ServerConfig, index: int) -> ServerConfig:
 
 def serve_workers(config: ServerConfig) -> None:
     """Bind, announce, fork ``config.workers`` workers and wait for them."""
-    from reference_server.core.profiles import ProfileError
-    from reference_server.serve import READY_PREFIX, _bind, serve
-
     n = config.workers
     if config.store_path == ":memory:":
         raise SystemExit(
@@ -64,9 +62,8 @@ def serve_workers(config: ServerConfig) -> None:
         configs = [worker_config(config, i) for i in range(n)]
     except ProfileError as exc:
         raise SystemExit(f"error: {exc}") from None
-    sock = _bind(config.host, config.port)
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
+    sock = bind(config.host, config.port)
+    ready = ready_line(sock)
     sys.stdout.flush()
     sys.stderr.flush()
     pids: list[int] = []
@@ -75,12 +72,10 @@ def serve_workers(config: ServerConfig) -> None:
         if pid == 0:  # the worker: serve, never return into the supervisor's code
             code = 0
             try:
-                serve(cfg, sock)
+                serve_process(cfg, sock)
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             except BaseException:
-                import traceback
-
                 traceback.print_exc()
                 code = 1
             finally:
@@ -97,7 +92,7 @@ def serve_workers(config: ServerConfig) -> None:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    print(f"{READY_PREFIX}http://{shown}:{port}/v1", flush=True)
+    print(ready, flush=True)
     worst = 0
     for pid in pids:
         _, status = os.waitpid(pid, 0)

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from starlette.websockets import WebSocket
 
 from harness.wire import events as ev
-from reference_server.core import faults
+from reference_server import fault_send
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.lanes import (
@@ -41,10 +40,8 @@ from reference_server.core.validation import (
     parse_create,
 )
 from reference_server.protocols import ARRIVED_KEY, BATCH_EXTENSION, BATCH_KEY
+from reference_server.service import Job, Send, Service, fault_error, previous_not_found
 from reference_server.sim import mark_arrival
-
-if TYPE_CHECKING:
-    from reference_server.app import OnOutput, ReferenceServer, Send
 
 
 class _Closed(Exception):
@@ -83,7 +80,7 @@ def _lifetime_text(seconds: float) -> str:
 
 
 class WsConnection:
-    def __init__(self, server: ReferenceServer, ws: WebSocket, *, append_mode: bool) -> None:
+    def __init__(self, server: Service, ws: WebSocket, *, append_mode: bool) -> None:
         self.s = server
         self.cfg = server.config
         self.ws = ws
@@ -146,6 +143,9 @@ class WsConnection:
         type_: str | None = None,
     ) -> None:
         await self.send([ev.ws_error_event(status, code, message, param, stream_id, type_=type_)])
+
+    async def request_error(self, err: RequestError, lane: str | None = None) -> None:
+        await self.error(err.status, err.code or "", err.message, err.param, lane, err.type)
 
     async def close_now(self, code: int) -> None:
         if self.closed:
@@ -222,11 +222,11 @@ class WsConnection:
                 type_="server_error",
             )
             return
-        if self.loop.time() - self.opened >= cfg.ws_max_lifetime_s:
+        if self.loop.time() - self.opened >= cfg.ws_lifetime_s:
             await self.error(
                 400,
                 "websocket_connection_limit_reached",
-                f"Responses websocket connection limit reached ({_lifetime_text(cfg.ws_max_lifetime_s)}). "
+                f"Responses websocket connection limit reached ({_lifetime_text(cfg.ws_lifetime_s)}). "
                 "Create a new websocket connection to continue.",
             )
             await self.drain_and_close(cfg.ws_lifetime_close_code)
@@ -261,8 +261,7 @@ class WsConnection:
             return
         limited = self.s.check_rate()
         if limited is not None:
-            err = limited[0]
-            await self.error(err.status, err.code or "", err.message, None, lane, err.type)
+            await self.request_error(limited[0], lane)
             return
         waiting = max(0, self.outstanding - cfg.ws_max_in_flight)
         if waiting >= cfg.ws_max_queued:
@@ -284,23 +283,6 @@ class WsConnection:
         self.outstanding += 1
         if lane not in self.workers:
             self.workers[lane] = asyncio.ensure_future(self.lane_worker(lane))
-
-    async def inject_fault(self, lane: str | None) -> bool:
-        """Apply this create's drawn fault; True if it already answered (an injected error)."""
-        fault = self.s.faults.draw(websocket=True)
-        # Set every time: a lane's worker task runs its creates one after another.
-        faults.current.set(fault)
-        if not fault:
-            return False
-        if fault.kind == "error":
-            type_, code, message = self.s.faults.error_body(fault.status)
-            await self.error(fault.status, code, message, None, lane, type_)
-            return True
-        if fault.kind == "spike":
-            await self.s.faults.spike()
-        elif fault.kind == "evict":
-            self.cache.clear()
-        return False
 
     async def shutdown(self, code: int, timeout_s: float) -> None:
         """Refuse new creates, let started responses finish (bounded), then close with ``code``."""
@@ -357,7 +339,7 @@ class WsConnection:
         try:
             append = parse_append(body)
         except RequestError as err:
-            await self.error(err.status, err.code or "", err.message, err.param)
+            await self.request_error(err)
             return
         rid = append.response_id
         paused = self.paused.get(rid)
@@ -439,25 +421,24 @@ class WsConnection:
                 processed = conv.head_tokens + conv.extend(req.input_items)
             processed += 0 if tools_cached else tools_tok
             return _Resolved(conv, "hit", processed, 0, entry.stored, tools_tok, same_lane)
-        if req.store:
-            stored = await self.s.store.get(prev)
-            if stored is not None:
-                tools_tok = tools_tokens(req.tools)
-                conv = Conversation.build(req.instructions, stored.items)
-                rehydrated = conv.chain_tokens
-                processed = conv.head_tokens + conv.extend(req.input_items) + tools_tok
-                return _Resolved(conv, "store", processed, rehydrated, True, tools_tok, False)
-        from reference_server.app import previous_not_found
-
-        raise previous_not_found(prev)
+        stored = await self.s.from_store(req) if req.store else None
+        if stored is None:
+            raise previous_not_found(prev)
+        conv, rehydrated = stored
+        tools_tok = tools_tokens(req.tools)
+        processed = conv.head_tokens + conv.extend(req.input_items) + tools_tok
+        return _Resolved(conv, "store", processed, rehydrated, True, tools_tok, False)
 
     async def process(self, lane: str | None, body: dict[str, Any], arrived_ns: int | None) -> None:
-        if await self.inject_fault(lane):
+        fault = await self.s.draw_fault(websocket=True)
+        if fault.kind == "error":
+            await self.request_error(fault_error(fault), lane)
             return
+        if fault.kind == "evict":
+            self.cache.clear()
         # Reading, parsing and resolving run inside the modelled API-tier time
         # (sim.mark_arrival); an injected latency spike comes before it.
-        spiked = faults.current.get().kind == "spike"
-        mark_arrival(None if spiked else arrived_ns)
+        mark_arrival(None if fault.kind == "spike" else arrived_ns)
         prev = body.get("previous_response_id")
         cached = self.cache.lane(lane)
         same_lane = isinstance(prev, str) and cached is not None and cached.response_id == prev
@@ -468,7 +449,7 @@ class WsConnection:
         except RequestError as err:
             if same_lane and isinstance(prev, str):
                 self.cache.evict_response(prev)
-            await self.error(err.status, err.code or "", err.message, err.param, lane, err.type)
+            await self.request_error(err, lane)
             return
         first = self.started == 0
         self.started += 1
@@ -479,72 +460,46 @@ class WsConnection:
             processed_tokens=res.processed_tokens,
             rehydrated_tokens=res.rehydrated_tokens,
         )
-        timing = await self.s.pre_inference(cost, res.cache)
-        response_id = ev.new_id("resp", rng)
-        builder = self.s.builder(req, response_id)
-        conv = res.conv
-        added_from = len(conv.items) - len(req.input_items)
 
-        def on_output(conv_out: Conversation) -> None:
+        def remember(response_id: str, conv_out: Conversation) -> None:
             self.cache.put(
                 lane,
                 CachedResponse(
                     response_id, conv_out, req.instructions, req.tools, res.tools_tokens, req.store
                 ),
             )
-            self.s.store_response(
-                req,
-                response_id,
-                conv_out,
-                parent_stored=res.parent_stored,
-                added_items=conv_out.items[added_from:],
-            )
 
-        send: Send = self.send
+        job = await self.s.admit(
+            req, res.conv, cost, res.cache, rng, parent_stored=res.parent_stored, remember=remember
+        )
         self.segment_started()
         try:
             if self.append_mode:
                 # generate() applies a drawn disconnect/stall itself; the append loop does not.
-                send = faults.wrap_send(send, self.cfg.faults.stall_s)
-                status = await self.run_append(req, conv, cost, builder, send, timing, on_output)
+                send = fault_send.wrap_send(self.send, self.cfg.faults.stall_s)
+                status = await self.run_append(job, send)
             else:
-                status = await self.s.generate(
-                    req, conv, cost, builder, send, timing, on_output=on_output
-                )
+                status = await self.s.generate(job, self.send)
         except _Closed:
             raise
-        except faults.InjectedDisconnect:
+        except fault_send.InjectedDisconnect:
             raise _Closed(self.cfg.ws_fault_close_code) from None
-        except Exception as exc:  # a bug must not leave the client hanging: fail the response
+        except Exception as exc:
             status = "failed"
             with contextlib.suppress(ValueError):
-                await self.send(
-                    builder.fail(
-                        "server_error",
-                        f"The server had an error: {type(exc).__name__}.",
-                        nested=self.cfg.sse_error_shape != "flat",
-                    )
-                )
+                await self.send(self.s.crashed(job.builder, exc))
         if status == "failed" and same_lane and isinstance(prev, str):
             self.cache.evict_response(prev)
 
     # -- the append prototype (docs/protocol.md §5) --------------------------------------------------
 
-    async def run_append(
-        self,
-        req: CreateRequest,
-        conv: Conversation,
-        cost: RequestCost,
-        builder: ev.ResponseBuilder,
-        send: Send,
-        timing: dict[str, Any],
-        on_output: OnOutput,
-    ) -> str:
+    async def run_append(self, job: Job, send: Send) -> str:
         """One response for a whole rollout: pause after function calls, resume on append.
 
         Pre-inference work was charged once, before this; post-inference work is
         charged once, after the last segment, off the critical path.
         """
+        req, conv, builder, timing = job.req, job.conv, job.builder, job.timing
         rng = self.s.rng()
         rid = builder.response_id
         await send(builder.start())
@@ -558,20 +513,12 @@ class WsConnection:
                 seg = await self.s.run_segment(
                     req, conv, builder, send, rng, tool_choice=tool_choice, metadata=metadata
                 )
-                engine_ttft = seg.timing.pop("engine_ttft")
-                seg_timing.update(seg.timing)
-                seg_timing["cached_input_tokens"] = seg.cached_tokens
-                seg_timing["ttft"] = seg_timing["api_pre"] + seg_timing["api_queue"] + engine_ttft
+                seg.record(seg_timing)
                 seg_timing["api_post"] = 0.0
                 total_out += seg.output_tokens
                 new_output = builder.output[n_before:]
                 conv.extend(new_output)
-                usage = ev.usage(
-                    seg.input_tokens,
-                    seg.cached_tokens,
-                    total_out,
-                    cache_write_tokens=seg.input_tokens - seg.cached_tokens,
-                )
+                usage = seg.usage(total_out)
                 if not seg.calls or seg.truncated:
                     break
                 calls = frozenset(
@@ -598,12 +545,6 @@ class WsConnection:
         finally:
             self.active_appends.discard(rid)
             self.paused.pop(rid, None)
-        self.s.spawn(self.s.sim.post_inference(cost))
-        on_output(conv)
-        if seg.truncated:
-            await send([builder.incomplete("max_output_tokens", usage, {"sim_timing": seg_timing})])
-            return "incomplete"
-        await send(
-            [builder.complete(usage, {"sim_timing": seg_timing}, completed_at=int(time.time()))]
-        )
-        return "completed"
+        self.s.spawn(self.s.sim.post_inference(job.cost))
+        job.on_output(conv)
+        return await self.s.finish(builder, send, usage, seg_timing, truncated=seg.truncated)

@@ -6,7 +6,8 @@ import argparse
 from typing import Any
 
 from harness.cli.common import EXIT_OK
-from reference_server.serve import add_server_arguments, config_from_args, serve
+from reference_server.cli import add_server_arguments, config_from_args
+from reference_server.serve import serve
 
 
 def add_parser(sub: Any) -> None:

@@ -23,29 +23,24 @@ ITEM_OVERHEAD_TOKENS = 4
 def item_text(item: dict[str, Any]) -> str:
     kind = item.get("type", "message")
     if kind == "message":
-        content = item.get("content")
-        if isinstance(content, str):
-            return content
-        if isinstance(content, list):
-            return "".join(
-                p.get("text", "")
-                for p in content
-                if isinstance(p, dict) and isinstance(p.get("text"), str)
-            )
-        return ""
+        return _parts_text(item.get("content"))
     if kind == "function_call":
         return str(item.get("name", "")) + str(item.get("arguments", ""))
     if kind == "function_call_output":
-        out = item.get("output")
-        if isinstance(out, str):
-            return out
-        if isinstance(out, list):
-            return "".join(
-                p.get("text", "")
-                for p in out
-                if isinstance(p, dict) and isinstance(p.get("text"), str)
-            )
-        return ""
+        return _parts_text(item.get("output"))
+    return ""
+
+
+def _parts_text(value: Any) -> str:
+    """A string, or the text of an array of content parts."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(
+            p.get("text", "")
+            for p in value
+            if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
     return ""
 
 

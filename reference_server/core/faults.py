@@ -1,4 +1,4 @@
-"""Seeded fault injection: what goes wrong with which request (pure but for :func:`wrap_send`).
+"""Seeded fault injection: what goes wrong with which request.
 
 A :class:`FaultSpec` holds rates; :class:`FaultInjector` draws one
 :class:`Fault` per admitted request (an HTTP POST or a WebSocket
@@ -18,19 +18,17 @@ exclusive, drawn with one uniform number against cumulative rates:
 ``lifetime_s`` (not drawn) shortens connections: WebSockets get the lifetime
 limit, and HTTP keep-alive connections older than it are closed after their
 current response (``connection: close``).
+
+Drawing is pure; applying a drawn fault to a live stream (the cut, the stall, the
+spike's wait) is the asyncio edge's: reference_server/fault_send.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from harness.wire import events as ev
 
 KINDS = ("error", "disconnect", "stall", "spike", "evict")
 ERROR_STATUSES: dict[int, tuple[str, str, str]] = {
@@ -54,19 +52,9 @@ ERROR_STATUSES: dict[int, tuple[str, str, str]] = {
     504: ("server_error", "gateway_timeout", "Gateway timeout (injected fault)."),
 }
 
-Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
-
 
 class FaultSpecError(ValueError):
     """A fault option or file entry is invalid (one line: which key, expected, got)."""
-
-
-class IntentionalDisconnect(Exception):
-    """Raised to make the ASGI server drop a connection on purpose (logged at debug only)."""
-
-
-class InjectedDisconnect(IntentionalDisconnect):
-    """The ``disconnect`` fault: cut this stream now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +181,17 @@ def parse_fault_args(items: list[str]) -> dict[str, str]:
     return out
 
 
+def fault_entries(spec: FaultSpec) -> dict[str, str]:
+    """The ``--fault`` entries that :func:`parse_fault_spec` turns back into ``spec``."""
+    default = FaultSpec()
+    out = {f"error_rate.{status}": repr(rate) for status, rate in spec.error_rate.items()}
+    for key in ("seed", *_RATE_KEYS, *_POSITIVE_KEYS):
+        value = getattr(spec, key)
+        if value != getattr(default, key):
+            out[key] = repr(value)
+    return out
+
+
 class FaultInjector:
     """Draws faults and counts what it injected (``/health`` reports the counts)."""
 
@@ -224,56 +223,3 @@ class FaultInjector:
                 self.counts[name] = self.counts.get(name, 0) + 1
                 return fault
         return NO_FAULT
-
-    def error_body(self, status: int) -> tuple[str, str, str]:
-        """(type, code, message) of an injected error with this status."""
-        return ERROR_STATUSES[status]
-
-    async def spike(self) -> None:
-        await asyncio.sleep(self.spec.spike_ms / 1000)
-
-
-# The fault drawn for the response being generated in this task (read by wrap_send).
-current: contextvars.ContextVar[Fault] = contextvars.ContextVar("loopbench_fault", default=NO_FAULT)
-
-
-def wrap_send(send: Send, stall_s: float) -> Send:
-    """``send`` with this task's ``disconnect`` or ``stall`` fault applied at the first delta."""
-    fault = current.get()
-    if fault.kind not in ("disconnect", "stall"):
-        return send
-    armed = True
-
-    async def faulty(events: Sequence[dict[str, Any]]) -> None:
-        nonlocal armed
-        await send(events)
-        if armed and any(e.get("type") in ev.DELTA_TYPES for e in events):
-            armed = False
-            if fault.kind == "disconnect":
-                raise InjectedDisconnect("injected mid-stream disconnect")
-            await asyncio.sleep(stall_s)
-
-    return faulty
-
-
-class QuietIntentional(logging.Filter):
-    """Drop the ASGI server's "Exception in ASGI application" record for intentional drops."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not _intentional(exc)
-
-
-def _intentional(exc: BaseException | None) -> bool:
-    if exc is None:
-        return False
-    if isinstance(exc, IntentionalDisconnect):
-        return True
-    group = getattr(exc, "exceptions", None)
-    if group:
-        return all(_intentional(e) for e in group)
-    return _intentional(exc.__cause__) if exc.__cause__ is not None else False
-
-
-def install_log_filter() -> None:
-    logging.getLogger("uvicorn.error").addFilter(QuietIntentional())

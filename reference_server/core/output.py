@@ -15,13 +15,14 @@ from typing import Any
 
 import orjson
 
+from harness.wire import events as ev
 from harness.wire.tokens import CHARS_PER_TOKEN, count_tokens, token_pieces
 
 HINT_OUTPUT_TOKENS = "loopbench.output_tokens"
 HINT_TOOL_CALLS = "loopbench.tool_calls"
 HINT_PARALLEL_CALLS = "loopbench.parallel_calls"
 # Hints are clamped so that no metadata value can make one response unboundedly large:
-# the output bound is the one validate.py puts on max_output_tokens.
+# the output bound is the one validation.py puts on max_output_tokens.
 MAX_HINT_OUTPUT_TOKENS = 1_000_000
 MAX_PARALLEL_CALLS = 128
 # Schema-driven arguments: arrays at most this long, nested at most this deep.
@@ -198,3 +199,58 @@ def plan_output(
             budget -= toks
         calls.append(PlannedCall(str(tool.get("name")), args, toks))
     return OutputPlan(tuple(calls), 0, truncated=False)
+
+
+class OutputCursor:
+    """Turns "k more tokens are due" into delta events walking through the planned items."""
+
+    def __init__(self, builder: ev.ResponseBuilder, plan: OutputPlan, rng: random.Random) -> None:
+        self.b = builder
+        self.truncated = plan.truncated
+        self.segments: list[tuple[str, str, list[str]]] = []  # (kind, name, pieces)
+        for call in plan.calls:
+            text = call.arguments
+            pieces = [text[i : i + CHARS_PER_TOKEN] for i in range(0, len(text), CHARS_PER_TOKEN)]
+            self.segments.append(("call", call.name, pieces))
+        if plan.text_tokens:
+            self.segments.append(("text", "", token_pieces(plan.text_tokens, rng)))
+        self.rng = rng
+        self.seg = 0
+        self.pos = 0
+        self.open = False
+
+    def emit(self, k: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while k > 0 and self.seg < len(self.segments):
+            kind, name, pieces = self.segments[self.seg]
+            if not self.open:
+                if kind == "call":
+                    out.extend(self.b.begin_function_call(name, ev.new_id("call", self.rng)))
+                else:
+                    out.extend(self.b.begin_message())
+                self.open = True
+            take = min(k, len(pieces) - self.pos)
+            chunk = "".join(pieces[self.pos : self.pos + take])
+            self.pos += take
+            k -= take
+            if chunk:
+                out.append(
+                    self.b.arguments_delta(chunk) if kind == "call" else self.b.text_delta(chunk)
+                )
+            if self.pos >= len(pieces):
+                if kind == "call":
+                    out.extend(self.b.end_function_call())
+                else:
+                    # A message cut by max_output_tokens is itself incomplete.
+                    out.extend(self.b.end_message("incomplete" if self.truncated else "completed"))
+                self.seg += 1
+                self.pos = 0
+                self.open = False
+        return out
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Close whatever is still open (the engine emitted fewer tokens than planned)."""
+        out: list[dict[str, Any]] = []
+        while self.seg < len(self.segments):
+            out.extend(self.emit(len(self.segments[self.seg][2]) - self.pos or 1))
+        return out

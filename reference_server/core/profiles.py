@@ -1,6 +1,6 @@
 """Simulation profiles: the API-tier and engine parameters of the reference server.
 
-Profiles are YAML files (``reference_server/core/profiles/api-*.yaml`` and
+Profiles are YAML files (``reference_server/profiles/api-*.yaml`` and
 ``engine-*.yaml``) validated by the pydantic models below.  Every parameter is a
 documented service time or rate; ``docs/model.md`` derives each default.  A
 profile is chosen by short name (``optimized``, ``cerebras-spark``), by file
@@ -60,19 +60,7 @@ class ApiProfile(_Profile):
     @model_validator(mode="after")
     def _resolved_is_cheaper(self) -> ApiProfile:
         # A resolved WS connection skips work; costing more than a fresh request would invert the model.
-        if self.fixed_resolved_ms > self.fixed_ms:
-            raise _CrossFieldError(
-                (
-                    "fixed_resolved_ms",
-                    f"a number <= fixed_ms ({self.fixed_ms:g})",
-                    self.fixed_resolved_ms,
-                ),
-                (
-                    "fixed_ms",
-                    f"a number >= fixed_resolved_ms ({self.fixed_resolved_ms:g})",
-                    self.fixed_ms,
-                ),
-            )
+        _in_order(self, "fixed_resolved_ms", "fixed_ms", "a number", blame_low=True)
         return self
 
 
@@ -92,32 +80,8 @@ class EngineProfile(_Profile):
 
     @model_validator(mode="after")
     def _consistent(self) -> EngineProfile:
-        if self.burst_tps < self.sustained_tps:
-            raise _CrossFieldError(
-                (
-                    "burst_tps",
-                    f"a number >= sustained_tps ({self.sustained_tps:g})",
-                    self.burst_tps,
-                ),
-                (
-                    "sustained_tps",
-                    f"a number <= burst_tps ({self.burst_tps:g})",
-                    self.sustained_tps,
-                ),
-            )
-        if self.burst_max_tokens < self.burst_min_tokens:
-            raise _CrossFieldError(
-                (
-                    "burst_max_tokens",
-                    f"an integer >= burst_min_tokens ({self.burst_min_tokens})",
-                    self.burst_max_tokens,
-                ),
-                (
-                    "burst_min_tokens",
-                    f"an integer <= burst_max_tokens ({self.burst_max_tokens})",
-                    self.burst_min_tokens,
-                ),
-            )
+        _in_order(self, "sustained_tps", "burst_tps", "a number", blame_low=False)
+        _in_order(self, "burst_min_tokens", "burst_max_tokens", "an integer", blame_low=False)
         return self
 
 
@@ -136,6 +100,20 @@ class _CrossFieldError(ValueError):
         self.other = other
         key, expected, got = primary
         super().__init__(f"{key}: expected {expected}, got {got!r}")
+
+
+def _in_order(profile: _Profile, low: str, high: str, noun: str, *, blame_low: bool) -> None:
+    """``low`` must not exceed ``high``; the message names ``low`` first if ``blame_low``."""
+    lo, hi = getattr(profile, low), getattr(profile, high)
+    if lo <= hi:
+        return
+    low_side = (low, f"{noun} <= {high} ({_num(hi)})", lo)
+    high_side = (high, f"{noun} >= {low} ({_num(lo)})", hi)
+    raise _CrossFieldError(*((low_side, high_side) if blame_low else (high_side, low_side)))
+
+
+def _num(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 Kind = Literal["api", "engine"]

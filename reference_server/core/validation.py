@@ -57,17 +57,33 @@ def _invalid(message: str, param: str | None, code: str | None = "invalid_value"
     return RequestError(400, code, message, param)
 
 
+def _wrong_type(where: str, expected: str, value: Any) -> RequestError:
+    return _invalid(
+        f"Invalid type for '{where}': expected {expected}, got {_type_name(value)}.",
+        where,
+        "invalid_type",
+    )
+
+
+def _metadata(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _invalid(
+            "Invalid type for 'metadata': expected a map of strings to strings.",
+            "metadata",
+            "invalid_type",
+        )
+    return value
+
+
 def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
 def _normalize_item(item: Any, where: str) -> dict[str, Any]:
     if not isinstance(item, dict):
-        raise _invalid(
-            f"Invalid type for '{where}': expected an object, got {_type_name(item)}.",
-            where,
-            "invalid_type",
-        )
+        raise _wrong_type(where, "an object", item)
     kind = item.get("type")
     if kind is None or kind == "message":
         role = item.get("role")
@@ -85,11 +101,7 @@ def _normalize_item(item: Any, where: str) -> dict[str, Any]:
                         f"{where}.content[{j}]",
                     )
         elif not isinstance(content, str):
-            raise _invalid(
-                f"Invalid type for '{where}.content': expected a string or an array of content parts, got {_type_name(content)}.",
-                f"{where}.content",
-                "invalid_type",
-            )
+            raise _wrong_type(f"{where}.content", "a string or an array of content parts", content)
         return {"type": "message", "role": role, "content": content}
     if kind == "function_call":
         for key in ("call_id", "name", "arguments"):
@@ -125,11 +137,7 @@ def _normalize_item(item: Any, where: str) -> dict[str, Any]:
 def _validate_tool(tool: Any, i: int) -> dict[str, Any]:
     where = f"tools[{i}]"
     if not isinstance(tool, dict):
-        raise _invalid(
-            f"Invalid type for '{where}': expected an object, got {_type_name(tool)}.",
-            where,
-            "invalid_type",
-        )
+        raise _wrong_type(where, "an object", tool)
     if tool.get("type") != "function":
         # Hosted tools (web_search, …) are accepted and never called by the simulated model.
         if isinstance(tool.get("type"), str):
@@ -147,11 +155,7 @@ def _validate_tool(tool: Any, i: int) -> dict[str, Any]:
         )
     params = tool.get("parameters")
     if params is not None and not isinstance(params, dict):
-        raise _invalid(
-            f"Invalid type for '{where}.parameters': expected a JSON schema object, got {_type_name(params)}.",
-            f"{where}.parameters",
-            "invalid_type",
-        )
+        raise _wrong_type(f"{where}.parameters", "a JSON schema object", params)
     if isinstance(params, dict) and params.get("type", "object") != "object":
         raise _invalid(
             f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{params.get('type')}\"'.",
@@ -171,11 +175,7 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
         )
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise _invalid(
-            f"Invalid type for 'model': expected a string, got {_type_name(model)}.",
-            "model",
-            "invalid_type",
-        )
+        raise _wrong_type("model", "a string", model)
     if not model:
         raise RequestError(
             400, "missing_required_parameter", "Missing required parameter: 'model'.", "model"
@@ -189,18 +189,10 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
     elif raw_input is None:
         items = []
     else:
-        raise _invalid(
-            f"Invalid type for 'input': expected a string or an array of input items, got {_type_name(raw_input)}.",
-            "input",
-            "invalid_type",
-        )
+        raise _wrong_type("input", "a string or an array of input items", raw_input)
     tools_raw = body.get("tools") or []
     if not isinstance(tools_raw, list):
-        raise _invalid(
-            f"Invalid type for 'tools': expected an array, got {_type_name(tools_raw)}.",
-            "tools",
-            "invalid_type",
-        )
+        raise _wrong_type("tools", "an array", tools_raw)
     tools = [_validate_tool(t, i) for i, t in enumerate(tools_raw)]
     seen: set[str] = set()
     for i, t in enumerate(tools):
@@ -247,15 +239,7 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
             f"Invalid value for 'max_output_tokens': expected an integer from 1 to 1000000, got {mot!r}.",
             "max_output_tokens",
         )
-    metadata = body.get("metadata") or {}
-    if not isinstance(metadata, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
-        raise _invalid(
-            "Invalid type for 'metadata': expected a map of strings to strings.",
-            "metadata",
-            "invalid_type",
-        )
+    metadata = _metadata(body.get("metadata") or {})
     prev = body.get("previous_response_id")
     if prev is not None and (not isinstance(prev, str) or not prev):
         raise _invalid(
@@ -269,11 +253,7 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
         )
     for flag in ("store", "stream", "parallel_tool_calls", "generate", "background"):
         if flag in body and body[flag] is not None and not isinstance(body[flag], bool):
-            raise _invalid(
-                f"Invalid type for '{flag}': expected a boolean, got {_type_name(body[flag])}.",
-                flag,
-                "invalid_type",
-            )
+            raise _wrong_type(flag, "a boolean", body[flag])
     if not items and prev is None and body.get("generate", True) is not False:
         raise RequestError(
             400, "missing_required_parameter", "Missing required parameter: 'input'.", "input"
@@ -333,15 +313,8 @@ def parse_append(body: dict[str, Any]) -> AppendRequest:
             "input",
         )
     metadata = body.get("metadata")
-    if metadata is not None and (
-        not isinstance(metadata, dict)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
-    ):
-        raise _invalid(
-            "Invalid type for 'metadata': expected a map of strings to strings.",
-            "metadata",
-            "invalid_type",
-        )
+    if metadata is not None:
+        metadata = _metadata(metadata)
     tool_choice = body.get("tool_choice")
     if tool_choice is not None and tool_choice not in TOOL_CHOICES:
         raise _invalid(

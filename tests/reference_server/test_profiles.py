@@ -194,7 +194,7 @@ def test_profile_option_picks_either_kind_by_name() -> None:
 def test_serve_applies_the_profile_option() -> None:
     import argparse
 
-    from reference_server.serve import add_server_arguments, config_from_args
+    from reference_server.cli import add_server_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_server_arguments(parser)

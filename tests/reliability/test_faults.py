@@ -14,8 +14,8 @@ from harness.report.results import Run, load_run
 from harness.run.runner import RunOptions, run_scenario
 from harness.tools.soak import server_process
 from harness.workload.scenario import load_scenario
+from reference_server.cli import add_server_arguments, config_from_args
 from reference_server.core.faults import FaultInjector, FaultSpecError, parse_fault_spec
-from reference_server.serve import add_server_arguments, config_from_args
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "scenarios" / "tiny.yaml")
@@ -77,7 +77,7 @@ def test_command_line_and_file_make_one_spec(tmp_path: Path) -> None:
     cfg = config_from_args(args)
     assert cfg.faults.seed == 3 and cfg.faults.error_rate == {429: 0.2}
     assert cfg.faults.lifetime_s == 7  # --fault wins over the file
-    assert cfg.ws_max_lifetime_s == 7  # the short lifetime applies to WebSockets
+    assert cfg.ws_lifetime_s == 7  # the short lifetime applies to WebSockets
     with pytest.raises(SystemExit, match="fault 'nope': unknown key"):
         config_from_args(parser.parse_args(["--fault", "nope=1"]))
 

@@ -15,12 +15,8 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from harness.tools.soak import ServerProcess, rss_kib, server_process
-from reference_server.serve import (
-    API_KEYS_ENV,
-    add_server_arguments,
-    bind_warning,
-    config_from_args,
-)
+from reference_server.cli import API_KEYS_ENV, add_server_arguments, config_from_args
+from reference_server.serve import bind_warning
 
 
 def _config(argv: list[str]) -> object:

@@ -1,0 +1,105 @@
+"""One server process: the app under uvicorn on a socket we bind ourselves.
+
+Binding our own socket lets ``--port 0`` pick a free port and print it before
+serving, which is how ``loopbench run`` finds the embedded server it started;
+a worker of ``--workers`` gets the supervisor's socket instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import socket
+from typing import Any
+
+import uvicorn
+
+from reference_server.app import ReferenceServer
+from reference_server.core.config import ServerConfig
+from reference_server.core.profiles import ProfileError
+from reference_server.fault_send import install_log_filter
+from reference_server.protocols import uvicorn_protocols
+from reference_server.runtime import quiet_gc
+from reference_server.shutdown import DrainingServer
+
+READY_PREFIX = "loopbench reference server listening on "
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def ready_line(sock: socket.socket) -> str:
+    """The line ``loopbench run`` (harness/run/embedded.py) waits for: where ``sock`` listens."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"{READY_PREFIX}http://{shown}:{port}/v1"
+
+
+def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> None:
+    """Serve until stopped; ``sock``: the supervisor's socket (a worker of ``--workers``)."""
+    try:
+        server_app = ReferenceServer(config)
+    except ProfileError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    own_socket = sock is None  # a worker's supervisor has announced the port already
+    if sock is None:
+        sock = bind(config.host, config.port)
+    protocols: dict[str, Any] = {"ws": "websockets-sansio" if _has_ws_sansio() else "websockets"}
+    # Arrival stamps and batched WebSocket sends (reference_server/protocols.py).
+    protocols.update(uvicorn_protocols())
+    uvloop = _has_uvloop()
+    uv_config = uvicorn.Config(
+        server_app.app,
+        log_level=config.log_level,
+        access_log=False,
+        loop="uvloop" if uvloop else "asyncio",
+        **protocols,
+        # Frames a little over the app's limit still reach it and get a message_too_large
+        # error event; far larger ones are refused by the protocol layer (close 1009).
+        ws_max_size=config.max_ws_message_bytes + 1024 * 1024,
+        ws_per_message_deflate=True,
+        ws_ping_interval=config.ws_ping_interval_s,
+        ws_ping_timeout=config.ws_ping_interval_s,
+        timeout_keep_alive=30,
+        lifespan="on",
+    )
+    # After uvicorn.Config, which configures logging: intentional drops are not errors.
+    install_log_filter()
+    server = DrainingServer(uv_config, server_app, config.drain_timeout_s)
+    quiet_gc()
+    if own_socket:
+        print(ready_line(sock), flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        if uvloop:
+            _run_uvloop(server, sock)
+        else:
+            asyncio.run(server.serve(sockets=[sock]))
+
+
+def _run_uvloop(server: DrainingServer, sock: socket.socket) -> None:
+    import uvloop  # optional (the "fast" extra): only imported where it is installed
+
+    uvloop.run(server.serve(sockets=[sock]))
+
+
+def _has_uvloop() -> bool:
+    return importlib.util.find_spec("uvloop") is not None
+
+
+def _has_ws_sansio() -> bool:
+    # uvicorn >= 0.35 ships a sans-I/O websockets protocol; older versions do not.
+    try:
+        return (
+            importlib.util.find_spec("uvicorn.protocols.websockets.websockets_sansio_impl")
+            is not None
+        )
+    except ModuleNotFoundError:
+        return False

@@ -1,0 +1,378 @@
+"""What the HTTP and WebSocket paths share: admission, one response's pipeline, the store.
+
+``app.py`` (HTTP) and ``ws_connection.py`` (WebSocket) each read, validate and
+answer in their own framing; both call one :class:`Service` for the rate limit
+and API key, the request's injected fault, a ``previous_response_id`` resolved
+from the store, the modelled API-tier wait, running one response through the
+simulator and the pure output model, and persisting ``store: true`` responses.
+Everything that decides *what* to send lives in ``core/``; this decides *when*.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.datastructures import Headers
+
+from harness.wire import events as ev
+from reference_server import fault_send
+from reference_server.core.api_tier import RequestCost
+from reference_server.core.config import ServerConfig
+from reference_server.core.conversation import Conversation, tools_tokens
+from reference_server.core.faults import ERROR_STATUSES, Fault, FaultInjector
+from reference_server.core.limits import TokenBucket
+from reference_server.core.output import OutputCursor, OutputPlan, plan_output
+from reference_server.core.profiles import load_profiles
+from reference_server.core.validation import CreateRequest, RequestError
+from reference_server.sim import Simulator, decode_seed
+from reference_server.store import SqliteStore
+
+# Events that are due together go out together: one SSE write or one batch of WS frames.
+Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
+# Called with the finished conversation just before the terminal event goes out, so a
+# client that chains from the response the moment it completes always finds it.
+OnOutput = Callable[[Conversation], None]
+
+HINT_FAIL = "loopbench.fail"
+
+
+@dataclass(slots=True)
+class Segment:
+    """What one stretch of sampling produced (a whole response, or one append-mode segment)."""
+
+    output_tokens: int
+    cached_tokens: int
+    input_tokens: int
+    calls: int
+    truncated: bool
+    engine_ttft: float
+    timing: dict[str, float]
+
+    def record(self, timing: dict[str, Any]) -> None:
+        """Add this segment's engine times to a response's ``sim_timing``."""
+        timing.update(self.timing)
+        timing["cached_input_tokens"] = self.cached_tokens
+        timing["ttft"] = timing["api_pre"] + timing["api_queue"] + self.engine_ttft
+
+    def usage(self, output_tokens: int) -> dict[str, Any]:
+        return ev.usage(
+            self.input_tokens,
+            self.cached_tokens,
+            output_tokens,
+            cache_write_tokens=self.input_tokens - self.cached_tokens,
+        )
+
+
+@dataclass(slots=True)
+class Job:
+    """One admitted response, its API-tier work waited: what generating it needs."""
+
+    req: CreateRequest
+    conv: Conversation
+    cost: RequestCost
+    builder: ev.ResponseBuilder
+    timing: dict[str, Any]  # the response's sim_timing, filled in as it is generated
+    on_output: OnOutput
+
+
+def previous_not_found(response_id: str) -> RequestError:
+    return RequestError(
+        400,
+        "previous_response_not_found",
+        f"Previous response with id '{response_id}' not found.",
+        "previous_response_id",
+    )
+
+
+def fault_error(fault: Fault) -> RequestError:
+    """The error an injected ``error`` fault answers with, in the public API's shape."""
+    type_, code, message = ERROR_STATUSES[fault.status]
+    return RequestError(fault.status, code, message, type_=type_)
+
+
+class Service:
+    def __init__(self, config: ServerConfig, store: SqliteStore | None = None) -> None:
+        self.config = config
+        api, engine = load_profiles(config.api_profile, config.engine_profile, config.overrides)
+        self.sim = Simulator(
+            api, engine, seed=config.seed, min_delta_interval_ms=config.min_delta_interval_ms
+        )
+        self.store = store or SqliteStore(config.store_path, retention_s=config.store_retention_s)
+        self.faults = FaultInjector(config.faults)
+        # Workers share the store: their id sequences must not overlap (2**40 ids each).
+        self._counter = itertools.count(config.worker_index << 40)
+        self._background: set[asyncio.Task[Any]] = set()
+        self._keys = frozenset(config.api_keys)
+        self._bucket = (
+            TokenBucket(config.rate_limit_rps, config.rate_limit_burst)
+            if config.rate_limit_rps
+            else None
+        )
+        self._nested_errors = config.sse_error_shape != "flat"
+
+    def rng(self) -> random.Random:
+        return random.Random(self.config.seed * 1_000_003 + next(self._counter))
+
+    def spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- admission -------------------------------------------------------------------------
+    def check_api_key(self, headers: Headers) -> RequestError | None:
+        """401 unless keys are configured off or the bearer token is one of them."""
+        if not self._keys:
+            return None
+        auth = headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return RequestError(
+                401,
+                "invalid_api_key",
+                "You didn't provide an API key. Provide it in the Authorization header as 'Bearer <key>'.",
+            )
+        token = token.strip()
+        if token not in self._keys:
+            shown = token[:3] + "*" * 4 + token[-4:] if len(token) > 8 else "*" * len(token)
+            return RequestError(401, "invalid_api_key", f"Incorrect API key provided: {shown}.")
+        return None
+
+    def check_rate(self) -> tuple[RequestError, float] | None:
+        """(429 error, seconds to wait) when the configured rate limit is exceeded."""
+        if self._bucket is None:
+            return None
+        wait = self._bucket.take(time.monotonic())
+        if wait <= 0:
+            return None
+        return (
+            RequestError(
+                429,
+                "rate_limit_exceeded",
+                f"Rate limit reached: {self.config.rate_limit_rps:g} requests per second. "
+                f"Please try again in {wait * 1000:.0f}ms.",
+                type_="requests",
+            ),
+            wait,
+        )
+
+    async def draw_fault(self, *, websocket: bool) -> Fault:
+        """This request's fault, armed for :meth:`generate` in this task; a spike is waited here."""
+        fault = self.faults.draw(websocket=websocket)
+        # Set every time: a WebSocket lane's task runs its creates one after another.
+        fault_send.current.set(fault)
+        if fault.kind == "spike":
+            await fault_send.spike(self.config.faults)
+        return fault
+
+    # -- store -----------------------------------------------------------------------------
+    async def from_store(self, req: CreateRequest) -> tuple[Conversation, int] | None:
+        """The stored chain ``req`` continues, with its instructions: (conversation, its tokens)."""
+        assert req.previous_response_id is not None
+        stored = await self.store.get(req.previous_response_id)
+        if stored is None:
+            return None
+        conv = Conversation.build(req.instructions, stored.items)
+        return conv, conv.chain_tokens
+
+    def store_response(
+        self,
+        req: CreateRequest,
+        response_id: str,
+        conv: Conversation,
+        *,
+        parent_stored: bool,
+        added_items: list[dict[str, Any]],
+    ) -> None:
+        """Persist a ``store: true`` response: its additions, or its whole chain if the parent is not stored."""
+        if not req.store:
+            return
+        if parent_stored and req.previous_response_id is not None:
+            self.store.put(response_id, req.previous_response_id, added_items, conv.function_calls)
+        else:
+            self.store.put(response_id, None, conv.chain_items, conv.function_calls)
+
+    # -- one response ----------------------------------------------------------------------
+    def builder(self, req: CreateRequest, response_id: str) -> ev.ResponseBuilder:
+        return ev.ResponseBuilder(
+            response_id,
+            model=req.model,
+            created_at=_now_s(),
+            request=req.raw,
+            stream_id=req.stream_id,
+        )
+
+    async def admit(
+        self,
+        req: CreateRequest,
+        conv: Conversation,
+        cost: RequestCost,
+        cache: str,
+        rng: random.Random,
+        *,
+        parent_stored: bool,
+        remember: Callable[[str, Conversation], None] | None = None,
+    ) -> Job:
+        """Wait the modelled API-tier work; the job's output is stored (and ``remember``-ed)."""
+        timing: dict[str, Any] = dict(await self.sim.pre_inference(cost))
+        timing["cache"] = cache
+        timing["processed_input_tokens"] = cost.processed_tokens + cost.rehydrated_tokens
+        response_id = ev.new_id("resp", rng)
+        added_from = len(conv.items) - len(req.input_items)
+
+        def on_output(conv_out: Conversation) -> None:
+            if remember is not None:
+                remember(response_id, conv_out)
+            self.store_response(
+                req,
+                response_id,
+                conv_out,
+                parent_stored=parent_stored,
+                added_items=conv_out.items[added_from:],
+            )
+
+        return Job(req, conv, cost, self.builder(req, response_id), timing, on_output)
+
+    def failure(self, builder: ev.ResponseBuilder, message: str) -> list[dict[str, Any]]:
+        """``error`` + ``response.failed`` in the configured error shape."""
+        return builder.fail("server_error", message, nested=self._nested_errors)
+
+    def crashed(self, builder: ev.ResponseBuilder, exc: Exception) -> list[dict[str, Any]]:
+        """A bug must not leave the client hanging: the events that fail the response."""
+        return self.failure(builder, f"The server had an error: {type(exc).__name__}.")
+
+    async def run_segment(
+        self,
+        req: CreateRequest,
+        conv: Conversation,
+        builder: ev.ResponseBuilder,
+        send: Send,
+        rng: random.Random,
+        *,
+        tool_choice: Any,
+        metadata: dict[str, str],
+    ) -> Segment:
+        """Plan the output, wait the engine, stream the items; returns what was produced."""
+        tools_tok = tools_tokens(req.tools)
+        plan = plan_output(
+            tools=req.tools,
+            tool_choice=tool_choice,
+            parallel_tool_calls=req.parallel_tool_calls,
+            metadata=metadata,
+            max_output_tokens=req.max_output_tokens,
+            chain_function_calls=conv.function_calls,
+            default_output_tokens=self.config.default_output_tokens,
+            default_auto_tool_calls=self.config.default_auto_tool_calls,
+            rng=rng,
+        )
+        cursor = OutputCursor(builder, plan, rng)
+
+        async def emit(sizes: Sequence[int]) -> None:
+            if len(sizes) == 1:
+                await send(cursor.emit(sizes[0]))
+                return
+            events: list[dict[str, Any]] = []
+            for k in sizes:
+                events.extend(cursor.emit(k))
+            await send(events)
+
+        input_tokens = conv.tokens + tools_tok
+        inf = await self.sim.inference(
+            conv.prefix_hashes,
+            input_tokens,
+            plan.output_tokens,
+            # Content-derived, so every transport replays the same bursts (paired comparisons).
+            decode_seed(conv.items),
+            emit,
+            static_prefix=(hash(orjson.dumps(req.tools)), tools_tok),
+        )
+        closing = cursor.finish()
+        if closing:
+            await send(closing)
+        return Segment(
+            output_tokens=plan.output_tokens,
+            cached_tokens=int(inf.get("cached_tokens", 0)),
+            input_tokens=input_tokens,
+            calls=len(plan.calls),
+            truncated=plan.truncated,
+            engine_ttft=float(inf.get("ttft", 0.0)),
+            timing={
+                "engine_queue": float(inf.get("engine_queue", 0.0)),
+                "prefill": float(inf.get("prefill", 0.0)),
+                "decode": float(inf.get("decode", 0.0)),
+            },
+        )
+
+    async def fail_mid_stream(
+        self, builder: ev.ResponseBuilder, send: Send, rng: random.Random
+    ) -> None:
+        """The ``loopbench.fail: mid_stream`` hint: one output delta, then error + response.failed."""
+        cursor = OutputCursor(builder, OutputPlan((), 4, truncated=False), rng)
+        await send(cursor.emit(1))
+        await send(
+            self.failure(
+                builder,
+                "The server had an error while processing your request (injected by loopbench.fail).",
+            )
+        )
+
+    async def finish(
+        self,
+        builder: ev.ResponseBuilder,
+        send: Send,
+        usage: dict[str, Any],
+        timing: dict[str, Any],
+        *,
+        truncated: bool,
+    ) -> str:
+        """Send the terminal event; returns the response's final status."""
+        if truncated:
+            await send([builder.incomplete("max_output_tokens", usage, {"sim_timing": timing})])
+            return "incomplete"
+        await send([builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s())])
+        return "completed"
+
+    async def generate(self, job: Job, send: Send) -> str:
+        """Stream one whole response; returns its final status.
+
+        Post-inference work blocks ``response.completed`` over HTTP and runs in the
+        background over WebSocket (docs/model.md).
+        """
+        req, conv, cost, builder, timing = job.req, job.conv, job.cost, job.builder, job.timing
+        rng = self.rng()
+        send = fault_send.wrap_send(send, self.config.faults.stall_s)
+        await send(builder.start())
+        if req.metadata.get(HINT_FAIL) == "mid_stream":
+            await self.fail_mid_stream(builder, send, rng)
+            return "failed"
+        if not req.generate:
+            timing.update(
+                engine_queue=0.0, prefill=0.0, decode=0.0, api_post=0.0, cached_input_tokens=0
+            )
+            timing["ttft"] = timing["api_pre"] + timing["api_queue"]
+            job.on_output(conv)
+            usage = ev.usage(conv.tokens + tools_tokens(req.tools), 0, 0)
+            return await self.finish(builder, send, usage, timing, truncated=False)
+        seg = await self.run_segment(
+            req, conv, builder, send, rng, tool_choice=req.tool_choice, metadata=req.metadata
+        )
+        seg.record(timing)
+        if cost.websocket:
+            timing["api_post"] = 0.0
+            self.spawn(self.sim.post_inference(cost))
+        else:
+            timing["api_post"] = await self.sim.post_inference(cost)
+        conv.extend(builder.output)
+        job.on_output(conv)
+        usage = seg.usage(seg.output_tokens)
+        return await self.finish(builder, send, usage, timing, truncated=seg.truncated)
+
+
+def _now_s() -> int:
+    return int(time.time())
