@@ -323,7 +323,7 @@ class MasterSide:
                 "rollouts": int(final["rollouts_total"]),
                 "rows_turns": report.rows_turns,
                 "rows_rollouts": report.rows_rollouts,
-                "cpu_share": float(final["health"]["cpu_share"]),
+                "cpu_share": round(float(final["health"]["cpu_share"]), 4),
                 "accumulator_turns": {
                     name: t["counts"][0] for name, t in final["state"]["transports"].items()
                 },
@@ -336,10 +336,11 @@ class MasterSide:
         for sched in measurement.schedules.values():
             sched.not_started = max(0, sched.intended - sched.started - sched.dropped)
         if run.partial or not run.queue.done:
-            measurement.stop_early(
+            measurement.reasons.append(
                 f"run stopped before every rollout finished "
                 f"({run.queue.finished}/{run.queue.total})"
             )
+        measurement.partial = not run.queue.done
         summary = measurement.finish(
             {
                 "locust": {

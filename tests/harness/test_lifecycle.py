@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -132,14 +133,10 @@ def summaries(
         scenario = load_scenario(path, {"load.max_schedule_lag_ms": limit})
         root = tmp / case
 
-        def opts(run_id: str) -> RunOptions:
-            return RunOptions(
-                target=server_url, results_root=root, run_id=run_id, progress=False, render=False
-            )
-
+        opts = RunOptions(target=server_url, results_root=root, progress=False, render=False)
         dirs = {
-            "run": run_scenario(scenario, str(path), opts("run")).run_dir,
-            "procs": run_procs(scenario, str(path), opts("procs"), 2).run_dir,
+            "run": run_scenario(scenario, str(path), replace(opts, run_id="run")).run_dir,
+            "procs": run_procs(scenario, str(path), replace(opts, run_id="procs"), 2).run_dir,
         }
         ab = run_ab(
             scenario,
