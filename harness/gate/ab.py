@@ -16,7 +16,6 @@ server change (say a 20 % slower API tier) is gated before it ships.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
@@ -24,22 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.hdr import Histogram
-from harness.metrics.summary import Accumulator
-from harness.report.results import ResultsWriter, new_run_id
-from harness.run import quiet_gc
-from harness.run.passes import (
-    PassCounts,
-    ScheduleStats,
-    finish_client_summary,
-    lag_reasons,
-    run_pass,
-    watch_loop,
-)
-from harness.run.runner import RunOptions, RunResult, build_manifest
-from harness.transports import TransportOptions, make_transport
+from harness.report.results import new_run_id
+from harness.run.manifest import build_manifest
+from harness.run.measurement import Measurement
+from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
+from harness.run.runner import RunOptions, RunResult, transport_options
+from harness.transports import make_transport
 from harness.workload.plan import RolloutPlan
-from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
 
@@ -103,52 +93,6 @@ def default_rounds(scenario: Scenario, n_plans: int) -> int:
     return max(1, min(6, n_plans // 2))
 
 
-class _Side:
-    """A side's writer, accumulator and schedule bookkeeping, fed by the transports' callbacks."""
-
-    def __init__(
-        self, run_dir: Path, manifest: Mapping[str, Any], warmup: int, transports: Sequence[str]
-    ) -> None:
-        self.writer = ResultsWriter(run_dir, manifest)
-        self.acc = Accumulator(warmup_rollouts=warmup)
-        self.schedules = {name: ScheduleStats() for name in transports}
-        self.run_dir = run_dir
-
-    def on_turn(self, rec: TurnRecord) -> None:
-        self.writer.add_turn(rec)
-        self.acc.add_turn(rec)
-
-    def on_rollout(self, rec: RolloutRecord) -> None:
-        self.writer.add_rollout(rec)
-        self.acc.add_rollout(rec)
-
-    def finish(
-        self,
-        run_id: str,
-        scenario: Scenario,
-        shared_invalid: Sequence[str],
-        partial: bool,
-        cpu_share: float,
-        loop_lag: Histogram,
-        wall_s: float,
-    ) -> RunResult:
-        """Write the summary; validity is judged with the runner's own reasons."""
-        summary = self.acc.summary(run_id=run_id, valid=True, invalid_reasons=[])
-        for name, t in summary.get("transports", {}).items():
-            sched = self.schedules.get(name)
-            if sched is not None:
-                t["schedule"] = sched.as_dict()
-        reasons = list(shared_invalid)
-        reasons += lag_reasons(summary, self.schedules, scenario, loop_lag, cpu_share, wall_s)
-        finish_client_summary(
-            summary, reasons, partial=partial, cpu_share=cpu_share, loop_lag=loop_lag
-        )
-        summary["scenario"] = scenario.name
-        summary["seed"] = scenario.seed
-        self.writer.finish(summary, self.acc.histograms())
-        return RunResult(self.run_dir, summary)
-
-
 async def run_ab_plans(
     scenario: Scenario,
     scenario_path: str,
@@ -171,66 +115,65 @@ async def run_ab_plans(
         verify_tls=opts.verify_tls,
         request_timeout_s=opts.request_timeout_s,
     )
-    sides: dict[str, _Side] = {}
-    for side in SIDES:
-        manifest = build_manifest(
-            scenario, scenario_path, transports, urls[side], embedded[side], ids[side], run_opts
-        )
-        other = SIDES[1 - SIDES.index(side)]
-        manifest["ab"] = {
-            "side": side,
-            "pair_run_id": ids[other],
-            "rounds": len(rounds),
-            "order": "alternating",
-            "server": dict((servers or {}).get(side, {})),
-        }
-        sides[side] = _Side(
-            Path(opts.results_root) / ids[side], manifest, scenario.load.warmup_rollouts, transports
-        )
-    load = scenario.load
-    options = {
-        side: TransportOptions(
-            base_url=urls[side],
-            api_key=opts.api_key,
-            keepalive=opts.keepalive,
-            verify_tls=opts.verify_tls,
-            request_timeout_s=opts.request_timeout_s,
-            max_connections=max(16, load.concurrency * 2, load.max_in_flight or 0),
-        )
-        for side in SIDES
-    }
-    closed = load.mode == "closed" and load.duration_s is not None
-    pass_duration = load.duration_s / len(rounds) if closed and load.duration_s else None
-    # Built once per side, before the watchdog starts, and shared by the rounds (as the
+    sides: dict[str, Measurement] = {}
+    try:
+        for side in SIDES:
+            manifest = build_manifest(
+                scenario,
+                scenario_path,
+                transports,
+                urls[side],
+                embedded[side],
+                ids[side],
+                run_opts.client_options(),
+            )
+            other = SIDES[1 - SIDES.index(side)]
+            manifest["ab"] = {
+                "side": side,
+                "pair_run_id": ids[other],
+                "rounds": len(rounds),
+                "order": "alternating",
+                "server": dict((servers or {}).get(side, {})),
+            }
+            sides[side] = Measurement(
+                scenario,
+                Path(opts.results_root) / ids[side],
+                manifest,
+                transports,
+                planned=len(plans),
+            )
+    except BaseException:
+        for run in sides.values():
+            run.close()
+        raise
+    duration = pass_duration(scenario.load, len(rounds))
+    # Built once per side, before the watch starts, and shared by the rounds (as the
     # runner does): building a transport blocks the loop, which is set-up, not lag.
     clients = {
-        side: {name: make_transport(name, options[side]) for name in transports} for side in SIDES
+        side: {
+            name: make_transport(name, transport_options(urls[side], run_opts, scenario.load))
+            for name in transports
+        }
+        for side in SIDES
     }
-    # The collector stays out of the measurement, as in a run (harness/run/quiet_gc.py).
-    gc_state = quiet_gc.begin()
-    loop_lag = Histogram()
-    watcher = asyncio.ensure_future(watch_loop(loop_lag))
-    cpu0 = os.times()
-    wall0 = time.monotonic()
-    invalid: list[str] = []
-    partial = False
+    watch = ClientWatch()
     try:
         for r, chunk in enumerate(rounds):
             for name in transports:
                 for side in round_order(r):
                     live = PassCounts(total=len(chunk))
-                    s = sides[side]
+                    run = sides[side]
                     started = time.monotonic()
                     await run_pass(
                         clients[side][name],
                         chunk,
                         scenario,
                         r,
-                        s.on_turn,
-                        s.on_rollout,
+                        run.add_turn,
+                        run.add_rollout,
                         live,
-                        s.schedules[name],
-                        pass_duration,
+                        run.schedules[name],
+                        duration,
                         hints=run_opts.hints,
                         turn_hook=run_opts.turn_hook,
                     )
@@ -241,27 +184,23 @@ async def run_ab_plans(
                             f"{live.errors} errors {time.monotonic() - started:5.1f}s"
                         )
     except (asyncio.CancelledError, KeyboardInterrupt):
-        partial = True
-        invalid.append("A/B run interrupted before every round finished")
+        for run in sides.values():
+            run.stop_early("A/B run interrupted before every round finished")
     finally:
-        quiet_gc.end(gc_state)
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
+        # One process measured both sides: both are judged on its health.
+        health = await watch.stop()
         for per_side in clients.values():
             for client in per_side.values():
                 await client.aclose()
-        cpu1 = os.times()
-        wall = max(1e-9, time.monotonic() - wall0)
-        cpu_share = ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / wall
+        results: dict[str, RunResult] = {}
         try:
-            results = {
-                side: s.finish(ids[side], scenario, invalid, partial, cpu_share, loop_lag, wall)
-                for side, s in sides.items()
-            }
+            for side, run in sides.items():
+                run.clients.append(health)
+                results[side] = RunResult(run.run_dir, run.finish(), run)
         finally:
             # An error while summarising must not leave the row files open (or half-flushed).
-            for s in sides.values():
-                s.writer.close()
+            for run in sides.values():
+                run.close()
     return ABResult(results["baseline"], results["candidate"], len(rounds))
 
 

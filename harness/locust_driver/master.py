@@ -3,8 +3,11 @@
 The master owns the plan (:class:`~.work.WorkQueue`), answers claims, writes
 record rows as workers ship them, and at the end merges the workers'
 accumulators — HDR histograms merged bucket by bucket, so merged percentiles
-are exactly those of one histogram of every sample — into the same results
-folder ``loopbench run`` writes (``harness.report.results.ResultsWriter``).
+are exactly those of one histogram of every sample — into the run's
+:class:`~harness.run.measurement.Measurement`, the lifecycle ``loopbench run``
+uses: the same results folder, summary and validity rules.  The master counts
+the schedule from the rollout rows it receives; each worker reports its own CPU
+share and event-loop lag, judged as a ``--procs`` child's would be.
 """
 
 from __future__ import annotations
@@ -24,14 +27,15 @@ from harness.locust_driver.protocol import MSG_WORK, RunConfig
 from harness.locust_driver.wire import plan_to_wire, rollout_from_row, turn_from_row
 from harness.locust_driver.work import Claim, WorkQueue
 from harness.metrics.summary import Accumulator
-from harness.report.results import ResultsWriter, new_run_id
+from harness.report.results import new_run_id
+from harness.run.health import ClientHealth
+from harness.run.manifest import build_manifest, client_options
+from harness.run.measurement import Measurement
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
 
 log = logging.getLogger("loopbench.locust")
 
-#: client CPU above this share of one core: the worker itself may be the bottleneck
-CPU_SATURATION_SHARE = 0.95
 #: open loop: users are provisioned for rollouts due within this horizon
 POOL_HORIZON_NS = 2_000_000_000
 POOL_HEADROOM = 1.25
@@ -50,7 +54,7 @@ class MasterRun:
     config: RunConfig
     scenario: Scenario
     queue: WorkQueue
-    writer: ResultsWriter
+    measurement: Measurement
     started_wall_s: float
     started_mono_s: float
     time_limit_s: float | None
@@ -93,8 +97,6 @@ class MasterSide:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def begin(self) -> RunConfig:
-        from harness.run.runner import build_manifest
-
         opts = self.options
         scenario = opts.scenario
         run_id = self._fresh_run_id()
@@ -109,24 +111,48 @@ class MasterSide:
             hints=opts.hints,
         )
         load = scenario.load
+        plans = generate_rollouts(scenario)
         queue = WorkQueue(
-            generate_rollouts(scenario),
+            plans,
             opts.transports,
             # Throughput mode is open loop with a derived rate: intended starts apply too.
             open_loop=load.mode != "closed",
             rounds=load.rounds if load.order == "interleaved" else 1,
         )
         manifest = build_manifest(
-            scenario, opts.scenario_path, opts.transports, opts.target, opts.embedded, run_id
+            scenario,
+            opts.scenario_path,
+            opts.transports,
+            opts.target,
+            opts.embedded,
+            run_id,
+            client_options(
+                hints=opts.hints,
+                keepalive=opts.keepalive,
+                verify_tls=opts.verify_tls,
+                request_timeout_s=config.request_timeout_s,
+            ),
         )
         manifest["driver"] = "locust"
         manifest["locust"] = dict(opts.extra_manifest)
-        writer = ResultsWriter(opts.results_root / run_id, manifest)
+        measurement = Measurement(
+            scenario,
+            opts.results_root / run_id,
+            manifest,
+            opts.transports,
+            planned=len(plans),
+            several_processes=True,
+        )
+        warmup = load.warmup_rollouts
+        for phase in queue.phases:
+            measurement.schedules[phase.transport].intended += sum(
+                1 for p in phase.plans if p.rollout_id >= warmup
+            )
         self.run = MasterRun(
             config=config,
             scenario=scenario,
             queue=queue,
-            writer=writer,
+            measurement=measurement,
             started_wall_s=time.time(),
             started_mono_s=time.monotonic(),
             time_limit_s=opts.time_limit_s,
@@ -257,10 +283,11 @@ class MasterSide:
     def _write_rows(self, report: WorkerReport, data: dict[str, Any]) -> None:
         run = self.run
         assert run is not None
+        measurement = run.measurement
         for row in data.get("turns", ()):
-            run.writer.add_turn(turn_from_row(row))
+            measurement.writer.add_turn(turn_from_row(row))
         for row in data.get("rollouts", ()):
-            run.writer.add_rollout(rollout_from_row(row))
+            measurement.add_rollout_row(rollout_from_row(row))
         report.rows_turns += len(data.get("turns", ()))
         report.rows_rollouts += len(data.get("rollouts", ()))
 
@@ -280,74 +307,58 @@ class MasterSide:
             gevent.sleep(0.05)
         run.finalized = True
         self.run = None
-        merged = Accumulator(warmup_rollouts=run.scenario.load.warmup_rollouts)
-        invalid: list[str] = []
+        measurement = run.measurement
         per_worker: dict[str, Any] = {}
         for node, report in sorted(run.workers.items()):
             final = report.final
             if final is None:
-                invalid.append(f"worker {node}: no final report within {wait_s:g} s")
+                measurement.reasons.append(f"worker {node}: no final report within {wait_s:g} s")
                 per_worker[node] = {"final": False, "rows_turns": report.rows_turns}
                 continue
-            acc = Accumulator.from_state(final["state"])
-            merged.merge(acc)
-            cpu = float(final.get("cpu_share", 0.0))
-            if cpu > CPU_SATURATION_SHARE:
-                invalid.append(f"worker {node}: client CPU saturated: {cpu:.0%} of one core")
+            measurement.acc.merge(Accumulator.from_state(final["state"]))
+            measurement.clients.append(ClientHealth.from_state(final["health"], f"worker {node}"))
             per_worker[node] = {
                 "final": True,
                 "turns": int(final["turns_total"]),
                 "rollouts": int(final["rollouts_total"]),
                 "rows_turns": report.rows_turns,
                 "rows_rollouts": report.rows_rollouts,
-                "cpu_share": cpu,
+                "cpu_share": round(float(final["health"]["cpu_share"]), 4),
                 "accumulator_turns": {
                     name: t["counts"][0] for name, t in final["state"]["transports"].items()
                 },
             }
             if report.rows_turns != int(final["turns_total"]):
-                invalid.append(
+                measurement.reasons.append(
                     f"worker {node}: rows received {report.rows_turns}, "
                     f"worker measured {final['turns_total']} turns"
                 )
-        summary = merged.summary(
-            run_id=run.config.run_id,
-            comparisons=_pairs(self.options.transports),
-        )
-        lag_limit = float(run.scenario.load.max_schedule_lag_ms)
-        for name, t in summary.get("transports", {}).items():
-            lag = t.get("schedule_lag_ms", {}).get("p99")
-            if lag is not None and not math.isnan(lag) and lag > lag_limit:
-                invalid.append(
-                    f"{name}: schedule lag p99 {lag:.1f} ms exceeds "
-                    f"load.max_schedule_lag_ms {lag_limit:g}"
-                )
+        for sched in measurement.schedules.values():
+            sched.not_started = max(0, sched.intended - sched.started - sched.dropped)
         if run.partial or not run.queue.done:
-            invalid.append(
+            measurement.reasons.append(
                 f"run stopped before every rollout finished "
                 f"({run.queue.finished}/{run.queue.total})"
             )
-        summary["invalid_reasons"] = invalid
-        summary["valid"] = not invalid
-        summary["partial"] = not run.queue.done
-        cpu_shares = [w["cpu_share"] for w in per_worker.values() if "cpu_share" in w]
-        summary["client_cpu_share"] = round(max(cpu_shares), 3) if cpu_shares else None
-        summary["scenario"] = run.scenario.name
-        summary["seed"] = run.scenario.seed
-        summary["locust"] = {
-            "workers": per_worker,
-            "users": run.users,
-            "rollouts_scheduled": run.queue.total,
-            "rollouts_finished": run.queue.finished,
-        }
-        run.writer.finish(summary, merged.histograms(), start_time_s=run.started_wall_s)
-        self.unrendered = run.writer.path
+        measurement.partial = not run.queue.done
+        summary = measurement.finish(
+            {
+                "locust": {
+                    "workers": per_worker,
+                    "users": run.users,
+                    "rollouts_scheduled": run.queue.total,
+                    "rollouts_finished": run.queue.finished,
+                }
+            },
+            start_time_s=run.started_wall_s,
+        )
+        self.unrendered = measurement.run_dir
         if render:
             self.render_pending()
         self.last_summary = summary
-        self.last_run_dir = run.writer.path
-        log.info("loopbench results: %s", run.writer.path)
-        return run.writer.path
+        self.last_run_dir = measurement.run_dir
+        log.info("loopbench results: %s", measurement.run_dir)
+        return measurement.run_dir
 
     def render_pending(self) -> None:
         """report.md, report.html and plots of the last results folder, as `loopbench run` writes."""
@@ -358,9 +369,3 @@ class MasterSide:
 
         # Reports failures on stderr; the measured results are on disk already.
         render_run_safely(run_dir)
-
-
-def _pairs(transports: list[str]) -> list[tuple[str, str]]:
-    # As `loopbench run` without --baseline: http when present, else the first transport.
-    base = "http" if "http" in transports else transports[0]
-    return [(base, t) for t in transports if t != base]

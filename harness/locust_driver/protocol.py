@@ -10,7 +10,8 @@ Messages (Locust custom messages; payloads are msgpack-able dicts):
   until the next phase starts;
 * ``loopbench_rows`` worker → master: record rows, every ~0.5 s;
 * ``loopbench_final`` worker → master, once its users stopped: the
-  accumulator state (HDR blobs), the last rows and the worker's own counts.
+  accumulator state (HDR blobs), the last rows, the worker's own counts and its
+  health (CPU share, wall time, event-loop lag histogram).
 
 The master hands the run's settings to workers as a Locust parsed option
 (:data:`RUN_OPTION`), which Locust forwards with every spawn message, so

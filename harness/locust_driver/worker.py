@@ -5,8 +5,11 @@ Every record goes, in the same step, into this worker's
 into a row buffer, and fires Locust ``request`` events so Locust's UI, CSV and
 HTML show the run.  A shipper greenlet sends the row buffer every
 :data:`SHIP_INTERVAL_S`; when the test stops, the final message carries the
-accumulator's state (histograms as HdrHistogram blobs), the last rows and the
-worker's own counts, which the master checks against what it received.
+accumulator's state (histograms as HdrHistogram blobs), the last rows, the
+worker's own counts, which the master checks against what it received, and its
+health (CPU share, and how late its gevent loop woke: a watchdog greenlet
+samples it as the asyncio client's watchdog does), which the master judges
+with the run's validity rules.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from harness.locust_driver.protocol import (
 )
 from harness.locust_driver.wire import plan_from_wire, rollout_to_row, turn_to_row
 from harness.locust_driver.work import Claim
+from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
+from harness.run.health import LOOP_WATCH_INTERVAL_S, CpuMeter
 from harness.workload.records import RolloutRecord, TurnRecord
 
 SHIP_INTERVAL_S = 0.5
@@ -44,8 +49,8 @@ class WorkerRun:
     rollout_rows: list[list[Any]] = field(default_factory=list)
     turns: int = 0
     rollouts: int = 0
-    cpu0: Any = field(default_factory=os.times)
-    wall0: float = field(default_factory=time.monotonic)
+    cpu: CpuMeter = field(default_factory=CpuMeter)
+    loop_lag: Histogram = field(default_factory=Histogram)
 
 
 class WorkerSide:
@@ -58,6 +63,7 @@ class WorkerSide:
         self._waiting: dict[int, AsyncResult] = {}
         self.run: WorkerRun | None = None
         self._shipper: gevent.Greenlet | None = None
+        self._watchdog: gevent.Greenlet | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -65,21 +71,21 @@ class WorkerSide:
         self.run = WorkerRun(config, Accumulator(warmup_rollouts=config.warmup_rollouts))
         self._send(MSG_HELLO, {"run_id": config.run_id, "pid": os.getpid()})
         self._shipper = gevent.spawn(self._ship_forever)
+        self._watchdog = gevent.spawn(_watch_loop, self.run.loop_lag)
 
     def end(self) -> None:
         """Send the final state; called once the users are stopped."""
         run, self.run = self.run, None
-        if self._shipper is not None:
-            self._shipper.kill(block=False)
-            self._shipper = None
+        for greenlet in (self._shipper, self._watchdog):
+            if greenlet is not None:
+                greenlet.kill(block=False)
+        self._shipper = self._watchdog = None
         for result in self._waiting.values():
             result.set(Claim("done"))
         self._waiting.clear()
         if run is None:
             return
-        cpu1 = os.times()
-        wall = max(1e-9, time.monotonic() - run.wall0)
-        cpu_share = ((cpu1.user - run.cpu0.user) + (cpu1.system - run.cpu0.system)) / wall
+        health = run.cpu.read(run.loop_lag)
         turns, rollouts = run.turn_rows, run.rollout_rows
         run.turn_rows, run.rollout_rows = [], []
         self._send(
@@ -91,7 +97,7 @@ class WorkerSide:
                 "rollouts": rollouts,
                 "turns_total": run.turns,
                 "rollouts_total": run.rollouts,
-                "cpu_share": round(cpu_share, 4),
+                "health": health.to_state(),
             },
         )
 
@@ -193,3 +199,12 @@ class WorkerSide:
             exception=exc,
             context={"rollout_id": rec.rollout_id},
         )
+
+
+def _watch_loop(hist: Histogram) -> None:
+    """Record how late the gevent loop wakes from short sleeps: the worker's own lag."""
+    interval_ns = round(LOOP_WATCH_INTERVAL_S * 1e9)
+    while True:
+        t = time.perf_counter_ns()
+        gevent.sleep(LOOP_WATCH_INTERVAL_S)
+        hist.record_ns(max(0, time.perf_counter_ns() - t - interval_ns))

@@ -1,17 +1,15 @@
 """One pass of the load: a transport running a set of rollouts, and the client's own health.
 
-The pieces :mod:`harness.run.runner` and the A/B gate (:mod:`harness.gate.ab`) both
-build a run from: the closed-loop agents and the open-loop dispatcher
-(coordinated-omission safe: each rollout is measured from its intended
-start), the counters of a pass for the progress display, what happened to the
-intended starts, the event-loop watchdog, and the reasons a run's client cannot
-be trusted to have applied the intended load.
+The asyncio pieces :mod:`harness.run.runner` and the A/B gate (:mod:`harness.gate.ab`)
+both drive a :class:`~harness.run.measurement.Measurement` with: the closed-loop
+agents and the open-loop dispatcher (coordinated-omission safe: each rollout is
+measured from its intended start), the counters of a pass for the progress
+display, and the watch over this process's own health (GC, loop lag, CPU).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -19,18 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.metrics.hdr import Histogram
+from harness.run import quiet_gc
+from harness.run.health import LOOP_WATCH_INTERVAL_S, ClientHealth, CpuMeter
 from harness.run.progress import PassProgress
+from harness.run.schedule_stats import ScheduleStats
 from harness.transports import Transport
 from harness.transports.rollout_loop import run_rollout
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord
-from harness.workload.scenario import Scenario
-
-# Client CPU above this share of one core means the generator itself may be the bottleneck.
-CPU_SATURATION_SHARE = 0.95
-# Period of the event-loop watchdog: how late a 10 ms sleep wakes is the loop's own lag.
-LOOP_WATCH_INTERVAL_S = 0.01
-LOOP_STALL_MIN_WALL_S = 1.0
+from harness.workload.scenario import Load, Scenario
 
 
 @dataclass(slots=True)
@@ -67,52 +62,6 @@ class PassCounts:
             finished=finished,
             schedule_left_s=left,
         )
-
-
-@dataclass(slots=True)
-class ScheduleStats:
-    """What happened to one transport's intended starts (measured rollouts only).
-
-    ``intended``: starts the plan asked for; ``started``: rollouts begun;
-    ``late``: begun more than ``load.max_schedule_lag_ms`` after their intended
-    time; ``dropped``: never begun because ``load.max_in_flight`` rollouts were
-    in flight; ``not_started``: left over when a closed loop reached
-    ``duration_s`` or the run was interrupted.
-    """
-
-    intended: int = 0
-    started: int = 0
-    late: int = 0
-    dropped: int = 0
-    not_started: int = 0
-    lag_max_ns: int = 0
-    lag_sum_ns: int = 0
-    uncorrected: Histogram = field(default_factory=Histogram)
-
-    def observe(self, rec: RolloutRecord, late_ns: int) -> bool:
-        """Count a finished rollout; True if it started late."""
-        self.started += 1
-        lag = rec.schedule_lag_ns
-        self.lag_sum_ns += lag
-        self.lag_max_ns = max(self.lag_max_ns, lag)
-        if rec.ok and rec.uncorrected_latency_ns is not None:
-            self.uncorrected.record_ns(rec.uncorrected_latency_ns)
-        if lag > late_ns:
-            self.late += 1
-            return True
-        return False
-
-    def as_dict(self) -> dict[str, Any]:
-        started = self.started
-        return {
-            "intended": self.intended,
-            "started": started,
-            "late": self.late,
-            "dropped": self.dropped,
-            "not_started": self.not_started,
-            "lag_mean_ms": round(self.lag_sum_ns / started / 1e6, 3) if started else None,
-            "lag_max_ms": round(self.lag_max_ns / 1e6, 3) if started else None,
-        }
 
 
 RolloutStarter = Callable[[RolloutPlan, int], Coroutine[Any, Any, None]]
@@ -258,68 +207,30 @@ async def watch_loop(hist: Histogram) -> None:
         hist.record_ns(max(0, time.perf_counter_ns() - t - interval_ns))
 
 
-def round_ms(x: float) -> float | None:
-    """Milliseconds to 3 decimals for a summary; None for NaN or infinity (empty histograms)."""
-    return round(x, 3) if math.isfinite(x) else None
+class ClientWatch:
+    """This process's health over a run, started once the transports are built.
+
+    Everything alive at the start (modules, plans, pools) is kept out of the
+    cyclic GC's full collections, which otherwise pause the loop for tens of ms
+    mid-measurement (harness/run/quiet_gc.py); a watchdog records the loop's
+    wake-up lag; CPU is counted from here to :meth:`stop`.
+    """
+
+    def __init__(self) -> None:
+        self._gc = quiet_gc.begin()
+        self._lag = Histogram()
+        self._task = asyncio.ensure_future(watch_loop(self._lag))
+        self._cpu = CpuMeter()
+
+    async def stop(self) -> ClientHealth:
+        quiet_gc.end(self._gc)
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        return self._cpu.read(self._lag)
 
 
-def finish_client_summary(
-    summary: dict[str, Any],
-    reasons: list[str],
-    *,
-    partial: bool,
-    cpu_share: float,
-    loop_lag: Histogram,
-) -> None:
-    """Validity, partial flag and the client's own health, the same for every kind of run."""
-    summary["invalid_reasons"] = reasons
-    summary["valid"] = not reasons
-    summary["partial"] = partial
-    summary["client_cpu_share"] = round(cpu_share, 3)
-    loop50, loop99 = loop_lag.percentiles_ms((50, 99))
-    summary["client"] = {
-        "cpu_share": round(cpu_share, 3),
-        "loop_lag_ms": {
-            "p50": round_ms(loop50),
-            "p99": round_ms(loop99),
-            "max": round_ms(loop_lag.max / 1000.0),
-        },
-    }
-
-
-def lag_reasons(
-    summary: dict[str, Any],
-    schedules: dict[str, ScheduleStats],
-    scenario: Scenario,
-    loop_lag: Histogram,
-    cpu_share: float,
-    wall_s: float,
-) -> list[str]:
-    """Why this run's client cannot be trusted to have applied the intended load."""
-    load = scenario.load
-    limit = float(load.max_schedule_lag_ms)
-    reasons: list[str] = []
-    for name, t in summary.get("transports", {}).items():
-        sched = schedules.get(name)
-        lag = t.get("schedule_lag_ms", {}).get("p99")
-        if lag is not None and lag > limit:
-            late = f" ({sched.late} of {sched.started} starts late)" if sched else ""
-            reasons.append(
-                f"{name}: schedule lag p99 {lag:.1f} ms exceeds load.max_schedule_lag_ms "
-                f"{limit:g}{late}: the load generator fell behind"
-            )
-        if sched is not None and sched.dropped:
-            reasons.append(
-                f"{name}: {sched.dropped} of {sched.intended} intended starts dropped "
-                f"(load.max_in_flight {load.max_in_flight} rollouts in flight)"
-            )
-    # Over a run shorter than a second p99 is one hiccup of a shared machine, not a stall.
-    loop_p99 = loop_lag.percentile_ms(99) if wall_s >= LOOP_STALL_MIN_WALL_S else math.nan
-    if loop_p99 > limit:
-        reasons.append(
-            f"client event loop stalled: wake-up lag p99 {loop_p99:.1f} ms exceeds "
-            f"load.max_schedule_lag_ms {limit:g}"
-        )
-    if cpu_share > CPU_SATURATION_SHARE:
-        reasons.append(f"client CPU saturated: {cpu_share:.0%} of one core over the run")
-    return reasons
+def pass_duration(load: Load, rounds: int) -> float | None:
+    """A closed loop's ``duration_s`` is each transport's budget, shared by its rounds."""
+    if load.mode != "closed" or load.duration_s is None:
+        return None
+    return load.duration_s / rounds

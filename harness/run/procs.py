@@ -5,11 +5,13 @@ the same seeded rollouts split across N client processes (round-robin, so every
 process gets early and late rollouts, and every transport runs a process's
 rollouts, keeping comparisons paired), each with its share of the closed-loop
 concurrency, all started together behind a barrier.  Each child runs the
-ordinary :func:`~harness.run.runner.run_plans` into a private folder; the parent
-merges the children's accumulators (HDR histograms bucket by bucket, so merged
-percentiles are those of one histogram of every sample), re-writes their rows
-into the one results folder through :class:`~harness.report.results.ResultsWriter`,
-and marks the run invalid if any child fell behind.
+ordinary :func:`~harness.run.runner.run_plans` into a private folder and sends back
+its measurement; the parent folds them into one
+:class:`~harness.run.measurement.Measurement` (accumulators merged, HDR histograms
+bucket by bucket, so merged percentiles are those of one histogram of every
+sample; schedules summed; each child's health kept under its name), re-writes
+their rows into the one results folder, and judges the merged run with the same
+validity rules as a single-process run.
 
 Clocks: every process stamps with ``perf_counter_ns`` (``CLOCK_MONOTONIC`` on
 Linux, one clock for the whole machine), so per-second token buckets line up.
@@ -28,8 +30,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.summary import TRANSPORT_ORDER, Accumulator
-from harness.run.runner import RunOptions, RunResult, build_manifest
+from harness.run.manifest import build_manifest
+from harness.run.measurement import Measurement
+from harness.run.runner import RunOptions, RunResult
 from harness.wire.errors import LoopbenchError
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
@@ -38,7 +41,6 @@ from harness.workload.scenario import Scenario
 
 #: how long children may take to import and reach the start barrier
 START_TIMEOUT_S = 120.0
-_SCHEDULE_SUMS = ("intended", "started", "late", "dropped", "not_started")
 
 
 def partition(plans: Sequence[RolloutPlan], procs: int) -> list[list[RolloutPlan]]:
@@ -77,13 +79,12 @@ def _child(
             result = asyncio.run(coro)
         else:
             result = uvloop.run(coro)
-        acc = result.accumulator
+        assert result.measurement is not None
         conn.send(
             {
                 "index": index,
                 "run_dir": str(result.run_dir),
-                "state": acc.to_state() if acc is not None else None,
-                "summary": result.summary,
+                "state": result.measurement.to_state(),
             }
         )
     except BaseException as exc:
@@ -91,23 +92,6 @@ def _child(
         raise
     finally:
         conn.close()
-
-
-def _merge_schedules(children: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
-    parts = [
-        c["summary"]["transports"][name]["schedule"]
-        for c in children
-        if "schedule" in c["summary"].get("transports", {}).get(name, {})
-    ]
-    if not parts:
-        return None
-    out: dict[str, Any] = {k: sum(int(p.get(k) or 0) for p in parts) for k in _SCHEDULE_SUMS}
-    started = out["started"]
-    lag_sum = sum((p.get("lag_mean_ms") or 0.0) * int(p.get("started") or 0) for p in parts)
-    out["lag_mean_ms"] = round(lag_sum / started, 3) if started else None
-    maxes = [p["lag_max_ms"] for p in parts if p.get("lag_max_ms") is not None]
-    out["lag_max_ms"] = max(maxes) if maxes else None
-    return out
 
 
 def _copy_rows(writer: Any, run_dir: Path) -> None:
@@ -185,10 +169,7 @@ def _run(
     tmp: Path,
     say: Callable[[str], None],
 ) -> RunResult:
-    from harness.report.results import ResultsWriter, new_run_id
-
-    # The summary's "load" block exactly as a single-process run writes it.
-    from harness.run.runner import _load_summary
+    from harness.report.results import new_run_id
 
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(jobs))
@@ -250,45 +231,32 @@ def _run(
 
     transports = list(opts.transports or scenario.transports)
     run_id = opts.run_id or new_run_id(scenario.name, time.time())
-    run_dir = Path(opts.results_root) / run_id
-    manifest = build_manifest(scenario, scenario_path, transports, base_url, embedded, run_id, opts)
+    manifest = build_manifest(
+        scenario, scenario_path, transports, base_url, embedded, run_id, opts.client_options()
+    )
     manifest["procs"] = len(results)
-    acc = Accumulator.from_state(results[0]["state"])
-    for r in results[1:]:
-        acc.merge(Accumulator.from_state(r["state"]))
-    base = opts.baseline or next((t for t in TRANSPORT_ORDER if t in transports), transports[0])
-    summary = acc.summary(run_id=run_id, comparisons=[(base, t) for t in transports if t != base])
-    reasons: list[str] = []
-    for r in results:
-        reasons += [
-            f"client process {r['index']}: {x}" for x in r["summary"].get("invalid_reasons", [])
-        ]
-    for name, t in summary.get("transports", {}).items():
-        sched = _merge_schedules(results, name)
-        if sched is not None:
-            t["schedule"] = sched
-    clients = [r["summary"].get("client", {}) for r in results]
-    summary["invalid_reasons"] = reasons
-    summary["valid"] = not reasons
-    summary["partial"] = any(r["summary"].get("partial") for r in results)
-    summary["client_cpu_share"] = max((c.get("cpu_share") or 0.0) for c in clients)
-    summary["client"] = {
-        "procs": len(results),
-        "cpu_share": summary["client_cpu_share"],
-        "per_process": clients,
-    }
-    summary["load"] = _load_summary(scenario, len(plans))
-    summary["scenario"] = scenario.name
-    summary["seed"] = scenario.seed
-    with ResultsWriter(run_dir, manifest) as writer:
+    run = Measurement(
+        scenario,
+        Path(opts.results_root) / run_id,
+        manifest,
+        transports,
+        planned=len(plans),
+        baseline=opts.baseline,
+        several_processes=True,
+    )
+    try:
         for r in sorted(results, key=lambda r: r["index"]):
-            _copy_rows(writer, Path(r["run_dir"]))
-        writer.finish(summary, acc.histograms())
+            run.merge_state(r["state"], f"client process {r['index']}")
+            _copy_rows(run.writer, Path(r["run_dir"]))
+    except BaseException:
+        run.close()
+        raise
+    summary = run.finish()
     if opts.render:
         from harness.report.render import render_run_safely
 
-        render_run_safely(run_dir)
-    return RunResult(run_dir, summary, acc)
+        render_run_safely(run.run_dir)
+    return RunResult(run.run_dir, summary, run)
 
 
 __all__ = ["partition", "run_procs", "split_concurrency"]

@@ -1,9 +1,9 @@
 """Run a scenario: the same seeded rollouts over each transport, records streamed to disk.
 
-This is the asyncio orchestration layer.  It owns the clock of the run
-(intended starts, schedule lag), hands records to the results writer as they
-arrive (so an interrupted run keeps what it measured) and to the accumulator
-that builds the summary.  Statistics and file formats live elsewhere.
+This is the asyncio orchestration layer: it runs the passes (each transport, per
+interleaving round) and hands every record to the run's
+:class:`~harness.run.measurement.Measurement` as it arrives (so an interrupted run
+keeps what it measured), which writes the results and judges the run.
 
 Load generation is coordinated-omission safe: an open-loop dispatcher walks
 the precomputed schedule and starts each rollout at its intended time whatever
@@ -17,39 +17,23 @@ system under test.
 from __future__ import annotations
 
 import asyncio
-import os
-import platform
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.hdr import Histogram
-from harness.metrics.summary import Accumulator
-from harness.report.results import ResultsWriter, new_run_id
-from harness.run import quiet_gc
-from harness.run.passes import (
-    PassCounts,
-    ScheduleStats,
-    finish_client_summary,
-    lag_reasons,
-    round_ms,
-    run_pass,
-    watch_loop,
-)
+from harness.report.results import new_run_id
+from harness.run.manifest import build_manifest, client_options
+from harness.run.measurement import Measurement, pool_size
+from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
 from harness.run.progress import LineProgress, ProgressSink
 from harness.transports import TransportOptions, make_transport
 from harness.workload.plan import RolloutPlan
-from harness.workload.records import RolloutRecord, TurnRecord
-from harness.workload.rollout import generate_rollouts, load_scenario_trace, throughput_derivation
-from harness.workload.scenario import Scenario
+from harness.workload.records import TurnRecord
+from harness.workload.rollout import generate_rollouts
+from harness.workload.scenario import Load, Scenario
 
-# Connection pool of an open loop without max_in_flight (rollouts in flight are unbounded).
-OPEN_LOOP_CONNECTIONS = 1024
 # How often live counters are handed to the progress display.
 PROGRESS_TICK_S = 0.25
 
@@ -75,85 +59,33 @@ class RunOptions:
     # False: write results but no report.md/plots (load tests that only read summary.json).
     render: bool = True
 
+    def client_options(self) -> dict[str, Any]:
+        return client_options(
+            hints=self.hints,
+            keepalive=self.keepalive,
+            verify_tls=self.verify_tls,
+            request_timeout_s=self.request_timeout_s,
+        )
+
 
 @dataclass(slots=True)
 class RunResult:
     run_dir: Path
     summary: dict[str, Any]
-    # The run's accumulator, so a multi-process run (harness.run.procs) can merge them.
-    accumulator: Accumulator | None = None
+    # The finished measurement, so a multi-process run (harness.run.procs) can merge them.
+    measurement: Measurement | None = None
 
 
-def _git_sha() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            cwd=Path(__file__).parent,
-        )
-        return out.stdout.strip() if out.returncode == 0 else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for name in (
-        "loopbench",
-        "httpx",
-        "websockets",
-        "uvicorn",
-        "starlette",
-        "orjson",
-        "hdrhistogram",
-    ):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = ""
-    return out
-
-
-def build_manifest(
-    scenario: Scenario,
-    scenario_path: str,
-    transports: Sequence[str],
-    target: str,
-    embedded: bool,
-    run_id: str,
-    options: RunOptions | None = None,
-) -> dict[str, Any]:
-    opts = options or RunOptions()
-    return {
-        "run_id": run_id,
-        "scenario": scenario.model_dump(mode="json"),
-        "scenario_path": scenario_path,
-        "scenario_name": scenario.name,
-        "seed": scenario.seed,
-        "transports": list(transports),
-        "target": target,
-        "embedded_server": embedded,
-        "client_options": {
-            "hints": opts.hints,
-            "keepalive": opts.keepalive,
-            "verify_tls": opts.verify_tls,
-            "request_timeout_s": opts.request_timeout_s,
-        },
-        "versions": _versions(),
-        "git_sha": _git_sha(),
-        "machine": {
-            "hostname": socket.gethostname(),
-            "cpu_count": os.cpu_count(),
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "python": sys.version.split()[0],
-        },
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+def transport_options(base_url: str, opts: RunOptions, load: Load) -> TransportOptions:
+    """The asyncio client's settings for one target: ``opts`` and a pool sized to the load."""
+    return TransportOptions(
+        base_url=base_url,
+        api_key=opts.api_key,
+        keepalive=opts.keepalive,
+        verify_tls=opts.verify_tls,
+        request_timeout_s=opts.request_timeout_s,
+        max_connections=pool_size(load),
+    )
 
 
 def _rounds(plans: list[RolloutPlan], scenario: Scenario) -> list[list[RolloutPlan]]:
@@ -192,56 +124,27 @@ async def run_plans(
     """
     transports = list(opts.transports or scenario.transports)
     run_id = opts.run_id or new_run_id(scenario.name, time.time())
-    run_dir = Path(opts.results_root) / run_id
-    manifest = build_manifest(scenario, scenario_path, transports, base_url, embedded, run_id, opts)
-    writer = ResultsWriter(run_dir, manifest)
-    load = scenario.load
-    acc = Accumulator(warmup_rollouts=load.warmup_rollouts)
+    manifest = build_manifest(
+        scenario, scenario_path, transports, base_url, embedded, run_id, opts.client_options()
+    )
+    run = Measurement(
+        scenario,
+        Path(opts.results_root) / run_id,
+        manifest,
+        transports,
+        planned=len(plans),
+        baseline=opts.baseline,
+    )
     if progress is None and printer is not None:
         progress = LineProgress(printer, interval_s=1.0)
-
-    def on_turn(rec: TurnRecord) -> None:
-        writer.add_turn(rec)
-        acc.add_turn(rec)
-
-    def on_rollout(rec: RolloutRecord) -> None:
-        writer.add_rollout(rec)
-        acc.add_rollout(rec)
-
-    options = TransportOptions(
-        base_url=base_url,
-        api_key=opts.api_key,
-        keepalive=opts.keepalive,
-        verify_tls=opts.verify_tls,
-        request_timeout_s=opts.request_timeout_s,
-        # Sized to the load so that requests never queue for a client connection: a closed
-        # loop has `concurrency` rollouts in flight, an open loop as many as arrive.
-        max_connections=(
-            max(16, load.concurrency * 2)
-            if load.mode == "closed"
-            else max(16, load.max_in_flight or OPEN_LOOP_CONNECTIONS)
-        ),
-    )
+    options = transport_options(base_url, opts, scenario.load)
     rounds = _rounds(plans, scenario)
-    # A closed loop's duration is each transport's time budget, shared by its rounds.
-    pass_duration = load.duration_s / len(rounds) if load.duration_s is not None else None
-    if load.mode != "closed":
-        pass_duration = None
-    schedules = {name: ScheduleStats() for name in transports}
-    # Built once, before the watchdog starts, and shared by the rounds: importing a
+    duration = pass_duration(scenario.load, len(rounds))
+    # Built once, before the watch starts, and shared by the rounds: importing a
     # transport and building its TLS context block the loop for tens to hundreds of ms,
     # which is set-up, not the client falling behind.
     clients = {name: make_transport(name, options) for name in transports}
-    # Everything alive now (modules, plans, pools) is kept out of the cyclic GC's full
-    # collections, which otherwise pause the loop for tens of ms mid-measurement, and
-    # young collections become rare (harness/run/quiet_gc.py).
-    gc_state = quiet_gc.begin()
-    loop_lag = Histogram()
-    watcher = asyncio.ensure_future(watch_loop(loop_lag))
-    cpu0 = os.times()
-    wall0 = time.monotonic()
-    partial = False
-    invalid: list[str] = []
+    watch = ClientWatch()
     try:
         for round_index, chunk in enumerate(rounds):
             for name in transports:
@@ -253,11 +156,11 @@ async def run_plans(
                         chunk,
                         scenario,
                         round_index,
-                        on_turn,
-                        on_rollout,
+                        run.add_turn,
+                        run.add_rollout,
                         live,
-                        schedules[name],
-                        pass_duration,
+                        run.schedules[name],
+                        duration,
                         hints=opts.hints,
                         turn_hook=opts.turn_hook,
                     )
@@ -277,73 +180,19 @@ async def run_plans(
                         live.snapshot(name, round_index, len(rounds), started, finished=True)
                     )
     except (asyncio.CancelledError, KeyboardInterrupt):
-        partial = True
-        invalid.append("run interrupted before every rollout finished")
+        run.stop_early("run interrupted before every rollout finished")
     finally:
-        quiet_gc.end(gc_state)
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
+        run.clients.append(await watch.stop())
         for client in clients.values():
             await client.aclose()
         if progress is not None:
             progress.close()
-        cpu1 = os.times()
-        wall = max(1e-9, time.monotonic() - wall0)
-        cpu_share = ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / wall
-        summary = acc.summary(
-            run_id=run_id,
-            valid=True,
-            invalid_reasons=[],
-            comparisons=_pairs(transports, opts.baseline),
-        )
-        for name, t in summary.get("transports", {}).items():
-            sched = schedules.get(name)
-            if sched is not None:
-                t["schedule"] = sched.as_dict()
-                p50, p90, p99 = sched.uncorrected.percentiles_ms((50, 90, 99))
-                t["rollout_uncorrected_ms"] = {
-                    "p50": round_ms(p50),
-                    "p90": round_ms(p90),
-                    "p99": round_ms(p99),
-                    "mean": round_ms(sched.uncorrected.mean_ms),
-                }
-        invalid += lag_reasons(summary, schedules, scenario, loop_lag, cpu_share, wall)
-        reasons = list(summary.get("invalid_reasons", [])) + invalid
-        finish_client_summary(
-            summary, reasons, partial=partial, cpu_share=cpu_share, loop_lag=loop_lag
-        )
-        summary["load"] = _load_summary(scenario, len(plans))
-        summary["scenario"] = scenario.name
-        summary["seed"] = scenario.seed
-        writer.finish(summary, acc.histograms())
+        summary = run.finish()
         if opts.render:
             from harness.report.render import render_run_safely  # matplotlib: only when reporting
 
-            render_run_safely(run_dir)
-    return RunResult(run_dir, summary, acc)
-
-
-def _load_summary(scenario: Scenario, rollouts: int) -> dict[str, Any]:
-    load = scenario.load
-    out: dict[str, Any] = {
-        "mode": load.mode,
-        "rollouts_planned": rollouts,
-        "max_schedule_lag_ms": load.max_schedule_lag_ms,
-    }
-    derived = throughput_derivation(scenario, load_scenario_trace(scenario))
-    if derived is not None:
-        out["throughput"] = {
-            "target_tps": derived.target_tps,
-            "mean_output_tokens_per_rollout": round(derived.mean_output_tokens, 1),
-            "arrival_rate_per_s": round(derived.arrival_rate, 4),
-            "burst_rates_per_s": [round(r, 4) for r in derived.burst_rates],
-        }
-    return out
-
-
-def _pairs(transports: Sequence[str], baseline: str | None) -> list[tuple[str, str]]:
-    base = baseline or ("http" if "http" in transports else transports[0])
-    return [(base, t) for t in transports if t != base]
+            render_run_safely(run.run_dir)
+    return RunResult(run.run_dir, summary, run)
 
 
 def run_scenario(

@@ -1,0 +1,94 @@
+"""``manifest.json`` of a run: what was run, against what, with which client and software."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.workload.scenario import Scenario
+
+
+def _git_sha() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).parent,
+        )
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for name in (
+        "loopbench",
+        "httpx",
+        "websockets",
+        "uvicorn",
+        "starlette",
+        "orjson",
+        "hdrhistogram",
+    ):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = ""
+    return out
+
+
+def client_options(
+    *, hints: bool, keepalive: bool, verify_tls: bool, request_timeout_s: float
+) -> dict[str, Any]:
+    """The manifest's ``client_options``: the client settings that can change a measurement."""
+    return {
+        "hints": hints,
+        "keepalive": keepalive,
+        "verify_tls": verify_tls,
+        "request_timeout_s": request_timeout_s,
+    }
+
+
+def build_manifest(
+    scenario: Scenario,
+    scenario_path: str,
+    transports: Sequence[str],
+    target: str,
+    embedded: bool,
+    run_id: str,
+    client: Mapping[str, Any],
+) -> dict[str, Any]:
+    """``client`` is :func:`client_options` of the client that measures."""
+    return {
+        "run_id": run_id,
+        "scenario": scenario.model_dump(mode="json"),
+        "scenario_path": scenario_path,
+        "scenario_name": scenario.name,
+        "seed": scenario.seed,
+        "transports": list(transports),
+        "target": target,
+        "embedded_server": embedded,
+        "client_options": dict(client),
+        "versions": _versions(),
+        "git_sha": _git_sha(),
+        "machine": {
+            "hostname": socket.gethostname(),
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "python": sys.version.split()[0],
+        },
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }

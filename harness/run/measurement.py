@@ -1,0 +1,208 @@
+"""One measured run, from an open results folder to ``summary.json``: the run lifecycle.
+
+``loopbench run``, ``run --procs``, ``gate --ab`` and the Locust master each get
+their records differently (passes in this process, child processes, interleaved
+A/B rounds, Locust worker messages); everything else about a run is here, once:
+the results writer and accumulator fed by every record, what happened to the
+intended starts (:class:`ScheduleStats`), the measuring processes' health, the
+validity rules (:mod:`harness.run.validity`), which transport is the baseline of
+the speedup comparisons, the client's connection pool, and the summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.metrics.summary import Accumulator
+from harness.report.results import ResultsWriter
+from harness.run.health import ClientHealth, client_summary
+from harness.run.schedule_stats import ScheduleStats
+from harness.run.validity import validity_reasons
+from harness.wire.transports import TRANSPORT_NAMES
+from harness.workload.records import RolloutRecord, TurnRecord
+from harness.workload.rollout import load_scenario_trace, throughput_derivation
+from harness.workload.scenario import Load, Scenario
+
+#: connection pool of an open loop without max_in_flight (rollouts in flight are unbounded)
+OPEN_LOOP_CONNECTIONS = 1024
+_SCHEDULE_FIELDS = (
+    "intended",
+    "started",
+    "late",
+    "dropped",
+    "not_started",
+    "lag_max_ns",
+    "lag_sum_ns",
+)
+
+
+def pool_size(load: Load) -> int:
+    """Client connections per transport, sized so that requests never queue for one.
+
+    A closed loop has ``concurrency`` rollouts in flight, an open loop as many as
+    arrive (at most ``max_in_flight``).
+    """
+    if load.mode == "closed":
+        return max(16, load.concurrency * 2)
+    return max(16, load.max_in_flight or OPEN_LOOP_CONNECTIONS)
+
+
+def default_baseline(transports: Sequence[str], baseline: str | None = None) -> str:
+    """The transport the others are compared with: ``baseline`` if given, else the run's
+    first transport in the registry's order (``http`` when it is there)."""
+    if baseline:
+        return baseline
+    return next((t for t in TRANSPORT_NAMES if t in transports), transports[0])
+
+
+def comparisons(transports: Sequence[str], baseline: str | None = None) -> list[tuple[str, str]]:
+    base = default_baseline(transports, baseline)
+    return [(base, t) for t in transports if t != base]
+
+
+def load_summary(scenario: Scenario, rollouts: int) -> dict[str, Any]:
+    """The summary's ``load`` block: the load the run was asked to apply."""
+    load = scenario.load
+    out: dict[str, Any] = {
+        "mode": load.mode,
+        "rollouts_planned": rollouts,
+        "max_schedule_lag_ms": load.max_schedule_lag_ms,
+    }
+    derived = throughput_derivation(scenario, load_scenario_trace(scenario))
+    if derived is not None:
+        out["throughput"] = {
+            "target_tps": derived.target_tps,
+            "mean_output_tokens_per_rollout": round(derived.mean_output_tokens, 1),
+            "arrival_rate_per_s": round(derived.arrival_rate, 4),
+            "burst_rates_per_s": [round(r, 4) for r in derived.burst_rates],
+        }
+    return out
+
+
+class Measurement:
+    """One run's results folder, accumulator, schedules and client health; :meth:`finish`
+    judges validity and writes ``summary.json``.
+
+    Per record it costs what writing the row and folding it into the accumulator
+    cost; everything else happens once per run.  ``several_processes``: the run
+    is measured by more than one process (``--procs``, Locust workers), so the
+    summary's ``client`` block lists them.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        run_dir: Path,
+        manifest: Mapping[str, Any],
+        transports: Sequence[str],
+        *,
+        planned: int,
+        baseline: str | None = None,
+        several_processes: bool = False,
+    ) -> None:
+        self.scenario = scenario
+        self.run_id = str(manifest["run_id"])
+        self.transports = list(transports)
+        self.baseline = baseline
+        self.planned = planned
+        self.several_processes = several_processes
+        self.writer = ResultsWriter(run_dir, manifest)
+        self.acc = Accumulator(warmup_rollouts=scenario.load.warmup_rollouts)
+        self.schedules = {name: ScheduleStats() for name in self.transports}
+        self.late_ns = round(scenario.load.max_schedule_lag_ms * 1e6)
+        self.clients: list[ClientHealth] = []
+        self.reasons: list[str] = []
+        self.partial = False
+        self.summary: dict[str, Any] | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.writer.path
+
+    # -- records (per event: keep these two calls and nothing more) ---------------------------
+
+    def add_turn(self, rec: TurnRecord) -> None:
+        self.writer.add_turn(rec)
+        self.acc.add_turn(rec)
+
+    def add_rollout(self, rec: RolloutRecord) -> None:
+        self.writer.add_rollout(rec)
+        self.acc.add_rollout(rec)
+
+    def add_rollout_row(self, rec: RolloutRecord) -> None:
+        """A rollout whose statistics arrive merged later (Locust): its row and its start."""
+        self.writer.add_rollout(rec)
+        sched = self.schedules.get(rec.transport)
+        if sched is not None and rec.rollout_id >= self.acc.warmup_rollouts:
+            sched.observe(rec, self.late_ns)
+
+    # -- run state ------------------------------------------------------------------------------
+
+    def stop_early(self, reason: str) -> None:
+        """The run ends before its plan did: partial, and invalid for ``reason``."""
+        self.partial = True
+        self.reasons.append(reason)
+
+    def to_state(self) -> dict[str, Any]:
+        """What another process needs to fold this run into its own (``--procs``)."""
+        return {
+            "accumulator": self.acc.to_state(),
+            "schedules": {name: s.to_state() for name, s in self.schedules.items()},
+            "clients": [c.to_state() for c in self.clients],
+            "partial": self.partial,
+            "reasons": list(self.reasons),
+        }
+
+    def merge_state(self, state: Mapping[str, Any], name: str) -> None:
+        """Fold in the run of process ``name``; its own reasons and health keep its name."""
+        self.acc.merge(Accumulator.from_state(state["accumulator"]))
+        for transport, s in state["schedules"].items():
+            self.schedules.setdefault(transport, ScheduleStats()).merge(ScheduleStats.from_state(s))
+        self.clients += [ClientHealth.from_state(c, name=name) for c in state["clients"]]
+        self.partial = self.partial or bool(state["partial"])
+        self.reasons += [f"{name}: {r}" for r in state["reasons"]]
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def assemble(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The summary: the accumulator's statistics, schedules, validity, client, load."""
+        summary = self.acc.summary(
+            run_id=self.run_id, comparisons=comparisons(self.transports, self.baseline)
+        )
+        for name, t in summary.get("transports", {}).items():
+            sched = self.schedules.get(name)
+            if sched is not None:
+                t["schedule"] = sched.as_dict()
+        reasons = self.reasons + validity_reasons(
+            summary, self.schedules, self.scenario.load, self.clients
+        )
+        summary["invalid_reasons"] = reasons
+        summary["valid"] = not reasons
+        summary["partial"] = self.partial
+        summary["client_cpu_share"], summary["client"] = client_summary(
+            self.clients, self.several_processes
+        )
+        summary["load"] = load_summary(self.scenario, self.planned)
+        summary["scenario"] = self.scenario.name
+        summary["seed"] = self.scenario.seed
+        summary.update(extra or {})
+        return summary
+
+    def finish(
+        self, extra: Mapping[str, Any] | None = None, *, start_time_s: float | None = None
+    ) -> dict[str, Any]:
+        """Write histograms and ``summary.json`` (closing the row files); returns the summary."""
+        try:
+            summary = self.assemble(extra)
+        except BaseException:
+            # Whatever went wrong, the rows measured so far are flushed and readable.
+            self.writer.close()
+            raise
+        self.writer.finish(summary, self.acc.histograms(), start_time_s=start_time_s)
+        self.summary = summary
+        return summary
+
+    def close(self) -> None:
+        self.writer.close()

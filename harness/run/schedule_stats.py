@@ -1,0 +1,69 @@
+"""What happened to one transport's intended starts: the schedule half of a run's validity."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.workload.records import RolloutRecord
+
+_FIELDS = ("intended", "started", "late", "dropped", "not_started", "lag_max_ns", "lag_sum_ns")
+
+
+@dataclass(slots=True)
+class ScheduleStats:
+    """What happened to one transport's intended starts (measured rollouts only).
+
+    ``intended``: starts the plan asked for; ``started``: rollouts begun;
+    ``late``: begun more than ``load.max_schedule_lag_ms`` after their intended
+    time; ``dropped``: never begun because ``load.max_in_flight`` rollouts were
+    in flight; ``not_started``: left over when a closed loop reached
+    ``duration_s`` or the run was interrupted.
+    """
+
+    intended: int = 0
+    started: int = 0
+    late: int = 0
+    dropped: int = 0
+    not_started: int = 0
+    lag_max_ns: int = 0
+    lag_sum_ns: int = 0
+
+    def observe(self, rec: RolloutRecord, late_ns: int) -> bool:
+        """Count a finished rollout; True if it started late."""
+        self.started += 1
+        lag = rec.schedule_lag_ns
+        self.lag_sum_ns += lag
+        if lag > self.lag_max_ns:
+            self.lag_max_ns = lag
+        if lag > late_ns:
+            self.late += 1
+            return True
+        return False
+
+    def merge(self, other: ScheduleStats) -> None:
+        for name in _FIELDS:
+            if name == "lag_max_ns":
+                self.lag_max_ns = max(self.lag_max_ns, other.lag_max_ns)
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_state(self) -> list[int]:
+        return [getattr(self, name) for name in _FIELDS]
+
+    @classmethod
+    def from_state(cls, state: Sequence[int]) -> ScheduleStats:
+        return cls(**dict(zip(_FIELDS, (int(x) for x in state), strict=True)))
+
+    def as_dict(self) -> dict[str, Any]:
+        started = self.started
+        return {
+            "intended": self.intended,
+            "started": started,
+            "late": self.late,
+            "dropped": self.dropped,
+            "not_started": self.not_started,
+            "lag_mean_ms": round(self.lag_sum_ns / started / 1e6, 3) if started else None,
+            "lag_max_ms": round(self.lag_max_ns / 1e6, 3) if started else None,
+        }
