@@ -166,7 +166,7 @@ def _check_usage(args: argparse.Namespace) -> None:
 
 def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
     from harness.gate.ab import ABOptions, Side, run_ab
-    from harness.transports import TRANSPORT_NAMES
+    from harness.wire.transports import TRANSPORT_NAMES
     from harness.workload.scenario import load_scenario
 
     scenario = load_scenario(args.subject, _pairs(args.set, "--set") or None)

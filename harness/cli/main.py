@@ -19,7 +19,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import os
 
     from harness.run.runner import RunOptions, run_scenario
-    from harness.transports import TRANSPORT_NAMES
+    from harness.wire.transports import TRANSPORT_NAMES
     from harness.workload.scenario import load_scenario
 
     overrides = dict(_parse_sets(args.set))

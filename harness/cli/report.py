@@ -64,8 +64,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from harness.report.sweep import sweep_table
     from harness.run.runner import RunOptions
     from harness.run.sweep import run_sweep
-    from harness.transports import TRANSPORT_NAMES
     from harness.wire.errors import LoopbenchError
+    from harness.wire.transports import TRANSPORT_NAMES
 
     transports = [t.strip() for t in args.transports.split(",")] if args.transports else None
     for t in transports or []:

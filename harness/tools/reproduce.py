@@ -391,7 +391,7 @@ def run_reproduction(
     import time
 
     from harness.report.results import load_run, write_index
-    from harness.transports import TRANSPORT_NAMES
+    from harness.wire.transports import TRANSPORT_NAMES
     from harness.workload.scenario import load_scenario
 
     t_start = time.monotonic()

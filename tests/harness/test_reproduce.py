@@ -25,7 +25,7 @@ from harness.tools.reproduce import (
     measurements_from,
     paired_reduction_pct,
 )
-from harness.transports import TRANSPORT_NAMES
+from harness.wire.transports import TRANSPORT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 
