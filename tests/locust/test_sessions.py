@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from harness.client.options import TransportOptions
 from harness.locust_driver.agent_loop import run_rollout
 from harness.locust_driver.net import Endpoint, now_ns
-from harness.client.options import TransportOptions
 from harness.locust_driver.sessions import HttpSession, WsSession, make_session
 from harness.wire.errors import APIError, UsageError
 from harness.wire.transports import transport_spec
