@@ -8,7 +8,8 @@ One table for both edges (docs/protocol.md §4):
   the append prototype → restart the rollout's response with the full context;
 * ``websocket_connection_limit_reached`` or a recoverable close code (1001, 1005,
   1006, 1011, 1012, 1013, 1015, as the official SDK treats them) → reconnect:
-  with ``store: true`` the chain is kept (the server falls back to its store),
+  with ``store: true`` the chain is kept (the server falls back to its store;
+  a turn that already had to resend its full context goes on doing so),
   otherwise the full context is resent (the new connection has no cache);
 * anything else, and every HTTP error, fails the turn (HTTP drivers never retry).
 
