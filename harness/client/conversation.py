@@ -10,8 +10,11 @@ whether to resend, reconnect or fail (:mod:`harness.client.recovery`).
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from harness.client.api_errors import api_error_from_body
 from harness.client.bodies import http_body, ws_append, ws_create
+from harness.client.receive import SseFeed
 from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
 from harness.client.stream import ResponseStream
 from harness.wire.errors import ErrorKind, TransportError
@@ -21,6 +24,19 @@ from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
 
 _CHAIN_STATUSES = ("completed", "incomplete")
+
+
+class HttpResponse(Protocol):
+    """What an edge's HTTP exchange reports (the body only for error statuses)."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def new_connection(self) -> bool: ...
+    @property
+    def connected_ns(self) -> int: ...
 
 
 class Conversation:
@@ -50,10 +66,19 @@ class Conversation:
         rec.bytes_sent = len(payload)
         return payload
 
-    def http_answer(self, stream: ResponseStream, status: int, error_body: bytes) -> ResponseStream:
+    @staticmethod
+    def http_sent(rec: TurnRecord, sent_ns: int) -> SseFeed:
+        """The request goes out now: its stream, fed by the response body."""
+        rec.sent_ns = sent_ns
+        return SseFeed(ResponseStream(sent_ns))
+
+    def http_answer(self, rec: TurnRecord, feed: SseFeed, resp: HttpResponse) -> ResponseStream:
         """The turn's stream once the exchange ended; raises the API or truncation error."""
-        if status >= 400:
-            raise api_error_from_body(status, error_body)
+        rec.new_connection = resp.new_connection
+        rec.connected_ns = resp.connected_ns
+        if resp.status >= 400:
+            raise api_error_from_body(resp.status, resp.body)
+        stream = feed.stream
         if not stream.done:
             raise TransportError(
                 ErrorKind.TRUNCATED_STREAM, "the SSE stream ended before a terminal event"

@@ -25,7 +25,7 @@ class SseFeed:
         self.stream = stream
         self.decoder = SSEDecoder()
 
-    def __call__(self, chunk: bytes, t_ns: int) -> None:
+    def feed(self, chunk: bytes, t_ns: int) -> None:
         stream = self.stream
         for msg in self.decoder.feed(chunk):
             if msg.data.startswith("[DONE]"):

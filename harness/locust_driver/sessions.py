@@ -15,7 +15,7 @@ from typing import Protocol
 from harness.client.bodies import http_headers, ws_headers
 from harness.client.conversation import Conversation
 from harness.client.options import TransportOptions
-from harness.client.receive import SseFeed, feed_ws_message
+from harness.client.receive import feed_ws_message
 from harness.client.recovery import Recovery
 from harness.client.stream import ResponseStream
 from harness.locust_driver.http_client import HttpConnection
@@ -73,13 +73,11 @@ class HttpSession:
         self.conv.reset()
 
     def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
-        payload = self.conv.http_request(inp, rec)
-        rec.sent_ns = now_ns()
-        feed = SseFeed(ResponseStream(rec.sent_ns))
-        resp = self.conn.request("POST", "/responses", payload, feed)
-        rec.new_connection = resp.new_connection
-        rec.connected_ns = resp.connected_ns
-        return self.conv.http_answer(feed.stream, resp.status, resp.body)
+        conv = self.conv
+        payload = conv.http_request(inp, rec)
+        feed = conv.http_sent(rec, now_ns())
+        resp = self.conn.request("POST", "/responses", payload, feed.feed)
+        return conv.http_answer(rec, feed, resp)
 
     def close(self) -> None:
         self.conn.close()

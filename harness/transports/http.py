@@ -15,7 +15,6 @@ import time
 from harness.client.bodies import http_headers
 from harness.client.conversation import Conversation
 from harness.client.options import TransportOptions
-from harness.client.receive import SseFeed
 from harness.client.stream import ResponseStream
 from harness.transports.h1client import H1Pool
 from harness.wire.transports import TransportSpec
@@ -53,15 +52,13 @@ class HttpSession:
         self.conv = Conversation(transport.spec)
 
     async def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
-        payload = self.conv.http_request(inp, rec)
-        rec.sent_ns = time.perf_counter_ns()
-        feed = SseFeed(ResponseStream(rec.sent_ns))
+        conv = self.conv
+        payload = conv.http_request(inp, rec)
+        feed = conv.http_sent(rec, time.perf_counter_ns())
         # The whole body is read even after the terminal event, so the connection goes
         # back to the pool (a response left unread would cost a new connection per turn).
-        resp = await self.t.pool.request("POST", "/responses", self.t.headers, payload, feed)
-        rec.new_connection = resp.new_connection
-        rec.connected_ns = resp.connected_ns
-        return self.conv.http_answer(feed.stream, resp.status, resp.body)
+        resp = await self.t.pool.request("POST", "/responses", self.t.headers, payload, feed.feed)
+        return conv.http_answer(rec, feed, resp)
 
     async def close(self) -> None:
         return None
