@@ -60,7 +60,9 @@ class TransportError(LoopbenchError):
     ``kind`` is an :class:`ErrorKind`, or for an :class:`APIError` the server's error code.
     """
 
-    def __init__(self, kind: str, message: str) -> None:
+    kind: str
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
         self.kind = kind
         super().__init__(f"{kind}: {message}")
 
@@ -94,7 +96,9 @@ class APIError(TransportError):
     def __init__(self, status: int, code: str | None, message: str) -> None:
         self.status = status
         self.code = code
-        super().__init__(code or f"http_{status}", message)
+        # Named by the server, not by an ErrorKind: the code is what the results record.
+        self.kind = code or f"http_{status}"
+        LoopbenchError.__init__(self, f"{self.kind}: {message}")
 
 
 class ResultsError(LoopbenchError):
