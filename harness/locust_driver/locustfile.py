@@ -25,6 +25,7 @@ from locust import LoadTestShape, User, argument_parser, constant, events, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
+from harness.client.options import TransportOptions
 from harness.locust_driver.agent_loop import run_rollout
 from harness.locust_driver.master import MasterOptions, MasterSide
 from harness.locust_driver.net import now_ns
@@ -37,9 +38,10 @@ from harness.locust_driver.protocol import (
     RUN_OPTION,
     RunConfig,
 )
-from harness.locust_driver.sessions import LOCUST_TRANSPORTS, ClientOptions, Session, make_session
+from harness.locust_driver.sessions import Session, make_session
 from harness.locust_driver.worker import WorkerSide
 from harness.wire.errors import LoopbenchError
+from harness.wire.transports import LOCUST_TRANSPORTS
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord
 from harness.workload.scenario import load_scenario
@@ -302,7 +304,7 @@ class LoopbenchAgent(User):
             key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
             session = self._sessions[transport] = make_session(
                 transport,
-                ClientOptions(
+                TransportOptions(
                     base_url=config.target,
                     api_key=key or "sk-loopbench",
                     keepalive=config.keepalive,

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from harness.wire.errors import TransportError
+from harness.wire.errors import ErrorKind, TransportError
 
 _SHIFT_NS = time.time_ns() - time.perf_counter_ns()
 
@@ -38,7 +38,7 @@ class Endpoint:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise TransportError(
-                "url",
+                ErrorKind.URL,
                 f"target {url!r}: expected http(s)://host[:port]/path, got scheme {parts.scheme!r}",
             )
         tls = parts.scheme == "https"
@@ -78,8 +78,8 @@ def open_socket(
         if ep.tls:
             sock = tls_context(verify_tls).wrap_socket(sock, server_hostname=ep.host)
     except TimeoutError as exc:
-        raise TransportError("timeout", f"connect {ep.host}:{ep.port}: {exc!r}") from exc
+        raise TransportError(ErrorKind.TIMEOUT, f"connect {ep.host}:{ep.port}: {exc!r}") from exc
     except OSError as exc:
-        raise TransportError("connection", f"connect {ep.host}:{ep.port}: {exc!r}") from exc
+        raise TransportError(ErrorKind.CONNECTION, f"connect {ep.host}:{ep.port}: {exc!r}") from exc
     sock.settimeout(read_timeout_s)
     return sock

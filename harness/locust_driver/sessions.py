@@ -1,47 +1,30 @@
-"""The transports of docs/architecture.md as blocking sessions, for the gevent world.
+"""The transports as blocking sessions: the gevent edge over :mod:`harness.client`.
 
-Same requests, same recovery rules and the same stream state machine
-(:class:`~harness.client.stream.ResponseStream`) as :mod:`harness.transports`;
-only the I/O differs (see :mod:`.http_client`, :mod:`.ws_client`).  A session
-lives as long as one Locust user, so HTTP keep-alive connections are reused
-across that user's rollouts while each rollout opens its own WebSocket, as in
-``loopbench run``.
+What each turn sends, what an answer means and how a failure is recovered are
+:class:`harness.client.conversation.Conversation`'s, exactly as in
+:mod:`harness.transports`; this module does the blocking I/O (see
+:mod:`.http_client`, :mod:`.ws_client`).  A session lives as long as one Locust
+user, so HTTP keep-alive connections are reused across that user's rollouts
+while each rollout opens its own WebSocket, as in ``loopbench run``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
+from harness.client.bodies import http_headers, ws_headers
+from harness.client.conversation import Conversation
+from harness.client.options import TransportOptions
+from harness.client.receive import feed_ws_message
+from harness.client.recovery import Recovery
 from harness.client.stream import ResponseStream
 from harness.locust_driver.http_client import HttpConnection
 from harness.locust_driver.net import Endpoint, now_ns
-from harness.locust_driver.ws_client import WsClosed, WsConnection
-from harness.wire.errors import APIError, LoopbenchError, TransportError
-from harness.wire.events import dumps, loads
-from harness.wire.sse import SSEDecoder
+from harness.locust_driver.ws_client import WsConnection
+from harness.wire.errors import APIError, ErrorKind, TransportError, UsageError, WsClosed
+from harness.wire.transports import LOCUST_TRANSPORTS, TransportSpec, transport_spec
 from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
-
-#: transports this driver speaks (the append prototype and SDK transports are asyncio-only)
-LOCUST_TRANSPORTS = ("http", "http-chained", "ws", "ws-store")
-RECOVERABLE_CLOSE_CODES = frozenset({1001, 1005, 1006, 1011, 1012, 1013, 1015})
-MAX_RECOVERIES_PER_TURN = 3
-
-
-@dataclass(frozen=True, slots=True)
-class ClientOptions:
-    base_url: str
-    api_key: str = "sk-loopbench"
-    keepalive: bool = True
-    verify_tls: bool = True
-    connect_timeout_s: float = 10.0
-    request_timeout_s: float = 120.0
-    extra_headers: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"authorization": f"Bearer {self.api_key}", **self.extra_headers}
 
 
 class Session(Protocol):
@@ -56,130 +39,75 @@ class Session(Protocol):
     def close(self) -> None: ...
 
 
-def make_session(name: str, options: ClientOptions) -> Session:
-    if name == "http":
-        return HttpSession(options, chained=False)
-    if name == "http-chained":
-        return HttpSession(options, chained=True)
-    if name == "ws":
-        return WsSession(options, store=False)
-    if name == "ws-store":
-        return WsSession(options, store=True)
-    raise TransportError(
-        "usage", f"transport {name!r}: expected one of {', '.join(LOCUST_TRANSPORTS)}"
-    )
-
-
-def _request_fields(inp: TurnInput) -> dict[str, Any]:
-    return {
-        "model": inp.model,
-        "instructions": inp.instructions,
-        "tools": inp.tools,
-        "tool_choice": inp.tool_choice,
-        "metadata": inp.metadata,
-        "max_output_tokens": inp.max_output_tokens,
-    }
-
-
-def _api_error(status: int, body: bytes) -> APIError:
-    try:
-        err = loads(body).get("error") or {}
-        return APIError(
-            status, err.get("code") or err.get("type"), str(err.get("message", ""))[:500]
+def make_session(name: str, options: TransportOptions) -> Session:
+    spec = transport_spec(name)
+    if not spec.locust:
+        raise UsageError(
+            f"transport {name!r} is not available under Locust; "
+            f"expected one of {', '.join(LOCUST_TRANSPORTS)}"
         )
-    except LoopbenchError:
-        return APIError(status, None, body[:200].decode("utf-8", "replace"))
+    if spec.websocket:
+        return WsSession(spec, options)
+    return HttpSession(spec, options)
 
 
 class HttpSession:
     """``http`` (whole history, ``store: false``) or ``http-chained`` (id + new items)."""
 
-    def __init__(self, options: ClientOptions, *, chained: bool) -> None:
-        self.name = "http-chained" if chained else "http"
-        self.chained = chained
-        self.options = options
+    def __init__(self, spec: TransportSpec, options: TransportOptions) -> None:
+        self.name = spec.name
+        self.conv = Conversation(spec)
         self.conn = HttpConnection(
             Endpoint.from_url(options.base_url),
-            headers={**options.headers, "content-type": "application/json"},
+            headers=http_headers(options),
             keepalive=options.keepalive,
             connect_timeout_s=options.connect_timeout_s,
             read_timeout_s=options.request_timeout_s,
             verify_tls=options.verify_tls,
         )
-        self.previous_response_id: str | None = None
 
     def start_rollout(self) -> None:
-        self.previous_response_id = None
+        self.conv.reset()
 
     def end_rollout(self) -> None:
-        self.previous_response_id = None
-
-    def body(self, inp: TurnInput) -> dict[str, Any]:
-        body = {**_request_fields(inp), "stream": True}
-        if self.chained and self.previous_response_id is not None:
-            body["input"] = inp.new_items
-            body["previous_response_id"] = self.previous_response_id
-            body["store"] = True
-        else:
-            body["input"] = inp.history
-            body["store"] = self.chained
-        return body
+        self.conv.reset()
 
     def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
-        payload = dumps(self.body(inp))
-        rec.bytes_sent = len(payload)
-        decoder = SSEDecoder()
-        rec.sent_ns = now_ns()
-        stream = ResponseStream(rec.sent_ns)
-        exchange = self.conn.post("/responses", payload)
-        rec.new_connection = exchange.new_connection
-        rec.connected_ns = exchange.connected_ns
-        if exchange.status >= 400:
-            raise _api_error(exchange.status, exchange.read_all())
-        try:
-            for t_ns, chunk in exchange.chunks:
-                # Keep reading after the terminal event so the connection ends its
-                # exchange cleanly and can be kept alive.
-                if stream.done:
-                    continue
-                for msg in decoder.feed(chunk):
-                    if not stream.done and not msg.data.startswith("[DONE]"):
-                        stream.feed(loads(msg.data), t_ns)
-        finally:
-            exchange.chunks.close()
-        if not stream.done:
-            raise TransportError("truncated_stream", "the SSE stream ended before a terminal event")
-        if stream.response_id and stream.status in ("completed", "incomplete"):
-            self.previous_response_id = stream.response_id
-        return stream
+        conv = self.conv
+        payload = conv.http_request(inp, rec)
+        feed = conv.http_sent(rec, now_ns())
+        resp = self.conn.request("POST", "/responses", payload, feed.feed)
+        return conv.http_answer(rec, feed, resp)
 
     def close(self) -> None:
         self.conn.close()
 
 
 class WsSession:
-    """``ws`` / ``ws-store``: one WebSocket per rollout, ``response.create`` chained by id."""
+    """One WebSocket per rollout; ``response.create`` chained by id (or appended)."""
 
-    def __init__(self, options: ClientOptions, *, store: bool) -> None:
-        self.name = "ws-store" if store else "ws"
-        self.store = store
+    def __init__(self, spec: TransportSpec, options: TransportOptions) -> None:
+        self.name = spec.name
         self.options = options
+        self.conv = Conversation(spec)
         self.endpoint = Endpoint.from_url(options.base_url)
+        self.path = "/responses" + self.conv.ws_query
         self.conn: WsConnection | None = None
-        self.previous_response_id: str | None = None
 
     def start_rollout(self) -> None:
         self._drop()
+        self.conv.reset()
 
     def end_rollout(self) -> None:
         self._drop()
+        self.conv.reset()
 
     def _connect(self, rec: TurnRecord) -> WsConnection:
         opts = self.options
         conn = WsConnection(
             self.endpoint,
-            "/responses",
-            headers=opts.headers,
+            self.path,
+            headers=ws_headers(opts),
             connect_timeout_s=opts.connect_timeout_s,
             read_timeout_s=opts.request_timeout_s,
             verify_tls=opts.verify_tls,
@@ -189,82 +117,35 @@ class WsSession:
         self.conn = conn
         return conn
 
-    def body(self, inp: TurnInput, full: bool) -> dict[str, Any]:
-        body = {"type": "response.create", **_request_fields(inp), "store": self.store}
-        if full or self.previous_response_id is None:
-            body["input"] = inp.history
-        else:
-            body["input"] = inp.new_items
-            body["previous_response_id"] = self.previous_response_id
-        return body
-
     def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
-        full = False
-        recovery_started = 0
-        for _attempt in range(MAX_RECOVERIES_PER_TURN + 1):
+        turn = self.conv.ws_turn(inp, rec)
+        while True:
             conn = self.conn or self._connect(rec)
-            payload = dumps(self.body(inp, full)).decode()
-            rec.bytes_sent = len(payload)
-            sent = now_ns()
-            if not recovery_started:
-                rec.sent_ns = sent
-            stream = ResponseStream(sent)
+            payload = turn.request()
+            stream = turn.start(now_ns())
             try:
                 conn.send_text(payload)
                 while not stream.done:
                     t_ns, raw = conn.recv()
-                    event = loads(raw)
-                    if event.get("type") == "error" and "sequence_number" not in event:
-                        err = event.get("error") or {}
-                        raise APIError(
-                            int(event.get("status", 400)),
-                            err.get("code"),
-                            str(err.get("message", "")),
-                        )
-                    stream.feed(event, t_ns)
-            except APIError as err:
-                if err.code == "previous_response_not_found" and not full:
-                    recovery_started = recovery_started or sent
-                    rec.recoveries += 1
-                    full = True
-                    continue
-                if err.code == "websocket_connection_limit_reached":
-                    recovery_started = recovery_started or sent
-                    rec.recoveries += 1
+                    feed_ws_message(stream, raw, t_ns)
+            except (APIError, WsClosed) as exc:
+                if turn.recover(exc) is not Recovery.RESEND_FULL:
                     self._drop()
-                    full = True
-                    continue
-                raise
-            except WsClosed as exc:
-                self._drop()
-                if exc.code in RECOVERABLE_CLOSE_CODES:
-                    recovery_started = recovery_started or sent
-                    rec.recoveries += 1
-                    full = True
-                    continue
-                raise TransportError("connection_closed", str(exc)) from exc
+                continue
             except TimeoutError as exc:
                 self._drop()
-                raise TransportError("timeout", f"WebSocket {conn.url}: no event in time") from exc
+                raise TransportError(
+                    ErrorKind.TIMEOUT, f"WebSocket {conn.url}: no event in time"
+                ) from exc
             except OSError as exc:
                 self._drop()
-                raise TransportError("connection", f"WebSocket {conn.url}: {exc!r}") from exc
-            if recovery_started:
-                rec.recovery_ns += sent - recovery_started
-                # The turn is measured from its first send, recovery included.
-                stream.sent_ns = rec.sent_ns
-            if stream.response_id and stream.status in ("completed", "incomplete"):
-                self.previous_response_id = stream.response_id
-            else:
-                self.previous_response_id = None
-            return stream
-        raise TransportError(
-            "recovery_exhausted", f"gave up after {MAX_RECOVERIES_PER_TURN} recoveries"
-        )
+                raise TransportError(
+                    ErrorKind.CONNECTION, f"WebSocket {conn.url}: {exc!r}"
+                ) from exc
+            return turn.finish()
 
     def _drop(self) -> None:
         conn, self.conn = self.conn, None
-        self.previous_response_id = None
         if conn is not None:
             conn.close()
 

@@ -19,17 +19,9 @@ from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from harness.locust_driver.net import Endpoint, now_ns, open_socket
-from harness.wire.errors import TransportError
+from harness.wire.errors import ErrorKind, TransportError, WsClosed
 
 RECV_BYTES = 65536
-
-
-class WsClosed(Exception):
-    """The connection closed; ``code`` is the peer's close code (1006 when none came)."""
-
-    def __init__(self, code: int) -> None:
-        self.code = code
-        super().__init__(f"WebSocket closed with code {code}")
 
 
 class WsConnection:
@@ -65,7 +57,7 @@ class WsConnection:
             self._sock.settimeout(read_timeout_s)
         except (OSError, WsClosed) as exc:
             self._sock.close()
-            raise TransportError("connection", f"WebSocket {self.url}: {exc!r}") from exc
+            raise TransportError(ErrorKind.CONNECTION, f"WebSocket {self.url}: {exc!r}") from exc
         #: when the handshake completed
         self.connected_ns = now_ns()
 
@@ -73,7 +65,9 @@ class WsConnection:
         if self._proto.handshake_exc is not None:
             exc = self._proto.handshake_exc
             self._sock.close()
-            raise TransportError("connection", f"WebSocket {self.url}: handshake failed: {exc!r}")
+            raise TransportError(
+                ErrorKind.CONNECTION, f"WebSocket {self.url}: handshake failed: {exc!r}"
+            )
         return self._proto.state is State.OPEN
 
     def _flush(self) -> None:

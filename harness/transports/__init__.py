@@ -1,35 +1,22 @@
-"""Transports by name (docs/architecture.md); the names are part of the CLI and of results."""
+"""The asyncio edge: transports by name, their capabilities read from harness/wire/transports.py."""
 
 from __future__ import annotations
 
-from harness.transports.base import Session, Transport, TransportOptions
-from harness.wire.errors import UsageError
-
-TRANSPORT_NAMES = ("http", "http-chained", "ws", "ws-store", "ws-append")
+from harness.client.options import TransportOptions
+from harness.transports.base import Session, Transport
+from harness.wire.transports import transport_spec
 
 
 def make_transport(name: str, options: TransportOptions) -> Transport:
-    if name == "http":
-        from harness.transports.http import HttpTransport
-
-        return HttpTransport(options)
-    if name == "http-chained":
-        from harness.transports.http import HttpTransport
-
-        return HttpTransport(options, chained=True)
-    if name == "ws":
+    """The transport ``name`` (an unknown name is a UsageError listing the known ones)."""
+    spec = transport_spec(name)
+    if spec.websocket:
         from harness.transports.ws import WsTransport
 
-        return WsTransport(options)
-    if name == "ws-store":
-        from harness.transports.ws import WsTransport
+        return WsTransport(spec, options)
+    from harness.transports.http import HttpTransport
 
-        return WsTransport(options, store=True)
-    if name == "ws-append":
-        from harness.transports.ws_append import WsAppendTransport
-
-        return WsAppendTransport(options)
-    raise UsageError(f"unknown transport {name!r}; expected one of {', '.join(TRANSPORT_NAMES)}")
+    return HttpTransport(spec, options)
 
 
-__all__ = ["TRANSPORT_NAMES", "Session", "Transport", "TransportOptions", "make_transport"]
+__all__ = ["Session", "Transport", "TransportOptions", "make_transport"]

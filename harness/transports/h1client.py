@@ -24,7 +24,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from harness.client.h1 import ResponseParser, encode_request
-from harness.wire.errors import LoopbenchError, TransportError
+from harness.wire.errors import ErrorKind, LoopbenchError, StaleConnection, TransportError
 
 #: ``(body bytes, t_ns)``; raising stops the response and fails the request with that error
 BodySink = Callable[[bytes, int], None]
@@ -36,10 +36,7 @@ class Response:
     headers: dict[str, str]
     body: bytes  # only when no sink was given (error responses, non-streaming calls)
     new_connection: bool
-
-
-class _Stale(Exception):
-    """A reused connection was closed before the response started."""
+    connected_ns: int = 0  # when the new connection was established (0: reused)
 
 
 class _Conn(asyncio.Protocol):
@@ -84,9 +81,9 @@ class _Conn(asyncio.Protocol):
             # The peer hung up mid-response: a connection failure, not a malformed response
             # (before any byte, a pooled connection the server had already closed: retried).
             self._fail(
-                _Stale()
+                StaleConnection("pooled connection")
                 if not self.received
-                else TransportError("connection", f"peer closed the connection: {exc}")
+                else TransportError(ErrorKind.CONNECTION, f"peer closed the connection: {exc}")
             )
         else:
             if self.done is not None and not self.done.done():
@@ -97,9 +94,11 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         if self.done is not None and not self.done.done():
             if not self.received:
-                self._fail(_Stale())
+                self._fail(StaleConnection("pooled connection"))
             else:
-                self._fail(TransportError("connection", f"connection lost mid-response: {exc!r}"))
+                self._fail(
+                    TransportError(ErrorKind.CONNECTION, f"connection lost mid-response: {exc!r}")
+                )
 
     def _fail(self, exc: BaseException) -> None:
         if self.done is not None and not self.done.done():
@@ -180,9 +179,13 @@ class H1Pool:
                 self.connect_timeout_s,
             )
         except TimeoutError as exc:
-            raise TransportError("timeout", f"connect to {self.authority}: timed out") from exc
+            raise TransportError(
+                ErrorKind.TIMEOUT, f"connect to {self.authority}: timed out"
+            ) from exc
         except OSError as exc:
-            raise TransportError("connection", f"connect to {self.authority}: {exc!r}") from exc
+            raise TransportError(
+                ErrorKind.CONNECTION, f"connect to {self.authority}: {exc!r}"
+            ) from exc
         # uvloop calls connection_made() soon, not before create_connection returns.
         proto.transport = cast(asyncio.Transport, transport)
         self._open.add(proto)
@@ -212,18 +215,17 @@ class H1Pool:
         async with self._slots:
             for attempt in (0, 1):
                 conn = self._take_idle() if attempt == 0 else None
-                new = conn is None
+                connected_ns = 0
                 if conn is None:
                     conn = await self._connect()
+                    connected_ns = time.perf_counter_ns()
                 conn.start(wire, sink)
                 try:
                     await self._wait(conn)
-                except _Stale:
+                except StaleConnection:
                     self._open.discard(conn)
-                    if new:
-                        raise TransportError(
-                            "connection", f"{method} {path}: connection closed before a response"
-                        ) from None
+                    if connected_ns:
+                        raise StaleConnection(f"{method} {path}") from None
                     continue
                 except BaseException:
                     conn.abandon()
@@ -235,7 +237,9 @@ class H1Pool:
                 else:
                     conn.close()
                     self._open.discard(conn)
-                return Response(p.status, p.headers, b"".join(conn.body), new)
+                return Response(
+                    p.status, p.headers, b"".join(conn.body), bool(connected_ns), connected_ns
+                )
         raise AssertionError("unreachable")
 
     async def _wait(self, conn: _Conn) -> None:
@@ -246,7 +250,8 @@ class H1Pool:
             left = conn.last_io + self.read_timeout_s - loop.time()
             if left <= 0:
                 raise TransportError(
-                    "timeout", f"no data from {self.authority} for {self.read_timeout_s:g} s"
+                    ErrorKind.TIMEOUT,
+                    f"no data from {self.authority} for {self.read_timeout_s:g} s",
                 )
             try:
                 await asyncio.wait_for(asyncio.shield(conn.done), left)

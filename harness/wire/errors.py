@@ -6,6 +6,8 @@ where (file, field, url), what was expected and what came, in one line.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 
 class LoopbenchError(Exception):
     """Base class of every error loopbench raises on purpose."""
@@ -38,12 +40,54 @@ class StreamOrderError(ProtocolError):
     """Events of one response arrived in an order the protocol forbids."""
 
 
-class TransportError(LoopbenchError):
-    """A transport could not complete a turn (connect, send or receive failed)."""
+class ErrorKind(StrEnum):
+    """Why a transport could not complete a turn, as both client edges name it.
 
-    def __init__(self, kind: str, message: str) -> None:
+    The values are written into results (the ``error_kind`` columns), so they never change.
+    """
+
+    CONNECTION = "connection"  # connect, send or receive failed; the peer hung up
+    TIMEOUT = "timeout"  # no byte (HTTP) or no event (WebSocket) for request_timeout_s
+    TRUNCATED_STREAM = "truncated_stream"  # the body ended before a terminal event
+    CONNECTION_CLOSED = "connection_closed"  # a WebSocket close code no rule recovers from
+    RECOVERY_EXHAUSTED = "recovery_exhausted"  # too many recoveries in one turn
+    URL = "url"  # the target is not an http(s) URL
+
+
+class TransportError(LoopbenchError):
+    """A transport could not complete a turn (connect, send or receive failed).
+
+    ``kind`` is an :class:`ErrorKind`, or for an :class:`APIError` the server's error code.
+    """
+
+    kind: str
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
         self.kind = kind
         super().__init__(f"{kind}: {message}")
+
+
+class StaleConnection(TransportError):
+    """A reused keep-alive connection closed before any byte of the response.
+
+    The request never reached the application, so the edge sends it once more on a
+    fresh connection; seen on a fresh connection it is an ordinary connection error.
+    """
+
+    def __init__(self, where: str) -> None:
+        super().__init__(ErrorKind.CONNECTION, f"{where}: closed before a response")
+
+
+class WsClosed(TransportError):
+    """The WebSocket closed; ``code`` is the peer's close code (1006 when none came).
+
+    The recovery policy (:mod:`harness.client.recovery`) decides from the code whether
+    the turn reconnects or fails with this error.
+    """
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        super().__init__(ErrorKind.CONNECTION_CLOSED, f"WebSocket closed with code {code}")
 
 
 class APIError(TransportError):
@@ -52,7 +96,9 @@ class APIError(TransportError):
     def __init__(self, status: int, code: str | None, message: str) -> None:
         self.status = status
         self.code = code
-        super().__init__(code or f"http_{status}", message)
+        # Named by the server, not by an ErrorKind: the code is what the results record.
+        self.kind = code or f"http_{status}"
+        LoopbenchError.__init__(self, f"{self.kind}: {message}")
 
 
 class ResultsError(LoopbenchError):

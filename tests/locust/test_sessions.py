@@ -6,18 +6,16 @@ a Locust worker, but they run as they are in this process.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
 
+from harness.client.options import TransportOptions
 from harness.locust_driver.agent_loop import run_rollout
 from harness.locust_driver.net import Endpoint, now_ns
-from harness.locust_driver.sessions import ClientOptions, HttpSession, WsSession, make_session
-from harness.transports.base import TransportOptions
-from harness.transports.http import HttpTransport
-from harness.transports.ws import WsTransport
-from harness.wire.errors import APIError
+from harness.locust_driver.sessions import HttpSession, WsSession, make_session
+from harness.wire.errors import APIError, UsageError
+from harness.wire.transports import transport_spec
 from harness.workload.agent import Transcript
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import TurnRecord
@@ -48,7 +46,7 @@ def plans() -> list[RolloutPlan]:
 
 
 def _run(name: str, url: str, plans: list[RolloutPlan], **opts: bool) -> list[TurnRecord]:
-    session = make_session(name, ClientOptions(url, **opts))
+    session = make_session(name, TransportOptions(url, **opts))
     turns: list[TurnRecord] = []
     try:
         for plan in plans:
@@ -102,7 +100,7 @@ def test_without_keepalive_every_request_opens_a_connection(
 def test_ws_cache_miss_recovers_by_resending_the_context(
     server_url: str, plans: list[RolloutPlan]
 ) -> None:
-    session = WsSession(ClientOptions(server_url), store=False)
+    session = WsSession(transport_spec("ws"), TransportOptions(server_url))
     transcript = Transcript(plans[0])
     try:
         first = TurnRecord("ws", 0, 0)
@@ -110,7 +108,7 @@ def test_ws_cache_miss_recovers_by_resending_the_context(
         stream.fill(first)
         jobs = transcript.record_output(0, stream.function_calls)
         transcript.add_tool_outputs(0, jobs)
-        session.previous_response_id = "resp_never_issued"
+        session.conv.previous_response_id = "resp_never_issued"
         second = TurnRecord("ws", 0, 1)
         sent_before = now_ns()
         stream = session.turn(transcript.next_input(1), second)
@@ -123,8 +121,8 @@ def test_ws_cache_miss_recovers_by_resending_the_context(
 
 
 def test_http_errors_come_back_as_api_errors(server_url: str, plans: list[RolloutPlan]) -> None:
-    session = HttpSession(ClientOptions(server_url), chained=True)
-    session.previous_response_id = "resp_never_issued"
+    session = HttpSession(transport_spec("http-chained"), TransportOptions(server_url))
+    session.conv.previous_response_id = "resp_never_issued"
     try:
         transcript = Transcript(plans[0])
         with pytest.raises(APIError) as err:
@@ -132,7 +130,7 @@ def test_http_errors_come_back_as_api_errors(server_url: str, plans: list[Rollou
         assert err.value.status == 404 or err.value.status == 400
         assert err.value.code == "previous_response_not_found"
         # The connection stays usable after an error response.
-        session.previous_response_id = None
+        session.conv.previous_response_id = None
         rec = TurnRecord("http-chained", 0, 0)
         session.turn(transcript.next_input(0), rec).fill(rec)
         assert rec.ok
@@ -140,29 +138,14 @@ def test_http_errors_come_back_as_api_errors(server_url: str, plans: list[Rollou
         session.close()
 
 
-def test_request_bodies_match_the_asyncio_transports(plans: list[RolloutPlan]) -> None:
-    """Same bytes on the wire as `loopbench run`: a drift between the two drivers fails here."""
+def test_the_registry_decides_what_runs_under_locust() -> None:
     url = "http://127.0.0.1:9/v1"
-    opts = TransportOptions(base_url=url)
-    transcript = Transcript(plans[0])
-    inp = transcript.next_input(0)
-    for chained in (False, True):
-        ours = HttpSession(ClientOptions(url), chained=chained)
-        transport = HttpTransport(opts, chained=chained)
-        try:
-            theirs = asyncio.run(transport.session())
-            for previous in (None, "resp_1"):
-                ours.previous_response_id = theirs.previous_response_id = previous
-                assert ours.body(inp) == theirs.body(inp)
-        finally:
-            asyncio.run(transport.aclose())
-    for store in (False, True):
-        ws_ours = WsSession(ClientOptions(url), store=store)
-        ws_theirs = asyncio.run(WsTransport(opts, store=store).session())
-        for previous in (None, "resp_2"):
-            ws_ours.previous_response_id = ws_theirs.previous_response_id = previous
-            for full in (False, True):
-                assert ws_ours.body(inp, full) == ws_theirs._body(inp, full)
+    assert isinstance(make_session("ws-store", TransportOptions(url)), WsSession)
+    assert isinstance(make_session("http-chained", TransportOptions(url)), HttpSession)
+    with pytest.raises(UsageError, match="not available under Locust"):
+        make_session("ws-append", TransportOptions(url))
+    with pytest.raises(UsageError, match="unknown transport 'carrier-pigeon'"):
+        make_session("carrier-pigeon", TransportOptions(url))
 
 
 def test_endpoints_and_clock() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from harness.report.results import Run, load_run
 from harness.run.runner import RunOptions, run_scenario
-from harness.transports import TRANSPORT_NAMES
+from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import load_scenario
 from tests.transports.conftest import TINY, loopbench_run
 

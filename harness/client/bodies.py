@@ -1,0 +1,85 @@
+"""What each transport puts on the wire for one turn: headers, HTTP bodies, WebSocket messages.
+
+Written once for both edges, so ``loopbench run`` and ``loopbench locust`` send the
+same bytes (tests/transports/test_parity.py checks it on the wire).  The content
+comes from :class:`~harness.workload.agent.TurnInput`; the transport's capabilities
+(:class:`~harness.wire.transports.TransportSpec`) decide what of it is sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.client.options import TransportOptions
+from harness.wire.transports import TransportSpec
+from harness.workload.agent import TurnInput
+
+
+def http_headers(options: TransportOptions) -> list[tuple[str, str]]:
+    """Headers of every HTTP request (``host``, ``content-length`` and ``connection`` are the
+    connection's business)."""
+    headers = {
+        "user-agent": "loopbench",
+        "accept": "text/event-stream",
+        "authorization": f"Bearer {options.api_key}",
+        "content-type": "application/json",
+    }
+    headers.update({k.lower(): v for k, v in options.extra_headers.items()})
+    return list(headers.items())
+
+
+def ws_headers(options: TransportOptions) -> dict[str, str]:
+    """Headers of the WebSocket handshake."""
+    return {"authorization": f"Bearer {options.api_key}", **options.extra_headers}
+
+
+def _common(inp: TurnInput) -> dict[str, Any]:
+    return {
+        "model": inp.model,
+        "instructions": inp.instructions,
+        "tools": inp.tools,
+        "tool_choice": inp.tool_choice,
+        "metadata": inp.metadata,
+        "max_output_tokens": inp.max_output_tokens,
+    }
+
+
+def http_body(
+    spec: TransportSpec, inp: TurnInput, previous_response_id: str | None
+) -> dict[str, Any]:
+    """``POST /responses``: the history, or for a chained transport the id and the new items."""
+    body = _common(inp)
+    body["stream"] = True
+    if spec.chained and previous_response_id is not None:
+        body["input"] = inp.new_items
+        body["previous_response_id"] = previous_response_id
+        body["store"] = True
+    else:
+        body["input"] = inp.history
+        body["store"] = spec.store
+    return body
+
+
+def ws_create(
+    spec: TransportSpec, inp: TurnInput, previous_response_id: str | None
+) -> dict[str, Any]:
+    """``response.create``: chained by id when there is one, else the whole history."""
+    body = {"type": "response.create", **_common(inp), "store": spec.store}
+    if previous_response_id is None:
+        body["input"] = inp.history
+    else:
+        body["input"] = inp.new_items
+        body["previous_response_id"] = previous_response_id
+    return body
+
+
+def ws_append(inp: TurnInput, response_id: str) -> dict[str, Any]:
+    """``response.append`` (append prototype): the tool outputs, plus this turn's metadata and
+    tool_choice (a loopbench extension) so the replayed rollout keeps its shape."""
+    return {
+        "type": "response.append",
+        "response_id": response_id,
+        "input": inp.new_items,
+        "metadata": inp.metadata,
+        "tool_choice": inp.tool_choice,
+    }

@@ -1,0 +1,179 @@
+"""One rollout's conversation over one transport, sans I/O: what each turn sends and what its
+answer means.
+
+An edge (:mod:`harness.transports` for asyncio, :mod:`harness.locust_driver` for
+gevent) owns the sockets and the clock; it asks a :class:`Conversation` for the
+request of a turn, sends it, feeds what arrives into the turn's
+:class:`~harness.client.stream.ResponseStream`, and hands failures back to learn
+whether to resend, reconnect or fail (:mod:`harness.client.recovery`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from harness.client.api_errors import api_error_from_body
+from harness.client.bodies import http_body, ws_append, ws_create
+from harness.client.receive import SseFeed
+from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
+from harness.client.stream import ResponseStream
+from harness.wire.errors import ErrorKind, TransportError
+from harness.wire.events import dumps
+from harness.wire.transports import TransportSpec
+from harness.workload.agent import TurnInput
+from harness.workload.records import TurnRecord
+
+_CHAIN_STATUSES = ("completed", "incomplete")
+
+
+class HttpResponse(Protocol):
+    """What an edge's HTTP exchange reports (the body only for error statuses)."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def new_connection(self) -> bool: ...
+    @property
+    def connected_ns(self) -> int: ...
+
+
+class Conversation:
+    """The client state one rollout carries from turn to turn: the chain, the paused response."""
+
+    __slots__ = ("paused", "previous_response_id", "spec")
+
+    def __init__(self, spec: TransportSpec) -> None:
+        self.spec = spec
+        self.previous_response_id: str | None = None
+        self.paused: ResponseStream | None = None  # append prototype: the rollout's response
+
+    def reset(self) -> None:
+        """A new rollout: nothing to chain to."""
+        self.previous_response_id = None
+        self.paused = None
+
+    @property
+    def ws_query(self) -> str:
+        """Appended to the WebSocket URL: the append prototype asks for its mode."""
+        return "?mode=append" if self.spec.append else ""
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    def http_request(self, inp: TurnInput, rec: TurnRecord) -> bytes:
+        payload = dumps(http_body(self.spec, inp, self.previous_response_id))
+        rec.bytes_sent = len(payload)
+        return payload
+
+    @staticmethod
+    def http_sent(rec: TurnRecord, sent_ns: int) -> SseFeed:
+        """The request goes out now: its stream, fed by the response body."""
+        rec.sent_ns = sent_ns
+        return SseFeed(ResponseStream(sent_ns))
+
+    def http_answer(self, rec: TurnRecord, feed: SseFeed, resp: HttpResponse) -> ResponseStream:
+        """The turn's stream once the exchange ended; raises the API or truncation error."""
+        rec.new_connection = resp.new_connection
+        rec.connected_ns = resp.connected_ns
+        if resp.status >= 400:
+            raise api_error_from_body(resp.status, resp.body)
+        stream = feed.stream
+        if not stream.done:
+            raise TransportError(
+                ErrorKind.TRUNCATED_STREAM, "the SSE stream ended before a terminal event"
+            )
+        if stream.response_id and stream.status in _CHAIN_STATUSES:
+            self.previous_response_id = stream.response_id
+        return stream
+
+    # -- WebSocket ---------------------------------------------------------------------------
+
+    def ws_turn(self, inp: TurnInput, rec: TurnRecord) -> WsTurn:
+        return WsTurn(self, inp, rec)
+
+
+class WsTurn:
+    """One WebSocket turn and its recoveries.
+
+    Per attempt the edge calls :meth:`request` (the message to send), :meth:`start`
+    with the send time (the stream to feed), then :meth:`finish` on success or
+    :meth:`recover` on an :class:`~harness.wire.errors.APIError` or
+    :class:`~harness.wire.errors.WsClosed`.  The turn is measured from its first
+    send; the time until the send that succeeded is its recovery time.
+    """
+
+    __slots__ = ("attempts", "conv", "first_send", "full", "inp", "rec", "resume", "stream")
+
+    def __init__(self, conv: Conversation, inp: TurnInput, rec: TurnRecord) -> None:
+        self.conv = conv
+        self.inp = inp
+        self.rec = rec
+        self.full = False  # resend the whole context whatever the chain says
+        self.first_send = 0
+        self.attempts = 0
+        self.resume: ResponseStream | None = None
+        self.stream: ResponseStream | None = None
+
+    def request(self) -> str:
+        conv = self.conv
+        paused = conv.paused
+        if paused is not None and paused.status == "paused" and paused.response_id:
+            self.resume = paused
+            body = ws_append(self.inp, paused.response_id)
+        else:
+            self.resume = None
+            previous = None if self.full else conv.previous_response_id
+            body = ws_create(conv.spec, self.inp, previous)
+        payload = dumps(body).decode()
+        self.rec.bytes_sent = len(payload)
+        return payload
+
+    def start(self, sent_ns: int) -> ResponseStream:
+        if not self.first_send:
+            self.first_send = self.rec.sent_ns = sent_ns
+        stream = self.resume
+        if stream is not None:
+            stream.resume(sent_ns)
+        else:
+            stream = ResponseStream(sent_ns)
+        self.stream = stream
+        return stream
+
+    def recover(self, exc: TransportError) -> Recovery:
+        """Count and apply the recovery for ``exc``; raises when the turn must fail instead."""
+        conv = self.conv
+        action = recovery_for(conv.spec, exc, full_sent=self.full)
+        if action is Recovery.FAIL:
+            raise exc
+        self.attempts += 1
+        self.rec.recoveries += 1
+        if self.attempts > MAX_RECOVERIES_PER_TURN:
+            raise TransportError(
+                ErrorKind.RECOVERY_EXHAUSTED,
+                f"gave up after {MAX_RECOVERIES_PER_TURN} recoveries in one turn",
+            )
+        conv.paused = None
+        if action is Recovery.RECONNECT:
+            conv.previous_response_id = None
+            self.full = True
+        elif action is Recovery.RESEND_FULL:
+            self.full = True
+        # RECONNECT_KEEP_CHAIN: the next request names the same previous response
+        return action
+
+    def finish(self) -> ResponseStream:
+        stream = self.stream
+        assert stream is not None, "finish() before start()"
+        if stream.sent_ns != self.first_send:
+            self.rec.recovery_ns += stream.sent_ns - self.first_send
+            # The turn is measured from its first send, recovery included.
+            stream.sent_ns = self.first_send
+        conv = self.conv
+        if conv.spec.append:
+            conv.paused = stream if stream.status == "paused" else None
+        elif stream.response_id and stream.status in _CHAIN_STATUSES:
+            conv.previous_response_id = stream.response_id
+        else:
+            conv.previous_response_id = None
+        return stream

@@ -1,0 +1,27 @@
+"""The client settings both edges read: where to connect, how long to wait, what to authenticate with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class TransportOptions:
+    base_url: str  # e.g. http://127.0.0.1:8000/v1
+    api_key: str = "sk-loopbench"
+    keepalive: bool = True
+    verify_tls: bool = True
+    connect_timeout_s: float = 10.0
+    request_timeout_s: float = 120.0
+    #: the asyncio edge's pool bound; a gevent user holds one connection per transport
+    max_connections: int = 256
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ws_url(self) -> str:
+        base = self.base_url.rstrip("/")
+        if base.startswith("https://"):
+            base = "wss://" + base[len("https://") :]
+        elif base.startswith("http://"):
+            base = "ws://" + base[len("http://") :]
+        return base + "/responses"

@@ -1,0 +1,45 @@
+"""From received bytes to the stream state machine, for both edges.
+
+These run per chunk or per message, so they add one call and no allocation to
+what :class:`~harness.client.stream.ResponseStream` does per event.
+"""
+
+from __future__ import annotations
+
+from harness.client.api_errors import api_error_from_event
+from harness.client.stream import ResponseStream
+from harness.wire.events import loads
+from harness.wire.sse import SSEDecoder
+
+
+class SseFeed:
+    """SSE body bytes in, events into ``stream``; ``[DONE]`` is skipped.
+
+    Every event goes to the stream, even after its terminal event: only a
+    ``response.failed`` may follow an ``error``, anything else is a protocol error.
+    """
+
+    __slots__ = ("decoder", "stream")
+
+    def __init__(self, stream: ResponseStream) -> None:
+        self.stream = stream
+        self.decoder = SSEDecoder()
+
+    def feed(self, chunk: bytes, t_ns: int) -> None:
+        stream = self.stream
+        for msg in self.decoder.feed(chunk):
+            if msg.data.startswith("[DONE]"):
+                continue
+            stream.feed(loads(msg.data), t_ns)
+
+
+def feed_ws_message(stream: ResponseStream, raw: str | bytes, t_ns: int) -> None:
+    """One WebSocket text message into ``stream``.
+
+    An ``error`` event without ``sequence_number`` belongs to the connection, not to
+    the response: it is raised as :class:`~harness.wire.errors.APIError`.
+    """
+    event = loads(raw)
+    if event.get("type") == "error" and "sequence_number" not in event:
+        raise api_error_from_event(event)
+    stream.feed(event, t_ns)

@@ -1,0 +1,219 @@
+"""The agent loop, sans I/O: think, send a turn, run the tools, record; written once for both edges.
+
+:class:`RolloutSteps` walks a :class:`~harness.workload.plan.RolloutPlan` and tells
+its edge what to do next; the edge only sleeps, does the turn's I/O and supplies
+the clock::
+
+    steps = RolloutSteps(plan, transport=name, ..., clock=perf_counter_ns)
+    while (step := steps.next()) is not Step.DONE:
+        if step is Step.SLEEP:
+            sleep(steps.sleep_s)
+        else:
+            try:
+                stream = session.turn(steps.turn_input, steps.turn_record)
+            except LoopbenchError as exc:
+                steps.failed(exc)
+            else:
+                steps.answered(stream)
+    record = steps.finish()
+
+The pure :class:`~harness.workload.agent.Transcript` decides what each turn
+sends; the steps keep the rollout record (model, tool, client and recovery time)
+and pass every finished turn record to ``on_turn``.  The stepper runs once per
+turn and per sleep, never per streamed event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+
+from harness.client.api_errors import error_kind
+from harness.client.stream import ResponseStream
+from harness.wire.errors import LoopbenchError
+from harness.workload.agent import Transcript, TurnInput
+from harness.workload.plan import RolloutPlan
+from harness.workload.records import RolloutRecord, TurnRecord
+
+TurnSink = Callable[[TurnRecord], None]
+Clock = Callable[[], int]
+
+
+class Step(Enum):
+    SLEEP = "sleep"  # sleep sleep_s (think time or the tools' latency), then call next()
+    TURN = "turn"  # send turn_input, fill turn_record, report answered() or failed()
+    DONE = "done"  # call finish()
+
+
+# where the rollout is between two calls
+_READY, _THINKING, _IN_TURN, _TOOLS_DUE, _TOOLS_RUNNING, _OVER = range(6)
+
+
+class RolloutSteps:
+    #: the turn to send, valid after next() returned Step.TURN
+    turn_input: TurnInput
+    turn_record: TurnRecord
+
+    __slots__ = (
+        "_clock",
+        "_index",
+        "_jobs",
+        "_on_turn",
+        "_phase",
+        "_t0",
+        "_transcript",
+        "plan",
+        "record",
+        "sleep_s",
+        "transport",
+        "turn_input",
+        "turn_record",
+    )
+
+    def __init__(
+        self,
+        plan: RolloutPlan,
+        *,
+        transport: str,
+        intended_start_ns: int,
+        round_index: int,
+        model: str,
+        hints: bool,
+        on_turn: TurnSink,
+        clock: Clock,
+    ) -> None:
+        self.plan = plan
+        self.transport = transport
+        self._clock = clock
+        self._on_turn = on_turn
+        roll = self.record = RolloutRecord(
+            transport=transport, rollout_id=plan.rollout_id, round=round_index
+        )
+        roll.intended_start_ns = intended_start_ns
+        roll.start_ns = clock()
+        self._transcript = Transcript(plan, model=model, hints=hints)
+        self._index = 0
+        self._phase = _READY
+        self._t0 = 0
+        self._jobs: list[tuple[str, int]] = []
+        self.sleep_s = 0.0
+
+    def next(self) -> Step:
+        clock = self._clock
+        roll = self.record
+        phase = self._phase
+        if phase == _THINKING:
+            roll.client_ns += clock() - self._t0
+        elif phase == _TOOLS_DUE:
+            self._phase = _TOOLS_RUNNING
+            return Step.SLEEP
+        elif phase == _TOOLS_RUNNING:
+            self._tools_done()
+        elif phase == _OVER:
+            return Step.DONE
+        elif phase == _IN_TURN:
+            raise RuntimeError("next() before the turn was answered() or failed()")
+        turns = self.plan.turns
+        if self._index >= len(turns):
+            roll.status = "completed"
+            self._phase = _OVER
+            return Step.DONE
+        index = self._index
+        turn = turns[index]
+        if phase != _THINKING and turn.think_ms > 0:
+            self._t0 = clock()
+            self.sleep_s = turn.think_ms / 1000
+            self._phase = _THINKING
+            return Step.SLEEP
+        c0 = clock()
+        transcript = self._transcript
+        self.turn_input = transcript.next_input(index)
+        rec = self.turn_record = TurnRecord(
+            transport=self.transport,
+            rollout_id=self.plan.rollout_id,
+            turn_index=index,
+            round=roll.round,
+        )
+        rec.intended_start_ns = c0
+        rec.history_tokens = transcript.history_tokens
+        roll.client_ns += clock() - c0
+        self._phase = _IN_TURN
+        return Step.TURN
+
+    def answered(self, stream: ResponseStream) -> None:
+        """The turn's stream ended (its terminal event, or a paused append segment)."""
+        rec = self._current()
+        roll = self.record
+        sent_ns = rec.sent_ns
+        stream.fill(rec)
+        rec.sent_ns = sent_ns
+        roll.turns += 1
+        roll.model_ns += rec.done_ns - rec.sent_ns
+        roll.recoveries += rec.recoveries
+        roll.recovery_ns += rec.recovery_ns
+        if rec.new_connection:
+            roll.connections += 1
+        if not rec.ok:
+            roll.errors += 1
+            roll.status = rec.status
+            roll.error_kind = rec.error_kind or rec.status
+            self._on_turn(rec)
+            self._phase = _OVER
+            return
+        self._on_turn(rec)
+        clock = self._clock
+        index = self._index
+        c1 = clock()
+        jobs = self._transcript.record_output(index, stream.function_calls)
+        roll.client_ns += clock() - c1
+        turn = self.plan.turns[index]
+        if turn.final or not jobs:
+            self._index += 1
+            self._phase = _READY
+            return
+        # Parallel tool calls run concurrently on the client: the turn waits for the slowest.
+        latencies = turn.tool_latency_ms or (0.0,)
+        wait_ms = max(latencies[i % len(latencies)] for i in range(len(jobs)))
+        self._jobs = jobs
+        self._t0 = clock()
+        if wait_ms > 0:
+            self.sleep_s = wait_ms / 1000
+            self._phase = _TOOLS_DUE
+        else:
+            self._tools_done()
+            self._phase = _READY
+
+    def failed(self, exc: LoopbenchError) -> None:
+        """The turn could not be completed: it and the rollout end with ``exc``'s kind."""
+        rec = self._current()
+        roll = self.record
+        rec.status = "error"
+        rec.error_kind = error_kind(exc)
+        rec.error_message = str(exc)[:300]
+        rec.done_ns = self._clock()
+        roll.turns += 1
+        roll.errors += 1
+        roll.status = "error"
+        roll.error_kind = rec.error_kind
+        roll.recoveries += rec.recoveries
+        self._on_turn(rec)
+        self._phase = _OVER
+
+    def finish(self) -> RolloutRecord:
+        """The rollout record, ended now (call after the edge closed its session)."""
+        self.record.end_ns = self._clock()
+        return self.record
+
+    def _current(self) -> TurnRecord:
+        if self._phase != _IN_TURN:
+            raise RuntimeError("no turn in flight")
+        return self.turn_record
+
+    def _tools_done(self) -> None:
+        clock = self._clock
+        roll = self.record
+        c2 = clock()
+        roll.tool_ns += c2 - self._t0
+        self._transcript.add_tool_outputs(self._index, self._jobs)
+        roll.client_ns += clock() - c2
+        self._index += 1

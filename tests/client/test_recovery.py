@@ -1,0 +1,100 @@
+"""The recovery policy and a WebSocket turn's recovery bookkeeping, without sockets."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.client.conversation import Conversation
+from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
+from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
+from harness.wire.events import loads
+from harness.wire.transports import transport_spec
+from harness.workload.agent import Transcript
+from harness.workload.plan import RolloutPlan, TurnPlan
+from harness.workload.records import TurnRecord
+
+NOT_FOUND = APIError(400, "previous_response_not_found", "gone")
+LIMIT = APIError(400, "websocket_connection_limit_reached", "60 minutes")
+
+
+@pytest.mark.parametrize(
+    ("name", "exc", "full_sent", "expected"),
+    [
+        ("ws", NOT_FOUND, False, Recovery.RESEND_FULL),
+        ("ws", NOT_FOUND, True, Recovery.FAIL),
+        ("ws-store", NOT_FOUND, False, Recovery.RESEND_FULL),
+        ("ws", LIMIT, False, Recovery.RECONNECT),
+        ("ws-store", LIMIT, False, Recovery.RECONNECT_KEEP_CHAIN),
+        ("ws", WsClosed(1011), False, Recovery.RECONNECT),
+        ("ws-store", WsClosed(1006), True, Recovery.RECONNECT_KEEP_CHAIN),
+        ("ws-store", WsClosed(1008), False, Recovery.FAIL),
+        ("ws", WsClosed(1000), False, Recovery.FAIL),
+        ("ws-append", APIError(404, "response_not_found", ""), False, Recovery.RESEND_FULL),
+        ("ws-append", WsClosed(1001), False, Recovery.RECONNECT),
+        ("ws", APIError(404, "response_not_found", ""), False, Recovery.FAIL),
+        ("ws", APIError(503, "service_unavailable", ""), False, Recovery.FAIL),
+        # HTTP never retries, whatever the error
+        ("http-chained", NOT_FOUND, False, Recovery.FAIL),
+        ("http", TransportError(ErrorKind.CONNECTION, "reset"), False, Recovery.FAIL),
+    ],
+)
+def test_policy(name: str, exc: TransportError, full_sent: bool, expected: Recovery) -> None:
+    assert recovery_for(transport_spec(name), exc, full_sent=full_sent) is expected
+
+
+def _transcript() -> Transcript:
+    turn = TurnPlan(0, 10, 1, (1.0,), (10,), 0.0)
+    final = TurnPlan(1, 10, 0, (), (), 0.0)
+    plan = RolloutPlan(0, 3, 20, 20, 10, (turn, final), 0, {})
+    transcript = Transcript(plan)
+    transcript.next_input(0)
+    jobs = transcript.record_output(0, [{"call_id": "call_1", "name": "run_tool"}])
+    transcript.add_tool_outputs(0, jobs)
+    return transcript
+
+
+@pytest.mark.parametrize(
+    ("name", "failure", "chained_after"),
+    [
+        ("ws-store", WsClosed(1011), True),  # the store keeps the chain across connections
+        ("ws", WsClosed(1011), False),  # a new connection has no cache: the full context
+        ("ws", NOT_FOUND, False),
+    ],
+)
+def test_a_recovered_turn_resends_what_the_policy_says(
+    name: str, failure: TransportError, chained_after: bool
+) -> None:
+    conv = Conversation(transport_spec(name))
+    conv.previous_response_id = "resp_1"
+    rec = TurnRecord(name, 0, 1)
+    turn = conv.ws_turn(_transcript().next_input(1), rec)
+    first = loads(turn.request())
+    assert first["previous_response_id"] == "resp_1"
+    turn.start(100)
+    turn.recover(failure)
+    again = loads(turn.request())
+    assert ("previous_response_id" in again) is chained_after
+    assert len(again["input"]) == (1 if chained_after else 3)
+    stream = turn.start(250)
+    assert rec.recoveries == 1 and rec.sent_ns == 100
+    stream.done = True  # what a terminal event sets
+    stream.status = "completed"
+    stream.response_id = "resp_2"
+    assert turn.finish() is stream
+    assert (rec.recovery_ns, stream.sent_ns) == (150, 100)
+    assert conv.previous_response_id == "resp_2"
+
+
+def test_a_turn_gives_up_after_the_last_recovery() -> None:
+    conv = Conversation(transport_spec("ws"))
+    rec = TurnRecord("ws", 0, 0)
+    turn = conv.ws_turn(_transcript().next_input(1), rec)
+    for _ in range(MAX_RECOVERIES_PER_TURN):
+        turn.recover(WsClosed(1006))
+    with pytest.raises(TransportError) as caught:
+        turn.recover(WsClosed(1006))
+    assert caught.value.kind == "recovery_exhausted"
+    assert rec.recoveries == MAX_RECOVERIES_PER_TURN + 1
+    # a close no rule recovers is raised as it is
+    with pytest.raises(WsClosed):
+        conv.ws_turn(_transcript().next_input(1), rec).recover(WsClosed(4000))

@@ -1,0 +1,304 @@
+"""Both client edges send the same requests: the asyncio transports (``loopbench run``) and the
+gevent sessions (``loopbench locust``), on the wire, recovery paths included.
+
+The same seeded rollouts run through each edge against its own fresh recording
+server with the same options (a fresh one, so the server's seeded ids and faults
+meet the same request sequence); the recorded requests (method, path, body) and
+WebSocket frames must match one for one, with response and call ids renamed in
+order of appearance.  The turn records must agree on everything that is not a
+clock reading.  The gevent edge runs in a child process: this process is never
+monkey-patched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.client.options import TransportOptions
+from harness.locust_driver.wire import plan_to_wire
+from harness.run.embedded import READY_PREFIX
+from harness.transports import make_transport
+from harness.transports.rollout_loop import run_rollout
+from harness.wire.transports import LOCUST_TRANSPORTS
+from harness.workload.plan import RolloutPlan
+from harness.workload.records import TurnRecord
+from harness.workload.rollout import generate_rollouts
+from harness.workload.scenario import validate_scenario
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+HTTP = tuple(t for t in LOCUST_TRANSPORTS if not t.startswith("ws"))
+WS = tuple(t for t in LOCUST_TRANSPORTS if t.startswith("ws"))
+REQUEST_TIMEOUT_S = 1.5
+# Fields of a turn record that are not clock readings or sizes of server-chosen text.
+RECORD_FIELDS = (
+    "transport",
+    "rollout_id",
+    "turn_index",
+    "status",
+    "error_kind",
+    "recoveries",
+    "new_connection",
+    "output_tokens",
+    "sim_cache",
+)
+_ID = re.compile(r"\b(resp|call|fc|msg|rs)_[0-9a-f]{32}\b")
+
+
+def _plans(count: int, tool_latency_ms: float) -> list[RolloutPlan]:
+    scenario = validate_scenario(
+        {
+            "name": "parity",
+            "seed": 23,
+            "rollout": {
+                "count": count,
+                "system_tokens": 60,
+                "tool_schema_tokens": 40,
+                "user_prompt_tokens": 20,
+                "tool_calls": 2,
+                "tool_output_tokens": 30,
+                "tool_latency_ms": tool_latency_ms,
+                "step_output_tokens": 20,
+                "final_answer_tokens": 30,
+            },
+        }
+    )
+    return generate_rollouts(scenario)
+
+
+Turn = tuple[Any, ...]  # RECORD_FIELDS of one turn record
+
+
+def _recovered(turns: list[Turn]) -> set[str]:
+    return {t[0] for t in turns if t[5] > 0}
+
+
+def _failed(turns: list[Turn]) -> set[tuple[str, str]]:
+    return {(t[0], t[4]) for t in turns if t[3] != "completed"}
+
+
+# (case, server options, transports, rollouts, tool latency ms, what the case must have forced)
+CASES = [
+    ("plain", [], LOCUST_TRANSPORTS, 2, 1, lambda turns: not _recovered(turns) | _failed(turns)),
+    # a 1-byte lane cache: every store:false continuation misses -> resend the full context
+    (
+        "cache_miss",
+        ["--ws-max-cached-bytes", "1"],
+        WS,
+        2,
+        1,
+        lambda turns: _recovered(turns) == {"ws"} and not _failed(turns),
+    ),
+    # the 2nd response of each connection cut by 1011 -> reconnect (ws-store keeps its chain)
+    (
+        "recoverable_close",
+        ["--ws-fault-close-after", "2"],
+        WS,
+        2,
+        1,
+        lambda turns: _recovered(turns) == set(WS) and not _failed(turns),
+    ),
+    # ... by 1008, which no rule recovers -> the turn fails with connection_closed
+    (
+        "fatal_close",
+        ["--ws-fault-close-after", "2", "--ws-fault-close-code", "1008"],
+        WS,
+        2,
+        1,
+        lambda turns: _failed(turns) == {(t, "connection_closed") for t in WS},
+    ),
+    # every first response cut -> the turn gives up after 3 recoveries (recovery_exhausted)
+    (
+        "exhausted",
+        ["--ws-fault-close-after", "1"],
+        WS,
+        1,
+        1,
+        lambda turns: _failed(turns) == {(t, "recovery_exhausted") for t in WS},
+    ),
+    # the connection outlives its lifetime during each tool wait ->
+    # websocket_connection_limit_reached, then 1001 -> reconnect
+    (
+        "lifetime",
+        ["--ws-max-lifetime-s", "0.5"],
+        WS,
+        1,
+        1000,
+        lambda turns: _recovered(turns) == set(WS) and not _failed(turns),
+    ),
+    # seeded per-request faults: HTTP errors and cut streams, WS errors, cuts, evictions, stalls
+    (
+        "faults",
+        [
+            "--fault",
+            "seed=5",
+            "--fault",
+            "error_rate.503=0.1",
+            "--fault",
+            "disconnect_rate=0.15",
+            "--fault",
+            "evict_rate=0.15",
+            "--fault",
+            "stall_rate=0.05",
+            "--fault",
+            "spike_rate=0.05",
+            "--fault",
+            "spike_ms=5",
+        ],
+        LOCUST_TRANSPORTS,
+        3,
+        1,
+        lambda turns: bool(_recovered(turns)) and {k for _, k in _failed(turns)} >= {"connection"},
+    ),
+]
+
+
+@contextmanager
+def recording_server(record: Path, args: list[str]) -> Iterator[str]:
+    cmd = [sys.executable, str(HERE / "recording_server.py"), str(record), "--store", ":memory:"]
+    with subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.startswith(READY_PREFIX), f"recording server did not start: {line!r}"
+            yield line[len(READY_PREFIX) :].strip()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def asyncio_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
+    options = TransportOptions(url, request_timeout_s=REQUEST_TIMEOUT_S)
+    turns: list[TurnRecord] = []
+
+    async def main() -> None:
+        for name in transports:
+            transport = make_transport(name, options)
+            try:
+                for plan in plans:
+                    await run_rollout(
+                        transport,
+                        plan,
+                        intended_start_ns=time.perf_counter_ns(),
+                        on_turn=turns.append,
+                    )
+            finally:
+                await transport.aclose()
+
+    asyncio.run(main())
+    return [asdict(t) for t in turns]
+
+
+def gevent_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
+    job = {
+        "url": url,
+        "transports": list(transports),
+        "plans": [plan_to_wire(p) for p in plans],
+        "request_timeout_s": REQUEST_TIMEOUT_S,
+    }
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "gevent_edge.py")],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    records: list[Any] = json.loads(proc.stdout)
+    return records
+
+
+def _normalise(value: Any, ids: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _normalise(v, ids) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalise(v, ids) for v in value]
+    if isinstance(value, str):
+        return _ID.sub(lambda m: ids.setdefault(m.group(0), f"{m.group(1)}#{len(ids)}"), value)
+    return value
+
+
+def recorded(record: Path) -> list[Any]:
+    """The recorded requests, bodies parsed, ids renamed in order of first appearance."""
+    ids: dict[str, str] = {}
+    out = []
+    for line in record.read_text().splitlines():
+        entry = json.loads(line)
+        if "body" in entry:
+            entry["body"] = json.loads(entry["body"])
+        out.append(_normalise(entry, ids))
+    return out
+
+
+def _records(turns: list[Any]) -> list[Turn]:
+    return [tuple(t[f] for f in RECORD_FIELDS) for t in turns]
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    """One request in a line: where it went and what shaped its body."""
+    where = f"{entry.get('http', 'ws')} {entry.get('path', '')}{entry.get('query', '')}"
+    body = entry.get("body")
+    if not isinstance(body, dict):
+        return f"{where} {entry.get('ws', '')}".strip()
+    items = body.get("input")
+    shown = [i.get("type", "message") for i in items] if isinstance(items, list) else items
+    keys = ("type", "store", "previous_response_id", "response_id")
+    fields = " ".join(f"{k}={body[k]}" for k in keys if k in body)
+    return f"{where} {fields} input={shown}"
+
+
+def _first_difference(a: list[Any], b: list[Any]) -> str:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            keys = sorted(
+                k
+                for k in {**x.get("body", {}), **y.get("body", {})}
+                if x.get("body", {}).get(k) != y.get("body", {}).get(k)
+            )
+            return (
+                f"request {i} differs in {keys}:\n  asyncio: {_describe(x)}\n"
+                f"  gevent:  {_describe(y)}"
+            )
+    return f"lengths differ: asyncio sent {len(a)} requests, gevent {len(b)}"
+
+
+@pytest.mark.parametrize(
+    ("args", "transports", "count", "tool_ms", "forced"),
+    [pytest.param(*case[1:], id=case[0]) for case in CASES],
+)
+def test_both_edges_send_the_same_requests(
+    tmp_path: Path,
+    args: list[str],
+    transports: tuple[str, ...],
+    count: int,
+    tool_ms: float,
+    forced: Callable[[list[Turn]], bool],
+) -> None:
+    plans = _plans(count, tool_ms)
+    runs = {}
+    for edge, drive in (("asyncio", asyncio_edge), ("gevent", gevent_edge)):
+        record = tmp_path / f"{edge}.jsonl"
+        with recording_server(record, args) as url:
+            turns = drive(url, transports, plans)
+        runs[edge] = (recorded(record), _records(turns))
+    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["gevent"]
+    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
+    assert a_turns == g_turns
+    # Every transport ran every rollout: the comparison covered what it claims to.
+    assert {t[0] for t in a_turns} == set(transports)
+    assert {(t[0], t[1]) for t in a_turns} == {(n, p.rollout_id) for n in transports for p in plans}
+    # ... and the server forced the path the case is about.
+    assert forced(a_turns), a_turns
