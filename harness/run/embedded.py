@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
-from harness.run.child import ready_child
+from harness.run.child import ReadyChild, ready_child
 from harness.wire.errors import LoopbenchError
 
 READY_PREFIX = "loopbench reference server listening on "
@@ -33,10 +33,7 @@ def embedded_server(
     startup_timeout_s: float = 60.0,
 ) -> Iterator[str]:
     """Yield the base URL (``http://127.0.0.1:PORT/v1``) of a freshly started server."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "reference_server",
+    args = [
         "--host",
         host,
         "--port",
@@ -49,16 +46,29 @@ def embedded_server(
         str(seed),
     ]
     for key, value in (overrides or {}).items():
-        cmd += ["--set", f"{key}={value}"]
-    cmd += list(extra_args)
+        args += ["--set", f"{key}={value}"]
+    args += list(extra_args)
     if "--store" not in extra_args:
         # The embedded server lives only as long as the run: its store need not outlive it.
-        cmd += ["--store", ":memory:"]
-    with ready_child(
-        cmd,
+        args += ["--store", ":memory:"]
+    with server_child(args, startup_timeout_s=startup_timeout_s) as child:
+        yield child.ready
+
+
+def server_child(
+    args: Sequence[str],
+    *,
+    startup_timeout_s: float = 60.0,
+    env: dict[str, str] | None = None,
+    keep_stderr: int = 50,
+) -> AbstractContextManager[ReadyChild]:
+    """``python -m reference_server ARGS``, once it has said where it listens (its URL)."""
+    return ready_child(
+        [sys.executable, "-m", "reference_server", *args],
         READY_PREFIX,
         what="reference server",
         timeout_s=startup_timeout_s,
         error=EmbeddedServerError,
-    ) as child:
-        yield child.ready
+        env=env,
+        keep_stderr=keep_stderr,
+    )

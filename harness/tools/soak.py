@@ -31,8 +31,7 @@ from typing import Any
 
 import yaml
 
-from harness.run.child import ready_child
-from harness.run.embedded import READY_PREFIX, EmbeddedServerError
+from harness.run.embedded import server_child
 
 SOAK_FAULTS = (
     "seed=11",
@@ -94,15 +93,8 @@ def server_process(
     Unlike :func:`harness.run.embedded.embedded_server` this exposes the process
     (for its pid, its memory and signals) and keeps its stderr.
     """
-    cmd = [sys.executable, "-m", "reference_server", "--port", "0", *args]
-    with ready_child(
-        cmd,
-        READY_PREFIX,
-        what="reference server",
-        timeout_s=startup_timeout_s,
-        error=EmbeddedServerError,
-        env=env,
-        keep_stderr=200,
+    with server_child(
+        ["--port", "0", *args], startup_timeout_s=startup_timeout_s, env=env, keep_stderr=200
     ) as child:
         yield ServerProcess(child.ready, child.proc, child.stderr)
 

@@ -46,9 +46,7 @@ def test_begin_raises_gen0_threshold_and_freezes_then_end_restores() -> None:
     [(50_000, 3, 4), (0, 10, 10)],
     ids=["a-higher-threshold-is-kept", "collection-turned-off-by-zero-stays-off"],
 )
-def test_a_higher_or_a_zero_threshold_is_kept(
-    thresholds: tuple[int, int, int],
-) -> None:
+def test_a_higher_or_a_zero_threshold_is_kept(thresholds: tuple[int, int, int]) -> None:
     gc.set_threshold(*thresholds)
     old = quiet_gc.begin()
     try:
