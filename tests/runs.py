@@ -37,18 +37,12 @@ def run_cli(*args: str | Path, timeout: float = 240) -> subprocess.CompletedProc
 def run_tiny(out: Path, transports: list[str], sets: dict[str, str], **options: Any) -> Run:
     """tiny.yaml with ``--set``-style ``sets``, run in this process, loaded back.
 
-    The embedded server, no progress display, no report; ``options`` add to or
-    replace these :class:`RunOptions` (``run_id`` is ``r`` unless given).
+    The embedded server, no progress display, no report; ``options`` are further
+    :class:`RunOptions` (``run_id`` is ``r`` unless given).
     """
+    options.setdefault("run_id", "r")
     opts = RunOptions(
-        **{
-            "transports": transports,
-            "results_root": out,
-            "run_id": "r",
-            "progress": False,
-            "render": False,
-            **options,
-        }
+        transports=transports, results_root=out, progress=False, render=False, **options
     )
     return load_run(run_scenario(load_scenario(str(TINY), sets), str(TINY), opts).run_dir)
 
