@@ -1,16 +1,14 @@
-"""Shared fixtures: a real reference server on a free loopback port, started once per session."""
+"""Shared fixtures, each started once per session: a reference server, a finished tiny run."""
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from harness.report.results import read_csv_gz
 from harness.run.embedded import embedded_server
+from tests.runs import TINY, run_cli
 
 
 @pytest.fixture(scope="session")
@@ -20,18 +18,9 @@ def server_url() -> Iterator[str]:
         yield url
 
 
-def rows_flushed(proc: subprocess.Popen[str], turns: Path, at_least: int) -> int:
-    """Rows in a running ``loopbench run``'s turns file once it has ``at_least`` (or 120 s pass).
-
-    Rows reach the file in blocks (every 0.5 s) and there is no event to await from another
-    process, so the file is polled, bounded; returns early if the run ends first.
-    """
-    deadline = time.monotonic() + 120
-    seen = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        if turns.exists():
-            seen = len(read_csv_gz(turns))
-            if seen >= at_least:
-                break
-        time.sleep(0.1)
-    return seen
+@pytest.fixture(scope="session")
+def tiny_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished tiny run over http and ws, report rendered by the runner; read, do not change."""
+    out = tmp_path_factory.mktemp("results")
+    run_cli("run", TINY, "--out", out, "--run-id", "tiny", "-q")
+    return out / "tiny"

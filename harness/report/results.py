@@ -313,7 +313,8 @@ class Run:
         return self.summary is not None
 
 
-def _read_versioned_json(path: Path) -> dict[str, Any]:
+def read_versioned_json(path: Path) -> dict[str, Any]:
+    """A JSON object written by this version of loopbench (it carries ``format_version``)."""
     try:
         doc = orjson.loads(path.read_bytes())
     except FileNotFoundError:
@@ -338,8 +339,8 @@ def load_run(path: str | Path) -> Run:
         raise ResultsError(
             f"{path}: expected a results folder, got {'a file' if path.exists() else 'nothing'}"
         )
-    manifest = _read_versioned_json(path / MANIFEST)
-    summary = _read_versioned_json(path / SUMMARY) if (path / SUMMARY).exists() else None
+    manifest = read_versioned_json(path / MANIFEST)
+    summary = read_versioned_json(path / SUMMARY) if (path / SUMMARY).exists() else None
     tables = []
     for name, cls in ((TURNS, TurnRecord), (ROLLOUTS, RolloutRecord)):
         if not (path / name).exists():

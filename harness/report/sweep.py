@@ -37,8 +37,8 @@ from harness.report.files import (
     fmt,
     write_text_atomic,
 )
-from harness.report.results import FORMAT_VERSION, load_run
-from harness.wire.errors import LoopbenchError, ResultsError
+from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json
+from harness.wire.errors import LoopbenchError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -199,17 +199,7 @@ def is_sweep(path: str | Path) -> bool:
 
 
 def load_sweep(path: str | Path) -> dict[str, Any]:
-    p = Path(path) / SWEEP_JSON
-    try:
-        doc = orjson.loads(p.read_bytes())
-    except FileNotFoundError:
-        raise ResultsError(f"{p}: missing") from None
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise ResultsError(f"{p}: unreadable: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
-        got = doc.get("format_version") if isinstance(doc, dict) else type(doc).__name__
-        raise ResultsError(f"{p}: format_version: expected {FORMAT_VERSION}, got {got!r}")
-    return doc
+    return read_versioned_json(Path(path) / SWEEP_JSON)
 
 
 def sweep_table(path: str | Path) -> pd.DataFrame:

@@ -7,15 +7,11 @@ port 0 and prints its URL; we read that line, so nothing races for a port.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
+from harness.run.child import ReadyChild, ready_child
 from harness.wire.errors import LoopbenchError
 
 READY_PREFIX = "loopbench reference server listening on "
@@ -37,10 +33,7 @@ def embedded_server(
     startup_timeout_s: float = 60.0,
 ) -> Iterator[str]:
     """Yield the base URL (``http://127.0.0.1:PORT/v1``) of a freshly started server."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "reference_server",
+    args = [
         "--host",
         host,
         "--port",
@@ -53,74 +46,29 @@ def embedded_server(
         str(seed),
     ]
     for key, value in (overrides or {}).items():
-        cmd += ["--set", f"{key}={value}"]
-    cmd += list(extra_args)
+        args += ["--set", f"{key}={value}"]
+    args += list(extra_args)
     if "--store" not in extra_args:
         # The embedded server lives only as long as the run: its store need not outlive it.
-        cmd += ["--store", ":memory:"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    stderr_lines: list[str] = []
-
-    def drain_stderr() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            stderr_lines.append(line)
-            del stderr_lines[:-50]
-
-    err_reader = threading.Thread(target=drain_stderr, daemon=True)
-    err_reader.start()
-    readers = [err_reader]
-    try:
-        url = _wait_ready(proc, startup_timeout_s, stderr_lines)
-        # Keep reading stdout so a chatty server never blocks on a full pipe.
-        out_reader = threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True)
-        out_reader.start()
-        readers.append(out_reader)
-        yield url
-    finally:
-        stop_process(proc)
-        for reader in readers:
-            reader.join(2)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        args += ["--store", ":memory:"]
+    with server_child(args, startup_timeout_s=startup_timeout_s) as child:
+        yield child.ready
 
 
-def _wait_ready(proc: subprocess.Popen[str], timeout_s: float, stderr_lines: list[str]) -> str:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    result: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(READY_PREFIX):
-                result.append(line[len(READY_PREFIX) :].strip())
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    while time.monotonic() < deadline and not result:
-        reader.join(0.05)
-        if proc.poll() is not None and not result:
-            time.sleep(0.1)
-            tail = "".join(stderr_lines[-10:]).strip()
-            raise EmbeddedServerError(
-                f"reference server exited with code {proc.returncode} during startup: {tail}"
-            )
-    if not result:
-        stop_process(proc)
-        raise EmbeddedServerError(f"reference server did not report ready within {timeout_s:.0f} s")
-    return result[0]
-
-
-def stop_process(proc: subprocess.Popen[str], timeout_s: float = 10.0) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+def server_child(
+    args: Sequence[str],
+    *,
+    startup_timeout_s: float = 60.0,
+    env: dict[str, str] | None = None,
+    keep_stderr: int = 50,
+) -> AbstractContextManager[ReadyChild]:
+    """``python -m reference_server ARGS``, once it has said where it listens (its URL)."""
+    return ready_child(
+        [sys.executable, "-m", "reference_server", *args],
+        READY_PREFIX,
+        what="reference server",
+        timeout_s=startup_timeout_s,
+        error=EmbeddedServerError,
+        env=env,
+        keep_stderr=keep_stderr,
+    )

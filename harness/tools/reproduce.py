@@ -246,36 +246,65 @@ def _row(
     return Row(figure, reproduction, band, shown, "pass" if ok else "fail")
 
 
+def _band_row(
+    figure: str,
+    reproduction: str,
+    band: Band,
+    value: float | None,
+    unit: str,
+    digits: int = 1,
+    shown: str | None = None,
+) -> Row:
+    """Passes when ``value`` lies in ``band``; shows it with ``unit`` unless ``shown`` is given."""
+    ok = value is not None and band.contains(value)
+    text = _fmt(value, digits, unit) if shown is None else shown
+    return _row(figure, reproduction, band.describe(unit), value, ok, text)
+
+
 def evaluate(m: Measurements, bands: Bands | None = None) -> list[Row]:
     """The six rows of docs/model.md §9, in its order."""
     b = bands or Bands()
-    rows: list[Row] = []
-
-    v = m.ws_vs_http_reduction_pct
-    rows.append(
-        _row(
+    ttft_shown = (
+        f"{_fmt(m.ttft_reduction_pct, unit=' %')} ({_fmt(m.ttft_p50_legacy_ms, 0)} → "
+        f"{_fmt(m.ttft_p50_optimized_ms, 0)} ms)"
+    )
+    return [
+        _band_row(
             "agent loops with 20+ tool calls ~40% faster end to end (ws vs http)",
             "cerebras-spark, codex-style rollout: rollout latency reduction",
-            b.ws_reduction_pct.describe(" %"),
-            v,
-            v is not None and b.ws_reduction_pct.contains(v),
-            _fmt(v, unit=" %"),
-        )
-    )
-
-    v = m.ttft_reduction_pct
-    rows.append(
-        _row(
+            b.ws_reduction_pct,
+            m.ws_vs_http_reduction_pct,
+            " %",
+        ),
+        _band_row(
             "~45% TTFT improvement from single-request critical-path work",
             "API optimized vs legacy, http: TTFT p50 reduction",
-            b.ttft_reduction_pct.describe(" %"),
-            v,
-            v is not None and b.ttft_reduction_pct.contains(v),
-            f"{_fmt(v, unit=' %')} ({_fmt(m.ttft_p50_legacy_ms, 0)} → "
-            f"{_fmt(m.ttft_p50_optimized_ms, 0)} ms)",
-        )
-    )
+            b.ttft_reduction_pct,
+            m.ttft_reduction_pct,
+            " %",
+            shown=ttft_shown,
+        ),
+        _decode_row(m, b),
+        _band_row(
+            "bursts to 4,000 TPS",
+            "cerebras-spark: burst TPS peak (100 ms window)",
+            b.burst_peak_tps,
+            m.burst_peak_tps,
+            " TPS",
+            digits=0,
+        ),
+        _band_row(
+            "at 65 TPS the API overhead hid behind inference",
+            "gpu-legacy: ws vs http rollout latency reduction",
+            b.gpu_reduction_pct,
+            m.gpu_ws_vs_http_reduction_pct,
+            " %",
+        ),
+        _ordering_row(m),
+    ]
 
+
+def _decode_row(m: Measurements, b: Bands) -> Row:
     fast, slow = m.decode_p50_fast_tps, m.decode_p50_legacy_tps
     tol = b.decode_rel_tol
     ok = (
@@ -284,43 +313,14 @@ def evaluate(m: Measurements, bands: Bands | None = None) -> list[Row]:
         and abs(fast / b.fast_tps - 1) <= tol
         and abs(slow / b.legacy_tps - 1) <= tol
     )
-    rows.append(
-        _row(
-            f"{b.legacy_tps:g} TPS flagship vs {b.fast_tps:,.0f}+ TPS fast model",
-            "decode TPS p50 (gpu-legacy, cerebras-spark)",
-            f"within {tol:.0%} of {b.legacy_tps:g} and {b.fast_tps:,.0f}",
-            None if fast is None or slow is None else fast,
-            ok,
-            f"{_fmt(slow, 1)} / {_fmt(fast, 0)} TPS",
-        )
+    return _row(
+        f"{b.legacy_tps:g} TPS flagship vs {b.fast_tps:,.0f}+ TPS fast model",
+        "decode TPS p50 (gpu-legacy, cerebras-spark)",
+        f"within {tol:.0%} of {b.legacy_tps:g} and {b.fast_tps:,.0f}",
+        None if fast is None or slow is None else fast,
+        ok,
+        f"{_fmt(slow, 1)} / {_fmt(fast, 0)} TPS",
     )
-
-    v = m.burst_peak_tps
-    rows.append(
-        _row(
-            "bursts to 4,000 TPS",
-            "cerebras-spark: burst TPS peak (100 ms window)",
-            b.burst_peak_tps.describe(" TPS"),
-            v,
-            v is not None and b.burst_peak_tps.contains(v),
-            _fmt(v, 0, " TPS"),
-        )
-    )
-
-    v = m.gpu_ws_vs_http_reduction_pct
-    rows.append(
-        _row(
-            "at 65 TPS the API overhead hid behind inference",
-            "gpu-legacy: ws vs http rollout latency reduction",
-            b.gpu_reduction_pct.describe(" %"),
-            v,
-            v is not None and b.gpu_reduction_pct.contains(v),
-            _fmt(v, unit=" %"),
-        )
-    )
-
-    rows.append(_ordering_row(m))
-    return rows
 
 
 def _ordering_row(m: Measurements) -> Row:

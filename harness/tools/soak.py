@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -34,7 +32,7 @@ from typing import Any
 import yaml
 
 from harness.report.results import read_csv_gz, write_index
-from harness.run.embedded import READY_PREFIX, stop_process
+from harness.run.embedded import server_child
 from harness.wire.transports import TRANSPORT_NAMES
 
 SOAK_FAULTS = (
@@ -96,47 +94,10 @@ def server_process(
     Unlike :func:`harness.run.embedded.embedded_server` this exposes the process
     (for its pid, its memory and signals) and keeps its stderr.
     """
-    cmd = [sys.executable, "-m", "reference_server", "--port", "0", *args]
-    full_env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
-    )
-    stderr: list[str] = []
-    ready: list[str] = []
-    got_ready = threading.Event()
-
-    def read_stdout() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if not ready and line.startswith(READY_PREFIX):
-                ready.append(line[len(READY_PREFIX) :].strip())
-                got_ready.set()
-        got_ready.set()
-
-    def read_stderr() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            stderr.append(line)
-            del stderr[:-200]
-
-    readers = [threading.Thread(target=f, daemon=True) for f in (read_stdout, read_stderr)]
-    for reader in readers:
-        reader.start()
-    try:
-        got_ready.wait(startup_timeout_s)
-        if not ready:
-            stop_process(proc)
-            raise RuntimeError(
-                f"reference server did not start (exit {proc.poll()}): {''.join(stderr[-10:])}"
-            )
-        yield ServerProcess(ready[0], proc, stderr)
-    finally:
-        stop_process(proc)
-        for reader in readers:
-            reader.join(2)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+    with server_child(
+        ["--port", "0", *args], startup_timeout_s=startup_timeout_s, env=env, keep_stderr=200
+    ) as child:
+        yield ServerProcess(child.ready, child.proc, child.stderr)
 
 
 def soak_scenario(duration_s: float, seed: int) -> dict[str, Any]:

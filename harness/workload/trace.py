@@ -23,6 +23,7 @@ from pydantic import model_validator as _model_validator
 
 from harness.wire.errors import ScenarioError
 from harness.workload.distributions import StrictModel, invalid
+from harness.workload.jsonl import json_lines
 from harness.workload.plan import RolloutPlan, TurnPlan
 from harness.workload.scenario import describe_error
 
@@ -119,14 +120,7 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> list[TraceRoll
     """Validate trace lines; raises one :class:`ScenarioError` naming the line and field."""
     rollouts: list[TraceRollout] = []
     seen_header = False
-    for lineno, raw in enumerate(lines, start=1):
-        text = raw.strip()
-        if not text:
-            continue
-        try:
-            data = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            raise _line_error(source, lineno, "", f"invalid JSON: {exc}") from None
+    for lineno, text, data in json_lines(lines, lambda n, why: _line_error(source, n, "", why)):
         if not isinstance(data, dict):
             raise _line_error(source, lineno, "", f"expected a JSON object, got {text[:40]}")
         kind = data.get("type")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +13,7 @@ from harness.report.results import load_run
 from harness.tools.calibrate import CalibrationError, fit, profiles_from_fit, turns_from_rows
 from harness.tools.reproduce import ReproductionResult
 from reference_server.core.profiles import load_profiles
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.runs import run_cli
 
 
 def _synthetic_rows(seed: int = 1, noise_ms: float = 0.0) -> list[dict[str, Any]]:
@@ -128,14 +125,7 @@ def test_recovers_the_reference_servers_own_parameters(
 ) -> None:
     """The issue's validation: fit a run against the reference server, get its profile back."""
     run_dir = reduced_reproduction.run_dirs["codex-cerebras"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "calibrate", str(run_dir), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("calibrate", run_dir, "--out", tmp_path, timeout=60)
     print("\n" + proc.stdout)
     api = yaml.safe_load((tmp_path / "api-fitted.yaml").read_text())
     engine = yaml.safe_load((tmp_path / "engine-fitted.yaml").read_text())

@@ -8,8 +8,6 @@ CLI with its own embedded server, as from a fresh clone.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +17,8 @@ from harness.run.runner import RunOptions, run_scenario
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.rollout import generate_rollouts, history_tokens, load_scenario_trace
 from harness.workload.scenario import load_scenario
+from tests.runs import ROOT, run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
 
 SMALL = {
@@ -73,14 +71,7 @@ def test_every_shipped_scenario_validates_and_generates() -> None:
     for path in files:
         scenario = load_scenario(path)
         assert generate_rollouts(scenario), path
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "validate", *map(str, files)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("validate", *files, timeout=60)
     assert proc.stdout.count(": ok") == len(files)
 
 
@@ -145,25 +136,16 @@ def test_shipped_scenario_runs_reduced(name: str, server_url: str, tmp_path: Pat
 
 def test_burst_storm_through_the_cli(tmp_path: Path) -> None:
     sets = [f"--set={k}={v}" for k, v in REDUCED["burst-storm"].items()]
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "run",
-            str(SCENARIOS / "burst-storm.yaml"),
-            "--out",
-            str(tmp_path),
-            "--run-id",
-            "storm",
-            *sets,
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_cli(
+        "run",
+        SCENARIOS / "burst-storm.yaml",
+        "--out",
+        tmp_path,
+        "--run-id",
+        "storm",
+        *sets,
         timeout=120,
-        cwd=ROOT,
     )
-    assert proc.returncode == 0, proc.stderr
     assert "load generator (intended vs actual starts)" in proc.stdout
     # Non-TTY progress: plain lines, one at the end of each pass at least.
     assert "rollouts" in proc.stderr and "\x1b[" not in proc.stderr

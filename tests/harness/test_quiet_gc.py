@@ -41,14 +41,19 @@ def test_begin_raises_gen0_threshold_and_freezes_then_end_restores() -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_a_higher_threshold_is_kept() -> None:
-    gc.set_threshold(50_000, 3, 4)
+@pytest.mark.parametrize(
+    "thresholds",
+    [(50_000, 3, 4), (0, 10, 10)],
+    ids=["a-higher-threshold-is-kept", "collection-turned-off-by-zero-stays-off"],
+)
+def test_a_higher_or_a_zero_threshold_is_kept(thresholds: tuple[int, int, int]) -> None:
+    gc.set_threshold(*thresholds)
     old = quiet_gc.begin()
     try:
-        assert gc.get_threshold() == (50_000, 3, 4)
+        assert gc.get_threshold() == thresholds
     finally:
         quiet_gc.end(old)
-    assert old == gc.get_threshold() == (50_000, 3, 4)
+    assert old == gc.get_threshold() == thresholds
     assert gc.get_freeze_count() == 0
 
 
@@ -80,13 +85,3 @@ def test_end_restores_thresholds_and_unfreezes_even_after_nested_changes() -> No
     quiet_gc.end(old)
     assert gc.get_threshold() == (900, 10, 10)
     assert gc.get_freeze_count() == 0
-
-
-def test_collection_turned_off_by_a_zero_threshold_stays_off() -> None:
-    gc.set_threshold(0, 10, 10)
-    old = quiet_gc.begin()
-    try:
-        assert gc.get_threshold() == (0, 10, 10)
-    finally:
-        quiet_gc.end(old)
-    assert gc.get_threshold() == (0, 10, 10)

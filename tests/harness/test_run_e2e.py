@@ -10,31 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.runs import run_cli
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("results")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "run",
-            str(ROOT / "scenarios" / "tiny.yaml"),
-            "--out",
-            str(out),
-            "--run-id",
-            "tiny",
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr + proc.stdout
+    proc = run_cli("run", ROOT / "scenarios" / "tiny.yaml", "--out", out, "--run-id", "tiny", "-q")
     return out / "tiny", proc.stdout
 
 

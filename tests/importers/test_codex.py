@@ -11,8 +11,6 @@ exactly one place; the expected values below are worked out by hand.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +23,8 @@ from harness.workload.importers.codex import (
     parse_codex_session,
 )
 from harness.workload.trace import TraceRollout, read_trace
+from tests.runs import ROOT, run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 SESSION = Path(__file__).parent / "data" / "codex-session.jsonl"
 SESSION_ID = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 
@@ -134,14 +132,7 @@ def test_import_writes_a_trace_the_scenario_reads(tmp_path: Path) -> None:
 
 def test_cli_import(tmp_path: Path) -> None:
     out = tmp_path / "t.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "import", "codex", str(SESSION), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("import", "codex", SESSION, "-o", out, timeout=60)
     assert "wrote 3 rollouts" in proc.stdout
     assert len(read_trace(out)) == 3
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -13,37 +11,12 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "transport_comparison.ipynb"
 
 
-@pytest.fixture(scope="module")
-def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("nb-results")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "run",
-            str(ROOT / "scenarios" / "tiny.yaml"),
-            "--out",
-            str(out),
-            "--run-id",
-            "nb",
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return out / "nb"
-
-
-def test_notebook_executes_on_a_run(small_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebook_executes_on_a_run(tiny_run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # jupyter_core warns about its path migration unless told which scheme to use
     monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
     from nbclient import NotebookClient
 
-    monkeypatch.setenv("LOOPBENCH_RUN", str(small_run))
+    monkeypatch.setenv("LOOPBENCH_RUN", str(tiny_run_dir))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # "python3" is ipykernel's own spec: jupyter_client starts it with sys.executable,
     # i.e. this virtualenv's interpreter, where harness is importable.
@@ -63,6 +36,6 @@ def test_notebook_executes_on_a_run(small_run: Path, monkeypatch: pytest.MonkeyP
     stderr = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr"]
     assert stderr == [], stderr
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    assert "run nb: " in text and "transports ['http', 'ws']" in text
+    assert f"run {tiny_run_dir.name}: " in text and "transports ['http', 'ws']" in text
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) >= 7  # six report plots + the hand-made one

@@ -10,15 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.report.results import Run, load_run
-from harness.run.runner import RunOptions, run_scenario
+from harness.report.results import Run
 from harness.tools.soak import server_process
-from harness.workload.scenario import load_scenario
 from reference_server.cli import add_server_arguments, config_from_args
 from reference_server.core.faults import FaultInjector, FaultSpecError, parse_fault_spec
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = str(ROOT / "scenarios" / "tiny.yaml")
+from tests.runs import run_tiny
 
 # -- the spec ------------------------------------------------------------------------------------
 
@@ -97,20 +93,10 @@ def faulted_run(
     server_args = ["--store", ":memory:", "--drain-timeout-s", "1"]
     for item in faults:
         server_args += ["--fault", item]
-    scenario = load_scenario(
-        TINY, {"rollout.count": str(count), "load.concurrency": str(concurrency)}
+    sets = {"rollout.count": str(count), "load.concurrency": str(concurrency)}
+    run = run_tiny(
+        tmp, transports.split(","), sets, request_timeout_s=timeout_s, server_args=server_args
     )
-    opts = RunOptions(
-        transports=transports.split(","),
-        results_root=tmp,
-        run_id="r",
-        progress=False,
-        render=False,
-        request_timeout_s=timeout_s,
-        server_args=server_args,
-    )
-    result = run_scenario(scenario, TINY, opts)
-    run = load_run(result.run_dir)
     assert run.summary is not None and run.summary["partial"] is False
     for name in transports.split(","):
         assert run.summary["transports"][name]["rollouts"]["count"] == count, name

@@ -6,18 +6,11 @@ import glob
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from harness.report.results import load_run
-from harness.run.runner import RunOptions, run_scenario
 from harness.workload.records import TurnRecord
-from harness.workload.scenario import load_scenario
-from tests.conftest import rows_flushed
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = str(ROOT / "scenarios" / "tiny.yaml")
+from tests.runs import interrupt_run, run_tiny
 
 
 def _children() -> list[int]:
@@ -42,19 +35,15 @@ def test_a_target_that_dies_mid_run_gives_a_completed_run_with_the_errors(tmp_pa
             os.kill(server, signal.SIGKILL)
             killed.append(server)
 
-    scenario = load_scenario(TINY, {"rollout.count": "4", "load.concurrency": "1"})
-    opts = RunOptions(
-        transports=["http", "ws"],
-        results_root=tmp_path,
+    run = run_tiny(
+        tmp_path,
+        ["http", "ws"],
+        {"rollout.count": "4", "load.concurrency": "1"},
         run_id="dies",
-        progress=False,
-        render=False,
         request_timeout_s=5,
         turn_hook=kill_server_after_a_few_turns,
     )
-    result = run_scenario(scenario, TINY, opts)
     assert killed
-    run = load_run(result.run_dir)
     assert run.summary is not None and run.summary["partial"] is False
     for name in ("http", "ws"):
         t = run.summary["transports"][name]
@@ -70,44 +59,11 @@ def test_a_target_that_dies_mid_run_gives_a_completed_run_with_the_errors(tmp_pa
 
 
 def test_sigterm_midway_leaves_readable_rows_and_a_partial_summary(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "run",
-            TINY,
-            "--set",
-            "rollout.count=40",
-            "--set",
-            "load.concurrency=1",
-            "--transports",
-            "ws",
-            "--out",
-            str(tmp_path),
-            "--run-id",
-            "term",
-            "-q",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    turns = tmp_path / "term" / "turns.csv.gz"
-    try:
-        seen = rows_flushed(proc, turns, 6)
-        assert proc.poll() is None and seen >= 6, "no rows flushed before the run ended"
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    seen, code, err = interrupt_run(tmp_path, "term", "ws", 40, signal.SIGTERM)
     summary = json.loads((tmp_path / "term" / "summary.json").read_text())
     assert summary["partial"] is True and summary["valid"] is False
     n = summary["transports"]["ws"]["rollouts"]["count"]
     assert 0 < n < 40
     run = load_run(tmp_path / "term")
     assert len(run.rollouts) == n and len(run.turns) >= seen
-    assert proc.returncode in (0, 130), (proc.returncode, err)
+    assert code in (0, 130), (code, err)

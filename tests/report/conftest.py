@@ -1,4 +1,4 @@
-"""A small real run (tiny scenario, embedded server) shared by the report tests."""
+"""Helpers of the report tests: synthetic runs, a headless browser, the CLI."""
 
 from __future__ import annotations
 
@@ -11,30 +11,7 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    """``loopbench ARGS`` in a subprocess of this interpreter; fails the test on a non-zero exit."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, f"loopbench {' '.join(args)}: {proc.stderr}\n{proc.stdout}"
-    return proc
-
-
-@pytest.fixture(scope="package")
-def tiny_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished tiny run over http and ws; the runner rendered its report itself."""
-    out = tmp_path_factory.mktemp("results")
-    run_cli(
-        "run", str(ROOT / "scenarios" / "tiny.yaml"), "--out", str(out), "--run-id", "tiny", "-q"
-    )
-    return out / "tiny"
+from tests.runs import run_cli
 
 
 def _load_helper(name: str) -> ModuleType:

@@ -89,11 +89,13 @@ def test_run_without_rows_renders_without_plots(tmp_path: Path, synthetic: Modul
     assert "loopbench report" in rendered.report_html.read_text()
 
 
-def test_report_html_in_headless_chromium(tiny_run_dir: Path, browser: ModuleType) -> None:
+def test_report_html_in_headless_chromium(
+    tiny_run_dir: Path, browser: ModuleType, tmp_path: Path
+) -> None:
     chromium = browser.find_chromium()
     if chromium is None:
         pytest.skip("chromium not installed (apt-get install -y chromium; .ci/run installs it)")
-    shot = tiny_run_dir / "report.screenshot.png"
+    shot = tmp_path / "report.screenshot.png"
     page = browser.inspect_page(tiny_run_dir / "report.html", shot, chromium=chromium)
     assert page.console_errors == []
     assert page.title.startswith("loopbench report")

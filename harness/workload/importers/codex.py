@@ -39,6 +39,7 @@ import orjson
 
 from harness.wire.errors import LoopbenchError
 from harness.wire.tokens import count_tokens
+from harness.workload.jsonl import json_lines
 from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
 
 __all__ = ["CONTEXT_PREFIXES", "SessionImportError", "import_codex_files", "parse_codex_session"]
@@ -348,14 +349,9 @@ def _task_rollout(task: _Task, index: int, session: str, model: str) -> TraceRol
 def parse_codex_session(lines: Iterable[str], source: str = "<codex>") -> list[TraceRollout]:
     """The rollouts of one Codex session file (its lines, in order)."""
     parser = _SessionParser(source)
-    for lineno, raw in enumerate(lines, start=1):
-        text = raw.strip()
-        if not text:
-            continue
-        try:
-            obj = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            raise SessionImportError(f"{source}: line {lineno}: invalid JSON: {exc}") from None
+    for lineno, text, obj in json_lines(
+        lines, lambda n, why: SessionImportError(f"{source}: line {n}: {why}")
+    ):
         if not isinstance(obj, dict) or "type" not in obj:
             raise SessionImportError(
                 f"{source}: line {lineno}: expected a {{timestamp, type, payload}} object, "

@@ -1,0 +1,99 @@
+"""Starting loopbench from tests: its CLI in a subprocess, or tiny.yaml in this process."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.report.results import Run, load_run, read_csv_gz
+from harness.run.runner import RunOptions, run_scenario
+from harness.workload.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "scenarios" / "tiny.yaml"
+
+
+def _argv(args: tuple[str | Path, ...]) -> list[str]:
+    return [sys.executable, "-m", "harness", *map(str, args)]
+
+
+def loopbench(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``loopbench ARGS`` in a subprocess of this interpreter, from the repository root."""
+    return subprocess.run(_argv(args), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def run_cli(*args: str | Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """:func:`loopbench`, failing the test on a non-zero exit."""
+    proc = loopbench(*args, timeout=timeout)
+    shown = " ".join(map(str, args))
+    assert proc.returncode == 0, f"loopbench {shown}: {proc.stderr}\n{proc.stdout}"
+    return proc
+
+
+def run_tiny(out: Path, transports: list[str], sets: dict[str, str], **options: Any) -> Run:
+    """tiny.yaml with ``--set``-style ``sets``, run in this process, loaded back.
+
+    The embedded server, no progress display, no report; ``options`` are further
+    :class:`RunOptions` (``run_id`` is ``r`` unless given).
+    """
+    options.setdefault("run_id", "r")
+    opts = RunOptions(
+        transports=transports, results_root=out, progress=False, render=False, **options
+    )
+    return load_run(run_scenario(load_scenario(str(TINY), sets), str(TINY), opts).run_dir)
+
+
+def rows_flushed(proc: subprocess.Popen[str], turns: Path, at_least: int) -> int:
+    """Rows in a running ``loopbench run``'s turns file once it has ``at_least`` (or 120 s pass).
+
+    Rows reach the file in blocks (every 0.5 s) and there is no event to await from another
+    process, so the file is polled, bounded; returns early if the run ends first.
+    """
+    deadline = time.monotonic() + 120
+    seen = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        if turns.exists():
+            seen = len(read_csv_gz(turns))
+            if seen >= at_least:
+                break
+        time.sleep(0.1)
+    return seen
+
+
+def interrupt_run(
+    out: Path, run_id: str, transport: str, rollouts: int, sig: signal.Signals
+) -> tuple[int, int, str]:
+    """``loopbench run`` of tiny.yaml, one rollout at a time, sent ``sig`` once 6 rows are on disk.
+
+    Fails the test if the run ends first.  Returns the rows seen before the signal, the
+    exit code and stderr.
+    """
+    args: list[str | Path] = [
+        "run",
+        TINY,
+        "--set",
+        f"rollout.count={rollouts}",
+        "--set",
+        "load.concurrency=1",
+    ]
+    args += ["--transports", transport, "--out", out, "--run-id", run_id, "-q"]
+    proc = subprocess.Popen(
+        _argv(tuple(args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        seen = rows_flushed(proc, out / run_id / "turns.csv.gz", 6)
+        assert proc.poll() is None, (
+            f"run ended before it could be interrupted: {proc.communicate()[1]}"
+        )
+        assert seen >= 6, "no rows flushed within 120 s"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    return seen, proc.returncode, err
