@@ -107,8 +107,6 @@ KEY_COLUMNS: dict[D.RecordKind, list[str]] = {
     "rollout": ["round", "rollout_id"],
     "turn": ["round", "rollout_id", "turn_index"],
 }
-#: the metrics the gate takes samples of: those its rules may name, and the self-check's
-SAMPLED = (*D.gate_metrics(), MEASUREMENT_ERROR)
 
 
 def run_data(run: Run) -> RunData:
@@ -116,20 +114,18 @@ def run_data(run: Run) -> RunData:
     warm = _warmup(run.manifest)
     samples: dict[tuple[str, str], Samples] = {}
     rollouts: dict[str, int] = {}
-    frames = {"rollout": run.rollouts, "turn": run.turns}
+    frames: dict[D.RecordKind, pd.DataFrame] = {"rollout": run.rollouts, "turn": run.turns}
     for kind, df in frames.items():
         if len(df):
             frames[kind] = df[df["rollout_id"] >= warm]
-    metrics = [D.get(name) for name in SAMPLED]
+    # the metrics its rules may name, and the self-check's
+    metrics = [D.get(name) for name in (*D.gate_metrics(), MEASUREMENT_ERROR)]
 
     ro = frames["rollout"]
     for transport, g in ro.groupby("transport", sort=True) if len(ro) else ():
-        rollouts[str(transport)] = int(
-            (g["status"].isin(D.ROLLOUT_OK) & (g["end_ns"] > 0)).sum()
-        )
+        rollouts[str(transport)] = int((g["status"].isin(D.ROLLOUT_OK) & (g["end_ns"] > 0)).sum())
 
-    for kind in ("rollout", "turn"):
-        df = frames[kind]
+    for kind, df in frames.items():
         for transport, g in df.groupby("transport", sort=True) if len(df) else ():
             name = str(transport)
             for m in metrics:

@@ -35,7 +35,6 @@ CLIENT_COMPONENTS = tuple(key for key, _ in D.CLIENT_BREAKDOWN)
 UNMODELLED = "unmodelled"
 
 
-
 def add_metric_columns(df: pd.DataFrame, kind: D.RecordKind) -> pd.DataFrame:
     """Add a column per metric of the table computed from ``kind`` rows (NaN: no sample)."""
     for m in D.per_record(kind):
