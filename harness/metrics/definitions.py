@@ -456,16 +456,18 @@ def recorder(m: Metric) -> str:
 
 
 def compile_adder(
-    metrics: Sequence[Metric], kind: RecordKind
-) -> Callable[[Any, Sequence[Any], dict[tuple[int, int], int]], bool]:
-    """One function ``add(rec, hists, paired) -> ok`` recording ``metrics`` (all of ``kind``).
+    metrics: Sequence[Metric], kind: RecordKind, means: Sequence[str] = ()
+) -> Callable[..., bool]:
+    """One function ``add(rec, hists, paired, sums=None, counts=None) -> ok`` recording
+    ``metrics`` (all of ``kind``).
 
     ``hists[i]`` is the histogram of ``metrics[i]``; ``paired`` receives the value of
     the ``paired`` metric by (round, rollout_id).  Metrics that count failed records
     must come first: the function records them, then returns False for a failed
-    record, else records the rest and returns True.  Generated once per table: a
-    straight line of ``if`` statements, each field read once, no call or lookup per
-    metric.
+    record, else records the rest, adds each field of ``means`` that is >= 0 (the
+    server's ``sim_timing``; -1: not reported) to ``sums[j]`` / ``counts[j]``, and
+    returns True.  Generated once per table: a straight line of ``if`` statements,
+    each field read once, no call or lookup per metric.
     """
     ok = TURN_OK if kind == "turn" else ROLLOUT_OK
     body: list[str] = []
@@ -498,15 +500,22 @@ def compile_adder(
     if not checked:
         body.append(f"    if {' and '.join(f'{_REC}.status != {s!r}' for s in ok)}:")
         body.append("        return False")
+    for j, name in enumerate(means):
+        if name not in _FIELDS[kind]:
+            raise ValueError(f"mean of {name!r}: not a {kind} record field")
+        body.append(f"    v = {_REC}.{name}")
+        body.append("    if v >= 0:")
+        body.append(f"        sums[{j}] += v")
+        body.append(f"        counts[{j}] += 1")
     lines = [
-        f"def add({_REC}, h, paired):",
+        f"def add({_REC}, h, paired, sums=None, counts=None):",
         *(f"    f_{f} = {_REC}.{f}" for f in used),
         *body,
         "    return True",
     ]
     namespace: dict[str, Any] = {}
     exec(compile("\n".join(lines), f"<metrics: {kind}>", "exec"), namespace)
-    add: Callable[[Any, Sequence[Any], dict[tuple[int, int], int]], bool] = namespace["add"]
+    add: Callable[..., bool] = namespace["add"]
     return add
 
 

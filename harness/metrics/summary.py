@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from operator import attrgetter
 from typing import Any
 
 from harness.metrics import definitions as D
@@ -72,7 +71,8 @@ class _Layout:
                 key=lambda i: not self.metrics[i].failed_too,
             )
             self.parts[kind] = idx
-            self.adders[kind] = D.compile_adder([self.metrics[i] for i in idx], kind)
+            means = [f for _, f in D.SERVER_BREAKDOWN] if kind == "turn" else []
+            self.adders[kind] = D.compile_adder([self.metrics[i] for i in idx], kind, means)
         paired = [m for m in self.metrics if m.paired]
         if len(paired) != 1 or paired[0].record != "rollout":
             raise ValueError("metric table: expected exactly one paired rollout metric")
@@ -95,7 +95,6 @@ def _layout() -> _Layout:
     return layout
 
 
-_SIM_FIELDS = attrgetter(*(f for _, f in D.SERVER_BREAKDOWN))
 _N_SIM = len(D.SERVER_BREAKDOWN)
 
 
@@ -252,17 +251,10 @@ class Accumulator:
             self._spread_tokens(t, first - self.t0_ns, max(first, last) - self.t0_ns, n_out)
         if rec.burst_tokens_max > t.burst_tokens_max:
             t.burst_tokens_max = rec.burst_tokens_max
-        if not self._add_turn(rec, t.turn_h, t.rollout_latency_ns):
+        if not self._add_turn(rec, t.turn_h, t.rollout_latency_ns, t.sim_sum, t.sim_n):
             t.turn_errors += 1
             kind = rec.error_kind or rec.status
             t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
-            return
-        sim_sum = t.sim_sum
-        sim_n = t.sim_n
-        for i, value in enumerate(_SIM_FIELDS(rec)):
-            if value >= 0:
-                sim_sum[i] += value
-                sim_n[i] += 1
 
     def _spread_tokens(self, t: _TransportStats, a: int, b: int, n: int) -> None:
         """Add ``n`` tokens emitted uniformly over [a, b] ns to the per-second buckets."""
