@@ -3,8 +3,9 @@
 A per-record metric is two expressions over the fields of one record kind
 (:class:`~harness.workload.records.TurnRecord` or ``RolloutRecord``): ``when``
 (does this record give a sample) and ``value`` (the sample, in ``raw`` units).
-The expressions use only arithmetic, comparisons and ``&``, so the same text
-evaluates on one record (scalars) and on a results table (pandas columns):
+The expressions use only arithmetic, comparisons, ``round()`` and ``&`` (which joins
+conditions; it is never a bitwise and of numbers), so the same text evaluates on
+one record (scalars) and on a results table (pandas columns):
 
 * the streaming :class:`~harness.metrics.summary.Accumulator` compiles the
   table into one straight-line function per record kind (:func:`compile_adder`),
@@ -390,11 +391,11 @@ def _on_record(m: Metric, expr: str) -> str:
     return _rewrite(m, expr)[0]
 
 
-_CODE: dict[tuple[str, str], Any] = {}
+_CODE: dict[tuple[str, str | None, str], Any] = {}
 
 
 def _code(m: Metric, expr: str) -> Any:
-    key = (m.name, expr)
+    key = (m.name, m.record, expr)
     code = _CODE.get(key)
     if code is None:
         code = _CODE[key] = compile(_on_record(m, expr), f"<metric {m.name}>", "eval")

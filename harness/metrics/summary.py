@@ -1,5 +1,8 @@
 """Incremental run summary: records in, ``summary.json`` (docs/metrics.md §3) out.
 
+What is measured, and where it goes in the summary, is the metric table
+(:mod:`harness.metrics.definitions`); this module keeps the state and folds records in.
+
 An :class:`Accumulator` sees every record once and keeps only what the summary
 needs — histograms, counters, per-second token buckets and, for the paired
 speedup, one integer per completed rollout — so memory does not grow with the
@@ -53,9 +56,9 @@ class _Layout:
     """The metric table as an accumulator uses it, fixed when the accumulator is made.
 
     ``metrics`` are the per-record metrics, one histogram each in this order; the
-    four adders are :func:`~harness.metrics.definitions.compile_adder` functions over
-    the subsets a record feeds: every turn / successful turns, every rollout /
-    completed rollouts.
+    two adders (turn, rollout) are :func:`~harness.metrics.definitions.compile_adder`
+    functions over that kind's metrics, ``parts[kind]`` the histogram indexes they
+    record into, in their order.
     """
 
     def __init__(self, table: tuple[D.Metric, ...]) -> None:
@@ -313,6 +316,8 @@ class Accumulator:
                 f"accumulator merge: expected burst_window_s={self.burst_window_s}, "
                 f"got {other.burst_window_s}"
             )
+        if other._layout is not self._layout:
+            raise ValueError("accumulator merge: the two accumulators use different metric tables")
         for name, stats in other._by_transport.items():
             self._stats(name).merge(stats)
         return self
