@@ -50,6 +50,9 @@ TURNS = [
                last_token_ns=3 * S + 50 * MS, status="failed", output_tokens=20),
     TurnRecord("http", 2, 0, status="error"),
     TurnRecord("http", 2, 1, sent_ns=4 * S, done_ns=4 * S + 3 * MS, status="completed"),
+    # a last token without a first: once decode TPS to the analysis and the gate, not the summary
+    TurnRecord("http", 2, 2, sent_ns=5 * S, last_token_ns=5 * S + 9 * MS, done_ns=5 * S + 10 * MS,
+               status="completed", output_tokens=3),
 ]  # fmt: skip
 ROLLOUTS = [
     RolloutRecord("http", 1, intended_start_ns=S, start_ns=S + 3 * MS, end_ns=4 * S,
