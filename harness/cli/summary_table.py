@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from harness.metrics import definitions as D
 from harness.run.progress import schedule_table
 
 
@@ -33,13 +34,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         ("rollouts", "right"),
         ("turns", "right"),
         ("errors", "right"),
-        ("TTFT p50 ms", "right"),
-        ("TTFT p99 ms", "right"),
-        ("turn p50 ms", "right"),
-        ("rollout p50 ms", "right"),
-        ("rollout p99 ms", "right"),
-        ("decode TPS p50", "right"),
-        ("burst TPS peak", "right"),
+        *((m.title(stat.key, with_unit=True), "right") for m, stat in D.cli_columns()),
     ]
     for name, justify in cols:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -49,13 +44,10 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
             str(t["rollouts"]["count"]),
             str(t["turns"]["count"]),
             str(t["turns"]["errors"] + t["rollouts"]["errors"]),
-            _fmt(t["ttft_ms"]["p50"]),
-            _fmt(t["ttft_ms"]["p99"]),
-            _fmt(t["turn_ms"]["p50"]),
-            _fmt(t["rollout_ms"]["p50"]),
-            _fmt(t["rollout_ms"]["p99"]),
-            _fmt(t["tps"]["decode_p50"], 0),
-            _fmt(t["tps"]["burst_peak"], 0),
+            *(
+                _fmt((t.get(m.group) or {}).get(stat.key), 0 if m.unit == "tok/s" else 1)
+                for m, stat in D.cli_columns()
+            ),
         )
     console.print(table)
     comps = summary.get("comparisons", [])

@@ -37,6 +37,7 @@ from harness.gate.rules import (
 )
 from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData
 from harness.gate.validity import check_validity, missing_transports
+from harness.metrics import definitions as D
 from harness.metrics.stats import mann_whitney_u
 
 
@@ -183,9 +184,8 @@ def _regression_result(
     large = ratio > allowed
     regressed = significant and large
     how = "paired" if paired else "unpaired"
-    unit_name = (
-        "rounds" if unit == "round" else ("rollouts" if rule.metric == "rollout_ms" else "turns")
-    )
+    metric = D.get(rule.metric)
+    unit_name = "rounds" if unit == "round" else f"{metric.record}s"
     message = (
         f"{t}.{rule.metric}.{rule.statistic}: candidate/baseline {ratio:.3f} "
         f"({(ratio - 1) * 100:+.1f}%), {evidence}; {how} over {c.size} {unit_name}; "
@@ -204,7 +204,7 @@ def _regression_result(
         p_value=p,
         n=(int(b.size), int(c.size)),
         limit=limit,
-        unit="ms",
+        unit=metric.unit,
     )
 
 

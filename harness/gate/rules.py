@@ -20,10 +20,9 @@ from typing import Any, Literal
 
 import yaml
 
+from harness.metrics import definitions as D
 from harness.wire.errors import UsageError
 
-#: metrics with per-sample values in the results' CSV files (lower is better, milliseconds)
-SAMPLE_METRICS = ("rollout_ms", "turn_ms", "ttft_ms", "ttfb_ms", "tpot_ms")
 #: statistics a relative rule or a self-check may compare
 STATISTICS = ("p50", "p90", "p99", "mean")
 TESTS = ("bootstrap", "mann-whitney")
@@ -269,7 +268,7 @@ def _split_metric(doc: _Doc, text: str, where: str, *, sample_metric: bool) -> t
         raise doc.fail(where, "<transport>.<metric>.<statistic>, e.g. ws.rollout_ms.p50", text)
     transport, metric, stat = parts
     if sample_metric:
-        doc.choice(metric, where + " (metric)", SAMPLE_METRICS)
+        doc.choice(metric, where + " (metric)", D.gate_metrics())
         doc.choice(stat, where + " (statistic)", STATISTICS)
     return transport, metric, stat
 
@@ -332,10 +331,9 @@ def _regression(doc: _Doc, raw: Any, where: str) -> RegressionRule:
         if "name" in d:
             name = doc.text(d["name"], f"{where}.name")
     transport, metric_name, stat = _split_metric(doc, metric, f"{where}.metric", sample_metric=True)
-    if samples == "rollout" and metric_name != "rollout_ms":
-        raise doc.fail(f"{where}.samples", f"turn, round or auto for {metric_name}", samples)
-    if samples == "turn" and metric_name == "rollout_ms":
-        raise doc.fail(f"{where}.samples", "rollout, round or auto for rollout_ms", samples)
+    kind = D.get(metric_name).record
+    if samples in ("rollout", "turn") and samples != kind:
+        raise doc.fail(f"{where}.samples", f"{kind}, round or auto for {metric_name}", samples)
     return RegressionRule(
         transport=transport,
         metric=metric_name,
@@ -345,9 +343,6 @@ def _regression(doc: _Doc, raw: Any, where: str) -> RegressionRule:
         samples=samples,  # type: ignore[arg-type]
         name=name,
     )
-
-
-_SPEEDUP_METRICS = ("rollout_ms", "turn_ms", "ttft_ms")
 
 
 def _speedup(doc: _Doc, raw: Any, where: str) -> SpeedupRule:
@@ -379,7 +374,7 @@ def _speedup(doc: _Doc, raw: Any, where: str) -> SpeedupRule:
             metric = doc.text(d["metric"], f"{where}.metric")
         if "name" in d:
             name = doc.text(d["name"], f"{where}.name")
-    doc.choice(metric, f"{where}.metric", _SPEEDUP_METRICS)
+    doc.choice(metric, f"{where}.metric", D.gate_metrics())
     if cand == base or "*" in (cand, base):
         raise doc.fail(where, "two different, named transports", f"{cand} vs {base}")
     return SpeedupRule(candidate=cand, baseline=base, min=low, metric=metric, name=name)

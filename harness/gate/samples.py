@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from harness.metrics import definitions as D
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -25,8 +27,8 @@ if TYPE_CHECKING:
 Key = tuple[int, ...]
 FloatArray = npt.NDArray[np.float64]
 
-#: pseudo-metric: per-turn measured TTFT minus the reference server's modelled TTFT (ms)
-MEASUREMENT_ERROR = "measurement_error_ms"
+#: per-turn measured TTFT minus the reference server's modelled TTFT (ms), from the table
+MEASUREMENT_ERROR = D.get("measurement_error_ms").name
 #: pseudo-metric: the modelled TTFT itself (ms), for relative self-checks
 MODELLED_TTFT = "modelled_ttft_ms"
 #: not a latency: each turn's history size (first turns fingerprint the replayed rollouts)
@@ -100,52 +102,46 @@ def _keyed(df: pd.DataFrame, cols: list[str], values: pd.Series) -> Samples:
     return Samples.of(keys, values.to_numpy(dtype=np.float64))
 
 
+#: how a record kind's samples are keyed so that two runs of one scenario pair up
+KEY_COLUMNS: dict[D.RecordKind, list[str]] = {
+    "rollout": ["round", "rollout_id"],
+    "turn": ["round", "rollout_id", "turn_index"],
+}
+
+
 def run_data(run: Run) -> RunData:
     """Extract the gate's samples from a loaded results folder."""
     warm = _warmup(run.manifest)
     samples: dict[tuple[str, str], Samples] = {}
     rollouts: dict[str, int] = {}
+    frames: dict[D.RecordKind, pd.DataFrame] = {"rollout": run.rollouts, "turn": run.turns}
+    for kind, df in frames.items():
+        if len(df):
+            frames[kind] = df[df["rollout_id"] >= warm]
+    # the metrics its rules may name, and the self-check's
+    metrics = [D.get(name) for name in (*D.gate_metrics(), MEASUREMENT_ERROR)]
 
-    ro = run.rollouts
-    if len(ro):
-        ro = ro[ro["rollout_id"] >= warm]
+    ro = frames["rollout"]
     for transport, g in ro.groupby("transport", sort=True) if len(ro) else ():
-        name = str(transport)
-        ok = g[(g["status"] == "completed") & (g["end_ns"] > 0)]
-        start = ok["intended_start_ns"].where(ok["intended_start_ns"] > 0, ok["start_ns"])
-        samples[(name, "rollout_ms")] = _keyed(
-            ok, ["round", "rollout_id"], (ok["end_ns"] - start) / 1e6
-        )
-        rollouts[name] = len(ok)
+        rollouts[str(transport)] = int((g["status"].isin(D.ROLLOUT_OK) & (g["end_ns"] > 0)).sum())
 
-    tu = run.turns
-    if len(tu):
-        tu = tu[tu["rollout_id"] >= warm]
-    key_cols = ["round", "rollout_id", "turn_index"]
-    for transport, g in tu.groupby("transport", sort=True) if len(tu) else ():
-        name = str(transport)
-        ok = g[g["status"].isin(("completed", "incomplete")) & (g["sent_ns"] > 0)]
-        first = ok[ok["first_token_ns"] > 0]
-        ttft = (first["first_token_ns"] - first["sent_ns"]) / 1e6
-        samples[(name, "ttft_ms")] = _keyed(first, key_cols, ttft)
-        fe = ok[ok["first_event_ns"] > 0]
-        samples[(name, "ttfb_ms")] = _keyed(
-            fe, key_cols, (fe["first_event_ns"] - fe["sent_ns"]) / 1e6
-        )
-        dn = ok[ok["done_ns"] > 0]
-        samples[(name, "turn_ms")] = _keyed(dn, key_cols, (dn["done_ns"] - dn["sent_ns"]) / 1e6)
-        tp = ok[(ok["output_tokens"] >= 2) & (ok["last_token_ns"] > ok["first_token_ns"])]
-        samples[(name, "tpot_ms")] = _keyed(
-            tp,
-            key_cols,
-            (tp["last_token_ns"] - tp["first_token_ns"]) / (tp["output_tokens"] - 1) / 1e6,
-        )
-        samples[(name, HISTORY_TOKENS)] = _keyed(ok, key_cols, ok["history_tokens"])
-        sim = first[first["sim_ttft_ms"] >= 0]
-        modelled = sim["sim_ttft_ms"].astype(np.float64)
-        measured = (sim["first_token_ns"] - sim["sent_ns"]) / 1e6
-        samples[(name, MEASUREMENT_ERROR)] = _keyed(sim, key_cols, measured - modelled)
-        samples[(name, MODELLED_TTFT)] = _keyed(sim, key_cols, modelled)
+    for kind, df in frames.items():
+        for transport, g in df.groupby("transport", sort=True) if len(df) else ():
+            name = str(transport)
+            for m in metrics:
+                if m.record != kind:
+                    continue
+                values = D.column(m, g).dropna()
+                rows = g.loc[values.index]
+                samples[(name, m.name)] = _keyed(rows, KEY_COLUMNS[kind], values)
+                if m.name == MEASUREMENT_ERROR:
+                    modelled = rows["sim_ttft_ms"].astype(np.float64)
+                    samples[(name, MODELLED_TTFT)] = _keyed(rows, KEY_COLUMNS[kind], modelled)
+            if kind == "turn":
+                ok = g[g["status"].isin(D.TURN_OK) & (g["sent_ns"] > 0)]
+                samples[(name, HISTORY_TOKENS)] = _keyed(
+                    ok, KEY_COLUMNS[kind], ok["history_tokens"]
+                )
 
     return RunData(
         run_id=run.run_id,

@@ -1,5 +1,8 @@
 """Incremental run summary: records in, ``summary.json`` (docs/metrics.md §3) out.
 
+What is measured, and where it goes in the summary, is the metric table
+(:mod:`harness.metrics.definitions`); this module keeps the state and folds records in.
+
 An :class:`Accumulator` sees every record once and keeps only what the summary
 needs — histograms, counters, per-second token buckets and, for the paired
 speedup, one integer per completed rollout — so memory does not grow with the
@@ -35,6 +38,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.stats import paired_speedup, unpaired_speedup
 from harness.metrics.timeseries import buckets_to_series
@@ -47,25 +51,55 @@ FORMAT_VERSION = 1
 TRANSPORT_ORDER = TRANSPORT_NAMES
 
 _NS_PER_S = 1_000_000_000
-_SIM_FIELDS = (
-    ("api_pre", "sim_api_pre_ms"),
-    ("api_queue", "sim_api_queue_ms"),
-    ("engine_queue", "sim_engine_queue_ms"),
-    ("prefill", "sim_prefill_ms"),
-    ("decode", "sim_decode_ms"),
-    ("api_post", "sim_api_post_ms"),
-)
-#: latency histograms (µs) per transport, by the name used in histograms() and file names
-LATENCY_METRICS = (
-    "ttft",
-    "ttfb",
-    "itl",
-    "turn",
-    "rollout",
-    "rollout_uncorrected",
-    "tpot",
-    "schedule_lag",
-)
+
+
+class _Layout:
+    """The metric table as an accumulator uses it, fixed when the accumulator is made.
+
+    ``metrics`` are the per-record metrics, one histogram each in this order; the
+    two adders (turn, rollout) are :func:`~harness.metrics.definitions.compile_adder`
+    functions over that kind's metrics, ``parts[kind]`` the histogram indexes they
+    record into, in their order.
+    """
+
+    def __init__(self, table: tuple[D.Metric, ...]) -> None:
+        self.table = table
+        self.metrics = tuple(m for m in table if m.per_record)
+        self.index = {m.name: i for i, m in enumerate(self.metrics)}
+        self.parts: dict[str, list[int]] = {}
+        self.adders: dict[str, Any] = {}
+        for kind in ("turn", "rollout"):
+            # failed_too metrics first: the adder records them before it checks the status
+            idx = sorted(
+                (i for i, m in enumerate(self.metrics) if m.record == kind),
+                key=lambda i: not self.metrics[i].failed_too,
+            )
+            self.parts[kind] = idx
+            means = [f for _, f in D.SERVER_BREAKDOWN] if kind == "turn" else []
+            self.adders[kind] = D.compile_adder([self.metrics[i] for i in idx], kind, means)
+        paired = [m for m in self.metrics if m.paired]
+        if len(paired) != 1 or paired[0].record != "rollout":
+            raise ValueError("metric table: expected exactly one paired rollout metric")
+
+    def new_histograms(self) -> list[Any]:
+        return [
+            SignedHistogram() if m.signed else Histogram("us" if m.raw == "ns" else "tps")
+            for m in self.metrics
+        ]
+
+
+_LAYOUTS: dict[tuple[D.Metric, ...], _Layout] = {}
+
+
+def _layout() -> _Layout:
+    table = tuple(D.METRICS)
+    layout = _LAYOUTS.get(table)
+    if layout is None:
+        layout = _LAYOUTS[table] = _Layout(table)
+    return layout
+
+
+_N_SIM = len(D.SERVER_BREAKDOWN)
 
 
 class _TransportStats:
@@ -78,51 +112,37 @@ class _TransportStats:
         "agg_tokens",
         "burst_tokens_max",
         "client_ns",
-        "decode_tps",
         "errors_by_kind",
-        "itl",
-        "measurement_error",
+        "hists",
+        "layout",
         "recovery_ns",
-        "rollout",
         "rollout_errors",
+        "rollout_h",
         "rollout_latency_ns",
         "rollout_turns",
-        "rollout_uncorrected",
         "rollouts",
-        "schedule_lag",
         "sim_n",
         "sim_sum",
         "tool_ns",
-        "tpot",
-        "ttfb",
-        "ttft",
-        "turn",
         "turn_errors",
+        "turn_h",
         "turns",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, layout: _Layout) -> None:
+        self.layout = layout
         self.turns = 0
         self.turn_errors = 0
         self.rollouts = 0
         self.rollout_errors = 0
-        self.ttft = Histogram()
-        self.ttfb = Histogram()
-        self.itl = Histogram()
-        self.turn = Histogram()
-        self.rollout = Histogram()
-        self.rollout_uncorrected = Histogram()
-        self.tpot = Histogram()
-        self.schedule_lag = Histogram()
-        self.decode_tps = Histogram("tps")
-        self.measurement_error = SignedHistogram()
+        self.set_histograms(layout.new_histograms())
         self.burst_tokens_max = 0
         self.agg_buckets: dict[int, float] = {}
         self.agg_tokens = 0
         self.agg_first_ns: int | None = None
         self.agg_last_ns: int | None = None
-        self.sim_sum = [0.0] * len(_SIM_FIELDS)
-        self.sim_n = [0] * len(_SIM_FIELDS)
+        self.sim_sum = [0.0] * _N_SIM
+        self.sim_n = [0] * _N_SIM
         self.tool_ns = 0
         self.client_ns = 0
         self.recovery_ns = 0
@@ -130,11 +150,23 @@ class _TransportStats:
         self.errors_by_kind: dict[str, int] = {}
         self.rollout_latency_ns: dict[tuple[int, int], int] = {}
 
+    def set_histograms(self, hists: list[Any]) -> None:
+        self.hists = hists
+        parts = self.layout.parts
+        self.turn_h = [hists[i] for i in parts["turn"]]
+        self.rollout_h = [hists[i] for i in parts["rollout"]]
+
+    def hist(self, name: str) -> Any:
+        return self.hists[self.layout.index[name]]
+
     def histograms(self) -> dict[str, Histogram]:
-        out = {name: getattr(self, name) for name in LATENCY_METRICS}
-        out["decode_tps"] = self.decode_tps
-        out["measurement_error_pos"] = self.measurement_error.pos
-        out["measurement_error_neg"] = self.measurement_error.neg
+        out: dict[str, Histogram] = {}
+        for m, h in zip(self.layout.metrics, self.hists, strict=True):
+            if m.signed:
+                out[m.histogram + "_pos"] = h.pos
+                out[m.histogram + "_neg"] = h.neg
+            else:
+                out[m.histogram] = h
         return out
 
     def merge(self, o: _TransportStats) -> None:
@@ -142,10 +174,8 @@ class _TransportStats:
         self.turn_errors += o.turn_errors
         self.rollouts += o.rollouts
         self.rollout_errors += o.rollout_errors
-        for name in LATENCY_METRICS:
-            getattr(self, name).merge(getattr(o, name))
-        self.decode_tps.merge(o.decode_tps)
-        self.measurement_error.merge(o.measurement_error)
+        for h, oh in zip(self.hists, o.hists, strict=True):
+            h.merge(oh)
         self.burst_tokens_max = max(self.burst_tokens_max, o.burst_tokens_max)
         for sec, tokens in o.agg_buckets.items():
             self.agg_buckets[sec] = self.agg_buckets.get(sec, 0.0) + tokens
@@ -160,7 +190,7 @@ class _TransportStats:
             self.agg_last_ns = (
                 o.agg_last_ns if self.agg_last_ns is None else max(self.agg_last_ns, o.agg_last_ns)
             )
-        for i in range(len(_SIM_FIELDS)):
+        for i in range(_N_SIM):
             self.sim_sum[i] += o.sim_sum[i]
             self.sim_n[i] += o.sim_n[i]
         self.tool_ns += o.tool_ns
@@ -197,11 +227,14 @@ class Accumulator:
         self.burst_window_s = burst_window_s
         self.t0_ns = t0_ns
         self._by_transport: dict[str, _TransportStats] = {}
+        self._layout = layout = _layout()
+        self._add_turn = layout.adders["turn"]
+        self._add_rollout = layout.adders["rollout"]
 
     def _stats(self, transport: str) -> _TransportStats:
         stats = self._by_transport.get(transport)
         if stats is None:
-            stats = self._by_transport[transport] = _TransportStats()
+            stats = self._by_transport[transport] = _TransportStats(self._layout)
         return stats
 
     @property
@@ -222,36 +255,10 @@ class Accumulator:
             self._spread_tokens(t, first - self.t0_ns, max(first, last) - self.t0_ns, n_out)
         if rec.burst_tokens_max > t.burst_tokens_max:
             t.burst_tokens_max = rec.burst_tokens_max
-        if rec.status != "completed" and rec.status != "incomplete":
+        if not self._add_turn(rec, t.turn_h, t.rollout_latency_ns, t.sim_sum, t.sim_n):
             t.turn_errors += 1
             kind = rec.error_kind or rec.status
             t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
-            return
-
-        sent = rec.sent_ns
-        if sent:
-            if first:
-                ttft = first - sent
-                t.ttft.record_ns(ttft)
-                if rec.sim_ttft_ms >= 0:
-                    t.measurement_error.record_ns(ttft - round(rec.sim_ttft_ms * 1e6))
-            if rec.first_event_ns:
-                t.ttfb.record_ns(rec.first_event_ns - sent)
-            if rec.done_ns:
-                t.turn.record_ns(rec.done_ns - sent)
-        if rec.itl_ns:
-            t.itl.record_many_ns(rec.itl_ns)
-        if n_out >= 2 and first and last > first:
-            span = last - first
-            t.tpot.record_ns(span // (n_out - 1))
-            t.decode_tps.record((n_out - 1) * 1e9 / span)
-        sim_sum = t.sim_sum
-        sim_n = t.sim_n
-        for i, (_, attr) in enumerate(_SIM_FIELDS):
-            value = getattr(rec, attr)
-            if value >= 0:
-                sim_sum[i] += value
-                sim_n[i] += 1
 
     def _spread_tokens(self, t: _TransportStats, a: int, b: int, n: int) -> None:
         """Add ``n`` tokens emitted uniformly over [a, b] ns to the per-second buckets."""
@@ -282,22 +289,11 @@ class Accumulator:
         t.client_ns += rec.client_ns
         t.recovery_ns += rec.recovery_ns
         t.rollout_turns += rec.turns
-        if rec.start_ns and rec.intended_start_ns:
-            t.schedule_lag.record_ns(rec.schedule_lag_ns)
-        if rec.status != "completed":
+        if not self._add_rollout(rec, t.rollout_h, t.rollout_latency_ns):
             t.rollout_errors += 1
             if not rec.errors:
                 kind = "rollout:" + (rec.error_kind or rec.status)
                 t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
-            return
-        if not rec.end_ns:
-            return
-        start = rec.intended_start_ns or rec.start_ns
-        latency = rec.end_ns - start
-        t.rollout.record_ns(latency)
-        if rec.start_ns:
-            t.rollout_uncorrected.record_ns(rec.end_ns - rec.start_ns)
-        t.rollout_latency_ns[(rec.round, rec.rollout_id)] = latency
 
     def add_turns(self, recs: Iterable[TurnRecord]) -> None:
         for rec in recs:
@@ -321,13 +317,15 @@ class Accumulator:
                 f"accumulator merge: expected burst_window_s={self.burst_window_s}, "
                 f"got {other.burst_window_s}"
             )
+        if other._layout is not self._layout:
+            raise ValueError("accumulator merge: the two accumulators use different metric tables")
         for name, stats in other._by_transport.items():
             self._stats(name).merge(stats)
         return self
 
     def histograms(self) -> dict[tuple[str, str], Histogram]:
-        """``(transport, metric) -> Histogram``; metrics: LATENCY_METRICS (µs), ``decode_tps``,
-        ``measurement_error_pos``/``_neg`` (µs, measured − modelled TTFT split by sign)."""
+        """``(transport, histogram) -> Histogram`` for every per-record metric of the table
+        (µs or tokens/s); a signed metric gives ``<name>_pos`` and ``<name>_neg``."""
         return {
             (name, metric): hist
             for name, stats in self._by_transport.items()
@@ -392,11 +390,16 @@ class Accumulator:
             t = acc._stats(name)
             t.turns, t.turn_errors, t.rollouts, t.rollout_errors = (int(x) for x in d["counts"])
             hists = {m: Histogram.decode(s) for m, s in d["histograms"].items()}
-            for metric in LATENCY_METRICS:
-                setattr(t, metric, hists[metric])
-            t.decode_tps = hists["decode_tps"]
-            t.measurement_error.pos = hists["measurement_error_pos"]
-            t.measurement_error.neg = hists["measurement_error_neg"]
+            decoded: list[Any] = []
+            for m in acc._layout.metrics:
+                if m.signed:
+                    signed = SignedHistogram()
+                    signed.pos = hists[m.histogram + "_pos"]
+                    signed.neg = hists[m.histogram + "_neg"]
+                    decoded.append(signed)
+                else:
+                    decoded.append(hists[m.histogram])
+            t.set_histograms(decoded)
             t.burst_tokens_max = int(d["burst_tokens_max"])
             t.agg_buckets = {int(sec): float(tok) for sec, tok in d["agg_buckets"]}
             t.agg_tokens, t.agg_first_ns, t.agg_last_ns = d["agg"]
@@ -456,52 +459,51 @@ class Accumulator:
         return [(base, n) for n in ordered if n != base]
 
     def _transport_summary(self, t: _TransportStats) -> dict[str, Any]:
-        breakdown: dict[str, float | None] = {
-            key: _r(t.sim_sum[i] / t.sim_n[i]) if t.sim_n[i] else None
-            for i, (key, _) in enumerate(_SIM_FIELDS)
-        }
-        per_turn = t.rollout_turns
-        breakdown["tool"] = _r(t.tool_ns / per_turn / 1e6) if per_turn else None
-        breakdown["client"] = _r(t.client_ns / per_turn / 1e6) if per_turn else None
-        breakdown["recovery"] = _r(t.recovery_ns / per_turn / 1e6) if per_turn else None
-
-        decode_p50 = t.decode_tps.percentile(50)
-        agg_span_ns = (
-            t.agg_last_ns - t.agg_first_ns
-            if t.agg_first_ns is not None and t.agg_last_ns is not None
-            else 0
-        )
-        lag50, lag99 = t.schedule_lag.percentiles_ms((50, 99))
-        me = t.measurement_error
-        return {
+        out: dict[str, Any] = {
             "turns": {"count": t.turns, "errors": t.turn_errors},
             "rollouts": {"count": t.rollouts, "errors": t.rollout_errors},
-            "ttft_ms": _dist(t.ttft),
-            "ttfb_ms": _dist(t.ttfb),
-            "itl_ms": _dist(t.itl),
-            "turn_ms": _dist(t.turn),
-            "rollout_ms": _dist(t.rollout),
-            "rollout_uncorrected_ms": _dist(t.rollout_uncorrected),
-            "tpot_ms": _dist(t.tpot),
-            "tps": {
-                "decode_p50": _r(decode_p50),
-                "decode_mean": _r(t.decode_tps.mean),
-                "burst_peak": (
-                    _r(t.burst_tokens_max / self.burst_window_s) if t.burst_tokens_max else None
-                ),
-                "aggregate_mean": (
-                    _r(t.agg_tokens * 1e9 / agg_span_ns) if agg_span_ns > 0 else None
-                ),
-                "aggregate_peak": _r(max(t.agg_buckets.values())) if t.agg_buckets else None,
-            },
-            "breakdown_ms": breakdown,
-            "schedule_lag_ms": {"p50": _r(lag50), "p99": _r(lag99)},
-            "errors_by_kind": dict(sorted(t.errors_by_kind.items())),
-            "measurement_error_ms": {
-                "p50": _r(me.percentile_ms(50)),
-                "p99": _r(me.percentile_ms(99)),
-            },
         }
+        for m in self._layout.table:
+            group = out.setdefault(m.group, {})
+            if m.per_record:
+                hist = t.hist(m.name)
+                for s in m.stats:
+                    group[s.key] = _r(_statistic(hist, m, s.name))
+            else:
+                group.update(self._run_level(m, t))
+        return out
+
+    def _run_level(self, m: D.Metric, t: _TransportStats) -> dict[str, Any]:
+        """The values of a run-level metric of the table (computed from the stats' state)."""
+        if m.name == "burst_tps":
+            peak = t.burst_tokens_max / self.burst_window_s if t.burst_tokens_max else None
+            return {"burst_peak": _r(peak) if peak is not None else None}
+        if m.name == "aggregate_tps":
+            span_ns = (
+                t.agg_last_ns - t.agg_first_ns
+                if t.agg_first_ns is not None and t.agg_last_ns is not None
+                else 0
+            )
+            return {
+                "aggregate_mean": _r(t.agg_tokens * 1e9 / span_ns) if span_ns > 0 else None,
+                "aggregate_peak": _r(max(t.agg_buckets.values())) if t.agg_buckets else None,
+            }
+        if m.name == "breakdown_ms":
+            breakdown: dict[str, float | None] = {
+                key: _r(t.sim_sum[i] / t.sim_n[i]) if t.sim_n[i] else None
+                for i, (key, _) in enumerate(D.SERVER_BREAKDOWN)
+            }
+            per_turn = t.rollout_turns
+            for key, total in zip(
+                (k for k, _ in D.CLIENT_BREAKDOWN),
+                (t.tool_ns, t.client_ns, t.recovery_ns),
+                strict=True,
+            ):
+                breakdown[key] = _r(total / per_turn / 1e6) if per_turn else None
+            return breakdown
+        if m.name == "errors_by_kind":
+            return dict(sorted(t.errors_by_kind.items()))
+        raise ValueError(f"metric {m.name}: run-level, but the accumulator does not compute it")
 
     def _comparison(self, base: str, cand: str, *, n_boot: int, seed: int) -> dict[str, Any] | None:
         b = self._by_transport.get(base)
@@ -509,7 +511,8 @@ class Accumulator:
         if b is None or c is None:
             return None
         has_rollouts = bool(b.rollout_latency_ns) and bool(c.rollout_latency_ns)
-        has_ttft = b.ttft.count > 0 and c.ttft.count > 0
+        b_ttft, c_ttft = b.hist("ttft_ms"), c.hist("ttft_ms")
+        has_ttft = b_ttft.count > 0 and c_ttft.count > 0
         if not (has_rollouts or has_ttft):
             return None
         out: dict[str, Any] = {
@@ -543,8 +546,8 @@ class Accumulator:
             out["rollout_latency_reduction_pct"] = _r(res.reduction_pct)
             out["paired"] = res.paired
         if has_ttft:
-            b50 = b.ttft.percentile(50)
-            c50 = c.ttft.percentile(50)
+            b50 = b_ttft.percentile(50)
+            c50 = c_ttft.percentile(50)
             if b50 > 0:
                 out["ttft_p50_reduction_pct"] = _r((1.0 - c50 / b50) * 100.0)
         return out
@@ -557,6 +560,14 @@ def _r(x: float, ndigits: int = 3) -> float | None:
     return round(float(x), ndigits)
 
 
-def _dist(h: Histogram) -> dict[str, float | None]:
-    p50, p90, p99 = h.percentiles_ms((50, 90, 99))
-    return {"p50": _r(p50), "p90": _r(p90), "p99": _r(p99), "mean": _r(h.mean_ms)}
+def _statistic(hist: Any, m: D.Metric, name: str) -> float:
+    """Statistic ``name`` of a per-record metric's histogram, in the metric's unit."""
+    if m.signed:
+        return float(hist.percentile_ms(D.PERCENTILES[name]))
+    # histograms keep ns metrics in µs: 1000 of them to the ms
+    div = 1000.0 if m.raw == "ns" else 1.0
+    if name == "mean":
+        return float(hist.mean / div)
+    if name == "peak":
+        return float(hist.max / div)
+    return float(hist.percentile(D.PERCENTILES[name]) / div)

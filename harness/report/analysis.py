@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harness.metrics import definitions as D
 from harness.metrics.stats import paired_speedup
 from harness.metrics.summary import TRANSPORT_ORDER
 from harness.metrics.timeseries import pick_bucket_ns, token_rate_series
@@ -27,13 +28,19 @@ if TYPE_CHECKING:
 BURST_WINDOW_S = 0.1
 
 #: server-modelled parts of a turn (``sim_timing``), in critical-path order
-SERVER_COMPONENTS = ("api_pre", "api_queue", "engine_queue", "prefill", "decode", "api_post")
+SERVER_COMPONENTS = tuple(key for key, _ in D.SERVER_BREAKDOWN)
 #: client-side parts of a rollout, per turn
-CLIENT_COMPONENTS = ("tool", "client", "recovery")
+CLIENT_COMPONENTS = tuple(key for key, _ in D.CLIENT_BREAKDOWN)
 #: turn time the server model does not account for: network, transport framing, client I/O
 UNMODELLED = "unmodelled"
 
-_OK = ("completed", "incomplete")
+
+def add_metric_columns(df: pd.DataFrame, kind: D.RecordKind) -> pd.DataFrame:
+    """Add a column per metric of the table computed from ``kind`` rows (NaN: no sample)."""
+    for m in D.per_record(kind):
+        if m.column is not None:
+            df[m.column] = D.column(m, df)
+    return df
 
 
 def ordered_transports(names: Iterable[str]) -> list[str]:
@@ -63,27 +70,17 @@ def warmup_rollouts(run: Run) -> int:
 def turn_table(run: Run, burst_window_s: float = BURST_WINDOW_S) -> pd.DataFrame:
     """One row per measured turn with the per-turn metrics added.
 
-    Added columns: ``ok``; ``ttft_ms``, ``ttfb_ms``, ``turn_ms`` (NaN when the
-    turn failed or the event did not happen); ``decode_tps`` ((n−1)/(last−first),
-    NaN below 2 tokens); ``burst_tps`` (``burst_tokens_max`` / window: a lower
+    Added columns: ``ok``; one per turn metric of :mod:`harness.metrics.definitions`
+    (``ttft_ms``, ``ttfb_ms``, ``turn_ms``, ``tpot_ms``, ``decode_tps``,
+    ``measurement_error_ms``; NaN when the turn failed or gives no sample); ``burst_tps`` (``burst_tokens_max`` / window: a lower
     bound for responses shorter than the window); ``t_s`` (first token, else
     sent, in seconds after the transport's first request of the run).
     """
     df = run.turns
     df = df[df["rollout_id"] >= warmup_rollouts(run)].copy()
-    ok = df["status"].isin(_OK)
-    df["ok"] = ok
+    df["ok"] = df["status"].isin(D.TURN_OK)
+    add_metric_columns(df, "turn")
     sent = df["sent_ns"].astype("int64")
-    for col, end in (
-        ("ttft_ms", "first_token_ns"),
-        ("ttfb_ms", "first_event_ns"),
-        ("turn_ms", "done_ns"),
-    ):
-        t = df[end].astype("int64")
-        df[col] = ((t - sent) / 1e6).where(ok & (t > 0) & (sent > 0))
-    span = df["last_token_ns"].astype("int64") - df["first_token_ns"].astype("int64")
-    n = df["output_tokens"].astype("int64")
-    df["decode_tps"] = ((n - 1) * 1e9 / span.where(span > 0)).where(ok & (n >= 2))
     df["burst_tps"] = (df["burst_tokens_max"] / burst_window_s).where(df["burst_tokens_max"] > 0)
     origin = sent.where(sent > 0).groupby(df["transport"]).transform("min")
     at = df["first_token_ns"].where(df["first_token_ns"] > 0, sent)
@@ -92,18 +89,13 @@ def turn_table(run: Run, burst_window_s: float = BURST_WINDOW_S) -> pd.DataFrame
 
 
 def rollout_table(run: Run) -> pd.DataFrame:
-    """One row per measured rollout with ``ok``, ``latency_ms`` (from the intended start,
-    else the actual start), ``uncorrected_ms`` (from the actual start) and ``schedule_lag_ms``."""
+    """One row per measured rollout with ``ok`` and a column per rollout metric of the table:
+    ``latency_ms`` (from the intended start, else the actual start), ``uncorrected_ms`` (from
+    the actual start) and ``schedule_lag_ms``."""
     df = run.rollouts
     df = df[df["rollout_id"] >= warmup_rollouts(run)].copy()
-    ok = (df["status"] == "completed") & (df["end_ns"] > 0)
-    df["ok"] = ok
-    start = df["intended_start_ns"].where(df["intended_start_ns"] > 0, df["start_ns"])
-    df["latency_ms"] = ((df["end_ns"] - start) / 1e6).where(ok)
-    df["uncorrected_ms"] = ((df["end_ns"] - df["start_ns"]) / 1e6).where(ok & (df["start_ns"] > 0))
-    lag = (df["start_ns"] - df["intended_start_ns"]).clip(lower=0)
-    df["schedule_lag_ms"] = (lag / 1e6).where((df["start_ns"] > 0) & (df["intended_start_ns"] > 0))
-    return df
+    df["ok"] = df["status"].isin(D.ROLLOUT_OK) & (df["end_ns"] > 0)
+    return add_metric_columns(df, "rollout")
 
 
 def paired_rollouts(run: Run) -> pd.DataFrame:

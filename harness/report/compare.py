@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.metrics import definitions as D
 from harness.metrics.stats import bootstrap_ratio_of_medians, mann_whitney_u
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Paragraph, Table
@@ -33,30 +34,41 @@ ALPHA = 0.05
 
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
-    #: summary.json path under transports.<name>, e.g. ("ttft_ms", "p50")
-    path: tuple[str, str]
-    label: str
-    unit: str
-    lower_is_better: bool = True
-    #: (table, column) holding the per-sample values behind the metric, if any
-    samples: tuple[str, str] | None = None
+    """One row of the comparison: a statistic of a metric of the table."""
+
+    metric: D.Metric
+    stat: D.Stat
+
+    @property
+    def path(self) -> tuple[str, str]:
+        """``summary.json`` path under ``transports.<name>``, e.g. ("ttft_ms", "p50")."""
+        return self.metric.group, self.stat.key
+
+    @property
+    def label(self) -> str:
+        return self.metric.title(self.stat.key)
+
+    @property
+    def unit(self) -> str:
+        return self.metric.unit
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric.lower_is_better is not False
+
+    @property
+    def samples(self) -> tuple[str, str] | None:
+        """(table, column) of the per-sample values tested, if any: the median rows of a
+        metric with a column in the row files (a run holds too few tail samples for a test)."""
+        m = self.metric
+        if m.column is None or m.record is None or self.stat.name != "p50":
+            return None
+        return ("turns" if m.record == "turn" else "rollouts", m.column)
 
 
-METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec(("ttft_ms", "p50"), "TTFT p50", "ms", samples=("turns", "ttft_ms")),
-    MetricSpec(("ttft_ms", "p99"), "TTFT p99", "ms"),
-    MetricSpec(("ttfb_ms", "p50"), "TTFB p50", "ms", samples=("turns", "ttfb_ms")),
-    MetricSpec(("itl_ms", "p50"), "ITL p50", "ms"),
-    MetricSpec(("turn_ms", "p50"), "turn p50", "ms", samples=("turns", "turn_ms")),
-    MetricSpec(("turn_ms", "p99"), "turn p99", "ms"),
-    MetricSpec(("rollout_ms", "p50"), "rollout p50", "ms", samples=("rollouts", "latency_ms")),
-    MetricSpec(("rollout_ms", "p99"), "rollout p99", "ms"),
-    MetricSpec(
-        ("tps", "decode_p50"), "decode TPS p50", "tok/s", False, samples=("turns", "decode_tps")
-    ),
-    MetricSpec(("tps", "burst_peak"), "burst TPS peak", "tok/s", False),
-    MetricSpec(("tps", "aggregate_mean"), "aggregate TPS mean", "tok/s", False),
-)
+def metric_specs() -> tuple[MetricSpec, ...]:
+    """The rows ``compare`` shows, from the metric table."""
+    return tuple(MetricSpec(m, s) for m, s in D.compare_rows())
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +132,7 @@ def compare_runs(a: Run, b: Run, *, n_boot: int = 2000, seed: int = 0) -> list[D
     cache_b: dict[str, Any] = {}
     out: list[Delta] = []
     for name in common:
-        for spec in METRICS:
+        for spec in metric_specs():
             group, key = spec.path
             va = _num((ta[name].get(group) or {}).get(key))
             vb = _num((tb[name].get(group) or {}).get(key))

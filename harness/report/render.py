@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from harness.metrics import definitions as D
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
 from harness.report.files import PLOTS_DIR, REPORT_HTML, REPORT_MD, Rendered, fmt, write_text_atomic
@@ -49,6 +50,13 @@ def _run_facts(run: Run) -> list[str]:
     return facts
 
 
+def _metric_cells(t: dict[str, Any], table: str) -> list[str]:
+    return [
+        fmt((t.get(m.group) or {}).get(stat.key), digits)
+        for m, stat, digits in D.report_columns(table)
+    ]
+
+
 def latency_table(summary: dict[str, Any]) -> Table:
     rows = []
     for name in A.ordered_transports(summary.get("transports", {})):
@@ -58,17 +66,7 @@ def latency_table(summary: dict[str, Any]) -> Table:
                 name,
                 f"{t['rollouts']['count']} ({t['rollouts']['errors']})",
                 f"{t['turns']['count']} ({t['turns']['errors']})",
-                fmt(t["ttft_ms"]["p50"]),
-                fmt(t["ttft_ms"]["p90"]),
-                fmt(t["ttft_ms"]["p99"]),
-                fmt(t["ttfb_ms"]["p50"]),
-                fmt(t["itl_ms"]["p50"], 2),
-                fmt(t["itl_ms"]["p99"], 2),
-                fmt((t.get("tpot_ms") or {}).get("p50"), 3),
-                fmt(t["turn_ms"]["p50"]),
-                fmt(t["turn_ms"]["p99"]),
-                fmt(t["rollout_ms"]["p50"]),
-                fmt(t["rollout_ms"]["p99"]),
+                *_metric_cells(t, "latency"),
             ]
         )
     return Table(
@@ -76,17 +74,7 @@ def latency_table(summary: dict[str, Any]) -> Table:
             "transport",
             "rollouts (err)",
             "turns (err)",
-            "TTFT p50",
-            "TTFT p90",
-            "TTFT p99",
-            "TTFB p50",
-            "ITL p50",
-            "ITL p99",
-            "TPOT p50",
-            "turn p50",
-            "turn p99",
-            "rollout p50",
-            "rollout p99",
+            *(m.title(stat.key) for m, stat, _ in D.report_columns("latency")),
         ],
         rows,
         caption="Milliseconds. Percentiles from HdrHistograms (3 significant digits). Rollout "
@@ -95,38 +83,14 @@ def latency_table(summary: dict[str, Any]) -> Table:
 
 
 def throughput_table(summary: dict[str, Any]) -> Table:
-    rows = []
-    for name in A.ordered_transports(summary.get("transports", {})):
-        t = summary["transports"][name]
-        tps = t["tps"]
-        lag = t.get("schedule_lag_ms") or {}
-        me = t.get("measurement_error_ms") or {}
-        rows.append(
-            [
-                name,
-                fmt(tps["decode_p50"], 0),
-                fmt(tps["decode_mean"], 0),
-                fmt(tps["burst_peak"], 0),
-                fmt(tps["aggregate_mean"], 0),
-                fmt(tps["aggregate_peak"], 0),
-                fmt(lag.get("p50"), 2),
-                fmt(lag.get("p99"), 2),
-                fmt(me.get("p50"), 2),
-                fmt(me.get("p99"), 2),
-            ]
-        )
+    rows = [
+        [name, *_metric_cells(summary["transports"][name], "throughput")]
+        for name in A.ordered_transports(summary.get("transports", {}))
+    ]
     return Table(
         [
             "transport",
-            "decode TPS p50",
-            "decode TPS mean",
-            "burst TPS peak",
-            "aggregate TPS mean",
-            "aggregate TPS peak",
-            "schedule lag p50 ms",
-            "schedule lag p99 ms",
-            "TTFT measured−modelled p50 ms",
-            "p99 ms",
+            *(m.title(stat.key, with_unit=True) for m, stat, _ in D.report_columns("throughput")),
         ],
         rows,
         caption="Tokens per second. Burst: most tokens in any 100 ms window / 0.1 s. Aggregate: all "

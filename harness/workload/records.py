@@ -75,7 +75,7 @@ class TurnRecord:
     @property
     def decode_tps(self) -> float | None:
         span = self.last_token_ns - self.first_token_ns
-        if self.output_tokens < 2 or span <= 0:
+        if self.output_tokens < 2 or span <= 0 or not self.first_token_ns:
             return None
         return (self.output_tokens - 1) * 1e9 / span
 
@@ -103,14 +103,11 @@ class RolloutRecord:
     def ok(self) -> bool:
         return self.status == "completed"
 
-    @property
-    def latency_ns(self) -> int | None:
-        """Rollout latency measured from the intended start (coordinated-omission safe)."""
-        return self.end_ns - self.intended_start_ns if self.end_ns else None
-
+    # Rollout latency (from the intended start) is defined once, in harness.metrics.definitions;
+    # these two serve the run's schedule accounting and agree with the table (tested there).
     @property
     def uncorrected_latency_ns(self) -> int | None:
-        return self.end_ns - self.start_ns if self.end_ns else None
+        return self.end_ns - self.start_ns if self.end_ns and self.start_ns else None
 
     @property
     def schedule_lag_ns(self) -> int:

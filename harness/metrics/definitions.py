@@ -1,0 +1,549 @@
+"""The metric table: every metric loopbench reports, declared once (docs/metrics.md §1).
+
+A per-record metric is two expressions over the fields of one record kind
+(:class:`~harness.workload.records.TurnRecord` or ``RolloutRecord``): ``when``
+(does this record give a sample) and ``value`` (the sample, in ``raw`` units).
+The expressions use only arithmetic, comparisons, ``round()`` and ``&`` (which joins
+conditions; it is never a bitwise and of numbers), so the same text evaluates on
+one record (scalars) and on a results table (pandas columns):
+
+* the streaming :class:`~harness.metrics.summary.Accumulator` compiles the
+  table into one straight-line function per record kind (:func:`compile_adder`),
+  so adding a metric costs the hot path one inlined ``if``, not a call per metric;
+* :func:`column` evaluates the same expressions on ``turns.csv.gz`` /
+  ``rollouts.csv.gz`` rows for the report, notebooks, ``compare`` and the gate.
+
+Run-level metrics (burst and aggregate TPS, the breakdown, error counts) are
+declared here too — name, unit, direction, label, where shown — but computed by
+the accumulator from state that is not one value per record.
+
+Where a metric is shown is part of its declaration: ``compare`` (statistics
+``loopbench compare`` diffs), ``report`` (columns of the report's latency or
+throughput table, with digits), ``cli`` (the end-of-run table) and ``gate``
+(regression and speedup rules may name it).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from harness.workload.records import RolloutRecord, TurnRecord
+
+RecordKind = Literal["turn", "rollout"]
+Raw = Literal["ns", "tps"]
+
+#: the statuses that give latency samples; any other status is a failure
+TURN_OK = ("completed", "incomplete")
+ROLLOUT_OK = ("completed",)
+
+#: percentile statistics by name; "mean", "peak" are the other statistics a metric may name
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+
+_FIELDS: dict[RecordKind, frozenset[str]] = {
+    "turn": frozenset(f.name for f in fields(TurnRecord)),
+    "rollout": frozenset(f.name for f in fields(RolloutRecord)),
+}
+#: the name a compiled expression calls its record by
+_REC = "rec"
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """One number a metric puts in ``summary.json``: ``transports.<t>.<group>.<key>``."""
+
+    key: str
+    #: p50, p90, p99, mean or peak: what is computed, and how tables name it
+    name: str
+
+
+def stats(*names: str, prefix: str = "") -> tuple[Stat, ...]:
+    return tuple(Stat(prefix + n, n) for n in names)
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    #: the metric's name: its ``summary.json`` group for a distribution (``ttft_ms``), the
+    #: histogram-free name for the others; the gate's rules and ``compare`` use it
+    name: str
+    label: str
+    unit: Literal["ms", "tok/s", "count"]
+    #: True: lower is better; False: higher is better; None: neither (a signed error)
+    lower_is_better: bool | None
+    #: ``summary.json`` key under ``transports.<t>`` holding ``stats``
+    group: str
+    stats: tuple[Stat, ...]
+    #: per-record metrics: which record, the two expressions, the unit of ``value``
+    record: RecordKind | None = None
+    when: str = ""
+    value: str = ""
+    raw: Raw = "ns"
+    #: ``value`` is a list of samples (every inter-token gap); not in the row files
+    many: bool = False
+    #: failed records give samples too (they loaded the engine / were scheduled)
+    failed_too: bool = False
+    #: the histogram's name in ``histograms/<transport>.<name>.hlog``
+    histogram: str = ""
+    #: signed values: kept as two histograms, ``<histogram>_pos`` and ``<histogram>_neg``
+    signed: bool = False
+    #: column name in :mod:`harness.report.analysis` tables (None: not in the row files)
+    column: str | None = None
+    #: paired across transports by (round, rollout_id) for the summary's speedup
+    paired: bool = False
+    # -- where it is shown -------------------------------------------------------------------
+    compare: tuple[str, ...] = ()
+    report: tuple[tuple[str, int], ...] = ()
+    report_table: Literal["latency", "throughput"] = "latency"
+    cli: tuple[str, ...] = ()
+    #: the gate's regression and speedup rules may name it when > 0; the gate lists its
+    #: metrics by this rank, from the whole rollout down to the token (rule errors, docs)
+    gate: int = 0
+
+    @property
+    def per_record(self) -> bool:
+        return self.record is not None
+
+    @property
+    def scale(self) -> float:
+        """Divisor from ``raw`` to ``unit``."""
+        return 1e6 if self.raw == "ns" else 1.0
+
+    def stat(self, key: str) -> Stat:
+        for s in self.stats:
+            if s.key == key:
+                return s
+        raise KeyError(f"{self.name}: no statistic {key!r}")
+
+    def title(self, key: str, *, with_unit: bool = False) -> str:
+        """How a table heads this metric's statistic ``key``: "TTFT p50" (+ " ms")."""
+        text = f"{self.label} {self.stat(key).name}"
+        return f"{text} {self.unit}" if with_unit and self.unit == "ms" else text
+
+
+def _latency(name: str, label: str, **kw: Any) -> Metric:
+    kw.setdefault("stats", stats("p50", "p90", "p99", "mean"))
+    kw.setdefault("column", name)
+    return Metric(name, label, "ms", True, name, **kw)
+
+
+_TTFT_WHEN = "(first_token_ns > 0) & (sent_ns > 0)"
+_DECODE_WHEN = "(output_tokens >= 2) & (first_token_ns > 0) & (last_token_ns > first_token_ns)"
+
+#: every metric, in ``summary.json`` order
+METRICS: list[Metric] = [
+    _latency(
+        "ttft_ms",
+        "TTFT",
+        record="turn",
+        when=_TTFT_WHEN,
+        value="first_token_ns - sent_ns",
+        histogram="ttft",
+        compare=("p50", "p99"),
+        report=(("p50", 1), ("p90", 1), ("p99", 1)),
+        cli=("p50", "p99"),
+        gate=3,
+    ),
+    _latency(
+        "ttfb_ms",
+        "TTFB",
+        record="turn",
+        when="(first_event_ns > 0) & (sent_ns > 0)",
+        value="first_event_ns - sent_ns",
+        histogram="ttfb",
+        compare=("p50",),
+        report=(("p50", 1),),
+        gate=4,
+    ),
+    _latency(
+        "itl_ms",
+        "ITL",
+        record="turn",
+        when="itl_ns",
+        value="itl_ns",
+        many=True,
+        column=None,
+        histogram="itl",
+        compare=("p50",),
+        report=(("p50", 2), ("p99", 2)),
+    ),
+    _latency(
+        "turn_ms",
+        "turn",
+        record="turn",
+        when="(done_ns > 0) & (sent_ns > 0)",
+        value="done_ns - sent_ns",
+        histogram="turn",
+        compare=("p50", "p99"),
+        report=(("p50", 1), ("p99", 1)),
+        cli=("p50",),
+        gate=2,
+    ),
+    _latency(
+        "rollout_ms",
+        "rollout",
+        record="rollout",
+        when="end_ns > 0",
+        # from the intended start; a rollout with none (0) is measured from its actual start
+        value="end_ns - intended_start_ns - (intended_start_ns == 0) * start_ns",
+        histogram="rollout",
+        column="latency_ms",
+        paired=True,
+        compare=("p50", "p99"),
+        report=(("p50", 1), ("p99", 1)),
+        cli=("p50", "p99"),
+        gate=1,
+    ),
+    _latency(
+        "rollout_uncorrected_ms",
+        "uncorrected rollout",
+        record="rollout",
+        when="(end_ns > 0) & (start_ns > 0)",
+        value="end_ns - start_ns",
+        histogram="rollout_uncorrected",
+        column="uncorrected_ms",
+    ),
+    _latency(
+        "tpot_ms",
+        "TPOT",
+        record="turn",
+        when=_DECODE_WHEN,
+        value="(last_token_ns - first_token_ns) // (output_tokens - 1)",
+        histogram="tpot",
+        report=(("p50", 3),),
+        gate=5,
+    ),
+    Metric(
+        "decode_tps",
+        "decode TPS",
+        "tok/s",
+        False,
+        "tps",
+        stats("p50", "mean", prefix="decode_"),
+        record="turn",
+        when=_DECODE_WHEN,
+        value="(output_tokens - 1) * 1e9 / (last_token_ns - first_token_ns)",
+        raw="tps",
+        histogram="decode_tps",
+        column="decode_tps",
+        compare=("decode_p50",),
+        report=(("decode_p50", 0), ("decode_mean", 0)),
+        report_table="throughput",
+        cli=("decode_p50",),
+    ),
+    # most tokens in any burst window of one response / the window; failed turns count
+    Metric(
+        "burst_tps",
+        "burst TPS",
+        "tok/s",
+        False,
+        "tps",
+        stats("peak", prefix="burst_"),
+        compare=("burst_peak",),
+        report=(("burst_peak", 0),),
+        report_table="throughput",
+        cli=("burst_peak",),
+    ),
+    # all streams' output tokens per second: per one-second bucket (peak), over the active span
+    Metric(
+        "aggregate_tps",
+        "aggregate TPS",
+        "tok/s",
+        False,
+        "tps",
+        stats("mean", "peak", prefix="aggregate_"),
+        compare=("aggregate_mean",),
+        report=(("aggregate_mean", 0), ("aggregate_peak", 0)),
+        report_table="throughput",
+    ),
+    # mean ms per turn by component (BREAKDOWN); the report shows it as its own table
+    Metric("breakdown_ms", "latency breakdown", "ms", True, "breakdown_ms", ()),
+    Metric(
+        "schedule_lag_ms",
+        "schedule lag",
+        "ms",
+        True,
+        "schedule_lag_ms",
+        stats("p50", "p99"),
+        record="rollout",
+        when="(start_ns > 0) & (intended_start_ns > 0)",
+        value="(start_ns - intended_start_ns) * (start_ns > intended_start_ns)",
+        failed_too=True,
+        histogram="schedule_lag",
+        column="schedule_lag_ms",
+        report=(("p50", 2), ("p99", 2)),
+        report_table="throughput",
+    ),
+    Metric("errors_by_kind", "errors", "count", True, "errors_by_kind", ()),
+    Metric(
+        "measurement_error_ms",
+        "TTFT measured−modelled",
+        "ms",
+        None,
+        "measurement_error_ms",
+        stats("p50", "p99"),
+        record="turn",
+        when=_TTFT_WHEN + " & (sim_ttft_ms >= 0)",
+        value="first_token_ns - sent_ns - round(sim_ttft_ms * 1e6)",
+        histogram="measurement_error",
+        signed=True,
+        column="measurement_error_ms",
+        report=(("p50", 2), ("p99", 2)),
+        report_table="throughput",
+    ),
+]
+
+#: server-modelled parts of a turn (``sim_timing``, mean over turns that reported it), in
+#: critical-path order: (``breakdown_ms`` key, TurnRecord field)
+SERVER_BREAKDOWN = (
+    ("api_pre", "sim_api_pre_ms"),
+    ("api_queue", "sim_api_queue_ms"),
+    ("engine_queue", "sim_engine_queue_ms"),
+    ("prefill", "sim_prefill_ms"),
+    ("decode", "sim_decode_ms"),
+    ("api_post", "sim_api_post_ms"),
+)
+#: client-side parts of a rollout, per turn: (``breakdown_ms`` key, RolloutRecord field)
+CLIENT_BREAKDOWN = (("tool", "tool_ns"), ("client", "client_ns"), ("recovery", "recovery_ns"))
+
+
+def get(name: str) -> Metric:
+    for m in METRICS:
+        if m.name == name:
+            return m
+    raise KeyError(f"no metric {name!r}; known: {', '.join(m.name for m in METRICS)}")
+
+
+def per_record(kind: RecordKind | None = None) -> list[Metric]:
+    return [m for m in METRICS if m.record is not None and (kind is None or m.record == kind)]
+
+
+def gate_metrics() -> tuple[str, ...]:
+    """Metrics the gate's regression and speedup rules may name (per-record samples)."""
+    return tuple(m.name for m in sorted((m for m in METRICS if m.gate), key=lambda m: m.gate))
+
+
+def compare_rows() -> Iterator[tuple[Metric, Stat]]:
+    for m in METRICS:
+        for key in m.compare:
+            yield m, m.stat(key)
+
+
+def report_columns(table: str) -> Iterator[tuple[Metric, Stat, int]]:
+    for m in METRICS:
+        if m.report_table == table:
+            for key, digits in m.report:
+                yield m, m.stat(key), digits
+
+
+def cli_columns() -> Iterator[tuple[Metric, Stat]]:
+    for m in METRICS:
+        for key in m.cli:
+            yield m, m.stat(key)
+
+
+# -- expressions ---------------------------------------------------------------------------------
+
+
+class _OnRecord(ast.NodeTransformer):
+    """Rewrite the record's field names ``x`` into ``rec.x`` (or, for the generated hot path,
+    into a local ``f_x`` loaded once, with ``&`` between truth values made a short-circuit
+    ``and``).  The one call allowed is round(): a record's ``round`` field is a name."""
+
+    def __init__(self, kind: RecordKind, where: str, *, local: bool = False) -> None:
+        self.kind = kind
+        self.where = where
+        self.local = local
+        self.used: list[str] = []
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if not (isinstance(node.func, ast.Name) and node.func.id == "round") or node.keywords:
+            raise ValueError(f"{self.where}: the only call allowed is round(x)")
+        node.args = [self.visit(a) for a in node.args]
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if self.local and isinstance(node.op, ast.BitAnd):
+            return ast.copy_location(ast.BoolOp(ast.And(), [node.left, node.right]), node)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id not in _FIELDS[self.kind]:
+            raise ValueError(f"{self.where}: {node.id!r} is not a {self.kind} record field")
+        if node.id not in self.used:
+            self.used.append(node.id)
+        if self.local:
+            return ast.copy_location(ast.Name("f_" + node.id, ast.Load()), node)
+        return ast.copy_location(
+            ast.Attribute(ast.Name(_REC, ast.Load()), node.id, ast.Load()), node
+        )
+
+
+def _rewrite(m: Metric, expr: str, *, local: bool = False) -> tuple[str, list[str]]:
+    assert m.record is not None
+    on = _OnRecord(m.record, f"metric {m.name}", local=local)
+    return ast.unparse(on.visit(ast.parse(expr, mode="eval"))), on.used
+
+
+def _on_record(m: Metric, expr: str) -> str:
+    return _rewrite(m, expr)[0]
+
+
+_CODE: dict[tuple[str, str | None, str], Any] = {}
+
+
+def _code(m: Metric, expr: str) -> Any:
+    key = (m.name, m.record, expr)
+    code = _CODE.get(key)
+    if code is None:
+        code = _CODE[key] = compile(_on_record(m, expr), f"<metric {m.name}>", "eval")
+    return code
+
+
+class _Columns:
+    """A results table seen as one record whose fields are columns."""
+
+    __slots__ = ("_df",)
+
+    def __init__(self, df: Any) -> None:
+        self._df = df
+
+    def __getattr__(self, name: str) -> Any:
+        return self._df[name]
+
+
+def sample(m: Metric, rec: TurnRecord | RolloutRecord) -> Any:
+    """The metric's value for one record, in ``m.unit``; None when it gives no sample.
+
+    Slow (evaluates the expressions): for tests and one-off use; the accumulator
+    uses :func:`compile_adder`.
+    """
+    ok = TURN_OK if m.record == "turn" else ROLLOUT_OK
+    if not (m.failed_too or rec.status in ok) or not eval(_code(m, m.when), {_REC: rec}):
+        return None
+    value = eval(_code(m, m.value), {_REC: rec})
+    return [v / m.scale for v in value] if m.many else value / m.scale
+
+
+def column(m: Metric, df: Any) -> Any:
+    """The metric per row of a results table (pandas): a float column, NaN where no sample."""
+    import pandas as pd  # heavy: only for the tables
+
+    if m.many or m.record is None:
+        raise ValueError(f"metric {m.name}: not computable from the row files")
+    ok = TURN_OK if m.record == "turn" else ROLLOUT_OK
+    mask = eval(_code(m, m.when), {_REC: _Columns(df)})
+    if not m.failed_too:
+        mask = mask & df["status"].isin(ok)
+    rows = df[mask]
+    out = pd.Series(float("nan"), index=df.index, dtype="float64")
+    if len(rows):
+        out[rows.index] = (
+            eval(_code(m, m.value), {_REC: _Columns(rows)}).astype("float64") / m.scale
+        )
+    return out
+
+
+# -- the accumulator's hot path ------------------------------------------------------------------
+
+
+def recorder(m: Metric) -> str:
+    """The :class:`~harness.metrics.hdr.Histogram` method that records one ``value``."""
+    if m.many:
+        return "record_many_ns"
+    return "record_ns" if m.raw == "ns" else "record"
+
+
+def compile_adder(
+    metrics: Sequence[Metric], kind: RecordKind, means: Sequence[str] = ()
+) -> Callable[..., bool]:
+    """One function ``add(rec, hists, paired, sums=None, counts=None) -> ok`` recording
+    ``metrics`` (all of ``kind``).
+
+    ``hists[i]`` is the histogram of ``metrics[i]``; ``paired`` receives the value of
+    the ``paired`` metric by (round, rollout_id).  Metrics that count failed records
+    must come first: the function records them, then returns False for a failed
+    record, else records the rest, adds each field of ``means`` that is >= 0 (the
+    server's ``sim_timing``; -1: not reported) to ``sums[j]`` / ``counts[j]``, and
+    returns True.  Generated once per table: a straight line of ``if`` statements,
+    each field read once, no call or lookup per metric.
+    """
+    ok = TURN_OK if kind == "turn" else ROLLOUT_OK
+    body: list[str] = []
+    used: list[str] = []
+    last_when = None
+    checked = False
+    for i, m in enumerate(metrics):
+        if m.record != kind:
+            raise ValueError(f"metric {m.name}: a {m.record} metric, not {kind}")
+        if not m.failed_too and not checked:
+            body.append(f"    if {' and '.join(f'{_REC}.status != {s!r}' for s in ok)}:")
+            body.append("        return False")
+            checked = True
+            last_when = None
+        elif m.failed_too and checked:
+            raise ValueError(f"metric {m.name}: metrics with failed_too must come first")
+        when, w_used = _rewrite(m, m.when, local=True)
+        value, v_used = _rewrite(m, m.value, local=True)
+        for f in (*w_used, *v_used):
+            if f not in used:
+                used.append(f)
+        # metrics under the same condition share one test (TPOT and decode TPS)
+        if when != last_when:
+            body.append(f"    if {when}:")
+            last_when = when
+        body.append(f"        v = {value}")
+        body.append(f"        h[{i}].{recorder(m)}(v)")
+        if m.paired:
+            body.append(f"        paired[({_REC}.round, {_REC}.rollout_id)] = v")
+    if not checked:
+        body.append(f"    if {' and '.join(f'{_REC}.status != {s!r}' for s in ok)}:")
+        body.append("        return False")
+    for j, name in enumerate(means):
+        if name not in _FIELDS[kind]:
+            raise ValueError(f"mean of {name!r}: not a {kind} record field")
+        body.append(f"    v = {_REC}.{name}")
+        body.append("    if v >= 0:")
+        body.append(f"        sums[{j}] += v")
+        body.append(f"        counts[{j}] += 1")
+    lines = [
+        f"def add({_REC}, h, paired, sums=None, counts=None):",
+        *(f"    f_{f} = {_REC}.{f}" for f in used),
+        *body,
+        "    return True",
+    ]
+    namespace: dict[str, Any] = {}
+    exec(compile("\n".join(lines), f"<metrics: {kind}>", "exec"), namespace)
+    add: Callable[..., bool] = namespace["add"]
+    return add
+
+
+def validate(metrics: Sequence[Metric] | None = None) -> None:
+    """Reject a table the readers could not use (called by the tests and on import)."""
+    seen: set[str] = set()
+    for m in METRICS if metrics is None else metrics:
+        if m.name in seen:
+            raise ValueError(f"metric {m.name}: declared twice")
+        seen.add(m.name)
+        keys = {s.key for s in m.stats}
+        for key in (*m.compare, *(k for k, _ in m.report), *m.cli):
+            if key not in keys:
+                raise ValueError(f"metric {m.name}: shows {key!r}, not one of its stats")
+        for s in m.stats:
+            if s.name not in PERCENTILES and s.name not in ("mean", "peak"):
+                raise ValueError(f"metric {m.name}: unknown statistic {s.name!r}")
+        if m.record is not None:
+            _on_record(m, m.when)
+            _on_record(m, m.value)
+            if not m.histogram:
+                raise ValueError(f"metric {m.name}: a per-record metric needs a histogram name")
+        if m.gate and (m.column is None or m.lower_is_better is not True):
+            raise ValueError(
+                f"metric {m.name}: the gate needs per-record samples in the row files where "
+                "lower is better"
+            )
+
+
+validate()

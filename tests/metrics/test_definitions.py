@@ -1,0 +1,240 @@
+"""The metric table is the one source: summary, analysis, gate, compare, report and CLI read it."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import math
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from harness.cli.summary_table import print_summary
+from harness.gate import samples as gate_samples
+from harness.gate.rules import GateRulesError, parse_rules
+from harness.metrics import definitions as D
+from harness.metrics.summary import Accumulator
+from harness.report import analysis as A
+from harness.report import load_run
+from harness.report.compare import compare_runs, metric_specs
+from harness.report.render import latency_table, throughput_table
+from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
+
+ROOT = Path(__file__).resolve().parents[2]
+MS = 1_000_000
+S = 1_000_000_000
+
+
+def _synthetic() -> ModuleType:
+    path = ROOT / "tests" / "report" / "helper_synthetic.py"
+    spec = importlib.util.spec_from_file_location("metrics_helper_synthetic", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: edge cases of every kind: failed, missing timestamps, no intended start, late start, 1 token
+TURNS = [
+    TurnRecord("http", 1, 0, sent_ns=S, first_event_ns=S + 2 * MS, first_token_ns=S + 5 * MS,
+               last_token_ns=S + 105 * MS, done_ns=S + 110 * MS, status="completed",
+               output_tokens=101, sim_ttft_ms=4.5, itl_ns=[MS] * 100),
+    TurnRecord("http", 1, 1, sent_ns=2 * S, first_token_ns=2 * S + 7 * MS,
+               last_token_ns=2 * S + 7 * MS, done_ns=2 * S + 9 * MS, status="incomplete",
+               output_tokens=1),
+    TurnRecord("http", 1, 2, sent_ns=3 * S, first_token_ns=3 * S + MS,
+               last_token_ns=3 * S + 50 * MS, status="failed", output_tokens=20),
+    TurnRecord("http", 2, 0, status="error"),
+    TurnRecord("http", 2, 1, sent_ns=4 * S, done_ns=4 * S + 3 * MS, status="completed"),
+    # a last token without a first: once decode TPS to the analysis and the gate, not the summary
+    TurnRecord("http", 2, 2, sent_ns=5 * S, last_token_ns=5 * S + 9 * MS, done_ns=5 * S + 10 * MS,
+               status="completed", output_tokens=3),
+]  # fmt: skip
+ROLLOUTS = [
+    RolloutRecord("http", 1, intended_start_ns=S, start_ns=S + 3 * MS, end_ns=4 * S,
+                  status="completed", turns=3),
+    RolloutRecord("http", 2, start_ns=4 * S, end_ns=5 * S, status="completed", turns=2),
+    RolloutRecord("http", 3, intended_start_ns=6 * S, start_ns=6 * S, end_ns=7 * S,
+                  status="failed", turns=1),
+    RolloutRecord("http", 4, intended_start_ns=8 * S, start_ns=8 * S - MS, end_ns=0,
+                  status="completed"),
+]  # fmt: skip
+
+
+def _frame(recs: list[Any]) -> pd.DataFrame:
+    return pd.DataFrame([{f: getattr(r, f) for f in csv_fields(type(r))} for r in recs])
+
+
+def _records(m: D.Metric) -> list[Any]:
+    return TURNS if m.record == "turn" else ROLLOUTS
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or (isinstance(a, float) and math.isnan(a)):
+        return b is None or (isinstance(b, float) and math.isnan(b))
+    return b is not None and a == pytest.approx(b)
+
+
+# -- one definition, three evaluations -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("metric", [m for m in D.METRICS if m.per_record], ids=lambda m: m.name)
+def test_record_column_and_accumulator_agree(metric: D.Metric) -> None:
+    recs = _records(metric)
+    per_record = [D.sample(metric, r) for r in recs]
+    assert any(v is not None for v in per_record), "the edge cases give no sample at all"
+    if metric.column is not None:
+        col = D.column(metric, _frame(recs))
+        for rec, want, got in zip(recs, per_record, col.tolist(), strict=True):
+            assert _same(got, want), (metric.name, rec)
+    # the compiled hot path records exactly the per-record samples
+    acc = Accumulator()
+    for rec in recs:
+        (acc.add_turn if metric.record == "turn" else acc.add_rollout)(rec)
+    hists = acc.histograms()
+    flat = [x for v in per_record if v is not None for x in (v if metric.many else [v])]
+    if metric.signed:
+        count = hists["http", metric.histogram + "_pos"].count
+        count += hists["http", metric.histogram + "_neg"].count
+    else:
+        count = hists["http", metric.histogram].count
+    assert count == len(flat)
+
+
+def test_summary_values_are_the_table_statistics_of_the_samples() -> None:
+    acc = Accumulator()
+    acc.add_turns(TURNS)
+    acc.add_rollouts(ROLLOUTS)
+    t = acc.summary("s")["transports"]["http"]
+    assert t["ttft_ms"]["p50"] == pytest.approx(5.0, abs=0.01)  # 5 ms and 7 ms: rank 1
+    assert t["rollout_ms"]["mean"] == pytest.approx((3000 + 1000) / 2)  # intended start, else start
+    assert t["rollout_uncorrected_ms"]["mean"] == pytest.approx((2997 + 1000) / 2)
+    # failed rollouts were scheduled too; HdrHistogram: within 0.1 %
+    assert t["schedule_lag_ms"]["p99"] == pytest.approx(3.0, rel=1e-3)
+    assert t["tps"]["decode_p50"] == 1000.0
+
+
+def test_record_properties_agree_with_the_table() -> None:
+    for rec in ROLLOUTS:
+        lag = D.sample(D.get("schedule_lag_ms"), rec)
+        assert rec.schedule_lag_ns / MS == (lag if lag is not None else rec.schedule_lag_ns / MS)
+        unc = rec.uncorrected_latency_ns
+        want = D.sample(D.get("rollout_uncorrected_ms"), rec)
+        if rec.ok:
+            assert (unc / MS if unc is not None else None) == want
+    assert not hasattr(RolloutRecord, "latency_ns")  # rollout latency: the table's definition
+    for t in TURNS:
+        if not t.ok:
+            continue
+        for prop, name in (("ttft_ns", "ttft_ms"), ("ttfb_ns", "ttfb_ms"), ("turn_ns", "turn_ms")):
+            got = getattr(t, prop)
+            assert (got / MS if got is not None else None) == D.sample(D.get(name), t)
+        assert t.decode_tps == D.sample(D.get("decode_tps"), t)
+
+
+def test_expressions_reject_what_a_column_cannot_compute() -> None:
+    bad = D.Metric("x_ms", "x", "ms", True, "x_ms", D.stats("p50"), record="turn",
+                   when="sent_ns > 0", value="max(done_ns, 1)", histogram="x")  # fmt: skip
+    with pytest.raises(ValueError, match="only call allowed"):
+        D.validate([bad])
+    typo = D.Metric("x_ms", "x", "ms", True, "x_ms", D.stats("p50"), record="rollout",
+                    when="sent_ns > 0", value="end_ns", histogram="x")  # fmt: skip
+    with pytest.raises(ValueError, match="'sent_ns' is not a rollout record field"):
+        D.validate([typo])
+
+
+# -- every reader shows only what the table declares ----------------------------------------------
+
+
+def test_summary_groups_are_the_table() -> None:
+    acc = Accumulator()
+    acc.add_turns(TURNS)
+    acc.add_rollouts(ROLLOUTS)
+    t = acc.summary("s")["transports"]["http"]
+    assert list(t)[2:] == list(dict.fromkeys(m.group for m in D.METRICS))
+    for m in D.METRICS:
+        assert {s.key for s in m.stats} <= set(t[m.group]), m.name
+    tps = {s.key for m in D.METRICS if m.group == "tps" for s in m.stats}
+    assert set(t["tps"]) == tps
+
+
+def test_compare_report_cli_and_gate_name_only_table_metrics() -> None:
+    stats = {(m.group, s.key) for m in D.METRICS for s in m.stats}
+    assert {spec.path for spec in metric_specs()} <= stats
+    assert [spec.label for spec in metric_specs()] == [m.title(s.key) for m, s in D.compare_rows()]
+    acc = Accumulator()
+    acc.add_turns(TURNS)
+    acc.add_rollouts(ROLLOUTS)
+    summary = acc.summary("s")
+    titles = {m.title(s.key, with_unit=w) for m in D.METRICS for s in m.stats for w in (0, 1)}
+    assert set(latency_table(summary).headers[3:]) <= titles
+    assert set(throughput_table(summary).headers[1:]) <= titles
+    for metric in D.gate_metrics():
+        parse_rules(
+            {"regression": [f"*.{metric}.p50 +10%"], "speedup": [f"ws vs http {metric} >= 1"]}
+        )
+    with pytest.raises(GateRulesError, match=r"regression\[0\]\.metric"):
+        parse_rules({"regression": ["*.itl_ms.p50 +10%"]})  # no per-record samples in the rows
+
+
+# -- adding a metric is a change to the table ------------------------------------------------------
+
+TAIL = D.Metric(
+    "tail_ms",
+    "stream tail",
+    "ms",
+    True,
+    "tail_ms",
+    D.stats("p50", "p90", "p99", "mean"),
+    record="turn",
+    when="(done_ns > 0) & (last_token_ns > 0)",
+    value="done_ns - last_token_ns",
+    histogram="tail",
+    column="tail_ms",
+    compare=("p50",),
+    report=(("p50", 2),),
+    cli=("p50",),
+    gate=6,
+)
+
+
+def test_a_metric_added_to_the_table_appears_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(D, "METRICS", [*D.METRICS, TAIL])
+    synthetic = _synthetic()
+    a = load_run(synthetic.make_run(tmp_path / "a", rollout_ms={"http": [900.0] * 6, "ws": [600.0] * 6}, seed=1))  # fmt: skip
+    b = load_run(synthetic.make_run(tmp_path / "b", rollout_ms={"http": [900.0] * 6, "ws": [600.0] * 6}, seed=1))  # fmt: skip
+
+    # summary (and its histogram file): done = last token + 1 ms in the synthetic runs
+    assert a.summary is not None
+    assert a.summary["transports"]["ws"]["tail_ms"]["p50"] == pytest.approx(1.0, abs=0.01)
+    assert (a.path / "histograms" / "ws.tail.hlog").exists()
+    # pandas analysis
+    assert A.turn_table(a)["tail_ms"].dropna().tolist() == pytest.approx([1.0] * 48)
+    # compare, with the test on the median row
+    (row,) = [
+        d for d in compare_runs(a, b) if d.transport == "ws" and d.metric == "stream tail p50"
+    ]
+    assert row.unit == "ms" and row.verdict == "no significant change"
+    # report tables and the end-of-run table
+    assert "stream tail p50" in latency_table(a.summary).headers
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_summary(a.summary, a.path)
+    header = out.getvalue().split("http")[0]  # rich may wrap a header over lines
+    assert "stream" in header and "tail" in header
+    # the gate: rules may name it, and it has samples keyed for pairing
+    from harness.gate.evaluate import evaluate
+
+    # b re-measures a (same scenario and seed, as the gate requires)
+    cfg = parse_rules({"regression": ["ws.tail_ms.p50 +10%"], "speedup": ["ws vs http tail_ms >= 0.5"]})  # fmt: skip
+    data_a, data_b = gate_samples.run_data(a), gate_samples.run_data(b)
+    assert len(data_b.get("ws", "tail_ms")) == 24
+    report = evaluate(cfg, data_b, data_a)
+    assert [r.status for r in report.results] == ["pass"] * len(report.results)
+    assert {r.kind for r in report.results} >= {"regression", "speedup"}
