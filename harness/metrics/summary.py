@@ -42,13 +42,12 @@ from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.stats import paired_speedup, unpaired_speedup
 from harness.metrics.timeseries import buckets_to_series
-from harness.wire.transports import TRANSPORT_NAMES
+from harness.wire.transports import comparison_pairs
 from harness.workload.records import RolloutRecord, TurnRecord
 
 FORMAT_VERSION = 1
 
 #: transports in the order a default comparison picks its baseline: the registry's
-TRANSPORT_ORDER = TRANSPORT_NAMES
 
 _NS_PER_S = 1_000_000_000
 
@@ -429,11 +428,11 @@ class Accumulator:
         """The ``summary.json`` document (docs/metrics.md §3); missing values are ``None``.
 
         ``comparisons``: ``(baseline, candidate)`` pairs; ``None`` compares the
-        first transport present in :data:`TRANSPORT_ORDER` (else the first seen)
+        baseline of :func:`harness.wire.transports.comparison_pairs`
         with every other one.  Pairs where either side has no data are skipped.
         """
         if comparisons is None:
-            comparisons = self._default_comparisons()
+            comparisons = comparison_pairs(self.transports)
         return {
             "format_version": FORMAT_VERSION,
             "run_id": run_id,
@@ -448,15 +447,6 @@ class Accumulator:
                 if (c := self._comparison(base, cand, n_boot=n_boot, seed=seed)) is not None
             ],
         }
-
-    def _default_comparisons(self) -> list[tuple[str, str]]:
-        names = self.transports
-        if len(names) < 2:
-            return []
-        known = [n for n in TRANSPORT_ORDER if n in self._by_transport]
-        base = known[0] if known else names[0]
-        ordered = known + [n for n in names if n not in known]
-        return [(base, n) for n in ordered if n != base]
 
     def _transport_summary(self, t: _TransportStats) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -16,8 +16,8 @@ import numpy as np
 
 from harness.metrics import definitions as D
 from harness.metrics.stats import paired_speedup
-from harness.metrics.summary import TRANSPORT_ORDER
 from harness.metrics.timeseries import pick_bucket_ns, token_rate_series
+from harness.wire.transports import TRANSPORT_NAMES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,7 +46,7 @@ def add_metric_columns(df: pd.DataFrame, kind: D.RecordKind) -> pd.DataFrame:
 def ordered_transports(names: Iterable[str]) -> list[str]:
     """Transports in the canonical order (http … ws-append), unknown names last as given."""
     names = list(dict.fromkeys(names))
-    known = [n for n in TRANSPORT_ORDER if n in names]
+    known = [n for n in TRANSPORT_NAMES if n in names]
     return known + [n for n in names if n not in known]
 
 

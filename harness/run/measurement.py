@@ -20,7 +20,7 @@ from harness.report.results import ResultsWriter
 from harness.run.health import ClientHealth, client_summary
 from harness.run.schedule_stats import ScheduleStats
 from harness.run.validity import validity_reasons
-from harness.wire.transports import TRANSPORT_NAMES
+from harness.wire.transports import comparison_pairs
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.rollout import load_scenario_trace, throughput_derivation
 from harness.workload.scenario import Load, Scenario
@@ -47,19 +47,6 @@ def pool_size(load: Load) -> int:
     if load.mode == "closed":
         return max(16, load.concurrency * 2)
     return max(16, load.max_in_flight or OPEN_LOOP_CONNECTIONS)
-
-
-def default_baseline(transports: Sequence[str], baseline: str | None = None) -> str:
-    """The transport the others are compared with: ``baseline`` if given, else the run's
-    first transport in the registry's order (``http`` when it is there)."""
-    if baseline:
-        return baseline
-    return next((t for t in TRANSPORT_NAMES if t in transports), transports[0])
-
-
-def comparisons(transports: Sequence[str], baseline: str | None = None) -> list[tuple[str, str]]:
-    base = default_baseline(transports, baseline)
-    return [(base, t) for t in transports if t != base]
 
 
 def load_summary(scenario: Scenario, rollouts: int) -> dict[str, Any]:
@@ -169,7 +156,7 @@ class Measurement:
     def assemble(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The summary: the accumulator's statistics, schedules, validity, client, load."""
         summary = self.acc.summary(
-            run_id=self.run_id, comparisons=comparisons(self.transports, self.baseline)
+            run_id=self.run_id, comparisons=comparison_pairs(self.transports, self.baseline)
         )
         for name, t in summary.get("transports", {}).items():
             sched = self.schedules.get(name)

@@ -8,7 +8,7 @@ reads this table; adding a transport starts here (docs/architecture.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from harness.wire.errors import UsageError
@@ -106,6 +106,24 @@ def transport_spec(name: str) -> TransportSpec:
         raise UsageError(
             f"unknown transport {name!r}; expected one of {', '.join(TRANSPORT_NAMES)}"
         ) from None
+
+
+def default_baseline(transports: Sequence[str], baseline: str | None = None) -> str:
+    """The transport the others are compared with, in every kind of run: ``baseline`` if
+    given, else the run's first transport in the registry's order (``http`` when present)."""
+    if baseline:
+        return baseline
+    return next((t for t in TRANSPORT_NAMES if t in transports), transports[0])
+
+
+def comparison_pairs(
+    transports: Sequence[str], baseline: str | None = None
+) -> list[tuple[str, str]]:
+    """(baseline, candidate) for every other transport of the run."""
+    if not transports:
+        return []
+    base = default_baseline(transports, baseline)
+    return [(base, t) for t in transports if t != base]
 
 
 def transport_help(transports: Iterable[TransportSpec] = TRANSPORTS) -> str:

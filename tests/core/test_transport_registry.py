@@ -9,7 +9,6 @@ from collections.abc import Callable
 import pytest
 
 from harness.cli.main import main
-from harness.metrics.summary import TRANSPORT_ORDER
 from harness.report.plots import transport_color
 from harness.tools.calibrate import CHAINED, HTTP_LIKE, REHYDRATING, WS_LIKE
 from harness.transports import TransportOptions, make_transport
@@ -19,6 +18,8 @@ from harness.wire.transports import (
     TRANSPORT_NAMES,
     TRANSPORTS,
     TransportSpec,
+    comparison_pairs,
+    default_baseline,
     transport_help,
     transport_spec,
 )
@@ -58,7 +59,6 @@ def test_an_unknown_name_lists_the_registry() -> None:
 
 
 def test_readers_follow_the_capabilities() -> None:
-    assert TRANSPORT_ORDER == TRANSPORT_NAMES
     assert transport_color("ws") == transport_spec("ws").colour
     assert transport_color("not-a-transport", 1) not in {t.colour for t in TRANSPORTS}
     assert set(LOCUST_TRANSPORTS) == {t.name for t in TRANSPORTS if t.locust}
@@ -96,3 +96,12 @@ def test_help_lists_the_transports_with_their_descriptions(
     listed = [t for t in TRANSPORTS if which(t)]
     assert [r.split()[0] for r in rows] == [t.name for t in listed]
     assert all(r.endswith(t.description) for r, t in zip(rows, listed, strict=True))
+
+
+def test_one_baseline_rule() -> None:
+    assert default_baseline(["ws", "http"]) == "http"
+    assert default_baseline(["ws-store", "ws"]) == "ws"
+    assert default_baseline(["ws", "http"], "ws") == "ws"
+    assert comparison_pairs(["ws", "http", "ws-store"]) == [("http", "ws"), ("http", "ws-store")]
+    assert comparison_pairs(["ws"]) == []
+    assert comparison_pairs([]) == []

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.metrics.hdr import Histogram
 from harness.run.health import ClientHealth
-from harness.run.measurement import Measurement, comparisons, default_baseline, pool_size
+from harness.run.measurement import Measurement, pool_size
 from harness.run.runner import RunOptions, transport_options
 from harness.run.schedule_stats import ScheduleStats
 from harness.run.validity import client_reasons
@@ -41,13 +41,6 @@ def test_the_pool_never_makes_requests_queue_for_a_connection() -> None:
     assert pool_size(closed) == 60
     # A/B and run build their clients through the same function.
     assert transport_options("http://x/v1", RunOptions(), open_loop).max_connections == 1024
-
-
-def test_one_baseline_rule() -> None:
-    assert default_baseline(["ws", "http"]) == "http"
-    assert default_baseline(["ws-store", "ws"]) == "ws"
-    assert default_baseline(["ws", "http"], "ws") == "ws"
-    assert comparisons(["ws", "http", "ws-store"]) == [("http", "ws"), ("http", "ws-store")]
 
 
 def test_schedules_merge_and_travel_between_processes() -> None:
