@@ -11,16 +11,16 @@ from __future__ import annotations
 import csv
 import math
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.cli.locust import LOCUSTFILE, _free_port, stop_children, worker_command
+from harness.cli.locust import _free_port, stop_children, worker_command
 from harness.metrics.hdr import Histogram, read_hlog
 from harness.report.results import load_run
+from tests.runs import locust_master_argv
 
 RUN_TIME_S = 10
 SCENARIO = """
@@ -54,36 +54,18 @@ def distributed_run(
     scenario.write_text(SCENARIO)
     out = tmp / "results"
     port = _free_port("127.0.0.1")
-    master_cmd = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(LOCUSTFILE),
-        "--master",
-        "--headless",
-        "--expect-workers",
-        "2",
-        "--expect-workers-max-wait",
-        "60",
-        "--master-bind-host",
-        "127.0.0.1",
-        "--master-bind-port",
-        str(port),
-        "-H",
+    master_cmd = locust_master_argv(
+        port,
         server_url,
-        "--scenario",
-        str(scenario),
-        "--loopbench-out",
-        str(out),
-        "--loopbench-run-id",
+        scenario,
+        out,
         "dist",
+        2,
         "--loopbench-run-time",
         str(RUN_TIME_S),
         "--csv",
         str(out / "dist" / "locust"),
-        "--only-summary",
-    ]
+    )
     logs = [open(tmp / f"{name}.log", "wb") for name in ("master", "worker1", "worker2")]  # noqa: SIM115
     procs = [subprocess.Popen(master_cmd, stdout=logs[0], stderr=subprocess.STDOUT)]
     try:
