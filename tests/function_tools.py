@@ -1,4 +1,4 @@
-"""Strict function tools for requests in tests: the envelope the Responses API wants, written once."""
+"""Strict function tools for test requests: the envelope the Responses API wants, written once."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ class LoopbenchError(Exception):
 
 
 class LocatedError(LoopbenchError):
-    """An invalid input, located in one line: ``<source>: <key>: <message>`` (no key: ``<source>: <message>``)."""
+    """An invalid input, located: ``<source>: <key>: <message>`` (or ``<source>: <message>``)."""
 
     def __init__(self, source: str, key: str, message: str) -> None:
         self.source = source
