@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from harness.wire.pairs import parse_key_values
 from reference_server.core.config import ServerConfig, default_of, options
 from reference_server.core.faults import (
     FaultSpec,
@@ -160,13 +161,9 @@ def _render(flag: str, value: Any) -> list[str]:
 
 
 def _key_values(flag: str, items: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"error: {flag} {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
+    return parse_key_values(
+        items, lambda item: SystemExit(f"error: {flag} {item!r}: expected KEY=VALUE")
+    )
 
 
 def _profile_choice(args: argparse.Namespace) -> tuple[str, str]:

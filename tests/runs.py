@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.cli.locust import LOCUSTFILE
 from harness.report.results import Run, load_run, read_csv_gz
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
@@ -97,3 +98,36 @@ def interrupt_run(
             proc.kill()
             proc.wait(timeout=30)
     return seen, proc.returncode, err
+
+
+def locust_master_argv(
+    port: int, url: str, scenario: Path, out: Path, run_id: str, workers: int, *extra: str
+) -> list[str]:
+    """A headless Locust master on loopback running ``scenario`` into ``out/run_id``."""
+    return [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--master",
+        "--headless",
+        "--expect-workers",
+        str(workers),
+        "--expect-workers-max-wait",
+        "60",
+        "--master-bind-host",
+        "127.0.0.1",
+        "--master-bind-port",
+        str(port),
+        "-H",
+        url,
+        "--scenario",
+        str(scenario),
+        "--loopbench-out",
+        str(out),
+        "--loopbench-run-id",
+        run_id,
+        *extra,
+        "--only-summary",
+    ]

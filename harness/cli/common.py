@@ -9,6 +9,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 
 from harness.wire.errors import UsageError
+from harness.wire.pairs import parse_key_values
 from harness.wire.transports import TRANSPORT_NAMES, TRANSPORTS, TransportSpec, transport_help
 
 EXIT_OK = 0
@@ -75,13 +76,9 @@ def parse_transports(value: str | None) -> list[str] | None:
 
 def parse_pairs(items: Sequence[str], option: str, example: str) -> dict[str, str]:
     """Repeated ``KEY=VALUE`` options (``--set``, ``--*-server-set``) as a mapping."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{option} {item!r}: expected KEY=VALUE, e.g. {example}")
-        out[key.strip()] = value.strip()
-    return out
+    return parse_key_values(
+        items, lambda item: UsageError(f"{option} {item!r}: expected KEY=VALUE, e.g. {example}")
+    )
 
 
 def scenario_overrides(items: Sequence[str]) -> dict[str, str] | None:

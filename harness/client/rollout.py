@@ -2,20 +2,13 @@
 
 :class:`RolloutSteps` walks a :class:`~harness.workload.plan.RolloutPlan` and tells
 its edge what to do next; the edge only sleeps, does the turn's I/O and supplies
-the clock::
-
-    steps = RolloutSteps(plan, transport=name, ..., clock=perf_counter_ns)
-    while (step := steps.next()) is not Step.DONE:
-        if step is Step.SLEEP:
-            sleep(steps.sleep_s)
-        else:
-            try:
-                stream = session.turn(steps.turn_input, steps.turn_record)
-            except LoopbenchError as exc:
-                steps.failed(exc)
-            else:
-                steps.answered(stream)
-    record = steps.finish()
+the clock.  The edge calls :meth:`~RolloutSteps.next` until it returns
+``Step.DONE``: on ``Step.SLEEP`` it sleeps ``sleep_s``; on ``Step.TURN`` it sends
+``turn_input`` and reports :meth:`~RolloutSteps.answered` with the stream or
+:meth:`~RolloutSteps.failed` with the error; then :meth:`~RolloutSteps.finish`
+gives the rollout record.  The two edges, each one short loop:
+harness/transports/rollout_loop.py (asyncio) and harness/locust_driver/agent_loop.py
+(gevent).
 
 The pure :class:`~harness.workload.agent.Transcript` decides what each turn
 sends; the steps keep the rollout record (model, tool, client and recovery time)

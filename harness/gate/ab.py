@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.report.results import new_run_id
+from harness.run.embedded import embedded_server
+from harness.run.event_loop import run_async
 from harness.run.manifest import build_manifest
 from harness.run.measurement import Measurement
 from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
@@ -32,6 +34,7 @@ from harness.transports import make_transport
 from harness.workload.plan import RolloutPlan
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
+from reference_server.core.profiles import load_profiles
 
 SIDES = ("baseline", "candidate")
 
@@ -213,8 +216,6 @@ def run_ab(
     printer: Callable[[str], None] | None = None,
 ) -> ABResult:
     """Run both sides synchronously; embedded servers are started and stopped here."""
-    from harness.run.embedded import embedded_server
-
     plans = generate_rollouts(scenario)
     urls: dict[str, str] = {}
     embedded: dict[str, bool] = {}
@@ -238,16 +239,7 @@ def run_ab(
         coro = run_ab_plans(
             scenario, scenario_path, plans, urls, embedded, opts, servers=servers, printer=printer
         )
-        return _run_loop(coro)
-
-
-def _run_loop(coro: Any) -> ABResult:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    result: ABResult = uvloop.run(coro)
-    return result
+        return run_async(coro)
 
 
 #: API-tier parameters that are service times (scaled by :func:`scaled_api_overrides`)
@@ -268,8 +260,6 @@ def scaled_api_overrides(api_profile: str, factor: float) -> dict[str, str]:
     Worker count and hop count stay: this models the same stack doing its work
     slower (a heavier safety classifier, a slower auth call), not a different shape.
     """
-    from reference_server.core.profiles import load_profiles
-
     if not factor > 0:
         raise ValueError(f"factor: expected a positive number, got {factor!r}")
     api, _ = load_profiles(api_profile)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import locust
 from locust import LoadTestShape, User, argument_parser, constant, events, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
@@ -142,8 +143,6 @@ def _master_options(environment: Environment) -> MasterOptions:
                 f"transports: {name!r} is not available under Locust; "
                 f"expected some of {', '.join(LOCUST_TRANSPORTS)}"
             )
-    import locust
-
     return MasterOptions(
         scenario=scenario,
         scenario_path=str(opts.scenario),

@@ -27,6 +27,7 @@ from harness.locust_driver.protocol import MSG_WORK, RunConfig
 from harness.locust_driver.wire import plan_to_wire, rollout_from_row, turn_from_row
 from harness.locust_driver.work import Claim, WorkQueue
 from harness.metrics.summary import Accumulator
+from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
 from harness.run.health import ClientHealth
 from harness.run.manifest import build_manifest, client_options
@@ -266,23 +267,19 @@ class MasterSide:
         )
 
     def on_rows(self, node: str, data: dict[str, Any]) -> None:
-        run = self.run
-        if run is None or run.finalized or data.get("run_id") != run.config.run_id:
-            return
-        report = run.workers.setdefault(node, WorkerReport())
-        self._write_rows(report, data)
+        self._write_rows(node, data)
 
     def on_final(self, node: str, data: dict[str, Any]) -> None:
+        report = self._write_rows(node, data)
+        if report is not None:
+            report.final = data
+
+    def _write_rows(self, node: str, data: dict[str, Any]) -> WorkerReport | None:
+        """Write a worker's rows of the current run; None (nothing written) for a stale message."""
         run = self.run
         if run is None or run.finalized or data.get("run_id") != run.config.run_id:
-            return
+            return None
         report = run.workers.setdefault(node, WorkerReport())
-        self._write_rows(report, data)
-        report.final = data
-
-    def _write_rows(self, report: WorkerReport, data: dict[str, Any]) -> None:
-        run = self.run
-        assert run is not None
         measurement = run.measurement
         for row in data.get("turns", ()):
             measurement.writer.add_turn(turn_from_row(row))
@@ -290,6 +287,7 @@ class MasterSide:
             measurement.add_rollout_row(rollout_from_row(row))
         report.rows_turns += len(data.get("turns", ()))
         report.rows_rollouts += len(data.get("rollouts", ()))
+        return report
 
     # -- results ---------------------------------------------------------------------------------
 
@@ -365,7 +363,5 @@ class MasterSide:
         run_dir, self.unrendered = self.unrendered, None
         if run_dir is None:
             return
-        from harness.report.render import render_run_safely
-
         # Reports failures on stderr; the measured results are on disk already.
         render_run_safely(run_dir)

@@ -18,9 +18,7 @@ def turn_to_row(rec: TurnRecord) -> list[Any]:
 
 
 def turn_from_row(row: list[Any]) -> TurnRecord:
-    if len(row) != len(TURN_FIELDS):
-        raise ValueError(f"turn row: expected {len(TURN_FIELDS)} fields, got {len(row)}")
-    return TurnRecord(**dict(zip(TURN_FIELDS, row, strict=True)))
+    return TurnRecord(**_fields("turn", TURN_FIELDS, row))
 
 
 def rollout_to_row(rec: RolloutRecord) -> list[Any]:
@@ -28,9 +26,13 @@ def rollout_to_row(rec: RolloutRecord) -> list[Any]:
 
 
 def rollout_from_row(row: list[Any]) -> RolloutRecord:
-    if len(row) != len(ROLLOUT_FIELDS):
-        raise ValueError(f"rollout row: expected {len(ROLLOUT_FIELDS)} fields, got {len(row)}")
-    return RolloutRecord(**dict(zip(ROLLOUT_FIELDS, row, strict=True)))
+    return RolloutRecord(**_fields("rollout", ROLLOUT_FIELDS, row))
+
+
+def _fields(kind: str, names: tuple[str, ...], row: list[Any]) -> dict[str, Any]:
+    if len(row) != len(names):
+        raise ValueError(f"{kind} row: expected {len(names)} fields, got {len(row)}")
+    return dict(zip(names, row, strict=True))
 
 
 def plan_to_wire(plan: RolloutPlan) -> dict[str, Any]:

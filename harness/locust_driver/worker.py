@@ -52,6 +52,22 @@ class WorkerRun:
     cpu: CpuMeter = field(default_factory=CpuMeter)
     loop_lag: Histogram = field(default_factory=Histogram)
 
+    def add_turn(self, rec: TurnRecord) -> None:
+        self.acc.add_turn(rec)
+        self.turn_rows.append(turn_to_row(rec))
+        self.turns += 1
+
+    def add_rollout(self, rec: RolloutRecord) -> None:
+        self.acc.add_rollout(rec)
+        self.rollout_rows.append(rollout_to_row(rec))
+        self.rollouts += 1
+
+    def take_rows(self) -> tuple[list[list[Any]], list[list[Any]]]:
+        """The (turn, rollout) rows not shipped yet; the next ship starts empty."""
+        rows = self.turn_rows, self.rollout_rows
+        self.turn_rows, self.rollout_rows = [], []
+        return rows
+
 
 class WorkerSide:
     """One per worker process; ``send`` is ``runner.send_message``, ``fire`` the request event."""
@@ -86,8 +102,7 @@ class WorkerSide:
         if run is None:
             return
         health = run.cpu.read(run.loop_lag)
-        turns, rollouts = run.turn_rows, run.rollout_rows
-        run.turn_rows, run.rollout_rows = [], []
+        turns, rollouts = run.take_rows()
         self._send(
             MSG_FINAL,
             {
@@ -110,8 +125,7 @@ class WorkerSide:
         run = self.run
         if run is None or not (run.turn_rows or run.rollout_rows):
             return
-        turns, rollouts = run.turn_rows, run.rollout_rows
-        run.turn_rows, run.rollout_rows = [], []
+        turns, rollouts = run.take_rows()
         self._send(MSG_ROWS, {"run_id": run.config.run_id, "turns": turns, "rollouts": rollouts})
 
     # -- work ------------------------------------------------------------------------------------
@@ -157,9 +171,7 @@ class WorkerSide:
         run = self.run
         if run is None:
             return
-        run.acc.add_turn(rec)
-        run.turn_rows.append(turn_to_row(rec))
-        run.turns += 1
+        run.add_turn(rec)
         name = rec.transport
         exc = (
             None if rec.ok else RuntimeError(f"{rec.error_kind or rec.status}: {rec.error_message}")
@@ -186,9 +198,7 @@ class WorkerSide:
         run = self.run
         if run is None:
             return
-        run.acc.add_rollout(rec)
-        run.rollout_rows.append(rollout_to_row(rec))
-        run.rollouts += 1
+        run.add_rollout(rec)
         start = rec.intended_start_ns or rec.start_ns
         exc = None if rec.ok else RuntimeError(f"{rec.error_kind or rec.status}")
         self._fire(

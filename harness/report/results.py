@@ -273,7 +273,7 @@ def read_csv_gz(path: str | Path, columns: Sequence[str] | None = None) -> pd.Da
 
     ``columns`` names the table's columns when the file holds no header at all.
     """
-    import pandas as pd
+    import pandas as pd  # pandas: only when a results folder is read back
 
     path = Path(path)
     try:

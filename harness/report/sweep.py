@@ -37,6 +37,7 @@ from harness.report.files import (
     fmt,
     write_text_atomic,
 )
+from harness.report.plots import _figure, plot_style, save_figure, transport_color
 from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json
 from harness.wire.errors import LoopbenchError
 
@@ -204,7 +205,7 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
 
 def sweep_table(path: str | Path) -> pd.DataFrame:
     """One row per (value, transport) of a sweep's finished runs: latencies and achieved load."""
-    import pandas as pd
+    import pandas as pd  # pandas: only when a sweep is tabulated
 
     root = Path(path)
     doc = load_sweep(root)
@@ -261,8 +262,6 @@ def knees(table: pd.DataFrame, metric: str = "rollout_p50_ms") -> dict[str, int]
 
 
 def plot_latency_vs_load(table: pd.DataFrame, key: str, title_note: str = "") -> Figure | None:
-    from harness.report.plots import _figure, transport_color
-
     if table.empty:
         return None
     numeric = numeric_values([str(v) for v in table["value"]]) is not None
@@ -325,8 +324,6 @@ def plot_latency_vs_load(table: pd.DataFrame, key: str, title_note: str = "") ->
 
 def render_sweep(path: str | Path) -> Rendered:
     """Write the combined ``report.md``, ``report.html`` and ``plots/latency_vs_load.png``."""
-    from harness.report.plots import plot_style, save_figure
-
     root = Path(path)
     doc_json = load_sweep(root)
     key = doc_json["key"]

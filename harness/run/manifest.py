@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,6 @@ def _git_sha() -> str:
 
 
 def _versions() -> dict[str, str]:
-    from importlib import metadata
-
     out = {}
     for name in (
         "loopbench",

@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from harness.run.manifest import build_manifest
-from harness.run.measurement import Measurement
-from harness.run.runner import RunOptions, RunResult
+from harness.report.render import render_run_safely
+from harness.report.results import load_run
+from harness.run.embedded import embedded_server
+from harness.run.event_loop import run_async
+from harness.run.runner import RunOptions, RunResult, open_measurement, run_plans
 from harness.wire.errors import LoopbenchError
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
@@ -66,19 +67,10 @@ def _child(
     barrier: Any,
     conn: Connection,
 ) -> None:
-    from harness.run.runner import run_plans
-
     try:
         barrier.wait(START_TIMEOUT_S)
         coro = run_plans(scenario, scenario_path, plans, base_url, opts, embedded=embedded)
-        try:
-            import uvloop
-        except ImportError:  # pragma: no cover - uvloop is a Linux dependency
-            import asyncio
-
-            result = asyncio.run(coro)
-        else:
-            result = uvloop.run(coro)
+        result = run_async(coro)
         assert result.measurement is not None
         conn.send(
             {
@@ -95,8 +87,6 @@ def _child(
 
 
 def _copy_rows(writer: Any, run_dir: Path) -> None:
-    from harness.report.results import load_run
-
     run = load_run(run_dir)
     for table, cls, add in (
         (run.turns, TurnRecord, writer.add_turn),
@@ -139,8 +129,6 @@ def run_procs(
             return _run(
                 scenario, scenario_path, opts, plans, jobs, opts.target, False, Path(tmp), say
             )
-        from harness.run.embedded import embedded_server
-
         server = scenario.server
         args = list(opts.server_args)
         if procs > 1:
@@ -169,8 +157,6 @@ def _run(
     tmp: Path,
     say: Callable[[str], None],
 ) -> RunResult:
-    from harness.report.results import new_run_id
-
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(jobs))
     children: list[tuple[Any, Connection]] = []
@@ -229,20 +215,8 @@ def _run(
     if errors:
         raise LoopbenchError("; ".join(errors))
 
-    transports = list(opts.transports or scenario.transports)
-    run_id = opts.run_id or new_run_id(scenario.name, time.time())
-    manifest = build_manifest(
-        scenario, scenario_path, transports, base_url, embedded, run_id, opts.client_options()
-    )
-    manifest["procs"] = len(results)
-    run = Measurement(
-        scenario,
-        Path(opts.results_root) / run_id,
-        manifest,
-        transports,
-        planned=len(plans),
-        baseline=opts.baseline,
-        several_processes=True,
+    run = open_measurement(
+        scenario, scenario_path, len(plans), base_url, opts, embedded=embedded, procs=len(results)
     )
     try:
         for r in sorted(results, key=lambda r: r["index"]):
@@ -253,8 +227,6 @@ def _run(
         raise
     summary = run.finish()
     if opts.render:
-        from harness.report.render import render_run_safely
-
         render_run_safely(run.run_dir)
     return RunResult(run.run_dir, summary, run)
 

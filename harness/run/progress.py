@@ -15,6 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
+from rich.console import Console
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+
 __all__ = [
     "LineProgress",
     "PassProgress",
@@ -123,9 +128,6 @@ class RichProgress:
     """A live table (one row per pass, finished rows stay) redrawn in place on a terminal."""
 
     def __init__(self, file: IO[str] | None = None, width: int | None = None) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
         self.console = Console(file=file or sys.stderr, width=width)
         self._rows: dict[tuple[int, str], PassProgress] = {}
         self._live = Live(
@@ -134,9 +136,6 @@ class RichProgress:
         self._live.start()
 
     def _render(self) -> Any:
-        from rich.progress_bar import ProgressBar
-        from rich.table import Table
-
         table = Table(box=None, pad_edge=False, header_style="bold")
         for name, justify in (
             ("transport", "left"),
@@ -194,8 +193,6 @@ def schedule_table(summary: dict[str, Any]) -> Any:
     Shown after a scheduled run so that a reader sees how far the client fell
     behind before trusting the latencies above it.
     """
-    from rich.table import Table
-
     if summary.get("load", {}).get("mode", "closed") == "closed":
         return None
     table = Table(title="load generator (intended vs actual starts)", title_justify="left")

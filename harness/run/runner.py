@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
+from harness.run.embedded import embedded_server
+from harness.run.event_loop import run_async
 from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement, pool_size
 from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
@@ -106,6 +109,35 @@ def _rounds(plans: list[RolloutPlan], scenario: Scenario) -> list[list[RolloutPl
     return [groups[k] for k in sorted(groups)]
 
 
+def open_measurement(
+    scenario: Scenario,
+    scenario_path: str,
+    planned: int,
+    base_url: str,
+    opts: RunOptions,
+    *,
+    embedded: bool,
+    procs: int = 0,
+) -> Measurement:
+    """The run's measurement and its results folder; ``procs`` > 0 for a ``--procs`` parent."""
+    transports = list(opts.transports or scenario.transports)
+    run_id = opts.run_id or new_run_id(scenario.name, time.time())
+    manifest = build_manifest(
+        scenario, scenario_path, transports, base_url, embedded, run_id, opts.client_options()
+    )
+    if procs:
+        manifest["procs"] = procs
+    return Measurement(
+        scenario,
+        Path(opts.results_root) / run_id,
+        manifest,
+        transports,
+        planned=planned,
+        baseline=opts.baseline,
+        several_processes=procs > 0,
+    )
+
+
 async def run_plans(
     scenario: Scenario,
     scenario_path: str,
@@ -122,19 +154,8 @@ async def run_plans(
     ``progress`` receives live counters a few times a second; ``printer`` (kept
     for callers that want plain lines) gets one line per pass per second.
     """
-    transports = list(opts.transports or scenario.transports)
-    run_id = opts.run_id or new_run_id(scenario.name, time.time())
-    manifest = build_manifest(
-        scenario, scenario_path, transports, base_url, embedded, run_id, opts.client_options()
-    )
-    run = Measurement(
-        scenario,
-        Path(opts.results_root) / run_id,
-        manifest,
-        transports,
-        planned=len(plans),
-        baseline=opts.baseline,
-    )
+    run = open_measurement(scenario, scenario_path, len(plans), base_url, opts, embedded=embedded)
+    transports = run.transports
     if progress is None and printer is not None:
         progress = LineProgress(printer, interval_s=1.0)
     options = transport_options(base_url, opts, scenario.load)
@@ -189,8 +210,6 @@ async def run_plans(
             progress.close()
         summary = run.finish()
         if opts.render:
-            from harness.report.render import render_run_safely  # matplotlib: only when reporting
-
             render_run_safely(run.run_dir)
     return RunResult(run.run_dir, summary, run)
 
@@ -203,8 +222,6 @@ def run_scenario(
     progress: ProgressSink | None = None,
 ) -> RunResult:
     """Run synchronously: start the embedded server unless ``opts.target`` is set."""
-    from harness.run.embedded import embedded_server
-
     plans = generate_rollouts(scenario)
 
     def go(url: str, embedded: bool) -> RunResult:
@@ -218,7 +235,7 @@ def run_scenario(
             printer=printer,
             progress=progress,
         )
-        return _run_loop(coro)
+        return run_async(coro)
 
     if opts.target:
         return go(opts.target, False)
@@ -231,12 +248,3 @@ def run_scenario(
         extra_args=opts.server_args,
     ) as url:
         return go(url, True)
-
-
-def _run_loop(coro: Any) -> RunResult:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    result: RunResult = uvloop.run(coro)
-    return result

@@ -43,8 +43,8 @@ from typing import Any, Literal
 from harness.metrics.stats import paired_speedup
 from harness.report.results import load_run, write_index
 from harness.run.embedded import embedded_server
+from harness.run.event_loop import run_async
 from harness.run.runner import RunOptions, run_plans, run_scenario
-from harness.tools.selfbench.loop import run_async
 from harness.wire.errors import LoopbenchError
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import load_scenario, validate_scenario

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from harness.client.options import TransportOptions
 from harness.transports.base import Session, Transport
+from harness.transports.http import HttpTransport
+from harness.transports.ws import WsTransport
 from harness.wire.transports import transport_spec
 
 
@@ -11,11 +13,7 @@ def make_transport(name: str, options: TransportOptions) -> Transport:
     """The transport ``name`` (an unknown name is a UsageError listing the known ones)."""
     spec = transport_spec(name)
     if spec.websocket:
-        from harness.transports.ws import WsTransport
-
         return WsTransport(spec, options)
-    from harness.transports.http import HttpTransport
-
     return HttpTransport(spec, options)
 
 

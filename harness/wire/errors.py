@@ -13,19 +13,30 @@ class LoopbenchError(Exception):
     """Base class of every error loopbench raises on purpose."""
 
 
-class ScenarioError(LoopbenchError):
+class LocatedError(LoopbenchError):
+    """An invalid input, located: ``<source>: <key>: <message>`` (or ``<source>: <message>``)."""
+
+    def __init__(self, source: str, key: str, message: str) -> None:
+        self.source = source
+        self.key = key
+        self.detail = message
+        super().__init__(f"{source}: {key}: {message}" if key else f"{source}: {message}")
+
+
+class ScenarioError(LocatedError):
     """A scenario file is missing, unreadable or invalid.
 
     ``str(err)`` is one line: ``scenarios/x.yaml: load.arrival.rate: expected a
     positive number, got -2``.
     """
 
-    def __init__(self, path: str, field: str, message: str) -> None:
-        self.path = path
-        self.field = field
-        self.detail = message
-        where = f"{path}: {field}: " if field else f"{path}: "
-        super().__init__(where + message)
+    @property
+    def path(self) -> str:
+        return self.source
+
+    @property
+    def field(self) -> str:
+        return self.key
 
 
 class ProtocolError(LoopbenchError):

@@ -17,8 +17,6 @@ from harness.wire.errors import UsageError
 @dataclass(frozen=True, slots=True)
 class TransportSpec:
     name: str
-    #: one line for ``--help``, ``loopbench validate`` and the docs
-    description: str
     #: the connection speaks WebSocket mode (else HTTP + SSE)
     websocket: bool
     #: turns after the first name the previous response (server-side state) instead of
@@ -32,64 +30,30 @@ class TransportSpec:
     locust: bool
     #: colour of this transport in every plot and report
     colour: str
+    #: one line for ``--help``, ``loopbench validate`` and the docs
+    description: str
 
     @property
     def stateless(self) -> bool:
         return not self.chained and not self.append
 
 
+# One row per transport; the columns are TransportSpec's fields in order.
+# fmt: off
 TRANSPORTS: tuple[TransportSpec, ...] = (
-    TransportSpec(
-        name="http",
-        description="HTTP + SSE, the whole history every turn (stateless, store: false)",
-        websocket=False,
-        chained=False,
-        store=False,
-        append=False,
-        locust=True,
-        colour="#c0392b",
-    ),
-    TransportSpec(
-        name="http-chained",
-        description="HTTP + SSE, previous_response_id + new input (store: true)",
-        websocket=False,
-        chained=True,
-        store=True,
-        append=False,
-        locust=True,
-        colour="#e67e22",
-    ),
-    TransportSpec(
-        name="ws",
-        description="WebSocket mode, one connection per rollout, chained from the connection cache",
-        websocket=True,
-        chained=True,
-        store=False,
-        append=False,
-        locust=True,
-        colour="#2471a3",
-    ),
-    TransportSpec(
-        name="ws-store",
-        description="WebSocket mode with store: true (the chain survives a reconnect)",
-        websocket=True,
-        chained=True,
-        store=True,
-        append=False,
-        locust=True,
-        colour="#17a589",
-    ),
-    TransportSpec(
-        name="ws-append",
-        description="WebSocket append prototype: one response per rollout (reference server only)",
-        websocket=True,
-        chained=False,
-        store=False,
-        append=True,
-        locust=False,
-        colour="#7d3c98",
-    ),
+    #             name            websocket chained store  append locust colour
+    TransportSpec("http",         False,    False,  False, False, True,  "#c0392b",
+                  "HTTP + SSE, the whole history every turn (stateless, store: false)"),
+    TransportSpec("http-chained", False,    True,   True,  False, True,  "#e67e22",
+                  "HTTP + SSE, previous_response_id + new input (store: true)"),
+    TransportSpec("ws",           True,     True,   False, False, True,  "#2471a3",
+                  "WebSocket mode, one connection per rollout, chained from the connection cache"),
+    TransportSpec("ws-store",     True,     True,   True,  False, True,  "#17a589",
+                  "WebSocket mode with store: true (the chain survives a reconnect)"),
+    TransportSpec("ws-append",    True,     False,  False, True,  False, "#7d3c98",
+                  "WebSocket append prototype: one response per rollout (reference server only)"),
 )
+# fmt: on
 
 BY_NAME: dict[str, TransportSpec] = {t.name: t for t in TRANSPORTS}
 #: every name, in the order tables and plots show them

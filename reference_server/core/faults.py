@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.wire.pairs import parse_key_values
+
 KINDS = ("error", "disconnect", "stall", "spike", "evict")
 ERROR_STATUSES: dict[int, tuple[str, str, str]] = {
     # status: (type, code, message) in the shapes the public API uses for each
@@ -172,13 +174,10 @@ def _status(key: str, raw: Any) -> int:
 
 def parse_fault_args(items: list[str]) -> dict[str, str]:
     """``["stall_rate=0.1", ...]`` (the ``--fault`` options) as a mapping."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise FaultSpecError(f"--fault {item!r}: expected KEY=VALUE, e.g. stall_rate=0.01")
-        out[key.strip()] = value.strip()
-    return out
+    return parse_key_values(
+        items,
+        lambda item: FaultSpecError(f"--fault {item!r}: expected KEY=VALUE, e.g. stall_rate=0.01"),
+    )
 
 
 def fault_entries(spec: FaultSpec) -> dict[str, str]:

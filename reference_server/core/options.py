@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from harness.wire.errors import LoopbenchError
@@ -58,6 +58,24 @@ def option(
 ) -> dict[str, Option]:
     """A field's ``metadata``."""
     return {"option": Option(flag, help, group, metavar, choices, check)}
+
+
+def setting(
+    default: Any = MISSING,
+    flag: str | None = None,
+    *,
+    help: str,
+    factory: Callable[[], Any] | None = None,
+    group: str = "",
+    metavar: str | None = None,
+    choices: tuple[str, ...] = (),
+    check: Check | None = None,
+) -> Any:
+    """A dataclass field declaring one option: its default (or ``factory``) and :func:`option`."""
+    meta = option(flag=flag, help=help, group=group, metavar=metavar, choices=choices, check=check)
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 def at_least(n: int) -> Check:

@@ -18,23 +18,16 @@ import annotated_types as at
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from harness.wire.errors import LoopbenchError
+from harness.wire.errors import LocatedError
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
 
 
-class ProfileError(LoopbenchError):
+class ProfileError(LocatedError):
     """A profile file or override is missing, unreadable or invalid.
 
     ``str(err)`` is one line: ``--set api.fixed_ms: expected a number >= 0, got '-3'``.
     """
-
-    def __init__(self, source: str, key: str, message: str) -> None:
-        self.source = source
-        self.key = key
-        self.detail = message
-        where = f"{source}: {key}: " if key else f"{source}: "
-        super().__init__(where + message)
 
 
 class _Profile(BaseModel):

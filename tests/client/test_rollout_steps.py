@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,6 +26,21 @@ class Clock:
     def __call__(self) -> int:
         self.now += 1000
         return self.now
+
+
+def _steps(
+    clock: Clock, on_turn: Callable[[TurnRecord], None], round_index: int = 0
+) -> RolloutSteps:
+    return RolloutSteps(
+        PLAN,
+        transport="x",
+        intended_start_ns=0,
+        round_index=round_index,
+        model="m",
+        hints=True,
+        on_turn=on_turn,
+        clock=clock,
+    )
 
 
 def _answer(rec: TurnRecord, clock: Clock, calls: int) -> ResponseStream:
@@ -99,16 +115,7 @@ PLAN = RolloutPlan(
 def test_think_turn_tools_turn_with_every_interval_accounted() -> None:
     clock = Clock()
     records: list[TurnRecord] = []
-    steps = RolloutSteps(
-        PLAN,
-        transport="x",
-        intended_start_ns=0,
-        round_index=2,
-        model="m",
-        hints=True,
-        on_turn=records.append,
-        clock=clock,
-    )
+    steps = _steps(clock, records.append, round_index=2)
     seen = _drive(steps, clock, lambda rec, inp: _answer(rec, clock, inp.turn.tool_calls))
     # the slowest of the parallel tool calls decides the wait
     assert seen == ["sleep 30", "turn 0 (1 new)", "sleep 90", "turn 1 (2 new)"]
@@ -124,16 +131,7 @@ def test_think_turn_tools_turn_with_every_interval_accounted() -> None:
 def test_a_failed_turn_ends_the_rollout_with_its_kind() -> None:
     clock = Clock()
     records: list[TurnRecord] = []
-    steps = RolloutSteps(
-        PLAN,
-        transport="x",
-        intended_start_ns=0,
-        round_index=0,
-        model="m",
-        hints=True,
-        on_turn=records.append,
-        clock=clock,
-    )
+    steps = _steps(clock, records.append)
     seen = _drive(steps, clock, lambda rec, inp: APIError(503, "service_unavailable", "busy"))
     assert seen == ["sleep 30", "turn 0 (1 new)"]
     roll = steps.finish()
@@ -147,16 +145,7 @@ def test_a_failed_turn_ends_the_rollout_with_its_kind() -> None:
 
 
 def test_the_edge_must_answer_before_asking_again() -> None:
-    steps = RolloutSteps(
-        PLAN,
-        transport="x",
-        intended_start_ns=0,
-        round_index=0,
-        model="m",
-        hints=True,
-        on_turn=lambda rec: None,
-        clock=Clock(),
-    )
+    steps = _steps(Clock(), lambda rec: None)
     assert steps.next() is Step.SLEEP and steps.next() is Step.TURN
     with pytest.raises(RuntimeError, match="answered"):
         steps.next()

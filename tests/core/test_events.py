@@ -18,23 +18,12 @@ from harness.wire import events as ev
 from harness.wire.errors import ProtocolError
 from harness.wire.events import ResponseBuilder, usage
 from harness.workload.records import TurnRecord
+from tests.function_tools import strict_tool
 
 STREAM_EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 WS_EVENT = pydantic.TypeAdapter(ResponsesServerEvent)
 
-TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "strict": True,
-        "parameters": {
-            "type": "object",
-            "properties": {"location": {"type": "string"}},
-            "required": ["location"],
-            "additionalProperties": False,
-        },
-    }
-]
+TOOLS = [strict_tool("get_weather", location={"type": "string"})]
 REQUEST: dict[str, Any] = {
     "model": "sim-model",
     "input": "weather?",

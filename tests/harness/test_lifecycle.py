@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -23,12 +22,13 @@ from typing import Any
 
 import pytest
 
-from harness.cli.locust import LOCUSTFILE, _free_port, stop_children, worker_command
+from harness.cli.locust import _free_port, stop_children, worker_command
 from harness.gate.ab import ABOptions, Side, run_ab
 from harness.report.results import load_run
 from harness.run.procs import run_procs
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
+from tests.runs import locust_master_argv
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -75,34 +75,9 @@ SCHEDULE_LAG_REASON = re.compile(
 
 def _locust(scenario: Path, url: str, out: Path, run_id: str, limit: str) -> Path:
     port = _free_port("127.0.0.1")
-    master = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(LOCUSTFILE),
-        "--master",
-        "--headless",
-        "--expect-workers",
-        "1",
-        "--expect-workers-max-wait",
-        "60",
-        "--master-bind-host",
-        "127.0.0.1",
-        "--master-bind-port",
-        str(port),
-        "-H",
-        url,
-        "--scenario",
-        str(scenario),
-        "--loopbench-set",
-        f"load.max_schedule_lag_ms={limit}",
-        "--loopbench-out",
-        str(out),
-        "--loopbench-run-id",
-        run_id,
-        "--only-summary",
-    ]
+    master = locust_master_argv(
+        port, url, scenario, out, run_id, 1, "--loopbench-set", f"load.max_schedule_lag_ms={limit}"
+    )
     logs = [open(out / f"{run_id}-{n}.log", "wb") for n in ("master", "worker")]  # noqa: SIM115
     procs = [subprocess.Popen(master, stdout=logs[0], stderr=subprocess.STDOUT)]
     try:

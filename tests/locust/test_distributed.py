@@ -11,16 +11,16 @@ from __future__ import annotations
 import csv
 import math
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.cli.locust import LOCUSTFILE, _free_port, stop_children, worker_command
+from harness.cli.locust import _free_port, stop_children, worker_command
 from harness.metrics.hdr import Histogram, read_hlog
-from harness.report.results import load_run
+from harness.report.results import Run, load_run
+from tests.runs import locust_master_argv
 
 RUN_TIME_S = 10
 SCENARIO = """
@@ -54,36 +54,18 @@ def distributed_run(
     scenario.write_text(SCENARIO)
     out = tmp / "results"
     port = _free_port("127.0.0.1")
-    master_cmd = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(LOCUSTFILE),
-        "--master",
-        "--headless",
-        "--expect-workers",
-        "2",
-        "--expect-workers-max-wait",
-        "60",
-        "--master-bind-host",
-        "127.0.0.1",
-        "--master-bind-port",
-        str(port),
-        "-H",
+    master_cmd = locust_master_argv(
+        port,
         server_url,
-        "--scenario",
-        str(scenario),
-        "--loopbench-out",
-        str(out),
-        "--loopbench-run-id",
+        scenario,
+        out,
         "dist",
+        2,
         "--loopbench-run-time",
         str(RUN_TIME_S),
         "--csv",
         str(out / "dist" / "locust"),
-        "--only-summary",
-    ]
+    )
     logs = [open(tmp / f"{name}.log", "wb") for name in ("master", "worker1", "worker2")]  # noqa: SIM115
     procs = [subprocess.Popen(master_cmd, stdout=logs[0], stderr=subprocess.STDOUT)]
     try:
@@ -109,6 +91,12 @@ def distributed_run(
     yield out / "dist", codes
 
 
+@pytest.fixture(scope="module")
+def run(distributed_run: tuple[Path, list[int]]) -> Run:
+    """The master's merged results folder, loaded once for the tests that read it."""
+    return load_run(distributed_run[0])
+
+
 def _dist(h: Histogram) -> dict[str, float | None]:
     def r(x: float) -> float | None:
         return None if not math.isfinite(x) else round(x, 3)
@@ -125,9 +113,8 @@ def _from_rows(rows: Any, start: str, end: str) -> Histogram:
     return h
 
 
-def test_the_results_folder_is_complete(distributed_run: tuple[Path, list[int]]) -> None:
-    run_dir, _ = distributed_run
-    run = load_run(run_dir)
+def test_the_results_folder_is_complete(run: Run) -> None:
+    run_dir = run.path
     assert run.summary is not None and run.manifest["driver"] == "locust"
     for name in ("http", "ws"):
         for metric in ("ttft", "ttfb", "turn", "itl", "rollout"):
@@ -142,11 +129,8 @@ def test_the_results_folder_is_complete(distributed_run: tuple[Path, list[int]])
     assert any("stopped before every rollout" in r for r in summary["invalid_reasons"])
 
 
-def test_merged_counts_equal_the_sum_of_the_workers(
-    distributed_run: tuple[Path, list[int]],
-) -> None:
-    run_dir, _ = distributed_run
-    run = load_run(run_dir)
+def test_merged_counts_equal_the_sum_of_the_workers(run: Run) -> None:
+    run_dir = run.path
     assert run.summary is not None
     summary = run.summary
     workers = summary["locust"]["workers"]
@@ -165,11 +149,8 @@ def test_merged_counts_equal_the_sum_of_the_workers(
     assert locust_counts["http rollout"] + locust_counts["ws rollout"] == merged_rollouts
 
 
-def test_merged_percentiles_equal_one_histogram_of_all_samples(
-    distributed_run: tuple[Path, list[int]],
-) -> None:
-    run_dir, _ = distributed_run
-    run = load_run(run_dir)
+def test_merged_percentiles_equal_one_histogram_of_all_samples(run: Run) -> None:
+    run_dir = run.path
     assert run.summary is not None
     turns = run.turns[run.turns["status"].isin(["completed", "incomplete"])]
     rollouts = run.rollouts[run.rollouts["status"] == "completed"]

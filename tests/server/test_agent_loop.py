@@ -14,36 +14,19 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
+from tests.function_tools import strict_tool
 from tests.server.test_sdk_conformance import SDK_WS_LEGACY
 
 TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "name": "list_dir",
-        "description": "List a directory.",
-        "strict": True,
-        "parameters": {
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "depth": {"type": "integer"}},
-            "required": ["path", "depth"],
-            "additionalProperties": False,
-        },
-    },
-    {
-        "type": "function",
-        "name": "grep",
-        "description": "Search files.",
-        "strict": True,
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string"},
-                "case": {"type": "string", "enum": ["sensitive", "insensitive"]},
-            },
-            "required": ["pattern", "case"],
-            "additionalProperties": False,
-        },
-    },
+    strict_tool(
+        "list_dir", "List a directory.", path={"type": "string"}, depth={"type": "integer"}
+    ),
+    strict_tool(
+        "grep",
+        "Search files.",
+        pattern={"type": "string"},
+        case={"type": "string", "enum": ["sensitive", "insensitive"]},
+    ),
 ]
 
 
@@ -59,6 +42,8 @@ def grep(pattern: str, case: str) -> str:
 
 DISPATCH = {"list_dir": list_dir, "grep": grep}
 META = {"loopbench.tool_calls": "4", "loopbench.output_tokens": "24"}
+#: what every turn of the agent sends besides its input and chaining, over either transport
+AGENT: dict[str, Any] = {"model": "sim", "tools": TOOLS, "tool_choice": "auto", "metadata": META}
 
 
 def run_tools(calls: list[Any]) -> list[dict[str, Any]]:
@@ -80,14 +65,7 @@ def test_agent_loop_over_http_chains_to_a_final_answer(server_url: str) -> None:
     new_input: Any = "Find where the config is loaded."
     steps = 0
     for _ in range(10):
-        resp = client.responses.create(
-            model="sim",
-            input=new_input,
-            tools=TOOLS,  # type: ignore[arg-type]
-            tool_choice="auto",
-            previous_response_id=prev,
-            metadata=META,
-        )
+        resp = client.responses.create(input=new_input, previous_response_id=prev, **AGENT)
         calls = [item for item in resp.output if item.type == "function_call"]
         if not calls:
             break
@@ -109,15 +87,7 @@ def test_agent_loop_over_websocket_to_a_final_answer(server_url: str) -> None:
         new_input: Any = "Find where the config is loaded."
         for _ in range(10):
             extra = {"previous_response_id": prev} if prev else {}
-            conn.response.create(
-                model="sim",
-                input=new_input,
-                tools=TOOLS,  # type: ignore[arg-type]
-                tool_choice="auto",
-                store=False,
-                metadata=META,
-                **extra,  # type: ignore[arg-type]
-            )
+            conn.response.create(input=new_input, store=False, **AGENT, **extra)
             for event in conn:
                 if event.type == "error":
                     pytest.fail(f"error event: {event}")

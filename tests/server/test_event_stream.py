@@ -38,6 +38,17 @@ def run(coro: Awaitable[Any]) -> Any:
     return asyncio.run(bounded())
 
 
+def run_leaving_no_task(main: Callable[[], Awaitable[None]]) -> None:
+    """Run ``main`` and check that every task it started has ended when it returns."""
+
+    async def checked() -> None:
+        before = asyncio.all_tasks()
+        await main()
+        assert asyncio.all_tasks() == before
+
+    run(checked())
+
+
 def create_body(tokens: str, *, stream: bool) -> dict[str, Any]:
     return {
         "model": "sim-model",
@@ -91,9 +102,16 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
+async def _watching() -> tuple[FakeReceive, Work, asyncio.Future[bool]]:
+    """until_disconnect over a started Work, as a task the test can cancel."""
+    receive, work = FakeReceive(), Work()
+    outer = asyncio.ensure_future(until_disconnect(receive, work()))
+    await work.started.wait()
+    return receive, work, outer
+
+
 def test_until_disconnect_returns_true_when_work_finishes_first() -> None:
     async def main() -> None:
-        before = asyncio.all_tasks()
         receive, work = FakeReceive(), Work()
         work.finish.set()
         assert await until_disconnect(receive, work()) is True
@@ -103,14 +121,12 @@ def test_until_disconnect_returns_true_when_work_finishes_first() -> None:
         receive.put("http.disconnect")
         await _settle()
         assert receive.queue.qsize() == 1
-        assert asyncio.all_tasks() == before
 
-    run(main())
+    run_leaving_no_task(main)
 
 
 def test_until_disconnect_cancels_work_and_returns_false_on_disconnect() -> None:
     async def main() -> None:
-        before = asyncio.all_tasks()
         receive, work = FakeReceive(), Work()
 
         async def client() -> None:
@@ -128,17 +144,13 @@ def test_until_disconnect_cancels_work_and_returns_false_on_disconnect() -> None
         assert task is not None and task.cancelling() == 0
         await asyncio.sleep(0)
         await _settle()
-        assert asyncio.all_tasks() == before
 
-    run(main())
+    run_leaving_no_task(main)
 
 
 def test_until_disconnect_propagates_an_outside_cancellation() -> None:
     async def main() -> None:
-        before = asyncio.all_tasks()
-        receive, work = FakeReceive(), Work()
-        outer = asyncio.ensure_future(until_disconnect(receive, work()))
-        await work.started.wait()
+        receive, work, outer = await _watching()
         outer.cancel()  # shutdown, the slow-reader guard, ...
         with pytest.raises(asyncio.CancelledError):
             await outer
@@ -148,16 +160,13 @@ def test_until_disconnect_propagates_an_outside_cancellation() -> None:
         receive.put("http.disconnect")
         await _settle()
         assert receive.queue.qsize() == 1  # the watcher went with it
-        assert asyncio.all_tasks() == before
 
-    run(main())
+    run_leaving_no_task(main)
 
 
 def test_an_outside_cancellation_arriving_with_the_disconnect_still_propagates() -> None:
     async def main() -> None:
-        receive, work = FakeReceive(), Work()
-        outer = asyncio.ensure_future(until_disconnect(receive, work()))
-        await work.started.wait()
+        receive, work, outer = await _watching()
         await _settle()  # the watcher is waiting in receive()
         receive.put("http.disconnect")  # the watcher cancels the work on its next step...
         outer.cancel()  # ...and a shutdown cancels the same task in the same moment
@@ -174,14 +183,12 @@ def test_until_disconnect_propagates_the_work_s_exception() -> None:
         raise ValueError("boom")
 
     async def main() -> None:
-        before = asyncio.all_tasks()
         receive = FakeReceive()
         with pytest.raises(ValueError, match="boom"):
             await until_disconnect(receive, failing())
         await _settle()
-        assert asyncio.all_tasks() == before
 
-    run(main())
+    run_leaving_no_task(main)
 
 
 # -- EventStream with a fake ASGI send ----------------------------------------------------

@@ -14,23 +14,13 @@ import pytest
 import websockets
 from openai import AsyncOpenAI, OpenAI
 
+from tests.function_tools import strict_tool
 from tests.server.conftest import configured_server
 
 TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "strict": True,
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "location": {"type": "string"},
-                "unit": {"type": "string", "enum": ["c", "f"]},
-            },
-            "required": ["location", "unit"],
-            "additionalProperties": False,
-        },
-    }
+    strict_tool(
+        "get_weather", location={"type": "string"}, unit={"type": "string", "enum": ["c", "f"]}
+    )
 ]
 
 
@@ -194,22 +184,13 @@ def test_malformed_body_gets_openai_error_and_server_keeps_serving(server_url: s
 
 # --- the complete contract (issue 3) ----------------------------------------------------------
 
-READ_FILE = {
-    "type": "function",
-    "name": "read_file",
-    "strict": True,
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "path": {"type": "string"},
-            "encoding": {"type": "string", "enum": ["utf-8", "latin-1"]},
-            "max_lines": {"type": "integer", "minimum": 1, "maximum": 500},
-            "follow": {"type": "boolean"},
-        },
-        "required": ["path", "encoding", "max_lines", "follow"],
-        "additionalProperties": False,
-    },
-}
+READ_FILE = strict_tool(
+    "read_file",
+    path={"type": "string"},
+    encoding={"type": "string", "enum": ["utf-8", "latin-1"]},
+    max_lines={"type": "integer", "minimum": 1, "maximum": 500},
+    follow={"type": "boolean"},
+)
 
 
 @pytest.fixture(scope="module")

@@ -11,22 +11,11 @@ import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
+from tests.function_tools import strict_tool
 from tests.server.conftest import configured_server, ws_url
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-TOOLS = [
-    {
-        "type": "function",
-        "name": "read_file",
-        "strict": True,
-        "parameters": {
-            "type": "object",
-            "properties": {"path": {"type": "string"}},
-            "required": ["path"],
-            "additionalProperties": False,
-        },
-    }
-]
+TOOLS = [strict_tool("read_file", path={"type": "string"})]
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.run.embedded import embedded_server
+from harness.run.event_loop import run_async
+from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.tools.selfbench.figures import Figure, at_least, at_most, figure
-from harness.tools.selfbench.raw import Rate
+from harness.tools.selfbench.locust_cmp import measure_locust
+from harness.tools.selfbench.memory import measure_memory
+from harness.tools.selfbench.pipeline import FLOOD_ARGS, FLOOD_OVERRIDES, drive
+from harness.tools.selfbench.raw import Rate, measure_raw
+from harness.tools.selfbench.timing import overhead_run, overload_runs, pacing_run
 
 # Targets (issue #10).  Ratios are measured in one run, so they hold on a busy machine too.
 PIPELINE_RATIO_MIN = 0.5
@@ -95,11 +102,6 @@ def _rate_detail(trials: list[Rate]) -> list[dict[str, float]]:
 
 
 def _throughput(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
-    from harness.run.embedded import embedded_server
-    from harness.tools.selfbench.loop import run_async
-    from harness.tools.selfbench.pipeline import FLOOD_ARGS, FLOOD_OVERRIDES, drive
-    from harness.tools.selfbench.raw import measure_raw
-
     kinds = {"ws": "ws", "http": "sse"}
     raw: dict[str, list[Rate]] = {k: [] for k in kinds.values()}
     pipe: dict[str, list[Rate]] = {t: [] for t in opts.transports}
@@ -111,8 +113,6 @@ def _throughput(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], No
                 raw[kinds[t]].append(measure_raw(kinds[t], n, per))
                 pipe[t].append(run_async(drive(url, t, n, per)))
         if opts.locust and "http" in opts.transports:
-            from harness.tools.selfbench.locust_cmp import measure_locust
-
             say("locust FastHttpUser on the same SSE endpoint")
             locust = measure_locust(url, n, per, opts.locust_seconds)
             out.details["locust_sse"] = _rate_detail([locust])
@@ -170,9 +170,6 @@ def _throughput(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], No
 
 
 def _timing(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
-    from harness.run.embedded import embedded_server
-    from harness.tools.selfbench.timing import overload_runs, pacing_run
-
     with embedded_server() as url:
         for streams in opts.overhead_levels:
             _overhead_level(url, streams, opts, out, say)
@@ -262,9 +259,6 @@ def _overhead_level(
     the planned count.  The worst trial is reported next to the best, and every
     trial — with its CPU steal and the client's loop lag — is in the JSON.
     """
-    from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
-    from harness.tools.selfbench.timing import overhead_run
-
     per = opts.overhead_rollouts * (4 if streams == 1 else 1)
     at_target = streams == TARGET_STREAMS
     n_trials = opts.trials if at_target else 1
@@ -359,8 +353,6 @@ def _or_inf(v: Any) -> float:
 
 
 def _memory(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
-    from harness.tools.selfbench.memory import measure_memory
-
     say(f"memory: {opts.memory_turns:,} synthetic turns through accumulator + writer")
     mem = measure_memory(opts.memory_turns)
     out.figures.append(
@@ -389,8 +381,6 @@ def run_selfbench(
     opts: SelfbenchOptions, say: Callable[[str], None] = lambda _: None
 ) -> tuple[list[Figure], dict[str, Any], dict[str, Any]]:
     """Run every step; returns (figures, meta, details)."""
-    from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
-
     out = _Collected()
     started = time.time()
     t0 = time.perf_counter()

@@ -20,6 +20,9 @@ from collections.abc import Sequence
 
 from harness.metrics.summary import Accumulator
 from harness.report.results import ResultsWriter
+from harness.run.embedded import embedded_server
+from harness.run.event_loop import run_async
+from harness.tools.selfbench.procs import SelfbenchError
 from harness.tools.selfbench.raw import Rate
 from harness.transports import TransportOptions, make_transport
 from harness.transports.rollout_loop import run_rollout
@@ -94,8 +97,6 @@ async def drive(
             await transport.aclose()
             writer.close()
     if errors:
-        from harness.tools.selfbench.procs import SelfbenchError
-
         raise SelfbenchError(
             f"pipeline {transport_name}: {len(errors)} turn(s) failed, first: {errors[0]}"
         )
@@ -110,9 +111,6 @@ def measure_pipeline(
     server_args: Sequence[str] = (),
 ) -> dict[str, Rate]:
     """Start a flooding reference server and drive each transport against it."""
-    from harness.run.embedded import embedded_server
-    from harness.tools.selfbench.loop import run_async
-
     out: dict[str, Rate] = {}
     with embedded_server(overrides=FLOOD_OVERRIDES, extra_args=[*FLOOD_ARGS, *server_args]) as url:
         for name in transports:

@@ -16,6 +16,7 @@ import httpx
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 
+from harness.run.event_loop import run_async
 from harness.tools.selfbench.procs import child
 from harness.tools.selfbench.raw_server import READY_PREFIX
 
@@ -84,8 +85,6 @@ async def sse_ceiling(port: int, streams: int, per_stream: int) -> Rate:
 
 def measure_raw(kind: str, streams: int, per_stream: int) -> Rate:
     """Start the bare ``kind`` server (``ws`` or ``sse``), stream, stop it."""
-    from harness.tools.selfbench.loop import run_async
-
     with child(["-m", "harness.tools.selfbench.raw_server", kind], READY_PREFIX) as (_, port_text):
         port = int(port_text)
         if kind == "ws":

@@ -26,6 +26,10 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
+import uvicorn
+from websockets.asyncio.server import ServerConnection, serve
+
+from harness.run.event_loop import run_async
 
 READY_PREFIX = "raw server listening on "
 
@@ -58,8 +62,6 @@ def _bind() -> socket.socket:
 
 
 async def _serve_ws(sock: socket.socket, stop: asyncio.Event) -> None:
-    from websockets.asyncio.server import ServerConnection, serve
-
     async def handler(conn: ServerConnection) -> None:
         async for raw in conn:
             n = int(orjson.loads(raw)["n"])
@@ -94,8 +96,6 @@ async def _sse_app(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 async def _serve_sse(sock: socket.socket, stop: asyncio.Event) -> None:
-    import uvicorn
-
     config = uvicorn.Config(_sse_app, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
@@ -118,12 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m harness.tools.selfbench.raw_server")
     parser.add_argument("kind", choices=("ws", "sse"))
     args = parser.parse_args(argv)
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a Linux dependency
-        asyncio.run(_main(args.kind))
-    else:
-        uvloop.run(_main(args.kind))
+    run_async(_main(args.kind))
     sys.exit(0)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.run.event_loop import run_async
 from harness.run.runner import RunOptions, run_plans
 from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
@@ -68,8 +69,6 @@ def run_once(
     *,
     turn_hook: Callable[[TurnRecord], None] | None = None,
 ) -> RunFigures:
-    from harness.tools.selfbench.loop import run_async
-
     scenario = _scenario(name, transports, rollout, load)
     plans = generate_rollouts(scenario)
     with tempfile.TemporaryDirectory(prefix="loopbench-selfbench-") as tmp:

@@ -1,4 +1,4 @@
-"""The event loop the measuring side runs on: uvloop where available, as ``loopbench run`` does."""
+"""The event loop a measuring process runs on: uvloop where available, else asyncio's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ T = TypeVar("T")
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     try:
-        import uvloop
+        import uvloop  # uvloop: optional (Linux only); asyncio's loop where it is missing
     except ImportError:  # pragma: no cover - uvloop is a Linux dependency
         return asyncio.run(coro)
     result: T = uvloop.run(coro)
