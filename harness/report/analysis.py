@@ -149,7 +149,7 @@ def aggregate_tps(run: Run, bucket_ns: int | None = None) -> pd.DataFrame:
     failed turns' tokens count (they loaded the engine), as in the summary.
     ``bucket_ns`` defaults to a width giving ~120 buckets over the longest transport.
     """
-    import pandas as pd
+    import pandas as pd  # pandas: only when a table is built
 
     df = run.turns
     df = df[df["rollout_id"] >= warmup_rollouts(run)]
@@ -189,7 +189,7 @@ def breakdown_table(summary: dict[str, Any]) -> pd.DataFrame:
     at 0); ``tool``, ``client`` and ``recovery`` are rollout time per turn.
     The server and unmodelled parts add up to the mean turn latency.
     """
-    import pandas as pd
+    import pandas as pd  # pandas: only when a table is built
 
     rows = {}
     for name in ordered_transports(summary.get("transports", {})):

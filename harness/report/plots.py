@@ -83,14 +83,14 @@ def transport_color(name: str, index: int = 0) -> str:
 @contextmanager
 def plot_style() -> Iterator[None]:
     """The report style, for figures built or saved inside the block."""
-    import matplotlib
+    import matplotlib  # matplotlib: only when plotting
 
     with matplotlib.rc_context(cast(Any, STYLE)):
         yield
 
 
 def _figure(width: float, height: float, ncols: int = 1, **kw: Any) -> tuple[Figure, list[Axes]]:
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # matplotlib: only when plotting
 
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False, **kw)[0]
@@ -159,7 +159,7 @@ def plot_turn_latency_growth(run: Run) -> Figure | None:
     ok = turns[turns["ok"] & turns["turn_ms"].notna()]
     if ok.empty:
         return None
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # matplotlib: only when plotting
 
     fig, axes = _figure(12, 4.8, ncols=2, sharey=True)
     ax_idx, ax_hist = axes
@@ -489,7 +489,7 @@ class PlotFile:
 
 def save_figure(fig: Figure, path: Path) -> Path:
     """Write ``fig`` as PNG through Agg (no display needed)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib: only when plotting
 
     FigureCanvasAgg(fig)
     with plot_style():
