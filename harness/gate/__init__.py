@@ -3,7 +3,7 @@
 Layers: :mod:`.rules` (rule model and YAML form) and :mod:`.evaluate` are pure;
 :mod:`.samples` turns a loaded results folder into samples; :mod:`.junit` and
 :mod:`.markdown` render a report; :mod:`.ab` measures two targets in
-interleaved rounds; :mod:`.command` is the ``loopbench gate`` subcommand and
-:mod:`.codes` its exit codes.  Nothing is imported here, so that registering
+interleaved rounds; :mod:`.codes` holds the exit codes.  The ``loopbench gate``
+subcommand is :mod:`harness.cli.gate`.  Nothing is imported here, so that registering
 the subcommand costs the CLI no numpy or pandas import.
 """

@@ -2,7 +2,7 @@
 
 The names are part of the CLI, of scenario files and of results.  Everything that
 needs to know about transports (scenario validation, CLI help, summaries, plots,
-calibrate, soak, reproduce, the server's latency prediction, both client edges)
+calibrate, soak, the server's latency prediction, both client edges)
 reads this table; adding a transport starts here (docs/architecture.md).
 """
 

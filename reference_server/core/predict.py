@@ -114,7 +114,7 @@ def predict_turn_ms(
 
 @dataclass(frozen=True, slots=True)
 class CodexRollout:
-    """The calibration workload: a coding agent's rollout (docs/model.md §9, docs/model.md).
+    """The calibration workload: a coding agent's rollout (docs/model.md §4).
 
     ``tool_calls`` tool-call turns then one final answer; turn 0 sends the
     system prompt, tool schemas and user prompt (``prompt_tokens``); every later

@@ -105,3 +105,16 @@ def test_one_baseline_rule() -> None:
     assert comparison_pairs(["ws", "http", "ws-store"]) == [("http", "ws"), ("http", "ws-store")]
     assert comparison_pairs(["ws"]) == []
     assert comparison_pairs([]) == []
+
+
+def test_each_transport_has_the_capabilities_it_is_documented_with() -> None:
+    """The registry is a positional table: a swapped column would change what runs."""
+    expected = {
+        "http": dict(websocket=False, chained=False, store=False, append=False, locust=True),
+        "http-chained": dict(websocket=False, chained=True, store=True, append=False, locust=True),
+        "ws": dict(websocket=True, chained=True, store=False, append=False, locust=True),
+        "ws-store": dict(websocket=True, chained=True, store=True, append=False, locust=True),
+        "ws-append": dict(websocket=True, chained=False, store=False, append=True, locust=False),
+    }
+    assert {t.name: {k: getattr(t, k) for k in expected[t.name]} for t in TRANSPORTS} == expected
+    assert len({t.colour for t in TRANSPORTS}) == len(TRANSPORTS)
