@@ -27,10 +27,16 @@ READY_PREFIX = "loopbench reference server listening on "
 
 
 def bind(host: str, port: int) -> socket.socket:
+    """The listening socket; a host or port it cannot use ends the process with one line."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:  # socket.gaierror included: an unknown host name
+        sock.close()
+        reason = exc.strerror or str(exc)
+        raise SystemExit(f"error: cannot listen on {host}:{port}: {reason}") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock

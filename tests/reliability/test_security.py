@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,3 +187,15 @@ def test_readers_that_stop_reading_are_dropped_without_growing_memory(fast: Serv
     )
     assert ok.status_code == 200
     assert "Traceback" not in "".join(fast.stderr)
+
+
+def test_a_host_it_cannot_listen_on_is_one_line_not_a_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "reference_server", "--host", "bad.invalid", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "error: cannot listen on bad.invalid:0: " in proc.stderr
