@@ -92,7 +92,6 @@ class MasterSide:
         self._send = send
         self.run: MasterRun | None = None
         self.last_summary: dict[str, Any] | None = None
-        self.last_run_dir: Path | None = None
         self.unrendered: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -354,7 +353,6 @@ class MasterSide:
         if render:
             self.render_pending()
         self.last_summary = summary
-        self.last_run_dir = measurement.run_dir
         log.info("loopbench results: %s", measurement.run_dir)
         return measurement.run_dir
 

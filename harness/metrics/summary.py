@@ -340,13 +340,6 @@ class Accumulator:
         stats = self._by_transport.get(transport)
         return buckets_to_series(stats.agg_buckets) if stats is not None else []
 
-    def rollout_latencies_ms(self, transport: str) -> dict[tuple[int, int], float]:
-        """Completed rollouts' latencies by ``(round, rollout_id)``."""
-        stats = self._by_transport.get(transport)
-        if stats is None:
-            return {}
-        return {k: v / 1e6 for k, v in stats.rollout_latency_ns.items()}
-
     # -- wire form ---------------------------------------------------------------------------
 
     def to_state(self) -> dict[str, Any]:

@@ -181,10 +181,6 @@ class ResultsWriter:
         """Turn rows already flushed to the file."""
         return self._turns.rows
 
-    @property
-    def rollouts_written(self) -> int:
-        return self._rollouts.rows
-
     def add_turn(self, rec: TurnRecord) -> None:
         self._turns.add(rec)
 

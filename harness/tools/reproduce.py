@@ -45,7 +45,6 @@ from harness.report.results import load_run, write_index
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
 from harness.run.runner import RunOptions, run_plans, run_scenario
-from harness.wire.errors import LoopbenchError
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import load_scenario, validate_scenario
 
@@ -57,10 +56,6 @@ PARTS = ("codex-cerebras", "codex-legacy-api", "codex-gpu-legacy", "decode-cereb
 SIDE_BY_SIDE = frozenset({"codex-gpu-legacy"})
 #: the ordering row, fastest first (docs/model.md §9 row 6)
 ORDERING = ("ws-append", "ws", "http-chained", "http")
-
-
-class ReproductionError(LoopbenchError):
-    """A reproduction part could not produce the values a row needs."""
 
 
 # -- pure: bands and verdicts ------------------------------------------------------------------

@@ -33,10 +33,6 @@ class TransportSpec:
     #: one line for ``--help``, ``loopbench validate`` and the docs
     description: str
 
-    @property
-    def stateless(self) -> bool:
-        return not self.chained and not self.append
-
 
 # One row per transport; the columns are TransportSpec's fields in order.
 # fmt: off

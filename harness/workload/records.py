@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-TURN_STATUS = ("completed", "incomplete", "failed", "error")
-
 
 @dataclass(slots=True)
 class TurnRecord:

@@ -298,11 +298,6 @@ class Load(StrictModel):
     rounds: int = Field(default=1, ge=1)
     max_schedule_lag_ms: float = Field(default=100.0, gt=0.0)
 
-    @property
-    def scheduled(self) -> bool:
-        """True when rollouts start at intended times (open or throughput mode)."""
-        return self.mode != "closed"
-
     @_model_validator(mode="after")
     def _open_loop(self) -> Load:
         if self.mode == "closed":

@@ -32,7 +32,6 @@ from typing import Any
 
 from harness.wire.pairs import parse_key_values
 
-KINDS = ("error", "disconnect", "stall", "spike", "evict")
 ERROR_STATUSES: dict[int, tuple[str, str, str]] = {
     # status: (type, code, message) in the shapes the public API uses for each
     429: (
@@ -88,7 +87,7 @@ class FaultSpec:
 
 @dataclass(frozen=True, slots=True)
 class Fault:
-    kind: str  # "" (none) or one of KINDS
+    kind: str  # "" (none), "error", "disconnect", "stall", "spike" or "evict"
     status: int = 0
 
     def __bool__(self) -> bool:

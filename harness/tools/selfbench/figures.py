@@ -28,10 +28,6 @@ def at_most(bound: float, text: str) -> Target:
     return Target(text, lambda v: v <= bound)
 
 
-def between(lo: float, hi: float, text: str) -> Target:
-    return Target(text, lambda v: lo <= v <= hi)
-
-
 @dataclass(frozen=True, slots=True)
 class Figure:
     """One measured number; ``passed`` is ``None`` for informational figures."""

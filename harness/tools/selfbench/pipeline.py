@@ -16,12 +16,9 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Sequence
 
 from harness.metrics.summary import Accumulator
 from harness.report.results import ResultsWriter
-from harness.run.embedded import embedded_server
-from harness.run.event_loop import run_async
 from harness.tools.selfbench.procs import SelfbenchError
 from harness.tools.selfbench.raw import Rate
 from harness.transports import TransportOptions, make_transport
@@ -101,18 +98,3 @@ async def drive(
             f"pipeline {transport_name}: {len(errors)} turn(s) failed, first: {errors[0]}"
         )
     return Rate(events, (t1 - t0) / 1e9, streams)
-
-
-def measure_pipeline(
-    transports: Sequence[str],
-    streams: int,
-    per_stream: int,
-    *,
-    server_args: Sequence[str] = (),
-) -> dict[str, Rate]:
-    """Start a flooding reference server and drive each transport against it."""
-    out: dict[str, Rate] = {}
-    with embedded_server(overrides=FLOOD_OVERRIDES, extra_args=[*FLOOD_ARGS, *server_args]) as url:
-        for name in transports:
-            out[name] = run_async(drive(url, name, streams, per_stream))
-    return out
