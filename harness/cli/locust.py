@@ -27,7 +27,7 @@ from harness.cli.summary_table import print_summary
 from harness.report.results import load_run, new_run_id
 from harness.run.embedded import embedded_server
 from harness.wire.errors import ResultsError, UsageError
-from harness.wire.transports import LOCUST_TRANSPORTS, TRANSPORTS
+from harness.wire.transports import TRANSPORTS, locust_spec
 from harness.workload.scenario import Scenario, load_scenario
 
 #: the locustfile, located without importing it (importing it would import locust)
@@ -257,11 +257,7 @@ def _check_scenario(args: argparse.Namespace) -> Scenario:
         else list(scenario.transports)
     )
     for name in names:
-        if name not in LOCUST_TRANSPORTS:
-            raise UsageError(
-                f"transports: {name!r} is not available under Locust; "
-                f"expected some of {', '.join(LOCUST_TRANSPORTS)}"
-            )
+        locust_spec(name)
     return scenario
 
 

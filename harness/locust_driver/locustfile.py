@@ -41,8 +41,8 @@ from harness.locust_driver.protocol import (
 )
 from harness.locust_driver.sessions import Session, make_session
 from harness.locust_driver.worker import WorkerSide
-from harness.wire.errors import LoopbenchError
-from harness.wire.transports import LOCUST_TRANSPORTS
+from harness.wire.errors import LoopbenchError, UsageError
+from harness.wire.transports import locust_spec
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord
 from harness.workload.scenario import load_scenario
@@ -138,11 +138,10 @@ def _master_options(environment: Environment) -> MasterOptions:
         else list(scenario.transports)
     )
     for name in transports:
-        if name not in LOCUST_TRANSPORTS:
-            _fail(
-                f"transports: {name!r} is not available under Locust; "
-                f"expected some of {', '.join(LOCUST_TRANSPORTS)}"
-            )
+        try:
+            locust_spec(name)
+        except UsageError as exc:
+            _fail(str(exc))
     return MasterOptions(
         scenario=scenario,
         scenario_path=str(opts.scenario),

@@ -21,8 +21,8 @@ from harness.client.stream import ResponseStream
 from harness.locust_driver.http_client import HttpConnection
 from harness.locust_driver.net import Endpoint, now_ns
 from harness.locust_driver.ws_client import WsConnection
-from harness.wire.errors import APIError, ErrorKind, TransportError, UsageError, WsClosed
-from harness.wire.transports import LOCUST_TRANSPORTS, TransportSpec, transport_spec
+from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
+from harness.wire.transports import TransportSpec, locust_spec
 from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
 
@@ -40,12 +40,7 @@ class Session(Protocol):
 
 
 def make_session(name: str, options: TransportOptions) -> Session:
-    spec = transport_spec(name)
-    if not spec.locust:
-        raise UsageError(
-            f"transport {name!r} is not available under Locust; "
-            f"expected one of {', '.join(LOCUST_TRANSPORTS)}"
-        )
+    spec = locust_spec(name)
     if spec.websocket:
         return WsSession(spec, options)
     return HttpSession(spec, options)

@@ -68,6 +68,17 @@ def transport_spec(name: str) -> TransportSpec:
         ) from None
 
 
+def locust_spec(name: str) -> TransportSpec:
+    """The spec of ``name`` if the Locust (gevent) edge runs it, else a :class:`UsageError`."""
+    spec = transport_spec(name)
+    if not spec.locust:
+        raise UsageError(
+            f"transports: {name!r} is not available under Locust; "
+            f"expected some of {', '.join(LOCUST_TRANSPORTS)}"
+        )
+    return spec
+
+
 def default_baseline(transports: Sequence[str], baseline: str | None = None) -> str:
     """The transport the others are compared with, in every kind of run: ``baseline`` if
     given, else the run's first transport in the registry's order (``http`` when present)."""

@@ -20,6 +20,7 @@ from harness.wire.transports import (
     TransportSpec,
     comparison_pairs,
     default_baseline,
+    locust_spec,
     transport_help,
     transport_spec,
 )
@@ -118,3 +119,11 @@ def test_each_transport_has_the_capabilities_it_is_documented_with() -> None:
     }
     assert {t.name: {k: getattr(t, k) for k in expected[t.name]} for t in TRANSPORTS} == expected
     assert len({t.colour for t in TRANSPORTS}) == len(TRANSPORTS)
+
+
+def test_locust_spec_refuses_what_the_gevent_edge_does_not_run() -> None:
+    assert locust_spec("ws-store").name == "ws-store"
+    with pytest.raises(
+        UsageError, match=r"'ws-append' is not available under Locust; expected some"
+    ):
+        locust_spec("ws-append")
