@@ -45,6 +45,7 @@ from harness.metrics.timeseries import buckets_to_series
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import RolloutRecord, TurnRecord
 
+#: the results format (summary.json, manifest.json, the row files), one version for all
 FORMAT_VERSION = 1
 
 #: transports in the order a default comparison picks its baseline: the registry's

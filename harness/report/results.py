@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import orjson
 
 from harness.metrics.hdr import Histogram, write_hlog
+from harness.metrics.summary import FORMAT_VERSION
 from harness.wire.errors import ResultsError
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
 if TYPE_CHECKING:
     import pandas as pd
 
-FORMAT_VERSION = 1
 
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
