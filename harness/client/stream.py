@@ -43,7 +43,7 @@ from harness.wire.events import (
     TEXT_DONE,
 )
 from harness.wire.tokens import count_tokens
-from harness.workload.records import TurnRecord
+from harness.workload.records import BURST_WINDOW_NS, TurnRecord
 
 __all__ = ["ResponseStream"]
 
@@ -73,7 +73,7 @@ class ResponseStream:
     after an ``error`` event only ``response.failed`` is still accepted.
     """
 
-    def __init__(self, sent_ns: int, burst_window_ns: int = 100_000_000) -> None:
+    def __init__(self, sent_ns: int, burst_window_ns: int = BURST_WINDOW_NS) -> None:
         if burst_window_ns <= 0:
             raise ValueError(f"burst_window_ns: expected a positive number, got {burst_window_ns}")
         self.burst_window_ns = burst_window_ns

@@ -43,7 +43,7 @@ from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.stats import paired_speedup, unpaired_speedup
 from harness.metrics.timeseries import buckets_to_series
 from harness.wire.transports import comparison_pairs
-from harness.workload.records import RolloutRecord, TurnRecord
+from harness.workload.records import BURST_WINDOW_NS, RolloutRecord, TurnRecord
 
 #: the results format (summary.json, manifest.json, the row files), one version for all
 FORMAT_VERSION = 1
@@ -219,7 +219,11 @@ class Accumulator:
     """
 
     def __init__(
-        self, *, warmup_rollouts: int = 0, burst_window_s: float = 0.1, t0_ns: int = 0
+        self,
+        *,
+        warmup_rollouts: int = 0,
+        burst_window_s: float = BURST_WINDOW_NS / 1e9,
+        t0_ns: int = 0,
     ) -> None:
         if burst_window_s <= 0:
             raise ValueError(f"burst_window_s: expected a positive number, got {burst_window_s}")

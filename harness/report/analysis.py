@@ -18,6 +18,7 @@ from harness.metrics import definitions as D
 from harness.metrics.stats import paired_speedup
 from harness.metrics.timeseries import pick_bucket_ns, token_rate_series
 from harness.wire.transports import TRANSPORT_NAMES
+from harness.workload.records import BURST_WINDOW_NS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from harness.report.results import Run
 
 #: the sliding window the transports use for ``burst_tokens_max`` (docs/metrics.md §1 default)
-BURST_WINDOW_S = 0.1
+BURST_WINDOW_S = BURST_WINDOW_NS / 1e9
 
 #: server-modelled parts of a turn (``sim_timing``), in critical-path order
 SERVER_COMPONENTS = tuple(key for key, _ in D.SERVER_BREAKDOWN)

@@ -48,6 +48,7 @@ import numpy as np
 
 from harness.wire.errors import LoopbenchError
 from harness.wire.transports import TRANSPORTS
+from harness.workload.records import BURST_WINDOW_NS
 
 # The transports a fit can use, grouped by what their requests cost (registry capabilities),
 # plainest first (no chain, then no store): the first one a run holds supplies the intercept.
@@ -63,7 +64,7 @@ CHAINED = frozenset(t.name for t in TRANSPORTS if t.chained)
 REHYDRATING = frozenset(t.name for t in TRANSPORTS if t.chained and not t.websocket)
 #: a response whose decode rate exceeds the sustained rate by this factor had a burst
 BURST_FACTOR = 1.05
-BURST_WINDOW_S = 0.1
+BURST_WINDOW_S = BURST_WINDOW_NS / 1e9
 
 
 class CalibrationError(LoopbenchError):

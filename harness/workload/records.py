@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+#: the sliding window of ``TurnRecord.burst_tokens_max``: the most output tokens any
+#: 100 ms of one response held (burst TPS = that / the window)
+BURST_WINDOW_NS = 100_000_000
+
 
 @dataclass(slots=True)
 class TurnRecord:
