@@ -31,7 +31,7 @@ from typing import Any
 
 from harness.report.render import render_run_safely
 from harness.report.results import load_run
-from harness.run.embedded import embedded_server
+from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
 from harness.run.runner import RunOptions, RunResult, open_measurement, run_plans
 from harness.wire.errors import LoopbenchError
@@ -129,20 +129,13 @@ def run_procs(
             return _run(
                 scenario, scenario_path, opts, plans, jobs, opts.target, False, Path(tmp), say
             )
-        server = scenario.server
         args = list(opts.server_args)
         if procs > 1:
             args += ["--workers", str(procs)]
             if "--store" not in args:
                 # Workers share the store: a file, private to this run.
                 args += ["--store", str(Path(tmp) / "store.sqlite3")]
-        with embedded_server(
-            api_profile=server.api_profile,
-            engine_profile=server.engine_profile,
-            overrides=dict(server.set),
-            seed=scenario.seed,
-            extra_args=args,
-        ) as url:
+        with scenario_server(scenario, args) as url:
             return _run(scenario, scenario_path, opts, plans, jobs, url, True, Path(tmp), say)
 
 
