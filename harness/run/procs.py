@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -57,20 +58,11 @@ def split_concurrency(concurrency: int, procs: int) -> list[int]:
 
 
 def _child(
-    index: int,
-    scenario: Scenario,
-    scenario_path: str,
-    plans: list[RolloutPlan],
-    base_url: str,
-    opts: RunOptions,
-    embedded: bool,
-    barrier: Any,
-    conn: Connection,
+    index: int, job: Callable[[], Coroutine[Any, Any, RunResult]], barrier: Any, conn: Connection
 ) -> None:
     try:
         barrier.wait(START_TIMEOUT_S)
-        coro = run_plans(scenario, scenario_path, plans, base_url, opts, embedded=embedded)
-        result = run_async(coro)
+        result = run_async(job())
         assert result.measurement is not None
         conn.send(
             {
@@ -170,12 +162,15 @@ def _run(
             target=_child,
             args=(
                 i,
-                child_scenario,
-                scenario_path,
-                part,
-                base_url,
-                child_opts,
-                embedded,
+                partial(
+                    run_plans,
+                    child_scenario,
+                    scenario_path,
+                    part,
+                    base_url,
+                    child_opts,
+                    embedded=embedded,
+                ),
                 barrier,
                 child_end,
             ),
