@@ -25,7 +25,7 @@ from typing import Any
 from harness.cli.common import HelpFormatter, scenario_overrides, transports_epilog
 from harness.cli.summary_table import print_summary
 from harness.report.results import load_run, new_run_id
-from harness.run.embedded import embedded_server
+from harness.run.embedded import scenario_server
 from harness.wire.errors import ResultsError, UsageError
 from harness.wire.transports import TRANSPORTS, locust_spec
 from harness.workload.scenario import Scenario, load_scenario
@@ -284,15 +284,7 @@ def _run_master(args: argparse.Namespace) -> int:
         if args.target:
             target, embedded = args.target, False
         else:
-            server = scenario.server
-            target = stack.enter_context(
-                embedded_server(
-                    api_profile=server.api_profile,
-                    engine_profile=server.engine_profile,
-                    overrides=dict(server.set),
-                    seed=scenario.seed,
-                )
-            )
+            target = stack.enter_context(scenario_server(scenario))
             embedded = True
         stop_file = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "stop"
         procs = stack.enter_context(_children())

@@ -119,13 +119,13 @@ class ResponseParser:
                 else:
                     self._remaining = size
                     state = _CHUNK_DATA
-            elif state == _CHUNK_DATA:
+            elif state in (_CHUNK_DATA, _LENGTH):  # a chunk, or a Content-Length body
                 take = min(self._remaining, end - pos)
                 out.append(buf[pos : pos + take])
                 pos += take
                 self._remaining -= take
                 if not self._remaining:
-                    state = _CHUNK_CRLF
+                    state = _CHUNK_CRLF if state == _CHUNK_DATA else _DONE
             elif state == _CHUNK_CRLF:
                 if end - pos < 2:
                     break
@@ -142,13 +142,6 @@ class ResponseParser:
                 if stop == pos:  # the empty line that ends the trailers
                     state = _DONE
                 pos = stop + 2
-            elif state == _LENGTH:
-                take = min(self._remaining, end - pos)
-                out.append(buf[pos : pos + take])
-                pos += take
-                self._remaining -= take
-                if not self._remaining:
-                    state = _DONE
             elif state == _UNTIL_CLOSE:
                 out.append(buf[pos:])
                 pos = end

@@ -43,7 +43,7 @@ from harness.wire.events import (
     TEXT_DONE,
 )
 from harness.wire.tokens import count_tokens
-from harness.workload.records import BURST_WINDOW_NS, TurnRecord
+from harness.workload.records import BURST_WINDOW_NS, SIM_FIELDS, TurnRecord
 
 __all__ = ["ResponseStream"]
 
@@ -52,15 +52,6 @@ _TERMINAL_STATUS = {COMPLETED: "completed", INCOMPLETE: "incomplete", FAILED: "f
 _PART_EVENTS = frozenset({TEXT_DELTA, TEXT_DONE, CONTENT_PART_DONE})
 # Events scoped to an item but not to a content part (item must be added, not yet done).
 _ITEM_EVENTS = frozenset({ARGUMENTS_DELTA, ARGUMENTS_DONE}) | (DELTA_TYPES - {TEXT_DELTA})
-_SIM_FIELDS = (
-    ("api_pre", "sim_api_pre_ms"),
-    ("api_queue", "sim_api_queue_ms"),
-    ("engine_queue", "sim_engine_queue_ms"),
-    ("prefill", "sim_prefill_ms"),
-    ("decode", "sim_decode_ms"),
-    ("api_post", "sim_api_post_ms"),
-    ("ttft", "sim_ttft_ms"),
-)
 
 
 class ResponseStream:
@@ -413,7 +404,7 @@ class ResponseStream:
         rec.burst_tokens_max = self.burst_tokens_max
         rec.itl_ns = list(self.itl_ns)
         st = self.sim_timing or {}
-        for key, attr in _SIM_FIELDS:
+        for key, attr in SIM_FIELDS:
             value = st.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 setattr(rec, attr, float(value))

@@ -28,8 +28,8 @@ from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
 from harness.run.manifest import build_manifest
 from harness.run.measurement import Measurement
-from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
-from harness.run.runner import RunOptions, RunResult, transport_options
+from harness.run.passes import ClientWatch, PassCounts, pass_duration
+from harness.run.runner import RunOptions, RunResult, measured_pass, transport_options
 from harness.transports import make_transport
 from harness.workload.plan import RolloutPlan
 from harness.workload.rollout import generate_rollouts
@@ -167,18 +167,8 @@ async def run_ab_plans(
                     live = PassCounts(total=len(chunk))
                     run = sides[side]
                     started = time.monotonic()
-                    await run_pass(
-                        clients[side][name],
-                        chunk,
-                        scenario,
-                        r,
-                        run.add_turn,
-                        run.add_rollout,
-                        live,
-                        run.schedules[name],
-                        duration,
-                        hints=run_opts.hints,
-                        turn_hook=run_opts.turn_hook,
+                    await measured_pass(
+                        run, clients[side][name], chunk, r, live, duration, run_opts
                     )
                     if printer is not None:
                         printer(

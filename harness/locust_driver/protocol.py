@@ -20,7 +20,7 @@ workers need nothing but the master's address.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 MSG_HELLO = "loopbench_hello"
@@ -31,6 +31,10 @@ MSG_FINAL = "loopbench_final"
 
 #: attribute of ``environment.parsed_options`` carrying :class:`RunConfig` to workers
 RUN_OPTION = "loopbench_run"
+
+
+#: a :class:`RunConfig` field's annotation -> the type its wire value is read as
+_WIRE_TYPES: dict[Any, Any] = {"str": str, "int": int, "float": float, "bool": bool}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +54,12 @@ class RunConfig:
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> RunConfig:
+        # Each value through its field's type: msgpack may hand back 120 for 120.0.
         return cls(
-            run_id=str(data["run_id"]),
-            target=str(data["target"]),
-            model=str(data["model"]),
-            warmup_rollouts=int(data["warmup_rollouts"]),
-            keepalive=bool(data["keepalive"]),
-            verify_tls=bool(data["verify_tls"]),
-            request_timeout_s=float(data["request_timeout_s"]),
-            api_key_env=str(data["api_key_env"]),
-            hints=bool(data.get("hints", True)),
+            **{
+                f.name: _WIRE_TYPES[f.type](
+                    data[f.name] if f.default is MISSING else data.get(f.name, f.default)
+                )
+                for f in fields(cls)
+            }
         )

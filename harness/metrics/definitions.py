@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from harness.workload.records import RolloutRecord, TurnRecord
+from harness.workload.records import SIM_BREAKDOWN, RolloutRecord, TurnRecord
 
 RecordKind = Literal["turn", "rollout"]
 Raw = Literal["ns", "tps"]
@@ -296,14 +296,7 @@ METRICS: list[Metric] = [
 
 #: server-modelled parts of a turn (``sim_timing``, mean over turns that reported it), in
 #: critical-path order: (``breakdown_ms`` key, TurnRecord field)
-SERVER_BREAKDOWN = (
-    ("api_pre", "sim_api_pre_ms"),
-    ("api_queue", "sim_api_queue_ms"),
-    ("engine_queue", "sim_engine_queue_ms"),
-    ("prefill", "sim_prefill_ms"),
-    ("decode", "sim_decode_ms"),
-    ("api_post", "sim_api_post_ms"),
-)
+SERVER_BREAKDOWN = SIM_BREAKDOWN
 #: client-side parts of a rollout, per turn: (``breakdown_ms`` key, RolloutRecord field)
 CLIENT_BREAKDOWN = (("tool", "tool_ns"), ("client", "client_ns"), ("recovery", "recovery_ns"))
 

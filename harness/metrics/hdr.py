@@ -44,7 +44,7 @@ UNITS: dict[str, int] = {"us": 3_600_000_000, "tps": 1_000_000}
 _HLOG_MAX_RATIO = {"us": 1000.0, "tps": 1.0}
 
 # With 3 significant digits HdrHistogram uses 2048 sub-buckets (half = 1024,
-# magnitude 10).  record() computes the counts index inline with these instead
+# magnitude 10).  _add() computes the counts index inline with these instead
 # of calling hdrh's record_value, which is several times slower (bin()-based clz).
 _SUB_BUCKET_HALF_MAG = 10
 _SUB_BUCKET_HALF = 1 << _SUB_BUCKET_HALF_MAG
@@ -92,16 +92,10 @@ class Histogram:
 
     def record(self, value: float) -> None:
         """Record ``value`` in this histogram's unit (rounded to an integer)."""
-        v = value if value.__class__ is int else round(float(value))
-        if v < 0 or v > self.highest or value < 0:
-            v = self._clamp(-1 if value < 0 else v)
-        b = v.bit_length() - _SUB_BUCKET_BITS
-        if b > 0:
-            self._counts[((b + 1) << _SUB_BUCKET_HALF_MAG) + (v >> b) - _SUB_BUCKET_HALF] += 1
+        if value < 0:
+            self._add(-1)
         else:
-            self._counts[v] += 1
-        self.count += 1
-        self.sum += v
+            self._add(value if value.__class__ is int else round(float(value)))
 
     def record_ns(self, ns: int) -> None:
         """Record a duration given in nanoseconds (rounded to the nearest µs).
@@ -109,7 +103,10 @@ class Histogram:
         Any negative duration counts as ``below``, even one that would round to 0:
         it means two timestamps were taken out of order, which must not go unseen.
         """
-        v = (ns + 500) // 1000 if ns >= 0 else -1
+        self._add((ns + 500) // 1000 if ns >= 0 else -1)
+
+    def _add(self, v: int) -> None:
+        """Count ``v`` (in this histogram's unit); out of range counts as ``below``/``above``."""
         if v < 0 or v > self.highest:
             v = self._clamp(v)
         b = v.bit_length() - _SUB_BUCKET_BITS

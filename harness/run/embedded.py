@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 from harness.run.child import ReadyChild, ready_child
 from harness.wire.errors import LoopbenchError
+from harness.workload.scenario import Scenario
 
 READY_PREFIX = "loopbench reference server listening on "
 
@@ -53,6 +54,20 @@ def embedded_server(
         args += ["--store", ":memory:"]
     with server_child(args, startup_timeout_s=startup_timeout_s) as child:
         yield child.ready
+
+
+def scenario_server(
+    scenario: Scenario, extra_args: Sequence[str] = ()
+) -> AbstractContextManager[str]:
+    """:func:`embedded_server` with the profiles, overrides and seed the scenario names."""
+    server = scenario.server
+    return embedded_server(
+        api_profile=server.api_profile,
+        engine_profile=server.engine_profile,
+        overrides=dict(server.set),
+        seed=scenario.seed,
+        extra_args=extra_args,
+    )
 
 
 def server_child(

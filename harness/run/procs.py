@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from harness.report.render import render_run_safely
 from harness.report.results import load_run
-from harness.run.embedded import embedded_server
+from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
 from harness.run.runner import RunOptions, RunResult, open_measurement, run_plans
 from harness.wire.errors import LoopbenchError
@@ -57,20 +58,11 @@ def split_concurrency(concurrency: int, procs: int) -> list[int]:
 
 
 def _child(
-    index: int,
-    scenario: Scenario,
-    scenario_path: str,
-    plans: list[RolloutPlan],
-    base_url: str,
-    opts: RunOptions,
-    embedded: bool,
-    barrier: Any,
-    conn: Connection,
+    index: int, job: Callable[[], Coroutine[Any, Any, RunResult]], barrier: Any, conn: Connection
 ) -> None:
     try:
         barrier.wait(START_TIMEOUT_S)
-        coro = run_plans(scenario, scenario_path, plans, base_url, opts, embedded=embedded)
-        result = run_async(coro)
+        result = run_async(job())
         assert result.measurement is not None
         conn.send(
             {
@@ -129,20 +121,13 @@ def run_procs(
             return _run(
                 scenario, scenario_path, opts, plans, jobs, opts.target, False, Path(tmp), say
             )
-        server = scenario.server
         args = list(opts.server_args)
         if procs > 1:
             args += ["--workers", str(procs)]
             if "--store" not in args:
                 # Workers share the store: a file, private to this run.
                 args += ["--store", str(Path(tmp) / "store.sqlite3")]
-        with embedded_server(
-            api_profile=server.api_profile,
-            engine_profile=server.engine_profile,
-            overrides=dict(server.set),
-            seed=scenario.seed,
-            extra_args=args,
-        ) as url:
+        with scenario_server(scenario, args) as url:
             return _run(scenario, scenario_path, opts, plans, jobs, url, True, Path(tmp), say)
 
 
@@ -177,12 +162,15 @@ def _run(
             target=_child,
             args=(
                 i,
-                child_scenario,
-                scenario_path,
-                part,
-                base_url,
-                child_opts,
-                embedded,
+                partial(
+                    run_plans,
+                    child_scenario,
+                    scenario_path,
+                    part,
+                    base_url,
+                    child_opts,
+                    embedded=embedded,
+                ),
                 barrier,
                 child_end,
             ),

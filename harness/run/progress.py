@@ -187,6 +187,15 @@ def make_progress(
     return LineProgress(write, interval_s)
 
 
+def titled_table(title: str, first: str, *rest: str) -> Table:
+    """A table of end-of-run figures: the first column names the row (left), numbers follow (right)."""
+    table = Table(title=title, title_justify="left")
+    table.add_column(first, justify="left")
+    for name in rest:
+        table.add_column(name, justify="right")
+    return table
+
+
 def schedule_table(summary: dict[str, Any]) -> Any:
     """The load generator's own figures (intended vs actual starts), or None for a closed loop.
 
@@ -195,8 +204,8 @@ def schedule_table(summary: dict[str, Any]) -> Any:
     """
     if summary.get("load", {}).get("mode", "closed") == "closed":
         return None
-    table = Table(title="load generator (intended vs actual starts)", title_justify="left")
-    for name in (
+    table = titled_table(
+        "load generator (intended vs actual starts)",
         "transport",
         "intended",
         "started",
@@ -207,8 +216,7 @@ def schedule_table(summary: dict[str, Any]) -> Any:
         "lag max ms",
         "rollout p50 ms",
         "uncorrected p50 ms",
-    ):
-        table.add_column(name, justify="left" if name == "transport" else "right")
+    )
     for name, t in summary.get("transports", {}).items():
         sched = t.get("schedule") or {}
         lag = t.get("schedule_lag_ms") or {}

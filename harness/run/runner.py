@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
-from harness.run.embedded import embedded_server
+from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
 from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement, pool_size
 from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
 from harness.run.progress import LineProgress, ProgressSink
-from harness.transports import TransportOptions, make_transport
+from harness.transports import Transport, TransportOptions, make_transport
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
@@ -138,6 +138,31 @@ def open_measurement(
     )
 
 
+def measured_pass(
+    run: Measurement,
+    transport: Transport,
+    plans: Sequence[RolloutPlan],
+    round_index: int,
+    live: PassCounts,
+    duration_s: float | None,
+    opts: RunOptions,
+) -> Coroutine[Any, Any, None]:
+    """One pass of ``transport`` whose records and schedule go to ``run``."""
+    return run_pass(
+        transport,
+        plans,
+        run.scenario,
+        round_index,
+        run.add_turn,
+        run.add_rollout,
+        live,
+        run.schedules[transport.name],
+        duration_s,
+        hints=opts.hints,
+        turn_hook=opts.turn_hook,
+    )
+
+
 async def run_plans(
     scenario: Scenario,
     scenario_path: str,
@@ -172,19 +197,7 @@ async def run_plans(
                 live = PassCounts(total=len(chunk))
                 started = time.perf_counter_ns()
                 task = asyncio.ensure_future(
-                    run_pass(
-                        clients[name],
-                        chunk,
-                        scenario,
-                        round_index,
-                        run.add_turn,
-                        run.add_rollout,
-                        live,
-                        run.schedules[name],
-                        duration,
-                        hints=opts.hints,
-                        turn_hook=opts.turn_hook,
-                    )
+                    measured_pass(run, clients[name], chunk, round_index, live, duration, opts)
                 )
                 try:
                     while not task.done():
@@ -239,12 +252,5 @@ def run_scenario(
 
     if opts.target:
         return go(opts.target, False)
-    server = scenario.server
-    with embedded_server(
-        api_profile=server.api_profile,
-        engine_profile=server.engine_profile,
-        overrides=dict(server.set),
-        seed=scenario.seed,
-        extra_args=opts.server_args,
-    ) as url:
+    with scenario_server(scenario, opts.server_args) as url:
         return go(url, True)

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from harness.metrics.stats import paired_speedup
 from harness.report.results import load_run, write_index
-from harness.run.embedded import embedded_server
+from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
 from harness.run.runner import RunOptions, run_plans, run_scenario
 from harness.workload.rollout import generate_rollouts
@@ -494,16 +494,10 @@ def _run_side_by_side(
     writing its results (statistics, plots) would stall a shared loop for
     seconds and the other transport would measure the stall.
     """
-    server = scenario.server
     doc = scenario.model_dump(mode="json")
     ctx = multiprocessing.get_context("spawn")
     with (
-        embedded_server(
-            api_profile=server.api_profile,
-            engine_profile=server.engine_profile,
-            overrides=dict(server.set),
-            seed=scenario.seed,
-        ) as url,
+        scenario_server(scenario) as url,
         ProcessPoolExecutor(max_workers=len(transports), mp_context=ctx) as pool,
     ):
         futures = {

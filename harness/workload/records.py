@@ -14,6 +14,18 @@ from dataclasses import dataclass, field, fields
 #: 100 ms of one response held (burst TPS = that / the window)
 BURST_WINDOW_NS = 100_000_000
 
+#: the server-modelled parts of a turn in critical-path order: (``sim_timing`` key, TurnRecord field)
+SIM_BREAKDOWN = (
+    ("api_pre", "sim_api_pre_ms"),
+    ("api_queue", "sim_api_queue_ms"),
+    ("engine_queue", "sim_engine_queue_ms"),
+    ("prefill", "sim_prefill_ms"),
+    ("decode", "sim_decode_ms"),
+    ("api_post", "sim_api_post_ms"),
+)
+#: every ``sim_timing`` key a turn keeps: the parts and the modelled TTFT
+SIM_FIELDS = (*SIM_BREAKDOWN, ("ttft", "sim_ttft_ms"))
+
 
 @dataclass(slots=True)
 class TurnRecord:

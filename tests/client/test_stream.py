@@ -39,6 +39,11 @@ def run(events: Events, times: list[int] | None = None, **kw: Any) -> ResponseSt
     return s
 
 
+def stamps(rec: TurnRecord) -> tuple[int, int, int, int, int]:
+    """A turn's timestamps in order: sent, first event, first token, last token, done."""
+    return (rec.sent_ns, rec.first_event_ns, rec.first_token_ns, rec.last_token_ns, rec.done_ns)
+
+
 def record(s: ResponseStream) -> TurnRecord:
     rec = TurnRecord(transport="http", rollout_id=1, turn_index=0)
     s.fill(rec)
@@ -280,19 +285,7 @@ def test_timestamps_itl_and_delta_count() -> None:
     for e, t in zip(events, times, strict=True):
         s_sent.feed(e, t * MS)
     rec = record(s_sent)
-    assert (
-        rec.sent_ns,
-        rec.first_event_ns,
-        rec.first_token_ns,
-        rec.last_token_ns,
-        rec.done_ns,
-    ) == (
-        2 * MS,
-        5 * MS,
-        10 * MS,
-        30 * MS,
-        40 * MS,
-    )
+    assert stamps(rec) == (2 * MS, 5 * MS, 10 * MS, 30 * MS, 40 * MS)
     assert rec.ttft_ns == 8 * MS and rec.turn_ns == 38 * MS
     assert rec.delta_events == 4 and len(rec.itl_ns) == rec.delta_events - 1
     assert rec.itl_ns == [3 * MS, 7 * MS, 10 * MS]

@@ -23,7 +23,7 @@ from harness.gate.evaluate import evaluate
 from harness.gate.rules import load_rules
 from harness.gate.samples import RunData, run_data
 from harness.report.results import load_run
-from harness.run.embedded import embedded_server
+from harness.run.embedded import scenario_server
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
 
@@ -38,13 +38,7 @@ pytestmark = pytest.mark.slow
 def aa_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RunData]]:
     out = tmp_path_factory.mktemp("aa")
     scenario = load_scenario(SCENARIO)
-    server = scenario.server
-    with embedded_server(
-        api_profile=server.api_profile,
-        engine_profile=server.engine_profile,
-        overrides=dict(server.set),
-        seed=scenario.seed,
-    ) as url:
+    with scenario_server(scenario) as url:
         for run_id in ["warmup"] + [f"aa{i}" for i in range(RUNS)]:
             run_scenario(
                 scenario,

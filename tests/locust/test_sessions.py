@@ -11,7 +11,6 @@ import time
 import pytest
 
 from harness.client.options import TransportOptions
-from harness.locust_driver.agent_loop import run_rollout
 from harness.locust_driver.net import Endpoint, now_ns
 from harness.locust_driver.sessions import HttpSession, WsSession, make_session
 from harness.wire.errors import APIError, UsageError
@@ -21,6 +20,7 @@ from harness.workload.plan import RolloutPlan
 from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
+from tests.transports.gevent_replay import replay
 
 
 @pytest.fixture(scope="module")
@@ -46,24 +46,11 @@ def plans() -> list[RolloutPlan]:
 
 
 def _run(name: str, url: str, plans: list[RolloutPlan], **opts: bool) -> list[TurnRecord]:
-    session = make_session(name, TransportOptions(url, **opts))
     turns: list[TurnRecord] = []
-    try:
-        for plan in plans:
-            roll = run_rollout(
-                session,
-                plan,
-                intended_start_ns=now_ns(),
-                round_index=0,
-                model="sim-model",
-                on_turn=turns.append,
-                sleep=time.sleep,
-            )
-            assert roll.status == "completed", (roll.error_kind, turns[-1].error_message)
-            assert roll.turns == len(plan.turns) == 3
-            assert roll.start_ns <= roll.end_ns and roll.tool_ns >= 2 * 1_000_000
-    finally:
-        session.close()
+    for plan, roll in replay(name, TransportOptions(url, **opts), plans, turns.append, time.sleep):
+        assert roll.status == "completed", (roll.error_kind, turns[-1].error_message)
+        assert roll.turns == len(plan.turns) == 3
+        assert roll.start_ns <= roll.end_ns and roll.tool_ns >= 2 * 1_000_000
     return turns
 
 

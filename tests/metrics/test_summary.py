@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import orjson
 import pytest
 
@@ -12,74 +15,60 @@ MS = 1_000_000
 S = 1_000_000_000
 
 
+TURN_STAMPS = ("sent_ns", "first_event_ns", "first_token_ns", "last_token_ns", "done_ns")
+ROLLOUT_STAMPS = ("intended_start_ns", "start_ns", "end_ns")
+
+
+def _turn(key: tuple[str, int, int], status: str, stamps: Sequence[int], **kw: Any) -> TurnRecord:
+    """Turn ``(transport, rollout, index)``; ``stamps`` in the order of TURN_STAMPS (0: none)."""
+    return TurnRecord(*key, status=status, **dict(zip(TURN_STAMPS, stamps, strict=False)), **kw)
+
+
+def _rollout(key: tuple[str, int], status: str, stamps: Sequence[int], **kw: Any) -> RolloutRecord:
+    """Rollout ``(transport, rollout)``; ``stamps`` in the order of ROLLOUT_STAMPS."""
+    return RolloutRecord(
+        *key, status=status, **dict(zip(ROLLOUT_STAMPS, stamps, strict=False)), **kw
+    )
+
+
+def _sim(**ms: float) -> dict[str, float]:
+    """The server's sim_timing fields of a turn: ``_sim(prefill=3.0)`` -> sim_prefill_ms."""
+    return {f"sim_{part}_ms": value for part, value in ms.items()}
+
+
 def _turns() -> list[TurnRecord]:
+    t1, t2, t5 = S, 2 * S, 5 * S
     return [
         # warm-up rollout 0: excluded everywhere
-        TurnRecord(
-            transport="http",
-            rollout_id=0,
-            turn_index=0,
-            sent_ns=1,
-            first_token_ns=900 * MS,
-            last_token_ns=950 * MS,
-            done_ns=999 * MS,
-            status="completed",
+        _turn(
+            ("http", 0, 0),
+            "completed",
+            (1, 0, 900 * MS, 950 * MS, 999 * MS),
             output_tokens=500,
             burst_tokens_max=400,
         ),
-        TurnRecord(
-            transport="http",
-            rollout_id=1,
-            turn_index=0,
-            sent_ns=1 * S,
-            first_event_ns=1 * S + 5 * MS,
-            first_token_ns=1 * S + 10 * MS,
-            last_token_ns=1 * S + 110 * MS,
-            done_ns=1 * S + 120 * MS,
-            status="completed",
+        _turn(
+            ("http", 1, 0),
+            "completed",
+            (t1, t1 + 5 * MS, t1 + 10 * MS, t1 + 110 * MS, t1 + 120 * MS),
             output_tokens=101,
             burst_tokens_max=30,
             itl_ns=[1 * MS] * 100,
-            sim_api_pre_ms=2.0,
-            sim_api_queue_ms=0.0,
-            sim_prefill_ms=3.0,
-            sim_decode_ms=100.0,
-            sim_api_post_ms=1.0,
-            sim_ttft_ms=9.0,
+            **_sim(api_pre=2.0, api_queue=0.0, prefill=3.0, decode=100.0, api_post=1.0, ttft=9.0),
         ),
-        TurnRecord(
-            transport="http",
-            rollout_id=1,
-            turn_index=1,
-            sent_ns=2 * S,
-            first_event_ns=2 * S + 4 * MS,
-            first_token_ns=2 * S + 20 * MS,
-            last_token_ns=2 * S + 20 * MS,
-            done_ns=2 * S + 30 * MS,
-            status="incomplete",
+        _turn(
+            ("http", 1, 1),
+            "incomplete",
+            (t2, t2 + 4 * MS, t2 + 20 * MS, t2 + 20 * MS, t2 + 30 * MS),
             output_tokens=1,
             burst_tokens_max=1,
-            sim_api_pre_ms=4.0,
-            sim_ttft_ms=21.0,
+            **_sim(api_pre=4.0, ttft=21.0),
         ),
-        TurnRecord(
-            transport="http",
-            rollout_id=1,
-            turn_index=2,
-            sent_ns=3 * S,
-            status="failed",
-            error_kind="rate_limited",
-        ),
-        TurnRecord(
-            transport="ws",
-            rollout_id=1,
-            turn_index=0,
-            sent_ns=5 * S,
-            first_event_ns=5 * S + 2 * MS,
-            first_token_ns=5 * S + 5 * MS,
-            last_token_ns=5 * S + 5 * MS,
-            done_ns=5 * S + 6 * MS,
-            status="completed",
+        _turn(("http", 1, 2), "failed", (3 * S,), error_kind="rate_limited"),
+        _turn(
+            ("ws", 1, 0),
+            "completed",
+            (t5, t5 + 2 * MS, t5 + 5 * MS, t5 + 5 * MS, t5 + 6 * MS),
             output_tokens=1,
         ),
     ]
@@ -87,44 +76,18 @@ def _turns() -> list[TurnRecord]:
 
 def _rollouts() -> list[RolloutRecord]:
     return [
-        RolloutRecord(
-            transport="http",
-            rollout_id=0,
-            start_ns=1,
-            intended_start_ns=1,
-            end_ns=S,
-            status="completed",
-            turns=1,
-        ),
-        RolloutRecord(
-            transport="http",
-            rollout_id=1,
-            intended_start_ns=900 * MS,
-            start_ns=950 * MS,
-            end_ns=2100 * MS,
+        _rollout(("http", 0), "completed", (1, 1, S), turns=1),
+        _rollout(
+            ("http", 1),
+            "completed",
+            (900 * MS, 950 * MS, 2100 * MS),
             turns=3,
             errors=1,
-            status="completed",
             tool_ns=300 * MS,
             client_ns=30 * MS,
         ),
-        RolloutRecord(
-            transport="http",
-            rollout_id=2,
-            intended_start_ns=3 * S,
-            start_ns=3 * S,
-            status="failed",
-            error_kind="timeout",
-        ),
-        RolloutRecord(
-            transport="ws",
-            rollout_id=1,
-            intended_start_ns=5 * S,
-            start_ns=5 * S,
-            end_ns=5 * S + 600 * MS,
-            turns=1,
-            status="completed",
-        ),
+        _rollout(("http", 2), "failed", (3 * S, 3 * S), error_kind="timeout"),
+        _rollout(("ws", 1), "completed", (5 * S, 5 * S, 5 * S + 600 * MS), turns=1),
     ]
 
 
@@ -259,17 +222,7 @@ def test_default_comparisons_use_http_as_baseline() -> None:
 
 def test_unpaired_when_completed_rollouts_differ() -> None:
     acc = _filled()
-    acc.add_rollout(
-        RolloutRecord(
-            transport="ws",
-            rollout_id=3,
-            intended_start_ns=S,
-            start_ns=S,
-            end_ns=S + 200 * MS,
-            status="completed",
-            turns=1,
-        )
-    )
+    acc.add_rollout(_rollout(("ws", 3), "completed", (S, S, S + 200 * MS), turns=1))
     (cmp,) = acc.summary("x")["comparisons"]
     assert cmp["paired"] is False
     # ratio of medians: 1200 / median(600, 200) = 3
@@ -328,17 +281,7 @@ def test_aggregate_tps_spreads_tokens_across_seconds() -> None:
     acc = Accumulator()
     # 300 tokens uniformly over 0.5 s .. 2.0 s: 100 in second 0, 200 in second 1
     acc.add_turn(
-        TurnRecord(
-            transport="http",
-            rollout_id=0,
-            turn_index=0,
-            sent_ns=1,
-            first_token_ns=S // 2,
-            last_token_ns=2 * S,
-            done_ns=2 * S,
-            status="completed",
-            output_tokens=300,
-        )
+        _turn(("http", 0, 0), "completed", (1, 0, S // 2, 2 * S, 2 * S), output_tokens=300)
     )
     tps = acc.summary("x")["transports"]["http"]["tps"]
     assert tps["aggregate_peak"] == 200.0
@@ -432,17 +375,7 @@ def test_aggregate_tps_series_matches_vectorised_series() -> None:
     ]
     for i, (first, last, n) in enumerate(turns):
         acc.add_turn(
-            TurnRecord(
-                transport="ws",
-                rollout_id=i,
-                turn_index=0,
-                sent_ns=first - 1,
-                first_token_ns=first,
-                last_token_ns=last,
-                done_ns=last,
-                status="completed",
-                output_tokens=n,
-            )
+            _turn(("ws", i, 0), "completed", (first - 1, 0, first, last, last), output_tokens=n)
         )
     series = acc.aggregate_tps_series("ws")
     starts, rates = token_rate_series(

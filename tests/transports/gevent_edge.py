@@ -18,11 +18,9 @@ import sys  # noqa: E402
 from dataclasses import asdict  # noqa: E402
 
 import gevent  # noqa: E402
+from gevent_replay import replay  # noqa: E402  (this script's folder is on sys.path)
 
 from harness.client.options import TransportOptions  # noqa: E402
-from harness.locust_driver.agent_loop import run_rollout  # noqa: E402
-from harness.locust_driver.net import now_ns  # noqa: E402
-from harness.locust_driver.sessions import make_session  # noqa: E402
 from harness.locust_driver.wire import plan_from_wire  # noqa: E402
 from harness.workload.records import TurnRecord  # noqa: E402
 
@@ -33,20 +31,7 @@ def main() -> None:
     plans = [plan_from_wire(p) for p in job["plans"]]
     turns: list[TurnRecord] = []
     for name in job["transports"]:
-        session = make_session(name, options)
-        try:
-            for plan in plans:
-                run_rollout(
-                    session,
-                    plan,
-                    intended_start_ns=now_ns(),
-                    round_index=0,
-                    model="sim-model",
-                    on_turn=turns.append,
-                    sleep=gevent.sleep,
-                )
-        finally:
-            session.close()
+        list(replay(name, options, plans, turns.append, gevent.sleep))
     json.dump([asdict(t) for t in turns], sys.stdout)
 
 

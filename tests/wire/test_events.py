@@ -12,6 +12,7 @@ from openai import omit
 from openai.lib.streaming.responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.responses.responses_server_event import ResponsesServerEvent
+from tests.core.test_stream import stamps
 
 from harness.client.stream import ResponseStream
 from harness.wire import events as ev
@@ -381,19 +382,7 @@ def test_builder_output_feeds_response_stream_into_record() -> None:
     rec = TurnRecord(transport="ws", rollout_id=0, turn_index=0)
     s.fill(rec)
     assert (rec.status, rec.response_id) == ("completed", "resp_0123")
-    assert (
-        rec.sent_ns,
-        rec.first_event_ns,
-        rec.first_token_ns,
-        rec.last_token_ns,
-        rec.done_ns,
-    ) == (
-        1_000,
-        2_000,
-        5_000,
-        6_000,
-        2_000 + (len(events) - 1) * 1_000,
-    )
+    assert stamps(rec) == (1_000, 2_000, 5_000, 6_000, 2_000 + (len(events) - 1) * 1_000)
     assert (rec.input_tokens, rec.cached_tokens, rec.output_tokens) == (50, 40, 5)
     assert rec.delta_events == 2 and rec.itl_ns == [1_000]
     assert (rec.sim_api_pre_ms, rec.sim_engine_queue_ms, rec.sim_api_post_ms) == (1.5, 0.25, 0.5)
