@@ -12,7 +12,7 @@ from openai import omit
 from openai.lib.streaming.responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.responses.responses_server_event import ResponsesServerEvent
-from tests.core.test_stream import stamps
+from tests.client.test_stream import stamps
 
 from harness.client.stream import ResponseStream
 from harness.wire import events as ev
