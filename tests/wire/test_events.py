@@ -12,13 +12,13 @@ from openai import omit
 from openai.lib.streaming.responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.responses.responses_server_event import ResponsesServerEvent
-from tests.client.test_stream import stamps
 
 from harness.client.stream import ResponseStream
 from harness.wire import events as ev
 from harness.wire.errors import ProtocolError
 from harness.wire.events import ResponseBuilder, usage
 from harness.workload.records import TurnRecord
+from tests.client.test_stream import stamps
 from tests.function_tools import strict_tool
 
 STREAM_EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
