@@ -33,12 +33,14 @@ from harness.locust_driver.protocol import (
 )
 from harness.locust_driver.wire import plan_from_wire, rollout_to_row, turn_to_row
 from harness.locust_driver.work import Claim
+from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
 from harness.run.health import LOOP_WATCH_INTERVAL_S, CpuMeter
 from harness.workload.records import RolloutRecord, TurnRecord
 
 SHIP_INTERVAL_S = 0.5
+_TTFT, _TURN, _ROLLOUT = D.get("ttft_ms"), D.get("turn_ms"), D.get("rollout_ms")
 
 
 @dataclass(slots=True)
@@ -176,19 +178,21 @@ class WorkerSide:
         exc = (
             None if rec.ok else RuntimeError(f"{rec.error_kind or rec.status}: {rec.error_message}")
         )
-        if rec.ok and rec.first_token_ns and rec.sent_ns:
+        ttft = D.sample(_TTFT, rec)
+        if ttft is not None:
             self._fire(
                 request_type=name,
                 name=f"{name} ttft",
-                response_time=(rec.first_token_ns - rec.sent_ns) / 1e6,
+                response_time=ttft,
                 response_length=0,
                 exception=None,
                 context={"rollout_id": rec.rollout_id, "turn": rec.turn_index},
             )
+        # Locust counts a failed turn with how long it ran (0 without a send or an end)
         self._fire(
             request_type=name,
             name=f"{name} turn",
-            response_time=((rec.done_ns or now_ns()) - rec.sent_ns) / 1e6 if rec.sent_ns else 0.0,
+            response_time=D.sample(_TURN, rec, failed_too=True) or 0.0,
             response_length=rec.output_tokens,
             exception=exc,
             context={"rollout_id": rec.rollout_id, "turn": rec.turn_index},
@@ -199,12 +203,11 @@ class WorkerSide:
         if run is None:
             return
         run.add_rollout(rec)
-        start = rec.intended_start_ns or rec.start_ns
         exc = None if rec.ok else RuntimeError(f"{rec.error_kind or rec.status}")
         self._fire(
             request_type=rec.transport,
             name=f"{rec.transport} rollout",
-            response_time=(rec.end_ns - start) / 1e6,
+            response_time=D.sample(_ROLLOUT, rec, failed_too=True) or 0.0,
             response_length=rec.turns,
             exception=exc,
             context={"rollout_id": rec.rollout_id},

@@ -30,14 +30,20 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from harness.workload.records import SIM_BREAKDOWN, RolloutRecord, TurnRecord
+from harness.workload.records import (
+    OK_ROLLOUT_STATUSES,
+    OK_TURN_STATUSES,
+    SIM_BREAKDOWN,
+    RolloutRecord,
+    TurnRecord,
+)
 
 RecordKind = Literal["turn", "rollout"]
 Raw = Literal["ns", "tps"]
 
-#: the statuses that give latency samples; any other status is a failure
-TURN_OK = ("completed", "incomplete")
-ROLLOUT_OK = ("completed",)
+#: the statuses that give latency samples: the records' own success rule
+TURN_OK = OK_TURN_STATUSES
+ROLLOUT_OK = OK_ROLLOUT_STATUSES
 
 #: percentile statistics by name; "mean", "peak" are the other statistics a metric may name
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
@@ -407,14 +413,18 @@ class _Columns:
         return self._df[name]
 
 
-def sample(m: Metric, rec: TurnRecord | RolloutRecord) -> Any:
+def sample(m: Metric, rec: TurnRecord | RolloutRecord, *, failed_too: bool = False) -> Any:
     """The metric's value for one record, in ``m.unit``; None when it gives no sample.
 
-    Slow (evaluates the expressions): for tests and one-off use; the accumulator
-    uses :func:`compile_adder`.
+    ``failed_too``: a failed record gives a value too (how long it ran before failing),
+    for statistics that count failures with their times (Locust's).  A few µs a call
+    (evaluates the expressions): once per record at most; the accumulator uses
+    :func:`compile_adder`.
     """
     ok = TURN_OK if m.record == "turn" else ROLLOUT_OK
-    if not (m.failed_too or rec.status in ok) or not eval(_code(m, m.when), {_REC: rec}):
+    if not (failed_too or m.failed_too or rec.status in ok) or not eval(
+        _code(m, m.when), {_REC: rec}
+    ):
         return None
     value = eval(_code(m, m.value), {_REC: rec})
     return [v / m.scale for v in value] if m.many else value / m.scale

@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram
 from harness.run import quiet_gc
 from harness.run.health import LOOP_WATCH_INTERVAL_S, ClientHealth, CpuMeter
@@ -26,6 +27,8 @@ from harness.transports.rollout_loop import run_rollout
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.scenario import Load, Scenario
+
+_TTFT = D.get("ttft_ms")
 
 
 @dataclass(slots=True)
@@ -96,8 +99,8 @@ async def run_pass(
         live.turns += 1
         if not rec.ok:
             live.errors += 1
-        elif rec.first_token_ns:
-            live.ttft_ms.append((rec.first_token_ns - rec.sent_ns) / 1e6)
+        elif (ttft := D.sample(_TTFT, rec)) is not None:
+            live.ttft_ms.append(ttft)
         on_turn(rec)
         if hook is not None:
             hook(rec)

@@ -46,9 +46,10 @@ from typing import Any
 
 import numpy as np
 
+from harness.metrics import definitions as D
 from harness.wire.errors import LoopbenchError
 from harness.wire.transports import TRANSPORTS
-from harness.workload.records import BURST_WINDOW_NS
+from harness.workload.records import BURST_WINDOW_NS, TurnRecord
 
 # The transports a fit can use, grouped by what their requests cost (registry capabilities),
 # plainest first (no chain, then no store): the first one a run holds supplies the intercept.
@@ -65,6 +66,8 @@ REHYDRATING = frozenset(t.name for t in TRANSPORTS if t.chained and not t.websoc
 #: a response whose decode rate exceeds the sustained rate by this factor had a burst
 BURST_FACTOR = 1.05
 BURST_WINDOW_S = BURST_WINDOW_NS / 1e9
+_TTFT = D.get("ttft_ms")
+_DECODE_TPS = D.get("decode_tps")
 
 
 class CalibrationError(LoopbenchError):
@@ -130,37 +133,50 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
         conv.sort(key=lambda r: int(r["turn_index"]))
         prev: Mapping[str, Any] | None = None
         for row in conv:
-            ok = str(row.get("status")) in ("completed", "incomplete")
-            sent, first = int(row["sent_ns"]), int(row["first_token_ns"])
+            rec = _timing(transport, row)
+            ttft = D.sample(_TTFT, rec)
             inp, cached = int(row["input_tokens"]), int(row["cached_tokens"])
-            if ok and sent and first and inp > 0:
+            if ttft is not None and inp > 0:
                 rehydrated = 0
                 processed = inp
                 if prev is not None and transport in CHAINED:
                     before = int(prev["input_tokens"]) + int(prev["output_tokens"])
                     processed = max(0, inp - before)
                     rehydrated = before if transport in REHYDRATING else 0
-                last, done = int(row["last_token_ns"]), int(row["done_ns"])
-                n_out = int(row["output_tokens"])
-                tps = (n_out - 1) * 1e9 / (last - first) if n_out >= 2 and last > first else None
+                last, done = rec.last_token_ns, rec.done_ns
                 out.append(
                     Turn(
                         transport=transport,
-                        ttft_ms=(first - sent) / 1e6,
+                        ttft_ms=ttft,
                         processed=processed,
                         uncached=max(0, inp - cached),
                         rehydrated=rehydrated,
                         new_connection=_truthy(row.get("new_connection")),
-                        output_tokens=n_out,
-                        decode_tps=tps,
+                        output_tokens=rec.output_tokens,
+                        decode_tps=D.sample(_DECODE_TPS, rec),
                         tail_ms=(done - last) / 1e6 if done and last else None,
                         burst_tokens=int(row.get("burst_tokens_max", 0) or 0),
                         model_ttft_ms=_model_ttft(row.get("sim_ttft_ms")),
                     )
                 )
             # A failed turn breaks the chain: the next one's "new" tokens are unknown.
-            prev = row if ok else None
+            prev = row if rec.ok else None
     return out
+
+
+def _timing(transport: str, row: Mapping[str, Any]) -> TurnRecord:
+    """The row's status and timing as a turn record, for the metric table to read."""
+    return TurnRecord(
+        transport,
+        int(row["rollout_id"]),
+        int(row["turn_index"]),
+        status=str(row.get("status")),
+        sent_ns=int(row["sent_ns"]),
+        first_token_ns=int(row["first_token_ns"]),
+        last_token_ns=int(row["last_token_ns"]),
+        done_ns=int(row["done_ns"]),
+        output_tokens=int(row["output_tokens"]),
+    )
 
 
 def _model_ttft(value: Any) -> float | None:

@@ -25,6 +25,9 @@ SIM_BREAKDOWN = (
 )
 #: every ``sim_timing`` key a turn keeps: the parts and the modelled TTFT
 SIM_FIELDS = (*SIM_BREAKDOWN, ("ttft", "sim_ttft_ms"))
+#: the statuses of a successful turn and rollout; any other status is a failure
+OK_TURN_STATUSES = ("completed", "incomplete")
+OK_ROLLOUT_STATUSES = ("completed",)
 
 
 @dataclass(slots=True)
@@ -72,26 +75,7 @@ class TurnRecord:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("completed", "incomplete")
-
-    @property
-    def ttft_ns(self) -> int | None:
-        return self.first_token_ns - self.sent_ns if self.first_token_ns and self.sent_ns else None
-
-    @property
-    def ttfb_ns(self) -> int | None:
-        return self.first_event_ns - self.sent_ns if self.first_event_ns and self.sent_ns else None
-
-    @property
-    def turn_ns(self) -> int | None:
-        return self.done_ns - self.sent_ns if self.done_ns and self.sent_ns else None
-
-    @property
-    def decode_tps(self) -> float | None:
-        span = self.last_token_ns - self.first_token_ns
-        if self.output_tokens < 2 or span <= 0 or not self.first_token_ns:
-            return None
-        return (self.output_tokens - 1) * 1e9 / span
+        return self.status in OK_TURN_STATUSES
 
 
 @dataclass(slots=True)
@@ -115,14 +99,10 @@ class RolloutRecord:
 
     @property
     def ok(self) -> bool:
-        return self.status == "completed"
+        return self.status in OK_ROLLOUT_STATUSES
 
-    # Rollout latency (from the intended start) is defined once, in harness.metrics.definitions;
-    # these two serve the run's schedule accounting and agree with the table (tested there).
-    @property
-    def uncorrected_latency_ns(self) -> int | None:
-        return self.end_ns - self.start_ns if self.end_ns and self.start_ns else None
-
+    # The run's schedule accounting needs the lag as an integer for every rollout, failed ones
+    # too; it agrees with the table's schedule_lag_ms (tested there).
     @property
     def schedule_lag_ns(self) -> int:
         return max(0, self.start_ns - self.intended_start_ns)

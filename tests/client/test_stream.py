@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from harness.client.stream import ResponseStream
+from harness.metrics import definitions as D
 from harness.wire.errors import StreamOrderError
 from harness.wire.events import ResponseBuilder, usage
 from harness.workload.records import TurnRecord
@@ -286,7 +287,7 @@ def test_timestamps_itl_and_delta_count() -> None:
         s_sent.feed(e, t * MS)
     rec = record(s_sent)
     assert stamps(rec) == (2 * MS, 5 * MS, 10 * MS, 30 * MS, 40 * MS)
-    assert rec.ttft_ns == 8 * MS and rec.turn_ns == 38 * MS
+    assert D.sample(D.get("ttft_ms"), rec) == 8 and D.sample(D.get("turn_ms"), rec) == 38
     assert rec.delta_events == 4 and len(rec.itl_ns) == rec.delta_events - 1
     assert rec.itl_ns == [3 * MS, 7 * MS, 10 * MS]
     assert s.itl_ns == rec.itl_ns

@@ -19,12 +19,14 @@ import time
 
 from harness.metrics.summary import Accumulator
 from harness.report.results import ResultsWriter
+from harness.run.measurement import pool_size
 from harness.tools.selfbench.procs import SelfbenchError
 from harness.tools.selfbench.raw import Rate
 from harness.transports import TransportOptions, make_transport
 from harness.transports.rollout_loop import run_rollout
 from harness.workload.plan import RolloutPlan, TurnPlan
 from harness.workload.records import TurnRecord
+from harness.workload.scenario import Load
 
 # Events of a streamed text answer besides its deltas: created, in_progress,
 # output_item.added, content_part.added, output_text.done, content_part.done,
@@ -57,7 +59,9 @@ async def drive(
     base_url: str, transport_name: str, streams: int, per_stream: int, rounds: int = 1
 ) -> Rate:
     """``streams`` concurrent one-turn rollouts of ``per_stream`` tokens, ``rounds`` times each."""
-    options = TransportOptions(base_url=base_url, max_connections=max(16, streams * 2))
+    # `streams` agents running rollouts back to back: a closed loop of that concurrency
+    pool = pool_size(Load(concurrency=streams))
+    options = TransportOptions(base_url=base_url, max_connections=pool)
     transport = make_transport(transport_name, options)
     acc = Accumulator()
     events = 0
