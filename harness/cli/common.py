@@ -9,12 +9,16 @@ import textwrap
 from collections.abc import Iterable, Sequence
 
 from harness.wire.errors import UsageError
+from harness.wire.exit_codes import ExitCode
 from harness.wire.pairs import parse_key_values
 from harness.wire.transports import TRANSPORT_NAMES, TRANSPORTS, TransportSpec, transport_help
 
-EXIT_OK = 0
+EXIT_OK = ExitCode.OK
+EXIT_INVALID = ExitCode.INVALID
+EXIT_USAGE = ExitCode.USAGE
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+#: a command that failed in a way the table has no row for; every path should pick a row instead
 EXIT_ERROR = 1
-EXIT_USAGE = 4
 
 DEFAULT_API_KEY = "sk-loopbench"
 

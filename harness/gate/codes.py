@@ -1,14 +1,16 @@
-"""Exit codes of ``loopbench gate``: the gate's contract with CI (docs/ci.md)."""
+"""Exit codes of ``loopbench gate``: the shared table (harness/wire/exit_codes.py) by the gate's names."""
 
 from __future__ import annotations
 
-EXIT_PASS = 0
-EXIT_REGRESSION = 1
-EXIT_SLO = 2
-EXIT_INVALID = 3
-EXIT_USAGE = 4
+from harness.wire.exit_codes import ExitCode
 
-VERDICTS = {
+EXIT_PASS = ExitCode.OK
+EXIT_REGRESSION = ExitCode.REGRESSION
+EXIT_SLO = ExitCode.SLO_BREACH
+EXIT_INVALID = ExitCode.INVALID
+EXIT_USAGE = ExitCode.USAGE
+
+VERDICTS: dict[int, str] = {
     EXIT_PASS: "pass",
     EXIT_REGRESSION: "regression",
     EXIT_SLO: "SLO breach",

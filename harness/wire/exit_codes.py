@@ -1,0 +1,41 @@
+"""The exit codes of every ``loopbench`` subcommand: one table, the contract with CI scripts.
+
+A CI job reads the code, not the text: 3 means "re-measure", so nothing that a re-run
+cannot fix (a typo, a dead target) may exit 3.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    REGRESSION = 1
+    SLO_BREACH = 2
+    INVALID = 3
+    USAGE = 4
+    INTERRUPTED = 130
+
+
+#: (code, meaning) in the order ``loopbench --help`` and README list them
+EXIT_CODE_TABLE: tuple[tuple[ExitCode, str], ...] = (
+    (ExitCode.OK, "ok"),
+    (ExitCode.REGRESSION, "regression against the baseline"),
+    (ExitCode.SLO_BREACH, "SLO breach (or a minimum speedup not met)"),
+    (
+        ExitCode.INVALID,
+        "invalid run or not comparable: re-measure (error rate, overloaded client, too few samples)",
+    ),
+    (
+        ExitCode.USAGE,
+        "usage or input error: bad file, bad flag, unknown transport, target unreachable "
+        "before any measurement",
+    ),
+    (ExitCode.INTERRUPTED, "interrupted (Ctrl-C / SIGTERM): partial results written"),
+)
+
+
+def exit_code_help() -> str:
+    """The table as ``--help`` rows: ``  CODE  meaning``."""
+    return "\n".join(f"  {int(code):<3}  {meaning}" for code, meaning in EXIT_CODE_TABLE)
