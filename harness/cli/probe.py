@@ -50,17 +50,21 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    if not args.timeout_s > 0:
-        raise UsageError(
-            f"--timeout-s: expected a positive number of seconds, got {args.timeout_s}"
+    try:
+        if not args.timeout_s > 0:
+            raise UsageError(
+                f"--timeout-s: expected a positive number of seconds, got {args.timeout_s}"
+            )
+        findings = probe(
+            args.target,
+            api_key=api_key(args.api_key_env),
+            verify_tls=not args.insecure,
+            timeout_s=args.timeout_s,
+            model=args.model,
         )
-    findings = probe(
-        args.target,
-        api_key=api_key(args.api_key_env),
-        verify_tls=not args.insecure,
-        timeout_s=args.timeout_s,
-        model=args.model,
-    )
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if args.json:
         print(json.dumps(as_json(args.target, findings), indent=2))
     else:

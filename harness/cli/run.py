@@ -111,6 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         transports or scenario.transports,
         api_key=opts.api_key,
         verify_tls=opts.verify_tls,
+        model=scenario.model,
         enabled=not args.no_probe,
         say=lambda m: print(m, file=sys.stderr),
     )

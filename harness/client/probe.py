@@ -38,6 +38,7 @@ FEATURES: tuple[tuple[str, str], ...] = (
 LABELS: dict[str, str] = dict(FEATURES)
 
 #: what every probe request asks for: a few tokens, so probing costs next to nothing
+#: (16 is the smallest max_output_tokens some hosted endpoints accept)
 PROBE_INPUT = "loopbench probe: answer with one short word."
 PROBE_MAX_OUTPUT_TOKENS = 16
 PROBE_LANE = "loopbench-probe"

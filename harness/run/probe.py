@@ -302,6 +302,7 @@ def probe_for_run(
     *,
     api_key: str,
     verify_tls: bool,
+    model: str = DEFAULT_MODEL,
     enabled: bool = True,
     say: Callable[[str], None],
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -315,9 +316,18 @@ def probe_for_run(
     if target is None or not enabled:
         return None
     specs = [transport_spec(t) for t in transports]
-    findings = probe(
-        target, features_for(specs), api_key=api_key, verify_tls=verify_tls, timeout_s=timeout_s
-    )
+    try:
+        findings = probe(
+            target,
+            features_for(specs),
+            api_key=api_key,
+            verify_tls=verify_tls,
+            timeout_s=timeout_s,
+            model=model,
+        )
+    except UsageError as exc:
+        say(f"error: {exc}")
+        return ExitCode.USAGE
     cause = refusal(findings, specs, target)
     if cause is None:
         return None

@@ -198,3 +198,11 @@ def test_lanes_need_the_stream_id_in_every_event() -> None:
     assert judge_lanes(read_stream(laned)).supported is True
     broken = read_stream(events[:3])
     assert broken.terminal is None and not broken.finished
+
+
+def test_bad_target_url_exits_4() -> None:
+    proc = loopbench("probe", "--target", "ftp://127.0.0.1/v1")
+    assert proc.returncode == ExitCode.USAGE
+    assert proc.stderr.strip() == (
+        "error: --target: base URL 'ftp://127.0.0.1/v1': expected http://HOST[:PORT]/PATH or https://"
+    )
