@@ -6,6 +6,7 @@ when the block ends, and its threads are daemons with a socket timeout, so a tes
 that fails mid-request leaves nothing running.
 
 - :func:`dead_target` — a port nothing listens on (bound, then closed);
+- :func:`silent_server` — accepts and reads every request and never answers (until it stops);
 - :func:`plain_web_server` — ``200 text/html`` to every request;
 - :func:`error_server` — ``500`` to every request;
 - :func:`json_not_sse_server` — ``200 application/json`` (a Responses object) even to
@@ -18,6 +19,7 @@ that fails mid-request leaves nothing running.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import socket
@@ -31,6 +33,8 @@ from harness.run.embedded import embedded_server
 
 #: seconds a handler waits on a silent client before giving up the connection
 HANDLER_TIMEOUT_S = 10.0
+#: set when a server's block ends, so a handler that holds its answer back returns at once
+stopped = threading.Event()
 
 
 def free_port() -> int:
@@ -58,12 +62,14 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         self.request_body = self.rfile.read(length) if length else b""
         status, content_type, body = self.answer()
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(body)))
-        self.send_header("connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+        # A client that gave up (a probe's timeout) is not the server's error.
+        with contextlib.suppress(ConnectionError):
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
 
     do_GET = do_POST = do_PUT = do_DELETE = _serve
 
@@ -79,12 +85,22 @@ def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.daemon = True
     thread.start()
+    stopped.clear()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
+        stopped.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+class _Silent(_Handler):
+    """Accepts and reads the request, then says nothing until it gives up."""
+
+    def answer(self) -> tuple[int, str, bytes]:
+        stopped.wait(HANDLER_TIMEOUT_S)
+        return 503, "text/plain", b"too late"
 
 
 class _PlainWeb(_Handler):
@@ -161,6 +177,10 @@ class _CannedSse(_Handler):
         events = canned_events(f"resp_canned{next(_ids)}")
         body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
         return 200, "text/event-stream", body.encode()
+
+
+def silent_server() -> AbstractContextManager[str]:
+    return serve(_Silent)
 
 
 def plain_web_server() -> AbstractContextManager[str]:

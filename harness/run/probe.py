@@ -104,6 +104,9 @@ class _Prober:
             return judge_connect(pool.authority, _os_reason(exc), 0)
         connect_ms = (time.perf_counter() - t0) * 1e3
         writer.close()
+        # Only the connect was asked for; how the close goes says nothing about the endpoint.
+        with contextlib.suppress(OSError, TimeoutError):
+            await asyncio.wait_for(writer.wait_closed(), 2)
         return judge_connect(pool.authority, None, connect_ms)
 
     async def post(self, body: dict[str, Any]) -> tuple[int, str, StreamReading | str]:
@@ -114,7 +117,10 @@ class _Prober:
             )
         content_type = resp.headers.get("content-type", "")
         if resp.status >= 400:
-            return resp.status, content_type, str(api_error_from_body(resp.status, resp.body))
+            err = api_error_from_body(resp.status, resp.body)
+            # "http_500: Internal Server Error" says the status twice; the server's code stays.
+            text = str(err).removeprefix(f"http_{resp.status}: ")
+            return resp.status, content_type, text
         events: list[dict[str, Any]] = []
         for msg in SSEDecoder().feed(resp.body + b"\n\n"):
             if msg.data.startswith("[DONE]"):

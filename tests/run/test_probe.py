@@ -36,6 +36,7 @@ from tests.foreign_servers import (
     http_only_server,
     json_not_sse_server,
     plain_web_server,
+    silent_server,
 )
 from tests.runs import TINY, loopbench
 
@@ -137,7 +138,9 @@ def test_plain_web_and_500_servers_are_told_apart() -> None:
     assert web_found[REACHABLE].supported and broken_found[REACHABLE].supported
     assert web_found[SSE].evidence.endswith("answered 200 text/html, not an SSE stream")
     assert broken_found[SSE].supported is False
-    assert f"POST {broken}/responses answered HTTP 500" in broken_found[SSE].evidence
+    assert broken_found[SSE].evidence == (
+        f"POST {broken}/responses answered HTTP 500: Internal Server Error"
+    )
     for found in (web_found, broken_found):
         assert found[WEBSOCKET].supported is False
         assert "no WebSocket mode at ws://127.0.0.1:" in found[WEBSOCKET].evidence
@@ -206,3 +209,12 @@ def test_bad_target_url_exits_4() -> None:
     assert proc.stderr.strip() == (
         "error: --target: base URL 'ftp://127.0.0.1/v1': expected http://HOST[:PORT]/PATH or https://"
     )
+
+
+def test_each_check_is_bounded_by_its_timeout() -> None:
+    with silent_server() as url:
+        found = _by_feature(probe(url, api_key="sk-loopbench", timeout_s=0.5))
+    assert found[REACHABLE].supported
+    assert found[SSE].evidence == f"POST {url}/responses: no complete answer within 0.5 s"
+    ws_url = url.replace("http://", "ws://") + "/responses"
+    assert found[WEBSOCKET].evidence == (f"no WebSocket mode at {ws_url}: no upgrade within 0.5 s")
