@@ -131,9 +131,9 @@ class _Prober:
                 break
         return resp.status, content_type, read_stream(events)
 
-    async def sse(self) -> tuple[Finding, StreamReading | None]:
+    async def sse(self, store: bool) -> tuple[Finding, StreamReading | None]:
         try:
-            status, ctype, got = await self.post(http_create(self.model, store=True))
+            status, ctype, got = await self.post(http_create(self.model, store=store))
         except (TimeoutError, LoopbenchError) as exc:
             return Finding(
                 SSE, False, f"POST {self.post_url}: {_failure(exc, self.timeout_s)}"
@@ -279,7 +279,9 @@ async def probe_endpoint(
             return [reach, *(not_checked(f, "the target is unreachable") for f in rest)]
         out = [reach]
         if SSE in rest or CHAINING in rest:
-            sse, first = await prober.sse()
+            # store: true only when a chain will follow: a stateless run must not fail the
+            # probe on an endpoint that refuses to store (zero data retention).
+            sse, first = await prober.sse(store=CHAINING in rest)
             if SSE in rest:
                 out.append(sse)
             if CHAINING in rest:
