@@ -263,6 +263,8 @@ class ReferenceServer:
     async def websocket(self, ws: WebSocket) -> None:
         request_id = self._request_id()
         denied = self._admit(ws.client.host if ws.client else None, ws.headers)
+        if denied is None and self.config.no_websocket:
+            denied = RequestError(500, "server_error", "WebSocket mode is disabled on this server.")
         if denied is not None:
             # Refused before the 101, as the API does: the client sees an HTTP status.
             await ws.send_denial_response(self.error_response(denied, request_id))

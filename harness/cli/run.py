@@ -17,6 +17,7 @@ from harness.cli.common import (
     transports_epilog,
 )
 from harness.cli.summary_table import print_summary
+from harness.run.probe import probe_for_run
 from harness.run.procs import run_procs
 from harness.run.progress import make_progress
 from harness.run.runner import RunOptions, run_scenario
@@ -57,6 +58,12 @@ def add_parser(sub: Any) -> None:
         "--no-keepalive", action="store_true", help="HTTP: open a new connection for every request"
     )
     run.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    run.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="with --target: measure without first checking that the endpoint supports the "
+        "transports (see loopbench probe)",
+    )
     run.add_argument(
         "--no-hints",
         action="store_true",
@@ -99,6 +106,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         hints=not args.no_hints,
         request_timeout_s=args.request_timeout_s,
     )
+    refused = probe_for_run(
+        args.target,
+        transports or scenario.transports,
+        api_key=opts.api_key,
+        verify_tls=opts.verify_tls,
+        model=scenario.model,
+        enabled=not args.no_probe,
+        say=lambda m: print(m, file=sys.stderr),
+    )
+    if refused is not None:
+        return refused
     # A live table on a terminal; plain lines every few seconds in logs.
     progress = make_progress(sys.stderr, quiet=args.quiet)
     _sigterm_as_sigint()

@@ -72,6 +72,10 @@ class ServerConfig:
         help="end SSE streams with 'data: [DONE]'")
     sse_error_shape: str = setting("nested", "--sse-error-shape", choices=SSE_ERROR_SHAPES,
         help="shape of mid-stream SSE error events (and of mid-stream WebSocket errors)")
+    # An HTTP-only deployment, as many Responses endpoints are (what loopbench probe and
+    # run --target must recognise before measuring a ws transport).
+    no_websocket: bool = setting(False, "--no-websocket",
+        help="refuse WebSocket upgrades with HTTP 500 (an HTTP-only endpoint)")
     min_delta_interval_ms: float | None = setting(None, "--min-delta-interval-ms", check=non_negative,
         help="coalesce due tokens so deltas are at least this far apart (default: profile)")
     store_path: str | None = setting(None, "--store", group=STORE, metavar="PATH", check=non_empty,

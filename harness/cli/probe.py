@@ -1,0 +1,76 @@
+"""``loopbench probe``: what a Responses endpoint supports, each answer with its evidence."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, api_key
+from harness.client.probe import REACHABLE, as_json, table
+from harness.run.probe import DEFAULT_MODEL, DEFAULT_TIMEOUT_S, probe
+from harness.wire.errors import UsageError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "probe",
+        help="check what a Responses endpoint supports (SSE, chaining, WebSocket mode, ...)",
+        description="Send a few tiny requests (max_output_tokens 16) to a Responses endpoint and "
+        "print, per feature, whether it is supported and the evidence: reachable, SSE streaming, "
+        "store + previous_response_id, WebSocket mode, previous_response_id on a WebSocket, "
+        "generate: false and lanes. Exits 0 when the probe ran (whatever it found), 4 when the "
+        "target is unreachable.",
+        epilog="example:\n  loopbench probe --target http://127.0.0.1:8000/v1",
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--target",
+        required=True,
+        help="base URL of a Responses endpoint, e.g. http://127.0.0.1:8000/v1",
+    )
+    p.add_argument(
+        "--api-key-env", help="name of the environment variable holding the API key for --target"
+    )
+    p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"model named in the requests (default {DEFAULT_MODEL})",
+    )
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds each check may take (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(func=cmd_probe)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    try:
+        if not args.timeout_s > 0:
+            raise UsageError(
+                f"--timeout-s: expected a positive number of seconds, got {args.timeout_s}"
+            )
+        findings = probe(
+            args.target,
+            api_key=api_key(args.api_key_env),
+            verify_tls=not args.insecure,
+            timeout_s=args.timeout_s,
+            model=args.model,
+        )
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(as_json(args.target, findings), indent=2))
+    else:
+        print(table(args.target, findings))
+    reach = next(f for f in findings if f.feature == REACHABLE)
+    if not reach.supported:
+        print(f"error: target {args.target} is unreachable: {reach.evidence}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK

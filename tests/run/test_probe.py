@@ -1,0 +1,220 @@
+"""``loopbench probe`` and the probe before ``loopbench run --target``, against real servers.
+
+The reference server must pass every check; the foreign servers (tests/foreign_servers.py)
+must each be told apart by the evidence a user reads.  A refused run exits 4 before
+anything is measured: no run folder is written (docs/probe.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.client.probe import (
+    CHAINING,
+    FEATURES,
+    LANES,
+    REACHABLE,
+    SSE,
+    WARMUP,
+    WEBSOCKET,
+    WS_CHAINING,
+    Finding,
+    features_for,
+    judge_lanes,
+    read_stream,
+    refusal,
+)
+from harness.run.probe import probe
+from harness.wire.exit_codes import ExitCode
+from harness.wire.transports import TRANSPORTS, transport_spec
+from tests.foreign_servers import (
+    canned_events,
+    canned_sse_server,
+    dead_target,
+    error_server,
+    http_only_server,
+    json_not_sse_server,
+    plain_web_server,
+    silent_server,
+)
+from tests.runs import TINY, loopbench
+
+PROBE_LINE = "nothing was measured"
+
+
+def _by_feature(findings: list[Finding]) -> dict[str, Finding]:
+    return {f.feature: f for f in findings}
+
+
+def _probe(url: str) -> dict[str, Finding]:
+    return _by_feature(probe(url, api_key="sk-loopbench", timeout_s=10))
+
+
+def _run(url: str, out: Path, *args: str) -> tuple[int, str]:
+    proc = loopbench(
+        "run", TINY, "--target", url, "--out", str(out), "--run-id", "r", "-q", *args, timeout=120
+    )
+    return proc.returncode, proc.stderr
+
+
+def test_reference_server_supports_everything(server_url: str) -> None:
+    proc = loopbench("probe", "--target", server_url, "--json")
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    found = json.loads(proc.stdout)["features"]
+    assert list(found) == [f for f, _ in FEATURES]
+    assert {f: v["answer"] for f, v in found.items()} == {f: "yes" for f, _ in FEATURES}
+    assert "honoured" in found[CHAINING]["evidence"]
+    assert "honoured" in found[WS_CHAINING]["evidence"]
+
+
+def test_probe_table_names_each_feature(server_url: str) -> None:
+    proc = loopbench("probe", "--target", server_url)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    for _, label in FEATURES:
+        assert label in proc.stdout
+    assert "text/event-stream" in proc.stdout
+
+
+def test_dead_target_probe_exits_4() -> None:
+    with dead_target() as url:
+        proc = loopbench("probe", "--target", url)
+    assert proc.returncode == ExitCode.USAGE
+    port = url.split(":")[2].split("/")[0]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: target {url} is unreachable: connect to 127.0.0.1:{port}: connection refused"
+    ]
+
+
+def test_dead_target_run_refused_before_measuring(tmp_path: Path) -> None:
+    with dead_target() as url:
+        code, err = _run(url, tmp_path / "results")
+    assert code == ExitCode.USAGE
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"error: target {url} is unreachable: connect to 127.0.0.1:")
+    assert "connection refused" in lines[0]
+    # Refused before measuring: no run folder at all.
+    assert not (tmp_path / "results").exists()
+
+
+def test_http_only_endpoint_refuses_ws(tmp_path: Path) -> None:
+    with http_only_server() as url:
+        found = _probe(url)
+        code, err = _run(url, tmp_path / "results", "--transports", "http,ws")
+        # The same endpoint serves an HTTP-only run.
+        ok_code, ok_err = _run(url, tmp_path / "ok", "--transports", "http,http-chained")
+    ws_url = url.replace("http://", "ws://") + "/responses"
+    expected = f"no WebSocket mode at {ws_url}: the upgrade was answered with HTTP 500"
+    assert found[SSE].supported and found[CHAINING].supported
+    assert found[WEBSOCKET] == Finding(WEBSOCKET, False, expected)
+    assert not found[LANES].checked and found[LANES].answer == "-"
+    assert code == ExitCode.USAGE
+    assert err.strip().splitlines() == [
+        f"error: transport ws cannot run against {url}: {expected} "
+        "(nothing was measured; --no-probe skips this check)"
+    ]
+    assert not (tmp_path / "results").exists()
+    assert ok_code == ExitCode.OK, ok_err
+    assert PROBE_LINE not in ok_err
+    assert (tmp_path / "ok" / "r" / "summary.json").exists()
+
+
+def test_json_not_sse_names_the_content_type(tmp_path: Path) -> None:
+    with json_not_sse_server() as url:
+        found = _probe(url)
+        code, err = _run(url, tmp_path / "results", "--transports", "http")
+    expected = f"POST {url}/responses answered 200 application/json, not an SSE stream"
+    assert found[SSE] == Finding(SSE, False, expected)
+    assert not found[CHAINING].checked
+    assert code == ExitCode.USAGE
+    assert expected in err
+
+
+def test_plain_web_and_500_servers_are_told_apart() -> None:
+    with plain_web_server() as web, error_server() as broken:
+        web_found = _probe(web)
+        broken_found = _probe(broken)
+    assert web_found[REACHABLE].supported and broken_found[REACHABLE].supported
+    assert web_found[SSE].evidence.endswith("answered 200 text/html, not an SSE stream")
+    assert broken_found[SSE].supported is False
+    assert broken_found[SSE].evidence == (
+        f"POST {broken}/responses answered HTTP 500: Internal Server Error"
+    )
+    for found in (web_found, broken_found):
+        assert found[WEBSOCKET].supported is False
+        assert "no WebSocket mode at ws://127.0.0.1:" in found[WEBSOCKET].evidence
+
+
+def test_server_ignoring_previous_response_id_is_caught(tmp_path: Path) -> None:
+    with canned_sse_server() as url:
+        found = _probe(url)
+        code, err = _run(url, tmp_path / "results", "--transports", "http-chained")
+    assert found[SSE].supported
+    assert found[CHAINING].supported is False
+    assert "previous_response_id was accepted but ignored: input_tokens 10 -> 10" in (
+        found[CHAINING].evidence
+    )
+    assert code == ExitCode.USAGE
+    assert "transport http-chained cannot run" in err and "ignored" in err
+
+
+def test_no_probe_skips_the_probe(tmp_path: Path) -> None:
+    # The outcome of measuring a dead target is not this test's business; only that
+    # it was measured, without a probe line.
+    with dead_target() as url:
+        _, err = _run(url, tmp_path / "results", "--transports", "http", "--no-probe")
+    assert PROBE_LINE not in err
+    assert (tmp_path / "results" / "r").is_dir()
+
+
+# -- the pure part ----------------------------------------------------------------------------
+
+
+def test_features_follow_the_transport_registry() -> None:
+    assert features_for([transport_spec("http")]) == [REACHABLE, SSE]
+    assert features_for([transport_spec("http-chained")]) == [REACHABLE, SSE, CHAINING]
+    assert features_for([transport_spec("ws")]) == [REACHABLE, WEBSOCKET, WS_CHAINING]
+    assert features_for([transport_spec("ws-append")]) == [REACHABLE, WEBSOCKET]
+    # Nothing a run needs is outside the table, and warm-up/lanes are probe-only.
+    needed = set(features_for(TRANSPORTS))
+    assert needed <= {f for f, _ in FEATURES} and not needed & {WARMUP, LANES}
+
+
+def test_unreachable_is_the_first_cause() -> None:
+    findings = [
+        Finding(REACHABLE, False, "connect to h:1: connection refused"),
+        Finding(WEBSOCKET, False, "no WebSocket mode"),
+    ]
+    specs = [transport_spec("ws")]
+    assert refusal(findings, specs, "http://h:1/v1") == (
+        "target http://h:1/v1 is unreachable: connect to h:1: connection refused"
+    )
+    # Unknown (nothing to compare) lets the run go ahead.
+    assert refusal([Finding(WS_CHAINING, None, "no usage")], specs, "u") is None
+
+
+def test_lanes_need_the_stream_id_in_every_event() -> None:
+    events = canned_events("resp_1")
+    assert judge_lanes(read_stream(events)).supported is False
+    laned = [{**e, "stream_id": "loopbench-probe"} for e in events]
+    assert judge_lanes(read_stream(laned)).supported is True
+    broken = read_stream(events[:3])
+    assert broken.terminal is None and not broken.finished
+
+
+def test_bad_target_url_exits_4() -> None:
+    proc = loopbench("probe", "--target", "ftp://127.0.0.1/v1")
+    assert proc.returncode == ExitCode.USAGE
+    assert proc.stderr.strip() == (
+        "error: --target: base URL 'ftp://127.0.0.1/v1': expected http://HOST[:PORT]/PATH or https://"
+    )
+
+
+def test_each_check_is_bounded_by_its_timeout() -> None:
+    with silent_server() as url:
+        found = _by_feature(probe(url, api_key="sk-loopbench", timeout_s=0.5))
+    assert found[REACHABLE].supported
+    assert found[SSE].evidence == f"POST {url}/responses: no complete answer within 0.5 s"
+    ws_url = url.replace("http://", "ws://") + "/responses"
+    assert found[WEBSOCKET].evidence == (f"no WebSocket mode at {ws_url}: no upgrade within 0.5 s")
