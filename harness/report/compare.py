@@ -172,6 +172,7 @@ class Side:
     label: str
     run: Run
     _tables: dict[str, Any] = field(default_factory=dict)
+    _health: dict[str, TransportHealth] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -199,6 +200,11 @@ class Side:
         return v[v > 0]
 
     def health(self, transport: str) -> TransportHealth:
+        if transport not in self._health:
+            self._health[transport] = self._count(transport)
+        return self._health[transport]
+
+    def _count(self, transport: str) -> TransportHealth:
         df = self.table("turns")
         g = df[df["transport"] == transport] if not df.empty else df
         bad = g[~g["ok"]] if len(g) else g
