@@ -187,7 +187,10 @@ class Side:
 
     @property
     def transports(self) -> list[str]:
-        return A.run_transports(self.run)
+        """What the run measured or meant to: a transport an interrupted run never reached is
+        in the manifest only, and must not vanish from the comparison."""
+        planned = [str(t) for t in self.run.manifest.get("transports") or []]
+        return A.ordered_transports([*A.run_transports(self.run), *planned])
 
     def summary_of(self, transport: str) -> dict[str, Any]:
         return dict(((self.run.summary or {}).get("transports") or {}).get(transport) or {})
@@ -478,6 +481,11 @@ def fmt_p(p: float | None) -> str:
     return f"{p:.2f}"
 
 
+def _signed(text: str) -> str:
+    """A formatted number with its sign: ``+1.3``, ``−0.7`` (the minus of the Δ % column)."""
+    return "−" + text[1:] if text.startswith("-") else "+" + text
+
+
 def _pct(x: float) -> str:
     return f"{x:+.1f}".replace("-", "−")
 
@@ -545,9 +553,7 @@ def delta_rows(deltas: Sequence[Delta]) -> list[list[str]]:
                 f"{d.metric} ({d.unit})",
                 fmt(d.a, digits),
                 fmt(d.b, digits),
-                fmt(d.delta, digits)
-                if d.delta is None or d.delta < 0
-                else "+" + fmt(d.delta, digits),
+                "-" if d.delta is None else _signed(fmt(d.delta, digits)),
                 fmt_change(d),
                 fmt_p(d.p_value),
                 row_verdict(d),

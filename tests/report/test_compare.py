@@ -197,3 +197,20 @@ def test_compare_command_prints_the_table_and_exits_0(
     assert text.startswith("# loopbench compare")
     assert "| http | rollout p50 (ms) |" in text
     assert not list(a.parent.glob("compare-*")), "--no-html writes no folder"
+
+
+def test_a_transport_a_partial_run_never_reached_keeps_its_rows(
+    tmp_path: Path, synthetic: ModuleType
+) -> None:
+    full = synthetic.make_run(
+        tmp_path / "full", rollout_ms={"http": [900.0] * 6, "ws": [600.0] * 6}
+    )
+    # interrupted before ws started: ws is in the manifest, not in the rows or the summary
+    cut = synthetic.make_run(
+        tmp_path / "cut", rollout_ms={"http": [900.0] * 6, "ws": []}, partial=True
+    )
+    cmp = compare([load_run(full), load_run(cut)])
+    assert "B: ws: never ran (no turns recorded)" in cmp.reasons
+    assert not any("transports" in r for r in cmp.reasons)
+    ws = [d for d in cmp.deltas["B"] if d.transport == "ws"]
+    assert len(ws) == 11 and all(d.note == "B: never ran" for d in ws)
