@@ -626,11 +626,21 @@ def runs_table(cmp: Comparison) -> Table:
                 str(m.get("target", "-")),
                 ", ".join(s.transports),
                 valid,
+                _software(m),
             ]
         )
     return Table(
-        ["run", "id", "scenario", "seed", "target", "transports", "valid"], rows, align="lllrlll"
+        ["run", "id", "scenario", "seed", "target", "transports", "valid", "loopbench"],
+        rows,
+        align="lllrllll",
     )
+
+
+def _software(manifest: Mapping[str, Any]) -> str:
+    """``0.9.0 (1a2b3c4d)``: the client's version and commit, what a version comparison varies."""
+    version = str((manifest.get("versions") or {}).get("loopbench") or "")
+    sha = str(manifest.get("git_sha") or "")[:8]
+    return " ".join(p for p in (version, f"({sha})" if sha else "") if p) or "-"
 
 
 def rollout_ci(
