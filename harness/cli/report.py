@@ -145,6 +145,12 @@ def _load_runs(paths: list[str]) -> list[Run] | str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.n_boot < 1:
+        print(
+            f"error: compare: --n-boot: expected a positive integer, got {args.n_boot}",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
     runs = _load_runs(list(args.runs))
     if isinstance(runs, str):
         print(f"error: {runs}", file=sys.stderr)

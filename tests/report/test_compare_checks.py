@@ -91,6 +91,9 @@ def test_a_missing_run_folder_is_a_usage_error(runs: dict[str, Path], tmp_path: 
     assert one.returncode == ExitCode.USAGE
     assert "expected at least two results folders" in one.stderr
     assert "Always exits 0" not in loopbench("compare", "--help").stdout
+    boot = loopbench("compare", runs["base"], runs["same"], "--n-boot", "0")
+    assert boot.returncode == ExitCode.USAGE
+    assert "--n-boot: expected a positive integer, got 0" in boot.stderr
 
 
 def test_compare_html_is_self_contained_with_a_section_per_transport(
