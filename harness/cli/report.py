@@ -12,18 +12,28 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness.cli.common import EXIT_OK, HelpFormatter, parse_transports, transports_epilog
-from harness.report.compare import DELTA_HEADERS, compare_document, compare_runs, delta_rows
+from harness.report.compare import (
+    compare,
+    compare_document,
+    default_out_dir,
+    delta_headers,
+    delta_rows,
+    verdict_line,
+    write_comparison,
+)
 from harness.report.document import to_markdown
 from harness.report.files import write_text_atomic
 from harness.report.render import render_run
-from harness.report.results import load_run
+from harness.report.results import Run, load_run
 from harness.report.sweep import sweep_table
 from harness.run.runner import RunOptions
 from harness.run.sweep import run_sweep
 from harness.wire.errors import ResultsError
+from harness.wire.exit_codes import ExitCode
 
 
 def add_parser(sub: Any) -> None:
@@ -37,13 +47,43 @@ def add_parser(sub: Any) -> None:
 
     cmp = sub.add_parser(
         "compare",
-        help="metric deltas between two runs, with significance",
-        description="Compare run B with run A per transport and metric: deltas, Mann-Whitney "
-        "p-values and bootstrap CIs of the median ratio on the per-turn/per-rollout samples. "
-        "Always exits 0 (use a gate for pass/fail).",
+        help="are two or more runs comparable, what changed, and is it significant (+ compare.html)",
+        description="Compare every run after the first with the first (the reference A) per "
+        "transport and metric: for per-turn and per-rollout medians, Δ % of the medians with a "
+        "bootstrap 95 % CI of that same ratio and a Mann-Whitney p-value (no CI and no test with "
+        "fewer than 5 samples per run); other rows compare summary.json values. First it checks "
+        "that the runs are comparable: same scenario (name and content, apart from its server "
+        "block, description and transports) and seed, the same transports, complete runs (not "
+        "partial), and no transport failing more turns than the scenario's max_error_rate "
+        "(default 5 %). Writes compare.html (self-contained, plots inlined), compare.md with "
+        "plots/, and compare.json into --out, by default a folder compare-<A>-vs-<B> beside the "
+        "first run.",
+        epilog="exit codes: 0 compared; 3 not comparable (the reasons are printed; --force "
+        "compares anyway, warns and exits 0); 4 a run folder is missing or unreadable, or fewer "
+        "than two runs.\n\n"
+        "examples:\n"
+        "  two:     loopbench compare results/old results/new\n"
+        "  three:   loopbench compare results/vllm results/sglang results/trt --out cmp/\n"
+        "  forced:  loopbench compare results/a results/b --force --no-html",
+        formatter_class=HelpFormatter,
     )
-    cmp.add_argument("run_a", help="baseline results folder (A)")
-    cmp.add_argument("run_b", help="candidate results folder (B)")
+    cmp.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="results folders: the reference (A) first, then one or more candidates (B, C, ...)",
+    )
+    cmp.add_argument(
+        "--force",
+        action="store_true",
+        help="compare runs that are not comparable: print the reasons as a warning and exit 0",
+    )
+    cmp.add_argument(
+        "--out",
+        help="folder for compare.html, compare.md, compare.json and plots/ "
+        "(default: <folder of the first run>/compare-<A>-vs-<B>)",
+    )
+    cmp.add_argument("--no-html", action="store_true", help="print the table only; write no files")
     cmp.add_argument("--md", help="also write the comparison as Markdown to this file")
     cmp.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
     cmp.set_defaults(func=cmd_compare)
@@ -84,26 +124,74 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _load_runs(paths: list[str]) -> list[Run] | str:
+    """The runs, or the one-line reason they cannot be read (a usage error: exit 4)."""
+    if len(paths) < 2:
+        return f"compare: expected at least two results folders (the reference first), got {len(paths)}"
+    runs = []
+    for p in paths:
+        path = Path(p)
+        if not path.is_dir():
+            what = "a file, not a folder" if path.exists() else "no such folder"
+            return (
+                f"compare: {path}: {what}; expected a results folder written by loopbench run, "
+                "e.g. results/20261202-110203-quickstart"
+            )
+        try:
+            runs.append(load_run(path))
+        except ResultsError as exc:
+            return f"compare: {exc}"
+    return runs
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    a, b = load_run(args.run_a), load_run(args.run_b)
-    try:
-        deltas = compare_runs(a, b, n_boot=args.n_boot)
-    except ValueError as exc:
-        raise ResultsError(str(exc)) from None
-    console = Console() if sys.stdout.isatty() else Console(width=180)
-    table = Table(title=f"compare: A={a.run_id}  B={b.run_id}", title_justify="left")
-    for i, h in enumerate(DELTA_HEADERS):
-        table.add_column(h, justify="left" if i in (0, 1, 8) else "right")
+    if args.n_boot < 1:
+        print(
+            f"error: compare: --n-boot: expected a positive integer, got {args.n_boot}",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
+    runs = _load_runs(list(args.runs))
+    if isinstance(runs, str):
+        print(f"error: {runs}", file=sys.stderr)
+        return ExitCode.USAGE
+    cmp = compare(runs, n_boot=args.n_boot)
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console.print(f"[bold]Verdict:[/] {escape(verdict_line(cmp))}", highlight=False)
+    if cmp.reasons:
+        head = (
+            "warning: not comparable (compared anyway: --force)"
+            if args.force
+            else ("not comparable: re-measure, or pass --force to compare anyway")
+        )
+        err = Console(stderr=True, width=console.width)
+        err.print(f"[bold red]{head}[/]", highlight=False)
+        for reason in cmp.reasons:
+            err.print(f"  - {escape(reason)}", highlight=False)
+        if not args.force:
+            return ExitCode.INVALID
+    for note in cmp.warnings:
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    ref = cmp.reference
     style = {"better": "green", "worse": "bold red"}
-    for row in delta_rows(deltas):
-        verdict = row[-1]
-        table.add_row(*row[:-1], f"[{style[verdict]}]{verdict}[/]" if verdict in style else verdict)
-    console.print(table)
-    if not deltas:
-        console.print("no transport in common: nothing to compare")
+    for cand in cmp.candidates:
+        title = f"{cand.label} = {cand.run.run_id}  vs  {ref.label} = {ref.run.run_id} (reference)"
+        table = Table(title=title, title_justify="left")
+        for i, h in enumerate(delta_headers(ref.label, cand.label)):
+            table.add_column(h, justify="left" if i in (0, 1, 7) else "right")
+        for row in delta_rows(cmp.deltas[cand.label]):
+            verdict = row[-1]
+            shown = f"[{style[verdict]}]{verdict}[/]" if verdict in style else escape(verdict)
+            table.add_row(*(escape(c) for c in row[:-1]), shown)
+        console.print(table)
     if args.md:
-        write_text_atomic(Path(args.md), to_markdown(compare_document(a, b, deltas)))
+        write_text_atomic(Path(args.md), to_markdown(compare_document(cmp)))
         console.print(f"markdown: {args.md}")
+    if not args.no_html:
+        out = Path(args.out) if args.out else default_out_dir(cmp)
+        written = write_comparison(cmp, out, n_boot=args.n_boot)
+        console.print(f"report: {written.html}", highlight=False)
+        console.print(f"        {written.md}", highlight=False)
     return EXIT_OK
 
 

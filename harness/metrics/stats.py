@@ -21,6 +21,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+#: fewer samples per side than this: no confidence interval and no test, the number alone
+#: ("n=2: too few for a CI"); a percentile bootstrap of 2 values only echoes them back
+MIN_CI_SAMPLES = 5
+
 # Bootstrap resamples are drawn in blocks of at most this many values so that
 # n_boot x n never materialises as one huge matrix.
 _BLOCK_VALUES = 1 << 21
@@ -192,3 +196,13 @@ def mann_whitney_u(a: Values, b: Values) -> tuple[float, float]:
     if z <= 0:
         return u1, 1.0
     return u1, min(1.0, math.erfc(z / math.sqrt(2.0)))
+
+
+def bootstrap_median(
+    values: Values, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, tuple[float, float]]:
+    """``median(values)`` and its percentile-bootstrap CI."""
+    _check_boot(n_boot, level)
+    arr = _positive_array("values", values)
+    boot = _bootstrap_medians(arr, n_boot, np.random.default_rng(seed))
+    return float(np.median(arr)), _ci(boot, level)

@@ -1,35 +1,59 @@
-"""``loopbench compare RUN_A RUN_B``: what changed between two runs, and is it significant.
+"""``loopbench compare A B [C ...]``: are the runs comparable, what changed, is it significant.
 
-For every transport both runs measured, each headline metric is shown for A
-and B with the absolute and relative delta.  Where the row files hold the
-samples behind a metric (per-turn TTFT, TTFB, turn latency and decode rate;
-per-rollout latency), the p50 row also carries
+The first run is the reference (A); every other run is a candidate compared with it.
 
-* the two-sided Mann–Whitney p-value of "A and B come from one distribution",
-* the ratio of medians B/A with a bootstrap 95 % confidence interval
-  (resampling each run independently: runs are not paired),
+**Comparability** first (:func:`comparability`): the runs must replay the same workload (same
+scenario name, same scenario content apart from the server block, description and transport
+list; same seed), measure the same transports, be complete (not partial, ``summary.json``
+present), and no transport may fail more turns than the scenario's ``max_error_rate`` (5 % when
+the scenario sets none) — a transport without a successful turn always fails that.  Each
+breach is a reason; ``compare`` exits 3 with them unless ``--force``.
 
-and a verdict: ``better``/``worse`` when p < 0.05 *and* the interval excludes
-1, else ``no significant change``.  Percentile tails (p99) and peaks have no
-test: a single run holds too few tail samples for one.
+**One statistic per row.**  For a metric with per-sample values in the row files (per-turn TTFT,
+TTFB, turn latency, decode rate; per-rollout latency), the p50 row is the median *of those
+samples* in both runs: A and B are the two medians, Δ their difference, Δ % = B/A − 1 (the
+ratio of medians), and its 95 % CI is an independent bootstrap of that same ratio, so Δ % and
+the interval always describe one statistic.  The Mann–Whitney p-value tests the same samples.
+With fewer than :data:`~harness.metrics.stats.MIN_CI_SAMPLES` samples on a side there is no
+CI and no test ("n=2: too few for a CI").  Verdict ``better``/``worse`` when p < 0.05 *and* the
+interval excludes 1.  Rows without samples (tails, peaks, run-level rates) compare the
+``summary.json`` values and have no test: one value per run.
+
+A transport that did not run, or had no successful turn, in a run keeps its rows: the values
+it has, and the reason in the verdict column.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.metrics import definitions as D
-from harness.metrics.stats import bootstrap_ratio_of_medians, mann_whitney_u
+from harness.metrics.stats import (
+    MIN_CI_SAMPLES,
+    bootstrap_median,
+    bootstrap_ratio_of_medians,
+    mann_whitney_u,
+)
 from harness.report import analysis as A
-from harness.report.document import Document, Heading, Paragraph, Table
-from harness.report.files import fmt
-from harness.report.results import Run
+from harness.report.compare_plots import PlotRun, write_compare_plots
+from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
+from harness.report.files import PLOTS_DIR, fmt, write_text_atomic
+from harness.report.results import Run, write_index
 
 ALPHA = 0.05
+#: the error-rate limit when the scenario sets no ``max_error_rate``
+DEFAULT_MAX_ERROR_RATE = 0.05
+#: scenario fields that may differ between comparable runs: they do not change the rollouts
+#: (the server block is what a comparison of servers or settings varies)
+SCENARIO_FREE_KEYS = frozenset(("server", "description", "transports"))
+#: differing scenario fields listed in one reason, at most
+_MAX_DIFFS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +100,28 @@ class Delta:
     transport: str
     metric: str
     unit: str
+    #: the statistic in A and in B: the sample medians for a tested row, else summary.json's
     a: float | None
     b: float | None
     delta: float | None
+    #: (b / a − 1) × 100: the same statistic as ``ratio``
     delta_pct: float | None
-    #: median(B) / median(A) of the samples and its bootstrap 95 % CI
+    #: b / a and the bootstrap 95 % CI of that ratio (None with too few samples)
     ratio: float | None = None
     ratio_ci95: tuple[float, float] | None = None
     p_value: float | None = None
     #: "better", "worse", "no significant change", or "" (no test)
     verdict: str = ""
+    #: samples behind a and b (tested rows only)
+    n_a: int | None = None
+    n_b: int | None = None
+    #: why a row has no CI or no value ("n=2: too few for a CI", "B: no successful turns")
+    note: str = ""
+    candidate: str = "B"
+
+    @property
+    def tested(self) -> bool:
+        return self.n_a is not None
 
 
 def _num(x: Any) -> float | None:
@@ -93,62 +129,474 @@ def _num(x: Any) -> float | None:
         f = float(x)
     except (TypeError, ValueError):
         return None
-    return f if f == f else None
+    return f if math.isfinite(f) else None
 
 
-def _samples(run: Run, cache: dict[str, Any], spec: MetricSpec, transport: str) -> np.ndarray:
-    assert spec.samples is not None
-    table, column = spec.samples
-    if table not in cache:
-        cache[table] = A.turn_table(run) if table == "turns" else A.rollout_table(run)
-    df = cache[table]
-    v = df.loc[(df["transport"] == transport) & df["ok"], column].dropna().to_numpy(float)
-    return v[v > 0]
+# -- one run, as compare sees it -----------------------------------------------------------------
 
 
-def _test(
-    spec: MetricSpec, a: np.ndarray, b: np.ndarray, *, n_boot: int, seed: int
+@dataclass(frozen=True, slots=True)
+class TransportHealth:
+    """Turns of one transport in one run, and what failed."""
+
+    turns: int
+    errors: int
+    #: (kind, count, one example message), most frequent first
+    kinds: tuple[tuple[str, int, str], ...] = ()
+
+    @property
+    def ok(self) -> int:
+        return self.turns - self.errors
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.turns if self.turns else 1.0
+
+    def describe_errors(self, limit: int = 3, *, example: bool = True) -> str:
+        """``server_error ×6 (e.g. "…")``: the top kinds with counts, one example."""
+        if not self.kinds:
+            return ""
+        parts = [f"{kind} ×{n}" for kind, n, _ in self.kinds[:limit]]
+        if not example:
+            return ", ".join(parts)
+        text = self.kinds[0][2]
+        if len(text) > 120:
+            text = text[:117] + "…"
+        return ", ".join(parts) + (f' (e.g. "{text}")' if text else "")
+
+
+@dataclass(slots=True)
+class Side:
+    """A run in a comparison: its label (A, B, …) and the tables read from it once."""
+
+    label: str
+    run: Run
+    _tables: dict[str, Any] = field(default_factory=dict)
+    _health: dict[str, TransportHealth] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.label} ({self.run.run_id})"
+
+    def table(self, kind: str) -> Any:
+        if kind not in self._tables:
+            self._tables[kind] = (
+                A.turn_table(self.run) if kind == "turns" else A.rollout_table(self.run)
+            )
+        return self._tables[kind]
+
+    @property
+    def transports(self) -> list[str]:
+        """What the run measured or meant to: a transport an interrupted run never reached is
+        in the manifest only, and must not vanish from the comparison."""
+        planned = [str(t) for t in self.run.manifest.get("transports") or []]
+        return A.ordered_transports([*A.run_transports(self.run), *planned])
+
+    def summary_of(self, transport: str) -> dict[str, Any]:
+        return dict(((self.run.summary or {}).get("transports") or {}).get(transport) or {})
+
+    def samples(self, table: str, column: str, transport: str) -> np.ndarray:
+        df = self.table(table)
+        if df.empty or column not in df:
+            return np.empty(0)
+        v = df.loc[(df["transport"] == transport) & df["ok"], column].dropna().to_numpy(float)
+        return v[v > 0]
+
+    def health(self, transport: str) -> TransportHealth:
+        if transport not in self._health:
+            self._health[transport] = self._count(transport)
+        return self._health[transport]
+
+    def _count(self, transport: str) -> TransportHealth:
+        df = self.table("turns")
+        g = df[df["transport"] == transport] if not df.empty else df
+        bad = g[~g["ok"]] if len(g) else g
+        kinds: list[tuple[str, int, str]] = []
+        if len(bad):
+            kind = bad["error_kind"].where(bad["error_kind"] != "", bad["status"])
+            for name, n in kind.value_counts().items():
+                msgs = bad.loc[kind == name, "error_message"]
+                example = next((str(m) for m in msgs if m), "")
+                kinds.append((str(name), int(n), example))
+        return TransportHealth(len(g), len(bad), tuple(kinds))
+
+    @property
+    def max_error_rate(self) -> float:
+        scenario = self.run.manifest.get("scenario") or {}
+        for holder in (scenario, scenario.get("load") or {}):
+            value = _num(holder.get("max_error_rate")) if isinstance(holder, Mapping) else None
+            if value is not None:
+                return value
+        return DEFAULT_MAX_ERROR_RATE
+
+
+def sides(runs: Sequence[Run]) -> list[Side]:
+    """Label runs A, B, C, …, Z, then R27, R28, …"""
+    return [Side(chr(ord("A") + i) if i < 26 else f"R{i + 1}", run) for i, run in enumerate(runs)]
+
+
+# -- comparability -------------------------------------------------------------------------------
+
+
+def _diffs(a: Any, b: Any, path: str, out: list[str]) -> None:
+    """Every path where two JSON-like documents differ (a key only one side has is a field
+    added to the scenario model after the older run: skipped)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in sorted(set(a) & set(b), key=str):
+            _diffs(a[key], b[key], f"{path}.{key}" if path else str(key), out)
+        return
+    if a != b:
+        out.append(f"{path} {a!r} vs {b!r}")
+
+
+def _scenario_reason(ref: Side, cand: Side) -> str | None:
+    rm, cm = ref.run.manifest, cand.run.manifest
+    rs, cs = rm.get("scenario"), cm.get("scenario")
+    if not isinstance(rs, Mapping) or not isinstance(cs, Mapping):
+        for key in ("scenario_sha256", "scenario_hash"):
+            if rm.get(key) and cm.get(key):
+                same = rm[key] == cm[key]
+                return (
+                    None
+                    if same
+                    else f"{cand.label}: scenario content differs from {ref.label} ({key})"
+                )
+        return (
+            f"{cand.label}: manifest.json has no scenario: cannot show that {cand.label} and "
+            f"{ref.label} replay the same rollouts"
+        )
+    strip = lambda d: {k: v for k, v in d.items() if k not in SCENARIO_FREE_KEYS}  # noqa: E731
+    found: list[str] = []
+    _diffs(strip(rs), strip(cs), "", found)
+    if not found:
+        return None
+    more = f" and {len(found) - _MAX_DIFFS} more" if len(found) > _MAX_DIFFS else ""
+    return (
+        f"{cand.label}: scenario content differs from {ref.label}: "
+        + "; ".join(found[:_MAX_DIFFS])
+        + more
+        + f" ({ref.label} first)"
+    )
+
+
+def run_reasons(side: Side) -> list[str]:
+    """Why one run cannot stand in a comparison: unfinished, partial, too many errors."""
+    run, label = side.run, side.label
+    reasons: list[str] = []
+    if not run.finished:
+        reasons.append(f"{label}: did not finish (no summary.json in {run.path})")
+    elif (run.summary or {}).get("partial"):
+        reasons.append(
+            f"{label}: partial run (interrupted before every rollout finished; "
+            "its figures cover only what was measured)"
+        )
+    limit = side.max_error_rate
+    for name in side.transports:
+        h = side.health(name)
+        if h.turns == 0:
+            reasons.append(f"{label}: {name}: never ran (no turns recorded)")
+        elif h.ok == 0:
+            reasons.append(
+                f"{label}: {name}: no successful turns ({h.errors} of {h.turns} failed: "
+                f"{h.describe_errors()})"
+            )
+        elif h.error_rate > limit:
+            reasons.append(
+                f"{label}: {name}: {h.errors} of {h.turns} turns failed ({h.error_rate:.1%}), "
+                f"above the {limit:.1%} limit (scenario max_error_rate): {h.describe_errors()}"
+            )
+    return reasons
+
+
+def pair_reasons(ref: Side, cand: Side) -> list[str]:
+    """Why ``cand`` does not measure what ``ref`` measured: scenario, seed, transports."""
+    rm, cm = ref.run.manifest, cand.run.manifest
+    reasons = []
+    for key in ("scenario_name", "seed"):
+        if rm.get(key) != cm.get(key):
+            what = "scenario" if key == "scenario_name" else key
+            reasons.append(f"{cand.label}: {what} {cm.get(key)!r}, {ref.label} has {rm.get(key)!r}")
+    if not reasons:
+        found = _scenario_reason(ref, cand)
+        if found:
+            reasons.append(found)
+    rt, ct = ref.transports, cand.transports
+    if set(rt) != set(ct):
+        reasons.append(
+            f"{cand.label}: transports {', '.join(ct) or 'none'}; "
+            f"{ref.label} has {', '.join(rt) or 'none'}"
+        )
+    return reasons
+
+
+def warnings(side: Side) -> list[str]:
+    """What the run says about itself that compare does not judge (validity reasons)."""
+    summary = side.run.summary or {}
+    if summary and not summary.get("valid", True):
+        return [
+            f"{side.label} is marked invalid: " + "; ".join(summary.get("invalid_reasons") or [])
+        ]
+    return []
+
+
+# -- the deltas ----------------------------------------------------------------------------------
+
+
+def _tested_row(
+    spec: MetricSpec,
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    n_boot: int,
+    seed: int,
 ) -> dict[str, Any]:
-    if len(a) < 2 or len(b) < 2:
-        return {}
+    """A median row from the samples: one statistic for A, B, Δ, Δ %, the CI and the test."""
+    ma = float(np.median(a)) if len(a) else None
+    mb = float(np.median(b)) if len(b) else None
+    out: dict[str, Any] = {"a": ma, "b": mb, "n_a": len(a), "n_b": len(b)}
+    if ma is None or mb is None:
+        return out
+    ratio = mb / ma
+    out.update(delta=mb - ma, delta_pct=(ratio - 1.0) * 100.0, ratio=ratio)
+    n = min(len(a), len(b))
+    if n < MIN_CI_SAMPLES:
+        out["note"] = f"n={n}: too few for a CI"
+        return out
     _, p = mann_whitney_u(a, b)
-    ratio, ci = bootstrap_ratio_of_medians(b, a, n_boot=n_boot, seed=seed)
+    _, ci = bootstrap_ratio_of_medians(b, a, n_boot=n_boot, seed=seed)
     verdict = "no significant change"
     if p < ALPHA and not (ci[0] <= 1.0 <= ci[1]):
-        improved = (ratio < 1.0) == spec.lower_is_better
-        verdict = "better" if improved else "worse"
-    return {"ratio": ratio, "ratio_ci95": ci, "p_value": p, "verdict": verdict}
+        verdict = "better" if (ratio < 1.0) == spec.lower_is_better else "worse"
+    out.update(ratio_ci95=ci, p_value=p, verdict=verdict)
+    return out
 
 
-def compare_runs(a: Run, b: Run, *, n_boot: int = 2000, seed: int = 0) -> list[Delta]:
-    """Per-transport metric deltas of run ``b`` relative to run ``a`` (both finished)."""
-    for run in (a, b):
-        if not run.finished:
-            raise ValueError(f"{run.path}: summary.json: missing (the run did not finish)")
-    ta = (a.summary or {}).get("transports", {})
-    tb = (b.summary or {}).get("transports", {})
-    common = [t for t in A.ordered_transports(ta) if t in tb]
-    cache_a: dict[str, Any] = {}
-    cache_b: dict[str, Any] = {}
+def _missing_note(ref: Side, cand: Side, name: str) -> str:
+    for side in (ref, cand):
+        if name not in side.transports:
+            return f"{side.label}: not measured"
+        h = side.health(name)
+        if h.turns == 0:
+            return f"{side.label}: never ran"
+        if h.ok == 0:
+            return f"{side.label}: no successful turns ({h.describe_errors(1, example=False)})"
+    return ""
+
+
+def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -> list[Delta]:
+    """Per-transport metric deltas of ``cand`` relative to ``ref``: every transport either
+    measured keeps its rows."""
+    names = A.ordered_transports([*ref.transports, *cand.transports])
     out: list[Delta] = []
-    for name in common:
+    for name in names:
+        missing = _missing_note(ref, cand, name)
+        sa, sb = ref.summary_of(name), cand.summary_of(name)
         for spec in metric_specs():
-            group, key = spec.path
-            va = _num((ta[name].get(group) or {}).get(key))
-            vb = _num((tb[name].get(group) or {}).get(key))
-            delta = vb - va if va is not None and vb is not None else None
-            pct = delta / va * 100.0 if delta is not None and va else None
-            extra: dict[str, Any] = {}
+            row: dict[str, Any]
             if spec.samples is not None:
-                extra = _test(
+                table, column = spec.samples
+                row = _tested_row(
                     spec,
-                    _samples(a, cache_a, spec, name),
-                    _samples(b, cache_b, spec, name),
+                    ref.samples(table, column, name),
+                    cand.samples(table, column, name),
                     n_boot=n_boot,
                     seed=seed,
                 )
-            out.append(Delta(name, spec.label, spec.unit, va, vb, delta, pct, **extra))
+            else:
+                group, key = spec.path
+                va = _num((sa.get(group) or {}).get(key))
+                vb = _num((sb.get(group) or {}).get(key))
+                row = {"a": va, "b": vb}
+                if va is not None and vb is not None:
+                    row["delta"] = vb - va
+                    if va:
+                        row["ratio"] = vb / va
+                        row["delta_pct"] = (vb / va - 1.0) * 100.0
+            if missing:
+                row["note"] = missing
+                row["verdict"] = ""
+            row.setdefault("delta", None)
+            row.setdefault("delta_pct", None)
+            out.append(Delta(name, spec.label, spec.unit, candidate=cand.label, **row))
     return out
+
+
+def compare_runs(a: Run, b: Run, *, n_boot: int = 2000, seed: int = 0) -> list[Delta]:
+    """Per-transport metric deltas of run ``b`` relative to run ``a``."""
+    ref, cand = sides([a, b])
+    return delta_rows_of(ref, cand, n_boot=n_boot, seed=seed)
+
+
+@dataclass(slots=True)
+class Comparison:
+    """Everything ``compare`` shows: the runs, why they are not comparable, the deltas."""
+
+    sides: list[Side]
+    reasons: list[str]
+    warnings: list[str]
+    #: per candidate (B, C, …): its rows against the reference
+    deltas: dict[str, list[Delta]]
+
+    @property
+    def reference(self) -> Side:
+        return self.sides[0]
+
+    @property
+    def candidates(self) -> list[Side]:
+        return self.sides[1:]
+
+    @property
+    def comparable(self) -> bool:
+        return not self.reasons
+
+
+def compare(runs: Sequence[Run], *, n_boot: int = 2000, seed: int = 0) -> Comparison:
+    """Compare every run after the first with the first; ``runs`` holds at least two."""
+    if len(runs) < 2:
+        raise ValueError(f"compare: expected at least two runs, got {len(runs)}")
+    all_sides = sides(runs)
+    ref = all_sides[0]
+    reasons: list[str] = []
+    notes: list[str] = []
+    for side in all_sides:
+        reasons += run_reasons(side)
+        notes += warnings(side)
+    for cand in all_sides[1:]:
+        reasons += pair_reasons(ref, cand)
+    deltas = {c.label: delta_rows_of(ref, c, n_boot=n_boot, seed=seed) for c in all_sides[1:]}
+    return Comparison(all_sides, reasons, notes, deltas)
+
+
+# -- words ---------------------------------------------------------------------------------------
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value with sensible precision: ``<0.001``, ``0.004``, ``0.04``, ``1.00``."""
+    if p is None:
+        return "-"
+    if p < 0.001:
+        return "<0.001"
+    if p < 0.01:
+        return f"{p:.3f}"
+    return f"{p:.2f}"
+
+
+def _signed(text: str) -> str:
+    """A formatted number with its sign: ``+1.3``, ``−0.7`` (the minus of the Δ % column)."""
+    return "−" + text[1:] if text.startswith("-") else "+" + text
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1f}".replace("-", "−")
+
+
+def fmt_change(d: Delta) -> str:
+    """``+3.1 % [−2.0, +8.4]``: Δ % of the row's statistic with the CI of that same ratio."""
+    if d.delta_pct is None:
+        return "-"
+    text = f"{_pct(d.delta_pct)} %"
+    if d.ratio_ci95 is not None:
+        lo, hi = ((c - 1.0) * 100.0 for c in d.ratio_ci95)
+        text += f" [{_pct(lo)}, {_pct(hi)}]"
+    return text
+
+
+def row_verdict(d: Delta) -> str:
+    """The verdict cell: the test's verdict, or why there is none."""
+    if d.note:
+        return d.note
+    if d.verdict:
+        return d.verdict
+    if d.delta_pct is not None and not d.tested:
+        return "one value per run: no test"
+    return "-"
+
+
+def metric_verdict(d: Delta, ref: str = "A") -> str:
+    """One line for one metric: ``B vs A: rollout p50 −30.1 % [95 % CI −33.0, −27.2], p<0.001: better``."""
+    head = f"{d.candidate} vs {ref}: {d.metric} ({d.transport})"
+    if d.delta_pct is None:
+        return f"{head}: {d.note or 'no value in one of the runs'}"
+    text = f"{head} {_pct(d.delta_pct)} %"
+    if d.ratio_ci95 is not None:
+        lo, hi = ((c - 1.0) * 100.0 for c in d.ratio_ci95)
+        text += f" [95 % CI {_pct(lo)}, {_pct(hi)}], p {fmt_p(d.p_value)}: {d.verdict}"
+    else:
+        text += f": {row_verdict(d)}"
+    return text
+
+
+DELTA_HEADERS = [
+    "transport",
+    "metric",
+    "A",
+    "B",
+    "Δ (B−A)",
+    "Δ % [95 % CI]",
+    "p (Mann–Whitney)",
+    "verdict",
+]
+
+
+def delta_headers(ref: str = "A", cand: str = "B") -> list[str]:
+    """:data:`DELTA_HEADERS` for candidate ``cand`` against reference ``ref``."""
+    return [*DELTA_HEADERS[:2], ref, cand, f"Δ ({cand}−{ref})", *DELTA_HEADERS[5:]]
+
+
+def delta_rows(deltas: Sequence[Delta]) -> list[list[str]]:
+    rows = []
+    for d in deltas:
+        digits = 0 if d.unit == "tok/s" else 2 if (d.a or 0) < 10 else 1
+        rows.append(
+            [
+                d.transport,
+                f"{d.metric} ({d.unit})",
+                fmt(d.a, digits),
+                fmt(d.b, digits),
+                "-" if d.delta is None else _signed(fmt(d.delta, digits)),
+                fmt_change(d),
+                fmt_p(d.p_value),
+                row_verdict(d),
+            ]
+        )
+    return rows
+
+
+def _headline(cmp: Comparison, cand: Side) -> str:
+    """The rollout p50 change of the first transport both runs measured (the headline metric)."""
+    rows = [d for d in cmp.deltas[cand.label] if d.metric == "rollout p50"]
+    usable = [d for d in rows if d.delta_pct is not None] or rows
+    if not usable:
+        return f"{cand.label}: no rollout latency to compare"
+    return metric_verdict(usable[0], cmp.reference.label)
+
+
+def _worst_error(cmp: Comparison) -> str:
+    worst: tuple[float, str] = (0.0, "")
+    for side in cmp.sides:
+        for name in side.transports:
+            h = side.health(name)
+            if h.errors and h.error_rate > worst[0]:
+                worst = (
+                    h.error_rate,
+                    f"{side.label} {name}: {h.errors} of {h.turns} turns failed "
+                    f"({h.describe_errors(2, example=False)})",
+                )
+    return f"worst error: {worst[1]}" if worst[1] else "no errors"
+
+
+def verdict_line(cmp: Comparison) -> str:
+    """The report's first line: comparable?, the headline change with its CI, the worst error."""
+    head = (
+        "comparable"
+        if cmp.comparable
+        else f"NOT COMPARABLE ({len(cmp.reasons)} reason{'s' * (len(cmp.reasons) != 1)})"
+    )
+    changes = "; ".join(_headline(cmp, c) for c in cmp.candidates)
+    return f"{head} · {changes} · {_worst_error(cmp)}"
+
+
+# -- the document --------------------------------------------------------------------------------
 
 
 def speedup_changes(a: Run, b: Run) -> list[tuple[str, Any, Any]]:
@@ -164,69 +612,225 @@ def speedup_changes(a: Run, b: Run) -> list[tuple[str, Any, Any]]:
     return [(k, pa[k], pb[k]) for k in pa if k in pb]
 
 
-def delta_rows(deltas: Sequence[Delta]) -> list[list[str]]:
+def runs_table(cmp: Comparison) -> Table:
     rows = []
-    for d in deltas:
-        digits = 0 if d.unit == "tok/s" else 2 if (d.a or 0) < 10 else 1
-        ci = (
-            f"{d.ratio:.3f} [{d.ratio_ci95[0]:.3f}, {d.ratio_ci95[1]:.3f}]"
-            if d.ratio is not None and d.ratio_ci95 is not None
-            else "-"
-        )
+    for s in cmp.sides:
+        m, summary = s.run.manifest, s.run.summary or {}
+        valid = "unfinished" if not s.run.finished else "yes" if summary.get("valid") else "no"
         rows.append(
             [
-                d.transport,
-                f"{d.metric} ({d.unit})",
-                fmt(d.a, digits),
-                fmt(d.b, digits),
-                fmt(d.delta, digits)
-                if d.delta is None or d.delta < 0
-                else "+" + fmt(d.delta, digits),
-                "-" if d.delta_pct is None else f"{d.delta_pct:+.1f} %",
-                ci,
-                "-" if d.p_value is None else f"{d.p_value:.3g}",
-                d.verdict or "-",
+                s.label + (" (reference)" if s is cmp.reference else ""),
+                s.run.run_id,
+                str(m.get("scenario_name", "-")),
+                str(m.get("seed", "-")),
+                str(m.get("target", "-")),
+                ", ".join(s.transports),
+                valid,
+                _software(m),
             ]
         )
-    return rows
+    return Table(
+        ["run", "id", "scenario", "seed", "target", "transports", "valid", "loopbench"],
+        rows,
+        align="lllrllll",
+    )
 
 
-DELTA_HEADERS = [
-    "transport",
-    "metric",
-    "A",
-    "B",
-    "Δ (B−A)",
-    "Δ %",
-    "median B/A [95 % CI]",
-    "p (Mann–Whitney)",
-    "verdict",
-]
+def _software(manifest: Mapping[str, Any]) -> str:
+    """``0.9.0 (1a2b3c4d)``: the client's version and commit, what a version comparison varies."""
+    version = str((manifest.get("versions") or {}).get("loopbench") or "")
+    sha = str(manifest.get("git_sha") or "")[:8]
+    return " ".join(p for p in (version, f"({sha})" if sha else "") if p) or "-"
 
 
-def compare_document(a: Run, b: Run, deltas: Sequence[Delta]) -> Document:
-    doc = Document(f"loopbench compare — {a.run_id} (A) vs {b.run_id} (B)")
+def rollout_ci(
+    side: Side, transport: str, *, n_boot: int, seed: int
+) -> tuple[float, tuple[float, float] | None, int] | None:
+    """Median rollout latency of one run and transport with its bootstrap CI (None if n < 5)."""
+    v = side.samples("rollouts", "latency_ms", transport)
+    if not len(v):
+        return None
+    if len(v) < MIN_CI_SAMPLES:
+        return float(np.median(v)), None, len(v)
+    med, ci = bootstrap_median(v, n_boot=n_boot, seed=seed)
+    return med, ci, len(v)
+
+
+def compare_document(
+    cmp: Comparison, plots: Mapping[str, Sequence[tuple[str, str, str]]] | None = None
+) -> Document:
+    """The compare report; ``plots``: per transport, ``(relative path, title, caption)``."""
+    ref = cmp.reference
+    title = " vs ".join(f"{s.run.run_id} ({s.label})" for s in cmp.sides)
+    doc = Document(f"loopbench compare — {title}")
+    doc.add(Paragraph("Verdict: " + verdict_line(cmp), kind="note" if cmp.comparable else "bad"))
+    doc.add(Heading("Runs"), runs_table(cmp))
+    doc.add(Heading("Comparability"))
+    if cmp.reasons:
+        doc.add(
+            Paragraph(
+                "Not comparable — the differences below may come from the workload or the "
+                "failures, not from what changed (compared anyway with --force):",
+                kind="bad",
+            )
+        )
+        doc.add(*(Paragraph("• " + r) for r in cmp.reasons))
+    else:
+        doc.add(
+            Paragraph(
+                f"Same scenario {ref.run.manifest.get('scenario_name')!r} and seed "
+                f"{ref.run.manifest.get('seed')}, same transports, complete runs, error rates "
+                "within the scenario's max_error_rate."
+            )
+        )
+    doc.add(*(Paragraph(w, kind="note") for w in cmp.warnings))
     doc.add(
         Paragraph(
-            f"A: {a.path} · B: {b.path}. Verdicts need p < {ALPHA} and a 95 % CI of the median "
-            "ratio that excludes 1; rows without samples (tails, peaks) have no test."
+            f"Rows with samples (p50 of per-turn and per-rollout metrics): A and B are the medians "
+            f"of the samples, Δ % is their ratio − 1 with a bootstrap 95 % CI of that ratio, and "
+            f"the verdict needs p < {ALPHA} and a CI that excludes 0 %. Fewer than "
+            f"{MIN_CI_SAMPLES} samples per run: no CI, no test. Other rows compare the "
+            "summary.json values: one value per run, no test."
         )
     )
-    doc.add(Heading("Metrics"), Table(DELTA_HEADERS, delta_rows(deltas), align="llrrrrrrl"))
-    changes = speedup_changes(a, b)
-    if changes:
-        rows = [
-            [
-                pair,
-                fmt(ca.get("rollout_speedup"), 3, "×"),
-                fmt(cb.get("rollout_speedup"), 3, "×"),
-                fmt(ca.get("rollout_latency_reduction_pct"), 1, " %"),
-                fmt(cb.get("rollout_latency_reduction_pct"), 1, " %"),
-            ]
-            for pair, ca, cb in changes
-        ]
+    for cand in cmp.candidates:
         doc.add(
-            Heading("Speedup between transports"),
-            Table(["pair", "speedup A", "speedup B", "reduction A", "reduction B"], rows),
+            Heading(f"{cand.label} vs {ref.label}: metrics"),
+            Table(
+                delta_headers(ref.label, cand.label),
+                delta_rows(cmp.deltas[cand.label]),
+                align="llrrrrrl",
+            ),
         )
+        changes = speedup_changes(ref.run, cand.run)
+        if changes:
+            rows = [
+                [
+                    pair,
+                    fmt(ca.get("rollout_speedup"), 3, "×"),
+                    fmt(cb.get("rollout_speedup"), 3, "×"),
+                    fmt(ca.get("rollout_latency_reduction_pct"), 1, " %"),
+                    fmt(cb.get("rollout_latency_reduction_pct"), 1, " %"),
+                ]
+                for pair, ca, cb in changes
+            ]
+            doc.add(
+                Heading(f"{cand.label} vs {ref.label}: speedup between transports", level=3),
+                Table(
+                    [
+                        "pair",
+                        f"speedup {ref.label}",
+                        f"speedup {cand.label}",
+                        f"reduction {ref.label}",
+                        f"reduction {cand.label}",
+                    ],
+                    rows,
+                ),
+            )
+    if plots is not None:
+        names = A.ordered_transports(t for s in cmp.sides for t in s.transports)
+        for name in names:
+            doc.add(Heading(f"Transport {name}"))
+            lines = [
+                metric_verdict(d, ref.label)
+                for c in cmp.candidates
+                for d in cmp.deltas[c.label]
+                if d.transport == name
+            ]
+            doc.add(Table(["verdict per metric"], [[line] for line in lines], align="l"))
+            for path, ptitle, caption in plots.get(name, ()):
+                doc.add(Heading(ptitle, level=3), Image(path, ptitle, caption))
     return doc
+
+
+def out_folder_name(cmp: Comparison) -> str:
+    """``compare-<A>-vs-<B>[-vs-<C>…]``; long lists end in ``-and-N-more``."""
+    ids = [s.run.run_id for s in cmp.sides]
+    name = "compare-" + "-vs-".join(ids)
+    if len(name) > 200:
+        name = f"compare-{ids[0]}-vs-{ids[1]}-and-{len(ids) - 2}-more"
+    return name
+
+
+def default_out_dir(cmp: Comparison) -> Path:
+    """Beside the reference run: ``<reference's parent>/compare-<A>-vs-<B>/``."""
+    return cmp.reference.run.path.parent / out_folder_name(cmp)
+
+
+def comparison_json(cmp: Comparison) -> dict[str, Any]:
+    return {
+        "verdict": verdict_line(cmp),
+        "comparable": cmp.comparable,
+        "reasons": list(cmp.reasons),
+        "warnings": list(cmp.warnings),
+        "runs": {s.label: str(s.run.path) for s in cmp.sides},
+        "reference": cmp.reference.label,
+        "deltas": [
+            {
+                "candidate": d.candidate,
+                "transport": d.transport,
+                "metric": d.metric,
+                "unit": d.unit,
+                "a": d.a,
+                "b": d.b,
+                "delta": d.delta,
+                "delta_pct": d.delta_pct,
+                "ratio": d.ratio,
+                "ratio_ci95": list(d.ratio_ci95) if d.ratio_ci95 else None,
+                "p_value": d.p_value,
+                "n_a": d.n_a,
+                "n_b": d.n_b,
+                "verdict": d.verdict,
+                "note": d.note,
+            }
+            for rows in cmp.deltas.values()
+            for d in rows
+        ],
+    }
+
+
+COMPARE_MD = "compare.md"
+COMPARE_HTML = "compare.html"
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenComparison:
+    folder: Path
+    html: Path
+    md: Path
+    json: Path
+    plots: list[Path]
+
+
+def write_comparison(
+    cmp: Comparison, out_dir: Path, *, n_boot: int = 2000, seed: int = 0
+) -> WrittenComparison:
+    """Write ``compare.html`` (self-contained: plots inlined), ``compare.md`` with ``plots/``
+    beside it, and ``compare.json`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [PlotRun(s.label, s.run, s.table("turns"), s.table("rollouts")) for s in cmp.sides]
+    names = A.ordered_transports(t for s in cmp.sides for t in s.transports)
+    plots: dict[str, list[tuple[str, str, str]]] = {}
+    written: list[Path] = []
+    for name in names:
+        medians = {s.label: rollout_ci(s, name, n_boot=n_boot, seed=seed) for s in cmp.sides}
+        ratios = {
+            c.label: next(
+                (
+                    (d.ratio, d.ratio_ci95)
+                    for d in cmp.deltas[c.label]
+                    if d.transport == name and d.metric == "rollout p50"
+                ),
+                (None, None),
+            )
+            for c in cmp.candidates
+        }
+        files = write_compare_plots(runs, name, out_dir / PLOTS_DIR, medians, ratios)
+        plots[name] = [(f"{PLOTS_DIR}/{p.name}", spec.title, spec.caption) for spec, p in files]
+        written += [p for _, p in files]
+    doc = compare_document(cmp, plots)
+    md, page = out_dir / COMPARE_MD, out_dir / COMPARE_HTML
+    write_text_atomic(md, to_markdown(doc))
+    write_text_atomic(page, to_html(doc, out_dir))
+    js = write_index(out_dir, "compare", comparison_json(cmp))
+    return WrittenComparison(out_dir, page, md, js, written)

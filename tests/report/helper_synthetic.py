@@ -22,18 +22,27 @@ def make_run(
     ttft_ms: dict[str, float] | None = None,
     seed: int = 0,
     finish: bool = True,
+    failed_turns: dict[str, int] | None = None,
+    scenario: dict[str, object] | None = None,
+    partial: bool = False,
 ) -> Path:
     """A run whose rollout ``i`` of transport ``t`` lasts ``rollout_ms[t][i]`` ms.
 
     Each rollout has ``turns_per_rollout`` turns evenly spread over it; TTFT of
-    transport ``t`` is ``ttft_ms[t]`` ms (default 50) with ±10 % seeded noise.
+    transport ``t`` is ``ttft_ms[t]`` ms (default 50) with ±10 % seeded noise.  The first
+    ``failed_turns[t]`` turns of transport ``t`` fail (``server_error``); ``scenario`` adds
+    fields to the manifest's scenario; ``partial`` marks the summary partial.
     """
     rng = np.random.default_rng(seed)
     acc = Accumulator()
     manifest = {
         "run_id": path.name,
         "scenario_name": "synthetic",
-        "scenario": {"name": "synthetic", "load": {"mode": "closed", "concurrency": 1}},
+        "scenario": {
+            "name": "synthetic",
+            "load": {"mode": "closed", "concurrency": 1},
+            **(scenario or {}),
+        },
         "seed": seed,
         "transports": list(rollout_ms),
         "embedded_server": False,
@@ -43,6 +52,7 @@ def make_run(
     with ResultsWriter(path, manifest) as writer:
         for transport, latencies in rollout_ms.items():
             base_ttft = (ttft_ms or {}).get(transport, 50.0)
+            to_fail = (failed_turns or {}).get(transport, 0)
             for rid, lat in enumerate(latencies):
                 start = clock
                 step = int(lat * MS) // turns_per_rollout
@@ -51,6 +61,8 @@ def make_run(
                     ttft = int(base_ttft * (0.9 + 0.2 * rng.random()) * MS)
                     first = sent + ttft
                     last = first + 40 * MS
+                    fail = to_fail > 0
+                    to_fail -= fail
                     rec = TurnRecord(
                         transport=transport,
                         rollout_id=rid,
@@ -60,7 +72,9 @@ def make_run(
                         first_token_ns=first,
                         last_token_ns=last,
                         done_ns=last + MS,
-                        status="completed",
+                        status="error" if fail else "completed",
+                        error_kind="server_error" if fail else "",
+                        error_message="HTTP 500: injected" if fail else "",
                         history_tokens=1000 * (k + 1),
                         output_tokens=41,
                         burst_tokens_max=41,
@@ -84,5 +98,7 @@ def make_run(
                 acc.add_rollout(roll)
                 clock = end + MS
         if finish:
-            writer.finish(acc.summary(path.name), acc.histograms())
+            summary = acc.summary(path.name)
+            summary["partial"] = partial
+            writer.finish(summary, acc.histograms())
     return path
