@@ -70,10 +70,10 @@ def too_few_note(summary: Mapping[str, Any]) -> str | None:
         if isinstance(t, Mapping)
     ):
         return None
+    # short enough for one 80-column line: the summary's too_few_samples has the counts
     return (
-        f"{TOO_FEW_MARK} from fewer samples than the statistic needs (p50 {min_samples('p50')}, "
-        f"p90 {min_samples('p90')}, p99 {min_samples('p99')}): the largest value seen, not a tail "
-        "estimate; summary.json lists them under too_few_samples."
+        f"{TOO_FEW_MARK} too few samples for this statistic (p50 needs {min_samples('p50')}, "
+        f"p90 {min_samples('p90')}, p99 {min_samples('p99')})"
     )
 
 
