@@ -1,4 +1,4 @@
-"""When a sample is too small for a statistic (docs/metrics.md §1.3): one rule, stated once.
+"""When a sample is too small for a statistic (docs/metrics.md §1.4): one rule, stated once.
 
 Percentiles are nearest-rank order statistics (:mod:`harness.metrics.hdr`).  The
 ``p``-th percentile of fewer than ``100 / (100 - p)`` values is the sample's maximum

@@ -464,7 +464,7 @@ class Accumulator:
             else:
                 group.update(self._run_level(m, t))
         # statistic path -> its sample count, for each statistic computed from fewer samples
-        # than it needs (docs/metrics.md §1.3); renderers mark those values
+        # than it needs (docs/metrics.md §1.4); renderers mark those values
         out[TOO_FEW_KEY] = too_few
         return out
 

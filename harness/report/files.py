@@ -16,7 +16,7 @@ from harness.metrics.sample_size import min_samples, too_few_marks
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
-#: after a table value computed from too few samples (docs/metrics.md §1.3)
+#: after a table value computed from too few samples (docs/metrics.md §1.4)
 TOO_FEW_MARK = "*"
 
 

@@ -1,5 +1,5 @@
 """Statistics that admit their sample size: no CI below 5 pairs, exact small-sample
-percentiles, too-small statistics listed and marked (docs/metrics.md §1.3)."""
+percentiles, too-small statistics listed and marked (docs/metrics.md §1.4)."""
 
 from __future__ import annotations
 

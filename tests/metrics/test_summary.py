@@ -99,7 +99,7 @@ def _filled(**kw: object) -> Accumulator:
 
 
 # Hand-computed.  While a histogram holds at most EXACT_MAX values its percentiles are
-# exact nearest-rank order statistics (docs/metrics.md §1.3): with two values p50 is the
+# exact nearest-rank order statistics (docs/metrics.md §1.4): with two values p50 is the
 # smaller, p90 and p99 the larger.  Means are exact.
 EXPECTED = {
     "format_version": 1,
