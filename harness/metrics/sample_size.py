@@ -69,19 +69,25 @@ def sample_size_reasons(summary: Mapping[str, Any]) -> list[str]:
     comparison without a CI; ``[]`` when every number has the sample it needs.
 
     Pure: reads only ``summary`` (a ``summary.json`` document).  For example
-    ``"ws: too few samples for TTFT p99 (n=60, need 100), rollout p99 (n=4, need 100)"`` and
-    ``"ws vs http rollout speedup: n=2: too few for a CI (need 5)"``.
+    ``"ws: too few samples for p90 (need 10): rollout (n=4); p99 (need 100): TTFT, turn (n=60),
+    rollout (n=4)"`` and ``"ws vs http rollout speedup: n=2: too few for a CI (need 5)"``.
     """
     out: list[str] = []
     for name, t in (summary.get("transports") or {}).items():
         if not isinstance(t, Mapping):
             continue
-        parts = []
+        # statistic -> n -> metric labels: one clause per statistic keeps the sentence short
+        by_stat: dict[str, dict[int, list[str]]] = {}
         for path, n in too_few_marks(t).items():
             label, stat = _stat_name(path)
-            parts.append(f"{label} {stat} (n={n}, need {min_samples(stat)})")
-        if parts:
-            out.append(f"{name}: too few samples for " + ", ".join(parts))
+            by_stat.setdefault(stat, {}).setdefault(int(n), []).append(label)
+        clauses = [
+            f"{stat} (need {min_samples(stat)}): "
+            + ", ".join(f"{', '.join(labels)} (n={n})" for n, labels in by_n.items())
+            for stat, by_n in sorted(by_stat.items(), key=lambda kv: min_samples(kv[0]))
+        ]
+        if clauses:
+            out.append(f"{name}: too few samples for " + "; ".join(clauses))
     for c in summary.get("comparisons") or []:
         if c.get("rollout_speedup") is None:
             continue
