@@ -186,7 +186,8 @@ class Histogram:
 
     @property
     def min(self) -> float:
-        """Lowest equivalent value of the smallest recorded value (NaN when empty)."""
+        """The smallest recorded value while the values are kept, else the lowest equivalent
+        value of its bucket (NaN when empty)."""
         if not self.count:
             return math.nan
         if self.exact is not None:
@@ -196,7 +197,8 @@ class Histogram:
 
     @property
     def max(self) -> float:
-        """Highest equivalent value of the largest recorded value (NaN when empty)."""
+        """The largest recorded value while the values are kept, else the highest equivalent
+        value of its bucket (NaN when empty)."""
         if not self.count:
             return math.nan
         if self.exact is not None:
