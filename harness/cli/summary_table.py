@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from harness.metrics import definitions as D
-from harness.report.files import fmt
+from harness.report.files import fmt, fmt_ci, fmt_stat, too_few_note
 from harness.run.progress import schedule_table, titled_table
 
 
@@ -31,11 +31,13 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
             str(t["turns"]["count"]),
             str(t["turns"]["errors"] + t["rollouts"]["errors"]),
             *(
-                fmt((t.get(m.group) or {}).get(stat.key), 0 if m.unit == "tok/s" else 1)
+                fmt_stat(t, m.group, stat.key, 0 if m.unit == "tok/s" else 1)
                 for m, stat in D.cli_columns()
             ),
         )
     console.print(table)
+    if note := too_few_note(summary):
+        console.print(note)
     comps = summary.get("comparisons", [])
     if comps:
         ct = titled_table(
@@ -51,7 +53,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
             ct.add_row(
                 f"{c['candidate']} vs {c['baseline']}",
                 f"{fmt(c.get('rollout_speedup'), 2)}x",
-                f"[{fmt(lo, 2)}, {fmt(hi, 2)}]",
+                fmt_ci(lo, hi, 2, c.get("rollout_speedup_ci_reason")),
                 f"{fmt(c.get('rollout_latency_reduction_pct'))} %",
                 f"{fmt(c.get('ttft_p50_reduction_pct'))} %",
             )

@@ -13,7 +13,8 @@ shared CI machine: a 0.5 % shift measured on 10,000 turns is significant and
 irrelevant; a 30 % jump in one of three rollouts is large and unproven.
 
 Exit codes: 0 pass, 1 regression (relative rule or harness self-check),
-2 SLO breach (absolute bound or minimum speedup), 3 invalid / not comparable.
+2 SLO breach (absolute bound, or a minimum speedup whose CI lower bound falls short),
+3 invalid / not comparable / not measurable (a speedup from too few rollouts for a CI).
 When several classes fail, the highest code wins.
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.gate.codes import EXIT_INVALID
 from harness.gate.outcome import GateReport, Kind, RuleResult
 from harness.gate.ratios import MIN_SAMPLES, align, per_round, ratio_with_ci, statistic
 from harness.gate.rules import (
@@ -38,7 +40,7 @@ from harness.gate.rules import (
 from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData
 from harness.gate.validity import check_validity, missing_transports
 from harness.metrics import definitions as D
-from harness.metrics.stats import mann_whitney_u
+from harness.metrics.stats import MIN_CI_PAIRS, ci_reason, mann_whitney_u
 
 
 def _expand(transport: str, available: Sequence[str]) -> list[str]:
@@ -210,11 +212,17 @@ def _regression_result(
 
 def _speedup_value(
     run: RunData, rule: SpeedupRule, cfg: GateConfig
-) -> tuple[float, tuple[float, float], int, bool] | None:
+) -> tuple[float, tuple[float, float], int, bool] | str:
+    """The speedup, its CI, n and pairing; or why it is not measurable."""
     bs, cs = run.get(rule.baseline, rule.metric), run.get(rule.candidate, rule.metric)
-    if len(bs) < MIN_SAMPLES or len(cs) < MIN_SAMPLES:
-        return None
+    if len(bs) < MIN_CI_PAIRS or len(cs) < MIN_CI_PAIRS:
+        n = min(len(bs), len(cs))
+        return f"{rule.metric} samples of {rule.candidate} vs {rule.baseline}: " + (
+            ci_reason(n) or ""
+        )
     b, c, paired = align(bs, cs)
+    if (reason := ci_reason(int(min(b.size, c.size)))) is not None:
+        return f"{rule.metric} samples of {rule.candidate} vs {rule.baseline}: {reason}"
     # ratio_with_ci gives second/first: pass the candidate transport first for baseline/candidate.
     ratio, ci = ratio_with_ci(
         c, b, "p50", paired=paired, alpha=cfg.alpha, resamples=cfg.resamples, seed=cfg.seed
@@ -225,29 +233,38 @@ def _speedup_value(
 def _speedup_result(
     rule: SpeedupRule, cand: RunData, base: RunData | None, cfg: GateConfig
 ) -> RuleResult:
-    limit = f">= {rule.min:g}x"
+    limit = f">= {rule.min:g}x (CI lower bound)"
     got = _speedup_value(cand, rule, cfg)
-    if got is None:
+    if isinstance(got, str):
+        # Without a CI the rule cannot be judged either way: a re-measure (exit 3), not a breach.
         return RuleResult(
             "speedup",
             rule.label,
-            "skip",
-            f"too few {rule.metric} samples for {rule.candidate} vs {rule.baseline}",
+            "fail",
+            f"not measurable: {got}; re-measure with more rollouts",
             limit=limit,
+            code=EXIT_INVALID,
         )
     ratio, ci, n, paired = got
     before = None
     if base is not None and {rule.candidate, rule.baseline} <= set(base.transports):
         prev = _speedup_value(base, rule, cfg)
-        before = prev[0] if prev else None
-    ok = ratio >= rule.min
+        before = prev[0] if not isinstance(prev, str) else None
+    # The lower bound, not the point estimate: "1.533x, CI [0.798, 1.597]" has not shown 1.2x.
+    ok = ci[0] >= rule.min
+    if ok:
+        verdict = f"CI lower bound {ci[0]:.3f} meets >= {rule.min:g}x"
+    elif ratio >= rule.min:
+        verdict = f"CI lower bound {ci[0]:.3f} below {rule.min:g}x: the speedup is not shown"
+    else:
+        verdict = f"below {rule.min:g}x"
     return RuleResult(
         "speedup",
         rule.label,
         "pass" if ok else "fail",
-        f"{rule.candidate} vs {rule.baseline} {rule.metric} speedup {ratio:.3f}x "
-        f"({(1 - cfg.alpha):.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}], {'paired' if paired else 'unpaired'}, n={n}); "
-        f"{'meets' if ok else 'below'} {limit}",
+        f"{rule.candidate} vs {rule.baseline} {rule.metric} speedup {ratio:.3f}x, "
+        f"{(1 - cfg.alpha):.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}] "
+        f"({'paired' if paired else 'unpaired'}, n={n}); {verdict}",
         baseline=before,
         candidate=ratio,
         ratio=ratio,

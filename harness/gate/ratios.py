@@ -79,6 +79,8 @@ def ratio_with_ci(
         # rollouts it calls "5 of 6 slower" significant); never report less than the
         # distribution-free interval of the median.
         lo, hi = median_order_ci(candidate / baseline, alpha)
+        if res.ci95 is None:  # too few pairs for a bootstrap: the order-statistic interval alone
+            return res.median_ratio, (lo, hi)
         return res.median_ratio, (min(res.ci95[0], lo), max(res.ci95[1], hi))
     rng = np.random.default_rng(seed)
     estimate = statistic(candidate, stat) / statistic(baseline, stat)

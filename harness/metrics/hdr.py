@@ -15,6 +15,18 @@ recorded as the top value.  Zero is in range, as in HdrHistogram itself (the
 lowest *discernible* value is 1 unit); an exactly on-time schedule lag of 0 is a
 legitimate measurement, not an error.
 
+Percentiles use the nearest-rank definition: the ``p``-th percentile of ``n``
+values is the ``ceil(p/100 * n)``-th smallest (at least the first), so p99 of 60
+values is the largest and p50 of 1..4 is 2 (HdrHistogram's Java implementation
+does the same; the Python ``hdrh`` rounds the rank, which drops the maximum from
+p99 of fewer than 100 values).  While a histogram holds at most
+:data:`EXACT_MAX` values it also keeps them (integers in its unit), and its
+percentiles, min and max are exact order statistics of those; beyond that they
+are HdrHistogram values (the highest value of the sample's bucket: exact below
+2,048 units, within 0.1 % above).  Merging keeps the values while the merged
+count stays within :data:`EXACT_MAX`, so exactness survives ``--procs`` and
+Locust workers; ``.hlog`` files carry only the buckets.
+
 Besides the counts, a histogram keeps the exact sum of the (integer, clamped)
 recorded values, so ``mean`` is exact rather than a bucket-midpoint estimate.
 ``below``, ``above`` and the sum travel with :meth:`Histogram.encode` as a
@@ -52,6 +64,15 @@ _SUB_BUCKET_BITS = _SUB_BUCKET_HALF_MAG + 1
 
 _SUFFIX_SEP = "|"
 
+#: a histogram keeps its recorded values (and reports exact order statistics) up to this count
+EXACT_MAX = 10_000
+
+
+def nearest_rank(p: float, n: int) -> int:
+    """1-based rank of percentile ``p`` (0–100) among ``n`` values: ``ceil(p/100 * n)``, in [1, n]."""
+    # rounding first keeps float noise (e.g. 90 * 10 / 100 = 9.000000000000002) from moving a rank
+    return min(n, max(1, math.ceil(round(min(max(p, 0.0), 100.0) * n / 100.0, 9))))
+
 
 def _unit_for_highest(highest: int) -> str:
     for unit, top in UNITS.items():
@@ -66,7 +87,7 @@ def _unit_for_highest(highest: int) -> str:
 class Histogram:
     """An HdrHistogram (µs or tokens/s) with out-of-range counters and an exact sum."""
 
-    __slots__ = ("_counts", "above", "below", "count", "highest", "sum", "unit")
+    __slots__ = ("_counts", "above", "below", "count", "exact", "highest", "sum", "unit")
 
     def __init__(self, unit: str = "us") -> None:
         if unit not in UNITS:
@@ -83,6 +104,8 @@ class Histogram:
         self.sum = 0
         self.below = 0
         self.above = 0
+        #: the recorded (rounded, clamped) values while ``count <= EXACT_MAX``, else None
+        self.exact: list[int] | None = []
 
     @classmethod
     def tps(cls) -> Histogram:
@@ -114,6 +137,12 @@ class Histogram:
             self._counts[((b + 1) << _SUB_BUCKET_HALF_MAG) + (v >> b) - _SUB_BUCKET_HALF] += 1
         else:
             self._counts[v] += 1
+        exact = self.exact
+        if exact is not None:
+            if self.count < EXACT_MAX:
+                exact.append(v)
+            else:
+                self.exact = None
         self.count += 1
         self.sum += v
 
@@ -121,6 +150,7 @@ class Histogram:
         """Record many nanosecond durations (e.g. every inter-token gap of a response)."""
         counts = self._counts
         highest = self.highest
+        exact = self.exact
         n = 0
         total = 0
         for ns in values:
@@ -132,10 +162,14 @@ class Histogram:
                 counts[((b + 1) << _SUB_BUCKET_HALF_MAG) + (v >> b) - _SUB_BUCKET_HALF] += 1
             else:
                 counts[v] += 1
+            if exact is not None:
+                exact.append(v)
             n += 1
             total += v
         self.count += n
         self.sum += total
+        if exact is not None and len(exact) > EXACT_MAX:
+            self.exact = None
 
     def _clamp(self, v: int) -> int:
         if v < 0:
@@ -152,17 +186,23 @@ class Histogram:
 
     @property
     def min(self) -> float:
-        """Lowest equivalent value of the smallest recorded value (NaN when empty)."""
+        """The smallest recorded value while the values are kept, else the lowest equivalent
+        value of its bucket (NaN when empty)."""
         if not self.count:
             return math.nan
+        if self.exact is not None:
+            return float(min(self.exact))
         idx = next(i for i, c in enumerate(self._counts) if c)
         return float(_layout(self.unit).get_lowest_equivalent_value(_value_from_index(self, idx)))
 
     @property
     def max(self) -> float:
-        """Highest equivalent value of the largest recorded value (NaN when empty)."""
+        """The largest recorded value while the values are kept, else the highest equivalent
+        value of its bucket (NaN when empty)."""
         if not self.count:
             return math.nan
+        if self.exact is not None:
+            return float(max(self.exact))
         counts = self._counts
         idx = next(i for i in range(len(counts) - 1, -1, -1) if counts[i])
         return _value_at_index(self, idx)
@@ -177,9 +217,12 @@ class Histogram:
         return self.mean / 1000.0
 
     def value_at_rank(self, rank: int, *, lowest: bool = False) -> float:
-        """Highest (or ``lowest``) equivalent value of the ``rank``-th smallest value (1-based)."""
+        """The ``rank``-th smallest value (1-based): exact while the values are kept, else
+        the highest (or ``lowest``) equivalent value of its bucket."""
         if not self.count:
             return math.nan
+        if self.exact is not None:
+            return float(sorted(self.exact)[min(self.count, max(1, rank)) - 1])
         cum = np.cumsum(self.counts_array())
         idx = int(np.searchsorted(cum, max(1, rank), side="left"))
         if lowest:
@@ -191,17 +234,22 @@ class Histogram:
     def percentiles(self, ps: Sequence[float]) -> list[float]:
         """Values at percentiles ``ps`` (0–100) in the unit; NaN when empty.
 
-        HdrHistogram semantics: the highest value equivalent (same bucket) to the
-        recorded value at that rank, so exact below 2,048 units and within 0.1 %
-        above; percentile 0 gives the lowest equivalent value of the minimum.
+        Nearest rank (:func:`nearest_rank`).  While the values are kept
+        (``exact``), the value at that rank; beyond, HdrHistogram semantics: the
+        highest value equivalent (same bucket) to the recorded value at that rank,
+        so exact below 2,048 units and within 0.1 % above; percentile 0 gives the
+        lowest equivalent value of the minimum.
         """
         if not self.count:
             return [math.nan] * len(ps)
+        if self.exact is not None:
+            ordered = sorted(self.exact)
+            return [float(ordered[nearest_rank(p, self.count) - 1]) for p in ps]
         cum = np.cumsum(self.counts_array())
         layout = _layout(self.unit)
         out: list[float] = []
         for p in ps:
-            target = max(1, int(min(p, 100.0) * self.count / 100.0 + 0.5))
+            target = nearest_rank(p, self.count)
             idx = int(np.searchsorted(cum, target, side="left"))
             if p <= 0:
                 value = _value_from_index(self, idx)
@@ -227,6 +275,10 @@ class Histogram:
             raise ValueError(f"histogram merge: expected unit {self.unit!r}, got {other.unit!r}")
         if other.count:
             self._counts = [a + b for a, b in zip(self._counts, other._counts, strict=True)]
+            if self.exact is None or other.exact is None or self.count + other.count > EXACT_MAX:
+                self.exact = None
+            else:
+                self.exact = self.exact + other.exact
         self.count += other.count
         self.sum += other.sum
         self.below += other.below
@@ -237,6 +289,9 @@ class Histogram:
         return Histogram(self.unit).merge(self)
 
     def __eq__(self, other: object) -> bool:
+        # The kept values are a cache of what the counts record more coarsely: two
+        # histograms of the same recordings are equal whether or not one lost them
+        # (an .hlog file carries only the buckets).
         if not isinstance(other, Histogram):
             return NotImplemented
         return (
@@ -274,14 +329,16 @@ class Histogram:
         return str(self.to_hdrh().encode().decode("ascii"))
 
     def encode(self) -> str:
-        """``<HdrHistogram base64 payload>|unit=us;below=0;above=0;sum=123``.
+        """``<HdrHistogram base64 payload>|unit=us;below=0;above=0;sum=123[;values=3,1,2]``.
 
         The part before ``|`` is the standard payload any HdrHistogram tool can
-        decode; the suffix carries what that format has no field for.
+        decode; the suffix carries what that format has no field for, including the
+        kept values (``exact``) when there are any.
         """
+        values = f";values={','.join(map(str, self.exact))}" if self.exact and self.count else ""
         return (
             f"{self.payload()}{_SUFFIX_SEP}unit={self.unit};below={self.below};"
-            f"above={self.above};sum={self.sum}"
+            f"above={self.above};sum={self.sum}{values}"
         )
 
     @classmethod
@@ -324,6 +381,21 @@ class Histogram:
         out.below = int(meta.get("below", 0))
         out.above = int(meta.get("above", 0))
         out.sum = int(meta["sum"]) if "sum" in meta else round(src.get_mean_value() * out.count)
+        if "values" in meta:
+            try:
+                exact = [int(v) for v in meta["values"].split(",")]
+            except ValueError:
+                raise ValueError(
+                    "histogram encoding: values: expected comma-separated integers"
+                ) from None
+            if len(exact) != out.count:
+                raise ValueError(
+                    f"histogram encoding: values: expected {out.count} values (the payload's "
+                    f"count), got {len(exact)}"
+                )
+            out.exact = exact
+        else:
+            out.exact = [] if out.count == 0 else None
         return out
 
 
@@ -379,7 +451,7 @@ class SignedHistogram:
         n = self.count
         if not n:
             return math.nan
-        rank = max(1, int(min(p, 100.0) * n / 100.0 + 0.5))
+        rank = nearest_rank(p, n)
         n_neg = self.neg.count
         if rank <= n_neg:
             # mirrored: the bucket's lowest magnitude is its highest signed value

@@ -21,9 +21,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-#: fewer samples per side than this: no confidence interval and no test, the number alone
-#: ("n=2: too few for a CI"); a percentile bootstrap of 2 values only echoes them back
-MIN_CI_SAMPLES = 5
+#: fewer pairs (paired) or samples on a side (unpaired) than this: no confidence interval.
+#: A percentile bootstrap over 2–4 pairs resamples so few distinct values that its interval is
+#: an artefact (two rollouts gave "1.35x [1.34, 1.36]", one "6.42x [6.42, 6.42]").
+MIN_CI_PAIRS = 5
+
+
+def ci_reason(n: int) -> str | None:
+    """Why a sample of size ``n`` gets no confidence interval; None when it gets one."""
+    if n >= MIN_CI_PAIRS:
+        return None
+    return f"n={n}: too few for a CI (need {MIN_CI_PAIRS})"
+
 
 # Bootstrap resamples are drawn in blocks of at most this many values so that
 # n_boot x n never materialises as one huge matrix.
@@ -39,16 +48,22 @@ class PairedResult:
 
     ``median_ratio``: baseline / candidate (median of per-pair ratios when
     ``paired``, ratio of medians otherwise); ``ci95``: percentile-bootstrap 95 %
-    interval of that statistic; ``reduction_pct``: ``(1 - median(candidate /
+    interval of that statistic, None below :data:`MIN_CI_PAIRS` (``ci_reason`` says
+    why); ``reduction_pct``: ``(1 - median(candidate /
     baseline)) * 100`` (ratio of medians when unpaired); ``n``: pairs (paired)
     or the smaller sample size (unpaired).
     """
 
     median_ratio: float
-    ci95: tuple[float, float]
+    ci95: tuple[float, float] | None
     reduction_pct: float
     n: int
     paired: bool = True
+
+    @property
+    def ci_reason(self) -> str | None:
+        """Why there is no CI ("n=2: too few for a CI (need 5)"); None when there is one."""
+        return ci_reason(self.n)
 
 
 def _positive_array(name: str, values: Values) -> np.ndarray:
@@ -107,10 +122,12 @@ def paired_speedup(
             f"got {cand.size} and {base.size}"
         )
     ratios = base / cand
-    boot = _bootstrap_medians(ratios, n_boot, np.random.default_rng(seed))
+    ci = None
+    if ci_reason(int(base.size)) is None:
+        ci = _ci(_bootstrap_medians(ratios, n_boot, np.random.default_rng(seed)), level)
     return PairedResult(
         median_ratio=float(np.median(ratios)),
-        ci95=_ci(boot, level),
+        ci95=ci,
         reduction_pct=float((1.0 - np.median(cand / base)) * 100.0),
         n=int(base.size),
         paired=True,
@@ -146,11 +163,12 @@ def unpaired_speedup(
     ratio, ci = bootstrap_ratio_of_medians(
         baseline, candidate, n_boot=n_boot, seed=seed, level=level
     )
+    n = min(len(baseline), len(candidate))
     return PairedResult(
         median_ratio=ratio,
-        ci95=ci,
+        ci95=ci if ci_reason(n) is None else None,
         reduction_pct=(1.0 - 1.0 / ratio) * 100.0,
-        n=min(len(baseline), len(candidate)),
+        n=n,
         paired=False,
     )
 

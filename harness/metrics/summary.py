@@ -40,6 +40,7 @@ from typing import Any
 
 from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram, SignedHistogram
+from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
 from harness.metrics.stats import paired_speedup, unpaired_speedup
 from harness.metrics.timeseries import buckets_to_series
 from harness.wire.transports import comparison_pairs
@@ -451,14 +452,20 @@ class Accumulator:
             "turns": {"count": t.turns, "errors": t.turn_errors},
             "rollouts": {"count": t.rollouts, "errors": t.rollout_errors},
         }
+        too_few: dict[str, int] = {}
         for m in self._layout.table:
             group = out.setdefault(m.group, {})
             if m.per_record:
                 hist = t.hist(m.name)
                 for s in m.stats:
                     group[s.key] = _r(_statistic(hist, m, s.name))
+                    if hist.count and too_few_for(s.name, hist.count):
+                        too_few[f"{m.group}.{s.key}"] = hist.count
             else:
                 group.update(self._run_level(m, t))
+        # statistic path -> its sample count, for each statistic computed from fewer samples
+        # than it needs (docs/metrics.md §1.4); renderers mark those values
+        out[TOO_FEW_KEY] = too_few
         return out
 
     def _run_level(self, m: D.Metric, t: _TransportStats) -> dict[str, Any]:
@@ -511,6 +518,9 @@ class Accumulator:
             "rollout_latency_reduction_pct": None,
             "ttft_p50_reduction_pct": None,
             "paired": False,
+            # added in place, no format bump: readers of older summaries .get() them
+            "rollout_pairs": 0,
+            "rollout_speedup_ci_reason": None,
         }
         if has_rollouts:
             paired = b.rollout_latency_ns.keys() == c.rollout_latency_ns.keys()
@@ -530,9 +540,12 @@ class Accumulator:
                     seed=seed,
                 )
             out["rollout_speedup"] = _r(res.median_ratio, 4)
-            out["rollout_speedup_ci95"] = [_r(res.ci95[0], 4), _r(res.ci95[1], 4)]
+            if res.ci95 is not None:
+                out["rollout_speedup_ci95"] = [_r(res.ci95[0], 4), _r(res.ci95[1], 4)]
             out["rollout_latency_reduction_pct"] = _r(res.reduction_pct)
             out["paired"] = res.paired
+            out["rollout_pairs"] = res.n
+            out["rollout_speedup_ci_reason"] = res.ci_reason
         if has_ttft:
             b50 = b_ttft.percentile(50)
             c50 = c_ttft.percentile(50)

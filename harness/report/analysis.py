@@ -137,7 +137,8 @@ def paired_ttft_speedup(
     )
     return {
         "speedup": res.median_ratio,
-        "ci95": list(res.ci95),
+        "ci95": list(res.ci95) if res.ci95 is not None else [None, None],
+        "ci_reason": res.ci_reason,
         "reduction_pct": res.reduction_pct,
         "n": res.n,
     }

@@ -14,7 +14,7 @@ TTFB, turn latency, decode rate; per-rollout latency), the p50 row is the median
 samples* in both runs: A and B are the two medians, Δ their difference, Δ % = B/A − 1 (the
 ratio of medians), and its 95 % CI is an independent bootstrap of that same ratio, so Δ % and
 the interval always describe one statistic.  The Mann–Whitney p-value tests the same samples.
-With fewer than :data:`~harness.metrics.stats.MIN_CI_SAMPLES` samples on a side there is no
+With fewer than :data:`~harness.metrics.stats.MIN_CI_PAIRS` samples on a side there is no
 CI and no test ("n=2: too few for a CI").  Verdict ``better``/``worse`` when p < 0.05 *and* the
 interval excludes 1.  Rows without samples (tails, peaks, run-level rates) compare the
 ``summary.json`` values and have no test: one value per run.
@@ -35,9 +35,10 @@ import numpy as np
 
 from harness.metrics import definitions as D
 from harness.metrics.stats import (
-    MIN_CI_SAMPLES,
+    MIN_CI_PAIRS,
     bootstrap_median,
     bootstrap_ratio_of_medians,
+    ci_reason,
     mann_whitney_u,
 )
 from harness.report import analysis as A
@@ -359,8 +360,8 @@ def _tested_row(
     ratio = mb / ma
     out.update(delta=mb - ma, delta_pct=(ratio - 1.0) * 100.0, ratio=ratio)
     n = min(len(a), len(b))
-    if n < MIN_CI_SAMPLES:
-        out["note"] = f"n={n}: too few for a CI"
+    if n < MIN_CI_PAIRS:
+        out["note"] = ci_reason(n)
         return out
     _, p = mann_whitney_u(a, b)
     _, ci = bootstrap_ratio_of_medians(b, a, n_boot=n_boot, seed=seed)
@@ -650,7 +651,7 @@ def rollout_ci(
     v = side.samples("rollouts", "latency_ms", transport)
     if not len(v):
         return None
-    if len(v) < MIN_CI_SAMPLES:
+    if len(v) < MIN_CI_PAIRS:
         return float(np.median(v)), None, len(v)
     med, ci = bootstrap_median(v, n_boot=n_boot, seed=seed)
     return med, ci, len(v)
@@ -689,7 +690,7 @@ def compare_document(
             f"Rows with samples (p50 of per-turn and per-rollout metrics): A and B are the medians "
             f"of the samples, Δ % is their ratio − 1 with a bootstrap 95 % CI of that ratio, and "
             f"the verdict needs p < {ALPHA} and a CI that excludes 0 %. Fewer than "
-            f"{MIN_CI_SAMPLES} samples per run: no CI, no test. Other rows compare the "
+            f"{MIN_CI_PAIRS} samples per run: no CI, no test. Other rows compare the "
             "summary.json values: one value per run, no test."
         )
     )

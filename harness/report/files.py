@@ -6,13 +6,18 @@ Shared by the run report (:mod:`.render`) and the sweep report (:mod:`.sweep`).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.sample_size import min_samples, too_few_marks
+
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
+#: after a table value computed from too few samples (docs/metrics.md §1.4)
+TOO_FEW_MARK = "*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,43 @@ def fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
     if f != f:
         return "-"
     return f"{f:,.{digits}f}{suffix}"
+
+
+def fmt_ci(lo: Any, hi: Any, digits: int = 2, reason: str | None = None) -> str:
+    """A confidence interval for a table cell: ``[lo, hi]``, or why there is none.
+
+    ``reason`` (a summary's ``rollout_speedup_ci_reason``, "n=2: too few for a CI (need 5)")
+    wins over brackets: an interval from too few samples is not shown at all.
+    """
+    if reason:
+        return reason
+    if lo is None or hi is None:
+        return "-"
+    return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
+
+
+def fmt_stat(transport: Mapping[str, Any], group: str, key: str, digits: int = 1) -> str:
+    """Statistic ``<group>.<key>`` of one transport's summary for a table cell, followed by
+    :data:`TOO_FEW_MARK` when it rests on fewer samples than it needs."""
+    text = fmt((transport.get(group) or {}).get(key), digits)
+    if text != "-" and f"{group}.{key}" in too_few_marks(transport):
+        text += TOO_FEW_MARK
+    return text
+
+
+def too_few_note(summary: Mapping[str, Any]) -> str | None:
+    """The footnote explaining :data:`TOO_FEW_MARK`, when a transport of ``summary`` has one."""
+    if not any(
+        too_few_marks(t)
+        for t in (summary.get("transports") or {}).values()
+        if isinstance(t, Mapping)
+    ):
+        return None
+    # short enough for one 80-column line: the summary's too_few_samples has the counts
+    return (
+        f"{TOO_FEW_MARK} too few samples for this statistic (p50 needs {min_samples('p50')}, "
+        f"p90 {min_samples('p90')}, p99 {min_samples('p99')})"
+    )
 
 
 def write_text_atomic(path: Path, text: str) -> None:

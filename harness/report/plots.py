@@ -387,7 +387,12 @@ def plot_rollout_latency(run: Run) -> Figure | None:
                 )
             lo, hi = c.get("rollout_speedup_ci95") or [None, None]
             s = float(c["rollout_speedup"])
-            if lo is not None and hi is not None:
+            ci_text = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+            if not ci_text:
+                # too few pairs for a CI: the point estimate alone, and the reason
+                ci_text = c.get("rollout_speedup_ci_reason") or "no CI"
+                ax2.plot(s, y, "D", color="#222222", ms=7, zorder=4)
+            else:
                 ax2.errorbar(
                     s,
                     y,
@@ -403,7 +408,7 @@ def plot_rollout_latency(run: Run) -> Figure | None:
             ax2.text(
                 s,
                 y + 0.3,
-                f"{s:.2f}× [{lo:.2f}, {hi:.2f}]" + (f"  (−{red:.1f} %)" if red is not None else ""),
+                f"{s:.2f}× {ci_text}" + (f"  (−{red:.1f} %)" if red is not None else ""),
                 ha="center",
                 fontsize=9,
             )

@@ -17,7 +17,17 @@ from typing import Any
 from harness.metrics import definitions as D
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
-from harness.report.files import PLOTS_DIR, REPORT_HTML, REPORT_MD, Rendered, fmt, write_text_atomic
+from harness.report.files import (
+    PLOTS_DIR,
+    REPORT_HTML,
+    REPORT_MD,
+    Rendered,
+    fmt,
+    fmt_ci,
+    fmt_stat,
+    too_few_note,
+    write_text_atomic,
+)
 from harness.report.results import Run, load_run
 from harness.report.sweep import is_sweep, render_sweep
 
@@ -51,10 +61,12 @@ def _run_facts(run: Run) -> list[str]:
 
 
 def _metric_cells(t: dict[str, Any], table: str) -> list[str]:
-    return [
-        fmt((t.get(m.group) or {}).get(stat.key), digits)
-        for m, stat, digits in D.report_columns(table)
-    ]
+    return [fmt_stat(t, m.group, stat.key, digits) for m, stat, digits in D.report_columns(table)]
+
+
+def _note(summary: dict[str, Any]) -> str:
+    note = too_few_note(summary)
+    return f" {note}" if note else ""
 
 
 def latency_table(summary: dict[str, Any]) -> Table:
@@ -77,8 +89,9 @@ def latency_table(summary: dict[str, Any]) -> Table:
             *(m.title(stat.key) for m, stat, _ in D.report_columns("latency")),
         ],
         rows,
-        caption="Milliseconds. Percentiles from HdrHistograms (3 significant digits). Rollout "
-        "latency is measured from the intended start.",
+        caption="Milliseconds. Percentiles are nearest-rank: exact order statistics up to "
+        "10,000 samples, HdrHistogram values (3 significant digits) beyond. Rollout latency is "
+        "measured from the intended start." + _note(summary),
     )
 
 
@@ -94,7 +107,8 @@ def throughput_table(summary: dict[str, Any]) -> Table:
         ],
         rows,
         caption="Tokens per second. Burst: most tokens in any 100 ms window / 0.1 s. Aggregate: all "
-        "streams together, per one-second bucket (peak) and over the active span (mean).",
+        "streams together, per one-second bucket (peak) and over the active span (mean)."
+        + _note(summary),
     )
 
 
@@ -110,11 +124,11 @@ def comparison_table(run: Run) -> Table | None:
             [
                 f"{c['candidate']} vs {c['baseline']}",
                 fmt(c.get("rollout_speedup"), 3, "×"),
-                f"[{fmt(lo, 3)}, {fmt(hi, 3)}]",
+                fmt_ci(lo, hi, 3, c.get("rollout_speedup_ci_reason")),
                 fmt(c.get("rollout_latency_reduction_pct"), 1, " %"),
                 fmt(c.get("ttft_p50_reduction_pct"), 1, " %"),
                 fmt(ttft["speedup"], 3, "×") if ttft else "-",
-                f"[{fmt(ttft['ci95'][0], 3)}, {fmt(ttft['ci95'][1], 3)}]" if ttft else "-",
+                fmt_ci(ttft["ci95"][0], ttft["ci95"][1], 3, ttft.get("ci_reason")) if ttft else "-",
                 "yes" if c.get("paired") else "no",
             ]
         )

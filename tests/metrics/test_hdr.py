@@ -11,7 +11,7 @@ from hdrh.log import HistogramLogReader
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.metrics.hdr import UNITS, Histogram, SignedHistogram, read_hlog, write_hlog
+from harness.metrics.hdr import EXACT_MAX, UNITS, Histogram, SignedHistogram, read_hlog, write_hlog
 
 HOUR_US = 3_600_000_000
 
@@ -25,8 +25,14 @@ def test_layout_matches_hdrh_reference() -> None:
         ours.record(v)
         ref.record_value(v)
     assert np.array_equal(ours.counts_array(), np.ctypeslib.as_array(ref.counts))
+    ordered = sorted(ours.exact or [])
+    assert len(ordered) == 5000
+    bucketed = ours.copy()
+    bucketed.exact = None  # what a histogram of more than EXACT_MAX values reports
     for p in (1, 25, 50, 90, 99, 99.9, 100):
-        assert ours.percentile(p) == ref.get_value_at_percentile(p)
+        # 5000 values: nearest rank and hdrh's rounded rank agree at these percentiles
+        assert bucketed.percentile(p) == ref.get_value_at_percentile(p)
+        assert ours.percentile(p) == ordered[math.ceil(round(p * 50, 9)) - 1]
 
 
 def test_record_ns_converts_to_microseconds_and_mean_is_exact() -> None:
@@ -43,11 +49,57 @@ def test_record_ns_converts_to_microseconds_and_mean_is_exact() -> None:
     assert h.min == 1.0 and h.max == 2000.0
 
 
-def test_percentile_reports_highest_equivalent_value() -> None:
+def test_percentile_reports_highest_equivalent_value_beyond_exact_max() -> None:
     h = Histogram()
     h.record_ns(10_000_000)  # 10,000 µs sits in a bucket 8 µs wide: [10000, 10007]
+    assert h.percentile_ms(50) == 10.0  # the value itself while values are kept
+    h.exact = None
     assert h.percentile_ms(50) == 10.007
     assert h.mean_ms == 10.0
+
+
+def test_p99_of_60_samples_is_the_maximum() -> None:
+    h = Histogram()
+    values = [10_000 + 37 * i for i in range(60)]  # µs, above 2,048: buckets wider than 1 µs
+    random.Random(3).shuffle(values)
+    for v in values:
+        h.record(v)
+    assert h.percentile(99) == max(values)
+    assert h.percentile(100) == max(values)
+    # nearest rank: p50 of 60 values is the 30th smallest, p90 the 54th
+    assert h.percentile(50) == sorted(values)[29]
+    assert h.percentile(90) == sorted(values)[53]
+    # also from the buckets alone (nearest rank there too): the maximum's bucket
+    h.exact = None
+    assert max(values) <= h.percentile(99) <= max(values) * 1.001
+
+
+def test_p50_of_known_values() -> None:
+    h = Histogram()
+    for v in (4000, 1000, 3000, 2000):
+        h.record(v)
+    assert h.percentiles([50, 25, 75, 0]) == [2000.0, 1000.0, 3000.0, 1000.0]
+    one = Histogram()
+    one.record(123_457)
+    assert one.percentiles([1, 50, 99]) == [123_457.0] * 3
+
+
+def test_exact_values_survive_merge_and_encoding_up_to_exact_max() -> None:
+    a, b = Histogram(), Histogram()
+    for v in range(1, 61):
+        (a if v % 2 else b).record(v * 1001)
+    merged = Histogram.decode(a.encode()).merge(Histogram.decode(b.encode()))
+    assert merged.exact is not None and sorted(merged.exact) == [v * 1001 for v in range(1, 61)]
+    assert merged.percentile(99) == 60 * 1001
+    big = Histogram()
+    big.record_many_ns([1_000_000] * EXACT_MAX)
+    assert big.exact is not None
+    big.merge(merged)  # more than EXACT_MAX: the buckets alone from here on
+    assert big.exact is None
+    assert Histogram.decode(big.encode()).exact is None
+    small = Histogram()
+    small.record_many_ns([5_000_000] * (EXACT_MAX + 1))
+    assert small.exact is None
 
 
 def test_empty_histogram_reports_nan() -> None:
@@ -163,7 +215,9 @@ def test_signed_histogram_percentiles() -> None:
     assert s.percentile_ms(0) == -3.0
     assert s.percentile_ms(20) == -3.0
     assert s.percentile_ms(40) == -1.0
-    assert s.percentile_ms(50) == 0.0  # rank int(2.5 + 0.5) = 3
+    assert s.percentile_ms(50) == 0.0  # nearest rank ceil(2.5) = 3
+    assert s.percentile_ms(100) == 4.0  # exact while the values are kept
+    s.pos.exact = None
     assert s.percentile_ms(100) == 4.001  # 4,000 µs: bucket 2 µs wide
     assert math.isnan(SignedHistogram().percentile_ms(50))
 

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from harness.metrics.stats import (
+    MIN_CI_PAIRS,
     PairedResult,
     bootstrap_ratio_of_medians,
+    ci_reason,
     mann_whitney_u,
     paired_speedup,
     unpaired_speedup,
@@ -15,17 +17,36 @@ from harness.metrics.stats import (
 
 
 def test_paired_speedup_exact_on_constant_ratio() -> None:
-    res = paired_speedup([2.0, 4.0, 6.0, 8.0], [1.0, 2.0, 3.0, 4.0], n_boot=200)
-    assert res == PairedResult(median_ratio=2.0, ci95=(2.0, 2.0), reduction_pct=50.0, n=4)
+    res = paired_speedup([2.0, 4.0, 6.0, 8.0, 10.0], [1.0, 2.0, 3.0, 4.0, 5.0], n_boot=200)
+    assert res == PairedResult(median_ratio=2.0, ci95=(2.0, 2.0), reduction_pct=50.0, n=5)
     assert res.paired
+    assert res.ci_reason is None
 
 
 def test_paired_speedup_uses_per_pair_ratios() -> None:
-    # ratios 1, 2, 4 -> median 2; candidate/baseline 1, 0.5, 0.25 -> median 0.5
-    res = paired_speedup([10.0, 100.0, 1000.0], [10.0, 50.0, 250.0], n_boot=500)
+    # ratios 1, 2, 4, 2, 2 -> median 2; candidate/baseline 1, 0.5, 0.25, .5, .5 -> median 0.5
+    res = paired_speedup([10.0, 100.0, 1000.0, 8.0, 6.0], [10.0, 50.0, 250.0, 4.0, 3.0], n_boot=500)
     assert res.median_ratio == 2.0
     assert res.reduction_pct == 50.0
+    assert res.ci95 is not None
     assert 1.0 <= res.ci95[0] <= 2.0 <= res.ci95[1] <= 4.0
+
+
+@pytest.mark.parametrize("n", [1, 2, MIN_CI_PAIRS - 1])
+def test_no_ci_below_min_ci_pairs(n: int) -> None:
+    base = [100.0 + i for i in range(n)]
+    cand = [74.0 + i for i in range(n)]
+    res = paired_speedup(base, cand, n_boot=200)
+    assert res.ci95 is None
+    assert res.ci_reason == f"n={n}: too few for a CI (need {MIN_CI_PAIRS})"
+    assert res.median_ratio > 1.0  # the point estimate is still there
+    un = unpaired_speedup(base, cand, n_boot=200)
+    assert un.ci95 is None and un.ci_reason == res.ci_reason
+
+
+def test_ci_reason_names_n_and_the_minimum() -> None:
+    assert ci_reason(2) == "n=2: too few for a CI (need 5)"
+    assert ci_reason(MIN_CI_PAIRS) is None
 
 
 def test_paired_speedup_is_deterministic_per_seed() -> None:
@@ -38,6 +59,7 @@ def test_paired_speedup_is_deterministic_per_seed() -> None:
     assert a == b
     # another seed: another resampling, the same answer to within resampling noise
     assert c.median_ratio == a.median_ratio
+    assert a.ci95 is not None and c.ci95 is not None
     assert c.ci95 == pytest.approx(a.ci95, abs=0.05)
 
 
@@ -61,7 +83,9 @@ def test_bootstrap_ci_covers_true_ratio_at_nominal_rate() -> None:
         base = rng.lognormal(mean=8.0, sigma=0.6, size=40)
         # per-pair noise with median 1: the population median of base/cand is true_ratio
         cand = base / true_ratio * rng.lognormal(mean=0.0, sigma=0.25, size=40)
-        lo, hi = paired_speedup(base, cand, n_boot=400, seed=trial).ci95
+        ci = paired_speedup(base, cand, n_boot=400, seed=trial).ci95
+        assert ci is not None
+        lo, hi = ci
         covered += lo <= true_ratio <= hi
     coverage = covered / trials
     assert 0.88 <= coverage <= 0.99, coverage
@@ -73,7 +97,9 @@ def test_unpaired_speedup_is_ratio_of_medians() -> None:
     assert res.reduction_pct == pytest.approx((1 - 12.5 / 20.0) * 100)
     assert res.n == 3
     assert not res.paired
-    assert res.ci95[0] <= res.ci95[1]
+    assert res.ci95 is None  # 3 values on the smaller side: too few for a CI
+    res = unpaired_speedup([10.0, 20.0, 30.0, 40.0, 50.0], [5.0, 10.0, 15.0, 20.0, 1000.0])
+    assert res.ci95 is not None and res.ci95[0] <= res.ci95[1]
 
 
 def test_bootstrap_ratio_of_medians_brackets_point_estimate() -> None:

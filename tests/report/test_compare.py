@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.metrics.stats import MIN_CI_SAMPLES
+from harness.metrics.stats import MIN_CI_PAIRS
 from harness.report import analysis as A
 from harness.report import load_run
 from harness.report.compare import (
@@ -113,7 +113,7 @@ def test_delta_and_ratio_describe_one_statistic(runs: tuple[Path, Path, Path]) -
 
 
 def test_fewer_than_five_samples_give_no_ci(tmp_path: Path, synthetic: ModuleType) -> None:
-    assert MIN_CI_SAMPLES == 5
+    assert MIN_CI_PAIRS == 5
     a = synthetic.make_run(tmp_path / "a", rollout_ms={"http": [1000.0, 1100.0]}, seed=1)
     b = synthetic.make_run(tmp_path / "b", rollout_ms={"http": [600.0, 650.0]}, seed=1)
     d = _by_metric(a, b)
