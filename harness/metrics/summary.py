@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.metrics import definitions as D
+from harness.metrics import honesty
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.stats import paired_speedup, unpaired_speedup
 from harness.metrics.timeseries import buckets_to_series
@@ -114,6 +115,7 @@ class _TransportStats:
         "client_ns",
         "errors_by_kind",
         "hists",
+        "honesty",
         "layout",
         "recovery_ns",
         "rollout_errors",
@@ -149,6 +151,7 @@ class _TransportStats:
         self.rollout_turns = 0
         self.errors_by_kind: dict[str, int] = {}
         self.rollout_latency_ns: dict[tuple[int, int], int] = {}
+        self.honesty = honesty.new_counts()
 
     def set_histograms(self, hists: list[Any]) -> None:
         self.hists = hists
@@ -199,6 +202,7 @@ class _TransportStats:
         self.rollout_turns += o.rollout_turns
         for kind, n in o.errors_by_kind.items():
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + n
+        honesty.merge(self.honesty, o.honesty)
         clash = self.rollout_latency_ns.keys() & o.rollout_latency_ns.keys()
         if clash:
             rnd, rid = min(clash)
@@ -263,6 +267,8 @@ class Accumulator:
             t.turn_errors += 1
             kind = rec.error_kind or rec.status
             t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
+        else:
+            honesty.add(t.honesty, rec)
 
     def _spread_tokens(self, t: _TransportStats, a: int, b: int, n: int) -> None:
         """Add ``n`` tokens emitted uniformly over [a, b] ns to the per-second buckets."""
@@ -361,6 +367,7 @@ class Accumulator:
                 "sim_n": t.sim_n,
                 "rollout_ns": [t.tool_ns, t.client_ns, t.recovery_ns, t.rollout_turns],
                 "errors_by_kind": t.errors_by_kind,
+                "honesty": t.honesty,
                 "rollout_latency_ns": [[r, i, ns] for (r, i), ns in t.rollout_latency_ns.items()],
             }
         return {
@@ -406,6 +413,7 @@ class Accumulator:
                 int(x) for x in d["rollout_ns"]
             )
             t.errors_by_kind = {str(k): int(v) for k, v in d["errors_by_kind"].items()}
+            honesty.merge(t.honesty, d.get("honesty", {}))
             t.rollout_latency_ns = {
                 (int(r), int(i)): int(ns) for r, i, ns in d["rollout_latency_ns"]
             }
@@ -443,6 +451,13 @@ class Accumulator:
                 c
                 for base, cand in comparisons
                 if (c := self._comparison(base, cand, n_boot=n_boot, seed=seed)) is not None
+            ],
+            # protocol honesty checks (docs/metrics.md §1.4): reported, not a reason for invalidity
+            "honesty": {name: dict(t.honesty) for name, t in self._by_transport.items()},
+            "warnings": [
+                line
+                for name, t in self._by_transport.items()
+                for line in honesty.warnings(name, t.honesty)
             ],
         }
 

@@ -6,6 +6,7 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.metrics import honesty
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
 from harness.metrics.timeseries import token_rate_series
@@ -199,6 +200,12 @@ EXPECTED = {
             "paired": True,
         }
     ],
+    # the honesty checks' counters (docs/metrics.md §1.4): nothing flagged, no warning
+    "honesty": {
+        "http": {**dict.fromkeys(honesty.KEYS, 0), "checked_turns": 2},
+        "ws": {**dict.fromkeys(honesty.KEYS, 0), "checked_turns": 1},
+    },
+    "warnings": [],
 }
 
 
@@ -298,6 +305,8 @@ def test_empty_accumulator_summary() -> None:
         "invalid_reasons": [],
         "transports": {},
         "comparisons": [],
+        "honesty": {},
+        "warnings": [],
     }
 
 
