@@ -345,6 +345,11 @@ DESIGN_KEYS = [
     ),
     "transports.<t>.schedule_lag_ms.p50",
     "transports.<t>.schedule_lag_ms.p99",
+    # §1.4: the protocol honesty checks
+    "honesty.<t>.checked_turns",
+    "honesty.<t>.chain_ignored",
+    "honesty.<t>.decode_implausible",
+    "warnings",
 ]
 COMPARISON_KEYS = [
     "baseline",
