@@ -261,7 +261,8 @@ class Accumulator:
         n_out = rec.output_tokens
         if n_out > 0 and first:
             self._spread_tokens(t, first - self.t0_ns, max(first, last) - self.t0_ns, n_out)
-        if rec.burst_tokens_max > t.burst_tokens_max:
+        # a turn whose usage failed the output-token check (docs/metrics.md §1.4) sets no peak
+        if rec.burst_tokens_max > t.burst_tokens_max and not rec.decode_implausible:
             t.burst_tokens_max = rec.burst_tokens_max
         if not self._add_turn(rec, t.turn_h, t.rollout_latency_ns, t.sim_sum, t.sim_n):
             t.turn_errors += 1

@@ -65,6 +65,8 @@ def test_a_server_lying_about_output_tokens_is_left_out_of_decode(tmp_path: Path
     # 23 gaps of >= 2 ms: at most ~500 tok/s; a lied turn would be ~150,000
     assert decode_p50 is not None and decode_p50 <= honest_max * 1.01 < 1000
     assert summary["honesty"]["http"]["decode_implausible"] == 6
+    # nor the burst peak: 300 tokens spread over two deltas would read 3,000 tok/s
+    assert summary["transports"]["http"]["tps"]["burst_peak"] < 1000
     (warning,) = summary["warnings"]
     assert warning.startswith("http: 6 of 8 turns reported 300 output tokens")
     assert "left out of the percentiles" in " ".join(console.split())
