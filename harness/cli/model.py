@@ -10,17 +10,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.cli.common import EXIT_ERROR, EXIT_OK, HelpFormatter, transports_epilog
 from harness.report.results import load_run
 from harness.tools.calibrate import (
+    FITTED_API,
+    FITTED_ENGINE,
     HTTP_LIKE,
     WS_LIKE,
     describe,
     fit,
+    profile_yaml,
     profiles_from_fit,
     turns_from_rows,
+    unidentified,
 )
 from harness.tools.reproduce import PARTS, REPRODUCE_DIR, all_passed, format_table, run_reproduction
 from harness.wire.errors import LoopbenchError
@@ -150,9 +152,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     api_path = out / f"api-{args.name}.yaml"
     engine_path = out / f"engine-{args.name}.yaml"
-    header = f"# Fitted by `loopbench calibrate {args.run_dir}`; see docs/model.md §10.\n"
-    api_path.write_text(header + yaml.safe_dump(api_doc, sort_keys=False), encoding="utf-8")
-    engine_path.write_text(header + yaml.safe_dump(engine_doc, sort_keys=False), encoding="utf-8")
+    header = f"# Fitted by `loopbench calibrate {args.run_dir}`; see docs/model.md §10."
+    api_missing, engine_missing = unidentified(f)
+    for missing, base in ((api_missing, args.base_api), (engine_missing, args.base_engine)):
+        if missing:
+            print(f"unidentified, copied from the base profile {base!r}: {', '.join(missing)}")
+    api_path.write_text(
+        profile_yaml(api_doc, FITTED_API, api_missing, args.base_api, header), encoding="utf-8"
+    )
+    engine_path.write_text(
+        profile_yaml(engine_doc, FITTED_ENGINE, engine_missing, args.base_engine, header),
+        encoding="utf-8",
+    )
     load_profiles(str(api_path), str(engine_path))
     print(f"wrote {api_path} and {engine_path}")
     print(f"replay: loopbench serve --api-profile {api_path} --engine-profile {engine_path}")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from harness.metrics import definitions as D
 from harness.report.files import fmt, fmt_ci, fmt_stat, too_few_note
@@ -61,6 +62,8 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     sched = schedule_table(summary)
     if sched is not None:
         console.print(sched)
+    for line in summary.get("warnings", []):
+        console.print("[bold yellow]warning:[/] " + escape(line))
     if not summary.get("valid", True):
         console.print("[bold red]run INVALID:[/] " + "; ".join(summary.get("invalid_reasons", [])))
     console.print(f"results: {run_dir}")

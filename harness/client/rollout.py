@@ -21,9 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import Enum
 
+from harness.client import honesty
 from harness.client.api_errors import error_kind
 from harness.client.stream import ResponseStream
 from harness.wire.errors import LoopbenchError
+from harness.wire.transports import BY_NAME
 from harness.workload.agent import Transcript, TurnInput
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord
@@ -140,6 +142,9 @@ class RolloutSteps:
         sent_ns = rec.sent_ns
         stream.fill(rec)
         rec.sent_ns = sent_ns
+        spec = BY_NAME.get(self.transport)
+        if spec is not None:
+            honesty.check(spec, rec, stream.reasoning_tokens)
         roll.turns += 1
         roll.model_ns += rec.done_ns - rec.sent_ns
         roll.recoveries += rec.recoveries

@@ -119,6 +119,17 @@ class ResponseStream:
             return self._output_tokens
         return self._segment_tokens()
 
+    @property
+    def streamed_tokens(self) -> int:
+        """This segment's streamed delta text in tokens (the convention of harness/wire/tokens.py)."""
+        return self._segment_tokens()
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """``usage.output_tokens_details.reasoning_tokens``: counted as output, never streamed."""
+        details = (self.usage or {}).get("output_tokens_details")
+        return _int(details.get("reasoning_tokens")) if isinstance(details, dict) else 0
+
     def resume(self, sent_ns: int) -> None:
         """Continue a paused response (append prototype); measurement restarts at ``sent_ns``."""
         if self.status != "paused":
@@ -400,6 +411,7 @@ class ResponseStream:
         details = u.get("input_tokens_details")
         rec.cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
         rec.output_tokens = self.output_tokens
+        rec.streamed_tokens = self._segment_tokens()
         rec.delta_events = self.delta_events
         rec.burst_tokens_max = self.burst_tokens_max
         rec.itl_ns = list(self.itl_ns)

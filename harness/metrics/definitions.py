@@ -135,7 +135,11 @@ def _latency(name: str, label: str, **kw: Any) -> Metric:
 
 
 _TTFT_WHEN = "(first_token_ns > 0) & (sent_ns > 0)"
-_DECODE_WHEN = "(output_tokens >= 2) & (first_token_ns > 0) & (last_token_ns > first_token_ns)"
+# A turn whose usage failed the output-token check (docs/metrics.md §1.5) gives no decode sample.
+_DECODE_WHEN = (
+    "(output_tokens >= 2) & (first_token_ns > 0) & (last_token_ns > first_token_ns)"
+    " & (decode_implausible == 0)"
+)
 
 #: every metric, in ``summary.json`` order
 METRICS: list[Metric] = [

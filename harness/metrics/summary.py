@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.metrics import definitions as D
+from harness.metrics import honesty
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
 from harness.metrics.stats import paired_speedup, unpaired_speedup
@@ -115,6 +116,7 @@ class _TransportStats:
         "client_ns",
         "errors_by_kind",
         "hists",
+        "honesty",
         "layout",
         "recovery_ns",
         "rollout_errors",
@@ -150,6 +152,7 @@ class _TransportStats:
         self.rollout_turns = 0
         self.errors_by_kind: dict[str, int] = {}
         self.rollout_latency_ns: dict[tuple[int, int], int] = {}
+        self.honesty = honesty.new_counts()
 
     def set_histograms(self, hists: list[Any]) -> None:
         self.hists = hists
@@ -200,6 +203,7 @@ class _TransportStats:
         self.rollout_turns += o.rollout_turns
         for kind, n in o.errors_by_kind.items():
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + n
+        honesty.merge(self.honesty, o.honesty)
         clash = self.rollout_latency_ns.keys() & o.rollout_latency_ns.keys()
         if clash:
             rnd, rid = min(clash)
@@ -258,12 +262,15 @@ class Accumulator:
         n_out = rec.output_tokens
         if n_out > 0 and first:
             self._spread_tokens(t, first - self.t0_ns, max(first, last) - self.t0_ns, n_out)
-        if rec.burst_tokens_max > t.burst_tokens_max:
+        # a turn whose usage failed the output-token check (docs/metrics.md §1.5) sets no peak
+        if rec.burst_tokens_max > t.burst_tokens_max and not rec.decode_implausible:
             t.burst_tokens_max = rec.burst_tokens_max
         if not self._add_turn(rec, t.turn_h, t.rollout_latency_ns, t.sim_sum, t.sim_n):
             t.turn_errors += 1
             kind = rec.error_kind or rec.status
             t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
+        else:
+            honesty.add(t.honesty, rec)
 
     def _spread_tokens(self, t: _TransportStats, a: int, b: int, n: int) -> None:
         """Add ``n`` tokens emitted uniformly over [a, b] ns to the per-second buckets."""
@@ -362,6 +369,7 @@ class Accumulator:
                 "sim_n": t.sim_n,
                 "rollout_ns": [t.tool_ns, t.client_ns, t.recovery_ns, t.rollout_turns],
                 "errors_by_kind": t.errors_by_kind,
+                "honesty": t.honesty,
                 "rollout_latency_ns": [[r, i, ns] for (r, i), ns in t.rollout_latency_ns.items()],
             }
         return {
@@ -407,6 +415,7 @@ class Accumulator:
                 int(x) for x in d["rollout_ns"]
             )
             t.errors_by_kind = {str(k): int(v) for k, v in d["errors_by_kind"].items()}
+            honesty.merge(t.honesty, d.get("honesty", {}))
             t.rollout_latency_ns = {
                 (int(r), int(i)): int(ns) for r, i, ns in d["rollout_latency_ns"]
             }
@@ -444,6 +453,13 @@ class Accumulator:
                 c
                 for base, cand in comparisons
                 if (c := self._comparison(base, cand, n_boot=n_boot, seed=seed)) is not None
+            ],
+            # protocol honesty checks (docs/metrics.md §1.5): reported, not a reason for invalidity
+            "honesty": {name: dict(t.honesty) for name, t in self._by_transport.items()},
+            "warnings": [
+                line
+                for name, t in self._by_transport.items()
+                for line in honesty.warnings(name, t.honesty)
             ],
         }
 

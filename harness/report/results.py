@@ -22,7 +22,7 @@ import re
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -341,7 +341,12 @@ def load_run(path: str | Path) -> Run:
     for name, cls in ((TURNS, TurnRecord), (ROLLOUTS, RolloutRecord)):
         if not (path / name).exists():
             raise ResultsError(f"{path / name}: missing")
-        tables.append(read_csv_gz(path / name, csv_fields(cls)))
+        table = read_csv_gz(path / name, csv_fields(cls))
+        # A column added to the records since the run was written reads as its default.
+        for f in fields(cls):
+            if f.name != "itl_ns" and f.name not in table.columns and len(table.columns):
+                table[f.name] = f.default
+        tables.append(table)
     return Run(path=path, manifest=manifest, summary=summary, turns=tables[0], rollouts=tables[1])
 
 

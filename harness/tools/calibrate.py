@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import yaml
 
 from harness.metrics import definitions as D
 from harness.wire.errors import LoopbenchError
@@ -89,6 +90,8 @@ class Turn:
     tail_ms: float | None  # last token -> terminal event
     burst_tokens: int
     model_ttft_ms: float | None = None  # the endpoint's own sim_timing.ttft, if it reports one
+    #: usage.output_tokens failed the output-token check: no decode rate (docs/metrics.md §1.5)
+    decode_implausible: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,11 @@ class Fit:
     overhead_http_ms: float | None
     overhead_ws_ms: float | None
     connect_ms: float | None
+    #: what a new connection adds to the harness overhead (accept, handshake on loopback)
+    overhead_connect_ms: float | None
+    #: every HTTP request opened a connection (``--no-keepalive``): the http intercept holds
+    #: the connection cost, which this run cannot tell apart from the fixed API work
+    connect_in_intercept: bool
     post_ms: float | None
     sustained_tps: float | None
     burst_tps: float | None
@@ -157,6 +165,7 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
                         tail_ms=(done - last) / 1e6 if done and last else None,
                         burst_tokens=int(row.get("burst_tokens_max", 0) or 0),
                         model_ttft_ms=_model_ttft(row.get("sim_ttft_ms")),
+                        decode_implausible=rec.decode_implausible,
                     )
                 )
             # A failed turn breaks the chain: the next one's "new" tokens are unknown.
@@ -176,6 +185,8 @@ def _timing(transport: str, row: Mapping[str, Any]) -> TurnRecord:
         last_token_ns=int(row["last_token_ns"]),
         done_ns=int(row["done_ns"]),
         output_tokens=int(row["output_tokens"]),
+        # a turn whose usage failed the output-token check gives no decode rate (the table's rule)
+        decode_implausible=_truthy(row.get("decode_implausible")),
     )
 
 
@@ -215,6 +226,22 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     }
     # A column with no variation of its own (no chained turns, no new connections) is dropped.
     names = [n for n, col in columns.items() if any(col)]
+    # A connection column set on every turn of its class (HTTP without keep-alive: each
+    # request opens a connection) is a second intercept: the connection cost cannot be told
+    # apart from the fixed work, so the column goes, and the intercept keeps both.
+    all_new = {
+        cls: [t.new_connection for t in usable if t.transport in kinds]
+        for cls, kinds in (("c_http", HTTP_LIKE), ("c_ws", WS_LIKE))
+    }
+    connect_in_intercept = False
+    for cls, flags in all_new.items():
+        if cls in names and flags and all(flags):
+            names.remove(cls)
+            connect_in_intercept |= cls == "c_http"
+            notes.append(
+                f"connection cost not identifiable: every {cls[2:]} request opened a new "
+                "connection (--no-keepalive?); its intercept includes the connection cost"
+            )
     x = np.array([columns[n] for n in names], dtype=np.float64).T
     y = np.array([t.ttft_ms for t in usable], dtype=np.float64)
     rank = np.linalg.matrix_rank(x)
@@ -245,14 +272,32 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     # is not http's).
     overhead_http = _overhead(usable, frozenset({http_name})) if http_name else None
     overhead_ws = _overhead(usable, frozenset({ws_name})) if ws_name else None
+    # A new connection costs the harness more than a reused one (connect, the server's
+    # accept); a replay measured by the same harness pays that again, like the overheads.
+    new_http = [t for t in usable if t.transport in HTTP_LIKE]
+    on_new = _overhead([t for t in new_http if t.new_connection], frozenset(HTTP_LIKE))
+    on_reused = _overhead([t for t in new_http if not t.new_connection], frozenset(HTTP_LIKE))
+    overhead_connect = on_new - on_reused if on_new is not None and on_reused is not None else None
     connect = got.get("c_http")
-    if connect is None and "c_ws" in got and a_http is not None and a_ws is not None:
+    if (
+        connect is None
+        and not connect_in_intercept
+        and "c_ws" in got
+        and a_http is not None
+        and a_ws is not None
+    ):
         # A WebSocket's first request also pays the unresolved fixed work: the difference of
         # the two intercepts, net of the harness overheads they hold (when known).
         fixed_gap = (a_http - (overhead_http or 0.0)) - (a_ws - (overhead_ws or 0.0))
         connect = got["c_ws"] - fixed_gap
 
     decode = sorted(t.decode_tps for t in usable if t.decode_tps is not None)
+    lied = sum(t.decode_implausible for t in usable)
+    if lied:
+        notes.append(
+            f"{lied} of {len(usable)} turns left out of the decode fit: the endpoint reported "
+            "output tokens their stream did not carry, or a rate no engine decodes at"
+        )
     sustained = _median(decode) if decode else None
     burst_tps: float | None = None
     burst_p: float | None = None
@@ -298,6 +343,8 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         overhead_http_ms=overhead_http,
         overhead_ws_ms=overhead_ws,
         connect_ms=connect,
+        overhead_connect_ms=overhead_connect,
+        connect_in_intercept=connect_in_intercept,
         post_ms=post,
         sustained_tps=sustained,
         burst_tps=burst_tps,
@@ -391,6 +438,15 @@ def profiles_from_fit(
     known = [v for v in (a_http, a_ws) if v is not None]
     cheapest = min(known) if known else 0.0
     base = max(0.0, cheapest if base_ttft_ms is None else base_ttft_ms)
+    connect = (
+        max(0.0, f.connect_ms - (f.overhead_connect_ms or 0.0))
+        if f.connect_ms is not None
+        else float(base_api["connect_ms"])
+    )
+    if f.connect_in_intercept and a_http is not None:
+        # The http intercept holds a connection on every request: the base profile's connection
+        # cost comes out of it, so a replay without keep-alive reproduces the measured TTFTs.
+        a_http -= connect
     fixed = max(0.0, (a_http if a_http is not None else cheapest) - base)
     fixed_resolved = min(fixed, max(0.0, (a_ws if a_ws is not None else cheapest) - base))
     per_token = max(0.0, f.per_token_us)
@@ -398,9 +454,7 @@ def profiles_from_fit(
         **base_api,
         "name": name,
         "description": f"fitted by loopbench calibrate from {f.turns} turns",
-        "connect_ms": _round(max(0.0, f.connect_ms))
-        if f.connect_ms is not None
-        else base_api["connect_ms"],
+        "connect_ms": _round(connect),
         "fixed_ms": _round(fixed),
         "fixed_resolved_ms": _round(fixed_resolved),
         "per_token_us": _round(per_token),
@@ -433,8 +487,58 @@ def _minus(value: float | None, overhead: float | None) -> float | None:
     return value - overhead if overhead is not None else value
 
 
-def _round(x: float, digits: int = 3) -> float:
-    return round(float(x), digits)
+def _round(x: float, digits: int = 4) -> float:
+    """``x`` to ``digits`` significant digits: what a fit of a noisy run can claim, no more."""
+    return float(f"{float(x):.{digits}g}")
+
+
+#: what a fit writes of each profile: every other field is capacity or cache size, not
+#: observable below saturation, and copied from the base profile
+FITTED_API: tuple[str, ...] = (
+    "connect_ms",
+    "fixed_ms",
+    "fixed_resolved_ms",
+    "per_token_us",
+    "rehydrate_us",
+)
+FITTED_API += ("hops", "hop_ms", "post_ms")
+FITTED_ENGINE: tuple[str, ...] = ("base_ttft_ms", "prefill_tps", "sustained_tps", "burst_tps")
+FITTED_ENGINE += ("burst_probability", "burst_min_tokens", "burst_max_tokens")
+
+
+def unidentified(f: Fit) -> tuple[list[str], list[str]]:
+    """The API and engine parameters this run could not identify (copied from the base)."""
+    api = [
+        key
+        for key, value in (
+            ("connect_ms", f.connect_ms),
+            ("rehydrate_us", f.rehydrate_us),
+            ("post_ms", f.post_ms),
+        )
+        if value is None
+    ]
+    engine = ["prefill_tps"] if f.prefill_tps is None else []
+    if f.sustained_tps is None:
+        engine += [k for k in FITTED_ENGINE if k.startswith(("sustained", "burst"))]
+    return api, engine
+
+
+def profile_yaml(
+    doc: Mapping[str, Any], fitted: Sequence[str], missing: Sequence[str], base: str, header: str
+) -> str:
+    """A fitted profile as YAML whose comments say which values were not fitted, and why."""
+    copied = [k for k in doc if k not in fitted and k not in ("name", "description")]
+    lines = [header]
+    if missing:
+        lines.append(
+            f"# unidentified: {', '.join(missing)}: this run cannot show them; "
+            f"copied from the base profile {base!r}"
+        )
+    lines.append(f"# not observable below saturation, copied from {base!r}: {', '.join(copied)}")
+    for line in yaml.safe_dump(dict(doc), sort_keys=False).splitlines():
+        key = line.partition(":")[0]
+        lines.append(f"{line}  # unidentified: copied from {base!r}" if key in missing else line)
+    return "\n".join(lines) + "\n"
 
 
 def describe(f: Fit) -> str:
@@ -453,6 +557,7 @@ def describe(f: Fit) -> str:
         f"harness overhead, http: {show(f.overhead_http_ms, 'ms')} (measured − modelled TTFT)",
         f"harness overhead, ws:   {show(f.overhead_ws_ms, 'ms')}",
         f"connection setup:       {show(f.connect_ms, 'ms')}",
+        f"harness overhead, new connection: {show(f.overhead_connect_ms, 'ms')}",
         f"post-inference (http):  {show(f.post_ms, 'ms')}",
         f"sustained decode:       {show(f.sustained_tps, 'tokens/s', 1)}",
         f"burst decode:           {show(f.burst_tps, 'tokens/s', 0)}",

@@ -58,6 +58,11 @@ class TurnRecord:
     delta_events: int = 0
     new_connection: bool = False
     burst_tokens_max: int = 0
+    # the streamed delta text in tokens (chars / 4, docs/metrics.md §1.5); output_tokens is usage's
+    streamed_tokens: int = 0
+    # honesty checks against the endpoint's usage (harness/client/honesty.py, docs/metrics.md §1.5)
+    chain_ignored: bool = False
+    decode_implausible: bool = False
     # recovery (WS cache miss, reconnect)
     recoveries: int = 0
     recovery_ns: int = 0

@@ -6,6 +6,7 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.metrics import honesty
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
 from harness.metrics.timeseries import token_rate_series
@@ -220,6 +221,12 @@ EXPECTED = {
             "rollout_speedup_ci_reason": "n=1: too few for a CI (need 5)",
         }
     ],
+    # the honesty checks' counters (docs/metrics.md §1.4): nothing flagged, no warning
+    "honesty": {
+        "http": {**dict.fromkeys(honesty.KEYS, 0), "checked_turns": 2},
+        "ws": {**dict.fromkeys(honesty.KEYS, 0), "checked_turns": 1},
+    },
+    "warnings": [],
 }
 
 
@@ -319,6 +326,8 @@ def test_empty_accumulator_summary() -> None:
         "invalid_reasons": [],
         "transports": {},
         "comparisons": [],
+        "honesty": {},
+        "warnings": [],
     }
 
 
@@ -357,6 +366,11 @@ DESIGN_KEYS = [
     ),
     "transports.<t>.schedule_lag_ms.p50",
     "transports.<t>.schedule_lag_ms.p99",
+    # §1.4: the protocol honesty checks
+    "honesty.<t>.checked_turns",
+    "honesty.<t>.chain_ignored",
+    "honesty.<t>.decode_implausible",
+    "warnings",
 ]
 COMPARISON_KEYS = [
     "baseline",

@@ -1,0 +1,72 @@
+"""The summary's part of the protocol honesty checks: counts per transport, and the warnings.
+
+The checks themselves run per turn on the client (:mod:`harness.client.honesty`); this
+module folds their flags into a few counters (mergeable across processes) and turns
+the counters into one warning line per transport and check (docs/metrics.md §1.5).
+A warning does not invalidate the run: every measurement is what the client observed;
+what the warning says is that a number the server reported cannot carry the meaning the
+table gives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from harness.workload.records import TurnRecord
+
+#: the counters, in ``summary.json`` order
+KEYS = (
+    "checked_turns",  # successful turns the checks judged
+    "chain_ignored",
+    "chain_input_tokens",  # summed over the flagged turns: what the server reported ...
+    "chain_history_tokens",  # ... and what the client's history held
+    "decode_implausible",
+    "decode_reported_tokens",  # summed over the flagged turns: usage.output_tokens ...
+    "decode_streamed_tokens",  # ... and the streamed text, in tokens
+)
+
+
+def new_counts() -> dict[str, int]:
+    return dict.fromkeys(KEYS, 0)
+
+
+def add(counts: dict[str, int], rec: TurnRecord) -> None:
+    """Count one successful turn's flags."""
+    counts["checked_turns"] += 1
+    if rec.chain_ignored:
+        counts["chain_ignored"] += 1
+        counts["chain_input_tokens"] += rec.input_tokens
+        counts["chain_history_tokens"] += rec.history_tokens
+    if rec.decode_implausible:
+        counts["decode_implausible"] += 1
+        counts["decode_reported_tokens"] += rec.output_tokens
+        counts["decode_streamed_tokens"] += rec.streamed_tokens
+
+
+def merge(counts: dict[str, int], other: Mapping[str, int]) -> None:
+    for key in KEYS:
+        counts[key] += int(other.get(key, 0))
+
+
+def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
+    """One line per check that flagged a turn of ``transport`` (none: an empty list)."""
+    out: list[str] = []
+    n = counts.get("chain_ignored", 0)
+    if n:
+        inp = round(counts["chain_input_tokens"] / n)
+        hist = round(counts["chain_history_tokens"] / n)
+        out.append(
+            f"{transport}: the server reported {inp:,} input tokens on average on {n} of "
+            f"{counts['checked_turns']} turns whose history held ~{hist:,}: it appears to ignore "
+            "previous_response_id; the speedup is not a chaining speedup"
+        )
+    n = counts.get("decode_implausible", 0)
+    if n:
+        rep = round(counts["decode_reported_tokens"] / n)
+        streamed = round(counts["decode_streamed_tokens"] / n)
+        out.append(
+            f"{transport}: {n} of {counts['checked_turns']} turns reported {rep:,} output tokens "
+            f"on average but streamed text of ~{streamed:,} tokens, or decoded faster than any "
+            "engine: their decode TPS and TPOT are left out of the percentiles"
+        )
+    return out
