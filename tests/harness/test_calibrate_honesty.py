@@ -112,6 +112,7 @@ def test_a_server_lying_about_output_tokens_does_not_set_the_decode_rate(tmp_pat
             TINY,
             "--target",
             url,
+            "--no-probe",
             "--transports",
             "http",
             "--set",
