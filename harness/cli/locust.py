@@ -22,7 +22,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import HelpFormatter, scenario_overrides, transports_epilog
+from harness.cli.common import (
+    HelpFormatter,
+    epilog,
+    examples,
+    scenario_overrides,
+    transports_epilog,
+)
 from harness.cli.summary_table import print_summary
 from harness.report.results import load_run, new_run_id
 from harness.run.embedded import scenario_server
@@ -47,8 +53,16 @@ def add_parser(sub: Any) -> None:
         "scenario's rollouts, workers run them and ship HDR histograms back, and the master writes "
         "the same results folder as `loopbench run`. Without --target an embedded reference server "
         "is started. With --worker, only start workers that join a master elsewhere.",
-        epilog=transports_epilog(
-            (t for t in TRANSPORTS if t.locust), "transports available under Locust"
+        epilog=epilog(
+            examples(
+                "loopbench locust scenarios/quickstart.yaml --workers 2",
+                "loopbench locust scenarios/quickstart.yaml --workers 2 --web",
+                "loopbench locust SCENARIO --workers 4 --target http://10.0.0.7:8000/v1 --run-time 600",
+                "loopbench locust --worker --master-host 10.0.0.5 --workers 4",
+            ),
+            transports_epilog(
+                (t for t in TRANSPORTS if t.locust), "transports available under Locust"
+            ),
         ),
         formatter_class=HelpFormatter,
     )

@@ -14,7 +14,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harness.cli.common import EXIT_OK, HelpFormatter, parse_transports, transports_epilog
+from harness.cli.common import (
+    EXIT_OK,
+    HelpFormatter,
+    epilog,
+    examples,
+    parse_transports,
+    transports_epilog,
+)
 from harness.report.compare import DELTA_HEADERS, compare_document, compare_runs, delta_rows
 from harness.report.document import to_markdown
 from harness.report.files import write_text_atomic
@@ -30,7 +37,13 @@ def add_parser(sub: Any) -> None:
     rep = sub.add_parser(
         "report",
         help="(re)render report.md, report.html and plots/ of a run or sweep folder",
-        description="Rebuild the report of a results folder from its files alone.",
+        description="Rebuild the report of a results folder from its files alone; everything "
+        "is written inside that folder (report.md, report.html, plots/).",
+        epilog=examples(
+            "loopbench report results/20261202-110203-quickstart",
+            "loopbench report results/baseline",
+        ),
+        formatter_class=HelpFormatter,
     )
     rep.add_argument("run", help="results folder, e.g. results/20261202-110203-quickstart")
     rep.set_defaults(func=cmd_report)
@@ -41,6 +54,11 @@ def add_parser(sub: Any) -> None:
         description="Compare run B with run A per transport and metric: deltas, Mann-Whitney "
         "p-values and bootstrap CIs of the median ratio on the per-turn/per-rollout samples. "
         "Always exits 0 (use a gate for pass/fail).",
+        epilog=examples(
+            "loopbench compare results/baseline results/cand",
+            "loopbench compare results/run-a results/run-b --md compare.md",
+        ),
+        formatter_class=HelpFormatter,
     )
     cmp.add_argument("run_a", help="baseline results folder (A)")
     cmp.add_argument("run_b", help="candidate results folder (B)")
@@ -54,7 +72,13 @@ def add_parser(sub: Any) -> None:
         description="Run a scenario once per value of one field (e.g. --set load.concurrency=1,2,4,8) "
         "into one sweep folder; the combined report plots latency against the swept load and marks "
         "the knee.",
-        epilog=transports_epilog(),
+        epilog=epilog(
+            examples(
+                "loopbench sweep scenarios/quickstart.yaml --set load.concurrency=1,2,4,8",
+                "loopbench sweep scenarios/tiny.yaml --set load.concurrency=1,4 --transports http,ws",
+            ),
+            transports_epilog(),
+        ),
         formatter_class=HelpFormatter,
     )
     sw.add_argument("scenario", help="scenario YAML file")
