@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
     HelpFormatter,
     epilog,
     examples,
@@ -257,7 +260,7 @@ def _run_workers(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             # The workers got the same Ctrl-C and quit by themselves (telling the master).
             stop_children(procs, grace_s=10.0)
-            return 130
+            return EXIT_INTERRUPTED
     return max(codes, default=0)
 
 
@@ -333,7 +336,7 @@ def _run_master(args: argparse.Namespace) -> int:
             stop_file.touch()
             with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
                 master.wait(STOP_WAIT_S)
-            code = 130
+            code = EXIT_INTERRUPTED
         finally:
             signal.signal(signal.SIGTERM, previous)
     return _report(run_dir, code)
@@ -344,10 +347,13 @@ def _report(run_dir: Path, code: int) -> int:
         run = load_run(run_dir)
     except ResultsError as exc:
         print(f"error: no results: {exc}", file=sys.stderr)
-        return code or 1
+        return code or EXIT_INVALID
     if run.summary is None:
         print(f"error: {run_dir}: the run did not finish (no summary.json)", file=sys.stderr)
-        return code or 1
+        return code or EXIT_INVALID
     print_summary(run.summary, run_dir)
     # Locust exits 1 when any request failed; loopbench reports errors in the summary instead.
-    return 0 if code in (0, 1) else code
+    # Its other codes are not the table's (its own 2 would read as an SLO breach to CI).
+    if code in (0, 1):
+        return EXIT_OK
+    return EXIT_INTERRUPTED if code == EXIT_INTERRUPTED else EXIT_INVALID
