@@ -337,7 +337,7 @@ def load_run(path: str | Path) -> Run:
         )
     if not (path / MANIFEST).exists():
         # A run writes its manifest before anything else, so this folder never held one.
-        raise NotAResultsFolder(f"{path}: not a results folder ({MANIFEST} missing)")
+        raise NotAResultsFolder(f"{path / MANIFEST}: missing (not a results folder)")
     manifest = read_versioned_json(path / MANIFEST)
     summary = read_versioned_json(path / SUMMARY) if (path / SUMMARY).exists() else None
     tables = []

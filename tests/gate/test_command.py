@@ -112,7 +112,7 @@ def test_unfinished_run_exits_3_missing_folder_exits_4(
     assert "expected a results folder, got nothing" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     assert gate(str(tmp_path / "empty"), "--baseline", str(BASELINE)) == 4
-    assert "not a results folder (manifest.json missing)" in capsys.readouterr().err
+    assert "manifest.json: missing (not a results folder)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
