@@ -14,6 +14,7 @@ help:
 	@echo "make reproduce  measure the published figures (docs/model.md §9) -> results/reproduction/ (~4 min)"
 	@echo "make soak       mixed load with injected faults; RSS over time + error counts -> results/soak/ (~5 min)"
 	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~3 min)"
+	@echo "make notebook   re-execute notebooks/*.ipynb in place on results/baseline (committed with outputs)"
 
 # Re-install whenever pyproject.toml changes (the stamp is older than it).
 $(STAMP): pyproject.toml
@@ -30,6 +31,12 @@ venv: $(STAMP)
 # Ratios measured side by side in one run; fails (exit 3) when a target is missed.
 bench: $(STAMP)
 	$(BIN)/loopbench selfbench --check --out results/selfbench.json
+
+.PHONY: notebook
+# Committed with its outputs so it reads on GitHub; executed on the committed baseline so the
+# outputs match a run anyone can inspect. `pip install -e '.[notebook]'` adds JupyterLab to edit it.
+notebook: $(STAMP)
+	$(BIN)/python notebooks/execute.py notebooks/transport_comparison.ipynb results/baseline
 
 .PHONY: soak
 # Bounded (4 min of load): RSS of server and harness over time, errors and recoveries by kind.

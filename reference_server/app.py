@@ -23,6 +23,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from harness.wire import events as ev
+from reference_server.access_log import AccessLog
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
 from reference_server.core.conversation import Conversation, tools_tokens
@@ -60,7 +61,9 @@ class ReferenceServer:
             send_timeout_s=config.send_timeout_s,
             http_lifetime_s=config.faults.lifetime_s,
         )
-        self.app = _StampArrival(self.guard)
+        # The access log wraps the guard, so its duration includes admission and the whole stream.
+        inner: Any = AccessLog(self.guard) if config.access_log else self.guard
+        self.app = _StampArrival(inner)
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from starlette.websockets import WebSocket
 
 from harness.wire import events as ev
 from reference_server import fault_send
+from reference_server.access_log import log_ws_create
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.lanes import (
@@ -430,10 +432,23 @@ class WsConnection:
         return _Resolved(conv, "store", processed, rehydrated, True, tools_tok, False)
 
     async def process(self, lane: str | None, body: dict[str, Any], arrived_ns: int | None) -> None:
+        if not self.cfg.access_log:
+            await self._process(lane, body, arrived_ns)
+            return
+        started = time.perf_counter_ns()
+        outcome = "closed"  # the connection went away mid-response
+        try:
+            outcome = await self._process(lane, body, arrived_ns)
+        finally:
+            log_ws_create(self.ws.scope, lane, outcome, started)
+
+    async def _process(self, lane: str | None, body: dict[str, Any], arrived_ns: int | None) -> str:
+        """One response.create; returns how it ended (the access log's outcome)."""
         fault = await self.s.draw_fault(websocket=True)
         if fault.kind == "error":
-            await self.request_error(fault_error(fault), lane)
-            return
+            err = fault_error(fault)
+            await self.request_error(err, lane)
+            return f"error {err.status} {err.code}"
         if fault.kind == "evict":
             self.cache.clear()
         # Reading, parsing and resolving run inside the modelled API-tier time
@@ -450,7 +465,7 @@ class WsConnection:
             if same_lane and isinstance(prev, str):
                 self.cache.evict_response(prev)
             await self.request_error(err, lane)
-            return
+            return f"error {err.status} {err.code}"
         first = self.started == 0
         self.started += 1
         cost = RequestCost(
@@ -490,6 +505,7 @@ class WsConnection:
                 await self.send(self.s.crashed(job.builder, exc))
         if status == "failed" and same_lane and isinstance(prev, str):
             self.cache.evict_response(prev)
+        return status
 
     # -- the append prototype (docs/protocol.md §5) --------------------------------------------------
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 import textwrap
 from collections.abc import Iterable, Sequence
+from importlib import metadata
+from typing import NoReturn
 
 from harness.wire.errors import UsageError
 from harness.wire.exit_codes import ExitCode
@@ -14,11 +17,10 @@ from harness.wire.pairs import parse_key_values
 from harness.wire.transports import TRANSPORT_NAMES, TRANSPORTS, TransportSpec, transport_help
 
 EXIT_OK = ExitCode.OK
+EXIT_REGRESSION = ExitCode.REGRESSION
 EXIT_INVALID = ExitCode.INVALID
 EXIT_USAGE = ExitCode.USAGE
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
-#: a command that failed in a way the table has no row for; every path should pick a row instead
-EXIT_ERROR = 1
 
 DEFAULT_API_KEY = "sk-loopbench"
 
@@ -29,7 +31,8 @@ _ROW = re.compile(r"(\s+\S+\s{2,})\S")
 class HelpFormatter(argparse.HelpFormatter):
     """argparse's layout, except that indented rows (the transports) keep their own lines.
 
-    Prose is re-flowed as argparse always does; a table row wraps under its description.
+    Prose is re-flowed as argparse always does; a table row wraps under its description;
+    any other indented line (an example command) is kept whole, so it can be copied.
     """
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
@@ -49,6 +52,9 @@ class HelpFormatter(argparse.HelpFormatter):
                 out.append(
                     textwrap.fill(line, width, initial_indent=indent, subsequent_indent=hang)
                 )
+            elif line[:1].isspace() and line.strip():
+                flush()
+                out.append(indent + line)
             elif line.strip():
                 prose.append(line)
             else:
@@ -56,6 +62,37 @@ class HelpFormatter(argparse.HelpFormatter):
                 out.append("")
         flush()
         return "\n".join(out)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, except that argument errors exit 4 (the table's usage row), not 2.
+
+    2 means an SLO breach to a CI script. Subparsers inherit the class from their parent
+    (``add_subparsers`` builds them with ``type(parent)``), so one top-level instance is enough.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def examples(*lines: str) -> str:
+    """The ``examples:`` section of a subcommand's ``--help`` (one command per line)."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def epilog(*sections: str) -> str:
+    """``--help`` epilog sections (examples, transports) separated by a blank line."""
+    return "\n\n".join(s for s in sections if s)
+
+
+def version() -> str:
+    """The installed distribution's version; the source tree's when run from a checkout only."""
+    try:
+        return metadata.version("loopbench")
+    except metadata.PackageNotFoundError:
+        # A checkout on sys.path without `pip install -e .`; harness is imported (we are in it).
+        return str(getattr(sys.modules.get("harness"), "__version__", "unknown"))
 
 
 def transports_epilog(

@@ -2,9 +2,9 @@
 
 Exit codes are the gate's contract with CI and never collide: 0 pass,
 1 regression, 2 SLO breach, 3 invalid run / not comparable, 4 usage error.
-So argument errors here exit 4 (argparse's own default, 2, would read as an
-SLO breach), and every error is caught and mapped rather than left to the
-generic handler of ``harness.cli.main``.
+Argument errors exit 4 (the shared parser of ``harness.cli.common``), and every
+error is caught and mapped rather than left to the generic handler of
+``harness.cli.main``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.common import (
     HelpFormatter,
     api_key,
+    epilog,
+    examples,
     parse_pairs,
     parse_transports,
     transports_epilog,
@@ -31,7 +33,13 @@ from harness.gate.markdown import render_markdown
 from harness.gate.rules import load_rules
 from harness.gate.samples import run_data
 from harness.report.results import load_run
-from harness.wire.errors import LoopbenchError, ResultsError, ScenarioError, UsageError
+from harness.wire.errors import (
+    LoopbenchError,
+    NotAResultsFolder,
+    ResultsError,
+    ScenarioError,
+    UsageError,
+)
 from harness.workload.scenario import load_scenario
 from reference_server.core.profiles import load_profiles
 
@@ -39,23 +47,6 @@ if TYPE_CHECKING:
     from harness.gate.outcome import GateReport
 
 _STATUS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
-
-
-class _GateParser(argparse.ArgumentParser):
-    """Argument errors exit with the gate's usage code, including unknown options."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        ns, extra = super().parse_known_args(args, namespace)
-        # The top-level parser would report leftovers with its own exit code (2).
-        if extra:
-            self.error(f"unrecognized arguments: {' '.join(extra)}")
-        return ns, extra
 
 
 def add_parser(sub: Any) -> None:
@@ -67,13 +58,19 @@ def add_parser(sub: Any) -> None:
         "targets in interleaved rounds of one job and judge the candidate against the baseline. "
         "Exit codes: 0 pass, 1 regression, 2 SLO breach, 3 invalid run or not comparable, "
         "4 usage error. See docs/ci.md.",
-        epilog=transports_epilog(),
+        epilog=epilog(
+            examples(
+                "loopbench run examples/ci/scenario.yaml --run-id cand",
+                "loopbench gate results/cand --baseline results/baseline",
+                "loopbench gate results/cand --baseline results/baseline "
+                "--rules examples/ci/gates.yaml --junit gate.xml --markdown gate.md",
+                "loopbench gate --ab examples/ci/scenario.yaml --rules examples/ci/gates-ab.yaml",
+            ),
+            transports_epilog(),
+        ),
         formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
-    # Swap in the subclass after creation: subparsers build their parsers from the
-    # parent's class, and only this subcommand must exit 4 on bad arguments.
-    p.__class__ = _GateParser
     p.add_argument(
         "subject",
         metavar="RUN|SCENARIO",
@@ -266,6 +263,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
             candidate, baseline = Path(args.subject), Path(args.baseline)
         report = judge(candidate, baseline, args.rules, ab=args.ab)
     except (UsageError, ScenarioError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except NotAResultsFolder as exc:
+        # A mistyped path: re-measuring (3) would not help.
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ResultsError as exc:

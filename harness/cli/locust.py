@@ -22,7 +22,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import HelpFormatter, scenario_overrides, transports_epilog
+from harness.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
+    HelpFormatter,
+    epilog,
+    examples,
+    scenario_overrides,
+    transports_epilog,
+)
 from harness.cli.summary_table import print_summary
 from harness.report.results import load_run, new_run_id
 from harness.run.embedded import scenario_server
@@ -47,8 +56,16 @@ def add_parser(sub: Any) -> None:
         "scenario's rollouts, workers run them and ship HDR histograms back, and the master writes "
         "the same results folder as `loopbench run`. Without --target an embedded reference server "
         "is started. With --worker, only start workers that join a master elsewhere.",
-        epilog=transports_epilog(
-            (t for t in TRANSPORTS if t.locust), "transports available under Locust"
+        epilog=epilog(
+            examples(
+                "loopbench locust scenarios/quickstart.yaml --workers 2",
+                "loopbench locust scenarios/quickstart.yaml --workers 2 --web",
+                "loopbench locust SCENARIO --workers 4 --target http://10.0.0.7:8000/v1 --run-time 600",
+                "loopbench locust --worker --master-host 10.0.0.5 --workers 4",
+            ),
+            transports_epilog(
+                (t for t in TRANSPORTS if t.locust), "transports available under Locust"
+            ),
         ),
         formatter_class=HelpFormatter,
     )
@@ -243,7 +260,7 @@ def _run_workers(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             # The workers got the same Ctrl-C and quit by themselves (telling the master).
             stop_children(procs, grace_s=10.0)
-            return 130
+            return EXIT_INTERRUPTED
     return max(codes, default=0)
 
 
@@ -319,7 +336,7 @@ def _run_master(args: argparse.Namespace) -> int:
             stop_file.touch()
             with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
                 master.wait(STOP_WAIT_S)
-            code = 130
+            code = EXIT_INTERRUPTED
         finally:
             signal.signal(signal.SIGTERM, previous)
     return _report(run_dir, code)
@@ -330,10 +347,13 @@ def _report(run_dir: Path, code: int) -> int:
         run = load_run(run_dir)
     except ResultsError as exc:
         print(f"error: no results: {exc}", file=sys.stderr)
-        return code or 1
+        return code or EXIT_INVALID
     if run.summary is None:
         print(f"error: {run_dir}: the run did not finish (no summary.json)", file=sys.stderr)
-        return code or 1
+        return code or EXIT_INVALID
     print_summary(run.summary, run_dir)
     # Locust exits 1 when any request failed; loopbench reports errors in the summary instead.
-    return 0 if code in (0, 1) else code
+    # Its other codes are not the table's (its own 2 would read as an SLO breach to CI).
+    if code in (0, 1):
+        return EXIT_OK
+    return EXIT_INTERRUPTED if code == EXIT_INTERRUPTED else EXIT_INVALID

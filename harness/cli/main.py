@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from harness.cli import gate, locust, model, probe, report, run, scenario, selfbench, serve
-from harness.cli.common import EXIT_ERROR, EXIT_USAGE
+from harness.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, HelpFormatter, Parser, version
 from harness.wire.errors import LoopbenchError
+from harness.wire.exit_codes import exit_code_help
 
 
 class _Family(Protocol):
@@ -35,11 +36,16 @@ COMMANDS: tuple[_Family, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="loopbench",
         description="Latency benchmarking and load testing for agentic LLM workloads over the Responses API "
         "(HTTP+SSE vs WebSocket mode).",
+        epilog="exit codes (every subcommand):\n"
+        + exit_code_help()
+        + "\n\nRun `loopbench COMMAND --help` for a command's options and examples.",
+        formatter_class=HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"loopbench {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for family in COMMANDS:
         family.add_parser(sub)
@@ -50,14 +56,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        parser.print_help(sys.stderr)
         sys.exit(EXIT_USAGE)
     try:
         code = args.func(args)
     except LoopbenchError as exc:
+        # Whatever reaches here was raised before or instead of a verdict: a bad file, flag,
+        # path or target. A command with a verdict (run, gate, compare) returns its own code.
         print(f"error: {exc}", file=sys.stderr)
-        code = EXIT_ERROR
+        code = EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        code = 130
+        code = EXIT_INTERRUPTED
     sys.exit(code)

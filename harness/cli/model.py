@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import EXIT_ERROR, EXIT_OK, HelpFormatter, transports_epilog
+from harness.cli.common import (
+    EXIT_OK,
+    EXIT_REGRESSION,
+    HelpFormatter,
+    epilog,
+    examples,
+    transports_epilog,
+)
 from harness.report.results import load_run
 from harness.tools.calibrate import (
     FITTED_API,
@@ -36,7 +43,12 @@ def add_parser(sub: Any) -> None:
         help="measure the published figures (docs/model.md §9) against the embedded reference server",
         description="Run scenarios/reproduce/*.yaml through real sockets against embedded reference "
         "servers and print each published figure, its band, the measured value and pass/fail. "
-        "Exit status 1 unless every row passes.",
+        "Exit 1 (a regression against the published figures) unless every row passes.",
+        epilog=examples(
+            "loopbench reproduce",
+            "loopbench reproduce --parts codex-cerebras --set codex-cerebras:rollout.count=4",
+        ),
+        formatter_class=HelpFormatter,
     )
     rep.add_argument(
         "--out", default="results/reproduction", help="results root (default: results/reproduction)"
@@ -61,9 +73,15 @@ def add_parser(sub: Any) -> None:
         description="Fit the simulation model (TTFT vs processed and uncached tokens, decode and "
         "burst rates, post-inference work) to the turns of RUN_DIR, measured against any "
         "endpoint, and write api-NAME.yaml and engine-NAME.yaml for the reference server.",
-        epilog=transports_epilog(
-            (t for t in TRANSPORTS if t.name in HTTP_LIKE or t.name in WS_LIKE),
-            "transports a fit uses",
+        epilog=epilog(
+            examples(
+                "loopbench calibrate results/20261202-110203-quickstart --name mine",
+                "loopbench serve --api-profile api-mine.yaml --engine-profile engine-mine.yaml",
+            ),
+            transports_epilog(
+                (t for t in TRANSPORTS if t.name in HTTP_LIKE or t.name in WS_LIKE),
+                "transports a fit uses",
+            ),
         ),
         formatter_class=HelpFormatter,
     )
@@ -128,7 +146,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     print(format_table(result.rows))
     verdict = "all rows pass" if all_passed(result.rows) else "NOT all rows pass"
     print(f"\n{verdict}; {result.wall_s:.0f} s; results: {out}")
-    return EXIT_OK if all_passed(result.rows) else EXIT_ERROR
+    return EXIT_OK if all_passed(result.rows) else EXIT_REGRESSION
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, api_key
+from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, api_key, examples
 from harness.client.probe import REACHABLE, as_json, table
 from harness.run.probe import DEFAULT_MODEL, DEFAULT_TIMEOUT_S, probe
 from harness.wire.errors import UsageError
@@ -22,7 +22,10 @@ def add_parser(sub: Any) -> None:
         "store + previous_response_id, WebSocket mode, previous_response_id on a WebSocket, "
         "generate: false and lanes. Exits 0 when the probe ran (whatever it found), 4 when the "
         "target is unreachable.",
-        epilog="example:\n  loopbench probe --target http://127.0.0.1:8000/v1",
+        epilog=examples(
+            "loopbench probe --target http://127.0.0.1:8000/v1",
+            "loopbench probe --target https://api.example.com/v1 --api-key-env OPENAI_API_KEY --json",
+        ),
         formatter_class=HelpFormatter,
     )
     p.add_argument(

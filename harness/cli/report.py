@@ -15,7 +15,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.cli.common import EXIT_OK, HelpFormatter, parse_transports, transports_epilog
+from harness.cli.common import (
+    EXIT_OK,
+    HelpFormatter,
+    epilog,
+    examples,
+    parse_transports,
+    transports_epilog,
+)
 from harness.report.compare import (
     compare,
     compare_document,
@@ -40,7 +47,13 @@ def add_parser(sub: Any) -> None:
     rep = sub.add_parser(
         "report",
         help="(re)render report.md, report.html and plots/ of a run or sweep folder",
-        description="Rebuild the report of a results folder from its files alone.",
+        description="Rebuild the report of a results folder from its files alone; everything "
+        "is written inside that folder (report.md, report.html, plots/).",
+        epilog=examples(
+            "loopbench report results/20261202-110203-quickstart",
+            "loopbench report results/baseline",
+        ),
+        formatter_class=HelpFormatter,
     )
     rep.add_argument("run", help="results folder, e.g. results/20261202-110203-quickstart")
     rep.set_defaults(func=cmd_report)
@@ -58,13 +71,16 @@ def add_parser(sub: Any) -> None:
         "(default 5 %). Writes compare.html (self-contained, plots inlined), compare.md with "
         "plots/, and compare.json into --out, by default a folder compare-<A>-vs-<B> beside the "
         "first run.",
-        epilog="exit codes: 0 compared; 3 not comparable (the reasons are printed; --force "
-        "compares anyway, warns and exits 0); 4 a run folder is missing or unreadable, or fewer "
-        "than two runs.\n\n"
-        "examples:\n"
-        "  two:     loopbench compare results/old results/new\n"
-        "  three:   loopbench compare results/vllm results/sglang results/trt --out cmp/\n"
-        "  forced:  loopbench compare results/a results/b --force --no-html",
+        epilog=epilog(
+            "exit codes: 0 compared; 3 not comparable (the reasons are printed; --force "
+            "compares anyway, warns and exits 0); 4 a run folder is missing or unreadable, or "
+            "fewer than two runs.",
+            examples(
+                "loopbench compare results/old results/new",
+                "loopbench compare results/vllm results/sglang results/trt --out cmp/",
+                "loopbench compare results/a results/b --force --no-html",
+            ),
+        ),
         formatter_class=HelpFormatter,
     )
     cmp.add_argument(
@@ -94,7 +110,13 @@ def add_parser(sub: Any) -> None:
         description="Run a scenario once per value of one field (e.g. --set load.concurrency=1,2,4,8) "
         "into one sweep folder; the combined report plots latency against the swept load and marks "
         "the knee.",
-        epilog=transports_epilog(),
+        epilog=epilog(
+            examples(
+                "loopbench sweep scenarios/quickstart.yaml --set load.concurrency=1,2,4,8",
+                "loopbench sweep scenarios/tiny.yaml --set load.concurrency=1,4 --transports http,ws",
+            ),
+            transports_epilog(),
+        ),
         formatter_class=HelpFormatter,
     )
     sw.add_argument("scenario", help="scenario YAML file")

@@ -12,6 +12,8 @@ from harness.cli.common import (
     EXIT_OK,
     HelpFormatter,
     api_key,
+    epilog,
+    examples,
     parse_transports,
     scenario_overrides,
     transports_epilog,
@@ -31,7 +33,16 @@ def add_parser(sub: Any) -> None:
         help="replay a scenario's rollouts over each transport and report",
         description="Replay the same seeded rollouts over each transport. Without --target, an embedded "
         "reference server is started on a free loopback port and stopped afterwards.",
-        epilog=transports_epilog(),
+        epilog=epilog(
+            examples(
+                "loopbench run scenarios/quickstart.yaml",
+                "loopbench run scenarios/tiny.yaml --transports http,ws --run-id try1",
+                "loopbench run scenarios/quickstart.yaml --set load.concurrency=4",
+                "loopbench run scenarios/quickstart.yaml "
+                "--target https://api.example.com/v1 --api-key-env OPENAI_API_KEY",
+            ),
+            transports_epilog(),
+        ),
         formatter_class=HelpFormatter,
     )
     run.add_argument("scenario", help="scenario YAML file (see scenarios/)")

@@ -7,7 +7,14 @@ import json
 import sys
 from typing import Any
 
-from harness.cli.common import EXIT_ERROR, EXIT_OK, HelpFormatter, transports_epilog
+from harness.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    HelpFormatter,
+    epilog,
+    examples,
+    transports_epilog,
+)
 from harness.wire.errors import LoopbenchError
 from harness.workload.importers import import_sessions
 from harness.workload.rollout import load_scenario_trace
@@ -18,13 +25,32 @@ def add_parser(sub: Any) -> None:
     val = sub.add_parser(
         "validate",
         help="check scenario files and print precise errors",
-        epilog=transports_epilog(),
+        description="Check scenario files (and the traces they replay) without running them: "
+        "each problem is one line naming the file, the field, what was expected and what came. "
+        "Exit 0 when every file is valid, 4 otherwise.",
+        epilog=epilog(
+            examples(
+                "loopbench validate scenarios/quickstart.yaml",
+                "loopbench validate scenarios/*.yaml examples/ci/scenario.yaml",
+            ),
+            transports_epilog(),
+        ),
         formatter_class=HelpFormatter,
     )
-    val.add_argument("files", nargs="+")
+    val.add_argument("files", nargs="+", metavar="FILE", help="scenario YAML files")
     val.set_defaults(func=cmd_validate)
 
-    schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editor completion)")
+    schema = sub.add_parser(
+        "schema",
+        help="print the scenario JSON Schema (for editor completion)",
+        description="Print the JSON Schema of scenario files to stdout, for editor completion "
+        "and hover help (e.g. the YAML language server's `# yaml-language-server: $schema=` "
+        "comment).",
+        epilog=examples(
+            "loopbench schema > scenario.schema.json",
+        ),
+        formatter_class=HelpFormatter,
+    )
     schema.set_defaults(func=cmd_schema)
 
     imp = sub.add_parser(
@@ -32,6 +58,11 @@ def add_parser(sub: Any) -> None:
         help="turn recorded agent sessions into a replayable trace (docs/traces.md)",
         description="Read recorded sessions and write a loopbench JSONL trace that a scenario "
         "replays with `rollout.trace: FILE`.",
+        epilog=examples(
+            "loopbench import codex ~/.codex/sessions -o scenarios/traces/mine.jsonl",
+            "loopbench import codex rollout-1.jsonl rollout-2.jsonl -o scenarios/traces/bugfix.jsonl",
+        ),
+        formatter_class=HelpFormatter,
     )
     imp.add_argument("format", choices=["codex"], help="session format: codex (Codex CLI rollouts)")
     imp.add_argument(
@@ -58,7 +89,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except LoopbenchError as exc:
             failed += 1
             print(str(exc), file=sys.stderr)
-    return EXIT_ERROR if failed else EXIT_OK
+    return EXIT_USAGE if failed else EXIT_OK
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

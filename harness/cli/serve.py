@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from harness.cli.common import EXIT_OK
+from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, examples
 from reference_server.cli import add_server_arguments, config_from_args
 from reference_server.serve import serve
 
@@ -14,12 +15,28 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
         help="run the reference server in the foreground",
-        description="Run the reference Responses API server (HTTP+SSE and WebSocket on /v1/responses).",
+        description="Run the reference Responses API server (HTTP+SSE and WebSocket on "
+        "/v1/responses) until Ctrl-C. It prints the URL it listens on; --access-log adds one "
+        "line per request. See docs/server.md.",
+        epilog=examples(
+            "loopbench serve --port 8000",
+            "loopbench serve --port 0 --profile legacy+gpu-legacy --access-log",
+            "loopbench serve --model gpt-5-codex --set engine.sustained_tps=500",
+        ),
+        formatter_class=HelpFormatter,
     )
     add_server_arguments(p)
     p.set_defaults(func=cmd_serve)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    serve(config_from_args(args))
+    try:
+        serve(config_from_args(args))
+    except SystemExit as exc:
+        # The server reports a bad flag, profile or port as SystemExit("error: ...") (its own
+        # entry point exits 1 with it); under loopbench that is the usage row of the table.
+        if not isinstance(exc.code, str):
+            raise
+        print(exc.code, file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK

@@ -31,7 +31,7 @@ import orjson
 
 from harness.metrics.hdr import Histogram, write_hlog
 from harness.metrics.summary import FORMAT_VERSION
-from harness.wire.errors import ResultsError
+from harness.wire.errors import NotAResultsFolder, ResultsError
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
 if TYPE_CHECKING:
@@ -332,9 +332,12 @@ def load_run(path: str | Path) -> Run:
     """Load ``manifest.json``, ``summary.json`` (if present) and the row files of a run."""
     path = Path(path)
     if not path.is_dir():
-        raise ResultsError(
+        raise NotAResultsFolder(
             f"{path}: expected a results folder, got {'a file' if path.exists() else 'nothing'}"
         )
+    if not (path / MANIFEST).exists():
+        # A run writes its manifest before anything else, so this folder never held one.
+        raise NotAResultsFolder(f"{path / MANIFEST}: missing (not a results folder)")
     manifest = read_versioned_json(path / MANIFEST)
     summary = read_versioned_json(path / SUMMARY) if (path / SUMMARY).exists() else None
     tables = []

@@ -113,7 +113,15 @@ class APIError(TransportError):
 
 
 class ResultsError(LoopbenchError):
-    """A results folder is missing, unreadable or of an unknown format version."""
+    """A results folder is unreadable, incomplete or of an unknown format version."""
+
+
+class NotAResultsFolder(ResultsError):
+    """The path names no results folder at all (a typo, not a broken run).
+
+    Kept apart because the gate's exit codes differ: a broken run is re-measured (3),
+    a wrong path is fixed by the user (4).
+    """
 
 
 class UsageError(LoopbenchError):

@@ -62,6 +62,9 @@ class ServerConfig:
         help="seed of the simulated model's randomness")
     model: str = setting("sim-model", "--model", check=non_empty,
         help="the model id /v1/models lists")
+    access_log: bool = setting(False, "--access-log",
+        help="log one line per HTTP request and per WebSocket response.create to stderr "
+        "(method, path, status, duration); off by default so benchmarks pay nothing for it")
     # Output policy defaults (docs/model.md)
     default_output_tokens: int = setting(200, "--default-output-tokens", check=at_least(1),
         help="output tokens of an answer when neither a hint nor max_output_tokens sets them")

@@ -100,15 +100,19 @@ def test_mismatched_scenario_exits_3(
     assert md.read_text().startswith("## loopbench gate: ❌ invalid or not comparable (exit 3)")
 
 
-def test_unfinished_or_missing_run_exits_3(
+def test_unfinished_run_exits_3_missing_folder_exits_4(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cand = _copy(tmp_path)
     (cand / "summary.json").unlink()
     assert gate(str(cand), "--baseline", str(BASELINE)) == 3
     assert f"candidate {cand}: no summary.json (run did not finish)" in capsys.readouterr().out
-    assert gate(str(tmp_path / "nothing"), "--baseline", str(BASELINE)) == 3
+    # A mistyped path is the user's to fix: re-measuring (3) would loop in gate.sh.
+    assert gate(str(tmp_path / "nothing"), "--baseline", str(BASELINE)) == 4
     assert "expected a results folder, got nothing" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert gate(str(tmp_path / "empty"), "--baseline", str(BASELINE)) == 4
+    assert "manifest.json: missing (not a results folder)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

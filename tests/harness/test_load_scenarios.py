@@ -83,7 +83,7 @@ def test_validate_refuses_a_transport_that_cannot_run(
     path.write_text(f"name: sdk\ntransports: [http, {name}]\n")
     with pytest.raises(SystemExit) as exc:
         main(["validate", str(path)])
-    assert exc.value.code == 1
+    assert exc.value.code == 4
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.startswith(

@@ -66,7 +66,7 @@ def test_malformed_scenario_is_one_line_error(tmp_path: Path) -> None:
         timeout=60,
         cwd=ROOT,
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 4  # a usage or input error (exit-code table)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert str(bad) in lines[0] and "load.concurrency" in lines[0]

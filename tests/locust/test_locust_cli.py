@@ -36,7 +36,7 @@ def test_bad_invocations_fail_with_one_line_before_starting_anything(
 ) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["locust", *argv])
-    assert exc.value.code == 1
+    assert exc.value.code == 4
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
 

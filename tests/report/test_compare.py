@@ -120,10 +120,10 @@ def test_fewer_than_five_samples_give_no_ci(tmp_path: Path, synthetic: ModuleTyp
     roll = d["rollout p50"]
     assert roll.n_a == roll.n_b == 2
     assert roll.ratio_ci95 is None and roll.p_value is None and roll.verdict == ""
-    assert roll.note == "n=2: too few for a CI"
+    assert roll.note == "n=2: too few for a CI (need 5)"
     assert roll.delta_pct == pytest.approx((625 / 1050 - 1) * 100)
     (row,) = [r for r in delta_rows([roll])]
-    assert row[5] == "−40.5 %" and row[6] == "-" and row[7] == "n=2: too few for a CI"
+    assert row[5] == "−40.5 %" and row[6] == "-" and row[7] == "n=2: too few for a CI (need 5)"
     # 8 turns per side: enough for a CI of the turn metrics
     assert d["turn p50"].ratio_ci95 is not None
 

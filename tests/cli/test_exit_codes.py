@@ -1,0 +1,103 @@
+"""Every row of the exit-code table, reached from a real ``loopbench`` process.
+
+The table (harness/wire/exit_codes.py) is the contract with CI scripts: 3 makes
+``examples/ci/gate.sh`` re-measure, so a typo must never exit 3, and argparse's own 2
+must never appear (it reads as an SLO breach). 130 (interrupted) is covered by the
+run's interruption tests.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.wire.exit_codes import EXIT_CODE_TABLE, ExitCode
+from tests.runs import ROOT, loopbench
+
+BASELINE = ROOT / "results" / "baseline"
+
+
+def _code(*args: str | Path) -> tuple[int, str]:
+    proc = loopbench(*args)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_0_ok_validate() -> None:
+    code, out = _code("validate", "scenarios/tiny.yaml")
+    assert code == ExitCode.OK, out
+
+
+def test_1_regression_gate_self_check(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("self_check:\n  - {transport: ws, statistic: p50, max_ms: 0.001}\n")
+    code, out = _code("gate", BASELINE, "--baseline", BASELINE, "--rules", rules)
+    assert code == ExitCode.REGRESSION, out
+    assert "gate: REGRESSION (exit 1)" in out
+
+
+def test_2_slo_breach_gate(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("slo:\n  - ws.ttft_ms.p50 < 1\n")
+    code, out = _code("gate", BASELINE, "--baseline", BASELINE, "--rules", rules)
+    assert code == ExitCode.SLO_BREACH, out
+
+
+def test_3_not_comparable_gate(tmp_path: Path) -> None:
+    cand = tmp_path / "cand"
+    shutil.copytree(BASELINE, cand)
+    manifest = json.loads((cand / "manifest.json").read_text())
+    manifest["seed"] = 6
+    (cand / "manifest.json").write_text(json.dumps(manifest))
+    code, out = _code("gate", cand, "--baseline", BASELINE)
+    assert code == ExitCode.INVALID, out
+    assert "seed: baseline 5, candidate 6" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ((), "usage: loopbench"),
+        (("--bogus",), "unrecognized arguments: --bogus"),
+        (("run", "--bogus", "scenarios/tiny.yaml"), "unrecognized arguments: --bogus"),
+        (("run",), "the following arguments are required: scenario"),
+        (("validate",), "the following arguments are required: FILE"),
+        (("run", "scenarios/tiny.yaml", "--transports", "nope"), "unknown transport 'nope'"),
+        (("run", "nope.yaml"), "nope.yaml: file not found"),
+        (("validate", "nope.yaml"), "nope.yaml: file not found"),
+        (("gate", "results/nope", "--baseline", "results/baseline"), "results/nope: expected"),
+        (("compare", "results/nope", "results/baseline"), "results/nope: no such folder"),
+        (("report", "results/nope"), "results/nope: expected"),
+        (("calibrate", "results/nope"), "results/nope: expected"),
+        (("serve", "--port", "99999"), "--port: expected a port from 0 to 65535, got 99999"),
+        (("reproduce", "--parts", "nope"), "--parts: unknown part 'nope'"),
+        (("selfbench", "--steps", "nope"), "--steps: expected some of"),
+        (("schema", "extra"), "unrecognized arguments: extra"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else None,
+)
+def test_4_usage_or_input_error(argv: tuple[str, ...], message: str) -> None:
+    code, out = _code(*argv)
+    assert code == ExitCode.USAGE, out
+    assert message in out
+    assert "Traceback" not in out
+
+
+def test_validate_of_a_broken_file_exits_4(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nload: {concurrency: -1}\n")
+    code, out = _code("validate", "scenarios/tiny.yaml", bad)
+    assert code == ExitCode.USAGE, out
+    assert "scenarios/tiny.yaml: ok" in out and str(bad) in out
+
+
+def test_help_lists_the_table_and_version() -> None:
+    proc = loopbench("--help")
+    assert proc.returncode == 0
+    for code, meaning in EXIT_CODE_TABLE:
+        assert f"{int(code):<3}  {meaning.split()[0]}" in proc.stdout
+    proc = loopbench("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("loopbench ") and proc.stdout.split()[1][0].isdigit()
