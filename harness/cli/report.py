@@ -14,14 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harness.cli.common import (
-    EXIT_OK,
-    HelpFormatter,
-    api_key,
-    parse_transports,
-    transports_epilog,
-)
-from harness.cli.run_args import add_client_options, check_sweep_args
+from harness.cli import run_args
+from harness.cli.common import EXIT_OK, HelpFormatter, parse_transports, transports_epilog
 from harness.report.compare import DELTA_HEADERS, compare_document, compare_runs, delta_rows
 from harness.report.document import to_markdown
 from harness.report.files import write_text_atomic
@@ -75,7 +69,7 @@ def add_parser(sub: Any) -> None:
     )
     sw.add_argument("--transports", help="comma-separated transports (default: the scenario's)")
     sw.add_argument("--target", help="base URL of a Responses endpoint (default: embedded server)")
-    add_client_options(sw)
+    run_args.add_client_options(sw)
     sw.add_argument("--out", default="results", help="results root folder (default: results/)")
     sw.add_argument("--sweep-id", help="name of the sweep folder (default: timestamp-sweep-...)")
     sw.add_argument("--baseline", help="transport the others are compared with (default: http)")
@@ -116,17 +110,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    check_sweep_args(args)
+    run_args.check_sweep_args(args)
     opts = RunOptions(
         transports=parse_transports(args.transports),
         target=args.target,
-        api_key=api_key(args.api_key_env),
         results_root=Path(args.out),
-        keepalive=not args.no_keepalive,
-        verify_tls=not args.insecure,
         baseline=args.baseline,
-        hints=not args.no_hints,
-        request_timeout_s=args.request_timeout_s,
+        **run_args.client_run_options(args),
     )
     quiet = args.quiet
 

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from harness.cli.common import scenario_overrides
+from harness.cli.common import api_key, scenario_overrides
 from harness.report.sweep import parse_sweep_sets
 from harness.wire.errors import UsageError
 from harness.wire.transports import TRANSPORT_NAMES
@@ -40,6 +40,17 @@ def add_client_options(p: Any) -> None:
         default=120.0,
         help="a response silent for this long is abandoned as an error of kind timeout",
     )
+
+
+def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~harness.run.runner.RunOptions` fields :func:`add_client_options` sets."""
+    return {
+        "api_key": api_key(args.api_key_env),
+        "keepalive": not args.no_keepalive,
+        "verify_tls": not args.insecure,
+        "hints": not args.no_hints,
+        "request_timeout_s": args.request_timeout_s,
+    }
 
 
 def check_run_args(args: argparse.Namespace) -> None:
