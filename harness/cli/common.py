@@ -110,7 +110,7 @@ def parse_transports(value: str | None) -> list[str] | None:
     for t in names:
         if t not in TRANSPORT_NAMES:
             raise UsageError(
-                f"--transports: unknown transport {t!r}; expected some of {', '.join(TRANSPORT_NAMES)}"
+                f"--transports: unknown transport {t!r}; expected one or more of {', '.join(TRANSPORT_NAMES)}"
             )
     return names
 

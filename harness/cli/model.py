@@ -113,7 +113,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     for part in parts:
         if part not in PARTS:
             raise LoopbenchError(
-                f"--parts: unknown part {part!r}; expected some of {', '.join(PARTS)}"
+                f"--parts: unknown part {part!r}; expected one or more of {', '.join(PARTS)}"
             )
         for existing in (out / part, out / f"{part}-http"):
             if existing.exists():

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.cli import run_args
 from harness.cli.common import (
     EXIT_OK,
     HelpFormatter,
@@ -130,6 +131,7 @@ def add_parser(sub: Any) -> None:
     )
     sw.add_argument("--transports", help="comma-separated transports (default: the scenario's)")
     sw.add_argument("--target", help="base URL of a Responses endpoint (default: embedded server)")
+    run_args.add_client_options(sw)
     sw.add_argument("--out", default="results", help="results root folder (default: results/)")
     sw.add_argument("--sweep-id", help="name of the sweep folder (default: timestamp-sweep-...)")
     sw.add_argument("--baseline", help="transport the others are compared with (default: http)")
@@ -218,11 +220,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    run_args.check_sweep_args(args)
     opts = RunOptions(
         transports=parse_transports(args.transports),
         target=args.target,
         results_root=Path(args.out),
         baseline=args.baseline,
+        **run_args.client_run_options(args),
     )
     quiet = args.quiet
 

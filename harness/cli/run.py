@@ -18,6 +18,7 @@ from harness.cli.common import (
     scenario_overrides,
     transports_epilog,
 )
+from harness.cli.run_args import check_run_args
 from harness.cli.summary_table import print_summary
 from harness.run.probe import probe_for_run
 from harness.run.procs import run_procs
@@ -99,6 +100,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    check_run_args(args)
     scenario = load_scenario(args.scenario, scenario_overrides(args.set))
     transports = parse_transports(args.transports)
     if not args.request_timeout_s > 0:

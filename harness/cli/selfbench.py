@@ -68,7 +68,7 @@ def cmd_selfbench(args: argparse.Namespace) -> int:
     unknown = sorted(set(steps) - {"throughput", "timing", "memory"})
     if unknown or not steps:
         raise UsageError(
-            f"--steps: expected some of throughput, timing, memory, got {args.steps!r}"
+            f"--steps: expected one or more of throughput, timing, memory, got {args.steps!r}"
         )
     opts = dataclasses.replace(opts, steps=steps)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -235,6 +236,11 @@ async def _close(conn: ClientConnection) -> None:
 
 def _os_reason(exc: OSError) -> str:
     """``connection refused`` rather than ``[Errno 111] Connect call failed (...)``."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            f"its TLS certificate was not accepted ({exc.verify_message}); "
+            "--insecure skips the verification"
+        )
     return (exc.strerror or str(exc) or type(exc).__name__).lower()
 
 

@@ -28,6 +28,8 @@ from harness.wire.errors import ErrorKind, LoopbenchError, StaleConnection, Tran
 
 #: ``(body bytes, t_ns)``; raising stops the response and fails the request with that error
 BodySink = Callable[[bytes, int], None]
+#: seconds :meth:`H1Pool.aclose` waits for its connections to finish closing
+CLOSE_WAIT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,8 @@ class _Conn(asyncio.Protocol):
         self.done: asyncio.Future[None] | None = None
         self.received = False
         self.last_io = 0.0
+        #: done when the transport is gone (H1Pool.aclose waits for it)
+        self.lost: asyncio.Future[None] = loop.create_future()
 
     # -- asyncio callbacks ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -92,6 +96,8 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if not self.lost.done():
+            self.lost.set_result(None)
         if self.done is not None and not self.done.done():
             if not self.received:
                 self._fail(StaleConnection("pooled connection"))
@@ -260,7 +266,13 @@ class H1Pool:
             return
 
     async def aclose(self) -> None:
-        for conn in list(self._open):
+        conns = list(self._open)
+        for conn in conns:
             conn.close()
         self._open.clear()
         self._idle.clear()
+        # Closing TLS is an exchange (close_notify), not instant: an event loop closed
+        # before it ends leaves the socket open (uvloop warns of an unclosed transport).
+        pending = [c.lost for c in conns if c.transport is not None]
+        if pending:
+            await asyncio.wait(pending, timeout=CLOSE_WAIT_S)

@@ -23,6 +23,7 @@ from harness.client.options import TransportOptions
 from harness.client.receive import feed_ws_message
 from harness.client.recovery import Recovery
 from harness.client.stream import ResponseStream
+from harness.transports.tls import tls_context
 from harness.transports.ws_stamp import StampedConnection, arrival_ns
 from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
 from harness.wire.transports import TransportSpec
@@ -47,6 +48,8 @@ async def open_ws(options: TransportOptions, url: str) -> ClientConnection:
             # Direct, like the HTTP transports: a proxy would be measured too, and looking
             # one up scans the environment on every connect.
             proxy=None,
+            # websockets refuses an ssl argument for ws://; for wss:// it is what --insecure sets.
+            ssl=tls_context(options.verify_tls) if url.startswith("wss://") else None,
         )
     except (OSError, websockets.exceptions.WebSocketException, TimeoutError) as exc:
         raise TransportError(ErrorKind.CONNECTION, f"WebSocket {url}: {exc!r}") from exc

@@ -74,7 +74,7 @@ def locust_spec(name: str) -> TransportSpec:
     if not spec.locust:
         raise UsageError(
             f"transports: {name!r} is not available under Locust; "
-            f"expected some of {', '.join(LOCUST_TRANSPORTS)}"
+            f"expected one or more of {', '.join(LOCUST_TRANSPORTS)}"
         )
     return spec
 

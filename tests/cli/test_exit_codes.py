@@ -73,7 +73,7 @@ def test_3_not_comparable_gate(tmp_path: Path) -> None:
         (("calibrate", "results/nope"), "results/nope: expected"),
         (("serve", "--port", "99999"), "--port: expected a port from 0 to 65535, got 99999"),
         (("reproduce", "--parts", "nope"), "--parts: unknown part 'nope'"),
-        (("selfbench", "--steps", "nope"), "--steps: expected some of"),
+        (("selfbench", "--steps", "nope"), "--steps: expected one or more of"),
         (("schema", "extra"), "unrecognized arguments: extra"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else None,

@@ -1,0 +1,159 @@
+"""``run`` and ``sweep`` refuse options that cannot work, naming the option and what it accepts.
+
+Most cases go through the real parser and the check ``cmd_run``/``cmd_sweep`` make first;
+one goes through the CLI in a subprocess to show that nothing is begun (no results folder).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli.main import build_parser
+from harness.cli.run_args import check_run_args, check_sweep_args
+from harness.run.embedded import embedded_server
+from harness.wire.errors import UsageError
+from tests.runs import TINY, loopbench, run_cli
+
+ALL = "http, http-chained, ws, ws-store, ws-append"
+
+
+def _run_error(*argv: str) -> str:
+    args = build_parser().parse_args(["run", str(TINY), *argv])
+    with pytest.raises(UsageError) as exc:
+        check_run_args(args)
+    return str(exc.value)
+
+
+def _sweep_error(*argv: str) -> str:
+    args = build_parser().parse_args(["sweep", str(TINY), "--set", "load.concurrency=1,2", *argv])
+    with pytest.raises(UsageError) as exc:
+        check_sweep_args(args)
+    return str(exc.value)
+
+
+def test_the_registry_order_is_what_the_messages_list() -> None:
+    from harness.wire.transports import TRANSPORT_NAMES
+
+    assert ", ".join(TRANSPORT_NAMES) == ALL
+
+
+def test_baseline_must_be_one_of_the_runs_transports() -> None:
+    assert _run_error("--transports", "http,ws", "--baseline", "foo") == (
+        "--baseline foo: expected one of the run's transports: http, ws"
+    )
+    # a transport, but not one this run measures
+    assert _run_error("--transports", "http,ws", "--baseline", "ws-store") == (
+        "--baseline ws-store: expected one of the run's transports: http, ws"
+    )
+    # without --transports, the scenario's (tiny.yaml: http, ws), after --set
+    assert _run_error("--baseline", "foo") == (
+        "--baseline foo: expected one of the run's transports: http, ws"
+    )
+    assert _run_error("--set", "transports=[ws,ws-store]", "--baseline", "http") == (
+        "--baseline http: expected one of the run's transports: ws, ws-store"
+    )
+
+
+def test_a_baseline_among_the_transports_passes() -> None:
+    for argv in (
+        ["--baseline", "ws"],
+        ["--transports", "ws,ws-store", "--baseline", "ws-store"],
+        ["--transports", " http , ws ", "--procs", "2", "--request-timeout-s", "0.5"],
+        [],
+    ):
+        check_run_args(build_parser().parse_args(["run", str(TINY), *argv]))
+
+
+@pytest.mark.parametrize("procs", ["0", "-3"])
+def test_procs_must_be_positive(procs: str) -> None:
+    assert _run_error("--procs", procs) == (
+        f"--procs: expected a positive number of client processes, got {procs}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "--transports '': no transport named; "),
+        (",", "--transports ',': no transport named; "),
+        (" , ", "--transports ' , ': no transport named; "),
+        ("http,", "--transports 'http,': an empty name between commas; "),
+        ("http,foo", "--transports 'http,foo': unknown transport 'foo'; "),
+    ],
+)
+def test_transports_must_name_known_transports(value: str, message: str) -> None:
+    expected = f"{message}expected one or more of {ALL}, separated by commas"
+    assert _run_error("--transports", value) == expected
+    assert _sweep_error("--transports", value) == expected
+
+
+def test_a_transport_named_twice_is_refused() -> None:
+    assert _run_error("--transports", "ws,http,ws") == (
+        "--transports 'ws,http,ws': ws named more than once"
+    )
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan"])
+def test_request_timeout_must_be_positive(timeout: str) -> None:
+    expected = f"--request-timeout-s: expected a positive number of seconds, got {float(timeout)}"
+    assert _run_error("--request-timeout-s", timeout) == expected
+    assert _sweep_error("--request-timeout-s", timeout) == expected
+
+
+def test_sweep_baseline_must_be_in_every_variant() -> None:
+    assert _sweep_error("--transports", "http,ws", "--baseline", "foo") == (
+        "--baseline foo: expected one of the run's transports: http, ws"
+    )
+    # sweeping the transports themselves: the second variant lacks http
+    args = build_parser().parse_args(
+        ["sweep", str(TINY), "--set", "transports=[http,ws],[ws]", "--baseline", "http"]
+    )
+    with pytest.raises(UsageError) as exc:
+        check_sweep_args(args)
+    assert str(exc.value) == "--baseline http: expected one of the run's transports: ws"
+    check_sweep_args(
+        build_parser().parse_args(
+            ["sweep", str(TINY), "--set", "transports=[http,ws],[ws]", "--baseline", "ws"]
+        )
+    )
+
+
+def test_the_cli_refuses_before_beginning_anything(tmp_path: Path) -> None:
+    proc = loopbench(
+        "run", TINY, "--baseline", "foo", "--transports", "http,ws", "--out", str(tmp_path), "-q"
+    )
+    assert proc.returncode != 0
+    assert "--baseline foo: expected one of the run's transports: http, ws" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sweep_passes_the_client_options_to_each_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with embedded_server(extra_args=["--api-key", "sk-sweep-test"]) as url:
+        argv = [
+            "sweep", TINY, "--target", url, "--set", "load.concurrency=1,2",
+            "--set", "rollout.count=1", "--set", "transports=[http]", "--out", str(tmp_path),
+            "-q", "--no-keepalive", "--no-hints", "--insecure", "--request-timeout-s", "30",
+        ]  # fmt: skip
+        # This server refuses any other key (401): every turn succeeds only if the key is sent.
+        monkeypatch.setenv("LOOPBENCH_TEST_KEY", "sk-sweep-test")
+        run_cli(*argv, "--sweep-id", "sw", "--api-key-env", "LOOPBENCH_TEST_KEY")
+        for run in ("00-concurrency-1", "01-concurrency-2"):
+            folder = tmp_path / "sw" / run
+            manifest = json.loads((folder / "manifest.json").read_text())
+            assert manifest["client_options"] == {
+                "hints": False,
+                "keepalive": False,
+                "verify_tls": False,
+                "request_timeout_s": 30.0,
+            }
+            turns = json.loads((folder / "summary.json").read_text())["transports"]["http"]["turns"]
+            assert turns["count"] > 0 and turns["errors"] == 0
+        monkeypatch.delenv("LOOPBENCH_TEST_KEY")
+        proc = loopbench(*argv, "--sweep-id", "sw2", "--api-key-env", "LOOPBENCH_TEST_KEY")
+    assert proc.returncode != 0
+    assert "--api-key-env: environment variable LOOPBENCH_TEST_KEY is not set" in proc.stderr
