@@ -157,10 +157,11 @@ _DECODE_WHEN = " & ".join(f"({c})" for c in VALID_DECODE_CONDITIONS)
 BURST_NA_REASON = f"no response long enough to fill a {BURST_WINDOW_NS / 1e6:g} ms window"
 
 
-def fills_burst_window(first_token_ns: int, last_token_ns: int, window_ns: int) -> bool:
+def fills_burst_window(first_token_ns: Any, last_token_ns: Any, window_ns: int) -> Any:
     """A response whose windowed token count is a rate, not a lower bound: its first-to-last
-    token span covers the whole window (a window starts at a delta, docs/metrics.md §1.2)."""
-    return first_token_ns > 0 and last_token_ns - first_token_ns >= window_ns
+    token span covers the whole window (a window starts at a delta, docs/metrics.md §1.2).
+    Scalars give a bool, pandas columns a boolean column."""
+    return (first_token_ns > 0) & (last_token_ns - first_token_ns >= window_ns)
 
 
 #: every metric, in ``summary.json`` order

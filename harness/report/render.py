@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.metrics import definitions as D
+from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
 from harness.report.files import PLOTS_DIR, REPORT_HTML, REPORT_MD, Rendered, fmt, write_text_atomic
 from harness.report.results import Run, load_run
 from harness.report.sweep import is_sweep, render_sweep
+from harness.report.verdict import verdict_kind, verdict_line
+from harness.workload.records import BURST_WINDOW_NS
 
 
 def _run_facts(run: Run) -> list[str]:
@@ -50,11 +53,16 @@ def _run_facts(run: Run) -> list[str]:
     return facts
 
 
+def _stat_cell(t: dict[str, Any], m: D.Metric, key: str, digits: int) -> str:
+    group = t.get(m.group) or {}
+    value = group.get(key)
+    if value is None and group.get(f"{key}_reason"):
+        return f"n/a ({group[f'{key}_reason']})"
+    return fmt(value, digits)
+
+
 def _metric_cells(t: dict[str, Any], table: str) -> list[str]:
-    return [
-        fmt((t.get(m.group) or {}).get(stat.key), digits)
-        for m, stat, digits in D.report_columns(table)
-    ]
+    return [_stat_cell(t, m, stat.key, digits) for m, stat, digits in D.report_columns(table)]
 
 
 def latency_table(summary: dict[str, Any]) -> Table:
@@ -64,21 +72,26 @@ def latency_table(summary: dict[str, Any]) -> Table:
         rows.append(
             [
                 name,
-                f"{t['rollouts']['count']} ({t['rollouts']['errors']})",
-                f"{t['turns']['count']} ({t['turns']['errors']})",
+                str(t["rollouts"]["count"]),
+                str(t["turns"]["count"]),
+                str(t["turns"]["errors"]),
+                str(t["rollouts"]["errors"]),
                 *_metric_cells(t, "latency"),
             ]
         )
     return Table(
         [
             "transport",
-            "rollouts (err)",
-            "turns (err)",
+            "rollouts",
+            "turns",
+            "turn errors",
+            "rollout errors",
             *(m.title(stat.key) for m, stat, _ in D.report_columns("latency")),
         ],
         rows,
         caption="Milliseconds. Percentiles from HdrHistograms (3 significant digits). Rollout "
-        "latency is measured from the intended start.",
+        "latency is measured from the intended start. Turn errors: failed turns; rollout errors: "
+        "rollouts that did not complete (a failed turn usually fails its rollout too).",
     )
 
 
@@ -93,8 +106,30 @@ def throughput_table(summary: dict[str, Any]) -> Table:
             *(m.title(stat.key, with_unit=True) for m, stat, _ in D.report_columns("throughput")),
         ],
         rows,
-        caption="Tokens per second. Burst: most tokens in any 100 ms window / 0.1 s. Aggregate: all "
-        "streams together, per one-second bucket (peak) and over the active span (mean).",
+        caption=throughput_caption(summary),
+    )
+
+
+def throughput_caption(summary: dict[str, Any]) -> str:
+    window = f"{BURST_WINDOW_NS / 1e6:g} ms"
+    bucket = f"{AGGREGATE_BUCKET_NS / 1e9:g} s"
+    excluded = sum(
+        int((t.get("tps") or {}).get("decode_excluded") or 0)
+        for t in summary.get("transports", {}).values()
+    )
+    return (
+        f"Tokens per second. Decode: per turn with a valid decode rate (at least 2 tokens over "
+        f"{D.MIN_DECODE_SPAN_NS / 1e6:g} ms or more, first to last token)"
+        + (
+            f"; {excluded} turn(s) with output were too short and are not counted"
+            if excluded
+            else ""
+        )
+        + f". Burst peak: the most tokens in any {window} window of a response that lasts the "
+        f"window, / {window}, and at least the fastest decode rate, so no decode column exceeds "
+        f"it; n/a when no response lasted {window}. Aggregate: all streams together, per "
+        f"{bucket} bucket (peak, the buckets of the throughput plot) and over the active span "
+        "(mean)."
     )
 
 
@@ -153,10 +188,11 @@ def build_run_document(run: Run, plot_files: list[Any]) -> Document:
     """The report of one run; ``plot_files`` are :class:`~harness.report.plots.PlotFile` s."""
     summary = run.summary or {}
     doc = Document(f"loopbench report — {run.run_id}")
+    verdict = summary if run.finished else None
+    doc.add(Paragraph(verdict_line(verdict), kind=verdict_kind(verdict)))
     doc.add(Paragraph(" · ".join(_run_facts(run))))
-    if not run.finished:
-        doc.add(Paragraph("This run has no summary.json: it did not finish.", kind="bad"))
-    elif not summary.get("valid", True):
+    # an unfinished run's verdict line says so
+    if run.finished and not summary.get("valid", True):
         doc.add(
             Paragraph("Run INVALID: " + "; ".join(summary.get("invalid_reasons", [])), kind="bad")
         )
