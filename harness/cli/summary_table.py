@@ -103,23 +103,34 @@ def _min_header_width(text: str, lines: int = 2) -> int:
     return len(text)
 
 
-def _width(headers: Sequence[str], rows: Sequence[Sequence[str]], *, header_lines: int) -> int:
+def _column_widths(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, header_lines: int
+) -> list[int]:
+    """Per column: its longest cell, kept on one line, and room for the header in
+    ``header_lines`` lines (wrapped at spaces)."""
+    return [
+        max(max((len(r[i]) for r in rows), default=0), _min_header_width(h, header_lines))
+        for i, h in enumerate(headers)
+    ]
+
+
+def _width(widths: Sequence[int]) -> int:
     """Width of a rich table with the default box and padding (1 + per column: cell + 3)."""
-    total = 1
-    for i, h in enumerate(headers):
-        cells = max((len(r[i]) for r in rows), default=0)
-        total += max(cells, _min_header_width(h, header_lines)) + 3
-    return total
+    return 1 + sum(w + 3 for w in widths)
 
 
-def _table(
-    title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1
-) -> Table:
+def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> Table:
+    """The table with its column widths set here: rich, left to fit a width on its own,
+    squeezes a column below its widest cell and wraps "[1.07, 1.08]" at its space."""
     table = titled_table(title, headers[0], *headers[1:])
-    for col in table.columns[:left]:
-        col.justify = "left"
-    for col in table.columns:
-        # numbers fold rather than turn into "103…"; the layout keeps them from needing to
+    widths = _column_widths(headers, rows, header_lines=1)
+    if _width(widths) > width:
+        widths = _column_widths(headers, rows, header_lines=2)
+    fixed = _width(widths) <= width
+    for col, w in zip(table.columns, widths, strict=True):
+        if fixed:
+            col.width = w
+        # narrower than every layout: a cell folds rather than turn into "103…"
         col.overflow = "fold"
     for row in rows:
         table.add_row(*row)
@@ -136,8 +147,8 @@ def fit_tables(
 ) -> list[Table]:
     """``rows`` (first cell names the row) as one table if it fits ``width``, else transposed:
     one row per column of ``rows``, one column per row, stacked in as many tables as needed."""
-    if not rows or _width(headers, rows, header_lines=2) <= width:
-        return [_table(title, headers, rows)]
+    if not rows or _width(_column_widths(headers, rows, header_lines=2)) <= width:
+        return [_table(title, headers, rows, width)]
     names = [r[0] for r in rows]
     labels = list(headers[1:])
     label_w = max(len(corner), *(len(h) for h in labels)) + 3 + 1
@@ -154,7 +165,7 @@ def fit_tables(
         cols = [
             [label, *(rows[j][i + 1] for j in range(start, stop))] for i, label in enumerate(labels)
         ]
-        tables.append(_table(title + part, [corner, *names[start:stop]], cols))
+        tables.append(_table(title + part, [corner, *names[start:stop]], cols, width))
         start = stop
     return tables
 
@@ -170,7 +181,7 @@ def _relayout(table: Table | None, width: int) -> list[Table]:
     return fit_tables(title, headers, rows, width, corner=headers[0] if headers else "")
 
 
-def _comparison_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def comparison_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = [
         "candidate vs baseline",
         "rollout speedup",
@@ -209,7 +220,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console | Non
         console.print(table)
     for note in na_notes(summary):
         console.print(Text(note))
-    c_headers, c_rows = _comparison_rows(summary)
+    c_headers, c_rows = comparison_rows(summary)
     if c_rows:
         for table in fit_tables(
             "speedup (paired on identical rollouts)", c_headers, c_rows, width, corner="figure"

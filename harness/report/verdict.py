@@ -35,7 +35,8 @@ def _speedup(summary: Mapping[str, Any]) -> str:
             if n == 1
             else "no speedup: no two transports completed a rollout each"
         )
-    c = comps[0]
+    # the headline is the largest speedup (ties: the first listed); the count says it was picked
+    c = max(comps, key=lambda x: float(x["rollout_speedup"]))
     text = f"{c['candidate']} vs {c['baseline']} {fmt(c['rollout_speedup'], 2)}×"
     lo, hi = (c.get("rollout_speedup_ci95") or [None, None])[:2]
     if lo is not None and hi is not None:
@@ -45,7 +46,7 @@ def _speedup(summary: Mapping[str, Any]) -> str:
     else:
         text += " (no CI)"
     if len(comps) > 1:
-        text += f" (+{len(comps) - 1} more comparison{'s' if len(comps) > 2 else ''})"
+        text += f" (the largest of {len(comps)} comparisons)"
     return text
 
 
@@ -74,8 +75,8 @@ def _errors(summary: Mapping[str, Any]) -> str:
 def verdict_line(summary: Mapping[str, Any] | None) -> str:
     """``verdict: valid · ws vs http 1.35× (95 % CI 1.30–1.41) · no errors``.
 
-    Validity with the first reason, the first comparison's rollout speedup with its
-    CI (or the summary's reason for having none), the most frequent error kind.
+    Validity with the first reason, the largest rollout speedup of the comparisons with
+    its CI (or the summary's reason for having none), the most frequent error kind.
     """
     if not summary:
         return PREFIX + "no result: the run did not finish (no summary.json)"

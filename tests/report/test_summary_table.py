@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from harness.cli.summary_table import na_notes, print_summary, summary_rows
+from harness.cli.summary_table import comparison_rows, na_notes, print_summary, summary_rows
 from harness.metrics.summary import Accumulator
 from harness.workload.records import RolloutRecord, TurnRecord
 
@@ -77,8 +77,11 @@ def test_every_number_shown_and_none_cut(width: int) -> None:
         for cell in row:
             assert cell in text, (width, cell)
     assert "103,546.9" in rows[0]  # long enough to be cut at 80 columns before
-    for c in summary["comparisons"]:
-        assert f"{c['rollout_speedup']:.2f}x" in text
+    _, c_rows = comparison_rows(summary)
+    assert len(c_rows) == len(TRANSPORTS) - 1
+    for row in c_rows:  # "http-chained vs http" and "[0.99, 0.99]" each on one line
+        for cell in row:
+            assert cell in text, (width, cell)
 
 
 def test_the_layout_follows_the_width() -> None:
