@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.workload.records import (
     BURST_WINDOW_NS,
     OK_ROLLOUT_STATUSES,
@@ -155,6 +156,14 @@ _DECODE_WHEN = " & ".join(f"({c})" for c in VALID_DECODE_CONDITIONS)
 
 #: why ``burst_peak`` is null when no response lasted a whole burst window
 BURST_NA_REASON = f"no response long enough to fill a {BURST_WINDOW_NS / 1e6:g} ms window"
+
+
+def aggregate_na_reason(span_ns: int) -> str:
+    """Why ``aggregate_peak`` is null: no whole aggregate bucket inside the active span."""
+    return (
+        f"no whole {AGGREGATE_BUCKET_NS / 1e9:g} s bucket inside the {span_ns / 1e9:.2f} s of "
+        "output"
+    )
 
 
 def fills_burst_window(first_token_ns: Any, last_token_ns: Any, window_ns: int) -> Any:
@@ -284,8 +293,9 @@ METRICS: list[Metric] = [
         report_table="throughput",
         cli=("burst_peak",),
     ),
-    # all streams' output tokens per second: per AGGREGATE_BUCKET_NS bucket (peak; the report's
-    # plot draws the same buckets), over the active span (mean)
+    # all streams' output tokens per second: the fullest AGGREGATE_BUCKET_NS bucket inside the
+    # active span (peak; the report's plot draws the same buckets; null with a reason when the
+    # span holds no whole bucket), over the active span (mean)
     Metric(
         "aggregate_tps",
         "aggregate TPS",
@@ -293,6 +303,7 @@ METRICS: list[Metric] = [
         False,
         "tps",
         stats("mean", "peak", prefix="aggregate_"),
+        notes=("aggregate_peak_reason",),
         compare=("aggregate_mean",),
         report=(("aggregate_mean", 0), ("aggregate_peak", 0)),
         report_table="throughput",

@@ -503,9 +503,22 @@ class Accumulator:
                 if t.agg_first_ns is not None and t.agg_last_ns is not None
                 else 0
             )
+            # a bucket the active span only partly covers is diluted by the idle rest (a 0.4 s
+            # run would peak below its own mean): the peak is over whole buckets only
+            whole = [
+                tokens / (_BUCKET_NS / 1e9)
+                for k, tokens in t.agg_buckets.items()
+                if t.agg_first_ns is not None
+                and t.agg_last_ns is not None
+                and k * _BUCKET_NS >= t.agg_first_ns
+                and (k + 1) * _BUCKET_NS <= t.agg_last_ns
+            ]
             return {
                 "aggregate_mean": _r(t.agg_tokens * 1e9 / span_ns) if span_ns > 0 else None,
-                "aggregate_peak": _r(max(t.agg_buckets.values())) if t.agg_buckets else None,
+                "aggregate_peak": _r(max(whole)) if whole else None,
+                "aggregate_peak_reason": None
+                if whole or not t.agg_buckets
+                else D.aggregate_na_reason(span_ns),
             }
         if m.name == "breakdown_ms":
             breakdown: dict[str, float | None] = {

@@ -338,14 +338,15 @@ def plot_aggregate_tps(run: Run) -> Figure | None:
         if g.empty:
             continue
         color = transport_color(name, i)
-        mean = ((run.summary or {}).get("transports", {}).get(name, {}).get("tps") or {}).get(
-            "aggregate_mean"
-        )
-        label = f"{name}, {bucket} buckets (peak {g['tps'].max():,.0f}" + (
-            f", mean {mean:,.0f} tok/s)" if mean else " tok/s)"
-        )
-        ax.step(g["t_s"], g["tps"], where="post", color=color, lw=1.6, label=label)
-        ax.fill_between(g["t_s"], g["tps"], step="post", color=color, alpha=0.12)
+        tps = (run.summary or {}).get("transports", {}).get(name, {}).get("tps") or {}
+        mean, peak = tps.get("aggregate_mean"), tps.get("aggregate_peak")
+        label = f"{name}, {bucket} buckets: peak " + (f"{peak:,.0f}" if peak is not None else "n/a")
+        label += f", mean {mean:,.0f} tok/s" if mean else ""
+        # the last step drawn to its bucket's end
+        x = [*g["t_s"], float(g["t_s"].iloc[-1]) + AGGREGATE_BUCKET_NS / 1e9]
+        y = [*g["tps"], float(g["tps"].iloc[-1])]
+        ax.step(x, y, where="post", color=color, lw=1.6, label=label)
+        ax.fill_between(x, y, step="post", color=color, alpha=0.12)
         if mean:
             ax.axhline(mean, color=color, ls=":", lw=1)
         f = fine[fine["transport"] == name]
@@ -500,8 +501,9 @@ PLOTS: tuple[PlotSpec, ...] = (
         "aggregate_tps",
         "Aggregate throughput",
         "Output tokens per second summed over all concurrent streams, each response's tokens spread "
-        "evenly between its first and last token, in the tables' one-second buckets (their top is "
-        "the aggregate peak) and, thin, in finer buckets (dotted: mean over the active span).",
+        "evenly between its first and last token, in the tables' one-second buckets (the fullest "
+        "bucket wholly inside the active span is the aggregate peak; a partly idle first or last "
+        "bucket is not) and, thin, in finer buckets (dotted: mean over the active span).",
         plot_aggregate_tps,
     ),
     PlotSpec(

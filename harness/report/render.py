@@ -127,9 +127,9 @@ def throughput_caption(summary: dict[str, Any]) -> str:
         )
         + f". Burst peak: the most tokens in any {window} window of a response that lasts the "
         f"window, / {window}, and at least the fastest decode rate, so no decode column exceeds "
-        f"it; n/a when no response lasted {window}. Aggregate: all streams together, per "
-        f"{bucket} bucket (peak, the buckets of the throughput plot) and over the active span "
-        "(mean)."
+        f"it; n/a when no response lasted {window}. Aggregate: all streams together, over the "
+        f"active span (mean) and in {bucket} buckets, the buckets of the throughput plot (peak: "
+        "the fullest bucket wholly inside the active span; n/a when the span holds none)."
     )
 
 

@@ -127,6 +127,16 @@ def test_decode_validity_is_one_predicate_read_by_decode_tps_and_tpot() -> None:
     assert f"last_token_ns - first_token_ns >= {D.MIN_DECODE_SPAN_NS}" in D.VALID_DECODE_CONDITIONS
 
 
+def test_output_shorter_than_a_whole_bucket_gives_no_aggregate_peak_but_a_reason() -> None:
+    acc = Accumulator()
+    # 0.4 s of output straddling a second boundary: either bucket is mostly idle
+    acc.add_turn(_turn(0, 10 * S + 800 * MS, [MS] * 400))
+    tps = acc.summary("s")["transports"]["http"]["tps"]
+    assert tps["aggregate_mean"] == pytest.approx(401 / 0.4)
+    assert tps["aggregate_peak"] is None
+    assert tps["aggregate_peak_reason"] == "no whole 1 s bucket inside the 0.40 s of output"
+
+
 def test_merged_accumulators_keep_the_peak_and_the_excluded_count() -> None:
     turns = [_turn(0, S, [100_000] * 9), _turn(1, 2 * S, [MS] * 150), _turn(2, 3 * S, [MS] * 40)]
     one = Accumulator()
@@ -151,8 +161,12 @@ def test_the_summary_peak_is_the_fullest_bucket_of_the_plot_series() -> None:
         firsts.append(rec.first_token_ns)
         lasts.append(rec.last_token_ns)
         tokens.append(rec.output_tokens)
-    _, rates = token_rate_series(firsts, lasts, tokens, bucket_ns=AGGREGATE_BUCKET_NS)
-    peak = acc.summary("s")["transports"]["http"]["tps"]["aggregate_peak"]
-    assert peak == pytest.approx(float(rates.max()), abs=1e-3)
+    starts, rates = token_rate_series(firsts, lasts, tokens, bucket_ns=AGGREGATE_BUCKET_NS)
+    width = AGGREGATE_BUCKET_NS / 1e9
+    whole = (starts >= min(firsts) / 1e9) & (starts + width <= max(lasts) / 1e9)
+    assert 0 < whole.sum() < len(starts)  # partly idle first and last buckets left out
+    tps = acc.summary("s")["transports"]["http"]["tps"]
+    assert tps["aggregate_peak"] == pytest.approx(float(rates[whole].max()), abs=1e-3)
+    assert tps["aggregate_peak"] >= tps["aggregate_mean"]
     series = acc.aggregate_tps_series("http")
     assert series[1][0] - series[0][0] == AGGREGATE_BUCKET_NS / 1e9

@@ -134,7 +134,9 @@ EXPECTED = {
                 "decode_excluded": 0,
                 # 101 + 1 tokens between 1.010 s and 2.020 s
                 "aggregate_mean": round(102 / 1.010, 3),
-                "aggregate_peak": 101.0,  # all of turn 0 falls in second 1
+                # the span 1.010-2.020 s holds no whole second: [1, 2) and [2, 3) are partly idle
+                "aggregate_peak": None,
+                "aggregate_peak_reason": "no whole 1 s bucket inside the 1.01 s of output",
             },
             "breakdown_ms": {
                 "api_pre": 3.0,
@@ -175,7 +177,8 @@ EXPECTED = {
                 "burst_peak_reason": "no response long enough to fill a 100 ms window",
                 "decode_excluded": 0,
                 "aggregate_mean": None,
-                "aggregate_peak": 1.0,
+                "aggregate_peak": None,
+                "aggregate_peak_reason": "no whole 1 s bucket inside the 0.00 s of output",
             },
             "breakdown_ms": {
                 "api_pre": None,
