@@ -1,71 +1,238 @@
-"""The end-of-run table every measuring command prints (``run``, ``run --procs``, ``locust``)."""
+"""The end-of-run table every measuring command prints (``run``, ``run --procs``, ``locust``).
+
+The console's width decides the layout: one row per transport when every column fits
+(headers may wrap over two lines), else transposed (one row per figure, one column per
+transport), in as many stacked tables as the transports need.  No cell is ever cut
+(``103…``): a number that does not fit moves the table to the narrow layout instead.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from harness.metrics import definitions as D
 from harness.report.files import fmt, fmt_ci, fmt_stat, too_few_note
+from harness.report.verdict import verdict_kind, verdict_line
 from harness.run.progress import schedule_table, titled_table
 
+#: the width of piped output (CI logs, files) when COLUMNS does not say
+PIPED_WIDTH = 160
+_STYLE = {"bad": "bold red", "note": "bold yellow", "ok": "bold green"}
 
-def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
-    # Piped output (CI logs, files) gets a fixed wide layout instead of an 80-column squeeze.
-    console = Console() if sys.stdout.isatty() else Console(width=160)
-    table = titled_table(
-        f"loopbench — {summary.get('run_id', '')}",
+
+def make_console() -> Console:
+    """The console of the end-of-run output: a terminal's width (rich reads COLUMNS too);
+    piped output gets COLUMNS or a fixed wide layout instead of rich's 80-column default."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=PIPED_WIDTH)
+
+
+def _stat_cell(t: dict[str, Any], m: D.Metric, key: str) -> str:
+    group = t.get(m.group) or {}
+    if group.get(key) is None and group.get(f"{key}_reason"):
+        return "n/a"
+    return fmt_stat(t, m.group, key, 0 if m.unit == "tok/s" else 1)
+
+
+def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Headers and one row per transport of the end-of-run table."""
+    headers = [
         "transport",
         "rollouts",
         "turns",
-        "errors",
+        "turn errors",
+        "rollout errors",
         *(m.title(stat.key, with_unit=True) for m, stat in D.cli_columns()),
-    )
-    for name, t in summary.get("transports", {}).items():
-        table.add_row(
+    ]
+    rows = [
+        [
             name,
             str(t["rollouts"]["count"]),
             str(t["turns"]["count"]),
-            str(t["turns"]["errors"] + t["rollouts"]["errors"]),
-            *(
-                fmt_stat(t, m.group, stat.key, 0 if m.unit == "tok/s" else 1)
-                for m, stat in D.cli_columns()
-            ),
-        )
-    console.print(table)
-    if note := too_few_note(summary):
-        console.print(note)
-    comps = summary.get("comparisons", [])
-    if comps:
-        ct = titled_table(
-            "speedup (paired on identical rollouts)",
-            "candidate vs baseline",
-            "rollout speedup",
-            "95% CI",
-            "rollout latency reduction",
-            "TTFT p50 reduction",
-        )
-        for c in comps:
-            lo, hi = c.get("rollout_speedup_ci95", [None, None])
-            ct.add_row(
+            str(t["turns"]["errors"]),
+            str(t["rollouts"]["errors"]),
+            *(_stat_cell(t, m, stat.key) for m, stat in D.cli_columns()),
+        ]
+        for name, t in summary.get("transports", {}).items()
+    ]
+    return headers, rows
+
+
+def na_notes(summary: dict[str, Any]) -> list[str]:
+    """One line per statistic shown as n/a: why, and for which transports."""
+    by_reason: dict[tuple[str, str], list[str]] = {}
+    for name, t in summary.get("transports", {}).items():
+        for m, stat in D.cli_columns():
+            group = t.get(m.group) or {}
+            reason = group.get(f"{stat.key}_reason")
+            if group.get(stat.key) is None and reason:
+                by_reason.setdefault((m.title(stat.key), str(reason)), []).append(name)
+    return [
+        f"{title} n/a ({reason}): {', '.join(names)}"
+        for (title, reason), names in by_reason.items()
+    ]
+
+
+# -- layout ---------------------------------------------------------------------------------
+
+
+def _min_header_width(text: str, lines: int = 2) -> int:
+    """The narrowest column that shows ``text`` in at most ``lines`` lines, wrapped at spaces."""
+    words = text.split()
+    longest = max((len(w) for w in words), default=0)
+    for width in range(longest, len(text) + 1):
+        used, n = 0, 1
+        for w in words:
+            if used and used + 1 + len(w) > width:
+                n += 1
+                used = len(w)
+            else:
+                used = used + 1 + len(w) if used else len(w)
+        if n <= lines:
+            return width
+    return len(text)
+
+
+def _column_widths(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, header_lines: int
+) -> list[int]:
+    """Per column: its longest cell, kept on one line, and room for the header in
+    ``header_lines`` lines (wrapped at spaces)."""
+    return [
+        max(max((len(r[i]) for r in rows), default=0), _min_header_width(h, header_lines))
+        for i, h in enumerate(headers)
+    ]
+
+
+def _width(widths: Sequence[int]) -> int:
+    """Width of a rich table with the default box and padding (1 + per column: cell + 3)."""
+    return 1 + sum(w + 3 for w in widths)
+
+
+def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> Table:
+    """The table with its column widths set here: rich, left to fit a width on its own,
+    squeezes a column below its widest cell and wraps "[1.07, 1.08]" at its space."""
+    table = titled_table(title, headers[0], *headers[1:])
+    widths = _column_widths(headers, rows, header_lines=1)
+    if _width(widths) > width:
+        widths = _column_widths(headers, rows, header_lines=2)
+    fixed = _width(widths) <= width
+    for col, w in zip(table.columns, widths, strict=True):
+        if fixed:
+            col.width = w
+        # narrower than every layout: a cell folds rather than turn into "103…"
+        col.overflow = "fold"
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def fit_tables(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    *,
+    corner: str = "",
+) -> list[Table]:
+    """``rows`` (first cell names the row) as one table if it fits ``width``, else transposed:
+    one row per column of ``rows``, one column per row, stacked in as many tables as needed."""
+    if not rows or _width(_column_widths(headers, rows, header_lines=2)) <= width:
+        return [_table(title, headers, rows, width)]
+    names = [r[0] for r in rows]
+    labels = list(headers[1:])
+    label_w = max(len(corner), *(len(h) for h in labels)) + 3 + 1
+    per_col = [max(len(r[0]), *(len(c) for c in r[1:])) + 3 for r in rows]
+    tables: list[Table] = []
+    start = 0
+    while start < len(rows):
+        stop, used = start, label_w
+        while stop < len(rows) and (stop == start or used + per_col[stop] <= width):
+            used += per_col[stop]
+            stop += 1
+        span = f"{start + 1}" if stop - start == 1 else f"{start + 1}–{stop}"
+        part = f" ({span} of {len(rows)})" if stop - start < len(rows) else ""
+        cols = [
+            [label, *(rows[j][i + 1] for j in range(start, stop))] for i, label in enumerate(labels)
+        ]
+        tables.append(_table(title + part, [corner, *names[start:stop]], cols, width))
+        start = stop
+    return tables
+
+
+def _relayout(table: Table | None, width: int) -> list[Table]:
+    """A rich table built elsewhere (the load generator's), fitted the same way."""
+    if table is None:
+        return []
+    headers = [str(c.header) for c in table.columns]
+    cells = [[str(x) for x in c.cells] for c in table.columns]
+    rows = [list(r) for r in zip(*cells, strict=True)] if cells else []
+    title = str(table.title or "")
+    return fit_tables(title, headers, rows, width, corner=headers[0] if headers else "")
+
+
+def comparison_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = [
+        "candidate vs baseline",
+        "rollout speedup",
+        "95% CI",
+        "rollout latency reduction",
+        "TTFT p50 reduction",
+    ]
+    rows = []
+    for c in summary.get("comparisons", []):
+        lo, hi = (c.get("rollout_speedup_ci95") or [None, None])[:2]
+        ci = fmt_ci(lo, hi, 2, c.get("rollout_speedup_ci_reason"))
+        rows.append(
+            [
                 f"{c['candidate']} vs {c['baseline']}",
                 f"{fmt(c.get('rollout_speedup'), 2)}x",
-                fmt_ci(lo, hi, 2, c.get("rollout_speedup_ci_reason")),
+                ci,
                 f"{fmt(c.get('rollout_latency_reduction_pct'))} %",
                 f"{fmt(c.get('ttft_p50_reduction_pct'))} %",
-            )
-        console.print(ct)
-    sched = schedule_table(summary)
-    if sched is not None:
-        console.print(sched)
+            ]
+        )
+    return headers, rows
+
+
+def print_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
+    console = console or make_console()
+    width = console.width
+    console.print(Text(verdict_line(summary), style=_STYLE[verdict_kind(summary)]))
+    headers, rows = summary_rows(summary)
+    for table in fit_tables(
+        f"loopbench — {summary.get('run_id', '')}", headers, rows, width, corner="figure"
+    ):
+        console.print(table)
+    if note := too_few_note(summary):
+        console.print(Text(note))
+    for note in na_notes(summary):
+        console.print(Text(note))
+    c_headers, c_rows = comparison_rows(summary)
+    if c_rows:
+        for table in fit_tables(
+            "speedup (paired on identical rollouts)", c_headers, c_rows, width, corner="figure"
+        ):
+            console.print(table)
+    for table in _relayout(schedule_table(summary), width):
+        console.print(table)
     for line in summary.get("warnings", []):
-        console.print("[bold yellow]warning:[/] " + escape(line))
+        console.print(Text.assemble(("warning: ", "bold yellow"), line))
     if not summary.get("valid", True):
-        console.print("[bold red]run INVALID:[/] " + "; ".join(summary.get("invalid_reasons", [])))
-    console.print(f"results: {run_dir}")
+        console.print(
+            Text.assemble(
+                ("run INVALID: ", "bold red"), "; ".join(summary.get("invalid_reasons", []))
+            )
+        )
+    console.print(Text(f"results: {run_dir}"))
     if (run_dir / "report.html").exists():
-        console.print(f"report:  {run_dir / 'report.html'}")
+        console.print(Text(f"report:  {run_dir / 'report.html'}"))

@@ -30,7 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.workload.records import (
+    BURST_WINDOW_NS,
     OK_ROLLOUT_STATUSES,
     OK_TURN_STATUSES,
     SIM_BREAKDOWN,
@@ -106,6 +108,9 @@ class Metric:
     #: the gate's regression and speedup rules may name it when > 0; the gate lists its
     #: metrics by this rank, from the whole rollout down to the token (rule errors, docs)
     gate: int = 0
+    #: keys besides its statistics a run-level metric writes into its group: why a statistic
+    #: is null, how many records it left out
+    notes: tuple[str, ...] = ()
 
     @property
     def per_record(self) -> bool:
@@ -135,11 +140,40 @@ def _latency(name: str, label: str, **kw: Any) -> Metric:
 
 
 _TTFT_WHEN = "(first_token_ns > 0) & (sent_ns > 0)"
-# A turn whose usage failed the output-token check (docs/metrics.md §1.5) gives no decode sample.
-_DECODE_WHEN = (
-    "(output_tokens >= 2) & (first_token_ns > 0) & (last_token_ns > first_token_ns)"
-    " & (decode_implausible == 0)"
+
+#: the shortest first-to-last-token span whose decode rate is a measurement rather than the
+#: jitter of two reads: 1 ms of arrival noise moves a 20 ms rate by 5 %, a 2 ms one by 50 %
+MIN_DECODE_SPAN_NS = 20_000_000
+#: a turn with a valid decode rate (docs/metrics.md §1.2): every condition holds.  The one
+#: predicate of decode TPS, TPOT and the burst peak's per-turn part; a check that flags a turn's
+#: rate (e.g. output tokens the stream did not carry) extends this tuple, and every reader follows.
+VALID_DECODE_CONDITIONS: tuple[str, ...] = (
+    "output_tokens >= 2",
+    "first_token_ns > 0",
+    f"last_token_ns - first_token_ns >= {MIN_DECODE_SPAN_NS}",
+    # a turn whose usage failed the output-token check (docs/metrics.md §1.5)
+    "decode_implausible == 0",
 )
+_DECODE_WHEN = " & ".join(f"({c})" for c in VALID_DECODE_CONDITIONS)
+
+#: why ``burst_peak`` is null when no response lasted a whole burst window
+BURST_NA_REASON = f"no response long enough to fill a {BURST_WINDOW_NS / 1e6:g} ms window"
+
+
+def aggregate_na_reason(span_ns: int) -> str:
+    """Why ``aggregate_peak`` is null: no whole aggregate bucket inside the active span."""
+    return (
+        f"no whole {AGGREGATE_BUCKET_NS / 1e9:g} s bucket inside the {span_ns / 1e9:.2f} s of "
+        "output"
+    )
+
+
+def fills_burst_window(first_token_ns: Any, last_token_ns: Any, window_ns: int) -> Any:
+    """A response whose windowed token count is a rate, not a lower bound: its first-to-last
+    token span covers the whole window (a window starts at a delta, docs/metrics.md §1.2).
+    Scalars give a bool, pandas columns a boolean column."""
+    return (first_token_ns > 0) & (last_token_ns - first_token_ns >= window_ns)
+
 
 #: every metric, in ``summary.json`` order
 METRICS: list[Metric] = [
@@ -242,7 +276,10 @@ METRICS: list[Metric] = [
         report_table="throughput",
         cli=("decode_p50",),
     ),
-    # most tokens in any burst window of one response / the window; failed turns count
+    # the fastest one stream was seen decoding: the most tokens in any burst window of a
+    # response that fills the window (failed turns count), and at least every valid per-turn
+    # decode rate, so no decode TPS column exceeds it; null with a reason when no response
+    # filled a window (docs/metrics.md §1.2)
     Metric(
         "burst_tps",
         "burst TPS",
@@ -250,12 +287,17 @@ METRICS: list[Metric] = [
         False,
         "tps",
         stats("peak", prefix="burst_"),
+        # decode_excluded: turns with output whose decode rate is not valid, computed here
+        # because the peak reads the decode histogram too
+        notes=("burst_peak_reason", "decode_excluded"),
         compare=("burst_peak",),
         report=(("burst_peak", 0),),
         report_table="throughput",
         cli=("burst_peak",),
     ),
-    # all streams' output tokens per second: per one-second bucket (peak), over the active span
+    # all streams' output tokens per second: the fullest AGGREGATE_BUCKET_NS bucket inside the
+    # active span (peak; the report's plot draws the same buckets; null with a reason when the
+    # span holds no whole bucket), over the active span (mean)
     Metric(
         "aggregate_tps",
         "aggregate TPS",
@@ -263,6 +305,7 @@ METRICS: list[Metric] = [
         False,
         "tps",
         stats("mean", "peak", prefix="aggregate_"),
+        notes=("aggregate_peak_reason",),
         compare=("aggregate_mean",),
         report=(("aggregate_mean", 0), ("aggregate_peak", 0)),
         report_table="throughput",

@@ -19,7 +19,8 @@ Choices the definitions in docs/metrics.md §1 leave open:
 * Aggregate TPS counts every output token received, failed turns included: a
   token that was streamed loaded the engine.  Each turn's tokens are spread
   uniformly over its first..last token interval and added to one-second
-  buckets (relative to ``t0_ns``); ``aggregate_peak`` is the fullest bucket,
+  buckets (``AGGREGATE_BUCKET_NS``, relative to ``t0_ns``, the buckets the
+  report's plot draws); ``aggregate_peak`` is the fullest bucket,
   ``aggregate_mean`` is total tokens over the active span (first token of the
   run to last token), which unlike a mean of buckets is not diluted by the
   partially filled first and last seconds.
@@ -43,7 +44,7 @@ from harness.metrics import honesty
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
 from harness.metrics.stats import paired_speedup, unpaired_speedup
-from harness.metrics.timeseries import buckets_to_series
+from harness.metrics.timeseries import AGGREGATE_BUCKET_NS, buckets_to_series
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import BURST_WINDOW_NS, RolloutRecord, TurnRecord
 
@@ -52,7 +53,8 @@ FORMAT_VERSION = 1
 
 #: transports in the order a default comparison picks its baseline: the registry's
 
-_NS_PER_S = 1_000_000_000
+#: the aggregate-TPS bucket (one constant with the report's plot)
+_BUCKET_NS = AGGREGATE_BUCKET_NS
 
 
 class _Layout:
@@ -114,6 +116,7 @@ class _TransportStats:
         "agg_tokens",
         "burst_tokens_max",
         "client_ns",
+        "decode_candidates",
         "errors_by_kind",
         "hists",
         "honesty",
@@ -139,7 +142,10 @@ class _TransportStats:
         self.rollouts = 0
         self.rollout_errors = 0
         self.set_histograms(layout.new_histograms())
+        #: the most tokens in a burst window, over responses that fill the window
         self.burst_tokens_max = 0
+        #: successful turns with >= 2 output tokens: the decode TPS candidates
+        self.decode_candidates = 0
         self.agg_buckets: dict[int, float] = {}
         self.agg_tokens = 0
         self.agg_first_ns: int | None = None
@@ -181,6 +187,7 @@ class _TransportStats:
         for h, oh in zip(self.hists, o.hists, strict=True):
             h.merge(oh)
         self.burst_tokens_max = max(self.burst_tokens_max, o.burst_tokens_max)
+        self.decode_candidates += o.decode_candidates
         for sec, tokens in o.agg_buckets.items():
             self.agg_buckets[sec] = self.agg_buckets.get(sec, 0.0) + tokens
         self.agg_tokens += o.agg_tokens
@@ -234,6 +241,7 @@ class Accumulator:
             raise ValueError(f"burst_window_s: expected a positive number, got {burst_window_s}")
         self.warmup_rollouts = warmup_rollouts
         self.burst_window_s = burst_window_s
+        self._burst_window_ns = round(burst_window_s * 1e9)
         self.t0_ns = t0_ns
         self._by_transport: dict[str, _TransportStats] = {}
         self._layout = layout = _layout()
@@ -262,8 +270,13 @@ class Accumulator:
         n_out = rec.output_tokens
         if n_out > 0 and first:
             self._spread_tokens(t, first - self.t0_ns, max(first, last) - self.t0_ns, n_out)
-        # a turn whose usage failed the output-token check (docs/metrics.md §1.5) sets no peak
-        if rec.burst_tokens_max > t.burst_tokens_max and not rec.decode_implausible:
+        # a response shorter than the window cannot fill it: its count is no rate; a turn whose
+        # usage failed the output-token check (docs/metrics.md §1.5) sets no peak either
+        if (
+            rec.burst_tokens_max > t.burst_tokens_max
+            and not rec.decode_implausible
+            and D.fills_burst_window(first, last, self._burst_window_ns)
+        ):
             t.burst_tokens_max = rec.burst_tokens_max
         if not self._add_turn(rec, t.turn_h, t.rollout_latency_ns, t.sim_sum, t.sim_n):
             t.turn_errors += 1
@@ -271,26 +284,28 @@ class Accumulator:
             t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
         else:
             honesty.add(t.honesty, rec)
+            if n_out >= 2:
+                t.decode_candidates += 1
 
     def _spread_tokens(self, t: _TransportStats, a: int, b: int, n: int) -> None:
-        """Add ``n`` tokens emitted uniformly over [a, b] ns to the per-second buckets."""
+        """Add ``n`` tokens emitted uniformly over [a, b] ns to the aggregate-TPS buckets."""
         buckets = t.agg_buckets
         t.agg_tokens += n
         if t.agg_first_ns is None or a < t.agg_first_ns:
             t.agg_first_ns = a
         if t.agg_last_ns is None or b > t.agg_last_ns:
             t.agg_last_ns = b
-        s = a // _NS_PER_S
-        e = b // _NS_PER_S
+        s = a // _BUCKET_NS
+        e = b // _BUCKET_NS
         if s == e:
             buckets[s] = buckets.get(s, 0.0) + n
             return
         per_ns = n / (b - a)
-        for sec in range(s, e + 1):
-            lo = max(a, sec * _NS_PER_S)
-            hi = min(b, (sec + 1) * _NS_PER_S)
+        for k in range(s, e + 1):
+            lo = max(a, k * _BUCKET_NS)
+            hi = min(b, (k + 1) * _BUCKET_NS)
             if hi > lo:
-                buckets[sec] = buckets.get(sec, 0.0) + per_ns * (hi - lo)
+                buckets[k] = buckets.get(k, 0.0) + per_ns * (hi - lo)
 
     def add_rollout(self, rec: RolloutRecord) -> None:
         if rec.rollout_id < self.warmup_rollouts:
@@ -345,13 +360,15 @@ class Accumulator:
         }
 
     def aggregate_tps_series(self, transport: str) -> list[tuple[float, float]]:
-        """Aggregate TPS of ``transport`` per one-second bucket: ``[(start_s, tokens/s)]``.
+        """Aggregate TPS of ``transport`` per aggregate bucket: ``[(start_s, tokens/s)]``.
 
         Seconds are relative to ``t0_ns``; seconds with no output inside the
         active span are 0.  Empty for a transport with no output token.
         """
         stats = self._by_transport.get(transport)
-        return buckets_to_series(stats.agg_buckets) if stats is not None else []
+        if stats is None:
+            return []
+        return buckets_to_series(stats.agg_buckets, _BUCKET_NS / 1e9)
 
     # -- wire form ---------------------------------------------------------------------------
 
@@ -363,6 +380,7 @@ class Accumulator:
                 "counts": [t.turns, t.turn_errors, t.rollouts, t.rollout_errors],
                 "histograms": {m: h.encode() for m, h in t.histograms().items()},
                 "burst_tokens_max": t.burst_tokens_max,
+                "decode_candidates": t.decode_candidates,
                 "agg_buckets": [[sec, tok] for sec, tok in t.agg_buckets.items()],
                 "agg": [t.agg_tokens, t.agg_first_ns, t.agg_last_ns],
                 "sim_sum": t.sim_sum,
@@ -407,6 +425,7 @@ class Accumulator:
                     decoded.append(hists[m.histogram])
             t.set_histograms(decoded)
             t.burst_tokens_max = int(d["burst_tokens_max"])
+            t.decode_candidates = int(d.get("decode_candidates", 0))
             t.agg_buckets = {int(sec): float(tok) for sec, tok in d["agg_buckets"]}
             t.agg_tokens, t.agg_first_ns, t.agg_last_ns = d["agg"]
             t.sim_sum = [float(x) for x in d["sim_sum"]]
@@ -487,17 +506,44 @@ class Accumulator:
     def _run_level(self, m: D.Metric, t: _TransportStats) -> dict[str, Any]:
         """The values of a run-level metric of the table (computed from the stats' state)."""
         if m.name == "burst_tps":
-            peak = t.burst_tokens_max / self.burst_window_s if t.burst_tokens_max else None
-            return {"burst_peak": _r(peak) if peak is not None else None}
+            # no decode TPS column may exceed the peak: it covers every valid per-turn rate
+            # (the histogram's max, the same values its p50 and mean come from)
+            decode = t.hist("decode_tps")
+            if not t.burst_tokens_max:
+                peak, reason = None, D.BURST_NA_REASON
+            else:
+                peak = t.burst_tokens_max / self.burst_window_s
+                if decode.count:
+                    peak = max(peak, decode.max)
+                reason = None
+            return {
+                "burst_peak": _r(peak) if peak is not None else None,
+                "burst_peak_reason": reason,
+                # turns with output whose rate is not valid (too short, or flagged)
+                "decode_excluded": t.decode_candidates - decode.count,
+            }
         if m.name == "aggregate_tps":
             span_ns = (
                 t.agg_last_ns - t.agg_first_ns
                 if t.agg_first_ns is not None and t.agg_last_ns is not None
                 else 0
             )
+            # a bucket the active span only partly covers is diluted by the idle rest (a 0.4 s
+            # run would peak below its own mean): the peak is over whole buckets only
+            whole = [
+                tokens / (_BUCKET_NS / 1e9)
+                for k, tokens in t.agg_buckets.items()
+                if t.agg_first_ns is not None
+                and t.agg_last_ns is not None
+                and k * _BUCKET_NS >= t.agg_first_ns
+                and (k + 1) * _BUCKET_NS <= t.agg_last_ns
+            ]
             return {
                 "aggregate_mean": _r(t.agg_tokens * 1e9 / span_ns) if span_ns > 0 else None,
-                "aggregate_peak": _r(max(t.agg_buckets.values())) if t.agg_buckets else None,
+                "aggregate_peak": _r(max(whole)) if whole else None,
+                "aggregate_peak_reason": None
+                if whole or not t.agg_buckets
+                else D.aggregate_na_reason(span_ns),
             }
         if m.name == "breakdown_ms":
             breakdown: dict[str, float | None] = {

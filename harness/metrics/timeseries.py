@@ -5,14 +5,18 @@ tokens are taken as emitted uniformly between its first and last token (the
 per-delta times are not kept in the row files) and added to fixed-width
 buckets; a bucket's rate is its tokens divided by its width.  The
 :class:`~harness.metrics.summary.Accumulator` does the same incrementally with
-one-second buckets; this module does it in one vectorised pass over a table,
-with any bucket width, for plots and notebooks.
+:data:`AGGREGATE_BUCKET_NS` buckets; this module does it in one vectorised pass over a
+table, with any bucket width, for plots and notebooks.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+
+#: the bucket of aggregate TPS: the summary's ``aggregate_peak`` is its fullest bucket, and the
+#: report's throughput plot draws these buckets (aligned to the same clock) so the two agree
+AGGREGATE_BUCKET_NS = 1_000_000_000
 
 
 def token_rate_series(

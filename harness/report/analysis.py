@@ -73,8 +73,8 @@ def turn_table(run: Run, burst_window_s: float = BURST_WINDOW_S) -> pd.DataFrame
 
     Added columns: ``ok``; one per turn metric of :mod:`harness.metrics.definitions`
     (``ttft_ms``, ``ttfb_ms``, ``turn_ms``, ``tpot_ms``, ``decode_tps``,
-    ``measurement_error_ms``; NaN when the turn failed or gives no sample); ``burst_tps`` (``burst_tokens_max`` / window: a lower
-    bound for responses shorter than the window); ``t_s`` (first token, else
+    ``measurement_error_ms``; NaN when the turn failed or gives no sample); ``burst_tps``
+    (``burst_tokens_max`` / window; NaN for a response shorter than the window); ``t_s`` (first token, else
     sent, in seconds after the transport's first request of the run).
     """
     df = run.turns
@@ -82,7 +82,14 @@ def turn_table(run: Run, burst_window_s: float = BURST_WINDOW_S) -> pd.DataFrame
     df["ok"] = df["status"].isin(D.TURN_OK)
     add_metric_columns(df, "turn")
     sent = df["sent_ns"].astype("int64")
-    df["burst_tps"] = (df["burst_tokens_max"] / burst_window_s).where(df["burst_tokens_max"] > 0)
+    # as in the summary: a response shorter than the window gives no burst rate (its count is
+    # a lower bound)
+    fills = D.fills_burst_window(
+        df["first_token_ns"], df["last_token_ns"], round(burst_window_s * 1e9)
+    )
+    df["burst_tps"] = (df["burst_tokens_max"] / burst_window_s).where(
+        (df["burst_tokens_max"] > 0) & fills
+    )
     origin = sent.where(sent > 0).groupby(df["transport"]).transform("min")
     at = df["first_token_ns"].where(df["first_token_ns"] > 0, sent)
     df["t_s"] = (at - origin) / 1e9
@@ -144,12 +151,17 @@ def paired_ttft_speedup(
     }
 
 
-def aggregate_tps(run: Run, bucket_ns: int | None = None) -> pd.DataFrame:
+def aggregate_tps(
+    run: Run, bucket_ns: int | None = None, *, grid_origin_ns: int | None = None
+) -> pd.DataFrame:
     """Aggregate output tokens/s per transport over time: columns ``transport``, ``t_s``, ``tps``.
 
     ``t_s`` is the bucket start in seconds after the transport's first request;
     failed turns' tokens count (they loaded the engine), as in the summary.
-    ``bucket_ns`` defaults to a width giving ~120 buckets over the longest transport.
+    ``bucket_ns`` defaults to a width giving ~60 buckets over the longest transport.
+    Buckets start at the transport's first request, or, with ``grid_origin_ns``, at
+    multiples of ``bucket_ns`` from that clock reading: ``grid_origin_ns=0`` with
+    ``AGGREGATE_BUCKET_NS`` gives the summary's buckets (its ``aggregate_peak``).
     """
     import pandas as pd  # pandas: only when a table is built
 
@@ -169,13 +181,16 @@ def aggregate_tps(run: Run, bucket_ns: int | None = None) -> pd.DataFrame:
         sent = g["sent_ns"][g["sent_ns"] > 0]
         if sent.empty:
             continue
+        first_request = int(sent.min())
+        origin = first_request if grid_origin_ns is None else grid_origin_ns
         starts, rates = token_rate_series(
             g["first_token_ns"].to_numpy(),
             g["last_token_ns"].to_numpy(),
             g["output_tokens"].to_numpy(),
             bucket_ns=bucket_ns,
-            origin_ns=int(sent.min()),
+            origin_ns=origin,
         )
+        starts = starts - (first_request - origin) / 1e9
         frames.append(pd.DataFrame({"transport": name, "t_s": starts, "tps": rates}))
     if not frames:
         return pd.DataFrame({"transport": [], "t_s": [], "tps": []})

@@ -23,7 +23,7 @@ class Heading:
 @dataclass(frozen=True, slots=True)
 class Paragraph:
     text: str
-    #: "note" paragraphs render as a highlighted box in HTML and a quote in Markdown
+    #: "note", "bad" and "ok" paragraphs render as a coloured box in HTML and a quote in Markdown
     kind: str = ""
 
 
@@ -103,6 +103,7 @@ figure { margin: 16px 0 28px; }
 figure img { max-width: 100%; height: auto; border: 1px solid #e5e8e8; }
 .note { background: #fef9e7; border-left: 4px solid #f1c40f; padding: 8px 12px; }
 .bad { background: #fdedec; border-left: 4px solid #c0392b; padding: 8px 12px; }
+.ok { background: #eafaf1; border-left: 4px solid #1e8449; padding: 8px 12px; }
 code { background: #f4f6f6; padding: 1px 4px; }
 """
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
 from harness.wire.transports import BY_NAME
 
@@ -286,7 +287,8 @@ def plot_decode_tps(run: Run) -> Figure | None:
         )
         p50 = float(g["decode_tps"].median())
         ax.axhline(p50, color="#222222", lw=1.5, label=f"sustained (p50) {p50:,.0f} tok/s")
-        peak = (tps_summary.get(name, {}).get("tps") or {}).get("burst_peak")
+        tps = tps_summary.get(name, {}).get("tps") or {}
+        peak = tps.get("burst_peak")
         if peak:
             ax.axhline(
                 peak,
@@ -294,6 +296,16 @@ def plot_decode_tps(run: Run) -> Figure | None:
                 lw=1.5,
                 ls="--",
                 label=f"burst peak ({A.BURST_WINDOW_S * 1000:.0f} ms window) {peak:,.0f} tok/s",
+            )
+        elif tps.get("burst_peak_reason"):
+            # a legend entry without a line: the peak is not a number, and says why
+            ax.plot(
+                [],
+                [],
+                color="#d35400",
+                lw=1.5,
+                ls="--",
+                label=f"burst peak n/a: {tps['burst_peak_reason']}",
             )
         ax.set_title(name)
         ax.set_xlabel("time since the transport's first request (s)")
@@ -312,25 +324,47 @@ def plot_decode_tps(run: Run) -> Figure | None:
 
 def plot_aggregate_tps(run: Run) -> Figure | None:
     """Output tokens per second across all streams, per transport, over the run."""
-    series = A.aggregate_tps(run)
+    # the summary's buckets (its aggregate_peak is their top), on the summary's clock grid
+    series = A.aggregate_tps(run, AGGREGATE_BUCKET_NS, grid_origin_ns=0)
     if series.empty:
         return None
+    # finer buckets show the shape of a short run; drawn thin and labelled with their width
+    fine = A.aggregate_tps(run)
+    fine_ns = round(float(np.diff(fine["t_s"].iloc[:2]).item()) * 1e9) if len(fine) > 1 else 0
     fig, (ax,) = _figure(10, 4.4)
-    width = float(np.diff(series["t_s"].iloc[:2]).item()) if len(series) > 1 else 1.0
+    bucket = f"{AGGREGATE_BUCKET_NS / 1e9:g} s"
     for i, name in enumerate(A.run_transports(run)):
         g = series[series["transport"] == name]
         if g.empty:
             continue
         color = transport_color(name, i)
-        mean = ((run.summary or {}).get("transports", {}).get(name, {}).get("tps") or {}).get(
-            "aggregate_mean"
-        )
-        label = f"{name}" + (f"  (mean {mean:,.0f} tok/s)" if mean else "")
-        ax.step(g["t_s"], g["tps"], where="post", color=color, lw=1.6, label=label)
-        ax.fill_between(g["t_s"], g["tps"], step="post", color=color, alpha=0.12)
+        tps = (run.summary or {}).get("transports", {}).get(name, {}).get("tps") or {}
+        mean, peak = tps.get("aggregate_mean"), tps.get("aggregate_peak")
+        label = f"{name}, {bucket} buckets: peak " + (f"{peak:,.0f}" if peak is not None else "n/a")
+        label += f", mean {mean:,.0f} tok/s" if mean else ""
+        # the last step drawn to its bucket's end
+        x = [*g["t_s"], float(g["t_s"].iloc[-1]) + AGGREGATE_BUCKET_NS / 1e9]
+        y = [*g["tps"], float(g["tps"].iloc[-1])]
+        ax.step(x, y, where="post", color=color, lw=1.6, label=label)
+        ax.fill_between(x, y, step="post", color=color, alpha=0.12)
         if mean:
             ax.axhline(mean, color=color, ls=":", lw=1)
-    ax.set_xlabel(f"time since the transport's first request (s; {width * 1000:.0f} ms buckets)")
+        f = fine[fine["transport"] == name]
+        if 0 < fine_ns < AGGREGATE_BUCKET_NS and not f.empty:
+            ax.step(
+                f["t_s"],
+                f["tps"],
+                where="post",
+                color=color,
+                lw=0.8,
+                alpha=0.6,
+                label=f"{name}, {fine_ns / 1e6:g} ms buckets",
+            )
+    ax.set_xlabel(
+        f"time since the transport's first request (s; {bucket} buckets as in the tables"
+        + (f", thin: {fine_ns / 1e6:g} ms" if 0 < fine_ns < AGGREGATE_BUCKET_NS else "")
+        + ")"
+    )
     ax.set_ylabel("aggregate output (tokens/s)")
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper right")
@@ -464,15 +498,17 @@ PLOTS: tuple[PlotSpec, ...] = (
         "Each dot is one response's decode rate, (output tokens − 1) / (last − first token), at the "
         "time its first token arrived (size: response length). The solid line is the sustained rate "
         "(median); dots far above it are responses decoded in a speculative burst. The dashed line is "
-        "the burst peak: most tokens in any 100 ms window / 0.1 s (responses shorter than the window "
-        "cannot fill it).",
+        "the burst peak: most tokens in any 100 ms window / 0.1 s over responses that last the window, "
+        "and at least the fastest dot; n/a when no response lasted 100 ms.",
         plot_decode_tps,
     ),
     PlotSpec(
         "aggregate_tps",
         "Aggregate throughput",
         "Output tokens per second summed over all concurrent streams, each response's tokens spread "
-        "evenly between its first and last token (dotted: mean over the active span).",
+        "evenly between its first and last token, in the tables' one-second buckets (the fullest "
+        "bucket wholly inside the active span is the aggregate peak; a partly idle first or last "
+        "bucket is not) and, thin, in finer buckets (dotted: mean over the active span).",
         plot_aggregate_tps,
     ),
     PlotSpec(

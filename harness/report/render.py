@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.metrics import definitions as D
+from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
 from harness.report.files import (
@@ -30,6 +31,8 @@ from harness.report.files import (
 )
 from harness.report.results import Run, load_run
 from harness.report.sweep import is_sweep, render_sweep
+from harness.report.verdict import verdict_kind, verdict_line
+from harness.workload.records import BURST_WINDOW_NS
 
 
 def _run_facts(run: Run) -> list[str]:
@@ -60,8 +63,15 @@ def _run_facts(run: Run) -> list[str]:
     return facts
 
 
+def _stat_cell(t: dict[str, Any], m: D.Metric, key: str, digits: int) -> str:
+    group = t.get(m.group) or {}
+    if group.get(key) is None and group.get(f"{key}_reason"):
+        return f"n/a ({group[f'{key}_reason']})"
+    return fmt_stat(t, m.group, key, digits)
+
+
 def _metric_cells(t: dict[str, Any], table: str) -> list[str]:
-    return [fmt_stat(t, m.group, stat.key, digits) for m, stat, digits in D.report_columns(table)]
+    return [_stat_cell(t, m, stat.key, digits) for m, stat, digits in D.report_columns(table)]
 
 
 def _note(summary: dict[str, Any]) -> str:
@@ -76,22 +86,27 @@ def latency_table(summary: dict[str, Any]) -> Table:
         rows.append(
             [
                 name,
-                f"{t['rollouts']['count']} ({t['rollouts']['errors']})",
-                f"{t['turns']['count']} ({t['turns']['errors']})",
+                str(t["rollouts"]["count"]),
+                str(t["turns"]["count"]),
+                str(t["turns"]["errors"]),
+                str(t["rollouts"]["errors"]),
                 *_metric_cells(t, "latency"),
             ]
         )
     return Table(
         [
             "transport",
-            "rollouts (err)",
-            "turns (err)",
+            "rollouts",
+            "turns",
+            "turn errors",
+            "rollout errors",
             *(m.title(stat.key) for m, stat, _ in D.report_columns("latency")),
         ],
         rows,
         caption="Milliseconds. Percentiles are nearest-rank: exact order statistics up to "
         "10,000 samples, HdrHistogram values (3 significant digits) beyond. Rollout latency is "
-        "measured from the intended start." + _note(summary),
+        "measured from the intended start. Turn errors: failed turns; rollout errors: rollouts "
+        "that did not complete (a failed turn usually fails its rollout too)." + _note(summary),
     )
 
 
@@ -106,9 +121,30 @@ def throughput_table(summary: dict[str, Any]) -> Table:
             *(m.title(stat.key, with_unit=True) for m, stat, _ in D.report_columns("throughput")),
         ],
         rows,
-        caption="Tokens per second. Burst: most tokens in any 100 ms window / 0.1 s. Aggregate: all "
-        "streams together, per one-second bucket (peak) and over the active span (mean)."
-        + _note(summary),
+        caption=throughput_caption(summary) + _note(summary),
+    )
+
+
+def throughput_caption(summary: dict[str, Any]) -> str:
+    window = f"{BURST_WINDOW_NS / 1e6:g} ms"
+    bucket = f"{AGGREGATE_BUCKET_NS / 1e9:g} s"
+    excluded = sum(
+        int((t.get("tps") or {}).get("decode_excluded") or 0)
+        for t in summary.get("transports", {}).values()
+    )
+    return (
+        f"Tokens per second. Decode: per turn with a valid decode rate (at least 2 tokens over "
+        f"{D.MIN_DECODE_SPAN_NS / 1e6:g} ms or more, first to last token)"
+        + (
+            f"; {excluded} turn(s) with output were too short and are not counted"
+            if excluded
+            else ""
+        )
+        + f". Burst peak: the most tokens in any {window} window of a response that lasts the "
+        f"window, / {window}, and at least the fastest decode rate, so no decode column exceeds "
+        f"it; n/a when no response lasted {window}. Aggregate: all streams together, over the "
+        f"active span (mean) and in {bucket} buckets, the buckets of the throughput plot (peak: "
+        "the fullest bucket wholly inside the active span; n/a when the span holds none)."
     )
 
 
@@ -167,10 +203,11 @@ def build_run_document(run: Run, plot_files: list[Any]) -> Document:
     """The report of one run; ``plot_files`` are :class:`~harness.report.plots.PlotFile` s."""
     summary = run.summary or {}
     doc = Document(f"loopbench report — {run.run_id}")
+    verdict = summary if run.finished else None
+    doc.add(Paragraph(verdict_line(verdict), kind=verdict_kind(verdict)))
     doc.add(Paragraph(" · ".join(_run_facts(run))))
-    if not run.finished:
-        doc.add(Paragraph("This run has no summary.json: it did not finish.", kind="bad"))
-    elif not summary.get("valid", True):
+    # an unfinished run's verdict line says so
+    if run.finished and not summary.get("valid", True):
         doc.add(
             Paragraph("Run INVALID: " + "; ".join(summary.get("invalid_reasons", [])), kind="bad")
         )

@@ -69,8 +69,11 @@ def test_a_server_lying_about_output_tokens_is_left_out_of_decode(tmp_path: Path
     # 23 gaps of >= 2 ms: at most ~500 tok/s; a lied turn would be ~150,000
     assert decode_p50 is not None and decode_p50 <= honest_max * 1.01 < 1000
     assert summary["honesty"]["http"]["decode_implausible"] == 6
-    # nor the burst peak: 300 tokens spread over two deltas would read 3,000 tok/s
-    assert summary["transports"]["http"]["tps"]["burst_peak"] < 1000
+    # nor the burst peak: 300 tokens spread over two deltas would read 3,000 tok/s; the honest
+    # answers (~50 ms) do not fill the 100 ms window, so there is none, with the reason
+    tps = summary["transports"]["http"]["tps"]
+    assert tps["burst_peak"] is None or tps["burst_peak"] < 1000
+    assert tps["burst_peak"] is not None or tps["burst_peak_reason"]
     (warning,) = summary["warnings"]
     assert warning.startswith("http: 6 of 8 turns reported 300 output tokens")
     assert "left out of the percentiles" in " ".join(console.split())

@@ -123,10 +123,15 @@ EXPECTED = {
             "tps": {
                 "decode_p50": 1000.0,  # 100 tokens after the first in 0.1 s
                 "decode_mean": 1000.0,
-                "burst_peak": 300.0,  # 30 tokens / 0.1 s window
+                # 30 tokens / 0.1 s window, raised to the turn's own decode rate
+                "burst_peak": 1000.0,
+                "burst_peak_reason": None,
+                "decode_excluded": 0,
                 # 101 + 1 tokens between 1.010 s and 2.020 s
                 "aggregate_mean": round(102 / 1.010, 3),
-                "aggregate_peak": 101.0,  # all of turn 0 falls in second 1
+                # the span 1.010-2.020 s holds no whole second: [1, 2) and [2, 3) are partly idle
+                "aggregate_peak": None,
+                "aggregate_peak_reason": "no whole 1 s bucket inside the 1.01 s of output",
             },
             "breakdown_ms": {
                 "api_pre": 3.0,
@@ -173,8 +178,11 @@ EXPECTED = {
                 "decode_p50": None,
                 "decode_mean": None,
                 "burst_peak": None,
+                "burst_peak_reason": "no response long enough to fill a 100 ms window",
+                "decode_excluded": 0,
                 "aggregate_mean": None,
-                "aggregate_peak": 1.0,
+                "aggregate_peak": None,
+                "aggregate_peak_reason": "no whole 1 s bucket inside the 0.00 s of output",
             },
             "breakdown_ms": {
                 "api_pre": None,

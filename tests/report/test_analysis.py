@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 
+from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import Run, load_run
 from harness.report import analysis as A
 
@@ -35,7 +37,8 @@ def test_turn_table_applies_the_metric_definitions(run: Run) -> None:
     assert row["turn_ms"] == pytest.approx(row["ttft_ms"] + 41.0)
     # 41 tokens, 40 gaps over 40 ms
     assert t["decode_tps"].to_numpy() == pytest.approx(np.full(24, 1000.0))
-    assert t["burst_tps"].unique().tolist() == [410.0]
+    # 40 ms responses cannot fill the 100 ms burst window: no burst rate, as in the summary
+    assert t["burst_tps"].isna().all()
     # t_s: first token, seconds after the transport's first request
     for name, g in t.groupby("transport"):
         first = g.sort_values("sent_ns").iloc[0]
@@ -61,6 +64,36 @@ def test_aggregate_tps_conserves_tokens(run: Run) -> None:
         # the series starts at the bucket holding the transport's first token
         first_token_s = A.turn_table(run).query("transport == @name")["t_s"].min()
         assert g["t_s"].iloc[0] == pytest.approx(np.floor(first_token_s / 0.05) * 0.05)
+
+
+@pytest.mark.parametrize("scale", [1, 4])
+def test_aggregate_tps_on_the_summary_grid_peaks_at_the_summary_peak(
+    scale: int, tmp_path: Path, synthetic: ModuleType
+) -> None:
+    run = load_run(
+        synthetic.make_run(
+            tmp_path / "r",
+            rollout_ms={"ws": [300.0 * scale] * 3, "http": [600.0 * scale] * 3},
+        )
+    )
+    series = A.aggregate_tps(run, AGGREGATE_BUCKET_NS, grid_origin_ns=0)
+    turns = A.turn_table(run)
+    assert run.summary is not None
+    width = AGGREGATE_BUCKET_NS / 1e9
+    for name in ("http", "ws"):
+        g = series[series["transport"] == name]
+        t = turns[turns["transport"] == name]
+        # the active span on the series' time axis (s after the first request)
+        origin = t["sent_ns"].min()
+        lo = (t["first_token_ns"].min() - origin) / 1e9
+        hi = (t["last_token_ns"].max() - origin) / 1e9
+        whole = g[(g["t_s"] >= lo - 1e-9) & (g["t_s"] + width <= hi + 1e-9)]
+        tps = run.summary["transports"][name]["tps"]
+        if whole.empty:
+            assert tps["aggregate_peak"] is None and tps["aggregate_peak_reason"]
+        else:
+            assert whole["tps"].max() == pytest.approx(tps["aggregate_peak"], abs=1e-3)
+        assert g["tps"].sum() * width == pytest.approx(12 * 41)
 
 
 def test_breakdown_adds_up_to_the_mean_turn(run: Run) -> None:

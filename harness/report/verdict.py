@@ -1,0 +1,90 @@
+"""The one-line verdict every run report opens with: valid?, the headline speedup, the worst error.
+
+Pure: a ``summary.json`` document in, one line out.  The console (``print_summary``),
+``report.md`` and ``report.html`` print the same line, so a reader (and a CI log) gets
+the outcome before any table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from harness.report.files import fmt
+
+#: what the line starts with, so a log search finds it
+PREFIX = "verdict: "
+
+
+def _validity(summary: Mapping[str, Any]) -> str:
+    if summary.get("valid", True):
+        return "valid"
+    reasons = [str(r) for r in summary.get("invalid_reasons") or [] if str(r)]
+    if not reasons:
+        return "INVALID"
+    more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    return f"INVALID: {reasons[0]}{more}"
+
+
+def _speedup(summary: Mapping[str, Any]) -> str:
+    comps = [c for c in summary.get("comparisons") or [] if c.get("rollout_speedup") is not None]
+    if not comps:
+        n = len(summary.get("transports") or {})
+        return (
+            "no speedup: one transport"
+            if n == 1
+            else "no speedup: no two transports completed a rollout each"
+        )
+    # the headline is the largest speedup (ties: the first listed); the count says it was picked
+    c = max(comps, key=lambda x: float(x["rollout_speedup"]))
+    text = f"{c['candidate']} vs {c['baseline']} {fmt(c['rollout_speedup'], 2)}×"
+    lo, hi = (c.get("rollout_speedup_ci95") or [None, None])[:2]
+    if lo is not None and hi is not None:
+        text += f" (95 % CI {fmt(lo, 2)}–{fmt(hi, 2)})"
+    elif c.get("rollout_speedup_ci_reason"):
+        text += f" ({c['rollout_speedup_ci_reason']})"
+    else:
+        text += " (no CI)"
+    if len(comps) > 1:
+        text += f" (the largest of {len(comps)} comparisons)"
+    return text
+
+
+def worst_error(summary: Mapping[str, Any]) -> tuple[str, str, int] | None:
+    """``(transport, kind, count)`` of the most frequent error kind of the run, or None.
+
+    Ties go to the transport listed first, then to the kind that sorts first, so the
+    line is the same on every render.
+    """
+    best: tuple[str, str, int] | None = None
+    for name, t in (summary.get("transports") or {}).items():
+        for kind, n in sorted((t.get("errors_by_kind") or {}).items()):
+            if int(n) > 0 and (best is None or int(n) > best[2]):
+                best = (str(name), str(kind), int(n))
+    return best
+
+
+def _errors(summary: Mapping[str, Any]) -> str:
+    worst = worst_error(summary)
+    if worst is None:
+        return "no errors"
+    name, kind, n = worst
+    return f"worst error: {kind} ×{n:,} on {name}"
+
+
+def verdict_line(summary: Mapping[str, Any] | None) -> str:
+    """``verdict: valid · ws vs http 1.35× (95 % CI 1.30–1.41) · no errors``.
+
+    Validity with the first reason, the largest rollout speedup of the comparisons with
+    its CI (or the summary's reason for having none), the most frequent error kind.
+    """
+    if not summary:
+        return PREFIX + "no result: the run did not finish (no summary.json)"
+    return PREFIX + " · ".join((_validity(summary), _speedup(summary), _errors(summary)))
+
+
+def verdict_kind(summary: Mapping[str, Any] | None) -> str:
+    """How to colour the line: ``bad`` (invalid or unfinished), ``note`` (errors), ``ok``."""
+    if not summary or not summary.get("valid", True):
+        return "bad"
+    return "note" if worst_error(summary) is not None else "ok"
