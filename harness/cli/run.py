@@ -33,7 +33,10 @@ def add_parser(sub: Any) -> None:
         epilog=transports_epilog(),
         formatter_class=HelpFormatter,
     )
-    run.add_argument("scenario", help="scenario YAML file (see scenarios/)")
+    run.add_argument(
+        "scenario",
+        help="scenario YAML file, or a built-in name (loopbench scenarios), e.g. quickstart",
+    )
     run.add_argument(
         "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"
     )

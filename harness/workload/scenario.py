@@ -32,6 +32,7 @@ from pydantic_core import ErrorDetails
 
 from harness.wire.errors import ScenarioError
 from harness.wire.transports import TRANSPORT_NAMES
+from harness.workload.builtin import builtin_path, builtin_scenarios
 from harness.workload.distributions import (
     DIST_KINDS,
     ConstantDist,
@@ -54,8 +55,10 @@ __all__ = [
     "Throughput",
     "ThroughputBurst",
     "TransportName",
+    "UnknownScenarioError",
     "describe_error",
     "load_scenario",
+    "resolve_scenario",
     "scenario_json_schema",
     "validate_scenario",
 ]
@@ -660,16 +663,38 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
+class UnknownScenarioError(ScenarioError):
+    """Neither a file nor a built-in scenario has this name; the message lists the built-ins."""
+
+    def __init__(self, name: str) -> None:
+        names = ", ".join(builtin_scenarios())
+        super().__init__(
+            name, "", f"no scenario file or built-in named {name!r}; built-ins: {names}"
+        )
+        self.args = (self.detail,)
+
+
+def resolve_scenario(path: str | os.PathLike[str]) -> str:
+    """The file a scenario argument names: an existing path, else the built-in of that name."""
+    source = os.fspath(path)
+    if os.path.exists(source):
+        return source
+    builtin = builtin_path(source)
+    if builtin is None:
+        raise UnknownScenarioError(source)
+    return str(builtin)
+
+
 def load_scenario(
     path: str | os.PathLike[str], overrides: dict[str, str] | None = None
 ) -> Scenario:
-    """Read, override and validate a scenario file.
+    """Read, override and validate a scenario file, or the built-in scenario of that name.
 
     ``overrides`` maps dotted field paths to YAML scalars, e.g.
     ``{"load.concurrency": "4", "transports": "[http]"}``; they are applied to
     the parsed file before validation so they are checked like the file.
     """
-    source = os.fspath(path)
+    source = resolve_scenario(path)
     try:
         with open(source, encoding="utf-8") as fh:
             text = fh.read()

@@ -14,12 +14,13 @@ import pytest
 
 from harness.cli.main import main
 from harness.run.runner import RunOptions, run_scenario
+from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.rollout import generate_rollouts, history_tokens, load_scenario_trace
 from harness.workload.scenario import load_scenario
 from tests.runs import ROOT, run_cli
 
-SCENARIOS = ROOT / "scenarios"
+SCENARIOS = ROOT / "harness" / "scenarios"
 
 SMALL = {
     "rollout.system_tokens": "200",
@@ -83,7 +84,7 @@ def test_validate_refuses_a_transport_that_cannot_run(
     path.write_text(f"name: sdk\ntransports: [http, {name}]\n")
     with pytest.raises(SystemExit) as exc:
         main(["validate", str(path)])
-    assert exc.value.code == 1
+    assert exc.value.code == ExitCode.USAGE
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.startswith(

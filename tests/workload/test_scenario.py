@@ -13,7 +13,7 @@ from harness.workload.distributions import ConstantDist, LognormalDist, UniformD
 from harness.workload.scenario import load_scenario, scenario_json_schema, validate_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ROOT / "scenarios"
+SCENARIOS = ROOT / "harness" / "scenarios"
 
 GOOD = """\
 name: ok
@@ -207,7 +207,10 @@ def test_unknown_key_without_close_match_lists_fields(tmp_path: Path) -> None:
 def test_missing_file() -> None:
     with pytest.raises(ScenarioError) as info:
         load_scenario("scenarios/does-not-exist.yaml")
-    assert str(info.value) == "scenarios/does-not-exist.yaml: file not found"
+    assert str(info.value).startswith(
+        "no scenario file or built-in named 'scenarios/does-not-exist.yaml'; built-ins: "
+        "burst-storm, codex-replay,"
+    ), str(info.value)
 
 
 def test_directory_is_not_a_file(tmp_path: Path) -> None:
