@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from harness.cli import gate, locust, model, report, run, scenario, selfbench, serve
+from harness.cli import catalog, gate, locust, model, report, run, scenario, selfbench, serve
 from harness.cli.common import EXIT_ERROR, EXIT_USAGE
 from harness.wire.errors import LoopbenchError
 
@@ -21,7 +21,17 @@ class _Family(Protocol):
 
 
 #: the subcommand families, in the order ``loopbench --help`` lists them
-COMMANDS: tuple[_Family, ...] = (run, serve, scenario, gate, report, model, locust, selfbench)
+COMMANDS: tuple[_Family, ...] = (
+    run,
+    serve,
+    scenario,
+    catalog,
+    gate,
+    report,
+    model,
+    locust,
+    selfbench,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

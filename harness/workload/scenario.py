@@ -47,6 +47,7 @@ __all__ = [
     "MAX_OPEN_LOOP_ROLLOUTS",
     "Arrival",
     "Burst",
+    "InvalidScenarioError",
     "Load",
     "RolloutConfig",
     "Scenario",
@@ -60,6 +61,7 @@ __all__ = [
     "load_scenario",
     "resolve_scenario",
     "scenario_json_schema",
+    "scenario_problems",
     "validate_scenario",
 ]
 
@@ -531,18 +533,125 @@ def describe_error(err: ErrorDetails) -> tuple[str, str]:
     return field, f"expected {expected}, got {describe_value(got)}"
 
 
-def _scenario_error(
-    source: str, exc: ValidationError, overrides: Mapping[str, str] | None
-) -> ScenarioError:
-    # One line per problem; the first is what the user fixes first (pydantic
-    # reports in field order), the rest follow once it is fixed.
-    field, message = describe_error(exc.errors(include_url=False)[0])
+def _from_override(field: str, overrides: Mapping[str, str] | None) -> str:
     for key, value in (overrides or {}).items():
         related = (field, key) if len(field) >= len(key) else (key, field)
         if related[0] == related[1] or related[0].startswith((related[1] + ".", related[1] + "[")):
-            message += f" (from override {key}={value})"
+            return f" (from override {key}={value})"
+    return ""
+
+
+def _related(a: str, b: str) -> bool:
+    """One field is the other or inside it (``load`` and ``load.arrival.rate``)."""
+    if not a or not b:
+        return False
+    short, long = (a, b) if len(a) <= len(b) else (b, a)
+    return long == short or long.startswith((short + ".", short + "["))
+
+
+_PATH_PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
+
+
+def _data_path(err: ErrorDetails) -> list[int | str]:
+    """Where in the parsed file an error points (the union tag pydantic adds left out)."""
+    path: list[int | str] = [p for p in err["loc"] if not (isinstance(p, str) and p in DIST_KINDS)]
+    relative = str((err.get("ctx") or {}).get("field", ""))
+    for index, key in _PATH_PART.findall(relative):
+        path.append(int(index) if index else key)
+    return path
+
+
+#: required top-level fields, filled in after their error so the checks behind them still run
+_PLACEHOLDERS: dict[str, Any] = {"name": "placeholder"}
+
+
+def _set_aside(data: dict[str, Any], path: list[int | str]) -> bool:
+    """Remove what an error points at from ``data`` (its default applies); False if nothing was.
+
+    Inside a list the whole list goes: removing one item would renumber the items after it,
+    and the errors the next round finds would name the wrong index.
+    """
+    chain: list[tuple[Any, int | str]] = []
+    node: Any = data
+    for part in path:
+        if isinstance(node, dict):
+            present = part in node
+        else:
+            present = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if not present:
             break
-    return ScenarioError(source, field, message)
+        chain.append((node, part))
+        node = node[part]
+    for i, (container, _) in enumerate(chain):
+        if isinstance(container, list):
+            chain = chain[:i]
+            break
+    if chain:
+        container, key = chain[-1]
+        del container[key]
+        return True
+    if len(path) == 1 and path[0] in _PLACEHOLDERS and path[0] not in data:
+        data[str(path[0])] = _PLACEHOLDERS[str(path[0])]
+        return True
+    return False
+
+
+#: rounds of set-aside-and-revalidate before giving up on finding more problems
+_MAX_ROUNDS = 20
+
+
+def scenario_problems(
+    data: dict[str, Any], source: str, overrides: Mapping[str, str] | None = None
+) -> tuple[Scenario | None, list[ScenarioError]]:
+    """Validate ``data``; the scenario, or every problem found, one located error each.
+
+    pydantic reports every field error of a round, but a model's cross-field checks run
+    only once its fields are valid, and an unknown key hides the rest of its mapping.  So
+    each round sets aside what its errors point at (defaults apply) and validates again,
+    until the rest is valid: the user fixes a file in one pass, not one error per run.
+    A later error about a field already reported (or one inside it) is a consequence of
+    setting it aside, not a new problem, and is left out.
+    """
+    problems: list[ScenarioError] = []
+    reported: list[str] = []
+    work = _deep_copy(data)
+    for _ in range(_MAX_ROUNDS):
+        try:
+            scenario = Scenario.model_validate(work)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+        else:
+            return (scenario if not problems else None), problems
+        progressed = False
+        for err in errors:
+            field, message = describe_error(err)
+            if not any(_related(field, seen) for seen in reported):
+                message += _from_override(field, overrides)
+                problems.append(ScenarioError(source, field, message))
+                reported.append(field)
+                # A misspelt required field is next reported missing under its right name.
+                meant = re.search(r"did you mean '([^']+)'", message)
+                if err["type"] == "unknown_field" and meant:
+                    parent = field.rpartition(".")[0]
+                    reported.append(_join(parent, meant.group(1)))
+            progressed = _set_aside(work, _data_path(err)) or progressed
+        if not progressed:
+            break
+    return None, problems
+
+
+class InvalidScenarioError(ScenarioError):
+    """A scenario with one or more problems: ``problems`` holds each, located.
+
+    ``source``, ``field`` and the message are the first problem's; ``str(err)`` is one
+    line per problem.
+    """
+
+    def __init__(self, problems: list[ScenarioError]) -> None:
+        first = problems[0]
+        super().__init__(first.source, first.key, first.detail)
+        self.problems = problems
+        self.args = ("\n".join(str(p) for p in problems),)
 
 
 # --------------------------------------------------------------------------- loading
@@ -639,17 +748,20 @@ def _apply_override(data: dict[str, Any], key: str, raw: str, source: str) -> No
 def validate_scenario(
     data: Any, source: str = "<scenario>", overrides: Mapping[str, str] | None = None
 ) -> Scenario:
-    """Validate already-parsed scenario data; raises one :class:`ScenarioError`."""
+    """Validate already-parsed scenario data.
+
+    Raises :class:`InvalidScenarioError` listing every problem (or a :class:`ScenarioError`
+    for data that is not a mapping or an override that cannot be applied).
+    """
     if not isinstance(data, dict):
         got = "an empty file" if data is None else _kind_of(data)
         raise ScenarioError(source, "", f"expected a mapping of scenario fields, got {got}")
     data = _deep_copy(data)
     for key, raw in (overrides or {}).items():
         _apply_override(data, key, raw, source)
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise _scenario_error(source, exc, overrides) from None
+    scenario, problems = scenario_problems(data, source, overrides)
+    if scenario is None:
+        raise InvalidScenarioError(problems)
     scenario._source = source
     return scenario
 

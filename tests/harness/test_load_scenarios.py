@@ -14,7 +14,6 @@ import pytest
 
 from harness.cli.main import main
 from harness.run.runner import RunOptions, run_scenario
-from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.rollout import generate_rollouts, history_tokens, load_scenario_trace
 from harness.workload.scenario import load_scenario
@@ -84,7 +83,7 @@ def test_validate_refuses_a_transport_that_cannot_run(
     path.write_text(f"name: sdk\ntransports: [http, {name}]\n")
     with pytest.raises(SystemExit) as exc:
         main(["validate", str(path)])
-    assert exc.value.code == ExitCode.USAGE
+    assert exc.value.code == 4
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.startswith(
