@@ -135,10 +135,17 @@ def _stringify_scalars(value: Any) -> Any:
 class ServerConfig(StrictModel):
     """Used only when loopbench starts the embedded reference server."""
 
-    api_profile: str = "optimized"
-    engine_profile: str = "cerebras-spark"
+    api_profile: str = Field(
+        default="optimized",
+        description="API-tier profile of the embedded server, e.g. optimized or legacy.",
+    )
+    engine_profile: str = Field(
+        default="cerebras-spark",
+        description="Engine profile of the embedded server, e.g. cerebras-spark or gpu-legacy.",
+    )
     set: Annotated[dict[str, str], BeforeValidator(_stringify_scalars)] = Field(
-        default_factory=dict
+        default_factory=dict,
+        description="Server option overrides, KEY: VALUE as in `loopbench serve --set`, e.g. engine.sustained_tps: 2000.",
     )
 
 
@@ -150,19 +157,58 @@ class RolloutConfig(StrictModel):
     floor (possible only with an unbounded normal) are clamped to it.
     """
 
-    count: int = Field(default=6, ge=1)
-    system_tokens: NonNegDist = ConstantDist(value=800)
-    tool_schema_tokens: NonNegDist = ConstantDist(value=400)
-    user_prompt_tokens: NonNegDist = ConstantDist(value=200)
-    tool_calls: NonNegDist = ConstantDist(value=10)
-    parallel_calls: CallsDist = ConstantDist(value=1)
-    tool_output_tokens: NonNegDist = ConstantDist(value=400)
-    tool_output_growth: float = Field(default=1.0, gt=0.0)
-    tool_latency_ms: NonNegDist = ConstantDist(value=100)
-    step_output_tokens: NonNegDist = ConstantDist(value=80)
-    final_answer_tokens: NonNegDist = ConstantDist(value=300)
-    think_ms: NonNegDist = ConstantDist(value=0)
-    trace: str | None = Field(default=None, min_length=1)
+    count: int = Field(
+        default=6,
+        ge=1,
+        description="Rollouts per transport (closed loop, and open loop without duration_s).",
+    )
+    system_tokens: NonNegDist = Field(
+        default=ConstantDist(value=800),
+        description="Tokens of the system prompt in the first request.",
+    )
+    tool_schema_tokens: NonNegDist = Field(
+        default=ConstantDist(value=400),
+        description="Tokens of the tool definitions in the first request.",
+    )
+    user_prompt_tokens: NonNegDist = Field(
+        default=ConstantDist(value=200),
+        description="Tokens of the user's task in the first request.",
+    )
+    tool_calls: NonNegDist = Field(
+        default=ConstantDist(value=10), description="Tool calls in one rollout."
+    )
+    parallel_calls: CallsDist = Field(
+        default=ConstantDist(value=1),
+        description="Tool calls the model asks for per turn (at least 1); the turn waits for the slowest.",
+    )
+    tool_output_tokens: NonNegDist = Field(
+        default=ConstantDist(value=400),
+        description="Tokens each tool call returns (times tool_output_growth per step).",
+    )
+    tool_output_growth: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="Factor applied to tool outputs at each step: 1 keeps them flat, 1.08 grows them 8% a step.",
+    )
+    tool_latency_ms: NonNegDist = Field(
+        default=ConstantDist(value=100),
+        description="Client time of one tool call, in milliseconds.",
+    )
+    step_output_tokens: NonNegDist = Field(
+        default=ConstantDist(value=80), description="Model output tokens of each tool-calling turn."
+    )
+    final_answer_tokens: NonNegDist = Field(
+        default=ConstantDist(value=300), description="Model output tokens of the final answer."
+    )
+    think_ms: NonNegDist = Field(
+        default=ConstantDist(value=0),
+        description="Client time before each request (context building), in milliseconds.",
+    )
+    trace: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Replay this recorded JSONL trace (relative to this file) instead of the distributions (docs/traces.md).",
+    )
 
     @_model_validator(mode="after")
     def _trace_excludes_distributions(self) -> RolloutConfig:
@@ -186,10 +232,23 @@ class Arrival(StrictModel):
     shape, ``1/cv²``, as in vLLM's benchmark).
     """
 
-    process: Literal["constant", "poisson", "gamma"] = "poisson"
-    rate: float | None = Field(default=None, gt=0.0)
-    cv: float | None = Field(default=None, gt=0.0)
-    burstiness: float | None = Field(default=None, gt=0.0)
+    process: Literal["constant", "poisson", "gamma"] = Field(
+        default="poisson",
+        description="Shape of the gaps between starts: constant, poisson or gamma.",
+    )
+    rate: float | None = Field(
+        default=None, gt=0.0, description="Rollouts started per second (after the stages, if any)."
+    )
+    cv: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Gamma only: coefficient of variation of the gaps (1 is Poisson-like, above 1 bursty).",
+    )
+    burstiness: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Gamma only, instead of cv: the gamma shape 1/cv² (as in vLLM's benchmark).",
+    )
 
     @_model_validator(mode="after")
     def _gamma_shape(self) -> Arrival:
@@ -218,17 +277,27 @@ class Arrival(StrictModel):
 class Burst(StrictModel):
     """``extra`` additional rollouts spread evenly over ``[at_s, at_s + over_s]``."""
 
-    at_s: float = Field(ge=0.0)
-    extra: int = Field(ge=1)
-    over_s: float = Field(default=0.0, ge=0.0)
+    at_s: float = Field(ge=0.0, description="Seconds into the schedule when the burst begins.")
+    extra: int = Field(ge=1, description="Rollouts added on top of the schedule.")
+    over_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="Seconds over which the extra rollouts are spread evenly (0: all at once).",
+    )
 
 
 class Stage(StrictModel):
     """A stretch of the open-loop schedule: constant ``rate``, or a linear ramp to ``end_rate``."""
 
-    duration_s: float = Field(gt=0.0)
-    rate: float = Field(ge=0.0)
-    end_rate: float | None = Field(default=None, ge=0.0)
+    duration_s: float = Field(gt=0.0, description="Length of this stage in seconds.")
+    rate: float = Field(
+        ge=0.0, description="Rollouts started per second at the beginning of the stage."
+    )
+    end_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="Rollouts per second at the end of the stage (a linear ramp); default: rate throughout.",
+    )
 
     @property
     def final_rate(self) -> float:
@@ -238,9 +307,9 @@ class Stage(StrictModel):
 class ThroughputBurst(StrictModel):
     """Raise the aggregate output-TPS target to ``tps`` during ``[at_s, at_s + over_s]``."""
 
-    at_s: float = Field(ge=0.0)
-    over_s: float = Field(gt=0.0)
-    tps: float = Field(gt=0.0)
+    at_s: float = Field(ge=0.0, description="Seconds into the schedule when the TPS burst begins.")
+    over_s: float = Field(gt=0.0, description="Length of the burst in seconds.")
+    tps: float = Field(gt=0.0, description="Aggregate output tokens per second during the burst.")
 
 
 class Throughput(StrictModel):
@@ -253,8 +322,13 @@ class Throughput(StrictModel):
     about one rollout length; a burst shorter than a rollout is smoothed.
     """
 
-    tps: float = Field(gt=0.0)
-    bursts: list[ThroughputBurst] = Field(default_factory=list)
+    tps: float = Field(
+        gt=0.0, description="Aggregate output tokens per second to sustain across all streams."
+    )
+    bursts: list[ThroughputBurst] = Field(
+        default_factory=list,
+        description="Stretches with a higher TPS target; they must not overlap.",
+    )
 
     @_model_validator(mode="after")
     def _disjoint(self) -> Throughput:
@@ -290,18 +364,55 @@ class Load(StrictModel):
     switched with one override.
     """
 
-    mode: Literal["closed", "open", "throughput"] = "closed"
-    concurrency: int = Field(default=1, ge=1)
-    arrival: Arrival | None = None
-    bursts: list[Burst] = Field(default_factory=list)
-    stages: list[Stage] = Field(default_factory=list)
-    throughput: Throughput | None = None
-    duration_s: float | None = Field(default=None, gt=0.0)
-    max_in_flight: int | None = Field(default=None, ge=1)
-    warmup_rollouts: int = Field(default=0, ge=0)
-    order: Literal["sequential", "interleaved"] = "sequential"
-    rounds: int = Field(default=1, ge=1)
-    max_schedule_lag_ms: float = Field(default=100.0, gt=0.0)
+    mode: Literal["closed", "open", "throughput"] = Field(
+        default="closed",
+        description="closed: agents run rollouts back to back; open: rollouts start at scheduled times; throughput: open loop at the rate that produces an output-TPS target.",
+    )
+    concurrency: int = Field(
+        default=1, ge=1, description="Closed loop: agents running rollouts at the same time."
+    )
+    arrival: Arrival | None = Field(
+        default=None,
+        description="Open and throughput modes: the arrival process (and, open loop, the rate).",
+    )
+    bursts: list[Burst] = Field(
+        default_factory=list,
+        description="Open and throughput modes: extra rollouts at given times.",
+    )
+    stages: list[Stage] = Field(
+        default_factory=list,
+        description="Open loop: the rate over time in stages (constant or ramp); arrival.rate continues after the last.",
+    )
+    throughput: Throughput | None = Field(
+        default=None, description="Throughput mode: the aggregate output-TPS target."
+    )
+    duration_s: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Seconds per transport: the closed loop stops starting rollouts, the open loop ends its schedule.",
+    )
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Open and throughput modes: a start that finds this many rollouts in flight is dropped (and the run marked invalid).",
+    )
+    warmup_rollouts: int = Field(
+        default=0, ge=0, description="The first N rollouts run but are left out of the statistics."
+    )
+    order: Literal["sequential", "interleaved"] = Field(
+        default="sequential",
+        description="sequential: one transport after the other; interleaved: every transport runs round 1, then round 2, ..., so drift hits all alike.",
+    )
+    rounds: int = Field(
+        default=1,
+        ge=1,
+        description="Interleaved order: the number of rounds the rollouts are split into.",
+    )
+    max_schedule_lag_ms: float = Field(
+        default=100.0,
+        gt=0.0,
+        description="The run is invalid when starts lag the schedule, or the client's event loop wakes late, by more than this at p99 (ms).",
+    )
 
     @_model_validator(mode="after")
     def _open_loop(self) -> Load:
@@ -363,14 +474,36 @@ def _default_transports() -> list[TransportName]:
 class Scenario(StrictModel):
     """A whole scenario file."""
 
-    name: str = Field(pattern=_NAME_PATTERN)
-    description: str = ""
-    seed: int = Field(default=0, ge=0)
-    model: str = "sim-model"
-    transports: list[TransportName] = Field(default_factory=_default_transports, min_length=1)
-    server: ServerConfig = Field(default_factory=ServerConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    load: Load = Field(default_factory=Load)
+    name: str = Field(
+        pattern=_NAME_PATTERN,
+        description="Scenario name: lowercase letters, digits and '-'. Names the results folder; runs compare only with runs of the same name.",
+    )
+    description: str = Field(
+        default="", description="One line shown by `loopbench scenarios` and in reports."
+    )
+    seed: int = Field(
+        default=0,
+        ge=0,
+        description="Seed of the rollout generator: the same seed gives the same rollouts, so runs are comparable.",
+    )
+    model: str = Field(default="sim-model", description="Model name sent in every request.")
+    transports: list[TransportName] = Field(
+        default_factory=_default_transports,
+        min_length=1,
+        description="Transports to measure, each once; the others are compared with the baseline (http when present, see run --baseline).",
+    )
+    server: ServerConfig = Field(
+        default_factory=ServerConfig,
+        description="The embedded reference server (used only when no --target is given).",
+    )
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig,
+        description="The shape of one agent rollout: token counts, tool calls and their latencies.",
+    )
+    load: Load = Field(
+        default_factory=Load,
+        description="How rollouts are started: closed loop, open loop or an output-TPS target.",
+    )
 
     _source: str = PrivateAttr(default="<scenario>")
 

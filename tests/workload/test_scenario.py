@@ -438,3 +438,27 @@ def test_run_of_an_unknown_transport_names_the_file(
         "got 'sdk-http' (did you mean 'http'?)\n"
     )
     assert not (tmp_path / "results").exists()
+
+
+def _properties(node: object, where: str = "#") -> list[tuple[str, dict[str, object]]]:
+    """Every ``properties`` entry of a JSON Schema, wherever it is nested."""
+    found: list[tuple[str, dict[str, object]]] = []
+    if isinstance(node, dict):
+        for name, prop in (node.get("properties") or {}).items():
+            found.append((f"{where}.{name}", prop))
+        for key, child in node.items():
+            found += _properties(child, f"{where}/{key}")
+    elif isinstance(node, list):
+        for i, child in enumerate(node):
+            found += _properties(child, f"{where}[{i}]")
+    return found
+
+
+def test_every_schema_field_has_a_description() -> None:
+    # What an editor shows on hover: a field without one shows only its type.
+    props = _properties(scenario_json_schema())
+    assert len(props) >= 60
+    missing = [where for where, prop in props if not str(prop.get("description", "")).strip()]
+    assert missing == []
+    # The walk itself finds a field without a description.
+    assert _properties({"properties": {"x": {"type": "integer"}}}) == [("#.x", {"type": "integer"})]
