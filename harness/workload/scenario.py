@@ -912,9 +912,14 @@ class UnknownScenarioError(ScenarioError):
     """Neither a file nor a built-in scenario has this name; the message lists the built-ins."""
 
     def __init__(self, name: str) -> None:
-        names = ", ".join(builtin_scenarios())
+        found = builtin_scenarios()
+        # A path from older docs (scenarios/tiny.yaml) or another checkout: say which name it meant.
+        stem = os.path.splitext(os.path.basename(name))[0]
+        hint = f" (did you mean {stem!r}?)" if stem in found and stem != name else ""
         super().__init__(
-            name, "", f"no scenario file or built-in named {name!r}; built-ins: {names}"
+            name,
+            "",
+            f"no scenario file or built-in named {name!r}{hint}; built-ins: {', '.join(found)}",
         )
         self.args = (self.detail,)
 

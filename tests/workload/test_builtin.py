@@ -80,6 +80,12 @@ def test_an_unknown_name_lists_the_builtins(capsys: pytest.CaptureFixture[str]) 
     assert str(info.value) == f"no scenario file or built-in named 'quikstart'; built-ins: {names}"
     assert _main(["validate", "quikstart"]) == ExitCode.USAGE
     assert "no scenario file or built-in named 'quikstart'" in capsys.readouterr().err
+    with pytest.raises(ScenarioError) as info:
+        load_scenario("old/scenarios/tiny.yaml")
+    assert str(info.value).startswith(
+        "no scenario file or built-in named 'old/scenarios/tiny.yaml' (did you mean 'tiny'?); "
+        "built-ins: burst-storm,"
+    )
 
 
 def test_scenarios_lists_every_builtin_with_its_description(
