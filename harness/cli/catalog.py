@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter
+from harness.cli.common import EXIT_OK, EXIT_USAGE
 from harness.workload.builtin import builtin_scenarios
 from harness.workload.scenario import load_scenario
 from harness.workload.starter import starter_scenario
@@ -18,10 +18,13 @@ def add_parser(sub: Any) -> None:
     lst = sub.add_parser(
         "scenarios",
         help="list the built-in scenarios with their descriptions",
-        description="List the scenarios shipped inside loopbench. Run one by name from any "
-        "folder (`loopbench run quickstart`); copy one with `loopbench scenarios --path NAME`.",
-        epilog="examples:\n  loopbench scenarios\n  cp $(loopbench scenarios --path tiny) mine.yaml",
-        formatter_class=HelpFormatter,
+        description="List the scenarios shipped inside loopbench. Run one by name from any\n"
+        "folder; start your own from one with --path, or from `loopbench init NAME`.",
+        epilog="examples:\n"
+        "  loopbench scenarios\n"
+        "  loopbench run quickstart\n"
+        '  cp "$(loopbench scenarios --path tiny)" mine.yaml',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     lst.add_argument("--path", metavar="NAME", help="print the file of built-in NAME and exit")
     lst.set_defaults(func=cmd_scenarios)
@@ -29,10 +32,13 @@ def add_parser(sub: Any) -> None:
     init = sub.add_parser(
         "init",
         help="write NAME.yaml, a commented starter scenario",
-        description="Write NAME.yaml, a starter scenario with a comment on every field; it "
-        "validates and runs as written. An existing file is never overwritten.",
-        epilog="examples:\n  loopbench init my-agent\n  loopbench run my-agent.yaml",
-        formatter_class=HelpFormatter,
+        description="Write NAME.yaml, a starter scenario with a comment on every field; it\n"
+        "validates and runs as written. An existing file is never overwritten (exit 4).",
+        epilog="examples:\n"
+        "  loopbench init my-agent\n"
+        "  loopbench validate my-agent.yaml\n"
+        "  loopbench run my-agent.yaml",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     init.add_argument("name", help="scenario name (lowercase letters, digits, '-'), or a path")
     init.set_defaults(func=cmd_init)
