@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: venv demo test lint clean help reproduce
 
 help:
-	@echo "make demo       run scenarios/quickstart.yaml over http and ws against the embedded server"
+	@echo "make demo       run the built-in quickstart scenario over http and ws against the embedded server"
 	@echo "make test       run the whole test suite"
 	@echo "make lint       ruff + mypy"
 	@echo "make reproduce  measure the published figures (docs/model.md §9) -> results/reproduction/ (~4 min)"
@@ -44,7 +44,7 @@ soak: $(STAMP)
 	$(BIN)/python -m harness.tools.soak --out results/soak --duration-s 240
 
 demo: $(STAMP)
-	$(BIN)/loopbench run scenarios/quickstart.yaml --out results
+	$(BIN)/loopbench run quickstart --out results
 
 # Fresh each time: the reproduction folder holds one reproduction, never a mix of two.
 reproduce: $(STAMP)

@@ -58,8 +58,8 @@ def add_parser(sub: Any) -> None:
         "is started. With --worker, only start workers that join a master elsewhere.",
         epilog=epilog(
             examples(
-                "loopbench locust scenarios/quickstart.yaml --workers 2",
-                "loopbench locust scenarios/quickstart.yaml --workers 2 --web",
+                "loopbench locust quickstart --workers 2",
+                "loopbench locust quickstart --workers 2 --web",
                 "loopbench locust SCENARIO --workers 4 --target http://10.0.0.7:8000/v1 --run-time 600",
                 "loopbench locust --worker --master-host 10.0.0.5 --workers 4",
             ),

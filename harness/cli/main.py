@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from harness.cli import gate, locust, model, probe, report, run, scenario, selfbench, serve
+from harness.cli import catalog, gate, locust, model, probe, report, run, scenario, selfbench, serve
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, HelpFormatter, Parser, version
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import exit_code_help
@@ -27,6 +27,7 @@ COMMANDS: tuple[_Family, ...] = (
     probe,
     serve,
     scenario,
+    catalog,
     gate,
     report,
     model,

@@ -41,7 +41,7 @@ def add_parser(sub: Any) -> None:
     rep = sub.add_parser(
         "reproduce",
         help="measure the published figures (docs/model.md §9) against the embedded reference server",
-        description="Run scenarios/reproduce/*.yaml through real sockets against embedded reference "
+        description="Run the built-in reproduce/*.yaml scenarios (`loopbench scenarios`) through real sockets against embedded reference "
         "servers and print each published figure, its band, the measured value and pass/fail. "
         "Exit 1 (a regression against the published figures) unless every row passes.",
         epilog=examples(
@@ -54,7 +54,7 @@ def add_parser(sub: Any) -> None:
         "--out", default="results/reproduction", help="results root (default: results/reproduction)"
     )
     rep.add_argument(
-        "--scenarios", help="folder of the part scenarios (default: scenarios/reproduce)"
+        "--scenarios", help="folder of the part scenarios (default: the built-in reproduce set)"
     )
     rep.add_argument("--parts", help="comma-separated subset of parts to run (default: all)")
     rep.add_argument(

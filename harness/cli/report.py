@@ -113,8 +113,8 @@ def add_parser(sub: Any) -> None:
         "the knee.",
         epilog=epilog(
             examples(
-                "loopbench sweep scenarios/quickstart.yaml --set load.concurrency=1,2,4,8",
-                "loopbench sweep scenarios/tiny.yaml --set load.concurrency=1,4 --transports http,ws",
+                "loopbench sweep quickstart --set load.concurrency=1,2,4,8",
+                "loopbench sweep tiny --set load.concurrency=1,4 --transports http,ws",
             ),
             transports_epilog(),
         ),

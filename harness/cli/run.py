@@ -36,17 +36,20 @@ def add_parser(sub: Any) -> None:
         "reference server is started on a free loopback port and stopped afterwards.",
         epilog=epilog(
             examples(
-                "loopbench run scenarios/quickstart.yaml",
-                "loopbench run scenarios/tiny.yaml --transports http,ws --run-id try1",
-                "loopbench run scenarios/quickstart.yaml --set load.concurrency=4",
-                "loopbench run scenarios/quickstart.yaml "
+                "loopbench run quickstart",
+                "loopbench run tiny --transports http,ws --run-id try1",
+                "loopbench run quickstart --set load.concurrency=4",
+                "loopbench run quickstart "
                 "--target https://api.example.com/v1 --api-key-env OPENAI_API_KEY",
             ),
             transports_epilog(),
         ),
         formatter_class=HelpFormatter,
     )
-    run.add_argument("scenario", help="scenario YAML file (see scenarios/)")
+    run.add_argument(
+        "scenario",
+        help="scenario YAML file, or a built-in name (loopbench scenarios), e.g. quickstart",
+    )
     run.add_argument(
         "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"
     )

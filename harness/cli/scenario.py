@@ -30,8 +30,8 @@ def add_parser(sub: Any) -> None:
         "Exit 0 when every file is valid, 4 otherwise.",
         epilog=epilog(
             examples(
-                "loopbench validate scenarios/quickstart.yaml",
-                "loopbench validate scenarios/*.yaml examples/ci/scenario.yaml",
+                "loopbench validate quickstart",
+                "loopbench validate my-agent.yaml examples/ci/scenario.yaml",
             ),
             transports_epilog(),
         ),
@@ -59,8 +59,8 @@ def add_parser(sub: Any) -> None:
         description="Read recorded sessions and write a loopbench JSONL trace that a scenario "
         "replays with `rollout.trace: FILE`.",
         epilog=examples(
-            "loopbench import codex ~/.codex/sessions -o scenarios/traces/mine.jsonl",
-            "loopbench import codex rollout-1.jsonl rollout-2.jsonl -o scenarios/traces/bugfix.jsonl",
+            "loopbench import codex ~/.codex/sessions -o traces/mine.jsonl",
+            "loopbench import codex rollout-1.jsonl rollout-2.jsonl -o traces/bugfix.jsonl",
         ),
         formatter_class=HelpFormatter,
     )
@@ -74,7 +74,7 @@ def add_parser(sub: Any) -> None:
         "-o",
         "--output",
         required=True,
-        help="trace file to write, e.g. scenarios/traces/NAME.jsonl",
+        help="trace file to write, e.g. traces/NAME.jsonl next to the scenario",
     )
     imp.set_defaults(func=cmd_import)
 

@@ -4,7 +4,7 @@ Run it through ``loopbench locust`` (which starts the master, the workers and,
 without ``--host``, the reference server), or directly::
 
     locust -f harness/locust_driver/locustfile.py --master --headless \\
-        --scenario scenarios/quickstart.yaml -H http://127.0.0.1:8000/v1
+        --scenario quickstart -H http://127.0.0.1:8000/v1
     locust -f harness/locust_driver/locustfile.py --worker --master-host 10.0.0.5
 
 Importing this module imports locust, which monkey-patches the process with

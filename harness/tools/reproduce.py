@@ -5,7 +5,7 @@ Two halves.  The pure half — :class:`Bands`, :class:`Measurements`,
 ``summary.json`` documents (and per-rollout latencies for pairing) and returns
 table rows; it reads no files and no clocks, so the verdict logic is unit
 tested on hand-written summaries.  The I/O half — :func:`run_reproduction` —
-runs the shipped scenarios (``scenarios/reproduce/``) through real sockets
+runs the shipped scenarios (``harness/scenarios/reproduce/``, package data) through real sockets
 against embedded reference servers, writes one results folder per part under
 the output root, and hands what it measured to the pure half.
 
@@ -45,12 +45,12 @@ from harness.report.results import load_run, write_index
 from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
 from harness.run.runner import RunOptions, run_plans, run_scenario
+from harness.workload.builtin import REPRODUCE_DIR
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import load_scenario, validate_scenario
 
 Status = Literal["pass", "fail", "blocked"]
 
-REPRODUCE_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "reproduce"
 PARTS = ("codex-cerebras", "codex-legacy-api", "codex-gpu-legacy", "decode-cerebras")
 #: parts whose transports run concurrently (each transport its own results folder)
 SIDE_BY_SIDE = frozenset({"codex-gpu-legacy"})

@@ -26,7 +26,7 @@ class LocatedError(LoopbenchError):
 class ScenarioError(LocatedError):
     """A scenario file is missing, unreadable or invalid.
 
-    ``str(err)`` is one line: ``scenarios/x.yaml: load.arrival.rate: expected a
+    ``str(err)`` is one line: ``x.yaml: load.arrival.rate: expected a
     positive number, got -2``.
     """
 

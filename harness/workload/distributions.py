@@ -149,8 +149,11 @@ class _DistBase(StrictModel):
 class ConstantDist(_DistBase):
     """Always ``value``."""
 
-    dist: Literal["constant"] = "constant"
-    value: float
+    dist: Literal["constant"] = Field(
+        default="constant",
+        description="Distribution kind: constant (a bare number means the same).",
+    )
+    value: float = Field(description="The value every draw returns.")
 
     def sample(self, rng: random.Random) -> float:
         return self.value
@@ -165,9 +168,9 @@ class ConstantDist(_DistBase):
 class UniformDist(_DistBase):
     """Uniform on ``[min, max]``."""
 
-    dist: Literal["uniform"]
-    min: float
-    max: float
+    dist: Literal["uniform"] = Field(description="Distribution kind: uniform on [min, max].")
+    min: float = Field(description="Smallest value.")
+    max: float = Field(description="Largest value (greater than min).")
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformDist:
@@ -192,11 +195,17 @@ class NormalDist(_DistBase):
     the bounds do not pile probability mass onto themselves.
     """
 
-    dist: Literal["normal"]
-    mean_: float = Field(alias="mean")
-    sd: float = Field(gt=0)
-    min: float | None = None
-    max: float | None = None
+    dist: Literal["normal"] = Field(
+        description="Distribution kind: normal, optionally truncated to [min, max]."
+    )
+    mean_: float = Field(alias="mean", description="Mean (between min and max when given).")
+    sd: float = Field(gt=0, description="Standard deviation (positive).")
+    min: float | None = Field(
+        default=None, description="Lower bound (exact truncation, not clamping)."
+    )
+    max: float | None = Field(
+        default=None, description="Upper bound (exact truncation, not clamping)."
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> NormalDist:
@@ -249,9 +258,11 @@ class LognormalDist(_DistBase):
     ``sigma = ln(p95 / median) / z95`` with ``z95 ≈ 1.645``; ``mu = ln(median)``.
     """
 
-    dist: Literal["lognormal"]
-    median: float = Field(gt=0)
-    p95: float
+    dist: Literal["lognormal"] = Field(
+        description="Distribution kind: log-normal given by its median and 95th percentile."
+    )
+    median: float = Field(gt=0, description="Median (positive).")
+    p95: float = Field(description="95th percentile (greater than the median).")
 
     @model_validator(mode="after")
     def _ordered(self) -> LognormalDist:
@@ -280,8 +291,10 @@ class LognormalDist(_DistBase):
 class EmpiricalDist(_DistBase):
     """Draws uniformly from observed ``values`` (repeat a value to weight it)."""
 
-    dist: Literal["empirical"]
-    values: list[float]
+    dist: Literal["empirical"] = Field(
+        description="Distribution kind: draw uniformly from observed values."
+    )
+    values: list[float] = Field(description="Observed values; repeat a value to weight it.")
 
     @model_validator(mode="after")
     def _non_empty(self) -> EmpiricalDist:

@@ -32,6 +32,7 @@ from pydantic_core import ErrorDetails
 
 from harness.wire.errors import ScenarioError
 from harness.wire.transports import TRANSPORT_NAMES
+from harness.workload.builtin import builtin_path, builtin_scenarios
 from harness.workload.distributions import (
     DIST_KINDS,
     ConstantDist,
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_OPEN_LOOP_ROLLOUTS",
     "Arrival",
     "Burst",
+    "InvalidScenarioError",
     "Load",
     "RolloutConfig",
     "Scenario",
@@ -54,9 +56,12 @@ __all__ = [
     "Throughput",
     "ThroughputBurst",
     "TransportName",
+    "UnknownScenarioError",
     "describe_error",
     "load_scenario",
+    "resolve_scenario",
     "scenario_json_schema",
+    "scenario_problems",
     "validate_scenario",
 ]
 
@@ -130,10 +135,17 @@ def _stringify_scalars(value: Any) -> Any:
 class ServerConfig(StrictModel):
     """Used only when loopbench starts the embedded reference server."""
 
-    api_profile: str = "optimized"
-    engine_profile: str = "cerebras-spark"
+    api_profile: str = Field(
+        default="optimized",
+        description="API-tier profile of the embedded server, e.g. optimized or legacy.",
+    )
+    engine_profile: str = Field(
+        default="cerebras-spark",
+        description="Engine profile of the embedded server, e.g. cerebras-spark or gpu-legacy.",
+    )
     set: Annotated[dict[str, str], BeforeValidator(_stringify_scalars)] = Field(
-        default_factory=dict
+        default_factory=dict,
+        description="Server option overrides, KEY: VALUE as in `loopbench serve --set`, e.g. engine.sustained_tps: 2000.",
     )
 
 
@@ -145,19 +157,58 @@ class RolloutConfig(StrictModel):
     floor (possible only with an unbounded normal) are clamped to it.
     """
 
-    count: int = Field(default=6, ge=1)
-    system_tokens: NonNegDist = ConstantDist(value=800)
-    tool_schema_tokens: NonNegDist = ConstantDist(value=400)
-    user_prompt_tokens: NonNegDist = ConstantDist(value=200)
-    tool_calls: NonNegDist = ConstantDist(value=10)
-    parallel_calls: CallsDist = ConstantDist(value=1)
-    tool_output_tokens: NonNegDist = ConstantDist(value=400)
-    tool_output_growth: float = Field(default=1.0, gt=0.0)
-    tool_latency_ms: NonNegDist = ConstantDist(value=100)
-    step_output_tokens: NonNegDist = ConstantDist(value=80)
-    final_answer_tokens: NonNegDist = ConstantDist(value=300)
-    think_ms: NonNegDist = ConstantDist(value=0)
-    trace: str | None = Field(default=None, min_length=1)
+    count: int = Field(
+        default=6,
+        ge=1,
+        description="Rollouts per transport (closed loop, and open loop without duration_s).",
+    )
+    system_tokens: NonNegDist = Field(
+        default=ConstantDist(value=800),
+        description="Tokens of the system prompt in the first request.",
+    )
+    tool_schema_tokens: NonNegDist = Field(
+        default=ConstantDist(value=400),
+        description="Tokens of the tool definitions in the first request.",
+    )
+    user_prompt_tokens: NonNegDist = Field(
+        default=ConstantDist(value=200),
+        description="Tokens of the user's task in the first request.",
+    )
+    tool_calls: NonNegDist = Field(
+        default=ConstantDist(value=10), description="Tool calls in one rollout."
+    )
+    parallel_calls: CallsDist = Field(
+        default=ConstantDist(value=1),
+        description="Tool calls the model asks for per turn (at least 1); the turn waits for the slowest.",
+    )
+    tool_output_tokens: NonNegDist = Field(
+        default=ConstantDist(value=400),
+        description="Tokens each tool call returns (times tool_output_growth per step).",
+    )
+    tool_output_growth: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="Factor applied to tool outputs at each step: 1 keeps them flat, 1.08 grows them 8% a step.",
+    )
+    tool_latency_ms: NonNegDist = Field(
+        default=ConstantDist(value=100),
+        description="Client time of one tool call, in milliseconds.",
+    )
+    step_output_tokens: NonNegDist = Field(
+        default=ConstantDist(value=80), description="Model output tokens of each tool-calling turn."
+    )
+    final_answer_tokens: NonNegDist = Field(
+        default=ConstantDist(value=300), description="Model output tokens of the final answer."
+    )
+    think_ms: NonNegDist = Field(
+        default=ConstantDist(value=0),
+        description="Client time before each request (context building), in milliseconds.",
+    )
+    trace: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Replay this recorded JSONL trace (relative to this file) instead of the distributions (docs/traces.md).",
+    )
 
     @_model_validator(mode="after")
     def _trace_excludes_distributions(self) -> RolloutConfig:
@@ -181,10 +232,23 @@ class Arrival(StrictModel):
     shape, ``1/cv²``, as in vLLM's benchmark).
     """
 
-    process: Literal["constant", "poisson", "gamma"] = "poisson"
-    rate: float | None = Field(default=None, gt=0.0)
-    cv: float | None = Field(default=None, gt=0.0)
-    burstiness: float | None = Field(default=None, gt=0.0)
+    process: Literal["constant", "poisson", "gamma"] = Field(
+        default="poisson",
+        description="Shape of the gaps between starts: constant, poisson or gamma.",
+    )
+    rate: float | None = Field(
+        default=None, gt=0.0, description="Rollouts started per second (after the stages, if any)."
+    )
+    cv: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Gamma only: coefficient of variation of the gaps (1 is Poisson-like, above 1 bursty).",
+    )
+    burstiness: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Gamma only, instead of cv: the gamma shape 1/cv² (as in vLLM's benchmark).",
+    )
 
     @_model_validator(mode="after")
     def _gamma_shape(self) -> Arrival:
@@ -213,17 +277,27 @@ class Arrival(StrictModel):
 class Burst(StrictModel):
     """``extra`` additional rollouts spread evenly over ``[at_s, at_s + over_s]``."""
 
-    at_s: float = Field(ge=0.0)
-    extra: int = Field(ge=1)
-    over_s: float = Field(default=0.0, ge=0.0)
+    at_s: float = Field(ge=0.0, description="Seconds into the schedule when the burst begins.")
+    extra: int = Field(ge=1, description="Rollouts added on top of the schedule.")
+    over_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="Seconds over which the extra rollouts are spread evenly (0: all at once).",
+    )
 
 
 class Stage(StrictModel):
     """A stretch of the open-loop schedule: constant ``rate``, or a linear ramp to ``end_rate``."""
 
-    duration_s: float = Field(gt=0.0)
-    rate: float = Field(ge=0.0)
-    end_rate: float | None = Field(default=None, ge=0.0)
+    duration_s: float = Field(gt=0.0, description="Length of this stage in seconds.")
+    rate: float = Field(
+        ge=0.0, description="Rollouts started per second at the beginning of the stage."
+    )
+    end_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="Rollouts per second at the end of the stage (a linear ramp); default: rate throughout.",
+    )
 
     @property
     def final_rate(self) -> float:
@@ -233,9 +307,9 @@ class Stage(StrictModel):
 class ThroughputBurst(StrictModel):
     """Raise the aggregate output-TPS target to ``tps`` during ``[at_s, at_s + over_s]``."""
 
-    at_s: float = Field(ge=0.0)
-    over_s: float = Field(gt=0.0)
-    tps: float = Field(gt=0.0)
+    at_s: float = Field(ge=0.0, description="Seconds into the schedule when the TPS burst begins.")
+    over_s: float = Field(gt=0.0, description="Length of the burst in seconds.")
+    tps: float = Field(gt=0.0, description="Aggregate output tokens per second during the burst.")
 
 
 class Throughput(StrictModel):
@@ -248,8 +322,13 @@ class Throughput(StrictModel):
     about one rollout length; a burst shorter than a rollout is smoothed.
     """
 
-    tps: float = Field(gt=0.0)
-    bursts: list[ThroughputBurst] = Field(default_factory=list)
+    tps: float = Field(
+        gt=0.0, description="Aggregate output tokens per second to sustain across all streams."
+    )
+    bursts: list[ThroughputBurst] = Field(
+        default_factory=list,
+        description="Stretches with a higher TPS target; they must not overlap.",
+    )
 
     @_model_validator(mode="after")
     def _disjoint(self) -> Throughput:
@@ -285,18 +364,55 @@ class Load(StrictModel):
     switched with one override.
     """
 
-    mode: Literal["closed", "open", "throughput"] = "closed"
-    concurrency: int = Field(default=1, ge=1)
-    arrival: Arrival | None = None
-    bursts: list[Burst] = Field(default_factory=list)
-    stages: list[Stage] = Field(default_factory=list)
-    throughput: Throughput | None = None
-    duration_s: float | None = Field(default=None, gt=0.0)
-    max_in_flight: int | None = Field(default=None, ge=1)
-    warmup_rollouts: int = Field(default=0, ge=0)
-    order: Literal["sequential", "interleaved"] = "sequential"
-    rounds: int = Field(default=1, ge=1)
-    max_schedule_lag_ms: float = Field(default=100.0, gt=0.0)
+    mode: Literal["closed", "open", "throughput"] = Field(
+        default="closed",
+        description="closed: agents run rollouts back to back; open: rollouts start at scheduled times; throughput: open loop at the rate that produces an output-TPS target.",
+    )
+    concurrency: int = Field(
+        default=1, ge=1, description="Closed loop: agents running rollouts at the same time."
+    )
+    arrival: Arrival | None = Field(
+        default=None,
+        description="Open and throughput modes: the arrival process (and, open loop, the rate).",
+    )
+    bursts: list[Burst] = Field(
+        default_factory=list,
+        description="Open and throughput modes: extra rollouts at given times.",
+    )
+    stages: list[Stage] = Field(
+        default_factory=list,
+        description="Open loop: the rate over time in stages (constant or ramp); arrival.rate continues after the last.",
+    )
+    throughput: Throughput | None = Field(
+        default=None, description="Throughput mode: the aggregate output-TPS target."
+    )
+    duration_s: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Seconds per transport: the closed loop stops starting rollouts, the open loop ends its schedule.",
+    )
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Open and throughput modes: a start that finds this many rollouts in flight is dropped (and the run marked invalid).",
+    )
+    warmup_rollouts: int = Field(
+        default=0, ge=0, description="The first N rollouts run but are left out of the statistics."
+    )
+    order: Literal["sequential", "interleaved"] = Field(
+        default="sequential",
+        description="sequential: one transport after the other; interleaved: every transport runs round 1, then round 2, ..., so drift hits all alike.",
+    )
+    rounds: int = Field(
+        default=1,
+        ge=1,
+        description="Interleaved order: the number of rounds the rollouts are split into.",
+    )
+    max_schedule_lag_ms: float = Field(
+        default=100.0,
+        gt=0.0,
+        description="The run is invalid when starts lag the schedule, or the client's event loop wakes late, by more than this at p99 (ms).",
+    )
 
     @_model_validator(mode="after")
     def _open_loop(self) -> Load:
@@ -358,14 +474,36 @@ def _default_transports() -> list[TransportName]:
 class Scenario(StrictModel):
     """A whole scenario file."""
 
-    name: str = Field(pattern=_NAME_PATTERN)
-    description: str = ""
-    seed: int = Field(default=0, ge=0)
-    model: str = "sim-model"
-    transports: list[TransportName] = Field(default_factory=_default_transports, min_length=1)
-    server: ServerConfig = Field(default_factory=ServerConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    load: Load = Field(default_factory=Load)
+    name: str = Field(
+        pattern=_NAME_PATTERN,
+        description="Scenario name: lowercase letters, digits and '-'. Names the results folder; runs compare only with runs of the same name.",
+    )
+    description: str = Field(
+        default="", description="One line shown by `loopbench scenarios` and in reports."
+    )
+    seed: int = Field(
+        default=0,
+        ge=0,
+        description="Seed of the rollout generator: the same seed gives the same rollouts, so runs are comparable.",
+    )
+    model: str = Field(default="sim-model", description="Model name sent in every request.")
+    transports: list[TransportName] = Field(
+        default_factory=_default_transports,
+        min_length=1,
+        description="Transports to measure, each once; the others are compared with the baseline (http when present, see run --baseline).",
+    )
+    server: ServerConfig = Field(
+        default_factory=ServerConfig,
+        description="The embedded reference server (used only when no --target is given).",
+    )
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig,
+        description="The shape of one agent rollout: token counts, tool calls and their latencies.",
+    )
+    load: Load = Field(
+        default_factory=Load,
+        description="How rollouts are started: closed loop, open loop or an output-TPS target.",
+    )
 
     _source: str = PrivateAttr(default="<scenario>")
 
@@ -528,18 +666,125 @@ def describe_error(err: ErrorDetails) -> tuple[str, str]:
     return field, f"expected {expected}, got {describe_value(got)}"
 
 
-def _scenario_error(
-    source: str, exc: ValidationError, overrides: Mapping[str, str] | None
-) -> ScenarioError:
-    # One line per problem; the first is what the user fixes first (pydantic
-    # reports in field order), the rest follow once it is fixed.
-    field, message = describe_error(exc.errors(include_url=False)[0])
+def _from_override(field: str, overrides: Mapping[str, str] | None) -> str:
     for key, value in (overrides or {}).items():
         related = (field, key) if len(field) >= len(key) else (key, field)
         if related[0] == related[1] or related[0].startswith((related[1] + ".", related[1] + "[")):
-            message += f" (from override {key}={value})"
+            return f" (from override {key}={value})"
+    return ""
+
+
+def _related(a: str, b: str) -> bool:
+    """One field is the other or inside it (``load`` and ``load.arrival.rate``)."""
+    if not a or not b:
+        return False
+    short, long = (a, b) if len(a) <= len(b) else (b, a)
+    return long == short or long.startswith((short + ".", short + "["))
+
+
+_PATH_PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
+
+
+def _data_path(err: ErrorDetails) -> list[int | str]:
+    """Where in the parsed file an error points (the union tag pydantic adds left out)."""
+    path: list[int | str] = [p for p in err["loc"] if not (isinstance(p, str) and p in DIST_KINDS)]
+    relative = str((err.get("ctx") or {}).get("field", ""))
+    for index, key in _PATH_PART.findall(relative):
+        path.append(int(index) if index else key)
+    return path
+
+
+#: required top-level fields, filled in after their error so the checks behind them still run
+_PLACEHOLDERS: dict[str, Any] = {"name": "placeholder"}
+
+
+def _set_aside(data: dict[str, Any], path: list[int | str]) -> bool:
+    """Remove what an error points at from ``data`` (its default applies); False if nothing was.
+
+    Inside a list the whole list goes: removing one item would renumber the items after it,
+    and the errors the next round finds would name the wrong index.
+    """
+    chain: list[tuple[Any, int | str]] = []
+    node: Any = data
+    for part in path:
+        if isinstance(node, dict):
+            present = part in node
+        else:
+            present = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if not present:
             break
-    return ScenarioError(source, field, message)
+        chain.append((node, part))
+        node = node[part]
+    for i, (container, _) in enumerate(chain):
+        if isinstance(container, list):
+            chain = chain[:i]
+            break
+    if chain:
+        container, key = chain[-1]
+        del container[key]
+        return True
+    if len(path) == 1 and path[0] in _PLACEHOLDERS and path[0] not in data:
+        data[str(path[0])] = _PLACEHOLDERS[str(path[0])]
+        return True
+    return False
+
+
+#: rounds of set-aside-and-revalidate before giving up on finding more problems
+_MAX_ROUNDS = 20
+
+
+def scenario_problems(
+    data: dict[str, Any], source: str, overrides: Mapping[str, str] | None = None
+) -> tuple[Scenario | None, list[ScenarioError]]:
+    """Validate ``data``; the scenario, or every problem found, one located error each.
+
+    pydantic reports every field error of a round, but a model's cross-field checks run
+    only once its fields are valid, and an unknown key hides the rest of its mapping.  So
+    each round sets aside what its errors point at (defaults apply) and validates again,
+    until the rest is valid: the user fixes a file in one pass, not one error per run.
+    A later error about a field already reported (or one inside it) is a consequence of
+    setting it aside, not a new problem, and is left out.
+    """
+    problems: list[ScenarioError] = []
+    reported: list[str] = []
+    work = _deep_copy(data)
+    for _ in range(_MAX_ROUNDS):
+        try:
+            scenario = Scenario.model_validate(work)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+        else:
+            return (scenario if not problems else None), problems
+        progressed = False
+        for err in errors:
+            field, message = describe_error(err)
+            if not any(_related(field, seen) for seen in reported):
+                message += _from_override(field, overrides)
+                problems.append(ScenarioError(source, field, message))
+                reported.append(field)
+                # A misspelt required field is next reported missing under its right name.
+                meant = re.search(r"did you mean '([^']+)'", message)
+                if err["type"] == "unknown_field" and meant:
+                    parent = field.rpartition(".")[0]
+                    reported.append(_join(parent, meant.group(1)))
+            progressed = _set_aside(work, _data_path(err)) or progressed
+        if not progressed:
+            break
+    return None, problems
+
+
+class InvalidScenarioError(ScenarioError):
+    """A scenario with one or more problems: ``problems`` holds each, located.
+
+    ``source``, ``field`` and the message are the first problem's; ``str(err)`` is one
+    line per problem.
+    """
+
+    def __init__(self, problems: list[ScenarioError]) -> None:
+        first = problems[0]
+        super().__init__(first.source, first.key, first.detail)
+        self.problems = problems
+        self.args = ("\n".join(str(p) for p in problems),)
 
 
 # --------------------------------------------------------------------------- loading
@@ -636,17 +881,20 @@ def _apply_override(data: dict[str, Any], key: str, raw: str, source: str) -> No
 def validate_scenario(
     data: Any, source: str = "<scenario>", overrides: Mapping[str, str] | None = None
 ) -> Scenario:
-    """Validate already-parsed scenario data; raises one :class:`ScenarioError`."""
+    """Validate already-parsed scenario data.
+
+    Raises :class:`InvalidScenarioError` listing every problem (or a :class:`ScenarioError`
+    for data that is not a mapping or an override that cannot be applied).
+    """
     if not isinstance(data, dict):
         got = "an empty file" if data is None else _kind_of(data)
         raise ScenarioError(source, "", f"expected a mapping of scenario fields, got {got}")
     data = _deep_copy(data)
     for key, raw in (overrides or {}).items():
         _apply_override(data, key, raw, source)
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise _scenario_error(source, exc, overrides) from None
+    scenario, problems = scenario_problems(data, source, overrides)
+    if scenario is None:
+        raise InvalidScenarioError(problems)
     scenario._source = source
     return scenario
 
@@ -660,16 +908,43 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
+class UnknownScenarioError(ScenarioError):
+    """Neither a file nor a built-in scenario has this name; the message lists the built-ins."""
+
+    def __init__(self, name: str) -> None:
+        found = builtin_scenarios()
+        # A path from older docs (scenarios/tiny.yaml) or another checkout: say which name it meant.
+        stem = os.path.splitext(os.path.basename(name))[0]
+        hint = f" (did you mean {stem!r}?)" if stem in found and stem != name else ""
+        super().__init__(
+            name,
+            "",
+            f"no scenario file or built-in named {name!r}{hint}; built-ins: {', '.join(found)}",
+        )
+        self.args = (self.detail,)
+
+
+def resolve_scenario(path: str | os.PathLike[str]) -> str:
+    """The file a scenario argument names: an existing path, else the built-in of that name."""
+    source = os.fspath(path)
+    if os.path.exists(source):
+        return source
+    builtin = builtin_path(source)
+    if builtin is None:
+        raise UnknownScenarioError(source)
+    return str(builtin)
+
+
 def load_scenario(
     path: str | os.PathLike[str], overrides: dict[str, str] | None = None
 ) -> Scenario:
-    """Read, override and validate a scenario file.
+    """Read, override and validate a scenario file, or the built-in scenario of that name.
 
     ``overrides`` maps dotted field paths to YAML scalars, e.g.
     ``{"load.concurrency": "4", "transports": "[http]"}``; they are applied to
     the parsed file before validation so they are checked like the file.
     """
-    source = os.fspath(path)
+    source = resolve_scenario(path)
     try:
         with open(source, encoding="utf-8") as fh:
             text = fh.read()

@@ -26,7 +26,7 @@ def _code(*args: str | Path) -> tuple[int, str]:
 
 
 def test_0_ok_validate() -> None:
-    code, out = _code("validate", "scenarios/tiny.yaml")
+    code, out = _code("validate", "tiny")
     assert code == ExitCode.OK, out
 
 
@@ -61,12 +61,12 @@ def test_3_not_comparable_gate(tmp_path: Path) -> None:
     [
         ((), "usage: loopbench"),
         (("--bogus",), "unrecognized arguments: --bogus"),
-        (("run", "--bogus", "scenarios/tiny.yaml"), "unrecognized arguments: --bogus"),
+        (("run", "--bogus", "tiny"), "unrecognized arguments: --bogus"),
         (("run",), "the following arguments are required: scenario"),
         (("validate",), "the following arguments are required: FILE"),
-        (("run", "scenarios/tiny.yaml", "--transports", "nope"), "unknown transport 'nope'"),
-        (("run", "nope.yaml"), "nope.yaml: file not found"),
-        (("validate", "nope.yaml"), "nope.yaml: file not found"),
+        (("run", "tiny", "--transports", "nope"), "unknown transport 'nope'"),
+        (("run", "nope.yaml"), "no scenario file or built-in named 'nope.yaml'"),
+        (("validate", "nope.yaml"), "no scenario file or built-in named 'nope.yaml'"),
         (("gate", "results/nope", "--baseline", "results/baseline"), "results/nope: expected"),
         (("compare", "results/nope", "results/baseline"), "results/nope: no such folder"),
         (("report", "results/nope"), "results/nope: expected"),
@@ -88,9 +88,9 @@ def test_4_usage_or_input_error(argv: tuple[str, ...], message: str) -> None:
 def test_validate_of_a_broken_file_exits_4(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nload: {concurrency: -1}\n")
-    code, out = _code("validate", "scenarios/tiny.yaml", bad)
+    code, out = _code("validate", "tiny", bad)
     assert code == ExitCode.USAGE, out
-    assert "scenarios/tiny.yaml: ok" in out and str(bad) in out
+    assert "tiny: ok" in out and str(bad) in out
 
 
 def test_help_lists_the_table_and_version() -> None:

@@ -16,7 +16,7 @@ from harness.workload.scenario import load_scenario
 from tests.foreign_sse import foreign_sse_server
 from tests.runs import ROOT, TINY, run_cli
 
-CODEX = ROOT / "scenarios" / "reproduce" / "codex-cerebras.yaml"
+CODEX = ROOT / "harness" / "scenarios" / "reproduce" / "codex-cerebras.yaml"
 #: not the base profile's 25 ms: a copied value cannot pass for a fitted one
 CONNECT_MS = 60.0
 SETS = {

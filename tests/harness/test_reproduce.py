@@ -158,7 +158,7 @@ def test_paired_reduction_uses_the_common_rollouts() -> None:
 def test_reproduction_scenarios_share_one_rollout() -> None:
     import yaml
 
-    folder = ROOT / "scenarios" / "reproduce"
+    folder = ROOT / "harness" / "scenarios" / "reproduce"
     docs = {p.stem: yaml.safe_load(p.read_text()) for p in folder.glob("codex-*.yaml")}
     assert set(docs) == {"codex-cerebras", "codex-legacy-api", "codex-gpu-legacy"}
     first = docs["codex-cerebras"]

@@ -12,7 +12,7 @@ from harness.cli.locust import LOCUSTFILE, master_command, worker_command
 from harness.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = str(ROOT / "scenarios" / "tiny.yaml")
+TINY = str(ROOT / "harness" / "scenarios" / "tiny.yaml")
 
 
 def _args(*argv: str) -> argparse.Namespace:

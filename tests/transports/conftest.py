@@ -9,11 +9,11 @@ from pathlib import Path
 from harness.report.results import Run, load_run
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = str(ROOT / "scenarios" / "tiny.yaml")
+TINY = str(ROOT / "harness" / "scenarios" / "tiny.yaml")
 
 
 def loopbench_run(out: Path, run_id: str, *args: str) -> tuple[Run, str]:
-    """``loopbench run scenarios/tiny.yaml <args>``; fails the test on a non-zero exit."""
+    """``loopbench run tiny <args>`` (the built-in tiny.yaml); fails the test on a non-zero exit."""
     cmd = [sys.executable, "-m", "harness", "run", TINY, "--out", str(out), "--run-id", run_id]
     proc = subprocess.run(
         [*cmd, "-q", *args],

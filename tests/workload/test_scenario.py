@@ -7,13 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli.main import main
 from harness.wire.errors import ScenarioError
+from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.distributions import ConstantDist, LognormalDist, UniformDist
-from harness.workload.scenario import load_scenario, scenario_json_schema, validate_scenario
+from harness.workload.scenario import (
+    InvalidScenarioError,
+    load_scenario,
+    scenario_json_schema,
+    validate_scenario,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ROOT / "scenarios"
+SCENARIOS = ROOT / "harness" / "scenarios"
 
 GOOD = """\
 name: ok
@@ -207,7 +214,10 @@ def test_unknown_key_without_close_match_lists_fields(tmp_path: Path) -> None:
 def test_missing_file() -> None:
     with pytest.raises(ScenarioError) as info:
         load_scenario("scenarios/does-not-exist.yaml")
-    assert str(info.value) == "scenarios/does-not-exist.yaml: file not found"
+    assert str(info.value).startswith(
+        "no scenario file or built-in named 'scenarios/does-not-exist.yaml'; built-ins: "
+        "burst-storm, codex-replay,"
+    ), str(info.value)
 
 
 def test_directory_is_not_a_file(tmp_path: Path) -> None:
@@ -328,3 +338,127 @@ def test_every_shipped_scenario_validates() -> None:
     assert files
     for path in files:
         load_scenario(path)
+
+
+FIVE_MISTAKES = """\
+name: My Bench
+transports: [http, sdk-http]
+rollout:
+  tool_calls: {dist: uniform, min: 8, max: 3}
+load:
+  concurency: 2
+  duration_s: -5
+  mode: closed
+"""
+
+
+def test_every_mistake_of_a_file_in_one_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The unknown key hides the rest of `load` from pydantic, so duration_s is found only
+    # by validating again with the unknown key set aside.
+    path = _write(tmp_path, FIVE_MISTAKES)
+    expected = [
+        f"{path}: name: expected lowercase letters, digits and '-', got 'My Bench'",
+        f"{path}: transports[1]: expected one of {', '.join(TRANSPORT_NAMES)}, "
+        "got 'sdk-http' (did you mean 'http'?)",
+        f"{path}: rollout.tool_calls.max: expected a number greater than min (8), got 3",
+        f"{path}: load.concurency: unknown field (did you mean 'concurrency'?)",
+        f"{path}: load.duration_s: expected a positive number, got -5",
+    ]
+    with pytest.raises(InvalidScenarioError) as info:
+        load_scenario(path)
+    assert [str(p) for p in info.value.problems] == expected
+    assert str(info.value) == "\n".join(expected)
+    assert (info.value.field, info.value.path) == ("name", str(path))
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", str(path)])
+    assert exc.value.code == ExitCode.USAGE
+    out = capsys.readouterr()
+    assert out.err.splitlines() == expected
+    assert out.out == ""
+
+
+def test_cross_field_checks_run_behind_field_errors(tmp_path: Path) -> None:
+    body = "name: x\nseed: -1\nrollout: {count: 3}\nload: {warmup_rollouts: 3}\n"
+    with pytest.raises(InvalidScenarioError) as info:
+        load_scenario(_write(tmp_path, body))
+    assert [(p.field, p.detail) for p in info.value.problems] == [
+        ("seed", "expected a non-negative integer, got -1"),
+        ("load.warmup_rollouts", "expected a number less than rollout.count (3), got 3"),
+    ]
+
+
+def test_a_consequence_is_not_a_second_problem(tmp_path: Path) -> None:
+    # A misspelt required key is not reported missing under its right name as well, and
+    # a field set aside is not reported again by the check that then sees its default.
+    body = (
+        "name: x\nrollout:\n  tool_latency_ms: {dist: lognormal, median: 100, p99: 600}\n"
+        "load:\n  mode: open\n  arrival: {process: poisson, rate: -2}\n"
+    )
+    with pytest.raises(InvalidScenarioError) as info:
+        load_scenario(_write(tmp_path, body))
+    assert [p.field for p in info.value.problems] == [
+        "rollout.tool_latency_ms.p99",
+        "load.arrival.rate",
+    ]
+
+
+def test_errors_in_list_items_keep_their_index(tmp_path: Path) -> None:
+    body = (
+        "name: x\nload:\n  mode: open\n  arrival: {rate: 1}\n  duration_s: 10\n"
+        "  bursts: [{at_s: 1, extra: 0}, {at_s: -1, extra: 2}]\n"
+    )
+    with pytest.raises(InvalidScenarioError) as info:
+        load_scenario(_write(tmp_path, body))
+    assert [p.field for p in info.value.problems] == [
+        "load.bursts[0].extra",
+        "load.bursts[1].at_s",
+    ]
+
+
+def test_missing_name_does_not_hide_the_rest(tmp_path: Path) -> None:
+    with pytest.raises(InvalidScenarioError) as info:
+        load_scenario(_write(tmp_path, "rollout: {count: 2}\nload: {warmup_rollouts: 2}\n"))
+    assert [(p.field, p.detail) for p in info.value.problems] == [
+        ("name", "required field missing"),
+        ("load.warmup_rollouts", "expected a number less than rollout.count (2), got 2"),
+    ]
+
+
+def test_run_of_an_unknown_transport_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, "name: x\ntransports: [sdk-http]\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(path), "--out", str(tmp_path / "results")])
+    assert exc.value.code != ExitCode.OK
+    assert capsys.readouterr().err == (
+        f"error: {path}: transports[0]: expected one of {', '.join(TRANSPORT_NAMES)}, "
+        "got 'sdk-http' (did you mean 'http'?)\n"
+    )
+    assert not (tmp_path / "results").exists()
+
+
+def _properties(node: object, where: str = "#") -> list[tuple[str, dict[str, object]]]:
+    """Every ``properties`` entry of a JSON Schema, wherever it is nested."""
+    found: list[tuple[str, dict[str, object]]] = []
+    if isinstance(node, dict):
+        for name, prop in (node.get("properties") or {}).items():
+            found.append((f"{where}.{name}", prop))
+        for key, child in node.items():
+            found += _properties(child, f"{where}/{key}")
+    elif isinstance(node, list):
+        for i, child in enumerate(node):
+            found += _properties(child, f"{where}[{i}]")
+    return found
+
+
+def test_every_schema_field_has_a_description() -> None:
+    # What an editor shows on hover: a field without one shows only its type.
+    props = _properties(scenario_json_schema())
+    assert len(props) >= 60
+    missing = [where for where, prop in props if not str(prop.get("description", "")).strip()]
+    assert missing == []
+    # The walk itself finds a field without a description.
+    assert _properties({"properties": {"x": {"type": "integer"}}}) == [("#.x", {"type": "integer"})]

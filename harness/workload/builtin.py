@@ -1,0 +1,31 @@
+"""The scenarios shipped inside the package, found by name.
+
+They live in ``harness/scenarios/`` as package data, so an installed loopbench has
+them wherever it runs: ``loopbench run quickstart`` needs no checkout.  Names are the
+file stems (``tiny``), and ``reproduce/NAME`` for the reproduction set.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["BUILTIN_DIR", "REPRODUCE_DIR", "builtin_path", "builtin_scenarios"]
+
+BUILTIN_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+REPRODUCE_DIR = BUILTIN_DIR / "reproduce"
+
+
+def builtin_scenarios() -> dict[str, Path]:
+    """Every built-in scenario by name: the top-level ones first, then ``reproduce/*``."""
+    found = {p.stem: p for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
+    found.update({f"reproduce/{p.stem}": p for p in sorted(REPRODUCE_DIR.glob("*.yaml"))})
+    return found
+
+
+def builtin_path(name: str | os.PathLike[str]) -> Path | None:
+    """The built-in scenario ``name`` (``tiny`` or ``tiny.yaml``) names, or None."""
+    key = os.fspath(name)
+    for suffix in (".yaml", ".yml"):
+        key = key.removesuffix(suffix)
+    return builtin_scenarios().get(key)
