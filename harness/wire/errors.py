@@ -63,6 +63,8 @@ class ErrorKind(StrEnum):
     CONNECTION_CLOSED = "connection_closed"  # a WebSocket close code no rule recovers from
     RECOVERY_EXHAUSTED = "recovery_exhausted"  # too many recoveries in one turn
     URL = "url"  # the target is not an http(s) URL
+    NOT_SSE = "not_sse"  # a 200 answer to a streaming request that is not text/event-stream
+    NO_WEBSOCKET = "no_websocket"  # the WebSocket upgrade was answered with a plain HTTP status
 
 
 class TransportError(LoopbenchError):

@@ -297,6 +297,13 @@ class Load(StrictModel):
     order: Literal["sequential", "interleaved"] = "sequential"
     rounds: int = Field(default=1, ge=1)
     max_schedule_lag_ms: float = Field(default=100.0, gt=0.0)
+    max_error_rate: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="Largest share of failed turns (0..1) a transport may have before the run is "
+        "invalid; a transport with no successful turn makes it invalid whatever this is.",
+    )
 
     @_model_validator(mode="after")
     def _open_loop(self) -> Load:
