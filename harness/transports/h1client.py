@@ -24,7 +24,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from harness.client.api_errors import describe_os_error, lost_mid_response
-from harness.client.h1 import ResponseParser, encode_request
+from harness.client.h1 import H1Error, ResponseParser, encode_request
 from harness.wire.errors import ErrorKind, LoopbenchError, StaleConnection, TransportError
 
 #: ``(body bytes, t_ns)``; raising stops the response and fails the request with that error
@@ -82,6 +82,9 @@ class _Conn(asyncio.Protocol):
                     self.sink(body, t_ns)
                 else:
                     self.body.append(body)
+        except H1Error as exc:
+            self._fail(H1Error(f"the answer of {self.peer} is not valid HTTP/1.1: {exc}"))
+            return
         except BaseException as exc:  # the sink's protocol errors included: fail the request
             self._fail(exc)
             return
