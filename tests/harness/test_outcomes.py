@@ -171,3 +171,31 @@ def test_sigint_exits_130_and_lists_what_never_ran(tmp_path: Path) -> None:
         sched["started"] + sched["cancelled"] + sched["dropped"] + sched["not_started"]
     ), sched
     assert summary["not_run"]["rollouts"]["http"] == 40 - sched["started"]
+
+
+def test_sigint_to_a_procs_run_exits_130_with_a_merged_partial_summary(tmp_path: Path) -> None:
+    args = ["run", TINY, "--set", "rollout.count=40", "--set", "load.concurrency=2"]
+    args += ["--transports", "http,ws", "--procs", "2", "--out", tmp_path, "--run-id", "p"]
+    proc = subprocess.Popen(
+        _argv(tuple(args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert proc.stderr is not None
+        # Printed once every client process started; the signal may come before or after
+        # they measure anything: either way the run must end as an interrupted one.
+        for line in proc.stderr:
+            if "client processes" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert out.splitlines()[0].startswith("run interrupted: partial results written"), out
+    summary = json.loads((tmp_path / "p" / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["valid"] is False
+    for t in summary["transports"].values():
+        s = t["schedule"]
+        assert s["intended"] == s["started"] + s["cancelled"] + s["dropped"] + s["not_started"]
