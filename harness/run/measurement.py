@@ -207,16 +207,19 @@ class Measurement:
         return summary
 
     def not_run(self, summary: Mapping[str, Any]) -> dict[str, Any]:
-        """What of the plan never ran: transports with no record, measured rollouts not started."""
+        """What of the plan never ran: transports with no record, and per transport the
+        measured rollouts that never completed (not started, cancelled, or in a later round)."""
         ran = summary.get("transports", {})
-        rollouts = {
-            name: sched.not_started + sched.cancelled
-            for name, sched in self.schedules.items()
-            if name in ran
-        }
+        measured = max(0, self.planned - self.scenario.load.warmup_rollouts)
+        rollouts: dict[str, int] = {}
+        for name in self.transports:
+            sched = self.schedules.get(name) or ScheduleStats()
+            left = max(0, measured - sched.started - sched.dropped)
+            if left:
+                rollouts[name] = left
         return {
             "transports": [name for name in self.transports if name not in ran],
-            "rollouts": {name: n for name, n in rollouts.items() if n},
+            "rollouts": rollouts,
         }
 
     def finish(

@@ -170,7 +170,7 @@ def test_sigint_exits_130_and_lists_what_never_ran(tmp_path: Path) -> None:
     assert sched["intended"] == (
         sched["started"] + sched["cancelled"] + sched["dropped"] + sched["not_started"]
     ), sched
-    assert summary["not_run"]["rollouts"]["http"] == 40 - sched["started"]
+    assert summary["not_run"]["rollouts"] == {"http": 40 - sched["started"], "ws": 40}
 
 
 def test_sigint_to_a_procs_run_exits_130_with_a_merged_partial_summary(tmp_path: Path) -> None:
