@@ -199,3 +199,24 @@ def test_sigint_to_a_procs_run_exits_130_with_a_merged_partial_summary(tmp_path:
     for t in summary["transports"].values():
         s = t["schedule"]
         assert s["intended"] == s["started"] + s["cancelled"] + s["dropped"] + s["not_started"]
+
+
+def test_sigint_to_gate_ab_exits_130_not_invalid(tmp_path: Path) -> None:
+    args = ["gate", TINY, "--ab", "--set", "rollout.count=60", "--set", "load.concurrency=1"]
+    args += ["--transports", "http", "--out", tmp_path, "--run-id", "ab"]
+    proc = subprocess.Popen(
+        _argv(tuple(args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert proc.stderr is not None
+        # The first pass's progress line: measuring is under way.
+        for line in proc.stderr:
+            if line.startswith("round "):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, (proc.returncode, out, err)
