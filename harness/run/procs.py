@@ -25,6 +25,7 @@ import asyncio
 import multiprocessing as mp
 import signal
 import tempfile
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from functools import partial
@@ -94,6 +95,10 @@ def _start_ignoring_signals(proc: Any) -> None:
     A spawned child inherits ignored signals; without this a stop during its imports
     would kill it before it could send what it measured.
     """
+    if threading.current_thread() is not threading.main_thread():
+        # Only the main thread may set handlers; a caller off it handles signals itself.
+        proc.start()
+        return
     previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         proc.start()
