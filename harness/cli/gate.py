@@ -216,6 +216,9 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
         f"candidate {result.candidate.run_dir}",
         file=sys.stderr,
     )
+    if result.candidate.summary.get("interrupted"):
+        # Nothing to judge: the partial runs are on disk; main() exits 130 for this.
+        raise KeyboardInterrupt
     return result.candidate.run_dir, result.baseline.run_dir
 
 

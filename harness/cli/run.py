@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
     EXIT_OK,
     HelpFormatter,
     api_key,
@@ -20,11 +22,11 @@ from harness.cli.common import (
 )
 from harness.cli.run_args import check_run_args
 from harness.cli.summary_table import print_summary
+from harness.report.error_summary import error_lines
 from harness.run.probe import probe_for_run
 from harness.run.procs import run_procs
 from harness.run.progress import make_progress
 from harness.run.runner import RunOptions, run_scenario
-from harness.wire.errors import LoopbenchError
 from harness.workload.scenario import load_scenario
 
 
@@ -106,10 +108,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_run_args(args)
     scenario = load_scenario(args.scenario, scenario_overrides(args.set))
     transports = parse_transports(args.transports)
-    if not args.request_timeout_s > 0:
-        raise LoopbenchError(
-            f"--request-timeout-s: expected a positive number of seconds, got {args.request_timeout_s}"
-        )
     opts = RunOptions(
         transports=transports,
         target=args.target,
@@ -142,8 +140,44 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     else:
         result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
+    code, line = run_outcome(result.summary)
+    print(line)
     print_summary(result.summary, result.run_dir)
-    return EXIT_OK
+    for err in error_lines(result.summary):
+        print(err)
+    return code
+
+
+def not_run_text(summary: dict[str, Any]) -> str:
+    """``never ran: transport ws; rollouts http 3`` (empty when everything ran)."""
+    not_run = summary.get("not_run") or {}
+    parts = []
+    if not_run.get("transports"):
+        parts.append("transports " + ", ".join(not_run["transports"]))
+    if not_run.get("rollouts"):
+        parts.append(
+            "rollouts " + ", ".join(f"{name} {n}" for name, n in not_run["rollouts"].items())
+        )
+    return "never ran: " + "; ".join(parts) if parts else ""
+
+
+def run_outcome(summary: dict[str, Any]) -> tuple[int, str]:
+    """The exit code of a finished run and the console's first line, which says why.
+
+    Interrupted beats invalid (an interrupted run is invalid too, and 130 is what a shell
+    expects after Ctrl-C); an invalid run exits 3 so that a CI job re-measures.
+    """
+    reasons = summary.get("invalid_reasons") or []
+    if summary.get("interrupted"):
+        rest = not_run_text(summary)
+        return EXIT_INTERRUPTED, "run interrupted: partial results written" + (
+            f"; {rest}" if rest else ""
+        )
+    if not summary.get("valid", True):
+        more = f" (+{len(reasons) - 1} more reasons below)" if len(reasons) > 1 else ""
+        first = reasons[0] if reasons else "no reason recorded"
+        return EXIT_INVALID, f"run INVALID: {first}{more}"
+    return EXIT_OK, "run valid"
 
 
 def _sigterm_as_sigint() -> None:

@@ -8,20 +8,36 @@ not to a response) both become :class:`~harness.wire.errors.APIError`.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
-from harness.wire.errors import APIError, LoopbenchError, TransportError
+from harness.wire.errors import APIError, ErrorKind, LoopbenchError, TransportError
 from harness.wire.events import loads
 
 
 def api_error_from_body(status: int, body: bytes) -> APIError:
-    """The error of an HTTP response with ``status`` >= 400 (a non-JSON body is quoted)."""
+    """The error of an HTTP response with ``status`` >= 400.
+
+    An OpenAI-style body gives code and message; any other body is quoted (its start).
+    """
     try:
-        err = loads(body).get("error") or {}
-        return APIError(
-            status, err.get("code") or err.get("type"), str(err.get("message", ""))[:500]
-        )
+        doc = loads(body)
     except LoopbenchError:
-        return APIError(status, None, body[:200].decode("utf-8", "replace"))
+        doc = None
+    err = doc.get("error") if isinstance(doc, dict) else None
+    err = err if isinstance(err, dict) else {}
+    code = err.get("code") or err.get("type")
+    if err.get("message"):
+        return APIError(status, code, str(err["message"]))
+    return APIError(status, code, f"HTTP {status} with the body {body_start(body)}")
+
+
+def body_start(body: bytes, limit: int = 200) -> str:
+    """The start of a body for an error message, saying how much was left out."""
+    text = body[:limit].decode("utf-8", "replace").strip()
+    if not text:
+        return "(empty)"
+    more = len(body) - limit
+    return f"{text} …({more} more bytes)" if more > 0 else text
 
 
 def api_error_from_event(event: dict[str, Any]) -> APIError:
@@ -39,3 +55,65 @@ def error_kind(exc: LoopbenchError) -> str:
     if isinstance(exc, APIError) and exc.code:
         return exc.code
     return str(exc.kind) if isinstance(exc, TransportError) else type(exc).__name__
+
+
+def describe_os_error(exc: BaseException, peer: str) -> str:
+    """A socket failure talking to ``peer`` (``host:port``) as a sentence a user can act on.
+
+    Both client edges (asyncio and gevent) word their connection errors with this, so a
+    failed turn's ``error`` column never holds an exception's repr.
+    """
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused by {peer} (nothing listening?)"
+    if isinstance(exc, ConnectionResetError):
+        return f"connection reset by {peer}"
+    if isinstance(exc, ConnectionAbortedError | BrokenPipeError):
+        return f"connection to {peer} closed while sending"
+    if isinstance(exc, TimeoutError):
+        return f"connecting to {peer} timed out"
+    # socket.gaierror, named without importing socket into this pure module
+    if type(exc).__name__ == "gaierror":
+        return f"cannot resolve the host of {peer}: {getattr(exc, 'strerror', None) or exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{peer}: {exc.strerror} (errno {exc.errno})"
+    text = str(exc)
+    return f"{peer}: {text}" if text else f"{peer}: {type(exc).__name__}"
+
+
+def lost_mid_response(exc: BaseException | None, peer: str) -> str:
+    """The connection ended after some bytes of the response arrived."""
+    why = f": {describe_os_error(exc, peer)}" if exc is not None else ""
+    return f"connection to {peer} lost in the middle of the response{why}"
+
+
+def no_websocket_mode(url: str, status: int) -> str:
+    """The upgrade of a WebSocket connection was answered with a plain HTTP status."""
+    return f"no WebSocket mode at {url}: the upgrade was answered with HTTP {status}"
+
+
+def not_sse(content_type: str, body: bytes) -> str:
+    """A 200 answer to a streaming request that is not a server-sent-event stream."""
+    shown = content_type or "no content type"
+    return f"expected an SSE stream (text/event-stream), got {shown}: {body_start(body)}"
+
+
+def ws_open_failure(exc: BaseException, url: str) -> TransportError:
+    """Why a WebSocket to ``url`` could not be opened, as the turn's error.
+
+    Duck-typed (a handshake refused with an HTTP status carries ``response.status_code``
+    in the ``websockets`` library both edges use), so this module imports no I/O library.
+    """
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(status, int):
+        return TransportError(ErrorKind.NO_WEBSOCKET, no_websocket_mode(url, status))
+    peer = urlsplit(url).netloc or url
+    if isinstance(exc, TimeoutError):
+        return TransportError(ErrorKind.TIMEOUT, f"WebSocket {url}: opening handshake timed out")
+    if isinstance(exc, OSError):
+        return TransportError(
+            ErrorKind.CONNECTION, f"WebSocket {url}: {describe_os_error(exc, peer)}"
+        )
+    text = str(exc) or type(exc).__name__
+    return TransportError(
+        ErrorKind.CONNECTION, f"WebSocket {url}: the opening handshake failed: {text}"
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from harness.client.api_errors import api_error_from_body
+from harness.client.api_errors import api_error_from_body, not_sse
 from harness.client.bodies import http_body, ws_append, ws_create
 from harness.client.receive import SseFeed
 from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
@@ -31,6 +31,8 @@ class HttpResponse(Protocol):
 
     @property
     def status(self) -> int: ...
+    @property
+    def headers(self) -> dict[str, str]: ...
     @property
     def body(self) -> bytes: ...
     @property
@@ -78,6 +80,9 @@ class Conversation:
         rec.connected_ns = resp.connected_ns
         if resp.status >= 400:
             raise api_error_from_body(resp.status, resp.body)
+        content_type = resp.headers.get("content-type", "")
+        if not content_type.startswith("text/event-stream"):
+            raise TransportError(ErrorKind.NOT_SSE, not_sse(content_type, resp.body))
         stream = feed.stream
         if not stream.done:
             raise TransportError(

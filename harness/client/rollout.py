@@ -187,7 +187,8 @@ class RolloutSteps:
         roll = self.record
         rec.status = "error"
         rec.error_kind = error_kind(exc)
-        rec.error_message = str(exc)[:300]
+        # Whole: the message is the user's only lead on the cause (bodies are cut where quoted).
+        rec.error_message = str(exc)
         rec.done_ns = self._clock()
         roll.turns += 1
         roll.errors += 1

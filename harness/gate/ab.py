@@ -178,7 +178,7 @@ async def run_ab_plans(
                         )
     except (asyncio.CancelledError, KeyboardInterrupt):
         for run in sides.values():
-            run.stop_early("A/B run interrupted before every round finished")
+            run.stop_early("A/B run interrupted before every round finished", interrupted=True)
     finally:
         # One process measured both sides: both are judged on its health.
         health = await watch.stop()

@@ -15,6 +15,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.client.api_errors import lost_mid_response
 from harness.client.h1 import ResponseParser, encode_request
 from harness.locust_driver.net import Endpoint, now_ns, open_socket
 from harness.wire.errors import ErrorKind, LoopbenchError, StaleConnection, TransportError
@@ -28,6 +29,7 @@ BodySink = Callable[[bytes, int], None]
 @dataclass(frozen=True, slots=True)
 class Response:
     status: int
+    headers: dict[str, str]
     body: bytes  # error responses only: a streamed body went to the sink
     new_connection: bool
     connected_ns: int  # when the new connection was established (0: reused)
@@ -97,14 +99,17 @@ class HttpConnection:
                         # The peer hung up mid-response: a connection failure, not a
                         # malformed response.
                         raise TransportError(
-                            ErrorKind.CONNECTION, f"peer closed the connection: {exc}"
+                            ErrorKind.CONNECTION, f"{where}: the peer closed the connection: {exc}"
                         ) from exc
                     break
                 received = True
                 body = parser.feed(data)
                 if body:
-                    # Error responses are collected whole for the error message, never streamed.
-                    if parser.status < 400:
+                    # Error responses, and answers that are not an SSE stream, are collected
+                    # whole for the error message, never streamed.
+                    if parser.status < 400 and parser.headers.get("content-type", "").startswith(
+                        "text/event-stream"
+                    ):
                         sink(body, t_ns)
                     else:
                         error_body.append(body)
@@ -116,7 +121,7 @@ class HttpConnection:
             if not received:
                 raise StaleConnection(where) from exc
             raise TransportError(
-                ErrorKind.CONNECTION, f"{where}: connection lost mid-response: {exc!r}"
+                ErrorKind.CONNECTION, f"{where}: {lost_mid_response(exc, self.ep.host_header)}"
             ) from exc
         except BaseException:
             # The sink's protocol errors included: this connection's exchange is broken.
@@ -124,7 +129,9 @@ class HttpConnection:
             raise
         if not (self.keepalive and parser.keep_alive):
             self.close()
-        return Response(parser.status, b"".join(error_body), bool(connected_ns), connected_ns)
+        return Response(
+            parser.status, parser.headers, b"".join(error_body), bool(connected_ns), connected_ns
+        )
 
     def close(self) -> None:
         sock, self._sock = self._sock, None

@@ -218,6 +218,11 @@ def _watch_stop_file(runner: Runner, master: MasterSide, path: Path) -> None:
         master.interrupt()
         _end_run(runner, master)
     runner.quit()
+    # With the web UI, Locust's main greenlet is the web server, not the runner: quitting
+    # the runner alone leaves an idle master serving until `loopbench locust` kills it.
+    web_ui = runner.environment.web_ui
+    if web_ui is not None:
+        web_ui.stop()
 
 
 @events.test_start.add_listener

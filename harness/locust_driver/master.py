@@ -281,7 +281,13 @@ class MasterSide:
         report = run.workers.setdefault(node, WorkerReport())
         measurement = run.measurement
         for row in data.get("turns", ()):
-            measurement.writer.add_turn(turn_from_row(row))
+            rec = turn_from_row(row)
+            measurement.writer.add_turn(rec)
+            if not rec.ok:
+                # The statistics arrive merged; the example message of each kind comes from here.
+                measurement.note_error(
+                    rec.transport, rec.error_kind or rec.status, rec.error_message
+                )
         for row in data.get("rollouts", ()):
             measurement.add_rollout_row(rollout_from_row(row))
         report.rows_turns += len(data.get("turns", ()))

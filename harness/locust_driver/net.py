@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from harness.client.api_errors import describe_os_error
 from harness.wire.errors import ErrorKind, TransportError
 
 _SHIFT_NS = time.time_ns() - time.perf_counter_ns()
@@ -78,8 +79,12 @@ def open_socket(
         if ep.tls:
             sock = tls_context(verify_tls).wrap_socket(sock, server_hostname=ep.host)
     except TimeoutError as exc:
-        raise TransportError(ErrorKind.TIMEOUT, f"connect {ep.host}:{ep.port}: {exc!r}") from exc
+        raise TransportError(
+            ErrorKind.TIMEOUT, f"connecting to {ep.host}:{ep.port} timed out"
+        ) from exc
     except OSError as exc:
-        raise TransportError(ErrorKind.CONNECTION, f"connect {ep.host}:{ep.port}: {exc!r}") from exc
+        raise TransportError(
+            ErrorKind.CONNECTION, describe_os_error(exc, f"{ep.host}:{ep.port}")
+        ) from exc
     sock.settimeout(read_timeout_s)
     return sock

@@ -11,7 +11,9 @@ while each rollout opens its own WebSocket, as in ``loopbench run``.
 from __future__ import annotations
 
 from typing import Protocol
+from urllib.parse import urlsplit
 
+from harness.client.api_errors import lost_mid_response
 from harness.client.bodies import http_headers, ws_headers
 from harness.client.conversation import Conversation
 from harness.client.options import TransportOptions
@@ -134,8 +136,9 @@ class WsSession:
                 ) from exc
             except OSError as exc:
                 self._drop()
+                peer = urlsplit(conn.url).netloc
                 raise TransportError(
-                    ErrorKind.CONNECTION, f"WebSocket {conn.url}: {exc!r}"
+                    ErrorKind.CONNECTION, f"WebSocket {conn.url}: {lost_mid_response(exc, peer)}"
                 ) from exc
             return turn.finish()
 

@@ -18,8 +18,9 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
+from harness.client.api_errors import ws_open_failure
 from harness.locust_driver.net import Endpoint, now_ns, open_socket
-from harness.wire.errors import ErrorKind, TransportError, WsClosed
+from harness.wire.errors import WsClosed
 
 RECV_BYTES = 65536
 
@@ -57,7 +58,7 @@ class WsConnection:
             self._sock.settimeout(read_timeout_s)
         except (OSError, WsClosed) as exc:
             self._sock.close()
-            raise TransportError(ErrorKind.CONNECTION, f"WebSocket {self.url}: {exc!r}") from exc
+            raise ws_open_failure(exc, self.url) from exc
         #: when the handshake completed
         self.connected_ns = now_ns()
 
@@ -65,9 +66,7 @@ class WsConnection:
         if self._proto.handshake_exc is not None:
             exc = self._proto.handshake_exc
             self._sock.close()
-            raise TransportError(
-                ErrorKind.CONNECTION, f"WebSocket {self.url}: handshake failed: {exc!r}"
-            )
+            raise ws_open_failure(exc, self.url)
         return self._proto.state is State.OPEN
 
     def _flush(self) -> None:

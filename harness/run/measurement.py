@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.metrics.summary import Accumulator
+from harness.report.error_summary import error_block
 from harness.report.results import ResultsWriter
 from harness.run.health import ClientHealth, client_summary
 from harness.run.schedule_stats import ScheduleStats
@@ -102,6 +103,11 @@ class Measurement:
         self.clients: list[ClientHealth] = []
         self.reasons: list[str] = []
         self.partial = False
+        # Ctrl-C / SIGTERM ended the run (``loopbench run`` exits 130); partial covers more.
+        self.interrupted = False
+        # {transport: {error kind: the first message of that kind}}: the example per kind that
+        # the console and the summary's ``errors`` block print next to the count.
+        self.error_examples: dict[str, dict[str, str]] = {}
         self.summary: dict[str, Any] | None = None
 
     @property
@@ -113,6 +119,15 @@ class Measurement:
     def add_turn(self, rec: TurnRecord) -> None:
         self.writer.add_turn(rec)
         self.acc.add_turn(rec)
+        if not rec.ok:
+            self.note_error(rec.transport, rec.error_kind or rec.status, rec.error_message)
+
+    def note_error(self, transport: str, kind: str, message: str) -> None:
+        """Keep the first message of each error kind as that kind's example."""
+        seen = self.error_examples.setdefault(transport, {})
+        if kind not in seen and message:
+            # The row's message starts with its kind, which the summary shows next to it.
+            seen[kind] = message.removeprefix(f"{kind}: ")
 
     def add_rollout(self, rec: RolloutRecord) -> None:
         self.writer.add_rollout(rec)
@@ -127,9 +142,13 @@ class Measurement:
 
     # -- run state ------------------------------------------------------------------------------
 
-    def stop_early(self, reason: str) -> None:
-        """The run ends before its plan did: partial, and invalid for ``reason``."""
+    def stop_early(self, reason: str, *, interrupted: bool = False) -> None:
+        """The run ends before its plan did: partial, and invalid for ``reason``.
+
+        ``interrupted``: by the user (Ctrl-C, SIGTERM), which the summary says apart.
+        """
         self.partial = True
+        self.interrupted = self.interrupted or interrupted
         self.reasons.append(reason)
 
     def to_state(self) -> dict[str, Any]:
@@ -139,7 +158,9 @@ class Measurement:
             "schedules": {name: s.to_state() for name, s in self.schedules.items()},
             "clients": [c.to_state() for c in self.clients],
             "partial": self.partial,
+            "interrupted": self.interrupted,
             "reasons": list(self.reasons),
+            "error_examples": self.error_examples,
         }
 
     def merge_state(self, state: Mapping[str, Any], name: str) -> None:
@@ -149,6 +170,10 @@ class Measurement:
             self.schedules.setdefault(transport, ScheduleStats()).merge(ScheduleStats.from_state(s))
         self.clients += [ClientHealth.from_state(c, name=name) for c in state["clients"]]
         self.partial = self.partial or bool(state["partial"])
+        self.interrupted = self.interrupted or bool(state.get("interrupted"))
+        for transport, kinds in (state.get("error_examples") or {}).items():
+            for kind, message in kinds.items():
+                self.note_error(transport, kind, message)
         self.reasons += [f"{name}: {r}" for r in state["reasons"]]
 
     # -- the end --------------------------------------------------------------------------------
@@ -162,12 +187,16 @@ class Measurement:
             sched = self.schedules.get(name)
             if sched is not None:
                 t["schedule"] = sched.as_dict()
-        reasons = self.reasons + validity_reasons(
-            summary, self.schedules, self.scenario.load, self.clients
+        errors = error_block(summary.get("transports", {}), self.error_examples)
+        reasons = validity_reasons(
+            summary, self.schedules, self.scenario.load, self.clients, errors, self.reasons
         )
         summary["invalid_reasons"] = reasons
         summary["valid"] = not reasons
         summary["partial"] = self.partial
+        summary["interrupted"] = self.interrupted
+        summary["errors"] = errors
+        summary["not_run"] = self.not_run(summary)
         summary["client_cpu_share"], summary["client"] = client_summary(
             self.clients, self.several_processes
         )
@@ -176,6 +205,22 @@ class Measurement:
         summary["seed"] = self.scenario.seed
         summary.update(extra or {})
         return summary
+
+    def not_run(self, summary: Mapping[str, Any]) -> dict[str, Any]:
+        """What of the plan never ran: transports with no record, and per transport the
+        measured rollouts that never completed (not started, cancelled, or in a later round)."""
+        ran = summary.get("transports", {})
+        measured = max(0, self.planned - self.scenario.load.warmup_rollouts)
+        rollouts: dict[str, int] = {}
+        for name in self.transports:
+            sched = self.schedules.get(name) or ScheduleStats()
+            left = max(0, measured - sched.started - sched.dropped)
+            if left:
+                rollouts[name] = left
+        return {
+            "transports": [name for name in self.transports if name not in ran],
+            "rollouts": rollouts,
+        }
 
     def finish(
         self, extra: Mapping[str, Any] | None = None, *, start_time_s: float | None = None

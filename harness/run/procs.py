@@ -21,8 +21,11 @@ is at most one inter-arrival gap after the global first one.
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from functools import partial
@@ -43,6 +46,8 @@ from harness.workload.scenario import Scenario
 
 #: how long children may take to import and reach the start barrier
 START_TIMEOUT_S = 120.0
+#: in a child: the SIGTERMs that came before its event loop could take them
+_STOP: list[int] = []
 
 
 def partition(plans: Sequence[RolloutPlan], procs: int) -> list[list[RolloutPlan]]:
@@ -60,9 +65,15 @@ def split_concurrency(concurrency: int, procs: int) -> list[int]:
 def _child(
     index: int, job: Callable[[], Coroutine[Any, Any, RunResult]], barrier: Any, conn: Connection
 ) -> None:
+    # The parent decides when the run stops: a Ctrl-C in the terminal reaches every process
+    # of the group, a SIGTERM only the parent, which then sends each child SIGTERM.  So the
+    # children ignore SIGINT and end their run gracefully (rows flushed, partial) on SIGTERM.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A SIGTERM before the run's loop is up (at the barrier) is kept for _stoppable.
+    signal.signal(signal.SIGTERM, lambda signum, frame: _STOP.append(signum))
     try:
         barrier.wait(START_TIMEOUT_S)
-        result = run_async(job())
+        result = run_async(_stoppable(job))
         assert result.measurement is not None
         conn.send(
             {
@@ -76,6 +87,34 @@ def _child(
         raise
     finally:
         conn.close()
+
+
+def _start_ignoring_signals(proc: Any) -> None:
+    """Start ``proc`` with SIGINT and SIGTERM ignored until :func:`_child` takes them.
+
+    A spawned child inherits ignored signals; without this a stop during its imports
+    would kill it before it could send what it measured.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        # Only the main thread may set handlers; a caller off it handles signals itself.
+        proc.start()
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        proc.start()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+async def _stoppable(job: Callable[[], Coroutine[Any, Any, RunResult]]) -> RunResult:
+    """``job`` in this task, cancelled by SIGTERM (the runner keeps what it measured)."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    if _STOP:
+        task.cancel()
+    return await job()
 
 
 def _copy_rows(writer: Any, run_dir: Path) -> None:
@@ -176,19 +215,30 @@ def _run(
             ),
             name=f"loopbench-client-{i}",
         )
-        proc.start()
+        _start_ignoring_signals(proc)
         child_end.close()
         children.append((proc, parent_end))
     say(f"running {len(plans)} rollouts in {len(children)} client processes")
     results: list[dict[str, Any]] = []
     errors: list[str] = []
+    interrupted = False
     try:
         for proc, end in children:
-            try:
-                msg = end.recv()
-            except EOFError:
-                errors.append(f"client process {proc.name} exited with code {proc.exitcode}")
-                continue
+            while True:
+                try:
+                    msg = end.recv()
+                    break
+                except KeyboardInterrupt:
+                    # Ctrl-C or SIGTERM: stop every child; each still sends what it measured.
+                    if not interrupted:
+                        say("stopping: waiting for the client processes' measurements…")
+                    interrupted = True
+                    for p, _ in children:
+                        if p.is_alive() and p.pid is not None:
+                            p.terminate()
+                except EOFError:
+                    msg = {"index": proc.name, "error": f"exited with code {proc.exitcode}"}
+                    break
             if "error" in msg:
                 errors.append(f"client process {msg['index']}: {msg['error']}")
             else:
@@ -210,6 +260,8 @@ def _run(
         for r in sorted(results, key=lambda r: r["index"]):
             run.merge_state(r["state"], f"client process {r['index']}")
             _copy_rows(run.writer, Path(r["run_dir"]))
+        if interrupted and not run.interrupted:
+            run.stop_early("run interrupted before every rollout finished", interrupted=True)
     except BaseException:
         run.close()
         raise

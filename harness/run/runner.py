@@ -214,7 +214,7 @@ async def run_plans(
                         live.snapshot(name, round_index, len(rounds), started, finished=True)
                     )
     except (asyncio.CancelledError, KeyboardInterrupt):
-        run.stop_early("run interrupted before every rollout finished")
+        run.stop_early("run interrupted before every rollout finished", interrupted=True)
     finally:
         run.clients.append(await watch.stop())
         for client in clients.values():

@@ -19,7 +19,10 @@ class ScheduleStats:
     ``late``: begun more than ``load.max_schedule_lag_ms`` after their intended
     time; ``dropped``: never begun because ``load.max_in_flight`` rollouts were
     in flight; ``not_started``: left over when a closed loop reached
-    ``duration_s`` or the run was interrupted.
+    ``duration_s`` or the run was interrupted.  In the summary, ``cancelled``
+    are the rollouts begun but cut off by an interruption (their turns so far are
+    kept, the rollout is not recorded), so that ``intended = started + cancelled +
+    dropped + not_started`` always holds.
     """
 
     intended: int = 0
@@ -42,6 +45,11 @@ class ScheduleStats:
             return True
         return False
 
+    @property
+    def cancelled(self) -> int:
+        """Begun but never finished: in flight when the run was interrupted."""
+        return max(0, self.intended - self.started - self.dropped - self.not_started)
+
     def merge(self, other: ScheduleStats) -> None:
         for name in _FIELDS:
             if name == "lag_max_ns":
@@ -63,6 +71,7 @@ class ScheduleStats:
             "started": started,
             "late": self.late,
             "dropped": self.dropped,
+            "cancelled": self.cancelled,
             "not_started": self.not_started,
             "lag_mean_ms": round(self.lag_sum_ns / started / 1e6, 3) if started else None,
             "lag_max_ms": round(self.lag_max_ns / 1e6, 3) if started else None,

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
-from harness.client.h1 import ResponseParser, encode_request
+from harness.client.api_errors import describe_os_error, lost_mid_response
+from harness.client.h1 import H1Error, ResponseParser, encode_request
 from harness.wire.errors import ErrorKind, LoopbenchError, StaleConnection, TransportError
 
 #: ``(body bytes, t_ns)``; raising stops the response and fails the request with that error
@@ -42,8 +43,12 @@ class Response:
 
 
 class _Conn(asyncio.Protocol):
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, peer: str, stream_types: tuple[str, ...] = ()
+    ) -> None:
         self.loop = loop
+        self.peer = peer
+        self.stream_types = stream_types
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.parser = ResponseParser()
@@ -67,11 +72,23 @@ class _Conn(asyncio.Protocol):
         try:
             body = self.parser.feed(data)
             if body:
-                # Error responses are collected whole for the error message, never streamed.
-                if self.sink is not None and self.parser.status < 400:
+                # Error responses, and answers of another content type than the sink expects,
+                # are collected whole for the error message, never streamed.
+                p = self.parser
+                if (
+                    self.sink is not None
+                    and p.status < 400
+                    and (
+                        not self.stream_types
+                        or p.headers.get("content-type", "").startswith(self.stream_types)
+                    )
+                ):
                     self.sink(body, t_ns)
                 else:
                     self.body.append(body)
+        except H1Error as exc:
+            self._fail(H1Error(f"the answer of {self.peer} is not valid HTTP/1.1: {exc}"))
+            return
         except BaseException as exc:  # the sink's protocol errors included: fail the request
             self._fail(exc)
             return
@@ -87,7 +104,9 @@ class _Conn(asyncio.Protocol):
             self._fail(
                 StaleConnection("pooled connection")
                 if not self.received
-                else TransportError(ErrorKind.CONNECTION, f"peer closed the connection: {exc}")
+                else TransportError(
+                    ErrorKind.CONNECTION, f"{self.peer} closed the connection mid-response: {exc}"
+                )
             )
         else:
             if self.done is not None and not self.done.done():
@@ -102,9 +121,7 @@ class _Conn(asyncio.Protocol):
             if not self.received:
                 self._fail(StaleConnection("pooled connection"))
             else:
-                self._fail(
-                    TransportError(ErrorKind.CONNECTION, f"connection lost mid-response: {exc!r}")
-                )
+                self._fail(TransportError(ErrorKind.CONNECTION, lost_mid_response(exc, self.peer)))
 
     def _fail(self, exc: BaseException) -> None:
         if self.done is not None and not self.done.done():
@@ -146,7 +163,10 @@ class H1Pool:
         verify_tls: bool,
         connect_timeout_s: float,
         read_timeout_s: float,
+        stream_types: tuple[str, ...] = (),
     ) -> None:
+        """``stream_types``: content types whose body goes to a request's sink as it arrives
+        (any, if empty); a body of another type is collected whole, for the error message."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise LoopbenchError(
@@ -165,6 +185,7 @@ class H1Pool:
                 self.ssl.check_hostname = False
                 self.ssl.verify_mode = ssl.CERT_NONE
         self.keepalive = keepalive
+        self.stream_types = stream_types
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self._slots = asyncio.Semaphore(max_connections)
@@ -176,7 +197,7 @@ class H1Pool:
         try:
             transport, proto = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: _Conn(loop),
+                    lambda: _Conn(loop, self.authority, self.stream_types),
                     self.host,
                     self.port,
                     ssl=self.ssl,
@@ -186,11 +207,12 @@ class H1Pool:
             )
         except TimeoutError as exc:
             raise TransportError(
-                ErrorKind.TIMEOUT, f"connect to {self.authority}: timed out"
+                ErrorKind.TIMEOUT,
+                f"connecting to {self.authority} timed out after {self.connect_timeout_s:g} s",
             ) from exc
         except OSError as exc:
             raise TransportError(
-                ErrorKind.CONNECTION, f"connect to {self.authority}: {exc!r}"
+                ErrorKind.CONNECTION, describe_os_error(exc, self.authority)
             ) from exc
         # uvloop calls connection_made() soon, not before create_connection returns.
         proto.transport = cast(asyncio.Transport, transport)

@@ -37,6 +37,8 @@ class HttpTransport:
             verify_tls=options.verify_tls,
             connect_timeout_s=options.connect_timeout_s,
             read_timeout_s=options.request_timeout_s,
+            # Anything else (a JSON answer, an HTML page) is kept whole and named in the error.
+            stream_types=("text/event-stream",),
         )
 
     async def session(self) -> HttpSession:

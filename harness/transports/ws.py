@@ -17,6 +17,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.frames import Close
 
+from harness.client.api_errors import ws_open_failure
 from harness.client.bodies import ws_headers
 from harness.client.conversation import Conversation
 from harness.client.options import TransportOptions
@@ -52,7 +53,7 @@ async def open_ws(options: TransportOptions, url: str) -> ClientConnection:
             ssl=tls_context(options.verify_tls) if url.startswith("wss://") else None,
         )
     except (OSError, websockets.exceptions.WebSocketException, TimeoutError) as exc:
-        raise TransportError(ErrorKind.CONNECTION, f"WebSocket {url}: {exc!r}") from exc
+        raise ws_open_failure(exc, url) from exc
 
 
 async def read_response(

@@ -63,6 +63,8 @@ class ErrorKind(StrEnum):
     CONNECTION_CLOSED = "connection_closed"  # a WebSocket close code no rule recovers from
     RECOVERY_EXHAUSTED = "recovery_exhausted"  # too many recoveries in one turn
     URL = "url"  # the target is not an http(s) URL
+    NOT_SSE = "not_sse"  # a 200 answer to a streaming request that is not text/event-stream
+    NO_WEBSOCKET = "no_websocket"  # the WebSocket upgrade was answered with a plain HTTP status
 
 
 class TransportError(LoopbenchError):
@@ -98,7 +100,23 @@ class WsClosed(TransportError):
 
     def __init__(self, code: int) -> None:
         self.code = code
-        super().__init__(ErrorKind.CONNECTION_CLOSED, f"WebSocket closed with code {code}")
+        meaning = _CLOSE_MEANINGS.get(code)
+        shown = f"{code} ({meaning})" if meaning else str(code)
+        super().__init__(ErrorKind.CONNECTION_CLOSED, f"WebSocket closed with code {shown}")
+
+
+#: what the close codes a benchmark meets mean (RFC 6455 section 7.4.1), for the error message
+_CLOSE_MEANINGS = {
+    1000: "normal closure",
+    1001: "going away: the server is shutting down",
+    1002: "protocol error",
+    1006: "no close frame: the peer or the network dropped the connection",
+    1008: "policy violation",
+    1009: "message too big",
+    1011: "internal server error",
+    1012: "service restart",
+    1013: "try again later",
+}
 
 
 class APIError(TransportError):

@@ -413,6 +413,13 @@ class Load(StrictModel):
         gt=0.0,
         description="The run is invalid when starts lag the schedule, or the client's event loop wakes late, by more than this at p99 (ms).",
     )
+    max_error_rate: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="Largest share of failed turns (0..1) a transport may have before the run is "
+        "invalid; a transport with no successful turn makes it invalid whatever this is.",
+    )
 
     @_model_validator(mode="after")
     def _open_loop(self) -> Load:

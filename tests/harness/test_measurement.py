@@ -9,8 +9,8 @@ from harness.run.health import ClientHealth
 from harness.run.measurement import Measurement, pool_size
 from harness.run.runner import RunOptions, transport_options
 from harness.run.schedule_stats import ScheduleStats
-from harness.run.validity import client_reasons
-from harness.workload.records import RolloutRecord
+from harness.run.validity import MIN_JUDGED_TURNS, client_reasons
+from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.scenario import Scenario, validate_scenario
 
 DOC = {
@@ -31,6 +31,20 @@ def _lag(ms: float, n: int = 100) -> Histogram:
     for _ in range(n):
         h.record_ns(round(ms * 1e6))
     return h
+
+
+def _ok_turn(rollout: int, index: int) -> TurnRecord:
+    return TurnRecord(
+        transport="http",
+        rollout_id=rollout,
+        turn_index=index,
+        status="completed",
+        sent_ns=1_000,
+        first_token_ns=2_000,
+        last_token_ns=3_000,
+        done_ns=4_000,
+        output_tokens=5,
+    )
 
 
 def test_the_pool_never_makes_requests_queue_for_a_connection() -> None:
@@ -54,6 +68,8 @@ def test_schedules_merge_and_travel_between_processes() -> None:
         "started": 3,
         "late": 1,
         "dropped": 0,
+        # intended = started + cancelled + dropped + not_started: one begun, never recorded
+        "cancelled": 1,
         "not_started": 0,
         "lag_mean_ms": round(5 / 3, 3),
         "lag_max_ms": 5.0,
@@ -78,6 +94,9 @@ def test_a_merged_run_keeps_each_process_and_judges_it(tmp_path: Path) -> None:
     for i, lag_ms in enumerate((0.5, 2.0)):
         child = Measurement(scenario, tmp_path / f"p{i}", {"run_id": f"p{i}"}, ["http"], planned=2)
         child.clients.append(ClientHealth(cpu_share=0.2, wall_s=2.0, loop_lag=_lag(lag_ms)))
+        # Enough completed turns for the client's health to be judged at all.
+        for turn in range(MIN_JUDGED_TURNS):
+            child.add_turn(_ok_turn(i, turn))
         child.schedules["http"].intended = 2
         if i == 1:
             child.stop_early("run interrupted before every rollout finished")

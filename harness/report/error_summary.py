@@ -1,0 +1,66 @@
+"""What went wrong in a run, per transport: each error kind once, with its count and one example.
+
+Pure: the counts come from the summary's ``errors_by_kind``, the examples from the
+run's first failed turn of each kind.  The summary's ``errors`` block and the
+console's error lines are both built here, so they always say the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: error kinds named in a validity reason (the rest are in the summary's ``errors`` block)
+TOP_KINDS = 3
+
+
+def error_block(
+    transports: Mapping[str, Mapping[str, Any]], examples: Mapping[str, Mapping[str, str]]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{transport: {kind: {"count": n, "example": message}}}``, most frequent kind first.
+
+    ``transports`` is the summary's ``transports`` block; transports without errors are left out.
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, t in transports.items():
+        kinds = t.get("errors_by_kind") or {}
+        if not kinds:
+            continue
+        seen = examples.get(name, {})
+        out[name] = {
+            kind: {"count": int(n), "example": seen.get(kind)}
+            for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+        }
+    return out
+
+
+def kinds_text(kinds: Mapping[str, Mapping[str, Any]], top: int = TOP_KINDS) -> str:
+    """``connection 12: <example>; timeout 2`` — the top kinds, the first with its example."""
+    parts: list[str] = []
+    for i, (kind, entry) in enumerate(list(kinds.items())[:top]):
+        example = entry.get("example")
+        parts.append(
+            f"{kind} {entry['count']}: {example}"
+            if i == 0 and example
+            else f"{kind} {entry['count']}"
+        )
+    more = len(kinds) - top
+    if more > 0:
+        parts.append(f"{more} more kind{'s' if more > 1 else ''}")
+    return "; ".join(parts)
+
+
+def error_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The console's error summary: per transport, each kind once with its count and example."""
+    block = summary.get("errors") or {}
+    lines: list[str] = []
+    for name, kinds in block.items():
+        t = summary.get("transports", {}).get(name, {})
+        turns = t.get("turns", {})
+        lines.append(
+            f"errors {name}: {turns.get('errors', 0)} of {turns.get('count', 0)} turns failed"
+        )
+        for kind, entry in kinds.items():
+            example = entry.get("example")
+            lines.append(f"  {kind} x{entry['count']}" + (f": {example}" if example else ""))
+    return lines

@@ -1,0 +1,73 @@
+"""Error wording shared by both client edges: whole sentences, never an exception's repr."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from harness.client.api_errors import (
+    api_error_from_body,
+    describe_os_error,
+    not_sse,
+    ws_open_failure,
+)
+from harness.report.error_summary import error_block, error_lines, kinds_text
+from harness.wire.errors import ErrorKind
+
+
+def test_socket_failures_read_as_sentences() -> None:
+    assert describe_os_error(ConnectionRefusedError(111, "Connection refused"), "127.0.0.1:9") == (
+        "connection refused by 127.0.0.1:9 (nothing listening?)"
+    )
+    assert describe_os_error(ConnectionResetError(104, "reset"), "h:1") == "connection reset by h:1"
+    assert describe_os_error(OSError(113, "No route to host"), "h:1") == (
+        "h:1: No route to host (errno 113)"
+    )
+
+
+def test_a_refused_upgrade_says_there_is_no_websocket_mode() -> None:
+    refused = Exception("server rejected WebSocket connection: HTTP 500")
+    refused.response = SimpleNamespace(status_code=500)  # type: ignore[attr-defined]
+    err = ws_open_failure(refused, "ws://127.0.0.1:8000/v1/responses")
+    assert err.kind == ErrorKind.NO_WEBSOCKET
+    assert str(err) == (
+        "no_websocket: no WebSocket mode at ws://127.0.0.1:8000/v1/responses: "
+        "the upgrade was answered with HTTP 500"
+    )
+    refused_tcp = ws_open_failure(ConnectionRefusedError(111, "x"), "ws://127.0.0.1:9/v1/responses")
+    assert str(refused_tcp).endswith("connection refused by 127.0.0.1:9 (nothing listening?)")
+
+
+def test_bodies_are_quoted_whole_up_to_200_bytes_and_say_what_was_left_out() -> None:
+    body = b'{"id": "r"}' + b" " * 10 + b"x" * 300
+    msg = not_sse("application/json", body)
+    assert msg.startswith('expected an SSE stream (text/event-stream), got application/json: {"id"')
+    assert msg.endswith(f"…({len(body) - 200} more bytes)")
+    # An OpenAI-style error body: its message whole, however long.
+    long = "m" * 900
+    err = api_error_from_body(
+        429, b'{"error": {"code": "rate_limit_exceeded", "message": "%s"}}' % long.encode()
+    )
+    assert err.kind == "rate_limit_exceeded" and str(err).endswith(long)
+    assert str(api_error_from_body(502, b"<html>Bad gateway</html>")) == (
+        "http_502: HTTP 502 with the body <html>Bad gateway</html>"
+    )
+
+
+def test_the_error_summary_lists_each_kind_once_most_frequent_first() -> None:
+    transports = {
+        "ws": {
+            "turns": {"count": 9, "errors": 9},
+            "errors_by_kind": {"timeout": 2, "connection": 7},
+        },
+        "http": {"turns": {"count": 9, "errors": 0}, "errors_by_kind": {}},
+    }
+    block = error_block(transports, {"ws": {"connection": "refused", "timeout": "slow"}})
+    assert list(block) == ["ws"] and list(block["ws"]) == ["connection", "timeout"]
+    assert kinds_text(block["ws"]) == "connection 7: refused; timeout 2"
+    assert kinds_text(block["ws"], top=1) == "connection 7: refused; 1 more kind"
+    lines = error_lines({"transports": transports, "errors": block})
+    assert lines == [
+        "errors ws: 9 of 9 turns failed",
+        "  connection x7: refused",
+        "  timeout x2: slow",
+    ]

@@ -1,0 +1,84 @@
+"""Small foreign servers for tests: endpoints loopbench did not write, answering canned bytes.
+
+Each is an asyncio TCP server on 127.0.0.1, port 0, in a background thread; it reads a
+request head (and its body, by content-length) and writes one canned answer, then closes
+the connection.  Use as a context manager: ``with foreign_server(ANSWER_500) as url:``;
+``url`` is the base URL (``http://127.0.0.1:PORT/v1``) to pass as ``--target``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+#: every request (WebSocket upgrades included) answered with HTTP 500
+ANSWER_500 = (
+    b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\n"
+    b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
+)
+_JSON = b'{"id": "resp_1", "object": "response", "status": "completed", "output": []}'
+#: a 200 answer with a JSON body: a Responses server that ignored ``stream: true``
+ANSWER_JSON = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+    b"connection: close\r\n\r\n%s" % (len(_JSON), _JSON)
+)
+#: not HTTP at all
+ANSWER_GARBAGE = b"\x00\xffthis is not HTTP\r\n\r\n"
+
+
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: bytes) -> None:
+    with contextlib.suppress(Exception):
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        for line in head.split(b"\r\n"):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length" and value.strip().isdigit():
+                await asyncio.wait_for(reader.readexactly(int(value)), 10)
+        writer.write(reply)
+        await writer.drain()
+    writer.close()
+
+
+@contextlib.contextmanager
+def foreign_server(reply: bytes) -> Iterator[str]:
+    """A server answering every request with ``reply``; yields its base URL."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    holder: dict[str, asyncio.Server] = {}
+
+    async def start() -> None:
+        holder["server"] = await asyncio.start_server(
+            lambda r, w: _answer(r, w, reply), "127.0.0.1", 0
+        )
+        ready.set()
+
+    def serve() -> None:
+        loop.run_until_complete(start())
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, name="foreign-http", daemon=True)
+    thread.start()
+    if not ready.wait(10):
+        raise RuntimeError("the foreign test server did not start within 10 s")
+    port = holder["server"].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+
+        async def stop() -> None:
+            holder["server"].close()
+            await holder["server"].wait_closed()
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def closed_port() -> int:
+    """A loopback port with nothing listening (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
