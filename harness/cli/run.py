@@ -141,7 +141,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
     code, line = run_outcome(result.summary)
-    print(line)
+    if code != EXIT_OK:
+        # a valid run's first line is the summary's verdict line
+        print(line)
     print_summary(result.summary, result.run_dir)
     for err in error_lines(result.summary):
         print(err)

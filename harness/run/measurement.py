@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.sample_size import sample_size_reasons
 from harness.metrics.summary import Accumulator
 from harness.report.error_summary import error_block
 from harness.report.results import ResultsWriter
@@ -193,6 +194,9 @@ class Measurement:
         )
         summary["invalid_reasons"] = reasons
         summary["valid"] = not reasons
+        # Stated, not invalidating: nearly every short run has p99 from < 100 samples, and a
+        # rule that failed them all would be ignored; the number is marked and the reason kept.
+        summary["sample_size_notes"] = sample_size_reasons(summary)
         summary["partial"] = self.partial
         summary["interrupted"] = self.interrupted
         summary["errors"] = errors

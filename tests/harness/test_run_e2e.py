@@ -49,6 +49,19 @@ def test_every_turn_succeeded_and_ws_beats_http(tiny_run: tuple[Path, str]) -> N
     assert "speedup" in stdout
 
 
+def test_a_valid_run_opens_with_its_verdict_and_states_small_samples(
+    tiny_run: tuple[Path, str],
+) -> None:
+    run_dir, stdout = tiny_run
+    assert stdout.splitlines()[0].startswith("verdict: valid"), stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    notes = summary["sample_size_notes"]
+    # tiny: 2 paired rollouts per transport, so no CI, and p99 from far fewer than 100 samples
+    assert any("n=2: too few for a CI" in n for n in notes), notes
+    assert any(n.startswith("ws: too few samples for p90") and "p99" in n for n in notes), notes
+    assert summary["valid"] is True
+
+
 def test_decode_tps_matches_configured_rate(tiny_run: tuple[Path, str]) -> None:
     run_dir, _ = tiny_run
     summary = json.loads((run_dir / "summary.json").read_text())
