@@ -13,14 +13,13 @@ from harness.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
     HelpFormatter,
-    api_key,
     epilog,
     examples,
     parse_transports,
     scenario_overrides,
     transports_epilog,
 )
-from harness.cli.run_args import check_run_args
+from harness.cli.run_args import add_client_options, check_run_args, client_run_options
 from harness.cli.summary_table import print_summary
 from harness.report.error_summary import error_lines
 from harness.run.probe import probe_for_run
@@ -58,12 +57,12 @@ def add_parser(sub: Any) -> None:
     run.add_argument(
         "--target", help="base URL of a Responses endpoint, e.g. http://127.0.0.1:8000/v1"
     )
-    run.add_argument(
-        "--api-key-env", help="name of the environment variable holding the API key for --target"
-    )
     run.add_argument("--out", default="results", help="results root folder (default: results/)")
     run.add_argument("--run-id", help="name of the run folder (default: timestamp-scenario)")
-    run.add_argument("--baseline", help="transport the others are compared with (default: http)")
+    run.add_argument(
+        "--baseline",
+        help="transport the others are compared with (default: the first of the run's transports in the order http, http-chained, ws, ws-store, ws-append)",
+    )
     run.add_argument(
         "--set",
         action="append",
@@ -72,27 +71,12 @@ def add_parser(sub: Any) -> None:
         help="override a scenario field, e.g. load.concurrency=4",
     )
     run.add_argument(
-        "--no-keepalive", action="store_true", help="HTTP: open a new connection for every request"
-    )
-    run.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
-    run.add_argument(
         "--no-probe",
         action="store_true",
         help="with --target: measure without first checking that the endpoint supports the "
         "transports (see loopbench probe)",
     )
-    run.add_argument(
-        "--no-hints",
-        action="store_true",
-        help="send no loopbench.* metadata hints (as a real endpoint would be driven; output "
-        "length is then bounded by max_output_tokens only)",
-    )
-    run.add_argument(
-        "--request-timeout-s",
-        type=float,
-        default=120.0,
-        help="a response silent for this long is abandoned as an error of kind timeout",
-    )
+    add_client_options(run)
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.add_argument(
         "--procs",
@@ -111,14 +95,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts = RunOptions(
         transports=transports,
         target=args.target,
-        api_key=api_key(args.api_key_env),
         results_root=Path(args.out),
         run_id=args.run_id,
-        keepalive=not args.no_keepalive,
-        verify_tls=not args.insecure,
         baseline=args.baseline,
-        hints=not args.no_hints,
-        request_timeout_s=args.request_timeout_s,
+        **client_run_options(args),
     )
     refused = probe_for_run(
         args.target,
