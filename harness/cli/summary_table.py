@@ -133,6 +133,8 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], wi
         col.overflow = "fold"
     for row in rows:
         table.add_row(*row)
+    # a title wider than its narrow table would wrap mid-phrase; let the table take its width
+    table.min_width = min(len(title), width)
     return table
 
 

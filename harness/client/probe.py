@@ -213,7 +213,11 @@ def judge_connect(authority: str, error: str | None, connect_ms: float) -> Findi
 
 def http_failure(url: str, status: int, message: str) -> str:
     """``POST url answered HTTP 500: …`` (the server's error message when it sent one)."""
-    detail = f": {message}" if message else ""
+    # the error parser already says "HTTP 500 with the body …" for a body that is not JSON
+    message = message.removeprefix(f"HTTP {status} ")
+    detail = (
+        "" if not message else (f" {message}" if message.startswith("with ") else f": {message}")
+    )
     return f"POST {url} answered HTTP {status}{detail}"
 
 

@@ -211,6 +211,8 @@ def schedule_table(summary: dict[str, Any]) -> Any:
         "started",
         "late",
         "dropped",
+        "cancelled",
+        "not started",
         "lag p50 ms",
         "lag p99 ms",
         "lag max ms",
@@ -226,6 +228,9 @@ def schedule_table(summary: dict[str, Any]) -> Any:
             str(sched.get("started", "-")),
             str(sched.get("late", "-")),
             str(sched.get("dropped", "-")),
+            # intended = started + cancelled + dropped + not started: every start accounted for
+            str(sched.get("cancelled", "-")),
+            str(sched.get("not_started", "-")),
             _num(lag.get("p50"), ".2f"),
             _num(lag.get("p99"), ".2f"),
             _num(sched.get("lag_max_ms"), ".2f"),

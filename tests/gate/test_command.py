@@ -129,7 +129,7 @@ def test_unfinished_run_exits_3_missing_folder_exits_4(
             ["--ab", "examples/ci/scenario.yaml", "--baseline", str(BASELINE)],
             "in --ab mode use --baseline-target",
         ),
-        (["--ab", "nope.yaml"], "nope.yaml: file not found"),
+        (["--ab", "nope.yaml"], "no scenario file or built-in named 'nope.yaml'"),
         (
             [
                 "--ab",

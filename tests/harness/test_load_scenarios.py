@@ -147,6 +147,7 @@ def test_burst_storm_through_the_cli(tmp_path: Path) -> None:
         timeout=120,
     )
     assert "load generator (intended vs actual starts)" in proc.stdout
+    assert "cancelled" in proc.stdout
     # Non-TTY progress: plain lines, one at the end of each pass at least.
     assert "rollouts" in proc.stderr and "\x1b[" not in proc.stderr
     summary = json.loads((tmp_path / "storm" / "summary.json").read_text())

@@ -44,12 +44,15 @@ def _turn_errors(tmp_path: Path) -> list[str]:
 
 
 def test_a_dead_target_exits_3_and_says_connection_refused(tmp_path: Path) -> None:
+    # --no-probe: measured anyway, the run must end invalid for its errors (the probe's exit 4
+    # before measuring is tests/run/test_probe.py::test_dead_target_run_refused_before_measuring)
     port = closed_port()
     proc = loopbench(
         "run",
         TINY,
         "--target",
         f"http://127.0.0.1:{port}/v1",
+        "--no-probe",
         "--out",
         tmp_path,
         "--run-id",

@@ -139,7 +139,7 @@ def test_plain_web_and_500_servers_are_told_apart() -> None:
     assert web_found[SSE].evidence.endswith("answered 200 text/html, not an SSE stream")
     assert broken_found[SSE].supported is False
     assert broken_found[SSE].evidence == (
-        f"POST {broken}/responses answered HTTP 500: Internal Server Error"
+        f"POST {broken}/responses answered HTTP 500 with the body Internal Server Error"
     )
     for found in (web_found, broken_found):
         assert found[WEBSOCKET].supported is False
