@@ -7,12 +7,13 @@ and handles each with a ``cmd_*`` function that returns the exit code.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from harness.cli import catalog, gate, locust, model, probe, report, run, scenario, selfbench, serve
-from harness.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, HelpFormatter, Parser, version
+from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser, version
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import exit_code_help
 
@@ -69,4 +70,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `loopbench scenarios | head -1`: the reader left, which is not a failure of ours;
+        # stdout is pointed at devnull so the interpreter's final flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_OK
     sys.exit(code)

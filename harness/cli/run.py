@@ -140,7 +140,11 @@ def not_run_text(summary: dict[str, Any]) -> str:
         parts.append(
             "rollouts " + ", ".join(f"{name} {n}" for name, n in not_run["rollouts"].items())
         )
-    return "never ran: " + "; ".join(parts) if parts else ""
+    text = "never ran: " + "; ".join(parts) if parts else ""
+    if not_run.get("cancelled"):
+        cut = ", ".join(f"{name} {n}" for name, n in not_run["cancelled"].items())
+        text += ("; " if text else "") + f"cut off mid-rollout: {cut}"
+    return text
 
 
 def run_outcome(summary: dict[str, Any]) -> tuple[int, str]:

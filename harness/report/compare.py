@@ -154,10 +154,10 @@ class TransportHealth:
         return self.errors / self.turns if self.turns else 1.0
 
     def describe_errors(self, limit: int = 3, *, example: bool = True) -> str:
-        """``server_error ×6 (e.g. "…")``: the top kinds with counts, one example."""
+        """``server_error x6 (e.g. "…")``: the top kinds with counts, one example."""
         if not self.kinds:
             return ""
-        parts = [f"{kind} ×{n}" for kind, n, _ in self.kinds[:limit]]
+        parts = [f"{kind} x{n}" for kind, n, _ in self.kinds[:limit]]
         if not example:
             return ", ".join(parts)
         text = self.kinds[0][2]

@@ -35,14 +35,14 @@ def error_block(
 
 
 def kinds_text(kinds: Mapping[str, Mapping[str, Any]], top: int = TOP_KINDS) -> str:
-    """``connection 12: <example>; timeout 2`` — the top kinds, the first with its example."""
+    """``connection x12: <example>; timeout x2`` — the top kinds, the first with its example."""
     parts: list[str] = []
     for i, (kind, entry) in enumerate(list(kinds.items())[:top]):
         example = entry.get("example")
         parts.append(
-            f"{kind} {entry['count']}: {example}"
+            f"{kind} x{entry['count']}: {example}"
             if i == 0 and example
-            else f"{kind} {entry['count']}"
+            else f"{kind} x{entry['count']}"
         )
     more = len(kinds) - top
     if more > 0:

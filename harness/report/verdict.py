@@ -69,7 +69,7 @@ def _errors(summary: Mapping[str, Any]) -> str:
     if worst is None:
         return "no errors"
     name, kind, n = worst
-    return f"worst error: {kind} ×{n:,} on {name}"
+    return f"worst error: {kind} x{n:,} on {name}"
 
 
 def verdict_line(summary: Mapping[str, Any] | None) -> str:
@@ -80,11 +80,17 @@ def verdict_line(summary: Mapping[str, Any] | None) -> str:
     """
     if not summary:
         return PREFIX + "no result: the run did not finish (no summary.json)"
-    return PREFIX + " · ".join((_validity(summary), _speedup(summary), _errors(summary)))
+    parts = [_validity(summary), _speedup(summary), _errors(summary)]
+    warnings = summary.get("warnings") or []
+    if warnings:
+        # an honesty warning can withdraw the headline's meaning (a "chaining speedup" from a
+        # server that ignored previous_response_id): it belongs on the line that is read
+        parts.append(f"{len(warnings)} warning{'s' if len(warnings) > 1 else ''}: {warnings[0]}")
+    return PREFIX + " · ".join(parts)
 
 
 def verdict_kind(summary: Mapping[str, Any] | None) -> str:
     """How to colour the line: ``bad`` (invalid or unfinished), ``note`` (errors), ``ok``."""
     if not summary or not summary.get("valid", True):
         return "bad"
-    return "note" if worst_error(summary) is not None else "ok"
+    return "note" if worst_error(summary) is not None or summary.get("warnings") else "ok"

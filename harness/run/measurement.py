@@ -211,19 +211,24 @@ class Measurement:
         return summary
 
     def not_run(self, summary: Mapping[str, Any]) -> dict[str, Any]:
-        """What of the plan never ran: transports with no record, and per transport the
-        measured rollouts that never completed (not started, cancelled, or in a later round)."""
+        """What of the plan never ran: transports with no record, per transport the measured
+        rollouts never begun (not started, or in a later round), and those cut off mid-way
+        (``cancelled``: their turns so far are kept, the rollout is not recorded)."""
         ran = summary.get("transports", {})
         measured = max(0, self.planned - self.scenario.load.warmup_rollouts)
         rollouts: dict[str, int] = {}
+        cancelled: dict[str, int] = {}
         for name in self.transports:
             sched = self.schedules.get(name) or ScheduleStats()
-            left = max(0, measured - sched.started - sched.dropped)
+            left = max(0, measured - sched.started - sched.dropped - sched.cancelled)
             if left:
                 rollouts[name] = left
+            if sched.cancelled:
+                cancelled[name] = sched.cancelled
         return {
             "transports": [name for name in self.transports if name not in ran],
             "rollouts": rollouts,
+            "cancelled": cancelled,
         }
 
     def finish(

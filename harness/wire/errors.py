@@ -127,7 +127,10 @@ class APIError(TransportError):
         self.code = code
         # Named by the server, not by an ErrorKind: the code is what the results record.
         self.kind = code or f"http_{status}"
-        LoopbenchError.__init__(self, f"{self.kind}: {message}")
+        # the status next to the server's own code: "server_error: boom" alone does not say
+        # whether the endpoint answered 500, 502 or a 200 stream's error event
+        shown = self.kind if self.kind == f"http_{status}" else f"{self.kind} (HTTP {status})"
+        LoopbenchError.__init__(self, f"{shown}: {message}")
 
 
 class ResultsError(LoopbenchError):

@@ -23,7 +23,7 @@ server:                          # used only for the embedded reference server (
   api_profile: optimized
   engine_profile: cerebras-spark
 rollout:                         # the shape of one agent task
-  count: 4                       # rollouts per transport
+  count: 8                       # rollouts per transport (5 or more pairs give a CI)
   system_tokens: 800             # first request: system prompt ...
   tool_schema_tokens: 400        # ... tool definitions ...
   user_prompt_tokens: 200        # ... and the user's task

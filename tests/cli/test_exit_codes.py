@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,18 @@ def test_help_lists_the_table_and_version() -> None:
     proc = loopbench("--version")
     assert proc.returncode == 0
     assert proc.stdout.startswith("loopbench ") and proc.stdout.split()[1][0].isdigit()
+
+
+def test_a_reader_that_leaves_early_is_not_a_failure() -> None:
+    # `loopbench scenarios | head -1`: the pipe closes before the listing is written
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "scenarios"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == ExitCode.OK, err
+    assert "Traceback" not in err, err

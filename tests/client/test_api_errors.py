@@ -63,8 +63,8 @@ def test_the_error_summary_lists_each_kind_once_most_frequent_first() -> None:
     }
     block = error_block(transports, {"ws": {"connection": "refused", "timeout": "slow"}})
     assert list(block) == ["ws"] and list(block["ws"]) == ["connection", "timeout"]
-    assert kinds_text(block["ws"]) == "connection 7: refused; timeout 2"
-    assert kinds_text(block["ws"], top=1) == "connection 7: refused; 1 more kind"
+    assert kinds_text(block["ws"]) == "connection x7: refused; timeout x2"
+    assert kinds_text(block["ws"], top=1) == "connection x7: refused; 1 more kind"
     lines = error_lines({"transports": transports, "errors": block})
     assert lines == [
         "errors ws: 9 of 9 turns failed",

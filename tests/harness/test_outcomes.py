@@ -82,9 +82,9 @@ def test_a_500_server_is_invalid_for_its_errors_and_has_no_websocket_mode(tmp_pa
     port = url.split(":")[2].split("/")[0]
     reasons = summary["invalid_reasons"]
     assert summary["valid"] is False
-    assert reasons[0].startswith("http: 100% of 2 turns failed, no turn succeeded (http_500 2: ")
+    assert reasons[0].startswith("http: 100% of 2 turns failed, no turn succeeded (http_500 x2: ")
     assert reasons[1] == (
-        "ws: 100% of 2 turns failed, no turn succeeded (no_websocket 2: no WebSocket mode at "
+        "ws: 100% of 2 turns failed, no turn succeeded (no_websocket x2: no WebSocket mode at "
         f"ws://127.0.0.1:{port}/v1/responses: the upgrade was answered with HTTP 500)"
     )
     assert not any("CPU" in r for r in reasons), reasons
@@ -134,7 +134,7 @@ def test_error_rate_reasons_come_first_and_cpu_needs_a_long_enough_window() -> N
     ]
     # 20 of 100: the error rate is named first, with its kinds, then the CPU.
     assert validity_reasons(_summary(100, 20), {}, load, [_health(1.9, 10)], errors) == [
-        "http: 20% of 100 turns failed, above load.max_error_rate 10% (timeout 3: no data for 1 s)",
+        "http: 20% of 100 turns failed, above load.max_error_rate 10% (timeout x3: no data for 1 s)",
         "client CPU saturated: 190% of one core over the run",
     ]
     # Over a few milliseconds the CPU share is the interpreter starting, not a verdict.
@@ -173,7 +173,12 @@ def test_sigint_exits_130_and_lists_what_never_ran(tmp_path: Path) -> None:
     assert sched["intended"] == (
         sched["started"] + sched["cancelled"] + sched["dropped"] + sched["not_started"]
     ), sched
-    assert summary["not_run"]["rollouts"] == {"http": 40 - sched["started"], "ws": 40}
+    # begun-but-cut-off rollouts are not "never ran": they are listed apart
+    never = 40 - sched["started"] - sched["cancelled"]
+    assert summary["not_run"]["rollouts"] == {"http": never, "ws": 40}
+    if sched["cancelled"]:
+        assert summary["not_run"]["cancelled"] == {"http": sched["cancelled"]}
+        assert f"cut off mid-rollout: http {sched['cancelled']}" in first
 
 
 def test_sigint_to_a_procs_run_exits_130_with_a_merged_partial_summary(tmp_path: Path) -> None:

@@ -159,7 +159,7 @@ def test_error_rate_limit_comes_from_the_scenario(tmp_path: Path, synthetic: Mod
     bad = synthetic.make_run(tmp_path / "bad", rollout_ms=lat, failed_turns={"http": 8})
     (reason,) = compare([load_run(ok), load_run(bad)]).reasons
     assert reason.startswith("B: http: 8 of 24 turns failed (33.3%), above the 5.0% limit")
-    assert "server_error ×8" in reason and "HTTP 500: injected" in reason
+    assert "server_error x8" in reason and "HTTP 500: injected" in reason
     lenient = synthetic.make_run(
         tmp_path / "lenient",
         rollout_ms=lat,

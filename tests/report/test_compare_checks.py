@@ -61,12 +61,12 @@ def test_a_transport_without_successful_turns_keeps_its_rows(runs: dict[str, Pat
     cmp = compare([load_run(runs["base"]), load_run(runs["failing"])])
     for name in ("http", "ws"):
         assert any(
-            r.startswith(f"B: {name}: no successful turns (6 of 6 failed: server_error ×6")
+            r.startswith(f"B: {name}: no successful turns (6 of 6 failed: server_error x6")
             for r in cmp.reasons
         ), cmp.reasons
         rows = [d for d in cmp.deltas["B"] if d.transport == name]
         assert len(rows) == 11  # every compare row of the metric table
-        assert all(d.note == "B: no successful turns (server_error ×6)" for d in rows)
+        assert all(d.note == "B: no successful turns (server_error x6)" for d in rows)
         # A's own figures are still shown next to the missing B
         rollout = next(d for d in rows if d.metric == "rollout p50")
         assert rollout.a is not None and rollout.b is None
@@ -74,8 +74,8 @@ def test_a_transport_without_successful_turns_keeps_its_rows(runs: dict[str, Pat
     proc = loopbench("compare", runs["base"], runs["failing"], "--force", "--no-html")
     assert proc.returncode == ExitCode.OK, proc.stderr
     table = proc.stdout.split("\n", 1)[1]
-    assert table.count("│ B: no successful turns (server_error ×6)") == 22
-    assert "worst error: B http: 6 of 6 turns failed (server_error ×6)" in proc.stdout
+    assert table.count("│ B: no successful turns (server_error x6)") == 22
+    assert "worst error: B http: 6 of 6 turns failed (server_error x6)" in proc.stdout
 
     plain = loopbench("compare", runs["base"], runs["failing"], "--no-html")
     assert plain.returncode == ExitCode.INVALID

@@ -12,7 +12,7 @@ from rich.console import Console
 from harness.cli.summary_table import print_summary
 from harness.report import load_run
 from harness.report.render import render_run
-from harness.report.verdict import verdict_line, worst_error
+from harness.report.verdict import verdict_kind, verdict_line, worst_error
 
 
 def _summary(**kw: Any) -> dict[str, Any]:
@@ -58,12 +58,23 @@ def test_invalid_run_names_its_first_reason() -> None:
     assert "CPU" not in line
 
 
+def test_honesty_warnings_reach_the_verdict() -> None:
+    warning = (
+        "http-chained: the server reported 180 input tokens on average on 4 of 8 turns whose "
+        "history held ~416: it appears to ignore previous_response_id"
+    )
+    line = verdict_line(_summary(warnings=[warning, "another"]))
+    assert line.endswith(f" · 2 warnings: {warning}"), line
+    assert verdict_kind(_summary(warnings=[warning])) == "note"
+    assert verdict_kind(_summary()) == "ok"
+
+
 def test_run_with_errors_names_the_worst() -> None:
     s = _summary()
     s["transports"]["http"]["errors_by_kind"] = {"connection_refused": 4, "timeout": 1}
     s["transports"]["ws"]["errors_by_kind"] = {"rollout:stream": 2}
     assert worst_error(s) == ("http", "connection_refused", 4)
-    assert verdict_line(s).endswith(" · worst error: connection_refused ×4 on http")
+    assert verdict_line(s).endswith(" · worst error: connection_refused x4 on http")
 
 
 def test_no_ci_renders_the_summary_reason_and_no_comparison_says_why() -> None:
