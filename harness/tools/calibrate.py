@@ -322,7 +322,9 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
             lengths = [_burst_length(t, sustained, burst_tps) for t in bursting]
             burst_max = max(lengths) if lengths else None
         else:
-            burst_tps, burst_p = sustained, 0.0
+            # no response burst: the probability is observed (0 of n), the burst rate and
+            # length are not; they are marked unidentified rather than written as "= sustained"
+            burst_p = 0.0
     tails = {
         cls: [t.tail_ms for t in usable if t.tail_ms is not None and t.transport in kinds]
         for cls, kinds in (("http", HTTP_LIKE), ("ws", WS_LIKE))
@@ -471,13 +473,13 @@ def profiles_from_fit(
         engine["prefill_tps"] = _round(f.prefill_tps)
     if f.sustained_tps is not None:
         engine["sustained_tps"] = _round(f.sustained_tps)
-        burst = f.burst_tps if f.burst_tps is not None else f.sustained_tps
-        engine["burst_tps"] = _round(max(burst, f.sustained_tps))
         engine["burst_probability"] = _round(f.burst_probability or 0.0)
-        # The shortest burst that fills a whole window, so the peak is reproduced.
-        lo = max(1, math.ceil(engine["burst_tps"] * BURST_WINDOW_S))
-        engine["burst_min_tokens"] = lo
-        engine["burst_max_tokens"] = max(lo, f.burst_max_tokens or lo)
+        if f.burst_tps is not None:
+            engine["burst_tps"] = _round(max(f.burst_tps, f.sustained_tps))
+            # The shortest burst that fills a whole window, so the peak is reproduced.
+            lo = max(1, math.ceil(engine["burst_tps"] * BURST_WINDOW_S))
+            engine["burst_min_tokens"] = lo
+            engine["burst_max_tokens"] = max(lo, f.burst_max_tokens or lo)
     return api, engine
 
 
@@ -520,6 +522,8 @@ def unidentified(f: Fit) -> tuple[list[str], list[str]]:
     engine = ["prefill_tps"] if f.prefill_tps is None else []
     if f.sustained_tps is None:
         engine += [k for k in FITTED_ENGINE if k.startswith(("sustained", "burst"))]
+    elif f.burst_tps is None:
+        engine += ["burst_tps", "burst_min_tokens", "burst_max_tokens"]
     return api, engine
 
 

@@ -10,13 +10,21 @@ import pytest
 import yaml
 
 from harness.report.results import load_run
-from harness.tools.calibrate import CalibrationError, fit, profiles_from_fit, turns_from_rows
+from harness.tools.calibrate import (
+    CalibrationError,
+    fit,
+    profiles_from_fit,
+    turns_from_rows,
+    unidentified,
+)
 from harness.tools.reproduce import ReproductionResult
 from reference_server.core.profiles import load_profiles
 from tests.runs import run_cli
 
 
-def _synthetic_rows(seed: int = 1, noise_ms: float = 0.0) -> list[dict[str, Any]]:
+def _synthetic_rows(
+    seed: int = 1, noise_ms: float = 0.0, bursts: bool = True
+) -> list[dict[str, Any]]:
     """Turn rows of http and ws rollouts timed exactly by a known model (plus optional noise)."""
     rng = random.Random(seed)
     per_token_ms, prefill_ms, a_http, a_ws, connect, post = 0.009, 1 / 40, 35.0, 26.0, 25.0, 20.0
@@ -37,7 +45,7 @@ def _synthetic_rows(seed: int = 1, noise_ms: float = 0.0) -> list[dict[str, Any]
                     ttft += connect
                 ttft += rng.gauss(0, noise_ms) if noise_ms else 0.0
                 out = 150
-                burst = turn % 4 == 0
+                burst = bursts and turn % 4 == 0
                 decode_ms = 149 / (4.0 if burst else 1.0)
                 sent = t
                 first = sent + round(ttft * 1e6)
@@ -78,6 +86,18 @@ def test_exact_recovery_on_synthetic_turns() -> None:
     assert f.burst_probability == pytest.approx(0.25)
     assert f.rehydrate_us is None and f.overhead_http_ms is None
     assert f.r2 == pytest.approx(1.0)
+
+
+def test_a_run_without_bursts_marks_the_burst_rate_unidentified() -> None:
+    f = fit(turns_from_rows(_synthetic_rows(bursts=False)))
+    assert f.burst_probability == 0.0 and f.burst_tps is None
+    _, engine_missing = unidentified(f)
+    assert set(engine_missing) == {"burst_tps", "burst_min_tokens", "burst_max_tokens"}
+    base_api, base_engine = load_profiles("optimized", "cerebras-spark")
+    _, engine = profiles_from_fit(f, base_api.model_dump(), base_engine.model_dump(), "x")
+    assert engine["burst_probability"] == 0.0
+    # not written as "= sustained": the base profile's values stay, marked by the writer
+    assert engine["burst_tps"] == base_engine.burst_tps != engine["sustained_tps"]
 
 
 def test_outliers_do_not_drag_the_fit() -> None:
