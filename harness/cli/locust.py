@@ -32,6 +32,7 @@ from harness.cli.common import (
     scenario_overrides,
     transports_epilog,
 )
+from harness.cli.run import run_outcome
 from harness.cli.summary_table import print_summary
 from harness.report.results import load_run, new_run_id
 from harness.run.embedded import scenario_server
@@ -351,9 +352,13 @@ def _report(run_dir: Path, code: int) -> int:
     if run.summary is None:
         print(f"error: {run_dir}: the run did not finish (no summary.json)", file=sys.stderr)
         return code or EXIT_INVALID
+    outcome, line = run_outcome(run.summary)
+    if outcome != EXIT_OK:
+        print(line)
     print_summary(run.summary, run_dir)
-    # Locust exits 1 when any request failed; loopbench reports errors in the summary instead.
-    # Its other codes are not the table's (its own 2 would read as an SLO breach to CI).
+    # Locust exits 1 when any request failed; loopbench reports errors in the summary instead,
+    # and judges the run as `loopbench run` does. Locust's other codes are not the table's
+    # (its own 2 would read as an SLO breach to CI).
     if code in (0, 1):
-        return EXIT_OK
+        return outcome
     return EXIT_INTERRUPTED if code == EXIT_INTERRUPTED else EXIT_INVALID

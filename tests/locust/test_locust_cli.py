@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli.locust import LOCUSTFILE, master_command, worker_command
+from harness.cli.locust import LOCUSTFILE, _report, master_command, worker_command
 from harness.cli.main import build_parser, main
+from harness.wire.exit_codes import ExitCode
+from tests.foreign_http import closed_port
+from tests.runs import ROOT, loopbench
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "harness" / "scenarios" / "tiny.yaml")
 
 
@@ -93,3 +95,15 @@ def test_the_master_command_carries_the_loopbench_options(tmp_path: Path) -> Non
         "5557",
     ]
     assert LOCUSTFILE.is_file()
+
+
+def test_a_finished_locust_run_is_judged_as_loopbench_run_judges_it(tmp_path: Path) -> None:
+    # Locust's own code 1 ("a request failed") must not hide an invalid run, nor fail a valid one
+    assert _report(ROOT / "results" / "baseline", 1) == ExitCode.OK
+    dead = loopbench(
+        "run", "tiny", "--target", f"http://127.0.0.1:{closed_port()}/v1", "--no-probe", "--out", tmp_path,
+        "--run-id", "dead", "-q",
+    )  # fmt: skip
+    assert dead.returncode == ExitCode.INVALID, dead.stderr
+    assert _report(tmp_path / "dead", 1) == ExitCode.INVALID
+    assert _report(tmp_path / "dead", 130) == ExitCode.INTERRUPTED
