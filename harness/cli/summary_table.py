@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.metrics import definitions as D
-from harness.report.files import fmt, fmt_ci, fmt_stat, too_few_note
+from harness.report.files import TOO_FEW_MARK, fmt, fmt_ci, fmt_stat, too_few_note
 from harness.report.verdict import verdict_kind, verdict_line
 from harness.run.progress import schedule_table, titled_table
 
@@ -215,7 +215,9 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console | Non
         f"loopbench — {summary.get('run_id', '')}", headers, rows, width, corner="figure"
     ):
         console.print(table)
-    if note := too_few_note(summary):
+    # the footnote explains a mark: printed only when a cell of this table carries one
+    marked = any(cell.endswith(TOO_FEW_MARK) for row in rows for cell in row)
+    if marked and (note := too_few_note(summary)):
         console.print(Text(note))
     for note in na_notes(summary):
         console.print(Text(note))

@@ -186,3 +186,17 @@ def test_sample_size_reasons() -> None:
 
 def test_min_samples_rule() -> None:
     assert [min_samples(s) for s in ("p50", "p90", "p99", "mean", "peak")] == [2, 10, 100, 1, 1]
+
+
+def test_no_footnote_when_no_shown_cell_is_marked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = _accumulator(2).summary("n2")
+    # the table shows no value at all (every turn failed, say): nothing to explain
+    for t in summary["transports"].values():
+        for group in ("ttft_ms", "turn_ms", "rollout_ms"):
+            t[group] = {key: None for key in t.get(group, {})}
+    print_summary(summary, tmp_path)
+    out = capsys.readouterr().out
+    assert "*" not in out.replace("**", "")
+    assert "too few samples for this statistic" not in out
