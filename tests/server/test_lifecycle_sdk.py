@@ -216,7 +216,7 @@ def test_cancel_of_a_foreground_response_is_400(client: OpenAI) -> None:
     assert client.responses.retrieve(created.id).status == "completed"
 
 
-def test_background_cancel(slow: OpenAI) -> None:
+def test_background_cancel(slow: OpenAI, slow_url: str) -> None:
     created = slow.responses.create(
         model="sim", input="long task", background=True, metadata=_tokens(20_000)
     )
@@ -224,6 +224,9 @@ def test_background_cancel(slow: OpenAI) -> None:
     _poll(slow, created.id, ("in_progress",))
     cancelled = slow.responses.cancel(created.id)
     assert cancelled.status == "cancelled" and cancelled.id == created.id
+    # The modelled work stopped: its engine slot is free once cancel has answered.
+    health = httpx.get(slow_url.removesuffix("/v1") + "/health", timeout=10).json()
+    assert health["engine"] == {"active": 0, "queued": 0}
     assert slow.responses.retrieve(created.id).status == "cancelled"
     # Cancelling again answers the response again (the API's idempotent cancel).
     assert slow.responses.cancel(created.id).status == "cancelled"
