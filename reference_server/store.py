@@ -191,8 +191,10 @@ class SqliteStore:
         events: bytes | None,
     ) -> None:
         db = self._conn()
-        known = db.execute("SELECT created_at FROM response_objects WHERE id = ?", (rid,))
-        row = known.fetchone()
+        row = None
+        if background:  # only a background response's object is written more than once
+            known = db.execute("SELECT created_at FROM response_objects WHERE id = ?", (rid,))
+            row = known.fetchone()
         # A status update keeps the row's age (and does not count as a new row).
         created = row[0] if row else time.time()
         db.execute(
