@@ -136,13 +136,16 @@ def input_item_views(items: list[dict[str, Any]], response_id: str) -> list[dict
     """
     suffix = response_id.split("_", 1)[-1]
     views: list[dict[str, Any]] = []
+    seen: set[str] = set()
     for index, item in enumerate(items):
         kind = item.get("type", "message")
         view = _view(item, kind)
         if view is None:
             continue
-        if not isinstance(view.get("id"), str):
+        # An id sent twice would make a cursor ambiguous (and auto-pagination loop).
+        if not isinstance(view.get("id"), str) or view["id"] in seen:
             view["id"] = f"{_ID_PREFIX.get(kind, 'item')}_{suffix}in{index:04x}"
+        seen.add(view["id"])
         views.append(view)
     return views
 

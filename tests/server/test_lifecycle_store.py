@@ -148,6 +148,10 @@ def test_page_cursor_and_views() -> None:
     rest = page(views, ListQuery(limit=10, order="desc", after=first["last_id"]))
     assert [d["content"][0]["text"] for d in rest["data"]] == ["2", "1", "0"]
     assert rest["has_more"] is False
+    # The same item sent twice still gets distinct ids: every cursor names one place.
+    twice = {"type": "message", "role": "user", "content": "x", "id": "msg_same"}
+    ids = [v["id"] for v in input_item_views([twice, twice], "resp_abc")]
+    assert ids[0] == "msg_same" and len(set(ids)) == 2
     empty = page([], ListQuery())
     assert empty["data"] == [] and empty["first_id"] is None and empty["has_more"] is False
 
