@@ -10,13 +10,14 @@ progress; nothing asserts on how long anything took.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
-from openai import OpenAI
+from openai import AsyncOpenAI, OpenAI
 
 from tests.server.conftest import configured_server
 
@@ -342,3 +343,26 @@ def test_store_cap_prunes_the_oldest() -> None:
         with pytest.raises(openai.BadRequestError) as info:
             c.responses.create(model="sim", input="x", previous_response_id=ids[0])
         assert info.value.code == "previous_response_not_found"
+
+
+def test_async_client_pages_and_resumes(slow_url: str) -> None:
+    async def run() -> None:
+        async with AsyncOpenAI(
+            api_key="k", base_url=slow_url, max_retries=0, _strict_response_validation=True
+        ) as client:
+            created = await client.responses.create(
+                model="sim",
+                input=_messages(25),
+                background=True,
+                metadata=_tokens(30),  # type: ignore[arg-type]
+            )
+            items = [i async for i in client.responses.input_items.list(created.id, limit=10)]
+            assert [i.content[0].text for i in items] == [  # type: ignore[union-attr]
+                f"message {i}" for i in range(24, -1, -1)
+            ]
+            stream = await client.responses.retrieve(created.id, stream=True, starting_after=1)
+            events = [e async for e in stream]
+            assert events[0].sequence_number == 2 and events[0].type == "response.in_progress"
+            assert events[-1].type == "response.completed"
+
+    asyncio.run(run())
