@@ -32,6 +32,7 @@ from reference_server.core.validation import CreateRequest, RequestError, parse_
 from reference_server.event_stream import EventStream, SendEvents, until_disconnect
 from reference_server.fault_send import InjectedDisconnect
 from reference_server.guard import ConnectionGuard
+from reference_server.lifecycle import Lifecycle
 from reference_server.protocols import ARRIVED_KEY
 from reference_server.service import Service, fault_error, previous_not_found
 from reference_server.sim import mark_arrival
@@ -43,12 +44,14 @@ class ReferenceServer:
     def __init__(self, config: ServerConfig, store: SqliteStore | None = None) -> None:
         self.config = config
         self.service = Service(config, store)
+        self.lifecycle = Lifecycle(self.service, config)
         self._seen_clients: OrderedDict[tuple[str, int], None] = OrderedDict()
         # Open WebSocket connections, so a shutdown can drain and close them.
         self.ws_connections: set[WsConnection] = set()
         self.starlette = Starlette(
             routes=[
                 Route("/v1/responses", self.http_create, methods=["POST"]),
+                *self.lifecycle_routes(),
                 WebSocketRoute("/v1/responses", self.websocket),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/v1/models", self.models, methods=["GET"]),
@@ -65,9 +68,19 @@ class ReferenceServer:
         inner: Any = AccessLog(self.guard) if config.access_log else self.guard
         self.app = _StampArrival(inner)
 
+    def lifecycle_routes(self) -> list[Route]:
+        life = self.lifecycle
+        return [
+            Route("/v1/responses/{response_id}", life.retrieve, methods=["GET"]),
+            Route("/v1/responses/{response_id}", life.delete, methods=["DELETE"]),
+            Route("/v1/responses/{response_id}/input_items", life.input_items, methods=["GET"]),
+            Route("/v1/responses/{response_id}/cancel", life.cancel, methods=["POST"]),
+        ]
+
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         yield
+        await self.lifecycle.runs.aclose()
         await self.guard.aclose()
         await self.service.store.close()
 
@@ -225,6 +238,8 @@ class ReferenceServer:
             processed_tokens=conv.tokens - rehydrated + tools_tokens(req.tools),
             rehydrated_tokens=rehydrated,
         )
+        if req.background:
+            return await self.lifecycle.create_background(req, conv, cost, cache, rng, request_id)
         job = await service.admit(req, conv, cost, cache, rng, parent_stored=True)
         headers = {"x-request-id": request_id}
 

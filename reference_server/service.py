@@ -104,7 +104,11 @@ class Service:
         self.sim = Simulator(
             api, engine, seed=config.seed, min_delta_interval_ms=config.min_delta_interval_ms
         )
-        self.store = store or SqliteStore(config.store_path, retention_s=config.store_retention_s)
+        self.store = store or SqliteStore(
+            config.store_path,
+            retention_s=config.store_retention_s,
+            max_responses=config.store_max_responses,
+        )
         self.faults = FaultInjector(config.faults)
         # Workers share the store: their id sequences must not overlap (2**40 ids each).
         self._counter = itertools.count(config.worker_index << 40)
@@ -218,12 +222,16 @@ class Service:
         *,
         parent_stored: bool,
         remember: Callable[[str, Conversation], None] | None = None,
+        response_id: str | None = None,
     ) -> Job:
-        """Wait the modelled API-tier work; the job's output is stored (and ``remember``-ed)."""
+        """Wait the modelled API-tier work; the job's output is stored (and ``remember``-ed).
+
+        ``response_id`` is given when the id was announced before this wait (background mode).
+        """
         timing: dict[str, Any] = dict(await self.sim.pre_inference(cost))
         timing["cache"] = cache
         timing["processed_input_tokens"] = cost.processed_tokens + cost.rehydrated_tokens
-        response_id = ev.new_id("resp", rng)
+        response_id = response_id or ev.new_id("resp", rng)
         added_from = len(conv.items) - len(req.input_items)
 
         def on_output(conv_out: Conversation) -> None:
@@ -338,6 +346,21 @@ class Service:
         await send([builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s())])
         return "completed"
 
+    def _keeping_object(self, send: Send) -> Send:
+        """Store the response object as its terminal event goes out (``GET /v1/responses/{id}``).
+
+        Queued before the event is sent, so a retrieve the moment the client sees it finds it.
+        """
+
+        async def keeping(events: Sequence[dict[str, Any]]) -> None:
+            if events and events[-1]["type"] in ev.TERMINAL_TYPES:
+                response = events[-1]["response"]
+                n_output = len(response["output"]) if response["status"] != "failed" else 0
+                self.store.put_object(response["id"], response, background=False, n_output=n_output)
+            await send(events)
+
+        return keeping
+
     async def generate(self, job: Job, send: Send) -> str:
         """Stream one whole response; returns its final status.
 
@@ -347,6 +370,8 @@ class Service:
         req, conv, cost, builder, timing = job.req, job.conv, job.cost, job.builder, job.timing
         rng = self.rng()
         send = fault_send.wrap_send(send, self.config.faults.stall_s)
+        if req.store and not req.background:  # a background run keeps its own (background.py)
+            send = self._keeping_object(send)
         await send(builder.start())
         if req.metadata.get(HINT_FAIL) == "mid_stream":
             await self.fail_mid_stream(builder, send, rng)

@@ -67,7 +67,13 @@ class DrainingServer(uvicorn.Server):
             asyncio.ensure_future(conn.shutdown(GOING_AWAY, self.drain_timeout_s))
             for conn in list(self.ref.ws_connections)
         ]
-        while self.server_state.connections and not self.force_exit and loop.time() < deadline:
+        # Background responses are drained too (they hold no connection); the lifespan's end
+        # cuts those still running.
+        while (
+            (self.server_state.connections or self.ref.lifecycle.runs.active)
+            and not self.force_exit
+            and loop.time() < deadline
+        ):
             await asyncio.sleep(_POLL_S)
         await asyncio.gather(*ws_drain, return_exceptions=True)
         # Whatever is left overran the drain timeout: cut it, with one log line, not a

@@ -24,6 +24,7 @@ import os
 import sqlite3
 import sys
 import time
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,23 @@ WITH RECURSIVE chain(id, previous_id, depth, items) AS (
 )
 SELECT previous_id, depth, items FROM chain ORDER BY depth
 """
+# The response objects (retrieve, cancel, input_items) and, for a background response,
+# its events (a stream resumed after it ended).  Kept apart from the chain rows above so
+# the chain's schema and queries stay as they are.
+_OBJECTS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS response_objects (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    background INTEGER NOT NULL,
+    n_output INTEGER NOT NULL,
+    response BLOB NOT NULL,
+    events BLOB
+)
+"""
+_TABLES = ("responses", "response_objects")
+# The Responses API keeps stored responses for 30 days; a long-running server also needs a
+# bound on their number (docs/server.md "The store").
+DEFAULT_MAX_RESPONSES = 100_000
 
 
 def default_store_path() -> Path:
@@ -78,6 +96,16 @@ class StoredResponse:
     function_calls: int = 0  # function calls made along the chain (the scripted agent counts them)
 
 
+@dataclass(slots=True)
+class StoredObject:
+    """A stored response object (what ``GET /v1/responses/{id}`` answers) and its bookkeeping."""
+
+    response: dict[str, Any]
+    background: bool
+    n_output: int  # output items at the end of the response's chain row (0 if it has none)
+    has_events: bool
+
+
 class SqliteStore:
     """``store: true`` responses in SQLite, accessed from one worker thread."""
 
@@ -86,9 +114,15 @@ class SqliteStore:
         path: str | os.PathLike[str] | None = None,
         *,
         retention_s: float = DEFAULT_RETENTION_S,
+        max_responses: int = DEFAULT_MAX_RESPONSES,
     ) -> None:
         self.path = MEMORY if str(path) == MEMORY else str(path or default_store_path())
         self.retention_s = retention_s
+        self.max_responses = max_responses
+        # Pruning is amortised: it runs once the rows exceed the cap by this many, and then
+        # deletes that many oldest rows in one statement (1% of the cap, at least one row).
+        self._prune_batch = max(1, max_responses // 100)
+        self._rows: dict[str, int] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopbench-store")
         self._db: sqlite3.Connection | None = None
         self._closed = False
@@ -105,9 +139,13 @@ class SqliteStore:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
             db.execute(_SCHEMA)
-            db.execute(
-                "DELETE FROM responses WHERE created_at < ?", (time.time() - self.retention_s,)
-            )
+            db.execute(_OBJECTS_SCHEMA)
+            for table in _TABLES:
+                db.execute(
+                    f"DELETE FROM {table} WHERE created_at < ?", (time.time() - self.retention_s,)
+                )
+                self._rows[table] = int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+                self._prune(db, table)
             self._db = db
         return self._db
 
@@ -123,6 +161,85 @@ class SqliteStore:
             "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
             (rid, previous_id, time.time(), depth, calls, orjson.dumps(items)),
         )
+        self._inserted(db, "responses")
+
+    def _inserted(self, db: sqlite3.Connection, table: str) -> None:
+        self._rows[table] += 1
+        if self._rows[table] >= self.max_responses + self._prune_batch:
+            self._prune(db, table)
+
+    def _prune(self, db: sqlite3.Connection, table: str) -> None:
+        """Delete the oldest rows of ``table`` beyond the cap."""
+        excess = self._rows[table] - self.max_responses
+        if excess <= 0:
+            return
+        # Rows are appended in time order (an update re-inserts its row), so the rowid order
+        # is the age order: no index on created_at to keep per row.
+        db.execute(
+            f"DELETE FROM {table} WHERE rowid IN "
+            f"(SELECT rowid FROM {table} ORDER BY rowid LIMIT ?)",
+            (excess,),
+        )
+        self._rows[table] = int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+    def _put_object_sync(
+        self,
+        rid: str,
+        response: dict[str, Any],
+        background: bool,
+        n_output: int,
+        events: bytes | None,
+    ) -> None:
+        db = self._conn()
+        row = None
+        if background:  # only a background response's object is written more than once
+            known = db.execute("SELECT created_at FROM response_objects WHERE id = ?", (rid,))
+            row = known.fetchone()
+        # A status update keeps the row's age (and does not count as a new row).
+        created = row[0] if row else time.time()
+        db.execute(
+            "INSERT OR REPLACE INTO response_objects VALUES (?, ?, ?, ?, ?, ?)",
+            (rid, created, int(background), n_output, _pack(response), events),
+        )
+        if row is None:
+            self._inserted(db, "response_objects")
+
+    def _get_object_sync(self, rid: str) -> StoredObject | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT response, background, n_output, events IS NOT NULL "
+                "FROM response_objects WHERE id = ?",
+                (rid,),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        return StoredObject(
+            orjson.loads(zlib.decompress(row[0])), bool(row[1]), int(row[2]), bool(row[3])
+        )
+
+    def _events_sync(self, rid: str) -> bytes | None:
+        row = (
+            self._conn()
+            .execute("SELECT events FROM response_objects WHERE id = ?", (rid,))
+            .fetchone()
+        )
+        return None if row is None or row[0] is None else zlib.decompress(row[0])
+
+    def _own_items_sync(self, rid: str) -> Items | None:
+        row = self._conn().execute("SELECT items FROM responses WHERE id = ?", (rid,)).fetchone()
+        return None if row is None else list(orjson.loads(row[0]))
+
+    def _delete_sync(self, rid: str) -> bool:
+        db = self._conn()
+        found = False
+        for table in _TABLES:
+            if db.execute(f"DELETE FROM {table} WHERE id = ?", (rid,)).rowcount:
+                self._rows[table] -= 1
+                found = True
+        return found
 
     def _get_sync(self, response_id: str) -> StoredResponse | None:
         db = self._conn()
@@ -172,6 +289,48 @@ class SqliteStore:
         result: StoredResponse | None = await self._run(self._get_sync, response_id)
         return result
 
+    def put_object(
+        self,
+        response_id: str,
+        response: dict[str, Any],
+        *,
+        background: bool,
+        n_output: int,
+        events: bytes | None = None,
+    ) -> None:
+        """Queue the write of a response object (a later read is ordered after it).
+
+        ``events`` (a background response's SSE frames, see reference_server/background.py)
+        are stored compressed.
+        """
+        if self._closed:
+            return
+        packed = None if events is None else zlib.compress(events, 1)
+        fut = self._executor.submit(
+            self._put_object_sync, response_id, response, background, n_output, packed
+        )
+        fut.add_done_callback(_log_failure)
+
+    async def get_object(self, response_id: str) -> StoredObject | None:
+        """The stored response object, or None if it is unknown, deleted or pruned."""
+        result: StoredObject | None = await self._run(self._get_object_sync, response_id)
+        return result
+
+    async def events(self, response_id: str) -> bytes | None:
+        """A finished background response's stored events (as written by :meth:`put_object`)."""
+        result: bytes | None = await self._run(self._events_sync, response_id)
+        return result
+
+    async def own_items(self, response_id: str) -> Items | None:
+        """Only what ``response_id``'s own row added to its chain (when its chain is broken)."""
+        result: Items | None = await self._run(self._own_items_sync, response_id)
+        return result
+
+    async def delete(self, response_id: str) -> bool:
+        """Delete a response (its object and its chain row); False if there was none."""
+        result: bool = await self._run(self._delete_sync, response_id)
+        return result
+
     async def count(self) -> int:
         """Rows in the store (tests and diagnostics)."""
         result: int = await self._run(self._count_sync)
@@ -187,6 +346,12 @@ class SqliteStore:
         self._closed = True
         await self._run(self._close_sync)
         self._executor.shutdown(wait=False)
+
+
+def _pack(response: dict[str, Any]) -> bytes:
+    # Compressed: the object is about as large as the chain row beside it (echoed request
+    # fields, usage, sim_timing), and it compresses to about half.
+    return zlib.compress(orjson.dumps(response), 1)
 
 
 def _log_failure(fut: Future[None]) -> None:

@@ -1,0 +1,361 @@
+"""The response lifecycle over HTTP: retrieve, delete, input items, cancel, background creates.
+
+``app.py`` routes here: ``GET /v1/responses/{id}`` (``?stream=true&starting_after=N``
+resumes a background response's events), ``DELETE /v1/responses/{id}``,
+``GET /v1/responses/{id}/input_items`` and ``POST /v1/responses/{id}/cancel``, and a
+``background: true`` create.  What each answers is decided in
+:mod:`.core.lifecycle`; running background responses live in :mod:`.background`;
+finished ones, and every ``store: true`` response, in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from harness.wire import events as ev
+from reference_server import fault_send
+from reference_server.background import (
+    BackgroundRun,
+    BackgroundRuns,
+    EventGap,
+    EventLog,
+    gap_error,
+    now_s,
+)
+from reference_server.core.api_tier import RequestCost
+from reference_server.core.config import ServerConfig
+from reference_server.core.conversation import Conversation
+from reference_server.core.faults import NO_FAULT
+from reference_server.core.lifecycle import (
+    QUEUED,
+    TERMINAL,
+    cancel_refusal,
+    input_item_views,
+    not_found,
+    not_streamable,
+    page,
+    parse_list_query,
+)
+from reference_server.core.validation import CreateRequest, RequestError
+from reference_server.event_stream import until_disconnect
+from reference_server.service import Service
+
+Frames = AsyncGenerator[list[bytes], None]
+
+
+class Lifecycle:
+    def __init__(self, service: Service, config: ServerConfig) -> None:
+        self.service = service
+        self.store = service.store
+        self.runs = BackgroundRuns(config.max_background)
+        self._done_marker = config.sse_done_marker
+
+    # -- answers -------------------------------------------------------------------------------
+    def _request_id(self) -> str:
+        return ev.new_id("req", self.service.rng())
+
+    def _json(self, body: Any, request_id: str, status: int = 200) -> Response:
+        return Response(
+            orjson.dumps(body),
+            status_code=status,
+            media_type="application/json",
+            headers={"x-request-id": request_id},
+        )
+
+    def _error(self, err: RequestError, request_id: str) -> Response:
+        return self._json(
+            ev.error_body(err.status, err.code, err.message, err.param, err.type),
+            request_id,
+            err.status,
+        )
+
+    def _stream(self, frames: Frames, request_id: str, ended: Callable[[], bool]) -> Response:
+        return _FrameStream(
+            frames,
+            {"x-request-id": request_id, "cache-control": "no-cache"},
+            done_marker=self._done_marker,
+            ended=ended,
+        )
+
+    def _admitted(self, request: Request) -> tuple[str, RequestError | None]:
+        return self._request_id(), self.service.check_api_key(request.headers)
+
+    # -- GET /v1/responses/{id} ----------------------------------------------------------------
+    async def retrieve(self, request: Request) -> Response:
+        request_id, denied = self._admitted(request)
+        if denied is not None:
+            return self._error(denied, request_id)
+        rid = request.path_params["response_id"]
+        try:
+            if _flag(request.query_params.get("stream")):
+                return await self._replay(rid, request, request_id)
+            run = self.runs.get(rid)
+            if run is not None:
+                return self._json(run.current(), request_id)
+            stored = await self.store.get_object(rid)
+            if stored is None:
+                raise not_found(rid)
+            return self._json(stored.response, request_id)
+        except RequestError as err:
+            return self._error(err, request_id)
+
+    async def _replay(self, rid: str, request: Request, request_id: str) -> Response:
+        after = _starting_after(request.query_params.get("starting_after"))
+        run = self.runs.get(rid)
+        if run is not None:
+            try:
+                run.log.after(after)  # refuse a gap now, while an error status can still be sent
+            except EventGap as gap:
+                raise gap_error(rid, gap.first_kept) from None
+            return self._stream(
+                run.follow(after), request_id, lambda: run.status in TERMINAL - {"cancelled"}
+            )
+        stored = await self.store.get_object(rid)
+        if stored is None:
+            raise not_found(rid)
+        if not stored.background:
+            raise not_streamable(rid)
+        blob = await self.store.events(rid)
+        if blob is None:
+            # Queued or in progress in another process (--workers), or cut by a crash.
+            raise not_found(rid)
+        try:
+            frames = EventLog.unpack(blob).after(after)
+        except EventGap as gap:
+            raise gap_error(rid, gap.first_kept) from None
+        status = stored.response["status"]
+        return self._stream(_once(frames), request_id, lambda: status != "cancelled")
+
+    # -- DELETE /v1/responses/{id} -------------------------------------------------------------
+    async def delete(self, request: Request) -> Response:
+        request_id, denied = self._admitted(request)
+        if denied is not None:
+            return self._error(denied, request_id)
+        rid = request.path_params["response_id"]
+        run = self.runs.get(rid)
+        if run is not None:
+            # Deleted data cannot keep being generated: the run is stopped first.
+            await self.runs.stop(run, "cancelled")
+        if not await self.store.delete(rid):
+            return self._error(not_found(rid), request_id)
+        return self._json({"id": rid, "object": "response", "deleted": True}, request_id)
+
+    # -- GET /v1/responses/{id}/input_items ----------------------------------------------------
+    async def input_items(self, request: Request) -> Response:
+        request_id, denied = self._admitted(request)
+        if denied is not None:
+            return self._error(denied, request_id)
+        rid = request.path_params["response_id"]
+        try:
+            query = parse_list_query(dict(request.query_params))
+            items = await self._inputs(rid)
+            return self._json(page(input_item_views(items, rid), query), request_id)
+        except RequestError as err:
+            return self._error(err, request_id)
+
+    async def _inputs(self, rid: str) -> list[dict[str, Any]]:
+        """Every item the response was generated from: its chain's, then its own input."""
+        run = self.runs.get(rid)
+        if run is not None:
+            return run.input_items
+        stored = await self.store.get_object(rid)
+        if stored is None:
+            raise not_found(rid)
+        chain = await self.store.get(rid)
+        items = chain.items if chain is not None else await self.store.own_items(rid)
+        if items is None:
+            return []  # failed before anything was stored (a crash, an injected failure)
+        return items[: len(items) - stored.n_output]
+
+    # -- POST /v1/responses/{id}/cancel --------------------------------------------------------
+    async def cancel(self, request: Request) -> Response:
+        request_id, denied = self._admitted(request)
+        if denied is not None:
+            return self._error(denied, request_id)
+        rid = request.path_params["response_id"]
+        run = self.runs.get(rid)
+        if run is not None:
+            await self.runs.stop(run, "cancelled")
+            # It may have ended on its own meanwhile: cancelling a completed run is refused.
+            refused = cancel_refusal(True, run.status) if run.status != "cancelled" else None
+            if refused is not None:
+                return self._error(refused, request_id)
+            return self._json(run.snapshot, request_id)
+        stored = await self.store.get_object(rid)
+        if stored is None:
+            return self._error(not_found(rid), request_id)
+        status = stored.response["status"]
+        refused = cancel_refusal(stored.background, status)
+        if refused is not None:
+            return self._error(refused, request_id)
+        if status in TERMINAL:
+            return self._json(stored.response, request_id)  # cancelled already: idempotent
+        # Queued or in progress here but run by no task of this process (a restart cut it).
+        response = dict(stored.response, status="cancelled")
+        self.store.put_object(rid, response, background=True, n_output=0)
+        return self._json(response, request_id)
+
+    # -- POST /v1/responses with background: true ---------------------------------------------
+    async def create_background(
+        self,
+        req: CreateRequest,
+        conv: Conversation,
+        cost: RequestCost,
+        cache: str,
+        rng: random.Random,
+        request_id: str,
+    ) -> Response:
+        if not req.store:
+            return self._error(
+                RequestError(
+                    400,
+                    "invalid_value",
+                    "Invalid value for 'background': background mode requires 'store' to be true.",
+                    "background",
+                ),
+                request_id,
+            )
+        refused = self.runs.refusal()
+        if refused is not None:
+            return self._error(refused, request_id)
+        response_id = ev.new_id("resp", rng)
+        announce = ev.ResponseBuilder(
+            response_id, model=req.model, created_at=now_s(), request=req.raw
+        )
+        run = BackgroundRun(
+            response_id, announce.response_object(QUEUED), list(conv.chain_items), self.store
+        )
+        own_input = conv.items[len(conv.items) - len(req.input_items) :]
+        calls = conv.function_calls
+
+        async def generation(run: BackgroundRun) -> None:
+            # Faults drawn for the create belong to its connection, not to the detached work.
+            fault_send.current.set(NO_FAULT)
+            try:
+                job = await self.service.admit(
+                    req, conv, cost, cache, rng, parent_stored=True, response_id=response_id
+                )
+                job.builder.created_at = run.created_at
+                run.builder = job.builder
+                await self.service.generate(job, run.publish_generated)
+                run.end()
+            except asyncio.CancelledError:
+                self._stopped(run, req, own_input, calls)
+            except Exception as exc:
+                self._crashed(run, exc)
+
+        self.runs.start(run, generation)
+        if not req.stream:
+            return self._json(run.snapshot, request_id)
+        return self._stream(
+            run.follow(-1), request_id, lambda: run.status in TERMINAL - {"cancelled"}
+        )
+
+    def _stopped(
+        self, run: BackgroundRun, req: CreateRequest, own_input: list[dict[str, Any]], calls: int
+    ) -> None:
+        """A cancel (or the shutdown) stopped the run: store what it had and how it ended."""
+        if run.status in TERMINAL:
+            run.end()  # it sent its terminal event just before the cancel landed
+            return
+        # The input stays listable (input_items) and chainable, like any stored response's.
+        if req.previous_response_id is not None:
+            self.store.put(run.response_id, req.previous_response_id, own_input, calls)
+        else:
+            self.store.put(run.response_id, None, run.input_items, calls)
+        builder = run.builder or ev.ResponseBuilder(
+            run.response_id, model=req.model, created_at=run.created_at, request=req.raw
+        )
+        if run.stop_reason == "shutdown":
+            message = "The server shut down before this background response finished."
+            run.end(dict(builder.response_object("failed"), error=_server_error(message)))
+            return
+        run.end(builder.response_object("cancelled"))
+
+    def _crashed(self, run: BackgroundRun, exc: Exception) -> None:
+        message = f"The server had an error: {type(exc).__name__}."
+        if run.builder is not None and run.status not in TERMINAL:
+            with contextlib.suppress(ValueError):
+                events = self.service.failure(run.builder, message)
+                # Numbered like the rest of the run's events (publish_generated's shift).
+                for event in events:
+                    event["sequence_number"] += 1
+                run.move("failed", events[-1]["response"])
+                run.publish(events)
+        if run.status not in TERMINAL:
+            run.move("failed", dict(run.snapshot, status="failed", error=_server_error(message)))
+        run.end()
+
+
+def _server_error(message: str) -> dict[str, str]:
+    return {"code": "server_error", "message": message}
+
+
+def _flag(value: str | None) -> bool:
+    return value is not None and value.lower() in ("true", "1")
+
+
+def _starting_after(value: str | None) -> int:
+    if value is None or value == "":
+        return -1
+    try:
+        after = int(value)
+    except ValueError:
+        after = -2
+    if after < -1:
+        raise RequestError(
+            400,
+            "invalid_value",
+            f"Invalid 'starting_after': expected a sequence number (an integer >= 0), got {value!r}.",
+            "starting_after",
+        )
+    return after
+
+
+async def _once(frames: list[bytes]) -> Frames:
+    if frames:
+        yield frames
+
+
+class _FrameStream(Response):
+    """``text/event-stream`` of ready SSE frames; a disconnect stops the reading, not the run."""
+
+    def __init__(
+        self,
+        frames: Frames,
+        headers: dict[str, str],
+        *,
+        done_marker: bool,
+        ended: Callable[[], bool],
+    ) -> None:
+        self.status_code = 200
+        self.media_type = "text/event-stream"
+        self.background = None
+        self.init_headers(headers)
+        self._frames = frames
+        self._done_marker = done_marker
+        self._ended = ended
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+
+        async def pump() -> None:
+            async with contextlib.aclosing(self._frames) as frames:
+                async for batch in frames:
+                    body = b"".join(batch)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+
+        if not await until_disconnect(receive, pump()):
+            return
+        tail = b"data: [DONE]\n\n" if self._done_marker and self._ended() else b""
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
