@@ -14,6 +14,7 @@ import random
 import tracemalloc
 
 from harness.wire.events import ResponseBuilder
+from harness.wire.tokens import token_pieces
 from reference_server.core.engine import NS_PER_MS, decode_plan
 from reference_server.core.output import OutputCursor, plan_output
 from reference_server.core.profiles import load_profiles
@@ -63,7 +64,7 @@ def stream(n_tokens: int, reasoning_tokens: int = 0) -> tuple[int, int, int]:
 
 
 def test_streaming_memory_does_not_grow_with_the_response() -> None:
-    small_stream, small_total, small_chars = stream(SMALL)
+    small_stream, _, small_chars = stream(SMALL)
     large_stream, large_total, large_chars = stream(LARGE)
     assert (small_chars, large_chars) == (4 * SMALL, 4 * LARGE)
     # 100x the tokens: the streaming phase holds a window, not the response.
@@ -84,8 +85,6 @@ def test_reasoning_costs_its_blob_not_its_plan() -> None:
 
 def test_lazy_text_is_the_text_eager_planning_made() -> None:
     # Same seed, same draws: the pieces drawn as they fall due spell the old text.
-    from harness.wire.tokens import token_pieces
-
     builder = ResponseBuilder("resp_1", model="sim", created_at=0, request={})
     builder.start()
     plan = plan_output(
