@@ -22,7 +22,7 @@ from reference_server.core.conversation import ITEM_OVERHEAD_TOKENS
 from reference_server.core.reasoning import summary_tokens
 from tests.server.conftest import configured_server, ws_url
 from tests.server.test_sdk_conformance import SDK_WS_LEGACY
-from tests.server.test_ws_protocol import one
+from tests.server.test_ws_protocol import one, one_or_done
 from tests.wire.test_events import validate
 
 PROFILE_BUDGET = 25
@@ -384,3 +384,46 @@ def test_bad_reasoning_fields_are_refused(url: str) -> None:
             resp = http.post(f"{url}/responses", json={"model": "sim", "input": "hi", **body})
             assert resp.status_code == 400, body
             assert resp.json()["error"]["param"] == param
+
+
+def test_append_mode_reasons_in_every_segment_and_sums_the_usage(url: str) -> None:
+    tool = {"type": "function", "name": "run", "parameters": {"type": "object", "properties": {}}}
+
+    async def main() -> list[dict[str, Any]]:
+        async with connect(ws_url(url) + "?mode=append") as conn:
+            create = {
+                "type": "response.create",
+                "model": "sim",
+                "store": False,
+                "input": "go",
+                "tools": [tool],
+                "tool_choice": "required",
+                "metadata": hints(),
+            }
+            first = await one_or_done(conn, orjson.dumps(create).decode())
+            call = next(
+                e["item"]
+                for e in first
+                if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"
+            )
+            append = {
+                "type": "response.append",
+                "response_id": first[-1]["response"]["id"],
+                "input": [
+                    {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
+                ],
+                "tool_choice": "none",
+            }
+            return first + await one_or_done(conn, orjson.dumps(append).decode())
+
+    events = asyncio.run(main())
+    final = events[-1]["response"]
+    assert [o["type"] for o in final["output"]] == [
+        "reasoning",
+        "function_call",
+        "reasoning",
+        "message",
+    ]
+    assert final["usage"]["output_tokens_details"]["reasoning_tokens"] == 2 * N
+    added = [e["output_index"] for e in events if e["type"] == "response.output_item.added"]
+    assert added == [0, 1, 2, 3]
