@@ -33,7 +33,7 @@ from reference_server.event_stream import EventStream, SendEvents, until_disconn
 from reference_server.fault_send import InjectedDisconnect
 from reference_server.guard import ConnectionGuard
 from reference_server.protocols import ARRIVED_KEY
-from reference_server.service import Service, fault_error, previous_not_found
+from reference_server.service import Job, Service, fault_error, previous_not_found
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -225,25 +225,12 @@ class ReferenceServer:
             processed_tokens=conv.tokens - rehydrated + tools_tokens(req.tools),
             rehydrated_tokens=rehydrated,
         )
-        job = await service.admit(req, conv, cost, cache, rng, parent_stored=True)
         headers = {"x-request-id": request_id}
 
         if not req.stream:
+            return await self._http_create_whole(request, req, conv, cost, cache, rng, headers)
 
-            async def discard(_: Sequence[dict[str, Any]]) -> None:
-                return None
-
-            finished = await until_disconnect(
-                request.receive,
-                service.generate(job, discard),
-            )
-            if not finished:
-                return Response(status_code=499)  # the client left: stop generating for nobody
-            return Response(
-                orjson.dumps(job.builder.response_object()),
-                media_type="application/json",
-                headers=headers,
-            )
+        job = await service.admit(req, conv, cost, cache, rng, parent_stored=True)
 
         async def run(send: SendEvents) -> bool:
             try:
@@ -260,6 +247,40 @@ class ReferenceServer:
             run,
             {**headers, "cache-control": "no-cache"},
             done_marker=self.config.sse_done_marker,
+        )
+
+    async def _http_create_whole(
+        self,
+        request: Request,
+        req: CreateRequest,
+        conv: Conversation,
+        cost: RequestCost,
+        cache: str,
+        rng: random.Random,
+        headers: dict[str, str],
+    ) -> Response:
+        """``stream: false``: the whole response as one JSON body, or nothing if the client left.
+
+        The API-tier wait is watched too, not only the generation: with a long input it is
+        most of the modelled time, and a client that gave up must not hold an API worker.
+        """
+        service = self.service
+        jobs: list[Job] = []
+
+        async def discard(_: Sequence[dict[str, Any]]) -> None:
+            return None
+
+        async def admit_and_generate() -> None:
+            jobs.append(await service.admit(req, conv, cost, cache, rng, parent_stored=True))
+            await service.generate(jobs[0], discard)
+
+        if not await until_disconnect(request.receive, admit_and_generate()):
+            # The client left: stop generating for nobody. The access log shows the 499.
+            return Response(status_code=499)
+        return Response(
+            orjson.dumps(jobs[0].builder.response_object()),
+            media_type="application/json",
+            headers=headers,
         )
 
     # -- WebSocket -------------------------------------------------------------------------
