@@ -33,6 +33,10 @@ class Response:
     body: bytes  # error responses only: a streamed body went to the sink
     new_connection: bool
     connected_ns: int  # when the new connection was established (0: reused)
+    # Not measured apart on this edge yet (docs/metrics.md): 0.
+    connect_start_ns: int = 0
+    tcp_connected_ns: int = 0
+    tls_done_ns: int = 0
 
 
 class HttpConnection:
