@@ -261,8 +261,9 @@ class ReferenceServer:
     ) -> Response:
         """``stream: false``: the whole response as one JSON body, or nothing if the client left.
 
-        The API-tier wait is watched too, not only the generation: with a long input it is
-        most of the modelled time, and a client that gave up must not hold an API worker.
+        The API-tier wait is watched too, not only the generation: with a long input, or a
+        queue for the API workers, it lasts seconds, and a client that gave up must not hold
+        (or wait for) an API worker.
         """
         service = self.service
         jobs: list[Job] = []
