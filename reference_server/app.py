@@ -34,7 +34,7 @@ from reference_server.fault_send import InjectedDisconnect
 from reference_server.guard import ConnectionGuard
 from reference_server.lifecycle import Lifecycle
 from reference_server.protocols import ARRIVED_KEY
-from reference_server.service import Service, fault_error, previous_not_found
+from reference_server.service import Job, Service, fault_error, previous_not_found
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -240,25 +240,12 @@ class ReferenceServer:
         )
         if req.background:
             return await self.lifecycle.create_background(req, conv, cost, cache, rng, request_id)
-        job = await service.admit(req, conv, cost, cache, rng, parent_stored=True)
         headers = {"x-request-id": request_id}
 
         if not req.stream:
+            return await self._http_create_whole(request, req, conv, cost, cache, rng, headers)
 
-            async def discard(_: Sequence[dict[str, Any]]) -> None:
-                return None
-
-            finished = await until_disconnect(
-                request.receive,
-                service.generate(job, discard),
-            )
-            if not finished:
-                return Response(status_code=499)  # the client left: stop generating for nobody
-            return Response(
-                orjson.dumps(job.builder.response_object()),
-                media_type="application/json",
-                headers=headers,
-            )
+        job = await service.admit(req, conv, cost, cache, rng, parent_stored=True)
 
         async def run(send: SendEvents) -> bool:
             try:
@@ -275,6 +262,41 @@ class ReferenceServer:
             run,
             {**headers, "cache-control": "no-cache"},
             done_marker=self.config.sse_done_marker,
+        )
+
+    async def _http_create_whole(
+        self,
+        request: Request,
+        req: CreateRequest,
+        conv: Conversation,
+        cost: RequestCost,
+        cache: str,
+        rng: random.Random,
+        headers: dict[str, str],
+    ) -> Response:
+        """``stream: false``: the whole response as one JSON body, or nothing if the client left.
+
+        The API-tier wait is watched too, not only the generation: with a long input, or a
+        queue for the API workers, it lasts seconds, and a client that gave up must not hold
+        (or wait for) an API worker.
+        """
+        service = self.service
+        jobs: list[Job] = []
+
+        async def discard(_: Sequence[dict[str, Any]]) -> None:
+            return None
+
+        async def admit_and_generate() -> None:
+            jobs.append(await service.admit(req, conv, cost, cache, rng, parent_stored=True))
+            await service.generate(jobs[0], discard)
+
+        if not await until_disconnect(request.receive, admit_and_generate()):
+            # The client left: stop generating for nobody. The access log shows the 499.
+            return Response(status_code=499)
+        return Response(
+            orjson.dumps(jobs[0].builder.response_object()),
+            media_type="application/json",
+            headers=headers,
         )
 
     # -- WebSocket -------------------------------------------------------------------------

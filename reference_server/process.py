@@ -42,11 +42,11 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def ready_line(sock: socket.socket) -> str:
+def ready_line(sock: socket.socket, *, tls: bool = False) -> str:
     """The line ``loopbench run`` (harness/run/embedded.py) waits for: where ``sock`` listens."""
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    return f"{READY_PREFIX}http://{shown}:{port}/v1"
+    return f"{READY_PREFIX}{'https' if tls else 'http'}://{shown}:{port}/v1"
 
 
 def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> None:
@@ -76,13 +76,16 @@ def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> No
         ws_ping_timeout=config.ws_ping_interval_s,
         timeout_keep_alive=30,
         lifespan="on",
+        # Checked (or made) by reference_server/serve.py before any worker started.
+        ssl_certfile=config.tls_cert,
+        ssl_keyfile=config.tls_key,
     )
     # After uvicorn.Config, which configures logging: intentional drops are not errors.
     install_log_filter()
     server = DrainingServer(uv_config, server_app, config.drain_timeout_s)
     quiet_gc()
     if own_socket:
-        print(ready_line(sock), flush=True)
+        print(ready_line(sock, tls=config.tls), flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         if uvloop:
             _run_uvloop(server, sock)

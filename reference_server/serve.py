@@ -6,12 +6,19 @@ serve`` build a :class:`ServerConfig` and call :func:`serve`.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import ipaddress
+import signal
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import FrameType
 
 from reference_server.core.config import ServerConfig
 from reference_server.process import serve_process
+from reference_server.tls import LOOPBACK_NAMES, TlsFileError, check_files, self_signed
 from reference_server.workers import serve_workers
 
 
@@ -20,10 +27,47 @@ def serve(config: ServerConfig) -> None:
     warning = bind_warning(config.host, config.api_keys)
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
-    if config.workers > 1:
-        serve_workers(config)
-    else:
-        serve_process(config)
+    with tls_files(config) as config:
+        if config.workers > 1:
+            serve_workers(config)
+        else:
+            serve_process(config)
+
+
+@contextlib.contextmanager
+def tls_files(config: ServerConfig) -> Iterator[ServerConfig]:
+    """``config`` with usable TLS files: checked, or made for ``--tls-self-signed``.
+
+    Made here, before ``--workers`` forks, so every worker serves the same certificate;
+    the temporary folder goes when the server stops.
+    """
+    with contextlib.ExitStack() as stack:
+        if config.tls_self_signed:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="loopbench-tls-"))
+            cert, key = self_signed(Path(folder), config.host)
+            names = ", ".join(dict.fromkeys((*LOOPBACK_NAMES, config.host)))
+            print(
+                f"TLS: self-signed certificate for {names} in {cert} "
+                "(clients must trust that file or skip verification)",
+                file=sys.stderr,
+                flush=True,
+            )
+            config = dataclasses.replace(config, tls_self_signed=False, tls_cert=cert, tls_key=key)
+            # uvicorn re-raises the SIGTERM it stopped on once it has shut down; by default
+            # that ends the process on the spot, leaving the key behind in the folder.
+            previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+            stack.callback(signal.signal, signal.SIGTERM, previous)
+        if config.tls_cert is not None and config.tls_key is not None:
+            try:
+                check_files(config.tls_cert, config.tls_key)
+            except TlsFileError as exc:
+                raise SystemExit(f"error: {exc}") from None
+        yield config
+
+
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    # A stop that was asked for, after a drain: a clean exit (a --workers supervisor too).
+    raise SystemExit(0)
 
 
 def bind_warning(host: str, api_keys: Sequence[str]) -> str | None:

@@ -11,6 +11,7 @@ Everything that decides *what* to send lives in ``core/``; this decides *when*.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import itertools
 import random
 import time
@@ -124,7 +125,8 @@ class Service:
         # Workers share the store: their id sequences must not overlap (2**40 ids each).
         self._counter = itertools.count(config.worker_index << 40)
         self._background: set[asyncio.Task[Any]] = set()
-        self._keys = frozenset(config.api_keys)
+        # Bytes: compare_digest takes str only when it is ASCII, and a key may not be.
+        self._keys = tuple(k.encode() for k in dict.fromkeys(config.api_keys))
         self._bucket = (
             TokenBucket(config.rate_limit_rps, config.rate_limit_burst)
             if config.rate_limit_rps
@@ -154,7 +156,7 @@ class Service:
                 "You didn't provide an API key. Provide it in the Authorization header as 'Bearer <key>'.",
             )
         token = token.strip()
-        if token not in self._keys:
+        if not key_matches(token.encode(), self._keys):
             shown = token[:3] + "*" * 4 + token[-4:] if len(token) > 8 else "*" * len(token)
             return RequestError(401, "invalid_api_key", f"Incorrect API key provided: {shown}.")
         return None
@@ -431,6 +433,20 @@ class Service:
         job.on_output(conv)
         usage = seg.usage(seg.output_tokens)
         return await self.finish(builder, send, usage, timing, truncated=seg.truncated)
+
+
+def key_matches(token: bytes, keys: Sequence[bytes]) -> bool:
+    """Whether ``token`` is one of ``keys``, in a time that does not depend on where they differ.
+
+    Every key is compared, a match or not, so the time says neither which key matched
+    nor how long a prefix of one the token shares (``in`` on a set or ``==`` would stop
+    at the first differing byte). It still depends on the number and lengths of the keys,
+    which an attacker learns nothing secret from.
+    """
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(token, key)
+    return found
 
 
 def _now_s() -> int:

@@ -63,7 +63,7 @@ def serve_workers(config: ServerConfig) -> None:
     except ProfileError as exc:
         raise SystemExit(f"error: {exc}") from None
     sock = bind(config.host, config.port)
-    ready = ready_line(sock)
+    ready = ready_line(sock, tls=config.tls)
     sys.stdout.flush()
     sys.stderr.flush()
     pids: list[int] = []

@@ -249,7 +249,9 @@ def test_reports_never_import_transports() -> None:
 
 
 # Third-party modules heavy or optional enough to import only where they are used.
-HEAVY = {"pandas", "matplotlib", "locust", "gevent", "uvloop", "nbformat", "nbclient"}
+HEAVY = {
+    "pandas", "matplotlib", "locust", "gevent", "uvloop", "nbformat", "nbclient", "cryptography",
+}  # fmt: skip
 
 
 def _local_imports(path: Path) -> Iterator[tuple[int, str]]:

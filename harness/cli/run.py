@@ -77,6 +77,13 @@ def add_parser(sub: Any) -> None:
         "transports (see loopbench probe)",
     )
     add_client_options(run)
+    run.add_argument(
+        "--tls",
+        action="store_true",
+        help="start the embedded server with --tls-self-signed and measure over https:// and "
+        "wss:// (the TLS handshake of each new connection is timed: tls_ms); its certificate is "
+        "not verified, as the run made it. Not with --target: give an https:// URL there",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.add_argument(
         "--procs",
@@ -100,6 +107,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         baseline=args.baseline,
         **client_run_options(args),
     )
+    if args.tls:
+        # The run makes the certificate, so there is nothing to verify it against.
+        opts.server_args = [*opts.server_args, "--tls-self-signed"]
+        opts.verify_tls = False
     refused = probe_for_run(
         args.target,
         transports or scenario.transports,

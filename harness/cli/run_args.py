@@ -56,6 +56,11 @@ def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
 def check_run_args(args: argparse.Namespace) -> None:
     """``loopbench run``: raise :class:`UsageError` for the first option that cannot work."""
     _check_common(args)
+    if getattr(args, "tls", False) and args.target is not None:
+        raise UsageError(
+            "--tls: starts the embedded server with TLS, so it cannot go with --target; "
+            f"give an https:// URL instead (--target {args.target})"
+        )
     procs = getattr(args, "procs", 1)
     if procs < 1:
         raise UsageError(f"--procs: expected a positive number of client processes, got {procs}")

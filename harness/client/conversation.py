@@ -39,6 +39,12 @@ class HttpResponse(Protocol):
     def new_connection(self) -> bool: ...
     @property
     def connected_ns(self) -> int: ...
+    @property
+    def connect_start_ns(self) -> int: ...
+    @property
+    def tcp_connected_ns(self) -> int: ...
+    @property
+    def tls_done_ns(self) -> int: ...
 
 
 class Conversation:
@@ -78,6 +84,9 @@ class Conversation:
         """The turn's stream once the exchange ended; raises the API or truncation error."""
         rec.new_connection = resp.new_connection
         rec.connected_ns = resp.connected_ns
+        rec.connect_start_ns = resp.connect_start_ns
+        rec.tcp_connected_ns = resp.tcp_connected_ns
+        rec.tls_done_ns = resp.tls_done_ns
         if resp.status >= 400:
             raise api_error_from_body(resp.status, resp.body)
         content_type = resp.headers.get("content-type", "")

@@ -33,6 +33,10 @@ class Response:
     body: bytes  # error responses only: a streamed body went to the sink
     new_connection: bool
     connected_ns: int  # when the new connection was established (0: reused)
+    # the new connection's TCP connect began and ended, its TLS handshake ended (0: reused)
+    connect_start_ns: int = 0
+    tcp_connected_ns: int = 0
+    tls_done_ns: int = 0
 
 
 class HttpConnection:
@@ -73,8 +77,9 @@ class HttpConnection:
 
     def _exchange(self, wire: bytes, sink: BodySink, where: str) -> Response:
         connected_ns = 0
+        stamps = (0, 0, 0)
         if self._sock is None:
-            self._sock = open_socket(
+            self._sock, stamps = open_socket(
                 self.ep,
                 connect_timeout_s=self.connect_timeout_s,
                 read_timeout_s=self.read_timeout_s,
@@ -130,7 +135,12 @@ class HttpConnection:
         if not (self.keepalive and parser.keep_alive):
             self.close()
         return Response(
-            parser.status, parser.headers, b"".join(error_body), bool(connected_ns), connected_ns
+            parser.status,
+            parser.headers,
+            b"".join(error_body),
+            bool(connected_ns),
+            connected_ns,
+            *stamps,
         )
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ monotonic within a process.
 
 from __future__ import annotations
 
+import functools
 import socket
 import ssl
 import time
@@ -61,7 +62,9 @@ class Endpoint:
         return f"{scheme}://{self.host_header}{self.base_path}{path}"
 
 
+@functools.cache
 def tls_context(verify: bool) -> ssl.SSLContext:
+    # One per setting for the process: loading the CA store takes milliseconds.
     ctx = ssl.create_default_context()
     if not verify:
         ctx.check_hostname = False
@@ -69,15 +72,27 @@ def tls_context(verify: bool) -> ssl.SSLContext:
     return ctx
 
 
+#: when a new connection's TCP connect began and ended, and its TLS handshake ended (0: no TLS)
+ConnectStamps = tuple[int, int, int]
+
+
 def open_socket(
     ep: Endpoint, *, connect_timeout_s: float, read_timeout_s: float, verify_tls: bool
-) -> socket.socket:
-    """A connected TCP (or TLS) socket with Nagle off; raises :class:`TransportError`."""
+) -> tuple[socket.socket, ConnectStamps]:
+    """A connected TCP (or TLS) socket with Nagle off, and when each step ended.
+
+    Raises :class:`TransportError`.
+    """
+    ctx = tls_context(verify_tls) if ep.tls else None
+    started = now_ns()
+    tls_ns = 0
     try:
         sock = socket.create_connection((ep.host, ep.port), timeout=connect_timeout_s)
+        tcp_ns = now_ns()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if ep.tls:
-            sock = tls_context(verify_tls).wrap_socket(sock, server_hostname=ep.host)
+        if ctx is not None:
+            sock = ctx.wrap_socket(sock, server_hostname=ep.host)
+            tls_ns = now_ns()
     except TimeoutError as exc:
         raise TransportError(
             ErrorKind.TIMEOUT, f"connecting to {ep.host}:{ep.port} timed out"
@@ -87,4 +102,4 @@ def open_socket(
             ErrorKind.CONNECTION, describe_os_error(exc, f"{ep.host}:{ep.port}")
         ) from exc
     sock.settimeout(read_timeout_s)
-    return sock
+    return sock, (started, tcp_ns, tls_ns)

@@ -110,6 +110,7 @@ class WsSession:
             verify_tls=opts.verify_tls,
         )
         rec.connected_ns = conn.connected_ns
+        rec.connect_start_ns, rec.tcp_connected_ns, rec.tls_done_ns = conn.connect_stamps
         rec.new_connection = True
         self.conn = conn
         return conn

@@ -37,7 +37,9 @@ class WsConnection:
         verify_tls: bool = True,
     ) -> None:
         self.url = ep.ws_url(path)
-        self._sock: socket.socket = open_socket(
+        self._sock: socket.socket
+        #: when the TCP connect began and ended, and the TLS handshake ended (0: no TLS)
+        self._sock, self.connect_stamps = open_socket(
             ep,
             connect_timeout_s=connect_timeout_s,
             read_timeout_s=read_timeout_s,

@@ -200,6 +200,27 @@ METRICS: list[Metric] = [
         report=(("p50", 1),),
         gate=4,
     ),
+    # a new connection's setup, timed apart by the asyncio edges (docs/metrics.md §1.2): the
+    # TCP connect, and the TLS handshake over it (https/wss only); reused connections give none.
+    # In summary.json only: most runs reuse connections, so a table column would be mostly empty.
+    _latency(
+        "connect_ms",
+        "TCP connect",
+        record="turn",
+        when="(tcp_connected_ns > 0) & (connect_start_ns > 0)",
+        value="tcp_connected_ns - connect_start_ns",
+        failed_too=True,
+        histogram="connect",
+    ),
+    _latency(
+        "tls_ms",
+        "TLS handshake",
+        record="turn",
+        when="(tls_done_ns > 0) & (tcp_connected_ns > 0)",
+        value="tls_done_ns - tcp_connected_ns",
+        failed_too=True,
+        histogram="tls",
+    ),
     _latency(
         "itl_ms",
         "ITL",

@@ -40,6 +40,9 @@ class Response:
     body: bytes  # only when no sink was given (error responses, non-streaming calls)
     new_connection: bool
     connected_ns: int = 0  # when the new connection was established (0: reused)
+    connect_start_ns: int = 0  # when its TCP connect began (0: reused)
+    tcp_connected_ns: int = 0  # when TCP was established (0: reused)
+    tls_done_ns: int = 0  # when its TLS handshake completed (0: reused, or plain http)
 
 
 class _Conn(asyncio.Protocol):
@@ -192,32 +195,47 @@ class H1Pool:
         self._idle: list[_Conn] = []
         self._open: set[_Conn] = set()
 
-    async def _connect(self) -> _Conn:
+    async def _connect(self) -> tuple[_Conn, tuple[int, int, int]]:
+        """A new connection, and when its TCP connect began, ended, and its TLS handshake ended.
+
+        TCP first, then TLS over it (``start_tls``), so the two are timed apart: one
+        ``create_connection(ssl=...)`` would hide where the time went.
+        """
         loop = asyncio.get_running_loop()
+        started = time.perf_counter_ns()
+        tcp_ns = tls_ns = 0
+        transport: asyncio.BaseTransport | None = None
         try:
-            transport, proto = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: _Conn(loop, self.authority, self.stream_types),
-                    self.host,
-                    self.port,
-                    ssl=self.ssl,
-                    server_hostname=self.host if self.ssl else None,
-                ),
-                self.connect_timeout_s,
-            )
+            async with asyncio.timeout(self.connect_timeout_s):
+                transport, proto = await loop.create_connection(
+                    lambda: _Conn(loop, self.authority, self.stream_types), self.host, self.port
+                )
+                tcp_ns = time.perf_counter_ns()
+                if self.ssl is not None:
+                    tls = await loop.start_tls(
+                        transport, proto, self.ssl, server_hostname=self.host
+                    )
+                    tls_ns = time.perf_counter_ns()
+                    assert tls is not None  # None only when the loop is closing
+                    transport = tls
         except TimeoutError as exc:
+            if transport is not None:
+                transport.close()
             raise TransportError(
                 ErrorKind.TIMEOUT,
                 f"connecting to {self.authority} timed out after {self.connect_timeout_s:g} s",
             ) from exc
-        except OSError as exc:
+        except OSError as exc:  # ssl.SSLError (a refused certificate) included
+            if transport is not None:
+                transport.close()
             raise TransportError(
                 ErrorKind.CONNECTION, describe_os_error(exc, self.authority)
             ) from exc
-        # uvloop calls connection_made() soon, not before create_connection returns.
+        # uvloop calls connection_made() soon, not before create_connection returns; and
+        # after start_tls the protocol's transport is the TLS one.
         proto.transport = cast(asyncio.Transport, transport)
         self._open.add(proto)
-        return proto
+        return proto, (started, tcp_ns, tls_ns)
 
     def _take_idle(self) -> _Conn | None:
         while self._idle:
@@ -244,8 +262,9 @@ class H1Pool:
             for attempt in (0, 1):
                 conn = self._take_idle() if attempt == 0 else None
                 connected_ns = 0
+                stamps = (0, 0, 0)
                 if conn is None:
-                    conn = await self._connect()
+                    conn, stamps = await self._connect()
                     connected_ns = time.perf_counter_ns()
                 conn.start(wire, sink)
                 try:
@@ -266,7 +285,12 @@ class H1Pool:
                     conn.close()
                     self._open.discard(conn)
                 return Response(
-                    p.status, p.headers, b"".join(conn.body), bool(connected_ns), connected_ns
+                    p.status,
+                    p.headers,
+                    b"".join(conn.body),
+                    bool(connected_ns),
+                    connected_ns,
+                    *stamps,
                 )
         raise AssertionError("unreachable")
 

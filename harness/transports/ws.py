@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import socket
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.frames import Close
+from websockets.uri import parse_uri
 
 from harness.client.api_errors import ws_open_failure
 from harness.client.bodies import ws_headers
@@ -32,12 +37,72 @@ from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectStamps:
+    """When a new connection's TCP connect began and ended, and its TLS handshake ended (0: no TLS)."""
+
+    start_ns: int
+    tcp_ns: int
+    tls_ns: int
+
+
+async def tcp_socket(host: str, port: int) -> socket.socket:
+    """A connected TCP socket to ``host``: the first of its addresses that accepts."""
+    loop = asyncio.get_running_loop()
+    addresses: list[tuple[int, Any]]
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = [(info[0], info[4]) for info in infos]
+    else:
+        # An address needs no lookup; getaddrinfo would still take a trip through the
+        # loop's thread pool, which the first connection would pay for in its connect time.
+        addresses = [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, (host, port))]
+    error: OSError = OSError(f"{host} has no address to connect to")
+    for family, addr in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, addr)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise error
+
+
 async def open_ws(options: TransportOptions, url: str) -> ClientConnection:
     """Open a WebSocket the way the measurement path needs it (or raise TransportError)."""
+    conn, _ = await open_ws_timed(options, url)
+    return conn
+
+
+async def open_ws_timed(
+    options: TransportOptions, url: str
+) -> tuple[ClientConnection, ConnectStamps]:
+    """:func:`open_ws`, with when its TCP connect and TLS handshake ended.
+
+    The TCP socket is connected here and handed to ``connect``, which then runs only
+    the TLS handshake (for ``wss://``) and the upgrade: the three are timed apart.
+    """
+    uri = parse_uri(url)
+    # Before the clock starts: the first call loads the CA store (milliseconds).
+    ctx = tls_context(options.verify_tls) if uri.secure else None
+    sock: socket.socket | None = None
+    started = time.perf_counter_ns()
     try:
+        async with asyncio.timeout(options.connect_timeout_s):
+            sock = await tcp_socket(uri.host, uri.port)
+        tcp_ns = time.perf_counter_ns()
         # Compression off and no keepalive pings: the measurement path must not pay for either.
-        return await connect(
+        conn = await connect(
             url,
+            sock=sock,
             additional_headers=ws_headers(options),
             compression=None,
             max_size=None,
@@ -50,10 +115,14 @@ async def open_ws(options: TransportOptions, url: str) -> ClientConnection:
             # one up scans the environment on every connect.
             proxy=None,
             # websockets refuses an ssl argument for ws://; for wss:// it is what --insecure sets.
-            ssl=tls_context(options.verify_tls) if url.startswith("wss://") else None,
+            ssl=ctx,
         )
     except (OSError, websockets.exceptions.WebSocketException, TimeoutError) as exc:
+        if sock is not None:
+            sock.close()  # a no-op once the transport owns (and has closed) it
         raise ws_open_failure(exc, url) from exc
+    tls_ns = conn.made_ns if uri.secure and isinstance(conn, StampedConnection) else 0
+    return conn, ConnectStamps(started, tcp_ns, tls_ns)
 
 
 async def read_response(
@@ -116,8 +185,11 @@ class WsSession:
         self.conn: ClientConnection | None = None
 
     async def _connect(self, rec: TurnRecord) -> ClientConnection:
-        conn = await open_ws(self.t.options, self.url)
+        conn, stamps = await open_ws_timed(self.t.options, self.url)
         rec.connected_ns = time.perf_counter_ns()
+        rec.connect_start_ns = stamps.start_ns
+        rec.tcp_connected_ns = stamps.tcp_ns
+        rec.tls_done_ns = stamps.tls_ns
         rec.new_connection = True
         self.conn = conn
         return conn

@@ -24,6 +24,12 @@ class StampedConnection(ClientConnection):
         super().__init__(*args, **kwargs)
         self._arrivals: deque[int] = deque()
         self._received_ns = 0
+        #: when the transport was handed over: over TLS, when the handshake completed
+        self.made_ns = 0
+
+    def connection_made(self, transport: Any) -> None:
+        self.made_ns = time.perf_counter_ns()
+        super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         # Stamped before the frame parser runs: every message completed by these bytes

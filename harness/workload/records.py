@@ -40,6 +40,11 @@ class TurnRecord:
     intended_start_ns: int = 0
     sent_ns: int = 0
     connected_ns: int = 0
+    # a new connection's setup, apart (0: reused, or not measured by this edge): its TCP
+    # connect began, TCP was established, the TLS handshake completed (0 too without TLS)
+    connect_start_ns: int = 0
+    tcp_connected_ns: int = 0
+    tls_done_ns: int = 0
     first_event_ns: int = 0
     first_token_ns: int = 0
     last_token_ns: int = 0

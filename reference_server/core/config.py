@@ -16,6 +16,7 @@ from typing import Any
 from reference_server.core.faults import FaultSpec
 from reference_server.core.options import (
     Option,
+    ServerConfigError,
     at_least,
     close_code,
     declared,
@@ -38,6 +39,7 @@ ACCESS = "access"
 LIMITS = "limits"
 FAULTS = "fault injection (client recovery tests)"
 RELIABILITY = "reliability"
+TLS = "TLS (docs/server.md)"
 
 
 def non_empty_keys(keys: tuple[str, ...]) -> str | None:
@@ -136,6 +138,14 @@ class ServerConfig:
         help="on SIGTERM, how long responses in flight may take to finish before they are cut")
     ws_ping_interval_s: float = setting(20.0, "--ws-ping-interval-s", group=RELIABILITY, check=positive,
         help="WebSocket keepalive pings; a peer that does not answer within as long is dropped")
+    # TLS (reference_server/tls.py): the files are checked at startup, before serving.
+    tls_cert: str | None = setting(None, "--tls-cert", group=TLS, metavar="PATH", check=non_empty,
+        help="serve HTTPS and WSS with this PEM certificate (chain); needs --tls-key")
+    tls_key: str | None = setting(None, "--tls-key", group=TLS, metavar="PATH", check=non_empty,
+        help="the certificate's unencrypted PEM private key")
+    tls_self_signed: bool = setting(False, "--tls-self-signed", group=TLS,
+        help="serve HTTPS and WSS with a certificate for localhost, 127.0.0.1 and ::1 made at "
+        "startup (clients must skip verification, e.g. loopbench run --insecure)")
     log_level: str = setting("warning", "--log-level", choices=LOG_LEVELS,
         help="uvicorn log level")
     # Server processes sharing the listening socket (reference_server/workers.py); each
@@ -149,6 +159,12 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+        _check_tls(self)
+
+    @property
+    def tls(self) -> bool:
+        """Whether the server speaks TLS (its URLs are https:// and wss://)."""
+        return self.tls_self_signed or self.tls_cert is not None
 
     @property
     def ws_lifetime_s(self) -> float:
@@ -156,6 +172,24 @@ class ServerConfig:
         if self.faults.lifetime_s is None:
             return self.ws_max_lifetime_s
         return min(self.ws_max_lifetime_s, self.faults.lifetime_s)
+
+
+def _check_tls(config: ServerConfig) -> None:
+    """The TLS options that only work together, or not at all."""
+    if config.tls_self_signed and (config.tls_cert or config.tls_key):
+        given = "tls_cert" if config.tls_cert else "tls_key"
+        raise ServerConfigError(
+            given,
+            f"--{given.replace('_', '-')}",
+            "no certificate file with --tls-self-signed (it makes its own)",
+            getattr(config, given),
+        )
+    if (config.tls_cert is None) != (config.tls_key is None):
+        missing = "tls_key" if config.tls_key is None else "tls_cert"
+        other = "--tls-cert" if missing == "tls_key" else "--tls-key"
+        raise ServerConfigError(
+            missing, f"--{missing.replace('_', '-')}", f"a PEM file, since {other} is given", None
+        )
 
 
 def options() -> list[tuple[str, Any, Option]]:

@@ -167,4 +167,6 @@ def _type_name(cls: type) -> str:
 
 
 def _shown(value: Any) -> str:
+    if value is None:
+        return "nothing"
     return repr(value) if isinstance(value, str) else str(value)

@@ -20,6 +20,7 @@ from harness.workload.plan import RolloutPlan
 from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
+from tests.server.conftest import configured_server
 from tests.transports.gevent_replay import replay
 
 
@@ -72,6 +73,21 @@ def test_every_transport_completes_rollouts_with_ordered_timestamps(
     else:
         # One keep-alive connection for the user, across rollouts.
         assert [r.new_connection for r in turns] == [True] + [False] * 5
+
+
+@pytest.mark.parametrize("name", ["http", "ws"])
+def test_over_tls_a_new_connection_times_its_connect_and_handshake(
+    name: str, plans: list[RolloutPlan]
+) -> None:
+    with configured_server("--tls-self-signed") as https_url:
+        turns = _run(name, https_url, plans[:1], verify_tls=False)
+    new = [r for r in turns if r.new_connection]
+    reused = [r for r in turns if not r.new_connection]
+    assert len(new) == 1 and len(reused) == 2
+    for r in new:
+        assert 0 < r.connect_start_ns < r.tcp_connected_ns < r.tls_done_ns <= r.connected_ns
+    for r in reused:
+        assert r.connect_start_ns == r.tcp_connected_ns == r.tls_done_ns == 0
 
 
 def test_without_keepalive_every_request_opens_a_connection(

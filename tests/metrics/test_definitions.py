@@ -43,12 +43,14 @@ def _synthetic() -> ModuleType:
 TURNS = [
     TurnRecord("http", 1, 0, sent_ns=S, first_event_ns=S + 2 * MS, first_token_ns=S + 5 * MS,
                last_token_ns=S + 105 * MS, done_ns=S + 110 * MS, status="completed",
-               output_tokens=101, sim_ttft_ms=4.5, itl_ns=[MS] * 100),
+               output_tokens=101, sim_ttft_ms=4.5, itl_ns=[MS] * 100,
+               connect_start_ns=S, tcp_connected_ns=S + MS // 2, tls_done_ns=S + 2 * MS),
     TurnRecord("http", 1, 1, sent_ns=2 * S, first_token_ns=2 * S + 7 * MS,
                last_token_ns=2 * S + 7 * MS, done_ns=2 * S + 9 * MS, status="incomplete",
                output_tokens=1),
     TurnRecord("http", 1, 2, sent_ns=3 * S, first_token_ns=3 * S + MS,
-               last_token_ns=3 * S + 50 * MS, status="failed", output_tokens=20),
+               last_token_ns=3 * S + 50 * MS, status="failed", output_tokens=20,
+               connect_start_ns=3 * S, tcp_connected_ns=3 * S + MS),
     TurnRecord("http", 2, 0, status="error"),
     TurnRecord("http", 2, 1, sent_ns=4 * S, done_ns=4 * S + 3 * MS, status="completed"),
     # a last token without a first: once decode TPS to the analysis and the gate, not the summary

@@ -113,6 +113,8 @@ EXPECTED = {
             "rollouts": {"count": 2, "errors": 1},
             "ttft_ms": {"p50": 10.0, "p90": 20.0, "p99": 20.0, "mean": 15.0},
             "ttfb_ms": {"p50": 4.0, "p90": 5.0, "p99": 5.0, "mean": 4.5},
+            "connect_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
+            "tls_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
             "itl_ms": {"p50": 1.0, "p90": 1.0, "p99": 1.0, "mean": 1.0},
             "turn_ms": {"p50": 30.0, "p90": 120.0, "p99": 120.0, "mean": 75.0},
             "rollout_ms": {"p50": 1200.0, "p90": 1200.0, "p99": 1200.0, "mean": 1200.0},
@@ -169,6 +171,8 @@ EXPECTED = {
             "rollouts": {"count": 1, "errors": 0},
             "ttft_ms": {"p50": 5.0, "p90": 5.0, "p99": 5.0, "mean": 5.0},
             "ttfb_ms": {"p50": 2.0, "p90": 2.0, "p99": 2.0, "mean": 2.0},
+            "connect_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
+            "tls_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
             "itl_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
             "turn_ms": {"p50": 6.0, "p90": 6.0, "p99": 6.0, "mean": 6.0},
             "rollout_ms": {"p50": 600.0, "p90": 600.0, "p99": 600.0, "mean": 600.0},
@@ -301,6 +305,8 @@ def test_histograms_exposed_per_transport_and_metric() -> None:
     assert {m for t, m in hists if t == "ws"} == {
         "ttft",
         "ttfb",
+        "connect",
+        "tls",
         "itl",
         "turn",
         "rollout",
@@ -351,7 +357,7 @@ DESIGN_KEYS = [
     "transports.<t>.rollouts.errors",
     *(
         f"transports.<t>.{m}.{s}"
-        for m in ("ttft_ms", "ttfb_ms", "itl_ms", "turn_ms", "rollout_ms")
+        for m in ("ttft_ms", "ttfb_ms", "itl_ms", "turn_ms", "rollout_ms", "connect_ms", "tls_ms")
         for s in ("p50", "p90", "p99", "mean")
     ),
     *(

@@ -19,6 +19,7 @@ from websockets.sync.client import connect
 from harness.tools.soak import ServerProcess, rss_kib, server_process
 from reference_server.cli import API_KEYS_ENV, add_server_arguments, config_from_args
 from reference_server.serve import bind_warning
+from reference_server.service import key_matches
 
 
 def _config(argv: list[str]) -> object:
@@ -100,6 +101,23 @@ def test_keys_from_env_and_file_are_checked_on_http_and_before_the_upgrade(
     assert refused.value.response.status_code == 401
     with connect(_ws_url(keyed), additional_headers={"authorization": "Bearer sk-from-env"}):
         pass
+
+
+def test_near_misses_of_a_key_are_refused(keyed: ServerProcess) -> None:
+    # The constant-time comparison must still be an exact one: prefixes, extensions and
+    # case changes of a configured key are all other keys.
+    for near in ("sk-from-fil", "sk-from-file2", "SK-FROM-FILE", "sk-from-env sk-from-file"):
+        assert _post(keyed, near).status_code == 401, near
+    assert _post(keyed, "sk-from-file").status_code == 200
+
+
+def test_key_matches_compares_every_key_exactly() -> None:
+    keys = tuple(k.encode() for k in ("sk-a", "sk-bb", "schl\u00fcssel-\u00e9"))
+    for key in keys:
+        assert key_matches(key, keys)
+    for other in (b"", b"sk-", b"sk-a ", b"sk-b", b"sk-bbb", b"schlussel-e"):
+        assert not key_matches(other, keys)
+    assert not key_matches(b"sk-a", ())
 
 
 def test_connections_per_client_address_are_limited(keyed: ServerProcess) -> None:

@@ -1,6 +1,7 @@
 """``--insecure`` reaches ``wss://`` as it reaches ``https://``: the transport, the probe, a run.
 
-A real TLS front (tests/tls_proxy.py, self-signed certificate) before the reference server.
+The reference server itself speaks TLS (``--tls-self-signed``): a certificate the client
+does not trust unless told to skip verification.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from harness.run.probe import probe
 from harness.transports.ws import open_ws
 from harness.wire.errors import ErrorKind, TransportError
 from tests.runs import TINY, loopbench
-from tests.tls_proxy import tls_front
+from tests.server.conftest import configured_server
 
 
 @pytest.fixture(scope="module")
-def https_url(server_url: str) -> Iterator[str]:
-    with tls_front(server_url) as url:
+def https_url() -> Iterator[str]:
+    with configured_server("--tls-self-signed") as url:
+        assert url.startswith("https://")
         yield url
 
 
