@@ -214,10 +214,14 @@ class ReferenceServer:
                 ) from None
             req = parse_create(body)
             conv, rehydrated, cache = await self._resolve_http(req)
+            fitted = service.fit_window(req, conv, tools_tokens(req.tools))
         except RequestError as err:
             return self.error_response(err, request_id)
         except ClientDisconnect:
             return Response(status_code=499)
+        if fitted.truncated:
+            # The truncated context is a new prefix: rendered anew, stored as a new chain.
+            conv, rehydrated = fitted.conv, 0
         cost = RequestCost(
             new_connection=self._new_http_connection(request),
             websocket=False,
@@ -225,7 +229,8 @@ class ReferenceServer:
             processed_tokens=conv.tokens - rehydrated + tools_tokens(req.tools),
             rehydrated_tokens=rehydrated,
         )
-        job = await service.admit(req, conv, cost, cache, rng, parent_stored=True)
+        job = await service.admit(req, conv, cost, cache, rng, parent_stored=not fitted.truncated)
+        fitted.record(job.timing)
         headers = {"x-request-id": request_id}
 
         if not req.stream:

@@ -25,6 +25,14 @@ from harness.wire import events as ev
 from reference_server import fault_send
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
+from reference_server.core.context_window import (
+    Fitted,
+    Limits,
+    check_max_output,
+    fit,
+    requested_output,
+    truncation_mode,
+)
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.faults import ERROR_STATUSES, Fault, FaultInjector
 from reference_server.core.limits import TokenBucket
@@ -104,6 +112,7 @@ class Service:
         self.sim = Simulator(
             api, engine, seed=config.seed, min_delta_interval_ms=config.min_delta_interval_ms
         )
+        self.limits = Limits(engine.context_window_tokens, engine.max_output_tokens)
         self.store = store or SqliteStore(config.store_path, retention_s=config.store_retention_s)
         self.faults = FaultInjector(config.faults)
         # Workers share the store: their id sequences must not overlap (2**40 ids each).
@@ -170,6 +179,25 @@ class Service:
         if fault.kind == "spike":
             await fault_send.spike(self.config.faults)
         return fault
+
+    def fit_window(self, req: CreateRequest, conv: Conversation, tools_tok: int) -> Fitted:
+        """The context window (core/context_window.py): the 400, or the conversation that fits.
+
+        Called once the conversation is resolved and before :meth:`admit`, so a request
+        that cannot fit is answered before any modelled API-tier or engine work.
+        """
+        check_max_output(req, self.limits)
+        mode = truncation_mode(req)
+        fitted = fit(
+            conv,
+            req.instructions,
+            extra_tokens=tools_tok,
+            output_tokens=requested_output(req, self.config.default_output_tokens, self.limits),
+            window=self.limits.context_window_tokens,
+            truncation=mode,
+        )
+        fitted.auto = mode == "auto"
+        return fitted
 
     # -- store -----------------------------------------------------------------------------
     async def from_store(self, req: CreateRequest) -> tuple[Conversation, int] | None:

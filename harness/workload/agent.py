@@ -36,6 +36,12 @@ def _item_tokens(item: dict[str, Any]) -> int:
     return count_tokens(text) + ITEM_OVERHEAD_TOKENS
 
 
+def requested_output_tokens(turn: TurnPlan) -> int:
+    """The turn's ``max_output_tokens``: what the endpoint's context window must leave room for."""
+    # Bounds a real model's output; generous so the reference server's hint decides.
+    return max(64, turn.output_tokens * 2 + 32)
+
+
 def synthetic_tool(schema_tokens: int, rng: random.Random) -> dict[str, Any]:
     """One function tool whose definition weighs about ``schema_tokens`` tokens.
 
@@ -117,8 +123,7 @@ class Transcript:
             tools=self.tools,
             tool_choice="required" if calls else "none",
             metadata=metadata,
-            # Bounds a real model's output; generous so the reference server's hint decides.
-            max_output_tokens=max(64, turn.output_tokens * 2 + 32),
+            max_output_tokens=requested_output_tokens(turn),
             model=self.model,
         )
 
