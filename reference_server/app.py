@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from harness.wire import events as ev
+from reference_server import compaction
 from reference_server.access_log import AccessLog
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
@@ -49,6 +51,7 @@ class ReferenceServer:
         self.starlette = Starlette(
             routes=[
                 Route("/v1/responses", self.http_create, methods=["POST"]),
+                Route("/v1/responses/compact", self.http_compact, methods=["POST"]),
                 WebSocketRoute("/v1/responses", self.websocket),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/v1/models", self.models, methods=["GET"]),
@@ -265,6 +268,46 @@ class ReferenceServer:
             run,
             {**headers, "cache-control": "no-cache"},
             done_marker=self.config.sse_done_marker,
+        )
+
+    async def http_compact(self, request: Request) -> Response:
+        """``POST /v1/responses/compact`` (``client.responses.compact``): admitted like a create."""
+        rng = self.service.rng()
+        request_id = ev.new_id("req", rng)
+        denied = self._admit(request.client.host if request.client else None, request.headers)
+        if denied is None:
+            limited = self.service.check_rate()
+            denied = limited[0] if limited is not None else None
+        try:
+            if denied is not None:
+                raise denied
+            raw = await self._read_body(request)
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise RequestError(
+                    400, "invalid_json", f"We could not parse the JSON body of your request: {exc}."
+                ) from None
+            req = parse_create(body)
+            conv, rehydrated = await compaction.resolve(self.service, req)
+            summary = compaction.check_window(self.service, conv)
+        except RequestError as err:
+            headers = retry_after_headers(1.0) if err.status == 429 else None
+            return self.error_response(err, request_id, headers)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        doc = await compaction.compact(
+            self.service,
+            req,
+            conv,
+            rehydrated,
+            summary,
+            new_connection=self._new_http_connection(request),
+            rng=rng,
+            created_at=int(time.time()),
+        )
+        return Response(
+            orjson.dumps(doc), media_type="application/json", headers={"x-request-id": request_id}
         )
 
     # -- WebSocket -------------------------------------------------------------------------

@@ -28,6 +28,9 @@ def item_text(item: dict[str, Any]) -> str:
         return str(item.get("name", "")) + str(item.get("arguments", ""))
     if kind == "function_call_output":
         return _parts_text(item.get("output"))
+    if kind == "compaction":
+        # 4 characters a token by construction (core/compaction.py): charged as what it replaced.
+        return str(item.get("encrypted_content", ""))
     return ""
 
 
@@ -61,6 +64,8 @@ def _item_key(item: dict[str, Any]) -> bytes:
         return orjson.dumps(("c", item.get("call_id"), item.get("name"), item.get("arguments")))
     if kind == "function_call_output":
         return orjson.dumps(("o", item.get("call_id"), item_text(item)))
+    if kind == "compaction":
+        return orjson.dumps(("k", item_text(item)))
     return orjson.dumps(("x", kind))
 
 

@@ -129,9 +129,22 @@ def _normalize_item(item: Any, where: str) -> dict[str, Any]:
         return item
     if kind in ("reasoning", "item_reference"):
         return item
+    if kind == "compaction":
+        return _compaction_input(item, where)
     raise _invalid(
         f"Invalid value for '{where}.type': unsupported input item type {kind!r}.", f"{where}.type"
     )
+
+
+def _compaction_input(item: dict[str, Any], where: str) -> dict[str, Any]:
+    """A compaction item sent back (``POST /v1/responses/compact``'s output): its content is required."""
+    if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
+        raise _invalid(
+            f"Missing required parameter: '{where}.encrypted_content'.",
+            f"{where}.encrypted_content",
+            "missing_required_parameter",
+        )
+    return item
 
 
 def _validate_tool(tool: Any, i: int) -> dict[str, Any]:
