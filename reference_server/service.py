@@ -15,7 +15,7 @@ import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -199,6 +199,18 @@ class Service:
         fitted.auto = mode == "auto"
         return fitted
 
+    def append_fits(self, req: CreateRequest, conv: Conversation, metadata: dict[str, str]) -> None:
+        """An append-mode segment's context must fit too (no truncation: the response goes on)."""
+        seg = replace(req, metadata=metadata)
+        fit(
+            conv,
+            req.instructions,
+            extra_tokens=tools_tokens(req.tools),
+            output_tokens=requested_output(seg, self.config.default_output_tokens, self.limits),
+            window=self.limits.context_window_tokens,
+            truncation="disabled",
+        )
+
     # -- store -----------------------------------------------------------------------------
     async def from_store(self, req: CreateRequest) -> tuple[Conversation, int] | None:
         """The stored chain ``req`` continues, with its instructions: (conversation, its tokens)."""
@@ -267,9 +279,11 @@ class Service:
 
         return Job(req, conv, cost, self.builder(req, response_id), timing, on_output)
 
-    def failure(self, builder: ev.ResponseBuilder, message: str) -> list[dict[str, Any]]:
+    def failure(
+        self, builder: ev.ResponseBuilder, message: str, code: str = "server_error"
+    ) -> list[dict[str, Any]]:
         """``error`` + ``response.failed`` in the configured error shape."""
-        return builder.fail("server_error", message, nested=self._nested_errors)
+        return builder.fail(code, message, nested=self._nested_errors)
 
     def crashed(self, builder: ev.ResponseBuilder, exc: Exception) -> list[dict[str, Any]]:
         """A bug must not leave the client hanging: the events that fail the response."""

@@ -556,6 +556,11 @@ class WsConnection:
                     metadata = append.metadata
                 if append.tool_choice is not None:
                     tool_choice = append.tool_choice
+                try:
+                    self.s.append_fits(req, conv, metadata)
+                except RequestError as err:
+                    await send(self.s.failure(builder, err.message, err.code or "server_error"))
+                    return "failed"
                 # Later segments pay no API-tier work: the sampling loop simply continues.
                 seg_timing = dict(
                     timing,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from enum import Enum
 
 from harness.client import honesty
-from harness.client.api_errors import error_kind
+from harness.client.api_errors import CONTEXT_LENGTH_EXCEEDED, context_message, error_kind
 from harness.client.stream import ResponseStream
 from harness.wire.errors import LoopbenchError
 from harness.wire.transports import BY_NAME
@@ -166,6 +166,9 @@ class RolloutSteps:
         sent_ns = rec.sent_ns
         stream.fill(rec)
         rec.sent_ns = sent_ns
+        if rec.error_kind == CONTEXT_LENGTH_EXCEEDED:
+            # Refused inside a stream (an append segment): worded as the error response is.
+            rec.error_message = context_message(rec.error_message)
         spec = BY_NAME.get(self.transport)
         if self._compacting:
             # One JSON answer, no stream: its time is the turn's latency, and it has no

@@ -220,3 +220,51 @@ def test_truncation_auto_cannot_drop_the_newest_item(small_window: str) -> None:
             truncation="auto",
         )
     assert refused.value.code == "context_length_exceeded"
+
+
+def test_websocket_chain_counts_the_cached_history_and_truncates(small_window: str) -> None:
+    async def go() -> list[dict[str, Any]]:
+        async with connect(ws_url(small_window), max_size=None) as conn:
+
+            async def create(**fields: Any) -> dict[str, Any]:
+                body = {"type": "response.create", "model": "sim", "store": False, **fields}
+                await conn.send(orjson.dumps(body).decode())
+                while True:
+                    event = dict(orjson.loads(await asyncio.wait_for(conn.recv(), 30)))
+                    if event["type"] in ("error", "response.completed", "response.incomplete"):
+                        return event
+
+            first = await create(
+                input="abcd" * 1000,
+                metadata={"loopbench.output_tokens": "50"},
+                max_output_tokens=50,
+            )
+            rid = first["response"]["id"]
+            # 1,004 + 54 cached tokens + 904 new + 50 requested output > 2,000.
+            more: dict[str, Any] = {
+                "previous_response_id": rid,
+                "input": "abcd" * 900,
+                "max_output_tokens": 50,
+                "metadata": {"loopbench.output_tokens": "50"},
+            }
+            refused = await create(**more)
+            # The failed create evicted the cached response: chain from a fresh one.
+            again = await create(
+                input="abcd" * 1000,
+                metadata={"loopbench.output_tokens": "50"},
+                max_output_tokens=50,
+            )
+            more["previous_response_id"] = again["response"]["id"]
+            truncated = await create(**more, truncation="auto")
+            return [refused, truncated]
+
+    refused, truncated = asyncio.run(go())
+    assert refused["type"] == "error"
+    assert_context_error(refused["error"], 1004 + 54 + 904, SMALL_WINDOW)
+    assert truncated["type"] == "response.completed"
+    resp = truncated["response"]
+    assert resp["truncation"] == "auto"
+    # The oldest item (the first 1,004-token message) goes; its answer and the new input stay.
+    assert resp["sim_timing"]["truncated_items"] == 1
+    assert resp["sim_timing"]["truncated_tokens"] == 1004
+    assert resp["usage"]["input_tokens"] == 54 + 904

@@ -81,3 +81,18 @@ def test_validate_exits_4_with_the_file_turn_and_numbers(
         f"{path}: context_window_tokens: expected rollouts that fit the context window of 400000 tokens, but rollout 0 turn 79 needs "
     )
     assert "(history " in err and "+ requested output " in err
+
+
+def test_run_refuses_it_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "long.yaml"
+    path.write_text(
+        "name: long\nrollout:\n  count: 1\n  tool_calls: 100\n  tool_output_tokens: 5000\n"
+    )
+    out = tmp_path / "results"
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(path), "--out", str(out), "-q"])
+    assert exc.value.code == 4
+    assert "rollout 0 turn 79 needs " in capsys.readouterr().err
+    assert not out.exists()
