@@ -226,7 +226,7 @@ def check_context_window(scenario: Scenario, plans: Sequence[RolloutPlan]) -> No
     transport would fail the rollout there), so the run would measure failures: say
     so before it starts, naming the first rollout and turn and the numbers.
     """
-    window = scenario.context_window_tokens
+    window = scenario.window_tokens
     if scenario.rollout.compact_at_tokens is not None:
         return  # validated below the window: the history is compacted before it gets there
     for plan in plans:

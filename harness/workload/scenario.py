@@ -509,7 +509,8 @@ class Scenario(StrictModel):
         description="The context window of `model`, in tokens: a rollout whose history (plus a "
         "turn's requested output) would exceed it is refused by validate and run, unless "
         "rollout.compact_at_tokens compacts it first. Default 400000, the reference server's "
-        "(engine.context_window_tokens); set it to your endpoint's.",
+        "(engine.context_window_tokens), or the embedded server's when server.set gives "
+        "engine.context_window_tokens; set it to your endpoint's.",
     )
     transports: list[TransportName] = Field(
         default_factory=_default_transports,
@@ -547,10 +548,11 @@ class Scenario(StrictModel):
                 load.warmup_rollouts,
             )
         compact_at = self.rollout.compact_at_tokens
-        if compact_at is not None and compact_at >= self.context_window_tokens:
+        window = self.window_tokens
+        if compact_at is not None and compact_at >= window:
             raise invalid(
                 "rollout.compact_at_tokens",
-                f"a number of tokens below context_window_tokens ({self.context_window_tokens})",
+                f"a number of tokens below context_window_tokens ({window})",
                 compact_at,
             )
         if load.order == "interleaved" and count_bounded and load.rounds > count:
@@ -565,6 +567,16 @@ class Scenario(StrictModel):
                     load.duration_s,
                 )
         return self
+
+    @property
+    def window_tokens(self) -> int:
+        """The context window rollouts must fit: ``context_window_tokens`` if written, else the
+        embedded server's ``engine.context_window_tokens`` override, else the default."""
+        if "context_window_tokens" not in self.model_fields_set:
+            raw = self.server.set.get("engine.context_window_tokens", "").strip()
+            if raw.isdigit() and int(raw) > 0:
+                return int(raw)
+        return self.context_window_tokens
 
     @property
     def source(self) -> str:

@@ -96,3 +96,13 @@ def test_run_refuses_it_before_starting_anything(
     assert exc.value.code == 4
     assert "rollout 0 turn 79 needs " in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_embedded_servers_window_applies_unless_one_is_written() -> None:
+    small = {**GROWING, "server": {"set": {"engine.context_window_tokens": 6000}}}
+    assert validate_scenario(small).window_tokens == 6000
+    with pytest.raises(ScenarioError, match="context window of 6000 tokens"):
+        generate_rollouts(validate_scenario(small))
+    written = {**small, "context_window_tokens": 20000}
+    assert validate_scenario(written).window_tokens == 20000
+    assert generate_rollouts(validate_scenario(written))
