@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -23,9 +24,11 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from harness.wire import events as ev
+from reference_server import compaction
 from reference_server.access_log import AccessLog
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
+from reference_server.core.context_window import Fitted
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError, parse_create
@@ -51,6 +54,7 @@ class ReferenceServer:
         self.starlette = Starlette(
             routes=[
                 Route("/v1/responses", self.http_create, methods=["POST"]),
+                Route("/v1/responses/compact", self.http_compact, methods=["POST"]),
                 *self.lifecycle_routes(),
                 WebSocketRoute("/v1/responses", self.websocket),
                 Route("/health", self.health, methods=["GET"]),
@@ -227,10 +231,14 @@ class ReferenceServer:
                 ) from None
             req = parse_create(body)
             conv, rehydrated, cache = await self._resolve_http(req)
+            fitted = service.fit_window(req, conv, tools_tokens(req.tools))
         except RequestError as err:
             return self.error_response(err, request_id)
         except ClientDisconnect:
             return Response(status_code=499)
+        if fitted.truncated:
+            # The truncated context is a new prefix: rendered anew, stored as a new chain.
+            conv, rehydrated = fitted.conv, 0
         cost = RequestCost(
             new_connection=self._new_http_connection(request),
             websocket=False,
@@ -239,13 +247,18 @@ class ReferenceServer:
             rehydrated_tokens=rehydrated,
         )
         if req.background:
-            return await self.lifecycle.create_background(req, conv, cost, cache, rng, request_id)
+            return await self.lifecycle.create_background(
+                req, conv, cost, cache, rng, request_id, fitted
+            )
         headers = {"x-request-id": request_id}
 
         if not req.stream:
-            return await self._http_create_whole(request, req, conv, cost, cache, rng, headers)
+            return await self._http_create_whole(
+                request, req, conv, cost, cache, rng, headers, fitted
+            )
 
-        job = await service.admit(req, conv, cost, cache, rng, parent_stored=True)
+        job = await service.admit(req, conv, cost, cache, rng, parent_stored=not fitted.truncated)
+        fitted.record(job.timing)
 
         async def run(send: SendEvents) -> bool:
             try:
@@ -273,6 +286,7 @@ class ReferenceServer:
         cache: str,
         rng: random.Random,
         headers: dict[str, str],
+        fitted: Fitted,
     ) -> Response:
         """``stream: false``: the whole response as one JSON body, or nothing if the client left.
 
@@ -287,8 +301,12 @@ class ReferenceServer:
             return None
 
         async def admit_and_generate() -> None:
-            jobs.append(await service.admit(req, conv, cost, cache, rng, parent_stored=True))
-            await service.generate(jobs[0], discard)
+            job = await service.admit(
+                req, conv, cost, cache, rng, parent_stored=not fitted.truncated
+            )
+            fitted.record(job.timing)
+            jobs.append(job)
+            await service.generate(job, discard)
 
         if not await until_disconnect(request.receive, admit_and_generate()):
             # The client left: stop generating for nobody. The access log shows the 499.
@@ -297,6 +315,46 @@ class ReferenceServer:
             orjson.dumps(jobs[0].builder.response_object()),
             media_type="application/json",
             headers=headers,
+        )
+
+    async def http_compact(self, request: Request) -> Response:
+        """``POST /v1/responses/compact`` (``client.responses.compact``): admitted like a create."""
+        rng = self.service.rng()
+        request_id = ev.new_id("req", rng)
+        denied = self._admit(request.client.host if request.client else None, request.headers)
+        if denied is None:
+            limited = self.service.check_rate()
+            denied = limited[0] if limited is not None else None
+        try:
+            if denied is not None:
+                raise denied
+            raw = await self._read_body(request)
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise RequestError(
+                    400, "invalid_json", f"We could not parse the JSON body of your request: {exc}."
+                ) from None
+            req = parse_create(body)
+            conv, rehydrated = await compaction.resolve(self.service, req)
+            summary = compaction.check_window(self.service, conv)
+        except RequestError as err:
+            headers = retry_after_headers(1.0) if err.status == 429 else None
+            return self.error_response(err, request_id, headers)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        doc = await compaction.compact(
+            self.service,
+            req,
+            conv,
+            rehydrated,
+            summary,
+            new_connection=self._new_http_connection(request),
+            rng=rng,
+            created_at=int(time.time()),
+        )
+        return Response(
+            orjson.dumps(doc), media_type="application/json", headers={"x-request-id": request_id}
         )
 
     # -- WebSocket -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from reference_server.background import (
 )
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
+from reference_server.core.context_window import Fitted
 from reference_server.core.conversation import Conversation
 from reference_server.core.faults import NO_FAULT
 from reference_server.core.lifecycle import (
@@ -212,6 +213,7 @@ class Lifecycle:
         cache: str,
         rng: random.Random,
         request_id: str,
+        fitted: Fitted,
     ) -> Response:
         if not req.store:
             return self._error(
@@ -241,8 +243,15 @@ class Lifecycle:
             fault_send.current.set(NO_FAULT)
             try:
                 job = await self.service.admit(
-                    req, conv, cost, cache, rng, parent_stored=True, response_id=response_id
+                    req,
+                    conv,
+                    cost,
+                    cache,
+                    rng,
+                    parent_stored=not fitted.truncated,
+                    response_id=response_id,
                 )
+                fitted.record(job.timing)
                 job.builder.created_at = run.created_at
                 run.builder = job.builder
                 await self.service.generate(job, run.publish_generated)

@@ -16,7 +16,7 @@ import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -26,6 +26,14 @@ from harness.wire import events as ev
 from reference_server import fault_send
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
+from reference_server.core.context_window import (
+    Fitted,
+    Limits,
+    check_max_output,
+    fit,
+    requested_output,
+    truncation_mode,
+)
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.faults import ERROR_STATUSES, Fault, FaultInjector
 from reference_server.core.limits import TokenBucket
@@ -116,6 +124,7 @@ class Service:
         self.sim = Simulator(
             api, engine, seed=config.seed, min_delta_interval_ms=config.min_delta_interval_ms
         )
+        self.limits = Limits(engine.context_window_tokens, engine.max_output_tokens)
         self.store = store or SqliteStore(
             config.store_path,
             retention_s=config.store_retention_s,
@@ -187,6 +196,37 @@ class Service:
         if fault.kind == "spike":
             await fault_send.spike(self.config.faults)
         return fault
+
+    def fit_window(self, req: CreateRequest, conv: Conversation, tools_tok: int) -> Fitted:
+        """The context window (core/context_window.py): the 400, or the conversation that fits.
+
+        Called once the conversation is resolved and before :meth:`admit`, so a request
+        that cannot fit is answered before any modelled API-tier or engine work.
+        """
+        check_max_output(req, self.limits)
+        mode = truncation_mode(req)
+        fitted = fit(
+            conv,
+            req.instructions,
+            extra_tokens=tools_tok,
+            output_tokens=requested_output(req, self.config.default_output_tokens, self.limits),
+            window=self.limits.context_window_tokens,
+            truncation=mode,
+        )
+        fitted.auto = mode == "auto"
+        return fitted
+
+    def append_fits(self, req: CreateRequest, conv: Conversation, metadata: dict[str, str]) -> None:
+        """An append-mode segment's context must fit too (no truncation: the response goes on)."""
+        seg = replace(req, metadata=metadata)
+        fit(
+            conv,
+            req.instructions,
+            extra_tokens=tools_tokens(req.tools),
+            output_tokens=requested_output(seg, self.config.default_output_tokens, self.limits),
+            window=self.limits.context_window_tokens,
+            truncation="disabled",
+        )
 
     # -- store -----------------------------------------------------------------------------
     async def from_store(self, req: CreateRequest) -> tuple[Conversation, int] | None:
@@ -260,9 +300,11 @@ class Service:
 
         return Job(req, conv, cost, self.builder(req, response_id), timing, on_output)
 
-    def failure(self, builder: ev.ResponseBuilder, message: str) -> list[dict[str, Any]]:
+    def failure(
+        self, builder: ev.ResponseBuilder, message: str, code: str = "server_error"
+    ) -> list[dict[str, Any]]:
         """``error`` + ``response.failed`` in the configured error shape."""
-        return builder.fail("server_error", message, nested=self._nested_errors)
+        return builder.fail(code, message, nested=self._nested_errors)
 
     def crashed(self, builder: ev.ResponseBuilder, exc: Exception) -> list[dict[str, Any]]:
         """A bug must not leave the client hanging: the events that fail the response."""

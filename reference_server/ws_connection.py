@@ -461,11 +461,16 @@ class WsConnection:
         try:
             req = parse_create(body, websocket=True)
             res = await self.resolve(req, lane)
+            fitted = self.s.fit_window(req, res.conv, res.tools_tokens)
         except RequestError as err:
             if same_lane and isinstance(prev, str):
                 self.cache.evict_response(prev)
             await self.request_error(err, lane)
             return f"error {err.status} {err.code}"
+        if fitted.truncated:
+            # The truncated context is a new prefix: rendered anew, cached and stored as a new chain.
+            res.conv, res.rehydrated_tokens, res.parent_stored = fitted.conv, 0, False
+            res.processed_tokens = fitted.conv.tokens + res.tools_tokens
         first = self.started == 0
         self.started += 1
         cost = RequestCost(
@@ -487,6 +492,7 @@ class WsConnection:
         job = await self.s.admit(
             req, res.conv, cost, res.cache, rng, parent_stored=res.parent_stored, remember=remember
         )
+        fitted.record(job.timing)
         self.segment_started()
         try:
             if self.append_mode:
@@ -552,6 +558,11 @@ class WsConnection:
                     metadata = append.metadata
                 if append.tool_choice is not None:
                     tool_choice = append.tool_choice
+                try:
+                    self.s.append_fits(req, conv, metadata)
+                except RequestError as err:
+                    await send(self.s.failure(builder, err.message, err.code or "server_error"))
+                    return "failed"
                 # Later segments pay no API-tier work: the sampling loop simply continues.
                 seg_timing = dict(
                     timing,

@@ -276,6 +276,11 @@ def _check_scenario(args: argparse.Namespace) -> Scenario:
     )
     for name in names:
         locust_spec(name)
+    if scenario.rollout.compact_at_tokens is not None:
+        raise UsageError(
+            f"{scenario.source}: rollout.compact_at_tokens: compaction runs under loopbench run "
+            "only (the Locust edge does not compact); remove it or use loopbench run"
+        )
     return scenario
 
 

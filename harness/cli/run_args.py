@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.cli.common import api_key, scenario_overrides
+from harness.client.options import RECOVER_FROM
 from harness.report.sweep import parse_sweep_sets
 from harness.wire.errors import UsageError
 from harness.wire.transports import TRANSPORT_NAMES
@@ -35,6 +36,14 @@ def add_client_options(p: Any) -> None:
         "length is then bounded by max_output_tokens only)",
     )
     p.add_argument(
+        "--recover-from",
+        choices=RECOVER_FROM,
+        default="full",
+        help="after a compaction (rollout.compact_at_tokens), what a WebSocket turn resends when "
+        "its chain is gone (previous_response_not_found): every item (full, default) or the "
+        "compacted base and the items since (compacted)",
+    )
+    p.add_argument(
         "--request-timeout-s",
         type=float,
         default=120.0,
@@ -50,6 +59,7 @@ def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
         "verify_tls": not args.insecure,
         "hints": not args.no_hints,
         "request_timeout_s": args.request_timeout_s,
+        "recover_from": args.recover_from,
     }
 
 

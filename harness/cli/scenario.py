@@ -17,7 +17,7 @@ from harness.cli.common import (
 )
 from harness.wire.errors import LoopbenchError
 from harness.workload.importers import import_sessions
-from harness.workload.rollout import load_scenario_trace
+from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import load_scenario, scenario_json_schema
 
 
@@ -83,8 +83,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         try:
-            # A replayed trace is part of the scenario: check it resolves and parses too.
-            load_scenario_trace(load_scenario(path))
+            # A replayed trace is part of the scenario: check it resolves and parses too;
+            # generating the rollouts checks that they fit the context window.
+            generate_rollouts(load_scenario(path))
             print(f"{path}: ok")
         except LoopbenchError as exc:
             failed += 1

@@ -7,6 +7,7 @@ not to a response) both become :class:`~harness.wire.errors.APIError`.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,7 +28,7 @@ def api_error_from_body(status: int, body: bytes) -> APIError:
     err = err if isinstance(err, dict) else {}
     code = err.get("code") or err.get("type")
     if err.get("message"):
-        return APIError(status, code, str(err["message"]))
+        return _classified(status, code, str(err["message"]))
     return APIError(status, code, f"HTTP {status} with the body {body_start(body)}")
 
 
@@ -43,7 +44,43 @@ def body_start(body: bytes, limit: int = 200) -> str:
 def api_error_from_event(event: dict[str, Any]) -> APIError:
     """The error of a connection-level WebSocket ``error`` event."""
     err = event.get("error") or {}
-    return APIError(int(event.get("status", 400)), err.get("code"), str(err.get("message", "")))
+    return _classified(int(event.get("status", 400)), err.get("code"), str(err.get("message", "")))
+
+
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+# The reference server's numbers ("N input tokens + M requested output tokens exceed the
+# context window of W tokens"), and the wording OpenAI-compatible servers (vLLM, the
+# Chat Completions API) use: "maximum context length is W tokens. However, you requested N".
+_OURS = re.compile(
+    r"(\d+) input tokens \+ (\d+) requested output tokens exceed the context window of (\d+) tokens"
+)
+_THEIRS = re.compile(
+    r"maximum context length is (\d+) tokens\. However, you requested (\d+) tokens"
+)
+
+
+def _classified(status: int, code: str | None, message: str) -> APIError:
+    """The error, with a context-window refusal named as one whatever the endpoint called it."""
+    if code == CONTEXT_LENGTH_EXCEEDED or (status == 400 and _THEIRS.search(message)):
+        return APIError(status, CONTEXT_LENGTH_EXCEEDED, context_message(message))
+    return APIError(status, code, message)
+
+
+def context_message(message: str) -> str:
+    """A ``context_length_exceeded`` error in the harness's words, with the numbers when known."""
+    ours = _OURS.search(message)
+    if ours:
+        inp, out, window = (int(g) for g in ours.groups())
+        why = (
+            f"the request's {inp:,} input tokens exceed the model's context window "
+            f"({window:,} tokens, {out:,} of them reserved for the requested output)"
+        )
+    elif theirs := _THEIRS.search(message):
+        window, asked = (int(g) for g in theirs.groups())
+        why = f"the request's {asked:,} tokens (input and output) exceed the model's context window ({window:,} tokens)"
+    else:
+        why = "the request's input exceeds the model's context window"
+    return f"{why}; the endpoint said: {message}"
 
 
 def error_kind(exc: LoopbenchError) -> str:

@@ -83,3 +83,11 @@ def ws_append(inp: TurnInput, response_id: str) -> dict[str, Any]:
         "metadata": inp.metadata,
         "tool_choice": inp.tool_choice,
     }
+
+
+def compact_body(inp: TurnInput) -> dict[str, Any]:
+    """``POST /responses/compact`` (``client.responses.compact``): the history to compact.
+
+    Sent whole whatever the transport: a compaction starts a new chain (docs/protocol.md §6).
+    """
+    return {"model": inp.model, "instructions": inp.instructions, "input": inp.history}

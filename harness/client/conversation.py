@@ -10,15 +10,16 @@ whether to resend, reconnect or fail (:mod:`harness.client.recovery`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
-from harness.client.api_errors import api_error_from_body, not_sse
-from harness.client.bodies import http_body, ws_append, ws_create
+from harness.client.api_errors import api_error_from_body, body_start, not_sse
+from harness.client.bodies import compact_body, http_body, ws_append, ws_create
 from harness.client.receive import SseFeed
 from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
 from harness.client.stream import ResponseStream
-from harness.wire.errors import ErrorKind, TransportError
-from harness.wire.events import dumps
+from harness.wire.errors import ErrorKind, LoopbenchError, ProtocolError, TransportError
+from harness.wire.events import COMPLETED, CREATED, dumps, loads
 from harness.wire.transports import TransportSpec
 from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
@@ -50,10 +51,11 @@ class HttpResponse(Protocol):
 class Conversation:
     """The client state one rollout carries from turn to turn: the chain, the paused response."""
 
-    __slots__ = ("paused", "previous_response_id", "spec")
+    __slots__ = ("paused", "previous_response_id", "recover_from", "spec")
 
-    def __init__(self, spec: TransportSpec) -> None:
+    def __init__(self, spec: TransportSpec, recover_from: str = "full") -> None:
         self.spec = spec
+        self.recover_from = recover_from
         self.previous_response_id: str | None = None
         self.paused: ResponseStream | None = None  # append prototype: the rollout's response
 
@@ -101,6 +103,44 @@ class Conversation:
             self.previous_response_id = stream.response_id
         return stream
 
+    # -- compaction (any transport, over HTTP) -------------------------------------------------
+
+    @staticmethod
+    def compact_request(inp: TurnInput, rec: TurnRecord) -> bytes:
+        payload = dumps(compact_body(inp))
+        rec.bytes_sent = len(payload)
+        return payload
+
+    def compact_answer(
+        self, rec: TurnRecord, sent_ns: int, resp: HttpResponse, done_ns: int
+    ) -> ResponseStream:
+        """The compaction's answer as a finished stream (its output: the compaction item).
+
+        Whatever the transport, the next request starts a new chain from the compacted
+        history: the server's chain still holds everything that was compacted.
+        """
+        rec.sent_ns = sent_ns
+        rec.new_connection = resp.new_connection
+        rec.connected_ns = resp.connected_ns
+        if resp.status >= 400:
+            raise api_error_from_body(resp.status, resp.body)
+        try:
+            doc = loads(resp.body)
+        except LoopbenchError:
+            doc = None
+        if not isinstance(doc, dict) or not isinstance(doc.get("output"), list):
+            raise ProtocolError(
+                "POST /responses/compact: expected a compacted response (JSON with an 'output' "
+                f"list), got {body_start(resp.body)}"
+            )
+        stream = ResponseStream(sent_ns)
+        response = {**doc, "status": "completed"}
+        stream.feed({"type": CREATED, "response": {**response, "status": "in_progress"}}, done_ns)
+        stream.feed({"type": COMPLETED, "response": response}, done_ns)
+        self.previous_response_id = None
+        self.paused = None
+        return stream
+
     # -- WebSocket ---------------------------------------------------------------------------
 
     def ws_turn(self, inp: TurnInput, rec: TurnRecord) -> WsTurn:
@@ -138,7 +178,11 @@ class WsTurn:
         else:
             self.resume = None
             previous = None if self.full else conv.previous_response_id
-            body = ws_create(conv.spec, self.inp, previous)
+            inp = self.inp
+            if self.full and conv.recover_from == "full" and inp.full_history is not None:
+                # Resend everything, as a client that keeps no compacted base does.
+                inp = replace(inp, history=inp.full_history)
+            body = ws_create(conv.spec, inp, previous)
         payload = dumps(body).decode()
         self.rec.bytes_sent = len(payload)
         return payload

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+RECOVER_FROM = ("full", "compacted")
+
 
 @dataclass(slots=True)
 class TransportOptions:
@@ -16,6 +18,10 @@ class TransportOptions:
     #: the asyncio edge's pool bound; a gevent user holds one connection per transport
     max_connections: int = 256
     extra_headers: dict[str, str] = field(default_factory=dict)
+    #: what a ``previous_response_not_found`` recovery resends once the rollout compacted:
+    #: ``full`` (every item, as a client without compaction) or ``compacted`` (the
+    #: compacted base and the items since); see harness/client/recovery.py
+    recover_from: str = "full"
 
     @property
     def ws_url(self) -> str:

@@ -3,7 +3,11 @@
 One table for both edges (docs/protocol.md §4):
 
 * ``previous_response_not_found`` on a chained WebSocket transport → resend the
-  full context as a new chain on the same connection (once per turn);
+  full context as a new chain on the same connection (once per turn); once the
+  rollout compacted, the full context is every item (``recover_from=full``, the
+  default) or the compacted base and the items since (``recover_from=compacted``,
+  :class:`~harness.client.options.TransportOptions`);
+* ``context_length_exceeded`` is never retried: the same context cannot fit again;
 * ``response_not_found``, ``response_not_paused`` or ``invalid_append_input`` on
   the append prototype → restart the rollout's response with the full context;
 * ``websocket_connection_limit_reached`` or a recoverable close code (1001, 1005,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from enum import Enum
 
 from harness.client import honesty
-from harness.client.api_errors import error_kind
+from harness.client.api_errors import CONTEXT_LENGTH_EXCEEDED, context_message, error_kind
 from harness.client.stream import ResponseStream
 from harness.wire.errors import LoopbenchError
 from harness.wire.transports import BY_NAME
@@ -51,6 +51,9 @@ class RolloutSteps:
 
     __slots__ = (
         "_clock",
+        "_compact_at",
+        "_compacted_index",
+        "_compacting",
         "_index",
         "_jobs",
         "_on_turn",
@@ -76,6 +79,7 @@ class RolloutSteps:
         hints: bool,
         on_turn: TurnSink,
         clock: Clock,
+        compact_at_tokens: int | None = None,
     ) -> None:
         self.plan = plan
         self.transport = transport
@@ -92,6 +96,9 @@ class RolloutSteps:
         self._t0 = 0
         self._jobs: list[tuple[str, int]] = []
         self.sleep_s = 0.0
+        self._compact_at = compact_at_tokens
+        self._compacting = False  # the request in flight is a compaction
+        self._compacted_index = -1  # at most one compaction before each turn
 
     def next(self) -> Step:
         clock = self._clock
@@ -115,22 +122,39 @@ class RolloutSteps:
             return Step.DONE
         index = self._index
         turn = turns[index]
-        if phase != _THINKING and turn.think_ms > 0:
+        # After a compaction the turn goes out at once: its think time was spent before it.
+        thought = phase == _THINKING or self._compacted_index == index
+        if not thought and turn.think_ms > 0:
             self._t0 = clock()
             self.sleep_s = turn.think_ms / 1000
             self._phase = _THINKING
             return Step.SLEEP
         c0 = clock()
         transcript = self._transcript
-        self.turn_input = transcript.next_input(index)
+        compact_at = self._compact_at
+        self._compacting = (
+            compact_at is not None
+            and index > 0
+            and self._compacted_index != index
+            and transcript.context_tokens() >= compact_at
+        )
+        if self._compacting:
+            self._compacted_index = index
+            self.turn_input = transcript.compaction_input(index)
+        else:
+            self.turn_input = transcript.next_input(index)
         rec = self.turn_record = TurnRecord(
             transport=self.transport,
             rollout_id=self.plan.rollout_id,
             turn_index=index,
             round=roll.round,
+            compaction=self._compacting,
         )
         rec.intended_start_ns = c0
-        rec.history_tokens = transcript.history_tokens
+        # A compaction's input is the history and the tool outputs pending for the turn.
+        rec.history_tokens = (
+            transcript.context_tokens() if self._compacting else transcript.history_tokens
+        )
         roll.client_ns += clock() - c0
         self._phase = _IN_TURN
         return Step.TURN
@@ -142,8 +166,15 @@ class RolloutSteps:
         sent_ns = rec.sent_ns
         stream.fill(rec)
         rec.sent_ns = sent_ns
+        if rec.error_kind == CONTEXT_LENGTH_EXCEEDED:
+            # Refused inside a stream (an append segment): worded as the error response is.
+            rec.error_message = context_message(rec.error_message)
         spec = BY_NAME.get(self.transport)
-        if spec is not None:
+        if self._compacting:
+            # One JSON answer, no stream: its time is the turn's latency, and it has no
+            # first byte or token to put in TTFB or TTFT (docs/metrics.md).
+            rec.first_event_ns = 0
+        elif spec is not None:
             honesty.check(spec, rec, stream.reasoning_tokens)
         roll.turns += 1
         roll.model_ns += rec.done_ns - rec.sent_ns
@@ -162,6 +193,12 @@ class RolloutSteps:
         clock = self._clock
         index = self._index
         c1 = clock()
+        if self._compacting:
+            self._compacting = False
+            self._transcript.compacted(stream.output_items)
+            roll.client_ns += clock() - c1
+            self._phase = _READY
+            return
         jobs = self._transcript.record_output(index, stream.function_calls)
         roll.client_ns += clock() - c1
         turn = self.plan.turns[index]

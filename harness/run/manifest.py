@@ -49,7 +49,12 @@ def _versions() -> dict[str, str]:
 
 
 def client_options(
-    *, hints: bool, keepalive: bool, verify_tls: bool, request_timeout_s: float
+    *,
+    hints: bool,
+    keepalive: bool,
+    verify_tls: bool,
+    request_timeout_s: float,
+    recover_from: str = "full",
 ) -> dict[str, Any]:
     """The manifest's ``client_options``: the client settings that can change a measurement."""
     return {
@@ -57,6 +62,7 @@ def client_options(
         "keepalive": keepalive,
         "verify_tls": verify_tls,
         "request_timeout_s": request_timeout_s,
+        "recover_from": recover_from,
     }
 
 

@@ -114,6 +114,7 @@ async def run_pass(
             model=scenario.model,
             on_turn=turn_sink,
             hints=hints,
+            compact_at_tokens=scenario.rollout.compact_at_tokens,
         )
         live.done += 1
         if plan.rollout_id >= warmup and sched.observe(rec, late_ns):

@@ -56,6 +56,8 @@ class RunOptions:
     server_args: Sequence[str] = ()
     # False: send no loopbench.* metadata hints (what a real endpoint sees; nothing else changes).
     hints: bool = True
+    # previous_response_not_found after a compaction: resend everything or the compacted base
+    recover_from: str = "full"
     # Called synchronously with every turn record.  Tests use a blocking hook to stand in
     # for a slow, CPU-bound client and check that the run reports it fell behind.
     turn_hook: Callable[[TurnRecord], None] | None = None
@@ -68,6 +70,7 @@ class RunOptions:
             keepalive=self.keepalive,
             verify_tls=self.verify_tls,
             request_timeout_s=self.request_timeout_s,
+            recover_from=self.recover_from,
         )
 
 
@@ -88,6 +91,7 @@ def transport_options(base_url: str, opts: RunOptions, load: Load) -> TransportO
         verify_tls=opts.verify_tls,
         request_timeout_s=opts.request_timeout_s,
         max_connections=pool_size(load),
+        recover_from=opts.recover_from,
     )
 
 

@@ -54,6 +54,8 @@ class HttpSession:
         self.conv = Conversation(transport.spec)
 
     async def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
+        if inp.compaction:
+            return await compact(self.t.pool, self.t.headers, self.conv, inp, rec)
         conv = self.conv
         payload = conv.http_request(inp, rec)
         feed = conv.http_sent(rec, time.perf_counter_ns())
@@ -64,3 +66,17 @@ class HttpSession:
 
     async def close(self) -> None:
         return None
+
+
+async def compact(
+    pool: H1Pool,
+    headers: list[tuple[str, str]],
+    conv: Conversation,
+    inp: TurnInput,
+    rec: TurnRecord,
+) -> ResponseStream:
+    """``POST /responses/compact`` for any transport's session; the next turn starts a new chain."""
+    payload = conv.compact_request(inp, rec)
+    sent_ns = time.perf_counter_ns()
+    resp = await pool.request("POST", "/responses/compact", headers, payload)
+    return conv.compact_answer(rec, sent_ns, resp, time.perf_counter_ns())

@@ -25,6 +25,7 @@ async def run_rollout(
     model: str = "sim-model",
     on_turn: TurnSink,
     hints: bool = True,
+    compact_at_tokens: int | None = None,
 ) -> RolloutRecord:
     steps = RolloutSteps(
         plan,
@@ -35,6 +36,7 @@ async def run_rollout(
         hints=hints,
         on_turn=on_turn,
         clock=time.perf_counter_ns,
+        compact_at_tokens=compact_at_tokens,
     )
     session = await transport.session()
     try:

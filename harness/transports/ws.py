@@ -29,10 +29,11 @@ from harness.client.options import TransportOptions
 from harness.client.receive import feed_ws_message
 from harness.client.recovery import Recovery
 from harness.client.stream import ResponseStream
+from harness.transports.http import HttpTransport, compact
 from harness.transports.tls import tls_context
 from harness.transports.ws_stamp import StampedConnection, arrival_ns
 from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
-from harness.wire.transports import TransportSpec
+from harness.wire.transports import TransportSpec, transport_spec
 from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
 
@@ -169,18 +170,27 @@ class WsTransport:
         self.name = spec.name
         self.spec = spec
         self.options = options
+        # Compaction is an HTTP endpoint: a pool, opened by the first rollout that compacts.
+        self._http: HttpTransport | None = None
+
+    @property
+    def http(self) -> HttpTransport:
+        if self._http is None:
+            self._http = HttpTransport(transport_spec("http"), self.options)
+        return self._http
 
     async def session(self) -> WsSession:
         return WsSession(self)
 
     async def aclose(self) -> None:
-        return None
+        if self._http is not None:
+            await self._http.aclose()
 
 
 class WsSession:
     def __init__(self, transport: WsTransport) -> None:
         self.t = transport
-        self.conv = Conversation(transport.spec)
+        self.conv = Conversation(transport.spec, transport.options.recover_from)
         self.url = transport.options.ws_url + self.conv.ws_query
         self.conn: ClientConnection | None = None
 
@@ -195,6 +205,13 @@ class WsSession:
         return conn
 
     async def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
+        if inp.compaction:
+            if self.conv.spec.append:
+                # The rollout's response is paused on this connection, waiting for tool
+                # outputs that will not come: the compacted history starts on a new one.
+                await self._drop()
+            http = self.t.http
+            return await compact(http.pool, http.headers, self.conv, inp, rec)
         turn = self.conv.ws_turn(inp, rec)
         timeout_s = self.t.options.request_timeout_s
         while True:

@@ -31,9 +31,18 @@ def _item_tokens(item: dict[str, Any]) -> int:
         text = str(item.get("name", "")) + str(item.get("arguments", ""))
     elif kind == "function_call_output":
         text = str(item.get("output", ""))
+    elif kind == "compaction":
+        # Opaque, but 4 characters a token on the reference server: charged as it is long.
+        text = str(item.get("encrypted_content", ""))
     else:
         text = str(item.get("content", ""))
     return count_tokens(text) + ITEM_OVERHEAD_TOKENS
+
+
+def requested_output_tokens(turn: TurnPlan) -> int:
+    """The turn's ``max_output_tokens``: what the endpoint's context window must leave room for."""
+    # Bounds a real model's output; generous so the reference server's hint decides.
+    return max(64, turn.output_tokens * 2 + 32)
 
 
 def synthetic_tool(schema_tokens: int, rng: random.Random) -> dict[str, Any]:
@@ -72,6 +81,11 @@ class TurnInput:
     metadata: dict[str, str]
     max_output_tokens: int
     model: str
+    #: this request compacts ``history`` (POST /responses/compact) instead of sampling a turn
+    compaction: bool = False
+    #: every item so far, never compacted (``None`` until the rollout compacted: ``history``);
+    #: what a ``previous_response_not_found`` recovery resends with ``recover_from=full``
+    full_history: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)
@@ -85,6 +99,9 @@ class Transcript:
     history_tokens: int = 0
     # False: send no loopbench.* metadata, as against an endpoint that knows nothing of them.
     hints: bool = True
+    # Every item so far, also those a compaction replaced (``history`` is what is sent).
+    full_history: list[dict[str, Any]] = field(default_factory=list)
+    compactions: int = 0
 
     def __post_init__(self) -> None:
         rng = random.Random(self.plan.seed)
@@ -98,8 +115,61 @@ class Transcript:
             orjson.dumps(self.tools).decode()
         )
 
+    @property
+    def base_tokens(self) -> int:
+        """Instructions and tool definitions: in every request, never compacted."""
+        return count_tokens(self.instructions) + count_tokens(orjson.dumps(self.tools).decode())
+
+    def context_tokens(self) -> int:
+        """What the next turn's request would hold: the history and the items pending for it."""
+        return self.history_tokens + sum(_item_tokens(i) for i in self.pending)
+
+    def compaction_input(self, index: int) -> TurnInput:
+        """The request that compacts the history and the pending tool outputs (as Codex does
+        before a turn that would hold too much)."""
+        return TurnInput(
+            turn=self.plan.turns[index],
+            history=self.history + self.pending,
+            new_items=[],
+            instructions=self.instructions,
+            tools=self.tools,
+            tool_choice="none",
+            metadata={},
+            max_output_tokens=requested_output_tokens(self.plan.turns[index]),
+            model=self.model,
+            compaction=True,
+        )
+
+    def compacted(self, output_items: list[dict[str, Any]]) -> None:
+        """Go on from the compaction: the user's messages, then the compaction item(s).
+
+        The API lists the user's messages in the compact output; the reference server
+        leaves them to the client (docs/server.md), so they are kept from the history
+        here either way.  The pending tool outputs were compacted with the rest.
+        """
+        items = [
+            {"type": "compaction", "encrypted_content": str(it.get("encrypted_content", ""))}
+            for it in output_items
+            if it.get("type") == "compaction"
+        ]
+        users = [
+            it
+            for it in output_items
+            if it.get("type", "message") == "message" and it.get("role") == "user"
+        ] or [
+            it
+            for it in self.history
+            if it.get("type", "message") == "message" and it.get("role") == "user"
+        ]
+        self.full_history.extend(self.pending)
+        self.pending = []
+        self.history = [*users, *items]
+        self.history_tokens = self.base_tokens + sum(_item_tokens(i) for i in self.history)
+        self.compactions += 1
+
     def next_input(self, index: int) -> TurnInput:
         turn = self.plan.turns[index]
+        self.full_history.extend(self.pending)
         self.history.extend(self.pending)
         self.history_tokens += sum(_item_tokens(i) for i in self.pending)
         new_items, self.pending = self.pending, []
@@ -117,9 +187,9 @@ class Transcript:
             tools=self.tools,
             tool_choice="required" if calls else "none",
             metadata=metadata,
-            # Bounds a real model's output; generous so the reference server's hint decides.
-            max_output_tokens=max(64, turn.output_tokens * 2 + 32),
+            max_output_tokens=requested_output_tokens(turn),
             model=self.model,
+            full_history=list(self.full_history) if self.compactions else None,
         )
 
     def record_output(
@@ -136,6 +206,7 @@ class Transcript:
                 "arguments": call.get("arguments", "{}"),
             }
             self.history.append(item)
+            self.full_history.append(item)
             self.history_tokens += _item_tokens(item)
             sizes = turn.tool_output_tokens or (100,)
             jobs.append((str(call.get("call_id", "")), sizes[i % len(sizes)]))

@@ -71,6 +71,9 @@ class TurnRecord:
     # recovery (WS cache miss, reconnect)
     recoveries: int = 0
     recovery_ns: int = 0
+    # a compaction (POST /responses/compact, rollout.compact_at_tokens) before the turn of
+    # this index, not a model turn: no stream, so no TTFT/TTFB; its time is its latency
+    compaction: bool = False
     # server-reported model (sim_timing, ms); -1 = not reported
     sim_api_pre_ms: float = -1.0
     sim_api_queue_ms: float = -1.0

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.wire.errors import ScenarioError
+from harness.workload.agent import ITEM_OVERHEAD_TOKENS, requested_output_tokens
 from harness.workload.distributions import Distribution
 from harness.workload.plan import RolloutPlan, TurnPlan
 from harness.workload.scenario import RolloutConfig, Scenario
@@ -23,6 +24,7 @@ from harness.workload.trace import TraceRollout, read_trace, resolve_trace_path,
 
 __all__ = [
     "ThroughputDerivation",
+    "check_context_window",
     "derive_seed",
     "generate_rollouts",
     "history_tokens",
@@ -194,7 +196,51 @@ def generate_rollouts(
             "arrival": start.source,
         }
         plans.append(_plan_at(scenario, trace, i, start, tags))
+    check_context_window(scenario, plans)
     return plans
+
+
+def context_tokens(plan: RolloutPlan) -> list[tuple[int, int]]:
+    """Per turn, what it asks of the context window: (history, requested output).
+
+    The history counts the framing tokens of every item (instructions, user prompt,
+    each function call and its output) and the requested output is the turn's
+    ``max_output_tokens``.  An estimate from the plan, as the endpoint counts it: the
+    tool definitions' JSON and the calls' arguments move the server's count by a few
+    tokens per item.
+    """
+    history = plan.system_tokens + plan.tool_schema_tokens + plan.user_prompt_tokens
+    history += 2 * ITEM_OVERHEAD_TOKENS  # the instructions and the user prompt
+    out: list[tuple[int, int]] = []
+    for turn in plan.turns:
+        out.append((history, requested_output_tokens(turn)))
+        history += turn.output_tokens + sum(turn.tool_output_tokens)
+        history += 2 * ITEM_OVERHEAD_TOKENS * turn.tool_calls
+    return out
+
+
+def check_context_window(scenario: Scenario, plans: Sequence[RolloutPlan]) -> None:
+    """Refuse rollouts that would outgrow ``context_window_tokens`` (unless they compact).
+
+    The endpoint would answer the turn with ``context_length_exceeded`` (and every
+    transport would fail the rollout there), so the run would measure failures: say
+    so before it starts, naming the first rollout and turn and the numbers.
+    """
+    window = scenario.window_tokens
+    if scenario.rollout.compact_at_tokens is not None:
+        return  # validated below the window: the history is compacted before it gets there
+    for plan in plans:
+        for index, (history, output) in enumerate(context_tokens(plan)):
+            if history + output > window:
+                raise ScenarioError(
+                    scenario.source,
+                    "context_window_tokens",
+                    f"expected rollouts that fit the context window of {window} tokens, but "
+                    f"rollout {plan.rollout_id} turn {index} needs {history + output} (history "
+                    f"{history} + requested output {output}); set rollout.compact_at_tokens "
+                    "below the window, shorten the rollout, or set context_window_tokens to "
+                    "your endpoint's",
+                )
 
 
 def _check_index(plan: RolloutPlan, turn_index: int) -> None:

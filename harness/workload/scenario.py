@@ -77,6 +77,8 @@ else:
 MAX_OPEN_LOOP_ROLLOUTS = 1_000_000
 
 _NAME_PATTERN = r"^[a-z0-9-]+$"
+# The reference server's default engine profile's window (engine.context_window_tokens).
+DEFAULT_CONTEXT_WINDOW_TOKENS = 400_000
 
 
 def _bound_word(minimum: float) -> str:
@@ -209,12 +211,19 @@ class RolloutConfig(StrictModel):
         min_length=1,
         description="Replay this recorded JSONL trace (relative to this file) instead of the distributions (docs/traces.md).",
     )
+    compact_at_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Compact the conversation (POST /responses/compact, as Codex does) before a "
+        "turn whose history reaches this many tokens, then go on from the compacted item and "
+        "the recent items; below the scenario's context_window_tokens. Default: never.",
+    )
 
     @_model_validator(mode="after")
     def _trace_excludes_distributions(self) -> RolloutConfig:
         # A trace gives every turn; a distribution next to it would be silently unused.
         if self.trace is not None:
-            for name in sorted(self.model_fields_set - {"trace", "count"}):
+            for name in sorted(self.model_fields_set - {"trace", "count", "compact_at_tokens"}):
                 value = getattr(self, name)
                 raise invalid(
                     name,
@@ -494,6 +503,15 @@ class Scenario(StrictModel):
         description="Seed of the rollout generator: the same seed gives the same rollouts, so runs are comparable.",
     )
     model: str = Field(default="sim-model", description="Model name sent in every request.")
+    context_window_tokens: int = Field(
+        default=DEFAULT_CONTEXT_WINDOW_TOKENS,
+        ge=1,
+        description="The context window of `model`, in tokens: a rollout whose history (plus a "
+        "turn's requested output) would exceed it is refused by validate and run, unless "
+        "rollout.compact_at_tokens compacts it first. Default 400000, the reference server's "
+        "(engine.context_window_tokens), or the embedded server's when server.set gives "
+        "engine.context_window_tokens; set it to your endpoint's.",
+    )
     transports: list[TransportName] = Field(
         default_factory=_default_transports,
         min_length=1,
@@ -529,6 +547,14 @@ class Scenario(StrictModel):
                 f"a number less than rollout.count ({count})",
                 load.warmup_rollouts,
             )
+        compact_at = self.rollout.compact_at_tokens
+        window = self.window_tokens
+        if compact_at is not None and compact_at >= window:
+            raise invalid(
+                "rollout.compact_at_tokens",
+                f"a number of tokens below context_window_tokens ({window})",
+                compact_at,
+            )
         if load.order == "interleaved" and count_bounded and load.rounds > count:
             raise invalid("load.rounds", f"at most rollout.count ({count})", load.rounds)
         if load.mode == "open":
@@ -541,6 +567,16 @@ class Scenario(StrictModel):
                     load.duration_s,
                 )
         return self
+
+    @property
+    def window_tokens(self) -> int:
+        """The context window rollouts must fit: ``context_window_tokens`` if written, else the
+        embedded server's ``engine.context_window_tokens`` override, else the default."""
+        if "context_window_tokens" not in self.model_fields_set:
+            raw = self.server.set.get("engine.context_window_tokens", "").strip()
+            if raw.isdigit() and int(raw) > 0:
+                return int(raw)
+        return self.context_window_tokens
 
     @property
     def source(self) -> str:

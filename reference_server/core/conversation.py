@@ -31,6 +31,9 @@ def item_text(item: dict[str, Any]) -> str:
         return _parts_text(item.get("output"))
     if kind == "reasoning":
         return reasoning.summary_text(item)
+    if kind == "compaction":
+        # 4 characters a token by construction (core/compaction.py): charged as what it replaced.
+        return str(item.get("encrypted_content", ""))
     return ""
 
 
@@ -70,6 +73,8 @@ def _item_key(item: dict[str, Any]) -> bytes:
     if kind == "reasoning":
         # The id and size, not the multi-kilobyte blob: equal for the re-sent and the kept copy.
         return orjson.dumps(("r", item.get("id"), reasoning.input_tokens(item)))
+    if kind == "compaction":
+        return orjson.dumps(("k", item_text(item)))
     return orjson.dumps(("x", kind))
 
 

@@ -21,6 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from harness.wire.errors import LocatedError
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
+# A Codex-class model's published limits: a 400,000-token context window, of which at
+# most 128,000 tokens may be output (docs/model.md §13).
+DEFAULT_CONTEXT_WINDOW_TOKENS = 400_000
+DEFAULT_MAX_OUTPUT_TOKENS = 128_000
 
 
 class ProfileError(LocatedError):
@@ -73,11 +77,16 @@ class EngineProfile(_Profile):
     # Reasoning tokens decoded before the visible output of every response that names no
     # budget (docs/model.md "Reasoning"); 0 keeps a profile a non-reasoning model.
     reasoning_tokens: int = Field(default=0, ge=0, le=1_000_000)
+    # The model's limits (docs/model.md §13): defaulted so a profile written before them
+    # still loads; input + requested output above the window is context_length_exceeded.
+    context_window_tokens: int = Field(default=DEFAULT_CONTEXT_WINDOW_TOKENS, ge=1)
+    max_output_tokens: int = Field(default=DEFAULT_MAX_OUTPUT_TOKENS, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> EngineProfile:
         _in_order(self, "sustained_tps", "burst_tps", "a number", blame_low=False)
         _in_order(self, "burst_min_tokens", "burst_max_tokens", "an integer", blame_low=False)
+        _in_order(self, "max_output_tokens", "context_window_tokens", "an integer", blame_low=True)
         return self
 
 

@@ -131,6 +131,8 @@ def _normalize_item(item: Any, where: str) -> dict[str, Any]:
         return _reasoning_item(item, where)
     if kind == "item_reference":
         return item
+    if kind == "compaction":
+        return _compaction_input(item, where)
     raise _invalid(
         f"Invalid value for '{where}.type': unsupported input item type {kind!r}.", f"{where}.type"
     )
@@ -198,6 +200,17 @@ def reasoning_options(body: dict[str, Any]) -> ReasoningOptions:
     if not isinstance(include, list) or not all(isinstance(v, str) for v in include):
         raise _wrong_type("include", "an array of strings", include)
     return ReasoningOptions(effort, summary is not None, "reasoning.encrypted_content" in include)
+
+
+def _compaction_input(item: dict[str, Any], where: str) -> dict[str, Any]:
+    """A compaction item sent back (``POST /v1/responses/compact``'s output): its content is required."""
+    if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
+        raise _invalid(
+            f"Missing required parameter: '{where}.encrypted_content'.",
+            f"{where}.encrypted_content",
+            "missing_required_parameter",
+        )
+    return item
 
 
 def _validate_tool(tool: Any, i: int) -> dict[str, Any]:

@@ -138,6 +138,7 @@ def test_sweep_passes_the_client_options_to_each_run(
             "sweep", TINY, "--target", url, "--set", "load.concurrency=1,2",
             "--set", "rollout.count=1", "--set", "transports=[http]", "--out", str(tmp_path),
             "-q", "--no-keepalive", "--no-hints", "--insecure", "--request-timeout-s", "30",
+            "--recover-from", "compacted",
         ]  # fmt: skip
         # This server refuses any other key (401): every turn succeeds only if the key is sent.
         monkeypatch.setenv("LOOPBENCH_TEST_KEY", "sk-sweep-test")
@@ -150,6 +151,7 @@ def test_sweep_passes_the_client_options_to_each_run(
                 "keepalive": False,
                 "verify_tls": False,
                 "request_timeout_s": 30.0,
+                "recover_from": "compacted",
             }
             turns = json.loads((folder / "summary.json").read_text())["transports"]["http"]["turns"]
             assert turns["count"] > 0 and turns["errors"] == 0

@@ -71,3 +71,57 @@ def test_the_error_summary_lists_each_kind_once_most_frequent_first() -> None:
         "  connection x7: refused",
         "  timeout x2: slow",
     ]
+
+
+def test_context_length_exceeded_is_named_with_its_numbers_on_both_framings() -> None:
+    from harness.client.api_errors import api_error_from_event
+    from harness.client.recovery import Recovery, recovery_for
+    from harness.wire.transports import transport_spec
+
+    message = (
+        "Your input exceeds the context window of this model. Please adjust your input and try "
+        "again. (loopbench: 1250004 input tokens + 200 requested output tokens exceed the context "
+        "window of 400000 tokens.)"
+    )
+    body = b'{"error": {"code": "context_length_exceeded", "param": "input", "message": "%s"}}'
+    http = api_error_from_body(400, body % message.encode())
+    ws = api_error_from_event(
+        {
+            "type": "error",
+            "status": 400,
+            "error": {"code": "context_length_exceeded", "message": message},
+        }
+    )
+    for err in (http, ws):
+        assert err.kind == "context_length_exceeded"
+        assert str(err).startswith(
+            "context_length_exceeded (HTTP 400): the request's 1,250,004 input tokens exceed the "
+            "model's context window (400,000 tokens, 200 of them reserved for the requested output)"
+        )
+        assert str(err).endswith(message)
+        # Resending the same context cannot help: no transport retries it.
+        for name in ("ws", "ws-store", "ws-append", "http", "http-chained"):
+            assert recovery_for(transport_spec(name), err, full_sent=False) is Recovery.FAIL
+
+
+def test_context_errors_of_other_servers_are_recognised() -> None:
+    # vLLM (and the Chat Completions API) word it this way, without the code.
+    vllm = (
+        b'{"object": "error", "message": "This model\'s maximum context length is 4096 tokens. '
+        b"However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). "
+        b'Please reduce the length of the messages or completion.", "type": "BadRequestError", '
+        b'"param": null, "code": 400}'
+    )
+    err = api_error_from_body(400, b'{"error": %s}' % vllm)
+    assert err.kind == "context_length_exceeded"
+    assert (
+        "the request's 5,000 tokens (input and output) exceed the model's context window (4,096 tokens)"
+        in str(err)
+    )
+    bare = api_error_from_body(
+        400, b'{"error": {"code": "context_length_exceeded", "message": "too long"}}'
+    )
+    assert str(bare) == (
+        "context_length_exceeded (HTTP 400): the request's input exceeds the model's context "
+        "window; the endpoint said: too long"
+    )

@@ -37,6 +37,13 @@ REDUCED: dict[str, dict[str, str]] = {
     "quickstart": {**SMALL, "rollout.count": "2", "rollout.tool_calls": "2"},
     "codex-spark-bugfix": {**SMALL, "rollout.count": "2", "rollout.tool_calls": "3"},
     "long-horizon": {**SMALL, "rollout.count": "1", "rollout.tool_calls": "6"},
+    # Compacts before turns 3 and 5 or so: ~1,000 tokens of history, 512 + 300 after.
+    "long-horizon-compact": {
+        **SMALL,
+        "rollout.count": "1",
+        "rollout.tool_calls": "8",
+        "rollout.compact_at_tokens": "1000",
+    },
     "burst-storm": {
         **SMALL,
         "rollout.tool_calls": "2",

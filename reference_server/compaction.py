@@ -1,0 +1,89 @@
+"""``POST /v1/responses/compact``: one compaction, with its modelled cost (docs/model.md §14).
+
+What it costs is what a response costs: the API tier's work on the input, then the
+engine prefilling the input (its prefix cache applies) and decoding the compacted
+summary, then the bookkeeping.  Nothing is streamed and nothing is stored: the
+client sends the compaction item back as input of its next request.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from harness.wire import events as ev
+from reference_server.core.api_tier import RequestCost
+from reference_server.core.compaction import compacted_response, compaction_item, summary_tokens
+from reference_server.core.context_window import context_error
+from reference_server.core.conversation import Conversation
+from reference_server.core.validation import CreateRequest
+from reference_server.service import Service, previous_not_found
+from reference_server.sim import decode_seed
+
+
+async def resolve(service: Service, req: CreateRequest) -> tuple[Conversation, int]:
+    """The conversation to compact: (conversation, tokens re-hydrated from the store)."""
+    if req.previous_response_id is None:
+        return Conversation.build(req.instructions, [], req.input_items), 0
+    found = await service.from_store(req)
+    if found is None:
+        raise previous_not_found(req.previous_response_id)
+    conv, rehydrated = found
+    conv.extend(req.input_items)
+    return conv, rehydrated
+
+
+def check_window(service: Service, conv: Conversation) -> int:
+    """The summary's tokens; the input and the summary must fit the window like any request."""
+    out = summary_tokens(conv.tokens)
+    window = service.limits.context_window_tokens
+    if conv.tokens + out > window:
+        raise context_error(conv.tokens, out, window)
+    return out
+
+
+async def compact(
+    service: Service,
+    req: CreateRequest,
+    conv: Conversation,
+    rehydrated: int,
+    summary: int,
+    *,
+    new_connection: bool,
+    rng: random.Random,
+    created_at: int,
+) -> dict[str, object]:
+    """Wait the modelled work of compacting ``conv``; the ``CompactedResponse`` body."""
+    cost = RequestCost(
+        new_connection=new_connection,
+        websocket=False,
+        connection_resolved=False,
+        processed_tokens=conv.tokens - rehydrated,
+        rehydrated_tokens=rehydrated,
+    )
+    sim = service.sim
+    timing: dict[str, object] = dict(await sim.pre_inference(cost))
+
+    async def discard(_: Sequence[int]) -> None:
+        return None
+
+    inf = await sim.inference(
+        conv.prefix_hashes, conv.tokens, summary, decode_seed(conv.items), discard
+    )
+    timing.update(
+        engine_queue=float(inf.get("engine_queue", 0.0)),
+        prefill=float(inf.get("prefill", 0.0)),
+        decode=float(inf.get("decode", 0.0)),
+        cached_input_tokens=int(inf.get("cached_tokens", 0)),
+        compacted_tokens=summary,
+    )
+    timing["api_post"] = await sim.post_inference(cost)
+    cached = int(inf.get("cached_tokens", 0))
+    usage = ev.usage(conv.tokens, cached, summary, cache_write_tokens=conv.tokens - cached)
+    return compacted_response(
+        ev.new_id("resp", rng),
+        created_at,
+        [compaction_item(summary, rng)],
+        usage,
+        {"sim_timing": timing},
+    )
