@@ -144,7 +144,7 @@ class RolloutSteps:
         rec.sent_ns = sent_ns
         spec = BY_NAME.get(self.transport)
         if spec is not None:
-            honesty.check(spec, rec, stream.reasoning_tokens)
+            honesty.check(spec, rec)
         roll.turns += 1
         roll.model_ns += rec.done_ns - rec.sent_ns
         roll.recoveries += rec.recoveries

@@ -112,6 +112,9 @@ EXPECTED = {
             "turns": {"count": 3, "errors": 1},
             "rollouts": {"count": 2, "errors": 1},
             "ttft_ms": {"p50": 10.0, "p90": 20.0, "p99": 20.0, "mean": 15.0},
+            # records without first_output_ns (written before it existed) and no reasoning
+            "ttfot_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
+            "reasoning_tokens": {"p50": None, "p99": None, "mean": None},
             "ttfb_ms": {"p50": 4.0, "p90": 5.0, "p99": 5.0, "mean": 4.5},
             "itl_ms": {"p50": 1.0, "p90": 1.0, "p99": 1.0, "mean": 1.0},
             "turn_ms": {"p50": 30.0, "p90": 120.0, "p99": 120.0, "mean": 75.0},
@@ -168,6 +171,8 @@ EXPECTED = {
             "turns": {"count": 1, "errors": 0},
             "rollouts": {"count": 1, "errors": 0},
             "ttft_ms": {"p50": 5.0, "p90": 5.0, "p99": 5.0, "mean": 5.0},
+            "ttfot_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
+            "reasoning_tokens": {"p50": None, "p99": None, "mean": None},
             "ttfb_ms": {"p50": 2.0, "p90": 2.0, "p99": 2.0, "mean": 2.0},
             "itl_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
             "turn_ms": {"p50": 6.0, "p90": 6.0, "p99": 6.0, "mean": 6.0},
@@ -300,6 +305,8 @@ def test_histograms_exposed_per_transport_and_metric() -> None:
     assert hists["http", "decode_tps"].unit == "tps"
     assert {m for t, m in hists if t == "ws"} == {
         "ttft",
+        "ttfot",
+        "reasoning_tokens",
         "ttfb",
         "itl",
         "turn",
