@@ -86,7 +86,10 @@ class RolloutSteps:
         )
         roll.intended_start_ns = intended_start_ns
         roll.start_ns = clock()
-        self._transcript = Transcript(plan, model=model, hints=hints)
+        spec = BY_NAME.get(transport)
+        # stateless: nothing on the server side to hold the reasoning (docs/protocol.md)
+        stateless = spec is not None and not spec.chained and not spec.websocket
+        self._transcript = Transcript(plan, model=model, hints=hints, resend_reasoning=stateless)
         self._index = 0
         self._phase = _READY
         self._t0 = 0
@@ -162,7 +165,7 @@ class RolloutSteps:
         clock = self._clock
         index = self._index
         c1 = clock()
-        jobs = self._transcript.record_output(index, stream.function_calls)
+        jobs = self._transcript.record_output(index, stream.output_items, rec.reasoning_tokens)
         roll.client_ns += clock() - c1
         turn = self.plan.turns[index]
         if turn.final or not jobs:
