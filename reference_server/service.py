@@ -30,7 +30,8 @@ from reference_server.core.faults import ERROR_STATUSES, Fault, FaultInjector
 from reference_server.core.limits import TokenBucket
 from reference_server.core.output import OutputCursor, OutputPlan, plan_output
 from reference_server.core.profiles import load_profiles
-from reference_server.core.validation import CreateRequest, RequestError
+from reference_server.core.reasoning import reasoning_budget
+from reference_server.core.validation import CreateRequest, RequestError, reasoning_options
 from reference_server.sim import Simulator, decode_seed
 from reference_server.store import SqliteStore
 
@@ -54,6 +55,12 @@ class Segment:
     truncated: bool
     engine_ttft: float
     timing: dict[str, float]
+    reasoning_tokens: int = 0
+    cursor: OutputCursor | None = None
+
+    def conversation_items(self, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What the conversation keeps of this segment's ``output`` (reasoning with its blob)."""
+        return output if self.cursor is None else self.cursor.conversation_items(output)
 
     def record(self, timing: dict[str, Any]) -> None:
         """Add this segment's engine times to a response's ``sim_timing``."""
@@ -67,6 +74,7 @@ class Segment:
             self.cached_tokens,
             output_tokens,
             cache_write_tokens=self.input_tokens - self.cached_tokens,
+            reasoning_tokens=self.reasoning_tokens,
         )
 
 
@@ -260,6 +268,7 @@ class Service:
     ) -> Segment:
         """Plan the output, wait the engine, stream the items; returns what was produced."""
         tools_tok = tools_tokens(req.tools)
+        reasoning = reasoning_options(req.raw)
         plan = plan_output(
             tools=req.tools,
             tool_choice=tool_choice,
@@ -270,19 +279,26 @@ class Service:
             default_output_tokens=self.config.default_output_tokens,
             default_auto_tool_calls=self.config.default_auto_tool_calls,
             rng=rng,
+            reasoning_tokens=reasoning_budget(
+                metadata, reasoning.effort, self.sim.engine.reasoning_tokens
+            ),
+            summary=reasoning.summary,
+            include_encrypted=reasoning.include_encrypted,
         )
         cursor = OutputCursor(builder, plan, rng)
 
         async def emit(sizes: Sequence[int]) -> None:
             if len(sizes) == 1:
-                await send(cursor.emit(sizes[0]))
-                return
-            events: list[dict[str, Any]] = []
-            for k in sizes:
-                events.extend(cursor.emit(k))
-            await send(events)
+                events = cursor.emit(sizes[0])
+            else:
+                events = []
+                for k in sizes:
+                    events.extend(cursor.emit(k))
+            if events:  # hidden reasoning tokens without a summary produce none
+                await send(events)
 
         input_tokens = conv.tokens + tools_tok
+        static_prefix = (hash(orjson.dumps(req.tools)), tools_tok)
         inf = await self.sim.inference(
             conv.prefix_hashes,
             input_tokens,
@@ -290,11 +306,18 @@ class Service:
             # Content-derived, so every transport replays the same bursts (paired comparisons).
             decode_seed(conv.items),
             emit,
-            static_prefix=(hash(orjson.dumps(req.tools)), tools_tok),
+            static_prefix=static_prefix,
+            reasoning_tokens=plan.reasoning_tokens,
         )
         closing = cursor.finish()
         if closing:
             await send(closing)
+        if cursor.reasoning_item is not None:
+            # The engine holds the KV of the reasoning it just decoded: a continuation that
+            # carries the item (kept by the store or a WebSocket cache, or re-sent) finds it cached.
+            with_reasoning = conv.fork()
+            with_reasoning.extend([cursor.reasoning_item])
+            self.sim.remember_prefix(with_reasoning.prefix_hashes[-1:], static_prefix)
         return Segment(
             output_tokens=plan.output_tokens,
             cached_tokens=int(inf.get("cached_tokens", 0)),
@@ -306,7 +329,10 @@ class Service:
                 "engine_queue": float(inf.get("engine_queue", 0.0)),
                 "prefill": float(inf.get("prefill", 0.0)),
                 "decode": float(inf.get("decode", 0.0)),
+                "reasoning_ms": float(inf.get("reasoning", 0.0)),
             },
+            reasoning_tokens=plan.reasoning_tokens,
+            cursor=cursor,
         )
 
     async def fail_mid_stream(
@@ -353,7 +379,12 @@ class Service:
             return "failed"
         if not req.generate:
             timing.update(
-                engine_queue=0.0, prefill=0.0, decode=0.0, api_post=0.0, cached_input_tokens=0
+                engine_queue=0.0,
+                prefill=0.0,
+                decode=0.0,
+                reasoning_ms=0.0,
+                api_post=0.0,
+                cached_input_tokens=0,
             )
             timing["ttft"] = timing["api_pre"] + timing["api_queue"]
             job.on_output(conv)
@@ -368,7 +399,7 @@ class Service:
             self.spawn(self.sim.post_inference(cost))
         else:
             timing["api_post"] = await self.sim.post_inference(cost)
-        conv.extend(builder.output)
+        conv.extend(seg.conversation_items(builder.output))
         job.on_output(conv)
         usage = seg.usage(seg.output_tokens)
         return await self.finish(builder, send, usage, timing, truncated=seg.truncated)

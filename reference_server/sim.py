@@ -159,6 +159,7 @@ class Simulator:
         emit: Callable[[Sequence[int]], Awaitable[None]],
         *,
         static_prefix: tuple[int, int] | None = None,
+        reasoning_tokens: int = 0,
     ) -> dict[str, float | int]:
         """Queue for a stream slot, prefill the uncached input, then pace the output.
 
@@ -169,7 +170,10 @@ class Simulator:
         that are due together, one event each, so they can go out in one write.  Returns
         modelled milliseconds ``engine_queue`` (slot wait), ``prefill`` (prefill
         of uncached tokens + base TTFT), ``decode`` (first to last token
-        deadline) and ``ttft`` (``engine_queue + prefill``), and ``cached_tokens``.
+        deadline), ``ttft`` (``engine_queue + prefill``) and ``reasoning`` (first
+        token to the first visible one, when the first ``reasoning_tokens`` of the
+        output are hidden reasoning; to the last token when nothing visible follows),
+        and ``cached_tokens``.
         """
         loop = asyncio.get_running_loop()
         now = _now_ns()
@@ -196,7 +200,10 @@ class Simulator:
             # Planned while the prefill is waited, not after it: for a long output the
             # plan costs milliseconds that would otherwise delay the first token.
             plan = decode_plan(output_tokens, random.Random(_mix(self.seed, rng_seed)), self.engine)
-            batches = plan.batches(self._min_interval_ns)
+            batches = plan.iter_batches(self._min_interval_ns)
+            # The first visible token is token `reasoning_tokens` of the plan (none past the end).
+            visible_at = min(reasoning_tokens, output_tokens - 1)
+            reasoning_ns: int | None = None if reasoning_tokens > 0 else 0
             await sleep_until(t0)
             self.prefix_cache.insert(hashes)
 
@@ -207,6 +214,8 @@ class Simulator:
                 now = _now_ns()
                 pacer.set_scale(now, self.capacity.rate_scale(now))
                 k = pacer.take_due(now)
+                if k and reasoning_ns is None and pacer.emitted_tokens > visible_at:
+                    reasoning_ns = pacer.deadline_ns(plan.offset_ns(visible_at)) - t_first
                 if k:
                     if one_per_event:
                         # min_delta_interval_ms 0 promises one token per delta, late or not.
@@ -226,8 +235,15 @@ class Simulator:
             "prefill": first_ns / NS_PER_MS,
             "decode": decode_ns / NS_PER_MS,
             "ttft": (ticket.queue_ns + first_ns) / NS_PER_MS,
+            "reasoning": (reasoning_ns or 0) / NS_PER_MS,
             "cached_tokens": cached,
         }
+
+    def remember_prefix(
+        self, prefix_hashes: Sequence[tuple[int, int]], static_prefix: tuple[int, int] | None
+    ) -> None:
+        """Record prefixes the engine computed while decoding (the reasoning it produced)."""
+        self.prefix_cache.insert(with_static_prefix(prefix_hashes, static_prefix))
 
     def _release(self, ticket: Ticket, loop: asyncio.AbstractEventLoop) -> None:
         for woken in self.capacity.release(ticket, _now_ns()):

@@ -533,7 +533,7 @@ class WsConnection:
                 seg_timing["api_post"] = 0.0
                 total_out += seg.output_tokens
                 new_output = builder.output[n_before:]
-                conv.extend(new_output)
+                conv.extend(seg.conversation_items(new_output))
                 usage = seg.usage(total_out)
                 if not seg.calls or seg.truncated:
                     break

@@ -39,6 +39,10 @@ __all__ = [
     "OUTPUT_ITEM_ADDED",
     "OUTPUT_ITEM_DONE",
     "QUEUED",
+    "REASONING_SUMMARY_PART_ADDED",
+    "REASONING_SUMMARY_PART_DONE",
+    "REASONING_SUMMARY_TEXT_DELTA",
+    "REASONING_SUMMARY_TEXT_DONE",
     "REASONING_TEXT_DELTA",
     "REFUSAL_DELTA",
     "RESPONSE_ERROR_CODES",
@@ -72,6 +76,10 @@ TEXT_DONE = "response.output_text.done"
 ARGUMENTS_DELTA = "response.function_call_arguments.delta"
 ARGUMENTS_DONE = "response.function_call_arguments.done"
 REASONING_TEXT_DELTA = "response.reasoning_text.delta"
+REASONING_SUMMARY_PART_ADDED = "response.reasoning_summary_part.added"
+REASONING_SUMMARY_TEXT_DELTA = "response.reasoning_summary_text.delta"
+REASONING_SUMMARY_TEXT_DONE = "response.reasoning_summary_text.done"
+REASONING_SUMMARY_PART_DONE = "response.reasoning_summary_part.done"
 REFUSAL_DELTA = "response.refusal.delta"
 ERROR = "error"
 # loopbench append prototype (docs/protocol.md §5): the response pauses with status "in_progress".
@@ -289,6 +297,7 @@ class ResponseBuilder:
         self._open: dict[str, Any] | None = None
         self._open_index = -1
         self._open_text: list[str] = []
+        self._keep_text = True
         self._status = "in_progress"
         self._usage: dict[str, Any] | None = None
         self._completed_at: int | None = None
@@ -303,6 +312,11 @@ class ResponseBuilder:
     def sequence_number(self) -> int:
         """The ``sequence_number`` the next event will carry."""
         return self._seq
+
+    @property
+    def open_item_id(self) -> str | None:
+        """The id of the item now open, if any."""
+        return None if self._open is None else str(self._open["id"])
 
     @property
     def output(self) -> list[dict[str, Any]]:
@@ -374,9 +388,16 @@ class ResponseBuilder:
             self._event(IN_PROGRESS, response=dict(snapshot)),
         ]
 
-    def begin_message(self, item_id: str | None = None) -> list[dict[str, Any]]:
-        """``output_item.added`` + ``content_part.added`` for a new assistant message."""
+    def begin_message(
+        self, item_id: str | None = None, *, keep_text: bool = True
+    ) -> list[dict[str, Any]]:
+        """``output_item.added`` + ``content_part.added`` for a new assistant message.
+
+        ``keep_text=False``: the deltas are not kept, and :meth:`end_message` must be
+        given the whole text (a caller that can regenerate it saves holding it twice).
+        """
         self._require_idle("begin_message")
+        self._keep_text = keep_text
         index = len(self._output)
         item_id = item_id or self._item_id("msg", index)
         self._open = {
@@ -402,7 +423,8 @@ class ResponseBuilder:
     def text_delta(self, text: str) -> dict[str, Any]:
         """One ``response.output_text.delta`` of the open message."""
         item = self._require_open("message", "text_delta")
-        self._open_text.append(text)
+        if self._keep_text:
+            self._open_text.append(text)
         return self._event(
             TEXT_DELTA,
             item_id=item["id"],
@@ -412,13 +434,19 @@ class ResponseBuilder:
             logprobs=[],
         )
 
-    def end_message(self, status: str = "completed") -> list[dict[str, Any]]:
+    def end_message(
+        self, status: str = "completed", text: str | None = None
+    ) -> list[dict[str, Any]]:
         """``output_text.done``, ``content_part.done``, ``output_item.done``.
 
         ``status="incomplete"`` marks a message cut short (``max_output_tokens``).
+        ``text`` is the message's whole text when the deltas were not kept.
         """
         item = self._require_open("message", "end_message")
-        text = "".join(self._open_text)
+        if text is None:
+            if not self._keep_text:
+                raise ValueError("ResponseBuilder.end_message(): text not kept and not given")
+            text = "".join(self._open_text)
         done_item = dict(item, status=status, content=[_text_part(text)])
         events = [
             self._event(
@@ -442,10 +470,15 @@ class ResponseBuilder:
         return events
 
     def begin_function_call(
-        self, name: str, call_id: str, item_id: str | None = None
+        self, name: str, call_id: str, item_id: str | None = None, *, keep_text: bool = True
     ) -> list[dict[str, Any]]:
-        """``output_item.added`` for a new ``function_call`` item (arguments empty)."""
+        """``output_item.added`` for a new ``function_call`` item (arguments empty).
+
+        ``keep_text=False`` as for :meth:`begin_message`: :meth:`end_function_call`
+        is then given the whole arguments.
+        """
         self._require_idle("begin_function_call")
+        self._keep_text = keep_text
         index = len(self._output)
         self._open = {
             "id": item_id or self._item_id("fc", index),
@@ -462,15 +495,21 @@ class ResponseBuilder:
     def arguments_delta(self, text: str) -> dict[str, Any]:
         """One ``response.function_call_arguments.delta`` of the open call."""
         item = self._require_open("function_call", "arguments_delta")
-        self._open_text.append(text)
+        if self._keep_text:
+            self._open_text.append(text)
         return self._event(
             ARGUMENTS_DELTA, item_id=item["id"], output_index=self._open_index, delta=text
         )
 
-    def end_function_call(self) -> list[dict[str, Any]]:
+    def end_function_call(self, arguments: str | None = None) -> list[dict[str, Any]]:
         """``function_call_arguments.done`` + ``output_item.done`` (status completed, full arguments)."""
         item = self._require_open("function_call", "end_function_call")
-        arguments = "".join(self._open_text)
+        if arguments is None:
+            if not self._keep_text:
+                raise ValueError(
+                    "ResponseBuilder.end_function_call(): arguments not kept and not given"
+                )
+            arguments = "".join(self._open_text)
         done_item = dict(item, status="completed", arguments=arguments)
         events = [
             self._event(
@@ -481,6 +520,70 @@ class ResponseBuilder:
             ),
             self._event(OUTPUT_ITEM_DONE, output_index=self._open_index, item=done_item),
         ]
+        self._close_item(done_item)
+        return events
+
+    def begin_reasoning(self, item_id: str | None = None) -> list[dict[str, Any]]:
+        """``output_item.added`` for a new ``reasoning`` item (summary empty).
+
+        The reasoning tokens themselves are never streamed (as on the real API);
+        only an asked-for summary is, through :meth:`summary_part_added`,
+        :meth:`summary_delta` and :meth:`summary_done`.
+        """
+        self._require_idle("begin_reasoning")
+        index = len(self._output)
+        self._open = {
+            "id": item_id or self._item_id("rs", index),
+            "type": "reasoning",
+            "summary": [],
+        }
+        self._open_index = index
+        self._open_text = []
+        self._keep_text = True
+        return [self._event(OUTPUT_ITEM_ADDED, output_index=index, item=dict(self._open))]
+
+    def summary_part_added(self) -> dict[str, Any]:
+        """``response.reasoning_summary_part.added`` (summary_index 0) of the open reasoning item."""
+        item = self._require_open("reasoning", "summary_part_added")
+        return self._event(
+            REASONING_SUMMARY_PART_ADDED,
+            item_id=item["id"],
+            output_index=self._open_index,
+            summary_index=0,
+            part=_summary_part(""),
+        )
+
+    def summary_delta(self, text: str) -> dict[str, Any]:
+        """One ``response.reasoning_summary_text.delta`` of the open reasoning item."""
+        item = self._require_open("reasoning", "summary_delta")
+        self._open_text.append(text)
+        return self._event(
+            REASONING_SUMMARY_TEXT_DELTA,
+            item_id=item["id"],
+            output_index=self._open_index,
+            summary_index=0,
+            delta=text,
+        )
+
+    def summary_done(self) -> list[dict[str, Any]]:
+        """``reasoning_summary_text.done`` + ``reasoning_summary_part.done`` with the whole summary."""
+        item = self._require_open("reasoning", "summary_done")
+        text = "".join(self._open_text)
+        self._open_text = [text]
+        fields = {"item_id": item["id"], "output_index": self._open_index, "summary_index": 0}
+        item["summary"] = [_summary_part(text)]
+        return [
+            self._event(REASONING_SUMMARY_TEXT_DONE, text=text, **fields),
+            self._event(REASONING_SUMMARY_PART_DONE, part=_summary_part(text), **fields),
+        ]
+
+    def end_reasoning(self, encrypted_content: str | None = None) -> list[dict[str, Any]]:
+        """``output_item.done`` of the reasoning item, with ``encrypted_content`` when given."""
+        item = self._require_open("reasoning", "end_reasoning")
+        done_item = dict(item, summary=list(item["summary"]))
+        if encrypted_content is not None:
+            done_item["encrypted_content"] = encrypted_content
+        events = [self._event(OUTPUT_ITEM_DONE, output_index=self._open_index, item=done_item)]
         self._close_item(done_item)
         return events
 
@@ -572,6 +675,10 @@ class ResponseBuilder:
         # Derived from the response id so ids are unique across a conversation without an rng.
         suffix = self.response_id.split("_", 1)[-1]
         return f"{prefix}_{suffix}{index:04x}"
+
+
+def _summary_part(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
 
 
 def _text_part(text: str) -> dict[str, Any]:

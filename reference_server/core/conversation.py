@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
+from reference_server.core import reasoning
 
 # Per-item framing tokens (role markers, separators), as chat templates add.
 ITEM_OVERHEAD_TOKENS = 4
@@ -28,6 +29,8 @@ def item_text(item: dict[str, Any]) -> str:
         return str(item.get("name", "")) + str(item.get("arguments", ""))
     if kind == "function_call_output":
         return _parts_text(item.get("output"))
+    if kind == "reasoning":
+        return reasoning.summary_text(item)
     return ""
 
 
@@ -45,6 +48,9 @@ def _parts_text(value: Any) -> str:
 
 
 def item_tokens(item: dict[str, Any]) -> int:
+    if item.get("type") == "reasoning":
+        # The hidden chain of thought is context too: re-sent reasoning is charged as input.
+        return reasoning.input_tokens(item) + ITEM_OVERHEAD_TOKENS
     return count_tokens(item_text(item)) + ITEM_OVERHEAD_TOKENS
 
 
@@ -61,6 +67,9 @@ def _item_key(item: dict[str, Any]) -> bytes:
         return orjson.dumps(("c", item.get("call_id"), item.get("name"), item.get("arguments")))
     if kind == "function_call_output":
         return orjson.dumps(("o", item.get("call_id"), item_text(item)))
+    if kind == "reasoning":
+        # The id and size, not the multi-kilobyte blob: equal for the re-sent and the kept copy.
+        return orjson.dumps(("r", item.get("id"), reasoning.input_tokens(item)))
     return orjson.dumps(("x", kind))
 
 

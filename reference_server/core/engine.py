@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from reference_server.core.profiles import EngineProfile
@@ -109,25 +109,47 @@ class PrefixCache:
 
 @dataclass(frozen=True, slots=True)
 class DecodePlan:
-    """When each output token is due, in ns from decode start (``offsets_ns[0] == 0``).
+    """When each output token is due, in ns from decode start (token 0 at 0).
 
     ``burst`` is ``(first_token_index, tokens)`` of the burst run, or ``None``.
+    Offsets are computed on demand from the token index (closed form), never
+    stored: a 1M-token response plans in constant memory (docs/reliability.md).
     """
 
-    offsets_ns: tuple[int, ...]
+    n_tokens: int
     burst: tuple[int, int] | None = None
+    sustained_tps: float = 1.0
+    burst_tps: float = 1.0
+
+    def offset_ns(self, i: int) -> int:
+        """Due offset of token ``i`` (0-based); gap counts, so no float drift accumulates."""
+        if i <= 0:
+            return 0
+        if self.burst is None:
+            return round(i * NS_PER_S / self.sustained_tps)
+        b0, blen = self.burst
+        in_burst = min(max(0, i - b0 + 1), blen)
+        return round(NS_PER_S * ((i - in_burst) / self.sustained_tps + in_burst / self.burst_tps))
+
+    def iter_offsets(self) -> Iterator[int]:
+        return (self.offset_ns(i) for i in range(self.n_tokens))
 
     @property
-    def n_tokens(self) -> int:
-        return len(self.offsets_ns)
+    def offsets_ns(self) -> tuple[int, ...]:
+        """Every offset, materialized (tests and small plans; the server iterates)."""
+        return tuple(self.iter_offsets())
 
     @property
     def duration_ns(self) -> int:
         """First to last token (what decode TPS divides by)."""
-        return self.offsets_ns[-1] if self.offsets_ns else 0
+        return self.offset_ns(self.n_tokens - 1) if self.n_tokens else 0
 
     def batches(self, min_interval_ns: int) -> list[tuple[int, int]]:
-        """Coalesce tokens into emissions at least ``min_interval_ns`` apart.
+        """:meth:`iter_batches` as a list."""
+        return list(self.iter_batches(min_interval_ns))
+
+    def iter_batches(self, min_interval_ns: int) -> Iterator[tuple[int, int]]:
+        """Coalesce tokens into emissions at least ``min_interval_ns`` apart, lazily.
 
         Each batch is ``(due_offset_ns, tokens)`` and is due when the *last*
         token it contains is due, so no token is emitted early and the first and
@@ -135,29 +157,37 @@ class DecodePlan:
         than the interval to the previous emission is merged into it (emitted at
         the last token's due time), so the final timestamp stays exact too; the
         only emissions closer than the interval are those of a response whose
-        whole decode is shorter than it.
+        whole decode is shorter than it.  One batch is held back so the tail can
+        be merged: memory stays constant whatever the response length.
         """
-        out: list[tuple[int, int]] = []
-        if not self.offsets_ns:
-            return out
+        if not self.n_tokens:
+            return
         if min_interval_ns <= 0:
-            return [(off, 1) for off in self.offsets_ns]
+            for off in self.iter_offsets():
+                yield (off, 1)
+            return
+        held: tuple[int, int] | None = None
+        emitted = 0
         pending = 0
         last_emit: int | None = None
-        for off in self.offsets_ns:
+        for off in self.iter_offsets():
             pending += 1
             if last_emit is None or off - last_emit >= min_interval_ns:
-                out.append((off, pending))
+                if held is not None:
+                    yield held
+                held = (off, pending)
+                emitted += 1
                 last_emit = off
                 pending = 0
-        if pending:
-            end = self.offsets_ns[-1]
-            if len(out) > 1:
-                _, prev = out[-1]
-                out[-1] = (end, prev + pending)
-            else:
-                out.append((end, pending))
-        return out
+        end = self.duration_ns
+        if pending and held is not None and emitted > 1:
+            held = (end, held[1] + pending)
+        elif pending:
+            if held is not None:
+                yield held
+            held = (end, pending)
+        if held is not None:
+            yield held
 
 
 def decode_plan(n_tokens: int, rng: random.Random, profile: EngineProfile) -> DecodePlan:
@@ -170,7 +200,7 @@ def decode_plan(n_tokens: int, rng: random.Random, profile: EngineProfile) -> De
     length_draw = rng.randint(profile.burst_min_tokens, profile.burst_max_tokens)
     place = rng.random()
     if n_tokens <= 0:
-        return DecodePlan(())
+        return DecodePlan(0, None, profile.sustained_tps, profile.burst_tps)
     gaps = n_tokens - 1
     burst: tuple[int, int] | None = None
     if gaps > 0 and roll < profile.burst_probability and profile.burst_tps > profile.sustained_tps:
@@ -178,17 +208,7 @@ def decode_plan(n_tokens: int, rng: random.Random, profile: EngineProfile) -> De
         # Gap i separates token i-1 from token i; the run covers gaps start..start+length-1.
         start = 1 + int(place * (gaps - length + 1))
         burst = (start, length)
-    sustained, fast = profile.sustained_tps, profile.burst_tps
-    offsets = [0] * n_tokens
-    if burst is None:
-        for i in range(1, n_tokens):
-            offsets[i] = round(i * NS_PER_S / sustained)
-    else:
-        b0, blen = burst
-        for i in range(1, n_tokens):
-            in_burst = min(max(0, i - b0 + 1), blen)
-            offsets[i] = round(NS_PER_S * ((i - in_burst) / sustained + in_burst / fast))
-    return DecodePlan(tuple(offsets), burst)
+    return DecodePlan(n_tokens, burst, profile.sustained_tps, profile.burst_tps)
 
 
 def expected_decode_ms(n_tokens: int, profile: EngineProfile) -> float:
@@ -218,10 +238,11 @@ class Pacer:
     """
 
     def __init__(
-        self, batches: Sequence[tuple[int, int]], t0_ns: int, tolerance_ns: int = 0
+        self, batches: Iterable[tuple[int, int]], t0_ns: int, tolerance_ns: int = 0
     ) -> None:
-        self._batches = list(batches)
-        self._next = 0
+        # Pulled one at a time: a lazy plan's batches are never all in memory.
+        self._batches = iter(batches)
+        self._next: tuple[int, int] | None = next(self._batches, None)
         self._r_anchor = t0_ns
         self._v_anchor = 0
         self._scale = 1.0
@@ -232,7 +253,7 @@ class Pacer:
 
     @property
     def done(self) -> bool:
-        return self._next >= len(self._batches)
+        return self._next is None
 
     def set_scale(self, now_ns: int, scale: float) -> None:
         if not 0 < scale <= 1:
@@ -257,21 +278,21 @@ class Pacer:
         )
 
     def next_deadline_ns(self) -> int | None:
-        if self.done:
+        if self._next is None:
             return None
-        return self.deadline_ns(self._batches[self._next][0])
+        return self.deadline_ns(self._next[0])
 
     def take_due(self, now_ns: int) -> int:
         """Tokens of every batch due by ``now_ns`` (0 if none), in one emission."""
         k = 0
-        while self._next < len(self._batches):
-            off, n = self._batches[self._next]
+        while self._next is not None:
+            off, n = self._next
             deadline = self.deadline_ns(off)
             if deadline > now_ns + self.tolerance_ns:
                 break
             self.last_deadline_ns = deadline
             k += n
-            self._next += 1
+            self._next = next(self._batches, None)
         self.emitted_tokens += k
         return k
 

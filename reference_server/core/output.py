@@ -4,7 +4,13 @@ Pure and seeded.  ``tool_choice`` decides between function calls and a text
 answer; the length comes from the ``loopbench.output_tokens`` metadata hint,
 then ``max_output_tokens``, then the server default.  Function-call arguments are
 valid JSON that conforms to the tool's ``parameters`` schema (required
-properties, types, enums), so real tool-dispatch code accepts them.
+properties, types, enums), so real tool-dispatch code accepts them.  A reasoning
+budget (core/reasoning.py) puts a reasoning item before all of it.
+
+Text is produced lazily, as its tokens fall due: the cursor holds a position,
+not the pieces, so planning and streaming a response costs memory independent
+of its length; only the closing events carry the whole text (docs/reliability.md
+"Memory per response").
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from typing import Any
 import orjson
 
 from harness.wire import events as ev
-from harness.wire.tokens import CHARS_PER_TOKEN, count_tokens, token_pieces
+from harness.wire.tokens import CHARS_PER_TOKEN, count_tokens, make_text, token_pieces
+from reference_server.core import reasoning
 
 HINT_OUTPUT_TOKENS = "loopbench.output_tokens"
 HINT_TOOL_CALLS = "loopbench.tool_calls"
@@ -28,6 +35,9 @@ MAX_PARALLEL_CALLS = 128
 # Schema-driven arguments: arrays at most this long, nested at most this deep.
 MAX_SAMPLED_ITEMS = 64
 MAX_SAMPLED_DEPTH = 8
+# Text made in chunks of this many tokens: a million-token text never exists as a
+# million one-token strings (~55 bytes each) on the way to its ~4 bytes per token.
+TEXT_CHUNK_TOKENS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +54,23 @@ class OutputPlan:
     calls: tuple[PlannedCall, ...]
     text_tokens: int
     truncated: bool  # max_output_tokens cut the output: status incomplete
+    reasoning_tokens: int = 0  # decoded first, before any visible output
+    summary: bool = False  # stream a reasoning summary
+    include_encrypted: bool = False  # the reasoning item carries encrypted_content
 
     @property
     def output_tokens(self) -> int:
-        return self.text_tokens + sum(c.tokens for c in self.calls)
+        return self.reasoning_tokens + self.text_tokens + sum(c.tokens for c in self.calls)
+
+
+def chunked_text(n_tokens: int, rng: random.Random) -> str:
+    """:func:`make_text` of ``n_tokens`` (the same text, same draws) without per-token strings."""
+    if n_tokens <= TEXT_CHUNK_TOKENS:
+        return make_text(n_tokens, rng)
+    chunks = []
+    for start in range(0, n_tokens, TEXT_CHUNK_TOKENS):
+        chunks.append(make_text(min(TEXT_CHUNK_TOKENS, n_tokens - start), rng))
+    return "".join(chunks)
 
 
 def _int_hint(metadata: dict[str, str], key: str, limit: int | None = None) -> int | None:
@@ -139,7 +162,7 @@ def make_arguments(tool: dict[str, Any], n_tokens: int, rng: random.Random) -> s
         current = args.get(key, "")
         current_s = current if isinstance(current, str) else ""
         missing_tokens = (target_chars - len(base)) // CHARS_PER_TOKEN
-        args[key] = current_s + "".join(token_pieces(missing_tokens, rng))
+        args[key] = current_s + chunked_text(missing_tokens, rng)
         base = orjson.dumps(args).decode()
     return base
 
@@ -155,13 +178,64 @@ def plan_output(
     default_output_tokens: int,
     default_auto_tool_calls: int,
     rng: random.Random,
+    reasoning_tokens: int = 0,
+    summary: bool = False,
+    include_encrypted: bool = False,
 ) -> OutputPlan:
-    """Decide this response's output.  ``chain_function_calls`` counts calls already made in the chain."""
+    """Decide this response's output.  ``chain_function_calls`` counts calls already made in the chain.
+
+    ``reasoning_tokens`` (core/reasoning.py's budget) come first and count against
+    ``max_output_tokens``, as on the API: reasoning that exhausts it leaves no
+    visible output and the response incomplete.
+    """
+    visible = _plan_visible(
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel_tool_calls,
+        metadata=metadata,
+        max_output_tokens=max_output_tokens,
+        chain_function_calls=chain_function_calls,
+        default_output_tokens=default_output_tokens,
+        default_auto_tool_calls=default_auto_tool_calls,
+        rng=rng,
+        reasoning_tokens=reasoning_tokens,
+    )
+    if reasoning_tokens <= 0:
+        return visible
+    return OutputPlan(
+        visible.calls,
+        visible.text_tokens,
+        visible.truncated,
+        min(reasoning_tokens, max_output_tokens or reasoning_tokens),
+        summary,
+        include_encrypted,
+    )
+
+
+def _plan_visible(
+    *,
+    tools: list[dict[str, Any]],
+    tool_choice: Any,
+    parallel_tool_calls: bool,
+    metadata: dict[str, str],
+    max_output_tokens: int | None,
+    chain_function_calls: int,
+    default_output_tokens: int,
+    default_auto_tool_calls: int,
+    rng: random.Random,
+    reasoning_tokens: int,
+) -> OutputPlan:
     function_tools = [t for t in tools if t.get("type") == "function"]
     hint = _int_hint(metadata, HINT_OUTPUT_TOKENS, MAX_HINT_OUTPUT_TOKENS)
     want = hint if hint is not None else (max_output_tokens or default_output_tokens)
     want = max(1, want)
     limit = max_output_tokens if max_output_tokens is not None else None
+    if limit is not None and reasoning_tokens > 0:
+        if reasoning_tokens >= limit:
+            return OutputPlan((), 0, truncated=True)
+        limit -= reasoning_tokens
+        if hint is None:
+            want = min(want, limit)
 
     call: bool
     chosen: list[dict[str, Any]] = function_tools
@@ -201,50 +275,71 @@ def plan_output(
     return OutputPlan(tuple(calls), 0, truncated=False)
 
 
+@dataclass(slots=True)
+class _Segment:
+    """One output item still to stream: ``tokens`` long, ``pos`` of them emitted."""
+
+    kind: str  # "reasoning", "call" or "text"
+    tokens: int
+    name: str = ""
+    arguments: str = ""
+    pos: int = 0
+
+
 class OutputCursor:
-    """Turns "k more tokens are due" into delta events walking through the planned items."""
+    """Turns "k more tokens are due" into delta events walking through the planned items.
+
+    Nothing is produced ahead of time: text pieces are drawn from ``rng`` as they
+    fall due (the same draws, so the same text, as drawing them all up front), and
+    the whole text is redrawn once from the saved generator state for the closing
+    events instead of being collected delta by delta.
+    """
 
     def __init__(self, builder: ev.ResponseBuilder, plan: OutputPlan, rng: random.Random) -> None:
         self.b = builder
         self.truncated = plan.truncated
-        self.segments: list[tuple[str, str, list[str]]] = []  # (kind, name, pieces)
+        self.plan = plan
+        self.segments: list[_Segment] = []
+        if plan.reasoning_tokens:
+            self.segments.append(_Segment("reasoning", plan.reasoning_tokens))
         for call in plan.calls:
-            text = call.arguments
-            pieces = [text[i : i + CHARS_PER_TOKEN] for i in range(0, len(text), CHARS_PER_TOKEN)]
-            self.segments.append(("call", call.name, pieces))
+            self.segments.append(
+                _Segment("call", count_tokens(call.arguments), call.name, call.arguments)
+            )
         if plan.text_tokens:
-            self.segments.append(("text", "", token_pieces(plan.text_tokens, rng)))
+            self.segments.append(_Segment("text", plan.text_tokens))
         self.rng = rng
         self.seg = 0
-        self.pos = 0
         self.open = False
+        self._text_state: Any = None
+        # The server's own copy of the finished reasoning item: always with its blob,
+        # so a stored or cached conversation knows what the reasoning weighs.
+        self.reasoning_item: dict[str, Any] | None = None
+        self._summary_rng: random.Random | None = None
+        self._summary_tokens = 0
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.plan.reasoning_tokens
 
     def emit(self, k: int) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         while k > 0 and self.seg < len(self.segments):
-            kind, name, pieces = self.segments[self.seg]
+            seg = self.segments[self.seg]
             if not self.open:
-                if kind == "call":
-                    out.extend(self.b.begin_function_call(name, ev.new_id("call", self.rng)))
-                else:
-                    out.extend(self.b.begin_message())
+                out.extend(self._open(seg))
                 self.open = True
-            take = min(k, len(pieces) - self.pos)
-            chunk = "".join(pieces[self.pos : self.pos + take])
-            self.pos += take
+            take = min(k, seg.tokens - seg.pos)
+            before = seg.pos
+            seg.pos += take
             k -= take
-            if chunk:
-                out.append(
-                    self.b.arguments_delta(chunk) if kind == "call" else self.b.text_delta(chunk)
-                )
-            if self.pos >= len(pieces):
-                if kind == "call":
-                    out.extend(self.b.end_function_call())
-                else:
-                    # A message cut by max_output_tokens is itself incomplete.
-                    out.extend(self.b.end_message("incomplete" if self.truncated else "completed"))
+            if take:
+                delta = self._delta(seg, before, take)
+                if delta is not None:
+                    out.append(delta)
+            if seg.pos >= seg.tokens:
+                out.extend(self._close(seg))
                 self.seg += 1
-                self.pos = 0
                 self.open = False
         return out
 
@@ -252,5 +347,60 @@ class OutputCursor:
         """Close whatever is still open (the engine emitted fewer tokens than planned)."""
         out: list[dict[str, Any]] = []
         while self.seg < len(self.segments):
-            out.extend(self.emit(len(self.segments[self.seg][2]) - self.pos or 1))
+            seg = self.segments[self.seg]
+            out.extend(self.emit(seg.tokens - seg.pos or 1))
         return out
+
+    def _open(self, seg: _Segment) -> list[dict[str, Any]]:
+        if seg.kind == "reasoning":
+            events = self.b.begin_reasoning()
+            item_id = str(self.b.open_item_id)
+            if self.plan.summary:
+                self._summary_rng = random.Random(item_id + "/summary")
+                self._summary_tokens = reasoning.summary_tokens(seg.tokens)
+                events.append(self.b.summary_part_added())
+            return events
+        if seg.kind == "call":
+            return self.b.begin_function_call(
+                seg.name, ev.new_id("call", self.rng), keep_text=False
+            )
+        self._text_state = self.rng.getstate()
+        return self.b.begin_message(keep_text=False)
+
+    def _delta(self, seg: _Segment, before: int, take: int) -> dict[str, Any] | None:
+        if seg.kind == "reasoning":
+            if self._summary_rng is None:
+                return None  # hidden tokens: nothing on the wire until the item is done
+            # The summary keeps pace with the reasoning it summarizes.
+            due = self._summary_tokens * seg.pos // seg.tokens
+            new = due - self._summary_tokens * before // seg.tokens
+            return self.b.summary_delta(make_text(new, self._summary_rng)) if new else None
+        if seg.kind == "call":
+            start = before * CHARS_PER_TOKEN
+            return self.b.arguments_delta(seg.arguments[start : start + take * CHARS_PER_TOKEN])
+        return self.b.text_delta(make_text(take, self.rng))
+
+    def _close(self, seg: _Segment) -> list[dict[str, Any]]:
+        if seg.kind == "reasoning":
+            events = self.b.summary_done() if self._summary_rng is not None else []
+            item_id = str(self.b.open_item_id)
+            blob = reasoning.encrypted_content(seg.tokens, item_id)
+            events += self.b.end_reasoning(blob if self.plan.include_encrypted else None)
+            self.reasoning_item = dict(self.b.output[-1], encrypted_content=blob)
+            return events
+        if seg.kind == "call":
+            return self.b.end_function_call(seg.arguments)
+        replay = random.Random()
+        replay.setstate(self._text_state)
+        self._text_state = None
+        # A message cut by max_output_tokens is itself incomplete.
+        return self.b.end_message(
+            "incomplete" if self.truncated else "completed", chunked_text(seg.pos, replay)
+        )
+
+    def conversation_items(self, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``output`` as the conversation keeps it: the reasoning item with its blob."""
+        kept = self.reasoning_item
+        if kept is None:
+            return output
+        return [kept if it.get("id") == kept["id"] else it for it in output]

@@ -70,6 +70,9 @@ class EngineProfile(_Profile):
     max_streams: int = Field(ge=1)
     aggregate_tps: float = Field(gt=0)
     prefix_cache_entries: int = Field(ge=0)
+    # Reasoning tokens decoded before the visible output of every response that names no
+    # budget (docs/model.md "Reasoning"); 0 keeps a profile a non-reasoning model.
+    reasoning_tokens: int = Field(default=0, ge=0, le=1_000_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> EngineProfile:

@@ -127,11 +127,77 @@ def _normalize_item(item: Any, where: str) -> dict[str, Any]:
                 "missing_required_parameter",
             )
         return item
-    if kind in ("reasoning", "item_reference"):
+    if kind == "reasoning":
+        return _reasoning_item(item, where)
+    if kind == "item_reference":
         return item
     raise _invalid(
         f"Invalid value for '{where}.type': unsupported input item type {kind!r}.", f"{where}.type"
     )
+
+
+def _reasoning_item(item: dict[str, Any], where: str) -> dict[str, Any]:
+    """A reasoning item sent back as input: its summary parts and opaque blob are typed."""
+    summary = item.get("summary", [])
+    if not isinstance(summary, list):
+        raise _wrong_type(f"{where}.summary", "an array of summary parts", summary)
+    for j, part in enumerate(summary):
+        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+            raise _invalid(
+                f"Invalid value for '{where}.summary[{j}]': expected an object with a string 'text'.",
+                f"{where}.summary[{j}]",
+            )
+    blob = item.get("encrypted_content")
+    if blob is not None and not isinstance(blob, str):
+        raise _wrong_type(f"{where}.encrypted_content", "a string", blob)
+    return item
+
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+REASONING_SUMMARIES = ("auto", "concise", "detailed")
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningOptions:
+    """What a create asks of the model's reasoning (docs/server.md "Reasoning")."""
+
+    effort: str | None = None
+    summary: bool = False
+    include_encrypted: bool = False
+
+
+def reasoning_options(body: dict[str, Any]) -> ReasoningOptions:
+    """The ``reasoning`` and ``include`` fields of a create body, checked.
+
+    Checked here, not only echoed, because the response echoes ``reasoning`` and a
+    value outside the API's enums would make a strict client reject the response.
+    """
+    raw = body.get("reasoning")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise _wrong_type("reasoning", "an object", raw)
+    effort = raw.get("effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise _invalid(
+            f"Invalid value for 'reasoning.effort': expected one of {', '.join(REASONING_EFFORTS)}, got {effort!r}.",
+            "reasoning.effort",
+        )
+    summary: Any = None
+    for key in ("summary", "generate_summary"):
+        value = raw.get(key)
+        if value is not None and value not in REASONING_SUMMARIES:
+            raise _invalid(
+                f"Invalid value for 'reasoning.{key}': expected one of {', '.join(REASONING_SUMMARIES)} or null, got {value!r}.",
+                f"reasoning.{key}",
+            )
+        summary = summary if value is None else value
+    include = body.get("include")
+    if include is None:
+        include = []
+    if not isinstance(include, list) or not all(isinstance(v, str) for v in include):
+        raise _wrong_type("include", "an array of strings", include)
+    return ReasoningOptions(effort, summary is not None, "reasoning.encrypted_content" in include)
 
 
 def _validate_tool(tool: Any, i: int) -> dict[str, Any]:
@@ -259,6 +325,7 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
             400, "missing_required_parameter", "Missing required parameter: 'input'.", "input"
         )
     stream_id = body.get("stream_id") if websocket else None
+    reasoning_options(body)
     return CreateRequest(
         model=model,
         input_items=items,
