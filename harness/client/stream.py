@@ -46,6 +46,7 @@ from harness.wire.events import (
     OUTPUT_ITEM_ADDED,
     OUTPUT_ITEM_DONE,
     QUEUED,
+    REASONING_SUMMARY_TEXT_DELTA,
     REASONING_TEXT_DELTA,
     REFUSAL_DELTA,
     TEXT_DELTA,
@@ -65,7 +66,7 @@ _ITEM_EVENTS = frozenset({ARGUMENTS_DELTA, ARGUMENTS_DONE}) | (DELTA_TYPES - {TE
 VISIBLE_DELTA_TYPES = frozenset({TEXT_DELTA, ARGUMENTS_DELTA, REFUSAL_DELTA})
 #: a reasoning summary's text, streamed while the model reasons: a token of the response, not
 #: of its visible output (the summary's length is not the reasoning's)
-SUMMARY_DELTA = "response.reasoning_summary_text.delta"
+SUMMARY_DELTA = REASONING_SUMMARY_TEXT_DELTA
 
 
 class ResponseStream:
