@@ -358,9 +358,10 @@ DESIGN_KEYS = [
     "transports.<t>.rollouts.errors",
     *(
         f"transports.<t>.{m}.{s}"
-        for m in ("ttft_ms", "ttfb_ms", "itl_ms", "turn_ms", "rollout_ms")
+        for m in ("ttft_ms", "ttfot_ms", "ttfb_ms", "itl_ms", "turn_ms", "rollout_ms")
         for s in ("p50", "p90", "p99", "mean")
     ),
+    *(f"transports.<t>.reasoning_tokens.{s}" for s in ("p50", "p99", "mean")),
     *(
         f"transports.<t>.tps.{k}"
         for k in ("decode_p50", "decode_mean", "burst_peak", "aggregate_mean", "aggregate_peak")
