@@ -68,13 +68,16 @@ class Segment:
         timing["cached_input_tokens"] = self.cached_tokens
         timing["ttft"] = timing["api_pre"] + timing["api_queue"] + self.engine_ttft
 
-    def usage(self, output_tokens: int) -> dict[str, Any]:
+    def usage(self, output_tokens: int, reasoning_tokens: int | None = None) -> dict[str, Any]:
+        """``usage`` of the response; ``reasoning_tokens`` defaults to this segment's."""
         return ev.usage(
             self.input_tokens,
             self.cached_tokens,
             output_tokens,
             cache_write_tokens=self.input_tokens - self.cached_tokens,
-            reasoning_tokens=self.reasoning_tokens,
+            reasoning_tokens=self.reasoning_tokens
+            if reasoning_tokens is None
+            else reasoning_tokens,
         )
 
 

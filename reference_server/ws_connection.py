@@ -520,7 +520,8 @@ class WsConnection:
         rid = builder.response_id
         await send(builder.start())
         tool_choice, metadata = req.tool_choice, req.metadata
-        total_out = total_reasoning = 0
+        total_out = 0
+        total_reasoning = 0
         seg_timing = dict(timing)
         self.active_appends.add(rid)
         try:
@@ -535,9 +536,7 @@ class WsConnection:
                 total_reasoning += seg.reasoning_tokens
                 new_output = builder.output[n_before:]
                 conv.extend(seg.conversation_items(new_output))
-                # the response's usage so far: its reasoning part counted like its output
-                usage = seg.usage(total_out)
-                usage["output_tokens_details"]["reasoning_tokens"] = total_reasoning
+                usage = seg.usage(total_out, total_reasoning)
                 if not seg.calls or seg.truncated:
                     break
                 calls = frozenset(

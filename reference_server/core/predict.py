@@ -76,15 +76,20 @@ def predict_turn_ms(
     new_connection: bool = False,
     cached_tokens: int | None = None,
     resent_tokens: int = 0,
+    reasoning_tokens: int = 0,
 ) -> dict[str, float]:
     """Predicted milliseconds of one turn, from send to the terminal event.
 
     ``history_tokens`` is everything in the conversation before this turn
-    (previous inputs and outputs), ``new_tokens`` what this turn adds.  The
+    (previous inputs and outputs, reasoning included), ``new_tokens`` what this
+    turn adds, ``output_tokens`` the visible output, decoded after
+    ``reasoning_tokens`` of hidden reasoning (docs/model.md §12).  The
     prefix cache is assumed to hold the whole history unless ``cached_tokens``
     says otherwise.  Keys: ``api_pre``, ``prefill``
-    (uncached prefill + base TTFT), ``ttft``, ``decode``, ``api_post`` (the
-    part on the critical path), ``turn``.
+    (uncached prefill + base TTFT), ``ttft``, ``reasoning`` (first token to the
+    first visible one, approximately: bursts are placed over the whole decode),
+    ``ttfot`` (``ttft + reasoning``), ``decode``, ``api_post`` (the part on the
+    critical path), ``turn``.
     """
     cost = request_cost(
         transport,
@@ -100,12 +105,18 @@ def predict_turn_ms(
     cached = history_tokens if cached_tokens is None else cached_tokens
     uncached = max(0, history_tokens + new_tokens - cached)
     prefill = first_token_ns(uncached, engine) / 1e6
-    decode = expected_decode_ms(output_tokens, engine)
+    decode = expected_decode_ms(output_tokens + reasoning_tokens, engine)
+    reasoning = 0.0
+    if reasoning_tokens > 0:
+        # N gaps to the first visible token; N - 1 when nothing visible follows.
+        reasoning = expected_decode_ms(reasoning_tokens + (1 if output_tokens else 0), engine)
     ttft = pre + prefill
     return {
         "api_pre": pre,
         "prefill": prefill,
         "ttft": ttft,
+        "reasoning": reasoning,
+        "ttfot": ttft + reasoning,
         "decode": decode,
         "api_post": post,
         "turn": ttft + decode + post,
@@ -120,6 +131,8 @@ class CodexRollout:
     system prompt, tool schemas and user prompt (``prompt_tokens``); every later
     turn sends one tool output.  History reaches
     ``prompt + tool_calls * (step_output + tool_output)`` ≈ 56.8k tokens.
+    With ``reasoning_tokens`` every turn first reasons that many tokens, which
+    stay in the history (re-sent by ``http``, kept by the server otherwise).
     """
 
     tool_calls: int = 25
@@ -130,9 +143,10 @@ class CodexRollout:
     step_output_tokens: int = 150
     final_output_tokens: int = 400
     tool_ms: float = 200.0
+    reasoning_tokens: int = 0
 
     def turns(self) -> list[tuple[int, int, int]]:
-        """``(history_tokens, new_tokens, output_tokens)`` per turn."""
+        """``(history_tokens, new_tokens, output_tokens)`` per turn (output: the visible part)."""
         out: list[tuple[int, int, int]] = []
         history = 0
         new = self.prompt_tokens
@@ -140,7 +154,7 @@ class CodexRollout:
             final = i == self.tool_calls
             output = self.final_output_tokens if final else self.step_output_tokens
             out.append((history, new, output))
-            history += new + output
+            history += new + self.reasoning_tokens + output
             new = self.tool_output_tokens
         return out
 
@@ -190,6 +204,7 @@ def predict_rollout(
             output,
             new_connection=new_conn,
             resent_tokens=w.resent_tokens,
+            reasoning_tokens=w.reasoning_tokens,
         )
         ttfts.append(p["ttft"])
         turn_ms.append(p["turn"])

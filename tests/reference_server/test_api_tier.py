@@ -167,3 +167,23 @@ def test_rollout_prediction_adds_up() -> None:
     assert no_keepalive.total_ms == pytest.approx(
         predict_rollout(OPT, CEREBRAS, "http").total_ms + 25 * OPT.connect_ms
     )
+
+
+def test_reasoning_delays_the_first_visible_token_and_widens_the_http_gap() -> None:
+    plain = predict_turn_ms(OPT, CEREBRAS, "ws", 10_000, 2_000, 150)
+    thinking = predict_turn_ms(OPT, CEREBRAS, "ws", 10_000, 2_000, 150, reasoning_tokens=500)
+    assert plain["reasoning"] == 0.0 and plain["ttfot"] == plain["ttft"]
+    assert thinking["ttft"] == plain["ttft"]
+    assert thinking["ttfot"] > thinking["ttft"]
+    assert thinking["decode"] > plain["decode"] > 0
+    # Re-sent reasoning grows what stateless HTTP processes every turn; WebSocket keeps it.
+    w = CodexRollout(reasoning_tokens=1_000)
+    gap = (
+        predict_rollout(OPT, CEREBRAS, "http").total_ms
+        - predict_rollout(OPT, CEREBRAS, "ws").total_ms
+    )
+    gap_reasoning = (
+        predict_rollout(OPT, CEREBRAS, "http", w).total_ms
+        - predict_rollout(OPT, CEREBRAS, "ws", w).total_ms
+    )
+    assert gap_reasoning > gap

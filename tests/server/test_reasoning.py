@@ -21,7 +21,8 @@ from websockets.asyncio.client import connect
 from reference_server.core.conversation import ITEM_OVERHEAD_TOKENS
 from reference_server.core.reasoning import summary_tokens
 from tests.server.conftest import configured_server, ws_url
-from tests.server.test_ws_protocol import one
+from tests.server.test_sdk_conformance import SDK_WS_LEGACY
+from tests.server.test_ws_protocol import one, one_or_done
 from tests.wire.test_events import validate
 
 PROFILE_BUDGET = 25
@@ -161,6 +162,48 @@ def test_sdk_stream_and_non_streamed_strict(url: str) -> None:
     assert first.type == "reasoning" and first.encrypted_content
     assert resp.usage is not None and resp.usage.output_tokens_details.reasoning_tokens == N
     assert resp.usage.output_tokens == N + VISIBLE
+
+
+def test_sdk_stream_helper_accumulates_the_reasoning(url: str) -> None:
+    with (
+        strict(url) as client,
+        client.responses.stream(
+            model="sim",
+            input="think",
+            include=["reasoning.encrypted_content"],
+            reasoning={"summary": "auto"},
+            metadata=hints(),
+        ) as stream,
+    ):
+        final = stream.get_final_response()
+    first = final.output[0]
+    assert first.type == "reasoning" and first.encrypted_content
+    assert len(first.summary[0].text) == 4 * summary_tokens(N)
+    assert final.output_text and len(final.output_text) == 4 * VISIBLE
+
+
+@SDK_WS_LEGACY
+def test_sdk_websocket_parses_every_reasoning_event(url: str) -> None:
+    client = OpenAI(api_key="sk-test", base_url=url, max_retries=0)
+    with client.responses.connect() as conn:
+        conn.response.create(
+            model="sim",
+            store=False,
+            input="think",
+            include=["reasoning.encrypted_content"],
+            reasoning={"summary": "auto"},
+            metadata=hints(),
+        )
+        types = []
+        for event in conn:
+            assert event.type != "error", event
+            types.append(event.type)
+            if event.type == "response.completed":
+                usage = event.response.usage
+                break
+    assert usage is not None and usage.output_tokens_details.reasoning_tokens == N
+    assert types[2:4] == ["response.output_item.added", "response.reasoning_summary_part.added"]
+    assert "response.reasoning_summary_text.delta" in types
 
 
 def test_function_call_follows_the_reasoning(url: str) -> None:
@@ -341,3 +384,46 @@ def test_bad_reasoning_fields_are_refused(url: str) -> None:
             resp = http.post(f"{url}/responses", json={"model": "sim", "input": "hi", **body})
             assert resp.status_code == 400, body
             assert resp.json()["error"]["param"] == param
+
+
+def test_append_mode_reasons_in_every_segment_and_sums_the_usage(url: str) -> None:
+    tool = {"type": "function", "name": "run", "parameters": {"type": "object", "properties": {}}}
+
+    async def main() -> list[dict[str, Any]]:
+        async with connect(ws_url(url) + "?mode=append") as conn:
+            create = {
+                "type": "response.create",
+                "model": "sim",
+                "store": False,
+                "input": "go",
+                "tools": [tool],
+                "tool_choice": "required",
+                "metadata": hints(),
+            }
+            first = await one_or_done(conn, orjson.dumps(create).decode())
+            call = next(
+                e["item"]
+                for e in first
+                if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"
+            )
+            append = {
+                "type": "response.append",
+                "response_id": first[-1]["response"]["id"],
+                "input": [
+                    {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
+                ],
+                "tool_choice": "none",
+            }
+            return first + await one_or_done(conn, orjson.dumps(append).decode())
+
+    events = asyncio.run(main())
+    final = events[-1]["response"]
+    assert [o["type"] for o in final["output"]] == [
+        "reasoning",
+        "function_call",
+        "reasoning",
+        "message",
+    ]
+    assert final["usage"]["output_tokens_details"]["reasoning_tokens"] == 2 * N
+    added = [e["output_index"] for e in events if e["type"] == "response.output_item.added"]
+    assert added == [0, 1, 2, 3]
