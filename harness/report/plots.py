@@ -162,10 +162,16 @@ def plot_ttft_cdf(run: Run) -> Figure | None:
         ax.set_xscale("log")
     ax.axhline(0.5, color="#888888", lw=0.8, ls="--")
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel("time to first token (ms)")
+    ax.set_xlabel(
+        "time to first token, dashed: to first visible output token (ms)"
+        if reasoned
+        else "time to first token (ms)"
+    )
     ax.set_ylabel("fraction of turns ≤ x")
     ax.legend(loc="lower right")
-    _title(fig, run, "TTFT distribution per transport")
+    _title(
+        fig, run, "TTFT and TTFOT per transport" if reasoned else "TTFT distribution per transport"
+    )
     return fig
 
 
