@@ -225,6 +225,7 @@ METRICS: list[Metric] = [
         when="(first_output_ns > 0) & (sent_ns > 0)",
         value="first_output_ns - sent_ns",
         histogram="ttfot",
+        compare=("p50", "p99"),
         report=(("p50", 1), ("p99", 1)),
         cli=("p50",),
         gate=4,
@@ -245,6 +246,7 @@ METRICS: list[Metric] = [
         histogram="reasoning_tokens",
         # the row files hold the field itself
         column=None,
+        compare=("mean",),
         report=(("mean", 0), ("p99", 0)),
         report_table="throughput",
         cli=("mean",),

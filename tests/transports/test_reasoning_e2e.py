@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from harness.cli.main import main
+from harness.report.compare import compare_runs
 from harness.report.results import Run
 from tests.transports.conftest import loopbench_run
 
@@ -125,3 +126,17 @@ def test_summary_console_and_gate_know_reasoning(
     }
     assert gate(against_plain, plain_run) == 1
     assert "http.ttfot_ms.p50" in capsys.readouterr().out
+
+
+def test_compare_shows_ttfot_and_reasoning_only_when_a_side_reasoned(
+    runs: dict[str, tuple[Run, str]],
+) -> None:
+    plain, reasoning = runs["plain"][0], runs["reasoning"][0]
+    rows = compare_runs(plain, reasoning)
+    ttfot = [d for d in rows if d.transport == "http" and d.metric == "TTFOT p50"]
+    (row,) = ttfot
+    assert row.b is not None and row.a is not None and row.b > row.a
+    assert row.verdict == "worse"  # the reasoning's time before the first visible token
+    (tokens,) = [d for d in rows if d.transport == "ws" and d.metric == "reasoning tok mean"]
+    assert (tokens.a, tokens.b) == (None, REASONING)
+    assert not [d for d in compare_runs(plain, plain) if "TTFOT" in d.metric]
