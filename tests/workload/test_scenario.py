@@ -237,7 +237,7 @@ def test_missing_file() -> None:
         load_scenario("scenarios/does-not-exist.yaml")
     assert str(info.value).startswith(
         "no scenario file or built-in named 'scenarios/does-not-exist.yaml'; built-ins: "
-        "burst-storm, codex-replay,"
+        "burst-storm, codex-reasoning, codex-replay,"
     ), str(info.value)
 
 
