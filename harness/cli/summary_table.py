@@ -40,7 +40,7 @@ def _stat_cell(t: dict[str, Any], m: D.Metric, key: str) -> str:
     group = t.get(m.group) or {}
     if group.get(key) is None and group.get(f"{key}_reason"):
         return "n/a"
-    return fmt_stat(t, m.group, key, 0 if m.unit == "tok/s" else 1)
+    return fmt_stat(t, m.group, key, 0 if m.unit in ("tok/s", "count") else 1)
 
 
 def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -51,7 +51,7 @@ def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "turns",
         "turn errors",
         "rollout errors",
-        *(m.title(stat.key, with_unit=True) for m, stat in D.cli_columns()),
+        *(m.title(stat.key, with_unit=True) for m, stat in D.cli_columns(summary)),
     ]
     rows = [
         [
@@ -60,7 +60,7 @@ def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             str(t["turns"]["count"]),
             str(t["turns"]["errors"]),
             str(t["rollouts"]["errors"]),
-            *(_stat_cell(t, m, stat.key) for m, stat in D.cli_columns()),
+            *(_stat_cell(t, m, stat.key) for m, stat in D.cli_columns(summary)),
         ]
         for name, t in summary.get("transports", {}).items()
     ]
@@ -71,7 +71,7 @@ def na_notes(summary: dict[str, Any]) -> list[str]:
     """One line per statistic shown as n/a: why, and for which transports."""
     by_reason: dict[tuple[str, str], list[str]] = {}
     for name, t in summary.get("transports", {}).items():
-        for m, stat in D.cli_columns():
+        for m, stat in D.cli_columns(summary):
             group = t.get(m.group) or {}
             reason = group.get(f"{stat.key}_reason")
             if group.get(stat.key) is None and reason:

@@ -33,8 +33,12 @@ def ws_headers(options: TransportOptions) -> dict[str, str]:
     return {"authorization": f"Bearer {options.api_key}", **options.extra_headers}
 
 
+#: what a stateless request asks for so that it can send the reasoning back (as Codex does)
+INCLUDE_REASONING = ["reasoning.encrypted_content"]
+
+
 def _common(inp: TurnInput) -> dict[str, Any]:
-    return {
+    body = {
         "model": inp.model,
         "instructions": inp.instructions,
         "tools": inp.tools,
@@ -42,6 +46,9 @@ def _common(inp: TurnInput) -> dict[str, Any]:
         "metadata": inp.metadata,
         "max_output_tokens": inp.max_output_tokens,
     }
+    if inp.reasoning is not None:
+        body["reasoning"] = inp.reasoning
+    return body
 
 
 def http_body(
@@ -57,6 +64,10 @@ def http_body(
     else:
         body["input"] = inp.history
         body["store"] = spec.store
+        if inp.reasoning is not None and not spec.chained:
+            # store: false keeps nothing server-side: the reasoning comes back encrypted, and
+            # the next turn's history carries it (harness/workload/agent.py)
+            body["include"] = list(INCLUDE_REASONING)
     return body
 
 

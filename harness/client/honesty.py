@@ -42,24 +42,27 @@ def chain_ignored(spec: TransportSpec, rec: TurnRecord) -> bool:
     return rec.input_tokens < CHAIN_MIN_SHARE * rec.history_tokens
 
 
-def decode_implausible(rec: TurnRecord, reasoning_tokens: int = 0) -> bool:
+def decode_implausible(rec: TurnRecord, reasoning_tokens: int | None = None) -> bool:
     """Reported output the stream did not carry, or a decode rate no engine reaches.
 
-    ``reasoning_tokens`` (``usage.output_tokens_details``) are output a server counts but
-    does not stream; they are taken out of the reported count before comparing.
+    Reasoning tokens (``usage.output_tokens_details``; the record's ``reasoning_tokens``
+    unless given) are output a server counts but does not stream as visible output; they are
+    taken out of the reported count, and the rate is judged from the first visible delta.
     """
-    visible = rec.output_tokens - max(0, reasoning_tokens)
+    reasoning = rec.reasoning_tokens if reasoning_tokens is None else reasoning_tokens
+    visible = rec.output_tokens - max(0, reasoning)
     if visible > OUTPUT_MAX_RATIO * rec.streamed_tokens + OUTPUT_SLACK_TOKENS:
         return True
-    span_ns = rec.last_token_ns - rec.first_token_ns
-    if visible < DECODE_MIN_TOKENS or rec.first_token_ns <= 0 or span_ns <= 0:
+    first = rec.first_output_ns or rec.first_token_ns
+    span_ns = rec.last_token_ns - first
+    if visible < DECODE_MIN_TOKENS or first <= 0 or span_ns <= 0:
         return False
     return (visible - 1) * 1e9 / span_ns > DECODE_MAX_TPS
 
 
-def check(spec: TransportSpec, rec: TurnRecord, reasoning_tokens: int = 0) -> None:
+def check(spec: TransportSpec, rec: TurnRecord) -> None:
     """Set the record's honesty flags (a successful turn's; a failed one has nothing to judge)."""
     if not rec.ok:
         return
     rec.chain_ignored = chain_ignored(spec, rec)
-    rec.decode_implausible = decode_implausible(rec, reasoning_tokens)
+    rec.decode_implausible = decode_implausible(rec)

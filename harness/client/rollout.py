@@ -90,7 +90,10 @@ class RolloutSteps:
         )
         roll.intended_start_ns = intended_start_ns
         roll.start_ns = clock()
-        self._transcript = Transcript(plan, model=model, hints=hints)
+        spec = BY_NAME.get(transport)
+        # stateless: nothing on the server side to hold the reasoning (docs/protocol.md)
+        stateless = spec is not None and not spec.chained and not spec.websocket
+        self._transcript = Transcript(plan, model=model, hints=hints, resend_reasoning=stateless)
         self._index = 0
         self._phase = _READY
         self._t0 = 0
@@ -175,7 +178,7 @@ class RolloutSteps:
             # first byte or token to put in TTFB or TTFT (docs/metrics.md).
             rec.first_event_ns = 0
         elif spec is not None:
-            honesty.check(spec, rec, stream.reasoning_tokens)
+            honesty.check(spec, rec)
         roll.turns += 1
         roll.model_ns += rec.done_ns - rec.sent_ns
         roll.recoveries += rec.recoveries
@@ -199,7 +202,7 @@ class RolloutSteps:
             roll.client_ns += clock() - c1
             self._phase = _READY
             return
-        jobs = self._transcript.record_output(index, stream.function_calls)
+        jobs = self._transcript.record_output(index, stream.output_items, rec.reasoning_tokens)
         roll.client_ns += clock() - c1
         turn = self.plan.turns[index]
         if turn.final or not jobs:

@@ -14,6 +14,13 @@ Append prototype (docs/protocol.md §5): ``response.done`` with ``response.statu
 ordering state and sequence numbers carry over, while measurements (timestamps,
 deltas, ITL, tokens, output items) restart, so each segment is measured as one turn.
 
+Reasoning (docs/metrics.md §1.1): a reasoning item's ``response.output_item.added`` is
+sent when its first reasoning token exists, so it is the first token of the response
+(TTFT) like any delta; its reasoning-text deltas are tokens too.  The visible output
+(text, tool-call arguments, refusals) starts at ``first_output_ns`` (TTFOT), and ITL,
+the burst window and the streamed-token count read the visible deltas only, so the time
+a model spends reasoning does not pass for slow decoding.
+
 Unknown event types and fields are ignored (forward compatibility) but still
 consume a sequence number.
 """
@@ -39,6 +46,9 @@ from harness.wire.events import (
     OUTPUT_ITEM_ADDED,
     OUTPUT_ITEM_DONE,
     QUEUED,
+    REASONING_SUMMARY_TEXT_DELTA,
+    REASONING_TEXT_DELTA,
+    REFUSAL_DELTA,
     TEXT_DELTA,
     TEXT_DONE,
 )
@@ -52,6 +62,11 @@ _TERMINAL_STATUS = {COMPLETED: "completed", INCOMPLETE: "incomplete", FAILED: "f
 _PART_EVENTS = frozenset({TEXT_DELTA, TEXT_DONE, CONTENT_PART_DONE})
 # Events scoped to an item but not to a content part (item must be added, not yet done).
 _ITEM_EVENTS = frozenset({ARGUMENTS_DELTA, ARGUMENTS_DONE}) | (DELTA_TYPES - {TEXT_DELTA})
+#: the deltas of the visible output: what TTFOT, ITL, decode rates and bursts are measured on
+VISIBLE_DELTA_TYPES = frozenset({TEXT_DELTA, ARGUMENTS_DELTA, REFUSAL_DELTA})
+#: a reasoning summary's text, streamed while the model reasons: a token of the response, not
+#: of its visible output (the summary's length is not the reasoning's)
+SUMMARY_DELTA = REASONING_SUMMARY_TEXT_DELTA
 
 
 class ResponseStream:
@@ -83,12 +98,14 @@ class ResponseStream:
         self._item_done: set[int] = set()
         self._parts: set[tuple[int, int]] = set()
         self._tokens_before = 0
+        self._reasoning_before = 0
         self._start_segment(sent_ns)
 
     def _start_segment(self, sent_ns: int) -> None:
         self.sent_ns = sent_ns
         self.first_event_ns = 0
         self.first_token_ns = 0
+        self.first_output_ns = 0
         self.last_token_ns = 0
         self.done_ns = 0
         self.delta_events = 0
@@ -98,7 +115,9 @@ class ResponseStream:
         self._delta_t: list[int] = []
         self._delta_len: list[int] = []
         self._text_chars = 0
+        self._reasoning_chars = 0
         self._output_tokens: int | None = None
+        self._reasoning_tokens: int | None = None
 
     # -- public results ----------------------------------------------------------------------
 
@@ -114,10 +133,11 @@ class ResponseStream:
 
     @property
     def output_tokens(self) -> int:
-        """``usage.output_tokens`` (minus earlier segments) if known, else counted from delta text."""
+        """``usage.output_tokens`` (minus earlier segments) if known, else counted from delta text
+        (the reasoning text included: usage counts reasoning as output)."""
         if self._output_tokens is not None:
             return self._output_tokens
-        return self._segment_tokens()
+        return self._segment_tokens() + self._streamed_reasoning_tokens()
 
     @property
     def streamed_tokens(self) -> int:
@@ -126,9 +146,16 @@ class ResponseStream:
 
     @property
     def reasoning_tokens(self) -> int:
-        """``usage.output_tokens_details.reasoning_tokens``: counted as output, never streamed."""
-        details = (self.usage or {}).get("output_tokens_details")
-        return _int(details.get("reasoning_tokens")) if isinstance(details, dict) else 0
+        """This segment's ``usage.output_tokens_details.reasoning_tokens`` (part of the output,
+        not streamed as visible output); when usage does not say, the streamed reasoning text."""
+        if self._reasoning_tokens is not None:
+            return self._reasoning_tokens
+        return self._streamed_reasoning_tokens()
+
+    @property
+    def visible_tokens(self) -> int:
+        """The visible output: :attr:`output_tokens` less :attr:`reasoning_tokens`."""
+        return max(0, self.output_tokens - self.reasoning_tokens)
 
     def resume(self, sent_ns: int) -> None:
         """Continue a paused response (append prototype); measurement restarts at ``sent_ns``."""
@@ -137,6 +164,7 @@ class ResponseStream:
                 f"resume() of response {self.response_id}: expected status paused, got {self.status}"
             )
         self._tokens_before += self.output_tokens
+        self._reasoning_before += self.reasoning_tokens
         self.status = "in_progress"
         self.done = False
         self._start_segment(sent_ns)
@@ -182,9 +210,13 @@ class ResponseStream:
                 self._fail(etype, seq, "response.created as the first event", etype)
             # unknown types before response.created (e.g. keepalives) are ignored
         elif etype == OUTPUT_ITEM_ADDED:
-            self._on_item_added(etype, seq, event)
+            self._on_item_added(etype, seq, event, t_ns)
         elif etype == OUTPUT_ITEM_DONE:
-            self._on_item_done(etype, seq, event)
+            self._on_item_done(etype, seq, event, t_ns)
+        elif etype == SUMMARY_DELTA:
+            self._open_item(etype, seq, event)
+            self.delta_events += 1
+            self._reasoning_token(t_ns)
         elif etype == CONTENT_PART_ADDED:
             index = self._open_item(etype, seq, event)
             cidx = _int_field(self, etype, seq, event, "content_index")
@@ -214,17 +246,32 @@ class ResponseStream:
             self._open_item(etype, seq, event)
         delta = event.get("delta")
         n = len(delta) if isinstance(delta, str) else 0
-        if self.first_token_ns:
-            self.itl_ns.append(t_ns - self.last_token_ns)
-        else:
-            self.first_token_ns = t_ns
-        self.last_token_ns = t_ns
         self.delta_events += 1
+        if etype not in VISIBLE_DELTA_TYPES:
+            self._reasoning_token(t_ns)
+            if etype == REASONING_TEXT_DELTA:
+                self._reasoning_chars += n
+            return
+        if self.first_output_ns:
+            self.itl_ns.append(t_ns - self._delta_t[-1])
+        else:
+            self.first_output_ns = t_ns
+            if not self.first_token_ns:
+                self.first_token_ns = t_ns
+        self.last_token_ns = t_ns
         self._delta_t.append(t_ns)
         self._delta_len.append(n)
         self._text_chars += n
 
-    def _on_item_added(self, etype: str, seq: int | None, event: dict[str, Any]) -> None:
+    def _reasoning_token(self, t_ns: int) -> None:
+        """A reasoning token arrived: it may be the response's first token, never its first
+        visible one."""
+        if not self.first_token_ns:
+            self.first_token_ns = t_ns
+        if not self.first_output_ns:
+            self.last_token_ns = t_ns
+
+    def _on_item_added(self, etype: str, seq: int | None, event: dict[str, Any], t_ns: int) -> None:
         index = _int_field(self, etype, seq, event, "output_index")
         if index in self._added:
             self._fail(etype, seq, f"output_index {index} added once", "a second output_item.added")
@@ -232,14 +279,20 @@ class ResponseStream:
         if not isinstance(item, dict):
             self._fail(etype, seq, "an 'item' object", _preview(item))
         self._added[index] = item
+        if item.get("type") == "reasoning":
+            # sent when the first reasoning token exists (the reasoning contract)
+            self._reasoning_token(t_ns)
 
-    def _on_item_done(self, etype: str, seq: int | None, event: dict[str, Any]) -> None:
+    def _on_item_done(self, etype: str, seq: int | None, event: dict[str, Any], t_ns: int) -> None:
         index = self._open_item(etype, seq, event)
         item = event.get("item")
         if not isinstance(item, dict):
             self._fail(etype, seq, "an 'item' object", _preview(item))
         self._item_done.add(index)
         self._items[index] = item
+        if item.get("type") == "reasoning":
+            # sent when the last reasoning token is decoded
+            self._reasoning_token(t_ns)
 
     def _on_error(self, event: dict[str, Any], t_ns: int) -> None:
         nested = event.get("error")
@@ -281,6 +334,10 @@ class ResponseStream:
             out = u.get("output_tokens")
             if isinstance(out, int):
                 self._output_tokens = max(0, out - self._tokens_before)
+            details = u.get("output_tokens_details")
+            reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+            if isinstance(reasoning, int) and reasoning > 0:
+                self._reasoning_tokens = max(0, reasoning - self._reasoning_before)
         st = resp.get("sim_timing")
         if isinstance(st, dict):
             self.sim_timing = st
@@ -358,17 +415,20 @@ class ResponseStream:
     def _segment_tokens(self) -> int:
         return count_tokens("x" * self._text_chars) if self._text_chars else 0
 
+    def _streamed_reasoning_tokens(self) -> int:
+        return count_tokens("x" * self._reasoning_chars) if self._reasoning_chars else 0
+
     def _burst(self) -> int:
         """Highest token count in any window [t_i, t_i + W) starting at a delta (docs/metrics.md §1).
 
-        Each delta weighs ``output_tokens * len / total_len``; the maximum of the
-        weighted sums equals ``output_tokens / total_len`` times the maximum length
+        Each visible delta weighs ``visible_tokens * len / total_len``; the maximum of the
+        weighted sums equals ``visible_tokens / total_len`` times the maximum length
         sum, so the scan works on integer lengths and rounds (half up) once at the end.
         """
         n = len(self._delta_t)
         if n == 0:
             return 0
-        total_tokens = self.output_tokens
+        total_tokens = self.visible_tokens
         lengths = self._delta_len if self._text_chars else [1] * n
         total = sum(lengths)
         window = self.burst_window_ns
@@ -404,6 +464,7 @@ class ResponseStream:
         rec.sent_ns = self.sent_ns
         rec.first_event_ns = self.first_event_ns
         rec.first_token_ns = self.first_token_ns
+        rec.first_output_ns = self.first_output_ns
         rec.last_token_ns = self.last_token_ns
         rec.done_ns = self.done_ns
         u = self.usage or {}
@@ -411,6 +472,7 @@ class ResponseStream:
         details = u.get("input_tokens_details")
         rec.cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
         rec.output_tokens = self.output_tokens
+        rec.reasoning_tokens = self.reasoning_tokens
         rec.streamed_tokens = self._segment_tokens()
         rec.delta_events = self.delta_events
         rec.burst_tokens_max = self.burst_tokens_max
@@ -435,6 +497,7 @@ _KNOWN = frozenset(
         COMPLETED,
         INCOMPLETE,
         DONE,
+        SUMMARY_DELTA,
     }
     | _PART_EVENTS
     | _ITEM_EVENTS

@@ -48,6 +48,7 @@ def plan_from_wire(data: dict[str, Any]) -> RolloutPlan:
             tool_latency_ms=tuple(float(x) for x in t["tool_latency_ms"]),
             tool_output_tokens=tuple(int(x) for x in t["tool_output_tokens"]),
             think_ms=float(t["think_ms"]),
+            reasoning_tokens=int(t.get("reasoning_tokens", 0)),
         )
         for t in data["turns"]
     )

@@ -41,7 +41,7 @@ from harness.workload.records import (
 )
 
 RecordKind = Literal["turn", "rollout"]
-Raw = Literal["ns", "tps"]
+Raw = Literal["ns", "tps", "count"]
 
 #: the statuses that give latency samples: the records' own success rule
 TURN_OK = OK_TURN_STATUSES
@@ -111,6 +111,9 @@ class Metric:
     #: keys besides its statistics a run-level metric writes into its group: why a statistic
     #: is null, how many records it left out
     notes: tuple[str, ...] = ()
+    #: shown in the report's and the console's tables only when the run reasoned
+    #: (:func:`has_reasoning`): without reasoning it repeats another column (TTFOT is TTFT)
+    reasoning: bool = False
 
     @property
     def per_record(self) -> bool:
@@ -140,6 +143,12 @@ def _latency(name: str, label: str, **kw: Any) -> Metric:
 
 
 _TTFT_WHEN = "(first_token_ns > 0) & (sent_ns > 0)"
+#: where the visible output starts: the first visible delta; a row written before
+#: ``first_output_ns`` existed (0) starts at its first token, as it was measured then
+VISIBLE_START = "(first_output_ns + (first_output_ns == 0) * first_token_ns)"
+#: the visible output's tokens: reasoning is output the engine decoded before it, not streamed
+#: as it, so a decode rate over the visible deltas counts the visible tokens only
+VISIBLE_TOKENS = "(output_tokens - reasoning_tokens)"
 
 #: the shortest first-to-last-token span whose decode rate is a measurement rather than the
 #: jitter of two reads: 1 ms of arrival noise moves a 20 ms rate by 5 %, a 2 ms one by 50 %
@@ -148,9 +157,9 @@ MIN_DECODE_SPAN_NS = 20_000_000
 #: predicate of decode TPS, TPOT and the burst peak's per-turn part; a check that flags a turn's
 #: rate (e.g. output tokens the stream did not carry) extends this tuple, and every reader follows.
 VALID_DECODE_CONDITIONS: tuple[str, ...] = (
-    "output_tokens >= 2",
+    f"{VISIBLE_TOKENS} >= 2",
     "first_token_ns > 0",
-    f"last_token_ns - first_token_ns >= {MIN_DECODE_SPAN_NS}",
+    f"last_token_ns - {VISIBLE_START} >= {MIN_DECODE_SPAN_NS}",
     # a turn whose usage failed the output-token check (docs/metrics.md §1.5)
     "decode_implausible == 0",
 )
@@ -168,11 +177,29 @@ def aggregate_na_reason(span_ns: int) -> str:
     )
 
 
-def fills_burst_window(first_token_ns: Any, last_token_ns: Any, window_ns: int) -> Any:
-    """A response whose windowed token count is a rate, not a lower bound: its first-to-last
-    token span covers the whole window (a window starts at a delta, docs/metrics.md §1.2).
-    Scalars give a bool, pandas columns a boolean column."""
-    return (first_token_ns > 0) & (last_token_ns - first_token_ns >= window_ns)
+def fills_burst_window(first_output_ns: Any, last_token_ns: Any, window_ns: int) -> Any:
+    """A response whose windowed token count is a rate, not a lower bound: its visible output
+    (first visible to last delta, :data:`VISIBLE_START`) covers the whole window (a window
+    starts at a delta, docs/metrics.md §1.2).  Scalars give a bool, pandas columns a boolean
+    column."""
+    return (first_output_ns > 0) & (last_token_ns - first_output_ns >= window_ns)
+
+
+def visible_start(first_token_ns: Any, first_output_ns: Any) -> Any:
+    """:data:`VISIBLE_START` of a record's two stamps (scalars or pandas columns)."""
+    return first_output_ns + (first_output_ns == 0) * first_token_ns
+
+
+def has_reasoning(summary: Any) -> bool:
+    """Whether any transport of a ``summary.json`` document reasoned (a turn with reasoning
+    tokens): the tables show the ``reasoning`` metrics only then."""
+    for t in (summary or {}).get("transports", {}).values():
+        group = t.get("reasoning_tokens") if isinstance(t, dict) else None
+        if isinstance(group, dict) and any(
+            isinstance(v, int | float) and v > 0 for v in group.values()
+        ):
+            return True
+    return False
 
 
 #: every metric, in ``summary.json`` order
@@ -189,6 +216,42 @@ METRICS: list[Metric] = [
         cli=("p50", "p99"),
         gate=3,
     ),
+    # the first visible output (text or tool-call arguments) after a model's reasoning; without
+    # reasoning the same stamp as TTFT's (docs/metrics.md §1.2)
+    _latency(
+        "ttfot_ms",
+        "TTFOT",
+        record="turn",
+        when="(first_output_ns > 0) & (sent_ns > 0)",
+        value="first_output_ns - sent_ns",
+        histogram="ttfot",
+        compare=("p50", "p99"),
+        report=(("p50", 1), ("p99", 1)),
+        cli=("p50",),
+        gate=4,
+        reasoning=True,
+    ),
+    Metric(
+        "reasoning_tokens",
+        "reasoning tok",
+        "count",
+        None,
+        "reasoning_tokens",
+        stats("p50", "p99", "mean"),
+        record="turn",
+        # per turn that reasoned: a run without reasoning has none (null), not a column of 0s
+        when="reasoning_tokens > 0",
+        value="reasoning_tokens",
+        raw="count",
+        histogram="reasoning_tokens",
+        # the row files hold the field itself
+        column=None,
+        compare=("mean",),
+        report=(("mean", 0), ("p99", 0)),
+        report_table="throughput",
+        cli=("mean",),
+        reasoning=True,
+    ),
     _latency(
         "ttfb_ms",
         "TTFB",
@@ -198,7 +261,7 @@ METRICS: list[Metric] = [
         histogram="ttfb",
         compare=("p50",),
         report=(("p50", 1),),
-        gate=4,
+        gate=5,
     ),
     # a new connection's setup, timed apart by the asyncio edges (docs/metrics.md §1.2): the
     # TCP connect, and the TLS handshake over it (https/wss only); reused connections give none.
@@ -274,10 +337,10 @@ METRICS: list[Metric] = [
         "TPOT",
         record="turn",
         when=_DECODE_WHEN,
-        value="(last_token_ns - first_token_ns) // (output_tokens - 1)",
+        value=f"(last_token_ns - {VISIBLE_START}) // ({VISIBLE_TOKENS} - 1)",
         histogram="tpot",
         report=(("p50", 3),),
-        gate=5,
+        gate=6,
     ),
     Metric(
         "decode_tps",
@@ -288,7 +351,7 @@ METRICS: list[Metric] = [
         stats("p50", "mean", prefix="decode_"),
         record="turn",
         when=_DECODE_WHEN,
-        value="(output_tokens - 1) * 1e9 / (last_token_ns - first_token_ns)",
+        value=f"({VISIBLE_TOKENS} - 1) * 1e9 / (last_token_ns - {VISIBLE_START})",
         raw="tps",
         histogram="decode_tps",
         column="decode_tps",
@@ -397,17 +460,22 @@ def compare_rows() -> Iterator[tuple[Metric, Stat]]:
             yield m, m.stat(key)
 
 
-def report_columns(table: str) -> Iterator[tuple[Metric, Stat, int]]:
+def report_columns(table: str, summary: Any = None) -> Iterator[tuple[Metric, Stat, int]]:
+    """The report table's columns; the ``reasoning`` metrics only when ``summary`` reasoned."""
+    reasoned = has_reasoning(summary)
     for m in METRICS:
-        if m.report_table == table:
+        if m.report_table == table and (reasoned or not m.reasoning):
             for key, digits in m.report:
                 yield m, m.stat(key), digits
 
 
-def cli_columns() -> Iterator[tuple[Metric, Stat]]:
+def cli_columns(summary: Any = None) -> Iterator[tuple[Metric, Stat]]:
+    """The console table's columns; the ``reasoning`` metrics only when ``summary`` reasoned."""
+    reasoned = has_reasoning(summary)
     for m in METRICS:
-        for key in m.cli:
-            yield m, m.stat(key)
+        if reasoned or not m.reasoning:
+            for key in m.cli:
+                yield m, m.stat(key)
 
 
 # -- expressions ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ KEYS = (
     "chain_input_tokens",  # summed over the flagged turns: what the server reported ...
     "chain_history_tokens",  # ... and what the client's history held
     "decode_implausible",
-    "decode_reported_tokens",  # summed over the flagged turns: usage.output_tokens ...
+    "decode_reported_tokens",  # summed over the flagged turns: usage.output_tokens (visible) ...
     "decode_streamed_tokens",  # ... and the streamed text, in tokens
 )
 
@@ -39,7 +39,8 @@ def add(counts: dict[str, int], rec: TurnRecord) -> None:
         counts["chain_history_tokens"] += rec.history_tokens
     if rec.decode_implausible:
         counts["decode_implausible"] += 1
-        counts["decode_reported_tokens"] += rec.output_tokens
+        # the visible output: what the check compared with the stream (reasoning is not streamed)
+        counts["decode_reported_tokens"] += rec.output_tokens - rec.reasoning_tokens
         counts["decode_streamed_tokens"] += rec.streamed_tokens
 
 

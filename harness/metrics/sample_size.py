@@ -55,11 +55,14 @@ def too_few_marks(transport_summary: Mapping[str, Any]) -> dict[str, int]:
     return dict(marks) if isinstance(marks, Mapping) else {}
 
 
-def _stat_name(path: str) -> tuple[str, str]:
-    """``"tps.decode_p50"`` -> (metric label, statistic name) via the metric table."""
+def _stat_name(path: str, reasoned: bool = True) -> tuple[str, str] | None:
+    """``"tps.decode_p50"`` -> (metric label, statistic name) via the metric table; None for
+    a metric the tables show only when the run reasoned, and it did not."""
     group, _, key = path.partition(".")
     for m in D.METRICS:
         if m.group == group and any(s.key == key for s in m.stats):
+            if m.reasoning and not reasoned:
+                return None
             return m.label, m.stat(key).name
     return group, key
 
@@ -73,13 +76,17 @@ def sample_size_reasons(summary: Mapping[str, Any]) -> list[str]:
     rollout (n=4)"`` and ``"ws vs http rollout speedup: n=2: too few for a CI (need 5)"``.
     """
     out: list[str] = []
+    reasoned = D.has_reasoning(summary)
     for name, t in (summary.get("transports") or {}).items():
         if not isinstance(t, Mapping):
             continue
         # statistic -> n -> metric labels: one clause per statistic keeps the sentence short
         by_stat: dict[str, dict[int, list[str]]] = {}
         for path, n in too_few_marks(t).items():
-            label, stat = _stat_name(path)
+            named = _stat_name(path, reasoned)
+            if named is None:
+                continue
+            label, stat = named
             by_stat.setdefault(stat, {}).setdefault(int(n), []).append(label)
         clauses = [
             f"{stat} (need {min_samples(stat)}): "

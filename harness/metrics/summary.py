@@ -271,11 +271,14 @@ class Accumulator:
         if n_out > 0 and first:
             self._spread_tokens(t, first - self.t0_ns, max(first, last) - self.t0_ns, n_out)
         # a response shorter than the window cannot fill it: its count is no rate; a turn whose
-        # usage failed the output-token check (docs/metrics.md §1.5) sets no peak either
+        # usage failed the output-token check (docs/metrics.md §1.5) sets no peak either; the
+        # window is filled by the visible output, which the burst counts (not the reasoning)
         if (
             rec.burst_tokens_max > t.burst_tokens_max
             and not rec.decode_implausible
-            and D.fills_burst_window(first, last, self._burst_window_ns)
+            and D.fills_burst_window(
+                D.visible_start(first, rec.first_output_ns), last, self._burst_window_ns
+            )
         ):
             t.burst_tokens_max = rec.burst_tokens_max
         if not self._add_turn(rec, t.turn_h, t.rollout_latency_ns, t.sim_sum, t.sim_n):
@@ -284,7 +287,7 @@ class Accumulator:
             t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
         else:
             honesty.add(t.honesty, rec)
-            if n_out >= 2:
+            if n_out - rec.reasoning_tokens >= 2:
                 t.decode_candidates += 1
 
     def _spread_tokens(self, t: _TransportStats, a: int, b: int, n: int) -> None:

@@ -85,7 +85,9 @@ def turn_table(run: Run, burst_window_s: float = BURST_WINDOW_S) -> pd.DataFrame
     # as in the summary: a response shorter than the window gives no burst rate (its count is
     # a lower bound)
     fills = D.fills_burst_window(
-        df["first_token_ns"], df["last_token_ns"], round(burst_window_s * 1e9)
+        D.visible_start(df["first_token_ns"], df["first_output_ns"]),
+        df["last_token_ns"],
+        round(burst_window_s * 1e9),
     )
     df["burst_tps"] = (df["burst_tokens_max"] / burst_window_s).where(
         (df["burst_tokens_max"] > 0) & fills

@@ -388,11 +388,14 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
     """Per-transport metric deltas of ``cand`` relative to ``ref``: every transport either
     measured keeps its rows."""
     names = A.ordered_transports([*ref.transports, *cand.transports])
+    # without reasoning on either side TTFOT repeats TTFT and there are no reasoning tokens
+    reasoned = D.has_reasoning(ref.run.summary) or D.has_reasoning(cand.run.summary)
+    specs = [spec for spec in metric_specs() if reasoned or not spec.metric.reasoning]
     out: list[Delta] = []
     for name in names:
         missing = _missing_note(ref, cand, name)
         sa, sb = ref.summary_of(name), cand.summary_of(name)
-        for spec in metric_specs():
+        for spec in specs:
             row: dict[str, Any]
             if spec.samples is not None:
                 table, column = spec.samples

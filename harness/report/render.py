@@ -70,8 +70,10 @@ def _stat_cell(t: dict[str, Any], m: D.Metric, key: str, digits: int) -> str:
     return fmt_stat(t, m.group, key, digits)
 
 
-def _metric_cells(t: dict[str, Any], table: str) -> list[str]:
-    return [_stat_cell(t, m, stat.key, digits) for m, stat, digits in D.report_columns(table)]
+def _metric_cells(t: dict[str, Any], table: str, summary: dict[str, Any]) -> list[str]:
+    return [
+        _stat_cell(t, m, stat.key, digits) for m, stat, digits in D.report_columns(table, summary)
+    ]
 
 
 def _note(summary: dict[str, Any]) -> str:
@@ -90,7 +92,7 @@ def latency_table(summary: dict[str, Any]) -> Table:
                 str(t["turns"]["count"]),
                 str(t["turns"]["errors"]),
                 str(t["rollouts"]["errors"]),
-                *_metric_cells(t, "latency"),
+                *_metric_cells(t, "latency", summary),
             ]
         )
     return Table(
@@ -100,7 +102,7 @@ def latency_table(summary: dict[str, Any]) -> Table:
             "turns",
             "turn errors",
             "rollout errors",
-            *(m.title(stat.key) for m, stat, _ in D.report_columns("latency")),
+            *(m.title(stat.key) for m, stat, _ in D.report_columns("latency", summary)),
         ],
         rows,
         caption="Milliseconds. Percentiles are nearest-rank: exact order statistics up to "
@@ -112,13 +114,16 @@ def latency_table(summary: dict[str, Any]) -> Table:
 
 def throughput_table(summary: dict[str, Any]) -> Table:
     rows = [
-        [name, *_metric_cells(summary["transports"][name], "throughput")]
+        [name, *_metric_cells(summary["transports"][name], "throughput", summary)]
         for name in A.ordered_transports(summary.get("transports", {}))
     ]
     return Table(
         [
             "transport",
-            *(m.title(stat.key, with_unit=True) for m, stat, _ in D.report_columns("throughput")),
+            *(
+                m.title(stat.key, with_unit=True)
+                for m, stat, _ in D.report_columns("throughput", summary)
+            ),
         ],
         rows,
         caption=throughput_caption(summary) + _note(summary),

@@ -182,9 +182,11 @@ def _timing(transport: str, row: Mapping[str, Any]) -> TurnRecord:
         status=str(row.get("status")),
         sent_ns=int(row["sent_ns"]),
         first_token_ns=int(row["first_token_ns"]),
+        first_output_ns=int(row.get("first_output_ns", 0) or 0),
         last_token_ns=int(row["last_token_ns"]),
         done_ns=int(row["done_ns"]),
         output_tokens=int(row["output_tokens"]),
+        reasoning_tokens=int(row.get("reasoning_tokens", 0) or 0),
         # a turn whose usage failed the output-token check gives no decode rate (the table's rule)
         decode_implausible=_truthy(row.get("decode_implausible")),
     )

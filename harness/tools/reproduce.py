@@ -22,6 +22,9 @@ Parts and what they feed:
   and API tier stay far below capacity, so neither transport slows the other.
 * ``decode-cerebras`` — long responses, 8 concurrent streams: rows 3 (1,000 TPS)
   and 4.
+* ``codex-reasoning`` — ``codex-cerebras``'s rollouts with a model that reasons
+  (~300 tokens a turn) over ``http`` and ``ws``: row 7, the ws-vs-http gap with
+  reasoning beside row 1's without.
 
 A row that needs a transport whose rollouts all failed is reported
 ``blocked`` — never passed.
@@ -51,7 +54,13 @@ from harness.workload.scenario import load_scenario, validate_scenario
 
 Status = Literal["pass", "fail", "blocked"]
 
-PARTS = ("codex-cerebras", "codex-legacy-api", "codex-gpu-legacy", "decode-cerebras")
+PARTS = (
+    "codex-cerebras",
+    "codex-legacy-api",
+    "codex-gpu-legacy",
+    "decode-cerebras",
+    "codex-reasoning",
+)
 #: parts whose transports run concurrently (each transport its own results folder)
 SIDE_BY_SIDE = frozenset({"codex-gpu-legacy"})
 #: the ordering row, fastest first (docs/model.md §9 row 6)
@@ -99,6 +108,9 @@ class Bands:
     legacy_tps: float = 65.0
     burst_peak_tps: Band = Band(3600.0, None)
     gpu_reduction_pct: Band = Band(None, 10.0, strict_high=True)
+    #: row 7: ws still gains with reasoning, but less than without it (row 1): the reasoning is
+    #: model time both transports pay, ~26 turns × ~0.3 s on the codex rollout (docs/model.md §9)
+    reasoning_reduction_pct: Band = Band(20.0, 40.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +124,15 @@ class Measurements:
     decode_p50_legacy_tps: float | None = None
     burst_peak_tps: float | None = None
     gpu_ws_vs_http_reduction_pct: float | None = None
+    #: row 7 (codex-reasoning): rollout latency reduction and speedup of ws over http, and row
+    #: 1's speedup beside them; the reasoning per turn and what it did to TTFOT and http's bodies
+    reasoning_ws_vs_http_reduction_pct: float | None = None
+    reasoning_ws_vs_http_speedup: float | None = None
+    ws_vs_http_speedup: float | None = None
+    reasoning_tokens_mean: float | None = None
+    reasoning_ttfot_p50_ms: dict[str, float] = field(default_factory=dict)
+    #: mean request body of http, in kB, without (codex-cerebras) and with reasoning
+    http_body_kb_mean: dict[str, float] = field(default_factory=dict)
     #: codex-cerebras rollout latency p50 per transport that ran
     rollout_p50_ms: dict[str, float] = field(default_factory=dict)
     #: transports the ordering row needs that could not run, with why
@@ -147,10 +168,15 @@ def _get(doc: Mapping[str, Any] | None, *path: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _comparison(summary: Mapping[str, Any] | None, base: str, cand: str) -> float | None:
+def _comparison(
+    summary: Mapping[str, Any] | None,
+    base: str,
+    cand: str,
+    key: str = "rollout_latency_reduction_pct",
+) -> float | None:
     for comp in (summary or {}).get("comparisons", []):
         if comp.get("baseline") == base and comp.get("candidate") == cand:
-            value = comp.get("rollout_latency_reduction_pct")
+            value = comp.get(key)
             return float(value) if isinstance(value, int | float) else None
     return None
 
@@ -160,6 +186,7 @@ def measurements_from(
     *,
     gpu_reduction_pct: float | None = None,
     missing_transports: Mapping[str, str] | None = None,
+    http_body_kb_mean: Mapping[str, float] | None = None,
 ) -> Measurements:
     """Pick the rows' values out of the parts' ``summary.json`` documents.
 
@@ -200,6 +227,8 @@ def measurements_from(
     ]
     if gpu_reduction_pct is None:
         gpu_reduction_pct = _comparison(summaries.get("codex-gpu-legacy"), "http", "ws")
+    reasoning = summaries.get("codex-reasoning")
+    reasoning_names = list((reasoning or {}).get("transports", {}))
     return Measurements(
         ws_vs_http_reduction_pct=_comparison(codex, "http", "ws"),
         ttft_p50_optimized_ms=_get(codex, "transports", "http", "ttft_ms", "p50"),
@@ -209,6 +238,17 @@ def measurements_from(
         decode_p50_legacy_tps=_worst(gpu_decode, 65.0),
         burst_peak_tps=min(bursts) if bursts else None,
         gpu_ws_vs_http_reduction_pct=gpu_reduction_pct,
+        reasoning_ws_vs_http_reduction_pct=_comparison(reasoning, "http", "ws"),
+        reasoning_ws_vs_http_speedup=_comparison(reasoning, "http", "ws", "rollout_speedup"),
+        ws_vs_http_speedup=_comparison(codex, "http", "ws", "rollout_speedup"),
+        reasoning_tokens_mean=_get(reasoning, "transports", "http", "reasoning_tokens", "mean"),
+        reasoning_ttfot_p50_ms={
+            f"{name}/{key}": v
+            for name in reasoning_names
+            for key in ("ttft_ms", "ttfot_ms")
+            if (v := _get(reasoning, "transports", name, key, "p50")) is not None
+        },
+        http_body_kb_mean=dict(http_body_kb_mean or {}),
         rollout_p50_ms=rollout_p50,
         missing_transports=missing,
     )
@@ -296,7 +336,40 @@ def evaluate(m: Measurements, bands: Bands | None = None) -> list[Row]:
             " %",
         ),
         _ordering_row(m),
+        _reasoning_row(m, b),
     ]
+
+
+def _reasoning_row(m: Measurements, b: Bands) -> Row:
+    """Row 7: the ws-vs-http gap with reasoning, beside row 1's without it."""
+    with_, without = m.reasoning_ws_vs_http_reduction_pct, m.ws_vs_http_reduction_pct
+    band = b.reasoning_reduction_pct
+    speedups = (
+        f"{_fmt(m.reasoning_ws_vs_http_speedup, 2, '×')} vs {_fmt(m.ws_vs_http_speedup, 2, '×')}"
+    )
+    shown = f"{_fmt(with_, unit=' %')} vs {_fmt(without, unit=' %')} without ({speedups})"
+    # the reasoning is model time both transports pay: it cannot widen the relative gap
+    ok = with_ is not None and band.contains(with_) and (without is None or with_ <= without)
+    row = _row(
+        "a reasoning model (issue 17): what ~300 reasoning tokens a turn do to row 1's gap",
+        "codex rollout + reasoning, cerebras-spark: ws vs http rollout latency reduction",
+        f"{band.describe(' %')}, ≤ row 1",
+        with_,
+        ok,
+        shown,
+    )
+    facts = []
+    if m.reasoning_tokens_mean is not None:
+        facts.append(f"{m.reasoning_tokens_mean:,.0f} reasoning tokens a turn")
+    ttft, ttfot = (m.reasoning_ttfot_p50_ms.get(f"http/{k}") for k in ("ttft_ms", "ttfot_ms"))
+    if ttft is not None and ttfot is not None:
+        facts.append(f"http TTFT p50 {ttft:,.0f} ms, TTFOT p50 {ttfot:,.0f} ms")
+    kb = m.http_body_kb_mean
+    if "codex-cerebras" in kb and "codex-reasoning" in kb:
+        facts.append(
+            f"http body {kb['codex-cerebras']:,.0f} → {kb['codex-reasoning']:,.0f} kB a request"
+        )
+    return Row(row.figure, row.reproduction, row.band, row.measured, row.status, "; ".join(facts))
 
 
 def _decode_row(m: Measurements, b: Bands) -> Row:
@@ -431,7 +504,12 @@ def run_reproduction(
                 f"reproduce: warning: host load average {load:.1f} on {cpus} cores after {part}: "
                 "other processes compete with the client and server"
             )
-    m = measurements_from(summaries, gpu_reduction_pct=gpu_reduction)
+    bodies: dict[str, float] = {
+        part: kb
+        for part in ("codex-cerebras", "codex-reasoning")
+        if part in run_dirs and (kb := _http_body_kb_mean(run_dirs[part])) is not None
+    }
+    m = measurements_from(summaries, gpu_reduction_pct=gpu_reduction, http_body_kb_mean=bodies)
     rows = evaluate(m, bands)
     wall = time.monotonic() - t_start
     write_index(
@@ -472,6 +550,12 @@ def _as_dict(m: Measurements) -> dict[str, Any]:
             "decode_p50_legacy_tps",
             "burst_peak_tps",
             "gpu_ws_vs_http_reduction_pct",
+            "reasoning_ws_vs_http_reduction_pct",
+            "reasoning_ws_vs_http_speedup",
+            "ws_vs_http_speedup",
+            "reasoning_tokens_mean",
+            "reasoning_ttfot_p50_ms",
+            "http_body_kb_mean",
             "rollout_p50_ms",
             "missing_transports",
         )
@@ -524,6 +608,13 @@ def _transport_process(
     coro = run_plans(scenario, source, generate_rollouts(scenario), url, opts, embedded=True)
     res = run_async(coro)
     return str(res.run_dir), res.summary
+
+
+def _http_body_kb_mean(run_dir: Path) -> float | None:
+    """Mean request body of a run's http turns in kB (what re-sending the history costs)."""
+    turns = load_run(run_dir).turns
+    sent = turns.loc[turns["transport"] == "http", "bytes_sent"]
+    return float(sent.mean()) / 1000 if len(sent) else None
 
 
 def _rollout_latencies(run: Any) -> dict[tuple[int, int], float]:

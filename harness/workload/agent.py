@@ -20,6 +20,9 @@ from harness.workload.plan import RolloutPlan, TurnPlan
 
 HINT_OUTPUT_TOKENS = "loopbench.output_tokens"
 HINT_PARALLEL_CALLS = "loopbench.parallel_calls"
+HINT_REASONING_TOKENS = "loopbench.reasoning_tokens"
+#: the ``reasoning`` request field of a turn that reasons, as Codex sends it
+REASONING = {"summary": "auto"}
 TOOL_NAME = "run_tool"
 # Framing tokens per item (role markers, separators); the reference server uses the same figure.
 ITEM_OVERHEAD_TOKENS = 4
@@ -41,8 +44,9 @@ def _item_tokens(item: dict[str, Any]) -> int:
 
 def requested_output_tokens(turn: TurnPlan) -> int:
     """The turn's ``max_output_tokens``: what the endpoint's context window must leave room for."""
-    # Bounds a real model's output; generous so the reference server's hint decides.
-    return max(64, turn.output_tokens * 2 + 32)
+    # Bounds a real model's output, reasoning included (as the API counts it); generous so
+    # the reference server's hint decides.
+    return max(64, (turn.output_tokens + turn.reasoning_tokens) * 2 + 32)
 
 
 def synthetic_tool(schema_tokens: int, rng: random.Random) -> dict[str, Any]:
@@ -86,6 +90,8 @@ class TurnInput:
     #: every item so far, never compacted (``None`` until the rollout compacted: ``history``);
     #: what a ``previous_response_not_found`` recovery resends with ``recover_from=full``
     full_history: list[dict[str, Any]] | None = None
+    #: the request's ``reasoning`` field (None: not sent, the turn does not reason)
+    reasoning: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -102,6 +108,9 @@ class Transcript:
     # Every item so far, also those a compaction replaced (``history`` is what is sent).
     full_history: list[dict[str, Any]] = field(default_factory=list)
     compactions: int = 0
+    # True for a stateless transport (store: false, no chain): the server keeps nothing, so the
+    # reasoning items it returned go back in the history, in place, as Codex sends them.
+    resend_reasoning: bool = False
 
     def __post_init__(self) -> None:
         rng = random.Random(self.plan.seed)
@@ -179,6 +188,8 @@ class Transcript:
             metadata[HINT_OUTPUT_TOKENS] = str(turn.output_tokens)
             if calls > 1:
                 metadata[HINT_PARALLEL_CALLS] = str(calls)
+            if turn.reasoning_tokens > 0:
+                metadata[HINT_REASONING_TOKENS] = str(turn.reasoning_tokens)
         return TurnInput(
             turn=turn,
             history=list(self.history),
@@ -190,15 +201,30 @@ class Transcript:
             max_output_tokens=requested_output_tokens(turn),
             model=self.model,
             full_history=list(self.full_history) if self.compactions else None,
+            reasoning=dict(REASONING) if turn.reasoning_tokens > 0 else None,
         )
 
     def record_output(
-        self, index: int, function_calls: list[dict[str, Any]]
+        self, index: int, output_items: list[dict[str, Any]], reasoning_tokens: int = 0
     ) -> list[tuple[str, int]]:
-        """Fold a response's calls into the history; returns (call_id, output tokens) tool jobs."""
+        """Fold a response's output items (in output order) into the history; returns
+        (call_id, output tokens) tool jobs.
+
+        Function calls are echoed; reasoning items are kept as received when
+        ``resend_reasoning``, else the server holds them.  Either way the conversation the
+        model sees grows by the turn's ``reasoning_tokens`` (usage's count).
+        """
         turn = self.plan.turns[index]
         jobs: list[tuple[str, int]] = []
-        for i, call in enumerate(function_calls):
+        self.history_tokens += max(0, reasoning_tokens)
+        sizes = turn.tool_output_tokens or (100,)
+        for call in output_items:
+            kind = call.get("type")
+            if kind == "reasoning" and self.resend_reasoning:
+                self.history.append(call)
+                self.full_history.append(call)
+            if kind not in ("function_call", None):  # None: a bare call, as tests give it
+                continue
             item = {
                 "type": "function_call",
                 "call_id": call.get("call_id", ""),
@@ -208,8 +234,7 @@ class Transcript:
             self.history.append(item)
             self.full_history.append(item)
             self.history_tokens += _item_tokens(item)
-            sizes = turn.tool_output_tokens or (100,)
-            jobs.append((str(call.get("call_id", "")), sizes[i % len(sizes)]))
+            jobs.append((str(call.get("call_id", "")), sizes[len(jobs) % len(sizes)]))
         return jobs
 
     def add_tool_outputs(self, index: int, jobs: list[tuple[str, int]]) -> None:

@@ -21,6 +21,7 @@ class TurnPlan:
     ``tool_latency_ms[i]`` (in parallel: the turn waits for the longest) and
     produces ``tool_output_tokens[i]`` tokens of output for the next turn.
     ``think_ms`` is client time (context building) spent before the send.
+    ``reasoning_tokens`` the model decodes before the visible output (0: it does not reason).
     """
 
     index: int
@@ -29,6 +30,7 @@ class TurnPlan:
     tool_latency_ms: tuple[float, ...] = ()
     tool_output_tokens: tuple[int, ...] = ()
     think_ms: float = 0.0
+    reasoning_tokens: int = 0
 
     @property
     def final(self) -> bool:

@@ -46,7 +46,10 @@ class TurnRecord:
     tcp_connected_ns: int = 0
     tls_done_ns: int = 0
     first_event_ns: int = 0
+    # the first delta of any kind, reasoning included (TTFT); then the first visible output
+    # delta, text or tool-call arguments (TTFOT; equal to first_token_ns without reasoning)
     first_token_ns: int = 0
+    first_output_ns: int = 0
     last_token_ns: int = 0
     done_ns: int = 0
     # what was sent and received
@@ -60,6 +63,9 @@ class TurnRecord:
     input_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    # usage.output_tokens_details.reasoning_tokens: part of output_tokens, decoded before the
+    # visible output and not streamed as it (docs/metrics.md §1.1)
+    reasoning_tokens: int = 0
     delta_events: int = 0
     new_connection: bool = False
     burst_tokens_max: int = 0

@@ -9,6 +9,7 @@ the rollouts' shapes, because the schedule has a separate stream too.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections.abc import Sequence
@@ -80,6 +81,14 @@ def _make_rollout(
     think = _ms(cfg.think_ms, rng)
     final = _count(cfg.final_answer_tokens, rng, 1)
     turns.append(TurnPlan(step, final, 0, (), (), think))
+    if cfg.reasoning_tokens is not None:
+        # Its own stream: adding reasoning to a scenario leaves every other draw as it was, so
+        # the rollouts with and without reasoning are the same rollouts.
+        reasoning_rng = random.Random(derive_seed(seed, "reasoning"))
+        turns = [
+            dataclasses.replace(t, reasoning_tokens=_count(cfg.reasoning_tokens, reasoning_rng, 0))
+            for t in turns
+        ]
     return RolloutPlan(
         rollout_id=rollout_id,
         seed=seed,
@@ -147,7 +156,8 @@ def throughput_derivation(
         total = 0
         for i in range(THROUGHPUT_SAMPLE):
             plan = _plan_at(scenario, None, i, zero, {})
-            total += sum(t.output_tokens for t in plan.turns)
+            # reasoning is output the engine decodes too
+            total += sum(t.output_tokens + t.reasoning_tokens for t in plan.turns)
         mean = total / THROUGHPUT_SAMPLE
     return ThroughputDerivation(
         target_tps=target.tps,
@@ -262,11 +272,12 @@ def new_tokens(plan: RolloutPlan, turn_index: int) -> int:
 def history_tokens(plan: RolloutPlan, turn_index: int) -> int:
     """Input tokens of the whole conversation at turn ``turn_index`` (what stateless HTTP re-sends).
 
-    System prompt + tool schemas + user prompt + every earlier turn's output and
-    tool outputs (so it includes :func:`new_tokens` of this turn).
+    System prompt + tool schemas + user prompt + every earlier turn's output (its reasoning
+    too: stateless HTTP re-sends the reasoning items) and tool outputs (so it includes
+    :func:`new_tokens` of this turn).
     """
     _check_index(plan, turn_index)
     total = plan.system_tokens + plan.tool_schema_tokens + plan.user_prompt_tokens
     for turn in plan.turns[:turn_index]:
-        total += turn.output_tokens + sum(turn.tool_output_tokens)
+        total += turn.output_tokens + turn.reasoning_tokens + sum(turn.tool_output_tokens)
     return total

@@ -206,6 +206,11 @@ class RolloutConfig(StrictModel):
         default=ConstantDist(value=0),
         description="Client time before each request (context building), in milliseconds.",
     )
+    reasoning_tokens: NonNegDist | None = Field(
+        default=None,
+        description="Reasoning tokens the model decodes before each turn's visible output (sent as "
+        "the loopbench.reasoning_tokens hint with reasoning.summary auto); absent: no reasoning.",
+    )
     trace: str | None = Field(
         default=None,
         min_length=1,

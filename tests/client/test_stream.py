@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from harness.client import honesty
 from harness.client.stream import ResponseStream
 from harness.metrics import definitions as D
 from harness.wire.errors import StreamOrderError
@@ -493,3 +494,127 @@ def test_resume_requires_pause() -> None:
     s = run(call_stream())
     with pytest.raises(StreamOrderError, match="expected status paused, got completed"):
         s.resume(0)
+
+
+# --- reasoning (docs/metrics.md §1.1): TTFT at the first reasoning token, TTFOT at the first visible
+
+
+def reasoning_stream(
+    reasoning: int, visible: list[str] | None = None, *, call: bool = False, summary: bool = True
+) -> Events:
+    """A response that reasons first (output_index 0, as the reasoning contract orders it), then
+    answers with ``visible`` text (or one function call); usage counts both."""
+    b = ResponseBuilder("resp_r", model="sim", created_at=100, request={})
+    head = b.start()
+    if call:
+        body = [*b.begin_function_call("f", "call_1"), b.arguments_delta('{"a":1}')]
+        body += b.end_function_call()
+        shown = 2
+    else:
+        body = b.begin_message() + [b.text_delta(p) for p in visible or []] + b.end_message()
+        shown = sum(len(p) for p in visible or []) // 4
+    for e in body:
+        if "output_index" in e:
+            e["output_index"] += 1
+    item = {"type": "reasoning", "id": "rs_1", "summary": []}
+    done = {**item, "encrypted_content": "bGJyMS4zMDAu" + "x" * 40}
+    thinking: Events = [{"type": "response.output_item.added", "output_index": 0, "item": item}]
+    if summary:
+        part = {"type": "summary_text", "text": ""}
+        ids = {"item_id": "rs_1", "output_index": 0, "summary_index": 0}
+        thinking += [
+            {"type": "response.reasoning_summary_part.added", **ids, "part": part},
+            {"type": "response.reasoning_summary_text.delta", **ids, "delta": "Looking."},
+            {"type": "response.reasoning_summary_text.done", **ids, "text": "Looking."},
+            {"type": "response.reasoning_summary_part.done", **ids, "part": part},
+        ]
+    thinking.append({"type": "response.output_item.done", "output_index": 0, "item": done})
+    end = b.complete(usage(12, 4, reasoning + shown, reasoning_tokens=reasoning))
+    end["response"]["output"].insert(0, done)
+    return renumber([*head, *thinking, *body, end])
+
+
+def _times(events: Events, at: dict[int, int]) -> list[int]:
+    """Stamps: event i at ``at[i]`` ms when given, else 1 ms after the one before."""
+    out, t = [], 0
+    for i in range(len(events)):
+        t = at.get(i, t + 1)
+        out.append(t * MS)
+    return out
+
+
+def test_reasoning_turn_ttft_at_the_reasoning_item_ttfot_at_the_first_visible_delta() -> None:
+    pieces = ["abcd"] * 101  # 101 visible tokens
+    events = reasoning_stream(300, pieces)
+    # created 1, in_progress 2, reasoning added 10 (the first reasoning token), summary
+    # events, reasoning done at 300; message head; visible deltas 310, 311, ..., 410 ms
+    first_delta = next(i for i, e in enumerate(events) if e["type"] == "response.output_text.delta")
+    at = {2: 10, 3: 50, 4: 60, 5: 200, 6: 250, 7: 300, first_delta: 310}
+    s = ResponseStream(sent_ns=MS // 2)
+    for e, t in zip(events, _times(events, at), strict=True):
+        s.feed(e, t)
+    rec = record(s)
+    assert rec.first_token_ns == 10 * MS and rec.first_output_ns == 310 * MS
+    assert D.sample(D.get("ttft_ms"), rec) == 9.5 and D.sample(D.get("ttfot_ms"), rec) == 309.5
+    assert (rec.output_tokens, rec.reasoning_tokens, rec.streamed_tokens) == (401, 300, 101)
+    assert D.sample(D.get("reasoning_tokens"), rec) == 300
+    # ITL, decode rate and burst: the visible output only (100 gaps of 1 ms, 1,000 tokens/s)
+    assert rec.itl_ns == [MS] * 100 and rec.last_token_ns == 410 * MS
+    assert D.sample(D.get("decode_tps"), rec) == pytest.approx(1000.0)
+    assert D.sample(D.get("tpot_ms"), rec) == pytest.approx(1.0)
+    assert rec.burst_tokens_max == 100  # 100 of the 101 visible tokens in one 100 ms window
+    # the delta count says what was streamed: the one summary delta and the visible deltas
+    assert rec.delta_events == 102
+    # the reasoning was not streamed, and is not output the stream failed to carry
+    rec.status = "completed"
+    assert not honesty.decode_implausible(rec)
+    # the item as received, encrypted content and all, is among the output items
+    assert s.output_items[0]["type"] == "reasoning" and "encrypted_content" in s.output_items[0]
+
+
+def test_reasoning_before_a_tool_call_and_without_a_summary() -> None:
+    events = reasoning_stream(50, call=True, summary=False)
+    s = run(events)  # event i at (i + 1) ms
+    rec = record(s)
+    added = next(i for i, e in enumerate(events) if e["type"] == "response.output_item.added")
+    args = next(
+        i for i, e in enumerate(events) if e["type"] == "response.function_call_arguments.delta"
+    )
+    assert rec.first_token_ns == (added + 1) * MS and rec.first_output_ns == (args + 1) * MS
+    assert rec.first_output_ns > rec.first_token_ns
+    assert rec.reasoning_tokens == 50 and rec.delta_events == 1
+    assert [c["call_id"] for c in s.function_calls] == ["call_1"]
+
+
+def test_without_reasoning_ttfot_is_ttft() -> None:
+    rec = record(run(text_stream([" abc", " def"])))
+    assert rec.first_output_ns == rec.first_token_ns > 0 and rec.reasoning_tokens == 0
+    assert D.sample(D.get("ttfot_ms"), rec) == D.sample(D.get("ttft_ms"), rec)
+    assert D.sample(D.get("reasoning_tokens"), rec) is None  # a turn that did not reason
+
+
+def test_reasoning_that_used_the_whole_budget_leaves_no_visible_output() -> None:
+    events = reasoning_stream(64, [])
+    # max_output_tokens spent on reasoning: incomplete, no visible output, no decode rate
+    events[-1]["type"] = "response.incomplete"
+    events[-1]["response"]["status"] = "incomplete"
+    rec = record(run(events))
+    assert rec.status == "incomplete" and rec.first_token_ns > 0 and rec.first_output_ns == 0
+    assert D.sample(D.get("ttfot_ms"), rec) is None and D.sample(D.get("decode_tps"), rec) is None
+    assert rec.reasoning_tokens == 64 and rec.streamed_tokens == 0
+
+
+def test_streamed_reasoning_text_counts_as_reasoning_when_usage_does_not_say() -> None:
+    # a server streaming raw reasoning text (reasoning_text.delta) with usage lacking details
+    b = ResponseBuilder("resp_t", model="sim", created_at=100, request={})
+    events = b.start() + b.begin_message()
+    events.append(
+        {"type": "response.reasoning_text.delta", "item_id": events[-2]["item"]["id"],
+         "output_index": 0, "content_index": 0, "delta": "x" * 400}
+    )  # fmt: skip
+    events += [b.text_delta("abcd" * 10), *b.end_message(), b.complete(usage(1, 0, 110))]
+    renumber(events)
+    rec = record(run(events))
+    assert (rec.output_tokens, rec.reasoning_tokens, rec.streamed_tokens) == (110, 100, 10)
+    reasoning_delta = next(i for i, e in enumerate(events) if "reasoning_text" in e["type"])
+    assert rec.first_token_ns == (reasoning_delta + 1) * MS < rec.first_output_ns

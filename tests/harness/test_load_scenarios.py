@@ -36,6 +36,7 @@ REDUCED: dict[str, dict[str, str]] = {
     "tiny": {},
     "quickstart": {**SMALL, "rollout.count": "2", "rollout.tool_calls": "2"},
     "codex-spark-bugfix": {**SMALL, "rollout.count": "2", "rollout.tool_calls": "3"},
+    "codex-reasoning": {**SMALL, "rollout.count": "2", "rollout.tool_calls": "3"},
     "long-horizon": {**SMALL, "rollout.count": "1", "rollout.tool_calls": "6"},
     # Compacts before turns 3 and 5 or so: ~1,000 tokens of history, 512 + 300 after.
     "long-horizon-compact": {
@@ -111,6 +112,13 @@ def test_shipped_shapes_match_their_documentation() -> None:
     assert all(20 <= p.tool_call_count <= 30 for p in generate_rollouts(bugfix))
     hist = final_history("codex-spark-bugfix", 200)
     assert 50_000 <= hist[len(hist) // 2] <= 70_000
+    # codex-reasoning: the bug-fix rollouts, each turn reasoning ~300 tokens (median)
+    reasoning = generate_rollouts(load_scenario(SCENARIOS / "codex-reasoning.yaml"))
+    drawn = sorted(t.reasoning_tokens for p in reasoning for t in p.turns)
+    assert 250 <= drawn[len(drawn) // 2] <= 350
+    assert [[(t.output_tokens, t.tool_calls) for t in p.turns] for p in reasoning] == [
+        [(t.output_tokens, t.tool_calls) for t in p.turns] for p in generate_rollouts(bugfix)
+    ]
     horizon = load_scenario(SCENARIOS / "long-horizon.yaml")
     assert {p.tool_call_count for p in generate_rollouts(horizon)} == {100}
     hist = final_history("long-horizon", 40)

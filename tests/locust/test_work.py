@@ -124,6 +124,12 @@ def test_plans_and_records_survive_the_wire() -> None:
     plans = generate_rollouts(_scenario(mode="open", arrival={"rate": 3}))
     for plan in plans:
         assert plan_from_wire(plan_to_wire(plan)) == plan
+    # a reasoning turn's budget travels with its plan to the worker that replays it
+    reasoning = generate_rollouts(
+        validate_scenario({"name": "r", "rollout": {"count": 1, "reasoning_tokens": 300}})
+    )[0]
+    assert all(t.reasoning_tokens == 300 for t in reasoning.turns)
+    assert plan_from_wire(plan_to_wire(reasoning)) == reasoning
     turn = TurnRecord("ws", 4, 2, round=1, sent_ns=10, first_token_ns=25, status="completed")
     turn.sim_cache = "hit"
     back = turn_from_row(turn_to_row(turn))

@@ -56,6 +56,12 @@ TURNS = [
     # a last token without a first: once decode TPS to the analysis and the gate, not the summary
     TurnRecord("http", 2, 2, sent_ns=5 * S, last_token_ns=5 * S + 9 * MS, done_ns=5 * S + 10 * MS,
                status="completed", output_tokens=3),
+    # a reasoning turn: 300 reasoning tokens, then 101 visible ones over 100 ms from the first
+    # visible delta (the decode rate is the visible output's, 1,000 tokens/s)
+    TurnRecord("http", 2, 3, sent_ns=6 * S, first_event_ns=6 * S + 2 * MS,
+               first_token_ns=6 * S + 5 * MS, first_output_ns=6 * S + 305 * MS,
+               last_token_ns=6 * S + 405 * MS, done_ns=6 * S + 410 * MS, status="completed",
+               output_tokens=401, reasoning_tokens=300, itl_ns=[MS] * 100),
 ]  # fmt: skip
 ROLLOUTS = [
     RolloutRecord("http", 1, intended_start_ns=S, start_ns=S + 3 * MS, end_ns=4 * S,
@@ -130,7 +136,7 @@ def test_records_keep_no_formula_but_success_and_the_schedule_lag() -> None:
         if isinstance(v, property)
     }
     assert props == {"ok", "schedule_lag_ns"}
-    assert [t.ok for t in TURNS] == [True, True, False, False, True, True]
+    assert [t.ok for t in TURNS] == [True, True, False, False, True, True, True]
     assert [r.ok for r in ROLLOUTS] == [True, True, False, True]
     lags = [D.sample(D.get("schedule_lag_ms"), r) for r in ROLLOUTS]
     assert lags == [3.0, None, 0.0, 0.0]  # no intended start: no lag sample

@@ -200,3 +200,28 @@ def test_no_footnote_when_no_shown_cell_is_marked(
     out = capsys.readouterr().out
     assert "*" not in out.replace("**", "")
     assert "too few samples for this statistic" not in out
+
+
+def test_reasoning_statistics_are_named_only_when_the_run_reasoned() -> None:
+    turns, rollouts = _records(2)
+
+    def reasons(reasoning: int) -> str:
+        acc = Accumulator()
+        for rec in turns:
+            # as a stream fills them: TTFOT = TTFT without reasoning, 300 ms later with it
+            later = 300 * MS if reasoning else 0
+            acc.add_turn(
+                dataclasses.replace(
+                    rec,
+                    first_output_ns=rec.first_token_ns + later,
+                    reasoning_tokens=reasoning,
+                    output_tokens=rec.output_tokens + reasoning,
+                )
+            )
+        acc.add_rollouts(rollouts)
+        (http,) = [r for r in sample_size_reasons(acc.summary("s")) if r.startswith("http:")]
+        return http
+
+    # without reasoning TTFOT repeats TTFT: its small sample is not a second complaint
+    assert "TTFOT" not in reasons(0) and "reasoning" not in reasons(0)
+    assert "TTFOT" in reasons(300) and "reasoning tok" in reasons(300)

@@ -112,6 +112,9 @@ EXPECTED = {
             "turns": {"count": 3, "errors": 1},
             "rollouts": {"count": 2, "errors": 1},
             "ttft_ms": {"p50": 10.0, "p90": 20.0, "p99": 20.0, "mean": 15.0},
+            # records without first_output_ns (written before it existed) and no reasoning
+            "ttfot_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
+            "reasoning_tokens": {"p50": None, "p99": None, "mean": None},
             "ttfb_ms": {"p50": 4.0, "p90": 5.0, "p99": 5.0, "mean": 4.5},
             "connect_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
             "tls_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
@@ -170,6 +173,8 @@ EXPECTED = {
             "turns": {"count": 1, "errors": 0},
             "rollouts": {"count": 1, "errors": 0},
             "ttft_ms": {"p50": 5.0, "p90": 5.0, "p99": 5.0, "mean": 5.0},
+            "ttfot_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
+            "reasoning_tokens": {"p50": None, "p99": None, "mean": None},
             "ttfb_ms": {"p50": 2.0, "p90": 2.0, "p99": 2.0, "mean": 2.0},
             "connect_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
             "tls_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
@@ -304,6 +309,8 @@ def test_histograms_exposed_per_transport_and_metric() -> None:
     assert hists["http", "decode_tps"].unit == "tps"
     assert {m for t, m in hists if t == "ws"} == {
         "ttft",
+        "ttfot",
+        "reasoning_tokens",
         "ttfb",
         "connect",
         "tls",
@@ -357,9 +364,19 @@ DESIGN_KEYS = [
     "transports.<t>.rollouts.errors",
     *(
         f"transports.<t>.{m}.{s}"
-        for m in ("ttft_ms", "ttfb_ms", "itl_ms", "turn_ms", "rollout_ms", "connect_ms", "tls_ms")
+        for m in (
+            "ttft_ms",
+            "ttfot_ms",
+            "ttfb_ms",
+            "itl_ms",
+            "turn_ms",
+            "rollout_ms",
+            "connect_ms",
+            "tls_ms",
+        )
         for s in ("p50", "p90", "p99", "mean")
     ),
+    *(f"transports.<t>.reasoning_tokens.{s}" for s in ("p50", "p99", "mean")),
     *(
         f"transports.<t>.tps.{k}"
         for k in ("decode_p50", "decode_mean", "burst_peak", "aggregate_mean", "aggregate_peak")

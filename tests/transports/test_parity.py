@@ -13,6 +13,7 @@ monkey-patched.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import subprocess
@@ -302,3 +303,42 @@ def test_both_edges_send_the_same_requests(
     assert {(t[0], t[1]) for t in a_turns} == {(n, p.rollout_id) for n in transports for p in plans}
     # ... and the server forced the path the case is about.
     assert forced(a_turns), a_turns
+
+
+def test_both_edges_round_trip_reasoning_and_record_it(tmp_path: Path) -> None:
+    """A reasoning model: the same requests from both edges (http re-sends the reasoning items,
+    the others never), and both record TTFT before TTFOT and the reasoning tokens per turn."""
+    reasoning = [
+        dataclasses.replace(
+            p, turns=tuple(dataclasses.replace(t, reasoning_tokens=40) for t in p.turns)
+        )
+        for p in _plans(1, 1)
+    ]
+    runs = {}
+    for edge, drive in (("asyncio", asyncio_edge), ("gevent", gevent_edge)):
+        record = tmp_path / f"{edge}.jsonl"
+        with recording_server(record, []) as url:
+            turns = drive(url, LOCUST_TRANSPORTS, reasoning)
+        runs[edge] = (recorded(record), turns)
+    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["gevent"]
+    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
+    assert _records(a_turns) == _records(g_turns)
+    for turns in (a_turns, g_turns):
+        assert {t["transport"] for t in turns} == set(LOCUST_TRANSPORTS)
+        for t in turns:
+            assert t["status"] == "completed" and t["reasoning_tokens"] == 40, t
+            # one read may carry both (40 tokens decode in a burst): never in the wrong order
+            assert t["first_output_ns"] >= t["first_token_ns"] > t["sent_ns"], t
+            assert not t["decode_implausible"], t
+    bodies = [e for e in a_requests if isinstance(e.get("body"), dict) and "input" in e["body"]]
+    stateless = [e for e in bodies if "http" in e and e["body"].get("store") is False]
+    # one rollout of three turns over http: each turn re-sends every earlier reasoning item
+    assert [len(_reasoning_items(e)) for e in stateless] == [0, 1, 2]
+    assert all(e["body"]["include"] == ["reasoning.encrypted_content"] for e in stateless)
+    others = [e for e in bodies if e not in stateless]
+    assert others and not any(_reasoning_items(e) or "include" in e["body"] for e in others)
+
+
+def _reasoning_items(entry: dict[str, Any]) -> list[Any]:
+    items = entry["body"].get("input")
+    return [i for i in items if i.get("type") == "reasoning"] if isinstance(items, list) else []

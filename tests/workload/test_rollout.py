@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -288,3 +289,36 @@ def test_tiny_is_two_by_three() -> None:
     plans = generate_rollouts(load_scenario(SCENARIOS / "tiny.yaml"))
     assert len(plans) == 2
     assert [p.tool_call_count for p in plans] == [3, 3]
+
+
+def test_reasoning_is_drawn_per_turn_from_its_own_stream() -> None:
+    without = generate_rollouts(_scenario())
+    reasoning = {"dist": "uniform", "min": 100, "max": 500}
+    with_ = generate_rollouts(_scenario({"rollout.reasoning_tokens": str(reasoning)}))
+    # no distribution: no reasoning
+    assert all(t.reasoning_tokens == 0 for p in without for t in p.turns)
+    # every turn reasons, the final answer too, within the distribution
+    drawn = [t.reasoning_tokens for p in with_ for t in p.turns]
+    assert all(100 <= n <= 500 for n in drawn) and len(set(drawn)) > 10
+    # the same rollouts otherwise: reasoning is a stream of its own
+    for a, b in zip(without, with_, strict=True):
+        assert [dataclasses.replace(t, reasoning_tokens=0) for t in b.turns] == list(a.turns)
+    # the conversation grows by the reasoning too (stateless HTTP re-sends it)
+    plan, base = with_[0], without[0]
+    last = len(plan.turns) - 1
+    earlier = sum(t.reasoning_tokens for t in plan.turns[:last])
+    assert history_tokens(plan, last) == history_tokens(base, last) + earlier
+    # a constant 0 is "absent"
+    zero = generate_rollouts(_scenario({"rollout.reasoning_tokens": "0"}))
+    assert [p.turns for p in zero] == [p.turns for p in without]
+
+
+def test_throughput_target_counts_reasoning_as_output() -> None:
+    load = {"load.mode": "throughput", "load.throughput.tps": "1000", "load.duration_s": "10"}
+    plain = throughput_derivation(_scenario(load))
+    reasoning = throughput_derivation(_scenario({**load, "rollout.reasoning_tokens": "200"}))
+    assert plain is not None and reasoning is not None
+    turns = sum(len(p.turns) for p in generate_rollouts(_scenario())) / 8
+    # ~turns x 200 more output tokens per rollout (the sample is the first 500 rollouts)
+    extra = reasoning.mean_output_tokens - plain.mean_output_tokens
+    assert extra == pytest.approx(200 * turns, rel=0.1)

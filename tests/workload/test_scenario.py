@@ -157,6 +157,27 @@ BAD: list[tuple[str, str | None]] = [
     ),
     ("name: x\nrollout:\n  trace: ''\n", "rollout.trace: expected a non-empty string, got ''"),
     (
+        "name: x\nrollout:\n  reasoning_tokens: -300\n",
+        "rollout.reasoning_tokens: expected a non-negative number, got -300",
+    ),
+    (
+        "name: x\nrollout:\n  reasoning_tokens: {dist: lognormal, median: 300}\n",
+        "rollout.reasoning_tokens.p95: required field missing",
+    ),
+    (
+        "name: x\nrollout:\n  reasoning_tokens: {dist: uniform, min: -5, max: 10}\n",
+        "rollout.reasoning_tokens.min: expected a non-negative number, got -5",
+    ),
+    (
+        "name: x\nrollout:\n  reasoning_tokens: '300'\n",
+        "rollout.reasoning_tokens: expected a number or a mapping with 'dist', got '300'",
+    ),
+    (
+        "name: x\nrollout:\n  trace: traces/a.jsonl\n  reasoning_tokens: 300\n",
+        "rollout.reasoning_tokens: expected no distribution next to rollout.trace "
+        "(the trace gives every turn), got 300",
+    ),
+    (
         "name: x\nrollout:\n  count: 3\nload:\n  warmup_rollouts: 3\n",
         "load.warmup_rollouts: expected a number less than rollout.count (3), got 3",
     ),
@@ -216,7 +237,7 @@ def test_missing_file() -> None:
         load_scenario("scenarios/does-not-exist.yaml")
     assert str(info.value).startswith(
         "no scenario file or built-in named 'scenarios/does-not-exist.yaml'; built-ins: "
-        "burst-storm, codex-replay,"
+        "burst-storm, codex-reasoning, codex-replay,"
     ), str(info.value)
 
 
