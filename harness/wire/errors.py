@@ -40,15 +40,24 @@ class ScenarioError(LocatedError):
 
 
 class ProtocolError(LoopbenchError):
-    """The peer sent something the Responses protocol does not allow here."""
+    """The peer sent something the Responses protocol does not allow here.
+
+    ``kind`` is the ``error_kind`` a failed turn is recorded with.
+    """
+
+    kind = "invalid_event"  # an event that is not a JSON object
 
 
 class SSEError(ProtocolError):
     """The byte stream is not valid server-sent events."""
 
+    kind = "invalid_sse"
+
 
 class StreamOrderError(ProtocolError):
     """Events of one response arrived in an order the protocol forbids."""
+
+    kind = "out_of_order_event"
 
 
 class ErrorKind(StrEnum):
