@@ -67,7 +67,7 @@ class ErrorKind(StrEnum):
     """
 
     CONNECTION = "connection"  # connect, send or receive failed; the peer hung up
-    TIMEOUT = "timeout"  # no byte (HTTP) or no event (WebSocket) for request_timeout_s
+    TIMEOUT = "timeout"  # no event (HTTP: no byte before the stream) for request_timeout_s
     TRUNCATED_STREAM = "truncated_stream"  # the body ended before a terminal event
     CONNECTION_CLOSED = "connection_closed"  # a WebSocket close code no rule recovers from
     RECOVERY_EXHAUSTED = "recovery_exhausted"  # too many recoveries in one turn
