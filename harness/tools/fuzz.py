@@ -46,6 +46,7 @@ import random
 import socket
 import struct
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -90,8 +91,6 @@ MAX_OUTPUT = 64
 FAMILIES = (("http_body", 60), ("http_header", 15), ("ws", 20), ("socket", 5))
 CANARY = "canary-7f3a91"  # written into request content; must never reach the server's log
 SERVER_ARGS = (
-    "--store",
-    ":memory:",
     "--max-body-bytes",
     str(MAX_BODY),
     "--max-ws-message-bytes",
@@ -1129,9 +1128,16 @@ def rss_kib(pid: int) -> int | None:
 
 @contextmanager
 def _own_server(extra: Sequence[str]) -> Iterator[tuple[str, int, Any]]:
-    with server_child(
-        ["--port", "0", *SERVER_ARGS, *extra], startup_timeout_s=60, keep_stderr=500
-    ) as child:
+    # A store on disk, as a server runs by default: an in-memory one would hold every
+    # stored response of the run in the RSS that is checked.
+    with (
+        tempfile.TemporaryDirectory(prefix="loopbench-fuzz-") as tmp,
+        server_child(
+            ["--port", "0", "--store", str(Path(tmp) / "store.sqlite3"), *SERVER_ARGS, *extra],
+            startup_timeout_s=60,
+            keep_stderr=500,
+        ) as child,
+    ):
         u = urlsplit(child.ready)
         yield u.hostname or "127.0.0.1", int(u.port or 80), child
 
