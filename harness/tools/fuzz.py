@@ -57,6 +57,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness.run.embedded import server_child
+from harness.tools.soak import rss_kib
 
 #: error codes of docs/server.md (HTTP and WebSocket tables) a fuzz input may meet
 DOCUMENTED_CODES = frozenset(
@@ -1112,17 +1113,6 @@ def valid_request_answered(host: str, port: int, timeout_s: float = 30.0) -> str
         return f"a valid request after the fuzz failed: {exc}"
     if not data.startswith(b"HTTP/1.1 200") or b'"output_tokens":16' not in data:
         return f"a valid request after the fuzz was answered with {data[:200]!r}"
-    return None
-
-
-def rss_kib(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
     return None
 
 
