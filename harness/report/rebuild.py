@@ -44,15 +44,14 @@ def _records(table: Any, cls: type) -> Iterable[Any]:
             if v is None or (isinstance(v, float) and math.isnan(v)):
                 continue
             t = types[name]
-            values[name] = (
-                int(v)
-                if t == "int"
-                else float(v)
-                if t == "float"
-                else bool(v)
-                if t == "bool"
-                else str(v)
-            )
+            if t == "bool":
+                values[name] = v if isinstance(v, bool) else str(v).lower() in ("true", "1")
+            elif t == "int":
+                values[name] = int(v)
+            elif t == "float":
+                values[name] = float(v)
+            else:
+                values[name] = str(v)
         yield cls(**values)
 
 

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.report.results import load_run, read_csv_gz
 from harness.workload.records import TurnRecord
 from tests.runs import ROOT, TINY, _argv, loopbench, rows_flushed
@@ -106,3 +108,39 @@ def test_a_kill_loses_at_most_the_last_block_of_rows(tmp_path: Path) -> None:
     assert handed - 256 <= len(rows), (handed, len(rows))
     assert list(rows["rollout_id"]) == list(range(len(rows)))  # whole rows, in order
     assert set(rows.columns) >= {f for f in TurnRecord.__slots__ if f != "itl_ns"}
+
+
+def test_a_rebuilt_summary_keeps_errors_flags_and_refuses_a_finished_run(tmp_path: Path) -> None:
+    from harness.report.rebuild import rebuild_summary
+    from harness.report.results import ResultsWriter
+    from harness.wire.errors import ResultsError
+
+    w = ResultsWriter(tmp_path / "r", {"run_id": "r", "transports": ["http", "ws"]})
+    for i in range(6):
+        ok = i % 3 != 0
+        w.add_turn(
+            TurnRecord(
+                transport="http",
+                rollout_id=i,
+                turn_index=0,
+                sent_ns=1_000_000 * i,
+                first_token_ns=1_000_000 * i + 500_000,
+                done_ns=1_000_000 * i + 900_000,
+                status="completed" if ok else "error",
+                error_kind="" if ok else "timeout",
+                error_message="" if ok else "timeout: no data from x for 2 s",
+                new_connection=i == 1,
+                chain_ignored=i == 2,
+            )
+        )
+    w.close()  # what a kill leaves: rows, no summary
+    summary = rebuild_summary(tmp_path / "r")
+    http = summary["transports"]["http"]
+    assert http["turns"] == {"count": 6, "errors": 2}
+    assert http["errors_by_kind"] == {"timeout": 2}
+    assert summary["errors"]["http"]["timeout"]["example"] == "no data from x for 2 s"
+    assert summary["honesty"]["http"]["chain_ignored"] == 1
+    assert summary["not_run"]["transports"] == ["ws"]
+    assert summary["rebuilt"] and not summary["valid"]
+    with pytest.raises(ResultsError, match="only an unfinished run is rebuilt"):
+        rebuild_summary(tmp_path / "r")
