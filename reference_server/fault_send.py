@@ -59,6 +59,11 @@ class QuietIntentional(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, UnicodeDecodeError):
+            # uvicorn logs a client's text frame of invalid UTF-8 with its traceback, then
+            # closes with 1007 as it should: the client's fault, worth one line, not a trace.
+            record.exc_info = None
+            return True
         return not _intentional(exc)
 
 

@@ -35,9 +35,11 @@ from harness.report.compare import (
 )
 from harness.report.document import to_markdown
 from harness.report.files import write_text_atomic
+from harness.report.rebuild import needs_rebuild, rebuild_summary, rebuilt_note
 from harness.report.render import render_run
 from harness.report.results import Run, load_run
 from harness.report.sweep import sweep_table
+from harness.report.verdict import verdict_line as run_verdict_line
 from harness.run.runner import RunOptions
 from harness.run.sweep import run_sweep
 from harness.wire.errors import ResultsError
@@ -49,7 +51,9 @@ def add_parser(sub: Any) -> None:
         "report",
         help="(re)render report.md, report.html and plots/ of a run or sweep folder",
         description="Rebuild the report of a results folder from its files alone; everything "
-        "is written inside that folder (report.md, report.html, plots/).",
+        "is written inside that folder (report.md, report.html, plots/). A run that was killed "
+        "before it wrote summary.json (kill -9) gets one rebuilt from the rows on disk, marked "
+        "rebuilt, partial and invalid.",
         epilog=examples(
             "loopbench report results/20261202-110203-quickstart",
             "loopbench report results/baseline",
@@ -140,6 +144,11 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if needs_rebuild(args.run):
+        # A killed run (kill -9, power loss) left its rows and no summary: fold them into one.
+        summary = rebuild_summary(args.run)
+        print(rebuilt_note(summary))
+        print(run_verdict_line(summary))
     rendered = render_run(args.run)
     print(f"report: {rendered.report_html}")
     print(f"        {rendered.report_md}")

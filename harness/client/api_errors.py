@@ -11,7 +11,13 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from harness.wire.errors import APIError, ErrorKind, LoopbenchError, TransportError
+from harness.wire.errors import (
+    APIError,
+    ErrorKind,
+    LoopbenchError,
+    ProtocolError,
+    TransportError,
+)
 from harness.wire.events import loads
 
 
@@ -87,11 +93,14 @@ def error_kind(exc: LoopbenchError) -> str:
     """The ``error_kind`` a failed turn is recorded with.
 
     The server's error code for an API error, the :class:`~harness.wire.errors.ErrorKind`
-    of a transport error, else the exception's class name (a protocol violation).
+    of a transport error, the kind of a protocol violation (``invalid_event``,
+    ``invalid_sse``, ``out_of_order_event``, ``invalid_http``), else the class name.
     """
     if isinstance(exc, APIError) and exc.code:
         return exc.code
-    return str(exc.kind) if isinstance(exc, TransportError) else type(exc).__name__
+    if isinstance(exc, TransportError | ProtocolError):
+        return str(exc.kind)
+    return type(exc).__name__
 
 
 def describe_os_error(exc: BaseException, peer: str) -> str:

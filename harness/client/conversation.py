@@ -209,7 +209,7 @@ class WsTurn:
         if self.attempts > MAX_RECOVERIES_PER_TURN:
             raise TransportError(
                 ErrorKind.RECOVERY_EXHAUSTED,
-                f"gave up after {MAX_RECOVERIES_PER_TURN} recoveries in one turn",
+                f"gave up after {MAX_RECOVERIES_PER_TURN} recoveries in one turn; the last: {exc}",
             )
         conv.paused = None
         if action is Recovery.RECONNECT:

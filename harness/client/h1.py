@@ -29,6 +29,8 @@ _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILERS, _LENGTH, _UNTIL_CLOSE, 
 class H1Error(ProtocolError):
     """The peer's HTTP/1.1 response is malformed."""
 
+    kind = "invalid_http"
+
 
 def encode_request(
     method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes

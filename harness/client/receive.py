@@ -25,12 +25,16 @@ class SseFeed:
         self.stream = stream
         self.decoder = SSEDecoder()
 
-    def feed(self, chunk: bytes, t_ns: int) -> None:
+    def feed(self, chunk: bytes, t_ns: int) -> int:
+        """Feed one chunk; returns how many events it completed (the edge's idle timeout
+        counts events, not bytes)."""
         stream = self.stream
-        for msg in self.decoder.feed(chunk):
+        msgs = self.decoder.feed(chunk)
+        for msg in msgs:
             if msg.data.startswith("[DONE]"):
                 continue
             stream.feed(loads(msg.data), t_ns)
+        return len(msgs)
 
 
 def feed_ws_message(stream: ResponseStream, raw: str | bytes, t_ns: int) -> None:

@@ -216,7 +216,18 @@ def build_run_document(run: Run, plot_files: list[Any]) -> Document:
         doc.add(
             Paragraph("Run INVALID: " + "; ".join(summary.get("invalid_reasons", [])), kind="bad")
         )
-    if summary.get("partial"):
+    if summary.get("rebuilt"):
+        src = summary.get("rebuilt_from") or {}
+        doc.add(
+            Paragraph(
+                f"Rebuilt: the run did not finish (the harness was killed); loopbench report "
+                f"rebuilt summary.json from the {src.get('turns', 0)} turn and "
+                f"{src.get('rollouts', 0)} rollout rows on disk. Schedule lag and client health "
+                "were never written and are absent.",
+                kind="note",
+            )
+        )
+    elif summary.get("partial"):
         doc.add(
             Paragraph(
                 "Partial run: interrupted before every rollout finished; figures cover what was "

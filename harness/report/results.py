@@ -219,24 +219,41 @@ class ResultsWriter:
         """
         self.close()
         start = self._created_wall_s if start_time_s is None else start_time_s
-        end = time.time() if end_time_s is None else end_time_s
-        hist_dir = self.path / HISTOGRAMS
-        hist_dir.mkdir(exist_ok=True)
-        for (transport, metric), series in histograms.items():
-            if isinstance(series, Histogram) and not (series.count or series.below or series.above):
-                continue  # a metric that never occurred (e.g. no sim_timing): no file
-            tag = f"{transport}.{metric}"
-            if "/" in tag or "\\" in tag:
-                raise ResultsError(
-                    f"{hist_dir}: histogram name: expected no path separator, got {tag!r}"
-                )
-            intervals = (
-                [(0.0, max(0.0, end - start), series)]
-                if isinstance(series, Histogram)
-                else list(series)
+        write_summary(self.path, summary, histograms, start_time_s=start, end_time_s=end_time_s)
+
+
+def write_summary(
+    path: Path,
+    summary: Mapping[str, Any],
+    histograms: Mapping[tuple[str, str], HistogramSeries],
+    *,
+    start_time_s: float | None = None,
+    end_time_s: float | None = None,
+) -> None:
+    """Write ``histograms/*.hlog`` and, last and atomically, ``summary.json`` into ``path``.
+
+    :meth:`ResultsWriter.finish` ends a run with it; :mod:`harness.report.rebuild` writes
+    the summary of a killed run with it.
+    """
+    end = time.time() if end_time_s is None else end_time_s
+    start = end if start_time_s is None else start_time_s
+    hist_dir = path / HISTOGRAMS
+    hist_dir.mkdir(exist_ok=True)
+    for (transport, metric), series in histograms.items():
+        if isinstance(series, Histogram) and not (series.count or series.below or series.above):
+            continue  # a metric that never occurred (e.g. no sim_timing): no file
+        tag = f"{transport}.{metric}"
+        if "/" in tag or "\\" in tag:
+            raise ResultsError(
+                f"{hist_dir}: histogram name: expected no path separator, got {tag!r}"
             )
-            write_hlog(hist_dir / f"{tag}.hlog", {tag: intervals}, start)
-        _write_json_atomic(self.path / SUMMARY, dict(summary))
+        intervals = (
+            [(0.0, max(0.0, end - start), series)]
+            if isinstance(series, Histogram)
+            else list(series)
+        )
+        write_hlog(hist_dir / f"{tag}.hlog", {tag: intervals}, start)
+    _write_json_atomic(path / SUMMARY, dict(summary))
 
 
 # -- reading -------------------------------------------------------------------------------------

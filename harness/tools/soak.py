@@ -9,19 +9,31 @@ sampled.  The soak writes ``<out>/soak.json`` and ``soak.md`` (RSS over time,
 errors by kind and transport, recoveries, faults the server injected) next to
 the run folder, and exits non-zero if a process died or memory kept growing.
 
-"Kept growing" compares the second half of the load with the first: RSS
-samples are taken after a warm-up quarter, and the growth from the first to
-the last third of them must stay under ``--max-growth-mib``.
+"Kept growing" is the slope of a least-squares line through the RSS samples
+after the warm-up (the first quarter of the load, at least 30 s), in MiB per
+hour, for each side.  Next to the server's slope the soak states what stored
+responses account for (the store's rows and bytes on disk, and the part SQLite
+may hold in memory: its page cache, bounded) and what the engine's LRU prefix
+cache does (bounded, ~10 MiB full, from ``/health``); the rest is what nothing
+accounts for.  The harness's slope and the server's unaccounted slope must stay
+under ``--max-slope-mib-h``.
+
+Besides the harness's turns the server gets the requests of :data:`SIDE_MIX`, one
+line per endpoint, each at its own period.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -49,6 +61,38 @@ SOAK_FAULTS = (
     "lifetime_s=20",
 )
 STARTUP_S = 10.0
+#: SQLite's default page cache (``PRAGMA cache_size = -2000``: 2,000 KiB per connection),
+#: the most of a file-backed store the server's memory holds
+SQLITE_CACHE_BYTES = 2000 * 1024
+#: bytes one entry of the engine's LRU prefix cache holds (an OrderedDict entry and two ints:
+#: 65,536 entries measured at 9.7 MiB with tracemalloc)
+PREFIX_CACHE_ENTRY_BYTES = 155
+
+
+@dataclass(frozen=True, slots=True)
+class SideRequest:
+    """One endpoint of the soak's side mix: ``{id}`` in ``path`` is the last stored response."""
+
+    name: str
+    method: str
+    path: str
+    body: dict[str, Any] | None
+    every_s: float
+
+
+_STORED = {"model": "sim-model", "input": "soak", "store": True, "max_output_tokens": 16}
+#: the requests the soak sends besides the harness's turns.  The lifecycle endpoints join
+#: with one line each once the server has them (docs/reliability.md, *Soak*):
+#:   SideRequest("retrieve", "GET", "/v1/responses/{id}", None, 0.5),
+#:   SideRequest("input_items", "GET", "/v1/responses/{id}/input_items", None, 1.0),
+#:   SideRequest("delete", "DELETE", "/v1/responses/{id}", None, 2.0),
+#:   SideRequest("background", "POST", "/v1/responses", {**_STORED, "background": True}, 1.0),
+#:   SideRequest("compact", "POST", "/v1/responses/compact", {...}, 5.0),
+SIDE_MIX: tuple[SideRequest, ...] = (
+    SideRequest("create_stored", "POST", "/v1/responses", _STORED, 0.5),
+    SideRequest("models", "GET", "/v1/models", None, 2.0),
+    SideRequest("health", "GET", "/health", None, 2.0),
+)
 
 
 def rss_kib(pid: int) -> int | None:
@@ -136,37 +180,125 @@ class Sample:
     t_s: float
     server_kib: int | None
     harness_kib: int | None
+    store_bytes: int | None = None
+    prefix_entries: int | None = None
 
 
-def growth_mib(values: Sequence[int]) -> float | None:
-    """Median of the last third minus median of the first third of post-warm-up samples (MiB)."""
-    tail = list(values[len(values) // 4 :])
-    if len(tail) < 6:
+def slope_per_h(points: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares slope of ``(t_s, value)`` points, per hour (None below 6 points)."""
+    if len(points) < 6:
         return None
-    third = len(tail) // 3
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    cov = sum((t - mt) * (v - mv) for t, v in points)
+    return cov / var * 3600
 
-    def median(xs: Sequence[int]) -> float:
-        s = sorted(xs)
-        return float(s[len(s) // 2])
 
-    return round((median(tail[-third:]) - median(tail[:third])) / 1024, 1)
+def warmup_s(duration_s: float) -> float:
+    """Samples before this are warm-up (imports, first connections, caches filling)."""
+    return max(30.0, duration_s / 4)
 
 
-def _stats(values: Sequence[int], load_values: Sequence[int]) -> dict[str, Any]:
-    """``values``: samples once started; ``load_values``: those within the planned load time."""
+def store_bytes(path: Path) -> int | None:
+    """Bytes of a SQLite store on disk (the file and its write-ahead log)."""
+    total = None
+    for suffix in ("", "-wal"):
+        try:
+            total = (total or 0) + os.path.getsize(str(path) + suffix)
+        except OSError:
+            continue
+    return total
+
+
+def store_rows(path: Path) -> dict[str, int] | None:
+    """Rows and item bytes of the store, read-only (None if it cannot be read)."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            rows, size = db.execute(
+                "SELECT count(*), coalesce(sum(length(items)), 0) FROM responses"
+            ).fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    return {"rows": int(rows), "item_bytes": int(size)}
+
+
+class SideMix:
+    """Sends :data:`SIDE_MIX` from a thread while the soak runs; counts answers by status."""
+
+    def __init__(self, base_url: str, mix: Sequence[SideRequest] = SIDE_MIX) -> None:
+        self.base = base_url.removesuffix("/v1")
+        self.mix = mix
+        self.counts: dict[str, dict[str, int]] = {r.name: {} for r in mix}
+        self.last_id: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-side-mix", daemon=True)
+
+    def __enter__(self) -> SideMix:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        due = {r.name: 0.0 for r in self.mix}
+        t0 = time.monotonic()
+        while not self._stop.wait(0.05):
+            now = time.monotonic() - t0
+            for r in self.mix:
+                if now >= due[r.name]:
+                    due[r.name] = now + r.every_s
+                    self._send(r)
+
+    def _send(self, r: SideRequest) -> None:
+        if "{id}" in r.path and self.last_id is None:
+            return
+        url = self.base + r.path.replace("{id}", self.last_id or "")
+        data = json.dumps(r.body).encode() if r.body is not None else None
+        req = urllib.request.Request(url, data=data, method=r.method)
+        req.add_header("content-type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                status = str(resp.status)
+                doc = json.loads(resp.read() or b"null")
+                if r.method == "POST" and isinstance(doc, dict) and doc.get("id"):
+                    self.last_id = str(doc["id"])
+        except urllib.error.HTTPError as exc:
+            status = str(exc.code)
+        except (OSError, ValueError) as exc:
+            status = type(exc).__name__
+        seen = self.counts[r.name]
+        seen[status] = seen.get(status, 0) + 1
+
+
+def _stats(
+    values: Sequence[int], load_values: Sequence[int], fit: Sequence[tuple[float, int]]
+) -> dict[str, Any]:
+    """``values``: samples once started; ``load_values``: those within the planned load time;
+    ``fit``: ``(t_s, KiB)`` under load after the warm-up, for the slope."""
+    slope = slope_per_h([(t, kib / 1024) for t, kib in fit])
     if not values:
-        return {"start_mib": None, "peak_mib": None, "end_mib": None, "growth_mib": None}
+        return {"start_mib": None, "peak_mib": None, "end_mib": None, "slope_mib_per_h": None}
     return {
         "start_mib": round(values[0] / 1024, 1),
+        "warm_mib": round(fit[0][1] / 1024, 1) if fit else None,
         "load_peak_mib": round(max(load_values or values) / 1024, 1),
         "peak_mib": round(max(values) / 1024, 1),
         "end_mib": round(values[-1] / 1024, 1),
-        "growth_mib": growth_mib(load_values or values),
+        "slope_mib_per_h": None if slope is None else round(slope, 1),
     }
 
 
 def run_soak(
-    out: Path, duration_s: float, sample_s: float, seed: int, max_growth_mib: float
+    out: Path, duration_s: float, sample_s: float, seed: int, max_slope_mib_h: float
 ) -> int:
     out.mkdir(parents=True, exist_ok=True)
     scenario_path = out / "soak-scenario.yaml"
@@ -179,7 +311,7 @@ def run_soak(
     for fault in SOAK_FAULTS:
         server_args += ["--fault", fault]
     samples: list[Sample] = []
-    with server_process(server_args) as server:
+    with server_process(server_args) as server, SideMix(server.url) as side:
         cmd = [
             sys.executable,
             "-m",
@@ -208,12 +340,18 @@ def run_soak(
                 harness.send_signal(signal.SIGTERM)  # finishes with a partial summary
                 harness.wait(60)
                 break
-            sample = Sample(round(now - t0, 1), rss_kib(server.pid), rss_kib(harness.pid))
+            sample = Sample(
+                round(now - t0, 1),
+                rss_kib(server.pid),
+                rss_kib(harness.pid),
+                store_bytes(store),
+                _prefix_entries(server),
+            )
             samples.append(sample)
             if len(samples) % max(1, round(30 / sample_s)) == 1:
                 print(
                     f"  t={sample.t_s:6.0f} s  server {_mib(sample.server_kib)}  "
-                    f"harness {_mib(sample.harness_kib)}",
+                    f"harness {_mib(sample.harness_kib)}  store {_mib((sample.store_bytes or 0) // 1024)}",
                     flush=True,
                 )
             time.sleep(sample_s)
@@ -233,18 +371,27 @@ def run_soak(
     # The first seconds are process start-up; the last ones include rendering the report.
     started = [s for s in samples if s.t_s >= STARTUP_S]
     loaded = [s for s in started if s.t_s <= duration_s]
-    server_rss = [s.server_kib for s in started if s.server_kib]
-    harness_rss = [s.harness_kib for s in started if s.harness_kib]
+    fit = [s for s in loaded if s.t_s >= warmup_s(duration_s)]
+    rss = {
+        side_name: _stats(
+            [getattr(s, key) for s in started if getattr(s, key)],
+            [getattr(s, key) for s in loaded if getattr(s, key)],
+            [(s.t_s, getattr(s, key)) for s in fit if getattr(s, key)],
+        )
+        for side_name, key in (("server", "server_kib"), ("harness", "harness_kib"))
+    }
     doc: dict[str, Any] = {
         "run_id": run_id,
         "duration_s": duration_s,
+        "warmup_s": warmup_s(duration_s),
         "faults": list(SOAK_FAULTS),
-        "rss": {
-            "server": _stats(server_rss, [s.server_kib for s in loaded if s.server_kib]),
-            "harness": _stats(harness_rss, [s.harness_kib for s in loaded if s.harness_kib]),
-        },
-        "rss_samples": [[s.t_s, s.server_kib, s.harness_kib] for s in samples],
+        "rss": rss,
+        "store": store_account(store, fit, rss["server"]["slope_mib_per_h"]),
+        "rss_samples": [
+            [s.t_s, s.server_kib, s.harness_kib, s.store_bytes, s.prefix_entries] for s in samples
+        ],
         "transports": errors,
+        "side_mix": side.counts,
         "recoveries": recoveries,
         "faults_injected": health.get("faults_injected", {}),
         "slow_clients_dropped": health.get("slow_clients_dropped"),
@@ -257,16 +404,68 @@ def run_soak(
         problems.append("the server died during the soak")
     if harness.returncode != 0:
         problems.append(f"the harness exited with {harness.returncode}: {harness_err[-500:]}")
-    for side in ("server", "harness"):
-        g = doc["rss"][side]["growth_mib"]
-        if g is not None and g > max_growth_mib:
-            problems.append(f"{side} RSS grew {g} MiB over the run (limit {max_growth_mib} MiB)")
+    # The server's bounded caches (prefix cache, SQLite pages) fill for minutes: what is
+    # judged is the growth they do not account for.
+    judged = {
+        "server": (doc["store"]["unaccounted_mib_per_h"], "not accounted for by its caches"),
+        "harness": (doc["rss"]["harness"]["slope_mib_per_h"], "after the warm-up"),
+    }
+    for side_name, (slope, what) in judged.items():
+        if slope is not None and slope > max_slope_mib_h:
+            problems.append(
+                f"{side_name} RSS grew {slope} MiB/h {what} (limit {max_slope_mib_h:g} MiB/h)"
+            )
     doc["problems"] = problems
     doc["ok"] = not problems
     text = soak_markdown(doc)
     write_index(out, "soak", doc, text)
     print(text)
     return 0 if not problems else 1
+
+
+def store_account(store: Path, fit: Sequence[Sample], server_slope: float | None) -> dict[str, Any]:
+    """What stored responses (and the engine's prefix cache) account for in the server's
+    slope, and what is left over.
+
+    A file-backed store lives on disk; the server's memory holds at most SQLite's page
+    cache of it, so the store's share of the RSS slope is the slope of
+    ``min(store bytes, page cache)`` over the fitted window.  The engine's LRU prefix
+    cache fills up to its bound; its share is the slope of its entries x their size.
+    """
+    pts = [(s.t_s, s.store_bytes) for s in fit if s.store_bytes is not None]
+    disk_slope = slope_per_h([(t, b / 2**20) for t, b in pts])
+    share = slope_per_h([(t, min(b, SQLITE_CACHE_BYTES) / 2**20) for t, b in pts])
+    prefix = slope_per_h(
+        [
+            (s.t_s, s.prefix_entries * PREFIX_CACHE_ENTRY_BYTES / 2**20)
+            for s in fit
+            if s.prefix_entries is not None
+        ]
+    )
+    entries = [s.prefix_entries for s in fit if s.prefix_entries is not None]
+    rows = store_rows(store) or {}
+    return {
+        "rows": rows.get("rows"),
+        "item_bytes": rows.get("item_bytes"),
+        "disk_mib": None if not pts else round(pts[-1][1] / 2**20, 1),
+        "disk_slope_mib_per_h": None if disk_slope is None else round(disk_slope, 1),
+        "rss_share_mib_per_h": None if share is None else round(share, 1),
+        "prefix_cache_entries": entries[-1] if entries else None,
+        "prefix_cache_mib_per_h": None if prefix is None else round(prefix, 1),
+        "unaccounted_mib_per_h": (
+            None
+            if server_slope is None
+            else round(server_slope - (share or 0.0) - (prefix or 0.0), 1)
+        ),
+    }
+
+
+def _prefix_entries(server: ServerProcess) -> int | None:
+    try:
+        n = server.health(timeout_s=2).get("engine", {}).get("prefix_cache_entries")
+    except (OSError, ValueError):
+        return None
+    return int(n) if isinstance(n, int) else None
 
 
 def _mib(kib: int | None) -> str:
@@ -276,27 +475,37 @@ def _mib(kib: int | None) -> str:
 def soak_markdown(doc: dict[str, Any]) -> str:
     lines = [f"# Soak {doc['run_id']} ({doc['duration_s']:.0f} s of load)", ""]
     lines += [
-        "| process | start MiB | peak under load MiB | peak MiB | end MiB | growth MiB |",
+        "| process | start MiB | after warm-up MiB | peak under load MiB | end MiB | slope MiB/h |",
         "|---|---|---|---|---|---|",
     ]
     for side in ("server", "harness"):
         r = doc["rss"][side]
         lines.append(
-            f"| {side} | {r['start_mib']} | {r.get('load_peak_mib')} | {r['peak_mib']} | "
-            f"{r['end_mib']} | {r['growth_mib']} |"
+            f"| {side} | {r['start_mib']} | {r.get('warm_mib')} | {r.get('load_peak_mib')} | "
+            f"{r['end_mib']} | {r['slope_mib_per_h']} |"
         )
+    st = doc["store"]
     lines += [
         "",
-        f"Start: the first sample after {STARTUP_S:g} s. Under load: samples within the planned "
-        "load time; the harness's last samples include rendering the report. Growth: median of "
-        "the last third minus the first third of the samples under load after a warm-up quarter.",
+        f"Start: the first sample after {STARTUP_S:g} s. Slope: least-squares line through the "
+        f"samples under load after the warm-up ({doc['warmup_s']:.0f} s), in MiB per hour; the "
+        "harness's last samples include rendering the report.",
+        "",
+        f"Stored responses: {st['rows']} rows ({_fmt_mib(st['item_bytes'])} of items), "
+        f"{st['disk_mib']} MiB on disk growing {st['disk_slope_mib_per_h']} MiB/h. In the "
+        f"server's memory they account for at most SQLite's page cache "
+        f"({SQLITE_CACHE_BYTES // 1024} KiB): {st['rss_share_mib_per_h']} MiB/h of its slope. "
+        f"The engine's prefix cache (LRU, bounded: ~10 MiB when full) held "
+        f"{st['prefix_cache_entries']} entries, {st['prefix_cache_mib_per_h']} MiB/h. "
+        f"Unaccounted: {st['unaccounted_mib_per_h']} MiB/h.",
     ]
     lines += ["", "RSS over time (s: server MiB / harness MiB):", ""]
     samples = doc["rss_samples"]
     step = max(1, len(samples) // 12)
     lines.append(
         ", ".join(
-            f"{t:.0f}: {(s or 0) / 1024:.0f}/{(h or 0) / 1024:.0f}" for t, s, h in samples[::step]
+            f"{x[0]:.0f}: {(x[1] or 0) / 1024:.0f}/{(x[2] or 0) / 1024:.0f}"
+            for x in samples[::step]
         )
     )
     lines += [
@@ -310,16 +519,26 @@ def soak_markdown(doc: dict[str, Any]) -> str:
             f"| {name} | {t['turns']['count']} | {t['turns']['errors']} | "
             f"{doc['recoveries'].get(name, 0)} | {kinds} |"
         )
+    side = "; ".join(
+        f"{name} " + ", ".join(f"{k} x{v}" for k, v in sorted(c.items()))
+        for name, c in doc.get("side_mix", {}).items()
+    )
+    lines += ["", f"Side requests (answers by status): {side or '-'}."]
     injected = ", ".join(f"{k} {v}" for k, v in doc["faults_injected"].items()) or "-"
     lines += ["", f"Faults injected by the server: {injected}."]
     lines.append("Verdict: " + ("ok" if doc["ok"] else "FAILED: " + "; ".join(doc["problems"])))
     return "\n".join(lines) + "\n"
 
 
+def _fmt_mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f} MiB"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m harness.tools.soak",
-        description="Mixed load with injected faults; reports RSS over time and error/recovery counts.",
+        description="Mixed load with injected faults; reports the RSS slope of both sides, what "
+        "stored responses account for, and error/recovery counts.",
     )
     parser.add_argument("--out", default="results/soak", help="folder for the run and soak.json")
     parser.add_argument(
@@ -328,16 +547,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sample-s", type=float, default=5.0, help="RSS sampling period")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
-        "--max-growth-mib",
+        "--max-slope-mib-h",
         type=float,
         default=64.0,
-        help="fail if either process's RSS grows more than this between the first and last third",
+        help="fail if the harness's RSS, or the server's RSS beyond what its bounded caches "
+        "account for, grows faster than this after the warm-up (least-squares slope, MiB per "
+        "hour; default 64)",
     )
     args = parser.parse_args(argv)
     if args.duration_s <= 0 or args.sample_s <= 0:
         parser.error("--duration-s and --sample-s must be positive")
     sys.exit(
-        run_soak(Path(args.out), args.duration_s, args.sample_s, args.seed, args.max_growth_mib)
+        run_soak(Path(args.out), args.duration_s, args.sample_s, args.seed, args.max_slope_mib_h)
     )
 
 

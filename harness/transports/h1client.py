@@ -28,7 +28,11 @@ from harness.client.h1 import H1Error, ResponseParser, encode_request
 from harness.wire.errors import ErrorKind, LoopbenchError, StaleConnection, TransportError
 
 #: ``(body bytes, t_ns)``; raising stops the response and fails the request with that error
-BodySink = Callable[[bytes, int], None]
+#: body bytes of a stream in, with their arrival time; returns the events they completed
+#: (``None``: not counted, every byte is progress)
+BodySink = Callable[[bytes, int], "int | None"]
+#: the most a non-streamed body (an error, an answer of another content type) may hold
+MAX_BODY_BYTES = 16 * 1024 * 1024
 #: seconds :meth:`H1Pool.aclose` waits for its connections to finish closing
 CLOSE_WAIT_S = 2.0
 
@@ -57,6 +61,7 @@ class _Conn(asyncio.Protocol):
         self.parser = ResponseParser()
         self.sink: BodySink | None = None
         self.body: list[bytes] = []
+        self.body_bytes = 0
         self.done: asyncio.Future[None] | None = None
         self.received = False
         self.last_io = 0.0
@@ -71,7 +76,7 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         t_ns = time.perf_counter_ns()
         self.received = True
-        self.last_io = self.loop.time()
+        progress: int | None = None
         try:
             body = self.parser.feed(data)
             if body:
@@ -86,15 +91,25 @@ class _Conn(asyncio.Protocol):
                         or p.headers.get("content-type", "").startswith(self.stream_types)
                     )
                 ):
-                    self.sink(body, t_ns)
+                    progress = self.sink(body, t_ns)
                 else:
                     self.body.append(body)
+                    self.body_bytes += len(body)
+                    if self.body_bytes > MAX_BODY_BYTES:
+                        raise H1Error(
+                            f"a body of over {self.body_bytes:,} bytes that is not an event "
+                            f"stream: expected at most {MAX_BODY_BYTES:,}"
+                        )
         except H1Error as exc:
             self._fail(H1Error(f"the answer of {self.peer} is not valid HTTP/1.1: {exc}"))
             return
         except BaseException as exc:  # the sink's protocol errors included: fail the request
             self._fail(exc)
             return
+        # A stream is alive while its events arrive: bytes that complete none (a peer
+        # dripping one byte a second) do not push the idle timeout back.
+        if progress != 0:
+            self.last_io = self.loop.time()
         if self.parser.complete and self.done is not None and not self.done.done():
             self.done.set_result(None)
 
@@ -148,6 +163,7 @@ class _Conn(asyncio.Protocol):
         self.parser = ResponseParser()
         self.sink = sink
         self.body = []
+        self.body_bytes = 0
         self.received = False
         self.done = self.loop.create_future()
         self.last_io = self.loop.time()
@@ -295,7 +311,8 @@ class H1Pool:
         raise AssertionError("unreachable")
 
     async def _wait(self, conn: _Conn) -> None:
-        """Until the response is complete; fails after ``read_timeout_s`` without a byte."""
+        """Until the response is complete; fails after ``read_timeout_s`` without progress
+        (a byte; in a stream, a complete event)."""
         assert conn.done is not None
         loop = asyncio.get_running_loop()
         while True:
@@ -303,7 +320,8 @@ class H1Pool:
             if left <= 0:
                 raise TransportError(
                     ErrorKind.TIMEOUT,
-                    f"no data from {self.authority} for {self.read_timeout_s:g} s",
+                    f"no data from {self.authority} for {self.read_timeout_s:g} s "
+                    "(once a stream has begun: no complete event)",
                 )
             try:
                 await asyncio.wait_for(asyncio.shield(conn.done), left)

@@ -33,6 +33,7 @@ from harness.transports.http import HttpTransport, compact
 from harness.transports.tls import tls_context
 from harness.transports.ws_stamp import StampedConnection, arrival_ns
 from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
+from harness.wire.sse import MAX_EVENT_BYTES
 from harness.wire.transports import TransportSpec, transport_spec
 from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
@@ -106,7 +107,9 @@ async def open_ws_timed(
             sock=sock,
             additional_headers=ws_headers(options),
             compression=None,
-            max_size=None,
+            # A Responses event holding a whole 1,000,000-token answer is ~5 MiB: a larger
+            # message is a hostile or broken peer (close 1009), not one to buffer.
+            max_size=MAX_EVENT_BYTES,
             ping_interval=None,
             open_timeout=options.connect_timeout_s,
             close_timeout=2,

@@ -40,15 +40,24 @@ class ScenarioError(LocatedError):
 
 
 class ProtocolError(LoopbenchError):
-    """The peer sent something the Responses protocol does not allow here."""
+    """The peer sent something the Responses protocol does not allow here.
+
+    ``kind`` is the ``error_kind`` a failed turn is recorded with.
+    """
+
+    kind = "invalid_event"  # an event that is not a JSON object
 
 
 class SSEError(ProtocolError):
     """The byte stream is not valid server-sent events."""
 
+    kind = "invalid_sse"
+
 
 class StreamOrderError(ProtocolError):
     """Events of one response arrived in an order the protocol forbids."""
+
+    kind = "out_of_order_event"
 
 
 class ErrorKind(StrEnum):
@@ -58,7 +67,7 @@ class ErrorKind(StrEnum):
     """
 
     CONNECTION = "connection"  # connect, send or receive failed; the peer hung up
-    TIMEOUT = "timeout"  # no byte (HTTP) or no event (WebSocket) for request_timeout_s
+    TIMEOUT = "timeout"  # no event (HTTP: no byte before the stream) for request_timeout_s
     TRUNCATED_STREAM = "truncated_stream"  # the body ended before a terminal event
     CONNECTION_CLOSED = "connection_closed"  # a WebSocket close code no rule recovers from
     RECOVERY_EXHAUSTED = "recovery_exhausted"  # too many recoveries in one turn

@@ -31,6 +31,9 @@ from harness.wire.errors import SSEError
 __all__ = ["SSEDecoder", "SSEMessage", "encode_comment", "encode_done", "encode_event"]
 
 _BOM = b"\xef\xbb\xbf"
+#: the largest event (or unfinished line) a decoder holds: a Responses event that carries a
+#: whole 1,000,000-token answer is about 5 MiB; a peer sending more is not a Responses server
+MAX_EVENT_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -53,6 +56,7 @@ class SSEDecoder:
     __slots__ = (
         "_buf",
         "_data",
+        "_data_bytes",
         "_event",
         "_last_id",
         "_pending",
@@ -63,12 +67,13 @@ class SSEDecoder:
 
     def __init__(self, *, strict: bool = False) -> None:
         self.strict = strict
-        self._buf = b""
+        self._buf: bytes | bytearray = b""
         # A chunk ended in CR: if the next chunk starts with LF, that LF belongs to the CRLF.
         self._skip_lf = False
         self._started = False
         self._event: str | None = None
         self._data: list[bytes] = []
+        self._data_bytes = 0
         self._last_id: str | None = None
         # True once any field line of the current event was seen (for strict close()).
         self._pending = False
@@ -84,7 +89,16 @@ class SSEDecoder:
                 chunk = chunk[1:]
                 if not chunk:
                     return []
-        buf = self._buf + chunk if self._buf else chunk
+        if self._buf and self._started and b"\n" not in chunk and b"\r" not in chunk:
+            # A line longer than a chunk: grow it in place (joining each chunk onto a bytes
+            # buffer would copy it again per chunk), and refuse one no server would send.
+            if not isinstance(self._buf, bytearray):
+                self._buf = bytearray(self._buf)
+            self._buf += chunk
+            if len(self._buf) > MAX_EVENT_BYTES:
+                self._too_large(len(self._buf))
+            return []
+        buf = bytes(self._buf) + chunk if self._buf else chunk
         if not self._started:
             # The BOM check needs 3 bytes; wait for them unless a line already ended.
             if len(buf) < 3 and _BOM.startswith(buf) and b"\n" not in buf and b"\r" not in buf:
@@ -95,6 +109,8 @@ class SSEDecoder:
                 buf = buf[3:]
         end = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
         if end < 0:
+            if len(buf) > MAX_EVENT_BYTES:
+                self._too_large(len(buf))
             self._buf = buf
             return []
         self._buf = buf[end + 1 :]
@@ -114,15 +130,25 @@ class SSEDecoder:
                         SSEMessage(self._event, joined.decode("utf-8", "replace"), self._last_id)
                     )
                     self._data = []
+                    self._data_bytes = 0
                 self._event = None
                 self._pending = False
             elif line.startswith(b"data: "):
                 # The common field, inlined: every event of a Responses stream has one.
                 self._data.append(line[6:])
                 self._pending = True
+                self._data_bytes += len(line)
+                if self._data_bytes > MAX_EVENT_BYTES:
+                    self._too_large(self._data_bytes)
             else:
                 self._line(line)
         return out
+
+    def _too_large(self, size: int) -> None:
+        raise SSEError(
+            f"an SSE event or line of over {size:,} bytes: expected at most "
+            f"{MAX_EVENT_BYTES:,} (a Responses event holding a whole answer is far smaller)"
+        )
 
     def _line(self, line: bytes) -> None:
         if line[0] == 0x3A:  # ":" comment
@@ -133,6 +159,9 @@ class SSEDecoder:
         self._pending = True
         if field == b"data":
             self._data.append(value)
+            self._data_bytes += len(value)
+            if self._data_bytes > MAX_EVENT_BYTES:
+                self._too_large(self._data_bytes)
         elif field == b"event":
             self._event = value.decode("utf-8", "replace")
         elif field == b"id" and b"\x00" not in value:
@@ -151,6 +180,7 @@ class SSEDecoder:
         self._buf = b""
         self._event = None
         self._data = []
+        self._data_bytes = 0
         self._pending = False
         return []
 

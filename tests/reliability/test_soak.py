@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.tools.soak import growth_mib, soak_scenario
+from harness.tools.soak import SIDE_MIX, slope_per_h, soak_scenario, store_rows, warmup_s
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import load_scenario
 
@@ -22,11 +22,34 @@ def test_the_soak_scenario_is_a_valid_mixed_scenario(tmp_path: Path) -> None:
     assert abs(scenario.load.duration_s * len(TRANSPORT_NAMES) - 240) < 0.01
 
 
-def test_growth_ignores_the_warm_up_and_sees_a_leak() -> None:
-    mib = 1024
-    flat = [10 * mib] * 5 + [50 * mib + (i % 3) * mib for i in range(30)]
-    assert growth_mib(flat) == 0.0  # the warm-up climb (first quarter) is not growth
-    leak = [50 * mib + i * mib for i in range(40)]
-    g = growth_mib(leak)
-    assert g is not None and 15 <= g <= 25
-    assert growth_mib([mib] * 5) is None  # too few samples to say
+def test_the_slope_is_a_line_through_every_sample_not_first_versus_last() -> None:
+    # 1.5 MiB per minute with noise: 90 MiB/h, whatever the noise at either end
+    pts = [
+        (t, 50 + 1.5 * t / 60 + (3 if i % 5 == 0 else 0)) for i, t in enumerate(range(0, 240, 5))
+    ]
+    slope = slope_per_h(pts)
+    assert slope is not None and 85 <= slope <= 95
+    flat = [(float(t), 50.0 + (t % 3)) for t in range(0, 240, 5)]
+    flat_slope = slope_per_h(flat)
+    assert flat_slope is not None and abs(flat_slope) < 2
+    assert slope_per_h(pts[:5]) is None  # too few samples to say
+    assert warmup_s(240) == 60 and warmup_s(60) == 30
+
+
+def test_the_side_mix_is_a_table_of_endpoints() -> None:
+    names = [r.name for r in SIDE_MIX]
+    assert len(names) == len(set(names))
+    assert all(r.path.startswith("/") and r.every_s > 0 for r in SIDE_MIX)
+
+
+def test_store_rows_reads_a_store_file(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "s.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE responses (id TEXT, items BLOB)")
+    db.execute("INSERT INTO responses VALUES ('a', x'0102')")
+    db.commit()
+    db.close()
+    assert store_rows(path) == {"rows": 1, "item_bytes": 2}
+    assert store_rows(tmp_path / "missing.sqlite3") is None

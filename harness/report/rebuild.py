@@ -1,0 +1,128 @@
+"""``summary.json`` rebuilt from the rows of a run that never wrote one (a ``kill -9``).
+
+A run writes its rows as it goes (``turns.csv.gz``, ``rollouts.csv.gz``, one complete
+gzip member per block, :mod:`harness.report.results`) and its summary only at the end.
+When the harness is killed, the folder holds the manifest and every flushed row;
+:func:`rebuild_summary` folds those rows into the same accumulator a live run uses and
+writes a summary that says what it is: ``rebuilt: true``, ``partial``, ``interrupted``,
+and invalid with the reason first, so the report's verdict line opens with it.  What only
+the live process knew (schedule lag, client CPU and loop lag, rollouts never begun) is
+absent, not guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from harness.metrics.summary import Accumulator
+from harness.report.error_summary import error_block
+from harness.report.results import SUMMARY, Run, load_run, write_summary
+from harness.wire.errors import ResultsError
+from harness.wire.transports import comparison_pairs
+from harness.workload.records import RolloutRecord, TurnRecord
+
+#: the first reason of a rebuilt summary (the verdict line starts with it)
+REBUILT_REASON = (
+    "rebuilt by loopbench report from the rows of a run that did not finish "
+    "(the harness was killed before it wrote summary.json): {turns} turns and {rollouts} "
+    "rollouts were on disk; schedule and client health are unknown"
+)
+
+
+def _records(table: Any, cls: type) -> Iterable[Any]:
+    names = [f.name for f in fields(cls) if f.name != "itl_ns"]
+    types = {f.name: f.type for f in fields(cls)}
+    for row in table.itertuples(index=False):
+        values: dict[str, Any] = {}
+        for name in names:
+            v = getattr(row, name, None)
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                continue
+            t = types[name]
+            if t == "bool":
+                values[name] = v if isinstance(v, bool) else str(v).lower() in ("true", "1")
+            elif t == "int":
+                values[name] = int(v)
+            elif t == "float":
+                values[name] = float(v)
+            else:
+                values[name] = str(v)
+        yield cls(**values)
+
+
+def rebuild_summary(run_dir: str | Path) -> dict[str, Any]:
+    """Fold the rows of ``run_dir`` into ``summary.json`` (written); returns it.
+
+    Refuses a folder that already has a summary: a finished run is never rewritten.
+    """
+    run = load_run(run_dir)
+    if run.finished:
+        raise ResultsError(f"{run.path / SUMMARY}: exists; only an unfinished run is rebuilt")
+    return _write(run)
+
+
+def _write(run: Run) -> dict[str, Any]:
+    manifest = run.manifest
+    scenario = manifest.get("scenario")
+    scenario = scenario if isinstance(scenario, dict) else {}
+    load = scenario.get("load")
+    load = load if isinstance(load, dict) else {}
+    acc = Accumulator(warmup_rollouts=int(load.get("warmup_rollouts") or 0))
+    examples: dict[str, dict[str, str]] = {}
+    turns = 0
+    for rec in _records(run.turns, TurnRecord):
+        acc.add_turn(rec)
+        turns += 1
+        if not rec.ok and rec.error_message:
+            kind = rec.error_kind or rec.status
+            examples.setdefault(rec.transport, {}).setdefault(
+                kind, rec.error_message.removeprefix(f"{kind}: ")
+            )
+    rollouts = 0
+    for roll in _records(run.rollouts, RolloutRecord):
+        acc.add_rollout(roll)
+        rollouts += 1
+    planned = [str(t) for t in manifest.get("transports") or acc.transports]
+    summary = acc.summary(run_id=run.run_id, comparisons=comparison_pairs(planned))
+    reason = REBUILT_REASON.format(turns=turns, rollouts=rollouts)
+    summary["valid"] = False
+    summary["invalid_reasons"] = [reason]
+    summary["partial"] = True
+    summary["interrupted"] = True
+    summary["rebuilt"] = True
+    summary["rebuilt_from"] = {"turns": turns, "rollouts": rollouts}
+    summary["errors"] = error_block(summary.get("transports", {}), examples)
+    summary["not_run"] = {
+        "transports": [t for t in planned if t not in summary.get("transports", {})],
+        "rollouts": {},
+        "cancelled": {},
+    }
+    summary["scenario"] = manifest.get("scenario_name") or scenario.get("name")
+    summary["seed"] = manifest.get("seed")
+    # The histograms' interval: the span of the turns on disk, ending now.
+    span_s = 0.0
+    if len(run.turns):
+        span_s = max(0, int(run.turns["done_ns"].max()) - int(run.turns["sent_ns"].min())) / 1e9
+    now = time.time()
+    write_summary(run.path, summary, acc.histograms(), start_time_s=now - span_s, end_time_s=now)
+    return summary
+
+
+def needs_rebuild(run_dir: str | Path) -> bool:
+    """A run folder (it has a manifest) that never wrote its summary."""
+    path = Path(run_dir)
+    return (path / "manifest.json").exists() and not (path / SUMMARY).exists()
+
+
+def rebuilt_note(summary: Mapping[str, Any]) -> str:
+    """One line for the console and the report."""
+    src = summary.get("rebuilt_from") or {}
+    return (
+        f"summary.json rebuilt from {src.get('turns', 0)} turn rows and "
+        f"{src.get('rollouts', 0)} rollout rows of a run that did not finish"
+    )

@@ -1,0 +1,96 @@
+"""Client fuzz: ``loopbench run --target`` against a hostile endpoint never crashes.
+
+Each mode of :mod:`tests.hostile_server` breaks the protocol one way (malformed SSE,
+events that are not JSON, out-of-order events, oversized lines and frames, slowloris
+streams, resets, bad HTTP, bad WebSocket frames and close codes).  For each, a real
+``loopbench run`` subprocess (``--no-probe``: the probe would refuse these endpoints;
+a 2 s idle timeout) must exit 3 (an invalid run, not a crash), write its results
+folder, and record every turn as an error of the kind the mode deserves
+(``harness/client/api_errors.py:error_kind``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.report.results import read_csv_gz
+from tests.hostile_server import HTTP_ACTS, HTTP_MODES, WS_ACTS, WS_MODES, hostile_server
+from tests.runs import ROOT, TINY, _argv
+
+WS_CLOSED = {"recovery_exhausted", "connection_closed", "connection"}
+#: mode -> the error kinds its turns may end with
+EXPECTED: dict[str, set[str]] = {
+    # no event ever completes and the server holds the connection: the idle timeout
+    "malformed_sse": {"timeout"},
+    "invalid_json": {"invalid_event"},
+    "not_an_object": {"invalid_event"},
+    "delta_before_created": {"out_of_order_event"},
+    "completed_twice": {"out_of_order_event"},
+    "events_after_completed": {"out_of_order_event"},
+    # unknown event types are skipped (forward compatibility): nothing ends the turn
+    "unknown_event_only": {"timeout"},
+    "terminal_without_created": {"out_of_order_event"},
+    "bad_chunk_size": {"invalid_http"},
+    "not_http": {"invalid_http"},
+    "huge_head": {"invalid_http"},
+    "truncated_after_created": {"timeout"},
+    "error_body_not_json": {"http_400"},
+    "oversized_line": {"invalid_sse"},
+    # a byte every 0.2 s: only an idle timeout counted in events ends it
+    "slowloris": {"timeout"},
+    "reset_mid_stream": {"connection"},
+    "silent_after_head": {"timeout"},
+    "ws_invalid_json": {"invalid_event"},
+    "ws_not_an_object": {"invalid_event"},
+    "ws_binary": {"invalid_event"},
+    "ws_delta_before_created": {"out_of_order_event"},
+    # over WebSocket a turn ends at its terminal event: the extra event fails the next turn
+    "ws_completed_twice": {"out_of_order_event", "completed"},
+    "ws_events_after_completed": {"out_of_order_event", "completed"},
+    "ws_close_1011": WS_CLOSED,
+    "ws_close_invalid_code": WS_CLOSED,
+    "ws_close_reason_not_utf8": WS_CLOSED,
+    "ws_reserved_opcode": WS_CLOSED,
+    "ws_rsv_bits": WS_CLOSED,
+    "ws_stray_continuation": WS_CLOSED,
+    "ws_fragmented_control": WS_CLOSED,
+    "ws_invalid_utf8_text": WS_CLOSED,
+    # the client refuses the frame at its header (close 1009); the peer never answers the close
+    "ws_oversized_frame": WS_CLOSED | {"timeout"},
+    "ws_slowloris": {"timeout"},
+    "ws_reset_mid_stream": WS_CLOSED,
+}
+
+
+def test_every_mode_has_an_expectation() -> None:
+    assert set(EXPECTED) == {*HTTP_MODES, *HTTP_ACTS, *WS_MODES, *WS_ACTS}
+
+
+@pytest.mark.parametrize("mode", list(EXPECTED))
+def test_the_harness_survives_a_hostile_endpoint(mode: str, tmp_path: Path) -> None:
+    transport = "ws" if mode.startswith("ws_") else "http"
+    with hostile_server(mode) as url:
+        args = ["run", str(TINY), "--target", url, "--no-probe", "--transports", transport]
+        args += ["--set", "rollout.count=1", "--set", "load.concurrency=1"]
+        args += ["--request-timeout-s", "2", "--out", str(tmp_path), "--run-id", mode, "-q"]
+        proc = subprocess.run(
+            _argv(tuple(args)), capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 3, (proc.returncode, proc.stderr[-2000:])
+    run_dir = tmp_path / mode
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["valid"] is False
+    rows = read_csv_gz(run_dir / "turns.csv.gz")
+    assert len(rows) >= 1
+    kinds = {k or s for s, k in zip(rows["status"], rows["error_kind"], strict=True)}
+    assert kinds <= EXPECTED[mode], (kinds, list(rows["error_message"])[:2])
+    assert kinds - {"completed"}, "no turn failed"
+    # every failed turn carries a sentence, not a repr
+    for msg in rows["error_message"][rows["status"] != "completed"]:
+        assert msg and "Traceback" not in msg and not msg.startswith("<"), msg
+    assert summary["errors"][transport], summary["errors"]
