@@ -145,7 +145,7 @@ class ReferenceServer:
         # Responses holding an engine stream slot now, and waiting for one.
         doc["engine"] = {"active": sim.capacity.active, "queued": sim.capacity.queued}
         # The LRU prefix cache fills up to its bound (~10 MiB): the soak accounts for it.
-        doc["engine"]["prefix_cache_entries"] = len(sim.prefix_cache)
+        doc["prefix_cache"] = {"entries": len(sim.prefix_cache)}
         if self.config.faults.enabled:
             doc["faults_injected"] = dict(sorted(self.service.faults.counts.items()))
         return JSONResponse(doc)

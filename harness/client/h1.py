@@ -96,9 +96,11 @@ class ResponseParser:
         while pos < end or state == _DONE:
             if state == _HEAD:
                 stop = buf.find(b"\r\n\r\n", pos)
+                # Judged on the complete head too: whether a peer's oversized head arrives in
+                # one read or several must not decide between an error and a parsed response.
+                if (end if stop < 0 else stop) - pos > _MAX_HEAD:
+                    raise H1Error(f"response head: expected at most {_MAX_HEAD} bytes")
                 if stop < 0:
-                    if end - pos > _MAX_HEAD:
-                        raise H1Error(f"response head: expected at most {_MAX_HEAD} bytes")
                     break
                 state = self._head(buf[pos:stop])
                 pos = stop + 4

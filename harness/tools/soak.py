@@ -462,7 +462,7 @@ def store_account(store: Path, fit: Sequence[Sample], server_slope: float | None
 
 def _prefix_entries(server: ServerProcess) -> int | None:
     try:
-        n = server.health(timeout_s=2).get("engine", {}).get("prefix_cache_entries")
+        n = server.health(timeout_s=2).get("prefix_cache", {}).get("entries")
     except (OSError, ValueError):
         return None
     return int(n) if isinstance(n, int) else None

@@ -74,6 +74,9 @@ def test_interim_responses_are_skipped() -> None:
         (HEAD + b"zz\r\n", "hexadecimal size"),
         (HEAD + b"2\r\nabXY", "CRLF after the data"),
         (b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nab", "nothing after the body"),
+        # An oversized head is refused also when it arrives whole in one read.
+        (b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * (65 * 1024) + b"\r\n\r\n", "at most 65536 bytes"),
+        (b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * (65 * 1024), "at most 65536 bytes"),
     ],
 )
 def test_malformed_responses_raise_with_what_was_expected(wire: bytes, message: str) -> None:
