@@ -81,15 +81,16 @@ class SideRequest:
 
 
 _STORED = {"model": "sim-model", "input": "soak", "store": True, "max_output_tokens": 16}
-#: the requests the soak sends besides the harness's turns.  The lifecycle endpoints join
-#: with one line each once the server has them (docs/reliability.md, *Soak*):
-#:   SideRequest("retrieve", "GET", "/v1/responses/{id}", None, 0.5),
-#:   SideRequest("input_items", "GET", "/v1/responses/{id}/input_items", None, 1.0),
-#:   SideRequest("delete", "DELETE", "/v1/responses/{id}", None, 2.0),
-#:   SideRequest("background", "POST", "/v1/responses", {**_STORED, "background": True}, 1.0),
-#:   SideRequest("compact", "POST", "/v1/responses/compact", {...}, 5.0),
+_COMPACT = {"model": "sim-model", "input": "soak history to compact " * 64}
+#: the requests the soak sends besides the harness's turns, one line per endpoint
+#: (docs/reliability.md, *Soak*): each ``{id}`` names the last response a create stored.
 SIDE_MIX: tuple[SideRequest, ...] = (
     SideRequest("create_stored", "POST", "/v1/responses", _STORED, 0.5),
+    SideRequest("retrieve", "GET", "/v1/responses/{id}", None, 0.5),
+    SideRequest("input_items", "GET", "/v1/responses/{id}/input_items", None, 1.0),
+    SideRequest("background", "POST", "/v1/responses", {**_STORED, "background": True}, 1.0),
+    SideRequest("delete", "DELETE", "/v1/responses/{id}", None, 2.0),
+    SideRequest("compact", "POST", "/v1/responses/compact", _COMPACT, 5.0),
     SideRequest("models", "GET", "/v1/models", None, 2.0),
     SideRequest("health", "GET", "/health", None, 2.0),
 )
@@ -269,8 +270,11 @@ class SideMix:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 status = str(resp.status)
                 doc = json.loads(resp.read() or b"null")
-                if r.method == "POST" and isinstance(doc, dict) and doc.get("id"):
-                    self.last_id = str(doc["id"])
+                if isinstance(doc, dict) and doc.get("object") == "response" and doc.get("id"):
+                    if r.method == "POST":
+                        self.last_id = str(doc["id"])
+                    elif r.method == "DELETE":
+                        self.last_id = None  # gone: the next create names the next one
         except urllib.error.HTTPError as exc:
             status = str(exc.code)
         except (OSError, ValueError) as exc:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.tools.soak import SIDE_MIX, slope_per_h, soak_scenario, store_rows, warmup_s
+from harness.tools.soak import SIDE_MIX, SideMix, slope_per_h, soak_scenario, store_rows, warmup_s
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import load_scenario
 
@@ -53,3 +53,14 @@ def test_store_rows_reads_a_store_file(tmp_path: Path) -> None:
     db.close()
     assert store_rows(path) == {"rows": 1, "item_bytes": 2}
     assert store_rows(tmp_path / "missing.sqlite3") is None
+
+
+def test_every_endpoint_of_the_side_mix_answers_the_real_server(server_url: str) -> None:
+    # One request of each line, in table order, against a real reference server: a line whose
+    # endpoint moved or whose body the server refuses would count a 4xx here and in every soak.
+    side = SideMix(server_url)
+    for request in SIDE_MIX:
+        side._send(request)
+    assert all(list(c) == ["200"] for c in side.counts.values()), side.counts
+    assert {"retrieve", "input_items", "background", "delete", "compact"} <= set(side.counts)
+    assert side.last_id is None  # the delete removed the response the create stored
