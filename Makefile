@@ -11,7 +11,7 @@ help:
 	@echo "make demo       run the built-in quickstart scenario over http and ws against the embedded server"
 	@echo "make test       run the whole test suite"
 	@echo "make lint       ruff + mypy"
-	@echo "make reproduce  measure the published figures (docs/model.md §9) -> results/reproduction/ (~4 min)"
+	@echo "make reproduce  measure the published figures (docs/model.md §9) -> results/reproduction/ (~4½ min)"
 	@echo "make fuzz       10,000 hostile requests, frames and sockets against the reference server; counts -> results/fuzz.json (~1 min)"
 	@echo "make soak       mixed load with injected faults; RSS over time + error counts -> results/soak/ (~5 min)"
 	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~3 min)"
