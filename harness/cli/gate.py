@@ -131,6 +131,11 @@ def add_parser(sub: Any) -> None:
     ab.add_argument(
         "--api-key-env", help="environment variable holding the API key for the targets"
     )
+    ab.add_argument(
+        "--insecure",
+        action="store_true",
+        help="do not verify the targets' TLS certificates (self-signed https:// and wss://)",
+    )
     ab.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_gate)
 
@@ -203,6 +208,7 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
         rounds=args.rounds,
         transports=transports,
         api_key=key,
+        verify_tls=not args.insecure,
     )
     quiet = args.quiet
 

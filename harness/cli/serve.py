@@ -22,6 +22,7 @@ def add_parser(sub: Any) -> None:
             "loopbench serve --port 8000",
             "loopbench serve --port 0 --profile legacy+gpu-legacy --access-log",
             "loopbench serve --model gpt-5-codex --set engine.sustained_tps=500",
+            "loopbench serve --port 8443 --tls-self-signed    # https:// and wss:// on loopback",
         ),
         formatter_class=HelpFormatter,
     )

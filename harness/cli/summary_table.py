@@ -40,7 +40,8 @@ def _stat_cell(t: dict[str, Any], m: D.Metric, key: str) -> str:
     group = t.get(m.group) or {}
     if group.get(key) is None and group.get(f"{key}_reason"):
         return "n/a"
-    return fmt_stat(t, m.group, key, 0 if m.unit in ("tok/s", "count") else 1)
+    digits = 0 if m.unit in ("tok/s", "count") or m.stat(key).name == "count" else 1
+    return fmt_stat(t, m.group, key, digits)
 
 
 def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:

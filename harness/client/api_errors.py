@@ -50,7 +50,8 @@ def body_start(body: bytes, limit: int = 200) -> str:
 def api_error_from_event(event: dict[str, Any]) -> APIError:
     """The error of a connection-level WebSocket ``error`` event."""
     err = event.get("error") or {}
-    return _classified(int(event.get("status", 400)), err.get("code"), str(err.get("message", "")))
+    status = int(event.get("status", 400))
+    return _classified(status, err.get("code"), str(err.get("message", "")), websocket=True)
 
 
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
@@ -65,11 +66,13 @@ _THEIRS = re.compile(
 )
 
 
-def _classified(status: int, code: str | None, message: str) -> APIError:
+def _classified(
+    status: int, code: str | None, message: str, *, websocket: bool = False
+) -> APIError:
     """The error, with a context-window refusal named as one whatever the endpoint called it."""
     if code == CONTEXT_LENGTH_EXCEEDED or (status == 400 and _THEIRS.search(message)):
-        return APIError(status, CONTEXT_LENGTH_EXCEEDED, context_message(message))
-    return APIError(status, code, message)
+        code, message = CONTEXT_LENGTH_EXCEEDED, context_message(message)
+    return APIError(status, code, message, websocket=websocket)
 
 
 def context_message(message: str) -> str:
@@ -78,8 +81,8 @@ def context_message(message: str) -> str:
     if ours:
         inp, out, window = (int(g) for g in ours.groups())
         why = (
-            f"the request's {inp:,} input tokens exceed the model's context window "
-            f"({window:,} tokens, {out:,} of them reserved for the requested output)"
+            f"the request's {inp:,} input tokens + {out:,} requested output tokens exceed "
+            f"the model's context window of {window:,} tokens"
         )
     elif theirs := _THEIRS.search(message):
         window, asked = (int(g) for g in theirs.groups())

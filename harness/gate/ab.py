@@ -221,7 +221,7 @@ def run_ab(
                 embedded_server(
                     api_profile=server["api_profile"],
                     engine_profile=server["engine_profile"],
-                    overrides=server["overrides"],
+                    overrides={**scenario.embedded_overrides(), **server["overrides"]},
                     seed=scenario.seed,
                 )
             )

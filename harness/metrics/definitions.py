@@ -63,7 +63,7 @@ class Stat:
     """One number a metric puts in ``summary.json``: ``transports.<t>.<group>.<key>``."""
 
     key: str
-    #: p50, p90, p99, mean or peak: what is computed, and how tables name it
+    #: p50, p90, p99, mean, peak or count (records taken): what is computed, how tables name it
     name: str
 
 
@@ -114,6 +114,9 @@ class Metric:
     #: shown in the report's and the console's tables only when the run reasoned
     #: (:func:`has_reasoning`): without reasoning it repeats another column (TTFOT is TTFT)
     reasoning: bool = False
+    #: shown in the tables only when some transport measured it (a TLS handshake exists only
+    #: over https/wss, a compaction only when the rollout compacts): otherwise an empty column
+    measured_only: bool = False
 
     @property
     def per_record(self) -> bool:
@@ -132,8 +135,12 @@ class Metric:
 
     def title(self, key: str, *, with_unit: bool = False) -> str:
         """How a table heads this metric's statistic ``key``: "TTFT p50" (+ " ms")."""
-        text = f"{self.label} {self.stat(key).name}"
-        return f"{text} {self.unit}" if with_unit and self.unit == "ms" else text
+        name = self.stat(key).name
+        text = f"{self.label} {name}"
+        # a count of records is no duration, whatever the metric's unit
+        return (
+            f"{text} {self.unit}" if with_unit and self.unit == "ms" and name != "count" else text
+        )
 
 
 def _latency(name: str, label: str, **kw: Any) -> Metric:
@@ -277,12 +284,30 @@ METRICS: list[Metric] = [
     ),
     _latency(
         "tls_ms",
-        "TLS handshake",
+        "TLS",
         record="turn",
         when="(tls_done_ns > 0) & (tcp_connected_ns > 0)",
         value="tls_done_ns - tcp_connected_ns",
         failed_too=True,
         histogram="tls",
+        report=(("p50", 1), ("p99", 1)),
+        cli=("p50",),
+        measured_only=True,
+    ),
+    # a compaction (rollout.compact_at_tokens): one POST /responses/compact, recorded as a turn
+    # row with compaction=True; its count and latency, apart from the turns that sample output
+    _latency(
+        "compaction_ms",
+        "compaction",
+        record="turn",
+        when="compaction & (sent_ns > 0) & (done_ns > 0)",
+        value="done_ns - sent_ns",
+        stats=stats("count", "p50", "p99", "mean"),
+        column=None,
+        histogram="compaction",
+        report=(("count", 0), ("p50", 1)),
+        cli=("count", "p50"),
+        measured_only=True,
     ),
     _latency(
         "itl_ms",
@@ -460,20 +485,39 @@ def compare_rows() -> Iterator[tuple[Metric, Stat]]:
             yield m, m.stat(key)
 
 
+def measured(summary: Any, group: str) -> bool:
+    """Whether any transport of a ``summary.json`` document has a value in ``group``."""
+    for t in (summary or {}).get("transports", {}).values():
+        values = t.get(group) if isinstance(t, dict) else None
+        if isinstance(values, dict) and any(
+            isinstance(v, int | float) and v > 0 for v in values.values()
+        ):
+            return True
+    return False
+
+
+def shown(m: Metric, summary: Any, reasoned: bool) -> bool:
+    """Whether the tables show metric ``m`` for ``summary`` (see ``reasoning``, ``measured_only``)."""
+    if m.reasoning and not reasoned:
+        return False
+    return not m.measured_only or measured(summary, m.group)
+
+
 def report_columns(table: str, summary: Any = None) -> Iterator[tuple[Metric, Stat, int]]:
-    """The report table's columns; the ``reasoning`` metrics only when ``summary`` reasoned."""
+    """The report table's columns; the ``reasoning`` metrics only when ``summary`` reasoned,
+    the ``measured_only`` ones only when it measured them."""
     reasoned = has_reasoning(summary)
     for m in METRICS:
-        if m.report_table == table and (reasoned or not m.reasoning):
+        if m.report_table == table and shown(m, summary, reasoned):
             for key, digits in m.report:
                 yield m, m.stat(key), digits
 
 
 def cli_columns(summary: Any = None) -> Iterator[tuple[Metric, Stat]]:
-    """The console table's columns; the ``reasoning`` metrics only when ``summary`` reasoned."""
+    """The console table's columns, chosen as :func:`report_columns` chooses them."""
     reasoned = has_reasoning(summary)
     for m in METRICS:
-        if reasoned or not m.reasoning:
+        if shown(m, summary, reasoned):
             for key in m.cli:
                 yield m, m.stat(key)
 
@@ -671,7 +715,7 @@ def validate(metrics: Sequence[Metric] | None = None) -> None:
             if key not in keys:
                 raise ValueError(f"metric {m.name}: shows {key!r}, not one of its stats")
         for s in m.stats:
-            if s.name not in PERCENTILES and s.name not in ("mean", "peak"):
+            if s.name not in PERCENTILES and s.name not in ("mean", "peak", "count"):
                 raise ValueError(f"metric {m.name}: unknown statistic {s.name!r}")
         if m.record is not None:
             _on_record(m, m.when)

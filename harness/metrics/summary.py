@@ -496,6 +496,10 @@ class Accumulator:
             if m.per_record:
                 hist = t.hist(m.name)
                 for s in m.stats:
+                    if s.name == "count":
+                        # how many records the metric took (compactions): an integer, no rate
+                        group[s.key] = hist.count
+                        continue
                     group[s.key] = _r(_statistic(hist, m, s.name))
                     if hist.count and too_few_for(s.name, hist.count):
                         too_few[f"{m.group}.{s.key}"] = hist.count

@@ -64,7 +64,7 @@ def scenario_server(
     return embedded_server(
         api_profile=server.api_profile,
         engine_profile=server.engine_profile,
-        overrides=dict(server.set),
+        overrides=scenario.embedded_overrides(),
         seed=scenario.seed,
         extra_args=extra_args,
     )
@@ -79,7 +79,9 @@ def server_child(
 ) -> AbstractContextManager[ReadyChild]:
     """``python -m reference_server ARGS``, once it has said where it listens (its URL)."""
     return ready_child(
-        [sys.executable, "-m", "reference_server", *args],
+        # -P: the server is the installed one, never a reference_server/ folder that happens
+        # to be in the current directory (an older checkout would answer silently).
+        [sys.executable, "-P", "-m", "reference_server", *args],
         READY_PREFIX,
         what="reference server",
         timeout_s=startup_timeout_s,

@@ -131,14 +131,18 @@ _CLOSE_MEANINGS = {
 class APIError(TransportError):
     """The endpoint answered with an OpenAI-style error (HTTP status or ``error`` event)."""
 
-    def __init__(self, status: int, code: str | None, message: str) -> None:
+    def __init__(
+        self, status: int, code: str | None, message: str, *, websocket: bool = False
+    ) -> None:
         self.status = status
         self.code = code
         # Named by the server, not by an ErrorKind: the code is what the results record.
         self.kind = code or f"http_{status}"
         # the status next to the server's own code: "server_error: boom" alone does not say
-        # whether the endpoint answered 500, 502 or a 200 stream's error event
-        shown = self.kind if self.kind == f"http_{status}" else f"{self.kind} (HTTP {status})"
+        # whether the endpoint answered 500, 502 or a 200 stream's error event; a WebSocket
+        # error event carries a status too, but no HTTP response was answered
+        where = f"status {status} on the WebSocket" if websocket else f"HTTP {status}"
+        shown = self.kind if self.kind == f"http_{status}" else f"{self.kind} ({where})"
         LoopbenchError.__init__(self, f"{shown}: {message}")
 
 

@@ -245,9 +245,9 @@ def check_context_window(scenario: Scenario, plans: Sequence[RolloutPlan]) -> No
                 raise ScenarioError(
                     scenario.source,
                     "context_window_tokens",
-                    f"expected rollouts that fit the context window of {window} tokens, but "
-                    f"rollout {plan.rollout_id} turn {index} needs {history + output} (history "
-                    f"{history} + requested output {output}); set rollout.compact_at_tokens "
+                    f"expected rollouts that fit the context window of {window:,} tokens, but "
+                    f"rollout {plan.rollout_id} turn {index} needs {history + output:,} (history "
+                    f"{history:,} + requested output {output:,}); set rollout.compact_at_tokens "
                     "below the window, shorten the rollout, or set context_window_tokens to "
                     "your endpoint's",
                 )

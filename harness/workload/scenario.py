@@ -79,6 +79,8 @@ MAX_OPEN_LOOP_ROLLOUTS = 1_000_000
 _NAME_PATTERN = r"^[a-z0-9-]+$"
 # The reference server's default engine profile's window (engine.context_window_tokens).
 DEFAULT_CONTEXT_WINDOW_TOKENS = 400_000
+# ... and its output cap (engine.max_output_tokens), which may not exceed the window.
+DEFAULT_MAX_OUTPUT_TOKENS = 128_000
 
 
 def _bound_word(minimum: float) -> str:
@@ -582,6 +584,22 @@ class Scenario(StrictModel):
             if raw.isdigit() and int(raw) > 0:
                 return int(raw)
         return self.context_window_tokens
+
+    def embedded_overrides(self) -> dict[str, str]:
+        """``server.set`` plus the window the scenario declares, for the embedded server.
+
+        A scenario that writes ``context_window_tokens`` was validated against that window,
+        so the server it starts must enforce the same one; otherwise a rollout that validated
+        would fail mid-run with ``context_length_exceeded``.  The output cap follows a window
+        smaller than the default cap (the server requires cap <= window).
+        """
+        out = dict(self.server.set)
+        if "context_window_tokens" in self.model_fields_set:
+            window = self.context_window_tokens
+            out.setdefault("engine.context_window_tokens", str(window))
+            if window < DEFAULT_MAX_OUTPUT_TOKENS:
+                out.setdefault("engine.max_output_tokens", str(window))
+        return out
 
     @property
     def source(self) -> str:

@@ -89,9 +89,9 @@ class ServerConfig:
     store_retention_s: float = setting(30 * 24 * 3600.0, "--store-retention-s", group=STORE, check=positive,
         help="drop stored responses older than this at startup (default 30 days)")
     store_max_responses: int = setting(100_000, "--store-max-responses", group=STORE, check=at_least(1),
-        help="keep at most this many stored responses; the oldest are pruned, a hundredth of the cap at a time")
+        help="keep at most this many stored responses (default 100,000); the oldest are pruned, a hundredth of the cap at a time")
     max_background: int = setting(256, "--max-background", group=LIMITS, check=at_least(1),
-        help="background responses queued or in progress at once (429 beyond)")
+        help="background responses queued or in progress at once (default 256; 429 beyond)")
     # Access control: no keys = any key is accepted
     api_keys: tuple[str, ...] = setting((), "--api-key", group=ACCESS, metavar="KEY", check=non_empty_keys,
         help="accept only this bearer key (repeatable; default: any key; also "

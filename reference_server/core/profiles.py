@@ -80,7 +80,8 @@ class EngineProfile(_Profile):
     # The model's limits (docs/model.md §13): defaulted so a profile written before them
     # still loads; input + requested output above the window is context_length_exceeded.
     context_window_tokens: int = Field(default=DEFAULT_CONTEXT_WINDOW_TOKENS, ge=1)
-    max_output_tokens: int = Field(default=DEFAULT_MAX_OUTPUT_TOKENS, ge=1)
+    # the request bound of core/validation.py: no profile can allow more than a request may ask
+    max_output_tokens: int = Field(default=DEFAULT_MAX_OUTPUT_TOKENS, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> EngineProfile:

@@ -92,11 +92,11 @@ def test_context_length_exceeded_is_named_with_its_numbers_on_both_framings() ->
             "error": {"code": "context_length_exceeded", "message": message},
         }
     )
-    for err in (http, ws):
+    for err, where in ((http, "HTTP 400"), (ws, "status 400 on the WebSocket")):
         assert err.kind == "context_length_exceeded"
         assert str(err).startswith(
-            "context_length_exceeded (HTTP 400): the request's 1,250,004 input tokens exceed the "
-            "model's context window (400,000 tokens, 200 of them reserved for the requested output)"
+            f"context_length_exceeded ({where}): the request's 1,250,004 input tokens + 200 "
+            "requested output tokens exceed the model's context window of 400,000 tokens"
         )
         assert str(err).endswith(message)
         # Resending the same context cannot help: no transport retries it.

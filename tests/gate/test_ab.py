@@ -8,6 +8,7 @@ pass (exit 0) under the same rules.  Measured ratios are printed (``pytest -s``)
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from harness.cli.gate import judge
 from harness.cli.main import main
 from harness.gate.ab import round_order, scaled_api_overrides, split_rounds
+from harness.run.embedded import server_child
 from harness.workload.plan import RolloutPlan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,3 +126,21 @@ def test_ab_with_identical_servers_passes(
             if r.kind == "regression":
                 print(f"\nA/B identical servers: {r.message}")
     assert code == 0, [r.message for r in report.results if r.failed]
+
+
+def test_ab_reaches_self_signed_https_targets_with_insecure(tmp_path: Path) -> None:
+    # Two targets behind a self-signed certificate (the reference server's --tls-self-signed):
+    # --insecure lets the A/B job measure them, as it lets run, probe and sweep.
+    tiny = ROOT / "harness" / "scenarios" / "tiny.yaml"
+    with server_child(["--port", "0", "--store", ":memory:", "--tls-self-signed"]) as child:
+        url = child.ready
+        assert url.startswith("https://")
+        common = ["--ab", str(tiny), "--baseline-target", url, "--candidate-target", url]
+        common += ["--rounds", "1", "--transports", "http", "--out", str(tmp_path), "-q"]
+        _gate(*common, "--run-id", "tls", "--insecure")
+        for side in ("baseline", "candidate"):
+            summary = (tmp_path / f"tls-{side}" / "summary.json").read_text()
+            turns = json.loads(summary)["transports"]["http"]["turns"]
+            assert turns["count"] > 0 and turns["errors"] == 0, (side, turns)
+        # without it the certificate is refused: no turn succeeds and the job says so
+        assert _gate(*common, "--run-id", "strict") != 0

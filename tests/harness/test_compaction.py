@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.metrics import definitions as D
 from harness.wire.transports import TRANSPORT_NAMES
 from tests.runs import run_tiny
 
@@ -51,6 +52,13 @@ def test_compaction_over_every_transport(tmp_path: Path) -> None:
             # on every transport (nothing cached or stored holds the compacted base).
             assert nxt.input_tokens < c.input_tokens / 3
             assert nxt.sim_cache == "none"
+        # ... and the summary counts them and times them apart from the sampling turns
+        group = run.summary["transports"][name]["compaction_ms"]
+        latency_ms = (compactions.done_ns - compactions.sent_ns) / 1e6
+        assert group["count"] == 4, name
+        assert group["mean"] == pytest.approx(latency_ms.mean(), rel=0.01), name
+    shown = [m.name for m, _ in D.cli_columns(run.summary)]
+    assert "compaction_ms" in shown and "tls_ms" not in shown  # no https: no TLS column
 
 
 @pytest.mark.parametrize("recover_from", ["full", "compacted"])

@@ -60,9 +60,11 @@ def check(roll: RolloutRecord, turns: list[TurnRecord], *, in_stream: bool = Fal
     assert failed.recoveries == 0
     # An error response is prefixed with its kind and status; the append prototype's refusal
     # comes inside the stream (error + response.failed), worded the same after that.
-    prefix = "" if in_stream else "context_length_exceeded (HTTP 400): "
+    # (a WebSocket error event says so: no HTTP response was answered)
+    where = "status 400 on the WebSocket" if failed.transport.startswith("ws") else "HTTP 400"
+    prefix = "" if in_stream else f"context_length_exceeded ({where}): "
     assert failed.error_message.startswith(prefix + "the request's "), failed.error_message
-    assert f"exceed the model's context window ({WINDOW:,} tokens" in failed.error_message
+    assert f"exceed the model's context window of {WINDOW:,} tokens" in failed.error_message
 
 
 @pytest.mark.parametrize("name", ["http", "http-chained", "ws", "ws-store", "ws-append"])

@@ -62,6 +62,9 @@ TURNS = [
                first_token_ns=6 * S + 5 * MS, first_output_ns=6 * S + 305 * MS,
                last_token_ns=6 * S + 405 * MS, done_ns=6 * S + 410 * MS, status="completed",
                output_tokens=401, reasoning_tokens=300, itl_ns=[MS] * 100),
+    # a compaction: one JSON answer after 800 ms, no stream (no TTFB, no TTFT)
+    TurnRecord("http", 2, 4, sent_ns=7 * S, done_ns=7 * S + 800 * MS, status="completed",
+               output_tokens=512, compaction=True),
 ]  # fmt: skip
 ROLLOUTS = [
     RolloutRecord("http", 1, intended_start_ns=S, start_ns=S + 3 * MS, end_ns=4 * S,
@@ -136,7 +139,7 @@ def test_records_keep_no_formula_but_success_and_the_schedule_lag() -> None:
         if isinstance(v, property)
     }
     assert props == {"ok", "schedule_lag_ns"}
-    assert [t.ok for t in TURNS] == [True, True, False, False, True, True, True]
+    assert [t.ok for t in TURNS] == [True, True, False, False, True, True, True, True]
     assert [r.ok for r in ROLLOUTS] == [True, True, False, True]
     lags = [D.sample(D.get("schedule_lag_ms"), r) for r in ROLLOUTS]
     assert lags == [3.0, None, 0.0, 0.0]  # no intended start: no lag sample

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.metrics import definitions as D
 from harness.report.results import load_run
 from tests.runs import TINY, loopbench, run_cli, run_tiny
 from tests.server.conftest import configured_server
@@ -71,13 +72,17 @@ def test_plain_http_measures_the_connect_and_no_handshake(tmp_path: Path) -> Non
     for name in TRANSPORTS:
         assert summary["transports"][name]["tls_ms"]["p50"] is None
         assert summary["transports"][name]["connect_ms"]["p50"] > 0
+    assert "tls_ms" not in [m.name for m, _ in D.cli_columns(summary)]  # no empty TLS column
 
 
 def test_run_tls_serves_the_embedded_server_over_https(tmp_path: Path) -> None:
-    run_cli(
+    proc = run_cli(
         "run", TINY, "--tls", "--transports", ",".join(TRANSPORTS), "--out", str(tmp_path),
         "--run-id", "r", "-q",
     )  # fmt: skip
+    # the handshake is shown where the run is read, not only kept in summary.json
+    assert "TLS" in proc.stdout
+    assert "TLS p50" in (tmp_path / "r" / "report.md").read_text()
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert json.dumps(manifest).count("https://127.0.0.1:") >= 1
     _check_stamps(load_run(tmp_path / "r").turns, tls=True)

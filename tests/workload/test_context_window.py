@@ -43,7 +43,7 @@ def test_a_rollout_over_the_window_is_refused_naming_the_turn() -> None:
     # Turn 4 holds 1,108 + 4 x 1,058 = 5,340 tokens + 132 requested: fits; turn 5 does not.
     assert str(err.value) == (
         "<scenario>: context_window_tokens: expected rollouts that fit the context window of "
-        "6000 tokens, but rollout 0 turn 5 needs 6530 (history 6398 + requested output 132); "
+        "6,000 tokens, but rollout 0 turn 5 needs 6,530 (history 6,398 + requested output 132); "
         "set rollout.compact_at_tokens below the window, shorten the rollout, or set "
         "context_window_tokens to your endpoint's"
     )
@@ -78,7 +78,7 @@ def test_validate_exits_4_with_the_file_turn_and_numbers(
     assert exc.value.code == 4
     err = capsys.readouterr().err
     assert err.startswith(
-        f"{path}: context_window_tokens: expected rollouts that fit the context window of 400000 tokens, but rollout 0 turn 79 needs "
+        f"{path}: context_window_tokens: expected rollouts that fit the context window of 400,000 tokens, but rollout 0 turn 79 needs "
     )
     assert "(history " in err and "+ requested output " in err
 
@@ -101,8 +101,25 @@ def test_run_refuses_it_before_starting_anything(
 def test_the_embedded_servers_window_applies_unless_one_is_written() -> None:
     small = {**GROWING, "server": {"set": {"engine.context_window_tokens": 6000}}}
     assert validate_scenario(small).window_tokens == 6000
-    with pytest.raises(ScenarioError, match="context window of 6000 tokens"):
+    with pytest.raises(ScenarioError, match="context window of 6,000 tokens"):
         generate_rollouts(validate_scenario(small))
     written = {**small, "context_window_tokens": 20000}
     assert validate_scenario(written).window_tokens == 20000
     assert generate_rollouts(validate_scenario(written))
+
+
+def test_a_written_window_is_the_embedded_servers_too() -> None:
+    # Validated against 20,000 tokens, run against a server enforcing 400,000 (or the reverse)
+    # would fail mid-run: the embedded server gets the window the scenario declares.
+    written = validate_scenario({**GROWING, "context_window_tokens": 20000})
+    assert written.embedded_overrides() == {
+        "engine.context_window_tokens": "20000",
+        "engine.max_output_tokens": "20000",  # the cap may not exceed the window
+    }
+    large = validate_scenario({**GROWING, "context_window_tokens": 1_000_000})
+    assert large.embedded_overrides() == {"engine.context_window_tokens": "1000000"}
+    # nothing written: the server keeps its profile's window; server.set always wins
+    assert validate_scenario(GROWING).embedded_overrides() == {}
+    both = {**GROWING, "context_window_tokens": 20000}
+    both["server"] = {"set": {"engine.context_window_tokens": 30000}}
+    assert validate_scenario(both).embedded_overrides()["engine.context_window_tokens"] == "30000"
