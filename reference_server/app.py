@@ -176,6 +176,16 @@ class ReferenceServer:
         return self.error_response(err, self._request_id())
 
     # -- HTTP ------------------------------------------------------------------------------
+    async def _read_json(self, request: Request) -> Any:
+        """The request body, parsed (400 ``invalid_json`` when it is not JSON)."""
+        raw = await self._read_body(request)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise RequestError(
+                400, "invalid_json", f"We could not parse the JSON body of your request: {exc}."
+            ) from None
+
     async def _read_body(self, request: Request) -> bytes:
         limit = self.config.max_body_bytes
         declared = request.headers.get("content-length")
@@ -224,14 +234,7 @@ class ReferenceServer:
     async def _http_create(self, request: Request, request_id: str, rng: random.Random) -> Response:
         service = self.service
         try:
-            raw = await self._read_body(request)
-            try:
-                body = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise RequestError(
-                    400, "invalid_json", f"We could not parse the JSON body of your request: {exc}."
-                ) from None
-            req = parse_create(body)
+            req = parse_create(await self._read_json(request))
             conv, rehydrated, cache = await self._resolve_http(req)
             fitted = service.fit_window(req, conv, tools_tokens(req.tools))
         except RequestError as err:
@@ -330,14 +333,7 @@ class ReferenceServer:
         try:
             if denied is not None:
                 raise denied
-            raw = await self._read_body(request)
-            try:
-                body = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise RequestError(
-                    400, "invalid_json", f"We could not parse the JSON body of your request: {exc}."
-                ) from None
-            req = parse_create(body)
+            req = parse_create(await self._read_json(request))
             conv, rehydrated = await compaction.resolve(self.service, req)
             summary = compaction.check_window(self.service, conv)
         except RequestError as err:

@@ -81,6 +81,8 @@ DOCUMENTED_CODES = frozenset(
         "not_found",
         "method_not_allowed",
         "context_length_exceeded",
+        "integer_above_max_value",
+        "too_many_background_responses",
         "websocket_queue_full",
     }
 )

@@ -19,30 +19,12 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from harness.tools.fuzz import DOCUMENTED_CODES  # one table: the tool's and this test's
 from harness.tools.soak import ServerProcess, rss_kib, server_process
 
 HTTP_EXAMPLES = 250
 WS_EXAMPLES = 150
 CANARY = "canary-7f3a91"  # written into request content; must never appear in the server's log
-# Error codes of docs/server.md (HTTP and WebSocket tables); anything else is a finding.
-DOCUMENTED_CODES = {
-    "invalid_json",
-    "invalid_message",
-    "message_too_large",
-    "missing_required_parameter",
-    "invalid_type",
-    "invalid_value",
-    "invalid_function_parameters",
-    "previous_response_not_found",
-    "unknown_event_type",
-    "invalid_stream_id",
-    "unsupported_parameter",
-    "request_too_large",
-    "websocket_stream_limit_reached",
-    "response_not_found",
-    "invalid_append_input",
-    "response_not_paused",
-}
 MAX_BODY = 64 * 1024
 RSS_GROWTH_LIMIT_KIB = 96 * 1024
 tried = {"http": 0, "ws": 0}
