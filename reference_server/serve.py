@@ -9,9 +9,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import ipaddress
+import os
 import signal
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
@@ -27,11 +30,32 @@ def serve(config: ServerConfig) -> None:
     warning = bind_warning(config.host, config.api_keys)
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
+    if config.exit_with_parent:
+        watch_parent()
     with tls_files(config) as config:
         if config.workers > 1:
             serve_workers(config)
         else:
             serve_process(config)
+
+
+def watch_parent(period_s: float = 0.5) -> threading.Thread:
+    """SIGTERM this process once its parent is gone (``--exit-with-parent``).
+
+    A thread, not a task: it must work before the event loop runs and whatever the loop is
+    doing.  An orphan is re-parented (to init or a subreaper), so ``getppid`` changes; the
+    SIGTERM then takes the normal drain path.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(period_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 @contextlib.contextmanager

@@ -81,7 +81,8 @@ def server_child(
     return ready_child(
         # -P: the server is the installed one, never a reference_server/ folder that happens
         # to be in the current directory (an older checkout would answer silently).
-        [sys.executable, "-P", "-m", "reference_server", *args],
+        # --exit-with-parent: a harness killed with kill -9 leaves no server behind.
+        [sys.executable, "-P", "-m", "reference_server", "--exit-with-parent", *args],
         READY_PREFIX,
         what="reference server",
         timeout_s=startup_timeout_s,

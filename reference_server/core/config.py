@@ -138,6 +138,10 @@ class ServerConfig:
         help="on SIGTERM, how long responses in flight may take to finish before they are cut")
     ws_ping_interval_s: float = setting(20.0, "--ws-ping-interval-s", group=RELIABILITY, check=positive,
         help="WebSocket keepalive pings; a peer that does not answer within as long is dropped")
+    # A child server whose harness was killed (kill -9 leaves no chance to stop it) must not
+    # outlive it: loopbench's embedded server is started with this flag.
+    exit_with_parent: bool = setting(False, "--exit-with-parent", group=RELIABILITY,
+        help="shut down gracefully (as on SIGTERM) once the process that started this one is gone")
     # TLS (reference_server/tls.py): the files are checked at startup, before serving.
     tls_cert: str | None = setting(None, "--tls-cert", group=TLS, metavar="PATH", check=non_empty,
         help="serve HTTPS and WSS with this PEM certificate (chain); needs --tls-key")

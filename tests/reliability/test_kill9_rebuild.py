@@ -9,6 +9,7 @@ rows and says how many it has handed over.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -23,6 +24,21 @@ import pytest
 from harness.report.results import load_run, read_csv_gz
 from harness.workload.records import TurnRecord
 from tests.runs import ROOT, TINY, _argv, loopbench, rows_flushed
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux ``/proc``)."""
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(p) for p in text.split()]
+
+
+def _alive(pid: int) -> bool:
+    """Still running: present in ``/proc`` and not a zombie waiting for a reaper."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
 
 
 def test_report_rebuilds_the_summary_of_a_run_killed_with_sigkill(tmp_path: Path) -> None:
@@ -42,11 +58,19 @@ def test_report_rebuilds_the_summary_of_a_run_killed_with_sigkill(tmp_path: Path
         seen = rows_flushed(proc, turns_path, 40)
         assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before the kill"
         assert seen >= 40
+        servers = _children(proc.pid)
+        assert len(servers) == 1, servers  # the embedded reference server
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
+        # Orphaned, the server notices (--exit-with-parent) and drains: nothing is left behind.
+        deadline = time.monotonic() + 30
+        while _alive(servers[0]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(servers[0]), "the embedded server outlived the harness killed with -9"
     finally:
-        # the harness's embedded server is orphaned by a kill -9: end the whole session
-        os.killpg(proc.pid, signal.SIGKILL)
+        # whatever the test's outcome, nothing of the session may outlive it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
     assert proc.returncode == -signal.SIGKILL
     run_dir = tmp_path / "killed"
