@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from harness.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "examples" / "grafana-loopbench.json"
@@ -152,6 +155,70 @@ def test_live_endpoint_serves_counters_and_interval_percentiles_while_the_run_ru
     assert proc.returncode == 0, "".join(err)
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+
+
+class _Lines:
+    """A stderr that keeps what is written, for a thread to read while the command runs."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.text.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_the_port_closes_when_the_run_ends_while_the_process_lives_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process, so that a port left open would still be open when the command returns."""
+    err = _Lines()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.chdir(tmp_path)
+    previous = signal.getsignal(signal.SIGTERM)
+    ok_scrapes: list[dict[str, list[Any]]] = []
+    done = threading.Event()
+
+    def scrape_while_running() -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        url = None
+        while url is None and not done.is_set() and time.monotonic() < deadline:
+            m = re.search(r"live metrics at (http://\S+)", "".join(err.text))
+            url = m.group(1) if m else None
+            time.sleep(0.02)
+        while url is not None and not done.is_set() and time.monotonic() < deadline:
+            try:
+                scrape = _scrape(url)
+            except OSError:
+                continue
+            if _by_transport(scrape, "loopbench_turns_total"):
+                ok_scrapes.append(scrape)
+            time.sleep(0.05)
+
+    scraper = threading.Thread(target=scrape_while_running, daemon=True)
+    scraper.start()
+    args = build_parser().parse_args(
+        ["run", "tiny", "-q", "--out", str(tmp_path / "results"), "--set", "rollout.count=8",
+         "--prometheus-port", "0", "--prometheus-interval-s", "0.2"]
+    )  # fmt: skip
+    try:
+        code = args.func(args)
+    finally:
+        done.set()
+        scraper.join(30)
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 0, "".join(err.text)
+    assert ok_scrapes, "no scrape answered with the run's transports while it ran"
+    m = re.search(r"live metrics at http://127\.0\.0\.1:(\d+)/metrics", "".join(err.text))
+    assert m is not None
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", int(m.group(1))), 5):
         pass
 
 
