@@ -136,6 +136,7 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--transports", help="comma-separated transports (default: the scenario's)")
     sw.add_argument("--target", help="base URL of a Responses endpoint (default: embedded server)")
     run_args.add_client_options(sw)
+    run_args.add_live_options(sw)
     sw.add_argument("--out", default="results", help="results root folder (default: results/)")
     sw.add_argument("--sweep-id", help="name of the sweep folder (default: timestamp-sweep-...)")
     sw.add_argument("--baseline", help="transport the others are compared with (default: http)")
@@ -243,14 +244,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if not quiet:
             print(line.rstrip("\n"), file=sys.stderr, flush=True)
 
-    result = run_sweep(
-        str(args.scenario),
-        args.set,
-        opts,
-        sweep_id=args.sweep_id,
-        printer=printer,
-        announce=lambda s: print(s, file=sys.stderr, flush=True),
-    )
+    with run_args.live_export(args) as opts.live:
+        result = run_sweep(
+            str(args.scenario),
+            args.set,
+            opts,
+            sweep_id=args.sweep_id,
+            printer=printer,
+            announce=lambda s: print(s, file=sys.stderr, flush=True),
+        )
     table = sweep_table(result.path)
     if not table.empty:
         cols = [

@@ -19,7 +19,13 @@ from harness.cli.common import (
     scenario_overrides,
     transports_epilog,
 )
-from harness.cli.run_args import add_client_options, check_run_args, client_run_options
+from harness.cli.run_args import (
+    add_client_options,
+    add_live_options,
+    check_run_args,
+    client_run_options,
+    live_export,
+)
 from harness.cli.summary_table import print_summary
 from harness.report.error_summary import error_lines
 from harness.run.probe import probe_for_run
@@ -92,6 +98,7 @@ def add_parser(sub: Any) -> None:
         help="client processes (rollouts split among them, histograms merged); the embedded "
         "server gets as many workers (default 1; see BENCHMARKS.md)",
     )
+    add_live_options(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -130,7 +137,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             scenario, str(args.scenario), opts, args.procs, say=lambda m: print(m, file=sys.stderr)
         )
     else:
-        result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
+        with live_export(args) as opts.live:
+            result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
     code, line = run_outcome(result.summary)
     if code != EXIT_OK:
         # a valid run's first line is the summary's verdict line

@@ -9,12 +9,15 @@ silently ignored and no results folder is begun for a command line that cannot w
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from harness.cli.common import api_key, scenario_overrides
 from harness.client.options import RECOVER_FROM
 from harness.report.sweep import parse_sweep_sets
+from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
 from harness.wire.errors import UsageError
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import load_scenario
@@ -51,6 +54,42 @@ def add_client_options(p: Any) -> None:
     )
 
 
+def add_live_options(p: Any) -> None:
+    """``--prometheus-port`` and its companions (docs/observability.md)."""
+    p.add_argument(
+        "--prometheus-port",
+        type=int,
+        metavar="PORT",
+        help="serve the run's live metrics for Prometheus at http://HOST:PORT/metrics while it "
+        "runs (0: a free port, printed); see docs/observability.md",
+    )
+    p.add_argument(
+        "--prometheus-host",
+        default="127.0.0.1",
+        help="address --prometheus-port listens on (default 127.0.0.1; 0.0.0.0 for every "
+        "interface)",
+    )
+    p.add_argument(
+        "--prometheus-interval-s",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="S",
+        help="the interval the exported latency percentiles cover (default "
+        f"{DEFAULT_INTERVAL_S:g} s: set Prometheus' scrape_interval to the same)",
+    )
+
+
+@contextlib.contextmanager
+def live_export(args: argparse.Namespace) -> Iterator[LiveExport | None]:
+    """The exporter ``--prometheus-port`` asks for, serving inside the block (None without)."""
+    if getattr(args, "prometheus_port", None) is None:
+        yield None
+        return
+    with LiveExport(args.prometheus_host, args.prometheus_port, args.prometheus_interval_s) as live:
+        print(f"prometheus: live metrics at {live.url}", file=sys.stderr, flush=True)
+        yield live
+
+
 def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`~harness.run.runner.RunOptions` fields :func:`add_client_options` sets."""
     return {
@@ -74,6 +113,12 @@ def check_run_args(args: argparse.Namespace) -> None:
     procs = getattr(args, "procs", 1)
     if procs < 1:
         raise UsageError(f"--procs: expected a positive number of client processes, got {procs}")
+    if procs > 1 and getattr(args, "prometheus_port", None) is not None:
+        raise UsageError(
+            f"--prometheus-port: not available with --procs {procs}: the client processes send "
+            "what they measured only when they finish, so there is nothing live to serve; "
+            "run without --procs to watch the run live"
+        )
     if args.baseline is not None:
         named = _transports(args.transports)
         if named is None:
@@ -101,6 +146,14 @@ def check_sweep_args(args: argparse.Namespace) -> None:
 
 def _check_common(args: argparse.Namespace) -> None:
     _transports(args.transports)
+    port = getattr(args, "prometheus_port", None)
+    if port is not None and not 0 <= port <= 65535:
+        raise UsageError(f"--prometheus-port: expected a port from 0 to 65535, got {port}")
+    interval = getattr(args, "prometheus_interval_s", None)
+    if interval is not None and not interval > 0:
+        raise UsageError(
+            f"--prometheus-interval-s: expected a positive number of seconds, got {interval}"
+        )
     timeout = getattr(args, "request_timeout_s", None)
     # "not > 0" also refuses nan, which compares false with everything.
     if timeout is not None and not timeout > 0:

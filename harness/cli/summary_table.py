@@ -40,7 +40,10 @@ def _stat_cell(t: dict[str, Any], m: D.Metric, key: str) -> str:
     group = t.get(m.group) or {}
     if group.get(key) is None and group.get(f"{key}_reason"):
         return "n/a"
-    digits = 0 if m.unit in ("tok/s", "count") or m.stat(key).name == "count" else 1
+    if m.unit == "ratio":
+        digits = 2  # 0.83: one digit would put every warm cache at 0.8 or 0.9
+    else:
+        digits = 0 if m.unit in ("tok/s", "count") or m.stat(key).name == "count" else 1
     return fmt_stat(t, m.group, key, digits)
 
 

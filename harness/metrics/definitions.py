@@ -63,7 +63,8 @@ class Stat:
     """One number a metric puts in ``summary.json``: ``transports.<t>.<group>.<key>``."""
 
     key: str
-    #: p50, p90, p99, mean, peak or count (records taken): what is computed, how tables name it
+    #: p50, p90, p99, mean, peak, count (records taken) or ratio (of two sums): what is
+    #: computed, how tables name it
     name: str
 
 
@@ -77,7 +78,7 @@ class Metric:
     #: histogram-free name for the others; the gate's rules and ``compare`` use it
     name: str
     label: str
-    unit: Literal["ms", "tok/s", "count"]
+    unit: Literal["ms", "tok/s", "count", "ratio"]
     #: True: lower is better; False: higher is better; None: neither (a signed error)
     lower_is_better: bool | None
     #: ``summary.json`` key under ``transports.<t>`` holding ``stats``
@@ -438,6 +439,21 @@ METRICS: list[Metric] = [
         report_table="throughput",
     ),
     Metric("errors_by_kind", "errors", "count", True, "errors_by_kind", ()),
+    # cached / input tokens as the server reported them, over the turns that reported input
+    # (harness/metrics/cache.py), with the sums and the same ratio by turn index: how much of
+    # each turn's prefix the server's cache served as the conversation grows
+    Metric(
+        "cached_ratio",
+        "cached",
+        "ratio",
+        False,
+        "cache",
+        stats("ratio", prefix="cached_"),
+        notes=("input_tokens", "cached_tokens", "by_turn"),
+        report=(("cached_ratio", 2),),
+        report_table="throughput",
+        cli=("cached_ratio",),
+    ),
     Metric(
         "measurement_error_ms",
         "TTFT measured−modelled",
@@ -715,7 +731,7 @@ def validate(metrics: Sequence[Metric] | None = None) -> None:
             if key not in keys:
                 raise ValueError(f"metric {m.name}: shows {key!r}, not one of its stats")
         for s in m.stats:
-            if s.name not in PERCENTILES and s.name not in ("mean", "peak", "count"):
+            if s.name not in PERCENTILES and s.name not in ("mean", "peak", "count", "ratio"):
                 raise ValueError(f"metric {m.name}: unknown statistic {s.name!r}")
         if m.record is not None:
             _on_record(m, m.when)

@@ -288,6 +288,29 @@ class Histogram:
     def copy(self) -> Histogram:
         return Histogram(self.unit).merge(self)
 
+    def snapshot(self) -> tuple[str, list[int]]:
+        """``(unit, a copy of the bucket counts)``: what :meth:`from_counts` takes back.  One
+        list copy in C, so another thread may take it while this one records."""
+        return self.unit, list(self._counts)
+
+    @classmethod
+    def from_counts(cls, unit: str, counts: Sequence[int]) -> Histogram:
+        """A histogram of bucket ``counts`` alone (e.g. the difference of two
+        :meth:`snapshot` s: an interval's recordings): HdrHistogram percentiles, no exact
+        values, sum and mean unknown (0)."""
+        h = cls(unit)
+        if len(counts) != len(h._counts):
+            raise ValueError(
+                f"histogram counts: expected {len(h._counts)} buckets of unit {unit!r}, "
+                f"got {len(counts)}"
+            )
+        h._counts = list(counts)
+        if min(h._counts) < 0:
+            raise ValueError("histogram counts: expected no negative count")
+        h.count = sum(h._counts)
+        h.exact = None
+        return h
+
     def __eq__(self, other: object) -> bool:
         # The kept values are a cache of what the counts record more coarsely: two
         # histograms of the same recordings are equal whether or not one lost them

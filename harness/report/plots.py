@@ -232,6 +232,38 @@ def plot_turn_latency_growth(run: Run) -> Figure | None:
     return fig
 
 
+def plot_cache_ratio(run: Run) -> Figure | None:
+    """Cached / input tokens by turn index, one line per transport (the summary's ``cache``)."""
+    if not run.summary:
+        return None
+    series = []
+    for i, name in enumerate(A.run_transports(run)):
+        group = (run.summary.get("transports", {}).get(name) or {}).get("cache") or {}
+        points = [
+            (row["turn_index"], row["cached_ratio"])
+            for row in group.get("by_turn") or []
+            if row.get("cached_ratio") is not None
+        ]
+        if points:
+            series.append((i, name, group.get("cached_ratio"), points))
+    if not series:
+        return None
+    from matplotlib.ticker import MaxNLocator  # matplotlib: only when plotting
+
+    fig, (ax,) = _figure(9, 4.2)
+    for i, name, overall, points in series:
+        xs, ys = zip(*points, strict=True)
+        label = f"{name} (all turns {overall:.2f})" if overall is not None else name
+        ax.plot(xs, ys, color=transport_color(name, i), lw=2, marker="o", ms=4, label=label)
+    ax.set_xlabel("turn index within the rollout")
+    ax.set_ylabel("cached / input tokens")
+    ax.set_ylim(0, 1.02)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="lower right", fontsize=8)
+    _title(fig, run, "Cached input tokens by turn index")
+    return fig
+
+
 def plot_latency_breakdown(run: Run) -> Figure | None:
     """Stacked mean time per turn by component, per transport."""
     if not run.summary:
@@ -505,6 +537,15 @@ PLOTS: tuple[PlotSpec, ...] = (
         "latency against the history the turn carries. Full-history transports pay for the whole "
         "conversation every turn, so their line climbs; cached transports stay flatter.",
         plot_turn_latency_growth,
+    ),
+    PlotSpec(
+        "cache_ratio",
+        "Cached input by turn index",
+        "Share of each turn's input tokens the server reported as cached (usage), summed over the "
+        "rollouts at each turn index: sum of cached tokens / sum of input tokens. A transport that "
+        "keeps the conversation on the server, or a warm prefix cache, climbs towards 1 as the "
+        "history grows; the legend gives the ratio over all turns.",
+        plot_cache_ratio,
     ),
     PlotSpec(
         "latency_breakdown",

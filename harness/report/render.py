@@ -204,6 +204,27 @@ def breakdown_doc_table(summary: dict[str, Any]) -> Table:
     )
 
 
+def cache_line(summary: dict[str, Any]) -> str | None:
+    """One sentence of the cached / input token ratio per transport; None when no transport's
+    server reported input tokens."""
+    parts = []
+    for name in A.ordered_transports(summary.get("transports", {})):
+        group = summary["transports"][name].get("cache") or {}
+        ratio = group.get("cached_ratio")
+        if ratio is not None:
+            parts.append(
+                f"{name} {fmt(ratio, 2)} ({group.get('cached_tokens', 0):,} of "
+                f"{group.get('input_tokens', 0):,})"
+            )
+    if not parts:
+        return None
+    return (
+        "Cached input tokens (cached / input, as the server reported them): "
+        + ", ".join(parts)
+        + "; by turn index in summary.json (cache.by_turn) and the plot below."
+    )
+
+
 def build_run_document(run: Run, plot_files: list[Any]) -> Document:
     """The report of one run; ``plot_files`` are :class:`~harness.report.plots.PlotFile` s."""
     summary = run.summary or {}
@@ -238,6 +259,9 @@ def build_run_document(run: Run, plot_files: list[Any]) -> Document:
     if summary.get("transports"):
         doc.add(Heading("Latency"), latency_table(summary))
         doc.add(Heading("Throughput and measurement quality"), throughput_table(summary))
+        cached = cache_line(summary)
+        if cached is not None:
+            doc.add(Paragraph(cached))
         comp = comparison_table(run)
         if comp is not None:
             doc.add(Heading("Speedup between transports"), comp)

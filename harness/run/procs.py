@@ -195,6 +195,8 @@ def _run(
             progress=False,
             render=False,
             turn_hook=None,
+            # threads and a socket do not cross into a spawned child (refused with --procs)
+            live=None,
         )
         parent_end, child_end = ctx.Pipe(duplex=False)
         proc = ctx.Process(

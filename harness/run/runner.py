@@ -27,6 +27,7 @@ from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
 from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
+from harness.run.live_export import LiveExport
 from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement, pool_size
 from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
@@ -63,6 +64,8 @@ class RunOptions:
     turn_hook: Callable[[TurnRecord], None] | None = None
     # False: write results but no report.md/plots (load tests that only read summary.json).
     render: bool = True
+    # --prometheus-port: the exporter already serving; each run attaches its measurement to it
+    live: LiveExport | None = None
 
     def client_options(self) -> dict[str, Any]:
         return client_options(
@@ -184,6 +187,8 @@ async def run_plans(
     for callers that want plain lines) gets one line per pass per second.
     """
     run = open_measurement(scenario, scenario_path, len(plans), base_url, opts, embedded=embedded)
+    if opts.live is not None:
+        opts.live.attach(run)
     transports = run.transports
     if progress is None and printer is not None:
         progress = LineProgress(printer, interval_s=1.0)

@@ -47,6 +47,8 @@ def _turns() -> list[TurnRecord]:
             (1, 0, 900 * MS, 950 * MS, 999 * MS),
             output_tokens=500,
             burst_tokens_max=400,
+            input_tokens=900,
+            cached_tokens=800,
         ),
         _turn(
             ("http", 1, 0),
@@ -55,6 +57,7 @@ def _turns() -> list[TurnRecord]:
             output_tokens=101,
             burst_tokens_max=30,
             itl_ns=[1 * MS] * 100,
+            input_tokens=1000,
             **_sim(api_pre=2.0, api_queue=0.0, prefill=3.0, decode=100.0, api_post=1.0, ttft=9.0),
         ),
         _turn(
@@ -63,6 +66,8 @@ def _turns() -> list[TurnRecord]:
             (t2, t2 + 4 * MS, t2 + 20 * MS, t2 + 20 * MS, t2 + 30 * MS),
             output_tokens=1,
             burst_tokens_max=1,
+            input_tokens=1200,
+            cached_tokens=1000,
             **_sim(api_pre=4.0, ttft=21.0),
         ),
         _turn(("http", 1, 2), "failed", (3 * S,), error_kind="rate_limited"),
@@ -71,6 +76,8 @@ def _turns() -> list[TurnRecord]:
             "completed",
             (t5, t5 + 2 * MS, t5 + 5 * MS, t5 + 5 * MS, t5 + 6 * MS),
             output_tokens=1,
+            input_tokens=1000,
+            cached_tokens=900,
         ),
     ]
 
@@ -153,6 +160,28 @@ EXPECTED = {
             # lags 50 ms and 0
             "schedule_lag_ms": {"p50": 0.0, "p99": 50.0},
             "errors_by_kind": {"rate_limited": 1, "rollout:timeout": 1},
+            # 1000 cached of 2200 input; the failed turn reported none, the warm-up is left out
+            "cache": {
+                "cached_ratio": 0.4545,
+                "input_tokens": 2200,
+                "cached_tokens": 1000,
+                "by_turn": [
+                    {
+                        "turn_index": 0,
+                        "turns": 1,
+                        "input_tokens": 1000,
+                        "cached_tokens": 0,
+                        "cached_ratio": 0.0,
+                    },
+                    {
+                        "turn_index": 1,
+                        "turns": 1,
+                        "input_tokens": 1200,
+                        "cached_tokens": 1000,
+                        "cached_ratio": 0.8333,
+                    },
+                ],
+            },
             # measured - modelled TTFT: +1 ms and -1 ms
             "measurement_error_ms": {"p50": -1.0, "p99": 1.0},
             # statistics from fewer samples than they need: path -> n (p90 needs 10, p99 100)
@@ -208,6 +237,20 @@ EXPECTED = {
             },
             "schedule_lag_ms": {"p50": 0.0, "p99": 0.0},
             "errors_by_kind": {},
+            "cache": {
+                "cached_ratio": 0.9,
+                "input_tokens": 1000,
+                "cached_tokens": 900,
+                "by_turn": [
+                    {
+                        "turn_index": 0,
+                        "turns": 1,
+                        "input_tokens": 1000,
+                        "cached_tokens": 900,
+                        "cached_ratio": 0.9,
+                    },
+                ],
+            },
             "measurement_error_ms": {"p50": None, "p99": None},
             "too_few_samples": {
                 **{
