@@ -108,7 +108,6 @@ KNOWN_SERIES: tuple[KnownSeries, ...] = (
     KnownSeries(("sglang:cache_hit_rate",), "prefix-cache hit rate"),
     KnownSeries(("loopbench_server_prefix_cache_misses_total",), "prefix-cache misses"),
     KnownSeries(("loopbench_server_websocket_connections",), "open WebSocket connections"),
-    KnownSeries(("loopbench_server_http_requests_in_flight",), "HTTP requests in flight"),
     KnownSeries(("loopbench_server_modelled_seconds_total",), "modelled time by component"),
 )
 
@@ -143,18 +142,24 @@ def pick_series(available: Iterable[str], wanted: Sequence[str]) -> tuple[list[s
     return found, missing
 
 
-def rates(t_s: Sequence[float], values: Sequence[float]) -> tuple[list[float], list[float]]:
-    """Per-second rates of a counter between consecutive samples, at each interval's end.
+def rates(
+    t_s: Sequence[float], values: Sequence[float], min_dt: float = 0.0
+) -> tuple[list[float], list[float]]:
+    """Per-second rates of a counter between samples, at each interval's end.
 
+    An interval shorter than ``min_dt`` is joined to the next (the last scrape of a run
+    comes moments after the previous one, and a rate over a sliver is mostly noise).
     A drop (the server restarted, or another ``--workers`` process answered) is a reset:
     the interval's rate is the new value over the interval, as Prometheus' ``rate()`` takes it.
     """
     xs, ys = [], []
+    k = 0  # the sample the interval starts at
     for i in range(1, len(t_s)):
-        dt = t_s[i] - t_s[i - 1]
-        if dt <= 0:
+        dt = t_s[i] - t_s[k]
+        if dt <= 0 or dt < min_dt:
             continue
-        dv = values[i] - values[i - 1]
+        dv = values[i] - values[k]
         xs.append(t_s[i])
         ys.append((dv if dv >= 0 else values[i]) / dt)
+        k = i
     return xs, ys
