@@ -45,6 +45,10 @@ from harness.workload.scenario import Load, Scenario
 PROGRESS_TICK_S = 0.25
 
 
+def _say_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 @dataclass(slots=True)
 class RunOptions:
     transports: Sequence[str] | None = None
@@ -73,7 +77,8 @@ class RunOptions:
     server_metrics_interval_s: float = 1.0
     scrape_embedded: bool = True
     # Where the run's warnings go (an unreachable --server-metrics URL).
-    say: Callable[[str], None] = field(default=lambda m: print(m, file=sys.stderr))
+    # A module-level function, not a lambda: --procs sends the options to its children (pickled).
+    say: Callable[[str], None] = field(default=_say_stderr)
 
     def client_options(self) -> dict[str, Any]:
         return client_options(
