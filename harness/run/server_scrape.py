@@ -135,7 +135,8 @@ class ServerScraper:
         interval_ns = round(self.interval_s * 1e9)
         next_ns = self.clock() + interval_ns
         while not self._stop.wait(max(0.0, (next_ns - self.clock()) / 1e9)):
-            next_ns += interval_ns
+            # A scrape slower than the interval delays the next one instead of queueing a burst.
+            next_ns = max(next_ns + interval_ns, self.clock() + interval_ns // 2)
             if self._held_bytes > MAX_HELD_BYTES:
                 self.result.failed += 1
                 self.result.last_failure = (
