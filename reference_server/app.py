@@ -36,6 +36,7 @@ from reference_server.event_stream import EventStream, SendEvents, until_disconn
 from reference_server.fault_send import InjectedDisconnect
 from reference_server.guard import ConnectionGuard
 from reference_server.lifecycle import Lifecycle
+from reference_server.metrics import CONTENT_TYPE_LATEST, HttpMetrics, exposition, registry
 from reference_server.protocols import ARRIVED_KEY
 from reference_server.service import Job, Service, fault_error, previous_not_found
 from reference_server.sim import mark_arrival
@@ -59,6 +60,7 @@ class ReferenceServer:
                 WebSocketRoute("/v1/responses", self.websocket),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/v1/models", self.models, methods=["GET"]),
+                Route("/metrics", self.metrics, methods=["GET"]),
             ],
             exception_handlers={404: self._not_found, 405: self._method_not_allowed},
             lifespan=self._lifespan,
@@ -70,7 +72,19 @@ class ReferenceServer:
         )
         # The access log wraps the guard, so its duration includes admission and the whole stream.
         inner: Any = AccessLog(self.guard) if config.access_log else self.guard
-        self.app = _StampArrival(inner)
+        counters = self.service.counters
+        self.registry = registry(
+            counters,
+            self.service.sim,
+            lambda: len(self.ws_connections),
+            worker=config.worker_index,
+            info={
+                "api_profile": config.api_profile,
+                "engine_profile": config.engine_profile,
+                "model": config.model,
+            },
+        )
+        self.app = _StampArrival(HttpMetrics(inner, counters))
 
     def lifecycle_routes(self) -> list[Route]:
         life = self.lifecycle
@@ -149,6 +163,10 @@ class ReferenceServer:
         if self.config.faults.enabled:
             doc["faults_injected"] = dict(sorted(self.service.faults.counts.items()))
         return JSONResponse(doc)
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus text format, no API key (as vLLM and SGLang serve theirs); docs/server.md."""
+        return Response(exposition(self.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def models(self, request: Request) -> Response:
         request_id = self._request_id()
@@ -369,6 +387,7 @@ class ReferenceServer:
         await ws.accept(headers=[(b"x-request-id", request_id.encode())])
         conn = WsConnection(self.service, ws, append_mode=append)
         self.ws_connections.add(conn)
+        self.service.counters.ws_opened += 1
         try:
             await conn.run()
         finally:

@@ -41,6 +41,7 @@ from reference_server.core.output import OutputCursor, OutputPlan, plan_output
 from reference_server.core.profiles import load_profiles
 from reference_server.core.reasoning import reasoning_budget
 from reference_server.core.validation import CreateRequest, RequestError, reasoning_options
+from reference_server.metrics import ServerCounters
 from reference_server.sim import Simulator, decode_seed
 from reference_server.store import SqliteStore
 
@@ -142,6 +143,7 @@ class Service:
             else None
         )
         self._nested_errors = config.sse_error_shape != "flat"
+        self.counters = ServerCounters()  # GET /metrics (reference_server/metrics.py)
 
     def rng(self) -> random.Random:
         return random.Random(self.config.seed * 1_000_003 + next(self._counter))
@@ -283,6 +285,7 @@ class Service:
         """
         timing: dict[str, Any] = dict(await self.sim.pre_inference(cost))
         timing["cache"] = cache
+        self.counters.context[(cost.websocket, cache)] += 1
         timing["processed_input_tokens"] = cost.processed_tokens + cost.rehydrated_tokens
         response_id = response_id or ev.new_id("resp", rng)
         added_from = len(conv.items) - len(req.input_items)
@@ -304,6 +307,7 @@ class Service:
         self, builder: ev.ResponseBuilder, message: str, code: str = "server_error"
     ) -> list[dict[str, Any]]:
         """``error`` + ``response.failed`` in the configured error shape."""
+        self.counters.responses["failed"] += 1
         return builder.fail(code, message, nested=self._nested_errors)
 
     def crashed(self, builder: ev.ResponseBuilder, exc: Exception) -> list[dict[str, Any]]:
@@ -414,8 +418,10 @@ class Service:
     ) -> str:
         """Send the terminal event; returns the response's final status."""
         if truncated:
+            self.counters.responses["incomplete"] += 1
             await send([builder.incomplete("max_output_tokens", usage, {"sim_timing": timing})])
             return "incomplete"
+        self.counters.responses["completed"] += 1
         await send([builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s())])
         return "completed"
 

@@ -56,6 +56,8 @@ from reference_server.core.profiles import ApiProfile, EngineProfile
 from reference_server.timer import sleep_until, tolerance_ns
 
 DEFAULT_MIN_DELTA_INTERVAL_MS = 2.0
+#: the parts of a response's modelled time that ``Simulator.modelled_ms`` adds up (``/metrics``)
+MODELLED_COMPONENTS = ("api_pre", "api_queue", "engine_queue", "prefill", "decode", "api_post")
 # One token per delta with many due at once (an engine far faster than the socket): at most
 # this many events per write, so a 20,000-token answer is not one multi-megabyte batch.
 MAX_DELTAS_PER_EMIT = 512
@@ -110,6 +112,10 @@ class Simulator:
         self.capacity = EngineCapacity(engine.max_streams, engine.aggregate_tps)
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._workers: asyncio.Semaphore | None = None
+        # Running sums for /metrics (reference_server/metrics.py): a few additions per response.
+        self.modelled_ms = dict.fromkeys(MODELLED_COMPONENTS, 0.0)
+        self.tokens = {"input": 0, "cached_input": 0, "output": 0}
+        self.api_in_tier = 0  # requests holding or waiting for an API worker
 
     # -- API tier ----------------------------------------------------------------------------
 
@@ -129,13 +135,21 @@ class Simulator:
         workers = self._semaphore()
         # A free worker took the request when it arrived; a busy pool made it queue.
         immediate = not workers.locked()
-        async with workers:
-            t_start = t_req if immediate else _now_ns()
-            done = t_start + round(pre * NS_PER_MS)
-            if pre > 0:
-                await sleep_until(done)
+        self.api_in_tier += 1
+        try:
+            async with workers:
+                t_start = t_req if immediate else _now_ns()
+                done = t_start + round(pre * NS_PER_MS)
+                if pre > 0:
+                    await sleep_until(done)
+        finally:
+            self.api_in_tier -= 1
         _API_DONE_NS.set(done)
-        return {"api_pre": pre, "api_queue": (t_start - t_req) / NS_PER_MS}
+        queue = (t_start - t_req) / NS_PER_MS
+        totals = self.modelled_ms
+        totals["api_pre"] += pre
+        totals["api_queue"] += queue
+        return {"api_pre": pre, "api_queue": queue}
 
     async def post_inference(self, cost: RequestCost) -> float:
         """Wait the modelled post-inference bookkeeping; returns its milliseconds.
@@ -144,6 +158,7 @@ class Simulator:
         workers, so it holds no API worker slot.
         """
         post = api_post_ms(self.api, cost)
+        self.modelled_ms["api_post"] += post
         if post > 0:
             await sleep_until(_now_ns() + round(post * NS_PER_MS))
         return post
@@ -230,6 +245,13 @@ class Simulator:
             decode_ns = pacer.last_deadline_ns - t_first
         finally:
             self._release(ticket, loop)
+        totals, tokens = self.modelled_ms, self.tokens
+        totals["engine_queue"] += ticket.queue_ns / NS_PER_MS
+        totals["prefill"] += first_ns / NS_PER_MS
+        totals["decode"] += decode_ns / NS_PER_MS
+        tokens["input"] += input_tokens
+        tokens["cached_input"] += cached
+        tokens["output"] += output_tokens
         return {
             "engine_queue": ticket.queue_ns / NS_PER_MS,
             "prefill": first_ns / NS_PER_MS,

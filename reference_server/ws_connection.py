@@ -144,6 +144,7 @@ class WsConnection:
         stream_id: str | None = None,
         type_: str | None = None,
     ) -> None:
+        self.s.counters.ws_error(status, code)
         await self.send([ev.ws_error_event(status, code, message, param, stream_id, type_=type_)])
 
     async def request_error(self, err: RequestError, lane: str | None = None) -> None:

@@ -57,10 +57,21 @@ def add_parser(sub: Any) -> None:
         epilog=examples(
             "loopbench report results/20261202-110203-quickstart",
             "loopbench report results/baseline",
+            "loopbench report results/baseline --server-series vllm:num_requests_waiting",
         ),
         formatter_class=HelpFormatter,
     )
     rep.add_argument("run", help="results folder, e.g. results/20261202-110203-quickstart")
+    rep.add_argument(
+        "--server-series",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="plot this series of server_metrics.csv.gz under the latency timeline (repeatable; "
+        "a counter's _total may be left off), e.g. vllm:num_requests_waiting; default: the "
+        "running/waiting requests, KV-cache and prefix-cache series the run has "
+        "(docs/server-metrics.md)",
+    )
     rep.set_defaults(func=cmd_report)
 
     cmp = sub.add_parser(
@@ -150,7 +161,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         summary = rebuild_summary(args.run)
         print(rebuilt_note(summary))
         print(run_verdict_line(summary))
-    rendered = render_run(args.run)
+    rendered = render_run(args.run, args.server_series)
     print(f"report: {rendered.report_html}")
     print(f"        {rendered.report_md}")
     for p in rendered.plots:

@@ -52,6 +52,30 @@ def add_client_options(p: Any) -> None:
         default=120.0,
         help="a response silent for this long is abandoned as an error of kind timeout",
     )
+    add_server_metrics_options(p)
+
+
+def add_server_metrics_options(p: Any) -> None:
+    """``--server-metrics``: scraping the server's Prometheus endpoint during the run."""
+    p.add_argument(
+        "--server-metrics",
+        metavar="URL",
+        help="poll this Prometheus text endpoint during the run into server_metrics.csv.gz, e.g. "
+        "http://127.0.0.1:8000/metrics (vLLM, SGLang); default: the embedded server's /metrics, "
+        "nothing with --target (docs/server-metrics.md)",
+    )
+    p.add_argument(
+        "--server-metrics-interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between two scrapes of --server-metrics (default 1)",
+    )
+    p.add_argument(
+        "--no-server-metrics",
+        action="store_true",
+        help="do not scrape the embedded server's /metrics",
+    )
 
 
 def add_live_options(p: Any) -> None:
@@ -93,6 +117,9 @@ def live_export(args: argparse.Namespace) -> Iterator[LiveExport | None]:
 def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`~harness.run.runner.RunOptions` fields :func:`add_client_options` sets."""
     return {
+        "server_metrics": args.server_metrics,
+        "server_metrics_interval_s": args.server_metrics_interval,
+        "scrape_embedded": not args.no_server_metrics,
         "api_key": api_key(args.api_key_env),
         "keepalive": not args.no_keepalive,
         "verify_tls": not args.insecure,
@@ -153,6 +180,23 @@ def _check_common(args: argparse.Namespace) -> None:
     if interval is not None and not interval > 0:
         raise UsageError(
             f"--prometheus-interval-s: expected a positive number of seconds, got {interval}"
+        )
+    scrape_interval = getattr(args, "server_metrics_interval", 1.0)
+    if not scrape_interval > 0:
+        raise UsageError(
+            "--server-metrics-interval: expected a positive number of seconds, "
+            f"got {scrape_interval}"
+        )
+    if getattr(args, "server_metrics", None) and getattr(args, "no_server_metrics", False):
+        raise UsageError(
+            "--no-server-metrics: cannot go with --server-metrics "
+            f"{args.server_metrics}; give one or the other"
+        )
+    url = getattr(args, "server_metrics", None)
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise UsageError(
+            f"--server-metrics {url}: expected an http:// or https:// URL, e.g. "
+            "http://127.0.0.1:8000/metrics"
         )
     timeout = getattr(args, "request_timeout_s", None)
     # "not > 0" also refuses nan, which compares false with everything.

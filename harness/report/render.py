@@ -11,13 +11,23 @@ from __future__ import annotations
 
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.metrics import definitions as D
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
-from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
+from harness.report.document import (
+    Block,
+    Document,
+    Heading,
+    Image,
+    Paragraph,
+    Table,
+    to_html,
+    to_markdown,
+)
 from harness.report.files import (
     PLOTS_DIR,
     REPORT_HTML,
@@ -30,6 +40,7 @@ from harness.report.files import (
     write_text_atomic,
 )
 from harness.report.results import Run, load_run
+from harness.report.server_section import server_section
 from harness.report.sweep import is_sweep, render_sweep
 from harness.report.verdict import verdict_kind, verdict_line
 from harness.workload.records import BURST_WINDOW_NS
@@ -225,8 +236,11 @@ def cache_line(summary: dict[str, Any]) -> str | None:
     )
 
 
-def build_run_document(run: Run, plot_files: list[Any]) -> Document:
-    """The report of one run; ``plot_files`` are :class:`~harness.report.plots.PlotFile` s."""
+def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] = ()) -> Document:
+    """The report of one run; ``plot_files`` are :class:`~harness.report.plots.PlotFile` s.
+
+    ``extra``: sections placed after the plots (the server-side metrics).
+    """
     summary = run.summary or {}
     doc = Document(f"loopbench report — {run.run_id}")
     verdict = summary if run.finished else None
@@ -280,6 +294,7 @@ def build_run_document(run: Run, plot_files: list[Any]) -> Document:
                 Heading(pf.spec.title, level=3),
                 Image(f"{PLOTS_DIR}/{pf.path.name}", pf.spec.title, pf.spec.caption),
             )
+    doc.add(*extra)
     doc.add(
         Heading("Files"),
         Paragraph(
@@ -291,10 +306,11 @@ def build_run_document(run: Run, plot_files: list[Any]) -> Document:
     return doc
 
 
-def render_run(run_dir: str | Path) -> Rendered:
+def render_run(run_dir: str | Path, server_series: Sequence[str] = ()) -> Rendered:
     """Write ``plots/*.png``, ``report.md`` and ``report.html`` into ``run_dir``.
 
     A sweep folder (``sweep.json``) gets the combined sweep report instead.
+    ``server_series``: the scraped series to plot (docs/server-metrics.md), else the known ones.
     """
     from harness.report.plots import write_plots  # matplotlib: only when plotting
 
@@ -302,7 +318,10 @@ def render_run(run_dir: str | Path) -> Rendered:
         return render_sweep(run_dir)
     run = load_run(run_dir)
     plot_files = write_plots(run, run.path / PLOTS_DIR)
-    doc = build_run_document(run, plot_files)
+    server = server_section(run, run.path / PLOTS_DIR, server_series)
+    if server.plot is not None:
+        plot_files.append(server.plot)
+    doc = build_run_document(run, plot_files, server.blocks)
     md = run.path / REPORT_MD
     page = run.path / REPORT_HTML
     write_text_atomic(md, to_markdown(doc))

@@ -37,7 +37,14 @@ from harness.report.render import render_run_safely
 from harness.report.results import load_run
 from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
-from harness.run.runner import RunOptions, RunResult, open_measurement, run_plans
+from harness.run.runner import (
+    RunOptions,
+    RunResult,
+    finish_scrape,
+    open_measurement,
+    run_plans,
+    server_scraper,
+)
 from harness.wire.errors import LoopbenchError
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
@@ -197,6 +204,9 @@ def _run(
             turn_hook=None,
             # threads and a socket do not cross into a spawned child (refused with --procs)
             live=None,
+            # the parent scrapes the server, once for the whole run
+            server_metrics=None,
+            scrape_embedded=False,
         )
         parent_end, child_end = ctx.Pipe(duplex=False)
         proc = ctx.Process(
@@ -220,6 +230,7 @@ def _run(
         _start_ignoring_signals(proc)
         child_end.close()
         children.append((proc, parent_end))
+    scraper = server_scraper(opts, base_url, embedded=embedded)
     say(f"running {len(plans)} rollouts in {len(children)} client processes")
     results: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -253,6 +264,8 @@ def _run(
                 proc.join(5)
             end.close()
     if errors:
+        if scraper is not None:
+            scraper.stop()
         raise LoopbenchError("; ".join(errors))
 
     run = open_measurement(
@@ -267,7 +280,7 @@ def _run(
     except BaseException:
         run.close()
         raise
-    summary = run.finish()
+    summary = run.finish(finish_scrape(scraper, run))
     if opts.render:
         render_run_safely(run.run_dir)
     return RunResult(run.run_dir, summary, run)

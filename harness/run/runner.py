@@ -17,14 +17,16 @@ system under test.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
+from harness.report.server_metrics import write_server_metrics
 from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
 from harness.run.live_export import LiveExport
@@ -32,7 +34,9 @@ from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement, pool_size
 from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
 from harness.run.progress import LineProgress, ProgressSink
+from harness.run.server_scrape import ServerScraper, embedded_metrics_url
 from harness.transports import Transport, TransportOptions, make_transport
+from harness.wire.errors import ResultsError
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
@@ -40,6 +44,10 @@ from harness.workload.scenario import Load, Scenario
 
 # How often live counters are handed to the progress display.
 PROGRESS_TICK_S = 0.25
+
+
+def _say_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 @dataclass(slots=True)
@@ -66,6 +74,14 @@ class RunOptions:
     render: bool = True
     # --prometheus-port: the exporter already serving; each run attaches its measurement to it
     live: LiveExport | None = None
+    # --server-metrics URL: a Prometheus endpoint polled during the run (server_metrics.csv.gz);
+    # without it the embedded server's /metrics, unless scrape_embedded is False.
+    server_metrics: str | None = None
+    server_metrics_interval_s: float = 1.0
+    scrape_embedded: bool = True
+    # Where the run's warnings go (an unreachable --server-metrics URL).
+    # A module-level function, not a lambda: --procs sends the options to its children (pickled).
+    say: Callable[[str], None] = field(default=_say_stderr)
 
     def client_options(self) -> dict[str, Any]:
         return client_options(
@@ -96,6 +112,33 @@ def transport_options(base_url: str, opts: RunOptions, load: Load) -> TransportO
         max_connections=pool_size(load),
         recover_from=opts.recover_from,
     )
+
+
+def server_scraper(opts: RunOptions, base_url: str, *, embedded: bool) -> ServerScraper | None:
+    """The run's ``--server-metrics`` poller, started; None when nothing is scraped."""
+    url = opts.server_metrics
+    if url is None and embedded and opts.scrape_embedded:
+        url = embedded_metrics_url(base_url)
+    if url is None:
+        return None
+    scraper = ServerScraper(
+        url, opts.server_metrics_interval_s, say=opts.say, verify_tls=opts.verify_tls
+    )
+    return scraper if scraper.start() else None
+
+
+def finish_scrape(scraper: ServerScraper | None, run: Measurement) -> dict[str, Any]:
+    """Stop ``scraper``, write its file into the run; the summary's ``server_metrics`` block."""
+    if scraper is None:
+        return {}
+    result = scraper.stop()
+    if result.samples:
+        try:
+            write_server_metrics(run.run_dir, result.samples)
+        except ResultsError as exc:
+            # observability, not the measurement: the summary is still written
+            scraper.say(f"warning: {exc}")
+    return {"server_metrics": result.summary()}
 
 
 def _rounds(plans: list[RolloutPlan], scenario: Scenario) -> list[list[RolloutPlan]]:
@@ -199,6 +242,7 @@ async def run_plans(
     # transport and building its TLS context block the loop for tens to hundreds of ms,
     # which is set-up, not the client falling behind.
     clients = {name: make_transport(name, options) for name in transports}
+    scraper = server_scraper(opts, base_url, embedded=embedded)
     watch = ClientWatch()
     try:
         for round_index, chunk in enumerate(rounds):
@@ -230,7 +274,7 @@ async def run_plans(
             await client.aclose()
         if progress is not None:
             progress.close()
-        summary = run.finish()
+        summary = run.finish(finish_scrape(scraper, run))
         if opts.render:
             render_run_safely(run.run_dir)
     return RunResult(run.run_dir, summary, run)

@@ -103,6 +103,28 @@ def test_request_timeout_must_be_positive(timeout: str) -> None:
     assert _sweep_error("--request-timeout-s", timeout) == expected
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--server-metrics-interval", "0"],
+            "--server-metrics-interval: expected a positive number of seconds, got 0.0",
+        ),
+        (
+            ["--server-metrics", "127.0.0.1:8000/metrics"],
+            "--server-metrics 127.0.0.1:8000/metrics: expected an http:// or https:// URL",
+        ),
+        (
+            ["--server-metrics", "http://h/metrics", "--no-server-metrics"],
+            "--no-server-metrics: cannot go with --server-metrics http://h/metrics",
+        ),
+    ],
+)
+def test_server_metrics_options_are_checked(argv: list[str], message: str) -> None:
+    assert _run_error(*argv).startswith(message)
+    assert _sweep_error(*argv).startswith(message)
+
+
 def test_sweep_baseline_must_be_in_every_variant() -> None:
     assert _sweep_error("--transports", "http,ws", "--baseline", "foo") == (
         "--baseline foo: expected one of the run's transports: http, ws"
@@ -139,6 +161,8 @@ def test_sweep_passes_the_client_options_to_each_run(
             "--set", "rollout.count=1", "--set", "transports=[http]", "--out", str(tmp_path),
             "-q", "--no-keepalive", "--no-hints", "--insecure", "--request-timeout-s", "30",
             "--recover-from", "compacted",
+            "--server-metrics", url.removesuffix("/v1") + "/metrics",
+            "--server-metrics-interval", "0.2",
         ]  # fmt: skip
         # This server refuses any other key (401): every turn succeeds only if the key is sent.
         monkeypatch.setenv("LOOPBENCH_TEST_KEY", "sk-sweep-test")
@@ -155,6 +179,8 @@ def test_sweep_passes_the_client_options_to_each_run(
             }
             turns = json.loads((folder / "summary.json").read_text())["transports"]["http"]["turns"]
             assert turns["count"] > 0 and turns["errors"] == 0
+            # --server-metrics reached every run of the sweep, each with its own file
+            assert (folder / "server_metrics.csv.gz").exists()
         monkeypatch.delenv("LOOPBENCH_TEST_KEY")
         proc = loopbench(*argv, "--sweep-id", "sw2", "--api-key-env", "LOOPBENCH_TEST_KEY")
     assert proc.returncode != 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.report.results import load_run
+from harness.report.server_metrics import load_server_metrics
 from harness.run.procs import partition, split_concurrency
 from harness.workload.plan import RolloutPlan
 
@@ -71,6 +73,13 @@ def test_two_client_processes_and_two_server_workers_merge_into_one_run(tmp_path
     # The paired comparison survives the split (both transports ran every rollout).
     assert summary["comparisons"][0]["paired"] is True
     assert json.loads((tmp_path / "procs" / "summary.json").read_text())["client"]["procs"] == 2
+    # The parent scraped the server's /metrics (the children did not): each scrape answered by
+    # one of the two workers, which its worker label says.
+    scraped = load_server_metrics(tmp_path / "procs")
+    assert scraped is not None and summary["server_metrics"]["scrapes"] >= 2
+    info = scraped[scraped["name"] == "loopbench_server_info"]
+    assert set(info["t_s"]) == set(scraped["t_s"])
+    assert {re.search(r'worker="(\d)"', s).group(1) for s in info["labels"]} <= {"0", "1"}  # type: ignore[union-attr]
 
 
 def test_server_workers_refuse_a_private_in_memory_store() -> None:

@@ -16,7 +16,8 @@ from PIL import Image
 from harness.report.plots import PLOTS
 from harness.report.render import render_run
 
-ALL_PLOTS = {f"{spec.name}.png" for spec in PLOTS}
+# the run scrapes the embedded server's /metrics by default: its plot is one more
+ALL_PLOTS = {f"{spec.name}.png" for spec in PLOTS} | {"server_metrics.png"}
 
 
 def _check_png(path: Path) -> tuple[int, int]:

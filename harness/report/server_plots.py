@@ -1,0 +1,128 @@
+"""The server-side metrics figure: the latency timeline, and under it the scraped series.
+
+One time axis for both: seconds after the run's first request, on the clock both
+``turns.csv`` and ``server_metrics.csv.gz`` are stamped with. Gauges are drawn as
+sampled; counters (``*_total``, a histogram's ``_sum`` / ``_count``) as per-second
+rates between scrapes. Which series: ``--server-series NAME`` (``loopbench report``),
+else those of :data:`~harness.metrics.server_series.KNOWN_SERIES` the run has.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from harness.metrics.server_series import default_series, is_counter, pick_series, rates
+from harness.report import analysis as A
+from harness.report.plots import _subtitle, transport_color
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from harness.report.results import Run
+
+_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+#: label sets drawn per series at most (the largest last values); the rest are named as omitted
+MAX_LINES = 8
+CAPTION = (
+    "Top: TTFT of every turn at the time it was sent, per transport. Below, on the same time "
+    "axis: the server's own metrics scraped during the run (--server-metrics; the embedded "
+    "server's /metrics by default): gauges as sampled, counters as per-second rates between "
+    "scrapes (a modelled-seconds rate is the mean number of responses in that component). "
+    "Series chosen with loopbench report --server-series NAME; docs/server-metrics.md."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    series: list[tuple[str, str]]  # (name, title) plotted
+    missing: list[str]  # asked for, not scraped
+
+
+def select(df: pd.DataFrame, wanted: Sequence[str] = ()) -> Selection:
+    names = df["name"].unique().tolist()
+    if not wanted:
+        return Selection(default_series(names), [])
+    found, missing = pick_series(names, wanted)
+    return Selection([(n, n) for n in found], missing)
+
+
+def _legend_labels(labels: Sequence[str]) -> list[str]:
+    """Each label set without the ``k="v"`` pairs every set of the series shares."""
+    parsed = [_PAIR.findall(s) for s in labels]
+    common = set.intersection(*(set(p) for p in parsed)) if parsed else set()
+    return [",".join(f'{k}="{v}"' for k, v in p if (k, v) not in common) for p in parsed]
+
+
+def plot_server_metrics(run: Run, df: pd.DataFrame, sel: Selection) -> Figure | None:
+    """The figure, or None when the run has no turns or none of the chosen series."""
+    if not sel.series:
+        return None
+    from matplotlib.figure import Figure  # matplotlib: only when plotting
+
+    turns = A.turn_table(run)
+    sent = turns["sent_ns"][turns["sent_ns"] > 0]
+    if sent.empty:
+        return None
+    origin_s = float(sent.min()) / 1e9
+    n = len(sel.series) + 1
+    fig = Figure(figsize=(10, 2.0 * n + 0.8), layout="constrained")
+    axes = list(fig.subplots(n, 1, sharex=True, squeeze=False)[:, 0])
+    ax = axes[0]
+    for i, name in enumerate(A.run_transports(run)):
+        g = turns[(turns["transport"] == name) & turns["ttft_ms"].notna()]
+        if not g.empty:
+            x = g["sent_ns"].to_numpy(float) / 1e9 - origin_s
+            ax.scatter(x, g["ttft_ms"], s=10, color=transport_color(name, i), label=name, lw=0)
+    ax.set_ylabel("TTFT (ms)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("latency timeline: TTFT per turn, at its send time")
+    ax.legend(loc="upper right", ncols=4)
+    stamps = np.unique(df["t_s"].to_numpy(float))
+    # half the usual interval: shorter ones (the run's final scrape) join the next
+    min_dt = float(np.median(np.diff(stamps))) / 2 if len(stamps) > 2 else 0.0
+    for ax, (name, title) in zip(axes[1:], sel.series, strict=True):
+        rows = df[df["name"] == name]
+        counter = is_counter(name)
+        groups = sorted(
+            rows.groupby("labels", sort=False),
+            key=lambda kv: -float(kv[1]["value"].iloc[-1]),
+        )
+        shown = groups[:MAX_LINES]
+        names = _legend_labels([str(k) for k, _ in shown])
+        for (_, g), label in zip(shown, names, strict=True):
+            g = g.sort_values("t_s")
+            t = (g["t_s"].to_numpy(float) - origin_s).tolist()
+            v = g["value"].to_numpy(float).tolist()
+            if counter:
+                t, v = rates(t, v, min_dt)
+            if t:
+                ax.step(t, v, where="post" if not counter else "pre", lw=1.4, label=label or None)
+        more = len(groups) - len(shown)
+        heading = f"{title} — rate per second" if counter else title
+        if title != name:
+            heading += f"  ({name})"
+        ax.set_title(heading + (f"  (+{more} more label sets)" if more else ""), fontsize=9)
+        ax.set_ylim(bottom=0)
+        if any(names):
+            ax.legend(loc="upper right", fontsize=7, ncols=2)
+    axes[-1].set_xlabel("time since the run's first request (s)")
+    span = [0.0, max(1.0, float(np.nanmax(turns["done_ns"].to_numpy(float))) / 1e9 - origin_s)]
+    axes[-1].set_xlim(span[0] - 0.02 * span[1], span[1] * 1.02)
+    fig.suptitle("Server-side metrics under the latency timeline")
+    fig.supxlabel(_subtitle(run), fontsize=8, color="#555555")
+    return fig
+
+
+def series_table(df: pd.DataFrame) -> list[list[str]]:
+    """Per scraped name: label sets, samples, and gauge or counter (the report's list)."""
+    out = []
+    for name, g in df.groupby("name", sort=True):
+        kind = "counter (rate)" if is_counter(str(name)) else "gauge"
+        out.append([str(name), kind, str(g["labels"].nunique()), str(len(g))])
+    return out
