@@ -405,3 +405,19 @@ def test_injected_faults_are_typed_server_errors(
         c.messages.create(model="sim", max_tokens=5, messages=[{"role": "user", "content": "x"}])
     body: Any = info.value.body
     assert body["error"]["type"] == kind
+
+
+def test_oversized_bodies_are_413_in_each_api_shape() -> None:
+    big = {"model": "sim", "max_tokens": 5, "messages": [{"role": "user", "content": "x" * 4096}]}
+    with configured_server("--max-body-bytes", "2048") as base:
+        messages = httpx.post(f"{root(base)}/v1/messages", json=big)
+        chat = httpx.post(f"{base}/chat/completions", json=big)
+        # The server answers a valid request afterwards.
+        small = httpx.post(
+            f"{root(base)}/v1/messages",
+            json={**big, "messages": [{"role": "user", "content": "x"}]},
+        )
+    assert messages.status_code == 413
+    assert messages.json()["error"]["type"] == "request_too_large"
+    assert chat.status_code == 413 and chat.json()["error"]["code"] == "request_too_large"
+    assert small.status_code == 200 and small.json()["type"] == "message"
