@@ -421,3 +421,28 @@ def test_oversized_bodies_are_413_in_each_api_shape() -> None:
     assert messages.json()["error"]["type"] == "request_too_large"
     assert chat.status_code == 413 and chat.json()["error"]["code"] == "request_too_large"
     assert small.status_code == 200 and small.json()["type"] == "message"
+
+
+def test_chat_and_messages_share_the_engine_stream_slots() -> None:
+    """With one engine stream slot, a message waits while a chat completion streams."""
+    with (
+        configured_server("--set", "engine.max_streams=1") as base,
+        httpx.Client(timeout=60) as http,
+        Anthropic(api_key="k", base_url=root(base), max_retries=0) as c,
+    ):
+        body = {
+            "model": "sim",
+            "messages": [{"role": "user", "content": "long"}],
+            "stream": True,
+            "metadata": {"loopbench.output_tokens": "3000", "loopbench.reasoning_tokens": "0"},
+        }
+        with http.stream("POST", f"{base}/chat/completions", json=body) as chat:
+            lines = chat.iter_lines()
+            # The role chunk, then the first content: the chat completion holds the slot now.
+            while '"content":"' not in next(lines).replace('"content":""', ""):
+                pass
+            done = c.messages.create(
+                model="sim", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+            )
+    timing = (done.model_extra or {})["sim_timing"]
+    assert timing["engine_queue"] > 0
