@@ -446,3 +446,30 @@ def test_chat_and_messages_share_the_engine_stream_slots() -> None:
             )
     timing = (done.model_extra or {})["sim_timing"]
     assert timing["engine_queue"] > 0
+
+
+def test_the_disconnect_fault_cuts_both_streams_after_the_first_delta() -> None:
+    chat_body = {
+        "model": "sim",
+        "messages": [{"role": "user", "content": "x"}],
+        "stream": True,
+        "metadata": {"loopbench.output_tokens": "200", "loopbench.reasoning_tokens": "0"},
+    }
+    messages_body = {**chat_body, "max_tokens": 300}
+    with (
+        configured_server("--fault", "disconnect_rate=1") as base,
+        httpx.Client(timeout=30) as http,
+    ):
+        for url, body, end in (
+            (f"{base}/chat/completions", chat_body, "data: [DONE]"),
+            (f"{root(base)}/v1/messages", messages_body, "message_stop"),
+        ):
+            seen: list[str] = []
+            with (
+                pytest.raises(httpx.RemoteProtocolError),
+                http.stream("POST", url, json=body) as response,
+            ):
+                seen.extend(response.iter_lines())
+            text = "\n".join(seen)
+            assert end not in text, url
+            assert '"content":"' in text.replace('"content":""', "") or "text_delta" in text
