@@ -187,8 +187,11 @@ class StatelessApi:
             jobs.append(job)
             try:
                 await service.generate(job, keep_errors)
+            except InjectedDisconnect:
+                raise  # the connection is dropped, as for a non-streamed /v1/responses
             except Exception as exc:
-                await keep_errors(service.crashed(job.builder, exc))
+                with contextlib.suppress(ValueError):
+                    await keep_errors(service.crashed(job.builder, exc))
 
         if not await until_disconnect(request.receive, admit_and_generate()):
             return Response(status_code=499)
