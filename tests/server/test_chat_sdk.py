@@ -300,3 +300,16 @@ def test_the_rate_limit_is_429_with_retry_after() -> None:
             c.chat.completions.create(model="sim", messages=msgs)
     assert info.value.response.headers["retry-after"]
     assert info.value.code == "rate_limit_exceeded"
+
+
+def test_a_non_streamed_completion_carries_reasoning_content(client: OpenAI) -> None:
+    done = client.chat.completions.create(
+        model="sim",
+        messages=[{"role": "user", "content": "think"}],
+        metadata=hints(8, reasoning=50),
+    )
+    message = done.choices[0].message
+    assert (message.model_extra or {})["reasoning_content"]
+    assert done.usage is not None and done.usage.completion_tokens == 58
+    assert done.usage.completion_tokens_details is not None
+    assert done.usage.completion_tokens_details.reasoning_tokens == 50

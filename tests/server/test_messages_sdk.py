@@ -473,3 +473,17 @@ def test_the_disconnect_fault_cuts_both_streams_after_the_first_delta() -> None:
             text = "\n".join(seen)
             assert end not in text, url
             assert '"content":"' in text.replace('"content":""', "") or "text_delta" in text
+
+
+def test_a_non_streamed_message_carries_its_thinking_block(client: Anthropic) -> None:
+    done = client.messages.create(
+        model="sim",
+        max_tokens=2000,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        messages=[{"role": "user", "content": "think"}],
+        metadata=hints(8, reasoning=50),
+    )
+    assert [b.type for b in done.content] == ["thinking", "text"]
+    block: Any = done.content[0]
+    assert block.thinking and block.signature.startswith("rs_")
+    assert done.usage.output_tokens == 58
