@@ -4,7 +4,8 @@ A seeded mutation fuzzer over raw asyncio sockets (no HTTP library between the
 fuzzer and the server, so it can send what a library would refuse to):
 
 * **http_body** — valid ``POST /v1/responses`` bodies (plain, items with tool calls,
-  tools, streamed or not, stored or not) mutated 1 to 4 times: keys dropped,
+  tools, streamed or not, stored or not), and ``POST /v1/chat/completions`` and
+  ``POST /v1/messages`` bodies in their own shapes, mutated 1 to 4 times: keys dropped,
   values replaced by any JSON type, unknown keys, huge and negative numbers, deep
   nesting, invalid UTF-8, truncation, byte flips, non-object JSON;
 * **http_header** — valid requests with broken framing: wrong or missing
@@ -84,8 +85,24 @@ DOCUMENTED_CODES = frozenset(
         "integer_above_max_value",
         "too_many_background_responses",
         "websocket_queue_full",
+        "empty_array",
     }
 )
+#: ``error.type`` of the Messages API's error body (``{"type":"error","error":{type,message}}``)
+MESSAGES_ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "overloaded_error",
+    }
+)
+#: the routes http_body posts to, by weight: the Chat Completions and Messages faces too
+BODY_ROUTES = (("/v1/responses", 70), ("/v1/chat/completions", 15), ("/v1/messages", 15))
 #: close codes the WebSocket layer may answer hostile frames with (1011 is a server failure)
 ALLOWED_CLOSE_CODES = frozenset({1000, 1002, 1005, 1006, 1007, 1008, 1009})
 #: the server's limits while fuzzing: small, so over-limit inputs are cheap to send
@@ -204,8 +221,76 @@ def _rand_json(r: random.Random, depth: int = 0) -> Any:
     return {r.choice((*_WORDS[:4], "type", "role")): _rand_json(r, depth + 1) for _ in range(3)}
 
 
-def _base_body(r: random.Random) -> dict[str, Any]:
+def _chat_body(r: random.Random) -> dict[str, Any]:
+    """A valid chat completions body with a small output."""
+    body: dict[str, Any] = {
+        "model": "sim-model",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": CANARY},
+        ],
+        "max_completion_tokens": r.randint(1, MAX_OUTPUT),
+        "stream": r.random() < 0.6,
+    }
+    if body["stream"] and r.random() < 0.5:
+        body["stream_options"] = {"include_usage": True}
+    if r.random() < 0.4:
+        body["messages"] += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "a.txt " + CANARY},
+        ]
+        body["tools"] = [
+            {"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}
+        ]
+        body["tool_choice"] = r.choice(["auto", "required", "none"])
+    return body
+
+
+def _messages_body(r: random.Random) -> dict[str, Any]:
+    """A valid Messages body with a small output, sometimes with tools and cache breakpoints."""
+    mark = {"type": "ephemeral"}
+    body: dict[str, Any] = {
+        "model": "sim-model",
+        "max_tokens": r.randint(1, MAX_OUTPUT),
+        "system": [{"type": "text", "text": "be brief", "cache_control": mark}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": CANARY}]}],
+        "stream": r.random() < 0.6,
+    }
+    if r.random() < 0.4:
+        body["messages"] += [
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": "a.txt " + CANARY,
+                        "cache_control": mark,
+                    }
+                ],
+            },
+        ]
+        body["tools"] = [{"name": "ls", "input_schema": {"type": "object"}, "cache_control": mark}]
+        body["tool_choice"] = {"type": r.choice(["auto", "any", "none"])}
+    return body
+
+
+def _base_body(r: random.Random, route: str = "/v1/responses") -> dict[str, Any]:
     """A valid create body with a small output (so the valid cases cost milliseconds)."""
+    if route == "/v1/chat/completions":
+        return _chat_body(r)
+    if route == "/v1/messages":
+        return _messages_body(r)
     body: dict[str, Any] = {
         "model": "sim-model",
         "input": "hi " + CANARY,
@@ -256,10 +341,19 @@ _FIELDS = (
     "include",
     "reasoning",
     "temperature",
+    # the Chat Completions and Messages fields
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "stream_options",
+    "system",
+    "thinking",
+    "n",
 )
 
 
 def _mutate_doc(r: random.Random, doc: dict[str, Any]) -> Any:
+    items = "messages" if "messages" in doc else "input"
     k = r.randrange(8)
     if k == 0 and doc:
         doc.pop(r.choice(list(doc)))
@@ -267,12 +361,20 @@ def _mutate_doc(r: random.Random, doc: dict[str, Any]) -> Any:
         doc[r.choice(_FIELDS)] = _rand_json(r)
     elif k == 2:
         doc[r.choice(_WORDS)] = _rand_json(r)
-    elif k == 3 and isinstance(doc.get("input"), list) and doc["input"]:
-        item = r.choice(doc["input"])
+    elif k == 3 and isinstance(doc.get(items), list) and doc[items]:
+        item = r.choice(doc[items])
         if isinstance(item, dict) and item:
-            item[r.choice([*item, "type", "role", "call_id"])] = _rand_json(r)
+            keys = [*item, "type", "role", "call_id", "content", "tool_call_id", "tool_calls"]
+            item[r.choice(keys)] = _rand_json(r)
+            content = item.get("content")
+            if isinstance(content, list) and content and isinstance(content[0], dict):
+                # Messages blocks: a bad block, tool_use_id, cache_control or signature.
+                block = r.choice(content)
+                if isinstance(block, dict):
+                    keys = [*block, "type", "tool_use_id", "cache_control", "signature"]
+                    block[r.choice(keys)] = _rand_json(r)
     elif k == 4:
-        doc["input"] = [_rand_json(r) for _ in range(r.randrange(1, 4))]
+        doc[items] = [_rand_json(r) for _ in range(r.randrange(1, 4))]
     elif k == 5:
         doc["metadata"] = {
             r.choice(("loopbench.output_tokens", "loopbench.parallel_calls", "loopbench.fail")): (
@@ -310,9 +412,10 @@ def _mutate_doc(r: random.Random, doc: dict[str, Any]) -> Any:
 def _bound_work(doc: Any) -> None:
     """Keep a positive ``max_output_tokens`` small: a long answer is legitimate, not fuzz."""
     if isinstance(doc, dict):
-        v = doc.get("max_output_tokens")
-        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_OUTPUT and v < 2**31:
-            doc["max_output_tokens"] = MAX_OUTPUT
+        for key in ("max_output_tokens", "max_tokens", "max_completion_tokens"):
+            v = doc.get(key)
+            if isinstance(v, int) and not isinstance(v, bool) and v > MAX_OUTPUT and v < 2**31:
+                doc[key] = MAX_OUTPUT
 
 
 def _mutate_bytes(r: random.Random, raw: bytes) -> bytes:
@@ -338,9 +441,9 @@ def _mutate_bytes(r: random.Random, raw: bytes) -> bytes:
     return json.dumps({"model": "m", "input": [{"role": "user", "content": "x"}] * n}).encode()
 
 
-def fuzz_body(r: random.Random) -> bytes:
+def fuzz_body(r: random.Random, route: str = "/v1/responses") -> bytes:
     """One create body: a valid one mutated 1 to 4 times, sometimes at the byte level."""
-    doc: Any = _base_body(r)
+    doc: Any = _base_body(r, route)
     for _ in range(r.randint(1, 4)):
         doc = _mutate_doc(r, doc) if isinstance(doc, dict) else _rand_json(r)
     _bound_work(doc)
@@ -440,6 +543,13 @@ def _check_error_body(tally: Tally, family: str, ans: Answer) -> None:
     try:
         doc = json.loads(ans.body)
         err = doc["error"]
+        if doc.get("type") == "error":  # the Messages API's shape
+            kind, message = err["type"], err["message"]
+            if kind not in MESSAGES_ERROR_TYPES or not isinstance(message, str) or not message:
+                tally.fail("undocumented_code", f"{family} {ans.status}: {ans.body[:200]!r}")
+            else:
+                tally.answer(family, f"{ans.status} {kind}")
+            return
         code, message = err["code"], err["message"]
     except (ValueError, KeyError, TypeError):
         if ans.headers.get("content-type", "").startswith("application/json"):
@@ -454,7 +564,10 @@ def _check_error_body(tally: Tally, family: str, ans: Answer) -> None:
 
 
 def _judge_status(tally: Tally, family: str, ans: Answer, detail: str) -> None:
-    if ans.status >= 500 or ans.status < 100:
+    if ans.status == 500 and b"(injected by loopbench.fail)" in ans.body:
+        # A non-streamed chat or messages create asked to fail: its only shape is a 500.
+        tally.answer(family, "500 (loopbench.fail hint)")
+    elif ans.status >= 500 or ans.status < 100:
         tally.fail(f"5xx {ans.status}", f"{family}: {detail}: {ans.body[:200]!r}")
     elif ans.status >= 400:
         _check_error_body(tally, family, ans)
@@ -493,6 +606,9 @@ async def _exchange(
                 b"response.incomplete",
                 b"response.failed",
                 b'"type":"error"',
+                b"data: [DONE]",  # chat completions
+                b'data: {"error":',
+                b'"type":"message_stop"',  # messages
             )
         )
     ):
@@ -503,7 +619,8 @@ async def _exchange(
 async def http_body_case(
     host: str, port: int, conn: Conn | None, r: random.Random, tally: Tally, hang_s: float
 ) -> Conn | None:
-    body = fuzz_body(r)
+    route = r.choices([p for p, _ in BODY_ROUTES], [w for _, w in BODY_ROUTES])[0]
+    body = fuzz_body(r, route)
     chunked = r.random() < 0.15
     headers = [("content-type", "application/json")]
     if chunked:
@@ -522,16 +639,16 @@ async def http_body_case(
         conn = await Conn.open(host, port)
     ans = await _exchange(
         conn,
-        _request("POST", "/v1/responses", headers, payload),
+        _request("POST", route, headers, payload),
         hang_s,
         r,
         read_all=r.random() < 0.5,
     )
     if ans is None:
-        tally.fail("closed_without_answer", f"http_body: {body[:120]!r}")
+        tally.fail("closed_without_answer", f"http_body {route}: {body[:120]!r}")
         conn.close()
         return None
-    _judge_status(tally, "http_body", ans, repr(body[:120]))
+    _judge_status(tally, "http_body", ans, f"{route} {body[:120]!r}")
     if not ans.keep_alive or ans.status == 413:
         if ans.status == 200 and r.random() < 0.5:
             conn.reset()
