@@ -52,6 +52,8 @@ class Conversation:
     """The client state one rollout carries from turn to turn: the chain, the paused response."""
 
     __slots__ = ("paused", "previous_response_id", "recover_from", "spec")
+    #: what a complete stream ends with, for the truncation error
+    stream_end = "a terminal event"
 
     def __init__(self, spec: TransportSpec, recover_from: str = "full") -> None:
         self.spec = spec
@@ -97,7 +99,7 @@ class Conversation:
         stream = feed.stream
         if not stream.done:
             raise TransportError(
-                ErrorKind.TRUNCATED_STREAM, "the SSE stream ended before a terminal event"
+                ErrorKind.TRUNCATED_STREAM, f"the SSE stream ended before {self.stream_end}"
             )
         if stream.response_id and stream.status in _CHAIN_STATUSES:
             self.previous_response_id = stream.response_id

@@ -55,7 +55,12 @@ from harness.wire.events import (
 from harness.wire.tokens import count_tokens
 from harness.workload.records import BURST_WINDOW_NS, SIM_FIELDS, TurnRecord
 
-__all__ = ["ResponseStream"]
+__all__ = ["FUNCTION_NAME_TOKEN", "ResponseStream"]
+
+#: not a Responses event: what a translated stream (harness/client/translate.py) feeds when a
+#: function call's name arrives as output of its own (Chat Completions' first tool-call delta);
+#: a Responses server never sends it (its names come in ``output_item.added``)
+FUNCTION_NAME_TOKEN = "loopbench.function_call_name"
 
 _TERMINAL_STATUS = {COMPLETED: "completed", INCOMPLETE: "incomplete", FAILED: "failed"}
 # Events scoped to one content part of an item.
@@ -213,6 +218,11 @@ class ResponseStream:
             self._on_item_added(etype, seq, event, t_ns)
         elif etype == OUTPUT_ITEM_DONE:
             self._on_item_done(etype, seq, event, t_ns)
+        elif etype == FUNCTION_NAME_TOKEN:
+            # A Chat Completions tool call's name (harness/client/chat_api.py): output, no text,
+            # so it stamps the first output without adding a delta, an ITL sample or a burst.
+            self._open_item(etype, seq, event)
+            self._visible_token(t_ns)
         elif etype == SUMMARY_DELTA:
             self._open_item(etype, seq, event)
             self.delta_events += 1
@@ -252,16 +262,21 @@ class ResponseStream:
             if etype == REASONING_TEXT_DELTA:
                 self._reasoning_chars += n
             return
-        if self.first_output_ns:
+        if self._delta_t:
             self.itl_ns.append(t_ns - self._delta_t[-1])
-        else:
+        self._visible_token(t_ns)
+        self._delta_t.append(t_ns)
+        self._delta_len.append(n)
+        self._text_chars += n
+
+    def _visible_token(self, t_ns: int) -> None:
+        """A token of the visible output arrived (a delta, or a Chat Completions tool call's
+        name, which carries no text): the first one is the first output."""
+        if not self.first_output_ns:
             self.first_output_ns = t_ns
             if not self.first_token_ns:
                 self.first_token_ns = t_ns
         self.last_token_ns = t_ns
-        self._delta_t.append(t_ns)
-        self._delta_len.append(n)
-        self._text_chars += n
 
     def _reasoning_token(self, t_ns: int) -> None:
         """A reasoning token arrived: it may be the response's first token, never its first
@@ -498,6 +513,7 @@ _KNOWN = frozenset(
         INCOMPLETE,
         DONE,
         SUMMARY_DELTA,
+        FUNCTION_NAME_TOKEN,
     }
     | _PART_EVENTS
     | _ITEM_EVENTS
