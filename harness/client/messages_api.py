@@ -24,6 +24,7 @@ from harness.client.translate import (
 )
 from harness.wire.events import loads
 from harness.wire.sse import SSEMessage
+from harness.wire.tokens import count_tokens
 from harness.workload.agent import TurnInput
 
 PATH = "/messages"
@@ -179,7 +180,16 @@ class MessagesTranslator:
     ``message_stop`` ends the response.  An ``error`` event is an ``error`` event.
     """
 
-    __slots__ = ("_emit", "_model", "_pending", "_sim_timing", "_stop", "_usage", "ended")
+    __slots__ = (
+        "_emit",
+        "_model",
+        "_pending",
+        "_sim_timing",
+        "_stop",
+        "_thinking",
+        "_usage",
+        "ended",
+    )
 
     def __init__(self) -> None:
         self._emit = ResponsesEmitter()
@@ -188,6 +198,7 @@ class MessagesTranslator:
         self._sim_timing: object = None
         self._model: object = None
         self._pending: set[object] = set()  # thinking blocks started, no token yet
+        self._thinking = False  # the response had a thinking block
         self.ended = False
 
     def feed(self, msg: SSEMessage) -> list[Event]:
@@ -246,6 +257,7 @@ class MessagesTranslator:
             return emit.open_call(key, str(block.get("id") or ""), str(block.get("name") or ""))
         if kind == "thinking":
             self._pending.add(key)
+            self._thinking = True
         # redacted_thinking, server tool blocks and other kinds: not sent back, not measured
         return []
 
@@ -288,4 +300,13 @@ class MessagesTranslator:
         write = int_field(u, "cache_creation_input_tokens")
         # Comparable with the other APIs' input: everything the request held, cached or not.
         total = int_field(u, "input_tokens") + read + write
-        return responses_usage(total, read, int_field(u, "output_tokens"), None, cache_write=write)
+        output = int_field(u, "output_tokens")
+        reasoning = None
+        if self._thinking:
+            # Thinking tokens are part of output_tokens, with no count of their own, and the
+            # thinking shown may be a summary: what the visible stream does not account for.
+            emit = self._emit
+            shown = count_tokens("x" * emit.reasoning_chars) if emit.reasoning_chars else 0
+            visible = count_tokens("x" * emit.visible_chars) if emit.visible_chars else 0
+            reasoning = max(shown, output - visible)
+        return responses_usage(total, read, output, reasoning, cache_write=write)

@@ -60,7 +60,15 @@ class ResponsesEmitter:
     ``output_index`` values in the order they open.
     """
 
-    __slots__ = ("_chunks", "_items", "_open", "_output", "response_id")
+    __slots__ = (
+        "_chunks",
+        "_items",
+        "_open",
+        "_output",
+        "reasoning_chars",
+        "response_id",
+        "visible_chars",
+    )
 
     def __init__(self) -> None:
         self.response_id = ""
@@ -68,6 +76,9 @@ class ResponsesEmitter:
         self._items: dict[object, tuple[int, Event]] = {}  # open items by key
         self._chunks: dict[object, list[str]] = {}  # their streamed text
         self._open: list[object] = []
+        #: streamed characters of the visible output (text, arguments) and of reasoning text
+        self.visible_chars = 0
+        self.reasoning_chars = 0
 
     @property
     def started(self) -> bool:
@@ -119,6 +130,10 @@ class ResponsesEmitter:
         index, item = self._items[key]
         self._chunks[key].append(text)
         kind = item["type"]
+        if kind == "reasoning":
+            self.reasoning_chars += len(text)
+        else:
+            self.visible_chars += len(text)
         if kind == "message":
             return [{"type": TEXT_DELTA, "output_index": index, "content_index": 0, "delta": text}]
         etype = ARGUMENTS_DELTA if kind == "function_call" else REASONING_TEXT_DELTA
