@@ -20,6 +20,7 @@ from harness.wire.transports import TRANSPORTS, transport_spec
 from harness.workload.agent import TurnInput
 from harness.workload.plan import TurnPlan
 from harness.workload.records import TurnRecord
+from reference_server.core.predict import request_cost
 
 MS = 1_000_000
 USER = {"type": "message", "role": "user", "content": "fix the bug"}
@@ -444,3 +445,11 @@ def test_openai_and_reference_server_codes_share_the_classes() -> None:
     assert error_class(429, "rate_limit_exceeded") == error_class(429, "rate_limit_error")
     assert error_class(401, "invalid_api_key") == error_class(401, "authentication_error")
     assert retryable(502, None) and not retryable(400, "context_length_exceeded")
+
+
+def test_the_server_predicts_both_like_http() -> None:
+    for name in ("chat", "messages"):
+        for history, new, fresh in ((0, 500, True), (4000, 300, False)):
+            assert request_cost(name, history, new, new_connection=fresh) == request_cost(
+                "http", history, new, new_connection=fresh
+            )

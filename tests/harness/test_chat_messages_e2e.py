@@ -87,3 +87,14 @@ def test_gate_ab_accepts_the_new_transports(tmp_path: Path) -> None:
         for name in APIS:
             turns = summary["transports"][name]["turns"]
             assert turns["count"] > 0 and turns["errors"] == 0, (side, name, turns)
+
+
+def test_loopbench_locust_runs_the_new_transports(tmp_path: Path) -> None:
+    proc = loopbench(
+        "locust", TINY, "--transports", "chat,messages", "--run-time", "60",
+        "--out", tmp_path, "--run-id", "loc", "-q", timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "loc" / "summary.json").read_text())
+    for name in APIS:
+        assert summary["transports"][name]["turns"] == {"count": 8, "errors": 0}, name
