@@ -1,5 +1,5 @@
 """The ``chat`` transport's protocol, sans I/O: the Chat Completions request of a turn, and its
-streamed chunks as Responses events (docs/protocol.md §8).
+streamed chunks as Responses events (docs/protocol.md §7).
 
 The transcript (:class:`~harness.workload.agent.Transcript`) keeps Responses items; a turn's
 body translates them into chat messages: the instructions as the system message, consecutive

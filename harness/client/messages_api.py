@@ -1,5 +1,5 @@
 """The ``messages`` transport's protocol, sans I/O: the Anthropic Messages request of a turn, its
-headers, and its streamed events as Responses events (docs/protocol.md §8).
+headers, and its streamed events as Responses events (docs/protocol.md §7).
 
 The transcript keeps Responses items; a turn's body translates them into alternating user
 and assistant messages of content blocks: function calls become ``tool_use`` blocks (after the

@@ -21,6 +21,10 @@ sent when its first reasoning token exists, so it is the first token of the resp
 the burst window and the streamed-token count read the visible deltas only, so the time
 a model spends reasoning does not pass for slow decoding.
 
+The ``chat`` and ``messages`` transports feed it the same events, translated from their
+APIs' streams (:mod:`harness.client.translate`), plus one event of loopbench's own,
+:data:`FUNCTION_NAME_TOKEN`: a Chat Completions tool call's name, output without text.
+
 Unknown event types and fields are ignored (forward compatibility) but still
 consume a sequence number.
 """

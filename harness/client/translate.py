@@ -6,7 +6,7 @@ Chat Completions chunks (:mod:`harness.client.chat_api`) and Anthropic Messages 
 ``output_item.added`` / ``output_item.done`` pair per output item (a message, a function
 call, a reasoning item) with the deltas in between, then a terminal event carrying the usage
 and the server's ``sim_timing``.  TTFT, TTFOT, ITL, bursts, usage and the honesty checks are
-then computed by the same code for all three APIs (docs/protocol.md §8).
+then computed by the same code for all three APIs (docs/protocol.md §7).
 
 Why a translator rather than a second state machine: the metrics are defined once
 (docs/metrics.md §1) and the Responses state machine already checks ordering and handles
