@@ -52,8 +52,6 @@ class Conversation:
     """The client state one rollout carries from turn to turn: the chain, the paused response."""
 
     __slots__ = ("paused", "previous_response_id", "recover_from", "spec")
-    #: what a complete stream ends with, for the truncation error
-    stream_end = "a terminal event"
 
     def __init__(self, spec: TransportSpec, recover_from: str = "full") -> None:
         self.spec = spec
@@ -70,6 +68,9 @@ class Conversation:
     def ws_query(self) -> str:
         """Appended to the WebSocket URL: the append prototype asks for its mode."""
         return "?mode=append" if self.spec.append else ""
+
+    #: what a complete stream ends with, for the truncation error (another API's marker)
+    stream_end = "a terminal event"
 
     # -- HTTP --------------------------------------------------------------------------------
 

@@ -226,7 +226,7 @@ class ResponseStream:
             # A Chat Completions tool call's name (harness/client/chat_api.py): output, no text,
             # so it stamps the first output without adding a delta, an ITL sample or a burst.
             self._open_item(etype, seq, event)
-            self._visible_token(t_ns)
+            self._name_token(t_ns)
         elif etype == SUMMARY_DELTA:
             self._open_item(etype, seq, event)
             self.delta_events += 1
@@ -268,19 +268,14 @@ class ResponseStream:
             return
         if self._delta_t:
             self.itl_ns.append(t_ns - self._delta_t[-1])
-        self._visible_token(t_ns)
-        self._delta_t.append(t_ns)
-        self._delta_len.append(n)
-        self._text_chars += n
-
-    def _visible_token(self, t_ns: int) -> None:
-        """A token of the visible output arrived (a delta, or a Chat Completions tool call's
-        name, which carries no text): the first one is the first output."""
         if not self.first_output_ns:
             self.first_output_ns = t_ns
             if not self.first_token_ns:
                 self.first_token_ns = t_ns
         self.last_token_ns = t_ns
+        self._delta_t.append(t_ns)
+        self._delta_len.append(n)
+        self._text_chars += n
 
     def _reasoning_token(self, t_ns: int) -> None:
         """A reasoning token arrived: it may be the response's first token, never its first
@@ -289,6 +284,15 @@ class ResponseStream:
             self.first_token_ns = t_ns
         if not self.first_output_ns:
             self.last_token_ns = t_ns
+
+    def _name_token(self, t_ns: int) -> None:
+        """A Chat Completions tool call's name arrived: visible output without text, so it may
+        be the first output but is no delta (no ITL sample, no burst weight)."""
+        if not self.first_output_ns:
+            self.first_output_ns = t_ns
+            if not self.first_token_ns:
+                self.first_token_ns = t_ns
+        self.last_token_ns = t_ns
 
     def _on_item_added(self, etype: str, seq: int | None, event: dict[str, Any], t_ns: int) -> None:
         index = _int_field(self, etype, seq, event, "output_index")
