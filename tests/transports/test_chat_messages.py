@@ -9,8 +9,10 @@ so the parity check compares what each edge put on the wire, headers included.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
 from tests.foreign_chat import SIM_TIMING, foreign_chat_server
+from tests.runs import TINY, run_cli
 from tests.transports.test_parity import RECORD_FIELDS, gevent_edge
 
 APIS = ("chat", "messages")
@@ -169,3 +172,33 @@ def test_both_edges_send_the_same_bytes_for_chat_and_messages() -> None:
         assert a == g, f"request {i} differs between the edges"
     assert a_turns == g_turns
     assert {t[0] for t in a_turns} == set(APIS)
+
+
+@pytest.mark.parametrize(
+    ("placement", "marked"),
+    [("none", (0, 0, 0)), ("system", (1, 1, 0)), ("conversation", (1, 1, 1))],
+)
+def test_cache_control_flag_of_loopbench_run(
+    tmp_path: Path, placement: str, marked: tuple[int, int, int]
+) -> None:
+    """``run --target URL --cache-control X``: the breakpoints each messages body carries
+    (system, tools, messages), and the manifest records a placement other than the default."""
+    with foreign_chat_server() as (url, requests):
+        run_cli(
+            "run", TINY, "--target", url, "--no-probe", "--transports", "messages",
+            "--set", "rollout.count=1", "--cache-control", placement,
+            "--out", tmp_path, "--run-id", "cc", "-q",
+        )  # fmt: skip
+    assert requests
+    for r in requests:
+        body = r["body"]
+        found = (
+            sum("cache_control" in b for b in body["system"]),
+            sum("cache_control" in t for t in body["tools"]),
+            sum("cache_control" in b for m in body["messages"] for b in m["content"]),
+        )
+        assert found == marked, (placement, found)
+    manifest = json.loads((tmp_path / "cc" / "manifest.json").read_text())
+    assert manifest["client_options"].get("cache_control", "conversation") == placement
+    if placement == "conversation":
+        assert "cache_control" not in manifest["client_options"]
