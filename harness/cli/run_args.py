@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from harness.cli.common import api_key, scenario_overrides
+from harness.client.messages_api import CACHE_CONTROL
 from harness.client.options import RECOVER_FROM
 from harness.report.sweep import parse_sweep_sets
 from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
@@ -32,6 +33,14 @@ def add_client_options(p: Any) -> None:
         "--no-keepalive", action="store_true", help="HTTP: open a new connection for every request"
     )
     p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    p.add_argument(
+        "--cache-control",
+        choices=CACHE_CONTROL,
+        default="conversation",
+        help="the messages transport's prompt-cache breakpoints: none; system (the system "
+        "prompt and the last tool); conversation (those and the last message's last block, as "
+        "coding agents do; default)",
+    )
     p.add_argument(
         "--no-hints",
         action="store_true",
@@ -123,6 +132,7 @@ def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
         "api_key": api_key(args.api_key_env),
         "keepalive": not args.no_keepalive,
         "verify_tls": not args.insecure,
+        "cache_control": args.cache_control,
         "hints": not args.no_hints,
         "request_timeout_s": args.request_timeout_s,
         "recover_from": args.recover_from,

@@ -24,7 +24,10 @@ from harness.wire.events import loads
 def api_error_from_body(status: int, body: bytes) -> APIError:
     """The error of an HTTP response with ``status`` >= 400.
 
-    An OpenAI-style body gives code and message; any other body is quoted (its start).
+    An OpenAI-style body (``{"error": {"code", "type", "message"}}``) or an Anthropic one
+    (``{"type": "error", "error": {"type", "message"}}``) gives code and message: the
+    code, else the type, names the error (``rate_limit_exceeded``, ``overloaded_error``);
+    any other body is quoted (its start).
     """
     try:
         doc = loads(body)
@@ -52,6 +55,71 @@ def api_error_from_event(event: dict[str, Any]) -> APIError:
     err = event.get("error") or {}
     status = int(event.get("status", 400))
     return _classified(status, err.get("code"), str(err.get("message", "")), websocket=True)
+
+
+#: the HTTP status each Anthropic error type comes with (an ``error`` event mid-stream has none)
+ANTHROPIC_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+# What a client does about an error, whichever API named it: the OpenAI codes, the reference
+# server's, Anthropic's types.
+_CLASSES = {
+    "rate_limited": frozenset(
+        {"rate_limit_exceeded", "rate_limit_error", "too_many_client_connections"}
+    ),
+    "overloaded": frozenset(
+        {"overloaded_error", "service_unavailable", "too_many_connections", "engine_overloaded"}
+    ),
+    "server_error": frozenset({"server_error", "api_error", "bad_gateway", "gateway_timeout"}),
+    "authentication": frozenset({"invalid_api_key", "authentication_error"}),
+    "permission": frozenset({"permission_error"}),
+    "not_found": frozenset({"not_found_error"}),
+    "invalid_request": frozenset({"invalid_request_error", "request_too_large"}),
+}
+_STATUS_CLASSES = {
+    401: "authentication",
+    403: "permission",
+    404: "not_found",
+    429: "rate_limited",
+    500: "server_error",
+    502: "server_error",
+    503: "overloaded",
+    504: "server_error",
+    529: "overloaded",
+}
+#: the classes a client may retry after waiting (the status alone says so for 429 and 5xx)
+RETRYABLE_CLASSES = frozenset({"rate_limited", "overloaded", "server_error"})
+
+
+def error_class(status: int, code: str | None) -> str:
+    """What kind of refusal an API error is, the same for all three APIs' vocabularies:
+    ``rate_limited``, ``overloaded``, ``server_error``, ``authentication``, ``permission``,
+    ``not_found``, ``invalid_request``, else ``other``.
+
+    The code decides when it is known (an Anthropic ``overloaded_error`` is an overload
+    whatever its status); otherwise the status.  ``status`` 0: unknown (an error event).
+    """
+    for name, codes in _CLASSES.items():
+        if code in codes:
+            return name
+    if code == CONTEXT_LENGTH_EXCEEDED:
+        return "invalid_request"
+    if status in _STATUS_CLASSES:
+        return _STATUS_CLASSES[status]
+    return "invalid_request" if 400 <= status < 500 else "other"
+
+
+def retryable(status: int, code: str | None) -> bool:
+    """Whether the same request may succeed later: a rate limit, an overload (503, 529,
+    ``overloaded_error``) or a server error, never a refusal of the request itself."""
+    return error_class(status, code) in RETRYABLE_CLASSES
 
 
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"

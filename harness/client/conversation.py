@@ -69,6 +69,9 @@ class Conversation:
         """Appended to the WebSocket URL: the append prototype asks for its mode."""
         return "?mode=append" if self.spec.append else ""
 
+    #: what a complete stream ends with, for the truncation error (another API's marker)
+    stream_end = "a terminal event"
+
     # -- HTTP --------------------------------------------------------------------------------
 
     def http_request(self, inp: TurnInput, rec: TurnRecord) -> bytes:
@@ -97,7 +100,7 @@ class Conversation:
         stream = feed.stream
         if not stream.done:
             raise TransportError(
-                ErrorKind.TRUNCATED_STREAM, "the SSE stream ended before a terminal event"
+                ErrorKind.TRUNCATED_STREAM, f"the SSE stream ended before {self.stream_end}"
             )
         if stream.response_id and stream.status in _CHAIN_STATUSES:
             self.previous_response_id = stream.response_id

@@ -18,6 +18,9 @@ class TransportOptions:
     #: the asyncio edge's pool bound; a gevent user holds one connection per transport
     max_connections: int = 256
     extra_headers: dict[str, str] = field(default_factory=dict)
+    #: the ``messages`` transport's prompt-cache breakpoints: ``none``, ``system`` (system
+    #: prompt and last tool) or ``conversation`` (those and the last message's last block)
+    cache_control: str = "conversation"
     #: what a ``previous_response_not_found`` recovery resends once the rollout compacted:
     #: ``full`` (every item, as a client without compaction) or ``compacted`` (the
     #: compacted base and the items since); see harness/client/recovery.py

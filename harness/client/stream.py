@@ -21,6 +21,10 @@ sent when its first reasoning token exists, so it is the first token of the resp
 the burst window and the streamed-token count read the visible deltas only, so the time
 a model spends reasoning does not pass for slow decoding.
 
+The ``chat`` and ``messages`` transports feed it the same events, translated from their
+APIs' streams (:mod:`harness.client.translate`), plus one event of loopbench's own,
+:data:`FUNCTION_NAME_TOKEN`: a Chat Completions tool call's name, output without text.
+
 Unknown event types and fields are ignored (forward compatibility) but still
 consume a sequence number.
 """
@@ -55,7 +59,12 @@ from harness.wire.events import (
 from harness.wire.tokens import count_tokens
 from harness.workload.records import BURST_WINDOW_NS, SIM_FIELDS, TurnRecord
 
-__all__ = ["ResponseStream"]
+__all__ = ["FUNCTION_NAME_TOKEN", "ResponseStream"]
+
+#: not a Responses event: what a translated stream (harness/client/translate.py) feeds when a
+#: function call's name arrives as output of its own (Chat Completions' first tool-call delta);
+#: a Responses server never sends it (its names come in ``output_item.added``)
+FUNCTION_NAME_TOKEN = "loopbench.function_call_name"
 
 _TERMINAL_STATUS = {COMPLETED: "completed", INCOMPLETE: "incomplete", FAILED: "failed"}
 # Events scoped to one content part of an item.
@@ -213,6 +222,11 @@ class ResponseStream:
             self._on_item_added(etype, seq, event, t_ns)
         elif etype == OUTPUT_ITEM_DONE:
             self._on_item_done(etype, seq, event, t_ns)
+        elif etype == FUNCTION_NAME_TOKEN:
+            # A Chat Completions tool call's name (harness/client/chat_api.py): output, no text,
+            # so it stamps the first output without adding a delta, an ITL sample or a burst.
+            self._open_item(etype, seq, event)
+            self._name_token(t_ns)
         elif etype == SUMMARY_DELTA:
             self._open_item(etype, seq, event)
             self.delta_events += 1
@@ -252,9 +266,9 @@ class ResponseStream:
             if etype == REASONING_TEXT_DELTA:
                 self._reasoning_chars += n
             return
-        if self.first_output_ns:
+        if self._delta_t:
             self.itl_ns.append(t_ns - self._delta_t[-1])
-        else:
+        if not self.first_output_ns:
             self.first_output_ns = t_ns
             if not self.first_token_ns:
                 self.first_token_ns = t_ns
@@ -270,6 +284,15 @@ class ResponseStream:
             self.first_token_ns = t_ns
         if not self.first_output_ns:
             self.last_token_ns = t_ns
+
+    def _name_token(self, t_ns: int) -> None:
+        """A Chat Completions tool call's name arrived: visible output without text, so it may
+        be the first output but is no delta (no ITL sample, no burst weight)."""
+        if not self.first_output_ns:
+            self.first_output_ns = t_ns
+            if not self.first_token_ns:
+                self.first_token_ns = t_ns
+        self.last_token_ns = t_ns
 
     def _on_item_added(self, etype: str, seq: int | None, event: dict[str, Any], t_ns: int) -> None:
         index = _int_field(self, etype, seq, event, "output_index")
@@ -498,6 +521,7 @@ _KNOWN = frozenset(
         INCOMPLETE,
         DONE,
         SUMMARY_DELTA,
+        FUNCTION_NAME_TOKEN,
     }
     | _PART_EVENTS
     | _ITEM_EVENTS

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from harness.client.api_conversation import ApiConversation, api_headers
 from harness.client.api_errors import lost_mid_response
 from harness.client.bodies import http_headers, ws_headers
 from harness.client.conversation import Conversation
@@ -45,6 +46,8 @@ def make_session(name: str, options: TransportOptions) -> Session:
     spec = locust_spec(name)
     if spec.websocket:
         return WsSession(spec, options)
+    if spec.api != "responses":
+        return ApiHttpSession(spec, options)
     return HttpSession(spec, options)
 
 
@@ -74,6 +77,39 @@ class HttpSession:
         payload = conv.http_request(inp, rec)
         feed = conv.http_sent(rec, now_ns())
         resp = self.conn.request("POST", "/responses", payload, feed.feed)
+        return conv.http_answer(rec, feed, resp)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class ApiHttpSession:
+    """``chat`` (Chat Completions) or ``messages`` (Anthropic Messages): the whole conversation
+    every turn, its stream translated (harness/client/api_conversation.py)."""
+
+    def __init__(self, spec: TransportSpec, options: TransportOptions) -> None:
+        self.name = spec.name
+        self.conv = ApiConversation(spec, options.cache_control)
+        self.conn = HttpConnection(
+            Endpoint.from_url(options.base_url),
+            headers=api_headers(spec, options),
+            keepalive=options.keepalive,
+            connect_timeout_s=options.connect_timeout_s,
+            read_timeout_s=options.request_timeout_s,
+            verify_tls=options.verify_tls,
+        )
+
+    def start_rollout(self) -> None:
+        self.conv.reset()
+
+    def end_rollout(self) -> None:
+        self.conv.reset()
+
+    def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
+        conv = self.conv
+        payload = conv.http_request(inp, rec)
+        feed = conv.http_sent(rec, now_ns())
+        resp = self.conn.request("POST", conv.path, payload, feed.feed)
         return conv.http_answer(rec, feed, resp)
 
     def close(self) -> None:

@@ -52,6 +52,7 @@ def client_options(
     *,
     hints: bool,
     keepalive: bool,
+    cache_control: str = "conversation",
     verify_tls: bool,
     request_timeout_s: float,
     recover_from: str = "full",
@@ -60,6 +61,8 @@ def client_options(
     return {
         "hints": hints,
         "keepalive": keepalive,
+        # only when not the default, so manifests of runs without it read as before
+        **({"cache_control": cache_control} if cache_control != "conversation" else {}),
         "verify_tls": verify_tls,
         "request_timeout_s": request_timeout_s,
         "recover_from": recover_from,

@@ -59,6 +59,8 @@ class RunOptions:
     run_id: str | None = None
     keepalive: bool = True
     verify_tls: bool = True
+    # the messages transport's prompt-cache breakpoints (harness/client/messages_api.py)
+    cache_control: str = "conversation"
     progress: bool = True
     baseline: str | None = None
     request_timeout_s: float = 120.0
@@ -87,6 +89,7 @@ class RunOptions:
         return client_options(
             hints=self.hints,
             keepalive=self.keepalive,
+            cache_control=self.cache_control,
             verify_tls=self.verify_tls,
             request_timeout_s=self.request_timeout_s,
             recover_from=self.recover_from,
@@ -108,6 +111,7 @@ def transport_options(base_url: str, opts: RunOptions, load: Load) -> TransportO
         api_key=opts.api_key,
         keepalive=opts.keepalive,
         verify_tls=opts.verify_tls,
+        cache_control=opts.cache_control,
         request_timeout_s=opts.request_timeout_s,
         max_connections=pool_size(load),
         recover_from=opts.recover_from,

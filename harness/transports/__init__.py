@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.client.options import TransportOptions
+from harness.transports.api_http import ApiHttpTransport
 from harness.transports.base import Session, Transport
 from harness.transports.http import HttpTransport
 from harness.transports.ws import WsTransport
@@ -14,6 +15,8 @@ def make_transport(name: str, options: TransportOptions) -> Transport:
     spec = transport_spec(name)
     if spec.websocket:
         return WsTransport(spec, options)
+    if spec.api != "responses":
+        return ApiHttpTransport(spec, options)
     return HttpTransport(spec, options)
 
 

@@ -28,6 +28,9 @@ class TransportSpec:
     append: bool
     #: the blocking (gevent) edge implements it, so ``loopbench locust`` can run it
     locust: bool
+    #: the API its requests speak: ``responses`` (POST /responses or WebSocket mode), ``chat``
+    #: (POST /chat/completions) or ``messages`` (Anthropic, POST /messages)
+    api: str
     #: colour of this transport in every plot and report
     colour: str
     #: one line for ``--help``, ``loopbench validate`` and the docs
@@ -37,19 +40,27 @@ class TransportSpec:
 # One row per transport; the columns are TransportSpec's fields in order.
 # fmt: off
 TRANSPORTS: tuple[TransportSpec, ...] = (
-    #             name            websocket chained store  append locust colour
-    TransportSpec("http",         False,    False,  False, False, True,  "#c0392b",
+    #             name            websocket chained store  append locust api          colour
+    TransportSpec("http",         False,    False,  False, False, True,  "responses", "#c0392b",
                   "HTTP + SSE, the whole history every turn (stateless, store: false)"),
-    TransportSpec("http-chained", False,    True,   True,  False, True,  "#e67e22",
+    TransportSpec("http-chained", False,    True,   True,  False, True,  "responses", "#e67e22",
                   "HTTP + SSE, previous_response_id + new input (store: true)"),
-    TransportSpec("ws",           True,     True,   False, False, True,  "#2471a3",
+    TransportSpec("ws",           True,     True,   False, False, True,  "responses", "#2471a3",
                   "WebSocket mode, one connection per rollout, chained from the connection cache"),
-    TransportSpec("ws-store",     True,     True,   True,  False, True,  "#17a589",
+    TransportSpec("ws-store",     True,     True,   True,  False, True,  "responses", "#17a589",
                   "WebSocket mode with store: true (the chain survives a reconnect)"),
-    TransportSpec("ws-append",    True,     False,  False, True,  False, "#7d3c98",
+    TransportSpec("ws-append",    True,     False,  False, True,  False, "responses", "#7d3c98",
                   "WebSocket append prototype: one response per rollout (reference server only)"),
+    TransportSpec("chat",         False,    False,  False, False, True,  "chat",      "#7f8c8d",
+                  "Chat Completions over HTTP + SSE, the whole conversation every turn"),
+    TransportSpec("messages",     False,    False,  False, False, True,  "messages",  "#b7950b",
+                  "Anthropic Messages over HTTP + SSE, the whole conversation every turn, "
+                  "prompt-cache breakpoints"),
 )
 # fmt: on
+
+#: the APIs a transport can speak (TransportSpec.api)
+APIS: tuple[str, ...] = ("responses", "chat", "messages")
 
 BY_NAME: dict[str, TransportSpec] = {t.name: t for t in TRANSPORTS}
 #: every name, in the order tables and plots show them

@@ -14,7 +14,7 @@ import pytest
 from harness.client.bodies import http_body, ws_create
 from harness.client.conversation import Conversation
 from harness.wire.events import loads
-from harness.wire.transports import TRANSPORT_NAMES, transport_spec
+from harness.wire.transports import TRANSPORTS, transport_spec
 from harness.workload.agent import HINT_REASONING_TOKENS, Transcript
 from harness.workload.plan import RolloutPlan, TurnPlan
 from harness.workload.records import TurnRecord
@@ -84,7 +84,10 @@ def test_stateless_http_resends_every_reasoning_item_in_place() -> None:
     assert last[1] == _reasoning_item(0)
 
 
-@pytest.mark.parametrize("name", [n for n in TRANSPORT_NAMES if n != "http"])
+# the Responses transports; chat and messages: tests/client/test_chat_messages.py
+@pytest.mark.parametrize(
+    "name", [t.name for t in TRANSPORTS if t.api == "responses" and t.name != "http"]
+)
 def test_chained_and_websocket_transports_never_resend_reasoning(name: str) -> None:
     bodies = _sent(name, 300)
     for body in bodies:

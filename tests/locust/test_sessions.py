@@ -12,7 +12,7 @@ import pytest
 
 from harness.client.options import TransportOptions
 from harness.locust_driver.net import Endpoint, now_ns
-from harness.locust_driver.sessions import HttpSession, WsSession, make_session
+from harness.locust_driver.sessions import ApiHttpSession, HttpSession, WsSession, make_session
 from harness.wire.errors import APIError, UsageError
 from harness.wire.transports import transport_spec
 from harness.workload.agent import Transcript
@@ -55,7 +55,7 @@ def _run(name: str, url: str, plans: list[RolloutPlan], **opts: bool) -> list[Tu
     return turns
 
 
-@pytest.mark.parametrize("name", ["http", "http-chained", "ws", "ws-store"])
+@pytest.mark.parametrize("name", ["http", "http-chained", "ws", "ws-store", "chat", "messages"])
 def test_every_transport_completes_rollouts_with_ordered_timestamps(
     name: str, server_url: str, plans: list[RolloutPlan]
 ) -> None:
@@ -145,6 +145,8 @@ def test_the_registry_decides_what_runs_under_locust() -> None:
     url = "http://127.0.0.1:9/v1"
     assert isinstance(make_session("ws-store", TransportOptions(url)), WsSession)
     assert isinstance(make_session("http-chained", TransportOptions(url)), HttpSession)
+    for name in ("chat", "messages"):
+        assert isinstance(make_session(name, TransportOptions(url)), ApiHttpSession)
     with pytest.raises(UsageError, match="not available under Locust"):
         make_session("ws-append", TransportOptions(url))
     with pytest.raises(UsageError, match="unknown transport 'carrier-pigeon'"):

@@ -1,0 +1,100 @@
+"""``chat`` and ``messages`` end to end through ``loopbench run``, ``run --procs`` and
+``gate --ab`` against the embedded reference server, paired with ``http``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.report.results import Run
+from tests.runs import ROOT, loopbench
+from tests.transports.conftest import loopbench_run
+
+APIS = ("chat", "messages")
+TINY = ROOT / "harness" / "scenarios" / "tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def paired(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, str]:
+    out = tmp_path_factory.mktemp("results")
+    # tiny.yaml with two parallel calls per tool turn: a tool loop the chat message list and
+    # the Messages content blocks must both carry whole
+    sets = ["--set", "rollout.parallel_calls=2", "--set", "rollout.count=3"]
+    return loopbench_run(out, "paired", "--transports", "chat,messages,http", *sets)
+
+
+def test_the_same_seeded_rollouts_over_chat_messages_and_http(paired: tuple[Run, str]) -> None:
+    run, stdout = paired
+    summary = run.summary
+    assert summary is not None and summary["valid"], summary and summary["invalid_reasons"]
+    keys = {}
+    for name in (*APIS, "http"):
+        t = summary["transports"][name]
+        assert t["turns"]["errors"] == 0 and t["rollouts"]["errors"] == 0, name
+        assert name in stdout
+        mine = run.turns[run.turns["transport"] == name]
+        keys[name] = sorted(zip(mine["rollout_id"], mine["turn_index"], strict=True))
+        # every turn measured and honest: the stream carried what the usage reports
+        assert (mine["first_output_ns"] >= mine["first_token_ns"]).all(), name
+        assert (mine["first_token_ns"] > mine["sent_ns"]).all(), name
+        assert not mine["decode_implausible"].any(), name
+        assert (mine["sim_ttft_ms"] > 0).all(), name  # the server's sim_timing was copied
+    assert keys["chat"] == keys["messages"] == keys["http"]
+    # ... so each comparison with http is paired
+    pairs = {(c["baseline"], c["candidate"]): c for c in summary["comparisons"]}
+    for name in APIS:
+        assert pairs[("http", name)]["paired"] is True
+
+
+def test_input_and_cached_tokens_are_recorded_for_every_api(paired: tuple[Run, str]) -> None:
+    turns = paired[0].turns
+    by = {name: turns[turns["transport"] == name].set_index(["rollout_id", "turn_index"]).sort_index()
+          for name in (*APIS, "http")}  # fmt: skip
+    # the whole conversation every turn: the server counts the same input as for http
+    assert (by["chat"]["input_tokens"] == by["http"]["input_tokens"]).all()
+    ratio = by["messages"]["input_tokens"] / by["http"]["input_tokens"]
+    assert ratio.between(0.95, 1.05).all(), ratio
+    later = {name: frame[frame.index.get_level_values(1) > 0] for name, frame in by.items()}
+    # the shared prefix cache serves every API; Messages reads it at its breakpoints
+    for name in (*APIS, "http"):
+        assert (later[name]["cached_tokens"] > 0).all(), name
+        assert (later[name]["cached_tokens"] < later[name]["input_tokens"]).all(), name
+
+
+def test_run_procs_accepts_the_new_transports(tmp_path: Path) -> None:
+    proc = loopbench(
+        "run", TINY, "--procs", "2", "--transports", "chat,messages", "--out", tmp_path,
+        "--run-id", "procs", "-q", timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "procs" / "summary.json").read_text())
+    for name in APIS:
+        assert summary["transports"][name]["turns"] == {"count": 8, "errors": 0}, name
+
+
+def test_gate_ab_accepts_the_new_transports(tmp_path: Path) -> None:
+    proc = loopbench(
+        "gate", "--ab", TINY, "--rounds", "1", "--transports", "chat,messages",
+        "--out", tmp_path, "--run-id", "ab", "-q", timeout=240,
+    )  # fmt: skip
+    # 0 (pass) or 1/3 (the rules' verdict on so few samples): what matters is that both
+    # sides measured both transports without an error
+    assert proc.returncode in (0, 1, 3), proc.stderr[-2000:]
+    for side in ("baseline", "candidate"):
+        summary = json.loads((tmp_path / f"ab-{side}" / "summary.json").read_text())
+        for name in APIS:
+            turns = summary["transports"][name]["turns"]
+            assert turns["count"] > 0 and turns["errors"] == 0, (side, name, turns)
+
+
+def test_loopbench_locust_runs_the_new_transports(tmp_path: Path) -> None:
+    proc = loopbench(
+        "locust", TINY, "--transports", "chat,messages", "--run-time", "60",
+        "--out", tmp_path, "--run-id", "loc", "-q", timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "loc" / "summary.json").read_text())
+    for name in APIS:
+        assert summary["transports"][name]["turns"] == {"count": 8, "errors": 0}, name
