@@ -533,7 +533,17 @@ def error_text(status: int, body: bytes) -> str:
     """The message of an error answer, its code first when it has one (``not_found: …``);
     the status is the sentence's (:func:`answered`), so it is not repeated here."""
     text = str(api_error_from_body(status, body))
-    return text.removeprefix(f"http_{status}: ").replace(f" (HTTP {status}): ", ": ", 1)
+    text = text.removeprefix(f"http_{status}: ").replace(f" (HTTP {status}): ", ": ", 1)
+    if text.startswith("HTTP "):
+        # Not the OpenAI shape; vLLM's older errors put the message at the top level
+        # ({"object": "error", "message": …}), FastAPI's put it in "detail".
+        try:
+            doc = loads(body)
+        except LoopbenchError:
+            return text
+        if isinstance(doc, dict) and doc.get("object") == "error" and doc.get("message"):
+            return str(doc["message"])
+    return text
 
 
 def answer_of(status: int, body: bytes) -> dict[str, Any] | str:
