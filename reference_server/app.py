@@ -26,6 +26,7 @@ from starlette.websockets import WebSocket
 from harness.wire import events as ev
 from reference_server import compaction
 from reference_server.access_log import AccessLog
+from reference_server.chat_api import ChatApi
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
 from reference_server.core.context_window import Fitted
@@ -36,6 +37,7 @@ from reference_server.event_stream import EventStream, SendEvents, until_disconn
 from reference_server.fault_send import InjectedDisconnect
 from reference_server.guard import ConnectionGuard
 from reference_server.lifecycle import Lifecycle
+from reference_server.messages_api import MessagesApi
 from reference_server.protocols import ARRIVED_KEY
 from reference_server.service import Job, Service, fault_error, previous_not_found
 from reference_server.sim import mark_arrival
@@ -51,9 +53,18 @@ class ReferenceServer:
         self._seen_clients: OrderedDict[tuple[str, int], None] = OrderedDict()
         # Open WebSocket connections, so a shutdown can drain and close them.
         self.ws_connections: set[WsConnection] = set()
+        edges: dict[str, Any] = {
+            "admit": self._admit,
+            "read_json": self._read_json,
+            "new_connection": self._new_http_connection,
+        }
+        self.chat = ChatApi(self.service, **edges)
+        self.messages = MessagesApi(self.service, **edges)
         self.starlette = Starlette(
             routes=[
                 Route("/v1/responses", self.http_create, methods=["POST"]),
+                Route("/v1/chat/completions", self.chat.create, methods=["POST"]),
+                Route("/v1/messages", self.messages.create, methods=["POST"]),
                 Route("/v1/responses/compact", self.http_compact, methods=["POST"]),
                 *self.lifecycle_routes(),
                 WebSocketRoute("/v1/responses", self.websocket),

@@ -74,6 +74,7 @@ class EventStream(Response):
         headers: Mapping[str, str] | None = None,
         *,
         done_marker: bool = False,
+        encode: Callable[[dict[str, Any]], bytes] = encode_event,
     ) -> None:
         # Not Response.__init__: a streamed body has no content-length.
         self.status_code = 200
@@ -82,6 +83,8 @@ class EventStream(Response):
         self.init_headers(headers)
         self._run = run
         self._done_marker = done_marker
+        # Chat Completions frames are `data:` lines without an `event:` name.
+        self._encode = encode
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         asgi_send: AsgiSend = send
@@ -89,14 +92,12 @@ class EventStream(Response):
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
 
+        encode = self._encode
+
         async def send_events(events: Sequence[dict[str, Any]]) -> None:
             if not events:
                 return
-            body = (
-                encode_event(events[0])
-                if len(events) == 1
-                else b"".join(encode_event(e) for e in events)
-            )
+            body = encode(events[0]) if len(events) == 1 else b"".join(encode(e) for e in events)
             await asgi_send({"type": "http.response.body", "body": body, "more_body": True})
 
         ended: list[bool] = []

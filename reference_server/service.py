@@ -353,9 +353,13 @@ class Service:
                 await send(events)
 
         input_tokens = conv.tokens + tools_tok
-        static_prefix = (hash(orjson.dumps(req.tools)), tools_tok)
+        static_prefix: tuple[int, int] | None = (hash(orjson.dumps(req.tools)), tools_tok)
+        hashes = conv.prefix_hashes
+        if req.cache_prefixes is not None:
+            # Messages prompt caching: only the marked prefixes (tools included) are cached.
+            hashes, static_prefix = req.cache_prefixes, None
         inf = await self.sim.inference(
-            conv.prefix_hashes,
+            hashes,
             input_tokens,
             plan.output_tokens,
             # Content-derived, so every transport replays the same bursts (paired comparisons).
@@ -363,11 +367,12 @@ class Service:
             emit,
             static_prefix=static_prefix,
             reasoning_tokens=plan.reasoning_tokens,
+            insert_hashes=req.cache_writes,
         )
         closing = cursor.finish()
         if closing:
             await send(closing)
-        if cursor.reasoning_item is not None:
+        if cursor.reasoning_item is not None and static_prefix is not None:
             # The engine holds the KV of the reasoning it just decoded: a continuation that
             # carries the item (kept by the store or a WebSocket cache, or re-sent) finds it cached.
             with_reasoning = conv.fork()

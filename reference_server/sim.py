@@ -160,6 +160,7 @@ class Simulator:
         *,
         static_prefix: tuple[int, int] | None = None,
         reasoning_tokens: int = 0,
+        insert_hashes: Sequence[tuple[int, int]] | None = None,
     ) -> dict[str, float | int]:
         """Queue for a stream slot, prefill the uncached input, then pace the output.
 
@@ -205,7 +206,7 @@ class Simulator:
             visible_at = min(reasoning_tokens, output_tokens - 1)
             reasoning_ns: int | None = None if reasoning_tokens > 0 else 0
             await sleep_until(t0)
-            self.prefix_cache.insert(hashes)
+            self.prefix_cache.insert(hashes if insert_hashes is None else insert_hashes)
 
             t_first = max(t0, _now_ns())
             pacer = Pacer(batches, t_first, tolerance)

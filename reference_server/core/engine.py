@@ -79,6 +79,10 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, prefix_hash: object) -> bool:
+        """Whether a prefix is cached, without counting a lookup or refreshing it."""
+        return prefix_hash in self._entries
+
     def lookup(self, prefix_hashes: Sequence[tuple[int, int]]) -> int:
         """Cached token count of the longest cached prefix (0 if none); refreshes its recency."""
         for h, tokens in reversed(prefix_hashes):

@@ -51,6 +51,10 @@ class CreateRequest:
     generate: bool = True
     background: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
+    # Messages prompt caching (core/messages.py): when set, the prefixes the engine may read
+    # and the ones it writes for this request, as (key, tokens), instead of every item prefix.
+    cache_prefixes: list[tuple[int, int]] | None = None
+    cache_writes: list[tuple[int, int]] | None = None
 
 
 def _invalid(message: str, param: str | None, code: str | None = "invalid_value") -> RequestError:

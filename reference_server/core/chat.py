@@ -1,0 +1,533 @@
+"""Chat Completions (``POST /v1/chat/completions``) in terms of the server's Responses model (pure).
+
+The server has one simulation: a Responses request (:class:`CreateRequest`) run by
+the shared pipeline, whose output is Responses events.  This module is the Chat
+Completions face of it: :func:`parse_chat` validates a chat body (errors name the
+chat fields: ``messages[3].tool_call_id``, ``max_completion_tokens``) and turns the
+messages into the same conversation items the ``http`` transport sends, so both
+APIs cost and cache the same; :class:`ChatChunks` turns the pipeline's events into
+``chat.completion.chunk`` objects, and :func:`chat_completion` the finished response
+into the ``stream: false`` object.  Shapes follow the issue-18 wire contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.wire import events as ev
+from reference_server.core.validation import (
+    REASONING_EFFORTS,
+    CreateRequest,
+    RequestError,
+)
+
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+CHAT_TOOL_CHOICES = ("auto", "none", "required")
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    create: CreateRequest
+    include_usage: bool
+    # Which field set the output cap, so a limit error names the one the client sent.
+    max_tokens_field: str
+
+
+def _bad(message: str, param: str | None, code: str = "invalid_value") -> RequestError:
+    return RequestError(400, code, message, param)
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _wrong_type(where: str, expected: str, value: Any) -> RequestError:
+    return _bad(
+        f"Invalid type for '{where}': expected {expected}, got {_type_name(value)}.",
+        where,
+        "invalid_type",
+    )
+
+
+def _missing(where: str) -> RequestError:
+    return _bad(f"Missing required parameter: '{where}'.", where, "missing_required_parameter")
+
+
+def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
+    """A message's ``content``: a string or an array of parts; the text the model reads."""
+    if value is None and nullable:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for j, part in enumerate(value):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise _bad(
+                    f"Invalid value for '{where}[{j}]': expected a content part object with a 'type'.",
+                    f"{where}[{j}]",
+                )
+            if part["type"] == "text":
+                if not isinstance(part.get("text"), str):
+                    raise _missing(f"{where}[{j}].text")
+                texts.append(part["text"])
+        return "".join(texts)
+    expected = (
+        "a string, an array of content parts or null"
+        if nullable
+        else "a string or an array of content parts"
+    )
+    raise _wrong_type(where, expected, value)
+
+
+def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise _wrong_type(where, "an array", value)
+    calls = []
+    for k, call in enumerate(value):
+        at = f"{where}[{k}]"
+        if not isinstance(call, dict):
+            raise _wrong_type(at, "an object", call)
+        if not isinstance(call.get("id"), str) or not call["id"]:
+            raise _missing(f"{at}.id")
+        if call.get("type", "function") != "function":
+            raise _bad(f"Invalid value for '{at}.type': expected 'function'.", f"{at}.type")
+        fn = call.get("function")
+        if not isinstance(fn, dict):
+            raise _missing(f"{at}.function")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise _missing(f"{at}.function.name")
+        if not isinstance(fn.get("arguments"), str):
+            raise _missing(f"{at}.function.arguments")
+        calls.append(
+            {
+                "type": "function_call",
+                "call_id": call["id"],
+                "name": fn["name"],
+                "arguments": fn["arguments"],
+            }
+        )
+    return calls
+
+
+def chat_items(messages: Any) -> list[dict[str, Any]]:
+    """The conversation items of a chat ``messages`` array, each message checked."""
+    if messages is None:
+        raise _missing("messages")
+    if not isinstance(messages, list):
+        raise _wrong_type("messages", "an array", messages)
+    if not messages:
+        raise _bad(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1.",
+            "messages",
+            "empty_array",
+        )
+    items: list[dict[str, Any]] = []
+    call_ids: set[str] = set()
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise _wrong_type(where, "an object", msg)
+        role = msg.get("role")
+        if role not in CHAT_ROLES:
+            raise _bad(
+                f"Invalid value for '{where}.role': expected one of {', '.join(CHAT_ROLES)}, got {role!r}.",
+                f"{where}.role",
+            )
+        if role == "tool":
+            call_id = msg.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _missing(f"{where}.tool_call_id")
+            if call_id not in call_ids:
+                raise _bad(
+                    f"Invalid parameter: '{where}.tool_call_id' is {call_id!r}, which no earlier "
+                    "assistant message's 'tool_calls' has: a message with role 'tool' must answer "
+                    "a preceding tool call.",
+                    f"{where}.tool_call_id",
+                )
+            output = _text(msg.get("content"), f"{where}.content")
+            items.append({"type": "function_call_output", "call_id": call_id, "output": output})
+            continue
+        if role == "assistant":
+            content = _text(msg.get("content"), f"{where}.content", nullable=True)
+            raw_calls = msg.get("tool_calls")
+            calls = _tool_calls(raw_calls, f"{where}.tool_calls") if raw_calls is not None else []
+            if content is None and not calls:
+                raise _bad(
+                    f"Invalid value for '{where}': an assistant message needs 'content' or 'tool_calls'.",
+                    f"{where}.content",
+                )
+            if content:
+                items.append({"type": "message", "role": "assistant", "content": content})
+            items.extend(calls)
+            call_ids.update(c["call_id"] for c in calls)
+            continue
+        if "content" not in msg:
+            raise _missing(f"{where}.content")
+        text = _text(msg.get("content"), f"{where}.content")
+        items.append({"type": "message", "role": role, "content": text})
+    return items
+
+
+def chat_tools(value: Any) -> list[dict[str, Any]]:
+    """Chat ``tools`` in the Responses shape (what the output model and the token count read)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _wrong_type("tools", "an array", value)
+    tools: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, tool in enumerate(value):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise _wrong_type(where, "an object", tool)
+        if tool.get("type") != "function":
+            raise _bad(
+                f"Invalid value for '{where}.type': expected 'function', got {tool.get('type')!r}.",
+                f"{where}.type",
+            )
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            raise _missing(f"{where}.function")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name or len(name) > 64:
+            raise _bad(
+                f"Invalid value for '{where}.function.name': expected a non-empty string of at most 64 characters.",
+                f"{where}.function.name",
+            )
+        if name in seen:
+            raise _bad(
+                f"Invalid '{where}.function.name': duplicate function name {name!r}.",
+                f"{where}.function.name",
+            )
+        seen.add(name)
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise _wrong_type(f"{where}.function.parameters", "a JSON schema object", params)
+        if isinstance(params, dict) and params.get("type", "object") != "object":
+            raise _bad(
+                f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"'.",
+                f"{where}.function.parameters",
+                "invalid_function_parameters",
+            )
+        out: dict[str, Any] = {"type": "function", "name": name}
+        for key in ("description", "parameters", "strict"):
+            if fn.get(key) is not None:
+                out[key] = fn[key]
+        tools.append(out)
+    return tools
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
+    if value is None:
+        return "auto"
+    if isinstance(value, str):
+        if value not in CHAT_TOOL_CHOICES:
+            raise _bad(
+                f"Invalid value for 'tool_choice': expected one of auto, none, required or an object, got {value!r}.",
+                "tool_choice",
+            )
+        if value == "required" and not tools:
+            raise _bad(
+                "Tool choice 'required' needs at least one function in 'tools'.", "tool_choice"
+            )
+        return value
+    if isinstance(value, dict) and value.get("type") == "function":
+        fn = value.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not any(t["name"] == name for t in tools):
+            raise _bad(
+                f"Invalid value for 'tool_choice.function.name': no function in 'tools' is named {name!r}.",
+                "tool_choice.function.name",
+            )
+        return {"type": "function", "name": name}
+    raise _bad(
+        "Invalid value for 'tool_choice': expected 'auto', 'none', 'required' or "
+        "{'type': 'function', 'function': {'name': ...}}.",
+        "tool_choice",
+    )
+
+
+def _max_tokens(body: dict[str, Any]) -> tuple[int | None, str]:
+    field = (
+        "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    )
+    value = body.get(field)
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or value < 1 or value > 1_000_000
+    ):
+        raise _bad(
+            f"Invalid value for '{field}': expected an integer from 1 to 1000000, got {value!r}.",
+            field,
+        )
+    return value, field
+
+
+def _metadata(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _bad(
+            "Invalid type for 'metadata': expected a map of strings to strings.",
+            "metadata",
+            "invalid_type",
+        )
+    return value
+
+
+def _check_scalars(body: dict[str, Any]) -> None:
+    for flag in ("stream", "parallel_tool_calls", "store", "logprobs"):
+        if body.get(flag) is not None and not isinstance(body[flag], bool):
+            raise _wrong_type(flag, "a boolean", body[flag])
+    for key, lo, hi in (("temperature", 0, 2), ("top_p", 0, 1)):
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+            raise _bad(
+                f"Invalid value for '{key}': expected a number from {lo} to {hi}, got {value!r}.",
+                key,
+            )
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise _wrong_type("seed", "an integer", seed)
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise _bad(
+            f"Invalid value for 'n': this server generates one choice per request (n = 1), got {n!r}.",
+            "n",
+        )
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise _wrong_type("user", "a string", user)
+
+
+def parse_chat(body: Any) -> ChatRequest:
+    """A chat completions body, validated, as the server's internal request."""
+    if not isinstance(body, dict):
+        raise _bad(
+            f"Invalid request body: expected a JSON object, got {_type_name(body)}.",
+            None,
+            "invalid_json",
+        )
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _wrong_type("model", "a string", model)
+    if not model:
+        raise _missing("model")
+    items = chat_items(body.get("messages"))
+    tools = chat_tools(body.get("tools"))
+    tool_choice = _tool_choice(body.get("tool_choice"), tools)
+    max_tokens, max_field = _max_tokens(body)
+    _check_scalars(body)
+    stream = body.get("stream") is True
+    options = body.get("stream_options")
+    include_usage = False
+    if options is not None:
+        if not isinstance(options, dict):
+            raise _wrong_type("stream_options", "an object", options)
+        if not stream:
+            raise _bad(
+                "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                "stream_options",
+            )
+        flag = options.get("include_usage")
+        if flag is not None and not isinstance(flag, bool):
+            raise _wrong_type("stream_options.include_usage", "a boolean", flag)
+        include_usage = flag is True
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise _bad(
+            f"Invalid value for 'reasoning_effort': expected one of {', '.join(REASONING_EFFORTS)}, got {effort!r}.",
+            "reasoning_effort",
+        )
+    # Reasoning streams as `reasoning_content`: the pipeline's summary deltas carry it (docs/server.md).
+    raw = {"model": model, "reasoning": {"effort": effort, "summary": "auto"}}
+    create = CreateRequest(
+        model=model,
+        input_items=items,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=body.get("parallel_tool_calls") is not False,
+        store=False,
+        stream=stream,
+        max_output_tokens=max_tokens,
+        metadata=_metadata(body.get("metadata")),
+        raw=raw,
+    )
+    return ChatRequest(create, include_usage, max_field)
+
+
+def rename_limit_error(err: RequestError, field: str) -> RequestError:
+    """A shared limit error (``max_output_tokens`` too large) in chat terms."""
+    if err.param != "max_output_tokens":
+        return err
+    return RequestError(
+        err.status, err.code, err.message.replace("max_output_tokens", field), field, err.type
+    )
+
+
+def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """A Responses ``usage`` as chat ``usage``."""
+    prompt = int(usage.get("input_tokens", 0))
+    completion = int(usage.get("output_tokens", 0))
+    cached = int((usage.get("input_tokens_details") or {}).get("cached_tokens", 0))
+    reasoning = int((usage.get("output_tokens_details") or {}).get("reasoning_tokens", 0))
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+
+
+def _finish_reason(response: dict[str, Any]) -> str:
+    if response.get("status") == "incomplete":
+        return "length"
+    if any(it.get("type") == "function_call" for it in response.get("output", [])):
+        return "tool_calls"
+    return "stop"
+
+
+def event_error(event: dict[str, Any]) -> dict[str, Any]:
+    """The ``error`` object of a Responses ``error`` event, nested or flat (--sse-error-shape)."""
+    nested = event.get("error")
+    return nested if isinstance(nested, dict) else event
+
+
+def mid_stream_error(message: str, code: str | None = "server_error") -> dict[str, Any]:
+    """The one chunk that ends a failed stream (no ``[DONE]`` follows)."""
+    return {"error": {"message": message, "type": "server_error", "code": code, "param": None}}
+
+
+class ChatChunks:
+    """Responses events of one response → ``chat.completion.chunk`` objects (issue-18 contract).
+
+    ``failed`` turns true at an ``error`` event: the stream then ends without ``[DONE]``.
+    """
+
+    def __init__(
+        self, completion_id: str, model: str, created: int, *, include_usage: bool
+    ) -> None:
+        self.id = completion_id
+        self.model = model
+        self.created = created
+        self.include_usage = include_usage
+        self.failed = False
+        self.finished = False
+        self._calls = 0
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
+        }
+
+    def translate(self, events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for event in events:
+            kind = event.get("type")
+            if kind == ev.CREATED:
+                out.append(self._chunk({"role": "assistant", "content": ""}))
+            elif kind == ev.OUTPUT_ITEM_ADDED and event["item"].get("type") == "function_call":
+                item = event["item"]
+                call = {
+                    "index": self._calls,
+                    "id": item["call_id"],
+                    "type": "function",
+                    "function": {"name": item["name"], "arguments": ""},
+                }
+                self._calls += 1
+                out.append(self._chunk({"tool_calls": [call]}))
+            elif kind == ev.ARGUMENTS_DELTA:
+                part = {"index": self._calls - 1, "function": {"arguments": event["delta"]}}
+                out.append(self._chunk({"tool_calls": [part]}))
+            elif kind == ev.TEXT_DELTA:
+                out.append(self._chunk({"content": event["delta"]}))
+            elif kind == ev.REASONING_SUMMARY_TEXT_DELTA:
+                out.append(self._chunk({"reasoning_content": event["delta"]}))
+            elif kind in (ev.COMPLETED, ev.INCOMPLETE):
+                response = event["response"]
+                self.finished = True
+                out.append(self._chunk({}, _finish_reason(response)))
+                if self.include_usage:
+                    out.append(self._usage_chunk(response))
+            elif kind == ev.ERROR:
+                err = event_error(event)
+                self.failed = True
+                out.append(mid_stream_error(str(err.get("message", "")), err.get("code")))
+        return out
+
+    def _usage_chunk(self, response: dict[str, Any]) -> dict[str, Any]:
+        chunk = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": [],
+            "usage": chat_usage(response.get("usage") or {}),
+        }
+        if "sim_timing" in response:
+            chunk["sim_timing"] = response["sim_timing"]
+        return chunk
+
+
+def chat_completion(response: dict[str, Any], completion_id: str, created: int) -> dict[str, Any]:
+    """A finished Responses response object as the ``stream: false`` ``chat.completion``."""
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in response.get("output", []):
+        kind = item.get("type")
+        if kind == "message":
+            texts.extend(p.get("text", "") for p in item.get("content", []))
+        elif kind == "function_call":
+            calls.append(
+                {
+                    "id": item["call_id"],
+                    "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]},
+                }
+            )
+        elif kind == "reasoning":
+            reasoning.extend(p.get("text", "") for p in item.get("summary", []))
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "".join(texts) if texts else None,
+        "refusal": None,
+    }
+    if calls:
+        message["tool_calls"] = calls
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    doc: dict[str, Any] = {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": response.get("model"),
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": _finish_reason(response),
+            }
+        ],
+        "usage": chat_usage(response.get("usage") or {}),
+    }
+    if "sim_timing" in response:
+        doc["sim_timing"] = response["sim_timing"]
+    return doc

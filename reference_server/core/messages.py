@@ -1,0 +1,679 @@
+"""Anthropic Messages (``POST /v1/messages``) in terms of the server's Responses model (pure).
+
+:func:`parse_messages` validates a Messages body (errors in Anthropic's words, fields
+named as its errors name them: ``messages.3.content.0.tool_use_id``, ``max_tokens``)
+and turns system blocks, text, ``tool_use``, ``tool_result`` and ``thinking`` blocks
+into the conversation items the ``http`` transport sends, one item per block.
+:class:`MessagesEvents` turns the shared pipeline's Responses events into the
+``message_start`` … ``message_stop`` stream, :func:`message_object` the finished
+response into the ``stream: false`` message.
+
+Prompt caching (docs/model.md "Prompt caching"): the blocks marked with
+``cache_control`` are the only prefixes the engine caches or reads for this request.
+:attr:`MessagesRequest.cache_writes` are their keys and token positions, in the
+API's prompt order (tools, system, messages), and :attr:`MessagesRequest.cache_reads`
+the block boundaries a read may hit; the engine's prefix cache looks those up and
+inserts these as it does conversation prefixes, so the tokens read skip prefill, and
+:func:`cache_usage` splits the input as the API reports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from harness.wire import events as ev
+from reference_server.core.conversation import Conversation, tools_tokens
+from reference_server.core.reasoning import HINT_REASONING_TOKENS, INCLUDE_ENCRYPTED
+from reference_server.core.validation import CreateRequest, RequestError
+
+MAX_CACHE_BREAKPOINTS = 4
+# A read checks the blocks up to this many before each breakpoint (the API's documented window).
+LOOKBACK_BLOCKS = 20
+MIN_THINKING_BUDGET = 1024
+ROLES = ("user", "assistant")
+# Status → the Messages API's error type; 413 keeps its own type (request_too_large).
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+# Keys of the prompt-cache namespace: never equal to a conversation prefix's hash.
+_CACHE_NAMESPACE = "loopbench.prompt_cache"
+
+
+@dataclass(slots=True)
+class MessagesRequest:
+    create: CreateRequest
+    conv: Conversation
+    # (key, tokens through the block), ascending: what a read may hit, what is written.
+    cache_reads: list[tuple[int, int]] = field(default_factory=list)
+    cache_writes: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def input_tokens(self) -> int:
+        return self.conv.tokens + tools_tokens(self.create.tools)
+
+
+def api_error(status: int, message: str) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, ``{"type":"error","error":{type,message}}``) for a refusal of ``status``.
+
+    An overloaded engine (503) is the API's 529 ``overloaded_error``; every other
+    5xx is ``api_error``.
+    """
+    if status == 503:
+        status = 529
+    kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return status, {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _bad(message: str) -> RequestError:
+    return RequestError(400, "invalid_request_error", message)
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _cache_mark(block: dict[str, Any], where: str) -> bool:
+    mark = block.get("cache_control")
+    if mark is None:
+        return False
+    if not isinstance(mark, dict) or mark.get("type") != "ephemeral":
+        raise _bad(f"{where}.cache_control: expected {{'type': 'ephemeral'}}, got {mark!r}.")
+    ttl = mark.get("ttl")
+    if ttl is not None and ttl not in ("5m", "1h"):
+        raise _bad(f"{where}.cache_control.ttl: expected '5m' or '1h', got {ttl!r}.")
+    return True
+
+
+def _block_text(value: Any, where: str) -> str:
+    """A ``tool_result`` content: a string or text (and image) blocks."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise _bad(
+            f"{where}: expected a string or an array of content blocks, got {_type_name(value)}."
+        )
+    texts = []
+    for j, part in enumerate(value):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise _bad(f"{where}.{j}: expected a content block object with a 'type'.")
+        if part["type"] == "text":
+            if not isinstance(part.get("text"), str):
+                raise _bad(f"{where}.{j}.text: Field required.")
+            texts.append(part["text"])
+    return "".join(texts)
+
+
+def thinking_signature(item_id: str, encrypted_content: str) -> str:
+    """A thinking block's signature: the reasoning item's id and blob, so it comes back as it went."""
+    return f"{item_id}.{encrypted_content}"
+
+
+def _thinking_item(block: dict[str, Any], where: str) -> dict[str, Any]:
+    if block["type"] == "redacted_thinking":
+        data = block.get("data")
+        if not isinstance(data, str):
+            raise _bad(f"{where}.data: Field required.")
+        return {"type": "reasoning", "id": "", "summary": [], "encrypted_content": data}
+    signature = block.get("signature")
+    if not isinstance(signature, str) or not signature:
+        raise _bad(f"{where}.signature: Field required.")
+    if not isinstance(block.get("thinking"), str):
+        raise _bad(f"{where}.thinking: Field required.")
+    item_id, dot, blob = signature.partition(".")
+    if not dot:  # another server's signature: charged by its length
+        item_id, blob = "", signature
+    # The hidden reasoning is charged (the blob encodes it), not the summary shown.
+    return {"type": "reasoning", "id": item_id, "summary": [], "encrypted_content": blob}
+
+
+class _Builder:
+    """Items of the prompt, and which of them end at a cache breakpoint."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.marks: list[int] = []  # index of the last item at each breakpoint (-1: none yet)
+        self.breakpoints = 0
+        self.tool_use_ids: set[str] = set()
+
+    def add(self, item: dict[str, Any] | None, marked: bool) -> None:
+        if item is not None:
+            self.items.append(item)
+        if marked:
+            self.marks.append(len(self.items) - 1)
+
+    def system(self, value: Any) -> None:
+        if value is None:
+            return
+        if isinstance(value, str):
+            if value:
+                self.add({"type": "message", "role": "system", "content": value}, False)
+            return
+        if not isinstance(value, list):
+            raise _bad(
+                f"system: expected a string or an array of text blocks, got {_type_name(value)}."
+            )
+        for j, block in enumerate(value):
+            where = f"system.{j}"
+            if not isinstance(block, dict) or block.get("type") != "text":
+                raise _bad(f"{where}: expected a text block {{'type': 'text', 'text': ...}}.")
+            if not isinstance(block.get("text"), str):
+                raise _bad(f"{where}.text: Field required.")
+            marked = _cache_mark(block, where)
+            self.breakpoints += marked
+            self.add({"type": "message", "role": "system", "content": block["text"]}, marked)
+
+    def message(self, msg: Any, i: int) -> None:
+        where = f"messages.{i}"
+        if not isinstance(msg, dict):
+            raise _bad(f"{where}: expected an object, got {_type_name(msg)}.")
+        role = msg.get("role")
+        if role not in ROLES:
+            hint = (
+                " (a system prompt goes in the top-level 'system' field)"
+                if role == "system"
+                else ""
+            )
+            raise _bad(f"{where}.role: Input should be 'user' or 'assistant', got {role!r}{hint}.")
+        content = msg.get("content")
+        if isinstance(content, str):
+            self.add({"type": "message", "role": role, "content": content}, False)
+            return
+        if not isinstance(content, list):
+            raise _bad(
+                f"{where}.content: expected a string or an array of content blocks, got {_type_name(content)}."
+            )
+        for j, block in enumerate(content):
+            at = f"{where}.content.{j}"
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise _bad(f"{at}: expected a content block object with a 'type'.")
+            marked = _cache_mark(block, at)
+            self.breakpoints += marked
+            self.add(self._block(block, role, at), marked)
+
+    def _block(self, block: dict[str, Any], role: str, at: str) -> dict[str, Any] | None:
+        kind = block["type"]
+        if kind == "text":
+            if not isinstance(block.get("text"), str):
+                raise _bad(f"{at}.text: Field required.")
+            return {"type": "message", "role": role, "content": block["text"]}
+        if kind in ("image", "document", "search_result"):
+            return None  # accepted; the simulated model reads text only
+        if kind == "tool_use":
+            if role != "assistant":
+                raise _bad(f"{at}: 'tool_use' blocks are only allowed in assistant messages.")
+            for key in ("id", "name"):
+                if not isinstance(block.get(key), str) or not block[key]:
+                    raise _bad(f"{at}.{key}: Field required.")
+            if not isinstance(block.get("input"), dict):
+                raise _bad(f"{at}.input: expected an object, got {_type_name(block.get('input'))}.")
+            self.tool_use_ids.add(block["id"])
+            return {
+                "type": "function_call",
+                "call_id": block["id"],
+                "name": block["name"],
+                "arguments": orjson.dumps(block["input"]).decode(),
+            }
+        if kind == "tool_result":
+            if role != "user":
+                raise _bad(f"{at}: 'tool_result' blocks are only allowed in user messages.")
+            use_id = block.get("tool_use_id")
+            if not isinstance(use_id, str) or not use_id:
+                raise _bad(f"{at}.tool_use_id: Field required.")
+            if use_id not in self.tool_use_ids:
+                raise _bad(
+                    f"{at}.tool_use_id: unexpected `tool_use_id` found in `tool_result` blocks: "
+                    f"{use_id}. Each `tool_result` block must have a corresponding `tool_use` "
+                    "block in an earlier assistant message."
+                )
+            output = _block_text(block.get("content"), f"{at}.content")
+            return {"type": "function_call_output", "call_id": use_id, "output": output}
+        if kind in ("thinking", "redacted_thinking"):
+            if role != "assistant":
+                raise _bad(f"{at}: thinking blocks are only allowed in assistant messages.")
+            return _thinking_item(block, at)
+        raise _bad(f"{at}.type: unsupported content block type {kind!r}.")
+
+
+def _tools(value: Any) -> tuple[list[dict[str, Any]], list[int]]:
+    """Tools in the Responses shape, and the indexes of those marked with ``cache_control``."""
+    if value is None:
+        return [], []
+    if not isinstance(value, list):
+        raise _bad(f"tools: expected an array, got {_type_name(value)}.")
+    tools: list[dict[str, Any]] = []
+    marked: list[int] = []
+    seen: set[str] = set()
+    for i, tool in enumerate(value):
+        where = f"tools.{i}"
+        if not isinstance(tool, dict):
+            raise _bad(f"{where}: expected an object, got {_type_name(tool)}.")
+        if _cache_mark(tool, where):
+            marked.append(i)
+        kind = tool.get("type", "custom")
+        name = tool.get("name")
+        if not isinstance(name, str) or not name or len(name) > 128:
+            raise _bad(f"{where}.name: expected a non-empty string of at most 128 characters.")
+        if name in seen:
+            raise _bad(f"tools: Tool names must be unique; {name!r} appears twice.")
+        seen.add(name)
+        if kind not in ("custom", None):
+            # A server tool (bash, web_search, …): accepted, never called by the simulated model.
+            tools.append({"type": str(kind), "name": name})
+            continue
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict):
+            raise _bad(f"{where}.input_schema: Field required (a JSON schema object).")
+        if schema.get("type") != "object":
+            raise _bad(f"{where}.input_schema.type: Input should be 'object'.")
+        out: dict[str, Any] = {"type": "function", "name": name, "parameters": schema}
+        if isinstance(tool.get("description"), str):
+            out["description"] = tool["description"]
+        tools.append(out)
+    return tools, marked
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> tuple[Any, bool]:
+    """(Responses tool_choice, parallel tool calls allowed)."""
+    if value is None:
+        return "auto", True
+    if not isinstance(value, dict):
+        raise _bad(
+            f"tool_choice: expected an object like {{'type': 'auto'}}, got {_type_name(value)}."
+        )
+    kind = value.get("type")
+    parallel = value.get("disable_parallel_tool_use") is not True
+    functions = [t for t in tools if t.get("type") == "function"]
+    if kind == "auto":
+        return "auto", parallel
+    if kind == "none":
+        return "none", parallel
+    if kind == "any":
+        if not functions:
+            raise _bad("tool_choice: type 'any' needs at least one tool in 'tools'.")
+        return "required", parallel
+    if kind == "tool":
+        name = value.get("name")
+        if not any(t["name"] == name for t in functions):
+            raise _bad(f"tool_choice.name: no tool in 'tools' is named {name!r}.")
+        return {"type": "function", "name": name}, parallel
+    raise _bad(f"tool_choice.type: expected 'auto', 'any', 'tool' or 'none', got {kind!r}.")
+
+
+def _metadata(value: Any) -> dict[str, str]:
+    """``metadata``: ``user_id`` and, from loopbench, the string hints of docs/protocol.md."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(f"metadata: expected an object, got {_type_name(value)}.")
+    hints: dict[str, str] = {}
+    for key, item in value.items():
+        if key == "user_id":
+            if item is not None and not isinstance(item, str):
+                raise _bad(f"metadata.user_id: expected a string, got {_type_name(item)}.")
+            continue
+        if not isinstance(item, str):
+            raise _bad(f"metadata.{key}: expected a string, got {_type_name(item)}.")
+        hints[key] = item
+    return hints
+
+
+def _thinking(value: Any, max_tokens: int) -> int | None:
+    """The thinking budget when extended thinking is enabled, else None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _bad(f"thinking: expected an object, got {_type_name(value)}.")
+    kind = value.get("type")
+    if kind == "disabled":
+        return None
+    if kind != "enabled":
+        raise _bad(f"thinking.type: expected 'enabled' or 'disabled', got {kind!r}.")
+    budget = value.get("budget_tokens")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
+        raise _bad(
+            f"thinking.budget_tokens: Input should be an integer >= {MIN_THINKING_BUDGET}, got {budget!r}."
+        )
+    if budget >= max_tokens:
+        raise _bad(
+            f"`max_tokens` must be greater than `thinking.budget_tokens` ({max_tokens} <= {budget})."
+        )
+    return budget
+
+
+def _check_scalars(body: dict[str, Any]) -> None:
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
+        raise _bad(f"stream: expected a boolean, got {_type_name(body['stream'])}.")
+    for key, hi in (("temperature", 1), ("top_p", 1)):
+        value = body.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= hi
+        ):
+            raise _bad(f"{key}: expected a number from 0 to {hi}, got {value!r}.")
+    top_k = body.get("top_k")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise _bad(f"top_k: expected an integer >= 0, got {top_k!r}.")
+    stops = body.get("stop_sequences")
+    if stops is not None and (
+        not isinstance(stops, list) or not all(isinstance(s, str) for s in stops)
+    ):
+        raise _bad("stop_sequences: expected an array of strings.")
+
+
+def _prompt_cache_keys(
+    conv: Conversation, marks: list[int], tools: list[dict[str, Any]], tool_marks: list[int]
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(prefixes a read may hit, prefixes written): keys and token positions, ascending.
+
+    Tools come first, as the API renders them.  A breakpoint writes its prefix; a read
+    also finds a prefix cached at any of the :data:`LOOKBACK_BLOCKS` blocks before a
+    breakpoint (so last turn's breakpoint is found when this turn's moved on).
+    """
+    tools_key = orjson.dumps(tools)
+    total_tools = tools_tokens(tools)
+
+    def item_key(j: int) -> tuple[int, int]:
+        if j < 0:
+            return hash((_CACHE_NAMESPACE, tools_key, 0)), total_tools
+        h, tokens = conv.prefix_hashes[j]
+        return hash((_CACHE_NAMESPACE, tools_key, h)), total_tools + tokens
+
+    writes: dict[int, int] = {}
+    reads: dict[int, int] = {}
+    for i in tool_marks:
+        part = tools[: i + 1]
+        key = hash((_CACHE_NAMESPACE, orjson.dumps(part), 0))
+        writes[key] = reads[key] = tools_tokens(part)
+    for j in marks:
+        if j < 0 and not total_tools:
+            continue
+        key, tokens = item_key(j)
+        writes[key] = tokens
+        for back in range(max(-1, j - LOOKBACK_BLOCKS), j + 1):
+            if back >= 0 or total_tools:
+                k, t = item_key(back)
+                reads[k] = t
+
+    def ordered(keys: dict[int, int]) -> list[tuple[int, int]]:
+        return sorted(keys.items(), key=lambda kv: kv[1])
+
+    return ordered(reads), ordered(writes)
+
+
+def parse_messages(body: Any) -> MessagesRequest:
+    """A Messages body, validated, as the server's request and its prompt-cache keys."""
+    if not isinstance(body, dict):
+        raise _bad(f"The request body must be a JSON object, got {_type_name(body)}.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("model: Field required (a non-empty string).")
+    max_tokens = body.get("max_tokens")
+    if max_tokens is None:
+        raise _bad("max_tokens: Field required.")
+    if (
+        isinstance(max_tokens, bool)
+        or not isinstance(max_tokens, int)
+        or not 1 <= max_tokens <= 1_000_000
+    ):
+        raise _bad(f"max_tokens: Input should be an integer from 1 to 1000000, got {max_tokens!r}.")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise _bad(f"messages: Field required (an array of messages), got {_type_name(messages)}.")
+    if not messages:
+        raise _bad("messages: at least one message is required.")
+    tools, tool_marks = _tools(body.get("tools"))
+    tool_choice, parallel = _tool_choice(body.get("tool_choice"), tools)
+    metadata = _metadata(body.get("metadata"))
+    budget = _thinking(body.get("thinking"), max_tokens)
+    _check_scalars(body)
+    built = _Builder()
+    built.breakpoints += len(tool_marks)
+    built.system(body.get("system"))
+    for i, msg in enumerate(messages):
+        built.message(msg, i)
+    if built.breakpoints > MAX_CACHE_BREAKPOINTS:
+        raise _bad(
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {built.breakpoints}."
+        )
+    if budget is None:
+        reasoning: dict[str, Any] = {"effort": "none"}
+    else:
+        # Extended thinking streams as thinking blocks: the pipeline's reasoning summary is the
+        # thinking shown, its encrypted content the signature (docs/server.md "Messages").
+        reasoning = {"summary": "auto"}
+        metadata.setdefault(HINT_REASONING_TOKENS, str(budget))
+    conv = Conversation.build(None, [], built.items)
+    create = CreateRequest(
+        model=model,
+        input_items=built.items,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
+        store=False,
+        stream=body.get("stream") is True,
+        max_output_tokens=max_tokens,
+        metadata=metadata,
+        raw={"model": model, "reasoning": reasoning, "include": [INCLUDE_ENCRYPTED]},
+    )
+    reads, writes = _prompt_cache_keys(conv, built.marks, tools, tool_marks)
+    create.cache_prefixes, create.cache_writes = reads, writes
+    return MessagesRequest(create, conv, reads, writes)
+
+
+def rename_limit_error(err: RequestError) -> RequestError:
+    """A shared limit error in Messages terms (``max_output_tokens`` is ``max_tokens`` here)."""
+    return RequestError(
+        err.status,
+        err.code,
+        err.message.replace("'max_output_tokens'", "`max_tokens`"),
+        None,
+        err.type,
+    )
+
+
+def cache_usage(
+    writes: Sequence[tuple[int, int]], read_tokens: int, input_tokens: int
+) -> dict[str, int]:
+    """The API's split of the input: read from the cache, written to it now, neither.
+
+    ``read_tokens`` is what the longest cached marked prefix holds; everything from there
+    to the last breakpoint is written now; what follows the last breakpoint is neither.
+    With no breakpoint nothing is read or written.
+    """
+    if not writes:
+        return {
+            "input_tokens": input_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+    last = writes[-1][1]
+    read = min(read_tokens, last)
+    write = max(0, last - read)
+    return {
+        "input_tokens": max(0, input_tokens - read - write),
+        "cache_creation_input_tokens": write,
+        "cache_read_input_tokens": read,
+    }
+
+
+def cached_read(prefixes: Sequence[tuple[int, int]], cached: Any) -> int:
+    """Tokens of the longest marked prefix for which ``cached(key)`` holds (0 if none)."""
+    for key, tokens in reversed(prefixes):
+        if cached(key):
+            return tokens
+    return 0
+
+
+def _stop_reason(response: dict[str, Any]) -> str:
+    if response.get("status") == "incomplete":
+        return "max_tokens"
+    if any(it.get("type") == "function_call" for it in response.get("output", [])):
+        return "tool_use"
+    return "end_turn"
+
+
+def tool_use_id(call_id: str) -> str:
+    """The pipeline's ``call_<hex>`` as a Messages ``toolu_<hex>``."""
+    return "toolu_" + call_id.split("_", 1)[-1]
+
+
+def _usage(response: dict[str, Any], prefixes: Sequence[tuple[int, int]]) -> dict[str, int]:
+    usage = response.get("usage") or {}
+    read = int((usage.get("input_tokens_details") or {}).get("cached_tokens", 0))
+    split = cache_usage(prefixes, read, int(usage.get("input_tokens", 0)))
+    return {"output_tokens": int(usage.get("output_tokens", 0)), **split}
+
+
+def _error_message(event: dict[str, Any]) -> str:
+    nested = event.get("error")
+    err = nested if isinstance(nested, dict) else event
+    return str(err.get("message") or "The server had an error.")
+
+
+class MessagesEvents:
+    """Responses events of one response → the Messages stream (issue-18 contract).
+
+    ``start_usage`` is the input split ``message_start`` announces (the engine's own
+    lookup, made when prefill starts, gives the one ``message_delta`` reports).
+    """
+
+    def __init__(
+        self,
+        message_id: str,
+        model: str,
+        prefixes: Sequence[tuple[int, int]],
+        start_usage: dict[str, int],
+    ) -> None:
+        self.id = message_id
+        self.model = model
+        self.prefixes = prefixes
+        self.start_usage = start_usage
+        self.failed = False
+        self._index = -1
+
+    def _block_start(self, block: dict[str, Any]) -> dict[str, Any]:
+        self._index += 1
+        return {"type": "content_block_start", "index": self._index, "content_block": block}
+
+    def _delta(self, delta: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": self._index, "delta": delta}
+
+    def _stop(self) -> dict[str, Any]:
+        return {"type": "content_block_stop", "index": self._index}
+
+    def translate(self, events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for event in events:
+            kind = event.get("type")
+            if kind == ev.CREATED:
+                message: dict[str, Any] = {
+                    "id": self.id,
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "model": self.model,
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {**self.start_usage, "output_tokens": 1},
+                }
+                out += [{"type": "message_start", "message": message}, {"type": "ping"}]
+            elif kind == ev.OUTPUT_ITEM_ADDED:
+                item = event["item"]
+                if item["type"] == "reasoning":
+                    out.append(
+                        self._block_start({"type": "thinking", "thinking": "", "signature": ""})
+                    )
+                elif item["type"] == "message":
+                    out.append(self._block_start({"type": "text", "text": ""}))
+                elif item["type"] == "function_call":
+                    block = {
+                        "type": "tool_use",
+                        "id": tool_use_id(item["call_id"]),
+                        "name": item["name"],
+                        "input": {},
+                    }
+                    out.append(self._block_start(block))
+            elif kind == ev.REASONING_SUMMARY_TEXT_DELTA:
+                out.append(self._delta({"type": "thinking_delta", "thinking": event["delta"]}))
+            elif kind == ev.TEXT_DELTA:
+                out.append(self._delta({"type": "text_delta", "text": event["delta"]}))
+            elif kind == ev.ARGUMENTS_DELTA:
+                out.append(
+                    self._delta({"type": "input_json_delta", "partial_json": event["delta"]})
+                )
+            elif kind == ev.OUTPUT_ITEM_DONE:
+                item = event["item"]
+                if item["type"] == "reasoning":
+                    signature = thinking_signature(item["id"], item.get("encrypted_content", ""))
+                    out.append(self._delta({"type": "signature_delta", "signature": signature}))
+                out.append(self._stop())
+            elif kind in (ev.COMPLETED, ev.INCOMPLETE):
+                response = event["response"]
+                delta: dict[str, Any] = {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": _stop_reason(response), "stop_sequence": None},
+                    "usage": _usage(response, self.prefixes),
+                }
+                if "sim_timing" in response:
+                    delta["sim_timing"] = response["sim_timing"]
+                out += [delta, {"type": "message_stop"}]
+            elif kind == ev.ERROR:
+                self.failed = True
+                out.append(
+                    {
+                        "type": "error",
+                        "error": {"type": "api_error", "message": _error_message(event)},
+                    }
+                )
+        return out
+
+
+def message_object(
+    response: dict[str, Any], message_id: str, prefixes: Sequence[tuple[int, int]]
+) -> dict[str, Any]:
+    """A finished Responses response object as the ``stream: false`` message."""
+    content: list[dict[str, Any]] = []
+    for item in response.get("output", []):
+        kind = item.get("type")
+        if kind == "reasoning":
+            thinking = "".join(p.get("text", "") for p in item.get("summary", []))
+            signature = thinking_signature(item["id"], item.get("encrypted_content", ""))
+            content.append({"type": "thinking", "thinking": thinking, "signature": signature})
+        elif kind == "message":
+            text = "".join(p.get("text", "") for p in item.get("content", []))
+            content.append({"type": "text", "text": text})
+        elif kind == "function_call":
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": tool_use_id(item["call_id"]),
+                    "name": item["name"],
+                    "input": orjson.loads(item["arguments"]),
+                }
+            )
+    doc: dict[str, Any] = {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "model": response.get("model"),
+        "stop_reason": _stop_reason(response),
+        "stop_sequence": None,
+        "usage": _usage(response, prefixes),
+    }
+    if "sim_timing" in response:
+        doc["sim_timing"] = response["sim_timing"]
+    return doc

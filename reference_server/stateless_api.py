@@ -1,0 +1,202 @@
+"""What the Chat Completions and Messages routes share: one stateless request through the Service.
+
+Both APIs are the ``http`` transport in another shape: the whole conversation every
+turn, validated and translated by ``core/chat.py`` / ``core/messages.py`` into the
+server's own request, admitted like ``POST /v1/responses`` (connection limits, API
+key, rate limit, injected fault), waited through the same API tier and engine
+(:meth:`Service.admit`, :meth:`Service.generate`), and streamed through a ``send``
+that translates the pipeline's Responses events into the API's own frames.  There is
+no second generator: a chat or messages turn costs what the same ``http`` turn costs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from harness.wire import events as ev
+from reference_server.core.api_tier import RequestCost
+from reference_server.core.chat import event_error
+from reference_server.core.conversation import Conversation, tools_tokens
+from reference_server.core.limits import retry_after_headers
+from reference_server.core.validation import CreateRequest, RequestError
+from reference_server.event_stream import EventStream, SendEvents, until_disconnect
+from reference_server.fault_send import InjectedDisconnect
+from reference_server.service import Job, Service, fault_error
+from reference_server.sim import mark_arrival
+
+Admit = Callable[[str | None, Any], RequestError | None]
+ReadJson = Callable[[Request], Awaitable[Any]]
+NewConnection = Callable[[Request], bool]
+
+
+class Translator(Protocol):
+    """Responses events of one response → the API's stream frames."""
+
+    failed: bool
+
+    def translate(self, events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]: ...
+
+
+@dataclass(slots=True)
+class Parsed:
+    """A validated body: the server's request, its conversation, and the API's own extras."""
+
+    create: CreateRequest
+    conv: Conversation
+    extra: Any = None
+
+
+class StatelessApi:
+    """One stateless route (chat or messages); subclasses give the API's shapes."""
+
+    done_marker = False  # `data: [DONE]` after a stream that ended normally
+
+    def __init__(
+        self, service: Service, *, admit: Admit, read_json: ReadJson, new_connection: NewConnection
+    ) -> None:
+        self.service = service
+        self._admit = admit
+        self._read_json = read_json
+        self._new_connection = new_connection
+
+    # -- the API's shapes (subclasses) ----------------------------------------------------
+    def auth_headers(self, headers: Headers) -> Headers:
+        return headers
+
+    def error_response(
+        self, err: RequestError, request_id: str, headers: dict[str, str] | None = None
+    ) -> Response:
+        raise NotImplementedError
+
+    def parse(self, body: Any) -> Parsed:
+        raise NotImplementedError
+
+    def limit_error(self, err: RequestError, parsed: Parsed) -> RequestError:
+        """A shared limit error (the context window, the output cap) in the API's terms."""
+        return err
+
+    def translator(self, parsed: Parsed, job: Job, created: int) -> Translator:
+        raise NotImplementedError
+
+    def whole(self, parsed: Parsed, job: Job, created: int) -> dict[str, Any]:
+        """The ``stream: false`` body of a finished response."""
+        raise NotImplementedError
+
+    def encode(self, frame: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+    # -- the request ----------------------------------------------------------------------
+    def _refuse(self, err: RequestError, request_id: str, wait_s: float = 1.0) -> Response:
+        retry = retry_after_headers(wait_s) if err.status == 429 else None
+        return self.error_response(err, request_id, retry)
+
+    async def create(self, request: Request) -> Response:
+        service = self.service
+        rng = service.rng()
+        request_id = ev.new_id("req", rng)
+        host = request.client.host if request.client else None
+        denied = self._admit(host, self.auth_headers(request.headers))
+        if denied is not None:
+            return self._refuse(denied, request_id)
+        limited = service.check_rate()
+        if limited is not None:
+            return self._refuse(limited[0], request_id, limited[1])
+        fault = await service.draw_fault(websocket=False)
+        if fault.kind == "error":
+            return self._refuse(fault_error(fault), request_id)
+        if fault.kind == "spike":
+            mark_arrival()  # the spike comes before the API tier: restart its clock
+        try:
+            parsed = self.parse(await self._read_json(request))
+            req = parsed.create
+            try:
+                service.fit_window(req, parsed.conv, tools_tokens(req.tools))
+            except RequestError as err:
+                raise self.limit_error(err, parsed) from None
+        except RequestError as err:
+            return self._refuse(err, request_id)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        # Stateless: the API tier processes the whole input every turn, as for `http`.
+        cost = RequestCost(
+            new_connection=self._new_connection(request),
+            websocket=False,
+            connection_resolved=False,
+            processed_tokens=parsed.conv.tokens + tools_tokens(req.tools),
+        )
+        headers = {"x-request-id": request_id}
+        created = int(time.time())
+        if not req.stream:
+            return await self._whole(request, parsed, cost, rng, headers, created)
+        job = await service.admit(req, parsed.conv, cost, "none", rng, parent_stored=False)
+        translator = self.translator(parsed, job, created)
+
+        async def run(send: SendEvents) -> bool:
+            async def translated(events: Sequence[dict[str, Any]]) -> None:
+                frames = translator.translate(events)
+                if frames:
+                    await send(frames)
+
+            try:
+                await service.generate(job, translated)
+            except InjectedDisconnect:
+                raise  # the connection is dropped, not the response failed
+            except Exception as exc:
+                with contextlib.suppress(ValueError):
+                    await translated(service.crashed(job.builder, exc))
+                return False
+            return not translator.failed
+
+        return EventStream(
+            run,
+            {**headers, "cache-control": "no-cache"},
+            done_marker=self.done_marker,
+            encode=self.encode,
+        )
+
+    async def _whole(
+        self,
+        request: Request,
+        parsed: Parsed,
+        cost: RequestCost,
+        rng: random.Random,
+        headers: dict[str, str],
+        created: int,
+    ) -> Response:
+        """``stream: false``: one JSON body, or nothing if the client left (as for Responses)."""
+        service = self.service
+        jobs: list[Job] = []
+        failed: list[dict[str, Any]] = []
+
+        async def keep_errors(events: Sequence[dict[str, Any]]) -> None:
+            failed.extend(e for e in events if e.get("type") == ev.ERROR)
+
+        async def admit_and_generate() -> None:
+            job = await service.admit(
+                parsed.create, parsed.conv, cost, "none", rng, parent_stored=False
+            )
+            jobs.append(job)
+            try:
+                await service.generate(job, keep_errors)
+            except Exception as exc:
+                await keep_errors(service.crashed(job.builder, exc))
+
+        if not await until_disconnect(request.receive, admit_and_generate()):
+            return Response(status_code=499)
+        if failed:
+            message = str(event_error(failed[0]).get("message") or "The server had an error.")
+            return self.error_response(
+                RequestError(500, "server_error", message, type_="server_error"),
+                headers["x-request-id"],
+            )
+        doc = self.whole(parsed, jobs[0], created)
+        return Response(ev.dumps(doc), media_type="application/json", headers=headers)
