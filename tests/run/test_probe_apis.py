@@ -44,11 +44,10 @@ from harness.wire.transports import TRANSPORT_NAMES, transport_spec
 from tests.foreign_apis import chat_only_server, messages_only_server
 from tests.runs import TINY, loopbench
 
-# The chat and messages transports and the server's routes come from the client's and the
-# server's branches of issue 18, merged together; until then these tests cannot run.
-NEEDS_ISSUE18 = pytest.mark.skipif(
+# The chat and messages transports come with the client's branch of issue 18.
+NEEDS_CLIENT18 = pytest.mark.skipif(
     "chat" not in TRANSPORT_NAMES or "messages" not in TRANSPORT_NAMES,
-    reason="needs the chat and messages transports and routes (issue 18's other branches)",
+    reason="needs the chat and messages transports (the client's branch of issue 18)",
 )
 
 
@@ -195,7 +194,7 @@ def test_chat_and_messages_transports_need_their_api_only() -> None:
     )
 
 
-@NEEDS_ISSUE18
+@NEEDS_CLIENT18
 def test_pre_run_probe_of_a_chat_only_server() -> None:
     said: list[str] = []
     with chat_only_server() as url:
@@ -214,7 +213,6 @@ def test_pre_run_probe_of_a_chat_only_server() -> None:
 # -- the reference server: all three ----------------------------------------------------------
 
 
-@NEEDS_ISSUE18
 def test_reference_server_serves_all_three_apis(server_url: str) -> None:
     proc = loopbench("probe", "--target", server_url, "--json")
     assert proc.returncode == ExitCode.OK, proc.stderr
