@@ -4,8 +4,8 @@
   vLLM streams it (``chat.completion.chunk`` chunks, the usage chunk when
   ``stream_options.include_usage`` asks for it, ``data: [DONE]``), FastAPI's 404 everywhere
   else (``/v1/responses`` and its WebSocket upgrade included).  Like vLLM it reports no
-  ``prompt_tokens_details`` unless told to, and refuses ``tool_choice: "auto"`` unless
-  started with automatic tool choice (``--enable-auto-tool-choice``).
+  ``prompt_tokens_details`` unless told to; with ``tools=False`` it refuses requests with
+  tools, in vLLM's (older) error shape.
 - :func:`messages_only_server` — an Anthropic-like server: ``POST /v1/messages`` streamed
   as ``message_start`` … ``message_stop``, ``x-api-key`` and ``anthropic-version`` required,
   prompt caching of a system prompt marked with ``cache_control`` (1024 tokens at least, as
@@ -50,19 +50,16 @@ def _sse(data: list[Any], *, named: bool = False) -> bytes:
 class _Chat(_Handler):
     # a WebSocket client reads no HTTP/1.0 answer to its upgrade
     protocol_version = "HTTP/1.1"
-    auto_tools = True
+    tools = True
     cached_tokens = False
 
     def answer(self) -> tuple[int, str, bytes]:
         if self.command != "POST" or self.path.rstrip("/") != "/v1/chat/completions":
             return 404, "application/json", b'{"detail":"Not Found"}'
         body = json.loads(self.request_body or b"{}")
-        if body.get("tools") and body.get("tool_choice", "auto") == "auto" and not self.auto_tools:
-            # vLLM's words when started without --enable-auto-tool-choice
-            message = (
-                '"auto" tool choice requires --enable-auto-tool-choice and '
-                "--tool-call-parser to be set"
-            )
+        if body.get("tools") and not self.tools:
+            # an OpenAI-compatible server without tool support, in vLLM's error shape
+            message = f'tool_choice "{body.get("tool_choice")}" is not supported by this server'
             err = {"object": "error", "message": message, "type": "BadRequestError", "code": 400}
             return 400, "application/json", json.dumps(err).encode()
         prompt = sum(_tokens(str(m.get("content") or "")) + 4 for m in body["messages"])
@@ -193,11 +190,9 @@ class _Messages(_Handler):
 
 
 @contextmanager
-def chat_only_server(*, auto_tools: bool = True, cached_tokens: bool = False) -> Iterator[str]:
+def chat_only_server(*, tools: bool = True, cached_tokens: bool = False) -> Iterator[str]:
     """A vLLM-like Chat Completions endpoint (see the module docstring)."""
-    handler = type(
-        "_ChatServer", (_Chat,), {"auto_tools": auto_tools, "cached_tokens": cached_tokens}
-    )
+    handler = type("_ChatServer", (_Chat,), {"tools": tools, "cached_tokens": cached_tokens})
     with serve(handler) as url:
         yield url
 

@@ -86,7 +86,7 @@ PROBE_MAX_OUTPUT_TOKENS = 16
 PROBE_LANE = "loopbench-probe"
 #: the tool of the Chat Completions tool-call check; a call needs a few more tokens than a word
 PROBE_TOOL = "loopbench_probe"
-PROBE_TOOL_INPUT = f"loopbench probe: call the tool {PROBE_TOOL} with text 'ok'."
+PROBE_TOOL_INPUT = f"loopbench probe: call {PROBE_TOOL} with the text 'ok'."
 PROBE_TOOL_MAX_TOKENS = 48
 #: the Messages API caches no prompt shorter than 1024 tokens (2048 on some models), so the
 #: prompt-caching check sends a system prompt just over that, twice: the one large probe request
@@ -122,25 +122,36 @@ def api_of(spec: TransportSpec) -> str:
     return str(getattr(spec, "api", RESPONSES_API))
 
 
-def needed_features(spec: TransportSpec) -> tuple[str, ...]:
-    """What an endpoint must support for ``spec`` to run against it."""
+def needed_features(spec: TransportSpec, *, compaction: bool = False) -> tuple[str, ...]:
+    """What an endpoint must support for ``spec`` to run against it; ``compaction``: the
+    scenario compacts (``rollout.compact_at_tokens``), which a Responses transport does with
+    ``POST /responses/compact``."""
     api = api_of(spec)
     if api == CHAT_API:
-        return (REACHABLE, CHAT)
+        # agent turns force their tool calls with tool_choice "required"
+        return (REACHABLE, CHAT, CHAT_TOOLS)
     if api == MESSAGES_API:
         return (REACHABLE, MESSAGES)
     if spec.websocket:
-        return (REACHABLE, WEBSOCKET, WS_CHAINING) if spec.chained else (REACHABLE, WEBSOCKET)
-    return (REACHABLE, SSE, CHAINING) if spec.chained else (REACHABLE, SSE)
+        needed = (REACHABLE, WEBSOCKET, WS_CHAINING) if spec.chained else (REACHABLE, WEBSOCKET)
+    else:
+        needed = (REACHABLE, SSE, CHAINING) if spec.chained else (REACHABLE, SSE)
+    return (*needed, COMPACTION) if compaction else needed
 
 
-def features_for(specs: Iterable[TransportSpec]) -> list[str]:
+def features_for(specs: Iterable[TransportSpec], *, compaction: bool = False) -> list[str]:
     """The union of :func:`needed_features`, in table order (each checked once per run)."""
-    wanted = {f for spec in specs for f in needed_features(spec)}
+    wanted = {f for spec in specs for f in needed_features(spec, compaction=compaction)}
     return [f for f, _ in FEATURES if f in wanted]
 
 
-def refusal(findings: Sequence[Finding], specs: Sequence[TransportSpec], target: str) -> str | None:
+def refusal(
+    findings: Sequence[Finding],
+    specs: Sequence[TransportSpec],
+    target: str,
+    *,
+    compaction: bool = False,
+) -> str | None:
     """The one-line reason not to run ``specs`` against ``target``, or None.
 
     Only a feature known to be missing refuses; "unknown" (e.g. no usage to compare)
@@ -151,7 +162,7 @@ def refusal(findings: Sequence[Finding], specs: Sequence[TransportSpec], target:
     if reach is not None and reach.supported is False:
         return f"target {target} is unreachable: {reach.evidence}"
     for spec in specs:
-        for feature in needed_features(spec):
+        for feature in needed_features(spec, compaction=compaction):
             found = by_feature.get(feature)
             if found is not None and found.supported is False:
                 return f"transport {spec.name} cannot run against {target}: {found.evidence}"
@@ -211,8 +222,8 @@ def chat_create(model: str, *, tools: bool = False) -> dict[str, Any]:
         "max_completion_tokens": PROBE_TOOL_MAX_TOKENS if tools else PROBE_MAX_OUTPUT_TOKENS,
     }
     if tools:
-        # "auto", as the chat transport sends it: a server that needs a flag for automatic
-        # tool choice (vLLM's --enable-auto-tool-choice) refuses it here, not mid-run.
+        # "required", as the chat transport sends it on a turn that calls tools: a server
+        # that cannot force a call refuses or ignores it here, not on every turn of the run.
         body["tools"] = [
             {
                 "type": "function",
@@ -227,7 +238,7 @@ def chat_create(model: str, *, tools: bool = False) -> dict[str, Any]:
                 },
             }
         ]
-        body["tool_choice"] = "auto"
+        body["tool_choice"] = "required"
     return body
 
 
@@ -745,29 +756,21 @@ def judge_chat_cached(reading: ChatReading) -> Finding:
 
 
 def judge_chat_tools(url: str, status: int, content_type: str, got: ChatReading | str) -> Finding:
-    """A request with one tool and ``tool_choice: "auto"``: refused, or a streamed call."""
+    """A request with one tool and ``tool_choice: "required"``: a streamed call, or why not."""
+    asked = 'a request with a tool and tool_choice "required"'
     if isinstance(got, str):
-        return Finding(
-            CHAT_TOOLS,
-            False,
-            f'a request with a tool and tool_choice "auto" was refused: '
-            f"{http_failure(url, status, got)}",
-        )
+        return Finding(CHAT_TOOLS, False, f"{asked} was refused: {http_failure(url, status, got)}")
     not_sse = _not_sse(CHAT_TOOLS, url, status, content_type)
     if not_sse is not None:
         return not_sse
     if not got.finished:
-        return Finding(
-            CHAT_TOOLS,
-            False,
-            f'a request with a tool and tool_choice "auto" failed: {_chat_ended(got)}',
-        )
+        return Finding(CHAT_TOOLS, False, f"{asked} failed: {_chat_ended(got)}")
     if not got.tool_calls:
         return Finding(
             CHAT_TOOLS,
-            None,
-            f"asked to call {PROBE_TOOL}, the model answered in text (finish_reason "
-            f"{got.finish_reason}): no streamed tool call to judge",
+            False,
+            f"{asked} was answered in text (finish_reason {got.finish_reason}): "
+            "no tool call was streamed",
         )
     return Finding(
         CHAT_TOOLS,

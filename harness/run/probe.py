@@ -531,8 +531,10 @@ def probe_for_run(
     enabled: bool = True,
     say: Callable[[str], None],
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    compaction: bool = False,
 ) -> int | None:
-    """Before ``loopbench run --target``: probe what the transports need, once per family.
+    """Before ``loopbench run --target``: probe what the transports need, once per family
+    (and ``POST /responses/compact`` when the scenario compacts: ``compaction``).
 
     Returns :attr:`ExitCode.USAGE` after saying the one-line cause when the target is
     unreachable or lacks a feature a transport needs; None to go ahead.  The embedded
@@ -544,7 +546,7 @@ def probe_for_run(
     try:
         findings = probe(
             target,
-            features_for(specs),
+            features_for(specs, compaction=compaction),
             api_key=api_key,
             verify_tls=verify_tls,
             timeout_s=timeout_s,
@@ -553,7 +555,7 @@ def probe_for_run(
     except UsageError as exc:
         say(f"error: {exc}")
         return ExitCode.USAGE
-    cause = refusal(findings, specs, target)
+    cause = refusal(findings, specs, target, compaction=compaction)
     if cause is None:
         return None
     say(f"error: {cause} (nothing was measured; --no-probe skips this check)")

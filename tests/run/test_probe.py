@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.client.probe import (
     API_OF,
     CHAINING,
+    COMPACTION,
     FEATURES,
     LANES,
     REACHABLE,
@@ -226,3 +227,22 @@ def test_each_check_is_bounded_by_its_timeout() -> None:
     assert found[WEBSOCKET].evidence == (
         f"no Responses API WebSocket mode at {ws_url}: no upgrade within 0.5 s"
     )
+
+
+def test_compacting_run_needs_the_compact_route(tmp_path: Path) -> None:
+    # The canned server streams POST /responses but has no POST /responses/compact.
+    with canned_sse_server() as url:
+        code, err = _run(
+            url, tmp_path / "results", "--transports", "http",
+            "--set", "rollout.compact_at_tokens=100000",
+        )  # fmt: skip
+    assert code == ExitCode.USAGE
+    assert err.strip().splitlines() == [
+        f"error: transport http cannot run against {url}: POST {url}/responses/compact answered "
+        "HTTP 500 with the body Internal Server Error (nothing was measured; --no-probe skips "
+        "this check)"
+    ]
+    assert not (tmp_path / "results").exists()
+    # without compaction the endpoint is not asked for it
+    assert features_for([transport_spec("http")]) == [REACHABLE, SSE]
+    assert features_for([transport_spec("http")], compaction=True) == [REACHABLE, SSE, COMPACTION]

@@ -106,8 +106,8 @@ def test_chat_only_server_has_the_chat_api_only() -> None:
     assert doc["features"][CHAT]["api"] == "chat"
 
 
-def test_chat_server_without_auto_tool_choice_is_named() -> None:
-    with chat_only_server(auto_tools=False, cached_tokens=True) as url:
+def test_chat_server_without_tool_calls_is_named_and_refused(tmp_path: Path) -> None:
+    with chat_only_server(tools=False, cached_tokens=True) as url:
         found = _probe(url)
     assert found[CHAT].supported
     assert found[CHAT_CACHED] == Finding(
@@ -118,9 +118,13 @@ def test_chat_server_without_auto_tool_choice_is_named() -> None:
     assert found[CHAT_TOOLS] == Finding(
         CHAT_TOOLS,
         False,
-        'a request with a tool and tool_choice "auto" was refused: POST '
-        f'{url}/chat/completions answered HTTP 400: "auto" tool choice requires '
-        "--enable-auto-tool-choice and --tool-call-parser to be set",
+        'a request with a tool and tool_choice "required" was refused: POST '
+        f'{url}/chat/completions answered HTTP 400: tool_choice "required" is not supported '
+        "by this server",
+    )
+    # a chat run forces its tool calls: the endpoint cannot serve it
+    assert refusal(list(found.values()), [_Spec("chat", "chat")], url) == (  # type: ignore[list-item]
+        f"transport chat cannot run against {url}: {found[CHAT_TOOLS].evidence}"
     )
 
 
@@ -185,9 +189,14 @@ class _Spec:
 
 def test_chat_and_messages_transports_need_their_api_only() -> None:
     chat, messages = _Spec("chat", "chat"), _Spec("messages", "messages")
-    assert features_for([chat]) == [REACHABLE, CHAT]  # type: ignore[list-item]
+    assert features_for([chat]) == [REACHABLE, CHAT, CHAT_TOOLS]  # type: ignore[list-item]
     assert features_for([messages]) == [REACHABLE, MESSAGES]  # type: ignore[list-item]
-    assert features_for([transport_spec("http"), chat]) == [REACHABLE, SSE, CHAT]  # type: ignore[list-item]
+    assert features_for([transport_spec("http"), messages]) == [REACHABLE, SSE, MESSAGES]  # type: ignore[list-item]
+    # a compacting scenario needs POST /responses/compact, but only from a Responses transport
+    assert features_for([transport_spec("ws")], compaction=True) == [
+        REACHABLE, WEBSOCKET, WS_CHAINING, COMPACTION,
+    ]  # fmt: skip
+    assert COMPACTION not in features_for([chat], compaction=True)  # type: ignore[list-item]
     missing = Finding(MESSAGES, False, "no Anthropic Messages API at u/messages: HTTP 404")
     assert refusal([Finding(CHAT, True, "ok"), missing], [chat, messages], "u") == (  # type: ignore[list-item]
         "transport messages cannot run against u: no Anthropic Messages API at u/messages: HTTP 404"
