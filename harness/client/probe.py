@@ -897,7 +897,7 @@ def judge_background(
         return Finding(
             BACKGROUND,
             True,
-            f"background: true answered {first}; {where} saw it {last} after {polls} polls",
+            f"background: true answered {first}, then {last} after {polls} polls of {where}",
         )
     return Finding(
         BACKGROUND, False, f"background: true answered {first}, then {where} saw it {last}"

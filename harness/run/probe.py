@@ -115,6 +115,8 @@ class _Prober:
             connect_timeout_s=timeout_s,
             read_timeout_s=timeout_s,
         )
+        #: responses the probe stored besides the one the retrieve check deletes
+        self.stored: list[str] = []
         self.base = target.rstrip("/")
         self.post_url = self.base + "/responses"
         self.ws_url = self.options.ws_url
@@ -197,6 +199,8 @@ class _Prober:
             return Finding(CHAINING, False, f"{where}: {_failure(exc, self.timeout_s)}")
         if isinstance(got, str):
             return refused(CHAINING, self.post_url, status, got)
+        if got.response_id is not None:
+            self.stored.append(got.response_id)
         return judge_chain(CHAINING, where, first, got)
 
     async def background(self) -> tuple[Finding, str | None]:
@@ -480,14 +484,13 @@ async def probe_endpoint(
                 )
         # The Responses API's other HTTP routes are worth asking only where it answers.
         no_http = first is None and bool(http_features)
-        stored: list[str] = []
         if BACKGROUND in rest:
             if no_http:
                 out.append(not_checked(BACKGROUND, "no Responses API stream over HTTP"))
             else:
                 found, rid = await prober.background()
                 out.append(found)
-                stored += [rid] if rid else []
+                prober.stored += [rid] if rid else []
         if COMPACTION in rest:
             out.append(
                 not_checked(COMPACTION, "no Responses API stream over HTTP")
@@ -501,7 +504,8 @@ async def probe_endpoint(
                 found = await prober.retrieve(first.response_id)
                 out.append(found)
                 if found.supported:
-                    for rid in stored:
+                    # what the probe stored is deleted where DELETE works
+                    for rid in prober.stored:
                         await prober.forget(rid)
         ws_features = [f for f in rest if f in (WEBSOCKET, WS_CHAINING, WARMUP, LANES)]
         if ws_features:
