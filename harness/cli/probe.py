@@ -1,4 +1,5 @@
-"""``loopbench probe``: what a Responses endpoint supports, each answer with its evidence."""
+"""``loopbench probe``: which APIs an endpoint has and what they support, each answer with its
+evidence."""
 
 from __future__ import annotations
 
@@ -16,12 +17,17 @@ from harness.wire.errors import UsageError
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "probe",
-        help="check what a Responses endpoint supports (SSE, chaining, WebSocket mode, ...)",
-        description="Send a few tiny requests (max_output_tokens 16) to a Responses endpoint and "
-        "print, per feature, whether it is supported and the evidence: reachable, SSE streaming, "
+        help="check which APIs an endpoint has (Responses, Chat Completions, Anthropic "
+        "Messages) and what they support",
+        description="Send a few tiny requests (16 output tokens, 48 for the tool call; the "
+        "prompt-caching check sends a ~2.7k-token system prompt twice) to an endpoint and print, per feature, whether "
+        "it is supported and the evidence: reachable; the Responses API (SSE streaming, "
         "store + previous_response_id, WebSocket mode, previous_response_id on a WebSocket, "
-        "generate: false and lanes. Exits 0 when the probe ran (whatever it found), 4 when the "
-        "target is unreachable.",
+        "generate: false, lanes, background mode, compaction, GET/DELETE of a stored response); "
+        "the Chat Completions API (streamed, usage with stream_options.include_usage, tool calls "
+        "streamed, cached tokens reported); the Anthropic Messages API (streamed, prompt "
+        "caching). Exits 0 when the probe ran (whatever it found), 4 when the target is "
+        "unreachable.",
         epilog=examples(
             "loopbench probe --target http://127.0.0.1:8000/v1",
             "loopbench probe --target https://api.example.com/v1 --api-key-env OPENAI_API_KEY --json",
@@ -31,10 +37,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--target",
         required=True,
-        help="base URL of a Responses endpoint, e.g. http://127.0.0.1:8000/v1",
+        help="base URL of the endpoint, e.g. http://127.0.0.1:8000/v1 (the APIs' paths "
+        "/responses, /chat/completions and /messages are under it)",
     )
     p.add_argument(
-        "--api-key-env", help="name of the environment variable holding the API key for --target"
+        "--api-key-env",
+        help="name of the environment variable holding the API key for --target (sent as "
+        "Authorization: Bearer, and as x-api-key to the Messages API)",
     )
     p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     p.add_argument(

@@ -126,6 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         model=scenario.model,
         enabled=not args.no_probe,
         say=lambda m: print(m, file=sys.stderr),
+        compaction=scenario.rollout.compact_at_tokens is not None,
     )
     if refused is not None:
         return refused

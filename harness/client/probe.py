@@ -9,12 +9,16 @@ probe table say the same thing.  Which features a transport needs is read from i
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.client.api_errors import api_error_from_body, body_start
 from harness.client.stream import ResponseStream
 from harness.wire.errors import LoopbenchError
+from harness.wire.events import loads
+from harness.wire.sse import SSEDecoder
 from harness.wire.transports import TransportSpec
 
 REACHABLE = "reachable"
@@ -24,24 +28,70 @@ WEBSOCKET = "websocket"
 WS_CHAINING = "ws_chaining"
 WARMUP = "warmup"
 LANES = "lanes"
+BACKGROUND = "background"
+COMPACTION = "compaction"
+RETRIEVE = "retrieve"
+CHAT = "chat"
+CHAT_USAGE = "chat_usage"
+CHAT_TOOLS = "chat_tools"
+CHAT_CACHED = "chat_cached"
+MESSAGES = "messages"
+MESSAGES_CACHE = "messages_cache"
 
-#: every feature the probe checks, in the order the table shows them, with its label
+#: the three APIs, each with the feature that says whether the endpoint has it at all
+RESPONSES_API = "responses"
+CHAT_API = "chat"
+MESSAGES_API = "messages"
+API_NAMES: dict[str, str] = {
+    RESPONSES_API: "Responses API",
+    CHAT_API: "Chat Completions API",
+    MESSAGES_API: "Anthropic Messages API",
+}
+API_FEATURE: dict[str, str] = {RESPONSES_API: SSE, CHAT_API: CHAT, MESSAGES_API: MESSAGES}
+
+#: every feature the probe checks, in the order the table shows them, with its label; the
+#: first feature of each API is the API itself, the others are indented under it
 FEATURES: tuple[tuple[str, str], ...] = (
     (REACHABLE, "reachable (TCP/TLS connect)"),
-    (SSE, "SSE streaming (POST /responses)"),
+    (SSE, "Responses API: POST /responses, SSE"),
     (CHAINING, "store + previous_response_id (HTTP)"),
     (WEBSOCKET, "WebSocket mode"),
     (WS_CHAINING, "previous_response_id on a WebSocket"),
     (WARMUP, "generate: false (warm-up)"),
     (LANES, "lanes (stream_id)"),
+    (BACKGROUND, "background: true, polled with GET"),
+    (COMPACTION, "compaction (POST /responses/compact)"),
+    (RETRIEVE, "GET and DELETE /responses/{id}"),
+    (CHAT, "Chat Completions: POST /chat/completions"),
+    (CHAT_USAGE, "usage in the stream (include_usage)"),
+    (CHAT_TOOLS, "tool calls streamed"),
+    (CHAT_CACHED, "cached tokens reported"),
+    (MESSAGES, "Anthropic Messages: POST /messages"),
+    (MESSAGES_CACHE, "prompt caching (cache_control)"),
 )
 LABELS: dict[str, str] = dict(FEATURES)
+#: the API each feature belongs to (None: the connection itself)
+API_OF: dict[str, str | None] = {
+    REACHABLE: None,
+    **dict.fromkeys((SSE, CHAINING, WEBSOCKET, WS_CHAINING, WARMUP, LANES), RESPONSES_API),
+    **dict.fromkeys((BACKGROUND, COMPACTION, RETRIEVE), RESPONSES_API),
+    **dict.fromkeys((CHAT, CHAT_USAGE, CHAT_TOOLS, CHAT_CACHED), CHAT_API),
+    **dict.fromkeys((MESSAGES, MESSAGES_CACHE), MESSAGES_API),
+}
 
 #: what every probe request asks for: a few tokens, so probing costs next to nothing
 #: (16 is the smallest max_output_tokens some hosted endpoints accept)
 PROBE_INPUT = "loopbench probe: answer with one short word."
 PROBE_MAX_OUTPUT_TOKENS = 16
 PROBE_LANE = "loopbench-probe"
+#: the tool of the Chat Completions tool-call check; a call needs a few more tokens than a word
+PROBE_TOOL = "loopbench_probe"
+PROBE_TOOL_INPUT = f"loopbench probe: call {PROBE_TOOL} with the text 'ok'."
+PROBE_TOOL_MAX_TOKENS = 48
+#: the Messages API caches no prompt shorter than 1024 tokens (2048 on some models), so the
+#: prompt-caching check sends a system prompt just over that, twice: the one large probe request
+PROBE_CACHE_LINES = 230
+ANTHROPIC_VERSION = "2023-06-01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,20 +115,43 @@ class Finding:
         return LABELS[self.feature]
 
 
-def needed_features(spec: TransportSpec) -> tuple[str, ...]:
-    """What an endpoint must support for ``spec`` to run against it."""
+def api_of(spec: TransportSpec) -> str:
+    """The API ``spec`` speaks: ``responses``, ``chat`` or ``messages``."""
+    # The registry gains its ``api`` field with the chat and messages transports (issue 18);
+    # a registry without it has only Responses transports.
+    return str(getattr(spec, "api", RESPONSES_API))
+
+
+def needed_features(spec: TransportSpec, *, compaction: bool = False) -> tuple[str, ...]:
+    """What an endpoint must support for ``spec`` to run against it; ``compaction``: the
+    scenario compacts (``rollout.compact_at_tokens``), which a Responses transport does with
+    ``POST /responses/compact``."""
+    api = api_of(spec)
+    if api == CHAT_API:
+        # agent turns force their tool calls with tool_choice "required"
+        return (REACHABLE, CHAT, CHAT_TOOLS)
+    if api == MESSAGES_API:
+        return (REACHABLE, MESSAGES)
     if spec.websocket:
-        return (REACHABLE, WEBSOCKET, WS_CHAINING) if spec.chained else (REACHABLE, WEBSOCKET)
-    return (REACHABLE, SSE, CHAINING) if spec.chained else (REACHABLE, SSE)
+        needed = (REACHABLE, WEBSOCKET, WS_CHAINING) if spec.chained else (REACHABLE, WEBSOCKET)
+    else:
+        needed = (REACHABLE, SSE, CHAINING) if spec.chained else (REACHABLE, SSE)
+    return (*needed, COMPACTION) if compaction else needed
 
 
-def features_for(specs: Iterable[TransportSpec]) -> list[str]:
+def features_for(specs: Iterable[TransportSpec], *, compaction: bool = False) -> list[str]:
     """The union of :func:`needed_features`, in table order (each checked once per run)."""
-    wanted = {f for spec in specs for f in needed_features(spec)}
+    wanted = {f for spec in specs for f in needed_features(spec, compaction=compaction)}
     return [f for f, _ in FEATURES if f in wanted]
 
 
-def refusal(findings: Sequence[Finding], specs: Sequence[TransportSpec], target: str) -> str | None:
+def refusal(
+    findings: Sequence[Finding],
+    specs: Sequence[TransportSpec],
+    target: str,
+    *,
+    compaction: bool = False,
+) -> str | None:
     """The one-line reason not to run ``specs`` against ``target``, or None.
 
     Only a feature known to be missing refuses; "unknown" (e.g. no usage to compare)
@@ -89,7 +162,7 @@ def refusal(findings: Sequence[Finding], specs: Sequence[TransportSpec], target:
     if reach is not None and reach.supported is False:
         return f"target {target} is unreachable: {reach.evidence}"
     for spec in specs:
-        for feature in needed_features(spec):
+        for feature in needed_features(spec, compaction=compaction):
             found = by_feature.get(feature)
             if found is not None and found.supported is False:
                 return f"transport {spec.name} cannot run against {target}: {found.evidence}"
@@ -137,6 +210,86 @@ def ws_create(
     if stream_id is not None:
         body["stream_id"] = stream_id
     return body
+
+
+def chat_create(model: str, *, tools: bool = False) -> dict[str, Any]:
+    """A tiny streamed ``POST /chat/completions`` body, shaped as the ``chat`` transport's."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": PROBE_TOOL_INPUT if tools else PROBE_INPUT}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_completion_tokens": PROBE_TOOL_MAX_TOKENS if tools else PROBE_MAX_OUTPUT_TOKENS,
+    }
+    if tools:
+        # "required", as the chat transport sends it on a turn that calls tools: a server
+        # that cannot force a call refuses or ignores it here, not on every turn of the run.
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": PROBE_TOOL,
+                    "description": "Echo a short text (a loopbench probe).",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"text": {"type": "string"}},
+                        "required": ["text"],
+                    },
+                },
+            }
+        ]
+        body["tool_choice"] = "required"
+    return body
+
+
+def _cache_prompt() -> str:
+    return " ".join(
+        f"Line {i} of the loopbench prompt-cache probe." for i in range(PROBE_CACHE_LINES)
+    )
+
+
+def messages_create(model: str, *, cached: bool = False) -> dict[str, Any]:
+    """A tiny streamed ``POST /messages`` body; ``cached`` adds a long system prompt marked
+    with ``cache_control`` (the prompt-caching check sends it twice)."""
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": PROBE_MAX_OUTPUT_TOKENS,
+        "stream": True,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": PROBE_INPUT}]}],
+    }
+    if cached:
+        body["system"] = [
+            {"type": "text", "text": _cache_prompt(), "cache_control": {"type": "ephemeral"}}
+        ]
+    return body
+
+
+def messages_headers(api_key: str, extra: dict[str, str]) -> list[tuple[str, str]]:
+    """The Messages API's own headers: the key as ``x-api-key``, not a bearer token."""
+    headers = {
+        "user-agent": "loopbench",
+        "accept": "text/event-stream",
+        "x-api-key": api_key,
+        "anthropic-version": ANTHROPIC_VERSION,
+        "content-type": "application/json",
+    }
+    headers.update({k.lower(): v for k, v in extra.items()})
+    return list(headers.items())
+
+
+def background_create(model: str) -> dict[str, Any]:
+    """A tiny non-streamed ``background: true`` create (needs ``store: true``)."""
+    return {
+        "model": model,
+        "input": PROBE_INPUT,
+        "background": True,
+        "store": True,
+        "max_output_tokens": PROBE_MAX_OUTPUT_TOKENS,
+    }
+
+
+def compact_request(model: str) -> dict[str, Any]:
+    return {"model": model, "input": PROBE_INPUT}
 
 
 # -- reading answers ------------------------------------------------------------------------
@@ -202,6 +355,151 @@ def _ended(reading: StreamReading) -> str:
     return f"the response ended with {reading.terminal}"
 
 
+def _sse_messages(body: bytes) -> list[tuple[str | None, str]]:
+    """(event name, data) of each complete SSE message of a whole body."""
+    return [(m.event, m.data) for m in SSEDecoder().feed(body + b"\n\n")]
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(slots=True)
+class ChatReading:
+    """What a streamed Chat Completions answer showed."""
+
+    chunks: int = 0
+    #: ``data: [DONE]`` came
+    done: bool = False
+    finish_reason: str | None = None
+    content_deltas: int = 0
+    #: the names of the tool calls the deltas opened
+    tool_calls: list[str] = field(default_factory=list)
+    tool_deltas: int = 0
+    #: the usage chunk's ``usage`` object, if one came
+    usage: dict[str, Any] | None = None
+    problem: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.problem is None and self.finish_reason is not None
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return _int((self.usage or {}).get("prompt_tokens"))
+
+    @property
+    def cached_tokens(self) -> int | None:
+        details = (self.usage or {}).get("prompt_tokens_details")
+        return _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+
+
+def read_chat(body: bytes) -> ChatReading:
+    """Read a ``chat.completion.chunk`` stream (docs/probe.md)."""
+    out = ChatReading()
+    for _, data in _sse_messages(body):
+        if data.strip() == "[DONE]":
+            out.done = True
+            break
+        try:
+            chunk = loads(data)
+        except LoopbenchError:
+            out.problem = f"a chunk was not JSON: {data[:80]!r}"
+            break
+        if not isinstance(chunk, dict):
+            out.problem = "a chunk was not a JSON object"
+            break
+        out.chunks += 1
+        err = chunk.get("error")
+        if err is not None:
+            message = err.get("message") if isinstance(err, dict) else err
+            out.problem = f"the stream carried an error: {message}"
+            break
+        if isinstance(chunk.get("usage"), dict):
+            out.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            out.problem = f"a chunk had no choices list (object {chunk.get('object')!r})"
+            break
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                if delta.get("content"):
+                    out.content_deltas += 1
+                for call in delta.get("tool_calls") or []:
+                    out.tool_deltas += 1
+                    fn = call.get("function") if isinstance(call, dict) else None
+                    if isinstance(fn, dict) and fn.get("name"):
+                        out.tool_calls.append(str(fn["name"]))
+            if choice.get("finish_reason"):
+                out.finish_reason = str(choice["finish_reason"])
+    return out
+
+
+@dataclass(slots=True)
+class MessagesReading:
+    """What a streamed Messages answer showed."""
+
+    events: int = 0
+    started: bool = False
+    stopped: bool = False
+    stop_reason: str | None = None
+    deltas: int = 0
+    #: ``message_start``'s usage, updated by ``message_delta``'s
+    usage: dict[str, Any] = field(default_factory=dict)
+    problem: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.problem is None and self.started and self.stopped
+
+
+def read_messages(body: bytes) -> MessagesReading:
+    """Read a Messages event stream: ``message_start`` … ``message_stop``."""
+    out = MessagesReading()
+    for name, data in _sse_messages(body):
+        try:
+            event = loads(data)
+        except LoopbenchError:
+            out.problem = f"an event was not JSON: {data[:80]!r}"
+            break
+        if not isinstance(event, dict):
+            out.problem = "an event was not a JSON object"
+            break
+        out.events += 1
+        kind = event.get("type") or name
+        if kind == "error":
+            err = event.get("error")
+            err = err if isinstance(err, dict) else {}
+            out.problem = (
+                f"the stream carried an error event ({err.get('type')}): {err.get('message')}"
+            )
+            break
+        if not out.started and kind != "message_start":
+            out.problem = f"the first event was {kind!r}, not message_start"
+            break
+        if kind == "message_start":
+            message = event.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+            out.usage.update(usage if isinstance(usage, dict) else {})
+            out.started = True
+        elif kind == "content_block_delta":
+            out.deltas += 1
+        elif kind == "message_delta":
+            delta = event.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason"):
+                out.stop_reason = str(delta["stop_reason"])
+            usage = event.get("usage")
+            if isinstance(usage, dict):
+                out.usage.update({k: v for k, v in usage.items() if v is not None})
+        elif kind == "message_stop":
+            out.stopped = True
+            break
+    return out
+
+
 # -- verdicts -------------------------------------------------------------------------------
 
 
@@ -211,21 +509,79 @@ def judge_connect(authority: str, error: str | None, connect_ms: float) -> Findi
     return Finding(REACHABLE, True, f"connected to {authority} in {connect_ms:.1f} ms")
 
 
-def http_failure(url: str, status: int, message: str) -> str:
-    """``POST url answered HTTP 500: …`` (the server's error message when it sent one)."""
+def answered(status: int, message: str) -> str:
+    """``HTTP 500: the server's message`` or ``HTTP 500 with the body …``."""
     # the error parser already says "HTTP 500 with the body …" for a body that is not JSON
     message = message.removeprefix(f"HTTP {status} ")
     detail = (
         "" if not message else (f" {message}" if message.startswith("with ") else f": {message}")
     )
-    return f"POST {url} answered HTTP {status}{detail}"
+    return f"HTTP {status}{detail}"
+
+
+def http_failure(url: str, status: int, message: str) -> str:
+    """``POST url answered HTTP 500: …`` (the server's error message when it sent one)."""
+    return f"POST {url} answered {answered(status, message)}"
+
+
+#: the statuses of a route the server does not have (405: a path it serves for another method)
+NO_ROUTE = (404, 405)
+
+
+def refused(feature: str, url: str, status: int, message: str) -> Finding:
+    """An HTTP error answer to the request that checks ``feature``.
+
+    For the request that asks whether an API is there at all, 404 and 405 say it is not:
+    ``no Chat Completions API at URL: HTTP 404 …``.
+    """
+    api = API_OF.get(feature)
+    if status in NO_ROUTE and api is not None and API_FEATURE[api] == feature:
+        return Finding(feature, False, f"no {API_NAMES[api]} at {url}: {answered(status, message)}")
+    return Finding(feature, False, http_failure(url, status, message))
+
+
+def error_text(status: int, body: bytes) -> str:
+    """The message of an error answer, its code first when it has one (``not_found: …``);
+    the status is the sentence's (:func:`answered`), so it is not repeated here."""
+    text = str(api_error_from_body(status, body))
+    text = text.removeprefix(f"http_{status}: ").replace(f" (HTTP {status}): ", ": ", 1)
+    if text.startswith("HTTP "):
+        # Not the OpenAI shape; vLLM's older errors put the message at the top level
+        # ({"object": "error", "message": …}), FastAPI's put it in "detail".
+        try:
+            doc = loads(body)
+        except LoopbenchError:
+            return text
+        if isinstance(doc, dict) and doc.get("object") == "error" and doc.get("message"):
+            return str(doc["message"])
+    return text
+
+
+def answer_of(status: int, body: bytes) -> dict[str, Any] | str:
+    """A JSON answer's object, or the error message of an error (or non-JSON) answer."""
+    if status >= 400:
+        return error_text(status, body)
+    try:
+        doc = loads(body)
+    except LoopbenchError:
+        return f"HTTP {status} with a body that is not JSON: {body_start(body)}"
+    if not isinstance(doc, dict):
+        return f"HTTP {status} with a JSON body that is not an object"
+    return doc
+
+
+def _not_sse(feature: str, url: str, status: int, content_type: str) -> Finding | None:
+    media = content_type.split(";")[0].strip().lower() or "no content type"
+    if media != "text/event-stream":
+        return Finding(feature, False, f"POST {url} answered {status} {media}, not an SSE stream")
+    return None
 
 
 def judge_sse(url: str, status: int, content_type: str, reading: StreamReading) -> Finding:
     """``stream: true`` must come back as ``text/event-stream`` ending in a terminal event."""
-    media = content_type.split(";")[0].strip().lower() or "no content type"
-    if media != "text/event-stream":
-        return Finding(SSE, False, f"POST {url} answered {status} {media}, not an SSE stream")
+    not_sse = _not_sse(SSE, url, status, content_type)
+    if not_sse is not None:
+        return not_sse
     if not reading.finished:
         return Finding(
             SSE, False, f"POST {url} answered {status} text/event-stream, but {_ended(reading)}"
@@ -278,10 +634,12 @@ def judge_chain(feature: str, where: str, first: StreamReading, second: StreamRe
 
 
 def ws_refused(url: str, status: int | None, reason: str) -> str:
-    """The one line for a failed upgrade: ``no WebSocket mode at URL: …``."""
+    """The one line for a failed upgrade: ``no Responses API WebSocket mode at URL: …``."""
     if status is not None:
-        return f"no WebSocket mode at {url}: the upgrade was answered with HTTP {status}"
-    return f"no WebSocket mode at {url}: {reason}"
+        return (
+            f"no Responses API WebSocket mode at {url}: the upgrade was answered with HTTP {status}"
+        )
+    return f"no Responses API WebSocket mode at {url}: {reason}"
 
 
 def judge_ws(url: str, reading: StreamReading) -> Finding:
@@ -334,23 +692,337 @@ def judge_lanes(reading: StreamReading, lane: str = PROBE_LANE) -> Finding:
     return Finding(LANES, True, f"stream_id {lane!r} echoed in all {reading.events} events")
 
 
+def _chat_ended(reading: ChatReading) -> str:
+    if reading.problem:
+        return reading.problem
+    return f"the stream ended after {reading.chunks} chunks without a finish_reason"
+
+
+def judge_chat(url: str, status: int, content_type: str, reading: ChatReading) -> Finding:
+    """A streamed chat completion: chunks, a finish_reason, then ``data: [DONE]``."""
+    not_sse = _not_sse(CHAT, url, status, content_type)
+    if not_sse is not None:
+        return not_sse
+    if not reading.finished:
+        return Finding(
+            CHAT,
+            False,
+            f"POST {url} answered {status} text/event-stream, but {_chat_ended(reading)}",
+        )
+    end = "then data: [DONE]" if reading.done else "no data: [DONE]"
+    return Finding(
+        CHAT,
+        True,
+        f"POST {url} answered {status} text/event-stream: {reading.chunks} chunks, "
+        f"finish_reason {reading.finish_reason}, {end}",
+    )
+
+
+def judge_chat_usage(reading: ChatReading) -> Finding:
+    """``stream_options.include_usage`` must bring a chunk with the usage (what TTFT and
+    token counts are compared on)."""
+    if reading.usage is None:
+        return Finding(
+            CHAT_USAGE, False, "stream_options.include_usage was sent, but no chunk carried usage"
+        )
+    prompt = reading.prompt_tokens
+    if prompt is None:
+        return Finding(CHAT_USAGE, False, "a chunk carried usage, but without prompt_tokens")
+    completion = _int(reading.usage.get("completion_tokens"))
+    return Finding(
+        CHAT_USAGE,
+        True,
+        f"a chunk carried usage: prompt_tokens {prompt}, completion_tokens {completion}",
+    )
+
+
+def judge_chat_cached(reading: ChatReading) -> Finding:
+    """Whether usage says how much of the prompt the server's prefix cache served."""
+    if reading.usage is None:
+        return not_checked(CHAT_CACHED, "no usage in the stream")
+    cached = reading.cached_tokens
+    if cached is None:
+        return Finding(
+            CHAT_CACHED,
+            False,
+            "usage carried no prompt_tokens_details.cached_tokens: cache hits cannot be counted",
+        )
+    return Finding(
+        CHAT_CACHED,
+        True,
+        f"usage.prompt_tokens_details.cached_tokens reported: {cached} of "
+        f"{reading.prompt_tokens} prompt tokens",
+    )
+
+
+def judge_chat_tools(url: str, status: int, content_type: str, got: ChatReading | str) -> Finding:
+    """A request with one tool and ``tool_choice: "required"``: a streamed call, or why not."""
+    asked = 'a request with a tool and tool_choice "required"'
+    if isinstance(got, str):
+        return Finding(CHAT_TOOLS, False, f"{asked} was refused: {http_failure(url, status, got)}")
+    not_sse = _not_sse(CHAT_TOOLS, url, status, content_type)
+    if not_sse is not None:
+        return not_sse
+    if not got.finished:
+        return Finding(CHAT_TOOLS, False, f"{asked} failed: {_chat_ended(got)}")
+    if not got.tool_calls:
+        return Finding(
+            CHAT_TOOLS,
+            False,
+            f"{asked} was answered in text (finish_reason {got.finish_reason}): "
+            "no tool call was streamed",
+        )
+    return Finding(
+        CHAT_TOOLS,
+        True,
+        f"a call to {got.tool_calls[0]} streamed in {got.tool_deltas} tool-call deltas, "
+        f"finish_reason {got.finish_reason}",
+    )
+
+
+def _messages_ended(reading: MessagesReading) -> str:
+    if reading.problem:
+        return reading.problem
+    return f"the stream ended after {reading.events} events without message_stop"
+
+
+def judge_messages(url: str, status: int, content_type: str, reading: MessagesReading) -> Finding:
+    """A streamed message: ``message_start`` … ``message_stop``."""
+    not_sse = _not_sse(MESSAGES, url, status, content_type)
+    if not_sse is not None:
+        return not_sse
+    if not reading.finished:
+        return Finding(
+            MESSAGES,
+            False,
+            f"POST {url} answered {status} text/event-stream, but {_messages_ended(reading)}",
+        )
+    return Finding(
+        MESSAGES,
+        True,
+        f"POST {url} answered {status} text/event-stream: message_start ... message_stop in "
+        f"{reading.events} events, stop_reason {reading.stop_reason}",
+    )
+
+
+def _cache_usage(reading: MessagesReading, key: str) -> int:
+    return _int(reading.usage.get(key)) or 0
+
+
+def judge_prompt_cache(
+    url: str, first: tuple[int, MessagesReading | str], second: tuple[int, MessagesReading | str]
+) -> Finding:
+    """The same request twice, its long system prompt marked with ``cache_control``: the
+    repeat must read the prompt from the cache (``cache_read_input_tokens``)."""
+    for status, got in (first, second):
+        if isinstance(got, str):
+            return Finding(
+                MESSAGES_CACHE,
+                False,
+                f"a system prompt with cache_control was refused: {http_failure(url, status, got)}",
+            )
+        if not got.finished:
+            return Finding(
+                MESSAGES_CACHE,
+                False,
+                f"a system prompt with cache_control failed: {_messages_ended(got)}",
+            )
+    a, b = first[1], second[1]
+    assert isinstance(a, MessagesReading) and isinstance(b, MessagesReading)
+    if "cache_read_input_tokens" not in b.usage:
+        return Finding(
+            MESSAGES_CACHE, False, "usage carried no cache_read_input_tokens: no prompt caching"
+        )
+    written = _cache_usage(a, "cache_creation_input_tokens")
+    read = _cache_usage(b, "cache_read_input_tokens")
+    total = sum(
+        _cache_usage(a, k)
+        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+    if read > 0:
+        return Finding(
+            MESSAGES_CACHE,
+            True,
+            f"a repeated {total}-token prompt marked with cache_control was read from the cache: "
+            f"cache_creation_input_tokens {written}, then cache_read_input_tokens {read}",
+        )
+    if written > 0:
+        return Finding(
+            MESSAGES_CACHE,
+            False,
+            f"the prompt was written to the cache (cache_creation_input_tokens {written}), "
+            "but the repeat read nothing from it (cache_read_input_tokens 0)",
+        )
+    return Finding(
+        MESSAGES_CACHE,
+        None,
+        f"cache_control was accepted, but a {total}-token prompt was neither written nor read "
+        "(the model may cache only longer prompts)",
+    )
+
+
+#: the statuses of a background response that has ended (docs/server.md, "Background mode")
+BACKGROUND_DONE = ("completed", "incomplete", "failed", "cancelled")
+
+
+def judge_background(
+    url: str,
+    status: int,
+    created: dict[str, Any] | str,
+    final: dict[str, Any] | str | None,
+    polls: int,
+) -> Finding:
+    """``background: true``: answered at once (queued), then polled to its end with GET."""
+    if isinstance(created, str):
+        return Finding(
+            BACKGROUND,
+            False,
+            f"background: true was refused: {http_failure(url, status, created)}",
+        )
+    first = created.get("status")
+    if created.get("background") is not True and first not in ("queued", "in_progress"):
+        return Finding(
+            BACKGROUND,
+            False,
+            f"background: true was ignored: the create answered a {first} response at once",
+        )
+    rid = created.get("id")
+    where = f"GET /responses/{rid}"
+    if final is None:
+        return Finding(BACKGROUND, False, f"background: true answered {first}, but carried no id")
+    if isinstance(final, str):
+        return Finding(BACKGROUND, False, f"background: true answered {first}, but {final}")
+    last = final.get("status")
+    if last in ("completed", "incomplete"):
+        return Finding(
+            BACKGROUND,
+            True,
+            f"background: true answered {first}, then {last} after {polls} polls of {where}",
+        )
+    return Finding(
+        BACKGROUND, False, f"background: true answered {first}, then {where} saw it {last}"
+    )
+
+
+def judge_compaction(url: str, status: int, got: dict[str, Any] | str) -> Finding:
+    """``POST /responses/compact`` must answer a ``compaction`` item."""
+    if isinstance(got, str):
+        if status in NO_ROUTE:
+            return Finding(COMPACTION, False, f"no compaction at {url}: {answered(status, got)}")
+        return Finding(COMPACTION, False, http_failure(url, status, got))
+    output = got.get("output")
+    items = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
+    item = next((i for i in items if i.get("type") == "compaction"), None)
+    if item is None:
+        kinds = sorted({str(i.get("type")) for i in items}) or ["nothing"]
+        return Finding(
+            COMPACTION,
+            False,
+            f"POST {url} answered {status}, but its output held {', '.join(kinds)}, "
+            "no compaction item",
+        )
+    usage = got.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    content = item.get("encrypted_content")
+    size = len(content) if isinstance(content, str) else 0
+    return Finding(
+        COMPACTION,
+        True,
+        f"POST {url} answered a compaction item ({size} characters of encrypted_content), "
+        f"input_tokens {usage.get('input_tokens')}, output_tokens {usage.get('output_tokens')}",
+    )
+
+
+def judge_retrieve(
+    url: str,
+    response_id: str,
+    got: tuple[int, dict[str, Any] | str],
+    deleted: tuple[int, dict[str, Any] | str] | None,
+) -> Finding:
+    """``GET /responses/{id}`` answers the stored response; ``DELETE`` deletes it."""
+    status, doc = got
+    if isinstance(doc, str):
+        return Finding(RETRIEVE, False, f"GET {url} answered {answered(status, doc)}")
+    if doc.get("id") != response_id:
+        return Finding(RETRIEVE, False, f"GET {url} answered a response with id {doc.get('id')!r}")
+    if deleted is None:
+        return Finding(RETRIEVE, True, f"GET {url} answered the stored response")
+    status, doc = deleted
+    if isinstance(doc, str):
+        return Finding(
+            RETRIEVE,
+            False,
+            f"GET {url} answered the stored response, but DELETE answered {answered(status, doc)}",
+        )
+    if doc.get("deleted") is not True:
+        return Finding(
+            RETRIEVE,
+            False,
+            f"GET {url} answered the stored response, but DELETE did not say deleted: true",
+        )
+    return Finding(
+        RETRIEVE, True, f"GET {url} answered the stored response; DELETE answered deleted: true"
+    )
+
+
 def not_checked(feature: str, why: str) -> Finding:
     return Finding(feature, None, f"not checked: {why}", checked=False)
 
 
-def table(target: str, findings: Sequence[Finding]) -> str:
-    """The probe's console table: feature, answer, evidence."""
-    width = max(len(f.label) for f in findings)
-    lines = [f"probe of {target}", f"{'feature':<{width}}  {'answer':<7}  evidence"]
-    lines += [f"{f.label:<{width}}  {f.answer:<7}  {f.evidence}" for f in findings]
+#: the probe table's width: evidence wraps under its row at this many columns
+TABLE_WIDTH = 80
+
+
+def _row_label(f: Finding) -> str:
+    api = API_OF.get(f.feature)
+    # an API's own row starts its group; its features are indented under it
+    return f.label if api is None or API_FEATURE[api] == f.feature else f"  {f.label}"
+
+
+def apis(findings: Sequence[Finding]) -> dict[str, Finding]:
+    """The findings that say whether each API is there, for the APIs that were checked."""
+    by_feature = {f.feature: f for f in findings}
+    return {api: by_feature[f] for api, f in API_FEATURE.items() if f in by_feature}
+
+
+def table(target: str, findings: Sequence[Finding], width: int = TABLE_WIDTH) -> str:
+    """The probe's console table: one row per feature (grouped by API) with its answer,
+    its evidence wrapped under it, so the table stays ``width`` columns wide."""
+    label_width = max(len(_row_label(f)) for f in findings)
+    lines = [f"probe of {target}"]
+    found = apis(findings)
+    if found:
+        lines.append("APIs: " + ", ".join(f"{API_NAMES[a]} {f.answer}" for a, f in found.items()))
+    lines.append(f"{'feature':<{label_width}}  answer (evidence below each row)")
+    for f in findings:
+        api = API_OF.get(f.feature)
+        if api is not None and API_FEATURE[api] == f.feature:
+            lines.append("")
+        lines.append(f"{_row_label(f):<{label_width}}  {f.answer}")
+        lines += textwrap.wrap(
+            f.evidence,
+            width,
+            initial_indent="      ",
+            subsequent_indent="      ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
     return "\n".join(lines)
 
 
 def as_json(target: str, findings: Sequence[Finding]) -> dict[str, Any]:
     return {
         "target": target,
+        "apis": {
+            api: {"supported": f.supported, "answer": f.answer} for api, f in apis(findings).items()
+        },
         "features": {
-            f.feature: {"supported": f.supported, "answer": f.answer, "evidence": f.evidence}
+            f.feature: {
+                "api": API_OF.get(f.feature),
+                "supported": f.supported,
+                "answer": f.answer,
+                "evidence": f.evidence,
+            }
             for f in findings
         },
     }

@@ -17,33 +17,63 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from harness.client.api_errors import api_error_from_body
 from harness.client.bodies import http_headers
 from harness.client.options import TransportOptions
 from harness.client.probe import (
+    BACKGROUND,
+    BACKGROUND_DONE,
     CHAINING,
+    CHAT,
+    CHAT_CACHED,
+    CHAT_TOOLS,
+    CHAT_USAGE,
+    COMPACTION,
     FEATURES,
     LANES,
+    MESSAGES,
+    MESSAGES_CACHE,
     PROBE_LANE,
     REACHABLE,
+    RETRIEVE,
     SSE,
     WARMUP,
     WEBSOCKET,
     WS_CHAINING,
+    ChatReading,
     Finding,
+    MessagesReading,
     StreamReading,
+    answer_of,
+    answered,
+    background_create,
+    chat_create,
+    compact_request,
+    error_text,
     features_for,
     http_create,
-    http_failure,
+    judge_background,
     judge_chain,
+    judge_chat,
+    judge_chat_cached,
+    judge_chat_tools,
+    judge_chat_usage,
+    judge_compaction,
     judge_connect,
     judge_lanes,
+    judge_messages,
+    judge_prompt_cache,
+    judge_retrieve,
     judge_sse,
     judge_warmup,
     judge_ws,
+    messages_create,
+    messages_headers,
     not_checked,
+    read_chat,
+    read_messages,
     read_stream,
     refusal,
+    refused,
     ws_create,
     ws_refused,
 )
@@ -85,7 +115,10 @@ class _Prober:
             connect_timeout_s=timeout_s,
             read_timeout_s=timeout_s,
         )
-        self.post_url = target.rstrip("/") + "/responses"
+        #: responses the probe stored besides the one the retrieve check deletes
+        self.stored: list[str] = []
+        self.base = target.rstrip("/")
+        self.post_url = self.base + "/responses"
         self.ws_url = self.options.ws_url
 
     async def reachable(self) -> Finding:
@@ -110,27 +143,38 @@ class _Prober:
             await asyncio.wait_for(writer.wait_closed(), 2)
         return judge_connect(pool.authority, None, connect_ms)
 
-    async def post(self, body: dict[str, Any]) -> tuple[int, str, StreamReading | str]:
-        """(status, content type, the events read, or the server's error message)."""
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> tuple[int, str, bytes]:
+        """One request bounded by the timeout: (status, content type, the whole body)."""
+        if headers is None:
+            headers = http_headers(self.options)
+            if body is None or not body.get("stream"):
+                headers = [(k, "application/json" if k == "accept" else v) for k, v in headers]
         async with asyncio.timeout(self.timeout_s):
             resp = await self.pool.request(
-                "POST", "/responses", http_headers(self.options), dumps(body)
+                method, path, headers, dumps(body) if body is not None else b""
             )
-        content_type = resp.headers.get("content-type", "")
-        if resp.status >= 400:
-            err = api_error_from_body(resp.status, resp.body)
-            # "http_500: Internal Server Error" says the status twice; the server's code stays.
-            text = str(err).removeprefix(f"http_{resp.status}: ")
-            return resp.status, content_type, text
+        return resp.status, resp.headers.get("content-type", ""), resp.body
+
+    async def post(self, body: dict[str, Any]) -> tuple[int, str, StreamReading | str]:
+        """(status, content type, the events read, or the server's error message)."""
+        status, content_type, raw = await self.call("POST", "/responses", body)
+        if status >= 400:
+            return status, content_type, error_text(status, raw)
         events: list[dict[str, Any]] = []
-        for msg in SSEDecoder().feed(resp.body + b"\n\n"):
+        for msg in SSEDecoder().feed(raw + b"\n\n"):
             if msg.data.startswith("[DONE]"):
                 continue
             try:
                 events.append(loads(msg.data))
             except LoopbenchError:
                 break
-        return resp.status, content_type, read_stream(events)
+        return status, content_type, read_stream(events)
 
     async def sse(self, store: bool) -> tuple[Finding, StreamReading | None]:
         try:
@@ -140,7 +184,7 @@ class _Prober:
                 SSE, False, f"POST {self.post_url}: {_failure(exc, self.timeout_s)}"
             ), None
         if isinstance(got, str):
-            return Finding(SSE, False, http_failure(self.post_url, status, got)), None
+            return refused(SSE, self.post_url, status, got), None
         finding = judge_sse(self.post_url, status, ctype, got)
         return finding, got if finding.supported else None
 
@@ -154,8 +198,147 @@ class _Prober:
         except (TimeoutError, LoopbenchError) as exc:
             return Finding(CHAINING, False, f"{where}: {_failure(exc, self.timeout_s)}")
         if isinstance(got, str):
-            return Finding(CHAINING, False, http_failure(self.post_url, status, got))
+            return refused(CHAINING, self.post_url, status, got)
+        if got.response_id is not None:
+            self.stored.append(got.response_id)
         return judge_chain(CHAINING, where, first, got)
+
+    async def background(self) -> tuple[Finding, str | None]:
+        """A background create, polled with GET until it ends (all within the timeout)."""
+        url = self.post_url
+        try:
+            status, _, raw = await self.call("POST", "/responses", background_create(self.model))
+        except (TimeoutError, LoopbenchError) as exc:
+            return Finding(BACKGROUND, False, f"POST {url}: {_failure(exc, self.timeout_s)}"), None
+        created = answer_of(status, raw)
+        if isinstance(created, str) or not isinstance(created.get("id"), str):
+            return judge_background(url, status, created, None, 0), None
+        rid = str(created["id"])
+        final: dict[str, Any] | str = created
+        polls = 0
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                while isinstance(final, dict) and final.get("status") not in BACKGROUND_DONE:
+                    # short first waits: a tiny response ends in well under a second
+                    await asyncio.sleep(min(0.05 * 2**polls, 1.0))
+                    polls += 1
+                    got_status, _, raw = await self.call("GET", f"/responses/{rid}")
+                    final = answer_of(got_status, raw)
+                    if isinstance(final, str):
+                        final = f"GET /responses/{rid} answered {answered(got_status, final)}"
+        except TimeoutError:
+            last = final.get("status") if isinstance(final, dict) else None
+            final = f"it was still {last} after {self.timeout_s:g} s of polling"
+        except LoopbenchError as exc:
+            final = f"GET /responses/{rid} failed: {exc}"
+        return judge_background(url, status, created, final, polls), rid
+
+    async def compaction(self) -> Finding:
+        url = self.post_url + "/compact"
+        try:
+            status, _, raw = await self.call(
+                "POST", "/responses/compact", compact_request(self.model)
+            )
+        except (TimeoutError, LoopbenchError) as exc:
+            return Finding(COMPACTION, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
+        return judge_compaction(url, status, answer_of(status, raw))
+
+    async def retrieve(self, response_id: str) -> Finding:
+        url = f"/responses/{response_id}"
+        try:
+            status, _, raw = await self.call("GET", f"/responses/{response_id}")
+            got = (status, answer_of(status, raw))
+            deleted = None
+            if not isinstance(got[1], str):
+                status, _, raw = await self.call("DELETE", f"/responses/{response_id}")
+                deleted = (status, answer_of(status, raw))
+        except (TimeoutError, LoopbenchError) as exc:
+            return Finding(RETRIEVE, False, f"GET {url}: {_failure(exc, self.timeout_s)}")
+        return judge_retrieve(url, response_id, got, deleted)
+
+    async def forget(self, response_id: str) -> None:
+        """Delete a response the probe stored; whether that works was the retrieve check's."""
+        with contextlib.suppress(TimeoutError, LoopbenchError):
+            await self.call("DELETE", f"/responses/{response_id}")
+
+    async def chat(self, tools: bool = False) -> tuple[int, str, ChatReading | str]:
+        status, content_type, raw = await self.call(
+            "POST", "/chat/completions", chat_create(self.model, tools=tools)
+        )
+        if status >= 400:
+            return status, content_type, error_text(status, raw)
+        return status, content_type, read_chat(raw)
+
+    async def chat_features(self, wanted: Sequence[str]) -> list[Finding]:
+        """The chat completion (and its usage, cached tokens), then a tool call."""
+        url = self.base + "/chat/completions"
+        rest = [f for f in (CHAT_USAGE, CHAT_CACHED, CHAT_TOOLS) if f in wanted]
+        reading: ChatReading | None = None
+        try:
+            status, ctype, got = await self.chat()
+        except (TimeoutError, LoopbenchError) as exc:
+            found = Finding(CHAT, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
+        else:
+            if isinstance(got, str):
+                found = refused(CHAT, url, status, got)
+            else:
+                found, reading = judge_chat(url, status, ctype, got), got
+        if not found.supported or reading is None:
+            return [found, *(not_checked(f, "no Chat Completions API") for f in rest)]
+        got = reading
+        out = [found]
+        if CHAT_USAGE in rest:
+            out.append(judge_chat_usage(got))
+        if CHAT_CACHED in rest:
+            out.append(judge_chat_cached(got))
+        if CHAT_TOOLS in rest:
+            try:
+                status, ctype, tooled = await self.chat(tools=True)
+            except (TimeoutError, LoopbenchError) as exc:
+                out.append(
+                    Finding(CHAT_TOOLS, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
+                )
+            else:
+                out.append(judge_chat_tools(url, status, ctype, tooled))
+        return out
+
+    async def message(self, cached: bool = False) -> tuple[int, str, MessagesReading | str]:
+        headers = messages_headers(self.options.api_key, self.options.extra_headers)
+        status, content_type, raw = await self.call(
+            "POST", "/messages", messages_create(self.model, cached=cached), headers
+        )
+        if status >= 400:
+            return status, content_type, error_text(status, raw)
+        return status, content_type, read_messages(raw)
+
+    async def messages_features(self, wanted: Sequence[str]) -> list[Finding]:
+        """A tiny message, then (if wanted) the prompt-caching pair."""
+        url = self.base + "/messages"
+        rest = [f for f in (MESSAGES_CACHE,) if f in wanted]
+        try:
+            status, ctype, got = await self.message()
+        except (TimeoutError, LoopbenchError) as exc:
+            found = Finding(MESSAGES, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
+        else:
+            found = (
+                refused(MESSAGES, url, status, got)
+                if isinstance(got, str)
+                else judge_messages(url, status, ctype, got)
+            )
+        if not found.supported:
+            return [found, *(not_checked(f, "no Anthropic Messages API") for f in rest)]
+        out = [found]
+        if MESSAGES_CACHE in rest:
+            try:
+                first_status, _, first = await self.message(cached=True)
+                second_status, _, second = await self.message(cached=True)
+            except (TimeoutError, LoopbenchError) as exc:
+                out.append(
+                    Finding(MESSAGES_CACHE, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
+                )
+            else:
+                out.append(judge_prompt_cache(url, (first_status, first), (second_status, second)))
+        return out
 
     async def websocket(self, wanted: Sequence[str]) -> list[Finding]:
         """One connection: a create, then (if wanted) a chained one, a warm-up and a lane."""
@@ -273,7 +456,8 @@ async def probe_endpoint(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     model: str = DEFAULT_MODEL,
 ) -> list[Finding]:
-    """Check ``features`` of the Responses endpoint at ``target`` (``http://HOST:PORT/v1``)."""
+    """Check ``features`` of the endpoint at ``target`` (``http://HOST:PORT/v1``): which of
+    the three APIs it has, and which of their features."""
     try:
         prober = _Prober(target, api_key, verify_tls, timeout_s, model)
     except LoopbenchError as exc:
@@ -284,10 +468,12 @@ async def probe_endpoint(
         if not reach.supported:
             return [reach, *(not_checked(f, "the target is unreachable") for f in rest)]
         out = [reach]
-        if SSE in rest or CHAINING in rest:
-            # store: true only when a chain will follow: a stateless run must not fail the
-            # probe on an endpoint that refuses to store (zero data retention).
-            sse, first = await prober.sse(store=CHAINING in rest)
+        http_features = [f for f in rest if f in (SSE, CHAINING, RETRIEVE)]
+        first: StreamReading | None = None
+        if http_features:
+            # store: true only when a chain or a retrieve will follow: a stateless run must not
+            # fail the probe on an endpoint that refuses to store (zero data retention).
+            sse, first = await prober.sse(store=CHAINING in rest or RETRIEVE in rest)
             if SSE in rest:
                 out.append(sse)
             if CHAINING in rest:
@@ -296,9 +482,38 @@ async def probe_endpoint(
                     if first is not None
                     else not_checked(CHAINING, "no SSE stream to chain on")
                 )
+        # The Responses API's other HTTP routes are worth asking only where it answers.
+        no_http = first is None and bool(http_features)
+        if BACKGROUND in rest:
+            if no_http:
+                out.append(not_checked(BACKGROUND, "no Responses API stream over HTTP"))
+            else:
+                found, rid = await prober.background()
+                out.append(found)
+                prober.stored += [rid] if rid else []
+        if COMPACTION in rest:
+            out.append(
+                not_checked(COMPACTION, "no Responses API stream over HTTP")
+                if no_http
+                else await prober.compaction()
+            )
+        if RETRIEVE in rest:
+            if first is None or first.response_id is None:
+                out.append(not_checked(RETRIEVE, "no stored response to retrieve"))
+            else:
+                found = await prober.retrieve(first.response_id)
+                out.append(found)
+                if found.supported:
+                    # what the probe stored is deleted where DELETE works
+                    for rid in prober.stored:
+                        await prober.forget(rid)
         ws_features = [f for f in rest if f in (WEBSOCKET, WS_CHAINING, WARMUP, LANES)]
         if ws_features:
             out += await prober.websocket(ws_features)
+        if any(f in rest for f in (CHAT, CHAT_USAGE, CHAT_CACHED, CHAT_TOOLS)):
+            out += await prober.chat_features(rest)
+        if any(f in rest for f in (MESSAGES, MESSAGES_CACHE)):
+            out += await prober.messages_features(rest)
         order = {f: i for i, (f, _) in enumerate(FEATURES)}
         return sorted((f for f in out if f.feature in features), key=lambda f: order[f.feature])
     finally:
@@ -320,8 +535,10 @@ def probe_for_run(
     enabled: bool = True,
     say: Callable[[str], None],
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    compaction: bool = False,
 ) -> int | None:
-    """Before ``loopbench run --target``: probe what the transports need, once per family.
+    """Before ``loopbench run --target``: probe what the transports need, once per family
+    (and ``POST /responses/compact`` when the scenario compacts: ``compaction``).
 
     Returns :attr:`ExitCode.USAGE` after saying the one-line cause when the target is
     unreachable or lacks a feature a transport needs; None to go ahead.  The embedded
@@ -333,7 +550,7 @@ def probe_for_run(
     try:
         findings = probe(
             target,
-            features_for(specs),
+            features_for(specs, compaction=compaction),
             api_key=api_key,
             verify_tls=verify_tls,
             timeout_s=timeout_s,
@@ -342,7 +559,7 @@ def probe_for_run(
     except UsageError as exc:
         say(f"error: {exc}")
         return ExitCode.USAGE
-    cause = refusal(findings, specs, target)
+    cause = refusal(findings, specs, target, compaction=compaction)
     if cause is None:
         return None
     say(f"error: {cause} (nothing was measured; --no-probe skips this check)")

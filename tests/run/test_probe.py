@@ -11,10 +11,13 @@ import json
 from pathlib import Path
 
 from harness.client.probe import (
+    API_OF,
     CHAINING,
+    COMPACTION,
     FEATURES,
     LANES,
     REACHABLE,
+    RESPONSES_API,
     SSE,
     WARMUP,
     WEBSOCKET,
@@ -58,12 +61,14 @@ def _run(url: str, out: Path, *args: str) -> tuple[int, str]:
     return proc.returncode, proc.stderr
 
 
-def test_reference_server_supports_everything(server_url: str) -> None:
+def test_reference_server_supports_every_responses_feature(server_url: str) -> None:
+    # All three APIs: tests/run/test_probe_apis.py
     proc = loopbench("probe", "--target", server_url, "--json")
     assert proc.returncode == ExitCode.OK, proc.stderr
     found = json.loads(proc.stdout)["features"]
     assert list(found) == [f for f, _ in FEATURES]
-    assert {f: v["answer"] for f, v in found.items()} == {f: "yes" for f, _ in FEATURES}
+    responses = [f for f, _ in FEATURES if API_OF[f] in (None, RESPONSES_API)]
+    assert {f: found[f]["answer"] for f in responses} == dict.fromkeys(responses, "yes")
     assert "honoured" in found[CHAINING]["evidence"]
     assert "honoured" in found[WS_CHAINING]["evidence"]
 
@@ -105,7 +110,9 @@ def test_http_only_endpoint_refuses_ws(tmp_path: Path) -> None:
         # The same endpoint serves an HTTP-only run.
         ok_code, ok_err = _run(url, tmp_path / "ok", "--transports", "http,http-chained")
     ws_url = url.replace("http://", "ws://") + "/responses"
-    expected = f"no WebSocket mode at {ws_url}: the upgrade was answered with HTTP 500"
+    expected = (
+        f"no Responses API WebSocket mode at {ws_url}: the upgrade was answered with HTTP 500"
+    )
     assert found[SSE].supported and found[CHAINING].supported
     assert found[WEBSOCKET] == Finding(WEBSOCKET, False, expected)
     assert not found[LANES].checked and found[LANES].answer == "-"
@@ -143,7 +150,7 @@ def test_plain_web_and_500_servers_are_told_apart() -> None:
     )
     for found in (web_found, broken_found):
         assert found[WEBSOCKET].supported is False
-        assert "no WebSocket mode at ws://127.0.0.1:" in found[WEBSOCKET].evidence
+        assert "no Responses API WebSocket mode at ws://127.0.0.1:" in found[WEBSOCKET].evidence
 
 
 def test_server_ignoring_previous_response_id_is_caught(tmp_path: Path) -> None:
@@ -217,4 +224,25 @@ def test_each_check_is_bounded_by_its_timeout() -> None:
     assert found[REACHABLE].supported
     assert found[SSE].evidence == f"POST {url}/responses: no complete answer within 0.5 s"
     ws_url = url.replace("http://", "ws://") + "/responses"
-    assert found[WEBSOCKET].evidence == (f"no WebSocket mode at {ws_url}: no upgrade within 0.5 s")
+    assert found[WEBSOCKET].evidence == (
+        f"no Responses API WebSocket mode at {ws_url}: no upgrade within 0.5 s"
+    )
+
+
+def test_compacting_run_needs_the_compact_route(tmp_path: Path) -> None:
+    # The canned server streams POST /responses but has no POST /responses/compact.
+    with canned_sse_server() as url:
+        code, err = _run(
+            url, tmp_path / "results", "--transports", "http",
+            "--set", "rollout.compact_at_tokens=100000",
+        )  # fmt: skip
+    assert code == ExitCode.USAGE
+    assert err.strip().splitlines() == [
+        f"error: transport http cannot run against {url}: POST {url}/responses/compact answered "
+        "HTTP 500 with the body Internal Server Error (nothing was measured; --no-probe skips "
+        "this check)"
+    ]
+    assert not (tmp_path / "results").exists()
+    # without compaction the endpoint is not asked for it
+    assert features_for([transport_spec("http")]) == [REACHABLE, SSE]
+    assert features_for([transport_spec("http")], compaction=True) == [REACHABLE, SSE, COMPACTION]

@@ -1,0 +1,267 @@
+"""The probe tells which of the three APIs an endpoint has (docs/probe.md).
+
+A vLLM-like chat-only server and an Anthropic-like messages-only server
+(tests/foreign_apis.py) must each be told apart by the sentence a user reads; the
+reference server serves all three; a run whose transports need an API the endpoint
+lacks is refused before anything is measured.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from harness.client.probe import (
+    BACKGROUND,
+    CHAT,
+    CHAT_CACHED,
+    CHAT_TOOLS,
+    CHAT_USAGE,
+    COMPACTION,
+    FEATURES,
+    MESSAGES,
+    MESSAGES_CACHE,
+    REACHABLE,
+    RETRIEVE,
+    SSE,
+    TABLE_WIDTH,
+    WEBSOCKET,
+    WS_CHAINING,
+    Finding,
+    MessagesReading,
+    features_for,
+    judge_prompt_cache,
+    read_chat,
+    refusal,
+    table,
+)
+from harness.run.probe import probe, probe_for_run
+from harness.wire.exit_codes import ExitCode
+from harness.wire.transports import TRANSPORT_NAMES, transport_spec
+from tests.foreign_apis import chat_only_server, messages_only_server
+from tests.runs import TINY, loopbench
+
+# The chat and messages transports come with the client's branch of issue 18.
+NEEDS_CLIENT18 = pytest.mark.skipif(
+    "chat" not in TRANSPORT_NAMES or "messages" not in TRANSPORT_NAMES,
+    reason="needs the chat and messages transports (the client's branch of issue 18)",
+)
+
+
+def _probe(url: str) -> dict[str, Finding]:
+    return {f.feature: f for f in probe(url, api_key="sk-loopbench", timeout_s=10)}
+
+
+def _ws(url: str) -> str:
+    return url.replace("http://", "ws://") + "/responses"
+
+
+def test_chat_only_server_has_the_chat_api_only() -> None:
+    with chat_only_server() as url:
+        found = _probe(url)
+        proc = loopbench("probe", "--target", url, "--json")
+    assert found[REACHABLE].supported
+    assert found[CHAT].supported is True
+    assert found[CHAT].evidence == (
+        f"POST {url}/chat/completions answered 200 text/event-stream: 5 chunks, "
+        "finish_reason stop, then data: [DONE]"
+    )
+    assert found[CHAT_USAGE] == Finding(
+        CHAT_USAGE, True, "a chunk carried usage: prompt_tokens 15, completion_tokens 2"
+    )
+    # vLLM without --enable-prompt-tokens-details: no cached tokens to report
+    assert found[CHAT_CACHED].supported is False
+    assert "no prompt_tokens_details.cached_tokens" in found[CHAT_CACHED].evidence
+    assert found[CHAT_TOOLS].supported is True
+    assert found[CHAT_TOOLS].evidence.startswith("a call to loopbench_probe streamed in 3 ")
+    # the other two APIs, each named in one sentence with its evidence
+    assert found[SSE] == Finding(
+        SSE,
+        False,
+        f'no Responses API at {url}/responses: HTTP 404 with the body {{"detail":"Not Found"}}',
+    )
+    assert found[WEBSOCKET] == Finding(
+        WEBSOCKET,
+        False,
+        f"no Responses API WebSocket mode at {_ws(url)}: the upgrade was answered with HTTP 404",
+    )
+    assert found[MESSAGES] == Finding(
+        MESSAGES,
+        False,
+        f"no Anthropic Messages API at {url}/messages: HTTP 404 with the body "
+        '{"detail":"Not Found"}',
+    )
+    for feature in (BACKGROUND, COMPACTION, RETRIEVE, WS_CHAINING, MESSAGES_CACHE):
+        assert not found[feature].checked, found[feature]
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {a: v["answer"] for a, v in doc["apis"].items()} == {
+        "responses": "no",
+        "chat": "yes",
+        "messages": "no",
+    }
+    assert doc["features"][CHAT]["api"] == "chat"
+
+
+def test_chat_server_without_tool_calls_is_named_and_refused(tmp_path: Path) -> None:
+    with chat_only_server(tools=False, cached_tokens=True) as url:
+        found = _probe(url)
+    assert found[CHAT].supported
+    assert found[CHAT_CACHED] == Finding(
+        CHAT_CACHED,
+        True,
+        "usage.prompt_tokens_details.cached_tokens reported: 0 of 15 prompt tokens",
+    )
+    assert found[CHAT_TOOLS] == Finding(
+        CHAT_TOOLS,
+        False,
+        'a request with a tool and tool_choice "required" was refused: POST '
+        f'{url}/chat/completions answered HTTP 400: tool_choice "required" is not supported '
+        "by this server",
+    )
+    # a chat run forces its tool calls: the endpoint cannot serve it
+    assert refusal(list(found.values()), [_spec("chat", "chat")], url) == (
+        f"transport chat cannot run against {url}: {found[CHAT_TOOLS].evidence}"
+    )
+
+
+def test_messages_only_server_has_the_messages_api_only() -> None:
+    with messages_only_server() as url:
+        found = _probe(url)
+    assert found[MESSAGES].supported is True
+    assert found[MESSAGES].evidence == (
+        f"POST {url}/messages answered 200 text/event-stream: message_start ... message_stop "
+        "in 7 events, stop_reason end_turn"
+    )
+    # the second request read the system prompt the first one wrote
+    assert found[MESSAGES_CACHE].supported is True, found[MESSAGES_CACHE]
+    assert "read from the cache: cache_creation_input_tokens 2" in found[MESSAGES_CACHE].evidence
+    for feature, api in ((CHAT, "Chat Completions API"), (SSE, "Responses API")):
+        path = "/chat/completions" if feature == CHAT else "/responses"
+        assert found[feature].supported is False
+        assert found[feature].evidence.startswith(
+            f"no {api} at {url}{path}: HTTP 404: not_found_error: Not found: /v1{path}"
+        ), found[feature].evidence
+    assert not found[CHAT_TOOLS].checked
+
+
+def test_ws_run_against_a_chat_only_server_is_refused(tmp_path: Path) -> None:
+    with chat_only_server() as url:
+        proc = loopbench(
+            "run", TINY, "--target", url, "--out", str(tmp_path / "results"), "--run-id", "r",
+            "-q", "--transports", "ws", timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == ExitCode.USAGE
+    assert proc.stderr.strip().splitlines() == [
+        f"error: transport ws cannot run against {url}: no Responses API WebSocket mode at "
+        f"{_ws(url)}: the upgrade was answered with HTTP 404 "
+        "(nothing was measured; --no-probe skips this check)"
+    ]
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_table_is_grouped_by_api_and_80_columns_wide() -> None:
+    with chat_only_server() as url:
+        text = table(url, probe(url, api_key="sk-loopbench", timeout_s=10))
+    lines = text.splitlines()
+    assert lines[1] == "APIs: Responses API no, Chat Completions API yes, Anthropic Messages API no"
+    assert max(map(len, lines)) <= TABLE_WIDTH, text
+    for _, label in FEATURES:
+        assert label in text
+    # each API starts its group; its features are indented under it
+    chat_row = next(i for i, line in enumerate(lines) if line.startswith("Chat Completions:"))
+    assert lines[chat_row - 1] == ""
+    assert any(line.startswith("  tool calls streamed ") for line in lines)
+
+
+# -- before a run: only what the run's transports need -----------------------------------------
+
+
+def _spec(name: str, api: str) -> Any:
+    """A registry row of another API, as the registry declares it with its ``api`` field
+    (the chat and messages rows come with the client's branch of issue 18)."""
+    return SimpleNamespace(name=name, api=api, websocket=False, chained=False)
+
+
+def test_chat_and_messages_transports_need_their_api_only() -> None:
+    chat, messages = _spec("chat", "chat"), _spec("messages", "messages")
+    assert features_for([chat]) == [REACHABLE, CHAT, CHAT_TOOLS]
+    assert features_for([messages]) == [REACHABLE, MESSAGES]
+    assert features_for([transport_spec("http"), messages]) == [REACHABLE, SSE, MESSAGES]
+    # a compacting scenario needs POST /responses/compact, but only from a Responses transport
+    assert features_for([transport_spec("ws")], compaction=True) == [
+        REACHABLE, WEBSOCKET, WS_CHAINING, COMPACTION,
+    ]  # fmt: skip
+    assert COMPACTION not in features_for([chat], compaction=True)
+    missing = Finding(MESSAGES, False, "no Anthropic Messages API at u/messages: HTTP 404")
+    assert refusal([Finding(CHAT, True, "ok"), missing], [chat, messages], "u") == (
+        "transport messages cannot run against u: no Anthropic Messages API at u/messages: HTTP 404"
+    )
+
+
+@NEEDS_CLIENT18
+def test_pre_run_probe_of_a_chat_only_server() -> None:
+    said: list[str] = []
+    with chat_only_server() as url:
+        ok = probe_for_run(url, ["chat"], api_key="k", verify_tls=True, say=said.append)
+        refused = probe_for_run(url, ["chat", "messages"], api_key="k", verify_tls=True,
+                                say=said.append)  # fmt: skip
+    assert ok is None
+    assert refused == ExitCode.USAGE
+    assert said == [
+        f"error: transport messages cannot run against {url}: no Anthropic Messages API at "
+        f'{url}/messages: HTTP 404 with the body {{"detail":"Not Found"}} '
+        "(nothing was measured; --no-probe skips this check)"
+    ]
+
+
+# -- the reference server: all three ----------------------------------------------------------
+
+
+def test_reference_server_serves_all_three_apis(server_url: str) -> None:
+    proc = loopbench("probe", "--target", server_url, "--json")
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    assert {a: v["answer"] for a, v in doc["apis"].items()} == {
+        "responses": "yes",
+        "chat": "yes",
+        "messages": "yes",
+    }, doc
+    answers = {f: v["answer"] for f, v in doc["features"].items()}
+    assert answers == {f: "yes" for f, _ in FEATURES}, doc
+
+
+# -- the pure part ----------------------------------------------------------------------------
+
+
+def test_a_chat_stream_without_finish_reason_is_not_a_completion() -> None:
+    chunk = {"object": "chat.completion.chunk", "choices": [{"delta": {"content": "a"}}]}
+    cut = read_chat(f"data: {json.dumps(chunk)}\n\n".encode())
+    assert not cut.finished and cut.chunks == 1 and not cut.done
+    err = read_chat(b'data: {"error": {"message": "boom", "type": "server_error"}}\n\n')
+    assert err.problem == "the stream carried an error: boom"
+
+
+def test_prompt_cache_verdicts() -> None:
+    def reading(**usage: int) -> MessagesReading:
+        return MessagesReading(events=5, started=True, stopped=True, usage=dict(usage))
+
+    none = reading(input_tokens=10)
+    zeros = reading(input_tokens=10, cache_creation_input_tokens=0, cache_read_input_tokens=0)
+    wrote = reading(input_tokens=10, cache_creation_input_tokens=1100, cache_read_input_tokens=0)
+    read = reading(input_tokens=10, cache_creation_input_tokens=0, cache_read_input_tokens=1100)
+    assert judge_prompt_cache("u", (200, none), (200, none)).supported is False
+    assert judge_prompt_cache("u", (200, zeros), (200, zeros)).supported is None
+    assert judge_prompt_cache("u", (200, wrote), (200, zeros)).supported is False
+    assert judge_prompt_cache("u", (200, wrote), (200, read)).supported is True
+    refused = judge_prompt_cache("u", (400, "invalid_request_error: bad"), (200, read))
+    assert refused == Finding(
+        MESSAGES_CACHE,
+        False,
+        "a system prompt with cache_control was refused: POST u answered HTTP 400: "
+        "invalid_request_error: bad",
+    )
