@@ -91,7 +91,6 @@ PROBE_TOOL_MAX_TOKENS = 48
 #: the Messages API caches no prompt shorter than 1024 tokens (2048 on some models), so the
 #: prompt-caching check sends a system prompt just over that, twice: the one large probe request
 PROBE_CACHE_LINES = 230
-ANTHROPIC_VERSION = "2023-06-01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +116,7 @@ class Finding:
 
 def api_of(spec: TransportSpec) -> str:
     """The API ``spec`` speaks: ``responses``, ``chat`` or ``messages``."""
-    # The registry gains its ``api`` field with the chat and messages transports (issue 18);
-    # a registry without it has only Responses transports.
-    return str(getattr(spec, "api", RESPONSES_API))
+    return spec.api
 
 
 def needed_features(spec: TransportSpec, *, compaction: bool = False) -> tuple[str, ...]:
@@ -262,19 +259,6 @@ def messages_create(model: str, *, cached: bool = False) -> dict[str, Any]:
             {"type": "text", "text": _cache_prompt(), "cache_control": {"type": "ephemeral"}}
         ]
     return body
-
-
-def messages_headers(api_key: str, extra: dict[str, str]) -> list[tuple[str, str]]:
-    """The Messages API's own headers: the key as ``x-api-key``, not a bearer token."""
-    headers = {
-        "user-agent": "loopbench",
-        "accept": "text/event-stream",
-        "x-api-key": api_key,
-        "anthropic-version": ANTHROPIC_VERSION,
-        "content-type": "application/json",
-    }
-    headers.update({k.lower(): v for k, v in extra.items()})
-    return list(headers.items())
 
 
 def background_create(model: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from harness.client.bodies import http_headers
+from harness.client.messages_api import messages_headers
 from harness.client.options import TransportOptions
 from harness.client.probe import (
     BACKGROUND,
@@ -67,7 +68,6 @@ from harness.client.probe import (
     judge_warmup,
     judge_ws,
     messages_create,
-    messages_headers,
     not_checked,
     read_chat,
     read_messages,
@@ -303,7 +303,7 @@ class _Prober:
         return out
 
     async def message(self, cached: bool = False) -> tuple[int, str, MessagesReading | str]:
-        headers = messages_headers(self.options.api_key, self.options.extra_headers)
+        headers = messages_headers(self.options)
         status, content_type, raw = await self.call(
             "POST", "/messages", messages_create(self.model, cached=cached), headers
         )

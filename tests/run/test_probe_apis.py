@@ -13,8 +13,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-
 from harness.client.probe import (
     BACKGROUND,
     CHAT,
@@ -41,15 +39,9 @@ from harness.client.probe import (
 )
 from harness.run.probe import probe, probe_for_run
 from harness.wire.exit_codes import ExitCode
-from harness.wire.transports import TRANSPORT_NAMES, transport_spec
+from harness.wire.transports import transport_spec
 from tests.foreign_apis import chat_only_server, messages_only_server
 from tests.runs import TINY, loopbench
-
-# The chat and messages transports come with the client's branch of issue 18.
-NEEDS_CLIENT18 = pytest.mark.skipif(
-    "chat" not in TRANSPORT_NAMES or "messages" not in TRANSPORT_NAMES,
-    reason="needs the chat and messages transports (the client's branch of issue 18)",
-)
 
 
 def _probe(url: str) -> dict[str, Finding]:
@@ -203,7 +195,6 @@ def test_chat_and_messages_transports_need_their_api_only() -> None:
     )
 
 
-@NEEDS_CLIENT18
 def test_pre_run_probe_of_a_chat_only_server() -> None:
     said: list[str] = []
     with chat_only_server() as url:
