@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.metrics import definitions as D
-from harness.metrics import honesty
+from harness.metrics import honesty, token_counts
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
 from harness.metrics.stats import paired_speedup, unpaired_speedup
@@ -129,6 +129,7 @@ class _TransportStats:
         "rollouts",
         "sim_n",
         "sim_sum",
+        "token_counts",
         "tool_ns",
         "turn_errors",
         "turn_h",
@@ -159,6 +160,7 @@ class _TransportStats:
         self.errors_by_kind: dict[str, int] = {}
         self.rollout_latency_ns: dict[tuple[int, int], int] = {}
         self.honesty = honesty.new_counts()
+        self.token_counts = token_counts.new_counts()
 
     def set_histograms(self, hists: list[Any]) -> None:
         self.hists = hists
@@ -211,6 +213,7 @@ class _TransportStats:
         for kind, n in o.errors_by_kind.items():
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + n
         honesty.merge(self.honesty, o.honesty)
+        token_counts.merge(self.token_counts, o.token_counts)
         clash = self.rollout_latency_ns.keys() & o.rollout_latency_ns.keys()
         if clash:
             rnd, rid = min(clash)
@@ -287,6 +290,7 @@ class Accumulator:
             t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
         else:
             honesty.add(t.honesty, rec)
+            token_counts.add(t.token_counts, rec)
             if n_out - rec.reasoning_tokens >= 2:
                 t.decode_candidates += 1
 
@@ -391,6 +395,7 @@ class Accumulator:
                 "rollout_ns": [t.tool_ns, t.client_ns, t.recovery_ns, t.rollout_turns],
                 "errors_by_kind": t.errors_by_kind,
                 "honesty": t.honesty,
+                "token_counts": t.token_counts,
                 "rollout_latency_ns": [[r, i, ns] for (r, i), ns in t.rollout_latency_ns.items()],
             }
         return {
@@ -438,6 +443,7 @@ class Accumulator:
             )
             t.errors_by_kind = {str(k): int(v) for k, v in d["errors_by_kind"].items()}
             honesty.merge(t.honesty, d.get("honesty", {}))
+            token_counts.merge(t.token_counts, d.get("token_counts", {}))
             t.rollout_latency_ns = {
                 (int(r), int(i)): int(ns) for r, i, ns in d["rollout_latency_ns"]
             }
@@ -478,6 +484,11 @@ class Accumulator:
             ],
             # protocol honesty checks (docs/metrics.md §1.5): reported, not a reason for invalidity
             "honesty": {name: dict(t.honesty) for name, t in self._by_transport.items()},
+            # planned vs server-reported tokens (docs/metrics.md; added in place, no format
+            # bump: readers .get() it)
+            "tokens": {
+                name: token_counts.summary(t.token_counts) for name, t in self._by_transport.items()
+            },
             "warnings": [
                 line
                 for name, t in self._by_transport.items()
