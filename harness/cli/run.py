@@ -133,6 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         model=scenario.model,
         enabled=not args.no_probe,
         say=lambda m: print(m, file=sys.stderr),
+        shaping=shaping,
     )
     if refused is not None:
         return refused

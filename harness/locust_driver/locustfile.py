@@ -27,6 +27,7 @@ from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
 from harness.client.options import TransportOptions
+from harness.client.shaping import rollout_key
 from harness.locust_driver.agent_loop import run_rollout
 from harness.locust_driver.master import MasterOptions, MasterSide
 from harness.locust_driver.net import now_ns
@@ -344,6 +345,7 @@ class LoopbenchAgent(User):
                 on_turn=side.on_turn,
                 sleep=gevent.sleep,
                 hints=config.hints,
+                rollout_key=rollout_key(config.run_id, claim.transport, plan.rollout_id),
             )
         except Exception as exc:  # a driver bug must not stall the phase: report and move on
             log.exception(

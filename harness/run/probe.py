@@ -47,6 +47,7 @@ from harness.client.probe import (
     ws_create,
     ws_refused,
 )
+from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.run.event_loop import run_async
 from harness.transports.h1client import H1Pool
 from harness.transports.ws import open_ws
@@ -64,9 +65,17 @@ ALL_FEATURES: tuple[str, ...] = tuple(f for f, _ in FEATURES)
 
 class _Prober:
     def __init__(
-        self, target: str, api_key: str, verify_tls: bool, timeout_s: float, model: str
+        self,
+        target: str,
+        api_key: str,
+        verify_tls: bool,
+        timeout_s: float,
+        model: str,
+        shaping: RequestShaping = NO_SHAPING,
     ) -> None:
         self.options = TransportOptions(
+            # the run's headers (a gateway's own auth header, say): the probe must get in too
+            shaping=shaping,
             base_url=target,
             api_key=api_key,
             keepalive=True,
@@ -272,10 +281,11 @@ async def probe_endpoint(
     verify_tls: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     model: str = DEFAULT_MODEL,
+    shaping: RequestShaping = NO_SHAPING,
 ) -> list[Finding]:
     """Check ``features`` of the Responses endpoint at ``target`` (``http://HOST:PORT/v1``)."""
     try:
-        prober = _Prober(target, api_key, verify_tls, timeout_s, model)
+        prober = _Prober(target, api_key, verify_tls, timeout_s, model, shaping)
     except LoopbenchError as exc:
         raise UsageError(f"--target: {exc}") from None
     try:
@@ -320,6 +330,7 @@ def probe_for_run(
     enabled: bool = True,
     say: Callable[[str], None],
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    shaping: RequestShaping = NO_SHAPING,
 ) -> int | None:
     """Before ``loopbench run --target``: probe what the transports need, once per family.
 
@@ -338,6 +349,7 @@ def probe_for_run(
             verify_tls=verify_tls,
             timeout_s=timeout_s,
             model=model,
+            shaping=shaping,
         )
     except UsageError as exc:
         say(f"error: {exc}")
