@@ -106,7 +106,9 @@ def test_headers_session_and_extra_body_reach_the_server(
         )
     assert set(sessions) == expected_keys
     # one request per turn, each under its own rollout's key
-    per_rollout = Counter(f"r1-{t}-{r}" for t, r in zip(turns.transport, turns.rollout_id))
+    per_rollout = Counter(
+        f"r1-{t}-{r}" for t, r in zip(turns.transport, turns.rollout_id, strict=True)
+    )
     assert sessions == per_rollout
     # one WebSocket per ws rollout, its handshake carrying that rollout's key
     assert sorted(e.headers["x-session-id"] for e in run_ws) == ["r1-ws-0", "r1-ws-1"]
