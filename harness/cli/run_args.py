@@ -95,7 +95,12 @@ def target_flags(args: argparse.Namespace) -> TargetFlags:
     for raw in getattr(args, "header", None) or []:
         parsed = parse_header(raw)
         if parsed is None:
-            name = raw.partition(":")[0].strip() or raw
+            name, sep, _ = raw.partition(":")
+            name = name.strip()
+            words = name.split()
+            if not sep and len(words) > 1:
+                # No colon: what follows the first word may be the value, a credential.
+                name = words[0] + " …"
             # Only the name is repeated: the value may be a credential.
             raise UsageError(
                 f"--header {name!r}: expected NAME:VALUE with a header name of letters, digits "

@@ -20,7 +20,7 @@ EXTRA_BODY_APIS = ("responses", "chat", "messages")
 #: body fields the client itself must decide: it reads a stream, and names the model once
 RESERVED_BODY_FIELDS = {
     "stream": "the client reads a streamed response; stream cannot be changed",
-    "model": "the model name is the scenario's model: field (or --model)",
+    "model": "the model name comes from the scenario's model: field or --model",
 }
 #: an HTTP header name (RFC 9110 token)
 HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
