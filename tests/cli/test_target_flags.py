@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cli.main import build_parser
+from harness.cli.main import build_parser, main
 from harness.cli.run_args import check_run_args, scenario_sets, shaping_line, target_flags
 from harness.client.shaping import RequestShaping
 from harness.wire.errors import UsageError
@@ -105,3 +105,17 @@ def test_the_shaping_line_hides_credential_values() -> None:
         'session header X-Session-ID; extra body {"responses": {"ignore_eos": true}}'
     )
     assert shaping_line(RequestShaping(), FIXED_WIDTH) == ""
+
+
+def test_gate_takes_the_shaping_flags_with_ab_only(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["gate", "results/x", "--baseline", "results/y", "--header", "X-Team: perf"])
+    assert exited.value.code == 4
+    assert "error: --header: only with --ab" in capsys.readouterr().err
+    args = build_parser().parse_args(
+        ["gate", str(TINY), "--ab", "--session-header", "X-Session-ID", "--model", "m"]
+    )
+    assert target_flags(args).session_header == "X-Session-ID"
+    assert scenario_sets(args) == ['model="m"']
