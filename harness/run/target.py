@@ -9,14 +9,19 @@ pure layers.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.client.shaping import RequestShaping, merge_extra_body, split_extra_body
-from harness.run.tokenizer import load_tokens
+from harness.run.tokenizer import load_tokens, resolve_tokenizer_file
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.scenario import Scenario
+
+#: the environment variable ``loopbench locust`` hands the flags to its master in (not its
+#: command line: a header value may be a credential, and a command line is public)
+SHAPING_ENV = "LOOPBENCH_SHAPING_FLAGS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +32,31 @@ class TargetFlags:
     session_header: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict, hash=False)
     tokenizer: str | None = None
+
+
+def target_flags_to_json(flags: TargetFlags) -> str:
+    """The flags as JSON, for a process that resolves them itself (the Locust master)."""
+    return json.dumps(
+        {
+            "headers": [list(h) for h in flags.headers],
+            "session_header": flags.session_header,
+            "extra_body": flags.extra_body,
+            "tokenizer": flags.tokenizer,
+        }
+    )
+
+
+def target_flags_from_json(text: str) -> TargetFlags:
+    """:func:`target_flags_to_json` read back ("" gives no flags)."""
+    if not text:
+        return TargetFlags()
+    doc = json.loads(text)
+    return TargetFlags(
+        headers=tuple((str(k), str(v)) for k, v in doc.get("headers", [])),
+        session_header=doc.get("session_header"),
+        extra_body=doc.get("extra_body") or {},
+        tokenizer=doc.get("tokenizer"),
+    )
 
 
 def resolve_target(
@@ -44,11 +74,21 @@ def resolve_target(
             split_extra_body(section.extra_body), split_extra_body(flags.extra_body)
         ),
     )
-    if flags.tokenizer:
-        tokens: TokenConvention = load_tokens(flags.tokenizer)
-    elif section.tokenizer:
-        # A path in the file is relative to the file, as rollout.trace is.
-        tokens = load_tokens(section.tokenizer, Path(scenario.source).parent, "target.tokenizer")
-    else:
-        tokens = FIXED_WIDTH
+    found = tokenizer_file(scenario, flags)
+    tokens: TokenConvention = FIXED_WIDTH
+    if found is not None:
+        spec, path, what = found
+        tokens = load_tokens(str(path), what=what, name=spec)
     return shaping, tokens
+
+
+def tokenizer_file(scenario: Scenario, flags: TargetFlags) -> tuple[str, Path, str] | None:
+    """(as given, the tokenizer.json it names, where it was given) or None for the default."""
+    if flags.tokenizer:
+        return flags.tokenizer, resolve_tokenizer_file(flags.tokenizer), "--tokenizer"
+    spec = scenario.target.tokenizer
+    if spec:
+        # A path in the file is relative to the file, as rollout.trace is.
+        where = Path(scenario.source).parent
+        return spec, resolve_tokenizer_file(spec, where, "target.tokenizer"), "target.tokenizer"
+    return None

@@ -98,9 +98,10 @@ def _load(path: str) -> Tokenizer:
 
 
 def load_tokens(
-    spec: str, relative_to: Path | None = None, what: str = "--tokenizer"
+    spec: str, relative_to: Path | None = None, what: str = "--tokenizer", name: str | None = None
 ) -> CountedTokens:
-    """The token convention of the tokenizer ``spec`` names (see :func:`resolve_tokenizer_file`)."""
+    """The token convention of the tokenizer ``spec`` names (see :func:`resolve_tokenizer_file`);
+    ``name`` is what the manifest calls it (default: ``spec``)."""
     path = resolve_tokenizer_file(spec, relative_to, what)
     try:
         tokenizer = _load(str(path))
@@ -108,4 +109,4 @@ def load_tokens(
         raise UsageError(
             f"{what} {spec}: {path} is not a Hugging Face tokenizer file ({exc})"
         ) from None
-    return CountedTokens(spec, TokenizerCounter(tokenizer))
+    return CountedTokens(name or spec, TokenizerCounter(tokenizer))
