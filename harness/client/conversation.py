@@ -29,6 +29,11 @@ from harness.workload.records import TurnRecord
 _CHAIN_STATUSES = ("completed", "incomplete")
 
 
+def planned_output(inp: TurnInput) -> int:
+    """The turn's planned output tokens, reasoning included (``extra_body``'s ``{output_tokens}``)."""
+    return inp.turn.output_tokens + inp.turn.reasoning_tokens
+
+
 class HttpResponse(Protocol):
     """What an edge's HTTP exchange reports (the body only for error statuses)."""
 
@@ -85,7 +90,7 @@ class Conversation:
 
     def http_request(self, inp: TurnInput, rec: TurnRecord) -> bytes:
         body = http_body(self.spec, inp, self.previous_response_id)
-        payload = dumps(shape_body(body, "responses", self.shaping))
+        payload = dumps(shape_body(body, "responses", self.shaping, planned_output(inp)))
         rec.bytes_sent = len(payload)
         return payload
 
@@ -194,7 +199,9 @@ class WsTurn:
             if self.full and conv.recover_from == "full" and inp.full_history is not None:
                 # Resend everything, as a client that keeps no compacted base does.
                 inp = replace(inp, history=inp.full_history)
-            body = shape_body(ws_create(conv.spec, inp, previous), "responses", conv.shaping)
+            body = shape_body(
+                ws_create(conv.spec, inp, previous), "responses", conv.shaping, planned_output(inp)
+            )
         payload = dumps(body).decode()
         self.rec.bytes_sent = len(payload)
         return payload

@@ -13,7 +13,10 @@ request.  The whole API is three names:
   body's.  Call it on every body that asks for a model response (``POST /responses``,
   ``response.create``, ``POST /chat/completions``, ``POST /messages``); not on
   ``/responses/compact`` or the ``response.append`` prototype, whose shapes are fixed.
-  ``body`` is not changed; with nothing to merge it is returned as is.
+  ``body`` is not changed; with nothing to merge it is returned as is.  A value that is
+  the string ``"{output_tokens}"`` becomes the turn's planned output tokens (visible and
+  reasoning; pass ``planned_output``), so ``{"max_output_tokens": "{output_tokens}",
+  "ignore_eos": true}`` makes a vLLM server produce exactly the planned length.
 - :func:`session_headers` ``(shaping, rollout_key) -> list[tuple[str, str]]`` — the
   session-affinity header (``[(session_header, rollout_key)]``, or ``[]``) to add to
   every HTTP request of that rollout and to the handshake of its WebSocket.
@@ -62,21 +65,31 @@ class RequestShaping:
 NO_SHAPING = RequestShaping()
 
 
-def _merge(base: Any, extra: Any) -> Any:
-    if isinstance(base, dict) and isinstance(extra, Mapping):
-        out = dict(base)
+#: an ``extra_body`` value that stands for the turn's planned output tokens
+OUTPUT_TOKENS = "{output_tokens}"
+
+
+def _merge(base: Any, extra: Any, planned: int | None = None) -> Any:
+    if isinstance(extra, Mapping):
+        # A mapping replaces what is not one, its own placeholders filled in too.
+        out = dict(base) if isinstance(base, dict) else {}
         for key, value in extra.items():
-            out[key] = _merge(out.get(key), value)
+            out[key] = _merge(out.get(key), value, planned)
         return out
+    if extra == OUTPUT_TOKENS and planned is not None:
+        return planned
     return extra
 
 
-def shape_body(body: dict[str, Any], api: str, shaping: RequestShaping) -> dict[str, Any]:
-    """``body`` with the ``extra_body`` of ``api`` merged in (see the module docstring)."""
+def shape_body(
+    body: dict[str, Any], api: str, shaping: RequestShaping, planned_output: int | None = None
+) -> dict[str, Any]:
+    """``body`` with the ``extra_body`` of ``api`` merged in (see the module docstring);
+    a value ``"{output_tokens}"`` becomes ``planned_output``, the turn's planned output."""
     extra = shaping.extra_body.get(api)
     if not extra:
         return body
-    merged: dict[str, Any] = _merge(body, extra)
+    merged: dict[str, Any] = _merge(body, extra, planned_output)
     return merged
 
 

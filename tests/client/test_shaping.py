@@ -62,3 +62,24 @@ def test_describe_records_names_only() -> None:
         "session_header": "X-Session-ID",
         "extra_body": {"chat": {"min_tokens": 8, "metadata": {"k": "v"}}},
     }
+
+
+def test_output_tokens_placeholder_becomes_the_turns_planned_output() -> None:
+    shaping = RequestShaping(
+        extra_body={
+            "responses": {
+                "max_output_tokens": "{output_tokens}",
+                "ignore_eos": True,
+                "vllm": {"min_tokens": "{output_tokens}"},
+                "note": "not {output_tokens} alone",
+            }
+        }
+    )
+    body = {"max_output_tokens": 192, "input": []}
+    assert shape_body(body, "responses", shaping, planned_output=80) == {
+        "max_output_tokens": 80,
+        "input": [],
+        "ignore_eos": True,
+        "vllm": {"min_tokens": 80},
+        "note": "not {output_tokens} alone",
+    }

@@ -425,6 +425,23 @@ DESIGN_KEYS = [
     "honesty.<t>.checked_turns",
     "honesty.<t>.chain_ignored",
     "honesty.<t>.decode_implausible",
+    # §1.6: planned vs server-reported tokens
+    *(
+        f"tokens.<t>.{k}"
+        for k in (
+            "turns",
+            "usage_turns",
+            "planned_input",
+            "planned_output",
+            "reported_input",
+            "reported_output",
+            "input",
+            "output",
+            "streamed_output",
+            "input_ratio",
+            "output_ratio",
+        )
+    ),
     "warnings",
 ]
 COMPARISON_KEYS = [

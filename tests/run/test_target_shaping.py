@@ -50,6 +50,7 @@ target:
     responses:
       temperature: 0.25
       metadata: {{team: perf}}
+      max_output_tokens: "{{output_tokens}}"
 """
 
 
@@ -124,6 +125,21 @@ def test_headers_session_and_extra_body_reach_the_server(
         assert "loopbench.output_tokens" in body["metadata"]
         assert body["model"] == "cli-model"
         assert body.get("type") == "response.create" or body["stream"] is True
+    # "{output_tokens}" became each turn's planned output, turn by turn of each rollout
+    sent: dict[str, list[int]] = {}
+    for e in run_http:
+        sent.setdefault(e.headers["x-session-id"], []).extend(
+            b["max_output_tokens"] for b in e.bodies
+        )
+    for e in run_ws:
+        sent[e.headers["x-session-id"]] = [
+            b["max_output_tokens"] for b in e.bodies if b.get("type") == "response.create"
+        ]
+    planned = {
+        f"r1-{t}-{r}": list(g.sort_values("turn_index").planned_output_tokens)
+        for (t, r), g in turns.groupby(["transport", "rollout_id"])
+    }
+    assert sent == planned
     chained = [b for e in run_http for b in e.bodies if "previous_response_id" in b]
     assert chained, "http-chained sent no chained request"
 
@@ -135,6 +151,7 @@ def test_headers_session_and_extra_body_reach_the_server(
     assert shaping["extra_body"]["responses"] == {
         "temperature": 0.25,
         "metadata": {"team": "perf", "origin": "cli"},
+        "max_output_tokens": "{output_tokens}",
         "top_p": 0.5,
     }
     assert manifest["scenario"]["target"]["headers"] == {"X-Team": "***", "X-Api-Key": "***"}
