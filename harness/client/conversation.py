@@ -17,7 +17,7 @@ from harness.client.api_errors import api_error_from_body, body_start, not_sse
 from harness.client.bodies import compact_body, http_body, ws_append, ws_create
 from harness.client.receive import SseFeed
 from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
-from harness.client.shaping import NO_SHAPING, RequestShaping, shape_body
+from harness.client.shaping import NO_SHAPING, RequestShaping, planned_output, shape_body
 from harness.client.stream import ResponseStream
 from harness.wire.errors import ErrorKind, LoopbenchError, ProtocolError, TransportError
 from harness.wire.events import COMPLETED, CREATED, dumps, loads
@@ -27,11 +27,6 @@ from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
 
 _CHAIN_STATUSES = ("completed", "incomplete")
-
-
-def planned_output(inp: TurnInput) -> int:
-    """The turn's planned output tokens, reasoning included (``extra_body``'s ``{output_tokens}``)."""
-    return inp.turn.output_tokens + inp.turn.reasoning_tokens
 
 
 class HttpResponse(Protocol):

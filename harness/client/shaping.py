@@ -1,34 +1,43 @@
 """Request shaping for real servers: extra headers, a session-affinity header, extra body fields.
 
 Pure, and the one place both edges (and every API's body builder) ask what to add to a
-request.  The whole API is three names:
+request (docs/targets.md).  The API:
 
 - :class:`RequestShaping` — frozen, carried by
-  :class:`~harness.client.options.TransportOptions` as ``options.shaping``;
-  built from a scenario's ``target:`` section and the ``run`` flags.
-- :func:`shape_body` ``(body, api, shaping) -> dict`` — the request body with the
-  ``extra_body`` of ``api`` (``"responses"``, ``"chat"`` or ``"messages"``) merged in:
-  a mapping is merged key by key into a mapping of the body (so ``{"metadata": {"k": "v"}}``
-  adds a metadata key, it does not replace the hints), any other value replaces the
-  body's.  Call it on every body that asks for a model response (``POST /responses``,
-  ``response.create``, ``POST /chat/completions``, ``POST /messages``); not on
-  ``/responses/compact`` or the ``response.append`` prototype, whose shapes are fixed.
-  ``body`` is not changed; with nothing to merge it is returned as is.  A value that is
-  the string ``"{output_tokens}"`` becomes the turn's planned output tokens (visible and
-  reasoning; pass ``planned_output``), so ``{"max_output_tokens": "{output_tokens}",
-  "ignore_eos": true}`` makes a vLLM server produce exactly the planned length.
+  :class:`~harness.client.options.TransportOptions` as ``options.shaping``; built by
+  harness/run/target.py from a scenario's ``target:`` section and the flags.
+  ``options.shaping.headers`` are already in :func:`~harness.client.bodies.http_headers`
+  and :func:`~harness.client.bodies.ws_headers` (after loopbench's own, replacing a header
+  of the same name).
+- :func:`shape_body` ``(body, api, shaping, planned_output(inp)) -> dict`` — the body with
+  the ``extra_body`` of ``api`` (``"responses"``, ``"chat"`` or ``"messages"``) merged in:
+  a mapping is merged key by key into the body's mapping of that name (``{"metadata":
+  {"k": "v"}}`` adds a key next to the hints), any other value replaces the body's, and a
+  value that is the string ``"{output_tokens}"`` becomes the turn's planned output
+  (:func:`planned_output`: visible and reasoning tokens).  ``body`` is not changed; with
+  nothing to merge it is returned as is.  For every body that asks for a model response
+  (``POST /responses``, ``response.create``, ``POST /chat/completions``, ``POST
+  /messages``); not for ``/responses/compact`` or the ``response.append`` prototype.
 - :func:`session_headers` ``(shaping, rollout_key) -> list[tuple[str, str]]`` — the
-  session-affinity header (``[(session_header, rollout_key)]``, or ``[]``) to add to
-  every HTTP request of that rollout and to the handshake of its WebSocket.
+  session-affinity header, ``[(session_header, rollout_key)]`` or ``[]``, for every
+  HTTP request of that rollout and the handshake of its WebSocket.  The key reaches a
+  session as ``Transport.session(rollout_key)`` (asyncio edge) or
+  ``Session.start_rollout(rollout_key)`` (gevent edge); it is :func:`rollout_key`
+  ``(run_id, transport, rollout_id)`` = ``<run-id>-<transport>-<rollout id>``: stable over
+  a rollout's turns, distinct per transport (each replay of a rollout is a conversation of
+  its own; one key for all transports would route a later replay to the replica whose
+  prefix cache the earlier one filled with the same conversation).
 
-The rollout key is :func:`rollout_key` ``(run_id, transport, rollout_id)``:
-``<run-id>-<transport>-<rollout id>``, stable for a rollout's turns and distinct per
-transport (each replay of a rollout is a conversation of its own; the same key for all
-transports would send a later transport's replay to the replica whose prefix cache the
-earlier one filled, which favours the later transport).
+A new transport's session (chat, messages) wires it the way ``harness/transports/http.py``
+does: ``Conversation(spec, shaping=options.shaping, tokens=options.tokens)``, the body
+through ``shape_body(body, "chat", conv.shaping, planned_output(inp))``, each request's
+headers ``[*http_headers(options), *session_headers(options.shaping, rollout_key)]``, and
+its stream's text counted with ``options.tokens`` (``ResponseStream(sent_ns,
+tokens=...)``, or ``tokens.count`` in a sibling state machine).
 
-:func:`redacted` gives a header value as it may be printed or recorded: a credential's
-(``authorization``, ``x-api-key``, any name holding ``token`` or ``key``) is never shown.
+:func:`redacted` gives a header value as it may be printed: a credential's
+(``authorization``, ``x-api-key``, ``cookie``, any name holding ``token``, ``key``,
+``secret`` or ``password``) is ``***``.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.workload.agent import TurnInput
 from harness.workload.target import EXTRA_BODY_APIS, HEADER_NAME
 
 
@@ -91,6 +101,11 @@ def shape_body(
         return body
     merged: dict[str, Any] = _merge(body, extra, planned_output)
     return merged
+
+
+def planned_output(inp: TurnInput) -> int:
+    """The turn's planned output tokens, reasoning included: ``shape_body``'s ``planned_output``."""
+    return inp.turn.output_tokens + inp.turn.reasoning_tokens
 
 
 def rollout_key(run_id: str, transport: str, rollout_id: int) -> str:
