@@ -25,6 +25,7 @@ from harness.cli.common import (
     parse_transports,
     transports_epilog,
 )
+from harness.cli.run_args import add_target_options, scenario_sets, target_flags
 from harness.gate.ab import ABOptions, Side, run_ab
 from harness.gate.codes import EXIT_INVALID, EXIT_USAGE
 from harness.gate.evaluate import evaluate
@@ -33,6 +34,7 @@ from harness.gate.markdown import render_markdown
 from harness.gate.rules import load_rules
 from harness.gate.samples import run_data
 from harness.report.results import load_run
+from harness.run.target import resolve_target
 from harness.wire.errors import (
     LoopbenchError,
     NotAResultsFolder,
@@ -136,6 +138,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="do not verify the targets' TLS certificates (self-signed https:// and wss://)",
     )
+    add_target_options(ab)
     ab.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_gate)
 
@@ -171,12 +174,18 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise UsageError("--baseline: required (a results folder), unless --ab is given")
     used = [n for n in _AB_ONLY if getattr(args, n) is not None]
     used += [n for n in ("baseline_server_set", "candidate_server_set", "set") if getattr(args, n)]
+    used += [n for n in _SHAPING_FLAGS if getattr(args, n)]
     if used:
         raise UsageError(f"--{used[0].replace('_', '-')}: only with --ab")
 
 
+#: the request-shaping flags (harness/cli/run_args.py), measured with --ab only
+_SHAPING_FLAGS = ("header", "session_header", "extra_body", "model", "tokenizer")
+
+
 def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
-    scenario = load_scenario(args.subject, _pairs(args.set, "--set") or None)
+    scenario = load_scenario(args.subject, _pairs(scenario_sets(args), "--set") or None)
+    shaping, tokens = resolve_target(scenario, target_flags(args))
     transports = parse_transports(args.transports)
     key = api_key(args.api_key_env)
     sides = [
@@ -209,6 +218,8 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
         transports=transports,
         api_key=key,
         verify_tls=not args.insecure,
+        shaping=shaping,
+        tokens=tokens,
     )
     quiet = args.quiet
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -33,9 +34,11 @@ from harness.cli.common import (
     transports_epilog,
 )
 from harness.cli.run import run_outcome
+from harness.cli.run_args import add_target_options, scenario_sets, target_flags
 from harness.cli.summary_table import print_summary
 from harness.report.results import load_run, new_run_id
 from harness.run.embedded import scenario_server
+from harness.run.target import SHAPING_ENV, resolve_target, target_flags_to_json
 from harness.wire.errors import ResultsError, UsageError
 from harness.wire.transports import TRANSPORTS, locust_spec
 from harness.workload.scenario import Scenario, load_scenario
@@ -124,6 +127,7 @@ def add_parser(sub: Any) -> None:
         metavar="ARG",
         help="extra argument passed to the locust master, e.g. --locust-arg=--stop-timeout=10",
     )
+    add_target_options(p)
     p.add_argument(
         "-q", "--quiet", action="store_true", help="only Locust's final summary and warnings"
     )
@@ -188,7 +192,7 @@ def master_command(
         cmd += ["--loopbench-run-time", str(args.run_time)]
     if args.transports:
         cmd += ["--transports", args.transports]
-    for item in args.set:
+    for item in scenario_sets(args):
         cmd += ["--loopbench-set", item]
     if args.api_key_env:
         cmd += ["--loopbench-api-key-env", args.api_key_env]
@@ -268,7 +272,7 @@ def _run_workers(args: argparse.Namespace) -> int:
 def _check_scenario(args: argparse.Namespace) -> Scenario:
     if not args.scenario:
         raise UsageError("loopbench locust: a scenario file is required (or --worker)")
-    scenario = load_scenario(args.scenario, scenario_overrides(args.set))
+    scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
     names = (
         [t.strip() for t in args.transports.split(",") if t.strip()]
         if args.transports
@@ -286,6 +290,9 @@ def _check_scenario(args: argparse.Namespace) -> Scenario:
 
 def _run_master(args: argparse.Namespace) -> int:
     scenario = _check_scenario(args)
+    flags = target_flags(args)
+    # Checked (and the tokenizer found) here, so a mistake exits 4 before Locust starts.
+    resolve_target(scenario, flags)
     local = (0 if args.remote_workers else 1) if args.workers is None else args.workers
     if local < 0 or args.remote_workers < 0:
         raise UsageError("--workers/--remote-workers: expected non-negative counts")
@@ -325,6 +332,9 @@ def _run_master(args: argparse.Namespace) -> int:
                 stop_file=stop_file,
             ),
             start_new_session=True,
+            # The shaping flags in the master's environment, not on its command line: a
+            # header value may be a credential (a command line is readable by every user).
+            env={**os.environ, SHAPING_ENV: target_flags_to_json(flags)},
         )
         procs.append(master)
         connect = "127.0.0.1" if bind_host in ("*", "0.0.0.0") else bind_host

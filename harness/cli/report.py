@@ -38,12 +38,14 @@ from harness.report.files import write_text_atomic
 from harness.report.rebuild import needs_rebuild, rebuild_summary, rebuilt_note
 from harness.report.render import render_run
 from harness.report.results import Run, load_run
-from harness.report.sweep import sweep_table
+from harness.report.sweep import parse_sweep_sets, sweep_table
 from harness.report.verdict import verdict_line as run_verdict_line
 from harness.run.runner import RunOptions
 from harness.run.sweep import run_sweep
+from harness.run.target import resolve_target
 from harness.wire.errors import ResultsError
 from harness.wire.exit_codes import ExitCode
+from harness.workload.scenario import load_scenario
 
 
 def add_parser(sub: Any) -> None:
@@ -242,11 +244,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     run_args.check_sweep_args(args)
+    args.set = run_args.scenario_sets(args)
+    key, values, fixed = parse_sweep_sets(args.set)
+    # target: is not swept: the first variant's section shapes every run
+    first = load_scenario(args.scenario, {**fixed, key: values[0]})
+    shaping, tokens = resolve_target(first, run_args.target_flags(args))
     opts = RunOptions(
         transports=parse_transports(args.transports),
         target=args.target,
         results_root=Path(args.out),
         baseline=args.baseline,
+        shaping=shaping,
+        tokens=tokens,
         **run_args.client_run_options(args),
     )
     quiet = args.quiet

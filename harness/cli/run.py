@@ -25,6 +25,9 @@ from harness.cli.run_args import (
     check_run_args,
     client_run_options,
     live_export,
+    scenario_sets,
+    shaping_line,
+    target_flags,
 )
 from harness.cli.summary_table import print_summary
 from harness.report.error_summary import error_lines
@@ -32,6 +35,7 @@ from harness.run.probe import probe_for_run
 from harness.run.procs import run_procs
 from harness.run.progress import make_progress
 from harness.run.runner import RunOptions, run_scenario
+from harness.run.target import resolve_target
 from harness.workload.scenario import load_scenario
 
 
@@ -104,16 +108,22 @@ def add_parser(sub: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     check_run_args(args)
-    scenario = load_scenario(args.scenario, scenario_overrides(args.set))
+    scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
     transports = parse_transports(args.transports)
+    shaping, tokens = resolve_target(scenario, target_flags(args))
     opts = RunOptions(
         transports=transports,
         target=args.target,
         results_root=Path(args.out),
         run_id=args.run_id,
         baseline=args.baseline,
+        shaping=shaping,
+        tokens=tokens,
         **client_run_options(args),
     )
+    line = shaping_line(shaping, tokens)
+    if line and not args.quiet:
+        print(line, file=sys.stderr)
     if args.tls:
         # The run makes the certificate, so there is nothing to verify it against.
         opts.server_args = [*opts.server_args, "--tls-self-signed"]
@@ -127,6 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         enabled=not args.no_probe,
         say=lambda m: print(m, file=sys.stderr),
         compaction=scenario.rollout.compact_at_tokens is not None,
+        shaping=shaping,
     )
     if refused is not None:
         return refused

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -17,11 +18,15 @@ from typing import Any
 from harness.cli.common import api_key, scenario_overrides
 from harness.client.messages_api import CACHE_CONTROL
 from harness.client.options import RECOVER_FROM
+from harness.client.shaping import RequestShaping, parse_header, redacted
 from harness.report.sweep import parse_sweep_sets
 from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
+from harness.run.target import TargetFlags
 from harness.wire.errors import UsageError
+from harness.wire.tokens import TokenConvention
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import load_scenario
+from harness.workload.target import HEADER_NAME, extra_body_problem
 
 
 def add_client_options(p: Any) -> None:
@@ -61,6 +66,7 @@ def add_client_options(p: Any) -> None:
         default=120.0,
         help="a response silent for this long is abandoned as an error of kind timeout",
     )
+    add_target_options(p)
     add_server_metrics_options(p)
 
 
@@ -123,6 +129,102 @@ def live_export(args: argparse.Namespace) -> Iterator[LiveExport | None]:
         yield live
 
 
+def add_target_options(p: Any) -> None:
+    """Request shaping for a real server, on top of the scenario's target: (docs/targets.md)."""
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="an extra header on every request and WebSocket handshake (repeatable); values of "
+        "credential headers (authorization, x-api-key, *token*, *key*) are never printed",
+    )
+    p.add_argument(
+        "--session-header",
+        metavar="NAME",
+        help="a header set to the rollout's id (RUN-ID-TRANSPORT-ROLLOUT) on every request of "
+        "that rollout, e.g. X-Session-ID, so a router keeps a conversation on one replica",
+    )
+    p.add_argument(
+        "--extra-body",
+        metavar="JSON",
+        help="fields merged into every request body, e.g. '{\"ignore_eos\": true}', or per API: "
+        '\'{"chat": {"min_tokens": 64}}\' (APIs: responses, chat, messages)',
+    )
+    p.add_argument("--model", help="the model name sent in every request (the scenario's model:)")
+    p.add_argument(
+        "--tokenizer",
+        metavar="PATH_OR_NAME",
+        help="size the synthetic text and count streamed tokens with a Hugging Face tokenizer: "
+        "a tokenizer.json (or its folder) or a model name already in the local cache (never "
+        "downloaded); default: 4 characters per token",
+    )
+
+
+def target_flags(args: argparse.Namespace) -> TargetFlags:
+    """The request-shaping flags, checked: a malformed one is a :class:`UsageError` naming it."""
+    headers = []
+    for raw in getattr(args, "header", None) or []:
+        parsed = parse_header(raw)
+        if parsed is None:
+            name, sep, _ = raw.partition(":")
+            name = name.strip()
+            words = name.split()
+            if not sep and len(words) > 1:
+                # No colon: what follows the first word may be the value, a credential.
+                name = words[0] + " …"
+            # Only the name is repeated: the value may be a credential.
+            raise UsageError(
+                f"--header {name!r}: expected NAME:VALUE with a header name of letters, digits "
+                "and -_.!#$%&'*+^`|~ and a value on one line, e.g. --header 'X-Team: perf'"
+            )
+        headers.append(parsed)
+    session = getattr(args, "session_header", None)
+    if session is not None and not HEADER_NAME.match(session):
+        raise UsageError(
+            f"--session-header {session!r}: expected a header name of letters, digits and "
+            "-_.!#$%&'*+^`|~, e.g. X-Session-ID"
+        )
+    extra: dict[str, Any] = {}
+    raw_extra = getattr(args, "extra_body", None)
+    if raw_extra is not None:
+        try:
+            extra = json.loads(raw_extra)
+        except ValueError as exc:
+            raise UsageError(
+                f"--extra-body: expected a JSON object, e.g. '{{\"ignore_eos\": true}}'; "
+                f"it does not parse: {exc}"
+            ) from None
+        if not isinstance(extra, dict):
+            raise UsageError(
+                f"--extra-body: expected a JSON object of body fields, got {raw_extra}"
+            )
+        problem = extra_body_problem(extra)
+        if problem is not None:
+            field, expected, got = problem
+            raise UsageError(
+                f"--extra-body: {field or 'the object'}: expected {expected}, got {json.dumps(got)}"
+            )
+    tokenizer = getattr(args, "tokenizer", None)
+    if tokenizer is not None and not tokenizer.strip():
+        raise UsageError("--tokenizer: expected a tokenizer.json path or a model name, got ''")
+    return TargetFlags(
+        headers=tuple(headers),
+        session_header=session,
+        extra_body=extra,
+        tokenizer=tokenizer,
+    )
+
+
+def scenario_sets(args: argparse.Namespace) -> list[str]:
+    """``--set`` with ``--model`` as one more override (``model=NAME``, quoted as YAML)."""
+    sets = list(args.set)
+    model = getattr(args, "model", None)
+    if model is not None:
+        sets.append(f"model={json.dumps(model)}")
+    return sets
+
+
 def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`~harness.run.runner.RunOptions` fields :func:`add_client_options` sets."""
     return {
@@ -159,7 +261,7 @@ def check_run_args(args: argparse.Namespace) -> None:
     if args.baseline is not None:
         named = _transports(args.transports)
         if named is None:
-            named = load_scenario(args.scenario, scenario_overrides(args.set)).transports
+            named = load_scenario(args.scenario, scenario_overrides(scenario_sets(args))).transports
         _check_baseline(args.baseline, [named])
 
 
@@ -208,6 +310,7 @@ def _check_common(args: argparse.Namespace) -> None:
             f"--server-metrics {url}: expected an http:// or https:// URL, e.g. "
             "http://127.0.0.1:8000/metrics"
         )
+    target_flags(args)
     timeout = getattr(args, "request_timeout_s", None)
     # "not > 0" also refuses nan, which compares false with everything.
     if timeout is not None and not timeout > 0:
@@ -243,3 +346,18 @@ def _check_baseline(baseline: str, runs: Sequence[Sequence[str]]) -> None:
                 f"--baseline {baseline}: expected one of the run's transports: "
                 f"{', '.join(transports)}"
             )
+
+
+def shaping_line(shaping: RequestShaping, tokens: TokenConvention) -> str:
+    """One line saying how requests are shaped (credential values hidden); '' when they are not."""
+    parts = []
+    if shaping.headers:
+        parts.append("headers " + ", ".join(f"{k}: {redacted(k, v)}" for k, v in shaping.headers))
+    if shaping.session_header:
+        parts.append(f"session header {shaping.session_header}")
+    extra = shaping.describe()["extra_body"]
+    if extra:
+        parts.append("extra body " + json.dumps(extra, sort_keys=True))
+    if tokens.name != "4-chars":
+        parts.append(f"tokenizer {tokens.name}")
+    return "request shaping: " + "; ".join(parts) if parts else ""

@@ -14,9 +14,11 @@ from harness.client import chat_api, messages_api
 from harness.client.bodies import http_headers
 from harness.client.conversation import Conversation
 from harness.client.options import TransportOptions
+from harness.client.shaping import NO_SHAPING, RequestShaping, planned_output, shape_body
 from harness.client.stream import ResponseStream
 from harness.client.translate import TranslatedFeed, Translator
 from harness.wire.events import dumps
+from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.wire.transports import TransportSpec
 from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
@@ -38,12 +40,18 @@ class ApiConversation(Conversation):
 
     __slots__ = ("cache_control", "stream_end")
 
-    def __init__(self, spec: TransportSpec, cache_control: str = "conversation") -> None:
+    def __init__(
+        self,
+        spec: TransportSpec,
+        cache_control: str = "conversation",
+        shaping: RequestShaping = NO_SHAPING,
+        tokens: TokenConvention = FIXED_WIDTH,
+    ) -> None:
         if spec.api not in _ENDS:
             raise ValueError(
                 f"transport {spec.name!r}: expected the chat or messages API, got {spec.api!r}"
             )
-        super().__init__(spec)
+        super().__init__(spec, shaping=shaping, tokens=tokens)
         self.cache_control = cache_control
         self.stream_end = _ENDS[spec.api]
 
@@ -58,11 +66,13 @@ class ApiConversation(Conversation):
         return messages_api.messages_body(inp, self.cache_control)
 
     def http_request(self, inp: TurnInput, rec: TurnRecord) -> bytes:
-        payload = dumps(self.body(inp))
+        payload = dumps(
+            shape_body(self.body(inp), self.spec.api, self.shaping, planned_output(inp))
+        )
         rec.bytes_sent = len(payload)
         return payload
 
-    def http_sent(self, rec: TurnRecord, sent_ns: int) -> TranslatedFeed:  # type: ignore[override]
+    def http_sent(self, rec: TurnRecord, sent_ns: int) -> TranslatedFeed:
         """The request goes out now: its stream, fed through the API's translator."""
         rec.sent_ns = sent_ns
         translator: Translator = (
@@ -70,4 +80,4 @@ class ApiConversation(Conversation):
             if self.spec.api == "chat"
             else messages_api.MessagesTranslator()
         )
-        return TranslatedFeed(ResponseStream(sent_ns), translator)
+        return TranslatedFeed(ResponseStream(sent_ns, tokens=self.tokens), translator)

@@ -8,6 +8,7 @@ comes from :class:`~harness.workload.agent.TurnInput`; the transport's capabilit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from harness.client.options import TransportOptions
@@ -25,12 +26,22 @@ def http_headers(options: TransportOptions) -> list[tuple[str, str]]:
         "content-type": "application/json",
     }
     headers.update({k.lower(): v for k, v in options.extra_headers.items()})
+    # The run's own headers last: a --header authorization (or content-type) replaces ours.
+    headers.update({k.lower(): v for k, v in options.shaping.headers})
     return list(headers.items())
 
 
-def ws_headers(options: TransportOptions) -> dict[str, str]:
-    """Headers of the WebSocket handshake."""
-    return {"authorization": f"Bearer {options.api_key}", **options.extra_headers}
+def ws_headers(
+    options: TransportOptions, session: Sequence[tuple[str, str]] = ()
+) -> dict[str, str]:
+    """Headers of the WebSocket handshake (``session``: the rollout's session-affinity header)."""
+    # Lower-cased like the HTTP headers, so a --header Authorization replaces the default
+    # instead of going out as a second authorization header.
+    headers = {"authorization": f"Bearer {options.api_key}"}
+    headers.update({k.lower(): v for k, v in options.extra_headers.items()})
+    headers.update({k.lower(): v for k, v in options.shaping.headers})
+    headers.update({k.lower(): v for k, v in session})
+    return headers
 
 
 #: what a stateless request asks for so that it can send the reasoning back (as Codex does)

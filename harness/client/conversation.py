@@ -17,9 +17,11 @@ from harness.client.api_errors import api_error_from_body, body_start, not_sse
 from harness.client.bodies import compact_body, http_body, ws_append, ws_create
 from harness.client.receive import SseFeed
 from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
+from harness.client.shaping import NO_SHAPING, RequestShaping, planned_output, shape_body
 from harness.client.stream import ResponseStream
 from harness.wire.errors import ErrorKind, LoopbenchError, ProtocolError, TransportError
 from harness.wire.events import COMPLETED, CREATED, dumps, loads
+from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.wire.transports import TransportSpec
 from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
@@ -51,11 +53,21 @@ class HttpResponse(Protocol):
 class Conversation:
     """The client state one rollout carries from turn to turn: the chain, the paused response."""
 
-    __slots__ = ("paused", "previous_response_id", "recover_from", "spec")
+    __slots__ = ("paused", "previous_response_id", "recover_from", "shaping", "spec", "tokens")
 
-    def __init__(self, spec: TransportSpec, recover_from: str = "full") -> None:
+    def __init__(
+        self,
+        spec: TransportSpec,
+        recover_from: str = "full",
+        shaping: RequestShaping = NO_SHAPING,
+        tokens: TokenConvention = FIXED_WIDTH,
+    ) -> None:
         self.spec = spec
         self.recover_from = recover_from
+        #: the run's extra body fields, merged into every turn's body (harness/client/shaping.py)
+        self.shaping = shaping
+        #: counts each turn's streamed text (the run's --tokenizer, else 4 characters a token)
+        self.tokens = tokens
         self.previous_response_id: str | None = None
         self.paused: ResponseStream | None = None  # append prototype: the rollout's response
 
@@ -75,15 +87,15 @@ class Conversation:
     # -- HTTP --------------------------------------------------------------------------------
 
     def http_request(self, inp: TurnInput, rec: TurnRecord) -> bytes:
-        payload = dumps(http_body(self.spec, inp, self.previous_response_id))
+        body = http_body(self.spec, inp, self.previous_response_id)
+        payload = dumps(shape_body(body, "responses", self.shaping, planned_output(inp)))
         rec.bytes_sent = len(payload)
         return payload
 
-    @staticmethod
-    def http_sent(rec: TurnRecord, sent_ns: int) -> SseFeed:
+    def http_sent(self, rec: TurnRecord, sent_ns: int) -> SseFeed:
         """The request goes out now: its stream, fed by the response body."""
         rec.sent_ns = sent_ns
-        return SseFeed(ResponseStream(sent_ns))
+        return SseFeed(ResponseStream(sent_ns, tokens=self.tokens))
 
     def http_answer(self, rec: TurnRecord, feed: SseFeed, resp: HttpResponse) -> ResponseStream:
         """The turn's stream once the exchange ended; raises the API or truncation error."""
@@ -185,7 +197,9 @@ class WsTurn:
             if self.full and conv.recover_from == "full" and inp.full_history is not None:
                 # Resend everything, as a client that keeps no compacted base does.
                 inp = replace(inp, history=inp.full_history)
-            body = ws_create(conv.spec, inp, previous)
+            body = shape_body(
+                ws_create(conv.spec, inp, previous), "responses", conv.shaping, planned_output(inp)
+            )
         payload = dumps(body).decode()
         self.rec.bytes_sent = len(payload)
         return payload
@@ -197,7 +211,7 @@ class WsTurn:
         if stream is not None:
             stream.resume(sent_ns)
         else:
-            stream = ResponseStream(sent_ns)
+            stream = ResponseStream(sent_ns, tokens=self.conv.tokens)
         self.stream = stream
         return stream
 

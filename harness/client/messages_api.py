@@ -47,7 +47,9 @@ def messages_headers(options: TransportOptions) -> list[tuple[str, str]]:
     options' extra headers) is kept as given.
     """
     default_auth = f"Bearer {options.api_key}"
-    given = {k.lower() for k in options.extra_headers}
+    given = {k.lower() for k in options.extra_headers} | {
+        k.lower() for k, _ in options.shaping.headers
+    }
     out: list[tuple[str, str]] = []
     for name, value in http_headers(options):
         if name == "authorization" and value == default_auth:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.client.shaping import NO_SHAPING, RequestShaping
+from harness.wire.tokens import FIXED_WIDTH, TokenConvention
+
 RECOVER_FROM = ("full", "compacted")
 
 
@@ -25,6 +28,10 @@ class TransportOptions:
     #: ``full`` (every item, as a client without compaction) or ``compacted`` (the
     #: compacted base and the items since); see harness/client/recovery.py
     recover_from: str = "full"
+    #: extra headers, the session-affinity header and extra body fields (harness/client/shaping.py)
+    shaping: RequestShaping = NO_SHAPING
+    #: sizes the synthetic text and counts streamed tokens (--tokenizer; default 4 characters)
+    tokens: TokenConvention = FIXED_WIDTH
 
     @property
     def ws_url(self) -> str:

@@ -25,6 +25,7 @@ from harness.client import honesty
 from harness.client.api_errors import CONTEXT_LENGTH_EXCEEDED, context_message, error_kind
 from harness.client.stream import ResponseStream
 from harness.wire.errors import LoopbenchError
+from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.wire.transports import BY_NAME
 from harness.workload.agent import Transcript, TurnInput
 from harness.workload.plan import RolloutPlan
@@ -80,6 +81,7 @@ class RolloutSteps:
         on_turn: TurnSink,
         clock: Clock,
         compact_at_tokens: int | None = None,
+        tokens: TokenConvention = FIXED_WIDTH,
     ) -> None:
         self.plan = plan
         self.transport = transport
@@ -93,7 +95,9 @@ class RolloutSteps:
         spec = BY_NAME.get(transport)
         # stateless: nothing on the server side to hold the reasoning (docs/protocol.md)
         stateless = spec is not None and not spec.chained and not spec.websocket
-        self._transcript = Transcript(plan, model=model, hints=hints, resend_reasoning=stateless)
+        self._transcript = Transcript(
+            plan, model=model, hints=hints, resend_reasoning=stateless, tokens=tokens
+        )
         self._index = 0
         self._phase = _READY
         self._t0 = 0
@@ -158,6 +162,9 @@ class RolloutSteps:
         rec.history_tokens = (
             transcript.context_tokens() if self._compacting else transcript.history_tokens
         )
+        if not self._compacting:
+            turn = self.plan.turns[index]
+            rec.planned_output_tokens = turn.output_tokens + turn.reasoning_tokens
         roll.client_ns += clock() - c0
         self._phase = _IN_TURN
         return Step.TURN

@@ -56,7 +56,7 @@ from harness.wire.events import (
     TEXT_DELTA,
     TEXT_DONE,
 )
-from harness.wire.tokens import count_tokens
+from harness.wire.tokens import FIXED_WIDTH, TokenConvention, count_tokens
 from harness.workload.records import BURST_WINDOW_NS, SIM_FIELDS, TurnRecord
 
 __all__ = ["FUNCTION_NAME_TOKEN", "ResponseStream"]
@@ -88,10 +88,17 @@ class ResponseStream:
     after an ``error`` event only ``response.failed`` is still accepted.
     """
 
-    def __init__(self, sent_ns: int, burst_window_ns: int = BURST_WINDOW_NS) -> None:
+    def __init__(
+        self,
+        sent_ns: int,
+        burst_window_ns: int = BURST_WINDOW_NS,
+        tokens: TokenConvention = FIXED_WIDTH,
+    ) -> None:
         if burst_window_ns <= 0:
             raise ValueError(f"burst_window_ns: expected a positive number, got {burst_window_ns}")
         self.burst_window_ns = burst_window_ns
+        #: counts the streamed text (--tokenizer); the default needs only its length
+        self.tokens = tokens
         self.status = "pending"
         self.done = False
         self.response_id: str | None = None
@@ -125,6 +132,10 @@ class ResponseStream:
         self._delta_len: list[int] = []
         self._text_chars = 0
         self._reasoning_chars = 0
+        # The text itself only under a real tokenizer: the 4-character rule needs its length,
+        # and keeping every delta would cost the default path on every event.
+        self._text: list[str] | None = None if self.tokens is FIXED_WIDTH else []
+        self._reasoning_text: list[str] | None = None if self.tokens is FIXED_WIDTH else []
         self._output_tokens: int | None = None
         self._reasoning_tokens: int | None = None
 
@@ -150,7 +161,8 @@ class ResponseStream:
 
     @property
     def streamed_tokens(self) -> int:
-        """This segment's streamed delta text in tokens (the convention of harness/wire/tokens.py)."""
+        """This segment's streamed delta text in tokens (the stream's token convention: the
+        4-character rule of harness/wire/tokens.py, or the run's --tokenizer)."""
         return self._segment_tokens()
 
     @property
@@ -265,6 +277,8 @@ class ResponseStream:
             self._reasoning_token(t_ns)
             if etype == REASONING_TEXT_DELTA:
                 self._reasoning_chars += n
+                if self._reasoning_text is not None and n:
+                    self._reasoning_text.append(str(delta))
             return
         if self._delta_t:
             self.itl_ns.append(t_ns - self._delta_t[-1])
@@ -276,6 +290,8 @@ class ResponseStream:
         self._delta_t.append(t_ns)
         self._delta_len.append(n)
         self._text_chars += n
+        if self._text is not None and n:
+            self._text.append(str(delta))
 
     def _reasoning_token(self, t_ns: int) -> None:
         """A reasoning token arrived: it may be the response's first token, never its first
@@ -436,9 +452,13 @@ class ResponseStream:
     # -- metrics -----------------------------------------------------------------------------
 
     def _segment_tokens(self) -> int:
+        if self._text is not None:
+            return self.tokens.count("".join(self._text))
         return count_tokens("x" * self._text_chars) if self._text_chars else 0
 
     def _streamed_reasoning_tokens(self) -> int:
+        if self._reasoning_text is not None:
+            return self.tokens.count("".join(self._reasoning_text))
         return count_tokens("x" * self._reasoning_chars) if self._reasoning_chars else 0
 
     def _burst(self) -> int:

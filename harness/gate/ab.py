@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.report.results import new_run_id
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
@@ -31,6 +32,7 @@ from harness.run.measurement import Measurement
 from harness.run.passes import ClientWatch, PassCounts, pass_duration
 from harness.run.runner import RunOptions, RunResult, measured_pass, transport_options
 from harness.transports import make_transport
+from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.plan import RolloutPlan
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
@@ -67,6 +69,9 @@ class ABOptions:
     keepalive: bool = True
     verify_tls: bool = True
     request_timeout_s: float = 120.0
+    # the scenario's target: and the shaping flags, resolved (harness/run/target.py)
+    shaping: RequestShaping = NO_SHAPING
+    tokens: TokenConvention = FIXED_WIDTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,8 @@ async def run_ab_plans(
         keepalive=opts.keepalive,
         verify_tls=opts.verify_tls,
         request_timeout_s=opts.request_timeout_s,
+        shaping=opts.shaping,
+        tokens=opts.tokens,
     )
     sides: dict[str, Measurement] = {}
     try:

@@ -27,7 +27,9 @@ def run_rollout(
     on_turn: TurnSink,
     sleep: Callable[[float], object],
     hints: bool = True,
+    rollout_key: str | None = None,
 ) -> RolloutRecord:
+    """Run ``plan`` to its end; ``rollout_key`` names it in its session-affinity header."""
     steps = RolloutSteps(
         plan,
         transport=session.name,
@@ -37,8 +39,9 @@ def run_rollout(
         hints=hints,
         on_turn=on_turn,
         clock=now_ns,
+        tokens=session.options.tokens,
     )
-    session.start_rollout()
+    session.start_rollout(rollout_key)
     try:
         while (step := steps.next()) is not Step.DONE:
             if step is Step.SLEEP:

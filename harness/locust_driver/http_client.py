@@ -12,7 +12,7 @@ alive across requests when the options allow, re-opened when the server (or
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness.client.api_errors import lost_mid_response
@@ -61,10 +61,20 @@ class HttpConnection:
         self._headers = head
         self._sock: socket.socket | None = None
 
-    def request(self, method: str, path: str, body: bytes, sink: BodySink) -> Response:
-        """Send one request and read its whole response; body bytes go to ``sink`` as they arrive."""
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        sink: BodySink,
+        extra_headers: Sequence[tuple[str, str]] = (),
+    ) -> Response:
+        """Send one request and read its whole response; body bytes go to ``sink`` as they arrive.
+
+        ``extra_headers``: this request's own (the rollout's session-affinity header)."""
         target = self.ep.base_path + path
-        wire = encode_request(method, target, self._headers, body)
+        headers = [*self._headers, *extra_headers] if extra_headers else self._headers
+        wire = encode_request(method, target, headers, body)
         reused = self._sock is not None
         try:
             return self._exchange(wire, sink, f"{method} {self.ep.host_header}{target}")

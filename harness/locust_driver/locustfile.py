@@ -27,6 +27,7 @@ from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
 from harness.client.options import TransportOptions
+from harness.client.shaping import rollout_key
 from harness.locust_driver.agent_loop import run_rollout
 from harness.locust_driver.master import MasterOptions, MasterSide
 from harness.locust_driver.net import now_ns
@@ -38,10 +39,19 @@ from harness.locust_driver.protocol import (
     MSG_WORK,
     RUN_OPTION,
     RunConfig,
+    shaping_from_json,
 )
 from harness.locust_driver.sessions import Session, make_session
 from harness.locust_driver.worker import WorkerSide
+from harness.run.target import (
+    SHAPING_ENV,
+    resolve_target,
+    target_flags_from_json,
+    tokenizer_file,
+)
+from harness.run.tokenizer import load_tokens
 from harness.wire.errors import LoopbenchError, UsageError
+from harness.wire.tokens import FIXED_WIDTH
 from harness.wire.transports import locust_spec
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord
@@ -142,6 +152,12 @@ def _master_options(environment: Environment) -> MasterOptions:
             locust_spec(name)
         except UsageError as exc:
             _fail(str(exc))
+    try:
+        flags = target_flags_from_json(os.environ.get(SHAPING_ENV, ""))
+        shaping, _ = resolve_target(scenario, flags)
+        tokenizer = tokenizer_file(scenario, flags)
+    except LoopbenchError as exc:
+        _fail(str(exc))
     return MasterOptions(
         scenario=scenario,
         scenario_path=str(opts.scenario),
@@ -155,6 +171,8 @@ def _master_options(environment: Environment) -> MasterOptions:
         verify_tls=not opts.loopbench_insecure,
         api_key_env=opts.loopbench_api_key_env,
         hints=not opts.loopbench_no_hints,
+        shaping=shaping,
+        tokenizer=str(tokenizer[1]) if tokenizer is not None else "",
         extra_manifest={
             "version": locust.__version__,
             "expect_workers": getattr(opts, "expect_workers", None),
@@ -313,6 +331,8 @@ class LoopbenchAgent(User):
                     keepalive=config.keepalive,
                     verify_tls=config.verify_tls,
                     request_timeout_s=config.request_timeout_s,
+                    shaping=shaping_from_json(config.shaping),
+                    tokens=load_tokens(config.tokenizer) if config.tokenizer else FIXED_WIDTH,
                 ),
             )
         return session
@@ -344,6 +364,7 @@ class LoopbenchAgent(User):
                 on_turn=side.on_turn,
                 sleep=gevent.sleep,
                 hints=config.hints,
+                rollout_key=rollout_key(config.run_id, claim.transport, plan.rollout_id),
             )
         except Exception as exc:  # a driver bug must not stall the phase: report and move on
             log.exception(

@@ -22,8 +22,9 @@ from typing import Any
 
 import gevent
 
+from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.locust_driver.net import now_ns
-from harness.locust_driver.protocol import MSG_WORK, RunConfig
+from harness.locust_driver.protocol import MSG_WORK, RunConfig, shaping_to_json
 from harness.locust_driver.wire import plan_to_wire, rollout_from_row, turn_from_row
 from harness.locust_driver.work import Claim, WorkQueue
 from harness.metrics.summary import Accumulator
@@ -82,6 +83,9 @@ class MasterOptions:
     api_key_env: str = ""
     hints: bool = True
     extra_manifest: dict[str, Any] = field(default_factory=dict)
+    #: the scenario's target: and the flags, resolved; the tokenizer file ("" for none)
+    shaping: RequestShaping = NO_SHAPING
+    tokenizer: str = ""
 
 
 class MasterSide:
@@ -109,6 +113,8 @@ class MasterSide:
             verify_tls=opts.verify_tls,
             api_key_env=opts.api_key_env,
             hints=opts.hints,
+            shaping=shaping_to_json(opts.shaping),
+            tokenizer=opts.tokenizer,
         )
         load = scenario.load
         plans = generate_rollouts(scenario)
@@ -131,6 +137,8 @@ class MasterSide:
                 keepalive=opts.keepalive,
                 verify_tls=opts.verify_tls,
                 request_timeout_s=config.request_timeout_s,
+                shaping=opts.shaping.describe(),
+                tokenizer=opts.tokenizer or "4-chars",
             ),
         )
         manifest["driver"] = "locust"

@@ -20,8 +20,11 @@ workers need nothing but the master's address.
 
 from __future__ import annotations
 
+import json
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
+
+from harness.client.shaping import NO_SHAPING, RequestShaping
 
 MSG_HELLO = "loopbench_hello"
 MSG_CLAIM = "loopbench_claim"
@@ -48,6 +51,11 @@ class RunConfig:
     request_timeout_s: float = 120.0
     api_key_env: str = ""
     hints: bool = True
+    #: the run's request shaping as JSON (:func:`shaping_to_json`; "" for none)
+    shaping: str = ""
+    #: the tokenizer.json the master resolved ("" for 4 characters a token); each worker
+    #: loads it, so a remote worker needs the same path
+    tokenizer: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,3 +71,24 @@ class RunConfig:
                 for f in fields(cls)
             }
         )
+
+
+def shaping_to_json(shaping: RequestShaping) -> str:
+    return json.dumps(
+        {
+            "headers": [list(h) for h in shaping.headers],
+            "session_header": shaping.session_header,
+            "extra_body": {api: dict(f) for api, f in shaping.extra_body.items()},
+        }
+    )
+
+
+def shaping_from_json(text: str) -> RequestShaping:
+    if not text:
+        return NO_SHAPING
+    doc = json.loads(text)
+    return RequestShaping(
+        headers=tuple((str(k), str(v)) for k, v in doc.get("headers", [])),
+        session_header=doc.get("session_header"),
+        extra_body=doc.get("extra_body") or {},
+    )

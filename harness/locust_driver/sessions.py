@@ -20,6 +20,7 @@ from harness.client.conversation import Conversation
 from harness.client.options import TransportOptions
 from harness.client.receive import feed_ws_message
 from harness.client.recovery import Recovery
+from harness.client.shaping import session_headers
 from harness.client.stream import ResponseStream
 from harness.locust_driver.http_client import HttpConnection
 from harness.locust_driver.net import Endpoint, now_ns
@@ -32,8 +33,13 @@ from harness.workload.records import TurnRecord
 
 class Session(Protocol):
     name: str
+    #: the run's client settings (the rollout loop reads its token convention)
+    options: TransportOptions
 
-    def start_rollout(self) -> None: ...
+    def start_rollout(self, rollout_key: str | None = None) -> None:
+        """A new rollout; ``rollout_key`` is the value of its session-affinity header
+        (harness/client/shaping.py), None when the caller has no rollout to name."""
+        ...
 
     def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream: ...
 
@@ -56,7 +62,10 @@ class HttpSession:
 
     def __init__(self, spec: TransportSpec, options: TransportOptions) -> None:
         self.name = spec.name
-        self.conv = Conversation(spec)
+        self.options = options
+        self.conv = Conversation(spec, shaping=options.shaping, tokens=options.tokens)
+        #: the current rollout's session-affinity header (one Locust user runs many rollouts)
+        self.session: list[tuple[str, str]] = []
         self.conn = HttpConnection(
             Endpoint.from_url(options.base_url),
             headers=http_headers(options),
@@ -66,17 +75,19 @@ class HttpSession:
             verify_tls=options.verify_tls,
         )
 
-    def start_rollout(self) -> None:
+    def start_rollout(self, rollout_key: str | None = None) -> None:
         self.conv.reset()
+        self.session = session_headers(self.options.shaping, rollout_key)
 
     def end_rollout(self) -> None:
         self.conv.reset()
+        self.session = []
 
     def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
         conv = self.conv
         payload = conv.http_request(inp, rec)
         feed = conv.http_sent(rec, now_ns())
-        resp = self.conn.request("POST", "/responses", payload, feed.feed)
+        resp = self.conn.request("POST", "/responses", payload, feed.feed, self.session)
         return conv.http_answer(rec, feed, resp)
 
     def close(self) -> None:
@@ -89,7 +100,10 @@ class ApiHttpSession:
 
     def __init__(self, spec: TransportSpec, options: TransportOptions) -> None:
         self.name = spec.name
-        self.conv = ApiConversation(spec, options.cache_control)
+        self.options = options
+        self.conv = ApiConversation(spec, options.cache_control, options.shaping, options.tokens)
+        #: the current rollout's session-affinity header (one Locust user runs many rollouts)
+        self.session: list[tuple[str, str]] = []
         self.conn = HttpConnection(
             Endpoint.from_url(options.base_url),
             headers=api_headers(spec, options),
@@ -99,17 +113,19 @@ class ApiHttpSession:
             verify_tls=options.verify_tls,
         )
 
-    def start_rollout(self) -> None:
+    def start_rollout(self, rollout_key: str | None = None) -> None:
         self.conv.reset()
+        self.session = session_headers(self.options.shaping, rollout_key)
 
     def end_rollout(self) -> None:
         self.conv.reset()
+        self.session = []
 
     def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
         conv = self.conv
         payload = conv.http_request(inp, rec)
         feed = conv.http_sent(rec, now_ns())
-        resp = self.conn.request("POST", conv.path, payload, feed.feed)
+        resp = self.conn.request("POST", conv.path, payload, feed.feed, self.session)
         return conv.http_answer(rec, feed, resp)
 
     def close(self) -> None:
@@ -122,25 +138,28 @@ class WsSession:
     def __init__(self, spec: TransportSpec, options: TransportOptions) -> None:
         self.name = spec.name
         self.options = options
-        self.conv = Conversation(spec)
+        self.conv = Conversation(spec, shaping=options.shaping, tokens=options.tokens)
         self.endpoint = Endpoint.from_url(options.base_url)
         self.path = "/responses" + self.conv.ws_query
         self.conn: WsConnection | None = None
+        self.session: list[tuple[str, str]] = []
 
-    def start_rollout(self) -> None:
+    def start_rollout(self, rollout_key: str | None = None) -> None:
         self._drop()
         self.conv.reset()
+        self.session = session_headers(self.options.shaping, rollout_key)
 
     def end_rollout(self) -> None:
         self._drop()
         self.conv.reset()
+        self.session = []
 
     def _connect(self, rec: TurnRecord) -> WsConnection:
         opts = self.options
         conn = WsConnection(
             self.endpoint,
             self.path,
-            headers=ws_headers(opts),
+            headers=ws_headers(opts, self.session),
             connect_timeout_s=opts.connect_timeout_s,
             read_timeout_s=opts.request_timeout_s,
             verify_tls=opts.verify_tls,

@@ -39,7 +39,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from harness.metrics import cache, honesty
+from harness.metrics import cache, honesty, token_counts
 from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
@@ -131,6 +131,7 @@ class _TransportStats:
         "rollouts",
         "sim_n",
         "sim_sum",
+        "token_counts",
         "tool_ns",
         "turn_errors",
         "turn_h",
@@ -165,6 +166,7 @@ class _TransportStats:
         self.cache_by_turn: list[list[int]] = []
         #: every output token the turns reported, failed turns included (the live export's)
         self.output_tokens = 0
+        self.token_counts = token_counts.new_counts()
 
     def set_histograms(self, hists: list[Any]) -> None:
         self.hists = hists
@@ -219,6 +221,7 @@ class _TransportStats:
         honesty.merge(self.honesty, o.honesty)
         cache.merge(self.cache_by_turn, o.cache_by_turn)
         self.output_tokens += o.output_tokens
+        token_counts.merge(self.token_counts, o.token_counts)
         clash = self.rollout_latency_ns.keys() & o.rollout_latency_ns.keys()
         if clash:
             rnd, rid = min(clash)
@@ -298,6 +301,7 @@ class Accumulator:
             t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
         else:
             honesty.add(t.honesty, rec)
+            token_counts.add(t.token_counts, rec)
             if n_out - rec.reasoning_tokens >= 2:
                 t.decode_candidates += 1
 
@@ -427,6 +431,7 @@ class Accumulator:
                 "rollout_ns": [t.tool_ns, t.client_ns, t.recovery_ns, t.rollout_turns],
                 "errors_by_kind": t.errors_by_kind,
                 "honesty": t.honesty,
+                "token_counts": t.token_counts,
                 "rollout_latency_ns": [[r, i, ns] for (r, i), ns in t.rollout_latency_ns.items()],
                 "cache_by_turn": t.cache_by_turn,
                 "output_tokens": t.output_tokens,
@@ -476,6 +481,7 @@ class Accumulator:
             )
             t.errors_by_kind = {str(k): int(v) for k, v in d["errors_by_kind"].items()}
             honesty.merge(t.honesty, d.get("honesty", {}))
+            token_counts.merge(t.token_counts, d.get("token_counts", {}))
             t.rollout_latency_ns = {
                 (int(r), int(i)): int(ns) for r, i, ns in d["rollout_latency_ns"]
             }
@@ -518,6 +524,11 @@ class Accumulator:
             ],
             # protocol honesty checks (docs/metrics.md §1.5): reported, not a reason for invalidity
             "honesty": {name: dict(t.honesty) for name, t in self._by_transport.items()},
+            # planned vs server-reported tokens (docs/metrics.md; added in place, no format
+            # bump: readers .get() it)
+            "tokens": {
+                name: token_counts.summary(t.token_counts) for name, t in self._by_transport.items()
+            },
             "warnings": [
                 line
                 for name, t in self._by_transport.items()

@@ -56,9 +56,15 @@ def client_options(
     verify_tls: bool,
     request_timeout_s: float,
     recover_from: str = "full",
+    shaping: Mapping[str, Any] | None = None,
+    tokenizer: str = "4-chars",
 ) -> dict[str, Any]:
-    """The manifest's ``client_options``: the client settings that can change a measurement."""
-    return {
+    """The manifest's ``client_options``: the client settings that can change a measurement.
+
+    ``shaping`` is :meth:`RequestShaping.describe` (header names, never their values);
+    ``tokenizer`` the token convention's name.
+    """
+    out: dict[str, Any] = {
         "hints": hints,
         "keepalive": keepalive,
         # only when not the default, so manifests of runs without it read as before
@@ -66,7 +72,21 @@ def client_options(
         "verify_tls": verify_tls,
         "request_timeout_s": request_timeout_s,
         "recover_from": recover_from,
+        "tokenizer": tokenizer,
     }
+    if shaping is not None:
+        out["shaping"] = dict(shaping)
+    return out
+
+
+def _scenario_record(scenario: Scenario) -> dict[str, Any]:
+    """The scenario as the manifest keeps it: header values of ``target:`` left out (they
+    may be credentials; the names say what was sent)."""
+    doc: dict[str, Any] = scenario.model_dump(mode="json")
+    target = doc.get("target")
+    if isinstance(target, dict) and isinstance(target.get("headers"), dict):
+        target["headers"] = dict.fromkeys(target["headers"], "***")
+    return doc
 
 
 def build_manifest(
@@ -81,7 +101,7 @@ def build_manifest(
     """``client`` is :func:`client_options` of the client that measures."""
     return {
         "run_id": run_id,
-        "scenario": scenario.model_dump(mode="json"),
+        "scenario": _scenario_record(scenario),
         "scenario_path": scenario_path,
         "scenario_name": scenario.name,
         "seed": scenario.seed,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.client.shaping import rollout_key
 from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram
 from harness.run import quiet_gc
@@ -83,11 +84,13 @@ async def run_pass(
     *,
     hints: bool = True,
     turn_hook: Callable[[TurnRecord], None] | None = None,
+    run_id: str | None = None,
 ) -> None:
     """Run ``plans`` over ``transport`` under the scenario's load (closed or open loop).
 
     ``duration_s`` bounds a closed loop; ``hints=False`` sends no loopbench.*
-    metadata; ``turn_hook`` sees every turn record after ``on_turn``.
+    metadata; ``turn_hook`` sees every turn record after ``on_turn``.  ``run_id`` names
+    each rollout's session (:func:`~harness.client.shaping.rollout_key`).
     """
     load = scenario.load
     warmup = load.warmup_rollouts
@@ -115,6 +118,9 @@ async def run_pass(
             on_turn=turn_sink,
             hints=hints,
             compact_at_tokens=scenario.rollout.compact_at_tokens,
+            rollout_key=None
+            if run_id is None
+            else rollout_key(run_id, transport.name, plan.rollout_id),
         )
         live.done += 1
         if plan.rollout_id >= warmup and sched.observe(rec, late_ns):

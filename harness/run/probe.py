@@ -77,6 +77,7 @@ from harness.client.probe import (
     ws_create,
     ws_refused,
 )
+from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.run.event_loop import run_async
 from harness.transports.h1client import H1Pool
 from harness.transports.ws import open_ws
@@ -94,9 +95,17 @@ ALL_FEATURES: tuple[str, ...] = tuple(f for f, _ in FEATURES)
 
 class _Prober:
     def __init__(
-        self, target: str, api_key: str, verify_tls: bool, timeout_s: float, model: str
+        self,
+        target: str,
+        api_key: str,
+        verify_tls: bool,
+        timeout_s: float,
+        model: str,
+        shaping: RequestShaping = NO_SHAPING,
     ) -> None:
         self.options = TransportOptions(
+            # the run's headers (a gateway's own auth header, say): the probe must get in too
+            shaping=shaping,
             base_url=target,
             api_key=api_key,
             keepalive=True,
@@ -455,11 +464,12 @@ async def probe_endpoint(
     verify_tls: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     model: str = DEFAULT_MODEL,
+    shaping: RequestShaping = NO_SHAPING,
 ) -> list[Finding]:
     """Check ``features`` of the endpoint at ``target`` (``http://HOST:PORT/v1``): which of
     the three APIs it has, and which of their features."""
     try:
-        prober = _Prober(target, api_key, verify_tls, timeout_s, model)
+        prober = _Prober(target, api_key, verify_tls, timeout_s, model, shaping)
     except LoopbenchError as exc:
         raise UsageError(f"--target: {exc}") from None
     try:
@@ -536,6 +546,7 @@ def probe_for_run(
     say: Callable[[str], None],
     timeout_s: float = DEFAULT_TIMEOUT_S,
     compaction: bool = False,
+    shaping: RequestShaping = NO_SHAPING,
 ) -> int | None:
     """Before ``loopbench run --target``: probe what the transports need, once per family
     (and ``POST /responses/compact`` when the scenario compacts: ``compaction``).
@@ -555,6 +566,7 @@ def probe_for_run(
             verify_tls=verify_tls,
             timeout_s=timeout_s,
             model=model,
+            shaping=shaping,
         )
     except UsageError as exc:
         say(f"error: {exc}")

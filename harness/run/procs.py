@@ -26,6 +26,7 @@ import multiprocessing as mp
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from functools import partial
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report.render import render_run_safely
-from harness.report.results import load_run
+from harness.report.results import load_run, new_run_id
 from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
 from harness.run.runner import (
@@ -154,6 +155,9 @@ def run_procs(
     if procs < 1:
         raise LoopbenchError(f"--procs: expected an integer >= 1, got {procs}")
     plans = generate_rollouts(scenario)
+    # Named now, not when the merged measurement opens: the children's session-affinity
+    # values carry it (harness/client/shaping.py).
+    opts = replace(opts, run_id=opts.run_id or new_run_id(scenario.name, time.time()))
     load = scenario.load
     shares = split_concurrency(load.concurrency, procs) if load.mode == "closed" else [1] * procs
     parts = partition(plans, procs)
@@ -207,6 +211,7 @@ def _run(
             # the parent scrapes the server, once for the whole run
             server_metrics=None,
             scrape_embedded=False,
+            session_run_id=opts.run_id,
         )
         parent_end, child_end = ctx.Pipe(duplex=False)
         proc = ctx.Process(

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
 from harness.report.server_metrics import write_server_metrics
@@ -37,6 +38,7 @@ from harness.run.progress import LineProgress, ProgressSink
 from harness.run.server_scrape import ServerScraper, embedded_metrics_url
 from harness.transports import Transport, TransportOptions, make_transport
 from harness.wire.errors import ResultsError
+from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
@@ -84,6 +86,13 @@ class RunOptions:
     # Where the run's warnings go (an unreachable --server-metrics URL).
     # A module-level function, not a lambda: --procs sends the options to its children (pickled).
     say: Callable[[str], None] = field(default=_say_stderr)
+    # extra headers, session-affinity header, extra body fields (the scenario's target: and flags)
+    shaping: RequestShaping = NO_SHAPING
+    # sizes the synthetic text and counts streamed tokens (--tokenizer; default 4 characters)
+    tokens: TokenConvention = FIXED_WIDTH
+    # the run id in each rollout's session-affinity value; None: the measurement's run id
+    # (a --procs child measures under its own id, but its rollouts belong to the parent's run)
+    session_run_id: str | None = None
 
     def client_options(self) -> dict[str, Any]:
         return client_options(
@@ -93,6 +102,8 @@ class RunOptions:
             verify_tls=self.verify_tls,
             request_timeout_s=self.request_timeout_s,
             recover_from=self.recover_from,
+            shaping=self.shaping.describe(),
+            tokenizer=self.tokens.name,
         )
 
 
@@ -115,6 +126,8 @@ def transport_options(base_url: str, opts: RunOptions, load: Load) -> TransportO
         request_timeout_s=opts.request_timeout_s,
         max_connections=pool_size(load),
         recover_from=opts.recover_from,
+        shaping=opts.shaping,
+        tokens=opts.tokens,
     )
 
 
@@ -214,6 +227,7 @@ def measured_pass(
         duration_s,
         hints=opts.hints,
         turn_hook=opts.turn_hook,
+        run_id=opts.session_run_id or run.run_id,
     )
 
 

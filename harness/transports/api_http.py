@@ -14,6 +14,7 @@ import time
 from harness.client.api_conversation import ApiConversation, api_headers
 from harness.client.bodies import http_headers
 from harness.client.options import TransportOptions
+from harness.client.shaping import session_headers
 from harness.client.stream import ResponseStream
 from harness.transports.http import HttpTransport, compact
 from harness.wire.transports import TransportSpec
@@ -28,24 +29,30 @@ class ApiHttpTransport(HttpTransport):
         super().__init__(spec, options)
         self.headers = api_headers(spec, options)
 
-    async def session(self) -> ApiHttpSession:  # type: ignore[override]
-        return ApiHttpSession(self)
+    async def session(self, rollout_key: str | None = None) -> ApiHttpSession:  # type: ignore[override]
+        return ApiHttpSession(self, rollout_key)
 
 
 class ApiHttpSession:
-    def __init__(self, transport: ApiHttpTransport) -> None:
+    def __init__(self, transport: ApiHttpTransport, rollout_key: str | None = None) -> None:
         self.t = transport
-        self.conv = ApiConversation(transport.spec, transport.options.cache_control)
+        options = transport.options
+        self.conv = ApiConversation(
+            transport.spec, options.cache_control, options.shaping, options.tokens
+        )
+        self.session = session_headers(options.shaping, rollout_key)
+        self.headers = [*transport.headers, *self.session]
 
     async def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
         t = self.t
         if inp.compaction:
             # Neither API compacts: the reference server's /responses/compact does, as for http.
-            return await compact(t.pool, http_headers(t.options), self.conv, inp, rec)
+            headers = [*http_headers(t.options), *self.session]
+            return await compact(t.pool, headers, self.conv, inp, rec)
         conv = self.conv
         payload = conv.http_request(inp, rec)
         feed = conv.http_sent(rec, time.perf_counter_ns())
-        resp = await t.pool.request("POST", conv.path, t.headers, payload, feed.feed)
+        resp = await t.pool.request("POST", conv.path, self.headers, payload, feed.feed)
         return conv.http_answer(rec, feed, resp)
 
     async def close(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from harness.client.options import TransportOptions
 from harness.client.stream import ResponseStream
 from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
@@ -26,7 +27,12 @@ class Session(Protocol):
 
 class Transport(Protocol):
     name: str
+    #: the run's client settings (the rollout loop reads its token convention)
+    options: TransportOptions
 
-    async def session(self) -> Session: ...
+    async def session(self, rollout_key: str | None = None) -> Session:
+        """One rollout's session; ``rollout_key`` is the value of its session-affinity header
+        (harness/client/shaping.py), None when the caller has no rollout to name."""
+        ...
 
     async def aclose(self) -> None: ...

@@ -15,6 +15,7 @@ import time
 from harness.client.bodies import http_headers
 from harness.client.conversation import Conversation
 from harness.client.options import TransportOptions
+from harness.client.shaping import session_headers
 from harness.client.stream import ResponseStream
 from harness.transports.h1client import H1Pool
 from harness.wire.transports import TransportSpec
@@ -41,27 +42,30 @@ class HttpTransport:
             stream_types=("text/event-stream",),
         )
 
-    async def session(self) -> HttpSession:
-        return HttpSession(self)
+    async def session(self, rollout_key: str | None = None) -> HttpSession:
+        return HttpSession(self, rollout_key)
 
     async def aclose(self) -> None:
         await self.pool.aclose()
 
 
 class HttpSession:
-    def __init__(self, transport: HttpTransport) -> None:
+    def __init__(self, transport: HttpTransport, rollout_key: str | None = None) -> None:
         self.t = transport
-        self.conv = Conversation(transport.spec)
+        options = transport.options
+        self.conv = Conversation(transport.spec, shaping=options.shaping, tokens=options.tokens)
+        session = session_headers(options.shaping, rollout_key)
+        self.headers = [*transport.headers, *session] if session else transport.headers
 
     async def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
         if inp.compaction:
-            return await compact(self.t.pool, self.t.headers, self.conv, inp, rec)
+            return await compact(self.t.pool, self.headers, self.conv, inp, rec)
         conv = self.conv
         payload = conv.http_request(inp, rec)
         feed = conv.http_sent(rec, time.perf_counter_ns())
         # The whole body is read even after the terminal event, so the connection goes
         # back to the pool (a response left unread would cost a new connection per turn).
-        resp = await self.t.pool.request("POST", "/responses", self.t.headers, payload, feed.feed)
+        resp = await self.t.pool.request("POST", "/responses", self.headers, payload, feed.feed)
         return conv.http_answer(rec, feed, resp)
 
     async def close(self) -> None:

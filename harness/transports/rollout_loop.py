@@ -26,7 +26,10 @@ async def run_rollout(
     on_turn: TurnSink,
     hints: bool = True,
     compact_at_tokens: int | None = None,
+    rollout_key: str | None = None,
 ) -> RolloutRecord:
+    """Run ``plan`` to its end; ``rollout_key`` names the rollout in its session-affinity
+    header (harness/client/shaping.py).  The transport's token convention sizes its text."""
     steps = RolloutSteps(
         plan,
         transport=transport.name,
@@ -37,8 +40,9 @@ async def run_rollout(
         on_turn=on_turn,
         clock=time.perf_counter_ns,
         compact_at_tokens=compact_at_tokens,
+        tokens=transport.options.tokens,
     )
-    session = await transport.session()
+    session = await transport.session(rollout_key)
     try:
         while (step := steps.next()) is not Step.DONE:
             if step is Step.SLEEP:

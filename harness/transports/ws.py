@@ -28,6 +28,7 @@ from harness.client.conversation import Conversation
 from harness.client.options import TransportOptions
 from harness.client.receive import feed_ws_message
 from harness.client.recovery import Recovery
+from harness.client.shaping import session_headers
 from harness.client.stream import ResponseStream
 from harness.transports.http import HttpTransport, compact
 from harness.transports.tls import tls_context
@@ -85,7 +86,7 @@ async def open_ws(options: TransportOptions, url: str) -> ClientConnection:
 
 
 async def open_ws_timed(
-    options: TransportOptions, url: str
+    options: TransportOptions, url: str, rollout_key: str | None = None
 ) -> tuple[ClientConnection, ConnectStamps]:
     """:func:`open_ws`, with when its TCP connect and TLS handshake ended.
 
@@ -105,7 +106,7 @@ async def open_ws_timed(
         conn = await connect(
             url,
             sock=sock,
-            additional_headers=ws_headers(options),
+            additional_headers=ws_headers(options, session_headers(options.shaping, rollout_key)),
             compression=None,
             # A Responses event holding a whole 1,000,000-token answer is ~5 MiB: a larger
             # message is a hostile or broken peer (close 1009), not one to buffer.
@@ -182,8 +183,8 @@ class WsTransport:
             self._http = HttpTransport(transport_spec("http"), self.options)
         return self._http
 
-    async def session(self) -> WsSession:
-        return WsSession(self)
+    async def session(self, rollout_key: str | None = None) -> WsSession:
+        return WsSession(self, rollout_key)
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -191,14 +192,20 @@ class WsTransport:
 
 
 class WsSession:
-    def __init__(self, transport: WsTransport) -> None:
+    def __init__(self, transport: WsTransport, rollout_key: str | None = None) -> None:
         self.t = transport
-        self.conv = Conversation(transport.spec, transport.options.recover_from)
+        options = transport.options
+        self.rollout_key = rollout_key
+        self.conv = Conversation(
+            transport.spec, options.recover_from, options.shaping, options.tokens
+        )
+        #: added to a compaction's HTTP request (the WebSocket handshake carries them too)
+        self.compact_headers = session_headers(options.shaping, rollout_key)
         self.url = transport.options.ws_url + self.conv.ws_query
         self.conn: ClientConnection | None = None
 
     async def _connect(self, rec: TurnRecord) -> ClientConnection:
-        conn, stamps = await open_ws_timed(self.t.options, self.url)
+        conn, stamps = await open_ws_timed(self.t.options, self.url, self.rollout_key)
         rec.connected_ns = time.perf_counter_ns()
         rec.connect_start_ns = stamps.start_ns
         rec.tcp_connected_ns = stamps.tcp_ns
@@ -214,7 +221,8 @@ class WsSession:
                 # outputs that will not come: the compacted history starts on a new one.
                 await self._drop()
             http = self.t.http
-            return await compact(http.pool, http.headers, self.conv, inp, rec)
+            headers = [*http.headers, *self.compact_headers]
+            return await compact(http.pool, headers, self.conv, inp, rec)
         turn = self.conv.ws_turn(inp, rec)
         timeout_s = self.t.options.request_timeout_s
         while True:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from harness.wire.tokens import count_tokens, make_text
+from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.plan import RolloutPlan, TurnPlan
 
 HINT_OUTPUT_TOKENS = "loopbench.output_tokens"
@@ -28,7 +28,7 @@ TOOL_NAME = "run_tool"
 ITEM_OVERHEAD_TOKENS = 4
 
 
-def _item_tokens(item: dict[str, Any]) -> int:
+def _item_tokens(item: dict[str, Any], tokens: TokenConvention = FIXED_WIDTH) -> int:
     kind = item.get("type", "message")
     if kind == "function_call":
         text = str(item.get("name", "")) + str(item.get("arguments", ""))
@@ -39,7 +39,7 @@ def _item_tokens(item: dict[str, Any]) -> int:
         text = str(item.get("encrypted_content", ""))
     else:
         text = str(item.get("content", ""))
-    return count_tokens(text) + ITEM_OVERHEAD_TOKENS
+    return tokens.count(text) + ITEM_OVERHEAD_TOKENS
 
 
 def requested_output_tokens(turn: TurnPlan) -> int:
@@ -49,13 +49,15 @@ def requested_output_tokens(turn: TurnPlan) -> int:
     return max(64, (turn.output_tokens + turn.reasoning_tokens) * 2 + 32)
 
 
-def synthetic_tool(schema_tokens: int, rng: random.Random) -> dict[str, Any]:
+def synthetic_tool(
+    schema_tokens: int, rng: random.Random, tokens: TokenConvention = FIXED_WIDTH
+) -> dict[str, Any]:
     """One function tool whose definition weighs about ``schema_tokens`` tokens.
 
     Its parameters are a plain ``command`` string so any model (or the reference
     server) can produce valid arguments.
     """
-    description = "Run a shell command in the repository and return its output." + make_text(
+    description = "Run a shell command in the repository and return its output." + tokens.make_text(
         max(0, schema_tokens - 40), rng
     )
     return {
@@ -111,27 +113,29 @@ class Transcript:
     # True for a stateless transport (store: false, no chain): the server keeps nothing, so the
     # reasoning items it returned go back in the history, in place, as Codex sends them.
     resend_reasoning: bool = False
+    # Sizes the text and counts the history: 4 characters a token, or the run's --tokenizer.
+    tokens: TokenConvention = FIXED_WIDTH
 
     def __post_init__(self) -> None:
         rng = random.Random(self.plan.seed)
-        self.instructions = "You are a coding agent." + make_text(
+        tokens = self.tokens
+        self.instructions = "You are a coding agent." + tokens.make_text(
             max(0, self.plan.system_tokens - 6), rng
         )
-        self.tools = [synthetic_tool(self.plan.tool_schema_tokens, rng)]
-        prompt = make_text(self.plan.user_prompt_tokens, rng)
+        self.tools = [synthetic_tool(self.plan.tool_schema_tokens, rng, tokens)]
+        prompt = tokens.make_text(self.plan.user_prompt_tokens, rng)
         self.pending = [{"type": "message", "role": "user", "content": prompt}]
-        self.history_tokens = count_tokens(self.instructions) + count_tokens(
-            orjson.dumps(self.tools).decode()
-        )
+        self.history_tokens = self.base_tokens
 
     @property
     def base_tokens(self) -> int:
         """Instructions and tool definitions: in every request, never compacted."""
-        return count_tokens(self.instructions) + count_tokens(orjson.dumps(self.tools).decode())
+        tokens = self.tokens
+        return tokens.count(self.instructions) + tokens.count(orjson.dumps(self.tools).decode())
 
     def context_tokens(self) -> int:
         """What the next turn's request would hold: the history and the items pending for it."""
-        return self.history_tokens + sum(_item_tokens(i) for i in self.pending)
+        return self.history_tokens + sum(_item_tokens(i, self.tokens) for i in self.pending)
 
     def compaction_input(self, index: int) -> TurnInput:
         """The request that compacts the history and the pending tool outputs (as Codex does
@@ -173,14 +177,16 @@ class Transcript:
         self.full_history.extend(self.pending)
         self.pending = []
         self.history = [*users, *items]
-        self.history_tokens = self.base_tokens + sum(_item_tokens(i) for i in self.history)
+        self.history_tokens = self.base_tokens + sum(
+            _item_tokens(i, self.tokens) for i in self.history
+        )
         self.compactions += 1
 
     def next_input(self, index: int) -> TurnInput:
         turn = self.plan.turns[index]
         self.full_history.extend(self.pending)
         self.history.extend(self.pending)
-        self.history_tokens += sum(_item_tokens(i) for i in self.pending)
+        self.history_tokens += sum(_item_tokens(i, self.tokens) for i in self.pending)
         new_items, self.pending = self.pending, []
         calls = turn.tool_calls
         metadata: dict[str, str] = {}
@@ -233,7 +239,7 @@ class Transcript:
             }
             self.history.append(item)
             self.full_history.append(item)
-            self.history_tokens += _item_tokens(item)
+            self.history_tokens += _item_tokens(item, self.tokens)
             jobs.append((str(call.get("call_id", "")), sizes[len(jobs) % len(sizes)]))
         return jobs
 
@@ -241,6 +247,10 @@ class Transcript:
         """Queue the tool outputs as the next turn's new items (content fixed by the seed)."""
         rng = random.Random(self.plan.seed * 7919 + index)
         self.pending = [
-            {"type": "function_call_output", "call_id": call_id, "output": make_text(tokens, rng)}
+            {
+                "type": "function_call_output",
+                "call_id": call_id,
+                "output": self.tokens.make_text(tokens, rng),
+            }
             for call_id, tokens in jobs
         ]

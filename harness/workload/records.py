@@ -71,6 +71,9 @@ class TurnRecord:
     burst_tokens_max: int = 0
     # the streamed delta text in tokens (chars / 4, docs/metrics.md §1.5); output_tokens is usage's
     streamed_tokens: int = 0
+    # the plan's output for this turn (visible + reasoning; 0 for a compaction): what the
+    # summary's planned-vs-reported token figures compare usage with
+    planned_output_tokens: int = 0
     # honesty checks against the endpoint's usage (harness/client/honesty.py, docs/metrics.md §1.5)
     chain_ignored: bool = False
     decode_implausible: bool = False

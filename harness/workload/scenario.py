@@ -42,6 +42,7 @@ from harness.workload.distributions import (
     invalid,
     shown,
 )
+from harness.workload.target import TargetConfig
 
 __all__ = [
     "MAX_OPEN_LOOP_ROLLOUTS",
@@ -53,6 +54,7 @@ __all__ = [
     "Scenario",
     "ServerConfig",
     "Stage",
+    "TargetConfig",
     "Throughput",
     "ThroughputBurst",
     "TransportName",
@@ -527,6 +529,11 @@ class Scenario(StrictModel):
     server: ServerConfig = Field(
         default_factory=ServerConfig,
         description="The embedded reference server (used only when no --target is given).",
+    )
+    target: TargetConfig = Field(
+        default_factory=TargetConfig,
+        description="How requests are shaped for a real server: extra headers, a "
+        "session-affinity header, extra body fields, the tokenizer (docs/targets.md).",
     )
     rollout: RolloutConfig = Field(
         default_factory=RolloutConfig,

@@ -162,7 +162,8 @@ def test_sweep_passes_the_client_options_to_each_run(
             "-q", "--no-keepalive", "--no-hints", "--insecure", "--request-timeout-s", "30",
             "--recover-from", "compacted",
             "--server-metrics", url.removesuffix("/v1") + "/metrics",
-            "--server-metrics-interval", "0.2",
+            "--server-metrics-interval", "0.2", "--header", "X-Sweep: 1",
+            "--extra-body", '{"temperature": 0.5}',
         ]  # fmt: skip
         # This server refuses any other key (401): every turn succeeds only if the key is sent.
         monkeypatch.setenv("LOOPBENCH_TEST_KEY", "sk-sweep-test")
@@ -176,6 +177,14 @@ def test_sweep_passes_the_client_options_to_each_run(
                 "verify_tls": False,
                 "request_timeout_s": 30.0,
                 "recover_from": "compacted",
+                "tokenizer": "4-chars",
+                "shaping": {
+                    "headers": ["X-Sweep"],
+                    "session_header": None,
+                    "extra_body": {
+                        api: {"temperature": 0.5} for api in ("responses", "chat", "messages")
+                    },
+                },
             }
             turns = json.loads((folder / "summary.json").read_text())["transports"]["http"]["turns"]
             assert turns["count"] > 0 and turns["errors"] == 0

@@ -288,6 +288,26 @@ EXPECTED = {
         "http": {**dict.fromkeys(honesty.KEYS, 0), "checked_turns": 2},
         "ws": {**dict.fromkeys(honesty.KEYS, 0), "checked_turns": 1},
     },
+    # planned vs server-reported tokens: these records carry no plan and no usage, so the
+    # output is the counted one and there is nothing to compare
+    "tokens": {
+        name: {
+            "turns": turns,
+            "usage_turns": 0,
+            "planned_input": 0,
+            "planned_output": 0,
+            "usage_planned_input": 0,
+            "usage_planned_output": 0,
+            "reported_input": None,
+            "reported_output": None,
+            "input": 0,
+            "output": output,
+            "streamed_output": 0,
+            "input_ratio": None,
+            "output_ratio": None,
+        }
+        for name, turns, output in (("http", 2, 102), ("ws", 1, 1))
+    },
     "warnings": [],
 }
 
@@ -394,6 +414,7 @@ def test_empty_accumulator_summary() -> None:
         "transports": {},
         "comparisons": [],
         "honesty": {},
+        "tokens": {},
         "warnings": [],
     }
 
@@ -447,6 +468,23 @@ DESIGN_KEYS = [
     "honesty.<t>.checked_turns",
     "honesty.<t>.chain_ignored",
     "honesty.<t>.decode_implausible",
+    # §1.6: planned vs server-reported tokens
+    *(
+        f"tokens.<t>.{k}"
+        for k in (
+            "turns",
+            "usage_turns",
+            "planned_input",
+            "planned_output",
+            "reported_input",
+            "reported_output",
+            "input",
+            "output",
+            "streamed_output",
+            "input_ratio",
+            "output_ratio",
+        )
+    ),
     "warnings",
 ]
 COMPARISON_KEYS = [

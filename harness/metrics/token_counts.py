@@ -1,0 +1,115 @@
+"""Planned vs server-reported tokens, per transport: does the endpoint see the work we planned?
+
+The plan sizes every request and answer in the run's token convention (4 characters
+a token, or ``--tokenizer``); the endpoint's ``usage`` says what its tokenizer counted.
+Where usage exists it is what the summary reports (a turn without usage falls back to
+the client's count of the streamed text); the planned figures are beside it so that a
+tokenizer mismatch, or a server that ignores the requested output length (no
+``ignore_eos``/``min_tokens``), shows as a ratio far from 1 instead of going unnoticed.
+
+Counters only (summed over successful model turns, compactions left out), mergeable
+across processes like :mod:`harness.metrics.honesty`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from harness.workload.records import TurnRecord
+
+#: the counters, in ``summary.json`` order
+KEYS = (
+    "turns",  # successful model turns counted
+    "usage_turns",  # ... of which the endpoint reported usage (input_tokens > 0)
+    "planned_input",  # the client's history at each send, every turn
+    "planned_output",  # the plan's output (visible + reasoning), every turn
+    "output",  # usage.output_tokens where reported, else the streamed text counted
+    "streamed_output",  # the streamed visible text, counted by the client's convention
+    "usage_planned_input",  # over the usage turns only: planned ...
+    "usage_input",  # ... and reported input
+    "usage_planned_output",  # over the usage turns only: planned ...
+    "usage_output",  # ... and reported output
+)
+
+
+def new_counts() -> dict[str, int]:
+    return dict.fromkeys(KEYS, 0)
+
+
+def add(counts: dict[str, int], rec: TurnRecord) -> None:
+    """Count one successful turn (a compaction is not a model turn: left out)."""
+    if rec.compaction:
+        return
+    counts["turns"] += 1
+    counts["planned_input"] += rec.history_tokens
+    counts["planned_output"] += rec.planned_output_tokens
+    counts["output"] += rec.output_tokens
+    counts["streamed_output"] += rec.streamed_tokens
+    if rec.input_tokens > 0:
+        counts["usage_turns"] += 1
+        counts["usage_planned_input"] += rec.history_tokens
+        counts["usage_input"] += rec.input_tokens
+        counts["usage_planned_output"] += rec.planned_output_tokens
+        counts["usage_output"] += rec.output_tokens
+
+
+def merge(counts: dict[str, int], other: Mapping[str, int]) -> None:
+    for key in KEYS:
+        counts[key] += int(other.get(key, 0))
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def summary(counts: Mapping[str, int]) -> dict[str, Any]:
+    """``summary.json``'s ``tokens[transport]`` (docs/metrics.md): totals and ratios.
+
+    ``input`` and ``output`` prefer what the server reported: the usage totals when every
+    turn had usage, else the planned input (the client's count) and the output as counted.
+    The ``*_ratio`` figures compare reported with planned over the turns that had usage
+    (None without any).
+    """
+    turns = counts.get("turns", 0)
+    usage_turns = counts.get("usage_turns", 0)
+    all_usage = turns > 0 and usage_turns == turns
+    return {
+        "turns": turns,
+        "usage_turns": usage_turns,
+        "planned_input": counts.get("planned_input", 0),
+        "planned_output": counts.get("planned_output", 0),
+        # planned over the turns with usage: what the reported figures are compared with
+        "usage_planned_input": counts.get("usage_planned_input", 0),
+        "usage_planned_output": counts.get("usage_planned_output", 0),
+        "reported_input": counts.get("usage_input", 0) if usage_turns else None,
+        "reported_output": counts.get("usage_output", 0) if usage_turns else None,
+        "input": counts.get("usage_input", 0) if all_usage else counts.get("planned_input", 0),
+        "output": counts.get("output", 0),
+        "streamed_output": counts.get("streamed_output", 0),
+        "input_ratio": _ratio(counts.get("usage_input", 0), counts.get("usage_planned_input", 0)),
+        "output_ratio": _ratio(
+            counts.get("usage_output", 0), counts.get("usage_planned_output", 0)
+        ),
+    }
+
+
+def line(summary_doc: Mapping[str, Any]) -> str:
+    """The console's line: ``tokens planned → reported: http in 9,800 → 9,812 (1.00x), ...``."""
+    parts = []
+    for name, tok in (summary_doc.get("tokens") or {}).items():
+        if not isinstance(tok, Mapping) or not tok.get("turns"):
+            continue
+        if not tok.get("usage_turns"):
+            parts.append(
+                f"{name} in {tok['planned_input']:,} out {tok['planned_output']:,} (no usage)"
+            )
+            continue
+        ir, orat = tok.get("input_ratio"), tok.get("output_ratio")
+        parts.append(
+            f"{name} in {tok['usage_planned_input']:,} → {tok['reported_input']:,}"
+            + (f" ({ir:.2f}x)" if ir is not None else "")
+            + f", out {tok['usage_planned_output']:,} → {tok['reported_output']:,}"
+            + (f" ({orat:.2f}x)" if orat is not None else "")
+        )
+    return "tokens planned → server-reported: " + "; ".join(parts) if parts else ""
