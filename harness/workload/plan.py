@@ -31,10 +31,36 @@ class TurnPlan:
     tool_output_tokens: tuple[int, ...] = ()
     think_ms: float = 0.0
     reasoning_tokens: int = 0
+    #: sub-agents this turn forks (each stands for one of its ``tool_calls``: the "task" tool
+    #: whose result is the sub-agent's final answer); they run concurrently with the turn's
+    #: other tools and with each other, and the next turn waits for every one that joins
+    subagents: tuple[SubagentPlan, ...] = ()
 
     @property
     def final(self) -> bool:
         return self.tool_calls == 0
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentPlan:
+    """A conversation a turn forks: its own instructions, prompt and turns, replayed by the
+    same transport as its parent (docs/traces.md, docs/model.md).
+
+    ``call_index`` is the parent turn's tool call it answers (its output, for the parent's
+    next turn, is ``result_tokens`` tokens).  ``join`` is ``"wait"`` (the parent's next turn
+    waits for it, as a task tool does) or ``"detach"`` (it runs on; the rollout still ends
+    only when it does).  Its turns may fork sub-agents of their own.
+    """
+
+    subagent_id: int
+    seed: int
+    system_tokens: int
+    tool_schema_tokens: int
+    user_prompt_tokens: int
+    turns: tuple[TurnPlan, ...]
+    call_index: int = 0
+    result_tokens: int = 100
+    join: str = "wait"
 
 
 @dataclass(frozen=True, slots=True)
