@@ -24,7 +24,7 @@ from enum import Enum
 from harness.client import honesty
 from harness.client.api_errors import CONTEXT_LENGTH_EXCEEDED, context_message, error_kind
 from harness.client.stream import ResponseStream
-from harness.wire.errors import LoopbenchError
+from harness.wire.errors import APIError, LoopbenchError
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.wire.transports import BY_NAME
 from harness.workload.agent import Transcript, TurnInput
@@ -235,7 +235,7 @@ class RolloutSteps:
         rec.status = "error"
         rec.error_kind = error_kind(exc)
         # Whole: the message is the user's only lead on the cause (bodies are cut where quoted).
-        rec.error_message = str(exc)
+        rec.error_message = str(exc) + self._hint_advice(exc)
         rec.done_ns = self._clock()
         roll.turns += 1
         roll.errors += 1
@@ -244,6 +244,25 @@ class RolloutSteps:
         roll.recoveries += rec.recoveries
         self._on_turn(rec)
         self._phase = _OVER
+
+    def _hint_advice(self, exc: LoopbenchError) -> str:
+        """What to do when an endpoint refuses the request because of loopbench's hints.
+
+        Only the reference server reads the ``loopbench.*`` metadata; the Chat Completions API
+        takes no metadata without ``store`` and the Messages API only ``user_id``, so a real
+        endpoint answers 400 naming ``metadata``.
+        """
+        if (
+            self._transcript.hints
+            and isinstance(exc, APIError)
+            and exc.status == 400
+            and "metadata" in str(exc)
+        ):
+            return (
+                " (loopbench sent its loopbench.* metadata hints, which only its reference "
+                "server reads: add --no-hints for this endpoint)"
+            )
+        return ""
 
     def finish(self) -> RolloutRecord:
         """The rollout record, ended now (call after the edge closed its session)."""

@@ -149,3 +149,33 @@ def test_the_edge_must_answer_before_asking_again() -> None:
     assert steps.next() is Step.SLEEP and steps.next() is Step.TURN
     with pytest.raises(RuntimeError, match="answered"):
         steps.next()
+
+
+@pytest.mark.parametrize("hints", [True, False])
+def test_a_refusal_of_the_metadata_hints_says_to_drop_them(hints: bool) -> None:
+    """The Messages API refuses unknown metadata keys; the error must say what to do."""
+    clock = Clock()
+    records: list[TurnRecord] = []
+    steps = RolloutSteps(
+        PLAN,
+        transport="messages",
+        intended_start_ns=0,
+        round_index=0,
+        model="m",
+        hints=hints,
+        on_turn=records.append,
+        clock=clock,
+    )
+    refusal = "metadata.loopbench.output_tokens: Extra inputs are not permitted"
+    _drive(steps, clock, lambda rec, inp: APIError(400, "invalid_request_error", refusal))
+    message = records[0].error_message
+    assert refusal in message
+    assert ("add --no-hints" in message) is hints
+
+
+def test_other_bad_requests_get_no_advice_about_hints() -> None:
+    clock = Clock()
+    records: list[TurnRecord] = []
+    steps = _steps(clock, records.append)
+    _drive(steps, clock, lambda rec, inp: APIError(400, "invalid_value", "max_tokens: too large"))
+    assert "--no-hints" not in records[0].error_message
