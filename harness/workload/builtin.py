@@ -24,8 +24,13 @@ def builtin_scenarios() -> dict[str, Path]:
 
 
 def builtin_path(name: str | os.PathLike[str]) -> Path | None:
-    """The built-in scenario ``name`` (``tiny`` or ``tiny.yaml``) names, or None."""
-    key = os.fspath(name)
+    """The built-in scenario ``name`` (``tiny``, ``tiny.yaml`` or, as the package lays them
+    out, ``scenarios/tiny.yaml``) names, or None."""
+    key = os.fspath(name).replace(os.sep, "/")
     for suffix in (".yaml", ".yml"):
         key = key.removesuffix(suffix)
+    # Docs and issues write the path inside the package (harness/scenarios/quickstart.yaml);
+    # asked from any folder where no such file exists, it means the built-in.
+    for prefix in ("harness/scenarios/", "scenarios/"):
+        key = key.removeprefix(prefix)
     return builtin_scenarios().get(key)

@@ -45,6 +45,9 @@ def test_a_name_loads_the_builtin_from_any_folder(
     assert load_scenario("tiny").name == "tiny"
     assert load_scenario("tiny.yaml").source == str(BUILTIN_DIR / "tiny.yaml")
     assert load_scenario("reproduce/decode-cerebras").name == "decode-cerebras"
+    # The path the package lays them out under, as docs write it, means the built-in too.
+    assert load_scenario("scenarios/quickstart.yaml").source == str(BUILTIN_DIR / "quickstart.yaml")
+    assert load_scenario("harness/scenarios/tiny.yaml").name == "tiny"
     # The trace of a built-in resolves next to the built-in file, not in the working folder.
     replay = load_scenario("codex-replay")
     assert load_scenario_trace(replay)
