@@ -1,5 +1,5 @@
 """``chat`` and ``messages`` end to end through ``loopbench run``, ``run --procs`` and
-``gate --ab`` against the embedded reference server, paired with ``http``."""
+``gate --ab`` against the embedded reference server, paired with ``http`` and ``ws``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def paired(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, str]:
     # tiny.yaml with two parallel calls per tool turn: a tool loop the chat message list and
     # the Messages content blocks must both carry whole
     sets = ["--set", "rollout.parallel_calls=2", "--set", "rollout.count=3"]
-    return loopbench_run(out, "paired", "--transports", "chat,messages,http", *sets)
+    return loopbench_run(out, "paired", "--transports", "chat,messages,http,ws", *sets)
 
 
 def test_the_same_seeded_rollouts_over_chat_messages_and_http(paired: tuple[Run, str]) -> None:
@@ -30,7 +30,7 @@ def test_the_same_seeded_rollouts_over_chat_messages_and_http(paired: tuple[Run,
     summary = run.summary
     assert summary is not None and summary["valid"], summary and summary["invalid_reasons"]
     keys = {}
-    for name in (*APIS, "http"):
+    for name in (*APIS, "http", "ws"):
         t = summary["transports"][name]
         assert t["turns"]["errors"] == 0 and t["rollouts"]["errors"] == 0, name
         assert name in stdout
@@ -41,10 +41,10 @@ def test_the_same_seeded_rollouts_over_chat_messages_and_http(paired: tuple[Run,
         assert (mine["first_token_ns"] > mine["sent_ns"]).all(), name
         assert not mine["decode_implausible"].any(), name
         assert (mine["sim_ttft_ms"] > 0).all(), name  # the server's sim_timing was copied
-    assert keys["chat"] == keys["messages"] == keys["http"]
-    # ... so each comparison with http is paired
+    assert keys["chat"] == keys["messages"] == keys["http"] == keys["ws"]
+    # ... so each comparison with http is paired: chat and messages against WebSocket mode too
     pairs = {(c["baseline"], c["candidate"]): c for c in summary["comparisons"]}
-    for name in APIS:
+    for name in (*APIS, "ws"):
         assert pairs[("http", name)]["paired"] is True
 
 
