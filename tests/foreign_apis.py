@@ -52,11 +52,19 @@ class _Chat(_Handler):
     protocol_version = "HTTP/1.1"
     tools = True
     cached_tokens = False
+    #: the one model it serves (None: any name is taken)
+    model: str | None = None
 
     def answer(self) -> tuple[int, str, bytes]:
         if self.command != "POST" or self.path.rstrip("/") != "/v1/chat/completions":
             return 404, "application/json", b'{"detail":"Not Found"}'
         body = json.loads(self.request_body or b"{}")
+        if self.model is not None and body.get("model") != self.model:
+            # vLLM's answer to a model it does not serve: a 404 on a route it has
+            message = f"The model `{body.get('model')}` does not exist."
+            err = {"error": {"message": message, "type": "NotFoundError", "param": None,
+                             "code": 404}}  # fmt: skip
+            return 404, "application/json", json.dumps(err).encode()
         if body.get("tools") and not self.tools:
             # an OpenAI-compatible server without tool support, in vLLM's error shape
             message = f'tool_choice "{body.get("tool_choice")}" is not supported by this server'
@@ -190,9 +198,14 @@ class _Messages(_Handler):
 
 
 @contextmanager
-def chat_only_server(*, tools: bool = True, cached_tokens: bool = False) -> Iterator[str]:
-    """A vLLM-like Chat Completions endpoint (see the module docstring)."""
-    handler = type("_ChatServer", (_Chat,), {"tools": tools, "cached_tokens": cached_tokens})
+def chat_only_server(
+    *, tools: bool = True, cached_tokens: bool = False, model: str | None = None
+) -> Iterator[str]:
+    """A vLLM-like Chat Completions endpoint (see the module docstring); with ``model``, it
+    serves that model only."""
+    handler = type(
+        "_ChatServer", (_Chat,), {"tools": tools, "cached_tokens": cached_tokens, "model": model}
+    )
     with serve(handler) as url:
         yield url
 

@@ -86,7 +86,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--web-host", default="127.0.0.1", help="web UI address (default: 127.0.0.1)")
     p.add_argument("--web-port", type=int, default=8089, help="web UI port (default: 8089)")
     p.add_argument(
-        "--target", help="base URL of a Responses endpoint, e.g. http://10.0.0.7:8000/v1"
+        "--target",
+        help="base URL of the endpoint (Responses, Chat Completions or Anthropic Messages, as "
+        "the transports need), e.g. http://10.0.0.7:8000/v1",
     )
     p.add_argument("--run-time", type=float, help="stop after S seconds even if rollouts remain")
     p.add_argument("--transports", help="comma-separated transports (default: the scenario's)")

@@ -40,8 +40,9 @@ COMMANDS: tuple[_Family, ...] = (
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="loopbench",
-        description="Latency benchmarking and load testing for agentic LLM workloads over the Responses API "
-        "(HTTP+SSE vs WebSocket mode).",
+        description="Latency benchmarking and load testing for agentic LLM workloads: the same "
+        "rollouts over the Responses API (HTTP+SSE and WebSocket mode), Chat Completions and "
+        "Anthropic Messages, paired.",
         epilog="exit codes (every subcommand):\n"
         + exit_code_help()
         + "\n\nRun `loopbench COMMAND --help` for a command's options and examples.",

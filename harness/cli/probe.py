@@ -9,7 +9,9 @@ import sys
 from typing import Any
 
 from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, api_key, examples
+from harness.cli.run_args import target_flags
 from harness.client.probe import REACHABLE, as_json, table
+from harness.client.shaping import RequestShaping
 from harness.run.probe import DEFAULT_MODEL, DEFAULT_TIMEOUT_S, probe
 from harness.wire.errors import UsageError
 
@@ -57,8 +59,25 @@ def add_parser(sub: Any) -> None:
         default=DEFAULT_TIMEOUT_S,
         help=f"seconds each check may take (default {DEFAULT_TIMEOUT_S:g})",
     )
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="an extra header on every probe request and handshake (repeatable), as run's "
+        "--header: a gateway's own auth or routing header (docs/targets.md)",
+    )
+    p.add_argument(
+        "--session-header",
+        metavar="NAME",
+        help="a header set to a probe session id on every request, as run's --session-header",
+    )
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(func=cmd_probe)
+
+
+#: the value of --session-header on the probe's requests
+PROBE_SESSION = "loopbench-probe"
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -67,12 +86,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--timeout-s: expected a positive number of seconds, got {args.timeout_s}"
             )
+        flags = target_flags(args)
         findings = probe(
             args.target,
             api_key=api_key(args.api_key_env),
             verify_tls=not args.insecure,
             timeout_s=args.timeout_s,
             model=args.model,
+            # The probe is one session of its own: its id is a fixed name, on every request.
+            shaping=RequestShaping(
+                headers=flags.headers
+                + (((flags.session_header, PROBE_SESSION),) if flags.session_header else ())
+            ),
         )
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -147,7 +147,10 @@ def add_parser(sub: Any) -> None:
         help="the swept field with its values; more --set KEY=VALUE fix other fields",
     )
     sw.add_argument("--transports", help="comma-separated transports (default: the scenario's)")
-    sw.add_argument("--target", help="base URL of a Responses endpoint (default: embedded server)")
+    sw.add_argument(
+        "--target",
+        help="base URL of the endpoint the transports need (default: embedded server)",
+    )
     run_args.add_client_options(sw)
     run_args.add_live_options(sw)
     sw.add_argument("--out", default="results", help="results root folder (default: results/)")

@@ -65,13 +65,17 @@ def add_parser(sub: Any) -> None:
         "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"
     )
     run.add_argument(
-        "--target", help="base URL of a Responses endpoint, e.g. http://127.0.0.1:8000/v1"
+        "--target",
+        help="base URL of the endpoint, e.g. http://127.0.0.1:8000/v1 (Responses, Chat "
+        "Completions or Anthropic Messages, as the transports need; default: an embedded "
+        "reference server)",
     )
     run.add_argument("--out", default="results", help="results root folder (default: results/)")
     run.add_argument("--run-id", help="name of the run folder (default: timestamp-scenario)")
     run.add_argument(
         "--baseline",
-        help="transport the others are compared with (default: the first of the run's transports in the order http, http-chained, ws, ws-store, ws-append)",
+        help="transport the others are compared with (default: the first of the run's "
+        "transports in the order http, chat, messages, http-chained, ws, ws-store, ws-append)",
     )
     run.add_argument(
         "--set",

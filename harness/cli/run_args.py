@@ -32,7 +32,9 @@ from harness.workload.target import HEADER_NAME, extra_body_problem
 def add_client_options(p: Any) -> None:
     """How the client talks to ``--target``: the options ``sweep`` takes as ``run`` does."""
     p.add_argument(
-        "--api-key-env", help="name of the environment variable holding the API key for --target"
+        "--api-key-env",
+        help="name of the environment variable holding the API key for --target (sent as "
+        "Authorization: Bearer, and as x-api-key by the messages transport)",
     )
     p.add_argument(
         "--no-keepalive", action="store_true", help="HTTP: open a new connection for every request"

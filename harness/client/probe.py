@@ -102,6 +102,9 @@ class Finding:
     evidence: str
     #: False when an earlier finding made this check pointless (its answer is "-")
     checked: bool = True
+    #: the endpoint does not serve the model the requests named: whether the feature is there
+    #: cannot be told, but a run with that model cannot work either
+    model_unknown: bool = False
 
     @property
     def answer(self) -> str:
@@ -161,7 +164,7 @@ def refusal(
     for spec in specs:
         for feature in needed_features(spec, compaction=compaction):
             found = by_feature.get(feature)
-            if found is not None and found.supported is False:
+            if found is not None and (found.supported is False or found.model_unknown):
                 return f"transport {spec.name} cannot run against {target}: {found.evidence}"
     return None
 
@@ -519,9 +522,28 @@ def refused(feature: str, url: str, status: int, message: str) -> Finding:
     ``no Chat Completions API at URL: HTTP 404 …``.
     """
     api = API_OF.get(feature)
+    if status in (400, 404) and _names_the_model(message):
+        # vLLM and SGLang answer an unknown model with 404 on a route they do have: the API
+        # may well be there, only not this model.
+        return Finding(
+            feature,
+            None,
+            f"{url} does not serve the model the probe named ({answered(status, message)}); "
+            "give --model (or the scenario's model:) one of the server's models, listed by "
+            "GET /models",
+            model_unknown=True,
+        )
     if status in NO_ROUTE and api is not None and API_FEATURE[api] == feature:
         return Finding(feature, False, f"no {API_NAMES[api]} at {url}: {answered(status, message)}")
     return Finding(feature, False, http_failure(url, status, message))
+
+
+def _names_the_model(message: str) -> bool:
+    """An error about the requested model ("The model `x` does not exist", "model_not_found")."""
+    text = message.lower()
+    return "model" in text and any(
+        w in text for w in ("does not exist", "not found", "not_found", "unknown", "no such")
+    )
 
 
 def error_text(status: int, body: bytes) -> str:

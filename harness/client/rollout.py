@@ -18,6 +18,7 @@ turn and per sleep, never per streamed event.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from enum import Enum
 
@@ -33,6 +34,19 @@ from harness.workload.records import RolloutRecord, TurnRecord
 
 TurnSink = Callable[[TurnRecord], None]
 Clock = Callable[[], int]
+
+
+def pass_salt(transport: str, round_index: int) -> str:
+    """Eight hex digits naming one transport's replay (one round of it), put first in the
+    instructions and the tool description of every rollout it sends.
+
+    Every transport replays the same rollouts one after the other, and a server's prefix cache
+    (the reference server's, vLLM's, SGLang's) is keyed by content: without it, each replay
+    would find the previous one's prompts cached and start its first turns warm — a gift to
+    whichever transport runs later.  The salt has the same length for every transport, so the
+    replays stay paired token for token (docs/metrics.md §2).
+    """
+    return f"{zlib.crc32(f'{transport}|{round_index}'.encode()):08x}"
 
 
 class Step(Enum):
@@ -96,7 +110,12 @@ class RolloutSteps:
         # stateless: nothing on the server side to hold the reasoning (docs/protocol.md)
         stateless = spec is not None and not spec.chained and not spec.websocket
         self._transcript = Transcript(
-            plan, model=model, hints=hints, resend_reasoning=stateless, tokens=tokens
+            plan,
+            model=model,
+            hints=hints,
+            resend_reasoning=stateless,
+            tokens=tokens,
+            salt=pass_salt(transport, round_index),
         )
         self._index = 0
         self._phase = _READY

@@ -99,9 +99,9 @@ class ServerScraper:
         except urllib.error.HTTPError as exc:
             raise ValueError(f"answered HTTP {exc.code} {exc.reason}") from None
         except urllib.error.URLError as exc:
-            raise OSError(f"could not connect ({exc.reason})") from None
+            raise OSError(f"could not connect: {_why(exc.reason)}") from None
         except (OSError, ValueError) as exc:
-            raise OSError(f"the request failed ({exc})") from None
+            raise OSError(f"the request failed: {_why(exc)}") from None
         return (t0 + self.clock()) // 2, body
 
     def start(self) -> bool:
@@ -179,3 +179,14 @@ class ServerScraper:
                 f"(last: {self.result.last_failure})"
             )
         return self.result
+
+
+def _why(reason: object) -> str:
+    """A failed connection in words ("connection refused (nothing listening?)"), not an errno."""
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused (nothing listening?)"
+    if isinstance(reason, TimeoutError):
+        return f"no answer within {SCRAPE_TIMEOUT_S:g} s"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror[:1].lower() + reason.strerror[1:]
+    return str(reason)

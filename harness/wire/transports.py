@@ -37,12 +37,20 @@ class TransportSpec:
     description: str
 
 
-# One row per transport; the columns are TransportSpec's fields in order.
+# One row per transport; the columns are TransportSpec's fields in order.  The order is the
+# tables' and plots', and decides a run's default baseline (its first transport in this order):
+# the stateless ones (what most deployments run today) come before chaining and WebSocket mode,
+# so `--transports chat,ws` reports what ws saves over chat, not the reverse.
 # fmt: off
 TRANSPORTS: tuple[TransportSpec, ...] = (
     #             name            websocket chained store  append locust api          colour
     TransportSpec("http",         False,    False,  False, False, True,  "responses", "#c0392b",
                   "HTTP + SSE, the whole history every turn (stateless, store: false)"),
+    TransportSpec("chat",         False,    False,  False, False, True,  "chat",      "#7f8c8d",
+                  "Chat Completions over HTTP + SSE, the whole conversation every turn"),
+    TransportSpec("messages",     False,    False,  False, False, True,  "messages",  "#af601a",
+                  "Anthropic Messages over HTTP + SSE, the whole conversation every turn, "
+                  "prompt-cache breakpoints"),
     TransportSpec("http-chained", False,    True,   True,  False, True,  "responses", "#e67e22",
                   "HTTP + SSE, previous_response_id + new input (store: true)"),
     TransportSpec("ws",           True,     True,   False, False, True,  "responses", "#2471a3",
@@ -51,11 +59,6 @@ TRANSPORTS: tuple[TransportSpec, ...] = (
                   "WebSocket mode with store: true (the chain survives a reconnect)"),
     TransportSpec("ws-append",    True,     False,  False, True,  False, "responses", "#7d3c98",
                   "WebSocket append prototype: one response per rollout (reference server only)"),
-    TransportSpec("chat",         False,    False,  False, False, True,  "chat",      "#7f8c8d",
-                  "Chat Completions over HTTP + SSE, the whole conversation every turn"),
-    TransportSpec("messages",     False,    False,  False, False, True,  "messages",  "#b7950b",
-                  "Anthropic Messages over HTTP + SSE, the whole conversation every turn, "
-                  "prompt-cache breakpoints"),
 )
 # fmt: on
 

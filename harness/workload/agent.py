@@ -24,6 +24,8 @@ HINT_REASONING_TOKENS = "loopbench.reasoning_tokens"
 #: the ``reasoning`` request field of a turn that reasons, as Codex sends it
 REASONING = {"summary": "auto"}
 TOOL_NAME = "run_tool"
+#: the words of the tool description a salt replaces (the same length: 14 characters)
+TOOL_PLACE = "the repository"
 # Framing tokens per item (role markers, separators); the reference server uses the same figure.
 ITEM_OVERHEAD_TOKENS = 4
 
@@ -115,14 +117,21 @@ class Transcript:
     resend_reasoning: bool = False
     # Sizes the text and counts the history: 4 characters a token, or the run's --tokenizer.
     tokens: TokenConvention = FIXED_WIDTH
+    #: first in the instructions and the tool description: one transport's replay apart from
+    #: another's in a server's prefix cache (harness/client/rollout.py:pass_salt); "" for none
+    salt: str = ""
 
     def __post_init__(self) -> None:
         rng = random.Random(self.plan.seed)
         tokens = self.tokens
-        self.instructions = "You are a coding agent." + tokens.make_text(
-            max(0, self.plan.system_tokens - 6), rng
-        )
+        # The salted texts are as long as the plain ones: the same tokens, salt or none.
+        opening = f"You are agent {self.salt}." if self.salt else "You are a coding agent."
+        self.instructions = opening + tokens.make_text(max(0, self.plan.system_tokens - 6), rng)
         self.tools = [synthetic_tool(self.plan.tool_schema_tokens, rng, tokens)]
+        if self.salt:
+            # The tool definitions render first in a server's prompt: they need it too.
+            tool = self.tools[0]
+            tool["description"] = tool["description"].replace(TOOL_PLACE, f"repo #{self.salt}", 1)
         prompt = tokens.make_text(self.plan.user_prompt_tokens, rng)
         self.pending = [{"type": "message", "role": "user", "content": prompt}]
         self.history_tokens = self.base_tokens

@@ -17,7 +17,7 @@ from harness.run.embedded import embedded_server
 from harness.wire.errors import UsageError
 from tests.runs import TINY, loopbench, run_cli
 
-ALL = "http, http-chained, ws, ws-store, ws-append, chat, messages"
+ALL = "http, chat, messages, http-chained, ws, ws-store, ws-append"
 
 
 def _run_error(*argv: str) -> str:

@@ -56,6 +56,12 @@ def test_input_and_cached_tokens_are_recorded_for_every_api(paired: tuple[Run, s
     assert (by["chat"]["input_tokens"] == by["http"]["input_tokens"]).all()
     ratio = by["messages"]["input_tokens"] / by["http"]["input_tokens"]
     assert ratio.between(0.95, 1.05).all(), ratio
+    # Each transport's replay starts cold: the transports run one after the other over the
+    # same rollouts, and a prefix cache keyed by content must not hand a later one the earlier
+    # one's prompts (harness/client/rollout.py:pass_salt).
+    for name, frame in by.items():
+        first = frame[frame.index.get_level_values(1) == 0]
+        assert (first["cached_tokens"] == 0).all(), (name, first["cached_tokens"].tolist())
     later = {name: frame[frame.index.get_level_values(1) > 0] for name, frame in by.items()}
     # the shared prefix cache serves every API; Messages reads it at its breakpoints
     for name in (*APIS, "http"):

@@ -293,20 +293,21 @@ EXPECTED = {
     "tokens": {
         name: {
             "turns": turns,
-            "usage_turns": 0,
+            # every measured turn reported its input (the records of the cache group above)
+            "usage_turns": turns,
             "planned_input": 0,
             "planned_output": 0,
             "usage_planned_input": 0,
             "usage_planned_output": 0,
-            "reported_input": None,
-            "reported_output": None,
-            "input": 0,
+            "reported_input": reported,
+            "reported_output": output,
+            "input": reported,
             "output": output,
             "streamed_output": 0,
             "input_ratio": None,
             "output_ratio": None,
         }
-        for name, turns, output in (("http", 2, 102), ("ws", 1, 1))
+        for name, turns, output, reported in (("http", 2, 102, 2200), ("ws", 1, 1, 1000))
     },
     "warnings": [],
 }

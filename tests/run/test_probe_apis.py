@@ -41,6 +41,7 @@ from harness.run.probe import probe, probe_for_run
 from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import transport_spec
 from tests.foreign_apis import chat_only_server, messages_only_server
+from tests.header_recorder import recording_target
 from tests.runs import TINY, loopbench
 
 
@@ -256,3 +257,45 @@ def test_prompt_cache_verdicts() -> None:
         "a system prompt with cache_control was refused: POST u answered HTTP 400: "
         "invalid_request_error: bad",
     )
+
+
+def test_probe_sends_the_header_and_session_flags_on_every_request() -> None:
+    """A gateway with its own auth or routing header can be probed on its own."""
+    with recording_target() as (url, recording):
+        proc = loopbench(
+            "probe", "--target", url, "--header", "X-Team: perf",
+            "--session-header", "X-Session-ID", "--json",
+        )  # fmt: skip
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    # every API's request carried both, the WebSocket handshake too
+    paths = {e.path for e in recording.exchanges}
+    assert {"/v1/responses", "/v1/chat/completions", "/v1/messages"} <= paths, paths
+    for exchange in recording.exchanges:
+        assert exchange.headers.get("x-team") == "perf", exchange.path
+        assert exchange.headers.get("x-session-id") == "loopbench-probe", exchange.path
+    assert recording.ws(), "the WebSocket check ran"
+
+
+def test_a_malformed_probe_header_is_a_usage_error() -> None:
+    proc = loopbench("probe", "--target", "http://127.0.0.1:9/v1", "--header", "nocolon")
+    assert proc.returncode == ExitCode.USAGE
+    assert "--header 'nocolon': expected NAME:VALUE" in proc.stderr
+
+
+def test_an_unknown_model_is_not_a_missing_api() -> None:
+    """vLLM answers a model it does not serve with 404 on a route it has: the probe says so,
+    a run with that model is refused naming the model, and the right model passes."""
+    with chat_only_server(model="Qwen/Qwen3-8B") as url:
+        found = _probe(url)
+        chat = found[CHAT]
+        assert chat.supported is None and chat.model_unknown
+        assert "does not serve the model" in chat.evidence and "--model" in chat.evidence
+        assert "no Chat Completions API" not in chat.evidence
+        proc = loopbench("run", TINY, "--target", url, "--transports", "chat", "--no-hints")
+        assert proc.returncode == ExitCode.USAGE
+        assert "does not serve the model" in proc.stderr
+        good = {
+            f.feature: f
+            for f in probe(url, api_key="sk-loopbench", timeout_s=10, model="Qwen/Qwen3-8B")
+        }
+        assert good[CHAT].supported is True

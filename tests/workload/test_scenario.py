@@ -51,7 +51,7 @@ BAD: list[tuple[str, str | None]] = [
     ("name: Quick Start\n", "name: expected lowercase letters, digits and '-', got 'Quick Start'"),
     (
         "name: x\ntransports: [http, websocket]\n",
-        "transports[1]: expected one of http, http-chained, ws, ws-store, ws-append, chat, messages, "
+        "transports[1]: expected one of http, chat, messages, http-chained, ws, ws-store, ws-append, "
         "got 'websocket'",
     ),
     ("name: x\ntransports: [http, htp]\n", None),  # checked separately: did-you-mean
