@@ -16,7 +16,7 @@ from harness.cli.common import (
     transports_epilog,
 )
 from harness.wire.errors import LoopbenchError
-from harness.workload.importers import import_sessions
+from harness.workload.importers import IMPORTERS, import_sessions
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import load_scenario, scenario_json_schema
 
@@ -55,20 +55,30 @@ def add_parser(sub: Any) -> None:
 
     imp = sub.add_parser(
         "import",
-        help="turn recorded agent sessions into a replayable trace (docs/traces.md)",
-        description="Read recorded sessions and write a loopbench JSONL trace that a scenario "
-        "replays with `rollout.trace: FILE`.",
+        help="turn recorded agent sessions or public request traces into a replayable trace "
+        "(docs/traces.md)",
+        description="Read recorded sessions (Codex CLI) or a public request trace (Mooncake, "
+        "Azure LLM inference) and write a loopbench JSONL trace that a scenario replays with "
+        "`rollout.trace: FILE`.",
         epilog=examples(
             "loopbench import codex ~/.codex/sessions -o traces/mine.jsonl",
             "loopbench import codex rollout-1.jsonl rollout-2.jsonl -o traces/bugfix.jsonl",
+            "loopbench import mooncake toolagent_trace.jsonl -o traces/toolagent.jsonl",
+            "loopbench import azure AzureLLMInferenceTrace_conv.csv -o traces/azure-conv.jsonl",
         ),
         formatter_class=HelpFormatter,
     )
-    imp.add_argument("format", choices=["codex"], help="session format: codex (Codex CLI rollouts)")
+    imp.add_argument(
+        "format",
+        choices=list(IMPORTERS),
+        help="source format: "
+        + "; ".join(f"{name} ({spec.description})" for name, spec in IMPORTERS.items()),
+    )
     imp.add_argument(
         "paths",
         nargs="+",
-        help="session files, or folders searched for *.jsonl (e.g. ~/.codex/sessions)",
+        help="source files, or folders searched for the format's files (*.jsonl; *.csv for "
+        "azure), e.g. ~/.codex/sessions",
     )
     imp.add_argument(
         "-o",
