@@ -57,14 +57,15 @@ def add_parser(sub: Any) -> None:
         "import",
         help="turn recorded agent sessions or public request traces into a replayable trace "
         "(docs/traces.md)",
-        description="Read recorded sessions (Codex CLI) or a public request trace (Mooncake, "
-        "Azure LLM inference) and write a loopbench JSONL trace that a scenario replays with "
+        description="Read recorded sessions (Codex CLI, OpenTelemetry GenAI spans) or a public "
+        "request trace (Mooncake, Azure LLM inference) and write a loopbench JSONL trace that a scenario replays with "
         "`rollout.trace: FILE`.",
         epilog=examples(
             "loopbench import codex ~/.codex/sessions -o traces/mine.jsonl",
             "loopbench import codex rollout-1.jsonl rollout-2.jsonl -o traces/bugfix.jsonl",
             "loopbench import mooncake toolagent_trace.jsonl -o traces/toolagent.jsonl",
             "loopbench import azure AzureLLMInferenceTrace_conv.csv -o traces/azure-conv.jsonl",
+            "loopbench import otel spans.json -o traces/agent.jsonl",
         ),
         formatter_class=HelpFormatter,
     )
@@ -78,7 +79,7 @@ def add_parser(sub: Any) -> None:
         "paths",
         nargs="+",
         help="source files, or folders searched for the format's files (*.jsonl; *.csv for "
-        "azure), e.g. ~/.codex/sessions",
+        "azure; *.json and *.jsonl for otel), e.g. ~/.codex/sessions",
     )
     imp.add_argument(
         "-o",

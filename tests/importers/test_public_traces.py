@@ -21,6 +21,7 @@ from harness.workload.importers import IMPORTERS, find_session_files, import_ses
 from harness.workload.importers.azure import import_azure_files, parse_azure
 from harness.workload.importers.codex import SessionImportError
 from harness.workload.importers.mooncake import import_mooncake_files, parse_mooncake
+from harness.workload.importers.otel import import_otel_files, parse_otel
 from harness.workload.trace import TraceRollout, read_trace
 from tests.runs import run_cli
 
@@ -194,7 +195,7 @@ def test_bad_azure_rows(rows: list[str], message: str) -> None:
 
 
 def test_import_writes_each_format(tmp_path: Path) -> None:
-    assert {"codex", "mooncake", "azure"} <= set(IMPORTERS)
+    assert {"codex", "mooncake", "azure", "otel"} <= set(IMPORTERS)
     out = tmp_path / "m.jsonl"
     report = import_sessions("mooncake", [str(TOOLAGENT)], str(out))
     assert report.startswith("wrote 4 rollouts (8 turns, 4 tool calls, history up to ")
@@ -205,7 +206,7 @@ def test_import_writes_each_format(tmp_path: Path) -> None:
     (tmp_path / "azure").mkdir()
     (tmp_path / "azure" / "code.csv").write_text(AZURE.read_text())
     (tmp_path / "azure" / "notes.jsonl").write_text("not a trace\n")
-    assert find_session_files([str(tmp_path / "azure")], "*.csv") == [
+    assert find_session_files([str(tmp_path / "azure")], ("*.csv",)) == [
         str(tmp_path / "azure" / "code.csv")
     ]
     report = import_sessions("azure", [str(tmp_path / "azure")], str(tmp_path / "a.jsonl"))
@@ -216,21 +217,28 @@ def test_import_writes_each_format(tmp_path: Path) -> None:
         import_sessions("mooncake", [str(empty)], str(tmp_path / "e.jsonl"))
 
 
-def test_cli_import_and_replay(tmp_path: Path) -> None:
-    """An imported Mooncake trace replays through ``loopbench run`` on the embedded server."""
+@pytest.mark.parametrize(
+    ("fmt", "source", "rollouts", "turns"),
+    [("mooncake", TOOLAGENT, 4, 8), ("otel", DATA / "otel-agent.json", 3, 7)],
+)
+def test_cli_import_and_replay(
+    fmt: str, source: Path, rollouts: int, turns: int, tmp_path: Path
+) -> None:
+    """An imported trace replays through ``loopbench run`` on the embedded server."""
     trace = tmp_path / "traces" / "agent.jsonl"
-    proc = run_cli("import", "mooncake", TOOLAGENT, "-o", trace, timeout=60)
-    assert "wrote 4 rollouts" in proc.stdout
-    # Tool times divided down so the replay is short; the token counts are the recorded ones.
+    proc = run_cli("import", fmt, source, "-o", trace, timeout=60)
+    assert f"wrote {rollouts} rollouts ({turns} turns" in proc.stdout
+    # Tool and think times divided down so the replay is short; the token counts stay.
     header, *rows = [json.loads(line) for line in trace.read_text().splitlines()]
     for row in rows:
         for turn in row["turns"]:
+            turn["think_ms"] /= 100
             for call in turn["tool_calls"]:
                 call["latency_ms"] /= 100
     trace.write_text("".join(json.dumps(obj) + "\n" for obj in [header, *rows]))
     scenario = tmp_path / "replay.yaml"
     scenario.write_text(
-        "name: mooncake-replay\nseed: 1\ntransports: [http]\n"
+        f"name: {fmt}-replay\nseed: 1\ntransports: [http]\n"
         "rollout:\n  trace: traces/agent.jsonl\nload:\n  mode: closed\n  concurrency: 2\n"
     )
     out = tmp_path / "results"
@@ -238,16 +246,100 @@ def test_cli_import_and_replay(tmp_path: Path) -> None:
     summary = json.loads((out / "r" / "summary.json").read_text())
     http = summary["transports"]["http"]
     assert http["turns"]["errors"] == 0
-    assert http["rollouts"]["count"] == 4
-    assert http["turns"]["count"] == 8
+    assert http["rollouts"]["count"] == rollouts
+    assert http["turns"]["count"] == turns
     # The server read the recorded context sizes: each turn's input is the recorded one plus
     # the agent's framing (under 100 tokens: instructions, tool definition) and a fixed size
     # per tool call item.
-    turns = load_run(out / "r").turns.sort_values(["rollout_id", "turn_index"])
-    excess = []
+    served = load_run(out / "r").turns.sort_values(["rollout_id", "turn_index"])
+    firsts, per_call = set(), set()
     for i, r in enumerate(read_trace(trace)):
-        served = turns[turns.rollout_id == i].input_tokens.tolist()
-        excess.append([s - rec for s, rec in zip(served, r.meta["turn_input_tokens"], strict=True)])
-    assert all(0 <= e[0] < 100 for e in excess), excess
-    steps = {b - a for e in excess for a, b in pairwise(e)}
-    assert len(steps) == 1 and steps.pop() >= 0, excess
+        got = served[served.rollout_id == i].input_tokens.tolist()
+        excess = [s - rec for s, rec in zip(got, r.meta["turn_input_tokens"], strict=True)]
+        firsts.add(excess[0])
+        for turn, (a, b) in zip(r.turns, pairwise(excess), strict=False):
+            per_call.add((b - a) / len(turn.tool_calls))
+    assert all(0 <= e < 100 for e in firsts), firsts
+    assert len(per_call) == 1 and per_call.pop() >= 0, per_call
+
+
+OTEL = DATA / "otel-agent.json"
+
+
+def test_otel_agent_turns_tools_and_subagent() -> None:
+    coder, explorer, chat = import_otel_files([str(OTEL)])
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    # The model calls under the invoke_agent span "coder", in start order.
+    assert coder.id == f"{trace_id}:a000000000000001" and coder.meta["agent"] == "coder"
+    assert coder.user_prompt_tokens == 1000 and coder.system_tokens == 0
+    # Turn 0: two parallel execute_tool spans (200 and 500 ms) share 1350-1000-50 = 300
+    # tokens; turn 1: the "task" tool (2000 ms) gets 1510-1350-40 = 120.
+    assert _shape(coder) == [
+        (50, [(200.0, 150), (500.0, 150)]),
+        (40, [(2000.0, 120)]),
+        (200, []),
+    ]
+    # Client time between the last tool's end and the next call: 1400-1330, 4050-4010 ms.
+    assert [t.think_ms for t in coder.turns] == [0.0, 70.0, 40.0]
+    assert coder.meta["turn_input_tokens"] == [1000, 1350, 1510]
+    assert coder.meta["turn_cached_tokens"] == [0, 1000, 0]
+    assert coder.meta["turn_reasoning_tokens"] == [20, 0, 0]
+    assert coder.meta["model"] == "gpt-5-mini" and coder.meta["usage"] is True
+    # The invoke_agent under the "task" tool span is a sub-agent: its own rollout, naming
+    # the parent call it answered.
+    assert explorer.meta["subagent_of"] == coder.id
+    assert explorer.meta["forked_at"] == {"turn": 1, "call": 0}
+    assert explorer.user_prompt_tokens == 600
+    assert _shape(explorer) == [(30, [(100.0, 80)]), (90, [])]
+    assert [t.think_ms for t in explorer.turns] == [0.0, 40.0]
+    # Two traces, one request each, joined by gen_ai.conversation.id; older usage names;
+    # no tool span in between: one call for the gap (11300-10300 ms), 260-200-10 tokens.
+    assert chat.id == "conv-7" and chat.meta["tool_calls_from_gaps"] == 1
+    assert _shape(chat) == [(10, [(1000.0, 50)]), (20, [])]
+
+
+def test_otel_one_export_per_line_is_the_same() -> None:
+    doc = json.loads(OTEL.read_text())
+    lines = [json.dumps({"resourceSpans": [r]}) for r in doc["resourceSpans"]]
+    assert parse_otel("\n".join(lines) + "\n", str(OTEL)) == import_otel_files([str(OTEL)])
+
+
+def test_otel_a_trace_ending_on_a_tool_call_is_closed() -> None:
+    doc = json.loads(OTEL.read_text())
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans[:] = [s for s in spans if s["spanId"] != "c000000000000003"]
+    coder = parse_otel(json.dumps(doc), "o.json")[0]
+    assert coder.meta["truncated"] is True
+    assert _shape(coder)[-2:] == [(40, [(2000.0, 0)]), (1, [])]
+
+
+def _otel_error(mutate: str, value: object) -> str:
+    doc = json.loads(OTEL.read_text())
+    span = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][2]
+    span[mutate] = value
+    with pytest.raises(SessionImportError) as exc:
+        parse_otel(json.dumps(doc), "o.json")
+    return str(exc.value)
+
+
+def test_bad_otel_input() -> None:
+    where = "o.json: resourceSpans[0].scopeSpans[0].spans[2]"
+    assert _otel_error("startTimeUnixNano", "noon") == (
+        f"{where}.startTimeUnixNano: expected nanoseconds since the epoch, got 'noon'"
+    )
+    assert _otel_error("endTimeUnixNano", "5") == (
+        f"{where}.endTimeUnixNano: expected a time at or after startTimeUnixNano "
+        "(1764000002510000000), got 5"
+    )
+    assert _otel_error("spanId", 7) == f"{where}.spanId: expected a hex id string, got 7"
+    with pytest.raises(SessionImportError, match=r"^o.json: invalid JSON"):
+        parse_otel('{"resourceSpans": [', "o.json")
+    with pytest.raises(
+        SessionImportError,
+        match=r"^o.json: expected an OTLP JSON object with resourceSpans, got \{\"spans\"",
+    ):
+        parse_otel('{"spans": []}', "o.json")
+    with pytest.raises(SessionImportError, match=r"^o.json: line 2: invalid JSON"):
+        parse_otel('{"resourceSpans": []}\n{oops\n', "o.json")
+    with pytest.raises(SessionImportError, match=r"^o.json: line 2: expected an OTLP JSON"):
+        parse_otel('{"resourceSpans": []}\n[1]\n', "o.json")

@@ -17,6 +17,7 @@ from harness.wire.errors import UsageError
 from harness.workload.importers.azure import import_azure_files
 from harness.workload.importers.codex import SessionImportError, import_codex_files
 from harness.workload.importers.mooncake import import_mooncake_files
+from harness.workload.importers.otel import import_otel_files
 from harness.workload.trace import TRACE_VERSION, TraceHeader, TraceRollout, dump_trace
 
 __all__ = [
@@ -34,35 +35,43 @@ class Importer:
     """One source format: what it is, which files a folder holds, and how to read them."""
 
     description: str
-    pattern: str  # files searched for in a folder
+    patterns: tuple[str, ...]  # files searched for in a folder
     read: Callable[[Sequence[str]], list[TraceRollout]]
 
 
 IMPORTERS: dict[str, Importer] = {
-    "codex": Importer("Codex CLI session rollouts", "*.jsonl", import_codex_files),
+    "codex": Importer("Codex CLI session rollouts", ("*.jsonl",), import_codex_files),
     "mooncake": Importer(
         "Mooncake request traces (JSONL: timestamp, input_length, output_length, hash_ids)",
-        "*.jsonl",
+        ("*.jsonl",),
         import_mooncake_files,
     ),
     "azure": Importer(
         "Azure LLM inference traces (CSV: TIMESTAMP, ContextTokens, GeneratedTokens)",
-        "*.csv",
+        ("*.csv",),
         import_azure_files,
+    ),
+    "otel": Importer(
+        "OpenTelemetry GenAI spans (OTLP JSON: chat, execute_tool and invoke_agent spans)",
+        ("*.json", "*.jsonl"),
+        import_otel_files,
     ),
 }
 FORMATS = tuple(IMPORTERS)
 
 
-def find_session_files(paths: Sequence[str], pattern: str = "*.jsonl") -> list[str]:
-    """Files as given, and every ``pattern`` file under each folder (sorted: stable imports)."""
+def find_session_files(paths: Sequence[str], patterns: Sequence[str] = ("*.jsonl",)) -> list[str]:
+    """Files as given, and every file matching ``patterns`` under each folder (sorted)."""
     out: list[str] = []
     for raw in paths:
         path = Path(os.path.expanduser(raw))
         if path.is_dir():
-            found = sorted(str(p) for p in path.rglob(pattern) if p.is_file())
+            found = sorted(
+                {str(p) for pattern in patterns for p in path.rglob(pattern) if p.is_file()}
+            )
             if not found:
-                raise UsageError(f"{raw}: expected files ({pattern}) in this folder, got none")
+                shown = ", ".join(patterns)
+                raise UsageError(f"{raw}: expected files ({shown}) in this folder, got none")
             out += found
         elif path.is_file():
             out.append(str(path))
@@ -86,7 +95,7 @@ def import_sessions(fmt: str, paths: Sequence[str], output: str) -> str:
     if fmt not in FORMATS:
         raise UsageError(f"import: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     importer = IMPORTERS[fmt]
-    files = find_session_files(paths, importer.pattern)
+    files = find_session_files(paths, importer.patterns)
     rollouts = importer.read(files)
     if not rollouts:
         what = "task (a user prompt the model answered)" if fmt == "codex" else "request"
