@@ -11,6 +11,7 @@ ContextTokens, GeneratedTokens).  The expected values are worked out by hand in 
 from __future__ import annotations
 
 import json
+import random
 from itertools import pairwise
 from pathlib import Path
 
@@ -98,6 +99,50 @@ def test_mooncake_sessions_add_each_turn_input() -> None:
     assert (s2.system_tokens, s2.user_prompt_tokens) == (512, 188)
     assert _shape(s2) == [(30, [(1200.5, 300)]), (1, [])]
     assert s2.meta["empty_output_turns"] == [1]
+
+
+def test_mooncake_recovers_interleaved_conversations() -> None:
+    """Conversations written the way Mooncake hashes them come back exactly.
+
+    300 conversations share a 3-block system prompt and arrive interleaved; each turn's
+    context grows by its answer and a tool output, often by less than a block, and the
+    partial last block gets a new id each time (its content changed).
+    """
+    rng = random.Random(7)
+    next_id, t = 100, 0
+    lines: list[dict[str, object]] = []
+    expected: dict[int, list[tuple[int, int]]] = {}  # first line's timestamp -> (out, tool)
+    for _ in range(300):
+        t += rng.randint(1, 300)
+        # At least one block of its own: a start inside the system prompt is ambiguous.
+        blocks, context, at, turns = [0, 1, 2], 2048 + rng.randint(0, 3000), t, []
+        for _turn in range(rng.randint(1, 8)):
+            full = context // 512
+            while len(blocks) < full:
+                blocks.append(next_id)
+                next_id += 1
+            ids = blocks[:full] + ([next_id] if context % 512 else [])
+            next_id += 1
+            out, tool = rng.randint(1, 400), rng.randint(0, 1500)
+            lines.append(
+                {"timestamp": at, "input_length": context, "output_length": out, "hash_ids": ids}
+            )
+            turns.append((out, tool))
+            context += out + tool
+            at += rng.randint(200, 9000)
+        expected[t] = turns
+    lines.sort(key=lambda d: d["timestamp"])  # type: ignore[arg-type, return-value]
+    rollouts = parse_mooncake([json.dumps(d) for d in lines], "big.jsonl")
+    got = {
+        int(r.meta["arrival_ms"]): [
+            (turn.output_tokens, turn.tool_calls[0].output_tokens if turn.tool_calls else -1)
+            for turn in r.turns
+        ]
+        for r in rollouts
+    }
+    assert len(rollouts) == 300
+    assert got == {k: [(o, c) for o, c in v[:-1]] + [(v[-1][0], -1)] for k, v in expected.items()}
+    assert {r.system_tokens for r in rollouts if r.meta["lines"][0] > 1} == {1536}
 
 
 @pytest.mark.parametrize(
