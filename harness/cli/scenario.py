@@ -87,6 +87,13 @@ def add_parser(sub: Any) -> None:
         required=True,
         help="trace file to write, e.g. traces/NAME.jsonl next to the scenario",
     )
+    imp.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="mooncake: tokens per hash id (default 512, the Mooncake traces' KV-cache block)",
+    )
     imp.set_defaults(func=cmd_import)
 
 
@@ -110,6 +117,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    report = import_sessions(args.format, args.paths, args.output)
+    report = import_sessions(args.format, args.paths, args.output, args.block_size)
     print(report)
     return EXIT_OK

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.report.results import load_run
+from harness.wire.errors import UsageError
 from harness.workload.importers import IMPORTERS, find_session_files, import_sessions
 from harness.workload.importers.azure import import_azure_files, parse_azure
 from harness.workload.importers.codex import SessionImportError
@@ -246,7 +247,15 @@ def test_import_writes_each_format(tmp_path: Path) -> None:
     assert report.startswith("wrote 4 rollouts (8 turns, 4 tool calls, history up to ")
     assert read_trace(out) == import_mooncake_files([str(TOOLAGENT)])
     header = json.loads(out.read_text().splitlines()[0])
-    assert header["source"] == "mooncake"
+    assert header["source"] == "mooncake" and header["meta"]["block_tokens"] == 512
+    # With 1024-token blocks line 1 (1300 tokens) has one full block, [0], which line 2 reads
+    # too: common context, so line 3 no longer continues it.
+    import_sessions("mooncake", [str(TOOLAGENT)], str(out), block_tokens=1024)
+    assert [r.meta["lines"][0] for r in read_trace(out)][:3] == [1, 2, 3]
+    with pytest.raises(UsageError, match="--block-size applies to mooncake traces only"):
+        import_sessions("azure", [str(AZURE)], str(out), block_tokens=64)
+    with pytest.raises(UsageError, match="expected tokens per hash id ≥ 1, got 0"):
+        import_sessions("mooncake", [str(TOOLAGENT)], str(out), block_tokens=0)
     # A folder is searched for the format's files: *.csv for azure.
     (tmp_path / "azure").mkdir()
     (tmp_path / "azure" / "code.csv").write_text(AZURE.read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.wire.errors import UsageError
 from harness.workload.importers.azure import import_azure_files
 from harness.workload.importers.codex import SessionImportError, import_codex_files
-from harness.workload.importers.mooncake import import_mooncake_files
+from harness.workload.importers.mooncake import BLOCK_TOKENS, import_mooncake_files
 from harness.workload.importers.otel import import_otel_files
 from harness.workload.trace import TRACE_VERSION, TraceHeader, TraceRollout, dump_trace
 
@@ -90,13 +90,30 @@ def _describe(rollouts: Sequence[TraceRollout], files: int, output: str) -> str:
     )
 
 
-def import_sessions(fmt: str, paths: Sequence[str], output: str) -> str:
-    """Import sessions of format ``fmt`` into the trace file ``output``; returns a one-line report."""
+def import_sessions(
+    fmt: str, paths: Sequence[str], output: str, block_tokens: int | None = None
+) -> str:
+    """Import sessions of format ``fmt`` into the trace file ``output``; returns a one-line report.
+
+    ``block_tokens``: tokens per Mooncake hash id (default :data:`BLOCK_TOKENS`).
+    """
     if fmt not in FORMATS:
         raise UsageError(f"import: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if block_tokens is not None and fmt != "mooncake":
+        raise UsageError(f"import: --block-size applies to mooncake traces only, not {fmt}")
+    if block_tokens is not None and block_tokens < 1:
+        raise UsageError(
+            f"import: --block-size: expected tokens per hash id ≥ 1, got {block_tokens}"
+        )
     importer = IMPORTERS[fmt]
     files = find_session_files(paths, importer.patterns)
-    rollouts = importer.read(files)
+    meta: dict[str, object] = {"files": [os.path.basename(f) for f in files]}
+    if fmt == "mooncake":
+        blocks = block_tokens or BLOCK_TOKENS
+        meta["block_tokens"] = blocks
+        rollouts = import_mooncake_files(files, blocks)
+    else:
+        rollouts = importer.read(files)
     if not rollouts:
         what = "task (a user prompt the model answered)" if fmt == "codex" else "request"
         raise SessionImportError(f"{', '.join(paths)}: expected at least one {what}, got none")
@@ -104,7 +121,7 @@ def import_sessions(fmt: str, paths: Sequence[str], output: str) -> str:
         type="trace",
         version=TRACE_VERSION,
         source=fmt,
-        meta={"files": [os.path.basename(f) for f in files]},
+        meta=meta,
     )
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)

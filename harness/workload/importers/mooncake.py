@@ -217,13 +217,15 @@ def parse_mooncake(
     return rollouts
 
 
-def import_mooncake_files(paths: Sequence[str]) -> list[TraceRollout]:
+def import_mooncake_files(
+    paths: Sequence[str], block_tokens: int = BLOCK_TOKENS
+) -> list[TraceRollout]:
     """Every rollout of every file, in file order (sessions do not span files)."""
     rollouts: list[TraceRollout] = []
     for path in paths:
         try:
             with open(path, encoding="utf-8") as fh:
-                rollouts += parse_mooncake(fh, path)
+                rollouts += parse_mooncake(fh, path, block_tokens)
         except OSError as exc:
             raise SessionImportError(f"{path}: cannot read file: {exc}") from None
         except UnicodeDecodeError:
