@@ -16,7 +16,7 @@ from harness.cli.common import (
     transports_epilog,
 )
 from harness.wire.errors import LoopbenchError
-from harness.workload.importers import import_sessions
+from harness.workload.importers import IMPORTERS, import_sessions
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import load_scenario, scenario_json_schema
 
@@ -55,26 +55,44 @@ def add_parser(sub: Any) -> None:
 
     imp = sub.add_parser(
         "import",
-        help="turn recorded agent sessions into a replayable trace (docs/traces.md)",
-        description="Read recorded sessions and write a loopbench JSONL trace that a scenario "
-        "replays with `rollout.trace: FILE`.",
+        help="turn recorded agent sessions or public request traces into a replayable trace "
+        "(docs/traces.md)",
+        description="Read recorded sessions (Codex CLI, OpenTelemetry GenAI spans) or a public "
+        "request trace (Mooncake, Azure LLM inference) and write a loopbench JSONL trace that a scenario replays with "
+        "`rollout.trace: FILE`.",
         epilog=examples(
             "loopbench import codex ~/.codex/sessions -o traces/mine.jsonl",
             "loopbench import codex rollout-1.jsonl rollout-2.jsonl -o traces/bugfix.jsonl",
+            "loopbench import mooncake toolagent_trace.jsonl -o traces/toolagent.jsonl",
+            "loopbench import azure AzureLLMInferenceTrace_conv.csv -o traces/azure-conv.jsonl",
+            "loopbench import otel spans.json -o traces/agent.jsonl",
         ),
         formatter_class=HelpFormatter,
     )
-    imp.add_argument("format", choices=["codex"], help="session format: codex (Codex CLI rollouts)")
+    imp.add_argument(
+        "format",
+        choices=list(IMPORTERS),
+        help="source format: "
+        + "; ".join(f"{name} ({spec.description})" for name, spec in IMPORTERS.items()),
+    )
     imp.add_argument(
         "paths",
         nargs="+",
-        help="session files, or folders searched for *.jsonl (e.g. ~/.codex/sessions)",
+        help="source files, or folders searched for the format's files (*.jsonl; *.csv for "
+        "azure; *.json and *.jsonl for otel), e.g. ~/.codex/sessions",
     )
     imp.add_argument(
         "-o",
         "--output",
         required=True,
         help="trace file to write, e.g. traces/NAME.jsonl next to the scenario",
+    )
+    imp.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="mooncake: tokens per hash id (default 512, the Mooncake traces' KV-cache block)",
     )
     imp.set_defaults(func=cmd_import)
 
@@ -99,6 +117,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    report = import_sessions(args.format, args.paths, args.output)
+    report = import_sessions(args.format, args.paths, args.output, args.block_size)
     print(report)
     return EXIT_OK

@@ -1,0 +1,139 @@
+"""What the importers of public request traces share: field checks with errors naming file,
+line and field, and the rollouts a chain of requests becomes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.workload.importers.codex import SessionImportError
+from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
+
+__all__ = ["Request", "bad_field", "chain_rollout", "number_field", "whole_field"]
+
+
+def bad_field(source: str, line: int, field: str, expected: str, got: Any) -> SessionImportError:
+    shown = repr(got) if not isinstance(got, str) or len(got) <= 40 else repr(got[:40] + "…")
+    return SessionImportError(f"{source}: line {line}: {field}: expected {expected}, got {shown}")
+
+
+def whole_field(
+    row: Mapping[str, Any], field: str, source: str, line: int, *, required: bool = True
+) -> int | None:
+    """An integer ≥ 0 (a JSON number, or CSV text of one); None when absent and optional."""
+    value = row.get(field)
+    if value is None or value == "":
+        if required:
+            raise bad_field(source, line, field, "a whole number of tokens ≥ 0", "nothing")
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise bad_field(source, line, field, "a whole number ≥ 0", value) from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad_field(source, line, field, "a whole number ≥ 0", value)
+    if value < 0 or value != int(value):
+        raise bad_field(source, line, field, "a whole number ≥ 0", value)
+    return int(value)
+
+
+def number_field(row: Mapping[str, Any], field: str, source: str, line: int) -> float | None:
+    """A number ≥ 0 (milliseconds), or None when the field is absent."""
+    value = row.get(field)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise bad_field(source, line, field, "a number of milliseconds ≥ 0", value)
+    return float(value)
+
+
+@dataclass(slots=True)
+class Request:
+    """One recorded model call of a request trace: what it read and wrote, and when."""
+
+    line: int
+    input_tokens: int
+    output_tokens: int
+    arrival_ms: float | None = None
+    delay_ms: float | None = None  # client time after the previous turn, when the source says
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+def chain_rollout(
+    requests: list[Request],
+    rollout_id: str,
+    system_tokens: int,
+    meta: dict[str, Any],
+    *,
+    cumulative: bool = True,
+) -> TraceRollout:
+    """The rollout of a conversation recorded as consecutive requests.
+
+    ``cumulative``: each request's input is its whole context (it re-sends the last one and
+    its answer), so turn i's tool call returned what the next input grew by beyond turn i's
+    output; else each input is only what the turn adds, and is that call's output.  The
+    call's latency is the source's delay, else the arrival gap (which still holds the
+    recorded response time: request traces do not say when a response ended).
+    """
+    first = requests[0]
+    system = min(system_tokens, max(0, first.input_tokens - 1))
+    turns: list[TraceTurn] = []
+    shrank: list[int] = []
+    # The replay cannot ask for an empty answer; one token stands in for it.
+    empty = [i for i, r in enumerate(requests) if r.output_tokens <= 0]
+    gap_from_arrivals = False
+    for i, req in enumerate(requests):
+        output = max(1, req.output_tokens)
+        if i == len(requests) - 1:
+            turns.append(TraceTurn(output_tokens=output))
+            break
+        nxt = requests[i + 1]
+        if cumulative:
+            grown = nxt.input_tokens - req.input_tokens - req.output_tokens
+        else:
+            grown = nxt.input_tokens
+        if grown < 0:
+            # The next request re-sent less than this one plus its answer (history cut or
+            # reasoning dropped): the replay keeps the full history, so it over-sends here.
+            shrank.append(i + 1)
+        if nxt.delay_ms is not None:
+            latency = nxt.delay_ms
+        elif nxt.arrival_ms is not None and req.arrival_ms is not None:
+            latency = max(0.0, nxt.arrival_ms - req.arrival_ms)
+            gap_from_arrivals = True
+        else:
+            latency = 0.0
+        call = TraceToolCall(latency_ms=round(latency, 3), output_tokens=max(0, grown))
+        turns.append(TraceTurn(output_tokens=output, tool_calls=[call]))
+    meta = dict(meta)
+    meta["lines"] = [r.line for r in requests]
+    if first.arrival_ms is not None:
+        meta["arrival_ms"] = first.arrival_ms
+    # Per-turn counts the v1 format has no field for (v2: turns[i].input_tokens,
+    # turns[i].reasoning_tokens, turns[i].cached_tokens).
+    if cumulative:
+        meta["turn_input_tokens"] = [r.input_tokens for r in requests]
+    else:
+        meta["turn_new_input_tokens"] = [r.input_tokens for r in requests]
+    if any(r.reasoning_tokens is not None for r in requests):
+        meta["turn_reasoning_tokens"] = [r.reasoning_tokens or 0 for r in requests]
+    if any(r.cached_tokens is not None for r in requests):
+        meta["turn_cached_tokens"] = [r.cached_tokens or 0 for r in requests]
+    if gap_from_arrivals:
+        meta["tool_time_includes_model_time"] = True
+    if shrank:
+        meta["input_shrank_at_turns"] = shrank
+    if empty:
+        meta["empty_output_turns"] = empty
+    return TraceRollout(
+        type="rollout",
+        id=rollout_id,
+        system_tokens=system,
+        tool_schema_tokens=0,
+        user_prompt_tokens=max(1, first.input_tokens - system),
+        turns=turns,
+        meta=meta,
+    )

@@ -1,0 +1,395 @@
+"""OpenTelemetry GenAI spans (OTLP JSON) → loopbench trace rollouts.
+
+An agent instrumented with the OpenTelemetry GenAI semantic conventions emits spans that
+an OTLP exporter writes as JSON: ``{"resourceSpans": [{"scopeSpans": [{"spans": [...]}]}]}``
+(one such object per file, or one per line as the collector's file exporter writes them).
+A span has ``traceId``, ``spanId``, ``parentSpanId``, ``startTimeUnixNano``,
+``endTimeUnixNano`` and ``attributes`` (``[{"key", "value": {"intValue" | "stringValue" |
+…}}]``).  What this importer reads (docs/traces.md has the mapping):
+
+* **model calls**: spans whose ``gen_ai.operation.name`` is ``chat``, ``text_completion``
+  or ``generate_content``, or that report ``gen_ai.usage.input_tokens`` /
+  ``output_tokens`` (older names: ``prompt_tokens`` / ``completion_tokens``);
+* **tool calls**: ``execute_tool`` spans;
+* **conversations**: the model calls under the same nearest ``invoke_agent`` span, else
+  with the same ``gen_ai.conversation.id``, else in the same trace; an ``invoke_agent``
+  under another agent is a **sub-agent**: its own rollout (``meta.subagent_of``) and, in the
+  parent, the tool call it answered (or a call of its own when no tool span holds it).
+
+Per conversation, model calls in start order are the turns; a tool call belongs to the last
+model call that started before it; its latency is its span's duration.  What the tools
+returned is the growth of the next call's input beyond this call's output, split evenly
+over the calls.  Parsing is pure over text; only :func:`import_otel_files` reads files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from harness.workload.importers.codex import SessionImportError
+from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
+
+__all__ = ["MODEL_OPERATIONS", "import_otel_files", "parse_otel"]
+
+MODEL_OPERATIONS = ("chat", "text_completion", "generate_content")
+_INPUT_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+_OUTPUT_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
+_CACHED_KEYS = ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.input_tokens.cached")
+_REASONING_KEYS = ("gen_ai.usage.reasoning.output_tokens", "gen_ai.usage.output_tokens.reasoning")
+
+
+@dataclass(slots=True)
+class _Span:
+    trace_id: str
+    span_id: str
+    parent_id: str
+    start_ns: int
+    end_ns: int
+    attrs: dict[str, Any]
+    where: str  # for error messages
+
+    @property
+    def operation(self) -> str:
+        return str(self.attrs.get("gen_ai.operation.name", ""))
+
+    @property
+    def is_model(self) -> bool:
+        return self.operation in MODEL_OPERATIONS or (
+            self.operation not in ("invoke_agent", "execute_tool", "create_agent")
+            and any(k in self.attrs for k in _INPUT_KEYS + _OUTPUT_KEYS)
+        )
+
+    def usage(self, keys: tuple[str, ...]) -> int | None:
+        for key in keys:
+            value = self.attrs.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+                return int(value)
+        return None
+
+
+@dataclass(slots=True)
+class _Conversation:
+    key: str
+    agent: _Span | None
+    models: list[_Span] = field(default_factory=list)
+    calls: list[_Span] = field(default_factory=list)  # execute_tool and direct sub-agent spans
+    parent: str | None = None  # key of the conversation a sub-agent ran under
+    parent_call: str = ""  # span id of the parent's call it answered
+    fork_at: tuple[int, int] | None = None  # (turn, call index) of that call in the parent
+
+
+def _attr_value(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return None
+    for kind in ("stringValue", "boolValue", "doubleValue"):
+        if kind in value:
+            return value[kind]
+    if "intValue" in value:
+        raw = value["intValue"]
+        # OTLP JSON writes 64-bit integers as strings.
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _nanos(span: dict[str, Any], key: str, where: str, source: str) -> int:
+    raw = span.get(key)
+    try:
+        # A string in OTLP JSON, a number from some exporters.
+        value = int(raw) if isinstance(raw, str | int) and not isinstance(raw, bool) else -1
+    except ValueError:
+        raise SessionImportError(
+            f"{source}: {where}.{key}: expected nanoseconds since the epoch, got {raw!r}"
+        ) from None
+    if value < 0:
+        raise SessionImportError(
+            f"{source}: {where}.{key}: expected nanoseconds since the epoch, got {raw!r}"
+        )
+    return value
+
+
+def _spans_of(doc: Any, source: str, where: str) -> list[_Span]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list):
+        raise SessionImportError(
+            f"{source}: {where}expected an OTLP JSON object with resourceSpans, got "
+            f"{orjson.dumps(doc).decode()[:60]}"
+        )
+    out: list[_Span] = []
+    for r, resource in enumerate(doc["resourceSpans"]):
+        scopes = resource.get("scopeSpans", []) if isinstance(resource, dict) else None
+        if not isinstance(scopes, list):
+            raise SessionImportError(
+                f"{source}: {where}resourceSpans[{r}].scopeSpans: expected a list of scopes"
+            )
+        for s, scope in enumerate(scopes):
+            spans = scope.get("spans", []) if isinstance(scope, dict) else None
+            if not isinstance(spans, list):
+                raise SessionImportError(
+                    f"{source}: {where}resourceSpans[{r}].scopeSpans[{s}].spans: expected a "
+                    "list of spans"
+                )
+            for k, span in enumerate(spans):
+                at = f"{where}resourceSpans[{r}].scopeSpans[{s}].spans[{k}]"
+                out.append(_span(span, at, source))
+    return out
+
+
+def _span(span: Any, at: str, source: str) -> _Span:
+    if not isinstance(span, dict):
+        raise SessionImportError(f"{source}: {at}: expected a span object")
+    for key in ("traceId", "spanId"):
+        if not isinstance(span.get(key), str) or not span[key]:
+            raise SessionImportError(
+                f"{source}: {at}.{key}: expected a hex id string, got {span.get(key)!r}"
+            )
+    start = _nanos(span, "startTimeUnixNano", at, source)
+    end = _nanos(span, "endTimeUnixNano", at, source)
+    if end < start:
+        raise SessionImportError(
+            f"{source}: {at}.endTimeUnixNano: expected a time at or after startTimeUnixNano "
+            f"({start}), got {end}"
+        )
+    attrs: dict[str, Any] = {}
+    raw_attrs = span.get("attributes", [])
+    if not isinstance(raw_attrs, list):
+        raise SessionImportError(f"{source}: {at}.attributes: expected a list of key/value pairs")
+    for item in raw_attrs:
+        if isinstance(item, dict) and isinstance(item.get("key"), str):
+            attrs[item["key"]] = _attr_value(item.get("value"))
+    return _Span(
+        trace_id=span["traceId"],
+        span_id=span["spanId"],
+        parent_id=str(span.get("parentSpanId") or ""),
+        start_ns=start,
+        end_ns=end,
+        attrs=attrs,
+        where=at,
+    )
+
+
+def _documents(text: str, source: str) -> list[_Span]:
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not lines:
+        return []
+    try:
+        first = orjson.loads(lines[0][1])
+    except orjson.JSONDecodeError:
+        first = None
+    if len(lines) > 1 and isinstance(first, dict):
+        # One export per line (the collector's file exporter).
+        spans: list[_Span] = []
+        for n, line in lines:
+            try:
+                doc = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise SessionImportError(f"{source}: line {n}: invalid JSON: {exc}") from None
+            spans += _spans_of(doc, source, f"line {n}: ")
+        return spans
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise SessionImportError(f"{source}: invalid JSON: {exc}") from None
+    return _spans_of(doc, source, "")
+
+
+def _split(total: int, parts: int) -> list[int]:
+    share = [total // parts] * parts
+    for i in range(total - sum(share)):
+        share[i] += 1
+    return share
+
+
+def _conversations(spans: list[_Span]) -> list[_Conversation]:
+    by_id = {(s.trace_id, s.span_id): s for s in spans}
+
+    def ancestors(span: _Span) -> list[_Span]:
+        chain: list[_Span] = []
+        seen = {span.span_id}
+        parent = by_id.get((span.trace_id, span.parent_id))
+        while parent is not None and parent.span_id not in seen:
+            chain.append(parent)
+            seen.add(parent.span_id)
+            parent = by_id.get((parent.trace_id, parent.parent_id))
+        return chain
+
+    def agent_of(chain: list[_Span]) -> _Span | None:
+        return next((a for a in chain if a.operation == "invoke_agent"), None)
+
+    convs: dict[str, _Conversation] = {}
+
+    def conv_for(span: _Span, chain: list[_Span]) -> _Conversation:
+        agent = agent_of(chain)
+        if agent is not None:
+            key = f"{agent.trace_id}:{agent.span_id}"
+        elif span.attrs.get("gen_ai.conversation.id"):
+            key = str(span.attrs["gen_ai.conversation.id"])
+        else:
+            key = span.trace_id
+        if key not in convs:
+            convs[key] = _Conversation(key=key, agent=agent)
+        return convs[key]
+
+    for span in sorted(spans, key=lambda s: (s.start_ns, s.end_ns)):
+        chain = ancestors(span)
+        if span.is_model:
+            conv_for(span, chain).models.append(span)
+        elif span.operation == "execute_tool":
+            conv_for(span, chain).calls.append(span)
+        elif span.operation == "invoke_agent" and agent_of(chain) is not None:
+            parent = conv_for(span, chain)
+            child = conv_for(span, [span])
+            child.parent = parent.key
+            # A sub-agent started by a tool span is that tool call; one started directly
+            # by the agent is a call of its own in the parent's turn.
+            upto_agent = chain[: chain.index(agent_of(chain))]  # type: ignore[arg-type]
+            tool = next((a for a in upto_agent if a.operation == "execute_tool"), None)
+            if tool is None:
+                parent.calls.append(span)
+                child.parent_call = span.span_id
+            else:
+                child.parent_call = tool.span_id
+    return [c for c in convs.values() if c.models]
+
+
+def _calls_by_turn(conv: _Conversation) -> tuple[list[list[_Span]], int]:
+    """Each model call's tool calls (those that started after it, before the next), and how
+    many ran before the first model call (nothing asked for them)."""
+    calls_of: list[list[_Span]] = [[] for _ in conv.models]
+    early = 0
+    for call in conv.calls:
+        owner = None
+        for i, model in enumerate(conv.models):
+            if model.start_ns <= call.start_ns:
+                owner = i
+        if owner is None:
+            early += 1
+        else:
+            calls_of[owner].append(call)
+    return calls_of, early
+
+
+def _rollout(conv: _Conversation, label: str) -> TraceRollout:
+    models = conv.models
+    calls_of, early = _calls_by_turn(conv)
+    turns: list[TraceTurn] = []
+    synthetic = 0
+    usage_complete = True
+    think_ms = 0.0
+    for i, model in enumerate(models):
+        output = model.usage(_OUTPUT_KEYS)
+        usage_complete &= output is not None and model.usage(_INPUT_KEYS) is not None
+        out_tokens = max(1, output or 0)
+        if i == len(models) - 1:
+            tool_calls = [
+                TraceToolCall(latency_ms=round((c.end_ns - c.start_ns) / 1e6, 3), output_tokens=0)
+                for c in calls_of[i]
+            ]
+            turns.append(
+                TraceTurn(output_tokens=out_tokens, tool_calls=tool_calls, think_ms=think_ms)
+            )
+            break
+        nxt = models[i + 1]
+        this_in, next_in = model.usage(_INPUT_KEYS), nxt.usage(_INPUT_KEYS)
+        grown = 0
+        if this_in is not None and next_in is not None:
+            grown = max(0, next_in - this_in - (output or 0))
+        calls = calls_of[i]
+        if calls:
+            latencies = [(c.end_ns - c.start_ns) / 1e6 for c in calls]
+            ready_ns = max(model.end_ns, *(c.end_ns for c in calls))
+        else:
+            # Another model call followed without a tool span: the client's time in between.
+            synthetic += 1
+            latencies = [max(0.0, (nxt.start_ns - model.end_ns) / 1e6)]
+            ready_ns = nxt.start_ns
+        tool_calls = [
+            TraceToolCall(latency_ms=round(lat, 3), output_tokens=tokens)
+            for lat, tokens in zip(latencies, _split(grown, len(latencies)), strict=True)
+        ]
+        turns.append(TraceTurn(output_tokens=out_tokens, tool_calls=tool_calls, think_ms=think_ms))
+        # Client time between the last tool's end and the next request.
+        think_ms = round(max(0.0, (nxt.start_ns - ready_ns) / 1e6), 3)
+    truncated = bool(turns[-1].tool_calls)
+    if truncated:
+        turns.append(TraceTurn(output_tokens=1))
+    first_in = models[0].usage(_INPUT_KEYS)
+    meta: dict[str, Any] = {
+        "source": "otel",
+        "file": label,
+        "trace_id": models[0].trace_id,
+        "usage": usage_complete,
+        # Per-turn counts v1 has no field for (v2: turns[i].input_tokens, .cached_tokens,
+        # .reasoning_tokens).
+        "turn_input_tokens": [m.usage(_INPUT_KEYS) or 0 for m in models],
+    }
+    cached = [m.usage(_CACHED_KEYS) for m in models]
+    if any(c is not None for c in cached):
+        meta["turn_cached_tokens"] = [c or 0 for c in cached]
+    reasoning = [m.usage(_REASONING_KEYS) for m in models]
+    if any(r is not None for r in reasoning):
+        meta["turn_reasoning_tokens"] = [r or 0 for r in reasoning]
+    if conv.agent is not None:
+        name = conv.agent.attrs.get("gen_ai.agent.name")
+        if name:
+            meta["agent"] = str(name)
+    if conv.parent is not None:
+        # v2: the parent's turns[turn].subagents[], named by tool_calls[call].subagent.
+        meta["subagent_of"] = conv.parent
+        if conv.fork_at is not None:
+            meta["forked_at"] = {"turn": conv.fork_at[0], "call": conv.fork_at[1]}
+    if synthetic:
+        meta["tool_calls_from_gaps"] = synthetic
+    if early:
+        meta["tools_before_first_call"] = early
+    if truncated:
+        meta["truncated"] = True
+    model_name = models[0].attrs.get("gen_ai.request.model") or models[0].attrs.get(
+        "gen_ai.response.model"
+    )
+    if model_name:
+        meta["model"] = str(model_name)
+    return TraceRollout(
+        type="rollout",
+        id=conv.key,
+        system_tokens=0,
+        tool_schema_tokens=0,
+        user_prompt_tokens=max(1, first_in or 0),
+        turns=turns,
+        meta=meta,
+    )
+
+
+def parse_otel(text: str, source: str = "<otel>") -> list[TraceRollout]:
+    """The rollouts of one OTLP JSON file (one export, or one export per line)."""
+    convs = _conversations(_documents(text, source))
+    where: dict[str, tuple[int, int]] = {}
+    for conv in convs:
+        for turn, calls in enumerate(_calls_by_turn(conv)[0]):
+            for index, call in enumerate(calls):
+                where[call.span_id] = (turn, index)
+    for conv in convs:
+        conv.fork_at = where.get(conv.parent_call) if conv.parent_call else None
+    label = os.path.basename(source)
+    return [_rollout(c, label) for c in convs]
+
+
+def import_otel_files(paths: Sequence[str]) -> list[TraceRollout]:
+    """Every conversation of every file, in file order (spans do not join across files)."""
+    rollouts: list[TraceRollout] = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise SessionImportError(f"{path}: cannot read file: {exc}") from None
+        except UnicodeDecodeError:
+            raise SessionImportError(f"{path}: expected UTF-8 JSON, got binary") from None
+        rollouts += parse_otel(text, path)
+    return rollouts
