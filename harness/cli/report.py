@@ -43,7 +43,7 @@ from harness.report.verdict import verdict_line as run_verdict_line
 from harness.run.runner import RunOptions
 from harness.run.sweep import run_sweep
 from harness.run.target import resolve_target
-from harness.wire.errors import ResultsError
+from harness.wire.errors import ResultsError, UsageError
 from harness.wire.exit_codes import ExitCode
 from harness.workload.scenario import load_scenario
 
@@ -64,6 +64,13 @@ def add_parser(sub: Any) -> None:
         formatter_class=HelpFormatter,
     )
     rep.add_argument("run", help="results folder, e.g. results/20261202-110203-quickstart")
+    rep.add_argument(
+        "--slice-s",
+        type=float,
+        metavar="S",
+        help="rebuild slices.csv.gz and the timeline plot with slices of S seconds (default: the "
+        "run's --slice-s, else automatic; docs/metrics.md §6)",
+    )
     rep.add_argument(
         "--server-series",
         action="append",
@@ -163,7 +170,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         summary = rebuild_summary(args.run)
         print(rebuilt_note(summary))
         print(run_verdict_line(summary))
-    rendered = render_run(args.run, args.server_series)
+    if args.slice_s is not None and not args.slice_s > 0:
+        raise UsageError(f"--slice-s: expected a positive number of seconds, got {args.slice_s:g}")
+    rendered = render_run(args.run, args.server_series, args.slice_s)
     print(f"report: {rendered.report_html}")
     print(f"        {rendered.report_md}")
     for p in rendered.plots:
