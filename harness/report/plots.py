@@ -515,6 +515,8 @@ def plot_rollout_latency(run: Run) -> Figure | None:
     return fig
 
 
+#: the timeline's latency panels, by the live export's short names
+_TIMELINE_LABELS = {"ttft": "TTFT", "ttfot": "TTFOT", "turn": "turn latency"}
 #: the timeline's throughput panels: (slices column, axis label)
 _TIMELINE_RATES = (
     ("turns_per_s", "turns/s"),
@@ -531,7 +533,7 @@ def plot_timeline(run: Run) -> Figure | None:
     if table.empty or not (table["turns"] + table["errors"]).any():
         return None
     width = float(table["end_s"].iloc[0] - table["start_s"].iloc[0])
-    latency = [(short, D.get(metric).label) for metric, short in SL.LIVE_LATENCY]
+    latency = [(short, _TIMELINE_LABELS.get(short, short)) for _, short in SL.LIVE_LATENCY]
     if not D.has_reasoning(run.summary):
         # without reasoning TTFOT is TTFT: a second identical panel says nothing
         latency = [(short, label) for short, label in latency if short != "ttfot"]
@@ -558,11 +560,11 @@ def plot_timeline(run: Run) -> Figure | None:
                     lw=1.6 if stat == "p50" else 1.0,
                     marker="o",
                     ms=3,
-                    label=f"{name} {stat}",
+                    label=name if stat == "p50" else None,
                 )
                 ax.plot(mid[few], y[few], "o", mfc="none", color=color, ms=4, alpha=0.7)
             ax.set_ylabel(f"{label} (ms)")
-            ax.set_title(f"{label} per slice: p50 solid, p99 dashed")
+            ax.set_title(f"{label}: p50 solid, p99 dashed, hollow: too few turns")
         for ax, (col, label) in zip(axes[len(latency) :], _TIMELINE_RATES, strict=False):
             x = [*g["start_s"], float(g["end_s"].iloc[-1])]
             y = [*g[col], float(g[col].iloc[-1])]
@@ -570,7 +572,8 @@ def plot_timeline(run: Run) -> Figure | None:
             ax.set_ylabel(label)
             ax.set_title(f"{label} per slice")
     for ax in axes[:panels]:
-        ax.set_ylim(bottom=0)
+        # an all-zero panel (no errors) gets a readable 0-1 axis rather than matplotlib's ±0.05
+        ax.set_ylim(0, max(1.0, ax.get_ylim()[1]))
         ax.legend(loc="upper right", fontsize=7)
     for ax in axes[panels:]:
         ax.set_visible(False)
