@@ -132,3 +132,22 @@ def test_auto_width_and_bad_width() -> None:
     assert SL.auto_slice_ns(frame) == SL.AUTO_MIN_NS
     with pytest.raises(ValueError, match="slice_ns"):
         SL.slice_table(frame, 0)
+
+
+def test_token_spread_by_prefix_sums_agrees_with_the_direct_sum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # fine slices over many responses take the n log n path: the same rates up to float noise
+    from harness.metrics import timeseries as T
+
+    rng = random.Random(3)
+    first = [rng.randrange(1, 10**10) for _ in range(2000)]
+    last = [f + rng.randrange(0, 3 * 10**9) for f in first]
+    tokens = [rng.randrange(0, 600) for _ in first]
+    monkeypatch.setattr(T, "_DIRECT_MAX", 10**18)
+    direct = T.token_rate_series(first, last, tokens, bucket_ns=7 * MS, origin_ns=5)
+    monkeypatch.setattr(T, "_DIRECT_MAX", 0)
+    sorted_ = T.token_rate_series(first, last, tokens, bucket_ns=7 * MS, origin_ns=5)
+    assert list(direct[0]) == list(sorted_[0])
+    assert sorted_[1] == pytest.approx(direct[1], rel=1e-9, abs=1e-6)
+    assert sorted_[1].sum() == pytest.approx(direct[1].sum(), rel=1e-12)
