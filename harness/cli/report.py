@@ -69,7 +69,7 @@ def add_parser(sub: Any) -> None:
         type=float,
         metavar="S",
         help="rebuild slices.csv.gz and the timeline plot with slices of S seconds (default: the "
-        "run's --slice-s, else automatic; docs/metrics.md §6)",
+        "run's --slice-s, else automatic; docs/metrics.md, Time slices)",
     )
     rep.add_argument(
         "--server-series",

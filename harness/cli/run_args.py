@@ -72,7 +72,7 @@ def add_client_options(p: Any) -> None:
 
 
 def add_slice_option(p: Any) -> None:
-    """``--slice-s``: the width of the report's time slices (docs/metrics.md §6)."""
+    """``--slice-s``: the width of the report's time slices (docs/metrics.md, "Time slices")."""
     p.add_argument(
         "--slice-s",
         type=float,

@@ -1,4 +1,4 @@
-"""Time slices: per-interval percentiles and throughput of each transport (docs/metrics.md §6).
+"""Time slices: per-interval percentiles and throughput per transport (docs/metrics.md, "Time slices").
 
 The summary's statistics pool a whole pass, so a ramp, a burst or a storm is averaged away.
 A slice is ``slice_ns`` of one transport's pass on the run's clock: slice ``k`` holds the turns

@@ -254,7 +254,7 @@ def slice_width_ns(run: Run, slice_s: float | None = None) -> int:
 
 
 def slice_table(run: Run, slice_s: float | None = None) -> pd.DataFrame:
-    """Per transport and time slice: latency percentiles and throughput (docs/metrics.md §6),
+    """Per transport and time slice: latency percentiles and throughput (docs/metrics.md, "Time slices"),
     warm-up rollouts dropped, transports in the registry's order."""
     if not len(run.turns):
         import pandas as pd  # pandas: only when a table is built

@@ -42,7 +42,7 @@ MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 TURNS = "turns.csv.gz"
 ROLLOUTS = "rollouts.csv.gz"
-#: per transport and time slice (docs/metrics.md §6): derived from TURNS by the report
+#: per transport and time slice (docs/metrics.md, "Time slices"): derived from TURNS by the report
 SLICES = "slices.csv.gz"
 HISTOGRAMS = "histograms"
 

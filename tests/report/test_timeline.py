@@ -1,6 +1,6 @@
 """Time slices end to end: ``run --slice-s`` writes slices.csv.gz and the timeline plot against the
 embedded server, ``report`` rebuilds them from the rows, ``--procs`` rows slice as one run, and a
-burst scenario's slices show the burst (docs/metrics.md §6)."""
+burst scenario's slices show the burst (docs/metrics.md, "Time slices")."""
 
 from __future__ import annotations
 
