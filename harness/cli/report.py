@@ -38,7 +38,7 @@ from harness.report.files import write_text_atomic
 from harness.report.rebuild import needs_rebuild, rebuild_summary, rebuilt_note
 from harness.report.render import render_run
 from harness.report.results import Run, load_run
-from harness.report.sweep import parse_sweep_sets, sweep_table
+from harness.report.sweep import is_sweep, parse_sweep_sets, sweep_table
 from harness.report.verdict import verdict_line as run_verdict_line
 from harness.run.runner import RunOptions
 from harness.run.sweep import run_sweep
@@ -165,13 +165,19 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.slice_s is not None and not args.slice_s > 0:
+        raise UsageError(f"--slice-s: expected a positive number of seconds, got {args.slice_s:g}")
+    if args.slice_s is not None and is_sweep(args.run):
+        # the sweep report does not re-render its runs: the width would be silently unused
+        raise UsageError(
+            f"--slice-s: re-slices one run, and {args.run} is a sweep folder; give one of its "
+            "runs' folders instead"
+        )
     if needs_rebuild(args.run):
         # A killed run (kill -9, power loss) left its rows and no summary: fold them into one.
         summary = rebuild_summary(args.run)
         print(rebuilt_note(summary))
         print(run_verdict_line(summary))
-    if args.slice_s is not None and not args.slice_s > 0:
-        raise UsageError(f"--slice-s: expected a positive number of seconds, got {args.slice_s:g}")
     rendered = render_run(args.run, args.server_series, args.slice_s)
     print(f"report: {rendered.report_html}")
     print(f"        {rendered.report_md}")

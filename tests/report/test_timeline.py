@@ -64,6 +64,15 @@ def test_slice_s_must_be_positive(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
+def test_report_slice_s_refuses_a_sweep_folder(tmp_path: Path) -> None:
+    # the sweep report does not re-render its runs: a width there would go unused
+    (tmp_path / "sweep.json").write_text("{}")
+    proc = loopbench("report", tmp_path, "--slice-s", "1")
+    assert proc.returncode != 0
+    assert "is a sweep folder; give one of its runs' folders instead" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.json"]
+
+
 def test_procs_rows_are_sliced_as_one_run(tmp_path: Path) -> None:
     run_cli(
         "run", TINY, "--procs", "2", "--slice-s", "0.2", "--out", tmp_path, "--run-id", "p", "-q"
