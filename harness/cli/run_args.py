@@ -79,7 +79,8 @@ def add_slice_option(p: Any) -> None:
         metavar="S",
         help="cut each transport's pass into slices of S seconds for slices.csv.gz and the "
         "report's timeline plot (per-slice p50/p90/p99 of TTFT, TTFOT and turn latency, turns/s, "
-        "output tokens/s, errors/s); default: about 60 slices over the run, at least 0.1 s",
+        "output tokens/s, errors/s); default: at most 60 slices over the longest pass, at least "
+        "0.1 s wide",
     )
 
 

@@ -1,4 +1,6 @@
-"""Time slices: per-interval percentiles and throughput per transport (docs/metrics.md, "Time slices").
+"""Time slices: per-interval percentiles and throughput per transport.
+
+docs/metrics.md, "Time slices", is the user's side of this module.
 
 The summary's statistics pool a whole pass, so a ramp, a burst or a storm is averaged away.
 A slice is ``slice_ns`` of one transport's pass on the run's clock: slice ``k`` holds the turns
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
 #: the statistics of each latency metric per slice, as the live export names them
 STATS: tuple[str, ...] = tuple(f"p{round(q * 100)}" for q in QUANTILES)
-#: the automatic slice width aims at this many slices over the longest pass (``--slice-s`` unset)
+#: the automatic slice width gives at most this many slices over the longest pass (no ``--slice-s``)
 AUTO_SLICES = 60
 #: the automatic width is never below this: narrower slices hold too few turns for a percentile
 AUTO_MIN_NS = 100_000_000
@@ -66,7 +68,7 @@ def columns() -> list[str]:
 
 
 def auto_slice_ns(turns: pd.DataFrame) -> int:
-    """The width used when none is asked for: about :data:`AUTO_SLICES` slices over the longest
+    """The width used when none is asked for: at most :data:`AUTO_SLICES` slices over the longest
     transport's span, on the readable steps of :func:`pick_bucket_ns`, at least 100 ms."""
     spans = [0]
     for _, g in turns.groupby("transport", sort=False):

@@ -246,7 +246,7 @@ def binned_medians(x: np.ndarray, y: np.ndarray, bins: int = 12) -> tuple[np.nda
 
 def slice_width_ns(run: Run, slice_s: float | None = None) -> int:
     """The run's slice width: ``slice_s``, else the manifest's (``--slice-s``), else
-    :func:`harness.metrics.slices.auto_slice_ns` (about 60 slices over the longest pass)."""
+    :func:`harness.metrics.slices.auto_slice_ns` (at most 60 slices over the longest pass)."""
     width = slice_s if slice_s is not None else run.manifest.get("slice_s")
     if isinstance(width, int | float) and width > 0:
         return max(1, round(float(width) * 1e9))
@@ -254,8 +254,8 @@ def slice_width_ns(run: Run, slice_s: float | None = None) -> int:
 
 
 def slice_table(run: Run, slice_s: float | None = None) -> pd.DataFrame:
-    """Per transport and time slice: latency percentiles and throughput (docs/metrics.md, "Time slices"),
-    warm-up rollouts dropped, transports in the registry's order."""
+    """Per transport and time slice: latency percentiles and throughput (docs/metrics.md,
+    "Time slices"), warm-up rollouts dropped, transports in the registry's order."""
     if not len(run.turns):
         import pandas as pd  # pandas: only when a table is built
 

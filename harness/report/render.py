@@ -314,8 +314,8 @@ def render_run(
 
     A sweep folder (``sweep.json``) gets the combined sweep report instead.
     ``server_series``: the scraped series to plot (docs/server-metrics.md), else the known ones.
-    ``slice_s``: the time slices' width (docs/metrics.md, "Time slices"), else the run's ``--slice-s``, else
-    automatic.
+    ``slice_s``: the time slices' width (docs/metrics.md, "Time slices"), else the run's
+    ``--slice-s``, else automatic.
     """
     from harness.report.plots import write_plots  # matplotlib: only when plotting
 
