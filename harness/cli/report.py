@@ -38,12 +38,12 @@ from harness.report.files import write_text_atomic
 from harness.report.rebuild import needs_rebuild, rebuild_summary, rebuilt_note
 from harness.report.render import render_run
 from harness.report.results import Run, load_run
-from harness.report.sweep import parse_sweep_sets, sweep_table
+from harness.report.sweep import is_sweep, parse_sweep_sets, sweep_table
 from harness.report.verdict import verdict_line as run_verdict_line
 from harness.run.runner import RunOptions
 from harness.run.sweep import run_sweep
 from harness.run.target import resolve_target
-from harness.wire.errors import ResultsError
+from harness.wire.errors import ResultsError, UsageError
 from harness.wire.exit_codes import ExitCode
 from harness.workload.scenario import load_scenario
 
@@ -64,6 +64,13 @@ def add_parser(sub: Any) -> None:
         formatter_class=HelpFormatter,
     )
     rep.add_argument("run", help="results folder, e.g. results/20261202-110203-quickstart")
+    rep.add_argument(
+        "--slice-s",
+        type=float,
+        metavar="S",
+        help="rebuild slices.csv.gz and the timeline plot with slices of S seconds (default: the "
+        "run's --slice-s, else automatic; docs/metrics.md, Time slices)",
+    )
     rep.add_argument(
         "--server-series",
         action="append",
@@ -161,12 +168,20 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.slice_s is not None and not args.slice_s > 0:
+        raise UsageError(f"--slice-s: expected a positive number of seconds, got {args.slice_s:g}")
+    if args.slice_s is not None and is_sweep(args.run):
+        # the sweep report does not re-render its runs: the width would be silently unused
+        raise UsageError(
+            f"--slice-s: re-slices one run, and {args.run} is a sweep folder; give one of its "
+            "runs' folders instead"
+        )
     if needs_rebuild(args.run):
         # A killed run (kill -9, power loss) left its rows and no summary: fold them into one.
         summary = rebuild_summary(args.run)
         print(rebuilt_note(summary))
         print(run_verdict_line(summary))
-    rendered = render_run(args.run, args.server_series)
+    rendered = render_run(args.run, args.server_series, args.slice_s)
     print(f"report: {rendered.report_html}")
     print(f"        {rendered.report_md}")
     for p in rendered.plots:

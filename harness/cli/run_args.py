@@ -70,6 +70,20 @@ def add_client_options(p: Any) -> None:
     )
     add_target_options(p)
     add_server_metrics_options(p)
+    add_slice_option(p)
+
+
+def add_slice_option(p: Any) -> None:
+    """``--slice-s``: the width of the report's time slices (docs/metrics.md, "Time slices")."""
+    p.add_argument(
+        "--slice-s",
+        type=float,
+        metavar="S",
+        help="cut each transport's pass into slices of S seconds for slices.csv.gz and the "
+        "report's timeline plot (per-slice p50/p90/p99 of TTFT, TTFOT and turn latency, turns/s, "
+        "output tokens/s, errors/s); default: at most 60 slices over the longest pass, at least "
+        "0.1 s wide",
+    )
 
 
 def add_server_metrics_options(p: Any) -> None:
@@ -240,6 +254,7 @@ def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
         "hints": not args.no_hints,
         "request_timeout_s": args.request_timeout_s,
         "recover_from": args.recover_from,
+        "slice_s": getattr(args, "slice_s", None),
     }
 
 
@@ -287,6 +302,9 @@ def check_sweep_args(args: argparse.Namespace) -> None:
 
 def _check_common(args: argparse.Namespace) -> None:
     _transports(args.transports)
+    slice_s = getattr(args, "slice_s", None)
+    if slice_s is not None and not slice_s > 0:
+        raise UsageError(f"--slice-s: expected a positive number of seconds, got {slice_s:g}")
     port = getattr(args, "prometheus_port", None)
     if port is not None and not 0 <= port <= 65535:
         raise UsageError(f"--prometheus-port: expected a port from 0 to 65535, got {port}")

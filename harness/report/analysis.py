@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.metrics import definitions as D
+from harness.metrics import slices as SL
 from harness.metrics.stats import paired_speedup
 from harness.metrics.timeseries import pick_bucket_ns, token_rate_series
 from harness.wire.transports import TRANSPORT_NAMES
@@ -240,4 +241,28 @@ def binned_medians(x: np.ndarray, y: np.ndarray, bins: int = 12) -> tuple[np.nda
     return (
         np.array([float(np.median(xs[p])) for p in parts]),
         np.array([float(np.median(ys[p])) for p in parts]),
+    )
+
+
+def slice_width_ns(run: Run, slice_s: float | None = None) -> int:
+    """The run's slice width: ``slice_s``, else the manifest's (``--slice-s``), else
+    :func:`harness.metrics.slices.auto_slice_ns` (at most 60 slices over the longest pass)."""
+    width = slice_s if slice_s is not None else run.manifest.get("slice_s")
+    if isinstance(width, int | float) and width > 0:
+        return max(1, round(float(width) * 1e9))
+    return SL.auto_slice_ns(run.turns) if len(run.turns) else SL.AUTO_MIN_NS
+
+
+def slice_table(run: Run, slice_s: float | None = None) -> pd.DataFrame:
+    """Per transport and time slice: latency percentiles and throughput (docs/metrics.md,
+    "Time slices"), warm-up rollouts dropped, transports in the registry's order."""
+    if not len(run.turns):
+        import pandas as pd  # pandas: only when a table is built
+
+        return pd.DataFrame(columns=SL.columns())
+    return SL.slice_table(
+        run.turns,
+        slice_width_ns(run, slice_s),
+        warmup_rollouts=warmup_rollouts(run),
+        transports=run_transports(run),
     )

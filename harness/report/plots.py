@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from harness.metrics import definitions as D
+from harness.metrics import slices as SL
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
 from harness.wire.transports import BY_NAME
@@ -513,6 +515,74 @@ def plot_rollout_latency(run: Run) -> Figure | None:
     return fig
 
 
+#: the timeline's latency panels, by the live export's short names
+_TIMELINE_LABELS = {"ttft": "TTFT", "ttfot": "TTFOT", "turn": "turn latency"}
+#: the timeline's throughput panels: (slices column, axis label)
+_TIMELINE_RATES = (
+    ("turns_per_s", "turns/s"),
+    ("output_tokens_per_s", "output tokens/s"),
+    ("errors_per_s", "errors/s"),
+)
+
+
+def plot_timeline(run: Run) -> Figure | None:
+    """Per-slice latency percentiles and throughput of each transport over its pass."""
+    from matplotlib.figure import Figure  # matplotlib: only when plotting
+
+    table = A.slice_table(run)
+    if table.empty or not (table["turns"] + table["errors"]).any():
+        return None
+    width = float(table["end_s"].iloc[0] - table["start_s"].iloc[0])
+    latency = [(short, _TIMELINE_LABELS.get(short, short)) for _, short in SL.LIVE_LATENCY]
+    if not D.has_reasoning(run.summary):
+        # without reasoning TTFOT is TTFT: a second identical panel says nothing
+        latency = [(short, label) for short, label in latency if short != "ttfot"]
+    panels = len(latency) + len(_TIMELINE_RATES)
+    nrows = -(-panels // 2)
+    fig = Figure(figsize=(12, 2.9 * nrows + 0.8), layout="constrained")
+    grid = fig.subplots(nrows, 2, squeeze=False, sharex=True)
+    axes = [ax for row in grid for ax in row]
+    names = [n for n in A.run_transports(run) if (table["transport"] == n).any()]
+    for i, name in enumerate(names):
+        g = table[table["transport"] == name]
+        color = transport_color(name, i)
+        mid = (g["start_s"] + width / 2).to_numpy(float)
+        for ax, (short, label) in zip(axes, latency, strict=False):
+            for stat, style in (("p50", "-"), ("p99", "--")):
+                y = g[f"{short}_{stat}_ms"].to_numpy(float)
+                few = SL.too_few(g, short, stat).to_numpy(bool)
+                # a statistic from too few samples is marked (hollow), never joined by the line
+                ax.plot(
+                    mid,
+                    np.where(few, np.nan, y),
+                    style,
+                    color=color,
+                    lw=1.6 if stat == "p50" else 1.0,
+                    marker="o",
+                    ms=3,
+                    label=name if stat == "p50" else None,
+                )
+                ax.plot(mid[few], y[few], "o", mfc="none", color=color, ms=4, alpha=0.7)
+            ax.set_ylabel(f"{label} (ms)")
+            ax.set_title(f"{label}: p50 solid, p99 dashed, hollow: too few turns")
+        for ax, (col, label) in zip(axes[len(latency) :], _TIMELINE_RATES, strict=False):
+            x = [*g["start_s"], float(g["end_s"].iloc[-1])]
+            y = [*g[col], float(g[col].iloc[-1])]
+            ax.step(x, y, where="post", color=color, lw=1.4, label=name)
+            ax.set_ylabel(label)
+            ax.set_title(f"{label} per slice")
+    for ax in axes[:panels]:
+        # an all-zero panel (no errors) gets a readable 0-1 axis rather than matplotlib's ±0.05
+        ax.set_ylim(0, max(1.0, ax.get_ylim()[1]))
+        ax.legend(loc="upper right", fontsize=7)
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    for ax in grid[-1]:
+        ax.set_xlabel(f"time since the transport's first intended start (s; {width:g} s slices)")
+    _title(fig, run, "Timeline: latency and throughput per time slice")
+    return fig
+
+
 @dataclass(frozen=True, slots=True)
 class PlotSpec:
     name: str
@@ -573,6 +643,18 @@ PLOTS: tuple[PlotSpec, ...] = (
         "bucket wholly inside the active span is the aggregate peak; a partly idle first or last "
         "bucket is not) and, thin, in finer buckets (dotted: mean over the active span).",
         plot_aggregate_tps,
+    ),
+    PlotSpec(
+        "timeline",
+        "Timeline",
+        "Each transport's pass cut into time slices (loopbench run --slice-s, else about 60 "
+        "slices; slices.csv.gz holds every number, p90 too). A turn counts in the slice it ended "
+        "in. Latency panels: p50 (solid) and p99 (dashed) of the turns that ended in the slice; a "
+        "hollow marker is a percentile of too few turns to say more than the slice's largest "
+        "value (p50 needs 2, p99 100) and is not joined. Throughput panels: turns, output tokens "
+        "(spread between each response's first and last token) and failed turns per second. A "
+        "ramp, a burst or a storm shows where it happened.",
+        plot_timeline,
     ),
     PlotSpec(
         "rollout_latency",

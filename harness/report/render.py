@@ -39,7 +39,7 @@ from harness.report.files import (
     too_few_note,
     write_text_atomic,
 )
-from harness.report.results import Run, load_run
+from harness.report.results import SLICES, Run, load_run, write_table_gz
 from harness.report.server_section import server_section
 from harness.report.sweep import is_sweep, render_sweep
 from harness.report.verdict import verdict_kind, verdict_line
@@ -299,24 +299,33 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
         Heading("Files"),
         Paragraph(
             "manifest.json (scenario, seed, versions, machine) · turns.csv.gz and rollouts.csv.gz "
-            "(one row per record) · histograms/*.hlog (HdrHistogram interval logs, µs) · "
+            "(one row per record) · slices.csv.gz (per transport and time slice, from the turn "
+            "rows) · histograms/*.hlog (HdrHistogram interval logs, µs) · "
             "summary.json · plots/*.png. Load them with harness.report.load_run(path)."
         ),
     )
     return doc
 
 
-def render_run(run_dir: str | Path, server_series: Sequence[str] = ()) -> Rendered:
-    """Write ``plots/*.png``, ``report.md`` and ``report.html`` into ``run_dir``.
+def render_run(
+    run_dir: str | Path, server_series: Sequence[str] = (), slice_s: float | None = None
+) -> Rendered:
+    """Write ``slices.csv.gz``, ``plots/*.png``, ``report.md`` and ``report.html`` into ``run_dir``.
 
     A sweep folder (``sweep.json``) gets the combined sweep report instead.
     ``server_series``: the scraped series to plot (docs/server-metrics.md), else the known ones.
+    ``slice_s``: the time slices' width (docs/metrics.md, "Time slices"), else the run's
+    ``--slice-s``, else automatic.
     """
     from harness.report.plots import write_plots  # matplotlib: only when plotting
 
     if is_sweep(run_dir):
         return render_sweep(run_dir)
     run = load_run(run_dir)
+    if slice_s is not None:
+        # this rendering's width, for the table and the plot alike; manifest.json is not rewritten
+        run.manifest["slice_s"] = slice_s
+    write_table_gz(run.path / SLICES, A.slice_table(run))
     plot_files = write_plots(run, run.path / PLOTS_DIR)
     server = server_section(run, run.path / PLOTS_DIR, server_series)
     if server.plot is not None:

@@ -42,6 +42,8 @@ MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 TURNS = "turns.csv.gz"
 ROLLOUTS = "rollouts.csv.gz"
+#: per transport and time slice (docs/metrics.md, "Time slices"): derived from TURNS by the report
+SLICES = "slices.csv.gz"
 HISTOGRAMS = "histograms"
 
 #: text columns of the record CSVs (read as strings, empty stays "")
@@ -254,6 +256,15 @@ def write_summary(
         )
         write_hlog(hist_dir / f"{tag}.hlog", {tag: intervals}, start)
     _write_json_atomic(path / SUMMARY, dict(summary))
+
+
+def write_table_gz(path: Path, table: pd.DataFrame) -> Path:
+    """Write a derived table (``slices.csv.gz``) atomically: a reader never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", newline="") as f:
+        table.to_csv(f, index=False, float_format="%.10g")
+    os.replace(tmp, path)
+    return path
 
 
 # -- reading -------------------------------------------------------------------------------------

@@ -93,6 +93,9 @@ class RunOptions:
     # the run id in each rollout's session-affinity value; None: the measurement's run id
     # (a --procs child measures under its own id, but its rollouts belong to the parent's run)
     session_run_id: str | None = None
+    # --slice-s: the report's time-slice width, kept in manifest.json so `loopbench report`
+    # rebuilds the same slices (None: automatic)
+    slice_s: float | None = None
 
     def client_options(self) -> dict[str, Any]:
         return client_options(
@@ -194,6 +197,8 @@ def open_measurement(
     )
     if procs:
         manifest["procs"] = procs
+    if opts.slice_s is not None:
+        manifest["slice_s"] = opts.slice_s
     return Measurement(
         scenario,
         Path(opts.results_root) / run_id,
