@@ -54,6 +54,7 @@ __all__ = [
     "Scenario",
     "ServerConfig",
     "Stage",
+    "SubagentsConfig",
     "TargetConfig",
     "Throughput",
     "ThroughputBurst",
@@ -155,6 +156,70 @@ class ServerConfig(StrictModel):
     )
 
 
+class SubagentsConfig(StrictModel):
+    """Sub-agents a rollout forks (a task tool, a parallel exploration): each answers one tool
+    call of a parent turn with its own conversation, run concurrently (docs/model.md).
+
+    Its shape fields mean what the same fields of ``rollout`` mean, for the sub-agent's own
+    conversation; sub-agents drawn from a scenario do not fork sub-agents of their own.
+    """
+
+    count: NonNegDist = Field(
+        default=ConstantDist(value=1),
+        description="Sub-agents one rollout forks (at most one per tool call of the forking turns).",
+    )
+    turns: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        min_length=1,
+        description="Indexes of the parent's turns that may fork (tool-calling turns only); "
+        "absent: any tool-calling turn, drawn at random.",
+    )
+    join: Literal["wait", "detach"] = Field(
+        default="wait",
+        description="wait: the parent's next turn waits for the sub-agent's result (a task "
+        "tool); detach: the parent goes on, and the rollout ends when the sub-agent does.",
+    )
+    result_tokens: NonNegDist = Field(
+        default=ConstantDist(value=200),
+        description="Tokens of the sub-agent's result: the output of the parent's tool call it answers.",
+    )
+    system_tokens: NonNegDist = Field(
+        default=ConstantDist(value=600), description="Tokens of the sub-agent's system prompt."
+    )
+    tool_schema_tokens: NonNegDist = Field(
+        default=ConstantDist(value=400), description="Tokens of the sub-agent's tool definitions."
+    )
+    user_prompt_tokens: NonNegDist = Field(
+        default=ConstantDist(value=150),
+        description="Tokens of the task the parent gives the sub-agent.",
+    )
+    tool_calls: NonNegDist = Field(
+        default=ConstantDist(value=3), description="Tool calls in one sub-agent's conversation."
+    )
+    parallel_calls: CallsDist = Field(
+        default=ConstantDist(value=1), description="Tool calls a sub-agent's turn asks for."
+    )
+    tool_output_tokens: NonNegDist = Field(
+        default=ConstantDist(value=300), description="Tokens each of its tool calls returns."
+    )
+    tool_output_growth: float = Field(
+        default=1.0, gt=0.0, description="Factor applied to its tool outputs at each step."
+    )
+    tool_latency_ms: NonNegDist = Field(
+        default=ConstantDist(value=100),
+        description="Client time of one of its tool calls, in milliseconds.",
+    )
+    step_output_tokens: NonNegDist = Field(
+        default=ConstantDist(value=60), description="Output tokens of its tool-calling turns."
+    )
+    final_answer_tokens: NonNegDist = Field(
+        default=ConstantDist(value=150), description="Output tokens of its final answer."
+    )
+    think_ms: NonNegDist = Field(
+        default=ConstantDist(value=0), description="Client time before each of its requests, in ms."
+    )
+
+
 class RolloutConfig(StrictModel):
     """The shape of one agent rollout; every numeric field accepts a distribution.
 
@@ -226,6 +291,12 @@ class RolloutConfig(StrictModel):
         description="Compact the conversation (POST /responses/compact, as Codex does) before a "
         "turn whose history reaches this many tokens, then go on from the compacted item and "
         "the recent items; below the scenario's context_window_tokens. Default: never.",
+    )
+
+    subagents: SubagentsConfig | None = Field(
+        default=None,
+        description="Sub-agents each rollout forks, run concurrently with the parent's other "
+        "tool calls (docs/model.md, Sub-agents); absent: none.",
     )
 
     @_model_validator(mode="after")
