@@ -42,7 +42,7 @@ from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
-from harness.workload.scenario import Load, Scenario
+from harness.workload.scenario import Load, RolloutConfig, Scenario
 
 # How often live counters are handed to the progress display.
 PROGRESS_TICK_S = 0.25
@@ -93,6 +93,8 @@ class RunOptions:
     # the run id in each rollout's session-affinity value; None: the measurement's run id
     # (a --procs child measures under its own id, but its rollouts belong to the parent's run)
     session_run_id: str | None = None
+    # --ws-subagents: connection or lanes; None: the scenario's rollout.subagents.ws
+    ws_subagents: str | None = None
 
     def client_options(self) -> dict[str, Any]:
         return client_options(
@@ -115,8 +117,14 @@ class RunResult:
     measurement: Measurement | None = None
 
 
-def transport_options(base_url: str, opts: RunOptions, load: Load) -> TransportOptions:
+def transport_options(
+    base_url: str, opts: RunOptions, load: Load, rollout: RolloutConfig | None = None
+) -> TransportOptions:
     """The asyncio client's settings for one target: ``opts`` and a pool sized to the load."""
+    ws_subagents = opts.ws_subagents
+    if ws_subagents is None:
+        subagents = rollout.subagents if rollout is not None else None
+        ws_subagents = subagents.ws if subagents is not None else "connection"
     return TransportOptions(
         base_url=base_url,
         api_key=opts.api_key,
@@ -128,6 +136,7 @@ def transport_options(base_url: str, opts: RunOptions, load: Load) -> TransportO
         recover_from=opts.recover_from,
         shaping=opts.shaping,
         tokens=opts.tokens,
+        ws_subagents=ws_subagents,
     )
 
 
@@ -253,7 +262,7 @@ async def run_plans(
     transports = run.transports
     if progress is None and printer is not None:
         progress = LineProgress(printer, interval_s=1.0)
-    options = transport_options(base_url, opts, scenario.load)
+    options = transport_options(base_url, opts, scenario.load, scenario.rollout)
     rounds = _rounds(plans, scenario)
     duration = pass_duration(scenario.load, len(rounds))
     # Built once, before the watch starts, and shared by the rounds: importing a

@@ -218,6 +218,12 @@ class SubagentsConfig(StrictModel):
     think_ms: NonNegDist = Field(
         default=ConstantDist(value=0), description="Client time before each of its requests, in ms."
     )
+    ws: Literal["connection", "lanes"] = Field(
+        default="connection",
+        description="How the WebSocket transports run sub-agents: a connection each "
+        "(connection), or lanes (stream_id) on the rollout's connection (lanes); "
+        "--ws-subagents overrides it.",
+    )
 
 
 class RolloutConfig(StrictModel):
