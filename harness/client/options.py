@@ -8,7 +8,7 @@ from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 
 RECOVER_FROM = ("full", "compacted")
-#: how a WebSocket transport runs a rollout's sub-agents (docs/model.md, Sub-agents)
+#: how a WebSocket transport runs a rollout's sub-agents (docs/metrics.md §1.7)
 WS_SUBAGENTS = ("connection", "lanes")
 
 

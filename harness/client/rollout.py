@@ -8,7 +8,7 @@ the clock.  The edge calls :meth:`~RolloutSteps.next` until it returns
 :meth:`~RolloutSteps.failed` with the error; then :meth:`~RolloutSteps.finish`
 gives the rollout record.
 
-Sub-agents (docs/model.md): after a turn that forks them, ``next`` returns ``Step.FORK``:
+Sub-agents (docs/metrics.md §1.7): after a turn that forks them, ``next`` returns ``Step.FORK``:
 the edge starts each of :attr:`~RolloutSteps.forks` (steppers of their own, over a
 session of their own or a lane of this one) as a concurrent task, then goes on with this
 conversation's tools.  ``Step.JOIN`` asks it to wait until every stepper in

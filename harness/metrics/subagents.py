@@ -1,5 +1,5 @@
 """Rollouts with sub-agents, per transport: how much of their latency the tree's fork and join
-cost, and which conversations made it up (docs/metrics.md, Sub-agents).
+cost, and which conversations made it up (docs/metrics.md §1.7).
 
 Per successful rollout that ran sub-agents (``RolloutRecord.conversations > 1``): the share
 of its latency (end − start) the root conversation spent waiting for sub-agents after its

@@ -541,7 +541,7 @@ class Accumulator:
                 for line in honesty.warnings(name, t.honesty)
             ],
         }
-        # rollouts with sub-agents (docs/metrics.md, Sub-agents): only in runs that had some,
+        # rollouts with sub-agents (docs/metrics.md §1.7): only in runs that had some,
         # added in place like "tokens" (readers .get() it)
         forked = {
             name: figures

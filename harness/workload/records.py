@@ -122,7 +122,7 @@ class RolloutRecord:
     recovery_ns: int = 0
     recoveries: int = 0
     connections: int = 0
-    # sub-agents (docs/metrics.md, Sub-agents): the conversations the rollout ran (1 without
+    # sub-agents (docs/metrics.md §1.7): the conversations the rollout ran (1 without
     # sub-agents); the time its conversations waited for sub-agents after their own tools were
     # done (the root's, summed with the waits of sub-agents that are themselves on the critical
     # path); the critical path: its model turns and the conversations it went through ("0>2>0")

@@ -158,7 +158,7 @@ class ServerConfig(StrictModel):
 
 class SubagentsConfig(StrictModel):
     """Sub-agents a rollout forks (a task tool, a parallel exploration): each answers one tool
-    call of a parent turn with its own conversation, run concurrently (docs/model.md).
+    call of a parent turn with its own conversation, run concurrently (docs/metrics.md §1.7).
 
     Its shape fields mean what the same fields of ``rollout`` mean, for the sub-agent's own
     conversation; sub-agents drawn from a scenario do not fork sub-agents of their own.
@@ -302,7 +302,7 @@ class RolloutConfig(StrictModel):
     subagents: SubagentsConfig | None = Field(
         default=None,
         description="Sub-agents each rollout forks, run concurrently with the parent's other "
-        "tool calls (docs/model.md, Sub-agents); absent: none.",
+        "tool calls (docs/metrics.md §1.7); absent: none.",
     )
 
     @_model_validator(mode="after")

@@ -1,5 +1,5 @@
 """The stepper's sub-agents, driven by a scripted edge: fork, join, detach, failure, and the
-critical path it records (docs/model.md, Sub-agents)."""
+critical path it records (docs/metrics.md §1.7)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Sub-agents end to end against the embedded server: every conversation runs, the parent
 waits for its sub-agents, the rollout spans the tree; over HTTP, WebSocket connections and
-WebSocket lanes (docs/model.md, Sub-agents)."""
+WebSocket lanes (docs/metrics.md §1.7)."""
 
 from __future__ import annotations
 
