@@ -106,6 +106,7 @@ class RunOptions:
             recover_from=self.recover_from,
             shaping=self.shaping.describe(),
             tokenizer=self.tokens.name,
+            ws_subagents=self.ws_subagents,
         )
 
 
