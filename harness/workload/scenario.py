@@ -311,6 +311,13 @@ class RolloutConfig(StrictModel):
         if self.trace is not None:
             for name in sorted(self.model_fields_set - {"trace", "count", "compact_at_tokens"}):
                 value = getattr(self, name)
+                if name == "subagents":
+                    raise invalid(
+                        name,
+                        "no section next to rollout.trace (a v2 trace gives its own sub-agents, "
+                        "docs/traces.md)",
+                        value.model_dump(mode="json", exclude_unset=True),
+                    )
                 raise invalid(
                     name,
                     "no distribution next to rollout.trace (the trace gives every turn)",

@@ -17,7 +17,7 @@ from harness.workload.scenario import load_scenario
 SCENARIO = """\
 name: subagents-tiny
 seed: 3
-transports: [http, ws, chat]
+transports: [http, ws, chat, messages]
 rollout:
   count: 2
   system_tokens: 100
@@ -67,7 +67,7 @@ def _run(tmp: Path, run_id: str, transports: list[str], **kw: Any) -> Run:
 
 @pytest.fixture(scope="module")
 def connections(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return _run(tmp_path_factory.mktemp("results"), "conn", ["http", "ws", "chat"])
+    return _run(tmp_path_factory.mktemp("results"), "conn", ["http", "ws", "chat", "messages"])
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def _check_tree(run: Run, transport: str) -> None:
         assert r["critical_path_turns"] == ROOT_TURNS + SUB_TURNS
 
 
-@pytest.mark.parametrize("transport", ["http", "ws", "chat"])
+@pytest.mark.parametrize("transport", ["http", "ws", "chat", "messages"])
 def test_subagents_run_as_concurrent_conversations(connections: Run, transport: str) -> None:
     _check_tree(connections, transport)
     assert connections.summary is not None

@@ -90,3 +90,13 @@ UNCHANGED = {
 def test_plans_without_subagents_are_unchanged(name: str) -> None:
     plans = generate_rollouts(load_scenario(name))
     assert hashlib.sha256(repr(plans).encode()).hexdigest()[:16] == UNCHANGED[name]
+
+
+def test_a_trace_brings_its_own_subagents(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("name: x\nrollout:\n  trace: t.jsonl\n  subagents: {count: 2}\n")
+    with pytest.raises(InvalidScenarioError) as info:
+        load_scenario(str(path))
+    (problem,) = info.value.problems
+    assert problem.field == "rollout.subagents"
+    assert problem.detail.startswith("expected no section next to rollout.trace")
