@@ -39,7 +39,7 @@ from harness.run.server_scrape import ServerScraper, embedded_metrics_url
 from harness.transports import Transport, TransportOptions, make_transport
 from harness.wire.errors import ResultsError
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
-from harness.workload.plan import RolloutPlan
+from harness.workload.plan import RolloutPlan, conversations
 from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Load, RolloutConfig, Scenario
@@ -119,9 +119,18 @@ class RunResult:
 
 
 def transport_options(
-    base_url: str, opts: RunOptions, load: Load, rollout: RolloutConfig | None = None
+    base_url: str,
+    opts: RunOptions,
+    load: Load,
+    rollout: RolloutConfig | None = None,
+    plans: Sequence[RolloutPlan] = (),
 ) -> TransportOptions:
-    """The asyncio client's settings for one target: ``opts`` and a pool sized to the load."""
+    """The asyncio client's settings for one target: ``opts`` and a pool sized to the load
+    (and to the most conversations one of ``plans`` runs, sub-agents included)."""
+    # A rollout's sub-agents send at the same time as it: no request may queue for a connection.
+    widest = max(
+        (len(conversations(p)) for p in plans if any(t.subagents for t in p.turns)), default=1
+    )
     ws_subagents = opts.ws_subagents
     if ws_subagents is None:
         subagents = rollout.subagents if rollout is not None else None
@@ -133,7 +142,7 @@ def transport_options(
         verify_tls=opts.verify_tls,
         cache_control=opts.cache_control,
         request_timeout_s=opts.request_timeout_s,
-        max_connections=pool_size(load),
+        max_connections=pool_size(load) * widest,
         recover_from=opts.recover_from,
         shaping=opts.shaping,
         tokens=opts.tokens,
@@ -263,7 +272,7 @@ async def run_plans(
     transports = run.transports
     if progress is None and printer is not None:
         progress = LineProgress(printer, interval_s=1.0)
-    options = transport_options(base_url, opts, scenario.load, scenario.rollout)
+    options = transport_options(base_url, opts, scenario.load, scenario.rollout, plans)
     rounds = _rounds(plans, scenario)
     duration = pass_duration(scenario.load, len(rounds))
     # Built once, before the watch starts, and shared by the rounds: importing a
