@@ -287,6 +287,12 @@ def _check_scenario(args: argparse.Namespace) -> Scenario:
             f"{scenario.source}: rollout.compact_at_tokens: compaction runs under loopbench run "
             "only (the Locust edge does not compact); remove it or use loopbench run"
         )
+    if scenario.rollout.subagents is not None:
+        raise UsageError(
+            f"{scenario.source}: rollout.subagents: sub-agents run under loopbench run only (the "
+            "Locust edge runs one conversation per rollout); remove the section or use "
+            "loopbench run"
+        )
     return scenario
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.cli.common import api_key, scenario_overrides
 from harness.client.messages_api import CACHE_CONTROL
-from harness.client.options import RECOVER_FROM
+from harness.client.options import RECOVER_FROM, WS_SUBAGENTS
 from harness.client.shaping import RequestShaping, parse_header, redacted
 from harness.report.sweep import parse_sweep_sets
 from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
@@ -61,6 +61,14 @@ def add_client_options(p: Any) -> None:
         help="after a compaction (rollout.compact_at_tokens), what a WebSocket turn resends when "
         "its chain is gone (previous_response_not_found): every item (full, default) or the "
         "compacted base and the items since (compacted)",
+    )
+    p.add_argument(
+        "--ws-subagents",
+        choices=WS_SUBAGENTS,
+        default=None,
+        help="how the WebSocket transports run a rollout's sub-agents (rollout.subagents): a "
+        "connection each (connection, the scenario's default) or lanes (stream_id) on the "
+        "rollout's own connection (lanes); overrides rollout.subagents.ws",
     )
     p.add_argument(
         "--request-timeout-s",
@@ -255,6 +263,7 @@ def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
         "request_timeout_s": args.request_timeout_s,
         "recover_from": args.recover_from,
         "slice_s": getattr(args, "slice_s", None),
+        "ws_subagents": args.ws_subagents,
     }
 
 

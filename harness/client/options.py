@@ -8,6 +8,8 @@ from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 
 RECOVER_FROM = ("full", "compacted")
+#: how a WebSocket transport runs a rollout's sub-agents (docs/metrics.md §1.7)
+WS_SUBAGENTS = ("connection", "lanes")
 
 
 @dataclass(slots=True)
@@ -32,6 +34,9 @@ class TransportOptions:
     shaping: RequestShaping = NO_SHAPING
     #: sizes the synthetic text and counts streamed tokens (--tokenizer; default 4 characters)
     tokens: TokenConvention = FIXED_WIDTH
+    #: a WebSocket rollout's sub-agents: a connection each (``connection``), or lanes
+    #: (``stream_id``) on the rollout's own connection (``lanes``)
+    ws_subagents: str = "connection"
 
     @property
     def ws_url(self) -> str:

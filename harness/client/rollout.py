@@ -6,7 +6,15 @@ the clock.  The edge calls :meth:`~RolloutSteps.next` until it returns
 ``Step.DONE``: on ``Step.SLEEP`` it sleeps ``sleep_s``; on ``Step.TURN`` it sends
 ``turn_input`` and reports :meth:`~RolloutSteps.answered` with the stream or
 :meth:`~RolloutSteps.failed` with the error; then :meth:`~RolloutSteps.finish`
-gives the rollout record.  The two edges, each one short loop:
+gives the rollout record.
+
+Sub-agents (docs/metrics.md §1.7): after a turn that forks them, ``next`` returns ``Step.FORK``:
+the edge starts each of :attr:`~RolloutSteps.forks` (steppers of their own, over a
+session of their own or a lane of this one) as a concurrent task, then goes on with this
+conversation's tools.  ``Step.JOIN`` asks it to wait until every stepper in
+:attr:`~RolloutSteps.joining` is done before calling ``next`` again; at ``Step.DONE``
+it waits for all the conversation's sub-agents (the detached ones too) before
+``finish``, so the rollout's record spans the whole tree.  The two edges, each one short loop:
 harness/transports/rollout_loop.py (asyncio) and harness/locust_driver/agent_loop.py
 (gevent).
 
@@ -29,7 +37,7 @@ from harness.wire.errors import APIError, LoopbenchError
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.wire.transports import BY_NAME
 from harness.workload.agent import Transcript, TurnInput
-from harness.workload.plan import RolloutPlan
+from harness.workload.plan import RolloutPlan, SubagentPlan, subagent_rollout
 from harness.workload.records import RolloutRecord, TurnRecord
 
 TurnSink = Callable[[TurnRecord], None]
@@ -52,29 +60,49 @@ def pass_salt(transport: str, round_index: int) -> str:
 class Step(Enum):
     SLEEP = "sleep"  # sleep sleep_s (think time or the tools' latency), then call next()
     TURN = "turn"  # send turn_input, fill turn_record, report answered() or failed()
-    DONE = "done"  # call finish()
+    DONE = "done"  # wait for every task of forks, then call finish()
+    FORK = "fork"  # start a concurrent task for each stepper in forks, then call next()
+    JOIN = "join"  # wait until every stepper in joining is done, then call next()
 
 
 # where the rollout is between two calls
-_READY, _THINKING, _IN_TURN, _TOOLS_DUE, _TOOLS_RUNNING, _OVER = range(6)
+_READY, _THINKING, _IN_TURN, _TOOLS_DUE, _TOOLS_RUNNING, _OVER, _FORK_DUE, _FORKED, _JOINING = (
+    range(9)
+)
 
 
 class RolloutSteps:
     #: the turn to send, valid after next() returned Step.TURN
     turn_input: TurnInput
     turn_record: TurnRecord
+    #: the sub-agents to start, valid after next() returned Step.FORK
+    forks: list[RolloutSteps]
+    #: the sub-agents to wait for, valid after next() returned Step.JOIN
+    joining: list[RolloutSteps]
 
     __slots__ = (
+        "_children",
         "_clock",
         "_compact_at",
         "_compacted_index",
         "_compacting",
+        "_crit_path",
+        "_crit_turns",
+        "_done_ns",
+        "_fork_args",
         "_index",
         "_jobs",
         "_on_turn",
         "_phase",
         "_t0",
+        "_tools_end",
         "_transcript",
+        "_wait_ms",
+        "conversation",
+        "forks",
+        "join",
+        "joining",
+        "parent_conversation",
         "plan",
         "record",
         "sleep_s",
@@ -96,7 +124,17 @@ class RolloutSteps:
         clock: Clock,
         compact_at_tokens: int | None = None,
         tokens: TokenConvention = FIXED_WIDTH,
+        subagent: SubagentPlan | None = None,
+        parent_conversation: int = -1,
     ) -> None:
+        """``subagent``: this stepper runs that sub-agent of ``plan`` (the root rollout's)."""
+        self._fork_args = (plan, intended_start_ns, model, hints, compact_at_tokens, tokens)
+        self.conversation = subagent.subagent_id if subagent is not None else 0
+        self.parent_conversation = parent_conversation
+        self.join = subagent.join if subagent is not None else "wait"
+        if subagent is not None:
+            plan = subagent_rollout(plan, subagent)
+            intended_start_ns = clock()
         self.plan = plan
         self.transport = transport
         self._clock = clock
@@ -125,6 +163,14 @@ class RolloutSteps:
         self._compact_at = compact_at_tokens
         self._compacting = False  # the request in flight is a compaction
         self._compacted_index = -1  # at most one compaction before each turn
+        self.forks = []
+        self.joining = []
+        self._children: list[RolloutSteps] = []  # started, not yet folded into the record
+        self._wait_ms = 0.0
+        self._tools_end = 0
+        self._done_ns = 0
+        self._crit_turns = 0
+        self._crit_path = str(self.conversation)
 
     def next(self) -> Step:
         clock = self._clock
@@ -136,8 +182,32 @@ class RolloutSteps:
             self._phase = _TOOLS_RUNNING
             return Step.SLEEP
         elif phase == _TOOLS_RUNNING:
+            if self._must_join():
+                return Step.JOIN
             self._tools_done()
+        elif phase == _FORK_DUE:
+            self._children.extend(self.forks)
+            self._phase = _FORKED
+            return Step.FORK
+        elif phase == _FORKED:
+            self.forks = []
+            self._t0 = clock()
+            if self._wait_ms > 0:
+                self.sleep_s = self._wait_ms / 1000
+                self._phase = _TOOLS_RUNNING
+                return Step.SLEEP
+            if self._must_join():
+                return Step.JOIN
+            self._tools_done()
+        elif phase == _JOINING:
+            self._joined()
+            if self._phase == _OVER:
+                self._done_ns = clock()
+                return Step.DONE
+            self._tools_done(timed=False)
         elif phase == _OVER:
+            if not self._done_ns:
+                self._done_ns = clock()
             return Step.DONE
         elif phase == _IN_TURN:
             raise RuntimeError("next() before the turn was answered() or failed()")
@@ -145,6 +215,7 @@ class RolloutSteps:
         if self._index >= len(turns):
             roll.status = "completed"
             self._phase = _OVER
+            self._done_ns = clock()
             return Step.DONE
         index = self._index
         turn = turns[index]
@@ -175,6 +246,8 @@ class RolloutSteps:
             turn_index=index,
             round=roll.round,
             compaction=self._compacting,
+            conversation=self.conversation,
+            parent_conversation=self.parent_conversation,
         )
         rec.intended_start_ns = c0
         # A compaction's input is the history and the tool outputs pending for the turn.
@@ -206,6 +279,7 @@ class RolloutSteps:
         elif spec is not None:
             honesty.check(spec, rec)
         roll.turns += 1
+        self._crit_turns += 1
         roll.model_ns += rec.done_ns - rec.sent_ns
         roll.recoveries += rec.recoveries
         roll.recovery_ns += rec.recovery_ns
@@ -236,9 +310,19 @@ class RolloutSteps:
             self._phase = _READY
             return
         # Parallel tool calls run concurrently on the client: the turn waits for the slowest.
+        # A call a sub-agent answers takes the sub-agent's time instead (joined below).
         latencies = turn.tool_latency_ms or (0.0,)
-        wait_ms = max(latencies[i % len(latencies)] for i in range(len(jobs)))
+        by_subagent = {sub.call_index for sub in turn.subagents}
+        wait_ms = max(
+            (latencies[i % len(latencies)] for i in range(len(jobs)) if i not in by_subagent),
+            default=0.0,
+        )
         self._jobs = jobs
+        if turn.subagents:
+            self.forks = [self._fork(sub) for sub in turn.subagents]
+            self._wait_ms = wait_ms
+            self._phase = _FORK_DUE
+            return
         self._t0 = clock()
         if wait_ms > 0:
             self.sleep_s = wait_ms / 1000
@@ -285,19 +369,105 @@ class RolloutSteps:
 
     def finish(self) -> RolloutRecord:
         """The rollout record, ended now (call after the edge closed its session)."""
-        self.record.end_ns = self._clock()
-        return self.record
+        roll = self.record
+        roll.end_ns = self._clock()
+        # Detached sub-agents (and those left running when this conversation failed) end it.
+        children, self._children = self._children, []
+        last = self._fold(children)
+        if last is not None and last.record.end_ns > self._done_ns:
+            roll.subagent_wait_ns += last.record.end_ns - self._done_ns
+            self._crit_turns += last._crit_turns
+            self._crit_path += ">" + last._crit_path
+        roll.critical_path_turns = self._crit_turns
+        roll.critical_path = self._crit_path
+        self._fail_with(children)
+        return roll
 
     def _current(self) -> TurnRecord:
         if self._phase != _IN_TURN:
             raise RuntimeError("no turn in flight")
         return self.turn_record
 
-    def _tools_done(self) -> None:
+    def _fork(self, sub: SubagentPlan) -> RolloutSteps:
+        root, _, model, hints, compact_at, tokens = self._fork_args
+        return RolloutSteps(
+            root,
+            transport=self.transport,
+            intended_start_ns=0,
+            round_index=self.record.round,
+            model=model,
+            hints=hints,
+            on_turn=self._on_turn,
+            clock=self._clock,
+            compact_at_tokens=compact_at,
+            tokens=tokens,
+            subagent=sub,
+            parent_conversation=self.conversation,
+        )
+
+    def _must_join(self) -> bool:
+        """After this conversation's own tools: whether sub-agents it waits for still run."""
+        waiting = [c for c in self._children if c.join == "wait"]
+        if not waiting:
+            return False
+        c = self._tools_end = self._clock()
+        self.record.tool_ns += c - self._t0
+        self.joining = waiting
+        self._phase = _JOINING
+        return True
+
+    def _joined(self) -> None:
+        """The sub-agents in ``joining`` are done: their time and turns join this record."""
+        roll = self.record
+        joined, self.joining = self.joining, []
+        self._children = [c for c in self._children if c not in joined]
+        waited = self._clock() - self._tools_end
+        roll.subagent_wait_ns += waited
+        last = self._fold(joined)
+        if last is not None and last.record.end_ns > self._tools_end:
+            # The slowest sub-agent outlasted this conversation's tools: the path runs through it.
+            self._crit_turns += last._crit_turns
+            self._crit_path += f">{last._crit_path}>{self.conversation}"
+        if self._fail_with(joined):
+            self._phase = _OVER
+
+    def _fail_with(self, children: list[RolloutSteps]) -> bool:
+        """A failed sub-agent fails the rollout, with its error kind (the first one's)."""
+        for child in children:
+            sub = child.record
+            if not sub.ok:
+                roll = self.record
+                if roll.ok or not roll.error_kind:
+                    roll.status = "error"
+                    roll.error_kind = sub.error_kind or sub.status
+                return True
+        return False
+
+    def _fold(self, children: list[RolloutSteps]) -> RolloutSteps | None:
+        """Add finished sub-agents' records to this one; the one that ended last."""
+        roll = self.record
+        last: RolloutSteps | None = None
+        for child in children:
+            sub = child.record
+            if not sub.end_ns:
+                raise RuntimeError("a sub-agent was joined before its finish()")
+            roll.conversations += sub.conversations
+            roll.turns += sub.turns
+            roll.errors += sub.errors
+            roll.model_ns += sub.model_ns
+            roll.recoveries += sub.recoveries
+            roll.recovery_ns += sub.recovery_ns
+            roll.connections += sub.connections
+            if last is None or sub.end_ns > last.record.end_ns:
+                last = child
+        return last
+
+    def _tools_done(self, *, timed: bool = True) -> None:
         clock = self._clock
         roll = self.record
         c2 = clock()
-        roll.tool_ns += c2 - self._t0
+        if timed:
+            roll.tool_ns += c2 - self._t0
         self._transcript.add_tool_outputs(self._index, self._jobs)
         roll.client_ns += clock() - c2
         self._index += 1

@@ -161,7 +161,9 @@ async def run_ab_plans(
     # runner does): building a transport blocks the loop, which is set-up, not lag.
     clients = {
         side: {
-            name: make_transport(name, transport_options(urls[side], run_opts, scenario.load))
+            name: make_transport(
+                name, transport_options(urls[side], run_opts, scenario.load, scenario.rollout)
+            )
             for name in transports
         }
         for side in SIDES

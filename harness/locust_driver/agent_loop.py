@@ -12,7 +12,7 @@ from collections.abc import Callable
 from harness.client.rollout import RolloutSteps, Step, TurnSink
 from harness.locust_driver.net import now_ns
 from harness.locust_driver.sessions import Session
-from harness.wire.errors import LoopbenchError
+from harness.wire.errors import LoopbenchError, UsageError
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord
 
@@ -30,6 +30,12 @@ def run_rollout(
     rollout_key: str | None = None,
 ) -> RolloutRecord:
     """Run ``plan`` to its end; ``rollout_key`` names it in its session-affinity header."""
+    if any(turn.subagents for turn in plan.turns):
+        # A trace may carry sub-agents the scenario check cannot see: refused, not half-run.
+        raise UsageError(
+            f"rollout {plan.rollout_id} forks sub-agents, which run under loopbench run only "
+            "(the Locust edge runs one conversation per rollout); use loopbench run"
+        )
     steps = RolloutSteps(
         plan,
         transport=session.name,

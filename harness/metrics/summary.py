@@ -39,7 +39,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from harness.metrics import cache, honesty, token_counts
+from harness.metrics import cache, honesty, subagents, token_counts
 from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
@@ -131,6 +131,7 @@ class _TransportStats:
         "rollouts",
         "sim_n",
         "sim_sum",
+        "subagents",
         "token_counts",
         "tool_ns",
         "turn_errors",
@@ -167,6 +168,7 @@ class _TransportStats:
         #: every output token the turns reported, failed turns included (the live export's)
         self.output_tokens = 0
         self.token_counts = token_counts.new_counts()
+        self.subagents = subagents.new_counts()
 
     def set_histograms(self, hists: list[Any]) -> None:
         self.hists = hists
@@ -222,6 +224,7 @@ class _TransportStats:
         cache.merge(self.cache_by_turn, o.cache_by_turn)
         self.output_tokens += o.output_tokens
         token_counts.merge(self.token_counts, o.token_counts)
+        subagents.merge(self.subagents, o.subagents)
         clash = self.rollout_latency_ns.keys() & o.rollout_latency_ns.keys()
         if clash:
             rnd, rid = min(clash)
@@ -334,6 +337,7 @@ class Accumulator:
         t.client_ns += rec.client_ns
         t.recovery_ns += rec.recovery_ns
         t.rollout_turns += rec.turns
+        subagents.add(t.subagents, rec)
         if not self._add_rollout(rec, t.rollout_h, t.rollout_latency_ns):
             t.rollout_errors += 1
             if not rec.errors:
@@ -432,6 +436,7 @@ class Accumulator:
                 "errors_by_kind": t.errors_by_kind,
                 "honesty": t.honesty,
                 "token_counts": t.token_counts,
+                "subagents": t.subagents,
                 "rollout_latency_ns": [[r, i, ns] for (r, i), ns in t.rollout_latency_ns.items()],
                 "cache_by_turn": t.cache_by_turn,
                 "output_tokens": t.output_tokens,
@@ -482,6 +487,7 @@ class Accumulator:
             t.errors_by_kind = {str(k): int(v) for k, v in d["errors_by_kind"].items()}
             honesty.merge(t.honesty, d.get("honesty", {}))
             token_counts.merge(t.token_counts, d.get("token_counts", {}))
+            subagents.merge(t.subagents, d.get("subagents", {}))
             t.rollout_latency_ns = {
                 (int(r), int(i)): int(ns) for r, i, ns in d["rollout_latency_ns"]
             }
@@ -509,7 +515,7 @@ class Accumulator:
         """
         if comparisons is None:
             comparisons = comparison_pairs(self.transports)
-        return {
+        out = {
             "format_version": FORMAT_VERSION,
             "run_id": run_id,
             "valid": bool(valid),
@@ -535,6 +541,16 @@ class Accumulator:
                 for line in honesty.warnings(name, t.honesty)
             ],
         }
+        # rollouts with sub-agents (docs/metrics.md §1.7): only in runs that had some,
+        # added in place like "tokens" (readers .get() it)
+        forked = {
+            name: figures
+            for name, t in self._by_transport.items()
+            if (figures := subagents.summary(t.subagents)) is not None
+        }
+        if forked:
+            out["subagents"] = forked
+        return out
 
     def _transport_summary(self, t: _TransportStats) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -236,6 +236,31 @@ def cache_line(summary: dict[str, Any]) -> str | None:
     )
 
 
+def subagents_line(summary: dict[str, Any]) -> str | None:
+    """One sentence on the rollouts that ran sub-agents, per transport; None without any."""
+    forked = summary.get("subagents") or {}
+    parts = []
+    for name in A.ordered_transports(summary.get("transports", {})):
+        group = forked.get(name)
+        if not group:
+            continue
+        share = group.get("wait_share_p50")
+        through = group.get("critical_path_through_subagent")
+        parts.append(
+            f"{name} {fmt(None if share is None else share * 100, 1)} % of the rollout waiting "
+            f"on sub-agents, {fmt(group.get('critical_path_turns_p50'), 1)} model turns on the "
+            f"critical path, through a sub-agent in {fmt((through or 0) * 100, 0)} % of "
+            f"{group.get('rollouts', 0)} rollouts"
+        )
+    if not parts:
+        return None
+    return (
+        "Sub-agents (medians over the rollouts that forked; docs/metrics.md): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
 def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] = ()) -> Document:
     """The report of one run; ``plot_files`` are :class:`~harness.report.plots.PlotFile` s.
 
@@ -276,6 +301,9 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
         cached = cache_line(summary)
         if cached is not None:
             doc.add(Paragraph(cached))
+        forked = subagents_line(summary)
+        if forked is not None:
+            doc.add(Paragraph(forked))
         comp = comparison_table(run)
         if comp is not None:
             doc.add(Heading("Speedup between transports"), comp)

@@ -58,6 +58,7 @@ def client_options(
     recover_from: str = "full",
     shaping: Mapping[str, Any] | None = None,
     tokenizer: str = "4-chars",
+    ws_subagents: str | None = None,
 ) -> dict[str, Any]:
     """The manifest's ``client_options``: the client settings that can change a measurement.
 
@@ -76,6 +77,9 @@ def client_options(
     }
     if shaping is not None:
         out["shaping"] = dict(shaping)
+    if ws_subagents is not None:
+        # --ws-subagents, only when given (else the scenario's rollout.subagents.ws decides)
+        out["ws_subagents"] = ws_subagents
     return out
 
 

@@ -39,10 +39,10 @@ from harness.run.server_scrape import ServerScraper, embedded_metrics_url
 from harness.transports import Transport, TransportOptions, make_transport
 from harness.wire.errors import ResultsError
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
-from harness.workload.plan import RolloutPlan
+from harness.workload.plan import RolloutPlan, conversations
 from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
-from harness.workload.scenario import Load, Scenario
+from harness.workload.scenario import Load, RolloutConfig, Scenario
 
 # How often live counters are handed to the progress display.
 PROGRESS_TICK_S = 0.25
@@ -96,6 +96,8 @@ class RunOptions:
     # --slice-s: the report's time-slice width, kept in manifest.json so `loopbench report`
     # rebuilds the same slices (None: automatic)
     slice_s: float | None = None
+    # --ws-subagents: connection or lanes; None: the scenario's rollout.subagents.ws
+    ws_subagents: str | None = None
 
     def client_options(self) -> dict[str, Any]:
         return client_options(
@@ -107,6 +109,7 @@ class RunOptions:
             recover_from=self.recover_from,
             shaping=self.shaping.describe(),
             tokenizer=self.tokens.name,
+            ws_subagents=self.ws_subagents,
         )
 
 
@@ -118,8 +121,23 @@ class RunResult:
     measurement: Measurement | None = None
 
 
-def transport_options(base_url: str, opts: RunOptions, load: Load) -> TransportOptions:
-    """The asyncio client's settings for one target: ``opts`` and a pool sized to the load."""
+def transport_options(
+    base_url: str,
+    opts: RunOptions,
+    load: Load,
+    rollout: RolloutConfig | None = None,
+    plans: Sequence[RolloutPlan] = (),
+) -> TransportOptions:
+    """The asyncio client's settings for one target: ``opts`` and a pool sized to the load
+    (and to the most conversations one of ``plans`` runs, sub-agents included)."""
+    # A rollout's sub-agents send at the same time as it: no request may queue for a connection.
+    widest = max(
+        (len(conversations(p)) for p in plans if any(t.subagents for t in p.turns)), default=1
+    )
+    ws_subagents = opts.ws_subagents
+    if ws_subagents is None:
+        subagents = rollout.subagents if rollout is not None else None
+        ws_subagents = subagents.ws if subagents is not None else "connection"
     return TransportOptions(
         base_url=base_url,
         api_key=opts.api_key,
@@ -127,10 +145,11 @@ def transport_options(base_url: str, opts: RunOptions, load: Load) -> TransportO
         verify_tls=opts.verify_tls,
         cache_control=opts.cache_control,
         request_timeout_s=opts.request_timeout_s,
-        max_connections=pool_size(load),
+        max_connections=pool_size(load) * widest,
         recover_from=opts.recover_from,
         shaping=opts.shaping,
         tokens=opts.tokens,
+        ws_subagents=ws_subagents,
     )
 
 
@@ -258,7 +277,7 @@ async def run_plans(
     transports = run.transports
     if progress is None and printer is not None:
         progress = LineProgress(printer, interval_s=1.0)
-    options = transport_options(base_url, opts, scenario.load)
+    options = transport_options(base_url, opts, scenario.load, scenario.rollout, plans)
     rounds = _rounds(plans, scenario)
     duration = pass_duration(scenario.load, len(rounds))
     # Built once, before the watch starts, and shared by the rounds: importing a

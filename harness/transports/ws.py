@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from harness.transports.http import HttpTransport, compact
 from harness.transports.tls import tls_context
 from harness.transports.ws_stamp import StampedConnection, arrival_ns
 from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
+from harness.wire.events import dumps
 from harness.wire.sse import MAX_EVENT_BYTES
 from harness.wire.transports import TransportSpec, transport_spec
 from harness.workload.agent import TurnInput
@@ -183,7 +185,11 @@ class WsTransport:
             self._http = HttpTransport(transport_spec("http"), self.options)
         return self._http
 
-    async def session(self, rollout_key: str | None = None) -> WsSession:
+    async def session(self, rollout_key: str | None = None) -> WsSession | WsLaneSession:
+        # A paused ws-append response is bound to its connection's default lane: that
+        # prototype keeps a connection per conversation.
+        if self.options.ws_subagents == "lanes" and not self.spec.append:
+            return WsLaneSession(LaneMux(self, rollout_key), None)
         return WsSession(self, rollout_key)
 
     async def aclose(self) -> None:
@@ -250,3 +256,155 @@ class WsSession:
 
     async def close(self) -> None:
         await self._drop()
+
+
+#: where a lane's events name it (docs/protocol.md §2.4: every event of a named lane echoes
+#: its stream_id; an escaped quote inside a text delta cannot match)
+_LANE_RE = re.compile(r'"stream_id":\s*"([^"]*)"')
+
+
+def lane_of(raw: str | bytes) -> str | None:
+    """The lane an event belongs to (None: the default lane, or the connection)."""
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+    match = _LANE_RE.search(text)
+    return match.group(1) if match else None
+
+
+class LaneMux:
+    """One WebSocket connection shared by a rollout's conversations, each on its lane.
+
+    The root conversation runs on the default lane and each sub-agent on a lane named after
+    it, so their responses stream at the same time on one socket (docs/protocol.md §2.4).
+    A reader task hands each event, stamped when it was read, to its lane's queue; the
+    connection closes when the last conversation is done.
+    """
+
+    def __init__(self, transport: WsTransport, rollout_key: str | None) -> None:
+        self.t = transport
+        self.rollout_key = rollout_key
+        self.conn: ClientConnection | None = None
+        self.queues: dict[str | None, asyncio.Queue[tuple[str | bytes | None, int]]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._opening = asyncio.Lock()
+
+    async def connection(self, rec: TurnRecord, url: str) -> ClientConnection:
+        async with self._opening:
+            if self.conn is None:
+                conn, stamps = await open_ws_timed(self.t.options, url, self.rollout_key)
+                rec.connected_ns = time.perf_counter_ns()
+                rec.connect_start_ns = stamps.start_ns
+                rec.tcp_connected_ns = stamps.tcp_ns
+                rec.tls_done_ns = stamps.tls_ns
+                rec.new_connection = True
+                self.conn = conn
+                self._reader = asyncio.create_task(self._read(conn))
+            return self.conn
+
+    async def _read(self, conn: ClientConnection) -> None:
+        code = 1006
+        try:
+            async for raw in conn:
+                queue = self.queues.get(lane_of(raw))
+                if queue is not None:
+                    queue.put_nowait((raw, arrival_ns(conn)))
+            code = close_code(conn.protocol.close_rcvd)
+        except websockets.exceptions.ConnectionClosed as exc:
+            code = close_code(exc.rcvd)
+        finally:
+            if self.conn is conn:
+                self.conn = None
+            # Every lane waiting on this connection learns it is gone.
+            for queue in self.queues.values():
+                queue.put_nowait((None, code))
+
+    async def release(self, lane: str | None) -> None:
+        self.queues.pop(lane, None)
+        if self.queues:
+            return
+        conn, self.conn = self.conn, None
+        reader, self._reader = self._reader, None
+        if conn is not None:
+            # Closing a broken socket may fail in many ways; it is gone either way.
+            with contextlib.suppress(Exception):
+                await conn.close()
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+
+
+class WsLaneSession:
+    """One conversation of a rollout on a lane of the rollout's shared connection."""
+
+    def __init__(self, mux: LaneMux, lane: str | None) -> None:
+        self.mux = mux
+        self.stream_id = lane
+        t = mux.t
+        options = t.options
+        self.conv = Conversation(t.spec, options.recover_from, options.shaping, options.tokens)
+        self.compact_headers = session_headers(options.shaping, mux.rollout_key)
+        self.url = options.ws_url + self.conv.ws_query
+        self.queue: asyncio.Queue[tuple[str | bytes | None, int]] = asyncio.Queue()
+        mux.queues[lane] = self.queue
+
+    def lane(self, conversation: int) -> WsLaneSession:
+        """A sub-agent's session: a lane of its own on the same connection."""
+        return WsLaneSession(self.mux, f"subagent-{conversation}")
+
+    async def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
+        if inp.compaction:
+            http = self.mux.t.http
+            headers = [*http.headers, *self.compact_headers]
+            return await compact(http.pool, headers, self.conv, inp, rec)
+        turn = self.conv.ws_turn(inp, rec)
+        timeout_s = self.mux.t.options.request_timeout_s
+        queue = self.queue
+        while True:
+            conn = self.mux.conn or await self.mux.connection(rec, self.url)
+            payload = turn.request()
+            if self.stream_id is not None:
+                # The body is a JSON object: the lane goes in as its first key.
+                payload = f'{{"stream_id":{dumps(self.stream_id).decode()},{payload[1:]}'
+                rec.bytes_sent = len(payload)
+            while not queue.empty():
+                queue.get_nowait()  # what a failed response or a closed connection left
+            stream = turn.start(time.perf_counter_ns())
+            try:
+                try:
+                    await conn.send(payload)
+                except websockets.exceptions.ConnectionClosed as exc:
+                    raise WsClosed(close_code(exc.rcvd)) from exc
+                await _read_lane(queue, stream, timeout_s)
+            except (APIError, WsClosed) as exc:
+                # Raises when the turn must fail; a reconnect opens a new shared connection
+                # once the reader saw this one close.
+                turn.recover(exc)
+                continue
+            return turn.finish()
+
+    async def close(self) -> None:
+        await self.mux.release(self.stream_id)
+
+
+async def _read_lane(
+    queue: asyncio.Queue[tuple[str | bytes | None, int]],
+    stream: ResponseStream,
+    idle_timeout_s: float | None,
+) -> None:
+    """:func:`read_response` for one lane: its events, as the connection's reader stamped them."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(idle_timeout_s) as timer:
+            while True:
+                raw, t_ns = await queue.get()
+                if raw is None:
+                    raise WsClosed(t_ns)
+                if idle_timeout_s:
+                    timer.reschedule(loop.time() + idle_timeout_s)
+                feed_ws_message(stream, raw, t_ns)
+                if stream.done:
+                    return
+    except TimeoutError:
+        raise TransportError(
+            ErrorKind.TIMEOUT, f"WebSocket: no event for {idle_timeout_s:g} s (request_timeout_s)"
+        ) from None

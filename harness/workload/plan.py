@@ -84,3 +84,34 @@ class RolloutPlan:
     @property
     def tool_call_count(self) -> int:
         return sum(t.tool_calls for t in self.turns)
+
+
+def subagent_rollout(parent: RolloutPlan, sub: SubagentPlan) -> RolloutPlan:
+    """A sub-agent's conversation as a plan of its own (the parent's id and tags: its turn
+    records belong to the parent's rollout)."""
+    return RolloutPlan(
+        rollout_id=parent.rollout_id,
+        seed=sub.seed,
+        system_tokens=sub.system_tokens,
+        tool_schema_tokens=sub.tool_schema_tokens,
+        user_prompt_tokens=sub.user_prompt_tokens,
+        turns=sub.turns,
+        start_offset_ns=parent.start_offset_ns,
+        tags=parent.tags,
+    )
+
+
+def conversations(plan: RolloutPlan) -> list[tuple[int, RolloutPlan]]:
+    """Every conversation of ``plan`` as (conversation id, plan): the root (0), then its
+    sub-agents depth-first in fork order."""
+    out: list[tuple[int, RolloutPlan]] = [(0, plan)]
+
+    def walk(conv: RolloutPlan) -> None:
+        for turn in conv.turns:
+            for sub in turn.subagents:
+                child = subagent_rollout(plan, sub)
+                out.append((sub.subagent_id, child))
+                walk(child)
+
+    walk(plan)
+    return out

@@ -92,6 +92,10 @@ class TurnRecord:
     sim_api_post_ms: float = -1.0
     sim_ttft_ms: float = -1.0
     sim_cache: str = ""
+    # the conversation the turn belongs to: 0 the rollout's own, 1.. a sub-agent's id
+    # (plan.SubagentPlan.subagent_id); -1: the root has no parent
+    conversation: int = 0
+    parent_conversation: int = -1
     # gaps between consecutive output deltas (ns); not written to CSV, fed to histograms
     itl_ns: list[int] = field(default_factory=list, repr=False)
 
@@ -118,6 +122,14 @@ class RolloutRecord:
     recovery_ns: int = 0
     recoveries: int = 0
     connections: int = 0
+    # sub-agents (docs/metrics.md §1.7): the conversations the rollout ran (1 without
+    # sub-agents); the time its conversations waited for sub-agents after their own tools were
+    # done (the root's, summed with the waits of sub-agents that are themselves on the critical
+    # path); the critical path: its model turns and the conversations it went through ("0>2>0")
+    conversations: int = 1
+    subagent_wait_ns: int = 0
+    critical_path_turns: int = 0
+    critical_path: str = ""
 
     @property
     def ok(self) -> bool:

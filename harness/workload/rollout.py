@@ -14,12 +14,13 @@ import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from harness.wire.errors import ScenarioError
 from harness.workload.agent import ITEM_OVERHEAD_TOKENS, requested_output_tokens
 from harness.workload.distributions import Distribution
-from harness.workload.plan import RolloutPlan, TurnPlan
-from harness.workload.scenario import RolloutConfig, Scenario
+from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, conversations
+from harness.workload.scenario import RolloutConfig, Scenario, SubagentsConfig
 from harness.workload.schedule import Start, schedule_starts
 from harness.workload.trace import TraceRollout, read_trace, resolve_trace_path, trace_plan
 
@@ -55,15 +56,19 @@ def _ms(dist: Distribution, rng: random.Random) -> float:
     return round(max(0.0, dist.sample(rng)), 3)
 
 
-def _make_rollout(
-    cfg: RolloutConfig, rollout_id: int, seed: int, start: Start, tags: dict[str, str]
-) -> RolloutPlan:
-    rng = random.Random(seed)
-    # Draw order is part of the reproducibility contract: keep it fixed.
-    system = _count(cfg.system_tokens, rng, 0)
-    tool_schema = _count(cfg.tool_schema_tokens, rng, 0)
-    user = _count(cfg.user_prompt_tokens, rng, 1)
-    remaining = _count(cfg.tool_calls, rng, 0)
+class _TurnShape(Protocol):
+    """The fields a conversation's turns are drawn from (the rollout's, or a sub-agent's)."""
+
+    parallel_calls: Distribution
+    think_ms: Distribution
+    step_output_tokens: Distribution
+    tool_output_growth: float
+    tool_latency_ms: Distribution
+    tool_output_tokens: Distribution
+    final_answer_tokens: Distribution
+
+
+def _draw_turns(cfg: _TurnShape, rng: random.Random, remaining: int) -> list[TurnPlan]:
     turns: list[TurnPlan] = []
     step = 0
     while remaining > 0:
@@ -81,6 +86,19 @@ def _make_rollout(
     think = _ms(cfg.think_ms, rng)
     final = _count(cfg.final_answer_tokens, rng, 1)
     turns.append(TurnPlan(step, final, 0, (), (), think))
+    return turns
+
+
+def _make_rollout(
+    cfg: RolloutConfig, rollout_id: int, seed: int, start: Start, tags: dict[str, str]
+) -> RolloutPlan:
+    rng = random.Random(seed)
+    # Draw order is part of the reproducibility contract: keep it fixed.
+    system = _count(cfg.system_tokens, rng, 0)
+    tool_schema = _count(cfg.tool_schema_tokens, rng, 0)
+    user = _count(cfg.user_prompt_tokens, rng, 1)
+    remaining = _count(cfg.tool_calls, rng, 0)
+    turns = _draw_turns(cfg, rng, remaining)
     if cfg.reasoning_tokens is not None:
         # Its own stream: adding reasoning to a scenario leaves every other draw as it was, so
         # the rollouts with and without reasoning are the same rollouts.
@@ -89,6 +107,10 @@ def _make_rollout(
             dataclasses.replace(t, reasoning_tokens=_count(cfg.reasoning_tokens, reasoning_rng, 0))
             for t in turns
         ]
+    if cfg.subagents is not None:
+        # Its own stream too: the parent's turns are those of the same scenario without
+        # sub-agents, except the calls the sub-agents answer.
+        turns = _fork_subagents(cfg.subagents, turns, seed)
     return RolloutPlan(
         rollout_id=rollout_id,
         seed=seed,
@@ -99,6 +121,67 @@ def _make_rollout(
         start_offset_ns=start.offset_ns,
         tags=tags,
     )
+
+
+def _fork_subagents(cfg: SubagentsConfig, turns: list[TurnPlan], seed: int) -> list[TurnPlan]:
+    """Give ``cfg.count`` sub-agents to tool calls of the forking turns (ids in fork order).
+
+    A sub-agent answers one call: that call's output is the sub-agent's result and its own
+    latency is zero (the sub-agent's time replaces it).  More sub-agents than the allowed
+    turns have calls are not forked.
+    """
+    rng = random.Random(derive_seed(seed, "subagents"))
+    allowed = set(cfg.turns) if cfg.turns is not None else None
+    slots = [
+        (t.index, call)
+        for t in turns
+        if not t.final and (allowed is None or t.index in allowed)
+        for call in range(t.tool_calls)
+    ]
+    wanted = min(len(slots), _count(cfg.count, rng, 0))
+    chosen = sorted(rng.sample(slots, wanted))
+    by_turn: dict[int, list[SubagentPlan]] = {}
+    for sub_id, (turn_index, call) in enumerate(chosen, start=1):
+        sub_seed = derive_seed(seed, f"subagent:{sub_id}")
+        sub_rng = random.Random(sub_seed)
+        system = _count(cfg.system_tokens, sub_rng, 0)
+        tool_schema = _count(cfg.tool_schema_tokens, sub_rng, 0)
+        user = _count(cfg.user_prompt_tokens, sub_rng, 1)
+        result = _count(cfg.result_tokens, sub_rng, 1)
+        sub_turns = _draw_turns(cfg, sub_rng, _count(cfg.tool_calls, sub_rng, 0))
+        by_turn.setdefault(turn_index, []).append(
+            SubagentPlan(
+                subagent_id=sub_id,
+                seed=sub_seed,
+                system_tokens=system,
+                tool_schema_tokens=tool_schema,
+                user_prompt_tokens=user,
+                turns=tuple(sub_turns),
+                call_index=call,
+                result_tokens=result,
+                join=cfg.join,
+            )
+        )
+    out: list[TurnPlan] = []
+    for t in turns:
+        subs = by_turn.get(t.index)
+        if not subs:
+            out.append(t)
+            continue
+        latencies = list(t.tool_latency_ms)
+        outputs = list(t.tool_output_tokens)
+        for sub in subs:
+            latencies[sub.call_index] = 0.0
+            outputs[sub.call_index] = sub.result_tokens
+        out.append(
+            dataclasses.replace(
+                t,
+                tool_latency_ms=tuple(latencies),
+                tool_output_tokens=tuple(outputs),
+                subagents=tuple(subs),
+            )
+        )
+    return out
 
 
 def load_scenario_trace(scenario: Scenario) -> list[TraceRollout] | None:
@@ -239,18 +322,25 @@ def check_context_window(scenario: Scenario, plans: Sequence[RolloutPlan]) -> No
     window = scenario.window_tokens
     if scenario.rollout.compact_at_tokens is not None:
         return  # validated below the window: the history is compacted before it gets there
-    for plan in plans:
-        for index, (history, output) in enumerate(context_tokens(plan)):
-            if history + output > window:
+    for root in plans:
+        for conv_id, plan in conversations(root) if _forks(root) else [(0, root)]:
+            for index, (history, output) in enumerate(context_tokens(plan)):
+                if history + output <= window:
+                    continue
+                where = f" sub-agent {conv_id}" if conv_id else ""
                 raise ScenarioError(
                     scenario.source,
                     "context_window_tokens",
                     f"expected rollouts that fit the context window of {window:,} tokens, but "
-                    f"rollout {plan.rollout_id} turn {index} needs {history + output:,} (history "
+                    f"rollout {plan.rollout_id}{where} turn {index} needs {history + output:,} (history "
                     f"{history:,} + requested output {output:,}); set rollout.compact_at_tokens "
                     "below the window, shorten the rollout, or set context_window_tokens to "
                     "your endpoint's",
                 )
+
+
+def _forks(plan: RolloutPlan) -> bool:
+    return any(t.subagents for t in plan.turns)
 
 
 def _check_index(plan: RolloutPlan, turn_index: int) -> None:

@@ -54,6 +54,7 @@ __all__ = [
     "Scenario",
     "ServerConfig",
     "Stage",
+    "SubagentsConfig",
     "TargetConfig",
     "Throughput",
     "ThroughputBurst",
@@ -155,6 +156,76 @@ class ServerConfig(StrictModel):
     )
 
 
+class SubagentsConfig(StrictModel):
+    """Sub-agents a rollout forks (a task tool, a parallel exploration): each answers one tool
+    call of a parent turn with its own conversation, run concurrently (docs/metrics.md §1.7).
+
+    Its shape fields mean what the same fields of ``rollout`` mean, for the sub-agent's own
+    conversation; sub-agents drawn from a scenario do not fork sub-agents of their own.
+    """
+
+    count: NonNegDist = Field(
+        default=ConstantDist(value=1),
+        description="Sub-agents one rollout forks (at most one per tool call of the forking turns).",
+    )
+    turns: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        min_length=1,
+        description="Indexes of the parent's turns that may fork (tool-calling turns only); "
+        "absent: any tool-calling turn, drawn at random.",
+    )
+    join: Literal["wait", "detach"] = Field(
+        default="wait",
+        description="wait: the parent's next turn waits for the sub-agent's result (a task "
+        "tool); detach: the parent goes on, and the rollout ends when the sub-agent does.",
+    )
+    result_tokens: NonNegDist = Field(
+        default=ConstantDist(value=200),
+        description="Tokens of the sub-agent's result: the output of the parent's tool call it answers.",
+    )
+    system_tokens: NonNegDist = Field(
+        default=ConstantDist(value=600), description="Tokens of the sub-agent's system prompt."
+    )
+    tool_schema_tokens: NonNegDist = Field(
+        default=ConstantDist(value=400), description="Tokens of the sub-agent's tool definitions."
+    )
+    user_prompt_tokens: NonNegDist = Field(
+        default=ConstantDist(value=150),
+        description="Tokens of the task the parent gives the sub-agent.",
+    )
+    tool_calls: NonNegDist = Field(
+        default=ConstantDist(value=3), description="Tool calls in one sub-agent's conversation."
+    )
+    parallel_calls: CallsDist = Field(
+        default=ConstantDist(value=1), description="Tool calls a sub-agent's turn asks for."
+    )
+    tool_output_tokens: NonNegDist = Field(
+        default=ConstantDist(value=300), description="Tokens each of its tool calls returns."
+    )
+    tool_output_growth: float = Field(
+        default=1.0, gt=0.0, description="Factor applied to its tool outputs at each step."
+    )
+    tool_latency_ms: NonNegDist = Field(
+        default=ConstantDist(value=100),
+        description="Client time of one of its tool calls, in milliseconds.",
+    )
+    step_output_tokens: NonNegDist = Field(
+        default=ConstantDist(value=60), description="Output tokens of its tool-calling turns."
+    )
+    final_answer_tokens: NonNegDist = Field(
+        default=ConstantDist(value=150), description="Output tokens of its final answer."
+    )
+    think_ms: NonNegDist = Field(
+        default=ConstantDist(value=0), description="Client time before each of its requests, in ms."
+    )
+    ws: Literal["connection", "lanes"] = Field(
+        default="connection",
+        description="How the WebSocket transports run sub-agents: a connection each "
+        "(connection), or lanes (stream_id) on the rollout's connection (lanes); "
+        "--ws-subagents overrides it.",
+    )
+
+
 class RolloutConfig(StrictModel):
     """The shape of one agent rollout; every numeric field accepts a distribution.
 
@@ -228,12 +299,25 @@ class RolloutConfig(StrictModel):
         "the recent items; below the scenario's context_window_tokens. Default: never.",
     )
 
+    subagents: SubagentsConfig | None = Field(
+        default=None,
+        description="Sub-agents each rollout forks, run concurrently with the parent's other "
+        "tool calls (docs/metrics.md §1.7); absent: none.",
+    )
+
     @_model_validator(mode="after")
     def _trace_excludes_distributions(self) -> RolloutConfig:
         # A trace gives every turn; a distribution next to it would be silently unused.
         if self.trace is not None:
             for name in sorted(self.model_fields_set - {"trace", "count", "compact_at_tokens"}):
                 value = getattr(self, name)
+                if name == "subagents":
+                    raise invalid(
+                        name,
+                        "no section next to rollout.trace (a v2 trace gives its own sub-agents, "
+                        "docs/traces.md)",
+                        value.model_dump(mode="json", exclude_unset=True),
+                    )
                 raise invalid(
                     name,
                     "no distribution next to rollout.trace (the trace gives every turn)",
