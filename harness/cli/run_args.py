@@ -26,6 +26,7 @@ from harness.wire.errors import UsageError
 from harness.wire.tokens import TokenConvention
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import load_scenario
+from harness.workload.slo import SLO_FIELDS
 from harness.workload.target import HEADER_NAME, extra_body_problem
 
 
@@ -68,6 +69,48 @@ def add_client_options(p: Any) -> None:
     )
     add_target_options(p)
     add_server_metrics_options(p)
+    add_slo_options(p)
+
+
+def add_slo_options(p: Any) -> None:
+    """``--slo``: the scenario's ``slo:`` thresholds from the command line."""
+    p.add_argument(
+        "--slo",
+        metavar="FIELD=MS,...",
+        help="latency targets the summary's SLO attainment and goodput judge by, over the "
+        f"scenario's slo: section; fields {', '.join(SLO_FIELDS)} (ms), e.g. --slo "
+        "ttft_ms=500,turn_ms=2000 (docs/metrics.md, SLOs and goodput)",
+    )
+
+
+def slo_sets(value: str | None) -> list[str]:
+    """``--slo ttft_ms=500,turn_ms=2000`` -> the overrides ``slo.ttft_ms=500``, ...; a
+    malformed flag is a :class:`UsageError` naming it."""
+    if value is None:
+        return []
+    expected = (
+        f"expected FIELD=MS pairs separated by commas, FIELD one of {', '.join(SLO_FIELDS)} and "
+        "MS a positive number of milliseconds, e.g. --slo ttft_ms=500,turn_ms=2000"
+    )
+    out: list[str] = []
+    seen: set[str] = set()
+    for item in value.split(","):
+        field, sep, raw = item.partition("=")
+        field = field.strip()
+        if not sep or field not in SLO_FIELDS:
+            raise UsageError(f"--slo {value!r}: {item.strip()!r}: {expected}")
+        try:
+            ms = float(raw)
+        except ValueError:
+            ms = float("nan")
+        # "not > 0" also refuses nan
+        if not ms > 0 or ms == float("inf"):
+            raise UsageError(f"--slo {value!r}: {field}: {expected}; got {raw.strip()!r}")
+        if field in seen:
+            raise UsageError(f"--slo {value!r}: {field} given twice")
+        seen.add(field)
+        out.append(f"slo.{field}={ms!r}")
+    return out
 
 
 def add_server_metrics_options(p: Any) -> None:
@@ -218,7 +261,7 @@ def target_flags(args: argparse.Namespace) -> TargetFlags:
 
 def scenario_sets(args: argparse.Namespace) -> list[str]:
     """``--set`` with ``--model`` as one more override (``model=NAME``, quoted as YAML)."""
-    sets = list(args.set)
+    sets = list(args.set) + slo_sets(getattr(args, "slo", None))
     model = getattr(args, "model", None)
     if model is not None:
         sets.append(f"model={json.dumps(model)}")
@@ -311,6 +354,7 @@ def _check_common(args: argparse.Namespace) -> None:
             "http://127.0.0.1:8000/metrics"
         )
     target_flags(args)
+    slo_sets(getattr(args, "slo", None))
     timeout = getattr(args, "request_timeout_s", None)
     # "not > 0" also refuses nan, which compares false with everything.
     if timeout is not None and not timeout > 0:
