@@ -19,7 +19,7 @@ from harness.cli.common import api_key, scenario_overrides
 from harness.client.messages_api import CACHE_CONTROL
 from harness.client.options import RECOVER_FROM
 from harness.client.shaping import RequestShaping, parse_header, redacted
-from harness.report.sweep import parse_sweep_sets
+from harness.report.sweep import parse_sweep_sets, split_values
 from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
 from harness.run.target import TargetFlags
 from harness.wire.errors import UsageError
@@ -311,6 +311,14 @@ def check_run_args(args: argparse.Namespace) -> None:
 def check_sweep_args(args: argparse.Namespace) -> None:
     """``loopbench sweep``: as :func:`check_run_args`; the baseline must be in every variant."""
     _check_common(args)
+    if getattr(args, "search", None) is not None:
+        _check_search(args)
+        return
+    if not args.set:
+        raise UsageError(
+            "sweep: expected --set KEY=V1,V2,... (the swept field and its values), e.g. --set "
+            "load.concurrency=1,2,4,8, or --search goodput"
+        )
     if args.baseline is not None:
         named = _transports(args.transports)
         if named is not None:
@@ -405,3 +413,32 @@ def shaping_line(shaping: RequestShaping, tokens: TokenConvention) -> str:
     if tokens.name != "4-chars":
         parts.append(f"tokenizer {tokens.name}")
     return "request shaping: " + "; ".join(parts) if parts else ""
+
+
+def _check_search(args: argparse.Namespace) -> None:
+    """``sweep --search goodput``: every --set fixes one value; the bounds make sense."""
+    for item in args.set:
+        value = item.partition("=")[2]
+        if len(split_values(value)) > 1:
+            raise UsageError(
+                f"--set {item!r}: with --search the load is chosen by the search; give one "
+                f"value per field (the field searched is --search-param)"
+            )
+    target = args.target_attainment
+    if not 0 < target <= 1:
+        raise UsageError(
+            f"--target-attainment: expected a share above 0 and at most 1, e.g. 0.99, got {target}"
+        )
+    if not args.start > 0:
+        raise UsageError(f"--start: expected a positive load, got {args.start}")
+    if not args.max_load >= args.start:
+        raise UsageError(
+            f"--max-load: expected a load at least --start ({args.start:g}), got {args.max_load:g}"
+        )
+    if args.max_steps < 1:
+        raise UsageError(f"--max-steps: expected a positive number of runs, got {args.max_steps}")
+    if args.baseline is not None:
+        raise UsageError(
+            "--baseline: not used with --search: each step runs one transport, so there is "
+            "nothing to compare within a run"
+        )
