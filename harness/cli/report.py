@@ -167,7 +167,7 @@ def add_parser(sub: Any) -> None:
         choices=("goodput",),
         help="goodput: instead of a list of values, find per transport the highest load whose "
         "SLO attainment stays >= --target-attainment, by doubling then bisection "
-        "(docs/sweeps.md); give the SLO with --slo or the scenario's slo:",
+        "(docs/metrics.md §5); give the SLO with --slo or the scenario's slo:",
     )
     sw.add_argument(
         "--target-attainment",
@@ -199,6 +199,14 @@ def add_parser(sub: Any) -> None:
         default=DEFAULT_MAX_STEPS,
         metavar="N",
         help=f"--search: at most this many runs per transport (default {DEFAULT_MAX_STEPS})",
+    )
+    sw.add_argument(
+        "--rollouts-per-agent",
+        type=int,
+        default=2,
+        metavar="K",
+        help="--search over load.concurrency: each step runs at least K rollouts per agent "
+        "(rollout.count raised to K x agents; default 2)",
     )
     sw.add_argument(
         "--pass-rule",
@@ -364,6 +372,7 @@ def _cmd_goodput_search(args: argparse.Namespace) -> int:
         max_load=args.max_load,
         max_steps=args.max_steps,
         pass_rule=args.pass_rule,
+        rollouts_per_agent=args.rollouts_per_agent,
     )
     shaping, tokens = resolve_target(base, run_args.target_flags(args))
     opts = RunOptions(

@@ -435,6 +435,10 @@ def _check_search(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--max-load: expected a load at least --start ({args.start:g}), got {args.max_load:g}"
         )
+    if args.rollouts_per_agent < 1:
+        raise UsageError(
+            f"--rollouts-per-agent: expected a positive number, got {args.rollouts_per_agent}"
+        )
     if args.max_steps < 1:
         raise UsageError(f"--max-steps: expected a positive number of runs, got {args.max_steps}")
     if args.baseline is not None:

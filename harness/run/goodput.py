@@ -6,7 +6,7 @@ bisection between the highest passing and the lowest failing load, until the two
 one step of resolution apart (1 for a whole number of agents, :data:`RATE_RESOLUTION`
 of the load for an arrival rate) or ``max_steps`` runs were made.
 
-Noise (docs/sweeps.md): a step's attainment is a proportion of a few hundred rollouts
+Noise (docs/metrics.md §5): a step's attainment is a proportion of a few hundred rollouts
 at most, so every step carries its Wilson 95 % interval and a confidence:
 ``confident`` when the whole interval is on one side of the target, ``within noise``
 when it straddles it.  The search moves on the pass rule: ``point`` (default: the
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.metrics.slo import wilson
+from harness.metrics.slo import ci_reason, wilson
 from harness.report.files import Rendered
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
@@ -55,10 +55,11 @@ DEFAULT_TARGET = 0.99
 
 
 def confidence(good: int, n: int, target: float) -> str:
-    """Where the step's Wilson 95 % interval lies against ``target``."""
-    ci = wilson(good, n)
+    """Where the step's Wilson 95 % interval lies against ``target``; no interval (and no
+    confidence) below :data:`~harness.metrics.slo.MIN_ATTAINMENT_N` rollouts."""
+    ci = wilson(good, n) if ci_reason(n) is None else None
     if ci is None:
-        return "no rollouts"
+        return f"no CI (n={n})"
     lo, hi = ci
     if lo >= target:
         return "confident pass"
@@ -71,7 +72,7 @@ def passes(good: int, n: int, target: float, rule: PassRule) -> bool:
     if n == 0:
         return False
     if rule == "ci-lower":
-        ci = wilson(good, n)
+        ci = wilson(good, n) if ci_reason(n) is None else None
         return ci is not None and ci[0] >= target
     return good / n >= target
 
@@ -164,6 +165,10 @@ class SearchSettings:
     max_load: float = 64.0
     max_steps: int = DEFAULT_MAX_STEPS
     pass_rule: PassRule = "point"
+    #: a closed-loop step over load.concurrency runs at least this many rollouts per agent,
+    #: so every agent runs (a step of 32 agents and 5 rollouts would measure 5) and runs
+    #: more than the first rollout, whose turns all start at once
+    rollouts_per_agent: int = 2
 
 
 def default_param(scenario: Scenario) -> str:
@@ -195,7 +200,7 @@ def step_record(summary: dict[str, Any], transport: str, target: float) -> dict[
     good_put = t.get("goodput") or {}
     n = int(slo.get("rollouts") or 0)
     good = int(slo.get("good_rollouts") or 0)
-    ci = wilson(good, n)
+    ci = wilson(good, n) if ci_reason(n) is None else None
     return {
         "rollouts": n,
         "good_rollouts": good,
@@ -244,6 +249,7 @@ def run_goodput_search(
         "start": settings.start,
         "max_load": settings.max_load,
         "max_steps": settings.max_steps,
+        "rollouts_per_agent": settings.rollouts_per_agent,
         "slo": base.slo.thresholds(),
         "steps": [],
         "answers": {},
@@ -255,7 +261,11 @@ def run_goodput_search(
         stopped = False
         while (load := search.next_load()) is not None:
             value = _fmt(load, integer)
-            scenario = load_scenario(scenario_path, {**fixed, settings.param: value})
+            overrides = {**fixed, settings.param: value}
+            if settings.param == "load.concurrency":
+                count = max(base.rollout.count, settings.rollouts_per_agent * int(load))
+                overrides["rollout.count"] = str(count)
+            scenario = load_scenario(scenario_path, overrides)
             run_id = f"{sweep_run_id(index, transport + '-' + slug, value)}"
             index += 1
             if announce is not None:
