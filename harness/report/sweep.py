@@ -363,6 +363,13 @@ def search_answer_line(doc: dict[str, Any]) -> str:
             notes.append(f"{name}'s pass is {a.get('confidence')}")
         if not a.get("converged", True):
             notes.append(f"{name}: step budget spent before the bracket closed")
+        invalid = [
+            _load_text(s["load"], search)
+            for s in search.get("steps") or []
+            if s["transport"] == name and not s.get("valid", True)
+        ]
+        if invalid:
+            notes.append(f"{name}'s runs at {', '.join(invalid)} were INVALID (see their reports)")
     line = ", ".join(parts)
     return line + (f" ({'; '.join(notes)})" if notes else "")
 
@@ -379,6 +386,7 @@ def search_steps_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "goodput tok/s",
         "confidence",
         "step",
+        "valid",
         "run folder",
     ]
     rows = []
@@ -400,6 +408,7 @@ def search_steps_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 fmt(s.get("goodput_tps"), 0),
                 s.get("confidence", ""),
                 "pass" if s.get("passed") else "fail",
+                "yes" if s.get("valid", True) else "NO",
                 s["run_id"],
             ]
         )
@@ -457,7 +466,7 @@ def _search_blocks(doc_json: dict[str, Any], root: Path, plot_paths: list[Path])
         Table(
             headers,
             rows,
-            align="llrrrrrlll",
+            align="llrrrrrllll",
             caption="Each step is one run. A step passes when "
             + (
                 "its attainment reaches the target"
