@@ -353,7 +353,7 @@ def search_answer_line(doc: dict[str, Any]) -> str:
         if load is None:
             text = f"none down to {_load_text(a.get('lowest_fail'), search)}"
         else:
-            text = _load_text(load, search) + (" (the most tried)" if a.get("at_max_load") else "")
+            text = ("at least " if a.get("at_max_load") else "") + _load_text(load, search)
         parts.append(
             f"{name} sustains {text} {unit} at {target} within SLO ({rule})"
             if i == 0
