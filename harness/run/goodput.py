@@ -50,7 +50,7 @@ DEFAULT_PARAM = {"closed": "load.concurrency", "open": "load.arrival.rate"}
 INTEGER_PARAMS = ("load.concurrency", "load.max_in_flight")
 #: bisection over a rate stops when the bracket is this fraction of the passing load
 RATE_RESOLUTION = 0.1
-DEFAULT_MAX_STEPS = 10
+DEFAULT_MAX_STEPS = 12
 DEFAULT_TARGET = 0.99
 
 
