@@ -448,8 +448,15 @@ def plot_attainment_vs_load(doc: dict[str, Any]) -> Figure | None:
     ax.set_xlabel(f"{search.get('param', 'load')} (offered load)")
     ax.set_ylabel("rollouts within SLO (%)")
     xs = sorted({s["load"] for s in steps})
-    if is_geometric(xs) or (len(xs) > 2 and xs[-1] / xs[0] >= 8):
+    if is_geometric(xs) or (len(xs) > 2 and xs[0] > 0 and xs[-1] / xs[0] >= 8):
         ax.set_xscale("log", base=2)
+        # bisection packs loads close together: label only those a readable distance apart
+        ticks: list[float] = []
+        for x in xs:
+            if not ticks or x >= ticks[-1] * 1.12:
+                ticks.append(x)
+        ax.set_xticks(ticks, [_load_text(x, search) for x in ticks])
+        ax.minorticks_off()
     ax.set_ylim(top=101)
     ax.legend(loc="best", fontsize=8)
     ax.set_title("SLO attainment vs offered load (bars: Wilson 95 % CI; dotted: the answer)")

@@ -242,7 +242,11 @@ def run_goodput_search(
     doc["search"] = {
         "kind": "goodput",
         "param": settings.param,
-        "unit": "agents" if settings.param == "load.concurrency" else slug,
+        "unit": "agents"
+        if settings.param == "load.concurrency"
+        else "rollouts/s"
+        if settings.param == "load.arrival.rate"
+        else f"({settings.param})",
         "integer": integer,
         "target": settings.target,
         "pass_rule": settings.pass_rule,
