@@ -22,6 +22,7 @@ from harness.cli.common import (
     epilog,
     examples,
     parse_transports,
+    scenario_overrides,
     transports_epilog,
 )
 from harness.report.compare import (
@@ -38,8 +39,23 @@ from harness.report.files import write_text_atomic
 from harness.report.rebuild import needs_rebuild, rebuild_summary, rebuilt_note
 from harness.report.render import render_run
 from harness.report.results import Run, load_run
-from harness.report.sweep import is_sweep, parse_sweep_sets, sweep_table
+from harness.report.sweep import (
+    is_sweep,
+    load_sweep,
+    parse_sweep_sets,
+    search_answer_line,
+    search_steps_rows,
+    sweep_table,
+)
 from harness.report.verdict import verdict_line as run_verdict_line
+from harness.run.goodput import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_TARGET,
+    PASS_RULES,
+    SearchSettings,
+    default_param,
+    run_goodput_search,
+)
 from harness.run.runner import RunOptions
 from harness.run.sweep import run_sweep
 from harness.run.target import resolve_target
@@ -139,6 +155,7 @@ def add_parser(sub: Any) -> None:
             examples(
                 "loopbench sweep quickstart --set load.concurrency=1,2,4,8",
                 "loopbench sweep tiny --set load.concurrency=1,4 --transports http,ws",
+                "loopbench sweep many-agents --search goodput --slo ttft_ms=500 --max-load 64",
             ),
             transports_epilog(),
         ),
@@ -149,9 +166,62 @@ def add_parser(sub: Any) -> None:
         "--set",
         action="append",
         default=[],
-        required=True,
         metavar="KEY=V1,V2,...",
-        help="the swept field with its values; more --set KEY=VALUE fix other fields",
+        help="the swept field with its values; more --set KEY=VALUE fix other fields (with "
+        "--search, every --set fixes a field)",
+    )
+    sw.add_argument(
+        "--search",
+        choices=("goodput",),
+        help="goodput: instead of a list of values, find per transport the highest load whose "
+        "SLO attainment stays >= --target-attainment, by doubling then bisection "
+        "(docs/metrics.md §5); give the SLO with --slo or the scenario's slo:",
+    )
+    sw.add_argument(
+        "--target-attainment",
+        type=float,
+        default=DEFAULT_TARGET,
+        metavar="SHARE",
+        help=f"--search: the share of rollouts within the SLO a load must keep (default "
+        f"{DEFAULT_TARGET:g})",
+    )
+    sw.add_argument(
+        "--search-param",
+        metavar="KEY",
+        help="--search: the load field (default load.concurrency for a closed loop, "
+        "load.arrival.rate for an open one)",
+    )
+    sw.add_argument(
+        "--start", type=float, default=1.0, help="--search: the first load tried (default 1)"
+    )
+    sw.add_argument(
+        "--max-load",
+        type=float,
+        default=64.0,
+        metavar="N",
+        help="--search: the highest load tried (default 64)",
+    )
+    sw.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        metavar="N",
+        help=f"--search: at most this many runs per transport (default {DEFAULT_MAX_STEPS})",
+    )
+    sw.add_argument(
+        "--rollouts-per-agent",
+        type=int,
+        default=2,
+        metavar="K",
+        help="--search over load.concurrency: each step runs at least K rollouts per agent "
+        "(rollout.count raised to K x agents; default 2)",
+    )
+    sw.add_argument(
+        "--pass-rule",
+        choices=PASS_RULES,
+        default="point",
+        help="--search: a step passes when its attainment reaches the target (point, "
+        "default) or when its 95 %% interval's lower bound does (ci-lower)",
     )
     sw.add_argument("--transports", help="comma-separated transports (default: the scenario's)")
     sw.add_argument(
@@ -262,6 +332,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     run_args.check_sweep_args(args)
+    if args.search is not None:
+        return _cmd_goodput_search(args)
     args.set = run_args.scenario_sets(args)
     key, values, fixed = parse_sweep_sets(args.set)
     # target: is not swept: the first variant's section shapes every run
@@ -302,6 +374,61 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             "rollouts_per_s",
         ]
         print(table[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    if result.rendered is not None:
+        print(f"report: {result.rendered.report_html}")
+    print(f"sweep: {result.path}")
+    return EXIT_OK
+
+
+def _cmd_goodput_search(args: argparse.Namespace) -> int:
+    sets = run_args.scenario_sets(args)
+    fixed = scenario_overrides(sets) or {}
+    base = load_scenario(args.scenario, fixed)
+    settings = SearchSettings(
+        param=args.search_param or default_param(base),
+        target=args.target_attainment,
+        start=args.start,
+        max_load=args.max_load,
+        max_steps=args.max_steps,
+        pass_rule=args.pass_rule,
+        rollouts_per_agent=args.rollouts_per_agent,
+    )
+    shaping, tokens = resolve_target(base, run_args.target_flags(args))
+    opts = RunOptions(
+        transports=parse_transports(args.transports),
+        target=args.target,
+        results_root=Path(args.out),
+        baseline=args.baseline,
+        shaping=shaping,
+        tokens=tokens,
+        **run_args.client_run_options(args),
+    )
+    quiet = args.quiet
+
+    def printer(line: str) -> None:
+        if not quiet:
+            print(line.rstrip("\n"), file=sys.stderr, flush=True)
+
+    with run_args.live_export(args) as opts.live:
+        result = run_goodput_search(
+            str(args.scenario),
+            fixed,
+            settings,
+            opts,
+            sweep_id=args.sweep_id,
+            printer=printer,
+            announce=lambda s: print(s, file=sys.stderr, flush=True),
+        )
+    doc = load_sweep(result.path)
+    headers, rows = search_steps_rows(doc)
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    table = Table(title="goodput search steps", title_justify="left")
+    for h in headers:
+        table.add_column(h)
+    for row in rows:
+        table.add_row(*(escape(c) for c in row))
+    console.print(table)
+    print(search_answer_line(doc))
     if result.rendered is not None:
         print(f"report: {result.rendered.report_html}")
     print(f"sweep: {result.path}")

@@ -19,13 +19,14 @@ from harness.cli.common import api_key, scenario_overrides
 from harness.client.messages_api import CACHE_CONTROL
 from harness.client.options import RECOVER_FROM, WS_SUBAGENTS
 from harness.client.shaping import RequestShaping, parse_header, redacted
-from harness.report.sweep import parse_sweep_sets
+from harness.report.sweep import parse_sweep_sets, split_values
 from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
 from harness.run.target import TargetFlags
 from harness.wire.errors import UsageError
 from harness.wire.tokens import TokenConvention
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import load_scenario
+from harness.workload.slo import SLO_FIELDS
 from harness.workload.target import HEADER_NAME, extra_body_problem
 
 
@@ -78,6 +79,7 @@ def add_client_options(p: Any) -> None:
     )
     add_target_options(p)
     add_server_metrics_options(p)
+    add_slo_options(p)
     add_slice_option(p)
 
 
@@ -92,6 +94,47 @@ def add_slice_option(p: Any) -> None:
         "output tokens/s, errors/s); default: at most 60 slices over the longest pass, at least "
         "0.1 s wide",
     )
+
+
+def add_slo_options(p: Any) -> None:
+    """``--slo``: the scenario's ``slo:`` thresholds from the command line."""
+    p.add_argument(
+        "--slo",
+        metavar="FIELD=MS,...",
+        help="latency targets the summary's SLO attainment and goodput judge by, over the "
+        f"scenario's slo: section; fields {', '.join(SLO_FIELDS)} (ms), e.g. --slo "
+        "ttft_ms=500,turn_ms=2000 (docs/metrics.md, SLOs and goodput)",
+    )
+
+
+def slo_sets(value: str | None) -> list[str]:
+    """``--slo ttft_ms=500,turn_ms=2000`` -> the overrides ``slo.ttft_ms=500``, ...; a
+    malformed flag is a :class:`UsageError` naming it."""
+    if value is None:
+        return []
+    expected = (
+        f"expected FIELD=MS pairs separated by commas, FIELD one of {', '.join(SLO_FIELDS)} and "
+        "MS a positive number of milliseconds, e.g. --slo ttft_ms=500,turn_ms=2000"
+    )
+    out: list[str] = []
+    seen: set[str] = set()
+    for item in value.split(","):
+        field, sep, raw = item.partition("=")
+        field = field.strip()
+        if not sep or field not in SLO_FIELDS:
+            raise UsageError(f"--slo {value!r}: {item.strip()!r}: {expected}")
+        try:
+            ms = float(raw)
+        except ValueError:
+            ms = float("nan")
+        # "not > 0" also refuses nan
+        if not ms > 0 or ms == float("inf"):
+            raise UsageError(f"--slo {value!r}: {field}: {expected}; got {raw.strip()!r}")
+        if field in seen:
+            raise UsageError(f"--slo {value!r}: {field} given twice")
+        seen.add(field)
+        out.append(f"slo.{field}={ms!r}")
+    return out
 
 
 def add_server_metrics_options(p: Any) -> None:
@@ -242,7 +285,7 @@ def target_flags(args: argparse.Namespace) -> TargetFlags:
 
 def scenario_sets(args: argparse.Namespace) -> list[str]:
     """``--set`` with ``--model`` as one more override (``model=NAME``, quoted as YAML)."""
-    sets = list(args.set)
+    sets = list(args.set) + slo_sets(getattr(args, "slo", None))
     model = getattr(args, "model", None)
     if model is not None:
         sets.append(f"model={json.dumps(model)}")
@@ -294,6 +337,14 @@ def check_run_args(args: argparse.Namespace) -> None:
 def check_sweep_args(args: argparse.Namespace) -> None:
     """``loopbench sweep``: as :func:`check_run_args`; the baseline must be in every variant."""
     _check_common(args)
+    if getattr(args, "search", None) is not None:
+        _check_search(args)
+        return
+    if not args.set:
+        raise UsageError(
+            "sweep: expected --set KEY=V1,V2,... (the swept field and its values), e.g. --set "
+            "load.concurrency=1,2,4,8, or --search goodput"
+        )
     if args.baseline is not None:
         named = _transports(args.transports)
         if named is not None:
@@ -340,6 +391,7 @@ def _check_common(args: argparse.Namespace) -> None:
             "http://127.0.0.1:8000/metrics"
         )
     target_flags(args)
+    slo_sets(getattr(args, "slo", None))
     timeout = getattr(args, "request_timeout_s", None)
     # "not > 0" also refuses nan, which compares false with everything.
     if timeout is not None and not timeout > 0:
@@ -390,3 +442,36 @@ def shaping_line(shaping: RequestShaping, tokens: TokenConvention) -> str:
     if tokens.name != "4-chars":
         parts.append(f"tokenizer {tokens.name}")
     return "request shaping: " + "; ".join(parts) if parts else ""
+
+
+def _check_search(args: argparse.Namespace) -> None:
+    """``sweep --search goodput``: every --set fixes one value; the bounds make sense."""
+    for item in args.set:
+        value = item.partition("=")[2]
+        if len(split_values(value)) > 1:
+            raise UsageError(
+                f"--set {item!r}: with --search the load is chosen by the search; give one "
+                f"value per field (the field searched is --search-param)"
+            )
+    target = args.target_attainment
+    if not 0 < target <= 1:
+        raise UsageError(
+            f"--target-attainment: expected a share above 0 and at most 1, e.g. 0.99, got {target}"
+        )
+    if not args.start > 0:
+        raise UsageError(f"--start: expected a positive load, got {args.start}")
+    if not args.max_load >= args.start:
+        raise UsageError(
+            f"--max-load: expected a load at least --start ({args.start:g}), got {args.max_load:g}"
+        )
+    if args.rollouts_per_agent < 1:
+        raise UsageError(
+            f"--rollouts-per-agent: expected a positive number, got {args.rollouts_per_agent}"
+        )
+    if args.max_steps < 1:
+        raise UsageError(f"--max-steps: expected a positive number of runs, got {args.max_steps}")
+    if args.baseline is not None:
+        raise UsageError(
+            "--baseline: not used with --search: each step runs one transport, so there is "
+            "nothing to compare within a run"
+        )

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.metrics import definitions as D
-from harness.metrics import token_counts
+from harness.metrics import slo, token_counts
 from harness.report.files import TOO_FEW_MARK, fmt, fmt_ci, fmt_stat, too_few_note
 from harness.report.verdict import verdict_kind, verdict_line
 from harness.run.progress import schedule_table, titled_table
@@ -236,6 +236,8 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console | Non
         console.print(table)
     if tokens := token_counts.line(summary):
         console.print(Text(tokens))
+    if slo_line := slo.line(summary):
+        console.print(Text(slo_line))
     for line in summary.get("warnings", []):
         console.print(Text.assemble(("warning: ", "bold yellow"), line))
     if not summary.get("valid", True):

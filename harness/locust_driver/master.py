@@ -12,6 +12,7 @@ share and event-loop lag, judged as a ``--procs`` child's would be.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -109,6 +110,7 @@ class MasterSide:
             target=opts.target,
             model=scenario.model,
             warmup_rollouts=scenario.load.warmup_rollouts,
+            slo=json.dumps(scenario.slo.thresholds()),
             keepalive=opts.keepalive,
             verify_tls=opts.verify_tls,
             api_key_env=opts.api_key_env,

@@ -56,6 +56,9 @@ class RunConfig:
     #: the tokenizer.json the master resolved ("" for 4 characters a token); each worker
     #: loads it, so a remote worker needs the same path
     tokenizer: str = ""
+    #: the scenario's SLO thresholds as JSON ({field: ms}; "" for none): every accumulator of
+    #: a run judges records by the same ones, or they do not merge
+    slo: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)

@@ -14,6 +14,7 @@ with the run's validity rules.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -86,7 +87,13 @@ class WorkerSide:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def begin(self, config: RunConfig) -> None:
-        self.run = WorkerRun(config, Accumulator(warmup_rollouts=config.warmup_rollouts))
+        self.run = WorkerRun(
+            config,
+            Accumulator(
+                warmup_rollouts=config.warmup_rollouts,
+                slo=json.loads(config.slo) if config.slo else None,
+            ),
+        )
         self._send(MSG_HELLO, {"run_id": config.run_id, "pid": os.getpid()})
         self._shipper = gevent.spawn(self._ship_forever)
         self._watchdog = gevent.spawn(_watch_loop, self.run.loop_lag)

@@ -49,6 +49,9 @@ ROLLOUT_OK = OK_ROLLOUT_STATUSES
 
 #: percentile statistics by name; "mean", "peak" are the other statistics a metric may name
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+#: the other statistics: of a histogram (mean, peak, count), of sums (ratio), and the SLO's
+#: run-level shares and rate (harness/metrics/slo.py)
+RUN_LEVEL_STATS = ("mean", "peak", "count", "ratio", "attainment", "turn attainment", "tok/s")
 
 _FIELDS: dict[RecordKind, frozenset[str]] = {
     "turn": frozenset(f.name for f in fields(TurnRecord)),
@@ -63,8 +66,8 @@ class Stat:
     """One number a metric puts in ``summary.json``: ``transports.<t>.<group>.<key>``."""
 
     key: str
-    #: p50, p90, p99, mean, peak, count (records taken) or ratio (of two sums): what is
-    #: computed, how tables name it
+    #: p50, p90, p99, mean, peak, count (records taken), ratio (of two sums) or one of the
+    #: SLO's (RUN_LEVEL_STATS): what is computed, how tables name it
     name: str
 
 
@@ -470,6 +473,44 @@ METRICS: list[Metric] = [
         report=(("p50", 2), ("p99", 2)),
         report_table="throughput",
     ),
+    # the share of rollouts (and of turns) that meet the scenario's slo: section, with a
+    # Wilson 95 % interval; without thresholds, the success rate (harness/metrics/slo.py,
+    # docs/metrics.md "SLOs and goodput"); the gate reads e.g. ws.slo.rollout_attainment
+    Metric(
+        "slo_attainment",
+        "SLO",
+        "ratio",
+        False,
+        "slo",
+        (Stat("rollout_attainment", "attainment"), Stat("turn_attainment", "turn attainment")),
+        notes=(
+            "rollouts",
+            "good_rollouts",
+            "rollout_attainment_ci95",
+            "turns",
+            "good_turns",
+            "turn_attainment_ci95",
+            "ci_reason",
+            "thresholds",
+        ),
+        report=(("rollout_attainment", 3), ("turn_attainment", 3)),
+        report_table="throughput",
+        cli=("rollout_attainment",),
+    ),
+    # output tokens of good rollouts per second of the run's span (first rollout's intended
+    # start to the last one's end), and good rollouts per second in the same group
+    Metric(
+        "goodput_tps",
+        "goodput",
+        "tok/s",
+        False,
+        "goodput",
+        (Stat("goodput_tps", "tok/s"),),
+        notes=("good_rollouts_per_s", "good_output_tokens", "span_s"),
+        report=(("goodput_tps", 0),),
+        report_table="throughput",
+        cli=("goodput_tps",),
+    ),
 ]
 
 #: server-modelled parts of a turn (``sim_timing``, mean over turns that reported it), in
@@ -731,7 +772,7 @@ def validate(metrics: Sequence[Metric] | None = None) -> None:
             if key not in keys:
                 raise ValueError(f"metric {m.name}: shows {key!r}, not one of its stats")
         for s in m.stats:
-            if s.name not in PERCENTILES and s.name not in ("mean", "peak", "count", "ratio"):
+            if s.name not in PERCENTILES and s.name not in RUN_LEVEL_STATS:
                 raise ValueError(f"metric {m.name}: unknown statistic {s.name!r}")
         if m.record is not None:
             _on_record(m, m.when)

@@ -41,6 +41,7 @@ from typing import Any
 
 from harness.metrics import cache, honesty, subagents, token_counts
 from harness.metrics import definitions as D
+from harness.metrics import slo as _slo
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
 from harness.metrics.stats import paired_speedup, unpaired_speedup
@@ -131,6 +132,11 @@ class _TransportStats:
         "rollouts",
         "sim_n",
         "sim_sum",
+        "slo_first_ns",
+        "slo_good_turns",
+        "slo_last_ns",
+        "slo_rollouts",
+        "slo_turns",
         "subagents",
         "token_counts",
         "tool_ns",
@@ -169,6 +175,15 @@ class _TransportStats:
         self.output_tokens = 0
         self.token_counts = token_counts.new_counts()
         self.subagents = subagents.new_counts()
+        # SLO attainment and goodput (harness/metrics/slo.py), per rollout (round, id) ->
+        # [a turn missed (0/1), output tokens, the rollout record's verdict: -1 not seen yet,
+        # 0 failed or too slow, 1 within]; judged when the summary is made, so a rollout's
+        # turns and record may reach different accumulators that merge later
+        self.slo_rollouts: dict[tuple[int, int], list[int]] = {}
+        self.slo_turns = 0
+        self.slo_good_turns = 0
+        self.slo_first_ns: int | None = None
+        self.slo_last_ns: int | None = None
 
     def set_histograms(self, hists: list[Any]) -> None:
         self.hists = hists
@@ -225,6 +240,15 @@ class _TransportStats:
         self.output_tokens += o.output_tokens
         token_counts.merge(self.token_counts, o.token_counts)
         subagents.merge(self.subagents, o.subagents)
+        self.slo_turns += o.slo_turns
+        self.slo_good_turns += o.slo_good_turns
+        self.slo_first_ns = _opt(min, self.slo_first_ns, o.slo_first_ns)
+        self.slo_last_ns = _opt(max, self.slo_last_ns, o.slo_last_ns)
+        for key, (missed, tokens, verdict) in o.slo_rollouts.items():
+            mine = self.slo_rollouts.setdefault(key, [0, 0, -1])
+            mine[0] |= missed
+            mine[1] += tokens
+            mine[2] = max(mine[2], verdict)
         clash = self.rollout_latency_ns.keys() & o.rollout_latency_ns.keys()
         if clash:
             rnd, rid = min(clash)
@@ -241,7 +265,9 @@ class Accumulator:
     ignored.  ``burst_window_s``: the sliding window the transport used for
     ``TurnRecord.burst_tokens_max``.  ``t0_ns``: origin of the per-second
     aggregate-TPS buckets (the run's start on the records' clock), so buckets of
-    processes with different monotonic clocks line up when merged.
+    processes with different monotonic clocks line up when merged.  ``slo``: the
+    thresholds of the scenario's ``slo:`` section (field -> ms, the ones set), which
+    the summary's attainment and goodput judge records by.
     """
 
     def __init__(
@@ -250,6 +276,7 @@ class Accumulator:
         warmup_rollouts: int = 0,
         burst_window_s: float = BURST_WINDOW_NS / 1e9,
         t0_ns: int = 0,
+        slo: Mapping[str, float] | None = None,
     ) -> None:
         if burst_window_s <= 0:
             raise ValueError(f"burst_window_s: expected a positive number, got {burst_window_s}")
@@ -261,6 +288,9 @@ class Accumulator:
         self._layout = layout = _layout()
         self._add_turn = layout.adders["turn"]
         self._add_rollout = layout.adders["rollout"]
+        self.slo = dict(slo or {})
+        self._turn_meets = _slo.compile_turn_check(self.slo)
+        self._rollout_meets = _slo.compile_rollout_check(self.slo)
 
     def _stats(self, transport: str) -> _TransportStats:
         stats = self._by_transport.get(transport)
@@ -298,6 +328,18 @@ class Accumulator:
             )
         ):
             t.burst_tokens_max = rec.burst_tokens_max
+        # a compaction is judged by the rollout's latency, not as a turn of the model
+        met = rec.status in D.TURN_OK
+        if not rec.compaction:
+            met = self._turn_meets(rec)
+            t.slo_turns += 1
+            t.slo_good_turns += met
+        pending = t.slo_rollouts.get((rec.round, rec.rollout_id))
+        if pending is None:
+            pending = t.slo_rollouts[(rec.round, rec.rollout_id)] = [0, 0, -1]
+        if not met:
+            pending[0] = 1
+        pending[1] += n_out
         if not self._add_turn(rec, t.turn_h, t.rollout_latency_ns, t.sim_sum, t.sim_n):
             t.turn_errors += 1
             kind = rec.error_kind or rec.status
@@ -338,6 +380,15 @@ class Accumulator:
         t.recovery_ns += rec.recovery_ns
         t.rollout_turns += rec.turns
         subagents.add(t.subagents, rec)
+        judged = t.slo_rollouts.get((rec.round, rec.rollout_id))
+        if judged is None:
+            judged = t.slo_rollouts[(rec.round, rec.rollout_id)] = [0, 0, -1]
+        judged[2] = int(self._rollout_meets(rec))
+        start = rec.intended_start_ns or rec.start_ns
+        if start > 0:
+            t.slo_first_ns = _opt(min, t.slo_first_ns, start)
+        if rec.end_ns > 0:
+            t.slo_last_ns = _opt(max, t.slo_last_ns, rec.end_ns)
         if not self._add_rollout(rec, t.rollout_h, t.rollout_latency_ns):
             t.rollout_errors += 1
             if not rec.errors:
@@ -365,6 +416,10 @@ class Accumulator:
             raise ValueError(
                 f"accumulator merge: expected burst_window_s={self.burst_window_s}, "
                 f"got {other.burst_window_s}"
+            )
+        if other.slo != self.slo:
+            raise ValueError(
+                f"accumulator merge: expected the SLO thresholds {self.slo}, got {other.slo}"
             )
         if other._layout is not self._layout:
             raise ValueError("accumulator merge: the two accumulators use different metric tables")
@@ -440,12 +495,15 @@ class Accumulator:
                 "rollout_latency_ns": [[r, i, ns] for (r, i), ns in t.rollout_latency_ns.items()],
                 "cache_by_turn": t.cache_by_turn,
                 "output_tokens": t.output_tokens,
+                "slo": [t.slo_turns, t.slo_good_turns, t.slo_first_ns, t.slo_last_ns],
+                "slo_rollouts": [[r, i, *v] for (r, i), v in t.slo_rollouts.items()],
             }
         return {
             "format_version": FORMAT_VERSION,
             "warmup_rollouts": self.warmup_rollouts,
             "burst_window_s": self.burst_window_s,
             "t0_ns": self.t0_ns,
+            "slo": self.slo,
             "transports": transports,
         }
 
@@ -460,6 +518,7 @@ class Accumulator:
             warmup_rollouts=int(state["warmup_rollouts"]),
             burst_window_s=float(state["burst_window_s"]),
             t0_ns=int(state["t0_ns"]),
+            slo={str(k): float(v) for k, v in (state.get("slo") or {}).items()},
         )
         for name, d in state["transports"].items():
             t = acc._stats(name)
@@ -493,6 +552,12 @@ class Accumulator:
             }
             cache.merge(t.cache_by_turn, d.get("cache_by_turn", []))
             t.output_tokens = int(d.get("output_tokens", 0))
+            if "slo" in d:
+                t.slo_turns, t.slo_good_turns, t.slo_first_ns, t.slo_last_ns = d["slo"]
+                t.slo_rollouts = {
+                    (int(r), int(i)): [int(m), int(n), int(v)]
+                    for r, i, m, n, v in d["slo_rollouts"]
+                }
         return acc
 
     # -- summary -----------------------------------------------------------------------------
@@ -636,6 +701,17 @@ class Accumulator:
             return dict(sorted(t.errors_by_kind.items()))
         if m.name == "cached_ratio":
             return cache.group(t.cache_by_turn)
+        if m.name == "slo_attainment":
+            good = sum(1 for missed, _, v in t.slo_rollouts.values() if v == 1 and not missed)
+            return _slo.attainment_group(t.rollouts, good, t.slo_turns, t.slo_good_turns, self.slo)
+        if m.name == "goodput_tps":
+            span = (
+                t.slo_last_ns - t.slo_first_ns
+                if t.slo_first_ns is not None and t.slo_last_ns is not None
+                else 0
+            )
+            tokens = [n for missed, n, v in t.slo_rollouts.values() if v == 1 and not missed]
+            return _slo.goodput_group(len(tokens), sum(tokens), span)
         raise ValueError(f"metric {m.name}: run-level, but the accumulator does not compute it")
 
     def _comparison(self, base: str, cand: str, *, n_boot: int, seed: int) -> dict[str, Any] | None:
@@ -690,6 +766,13 @@ class Accumulator:
             if b50 > 0:
                 out["ttft_p50_reduction_pct"] = _r((1.0 - c50 / b50) * 100.0)
         return out
+
+
+def _opt(pick: Any, a: int | None, b: int | None) -> int | None:
+    """``pick(a, b)`` of two optional stamps (min or max), the one given when only one is."""
+    if a is None:
+        return b
+    return a if b is None else pick(a, b)
 
 
 def _r(x: float, ndigits: int = 3) -> float | None:

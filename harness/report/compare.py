@@ -51,8 +51,9 @@ ALPHA = 0.05
 #: the error-rate limit when the scenario sets no ``max_error_rate``
 DEFAULT_MAX_ERROR_RATE = 0.05
 #: scenario fields that may differ between comparable runs: they do not change the rollouts
-#: (the server block is what a comparison of servers or settings varies)
-SCENARIO_FREE_KEYS = frozenset(("server", "description", "transports"))
+#: (the server block is what a comparison of servers or settings varies; the slo block only
+#: judges the records, it changes no request)
+SCENARIO_FREE_KEYS = frozenset(("server", "description", "transports", "slo"))
 #: differing scenario fields listed in one reason, at most
 _MAX_DIFFS = 5
 

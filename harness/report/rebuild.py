@@ -72,7 +72,9 @@ def _write(run: Run) -> dict[str, Any]:
     scenario = scenario if isinstance(scenario, dict) else {}
     load = scenario.get("load")
     load = load if isinstance(load, dict) else {}
-    acc = Accumulator(warmup_rollouts=int(load.get("warmup_rollouts") or 0))
+    slo = scenario.get("slo")
+    slo = {k: float(v) for k, v in slo.items() if v is not None} if isinstance(slo, dict) else {}
+    acc = Accumulator(warmup_rollouts=int(load.get("warmup_rollouts") or 0), slo=slo)
     examples: dict[str, dict[str, str]] = {}
     turns = 0
     for rec in _records(run.turns, TurnRecord):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.metrics import definitions as D
+from harness.metrics import slo
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
 from harness.report.document import (
@@ -304,6 +305,13 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
         forked = subagents_line(summary)
         if forked is not None:
             doc.add(Paragraph(forked))
+        if slo_line := slo.line(summary):
+            doc.add(
+                Paragraph(
+                    slo_line + " (a rollout is good when it succeeded, each turn met the "
+                    "per-turn thresholds and it finished within rollout_ms; docs/metrics.md)."
+                )
+            )
         comp = comparison_table(run)
         if comp is not None:
             doc.add(Heading("Speedup between transports"), comp)

@@ -242,6 +242,9 @@ def sweep_table(path: str | Path) -> pd.DataFrame:
                     "turn_p50_ms": t["turn_ms"]["p50"],
                     "rollouts_per_s": len(r) / span_s if span_s and span_s > 0 else float("nan"),
                     "errors": t["turns"]["errors"] + t["rollouts"]["errors"],
+                    # read with .get: summaries written before the SLO group existed
+                    "slo_attainment": (t.get("slo") or {}).get("rollout_attainment"),
+                    "goodput_tps": (t.get("goodput") or {}).get("goodput_tps"),
                     "valid": bool(summary.get("valid", True)),
                 }
             )
@@ -322,6 +325,181 @@ def plot_latency_vs_load(table: pd.DataFrame, key: str, title_note: str = "") ->
     return fig
 
 
+# -- the goodput search (harness/run/goodput.py) ----------------------------------------------------
+
+
+def _load_text(load: float | None, search: dict[str, Any]) -> str:
+    if load is None:
+        return "n/a"
+    return str(int(load)) if search.get("integer") else f"{load:g}"
+
+
+def search_answer_line(doc: dict[str, Any]) -> str:
+    """``ws sustains 8 agents at 99 % within SLO (ttft ≤ 300 ms), http 4`` and its caveats."""
+    search = doc.get("search") or {}
+    answers = search.get("answers") or {}
+    if not answers:
+        return "goodput search: no transport searched"
+    unit = search.get("unit", "")
+    target = f"{search.get('target', 0) * 100:g} %"
+    slo = search.get("slo") or {}
+    rule = ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in slo.items()) or (
+        "no thresholds: success only"
+    )
+    parts = []
+    notes = []
+    for i, (name, a) in enumerate(answers.items()):
+        load = a.get("load")
+        if load is None:
+            text = f"none down to {_load_text(a.get('lowest_fail'), search)}"
+        else:
+            text = ("at least " if a.get("at_max_load") else "") + _load_text(load, search)
+        parts.append(
+            f"{name} sustains {text} {unit} at {target} within SLO ({rule})"
+            if i == 0
+            else f"{name} {text}"
+        )
+        if a.get("confidence") not in (None, "confident pass"):
+            notes.append(f"{name}'s pass is {a.get('confidence')}")
+        if not a.get("converged", True):
+            notes.append(f"{name}: step budget spent before the bracket closed")
+        invalid = [
+            _load_text(s["load"], search)
+            for s in search.get("steps") or []
+            if s["transport"] == name and not s.get("valid", True)
+        ]
+        if invalid:
+            notes.append(f"{name}'s runs at {', '.join(invalid)} were INVALID (see their reports)")
+    line = ", ".join(parts)
+    return line + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def search_steps_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    search = doc.get("search") or {}
+    headers = [
+        "transport",
+        search.get("param", "load"),
+        "rollouts in SLO",
+        "95 % CI",
+        "turns in SLO",
+        "good rollouts/s",
+        "goodput tok/s",
+        "confidence",
+        "step",
+        "valid",
+        "run folder",
+    ]
+    rows = []
+    for s in search.get("steps") or []:
+        lo, hi = s.get("ci95") or [None, None]
+        att = s.get("attainment")
+        rows.append(
+            [
+                s["transport"],
+                _load_text(s["load"], search),
+                "n/a"
+                if att is None
+                else f"{att * 100:.1f} % ({s['good_rollouts']}/{s['rollouts']})",
+                "n/a" if lo is None else f"{lo * 100:.1f}–{hi * 100:.1f} %",
+                fmt(
+                    s["turn_attainment"] * 100 if s.get("turn_attainment") is not None else None, 1
+                ),
+                fmt(s.get("good_rollouts_per_s"), 2),
+                fmt(s.get("goodput_tps"), 0),
+                s.get("confidence", ""),
+                "pass" if s.get("passed") else "fail",
+                "yes" if s.get("valid", True) else "NO",
+                s["run_id"],
+            ]
+        )
+    return headers, rows
+
+
+def plot_attainment_vs_load(doc: dict[str, Any]) -> Figure | None:
+    search = doc.get("search") or {}
+    steps = search.get("steps") or []
+    if not steps:
+        return None
+    fig, (ax,) = _figure(8, 4.8, ncols=1)
+    names = list(dict.fromkeys(s["transport"] for s in steps))
+    for i, name in enumerate(A.ordered_transports(names)):
+        pts = sorted(
+            (s for s in steps if s["transport"] == name and s.get("attainment") is not None),
+            key=lambda s: s["load"],
+        )
+        if not pts:
+            continue
+        x = [s["load"] for s in pts]
+        y = [s["attainment"] * 100 for s in pts]
+        lo = [
+            y_ - (s["ci95"][0] * 100 if s["ci95"][0] is not None else y_)
+            for s, y_ in zip(pts, y, strict=True)
+        ]
+        hi = [
+            (s["ci95"][1] * 100 if s["ci95"][1] is not None else y_) - y_
+            for s, y_ in zip(pts, y, strict=True)
+        ]
+        color = transport_color(name, i)
+        ax.errorbar(x, y, yerr=[lo, hi], color=color, marker="o", lw=2, capsize=4, label=name)
+        best = (search.get("answers") or {}).get(name, {}).get("load")
+        if best is not None:
+            ax.axvline(best, color=color, ls=":", lw=1)
+    ax.axhline(search.get("target", 0.99) * 100, color="#555555", ls="--", lw=1, label="target")
+    ax.set_xlabel(f"{search.get('param', 'load')} (offered load)")
+    ax.set_ylabel("rollouts within SLO (%)")
+    xs = sorted({s["load"] for s in steps})
+    if is_geometric(xs) or (len(xs) > 2 and xs[0] > 0 and xs[-1] / xs[0] >= 8):
+        ax.set_xscale("log", base=2)
+        # bisection packs loads close together: label only those a readable distance apart
+        ticks: list[float] = []
+        for x in xs:
+            if not ticks or x >= ticks[-1] * 1.12:
+                ticks.append(x)
+        ax.set_xticks(ticks, [_load_text(x, search) for x in ticks])
+        ax.minorticks_off()
+    ax.set_ylim(top=101)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title("SLO attainment vs offered load (bars: Wilson 95 % CI; dotted: the answer)")
+    return fig
+
+
+def _search_blocks(doc_json: dict[str, Any], root: Path, plot_paths: list[Path]) -> list[Any]:
+    search = doc_json["search"]
+    with plot_style():
+        fig = plot_attainment_vs_load(doc_json)
+    blocks: list[Any] = [Heading("Goodput search"), Paragraph(search_answer_line(doc_json) + ".")]
+    headers, rows = search_steps_rows(doc_json)
+    blocks.append(
+        Table(
+            headers,
+            rows,
+            align="llrrrrrllll",
+            caption="Each step is one run. A step passes when "
+            + (
+                "its attainment reaches the target"
+                if search.get("pass_rule") == "point"
+                else "the lower bound of its attainment's 95 % interval reaches the target"
+            )
+            + "; confidence says where the Wilson 95 % interval lies against the target "
+            "(within noise: it straddles it). Bracketing doubles the load from "
+            f"{search.get('start')} up to {search.get('max_load')}, then bisection; at most "
+            f"{search.get('max_steps')} steps per transport.",
+        )
+    )
+    if fig is not None:
+        path = save_figure(fig, root / PLOTS_DIR / "attainment_vs_load.png")
+        plot_paths.append(path)
+        blocks.append(
+            Image(
+                f"{PLOTS_DIR}/{path.name}",
+                "SLO attainment vs offered load",
+                "Share of rollouts within the SLO per transport against the load, with each "
+                "step's Wilson 95 % interval; the dashed line is the target.",
+            )
+        )
+    return blocks
+
+
 def render_sweep(path: str | Path) -> Rendered:
     """Write the combined ``report.md``, ``report.html`` and ``plots/latency_vs_load.png``."""
     root = Path(path)
@@ -340,6 +518,8 @@ def render_sweep(path: str | Path) -> Rendered:
         plot_paths.append(save_figure(fig, root / PLOTS_DIR / "latency_vs_load.png"))
 
     doc = Document(f"loopbench sweep — {doc_json['sweep_id']}")
+    if doc_json.get("search"):
+        doc.add(*_search_blocks(doc_json, root, plot_paths))
     fixed = ", ".join(f"{k}={v}" for k, v in doc_json.get("fixed", {}).items())
     doc.add(
         Paragraph(

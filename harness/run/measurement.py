@@ -98,7 +98,9 @@ class Measurement:
         self.planned = planned
         self.several_processes = several_processes
         self.writer = ResultsWriter(run_dir, manifest)
-        self.acc = Accumulator(warmup_rollouts=scenario.load.warmup_rollouts)
+        self.acc = Accumulator(
+            warmup_rollouts=scenario.load.warmup_rollouts, slo=scenario.slo.thresholds()
+        )
         self.schedules = {name: ScheduleStats() for name in self.transports}
         self.late_ns = round(scenario.load.max_schedule_lag_ms * 1e6)
         self.clients: list[ClientHealth] = []

@@ -42,6 +42,7 @@ from harness.workload.distributions import (
     invalid,
     shown,
 )
+from harness.workload.slo import SloConfig
 from harness.workload.target import TargetConfig
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "RolloutConfig",
     "Scenario",
     "ServerConfig",
+    "SloConfig",
     "Stage",
     "SubagentsConfig",
     "TargetConfig",
@@ -626,6 +628,12 @@ class Scenario(StrictModel):
     load: Load = Field(
         default_factory=Load,
         description="How rollouts are started: closed loop, open loop or an output-TPS target.",
+    )
+    slo: SloConfig = Field(
+        default_factory=SloConfig,
+        description="Latency targets per turn (TTFT, TTFOT, turn) and per rollout; the summary "
+        "gives the share of rollouts and turns that meet them and the goodput "
+        "(docs/metrics.md, SLOs and goodput).",
     )
 
     _source: str = PrivateAttr(default="<scenario>")

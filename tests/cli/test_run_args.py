@@ -194,3 +194,43 @@ def test_sweep_passes_the_client_options_to_each_run(
         proc = loopbench(*argv, "--sweep-id", "sw2", "--api-key-env", "LOOPBENCH_TEST_KEY")
     assert proc.returncode != 0
     assert "--api-key-env: environment variable LOOPBENCH_TEST_KEY is not set" in proc.stderr
+
+
+def test_slo_flag_becomes_overrides_and_refuses_what_it_cannot_read() -> None:
+    from harness.cli.run_args import scenario_sets, slo_sets
+
+    assert slo_sets("ttft_ms=500, turn_ms=2000") == ["slo.ttft_ms=500.0", "slo.turn_ms=2000.0"]
+    args = build_parser().parse_args(["run", str(TINY), "--slo", "rollout_ms=9000"])
+    assert scenario_sets(args) == ["slo.rollout_ms=9000.0"]
+    expected = "expected FIELD=MS pairs separated by commas, FIELD one of ttft_ms, ttfot_ms, "
+    assert expected in _run_error("--slo", "ttft=500")
+    assert "ttft_ms: expected FIELD=MS" in _run_error("--slo", "ttft_ms=-1")
+    assert "got 'fast'" in _run_error("--slo", "ttft_ms=fast")
+    assert _run_error("--slo", "ttft_ms=1,ttft_ms=2") == (
+        "--slo 'ttft_ms=1,ttft_ms=2': ttft_ms given twice"
+    )
+
+
+def _search_error(*argv: str) -> str:
+    args = build_parser().parse_args(["sweep", str(TINY), "--search", "goodput", *argv])
+    with pytest.raises(UsageError) as exc:
+        check_sweep_args(args)
+    return str(exc.value)
+
+
+def test_goodput_search_options_are_checked_before_anything_runs() -> None:
+    assert "with --search the load is chosen by the search" in _search_error(
+        "--set", "load.concurrency=1,2"
+    )
+    assert _search_error("--target-attainment", "1.5") == (
+        "--target-attainment: expected a share above 0 and at most 1, e.g. 0.99, got 1.5"
+    )
+    assert _search_error("--start", "8", "--max-load", "4") == (
+        "--max-load: expected a load at least --start (8), got 4"
+    )
+    assert "--max-steps: expected a positive number" in _search_error("--max-steps", "0")
+    assert "--baseline: not used with --search" in _search_error("--baseline", "http")
+    # a sweep without --search still needs its swept values
+    args = build_parser().parse_args(["sweep", str(TINY)])
+    with pytest.raises(UsageError, match="expected --set KEY=V1,V2"):
+        check_sweep_args(args)

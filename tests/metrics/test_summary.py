@@ -106,6 +106,21 @@ def _filled(**kw: object) -> Accumulator:
     return acc
 
 
+def _slo_group(good: int, n: int, good_turns: int, turns: int) -> dict[str, Any]:
+    return {
+        "rollout_attainment": round(good / n, 6),
+        "turn_attainment": round(good_turns / turns, 6),
+        "rollouts": n,
+        "good_rollouts": good,
+        "rollout_attainment_ci95": [None, None],
+        "turns": turns,
+        "good_turns": good_turns,
+        "turn_attainment_ci95": [None, None],
+        "ci_reason": f"n={n}: too few for a CI (need 10)",
+        "thresholds": {},
+    }
+
+
 # Hand-computed.  While a histogram holds at most EXACT_MAX values its percentiles are
 # exact nearest-rank order statistics (docs/metrics.md §1.4): with two values p50 is the
 # smaller, p90 and p99 the larger.  Means are exact.
@@ -184,6 +199,15 @@ EXPECTED = {
             },
             # measured - modelled TTFT: +1 ms and -1 ms
             "measurement_error_ms": {"p50": -1.0, "p99": 1.0},
+            # SLO (no thresholds: good = succeeded): rollout 1 has a failed turn, rollout 2
+            # failed; 2 of 3 turns succeeded; span 0.9 s (intended start) to 2.1 s
+            "slo": _slo_group(0, 2, 2, 3),
+            "goodput": {
+                "goodput_tps": 0.0,
+                "good_rollouts_per_s": 0.0,
+                "good_output_tokens": 0,
+                "span_s": 1.2,
+            },
             # statistics from fewer samples than they need: path -> n (p90 needs 10, p99 100)
             "too_few_samples": {
                 **{
@@ -252,6 +276,13 @@ EXPECTED = {
                 ],
             },
             "measurement_error_ms": {"p50": None, "p99": None},
+            "slo": _slo_group(1, 1, 1, 1),
+            "goodput": {
+                "goodput_tps": 1.667,
+                "good_rollouts_per_s": 1.6667,
+                "good_output_tokens": 1,
+                "span_s": 0.6,
+            },
             "too_few_samples": {
                 **{
                     f"{g}.{k}": 1

@@ -1,0 +1,177 @@
+"""SLO attainment and goodput (docs/metrics.md "SLOs and goodput"): the pure rules.
+
+A turn meets the SLO when it succeeded and every per-turn threshold of the scenario's
+``slo:`` holds on it; a threshold on a value the turn did not give (no first token)
+does not hold.  A rollout is good when it succeeded, every one of its turns met the SLO
+and its latency (the ``rollout_ms`` metric: from the intended start) is within
+``rollout_ms``.  A compaction row is not a turn of the model: it is judged by the
+rollout's latency only.  Without thresholds a rollout is good when it succeeds, so
+every run has an attainment (its success rate) and a goodput.
+
+The per-turn values are the metric table's own expressions
+(:mod:`harness.metrics.definitions`), compiled once per threshold set, so the SLO
+judges exactly the numbers the summary reports.
+
+Attainment is a proportion: its 95 % interval is Wilson's score interval, which stays
+inside [0, 1] and keeps its coverage near 0 and 1, where attainment targets live
+(a Wald interval at 100 of 100 good is [1, 1]).  Below :data:`MIN_ATTAINMENT_N`
+records no interval is given: even a perfect record of 9 has a lower bound of 0.70,
+and one record moves the point estimate by more than ten points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from harness.metrics import definitions as D
+from harness.workload.records import OK_TURN_STATUSES, RolloutRecord, TurnRecord
+
+#: fewest records (rollouts or turns) an attainment's confidence interval is given for
+MIN_ATTAINMENT_N = 10
+#: the normal quantile of a two-sided 95 % interval
+Z95 = 1.959963984540054
+
+#: the per-turn threshold fields and the metric (of the table) each bounds
+TURN_THRESHOLD_METRIC = {"ttft_ms": "ttft_ms", "ttfot_ms": "ttfot_ms", "turn_ms": "turn_ms"}
+ROLLOUT_THRESHOLD_METRIC = {"rollout_ms": "rollout_ms"}
+
+
+def wilson(good: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson's score interval of ``good`` successes in ``n`` trials; None when ``n`` is 0."""
+    if n <= 0:
+        return None
+    if not 0 <= good <= n:
+        raise ValueError(f"wilson: expected 0 <= good <= n, got good={good}, n={n}")
+    p = good / n
+    z2 = z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    # at the ends the bound is exact (0 or 1) where floats give 0.9999999999999999
+    lo = 0.0 if good == 0 else max(0.0, centre - half)
+    hi = 1.0 if good == n else min(1.0, centre + half)
+    return lo, hi
+
+
+def ci_reason(n: int) -> str | None:
+    """Why an attainment of ``n`` records has no interval; None when it has one."""
+    if n >= MIN_ATTAINMENT_N:
+        return None
+    return f"n={n}: too few for a CI (need {MIN_ATTAINMENT_N})"
+
+
+def _expr_check(
+    kind: D.RecordKind, limits: Mapping[str, str], thresholds: Mapping[str, float]
+) -> str:
+    parts = []
+    for field, limit_ms in thresholds.items():
+        name = limits.get(field)
+        if name is None:
+            continue
+        m = D.get(name)
+        assert m.record == kind
+        when = D._on_record(m, m.when)
+        value = D._on_record(m, m.value)
+        parts.append(f"({when}) and ({value}) <= {round(limit_ms * 1e6)}")
+    return " and ".join(parts) or "True"
+
+
+def compile_turn_check(thresholds: Mapping[str, float]) -> Callable[[TurnRecord], bool]:
+    """``check(turn) -> bool``: the turn succeeded and meets every per-turn threshold."""
+    ok = " or ".join(f"rec.status == {s!r}" for s in OK_TURN_STATUSES)
+    expr = f"({ok}) and {_expr_check('turn', TURN_THRESHOLD_METRIC, thresholds)}"
+    code = compile(f"lambda rec: bool({expr})", "<slo: turn>", "eval")
+    check: Callable[[TurnRecord], bool] = eval(code, {})
+    return check
+
+
+def compile_rollout_check(thresholds: Mapping[str, float]) -> Callable[[RolloutRecord], bool]:
+    """``check(rollout) -> bool``: the rollout succeeded and is within ``rollout_ms`` (its
+    turns are judged apart, by :func:`compile_turn_check`)."""
+    ok = " or ".join(f"rec.status == {s!r}" for s in D.ROLLOUT_OK)
+    expr = f"({ok}) and {_expr_check('rollout', ROLLOUT_THRESHOLD_METRIC, thresholds)}"
+    code = compile(f"lambda rec: bool({expr})", "<slo: rollout>", "eval")
+    check: Callable[[RolloutRecord], bool] = eval(code, {})
+    return check
+
+
+def _ratio(good: int, n: int) -> float | None:
+    return round(good / n, 6) if n else None
+
+
+def _ci(good: int, n: int) -> list[float | None]:
+    if ci_reason(n) is not None:
+        return [None, None]
+    bounds = wilson(good, n)
+    assert bounds is not None
+    return [round(bounds[0], 6), round(bounds[1], 6)]
+
+
+def attainment_group(
+    rollouts: int, good_rollouts: int, turns: int, good_turns: int, thresholds: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The ``slo`` group of one transport's summary."""
+    return {
+        "rollout_attainment": _ratio(good_rollouts, rollouts),
+        "turn_attainment": _ratio(good_turns, turns),
+        "rollouts": rollouts,
+        "good_rollouts": good_rollouts,
+        "rollout_attainment_ci95": _ci(good_rollouts, rollouts),
+        "turns": turns,
+        "good_turns": good_turns,
+        "turn_attainment_ci95": _ci(good_turns, turns),
+        "ci_reason": ci_reason(rollouts),
+        "thresholds": dict(thresholds),
+    }
+
+
+def goodput_group(good_rollouts: int, good_tokens: int, span_ns: int) -> dict[str, Any]:
+    """The ``goodput`` group: good rollouts and their output tokens per second of the span
+    from the first rollout's (intended) start to the last one's end."""
+    span_s = span_ns / 1e9
+    return {
+        "goodput_tps": round(good_tokens / span_s, 3) if span_s > 0 else None,
+        "good_rollouts_per_s": round(good_rollouts / span_s, 4) if span_s > 0 else None,
+        "good_output_tokens": good_tokens,
+        "span_s": round(span_s, 3) if span_s > 0 else None,
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.1f} %"
+
+
+def line(summary_doc: Mapping[str, Any]) -> str:
+    """One line of the SLO and goodput per transport, for the console and the report:
+    ``SLO ttft ≤ 500 ms: ws 98.0 % of rollouts (95 % CI 93.0–99.4 %, 98/100), turns 99.6 %,
+    12.50 good rollouts/s, goodput 3,210 tok/s; http …``; '' when no transport has one."""
+    parts = []
+    thresholds: Mapping[str, Any] = {}
+    for name, t in (summary_doc.get("transports") or {}).items():
+        group = t.get("slo") if isinstance(t, Mapping) else None
+        if not isinstance(group, Mapping) or not group.get("rollouts"):
+            continue
+        thresholds = group.get("thresholds") or {}
+        lo, hi = group.get("rollout_attainment_ci95") or [None, None]
+        ci = (
+            f"95 % CI {lo * 100:.1f}–{hi * 100:.1f} %"
+            if lo is not None and hi is not None
+            else (group.get("ci_reason") or "no CI")
+        )
+        good = t.get("goodput") or {}
+        rate, tps = good.get("good_rollouts_per_s"), good.get("goodput_tps")
+        parts.append(
+            f"{name} {_pct(group.get('rollout_attainment'))} of rollouts ({ci}, "
+            f"{group['good_rollouts']}/{group['rollouts']}), turns "
+            f"{_pct(group.get('turn_attainment'))}"
+            + (f", {rate:.2f} good rollouts/s" if rate is not None else "")
+            + (f", goodput {tps:,.0f} tok/s" if tps is not None else "")
+        )
+    if not parts:
+        return ""
+    rule = (
+        ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in thresholds.items())
+        or "none set (good = succeeded)"
+    )
+    return f"SLO {rule}: " + "; ".join(parts)

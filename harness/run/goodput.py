@@ -1,0 +1,327 @@
+"""``loopbench sweep --search goodput``: the highest offered load that still meets the SLO.
+
+Per transport, short runs at loads chosen by bracketing (doubling from ``start`` until a
+step fails or ``max_load`` is reached; halving when the first step already fails) then
+bisection between the highest passing and the lowest failing load, until the two are
+one step of resolution apart (1 for a whole number of agents, :data:`RATE_RESOLUTION`
+of the load for an arrival rate) or ``max_steps`` runs were made.
+
+Noise (docs/metrics.md §5): a step's attainment is a proportion of a few hundred rollouts
+at most, so every step carries its Wilson 95 % interval and a confidence:
+``confident`` when the whole interval is on one side of the target, ``within noise``
+when it straddles it.  The search moves on the pass rule: ``point`` (default: the
+point estimate reaches the target; a "within noise" pass is reported as such) or
+``ci-lower`` (the interval's lower bound reaches it: a pass is then a claim at 95 %
+confidence, which at a 99 % target needs 381 good rollouts and no bad one).
+
+The search itself (:class:`GoodputSearch`) is pure; :func:`run_goodput_search` runs
+its steps with :func:`~harness.run.runner.run_scenario` into one sweep folder.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.metrics.slo import ci_reason, wilson
+from harness.report.files import Rendered
+from harness.report.render import render_run_safely
+from harness.report.results import new_run_id
+from harness.report.sweep import (
+    SWEEP_JSON,
+    new_sweep_doc,
+    search_answer_line,
+    sweep_run_id,
+    write_sweep_json,
+)
+from harness.run.runner import RunOptions, run_scenario
+from harness.wire.errors import ResultsError, UsageError
+from harness.workload.scenario import Scenario, load_scenario
+
+PassRule = Literal["point", "ci-lower"]
+PASS_RULES = ("point", "ci-lower")
+#: the swept field by load mode when --search-param is not given
+DEFAULT_PARAM = {"closed": "load.concurrency", "open": "load.arrival.rate"}
+#: integer-valued load fields (agents); the others are rates
+INTEGER_PARAMS = ("load.concurrency", "load.max_in_flight")
+#: bisection over a rate stops when the bracket is this fraction of the passing load
+RATE_RESOLUTION = 0.1
+DEFAULT_MAX_STEPS = 12
+DEFAULT_TARGET = 0.99
+
+
+def confidence(good: int, n: int, target: float) -> str:
+    """Where the step's Wilson 95 % interval lies against ``target``; no interval (and no
+    confidence) below :data:`~harness.metrics.slo.MIN_ATTAINMENT_N` rollouts."""
+    ci = wilson(good, n) if ci_reason(n) is None else None
+    if ci is None:
+        return f"no CI (n={n})"
+    lo, hi = ci
+    if lo >= target:
+        return "confident pass"
+    if hi < target:
+        return "confident fail"
+    return "within noise"
+
+
+def passes(good: int, n: int, target: float, rule: PassRule) -> bool:
+    if n == 0:
+        return False
+    if rule == "ci-lower":
+        ci = wilson(good, n) if ci_reason(n) is None else None
+        return ci is not None and ci[0] >= target
+    return good / n >= target
+
+
+@dataclass
+class GoodputSearch:
+    """Bracketing then bisection over one transport's load; pure, one step at a time."""
+
+    start: float
+    max_load: float
+    integer: bool
+    max_steps: int = DEFAULT_MAX_STEPS
+    #: (load, passed) of every step so far, in order
+    steps: list[tuple[float, bool]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.start > 0 or not self.max_load >= self.start:
+            raise ValueError(
+                f"goodput search: expected 0 < start <= max_load, got {self.start}, {self.max_load}"
+            )
+
+    @property
+    def best(self) -> float | None:
+        """The highest load that passed, None when none did."""
+        ok = [v for v, p in self.steps if p]
+        return max(ok) if ok else None
+
+    @property
+    def lowest_fail(self) -> float | None:
+        bad = [v for v, p in self.steps if not p]
+        return min(bad) if bad else None
+
+    def record(self, load: float, passed: bool) -> None:
+        self.steps.append((load, passed))
+
+    def _round(self, x: float) -> float:
+        return float(math.floor(x)) if self.integer else round(x, 6)
+
+    def _close_enough(self, lo: float, hi: float) -> bool:
+        if self.integer:
+            return hi - lo <= 1
+        return hi - lo <= RATE_RESOLUTION * lo
+
+    def next_load(self) -> float | None:
+        """The next load to run, or None when the answer is known or the budget spent."""
+        if len(self.steps) >= self.max_steps:
+            return None
+        if not self.steps:
+            return self.start
+        lo, hi = self.best, self.lowest_fail
+        if hi is None:
+            # bracketing up: every step passed so far
+            assert lo is not None
+            if lo >= self.max_load:
+                return None
+            return min(self._round(lo * 2), self.max_load)
+        if lo is None:
+            # the first load already fails: halve until one passes
+            nxt = self._round(hi / 2)
+            if nxt <= 0 or (self.integer and hi <= 1):
+                return None
+            return nxt
+        if self._close_enough(lo, hi):
+            return None
+        mid = self._round((lo + hi) / 2)
+        if mid <= lo or mid >= hi:
+            return None
+        return mid
+
+    @property
+    def converged(self) -> bool:
+        """The answer is known to the resolution (or is max_load, or below the smallest load)."""
+        lo, hi = self.best, self.lowest_fail
+        if hi is None:
+            return lo is not None and lo >= self.max_load
+        if lo is None:
+            return self.integer and hi <= 1
+        return self._close_enough(lo, hi)
+
+    @property
+    def resolution(self) -> str:
+        return "1" if self.integer else f"{RATE_RESOLUTION:.0%} of the load"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSettings:
+    param: str
+    target: float = DEFAULT_TARGET
+    start: float = 1.0
+    max_load: float = 64.0
+    max_steps: int = DEFAULT_MAX_STEPS
+    pass_rule: PassRule = "point"
+    #: a closed-loop step over load.concurrency runs at least this many rollouts per agent,
+    #: so every agent runs (a step of 32 agents and 5 rollouts would measure 5) and runs
+    #: more than the first rollout, whose turns all start at once
+    rollouts_per_agent: int = 2
+
+
+def default_param(scenario: Scenario) -> str:
+    mode = scenario.load.mode
+    if mode not in DEFAULT_PARAM:
+        raise UsageError(
+            f"--search goodput: the scenario's load.mode is {mode}; expected closed (searches "
+            "load.concurrency) or open (searches load.arrival.rate), or name the field with "
+            "--search-param"
+        )
+    return DEFAULT_PARAM[mode]
+
+
+def _fmt(load: float, integer: bool) -> str:
+    return str(int(load)) if integer else f"{load:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputResult:
+    path: Path
+    answers: dict[str, dict[str, Any]]
+    rendered: Rendered | None
+
+
+def step_record(summary: dict[str, Any], transport: str, target: float) -> dict[str, Any]:
+    """What a step's run says about the SLO: attainment, its interval, the confidence."""
+    t = (summary.get("transports") or {}).get(transport) or {}
+    slo = t.get("slo") or {}
+    good_put = t.get("goodput") or {}
+    n = int(slo.get("rollouts") or 0)
+    good = int(slo.get("good_rollouts") or 0)
+    ci = wilson(good, n) if ci_reason(n) is None else None
+    return {
+        "rollouts": n,
+        "good_rollouts": good,
+        "attainment": good / n if n else None,
+        "ci95": [ci[0], ci[1]] if ci is not None else [None, None],
+        "turn_attainment": slo.get("turn_attainment"),
+        "confidence": confidence(good, n, target),
+        "good_rollouts_per_s": good_put.get("good_rollouts_per_s"),
+        "goodput_tps": good_put.get("goodput_tps"),
+        "valid": bool(summary.get("valid", True)),
+    }
+
+
+def run_goodput_search(
+    scenario_path: str,
+    fixed: dict[str, str],
+    settings: SearchSettings,
+    opts: RunOptions,
+    *,
+    sweep_id: str | None = None,
+    printer: Callable[[str], None] | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> GoodputResult:
+    """Search each transport in turn; every step is one run in ``<results_root>/<sweep_id>/``."""
+    base = load_scenario(scenario_path, fixed)
+    integer = settings.param in INTEGER_PARAMS
+    # every load the search may try must validate before the first run starts
+    load_scenario(scenario_path, {**fixed, settings.param: _fmt(settings.max_load, integer)})
+    transports: Sequence[str] = list(opts.transports or base.transports)
+    slug = settings.param.rsplit(".", 1)[-1]
+    sweep_id = sweep_id or new_run_id(f"goodput-{base.name}-{slug}", time.time())
+    root = Path(opts.results_root) / sweep_id
+    if (root / SWEEP_JSON).exists():
+        raise ResultsError(f"{root}: already holds a sweep ({SWEEP_JSON} exists)")
+    root.mkdir(parents=True, exist_ok=True)
+    doc = new_sweep_doc(
+        sweep_id, scenario_path, base.name, settings.param, [], fixed, list(transports)
+    )
+    doc["search"] = {
+        "kind": "goodput",
+        "param": settings.param,
+        "unit": "agents"
+        if settings.param == "load.concurrency"
+        else "rollouts/s"
+        if settings.param == "load.arrival.rate"
+        else f"({settings.param})",
+        "integer": integer,
+        "target": settings.target,
+        "pass_rule": settings.pass_rule,
+        "start": settings.start,
+        "max_load": settings.max_load,
+        "max_steps": settings.max_steps,
+        "rollouts_per_agent": settings.rollouts_per_agent,
+        "slo": base.slo.thresholds(),
+        "steps": [],
+        "answers": {},
+    }
+    write_sweep_json(root, doc)
+    index = 0
+    for transport in transports:
+        search = GoodputSearch(settings.start, settings.max_load, integer, settings.max_steps)
+        stopped = False
+        while (load := search.next_load()) is not None:
+            value = _fmt(load, integer)
+            overrides = {**fixed, settings.param: value}
+            if settings.param == "load.concurrency":
+                count = max(base.rollout.count, settings.rollouts_per_agent * int(load))
+                overrides["rollout.count"] = str(count)
+            scenario = load_scenario(scenario_path, overrides)
+            run_id = f"{sweep_run_id(index, transport + '-' + slug, value)}"
+            index += 1
+            if announce is not None:
+                announce(
+                    f"goodput search {transport} step {len(search.steps) + 1}: "
+                    f"{settings.param}={value}"
+                )
+            result = run_scenario(
+                scenario,
+                scenario_path,
+                replace(opts, results_root=root, run_id=run_id, transports=(transport,)),
+                printer,
+            )
+            step = step_record(result.summary, transport, settings.target)
+            passed = passes(
+                step["good_rollouts"], step["rollouts"], settings.target, settings.pass_rule
+            )
+            search.record(load, passed)
+            step.update({"transport": transport, "load": load, "run_id": run_id, "passed": passed})
+            doc["runs"].append({"value": value, "run_id": run_id, "transport": transport})
+            doc["values"].append(value)
+            doc["search"]["steps"].append(step)
+            if announce is not None:
+                att = step["attainment"]
+                announce(
+                    f"  {transport} {settings.param}={value}: attainment "
+                    f"{'n/a' if att is None else f'{att * 100:.1f} %'} "
+                    f"({step['good_rollouts']}/{step['rollouts']}), {step['confidence']} -> "
+                    f"{'pass' if passed else 'fail'}"
+                )
+            write_sweep_json(root, doc)
+            if result.summary.get("partial"):
+                stopped = True
+                break
+        doc["search"]["answers"][transport] = {
+            "load": search.best,
+            "lowest_fail": search.lowest_fail,
+            "steps": len(search.steps),
+            "at_max_load": search.best is not None and search.best >= settings.max_load,
+            "converged": search.converged,
+            "confidence": next(
+                (
+                    s["confidence"]
+                    for s in doc["search"]["steps"]
+                    if s["transport"] == transport and s["load"] == search.best
+                ),
+                None,
+            ),
+        }
+        write_sweep_json(root, doc)
+        if stopped:
+            break
+    if announce is not None:
+        announce(search_answer_line(doc))
+    return GoodputResult(root, dict(doc["search"]["answers"]), render_run_safely(root))
