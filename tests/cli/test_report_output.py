@@ -42,6 +42,9 @@ def test_report_writes_into_the_run_folder_only(tmp_path: Path) -> None:
     assert not outside, f"report wrote outside {run}: {outside}"
     written = {p.relative_to(run_rel) for p in changed}
     assert {Path("report.md"), Path("report.html")} <= written
-    # The measured data is read, never rewritten.
-    assert all(p.parts[0] == "plots" or p.name.startswith("report.") for p in written), written
+    # The measured data is read, never rewritten; what is derived from it (the plots, the report,
+    # the time slices of the turn rows) is written anew.
+    derived = ("report.", "slices.csv.gz")
+    assert all(p.parts[0] == "plots" or p.name.startswith(derived) for p in written), written
+    assert not written & {Path("turns.csv.gz"), Path("rollouts.csv.gz"), Path("summary.json")}
     assert not any(cwd.iterdir())
