@@ -1,0 +1,91 @@
+"""``loopbench record``: record an agent's traffic as a replayable trace (docs/traces.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from harness.cli.common import EXIT_OK, HelpFormatter, examples
+from harness.record.proxy import Upstream, record_until_stopped
+from harness.run.embedded import embedded_server
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "record",
+        help="record an agent's traffic through a proxy as a trace",
+        description="Listen on http://127.0.0.1:PORT/v1, forward every request byte for byte "
+        "to --upstream (default: an embedded reference server) and, on Ctrl-C or SIGTERM, "
+        "write what the agent did as a loopbench trace: per conversation and turn the "
+        "tokens in, out, cached and reasoning, the tool calls and the tool time between a "
+        "response and the next request, and which conversations are sub-agents of which. "
+        "Responses (HTTP+SSE and WebSocket), Chat Completions and Anthropic Messages. No "
+        "content is stored unless --keep-content; credentials are never stored. Replay the "
+        "trace with a scenario's `rollout.trace: FILE`. See docs/traces.md.",
+        epilog=examples(
+            "loopbench record --port 8080 --out traces/mine.jsonl",
+            "OPENAI_BASE_URL=http://127.0.0.1:8080/v1 my-agent …   # in another shell",
+            "loopbench record --upstream https://my-endpoint.example/v1 --port 8080",
+        ),
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="where to forward (http:// or https://, with its /v1 base path); default: start "
+        "the embedded reference server",
+    )
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--out", default="trace.jsonl", metavar="FILE", help="trace file to write")
+    p.add_argument(
+        "--keep-content",
+        action="store_true",
+        help="also store each turn's request body and response output in the rollout's meta",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="the embedded server's seed (without --upstream)"
+    )
+    p.set_defaults(func=cmd_record)
+
+
+@contextlib.contextmanager
+def _upstream(args: argparse.Namespace) -> Iterator[str]:
+    if args.upstream:
+        Upstream.parse(args.upstream)  # a bad URL is refused before anything starts
+        yield args.upstream
+    else:
+        with embedded_server(seed=args.seed) as url:
+            yield url
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    with _upstream(args) as upstream:
+
+        def ready(port: int) -> None:
+            print(
+                f"loopbench record listening on http://{args.host}:{port}/v1 → {upstream} "
+                f"(Ctrl-C writes {args.out})",
+                flush=True,
+            )
+
+        proxy, rollouts, failed = asyncio.run(
+            record_until_stopped(
+                upstream,
+                args.out,
+                host=args.host,
+                port=args.port,
+                keep_content=args.keep_content,
+                on_ready=ready,
+            )
+        )
+    print(
+        f"wrote {args.out}: {rollouts} rollouts from {len(proxy.exchanges)} exchanges "
+        f"({failed} failed, not replayed)",
+        file=sys.stderr,
+    )
+    return EXIT_OK
