@@ -27,9 +27,10 @@ def add_parser(sub: Any) -> None:
         "content is stored unless --keep-content; credentials are never stored. Replay the "
         "trace with a scenario's `rollout.trace: FILE`. See docs/traces.md.",
         epilog=examples(
-            "loopbench record --port 8080 --out traces/mine.jsonl",
-            "OPENAI_BASE_URL=http://127.0.0.1:8080/v1 my-agent …   # in another shell",
+            "loopbench record --port 8080 --out traces/mine.jsonl   # then OPENAI_BASE_URL="
+            "http://127.0.0.1:8080/v1 my-agent",
             "loopbench record --upstream https://my-endpoint.example/v1 --port 8080",
+            "loopbench record --upstream http://127.0.0.1:8000/v1 --port 0 --keep-content",
         ),
         formatter_class=HelpFormatter,
     )

@@ -273,7 +273,12 @@ def summarize(
     t_start, t_first, t_end = times
     ex = Exchange(api, transport, connection, t_start, t_end, t_first, status)
     ex.model = str(req.get("model") or "")
-    _summarize_request(ex, req)
+    try:
+        _summarize_request(ex, req)
+    except (TypeError, AttributeError, ValueError):
+        # A request the upstream will refuse (input: 7): recorded as failed, not guessed at.
+        ex.status = max(status, 400)
+        return ex
     encoding = response_headers.get("content-encoding", "")
     if "gzip" in encoding or "deflate" in encoding:
         try:
@@ -281,7 +286,10 @@ def summarize(
         except zlib.error:
             response_body = b""
     if status < 400:
-        _summarize_response(ex, response_body)
+        try:
+            _summarize_response(ex, response_body)
+        except (TypeError, AttributeError, ValueError):
+            ex.status = 502  # a body that is not what the API defines: not replayable
     if keep_content:
         ex.content = {"request": req, "output": _output_content(ex.api, response_body)}
     return ex
@@ -499,6 +507,8 @@ class _Conv:
     #: the parent's turn index this conversation was forked during
     fork_turn: int = -1
     children: list[_Conv] = field(default_factory=list)
+    #: (conversation, its turn) that may have forked this one, the likeliest first
+    candidates: list[tuple[_Conv, int]] = field(default_factory=list)
 
     @property
     def last(self) -> Exchange:
@@ -551,22 +561,36 @@ def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
                     fork_of = best
         if conv is None:
             conv = _Conv(len(convs) + 1)
-            parent = fork_of
-            if parent is None:
+            if fork_of is not None:
+                conv.candidates = [(fork_of, _turn_at(fork_of, ex.t_start_ns))]
+            else:
                 waiting = [c for c in convs if c.waiting_at(ex.t_start_ns)]
-                if waiting:
-                    parent = max(waiting, key=lambda c: _last_before(c, ex.t_start_ns).t_end_ns)
-            if parent is not None:
-                conv.parent = parent
-                conv.fork_turn = max(
-                    i for i, x in enumerate(parent.turns) if x.t_start_ns <= ex.t_start_ns
-                )
-                parent.children.append(conv)
+                # latest-ended first: the default when no answer names the parent
+                waiting.sort(key=lambda c: -_last_before(c, ex.t_start_ns).t_end_ns)
+                conv.candidates = [(c, _turn_at(c, ex.t_start_ns)) for c in waiting]
             convs.append(conv)
         conv.turns.append(ex)
         if ex.response_id:
             by_response[ex.response_id] = (conv, len(conv.turns) - 1)
+    for conv in convs:
+        # Among conversations waiting for tools when this one started, its parent is the
+        # one whose next request carries this one's final answer as a tool output.
+        if not conv.candidates:
+            continue
+        answer = conv.last.answer_hash
+        chosen = conv.candidates[0]
+        for cand, turn in conv.candidates:
+            nxt = cand.turns[turn + 1] if turn + 1 < len(cand.turns) else None
+            if nxt is not None and any(h == answer for _, h in nxt.outputs.values()):
+                chosen = (cand, turn)
+                break
+        conv.parent, conv.fork_turn = chosen
+        conv.parent.children.append(conv)
     return convs
+
+
+def _turn_at(conv: _Conv, t_ns: int) -> int:
+    return max(i for i, x in enumerate(conv.turns) if x.t_start_ns <= t_ns)
 
 
 def _last_before(conv: _Conv, t_ns: int) -> Exchange:

@@ -98,10 +98,13 @@ class RecordingProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ssl = ssl.create_default_context() if upstream.tls else None
         self._conn_ids = 0
+        #: the port it listens on, once started
+        self.port = 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self._server = await asyncio.start_server(self._client, host, port)
-        return int(self._server.sockets[0].getsockname()[1])
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -139,6 +142,9 @@ class RecordingProxy:
         finally:
             for w in (writer, *upstreams):
                 w.close()
+            for w in (writer, *upstreams):
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await w.wait_closed()
             self._tasks.discard(task)
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
