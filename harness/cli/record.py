@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 from harness.cli.common import EXIT_OK, HelpFormatter, examples
+from harness.record.bench import run_bench
 from harness.record.proxy import Upstream, record_until_stopped
 from harness.run.embedded import embedded_server
+from harness.run.event_loop import run_async
 
 
 def add_parser(sub: Any) -> None:
@@ -31,6 +32,7 @@ def add_parser(sub: Any) -> None:
             "http://127.0.0.1:8080/v1 my-agent",
             "loopbench record --upstream https://my-endpoint.example/v1 --port 8080",
             "loopbench record --upstream http://127.0.0.1:8000/v1 --port 0 --keep-content",
+            "loopbench record --bench 2000   # the latency the proxy adds, paired, on loopback",
         ),
         formatter_class=HelpFormatter,
     )
@@ -51,6 +53,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--seed", type=int, default=0, help="the embedded server's seed (without --upstream)"
     )
+    p.add_argument(
+        "--bench",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of recording: measure the latency the proxy adds, over N paired turns "
+        "(direct vs through a `loopbench record` process), and print p50/p99",
+    )
     p.set_defaults(func=cmd_record)
 
 
@@ -65,6 +75,11 @@ def _upstream(args: argparse.Namespace) -> Iterator[str]:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
+    if args.bench:
+        with _upstream(args) as upstream:
+            result = run_bench(upstream, args.bench)
+        print("\n".join(result.lines()))
+        return EXIT_OK
     with _upstream(args) as upstream:
 
         def ready(port: int) -> None:
@@ -74,7 +89,7 @@ def cmd_record(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-        proxy, rollouts, failed = asyncio.run(
+        proxy, rollouts, failed = run_async(
             record_until_stopped(
                 upstream,
                 args.out,
