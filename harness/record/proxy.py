@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from harness.client.h1 import H1Error, ResponseParser
@@ -121,6 +122,19 @@ class RecordingProxy:
         if ex is not None:
             self.exchanges.append(ex)
             self.stats.exchanges += 1
+
+    def _summarize(self, *args: Any) -> None:
+        self._record(summarize(*args))
+
+    def _observe(self, conn: int, step: Callable[..., object], *args: Any) -> None:
+        """Run one observing step; whatever it raises must not break the relay."""
+        try:
+            step(*args)
+        except Exception as exc:  # the bytes were forwarded: only the trace loses this one
+            self.stats.errors.append(
+                f"connection {conn}: could not read an exchange for the trace "
+                f"({type(exc).__name__}: {exc}); it was forwarded unchanged"
+            )
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -237,18 +251,18 @@ class RecordingProxy:
                     resp.feed(data)
             t_end = time.perf_counter_ns()
             if api is not None and request:
-                self._record(
-                    summarize(
-                        api,
-                        "http",
-                        conn,
-                        bytes(request),
-                        resp.status,
-                        bytes(response),
-                        resp.headers,
-                        (t_start, t_first, t_end),
-                        self.keep_content,
-                    )
+                self._observe(
+                    conn,
+                    self._summarize,
+                    api,
+                    "http",
+                    conn,
+                    bytes(request),
+                    resp.status,
+                    bytes(response),
+                    resp.headers,
+                    (t_start, t_first, t_end),
+                    self.keep_content,
                 )
             if not resp.keep_alive or not resp.complete:
                 return None
@@ -300,17 +314,17 @@ class RecordingProxy:
 
         async def upstream_to_client() -> None:
             if leftover:
-                lanes.from_server(to_client.feed(leftover))
+                self._observe(conn, lanes.from_server_bytes, to_client, leftover)
             while data := await up_r.read(_READ):
                 writer.write(data)
-                lanes.from_server(to_client.feed(data))
+                self._observe(conn, lanes.from_server_bytes, to_client, data)
             if writer.can_write_eof():
                 writer.write_eof()
 
         async def client_to_upstream() -> None:
             while data := await reader.read(_READ):
                 up_w.write(data)
-                lanes.from_client(to_server.feed(data))
+                self._observe(conn, lanes.from_client_bytes, to_server, data)
             if up_w.can_write_eof():
                 up_w.write_eof()
 
@@ -332,6 +346,12 @@ class _WsLanes:
         self.proxy = proxy
         self.conn = conn
         self.pending: dict[str | None, deque[tuple[bytes, int, int, list[bytes]]]] = {}
+
+    def from_client_bytes(self, decoder: WsDecoder, data: bytes) -> None:
+        self.from_client(decoder.feed(data))
+
+    def from_server_bytes(self, decoder: WsDecoder, data: bytes) -> None:
+        self.from_server(decoder.feed(data))
 
     def from_client(self, messages: list[bytes]) -> None:
         for m in messages:
