@@ -147,8 +147,7 @@ class RecordingProxy:
         try:
             upgraded = await self._relay_http(conn, reader, writer, upstreams)
             if upgraded is not None:
-                up_r, up_w, answer, leftover = upgraded
-                await self._relay_ws(conn, reader, writer, up_r, up_w, answer, leftover)
+                await self._relay_ws(conn, reader, writer, *upgraded)
         except (ConnectionError, asyncio.IncompleteReadError, H1Error, ValueError) as exc:
             self.stats.errors.append(f"connection {conn}: {type(exc).__name__}: {exc}")
         except asyncio.CancelledError:
@@ -173,9 +172,10 @@ class RecordingProxy:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         upstreams: list[asyncio.StreamWriter],
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, dict[str, str], bytes] | None:
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, dict[str, str], bytes, bytes] | None:
         """Requests and responses until the connection ends, or upgrades (then what the
-        WebSocket relay needs: the upstream streams, the 101's headers, frames already read)."""
+        WebSocket relay needs: the upstream streams, the 101's headers, the frames each side
+        sent before it was read)."""
         buf = b""
         up_r: asyncio.StreamReader | None = None
         up_w: asyncio.StreamWriter | None = None
@@ -211,7 +211,10 @@ class RecordingProxy:
             else:
                 framing.append(f"content-length: {int(head.headers.get('content-length') or 0)}")
             body.feed(("\r\n".join(framing) + "\r\n\r\n").encode())
-            request = bytearray(body.feed(rest)) if rest else bytearray()
+            # After an upgrade request come frames, not a body (forwarded already, observed
+            # once the upgrade is accepted).
+            early_frames = rest if upgrade else b""
+            request = bytearray(body.feed(rest)) if rest and not upgrade else bytearray()
             while not body.complete:
                 data = await reader.read(_READ)
                 if not data:
@@ -233,7 +236,7 @@ class RecordingProxy:
                     hbuf += data
                 if hbuf[:12].split(b" ")[1:2] == [b"101"]:
                     answer = parse_request_head(b"GET / HTTP/1.1" + hbuf[hbuf.find(b"\r\n") : end])
-                    return up_r, up_w, answer.headers, hbuf[end + 4 :]
+                    return up_r, up_w, answer.headers, early_frames, hbuf[end + 4 :]
                 resp.feed(hbuf)  # refused (401, 426…): an ordinary response
             while not resp.complete:
                 data = await up_r.read(_READ)
@@ -304,6 +307,7 @@ class RecordingProxy:
         up_r: asyncio.StreamReader,
         up_w: asyncio.StreamWriter,
         answer: dict[str, str],
+        early: bytes,
         leftover: bytes,
     ) -> None:
         ext = answer.get("sec-websocket-extensions", "").lower()
@@ -311,6 +315,9 @@ class RecordingProxy:
         to_server = WsDecoder(deflate, "client_no_context_takeover" in ext)
         to_client = WsDecoder(deflate, "server_no_context_takeover" in ext)
         lanes = _WsLanes(self, conn)
+
+        if early:
+            self._observe(conn, lanes.from_client_bytes, to_server, early)
 
         async def upstream_to_client() -> None:
             if leftover:

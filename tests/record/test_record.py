@@ -453,3 +453,98 @@ def test_record_command_writes_the_trace_on_sigterm(server_url: str, tmp_path: P
     assert [t.output_tokens for t in rollout.turns] == [9]
     assert "sk-cli-secret" not in out.read_text()
     assert dump_trace([rollout])  # parses and dumps again
+
+
+def _frame(payload: bytes, mask: bytes | None = None, fin: bool = True, opcode: int = 1) -> bytes:
+    head = bytes([(0x80 if fin else 0) | opcode])
+    n = len(payload)
+    size = bytes([n]) if n < 126 else bytes([126]) + n.to_bytes(2, "big")
+    if mask is None:
+        return head + size + payload
+    size = bytes([size[0] | 0x80]) + size[1:]
+    return head + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
+    """A canned WebSocket upstream: the 101 and every frame reach each side byte for byte."""
+    create = json.dumps(
+        {"type": "response.create", "model": "m", "input": [], "stream_id": "lane-1"}
+    ).encode()
+    key = b"\x11\x22\x33\x44"
+    upgrade = (
+        b"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:1\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer sk-ws-secret\r\n\r\n"
+    )
+    # the request split in two fragments, a ping between them
+    client_frames = (
+        _frame(create[:20], key, fin=False)
+        + _frame(b"", key, opcode=9)
+        + _frame(create[20:], key, opcode=0)
+    )
+    completed = {
+        "type": "response.completed",
+        "stream_id": "lane-1",
+        "response": {
+            "id": "resp_ws1",
+            "output": [{"type": "message", "content": [{"type": "output_text", "text": "ok"}]}],
+            "usage": {"input_tokens": 12, "output_tokens": 3},
+        },
+    }
+    server_bytes = (
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+        + _frame(b'{"type":"response.created","stream_id":"lane-1"}')
+        + _frame(json.dumps(completed).encode())
+    )
+    received = bytearray()
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.extend(await reader.readuntil(b"\r\n\r\n"))
+        received.extend(await reader.readexactly(len(client_frames)))
+        writer.write(server_bytes[:50])  # the 101 head split across writes
+        await writer.drain()
+        await asyncio.sleep(0.005)
+        writer.write(server_bytes[50:])
+        await writer.drain()
+        await reader.read()  # until the proxy closes
+        writer.close()
+        await writer.wait_closed()
+
+    async def main() -> tuple[bytes, RecordingProxy]:
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
+                reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+                writer.write(upgrade)
+                writer.write(client_frames)
+                got = b""
+                while len(got) < len(server_bytes):
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        break
+                    got += chunk
+                writer.close()
+                await writer.wait_closed()
+                for _ in range(100):  # the proxy notices the close
+                    if proxy.exchanges:
+                        break
+                    await asyncio.sleep(0.01)
+        finally:
+            server.close()
+            await server.wait_closed()
+        return got, proxy
+
+    got, proxy = _run(main)
+    assert got == server_bytes
+    host = bytes(received).split(b"\r\n")[1]
+    assert host.startswith(b"Host: 127.0.0.1:")
+    assert bytes(received) == upgrade.replace(b"Host: 127.0.0.1:1", host) + client_frames
+    [exchange] = proxy.exchanges
+    assert (exchange.transport, exchange.response_id, exchange.output_tokens) == (
+        "ws",
+        "resp_ws1",
+        3,
+    )
+    assert exchange.input_tokens == 12
