@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 from harness.cli.common import EXIT_OK, HelpFormatter, examples
 from harness.record.bench import run_bench
-from harness.record.proxy import Upstream, record_until_stopped
+from harness.record.proxy import Upstream, UpstreamError, record_until_stopped
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
 
@@ -75,6 +76,11 @@ def _upstream(args: argparse.Namespace) -> Iterator[str]:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
+    folder = os.path.dirname(os.path.abspath(args.out))
+    if not args.bench and not os.path.isdir(folder):
+        raise UpstreamError(
+            f"--out {args.out}: expected a file in an existing folder, got {folder} missing"
+        )
     if args.bench:
         with _upstream(args) as upstream:
             result = run_bench(upstream, args.bench)

@@ -46,7 +46,7 @@ _MAX_HEAD = 64 * 1024
 
 
 class UpstreamError(LoopbenchError):
-    """The ``--upstream`` URL is not one the proxy can forward to."""
+    """The ``--upstream`` URL, ``--port`` or ``--out`` cannot be used."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,7 +445,13 @@ async def record_until_stopped(
     """Run the proxy until ``stop`` is set or SIGINT/SIGTERM arrives, then write the trace
     (whatever was recorded so far: a conversation cut by the stop is closed as truncated)."""
     proxy = RecordingProxy(Upstream.parse(upstream_url), keep_content=keep_content)
-    bound = await proxy.start(host, port)
+    try:
+        bound = await proxy.start(host, port)
+    except OSError as exc:
+        raise UpstreamError(
+            f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+            "choose a free port, or 0 for any"
+        ) from None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
