@@ -13,8 +13,9 @@ Conversation and sub-agent rules (docs/traces.md, "Lineage"):
 
 1. A request *continues* a conversation when it chains from that conversation's latest
    response (``previous_response_id``), or when the conversation's latest request is a
-   proper prefix of it (stateless APIs re-send the history) — and, if that latest response
-   asked for tools, the request carries an output for every one of those calls.
+   proper prefix of it (stateless APIs re-send the history), or, over WebSocket without
+   either, when it is on the same connection — and, if that latest response asked for
+   tools, the request carries an output for every one of those calls.
 2. A request that chains from or extends a conversation without continuing it (the
    history is shared but the pending calls are not answered, or the conversation already
    went on) *forks* it: a new conversation, a sub-agent of that one.
@@ -559,6 +560,19 @@ def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
                     conv = best
                 else:
                     fork_of = best
+            elif ex.transport == "ws":
+                # Only new items, no chain: the connection carries the conversation (the
+                # latest one on it whose pending calls this request answers).
+                same = [
+                    c
+                    for c in convs
+                    if c.last.transport == "ws"
+                    and c.last.connection == ex.connection
+                    and c.last.calls
+                    and _continues(c, ex)
+                ]
+                if same:
+                    conv = max(same, key=lambda c: c.last.t_end_ns)
         if conv is None:
             conv = _Conv(len(convs) + 1)
             if fork_of is not None:

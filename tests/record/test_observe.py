@@ -63,3 +63,13 @@ def test_ws_decoder_unmasks_and_joins_fragments() -> None:
     data = part1 + ping + part2
     assert dec.feed(data[:5]) == []
     assert dec.feed(data[5:]) == [payload]
+
+
+def test_websocket_connection_carries_a_conversation_without_chain() -> None:
+    first = ex(0, 10, "w1", ("c1",), item_hashes=("a",))
+    # only the new item (the output), no previous_response_id: same connection continues
+    second = ex(15, 20, "w2", item_hashes=("b",), outputs={"c1": (4, "z")})
+    other = ex(16, 18, "w3", item_hashes=("q",), connection=2)
+    _, rollouts = build_trace([first, second, other])
+    lengths = sorted(len(r.turns) for r in rollouts)
+    assert lengths == [1, 2]
