@@ -53,8 +53,16 @@ ALLOWED: dict[str, set[str]] = {
     "harness.locust_driver": _MEASURING - {"harness.transports"} | {"harness.run"},
     "harness.gate": _MEASURING | {"harness.run", "reference_server.core"},
     "harness.tools": _MEASURING | {"harness.run", "reference_server.core"},
+    "harness.record": _PURE_HARNESS | {"harness.run"},
     "harness.cli": _MEASURING
-    | {"harness.run", "harness.gate", "harness.tools", "reference_server", "reference_server.core"},
+    | {
+        "harness.run",
+        "harness.gate",
+        "harness.tools",
+        "harness.record",
+        "reference_server",
+        "reference_server.core",
+    },
     "harness.__main__": {"harness.cli"},
     "reference_server.core": {"harness.wire"},
     "reference_server": {"harness.wire", "reference_server.core"},

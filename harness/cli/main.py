@@ -12,7 +12,19 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from harness.cli import catalog, gate, locust, model, probe, report, run, scenario, selfbench, serve
+from harness.cli import (
+    catalog,
+    gate,
+    locust,
+    model,
+    probe,
+    record,
+    report,
+    run,
+    scenario,
+    selfbench,
+    serve,
+)
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser, version
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import exit_code_help
@@ -26,6 +38,7 @@ class _Family(Protocol):
 COMMANDS: tuple[_Family, ...] = (
     run,
     probe,
+    record,
     serve,
     scenario,
     catalog,

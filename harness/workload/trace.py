@@ -1,9 +1,13 @@
 """Recorded agent sessions: the generic JSONL trace format (docs/traces.md).
 
 A trace file holds one JSON object per line: an optional header
-``{"type": "trace", "version": 1, ...}`` and then one ``{"type": "rollout",
+``{"type": "trace", "version": 1 | 2, ...}`` and then one ``{"type": "rollout",
 ...}`` per recorded task, each with its turns (model calls) and, per turn, the
-tool calls the client ran after it.  A scenario with ``rollout.trace: FILE``
+tool calls the client ran after it.  Version 2 adds reasoning tokens, the
+input/cached tokens the recorded endpoint reported, and sub-agents: a turn's
+tool call answered by a conversation of its own (``subagent`` on the call, the
+conversation in the turn's ``subagents``), recursively.  A version 1 file is a
+version 2 file that uses none of these.  A scenario with ``rollout.trace: FILE``
 replays these rollouts instead of drawing them from distributions, so every
 transport sends the same recorded work (paired, as with generated rollouts).
 
@@ -13,6 +17,7 @@ file-reading helper, like :func:`~harness.workload.scenario.load_scenario`.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -24,13 +29,14 @@ from pydantic import model_validator as _model_validator
 from harness.wire.errors import ScenarioError
 from harness.workload.distributions import StrictModel, invalid
 from harness.workload.jsonl import json_lines
-from harness.workload.plan import RolloutPlan, TurnPlan
+from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan
 from harness.workload.scenario import describe_error
 
 __all__ = [
     "TRACE_VERSION",
     "TraceHeader",
     "TraceRollout",
+    "TraceSubagent",
     "TraceToolCall",
     "TraceTurn",
     "dump_trace",
@@ -40,14 +46,21 @@ __all__ = [
     "trace_plan",
 ]
 
-TRACE_VERSION: Literal[1] = 1
+#: the version :func:`dump_trace` writes when a rollout uses a version 2 field
+TRACE_VERSION: Literal[2] = 2
 
 
 class TraceToolCall(StrictModel):
-    """One tool the client ran: how long it took and how many tokens it returned."""
+    """One tool the client ran: how long it took and how many tokens it returned.
+
+    ``subagent`` (v2) is the index in the turn's ``subagents`` of the conversation that
+    answered this call; its ``latency_ms`` is then ignored on replay (the sub-agent's own
+    time replaces it) and ``output_tokens`` is the sub-agent's ``result_tokens``.
+    """
 
     latency_ms: float = Field(ge=0.0)
     output_tokens: int = Field(ge=0)
+    subagent: int | None = Field(default=None, ge=0)
 
 
 class TraceTurn(StrictModel):
@@ -56,6 +69,86 @@ class TraceTurn(StrictModel):
     output_tokens: int = Field(ge=1)
     tool_calls: list[TraceToolCall] = Field(default_factory=list)
     think_ms: float = Field(default=0.0, ge=0.0)
+    reasoning_tokens: int = Field(default=0, ge=0)
+    #: what the recorded endpoint reported (informational: the replay computes its own)
+    input_tokens: int | None = Field(default=None, ge=0)
+    cached_tokens: int | None = Field(default=None, ge=0)
+    subagents: list[TraceSubagent] = Field(default_factory=list)
+
+    @_model_validator(mode="after")
+    def _calls_name_subagents(self) -> TraceTurn:
+        # Each sub-agent answers exactly one call: that call is where the replay forks it
+        # and where its result re-enters the parent's conversation.
+        named: dict[int, int] = {}
+        for j, call in enumerate(self.tool_calls):
+            if call.subagent is None:
+                continue
+            if call.subagent >= len(self.subagents):
+                raise invalid(
+                    f"tool_calls[{j}].subagent",
+                    f"an index into this turn's subagents (0 to {len(self.subagents) - 1})"
+                    if self.subagents
+                    else "no subagent index (this turn has no subagents)",
+                    call.subagent,
+                )
+            if call.subagent in named:
+                raise invalid(
+                    f"tool_calls[{j}].subagent",
+                    f"a sub-agent no other call names (tool_calls[{named[call.subagent]}] "
+                    "already does)",
+                    call.subagent,
+                )
+            named[call.subagent] = j
+            result = self.subagents[call.subagent].result_tokens
+            if call.output_tokens != result:
+                raise invalid(
+                    f"tool_calls[{j}].output_tokens",
+                    f"the sub-agent's result_tokens ({result})",
+                    call.output_tokens,
+                )
+        for k in range(len(self.subagents)):
+            if k not in named:
+                raise invalid(
+                    f"subagents[{k}]",
+                    "a sub-agent named by one of this turn's tool_calls (its subagent field)",
+                    None,
+                )
+        return self
+
+
+def _check_turns(turns: Sequence[TraceTurn]) -> None:
+    # The agent loop stops at the first turn without tool calls, so one in the
+    # middle would silently cut the replay short.
+    *steps, final = turns
+    for i, turn in enumerate(steps):
+        if not turn.tool_calls:
+            raise invalid(
+                f"turns[{i}].tool_calls", "at least one tool call before the last turn", []
+            )
+    if final.tool_calls:
+        raise invalid(
+            f"turns[{len(steps)}].tool_calls",
+            "no tool calls on the last turn (the final answer)",
+            len(final.tool_calls),
+        )
+
+
+class TraceSubagent(StrictModel):
+    """A conversation a turn forked (v2): its own prompt and turns, and the result it returns."""
+
+    id: str = ""
+    join: Literal["wait", "detach"] = "wait"
+    system_tokens: int = Field(ge=0)
+    tool_schema_tokens: int = Field(default=0, ge=0)
+    user_prompt_tokens: int = Field(ge=1)
+    result_tokens: int = Field(ge=0)
+    turns: list[TraceTurn] = Field(min_length=1)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @_model_validator(mode="after")
+    def _ends_with_answer(self) -> TraceSubagent:
+        _check_turns(self.turns)
+        return self
 
 
 class TraceRollout(StrictModel):
@@ -71,21 +164,17 @@ class TraceRollout(StrictModel):
 
     @_model_validator(mode="after")
     def _ends_with_answer(self) -> TraceRollout:
-        # The agent loop stops at the first turn without tool calls, so one in the
-        # middle would silently cut the replay short.
-        *steps, final = self.turns
-        for i, turn in enumerate(steps):
-            if not turn.tool_calls:
-                raise invalid(
-                    f"turns[{i}].tool_calls", "at least one tool call before the last turn", []
-                )
-        if final.tool_calls:
-            raise invalid(
-                f"turns[{len(steps)}].tool_calls",
-                "no tool calls on the last turn (the final answer)",
-                len(final.tool_calls),
-            )
+        _check_turns(self.turns)
         return self
+
+    @property
+    def uses_v2(self) -> bool:
+        """Whether this rollout needs a version 2 reader (a v1 header would misdescribe it)."""
+        return any(_turn_uses_v2(t) for t in self.turns)
+
+    @property
+    def subagent_count(self) -> int:
+        return sum(_count_subagents(t) for t in self.turns)
 
     @property
     def output_tokens(self) -> int:
@@ -104,9 +193,25 @@ class TraceRollout(StrictModel):
         return total
 
 
+def _turn_uses_v2(turn: TraceTurn) -> bool:
+    return bool(
+        turn.subagents
+        or turn.reasoning_tokens
+        or turn.input_tokens is not None
+        or turn.cached_tokens is not None
+    )
+
+
+def _count_subagents(turn: TraceTurn) -> int:
+    return sum(1 + sum(_count_subagents(t) for t in s.turns) for s in turn.subagents)
+
+
+TraceTurn.model_rebuild()
+
+
 class TraceHeader(StrictModel):
     type: Literal["trace"]
-    version: Literal[1]
+    version: Literal[1, 2]
     source: str = ""
     meta: dict[str, Any] = Field(default_factory=dict)
 
@@ -148,13 +253,66 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> list[TraceRoll
 
 
 def dump_trace(rollouts: Sequence[TraceRollout], header: TraceHeader | None = None) -> str:
-    """The JSONL text of a trace (header first), one rollout per line."""
+    """The JSONL text of a trace (header first), one rollout per line.
+
+    The header states the lowest version that describes the rollouts, and fields left
+    at their v2 defaults are omitted: a trace that uses no v2 feature is written
+    exactly as version 1 wrote it (older readers keep reading it).
+    """
     out = []
     if header is not None:
+        version = TRACE_VERSION if any(r.uses_v2 for r in rollouts) else 1
+        header = header.model_copy(update={"version": version})
         out.append(orjson.dumps(header.model_dump(mode="json")).decode())
     for r in rollouts:
-        out.append(orjson.dumps(r.model_dump(mode="json")).decode())
+        out.append(orjson.dumps(_rollout_json(r)).decode())
     return "\n".join(out) + "\n"
+
+
+def _turn_json(turn: TraceTurn) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "output_tokens": turn.output_tokens,
+        "tool_calls": [
+            {"latency_ms": c.latency_ms, "output_tokens": c.output_tokens}
+            | ({} if c.subagent is None else {"subagent": c.subagent})
+            for c in turn.tool_calls
+        ],
+        "think_ms": turn.think_ms,
+    }
+    if turn.reasoning_tokens:
+        out["reasoning_tokens"] = turn.reasoning_tokens
+    if turn.input_tokens is not None:
+        out["input_tokens"] = turn.input_tokens
+    if turn.cached_tokens is not None:
+        out["cached_tokens"] = turn.cached_tokens
+    if turn.subagents:
+        out["subagents"] = [_subagent_json(s) for s in turn.subagents]
+    return out
+
+
+def _subagent_json(sub: TraceSubagent) -> dict[str, Any]:
+    return {
+        "id": sub.id,
+        "join": sub.join,
+        "system_tokens": sub.system_tokens,
+        "tool_schema_tokens": sub.tool_schema_tokens,
+        "user_prompt_tokens": sub.user_prompt_tokens,
+        "result_tokens": sub.result_tokens,
+        "turns": [_turn_json(t) for t in sub.turns],
+        "meta": sub.meta,
+    }
+
+
+def _rollout_json(r: TraceRollout) -> dict[str, Any]:
+    return {
+        "type": r.type,
+        "id": r.id,
+        "system_tokens": r.system_tokens,
+        "tool_schema_tokens": r.tool_schema_tokens,
+        "user_prompt_tokens": r.user_prompt_tokens,
+        "turns": [_turn_json(t) for t in r.turns],
+        "meta": r.meta,
+    }
 
 
 def resolve_trace_path(trace: str, scenario_source: str) -> str:
@@ -189,18 +347,14 @@ def read_trace(path: str | os.PathLike[str]) -> list[TraceRollout]:
 def trace_plan(
     rollout: TraceRollout, rollout_id: int, seed: int, start_offset_ns: int, tags: dict[str, str]
 ) -> RolloutPlan:
-    """The replayable plan of one recorded rollout (content text still comes from ``seed``)."""
-    turns = tuple(
-        TurnPlan(
-            index=i,
-            output_tokens=t.output_tokens,
-            tool_calls=len(t.tool_calls),
-            tool_latency_ms=tuple(c.latency_ms for c in t.tool_calls),
-            tool_output_tokens=tuple(c.output_tokens for c in t.tool_calls),
-            think_ms=t.think_ms,
-        )
-        for i, t in enumerate(rollout.turns)
-    )
+    """The replayable plan of one recorded rollout (content text still comes from ``seed``).
+
+    Sub-agents become :class:`SubagentPlan` s numbered 1, 2, … depth-first in fork order
+    (a sub-agent's own forks are numbered before its next sibling), each seeded from the
+    rollout's seed and its number.
+    """
+    counter = [0]
+    turns = _turn_plans(rollout.turns, seed, counter)
     return RolloutPlan(
         rollout_id=rollout_id,
         seed=seed,
@@ -211,3 +365,46 @@ def trace_plan(
         start_offset_ns=start_offset_ns,
         tags=tags,
     )
+
+
+def _subagent_seed(seed: int, subagent_id: int) -> int:
+    # Same construction as rollout.derive_seed (which imports this module, hence no import).
+    label = f"loopbench:{seed}:subagent:{subagent_id}"
+    return int.from_bytes(hashlib.blake2b(label.encode(), digest_size=8).digest(), "big") >> 1
+
+
+def _turn_plans(turns: Sequence[TraceTurn], seed: int, counter: list[int]) -> tuple[TurnPlan, ...]:
+    plans = []
+    for i, t in enumerate(turns):
+        call_of = {c.subagent: j for j, c in enumerate(t.tool_calls) if c.subagent is not None}
+        subs = []
+        for k, sub in enumerate(t.subagents):
+            counter[0] += 1
+            sid = counter[0]
+            sub_seed = _subagent_seed(seed, sid)
+            subs.append(
+                SubagentPlan(
+                    subagent_id=sid,
+                    seed=sub_seed,
+                    system_tokens=sub.system_tokens,
+                    tool_schema_tokens=sub.tool_schema_tokens,
+                    user_prompt_tokens=sub.user_prompt_tokens,
+                    turns=_turn_plans(sub.turns, seed, counter),
+                    call_index=call_of[k],
+                    result_tokens=sub.result_tokens,
+                    join=sub.join,
+                )
+            )
+        plans.append(
+            TurnPlan(
+                index=i,
+                output_tokens=t.output_tokens,
+                tool_calls=len(t.tool_calls),
+                tool_latency_ms=tuple(c.latency_ms for c in t.tool_calls),
+                tool_output_tokens=tuple(c.output_tokens for c in t.tool_calls),
+                think_ms=t.think_ms,
+                reasoning_tokens=t.reasoning_tokens,
+                subagents=tuple(subs),
+            )
+        )
+    return tuple(plans)

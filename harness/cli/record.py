@@ -1,0 +1,113 @@
+"""``loopbench record``: record an agent's traffic as a replayable trace (docs/traces.md)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from harness.cli.common import EXIT_OK, HelpFormatter, examples
+from harness.record.bench import run_bench
+from harness.record.proxy import Upstream, UpstreamError, record_until_stopped
+from harness.run.embedded import embedded_server
+from harness.run.event_loop import run_async
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "record",
+        help="record an agent's traffic through a proxy as a trace",
+        description="Listen on http://127.0.0.1:PORT/v1, forward every request byte for byte "
+        "to --upstream (default: an embedded reference server) and, on Ctrl-C or SIGTERM, "
+        "write what the agent did as a loopbench trace: per conversation and turn the "
+        "tokens in, out, cached and reasoning, the tool calls and the tool time between a "
+        "response and the next request, and which conversations are sub-agents of which. "
+        "Responses (HTTP+SSE and WebSocket), Chat Completions and Anthropic Messages. No "
+        "content is stored unless --keep-content; credentials are never stored. Replay the "
+        "trace with a scenario's `rollout.trace: FILE`. See docs/traces.md.",
+        epilog=examples(
+            "loopbench record --port 8080 --out traces/mine.jsonl   # then OPENAI_BASE_URL="
+            "http://127.0.0.1:8080/v1 my-agent",
+            "loopbench record --upstream https://my-endpoint.example/v1 --port 8080",
+            "loopbench record --upstream http://127.0.0.1:8000/v1 --port 0 --keep-content",
+            "loopbench record --bench 2000   # the latency the proxy adds, paired, on loopback",
+        ),
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="where to forward (http:// or https://, with its /v1 base path); default: start "
+        "the embedded reference server",
+    )
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--out", default="trace.jsonl", metavar="FILE", help="trace file to write")
+    p.add_argument(
+        "--keep-content",
+        action="store_true",
+        help="also store each turn's request body and response output in the rollout's meta",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="the embedded server's seed (without --upstream)"
+    )
+    p.add_argument(
+        "--bench",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of recording: measure the latency the proxy adds, over N paired turns "
+        "(direct vs through a `loopbench record` process), and print p50/p99",
+    )
+    p.set_defaults(func=cmd_record)
+
+
+@contextlib.contextmanager
+def _upstream(args: argparse.Namespace) -> Iterator[str]:
+    if args.upstream:
+        Upstream.parse(args.upstream)  # a bad URL is refused before anything starts
+        yield args.upstream
+    else:
+        with embedded_server(seed=args.seed) as url:
+            yield url
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    folder = os.path.dirname(os.path.abspath(args.out))
+    if not args.bench and not os.path.isdir(folder):
+        raise UpstreamError(
+            f"--out {args.out}: expected a file in an existing folder, got {folder} missing"
+        )
+    if args.bench:
+        with _upstream(args) as upstream:
+            result = run_bench(upstream, args.bench)
+        print("\n".join(result.lines()))
+        return EXIT_OK
+    with _upstream(args) as upstream:
+
+        def ready(port: int) -> None:
+            print(
+                f"loopbench record listening on http://{args.host}:{port}/v1 → {upstream} "
+                f"(Ctrl-C writes {args.out})",
+                flush=True,
+            )
+
+        proxy, rollouts, failed = run_async(
+            record_until_stopped(
+                upstream,
+                args.out,
+                host=args.host,
+                port=args.port,
+                keep_content=args.keep_content,
+                on_ready=ready,
+            )
+        )
+    print(
+        f"wrote {args.out}: {rollouts} rollouts from {len(proxy.exchanges)} exchanges "
+        f"({failed} failed, not replayed)",
+        file=sys.stderr,
+    )
+    return EXIT_OK

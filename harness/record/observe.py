@@ -1,0 +1,769 @@
+"""What the recording proxy learns from one exchange, and the trace it builds from all of them.
+
+Pure: bytes and timestamps in, :class:`Exchange` summaries and trace rollouts out.  The
+proxy (:mod:`harness.record.proxy`) forwards the bytes first and hands a copy here only
+when the response has ended, so none of this sits between a chunk and the client.
+
+An :class:`Exchange` keeps no content unless asked to: the request's items are reduced to
+hashes (to tell which conversation a request continues) and token counts (text length / 4,
+the project's token convention), the response to its id, usage, the tool calls it asked
+for and a hash of its final text (to tell which tool call a sub-agent's answer fed).
+
+Conversation and sub-agent rules (docs/traces.md, "Lineage"):
+
+1. A request *continues* a conversation when it chains from that conversation's latest
+   response (``previous_response_id``), or when the conversation's latest request is a
+   proper prefix of it (stateless APIs re-send the history), or, over WebSocket without
+   either, when it is on the same connection — and, if that latest response asked for
+   tools, the request carries an output for every one of those calls.
+2. A request that chains from or extends a conversation without continuing it (the
+   history is shared but the pending calls are not answered, or the conversation already
+   went on) *forks* it: a new conversation, a sub-agent of that one.
+3. Any other request starts a new conversation.  It is a sub-agent of the conversation
+   that was waiting for its tools when it started (its latest response asked for tools
+   and its next request had not yet arrived); of several, the one whose response ended
+   last.  With none it is a root conversation (a rollout of its own).
+4. A sub-agent answers the parent call whose output (in the parent's next request) has
+   the same text as the sub-agent's final answer, else the first call not yet answered
+   by one.  It joins with ``wait`` when it ended before the parent's next request,
+   ``detach`` otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from harness.wire.tokens import count_tokens
+from harness.workload.trace import (
+    TRACE_VERSION,
+    TraceHeader,
+    TraceRollout,
+    TraceSubagent,
+    TraceToolCall,
+    TraceTurn,
+)
+
+__all__ = [
+    "Exchange",
+    "RequestHead",
+    "WsDecoder",
+    "build_trace",
+    "parse_request_head",
+    "summarize",
+]
+
+RESPONSES, CHAT, MESSAGES = "responses", "chat", "messages"
+
+
+@dataclass(slots=True)
+class RequestHead:
+    method: str
+    target: str
+    #: lower-case names, values as sent (never logged: they hold credentials)
+    headers: dict[str, str]
+
+
+def parse_request_head(raw: bytes) -> RequestHead:
+    """The request line and headers of ``raw`` (the head without its final blank line)."""
+    lines = raw.split(b"\r\n")
+    parts = lines[0].decode("latin-1").split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise ValueError(
+            f"request line: expected 'METHOD /path HTTP/1.1', got {lines[0][:60].decode('latin-1')!r}"
+        )
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not name:
+            raise ValueError(f"request header: expected 'name: value', got {line[:40]!r}")
+        key = name.decode("latin-1").strip().lower()
+        text = value.strip().decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return RequestHead(parts[0], parts[1], headers)
+
+
+def api_of(path: str) -> str | None:
+    """Which API a request path speaks (``None``: not one the proxy records)."""
+    path = path.split("?", 1)[0].rstrip("/")
+    if path.endswith("/responses"):
+        return RESPONSES
+    if path.endswith("/chat/completions"):
+        return CHAT
+    if path.endswith("/messages"):
+        return MESSAGES
+    return None
+
+
+# --- WebSocket frames ---------------------------------------------------------------------
+
+
+class WsDecoder:
+    """Complete messages out of one direction's frames (a copy: the bytes are already sent).
+
+    Handles masking, fragmentation and permessage-deflate (``deflate``: the extension was
+    negotiated; ``reset``: that side asked for no context takeover).  Control frames are
+    skipped.
+    """
+
+    __slots__ = ("_buf", "_compressed", "_deflate", "_inflater", "_parts", "_reset")
+
+    def __init__(self, deflate: bool = False, reset: bool = False) -> None:
+        self._buf = b""
+        self._parts: list[bytes] = []
+        self._compressed = False
+        self._deflate = deflate
+        self._reset = reset
+        self._inflater = zlib.decompressobj(-15)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self._buf + data if self._buf else data
+        out: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 2:
+            b0, b1 = buf[pos], buf[pos + 1]
+            n = b1 & 0x7F
+            head = 2
+            if n == 126:
+                if end - pos < 4:
+                    break
+                n = int.from_bytes(buf[pos + 2 : pos + 4], "big")
+                head = 4
+            elif n == 127:
+                if end - pos < 10:
+                    break
+                n = int.from_bytes(buf[pos + 2 : pos + 10], "big")
+                head = 10
+            masked = b1 & 0x80
+            if masked:
+                head += 4
+            if end - pos < head + n:
+                break
+            payload = buf[pos + head : pos + head + n]
+            if masked:
+                key = buf[pos + head - 4 : pos + head]
+                payload = _unmask(payload, key)
+            pos += head + n
+            opcode = b0 & 0x0F
+            if opcode >= 8:
+                continue  # ping, pong, close
+            if opcode != 0:
+                self._parts = []
+                self._compressed = bool(b0 & 0x40) and self._deflate
+            self._parts.append(payload)
+            if b0 & 0x80:
+                message = b"".join(self._parts)
+                self._parts = []
+                if self._compressed:
+                    message = self._inflate(message)
+                out.append(message)
+        self._buf = buf[pos:]
+        return out
+
+    def _inflate(self, message: bytes) -> bytes:
+        try:
+            data = self._inflater.decompress(message + b"\x00\x00\xff\xff")
+        except zlib.error:
+            data = b""
+        if self._reset:
+            self._inflater = zlib.decompressobj(-15)
+        return data
+
+
+def _unmask(payload: bytes, key: bytes) -> bytes:
+    # XOR with the repeated 4-byte key, as one big-integer operation (fast in CPython).
+    n = len(payload)
+    if not n:
+        return payload
+    mask = (key * (n // 4 + 1))[:n]
+    return (int.from_bytes(payload, "big") ^ int.from_bytes(mask, "big")).to_bytes(n, "big")
+
+
+# --- one exchange -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request and its response, reduced to what the trace needs."""
+
+    api: str
+    transport: str  # "http" or "ws"
+    connection: int
+    t_start_ns: int
+    t_end_ns: int
+    t_first_ns: int = 0
+    status: int = 200
+    model: str = ""
+    previous_response_id: str | None = None
+    #: hash of the instructions / system prompt and tools, then one hash per input item
+    head_hash: str = ""
+    item_hashes: tuple[str, ...] = ()
+    instructions_tokens: int = 0
+    tool_schema_tokens: int = 0
+    #: tokens of the user messages in the request (the prompt, on a conversation's first)
+    user_tokens: int = 0
+    #: tool outputs the request carries: call id → (tokens, hash of the text)
+    outputs: dict[str, tuple[int, str]] = field(default_factory=dict)
+    response_id: str = ""
+    calls: tuple[str, ...] = ()
+    input_tokens: int | None = None
+    cached_tokens: int | None = None
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    answer_hash: str = ""
+    content: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status < 400 and bool(self.response_id or self.output_tokens or self.calls)
+
+
+def _h(value: Any) -> str:
+    data = value if isinstance(value, bytes) else orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def _text_of(value: Any) -> str:
+    """All the text in a content value (string, or parts with ``text``/``output``)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(_text_of(v) for v in value)
+    if isinstance(value, dict):
+        for key in ("text", "content", "output", "input_text", "output_text"):
+            if key in value:
+                return _text_of(value[key])
+    return ""
+
+
+def _tokens(text: str) -> int:
+    return count_tokens(text) if text else 0
+
+
+def summarize(
+    api: str,
+    transport: str,
+    connection: int,
+    request_body: bytes,
+    status: int,
+    response_body: bytes,
+    response_headers: dict[str, str],
+    times: tuple[int, int, int],
+    keep_content: bool = False,
+) -> Exchange | None:
+    """The :class:`Exchange` of one request/response (``None``: the request is not JSON).
+
+    ``response_body`` is the whole body (an SSE stream, a JSON object) or, over WebSocket,
+    the event messages joined by newlines; ``times`` is (request start, first response
+    byte, response end) in nanoseconds.
+    """
+    try:
+        req = orjson.loads(request_body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(req, dict):
+        return None
+    t_start, t_first, t_end = times
+    ex = Exchange(api, transport, connection, t_start, t_end, t_first, status)
+    ex.model = str(req.get("model") or "")
+    try:
+        _summarize_request(ex, req)
+    except (TypeError, AttributeError, ValueError):
+        # A request the upstream will refuse (input: 7): recorded as failed, not guessed at.
+        ex.status = max(status, 400)
+        return ex
+    encoding = response_headers.get("content-encoding", "")
+    if "gzip" in encoding or "deflate" in encoding:
+        try:
+            response_body = zlib.decompress(response_body, 47)
+        except zlib.error:
+            response_body = b""
+    if status < 400:
+        try:
+            _summarize_response(ex, response_body)
+        except (TypeError, AttributeError, ValueError):
+            ex.status = 502  # a body that is not what the API defines: not replayable
+    if keep_content:
+        ex.content = {"request": req, "output": _output_content(ex.api, response_body)}
+    return ex
+
+
+def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
+    api = ex.api
+    tools = req.get("tools") or []
+    ex.tool_schema_tokens = _tokens(orjson.dumps(tools).decode()) if tools else 0
+    items: list[Any]
+    if api == RESPONSES:
+        if req.get("type") == "response.create":
+            req = {k: v for k, v in req.items() if k != "type"}
+        ex.previous_response_id = req.get("previous_response_id") or None
+        instructions = req.get("instructions") or ""
+        raw = req.get("input")
+        items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or [])
+        ex.instructions_tokens = _tokens(_text_of(instructions))
+        ex.head_hash = _h([instructions, tools])
+    elif api == CHAT:
+        items = list(req.get("messages") or [])
+        ex.instructions_tokens = sum(
+            _tokens(_text_of(m.get("content")))
+            for m in items
+            if isinstance(m, dict) and m.get("role") in ("system", "developer")
+        )
+        ex.head_hash = _h([tools])
+    else:
+        # Cache breakpoints move to the newest message each turn: not part of the history.
+        items = _without_cache_control(list(req.get("messages") or []))
+        prompt = _without_cache_control(req.get("system") or "")
+        ex.instructions_tokens = _tokens(_text_of(prompt))
+        ex.head_hash = _h([prompt, tools])
+    ex.item_hashes = tuple(_h(i) for i in items)
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind, role = item.get("type"), item.get("role")
+        if api == RESPONSES and kind in ("function_call_output", "custom_tool_call_output"):
+            text = _text_of(item.get("output"))
+            ex.outputs[str(item.get("call_id"))] = (_tokens(text), _h(text.encode()))
+        elif api == CHAT and role == "tool":
+            text = _text_of(item.get("content"))
+            ex.outputs[str(item.get("tool_call_id"))] = (_tokens(text), _h(text.encode()))
+        elif api == MESSAGES and role == "user" and isinstance(item.get("content"), list):
+            for part in item["content"]:
+                if isinstance(part, dict) and part.get("type") == "tool_result":
+                    text = _text_of(part.get("content"))
+                    ex.outputs[str(part.get("tool_use_id"))] = (_tokens(text), _h(text.encode()))
+                elif isinstance(part, dict) and part.get("type") == "text":
+                    ex.user_tokens += _tokens(str(part.get("text", "")))
+        elif role == "user" and (kind in (None, "message")):
+            ex.user_tokens += _tokens(_text_of(item.get("content")))
+
+
+def _without_cache_control(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_cache_control(v) for v in value]
+    return value
+
+
+def _events(body: bytes, *needles: bytes) -> Iterator[Any]:
+    """The JSON payloads of the stream's events that contain one of ``needles``.
+
+    SSE ``data:`` lines, or one JSON message per line (WebSocket); filtering on the raw
+    bytes first keeps the JSON decoding to the few events the trace needs.
+    """
+    for line in body.split(b"\n"):
+        if line.startswith(b"data:"):
+            line = line[5:]
+        elif not line.startswith(b"{"):
+            continue
+        if needles and not any(n in line for n in needles):
+            continue
+        try:
+            yield orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+
+
+def _summarize_response(ex: Exchange, body: bytes) -> None:
+    stripped = body.lstrip()
+    whole: Any = None
+    if stripped.startswith(b"{") and ex.transport == "http":
+        try:
+            whole = orjson.loads(stripped)
+        except orjson.JSONDecodeError:
+            whole = None  # not one object: an event stream
+    if ex.api == RESPONSES:
+        if whole is None:
+            for event in _events(
+                body, b"response.completed", b"response.incomplete", b"response.failed"
+            ):
+                if isinstance(event, dict) and isinstance(event.get("response"), dict):
+                    whole = event["response"]
+        if isinstance(whole, dict):
+            _responses_object(ex, whole)
+    elif ex.api == CHAT:
+        chunks = [whole] if whole is not None else list(_events(body))
+        _chat_chunks(ex, chunks)
+    else:
+        events = [whole] if whole is not None else list(_events(body))
+        _messages_events(ex, events)
+
+
+def _responses_object(ex: Exchange, resp: dict[str, Any]) -> None:
+    ex.response_id = str(resp.get("id") or "")
+    calls, text = [], []
+    for item in resp.get("output") or []:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
+            calls.append(str(item.get("call_id") or item.get("id")))
+        elif item.get("type") == "message":
+            text.append(_text_of(item.get("content")))
+    ex.calls = tuple(calls)
+    ex.answer_hash = _h("".join(text).encode())
+    usage = resp.get("usage") or {}
+    ex.input_tokens = usage.get("input_tokens")
+    ex.cached_tokens = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+    ex.reasoning_tokens = int(
+        (usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0
+    )
+    ex.output_tokens = int(usage.get("output_tokens") or 0) - ex.reasoning_tokens
+
+
+def _chat_chunks(ex: Exchange, chunks: Iterable[Any]) -> None:
+    calls: dict[int, str] = {}
+    text: list[str] = []
+    for chunk in chunks:
+        if not isinstance(chunk, dict):
+            continue
+        ex.response_id = ex.response_id or str(chunk.get("id") or "")
+        for choice in chunk.get("choices") or []:
+            part = choice.get("delta") or choice.get("message") or {}
+            for j, call in enumerate(part.get("tool_calls") or []):
+                index = int(call.get("index", j))
+                if call.get("id"):
+                    calls[index] = str(call["id"])
+            if isinstance(part.get("content"), str):
+                text.append(part["content"])
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            ex.input_tokens = usage.get("prompt_tokens")
+            ex.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            details = usage.get("completion_tokens_details") or {}
+            ex.reasoning_tokens = int(details.get("reasoning_tokens") or 0)
+            ex.output_tokens = int(usage.get("completion_tokens") or 0) - ex.reasoning_tokens
+    ex.calls = tuple(calls[i] for i in sorted(calls))
+    ex.answer_hash = _h("".join(text).encode())
+
+
+def _messages_events(ex: Exchange, events: Iterable[Any]) -> None:
+    calls: list[str] = []
+    text: list[str] = []
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        kind = event.get("type")
+        message = event.get("message") if kind == "message_start" else event
+        if kind in ("message_start", "message") and isinstance(message, dict):
+            ex.response_id = str(message.get("id") or "")
+            _messages_usage(ex, message.get("usage") or {})
+            for block in message.get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    calls.append(str(block.get("id")))
+                elif isinstance(block, dict) and block.get("type") == "text":
+                    text.append(str(block.get("text", "")))
+        elif kind == "content_block_start":
+            block = event.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                calls.append(str(block.get("id")))
+        elif kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                text.append(str(delta.get("text", "")))
+        elif kind == "message_delta":
+            _messages_usage(ex, event.get("usage") or {})
+    ex.calls = tuple(calls)
+    ex.answer_hash = _h("".join(text).encode())
+
+
+def _messages_usage(ex: Exchange, usage: dict[str, Any]) -> None:
+    if "input_tokens" in usage:
+        read = int(usage.get("cache_read_input_tokens") or 0)
+        written = int(usage.get("cache_creation_input_tokens") or 0)
+        ex.input_tokens = int(usage["input_tokens"] or 0) + read + written
+        ex.cached_tokens = read
+    if "output_tokens" in usage:
+        ex.output_tokens = int(usage["output_tokens"] or 0)
+
+
+def _output_content(api: str, body: bytes) -> Any:
+    """The response's content for ``--keep-content``: its final object or its events."""
+    if api == RESPONSES:
+        for event in _events(body, b"response.completed", b"response.incomplete"):
+            if isinstance(event, dict) and "response" in event:
+                return event["response"].get("output")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return list(_events(body))
+
+
+# --- conversations → trace ------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Conv:
+    number: int
+    turns: list[Exchange] = field(default_factory=list)
+    parent: _Conv | None = None
+    #: the parent's turn index this conversation was forked during
+    fork_turn: int = -1
+    children: list[_Conv] = field(default_factory=list)
+    #: (conversation, its turn) that may have forked this one, the likeliest first
+    candidates: list[tuple[_Conv, int]] = field(default_factory=list)
+
+    @property
+    def last(self) -> Exchange:
+        return self.turns[-1]
+
+    def waiting_at(self, t_ns: int) -> bool:
+        """Whether this conversation was running its tools at ``t_ns``."""
+        last = [x for x in self.turns if x.t_start_ns <= t_ns]
+        if not last or not last[-1].calls or last[-1].t_end_ns > t_ns:
+            return False
+        later = [x for x in self.turns if x.t_start_ns > t_ns]
+        return True if not later else later[0].t_start_ns > t_ns
+
+
+def _continues(conv: _Conv, ex: Exchange) -> bool:
+    last = conv.last
+    if last.t_end_ns > ex.t_start_ns:
+        return False  # one response in flight per conversation
+    return all(c in ex.outputs for c in last.calls)
+
+
+def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
+    convs: list[_Conv] = []
+    by_response: dict[str, tuple[_Conv, int]] = {}
+    for ex in sorted(exchanges, key=lambda x: x.t_start_ns):
+        conv: _Conv | None = None
+        fork_of: _Conv | None = None
+        if ex.previous_response_id and ex.previous_response_id in by_response:
+            prev, index = by_response[ex.previous_response_id]
+            if index == len(prev.turns) - 1 and _continues(prev, ex):
+                conv = prev
+            else:
+                fork_of = prev
+        elif not ex.previous_response_id:
+            best: _Conv | None = None
+            for c in convs:
+                seen = c.last.item_hashes
+                if (
+                    c.last.api == ex.api
+                    and c.last.head_hash == ex.head_hash
+                    and len(seen) < len(ex.item_hashes)
+                    and ex.item_hashes[: len(seen)] == seen
+                    and (best is None or len(seen) > len(best.last.item_hashes))
+                ):
+                    best = c
+            if best is not None:
+                if _continues(best, ex):
+                    conv = best
+                else:
+                    fork_of = best
+            elif ex.transport == "ws":
+                # Only new items, no chain: the connection carries the conversation (the
+                # latest one on it whose pending calls this request answers).
+                same = [
+                    c
+                    for c in convs
+                    if c.last.transport == "ws"
+                    and c.last.connection == ex.connection
+                    and c.last.calls
+                    and _continues(c, ex)
+                ]
+                if same:
+                    conv = max(same, key=lambda c: c.last.t_end_ns)
+        if conv is None:
+            conv = _Conv(len(convs) + 1)
+            if fork_of is not None:
+                conv.candidates = [(fork_of, _turn_at(fork_of, ex.t_start_ns))]
+            else:
+                waiting = [c for c in convs if c.waiting_at(ex.t_start_ns)]
+                # latest-ended first: the default when no answer names the parent
+                waiting.sort(key=lambda c: -_last_before(c, ex.t_start_ns).t_end_ns)
+                conv.candidates = [(c, _turn_at(c, ex.t_start_ns)) for c in waiting]
+            convs.append(conv)
+        conv.turns.append(ex)
+        if ex.response_id:
+            by_response[ex.response_id] = (conv, len(conv.turns) - 1)
+    for conv in convs:
+        # Among conversations waiting for tools when this one started, its parent is the
+        # one whose next request carries this one's final answer as a tool output.
+        if not conv.candidates:
+            continue
+        answer = conv.last.answer_hash
+        chosen = conv.candidates[0]
+        for cand, turn in conv.candidates:
+            nxt = cand.turns[turn + 1] if turn + 1 < len(cand.turns) else None
+            if nxt is not None and any(h == answer for _, h in nxt.outputs.values()):
+                chosen = (cand, turn)
+                break
+        conv.parent, conv.fork_turn = chosen
+        conv.parent.children.append(conv)
+    return convs
+
+
+def _turn_at(conv: _Conv, t_ns: int) -> int:
+    return max(i for i, x in enumerate(conv.turns) if x.t_start_ns <= t_ns)
+
+
+def _last_before(conv: _Conv, t_ns: int) -> Exchange:
+    return [x for x in conv.turns if x.t_start_ns <= t_ns][-1]
+
+
+def _prompt_tokens(conv: _Conv) -> tuple[int, int, int]:
+    """(system, tool schema, user prompt) tokens of a conversation's first request."""
+    first = conv.turns[0]
+    user = max(1, first.user_tokens)
+    schema = first.tool_schema_tokens
+    if first.input_tokens is not None:
+        system = max(0, first.input_tokens - user - schema)
+    else:
+        system = first.instructions_tokens
+    return system, schema, user
+
+
+def _turns(conv: _Conv, ids: dict[int, str]) -> list[TraceTurn]:
+    turns: list[TraceTurn] = []
+    for i, ex in enumerate(conv.turns):
+        nxt = conv.turns[i + 1] if i + 1 < len(conv.turns) else None
+        children = [c for c in conv.children if c.fork_turn == i]
+        gap_ms = round(max(0, nxt.t_start_ns - ex.t_end_ns) / 1e6, 3) if nxt else 0.0
+        calls = [
+            TraceToolCall(
+                latency_ms=gap_ms,
+                output_tokens=(nxt.outputs.get(c, (0, ""))[0] if nxt else 0),
+            )
+            for c in ex.calls
+        ]
+        subagents: list[TraceSubagent] = []
+        taken: set[int] = set()
+        for child in children:
+            j = _call_for(child, ex, nxt, taken)
+            if j is None:
+                continue  # more forks than calls: the child stays a rollout of its own
+            taken.add(j)
+            result = calls[j].output_tokens if nxt else child.last.output_tokens
+            calls[j] = TraceToolCall(latency_ms=0.0, output_tokens=result, subagent=len(subagents))
+            subagents.append(_subagent(child, ids, result, nxt))
+        turns.append(
+            TraceTurn(
+                output_tokens=max(1, ex.output_tokens),
+                reasoning_tokens=ex.reasoning_tokens,
+                input_tokens=ex.input_tokens,
+                cached_tokens=ex.cached_tokens,
+                tool_calls=calls,
+                subagents=subagents,
+            )
+        )
+    return turns
+
+
+def _call_for(child: _Conv, ex: Exchange, nxt: Exchange | None, taken: set[int]) -> int | None:
+    if nxt is not None:
+        for j, call in enumerate(ex.calls):
+            out = nxt.outputs.get(call)
+            if j not in taken and out is not None and out[1] == child.last.answer_hash:
+                return j
+    for j in range(len(ex.calls)):
+        if j not in taken:
+            return j
+    return None
+
+
+def _finish(turns: list[TraceTurn]) -> tuple[list[TraceTurn], bool]:
+    """Turns that validate: cut at the first answer, close an open tool loop."""
+    for i, turn in enumerate(turns):
+        if not turn.tool_calls:
+            return turns[: i + 1], i + 1 < len(turns)
+    # Stopped on a tool call (interrupted, or still running at Ctrl-C): close it with a
+    # one-token answer so the replay ends where the recording did.
+    return [*turns, TraceTurn(output_tokens=1)], True
+
+
+def _subagent(
+    child: _Conv, ids: dict[int, str], result: int, nxt: Exchange | None
+) -> TraceSubagent:
+    system, schema, user = _prompt_tokens(child)
+    turns, cut = _finish(_turns(child, ids))
+    detach = nxt is not None and child.last.t_end_ns > nxt.t_start_ns
+    meta: dict[str, Any] = {"api": child.turns[0].api, "transport": child.turns[0].transport}
+    if cut:
+        meta["truncated"] = True
+    _content(child, meta)
+    return TraceSubagent(
+        id=ids[child.number],
+        join="detach" if detach else "wait",
+        system_tokens=system,
+        tool_schema_tokens=schema,
+        user_prompt_tokens=user,
+        result_tokens=result,
+        turns=turns,
+        meta=meta,
+    )
+
+
+def _content(conv: _Conv, meta: dict[str, Any]) -> None:
+    kept = [x.content for x in conv.turns if x.content is not None]
+    if kept:
+        meta["content"] = kept
+
+
+def build_trace(
+    exchanges: Sequence[Exchange],
+    source: str = "loopbench-record",
+    meta: dict[str, Any] | None = None,
+) -> tuple[TraceHeader, list[TraceRollout]]:
+    """The trace of the recorded exchanges (failed ones are counted in the header, not replayed)."""
+    good = [x for x in exchanges if x.ok]
+    convs = _assign(good)
+    ids = {c.number: f"conv-{c.number}" for c in convs}
+    rollouts: list[TraceRollout] = []
+    embedded: set[int] = set()
+
+    def mark(conv: _Conv) -> None:
+        for i, ex in enumerate(conv.turns):
+            taken: set[int] = set()
+            nxt = conv.turns[i + 1] if i + 1 < len(conv.turns) else None
+            for child in (c for c in conv.children if c.fork_turn == i):
+                j = _call_for(child, ex, nxt, taken)
+                if j is not None:
+                    taken.add(j)
+                    embedded.add(child.number)
+                    mark(child)
+
+    for conv in convs:
+        if conv.parent is None:
+            mark(conv)
+    for conv in convs:
+        if conv.number in embedded:
+            continue
+        system, schema, user = _prompt_tokens(conv)
+        turns, cut = _finish(_turns(conv, ids))
+        first = conv.turns[0]
+        rmeta: dict[str, Any] = {
+            "api": first.api,
+            "transport": first.transport,
+            "model": first.model,
+        }
+        if conv.parent is not None:
+            rmeta["forked_from"] = ids[conv.parent.number]
+        if cut:
+            rmeta["truncated"] = True
+        _content(conv, rmeta)
+        rollouts.append(
+            TraceRollout(
+                type="rollout",
+                id=ids[conv.number],
+                system_tokens=system,
+                tool_schema_tokens=schema,
+                user_prompt_tokens=user,
+                turns=turns,
+                meta=rmeta,
+            )
+        )
+    header_meta = dict(meta or {})
+    header_meta["exchanges"] = len(exchanges)
+    header_meta["failed"] = len(exchanges) - len(good)
+    header = TraceHeader(type="trace", version=TRACE_VERSION, source=source, meta=header_meta)
+    return header, rollouts

@@ -1,0 +1,471 @@
+"""The recording proxy: forwards an agent's HTTP/1.1 and WebSocket traffic byte for byte.
+
+Each client connection gets its own upstream connection, and bytes are relayed as they
+arrive, in both directions: a chunk is written on before anything looks at it.  The only
+rewrite is the request head's ``Host`` (and the path prefix when the upstream's base path
+is not ``/v1``), which a real upstream needs to route the request.  A copy of each
+request and response body is kept until the response ends, then summarised
+(:func:`harness.record.observe.summarize`) and dropped, so the parsing happens after the
+client has its last byte and before its next request: off the forwarding path.
+
+Why raw asyncio rather than an ASGI app and an HTTP client: both of those re-frame the
+bytes (headers normalised, chunks re-sized, SSE re-buffered), which a byte-exact relay must
+not do, and they add per-chunk Python work that would show in the client's TTFT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from harness.client.h1 import H1Error, ResponseParser
+from harness.record.observe import (
+    Exchange,
+    WsDecoder,
+    api_of,
+    build_trace,
+    parse_request_head,
+    summarize,
+)
+from harness.wire.errors import LoopbenchError
+from harness.workload.trace import dump_trace
+
+__all__ = ["RecordingProxy", "Upstream", "UpstreamError", "record_until_stopped", "write_trace"]
+
+_READ = 256 * 1024
+_MAX_HEAD = 64 * 1024
+
+
+class UpstreamError(LoopbenchError):
+    """The ``--upstream`` URL, ``--port`` or ``--out`` cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    host: str
+    port: int
+    tls: bool
+    base_path: str  # without a trailing slash, e.g. "/v1"
+    host_header: str
+
+    @classmethod
+    def parse(cls, url: str) -> Upstream:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UpstreamError(
+                f"--upstream: expected an http:// or https:// URL such as "
+                f"http://127.0.0.1:8000/v1, got {url!r}"
+            )
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        default = (tls and port == 443) or (not tls and port == 80)
+        host_header = parts.hostname if default else f"{parts.hostname}:{port}"
+        return cls(parts.hostname, port, tls, parts.path.rstrip("/") or "/v1", host_header)
+
+    def target(self, path: str) -> str:
+        """The upstream's request target for the client's ``path`` (sent to ``/v1/…``)."""
+        if self.base_path == "/v1":
+            return path
+        if path == "/v1" or path.startswith(("/v1/", "/v1?")):
+            return self.base_path + path[3:]
+        return path
+
+
+@dataclass
+class _Stats:
+    connections: int = 0
+    exchanges: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class RecordingProxy:
+    """Listen on ``host:port``, forward to ``upstream``, collect :class:`Exchange` summaries."""
+
+    def __init__(self, upstream: Upstream, *, keep_content: bool = False) -> None:
+        self.upstream = upstream
+        self.keep_content = keep_content
+        self.exchanges: list[Exchange] = []
+        self.stats = _Stats()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ssl = ssl.create_default_context() if upstream.tls else None
+        self._conn_ids = 0
+        #: the port it listens on, once started
+        self.port = 0
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self._server = await asyncio.start_server(self._client, host, port)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=2.0)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+    def _record(self, ex: Exchange | None) -> None:
+        if ex is not None:
+            self.exchanges.append(ex)
+            self.stats.exchanges += 1
+
+    def _summarize(self, *args: Any) -> None:
+        self._record(summarize(*args))
+
+    def _observe(self, conn: int, step: Callable[..., object], *args: Any) -> None:
+        """Run one observing step; whatever it raises must not break the relay."""
+        try:
+            step(*args)
+        except Exception as exc:  # the bytes were forwarded: only the trace loses this one
+            self.stats.errors.append(
+                f"connection {conn}: could not read an exchange for the trace "
+                f"({type(exc).__name__}: {exc}); it was forwarded unchanged"
+            )
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self._conn_ids += 1
+        conn = self._conn_ids
+        self.stats.connections += 1
+        upstreams: list[asyncio.StreamWriter] = []
+        try:
+            upgraded = await self._relay_http(conn, reader, writer, upstreams)
+            if upgraded is not None:
+                await self._relay_ws(conn, reader, writer, *upgraded)
+        except (ConnectionError, asyncio.IncompleteReadError, H1Error, ValueError) as exc:
+            self.stats.errors.append(f"connection {conn}: {type(exc).__name__}: {exc}")
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for w in (writer, *upstreams):
+                w.close()
+            for w in (writer, *upstreams):
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await w.wait_closed()
+            self._tasks.discard(task)
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        up = self.upstream
+        return await asyncio.open_connection(
+            up.host, up.port, ssl=self._ssl, server_hostname=up.host if up.tls else None
+        )
+
+    async def _relay_http(
+        self,
+        conn: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        upstreams: list[asyncio.StreamWriter],
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, dict[str, str], bytes, bytes] | None:
+        """Requests and responses until the connection ends, or upgrades (then what the
+        WebSocket relay needs: the upstream streams, the 101's headers, the frames each side
+        sent before it was read)."""
+        buf = b""
+        up_r: asyncio.StreamReader | None = None
+        up_w: asyncio.StreamWriter | None = None
+        while True:
+            while (stop := buf.find(b"\r\n\r\n")) < 0:
+                if len(buf) > _MAX_HEAD:
+                    raise ValueError("request head larger than 64 KiB")
+                data = await reader.read(_READ)
+                if not data:
+                    return None
+                buf += data
+            t_start = time.perf_counter_ns()
+            buf_head = buf[:stop]
+            head = parse_request_head(buf_head)
+            rest = buf[stop + 4 :]
+            buf = b""
+            if up_w is None or up_w.is_closing():
+                try:
+                    up_r, up_w = await self._connect()
+                    upstreams.append(up_w)
+                except OSError as exc:
+                    await self._bad_gateway(writer, exc)
+                    return None
+            assert up_r is not None
+            up_w.write(self._head_bytes(buf_head) + rest)
+            # The request body's framing is the response parser's (Content-Length or
+            # chunked): prime one with a head that carries the request's framing headers.
+            body = ResponseParser()
+            framing = ["HTTP/1.1 200 OK"]
+            upgrade = "websocket" in head.headers.get("upgrade", "").lower()
+            if "chunked" in head.headers.get("transfer-encoding", "").lower():
+                framing.append("transfer-encoding: chunked")
+            else:
+                framing.append(f"content-length: {int(head.headers.get('content-length') or 0)}")
+            body.feed(("\r\n".join(framing) + "\r\n\r\n").encode())
+            # After an upgrade request come frames, not a body (forwarded already, observed
+            # once the upgrade is accepted).
+            early_frames = rest if upgrade else b""
+            request = bytearray(body.feed(rest)) if rest and not upgrade else bytearray()
+            while not body.complete:
+                data = await reader.read(_READ)
+                if not data:
+                    return None
+                up_w.write(data)
+                request += body.feed(data)
+            api = api_of(head.target) if head.method == "POST" else None
+            resp = ResponseParser()
+            response = bytearray()
+            t_first = 0
+            if upgrade:
+                # The 101 head ends the HTTP part: what follows are frames, not a body.
+                hbuf = b""
+                while (end := hbuf.find(b"\r\n\r\n")) < 0:
+                    data = await up_r.read(_READ)
+                    if not data:
+                        return None
+                    writer.write(data)
+                    hbuf += data
+                if hbuf[:12].split(b" ")[1:2] == [b"101"]:
+                    answer = parse_request_head(b"GET / HTTP/1.1" + hbuf[hbuf.find(b"\r\n") : end])
+                    return up_r, up_w, answer.headers, early_frames, hbuf[end + 4 :]
+                resp.feed(hbuf)  # refused (401, 426…): an ordinary response
+            while not resp.complete:
+                data = await up_r.read(_READ)
+                if not data:
+                    with contextlib.suppress(H1Error):
+                        resp.eof()
+                    break
+                writer.write(data)
+                await writer.drain()
+                if not t_first:
+                    t_first = time.perf_counter_ns()
+                if api is not None:
+                    response += resp.feed(data)
+                else:
+                    resp.feed(data)
+            t_end = time.perf_counter_ns()
+            if api is not None and request:
+                self._observe(
+                    conn,
+                    self._summarize,
+                    api,
+                    "http",
+                    conn,
+                    bytes(request),
+                    resp.status,
+                    bytes(response),
+                    resp.headers,
+                    (t_start, t_first, t_end),
+                    self.keep_content,
+                )
+            if not resp.keep_alive or not resp.complete:
+                return None
+
+    def _head_bytes(self, raw: bytes) -> bytes:
+        """The request head as sent, but for ``Host`` and the path prefix (see the module)."""
+        up = self.upstream
+        lines = raw.split(b"\r\n")
+        method, target, version = lines[0].split(b" ")
+        new_target = up.target(target.decode("latin-1")).encode("latin-1")
+        if new_target != target:
+            lines[0] = b" ".join((method, new_target, version))
+        host = up.host_header.encode("latin-1")
+        for i in range(1, len(lines)):
+            if lines[i][:5].lower() == b"host:":
+                lines[i] = lines[i][:5] + b" " + host
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
+    async def _bad_gateway(self, writer: asyncio.StreamWriter, exc: OSError) -> None:
+        up = self.upstream
+        why = exc.strerror or type(exc).__name__
+        body = (
+            '{"error":{"message":"loopbench record could not connect to the upstream '
+            f'{up.host}:{up.port} ({why}).","type":"upstream_unreachable","code":"bad_gateway"}}}}'
+        ).encode()
+        writer.write(
+            b"HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
+        )
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    async def _relay_ws(
+        self,
+        conn: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_r: asyncio.StreamReader,
+        up_w: asyncio.StreamWriter,
+        answer: dict[str, str],
+        early: bytes,
+        leftover: bytes,
+    ) -> None:
+        ext = answer.get("sec-websocket-extensions", "").lower()
+        deflate = "permessage-deflate" in ext
+        to_server = WsDecoder(deflate, "client_no_context_takeover" in ext)
+        to_client = WsDecoder(deflate, "server_no_context_takeover" in ext)
+        lanes = _WsLanes(self, conn)
+
+        if early:
+            self._observe(conn, lanes.from_client_bytes, to_server, early)
+
+        async def upstream_to_client() -> None:
+            if leftover:
+                self._observe(conn, lanes.from_server_bytes, to_client, leftover)
+            while data := await up_r.read(_READ):
+                writer.write(data)
+                self._observe(conn, lanes.from_server_bytes, to_client, data)
+            if writer.can_write_eof():
+                writer.write_eof()
+
+        async def client_to_upstream() -> None:
+            while data := await reader.read(_READ):
+                up_w.write(data)
+                self._observe(conn, lanes.from_client_bytes, to_server, data)
+            if up_w.can_write_eof():
+                up_w.write_eof()
+
+        down = asyncio.ensure_future(upstream_to_client())
+        upward = asyncio.ensure_future(client_to_upstream())
+        try:
+            await asyncio.wait({down, upward}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({down}, timeout=1.0)
+        finally:
+            for t in (down, upward):
+                t.cancel()
+            lanes.close()
+
+
+class _WsLanes:
+    """Requests in flight on one WebSocket connection, per lane (``stream_id``)."""
+
+    def __init__(self, proxy: RecordingProxy, conn: int) -> None:
+        self.proxy = proxy
+        self.conn = conn
+        self.pending: dict[str | None, deque[tuple[bytes, int, int, list[bytes]]]] = {}
+
+    def from_client_bytes(self, decoder: WsDecoder, data: bytes) -> None:
+        self.from_client(decoder.feed(data))
+
+    def from_server_bytes(self, decoder: WsDecoder, data: bytes) -> None:
+        self.from_server(decoder.feed(data))
+
+    def from_client(self, messages: list[bytes]) -> None:
+        for m in messages:
+            if b"response.create" not in m:
+                continue
+            lane = _lane(m)
+            self.pending.setdefault(lane, deque()).append((m, time.perf_counter_ns(), 0, []))
+
+    def from_server(self, messages: list[bytes]) -> None:
+        if not messages:
+            return
+        now = time.perf_counter_ns()
+        for m in messages:
+            queue = self.pending.get(_lane(m)) or self.pending.get(None)
+            if not queue:
+                continue
+            request, t_start, t_first, events = queue[0]
+            if not t_first:
+                queue[0] = (request, t_start, now, events)
+            events.append(m)
+            head = m[:120]
+            if (
+                b"response.completed" in head
+                or b"response.failed" in head
+                or b"response.incomplete" in head
+                or b'"error"' in head
+            ):
+                queue.popleft()
+                status = 200 if b"response.completed" in head or b"incomplete" in head else 500
+                self.proxy._record(
+                    summarize(
+                        "responses",
+                        "ws",
+                        self.conn,
+                        request,
+                        status,
+                        b"\n".join(events),
+                        {},
+                        (t_start, t_first or now, now),
+                        self.proxy.keep_content,
+                    )
+                )
+
+    def close(self) -> None:
+        self.pending.clear()
+
+
+def _lane(message: bytes) -> str | None:
+    at = message.find(b'"stream_id"')
+    if at < 0:
+        return None
+    rest = message[at + 11 :].lstrip(b" :")
+    if not rest.startswith(b'"'):
+        return None
+    end = rest.find(b'"', 1)
+    return rest[1:end].decode("utf-8", "replace") if end > 0 else None
+
+
+def write_trace(
+    exchanges: list[Exchange], path: str, meta: dict[str, object] | None = None
+) -> tuple[int, int]:
+    """Write the trace of ``exchanges`` to ``path``; returns (rollouts, failed exchanges).
+
+    Written to a temporary file and renamed, so an interrupted write leaves no half trace.
+    """
+    header, rollouts = build_trace(exchanges, meta=dict(meta or {}))
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(dump_trace(rollouts, header))
+    os.replace(tmp, path)
+    return len(rollouts), int(header.meta.get("failed", 0))
+
+
+async def record_until_stopped(
+    upstream_url: str,
+    out: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    keep_content: bool = False,
+    on_ready: Callable[[int], None] = lambda port: None,
+    stop: asyncio.Event | None = None,
+) -> tuple[RecordingProxy, int, int]:
+    """Run the proxy until ``stop`` is set or SIGINT/SIGTERM arrives, then write the trace
+    (whatever was recorded so far: a conversation cut by the stop is closed as truncated)."""
+    proxy = RecordingProxy(Upstream.parse(upstream_url), keep_content=keep_content)
+    try:
+        bound = await proxy.start(host, port)
+    except OSError as exc:
+        raise UpstreamError(
+            f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+            "choose a free port, or 0 for any"
+        ) from None
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    on_ready(bound)
+    try:
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await proxy.stop()
+    meta: dict[str, object] = {"upstream": upstream_url, "keep_content": keep_content}
+    rollouts, failed = write_trace(proxy.exchanges, out, meta)
+    return proxy, rollouts, failed

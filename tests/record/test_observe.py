@@ -1,0 +1,75 @@
+"""The lineage rules of docs/traces.md on exchanges built by hand (pure: no sockets)."""
+
+from __future__ import annotations
+
+from harness.record.observe import Exchange, WsDecoder, build_trace
+
+MS = 1_000_000
+
+
+def ex(t0: int, t1: int, rid: str, calls: tuple[str, ...] = (), **kw: object) -> Exchange:
+    e = Exchange("responses", "ws", 1, t0 * MS, t1 * MS, t0 * MS, 200)
+    e.response_id, e.calls, e.output_tokens = rid, calls, 10
+    e.user_tokens, e.input_tokens = 5, 50
+    for k, v in kw.items():
+        setattr(e, k, v)
+    return e
+
+
+def test_chain_fork_and_overlap() -> None:
+    outs = {"c1": (7, "h-a"), "c2": (9, "h-b")}
+    exchanges = [
+        # root: r1 asks for two calls, r2 answers them, r3 is the final answer
+        ex(0, 10, "r1", ("c1", "c2")),
+        ex(40, 50, "r2", ("c3",), previous_response_id="r1", outputs=outs),
+        ex(60, 70, "r3", previous_response_id="r2", outputs={"c3": (3, "x")}),
+        # started while the root ran its tools, answered c2 (its answer is c2's output)
+        ex(12, 20, "s1", ("d1",)),
+        ex(22, 30, "s2", previous_response_id="s1", outputs={"d1": (4, "y")}, answer_hash="h-b"),
+        # chains from r1 too but answers nothing: a fork of the root, during r1's tools
+        ex(15, 18, "f1", previous_response_id="r1"),
+    ]
+    header, [root] = build_trace(exchanges)
+    assert header.version == 2 and header.meta["exchanges"] == 6
+    assert [len(t.tool_calls) for t in root.turns] == [2, 1, 0]
+    first = root.turns[0]
+    assert [s.id for s in first.subagents] == ["conv-2", "conv-3"]
+    by_id = {s.id: s for s in first.subagents}
+    # conv-2 (s1, s2) answers c2 by its answer hash; the fork takes the other call
+    assert first.tool_calls[1].subagent == 0 and first.tool_calls[1].output_tokens == 9
+    assert first.tool_calls[0].subagent == 1
+    assert [len(t.tool_calls) for t in by_id["conv-2"].turns] == [1, 0]
+    assert by_id["conv-2"].turns[0].tool_calls[0].latency_ms == 2.0
+    assert by_id["conv-2"].join == "wait"
+    # tool time: from r2's end to r3's start
+    assert root.turns[1].tool_calls[0].latency_ms == 10.0
+
+
+def test_conversation_left_on_a_tool_call_is_closed_and_marked() -> None:
+    _, [r] = build_trace([ex(0, 10, "r1", ("c1",))])
+    assert [len(t.tool_calls) for t in r.turns] == [1, 0]
+    assert r.meta["truncated"] is True
+
+
+def test_ws_decoder_unmasks_and_joins_fragments() -> None:
+    key = b"\x01\x02\x03\x04"
+    payload = b'{"type":"response.create"}'
+    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    part1 = bytes([0x01, 0x80 | 10]) + key + masked[:10]
+    masked2 = bytes(b ^ key[i % 4] for i, b in enumerate(payload[10:]))
+    part2 = bytes([0x80, 0x80 | len(payload) - 10]) + key + masked2
+    ping = bytes([0x89, 0x00])
+    dec = WsDecoder()
+    data = part1 + ping + part2
+    assert dec.feed(data[:5]) == []
+    assert dec.feed(data[5:]) == [payload]
+
+
+def test_websocket_connection_carries_a_conversation_without_chain() -> None:
+    first = ex(0, 10, "w1", ("c1",), item_hashes=("a",))
+    # only the new item (the output), no previous_response_id: same connection continues
+    second = ex(15, 20, "w2", item_hashes=("b",), outputs={"c1": (4, "z")})
+    other = ex(16, 18, "w3", item_hashes=("q",), connection=2)
+    _, rollouts = build_trace([first, second, other])
+    lengths = sorted(len(r.turns) for r in rollouts)
+    assert lengths == [1, 2]

@@ -1,0 +1,550 @@
+"""``loopbench record``: the proxy relays bytes unchanged and writes what the client did.
+
+Real sockets on 127.0.0.1: the session's reference server (tests/conftest.py) or a canned
+upstream started here, the proxy in this process's event loop, and real clients through
+it: the harness's own transports (http, ws, chat, messages) and the openai-agents SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.client.options import TransportOptions
+from harness.record.observe import build_trace
+from harness.record.proxy import RecordingProxy, Upstream, write_trace
+from harness.report.results import load_run
+from harness.transports import make_transport
+from harness.transports.rollout_loop import run_rollout
+from harness.workload.records import TurnRecord
+from harness.workload.trace import TraceRollout, dump_trace, read_trace
+from tests.runs import ROOT, run_cli
+from tests.transports.test_chat_messages import plans
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@asynccontextmanager
+async def recording(upstream: str, keep_content: bool = False) -> AsyncIterator[RecordingProxy]:
+    proxy = RecordingProxy(Upstream.parse(upstream), keep_content=keep_content)
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.stop()
+
+
+def _base(proxy: RecordingProxy) -> str:
+    return f"http://127.0.0.1:{proxy.port}/v1"
+
+
+def _run(coro: Callable[[], Awaitable[Any]]) -> Any:
+    return asyncio.run(asyncio.wait_for(coro(), 90))
+
+
+# --- the harness's transports as clients ----------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["http", "ws", "chat", "messages"])
+def test_each_api_is_recorded_as_the_client_ran_it(server_url: str, transport: str) -> None:
+    rollouts = plans(2)
+    records: list[TurnRecord] = []
+
+    async def main() -> list[TraceRollout]:
+        async with recording(server_url) as proxy:
+            client = make_transport(transport, TransportOptions(_base(proxy)))
+            try:
+                for plan in rollouts:
+                    await run_rollout(
+                        client,
+                        plan,
+                        intended_start_ns=time.perf_counter_ns(),
+                        on_turn=records.append,
+                    )
+            finally:
+                await client.aclose()
+        assert not proxy.stats.errors
+        return build_trace(proxy.exchanges)[1]
+
+    trace = _run(main)
+    assert all(r.status == "completed" for r in records)
+    assert len(trace) == len(rollouts)
+    for plan, rec in zip(rollouts, trace, strict=True):
+        assert rec.meta["api"] == {"http": "responses", "ws": "responses"}.get(transport, transport)
+        assert rec.meta["transport"] == ("ws" if transport == "ws" else "http")
+        assert [len(t.tool_calls) for t in rec.turns] == [t.tool_calls for t in plan.turns]
+        turns = [r for r in records if r.rollout_id == plan.rollout_id]
+        assert [t.output_tokens for t in rec.turns] == [r.output_tokens for r in turns]
+        assert [t.input_tokens for t in rec.turns] == [r.input_tokens for r in turns]
+        assert [t.cached_tokens for t in rec.turns] == [r.cached_tokens for r in turns]
+        for seen, planned in zip(rec.turns, plan.turns, strict=True):
+            assert [c.output_tokens for c in seen.tool_calls] == list(planned.tool_output_tokens)
+            # tool time: the client's tool latency, then the proxy's view of the gap
+            assert all(c.latency_ms >= min(planned.tool_latency_ms) for c in seen.tool_calls)
+        assert rec.user_prompt_tokens == plan.user_prompt_tokens
+        assert not any(t.subagents for t in rec.turns)
+
+
+# --- the openai-agents SDK, a sub-agent, and the replay -------------------------------------
+
+
+def _agents_run(base_url: str) -> tuple[Any, list[str]]:
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    looked_up: list[str] = []
+
+    @function_tool
+    def lookup(topic: str) -> str:
+        """Look a topic up in the notes."""
+        looked_up.append(topic)
+        return "SECRET-NOTES " + topic + " " + "n" * 120
+
+    client = AsyncOpenAI(base_url=base_url, api_key="sk-dummy-key-1234", max_retries=0)
+    model = OpenAIResponsesModel(model="sim", openai_client=client)
+    researcher = Agent(
+        name="researcher",
+        instructions="You research one topic with the lookup tool.",
+        tools=[lookup],
+        model=model,
+        model_settings=ModelSettings(tool_choice="auto", metadata={"loopbench.tool_calls": "2"}),
+    )
+    main = Agent(
+        name="main",
+        instructions="You are a careful PRIVATE-INSTRUCTIONS assistant.",
+        # two research calls at once: two sub-agents running concurrently, each with its tools
+        tools=[researcher.as_tool(tool_name="research", tool_description="Research.")],
+        model=model,
+        model_settings=ModelSettings(
+            tool_choice="auto",
+            parallel_tool_calls=True,
+            metadata={"loopbench.tool_calls": "2", "loopbench.parallel_calls": "2"},
+        ),
+    )
+
+    async def go() -> Any:
+        try:
+            return await Runner.run(main, "USER-PROMPT: find out about asyncio.")
+        finally:
+            await client.close()
+
+    return _run(go), looked_up
+
+
+def _record_agents(server_url: str, keep_content: bool) -> tuple[Any, list[str], RecordingProxy]:
+    holder: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with recording(server_url, keep_content) as proxy:
+            holder["proxy"] = proxy
+            loop = asyncio.get_running_loop()
+            # The SDK runs its own event loop: give it a thread, the proxy keeps this one.
+            holder["result"] = await loop.run_in_executor(None, _agents_run, _base(proxy))
+
+    _run(main)
+    result, looked_up = holder["result"]
+    return result, looked_up, holder["proxy"]
+
+
+def test_openai_agents_sdk_is_recorded_then_replayed(server_url: str, tmp_path: Path) -> None:
+    result, looked_up, proxy = _record_agents(server_url, keep_content=False)
+    out = tmp_path / "agents.jsonl"
+    write_trace(proxy.exchanges, str(out))
+    text = out.read_text()
+    # no content and no credential by default
+    for secret in ("SECRET-NOTES", "PRIVATE-INSTRUCTIONS", "USER-PROMPT", "sk-dummy", "asyncio"):
+        assert secret not in text
+    [rollout] = read_trace(out)
+    raw = result.raw_responses
+    # the main agent's turns: what the SDK got back, call for call and token for token
+    assert len(rollout.turns) == len(raw)
+    for turn, resp in zip(rollout.turns, raw, strict=True):
+        calls = [o for o in resp.output if o.type == "function_call"]
+        assert len(turn.tool_calls) == len(calls)
+        details = resp.usage.output_tokens_details
+        reasoning = details.reasoning_tokens if details else 0
+        assert turn.output_tokens == resp.usage.output_tokens - reasoning
+        assert turn.input_tokens == resp.usage.input_tokens
+    # the research tool ran a conversation of its own: recorded as the sub-agent answering it
+    research = [
+        (i, j)
+        for i, resp in enumerate(raw)
+        for j, o in enumerate(o for o in resp.output if o.type == "function_call")
+        if o.name == "research"
+    ]
+    assert research, "the scripted model was expected to call the research tool"
+    subs = [(i, t) for i, t in enumerate(rollout.turns) for _ in t.subagents]
+    assert [i for i, _ in subs] == [i for i, _ in research]
+    for i, j in research:
+        call = rollout.turns[i].tool_calls[j]
+        assert call.subagent is not None
+        sub = rollout.turns[i].subagents[call.subagent]
+        assert sub.join == "wait" and len(sub.turns) == 3  # two lookups, then its answer
+        assert call.output_tokens == sub.result_tokens == sub.turns[-1].output_tokens
+    # every lookup the SDK ran is a recorded tool call (main's and the sub-agent's)
+    lookups = sum(1 for t in rollout.turns for c in t.tool_calls if c.subagent is None) + sum(
+        len(t.tool_calls) for tt in rollout.turns for s in tt.subagents for t in s.turns
+    )
+    assert lookups == len(looked_up)
+
+    # replay through `loopbench run` and compare the rollout's shape
+    scenario = tmp_path / "replay.yaml"
+    scenario.write_text(
+        "name: agents-replay\nseed: 1\ntransports: [http]\n"
+        "rollout:\n  trace: agents.jsonl\nload:\n  mode: closed\n  concurrency: 1\n"
+    )
+    run_cli("run", scenario, "--out", tmp_path / "results", "--run-id", "r", "-q")
+    run = load_run(tmp_path / "results" / "r")
+    turns = run.turns[run.turns["rollout_id"] == 0].sort_values("turn_index")
+    assert len(turns) == len(rollout.turns)
+    assert list(turns["output_tokens"]) == [t.output_tokens for t in rollout.turns]
+    replayed = run.rollouts.iloc[0]
+    assert int(replayed["turns"]) == len(rollout.turns)
+    # the replay waits the recorded tool time (each turn's longest call; a call a sub-agent
+    # answers waits for the sub-agent instead, which subagent-aware transports replay)
+    recorded_ms = sum(max((c.latency_ms for c in t.tool_calls), default=0) for t in rollout.turns)
+    assert int(replayed["tool_ns"]) >= recorded_ms * 1e6 * 0.999
+
+
+def test_keep_content_stores_the_bodies_in_meta(server_url: str, tmp_path: Path) -> None:
+    _, _, proxy = _record_agents(server_url, keep_content=True)
+    out = tmp_path / "kept.jsonl"
+    write_trace(proxy.exchanges, str(out))
+    text = out.read_text()
+    assert "PRIVATE-INSTRUCTIONS" in text and "SECRET-NOTES" in text
+    assert "sk-dummy" not in text  # headers are never stored
+    [rollout] = read_trace(out)
+    assert len(rollout.meta["content"]) == len(rollout.turns)
+
+
+# --- bytes through unchanged ----------------------------------------------------------------
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+SSE_PARTS = [
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nx-odd-Header:  kept  \r\n"
+    b"transfer-encoding: chunked\r\n\r\n",
+    # an event split across chunks, and a chunk split across writes
+    _chunk(b"event: response.created\ndata: "),
+    _chunk(b'{"type":"response.created","response":{"id":"resp_1"}}\n\n')[:9],
+    _chunk(b'{"type":"response.created","response":{"id":"resp_1"}}\n\n')[9:],
+    _chunk(b'event: response.completed\ndata: {"type":"response.completed","response":{}}\n\n'),
+    b"0\r\n\r\n",
+]
+ERROR_BODY = b'{"error":{"message":"upstream overloaded","type":"server_error","code":null}}'
+ERROR_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 7\r\n"
+    + f"content-length: {len(ERROR_BODY)}\r\n\r\n".encode()
+    + ERROR_BODY
+)
+
+
+async def _canned_upstream(received: list[bytes]) -> asyncio.Server:
+    """Answers each request with SSE_PARTS (written apart) or, for /v1/fail, a 503."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await answer(reader, writer)
+        except asyncio.IncompleteReadError:
+            pass  # the proxy closed the connection
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(
+                next(
+                    (
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    b"0",
+                )
+            )
+            received.append(head + await reader.readexactly(length))
+            if b" /v1/fail " in head:
+                writer.write(ERROR_RESPONSE)
+            else:
+                for part in SSE_PARTS:
+                    writer.write(part)
+                    await writer.drain()
+                    await asyncio.sleep(0.005)
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+async def _exchange(port: int, request: bytes, until: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    data = b""
+    while not data.endswith(until):
+        chunk = await reader.read(65536)
+        if not chunk:
+            break
+        data += chunk
+    writer.close()
+    await writer.wait_closed()
+    return data
+
+
+def test_bytes_and_upstream_errors_pass_through_unchanged() -> None:
+    body = b'{"model":"m","input":"hi","stream":true}'
+    request = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:1\r\nAuthorization: Bearer sk-x\r\n"
+        b"X-Custom:  spaced  \r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    received: list[bytes] = []
+
+    async def main() -> tuple[bytes, bytes, RecordingProxy]:
+        server = await _canned_upstream(received)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
+                ok = await _exchange(proxy.port, request, b"0\r\n\r\n")
+                fail = await _exchange(
+                    proxy.port,
+                    request.replace(b"/v1/responses", b"/v1/fail"),
+                    ERROR_BODY,
+                )
+        finally:
+            server.close()
+            await server.wait_closed()
+        return ok, fail, proxy
+
+    ok, fail, proxy = _run(main)
+    assert ok == b"".join(SSE_PARTS)
+    assert fail == ERROR_RESPONSE
+    # the upstream got the request as sent, but for the Host it needs
+    port = Upstream.parse(f"http://127.0.0.1:{1}/v1")
+    assert port.host_header == "127.0.0.1:1"
+    assert received[0] == request.replace(b"Host: 127.0.0.1:1", received[0].split(b"\r\n")[1])
+    assert received[0].split(b"\r\n")[1].startswith(b"Host: 127.0.0.1:")
+    assert received[1].startswith(b"POST /v1/fail HTTP/1.1")
+    # the failed exchange is counted, not replayed
+    header, _ = build_trace(proxy.exchanges)
+    assert header.meta["failed"] >= 1
+
+
+def test_reference_server_answers_the_same_through_the_proxy(server_url: str) -> None:
+    """Direct and proxied: the same events in the same order; an error body byte for byte."""
+    import httpx
+
+    body = {
+        "model": "sim",
+        "input": "hello",
+        "stream": True,
+        "metadata": {"loopbench.output_tokens": "12"},
+    }
+    bad = {"model": "sim", "input": 7}
+
+    def events(base: str) -> tuple[list[str], int, bytes]:
+        with httpx.Client(timeout=30) as client:
+            with client.stream("POST", f"{base}/responses", json=body) as resp:
+                text = resp.read().decode()
+            kinds: list[str] = []
+            for ln in text.splitlines():
+                # how many deltas a stream carries depends on timing: compare the kinds
+                if ln.startswith("event: ") and (not kinds or kinds[-1] != ln[7:]):
+                    kinds.append(ln[7:])
+            err = client.post(f"{base}/responses", json=bad)
+            return kinds, err.status_code, err.content
+
+    async def main() -> tuple[Any, Any]:
+        async with recording(server_url) as proxy:
+            loop = asyncio.get_running_loop()
+            direct = await loop.run_in_executor(None, events, server_url)
+            proxied = await loop.run_in_executor(None, events, _base(proxy))
+        return direct, proxied
+
+    direct, proxied = _run(main)
+    assert direct[0] == proxied[0] and "response.completed" in direct[0]
+    assert proxied[1] == direct[1] == 400
+    assert json.loads(proxied[2])["error"] == json.loads(direct[2])["error"]
+
+
+def test_unreachable_upstream_is_a_502_naming_it() -> None:
+    async def main() -> bytes:
+        async with recording("http://127.0.0.1:9/v1") as proxy:
+            return await _exchange(
+                proxy.port,
+                b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-length: 2\r\n\r\n{}",
+                b"}}",
+            )
+
+    data = _run(main)
+    assert data.startswith(b"HTTP/1.1 502 ")
+    assert b"could not connect to the upstream 127.0.0.1:9" in data
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def test_record_command_writes_the_trace_on_sigterm(server_url: str, tmp_path: Path) -> None:
+    from openai import OpenAI
+
+    out = tmp_path / "cli.jsonl"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "record",
+            "--upstream",
+            server_url,
+            "--port",
+            "0",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("loopbench record listening on http://127.0.0.1:"), line
+        base = line.split()[4]
+        client = OpenAI(base_url=base, api_key="sk-cli-secret", max_retries=0)
+        resp = client.responses.create(
+            model="sim",
+            input="a task",
+            tool_choice="none",
+            metadata={"loopbench.output_tokens": "9"},
+        )
+        assert resp.usage is not None and resp.usage.output_tokens == 9
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "wrote" in err and "1 rollouts" in err
+    [rollout] = read_trace(out)
+    assert [t.output_tokens for t in rollout.turns] == [9]
+    assert "sk-cli-secret" not in out.read_text()
+    assert dump_trace([rollout])  # parses and dumps again
+
+
+def _frame(payload: bytes, mask: bytes | None = None, fin: bool = True, opcode: int = 1) -> bytes:
+    head = bytes([(0x80 if fin else 0) | opcode])
+    n = len(payload)
+    size = bytes([n]) if n < 126 else bytes([126]) + n.to_bytes(2, "big")
+    if mask is None:
+        return head + size + payload
+    size = bytes([size[0] | 0x80]) + size[1:]
+    return head + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
+    """A canned WebSocket upstream: the 101 and every frame reach each side byte for byte."""
+    create = json.dumps(
+        {"type": "response.create", "model": "m", "input": [], "stream_id": "lane-1"}
+    ).encode()
+    key = b"\x11\x22\x33\x44"
+    upgrade = (
+        b"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:1\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer sk-ws-secret\r\n\r\n"
+    )
+    # the request split in two fragments, a ping between them
+    client_frames = (
+        _frame(create[:20], key, fin=False)
+        + _frame(b"", key, opcode=9)
+        + _frame(create[20:], key, opcode=0)
+    )
+    completed = {
+        "type": "response.completed",
+        "stream_id": "lane-1",
+        "response": {
+            "id": "resp_ws1",
+            "output": [{"type": "message", "content": [{"type": "output_text", "text": "ok"}]}],
+            "usage": {"input_tokens": 12, "output_tokens": 3},
+        },
+    }
+    server_bytes = (
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+        + _frame(b'{"type":"response.created","stream_id":"lane-1"}')
+        + _frame(json.dumps(completed).encode())
+    )
+    received = bytearray()
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.extend(await reader.readuntil(b"\r\n\r\n"))
+        received.extend(await reader.readexactly(len(client_frames)))
+        writer.write(server_bytes[:50])  # the 101 head split across writes
+        await writer.drain()
+        await asyncio.sleep(0.005)
+        writer.write(server_bytes[50:])
+        await writer.drain()
+        await reader.read()  # until the proxy closes
+        writer.close()
+        await writer.wait_closed()
+
+    async def main() -> tuple[bytes, RecordingProxy]:
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
+                reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+                writer.write(upgrade)
+                writer.write(client_frames)
+                got = b""
+                while len(got) < len(server_bytes):
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        break
+                    got += chunk
+                writer.close()
+                await writer.wait_closed()
+                for _ in range(100):  # the proxy notices the close
+                    if proxy.exchanges:
+                        break
+                    await asyncio.sleep(0.01)
+        finally:
+            server.close()
+            await server.wait_closed()
+        return got, proxy
+
+    got, proxy = _run(main)
+    assert got == server_bytes
+    host = bytes(received).split(b"\r\n")[1]
+    assert host.startswith(b"Host: 127.0.0.1:")
+    assert bytes(received) == upgrade.replace(b"Host: 127.0.0.1:1", host) + client_frames
+    [exchange] = proxy.exchanges
+    assert (exchange.transport, exchange.response_id, exchange.output_tokens) == (
+        "ws",
+        "resp_ws1",
+        3,
+    )
+    assert exchange.input_tokens == 12
