@@ -214,11 +214,18 @@ def test_openai_agents_sdk_is_recorded_then_replayed(server_url: str, tmp_path: 
     )
     run_cli("run", scenario, "--out", tmp_path / "results", "--run-id", "r", "-q")
     run = load_run(tmp_path / "results" / "r")
-    turns = run.turns[run.turns["rollout_id"] == 0].sort_values("turn_index")
+    rows = run.turns[run.turns["rollout_id"] == 0]
+    turns = rows[rows["conversation"] == 0].sort_values("turn_index")
     assert len(turns) == len(rollout.turns)
     assert list(turns["output_tokens"]) == [t.output_tokens for t in rollout.turns]
+    # ... and the recorded sub-agents run again as concurrent conversations of their own
+    recorded_subs = [s for t in rollout.turns for s in t.subagents]
+    replayed_subs = rows[rows["conversation"] > 0].groupby("conversation")
+    assert replayed_subs.ngroups == len(recorded_subs)
+    assert sorted(len(g) for _, g in replayed_subs) == sorted(len(s.turns) for s in recorded_subs)
+    assert set(rows[rows["conversation"] > 0]["parent_conversation"]) == {0}
     replayed = run.rollouts.iloc[0]
-    assert int(replayed["turns"]) == len(rollout.turns)
+    assert int(replayed["turns"]) == len(rollout.turns) + sum(len(s.turns) for s in recorded_subs)
     # the replay waits the recorded tool time (each turn's longest call; a call a sub-agent
     # answers waits for the sub-agent instead, which subagent-aware transports replay)
     recorded_ms = sum(max((c.latency_ms for c in t.tool_calls), default=0) for t in rollout.turns)
