@@ -53,6 +53,7 @@ from harness.run.goodput import (
     DEFAULT_TARGET,
     PASS_RULES,
     SearchSettings,
+    check_search_scenario,
     default_param,
     run_goodput_search,
 )
@@ -180,7 +181,6 @@ def add_parser(sub: Any) -> None:
     sw.add_argument(
         "--target-attainment",
         type=float,
-        default=DEFAULT_TARGET,
         metavar="SHARE",
         help=f"--search: the share of rollouts within the SLO a load must keep (default "
         f"{DEFAULT_TARGET:g})",
@@ -191,27 +191,22 @@ def add_parser(sub: Any) -> None:
         help="--search: the load field (default load.concurrency for a closed loop, "
         "load.arrival.rate for an open one)",
     )
-    sw.add_argument(
-        "--start", type=float, default=1.0, help="--search: the first load tried (default 1)"
-    )
+    sw.add_argument("--start", type=float, help="--search: the first load tried (default 1)")
     sw.add_argument(
         "--max-load",
         type=float,
-        default=64.0,
         metavar="N",
         help="--search: the highest load tried (default 64)",
     )
     sw.add_argument(
         "--max-steps",
         type=int,
-        default=DEFAULT_MAX_STEPS,
         metavar="N",
         help=f"--search: at most this many runs per transport (default {DEFAULT_MAX_STEPS})",
     )
     sw.add_argument(
         "--rollouts-per-agent",
         type=int,
-        default=2,
         metavar="K",
         help="--search over load.concurrency: each step runs at least K rollouts per agent "
         "(rollout.count raised to K x agents; default 2)",
@@ -219,7 +214,6 @@ def add_parser(sub: Any) -> None:
     sw.add_argument(
         "--pass-rule",
         choices=PASS_RULES,
-        default="point",
         help="--search: a step passes when its attainment reaches the target (point, "
         "default) or when its 95 %% interval's lower bound does (ci-lower)",
     )
@@ -384,8 +378,10 @@ def _cmd_goodput_search(args: argparse.Namespace) -> int:
     sets = run_args.scenario_sets(args)
     fixed = scenario_overrides(sets) or {}
     base = load_scenario(args.scenario, fixed)
+    param = args.search_param or default_param(base)
+    check_search_scenario(base, param, args.scenario)
     settings = SearchSettings(
-        param=args.search_param or default_param(base),
+        param=param,
         target=args.target_attainment,
         start=args.start,
         max_load=args.max_load,

@@ -20,6 +20,7 @@ from harness.client.messages_api import CACHE_CONTROL
 from harness.client.options import RECOVER_FROM, WS_SUBAGENTS
 from harness.client.shaping import RequestShaping, parse_header, redacted
 from harness.report.sweep import parse_sweep_sets, split_values
+from harness.run.goodput import SEARCH_DEFAULTS
 from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
 from harness.run.target import TargetFlags
 from harness.wire.errors import UsageError
@@ -340,6 +341,14 @@ def check_sweep_args(args: argparse.Namespace) -> None:
     if getattr(args, "search", None) is not None:
         _check_search(args)
         return
+    given = [
+        f"--{k.replace('_', '-')}" for k in SEARCH_DEFAULTS if getattr(args, k, None) is not None
+    ]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: only used by the goodput search; add --search goodput, or "
+            f"drop {'them' if len(given) > 1 else 'it'}"
+        )
     if not args.set:
         raise UsageError(
             "sweep: expected --set KEY=V1,V2,... (the swept field and its values), e.g. --set "
@@ -445,7 +454,13 @@ def shaping_line(shaping: RequestShaping, tokens: TokenConvention) -> str:
 
 
 def _check_search(args: argparse.Namespace) -> None:
-    """``sweep --search goodput``: every --set fixes one value; the bounds make sense."""
+    """``sweep --search goodput``: every --set fixes one value; the bounds make sense.
+
+    The search options are None when not given (so a sweep without --search can tell they
+    were given); here they take their defaults."""
+    for key, default in SEARCH_DEFAULTS.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, default)
     for item in args.set:
         value = item.partition("=")[2]
         if len(split_values(value)) > 1:

@@ -247,11 +247,18 @@ def subagents_line(summary: dict[str, Any]) -> str | None:
             continue
         share = group.get("wait_share_p50")
         through = group.get("critical_path_through_subagent")
+        common = group.get("critical_path_common")
+        common_share = group.get("critical_path_common_share")
+        most = (
+            f", most often {common} ({fmt((common_share or 0) * 100, 0)} % of them)"
+            if common
+            else ""
+        )
         parts.append(
             f"{name} {fmt(None if share is None else share * 100, 1)} % of the rollout waiting "
             f"on sub-agents, {fmt(group.get('critical_path_turns_p50'), 1)} model turns on the "
             f"critical path, through a sub-agent in {fmt((through or 0) * 100, 0)} % of "
-            f"{group.get('rollouts', 0)} rollouts"
+            f"{group.get('rollouts', 0)} rollouts{most}"
         )
     if not parts:
         return None

@@ -45,13 +45,30 @@ from harness.workload.scenario import Scenario, load_scenario
 PassRule = Literal["point", "ci-lower"]
 PASS_RULES = ("point", "ci-lower")
 #: the swept field by load mode when --search-param is not given
-DEFAULT_PARAM = {"closed": "load.concurrency", "open": "load.arrival.rate"}
+DEFAULT_PARAM = {
+    "closed": "load.concurrency",
+    "open": "load.arrival.rate",
+    "throughput": "load.throughput.tps",
+}
 #: integer-valued load fields (agents); the others are rates
 INTEGER_PARAMS = ("load.concurrency", "load.max_in_flight")
 #: bisection over a rate stops when the bracket is this fraction of the passing load
 RATE_RESOLUTION = 0.1
 DEFAULT_MAX_STEPS = 12
 DEFAULT_TARGET = 0.99
+#: the options only the search reads (argparse dest → default), for the CLI to refuse them
+#: without --search
+SEARCH_DEFAULTS: dict[str, Any] = {
+    "target_attainment": DEFAULT_TARGET,
+    "search_param": None,
+    "start": 1.0,
+    "max_load": 64.0,
+    "max_steps": DEFAULT_MAX_STEPS,
+    "rollouts_per_agent": 2,
+    "pass_rule": "point",
+}
+#: the load fields the search can raise, and the load.mode each one drives
+LOAD_PARAMS = {param: mode for mode, param in DEFAULT_PARAM.items()}
 
 
 def confidence(good: int, n: int, target: float) -> str:
@@ -172,14 +189,31 @@ class SearchSettings:
 
 
 def default_param(scenario: Scenario) -> str:
-    mode = scenario.load.mode
-    if mode not in DEFAULT_PARAM:
+    return DEFAULT_PARAM[scenario.load.mode]
+
+
+def check_search_scenario(scenario: Scenario, param: str, source: str) -> None:
+    """Refuse a search that cannot mean anything: no latency threshold to attain (every
+    successful rollout would be good at any load), or a searched field that is not the
+    offered load of this scenario's load.mode."""
+    if not scenario.slo.thresholds():
         raise UsageError(
-            f"--search goodput: the scenario's load.mode is {mode}; expected closed (searches "
-            "load.concurrency) or open (searches load.arrival.rate), or name the field with "
-            "--search-param"
+            f"--search goodput: {source} sets no SLO threshold (no slo: section and no --slo), "
+            "so every successful rollout would count as good at any load; give one, e.g. "
+            "--slo ttft_ms=500"
         )
-    return DEFAULT_PARAM[mode]
+    mode = LOAD_PARAMS.get(param)
+    if mode is None:
+        raise UsageError(
+            f"--search-param {param}: expected the offered load, one of "
+            f"{', '.join(LOAD_PARAMS)} (the one for the scenario's load.mode)"
+        )
+    if mode != scenario.load.mode:
+        raise UsageError(
+            f"--search-param {param}: drives a load.mode: {mode} scenario, and {source} has "
+            f"load.mode: {scenario.load.mode}; search {DEFAULT_PARAM[scenario.load.mode]} or "
+            f"set load.mode={mode}"
+        )
 
 
 def _fmt(load: float, integer: bool) -> str:
@@ -226,6 +260,7 @@ def run_goodput_search(
 ) -> GoodputResult:
     """Search each transport in turn; every step is one run in ``<results_root>/<sweep_id>/``."""
     base = load_scenario(scenario_path, fixed)
+    check_search_scenario(base, settings.param, scenario_path)
     integer = settings.param in INTEGER_PARAMS
     # every load the search may try must validate before the first run starts
     load_scenario(scenario_path, {**fixed, settings.param: _fmt(settings.max_load, integer)})
@@ -246,6 +281,8 @@ def run_goodput_search(
         if settings.param == "load.concurrency"
         else "rollouts/s"
         if settings.param == "load.arrival.rate"
+        else "output tok/s"
+        if settings.param == "load.throughput.tps"
         else f"({settings.param})",
         "integer": integer,
         "target": settings.target,

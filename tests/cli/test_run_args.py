@@ -234,3 +234,63 @@ def test_goodput_search_options_are_checked_before_anything_runs() -> None:
     args = build_parser().parse_args(["sweep", str(TINY)])
     with pytest.raises(UsageError, match="expected --set KEY=V1,V2"):
         check_sweep_args(args)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--target-attainment", "0.9"),
+        ("--search-param", "load.concurrency"),
+        ("--start", "1"),
+        ("--max-load", "64"),
+        ("--max-steps", "3"),
+        ("--rollouts-per-agent", "2"),
+        ("--pass-rule", "point"),
+    ],
+)
+def test_search_options_without_search_are_refused(option: str, value: str) -> None:
+    # even the default value: a sweep that silently ignored it would not be what was asked
+    assert _sweep_error(option, value) == (
+        f"{option}: only used by the goodput search; add --search goodput, or drop it"
+    )
+    if option != "--pass-rule":
+        both = _sweep_error(option, value, "--pass-rule", "ci-lower")
+        assert both == (
+            f"{option}, --pass-rule: only used by the goodput search; add --search goodput, or "
+            "drop them"
+        )
+
+
+def test_a_search_without_slo_or_of_a_field_that_is_not_the_load_is_refused(
+    tmp_path: Path,
+) -> None:
+    from harness.run.goodput import check_search_scenario
+    from harness.workload.scenario import load_scenario
+
+    closed = load_scenario(str(TINY), {"slo.ttft_ms": "500"})
+    check_search_scenario(closed, "load.concurrency", "tiny.yaml")
+    with pytest.raises(UsageError) as exc:
+        check_search_scenario(load_scenario(str(TINY)), "load.concurrency", "tiny.yaml")
+    assert str(exc.value) == (
+        "--search goodput: tiny.yaml sets no SLO threshold (no slo: section and no --slo), so "
+        "every successful rollout would count as good at any load; give one, e.g. "
+        "--slo ttft_ms=500"
+    )
+    with pytest.raises(UsageError) as exc:
+        check_search_scenario(closed, "rollout.count", "tiny.yaml")
+    assert str(exc.value) == (
+        "--search-param rollout.count: expected the offered load, one of load.concurrency, "
+        "load.arrival.rate, load.throughput.tps (the one for the scenario's load.mode)"
+    )
+    with pytest.raises(UsageError) as exc:
+        check_search_scenario(closed, "load.throughput.tps", "tiny.yaml")
+    assert str(exc.value) == (
+        "--search-param load.throughput.tps: drives a load.mode: throughput scenario, and "
+        "tiny.yaml has load.mode: closed; search load.concurrency or set load.mode=throughput"
+    )
+    # The CLI refuses with the usage exit code, before any run folder exists.
+    for argv in (["--max-load", "2"], ["--slo", "ttft_ms=500", "--search-param", "seed"]):
+        proc = loopbench("sweep", TINY, "--search", "goodput", *argv, "--out", str(tmp_path), "-q")
+        assert proc.returncode == 4, proc.stderr
+        assert "--search" in proc.stderr and "Traceback" not in proc.stderr
+        assert list(tmp_path.iterdir()) == []

@@ -14,6 +14,7 @@ import json
 import random
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from harness.workload.importers.azure import import_azure_files, parse_azure
 from harness.workload.importers.codex import SessionImportError
 from harness.workload.importers.mooncake import import_mooncake_files, parse_mooncake
 from harness.workload.importers.otel import import_otel_files, parse_otel
-from harness.workload.trace import TraceRollout, read_trace
+from harness.workload.trace import TraceRollout, TraceTurn, read_trace
 from tests.runs import run_cli
 
 DATA = Path(__file__).parent / "data"
@@ -49,7 +50,9 @@ def test_mooncake_conversations_from_hash_id_prefixes() -> None:
     # Tool output = next input - this input - this output: 1560-1300-60, 2090-1560-80.
     # Tool time = the arrival gap: 1500-0, 2600-1500 ms.
     assert _shape(a) == [(60, [(1500.0, 200)]), (80, [(1100.0, 450)]), (120, [])]
-    assert a.meta["turn_input_tokens"] == [1300, 1560, 2090]
+    # Each request's whole context, in the v2 per-turn field (not meta).
+    assert [t.input_tokens for t in a.turns] == [1300, 1560, 2090]
+    assert "turn_input_tokens" not in a.meta and a.uses_v2
     assert a.meta["tool_time_includes_model_time"] is True
     # Lines 2, 4, 9 (line 8 is blank): block 0 is the system prompt line 1 already had.
     assert b.meta["lines"] == [2, 4, 9]
@@ -95,6 +98,8 @@ def test_mooncake_sessions_add_each_turn_input() -> None:
     assert _shape(s1) == [(50, [(250.0, 120)]), (40, [(0.0, 10)]), (70, [])]
     assert (s1.system_tokens, s1.user_prompt_tokens) == (0, 800)
     assert s1.meta["turn_new_input_tokens"] == [800, 120, 10]
+    # Not the turn's whole context: nothing for the v2 field.
+    assert [t.input_tokens for t in s1.turns] == [None, None, None]
     assert "tool_time_includes_model_time" not in s1.meta
     # s2 shares block 0 with s1's first line; its output_length 0 is replayed as 1 token.
     assert (s2.system_tokens, s2.user_prompt_tokens) == (512, 188)
@@ -248,6 +253,7 @@ def test_import_writes_each_format(tmp_path: Path) -> None:
     assert read_trace(out) == import_mooncake_files([str(TOOLAGENT)])
     header = json.loads(out.read_text().splitlines()[0])
     assert header["source"] == "mooncake" and header["meta"]["block_tokens"] == 512
+    assert header["version"] == 2
     # With 1024-token blocks line 1 (1300 tokens) has one full block, [0], which line 2 reads
     # too: common context, so line 3 no longer continues it.
     import_sessions("mooncake", [str(TOOLAGENT)], str(out), block_tokens=1024)
@@ -272,23 +278,31 @@ def test_import_writes_each_format(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("fmt", "source", "rollouts", "turns"),
-    [("mooncake", TOOLAGENT, 4, 8), ("otel", DATA / "otel-agent.json", 3, 7)],
+    ("fmt", "source", "rollouts", "turns", "subagent_turns"),
+    [("mooncake", TOOLAGENT, 4, 8, 0), ("otel", DATA / "otel-agent.json", 2, 5, 2)],
 )
 def test_cli_import_and_replay(
-    fmt: str, source: Path, rollouts: int, turns: int, tmp_path: Path
+    fmt: str, source: Path, rollouts: int, turns: int, subagent_turns: int, tmp_path: Path
 ) -> None:
-    """An imported trace replays through ``loopbench run`` on the embedded server."""
+    """An imported trace replays through ``loopbench run`` on the embedded server; an OTel
+    sub-agent replays as a conversation inside its parent's rollout, its load offered once."""
     trace = tmp_path / "traces" / "agent.jsonl"
     proc = run_cli("import", fmt, source, "-o", trace, timeout=60)
     assert f"wrote {rollouts} rollouts ({turns} turns" in proc.stdout
     # Tool and think times divided down so the replay is short; the token counts stay.
     header, *rows = [json.loads(line) for line in trace.read_text().splitlines()]
-    for row in rows:
-        for turn in row["turns"]:
+    assert header["version"] == 2
+
+    def shorten(turns: list[dict[str, Any]]) -> None:
+        for turn in turns:
             turn["think_ms"] /= 100
             for call in turn["tool_calls"]:
                 call["latency_ms"] /= 100
+            for sub in turn.get("subagents", []):
+                shorten(sub["turns"])
+
+    for row in rows:
+        shorten(row["turns"])
     trace.write_text("".join(json.dumps(obj) + "\n" for obj in [header, *rows]))
     scenario = tmp_path / "replay.yaml"
     scenario.write_text(
@@ -301,27 +315,42 @@ def test_cli_import_and_replay(
     http = summary["transports"]["http"]
     assert http["turns"]["errors"] == 0
     assert http["rollouts"]["count"] == rollouts
-    assert http["turns"]["count"] == turns
+    assert http["turns"]["count"] == turns + subagent_turns
+    served = load_run(out / "r").turns.sort_values(["rollout_id", "conversation", "turn_index"])
+    assert int((served.conversation > 0).sum()) == subagent_turns
     # The server read the recorded context sizes: each turn's input is the recorded one plus
     # the agent's framing (under 100 tokens: instructions, tool definition) and a fixed size
-    # per tool call item.
-    served = load_run(out / "r").turns.sort_values(["rollout_id", "turn_index"])
-    firsts, per_call = set(), set()
-    for i, r in enumerate(read_trace(trace)):
-        got = served[served.rollout_id == i].input_tokens.tolist()
-        excess = [s - rec for s, rec in zip(got, r.meta["turn_input_tokens"], strict=True)]
+    # per tool call item (plus, after a turn with reasoning, the reasoning item the replay
+    # carries in the history); a sub-agent's turns likewise.
+    firsts, per_call, reasoned = set(), set(), []
+
+    def check(got: list[int], recorded: list[TraceTurn]) -> None:
+        excess = [s - (t.input_tokens or 0) for s, t in zip(got, recorded, strict=True)]
         firsts.add(excess[0])
-        for turn, (a, b) in zip(r.turns, pairwise(excess), strict=False):
-            per_call.add((b - a) / len(turn.tool_calls))
+        for turn, (a, b) in zip(recorded, pairwise(excess), strict=False):
+            if turn.reasoning_tokens:
+                reasoned.append((b - a, len(turn.tool_calls), turn.reasoning_tokens))
+            else:
+                per_call.add((b - a) / len(turn.tool_calls))
+
+    for i, r in enumerate(read_trace(trace)):
+        mine = served[served.rollout_id == i]
+        check(mine[mine.conversation == 0].input_tokens.tolist(), r.turns)
+        subs = [s for t in r.turns for s in t.subagents]
+        for c, sub in enumerate(subs, start=1):
+            check(mine[mine.conversation == c].input_tokens.tolist(), sub.turns)
     assert all(0 <= e < 100 for e in firsts), firsts
     assert len(per_call) == 1 and per_call.pop() >= 0, per_call
+    # otel: turn 0 of the coder reported 20 reasoning tokens.
+    assert len(reasoned) == (1 if fmt == "otel" else 0)
+    assert all(grown >= reasoning for grown, _, reasoning in reasoned), reasoned
 
 
 OTEL = DATA / "otel-agent.json"
 
 
 def test_otel_agent_turns_tools_and_subagent() -> None:
-    coder, explorer, chat = import_otel_files([str(OTEL)])
+    coder, chat = import_otel_files([str(OTEL)])
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     # The model calls under the invoke_agent span "coder", in start order.
     assert coder.id == f"{trace_id}:a000000000000001" and coder.meta["agent"] == "coder"
@@ -335,17 +364,29 @@ def test_otel_agent_turns_tools_and_subagent() -> None:
     ]
     # Client time between the last tool's end and the next call: 1400-1330, 4050-4010 ms.
     assert [t.think_ms for t in coder.turns] == [0.0, 70.0, 40.0]
-    assert coder.meta["turn_input_tokens"] == [1000, 1350, 1510]
-    assert coder.meta["turn_cached_tokens"] == [0, 1000, 0]
-    assert coder.meta["turn_reasoning_tokens"] == [20, 0, 0]
+    # What each model span reported, in the v2 per-turn fields.
+    assert [t.input_tokens for t in coder.turns] == [1000, 1350, 1510]
+    assert [t.cached_tokens for t in coder.turns] == [0, 1000, None]
+    assert [t.reasoning_tokens for t in coder.turns] == [20, 0, 0]
+    assert not {"turn_input_tokens", "turn_cached_tokens", "turn_reasoning_tokens"} & set(
+        coder.meta
+    )
     assert coder.meta["model"] == "gpt-5-mini" and coder.meta["usage"] is True
-    # The invoke_agent under the "task" tool span is a sub-agent: its own rollout, naming
-    # the parent call it answered.
-    assert explorer.meta["subagent_of"] == coder.id
-    assert explorer.meta["forked_at"] == {"turn": 1, "call": 0}
-    assert explorer.user_prompt_tokens == 600
-    assert _shape(explorer) == [(30, [(100.0, 80)]), (90, [])]
+    # The invoke_agent under the "task" tool span is a v2 sub-agent of turn 1, named by the
+    # call it answered, whose 120 tokens are its result; not a rollout of its own.
+    fork = coder.turns[1]
+    assert [c.subagent for c in fork.tool_calls] == [0]
+    assert coder.subagent_count == 1 and coder.uses_v2
+    (explorer,) = fork.subagents
+    assert explorer.id == f"{trace_id}:a000000000000002" and explorer.meta["agent"] == "explorer"
+    assert (explorer.result_tokens, explorer.join) == (120, "wait")
+    assert explorer.user_prompt_tokens == 600 and explorer.system_tokens == 0
+    assert [
+        (t.output_tokens, [(c.latency_ms, c.output_tokens) for c in t.tool_calls])
+        for t in explorer.turns
+    ] == [(30, [(100.0, 80)]), (90, [])]
     assert [t.think_ms for t in explorer.turns] == [0.0, 40.0]
+    assert [t.input_tokens for t in explorer.turns] == [600, 710]
     # Two traces, one request each, joined by gen_ai.conversation.id; older usage names;
     # no tool span in between: one call for the gap (11300-10300 ms), 260-200-10 tokens.
     assert chat.id == "conv-7" and chat.meta["tool_calls_from_gaps"] == 1

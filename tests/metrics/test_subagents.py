@@ -33,8 +33,28 @@ def test_medians_merge_and_survive_the_state_round_trip() -> None:
             "wait_share_p50": 0.25,  # the middle of 0.1, 0.2, 0.3, 0.4
             "critical_path_turns_p50": 7.5,
             "critical_path_through_subagent": 0.75,
+            # 0>1>0 twice (one from each process), 0 and 0>2>0 once
+            "critical_path_common": "0>1>0",
+            "critical_path_common_share": 0.5,
         }
     }
+
+
+def test_the_common_path_breaks_ties_by_name_and_reaches_the_report_line() -> None:
+    from harness.report.render import subagents_line
+
+    acc = Accumulator()
+    acc.add_rollout(_roll(0, 100, "0>2>0", 9))
+    acc.add_rollout(_roll(1, 100, "0>1>0", 9))
+    acc.add_rollout(_roll(2, 100, "0>1>0", 9))
+    acc.add_rollout(_roll(3, 100, "0>2>0", 9))
+    summary = acc.summary("x")
+    group = summary["subagents"]["ws"]
+    assert (group["critical_path_common"], group["critical_path_common_share"]) == ("0>1>0", 0.5)
+    summary["transports"] = {"ws": {}}
+    line = subagents_line(summary)
+    assert line is not None and "through a sub-agent in 100 % of 4 rollouts, most often " in line
+    assert line.endswith("most often 0>1>0 (50 % of them).")
 
 
 def test_absent_when_no_rollout_forked() -> None:

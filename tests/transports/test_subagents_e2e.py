@@ -112,6 +112,9 @@ def test_subagents_run_as_concurrent_conversations(connections: Run, transport: 
     assert figures["rollouts"] == 2
     assert 0 < figures["wait_share_p50"] < 1
     assert figures["critical_path_through_subagent"] == 1.0
+    # two rollouts: both through the same sub-agent (1.0) or one each (0.5, ties by name)
+    assert figures["critical_path_common"] in ("0>1>0", "0>2>0")
+    assert figures["critical_path_common_share"] in (0.5, 1.0)
 
 
 def _new_connections(run: Run, transport: str) -> pd.Series:

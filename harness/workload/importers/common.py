@@ -62,6 +62,19 @@ class Request:
     cached_tokens: int | None = None
 
 
+def _measured(req: Request, cumulative: bool) -> dict[str, Any]:
+    """The v2 per-turn counts the source reported (a request's input is the turn's whole
+    context only when the trace is cumulative)."""
+    out: dict[str, Any] = {}
+    if cumulative:
+        out["input_tokens"] = req.input_tokens
+    if req.reasoning_tokens:
+        out["reasoning_tokens"] = req.reasoning_tokens
+    if req.cached_tokens is not None:
+        out["cached_tokens"] = req.cached_tokens
+    return out
+
+
 def chain_rollout(
     requests: list[Request],
     rollout_id: str,
@@ -87,8 +100,9 @@ def chain_rollout(
     gap_from_arrivals = False
     for i, req in enumerate(requests):
         output = max(1, req.output_tokens)
+        measured = _measured(req, cumulative)
         if i == len(requests) - 1:
-            turns.append(TraceTurn(output_tokens=output))
+            turns.append(TraceTurn(output_tokens=output, **measured))
             break
         nxt = requests[i + 1]
         if cumulative:
@@ -107,21 +121,14 @@ def chain_rollout(
         else:
             latency = 0.0
         call = TraceToolCall(latency_ms=round(latency, 3), output_tokens=max(0, grown))
-        turns.append(TraceTurn(output_tokens=output, tool_calls=[call]))
+        turns.append(TraceTurn(output_tokens=output, tool_calls=[call], **measured))
     meta = dict(meta)
     meta["lines"] = [r.line for r in requests]
     if first.arrival_ms is not None:
         meta["arrival_ms"] = first.arrival_ms
-    # Per-turn counts the v1 format has no field for (v2: turns[i].input_tokens,
-    # turns[i].reasoning_tokens, turns[i].cached_tokens).
-    if cumulative:
-        meta["turn_input_tokens"] = [r.input_tokens for r in requests]
-    else:
+    if not cumulative:
+        # Only what each turn added: v2's turns[i].input_tokens is the whole context read.
         meta["turn_new_input_tokens"] = [r.input_tokens for r in requests]
-    if any(r.reasoning_tokens is not None for r in requests):
-        meta["turn_reasoning_tokens"] = [r.reasoning_tokens or 0 for r in requests]
-    if any(r.cached_tokens is not None for r in requests):
-        meta["turn_cached_tokens"] = [r.cached_tokens or 0 for r in requests]
     if gap_from_arrivals:
         meta["tool_time_includes_model_time"] = True
     if shrank:

@@ -13,11 +13,14 @@ A span has ``traceId``, ``spanId``, ``parentSpanId``, ``startTimeUnixNano``,
 * **tool calls**: ``execute_tool`` spans;
 * **conversations**: the model calls under the same nearest ``invoke_agent`` span, else
   with the same ``gen_ai.conversation.id``, else in the same trace; an ``invoke_agent``
-  under another agent is a **sub-agent**: its own rollout (``meta.subagent_of``) and, in the
-  parent, the tool call it answered (or a call of its own when no tool span holds it).
+  under another agent is a **sub-agent** (trace v2): in the parent's turn, an entry of
+  ``subagents`` named by the tool call it answered (or by a call of its own when no tool span
+  holds it), whose output is the sub-agent's ``result_tokens``.  It is not a rollout of its
+  own, so a replay offers its load once, inside its parent's.
 
 Per conversation, model calls in start order are the turns; a tool call belongs to the last
-model call that started before it; its latency is its span's duration.  What the tools
+model call that started before it; its latency is its span's duration.  Each turn keeps the
+input, cached and reasoning tokens its span reported (v2 per-turn fields).  What the tools
 returned is the growth of the next call's input beyond this call's output, split evenly
 over the calls.  Parsing is pure over text; only :func:`import_otel_files` reads files.
 """
@@ -32,7 +35,7 @@ from typing import Any
 import orjson
 
 from harness.workload.importers.codex import SessionImportError
-from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
+from harness.workload.trace import TraceRollout, TraceSubagent, TraceToolCall, TraceTurn
 
 __all__ = ["MODEL_OPERATIONS", "import_otel_files", "parse_otel"]
 
@@ -275,6 +278,19 @@ def _calls_by_turn(conv: _Conversation) -> tuple[list[list[_Span]], int]:
     return calls_of, early
 
 
+def _measured(model: _Span) -> dict[str, Any]:
+    """What the endpoint reported for one model call, into the v2 per-turn fields."""
+    out: dict[str, Any] = {}
+    for name, keys in (("input_tokens", _INPUT_KEYS), ("cached_tokens", _CACHED_KEYS)):
+        value = model.usage(keys)
+        if value is not None:
+            out[name] = value
+    reasoning = model.usage(_REASONING_KEYS)
+    if reasoning:
+        out["reasoning_tokens"] = reasoning
+    return out
+
+
 def _rollout(conv: _Conversation, label: str) -> TraceRollout:
     models = conv.models
     calls_of, early = _calls_by_turn(conv)
@@ -286,13 +302,16 @@ def _rollout(conv: _Conversation, label: str) -> TraceRollout:
         output = model.usage(_OUTPUT_KEYS)
         usage_complete &= output is not None and model.usage(_INPUT_KEYS) is not None
         out_tokens = max(1, output or 0)
+        measured = _measured(model)
         if i == len(models) - 1:
             tool_calls = [
                 TraceToolCall(latency_ms=round((c.end_ns - c.start_ns) / 1e6, 3), output_tokens=0)
                 for c in calls_of[i]
             ]
             turns.append(
-                TraceTurn(output_tokens=out_tokens, tool_calls=tool_calls, think_ms=think_ms)
+                TraceTurn(
+                    output_tokens=out_tokens, tool_calls=tool_calls, think_ms=think_ms, **measured
+                )
             )
             break
         nxt = models[i + 1]
@@ -313,7 +332,11 @@ def _rollout(conv: _Conversation, label: str) -> TraceRollout:
             TraceToolCall(latency_ms=round(lat, 3), output_tokens=tokens)
             for lat, tokens in zip(latencies, _split(grown, len(latencies)), strict=True)
         ]
-        turns.append(TraceTurn(output_tokens=out_tokens, tool_calls=tool_calls, think_ms=think_ms))
+        turns.append(
+            TraceTurn(
+                output_tokens=out_tokens, tool_calls=tool_calls, think_ms=think_ms, **measured
+            )
+        )
         # Client time between the last tool's end and the next request.
         think_ms = round(max(0.0, (nxt.start_ns - ready_ns) / 1e6), 3)
     truncated = bool(turns[-1].tool_calls)
@@ -325,25 +348,15 @@ def _rollout(conv: _Conversation, label: str) -> TraceRollout:
         "file": label,
         "trace_id": models[0].trace_id,
         "usage": usage_complete,
-        # Per-turn counts v1 has no field for (v2: turns[i].input_tokens, .cached_tokens,
-        # .reasoning_tokens).
-        "turn_input_tokens": [m.usage(_INPUT_KEYS) or 0 for m in models],
     }
-    cached = [m.usage(_CACHED_KEYS) for m in models]
-    if any(c is not None for c in cached):
-        meta["turn_cached_tokens"] = [c or 0 for c in cached]
-    reasoning = [m.usage(_REASONING_KEYS) for m in models]
-    if any(r is not None for r in reasoning):
-        meta["turn_reasoning_tokens"] = [r or 0 for r in reasoning]
     if conv.agent is not None:
         name = conv.agent.attrs.get("gen_ai.agent.name")
         if name:
             meta["agent"] = str(name)
-    if conv.parent is not None:
-        # v2: the parent's turns[turn].subagents[], named by tool_calls[call].subagent.
+    if conv.parent is not None and conv.fork_at is None:
+        # No call of the parent's turns holds it (it started before the parent's first
+        # model call): kept as a conversation of its own, naming the parent.
         meta["subagent_of"] = conv.parent
-        if conv.fork_at is not None:
-            meta["forked_at"] = {"turn": conv.fork_at[0], "call": conv.fork_at[1]}
     if synthetic:
         meta["tool_calls_from_gaps"] = synthetic
     if early:
@@ -377,7 +390,48 @@ def parse_otel(text: str, source: str = "<otel>") -> list[TraceRollout]:
     for conv in convs:
         conv.fork_at = where.get(conv.parent_call) if conv.parent_call else None
     label = os.path.basename(source)
-    return [_rollout(c, label) for c in convs]
+    rollouts = {c.key: _rollout(c, label) for c in convs}
+    children: dict[str, list[_Conversation]] = {}
+    for conv in convs:
+        if conv.parent in rollouts and conv.fork_at is not None:
+            children.setdefault(conv.parent, []).append(conv)
+
+    def nested(key: str) -> list[TraceTurn]:
+        turns = list(rollouts[key].turns)
+        for child in children.get(key, []):
+            turn_i, call_i = child.fork_at  # type: ignore[misc]
+            turn = turns[turn_i]
+            sub = rollouts[child.key]
+            result = turn.tool_calls[call_i].output_tokens
+            calls = [
+                c.model_copy(update={"subagent": len(turn.subagents)}) if j == call_i else c
+                for j, c in enumerate(turn.tool_calls)
+            ]
+            subagent = TraceSubagent(
+                id=sub.id,
+                system_tokens=sub.system_tokens,
+                user_prompt_tokens=sub.user_prompt_tokens,
+                # What the parent's call returned is what the sub-agent answered.
+                result_tokens=result,
+                turns=nested(child.key),
+                meta={k: v for k, v in sub.meta.items() if k not in ("source", "file")},
+            )
+            turns[turn_i] = TraceTurn.model_validate(
+                {**turn.model_dump(), "tool_calls": [c.model_dump() for c in calls]}
+                | {"subagents": [s.model_dump() for s in turn.subagents] + [subagent.model_dump()]}
+            )
+        return turns
+
+    nested_keys = {c.key for kids in children.values() for c in kids}
+    out = []
+    for conv in convs:
+        if conv.key in nested_keys:
+            continue
+        rollout = rollouts[conv.key]
+        if conv.key in children:
+            rollout = rollout.model_copy(update={"turns": nested(conv.key)})
+        out.append(rollout)
+    return out
 
 
 def import_otel_files(paths: Sequence[str]) -> list[TraceRollout]:
