@@ -66,6 +66,13 @@ REDUCED: dict[str, dict[str, str]] = {
         "load.throughput": "{tps: 600, bursts: [{at_s: 0.5, over_s: 0.5, tps: 1200}]}",
     },
     "codex-replay": {"rollout.count": "1", "transports": "[ws]"},
+    # The fork at turn 1 needs the parent to reach it: 3 tool calls, sub-agents of 2.
+    "subagents": {
+        **SMALL,
+        "rollout.count": "2",
+        "rollout.tool_calls": "3",
+        "rollout.subagents.tool_calls": "2",
+    },
 }
 
 
