@@ -555,3 +555,56 @@ def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
         3,
     )
     assert exchange.input_tokens == 12
+
+
+# --- concurrent agents: `loopbench run` through the proxy -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scenario", "sets", "subagents"),
+    [
+        # tool times that differ, so that agents start while others run their tools
+        (
+            "tiny",
+            {
+                "rollout.count": "6",
+                "load.concurrency": "3",
+                "rollout.tool_latency_ms": "{dist: uniform, min: 5, max: 150}",
+            },
+            0,
+        ),
+        ("subagents", {"rollout.count": "8", "load.concurrency": "4"}, 2),
+    ],
+)
+def test_concurrent_runs_are_recorded_as_the_rollouts_they_ran(
+    server_url: str, tmp_path: Path, scenario: str, sets: dict[str, str], subagents: int
+) -> None:
+    """Concurrent independent agents overlap in time: none may be filed under another."""
+
+    async def main() -> RecordingProxy:
+        async with recording(server_url) as proxy:
+            argv: list[str | Path] = ["run", scenario, "--transports", "http", "--no-probe"]
+            for key, value in sets.items():
+                argv += ["--set", f"{key}={value}"]
+            argv += ["--target", _base(proxy), "--out", tmp_path, "--run-id", "r", "-q"]
+            await asyncio.get_running_loop().run_in_executor(None, lambda: run_cli(*argv))
+        return proxy
+
+    proxy = _run(main)
+    assert not proxy.stats.errors
+    run = load_run(tmp_path / "r")
+    header, trace = build_trace(proxy.exchanges)
+    assert header.meta["failed"] == 0
+    assert len(trace) == len(run.rollouts) == int(sets["rollout.count"])
+    for rollout in trace:
+        assert "forked_from" not in rollout.meta
+        subs = [s for t in rollout.turns for s in t.subagents]
+        assert len(subs) == subagents
+        assert not any(t.subagents for s in subs for t in s.turns)
+        for s in subs:
+            assert s.join == "wait"
+    # every turn the run made is in the trace, once
+    turns = sum(len(r.turns) for r in trace) + sum(
+        len(s.turns) for r in trace for t in r.turns for s in t.subagents
+    )
+    assert turns == len(run.turns)
