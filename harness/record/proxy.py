@@ -4,9 +4,12 @@ Each client connection gets its own upstream connection, and bytes are relayed a
 arrive, in both directions: a chunk is written on before anything looks at it.  The only
 rewrite is the request head's ``Host`` (and the path prefix when the upstream's base path
 is not ``/v1``), which a real upstream needs to route the request.  A copy of each
-request and response body is kept until the response ends, then summarised
-(:func:`harness.record.observe.summarize`) and dropped, so the parsing happens after the
-client has its last byte and before its next request: off the forwarding path.
+request and response body is kept until the response ends, then handed to a worker
+thread that summarises it (:func:`harness.record.observe.summarize`) and drops it; over
+WebSocket the frames themselves are decoded there too.  The event loop that relays every
+connection's bytes does no parsing beyond the HTTP framing it needs to find a message's
+end: a large exchange's summary (milliseconds of JSON) would otherwise stall every other
+stream relayed meanwhile.
 
 Why raw asyncio rather than an ASGI app and an HTTP client: both of those re-frame the
 bytes (headers normalised, chunks re-sized, SSE re-buffered), which a byte-exact relay must
@@ -18,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import queue
 import signal
 import ssl
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -99,12 +104,20 @@ class RecordingProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ssl = ssl.create_default_context() if upstream.tls else None
         self._conn_ids = 0
+        #: observing steps for the worker thread, in the order the relay met them
+        self._steps: queue.SimpleQueue[tuple[int, Callable[..., object], tuple[Any, ...]] | None]
+        self._steps = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
         #: the port it listens on, once started
         self.port = 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self._server = await asyncio.start_server(self._client, host, port)
         self.port = int(self._server.sockets[0].getsockname()[1])
+        self._worker = threading.Thread(
+            target=self._work, name="loopbench-record-observer", daemon=True
+        )
+        self._worker.start()
         return self.port
 
     async def stop(self) -> None:
@@ -117,6 +130,11 @@ class RecordingProxy:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
+        # Every step queued so far is summarised before the trace is written.
+        if self._worker is not None:
+            self._steps.put(None)
+            await asyncio.to_thread(self._worker.join)
+            self._worker = None
 
     def _record(self, ex: Exchange | None) -> None:
         if ex is not None:
@@ -127,14 +145,19 @@ class RecordingProxy:
         self._record(summarize(*args))
 
     def _observe(self, conn: int, step: Callable[..., object], *args: Any) -> None:
-        """Run one observing step; whatever it raises must not break the relay."""
-        try:
-            step(*args)
-        except Exception as exc:  # the bytes were forwarded: only the trace loses this one
-            self.stats.errors.append(
-                f"connection {conn}: could not read an exchange for the trace "
-                f"({type(exc).__name__}: {exc}); it was forwarded unchanged"
-            )
+        """Queue one observing step for the worker thread (the relay goes on at once)."""
+        self._steps.put((conn, step, args))
+
+    def _work(self) -> None:
+        while (item := self._steps.get()) is not None:
+            conn, step, args = item
+            try:
+                step(*args)
+            except Exception as exc:  # the bytes were forwarded: only the trace loses this one
+                self.stats.errors.append(
+                    f"connection {conn}: could not read an exchange for the trace "
+                    f"({type(exc).__name__}: {exc}); it was forwarded unchanged"
+                )
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -316,22 +339,23 @@ class RecordingProxy:
         to_client = WsDecoder(deflate, "server_no_context_takeover" in ext)
         lanes = _WsLanes(self, conn)
 
+        clock = time.perf_counter_ns
         if early:
-            self._observe(conn, lanes.from_client_bytes, to_server, early)
+            self._observe(conn, lanes.from_client_bytes, to_server, early, clock())
 
         async def upstream_to_client() -> None:
             if leftover:
-                self._observe(conn, lanes.from_server_bytes, to_client, leftover)
+                self._observe(conn, lanes.from_server_bytes, to_client, leftover, clock())
             while data := await up_r.read(_READ):
                 writer.write(data)
-                self._observe(conn, lanes.from_server_bytes, to_client, data)
+                self._observe(conn, lanes.from_server_bytes, to_client, data, clock())
             if writer.can_write_eof():
                 writer.write_eof()
 
         async def client_to_upstream() -> None:
             while data := await reader.read(_READ):
                 up_w.write(data)
-                self._observe(conn, lanes.from_client_bytes, to_server, data)
+                self._observe(conn, lanes.from_client_bytes, to_server, data, clock())
             if up_w.can_write_eof():
                 up_w.write_eof()
 
@@ -343,34 +367,35 @@ class RecordingProxy:
         finally:
             for t in (down, upward):
                 t.cancel()
-            lanes.close()
+            self._observe(conn, lanes.close)
 
 
 class _WsLanes:
-    """Requests in flight on one WebSocket connection, per lane (``stream_id``)."""
+    """Requests in flight on one WebSocket connection, per lane (``stream_id``).
+
+    Runs on the proxy's worker thread: ``t_ns`` is when the relay saw the bytes.
+    """
 
     def __init__(self, proxy: RecordingProxy, conn: int) -> None:
         self.proxy = proxy
         self.conn = conn
         self.pending: dict[str | None, deque[tuple[bytes, int, int, list[bytes]]]] = {}
 
-    def from_client_bytes(self, decoder: WsDecoder, data: bytes) -> None:
-        self.from_client(decoder.feed(data))
+    def from_client_bytes(self, decoder: WsDecoder, data: bytes, t_ns: int) -> None:
+        self.from_client(decoder.feed(data), t_ns)
 
-    def from_server_bytes(self, decoder: WsDecoder, data: bytes) -> None:
-        self.from_server(decoder.feed(data))
+    def from_server_bytes(self, decoder: WsDecoder, data: bytes, t_ns: int) -> None:
+        self.from_server(decoder.feed(data), t_ns)
 
-    def from_client(self, messages: list[bytes]) -> None:
+    def from_client(self, messages: list[bytes], t_ns: int) -> None:
         for m in messages:
             if b"response.create" not in m:
                 continue
             lane = _lane(m)
-            self.pending.setdefault(lane, deque()).append((m, time.perf_counter_ns(), 0, []))
+            self.pending.setdefault(lane, deque()).append((m, t_ns, 0, []))
 
-    def from_server(self, messages: list[bytes]) -> None:
-        if not messages:
-            return
-        now = time.perf_counter_ns()
+    def from_server(self, messages: list[bytes], t_ns: int) -> None:
+        now = t_ns
         for m in messages:
             queue = self.pending.get(_lane(m)) or self.pending.get(None)
             if not queue:

@@ -608,3 +608,49 @@ def test_concurrent_runs_are_recorded_as_the_rollouts_they_ran(
         len(s.turns) for r in trace for t in r.turns for s in t.subagents
     )
     assert turns == len(run.turns)
+
+
+def test_summarising_an_exchange_does_not_hold_up_the_relay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first exchange's summary is held back until the second one was relayed: the
+    relay must not wait for it (it runs on the worker thread), and the trace still gets
+    both once the proxy stops."""
+    import threading
+
+    from harness.record import proxy as proxy_module
+
+    real = proxy_module.summarize
+    gate = threading.Event()
+    held: list[bool] = []
+
+    def held_back(*args: Any) -> Any:
+        if not held:
+            held.append(gate.wait(timeout=5))  # False: the relay waited for this summary
+        return real(*args)
+
+    monkeypatch.setattr(proxy_module, "summarize", held_back)
+    body = b'{"model":"m","input":"hi","stream":true}'
+    request = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+    async def main() -> RecordingProxy:
+        server = await _canned_upstream([])
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
+                first = await _exchange(proxy.port, request, b"0\r\n\r\n")
+                second = await _exchange(proxy.port, request, b"0\r\n\r\n")
+                gate.set()
+                assert first == second == b"".join(SSE_PARTS)
+        finally:
+            server.close()
+            await server.wait_closed()
+        return proxy
+
+    proxy = _run(main)
+    assert held == [True]
+    assert len(proxy.exchanges) == 2
