@@ -24,6 +24,9 @@ Conversation and sub-agent rules (docs/traces.md, "Lineage"):
    conversation that was waiting for its tools when it started.  Without it, it is a root
    conversation (a rollout of its own; ``meta.overlapped_with`` names the conversations
    it overlapped): concurrent independent agents overlap in time all the time.
+   A request that continues a conversation which had answered (a new user message after
+   the answer: a chat session's next question) starts a rollout of its own that follows
+   it (``meta.follows``) and carries the history so far in its system prompt tokens.
 4. A sub-agent answers the parent call whose output has the same text as its final
    answer; a fork (rule 2) without such a call takes the first call not yet answered
    by one.  It joins with ``wait`` when it ended before the parent's next request,
@@ -521,6 +524,10 @@ class _Conv:
     forked: bool = False
     #: conversations that were waiting for tools when it started, without evidence of lineage
     overlapped_with: list[int] = field(default_factory=list)
+    #: the conversation whose answer this one's first request followed with a new user
+    #: message (the next question of a chat session), and that message's tokens
+    follows: _Conv | None = None
+    question_tokens: int = 0
 
     @property
     def last(self) -> Exchange:
@@ -585,6 +592,15 @@ def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
                 ]
                 if same:
                     conv = max(same, key=lambda c: c.last.t_end_ns)
+        if conv is not None and not conv.last.calls:
+            # The conversation had answered: this is the session's next question.  The
+            # trace's turns end at an answer, so it becomes a rollout of its own that
+            # carries the history so far as its system prompt (docs/traces.md).
+            earlier = conv.last.user_tokens if not ex.previous_response_id else 0
+            follows = conv
+            conv = _Conv(len(convs) + 1, follows=follows)
+            conv.question_tokens = max(1, ex.user_tokens - earlier)
+            convs.append(conv)
         if conv is None:
             conv = _Conv(len(convs) + 1)
             if fork_of is not None:
@@ -633,7 +649,7 @@ def _last_before(conv: _Conv, t_ns: int) -> Exchange:
 def _prompt_tokens(conv: _Conv) -> tuple[int, int, int]:
     """(system, tool schema, user prompt) tokens of a conversation's first request."""
     first = conv.turns[0]
-    user = max(1, first.user_tokens)
+    user = conv.question_tokens or max(1, first.user_tokens)
     schema = first.tool_schema_tokens
     if first.input_tokens is not None:
         system = max(0, first.input_tokens - user - schema)
@@ -772,6 +788,8 @@ def build_trace(
             rmeta["forked_from"] = ids[conv.parent.number]
         if conv.overlapped_with:
             rmeta["overlapped_with"] = [ids[n] for n in conv.overlapped_with]
+        if conv.follows is not None:
+            rmeta["follows"] = ids[conv.follows.number]
         if cut:
             rmeta["truncated"] = True
         _content(conv, rmeta)

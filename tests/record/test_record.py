@@ -654,3 +654,43 @@ def test_summarising_an_exchange_does_not_hold_up_the_relay(
     proxy = _run(main)
     assert held == [True]
     assert len(proxy.exchanges) == 2
+
+
+def test_a_chat_session_keeps_every_question(server_url: str) -> None:
+    """Three questions, each after the previous answer: three rollouts, one after another."""
+    import httpx
+
+    def session(base: str) -> list[int]:
+        messages: list[dict[str, str]] = [{"role": "system", "content": "You answer. " * 20}]
+        out = []
+        with httpx.Client(timeout=30) as client:
+            for question in ("first question " * 10, "second one " * 30, "third " * 50):
+                messages.append({"role": "user", "content": question})
+                resp = client.post(
+                    f"{base}/chat/completions",
+                    json={"model": "sim", "messages": messages, "max_tokens": 20},
+                )
+                assert resp.status_code == 200, resp.text
+                answer = resp.json()["choices"][0]["message"]
+                assert not answer.get("tool_calls")
+                messages.append({"role": "assistant", "content": answer["content"]})
+                out.append(resp.json()["usage"]["prompt_tokens"])
+        return out
+
+    async def main() -> tuple[list[int], RecordingProxy]:
+        async with recording(server_url) as proxy:
+            loop = asyncio.get_running_loop()
+            prompts = await loop.run_in_executor(None, session, _base(proxy))
+        return prompts, proxy
+
+    prompts, proxy = _run(main)
+    _, trace = build_trace(proxy.exchanges)
+    assert len(trace) == 3
+    assert [len(r.turns) for r in trace] == [1, 1, 1]
+    assert [r.turns[0].input_tokens for r in trace] == prompts
+    assert [r.meta.get("follows") for r in trace] == [None, trace[0].id, trace[1].id]
+    assert not any(r.meta.get("truncated") for r in trace)
+    # each question's own tokens (text length / 4), the history before it as its system prompt
+    assert [r.user_prompt_tokens for r in trace] == [38, 83, 75]
+    for r, p in zip(trace, prompts, strict=True):
+        assert r.system_tokens + r.tool_schema_tokens + r.user_prompt_tokens == p
