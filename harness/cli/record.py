@@ -120,6 +120,12 @@ def cmd_record(args: argparse.Namespace) -> int:
                 on_ready=ready,
             )
         )
+    unread = proxy.stats.unread
+    if unread:
+        print(
+            f"{len(unread)} exchanges could not be read (first: {unread[0]}); they count as failed",
+            file=sys.stderr,
+        )
     print(
         f"wrote {args.out}: {rollouts} rollouts from {len(proxy.exchanges)} exchanges "
         f"({failed} failed, not replayed)",

@@ -90,6 +90,10 @@ class _Stats:
     connections: int = 0
     exchanges: int = 0
     errors: list[str] = field(default_factory=list)
+    #: why each exchange the trace could not read was lost (each counted as failed)
+    unread: list[str] = field(default_factory=list)
+    #: of those, the ones that left no :class:`Exchange` behind (an observer's error)
+    unread_without_exchange: int = 0
 
 
 class RecordingProxy:
@@ -142,7 +146,19 @@ class RecordingProxy:
             self.stats.exchanges += 1
 
     def _summarize(self, *args: Any) -> None:
-        self._record(summarize(*args))
+        ex = summarize(*args)
+        if ex is None:
+            api, transport, conn, _, _, _, _, (t_start, _, t_end), _ = args
+            self._failed(api, transport, conn, t_start, t_end, 400, "its request body is not JSON")
+            return
+        self._record(ex)
+
+    def _failed(
+        self, api: str, transport: str, conn: int, t_start: int, t_end: int, status: int, why: str
+    ) -> None:
+        """Count an exchange the trace cannot use: in the header's ``failed``, with why."""
+        self._record(Exchange(api, transport, conn, t_start, t_end, t_start, status))
+        self.stats.unread.append(f"connection {conn}: a {api} exchange over {transport}: {why}")
 
     def _observe(self, conn: int, step: Callable[..., object], *args: Any) -> None:
         """Queue one observing step for the worker thread (the relay goes on at once)."""
@@ -154,7 +170,8 @@ class RecordingProxy:
             try:
                 step(*args)
             except Exception as exc:  # the bytes were forwarded: only the trace loses this one
-                self.stats.errors.append(
+                self.stats.unread_without_exchange += 1
+                self.stats.unread.append(
                     f"connection {conn}: could not read an exchange for the trace "
                     f"({type(exc).__name__}: {exc}); it was forwarded unchanged"
                 )
@@ -261,20 +278,31 @@ class RecordingProxy:
                     answer = parse_request_head(b"GET / HTTP/1.1" + hbuf[hbuf.find(b"\r\n") : end])
                     return up_r, up_w, answer.headers, early_frames, hbuf[end + 4 :]
                 resp.feed(hbuf)  # refused (401, 426…): an ordinary response
-            while not resp.complete:
-                data = await up_r.read(_READ)
-                if not data:
-                    with contextlib.suppress(H1Error):
-                        resp.eof()
-                    break
-                writer.write(data)
-                await writer.drain()
-                if not t_first:
-                    t_first = time.perf_counter_ns()
-                if api is not None:
-                    response += resp.feed(data)
-                else:
-                    resp.feed(data)
+            try:
+                while not resp.complete:
+                    data = await up_r.read(_READ)
+                    if not data:
+                        with contextlib.suppress(H1Error):
+                            resp.eof()
+                        break
+                    writer.write(data)
+                    await writer.drain()
+                    if not t_first:
+                        t_first = time.perf_counter_ns()
+                    if api is not None:
+                        response += resp.feed(data)
+                    else:
+                        resp.feed(data)
+            except (OSError, H1Error) as exc:
+                if api is not None and request:
+                    why = (
+                        "the client closed the connection before the response ended"
+                        if writer.is_closing() or isinstance(exc, ConnectionError)
+                        else f"the response could not be relayed ({type(exc).__name__})"
+                    )
+                    now = time.perf_counter_ns()
+                    self._observe(conn, self._failed, api, "http", conn, t_start, now, 499, why)
+                raise
             t_end = time.perf_counter_ns()
             if api is not None and request:
                 self._observe(
@@ -428,6 +456,19 @@ class _WsLanes:
                 )
 
     def close(self) -> None:
+        """The connection ended: requests still waiting for their response end failed."""
+        now = time.perf_counter_ns()
+        for queue_ in self.pending.values():
+            for _, t_start, _, _ in queue_:
+                self.proxy._failed(
+                    "responses",
+                    "ws",
+                    self.conn,
+                    t_start,
+                    now,
+                    499,
+                    "the connection closed before the response ended",
+                )
         self.pending.clear()
 
 
@@ -450,6 +491,9 @@ def write_trace(
     Written to a temporary file and renamed, so an interrupted write leaves no half trace.
     """
     header, rollouts = build_trace(exchanges, meta=dict(meta or {}))
+    unread = (meta or {}).get("unreadable", 0)
+    if isinstance(unread, int) and unread:
+        header.meta["failed"] = int(header.meta.get("failed", 0)) + unread
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(dump_trace(rollouts, header))
@@ -492,5 +536,7 @@ async def record_until_stopped(
             loop.remove_signal_handler(sig)
         await proxy.stop()
     meta: dict[str, object] = {"upstream": upstream_url, "keep_content": keep_content}
+    if proxy.stats.unread_without_exchange:
+        meta["unreadable"] = proxy.stats.unread_without_exchange
     rollouts, failed = write_trace(proxy.exchanges, out, meta)
     return proxy, rollouts, failed

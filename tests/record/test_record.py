@@ -694,3 +694,65 @@ def test_a_chat_session_keeps_every_question(server_url: str) -> None:
     assert [r.user_prompt_tokens for r in trace] == [38, 83, 75]
     for r, p in zip(trace, prompts, strict=True):
         assert r.system_tokens + r.tool_schema_tokens + r.user_prompt_tokens == p
+
+
+def test_aborted_and_unreadable_exchanges_are_counted_and_named(
+    server_url: str, tmp_path: Path
+) -> None:
+    """A client that drops mid-stream and a body that is not JSON: both failed, both said."""
+    import socket
+
+    out = tmp_path / "aborted.jsonl"
+    argv = ["record", "--upstream", server_url, "--port", "0", "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+    def post(port: int, body: bytes, read_all: bool) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(
+                b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+                + body
+            )
+            got = sock.recv(65536)
+            while read_all and (chunk := sock.recv(65536)):
+                got += chunk
+            return got  # closing now, mid-stream unless read_all
+
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        port = int(line.split()[4].rsplit(":", 1)[1].split("/")[0])
+        long_stream = json.dumps(
+            {
+                "model": "sim",
+                "input": "a long answer",
+                "stream": True,
+                "tool_choice": "none",
+                "metadata": {"loopbench.output_tokens": "20000"},
+            }
+        ).encode()
+        assert post(port, long_stream, read_all=False).startswith(b"HTTP/1.1 200")
+        assert b" 400 " in post(port, b"this is not JSON", read_all=True).split(b"\r\n")[0]
+        time.sleep(0.5)  # the proxy notices the dropped client on its next write
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "2 exchanges could not be read (first: connection " in err, err
+    # the first one named: whichever the proxy noticed first
+    assert (
+        "the client closed the connection before the response ended" in err
+        or "its request body is not JSON" in err
+    )
+    assert "(2 failed, not replayed)" in err
+    header = json.loads(out.read_text().splitlines()[0])
+    assert header["meta"]["failed"] == 2 and header["meta"]["exchanges"] == 2
