@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
+
 from harness.client.h1 import H1Error, ResponseParser
 from harness.record.observe import (
     Exchange,
@@ -418,29 +420,32 @@ class _WsLanes:
     def from_client(self, messages: list[bytes], t_ns: int) -> None:
         for m in messages:
             if b"response.create" not in m:
+                continue  # cheap: most client messages are not one
+            event = _event(m)
+            if event is None or event.get("type") != "response.create":
                 continue
-            lane = _lane(m)
+            lane = _lane_of(event)
             self.pending.setdefault(lane, deque()).append((m, t_ns, 0, []))
 
     def from_server(self, messages: list[bytes], t_ns: int) -> None:
         now = t_ns
         for m in messages:
-            queue = self.pending.get(_lane(m)) or self.pending.get(None)
+            # The event's own type, not a substring: a response object carries "error": null
+            # from its first event on, and any text may contain an event name.
+            event = _event(m)
+            if event is None:
+                continue
+            queue = self.pending.get(_lane_of(event)) or self.pending.get(None)
             if not queue:
                 continue
             request, t_start, t_first, events = queue[0]
             if not t_first:
                 queue[0] = (request, t_start, now, events)
             events.append(m)
-            head = m[:120]
-            if (
-                b"response.completed" in head
-                or b"response.failed" in head
-                or b"response.incomplete" in head
-                or b'"error"' in head
-            ):
+            kind = event.get("type")
+            if kind in _TERMINAL:
                 queue.popleft()
-                status = 200 if b"response.completed" in head or b"incomplete" in head else 500
+                status = 200 if kind in ("response.completed", "response.incomplete") else 500
                 self.proxy._record(
                     summarize(
                         "responses",
@@ -472,15 +477,20 @@ class _WsLanes:
         self.pending.clear()
 
 
-def _lane(message: bytes) -> str | None:
-    at = message.find(b'"stream_id"')
-    if at < 0:
+_TERMINAL = frozenset(("response.completed", "response.failed", "response.incomplete", "error"))
+
+
+def _event(message: bytes) -> dict[str, Any] | None:
+    try:
+        event = orjson.loads(message)
+    except orjson.JSONDecodeError:
         return None
-    rest = message[at + 11 :].lstrip(b" :")
-    if not rest.startswith(b'"'):
-        return None
-    end = rest.find(b'"', 1)
-    return rest[1:end].decode("utf-8", "replace") if end > 0 else None
+    return event if isinstance(event, dict) else None
+
+
+def _lane_of(event: dict[str, Any]) -> str | None:
+    lane = event.get("stream_id")
+    return lane if isinstance(lane, str) else None
 
 
 def write_trace(

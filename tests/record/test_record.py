@@ -501,7 +501,11 @@ def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
     server_bytes = (
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
-        + _frame(b'{"type":"response.created","stream_id":"lane-1"}')
+        # a response object carries "error": null from its first event on: not an end
+        + _frame(
+            b'{"type":"response.created","stream_id":"lane-1","response":{"id":"resp_ws1",'
+            b'"error":null,"status":"in_progress"}}'
+        )
         + _frame(json.dumps(completed).encode())
     )
     received = bytearray()
