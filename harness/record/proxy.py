@@ -257,7 +257,13 @@ class RecordingProxy:
             # once the upgrade is accepted).
             early_frames = rest if upgrade else b""
             request = bytearray(body.feed(rest)) if rest and not upgrade else bytearray()
-            while not body.complete:
+            answered = b""  # an upstream's final head that came before the body was sent
+            if not body.complete and "100-continue" in head.headers.get("expect", "").lower():
+                got = await self._expect_continue(reader, writer, up_r, up_w, body, request)
+                if got is None:
+                    return None
+                answered = got
+            while not answered and not body.complete:
                 data = await reader.read(_READ)
                 if not data:
                     return None
@@ -267,6 +273,13 @@ class RecordingProxy:
             resp = ResponseParser()
             response = bytearray()
             t_first = 0
+            if answered:
+                writer.write(answered)
+                t_first = time.perf_counter_ns()
+                if api is not None:
+                    response += resp.feed(answered)
+                else:
+                    resp.feed(answered)
             if upgrade:
                 # The 101 head ends the HTTP part: what follows are frames, not a body.
                 hbuf = b""
@@ -320,8 +333,58 @@ class RecordingProxy:
                     (t_start, t_first, t_end),
                     self.keep_content,
                 )
-            if not resp.keep_alive or not resp.complete:
+            if not resp.keep_alive or not resp.complete or answered:
+                # after a refused Expect the client may still send the body: the connection
+                # cannot tell it from a next request
                 return None
+
+    async def _expect_continue(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_r: asyncio.StreamReader,
+        up_w: asyncio.StreamWriter,
+        body: ResponseParser,
+        request: bytearray,
+    ) -> bytes | None:
+        """Relay a request body whose client waits for ``100 Continue`` before sending it.
+
+        The upstream's interim answer reaches the client while the body is still to come;
+        a final answer instead (417, 401…) is returned, to be relayed as the response.  Both
+        sides are read at once: an upstream that ignores ``Expect`` waits for the body the
+        client sends after its own timeout.  ``None``: the client went away.
+        """
+        # readuntil consumes nothing until the whole head is there: safe to cancel
+        up_head = asyncio.ensure_future(up_r.readuntil(b"\r\n\r\n"))
+        try:
+            while not body.complete:
+                client_read = asyncio.ensure_future(reader.read(_READ))
+                waiting: set[asyncio.Future[bytes]] = {client_read}
+                if not up_head.done():
+                    waiting.add(up_head)
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if up_head in waiting and up_head.done():
+                    head = up_head.result()
+                    if head[9:10] != b"1":
+                        client_read.cancel()
+                        return head  # a final answer: the body is not wanted
+                    writer.write(head)  # 100 Continue (or another interim answer)
+                    if not client_read.done():
+                        continue_read = await client_read
+                    else:
+                        continue_read = client_read.result()
+                else:
+                    continue_read = await client_read
+                if not continue_read:
+                    return None
+                up_w.write(continue_read)
+                request += body.feed(continue_read)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            return None
+        finally:
+            if not up_head.done():
+                up_head.cancel()
+        return b""
 
     def _head_bytes(self, raw: bytes) -> bytes:
         """The request head as sent, but for ``Host`` and the path prefix (see the module)."""

@@ -760,3 +760,53 @@ def test_aborted_and_unreadable_exchanges_are_counted_and_named(
     assert "(2 failed, not replayed)" in err
     header = json.loads(out.read_text().splitlines()[0])
     assert header["meta"]["failed"] == 2 and header["meta"]["exchanges"] == 2
+
+
+def test_expect_100_continue_reaches_the_client_before_the_body() -> None:
+    """A client that waits for 100 Continue before its body gets it through the proxy."""
+    body = b'{"model":"m","input":"hi","stream":true}'
+    head = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        b"Expect: 100-continue\r\n" + f"content-length: {len(body)}\r\n\r\n".encode()
+    )
+    received: list[bytes] = []
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        got = await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        await writer.drain()
+        received.append(got + await reader.readexactly(len(body)))
+        for part in SSE_PARTS:
+            writer.write(part)
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    async def main() -> tuple[bytes, bytes, RecordingProxy]:
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
+                reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+                writer.write(head)
+                # the body only after the interim answer (no timeout fallback here)
+                interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+                writer.write(body)
+                rest = b""
+                while not rest.endswith(b"0\r\n\r\n"):
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        break
+                    rest += chunk
+                writer.close()
+                await writer.wait_closed()
+        finally:
+            server.close()
+            await server.wait_closed()
+        return interim, rest, proxy
+
+    interim, rest, proxy = _run(main)
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert rest == b"".join(SSE_PARTS)
+    assert received[0].endswith(body)
+    assert len(proxy.exchanges) == 1
