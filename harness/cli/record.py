@@ -101,6 +101,10 @@ def cmd_record(args: argparse.Namespace) -> int:
             result = run_bench(upstream, args.bench, args.bench_streams, args.bench_history)
         print("\n".join(result.lines()))
         return EXIT_OK
+    # The observer thread holds the GIL for up to the switch interval (5 ms by default)
+    # whenever the relay's loop wakes up with bytes to forward: a shorter one bounds that
+    # wait.  This process only relays and observes, so the extra switches cost little.
+    sys.setswitchinterval(0.0005)
     with _upstream(args) as upstream:
 
         def ready(port: int) -> None:
