@@ -565,7 +565,7 @@ def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
 
 
 @pytest.mark.parametrize(
-    ("scenario", "sets", "subagents"),
+    ("scenario", "sets", "subagents", "transport"),
     [
         # tool times that differ, so that agents start while others run their tools
         (
@@ -576,18 +576,25 @@ def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
                 "rollout.tool_latency_ms": "{dist: uniform, min: 5, max: 150}",
             },
             0,
+            "http",
         ),
-        ("subagents", {"rollout.count": "8", "load.concurrency": "4"}, 2),
+        ("subagents", {"rollout.count": "8", "load.concurrency": "4"}, 2, "http"),
+        ("subagents", {"rollout.count": "8", "load.concurrency": "4"}, 2, "ws"),
     ],
 )
 def test_concurrent_runs_are_recorded_as_the_rollouts_they_ran(
-    server_url: str, tmp_path: Path, scenario: str, sets: dict[str, str], subagents: int
+    server_url: str,
+    tmp_path: Path,
+    scenario: str,
+    sets: dict[str, str],
+    subagents: int,
+    transport: str,
 ) -> None:
     """Concurrent independent agents overlap in time: none may be filed under another."""
 
     async def main() -> RecordingProxy:
         async with recording(server_url) as proxy:
-            argv: list[str | Path] = ["run", scenario, "--transports", "http", "--no-probe"]
+            argv: list[str | Path] = ["run", scenario, "--transports", transport, "--no-probe"]
             for key, value in sets.items():
                 argv += ["--set", f"{key}={value}"]
             argv += ["--target", _base(proxy), "--out", tmp_path, "--run-id", "r", "-q"]
