@@ -34,6 +34,7 @@ def add_parser(sub: Any) -> None:
             "loopbench record --upstream https://my-endpoint.example/v1 --port 8080",
             "loopbench record --upstream http://127.0.0.1:8000/v1 --port 0 --keep-content",
             "loopbench record --bench 2000   # the latency the proxy adds, paired, on loopback",
+            "loopbench record --bench 2000 --bench-streams 8 --bench-history 200",
         ),
         formatter_class=HelpFormatter,
     )
@@ -62,6 +63,20 @@ def add_parser(sub: Any) -> None:
         help="instead of recording: measure the latency the proxy adds, over N paired turns "
         "(direct vs through a `loopbench record` process), and print p50/p99",
     )
+    p.add_argument(
+        "--bench-streams",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --bench: run K paired streams at once (the N pairs shared among them)",
+    )
+    p.add_argument(
+        "--bench-history",
+        type=int,
+        default=0,
+        metavar="M",
+        help="with --bench: each request carries M earlier messages of ~100 tokens",
+    )
     p.set_defaults(func=cmd_record)
 
 
@@ -83,9 +98,13 @@ def cmd_record(args: argparse.Namespace) -> int:
         )
     if args.bench:
         with _upstream(args) as upstream:
-            result = run_bench(upstream, args.bench)
+            result = run_bench(upstream, args.bench, args.bench_streams, args.bench_history)
         print("\n".join(result.lines()))
         return EXIT_OK
+    # The observer thread holds the GIL for up to the switch interval (5 ms by default)
+    # whenever the relay's loop wakes up with bytes to forward: a shorter one bounds that
+    # wait.  This process only relays and observes, so the extra switches cost little.
+    sys.setswitchinterval(0.0005)
     with _upstream(args) as upstream:
 
         def ready(port: int) -> None:
@@ -104,6 +123,12 @@ def cmd_record(args: argparse.Namespace) -> int:
                 keep_content=args.keep_content,
                 on_ready=ready,
             )
+        )
+    unread = proxy.stats.unread
+    if unread:
+        print(
+            f"{len(unread)} exchanges could not be read (first: {unread[0]}); they count as failed",
+            file=sys.stderr,
         )
     print(
         f"wrote {args.out}: {rollouts} rollouts from {len(proxy.exchanges)} exchanges "

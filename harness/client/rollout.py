@@ -29,6 +29,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 from harness.client import honesty
 from harness.client.api_errors import CONTEXT_LENGTH_EXCEEDED, context_message, error_kind
@@ -81,6 +82,7 @@ class RolloutSteps:
     joining: list[RolloutSteps]
 
     __slots__ = (
+        "_answers",
         "_children",
         "_clock",
         "_compact_at",
@@ -94,10 +96,12 @@ class RolloutSteps:
         "_jobs",
         "_on_turn",
         "_phase",
+        "_subagent",
         "_t0",
         "_tools_end",
         "_transcript",
         "_wait_ms",
+        "answer_text",
         "conversation",
         "forks",
         "join",
@@ -132,6 +136,11 @@ class RolloutSteps:
         self.conversation = subagent.subagent_id if subagent is not None else 0
         self.parent_conversation = parent_conversation
         self.join = subagent.join if subagent is not None else "wait"
+        self._subagent = subagent
+        #: the text of the conversation's final answer (a sub-agent's result)
+        self.answer_text = ""
+        #: call index → answer of the joined sub-agent that answered it (this turn's)
+        self._answers: dict[int, str] = {}
         if subagent is not None:
             plan = subagent_rollout(plan, subagent)
             intended_start_ns = clock()
@@ -306,6 +315,8 @@ class RolloutSteps:
         roll.client_ns += clock() - c1
         turn = self.plan.turns[index]
         if turn.final or not jobs:
+            if self._subagent is not None:
+                self.answer_text = _answer_text(stream.output_items)
             self._index += 1
             self._phase = _READY
             return
@@ -420,6 +431,9 @@ class RolloutSteps:
         """The sub-agents in ``joining`` are done: their time and turns join this record."""
         roll = self.record
         joined, self.joining = self.joining, []
+        for child in joined:
+            if child._subagent is not None and child.answer_text:
+                self._answers[child._subagent.call_index] = child.answer_text
         self._children = [c for c in self._children if c not in joined]
         waited = self._clock() - self._tools_end
         roll.subagent_wait_ns += waited
@@ -468,6 +482,19 @@ class RolloutSteps:
         c2 = clock()
         if timed:
             roll.tool_ns += c2 - self._t0
-        self._transcript.add_tool_outputs(self._index, self._jobs)
+        self._transcript.add_tool_outputs(self._index, self._jobs, self._answers)
+        self._answers = {}
         roll.client_ns += clock() - c2
         self._index += 1
+
+
+def _answer_text(items: list[dict[str, Any]]) -> str:
+    """The text of a response's message items (its final answer)."""
+    parts: list[str] = []
+    for item in items:
+        if item.get("type") != "message":
+            continue
+        for part in item.get("content") or ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+    return "".join(parts)

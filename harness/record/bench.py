@@ -6,6 +6,11 @@ alive.  Each pair sends the same streaming Responses request both ways, in alter
 order, and compares the time to the first output delta (TTFT) and to the end of the
 stream.  The numbers are the differences within pairs (proxied − direct), so the
 upstream's own variation cancels out as far as it can.
+
+``streams`` runs that many such paired streams at once (each its own three connections),
+so that one stream's exchange being observed overlaps the others' relaying; ``history``
+makes each request carry that many earlier messages of ~100 tokens (a long conversation's
+request, which is what costs the observer time).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ _MARK = b"response.output_text.delta"
 @dataclass(frozen=True, slots=True)
 class BenchResult:
     pairs: int
+    streams: int
+    history: int
     direct_ttft_ms: tuple[float, float]
     proxied_ttft_ms: tuple[float, float]
     #: p50, p99 of proxied − direct, per pair
@@ -45,7 +52,8 @@ class BenchResult:
             return f"  {name:<24} p50 {v[0]:8.3f} ms   p99 {v[1]:8.3f} ms"
 
         return [
-            f"loopbench record --bench: {self.pairs} paired turns (direct vs through the proxy)",
+            f"loopbench record --bench: {self.pairs} paired turns (direct vs through the proxy), "
+            f"{self.streams} concurrent stream(s), {self.history} history messages per request",
             two("TTFT direct", self.direct_ttft_ms),
             two("TTFT proxied", self.proxied_ttft_ms),
             two("added TTFT (paired)", self.added_ttft_ms),
@@ -91,12 +99,24 @@ class _Conn:
 
 
 async def _pairs(
-    direct: Upstream, proxied: Upstream, n: int
+    direct: Upstream, proxied: Upstream, n: int, streams: int = 1, history: int = 0
 ) -> list[tuple[int, int, int, int, int]]:
+    per = max(1, n // max(1, streams))
+    runs = [_stream(direct, proxied, per, history) for _ in range(max(1, streams))]
+    return [row for rows in await asyncio.gather(*runs) for row in rows]
+
+
+async def _stream(
+    direct: Upstream, proxied: Upstream, n: int, history: int
+) -> list[tuple[int, int, int, int, int]]:
+    earlier = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "w" * 400}
+        for i in range(history)
+    ]
     body = orjson.dumps(
         {
             "model": "sim",
-            "input": "benchmark turn",
+            "input": [*earlier, {"role": "user", "content": "benchmark turn"}],
             "stream": True,
             "tool_choice": "none",
             "store": False,
@@ -134,8 +154,9 @@ async def _pairs(
     return out
 
 
-def run_bench(upstream_url: str, pairs: int) -> BenchResult:
-    """Start ``loopbench record`` against ``upstream_url`` and measure ``pairs`` paired turns."""
+def run_bench(upstream_url: str, pairs: int, streams: int = 1, history: int = 0) -> BenchResult:
+    """Start ``loopbench record`` against ``upstream_url`` and measure ``pairs`` paired turns
+    (over ``streams`` concurrent paired streams)."""
     direct = Upstream.parse(upstream_url)
     with tempfile.TemporaryDirectory(prefix="loopbench-record-bench-") as tmp:
         proc = subprocess.Popen(
@@ -161,7 +182,7 @@ def run_bench(upstream_url: str, pairs: int) -> BenchResult:
             if not line.startswith("loopbench record listening on "):
                 raise RuntimeError("loopbench record did not start (no listening line)")
             proxied = Upstream.parse(line.split()[4])
-            rows = asyncio.run(_pairs(direct, proxied, pairs))
+            rows = asyncio.run(_pairs(direct, proxied, pairs, streams, history))
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -177,6 +198,8 @@ def run_bench(upstream_url: str, pairs: int) -> BenchResult:
     proxied_ttft = [pb / ms for _, pb, _, _, _ in rows]
     return BenchResult(
         pairs=len(rows),
+        streams=streams,
+        history=history,
         direct_ttft_ms=(_pct(direct_ttft, 0.5), _pct(direct_ttft, 0.99)),
         proxied_ttft_ms=(_pct(proxied_ttft, 0.5), _pct(proxied_ttft, 0.99)),
         added_ttft_ms=(_pct(added, 0.5), _pct(added, 0.99)),

@@ -19,12 +19,16 @@ Conversation and sub-agent rules (docs/traces.md, "Lineage"):
 2. A request that chains from or extends a conversation without continuing it (the
    history is shared but the pending calls are not answered, or the conversation already
    went on) *forks* it: a new conversation, a sub-agent of that one.
-3. Any other request starts a new conversation.  It is a sub-agent of the conversation
-   that was waiting for its tools when it started (its latest response asked for tools
-   and its next request had not yet arrived); of several, the one whose response ended
-   last.  With none it is a root conversation (a rollout of its own).
-4. A sub-agent answers the parent call whose output (in the parent's next request) has
-   the same text as the sub-agent's final answer, else the first call not yet answered
+3. Any other request starts a new conversation.  It is a sub-agent only with evidence:
+   its final answer is, word for word, a tool output in the next request of a
+   conversation that was waiting for its tools when it started.  Without it, it is a root
+   conversation (a rollout of its own; ``meta.overlapped_with`` names the conversations
+   it overlapped): concurrent independent agents overlap in time all the time.
+   A request that continues a conversation which had answered (a new user message after
+   the answer: a chat session's next question) starts a rollout of its own that follows
+   it (``meta.follows``) and carries the history so far in its system prompt tokens.
+4. A sub-agent answers the parent call whose output has the same text as its final
+   answer; a fork (rule 2) without such a call takes the first call not yet answered
    by one.  It joins with ``wait`` when it ended before the parent's next request,
    ``detach`` otherwise.
 """
@@ -244,6 +248,12 @@ def _text_of(value: Any) -> str:
     return ""
 
 
+def _answer_hash(parts: list[str]) -> str:
+    """The hash of a final answer's text ("" for none: an empty answer proves nothing)."""
+    text = "".join(parts)
+    return _h(text.encode()) if text else ""
+
+
 def _tokens(text: str) -> int:
     return count_tokens(text) if text else 0
 
@@ -409,7 +419,7 @@ def _responses_object(ex: Exchange, resp: dict[str, Any]) -> None:
         elif item.get("type") == "message":
             text.append(_text_of(item.get("content")))
     ex.calls = tuple(calls)
-    ex.answer_hash = _h("".join(text).encode())
+    ex.answer_hash = _answer_hash(text)
     usage = resp.get("usage") or {}
     ex.input_tokens = usage.get("input_tokens")
     ex.cached_tokens = (usage.get("input_tokens_details") or {}).get("cached_tokens")
@@ -442,7 +452,7 @@ def _chat_chunks(ex: Exchange, chunks: Iterable[Any]) -> None:
             ex.reasoning_tokens = int(details.get("reasoning_tokens") or 0)
             ex.output_tokens = int(usage.get("completion_tokens") or 0) - ex.reasoning_tokens
     ex.calls = tuple(calls[i] for i in sorted(calls))
-    ex.answer_hash = _h("".join(text).encode())
+    ex.answer_hash = _answer_hash(text)
 
 
 def _messages_events(ex: Exchange, events: Iterable[Any]) -> None:
@@ -472,7 +482,7 @@ def _messages_events(ex: Exchange, events: Iterable[Any]) -> None:
         elif kind == "message_delta":
             _messages_usage(ex, event.get("usage") or {})
     ex.calls = tuple(calls)
-    ex.answer_hash = _h("".join(text).encode())
+    ex.answer_hash = _answer_hash(text)
 
 
 def _messages_usage(ex: Exchange, usage: dict[str, Any]) -> None:
@@ -510,6 +520,14 @@ class _Conv:
     children: list[_Conv] = field(default_factory=list)
     #: (conversation, its turn) that may have forked this one, the likeliest first
     candidates: list[tuple[_Conv, int]] = field(default_factory=list)
+    #: it chains from or extends a candidate's history (a fork, rule 2)
+    forked: bool = False
+    #: conversations that were waiting for tools when it started, without evidence of lineage
+    overlapped_with: list[int] = field(default_factory=list)
+    #: the conversation whose answer this one's first request followed with a new user
+    #: message (the next question of a chat session), and that message's tokens
+    follows: _Conv | None = None
+    question_tokens: int = 0
 
     @property
     def last(self) -> Exchange:
@@ -548,7 +566,8 @@ def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
             for c in convs:
                 seen = c.last.item_hashes
                 if (
-                    c.last.api == ex.api
+                    seen  # an empty history is shared by everything: no evidence
+                    and c.last.api == ex.api
                     and c.last.head_hash == ex.head_hash
                     and len(seen) < len(ex.item_hashes)
                     and ex.item_hashes[: len(seen)] == seen
@@ -573,10 +592,20 @@ def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
                 ]
                 if same:
                     conv = max(same, key=lambda c: c.last.t_end_ns)
+        if conv is not None and not conv.last.calls:
+            # The conversation had answered: this is the session's next question.  The
+            # trace's turns end at an answer, so it becomes a rollout of its own that
+            # carries the history so far as its system prompt (docs/traces.md).
+            earlier = conv.last.user_tokens if not ex.previous_response_id else 0
+            follows = conv
+            conv = _Conv(len(convs) + 1, follows=follows)
+            conv.question_tokens = max(1, ex.user_tokens - earlier)
+            convs.append(conv)
         if conv is None:
             conv = _Conv(len(convs) + 1)
             if fork_of is not None:
                 conv.candidates = [(fork_of, _turn_at(fork_of, ex.t_start_ns))]
+                conv.forked = True
             else:
                 waiting = [c for c in convs if c.waiting_at(ex.t_start_ns)]
                 # latest-ended first: the default when no answer names the parent
@@ -588,16 +617,22 @@ def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
             by_response[ex.response_id] = (conv, len(conv.turns) - 1)
     for conv in convs:
         # Among conversations waiting for tools when this one started, its parent is the
-        # one whose next request carries this one's final answer as a tool output.
+        # one whose next request carries this one's final answer as a tool output.  A fork
+        # has its parent already (it shares that history); any other conversation that
+        # merely overlapped one in time is a rollout of its own: concurrent independent
+        # agents look exactly like that.
         if not conv.candidates:
             continue
         answer = conv.last.answer_hash
-        chosen = conv.candidates[0]
+        chosen: tuple[_Conv, int] | None = conv.candidates[0] if conv.forked else None
         for cand, turn in conv.candidates:
             nxt = cand.turns[turn + 1] if turn + 1 < len(cand.turns) else None
-            if nxt is not None and any(h == answer for _, h in nxt.outputs.values()):
+            if answer and nxt is not None and any(h == answer for _, h in nxt.outputs.values()):
                 chosen = (cand, turn)
                 break
+        if chosen is None:
+            conv.overlapped_with = [c.number for c, _ in conv.candidates]
+            continue
         conv.parent, conv.fork_turn = chosen
         conv.parent.children.append(conv)
     return convs
@@ -614,7 +649,7 @@ def _last_before(conv: _Conv, t_ns: int) -> Exchange:
 def _prompt_tokens(conv: _Conv) -> tuple[int, int, int]:
     """(system, tool schema, user prompt) tokens of a conversation's first request."""
     first = conv.turns[0]
-    user = max(1, first.user_tokens)
+    user = conv.question_tokens or max(1, first.user_tokens)
     schema = first.tool_schema_tokens
     if first.input_tokens is not None:
         system = max(0, first.input_tokens - user - schema)
@@ -660,11 +695,14 @@ def _turns(conv: _Conv, ids: dict[int, str]) -> list[TraceTurn]:
 
 
 def _call_for(child: _Conv, ex: Exchange, nxt: Exchange | None, taken: set[int]) -> int | None:
-    if nxt is not None:
+    answer = child.last.answer_hash
+    if nxt is not None and answer:
         for j, call in enumerate(ex.calls):
             out = nxt.outputs.get(call)
-            if j not in taken and out is not None and out[1] == child.last.answer_hash:
+            if j not in taken and out is not None and out[1] == answer:
                 return j
+    if not child.forked:
+        return None  # its answer fed no call of this turn: it replaces none of them
     for j in range(len(ex.calls)):
         if j not in taken:
             return j
@@ -748,6 +786,10 @@ def build_trace(
         }
         if conv.parent is not None:
             rmeta["forked_from"] = ids[conv.parent.number]
+        if conv.overlapped_with:
+            rmeta["overlapped_with"] = [ids[n] for n in conv.overlapped_with]
+        if conv.follows is not None:
+            rmeta["follows"] = ids[conv.follows.number]
         if cut:
             rmeta["truncated"] = True
         _content(conv, rmeta)

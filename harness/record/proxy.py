@@ -4,9 +4,12 @@ Each client connection gets its own upstream connection, and bytes are relayed a
 arrive, in both directions: a chunk is written on before anything looks at it.  The only
 rewrite is the request head's ``Host`` (and the path prefix when the upstream's base path
 is not ``/v1``), which a real upstream needs to route the request.  A copy of each
-request and response body is kept until the response ends, then summarised
-(:func:`harness.record.observe.summarize`) and dropped, so the parsing happens after the
-client has its last byte and before its next request: off the forwarding path.
+request and response body is kept until the response ends, then handed to a worker
+thread that summarises it (:func:`harness.record.observe.summarize`) and drops it; over
+WebSocket the frames themselves are decoded there too.  The event loop that relays every
+connection's bytes does no parsing beyond the HTTP framing it needs to find a message's
+end: a large exchange's summary (milliseconds of JSON) would otherwise stall every other
+stream relayed meanwhile.
 
 Why raw asyncio rather than an ASGI app and an HTTP client: both of those re-frame the
 bytes (headers normalised, chunks re-sized, SSE re-buffered), which a byte-exact relay must
@@ -18,14 +21,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import queue
 import signal
 import ssl
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+import orjson
 
 from harness.client.h1 import H1Error, ResponseParser
 from harness.record.observe import (
@@ -85,6 +92,10 @@ class _Stats:
     connections: int = 0
     exchanges: int = 0
     errors: list[str] = field(default_factory=list)
+    #: why each exchange the trace could not read was lost (each counted as failed)
+    unread: list[str] = field(default_factory=list)
+    #: of those, the ones that left no :class:`Exchange` behind (an observer's error)
+    unread_without_exchange: int = 0
 
 
 class RecordingProxy:
@@ -99,12 +110,20 @@ class RecordingProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ssl = ssl.create_default_context() if upstream.tls else None
         self._conn_ids = 0
+        #: observing steps for the worker thread, in the order the relay met them
+        self._steps: queue.SimpleQueue[tuple[int, Callable[..., object], tuple[Any, ...]] | None]
+        self._steps = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
         #: the port it listens on, once started
         self.port = 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self._server = await asyncio.start_server(self._client, host, port)
         self.port = int(self._server.sockets[0].getsockname()[1])
+        self._worker = threading.Thread(
+            target=self._work, name="loopbench-record-observer", daemon=True
+        )
+        self._worker.start()
         return self.port
 
     async def stop(self) -> None:
@@ -117,6 +136,11 @@ class RecordingProxy:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
+        # Every step queued so far is summarised before the trace is written.
+        if self._worker is not None:
+            self._steps.put(None)
+            await asyncio.to_thread(self._worker.join)
+            self._worker = None
 
     def _record(self, ex: Exchange | None) -> None:
         if ex is not None:
@@ -124,17 +148,35 @@ class RecordingProxy:
             self.stats.exchanges += 1
 
     def _summarize(self, *args: Any) -> None:
-        self._record(summarize(*args))
+        ex = summarize(*args)
+        if ex is None:
+            api, transport, conn, _, _, _, _, (t_start, _, t_end), _ = args
+            self._failed(api, transport, conn, t_start, t_end, 400, "its request body is not JSON")
+            return
+        self._record(ex)
+
+    def _failed(
+        self, api: str, transport: str, conn: int, t_start: int, t_end: int, status: int, why: str
+    ) -> None:
+        """Count an exchange the trace cannot use: in the header's ``failed``, with why."""
+        self._record(Exchange(api, transport, conn, t_start, t_end, t_start, status))
+        self.stats.unread.append(f"connection {conn}: a {api} exchange over {transport}: {why}")
 
     def _observe(self, conn: int, step: Callable[..., object], *args: Any) -> None:
-        """Run one observing step; whatever it raises must not break the relay."""
-        try:
-            step(*args)
-        except Exception as exc:  # the bytes were forwarded: only the trace loses this one
-            self.stats.errors.append(
-                f"connection {conn}: could not read an exchange for the trace "
-                f"({type(exc).__name__}: {exc}); it was forwarded unchanged"
-            )
+        """Queue one observing step for the worker thread (the relay goes on at once)."""
+        self._steps.put((conn, step, args))
+
+    def _work(self) -> None:
+        while (item := self._steps.get()) is not None:
+            conn, step, args = item
+            try:
+                step(*args)
+            except Exception as exc:  # the bytes were forwarded: only the trace loses this one
+                self.stats.unread_without_exchange += 1
+                self.stats.unread.append(
+                    f"connection {conn}: could not read an exchange for the trace "
+                    f"({type(exc).__name__}: {exc}); it was forwarded unchanged"
+                )
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -215,7 +257,13 @@ class RecordingProxy:
             # once the upgrade is accepted).
             early_frames = rest if upgrade else b""
             request = bytearray(body.feed(rest)) if rest and not upgrade else bytearray()
-            while not body.complete:
+            answered = b""  # an upstream's final head that came before the body was sent
+            if not body.complete and "100-continue" in head.headers.get("expect", "").lower():
+                got = await self._expect_continue(reader, writer, up_r, up_w, body, request)
+                if got is None:
+                    return None
+                answered = got
+            while not answered and not body.complete:
                 data = await reader.read(_READ)
                 if not data:
                     return None
@@ -225,6 +273,13 @@ class RecordingProxy:
             resp = ResponseParser()
             response = bytearray()
             t_first = 0
+            if answered:
+                writer.write(answered)
+                t_first = time.perf_counter_ns()
+                if api is not None:
+                    response += resp.feed(answered)
+                else:
+                    resp.feed(answered)
             if upgrade:
                 # The 101 head ends the HTTP part: what follows are frames, not a body.
                 hbuf = b""
@@ -238,20 +293,31 @@ class RecordingProxy:
                     answer = parse_request_head(b"GET / HTTP/1.1" + hbuf[hbuf.find(b"\r\n") : end])
                     return up_r, up_w, answer.headers, early_frames, hbuf[end + 4 :]
                 resp.feed(hbuf)  # refused (401, 426…): an ordinary response
-            while not resp.complete:
-                data = await up_r.read(_READ)
-                if not data:
-                    with contextlib.suppress(H1Error):
-                        resp.eof()
-                    break
-                writer.write(data)
-                await writer.drain()
-                if not t_first:
-                    t_first = time.perf_counter_ns()
-                if api is not None:
-                    response += resp.feed(data)
-                else:
-                    resp.feed(data)
+            try:
+                while not resp.complete:
+                    data = await up_r.read(_READ)
+                    if not data:
+                        with contextlib.suppress(H1Error):
+                            resp.eof()
+                        break
+                    writer.write(data)
+                    await writer.drain()
+                    if not t_first:
+                        t_first = time.perf_counter_ns()
+                    if api is not None:
+                        response += resp.feed(data)
+                    else:
+                        resp.feed(data)
+            except (OSError, H1Error) as exc:
+                if api is not None and request:
+                    why = (
+                        "the client closed the connection before the response ended"
+                        if writer.is_closing() or isinstance(exc, ConnectionError)
+                        else f"the response could not be relayed ({type(exc).__name__})"
+                    )
+                    now = time.perf_counter_ns()
+                    self._observe(conn, self._failed, api, "http", conn, t_start, now, 499, why)
+                raise
             t_end = time.perf_counter_ns()
             if api is not None and request:
                 self._observe(
@@ -267,8 +333,58 @@ class RecordingProxy:
                     (t_start, t_first, t_end),
                     self.keep_content,
                 )
-            if not resp.keep_alive or not resp.complete:
+            if not resp.keep_alive or not resp.complete or answered:
+                # after a refused Expect the client may still send the body: the connection
+                # cannot tell it from a next request
                 return None
+
+    async def _expect_continue(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_r: asyncio.StreamReader,
+        up_w: asyncio.StreamWriter,
+        body: ResponseParser,
+        request: bytearray,
+    ) -> bytes | None:
+        """Relay a request body whose client waits for ``100 Continue`` before sending it.
+
+        The upstream's interim answer reaches the client while the body is still to come;
+        a final answer instead (417, 401…) is returned, to be relayed as the response.  Both
+        sides are read at once: an upstream that ignores ``Expect`` waits for the body the
+        client sends after its own timeout.  ``None``: the client went away.
+        """
+        # readuntil consumes nothing until the whole head is there: safe to cancel
+        up_head = asyncio.ensure_future(up_r.readuntil(b"\r\n\r\n"))
+        try:
+            while not body.complete:
+                client_read = asyncio.ensure_future(reader.read(_READ))
+                waiting: set[asyncio.Future[bytes]] = {client_read}
+                if not up_head.done():
+                    waiting.add(up_head)
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if up_head in waiting and up_head.done():
+                    head = up_head.result()
+                    if head[9:10] != b"1":
+                        client_read.cancel()
+                        return head  # a final answer: the body is not wanted
+                    writer.write(head)  # 100 Continue (or another interim answer)
+                    if not client_read.done():
+                        continue_read = await client_read
+                    else:
+                        continue_read = client_read.result()
+                else:
+                    continue_read = await client_read
+                if not continue_read:
+                    return None
+                up_w.write(continue_read)
+                request += body.feed(continue_read)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            return None
+        finally:
+            if not up_head.done():
+                up_head.cancel()
+        return b""
 
     def _head_bytes(self, raw: bytes) -> bytes:
         """The request head as sent, but for ``Host`` and the path prefix (see the module)."""
@@ -316,22 +432,23 @@ class RecordingProxy:
         to_client = WsDecoder(deflate, "server_no_context_takeover" in ext)
         lanes = _WsLanes(self, conn)
 
+        clock = time.perf_counter_ns
         if early:
-            self._observe(conn, lanes.from_client_bytes, to_server, early)
+            self._observe(conn, lanes.from_client_bytes, to_server, early, clock())
 
         async def upstream_to_client() -> None:
             if leftover:
-                self._observe(conn, lanes.from_server_bytes, to_client, leftover)
+                self._observe(conn, lanes.from_server_bytes, to_client, leftover, clock())
             while data := await up_r.read(_READ):
                 writer.write(data)
-                self._observe(conn, lanes.from_server_bytes, to_client, data)
+                self._observe(conn, lanes.from_server_bytes, to_client, data, clock())
             if writer.can_write_eof():
                 writer.write_eof()
 
         async def client_to_upstream() -> None:
             while data := await reader.read(_READ):
                 up_w.write(data)
-                self._observe(conn, lanes.from_client_bytes, to_server, data)
+                self._observe(conn, lanes.from_client_bytes, to_server, data, clock())
             if up_w.can_write_eof():
                 up_w.write_eof()
 
@@ -343,51 +460,55 @@ class RecordingProxy:
         finally:
             for t in (down, upward):
                 t.cancel()
-            lanes.close()
+            self._observe(conn, lanes.close)
 
 
 class _WsLanes:
-    """Requests in flight on one WebSocket connection, per lane (``stream_id``)."""
+    """Requests in flight on one WebSocket connection, per lane (``stream_id``).
+
+    Runs on the proxy's worker thread: ``t_ns`` is when the relay saw the bytes.
+    """
 
     def __init__(self, proxy: RecordingProxy, conn: int) -> None:
         self.proxy = proxy
         self.conn = conn
         self.pending: dict[str | None, deque[tuple[bytes, int, int, list[bytes]]]] = {}
 
-    def from_client_bytes(self, decoder: WsDecoder, data: bytes) -> None:
-        self.from_client(decoder.feed(data))
+    def from_client_bytes(self, decoder: WsDecoder, data: bytes, t_ns: int) -> None:
+        self.from_client(decoder.feed(data), t_ns)
 
-    def from_server_bytes(self, decoder: WsDecoder, data: bytes) -> None:
-        self.from_server(decoder.feed(data))
+    def from_server_bytes(self, decoder: WsDecoder, data: bytes, t_ns: int) -> None:
+        self.from_server(decoder.feed(data), t_ns)
 
-    def from_client(self, messages: list[bytes]) -> None:
+    def from_client(self, messages: list[bytes], t_ns: int) -> None:
         for m in messages:
             if b"response.create" not in m:
+                continue  # cheap: most client messages are not one
+            event = _event(m)
+            if event is None or event.get("type") != "response.create":
                 continue
-            lane = _lane(m)
-            self.pending.setdefault(lane, deque()).append((m, time.perf_counter_ns(), 0, []))
+            lane = _lane_of(event)
+            self.pending.setdefault(lane, deque()).append((m, t_ns, 0, []))
 
-    def from_server(self, messages: list[bytes]) -> None:
-        if not messages:
-            return
-        now = time.perf_counter_ns()
+    def from_server(self, messages: list[bytes], t_ns: int) -> None:
+        now = t_ns
         for m in messages:
-            queue = self.pending.get(_lane(m)) or self.pending.get(None)
+            # The event's own type, not a substring: a response object carries "error": null
+            # from its first event on, and any text may contain an event name.
+            event = _event(m)
+            if event is None:
+                continue
+            queue = self.pending.get(_lane_of(event)) or self.pending.get(None)
             if not queue:
                 continue
             request, t_start, t_first, events = queue[0]
             if not t_first:
                 queue[0] = (request, t_start, now, events)
             events.append(m)
-            head = m[:120]
-            if (
-                b"response.completed" in head
-                or b"response.failed" in head
-                or b"response.incomplete" in head
-                or b'"error"' in head
-            ):
+            kind = event.get("type")
+            if kind in _TERMINAL:
                 queue.popleft()
-                status = 200 if b"response.completed" in head or b"incomplete" in head else 500
+                status = 200 if kind in ("response.completed", "response.incomplete") else 500
                 self.proxy._record(
                     summarize(
                         "responses",
@@ -403,18 +524,36 @@ class _WsLanes:
                 )
 
     def close(self) -> None:
+        """The connection ended: requests still waiting for their response end failed."""
+        now = time.perf_counter_ns()
+        for queue_ in self.pending.values():
+            for _, t_start, _, _ in queue_:
+                self.proxy._failed(
+                    "responses",
+                    "ws",
+                    self.conn,
+                    t_start,
+                    now,
+                    499,
+                    "the connection closed before the response ended",
+                )
         self.pending.clear()
 
 
-def _lane(message: bytes) -> str | None:
-    at = message.find(b'"stream_id"')
-    if at < 0:
+_TERMINAL = frozenset(("response.completed", "response.failed", "response.incomplete", "error"))
+
+
+def _event(message: bytes) -> dict[str, Any] | None:
+    try:
+        event = orjson.loads(message)
+    except orjson.JSONDecodeError:
         return None
-    rest = message[at + 11 :].lstrip(b" :")
-    if not rest.startswith(b'"'):
-        return None
-    end = rest.find(b'"', 1)
-    return rest[1:end].decode("utf-8", "replace") if end > 0 else None
+    return event if isinstance(event, dict) else None
+
+
+def _lane_of(event: dict[str, Any]) -> str | None:
+    lane = event.get("stream_id")
+    return lane if isinstance(lane, str) else None
 
 
 def write_trace(
@@ -425,6 +564,9 @@ def write_trace(
     Written to a temporary file and renamed, so an interrupted write leaves no half trace.
     """
     header, rollouts = build_trace(exchanges, meta=dict(meta or {}))
+    unread = (meta or {}).get("unreadable", 0)
+    if isinstance(unread, int) and unread:
+        header.meta["failed"] = int(header.meta.get("failed", 0)) + unread
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(dump_trace(rollouts, header))
@@ -467,5 +609,7 @@ async def record_until_stopped(
             loop.remove_signal_handler(sig)
         await proxy.stop()
     meta: dict[str, object] = {"upstream": upstream_url, "keep_content": keep_content}
+    if proxy.stats.unread_without_exchange:
+        meta["unreadable"] = proxy.stats.unread_without_exchange
     rollouts, failed = write_trace(proxy.exchanges, out, meta)
     return proxy, rollouts, failed

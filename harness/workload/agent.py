@@ -252,14 +252,24 @@ class Transcript:
             jobs.append((str(call.get("call_id", "")), sizes[len(jobs) % len(sizes)]))
         return jobs
 
-    def add_tool_outputs(self, index: int, jobs: list[tuple[str, int]]) -> None:
-        """Queue the tool outputs as the next turn's new items (content fixed by the seed)."""
+    def add_tool_outputs(
+        self, index: int, jobs: list[tuple[str, int]], answers: dict[int, str] | None = None
+    ) -> None:
+        """Queue the tool outputs as the next turn's new items (content fixed by the seed).
+
+        ``answers``: call index → the final answer of the sub-agent that answered that call,
+        sent as its output, as agent SDKs do with a sub-agent's result (which is also what
+        lets ``loopbench record`` tell that the sub-agent belongs to this conversation).
+        """
         rng = random.Random(self.plan.seed * 7919 + index)
-        self.pending = [
-            {
-                "type": "function_call_output",
-                "call_id": call_id,
-                "output": self.tokens.make_text(tokens, rng),
-            }
-            for call_id, tokens in jobs
-        ]
+        answers = answers or {}
+        self.pending = []
+        for i, (call_id, tokens) in enumerate(jobs):
+            text = self.tokens.make_text(tokens, rng)
+            self.pending.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": call_id,
+                    "output": answers.get(i) or text,
+                }
+            )

@@ -149,6 +149,8 @@ def _fork_subagents(cfg: SubagentsConfig, turns: list[TurnPlan], seed: int) -> l
         user = _count(cfg.user_prompt_tokens, sub_rng, 1)
         result = _count(cfg.result_tokens, sub_rng, 1)
         sub_turns = _draw_turns(cfg, sub_rng, _count(cfg.tool_calls, sub_rng, 0))
+        # Its final answer is the parent's tool output (sent as such): one size for both.
+        sub_turns[-1] = dataclasses.replace(sub_turns[-1], output_tokens=max(1, result))
         by_turn.setdefault(turn_index, []).append(
             SubagentPlan(
                 subagent_id=sub_id,

@@ -183,7 +183,8 @@ class SubagentsConfig(StrictModel):
     )
     result_tokens: NonNegDist = Field(
         default=ConstantDist(value=200),
-        description="Tokens of the sub-agent's result: the output of the parent's tool call it answers.",
+        description="Tokens of the sub-agent's result (its final answer's length): the output "
+        "of the parent's tool call it answers.",
     )
     system_tokens: NonNegDist = Field(
         default=ConstantDist(value=600), description="Tokens of the sub-agent's system prompt."

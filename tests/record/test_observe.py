@@ -28,12 +28,16 @@ def test_chain_fork_and_overlap() -> None:
         ex(22, 30, "s2", previous_response_id="s1", outputs={"d1": (4, "y")}, answer_hash="h-b"),
         # chains from r1 too but answers nothing: a fork of the root, during r1's tools
         ex(15, 18, "f1", previous_response_id="r1"),
+        # started during r1's tools too, but neither forks nor answers: not a sub-agent
+        # (time overlap alone is no evidence), a rollout of its own
+        ex(13, 16, "o1", item_hashes=("o",), answer_hash="h-other", connection=3),
     ]
-    header, [root] = build_trace(exchanges)
-    assert header.version == 2 and header.meta["exchanges"] == 6
+    header, [root, other] = build_trace(exchanges)
+    assert header.version == 2 and header.meta["exchanges"] == 7
+    assert other.id == "conv-3" and other.meta["overlapped_with"] == ["conv-1"]
     assert [len(t.tool_calls) for t in root.turns] == [2, 1, 0]
     first = root.turns[0]
-    assert [s.id for s in first.subagents] == ["conv-2", "conv-3"]
+    assert [s.id for s in first.subagents] == ["conv-2", "conv-4"]
     by_id = {s.id: s for s in first.subagents}
     # conv-2 (s1, s2) answers c2 by its answer hash; the fork takes the other call
     assert first.tool_calls[1].subagent == 0 and first.tool_calls[1].output_tokens == 9
@@ -73,3 +77,26 @@ def test_websocket_connection_carries_a_conversation_without_chain() -> None:
     _, rollouts = build_trace([first, second, other])
     lengths = sorted(len(r.turns) for r in rollouts)
     assert lengths == [1, 2]
+
+
+def test_concurrent_independent_agents_stay_rollouts_of_their_own() -> None:
+    # B starts while A runs its tool, but B's answer is no output of A's: no lineage
+    a1 = ex(0, 10, "a1", ("c1",), item_hashes=("p",), answer_hash="")
+    a2 = ex(
+        40,
+        50,
+        "a2",
+        previous_response_id="a1",
+        outputs={"c1": (6, "tool-text")},
+        answer_hash="ans-a",
+    )
+    b1 = ex(12, 20, "b1", item_hashes=("q",), answer_hash="ans-b", connection=2)
+    _, rollouts = build_trace([a1, a2, b1])
+    assert len(rollouts) == 2
+    assert not any(t.subagents for r in rollouts for t in r.turns)
+    by_id = {r.id: r for r in rollouts}
+    # A keeps its own tool call, with its own output and tool time
+    assert by_id["conv-1"].turns[0].tool_calls[0].subagent is None
+    assert by_id["conv-1"].turns[0].tool_calls[0].output_tokens == 6
+    assert by_id["conv-2"].meta["overlapped_with"] == ["conv-1"]
+    assert "forked_from" not in by_id["conv-2"].meta

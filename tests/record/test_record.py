@@ -501,7 +501,11 @@ def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
     server_bytes = (
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
-        + _frame(b'{"type":"response.created","stream_id":"lane-1"}')
+        # a response object carries "error": null from its first event on: not an end
+        + _frame(
+            b'{"type":"response.created","stream_id":"lane-1","response":{"id":"resp_ws1",'
+            b'"error":null,"status":"in_progress"}}'
+        )
         + _frame(json.dumps(completed).encode())
     )
     received = bytearray()
@@ -555,3 +559,261 @@ def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
         3,
     )
     assert exchange.input_tokens == 12
+
+
+# --- concurrent agents: `loopbench run` through the proxy -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scenario", "sets", "subagents", "transport"),
+    [
+        # tool times that differ, so that agents start while others run their tools
+        (
+            "tiny",
+            {
+                "rollout.count": "6",
+                "load.concurrency": "3",
+                "rollout.tool_latency_ms": "{dist: uniform, min: 5, max: 150}",
+            },
+            0,
+            "http",
+        ),
+        ("subagents", {"rollout.count": "8", "load.concurrency": "4"}, 2, "http"),
+        ("subagents", {"rollout.count": "8", "load.concurrency": "4"}, 2, "ws"),
+    ],
+)
+def test_concurrent_runs_are_recorded_as_the_rollouts_they_ran(
+    server_url: str,
+    tmp_path: Path,
+    scenario: str,
+    sets: dict[str, str],
+    subagents: int,
+    transport: str,
+) -> None:
+    """Concurrent independent agents overlap in time: none may be filed under another."""
+
+    async def main() -> RecordingProxy:
+        async with recording(server_url) as proxy:
+            argv: list[str | Path] = ["run", scenario, "--transports", transport, "--no-probe"]
+            for key, value in sets.items():
+                argv += ["--set", f"{key}={value}"]
+            argv += ["--target", _base(proxy), "--out", tmp_path, "--run-id", "r", "-q"]
+            await asyncio.get_running_loop().run_in_executor(None, lambda: run_cli(*argv))
+        return proxy
+
+    proxy = _run(main)
+    assert not proxy.stats.errors
+    run = load_run(tmp_path / "r")
+    header, trace = build_trace(proxy.exchanges)
+    assert header.meta["failed"] == 0
+    assert len(trace) == len(run.rollouts) == int(sets["rollout.count"])
+    for rollout in trace:
+        assert "forked_from" not in rollout.meta
+        subs = [s for t in rollout.turns for s in t.subagents]
+        assert len(subs) == subagents
+        assert not any(t.subagents for s in subs for t in s.turns)
+        for s in subs:
+            assert s.join == "wait"
+    # every turn the run made is in the trace, once
+    turns = sum(len(r.turns) for r in trace) + sum(
+        len(s.turns) for r in trace for t in r.turns for s in t.subagents
+    )
+    assert turns == len(run.turns)
+
+
+def test_summarising_an_exchange_does_not_hold_up_the_relay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first exchange's summary is held back until the second one was relayed: the
+    relay must not wait for it (it runs on the worker thread), and the trace still gets
+    both once the proxy stops."""
+    import threading
+
+    from harness.record import proxy as proxy_module
+
+    real = proxy_module.summarize
+    gate = threading.Event()
+    held: list[bool] = []
+
+    def held_back(*args: Any) -> Any:
+        if not held:
+            held.append(gate.wait(timeout=5))  # False: the relay waited for this summary
+        return real(*args)
+
+    monkeypatch.setattr(proxy_module, "summarize", held_back)
+    body = b'{"model":"m","input":"hi","stream":true}'
+    request = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+    async def main() -> RecordingProxy:
+        server = await _canned_upstream([])
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
+                first = await _exchange(proxy.port, request, b"0\r\n\r\n")
+                second = await _exchange(proxy.port, request, b"0\r\n\r\n")
+                gate.set()
+                assert first == second == b"".join(SSE_PARTS)
+        finally:
+            server.close()
+            await server.wait_closed()
+        return proxy
+
+    proxy = _run(main)
+    assert held == [True]
+    assert len(proxy.exchanges) == 2
+
+
+def test_a_chat_session_keeps_every_question(server_url: str) -> None:
+    """Three questions, each after the previous answer: three rollouts, one after another."""
+    import httpx
+
+    def session(base: str) -> list[int]:
+        messages: list[dict[str, str]] = [{"role": "system", "content": "You answer. " * 20}]
+        out = []
+        with httpx.Client(timeout=30) as client:
+            for question in ("first question " * 10, "second one " * 30, "third " * 50):
+                messages.append({"role": "user", "content": question})
+                resp = client.post(
+                    f"{base}/chat/completions",
+                    json={"model": "sim", "messages": messages, "max_tokens": 20},
+                )
+                assert resp.status_code == 200, resp.text
+                answer = resp.json()["choices"][0]["message"]
+                assert not answer.get("tool_calls")
+                messages.append({"role": "assistant", "content": answer["content"]})
+                out.append(resp.json()["usage"]["prompt_tokens"])
+        return out
+
+    async def main() -> tuple[list[int], RecordingProxy]:
+        async with recording(server_url) as proxy:
+            loop = asyncio.get_running_loop()
+            prompts = await loop.run_in_executor(None, session, _base(proxy))
+        return prompts, proxy
+
+    prompts, proxy = _run(main)
+    _, trace = build_trace(proxy.exchanges)
+    assert len(trace) == 3
+    assert [len(r.turns) for r in trace] == [1, 1, 1]
+    assert [r.turns[0].input_tokens for r in trace] == prompts
+    assert [r.meta.get("follows") for r in trace] == [None, trace[0].id, trace[1].id]
+    assert not any(r.meta.get("truncated") for r in trace)
+    # each question's own tokens (text length / 4), the history before it as its system prompt
+    assert [r.user_prompt_tokens for r in trace] == [38, 83, 75]
+    for r, p in zip(trace, prompts, strict=True):
+        assert r.system_tokens + r.tool_schema_tokens + r.user_prompt_tokens == p
+
+
+def test_aborted_and_unreadable_exchanges_are_counted_and_named(
+    server_url: str, tmp_path: Path
+) -> None:
+    """A client that drops mid-stream and a body that is not JSON: both failed, both said."""
+    import socket
+
+    out = tmp_path / "aborted.jsonl"
+    argv = ["record", "--upstream", server_url, "--port", "0", "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+    def post(port: int, body: bytes, read_all: bool) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(
+                b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+                + body
+            )
+            got = sock.recv(65536)
+            while read_all and (chunk := sock.recv(65536)):
+                got += chunk
+            return got  # closing now, mid-stream unless read_all
+
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        port = int(line.split()[4].rsplit(":", 1)[1].split("/")[0])
+        long_stream = json.dumps(
+            {
+                "model": "sim",
+                "input": "a long answer",
+                "stream": True,
+                "tool_choice": "none",
+                "metadata": {"loopbench.output_tokens": "20000"},
+            }
+        ).encode()
+        assert post(port, long_stream, read_all=False).startswith(b"HTTP/1.1 200")
+        assert b" 400 " in post(port, b"this is not JSON", read_all=True).split(b"\r\n")[0]
+        time.sleep(0.5)  # the proxy notices the dropped client on its next write
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "2 exchanges could not be read (first: connection " in err, err
+    # the first one named: whichever the proxy noticed first
+    assert (
+        "the client closed the connection before the response ended" in err
+        or "its request body is not JSON" in err
+    )
+    assert "(2 failed, not replayed)" in err
+    header = json.loads(out.read_text().splitlines()[0])
+    assert header["meta"]["failed"] == 2 and header["meta"]["exchanges"] == 2
+
+
+def test_expect_100_continue_reaches_the_client_before_the_body() -> None:
+    """A client that waits for 100 Continue before its body gets it through the proxy."""
+    body = b'{"model":"m","input":"hi","stream":true}'
+    head = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        b"Expect: 100-continue\r\n" + f"content-length: {len(body)}\r\n\r\n".encode()
+    )
+    received: list[bytes] = []
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        got = await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        await writer.drain()
+        received.append(got + await reader.readexactly(len(body)))
+        for part in SSE_PARTS:
+            writer.write(part)
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    async def main() -> tuple[bytes, bytes, RecordingProxy]:
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
+                reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+                writer.write(head)
+                # the body only after the interim answer (no timeout fallback here)
+                interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+                writer.write(body)
+                rest = b""
+                while not rest.endswith(b"0\r\n\r\n"):
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        break
+                    rest += chunk
+                writer.close()
+                await writer.wait_closed()
+        finally:
+            server.close()
+            await server.wait_closed()
+        return interim, rest, proxy
+
+    interim, rest, proxy = _run(main)
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert rest == b"".join(SSE_PARTS)
+    assert received[0].endswith(body)
+    assert len(proxy.exchanges) == 1
