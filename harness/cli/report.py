@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ from harness.run.sweep import run_sweep
 from harness.run.target import resolve_target
 from harness.wire.errors import ResultsError, UsageError
 from harness.wire.exit_codes import ExitCode
-from harness.workload.scenario import load_scenario
+from harness.workload.scenario import Scenario, load_scenario
 
 
 def add_parser(sub: Any) -> None:
@@ -324,15 +325,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    run_args.check_sweep_args(args)
-    if args.search is not None:
-        return _cmd_goodput_search(args)
-    args.set = run_args.scenario_sets(args)
-    key, values, fixed = parse_sweep_sets(args.set)
-    # target: is not swept: the first variant's section shapes every run
-    first = load_scenario(args.scenario, {**fixed, key: values[0]})
-    shaping, tokens = resolve_target(first, run_args.target_flags(args))
+def _sweep_options(
+    args: argparse.Namespace, scenario: Scenario
+) -> tuple[RunOptions, Callable[[str], None]]:
+    """The options every run of a sweep or a search shares (``scenario``'s ``target:`` shapes
+    them all), and the progress printer ``-q`` silences."""
+    shaping, tokens = resolve_target(scenario, run_args.target_flags(args))
     opts = RunOptions(
         transports=parse_transports(args.transports),
         target=args.target,
@@ -347,6 +345,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     def printer(line: str) -> None:
         if not quiet:
             print(line.rstrip("\n"), file=sys.stderr, flush=True)
+
+    return opts, printer
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    run_args.check_sweep_args(args)
+    if args.search is not None:
+        return _cmd_goodput_search(args)
+    args.set = run_args.scenario_sets(args)
+    key, values, fixed = parse_sweep_sets(args.set)
+    # target: is not swept: the first variant's section shapes every run
+    first = load_scenario(args.scenario, {**fixed, key: values[0]})
+    opts, printer = _sweep_options(args, first)
 
     with run_args.live_export(args) as opts.live:
         result = run_sweep(
@@ -389,21 +400,7 @@ def _cmd_goodput_search(args: argparse.Namespace) -> int:
         pass_rule=args.pass_rule,
         rollouts_per_agent=args.rollouts_per_agent,
     )
-    shaping, tokens = resolve_target(base, run_args.target_flags(args))
-    opts = RunOptions(
-        transports=parse_transports(args.transports),
-        target=args.target,
-        results_root=Path(args.out),
-        baseline=args.baseline,
-        shaping=shaping,
-        tokens=tokens,
-        **run_args.client_run_options(args),
-    )
-    quiet = args.quiet
-
-    def printer(line: str) -> None:
-        if not quiet:
-            print(line.rstrip("\n"), file=sys.stderr, flush=True)
+    opts, printer = _sweep_options(args, base)
 
     with run_args.live_export(args) as opts.live:
         result = run_goodput_search(
