@@ -16,12 +16,16 @@ from pathlib import Path
 import pytest
 
 EXPECTED = {
-    "raw.ws",
-    "raw.sse",
+    "ceiling.ws",
+    "ceiling.sse",
     "pipeline.ws",
     "pipeline.http",
     "ratio.ws",
     "ratio.http",
+    "cpu_us.ceiling.ws",
+    "cpu_us.ceiling.sse",
+    "cpu_us.pipeline.ws",
+    "cpu_us.pipeline.http",
     "locust.sse",
     "ratio.http_vs_locust",
     *(
@@ -59,8 +63,11 @@ def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
         assert isinstance(f["value"], int | float) and math.isfinite(f["value"]), key
         assert f["passed"] in (True, False, None), key
         assert (f["target"] is None) == (f["passed"] is None), key
-    # Targets sit where the issue puts them: 16 streams for the TTFT overhead.
+    # Targets sit where the issue puts them: 16 streams for the TTFT overhead, 70 % of the
+    # ceiling for both pipelines.
     targeted = {k for k, f in figures.items() if f["target"]}
+    assert {k for k in targeted if k.startswith("ratio.")} == {"ratio.ws", "ratio.http"}
+    assert figures["ratio.ws"]["target"] == ">= 0.7"
     assert {k for k in targeted if k.startswith("ttft_overhead")} == {
         f"ttft_overhead.{t}.16.{q}" for t in ("ws", "http") for q in ("p50", "p99")
     }
