@@ -140,6 +140,10 @@ class SSEDecoder:
                 self._data_bytes += len(line)
                 if self._data_bytes > MAX_EVENT_BYTES:
                     self._too_large(self._data_bytes)
+            elif line.startswith(b"event: "):
+                # The other field every Responses event has, inlined too (as _line reads it).
+                self._event = line[7:].decode("utf-8", "replace")
+                self._pending = True
             else:
                 self._line(line)
         return out
