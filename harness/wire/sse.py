@@ -123,45 +123,37 @@ class SSEDecoder:
         lines = complete[:-1].split(b"\n") if b"\r" not in complete else complete.splitlines()
         # The event's state lives in locals for the loop (a line costs a few attribute
         # reads less) and is written back around every exit and every call of _line.
-        data, size, event, pending = self._data, self._data_bytes, self._event, self._pending
+        parts, size, event, pending = self._data, self._data_bytes, self._event, self._pending
         last_id = self._last_id
         for line in lines:
             if not line:
-                if data:
-                    joined = data[0] if len(data) == 1 else b"\n".join(data)
+                if parts:
+                    joined = parts[0] if len(parts) == 1 else b"\n".join(parts)
                     out.append(SSEMessage(event, joined.decode("utf-8", "replace"), last_id))
-                    data = []
+                    parts = []
                     size = 0
                 event = None
                 pending = False
             elif line.startswith(b"data: "):
                 # The common field, inlined: every event of a Responses stream has one.
-                data.append(line[6:])
+                parts.append(line[6:])
                 pending = True
                 size += len(line)
                 if size > MAX_EVENT_BYTES:
-                    self._data, self._data_bytes, self._event, self._pending = (
-                        data,
-                        size,
-                        event,
-                        pending,
-                    )
+                    self._data, self._data_bytes = parts, size
+                    self._event, self._pending = event, pending
                     self._too_large(size)
             elif line.startswith(b"event: "):
                 # The other field every Responses event has, inlined too (as _line reads it).
                 event = line[7:].decode("utf-8", "replace")
                 pending = True
             else:
-                self._data, self._data_bytes, self._event, self._pending = (
-                    data,
-                    size,
-                    event,
-                    pending,
-                )
+                self._data, self._data_bytes = parts, size
+                self._event, self._pending = event, pending
                 self._line(line)
-                data, size, event = self._data, self._data_bytes, self._event
+                parts, size, event = self._data, self._data_bytes, self._event
                 pending, last_id = self._pending, self._last_id
-        self._data, self._data_bytes, self._event, self._pending = data, size, event, pending
+        self._data, self._data_bytes, self._event, self._pending = parts, size, event, pending
         return out
 
     def _too_large(self, size: int) -> None:
