@@ -22,12 +22,13 @@ EXIT_TARGET_MISSED = EXIT_INVALID
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "selfbench",
-        help="measure the harness itself: loopback ceiling, pipeline rate, overhead, pacing, memory",
-        description="Measure loopbench against this machine in one run: the raw loopback ceiling "
-        "(bare websockets / uvicorn SSE), the full pipeline, their ratio, TTFT measurement "
-        "overhead at 1/16/64 streams, decode-TPS and burst pacing accuracy, overload "
-        "detection, memory per recorded turn, and Locust on the same SSE endpoint. Prints a "
-        "table with each target and writes it as JSON. See BENCHMARKS.md.",
+        help="measure the harness itself: client ceiling, pipeline rate, overhead, pacing, memory",
+        description="Measure loopbench against this machine in one run: the client ceiling "
+        "(bare readers that only count the events of one bare server, SSE and WebSocket), the "
+        "full pipeline against the same server, their ratio and the client CPU per event, TTFT "
+        "measurement overhead at 1/16/64 streams, decode-TPS and burst pacing accuracy, "
+        "overload detection, memory per recorded turn, and Locust on the same SSE server. "
+        "Prints a table with each target and writes it as JSON. See BENCHMARKS.md.",
         epilog=examples(
             "loopbench selfbench --quick",
             "loopbench selfbench --steps timing --no-locust --out /tmp/selfbench.json",
