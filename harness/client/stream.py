@@ -219,7 +219,17 @@ class ResponseStream:
             ):
                 self._last_seq = seq
                 self.delta_events += 1
-                self._visible_delta(event.get("delta"), t_ns)
+                # _visible_delta, inlined: this is the line every token of a stream runs
+                delta = event.get("delta")
+                n = len(delta) if isinstance(delta, str) else 0
+                times = self._delta_t
+                self.itl_ns.append(t_ns - times[-1])  # not the first delta: one passed before
+                self.last_token_ns = t_ns
+                times.append(t_ns)
+                self._delta_len.append(n)
+                self._text_chars += n
+                if self._text is not None and n:
+                    self._text.append(delta)
                 return
         etype = event.get("type") if isinstance(event, dict) else None
         if not isinstance(etype, str):
