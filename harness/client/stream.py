@@ -229,7 +229,7 @@ class ResponseStream:
                 self._delta_len.append(n)
                 self._text_chars += n
                 if self._text is not None and n:
-                    self._text.append(delta)
+                    self._text.append(str(delta))
                 return
         etype = event.get("type") if isinstance(event, dict) else None
         if not isinstance(etype, str):
