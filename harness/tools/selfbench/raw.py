@@ -32,12 +32,14 @@ _WS_REQUEST = bytes((0x81, 0x80 | len(_REQUEST))) + b"\x00\x00\x00\x00" + _REQUE
 
 @dataclass(frozen=True, slots=True)
 class Rate:
-    """``count`` events in ``seconds`` over ``streams`` streams; ``cpu_s``: the client's CPU time."""
+    """``count`` events in ``seconds`` over ``streams`` streams; ``cpu_s``: the client's CPU time,
+    ``server_cpu_s``: the server process's over the same span (``None`` where not measured)."""
 
     count: int
     seconds: float
     streams: int
     cpu_s: float = 0.0
+    server_cpu_s: float | None = None
 
     @property
     def per_s(self) -> float:
@@ -46,6 +48,12 @@ class Rate:
     @property
     def cpu_us_per_event(self) -> float:
         return self.cpu_s * 1e6 / self.count if self.count else 0.0
+
+    @property
+    def server_cpu_us_per_event(self) -> float | None:
+        if self.server_cpu_s is None or not self.count:
+            return None
+        return self.server_cpu_s * 1e6 / self.count
 
 
 class _Reader(asyncio.Protocol):

@@ -90,14 +90,22 @@ def ws_frame(payload: bytes, opcode: int = 0x1) -> bytes:
     return head + payload
 
 
+def sse_blocks(deltas: int) -> list[bytes]:
+    """The stream as SSE events (``event:`` and ``data:`` lines, blank line), one per event."""
+    return [encode_event(event) for event in response_events(deltas)]
+
+
+def json_payload(block: bytes) -> bytes:
+    """The event's JSON: the data line of its SSE block, what a WebSocket message carries."""
+    return block[block.index(b"\ndata: ") + 7 : -2]
+
+
 def encode_streams(deltas: int) -> Streams:
     sse: list[bytes] = []
     ws: list[bytes] = []
-    for event in response_events(deltas):
-        block = encode_event(event)
+    for block in sse_blocks(deltas):
         sse.append(f"{len(block):x}\r\n".encode() + block + b"\r\n")
-        # The SSE block's data line is the event's JSON: the same bytes go in the frame.
-        ws.append(ws_frame(block[block.index(b"\ndata: ") + 7 : -2]))
+        ws.append(ws_frame(json_payload(block)))
     return Streams(tuple(sse), tuple(ws))
 
 
