@@ -24,10 +24,12 @@ def add_parser(sub: Any) -> None:
         "selfbench",
         help="measure the harness itself: client ceiling, pipeline rate, overhead, pacing, memory",
         description="Measure loopbench against this machine in one run: the client ceiling "
-        "(bare readers that only count the events of one bare server, SSE and WebSocket), the "
-        "full pipeline against the same server, their ratio and the client CPU per event, TTFT "
+        "(bare readers that only count events, SSE and WebSocket) and the full pipeline, each "
+        "against a library server (uvicorn ASGI / websockets, one write per event: the target) "
+        "and a flood server (pre-encoded bytes: the client's own cost), their ratios and the "
+        "client and server CPU per event, TTFT "
         "measurement overhead at 1/16/64 streams, decode-TPS and burst pacing accuracy, "
-        "overload detection, memory per recorded turn, and Locust on the same SSE server. "
+        "overload detection, memory per recorded turn, and Locust on the flood SSE server. "
         "Prints a table with each target and writes it as JSON. See BENCHMARKS.md.",
         epilog=examples(
             "loopbench selfbench --quick",

@@ -1,35 +1,49 @@
-"""The throughput step's bare server, bare readers and pipeline: they run and count right.
+"""The throughput step's bare servers, bare readers and pipeline: they run and count right.
 
 Timing verdicts are ``make bench``'s; here every reader must count exactly the
-events the server sent, however the bytes are split into reads.
+events each server sent (the flood server and the library server), however the
+bytes are split into reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Iterator
 
 import pytest
 
 from harness.run.event_loop import run_async
+from harness.tools.selfbench import lib_server, raw_server
 from harness.tools.selfbench.pipeline import drive
-from harness.tools.selfbench.procs import child
+from harness.tools.selfbench.procs import child, process_cpu_s
 from harness.tools.selfbench.raw import SseReader, WsReader, ceiling, read_streams
 from harness.tools.selfbench.raw_server import (
     LIFECYCLE_EVENTS,
-    READY_PREFIX,
     encode_streams,
+    json_payload,
     response_events,
+    sse_blocks,
 )
 
 DELTAS = 300
+_SERVERS = {
+    "flood": ("harness.tools.selfbench.raw_server", raw_server.READY_PREFIX),
+    "library": ("harness.tools.selfbench.lib_server", lib_server.READY_PREFIX),
+}
 
 
-@pytest.fixture(scope="module")
-def port() -> Iterator[int]:
-    args = ["-m", "harness.tools.selfbench.raw_server", "--deltas", str(DELTAS)]
-    with child(args, READY_PREFIX, timeout_s=30) as (_, ready):
-        yield int(ready)
+@pytest.fixture(scope="module", params=sorted(_SERVERS))
+def ports(request: pytest.FixtureRequest) -> Iterator[dict[str, int]]:
+    """Each server in turn: the port its SSE and its WebSocket stream are read on."""
+    module, prefix = _SERVERS[request.param]
+    with child(["-m", module, "--deltas", str(DELTAS)], prefix, timeout_s=30) as (proc, ready):
+        numbers = [int(p) for p in ready.split()]
+        # The flood server serves both on one port, the library server on two.
+        assert len(numbers) == (1 if request.param == "flood" else 2)
+        cpu = process_cpu_s(proc.pid)
+        assert cpu is None or cpu >= 0
+        yield {"sse": numbers[0], "ws": numbers[-1], "http": numbers[0]}
 
 
 def test_the_stream_is_a_complete_responses_answer() -> None:
@@ -55,22 +69,33 @@ def test_the_stream_is_a_complete_responses_answer() -> None:
     assert encode_streams(3).events == 3 + LIFECYCLE_EVENTS
 
 
+def test_both_servers_send_the_same_events() -> None:
+    blocks = sse_blocks(4)
+    assert len(blocks) == encode_streams(4).events == 4 + LIFECYCLE_EVENTS
+    # The library server's WebSocket messages are the flood server's frame payloads.
+    for block, frame in zip(blocks, encode_streams(4).ws, strict=True):
+        payload = json_payload(block)
+        assert frame.endswith(payload) and payload.startswith(b'{"type":')
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["sse", "ws"])
-def test_the_bare_reader_counts_exactly_the_events_the_server_sent(port: int, kind: str) -> None:
+def test_the_bare_reader_counts_exactly_the_events_the_server_sent(
+    ports: dict[str, int], kind: str
+) -> None:
     sent = encode_streams(DELTAS).events
-    counts = run_async(read_streams(kind, port, 3, sent))
+    counts = run_async(read_streams(kind, ports[kind], 3, sent))
     assert counts == [sent, sent, sent]
-    rate = run_async(ceiling(kind, port, 2, sent))
+    rate = run_async(ceiling(kind, ports[kind], 2, sent))
     assert rate.count == 2 * sent and rate.cpu_s > 0 and rate.per_s > 0
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", ["http", "ws"])
 def test_the_pipeline_reads_the_same_server_and_counts_the_same_events(
-    port: int, transport: str
+    ports: dict[str, int], transport: str
 ) -> None:
-    rate = run_async(drive(f"http://127.0.0.1:{port}/v1", transport, 2, DELTAS))
+    rate = run_async(drive(f"http://127.0.0.1:{ports[transport]}/v1", transport, 2, DELTAS))
     assert rate.count == 2 * encode_streams(DELTAS).events
     assert rate.cpu_s > 0
 
@@ -112,3 +137,29 @@ def test_the_readers_count_across_any_split_of_the_bytes(piece: int) -> None:
             assert reader.done.result() == streams.events and sink.closed
     finally:
         loop.close()
+
+
+@pytest.mark.timeout(60)
+def test_the_library_server_sends_each_sse_event_as_its_own_chunk() -> None:
+    """One ``http.response.body`` message per event: uvicorn frames each as one chunk."""
+    args = ["-m", "harness.tools.selfbench.lib_server", "--deltas", "5"]
+    with child(args, lib_server.READY_PREFIX, timeout_s=30) as (_, ready):
+        port = int(ready.split()[0])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+            data = b""
+            while not data.endswith(b"\r\n0\r\n\r\n"):
+                more = sock.recv(65536)
+                assert more, "the library server closed before the last chunk"
+                data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head.lower()
+    chunks = []
+    while True:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        chunks.append(body[:size])
+        body = body[size + 2 :]
+    assert chunks == sse_blocks(5)

@@ -1,8 +1,8 @@
 """The full pipeline: loopbench's real client path against the bare server of the ceiling.
 
-The server is :mod:`.raw_server`, the one the bare readers of :mod:`.raw` count
-(the same pre-encoded stream, one write per event), so what differs between the
-two figures is the client's work only: the transport parses every event, stamps
+The server is the one the bare readers of :mod:`.raw` count (:mod:`.lib_server`
+or :mod:`.raw_server`: the same events, one write per event), so what differs
+between the two figures is the client's work only: the transport parses every event, stamps
 it and feeds the per-response state machine,
 :func:`~harness.transports.rollout_loop.run_rollout` fills the turn record, and every
 record goes to an :class:`~harness.metrics.summary.Accumulator` and a

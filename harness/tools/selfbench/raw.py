@@ -1,8 +1,8 @@
 """The throughput ceiling: bare readers that count the bare server's events, nothing else.
 
 Both readers are plain asyncio protocols on the same event loop the pipeline
-runs on (uvloop), against the same server (:mod:`.raw_server`), and they parse
-no more than it takes to count: ``\\n\\n`` boundaries of the SSE body (and the
+runs on (uvloop), against the same server (:mod:`.lib_server` or
+:mod:`.raw_server`), and they parse no more than it takes to count: ``\\n\\n`` boundaries of the SSE body (and the
 last chunk, to know the body ended), frame headers of the WebSocket stream (to
 skip each payload unread).  No JSON, no timestamps, no records.  What they reach
 is the most one client process moves through this server's streams, so the full
