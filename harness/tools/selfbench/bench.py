@@ -119,7 +119,7 @@ class _Server:
     ready_prefix: str
     prefix: str  # of its figure keys and detail names
     label: str  # what the figure labels say about it
-    bound: str  # which side bounds its rate, as far as the design goes
+    bound: str  # which side bounds the ratio, where the design decides it ("" where it does not)
     targeted: bool  # its ratios carry the pipeline target
 
 
@@ -131,7 +131,7 @@ _SERVERS = (
         LIB_READY_PREFIX,
         "",
         "library server",
-        "server-bound",
+        "",
         True,
     ),
     _Server(
@@ -245,7 +245,7 @@ def _pair_figures(
     out.figures.append(
         figure(
             f"{pre}ratio.{t}",
-            f"pipeline / ceiling, {t}, {where} ({server.bound})",
+            f"pipeline / ceiling, {t}, {where}" + (f": {server.bound}" if server.bound else ""),
             p.per_s / c.per_s if c.per_s else None,
             "",
             target,
