@@ -22,12 +22,15 @@ EXIT_TARGET_MISSED = EXIT_INVALID
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "selfbench",
-        help="measure the harness itself: loopback ceiling, pipeline rate, overhead, pacing, memory",
-        description="Measure loopbench against this machine in one run: the raw loopback ceiling "
-        "(bare websockets / uvicorn SSE), the full pipeline, their ratio, TTFT measurement "
-        "overhead at 1/16/64 streams, decode-TPS and burst pacing accuracy, overload "
-        "detection, memory per recorded turn, and Locust on the same SSE endpoint. Prints a "
-        "table with each target and writes it as JSON. See BENCHMARKS.md.",
+        help="measure the harness itself: client ceiling, pipeline rate, overhead, pacing, memory",
+        description="Measure loopbench against this machine in one run: the client ceiling "
+        "(bare readers that only count events, SSE and WebSocket) and the full pipeline, each "
+        "against a library server (uvicorn ASGI / websockets, one write per event: the target) "
+        "and a flood server (pre-encoded bytes: the client's own cost), their ratios and the "
+        "client and server CPU per event, TTFT "
+        "measurement overhead at 1/16/64 streams, decode-TPS and burst pacing accuracy, "
+        "overload detection, memory per recorded turn, and Locust on the flood SSE server. "
+        "Prints a table with each target and writes it as JSON. See BENCHMARKS.md.",
         epilog=examples(
             "loopbench selfbench --quick",
             "loopbench selfbench --steps timing --no-locust --out /tmp/selfbench.json",

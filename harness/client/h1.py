@@ -110,19 +110,29 @@ class ResponseParser:
                     if end - pos > _MAX_CHUNK_LINE:
                         raise H1Error("chunk size line: expected a hexadecimal size and CRLF")
                     break
-                line = buf[pos:stop].split(b";", 1)[0].strip()
+                line = buf[pos:stop]
+                if b";" in line:
+                    line = line.split(b";", 1)[0]
                 try:
+                    # int() skips the surrounding whitespace itself, as bytes.strip() would
                     size = int(line, 16)
                 except ValueError:
                     raise H1Error(
-                        f"chunk size line: expected a hexadecimal size, got {line[:20]!r}"
+                        f"chunk size line: expected a hexadecimal size, got {line.strip()[:20]!r}"
                     ) from None
                 pos = stop + 2
                 if size == 0:
                     state = _TRAILERS
                 else:
-                    self._remaining = size
-                    state = _CHUNK_DATA
+                    data_end = pos + size
+                    if size > 0 and buf[data_end : data_end + 2] == b"\r\n":
+                        # The whole chunk and its CRLF are here (a streamer's chunk per
+                        # event): take it without a trip through the states below.
+                        out.append(buf[pos:data_end])
+                        pos = data_end + 2
+                    else:
+                        self._remaining = size
+                        state = _CHUNK_DATA
             elif state in (_CHUNK_DATA, _LENGTH):  # a chunk, or a Content-Length body
                 take = min(self._remaining, end - pos)
                 out.append(buf[pos : pos + take])

@@ -121,27 +121,39 @@ class SSEDecoder:
         # bytes.splitlines splits on exactly CR, LF and CRLF (unlike str.splitlines); without
         # a CR, splitting on LF is the same and cheaper (complete ends in LF: drop that end).
         lines = complete[:-1].split(b"\n") if b"\r" not in complete else complete.splitlines()
+        # The event's state lives in locals for the loop (a line costs a few attribute
+        # reads less) and is written back around every exit and every call of _line.
+        parts, size, event, pending = self._data, self._data_bytes, self._event, self._pending
+        last_id = self._last_id
         for line in lines:
             if not line:
-                parts = self._data
                 if parts:
                     joined = parts[0] if len(parts) == 1 else b"\n".join(parts)
-                    out.append(
-                        SSEMessage(self._event, joined.decode("utf-8", "replace"), self._last_id)
-                    )
-                    self._data = []
-                    self._data_bytes = 0
-                self._event = None
-                self._pending = False
+                    out.append(SSEMessage(event, joined.decode("utf-8", "replace"), last_id))
+                    parts = []
+                    size = 0
+                event = None
+                pending = False
             elif line.startswith(b"data: "):
                 # The common field, inlined: every event of a Responses stream has one.
-                self._data.append(line[6:])
-                self._pending = True
-                self._data_bytes += len(line)
-                if self._data_bytes > MAX_EVENT_BYTES:
-                    self._too_large(self._data_bytes)
+                parts.append(line[6:])
+                pending = True
+                size += len(line)
+                if size > MAX_EVENT_BYTES:
+                    self._data, self._data_bytes = parts, size
+                    self._event, self._pending = event, pending
+                    self._too_large(size)
+            elif line.startswith(b"event: "):
+                # The other field every Responses event has, inlined too (as _line reads it).
+                event = line[7:].decode("utf-8", "replace")
+                pending = True
             else:
+                self._data, self._data_bytes = parts, size
+                self._event, self._pending = event, pending
                 self._line(line)
+                parts, size, event = self._data, self._data_bytes, self._event
+                pending, last_id = self._pending, self._last_id
+        self._data, self._data_bytes, self._event, self._pending = parts, size, event, pending
         return out
 
     def _too_large(self, size: int) -> None:

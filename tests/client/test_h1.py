@@ -89,3 +89,10 @@ def test_eof_inside_a_response_is_an_error() -> None:
     p.feed(HEAD + b"5\r\nab")
     with pytest.raises(H1Error, match="inside the response body"):
         p.eof()
+
+
+def test_chunk_extensions_and_padded_sizes_whatever_the_split() -> None:
+    wire = HEAD + b"3;name=value\r\nabc\r\n 2 \r\nde\r\n1\r\nf\r\n0\r\n\r\n"
+    for cuts in ([], *([c] for c in range(1, len(wire))), list(range(1, len(wire)))):
+        p, got = feed_split(wire, cuts)
+        assert got == b"abcdef" and p.complete, cuts

@@ -618,3 +618,43 @@ def test_streamed_reasoning_text_counts_as_reasoning_when_usage_does_not_say() -
     assert (rec.output_tokens, rec.reasoning_tokens, rec.streamed_tokens) == (110, 100, 10)
     reasoning_delta = next(i for i, e in enumerate(events) if "reasoning_text" in e["type"])
     assert rec.first_token_ns == (reasoning_delta + 1) * MS < rec.first_output_ns
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "pattern"),
+    [
+        (
+            "item_id",
+            "msg_nope",
+            r"sequence_number 6 .*expected item_id 'msg_\w+' for output_index 0",
+        ),
+        ("output_index", True, r"sequence_number 6 .*expected an integer output_index, got True"),
+        (
+            "content_index",
+            1,
+            r"expected response\.content_part\.added for output_index 0 content_index 1",
+        ),
+        ("sequence_number", 7, r"at sequence_number 7 .*expected sequence_number 6, got 7"),
+        ("sequence_number", True, r"expected an integer sequence_number, got True"),
+    ],
+)
+def test_a_delta_after_checked_ones_is_checked_as_fully(
+    field: str, value: Any, pattern: str
+) -> None:
+    # The third delta follows two that passed every check (the state machine's fast path).
+    events = text_stream([" abc", " def", " ghi"])
+    assert events[6]["type"] == "response.output_text.delta"
+    events[6][field] = value
+    with pytest.raises(StreamOrderError, match=pattern):
+        run(events)
+
+
+def test_deltas_on_the_fast_path_measure_what_the_full_checks_measure() -> None:
+    events = text_stream([" abc", " de", " fghij"])
+    fast = record(run(events))
+    s = ResponseStream(sent_ns=0)
+    for i, e in enumerate(events):
+        s._hot = None  # every event through the full checks
+        s.feed(e, (i + 1) * MS)
+    slow = record(s)
+    assert fast == slow and fast.delta_events == 3 and fast.itl_ns == [MS, MS]

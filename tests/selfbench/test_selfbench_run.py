@@ -16,12 +16,27 @@ from pathlib import Path
 import pytest
 
 EXPECTED = {
-    "raw.ws",
-    "raw.sse",
-    "pipeline.ws",
-    "pipeline.http",
-    "ratio.ws",
-    "ratio.http",
+    # Against the library server (the target's) and the flood server (client-bound, info).
+    *(
+        f"{server}{figure}"
+        for server in ("", "flood_")
+        for figure in (
+            "ceiling.ws",
+            "ceiling.sse",
+            "pipeline.ws",
+            "pipeline.http",
+            "ratio.ws",
+            "ratio.http",
+            "cpu_us.ceiling.ws",
+            "cpu_us.ceiling.sse",
+            "cpu_us.pipeline.ws",
+            "cpu_us.pipeline.http",
+            "server_cpu_us.ceiling.ws",
+            "server_cpu_us.ceiling.sse",
+            "server_cpu_us.pipeline.ws",
+            "server_cpu_us.pipeline.http",
+        )
+    ),
     "locust.sse",
     "ratio.http_vs_locust",
     *(
@@ -59,8 +74,11 @@ def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
         assert isinstance(f["value"], int | float) and math.isfinite(f["value"]), key
         assert f["passed"] in (True, False, None), key
         assert (f["target"] is None) == (f["passed"] is None), key
-    # Targets sit where the issue puts them: 16 streams for the TTFT overhead.
+    # Targets sit where the issue puts them: 16 streams for the TTFT overhead, 70 % of the
+    # ceiling for both pipelines against the library server (the flood server's ratios: info).
     targeted = {k for k, f in figures.items() if f["target"]}
+    assert {k for k in targeted if "ratio." in k} == {"ratio.ws", "ratio.http"}
+    assert figures["ratio.ws"]["target"] == figures["ratio.http"]["target"] == ">= 0.7"
     assert {k for k in targeted if k.startswith("ttft_overhead")} == {
         f"ttft_overhead.{t}.16.{q}" for t in ("ws", "http") for q in ("p50", "p99")
     }

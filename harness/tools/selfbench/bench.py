@@ -13,22 +13,25 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
 from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.tools.selfbench.figures import Figure, at_least, at_most, figure
+from harness.tools.selfbench.lib_server import READY_PREFIX as LIB_READY_PREFIX
 from harness.tools.selfbench.locust_cmp import measure_locust
 from harness.tools.selfbench.memory import measure_memory
-from harness.tools.selfbench.pipeline import FLOOD_ARGS, FLOOD_OVERRIDES, drive
-from harness.tools.selfbench.raw import Rate, measure_raw
+from harness.tools.selfbench.pipeline import drive
+from harness.tools.selfbench.procs import child, process_cpu_s
+from harness.tools.selfbench.raw import Rate, ceiling
+from harness.tools.selfbench.raw_server import LIFECYCLE_EVENTS, READY_PREFIX
 from harness.tools.selfbench.timing import overhead_run, overload_runs, pacing_run
 
-# Targets (issue #10).  Ratios are measured in one run, so they hold on a busy machine too.
-PIPELINE_RATIO_MIN = 0.5
+# Targets (issues #10, #20).  Ratios are measured in one run, so they hold on a busy machine too.
+PIPELINE_RATIO_MIN = 0.7
 TTFT_P50_MAX_MS = 1.0
 TTFT_P99_MAX_MS = 5.0
 DECODE_ERROR_MAX_PCT = 2.0
@@ -94,59 +97,108 @@ def _best(trials: list[Rate]) -> Rate:
     return max(trials, key=lambda r: r.per_s)
 
 
-def _rate_detail(trials: list[Rate]) -> list[dict[str, float]]:
+def _rate_detail(trials: list[Rate]) -> list[dict[str, float | None]]:
     return [
-        {"count": r.count, "seconds": round(r.seconds, 4), "per_s": round(r.per_s, 1)}
+        {
+            "count": r.count,
+            "seconds": round(r.seconds, 4),
+            "per_s": round(r.per_s, 1),
+            "cpu_s": round(r.cpu_s, 4),
+            "cpu_us_per_event": round(r.cpu_us_per_event, 3),
+            "server_cpu_s": None if r.server_cpu_s is None else round(r.server_cpu_s, 3),
+        }
         for r in trials
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class _Server:
+    """One bare server of the throughput step and the names of its figures."""
+
+    module: str
+    ready_prefix: str
+    prefix: str  # of its figure keys and detail names
+    label: str  # what the figure labels say about it
+    bound: str  # which side bounds the ratio, where the design decides it ("" where it does not)
+    targeted: bool  # its ratios carry the pipeline target
+
+
+# The server the target is about first: real servers' libraries, each event written as it is
+# produced.  Then the flood server, faster than any real server: the client's own cost.
+_SERVERS = (
+    _Server(
+        "harness.tools.selfbench.lib_server",
+        LIB_READY_PREFIX,
+        "",
+        "library server",
+        "",
+        True,
+    ),
+    _Server(
+        "harness.tools.selfbench.raw_server",
+        READY_PREFIX,
+        "flood_",
+        "flood server",
+        "client-bound",
+        False,
+    ),
+)
+_KINDS = {"ws": "ws", "http": "sse"}
+_LABELS = {"ws": "WebSocket", "sse": "SSE"}
+
+
+def _ports(ready: str) -> dict[str, int]:
+    """The port each transport reads, from the server's ready line (one port or HTTP and WS)."""
+    ports = [int(p) for p in ready.split()]
+    return {"sse": ports[0], "ws": ports[-1]}
+
+
+def _measured(server_pid: int, run: Coroutine[Any, Any, Rate]) -> Rate:
+    """``run``'s rate with the server's CPU time over the same span."""
+    s0 = process_cpu_s(server_pid)
+    rate = run_async(run)
+    s1 = process_cpu_s(server_pid)
+    return replace(rate, server_cpu_s=None if s0 is None or s1 is None else s1 - s0)
+
+
 def _throughput(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
-    kinds = {"ws": "ws", "http": "sse"}
-    raw: dict[str, list[Rate]] = {k: [] for k in kinds.values()}
-    pipe: dict[str, list[Rate]] = {t: [] for t in opts.transports}
+    """Ceiling and pipeline against each bare server, in alternating trials; best of each."""
     n, per = opts.streams, opts.messages_per_stream
-    with embedded_server(overrides=FLOOD_OVERRIDES, extra_args=list(FLOOD_ARGS)) as url:
-        for trial in range(opts.trials):
-            for t in opts.transports:
-                say(f"throughput trial {trial + 1}/{opts.trials}: raw {kinds[t]}, pipeline {t}")
-                raw[kinds[t]].append(measure_raw(kinds[t], n, per))
-                pipe[t].append(run_async(drive(url, t, n, per)))
-        if opts.locust and "http" in opts.transports:
-            say("locust FastHttpUser on the same SSE endpoint")
-            locust = measure_locust(url, n, per, opts.locust_seconds)
-            out.details["locust_sse"] = _rate_detail([locust])
-        else:
-            locust = None
-    labels = {"ws": "WebSocket", "sse": "SSE"}
-    for t in opts.transports:
-        kind = kinds[t]
-        r, p = _best(raw[kind]), _best(pipe[t])
-        out.figures.append(
-            figure(
-                f"raw.{kind}", f"raw loopback ceiling, {labels[kind]}", r.per_s, "msg/s", digits=0
-            )
-        )
-        out.figures.append(
-            figure(f"pipeline.{t}", f"full pipeline, {t}", p.per_s, "events/s", digits=0)
-        )
-        out.figures.append(
-            figure(
-                f"ratio.{t}",
-                f"pipeline / ceiling, {t}",
-                p.per_s / r.per_s if r.per_s else None,
-                "",
-                at_least(PIPELINE_RATIO_MIN, f">= {PIPELINE_RATIO_MIN:g}"),
-            )
-        )
-        out.details[f"raw_{kind}"] = _rate_detail(raw[kind])
-        out.details[f"pipeline_{t}"] = _rate_detail(pipe[t])
-    if locust is not None:
-        p = _best(pipe["http"])
+    expected = per + LIFECYCLE_EVENTS
+    flood_http: Rate | None = None
+    locust: Rate | None = None
+    for server in _SERVERS:
+        ceil: dict[str, list[Rate]] = {k: [] for k in _KINDS.values()}
+        pipe: dict[str, list[Rate]] = {t: [] for t in opts.transports}
+        args = ["-m", server.module, "--deltas", str(per)]
+        with child(args, server.ready_prefix) as (proc, ready):
+            ports = _ports(ready)
+            for trial in range(opts.trials):
+                for t in opts.transports:
+                    kind = _KINDS[t]
+                    port = ports[kind]
+                    say(
+                        f"throughput, {server.label}, trial {trial + 1}/{opts.trials}: "
+                        f"ceiling {kind}, pipeline {t}"
+                    )
+                    ceil[kind].append(_measured(proc.pid, ceiling(kind, port, n, expected)))
+                    url = f"http://127.0.0.1:{port}/v1"
+                    pipe[t].append(_measured(proc.pid, drive(url, t, n, per)))
+            if not server.targeted and opts.locust and "http" in opts.transports:
+                say(f"locust FastHttpUser on the {server.label}'s SSE")
+                locust = measure_locust(
+                    f"http://127.0.0.1:{ports['sse']}/v1", n, per, opts.locust_seconds
+                )
+                out.details["locust_sse"] = _rate_detail([locust])
+        for t in opts.transports:
+            _pair_figures(server, t, ceil[_KINDS[t]], pipe[t], out)
+        if not server.targeted and "http" in pipe:
+            flood_http = _best(pipe["http"])
+    if locust is not None and flood_http is not None:
         out.figures.append(
             figure(
                 "locust.sse",
-                "Locust FastHttpUser, same SSE endpoint",
+                "Locust FastHttpUser, flood server's SSE",
                 locust.per_s,
                 "events/s",
                 digits=0,
@@ -155,18 +207,71 @@ def _throughput(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], No
         out.figures.append(
             figure(
                 "ratio.http_vs_locust",
-                "loopbench http / Locust",
-                p.per_s / locust.per_s if locust.per_s else None,
+                "loopbench http / Locust, flood server",
+                flood_http.per_s / locust.per_s if locust.per_s else None,
                 "",
             )
         )
     out.details["throughput_settings"] = {
         "streams": n,
-        "messages_per_stream": per,
+        "deltas_per_response": per,
+        "events_per_response": expected,
         "trials": opts.trials,
-        "server_overrides": FLOOD_OVERRIDES,
-        "server_args": list(FLOOD_ARGS),
+        "servers": {
+            s.label: f"harness/tools/selfbench/{s.module.rsplit('.', 1)[1]}.py" for s in _SERVERS
+        },
     }
+
+
+def _pair_figures(
+    server: _Server, t: str, ceil: list[Rate], pipe: list[Rate], out: _Collected
+) -> None:
+    """Rates, ratio and CPU per event (client and server) of one transport against one server."""
+    kind, pre, where = _KINDS[t], server.prefix, server.label
+    c, p = _best(ceil), _best(pipe)
+    out.figures.append(
+        figure(
+            f"{pre}ceiling.{kind}",
+            f"ceiling: bare reader, {_LABELS[kind]}, {where}",
+            c.per_s,
+            "events/s",
+            digits=0,
+        )
+    )
+    out.figures.append(
+        figure(f"{pre}pipeline.{t}", f"full pipeline, {t}, {where}", p.per_s, "events/s", digits=0)
+    )
+    target = at_least(PIPELINE_RATIO_MIN, f">= {PIPELINE_RATIO_MIN:g}") if server.targeted else None
+    out.figures.append(
+        figure(
+            f"{pre}ratio.{t}",
+            f"pipeline / ceiling, {t}, {where}" + (f": {server.bound}" if server.bound else ""),
+            p.per_s / c.per_s if c.per_s else None,
+            "",
+            target,
+        )
+    )
+    for side, rate, name in (("ceiling", c, kind), ("pipeline", p, t)):
+        out.figures.append(
+            figure(
+                f"{pre}cpu_us.{side}.{name}",
+                f"client CPU per event, {side} {name}, {where}",
+                rate.cpu_us_per_event,
+                "µs",
+                digits=2,
+            )
+        )
+        out.figures.append(
+            figure(
+                f"{pre}server_cpu_us.{side}.{name}",
+                f"server CPU per event, {side} {name}, {where}",
+                rate.server_cpu_us_per_event,
+                "µs",
+                digits=2,
+            )
+        )
+    out.details[f"{pre}ceiling_{kind}"] = _rate_detail(ceil)
+    out.details[f"{pre}pipeline_{t}"] = _rate_detail(pipe)
 
 
 def _timing(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:

@@ -1,4 +1,4 @@
-"""Locust's FastHttpUser on the reference server's SSE endpoint: what a user would otherwise pick.
+"""Locust's FastHttpUser on the self-bench's bare SSE server: what a user would otherwise pick.
 
 Run only by ``locust -f`` in a child process (never imported by loopbench: importing
 locust monkey-patches the process with gevent).  Each user loops: POST

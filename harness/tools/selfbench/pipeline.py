@@ -1,11 +1,9 @@
-"""The full pipeline: reference server events → loopbench driver → records.
+"""The full pipeline: loopbench's real client path against the bare server of the ceiling.
 
-The reference server runs as ``loopbench run`` starts it (a child process,
-uvloop) with an engine that never makes a token wait (``sustained_tps`` and
-``burst_tps`` far above what a socket can carry, ``min_delta_interval_ms 0``:
-one token per delta event), so it emits real Responses events as fast as it
-can encode them.  The client is the real measurement path: the transport
-parses every event, stamps it and feeds the per-response state machine,
+The server is the one the bare readers of :mod:`.raw` count (:mod:`.lib_server`
+or :mod:`.raw_server`: the same events, one write per event), so what differs
+between the two figures is the client's work only: the transport parses every event, stamps
+it and feeds the per-response state machine,
 :func:`~harness.transports.rollout_loop.run_rollout` fills the turn record, and every
 record goes to an :class:`~harness.metrics.summary.Accumulator` and a
 :class:`~harness.report.results.ResultsWriter`, as in a run.
@@ -22,26 +20,12 @@ from harness.report.results import ResultsWriter
 from harness.run.measurement import pool_size
 from harness.tools.selfbench.procs import SelfbenchError
 from harness.tools.selfbench.raw import Rate
+from harness.tools.selfbench.raw_server import LIFECYCLE_EVENTS
 from harness.transports import TransportOptions, make_transport
 from harness.transports.rollout_loop import run_rollout
 from harness.workload.plan import RolloutPlan, TurnPlan
 from harness.workload.records import TurnRecord
 from harness.workload.scenario import Load
-
-# Events of a streamed text answer besides its deltas: created, in_progress,
-# output_item.added, content_part.added, output_text.done, content_part.done,
-# output_item.done, completed.
-LIFECYCLE_EVENTS = 8
-#: server settings under which every token is due at once and goes out as its own event
-FLOOD_OVERRIDES = {
-    "engine.sustained_tps": "100000000",
-    "engine.burst_tps": "100000000",
-    "engine.aggregate_tps": "1000000000000",
-    "engine.max_streams": "4096",
-    "engine.prefill_tps": "100000000",
-    "engine.base_ttft_ms": "0",
-}
-FLOOD_ARGS = ("--min-delta-interval-ms", "0")
 
 
 def _plan(rollout_id: int, tokens: int) -> RolloutPlan:
@@ -91,9 +75,11 @@ async def drive(
                 acc.add_rollout(roll)
 
         try:
+            cpu0 = time.process_time()
             t0 = time.perf_counter_ns()
             await asyncio.gather(*(agent(i) for i in range(streams)))
             t1 = time.perf_counter_ns()
+            cpu = time.process_time() - cpu0
         finally:
             await transport.aclose()
             writer.close()
@@ -101,4 +87,4 @@ async def drive(
         raise SelfbenchError(
             f"pipeline {transport_name}: {len(errors)} turn(s) failed, first: {errors[0]}"
         )
-    return Rate(events, (t1 - t0) / 1e9, streams)
+    return Rate(events, (t1 - t0) / 1e9, streams, cpu)

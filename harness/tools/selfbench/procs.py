@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -29,3 +30,16 @@ def child(
         keep_stderr=20,
     ) as started:
         yield started.proc, started.ready
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU time (user + system) process ``pid`` has used so far; ``None`` without ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # After the command name (which may hold spaces and parentheses): state is field 3,
+    # utime and stime fields 14 and 15, in clock ticks.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
