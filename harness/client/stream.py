@@ -512,10 +512,12 @@ class ResponseStream:
         rec.sent_ns = self.sent_ns
         rec.first_event_ns = self.first_event_ns
         rec.first_token_ns = self.first_token_ns
-        if self.rx_kernel:
+        # The first token's read decides; a response without one, any of its reads.
+        if self.first_token_user_ns:
             rec.rx_stamp = "kernel"
-            if self.first_token_user_ns and self.first_token_ns:
-                rec.rx_user_minus_kernel_us = (self.first_token_user_ns - self.first_token_ns) / 1e3
+            rec.rx_user_minus_kernel_us = (self.first_token_user_ns - self.first_token_ns) / 1e3
+        elif self.rx_kernel and not self.first_token_ns:
+            rec.rx_stamp = "kernel"
         rec.first_output_ns = self.first_output_ns
         rec.last_token_ns = self.last_token_ns
         rec.done_ns = self.done_ns

@@ -71,13 +71,27 @@ def kernel_stamps_supported() -> bool:
     return _probe_setsockopt()
 
 
+#: the probe's socket, kept open for the life of the process (see :func:`_probe_setsockopt`)
+_KEEP_ENABLED: list[socket.socket] = []
+
+
 @functools.cache
 def _probe_setsockopt() -> bool:
+    """Whether a TCP socket accepts the option; the socket stays open if it does.
+
+    Linux switches receive timestamping on system-wide while at least one socket asks for it,
+    and switches it on *deferred* (a static key flipped from a work queue): packets arriving
+    in the first moments after the first such socket appears carry no stamp.  Keeping one
+    socket with the option open keeps it on between connections, so a connection's first
+    reads are stamped too.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            enable_timestamps(sock)
+        enable_timestamps(sock)
     except OSError:
+        sock.close()
         return False
+    _KEEP_ENABLED.append(sock)
     return True
 
 
