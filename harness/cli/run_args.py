@@ -80,7 +80,7 @@ def add_client_options(p: Any) -> None:
         help="how each read is stamped: kernel (the socket's receive time, SO_TIMESTAMPNS, "
         "plain TCP on Linux; TLS connections are stamped in user space), user (when the read "
         "returned, as before) or auto (kernel where the machine supports it, else user; "
-        "default); see docs/metrics.md §3.6",
+        "default); see docs/metrics.md §1.9",
     )
     p.add_argument(
         "--request-timeout-s",

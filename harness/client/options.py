@@ -39,7 +39,7 @@ class TransportOptions:
     ws_subagents: str = "connection"
     #: how reads are stamped: ``kernel`` (the socket's receive time, plain TCP only) or ``user``
     #: (perf_counter_ns when the read returned); ``--rx-stamp auto`` is resolved before it gets
-    #: here (harness/transports/rx_socket.py, docs/metrics.md §3.6)
+    #: here (harness/transports/rx_socket.py, docs/metrics.md §1.9)
     rx_stamp: str = "user"
 
     @property

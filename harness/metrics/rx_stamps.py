@@ -4,7 +4,7 @@ Per transport, the first :data:`DIAGNOSTIC_TURNS` turns that carry both stamps o
 first-token read (``TurnRecord.rx_user_minus_kernel_us``) keep them; later turns have the
 field cleared before their row is written, so the diagnostic costs nothing in a long run.
 The summary gets, per transport, how many turns were stamped each way and the distribution
-of the difference (docs/metrics.md §3.6).
+of the difference (docs/metrics.md §1.9).
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def client_options(
         out["ws_subagents"] = ws_subagents
     if rx_stamp is not None:
         # how the asyncio client stamped reads (kernel or user; TLS connections: user) and
-        # the --rx-stamp that chose it (docs/metrics.md §3.6)
+        # the --rx-stamp that chose it (docs/metrics.md §1.9)
         out["rx_stamp"] = rx_stamp
         out["rx_stamp_option"] = rx_stamp_option or rx_stamp
     return out

@@ -113,7 +113,7 @@ class Measurement:
         # the console and the summary's ``errors`` block print next to the count.
         self.error_examples: dict[str, dict[str, str]] = {}
         self.summary: dict[str, Any] | None = None
-        #: receive stamps per transport (docs/metrics.md §3.6)
+        #: receive stamps per transport (docs/metrics.md §1.9)
         self.rx = RxStampStats()
 
     @property

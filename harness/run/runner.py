@@ -99,7 +99,7 @@ class RunOptions:
     slice_s: float | None = None
     # --ws-subagents: connection or lanes; None: the scenario's rollout.subagents.ws
     ws_subagents: str | None = None
-    # --rx-stamp: auto, kernel or user (docs/metrics.md §3.6); resolved where the client runs
+    # --rx-stamp: auto, kernel or user (docs/metrics.md §1.9); resolved where the client runs
     rx_stamp: str = "auto"
 
     def client_options(self) -> dict[str, Any]:

@@ -63,7 +63,7 @@ class _Conn(asyncio.Protocol):
         self.peer = peer
         self.stream_types = stream_types
         self.transport: asyncio.Transport | None = None
-        #: the kernel-stamping transport, when this connection has one (docs/metrics.md §3.6)
+        #: the kernel-stamping transport, when this connection has one (docs/metrics.md §1.9)
         self.rx: RxTransport | None = None
         self.closed = False
         self.parser = ResponseParser()

@@ -118,7 +118,7 @@ _LOGGER = logging.getLogger("websockets.client")
 async def _open_stamped(
     sock: socket.socket, uri: WebSocketURI, headers: HeadersLike, open_timeout_s: float
 ) -> StampedConnection | None:
-    """The WebSocket over a kernel-stamping transport (docs/metrics.md §3.6); None when the
+    """The WebSocket over a kernel-stamping transport (docs/metrics.md §1.9); None when the
     socket refuses the timestamp option (the caller then goes the usual way).
 
     What ``websockets.asyncio.client.connect`` does for a given socket, with the same

@@ -10,7 +10,7 @@ frame parser runs, as the HTTP transport's ``data_received`` does — and
 
 Over a kernel-stamping transport (:mod:`harness.transports.rx_socket`) the stamp is
 the kernel's receive time of that read, and the user-space one travels with it (the
-turn records the first token's pair, docs/metrics.md §3.6).
+turn records the first token's pair, docs/metrics.md §1.9).
 """
 
 from __future__ import annotations

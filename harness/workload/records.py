@@ -96,7 +96,7 @@ class TurnRecord:
     # (plan.SubagentPlan.subagent_id); -1: the root has no parent
     conversation: int = 0
     parent_conversation: int = -1
-    # how the turn's reads were stamped (docs/metrics.md §3.6): "kernel" (the socket's
+    # how the turn's reads were stamped (docs/metrics.md §1.9): "kernel" (the socket's
     # SO_TIMESTAMPNS receive time, moved to the perf_counter clock) or "user" (perf_counter_ns
     # when the read returned); and, for the diagnostic window (a run's first turns of each
     # transport), the first-token read's user-space stamp minus its kernel stamp, in µs

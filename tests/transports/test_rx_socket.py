@@ -1,4 +1,4 @@
-"""The kernel-stamping transport against real sockets on loopback (docs/metrics.md §3.6)."""
+"""The kernel-stamping transport against real sockets on loopback (docs/metrics.md §1.9)."""
 
 from __future__ import annotations
 

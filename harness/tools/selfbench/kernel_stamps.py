@@ -3,7 +3,7 @@
 The run shape is the one the issue's target names: single-turn requests (~50 input tokens),
 200-token outputs at the engine's 1,000 TPS, 64 concurrent streams, closed loop, the first
 wave unmeasured.  Each trial runs it twice, alternating ``--rx-stamp kernel`` and ``user`` on
-the same server, so the two see the same machine (docs/metrics.md §3.6).
+the same server, so the two see the same machine (docs/metrics.md §1.9).
 
 The figure is the client-side TTFT error: ``client_error_ms`` (measured − modelled − the
 server's own lateness) when the server reports its lateness, else ``measurement_error_ms``
