@@ -71,9 +71,9 @@ async def open_ws_timed(
     uri = parse_uri(url)
     # Before the clock starts: the first call loads the CA store (milliseconds).
     ctx = tls_context(options.verify_tls) if uri.secure else None
-    sock = None
-    started = time.perf_counter_ns()
     headers = ws_headers(options, session_headers(options.shaping, rollout_key))
+    sock: socket.socket | None = None
+    started = time.perf_counter_ns()
     try:
         async with asyncio.timeout(options.connect_timeout_s):
             sock = await tcp_socket(uri.host, uri.port)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Coroutine
@@ -13,6 +14,7 @@ from typing import Any, cast
 import pytest
 import uvloop
 
+from harness.report.rebuild import rebuild_summary
 from harness.run.runner import RunOptions
 from harness.transports import rx_socket
 from harness.transports.h1client import H1Pool
@@ -273,3 +275,11 @@ def test_a_run_over_http_and_ws_records_how_each_turn_was_stamped(
         else:
             assert diffs.isna().all()
             assert block["user_minus_kernel_us"] is None
+    # A run killed before its summary gets the same block back from its rows.
+    copy = tmp_path / "killed"
+    shutil.copytree(run.path, copy, ignore=shutil.ignore_patterns("summary.json"))
+    rebuilt = rebuild_summary(copy)
+    for name in ("http", "ws"):
+        assert (
+            rebuilt["transports"][name]["rx_stamp"] == run.summary["transports"][name]["rx_stamp"]
+        )
