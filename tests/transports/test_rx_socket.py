@@ -283,3 +283,34 @@ def test_a_run_over_http_and_ws_records_how_each_turn_was_stamped(
         assert (
             rebuilt["transports"][name]["rx_stamp"] == run.summary["transports"][name]["rx_stamp"]
         )
+
+
+def test_paused_reading_holds_data_back_and_abort_ends_the_connection_at_once() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            listener.setblocking(False)
+            connecting = asyncio.ensure_future(open_pair("rx", listener.getsockname()[1]))
+            server, _ = await loop.sock_accept(listener)
+            transport, proto = await connecting
+            assert isinstance(transport, RxTransport)
+            with server:
+                transport.pause_reading()
+                assert not transport.is_reading()
+                server.send(b"held")
+                await asyncio.sleep(0.05)
+                assert proto.chunks == []
+                transport.resume_reading()
+                async with asyncio.timeout(10):
+                    while not proto.chunks:
+                        await asyncio.sleep(0.001)
+                assert proto.chunks == [b"held"]
+                # a write the peer never reads stays buffered; abort drops it and ends now
+                transport.write(b"x" * (16 * 1024 * 1024))
+                assert transport.get_write_buffer_size() > 0
+                transport.abort()
+                async with asyncio.timeout(10):
+                    assert await proto.lost is None
+                assert transport.get_write_buffer_size() == 0
+
+    uvloop.run(main())
