@@ -23,6 +23,7 @@ from harness.report.sweep import parse_sweep_sets, split_values
 from harness.run.goodput import SEARCH_DEFAULTS
 from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
 from harness.run.target import TargetFlags
+from harness.transports.rx_socket import RX_STAMP_MODES, resolve_rx_stamp
 from harness.wire.errors import UsageError
 from harness.wire.tokens import TokenConvention
 from harness.wire.transports import TRANSPORT_NAMES
@@ -71,6 +72,15 @@ def add_client_options(p: Any) -> None:
         help="how the WebSocket transports run a rollout's sub-agents (rollout.subagents): a "
         "connection each (connection, the scenario's default) or lanes (stream_id) on the "
         "rollout's own connection (lanes); overrides rollout.subagents.ws",
+    )
+    p.add_argument(
+        "--rx-stamp",
+        choices=RX_STAMP_MODES,
+        default="auto",
+        help="how each read is stamped: kernel (the socket's receive time, SO_TIMESTAMPNS, "
+        "plain TCP on Linux; TLS connections are stamped in user space), user (when the read "
+        "returned, as before) or auto (kernel where the machine supports it, else user; "
+        "default); see docs/metrics.md §1.9",
     )
     p.add_argument(
         "--request-timeout-s",
@@ -308,6 +318,7 @@ def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
         "recover_from": args.recover_from,
         "slice_s": getattr(args, "slice_s", None),
         "ws_subagents": args.ws_subagents,
+        "rx_stamp": args.rx_stamp,
     }
 
 
@@ -401,6 +412,11 @@ def _check_common(args: argparse.Namespace) -> None:
         )
     target_flags(args)
     slo_sets(getattr(args, "slo", None))
+    rx_stamp = getattr(args, "rx_stamp", "auto")
+    try:
+        resolve_rx_stamp(rx_stamp)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     timeout = getattr(args, "request_timeout_s", None)
     # "not > 0" also refuses nan, which compares false with everything.
     if timeout is not None and not timeout > 0:

@@ -11,8 +11,9 @@ from typing import Any
 import orjson
 
 from harness.cli.common import EXIT_INVALID, EXIT_OK, HelpFormatter, examples
-from harness.tools.selfbench.bench import SelfbenchOptions, run_selfbench
+from harness.tools.selfbench.bench import STEPS, SelfbenchOptions, run_selfbench
 from harness.tools.selfbench.figures import document, render_table, verdict
+from harness.transports.rx_socket import RX_STAMP_MODES, resolve_rx_stamp
 from harness.wire.errors import UsageError
 
 #: a missed target on a busy machine is a measurement to repeat: the table's "re-measure" row
@@ -51,8 +52,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-locust", action="store_true", help="skip the Locust comparison")
     p.add_argument(
         "--steps",
-        default="throughput,timing,memory",
-        help="comma-separated steps to run (default: all): throughput, timing, memory",
+        default=",".join(STEPS),
+        help=f"comma-separated steps to run (default: all): {', '.join(STEPS)}",
+    )
+    p.add_argument(
+        "--rx-stamp",
+        choices=RX_STAMP_MODES,
+        default="auto",
+        help="how the timing step's runs stamp reads (as loopbench run --rx-stamp; the kstamp "
+        "step runs both kernel and user)",
     )
     p.add_argument(
         "--check",
@@ -68,12 +76,14 @@ def cmd_selfbench(args: argparse.Namespace) -> int:
     if args.no_locust:
         opts = dataclasses.replace(opts, locust=False)
     steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
-    unknown = sorted(set(steps) - {"throughput", "timing", "memory"})
+    unknown = sorted(set(steps) - set(STEPS))
     if unknown or not steps:
-        raise UsageError(
-            f"--steps: expected one or more of throughput, timing, memory, got {args.steps!r}"
-        )
-    opts = dataclasses.replace(opts, steps=steps)
+        raise UsageError(f"--steps: expected one or more of {', '.join(STEPS)}, got {args.steps!r}")
+    try:
+        resolve_rx_stamp(args.rx_stamp)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    opts = dataclasses.replace(opts, steps=steps, rx_stamp=args.rx_stamp)
 
     def say(line: str) -> None:
         if not args.quiet:

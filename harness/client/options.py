@@ -37,6 +37,10 @@ class TransportOptions:
     #: a WebSocket rollout's sub-agents: a connection each (``connection``), or lanes
     #: (``stream_id``) on the rollout's own connection (``lanes``)
     ws_subagents: str = "connection"
+    #: how reads are stamped: ``kernel`` (the socket's receive time, plain TCP only) or ``user``
+    #: (perf_counter_ns when the read returned); ``--rx-stamp auto`` is resolved before it gets
+    #: here (harness/transports/rx_socket.py, docs/metrics.md §1.9)
+    rx_stamp: str = "user"
 
     @property
     def ws_url(self) -> str:

@@ -25,25 +25,42 @@ class SseFeed:
         self.stream = stream
         self.decoder = SSEDecoder()
 
-    def feed(self, chunk: bytes, t_ns: int) -> int:
+    def feed(self, chunk: bytes, t_ns: int, user_ns: int = 0) -> int:
         """Feed one chunk; returns how many events it completed (the edge's idle timeout
-        counts events, not bytes)."""
+        counts events, not bytes).
+
+        ``user_ns``: when ``t_ns`` is the kernel's receive stamp of the read, the user-space
+        one (the turn keeps the first token's pair); 0 when ``t_ns`` is the user-space stamp.
+        """
         stream = self.stream
         msgs = self.decoder.feed(chunk)
+        waiting = user_ns and not stream.first_token_ns
         for msg in msgs:
             if msg.data.startswith("[DONE]"):
                 continue
             stream.feed(loads(msg.data), t_ns)
+        if user_ns:
+            stream.rx_kernel = True
+            if waiting and stream.first_token_ns:
+                stream.first_token_user_ns = user_ns
         return len(msgs)
 
 
-def feed_ws_message(stream: ResponseStream, raw: str | bytes, t_ns: int) -> None:
+def feed_ws_message(stream: ResponseStream, raw: str | bytes, t_ns: int, user_ns: int = 0) -> None:
     """One WebSocket text message into ``stream``.
 
     An ``error`` event without ``sequence_number`` belongs to the connection, not to
-    the response: it is raised as :class:`~harness.wire.errors.APIError`.
+    the response: it is raised as :class:`~harness.wire.errors.APIError`.  ``user_ns`` as
+    for :meth:`SseFeed.feed`.
     """
     event = loads(raw)
     if event.get("type") == "error" and "sequence_number" not in event:
         raise api_error_from_event(event)
+    if not user_ns:
+        stream.feed(event, t_ns)
+        return
+    stream.rx_kernel = True
+    waiting = not stream.first_token_ns
     stream.feed(event, t_ns)
+    if waiting and stream.first_token_ns:
+        stream.first_token_user_ns = user_ns

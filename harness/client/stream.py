@@ -109,6 +109,8 @@ class ResponseStream:
         self.error_message: str | None = None
         # ordering state: lives for the whole response, across pause/resume
         self._created = False
+        #: some read of this response carried a kernel receive stamp (the edge sets it)
+        self.rx_kernel = False
         self._last_seq: int | None = None
         self._added: dict[int, dict[str, Any]] = {}
         self._item_done: set[int] = set()
@@ -123,6 +125,9 @@ class ResponseStream:
     def _start_segment(self, sent_ns: int) -> None:
         self._hot = None
         self.sent_ns = sent_ns
+        #: the user-space stamp of the read that carried the first token, when the edge stamped
+        #: it with the kernel's receive time (first_token_ns); 0 otherwise
+        self.first_token_user_ns = 0
         self.first_event_ns = 0
         self.first_token_ns = 0
         self.first_output_ns = 0
@@ -552,6 +557,12 @@ class ResponseStream:
         rec.sent_ns = self.sent_ns
         rec.first_event_ns = self.first_event_ns
         rec.first_token_ns = self.first_token_ns
+        # The first token's read decides; a response without one, any of its reads.
+        if self.first_token_user_ns:
+            rec.rx_stamp = "kernel"
+            rec.rx_user_minus_kernel_us = (self.first_token_user_ns - self.first_token_ns) / 1e3
+        elif self.rx_kernel and not self.first_token_ns:
+            rec.rx_stamp = "kernel"
         rec.first_output_ns = self.first_output_ns
         rec.last_token_ns = self.last_token_ns
         rec.done_ns = self.done_ns

@@ -234,12 +234,18 @@ class TranslatedFeed(SseFeed):
         super().__init__(stream)
         self.translator = translator
 
-    def feed(self, chunk: bytes, t_ns: int) -> int:
-        """Feed one chunk; returns how many SSE messages it completed (the idle timeout's count)."""
+    def feed(self, chunk: bytes, t_ns: int, user_ns: int = 0) -> int:
+        """Feed one chunk; returns how many SSE messages it completed (the idle timeout's count).
+        ``user_ns`` as for :meth:`SseFeed.feed`."""
         stream = self.stream
         translate = self.translator.feed
         msgs = self.decoder.feed(chunk)
+        waiting = user_ns and not stream.first_token_ns
         for msg in msgs:
             for event in translate(msg):
                 stream.feed(event, t_ns)
+        if user_ns:
+            stream.rx_kernel = True
+            if waiting and stream.first_token_ns:
+                stream.first_token_user_ns = user_ns
         return len(msgs)

@@ -19,6 +19,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.rx_stamps import RxStampStats
 from harness.metrics.summary import Accumulator
 from harness.report.error_summary import error_block
 from harness.report.results import SUMMARY, Run, load_run, write_summary
@@ -48,7 +49,7 @@ def _records(table: Any, cls: type) -> Iterable[Any]:
                 values[name] = v if isinstance(v, bool) else str(v).lower() in ("true", "1")
             elif t == "int":
                 values[name] = int(v)
-            elif t == "float":
+            elif t in ("float", "float | None"):  # an empty cell (None) was skipped above
                 values[name] = float(v)
             else:
                 values[name] = str(v)
@@ -76,9 +77,11 @@ def _write(run: Run) -> dict[str, Any]:
     slo = {k: float(v) for k, v in slo.items() if v is not None} if isinstance(slo, dict) else {}
     acc = Accumulator(warmup_rollouts=int(load.get("warmup_rollouts") or 0), slo=slo)
     examples: dict[str, dict[str, str]] = {}
+    rx = RxStampStats()
     turns = 0
     for rec in _records(run.turns, TurnRecord):
         acc.add_turn(rec)
+        rx.add(rec)
         turns += 1
         if not rec.ok and rec.error_message:
             kind = rec.error_kind or rec.status
@@ -91,6 +94,10 @@ def _write(run: Run) -> dict[str, Any]:
         rollouts += 1
     planned = [str(t) for t in manifest.get("transports") or acc.transports]
     summary = acc.summary(run_id=run.run_id, comparisons=comparison_pairs(planned))
+    for name, t in summary.get("transports", {}).items():
+        block = rx.summary(name)
+        if block is not None:
+            t["rx_stamp"] = block
     reason = REBUILT_REASON.format(turns=turns, rollouts=rollouts)
     summary["valid"] = False
     summary["invalid_reasons"] = [reason]

@@ -48,8 +48,10 @@ HISTOGRAMS = "histograms"
 
 #: text columns of the record CSVs (read as strings, empty stays "")
 _TEXT_COLUMNS = frozenset(
-    ("transport", "status", "error_kind", "error_message", "response_id", "sim_cache")
+    ("transport", "status", "error_kind", "error_message", "response_id", "sim_cache", "rx_stamp")
 )
+#: numeric columns whose empty cell means "not recorded" (a record field that may be None)
+_NULLABLE_COLUMNS = ("rx_user_minus_kernel_us",)
 
 #: a histogram for the whole run, or its ``(start_s, end_s, histogram)`` intervals
 HistogramSeries = Histogram | Sequence[tuple[float, float, Histogram]]
@@ -312,6 +314,7 @@ def read_csv_gz(path: str | Path, columns: Sequence[str] | None = None) -> pd.Da
             io.BytesIO(raw),
             dtype={c: str for c in header if c in _TEXT_COLUMNS},
             keep_default_na=False,
+            na_values={c: [""] for c in _NULLABLE_COLUMNS if c in header},
         )
     except (ValueError, pd.errors.ParserError) as exc:
         raise ResultsError(f"{path}: not a loopbench CSV: {exc}") from exc

@@ -59,6 +59,8 @@ def client_options(
     shaping: Mapping[str, Any] | None = None,
     tokenizer: str = "4-chars",
     ws_subagents: str | None = None,
+    rx_stamp: str | None = None,
+    rx_stamp_option: str | None = None,
 ) -> dict[str, Any]:
     """The manifest's ``client_options``: the client settings that can change a measurement.
 
@@ -80,6 +82,11 @@ def client_options(
     if ws_subagents is not None:
         # --ws-subagents, only when given (else the scenario's rollout.subagents.ws decides)
         out["ws_subagents"] = ws_subagents
+    if rx_stamp is not None:
+        # how the asyncio client stamped reads (kernel or user; TLS connections: user) and
+        # the --rx-stamp that chose it (docs/metrics.md §1.9)
+        out["rx_stamp"] = rx_stamp
+        out["rx_stamp_option"] = rx_stamp_option or rx_stamp
     return out
 
 

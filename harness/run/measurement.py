@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.rx_stamps import RxStampStats
 from harness.metrics.sample_size import sample_size_reasons
 from harness.metrics.summary import Accumulator
 from harness.report.error_summary import error_block
@@ -112,6 +113,8 @@ class Measurement:
         # the console and the summary's ``errors`` block print next to the count.
         self.error_examples: dict[str, dict[str, str]] = {}
         self.summary: dict[str, Any] | None = None
+        #: receive stamps per transport (docs/metrics.md §1.9)
+        self.rx = RxStampStats()
 
     @property
     def run_dir(self) -> Path:
@@ -120,6 +123,7 @@ class Measurement:
     # -- records (per event: keep these two calls and nothing more) ---------------------------
 
     def add_turn(self, rec: TurnRecord) -> None:
+        self.rx.add(rec)  # first: past the diagnostic window, the row keeps one stamp only
         self.writer.add_turn(rec)
         self.acc.add_turn(rec)
         if not rec.ok:
@@ -164,6 +168,7 @@ class Measurement:
             "interrupted": self.interrupted,
             "reasons": list(self.reasons),
             "error_examples": self.error_examples,
+            "rx_stamps": self.rx.to_state(),
         }
 
     def merge_state(self, state: Mapping[str, Any], name: str) -> None:
@@ -178,6 +183,7 @@ class Measurement:
             for kind, message in kinds.items():
                 self.note_error(transport, kind, message)
         self.reasons += [f"{name}: {r}" for r in state["reasons"]]
+        self.rx.merge(state.get("rx_stamps") or {})
 
     # -- the end --------------------------------------------------------------------------------
 
@@ -190,6 +196,9 @@ class Measurement:
             sched = self.schedules.get(name)
             if sched is not None:
                 t["schedule"] = sched.as_dict()
+            rx = self.rx.summary(name)
+            if rx is not None:
+                t["rx_stamp"] = rx
         errors = error_block(summary.get("transports", {}), self.error_examples)
         reasons = validity_reasons(
             summary, self.schedules, self.scenario.load, self.clients, errors, self.reasons

@@ -37,6 +37,7 @@ from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
 from harness.run.progress import LineProgress, ProgressSink
 from harness.run.server_scrape import ServerScraper, embedded_metrics_url
 from harness.transports import Transport, TransportOptions, make_transport
+from harness.transports.rx_socket import resolve_rx_stamp
 from harness.wire.errors import ResultsError
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.plan import RolloutPlan, conversations
@@ -98,6 +99,8 @@ class RunOptions:
     slice_s: float | None = None
     # --ws-subagents: connection or lanes; None: the scenario's rollout.subagents.ws
     ws_subagents: str | None = None
+    # --rx-stamp: auto, kernel or user (docs/metrics.md §1.9); resolved where the client runs
+    rx_stamp: str = "auto"
 
     def client_options(self) -> dict[str, Any]:
         return client_options(
@@ -110,6 +113,8 @@ class RunOptions:
             shaping=self.shaping.describe(),
             tokenizer=self.tokens.name,
             ws_subagents=self.ws_subagents,
+            rx_stamp=resolve_rx_stamp(self.rx_stamp),
+            rx_stamp_option=self.rx_stamp,
         )
 
 
@@ -150,6 +155,7 @@ def transport_options(
         shaping=opts.shaping,
         tokens=opts.tokens,
         ws_subagents=ws_subagents,
+        rx_stamp=resolve_rx_stamp(opts.rx_stamp),
     )
 
 

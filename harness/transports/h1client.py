@@ -18,19 +18,25 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 from harness.client.api_errors import describe_os_error, lost_mid_response
 from harness.client.h1 import H1Error, ResponseParser, encode_request
+from harness.transports.rx_socket import RxTransport, stamped_transport, tcp_socket
 from harness.wire.errors import ErrorKind, LoopbenchError, StaleConnection, TransportError
 
-#: ``(body bytes, t_ns)``; raising stops the response and fails the request with that error
-#: body bytes of a stream in, with their arrival time; returns the events they completed
-#: (``None``: not counted, every byte is progress)
-BodySink = Callable[[bytes, int], "int | None"]
+
+class BodySink(Protocol):
+    """Body bytes of a stream in, with their arrival time; returns the events they completed
+    (``None``: not counted, every byte is progress).  Raising stops the response and fails the
+    request with that error.  Over a kernel-stamping connection ``t_ns`` is the kernel's receive
+    stamp and ``user_ns`` the user-space one (else 0, and ``t_ns`` is the user-space stamp)."""
+
+    def __call__(self, chunk: bytes, t_ns: int, user_ns: int = 0, /) -> int | None: ...
+
+
 #: the most a non-streamed body (an error, an answer of another content type) may hold
 MAX_BODY_BYTES = 16 * 1024 * 1024
 #: seconds :meth:`H1Pool.aclose` waits for its connections to finish closing
@@ -57,6 +63,8 @@ class _Conn(asyncio.Protocol):
         self.peer = peer
         self.stream_types = stream_types
         self.transport: asyncio.Transport | None = None
+        #: the kernel-stamping transport, when this connection has one (docs/metrics.md §1.9)
+        self.rx: RxTransport | None = None
         self.closed = False
         self.parser = ResponseParser()
         self.sink: BodySink | None = None
@@ -72,9 +80,16 @@ class _Conn(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        if isinstance(transport, RxTransport):
+            self.rx = transport
 
     def data_received(self, data: bytes) -> None:
-        t_ns = time.perf_counter_ns()
+        t_ns = user_ns = time.perf_counter_ns()
+        rx = self.rx
+        kernel = rx is not None and rx.rx_kernel
+        if kernel:
+            assert rx is not None
+            t_ns = rx.rx_ns
         self.received = True
         progress: int | None = None
         try:
@@ -91,7 +106,7 @@ class _Conn(asyncio.Protocol):
                         or p.headers.get("content-type", "").startswith(self.stream_types)
                     )
                 ):
-                    progress = self.sink(body, t_ns)
+                    progress = self.sink(body, t_ns, user_ns) if kernel else self.sink(body, t_ns)
                 else:
                     self.body.append(body)
                     self.body_bytes += len(body)
@@ -183,9 +198,13 @@ class H1Pool:
         connect_timeout_s: float,
         read_timeout_s: float,
         stream_types: tuple[str, ...] = (),
+        rx_stamp: str = "user",
     ) -> None:
         """``stream_types``: content types whose body goes to a request's sink as it arrives
-        (any, if empty); a body of another type is collected whole, for the error message."""
+        (any, if empty); a body of another type is collected whole, for the error message.
+        ``rx_stamp``: ``kernel`` stamps plain-TCP reads with the kernel's receive time
+        (:mod:`harness.transports.rx_socket`; resolved from ``--rx-stamp`` beforehand); TLS
+        connections and ``user`` are stamped in user space."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise LoopbenchError(
@@ -205,6 +224,7 @@ class H1Pool:
                 self.ssl.verify_mode = ssl.CERT_NONE
         self.keepalive = keepalive
         self.stream_types = stream_types
+        self.kernel_stamps = rx_stamp == "kernel" and self.ssl is None
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self._slots = asyncio.Semaphore(max_connections)
@@ -223,13 +243,19 @@ class H1Pool:
         transport: asyncio.BaseTransport | None = None
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                transport, proto = await loop.create_connection(
-                    lambda: _Conn(loop, self.authority, self.stream_types), self.host, self.port
-                )
+                if self.kernel_stamps:
+                    transport, proto = await self._connect_stamped(loop)
+                else:
+                    transport, proto = await loop.create_connection(
+                        lambda: _Conn(loop, self.authority, self.stream_types), self.host, self.port
+                    )
                 tcp_ns = time.perf_counter_ns()
                 if self.ssl is not None:
                     tls = await loop.start_tls(
-                        transport, proto, self.ssl, server_hostname=self.host
+                        cast(asyncio.WriteTransport, transport),
+                        proto,
+                        self.ssl,
+                        server_hostname=self.host,
                     )
                     tls_ns = time.perf_counter_ns()
                     assert tls is not None  # None only when the loop is closing
@@ -252,6 +278,22 @@ class H1Pool:
         proto.transport = cast(asyncio.Transport, transport)
         self._open.add(proto)
         return proto, (started, tcp_ns, tls_ns)
+
+    async def _connect_stamped(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> tuple[asyncio.BaseTransport, _Conn]:
+        """A plain-TCP connection over a kernel-stamping transport; over the loop's own when
+        the socket refuses the timestamp option."""
+        sock = await tcp_socket(self.host, self.port)
+        proto = _Conn(loop, self.authority, self.stream_types)
+        try:
+            transport = stamped_transport(loop, sock, proto)
+            if transport is not None:
+                return transport, proto
+            return await loop.create_connection(lambda: proto, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
 
     def _take_idle(self) -> _Conn | None:
         while self._idle:

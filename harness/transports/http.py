@@ -40,6 +40,7 @@ class HttpTransport:
             read_timeout_s=options.request_timeout_s,
             # Anything else (a JSON answer, an HTML page) is kept whole and named in the error.
             stream_types=("text/event-stream",),
+            rx_stamp=options.rx_stamp,
         )
 
     async def session(self, rollout_key: str | None = None) -> HttpSession:

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
+import logging
 import re
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.client import ClientProtocol
+from websockets.datastructures import HeadersLike
 from websockets.frames import Close
-from websockets.uri import parse_uri
+from websockets.http11 import USER_AGENT
+from websockets.uri import WebSocketURI, parse_uri
 
 from harness.client.api_errors import ws_open_failure
 from harness.client.bodies import ws_headers
@@ -32,8 +34,9 @@ from harness.client.recovery import Recovery
 from harness.client.shaping import session_headers
 from harness.client.stream import ResponseStream
 from harness.transports.http import HttpTransport, compact
+from harness.transports.rx_socket import stamped_transport, tcp_socket
 from harness.transports.tls import tls_context
-from harness.transports.ws_stamp import StampedConnection, arrival_ns
+from harness.transports.ws_stamp import StampedConnection, arrival
 from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
 from harness.wire.events import dumps
 from harness.wire.sse import MAX_EVENT_BYTES
@@ -49,36 +52,6 @@ class ConnectStamps:
     start_ns: int
     tcp_ns: int
     tls_ns: int
-
-
-async def tcp_socket(host: str, port: int) -> socket.socket:
-    """A connected TCP socket to ``host``: the first of its addresses that accepts."""
-    loop = asyncio.get_running_loop()
-    addresses: list[tuple[int, Any]]
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        addresses = [(info[0], info[4]) for info in infos]
-    else:
-        # An address needs no lookup; getaddrinfo would still take a trip through the
-        # loop's thread pool, which the first connection would pay for in its connect time.
-        addresses = [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, (host, port))]
-    error: OSError = OSError(f"{host} has no address to connect to")
-    for family, addr in addresses:
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setblocking(False)
-            await loop.sock_connect(sock, addr)
-        except OSError as exc:
-            sock.close()
-            error = exc
-            continue
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-    raise error
 
 
 async def open_ws(options: TransportOptions, url: str) -> ClientConnection:
@@ -98,24 +71,29 @@ async def open_ws_timed(
     uri = parse_uri(url)
     # Before the clock starts: the first call loads the CA store (milliseconds).
     ctx = tls_context(options.verify_tls) if uri.secure else None
+    headers = ws_headers(options, session_headers(options.shaping, rollout_key))
     sock: socket.socket | None = None
     started = time.perf_counter_ns()
     try:
         async with asyncio.timeout(options.connect_timeout_s):
             sock = await tcp_socket(uri.host, uri.port)
         tcp_ns = time.perf_counter_ns()
+        if options.rx_stamp == "kernel" and not uri.secure:
+            stamped = await _open_stamped(sock, uri, headers, options.connect_timeout_s)
+            if stamped is not None:
+                return stamped, ConnectStamps(started, tcp_ns, 0)
         # Compression off and no keepalive pings: the measurement path must not pay for either.
         conn = await connect(
             url,
             sock=sock,
-            additional_headers=ws_headers(options, session_headers(options.shaping, rollout_key)),
+            additional_headers=headers,
             compression=None,
             # A Responses event holding a whole 1,000,000-token answer is ~5 MiB: a larger
             # message is a hostile or broken peer (close 1009), not one to buffer.
             max_size=MAX_EVENT_BYTES,
             ping_interval=None,
             open_timeout=options.connect_timeout_s,
-            close_timeout=2,
+            close_timeout=_CLOSE_TIMEOUT_S,
             # Messages are stamped at the I/O edge, not when the loop gets round to them.
             create_connection=StampedConnection,
             # Direct, like the HTTP transports: a proxy would be measured too, and looking
@@ -130,6 +108,38 @@ async def open_ws_timed(
         raise ws_open_failure(exc, url) from exc
     tls_ns = conn.made_ns if uri.secure and isinstance(conn, StampedConnection) else 0
     return conn, ConnectStamps(started, tcp_ns, tls_ns)
+
+
+#: what ``connect`` is given above, for the connection :func:`_open_stamped` builds itself
+_CLOSE_TIMEOUT_S = 2
+_LOGGER = logging.getLogger("websockets.client")
+
+
+async def _open_stamped(
+    sock: socket.socket, uri: WebSocketURI, headers: HeadersLike, open_timeout_s: float
+) -> StampedConnection | None:
+    """The WebSocket over a kernel-stamping transport (docs/metrics.md §1.9); None when the
+    socket refuses the timestamp option (the caller then goes the usual way).
+
+    What ``websockets.asyncio.client.connect`` does for a given socket, with the same
+    settings as :func:`open_ws_timed`'s call of it: the sans-I/O protocol, the connection
+    around it, our transport instead of the loop's, the opening handshake.
+    """
+    protocol = ClientProtocol(uri, extensions=None, max_size=MAX_EVENT_BYTES, logger=_LOGGER)
+    conn = StampedConnection(protocol, ping_interval=None, close_timeout=_CLOSE_TIMEOUT_S)
+    if stamped_transport(asyncio.get_running_loop(), sock, conn) is None:
+        return None
+    try:
+        async with asyncio.timeout(open_timeout_s):
+            await conn.handshake(headers, USER_AGENT)
+    except TimeoutError as exc:
+        conn.transport.abort()
+        raise TimeoutError("timed out during opening handshake") from exc
+    except BaseException:
+        conn.transport.abort()
+        raise
+    conn.start_keepalive()
+    return conn
 
 
 async def read_response(
@@ -149,11 +159,11 @@ async def read_response(
     try:
         async with asyncio.timeout_at(loop.time() + idle_ns / 1e9 if idle_ns else None) as timer:
             async for raw in conn:
-                t_ns = arrival_ns(conn)
+                t_ns, user_ns = arrival(conn)
                 if idle_ns and t_ns >= next_push:
                     timer.reschedule(loop.time() + idle_ns / 1e9)
                     next_push = t_ns + idle_ns // 8
-                feed_ws_message(stream, raw, t_ns)
+                feed_ws_message(stream, raw, t_ns, user_ns)
                 if stream.done:
                     return
     except TimeoutError:
@@ -283,7 +293,7 @@ class LaneMux:
         self.t = transport
         self.rollout_key = rollout_key
         self.conn: ClientConnection | None = None
-        self.queues: dict[str | None, asyncio.Queue[tuple[str | bytes | None, int]]] = {}
+        self.queues: dict[str | None, asyncio.Queue[tuple[str | bytes | None, int, int]]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._opening = asyncio.Lock()
 
@@ -306,7 +316,7 @@ class LaneMux:
             async for raw in conn:
                 queue = self.queues.get(lane_of(raw))
                 if queue is not None:
-                    queue.put_nowait((raw, arrival_ns(conn)))
+                    queue.put_nowait((raw, *arrival(conn)))
             code = close_code(conn.protocol.close_rcvd)
         except websockets.exceptions.ConnectionClosed as exc:
             code = close_code(exc.rcvd)
@@ -315,7 +325,7 @@ class LaneMux:
                 self.conn = None
             # Every lane waiting on this connection learns it is gone.
             for queue in self.queues.values():
-                queue.put_nowait((None, code))
+                queue.put_nowait((None, code, 0))
 
     async def release(self, lane: str | None) -> None:
         self.queues.pop(lane, None)
@@ -344,7 +354,7 @@ class WsLaneSession:
         self.conv = Conversation(t.spec, options.recover_from, options.shaping, options.tokens)
         self.compact_headers = session_headers(options.shaping, mux.rollout_key)
         self.url = options.ws_url + self.conv.ws_query
-        self.queue: asyncio.Queue[tuple[str | bytes | None, int]] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[str | bytes | None, int, int]] = asyncio.Queue()
         mux.queues[lane] = self.queue
 
     def lane(self, conversation: int) -> WsLaneSession:
@@ -387,7 +397,7 @@ class WsLaneSession:
 
 
 async def _read_lane(
-    queue: asyncio.Queue[tuple[str | bytes | None, int]],
+    queue: asyncio.Queue[tuple[str | bytes | None, int, int]],
     stream: ResponseStream,
     idle_timeout_s: float | None,
 ) -> None:
@@ -396,12 +406,12 @@ async def _read_lane(
     try:
         async with asyncio.timeout(idle_timeout_s) as timer:
             while True:
-                raw, t_ns = await queue.get()
+                raw, t_ns, user_ns = await queue.get()
                 if raw is None:
                     raise WsClosed(t_ns)
                 if idle_timeout_s:
                     timer.reschedule(loop.time() + idle_timeout_s)
-                feed_ws_message(stream, raw, t_ns)
+                feed_ws_message(stream, raw, t_ns, user_ns)
                 if stream.done:
                     return
     except TimeoutError:

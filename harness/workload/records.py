@@ -96,6 +96,12 @@ class TurnRecord:
     # (plan.SubagentPlan.subagent_id); -1: the root has no parent
     conversation: int = 0
     parent_conversation: int = -1
+    # how the turn's reads were stamped (docs/metrics.md §1.9): "kernel" (the socket's
+    # SO_TIMESTAMPNS receive time, moved to the perf_counter clock) or "user" (perf_counter_ns
+    # when the read returned); and, for the diagnostic window (a run's first turns of each
+    # transport), the first-token read's user-space stamp minus its kernel stamp, in µs
+    rx_stamp: str = "user"
+    rx_user_minus_kernel_us: float | None = None
     # gaps between consecutive output deltas (ns); not written to CSV, fed to histograms
     itl_ns: list[int] = field(default_factory=list, repr=False)
 

@@ -163,7 +163,7 @@ def test_sweep_passes_the_client_options_to_each_run(
             "--recover-from", "compacted",
             "--server-metrics", url.removesuffix("/v1") + "/metrics",
             "--server-metrics-interval", "0.2", "--header", "X-Sweep: 1",
-            "--extra-body", '{"temperature": 0.5}',
+            "--extra-body", '{"temperature": 0.5}', "--rx-stamp", "user",
         ]  # fmt: skip
         # This server refuses any other key (401): every turn succeeds only if the key is sent.
         monkeypatch.setenv("LOOPBENCH_TEST_KEY", "sk-sweep-test")
@@ -185,6 +185,8 @@ def test_sweep_passes_the_client_options_to_each_run(
                         api: {"temperature": 0.5} for api in ("responses", "chat", "messages")
                     },
                 },
+                "rx_stamp": "user",
+                "rx_stamp_option": "user",
             }
             turns = json.loads((folder / "summary.json").read_text())["transports"]["http"]["turns"]
             assert turns["count"] > 0 and turns["errors"] == 0

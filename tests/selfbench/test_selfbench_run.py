@@ -51,6 +51,14 @@ EXPECTED = {
     "burst_peak.http",
     "overload.control_valid",
     "overload.detected",
+    *(
+        f"client_error.{t}.64.{q}.{mode}"
+        for t in ("ws", "http")
+        for q in ("p50", "p99")
+        for mode in ("kernel", "user")
+    ),
+    *(f"decode_tps_error.{t}.64.{mode}" for t in ("ws", "http") for mode in ("kernel", "user")),
+    *(f"rx_user_minus_kernel_us.{t}.{q}" for t in ("ws", "http") for q in ("p50", "p99", "max")),
     "memory.mb_per_million_turns",
     "memory.us_per_turn",
 }

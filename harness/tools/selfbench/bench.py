@@ -21,6 +21,7 @@ from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
 from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.tools.selfbench.figures import Figure, at_least, at_most, figure
+from harness.tools.selfbench.kernel_stamps import SERVER_OVERRIDES, kernel_stamp_figures
 from harness.tools.selfbench.lib_server import READY_PREFIX as LIB_READY_PREFIX
 from harness.tools.selfbench.locust_cmp import measure_locust
 from harness.tools.selfbench.memory import measure_memory
@@ -48,6 +49,8 @@ TARGET_STREAMS = 16
 # of 0.5-0.9 ms; the trials at 8-13 % measured 1.0-1.9 ms.
 STEAL_DISTURBED_PCT = 6.0
 MAX_TRIAL_FACTOR = 3
+#: the steps, in the order they run (``--steps``)
+STEPS = ("throughput", "timing", "kstamp", "memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,11 @@ class SelfbenchOptions:
     overload_block_ms: float = 150.0
     locust: bool = True
     locust_seconds: float = 6.0
-    steps: tuple[str, ...] = ("throughput", "timing", "memory")
+    steps: tuple[str, ...] = STEPS
+    #: --rx-stamp of the timing step's runs (the kstamp step alternates kernel and user)
+    rx_stamp: str = "auto"
+    kstamp_rollouts: int = 4  # per stream, after the unmeasured first wave
+    kstamp_trials: int = 3
 
     @classmethod
     def quick(cls) -> SelfbenchOptions:
@@ -84,6 +91,8 @@ class SelfbenchOptions:
             memory_turns=10_000,
             overload_rollouts=12,
             locust_seconds=2.0,
+            kstamp_rollouts=1,
+            kstamp_trials=1,
         )
 
 
@@ -285,6 +294,7 @@ def _timing(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None])
             opts.pacing_streams,
             opts.pacing_rollouts,
             opts.pacing_tokens,
+            rx_stamp=opts.rx_stamp,
         )
         out.details["pacing"] = {
             "valid": run.summary.get("valid"),
@@ -375,7 +385,7 @@ def _overhead_level(
             + (f", trial {n} (of {n_trials} undisturbed)" if n_trials > 1 else "")
         )
         cpu0 = read_cpu_times()
-        run = overhead_run(url, list(opts.transports), streams, per)
+        run = overhead_run(url, list(opts.transports), streams, per, rx_stamp=opts.rx_stamp)
         steal = steal_percent(cpu0, read_cpu_times())
         trial: dict[str, Any] = {
             "valid": run.summary.get("valid"),
@@ -457,6 +467,19 @@ def _or_inf(v: Any) -> float:
     return float(v) if isinstance(v, (int, float)) else float("inf")
 
 
+def _kstamp(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
+    with embedded_server(overrides=SERVER_OVERRIDES) as url:
+        kernel_stamp_figures(
+            url,
+            list(opts.transports),
+            opts.kstamp_rollouts,
+            opts.kstamp_trials,
+            out.figures,
+            out.details,
+            say,
+        )
+
+
 def _memory(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
     say(f"memory: {opts.memory_turns:,} synthetic turns through accumulator + writer")
     mem = measure_memory(opts.memory_turns)
@@ -490,7 +513,12 @@ def run_selfbench(
     started = time.time()
     t0 = time.perf_counter()
     cpu0 = read_cpu_times()
-    for step, run in (("throughput", _throughput), ("timing", _timing), ("memory", _memory)):
+    for step, run in (
+        ("throughput", _throughput),
+        ("timing", _timing),
+        ("kstamp", _kstamp),
+        ("memory", _memory),
+    ):
         if step in opts.steps:
             run(opts, out, say)
     meta = {

@@ -68,6 +68,7 @@ def run_once(
     load: dict[str, Any],
     *,
     turn_hook: Callable[[TurnRecord], None] | None = None,
+    rx_stamp: str = "auto",
 ) -> RunFigures:
     scenario = _scenario(name, transports, rollout, load)
     plans = generate_rollouts(scenario)
@@ -80,6 +81,7 @@ def run_once(
             progress=False,
             render=False,
             turn_hook=turn_hook,
+            rx_stamp=rx_stamp,
         )
         t0 = time.perf_counter()
         result = run_async(
@@ -90,7 +92,11 @@ def run_once(
 
 
 def overhead_run(
-    base_url: str, transports: Sequence[str], streams: int, rollouts_per_stream: int
+    base_url: str,
+    transports: Sequence[str],
+    streams: int,
+    rollouts_per_stream: int,
+    rx_stamp: str = "auto",
 ) -> RunFigures:
     """Short turns (40-token outputs, small inputs) at ``streams`` concurrent rollouts.
 
@@ -113,11 +119,17 @@ def overhead_run(
             "final_answer_tokens": 40,
         },
         {"mode": "closed", "concurrency": streams, "warmup_rollouts": streams},
+        rx_stamp=rx_stamp,
     )
 
 
 def pacing_run(
-    base_url: str, transports: Sequence[str], streams: int, rollouts_per_stream: int, tokens: int
+    base_url: str,
+    transports: Sequence[str],
+    streams: int,
+    rollouts_per_stream: int,
+    tokens: int,
+    rx_stamp: str = "auto",
 ) -> RunFigures:
     """Long responses (``tokens`` each, two per rollout) at ``streams`` concurrent rollouts."""
     return run_once(
@@ -136,6 +148,7 @@ def pacing_run(
             "final_answer_tokens": tokens,
         },
         {"mode": "closed", "concurrency": streams},
+        rx_stamp=rx_stamp,
     )
 
 
