@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from harness.cli.common import EXIT_INVALID, EXIT_OK, HelpFormatter, examples
-from harness.tools.selfbench.bench import SelfbenchOptions, run_selfbench
+from harness.tools.selfbench.bench import STEPS, SelfbenchOptions, run_selfbench
 from harness.tools.selfbench.figures import document, render_table, verdict
 from harness.wire.errors import UsageError
 
@@ -48,8 +48,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-locust", action="store_true", help="skip the Locust comparison")
     p.add_argument(
         "--steps",
-        default="throughput,timing,memory",
-        help="comma-separated steps to run (default: all): throughput, timing, memory",
+        default=",".join(STEPS),
+        help=f"comma-separated steps to run (default: all): {', '.join(STEPS)}",
     )
     p.add_argument(
         "--check",
@@ -65,11 +65,9 @@ def cmd_selfbench(args: argparse.Namespace) -> int:
     if args.no_locust:
         opts = dataclasses.replace(opts, locust=False)
     steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
-    unknown = sorted(set(steps) - {"throughput", "timing", "memory"})
+    unknown = sorted(set(steps) - set(STEPS))
     if unknown or not steps:
-        raise UsageError(
-            f"--steps: expected one or more of throughput, timing, memory, got {args.steps!r}"
-        )
+        raise UsageError(f"--steps: expected one or more of {', '.join(STEPS)}, got {args.steps!r}")
     opts = dataclasses.replace(opts, steps=steps)
 
     def say(line: str) -> None:

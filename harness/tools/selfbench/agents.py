@@ -1,0 +1,409 @@
+"""Agents per client core: the most closed-loop agents one client process keeps measuring well.
+
+Each agent runs short rollouts back to back: small inputs, ~20-token outputs and a
+tool time of about a second after every tool-calling turn, so one agent makes about
+one turn per second.  One run per step, one transport at a time, through the real
+runner (:func:`harness.run.runner.run_plans`) in this process, pinned to one core; the
+reference server runs in its own process(es), pinned to another core, with a capacity
+(API workers, engine slots, aggregate TPS, connection limits) far above what a few
+thousand short streams need, so the client is what gives out first.
+
+A step passes when the run is valid by loopbench's own rules
+(:mod:`harness.run.validity`: errors, schedule lag, event-loop stalls, CPU
+saturation) and the client-side TTFT error p99 is at most ``error_p99_max_ms``.  The
+largest passing count is found with the goodput sweep's search
+(:class:`~harness.run.goodput.GoodputSearch`: doubling, then bisection), bounded in
+steps and in time.
+
+What a step costs the client is measured around the run: the process's CPU time
+(``os.times``), the turns and the events it received.  Events are counted from the
+turn records: every delta, plus the fixed lifecycle events of the reference server's
+responses (a tool-calling turn: created, in_progress, output_item.added,
+function_call_arguments.done, output_item.done, completed; a text answer two more,
+content_part.added and content_part.done ... see :data:`LIFECYCLE_TOOL_TURN`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import resource
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.run.embedded import server_child
+from harness.run.event_loop import run_async
+from harness.run.goodput import GoodputSearch
+from harness.run.runner import RunOptions, run_plans
+from harness.tools.selfbench.timing import _scenario
+from harness.workload.plan import RolloutPlan
+from harness.workload.records import TurnRecord
+from harness.workload.rollout import generate_rollouts
+
+#: non-delta events of a tool-calling turn and of a text answer on the reference server
+LIFECYCLE_TOOL_TURN = 6
+LIFECYCLE_TEXT_TURN = 8
+#: the metric the verdict reads (branch srvlate: measured − modelled − server lateness), and
+#: the one read while a summary does not carry it yet (measured − modelled)
+CLIENT_ERROR_METRIC = "client_error_ms"
+FALLBACK_ERROR_METRIC = "measurement_error_ms"
+#: a server that is not the bottleneck for thousands of short concurrent streams
+CAPACITY_OVERRIDES = {
+    "api.workers": "100000",
+    "engine.max_streams": "100000",
+    "engine.aggregate_tps": "1000000000000",
+}
+CAPACITY_ARGS = (
+    "--max-connections",
+    "1000000",
+    "--max-connections-per-client",
+    "0",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsOptions:
+    """Sizes of the agents step; :meth:`quick` is the reduced one the tests use."""
+
+    transports: tuple[str, ...] = ("ws", "http")
+    start: int = 250
+    max_agents: int = 4096
+    max_steps: int = 7
+    #: per transport: no new step starts after this many seconds
+    budget_s: float = 300.0
+    #: the search stops when the bracket is this fraction of the passing count
+    resolution: float = 0.1
+    #: how long each step starts rollouts (after the first wave, which is warm-up)
+    step_seconds: float = 10.0
+    tool_calls: int = 2
+    tool_ms: tuple[float, float] = (800.0, 1200.0)
+    output_tokens: int = 20
+    error_metric: str = CLIENT_ERROR_METRIC
+    error_p99_max_ms: float = 2.0
+    #: server processes (``--workers``); they all share the server's core
+    server_workers: int = 1
+    server_overrides: Mapping[str, str] = field(default_factory=lambda: dict(CAPACITY_OVERRIDES))
+    server_args: tuple[str, ...] = CAPACITY_ARGS
+    pin: bool = True
+
+    @classmethod
+    def quick(cls) -> AgentsOptions:
+        return cls(
+            start=2,
+            max_agents=8,
+            max_steps=4,
+            budget_s=60.0,
+            resolution=0.0,
+            step_seconds=1.0,
+            tool_ms=(40.0, 80.0),
+        )
+
+    @property
+    def turn_period_s(self) -> float:
+        return (self.tool_ms[0] + self.tool_ms[1]) / 2000
+
+
+@dataclass(slots=True)
+class _Counts:
+    """What the client received over one step (every turn, warm-up included)."""
+
+    first_wave: int
+    final_index: int
+    turns: int = 0
+    events: int = 0
+    measured_turns: int = 0
+    first_sent_ns: int = 0
+    last_done_ns: int = 0
+
+    def add(self, rec: TurnRecord) -> None:
+        self.turns += 1
+        lifecycle = (
+            LIFECYCLE_TEXT_TURN if rec.turn_index == self.final_index else LIFECYCLE_TOOL_TURN
+        )
+        self.events += rec.delta_events + (lifecycle if rec.ok else 0)
+        if rec.rollout_id >= self.first_wave and rec.ok:
+            self.measured_turns += 1
+            if not self.first_sent_ns or rec.sent_ns < self.first_sent_ns:
+                self.first_sent_ns = rec.sent_ns
+            self.last_done_ns = max(self.last_done_ns, rec.done_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsStep:
+    """One step of the search: a run of ``agents`` agents over one transport."""
+
+    transport: str
+    agents: int
+    passed: bool
+    valid: bool
+    invalid_reasons: list[str]
+    metric: str
+    error_p99_ms: float | None
+    error_p50_ms: float | None
+    turns_per_s: float | None
+    client_cpu_share: float
+    cpu_us_per_turn: float | None
+    cpu_us_per_event: float | None
+    server_cpu_share: float | None
+    seconds: float
+    loop_lag_p99_ms: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _plans(opts: AgentsOptions, agents: int, transport: str) -> tuple[Any, list[RolloutPlan]]:
+    # Enough rollouts that the step ends on time, not on a count: an agent makes one
+    # rollout per (tool_calls + 1) turn periods.
+    per_agent = 2 + int(opts.step_seconds / (opts.turn_period_s * opts.tool_calls)) + 1
+    lo, hi = opts.tool_ms
+    scenario = _scenario(
+        f"selfbench-agents-{transport}-{agents}",
+        [transport],
+        {
+            "count": agents * per_agent,
+            "system_tokens": 40,
+            "tool_schema_tokens": 40,
+            "user_prompt_tokens": 20,
+            "tool_calls": opts.tool_calls,
+            "tool_output_tokens": 20,
+            "tool_latency_ms": {"dist": "uniform", "min": lo, "max": hi} if hi > lo else lo,
+            "step_output_tokens": opts.output_tokens,
+            "final_answer_tokens": opts.output_tokens,
+        },
+        {
+            "mode": "closed",
+            "concurrency": agents,
+            # The first wave (one rollout per agent, started over the ramp) is warm-up: it
+            # opens every connection and is left out of the statistics.
+            "warmup_rollouts": agents,
+            "duration_s": opts.step_seconds + opts.turn_period_s * (opts.tool_calls + 1),
+        },
+    )
+    plans = generate_rollouts(scenario)
+    # Ramp-up: agent i's first request waits i/N of a tool time, so the agents start spread
+    # over one turn period instead of all at once (the closed loop hands rollout i to agent i).
+    ramp_ms = opts.turn_period_s * 1000
+    for i in range(min(agents, len(plans))):
+        plan = plans[i]
+        first = dataclasses.replace(plan.turns[0], think_ms=ramp_ms * i / agents)
+        plans[i] = dataclasses.replace(plan, turns=(first, *plan.turns[1:]))
+    return scenario, plans
+
+
+def _tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process and of its live descendants (Linux /proc)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    todo = [pid]
+    seen = 0
+    while todo:
+        p = todo.pop()
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            seen += 1
+            for task in Path(f"/proc/{p}/task").iterdir():
+                kids = (task / "children").read_text().split()
+                todo.extend(int(k) for k in kids)
+        except (OSError, ValueError, IndexError):
+            continue
+    return total if seen else None
+
+
+def run_step(
+    url: str, opts: AgentsOptions, transport: str, agents: int, server_pid: int | None
+) -> AgentsStep:
+    """One run of ``agents`` agents over ``transport``; its verdict and its client cost."""
+    scenario, plans = _plans(opts, agents, transport)
+    counts = _Counts(first_wave=agents, final_index=opts.tool_calls)
+    with tempfile.TemporaryDirectory(prefix="loopbench-selfbench-") as tmp:
+        run_opts = RunOptions(
+            transports=[transport],
+            target=url,
+            results_root=Path(tmp),
+            run_id=scenario.name,
+            progress=False,
+            render=False,
+            turn_hook=counts.add,
+        )
+        srv0 = _tree_cpu_s(server_pid) if server_pid else None
+        cpu0, t0 = os.times(), time.perf_counter()
+        result = run_async(
+            run_plans(scenario, f"<selfbench {scenario.name}>", plans, url, run_opts, embedded=True)
+        )
+        cpu1, wall = os.times(), time.perf_counter() - t0
+        srv1 = _tree_cpu_s(server_pid) if server_pid else None
+    summary = result.summary
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    t = summary.get("transports", {}).get(transport, {})
+    metric = opts.error_metric if opts.error_metric in t else FALLBACK_ERROR_METRIC
+    err = t.get(metric) or {}
+    p99 = err.get("p99")
+    valid = bool(summary.get("valid"))
+    span_s = (counts.last_done_ns - counts.first_sent_ns) / 1e9
+    client = summary.get("client") or {}
+    return AgentsStep(
+        transport=transport,
+        agents=agents,
+        passed=valid and p99 is not None and p99 <= opts.error_p99_max_ms,
+        valid=valid,
+        invalid_reasons=list(summary.get("invalid_reasons") or []),
+        metric=metric,
+        error_p99_ms=p99,
+        error_p50_ms=err.get("p50"),
+        turns_per_s=round(counts.measured_turns / span_s, 1) if span_s > 0 else None,
+        client_cpu_share=round(cpu_s / wall, 3),
+        cpu_us_per_turn=round(cpu_s / counts.turns * 1e6, 1) if counts.turns else None,
+        cpu_us_per_event=round(cpu_s / counts.events * 1e6, 2) if counts.events else None,
+        server_cpu_share=round((srv1 - srv0) / wall, 3)
+        if srv0 is not None and srv1 is not None
+        else None,
+        seconds=round(wall, 2),
+        loop_lag_p99_ms=(client.get("loop_lag_ms") or {}).get("p99"),
+    )
+
+
+def _pin(cpus: set[int]) -> None:
+    """Pin every thread of this process (``sched_setaffinity(0)`` moves only the caller)."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+def _cores() -> tuple[set[int], set[int]] | None:
+    """(client core, server core), or None where there is no second core to pin to."""
+    if not hasattr(os, "sched_getaffinity") or not Path("/proc/self/task").is_dir():
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return {cpus[0]}, {cpus[-1]}
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise this process's open-file soft limit to its hard limit; (soft, hard) after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+@contextlib.contextmanager
+def agents_server(opts: AgentsOptions) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """The reference server on its own core and this process on another, for the step.
+
+    Yields (url, server pid, placement facts).  The server inherits the affinity this
+    process has when it starts (and so do the workers it forks); this process then moves
+    to the client core, and back to every core it had when the step ends.
+    """
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    cores = _cores() if opts.pin else None
+    args = ["--host", "127.0.0.1", "--port", "0", "--seed", "0"]
+    for key, value in opts.server_overrides.items():
+        args += ["--set", f"{key}={value}"]
+    args += list(opts.server_args)
+    with tempfile.TemporaryDirectory(prefix="loopbench-selfbench-") as tmp:
+        # More than one worker process needs a store they share.
+        store = ":memory:" if opts.server_workers <= 1 else str(Path(tmp) / "store.sqlite")
+        args += ["--store", store, "--workers", str(opts.server_workers)]
+        try:
+            if cores is not None:
+                _pin(cores[1])
+            with server_child(args) as child:
+                if cores is not None:
+                    _pin(cores[0])
+                facts = {
+                    "client_core": sorted(cores[0]) if cores else None,
+                    "server_core": sorted(cores[1]) if cores else None,
+                    "server_workers": opts.server_workers,
+                    "open_files_limit": raise_fd_limit()[0],
+                }
+                yield child.ready, child.proc.pid, facts
+        finally:
+            if before is not None:
+                _pin(before)
+
+
+def search_agents(
+    url: str,
+    opts: AgentsOptions,
+    transport: str,
+    server_pid: int | None,
+    say: Callable[[str], None] = lambda _: None,
+) -> tuple[GoodputSearch, list[AgentsStep]]:
+    """The goodput sweep's search over the agent count, bounded by steps and by ``budget_s``."""
+    search = GoodputSearch(
+        float(opts.start),
+        float(opts.max_agents),
+        integer=True,
+        max_steps=opts.max_steps,
+        rel_resolution=opts.resolution,
+    )
+    steps: list[AgentsStep] = []
+    deadline = time.perf_counter() + opts.budget_s
+    while (load := search.next_load()) is not None and time.perf_counter() < deadline:
+        agents = int(load)
+        say(f"agents per core, {transport}: step {len(steps) + 1}, {agents} agents")
+        step = run_step(url, opts, transport, agents, server_pid)
+        steps.append(step)
+        search.record(load, step.passed)
+        say(
+            f"  {agents} agents: {step.metric} p99 {step.error_p99_ms} ms, "
+            f"{'valid' if step.valid else 'invalid'}, {step.turns_per_s} turns/s, client CPU "
+            f"{step.client_cpu_share:.0%}, server CPU {step.server_cpu_share} -> "
+            f"{'pass' if step.passed else 'fail'}"
+        )
+    return search, steps
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsAnswer:
+    transport: str
+    agents: int | None
+    at: AgentsStep | None
+    search: GoodputSearch
+    steps: list[AgentsStep]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "agents": self.agents,
+            "lowest_fail": self.search.lowest_fail,
+            "converged": self.search.converged,
+            "resolution": self.search.resolution,
+            "at_answer": self.at.as_dict() if self.at else None,
+            "steps": [s.as_dict() for s in self.steps],
+        }
+
+
+def measure_agents(
+    opts: AgentsOptions, say: Callable[[str], None] = lambda _: None
+) -> tuple[list[AgentsAnswer], dict[str, Any]]:
+    """Per transport, the largest passing agent count and the step that measured it."""
+    answers: list[AgentsAnswer] = []
+    with agents_server(opts) as (url, pid, facts):
+        for transport in opts.transports:
+            search, steps = search_agents(url, opts, transport, pid, say)
+            best = search.best
+            at = next((s for s in steps if s.passed and s.agents == best), None)
+            answers.append(AgentsAnswer(transport, int(best) if best else None, at, search, steps))
+    return answers, facts
+
+
+__all__: Sequence[str] = (
+    "AgentsAnswer",
+    "AgentsOptions",
+    "AgentsStep",
+    "agents_server",
+    "measure_agents",
+    "raise_fd_limit",
+    "run_step",
+    "search_agents",
+)

@@ -1,0 +1,53 @@
+"""The agents-per-core step: its search finds a capacity the test sets, and it reports costs.
+
+The server's capacity is set by the test (``--max-connections-per-client``: a WebSocket
+agent holds one connection, so one agent more than the limit gets refused and its
+turns fail, which makes the run invalid), and the TTFT bound is set out of reach of
+any timing, so the known answer is checkable on a busy machine.  No wall-clock
+threshold: only counts and the search's bookkeeping are asserted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from harness.tools.selfbench.agents import AgentsOptions, measure_agents
+from harness.tools.selfbench.bench import agents_figures
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_agents_search_finds_the_servers_connection_limit() -> None:
+    limit = 5
+    opts = dataclasses.replace(
+        AgentsOptions.quick(),
+        transports=("ws",),
+        start=2,
+        max_agents=12,
+        max_steps=6,
+        error_p99_max_ms=1e9,
+        server_args=("--max-connections-per-client", str(limit)),
+    )
+    answers, facts = measure_agents(opts)
+    (ws,) = answers
+    assert ws.agents == limit, [(s.agents, s.passed, s.invalid_reasons) for s in ws.steps]
+    assert ws.search.converged
+    assert ws.search.lowest_fail == limit + 1
+    # The step above the limit failed for the refused connections, not for timing.
+    above = next(s for s in ws.steps if s.agents == limit + 1)
+    assert not above.valid and above.invalid_reasons
+    at = ws.at
+    assert at is not None and at.passed and at.valid
+    assert at.turns_per_s is not None and at.turns_per_s > 0
+    assert at.cpu_us_per_turn is not None and at.cpu_us_per_event is not None
+    assert 0 < at.cpu_us_per_event < at.cpu_us_per_turn
+    assert facts["server_workers"] == 1
+    figures = {f.key: f for f in agents_figures(ws, opts.error_p99_max_ms)}
+    assert figures["agents.ws"].value == limit
+    assert figures["agents.ws"].passed is False  # 5 < 1,000: the target is the real one
+    for key in ("turns_per_s", "client_cpu_share", "cpu_us_per_turn", "cpu_us_per_event"):
+        value = figures[f"agents.ws.{key}"].value
+        assert value is not None and math.isfinite(value), key
