@@ -38,6 +38,11 @@ EXPECTED = {
     "overload.detected",
     "memory.mb_per_million_turns",
     "memory.us_per_turn",
+    *(
+        f"agents.{t}{k}"
+        for t in ("ws", "http")
+        for k in ("", ".turns_per_s", ".client_cpu_share", ".cpu_us_per_turn", ".cpu_us_per_event")
+    ),
 }
 
 
@@ -61,6 +66,7 @@ def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
         assert (f["target"] is None) == (f["passed"] is None), key
     # Targets sit where the issue puts them: 16 streams for the TTFT overhead.
     targeted = {k for k, f in figures.items() if f["target"]}
+    assert {k for k in targeted if k.startswith("agents")} == {"agents.ws", "agents.http"}
     assert {k for k in targeted if k.startswith("ttft_overhead")} == {
         f"ttft_overhead.{t}.16.{q}" for t in ("ws", "http") for q in ("p50", "p99")
     }
