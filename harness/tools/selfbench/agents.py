@@ -16,11 +16,15 @@ largest passing count is found with the goodput sweep's search
 steps and in time.
 
 What a step costs the client is measured around the run: the process's CPU time
-(``os.times``), the turns and the events it received.  Events are counted from the
-turn records: every delta, plus the fixed lifecycle events of the reference server's
-responses (a tool-calling turn: created, in_progress, output_item.added,
-function_call_arguments.done, output_item.done, completed; a text answer two more,
-content_part.added and content_part.done ... see :data:`LIFECYCLE_TOOL_TURN`).
+(``os.times``, so set-up and the summary are in it too), the turns and the events it
+received.  Events are counted from the turn records: every delta, plus the fixed
+non-delta events of the reference server's responses (:data:`LIFECYCLE_TOOL_TURN` for
+a tool-calling turn: created, in_progress, output_item.added,
+function_call_arguments.done, output_item.done, completed; :data:`LIFECYCLE_TEXT_TURN`
+for the final text answer, which adds content_part.added/done and output_text.done
+but no function_call_arguments.done).  The server's CPU (its process tree, from
+``/proc``) is measured over the same run: when it nears one core, the server is what
+caps the count and the client figure is a lower bound.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from harness.run.embedded import server_child
 from harness.run.event_loop import run_async
 from harness.run.goodput import GoodputSearch
 from harness.run.runner import RunOptions, run_plans
+from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.tools.selfbench.timing import _scenario
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import TurnRecord
@@ -159,6 +164,11 @@ class AgentsStep:
     server_cpu_share: float | None
     seconds: float
     loop_lag_p99_ms: float | None
+    #: p99 of how late the server wrote first tokens (branch srvlate's ``server_late_ms``;
+    #: None while the summary does not carry it)
+    server_late_p99_ms: float | None = None
+    #: share of CPU time the hypervisor took during the step (/proc/stat), for the noise
+    cpu_steal_pct: float | None = None
     #: the earlier runs of this step that failed (their figures), when it was run again
     failed_trials: tuple[dict[str, Any], ...] = ()
 
@@ -243,6 +253,7 @@ def run_step(
             turn_hook=counts.add,
         )
         srv0 = _tree_cpu_s(server_pid) if server_pid else None
+        steal0 = read_cpu_times()
         cpu0, t0 = os.times(), time.perf_counter()
         t0_ns = time.perf_counter_ns()
         result = run_async(
@@ -250,6 +261,7 @@ def run_step(
         )
         cpu1, wall = os.times(), time.perf_counter() - t0
         srv1 = _tree_cpu_s(server_pid) if server_pid else None
+        steal = steal_percent(steal0, read_cpu_times())
     summary = result.summary
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     t = summary.get("transports", {}).get(transport, {})
@@ -282,6 +294,8 @@ def run_step(
         else None,
         seconds=round(wall, 2),
         loop_lag_p99_ms=(client.get("loop_lag_ms") or {}).get("p99"),
+        server_late_p99_ms=(t.get("server_late_ms") or {}).get("p99"),
+        cpu_steal_pct=steal,
     )
 
 
@@ -329,6 +343,8 @@ def agents_server(opts: AgentsOptions) -> Iterator[tuple[str, int, dict[str, Any
         # More than one worker process needs a store they share.
         store = ":memory:" if opts.server_workers <= 1 else str(Path(tmp) / "store.sqlite")
         args += ["--store", store, "--workers", str(opts.server_workers)]
+        # Before the server starts, so that it inherits the raised limit too.
+        open_files = raise_fd_limit()[0]
         try:
             if cores is not None:
                 _pin(cores[1])
@@ -339,7 +355,7 @@ def agents_server(opts: AgentsOptions) -> Iterator[tuple[str, int, dict[str, Any
                     "client_core": sorted(cores[0]) if cores else None,
                     "server_core": sorted(cores[1]) if cores else None,
                     "server_workers": opts.server_workers,
-                    "open_files_limit": raise_fd_limit()[0],
+                    "open_files_limit": open_files,
                 }
                 yield child.ready, child.proc.pid, facts
         finally:
