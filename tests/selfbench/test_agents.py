@@ -14,8 +14,15 @@ import math
 
 import pytest
 
-from harness.tools.selfbench.agents import AgentsOptions, measure_agents
+from harness.tools.selfbench.agents import (
+    LIFECYCLE_TEXT_TURN,
+    LIFECYCLE_TOOL_TURN,
+    AgentsOptions,
+    TurnCounts,
+    measure_agents,
+)
 from harness.tools.selfbench.bench import agents_figures
+from harness.workload.records import TurnRecord
 
 
 @pytest.mark.slow
@@ -24,7 +31,7 @@ def test_agents_search_finds_the_servers_connection_limit() -> None:
     limit = 5
     opts = dataclasses.replace(
         AgentsOptions.quick(),
-        transports=("ws",),
+        transports=("ws", "http"),
         start=2,
         max_agents=12,
         max_steps=6,
@@ -32,7 +39,12 @@ def test_agents_search_finds_the_servers_connection_limit() -> None:
         server_args=("--max-connections-per-client", str(limit)),
     )
     answers, facts = measure_agents(opts)
-    (ws,) = answers
+    ws, http = answers
+    # HTTP agents share keep-alive connections between their turns, so the limit caps them
+    # somewhere at or above it; the search must still end on a count it measured.
+    assert http.transport == "http" and http.search.converged
+    assert http.agents is not None and limit <= http.agents <= opts.max_agents
+    assert any(s.agents == http.agents and s.passed for s in http.steps)
     assert ws.agents == limit, [(s.agents, s.passed, s.invalid_reasons) for s in ws.steps]
     assert ws.search.converged
     assert ws.search.lowest_fail == limit + 1
@@ -51,3 +63,25 @@ def test_agents_search_finds_the_servers_connection_limit() -> None:
     for key in ("turns_per_s", "client_cpu_share", "cpu_us_per_turn", "cpu_us_per_event"):
         value = figures[f"agents.ws.{key}"].value
         assert value is not None and math.isfinite(value), key
+
+
+def test_events_and_the_steady_rate_are_counted_from_the_turn_records() -> None:
+    counts = TurnCounts(final_index=2)
+    for i, (index, status) in enumerate(
+        [(0, "completed"), (1, "completed"), (2, "completed"), (0, "error")]
+    ):
+        counts.add(
+            TurnRecord(
+                transport="ws",
+                rollout_id=0,
+                turn_index=index,
+                status=status,
+                delta_events=5 if status == "completed" else 0,
+                done_ns=(i + 1) * 1_000_000_000,
+            )
+        )
+    assert counts.turns == 4
+    assert counts.events == 3 * 5 + 2 * LIFECYCLE_TOOL_TURN + LIFECYCLE_TEXT_TURN
+    # turns that ended in [1 s, 3 s): two, over two seconds; the failed one is not a turn done
+    assert counts.rate(1_000_000_000, 3_000_000_000) == 1.0
+    assert counts.rate(5, 5) is None

@@ -119,7 +119,7 @@ class AgentsOptions:
 
 
 @dataclass(slots=True)
-class _Counts:
+class TurnCounts:
     """What the client received over one step (every turn, warm-up included)."""
 
     final_index: int
@@ -241,7 +241,7 @@ def run_step(
 ) -> AgentsStep:
     """One run of ``agents`` agents over ``transport``; its verdict and its client cost."""
     scenario, plans = _plans(opts, agents, transport)
-    counts = _Counts(final_index=opts.tool_calls)
+    counts = TurnCounts(final_index=opts.tool_calls)
     with tempfile.TemporaryDirectory(prefix="loopbench-selfbench-") as tmp:
         run_opts = RunOptions(
             transports=[transport],
