@@ -80,12 +80,12 @@ class AgentsOptions:
     max_agents: int = 4096
     max_steps: int = 9
     #: per transport: no new step starts after this many seconds
-    budget_s: float = 300.0
+    budget_s: float = 240.0
     #: the search stops when the bracket is this fraction of the passing count
     resolution: float = 0.1
     #: runs of a failing step before it counts as failed: on a shared machine another
     #: process only ever makes a run worse, so one passing run shows the client can
-    #: (the other runs are kept in the step's ``trials``)
+    #: (the failed runs are kept in the step's ``failed_trials``)
     trials: int = 2
     #: how long each step starts rollouts (after the first wave, which is warm-up)
     step_seconds: float = 10.0
