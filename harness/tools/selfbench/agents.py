@@ -34,6 +34,7 @@ import dataclasses
 import os
 import resource
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -125,24 +126,78 @@ class TurnCounts:
     final_index: int
     turns: int = 0
     events: int = 0
-    #: when each successful turn ended: the steady rate is counted over a window of them
+    #: when each successful turn ended and its events: the steady figures count a window
     done_ns: list[int] = field(default_factory=list)
+    done_events: list[int] = field(default_factory=list)
 
     def add(self, rec: TurnRecord) -> None:
         self.turns += 1
         lifecycle = (
             LIFECYCLE_TEXT_TURN if rec.turn_index == self.final_index else LIFECYCLE_TOOL_TURN
         )
-        self.events += rec.delta_events + (lifecycle if rec.ok else 0)
+        events = rec.delta_events + (lifecycle if rec.ok else 0)
+        self.events += events
         if rec.ok:
             self.done_ns.append(rec.done_ns)
+            self.done_events.append(events)
+
+    def window(self, start_ns: int, end_ns: int) -> tuple[int, int]:
+        """(turns, events) of the successful turns that ended in [start_ns, end_ns)."""
+        turns = events = 0
+        for t, e in zip(self.done_ns, self.done_events, strict=True):
+            if start_ns <= t < end_ns:
+                turns += 1
+                events += e
+        return turns, events
 
     def rate(self, start_ns: int, end_ns: int) -> float | None:
         """Turns per second that ended in [start_ns, end_ns)."""
         if end_ns <= start_ns:
             return None
-        n = sum(1 for t in self.done_ns if start_ns <= t < end_ns)
-        return n / ((end_ns - start_ns) / 1e9)
+        return self.window(start_ns, end_ns)[0] / ((end_ns - start_ns) / 1e9)
+
+
+class CpuWindow:
+    """This process's CPU seconds (and the server's) at two instants, read by a thread.
+
+    The run's own CPU time includes its set-up and its summary, which at a few agents are
+    most of it; the steady cost is what the client spends between ``start_ns`` and
+    ``end_ns`` (``perf_counter_ns``), while every agent is past its warm-up rollout.
+    """
+
+    def __init__(self, start_ns: int, end_ns: int, server_pid: int | None) -> None:
+        self.start_ns, self.end_ns, self.server_pid = start_ns, end_ns, server_pid
+        self.reads: list[tuple[int, float, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="selfbench-cpu", daemon=True)
+
+    def _read(self) -> None:
+        t = os.times()
+        server = _tree_cpu_s(self.server_pid) if self.server_pid else None
+        self.reads.append((time.perf_counter_ns(), t.user + t.system, server))
+
+    def _run(self) -> None:
+        for at in (self.start_ns, self.end_ns):
+            if self._stop.wait(max(0.0, (at - time.perf_counter_ns()) / 1e9)):
+                return
+            self._read()
+
+    def __enter__(self) -> CpuWindow:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def measured(self) -> tuple[float, float, float | None] | None:
+        """(wall s, client CPU s, server CPU s) over the window; None if the run ended first."""
+        if len(self.reads) < 2:
+            return None
+        (t0, c0, s0), (t1, c1, s1) = self.reads
+        server = s1 - s0 if s0 is not None and s1 is not None else None
+        return (t1 - t0) / 1e9, c1 - c0, server
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +217,9 @@ class AgentsStep:
     cpu_us_per_turn: float | None
     cpu_us_per_event: float | None
     server_cpu_share: float | None
+    #: what the CPU figures cover: "steady" (the window after warm-up, before the agents
+    #: stop) or "run" (the whole run, set-up and summary included: the window was not reached)
+    cpu_window: str
     seconds: float
     loop_lag_p99_ms: float | None
     #: p99 of how late the server wrote first tokens (branch srvlate's ``server_late_ms``;
@@ -256,25 +314,35 @@ def run_step(
         steal0 = read_cpu_times()
         cpu0, t0 = os.times(), time.perf_counter()
         t0_ns = time.perf_counter_ns()
-        result = run_async(
-            run_plans(scenario, f"<selfbench {scenario.name}>", plans, url, run_opts, embedded=True)
-        )
+        # The steady window: from the end of the warm-up wave (the ramp, then one rollout)
+        # to the time the closed loop stops starting rollouts (after it, agents drop out).
+        rollout_s = opts.turn_period_s * (opts.tool_calls + 1)
+        win0 = t0_ns + round((opts.turn_period_s + rollout_s) * 1e9)
+        win1 = t0_ns + round((scenario.load.duration_s or 0.0) * 1e9)
+        with CpuWindow(win0, win1, server_pid) as steady:
+            result = run_async(
+                run_plans(
+                    scenario, f"<selfbench {scenario.name}>", plans, url, run_opts, embedded=True
+                )
+            )
         cpu1, wall = os.times(), time.perf_counter() - t0
         srv1 = _tree_cpu_s(server_pid) if server_pid else None
         steal = steal_percent(steal0, read_cpu_times())
     summary = result.summary
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    turns, events = counts.turns, counts.events
+    server_s = srv1 - srv0 if srv0 is not None and srv1 is not None else None
+    cpu_window = "run"
+    if (m := steady.measured) is not None and counts.window(win0, win1)[0]:
+        wall, cpu_s, server_s = m
+        turns, events = counts.window(win0, win1)
+        cpu_window = "steady"
     t = summary.get("transports", {}).get(transport, {})
     metric = opts.error_metric if opts.error_metric in t else FALLBACK_ERROR_METRIC
     err = t.get(metric) or {}
     p99 = err.get("p99")
     valid = bool(summary.get("valid"))
-    # The steady rate: from the end of the warm-up wave (the ramp, then one rollout) to
-    # the time the closed loop stops starting rollouts (after it, agents drop out).
-    rollout_s = opts.turn_period_s * (opts.tool_calls + 1)
-    warm_ns = round((opts.turn_period_s + rollout_s) * 1e9)
-    stop_ns = round(scenario.load.duration_s * 1e9) if scenario.load.duration_s else 0
-    rate = counts.rate(t0_ns + warm_ns, t0_ns + stop_ns)
+    rate = counts.rate(win0, win1)
     client = summary.get("client") or {}
     return AgentsStep(
         transport=transport,
@@ -287,12 +355,11 @@ def run_step(
         error_p50_ms=err.get("p50"),
         turns_per_s=round(rate, 1) if rate is not None else None,
         client_cpu_share=round(cpu_s / wall, 3),
-        cpu_us_per_turn=round(cpu_s / counts.turns * 1e6, 1) if counts.turns else None,
-        cpu_us_per_event=round(cpu_s / counts.events * 1e6, 2) if counts.events else None,
-        server_cpu_share=round((srv1 - srv0) / wall, 3)
-        if srv0 is not None and srv1 is not None
-        else None,
-        seconds=round(wall, 2),
+        cpu_us_per_turn=round(cpu_s / turns * 1e6, 1) if turns else None,
+        cpu_us_per_event=round(cpu_s / events * 1e6, 2) if events else None,
+        server_cpu_share=round(server_s / wall, 3) if server_s is not None else None,
+        cpu_window=cpu_window,
+        seconds=round(time.perf_counter() - t0, 2),
         loop_lag_p99_ms=(client.get("loop_lag_ms") or {}).get("p99"),
         server_late_p99_ms=(t.get("server_late_ms") or {}).get("p99"),
         cpu_steal_pct=steal,
