@@ -19,9 +19,9 @@ from harness.tools.selfbench.agents import (
     LIFECYCLE_TOOL_TURN,
     AgentsOptions,
     TurnCounts,
+    agents_figures,
     measure_agents,
 )
-from harness.tools.selfbench.bench import agents_figures
 from harness.workload.records import TurnRecord
 
 

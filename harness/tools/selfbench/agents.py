@@ -46,6 +46,7 @@ from harness.run.event_loop import run_async
 from harness.run.goodput import GoodputSearch
 from harness.run.runner import RunOptions, run_plans
 from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
+from harness.tools.selfbench.figures import Figure, at_least, figure
 from harness.tools.selfbench.timing import _scenario
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import TurnRecord
@@ -58,6 +59,8 @@ LIFECYCLE_TEXT_TURN = 8
 #: the one read while a summary does not carry it yet (measured − modelled)
 CLIENT_ERROR_METRIC = "client_error_ms"
 FALLBACK_ERROR_METRIC = "measurement_error_ms"
+#: issue #20's target: closed-loop agents (~1 turn/s each) one client core sustains
+AGENTS_PER_CORE_MIN = 1000
 #: a server that is not the bottleneck for thousands of short concurrent streams
 CAPACITY_OVERRIDES = {
     "api.workers": "100000",
@@ -488,6 +491,57 @@ class AgentsAnswer:
         }
 
 
+def agents_figures(ans: AgentsAnswer, bound_ms: float) -> list[Figure]:
+    """The answer of one transport's search, and what the client spent at it."""
+    t = ans.transport
+    # With no passing count, the costs are those of the smallest count tried.
+    at = ans.at or min(ans.steps, key=lambda s: s.agents, default=None)
+    metric = at.metric if at else "client_error_ms"
+    note = "" if ans.at or at is None else f"{t}: no count passed; costs at {at.agents} agents"
+    label = f"{t}, at the answer"
+    return [
+        figure(
+            f"agents.{t}",
+            f"agents per client core, {t} (~1 turn/s each, valid, {metric} p99 <= {bound_ms:g} ms)",
+            float(ans.agents or 0),
+            "agents",
+            at_least(AGENTS_PER_CORE_MIN, f">= {AGENTS_PER_CORE_MIN:,}"),
+            digits=0,
+        ),
+        figure(
+            f"agents.{t}.turns_per_s",
+            f"turns/s, {label}",
+            at.turns_per_s if at else None,
+            "turns/s",
+            note=note,
+            digits=1,
+        ),
+        figure(
+            f"agents.{t}.client_cpu_share",
+            f"client CPU share of its core, {label}",
+            at.client_cpu_share if at else None,
+            "",
+            note=note,
+        ),
+        figure(
+            f"agents.{t}.cpu_us_per_turn",
+            f"client CPU per turn, {label}",
+            at.cpu_us_per_turn if at else None,
+            "µs",
+            note=note,
+            digits=1,
+        ),
+        figure(
+            f"agents.{t}.cpu_us_per_event",
+            f"client CPU per event, {label}",
+            at.cpu_us_per_event if at else None,
+            "µs",
+            note=note,
+            digits=2,
+        ),
+    ]
+
+
 def measure_agents(
     opts: AgentsOptions, say: Callable[[str], None] = lambda _: None
 ) -> tuple[list[AgentsAnswer], dict[str, Any]]:
@@ -506,6 +560,8 @@ __all__: Sequence[str] = (
     "AgentsAnswer",
     "AgentsOptions",
     "AgentsStep",
+    "TurnCounts",
+    "agents_figures",
     "agents_server",
     "measure_agents",
     "raise_fd_limit",

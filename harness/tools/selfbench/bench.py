@@ -20,7 +20,7 @@ from typing import Any
 
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
-from harness.tools.selfbench.agents import AgentsAnswer, AgentsOptions, measure_agents
+from harness.tools.selfbench.agents import AgentsOptions, agents_figures, measure_agents
 from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.tools.selfbench.figures import Figure, at_least, at_most, figure
 from harness.tools.selfbench.locust_cmp import measure_locust
@@ -47,8 +47,6 @@ TARGET_STREAMS = 16
 # of 0.5-0.9 ms; the trials at 8-13 % measured 1.0-1.9 ms.
 STEAL_DISTURBED_PCT = 6.0
 MAX_TRIAL_FACTOR = 3
-# Issue #20: closed-loop agents (~1 turn/s each) one client core sustains.
-AGENTS_PER_CORE_MIN = 1000
 #: every step, in the order they run; the default of ``--steps``
 STEPS = ("throughput", "timing", "memory", "agents")
 
@@ -399,57 +397,6 @@ def _agents(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None])
     }
     for ans in answers:
         out.figures.extend(agents_figures(ans, a.error_p99_max_ms))
-
-
-def agents_figures(ans: AgentsAnswer, bound_ms: float) -> list[Figure]:
-    """The answer of one transport's search, and what the client spent at it."""
-    t = ans.transport
-    # With no passing count, the costs are those of the smallest count tried.
-    at = ans.at or min(ans.steps, key=lambda s: s.agents, default=None)
-    metric = at.metric if at else "client_error_ms"
-    note = "" if ans.at or at is None else f"{t}: no count passed; costs at {at.agents} agents"
-    label = f"{t}, at the answer"
-    return [
-        figure(
-            f"agents.{t}",
-            f"agents per client core, {t} (~1 turn/s each, valid, {metric} p99 <= {bound_ms:g} ms)",
-            float(ans.agents or 0),
-            "agents",
-            at_least(AGENTS_PER_CORE_MIN, f">= {AGENTS_PER_CORE_MIN:,}"),
-            digits=0,
-        ),
-        figure(
-            f"agents.{t}.turns_per_s",
-            f"turns/s, {label}",
-            at.turns_per_s if at else None,
-            "turns/s",
-            note=note,
-            digits=1,
-        ),
-        figure(
-            f"agents.{t}.client_cpu_share",
-            f"client CPU share of its core, {label}",
-            at.client_cpu_share if at else None,
-            "",
-            note=note,
-        ),
-        figure(
-            f"agents.{t}.cpu_us_per_turn",
-            f"client CPU per turn, {label}",
-            at.cpu_us_per_turn if at else None,
-            "µs",
-            note=note,
-            digits=1,
-        ),
-        figure(
-            f"agents.{t}.cpu_us_per_event",
-            f"client CPU per event, {label}",
-            at.cpu_us_per_event if at else None,
-            "µs",
-            note=note,
-            digits=2,
-        ),
-    ]
 
 
 def run_selfbench(
