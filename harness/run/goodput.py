@@ -104,6 +104,10 @@ class GoodputSearch:
     max_steps: int = DEFAULT_MAX_STEPS
     #: (load, passed) of every step so far, in order
     steps: list[tuple[float, bool]] = field(default_factory=list)
+    #: bisection stops when the bracket is this fraction of the passing load (None: one
+    #: agent for a whole number, :data:`RATE_RESOLUTION` for a rate); a search over
+    #: thousands of agents needs no answer to one agent (selfbench's agents step)
+    rel_resolution: float | None = None
 
     def __post_init__(self) -> None:
         if not self.start > 0 or not self.max_load >= self.start:
@@ -129,6 +133,8 @@ class GoodputSearch:
         return float(math.floor(x)) if self.integer else round(x, 6)
 
     def _close_enough(self, lo: float, hi: float) -> bool:
+        if self.rel_resolution is not None and hi - lo <= self.rel_resolution * lo:
+            return True
         if self.integer:
             return hi - lo <= 1
         return hi - lo <= RATE_RESOLUTION * lo
@@ -171,6 +177,8 @@ class GoodputSearch:
 
     @property
     def resolution(self) -> str:
+        if self.rel_resolution is not None:
+            return f"{self.rel_resolution:.0%} of the load"
         return "1" if self.integer else f"{RATE_RESOLUTION:.0%} of the load"
 
 

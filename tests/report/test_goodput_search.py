@@ -72,6 +72,20 @@ def test_search_of_a_rate_stops_at_its_resolution_and_below_the_start() -> None:
     assert [v for v, _ in capped.steps] == [1, 2, 4] and not capped.converged
 
 
+def test_a_relative_resolution_stops_an_integer_search_early() -> None:
+    # selfbench's agents step: thousands of agents need no answer to one agent
+    exact = GoodputSearch(start=250, max_load=4096, integer=True, max_steps=30)
+    coarse = GoodputSearch(start=250, max_load=4096, integer=True, max_steps=30, rel_resolution=0.1)
+    for search in (exact, coarse):
+        while (load := search.next_load()) is not None:
+            search.record(load, load <= 1337)
+    assert exact.best == 1337 and exact.converged
+    assert coarse.best is not None and coarse.lowest_fail is not None and coarse.converged
+    assert coarse.best <= 1337 < coarse.lowest_fail <= coarse.best * 1.1
+    assert len(coarse.steps) < len(exact.steps)
+    assert coarse.resolution == "10% of the load" and exact.resolution == "1"
+
+
 def test_pass_rules_and_confidence_are_honest_about_noise() -> None:
     # 50 of 50 good: the point estimate passes a 99 % target, the interval does not
     assert passes(50, 50, 0.99, "point") and not passes(50, 50, 0.99, "ci-lower")

@@ -61,6 +61,11 @@ EXPECTED = {
     *(f"rx_user_minus_kernel_us.{t}.{q}" for t in ("ws", "http") for q in ("p50", "p99", "max")),
     "memory.mb_per_million_turns",
     "memory.us_per_turn",
+    *(
+        f"agents.{t}{k}"
+        for t in ("ws", "http")
+        for k in ("", ".turns_per_s", ".client_cpu_share", ".cpu_us_per_turn", ".cpu_us_per_event")
+    ),
 }
 
 
@@ -87,6 +92,7 @@ def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
     targeted = {k for k, f in figures.items() if f["target"]}
     assert {k for k in targeted if "ratio." in k} == {"ratio.ws", "ratio.http"}
     assert figures["ratio.ws"]["target"] == figures["ratio.http"]["target"] == ">= 0.7"
+    assert {k for k in targeted if k.startswith("agents")} == {"agents.ws", "agents.http"}
     assert {k for k in targeted if k.startswith("ttft_overhead")} == {
         f"ttft_overhead.{t}.16.{q}" for t in ("ws", "http") for q in ("p50", "p99")
     }

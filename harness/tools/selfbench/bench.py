@@ -8,6 +8,7 @@ so the fastest is the closest to what this machine can do).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import socket
@@ -19,6 +20,7 @@ from typing import Any
 
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
+from harness.tools.selfbench.agents import AgentsOptions, agents_figures, measure_agents
 from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.tools.selfbench.figures import Figure, at_least, at_most, figure
 from harness.tools.selfbench.kernel_stamps import SERVER_OVERRIDES, kernel_stamp_figures
@@ -49,8 +51,8 @@ TARGET_STREAMS = 16
 # of 0.5-0.9 ms; the trials at 8-13 % measured 1.0-1.9 ms.
 STEAL_DISTURBED_PCT = 6.0
 MAX_TRIAL_FACTOR = 3
-#: the steps, in the order they run (``--steps``)
-STEPS = ("throughput", "timing", "kstamp", "memory")
+#: every step, in the order they run; the default of ``--steps``
+STEPS = ("throughput", "timing", "kstamp", "memory", "agents")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,7 @@ class SelfbenchOptions:
     rx_stamp: str = "auto"
     kstamp_rollouts: int = 4  # per stream, after the unmeasured first wave
     kstamp_trials: int = 3
+    agents: AgentsOptions = field(default_factory=AgentsOptions)
 
     @classmethod
     def quick(cls) -> SelfbenchOptions:
@@ -93,6 +96,7 @@ class SelfbenchOptions:
             locust_seconds=2.0,
             kstamp_rollouts=1,
             kstamp_trials=1,
+            agents=AgentsOptions.quick(),
         )
 
 
@@ -505,6 +509,22 @@ def _memory(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None])
     out.details["memory"] = {"turns": mem.turns, "bytes_per_turn": round(mem.bytes_per_turn, 2)}
 
 
+def _agents(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
+    a = opts.agents
+    say(
+        f"agents per client core: {', '.join(opts.transports)}, search from {a.start} "
+        f"to {a.max_agents} agents, {a.max_steps} steps at most"
+    )
+    answers, facts = measure_agents(dataclasses.replace(a, transports=opts.transports), say)
+    out.details["agents"] = {
+        "placement": facts,
+        "settings": {k: getattr(a, k) for k in a.__dataclass_fields__ if k not in ("transports",)},
+        **{ans.transport: ans.as_dict() for ans in answers},
+    }
+    for ans in answers:
+        out.figures.extend(agents_figures(ans, a.error_p99_max_ms))
+
+
 def run_selfbench(
     opts: SelfbenchOptions, say: Callable[[str], None] = lambda _: None
 ) -> tuple[list[Figure], dict[str, Any], dict[str, Any]]:
@@ -518,6 +538,7 @@ def run_selfbench(
         ("timing", _timing),
         ("kstamp", _kstamp),
         ("memory", _memory),
+        ("agents", _agents),
     ):
         if step in opts.steps:
             run(opts, out, say)
