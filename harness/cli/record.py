@@ -114,10 +114,6 @@ def cmd_record(args: argparse.Namespace) -> int:
             + " during the trials"
         )
         return EXIT_OK
-    # The observer thread holds the GIL for up to the switch interval (5 ms by default)
-    # whenever the relay's loop wakes up with bytes to forward: a shorter one bounds that
-    # wait.  This process only relays and observes, so the extra switches cost little.
-    sys.setswitchinterval(0.0005)
     with _upstream(args) as upstream:
 
         def ready(port: int) -> None:

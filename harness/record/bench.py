@@ -237,6 +237,8 @@ def _proxy(cmd: ProxyCommand, upstream_url: str, tmp: str) -> Iterator[Upstream]
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def run_bench(
