@@ -302,6 +302,7 @@ class _Relay:
         self.mode = _HEAD
         self.buf = b""  # the client's next request head, until it is whole
         self.held = bytearray()  # client bytes that wait for the upstream or a response's end
+        self.held_paused = False
         self.client_eof = False
         # the exchange in flight
         self.inflight = False
@@ -348,6 +349,9 @@ class _Relay:
                 self.early += data
         elif mode in (_CONNECTING, _AWAIT):
             self.held += data  # the next request waits for this one's response
+            if len(self.held) > _READ and not self.held_paused:
+                self.held_paused = True
+                self.client.pause_reading()  # until it is this one's turn
         elif mode == _HEAD:
             self._head(data)
 
@@ -512,6 +516,9 @@ class _Relay:
         if self.held:
             held = bytes(self.held)
             self.held.clear()
+            if self.held_paused:
+                self.held_paused = False
+                self.client.resume_reading()
             self.from_client(held)
 
     def _observe_exchange(self) -> None:
