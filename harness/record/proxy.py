@@ -1,19 +1,23 @@
 """The recording proxy: forwards an agent's HTTP/1.1 and WebSocket traffic byte for byte.
 
 Each client connection gets its own upstream connection, and bytes are relayed as they
-arrive, in both directions: a chunk is written on before anything looks at it.  The only
-rewrite is the request head's ``Host`` (and the path prefix when the upstream's base path
-is not ``/v1``), which a real upstream needs to route the request.  A copy of each
-request and response body is kept until the response ends, then handed to a worker
-thread that summarises it (:func:`harness.record.observe.summarize`) and drops it; over
-WebSocket the frames themselves are decoded there too.  The event loop that relays every
-connection's bytes does no parsing beyond the HTTP framing it needs to find a message's
-end: a large exchange's summary (milliseconds of JSON) would otherwise stall every other
-stream relayed meanwhile.
+arrive, in both directions: a chunk is written to the other socket from inside the
+protocol's ``data_received`` (no reader buffer, no task to wake, no await per chunk)
+before anything looks at it.  The only rewrite is the request head's ``Host`` (and the
+path prefix when the upstream's base path is not ``/v1``), which a real upstream needs to
+route the request.  A copy of each request and response body is kept until the response
+ends, then handed to a worker thread that summarises it
+(:func:`harness.record.observe.summarize`) and drops it; over WebSocket the frames
+themselves are decoded there too.  The event loop that relays every connection's bytes
+does no parsing beyond the HTTP framing it needs to find a message's end, and that after
+the chunk was written on: a large exchange's summary (milliseconds of JSON) would
+otherwise stall every other stream relayed meanwhile.  A full send buffer on one side
+pauses reading on the other (the relay's flow control).
 
-Why raw asyncio rather than an ASGI app and an HTTP client: both of those re-frame the
-bytes (headers normalised, chunks re-sized, SSE re-buffered), which a byte-exact relay must
-not do, and they add per-chunk Python work that would show in the client's TTFT.
+Why raw asyncio protocols rather than an ASGI app and an HTTP client: both of those
+re-frame the bytes (headers normalised, chunks re-sized, SSE re-buffered), which a
+byte-exact relay must not do, and they add per-chunk Python work that would show in the
+client's TTFT (docs/traces.md, "Overhead").
 """
 
 from __future__ import annotations
