@@ -47,10 +47,6 @@ _MARK = b"response.output_text.delta"
 
 #: the issue's target for the added TTFT's p99 (ms)
 TARGET_MS = 1.0
-#: a trial is "quiet" when its two direct turns' TTFTs differ by at most this (ms): the
-#: machine did not disturb the turns around the proxied one.  A selection, said as such:
-#: the figure over all trials is the measurement, this one what a quiet machine approaches.
-QUIET_MS = 0.25
 
 Pct = tuple[float, float]
 
@@ -77,8 +73,6 @@ class ArmResult:
     added_total_ms: Pct
     #: share (%) of trials whose added TTFT exceeds the target, 1 ms
     over_target_pct: float
-    #: p50, p99 of the added TTFT in the quiet trials only (see :data:`QUIET_MS`)
-    quiet_added_ttft_ms: Pct
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +87,6 @@ class BenchResult:
     control_total_ms: Pct
     #: share (%) of trials whose control exceeds the target, 1 ms (the noise's own share)
     control_over_target_pct: float
-    #: trials whose control (direct − direct) was within ±QUIET_MS: the machine quiet then
-    quiet_trials: int
     seconds: float
 
     def lines(self) -> list[str]:
@@ -114,13 +106,11 @@ class BenchResult:
                 two(f"added TTFT (proxied − direct){name}", arm.added_ttft_ms),
                 two(f"added turn time{name}", arm.added_total_ms),
                 f"  {'added TTFT > 1 ms' + name:<34} in {arm.over_target_pct:.1f} % of the trials",
-                two(f"added TTFT, quiet trials{name}", arm.quiet_added_ttft_ms),
             ]
         out += [
             two("control TTFT (direct − direct)", self.control_ttft_ms),
             two("control turn time", self.control_total_ms),
             f"  {'control TTFT > 1 ms':<34} in {self.control_over_target_pct:.1f} % of the trials",
-            f"  quiet trials (control within ±{QUIET_MS} ms): {self.quiet_trials} of {self.pairs}",
         ]
         return out
 
@@ -291,7 +281,6 @@ def run_bench(
         return [(row[k][what] - row[0][what]) / ms for row in rows]
 
     control = added(last, 0)
-    quiet = [i for i, c in enumerate(control) if abs(c) <= QUIET_MS]
 
     def share_over(values: Sequence[float]) -> float:
         return 100.0 * sum(v > TARGET_MS for v in values) / max(1, len(values))
@@ -304,7 +293,6 @@ def run_bench(
             _p50_p99(ttft),
             _p50_p99(added(k, 1)),
             share_over(ttft),
-            _p50_p99([ttft[i] for i in quiet]) if quiet else (float("nan"), float("nan")),
         )
 
     arms = tuple(arm(k, cmd) for k, cmd in enumerate(proxies, start=1))
@@ -317,6 +305,5 @@ def run_bench(
         control_ttft_ms=_p50_p99(control),
         control_total_ms=_p50_p99(added(last, 1)),
         control_over_target_pct=share_over(control),
-        quiet_trials=len(quiet),
         seconds=seconds,
     )

@@ -125,8 +125,7 @@ def test_bench_measures_paired_trials_through_a_proxy_process(server_url: str) -
     assert arm.ttft_ms[0] > 0 and result.direct_ttft_ms[0] > 0
     text = "\n".join(result.lines())
     assert "4 paired trials" in text and "added TTFT (proxied − direct)" in text
-    assert 0 <= arm.over_target_pct <= 100 and 0 <= result.quiet_trials <= 4
-    assert f"quiet trials (control within ±0.25 ms): {result.quiet_trials} of 4" in text
+    assert 0 <= arm.over_target_pct <= 100 and "control TTFT > 1 ms" in text
 
 
 def test_bench_command_reports_the_machine(server_url: str) -> None:
