@@ -308,6 +308,7 @@ class _Relay:
         self.held = bytearray()  # client bytes that wait for the upstream or a response's end
         self.held_paused = False
         self.client_eof = False
+        self.ws_eofs = 0
         # the exchange in flight
         self.inflight = False
         self.api: str | None = None
@@ -563,15 +564,29 @@ class _Relay:
                 self._observe_exchange()
                 self.close()
             elif self.mode == _WS:
-                self.close()
+                return self._ws_eof(self.client)
             else:
                 self.up = None  # an idle keep-alive connection: the next request opens one
             return False
         self.client_eof = True
-        if self.inflight and self.mode != _WS:
+        if self.mode == _WS and self.up is not None:
+            return self._ws_eof(self.up)
+        if self.inflight or self.mode == _CONNECTING:
             return True  # the response still goes out; the connection closes after it
         self.close()
         return False
+
+    def _ws_eof(self, other: asyncio.Transport) -> bool:
+        """One side of a WebSocket ended: so does the other's sending, and the
+        connection closes once both have, or a second later (the other side's close frame
+        still reaches its peer)."""
+        self.ws_eofs += 1
+        if self.ws_eofs >= 2 or not other.can_write_eof():
+            self.close()
+            return False
+        other.write_eof()
+        asyncio.get_running_loop().call_later(1.0, self.close)
+        return True
 
     def lost(self, upstream: bool, exc: Exception | None) -> None:
         if exc is not None:

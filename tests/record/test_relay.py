@@ -139,3 +139,34 @@ def test_bench_command_reports_the_machine(server_url: str) -> None:
     assert out.returncode == 0, out.stderr
     assert "2 paired trials" in out.stdout
     assert "load average" in out.stdout and "CPU steal" in out.stdout
+
+
+def test_a_client_that_half_closes_after_its_request_still_gets_the_response() -> None:
+    """Request, then shutdown(SHUT_WR) on a fresh connection: the client's end arrives
+    before the response, which must still be relayed whole."""
+
+    async def main() -> bytes:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        proxy = RecordingProxy(Upstream.parse(f"http://127.0.0.1:{port}/v1"))
+        await proxy.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            writer.write_eof()
+            got = await reader.read()
+            writer.close()
+        finally:
+            await proxy.stop()
+            server.close()
+        return got
+
+    assert asyncio.run(asyncio.wait_for(main(), 60)) == (
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    )
