@@ -73,6 +73,9 @@ class ArmResult:
     added_total_ms: Pct
     #: share (%) of trials whose added TTFT exceeds the target, 1 ms
     over_target_pct: float
+    #: the proxy process's CPU time (user + system) per turn it relayed, µs; None where
+    #: the platform does not say (no /proc)
+    cpu_us_per_turn: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,8 @@ class BenchResult:
                 two(f"added TTFT (proxied − direct){name}", arm.added_ttft_ms),
                 two(f"added turn time{name}", arm.added_total_ms),
                 f"  {'added TTFT > 1 ms' + name:<34} in {arm.over_target_pct:.1f} % of the trials",
+                f"  {'proxy CPU time per turn' + name:<34} "
+                + ("unknown" if arm.cpu_us_per_turn is None else f"{arm.cpu_us_per_turn:.0f} µs"),
             ]
         out += [
             two("control TTFT (direct − direct)", self.control_ttft_ms),
@@ -214,7 +219,7 @@ async def _stream(
 
 
 @contextmanager
-def _proxy(cmd: ProxyCommand, upstream_url: str, tmp: str) -> Iterator[Upstream]:
+def _proxy(cmd: ProxyCommand, upstream_url: str, tmp: str) -> Iterator[tuple[Upstream, int]]:
     proc = subprocess.Popen(
         [
             *cmd.argv,
@@ -238,7 +243,7 @@ def _proxy(cmd: ProxyCommand, upstream_url: str, tmp: str) -> Iterator[Upstream]
                 break
         else:
             raise RuntimeError(f"{cmd.label}: `loopbench record` did not start (no listening line)")
-        yield Upstream.parse(line.split()[4])
+        yield Upstream.parse(line.split()[4]), proc.pid
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -248,6 +253,17 @@ def _proxy(cmd: ProxyCommand, upstream_url: str, tmp: str) -> Iterator[Upstream]
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``), else None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # after the command's ")": state is field 3, utime and stime fields 14 and 15
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_bench(
@@ -261,7 +277,9 @@ def run_bench(
     (over ``streams`` concurrent streams), each trial a turn on every connection."""
     direct = Upstream.parse(upstream_url)
     with tempfile.TemporaryDirectory(prefix="loopbench-record-bench-") as tmp, ExitStack() as st:
-        proxied = [st.enter_context(_proxy(cmd, upstream_url, tmp)) for cmd in proxies]
+        started = [st.enter_context(_proxy(cmd, upstream_url, tmp)) for cmd in proxies]
+        proxied = [up for up, _ in started]
+        cpu_before = [_cpu_seconds(pid) for _, pid in started]
         # The client's collector runs as seldom as a measuring run's does: its pauses
         # would land on one side of a pair.
         old = quiet_gc.begin()
@@ -271,6 +289,10 @@ def run_bench(
         finally:
             quiet_gc.end(old)
         seconds = time.monotonic() - t0
+        cpu = [
+            None if b is None or a is None else a - b
+            for b, a in zip(cpu_before, [_cpu_seconds(pid) for _, pid in started], strict=True)
+        ]
     ms = 1e6
     last = len(proxies) + 1
 
@@ -281,6 +303,8 @@ def run_bench(
         return [(row[k][what] - row[0][what]) / ms for row in rows]
 
     control = added(last, 0)
+    per = max(1, pairs // max(1, streams))
+    turns = len(rows) + min(20, per) * max(1, streams)  # the warm-up turns were relayed too
 
     def share_over(values: Sequence[float]) -> float:
         return 100.0 * sum(v > TARGET_MS for v in values) / max(1, len(values))
@@ -293,6 +317,7 @@ def run_bench(
             _p50_p99(ttft),
             _p50_p99(added(k, 1)),
             share_over(ttft),
+            None if (used := cpu[k - 1]) is None else used * 1e6 / turns,
         )
 
     arms = tuple(arm(k, cmd) for k, cmd in enumerate(proxies, start=1))

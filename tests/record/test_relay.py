@@ -126,6 +126,7 @@ def test_bench_measures_paired_trials_through_a_proxy_process(server_url: str) -
     text = "\n".join(result.lines())
     assert "4 paired trials" in text and "added TTFT (proxied − direct)" in text
     assert 0 <= arm.over_target_pct <= 100 and "control TTFT > 1 ms" in text
+    assert arm.cpu_us_per_turn is not None and arm.cpu_us_per_turn >= 0
 
 
 def test_bench_command_reports_the_machine(server_url: str) -> None:
