@@ -14,6 +14,7 @@ from harness.record.bench import run_bench
 from harness.record.proxy import Upstream, UpstreamError, record_until_stopped
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
+from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 
 
 def add_parser(sub: Any) -> None:
@@ -98,13 +99,21 @@ def cmd_record(args: argparse.Namespace) -> int:
         )
     if args.bench:
         with _upstream(args) as upstream:
+            before = read_cpu_times()
+            load = os.getloadavg()
             result = run_bench(upstream, args.bench, args.bench_streams, args.bench_history)
+            steal = steal_percent(before, read_cpu_times())
+            load_after = os.getloadavg()
         print("\n".join(result.lines()))
+        # A busy or stolen-from machine schedules the proxy late: the tail says so, not the
+        # proxy's own work.
+        print(
+            f"  machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} before and "
+            f"{load_after[0]:.2f} after, CPU steal "
+            + ("unknown" if steal is None else f"{steal:.2f} %")
+            + " during the trials"
+        )
         return EXIT_OK
-    # The observer thread holds the GIL for up to the switch interval (5 ms by default)
-    # whenever the relay's loop wakes up with bytes to forward: a shorter one bounds that
-    # wait.  This process only relays and observes, so the extra switches cost little.
-    sys.setswitchinterval(0.0005)
     with _upstream(args) as upstream:
 
         def ready(port: int) -> None:

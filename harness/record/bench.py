@@ -1,16 +1,24 @@
 """``loopbench record --bench N``: the latency the recording proxy adds to a turn, paired.
 
-The proxy runs as its own process (``loopbench record``, as an agent would meet it); one
-client connection goes to the upstream directly and one through the proxy, both kept
-alive.  Each pair sends the same streaming Responses request both ways, in alternating
-order, and compares the time to the first output delta (TTFT) and to the end of the
-stream.  The numbers are the differences within pairs (proxied − direct), so the
-upstream's own variation cancels out as far as it can.
+Three processes, as a user runs them: the upstream (the embedded reference server, or
+``--upstream``), the proxy (a ``loopbench record`` child process, started here exactly as
+an agent's user would start it) and this client.  Each measuring stream keeps three
+connections alive: one to the upstream directly, one through the proxy, and a second
+direct one as a control.  Every trial sends the same streaming Responses request on each
+connection in turn, in an order that rotates from trial to trial (no side always goes
+first), and compares the time to the first output delta (TTFT) and to the end of the
+stream.  The figures are differences within a trial (proxied − direct), so the upstream's
+own drift cancels out as far as it can; the control (direct − direct) is the noise floor
+of such a difference with no proxy at all.
 
-``streams`` runs that many such paired streams at once (each its own three connections),
-so that one stream's exchange being observed overlaps the others' relaying; ``history``
+``streams`` runs that many such paired streams at once (each its own connections), so
+that one stream's exchange being observed overlaps the others' relaying; ``history``
 makes each request carry that many earlier messages of ~100 tokens (a long conversation's
 request, which is what costs the observer time).
+
+More than one proxy can be measured in the same trials (each its own connection, all in
+the rotating order): that is how two versions of the proxy are compared side by side on
+a machine whose load changes from minute to minute.
 """
 
 from __future__ import annotations
@@ -22,16 +30,52 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import orjson
 
 from harness.client.h1 import ResponseParser
 from harness.record.proxy import Upstream
+from harness.run import quiet_gc
+from harness.run.event_loop import run_async
 
-__all__ = ["BenchResult", "run_bench"]
+__all__ = ["ArmResult", "BenchResult", "ProxyCommand", "run_bench"]
 
 _MARK = b"response.output_text.delta"
+
+#: the issue's target for the added TTFT's p99 (ms)
+TARGET_MS = 1.0
+
+Pct = tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyCommand:
+    """How to start one proxy under test: ``argv`` + ``--upstream URL --port 0 --out FILE``."""
+
+    label: str
+    argv: tuple[str, ...]
+    cwd: str | None = None
+
+
+#: the proxy as a user starts it
+THIS_PROXY = ProxyCommand("proxy", (sys.executable, "-m", "harness", "record"))
+
+
+@dataclass(frozen=True, slots=True)
+class ArmResult:
+    label: str
+    ttft_ms: Pct
+    #: p50, p99 of proxied − direct, per trial
+    added_ttft_ms: Pct
+    added_total_ms: Pct
+    #: share (%) of trials whose added TTFT exceeds the target, 1 ms
+    over_target_pct: float
+    #: the proxy process's CPU time (user + system) per turn it relayed, µs; None where
+    #: the platform does not say (no /proc)
+    cpu_us_per_turn: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,32 +83,50 @@ class BenchResult:
     pairs: int
     streams: int
     history: int
-    direct_ttft_ms: tuple[float, float]
-    proxied_ttft_ms: tuple[float, float]
-    #: p50, p99 of proxied − direct, per pair
-    added_ttft_ms: tuple[float, float]
-    added_total_ms: tuple[float, float]
+    direct_ttft_ms: Pct
+    arms: tuple[ArmResult, ...]
     #: p50, p99 of direct − direct (a second direct connection): the noise floor of a pair
-    control_ttft_ms: tuple[float, float]
+    control_ttft_ms: Pct
+    control_total_ms: Pct
+    #: share (%) of trials whose control exceeds the target, 1 ms (the noise's own share)
+    control_over_target_pct: float
+    seconds: float
 
     def lines(self) -> list[str]:
-        def two(name: str, v: tuple[float, float]) -> str:
-            return f"  {name:<24} p50 {v[0]:8.3f} ms   p99 {v[1]:8.3f} ms"
+        def two(name: str, v: Pct) -> str:
+            return f"  {name:<34} p50 {v[0]:8.3f} ms   p99 {v[1]:8.3f} ms"
 
-        return [
-            f"loopbench record --bench: {self.pairs} paired turns (direct vs through the proxy), "
-            f"{self.streams} concurrent stream(s), {self.history} history messages per request",
+        out = [
+            f"loopbench record --bench: {self.pairs} paired trials (n per row) in "
+            f"{self.seconds:.0f} s, {self.streams} concurrent stream(s), {self.history} "
+            "history messages per request; proxy, upstream and client in separate processes",
             two("TTFT direct", self.direct_ttft_ms),
-            two("TTFT proxied", self.proxied_ttft_ms),
-            two("added TTFT (paired)", self.added_ttft_ms),
-            two("added turn time (paired)", self.added_total_ms),
-            two("control: direct − direct", self.control_ttft_ms),
         ]
+        for arm in self.arms:
+            name = "" if len(self.arms) == 1 else f" [{arm.label}]"
+            out += [
+                two(f"TTFT proxied{name}", arm.ttft_ms),
+                two(f"added TTFT (proxied − direct){name}", arm.added_ttft_ms),
+                two(f"added turn time{name}", arm.added_total_ms),
+                f"  {'added TTFT > 1 ms' + name:<34} in {arm.over_target_pct:.1f} % of the trials",
+                f"  {'proxy CPU time per turn' + name:<34} "
+                + ("unknown" if arm.cpu_us_per_turn is None else f"{arm.cpu_us_per_turn:.0f} µs"),
+            ]
+        out += [
+            two("control TTFT (direct − direct)", self.control_ttft_ms),
+            two("control turn time", self.control_total_ms),
+            f"  {'control TTFT > 1 ms':<34} in {self.control_over_target_pct:.1f} % of the trials",
+        ]
+        return out
 
 
-def _pct(values: list[float], q: float) -> float:
+def _pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _p50_p99(values: Sequence[float]) -> Pct:
+    return (_pct(values, 0.5), _pct(values, 0.99))
 
 
 class _Conn:
@@ -98,17 +160,29 @@ class _Conn:
             self.writer.close()
 
 
-async def _pairs(
-    direct: Upstream, proxied: Upstream, n: int, streams: int = 1, history: int = 0
-) -> list[tuple[int, int, int, int, int]]:
+#: one trial: (TTFT, turn time) in ns per connection: direct, each proxy, control
+_Trial = tuple[tuple[int, int], ...]
+
+
+async def _trials(
+    direct: Upstream, proxies: Sequence[Upstream], n: int, streams: int, history: int
+) -> list[_Trial]:
     per = max(1, n // max(1, streams))
-    runs = [_stream(direct, proxied, per, history) for _ in range(max(1, streams))]
+    runs = [_stream(direct, proxies, per, history) for _ in range(max(1, streams))]
     return [row for rows in await asyncio.gather(*runs) for row in rows]
 
 
+def _request(up: Upstream, body: bytes) -> bytes:
+    return (
+        f"POST {up.base_path}/responses HTTP/1.1\r\nhost: {up.host_header}\r\n"
+        "authorization: Bearer sk-loopbench\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
 async def _stream(
-    direct: Upstream, proxied: Upstream, n: int, history: int
-) -> list[tuple[int, int, int, int, int]]:
+    direct: Upstream, proxies: Sequence[Upstream], n: int, history: int
+) -> list[_Trial]:
     earlier = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "w" * 400}
         for i in range(history)
@@ -123,86 +197,138 @@ async def _stream(
             "metadata": {"loopbench.output_tokens": "50"},
         }
     )
-    a, b, c = _Conn(direct), _Conn(proxied), _Conn(direct)
-
-    def request(up: Upstream) -> bytes:
-        return (
-            f"POST {up.base_path}/responses HTTP/1.1\r\nhost: {up.host_header}\r\n"
-            "authorization: Bearer sk-loopbench\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n"
-        ).encode() + body
-
-    ra, rb = request(direct), request(proxied)
-    out = []
+    ups = [direct, *proxies, direct]
+    conns = [_Conn(up) for up in ups]
+    requests = [_request(up, body) for up in ups]
+    k = len(conns)
+    out: list[_Trial] = []
     try:
-        for _ in range(min(20, n)):  # warm the connections and the server
-            await a.turn(ra)
-            await b.turn(rb)
-            await c.turn(ra)
+        for _ in range(min(20, n)):  # warm the connections, the proxy and the server
+            for conn, req in zip(conns, requests, strict=True):
+                await conn.turn(req)
         for i in range(n):
-            # rotate the order so that no side always goes first
-            k = i % 3
-            got = {}
-            for j in (k, (k + 1) % 3, (k + 2) % 3):
-                got[j] = await (a, b, c)[j].turn(rb if j == 1 else ra)
-            pa, pb, pc = got[0], got[1], got[2]
-            out.append((pa[0], pb[0], pa[1], pb[1], pc[0]))
+            got: list[tuple[int, int]] = [(0, 0)] * k
+            for j in range(k):
+                m = (i + j) % k  # rotate the order so that no side always goes first
+                got[m] = await conns[m].turn(requests[m])
+            out.append(tuple(got))
     finally:
-        a.close()
-        b.close()
-        c.close()
+        for conn in conns:
+            conn.close()
     return out
 
 
-def run_bench(upstream_url: str, pairs: int, streams: int = 1, history: int = 0) -> BenchResult:
-    """Start ``loopbench record`` against ``upstream_url`` and measure ``pairs`` paired turns
-    (over ``streams`` concurrent paired streams)."""
-    direct = Upstream.parse(upstream_url)
-    with tempfile.TemporaryDirectory(prefix="loopbench-record-bench-") as tmp:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "harness",
-                "record",
-                "--upstream",
-                upstream_url,
-                "--port",
-                "0",
-                "--out",
-                os.path.join(tmp, "bench.jsonl"),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+@contextmanager
+def _proxy(cmd: ProxyCommand, upstream_url: str, tmp: str) -> Iterator[tuple[Upstream, int]]:
+    proc = subprocess.Popen(
+        [
+            *cmd.argv,
+            "--upstream",
+            upstream_url,
+            "--port",
+            "0",
+            "--out",
+            os.path.join(tmp, f"{cmd.label}.jsonl"),
+        ],
+        cwd=cmd.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        # a wrapper (a profiler, `nice`) may say something first
+        for line in proc.stdout:
+            if line.startswith("loopbench record listening on "):
+                break
+        else:
+            raise RuntimeError(f"{cmd.label}: `loopbench record` did not start (no listening line)")
+        yield Upstream.parse(line.split()[4]), proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
         try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            if not line.startswith("loopbench record listening on "):
-                raise RuntimeError("loopbench record did not start (no listening line)")
-            proxied = Upstream.parse(line.split()[4])
-            rows = asyncio.run(_pairs(direct, proxied, pairs, streams, history))
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``), else None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # after the command's ")": state is field 3, utime and stime fields 14 and 15
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_bench(
+    upstream_url: str,
+    pairs: int,
+    streams: int = 1,
+    history: int = 0,
+    proxies: Sequence[ProxyCommand] = (THIS_PROXY,),
+) -> BenchResult:
+    """Start each of ``proxies`` against ``upstream_url`` and measure ``pairs`` trials
+    (over ``streams`` concurrent streams), each trial a turn on every connection."""
+    direct = Upstream.parse(upstream_url)
+    with tempfile.TemporaryDirectory(prefix="loopbench-record-bench-") as tmp, ExitStack() as st:
+        started = [st.enter_context(_proxy(cmd, upstream_url, tmp)) for cmd in proxies]
+        proxied = [up for up, _ in started]
+        cpu_before = [_cpu_seconds(pid) for _, pid in started]
+        # The client's collector runs as seldom as a measuring run's does: its pauses
+        # would land on one side of a pair.
+        old = quiet_gc.begin()
+        t0 = time.monotonic()
+        try:
+            rows = run_async(_trials(direct, proxied, pairs, streams, history))
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            quiet_gc.end(old)
+        seconds = time.monotonic() - t0
+        cpu = [
+            None if b is None or a is None else a - b
+            for b, a in zip(cpu_before, [_cpu_seconds(pid) for _, pid in started], strict=True)
+        ]
     ms = 1e6
-    added = [(pb - pa) / ms for pa, pb, _, _, _ in rows]
-    added_total = [(tb - ta) / ms for _, _, ta, tb, _ in rows]
-    control = [(pc - pa) / ms for pa, _, _, _, pc in rows]
-    direct_ttft = [pa / ms for pa, _, _, _, _ in rows]
-    proxied_ttft = [pb / ms for _, pb, _, _, _ in rows]
+    last = len(proxies) + 1
+
+    def column(k: int, what: int) -> list[float]:
+        return [row[k][what] / ms for row in rows]
+
+    def added(k: int, what: int) -> list[float]:
+        return [(row[k][what] - row[0][what]) / ms for row in rows]
+
+    control = added(last, 0)
+    per = max(1, pairs // max(1, streams))
+    turns = len(rows) + min(20, per) * max(1, streams)  # the warm-up turns were relayed too
+
+    def share_over(values: Sequence[float]) -> float:
+        return 100.0 * sum(v > TARGET_MS for v in values) / max(1, len(values))
+
+    def arm(k: int, cmd: ProxyCommand) -> ArmResult:
+        ttft = added(k, 0)
+        return ArmResult(
+            cmd.label,
+            _p50_p99(column(k, 0)),
+            _p50_p99(ttft),
+            _p50_p99(added(k, 1)),
+            share_over(ttft),
+            None if (used := cpu[k - 1]) is None else used * 1e6 / turns,
+        )
+
+    arms = tuple(arm(k, cmd) for k, cmd in enumerate(proxies, start=1))
     return BenchResult(
         pairs=len(rows),
         streams=streams,
         history=history,
-        direct_ttft_ms=(_pct(direct_ttft, 0.5), _pct(direct_ttft, 0.99)),
-        proxied_ttft_ms=(_pct(proxied_ttft, 0.5), _pct(proxied_ttft, 0.99)),
-        added_ttft_ms=(_pct(added, 0.5), _pct(added, 0.99)),
-        added_total_ms=(_pct(added_total, 0.5), _pct(added_total, 0.99)),
-        control_ttft_ms=(_pct(control, 0.5), _pct(control, 0.99)),
+        direct_ttft_ms=_p50_p99(column(0, 0)),
+        arms=arms,
+        control_ttft_ms=_p50_p99(control),
+        control_total_ms=_p50_p99(added(last, 1)),
+        control_over_target_pct=share_over(control),
+        seconds=seconds,
     )

@@ -1,19 +1,23 @@
 """The recording proxy: forwards an agent's HTTP/1.1 and WebSocket traffic byte for byte.
 
 Each client connection gets its own upstream connection, and bytes are relayed as they
-arrive, in both directions: a chunk is written on before anything looks at it.  The only
-rewrite is the request head's ``Host`` (and the path prefix when the upstream's base path
-is not ``/v1``), which a real upstream needs to route the request.  A copy of each
-request and response body is kept until the response ends, then handed to a worker
-thread that summarises it (:func:`harness.record.observe.summarize`) and drops it; over
-WebSocket the frames themselves are decoded there too.  The event loop that relays every
-connection's bytes does no parsing beyond the HTTP framing it needs to find a message's
-end: a large exchange's summary (milliseconds of JSON) would otherwise stall every other
-stream relayed meanwhile.
+arrive, in both directions: a chunk is written to the other socket from inside the
+protocol's ``data_received`` (no reader buffer, no task to wake, no await per chunk)
+before anything looks at it.  The only rewrite is the request head's ``Host`` (and the
+path prefix when the upstream's base path is not ``/v1``), which a real upstream needs to
+route the request.  A copy of each request and response body is kept until the response
+ends, then handed to a worker thread that summarises it
+(:func:`harness.record.observe.summarize`) and drops it; over WebSocket the frames
+themselves are decoded there too.  The event loop that relays every connection's bytes
+does no parsing beyond the HTTP framing it needs to find a message's end, and that after
+the chunk was written on: a large exchange's summary (milliseconds of JSON) would
+otherwise stall every other stream relayed meanwhile.  A full send buffer on one side
+pauses reading on the other (the relay's flow control).
 
-Why raw asyncio rather than an ASGI app and an HTTP client: both of those re-frame the
-bytes (headers normalised, chunks re-sized, SSE re-buffered), which a byte-exact relay must
-not do, and they add per-chunk Python work that would show in the client's TTFT.
+Why raw asyncio protocols rather than an ASGI app and an HTTP client: both of those
+re-frame the bytes (headers normalised, chunks re-sized, SSE re-buffered), which a
+byte-exact relay must not do, and they add per-chunk Python work that would show in the
+client's TTFT (docs/traces.md, "Overhead").
 """
 
 from __future__ import annotations
@@ -23,13 +27,15 @@ import contextlib
 import os
 import queue
 import signal
+import socket
 import ssl
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import orjson
@@ -37,12 +43,14 @@ import orjson
 from harness.client.h1 import H1Error, ResponseParser
 from harness.record.observe import (
     Exchange,
+    RequestHead,
     WsDecoder,
     api_of,
     build_trace,
     parse_request_head,
     summarize,
 )
+from harness.run import quiet_gc
 from harness.wire.errors import LoopbenchError
 from harness.workload.trace import dump_trace
 
@@ -50,6 +58,8 @@ __all__ = ["RecordingProxy", "Upstream", "UpstreamError", "record_until_stopped"
 
 _READ = 256 * 1024
 _MAX_HEAD = 64 * 1024
+#: the GIL switch interval while recording: the longest the relay waits for the observer
+_SWITCH_S = 0.0001
 
 
 class UpstreamError(LoopbenchError):
@@ -108,6 +118,7 @@ class RecordingProxy:
         self.stats = _Stats()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._relays: set[_Relay] = set()
         self._ssl = ssl.create_default_context() if upstream.tls else None
         self._conn_ids = 0
         #: observing steps for the worker thread, in the order the relay met them
@@ -118,7 +129,8 @@ class RecordingProxy:
         self.port = 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        self._server = await asyncio.start_server(self._client, host, port)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Side(self, None), host, port)
         self.port = int(self._server.sockets[0].getsockname()[1])
         self._worker = threading.Thread(
             target=self._work, name="loopbench-record-observer", daemon=True
@@ -133,6 +145,12 @@ class RecordingProxy:
             task.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=2.0)
+        # Closing a connection observes what was in flight on it (as failed).
+        gone = [r.gone for r in self._relays]
+        for relay in list(self._relays):
+            relay.close()
+        if gone:
+            await asyncio.wait(gone, timeout=2.0)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
@@ -178,214 +196,6 @@ class RecordingProxy:
                     f"({type(exc).__name__}: {exc}); it was forwarded unchanged"
                 )
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        self._conn_ids += 1
-        conn = self._conn_ids
-        self.stats.connections += 1
-        upstreams: list[asyncio.StreamWriter] = []
-        try:
-            upgraded = await self._relay_http(conn, reader, writer, upstreams)
-            if upgraded is not None:
-                await self._relay_ws(conn, reader, writer, *upgraded)
-        except (ConnectionError, asyncio.IncompleteReadError, H1Error, ValueError) as exc:
-            self.stats.errors.append(f"connection {conn}: {type(exc).__name__}: {exc}")
-        except asyncio.CancelledError:
-            pass
-        finally:
-            for w in (writer, *upstreams):
-                w.close()
-            for w in (writer, *upstreams):
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await w.wait_closed()
-            self._tasks.discard(task)
-
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        up = self.upstream
-        return await asyncio.open_connection(
-            up.host, up.port, ssl=self._ssl, server_hostname=up.host if up.tls else None
-        )
-
-    async def _relay_http(
-        self,
-        conn: int,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        upstreams: list[asyncio.StreamWriter],
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, dict[str, str], bytes, bytes] | None:
-        """Requests and responses until the connection ends, or upgrades (then what the
-        WebSocket relay needs: the upstream streams, the 101's headers, the frames each side
-        sent before it was read)."""
-        buf = b""
-        up_r: asyncio.StreamReader | None = None
-        up_w: asyncio.StreamWriter | None = None
-        while True:
-            while (stop := buf.find(b"\r\n\r\n")) < 0:
-                if len(buf) > _MAX_HEAD:
-                    raise ValueError("request head larger than 64 KiB")
-                data = await reader.read(_READ)
-                if not data:
-                    return None
-                buf += data
-            t_start = time.perf_counter_ns()
-            buf_head = buf[:stop]
-            head = parse_request_head(buf_head)
-            rest = buf[stop + 4 :]
-            buf = b""
-            if up_w is None or up_w.is_closing():
-                try:
-                    up_r, up_w = await self._connect()
-                    upstreams.append(up_w)
-                except OSError as exc:
-                    await self._bad_gateway(writer, exc)
-                    return None
-            assert up_r is not None
-            up_w.write(self._head_bytes(buf_head) + rest)
-            # The request body's framing is the response parser's (Content-Length or
-            # chunked): prime one with a head that carries the request's framing headers.
-            body = ResponseParser()
-            framing = ["HTTP/1.1 200 OK"]
-            upgrade = "websocket" in head.headers.get("upgrade", "").lower()
-            if "chunked" in head.headers.get("transfer-encoding", "").lower():
-                framing.append("transfer-encoding: chunked")
-            else:
-                framing.append(f"content-length: {int(head.headers.get('content-length') or 0)}")
-            body.feed(("\r\n".join(framing) + "\r\n\r\n").encode())
-            # After an upgrade request come frames, not a body (forwarded already, observed
-            # once the upgrade is accepted).
-            early_frames = rest if upgrade else b""
-            request = bytearray(body.feed(rest)) if rest and not upgrade else bytearray()
-            answered = b""  # an upstream's final head that came before the body was sent
-            if not body.complete and "100-continue" in head.headers.get("expect", "").lower():
-                got = await self._expect_continue(reader, writer, up_r, up_w, body, request)
-                if got is None:
-                    return None
-                answered = got
-            while not answered and not body.complete:
-                data = await reader.read(_READ)
-                if not data:
-                    return None
-                up_w.write(data)
-                request += body.feed(data)
-            api = api_of(head.target) if head.method == "POST" else None
-            resp = ResponseParser()
-            response = bytearray()
-            t_first = 0
-            if answered:
-                writer.write(answered)
-                t_first = time.perf_counter_ns()
-                if api is not None:
-                    response += resp.feed(answered)
-                else:
-                    resp.feed(answered)
-            if upgrade:
-                # The 101 head ends the HTTP part: what follows are frames, not a body.
-                hbuf = b""
-                while (end := hbuf.find(b"\r\n\r\n")) < 0:
-                    data = await up_r.read(_READ)
-                    if not data:
-                        return None
-                    writer.write(data)
-                    hbuf += data
-                if hbuf[:12].split(b" ")[1:2] == [b"101"]:
-                    answer = parse_request_head(b"GET / HTTP/1.1" + hbuf[hbuf.find(b"\r\n") : end])
-                    return up_r, up_w, answer.headers, early_frames, hbuf[end + 4 :]
-                resp.feed(hbuf)  # refused (401, 426…): an ordinary response
-            try:
-                while not resp.complete:
-                    data = await up_r.read(_READ)
-                    if not data:
-                        with contextlib.suppress(H1Error):
-                            resp.eof()
-                        break
-                    writer.write(data)
-                    await writer.drain()
-                    if not t_first:
-                        t_first = time.perf_counter_ns()
-                    if api is not None:
-                        response += resp.feed(data)
-                    else:
-                        resp.feed(data)
-            except (OSError, H1Error) as exc:
-                if api is not None and request:
-                    why = (
-                        "the client closed the connection before the response ended"
-                        if writer.is_closing() or isinstance(exc, ConnectionError)
-                        else f"the response could not be relayed ({type(exc).__name__})"
-                    )
-                    now = time.perf_counter_ns()
-                    self._observe(conn, self._failed, api, "http", conn, t_start, now, 499, why)
-                raise
-            t_end = time.perf_counter_ns()
-            if api is not None and request:
-                self._observe(
-                    conn,
-                    self._summarize,
-                    api,
-                    "http",
-                    conn,
-                    bytes(request),
-                    resp.status,
-                    bytes(response),
-                    resp.headers,
-                    (t_start, t_first, t_end),
-                    self.keep_content,
-                )
-            if not resp.keep_alive or not resp.complete or answered:
-                # after a refused Expect the client may still send the body: the connection
-                # cannot tell it from a next request
-                return None
-
-    async def _expect_continue(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_r: asyncio.StreamReader,
-        up_w: asyncio.StreamWriter,
-        body: ResponseParser,
-        request: bytearray,
-    ) -> bytes | None:
-        """Relay a request body whose client waits for ``100 Continue`` before sending it.
-
-        The upstream's interim answer reaches the client while the body is still to come;
-        a final answer instead (417, 401…) is returned, to be relayed as the response.  Both
-        sides are read at once: an upstream that ignores ``Expect`` waits for the body the
-        client sends after its own timeout.  ``None``: the client went away.
-        """
-        # readuntil consumes nothing until the whole head is there: safe to cancel
-        up_head = asyncio.ensure_future(up_r.readuntil(b"\r\n\r\n"))
-        try:
-            while not body.complete:
-                client_read = asyncio.ensure_future(reader.read(_READ))
-                waiting: set[asyncio.Future[bytes]] = {client_read}
-                if not up_head.done():
-                    waiting.add(up_head)
-                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                if up_head in waiting and up_head.done():
-                    head = up_head.result()
-                    if head[9:10] != b"1":
-                        client_read.cancel()
-                        return head  # a final answer: the body is not wanted
-                    writer.write(head)  # 100 Continue (or another interim answer)
-                    if not client_read.done():
-                        continue_read = await client_read
-                    else:
-                        continue_read = client_read.result()
-                else:
-                    continue_read = await client_read
-                if not continue_read:
-                    return None
-                up_w.write(continue_read)
-                request += body.feed(continue_read)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            return None
-        finally:
-            if not up_head.done():
-                up_head.cancel()
-        return b""
-
     def _head_bytes(self, raw: bytes) -> bytes:
         """The request head as sent, but for ``Host`` and the path prefix (see the module)."""
         up = self.upstream
@@ -400,67 +210,435 @@ class RecordingProxy:
                 lines[i] = lines[i][:5] + b" " + host
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
-    async def _bad_gateway(self, writer: asyncio.StreamWriter, exc: OSError) -> None:
+    def _bad_gateway(self, exc: OSError) -> bytes:
         up = self.upstream
         why = exc.strerror or type(exc).__name__
         body = (
             '{"error":{"message":"loopbench record could not connect to the upstream '
             f'{up.host}:{up.port} ({why}).","type":"upstream_unreachable","code":"bad_gateway"}}}}'
         ).encode()
-        writer.write(
+        return (
             b"HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\n"
             + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
             + body
         )
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
 
-    async def _relay_ws(
-        self,
-        conn: int,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_r: asyncio.StreamReader,
-        up_w: asyncio.StreamWriter,
-        answer: dict[str, str],
-        early: bytes,
-        leftover: bytes,
-    ) -> None:
-        ext = answer.get("sec-websocket-extensions", "").lower()
-        deflate = "permessage-deflate" in ext
-        to_server = WsDecoder(deflate, "client_no_context_takeover" in ext)
-        to_client = WsDecoder(deflate, "server_no_context_takeover" in ext)
-        lanes = _WsLanes(self, conn)
 
-        clock = time.perf_counter_ns
-        if early:
-            self._observe(conn, lanes.from_client_bytes, to_server, early, clock())
+def _nodelay(transport: asyncio.BaseTransport) -> None:
+    """Each chunk leaves as it is written: no coalescing with the next (Nagle) on either leg.
 
-        async def upstream_to_client() -> None:
-            if leftover:
-                self._observe(conn, lanes.from_server_bytes, to_client, leftover, clock())
-            while data := await up_r.read(_READ):
-                writer.write(data)
-                self._observe(conn, lanes.from_server_bytes, to_client, data, clock())
-            if writer.can_write_eof():
-                writer.write_eof()
+    asyncio and uvloop set it already on TCP sockets; set here so that the relay does not
+    depend on it."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        async def client_to_upstream() -> None:
-            while data := await reader.read(_READ):
-                up_w.write(data)
-                self._observe(conn, lanes.from_client_bytes, to_server, data, clock())
-            if up_w.can_write_eof():
-                up_w.write_eof()
 
-        down = asyncio.ensure_future(upstream_to_client())
-        upward = asyncio.ensure_future(client_to_upstream())
+class _Side(asyncio.Protocol):
+    """One socket of a relayed connection: what it receives goes to the relay at once.
+
+    A chunk is written to the other socket from inside ``data_received``: no reader
+    buffer, no task to wake, no await between a chunk's arrival and its way on.
+    """
+
+    def __init__(self, proxy: RecordingProxy, relay: _Relay | None) -> None:
+        self.proxy = proxy
+        self.relay = relay  # None: the client's side, whose relay it creates
+        self.upstream = relay is not None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, only alike
+        tr = cast(asyncio.Transport, transport)
+        _nodelay(tr)
+        if self.relay is None:
+            self.relay = _Relay(self.proxy, tr)
+        else:
+            self.relay.up = tr
+
+    def data_received(self, data: bytes) -> None:
+        assert self.relay is not None
+        if self.upstream:
+            self.relay.from_upstream(data)
+        else:
+            self.relay.from_client(data)
+
+    def eof_received(self) -> bool:
+        assert self.relay is not None
+        return self.relay.eof(self.upstream)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.relay is not None:
+            self.relay.lost(self.upstream, exc)
+
+    # A full send buffer on this side holds back reading on the other (the relay's drain).
+    def pause_writing(self) -> None:
+        if self.relay is not None:
+            self.relay.hold(self.upstream, True)
+
+    def resume_writing(self) -> None:
+        if self.relay is not None:
+            self.relay.hold(self.upstream, False)
+
+
+# what the client's bytes are, in the relay's request direction
+_HEAD, _CONNECTING, _BODY, _AWAIT, _EARLY, _ANSWERED, _WS, _CLOSED = range(8)
+
+
+class _Relay:
+    """One client connection and its upstream connection, relayed chunk by chunk.
+
+    The client's side is parsed only as far as forwarding needs it (a request's head, to
+    rewrite ``Host``; its body's framing, to find the next head); the upstream's side is
+    written on first and parsed after (its framing, to find where an exchange ends).  A
+    copy of each exchange goes to the proxy's worker thread once it ends.
+    """
+
+    def __init__(self, proxy: RecordingProxy, client: asyncio.Transport) -> None:
+        proxy._conn_ids += 1
+        proxy.stats.connections += 1
+        proxy._relays.add(self)
+        self.proxy = proxy
+        self.conn = proxy._conn_ids
+        self.client = client
+        self.up: asyncio.Transport | None = None
+        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.mode = _HEAD
+        self.buf = b""  # the client's next request head, until it is whole
+        self.held = bytearray()  # client bytes that wait for the upstream or a response's end
+        self.held_paused = False
+        self.client_eof = False
+        self.ws_eofs = 0
+        # the exchange in flight
+        self.inflight = False
+        self.api: str | None = None
+        self.t_start = 0
+        self.t_first = 0
+        self.body = ResponseParser()
+        self.request = bytearray()
+        self.resp = ResponseParser()
+        self.response = bytearray()
+        self.upgrade = False
+        self.hbuf = b""  # an upgrade's answer head, until it is whole
+        self.early = bytearray()  # frames the client sent before the upgrade was answered
+        self.lanes: _WsLanes | None = None
+        self.to_server: WsDecoder | None = None
+        self.to_client: WsDecoder | None = None
+
+    # --- the client's bytes ---------------------------------------------------------------
+
+    def from_client(self, data: bytes) -> None:
+        mode = self.mode
+        if mode == _WS:
+            assert self.up is not None and self.lanes is not None
+            self.up.write(data)
+            lanes = self.lanes
+            self.proxy._observe(
+                self.conn, lanes.from_client_bytes, self.to_server, data, time.perf_counter_ns()
+            )
+        elif mode == _BODY:
+            assert self.up is not None
+            self.up.write(data)
+            try:
+                self.request += self.body.feed(data)
+            except H1Error as exc:
+                self._error(exc)
+                return
+            if self.body.complete:
+                self.mode = _AWAIT
+        elif mode in (_EARLY, _ANSWERED):
+            # frames before the upgrade's answer, or a body the upstream no longer waits for
+            assert self.up is not None
+            self.up.write(data)
+            if mode == _EARLY:
+                self.early += data
+        elif mode in (_CONNECTING, _AWAIT):
+            self.held += data  # the next request waits for this one's response
+            if len(self.held) > _READ and not self.held_paused:
+                self.held_paused = True
+                self.client.pause_reading()  # until it is this one's turn
+        elif mode == _HEAD:
+            self._head(data)
+
+    def _head(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        stop = buf.find(b"\r\n\r\n")
+        if stop < 0:
+            if len(buf) > _MAX_HEAD:
+                self._error(ValueError("request head larger than 64 KiB"))
+            else:
+                self.buf = buf
+            return
+        self.buf = b""
+        self.t_start = time.perf_counter_ns()
+        raw, rest = buf[:stop], buf[stop + 4 :]
         try:
-            await asyncio.wait({down, upward}, return_when=asyncio.FIRST_COMPLETED)
-            await asyncio.wait({down}, timeout=1.0)
-        finally:
-            for t in (down, upward):
-                t.cancel()
-            self._observe(conn, lanes.close)
+            head = parse_request_head(raw)
+        except ValueError as exc:
+            self._error(exc)
+            return
+        if self.up is None or self.up.is_closing():
+            self.mode = _CONNECTING
+            self.client.pause_reading()
+            task = asyncio.ensure_future(self._connect(head, raw, rest))
+            self.proxy._tasks.add(task)
+            task.add_done_callback(self.proxy._tasks.discard)
+            return
+        self._send(head, raw, rest)
+
+    async def _connect(self, head: RequestHead, raw: bytes, rest: bytes) -> None:
+        up = self.proxy.upstream
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.create_connection(
+                lambda: _Side(self.proxy, self),
+                up.host,
+                up.port,
+                ssl=self.proxy._ssl,
+                server_hostname=up.host if up.tls else None,
+            )
+        except OSError as exc:
+            if not self.client.is_closing():
+                self.client.write(self.proxy._bad_gateway(exc))
+            self.close()
+            return
+        if self.mode == _CLOSED:
+            self.close()
+            return
+        self._send(head, raw, rest)
+        self.client.resume_reading()
+        if self.held and self.mode != _AWAIT:
+            held = bytes(self.held)
+            self.held.clear()
+            self.from_client(held)
+
+    def _send(self, head: RequestHead, raw: bytes, rest: bytes) -> None:
+        assert self.up is not None
+        self.up.write(self.proxy._head_bytes(raw) + rest)
+        self.api = api_of(head.target) if head.method == "POST" else None
+        self.inflight = True
+        self.t_first = 0
+        self.resp = ResponseParser()
+        self.response = bytearray()
+        self.request = bytearray()
+        self.upgrade = "websocket" in head.headers.get("upgrade", "").lower()
+        if self.upgrade:
+            # After an upgrade request come frames, not a body (forwarded already, observed
+            # once the upgrade is accepted).
+            self.hbuf = b""
+            self.early = bytearray(rest)
+            self.mode = _EARLY
+            return
+        # The request body's framing is the response parser's (Content-Length or
+        # chunked): prime one with a head that carries the request's framing headers.
+        body = self.body = ResponseParser()
+        framing = ["HTTP/1.1 200 OK"]
+        if "chunked" in head.headers.get("transfer-encoding", "").lower():
+            framing.append("transfer-encoding: chunked")
+        else:
+            framing.append(f"content-length: {int(head.headers.get('content-length') or 0)}")
+        body.feed(("\r\n".join(framing) + "\r\n\r\n").encode())
+        self.mode = _BODY
+        if rest:
+            try:
+                self.request += body.feed(rest)
+            except H1Error as exc:
+                self._error(exc)
+                return
+        if body.complete:
+            self.mode = _AWAIT
+
+    # --- the upstream's bytes -------------------------------------------------------------
+
+    def from_upstream(self, data: bytes) -> None:
+        self.client.write(data)  # on its way before anything looks at it
+        if self.mode == _WS:
+            assert self.lanes is not None
+            self.proxy._observe(
+                self.conn,
+                self.lanes.from_server_bytes,
+                self.to_client,
+                data,
+                time.perf_counter_ns(),
+            )
+            return
+        if not self.inflight:
+            return  # nothing asked for it: relayed, not observed
+        if not self.t_first:
+            self.t_first = time.perf_counter_ns()
+        if self.upgrade:
+            # The 101 head ends the HTTP part: what follows are frames, not a body.
+            hbuf = self.hbuf = self.hbuf + data
+            end = hbuf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            if hbuf[:12].split(b" ")[1:2] == [b"101"]:
+                self._websocket(hbuf, end)
+                return
+            self.upgrade = False  # refused (401, 426…): an ordinary response
+            self.mode = _AWAIT
+            data = hbuf
+        resp = self.resp
+        try:
+            part = resp.feed(data)
+        except H1Error as exc:
+            self._error(exc)
+            return
+        if self.api is not None:
+            self.response += part
+        if resp.head_done and self.mode == _BODY:
+            # A final answer before the whole body (a refused Expect: 100-continue, a 413):
+            # whatever the client still sends cannot be told from a next request.
+            self.mode = _ANSWERED
+        if resp.complete:
+            self._ended()
+
+    def _websocket(self, hbuf: bytes, end: int) -> None:
+        answer = parse_request_head(b"GET / HTTP/1.1" + hbuf[hbuf.find(b"\r\n") : end])
+        ext = answer.headers.get("sec-websocket-extensions", "").lower()
+        deflate = "permessage-deflate" in ext
+        self.to_server = WsDecoder(deflate, "client_no_context_takeover" in ext)
+        self.to_client = WsDecoder(deflate, "server_no_context_takeover" in ext)
+        lanes = self.lanes = _WsLanes(self.proxy, self.conn)
+        self.mode = _WS
+        self.inflight = False
+        now = time.perf_counter_ns()
+        if self.early:
+            self.proxy._observe(
+                self.conn, lanes.from_client_bytes, self.to_server, bytes(self.early), self.t_start
+            )
+            self.early = bytearray()
+        if leftover := hbuf[end + 4 :]:
+            self.proxy._observe(self.conn, lanes.from_server_bytes, self.to_client, leftover, now)
+
+    def _ended(self) -> None:
+        """The response is whole: hand the exchange to the observer, then the next request."""
+        self._observe_exchange()
+        if not self.resp.keep_alive or self.mode == _ANSWERED or self.client_eof:
+            self.close()
+            return
+        self.mode = _HEAD
+        if self.held:
+            held = bytes(self.held)
+            self.held.clear()
+            if self.held_paused:
+                self.held_paused = False
+                self.client.resume_reading()
+            self.from_client(held)
+
+    def _observe_exchange(self) -> None:
+        self.inflight = False
+        if self.api is not None and self.request:
+            self.proxy._observe(
+                self.conn,
+                self.proxy._summarize,
+                self.api,
+                "http",
+                self.conn,
+                bytes(self.request),
+                self.resp.status,
+                bytes(self.response),
+                self.resp.headers,
+                (self.t_start, self.t_first, time.perf_counter_ns()),
+                self.proxy.keep_content,
+            )
+
+    # --- ends -----------------------------------------------------------------------------
+
+    def hold(self, client: bool, paused: bool) -> None:
+        """Pause or resume reading from the client's (``client``) or the upstream's side."""
+        side = self.client if client else self.up
+        if side is None or side.is_closing():
+            return
+        if paused:
+            side.pause_reading()
+        else:
+            side.resume_reading()
+
+    def eof(self, upstream: bool) -> bool:
+        """One side sent its last byte: ``True`` keeps that socket open to write to."""
+        if upstream:
+            if self.inflight and self.mode != _WS:
+                with contextlib.suppress(H1Error):
+                    self.resp.eof()  # a body delimited by the close ends here
+                self._observe_exchange()
+                self.close()
+            elif self.mode == _WS:
+                return self._ws_eof(self.client)
+            else:
+                self.up = None  # an idle keep-alive connection: the next request opens one
+            return False
+        self.client_eof = True
+        if self.mode == _WS and self.up is not None:
+            return self._ws_eof(self.up)
+        if self.inflight or self.mode == _CONNECTING:
+            return True  # the response still goes out; the connection closes after it
+        self.close()
+        return False
+
+    def _ws_eof(self, other: asyncio.Transport) -> bool:
+        """One side of a WebSocket ended: so does the other's sending, and the
+        connection closes once both have, or a second later (the other side's close frame
+        still reaches its peer)."""
+        self.ws_eofs += 1
+        if self.ws_eofs >= 2 or not other.can_write_eof():
+            self.close()
+            return False
+        other.write_eof()
+        asyncio.get_running_loop().call_later(1.0, self.close)
+        return True
+
+    def lost(self, upstream: bool, exc: Exception | None) -> None:
+        if exc is not None:
+            self.proxy.stats.errors.append(
+                f"connection {self.conn}: {type(exc).__name__}: {exc}"
+                + (" (upstream)" if upstream else "")
+            )
+        if upstream and self.mode != _WS and not self.inflight:
+            if self.up is not None and self.up.is_closing():
+                self.up = None
+            return  # the upstream closed between requests: the next one reconnects
+        if self.inflight and self.mode != _WS and self.api is not None and self.request:
+            self.inflight = False
+            why = (
+                "the client closed the connection before the response ended"
+                if not upstream
+                else "the upstream closed the connection before the response ended"
+            )
+            now = time.perf_counter_ns()
+            self.proxy._observe(
+                self.conn,
+                self.proxy._failed,
+                self.api,
+                "http",
+                self.conn,
+                self.t_start,
+                now,
+                499,
+                why,
+            )
+        self.close()
+
+    def _error(self, exc: Exception) -> None:
+        self.proxy.stats.errors.append(f"connection {self.conn}: {type(exc).__name__}: {exc}")
+        self.close()
+
+    def close(self) -> None:
+        if self.mode == _CLOSED:
+            if self.up is not None and not self.up.is_closing():
+                self.up.close()
+            return
+        if self.mode == _WS and self.lanes is not None:
+            self.proxy._observe(self.conn, self.lanes.close)
+        self.mode = _CLOSED
+        self.inflight = False
+        # close() sends what is buffered first: a response's last bytes still arrive
+        self.client.close()
+        if self.up is not None:
+            self.up.close()
+        self.proxy._relays.discard(self)
+        if not self.gone.done():
+            self.gone.set_result(None)
 
 
 class _WsLanes:
@@ -601,6 +779,14 @@ async def record_until_stopped(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
+    # The observer thread holds the GIL for up to the switch interval (5 ms by default)
+    # whenever the relay's loop wakes up with bytes to forward: a short one bounds that
+    # wait.  Only the relay and the observer share it, so the extra switches cost little.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(_SWITCH_S)
+    # The collector's pauses would land on whichever chunk is being relayed: what exists
+    # now is frozen out of it, and it runs as seldom as in a measuring run.
+    gc_before = quiet_gc.begin()
     on_ready(bound)
     try:
         await stop.wait()
@@ -608,6 +794,8 @@ async def record_until_stopped(
         for sig in installed:
             loop.remove_signal_handler(sig)
         await proxy.stop()
+        quiet_gc.end(gc_before)
+        sys.setswitchinterval(switch)
     meta: dict[str, object] = {"upstream": upstream_url, "keep_content": keep_content}
     if proxy.stats.unread_without_exchange:
         meta["unreadable"] = proxy.stats.unread_without_exchange

@@ -1,0 +1,173 @@
+"""The recording proxy's relay: flow control, TCP_NODELAY, and the --bench that measures it.
+
+Real sockets on 127.0.0.1, upstreams started here on port 0; no wall-clock thresholds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from harness.record.bench import run_bench
+from harness.record.proxy import RecordingProxy, Upstream
+from tests.runs import ROOT
+
+pytestmark = pytest.mark.timeout(120)
+
+BIG = 8 * 1024 * 1024  # far more than both legs' socket buffers and the transports' limits
+
+
+async def _big_upstream() -> asyncio.Server:
+    """Answers one request with a BIG chunked body, as fast as it may write."""
+    block = bytes(range(256)) * 256  # 64 KiB
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            for _ in range(BIG // len(block)):
+                writer.write(b"%x\r\n" % len(block) + block + b"\r\n")
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            await reader.read()
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+def test_a_response_larger_than_every_buffer_reaches_a_slow_client_whole() -> None:
+    """The relay holds the upstream back while the client does not read (no unbounded
+    buffering, nothing dropped): every byte arrives, in order."""
+
+    async def main() -> tuple[bytes, bytes, list[int]]:
+        server = await _big_upstream()
+        port = server.sockets[0].getsockname()[1]
+        proxy = RecordingProxy(Upstream.parse(f"http://127.0.0.1:{port}/v1"))
+        await proxy.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.sleep(0.5)  # not reading: the proxy must stop reading upstream
+            # what the proxy holds for this client meanwhile: bounded by the flow control
+            buffered = [r.client.get_write_buffer_size() for r in proxy._relays]
+            got = hashlib.sha256()
+            seen = b""
+            total = 0
+            while not seen.endswith(b"0\r\n\r\n"):
+                chunk = await reader.read(1 << 20)
+                if not chunk:
+                    break
+                got.update(chunk)
+                total += len(chunk)
+                seen = (seen + chunk)[-16:]
+            writer.close()
+        finally:
+            await proxy.stop()
+            server.close()
+        block = bytes(range(256)) * 256
+        want = hashlib.sha256(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(BIG // len(block)):
+            want.update(b"%x\r\n" % len(block) + block + b"\r\n")
+        want.update(b"0\r\n\r\n")
+        return got.digest(), want.digest(), buffered
+
+    got, want, buffered = asyncio.run(asyncio.wait_for(main(), 90))
+    assert got == want
+    assert buffered and max(buffered) < BIG // 4
+
+
+def test_both_legs_send_each_chunk_at_once() -> None:
+    """TCP_NODELAY on the client's and the upstream's socket of a relayed connection."""
+
+    async def main() -> list[int]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+            await reader.read()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        proxy = RecordingProxy(Upstream.parse(f"http://127.0.0.1:{port}/v1"))
+        await proxy.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 204")
+            [relay] = proxy._relays
+            assert relay.up is not None
+            flags = [
+                t.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                for t in (relay.client, relay.up)
+            ]
+            writer.close()
+        finally:
+            await proxy.stop()
+            server.close()
+        return flags
+
+    assert all(asyncio.run(asyncio.wait_for(main(), 60)))
+
+
+def test_bench_measures_paired_trials_through_a_proxy_process(server_url: str) -> None:
+    """``run_bench``: as many trials as asked, each with a direct, a proxied and a control
+    turn (the figures themselves are the machine's, not checked)."""
+    result = run_bench(server_url, 4)
+    assert result.pairs == 4 and result.streams == 1
+    [arm] = result.arms
+    assert arm.ttft_ms[0] > 0 and result.direct_ttft_ms[0] > 0
+    text = "\n".join(result.lines())
+    assert "4 paired trials" in text and "added TTFT (proxied − direct)" in text
+    assert 0 <= arm.over_target_pct <= 100 and "control TTFT > 1 ms" in text
+    assert arm.cpu_us_per_turn is not None and arm.cpu_us_per_turn >= 0
+
+
+def test_bench_command_reports_the_machine(server_url: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "record", "--upstream", server_url, "--bench", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "2 paired trials" in out.stdout
+    assert "load average" in out.stdout and "CPU steal" in out.stdout
+
+
+def test_a_client_that_half_closes_after_its_request_still_gets_the_response() -> None:
+    """Request, then shutdown(SHUT_WR) on a fresh connection: the client's end arrives
+    before the response, which must still be relayed whole."""
+
+    async def main() -> bytes:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        proxy = RecordingProxy(Upstream.parse(f"http://127.0.0.1:{port}/v1"))
+        await proxy.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            writer.write_eof()
+            got = await reader.read()
+            writer.close()
+        finally:
+            await proxy.stop()
+            server.close()
+        return got
+
+    assert asyncio.run(asyncio.wait_for(main(), 60)) == (
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    )
