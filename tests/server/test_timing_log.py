@@ -51,7 +51,7 @@ def check_line(line: dict[str, Any], started_ns: int, ended_ns: int) -> None:
     assert line["arrived_unix_ns"] < line["first_token_unix_ns"] <= ended_ns
     # The first token is written no earlier than arrival + modelled TTFT (ms, as sim_timing says).
     first_after_ms = (line["first_token_unix_ns"] - line["arrived_unix_ns"]) / 1e6
-    assert timing["first_token_late_ms"] >= -0.05
+    assert timing["first_token_late_ms"] >= -0.5  # the timer's early-release window at most
     assert abs(first_after_ms - timing["ttft"] - timing["first_token_late_ms"]) < 0.05
 
 

@@ -25,6 +25,7 @@ APIS = ("http", "ws", "chat", "messages")
 MEASUREMENT = D.get("measurement_error_ms")
 CLIENT = D.get("client_error_ms")
 LATE = D.get("server_late_ms")
+EARLY_MS = 0.5
 
 
 def check_turns(rows: list[dict[str, Any]], edge: str) -> None:
@@ -34,8 +35,9 @@ def check_turns(rows: list[dict[str, Any]], edge: str) -> None:
         assert turn.status == "completed", (edge, row)
         late = turn.server_late_ms
         assert late is not None, (edge, turn.transport)
-        # The server never writes a token before it is due (a few ns of rounding aside).
-        assert late >= -0.001, (edge, turn.transport, late)
+        # Never before it is due, but for the timer's early-release window (at most half a
+        # millisecond: reference_server/timer.py), within which a deadline counts as reached.
+        assert late >= -EARLY_MS, (edge, turn.transport, late)
         measured = D.sample(MEASUREMENT, turn)
         assert measured is not None
         assert D.sample(LATE, turn) == pytest.approx(late, abs=1e-6)
