@@ -48,7 +48,7 @@ def _records(table: Any, cls: type) -> Iterable[Any]:
                 values[name] = v if isinstance(v, bool) else str(v).lower() in ("true", "1")
             elif t == "int":
                 values[name] = int(v)
-            elif t == "float":
+            elif t in ("float", "float | None"):  # None (an empty cell) was skipped above
                 values[name] = float(v)
             else:
                 values[name] = str(v)
