@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -132,15 +132,16 @@ def _copy_rows(writer: Any, run_dir: Path) -> None:
         (run.rollouts, RolloutRecord, writer.add_rollout),
     ):
         names = csv_fields(cls)
+        # An optional number (None when not reported) reads back as NaN: None again.
+        optional = {f.name for f in fields(cls) if f.default is None}
         for row in table[names].itertuples(index=False, name=None):
-            add(
-                cls(
-                    **{
-                        k: (v.item() if hasattr(v, "item") else v)
-                        for k, v in zip(names, row, strict=True)
-                    }
-                )
-            )
+            values = {
+                k: (v.item() if hasattr(v, "item") else v) for k, v in zip(names, row, strict=True)
+            }
+            for k in optional:
+                if values[k] != values[k]:
+                    values[k] = None
+            add(cls(**values))
 
 
 def run_procs(

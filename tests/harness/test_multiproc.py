@@ -69,6 +69,9 @@ def test_two_client_processes_and_two_server_workers_merge_into_one_run(tmp_path
         assert t["turns"] == {"count": 8, "errors": 0}
         assert t["schedule"]["started"] == 2
     assert len(run.turns) == 16 and len(run.rollouts) == 4
+    # The server's first-token lateness survives the copy into the merged row file.
+    assert run.turns["server_late_ms"].notna().all()
+    assert summary["transports"]["http"]["client_error_ms"]["p50"] is not None
     assert sorted(set(run.rollouts["rollout_id"])) == [0, 1]
     # The paired comparison survives the split (both transports ran every rollout).
     assert summary["comparisons"][0]["paired"] is True
