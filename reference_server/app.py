@@ -112,6 +112,8 @@ class ReferenceServer:
         await self.lifecycle.runs.aclose()
         await self.guard.aclose()
         await self.service.store.close()
+        if self.service.timing_log is not None:
+            self.service.timing_log.close()  # after the drain: every response has its line
 
     def _new_http_connection(self, request: Request) -> bool:
         # ASGI hides the TCP connection; the client's (host, port) identifies it while it is open.
@@ -293,6 +295,7 @@ class ReferenceServer:
 
         job = await service.admit(req, conv, cost, cache, rng, parent_stored=not fitted.truncated)
         fitted.record(job.timing)
+        job.request_id = request.headers.get("x-request-id")
 
         async def run(send: SendEvents) -> bool:
             try:
@@ -339,6 +342,7 @@ class ReferenceServer:
                 req, conv, cost, cache, rng, parent_stored=not fitted.truncated
             )
             fitted.record(job.timing)
+            job.request_id = request.headers.get("x-request-id")
             jobs.append(job)
             await service.generate(job, discard)
 

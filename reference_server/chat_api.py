@@ -24,10 +24,12 @@ from reference_server.core.conversation import Conversation
 from reference_server.core.validation import RequestError
 from reference_server.service import Job
 from reference_server.stateless_api import Parsed, StatelessApi, Translator
+from reference_server.timing_log import client_id
 
 
 class ChatApi(StatelessApi):
     done_marker = True
+    api = "chat"
 
     def error_response(
         self, err: RequestError, request_id: str, headers: dict[str, str] | None = None
@@ -49,7 +51,7 @@ class ChatApi(StatelessApi):
 
     def _completion_id(self, job: Job) -> str:
         # The response id's random part: one id per turn, drawn once.
-        return "chatcmpl-" + job.builder.response_id.split("_", 1)[-1]
+        return client_id("chat", job.builder.response_id)
 
     def translator(self, parsed: Parsed, job: Job, created: int) -> Translator:
         return ChatChunks(

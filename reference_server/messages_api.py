@@ -29,6 +29,7 @@ from reference_server.core.messages import (
 from reference_server.core.validation import RequestError
 from reference_server.service import Job
 from reference_server.stateless_api import Parsed, StatelessApi, Translator
+from reference_server.timing_log import client_id
 
 NO_KEY_MESSAGE = (
     "You didn't provide an API key: send it in the x-api-key header "
@@ -37,6 +38,8 @@ NO_KEY_MESSAGE = (
 
 
 class MessagesApi(StatelessApi):
+    api = "messages"
+
     def auth_headers(self, headers: Headers) -> Headers:
         key = headers.get("x-api-key")
         if key is None:
@@ -67,7 +70,7 @@ class MessagesApi(StatelessApi):
         return rename_limit_error(err)
 
     def _message_id(self, job: Job) -> str:
-        return "msg_" + job.builder.response_id.split("_", 1)[-1]
+        return client_id("messages", job.builder.response_id)
 
     def translator(self, parsed: Parsed, job: Job, created: int) -> Translator:
         msgs = parsed.extra

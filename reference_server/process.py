@@ -86,11 +86,16 @@ def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> No
     quiet_gc()
     if own_socket:
         print(ready_line(sock, tls=config.tls), flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        if uvloop:
-            _run_uvloop(server, sock)
-        else:
-            asyncio.run(server.serve(sockets=[sock]))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            if uvloop:
+                _run_uvloop(server, sock)
+            else:
+                asyncio.run(server.serve(sockets=[sock]))
+    finally:
+        # A worker leaves with os._exit (no atexit): the lines still queued go out here.
+        if server_app.service.timing_log is not None:
+            server_app.service.timing_log.close()
 
 
 def _run_uvloop(server: DrainingServer, sock: socket.socket) -> None:

@@ -32,11 +32,24 @@ def serve(config: ServerConfig) -> None:
         print(warning, file=sys.stderr, flush=True)
     if config.exit_with_parent:
         watch_parent()
+    if config.timing_log is not None:
+        start_timing_log(config.timing_log)
     with tls_files(config) as config:
         if config.workers > 1:
             serve_workers(config)
         else:
             serve_process(config)
+
+
+def start_timing_log(path: str) -> None:
+    """Empty ``--timing-log``'s file, once, before any worker appends to it."""
+    try:
+        with open(path, "wb"):
+            pass
+    except OSError as exc:
+        raise SystemExit(
+            f"error: --timing-log {path}: cannot create the file ({exc.strerror or exc})"
+        ) from None
 
 
 def watch_parent(period_s: float = 0.5) -> threading.Thread:

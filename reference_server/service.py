@@ -35,6 +35,7 @@ from reference_server.core.context_window import (
     truncation_mode,
 )
 from reference_server.core.conversation import Conversation, tools_tokens
+from reference_server.core.engine import NS_PER_MS
 from reference_server.core.faults import ERROR_STATUSES, Fault, FaultInjector
 from reference_server.core.limits import TokenBucket
 from reference_server.core.output import OutputCursor, OutputPlan, plan_output
@@ -44,6 +45,7 @@ from reference_server.core.validation import CreateRequest, RequestError, reason
 from reference_server.metrics import ServerCounters
 from reference_server.sim import Simulator, decode_seed
 from reference_server.store import SqliteStore
+from reference_server.timing_log import TimingLog
 
 # Events that are due together go out together: one SSE write or one batch of WS frames.
 Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
@@ -67,16 +69,28 @@ class Segment:
     timing: dict[str, float]
     reasoning_tokens: int = 0
     cursor: OutputCursor | None = None
+    # perf_counter_ns just after the first output delta was handed to the transport
+    first_delta_ns: int | None = None
 
     def conversation_items(self, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """What the conversation keeps of this segment's ``output`` (reasoning with its blob)."""
         return output if self.cursor is None else self.cursor.conversation_items(output)
 
-    def record(self, timing: dict[str, Any]) -> None:
-        """Add this segment's engine times to a response's ``sim_timing``."""
+    def record(self, timing: dict[str, Any], arrived_ns: int | None = None) -> None:
+        """Add this segment's engine times to a response's ``sim_timing``.
+
+        ``arrived_ns``: where the response's API-tier clock started, when this segment's
+        first delta is the response's first token: ``first_token_late_ms`` is how much
+        later than arrival + modelled TTFT that delta was written (absent without a delta).
+        """
         timing.update(self.timing)
         timing["cached_input_tokens"] = self.cached_tokens
-        timing["ttft"] = timing["api_pre"] + timing["api_queue"] + self.engine_ttft
+        ttft = timing["api_pre"] + timing["api_queue"] + self.engine_ttft
+        timing["ttft"] = ttft
+        if arrived_ns and self.first_delta_ns is not None:
+            timing["first_token_late_ms"] = (
+                self.first_delta_ns - arrived_ns - round(ttft * NS_PER_MS)
+            ) / NS_PER_MS
 
     def usage(self, output_tokens: int, reasoning_tokens: int | None = None) -> dict[str, Any]:
         """``usage`` of the response; ``reasoning_tokens`` defaults to this segment's."""
@@ -101,6 +115,13 @@ class Job:
     builder: ev.ResponseBuilder
     timing: dict[str, Any]  # the response's sim_timing, filled in as it is generated
     on_output: OnOutput
+    # perf_counter_ns the API-tier clock started at: the modelled first token is due at
+    # arrived_ns + timing["ttft"] (sim_timing.first_token_late_ms; docs/server.md)
+    arrived_ns: int = 0
+    # For --timing-log: which API's shapes the client saw, and its X-Request-ID header.
+    api: str = "responses"
+    request_id: str | None = None
+    first_delta_ns: int | None = None  # the response's first output delta (see Segment)
 
 
 def previous_not_found(response_id: str) -> RequestError:
@@ -144,6 +165,7 @@ class Service:
         )
         self._nested_errors = config.sse_error_shape != "flat"
         self.counters = ServerCounters()  # GET /metrics (reference_server/metrics.py)
+        self.timing_log = TimingLog(config.timing_log) if config.timing_log else None
 
     def rng(self) -> random.Random:
         return random.Random(self.config.seed * 1_000_003 + next(self._counter))
@@ -283,7 +305,8 @@ class Service:
 
         ``response_id`` is given when the id was announced before this wait (background mode).
         """
-        timing: dict[str, Any] = dict(await self.sim.pre_inference(cost))
+        modelled, arrived_ns = await self.sim.pre_inference_from(cost)
+        timing: dict[str, Any] = dict(modelled)
         timing["cache"] = cache
         self.counters.context[(cost.websocket, cache)] += 1
         timing["processed_input_tokens"] = cost.processed_tokens + cost.rehydrated_tokens
@@ -301,7 +324,7 @@ class Service:
                 added_items=conv_out.items[added_from:],
             )
 
-        return Job(req, conv, cost, self.builder(req, response_id), timing, on_output)
+        return Job(req, conv, cost, self.builder(req, response_id), timing, on_output, arrived_ns)
 
     def failure(
         self, builder: ev.ResponseBuilder, message: str, code: str = "server_error"
@@ -345,8 +368,10 @@ class Service:
             include_encrypted=reasoning.include_encrypted,
         )
         cursor = OutputCursor(builder, plan, rng)
+        first_delta_ns = 0
 
         async def emit(sizes: Sequence[int]) -> None:
+            nonlocal first_delta_ns
             if len(sizes) == 1:
                 events = cursor.emit(sizes[0])
             else:
@@ -355,6 +380,10 @@ class Service:
                     events.extend(cursor.emit(k))
             if events:  # hidden reasoning tokens without a summary produce none
                 await send(events)
+                if not first_delta_ns:
+                    # The one clock read of a response's lateness: the send has handed
+                    # the bytes to the transport (encoding and the ASGI layers included).
+                    first_delta_ns = time.perf_counter_ns()
 
         input_tokens = conv.tokens + tools_tok
         static_prefix: tuple[int, int] | None = (hash(orjson.dumps(req.tools)), tools_tok)
@@ -397,6 +426,7 @@ class Service:
             },
             reasoning_tokens=plan.reasoning_tokens,
             cursor=cursor,
+            first_delta_ns=first_delta_ns or None,
         )
 
     async def fail_mid_stream(
@@ -451,6 +481,37 @@ class Service:
         Post-inference work blocks ``response.completed`` over HTTP and runs in the
         background over WebSocket (docs/model.md).
         """
+        if self.timing_log is None:
+            return await self._generate(job, send)
+        status = "cancelled"  # the client left (or the drain timed out) mid-response
+        try:
+            status = await self._generate(job, send)
+        except Exception:
+            status = "failed"  # the caller sends the failure events
+            raise
+        finally:
+            self.log_response(job, status)
+        return status
+
+    def log_response(self, job: Job, status: str, timing: dict[str, Any] | None = None) -> None:
+        """Queue ``job``'s ``--timing-log`` line (a no-op without the option).
+
+        ``timing``: the ``sim_timing`` the client got, when it is not ``job.timing``
+        (an append-mode response reports its last segment's).
+        """
+        if self.timing_log is not None:
+            self.timing_log.add(
+                job.api,
+                job.builder.response_id,
+                job.request_id,
+                job.req.input_items,
+                job.arrived_ns,
+                job.first_delta_ns,
+                status,
+                job.timing if timing is None else timing,
+            )
+
+    async def _generate(self, job: Job, send: Send) -> str:
         req, conv, cost, builder, timing = job.req, job.conv, job.cost, job.builder, job.timing
         rng = self.rng()
         send = fault_send.wrap_send(send, self.config.faults.stall_s)
@@ -476,7 +537,8 @@ class Service:
         seg = await self.run_segment(
             req, conv, builder, send, rng, tool_choice=req.tool_choice, metadata=req.metadata
         )
-        seg.record(timing)
+        seg.record(timing, job.arrived_ns)
+        job.first_delta_ns = seg.first_delta_ns
         if cost.websocket:
             timing["api_post"] = 0.0
             self.spawn(self.sim.post_inference(cost))

@@ -127,6 +127,14 @@ class Simulator:
 
     async def pre_inference(self, cost: RequestCost) -> dict[str, float]:
         """Wait the modelled pre-inference work while holding one API worker."""
+        return (await self.pre_inference_from(cost))[0]
+
+    async def pre_inference_from(self, cost: RequestCost) -> tuple[dict[str, float], int]:
+        """:meth:`pre_inference`, and the ``perf_counter_ns`` its clock started at (the arrival).
+
+        The modelled first token is due at that arrival + ``sim_timing.ttft``: the instant
+        a response's ``first_token_late_ms`` is measured from.
+        """
         pre = api_pre_ms(self.api, cost).total_ms
         now = _now_ns()
         arrived = _ARRIVED_NS.get()
@@ -149,7 +157,7 @@ class Simulator:
         totals = self.modelled_ms
         totals["api_pre"] += pre
         totals["api_queue"] += queue
-        return {"api_pre": pre, "api_queue": queue}
+        return {"api_pre": pre, "api_queue": queue}, t_req
 
     async def post_inference(self, cost: RequestCost) -> float:
         """Wait the modelled post-inference bookkeeping; returns its milliseconds.

@@ -59,6 +59,7 @@ class StatelessApi:
     """One stateless route (chat or messages); subclasses give the API's shapes."""
 
     done_marker = False  # `data: [DONE]` after a stream that ended normally
+    api = ""  # the --timing-log name: "chat" or "messages"
 
     def __init__(
         self, service: Service, *, admit: Admit, read_json: ReadJson, new_connection: NewConnection
@@ -138,6 +139,7 @@ class StatelessApi:
         if not req.stream:
             return await self._whole(request, parsed, cost, rng, headers, created)
         job = await service.admit(req, parsed.conv, cost, "none", rng, parent_stored=False)
+        job.api, job.request_id = self.api, request.headers.get("x-request-id")
         translator = self.translator(parsed, job, created)
 
         async def run(send: SendEvents) -> bool:
@@ -184,6 +186,7 @@ class StatelessApi:
             job = await service.admit(
                 parsed.create, parsed.conv, cost, "none", rng, parent_stored=False
             )
+            job.api, job.request_id = self.api, request.headers.get("x-request-id")
             jobs.append(job)
             try:
                 await service.generate(job, keep_errors)

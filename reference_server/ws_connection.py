@@ -494,6 +494,8 @@ class WsConnection:
             req, res.conv, cost, res.cache, rng, parent_stored=res.parent_stored, remember=remember
         )
         fitted.record(job.timing)
+        # A WebSocket response has no headers of its own: the upgrade request's X-Request-ID.
+        job.request_id = self.ws.headers.get("x-request-id")
         self.segment_started()
         try:
             if self.append_mode:
@@ -531,13 +533,19 @@ class WsConnection:
         total_reasoning = 0
         seg_timing = dict(timing)
         self.active_appends.add(rid)
+        status = "cancelled"
         try:
             while True:
                 n_before = len(builder.output)
                 seg = await self.s.run_segment(
                     req, conv, builder, send, rng, tool_choice=tool_choice, metadata=metadata
                 )
-                seg.record(seg_timing)
+                # Lateness is the response's first token's: only the first segment has one.
+                if n_before == 0:
+                    seg.record(seg_timing, job.arrived_ns)
+                    job.first_delta_ns = seg.first_delta_ns
+                else:
+                    seg.record(seg_timing)
                 seg_timing["api_post"] = 0.0
                 total_out += seg.output_tokens
                 total_reasoning += seg.reasoning_tokens
@@ -562,8 +570,9 @@ class WsConnection:
                 try:
                     self.s.append_fits(req, conv, metadata)
                 except RequestError as err:
+                    status = "failed"
                     await send(self.s.failure(builder, err.message, err.code or "server_error"))
-                    return "failed"
+                    return status
                 # Later segments pay no API-tier work: the sampling loop simply continues.
                 seg_timing = dict(
                     timing,
@@ -572,9 +581,14 @@ class WsConnection:
                     cache="hit",
                     processed_input_tokens=0,
                 )
+            self.s.spawn(self.s.sim.post_inference(job.cost))
+            job.on_output(conv)
+            status = await self.s.finish(builder, send, usage, seg_timing, truncated=seg.truncated)
+        except Exception:
+            status = "failed"
+            raise
         finally:
             self.active_appends.discard(rid)
             self.paused.pop(rid, None)
-        self.s.spawn(self.s.sim.post_inference(job.cost))
-        job.on_output(conv)
-        return await self.s.finish(builder, send, usage, seg_timing, truncated=seg.truncated)
+            self.s.log_response(job, status, seg_timing)
+        return status

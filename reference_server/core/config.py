@@ -67,6 +67,10 @@ class ServerConfig:
     access_log: bool = setting(False, "--access-log",
         help="log one line per HTTP request and per WebSocket response.create to stderr "
         "(method, path, status, duration); off by default so benchmarks pay nothing for it")
+    timing_log: str | None = setting(None, "--timing-log", metavar="PATH", check=non_empty,
+        help="append one JSON line per finished response to PATH (its id, X-Request-ID, lbq- tag, "
+        "arrival and first-token times, sim_timing), written off the event loop; loopbench serve "
+        "starts the file empty (docs/server.md \"Timing log\")")
     # Output policy defaults (docs/model.md)
     default_output_tokens: int = setting(200, "--default-output-tokens", check=at_least(1),
         help="output tokens of an answer when neither a hint nor max_output_tokens sets them")

@@ -95,6 +95,7 @@ def _other_value(name: str, hint: Any, default: Any) -> Any:
         "sse_error_shape": "flat",
         "log_level": "info",
         "store_path": "/tmp/x.sqlite3",
+        "timing_log": "/tmp/timing.jsonl",
         "ws_lifetime_close_code": 4000,
         "ws_fault_close_code": 4001,
         "min_delta_interval_ms": 0.5,
