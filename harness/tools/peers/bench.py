@@ -33,7 +33,13 @@ from harness.tools.peers import commands as cmd
 from harness.tools.peers import offline
 from harness.tools.peers.figures import FORMAT_VERSION, run_figures, target
 from harness.tools.peers.match import match_requests
-from harness.tools.peers.readers import Measured, read_aiperf, read_guidellm, read_loopbench
+from harness.tools.peers.readers import (
+    Measured,
+    read_aiperf,
+    read_guidellm,
+    read_loopbench,
+    without_warmup,
+)
 from harness.tools.peers.timing_log import ServerEntry, parse_timing_log
 from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.wire.errors import LoopbenchError
@@ -295,10 +301,10 @@ def _read_log(path: Path) -> list[ServerEntry]:
 def read_measured(tool: str, output: Path, transport: str, warmup: int) -> list[Measured]:
     """A finished run's per-request output, read by its tool's reader."""
     if tool == "guidellm":
-        return read_guidellm(json.loads(output.read_text()))
+        return without_warmup(read_guidellm(json.loads(output.read_text())), warmup)
     if tool == "aiperf":
         with output.open("rb") as f:
-            return read_aiperf(f)
+            return without_warmup(read_aiperf(f), warmup)
     with gzip.open(output, "rt", encoding="utf-8") as f:
         return read_loopbench(f.read(), transport, warmup)
 

@@ -1,8 +1,9 @@
 """The command line of each tool for one run (pure: builds argument lists and documents).
 
 Every tool gets the same workload: single-turn Chat Completions requests, streamed, ~50
-input tokens, 200 output tokens, ``streams`` requests in flight (closed loop), first
-``warmup`` requests left out of the figures, then ``requests`` measured ones.
+input tokens, 200 output tokens, ``streams`` requests in flight (closed loop), ``warmup +
+requests`` of them; the first ``warmup`` to start are left out of the figures
+(:func:`harness.tools.peers.readers.without_warmup`; loopbench's own ``warmup_rollouts``).
 """
 
 from __future__ import annotations
@@ -41,11 +42,9 @@ def guidellm_scenario(base_url: str, load: Load, data: Path, out_json: Path) -> 
                 "request_format": "/v1/chat/completions",
                 "max_tokens": OUTPUT_TOKENS,
             },
-            "profile": {
-                "kind": "concurrent",
-                "streams": [load.streams],
-                "warmup": {"mode": "requests", "value": load.warmup},
-            },
+            # No warm-up phase of its own: the runner leaves out the first requests of
+            # every tool alike (readers.without_warmup).
+            "profile": {"kind": "concurrent", "streams": [load.streams]},
             "data": [{"kind": "json_file", "path": str(data)}],
             "tokenizer": {"kind": "huggingface_auto", "model": TOKENIZER_NAME},
             "constraints": [{"kind": "max_requests", "count": load.total}],
@@ -73,9 +72,7 @@ def aiperf_argv(exe: Path, base_url: str, load: Load, data: Path, out_dir: Path)
         "--concurrency",
         str(load.streams),
         "--request-count",
-        str(load.requests),
-        "--warmup-request-count",
-        str(load.warmup),
+        str(load.total),
         "--input-file",
         str(data),
         "--custom-dataset-type",

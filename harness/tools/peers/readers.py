@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +74,21 @@ def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def without_warmup(measured: Sequence[Measured], warmup: int) -> list[Measured]:
+    """``measured`` less the ``warmup`` requests that started first (by the tool's start time).
+
+    Every tool gets the same warm-up this way: guidellm's own warm-up phase counts
+    completed requests, so the requests already in flight when it ends would still be
+    measured, and their first wave is the one that opens the connections.
+    """
+    order = sorted(
+        range(len(measured)),
+        key=lambda i: (measured[i].start_unix_ns is None, measured[i].start_unix_ns or 0, i),
+    )
+    skip = set(order[: max(0, warmup)])
+    return [m for i, m in enumerate(measured) if i not in skip]
 
 
 # ---------------------------------------------------------------- guidellm

@@ -4,7 +4,7 @@ Pure: parses the text of the file.  The contract (docs/peers.md) is::
 
     {"api": "responses"|"chat"|"messages", "id": ..., "request_id": ..., "tag": ...,
      "arrived_unix_ns": int, "first_token_unix_ns": int|null, "status": ...,
-     "sim_timing": {"ttft": seconds, "first_token_late_ms": ms (optional), ...}}
+     "sim_timing": {"ttft": ms, "first_token_late_ms": ms (optional), ...}}
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def parse_entry(obj: Any, where: str) -> ServerEntry:
         tag=_opt_str(obj.get("tag")),
         arrived_unix_ns=arrived,
         status=str(obj.get("status") or ""),
-        modelled_ttft_ms=None if ttft_s is None else ttft_s * 1000.0,
+        modelled_ttft_ms=ttft_s,
         late_ms=_opt_float(sim.get("first_token_late_ms")),
         first_token_unix_ns=first
         if isinstance(first, int) and not isinstance(first, bool)
