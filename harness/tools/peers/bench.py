@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -113,8 +114,6 @@ def peer_version(venv: Path, dist: str) -> str | None:
 
 
 def _loopbench_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("loopbench")
     except PackageNotFoundError:

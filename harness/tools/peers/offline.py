@@ -21,6 +21,8 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 from harness.wire.tokens import CHARS_PER_TOKEN
 
 #: the Hugging Face name both peers are given; it exists only in the runner's private cache
@@ -111,9 +113,6 @@ def write_lines(path: Path, lines: Iterator[str]) -> Path:
 
 def write_tokenizer(hf_home: Path, corpus: Sequence[str]) -> Path:
     """Train the tiny BPE on ``corpus`` into ``hf_home``'s hub cache; returns the snapshot."""
-    # tokenizers: only the peer bench trains one (it is a loopbench dependency for --tokenizer).
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
