@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
 
 from harness.tools.peers import commands as cmd
 from harness.tools.peers import offline
+from harness.tools.peers.bench import MARKER, PeersError, _fresh_folder
 from harness.tools.peers.figures import (
     BEGIN_MARKER,
     END_MARKER,
@@ -99,6 +101,8 @@ def test_the_table_has_a_row_per_tool_and_streams_and_says_not_installed() -> No
     table = render_table(runs).splitlines()
     assert table[0].startswith("| tool | streams | matched | error p50 | error p99")
     assert table[2].startswith("| loopbench (chat) | 1 | 10/10 | 0.50 ms | 2.00 ms")
+    runs[1]["figures"]["match_method"] = "response id"
+    assert "| 10/10 by response id | 0.50 ms |" in render_table(runs)
     assert table[3].startswith("| guidellm | 1 | not installed")
     assert "| 990–1,001 | 1.5 s |" in table[4]
 
@@ -153,8 +157,6 @@ def test_prompts_are_tagged_uniquely_and_sized_like_50_tokens(tmp_path: Path) ->
 
 
 def test_the_tokenizer_is_a_cached_snapshot_that_loads_offline(tmp_path: Path) -> None:
-    from tokenizers import Tokenizer
-
     snapshot = offline.write_tokenizer(tmp_path, [offline.prompt(n) for n in range(50)])
     repo = tmp_path / "hub" / "models--loopbench--peers-bpe"
     assert snapshot.parent.parent == repo
@@ -168,3 +170,17 @@ def test_the_tokenizer_is_a_cached_snapshot_that_loads_offline(tmp_path: Path) -
     env = offline.offline_env(tmp_path, {"HF_TOKEN": "secret", "PATH": "/bin"})
     assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
     assert env["HF_HOME"] == str(tmp_path) and "HF_TOKEN" not in env
+
+
+def test_the_artifacts_folder_is_emptied_only_when_the_bench_made_it(tmp_path: Path) -> None:
+    mine = tmp_path / "peers"
+    _fresh_folder(mine)
+    (mine / "old-run.txt").write_text("x")
+    _fresh_folder(mine)
+    assert sorted(p.name for p in mine.iterdir()) == [MARKER]
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("precious")
+    with pytest.raises(PeersError, match="was not made by the peer bench"):
+        _fresh_folder(theirs)
+    assert (theirs / "keep.txt").read_text() == "precious"

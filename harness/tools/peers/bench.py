@@ -147,6 +147,27 @@ def timed(
     return rc, wall, cpu
 
 
+#: the file that marks a folder as this bench's artifacts, so that it may be emptied
+MARKER = ".loopbench-peers"
+
+
+def _fresh_folder(art: Path) -> None:
+    """Empty ``art`` for this bench (one bench's files, never a mix of two).
+
+    Only a folder this bench made (it holds :data:`MARKER`) or an empty one is emptied:
+    a mistyped ``--artifacts`` must not delete somebody's files.
+    """
+    if art.exists():
+        if not (art / MARKER).exists() and any(art.iterdir()):
+            raise PeersError(
+                f"--artifacts {art}: the folder exists and was not made by the peer bench "
+                f"(no {MARKER} file in it); name a new or empty folder"
+            )
+        shutil.rmtree(art)
+    art.mkdir(parents=True)
+    (art / MARKER).write_text("made by python -m harness.tools.peers; emptied on each run\n")
+
+
 def _order(tools: Sequence[str], i: int) -> list[str]:
     k = i % len(tools) if tools else 0
     return list(tools[k:]) + list(tools[:k])
@@ -158,9 +179,7 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
     t0 = time.perf_counter()
     cpu0 = read_cpu_times()
     art = opts.artifacts
-    if art.exists():
-        shutil.rmtree(art)  # one bench's files, never a mix of two
-    art.mkdir(parents=True)
+    _fresh_folder(art)
     hf_home = art / "hf-home"
     tags = offline.TagCounter()
     corpus = [offline.prompt(n) for n in range(200)]

@@ -147,6 +147,8 @@ def render_table(runs: Sequence[dict[str, Any]]) -> str:
         cpu = run.get("cpu_s")
         cpu_txt = "–" if cpu is None else f"{cpu:.1f} s"
         matched = f"{f['matched']}/{f['reported']}"
+        if f.get("match_method") and f["matched"]:
+            matched += f" by {f['match_method']}"
         rows.append(
             f"| {_label(run)} | {run['streams']} | {matched} | {_ms(f['error_ms'].get('p50'))} | "
             f"{_ms(f['error_ms'].get('p99'))} | {_ms(ce.get('p50'))} | {_ms(ce.get('p99'))} | "
