@@ -178,6 +178,7 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
     started = time.time()
     t0 = time.perf_counter()
     cpu0 = read_cpu_times()
+    load0 = [round(x, 2) for x in os.getloadavg()]
     art = opts.artifacts
     _fresh_folder(art)
     hf_home = art / "hf-home"
@@ -239,6 +240,7 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
         "machine": {
             "hostname": socket.gethostname(),
             "cpu_count": os.cpu_count(),
+            "load_average_at_start": load0,
             "load_average": [round(x, 2) for x in os.getloadavg()],
             "cpu_steal_pct": steal_percent(cpu0, read_cpu_times()),
             "platform": platform.platform(),

@@ -145,7 +145,10 @@ def render_table(runs: Sequence[dict[str, Any]]) -> str:
         f = run["figures"]
         ce = f.get("client_error_ms") or {}
         cpu = run.get("cpu_s")
-        cpu_txt = "–" if cpu is None else f"{cpu:.1f} s"
+        per = run.get("cpu_ms_per_request")
+        cpu_txt = (
+            "–" if cpu is None else f"{cpu:.1f} s" + ("" if per is None else f" ({per:.1f} ms/req)")
+        )
         matched = f"{f['matched']}/{f['reported']}"
         if f.get("match_method") and f["matched"]:
             matched += f" by {f['match_method']}"
@@ -162,6 +165,10 @@ def _order(run: dict[str, Any]) -> tuple[int, str]:
     return names.get(run["tool"], 9), str(run.get("transport") or "")
 
 
+def _load(x: Any) -> str:
+    return f"{x[0]:g}" if isinstance(x, list) and x else "?"
+
+
 def render_section(doc: dict[str, Any]) -> str:
     """The BENCHMARKS.md text between the markers: the table, the target and the machine."""
     machine = doc.get("machine") or {}
@@ -169,7 +176,9 @@ def render_section(doc: dict[str, Any]) -> str:
     lines = [
         f"Measured {doc.get('started_at', '?')} with `{doc.get('command', 'make bench-peers')}` "
         f"on {machine.get('cpu_count', '?')} CPUs ({machine.get('platform', '?')}), "
-        f"CPU steal over the run {'unknown' if steal is None else f'{steal:g} %'}.",
+        f"CPU steal over the run {'unknown' if steal is None else f'{steal:g} %'}, "
+        f"load average (1 min) {_load(machine.get('load_average_at_start'))} at the start and "
+        f"{_load(machine.get('load_average'))} at the end.",
         "",
         render_table(doc.get("runs") or []),
         "",
