@@ -88,6 +88,9 @@ def test_the_target_compares_loopbench_chat_with_the_best_peer_per_statistic() -
     assert "FAIL" in target(runs, 64).text
     only_us = [r for r in runs if r["tool"] == "loopbench"]
     assert target(only_us, 64).passed is None
+    assert "no peer was measured" in target(only_us, 64).text
+    assert "loopbench (chat) was not measured" in target(runs[2:], 64).text
+    assert target(runs[2:], 64).passed is None
     not_installed = [*only_us, {"tool": "aiperf", "streams": 64, "status": "not installed"}]
     assert target(not_installed, 64).passed is None
 

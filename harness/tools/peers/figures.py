@@ -94,7 +94,7 @@ def target(runs: Sequence[dict[str, Any]], streams: int) -> Verdict:
     peers = [r for r in at if r["tool"] in PEERS]
     detail: dict[str, Any] = {"streams": streams, "fraction": TARGET_FRACTION}
     if ours is None or not peers:
-        missing = "loopbench" if ours is None else "no peer"
+        missing = "loopbench (chat) was not" if ours is None else "no peer was"
         return Verdict(None, f"not evaluated at {streams} streams: {missing} measured", detail)
     parts, passed = [], True
     for key in ("p50", "p99"):
