@@ -528,6 +528,9 @@ class ResponseStream:
         cache = st.get("cache")
         if isinstance(cache, str):
             rec.sim_cache = cache
+        late = st.get("first_token_late_ms")
+        if isinstance(late, int | float) and not isinstance(late, bool):
+            rec.server_late_ms = float(late)
 
 
 _KNOWN = frozenset(

@@ -3,7 +3,8 @@
 A per-record metric is two expressions over the fields of one record kind
 (:class:`~harness.workload.records.TurnRecord` or ``RolloutRecord``): ``when``
 (does this record give a sample) and ``value`` (the sample, in ``raw`` units).
-The expressions use only arithmetic, comparisons, ``round()`` and ``&`` (which joins
+The expressions use only arithmetic, comparisons, ``round()``, ``known(field)`` (the
+field of an optional value holds one: not None, not NaN) and ``&`` (which joins
 conditions; it is never a bitwise and of numbers), so the same text evaluates on
 one record (scalars) and on a results table (pandas columns):
 
@@ -473,6 +474,41 @@ METRICS: list[Metric] = [
         report=(("p50", 2), ("p99", 2)),
         report_table="throughput",
     ),
+    # how late the server wrote the first token (sim_timing.first_token_late_ms): the part of
+    # measurement_error_ms that is the server's, on the same cores, not the client's
+    Metric(
+        "server_late_ms",
+        "server late",
+        "ms",
+        None,
+        "server_late_ms",
+        stats("p50", "p99"),
+        record="turn",
+        when=_TTFT_WHEN + " & known(server_late_ms)",
+        value="round(server_late_ms * 1e6)",
+        histogram="server_late",
+        signed=True,
+        # the record's own server_late_ms is the row files' column
+    ),
+    # measurement_error_ms without the server's lateness: what the client itself adds
+    # (stamping late, its own event loop) to the TTFT it measures
+    Metric(
+        "client_error_ms",
+        "TTFT client error",
+        "ms",
+        None,
+        "client_error_ms",
+        stats("p50", "p99"),
+        record="turn",
+        when=_TTFT_WHEN + " & (sim_ttft_ms >= 0) & known(server_late_ms)",
+        value=("first_token_ns - sent_ns - round(sim_ttft_ms * 1e6) - round(server_late_ms * 1e6)"),
+        histogram="client_error",
+        signed=True,
+        column="client_error_ms",
+        report=(("p50", 2), ("p99", 2)),
+        report_table="throughput",
+        measured_only=True,
+    ),
     # the share of rollouts (and of turns) that meet the scenario's slo: section, with a
     # Wilson 95 % interval; without thresholds, the success rate (harness/metrics/slo.py,
     # docs/metrics.md "SLOs and goodput"); the gate reads e.g. ws.slo.rollout_attainment
@@ -594,8 +630,21 @@ class _OnRecord(ast.NodeTransformer):
         self.used: list[str] = []
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
-        if not (isinstance(node.func, ast.Name) and node.func.id == "round") or node.keywords:
-            raise ValueError(f"{self.where}: the only call allowed is round(x)")
+        name = node.func.id if isinstance(node.func, ast.Name) else None
+        if name == KNOWN:
+            if len(node.args) != 1 or not isinstance(node.args[0], ast.Name) or node.keywords:
+                raise ValueError(f"{self.where}: known() takes one record field")
+            arg = self.visit(node.args[0])
+            if self.local:
+                # The hot path: no call; NaN (a row read back from a table) is unknown too.
+                test = (
+                    f"({ast.unparse(arg)} is not None and {ast.unparse(arg)} == {ast.unparse(arg)})"
+                )
+                return ast.copy_location(ast.parse(test, mode="eval").body, node)
+            node.args = [arg]
+            return node
+        if name != "round" or node.keywords:
+            raise ValueError(f"{self.where}: the only calls allowed are round(x) and known(field)")
         node.args = [self.visit(a) for a in node.args]
         return node
 
@@ -638,6 +687,17 @@ def _code(m: Metric, expr: str) -> Any:
     return code
 
 
+KNOWN = "known"
+
+
+def _known(value: Any) -> Any:
+    """``known(field)`` on one record (a bool) or on a table's column (a boolean Series)."""
+    notna = getattr(value, "notna", None)
+    if notna is not None:
+        return notna()
+    return value is not None and value == value
+
+
 class _Columns:
     """A results table seen as one record whose fields are columns."""
 
@@ -660,10 +720,10 @@ def sample(m: Metric, rec: TurnRecord | RolloutRecord, *, failed_too: bool = Fal
     """
     ok = TURN_OK if m.record == "turn" else ROLLOUT_OK
     if not (failed_too or m.failed_too or rec.status in ok) or not eval(
-        _code(m, m.when), {_REC: rec}
+        _code(m, m.when), {_REC: rec, KNOWN: _known}
     ):
         return None
-    value = eval(_code(m, m.value), {_REC: rec})
+    value = eval(_code(m, m.value), {_REC: rec, KNOWN: _known})
     return [v / m.scale for v in value] if m.many else value / m.scale
 
 
@@ -674,14 +734,15 @@ def column(m: Metric, df: Any) -> Any:
     if m.many or m.record is None:
         raise ValueError(f"metric {m.name}: not computable from the row files")
     ok = TURN_OK if m.record == "turn" else ROLLOUT_OK
-    mask = eval(_code(m, m.when), {_REC: _Columns(df)})
+    mask = eval(_code(m, m.when), {_REC: _Columns(df), KNOWN: _known})
     if not m.failed_too:
         mask = mask & df["status"].isin(ok)
     rows = df[mask]
     out = pd.Series(float("nan"), index=df.index, dtype="float64")
     if len(rows):
         out[rows.index] = (
-            eval(_code(m, m.value), {_REC: _Columns(rows)}).astype("float64") / m.scale
+            eval(_code(m, m.value), {_REC: _Columns(rows), KNOWN: _known}).astype("float64")
+            / m.scale
         )
     return out
 

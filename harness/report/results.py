@@ -51,6 +51,10 @@ _TEXT_COLUMNS = frozenset(
     ("transport", "status", "error_kind", "error_message", "response_id", "sim_cache")
 )
 
+#: optional numbers of the record CSVs (None is written as an empty field): read as floats, NaN
+#: where empty (keep_default_na=False would otherwise leave a column of strings)
+_OPTIONAL_NUMBER_COLUMNS = frozenset(("server_late_ms",))
+
 #: a histogram for the whole run, or its ``(start_s, end_s, histogram)`` intervals
 HistogramSeries = Histogram | Sequence[tuple[float, float, Histogram]]
 
@@ -308,13 +312,16 @@ def read_csv_gz(path: str | Path, columns: Sequence[str] | None = None) -> pd.Da
         return pd.DataFrame({c: pd.Series(dtype="object") for c in (columns or ())})
     header = raw.split(b"\n", 1)[0].decode("utf-8").split(",")
     try:
-        return pd.read_csv(
+        table = pd.read_csv(
             io.BytesIO(raw),
             dtype={c: str for c in header if c in _TEXT_COLUMNS},
             keep_default_na=False,
         )
     except (ValueError, pd.errors.ParserError) as exc:
         raise ResultsError(f"{path}: not a loopbench CSV: {exc}") from exc
+    for name in _OPTIONAL_NUMBER_COLUMNS.intersection(table.columns):
+        table[name] = pd.to_numeric(table[name], errors="coerce")
+    return table
 
 
 @dataclass
@@ -376,7 +383,7 @@ def load_run(path: str | Path) -> Run:
         # A column added to the records since the run was written reads as its default.
         for f in fields(cls):
             if f.name != "itl_ns" and f.name not in table.columns and len(table.columns):
-                table[f.name] = f.default
+                table[f.name] = float("nan") if f.default is None else f.default
         tables.append(table)
     return Run(path=path, manifest=manifest, summary=summary, turns=tables[0], rollouts=tables[1])
 

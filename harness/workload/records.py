@@ -92,6 +92,9 @@ class TurnRecord:
     sim_api_post_ms: float = -1.0
     sim_ttft_ms: float = -1.0
     sim_cache: str = ""
+    # sim_timing.first_token_late_ms: how much later than arrival + modelled TTFT the server
+    # wrote the first token (may be slightly negative); None: the server did not say
+    server_late_ms: float | None = None
     # the conversation the turn belongs to: 0 the rollout's own, 1.. a sub-agent's id
     # (plan.SubagentPlan.subagent_id); -1: the root has no parent
     conversation: int = 0

@@ -43,11 +43,11 @@ def _synthetic() -> ModuleType:
 TURNS = [
     TurnRecord("http", 1, 0, sent_ns=S, first_event_ns=S + 2 * MS, first_token_ns=S + 5 * MS,
                last_token_ns=S + 105 * MS, done_ns=S + 110 * MS, status="completed",
-               output_tokens=101, sim_ttft_ms=4.5, itl_ns=[MS] * 100,
+               output_tokens=101, sim_ttft_ms=4.5, itl_ns=[MS] * 100, server_late_ms=0.2,
                connect_start_ns=S, tcp_connected_ns=S + MS // 2, tls_done_ns=S + 2 * MS),
     TurnRecord("http", 1, 1, sent_ns=2 * S, first_token_ns=2 * S + 7 * MS,
                last_token_ns=2 * S + 7 * MS, done_ns=2 * S + 9 * MS, status="incomplete",
-               output_tokens=1),
+               output_tokens=1, server_late_ms=-0.01),
     TurnRecord("http", 1, 2, sent_ns=3 * S, first_token_ns=3 * S + MS,
                last_token_ns=3 * S + 50 * MS, status="failed", output_tokens=20,
                connect_start_ns=3 * S, tcp_connected_ns=3 * S + MS),
@@ -160,8 +160,12 @@ def test_a_failed_record_gives_how_long_it_ran_only_when_asked() -> None:
 def test_expressions_reject_what_a_column_cannot_compute() -> None:
     bad = D.Metric("x_ms", "x", "ms", True, "x_ms", D.stats("p50"), record="turn",
                    when="sent_ns > 0", value="max(done_ns, 1)", histogram="x")  # fmt: skip
-    with pytest.raises(ValueError, match="only call allowed"):
+    with pytest.raises(ValueError, match="only calls allowed"):
         D.validate([bad])
+    not_a_field = D.Metric("x_ms", "x", "ms", True, "x_ms", D.stats("p50"), record="turn",
+                           when="known(sent_ns + 1)", value="sent_ns", histogram="x")  # fmt: skip
+    with pytest.raises(ValueError, match=r"known\(\) takes one record field"):
+        D.validate([not_a_field])
     typo = D.Metric("x_ms", "x", "ms", True, "x_ms", D.stats("p50"), record="rollout",
                     when="sent_ns > 0", value="end_ns", histogram="x")  # fmt: skip
     with pytest.raises(ValueError, match="'sent_ns' is not a rollout record field"):

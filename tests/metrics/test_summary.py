@@ -199,6 +199,9 @@ EXPECTED = {
             },
             # measured - modelled TTFT: +1 ms and -1 ms
             "measurement_error_ms": {"p50": -1.0, "p99": 1.0},
+            # the golden turns carry no server lateness: no sample, no client-side error
+            "server_late_ms": {"p50": None, "p99": None},
+            "client_error_ms": {"p50": None, "p99": None},
             # SLO (no thresholds: good = succeeded): rollout 1 has a failed turn, rollout 2
             # failed; 2 of 3 turns succeeded; span 0.9 s (intended start) to 2.1 s
             "slo": _slo_group(0, 2, 2, 3),
@@ -276,6 +279,8 @@ EXPECTED = {
                 ],
             },
             "measurement_error_ms": {"p50": None, "p99": None},
+            "server_late_ms": {"p50": None, "p99": None},
+            "client_error_ms": {"p50": None, "p99": None},
             "slo": _slo_group(1, 1, 1, 1),
             "goodput": {
                 "goodput_tps": 1.667,
@@ -421,6 +426,10 @@ def test_histograms_exposed_per_transport_and_metric() -> None:
         "decode_tps",
         "measurement_error_pos",
         "measurement_error_neg",
+        "server_late_pos",
+        "server_late_neg",
+        "client_error_pos",
+        "client_error_neg",
     }
 
 

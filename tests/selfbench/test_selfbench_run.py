@@ -25,7 +25,8 @@ EXPECTED = {
     "locust.sse",
     "ratio.http_vs_locust",
     *(
-        f"ttft_overhead.{t}.{n}.{q}"
+        f"{name}.{t}.{n}.{q}"
+        for name in ("ttft_overhead", "ttft_client_error")
         for t in ("ws", "http")
         for n in (1, 16, 64)
         for q in ("p50", "p99")

@@ -51,7 +51,7 @@ def check_line(line: dict[str, Any], started_ns: int, ended_ns: int) -> None:
     assert line["arrived_unix_ns"] < line["first_token_unix_ns"] <= ended_ns
     # The first token is written no earlier than arrival + modelled TTFT (ms, as sim_timing says).
     first_after_ms = (line["first_token_unix_ns"] - line["arrived_unix_ns"]) / 1e6
-    assert timing["first_token_late_ms"] >= -0.05
+    assert timing["first_token_late_ms"] >= -0.5  # the timer's early-release window at most
     assert abs(first_after_ms - timing["ttft"] - timing["first_token_late_ms"]) < 0.05
 
 
@@ -158,12 +158,16 @@ def test_every_api_gets_a_line_with_the_ids_tags_and_times_its_client_saw(tmp_pa
     assert len(lines) == len(chat_seen) + 1 + len(http_turns) + len(ws_turns)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize(
+    ("sig", "workers"), [(signal.SIGTERM, 1), (signal.SIGINT, 1), (signal.SIGTERM, 2)]
+)
 def test_the_file_is_complete_after_a_stop_signal_with_streams_open(
-    tmp_path: Path, sig: signal.Signals
+    tmp_path: Path, sig: signal.Signals, workers: int
 ) -> None:
     log = tmp_path / "timing.jsonl"
     log.write_text("a line of an earlier run\n")
+    # --workers N: N processes append to the one file the supervisor emptied.
+    store = ":memory:" if workers == 1 else str(tmp_path / "store.sqlite3")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -173,7 +177,9 @@ def test_the_file_is_complete_after_a_stop_signal_with_streams_open(
             "--port",
             "0",
             "--store",
-            ":memory:",
+            store,
+            "--workers",
+            str(workers),
             "--timing-log",
             str(log),
         ],

@@ -7,7 +7,10 @@ what is measured is exactly what ``loopbench run`` reports.
 
 * **measurement overhead**: ``measurement_error_ms`` = measured TTFT − the
   server's modelled TTFT (``sim_timing``), per transport, with short requests so
-  the server's own request handling stays small;
+  the server's own request handling stays small; next to it ``client_error_ms``,
+  the same without how late the server wrote the first token
+  (``sim_timing.first_token_late_ms``): the server shares the client's cores, so
+  the total mixes the client stamping late with the server sending late;
 * **pacing**: decode TPS p50 and burst peak over responses long enough for a
   burst (≥ 500 tokens, docs/model.md §2);
 * **overload**: an open-loop run whose client is made too slow on purpose (a
