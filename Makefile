@@ -15,6 +15,7 @@ help:
 	@echo "make fuzz       10,000 hostile requests, frames and sockets against the reference server; counts -> results/fuzz.json (~30 s)"
 	@echo "make soak       mixed load with injected faults; RSS over time + error counts -> results/soak/ (~5 min)"
 	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~3 min)"
+	@echo "make bench-peers loopbench next to guidellm and aiperf (own venv .venv-peers) -> results/peers.json, BENCHMARKS.md (~5 min)"
 	@echo "make notebook   re-execute notebooks/*.ipynb in place on results/baseline (committed with outputs)"
 
 # Re-install whenever pyproject.toml changes (the stamp is older than it).
@@ -32,6 +33,28 @@ venv: $(STAMP)
 # Ratios measured side by side in one run; fails (exit 3) when a target is missed.
 bench: $(STAMP)
 	$(BIN)/loopbench selfbench --check --out results/selfbench.json
+
+# The peers live in their own virtualenv: they never enter loopbench's dependencies or .venv.
+# torch first, pinned, so the peers' resolver finds it satisfied and pulls no multi-GB CUDA build.
+PEERS_VENV  ?= .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+PEERS_TORCH ?= torch==2.13.0
+PEERS       ?= guidellm==0.8.1 aiperf==0.13.0
+
+$(PEERS_STAMP):
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (set PYTHON=...)"; exit 1; }
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet $(PEERS_TORCH)
+	$(PEERS_VENV)/bin/python -m pip install --quiet $(PEERS)
+	touch $(PEERS_STAMP)
+
+.PHONY: bench-peers
+# loopbench, guidellm and aiperf side by side against one reference server (docs/peers.md);
+# not part of `make test`. Exit 3 when loopbench's TTFT error at 64 streams is not <= 1/5 of
+# the best peer's.
+bench-peers: $(STAMP) $(PEERS_STAMP)
+	$(BIN)/python -m harness.tools.peers --check --peers-venv $(PEERS_VENV) --out results/peers.json --benchmarks BENCHMARKS.md
 
 .PHONY: notebook
 # Committed with its outputs so it reads on GitHub; executed on the committed baseline so the
