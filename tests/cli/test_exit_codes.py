@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -58,30 +59,49 @@ def test_3_not_comparable_gate(tmp_path: Path) -> None:
     assert "seed: baseline 5, candidate 6" in out
 
 
+#: argv -> what its message must contain
+USAGE_ERRORS: list[tuple[tuple[str, ...], str]] = [
+    ((), "usage: loopbench"),
+    (("--bogus",), "unrecognized arguments: --bogus"),
+    (("run", "--bogus", "tiny"), "unrecognized arguments: --bogus"),
+    (("run",), "the following arguments are required: scenario"),
+    (("validate",), "the following arguments are required: FILE"),
+    (("run", "tiny", "--transports", "nope"), "unknown transport 'nope'"),
+    (("run", "nope.yaml"), "no scenario file or built-in named 'nope.yaml'"),
+    (("validate", "nope.yaml"), "no scenario file or built-in named 'nope.yaml'"),
+    (("gate", "results/nope", "--baseline", "results/baseline"), "results/nope: expected"),
+    (("compare", "results/nope", "results/baseline"), "results/nope: no such folder"),
+    (("report", "results/nope"), "results/nope: expected"),
+    (("calibrate", "results/nope"), "results/nope: expected"),
+    (("serve", "--port", "99999"), "--port: expected a port from 0 to 65535, got 99999"),
+    (("reproduce", "--parts", "nope"), "--parts: unknown part 'nope'"),
+    (("selfbench", "--steps", "nope"), "--steps: expected one or more of"),
+    (("schema", "extra"), "unrecognized arguments: extra"),
+]
+
+
+@pytest.fixture(scope="module")
+def usage_runs(request: pytest.FixtureRequest) -> dict[tuple[str, ...], tuple[int, str]]:
+    """Every selected usage-error command, run a few at a time: each is an interpreter start."""
+    selected = [
+        item.callspec.params["argv"]
+        for item in request.session.items
+        if item.module is request.module
+        and getattr(item, "originalname", "") == "test_4_usage_or_input_error"
+    ]
+    with ThreadPoolExecutor(4) as pool:
+        return dict(zip(selected, pool.map(lambda argv: _code(*argv), selected), strict=True))
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [
-        ((), "usage: loopbench"),
-        (("--bogus",), "unrecognized arguments: --bogus"),
-        (("run", "--bogus", "tiny"), "unrecognized arguments: --bogus"),
-        (("run",), "the following arguments are required: scenario"),
-        (("validate",), "the following arguments are required: FILE"),
-        (("run", "tiny", "--transports", "nope"), "unknown transport 'nope'"),
-        (("run", "nope.yaml"), "no scenario file or built-in named 'nope.yaml'"),
-        (("validate", "nope.yaml"), "no scenario file or built-in named 'nope.yaml'"),
-        (("gate", "results/nope", "--baseline", "results/baseline"), "results/nope: expected"),
-        (("compare", "results/nope", "results/baseline"), "results/nope: no such folder"),
-        (("report", "results/nope"), "results/nope: expected"),
-        (("calibrate", "results/nope"), "results/nope: expected"),
-        (("serve", "--port", "99999"), "--port: expected a port from 0 to 65535, got 99999"),
-        (("reproduce", "--parts", "nope"), "--parts: unknown part 'nope'"),
-        (("selfbench", "--steps", "nope"), "--steps: expected one or more of"),
-        (("schema", "extra"), "unrecognized arguments: extra"),
-    ],
+    USAGE_ERRORS,
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else None,
 )
-def test_4_usage_or_input_error(argv: tuple[str, ...], message: str) -> None:
-    code, out = _code(*argv)
+def test_4_usage_or_input_error(
+    argv: tuple[str, ...], message: str, usage_runs: dict[tuple[str, ...], tuple[int, str]]
+) -> None:
+    code, out = usage_runs[argv]
     assert code == ExitCode.USAGE, out
     assert message in out
     assert "Traceback" not in out

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,14 +17,8 @@ from tests.transports.conftest import loopbench_run
 APIS = ("chat", "messages")
 TINY = ROOT / "harness" / "scenarios" / "tiny.yaml"
 
-
-@pytest.fixture(scope="module")
-def paired(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, str]:
-    out = tmp_path_factory.mktemp("results")
-    # tiny.yaml with two parallel calls per tool turn: a tool loop the chat message list and
-    # the Messages content blocks must both carry whole
-    sets = ["--set", "rollout.parallel_calls=2", "--set", "rollout.count=3"]
-    return loopbench_run(out, "paired", "--transports", "chat,messages,http,ws", *sets)
+# the first test's time includes the module fixture's four commands, each bounded on its own
+pytestmark = pytest.mark.timeout(600)
 
 
 def test_the_same_seeded_rollouts_over_chat_messages_and_http(paired: tuple[Run, str]) -> None:
@@ -69,38 +65,89 @@ def test_input_and_cached_tokens_are_recorded_for_every_api(paired: tuple[Run, s
         assert (later[name]["cached_tokens"] < later[name]["input_tokens"]).all(), name
 
 
-def test_run_procs_accepts_the_new_transports(tmp_path: Path) -> None:
-    proc = loopbench(
-        "run", TINY, "--procs", "2", "--transports", "chat,messages", "--out", tmp_path,
-        "--run-id", "procs", "-q", timeout=180,
-    )  # fmt: skip
+#: the three other ways to measure, each a ``loopbench`` command of its own
+OTHER_PATHS: dict[str, tuple[tuple[str, ...], float]] = {
+    "procs": (("run", str(TINY), "--procs", "2", "--run-id", "procs"), 180),
+    "ab": (("gate", "--ab", str(TINY), "--rounds", "1", "--run-id", "ab"), 240),
+    "loc": (("locust", str(TINY), "--run-time", "60", "--run-id", "loc"), 180),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[tuple[Run, str], Path, dict[str, subprocess.CompletedProcess[str]]]:
+    """The paired run of the four transports, and the other paths' out folder and processes.
+
+    The four commands share nothing (each starts its own embedded servers) and no test
+    judges their timing, so they run side by side; each test reads one of them.
+    """
+    out = tmp_path_factory.mktemp("results")
+
+    def paired_run() -> tuple[Run, str]:
+        # tiny.yaml with two parallel calls per tool turn: a tool loop the chat message list
+        # and the Messages content blocks must both carry whole
+        sets = ["--set", "rollout.parallel_calls=2", "--set", "rollout.count=3"]
+        return loopbench_run(out, "paired", "--transports", "chat,messages,http,ws", *sets)
+
+    def other(name: str) -> subprocess.CompletedProcess[str]:
+        args, timeout = OTHER_PATHS[name]
+        return loopbench(
+            *args, "--transports", "chat,messages", "--out", out, "-q", timeout=timeout
+        )
+
+    with ThreadPoolExecutor(1 + len(OTHER_PATHS)) as pool:
+        paired = pool.submit(paired_run)
+        procs = dict(zip(OTHER_PATHS, pool.map(other, OTHER_PATHS), strict=True))
+        return paired.result(), out, procs
+
+
+@pytest.fixture(scope="module")
+def paired(
+    runs: tuple[tuple[Run, str], Path, dict[str, subprocess.CompletedProcess[str]]],
+) -> tuple[Run, str]:
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def other_paths(
+    runs: tuple[tuple[Run, str], Path, dict[str, subprocess.CompletedProcess[str]]],
+) -> tuple[Path, dict[str, subprocess.CompletedProcess[str]]]:
+    return runs[1], runs[2]
+
+
+def test_run_procs_accepts_the_new_transports(
+    other_paths: tuple[Path, dict[str, subprocess.CompletedProcess[str]]],
+) -> None:
+    out, procs = other_paths
+    proc = procs["procs"]
     assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads((tmp_path / "procs" / "summary.json").read_text())
+    summary = json.loads((out / "procs" / "summary.json").read_text())
     for name in APIS:
         assert summary["transports"][name]["turns"] == {"count": 8, "errors": 0}, name
 
 
-def test_gate_ab_accepts_the_new_transports(tmp_path: Path) -> None:
-    proc = loopbench(
-        "gate", "--ab", TINY, "--rounds", "1", "--transports", "chat,messages",
-        "--out", tmp_path, "--run-id", "ab", "-q", timeout=240,
-    )  # fmt: skip
+def test_gate_ab_accepts_the_new_transports(
+    other_paths: tuple[Path, dict[str, subprocess.CompletedProcess[str]]],
+) -> None:
+    out, procs = other_paths
+    proc = procs["ab"]
     # 0 (pass) or 1/3 (the rules' verdict on so few samples): what matters is that both
     # sides measured both transports without an error
     assert proc.returncode in (0, 1, 3), proc.stderr[-2000:]
     for side in ("baseline", "candidate"):
-        summary = json.loads((tmp_path / f"ab-{side}" / "summary.json").read_text())
+        summary = json.loads((out / f"ab-{side}" / "summary.json").read_text())
         for name in APIS:
             turns = summary["transports"][name]["turns"]
             assert turns["count"] > 0 and turns["errors"] == 0, (side, name, turns)
 
 
-def test_loopbench_locust_runs_the_new_transports(tmp_path: Path) -> None:
-    proc = loopbench(
-        "locust", TINY, "--transports", "chat,messages", "--run-time", "60",
-        "--out", tmp_path, "--run-id", "loc", "-q", timeout=180,
-    )  # fmt: skip
+def test_loopbench_locust_runs_the_new_transports(
+    other_paths: tuple[Path, dict[str, subprocess.CompletedProcess[str]]],
+) -> None:
+    out, procs = other_paths
+    proc = procs["loc"]
     assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads((tmp_path / "loc" / "summary.json").read_text())
+    summary = json.loads((out / "loc" / "summary.json").read_text())
     for name in APIS:
         assert summary["transports"][name]["turns"] == {"count": 8, "errors": 0}, name

@@ -1,7 +1,7 @@
 """A real distributed run: a headless Locust master and two workers on loopback.
 
 The master and the workers are separate ``locust`` processes (gevent stays
-out of the test process).  The run is time-bounded (~10 s) and stops
+out of the test process).  The run is time-bounded (5 s) and stops
 mid-rollout, which is the hard case for consistency: whatever a worker
 measured must reach the master exactly once, as rows and as histograms.
 """
@@ -22,7 +22,7 @@ from harness.metrics.hdr import Histogram, read_hlog
 from harness.report.results import Run, load_run
 from tests.runs import locust_master_argv
 
-RUN_TIME_S = 10
+RUN_TIME_S = 5
 SCENARIO = """
 name: distributed
 seed: 21

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import statistics
@@ -134,16 +135,18 @@ def test_burst_runs_at_burst_rate_and_fills_a_window() -> None:
     start, length = plan.burst
     assert eng.burst_min_tokens <= length <= eng.burst_max_tokens
     gap_ns = NS_PER_S / eng.burst_tps
+    # offsets_ns materializes the whole plan on each access: read it once
+    offsets = plan.offsets_ns
     for i in range(start, start + length):
-        assert plan.offsets_ns[i] - plan.offsets_ns[i - 1] == pytest.approx(gap_ns, abs=1)
+        assert offsets[i] - offsets[i - 1] == pytest.approx(gap_ns, abs=1)
     for i in range(1, start):
-        assert plan.offsets_ns[i] - plan.offsets_ns[i - 1] == pytest.approx(NS_PER_MS, abs=1)
+        assert offsets[i] - offsets[i - 1] == pytest.approx(NS_PER_MS, abs=1)
     # Batched as the server emits it, the burst fills one 100 ms window at the burst rate.
     batches = plan.batches(2 * NS_PER_MS)
     peak = _peak_window_tokens([t for t, _ in batches], [k for _, k in batches])
     assert peak * NS_PER_S / WINDOW_NS >= 4000
     # ...and batching adds at most one batch to the true (one token per delta) peak.
-    exact = _peak_window_tokens(list(plan.offsets_ns), [1] * plan.n_tokens)
+    exact = _peak_window_tokens(list(offsets), [1] * plan.n_tokens)
     assert exact <= peak <= exact + max(k for _, k in batches)
 
 
@@ -198,6 +201,12 @@ def test_batches_at_sustained_rate() -> None:
     assert plan.batches(0) == [(off, 1) for off in plan.offsets_ns]
 
 
+@functools.cache
+def _bursty_engine() -> EngineProfile:
+    """The profile every example of the property test plans with (read from YAML once)."""
+    return _engine(burst_probability="0.5")
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     n=st.integers(min_value=1, max_value=1500),
@@ -205,9 +214,10 @@ def test_batches_at_sustained_rate() -> None:
     interval_us=st.integers(min_value=0, max_value=20_000),
 )
 def test_batches_properties(n: int, seed: int, interval_us: int) -> None:
-    plan = decode_plan(n, random.Random(seed), _engine(burst_probability="0.5"))
+    plan = decode_plan(n, random.Random(seed), _bursty_engine())
     interval = interval_us * 1000
     batches = plan.batches(interval)
+    offsets = plan.offsets_ns  # materialized on each access: once per example
     assert sum(k for _, k in batches) == n
     assert all(k >= 1 for _, k in batches)
     assert batches[0][0] == 0 and batches[-1][0] == plan.duration_ns
@@ -215,7 +225,7 @@ def test_batches_properties(n: int, seed: int, interval_us: int) -> None:
     last_index = -1
     for t, k in batches:
         last_index += k
-        assert t == plan.offsets_ns[last_index]
+        assert t == offsets[last_index]
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(batches)]
     if plan.duration_ns >= interval:
         assert all(g >= interval for g in gaps)
@@ -229,6 +239,7 @@ def test_pacer_keeps_the_long_run_rate_under_late_wakeups() -> None:
     batches = plan.batches(2 * NS_PER_MS)
     t0 = 5 * NS_PER_S
     pacer = Pacer(batches, t0)
+    offsets = plan.offsets_ns
     rng = random.Random(42)
     emitted: list[tuple[int, int]] = []
     while not pacer.done:
@@ -242,7 +253,7 @@ def test_pacer_keeps_the_long_run_rate_under_late_wakeups() -> None:
         # Every batch due by now went out, nothing not yet due did; so the emitted count
         # trails the per-token schedule by less than one batch, however late the wake-up.
         due_batches = sum(c for off, c in batches if t0 + off <= now)
-        due_tokens = sum(1 for off in plan.offsets_ns if t0 + off <= now)
+        due_tokens = sum(1 for off in offsets if t0 + off <= now)
         total = sum(c for _, c in emitted) + k
         assert total == due_batches
         assert due_tokens - 2 < total <= due_tokens

@@ -7,12 +7,17 @@ streams, resets, bad HTTP, bad WebSocket frames and close codes).  For each, a r
 a 2 s idle timeout) must exit 3 (an invalid run, not a crash), write its results
 folder, and record every turn as an error of the kind the mode deserves
 (``harness/client/api_errors.py:error_kind``).
+
+The runs are started together, a few at a time, by one module fixture: each waits mostly
+on its server or its idle timeout, so running them side by side overlaps the waits; each
+mode still has its own server, subprocess, results folder and test.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -70,19 +75,51 @@ def test_every_mode_has_an_expectation() -> None:
     assert set(EXPECTED) == {*HTTP_MODES, *HTTP_ACTS, *WS_MODES, *WS_ACTS}
 
 
-@pytest.mark.parametrize("mode", list(EXPECTED))
-def test_the_harness_survives_a_hostile_endpoint(mode: str, tmp_path: Path) -> None:
+#: runs at once: enough to overlap the idle timeouts, few enough that the 2 s timeout is
+#: never reached by a client merely waiting for a core
+PARALLEL = 4
+
+
+def _run_against(mode: str, out: Path) -> subprocess.CompletedProcess[str]:
     transport = "ws" if mode.startswith("ws_") else "http"
     with hostile_server(mode) as url:
         args = ["run", str(TINY), "--target", url, "--no-probe", "--transports", transport]
         args += ["--set", "rollout.count=1", "--set", "load.concurrency=1"]
-        args += ["--request-timeout-s", "2", "--out", str(tmp_path), "--run-id", mode, "-q"]
-        proc = subprocess.run(
+        args += ["--request-timeout-s", "2", "--out", str(out), "--run-id", mode, "-q"]
+        return subprocess.run(
             _argv(tuple(args)), capture_output=True, text=True, timeout=120, cwd=ROOT
         )
+
+
+@pytest.fixture(scope="module")
+def hostile_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, subprocess.CompletedProcess[str]]]:
+    """Each selected mode's finished ``loopbench run`` and the folder its results are in."""
+    out = tmp_path_factory.mktemp("hostile")
+    modes = [
+        item.callspec.params["mode"]
+        for item in request.session.items
+        if item.module is request.module
+        and getattr(item, "originalname", "") == "test_the_harness_survives_a_hostile_endpoint"
+    ]
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        procs = dict(zip(modes, pool.map(lambda m: _run_against(m, out), modes), strict=True))
+    return out, procs
+
+
+# the first test's time includes the fixture's 35 runs: the budget of all of them
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("mode", list(EXPECTED))
+def test_the_harness_survives_a_hostile_endpoint(
+    mode: str, hostile_runs: tuple[Path, dict[str, subprocess.CompletedProcess[str]]]
+) -> None:
+    transport = "ws" if mode.startswith("ws_") else "http"
+    out, procs = hostile_runs
+    proc = procs[mode]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.returncode == 3, (proc.returncode, proc.stderr[-2000:])
-    run_dir = tmp_path / mode
+    run_dir = out / mode
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["valid"] is False
     rows = read_csv_gz(run_dir / "turns.csv.gz")

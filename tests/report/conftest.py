@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -41,3 +42,20 @@ def browser() -> ModuleType:
 def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """``cli("report", path)`` runs ``loopbench report PATH`` and asserts exit 0."""
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def rerendered_tiny(
+    tiny_run_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str], Path]:
+    """A copy of the tiny run without its report, plots and slices, then ``loopbench report``.
+
+    One rendering read by every test that checks what ``report`` rebuilds from the rows
+    of a run made without ``--slice-s``: the copy, the command and the original.
+    """
+    copy = tmp_path_factory.mktemp("rerendered") / "tiny"
+    shutil.copytree(tiny_run_dir, copy)
+    for name in ("report.md", "report.html", "slices.csv.gz"):
+        (copy / name).unlink()
+    shutil.rmtree(copy / "plots")
+    return copy, run_cli("report", copy), tiny_run_dir

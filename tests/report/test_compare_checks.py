@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
@@ -125,8 +126,16 @@ def test_compare_html_is_self_contained_with_a_section_per_transport(
     assert (out / "compare.md").exists() and (out / "compare.json").exists()
 
 
-def test_compare_html_defaults_to_a_folder_beside_the_first_run(runs: dict[str, Path]) -> None:
-    proc = loopbench("compare", runs["base"], runs["same"])
+@pytest.fixture(scope="module")
+def default_compare(runs: dict[str, Path]) -> subprocess.CompletedProcess[str]:
+    """``compare base same`` without ``--out``: rendered once, read by the page checks below."""
+    return loopbench("compare", runs["base"], runs["same"])
+
+
+def test_compare_html_defaults_to_a_folder_beside_the_first_run(
+    runs: dict[str, Path], default_compare: subprocess.CompletedProcess[str]
+) -> None:
+    proc = default_compare
     assert proc.returncode == ExitCode.OK, proc.stderr
     folder = runs["base"].parent / "compare-base-vs-same"
     assert (folder / "compare.html").exists()
@@ -134,15 +143,18 @@ def test_compare_html_defaults_to_a_folder_beside_the_first_run(runs: dict[str, 
 
 
 def test_compare_html_in_headless_chromium(
-    runs: dict[str, Path], browser: ModuleType, tmp_path: Path
+    runs: dict[str, Path],
+    default_compare: subprocess.CompletedProcess[str],
+    browser: ModuleType,
+    tmp_path: Path,
 ) -> None:
     chromium = browser.find_chromium()
     if chromium is None:
         pytest.skip("chromium not installed (apt-get install -y chromium; .ci/run installs it)")
-    out = tmp_path / "cmp"
-    proc = loopbench("compare", runs["base"], runs["same"], "--out", out)
+    proc = default_compare
     assert proc.returncode == ExitCode.OK, proc.stderr
-    page = browser.inspect_page(out / "compare.html", tmp_path / "shot.png", chromium=chromium)
+    page_path = runs["base"].parent / "compare-base-vs-same" / "compare.html"
+    page = browser.inspect_page(page_path, tmp_path / "shot.png", chromium=chromium)
     assert page.console_errors == []
     assert page.title.startswith("loopbench compare")
     assert len(page.images) == 8  # four plots for each of http and ws

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-import shutil
-from collections.abc import Callable
+import subprocess
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 import pytest
@@ -55,15 +53,10 @@ def test_report_html_is_self_contained(tiny_run_dir: Path) -> None:
 
 
 def test_report_command_rerenders_the_same_report(
-    tiny_run_dir: Path, tmp_path: Path, cli: Callable[..., Any]
+    rerendered_tiny: tuple[Path, subprocess.CompletedProcess[str], Path],
 ) -> None:
-    copy = tmp_path / "copy"
-    shutil.copytree(tiny_run_dir, copy)
-    for name in ("report.md", "report.html"):
-        (copy / name).unlink()
-    shutil.rmtree(copy / "plots")
-    out = cli("report", str(copy)).stdout
-    assert str(copy / "report.html") in out
+    copy, proc, tiny_run_dir = rerendered_tiny
+    assert str(copy / "report.html") in proc.stdout
     assert (copy / "report.md").read_text() == (tiny_run_dir / "report.md").read_text()
     assert {p.name for p in (copy / "plots").glob("*.png")} == ALL_PLOTS
 

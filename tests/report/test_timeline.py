@@ -5,7 +5,7 @@ burst scenario's slices show the burst (docs/metrics.md, "Time slices")."""
 from __future__ import annotations
 
 import json
-import shutil
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -119,10 +119,10 @@ def test_a_burst_shows_in_its_slices(tmp_path: Path) -> None:
     assert burst["output_tokens_per_s"].max() > before["output_tokens_per_s"].max()
 
 
-def test_report_on_a_copy_without_slice_s_picks_a_width(tiny_run_dir: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "tiny"
-    shutil.copytree(tiny_run_dir, copy)
-    run_cli("report", copy)
+def test_report_on_a_copy_without_slice_s_picks_a_width(
+    rerendered_tiny: tuple[Path, subprocess.CompletedProcess[str], Path],
+) -> None:
+    copy = rerendered_tiny[0]
     table = _slices(copy)
     width = (table["end_s"] - table["start_s"]).round(9)
     assert width.nunique() == 1 and width.iloc[0] >= SL.AUTO_MIN_NS / 1e9

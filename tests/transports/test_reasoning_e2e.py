@@ -9,6 +9,7 @@ the gate; the visible decode rate is not diluted by the reasoning (no honesty fl
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -28,12 +29,19 @@ REASONING = 200
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Run, str]]:
     out = tmp_path_factory.mktemp("results")
     transports = ("--transports", ",".join(ALL))
-    return {
-        "plain": loopbench_run(out, "plain", *transports),
-        "reasoning": loopbench_run(
-            out, "reasoning", *transports, "--set", f"rollout.reasoning_tokens={REASONING}"
-        ),
-    }
+    # Two independent runs, each with its own embedded server, compared only on what does
+    # not depend on timing: side by side
+    with ThreadPoolExecutor(2) as pool:
+        plain = pool.submit(loopbench_run, out, "plain", *transports)
+        reasoning = pool.submit(
+            loopbench_run,
+            out,
+            "reasoning",
+            *transports,
+            "--set",
+            f"rollout.reasoning_tokens={REASONING}",
+        )
+        return {"plain": plain.result(), "reasoning": reasoning.result()}
 
 
 def _turns(run: Run) -> pd.DataFrame:
