@@ -71,7 +71,11 @@ def split_concurrency(concurrency: int, procs: int) -> list[int]:
 
 
 def _child(
-    index: int, job: Callable[[], Coroutine[Any, Any, RunResult]], barrier: Any, conn: Connection
+    index: int,
+    job: Callable[[], Coroutine[Any, Any, RunResult]],
+    barrier: Any,
+    conn: Connection,
+    stop: Any,
 ) -> None:
     # The parent decides when the run stops: a Ctrl-C in the terminal reaches every process
     # of the group, a SIGTERM only the parent, which then sends each child SIGTERM.  So the
@@ -79,6 +83,10 @@ def _child(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A SIGTERM before the run's loop is up (at the barrier) is kept for _stoppable.
     signal.signal(signal.SIGTERM, lambda signum, frame: _STOP.append(signum))
+    # A SIGTERM sent while this process still ignored signals (its imports) was lost: the
+    # parent also sets ``stop`` before it signals, so the stop is seen either way.
+    if stop.is_set():
+        _STOP.append(signal.SIGTERM)
     try:
         barrier.wait(START_TIMEOUT_S)
         result = run_async(_stoppable(job))
@@ -195,6 +203,7 @@ def _run(
 ) -> RunResult:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(jobs))
+    stop = ctx.Event()
     children: list[tuple[Any, Connection]] = []
     for i, part, share in jobs:
         child_scenario = scenario.model_copy(
@@ -230,6 +239,7 @@ def _run(
                 ),
                 barrier,
                 child_end,
+                stop,
             ),
             name=f"loopbench-client-{i}",
         )
@@ -252,6 +262,7 @@ def _run(
                     if not interrupted:
                         say("stopping: waiting for the client processes' measurements…")
                     interrupted = True
+                    stop.set()
                     for p, _ in children:
                         if p.is_alive() and p.pid is not None:
                             p.terminate()
