@@ -30,6 +30,7 @@ connection of :mod:`harness.transports.ws` need of ``asyncio.Transport``, not mo
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import ipaddress
@@ -92,6 +93,8 @@ def _probe_setsockopt() -> bool:
         sock.close()
         return False
     _KEEP_ENABLED.append(sock)
+    # closed on purpose at exit: an unclosed socket there is a ResourceWarning in every test run
+    atexit.register(sock.close)
     return True
 
 
