@@ -45,7 +45,7 @@ from reference_server.core.validation import CreateRequest, RequestError, reason
 from reference_server.metrics import ServerCounters
 from reference_server.sim import Simulator, decode_seed
 from reference_server.store import SqliteStore
-from reference_server.timing_log import TimingLog
+from reference_server.timing_log import TimingLog, unix_offset_ns
 
 # Events that are due together go out together: one SSE write or one batch of WS frames.
 Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
@@ -54,6 +54,10 @@ Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
 OnOutput = Callable[[Conversation], None]
 
 HINT_FAIL = "loopbench.fail"
+
+
+#: time_ns() − perf_counter_ns(), measured once per process (sim_timing.arrived_unix_ns)
+_UNIX_OFFSET_NS = unix_offset_ns()
 
 
 @dataclass(slots=True)
@@ -87,6 +91,12 @@ class Segment:
         timing["cached_input_tokens"] = self.cached_tokens
         ttft = timing["api_pre"] + timing["api_queue"] + self.engine_ttft
         timing["ttft"] = ttft
+        if arrived_ns:
+            # CLOCK_MONOTONIC, shared by every process of the host: a client on the same host
+            # can tell how long the request waited before this server read it (docs/server.md);
+            # the Unix-epoch twin is for clients that stamp on the epoch (the gevent edge)
+            timing["arrived_clock_ns"] = arrived_ns
+            timing["arrived_unix_ns"] = arrived_ns + _UNIX_OFFSET_NS
         if arrived_ns and self.first_delta_ns is not None:
             timing["first_token_late_ms"] = (
                 self.first_delta_ns - arrived_ns - round(ttft * NS_PER_MS)

@@ -587,6 +587,19 @@ class ResponseStream:
         late = st.get("first_token_late_ms")
         if isinstance(late, int | float) and not isinstance(late, bool):
             rec.server_late_ms = float(late)
+        # Only on one host do the monotonic clocks agree (a remote server's counts from its own
+        # boot, so its arrival cannot fall between our send and first token); the gevent edge
+        # stamps on the Unix epoch, hence the second field.
+        for key in ("arrived_clock_ns", "arrived_unix_ns"):
+            arrived = st.get(key)
+            if (
+                isinstance(arrived, int)
+                and not isinstance(arrived, bool)
+                and self.first_token_ns
+                and self.sent_ns <= arrived <= self.first_token_ns
+            ):
+                rec.server_read_ms = (arrived - self.sent_ns) / 1e6
+                break
 
 
 _KNOWN = frozenset(

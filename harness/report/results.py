@@ -52,7 +52,7 @@ _TEXT_COLUMNS = frozenset(
 )
 #: optional numbers of the record CSVs (a record field that may be None, written as an empty
 #: cell): read as floats, NaN where empty (keep_default_na=False would otherwise leave strings)
-_NULLABLE_COLUMNS = ("rx_user_minus_kernel_us", "server_late_ms")
+_NULLABLE_COLUMNS = ("rx_user_minus_kernel_us", "server_late_ms", "server_read_ms")
 
 #: a histogram for the whole run, or its ``(start_s, end_s, histogram)`` intervals
 HistogramSeries = Histogram | Sequence[tuple[float, float, Histogram]]

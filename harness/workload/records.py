@@ -95,6 +95,10 @@ class TurnRecord:
     # sim_timing.first_token_late_ms: how much later than arrival + modelled TTFT the server
     # wrote the first token (may be slightly negative); None: the server did not say
     server_late_ms: float | None = None
+    # sim_timing.arrived_clock_ns − sent_ns: how long the request waited before the server read
+    # it (its modelled clock starts there), when client and server share a clock (one host:
+    # the value lies between the send and the first token); None otherwise
+    server_read_ms: float | None = None
     # the conversation the turn belongs to: 0 the rollout's own, 1.. a sub-agent's id
     # (plan.SubagentPlan.subagent_id); -1: the root has no parent
     conversation: int = 0

@@ -658,3 +658,35 @@ def test_deltas_on_the_fast_path_measure_what_the_full_checks_measure() -> None:
         s.feed(e, (i + 1) * MS)
     slow = record(s)
     assert fast == slow and fast.delta_events == 3 and fast.itl_ns == [MS, MS]
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # one host: the server read the request 0.5 ms after it was sent (first token 5 ms later)
+        ({"arrived_clock_ns": MS + MS // 2}, 0.5),
+        # the gevent edge stamps on the Unix epoch: the second field is the one that fits
+        ({"arrived_clock_ns": 10**15, "arrived_unix_ns": 3 * MS}, 2.0),
+        # another host's monotonic clock: no arrival falls between the send and the first
+        # token, so the read delay is unknown and no client-side error is claimed
+        ({"arrived_clock_ns": 10**15, "arrived_unix_ns": 10**18}, None),
+        ({"arrived_clock_ns": 0}, None),
+        ({}, None),
+    ],
+)
+def test_the_servers_read_delay_is_kept_only_when_the_clocks_agree(
+    fields: dict[str, int], expected: float | None
+) -> None:
+    events = text_stream([" abc"])
+    events[-1]["response"]["sim_timing"] = {"ttft": 1.0, "first_token_late_ms": 0.25, **fields}
+    s = ResponseStream(sent_ns=MS)
+    for i, e in enumerate(events):
+        s.feed(e, (i + 2) * MS)
+    rec = record(s)  # sent at 1 ms, first token (the 5th event) at 6 ms
+    assert rec.first_token_ns - rec.sent_ns == 5 * MS
+    assert rec.server_read_ms == expected
+    client = D.sample(D.get("client_error_ms"), rec)
+    if expected is None:
+        assert client is None
+    else:
+        assert client == pytest.approx(5.0 - 1.0 - 0.25 - expected)

@@ -43,7 +43,7 @@ def _synthetic() -> ModuleType:
 TURNS = [
     TurnRecord("http", 1, 0, sent_ns=S, first_event_ns=S + 2 * MS, first_token_ns=S + 5 * MS,
                last_token_ns=S + 105 * MS, done_ns=S + 110 * MS, status="completed",
-               output_tokens=101, sim_ttft_ms=4.5, itl_ns=[MS] * 100, server_late_ms=0.2,
+               output_tokens=101, sim_ttft_ms=4.5, itl_ns=[MS] * 100, server_late_ms=0.2, server_read_ms=0.05,
                connect_start_ns=S, tcp_connected_ns=S + MS // 2, tls_done_ns=S + 2 * MS),
     TurnRecord("http", 1, 1, sent_ns=2 * S, first_token_ns=2 * S + 7 * MS,
                last_token_ns=2 * S + 7 * MS, done_ns=2 * S + 9 * MS, status="incomplete",

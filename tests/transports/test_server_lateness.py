@@ -2,8 +2,9 @@
 
 The reference server reports ``sim_timing.first_token_late_ms`` on every API; the asyncio
 edge (this process) and the gevent edge (a gevent-patched child, as under Locust) must keep
-it per turn as ``server_late_ms``, and ``client_error_ms`` must be the measurement error
-without it.  A finished run (the shared tiny run over http and ws against the embedded
+it per turn as ``server_late_ms``, with ``server_read_ms`` (how long the request waited
+before the server read it: client and server share this host's clock), and
+``client_error_ms`` must be the measurement error without both.  A finished run (the shared tiny run over http and ws against the embedded
 server) must carry both in its row file, its analysis columns and ``summary.json``.
 """
 
@@ -41,7 +42,11 @@ def check_turns(rows: list[dict[str, Any]], edge: str) -> None:
         measured = D.sample(MEASUREMENT, turn)
         assert measured is not None
         assert D.sample(LATE, turn) == pytest.approx(late, abs=1e-6)
-        assert D.sample(CLIENT, turn) == pytest.approx(measured - late, abs=1e-5)
+        read = turn.server_read_ms
+        # one host, one monotonic clock: the server read the request after it was sent and
+        # before the first token came back
+        assert read is not None and read * 1e6 <= turn.first_token_ns - turn.sent_ns, (edge, read)
+        assert D.sample(CLIENT, turn) == pytest.approx(measured - late - read, abs=1e-5)
 
 
 def test_both_edges_record_the_servers_lateness_on_every_api(server_url: str) -> None:
@@ -54,9 +59,10 @@ def test_a_run_has_the_lateness_column_and_both_summary_groups(tiny_run_dir: Pat
     run = load_run(tiny_run_dir)
     turns = add_metric_columns(run.turns.copy(), "turn")
     ok = turns[turns["status"] == "completed"]
-    assert len(ok) and ok["server_late_ms"].notna().all()
-    assert str(turns["server_late_ms"].dtype) == "float64"
-    diff = ok["measurement_error_ms"] - ok["server_late_ms"] - ok["client_error_ms"]
+    assert len(ok) and ok["server_late_ms"].notna().all() and ok["server_read_ms"].notna().all()
+    assert str(turns["server_late_ms"].dtype) == str(turns["server_read_ms"].dtype) == "float64"
+    late_and_read = ok["server_late_ms"] + ok["server_read_ms"]
+    diff = ok["measurement_error_ms"] - late_and_read - ok["client_error_ms"]
     assert diff.abs().max() < 1e-5
     assert run.summary is not None
     for transport in ("http", "ws"):
