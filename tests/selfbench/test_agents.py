@@ -21,6 +21,7 @@ from harness.tools.selfbench.agents import (
     TurnCounts,
     agents_figures,
     measure_agents,
+    sustained,
 )
 from harness.workload.records import TurnRecord
 
@@ -85,3 +86,17 @@ def test_events_and_the_steady_rate_are_counted_from_the_turn_records() -> None:
     # turns that ended in [1 s, 3 s): two, over two seconds; the failed one is not a turn done
     assert counts.rate(1_000_000_000, 3_000_000_000) == 1.0
     assert counts.rate(5, 5) is None
+
+
+def test_a_count_whose_agents_lost_their_pace_is_not_sustained() -> None:
+    # the run of 3,000 agents on a saturated server: valid, tiny error, but 2,141 turns/s where
+    # ~1 turn/s each was asked: the server slowed every agent down
+    opts = AgentsOptions()
+    assert opts.turn_period_s == 1.0 and opts.min_rate_share == 0.8
+    ok = {"valid": True, "error_p99_ms": 0.5}
+    assert sustained(opts, 2000, turns_per_s=2077.0, **ok)
+    assert not sustained(opts, 3000, turns_per_s=2141.0, **ok)
+    assert sustained(opts, 3000, turns_per_s=None, **ok)  # no steady window: pace unjudged
+    assert not sustained(opts, 10, valid=False, error_p99_ms=0.1, turns_per_s=11.0)
+    assert not sustained(opts, 10, valid=True, error_p99_ms=2.5, turns_per_s=11.0)
+    assert not sustained(opts, 10, valid=True, error_p99_ms=None, turns_per_s=11.0)

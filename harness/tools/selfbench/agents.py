@@ -98,6 +98,10 @@ class AgentsOptions:
     output_tokens: int = 20
     error_metric: str = CLIENT_ERROR_METRIC
     error_p99_max_ms: float = 2.0
+    #: a step passes only if the agents kept about their pace: turns/s in the steady window at
+    #: least this share of agents / turn period (a saturated server slows every agent down,
+    #: and a count that no longer makes ~1 turn/s each is not "sustained")
+    min_rate_share: float = 0.8
     #: server processes (``--workers``); they all share the server's core
     server_workers: int = 1
     server_overrides: Mapping[str, str] = field(default_factory=lambda: dict(CAPACITY_OVERRIDES))
@@ -115,6 +119,8 @@ class AgentsOptions:
             trials=1,
             step_seconds=1.0,
             tool_ms=(40.0, 80.0),
+            # turns take as long as the tool time here: the pace rule would measure the turns
+            min_rate_share=0.0,
         )
 
     @property
@@ -237,6 +243,23 @@ class AgentsStep:
         return dataclasses.asdict(self)
 
 
+def sustained(
+    opts: AgentsOptions,
+    agents: int,
+    *,
+    valid: bool,
+    error_p99_ms: float | None,
+    turns_per_s: float | None,
+) -> bool:
+    """Whether one client sustained ``agents``: a valid run, the error bound, and the pace kept.
+
+    ``turns_per_s`` None (the steady window was never reached) leaves the pace unjudged.
+    """
+    if not valid or error_p99_ms is None or error_p99_ms > opts.error_p99_max_ms:
+        return False
+    return turns_per_s is None or turns_per_s >= opts.min_rate_share * agents / opts.turn_period_s
+
+
 def _plans(opts: AgentsOptions, agents: int, transport: str) -> tuple[Any, list[RolloutPlan]]:
     # Enough rollouts that the step ends on time, not on a count: an agent makes one
     # rollout per (tool_calls + 1) turn periods.
@@ -350,7 +373,7 @@ def run_step(
     return AgentsStep(
         transport=transport,
         agents=agents,
-        passed=valid and p99 is not None and p99 <= opts.error_p99_max_ms,
+        passed=sustained(opts, agents, valid=valid, error_p99_ms=p99, turns_per_s=rate),
         valid=valid,
         invalid_reasons=list(summary.get("invalid_reasons") or []),
         metric=metric,
