@@ -441,7 +441,7 @@ def _overhead_level(
             out.figures.append(
                 figure(
                     f"ttft_client_error.{t}.{streams}.{q}",
-                    f"TTFT client-side error {q} (overhead - server lateness), {t}, "
+                    f"TTFT client-side error {q} (overhead - server lateness and read delay), {t}, "
                     f"{streams} stream{plural}",
                     client.get("client_error_ms", {}).get(q),
                     "ms",
