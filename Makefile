@@ -14,7 +14,7 @@ help:
 	@echo "make reproduce  measure the published figures (docs/model.md §9) -> results/reproduction/ (~4½ min)"
 	@echo "make fuzz       10,000 hostile requests, frames and sockets against the reference server; counts -> results/fuzz.json (~30 s)"
 	@echo "make soak       mixed load with injected faults; RSS over time + error counts -> results/soak/ (~5 min)"
-	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~3 min)"
+	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~15 min)"
 	@echo "make bench-peers loopbench next to guidellm and aiperf (own venv .venv-peers) -> results/peers.json, BENCHMARKS.md (~5 min)"
 	@echo "make notebook   re-execute notebooks/*.ipynb in place on results/baseline (committed with outputs)"
 
