@@ -21,9 +21,7 @@ until SIGTERM.
 
 from __future__ import annotations
 
-import argparse
 import socket
-import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -31,8 +29,7 @@ import uvicorn
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from harness.run.event_loop import run_async
-from harness.tools.selfbench.raw_server import json_payload, sse_blocks
+from harness.tools.selfbench.raw_server import json_payload, serve_main, sse_blocks
 
 READY_PREFIX = "library server listening on "
 
@@ -118,15 +115,7 @@ async def _main(deltas: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.tools.selfbench.lib_server")
-    parser.add_argument(
-        "--deltas", type=int, default=20_000, help="text deltas per response (default 20000)"
-    )
-    args = parser.parse_args(argv)
-    if args.deltas < 1:
-        parser.error(f"--deltas: expected a positive number, got {args.deltas}")
-    run_async(_main(args.deltas))
-    sys.exit(0)
+    serve_main("python -m harness.tools.selfbench.lib_server", _main, argv)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ import hashlib
 import signal
 import socket
 import sys
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from harness.run.event_loop import run_async
 from harness.wire.events import ResponseBuilder, usage
@@ -260,16 +261,23 @@ async def _main(deltas: int) -> None:
         server.close()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.tools.selfbench.raw_server")
+def serve_main(
+    prog: str, serve: Callable[[int], Coroutine[Any, Any, None]], argv: list[str] | None
+) -> None:
+    """The command line both bare servers share: ``--deltas N``, then serve until signalled."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument(
         "--deltas", type=int, default=20_000, help="text deltas per response (default 20000)"
     )
     args = parser.parse_args(argv)
     if args.deltas < 1:
         parser.error(f"--deltas: expected a positive number, got {args.deltas}")
-    run_async(_main(args.deltas))
+    run_async(serve(args.deltas))
     sys.exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    serve_main("python -m harness.tools.selfbench.raw_server", _main, argv)
 
 
 if __name__ == "__main__":
