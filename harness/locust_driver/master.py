@@ -292,6 +292,7 @@ class MasterSide:
         measurement = run.measurement
         for row in data.get("turns", ()):
             rec = turn_from_row(row)
+            measurement.rx.add(rec)  # stamp kinds are counted from the rows, as in `run`
             measurement.writer.add_turn(rec)
             if not rec.ok:
                 # The statistics arrive merged; the example message of each kind comes from here.

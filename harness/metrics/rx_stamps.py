@@ -69,14 +69,12 @@ class RxStampStats:
             "kernel_turns": kinds.get("kernel", 0),
             "user_turns": kinds.get("user", 0),
         }
-        if diffs:
-            block["user_minus_kernel_us"] = {
-                "count": len(diffs),
-                "p50": round(_percentile(diffs, 50), 2),
-                "p99": round(_percentile(diffs, 99), 2),
-                "max": round(diffs[-1], 2),
-                "mean": round(sum(diffs) / len(diffs), 2),
-            }
-        else:
-            block["user_minus_kernel_us"] = None
+        # The same keys with or without samples: every way to run writes one summary shape.
+        block["user_minus_kernel_us"] = {
+            "count": len(diffs),
+            "p50": round(_percentile(diffs, 50), 2) if diffs else None,
+            "p99": round(_percentile(diffs, 99), 2) if diffs else None,
+            "max": round(diffs[-1], 2) if diffs else None,
+            "mean": round(sum(diffs) / len(diffs), 2) if diffs else None,
+        }
         return block

@@ -41,3 +41,14 @@ def test_processes_merge_their_counts_and_windows() -> None:
     assert (block["kernel_turns"], block["user_turns"]) == (2, 1)
     assert block["user_minus_kernel_us"]["max"] == 30.0
     assert block["user_minus_kernel_us"]["count"] == 2
+
+
+def test_a_transport_without_both_stamps_keeps_the_block_shape() -> None:
+    stats = RxStampStats()
+    stats.add(turn("http", None, "user"))
+    block = stats.summary("http")
+    assert block == {
+        "kernel_turns": 0,
+        "user_turns": 1,
+        "user_minus_kernel_us": {"count": 0, "p50": None, "p99": None, "max": None, "mean": None},
+    }

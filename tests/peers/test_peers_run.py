@@ -9,6 +9,7 @@ the target is then "not evaluated" (exit 3 under --check).  Whether it passes is
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -84,8 +85,19 @@ def test_make_bench_peers_installs_the_peers_into_their_own_venv_only(tmp_path: 
     done = subprocess.run(
         # -n: print the recipe only; -o: loopbench's own .venv counts as up to date, so what
         # is printed is what bench-peers itself does.
-        ["make", "-n", "-o", ".venv/.installed", "bench-peers", f"PEERS_VENV={venv}"],
+        # --no-print-directory and a clean MAKEFLAGS: under CI's `make test` this make is a
+        # sub-make, which would otherwise add "make[1]: Entering directory" lines.
+        [
+            "make",
+            "--no-print-directory",
+            "-n",
+            "-o",
+            ".venv/.installed",
+            "bench-peers",
+            f"PEERS_VENV={venv}",
+        ],
         cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")},
         capture_output=True,
         text=True,
         timeout=60,

@@ -274,7 +274,13 @@ def test_a_run_over_http_and_ws_records_how_each_turn_was_stamped(
             assert block["user_minus_kernel_us"]["max"] == pytest.approx(mine.max(), abs=0.01)
         else:
             assert diffs.isna().all()
-            assert block["user_minus_kernel_us"] is None
+            assert block["user_minus_kernel_us"] == {
+                "count": 0,
+                "p50": None,
+                "p99": None,
+                "max": None,
+                "mean": None,
+            }
     # A run killed before its summary gets the same block back from its rows.
     copy = tmp_path / "killed"
     shutil.copytree(run.path, copy, ignore=shutil.ignore_patterns("summary.json"))
