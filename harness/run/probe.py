@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import websockets
-from websockets.asyncio.client import ClientConnection
 
 from harness.client.bodies import http_headers
 from harness.client.messages_api import messages_headers
@@ -81,7 +80,8 @@ from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.run.event_loop import run_async
 from harness.transports.h1client import H1Pool
 from harness.transports.ws import open_ws
-from harness.wire.errors import LoopbenchError, UsageError
+from harness.transports.ws_conn import WsConnection
+from harness.wire.errors import LoopbenchError, UsageError, WsClosed
 from harness.wire.events import ERROR, TERMINAL_TYPES, dumps, loads
 from harness.wire.exit_codes import ExitCode
 from harness.wire.sse import SSEDecoder
@@ -395,13 +395,14 @@ class _Prober:
     ) -> Finding:
         return judge(got) if isinstance(got, StreamReading) else Finding(feature, False, got)
 
-    async def _exchange(self, conn: ClientConnection, body: dict[str, Any]) -> StreamReading | str:
+    async def _exchange(self, conn: WsConnection, body: dict[str, Any]) -> StreamReading | str:
         """Send one create; the events of its response, or why none came."""
         events: list[dict[str, Any]] = []
         try:
             async with asyncio.timeout(self.timeout_s):
                 await conn.send(dumps(body).decode())
-                async for raw in conn:
+                while True:
+                    raw, _, _ = await conn.recv()
                     event = loads(raw)
                     events.append(event)
                     kind = event.get("type")
@@ -409,9 +410,8 @@ class _Prober:
                         break
         except TimeoutError:
             return f"no terminal event within {self.timeout_s:g} s ({len(events)} events)"
-        except websockets.exceptions.ConnectionClosed as exc:
-            code = exc.rcvd.code if exc.rcvd is not None else 1006
-            return f"the server closed the WebSocket with code {code} ({len(events)} events)"
+        except WsClosed as exc:
+            return f"the server closed the WebSocket with code {exc.code} ({len(events)} events)"
         except LoopbenchError as exc:
             return f"an answer was not a JSON event: {exc}"
         return read_stream(events)
@@ -420,7 +420,7 @@ class _Prober:
         await self.pool.aclose()
 
 
-async def _close(conn: ClientConnection) -> None:
+async def _close(conn: WsConnection) -> None:
     # The probe is over; a socket that will not close cleanly is dropped anyway.
     with contextlib.suppress(TimeoutError, OSError, websockets.exceptions.WebSocketException):
         await asyncio.wait_for(conn.close(), 2)

@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import re
 import socket
 import time
 from dataclasses import dataclass
 
 import websockets
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.client import ClientProtocol
-from websockets.datastructures import HeadersLike
-from websockets.frames import Close
-from websockets.http11 import USER_AGENT
-from websockets.uri import WebSocketURI, parse_uri
+from websockets.uri import parse_uri
 
 from harness.client.api_errors import ws_open_failure
 from harness.client.bodies import ws_headers
@@ -36,7 +30,7 @@ from harness.client.stream import ResponseStream
 from harness.transports.http import HttpTransport, compact
 from harness.transports.rx_socket import stamped_transport, tcp_socket
 from harness.transports.tls import tls_context
-from harness.transports.ws_stamp import StampedConnection, arrival
+from harness.transports.ws_conn import WsConnection
 from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
 from harness.wire.events import dumps
 from harness.wire.sse import MAX_EVENT_BYTES
@@ -54,7 +48,7 @@ class ConnectStamps:
     tls_ns: int
 
 
-async def open_ws(options: TransportOptions, url: str) -> ClientConnection:
+async def open_ws(options: TransportOptions, url: str) -> WsConnection:
     """Open a WebSocket the way the measurement path needs it (or raise TransportError)."""
     conn, _ = await open_ws_timed(options, url)
     return conn
@@ -62,123 +56,64 @@ async def open_ws(options: TransportOptions, url: str) -> ClientConnection:
 
 async def open_ws_timed(
     options: TransportOptions, url: str, rollout_key: str | None = None
-) -> tuple[ClientConnection, ConnectStamps]:
+) -> tuple[WsConnection, ConnectStamps]:
     """:func:`open_ws`, with when its TCP connect and TLS handshake ended.
 
-    The TCP socket is connected here and handed to ``connect``, which then runs only
-    the TLS handshake (for ``wss://``) and the upgrade: the three are timed apart.
+    The TCP socket is connected here, then wrapped (TLS for ``wss://``; a kernel-stamping
+    transport for ``ws://`` with ``--rx-stamp kernel``, docs/metrics.md §1.9) and upgraded:
+    the three are timed apart.  No compression, no keepalive pings, no proxy: the
+    measurement path pays for none of them, as the HTTP transports do not.
     """
     uri = parse_uri(url)
     # Before the clock starts: the first call loads the CA store (milliseconds).
     ctx = tls_context(options.verify_tls) if uri.secure else None
     headers = ws_headers(options, session_headers(options.shaping, rollout_key))
+    loop = asyncio.get_running_loop()
     sock: socket.socket | None = None
+    # A Responses event holding a whole 1,000,000-token answer is ~5 MiB: a larger message
+    # is a hostile or broken peer (close 1009), not one to buffer.
+    conn = WsConnection(uri, MAX_EVENT_BYTES)
     started = time.perf_counter_ns()
     try:
         async with asyncio.timeout(options.connect_timeout_s):
             sock = await tcp_socket(uri.host, uri.port)
-        tcp_ns = time.perf_counter_ns()
-        if options.rx_stamp == "kernel" and not uri.secure:
-            stamped = await _open_stamped(sock, uri, headers, options.connect_timeout_s)
-            if stamped is not None:
-                return stamped, ConnectStamps(started, tcp_ns, 0)
-        # Compression off and no keepalive pings: the measurement path must not pay for either.
-        conn = await connect(
-            url,
-            sock=sock,
-            additional_headers=headers,
-            compression=None,
-            # A Responses event holding a whole 1,000,000-token answer is ~5 MiB: a larger
-            # message is a hostile or broken peer (close 1009), not one to buffer.
-            max_size=MAX_EVENT_BYTES,
-            ping_interval=None,
-            open_timeout=options.connect_timeout_s,
-            close_timeout=_CLOSE_TIMEOUT_S,
-            # Messages are stamped at the I/O edge, not when the loop gets round to them.
-            create_connection=StampedConnection,
-            # Direct, like the HTTP transports: a proxy would be measured too, and looking
-            # one up scans the environment on every connect.
-            proxy=None,
-            # websockets refuses an ssl argument for ws://; for wss:// it is what --insecure sets.
-            ssl=ctx,
-        )
+            tcp_ns = time.perf_counter_ns()
+            stamped = (
+                options.rx_stamp == "kernel"
+                and ctx is None
+                and stamped_transport(loop, sock, conn) is not None
+            )
+            if not stamped:
+                await loop.create_connection(
+                    lambda: conn,
+                    sock=sock,
+                    ssl=ctx,
+                    server_hostname=uri.host if ctx is not None else None,
+                )
+            await conn.handshake(headers)
     except (OSError, websockets.exceptions.WebSocketException, TimeoutError) as exc:
+        conn.abort()
         if sock is not None:
             sock.close()  # a no-op once the transport owns (and has closed) it
         raise ws_open_failure(exc, url) from exc
-    tls_ns = conn.made_ns if uri.secure and isinstance(conn, StampedConnection) else 0
+    except BaseException:
+        conn.abort()
+        if sock is not None:
+            sock.close()
+        raise
+    tls_ns = conn.made_ns if ctx is not None else 0
     return conn, ConnectStamps(started, tcp_ns, tls_ns)
 
 
-#: what ``connect`` is given above, for the connection :func:`_open_stamped` builds itself
-_CLOSE_TIMEOUT_S = 2
-_LOGGER = logging.getLogger("websockets.client")
-
-
-async def _open_stamped(
-    sock: socket.socket, uri: WebSocketURI, headers: HeadersLike, open_timeout_s: float
-) -> StampedConnection | None:
-    """The WebSocket over a kernel-stamping transport (docs/metrics.md §1.9); None when the
-    socket refuses the timestamp option (the caller then goes the usual way).
-
-    What ``websockets.asyncio.client.connect`` does for a given socket, with the same
-    settings as :func:`open_ws_timed`'s call of it: the sans-I/O protocol, the connection
-    around it, our transport instead of the loop's, the opening handshake.
-    """
-    protocol = ClientProtocol(uri, extensions=None, max_size=MAX_EVENT_BYTES, logger=_LOGGER)
-    conn = StampedConnection(protocol, ping_interval=None, close_timeout=_CLOSE_TIMEOUT_S)
-    if stamped_transport(asyncio.get_running_loop(), sock, conn) is None:
-        return None
-    try:
-        async with asyncio.timeout(open_timeout_s):
-            await conn.handshake(headers, USER_AGENT)
-    except TimeoutError as exc:
-        conn.transport.abort()
-        raise TimeoutError("timed out during opening handshake") from exc
-    except BaseException:
-        conn.transport.abort()
-        raise
-    conn.start_keepalive()
-    return conn
-
-
 async def read_response(
-    conn: ClientConnection, stream: ResponseStream, idle_timeout_s: float | None = None
+    conn: WsConnection, stream: ResponseStream, idle_timeout_s: float | None = None
 ) -> None:
     """Feed events into ``stream`` until it is done (a terminal event or a pause).
 
     A connection-level ``error`` event is raised as :class:`APIError`, a close as
-    :class:`WsClosed`.  With ``idle_timeout_s``, a response silent for that long
-    (between 7/8 of it and all of it) raises ``TransportError(TIMEOUT)``, as an
-    HTTP read times out.
+    :class:`WsClosed`, a response silent for ``idle_timeout_s`` as ``TransportError(TIMEOUT)``.
     """
-    loop = asyncio.get_running_loop()
-    idle_ns = round(idle_timeout_s * 1e9) if idle_timeout_s else 0
-    # One timer per turn, pushed back at most every idle/8 (not once per event).
-    next_push = time.perf_counter_ns() + idle_ns // 8
-    try:
-        async with asyncio.timeout_at(loop.time() + idle_ns / 1e9 if idle_ns else None) as timer:
-            async for raw in conn:
-                t_ns, user_ns = arrival(conn)
-                if idle_ns and t_ns >= next_push:
-                    timer.reschedule(loop.time() + idle_ns / 1e9)
-                    next_push = t_ns + idle_ns // 8
-                feed_ws_message(stream, raw, t_ns, user_ns)
-                if stream.done:
-                    return
-    except TimeoutError:
-        raise TransportError(
-            ErrorKind.TIMEOUT, f"WebSocket: no event for {idle_timeout_s:g} s (request_timeout_s)"
-        ) from None
-    except websockets.exceptions.ConnectionClosed as exc:
-        raise WsClosed(close_code(exc.rcvd)) from exc
-    # Iteration ends quietly on a 1000/1001 close.
-    raise WsClosed(close_code(conn.protocol.close_rcvd))
-
-
-def close_code(rcvd: Close | None) -> int:
-    """The peer's close code; 1006 (abnormal closure) when none came."""
-    return rcvd.code if rcvd is not None else 1006
+    await conn.read_into(stream, idle_timeout_s)
 
 
 class WsTransport:
@@ -218,9 +153,9 @@ class WsSession:
         #: added to a compaction's HTTP request (the WebSocket handshake carries them too)
         self.compact_headers = session_headers(options.shaping, rollout_key)
         self.url = transport.options.ws_url + self.conv.ws_query
-        self.conn: ClientConnection | None = None
+        self.conn: WsConnection | None = None
 
-    async def _connect(self, rec: TurnRecord) -> ClientConnection:
+    async def _connect(self, rec: TurnRecord) -> WsConnection:
         conn, stamps = await open_ws_timed(self.t.options, self.url, self.rollout_key)
         rec.connected_ns = time.perf_counter_ns()
         rec.connect_start_ns = stamps.start_ns
@@ -246,11 +181,8 @@ class WsSession:
             payload = turn.request()
             stream = turn.start(time.perf_counter_ns())
             try:
-                try:
-                    await conn.send(payload)
-                except websockets.exceptions.ConnectionClosed as exc:
-                    raise WsClosed(close_code(exc.rcvd)) from exc
-                await read_response(conn, stream, timeout_s)
+                await conn.send(payload)
+                await conn.read_into(stream, timeout_s)
             except (APIError, WsClosed) as exc:
                 if turn.recover(exc) is not Recovery.RESEND_FULL:
                     await self._drop()
@@ -292,12 +224,12 @@ class LaneMux:
     def __init__(self, transport: WsTransport, rollout_key: str | None) -> None:
         self.t = transport
         self.rollout_key = rollout_key
-        self.conn: ClientConnection | None = None
+        self.conn: WsConnection | None = None
         self.queues: dict[str | None, asyncio.Queue[tuple[str | bytes | None, int, int]]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._opening = asyncio.Lock()
 
-    async def connection(self, rec: TurnRecord, url: str) -> ClientConnection:
+    async def connection(self, rec: TurnRecord, url: str) -> WsConnection:
         async with self._opening:
             if self.conn is None:
                 conn, stamps = await open_ws_timed(self.t.options, url, self.rollout_key)
@@ -310,16 +242,16 @@ class LaneMux:
                 self._reader = asyncio.create_task(self._read(conn))
             return self.conn
 
-    async def _read(self, conn: ClientConnection) -> None:
+    async def _read(self, conn: WsConnection) -> None:
         code = 1006
         try:
-            async for raw in conn:
+            while True:
+                raw, t_ns, user_ns = await conn.recv()
                 queue = self.queues.get(lane_of(raw))
                 if queue is not None:
-                    queue.put_nowait((raw, *arrival(conn)))
-            code = close_code(conn.protocol.close_rcvd)
-        except websockets.exceptions.ConnectionClosed as exc:
-            code = close_code(exc.rcvd)
+                    queue.put_nowait((raw, t_ns, user_ns))
+        except WsClosed as exc:
+            code = exc.code
         finally:
             if self.conn is conn:
                 self.conn = None
@@ -380,10 +312,7 @@ class WsLaneSession:
                 queue.get_nowait()  # what a failed response or a closed connection left
             stream = turn.start(time.perf_counter_ns())
             try:
-                try:
-                    await conn.send(payload)
-                except websockets.exceptions.ConnectionClosed as exc:
-                    raise WsClosed(close_code(exc.rcvd)) from exc
+                await conn.send(payload)
                 await _read_lane(queue, stream, timeout_s)
             except (APIError, WsClosed) as exc:
                 # Raises when the turn must fail; a reconnect opens a new shared connection

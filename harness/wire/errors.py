@@ -101,17 +101,24 @@ class StaleConnection(TransportError):
 
 
 class WsClosed(TransportError):
-    """The WebSocket closed; ``code`` is the peer's close code (1006 when none came).
+    """The WebSocket closed; ``code`` is the peer's close code (1006 when none came), or the
+    client's when it closed on a protocol violation (``why`` says which).
 
     The recovery policy (:mod:`harness.client.recovery`) decides from the code whether
     the turn reconnects or fails with this error.
     """
 
-    def __init__(self, code: int) -> None:
+    def __init__(self, code: int, why: str | None = None) -> None:
         self.code = code
         meaning = _CLOSE_MEANINGS.get(code)
         shown = f"{code} ({meaning})" if meaning else str(code)
-        super().__init__(ErrorKind.CONNECTION_CLOSED, f"WebSocket closed with code {shown}")
+        # ``why``: the client closed it, for this reason (a server that broke the framing).
+        text = (
+            f"WebSocket closed with code {shown}: {why}"
+            if why
+            else f"WebSocket closed with code {shown}"
+        )
+        super().__init__(ErrorKind.CONNECTION_CLOSED, text)
 
 
 #: what the close codes a benchmark meets mean (RFC 6455 section 7.4.1), for the error message
