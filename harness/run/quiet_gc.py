@@ -1,32 +1,52 @@
 """Keep the client's cyclic garbage collector out of what it measures.
 
-Every object a run keeps for a while (turn records, histories, in-flight
-streams) counts towards the young generation's threshold; with CPython's
-default of 700 the collector ran every few milliseconds at 16 streams and a
-generation-1 pass every ~100 ms, 2-4 ms each — a late arrival stamp for
-whatever was in flight (BENCHMARKS.md).  Events themselves are freed by
-reference counting, and the harness's connections leave no reference cycles,
-so a much higher threshold costs little memory and makes collections rare.
-What exists when the run starts (modules, plans, pools) is frozen out of every
-collection; both settings are undone when the run ends.
+A collection stops the event loop while it traverses every object of the generations it
+collects.  What a run keeps alive for a while (in-flight streams, their futures and
+coroutines, histories) is young by the collector's count: at a thousand agents that is
+~50,000 objects, and each young-generation pass over them took 20-50 ms (BENCHMARKS.md) —
+a late stamp for every first token in flight.  CPython's default (a pass every 700
+allocations) made passes short and constant; a threshold of 20,000 made them rare and long.
+
+So while a pass measures, the collector looks at nothing: what is alive when it starts is
+frozen out of every collection, the young threshold is raised to :data:`VALVE_THRESHOLD`,
+and :func:`refreeze`, called every :data:`FREEZE_EVERY_S` by the pass's watchdog, moves
+what is alive since then out of sight too (``gc.freeze`` is a list splice: no traversal).
+Freed objects are freed by reference counting as always; what that cannot free — reference
+cycles — waits for the end of the pass, and the measuring paths make none (a closed
+connection drops its transport, tests/run/test_no_cycles.py).  The threshold is a valve:
+only a million new container objects within one freeze interval (code that leaks, not a
+run) make the collector run, and the loop-lag watchdog then reports the stall.
+
+Long-lived processes that do not measure (the recorder) use :data:`GEN0_THRESHOLD` and no
+refreezing: rare collections, and their cycles still collected.
 """
 
 from __future__ import annotations
 
 import gc
 
-#: allocations between young-generation collections while a run measures (default 700)
+#: allocations between young-generation collections in a long-lived process (default 700)
 GEN0_THRESHOLD = 20_000
+#: while a pass measures: new container objects within one freeze interval that still make
+#: the collector run (a safety valve against leaking code; a run allocates ~10 per turn)
+VALVE_THRESHOLD = 1_000_000
+#: how often a measuring pass moves what is alive out of the collector's sight
+FREEZE_EVERY_S = 1.0
 
 
-def begin() -> tuple[int, int, int]:
+def begin(threshold: int = GEN0_THRESHOLD) -> tuple[int, int, int]:
     """Collect, freeze what is alive, raise the young threshold; returns the old thresholds."""
     old = gc.get_threshold()
     gc.collect()
     gc.freeze()
     if old[0] > 0:  # a threshold of 0 means collection was turned off: leave it off
-        gc.set_threshold(max(GEN0_THRESHOLD, old[0]), old[1], old[2])
+        gc.set_threshold(max(threshold, old[0]), old[1], old[2])
     return old
+
+
+def refreeze() -> None:
+    """Move every object alive now out of the collector's sight (and reset its count)."""
+    gc.freeze()
 
 
 def end(old: tuple[int, int, int]) -> None:

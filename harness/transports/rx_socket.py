@@ -414,6 +414,9 @@ class RxTransport(asyncio.Transport):
             self._protocol.connection_lost(exc)
         finally:
             self._sock.close()
+            # The protocol holds this transport: without this a closed connection is a
+            # reference cycle, left to the garbage collector the run keeps quiet.
+            self._protocol = None
 
     def _call(self, method: Any) -> None:
         try:
