@@ -22,12 +22,13 @@ is at most one inter-arrival gap after the global first one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import fields, replace
 from functools import partial
 from multiprocessing.connection import Connection
@@ -121,6 +122,28 @@ def _start_ignoring_signals(proc: Any) -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _stop_signals(on_stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM call ``on_stop`` (and nothing is raised) inside the block.
+
+    Off the main thread, where no handler can be set, the caller's own handling stays.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        on_stop()
+
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, handler) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 async def _stoppable(job: Callable[[], Coroutine[Any, Any, RunResult]]) -> RunResult:
@@ -247,39 +270,49 @@ def _run(
         child_end.close()
         children.append((proc, parent_end))
     scraper = server_scraper(opts, base_url, embedded=embedded)
-    say(f"running {len(plans)} rollouts in {len(children)} client processes")
     results: list[dict[str, Any]] = []
     errors: list[str] = []
     interrupted = False
-    try:
-        for proc, end in children:
-            while True:
-                try:
-                    msg = end.recv()
-                    break
-                except KeyboardInterrupt:
-                    # Ctrl-C or SIGTERM: stop every child; each still sends what it measured.
-                    if not interrupted:
-                        say("stopping: waiting for the client processes' measurements…")
-                    interrupted = True
-                    stop.set()
-                    for p, _ in children:
-                        if p.is_alive() and p.pid is not None:
-                            p.terminate()
-                except EOFError:
-                    msg = {"index": proc.name, "error": f"exited with code {proc.exitcode}"}
-                    break
-            if "error" in msg:
-                errors.append(f"client process {msg['index']}: {msg['error']}")
-            else:
-                results.append(msg)
-    finally:
-        for proc, end in children:
-            proc.join(30)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5)
-            end.close()
+
+    def stop_children() -> None:
+        # Ctrl-C or SIGTERM: stop every child; each still sends what it measured.
+        nonlocal interrupted
+        interrupted = True
+        stop.set()
+        for p, _ in children:
+            if p.is_alive() and p.pid is not None:
+                p.terminate()
+
+    # From here a stop is a flag the signal handler sets, never an exception: one raised
+    # between two statements of this loop would lose a child's message, or escape it.
+    with _stop_signals(stop_children):
+        say(f"running {len(plans)} rollouts in {len(children)} client processes")
+        announced = False
+        try:
+            for proc, end in children:
+                while True:
+                    try:
+                        msg = end.recv()
+                        break
+                    except KeyboardInterrupt:  # off the main thread, no handler of ours
+                        stop_children()
+                    except EOFError:
+                        msg = {"index": proc.name, "error": f"exited with code {proc.exitcode}"}
+                        break
+                if interrupted and not announced:
+                    announced = True
+                    say("stopping: waiting for the client processes' measurements…")
+                if "error" in msg:
+                    errors.append(f"client process {msg['index']}: {msg['error']}")
+                else:
+                    results.append(msg)
+        finally:
+            for proc, end in children:
+                proc.join(30)
+                if proc.is_alive():
+                    proc.terminate()
+                    proc.join(5)
+                end.close()
     if errors:
         if scraper is not None:
             scraper.stop()
