@@ -110,30 +110,41 @@ class WsConnection(asyncio.Protocol):
             return
         for op, payload in frames:
             if op in (OP_TEXT, OP_BINARY):
-                self._message(payload, t_ns, user_ns)
+                if not self._message(payload, t_ns, user_ns, op == OP_TEXT):
+                    return
             elif op == OP_PING:
                 self._write(encode_frame(OP_PONG, payload))
             elif op == OP_CLOSE:
                 self._closed_by_peer(close_code(payload))
                 return
 
-    def _message(self, payload: bytes, t_ns: int, user_ns: int) -> None:
+    def _message(self, payload: bytes, t_ns: int, user_ns: int, text: bool) -> bool:
+        """Hand one data message on; False when it ended the connection."""
         stream = self.sink
         if stream is None:
+            if text and not _utf8(payload):
+                self._violation(_NOT_UTF8)
+                return False
             self.backlog.append((payload, t_ns, user_ns))
             self._wake()
-            return
+            return True
         self.last_io = self.loop.time()
         try:
+            # The JSON parser checks UTF-8 anyway: a text message is only decoded apart
+            # when it failed, to tell a framing violation from an invalid event.
             feed_ws_message(stream, payload, t_ns, user_ns)
         except BaseException as exc:  # a connection-level error event: the turn's error
             self.sink = None
+            if text and not _utf8(payload):
+                self._violation(_NOT_UTF8)
+                return False
             self._wake(exc)
-            return
+            return True
         if stream.done:
             # What follows in this read belongs to no turn yet: the backlog keeps it.
             self.sink = None
             self._wake()
+        return True
 
     def eof_received(self) -> bool | None:
         return None  # the transport closes; connection_lost says what that means
@@ -344,6 +355,18 @@ class WsConnection(asyncio.Protocol):
     def _abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+
+#: RFC 6455 §8.1: a text message that is not UTF-8 fails the connection (close 1007)
+_NOT_UTF8 = FrameError(1007, "a text message that is not valid UTF-8")
+
+
+def _utf8(payload: bytes) -> bool:
+    try:
+        payload.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:

@@ -127,6 +127,7 @@ _CLOSE_MEANINGS = {
     1001: "going away: the server is shutting down",
     1002: "protocol error",
     1006: "no close frame: the peer or the network dropped the connection",
+    1007: "a text message that is not UTF-8",
     1008: "policy violation",
     1009: "message too big",
     1011: "internal server error",

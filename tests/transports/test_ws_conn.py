@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.frames import Frame, Opcode
+from websockets.utils import accept_key
 
 from harness.client.options import TransportOptions
 from harness.transports.ws import open_ws
@@ -113,9 +114,10 @@ async def _raw_server(answer: bytes) -> tuple[asyncio.Server, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
-def test_a_server_that_masks_its_frames_is_named_and_closed_with_1002() -> None:
+def _after_handshake(frames: bytes) -> WsClosed:
+    """What reading from a server that accepts the upgrade and then sends ``frames`` raises."""
+
     async def main() -> WsClosed:
-        # A 101 whose accept key is checked: the server computes it from the client's key.
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             head = await reader.readuntil(b"\r\n\r\n")
             key = next(
@@ -123,15 +125,13 @@ def test_a_server_that_masks_its_frames_is_named_and_closed_with_1002() -> None:
                 for ln in head.split(b"\r\n")
                 if ln.lower().startswith(b"sec-websocket-key:")
             )
-            from websockets.utils import accept_key
-
             writer.write(
                 b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                 b"Connection: Upgrade\r\nSec-WebSocket-Accept: "
                 + accept_key(key.decode()).encode()
                 + b"\r\n\r\n"
-                # in the same write as the 101: the frame must not be read as part of it
-                + Frame(Opcode.TEXT, b"masked").serialize(mask=True)
+                # in the same write as the 101: the frames must not be read as part of it
+                + frames
             )
             await writer.drain()
             await reader.read()  # until the client hangs up
@@ -147,9 +147,19 @@ def test_a_server_that_masks_its_frames_is_named_and_closed_with_1002() -> None:
             await asyncio.sleep(0.1)
             return caught.value
 
-    closed = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_a_server_that_masks_its_frames_is_named_and_closed_with_1002() -> None:
+    closed = _after_handshake(Frame(Opcode.TEXT, b"masked").serialize(mask=True))
     assert closed.code == 1002
     assert "masked frame" in str(closed)
+
+
+def test_a_text_message_that_is_not_utf8_closes_with_1007() -> None:
+    closed = _after_handshake(Frame(Opcode.TEXT, b'{"type": "\xff"}').serialize(mask=False))
+    assert closed.code == 1007
+    assert "not valid UTF-8" in str(closed)
 
 
 def test_a_refused_upgrade_is_a_no_websocket_error_naming_the_status() -> None:
