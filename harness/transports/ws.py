@@ -91,29 +91,15 @@ async def open_ws_timed(
                     server_hostname=uri.host if ctx is not None else None,
                 )
             await conn.handshake(headers)
-    except (OSError, websockets.exceptions.WebSocketException, TimeoutError) as exc:
+    except BaseException as exc:
         conn.abort()
         if sock is not None:
             sock.close()  # a no-op once the transport owns (and has closed) it
-        raise ws_open_failure(exc, url) from exc
-    except BaseException:
-        conn.abort()
-        if sock is not None:
-            sock.close()
+        if isinstance(exc, (OSError, websockets.exceptions.WebSocketException, TimeoutError)):
+            raise ws_open_failure(exc, url) from exc
         raise
     tls_ns = conn.made_ns if ctx is not None else 0
     return conn, ConnectStamps(started, tcp_ns, tls_ns)
-
-
-async def read_response(
-    conn: WsConnection, stream: ResponseStream, idle_timeout_s: float | None = None
-) -> None:
-    """Feed events into ``stream`` until it is done (a terminal event or a pause).
-
-    A connection-level ``error`` event is raised as :class:`APIError`, a close as
-    :class:`WsClosed`, a response silent for ``idle_timeout_s`` as ``TransportError(TIMEOUT)``.
-    """
-    await conn.read_into(stream, idle_timeout_s)
 
 
 class WsTransport:
@@ -330,7 +316,8 @@ async def _read_lane(
     stream: ResponseStream,
     idle_timeout_s: float | None,
 ) -> None:
-    """:func:`read_response` for one lane: its events, as the connection's reader stamped them."""
+    """:meth:`WsConnection.read_into` for one lane: its events, as the connection's reader
+    stamped them."""
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(idle_timeout_s) as timer:

@@ -208,7 +208,7 @@ class WsConnection(asyncio.Protocol):
                     self._opened,
                     InvalidMessage(f"an answer head of over {MAX_HANDSHAKE_BYTES:,} bytes"),
                 )
-                self._abort()
+                self.abort()
             self._head = head
             return b""
         end += 4
@@ -232,7 +232,7 @@ class WsConnection(asyncio.Protocol):
             self._hs = None
             _discard(hs)
             _settle(self._opened, hs.handshake_exc)
-            self._abort()
+            self.abort()
             return False
         if any(isinstance(e, Response) for e in hs.events_received()):
             self._hs = None
@@ -317,10 +317,7 @@ class WsConnection(asyncio.Protocol):
             async with asyncio.timeout(timeout_s):
                 await asyncio.shield(self.lost)
         except TimeoutError:
-            self._abort()
-
-    def abort(self) -> None:
-        self._abort()
+            self.abort()
 
     # -- internals -------------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -352,7 +349,8 @@ class WsConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()  # after the close frame is written
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
+        """Drop the connection now: no closing handshake, unsent bytes discarded."""
         if self.transport is not None:
             self.transport.abort()
 
