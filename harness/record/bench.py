@@ -33,13 +33,19 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
-from harness.client.h1 import ResponseParser
+from harness.client.h1 import H1Error, ResponseParser
 from harness.record.proxy import Upstream
 from harness.run import quiet_gc
 from harness.run.event_loop import run_async
+from harness.transports.rx_socket import (
+    kernel_stamps_supported,
+    stamped_transport,
+    tcp_socket,
+)
 
 __all__ = ["ArmResult", "BenchResult", "ProxyCommand", "run_bench"]
 
@@ -76,6 +82,13 @@ class ArmResult:
     #: the proxy process's CPU time (user + system) per turn it relayed, µs; None where
     #: the platform does not say (no /proc)
     cpu_us_per_turn: float | None
+    #: p50, p99 of the added TTFT with the upstream's own timing taken out of both sides
+    #: (its modelled TTFT and its reported lateness); None from an upstream that reports none
+    added_path_ms: Pct | None = None
+    path_over_target_pct: float | None = None
+    #: that, split at the upstream's arrival stamp: request side, response side
+    added_request_ms: Pct | None = None
+    added_response_ms: Pct | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +104,12 @@ class BenchResult:
     #: share (%) of trials whose control exceeds the target, 1 ms (the noise's own share)
     control_over_target_pct: float
     seconds: float
+    control_path_ms: Pct | None = None
+    control_path_over_target_pct: float | None = None
+    control_request_ms: Pct | None = None
+    control_response_ms: Pct | None = None
+    #: whether the client's TTFT stamps were the kernel's receive times (else user space)
+    kernel_stamps: bool = False
 
     def lines(self) -> list[str]:
         def two(name: str, v: Pct) -> str:
@@ -112,11 +131,44 @@ class BenchResult:
                 f"  {'proxy CPU time per turn' + name:<34} "
                 + ("unknown" if arm.cpu_us_per_turn is None else f"{arm.cpu_us_per_turn:.0f} µs"),
             ]
+            if arm.added_path_ms is not None:
+                out += [
+                    two(f"added, upstream's time out{name}", arm.added_path_ms),
+                    f"  {'  that > 1 ms' + name:<34} in {arm.path_over_target_pct:.1f} % "
+                    "of the trials",
+                ]
+            if arm.added_request_ms is not None and arm.added_response_ms is not None:
+                out += [
+                    two(f"  request side{name}", arm.added_request_ms),
+                    two(f"  response side{name}", arm.added_response_ms),
+                ]
         out += [
             two("control TTFT (direct − direct)", self.control_ttft_ms),
             two("control turn time", self.control_total_ms),
             f"  {'control TTFT > 1 ms':<34} in {self.control_over_target_pct:.1f} % of the trials",
         ]
+        if self.control_path_ms is not None:
+            out += [
+                two("control, upstream's time out", self.control_path_ms),
+                f"  {'  that > 1 ms':<34} in {self.control_path_over_target_pct:.1f} % "
+                "of the trials",
+            ]
+        if self.control_request_ms is not None and self.control_response_ms is not None:
+            out += [
+                two("  request side", self.control_request_ms),
+                two("  response side", self.control_response_ms),
+            ]
+        out.append(
+            "  TTFT stamps: "
+            + (
+                "the kernel's receive times"
+                if self.kernel_stamps
+                else "user space (no kernel receive stamps here)"
+            )
+            + "; upstream's time out: TTFT less the upstream's modelled TTFT and its reported "
+            "lateness, on both sides of each pair; request side: send → the upstream's first "
+            "read, response side: the upstream's write → the client's stamp"
+        )
         return out
 
 
@@ -129,39 +181,109 @@ def _p50_p99(values: Sequence[float]) -> Pct:
     return (_pct(values, 0.5), _pct(values, 0.99))
 
 
+class _Turn(asyncio.Protocol):
+    """The bench client's side of one connection: each read stamped by the kernel where the
+    platform allows (:mod:`harness.transports.rx_socket`), so that the client's own wake-up
+    delays stay out of both sides of a pair."""
+
+    def __init__(self) -> None:
+        self.transport: Any = None
+        self.parser = ResponseParser()
+        self.body = bytearray()
+        self.first = 0
+        self.done: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if not self.first and _MARK in data:
+            # RxTransport's stamp of this read; the loop's own transports have none
+            self.first = getattr(self.transport, "rx_ns", 0) or time.perf_counter_ns()
+        try:
+            self.body += self.parser.feed(data)
+        except H1Error as exc:
+            self._end(ConnectionError(f"the bench response is not HTTP/1.1 ({exc})"))
+            return
+        if self.parser.complete:
+            self._end(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(ConnectionError("the server closed the connection mid-response"))
+
+    def _end(self, exc: Exception | None) -> None:
+        done = self.done
+        if done is not None and not done.done():
+            if exc is None:
+                done.set_result(None)
+            else:
+                done.set_exception(exc)
+
+
 class _Conn:
     def __init__(self, up: Upstream) -> None:
         self.up = up
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
+        self.proto: _Turn | None = None
 
-    async def turn(self, request: bytes) -> tuple[int, int]:
-        """(TTFT, whole turn) in ns for one streamed request."""
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.up.host, self.up.port)
-        assert self.reader is not None
-        parser = ResponseParser()
+    async def turn(self, request: bytes) -> _Times:
+        """(TTFT, whole turn, TTFT beyond the upstream's own time) in ns for one request."""
+        loop = asyncio.get_running_loop()
+        if self.proto is None or self.proto.transport.is_closing():
+            proto = _Turn()
+            sock = await tcp_socket(self.up.host, self.up.port)
+            if stamped_transport(loop, sock, proto) is None:
+                await loop.create_connection(lambda: proto, sock=sock)
+            self.proto = proto
+        proto = self.proto
+        proto.parser, proto.body, proto.first = ResponseParser(), bytearray(), 0
+        proto.done = loop.create_future()
         t0 = time.perf_counter_ns()
-        self.writer.write(request)
-        first = 0
-        while not parser.complete:
-            data = await self.reader.read(262144)
-            if not data:
-                raise ConnectionError("the server closed the connection mid-response")
-            if not first and _MARK in data:
-                first = time.perf_counter_ns()
-            parser.feed(data)
-        if parser.status != 200:
-            raise ConnectionError(f"the server answered {parser.status} to the bench request")
-        return first - t0, time.perf_counter_ns() - t0
+        proto.transport.write(request)
+        await proto.done
+        end = time.perf_counter_ns()
+        if proto.parser.status != 200:
+            raise ConnectionError(f"the server answered {proto.parser.status} to the bench request")
+        return proto.first - t0, end - t0, *_upstream_times(t0, proto.first, bytes(proto.body))
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        if self.proto is not None:
+            self.proto.transport.close()
 
 
-#: one trial: (TTFT, turn time) in ns per connection: direct, each proxy, control
-_Trial = tuple[tuple[int, int], ...]
+def _upstream_times(t0: int, first: int, body: bytes) -> tuple[int | None, int | None, int | None]:
+    """(beyond, request side, response side) in ns, from the reference server's ``sim_timing``
+    (all None from a server that does not report it).
+
+    *beyond*: the TTFT less the upstream's modelled TTFT and how late it says it wrote the
+    first token: the time the request and the first token spent between the client and the
+    upstream's model (the wires, a proxy, the upstream's read).  Split at the upstream's
+    arrival stamp (``arrived_clock_ns``, CLOCK_MONOTONIC, which is this process's
+    ``perf_counter_ns`` on Linux): *request side* from the send to the upstream's first read
+    of the request, *response side* from the upstream's write of the first token to the
+    client's stamp.  The split is None where the stamp is not on this clock (it must fall
+    between the send and the first token)."""
+    at = body.rfind(b"event: response.completed")
+    if at < 0:
+        return None, None, None
+    try:
+        line = body[at:].split(b"\n", 2)[1]
+        timing = orjson.loads(line.removeprefix(b"data: "))["response"]["sim_timing"]
+        own = round((float(timing["ttft"]) + float(timing["first_token_late_ms"])) * 1e6)
+        arrived = int(timing.get("arrived_clock_ns") or 0)
+    except (IndexError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None, None, None
+    beyond = first - t0 - own
+    if not t0 <= arrived <= first:
+        return beyond, None, None
+    return beyond, arrived - t0, first - (arrived + own)
+
+
+#: TTFT, turn time, and :func:`_upstream_times` in ns
+_Times = tuple[int, int, int | None, int | None, int | None]
+
+
+#: one trial: the times of each connection: direct, each proxy, control
+_Trial = tuple[_Times, ...]
 
 
 async def _trials(
@@ -207,7 +329,7 @@ async def _stream(
             for conn, req in zip(conns, requests, strict=True):
                 await conn.turn(req)
         for i in range(n):
-            got: list[tuple[int, int]] = [(0, 0)] * k
+            got: list[_Times] = [(0, 0, None, None, None)] * k
             for j in range(k):
                 m = (i + j) % k  # rotate the order so that no side always goes first
                 got[m] = await conns[m].turn(requests[m])
@@ -297,10 +419,17 @@ def run_bench(
     last = len(proxies) + 1
 
     def column(k: int, what: int) -> list[float]:
-        return [row[k][what] / ms for row in rows]
+        return [row[k][what] / ms for row in rows]  # type: ignore[operator]
 
     def added(k: int, what: int) -> list[float]:
-        return [(row[k][what] - row[0][what]) / ms for row in rows]
+        return [(row[k][what] - row[0][what]) / ms for row in rows]  # type: ignore[operator]
+
+    def added_path(k: int, what: int = 2) -> list[float] | None:
+        """proxied − direct of one of :func:`_upstream_times`; None unless every turn has it."""
+        pairs = [(row[k][what], row[0][what]) for row in rows]
+        if not pairs or any(a is None or b is None for a, b in pairs):
+            return None
+        return [(a - b) / ms for a, b in pairs]  # type: ignore[operator]
 
     control = added(last, 0)
     per = max(1, pairs // max(1, streams))
@@ -311,6 +440,8 @@ def run_bench(
 
     def arm(k: int, cmd: ProxyCommand) -> ArmResult:
         ttft = added(k, 0)
+        path = added_path(k)
+        request, response = added_path(k, 3), added_path(k, 4)
         return ArmResult(
             cmd.label,
             _p50_p99(column(k, 0)),
@@ -318,9 +449,15 @@ def run_bench(
             _p50_p99(added(k, 1)),
             share_over(ttft),
             None if (used := cpu[k - 1]) is None else used * 1e6 / turns,
+            None if path is None else _p50_p99(path),
+            None if path is None else share_over(path),
+            None if request is None else _p50_p99(request),
+            None if response is None else _p50_p99(response),
         )
 
     arms = tuple(arm(k, cmd) for k, cmd in enumerate(proxies, start=1))
+    control_path = added_path(last)
+    control_request, control_response = added_path(last, 3), added_path(last, 4)
     return BenchResult(
         pairs=len(rows),
         streams=streams,
@@ -331,4 +468,9 @@ def run_bench(
         control_total_ms=_p50_p99(added(last, 1)),
         control_over_target_pct=share_over(control),
         seconds=seconds,
+        control_path_ms=None if control_path is None else _p50_p99(control_path),
+        control_path_over_target_pct=None if control_path is None else share_over(control_path),
+        control_request_ms=None if control_request is None else _p50_p99(control_request),
+        control_response_ms=None if control_response is None else _p50_p99(control_response),
+        kernel_stamps=kernel_stamps_supported(),
     )

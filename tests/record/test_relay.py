@@ -11,10 +11,12 @@ import socket
 import subprocess
 import sys
 
+import orjson
 import pytest
 
-from harness.record.bench import run_bench
+from harness.record.bench import _upstream_times, run_bench
 from harness.record.proxy import RecordingProxy, Upstream
+from harness.transports.rx_socket import kernel_stamps_supported
 from tests.runs import ROOT
 
 pytestmark = pytest.mark.timeout(120)
@@ -127,6 +129,37 @@ def test_bench_measures_paired_trials_through_a_proxy_process(server_url: str) -
     assert "4 paired trials" in text and "added TTFT (proxied − direct)" in text
     assert 0 <= arm.over_target_pct <= 100 and "control TTFT > 1 ms" in text
     assert arm.cpu_us_per_turn is not None and arm.cpu_us_per_turn >= 0
+    # The reference server reports its own timing, on this host's clock: the upstream's time
+    # comes out of both sides, split at its arrival stamp.
+    assert arm.added_path_ms is not None and result.control_path_ms is not None
+    assert arm.added_request_ms is not None and arm.added_response_ms is not None
+    assert "added, upstream's time out" in text and "response side" in text
+    assert result.kernel_stamps == kernel_stamps_supported()
+
+
+def test_upstream_times_take_the_servers_own_time_out_and_split_at_its_arrival() -> None:
+    """TTFT 50 ms, of which the server modelled 40 and was 2 ms late: 8 ms beyond it, 3 before
+    the server read the request and 5 after it wrote the token."""
+    t0 = 1_000_000_000
+    timing = {"ttft": 40.0, "first_token_late_ms": 2.0, "arrived_clock_ns": t0 + 3_000_000}
+    body = (
+        b"event: response.output_text.delta\ndata: {}\n\n"
+        b"event: response.completed\ndata: "
+        + orjson.dumps({"type": "response.completed", "response": {"sim_timing": timing}})
+        + b"\n\n"
+    )
+    assert _upstream_times(t0, t0 + 50_000_000, body) == (8_000_000, 3_000_000, 5_000_000)
+    # an arrival stamp on another clock: the split is not told, the rest is
+    other = dict(timing, arrived_clock_ns=5)
+    body2 = body.replace(orjson.dumps(timing), orjson.dumps(other))
+    assert _upstream_times(t0, t0 + 50_000_000, body2) == (8_000_000, None, None)
+    # a server that reports nothing of its own time
+    assert _upstream_times(t0, t0 + 50_000_000, b"event: response.completed\ndata: {}\n\n") == (
+        None,
+        None,
+        None,
+    )
+    assert _upstream_times(t0, t0 + 1, b"") == (None, None, None)
 
 
 def test_bench_command_reports_the_machine(server_url: str) -> None:
