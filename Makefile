@@ -78,7 +78,7 @@ reproduce: $(STAMP)
 	$(BIN)/loopbench reproduce --out results/reproduction
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness reference_server tests
