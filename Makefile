@@ -77,8 +77,16 @@ reproduce: $(STAMP)
 	rm -rf results/reproduction
 	$(BIN)/loopbench reproduce --out results/reproduction
 
+# Two passes: most tests on TEST_WORKERS processes (pytest-xdist; a test file stays on one
+# worker, so its module fixtures are built once), then the tests whose verdicts read the
+# machine's timing (marked `serial`: A/A and A/B gates, calibration, the capacity searches)
+# alone, as they were written to run.  Both passes always run; either failing fails.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=20
+	@rc=0; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=20 || rc=$$?; \
+	$(BIN)/python -m pytest -q -m serial --durations=10 || rc=$$((rc ? rc : $$?)); \
+	exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness reference_server tests

@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "ci" / "scenario.yaml"
 RUNS = 10
 
-pytestmark = pytest.mark.slow
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,9 @@ from harness.gate.ab import round_order, scaled_api_overrides, split_rounds
 from harness.run.embedded import server_child
 from harness.workload.plan import RolloutPlan
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+pytestmark = pytest.mark.serial
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "ci" / "scenario.yaml"
 RULES = ROOT / "examples" / "ci" / "gates-ab.yaml"

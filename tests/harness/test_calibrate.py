@@ -21,6 +21,9 @@ from harness.tools.reproduce import ReproductionResult
 from reference_server.core.profiles import load_profiles
 from tests.runs import run_cli
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+pytestmark = pytest.mark.serial
+
 
 def _synthetic_rows(
     seed: int = 1, noise_ms: float = 0.0, bursts: bool = True

@@ -26,6 +26,9 @@ from harness.tools.reproduce import (
     paired_reduction_pct,
 )
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+pytestmark = pytest.mark.serial
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

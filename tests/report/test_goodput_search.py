@@ -13,6 +13,9 @@ import pytest
 from harness.report.sweep import search_answer_line
 from harness.run.goodput import GoodputSearch, confidence, passes
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+pytestmark = pytest.mark.serial
+
 # An engine of MAX_STREAMS concurrent streams; each agent holds one stream at a time (no
 # tool time, no think time), so up to MAX_STREAMS agents no request waits for a stream,
 # and beyond it a turn's first token waits for another turn's whole decode (300 tokens at

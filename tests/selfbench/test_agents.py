@@ -25,6 +25,9 @@ from harness.tools.selfbench.agents import (
 )
 from harness.workload.records import TurnRecord
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+pytestmark = pytest.mark.serial
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
