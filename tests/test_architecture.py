@@ -53,8 +53,9 @@ ALLOWED: dict[str, set[str]] = {
     "harness.locust_driver": _MEASURING - {"harness.transports"} | {"harness.run"},
     "harness.gate": _MEASURING | {"harness.run", "reference_server.core"},
     "harness.tools": _MEASURING | {"harness.run", "reference_server.core"},
-    # the proxy relays with asyncio alone; its --bench reads like a run's client (kernel stamps)
-    "harness.record": _PURE_HARNESS | {"harness.run", "harness.transports"},
+    # the proxy relays with asyncio alone; its --bench reads like a run's client (kernel
+    # stamps) and states its tail shift with the metrics' paired bootstrap
+    "harness.record": _PURE_HARNESS | {"harness.run", "harness.transports", "harness.metrics"},
     "harness.cli": _MEASURING
     | {
         "harness.run",

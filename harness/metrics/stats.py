@@ -14,7 +14,7 @@ rollout (a reconnect, a GC pause) from moving the headline figure.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,15 +76,19 @@ def _positive_array(name: str, values: Values) -> np.ndarray:
     return arr
 
 
-def _bootstrap_medians(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Medians of ``n_boot`` resamples (with replacement) of ``values``."""
-    n = values.size
-    out = np.empty(n_boot, dtype=np.float64)
+def _resamples(n: int, n_boot: int, rng: np.random.Generator) -> Iterator[tuple[slice, np.ndarray]]:
+    """``n_boot`` resamples of ``n`` indices (with replacement), in blocks: (rows, indices)."""
     rows = max(1, _BLOCK_VALUES // n)
     for start in range(0, n_boot, rows):
         stop = min(n_boot, start + rows)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        out[start:stop] = np.median(values[idx], axis=1)
+        yield slice(start, stop), rng.integers(0, n, size=(stop - start, n))
+
+
+def _bootstrap_medians(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Medians of ``n_boot`` resamples (with replacement) of ``values``."""
+    out = np.empty(n_boot, dtype=np.float64)
+    for rows, idx in _resamples(values.size, n_boot, rng):
+        out[rows] = np.median(values[idx], axis=1)
     return out
 
 
@@ -92,6 +96,22 @@ def _ci(samples: np.ndarray, level: float) -> tuple[float, float]:
     alpha = (1.0 - level) / 2.0
     lo, hi = np.quantile(samples, [alpha, 1.0 - alpha])
     return float(lo), float(hi)
+
+
+def _pairs(
+    what: str,
+    baseline: Values,
+    candidate: Values,
+    check: Callable[[str, Values], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides checked by ``check`` and of one length (``baseline[i]`` pairs ``candidate[i]``)."""
+    base, cand = check("baseline", baseline), check("candidate", candidate)
+    if base.size != cand.size:
+        raise ValueError(
+            f"{what}: expected as many candidate as baseline values, "
+            f"got {cand.size} and {base.size}"
+        )
+    return base, cand
 
 
 def _check_boot(n_boot: int, level: float) -> None:
@@ -114,13 +134,7 @@ def paired_speedup(
     ``baseline[i]`` and ``candidate[i]`` must be latencies of the same rollout.
     """
     _check_boot(n_boot, level)
-    base = _positive_array("baseline", baseline)
-    cand = _positive_array("candidate", candidate)
-    if base.size != cand.size:
-        raise ValueError(
-            f"paired_speedup: expected as many candidate as baseline values, "
-            f"got {cand.size} and {base.size}"
-        )
+    base, cand = _pairs("paired_speedup", baseline, candidate, _positive_array)
     ratios = base / cand
     ci = None
     if ci_reason(int(base.size)) is None:
@@ -132,6 +146,51 @@ def paired_speedup(
         n=int(base.size),
         paired=True,
     )
+
+
+#: fewer pairs than this: a paired shift of the p99 gets no confidence interval.  Below ~100
+#: values the p99 of a resample is one of its few largest values, so the bootstrap
+#: interval describes which outlier was drawn, not where the p99 lies.
+MIN_TAIL_PAIRS = 100
+
+
+def _finite_array(name: str, values: Values) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name}: expected a non-empty sequence of numbers, got {arr.size} values")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}: expected finite numbers, got {arr[~np.isfinite(arr)][0]!r}")
+    return arr
+
+
+def paired_quantile_shift(
+    baseline: Values,
+    candidate: Values,
+    *,
+    q: float = 0.99,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, tuple[float, float] | None]:
+    """How far the candidate's ``q`` quantile lies from the baseline's, with a paired CI.
+
+    ``quantile(candidate, q) - quantile(baseline, q)``; the CI resamples *pairs* (the same
+    indices on both sides), so what the two sides share (the upstream's drift in a trial)
+    stays shared in every resample.  This is not the quantile of the per-pair differences:
+    one late stamp on either side makes a large difference, but moves a side's p99 only as
+    much as the tail of that side moves.  The CI is None below :data:`MIN_TAIL_PAIRS` pairs.
+    """
+    _check_boot(n_boot, level)
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"q: expected a quantile in (0, 1), got {q}")
+    base, cand = _pairs("paired_quantile_shift", baseline, candidate, _finite_array)
+    shift = float(np.quantile(cand, q) - np.quantile(base, q))
+    if base.size < MIN_TAIL_PAIRS:
+        return shift, None
+    boot = np.empty(n_boot, dtype=np.float64)
+    for rows, idx in _resamples(base.size, n_boot, np.random.default_rng(seed)):
+        boot[rows] = np.quantile(cand[idx], q, axis=1) - np.quantile(base[idx], q, axis=1)
+    return shift, _ci(boot, level)
 
 
 def bootstrap_ratio_of_medians(

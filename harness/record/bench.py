@@ -5,11 +5,18 @@ Three processes, as a user runs them: the upstream (the embedded reference serve
 an agent's user would start it) and this client.  Each measuring stream keeps three
 connections alive: one to the upstream directly, one through the proxy, and a second
 direct one as a control.  Every trial sends the same streaming Responses request on each
-connection in turn, in an order that rotates from trial to trial (no side always goes
-first), and compares the time to the first output delta (TTFT) and to the end of the
+connection in turn, in an order that changes from trial to trial (:func:`orders`: every side
+goes first, and follows every other side, equally often), and compares the time to the first output delta (TTFT) and to the end of the
 stream.  The figures are differences within a trial (proxied − direct), so the upstream's
 own drift cancels out as far as it can; the control (direct − direct) is the noise floor
 of such a difference with no proxy at all.
+
+The p99 of per-trial differences counts every late stamp on *either* side of a pair as
+added latency, so under concurrency it is mostly the client's and the server's tails.  The
+question a user asks ("how much later is my p99 through the proxy?") is answered by the
+*p99 shift*: p99(proxied) − p99(direct), with a paired bootstrap CI over the trials
+(:func:`harness.metrics.stats.paired_quantile_shift`); the control's shift says how far two
+direct connections' p99s already lie apart.
 
 ``streams`` runs that many such paired streams at once (each its own connections), so
 that one stream's exchange being observed overlaps the others' relaying; ``history``
@@ -17,13 +24,14 @@ makes each request carry that many earlier messages of ~100 tokens (a long conve
 request, which is what costs the observer time).
 
 More than one proxy can be measured in the same trials (each its own connection, all in
-the rotating order): that is how two versions of the proxy are compared side by side on
+the changing order): that is how two versions of the proxy are compared side by side on
 a machine whose load changes from minute to minute.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -38,6 +46,7 @@ from typing import Any
 import orjson
 
 from harness.client.h1 import H1Error, ResponseParser
+from harness.metrics.stats import MIN_TAIL_PAIRS, paired_quantile_shift
 from harness.record.proxy import Upstream
 from harness.run import quiet_gc
 from harness.run.event_loop import run_async
@@ -47,7 +56,7 @@ from harness.transports.rx_socket import (
     tcp_socket,
 )
 
-__all__ = ["ArmResult", "BenchResult", "ProxyCommand", "run_bench"]
+__all__ = ["ArmResult", "BenchResult", "ProxyCommand", "orders", "run_bench"]
 
 _MARK = b"response.output_text.delta"
 
@@ -55,6 +64,8 @@ _MARK = b"response.output_text.delta"
 TARGET_MS = 1.0
 
 Pct = tuple[float, float]
+#: p99(one side) − p99(the direct side), ms, and its 95 % CI (None under MIN_TAIL_PAIRS trials)
+Shift = tuple[float, tuple[float, float] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +100,10 @@ class ArmResult:
     #: that, split at the upstream's arrival stamp: request side, response side
     added_request_ms: Pct | None = None
     added_response_ms: Pct | None = None
+    #: p99(proxied TTFT) − p99(direct TTFT), paired over the trials
+    p99_shift_ms: Shift | None = None
+    #: the same with the upstream's own time out of both sides
+    path_p99_shift_ms: Shift | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +125,23 @@ class BenchResult:
     control_response_ms: Pct | None = None
     #: whether the client's TTFT stamps were the kernel's receive times (else user space)
     kernel_stamps: bool = False
+    #: p99(control TTFT) − p99(direct TTFT): how far two direct connections' p99s lie apart
+    control_p99_shift_ms: Shift | None = None
+    control_path_p99_shift_ms: Shift | None = None
 
     def lines(self) -> list[str]:
         def two(name: str, v: Pct) -> str:
             return f"  {name:<34} p50 {v[0]:8.3f} ms   p99 {v[1]:8.3f} ms"
+
+        def shift(name: str, v: Shift | None) -> list[str]:
+            if v is None:
+                return []
+            ci = (
+                f"no CI (under {MIN_TAIL_PAIRS} trials)"
+                if v[1] is None
+                else f"95 % CI [{v[1][0]:.3f}, {v[1][1]:.3f}]"
+            )
+            return [f"  {name:<34} {v[0]:+8.3f} ms   {ci}"]
 
         out = [
             f"loopbench record --bench: {self.pairs} paired trials (n per row) in "
@@ -128,6 +156,7 @@ class BenchResult:
                 two(f"added TTFT (proxied − direct){name}", arm.added_ttft_ms),
                 two(f"added turn time{name}", arm.added_total_ms),
                 f"  {'added TTFT > 1 ms' + name:<34} in {arm.over_target_pct:.1f} % of the trials",
+                *shift(f"p99 shift (p99 − p99 direct){name}", arm.p99_shift_ms),
                 f"  {'proxy CPU time per turn' + name:<34} "
                 + ("unknown" if arm.cpu_us_per_turn is None else f"{arm.cpu_us_per_turn:.0f} µs"),
             ]
@@ -136,6 +165,7 @@ class BenchResult:
                     two(f"added, upstream's time out{name}", arm.added_path_ms),
                     f"  {'  that > 1 ms' + name:<34} in {arm.path_over_target_pct:.1f} % "
                     "of the trials",
+                    *shift(f"  its p99 shift{name}", arm.path_p99_shift_ms),
                 ]
             if arm.added_request_ms is not None and arm.added_response_ms is not None:
                 out += [
@@ -146,12 +176,14 @@ class BenchResult:
             two("control TTFT (direct − direct)", self.control_ttft_ms),
             two("control turn time", self.control_total_ms),
             f"  {'control TTFT > 1 ms':<34} in {self.control_over_target_pct:.1f} % of the trials",
+            *shift("control p99 shift", self.control_p99_shift_ms),
         ]
         if self.control_path_ms is not None:
             out += [
                 two("control, upstream's time out", self.control_path_ms),
                 f"  {'  that > 1 ms':<34} in {self.control_path_over_target_pct:.1f} % "
                 "of the trials",
+                *shift("  its p99 shift", self.control_path_p99_shift_ms),
             ]
         if self.control_request_ms is not None and self.control_response_ms is not None:
             out += [
@@ -167,7 +199,10 @@ class BenchResult:
             )
             + "; upstream's time out: TTFT less the upstream's modelled TTFT and its reported "
             "lateness, on both sides of each pair; request side: send → the upstream's first "
-            "read, response side: the upstream's write → the client's stamp"
+            "read, response side: the upstream's write → the client's stamp; p99 shift: "
+            "p99 of that side less p99 of the direct side over the same trials, with a "
+            "paired bootstrap CI (a late stamp on either side of a pair is not counted as "
+            "added, as it is in the p99 of the differences)"
         )
         return out
 
@@ -290,8 +325,25 @@ async def _trials(
     direct: Upstream, proxies: Sequence[Upstream], n: int, streams: int, history: int
 ) -> list[_Trial]:
     per = max(1, n // max(1, streams))
-    runs = [_stream(direct, proxies, per, history) for _ in range(max(1, streams))]
+    # each stream starts at another place in the cycle: the streams' turns at one moment do
+    # not all go to the same side
+    runs = [_stream(direct, proxies, per, history, s) for s in range(max(1, streams))]
     return [row for rows in await asyncio.gather(*runs) for row in rows]
+
+
+def orders(k: int) -> list[tuple[int, ...]]:
+    """The orders in which a trial visits its ``k`` connections, one per trial, cycled.
+
+    Every permutation (k ≤ 4): each side goes first, and comes right after each other side,
+    equally often over a cycle.  A plain rotation (0 1 2, 1 2 0, 2 0 1) does the first but
+    not the second: the control would always follow the proxy and the direct side the
+    control, and whatever a turn leaves behind for the next (a busy upstream, a warm cache)
+    would land on one side only (a rotation measured the control's p99 0.28 ms below the
+    direct side's).  Beyond 4 sides, rotations: 120 and more orders would leave a short
+    bench's cycle unfinished."""
+    if k <= 4:
+        return list(itertools.permutations(range(k)))
+    return [tuple((i + j) % k for j in range(k)) for i in range(k)]
 
 
 def _request(up: Upstream, body: bytes) -> bytes:
@@ -303,7 +355,7 @@ def _request(up: Upstream, body: bytes) -> bytes:
 
 
 async def _stream(
-    direct: Upstream, proxies: Sequence[Upstream], n: int, history: int
+    direct: Upstream, proxies: Sequence[Upstream], n: int, history: int, offset: int = 0
 ) -> list[_Trial]:
     earlier = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "w" * 400}
@@ -323,6 +375,7 @@ async def _stream(
     conns = [_Conn(up) for up in ups]
     requests = [_request(up, body) for up in ups]
     k = len(conns)
+    sequence = orders(k)
     out: list[_Trial] = []
     try:
         for _ in range(min(20, n)):  # warm the connections, the proxy and the server
@@ -330,8 +383,7 @@ async def _stream(
                 await conn.turn(req)
         for i in range(n):
             got: list[_Times] = [(0, 0, None, None, None)] * k
-            for j in range(k):
-                m = (i + j) % k  # rotate the order so that no side always goes first
+            for m in sequence[(i + offset) % len(sequence)]:
                 got[m] = await conns[m].turn(requests[m])
             out.append(tuple(got))
     finally:
@@ -435,6 +487,15 @@ def run_bench(
     per = max(1, pairs // max(1, streams))
     turns = len(rows) + min(20, per) * max(1, streams)  # the warm-up turns were relayed too
 
+    def p99_shift(k: int, what: int = 0) -> Shift | None:
+        """p99(side k) − p99(direct) of field ``what``; None unless every turn has it."""
+        pairs = [(row[k][what], row[0][what]) for row in rows]
+        if not pairs or any(a is None or b is None for a, b in pairs):
+            return None
+        side = [a / ms for a, _ in pairs]  # type: ignore[operator]
+        base = [b / ms for _, b in pairs]  # type: ignore[operator]
+        return paired_quantile_shift(base, side, q=0.99)
+
     def share_over(values: Sequence[float]) -> float:
         return 100.0 * sum(v > TARGET_MS for v in values) / max(1, len(values))
 
@@ -453,6 +514,8 @@ def run_bench(
             None if path is None else share_over(path),
             None if request is None else _p50_p99(request),
             None if response is None else _p50_p99(response),
+            p99_shift(k),
+            p99_shift(k, 2),
         )
 
     arms = tuple(arm(k, cmd) for k, cmd in enumerate(proxies, start=1))
@@ -473,4 +536,6 @@ def run_bench(
         control_request_ms=None if control_request is None else _p50_p99(control_request),
         control_response_ms=None if control_response is None else _p50_p99(control_response),
         kernel_stamps=kernel_stamps_supported(),
+        control_p99_shift_ms=p99_shift(last),
+        control_path_p99_shift_ms=p99_shift(last, 2),
     )

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import socket
 import subprocess
 import sys
+from collections import Counter
 
 import orjson
 import pytest
 
-from harness.record.bench import _upstream_times, run_bench
+from harness.record.bench import ArmResult, BenchResult, _upstream_times, orders, run_bench
 from harness.record.proxy import RecordingProxy, Upstream
 from harness.transports.rx_socket import kernel_stamps_supported
 from tests.runs import ROOT
@@ -135,6 +137,54 @@ def test_bench_measures_paired_trials_through_a_proxy_process(server_url: str) -
     assert arm.added_request_ms is not None and arm.added_response_ms is not None
     assert "added, upstream's time out" in text and "response side" in text
     assert result.kernel_stamps == kernel_stamps_supported()
+    # The p99 shift of each side against the direct one: told, but with no CI at 4 trials.
+    for shift in (
+        arm.p99_shift_ms,
+        arm.path_p99_shift_ms,
+        result.control_p99_shift_ms,
+        result.control_path_p99_shift_ms,
+    ):
+        assert shift is not None and shift[1] is None
+    assert "p99 shift (p99 − p99 direct)" in text and "control p99 shift" in text
+    assert text.count("no CI (under 100 trials)") == 4
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_bench_orders_balance_who_goes_first_and_who_goes_after_whom(k: int) -> None:
+    cycle = orders(k)
+    assert all(sorted(order) == list(range(k)) for order in cycle)
+    firsts = Counter(order[0] for order in cycle)
+    assert set(firsts.values()) == {len(cycle) // k} and len(firsts) == k
+    follows = Counter((a, b) for order in cycle for a, b in itertools.pairwise(order))
+    assert len(follows) == k * (k - 1) and len(set(follows.values())) == 1
+
+
+def test_bench_orders_beyond_four_sides_rotate() -> None:
+    cycle = orders(6)
+    assert len(cycle) == 6 and Counter(order[0] for order in cycle) == Counter(range(6))
+
+
+def test_bench_lines_give_the_p99_shift_with_its_ci() -> None:
+    arm = ArmResult(
+        "proxy", (40.0, 45.0), (0.2, 1.5), (0.3, 1.8), 2.0, 300.0, p99_shift_ms=(0.25, (0.1, 0.4))
+    )
+    result = BenchResult(
+        pairs=1000,
+        streams=4,
+        history=200,
+        direct_ttft_ms=(40.0, 44.0),
+        arms=(arm,),
+        control_ttft_ms=(0.0, 1.2),
+        control_total_ms=(0.0, 1.4),
+        control_over_target_pct=1.5,
+        seconds=60.0,
+        control_p99_shift_ms=(-0.05, (-0.2, 0.1)),
+    )
+    text = "\n".join(result.lines())
+    [line] = [ln for ln in text.splitlines() if "p99 shift (p99 − p99 direct)" in ln]
+    assert line.split()[-7:] == ["+0.250", "ms", "95", "%", "CI", "[0.100,", "0.400]"]
+    assert "control p99 shift" in text and "-0.050 ms   95 % CI [-0.200, 0.100]" in text
+    assert "no CI" not in text
 
 
 def test_upstream_times_take_the_servers_own_time_out_and_split_at_its_arrival() -> None:
