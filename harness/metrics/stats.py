@@ -66,13 +66,25 @@ class PairedResult:
         return ci_reason(self.n)
 
 
-def _positive_array(name: str, values: Values) -> np.ndarray:
+def _numbers(name: str, values: Values) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{name}: expected a non-empty sequence of numbers, got {arr.size} values")
+    return arr
+
+
+def _positive_array(name: str, values: Values) -> np.ndarray:
+    arr = _numbers(name, values)
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         bad = arr[~(np.isfinite(arr) & (arr > 0))][0]
         raise ValueError(f"{name}: expected positive finite latencies, got {bad!r}")
+    return arr
+
+
+def _finite_array(name: str, values: Values) -> np.ndarray:
+    arr = _numbers(name, values)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}: expected finite numbers, got {arr[~np.isfinite(arr)][0]!r}")
     return arr
 
 
@@ -160,15 +172,6 @@ def min_tail_pairs(q: float) -> int:
     """Pairs a shift of quantile ``q`` needs for a CI: :data:`MIN_TAIL_VALUES` beyond it."""
     # rounded first: 10 / (1 - 0.99) is 1000.0000000000001 in floating point
     return math.ceil(round(MIN_TAIL_VALUES / (1.0 - max(q, 1.0 - q)), 6))
-
-
-def _finite_array(name: str, values: Values) -> np.ndarray:
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name}: expected a non-empty sequence of numbers, got {arr.size} values")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name}: expected finite numbers, got {arr[~np.isfinite(arr)][0]!r}")
-    return arr
 
 
 def paired_quantile_shift(

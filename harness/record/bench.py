@@ -6,8 +6,8 @@ an agent's user would start it) and this client.  Each measuring stream keeps th
 connections alive: one to the upstream directly, one through the proxy, and a second
 direct one as a control.  Every trial sends the same streaming Responses request on each
 connection in turn, in an order that changes from trial to trial (:func:`orders`: every side
-goes first, and follows every other side, equally often), and compares the time to the first output delta (TTFT) and to the end of the
-stream.  The figures are differences within a trial (proxied − direct), so the upstream's
+goes first, and follows every other side, equally often), and compares the time to the
+first output delta (TTFT) and to the end of the stream.  The figures are differences within a trial (proxied − direct), so the upstream's
 own drift cancels out as far as it can; the control (direct − direct) is the noise floor
 of such a difference with no proxy at all.
 
@@ -500,12 +500,19 @@ def run_bench(
     def added(k: int, what: int) -> list[float]:
         return [(row[k][what] - row[0][what]) / ms for row in rows]  # type: ignore[operator]
 
+    def both(k: int, what: int) -> tuple[list[float], list[float]] | None:
+        """Field ``what`` of side k and of the direct side, in ms; None unless every turn has it
+        (the fields of :func:`_upstream_times` are None from an upstream that reports none)."""
+        side = [row[k][what] for row in rows]
+        direct = [row[0][what] for row in rows]
+        if not rows or None in side or None in direct:
+            return None
+        return [v / ms for v in side], [v / ms for v in direct]  # type: ignore[operator]
+
     def added_path(k: int, what: int = 2) -> list[float] | None:
         """proxied − direct of one of :func:`_upstream_times`; None unless every turn has it."""
-        pairs = [(row[k][what], row[0][what]) for row in rows]
-        if not pairs or any(a is None or b is None for a, b in pairs):
-            return None
-        return [(a - b) / ms for a, b in pairs]  # type: ignore[operator]
+        got = both(k, what)
+        return None if got is None else [a - b for a, b in zip(*got, strict=True)]
 
     control = added(last, 0)
     per = max(1, pairs // max(1, streams))
@@ -513,12 +520,8 @@ def run_bench(
 
     def p99_shift(k: int, what: int = 0) -> Shift | None:
         """p99(side k) − p99(direct) of field ``what``; None unless every turn has it."""
-        pairs = [(row[k][what], row[0][what]) for row in rows]
-        if not pairs or any(a is None or b is None for a, b in pairs):
-            return None
-        side = [a / ms for a, _ in pairs]  # type: ignore[operator]
-        base = [b / ms for _, b in pairs]  # type: ignore[operator]
-        return paired_quantile_shift(base, side, q=0.99)
+        got = both(k, what)
+        return None if got is None else paired_quantile_shift(got[1], got[0], q=0.99)
 
     def share_over(values: Sequence[float]) -> float:
         return 100.0 * sum(v > TARGET_MS for v in values) / max(1, len(values))
