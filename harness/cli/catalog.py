@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli.commands import command_help
 from harness.cli.common import EXIT_OK, EXIT_USAGE, examples
 from harness.workload.builtin import builtin_scenarios
 from harness.workload.scenario import load_scenario
@@ -17,7 +18,7 @@ from harness.workload.starter import starter_scenario
 def add_parser(sub: Any) -> None:
     lst = sub.add_parser(
         "scenarios",
-        help="list the built-in scenarios with their descriptions",
+        help=command_help("scenarios"),
         description="List the scenarios shipped inside loopbench. Run one by name from any\n"
         "folder; start your own from one with --path, or from `loopbench init NAME`.",
         epilog=examples(
@@ -32,7 +33,7 @@ def add_parser(sub: Any) -> None:
 
     init = sub.add_parser(
         "init",
-        help="write NAME.yaml, a commented starter scenario",
+        help=command_help("init"),
         description="Write NAME.yaml, a starter scenario with a comment on every field; it\n"
         "validates and runs as written. An existing file is never overwritten (exit 4).",
         epilog=examples(

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.cli.commands import command_help
 from harness.cli.common import (
     HelpFormatter,
     api_key,
@@ -54,7 +55,7 @@ _STATUS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "gate",
-        help="CI regression gate: judge a run against a baseline and rules (exit 0/1/2/3/4)",
+        help=command_help("gate"),
         description="Judge RUN against a BASELINE run with rules (absolute SLOs, significant "
         "relative regressions, minimum speedups, harness self-check), or with --ab measure two "
         "targets in interleaved rounds of one job and judge the candidate against the baseline. "

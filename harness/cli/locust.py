@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
@@ -55,7 +56,7 @@ STOP_WAIT_S = 60.0
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "locust",
-        help="distributed load: a Locust master and workers replaying a scenario",
+        help=command_help("locust"),
         description="Run a scenario through Locust's master/worker mode: the master hands out the "
         "scenario's rollouts, workers run them and ship HDR histograms back, and the master writes "
         "the same results folder as `loopbench run`. Without --target an embedded reference server "

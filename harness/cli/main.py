@@ -1,56 +1,30 @@
-"""The ``loopbench`` entry point: a parser built from the subcommand families, and the dispatch.
+"""The ``loopbench`` entry point: a parser built from the command table, and the dispatch.
 
-Each module in :data:`COMMANDS` registers its subcommands with ``add_parser(subparsers)``
-and handles each with a ``cmd_*`` function that returns the exit code.
+Each module named in :data:`harness.cli.commands.COMMANDS` registers its subcommands with
+``add_parser(subparsers)`` and handles each with a ``cmd_*`` function that returns the
+exit code.  Only the module of the command on the line is imported.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Protocol
 
-from harness.cli import (
-    catalog,
-    gate,
-    locust,
-    model,
-    probe,
-    record,
-    report,
-    run,
-    scenario,
-    selfbench,
-    serve,
-)
+from harness.cli.commands import COMMANDS, module_of
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser, version
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import exit_code_help
 
 
-class _Family(Protocol):
-    def add_parser(self, sub: Any) -> None: ...
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: every command in full without ``argv``, else only its own.
 
-
-#: the subcommand families, in the order ``loopbench --help`` lists them
-COMMANDS: tuple[_Family, ...] = (
-    run,
-    probe,
-    record,
-    serve,
-    scenario,
-    catalog,
-    gate,
-    report,
-    model,
-    locust,
-    selfbench,
-)
-
-
-def build_parser() -> argparse.ArgumentParser:
+    The other commands are listed by name and help line, which is all ``--help`` and a
+    usage error show of them.
+    """
     parser = Parser(
         prog="loopbench",
         description="Latency benchmarking and load testing for agentic LLM workloads: the same "
@@ -63,13 +37,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"loopbench {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for family in COMMANDS:
-        family.add_parser(sub)
+    wanted = module_of(list(argv)) if argv is not None else None
+    built: set[str] = set()
+    for command in COMMANDS:
+        if argv is None or command.module == wanted:
+            if command.module not in built:
+                built.add(command.module)
+                importlib.import_module(f"harness.cli.{command.module}").add_parser(sub)
+        else:
+            sub.add_parser(command.name, help=command.help)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -40,7 +41,7 @@ from reference_server.core.profiles import load_profiles
 def add_parser(sub: Any) -> None:
     rep = sub.add_parser(
         "reproduce",
-        help="measure the published figures (docs/model.md §9) against the embedded reference server",
+        help=command_help("reproduce"),
         description="Run the built-in reproduce/*.yaml scenarios (`loopbench scenarios`) through real sockets against embedded reference "
         "servers and print each published figure, its band, the measured value and pass/fail. "
         "Exit 1 (a regression against the published figures) unless every row passes.",
@@ -69,7 +70,7 @@ def add_parser(sub: Any) -> None:
 
     cal = sub.add_parser(
         "calibrate",
-        help="fit API-tier and engine parameters to a run and write profile YAMLs",
+        help=command_help("calibrate"),
         description="Fit the simulation model (TTFT vs processed and uncached tokens, decode and "
         "burst rates, post-inference work) to the turns of RUN_DIR, measured against any "
         "endpoint, and write api-NAME.yaml and engine-NAME.yaml for the reference server.",

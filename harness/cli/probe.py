@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from harness.cli.commands import command_help
 from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, api_key, examples
 from harness.cli.run_args import target_flags
 from harness.client.probe import REACHABLE, as_json, table
@@ -19,8 +20,7 @@ from harness.wire.errors import UsageError
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "probe",
-        help="check which APIs an endpoint has (Responses, Chat Completions, Anthropic "
-        "Messages) and what they support",
+        help=command_help("probe"),
         description="Send a few tiny requests (16 output tokens, 48 for the tool call; the "
         "prompt-caching check sends a ~2.7k-token system prompt twice) to an endpoint and print, per feature, whether "
         "it is supported and the evidence: reachable; the Responses API (SSE streaming, "

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from harness.cli.commands import command_help
 from harness.cli.common import EXIT_OK, HelpFormatter, examples
 from harness.record.bench import run_bench
 from harness.record.proxy import Upstream, UpstreamError, record_until_stopped
@@ -20,7 +21,7 @@ from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "record",
-        help="record an agent's traffic through a proxy as a trace",
+        help=command_help("record"),
         description="Listen on http://127.0.0.1:PORT/v1, forward every request byte for byte "
         "to --upstream (default: an embedded reference server) and, on Ctrl-C or SIGTERM, "
         "write what the agent did as a loopbench trace: per conversation and turn the "

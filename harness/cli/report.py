@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.cli import run_args
+from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_OK,
     HelpFormatter,
@@ -69,7 +70,7 @@ from harness.workload.scenario import Scenario, load_scenario
 def add_parser(sub: Any) -> None:
     rep = sub.add_parser(
         "report",
-        help="(re)render report.md, report.html and plots/ of a run or sweep folder",
+        help=command_help("report"),
         description="Rebuild the report of a results folder from its files alone; everything "
         "is written inside that folder (report.md, report.html, plots/). A run that was killed "
         "before it wrote summary.json (kill -9) gets one rebuilt from the rows on disk, marked "
@@ -103,7 +104,7 @@ def add_parser(sub: Any) -> None:
 
     cmp = sub.add_parser(
         "compare",
-        help="are two or more runs comparable, what changed, and is it significant (+ compare.html)",
+        help=command_help("compare"),
         description="Compare every run after the first with the first (the reference A) per "
         "transport and metric: for per-turn and per-rollout medians, Δ % of the medians with a "
         "bootstrap 95 % CI of that same ratio and a Mann-Whitney p-value (no CI and no test with "
@@ -149,7 +150,7 @@ def add_parser(sub: Any) -> None:
 
     sw = sub.add_parser(
         "sweep",
-        help="one run per value of a scenario field, and a combined report with the knee",
+        help=command_help("sweep"),
         description="Run a scenario once per value of one field (e.g. --set load.concurrency=1,2,4,8) "
         "into one sweep folder; the combined report plots latency against the swept load and marks "
         "the knee.",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
@@ -42,7 +43,7 @@ from harness.workload.scenario import load_scenario
 def add_parser(sub: Any) -> None:
     run = sub.add_parser(
         "run",
-        help="replay a scenario's rollouts over each transport and report",
+        help=command_help("run"),
         description="Replay the same seeded rollouts over each transport. Without --target, an embedded "
         "reference server is started on a free loopback port and stopped afterwards.",
         epilog=epilog(

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -24,7 +25,7 @@ from harness.workload.scenario import load_scenario, scenario_json_schema
 def add_parser(sub: Any) -> None:
     val = sub.add_parser(
         "validate",
-        help="check scenario files and print precise errors",
+        help=command_help("validate"),
         description="Check scenario files (and the traces they replay) without running them: "
         "each problem is one line naming the file, the field, what was expected and what came. "
         "Exit 0 when every file is valid, 4 otherwise.",
@@ -42,7 +43,7 @@ def add_parser(sub: Any) -> None:
 
     schema = sub.add_parser(
         "schema",
-        help="print the scenario JSON Schema (for editor completion)",
+        help=command_help("schema"),
         description="Print the JSON Schema of scenario files to stdout, for editor completion "
         "and hover help (e.g. the YAML language server's `# yaml-language-server: $schema=` "
         "comment).",
@@ -55,8 +56,7 @@ def add_parser(sub: Any) -> None:
 
     imp = sub.add_parser(
         "import",
-        help="turn recorded agent sessions or public request traces into a replayable trace "
-        "(docs/traces.md)",
+        help=command_help("import"),
         description="Read recorded sessions (Codex CLI, OpenTelemetry GenAI spans) or a public "
         "request trace (Mooncake, Azure LLM inference) and write a loopbench JSONL trace that a scenario replays with "
         "`rollout.trace: FILE`.",

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from harness.cli.commands import command_help
 from harness.cli.common import EXIT_INVALID, EXIT_OK, HelpFormatter, examples
 from harness.tools.selfbench.bench import STEPS, SelfbenchOptions, run_selfbench
 from harness.tools.selfbench.figures import document, render_table, verdict
@@ -23,7 +24,7 @@ EXIT_TARGET_MISSED = EXIT_INVALID
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "selfbench",
-        help="measure the harness itself: client ceiling, pipeline rate, overhead, pacing, memory",
+        help=command_help("selfbench"),
         description="Measure loopbench against this machine in one run: the client ceiling "
         "(bare readers that only count events, SSE and WebSocket) and the full pipeline, each "
         "against a library server (uvicorn ASGI / websockets, one write per event: the target) "

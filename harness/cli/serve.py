@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from harness.cli.commands import command_help
 from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, examples
 from reference_server.cli import add_server_arguments, config_from_args
 from reference_server.serve import serve
@@ -14,7 +15,7 @@ from reference_server.serve import serve
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
-        help="run the reference server in the foreground",
+        help=command_help("serve"),
         description="Run the reference Responses API server (HTTP+SSE and WebSocket on "
         "/v1/responses) until Ctrl-C. It prints the URL it listens on; --access-log adds one "
         "line per request. See docs/server.md.",
