@@ -11,8 +11,8 @@ from typing import Any
 
 from harness.cli.commands import command_help
 from harness.cli.common import EXIT_OK, HelpFormatter, examples
-from harness.record.bench import run_bench
-from harness.record.proxy import Upstream, UpstreamError, record_until_stopped
+from harness.record.bench import BARE_RELAY, THIS_PROXY, run_bench
+from harness.record.proxy import READY_PREFIX, Upstream, UpstreamError, record_until_stopped
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
 from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
@@ -63,7 +63,9 @@ def add_parser(sub: Any) -> None:
         default=0,
         metavar="N",
         help="instead of recording: measure the latency the proxy adds, over N paired turns "
-        "(direct vs through a `loopbench record` process), and print p50/p99",
+        "(direct vs through a `loopbench record` process), and print p50/p99; against the "
+        "embedded server, a bare relay process (forwards bytes, records nothing) is measured "
+        "in the same trials as the floor any extra hop costs",
     )
     p.add_argument(
         "--bench-streams",
@@ -102,7 +104,12 @@ def cmd_record(args: argparse.Namespace) -> int:
         with _upstream(args) as upstream:
             before = read_cpu_times()
             load = os.getloadavg()
-            result = run_bench(upstream, args.bench, args.bench_streams, args.bench_history)
+            # The bare relay forwards the client's Host header untouched: only an upstream that
+            # does not route by it (the embedded server) can take it as the floor.
+            proxies = (THIS_PROXY,) if args.upstream else (THIS_PROXY, BARE_RELAY)
+            result = run_bench(
+                upstream, args.bench, args.bench_streams, args.bench_history, proxies
+            )
             steal = steal_percent(before, read_cpu_times())
             load_after = os.getloadavg()
         print("\n".join(result.lines()))
@@ -119,7 +126,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
         def ready(port: int) -> None:
             print(
-                f"loopbench record listening on http://{args.host}:{port}/v1 → {upstream} "
+                f"{READY_PREFIX}http://{args.host}:{port}/v1 → {upstream} "
                 f"(Ctrl-C writes {args.out})",
                 flush=True,
             )

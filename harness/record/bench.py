@@ -47,7 +47,7 @@ import orjson
 
 from harness.client.h1 import H1Error, ResponseParser
 from harness.metrics.stats import min_tail_pairs, paired_quantile_shift
-from harness.record.proxy import Upstream
+from harness.record.proxy import READY_PREFIX, Upstream
 from harness.run import quiet_gc
 from harness.run.event_loop import run_async
 from harness.transports.rx_socket import (
@@ -56,7 +56,15 @@ from harness.transports.rx_socket import (
     tcp_socket,
 )
 
-__all__ = ["ArmResult", "BenchResult", "ProxyCommand", "orders", "run_bench"]
+__all__ = [
+    "BARE_RELAY",
+    "THIS_PROXY",
+    "ArmResult",
+    "BenchResult",
+    "ProxyCommand",
+    "orders",
+    "run_bench",
+]
 
 _MARK = b"response.output_text.delta"
 
@@ -79,6 +87,8 @@ class ProxyCommand:
 
 #: the proxy as a user starts it
 THIS_PROXY = ProxyCommand("proxy", (sys.executable, "-m", "harness", "record"))
+#: the floor: a relay process that forwards bytes and nothing else (harness/record/bare_relay.py)
+BARE_RELAY = ProxyCommand("bare relay", (sys.executable, "-m", "harness.record.bare_relay"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +114,10 @@ class ArmResult:
     p99_shift_ms: Shift | None = None
     #: the same with the upstream's own time out of both sides
     path_p99_shift_ms: Shift | None = None
+    #: p99(this side's TTFT) − p99(the bare relay's), paired: what this proxy adds beyond
+    #: any relay process (None for the bare relay itself, or when it was not run)
+    over_floor_p99_shift_ms: Shift | None = None
+    over_floor_path_p99_shift_ms: Shift | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +186,8 @@ class BenchResult:
                     two(f"  request side{name}", arm.added_request_ms),
                     two(f"  response side{name}", arm.added_response_ms),
                 ]
+            out += shift(f"p99 shift over the bare relay{name}", arm.over_floor_p99_shift_ms)
+            out += shift(f"  upstream's time out{name}", arm.over_floor_path_p99_shift_ms)
         out += [
             two("control TTFT (direct − direct)", self.control_ttft_ms),
             two("control turn time", self.control_total_ms),
@@ -204,6 +220,13 @@ class BenchResult:
             "paired bootstrap CI (a late stamp on either side of a pair is not counted as "
             "added, as it is in the p99 of the differences; the CI takes trials as independent "
             "and says nothing of drift between runs)"
+            + (
+                "; p99 shift over the bare relay: the same against a relay process that forwards "
+                "bytes and does nothing else, in the same trials (what recording adds beyond "
+                "one more process on the path)"
+                if any(a.over_floor_p99_shift_ms is not None for a in self.arms)
+                else ""
+            )
         )
         return out
 
@@ -437,7 +460,7 @@ def _proxy(cmd: ProxyCommand, upstream_url: str, tmp: str) -> Iterator[tuple[Ups
         assert proc.stdout is not None
         # a wrapper (a profiler, `nice`) may say something first
         for line in proc.stdout:
-            if line.startswith("loopbench record listening on "):
+            if line.startswith(READY_PREFIX):
                 break
         else:
             raise RuntimeError(f"{cmd.label}: `loopbench record` did not start (no listening line)")
@@ -500,14 +523,15 @@ def run_bench(
     def added(k: int, what: int) -> list[float]:
         return [(row[k][what] - row[0][what]) / ms for row in rows]  # type: ignore[operator]
 
-    def both(k: int, what: int) -> tuple[list[float], list[float]] | None:
-        """Field ``what`` of side k and of the direct side, in ms; None unless every turn has it
-        (the fields of :func:`_upstream_times` are None from an upstream that reports none)."""
+    def both(k: int, what: int, base: int = 0) -> tuple[list[float], list[float]] | None:
+        """Field ``what`` of side k and of side ``base`` (the direct one), in ms; None unless
+        every turn has it (the fields of :func:`_upstream_times` are None from an upstream
+        that reports none)."""
         side = [row[k][what] for row in rows]
-        direct = [row[0][what] for row in rows]
-        if not rows or None in side or None in direct:
+        other = [row[base][what] for row in rows]
+        if not rows or None in side or None in other:
             return None
-        return [v / ms for v in side], [v / ms for v in direct]  # type: ignore[operator]
+        return [v / ms for v in side], [v / ms for v in other]  # type: ignore[operator]
 
     def added_path(k: int, what: int = 2) -> list[float] | None:
         """proxied − direct of one of :func:`_upstream_times`; None unless every turn has it."""
@@ -518,10 +542,15 @@ def run_bench(
     per = max(1, pairs // max(1, streams))
     turns = len(rows) + min(20, per) * max(1, streams)  # the warm-up turns were relayed too
 
-    def p99_shift(k: int, what: int = 0) -> Shift | None:
-        """p99(side k) − p99(direct) of field ``what``; None unless every turn has it."""
-        got = both(k, what)
+    def p99_shift(k: int, what: int = 0, base: int = 0) -> Shift | None:
+        """p99(side k) − p99(side ``base``) of field ``what``; None unless every turn has it."""
+        got = both(k, what, base)
         return None if got is None else paired_quantile_shift(got[1], got[0], q=0.99)
+
+    floor = next((k for k, c in enumerate(proxies, start=1) if c.label == BARE_RELAY.label), None)
+
+    def over_floor(k: int, what: int) -> Shift | None:
+        return None if floor is None or k == floor else p99_shift(k, what, floor)
 
     def share_over(values: Sequence[float]) -> float:
         return 100.0 * sum(v > TARGET_MS for v in values) / max(1, len(values))
@@ -543,6 +572,8 @@ def run_bench(
             None if response is None else _p50_p99(response),
             p99_shift(k),
             p99_shift(k, 2),
+            over_floor(k, 0),
+            over_floor(k, 2),
         )
 
     arms = tuple(arm(k, cmd) for k, cmd in enumerate(proxies, start=1))

@@ -54,10 +54,19 @@ from harness.run import quiet_gc
 from harness.wire.errors import LoopbenchError
 from harness.workload.trace import dump_trace
 
-__all__ = ["RecordingProxy", "Upstream", "UpstreamError", "record_until_stopped", "write_trace"]
+__all__ = [
+    "READY_PREFIX",
+    "RecordingProxy",
+    "Upstream",
+    "UpstreamError",
+    "record_until_stopped",
+    "write_trace",
+]
 
 _READ = 256 * 1024
 _MAX_HEAD = 64 * 1024
+#: how ``loopbench record`` (and the bench's bare relay) say where they listen: the URL follows
+READY_PREFIX = "loopbench record listening on "
 #: the GIL switch interval while recording: the longest the relay waits for the observer
 _SWITCH_S = 0.0001
 

@@ -271,3 +271,124 @@ def test_a_client_that_half_closes_after_its_request_still_gets_the_response() -
     assert asyncio.run(asyncio.wait_for(main(), 60)) == (
         b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
     )
+
+
+def test_the_bare_relay_forwards_a_large_response_whole_and_touches_nothing() -> None:
+    """The bench's floor relays as the proxy does, flow control included, and rewrites
+    nothing: the upstream sees the client's own request head."""
+    from harness.record.bare_relay import serve
+
+    heads: list[bytes] = []
+
+    async def main() -> tuple[bytes, bytes, list[int]]:
+        block = bytes(range(256)) * 256
+
+        async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            heads.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            for _ in range(BIG // len(block)):
+                writer.write(b"%x\r\n" % len(block) + block + b"\r\n")
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            await reader.read()
+            writer.close()
+
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        stop = asyncio.Event()
+        ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        clients: set = set()
+        task = asyncio.ensure_future(
+            serve(
+                Upstream.parse(f"http://127.0.0.1:{port}/v1"),
+                "127.0.0.1",
+                0,
+                stop,
+                ready.set_result,
+                clients,
+            )
+        )
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", await ready)
+            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: the-client's\r\n\r\n")
+            await asyncio.sleep(0.5)  # not reading: the relay must stop reading upstream
+            buffered = [c.transport.get_write_buffer_size() for c in clients if c.transport]
+            got = hashlib.sha256()
+            seen = b""
+            while not seen.endswith(b"0\r\n\r\n"):
+                chunk = await reader.read(1 << 20)
+                if not chunk:
+                    break
+                got.update(chunk)
+                seen = (seen + chunk)[-16:]
+            writer.close()
+        finally:
+            stop.set()
+            await task
+            server.close()
+        want = hashlib.sha256(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(BIG // len(block)):
+            want.update(b"%x\r\n" % len(block) + block + b"\r\n")
+        want.update(b"0\r\n\r\n")
+        return got.digest(), want.digest(), buffered
+
+    got, want, buffered = asyncio.run(asyncio.wait_for(main(), 90))
+    assert got == want
+    assert buffered and max(buffered) < BIG // 4
+    assert heads == [b"GET /v1/models HTTP/1.1\r\nHost: the-client's\r\n\r\n"]
+
+
+def test_bench_measures_the_proxy_over_the_bare_relay_in_the_same_trials(server_url: str) -> None:
+    """With the floor as one more side, each trial has four turns, and the proxy's p99 shift
+    over the bare relay is told (without a CI at 4 trials); the floor has none of its own."""
+    from harness.record.bench import BARE_RELAY, THIS_PROXY
+
+    result = run_bench(server_url, 4, proxies=(THIS_PROXY, BARE_RELAY))
+    proxy, floor = result.arms
+    assert (proxy.label, floor.label) == ("proxy", "bare relay")
+    assert floor.ttft_ms[0] > 0 and floor.cpu_us_per_turn is not None
+    assert proxy.over_floor_p99_shift_ms is not None and proxy.over_floor_p99_shift_ms[1] is None
+    assert proxy.over_floor_path_p99_shift_ms is not None
+    assert floor.over_floor_p99_shift_ms is None and floor.over_floor_path_p99_shift_ms is None
+    text = "\n".join(result.lines())
+    assert "p99 shift over the bare relay [proxy]" in text
+    assert "added TTFT (proxied − direct) [bare relay]" in text
+    assert "over the bare relay [bare relay]" not in text
+    assert "what recording adds beyond one more process" in text
+
+
+def test_the_bare_relay_runs_as_the_bench_starts_it(server_url: str) -> None:
+    """``python -m harness.record.bare_relay``: the listening line, a relayed request, and a
+    clean exit on SIGTERM; an https upstream is refused with a usage error."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.record.bare_relay", "--upstream", server_url, "--out", "x"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("loopbench record listening on http://127.0.0.1:")
+        port = int(line.split()[4].rsplit(":", 1)[1].split("/")[0])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200")
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert code == 0
+    refused = subprocess.run(
+        [sys.executable, "-m", "harness.record.bare_relay", "--upstream", "https://127.0.0.1:1/v1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "plain TCP only" in refused.stderr
