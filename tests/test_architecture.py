@@ -161,9 +161,22 @@ def test_no_relative_or_dynamic_imports() -> None:
             elif isinstance(node, ast.Call):
                 fn = node.func
                 called = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
-                if called in ("import_module", "__import__"):
+                if called in ("import_module", "__import__") and module != "harness.cli.main":
                     offenders.append(f"{module}:{node.lineno} imports by name ({called})")
     assert not offenders, offenders
+
+
+def test_the_entry_point_imports_by_name_only_modules_of_its_own_layer() -> None:
+    """``harness.cli.main`` imports the module of the command being run by name (a fast
+    ``--help``); every name in the command table is a module of ``harness.cli``, whose own
+    imports the rules above read."""
+    from harness.cli.commands import COMMANDS
+
+    assert {c.module for c in COMMANDS} <= {
+        m.removeprefix("harness.cli.") for m in MODULES if _within(m, "harness.cli")
+    }
+    text = (ROOT / "harness" / "cli" / "main.py").read_text()
+    assert 'import_module(f"harness.cli.{command.module}")' in text
 
 
 def test_reference_server_imports_only_harness_wire() -> None:
