@@ -113,6 +113,36 @@ class _Error500(_Handler):
         return 500, "text/plain", b"Internal Server Error"
 
 
+class _ErrorPage(_Handler):
+    """``python -m http.server``'s answer to a POST: an HTML page over many lines."""
+
+    def answer(self) -> tuple[int, str, bytes]:
+        page = (
+            '<!DOCTYPE HTML>\n<html lang="en">\n    <head>\n        <meta charset="utf-8">\n'
+            '        <style type="text/css">\n        :root {\n            color-scheme: light '
+            "dark;\n        }\n        </style>\n        <title>Error response</title>\n"
+            "    </head>\n    <body>\n        <h1>Error response</h1>\n        <p>Error code: "
+            "501</p>\n        <p>Message: Unsupported method (&#x27;POST&#x27;).</p>\n        "
+            "<p>Error code explanation: 501 - Server does not support this operation.</p>\n"
+            "    </body>\n</html>\n"
+        )
+        return 501, "text/html;charset=utf-8", page.encode()
+
+
+class _KeyRequired(_Handler):
+    """A gateway that wants a key loopbench was not given: 401 before any route."""
+
+    def answer(self) -> tuple[int, str, bytes]:
+        body = {
+            "error": {
+                "message": "Incorrect API key provided: sk-****ench.",
+                "type": "invalid_request_error",
+                "code": "invalid_api_key",
+            }
+        }
+        return 401, "application/json", json.dumps(body).encode()
+
+
 _RESPONSE = {
     "id": "resp_foreign",
     "object": "response",
@@ -193,6 +223,14 @@ def error_server() -> AbstractContextManager[str]:
 
 def json_not_sse_server() -> AbstractContextManager[str]:
     return serve(_JsonNotSse)
+
+
+def error_page_server() -> AbstractContextManager[str]:
+    return serve(_ErrorPage)
+
+
+def key_required_server() -> AbstractContextManager[str]:
+    return serve(_KeyRequired)
 
 
 def canned_sse_server() -> AbstractContextManager[str]:

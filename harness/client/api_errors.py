@@ -7,6 +7,7 @@ not to a response) both become :class:`~harness.wire.errors.APIError`.
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,9 +42,28 @@ def api_error_from_body(status: int, body: bytes) -> APIError:
     return APIError(status, code, f"HTTP {status} with the body {body_start(body)}")
 
 
+_HTML = re.compile(r"\s*<(!doctype\s+html|html|head|body|title)\b", re.IGNORECASE)
+_HIDDEN = re.compile(r"<(script|style)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+#: how much of an HTML page is read for its text
+_HTML_READ = 64 * 1024
+
+
 def body_start(body: bytes, limit: int = 200) -> str:
-    """The start of a body for an error message, saying how much was left out."""
-    text = body[:limit].decode("utf-8", "replace").strip()
+    """The start of a body for a one-line error message, saying how much was left out.
+
+    Runs of whitespace become one space: the message is one line wherever it is shown.  An
+    HTML page (a web server's or a gateway's error page) is quoted by its text, tags left
+    out: "Error code: 501 Message: Unsupported method ('POST')" is what a user can act on,
+    and it comes after a ``<head>`` that alone fills the first 200 bytes.
+    """
+    if _HTML.match(body[:200].decode("utf-8", "replace")):
+        page = body[:_HTML_READ].decode("utf-8", "replace")
+        text = " ".join(html.unescape(_TAG.sub(" ", _HIDDEN.sub(" ", page))).split())
+        if len(text) > limit:
+            text = text[:limit].rstrip() + " …"
+        return f"(an HTML page of {len(body)} bytes) {text}" if text else "(an empty HTML page)"
+    text = " ".join(body[:limit].decode("utf-8", "replace").split())
     if not text:
         return "(empty)"
     more = len(body) - limit

@@ -105,6 +105,9 @@ class Finding:
     #: the endpoint does not serve the model the requests named: whether the feature is there
     #: cannot be told, but a run with that model cannot work either
     model_unknown: bool = False
+    #: the endpoint refused the credentials (401/403): whether the feature is there cannot be
+    #: told either, and a run with those credentials cannot work
+    auth_failed: bool = False
 
     @property
     def answer(self) -> str:
@@ -161,12 +164,24 @@ def refusal(
     reach = by_feature.get(REACHABLE)
     if reach is not None and reach.supported is False:
         return f"target {target} is unreachable: {reach.evidence}"
+    # Every transport that cannot run, each with its first missing feature: one probe, one
+    # message, not one re-run per gap.
+    gaps: list[tuple[str, str]] = []
     for spec in specs:
         for feature in needed_features(spec, compaction=compaction):
             found = by_feature.get(feature)
-            if found is not None and (found.supported is False or found.model_unknown):
-                return f"transport {spec.name} cannot run against {target}: {found.evidence}"
-    return None
+            if found is not None and (
+                found.supported is False or found.model_unknown or found.auth_failed
+            ):
+                gaps.append((spec.name, found.evidence))
+                break
+    if not gaps:
+        return None
+    if len(gaps) == 1:
+        return f"transport {gaps[0][0]} cannot run against {target}: {gaps[0][1]}"
+    names = ", ".join(name for name, _ in gaps)
+    reasons = "; ".join(f"{name}: {why}" for name, why in gaps)
+    return f"transports {names} cannot run against {target}: {reasons}"
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -513,6 +528,8 @@ def http_failure(url: str, status: int, message: str) -> str:
 
 #: the statuses of a route the server does not have (405: a path it serves for another method)
 NO_ROUTE = (404, 405)
+#: the statuses of credentials refused
+AUTH_REFUSED = (401, 403)
 
 
 def refused(feature: str, url: str, status: int, message: str) -> Finding:
@@ -532,6 +549,15 @@ def refused(feature: str, url: str, status: int, message: str) -> Finding:
             "give --model (or the scenario's model:) one of the server's models, listed by "
             "GET /models",
             model_unknown=True,
+        )
+    if status in AUTH_REFUSED:
+        # Not "no": a gateway answers 401 before it routes, so the API may well be there.
+        return Finding(
+            feature,
+            None,
+            f"{url} refused the credentials ({answered(status, message)}); give the endpoint's "
+            "key with --api-key-env NAME (without it loopbench sends a placeholder key)",
+            auth_failed=True,
         )
     if status in NO_ROUTE and api is not None and API_FEATURE[api] == feature:
         return Finding(feature, False, f"no {API_NAMES[api]} at {url}: {answered(status, message)}")

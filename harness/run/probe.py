@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import ssl
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from harness.client.bodies import http_headers
 from harness.client.messages_api import messages_headers
 from harness.client.options import TransportOptions
 from harness.client.probe import (
+    AUTH_REFUSED,
     BACKGROUND,
     BACKGROUND_DONE,
     CHAINING,
@@ -357,7 +359,7 @@ class _Prober:
             async with asyncio.timeout(self.timeout_s):
                 conn = await open_ws(self.options, url)
         except (TimeoutError, LoopbenchError) as exc:
-            found = Finding(WEBSOCKET, False, _ws_failure(url, exc, self.timeout_s))
+            found = _ws_failure(url, exc, self.timeout_s)
             return [found, *(not_checked(f, "no WebSocket mode") for f in rest)]
         try:
             first = await self._exchange(conn, ws_create(self.model))
@@ -442,18 +444,33 @@ def _failure(exc: BaseException, timeout_s: float) -> str:
     return str(exc)
 
 
-def _ws_failure(url: str, exc: BaseException, timeout_s: float) -> str:
+_HTTP_STATUS = re.compile(r"\bHTTP/\d(?:\.\d)? (\d{3})\b")
+
+
+def _ws_failure(url: str, exc: BaseException, timeout_s: float) -> Finding:
     """The upgrade's HTTP status when the server answered one, else why it did not."""
     cause = exc.__cause__
+    status = None
     if isinstance(cause, websockets.exceptions.InvalidStatus):
-        return ws_refused(url, cause.response.status_code, "")
+        status = cause.response.status_code
+    elif isinstance(cause, websockets.exceptions.InvalidMessage):
+        # An HTTP/1.0 answer (python -m http.server, some proxies) is a status all the same,
+        # though the library refuses to parse it: "expected HTTP/1.1: HTTP/1.0 404 …".
+        found = _HTTP_STATUS.search(str(cause.__cause__ or ""))
+        status = int(found.group(1)) if found else None
+    if status is not None:
+        if status in AUTH_REFUSED:
+            return refused(WEBSOCKET, url, status, "")
+        return Finding(WEBSOCKET, False, ws_refused(url, status, ""))
     if isinstance(exc, TimeoutError) or isinstance(cause, TimeoutError):
-        return ws_refused(url, None, f"no upgrade within {timeout_s:g} s")
-    if isinstance(cause, OSError):
-        return ws_refused(url, None, _os_reason(cause))
-    if cause is not None:
-        return ws_refused(url, None, f"the upgrade failed: {cause}")
-    return ws_refused(url, None, str(exc))
+        why = f"no upgrade within {timeout_s:g} s"
+    elif isinstance(cause, OSError):
+        why = _os_reason(cause)
+    elif cause is not None:
+        why = f"the upgrade failed: {cause}"
+    else:
+        why = str(exc)
+    return Finding(WEBSOCKET, False, ws_refused(url, None, why))
 
 
 async def probe_endpoint(

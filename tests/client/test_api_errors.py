@@ -49,7 +49,7 @@ def test_bodies_are_quoted_whole_up_to_200_bytes_and_say_what_was_left_out() -> 
     )
     assert err.kind == "rate_limit_exceeded" and str(err).endswith(long)
     assert str(api_error_from_body(502, b"<html>Bad gateway</html>")) == (
-        "http_502: HTTP 502 with the body <html>Bad gateway</html>"
+        "http_502: HTTP 502 with the body (an HTML page of 24 bytes) Bad gateway"
     )
 
 
@@ -125,3 +125,25 @@ def test_context_errors_of_other_servers_are_recognised() -> None:
         "context_length_exceeded (HTTP 400): the request's input exceeds the model's context "
         "window; the endpoint said: too long"
     )
+
+
+def test_an_html_error_page_is_quoted_by_its_text_on_one_line() -> None:
+    """A web server's error page: its head and style would fill the quote; its text is what a
+    user can act on, on one line."""
+    page = (
+        b"<!DOCTYPE HTML>\n<html lang='en'>\n  <head>\n    <style>:root { color: red; }</style>\n"
+        b"    <title>Error response</title>\n  </head>\n  <body>\n    <h1>Error response</h1>\n"
+        b"    <p>Error code: 501</p>\n    <p>Message: Unsupported method (&#x27;POST&#x27;).</p>\n"
+        b"  </body>\n</html>\n"
+    )
+    err = api_error_from_body(501, page)
+    text = str(err)
+    assert "\n" not in text and "<" not in text and "color" not in text
+    assert text.endswith(
+        f"HTTP 501 with the body (an HTML page of {len(page)} bytes) Error response Error "
+        "response Error code: 501 Message: Unsupported method ('POST')."
+    )
+    # a plain body keeps its words, one line, and says how much was left out
+    assert not_sse("text/plain", b"line one\n\n  line two").endswith(": line one line two")
+    long_page = b"<html><body>" + b"word " * 100 + b"</body></html>"
+    assert str(api_error_from_body(502, long_page)).endswith("word …")

@@ -35,9 +35,11 @@ from tests.foreign_servers import (
     canned_events,
     canned_sse_server,
     dead_target,
+    error_page_server,
     error_server,
     http_only_server,
     json_not_sse_server,
+    key_required_server,
     plain_web_server,
     silent_server,
 )
@@ -246,3 +248,29 @@ def test_compacting_run_needs_the_compact_route(tmp_path: Path) -> None:
     # without compaction the endpoint is not asked for it
     assert features_for([transport_spec("http")]) == [REACHABLE, SSE]
     assert features_for([transport_spec("http")], compaction=True) == [REACHABLE, SSE, COMPACTION]
+
+
+def test_refused_credentials_are_not_a_missing_api(tmp_path: Path) -> None:
+    """A 401 says nothing of which APIs are there (a gateway answers it before routing): the
+    probe answers "unknown" and names the credentials; a run is refused for them, once per
+    transport, in one line."""
+    with key_required_server() as url:
+        found = _probe(url)
+        code, err = _run(url, tmp_path / "results", "--transports", "http,ws")
+    for feature in (SSE, WEBSOCKET):
+        assert found[feature].supported is None and found[feature].auth_failed, found[feature]
+        assert "refused the credentials (HTTP 401" in found[feature].evidence
+        assert "--api-key-env NAME" in found[feature].evidence
+    assert code == ExitCode.USAGE
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"error: transports http, ws cannot run against {url}: http: ")
+    assert "ws: " in line and line.count("refused the credentials") == 2
+
+
+def test_a_web_servers_error_page_reaches_the_run_as_one_line_of_text(tmp_path: Path) -> None:
+    with error_page_server() as url:
+        code, err = _run(url, tmp_path / "results", "--transports", "http")
+    assert code == ExitCode.USAGE
+    [line] = err.strip().splitlines()
+    assert "Message: Unsupported method ('POST')" in line and "<" not in line
+    assert line.endswith("(nothing was measured; --no-probe skips this check)")

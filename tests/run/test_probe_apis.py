@@ -194,6 +194,13 @@ def test_chat_and_messages_transports_need_their_api_only() -> None:
     assert refusal([Finding(CHAT, True, "ok"), missing], [chat, messages], "u") == (
         "transport messages cannot run against u: no Anthropic Messages API at u/messages: HTTP 404"
     )
+    # every transport that cannot run is named at once, each with its own reason
+    no_chat = Finding(CHAT, False, "no Chat Completions API at u/chat/completions: HTTP 404")
+    assert refusal([no_chat, missing], [chat, messages], "u") == (
+        "transports chat, messages cannot run against u: "
+        "chat: no Chat Completions API at u/chat/completions: HTTP 404; "
+        "messages: no Anthropic Messages API at u/messages: HTTP 404"
+    )
 
 
 def test_pre_run_probe_of_a_chat_only_server() -> None:
