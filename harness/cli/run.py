@@ -24,6 +24,7 @@ from harness.cli.run_args import (
     add_client_options,
     add_live_options,
     check_run_args,
+    check_server_profiles,
     client_run_options,
     live_export,
     scenario_sets,
@@ -114,6 +115,8 @@ def add_parser(sub: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     check_run_args(args)
     scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
+    if not args.target:
+        check_server_profiles(scenario, args.scenario)
     transports = parse_transports(args.transports)
     shaping, tokens = resolve_target(scenario, target_flags(args))
     opts = RunOptions(

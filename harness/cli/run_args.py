@@ -24,12 +24,13 @@ from harness.run.goodput import SEARCH_DEFAULTS
 from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
 from harness.run.target import TargetFlags
 from harness.transports.rx_socket import RX_STAMP_MODES, resolve_rx_stamp
-from harness.wire.errors import UsageError
+from harness.wire.errors import ScenarioError, UsageError
 from harness.wire.tokens import TokenConvention
 from harness.wire.transports import TRANSPORT_NAMES
-from harness.workload.scenario import load_scenario
+from harness.workload.scenario import Scenario, load_scenario
 from harness.workload.slo import SLO_FIELDS
 from harness.workload.target import HEADER_NAME, extra_body_problem
+from reference_server.core.profiles import ProfileError, load_profiles
 
 
 def add_client_options(p: Any) -> None:
@@ -506,3 +507,16 @@ def _check_search(args: argparse.Namespace) -> None:
             "--baseline: not used with --search: each step runs one transport, so there is "
             "nothing to compare within a run"
         )
+
+
+def check_server_profiles(scenario: Scenario, source: str) -> None:
+    """The scenario's ``server:`` section names profiles and overrides the embedded server
+    accepts: a typo is a scenario error (file and field) now, not a server that exits at start.
+    """
+    server = scenario.server
+    try:
+        load_profiles(server.api_profile, server.engine_profile, dict(server.set))
+    except ProfileError as exc:
+        field = {"api profile": "server.api_profile", "engine profile": "server.engine_profile"}
+        where = field.get(exc.source, f"server.set.{exc.key}")
+        raise ScenarioError(source, where, exc.detail) from None

@@ -16,6 +16,7 @@ from harness.cli.common import (
     examples,
     transports_epilog,
 )
+from harness.cli.run_args import check_server_profiles
 from harness.wire.errors import LoopbenchError
 from harness.workload.importers import IMPORTERS, import_sessions
 from harness.workload.rollout import generate_rollouts
@@ -103,7 +104,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             # A replayed trace is part of the scenario: check it resolves and parses too;
             # generating the rollouts checks that they fit the context window.
-            generate_rollouts(load_scenario(path))
+            scenario = load_scenario(path)
+            check_server_profiles(scenario, path)
+            generate_rollouts(scenario)
             print(f"{path}: ok")
         except LoopbenchError as exc:
             failed += 1

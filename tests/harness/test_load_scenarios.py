@@ -106,6 +106,38 @@ def test_validate_refuses_a_transport_that_cannot_run(
     ), out.err
 
 
+def test_validate_and_run_name_a_server_profile_the_embedded_server_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo in ``server:`` is the scenario's error (file, field, what was expected), from
+    ``validate`` and before ``run`` starts a server that would exit at once."""
+    bad = {
+        "engine": (
+            "server:\n  engine_profile: cerebras\n",
+            "server.engine_profile: expected a shipped profile (cerebras-spark, gpu-legacy) or "
+            "a path to a YAML file, got 'cerebras'",
+        ),
+        "api": ("server:\n  api_profile: optimised\n", "server.api_profile: expected a shipped"),
+        "set": ("server:\n  set:\n    engine.bogus: 1\n", "server.set.engine.bogus: unknown"),
+    }
+    for name, (body, message) in bad.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(f"name: {name}\ntransports: [http]\n{body}")
+        for command, prefix in (("validate", ""), ("run", "error: ")):
+            with pytest.raises(SystemExit) as exc:
+                main(
+                    [
+                        command,
+                        str(path),
+                        *(["--out", str(tmp_path / "out")] if command == "run" else []),
+                    ]
+                )
+            assert exc.value.code == 4
+            first = capsys.readouterr().err.splitlines()[0]
+            assert first.startswith(f"{prefix}{path}: {message}"), (command, first)
+    assert not (tmp_path / "out").exists()  # nothing started, nothing written
+
+
 def test_every_top_level_scenario_has_a_reduced_run() -> None:
     assert {p.stem for p in SCENARIOS.glob("*.yaml")} == set(REDUCED)
 
