@@ -30,7 +30,6 @@ from harness.report.results import new_run_id
 from harness.report.server_metrics import write_server_metrics
 from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
-from harness.run.interrupt import RunInterrupts
 from harness.run.live_export import LiveExport
 from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement, pool_size
@@ -279,8 +278,6 @@ async def run_plans(
     for callers that want plain lines) gets one line per pass per second.
     """
     run = open_measurement(scenario, scenario_path, len(plans), base_url, opts, embedded=embedded)
-    task = asyncio.current_task()
-    interrupts = RunInterrupts(task, run.run_dir).install() if task is not None else None
     if opts.live is not None:
         opts.live.attach(run)
     transports = run.transports
@@ -320,18 +317,14 @@ async def run_plans(
     except (asyncio.CancelledError, KeyboardInterrupt):
         run.stop_early("run interrupted before every rollout finished", interrupted=True)
     finally:
-        try:
-            run.clients.append(await watch.stop())
-            for client in clients.values():
-                await client.aclose()
-            if progress is not None:
-                progress.close()
-            summary = run.finish(finish_scrape(scraper, run))
-            if opts.render:
-                render_run_safely(run.run_dir)
-        finally:
-            if interrupts is not None:
-                interrupts.remove()
+        run.clients.append(await watch.stop())
+        for client in clients.values():
+            await client.aclose()
+        if progress is not None:
+            progress.close()
+        summary = run.finish(finish_scrape(scraper, run))
+        if opts.render:
+            render_run_safely(run.run_dir)
     return RunResult(run.run_dir, summary, run)
 
 
