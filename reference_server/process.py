@@ -82,10 +82,10 @@ def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> No
     )
     # After uvicorn.Config, which configures logging: intentional drops are not errors.
     install_log_filter()
-    server = DrainingServer(uv_config, server_app, config.drain_timeout_s)
+    ready = ready_line(sock, tls=config.tls)
+    announce = (lambda: print(ready, flush=True)) if own_socket else None
+    server = DrainingServer(uv_config, server_app, config.drain_timeout_s, announce)
     quiet_gc()
-    if own_socket:
-        print(ready_line(sock, tls=config.tls), flush=True)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             if uvloop:

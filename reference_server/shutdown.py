@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -48,10 +49,25 @@ def _is_websocket(protocol: Any) -> bool:
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, app: ReferenceServer, drain_timeout_s: float):
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        app: ReferenceServer,
+        drain_timeout_s: float,
+        announce: Callable[[], None] | None = None,
+    ):
         super().__init__(config)
         self.ref = app
         self.drain_timeout_s = drain_timeout_s
+        self.announce = announce
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # Announced only now: uvicorn has taken SIGINT/SIGTERM and the app has started, so a
+        # caller that signals the moment it reads the line stops the server.  Announced
+        # before, a signal could land while asyncio's runner held SIGINT and be lost.
+        if self.announce is not None and not self.should_exit:
+            self.announce()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         loop = asyncio.get_running_loop()

@@ -66,9 +66,17 @@ def rows_flushed(proc: subprocess.Popen[str], turns: Path, at_least: int) -> int
 
 
 def interrupt_run(
-    out: Path, run_id: str, transport: str, rollouts: int, sig: signal.Signals
+    out: Path,
+    run_id: str,
+    transport: str,
+    rollouts: int,
+    sig: signal.Signals,
+    *,
+    again_after_s: tuple[float, ...] = (),
 ) -> tuple[int, int, str]:
-    """``loopbench run`` of tiny.yaml, one rollout at a time, sent ``sig`` once 6 rows are on disk.
+    """``loopbench run`` of tiny.yaml, one rollout at a time, sent ``sig`` once 6 rows are on disk
+    (and once more after each delay of ``again_after_s``, as an impatient user or
+    ``timeout -s INT`` does).
 
     Fails the test if the run ends first.  Returns the rows seen before the signal, the
     exit code and stderr.
@@ -92,6 +100,10 @@ def interrupt_run(
         )
         assert seen >= 6, "no rows flushed within 120 s"
         proc.send_signal(sig)
+        for delay in again_after_s:
+            time.sleep(delay)
+            if proc.poll() is None:
+                proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

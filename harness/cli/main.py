@@ -51,12 +51,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        sys.exit(EXIT_USAGE)
     try:
+        # Inside the try: a Ctrl-C while a command's modules load is an interruption too.
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            sys.exit(EXIT_USAGE)
         code = args.func(args)
     except LoopbenchError as exc:
         # Whatever reaches here was raised before or instead of a verdict: a bad file, flag,

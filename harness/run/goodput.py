@@ -328,6 +328,8 @@ def run_goodput_search(
                 replace(opts, results_root=root, run_id=run_id, transports=(transport,)),
                 printer,
             )
+            # An interrupted step is no evidence either way: the search ends with it.
+            result.stop_if_interrupted()
             step = step_record(result.summary, transport, settings.target)
             passed = passes(
                 step["good_rollouts"], step["rollouts"], settings.target, settings.pass_rule

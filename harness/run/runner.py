@@ -30,6 +30,7 @@ from harness.report.results import new_run_id
 from harness.report.server_metrics import write_server_metrics
 from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
+from harness.run.interrupt import RunInterrupts
 from harness.run.live_export import LiveExport
 from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement, pool_size
@@ -124,6 +125,12 @@ class RunResult:
     summary: dict[str, Any]
     # The finished measurement, so a multi-process run (harness.run.procs) can merge them.
     measurement: Measurement | None = None
+
+    def stop_if_interrupted(self) -> None:
+        """For a command that runs several runs: Ctrl-C stopped this one, so stop there too
+        (its results are written; ``main`` exits 130)."""
+        if self.summary.get("interrupted"):
+            raise KeyboardInterrupt
 
 
 def transport_options(
@@ -278,6 +285,28 @@ async def run_plans(
     for callers that want plain lines) gets one line per pass per second.
     """
     run = open_measurement(scenario, scenario_path, len(plans), base_url, opts, embedded=embedded)
+    with RunInterrupts(asyncio.current_task(), run.run_dir) as interrupts:
+        summary = await _measure_and_write(
+            run, scenario, plans, base_url, opts, interrupts, embedded, printer, progress
+        )
+    if interrupts.late:
+        # Everything was written; the user still asked to stop, which a tool running
+        # several runs must see.
+        raise KeyboardInterrupt
+    return RunResult(run.run_dir, summary, run)
+
+
+async def _measure_and_write(
+    run: Measurement,
+    scenario: Scenario,
+    plans: list[RolloutPlan],
+    base_url: str,
+    opts: RunOptions,
+    interrupts: RunInterrupts,
+    embedded: bool,
+    printer: Callable[[str], None] | None,
+    progress: ProgressSink | None,
+) -> dict[str, Any]:
     if opts.live is not None:
         opts.live.attach(run)
     transports = run.transports
@@ -317,6 +346,7 @@ async def run_plans(
     except (asyncio.CancelledError, KeyboardInterrupt):
         run.stop_early("run interrupted before every rollout finished", interrupted=True)
     finally:
+        interrupts.writing = True
         run.clients.append(await watch.stop())
         for client in clients.values():
             await client.aclose()
@@ -325,7 +355,7 @@ async def run_plans(
         summary = run.finish(finish_scrape(scraper, run))
         if opts.render:
             render_run_safely(run.run_dir)
-    return RunResult(run.run_dir, summary, run)
+    return summary
 
 
 def run_scenario(

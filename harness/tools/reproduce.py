@@ -566,6 +566,7 @@ def _as_dict(m: Measurements) -> dict[str, Any]:
 def _run_one(part: str, scenario: Any, out_root: Path, render: bool) -> tuple[Path, dict[str, Any]]:
     opts = RunOptions(results_root=out_root, run_id=part, progress=False, render=render)
     res = run_scenario(scenario, str(REPRODUCE_DIR / f"{part}.yaml"), opts)
+    res.stop_if_interrupted()
     return res.run_dir, res.summary
 
 
@@ -589,6 +590,8 @@ def _run_side_by_side(
             for t in transports
         }
         results = {t: fut.result() for t, fut in futures.items()}
+    if any(summary.get("interrupted") for _, summary in results.values()):
+        raise KeyboardInterrupt  # Ctrl-C reached the group: each child wrote what it measured
     return {t: (Path(run_dir), summary) for t, (run_dir, summary) in results.items()}
 
 

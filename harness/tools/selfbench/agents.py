@@ -351,6 +351,7 @@ def run_step(
                     scenario, f"<selfbench {scenario.name}>", plans, url, run_opts, embedded=True
                 )
             )
+            result.stop_if_interrupted()
         cpu1, wall = os.times(), time.perf_counter() - t0
         srv1 = _tree_cpu_s(server_pid) if server_pid else None
         steal = steal_percent(steal0, read_cpu_times())

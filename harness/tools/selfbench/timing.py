@@ -91,6 +91,7 @@ def run_once(
             run_plans(scenario, f"<selfbench {name}>", plans, base_url, opts, embedded=True)
         )
         seconds = time.perf_counter() - t0
+        result.stop_if_interrupted()
     return RunFigures(result.summary, seconds)
 
 
