@@ -11,6 +11,8 @@ that fails mid-request leaves nothing running.
 - :func:`error_server` — ``500`` to every request;
 - :func:`json_not_sse_server` — ``200 application/json`` (a Responses object) even to
   ``stream: true``;
+- :func:`key_required_server` — ``401`` (an invalid API key) to every request;
+- :func:`forbidden_server` — ``403`` (a key without access to the model) to every request;
 - :func:`canned_sse_server` — a valid minimal SSE stream for every ``POST /v1/responses``
   (fixed usage: it ignores ``previous_response_id``), HTTP 500 to a WebSocket upgrade;
 - :func:`http_only_server` — the reference server with ``--no-websocket``: a real
@@ -143,6 +145,28 @@ class _KeyRequired(_Handler):
         return 401, "application/json", json.dumps(body).encode()
 
 
+#: what the forbidden server says: the probe must quote it
+FORBIDDEN_MESSAGE = "Project proj_probe does not have access to model sim-model"
+
+
+class _Forbidden(_Handler):
+    """A gateway that read the key and will not serve it: 403 before any route."""
+
+    # HTTP/1.1, as a real gateway answers: the WebSocket client then reads the refused
+    # upgrade's body (an HTTP/1.0 answer gives it the status line alone).
+    protocol_version = "HTTP/1.1"
+
+    def answer(self) -> tuple[int, str, bytes]:
+        body = {
+            "error": {
+                "message": FORBIDDEN_MESSAGE,
+                "type": "invalid_request_error",
+                "code": "model_not_allowed",
+            }
+        }
+        return 403, "application/json", json.dumps(body).encode()
+
+
 _RESPONSE = {
     "id": "resp_foreign",
     "object": "response",
@@ -231,6 +255,10 @@ def error_page_server() -> AbstractContextManager[str]:
 
 def key_required_server() -> AbstractContextManager[str]:
     return serve(_KeyRequired)
+
+
+def forbidden_server() -> AbstractContextManager[str]:
+    return serve(_Forbidden)
 
 
 def canned_sse_server() -> AbstractContextManager[str]:

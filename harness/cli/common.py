@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from importlib import metadata
 from typing import NoReturn
 
+from harness.client.options import PLACEHOLDER_API_KEY
 from harness.wire.errors import UsageError
 from harness.wire.exit_codes import ExitCode
 from harness.wire.pairs import parse_key_values
@@ -21,8 +22,6 @@ EXIT_REGRESSION = ExitCode.REGRESSION
 EXIT_INVALID = ExitCode.INVALID
 EXIT_USAGE = ExitCode.USAGE
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
-
-DEFAULT_API_KEY = "sk-loopbench"
 
 # "  name  description": a row of a help table (two spaces before the description).
 _ROW = re.compile(r"(\s+\S+\s{2,})\S")
@@ -130,7 +129,7 @@ def scenario_overrides(items: Sequence[str]) -> dict[str, str] | None:
 def api_key(env_name: str | None) -> str:
     """The API key read from ``--api-key-env``'s variable, else the reference server's default."""
     if not env_name:
-        return DEFAULT_API_KEY
+        return PLACEHOLDER_API_KEY
     key = os.environ.get(env_name, "")
     if not key:
         raise UsageError(f"--api-key-env: environment variable {env_name} is not set or empty")

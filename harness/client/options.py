@@ -10,12 +10,15 @@ from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 RECOVER_FROM = ("full", "compacted")
 #: how a WebSocket transport runs a rollout's sub-agents (docs/metrics.md §1.7)
 WS_SUBAGENTS = ("connection", "lanes")
+#: the key sent when the user gives none: the reference server's, so a real endpoint that
+#: refuses it needs the user's own key (the probe's hint says how to give it)
+PLACEHOLDER_API_KEY = "sk-loopbench"
 
 
 @dataclass(slots=True)
 class TransportOptions:
     base_url: str  # e.g. http://127.0.0.1:8000/v1
-    api_key: str = "sk-loopbench"
+    api_key: str = PLACEHOLDER_API_KEY
     keepalive: bool = True
     verify_tls: bool = True
     connect_timeout_s: float = 10.0

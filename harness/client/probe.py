@@ -105,9 +105,18 @@ class Finding:
     #: the endpoint does not serve the model the requests named: whether the feature is there
     #: cannot be told, but a run with that model cannot work either
     model_unknown: bool = False
-    #: the endpoint refused the credentials (401/403): whether the feature is there cannot be
+    #: the endpoint refused the credentials (401): whether the feature is there cannot be
     #: told either, and a run with those credentials cannot work
     auth_failed: bool = False
+    #: the endpoint answered 403: it knows who asked and will not serve them (a key without
+    #: access to the model or the API, a gateway's policy); a run cannot work either
+    forbidden: bool = False
+
+    @property
+    def refused_the_client(self) -> bool:
+        """The answer was about who asked or what model they named, not about the feature: an
+        "unknown" that still stops a run."""
+        return self.model_unknown or self.auth_failed or self.forbidden
 
     @property
     def answer(self) -> str:
@@ -157,8 +166,10 @@ def refusal(
 ) -> str | None:
     """The one-line reason not to run ``specs`` against ``target``, or None.
 
-    Only a feature known to be missing refuses; "unknown" (e.g. no usage to compare)
-    lets the run go ahead, as the measurement itself will show.
+    A feature known to be missing refuses, and so does an "unknown" that came from refused
+    credentials, a 403 or a model the endpoint does not serve (the run would fail the same
+    way); any other "unknown" (e.g. no usage to compare) lets the run go ahead, as the
+    measurement itself will show.
     """
     by_feature = {f.feature: f for f in findings}
     reach = by_feature.get(REACHABLE)
@@ -170,9 +181,7 @@ def refusal(
     for spec in specs:
         for feature in needed_features(spec, compaction=compaction):
             found = by_feature.get(feature)
-            if found is not None and (
-                found.supported is False or found.model_unknown or found.auth_failed
-            ):
+            if found is not None and (found.supported is False or found.refused_the_client):
                 gaps.append((spec.name, found.evidence))
                 break
     if not gaps:
@@ -528,15 +537,23 @@ def http_failure(url: str, status: int, message: str) -> str:
 
 #: the statuses of a route the server does not have (405: a path it serves for another method)
 NO_ROUTE = (404, 405)
-#: the statuses of credentials refused
-AUTH_REFUSED = (401, 403)
+#: credentials refused
+UNAUTHORIZED = 401
+#: the request refused for who sent it (the credentials were read, not accepted for this)
+FORBIDDEN = 403
+#: the statuses that are about the client, not the route: the API may well be there
+AUTH_REFUSED = (UNAUTHORIZED, FORBIDDEN)
 
 
-def refused(feature: str, url: str, status: int, message: str) -> Finding:
+def refused(
+    feature: str, url: str, status: int, message: str, *, placeholder_key: bool = False
+) -> Finding:
     """An HTTP error answer to the request that checks ``feature``.
 
     For the request that asks whether an API is there at all, 404 and 405 say it is not:
-    ``no Chat Completions API at URL: HTTP 404 …``.
+    ``no Chat Completions API at URL: HTTP 404 …``.  ``placeholder_key``: the request went
+    out with loopbench's placeholder key (the user gave none), so a 401 or 403 says how to
+    give one; a key the user gave was not a forgotten option, and the hint would mislead.
     """
     api = API_OF.get(feature)
     if status in (400, 404) and _names_the_model(message):
@@ -550,14 +567,26 @@ def refused(feature: str, url: str, status: int, message: str) -> Finding:
             "GET /models",
             model_unknown=True,
         )
-    if status in AUTH_REFUSED:
-        # Not "no": a gateway answers 401 before it routes, so the API may well be there.
+    # Not "no": a gateway answers 401 and 403 before it routes, so the API may well be there.
+    hint = (
+        "; give the endpoint's key with --api-key-env NAME (without it loopbench sends a "
+        "placeholder key)"
+        if placeholder_key
+        else ""
+    )
+    if status == UNAUTHORIZED:
         return Finding(
             feature,
             None,
-            f"{url} refused the credentials ({answered(status, message)}); give the endpoint's "
-            "key with --api-key-env NAME (without it loopbench sends a placeholder key)",
+            f"{url} refused the credentials ({answered(status, message)}){hint}",
             auth_failed=True,
+        )
+    if status == FORBIDDEN:
+        return Finding(
+            feature,
+            None,
+            f"{url} answered forbidden ({answered(status, message)}){hint}",
+            forbidden=True,
         )
     if status in NO_ROUTE and api is not None and API_FEATURE[api] == feature:
         return Finding(feature, False, f"no {API_NAMES[api]} at {url}: {answered(status, message)}")
@@ -999,6 +1028,21 @@ def judge_retrieve(
 
 def not_checked(feature: str, why: str) -> Finding:
     return Finding(feature, None, f"not checked: {why}", checked=False)
+
+
+def not_checked_after(feature: str, earlier: Finding, url: str, otherwise: str) -> Finding:
+    """``feature`` not asked for because ``earlier`` (the check it builds on, at ``url``) did
+    not pass: the cause that answer gave, ``otherwise`` (``no Chat Completions API``) only
+    when the earlier answer was about the API and not about who asked."""
+    if earlier.auth_failed:
+        why = f"the server refused the credentials at {url}"
+    elif earlier.forbidden:
+        why = f"the server answered forbidden at {url}"
+    elif earlier.model_unknown:
+        why = f"the server does not serve the model the probe named at {url}"
+    else:
+        why = otherwise
+    return not_checked(feature, why)
 
 
 #: the probe table's width: evidence wraps under its row at this many columns

@@ -19,7 +19,7 @@ import websockets
 
 from harness.client.bodies import http_headers
 from harness.client.messages_api import messages_headers
-from harness.client.options import TransportOptions
+from harness.client.options import PLACEHOLDER_API_KEY, TransportOptions
 from harness.client.probe import (
     AUTH_REFUSED,
     BACKGROUND,
@@ -70,6 +70,7 @@ from harness.client.probe import (
     judge_ws,
     messages_create,
     not_checked,
+    not_checked_after,
     read_chat,
     read_messages,
     read_stream,
@@ -118,6 +119,10 @@ class _Prober:
         )
         self.timeout_s = timeout_s
         self.model = model
+        # The user gave no key and no credential header of their own: a refusal then most
+        # likely wants their key, and the finding says how to give it.
+        own = {name.lower() for name, _ in shaping.headers} & {"authorization", "x-api-key"}
+        self.placeholder_key = api_key == PLACEHOLDER_API_KEY and not own
         self.pool = H1Pool(
             target,
             max_connections=1,
@@ -195,7 +200,9 @@ class _Prober:
                 SSE, False, f"POST {self.post_url}: {_failure(exc, self.timeout_s)}"
             ), None
         if isinstance(got, str):
-            return refused(SSE, self.post_url, status, got), None
+            return refused(
+                SSE, self.post_url, status, got, placeholder_key=self.placeholder_key
+            ), None
         finding = judge_sse(self.post_url, status, ctype, got)
         return finding, got if finding.supported else None
 
@@ -209,7 +216,9 @@ class _Prober:
         except (TimeoutError, LoopbenchError) as exc:
             return Finding(CHAINING, False, f"{where}: {_failure(exc, self.timeout_s)}")
         if isinstance(got, str):
-            return refused(CHAINING, self.post_url, status, got)
+            return refused(
+                CHAINING, self.post_url, status, got, placeholder_key=self.placeholder_key
+            )
         if got.response_id is not None:
             self.stored.append(got.response_id)
         return judge_chain(CHAINING, where, first, got)
@@ -291,11 +300,14 @@ class _Prober:
             found = Finding(CHAT, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
         else:
             if isinstance(got, str):
-                found = refused(CHAT, url, status, got)
+                found = refused(CHAT, url, status, got, placeholder_key=self.placeholder_key)
             else:
                 found, reading = judge_chat(url, status, ctype, got), got
         if not found.supported or reading is None:
-            return [found, *(not_checked(f, "no Chat Completions API") for f in rest)]
+            return [
+                found,
+                *(not_checked_after(f, found, url, "no Chat Completions API") for f in rest),
+            ]
         got = reading
         out = [found]
         if CHAT_USAGE in rest:
@@ -332,12 +344,15 @@ class _Prober:
             found = Finding(MESSAGES, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
         else:
             found = (
-                refused(MESSAGES, url, status, got)
+                refused(MESSAGES, url, status, got, placeholder_key=self.placeholder_key)
                 if isinstance(got, str)
                 else judge_messages(url, status, ctype, got)
             )
         if not found.supported:
-            return [found, *(not_checked(f, "no Anthropic Messages API") for f in rest)]
+            return [
+                found,
+                *(not_checked_after(f, found, url, "no Anthropic Messages API") for f in rest),
+            ]
         out = [found]
         if MESSAGES_CACHE in rest:
             try:
@@ -359,8 +374,8 @@ class _Prober:
             async with asyncio.timeout(self.timeout_s):
                 conn = await open_ws(self.options, url)
         except (TimeoutError, LoopbenchError) as exc:
-            found = _ws_failure(url, exc, self.timeout_s)
-            return [found, *(not_checked(f, "no WebSocket mode") for f in rest)]
+            found = _ws_failure(url, exc, self.timeout_s, self.placeholder_key)
+            return [found, *(not_checked_after(f, found, url, "no WebSocket mode") for f in rest)]
         try:
             first = await self._exchange(conn, ws_create(self.model))
             found = (
@@ -447,12 +462,16 @@ def _failure(exc: BaseException, timeout_s: float) -> str:
 _HTTP_STATUS = re.compile(r"\bHTTP/\d(?:\.\d)? (\d{3})\b")
 
 
-def _ws_failure(url: str, exc: BaseException, timeout_s: float) -> Finding:
+def _ws_failure(
+    url: str, exc: BaseException, timeout_s: float, placeholder_key: bool = False
+) -> Finding:
     """The upgrade's HTTP status when the server answered one, else why it did not."""
     cause = exc.__cause__
     status = None
+    body = b""
     if isinstance(cause, websockets.exceptions.InvalidStatus):
         status = cause.response.status_code
+        body = bytes(cause.response.body or b"")
     elif isinstance(cause, websockets.exceptions.InvalidMessage):
         # An HTTP/1.0 answer (python -m http.server, some proxies) is a status all the same,
         # though the library refuses to parse it: "expected HTTP/1.1: HTTP/1.0 404 …".
@@ -460,7 +479,9 @@ def _ws_failure(url: str, exc: BaseException, timeout_s: float) -> Finding:
         status = int(found.group(1)) if found else None
     if status is not None:
         if status in AUTH_REFUSED:
-            return refused(WEBSOCKET, url, status, "")
+            # the server's own reason (an invalid key, a model the key may not use) is the news
+            message = error_text(status, body) if body else ""
+            return refused(WEBSOCKET, url, status, message, placeholder_key=placeholder_key)
         return Finding(WEBSOCKET, False, ws_refused(url, status, ""))
     if isinstance(exc, TimeoutError) or isinstance(cause, TimeoutError):
         why = f"no upgrade within {timeout_s:g} s"
@@ -497,6 +518,7 @@ async def probe_endpoint(
         out = [reach]
         http_features = [f for f in rest if f in (SSE, CHAINING, RETRIEVE)]
         first: StreamReading | None = None
+        sse: Finding | None = None
         if http_features:
             # store: true only when a chain or a retrieve will follow: a stateless run must not
             # fail the probe on an endpoint that refuses to store (zero data retention).
@@ -507,25 +529,35 @@ async def probe_endpoint(
                 out.append(
                     await prober.chaining(first)
                     if first is not None
-                    else not_checked(CHAINING, "no SSE stream to chain on")
+                    else not_checked_after(
+                        CHAINING, sse, prober.post_url, "no SSE stream to chain on"
+                    )
                 )
-        # The Responses API's other HTTP routes are worth asking only where it answers.
-        no_http = first is None and bool(http_features)
+        # The Responses API's other HTTP routes are worth asking only where it answers; where
+        # it did not, their rows give the cause the SSE check found.
+        failed = sse if sse is not None and first is None else None
+        no_http = "no Responses API stream over HTTP"
         if BACKGROUND in rest:
-            if no_http:
-                out.append(not_checked(BACKGROUND, "no Responses API stream over HTTP"))
+            if failed is not None:
+                out.append(not_checked_after(BACKGROUND, failed, prober.post_url, no_http))
             else:
                 found, rid = await prober.background()
                 out.append(found)
                 prober.stored += [rid] if rid else []
         if COMPACTION in rest:
             out.append(
-                not_checked(COMPACTION, "no Responses API stream over HTTP")
-                if no_http
+                not_checked_after(COMPACTION, failed, prober.post_url, no_http)
+                if failed is not None
                 else await prober.compaction()
             )
         if RETRIEVE in rest:
-            if first is None or first.response_id is None:
+            if failed is not None:
+                out.append(
+                    not_checked_after(
+                        RETRIEVE, failed, prober.post_url, "no stored response to retrieve"
+                    )
+                )
+            elif first is None or first.response_id is None:
                 out.append(not_checked(RETRIEVE, "no stored response to retrieve"))
             else:
                 found = await prober.retrieve(first.response_id)

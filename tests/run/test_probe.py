@@ -10,14 +10,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness.client.probe import (
     API_OF,
+    BACKGROUND,
     CHAINING,
+    CHAT,
+    CHAT_CACHED,
+    CHAT_TOOLS,
+    CHAT_USAGE,
     COMPACTION,
     FEATURES,
     LANES,
+    MESSAGES,
+    MESSAGES_CACHE,
     REACHABLE,
     RESPONSES_API,
+    RETRIEVE,
     SSE,
     WARMUP,
     WEBSOCKET,
@@ -28,15 +38,18 @@ from harness.client.probe import (
     read_stream,
     refusal,
 )
-from harness.run.probe import probe
+from harness.client.shaping import RequestShaping
+from harness.run.probe import probe, probe_for_run
 from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import TRANSPORTS, transport_spec
 from tests.foreign_servers import (
+    FORBIDDEN_MESSAGE,
     canned_events,
     canned_sse_server,
     dead_target,
     error_page_server,
     error_server,
+    forbidden_server,
     http_only_server,
     json_not_sse_server,
     key_required_server,
@@ -265,6 +278,102 @@ def test_refused_credentials_are_not_a_missing_api(tmp_path: Path) -> None:
     [line] = err.strip().splitlines()
     assert line.startswith(f"error: transports http, ws cannot run against {url}: http: ")
     assert "ws: " in line and line.count("refused the credentials") == 2
+
+
+#: what a row under an API said when the API check answered with an auth error, before the
+#: rows gave that cause: each claims the API (or its stream) is not there
+_CLAIMS_ABSENCE = ("no Responses API", "no SSE stream", "no WebSocket mode", "no Chat", "no Anth")
+
+
+def _skipped_rows(found: dict[str, Finding], url: str, cause: str) -> None:
+    """Every row under an API the server refused says the cause, at that API's URL."""
+    under = {
+        CHAINING: f"{url}/responses",
+        COMPACTION: f"{url}/responses",
+        RETRIEVE: f"{url}/responses",
+        BACKGROUND: f"{url}/responses",
+        WS_CHAINING: url.replace("http://", "ws://") + "/responses",
+        WARMUP: url.replace("http://", "ws://") + "/responses",
+        LANES: url.replace("http://", "ws://") + "/responses",
+        CHAT_USAGE: f"{url}/chat/completions",
+        CHAT_TOOLS: f"{url}/chat/completions",
+        CHAT_CACHED: f"{url}/chat/completions",
+        MESSAGES_CACHE: f"{url}/messages",
+    }
+    for feature, where in under.items():
+        row = found[feature]
+        assert not row.checked and row.evidence == f"not checked: {cause} at {where}", row
+    for row in found.values():
+        assert not any(claim in row.evidence for claim in _CLAIMS_ABSENCE), row
+
+
+def test_rows_under_a_refused_api_give_the_cause_not_a_missing_api() -> None:
+    with key_required_server() as url:
+        refused_key = _probe(url)
+    with forbidden_server() as url2:
+        forbidden = _probe(url2)
+    _skipped_rows(refused_key, url, "the server refused the credentials")
+    _skipped_rows(forbidden, url2, "the server answered forbidden")
+
+
+def test_forbidden_is_not_refused_credentials(tmp_path: Path) -> None:
+    """403: the server read the key and will not serve it. The probe says forbidden and
+    quotes the server's reason, on one line, over HTTP and on the WebSocket upgrade alike;
+    the verdict is "unknown" and a run is refused for it."""
+    with forbidden_server() as url:
+        found = _probe(url)
+        code, err = _run(url, tmp_path / "results", "--transports", "http,ws")
+    for feature in (SSE, WEBSOCKET, CHAT, MESSAGES):
+        row = found[feature]
+        assert row.supported is None and row.forbidden and not row.auth_failed, row
+        assert "refused the credentials" not in row.evidence
+        assert f"answered forbidden (HTTP 403: model_not_allowed: {FORBIDDEN_MESSAGE})" in (
+            row.evidence
+        ), row
+    assert code == ExitCode.USAGE
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"error: transports http, ws cannot run against {url}: http: ")
+    assert line.count(FORBIDDEN_MESSAGE) == 2
+    assert not (tmp_path / "results").exists()
+
+
+HINT = "--api-key-env NAME"
+
+
+def test_the_key_hint_only_when_the_placeholder_key_was_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hint says how to give a key; to a user who gave one it would say the wrong thing."""
+    lines: list[str] = []
+    with key_required_server() as url, forbidden_server() as url2:
+        for target in (url, url2):
+            sent = {
+                "placeholder": probe(target, api_key="sk-loopbench", timeout_s=10),
+                "given": probe(target, api_key="sk-the-users-own", timeout_s=10),
+                # a credential header of the user's own replaces the placeholder's
+                "header": probe(
+                    target,
+                    api_key="sk-loopbench",
+                    timeout_s=10,
+                    shaping=RequestShaping(headers=(("Authorization", "Bearer sk-gw"),)),
+                ),
+            }
+            for how, findings in sent.items():
+                for row in findings:
+                    if row.auth_failed or row.forbidden:
+                        assert (HINT in row.evidence) == (how == "placeholder"), (how, row)
+        monkeypatch.setenv("LOOPBENCH_PROBE_TEST_KEY", "sk-the-users-own")
+        given = loopbench("probe", "--target", url, "--api-key-env", "LOOPBENCH_PROBE_TEST_KEY")
+        placeholder = loopbench("probe", "--target", url)
+        refused_run = probe_for_run(
+            url, ["http"], api_key="sk-the-users-own", verify_tls=True, say=lines.append
+        )
+    assert given.returncode == placeholder.returncode == ExitCode.OK
+    assert "refused the credentials" in given.stdout and HINT not in given.stdout
+    assert HINT in placeholder.stdout
+    assert refused_run == ExitCode.USAGE
+    [line] = lines
+    assert "refused the credentials (HTTP 401" in line and HINT not in line
 
 
 def test_a_web_servers_error_page_reaches_the_run_as_one_line_of_text(tmp_path: Path) -> None:

@@ -298,6 +298,12 @@ def test_an_unknown_model_is_not_a_missing_api() -> None:
         assert chat.supported is None and chat.model_unknown
         assert "does not serve the model" in chat.evidence and "--model" in chat.evidence
         assert "no Chat Completions API" not in chat.evidence
+        # the rows under it give that cause too, not an API that is not there
+        for feature in (CHAT_USAGE, CHAT_TOOLS, CHAT_CACHED):
+            assert found[feature].evidence == (
+                "not checked: the server does not serve the model the probe named at "
+                f"{url}/chat/completions"
+            ), found[feature]
         proc = loopbench("run", TINY, "--target", url, "--transports", "chat", "--no-hints")
         assert proc.returncode == ExitCode.USAGE
         assert "does not serve the model" in proc.stderr
