@@ -216,6 +216,18 @@ def test_unreachable_is_the_first_cause() -> None:
     assert refusal([Finding(WS_CHAINING, None, "no usage")], specs, "u") is None
 
 
+def test_an_unknown_about_the_client_stops_a_run_any_other_does_not() -> None:
+    """docs/probe.md, "Before a run": refused credentials, a 403 and a model the endpoint does
+    not serve stop it; an unknown about the feature itself does not."""
+    specs = [transport_spec("ws")]
+    for flag in ("auth_failed", "forbidden", "model_unknown"):
+        found = Finding(WEBSOCKET, None, f"the {flag} evidence", **{flag: True})
+        assert refusal([found], specs, "u") == (
+            f"transport ws cannot run against u: the {flag} evidence"
+        )
+    assert refusal([Finding(WEBSOCKET, None, "cannot be told")], specs, "u") is None
+
+
 def test_lanes_need_the_stream_id_in_every_event() -> None:
     events = canned_events("resp_1")
     assert judge_lanes(read_stream(events)).supported is False
