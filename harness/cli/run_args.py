@@ -510,13 +510,24 @@ def _check_search(args: argparse.Namespace) -> None:
 
 
 def check_server_profiles(scenario: Scenario, source: str) -> None:
-    """The scenario's ``server:`` section names profiles and overrides the embedded server
-    accepts: a typo is a scenario error (file and field) now, not a server that exits at start.
+    """The profiles and overrides the embedded server will be started with (the ``server:``
+    section, and the window ``context_window_tokens`` sets: ``embedded_overrides``) are ones
+    it accepts: a typo is a scenario error (file and field) now, not a server that exits at
+    start.  An error inside a profile file is the field that names the file, the file and its
+    key kept in the message.
     """
     server = scenario.server
     try:
-        load_profiles(server.api_profile, server.engine_profile, dict(server.set))
+        load_profiles(server.api_profile, server.engine_profile, scenario.embedded_overrides())
     except ProfileError as exc:
-        field = {"api profile": "server.api_profile", "engine profile": "server.engine_profile"}
-        where = field.get(exc.source, f"server.set.{exc.key}")
-        raise ScenarioError(source, where, exc.detail) from None
+        if exc.profile is not None:
+            where = f"server.{exc.profile}_profile"
+            # a name that resolves to no file is the field's own value; a file says where in it
+            detail = exc.detail if exc.source == f"{exc.profile} profile" else str(exc)
+        elif exc.key in server.set:
+            where, detail = f"server.set.{exc.key}", exc.detail
+        else:
+            # not written under server.set: the override context_window_tokens implies
+            where = "context_window_tokens"
+            detail = f"the embedded server's {exc.key} (set from it): {exc.detail}"
+        raise ScenarioError(source, where, detail) from None

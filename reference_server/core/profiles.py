@@ -33,6 +33,12 @@ class ProfileError(LocatedError):
     ``str(err)`` is one line: ``--set api.fixed_ms: expected a number >= 0, got '-3'``.
     """
 
+    def __init__(self, source: str, key: str, message: str, *, profile: Kind | None = None) -> None:
+        super().__init__(source, key, message)
+        #: ``api`` or ``engine`` when the profile named, or its file, is at fault (None: an
+        #: override or an option): a caller that chose the profile can name its own field
+        self.profile = profile
+
 
 class _Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -211,6 +217,7 @@ def _resolve(kind: Kind, ref: str) -> Path:
         f"{kind} profile",
         ref,
         f"expected a shipped profile ({names}) or a path to a YAML file, got {ref!r}",
+        profile=kind,
     )
 
 
@@ -220,14 +227,19 @@ def _read(kind: Kind, ref: str) -> tuple[str, dict[str, Any]]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ProfileError(source, "", f"cannot read: {exc.strerror or exc}") from None
+        raise ProfileError(
+            source, "", f"cannot read: {exc.strerror or exc}", profile=kind
+        ) from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f"line {where.line + 1}: " if where is not None else ""
-        raise ProfileError(source, "", f"{line}expected valid YAML") from None
+        raise ProfileError(source, "", f"{line}expected valid YAML", profile=kind) from None
     if not isinstance(data, dict):
         raise ProfileError(
-            source, "", f"expected a mapping of parameters, got {type(data).__name__}"
+            source,
+            "",
+            f"expected a mapping of parameters, got {type(data).__name__}",
+            profile=kind,
         )
     return source, data
 
@@ -244,7 +256,7 @@ def _validate(
     source: str,
     data: dict[str, Any],
     overrides: dict[str, str],
-    kind: str,
+    kind: Kind,
 ) -> _Profile:
     merged = dict(data)
     for param, raw in overrides.items():
@@ -268,8 +280,10 @@ def _validate(
                 "--set", f"{kind}.{key}", f"expected {expected}, got {overrides[key]!r}"
             ) from None
         if err["type"] == "missing":
-            raise ProfileError(source, key, f"expected {expected}, got nothing (missing)") from None
-        raise ProfileError(source, key, f"expected {expected}, got {got!r}") from None
+            raise ProfileError(
+                source, key, f"expected {expected}, got nothing (missing)", profile=kind
+            ) from None
+        raise ProfileError(source, key, f"expected {expected}, got {got!r}", profile=kind) from None
 
 
 def _parse_scalar(raw: str) -> Any:

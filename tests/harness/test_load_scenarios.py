@@ -138,6 +138,89 @@ def test_validate_and_run_name_a_server_profile_the_embedded_server_would_refuse
     assert not (tmp_path / "out").exists()  # nothing started, nothing written
 
 
+def _refused_by_validate_and_run(
+    scenario: Path, out: Path, capsys: pytest.CaptureFixture[str]
+) -> dict[str, str]:
+    """Each command's first line on stderr; both must exit 4 and start nothing."""
+    first: dict[str, str] = {}
+    for command in ("validate", "run"):
+        with pytest.raises(SystemExit) as exc:
+            main([command, str(scenario), *(["--out", str(out)] if command == "run" else [])])
+        assert exc.value.code == 4, command
+        first[command] = capsys.readouterr().err.splitlines()[0]
+    assert not out.exists()
+    return first
+
+
+ENGINE = ROOT / "reference_server" / "profiles" / "engine-cerebras-spark.yaml"
+
+
+def _engine_profile(path: Path, **changed: object) -> Path:
+    """The shipped engine profile with some parameters replaced."""
+    lines = [
+        f"{line.partition(':')[0]}: {changed[line.partition(':')[0]]}"
+        if line.partition(":")[0] in changed
+        else line
+        for line in ENGINE.read_text().splitlines()
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_an_error_inside_a_profile_file_is_the_field_that_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scenario's field (server.engine_profile), then the profile file and its key: both
+    files are named, with what was expected."""
+    engine = _engine_profile(tmp_path / "my-engine.yaml", sustained_tps=-1)
+    api = tmp_path / "my-api.yaml"
+    api.write_text("name: mine\nworkers: [1\n")
+    cases = {
+        engine: (
+            "engine_profile",
+            "my-engine.yaml: sustained_tps: expected a number > 0, got -1",
+        ),
+        api: ("api_profile", "my-api.yaml: line 3: expected valid YAML"),
+    }
+    for profile, (field, message) in cases.items():
+        scenario = tmp_path / f"{field}.yaml"
+        scenario.write_text(f"name: s\ntransports: [http]\nserver:\n  {field}: {profile}\n")
+        for command, line in _refused_by_validate_and_run(
+            scenario, tmp_path / "out", capsys
+        ).items():
+            prefix = "error: " if command == "run" else ""
+            assert line.startswith(f"{prefix}{scenario}: server.{field}: "), (command, line)
+            assert line.endswith(message), (command, line)
+
+
+def test_the_window_the_scenario_gives_the_embedded_server_is_checked_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """context_window_tokens becomes the embedded server's engine.context_window_tokens: an
+    output cap above it, in server.set or in a profile file, would stop the server at start."""
+    engine = _engine_profile(tmp_path / "engine.yaml", max_output_tokens=300000)
+    cases = {
+        "set": (
+            "context_window_tokens: 60000\nserver:\n  set:\n    engine.max_output_tokens: 70000\n",
+            "server.set.engine.max_output_tokens: expected an integer <= context_window_tokens "
+            "(60000), got '70000'",
+        ),
+        "window": (
+            f"context_window_tokens: 200000\nserver:\n  engine_profile: {engine}\n",
+            "context_window_tokens: the embedded server's engine.context_window_tokens (set from "
+            "it): expected an integer >= max_output_tokens (300000), got '200000'",
+        ),
+    }
+    for name, (body, message) in cases.items():
+        scenario = tmp_path / f"{name}.yaml"
+        scenario.write_text(f"name: {name}\ntransports: [http]\n{body}")
+        for command, line in _refused_by_validate_and_run(
+            scenario, tmp_path / "out", capsys
+        ).items():
+            prefix = "error: " if command == "run" else ""
+            assert line == f"{prefix}{scenario}: {message}", (command, line)
+
+
 def test_every_top_level_scenario_has_a_reduced_run() -> None:
     assert {p.stem for p in SCENARIOS.glob("*.yaml")} == set(REDUCED)
 
