@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.client.options import PLACEHOLDER_API_KEY
 from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.report.results import new_run_id
 from harness.run.embedded import embedded_server
@@ -65,7 +66,7 @@ class ABOptions:
     run_id: str | None = None
     rounds: int | None = None
     transports: Sequence[str] | None = None
-    api_key: str = "sk-loopbench"
+    api_key: str = PLACEHOLDER_API_KEY
     keepalive: bool = True
     verify_tls: bool = True
     request_timeout_s: float = 120.0

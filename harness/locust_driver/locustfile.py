@@ -26,7 +26,7 @@ from locust import LoadTestShape, User, argument_parser, constant, events, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
-from harness.client.options import TransportOptions
+from harness.client.options import PLACEHOLDER_API_KEY, TransportOptions
 from harness.client.shaping import rollout_key
 from harness.locust_driver.agent_loop import run_rollout
 from harness.locust_driver.master import MasterOptions, MasterSide
@@ -327,7 +327,7 @@ class LoopbenchAgent(User):
                 transport,
                 TransportOptions(
                     base_url=config.target,
-                    api_key=key or "sk-loopbench",
+                    api_key=key or PLACEHOLDER_API_KEY,
                     keepalive=config.keepalive,
                     verify_tls=config.verify_tls,
                     request_timeout_s=config.request_timeout_s,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.client.options import PLACEHOLDER_API_KEY
 from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
@@ -58,7 +59,7 @@ def _say_stderr(message: str) -> None:
 class RunOptions:
     transports: Sequence[str] | None = None
     target: str | None = None
-    api_key: str = "sk-loopbench"
+    api_key: str = PLACEHOLDER_API_KEY
     results_root: Path = Path("results")
     run_id: str | None = None
     keepalive: bool = True
