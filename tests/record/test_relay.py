@@ -6,17 +6,28 @@ Real sockets on 127.0.0.1, upstreams started here on port 0; no wall-clock thres
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import socket
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
 import pytest
 
-from harness.record.bench import ArmResult, BenchResult, _upstream_times, orders, run_bench
+from harness.record.bare_relay import serve as serve_bare_relay
+from harness.record.bench import (
+    BARE_RELAY,
+    THIS_PROXY,
+    ArmResult,
+    BenchResult,
+    _upstream_times,
+    orders,
+    run_bench,
+)
 from harness.record.proxy import RecordingProxy, Upstream
 from harness.transports.rx_socket import kernel_stamps_supported
 from tests.runs import ROOT
@@ -26,16 +37,22 @@ pytestmark = pytest.mark.timeout(120)
 BIG = 8 * 1024 * 1024  # far more than both legs' socket buffers and the transports' limits
 
 
-async def _big_upstream() -> asyncio.Server:
-    """Answers one request with a BIG chunked body, as fast as it may write."""
-    block = bytes(range(256)) * 256  # 64 KiB
+BLOCK = bytes(range(256)) * 256  # 64 KiB
+HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+async def _big_upstream(heads: list[bytes] | None = None) -> asyncio.Server:
+    """Answers one request with a BIG chunked body, as fast as it may write; the request
+    heads it got go to ``heads``."""
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-            for _ in range(BIG // len(block)):
-                writer.write(b"%x\r\n" % len(block) + block + b"\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            if heads is not None:
+                heads.append(head)
+            writer.write(HEAD)
+            for _ in range(BIG // len(BLOCK)):
+                writer.write(b"%x\r\n" % len(BLOCK) + BLOCK + b"\r\n")
                 await writer.drain()
             writer.write(b"0\r\n\r\n")
             await writer.drain()
@@ -46,11 +63,47 @@ async def _big_upstream() -> asyncio.Server:
     return await asyncio.start_server(serve, "127.0.0.1", 0)
 
 
+def _big_digest() -> bytes:
+    """What a client of :func:`_big_upstream` must receive, hashed."""
+    want = hashlib.sha256(HEAD)
+    for _ in range(BIG // len(BLOCK)):
+        want.update(b"%x\r\n" % len(BLOCK) + BLOCK + b"\r\n")
+    want.update(b"0\r\n\r\n")
+    return want.digest()
+
+
+async def _read_chunked_digest(reader: asyncio.StreamReader) -> bytes:
+    """Read through the chunked body's last chunk; the bytes read, hashed."""
+    got = hashlib.sha256()
+    seen = b""
+    while not seen.endswith(b"0\r\n\r\n"):
+        chunk = await reader.read(1 << 20)
+        if not chunk:
+            break
+        got.update(chunk)
+        seen = (seen + chunk)[-16:]
+    return got.digest()
+
+
+@contextlib.asynccontextmanager
+async def _proxy_before(serve: Callable[..., Awaitable[None]]) -> AsyncIterator[RecordingProxy]:
+    """A recording proxy in front of an upstream answering with ``serve``."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    proxy = RecordingProxy(Upstream.parse(f"http://127.0.0.1:{port}/v1"))
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.stop()
+        server.close()
+
+
 def test_a_response_larger_than_every_buffer_reaches_a_slow_client_whole() -> None:
     """The relay holds the upstream back while the client does not read (no unbounded
     buffering, nothing dropped): every byte arrives, in order."""
 
-    async def main() -> tuple[bytes, bytes, list[int]]:
+    async def main() -> tuple[bytes, list[int]]:
         server = await _big_upstream()
         port = server.sockets[0].getsockname()[1]
         proxy = RecordingProxy(Upstream.parse(f"http://127.0.0.1:{port}/v1"))
@@ -61,29 +114,15 @@ def test_a_response_larger_than_every_buffer_reaches_a_slow_client_whole() -> No
             await asyncio.sleep(0.5)  # not reading: the proxy must stop reading upstream
             # what the proxy holds for this client meanwhile: bounded by the flow control
             buffered = [r.client.get_write_buffer_size() for r in proxy._relays]
-            got = hashlib.sha256()
-            seen = b""
-            total = 0
-            while not seen.endswith(b"0\r\n\r\n"):
-                chunk = await reader.read(1 << 20)
-                if not chunk:
-                    break
-                got.update(chunk)
-                total += len(chunk)
-                seen = (seen + chunk)[-16:]
+            got = await _read_chunked_digest(reader)
             writer.close()
         finally:
             await proxy.stop()
             server.close()
-        block = bytes(range(256)) * 256
-        want = hashlib.sha256(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-        for _ in range(BIG // len(block)):
-            want.update(b"%x\r\n" % len(block) + block + b"\r\n")
-        want.update(b"0\r\n\r\n")
-        return got.digest(), want.digest(), buffered
+        return got, buffered
 
-    got, want, buffered = asyncio.run(asyncio.wait_for(main(), 90))
-    assert got == want
+    got, buffered = asyncio.run(asyncio.wait_for(main(), 90))
+    assert got == _big_digest()
     assert buffered and max(buffered) < BIG // 4
 
 
@@ -97,11 +136,7 @@ def test_both_legs_send_each_chunk_at_once() -> None:
             await reader.read()
             writer.close()
 
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        proxy = RecordingProxy(Upstream.parse(f"http://127.0.0.1:{port}/v1"))
-        await proxy.start()
-        try:
+        async with _proxy_before(serve) as proxy:
             reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
             writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
             assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 204")
@@ -112,9 +147,6 @@ def test_both_legs_send_each_chunk_at_once() -> None:
                 for t in (relay.client, relay.up)
             ]
             writer.close()
-        finally:
-            await proxy.stop()
-            server.close()
         return flags
 
     assert all(asyncio.run(asyncio.wait_for(main(), 60)))
@@ -253,19 +285,12 @@ def test_a_client_that_half_closes_after_its_request_still_gets_the_response() -
             await writer.drain()
             writer.close()
 
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        proxy = RecordingProxy(Upstream.parse(f"http://127.0.0.1:{port}/v1"))
-        await proxy.start()
-        try:
+        async with _proxy_before(serve) as proxy:
             reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
             writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
             writer.write_eof()
             got = await reader.read()
             writer.close()
-        finally:
-            await proxy.stop()
-            server.close()
         return got
 
     assert asyncio.run(asyncio.wait_for(main(), 60)) == (
@@ -276,31 +301,16 @@ def test_a_client_that_half_closes_after_its_request_still_gets_the_response() -
 def test_the_bare_relay_forwards_a_large_response_whole_and_touches_nothing() -> None:
     """The bench's floor relays as the proxy does, flow control included, and rewrites
     nothing: the upstream sees the client's own request head."""
-    from harness.record.bare_relay import serve
-
     heads: list[bytes] = []
 
-    async def main() -> tuple[bytes, bytes, list[int]]:
-        block = bytes(range(256)) * 256
-
-        async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            heads.append(await reader.readuntil(b"\r\n\r\n"))
-            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-            for _ in range(BIG // len(block)):
-                writer.write(b"%x\r\n" % len(block) + block + b"\r\n")
-                await writer.drain()
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-            await reader.read()
-            writer.close()
-
-        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+    async def main() -> tuple[bytes, list[int]]:
+        server = await _big_upstream(heads)
         port = server.sockets[0].getsockname()[1]
         stop = asyncio.Event()
         ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         clients: set = set()
         task = asyncio.ensure_future(
-            serve(
+            serve_bare_relay(
                 Upstream.parse(f"http://127.0.0.1:{port}/v1"),
                 "127.0.0.1",
                 0,
@@ -314,27 +324,16 @@ def test_the_bare_relay_forwards_a_large_response_whole_and_touches_nothing() ->
             writer.write(b"GET /v1/models HTTP/1.1\r\nHost: the-client's\r\n\r\n")
             await asyncio.sleep(0.5)  # not reading: the relay must stop reading upstream
             buffered = [c.transport.get_write_buffer_size() for c in clients if c.transport]
-            got = hashlib.sha256()
-            seen = b""
-            while not seen.endswith(b"0\r\n\r\n"):
-                chunk = await reader.read(1 << 20)
-                if not chunk:
-                    break
-                got.update(chunk)
-                seen = (seen + chunk)[-16:]
+            got = await _read_chunked_digest(reader)
             writer.close()
         finally:
             stop.set()
             await task
             server.close()
-        want = hashlib.sha256(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-        for _ in range(BIG // len(block)):
-            want.update(b"%x\r\n" % len(block) + block + b"\r\n")
-        want.update(b"0\r\n\r\n")
-        return got.digest(), want.digest(), buffered
+        return got, buffered
 
-    got, want, buffered = asyncio.run(asyncio.wait_for(main(), 90))
-    assert got == want
+    got, buffered = asyncio.run(asyncio.wait_for(main(), 90))
+    assert got == _big_digest()
     assert buffered and max(buffered) < BIG // 4
     assert heads == [b"GET /v1/models HTTP/1.1\r\nHost: the-client's\r\n\r\n"]
 
@@ -342,8 +341,6 @@ def test_the_bare_relay_forwards_a_large_response_whole_and_touches_nothing() ->
 def test_bench_measures_the_proxy_over_the_bare_relay_in_the_same_trials(server_url: str) -> None:
     """With the floor as one more side, each trial has four turns, and the proxy's p99 shift
     over the bare relay is told (without a CI at 4 trials); the floor has none of its own."""
-    from harness.record.bench import BARE_RELAY, THIS_PROXY
-
     result = run_bench(server_url, 4, proxies=(THIS_PROXY, BARE_RELAY))
     proxy, floor = result.arms
     assert (proxy.label, floor.label) == ("proxy", "bare relay")
