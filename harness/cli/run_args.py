@@ -518,7 +518,7 @@ def check_server_profiles(scenario: Scenario, source: str) -> None:
     """
     server = scenario.server
     try:
-        load_profiles(server.api_profile, server.engine_profile, scenario.embedded_overrides())
+        load_profiles(*scenario.server_profiles(), scenario.embedded_overrides())
     except ProfileError as exc:
         if exc.profile is not None:
             where = f"server.{exc.profile}_profile"

@@ -53,9 +53,10 @@ class Side:
 
     def server(self, scenario: Scenario) -> dict[str, Any]:
         """The embedded server's settings: the scenario's, with this side's changes on top."""
+        api_profile, engine_profile = scenario.server_profiles()
         return {
-            "api_profile": self.api_profile or scenario.server.api_profile,
-            "engine_profile": self.engine_profile or scenario.server.engine_profile,
+            "api_profile": self.api_profile or api_profile,
+            "engine_profile": self.engine_profile or engine_profile,
             "overrides": {**scenario.server.set, **self.server_set},
         }
 

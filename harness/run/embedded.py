@@ -60,10 +60,10 @@ def scenario_server(
     scenario: Scenario, extra_args: Sequence[str] = ()
 ) -> AbstractContextManager[str]:
     """:func:`embedded_server` with the profiles, overrides and seed the scenario names."""
-    server = scenario.server
+    api_profile, engine_profile = scenario.server_profiles()
     return embedded_server(
-        api_profile=server.api_profile,
-        engine_profile=server.engine_profile,
+        api_profile=api_profile,
+        engine_profile=engine_profile,
         overrides=scenario.embedded_overrides(),
         seed=scenario.seed,
         extra_args=extra_args,

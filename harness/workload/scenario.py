@@ -685,6 +685,15 @@ class Scenario(StrictModel):
                 return int(raw)
         return self.context_window_tokens
 
+    def server_profiles(self) -> tuple[str, str]:
+        """``server.api_profile`` and ``server.engine_profile`` as the embedded server is to
+        load them: a profile file is looked for next to this scenario first, as
+        ``rollout.trace`` is (then in the working directory; a shipped name stays a name)."""
+        return (
+            _beside(self.server.api_profile, self._source),
+            _beside(self.server.engine_profile, self._source),
+        )
+
     def embedded_overrides(self) -> dict[str, str]:
         """``server.set`` plus the window the scenario declares, for the embedded server.
 
@@ -1063,6 +1072,16 @@ def validate_scenario(
         raise InvalidScenarioError(problems)
     scenario._source = source
     return scenario
+
+
+def _beside(ref: str, source: str) -> str:
+    """``ref`` relative to the scenario file ``source`` when it names a file there."""
+    if os.path.isabs(ref) or not source or source.startswith("<"):
+        return ref
+    if not ref.endswith((".yaml", ".yml")) and "/" not in ref and os.sep not in ref:
+        return ref  # a shipped profile's name
+    beside = os.path.join(os.path.dirname(source), os.path.expanduser(ref))
+    return beside if os.path.isfile(beside) else ref
 
 
 def _deep_copy(value: Any) -> Any:

@@ -292,3 +292,37 @@ def test_burst_storm_through_the_cli(tmp_path: Path) -> None:
     for t in summary["transports"].values():
         assert t["schedule_lag_ms"]["p99"] is not None
         assert t["schedule"]["intended"] == summary["load"]["rollouts_planned"]
+
+
+def test_a_profile_file_is_found_next_to_the_scenario(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`server.engine_profile: my-engine.yaml` means the file beside the scenario (as
+    rollout.trace does), wherever the command is run from; a shipped name stays a name."""
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    _engine_profile(folder / "my-engine.yaml", sustained_tps=1500)
+    scenario = folder / "s.yaml"
+    scenario.write_text(
+        "name: s\ntransports: [http]\nrollout:\n  count: 1\n  tool_calls: 1\n"
+        "server:\n  engine_profile: my-engine.yaml\n  api_profile: optimized\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    loaded = load_scenario(str(scenario))
+    assert loaded.server_profiles() == ("optimized", str(folder / "my-engine.yaml"))
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", str(scenario)])
+    assert exc.value.code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    # the embedded server starts with it (it exited at start: no such profile in the cwd)
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(scenario), "--out", str(tmp_path / "out"), "--run-id", "r", "-q"])
+    assert exc.value.code == 0, capsys.readouterr().err
+    # and a broken file there is reported as that field, so it was the file read
+    _engine_profile(folder / "my-engine.yaml", sustained_tps=-1)
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", str(scenario)])
+    assert exc.value.code == 4
+    assert capsys.readouterr().err.startswith(f"{scenario}: server.engine_profile: ")
