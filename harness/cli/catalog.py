@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.cli.commands import command_help
 from harness.cli.common import EXIT_OK, EXIT_USAGE, examples
-from harness.workload.builtin import builtin_scenarios
+from harness.workload.builtin import builtin_hint, builtin_scenarios
 from harness.workload.scenario import load_scenario
 from harness.workload.starter import starter_scenario
 
@@ -53,7 +53,8 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         path = found.get(args.path.removesuffix(".yaml"))
         if path is None:
             print(
-                f"error: --path: no built-in scenario named {args.path!r}; "
+                f"error: --path: no built-in scenario named {args.path!r}"
+                f"{builtin_hint(args.path)}; "
                 f"built-ins: {', '.join(found)}",
                 file=sys.stderr,
             )

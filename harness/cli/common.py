@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from importlib import metadata
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from harness.client.options import PLACEHOLDER_API_KEY
 from harness.wire.errors import UsageError
@@ -73,6 +74,22 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # A mistyped command (`loopbench rnu`) or option value is most often one letter off:
+        # name the closest choice before argparse's full list, where a reader looks first.
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError:
+            choices = [str(c) for c in action.choices or ()]
+            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+            if not close:
+                raise
+            listed = ", ".join(map(repr, choices))
+            raise argparse.ArgumentError(
+                action,
+                f"invalid choice: {value!r}; did you mean {close[0]!r}? (choose from {listed})",
+            ) from None
 
 
 def examples(*lines: str) -> str:

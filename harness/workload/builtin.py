@@ -7,10 +7,17 @@ file stems (``tiny``), and ``reproduce/NAME`` for the reproduction set.
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
-__all__ = ["BUILTIN_DIR", "REPRODUCE_DIR", "builtin_path", "builtin_scenarios"]
+__all__ = [
+    "BUILTIN_DIR",
+    "REPRODUCE_DIR",
+    "builtin_hint",
+    "builtin_path",
+    "builtin_scenarios",
+]
 
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 REPRODUCE_DIR = BUILTIN_DIR / "reproduce"
@@ -34,3 +41,15 @@ def builtin_path(name: str | os.PathLike[str]) -> Path | None:
     for prefix in ("harness/scenarios/", "scenarios/"):
         key = key.removeprefix(prefix)
     return builtin_scenarios().get(key)
+
+
+def builtin_hint(name: str) -> str:
+    """`` (did you mean 'quickstart'?)`` for a name a built-in is close to, else ``""``."""
+    found = builtin_scenarios()
+    # A path from older docs (scenarios/tiny.yaml) or another checkout names the built-in
+    # by its stem; otherwise a typo (quikstart) is most often a letter or two off.
+    stem = os.path.splitext(os.path.basename(name))[0]
+    if stem in found and stem != name:
+        return f" (did you mean {stem!r}?)"
+    close = difflib.get_close_matches(name.removesuffix(".yaml"), list(found), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -32,7 +32,7 @@ from pydantic_core import ErrorDetails
 
 from harness.wire.errors import ScenarioError
 from harness.wire.transports import TRANSPORT_NAMES
-from harness.workload.builtin import builtin_path, builtin_scenarios
+from harness.workload.builtin import builtin_hint, builtin_path, builtin_scenarios
 from harness.workload.distributions import (
     DIST_KINDS,
     ConstantDist,
@@ -1098,13 +1098,11 @@ class UnknownScenarioError(ScenarioError):
 
     def __init__(self, name: str) -> None:
         found = builtin_scenarios()
-        # A path from older docs (scenarios/tiny.yaml) or another checkout: say which name it meant.
-        stem = os.path.splitext(os.path.basename(name))[0]
-        hint = f" (did you mean {stem!r}?)" if stem in found and stem != name else ""
         super().__init__(
             name,
             "",
-            f"no scenario file or built-in named {name!r}{hint}; built-ins: {', '.join(found)}",
+            f"no scenario file or built-in named {name!r}{builtin_hint(name)}; "
+            f"built-ins: {', '.join(found)}",
         )
         self.args = (self.detail,)
 

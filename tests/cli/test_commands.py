@@ -80,3 +80,25 @@ def test_a_mistyped_command_is_a_usage_error_listing_every_command() -> None:
     assert done.returncode == 4
     assert "invalid choice: 'rnu'" in done.stderr
     assert all(f"'{name}'" in done.stderr for name in NAMES)
+
+
+def test_a_mistyped_command_names_the_closest_one() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "rnu"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 4
+    assert "invalid choice: 'rnu'; did you mean 'run'? (choose from 'run'," in done.stderr
+    # nothing close: argparse's own message, without a guess
+    far = subprocess.run(
+        [sys.executable, "-m", "harness", "xyzzy"], capture_output=True, text=True, timeout=60
+    )
+    assert far.returncode == 4
+    assert "invalid choice: 'xyzzy' (choose from 'run'," in far.stderr
+    assert "did you mean" not in far.stderr
+
+
+def test_a_mistyped_option_choice_names_the_closest_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser(["run"]).parse_args(["run", "tiny", "--cache-control", "sytem"])
+    assert exit_.value.code == 4
+    assert "invalid choice: 'sytem'; did you mean 'system'?" in capsys.readouterr().err

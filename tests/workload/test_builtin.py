@@ -80,9 +80,18 @@ def test_an_unknown_name_lists_the_builtins(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(ScenarioError) as info:
         load_scenario("quikstart")
     names = ", ".join(builtin_scenarios())
-    assert str(info.value) == f"no scenario file or built-in named 'quikstart'; built-ins: {names}"
+    assert str(info.value) == (
+        f"no scenario file or built-in named 'quikstart' (did you mean 'quickstart'?); "
+        f"built-ins: {names}"
+    )
     assert _main(["validate", "quikstart"]) == ExitCode.USAGE
-    assert "no scenario file or built-in named 'quikstart'" in capsys.readouterr().err
+    assert "no scenario file or built-in named 'quikstart' (did you mean" in capsys.readouterr().err
+    # nothing close: no guess, only the list
+    with pytest.raises(ScenarioError) as info:
+        load_scenario("zzzzzz")
+    assert str(info.value) == f"no scenario file or built-in named 'zzzzzz'; built-ins: {names}"
+    with pytest.raises(ScenarioError, match=r"\(did you mean 'reproduce/codex-reasoning'\?\)"):
+        load_scenario("reproduce/codex-reasonin")
     with pytest.raises(ScenarioError) as info:
         load_scenario("old/scenarios/tiny.yaml")
     assert str(info.value).startswith(
@@ -104,6 +113,9 @@ def test_scenarios_lists_every_builtin_with_its_description(
     assert _main(["scenarios", "--path", "tiny"]) == ExitCode.OK
     assert capsys.readouterr().out.strip() == str(BUILTIN_DIR / "tiny.yaml")
     assert _main(["scenarios", "--path", "nope"]) == ExitCode.USAGE
+    assert "(did you mean" not in capsys.readouterr().err
+    assert _main(["scenarios", "--path", "tinny"]) == ExitCode.USAGE
+    assert "no built-in scenario named 'tinny' (did you mean 'tiny'?)" in capsys.readouterr().err
 
 
 def test_init_writes_a_commented_starter_that_validates_and_never_overwrites(
