@@ -33,6 +33,7 @@ from harness.cli.run_args import (
 )
 from harness.cli.summary_table import print_summary
 from harness.report.error_summary import error_lines
+from harness.run.probe import DEFAULT_TIMEOUT_S as PROBE_TIMEOUT_S
 from harness.run.probe import probe_for_run
 from harness.run.procs import run_procs
 from harness.run.progress import make_progress
@@ -92,6 +93,14 @@ def add_parser(sub: Any) -> None:
         help="with --target: measure without first checking that the endpoint supports the "
         "transports (see loopbench probe)",
     )
+    run.add_argument(
+        "--probe-timeout-s",
+        type=float,
+        default=PROBE_TIMEOUT_S,
+        metavar="S",
+        help="with --target: seconds each check of that probe may take (connect, one request, "
+        f"one WebSocket exchange; default {PROBE_TIMEOUT_S:g})",
+    )
     add_client_options(run)
     run.add_argument(
         "--tls",
@@ -144,6 +153,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         model=scenario.model,
         enabled=not args.no_probe,
         say=lambda m: print(m, file=sys.stderr),
+        progress=None if args.quiet else lambda m: print(m, file=sys.stderr, flush=True),
+        timeout_s=args.probe_timeout_s,
         compaction=scenario.rollout.compact_at_tokens is not None,
         shaping=shaping,
     )

@@ -418,12 +418,14 @@ def _check_common(args: argparse.Namespace) -> None:
         resolve_rx_stamp(rx_stamp)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    timeout = getattr(args, "request_timeout_s", None)
-    # "not > 0" also refuses nan, which compares false with everything.
-    if timeout is not None and not timeout > 0:
-        raise UsageError(
-            f"--request-timeout-s: expected a positive number of seconds, got {timeout}"
-        )
+    for option in ("request_timeout_s", "probe_timeout_s"):
+        timeout = getattr(args, option, None)
+        # "not > 0" also refuses nan, which compares false with everything.
+        if timeout is not None and not timeout > 0:
+            raise UsageError(
+                f"--{option.replace('_', '-')}: expected a positive number of seconds, "
+                f"got {timeout}"
+            )
 
 
 def _transports(value: str | None) -> list[str] | None:

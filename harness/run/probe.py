@@ -593,6 +593,7 @@ def probe_for_run(
     model: str = DEFAULT_MODEL,
     enabled: bool = True,
     say: Callable[[str], None],
+    progress: Callable[[str], None] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     compaction: bool = False,
     shaping: RequestShaping = NO_SHAPING,
@@ -602,11 +603,18 @@ def probe_for_run(
 
     Returns :attr:`ExitCode.USAGE` after saying the one-line cause when the target is
     unreachable or lacks a feature a transport needs; None to go ahead.  The embedded
-    server is not probed (it is known to support every transport).
+    server is not probed (it is known to support every transport).  ``progress`` (None
+    when quiet) is told first what is probed.
     """
     if target is None or not enabled:
         return None
     specs = [transport_spec(t) for t in transports]
+    if progress is not None:
+        # An endpoint that accepts the connection but never answers keeps the probe waiting
+        # for each check's whole time-out: without this line the run looks hung.
+        progress(
+            f"probing {target} ({', '.join(transports)}; each check waits up to {timeout_s:g} s) …"
+        )
     try:
         findings = probe(
             target,
@@ -623,5 +631,7 @@ def probe_for_run(
     cause = refusal(findings, specs, target, compaction=compaction)
     if cause is None:
         return None
-    say(f"error: {cause} (nothing was measured; --no-probe skips this check)")
+    # a slow endpoint (a cold start) may need longer than the default: say how to give it
+    longer = "; --probe-timeout-s waits longer" if f"within {timeout_s:g} s" in cause else ""
+    say(f"error: {cause} (nothing was measured; --no-probe skips this check{longer})")
     return ExitCode.USAGE

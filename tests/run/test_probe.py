@@ -8,6 +8,7 @@ anything is measured: no run folder is written (docs/probe.md).
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ from tests.foreign_servers import (
     plain_web_server,
     silent_server,
 )
-from tests.runs import TINY, loopbench
+from tests.runs import ROOT, TINY, _argv, loopbench
 
 PROBE_LINE = "nothing was measured"
 
@@ -253,6 +254,54 @@ def test_each_check_is_bounded_by_its_timeout() -> None:
     ws_url = url.replace("http://", "ws://") + "/responses"
     assert found[WEBSOCKET].evidence == (
         f"no Responses API WebSocket mode at {ws_url}: no upgrade within 0.5 s"
+    )
+
+
+def test_a_run_says_what_it_probes_before_waiting_on_a_silent_endpoint(tmp_path: Path) -> None:
+    """An endpoint that accepts the connection but never answers holds each check for its
+    whole time-out: the run says first what it is waiting on, and the refusal states the
+    time-out and how to give more."""
+    with silent_server() as url:
+        args = ["run", TINY, "--target", url, "--out", tmp_path / "results", "--run-id", "r"]
+        proc = subprocess.Popen(
+            _argv((*args, "--probe-timeout-s", "3")),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        try:
+            assert proc.stderr is not None
+            first = proc.stderr.readline()
+            # two checks of 3 s each are still ahead of it: the line came before the waiting
+            waiting = proc.poll() is None
+            _, rest = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        quiet_code, quiet_err = _run(url, tmp_path / "results", "--probe-timeout-s", "0.5")
+    assert first == f"probing {url} (http, ws; each check waits up to 3 s) …\n"
+    assert waiting
+    assert proc.returncode == ExitCode.USAGE
+    [line] = rest.strip().splitlines()
+    assert line.startswith(f"error: transports http, ws cannot run against {url}: ")
+    assert "no complete answer within 3 s" in line and "no upgrade within 3 s" in line
+    assert line.endswith(
+        "(nothing was measured; --no-probe skips this check; --probe-timeout-s waits longer)"
+    )
+    # -q: the refusal alone
+    assert quiet_code == ExitCode.USAGE
+    [line] = quiet_err.strip().splitlines()
+    assert line.startswith("error: ") and "within 0.5 s" in line
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_probe_timeout_must_be_positive() -> None:
+    proc = loopbench("run", TINY, "--target", "http://127.0.0.1:9/v1", "--probe-timeout-s", "0")
+    assert proc.returncode == ExitCode.USAGE
+    assert proc.stderr.strip() == (
+        "error: --probe-timeout-s: expected a positive number of seconds, got 0.0"
     )
 
 
