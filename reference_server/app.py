@@ -393,7 +393,14 @@ class ReferenceServer:
         request_id = self._request_id()
         denied = self._admit(ws.client.host if ws.client else None, ws.headers)
         if denied is None and self.config.no_websocket:
-            denied = RequestError(500, "server_error", "WebSocket mode is disabled on this server.")
+            # A client error, as an HTTP-only endpoint's "no such route": nothing went wrong
+            # on the server, and retrying will not help (a 5xx would invite both readings).
+            denied = RequestError(
+                404,
+                "websocket_disabled",
+                "WebSocket mode is disabled on this server (--no-websocket); "
+                "use POST /v1/responses over HTTP",
+            )
         if denied is not None:
             # Refused before the 101, as the API does: the client sees an HTTP status.
             await ws.send_denial_response(self.error_response(denied, request_id))

@@ -267,6 +267,6 @@ def canned_sse_server() -> AbstractContextManager[str]:
 
 @contextmanager
 def http_only_server() -> Iterator[str]:
-    """The reference server without WebSocket mode: upgrades are answered with HTTP 500."""
+    """The reference server without WebSocket mode: upgrades are answered with HTTP 404."""
     with embedded_server(extra_args=["--no-websocket"]) as url:
         yield url

@@ -695,10 +695,12 @@ def judge_chain(feature: str, where: str, first: StreamReading, second: StreamRe
 
 
 def ws_refused(url: str, status: int | None, reason: str) -> str:
-    """The one line for a failed upgrade: ``no Responses API WebSocket mode at URL: …``."""
+    """The one line for a failed upgrade: ``no Responses API WebSocket mode at URL: …``;
+    with a ``status``, ``reason`` is the message of its body (may be empty)."""
     if status is not None:
         return (
-            f"no Responses API WebSocket mode at {url}: the upgrade was answered with HTTP {status}"
+            f"no Responses API WebSocket mode at {url}: the upgrade was answered with "
+            f"{answered(status, reason)}"
         )
     return f"no Responses API WebSocket mode at {url}: {reason}"
 

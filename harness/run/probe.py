@@ -468,10 +468,12 @@ def _ws_failure(
     """The upgrade's HTTP status when the server answered one, else why it did not."""
     cause = exc.__cause__
     status = None
-    body = b""
+    message = ""
     if isinstance(cause, websockets.exceptions.InvalidStatus):
         status = cause.response.status_code
+        # the server's own words (an invalid key, "WebSocket mode is disabled…") are the news
         body = bytes(cause.response.body or b"")
+        message = error_text(status, body) if body else ""
     elif isinstance(cause, websockets.exceptions.InvalidMessage):
         # An HTTP/1.0 answer (python -m http.server, some proxies) is a status all the same,
         # though the library refuses to parse it: "expected HTTP/1.1: HTTP/1.0 404 …".
@@ -479,10 +481,8 @@ def _ws_failure(
         status = int(found.group(1)) if found else None
     if status is not None:
         if status in AUTH_REFUSED:
-            # the server's own reason (an invalid key, a model the key may not use) is the news
-            message = error_text(status, body) if body else ""
             return refused(WEBSOCKET, url, status, message, placeholder_key=placeholder_key)
-        return Finding(WEBSOCKET, False, ws_refused(url, status, ""))
+        return Finding(WEBSOCKET, False, ws_refused(url, status, message))
     if isinstance(exc, TimeoutError) or isinstance(cause, TimeoutError):
         why = f"no upgrade within {timeout_s:g} s"
     elif isinstance(cause, OSError):

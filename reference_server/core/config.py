@@ -84,7 +84,8 @@ class ServerConfig:
     # An HTTP-only deployment, as many Responses endpoints are (what loopbench probe and
     # run --target must recognise before measuring a ws transport).
     no_websocket: bool = setting(False, "--no-websocket",
-        help="refuse WebSocket upgrades with HTTP 500 (an HTTP-only endpoint)")
+        help="refuse WebSocket upgrades with HTTP 404 and a JSON error saying WebSocket "
+        "mode is disabled (an HTTP-only endpoint)")
     min_delta_interval_ms: float | None = setting(None, "--min-delta-interval-ms", check=non_negative,
         help="coalesce due tokens so deltas are at least this far apart (default: profile)")
     store_path: str | None = setting(None, "--store", group=STORE, metavar="PATH", check=non_empty,

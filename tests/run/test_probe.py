@@ -126,8 +126,11 @@ def test_http_only_endpoint_refuses_ws(tmp_path: Path) -> None:
         # The same endpoint serves an HTTP-only run.
         ok_code, ok_err = _run(url, tmp_path / "ok", "--transports", "http,http-chained")
     ws_url = url.replace("http://", "ws://") + "/responses"
+    # the server's own reason, as a client error: not a 500 that reads as a crash
     expected = (
-        f"no Responses API WebSocket mode at {ws_url}: the upgrade was answered with HTTP 500"
+        f"no Responses API WebSocket mode at {ws_url}: the upgrade was answered with HTTP 404: "
+        "websocket_disabled: WebSocket mode is disabled on this server (--no-websocket); use "
+        "POST /v1/responses over HTTP"
     )
     assert found[SSE].supported and found[CHAINING].supported
     assert found[WEBSOCKET] == Finding(WEBSOCKET, False, expected)

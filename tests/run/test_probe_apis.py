@@ -80,7 +80,8 @@ def test_chat_only_server_has_the_chat_api_only() -> None:
     assert found[WEBSOCKET] == Finding(
         WEBSOCKET,
         False,
-        f"no Responses API WebSocket mode at {_ws(url)}: the upgrade was answered with HTTP 404",
+        f"no Responses API WebSocket mode at {_ws(url)}: the upgrade was answered with HTTP 404 "
+        'with the body {"detail":"Not Found"}',
     )
     assert found[MESSAGES] == Finding(
         MESSAGES,
@@ -151,8 +152,8 @@ def test_ws_run_against_a_chat_only_server_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == ExitCode.USAGE
     assert proc.stderr.strip().splitlines() == [
         f"error: transport ws cannot run against {url}: no Responses API WebSocket mode at "
-        f"{_ws(url)}: the upgrade was answered with HTTP 404 "
-        "(nothing was measured; --no-probe skips this check)"
+        f"{_ws(url)}: the upgrade was answered with HTTP 404 with the body "
+        '{"detail":"Not Found"} (nothing was measured; --no-probe skips this check)'
     ]
     assert not (tmp_path / "results").exists()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -328,3 +329,39 @@ def test_append_mode_pauses_and_resumes_one_response(server_url: str) -> None:
 async def one_or_done(conn: ClientConnection, payload: str) -> list[dict[str, Any]]:
     await conn.send(payload)
     return await events_until(conn, lambda e: is_terminal(e) or e["type"] == "response.done")
+
+
+def test_no_websocket_refuses_the_upgrade_with_a_client_error_saying_so() -> None:
+    """``--no-websocket`` (an HTTP-only endpoint): the upgrade is a 404 with a JSON error
+    that names the reason, not a 500 that reads as a crash."""
+    with configured_server("--no-websocket") as url:
+        host, port = url.removeprefix("http://").split("/")[0].split(":")
+        request = (
+            "GET /v1/responses HTTP/1.1\r\n"
+            f"Host: {host}:{port}\r\n"
+            "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Authorization: Bearer sk-loopbench\r\n\r\n"
+        )
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(request.encode())
+            raw = b""
+            while chunk := sock.recv(65536):
+                raw += chunk
+        # and a WebSocket client library sees the same status
+        with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+            asyncio.run(_open(ws_url(url)))
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "HTTP/1.1 404 Not Found"
+    assert "content-type: application/json" in [line.lower() for line in lines]
+    error = orjson.loads(body)["error"]
+    assert error["code"] == "websocket_disabled"
+    assert error["type"] == "invalid_request_error"
+    assert error["message"].startswith("WebSocket mode is disabled on this server")
+    assert refused.value.response.status_code == 404
+
+
+async def _open(url: str) -> None:
+    async with connect(url, additional_headers={"Authorization": "Bearer sk-loopbench"}):
+        pass
