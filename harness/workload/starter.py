@@ -8,6 +8,10 @@ from __future__ import annotations
 
 __all__ = ["starter_scenario"]
 
+# The description states these, so each is written once, here (it once said 4 rollouts of 8).
+_ROLLOUTS = 8
+_TOOL_CALLS = (6, 10)
+
 _TEMPLATE = """\
 # {name}: a scenario written by `loopbench init`.  Check it with `loopbench validate {name}.yaml`,
 # run it with `loopbench run {name}.yaml`; `loopbench schema` gives your editor completion and
@@ -15,7 +19,7 @@ _TEMPLATE = """\
 # {{dist: constant, value}}, {{dist: uniform, min, max}}, {{dist: normal, mean, sd, min?, max?}},
 # {{dist: lognormal, median, p95}}, {{dist: empirical, values: [...]}}.
 name: {name}
-description: "my agent workload: 4 rollouts x ~8 tool calls, http vs ws"
+description: "my agent workload: {rollouts} rollouts x ~{mean_calls:g} tool calls, http vs ws"
 seed: 1                          # same seed, same rollouts: runs are comparable
 model: sim-model                 # the model name sent to the endpoint
 transports: [http, ws]           # compared in this order; the first is the baseline
@@ -23,11 +27,11 @@ server:                          # used only for the embedded reference server (
   api_profile: optimized
   engine_profile: cerebras-spark
 rollout:                         # the shape of one agent task
-  count: 8                       # rollouts per transport (5 or more pairs give a CI)
+  count: {rollouts:<24d}# rollouts per transport (5 or more pairs give a CI)
   system_tokens: 800             # first request: system prompt ...
   tool_schema_tokens: 400        # ... tool definitions ...
   user_prompt_tokens: 200        # ... and the user's task
-  tool_calls: {{dist: uniform, min: 6, max: 10}}   # tool calls per rollout
+  tool_calls: {{dist: uniform, min: {min_calls}, max: {max_calls}}}   # tool calls per rollout
   parallel_calls: 1              # tool calls per model turn
   tool_output_tokens: {{dist: lognormal, median: 600, p95: 1500}}   # what each tool returns
   tool_output_growth: 1.0        # multiply tool outputs by this per step (history growth)
@@ -45,4 +49,11 @@ load:                            # how rollouts start
 
 def starter_scenario(name: str) -> str:
     """The starter file's text for scenario ``name`` (lowercase letters, digits, '-')."""
-    return _TEMPLATE.format(name=name)
+    low, high = _TOOL_CALLS
+    return _TEMPLATE.format(
+        name=name,
+        rollouts=_ROLLOUTS,
+        min_calls=low,
+        max_calls=high,
+        mean_calls=(low + high) / 2,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -142,6 +143,30 @@ def test_init_writes_a_commented_starter_that_validates_and_never_overwrites(
     assert not (tmp_path / "My Agent.yaml").exists()
     assert _main(["init", str(tmp_path / "other.yaml")]) == ExitCode.OK
     assert load_scenario(tmp_path / "other.yaml").name == "other"
+
+
+@pytest.mark.parametrize("name", ["starter", *builtin_scenarios()])
+def test_a_description_states_the_rollouts_and_tool_calls_the_scenario_has(
+    name: str, tmp_path: Path
+) -> None:
+    # `loopbench scenarios` and the report show the description: it must not promise
+    # another workload than the fields give (the starter once said 4 rollouts of 8).
+    if name == "starter":
+        path = tmp_path / "my-agent.yaml"
+        path.write_text(starter_scenario("my-agent"))
+        scenario = load_scenario(path)
+    else:
+        scenario = load_scenario(builtin_scenarios()[name])
+    rollouts = re.search(r"\b(\d+) rollouts\b", scenario.description)
+    calls = re.search(r"\brollouts x (~?)(\d+) tool calls\b", scenario.description)
+    if name == "starter":
+        assert rollouts and calls, scenario.description
+    if rollouts:
+        assert int(rollouts.group(1)) == scenario.rollout.count, scenario.description
+    if calls:
+        mean = scenario.rollout.tool_calls.mean()
+        stated = int(calls.group(2))
+        assert stated == round(mean) if calls.group(1) else stated == mean, scenario.description
 
 
 def test_run_by_name_from_an_empty_folder(tmp_path: Path) -> None:
