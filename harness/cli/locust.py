@@ -379,7 +379,7 @@ def _report(run_dir: Path, code: int) -> int:
     outcome, line = run_outcome(run.summary)
     if outcome != EXIT_OK:
         print(line)
-    print_summary(run.summary, run_dir)
+    print_summary(run.summary, run_dir, reasons_said=outcome == EXIT_INVALID)
     # Locust exits 1 when any request failed; loopbench reports errors in the summary instead,
     # and judges the run as `loopbench run` does. Locust's other codes are not the table's
     # (its own 2 would read as an SLO breach to CI).

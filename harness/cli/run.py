@@ -174,7 +174,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if code != EXIT_OK:
         # a valid run's first line is the summary's verdict line
         print(line)
-    print_summary(result.summary, result.run_dir)
+    print_summary(result.summary, result.run_dir, reasons_said=code == EXIT_INVALID)
     for err in error_lines(result.summary):
         print(err)
     return code
@@ -210,9 +210,8 @@ def run_outcome(summary: dict[str, Any]) -> tuple[int, str]:
             f"; {rest}" if rest else ""
         )
     if not summary.get("valid", True):
-        more = f" (+{len(reasons) - 1} more reasons below)" if len(reasons) > 1 else ""
-        first = reasons[0] if reasons else "no reason recorded"
-        return EXIT_INVALID, f"run INVALID: {first}{more}"
+        # every reason, here only: the summary after it does not repeat them
+        return EXIT_INVALID, "run INVALID: " + ("; ".join(reasons) or "no reason recorded")
     return EXIT_OK, "run valid"
 
 

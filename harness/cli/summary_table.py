@@ -211,10 +211,20 @@ def comparison_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]
     return headers, rows
 
 
-def print_summary(summary: dict[str, Any], run_dir: Path, console: Console | None = None) -> None:
+def print_summary(
+    summary: dict[str, Any],
+    run_dir: Path,
+    console: Console | None = None,
+    *,
+    reasons_said: bool = False,
+) -> None:
+    """The run's console summary; ``reasons_said``: the caller's first line gave the reasons
+    the run is invalid, so they are not repeated (once is read, three times is noise)."""
     console = console or make_console()
     width = console.width
-    console.print(Text(verdict_line(summary), style=_STYLE[verdict_kind(summary)]))
+    console.print(
+        Text(verdict_line(summary, reasons=not reasons_said), style=_STYLE[verdict_kind(summary)])
+    )
     headers, rows = summary_rows(summary)
     for table in fit_tables(
         f"loopbench — {summary.get('run_id', '')}", headers, rows, width, corner="figure"
@@ -240,7 +250,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console | Non
         console.print(Text(slo_line))
     for line in summary.get("warnings", []):
         console.print(Text.assemble(("warning: ", "bold yellow"), line))
-    if not summary.get("valid", True):
+    if not summary.get("valid", True) and not reasons_said:
         console.print(
             Text.assemble(
                 ("run INVALID: ", "bold red"), "; ".join(summary.get("invalid_reasons", []))

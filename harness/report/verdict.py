@@ -16,11 +16,11 @@ from harness.report.files import fmt
 PREFIX = "verdict: "
 
 
-def _validity(summary: Mapping[str, Any]) -> str:
+def _validity(summary: Mapping[str, Any], reasons_shown: bool) -> str:
     if summary.get("valid", True):
         return "valid"
     reasons = [str(r) for r in summary.get("invalid_reasons") or [] if str(r)]
-    if not reasons:
+    if not reasons or not reasons_shown:
         return "INVALID"
     more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
     return f"INVALID: {reasons[0]}{more}"
@@ -72,15 +72,16 @@ def _errors(summary: Mapping[str, Any]) -> str:
     return f"worst error: {kind} x{n:,} on {name}"
 
 
-def verdict_line(summary: Mapping[str, Any] | None) -> str:
+def verdict_line(summary: Mapping[str, Any] | None, *, reasons: bool = True) -> str:
     """``verdict: valid · ws vs http 1.35× (95 % CI 1.30–1.41) · no errors``.
 
-    Validity with the first reason, the largest rollout speedup of the comparisons with
+    Validity with the first reason (a bare ``INVALID`` without ``reasons``: the console
+    has said them on the line before), the largest rollout speedup of the comparisons with
     its CI (or the summary's reason for having none), the most frequent error kind.
     """
     if not summary:
         return PREFIX + "no result: the run did not finish (no summary.json)"
-    parts = [_validity(summary), _speedup(summary), _errors(summary)]
+    parts = [_validity(summary, reasons), _speedup(summary), _errors(summary)]
     warnings = summary.get("warnings") or []
     if warnings:
         # an honesty warning can withdraw the headline's meaning (a "chaining speedup" from a

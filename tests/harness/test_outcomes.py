@@ -76,6 +76,28 @@ def test_a_dead_target_exits_3_and_says_connection_refused(tmp_path: Path) -> No
     assert not REPR.search(proc.stdout), proc.stdout
 
 
+def test_an_invalid_run_gives_its_reasons_once_in_its_first_line(tmp_path: Path) -> None:
+    port = closed_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    proc = loopbench("run", TINY, "--target", url, "--no-probe", "--out", tmp_path, "--run-id", "r")
+    assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    reasons = summary["invalid_reasons"]
+    assert len(reasons) == 2, reasons  # one per transport: the line must hold more than one
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "run INVALID: " + "; ".join(reasons)
+    # the verdict below it keeps the speedup and the worst error, not the reasons again
+    assert lines[1].startswith("verdict: INVALID · no speedup: "), lines[1]
+    assert "worst error: connection x2 on http" in proc.stdout
+    # counted with the console's line wrapping undone
+    printed = " ".join((proc.stdout + proc.stderr).split())
+    for reason in reasons:
+        assert printed.count(" ".join(reason.split())) == 1, proc.stdout
+    # the files still carry them: report.md's verdict names the first
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert f"verdict: INVALID: {reasons[0]} (+1 more)" in report
+
+
 def test_a_500_server_is_invalid_for_its_errors_and_has_no_websocket_mode(tmp_path: Path) -> None:
     with foreign_server(ANSWER_500) as url:
         summary = _run_target(tmp_path, url, ["http", "ws"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,9 @@ def test_the_master_command_carries_the_loopbench_options(tmp_path: Path) -> Non
     assert LOCUSTFILE.is_file()
 
 
-def test_a_finished_locust_run_is_judged_as_loopbench_run_judges_it(tmp_path: Path) -> None:
+def test_a_finished_locust_run_is_judged_as_loopbench_run_judges_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Locust's own code 1 ("a request failed") must not hide an invalid run, nor fail a valid one
     assert _report(ROOT / "results" / "baseline", 1) == ExitCode.OK
     dead = loopbench(
@@ -105,5 +108,12 @@ def test_a_finished_locust_run_is_judged_as_loopbench_run_judges_it(tmp_path: Pa
         "--run-id", "dead", "-q",
     )  # fmt: skip
     assert dead.returncode == ExitCode.INVALID, dead.stderr
+    capsys.readouterr()
     assert _report(tmp_path / "dead", 1) == ExitCode.INVALID
+    # as `loopbench run` says it: the reasons once, in the first line
+    out = capsys.readouterr().out
+    reasons = json.loads((tmp_path / "dead" / "summary.json").read_text())["invalid_reasons"]
+    assert out.splitlines()[0] == "run INVALID: " + "; ".join(reasons)
+    printed = " ".join(out.split())
+    assert all(printed.count(" ".join(r.split())) == 1 for r in reasons), out
     assert _report(tmp_path / "dead", 130) == ExitCode.INTERRUPTED

@@ -56,6 +56,10 @@ def test_invalid_run_names_its_first_reason() -> None:
         "verdict: INVALID: http: turn error rate 100 % exceeds max_error_rate 5 % (+1 more) · "
     )
     assert "CPU" not in line
+    # the console's verdict, after a first line that gave the reasons, does not repeat them
+    bare = verdict_line(_summary(valid=False, invalid_reasons=["a reason"]), reasons=False)
+    assert bare.startswith("verdict: INVALID · ws vs http 1.35×"), bare
+    assert "a reason" not in bare
 
 
 def test_honesty_warnings_reach_the_verdict() -> None:
