@@ -1,9 +1,11 @@
 """``loopbench record --bench N``: the latency the recording proxy adds to a turn, paired.
 
-Three processes, as a user runs them: the upstream (the embedded reference server, or
-``--upstream``), the proxy (a ``loopbench record`` child process, started here exactly as
-an agent's user would start it) and this client.  Each measuring stream keeps three
-connections alive: one to the upstream directly, one through the proxy, and a second
+Four processes: the upstream (the embedded reference server, or ``--upstream``), the proxy
+(a ``loopbench record`` child process, started here exactly as an agent's user would start
+it), the bare relay (``python -m harness.record.bare_relay``: forwards bytes and nothing
+else, the floor any relay process costs; not run against an ``--upstream``, which may route
+by the Host header it leaves untouched) and this client.  Each measuring stream keeps a
+connection alive to the upstream directly, one through each relay process, and a second
 direct one as a control.  Every trial sends the same streaming Responses request on each
 connection in turn, in an order that changes from trial to trial (:func:`orders`: every side
 goes first, and follows every other side, equally often), and compares the time to the
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -55,11 +58,13 @@ from harness.transports.rx_socket import (
     stamped_transport,
     tcp_socket,
 )
+from harness.wire.errors import LoopbenchError
 
 __all__ = [
     "BARE_RELAY",
     "THIS_PROXY",
     "ArmResult",
+    "BenchProcessError",
     "BenchResult",
     "ProxyCommand",
     "orders",
@@ -74,6 +79,10 @@ TARGET_MS = 1.0
 Pct = tuple[float, float]
 #: p99(one side) − p99(the direct side), ms, and its 95 % CI (None under 1,000 trials)
 Shift = tuple[float, tuple[float, float] | None]
+
+
+class BenchProcessError(LoopbenchError):
+    """A relay process the bench starts (a proxy, the bare relay) did not start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,21 +450,24 @@ async def _stream(
 
 @contextmanager
 def _proxy(cmd: ProxyCommand, upstream_url: str, tmp: str) -> Iterator[tuple[Upstream, int]]:
-    proc = subprocess.Popen(
-        [
-            *cmd.argv,
-            "--upstream",
-            upstream_url,
-            "--port",
-            "0",
-            "--out",
-            os.path.join(tmp, f"{cmd.label}.jsonl"),
-        ],
-        cwd=cmd.cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    # a file, not a pipe: nobody reads it while the trials run, and a pipe could fill up
+    errors = os.path.join(tmp, f"{cmd.label}.stderr")
+    with open(errors, "wb") as stderr:
+        proc = subprocess.Popen(
+            [
+                *cmd.argv,
+                "--upstream",
+                upstream_url,
+                "--port",
+                "0",
+                "--out",
+                os.path.join(tmp, f"{cmd.label}.jsonl"),
+            ],
+            cwd=cmd.cwd,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     try:
         assert proc.stdout is not None
         # a wrapper (a profiler, `nice`) may say something first
@@ -463,7 +475,7 @@ def _proxy(cmd: ProxyCommand, upstream_url: str, tmp: str) -> Iterator[tuple[Ups
             if line.startswith(READY_PREFIX):
                 break
         else:
-            raise RuntimeError(f"{cmd.label}: `loopbench record` did not start (no listening line)")
+            raise BenchProcessError(_not_started(cmd, proc, errors))
         yield Upstream.parse(line.split()[4]), proc.pid
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -474,6 +486,20 @@ def _proxy(cmd: ProxyCommand, upstream_url: str, tmp: str) -> Iterator[tuple[Ups
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _not_started(cmd: ProxyCommand, proc: subprocess.Popen[str], errors: str) -> str:
+    """``bare relay did not start: `…` exited with code 1 before its listening line: …``."""
+    try:
+        code: int | None = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        code = None
+    ended = "closed its output" if code is None else f"exited with code {code}"
+    with open(errors, "rb") as fh:
+        said = fh.read().decode(errors="replace").strip().splitlines()
+    # the last line of a traceback names the exception; the rest is in the child's stack
+    last = f": {said[-1]}" if said else ""
+    return f"{cmd.label} did not start: `{shlex.join(cmd.argv)}` {ended} before its listening line{last}"
 
 
 def _cpu_seconds(pid: int) -> float | None:

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
+import shlex
 import socket
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from harness.record.bench import (
     BARE_RELAY,
     THIS_PROXY,
     ArmResult,
+    BenchProcessError,
     BenchResult,
     _upstream_times,
     orders,
@@ -353,6 +355,19 @@ def test_bench_measures_the_proxy_over_the_bare_relay_in_the_same_trials(server_
     assert "added TTFT (proxied − direct) [bare relay]" in text
     assert "over the bare relay [bare relay]" not in text
     assert "what recording adds beyond one more process" in text
+
+
+def test_a_relay_process_that_does_not_start_is_named_with_its_reason() -> None:
+    # The bare relay forwards plain TCP only: given an https upstream it exits at once. The
+    # error names it and says why, not "`loopbench record` did not start".
+    with pytest.raises(BenchProcessError) as info:
+        run_bench("https://127.0.0.1:9/v1", 2, proxies=(BARE_RELAY,))
+    message = str(info.value)
+    assert message.startswith(
+        f"bare relay did not start: `{shlex.join(BARE_RELAY.argv)}` exited with code "
+    ), message
+    assert message.endswith("the bare relay forwards plain TCP only (http://)"), message
+    assert "loopbench record" not in message
 
 
 def test_the_bare_relay_runs_as_the_bench_starts_it(server_url: str) -> None:
