@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn
 
-from harness.client.options import PLACEHOLDER_API_KEY
+from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import UsageError
 from harness.wire.exit_codes import ExitCode
 from harness.wire.pairs import parse_key_values

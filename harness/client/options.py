@@ -5,14 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.client.shaping import NO_SHAPING, RequestShaping
+from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 
 RECOVER_FROM = ("full", "compacted")
 #: how a WebSocket transport runs a rollout's sub-agents (docs/metrics.md §1.7)
 WS_SUBAGENTS = ("connection", "lanes")
-#: the key sent when the user gives none: the reference server's, so a real endpoint that
-#: refuses it needs the user's own key (the probe's hint says how to give it)
-PLACEHOLDER_API_KEY = "sk-loopbench"
 
 
 @dataclass(slots=True)

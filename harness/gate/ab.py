@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.client.options import PLACEHOLDER_API_KEY
 from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.report.results import new_run_id
 from harness.run.embedded import embedded_server
@@ -33,6 +32,7 @@ from harness.run.measurement import Measurement
 from harness.run.passes import ClientWatch, PassCounts, pass_duration
 from harness.run.runner import RunOptions, RunResult, measured_pass, transport_options
 from harness.transports import make_transport
+from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.plan import RolloutPlan
 from harness.workload.rollout import generate_rollouts

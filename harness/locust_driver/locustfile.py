@@ -26,7 +26,7 @@ from locust import LoadTestShape, User, argument_parser, constant, events, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
-from harness.client.options import PLACEHOLDER_API_KEY, TransportOptions
+from harness.client.options import TransportOptions
 from harness.client.shaping import rollout_key
 from harness.locust_driver.agent_loop import run_rollout
 from harness.locust_driver.master import MasterOptions, MasterSide
@@ -50,6 +50,7 @@ from harness.run.target import (
     tokenizer_file,
 )
 from harness.run.tokenizer import load_tokens
+from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import LoopbenchError, UsageError
 from harness.wire.tokens import FIXED_WIDTH
 from harness.wire.transports import locust_spec

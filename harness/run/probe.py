@@ -19,7 +19,7 @@ import websockets
 
 from harness.client.bodies import http_headers
 from harness.client.messages_api import messages_headers
-from harness.client.options import PLACEHOLDER_API_KEY, TransportOptions
+from harness.client.options import TransportOptions
 from harness.client.probe import (
     AUTH_REFUSED,
     BACKGROUND,
@@ -84,6 +84,7 @@ from harness.run.event_loop import run_async
 from harness.transports.h1client import H1Pool
 from harness.transports.ws import open_ws
 from harness.transports.ws_conn import WsConnection
+from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import LoopbenchError, UsageError, WsClosed
 from harness.wire.events import ERROR, TERMINAL_TYPES, dumps, loads
 from harness.wire.exit_codes import ExitCode

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.client.options import PLACEHOLDER_API_KEY
 from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
@@ -40,6 +39,7 @@ from harness.run.progress import LineProgress, ProgressSink
 from harness.run.server_scrape import ServerScraper, embedded_metrics_url
 from harness.transports import Transport, TransportOptions, make_transport
 from harness.transports.rx_socket import resolve_rx_stamp
+from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import ResultsError
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.plan import RolloutPlan, conversations
