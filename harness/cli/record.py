@@ -12,7 +12,13 @@ from typing import Any
 from harness.cli.commands import command_help
 from harness.cli.common import EXIT_OK, HelpFormatter, examples
 from harness.record.bench import BARE_RELAY, THIS_PROXY, run_bench
-from harness.record.proxy import READY_PREFIX, Upstream, UpstreamError, record_until_stopped
+from harness.record.proxy import (
+    OBSERVERS,
+    READY_PREFIX,
+    Upstream,
+    UpstreamError,
+    record_until_stopped,
+)
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
 from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
@@ -56,6 +62,14 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--seed", type=int, default=0, help="the embedded server's seed (without --upstream)"
+    )
+    p.add_argument(
+        "--observer",
+        choices=OBSERVERS,
+        default="process",
+        help="where the exchanges are read: in a process of their own at a lower priority "
+        "(default; the relay shares no GIL with the reading) or on a thread of the proxy's "
+        "process (one process fewer)",
     )
     p.add_argument(
         "--bench",
@@ -138,10 +152,11 @@ def cmd_record(args: argparse.Namespace) -> int:
                 host=args.host,
                 port=args.port,
                 keep_content=args.keep_content,
+                observer=args.observer,
                 on_ready=ready,
             )
         )
-    unread = proxy.stats.unread
+    unread = proxy.observed.unread
     if unread:
         print(
             f"{len(unread)} exchanges could not be read (first: {unread[0]}); they count as failed",

@@ -53,6 +53,7 @@ from harness.metrics.stats import min_tail_pairs, paired_quantile_shift
 from harness.record.proxy import READY_PREFIX, Upstream
 from harness.run import quiet_gc
 from harness.run.event_loop import run_async
+from harness.run.proc_cpu import tree_cpu_seconds
 from harness.transports.rx_socket import (
     kernel_stamps_supported,
     stamped_transport,
@@ -502,17 +503,6 @@ def _not_started(cmd: ProxyCommand, proc: subprocess.Popen[str], errors: str) ->
     return f"{cmd.label} did not start: `{shlex.join(cmd.argv)}` {ended} before its listening line{last}"
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of process ``pid`` so far (Linux ``/proc``), else None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    # after the command's ")": state is field 3, utime and stime fields 14 and 15
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run_bench(
     upstream_url: str,
     pairs: int,
@@ -526,7 +516,7 @@ def run_bench(
     with tempfile.TemporaryDirectory(prefix="loopbench-record-bench-") as tmp, ExitStack() as st:
         started = [st.enter_context(_proxy(cmd, upstream_url, tmp)) for cmd in proxies]
         proxied = [up for up, _ in started]
-        cpu_before = [_cpu_seconds(pid) for _, pid in started]
+        cpu_before = [tree_cpu_seconds(pid) for _, pid in started]
         # The client's collector runs as seldom as a measuring run's does: its pauses
         # would land on one side of a pair.
         old = quiet_gc.begin()
@@ -538,7 +528,7 @@ def run_bench(
         seconds = time.monotonic() - t0
         cpu = [
             None if b is None or a is None else a - b
-            for b, a in zip(cpu_before, [_cpu_seconds(pid) for _, pid in started], strict=True)
+            for b, a in zip(cpu_before, [tree_cpu_seconds(pid) for _, pid in started], strict=True)
         ]
     ms = 1e6
     last = len(proxies) + 1

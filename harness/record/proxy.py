@@ -6,9 +6,9 @@ protocol's ``data_received`` (no reader buffer, no task to wake, no await per ch
 before anything looks at it.  The only rewrite is the request head's ``Host`` (and the
 path prefix when the upstream's base path is not ``/v1``), which a real upstream needs to
 route the request.  A copy of each request and response body is kept until the response
-ends, then handed to a worker thread that summarises it
-(:func:`harness.record.observe.summarize`) and drops it; over WebSocket the frames
-themselves are decoded there too.  The event loop that relays every connection's bytes
+ends, then handed to the observer (:mod:`harness.record.observer`), by default a
+process of its own, which summarises it (:func:`harness.record.observe.summarize`) and
+drops it; over WebSocket the frames themselves are decoded there too.  The event loop that relays every connection's bytes
 does no parsing beyond the HTTP framing it needs to find a message's end, and that after
 the chunk was written on: a large exchange's summary (milliseconds of JSON) would
 otherwise stall every other stream relayed meanwhile.  A full send buffer on one side
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
 import os
 import queue
 import signal
@@ -32,24 +33,22 @@ import ssl
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from multiprocessing.connection import Connection
 from typing import Any, cast
 from urllib.parse import urlsplit
-
-import orjson
 
 from harness.client.h1 import H1Error, ResponseParser
 from harness.record.observe import (
     Exchange,
     RequestHead,
-    WsDecoder,
     api_of,
     build_trace,
     parse_request_head,
-    summarize,
 )
+from harness.record.observer import Observed, Observer, serve_observer
 from harness.run import quiet_gc
 from harness.wire.errors import LoopbenchError
 from harness.workload.trace import dump_trace
@@ -67,6 +66,8 @@ _READ = 256 * 1024
 _MAX_HEAD = 64 * 1024
 #: how ``loopbench record`` (and the bench's bare relay) say where they listen: the URL follows
 READY_PREFIX = "loopbench record listening on "
+#: where the proxy's exchanges are read (:class:`RecordingProxy`)
+OBSERVERS = ("process", "thread")
 #: the GIL switch interval while recording: the longest the relay waits for the observer
 _SWITCH_S = 0.0001
 
@@ -111,41 +112,85 @@ class _Stats:
     connections: int = 0
     exchanges: int = 0
     errors: list[str] = field(default_factory=list)
-    #: why each exchange the trace could not read was lost (each counted as failed)
-    unread: list[str] = field(default_factory=list)
-    #: of those, the ones that left no :class:`Exchange` behind (an observer's error)
-    unread_without_exchange: int = 0
 
 
 class RecordingProxy:
-    """Listen on ``host:port``, forward to ``upstream``, collect :class:`Exchange` summaries."""
+    """Listen on ``host:port``, forward to ``upstream``, collect :class:`Exchange` summaries.
 
-    def __init__(self, upstream: Upstream, *, keep_content: bool = False) -> None:
+    ``observer``: where the exchanges are read (``harness.record.observer``): ``"process"``
+    (the default: no GIL shared with the relay) or ``"thread"`` (one process fewer;
+    docs/traces.md compares the two).
+    """
+
+    def __init__(
+        self, upstream: Upstream, *, keep_content: bool = False, observer: str = "process"
+    ) -> None:
+        if observer not in OBSERVERS:
+            raise ValueError(f"observer: expected one of {', '.join(OBSERVERS)}, got {observer!r}")
         self.upstream = upstream
         self.keep_content = keep_content
-        self.exchanges: list[Exchange] = []
+        self.observer = observer
         self.stats = _Stats()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._relays: set[_Relay] = set()
         self._ssl = ssl.create_default_context() if upstream.tls else None
         self._conn_ids = 0
-        #: observing steps for the worker thread, in the order the relay met them
-        self._steps: queue.SimpleQueue[tuple[int, Callable[..., object], tuple[Any, ...]] | None]
+        #: observing steps for the observer (or its feeder), in the order the relay met them
+        self._steps: queue.SimpleQueue[tuple[int, str, tuple[Any, ...]] | None]
         self._steps = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
+        #: the thread observer's (read as it goes), or the process observer's once stopped
+        self._observed = Observed()
+        self._child: Any = None  # the observer's process
+        self._results: Connection | None = None
         #: the port it listens on, once started
         self.port = 0
 
+    @property
+    def exchanges(self) -> list[Exchange]:
+        return self._observed.exchanges
+
+    @property
+    def observed(self) -> Observed:
+        """The exchanges read, and why any could not be (complete once stopped)."""
+        return self._observed
+
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Side(self, None), host, port)
+        if self.observer == "process":
+            work = self._start_observer_process()
+        else:
+            observer = Observer(self.keep_content)
+            self._observed = observer.out
+            work = partial(self._observe_here, observer)
+        try:
+            self._server = await loop.create_server(lambda: _Side(self, None), host, port)
+        except BaseException:
+            self._steps.put(None)
+            work()
+            self._stop_child()
+            raise
         self.port = int(self._server.sockets[0].getsockname()[1])
-        self._worker = threading.Thread(
-            target=self._work, name="loopbench-record-observer", daemon=True
-        )
+        self._worker = threading.Thread(target=work, name="loopbench-record-observer", daemon=True)
         self._worker.start()
         return self.port
+
+    def _start_observer_process(self) -> Callable[[], None]:
+        ctx = multiprocessing.get_context("spawn")
+        steps_in, steps_out = ctx.Pipe(duplex=False)
+        results_in, results_out = ctx.Pipe(duplex=False)
+        self._child = ctx.Process(
+            target=serve_observer,
+            args=(steps_in, results_out, self.keep_content),
+            name="loopbench-record-observer",
+            daemon=True,
+        )
+        self._child.start()
+        steps_in.close()
+        results_out.close()
+        self._results = results_in
+        return partial(self._feed, steps_out)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -168,42 +213,80 @@ class RecordingProxy:
             self._steps.put(None)
             await asyncio.to_thread(self._worker.join)
             self._worker = None
+        if self._results is not None:
+            self._observed = await asyncio.to_thread(self._collect, self._results)
+            self._results = None
+        self._stop_child()
 
-    def _record(self, ex: Exchange | None) -> None:
-        if ex is not None:
-            self.exchanges.append(ex)
-            self.stats.exchanges += 1
+    def _collect(self, results: Connection) -> Observed:
+        """What the observer's process read, once it has read every step."""
+        try:
+            observed = results.recv()
+        except (EOFError, OSError):
+            code = self._child.exitcode if self._child is not None else None
+            observed = Observed()
+            observed.unread.append(
+                f"the observer's process ended before it sent what it read (exit code {code}): "
+                "the trace has no exchanges"
+            )
+        finally:
+            results.close()
+        if not isinstance(observed, Observed):
+            raise TypeError(f"the observer's process sent {type(observed).__name__}")
+        return observed
 
-    def _summarize(self, *args: Any) -> None:
-        ex = summarize(*args)
-        if ex is None:
-            api, transport, conn, _, _, _, _, (t_start, _, t_end), _ = args
-            self._failed(api, transport, conn, t_start, t_end, 400, "its request body is not JSON")
-            return
-        self._record(ex)
+    def _stop_child(self) -> None:
+        if self._child is not None:
+            self._child.join(5.0)
+            if self._child.is_alive():
+                self._child.kill()
+                self._child.join(5.0)
+            self._child = None
 
-    def _failed(
-        self, api: str, transport: str, conn: int, t_start: int, t_end: int, status: int, why: str
-    ) -> None:
-        """Count an exchange the trace cannot use: in the header's ``failed``, with why."""
-        self._record(Exchange(api, transport, conn, t_start, t_end, t_start, status))
-        self.stats.unread.append(f"connection {conn}: a {api} exchange over {transport}: {why}")
-
-    def _observe(self, conn: int, step: Callable[..., object], *args: Any) -> None:
-        """Queue one observing step for the worker thread (the relay goes on at once)."""
+    def _observe(self, conn: int, step: str, *args: Any) -> None:
+        """Queue one observing step (a name in ``STEPS``) for the worker: the relay goes on."""
         self._steps.put((conn, step, args))
 
-    def _work(self) -> None:
+    def _observe_here(self, observer: Observer) -> None:
+        """The thread observer's worker: each step read on this thread."""
         while (item := self._steps.get()) is not None:
-            conn, step, args = item
-            try:
-                step(*args)
-            except Exception as exc:  # the bytes were forwarded: only the trace loses this one
-                self.stats.unread_without_exchange += 1
-                self.stats.unread.append(
-                    f"connection {conn}: could not read an exchange for the trace "
-                    f"({type(exc).__name__}: {exc}); it was forwarded unchanged"
-                )
+            observer.step(*item)
+
+    def _feed(self, pipe: Connection) -> None:
+        """The process observer's feeder: the steps queued so far go in one message.
+
+        Its pickling and writing are the relay process's whole share of the observing;
+        the write, which waits while the observer is behind, releases the GIL.
+        """
+        ended = False  # the sentinel was taken: draining after it would wait forever
+        try:
+            while True:
+                item = self._steps.get()
+                ended = item is None
+                batch = None if ended else [item]
+                while batch is not None:
+                    try:
+                        more = self._steps.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        ended = True
+                        pipe.send(batch)
+                        batch = None
+                        break
+                    batch.append(more)
+                if batch is None:
+                    pipe.send(None)
+                    return
+                pipe.send(batch)
+        except Exception:
+            # The observer's process is gone (or a batch would not pickle); the relay goes
+            # on, and stop() says the trace lost what was not sent back.  Drain up to the
+            # sentinel so the queue does not grow with every relayed byte meanwhile.
+            while not ended and self._steps.get() is not None:
+                pass
+        finally:
+            pipe.close()
 
     def _head_bytes(self, raw: bytes) -> bytes:
         """The request head as sent, but for ``Host`` and the path prefix (see the module)."""
@@ -300,7 +383,7 @@ class _Relay:
     The client's side is parsed only as far as forwarding needs it (a request's head, to
     rewrite ``Host``; its body's framing, to find the next head); the upstream's side is
     written on first and parsed after (its framing, to find where an exchange ends).  A
-    copy of each exchange goes to the proxy's worker thread once it ends.
+    copy of each exchange goes to the proxy's observer once it ends.
     """
 
     def __init__(self, proxy: RecordingProxy, client: asyncio.Transport) -> None:
@@ -330,21 +413,15 @@ class _Relay:
         self.upgrade = False
         self.hbuf = b""  # an upgrade's answer head, until it is whole
         self.early = bytearray()  # frames the client sent before the upgrade was answered
-        self.lanes: _WsLanes | None = None
-        self.to_server: WsDecoder | None = None
-        self.to_client: WsDecoder | None = None
 
     # --- the client's bytes ---------------------------------------------------------------
 
     def from_client(self, data: bytes) -> None:
         mode = self.mode
         if mode == _WS:
-            assert self.up is not None and self.lanes is not None
+            assert self.up is not None
             self.up.write(data)
-            lanes = self.lanes
-            self.proxy._observe(
-                self.conn, lanes.from_client_bytes, self.to_server, data, time.perf_counter_ns()
-            )
+            self.proxy._observe(self.conn, "ws_client", self.conn, data, time.perf_counter_ns())
         elif mode == _BODY:
             assert self.up is not None
             self.up.write(data)
@@ -462,14 +539,7 @@ class _Relay:
     def from_upstream(self, data: bytes) -> None:
         self.client.write(data)  # on its way before anything looks at it
         if self.mode == _WS:
-            assert self.lanes is not None
-            self.proxy._observe(
-                self.conn,
-                self.lanes.from_server_bytes,
-                self.to_client,
-                data,
-                time.perf_counter_ns(),
-            )
+            self.proxy._observe(self.conn, "ws_server", self.conn, data, time.perf_counter_ns())
             return
         if not self.inflight:
             return  # nothing asked for it: relayed, not observed
@@ -506,19 +576,22 @@ class _Relay:
         answer = parse_request_head(b"GET / HTTP/1.1" + hbuf[hbuf.find(b"\r\n") : end])
         ext = answer.headers.get("sec-websocket-extensions", "").lower()
         deflate = "permessage-deflate" in ext
-        self.to_server = WsDecoder(deflate, "client_no_context_takeover" in ext)
-        self.to_client = WsDecoder(deflate, "server_no_context_takeover" in ext)
-        lanes = self.lanes = _WsLanes(self.proxy, self.conn)
+        self.proxy._observe(
+            self.conn,
+            "ws_open",
+            self.conn,
+            deflate,
+            "client_no_context_takeover" in ext,
+            "server_no_context_takeover" in ext,
+        )
         self.mode = _WS
         self.inflight = False
         now = time.perf_counter_ns()
         if self.early:
-            self.proxy._observe(
-                self.conn, lanes.from_client_bytes, self.to_server, bytes(self.early), self.t_start
-            )
+            self.proxy._observe(self.conn, "ws_client", self.conn, bytes(self.early), self.t_start)
             self.early = bytearray()
         if leftover := hbuf[end + 4 :]:
-            self.proxy._observe(self.conn, lanes.from_server_bytes, self.to_client, leftover, now)
+            self.proxy._observe(self.conn, "ws_server", self.conn, leftover, now)
 
     def _ended(self) -> None:
         """The response is whole: hand the exchange to the observer, then the next request."""
@@ -540,16 +613,14 @@ class _Relay:
         if self.api is not None and self.request:
             self.proxy._observe(
                 self.conn,
-                self.proxy._summarize,
-                self.api,
                 "http",
+                self.api,
                 self.conn,
                 bytes(self.request),
                 self.resp.status,
                 bytes(self.response),
-                self.resp.headers,
+                dict(self.resp.headers),
                 (self.t_start, self.t_first, time.perf_counter_ns()),
-                self.proxy.keep_content,
             )
 
     # --- ends -----------------------------------------------------------------------------
@@ -617,7 +688,7 @@ class _Relay:
             now = time.perf_counter_ns()
             self.proxy._observe(
                 self.conn,
-                self.proxy._failed,
+                "failed",
                 self.api,
                 "http",
                 self.conn,
@@ -637,8 +708,8 @@ class _Relay:
             if self.up is not None and not self.up.is_closing():
                 self.up.close()
             return
-        if self.mode == _WS and self.lanes is not None:
-            self.proxy._observe(self.conn, self.lanes.close)
+        if self.mode == _WS:
+            self.proxy._observe(self.conn, "ws_close", self.conn, time.perf_counter_ns())
         self.mode = _CLOSED
         self.inflight = False
         # close() sends what is buffered first: a response's last bytes still arrive
@@ -648,99 +719,6 @@ class _Relay:
         self.proxy._relays.discard(self)
         if not self.gone.done():
             self.gone.set_result(None)
-
-
-class _WsLanes:
-    """Requests in flight on one WebSocket connection, per lane (``stream_id``).
-
-    Runs on the proxy's worker thread: ``t_ns`` is when the relay saw the bytes.
-    """
-
-    def __init__(self, proxy: RecordingProxy, conn: int) -> None:
-        self.proxy = proxy
-        self.conn = conn
-        self.pending: dict[str | None, deque[tuple[bytes, int, int, list[bytes]]]] = {}
-
-    def from_client_bytes(self, decoder: WsDecoder, data: bytes, t_ns: int) -> None:
-        self.from_client(decoder.feed(data), t_ns)
-
-    def from_server_bytes(self, decoder: WsDecoder, data: bytes, t_ns: int) -> None:
-        self.from_server(decoder.feed(data), t_ns)
-
-    def from_client(self, messages: list[bytes], t_ns: int) -> None:
-        for m in messages:
-            if b"response.create" not in m:
-                continue  # cheap: most client messages are not one
-            event = _event(m)
-            if event is None or event.get("type") != "response.create":
-                continue
-            lane = _lane_of(event)
-            self.pending.setdefault(lane, deque()).append((m, t_ns, 0, []))
-
-    def from_server(self, messages: list[bytes], t_ns: int) -> None:
-        now = t_ns
-        for m in messages:
-            # The event's own type, not a substring: a response object carries "error": null
-            # from its first event on, and any text may contain an event name.
-            event = _event(m)
-            if event is None:
-                continue
-            queue = self.pending.get(_lane_of(event)) or self.pending.get(None)
-            if not queue:
-                continue
-            request, t_start, t_first, events = queue[0]
-            if not t_first:
-                queue[0] = (request, t_start, now, events)
-            events.append(m)
-            kind = event.get("type")
-            if kind in _TERMINAL:
-                queue.popleft()
-                status = 200 if kind in ("response.completed", "response.incomplete") else 500
-                self.proxy._record(
-                    summarize(
-                        "responses",
-                        "ws",
-                        self.conn,
-                        request,
-                        status,
-                        b"\n".join(events),
-                        {},
-                        (t_start, t_first or now, now),
-                        self.proxy.keep_content,
-                    )
-                )
-
-    def close(self) -> None:
-        """The connection ended: requests still waiting for their response end failed."""
-        now = time.perf_counter_ns()
-        for queue_ in self.pending.values():
-            for _, t_start, _, _ in queue_:
-                self.proxy._failed(
-                    "responses",
-                    "ws",
-                    self.conn,
-                    t_start,
-                    now,
-                    499,
-                    "the connection closed before the response ended",
-                )
-        self.pending.clear()
-
-
-_TERMINAL = frozenset(("response.completed", "response.failed", "response.incomplete", "error"))
-
-
-def _event(message: bytes) -> dict[str, Any] | None:
-    try:
-        event = orjson.loads(message)
-    except orjson.JSONDecodeError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
-def _lane_of(event: dict[str, Any]) -> str | None:
-    lane = event.get("stream_id")
-    return lane if isinstance(lane, str) else None
 
 
 def write_trace(
@@ -768,12 +746,15 @@ async def record_until_stopped(
     host: str = "127.0.0.1",
     port: int = 0,
     keep_content: bool = False,
+    observer: str = "process",
     on_ready: Callable[[int], None] = lambda port: None,
     stop: asyncio.Event | None = None,
 ) -> tuple[RecordingProxy, int, int]:
     """Run the proxy until ``stop`` is set or SIGINT/SIGTERM arrives, then write the trace
     (whatever was recorded so far: a conversation cut by the stop is closed as truncated)."""
-    proxy = RecordingProxy(Upstream.parse(upstream_url), keep_content=keep_content)
+    proxy = RecordingProxy(
+        Upstream.parse(upstream_url), keep_content=keep_content, observer=observer
+    )
     try:
         bound = await proxy.start(host, port)
     except OSError as exc:
@@ -788,9 +769,10 @@ async def record_until_stopped(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
-    # The observer thread holds the GIL for up to the switch interval (5 ms by default)
+    # The observer's thread (or, with the observer in its own process, the feeder that
+    # pickles steps for it) holds the GIL for up to the switch interval (5 ms by default)
     # whenever the relay's loop wakes up with bytes to forward: a short one bounds that
-    # wait.  Only the relay and the observer share it, so the extra switches cost little.
+    # wait.  Only the relay and that thread share it, so the extra switches cost little.
     switch = sys.getswitchinterval()
     sys.setswitchinterval(_SWITCH_S)
     # The collector's pauses would land on whichever chunk is being relayed: what exists
@@ -806,7 +788,7 @@ async def record_until_stopped(
         quiet_gc.end(gc_before)
         sys.setswitchinterval(switch)
     meta: dict[str, object] = {"upstream": upstream_url, "keep_content": keep_content}
-    if proxy.stats.unread_without_exchange:
-        meta["unreadable"] = proxy.stats.unread_without_exchange
+    if proxy.observed.unread_without_exchange:
+        meta["unreadable"] = proxy.observed.unread_without_exchange
     rollouts, failed = write_trace(proxy.exchanges, out, meta)
     return proxy, rollouts, failed

@@ -23,7 +23,7 @@ import pytest
 
 from harness.client.options import TransportOptions
 from harness.record.observe import build_trace
-from harness.record.proxy import RecordingProxy, Upstream, write_trace
+from harness.record.proxy import OBSERVERS, RecordingProxy, Upstream, write_trace
 from harness.report.results import load_run
 from harness.transports import make_transport
 from harness.transports.rollout_loop import run_rollout
@@ -36,8 +36,10 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @asynccontextmanager
-async def recording(upstream: str, keep_content: bool = False) -> AsyncIterator[RecordingProxy]:
-    proxy = RecordingProxy(Upstream.parse(upstream), keep_content=keep_content)
+async def recording(
+    upstream: str, keep_content: bool = False, observer: str = "process"
+) -> AsyncIterator[RecordingProxy]:
+    proxy = RecordingProxy(Upstream.parse(upstream), keep_content=keep_content, observer=observer)
     await proxy.start()
     try:
         yield proxy
@@ -56,13 +58,20 @@ def _run(coro: Callable[[], Awaitable[Any]]) -> Any:
 # --- the harness's transports as clients ----------------------------------------------------
 
 
+@pytest.mark.parametrize("observer", OBSERVERS)
 @pytest.mark.parametrize("transport", ["http", "ws", "chat", "messages"])
-def test_each_api_is_recorded_as_the_client_ran_it(server_url: str, transport: str) -> None:
+def test_each_api_is_recorded_as_the_client_ran_it(
+    server_url: str, transport: str, observer: str
+) -> None:
+    """The same reading wherever it runs: the observer's own process or a thread."""
     rollouts = plans(2)
     records: list[TurnRecord] = []
 
     async def main() -> list[TraceRollout]:
-        async with recording(server_url) as proxy:
+        async with recording(server_url, observer=observer) as proxy:
+            if observer == "process":
+                # the reading happens in another process, not on a thread of this one
+                assert proxy._child is not None and proxy._child.pid != os.getpid()
             client = make_transport(transport, TransportOptions(_base(proxy)))
             try:
                 for plan in rollouts:
@@ -625,13 +634,14 @@ def test_summarising_an_exchange_does_not_hold_up_the_relay(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The first exchange's summary is held back until the second one was relayed: the
-    relay must not wait for it (it runs on the worker thread), and the trace still gets
-    both once the proxy stops."""
+    relay must not wait for it (with the thread observer, which shares this process; the
+    process observer cannot hold it up by construction), and the trace still gets both once
+    the proxy stops."""
     import threading
 
-    from harness.record import proxy as proxy_module
+    from harness.record import observer as observer_module
 
-    real = proxy_module.summarize
+    real = observer_module.summarize
     gate = threading.Event()
     held: list[bool] = []
 
@@ -640,7 +650,7 @@ def test_summarising_an_exchange_does_not_hold_up_the_relay(
             held.append(gate.wait(timeout=5))  # False: the relay waited for this summary
         return real(*args)
 
-    monkeypatch.setattr(proxy_module, "summarize", held_back)
+    monkeypatch.setattr(observer_module, "summarize", held_back)
     body = b'{"model":"m","input":"hi","stream":true}'
     request = (
         b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
@@ -652,7 +662,7 @@ def test_summarising_an_exchange_does_not_hold_up_the_relay(
         server = await _canned_upstream([])
         port = server.sockets[0].getsockname()[1]
         try:
-            async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
+            async with recording(f"http://127.0.0.1:{port}/v1", observer="thread") as proxy:
                 first = await _exchange(proxy.port, request, b"0\r\n\r\n")
                 second = await _exchange(proxy.port, request, b"0\r\n\r\n")
                 gate.set()
@@ -817,3 +827,40 @@ def test_expect_100_continue_reaches_the_client_before_the_body() -> None:
     assert rest == b"".join(SSE_PARTS)
     assert received[0].endswith(body)
     assert len(proxy.exchanges) == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("traffic_after", [True, False], ids=["traffic-after", "idle-after"])
+def test_an_observer_process_that_dies_loses_the_trace_not_the_traffic(
+    traffic_after: bool,
+) -> None:
+    """Killed mid-recording: the relay goes on forwarding, and stopping says the trace
+    lost what the observer had read instead of hanging or raising (idle after the kill,
+    the stop's sentinel is the first thing the feeder fails to send)."""
+    body = b'{"model":"m","input":"hi","stream":true}'
+    request = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+    async def main() -> RecordingProxy:
+        server = await _canned_upstream([])
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
+                assert await _exchange(proxy.port, request, b"0\r\n\r\n") == b"".join(SSE_PARTS)
+                proxy._child.kill()
+                proxy._child.join(10)
+                if traffic_after:
+                    got = await _exchange(proxy.port, request, b"0\r\n\r\n")
+                    assert got == b"".join(SSE_PARTS)
+        finally:
+            server.close()
+            await server.wait_closed()
+        return proxy
+
+    proxy = _run(main)
+    assert proxy.exchanges == []
+    [why] = proxy.observed.unread
+    assert why.startswith("the observer's process ended before it sent what it read"), why

@@ -44,6 +44,7 @@ from typing import Any
 from harness.run.embedded import server_child
 from harness.run.event_loop import run_async
 from harness.run.goodput import GoodputSearch
+from harness.run.proc_cpu import tree_cpu_seconds
 from harness.run.runner import RunOptions, run_plans
 from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.tools.selfbench.figures import Figure, at_least, figure
@@ -182,7 +183,7 @@ class CpuWindow:
 
     def _read(self) -> None:
         t = os.times()
-        server = _tree_cpu_s(self.server_pid) if self.server_pid else None
+        server = tree_cpu_seconds(self.server_pid) if self.server_pid else None
         self.reads.append((time.perf_counter_ns(), t.user + t.system, server))
 
     def _run(self) -> None:
@@ -299,27 +300,6 @@ def _plans(opts: AgentsOptions, agents: int, transport: str) -> tuple[Any, list[
     return scenario, plans
 
 
-def _tree_cpu_s(pid: int) -> float | None:
-    """CPU seconds (user + system) of a process and of its live descendants (Linux /proc)."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    todo = [pid]
-    seen = 0
-    while todo:
-        p = todo.pop()
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-            fields = stat.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            seen += 1
-            for task in Path(f"/proc/{p}/task").iterdir():
-                kids = (task / "children").read_text().split()
-                todo.extend(int(k) for k in kids)
-        except (OSError, ValueError, IndexError):
-            continue
-    return total if seen else None
-
-
 def run_step(
     url: str, opts: AgentsOptions, transport: str, agents: int, server_pid: int | None
 ) -> AgentsStep:
@@ -336,7 +316,7 @@ def run_step(
             render=False,
             turn_hook=counts.add,
         )
-        srv0 = _tree_cpu_s(server_pid) if server_pid else None
+        srv0 = tree_cpu_seconds(server_pid) if server_pid else None
         steal0 = read_cpu_times()
         cpu0, t0 = os.times(), time.perf_counter()
         t0_ns = time.perf_counter_ns()
@@ -353,7 +333,7 @@ def run_step(
             )
             result.stop_if_interrupted()
         cpu1, wall = os.times(), time.perf_counter() - t0
-        srv1 = _tree_cpu_s(server_pid) if server_pid else None
+        srv1 = tree_cpu_seconds(server_pid) if server_pid else None
         steal = steal_percent(steal0, read_cpu_times())
     summary = result.summary
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)

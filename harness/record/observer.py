@@ -1,0 +1,239 @@
+"""What the recording proxy hands over, read into :class:`Exchange` summaries.
+
+The relay (``harness.record.proxy``) forwards every byte first and then hands a copy of
+what it saw to the observer as a *step*: a name from :data:`STEPS` and plain, picklable
+arguments (bytes, ints, strings).  The :class:`Observer` holds every piece of state the
+reading needs (each WebSocket connection's frame decoders and requests in flight), so it can
+run anywhere the steps can be sent: on a thread of the proxy's process, or in a process of
+its own.
+
+Why a process of its own (the default): reading a step is JSON work of up to milliseconds
+for a long conversation's request, and on a thread it holds the GIL the relay needs to
+forward the next chunk, whichever stream that chunk belongs to.  In a process the relay's
+share of a step is a pickle and a pipe write, done on the proxy's feeder thread, and the
+observer's process runs at a lower priority (``nice``), so that on a machine whose cores the
+client and the upstream keep busy it takes what they leave (docs/traces.md, "Overhead").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import orjson
+
+from harness.record.observe import Exchange, WsDecoder, summarize
+
+__all__ = ["STEPS", "Observed", "Observer", "serve_observer"]
+
+#: how much lower the observer's process runs than the relay's (``os.nice``)
+NICE = 10
+
+
+@dataclass
+class Observed:
+    """What the observer made of the steps: the exchanges and what could not be read."""
+
+    exchanges: list[Exchange] = field(default_factory=list)
+    #: why each exchange the trace could not read was lost (each counted as failed)
+    unread: list[str] = field(default_factory=list)
+    #: of those, the ones that left no :class:`Exchange` behind (an observer's error)
+    unread_without_exchange: int = 0
+
+
+class Observer:
+    """Reads steps into :class:`Observed`; pure (no I/O), one step at a time, in order."""
+
+    def __init__(self, keep_content: bool = False) -> None:
+        self.keep_content = keep_content
+        self.out = Observed()
+        self._ws: dict[int, _WsConnection] = {}
+
+    def step(self, conn: int, name: str, args: tuple[Any, ...]) -> None:
+        """Apply one step; an error loses that exchange for the trace, never the relay's bytes."""
+        try:
+            STEPS[name](self, *args)
+        except Exception as exc:  # the bytes were forwarded: only the trace loses this one
+            self.out.unread_without_exchange += 1
+            self.out.unread.append(
+                f"connection {conn}: could not read an exchange for the trace "
+                f"({type(exc).__name__}: {exc}); it was forwarded unchanged"
+            )
+
+    # --- the steps ------------------------------------------------------------------------
+
+    def http(
+        self,
+        api: str,
+        conn: int,
+        request: bytes,
+        status: int,
+        response: bytes,
+        headers: dict[str, str],
+        times: tuple[int, int, int],
+    ) -> None:
+        """An HTTP exchange that ended (its response whole, or cut by a close)."""
+        ex = summarize(
+            api, "http", conn, request, status, response, headers, times, self.keep_content
+        )
+        if ex is None:
+            self.failed(api, "http", conn, times[0], times[2], 400, "its request body is not JSON")
+            return
+        self._record(ex)
+
+    def failed(
+        self, api: str, transport: str, conn: int, t_start: int, t_end: int, status: int, why: str
+    ) -> None:
+        """An exchange the trace cannot use: counted in the header's ``failed``, with why."""
+        self._record(Exchange(api, transport, conn, t_start, t_end, t_start, status))
+        self.out.unread.append(f"connection {conn}: a {api} exchange over {transport}: {why}")
+
+    def ws_open(self, conn: int, deflate: bool, client_reset: bool, server_reset: bool) -> None:
+        """A WebSocket upgrade was accepted on ``conn``: its frames follow."""
+        self._ws[conn] = _WsConnection(
+            self, conn, WsDecoder(deflate, client_reset), WsDecoder(deflate, server_reset)
+        )
+
+    def ws_client(self, conn: int, data: bytes, t_ns: int) -> None:
+        ws = self._ws[conn]
+        ws.from_client(ws.to_server.feed(data), t_ns)
+
+    def ws_server(self, conn: int, data: bytes, t_ns: int) -> None:
+        ws = self._ws[conn]
+        ws.from_server(ws.to_client.feed(data), t_ns)
+
+    def ws_close(self, conn: int, t_ns: int) -> None:
+        """The connection ended: requests still waiting for their response end failed."""
+        ws = self._ws.pop(conn, None)
+        if ws is not None:
+            ws.close(t_ns)
+
+    def _record(self, ex: Exchange | None) -> None:
+        if ex is not None:
+            self.out.exchanges.append(ex)
+
+
+STEPS: dict[str, Callable[..., None]] = {
+    "http": Observer.http,
+    "failed": Observer.failed,
+    "ws_open": Observer.ws_open,
+    "ws_client": Observer.ws_client,
+    "ws_server": Observer.ws_server,
+    "ws_close": Observer.ws_close,
+}
+
+
+class _WsConnection:
+    """Requests in flight on one WebSocket connection, per lane (``stream_id``).
+
+    ``t_ns`` is when the relay saw the bytes, not when they are read here.
+    """
+
+    def __init__(self, observer: Observer, conn: int, to_server: WsDecoder, to_client: WsDecoder):
+        self.observer = observer
+        self.conn = conn
+        self.to_server = to_server
+        self.to_client = to_client
+        self.pending: dict[str | None, deque[tuple[bytes, int, int, list[bytes]]]] = {}
+
+    def from_client(self, messages: list[bytes], t_ns: int) -> None:
+        for m in messages:
+            if b"response.create" not in m:
+                continue  # cheap: most client messages are not one
+            event = _event(m)
+            if event is None or event.get("type") != "response.create":
+                continue
+            lane = _lane_of(event)
+            self.pending.setdefault(lane, deque()).append((m, t_ns, 0, []))
+
+    def from_server(self, messages: list[bytes], t_ns: int) -> None:
+        now = t_ns
+        for m in messages:
+            # The event's own type, not a substring: a response object carries "error": null
+            # from its first event on, and any text may contain an event name.
+            event = _event(m)
+            if event is None:
+                continue
+            queue = self.pending.get(_lane_of(event)) or self.pending.get(None)
+            if not queue:
+                continue
+            request, t_start, t_first, events = queue[0]
+            if not t_first:
+                queue[0] = (request, t_start, now, events)
+            events.append(m)
+            kind = event.get("type")
+            if kind in _TERMINAL:
+                queue.popleft()
+                status = 200 if kind in ("response.completed", "response.incomplete") else 500
+                self.observer._record(
+                    summarize(
+                        "responses",
+                        "ws",
+                        self.conn,
+                        request,
+                        status,
+                        b"\n".join(events),
+                        {},
+                        (t_start, t_first or now, now),
+                        self.observer.keep_content,
+                    )
+                )
+
+    def close(self, t_ns: int) -> None:
+        for queue_ in self.pending.values():
+            for _, t_start, _, _ in queue_:
+                self.observer.failed(
+                    "responses",
+                    "ws",
+                    self.conn,
+                    t_start,
+                    t_ns,
+                    499,
+                    "the connection closed before the response ended",
+                )
+        self.pending.clear()
+
+
+_TERMINAL = frozenset(("response.completed", "response.failed", "response.incomplete", "error"))
+
+
+def _event(message: bytes) -> dict[str, Any] | None:
+    try:
+        event = orjson.loads(message)
+    except orjson.JSONDecodeError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def _lane_of(event: dict[str, Any]) -> str | None:
+    lane = event.get("stream_id")
+    return lane if isinstance(lane, str) else None
+
+
+def serve_observer(steps: Connection, results: Connection, keep_content: bool) -> None:
+    """The observer's process: read steps until ``None``, then send back :class:`Observed`."""
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
+    # The relay's process owns the terminal: Ctrl-C reaches it, which ends this one by
+    # sending None, after the steps in flight were read.
+    # A SIGTERM sent to the whole group (GNU timeout, systemd) is the relay's to act on too:
+    # it sends None; the relay's stop() kills this process if it does not end.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    observer = Observer(keep_content)
+    while True:
+        try:
+            item = steps.recv()
+        except EOFError:  # the proxy died: nothing to send back to
+            return
+        if item is None:
+            break
+        for conn, name, args in item:
+            observer.step(conn, name, args)
+    results.send(observer.out)

@@ -1,0 +1,32 @@
+"""CPU time a process and its live descendants have used so far (Linux ``/proc``).
+
+A process's own ``utime``/``stime`` leave out children that are still running (they are
+added to ``cutime``/``cstime`` only once reaped), so a server's workers or a proxy's
+observer process would go uncounted: each process of the tree is read on its own.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` and its live descendants; None off Linux."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    todo = [pid]
+    seen = 0
+    while todo:
+        p = todo.pop()
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+            # after the command's ")": state is field 3, utime and stime fields 14 and 15
+            fields = stat.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            seen += 1
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo.extend(int(k) for k in (task / "children").read_text().split())
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile: what it used is lost with it
+    return total if seen else None
