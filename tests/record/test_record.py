@@ -277,6 +277,15 @@ ERROR_RESPONSE = (
 )
 
 
+_STREAMING_BODY = b'{"model":"m","input":"hi","stream":true}'
+#: one streaming Responses request, as a client writes it (the canned upstream answers SSE_PARTS)
+_STREAMING_REQUEST = (
+    b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+    + f"content-length: {len(_STREAMING_BODY)}\r\n\r\n".encode()
+    + _STREAMING_BODY
+)
+
+
 async def _canned_upstream(received: list[bytes]) -> asyncio.Server:
     """Answers each request with SSE_PARTS (written apart) or, for /v1/fail, a 503."""
 
@@ -651,12 +660,7 @@ def test_summarising_an_exchange_does_not_hold_up_the_relay(
         return real(*args)
 
     monkeypatch.setattr(observer_module, "summarize", held_back)
-    body = b'{"model":"m","input":"hi","stream":true}'
-    request = (
-        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
-        + f"content-length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
+    request = _STREAMING_REQUEST
 
     async def main() -> RecordingProxy:
         server = await _canned_upstream([])
@@ -837,12 +841,7 @@ def test_an_observer_process_that_dies_loses_the_trace_not_the_traffic(
     """Killed mid-recording: the relay goes on forwarding, and stopping says the trace
     lost what the observer had read instead of hanging or raising (idle after the kill,
     the stop's sentinel is the first thing the feeder fails to send)."""
-    body = b'{"model":"m","input":"hi","stream":true}'
-    request = (
-        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
-        + f"content-length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
+    request = _STREAMING_REQUEST
 
     async def main() -> RecordingProxy:
         server = await _canned_upstream([])
