@@ -21,6 +21,7 @@ from harness.record.proxy import (
 )
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
+from harness.run.interrupt import sigterm_as_sigint
 from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 
 
@@ -108,6 +109,11 @@ def _upstream(args: argparse.Namespace) -> Iterator[str]:
             yield url
 
 
+def _bench_progress(done: int, total: int, elapsed_s: float) -> None:
+    left = f", about {elapsed_s / done * (total - done):.0f} s left" if done else ""
+    print(f"record --bench: {done:,}/{total:,} trials, {elapsed_s:.0f} s{left}", file=sys.stderr)
+
+
 def cmd_record(args: argparse.Namespace) -> int:
     folder = os.path.dirname(os.path.abspath(args.out))
     if not args.bench and not os.path.isdir(folder):
@@ -115,6 +121,8 @@ def cmd_record(args: argparse.Namespace) -> int:
             f"--out {args.out}: expected a file in an existing folder, got {folder} missing"
         )
     if args.bench:
+        # stopped by SIGTERM, the bench still stops the server and relays it started
+        sigterm_as_sigint()
         with _upstream(args) as upstream:
             before = read_cpu_times()
             load = os.getloadavg()
@@ -122,7 +130,12 @@ def cmd_record(args: argparse.Namespace) -> int:
             # does not route by it (the embedded server) can take it as the floor.
             proxies = (THIS_PROXY,) if args.upstream else (THIS_PROXY, BARE_RELAY)
             result = run_bench(
-                upstream, args.bench, args.bench_streams, args.bench_history, proxies
+                upstream,
+                args.bench,
+                args.bench_streams,
+                args.bench_history,
+                proxies,
+                progress=_bench_progress,
             )
             steal = steal_percent(before, read_cpu_times())
             load_after = os.getloadavg()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from harness.cli.run_args import (
 )
 from harness.cli.summary_table import print_summary
 from harness.report.error_summary import error_lines
+from harness.run.interrupt import sigterm_as_sigint
 from harness.run.probe import DEFAULT_TIMEOUT_S as PROBE_TIMEOUT_S
 from harness.run.probe import probe_for_run
 from harness.run.procs import run_procs
@@ -162,7 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return refused
     # A live table on a terminal; plain lines every few seconds in logs.
     progress = make_progress(sys.stderr, quiet=args.quiet)
-    _sigterm_as_sigint()
+    sigterm_as_sigint()
     if args.procs > 1:
         result = run_procs(
             scenario, str(args.scenario), opts, args.procs, say=lambda m: print(m, file=sys.stderr)
@@ -213,10 +213,3 @@ def run_outcome(summary: dict[str, Any]) -> tuple[int, str]:
         # every reason, here only: the summary after it does not repeat them
         return EXIT_INVALID, "run INVALID: " + ("; ".join(reasons) or "no reason recorded")
     return EXIT_OK, "run valid"
-
-
-def _sigterm_as_sigint() -> None:
-    """SIGTERM stops a run the way Ctrl-C does: records flushed, summary marked partial."""
-    # asyncio's runner turns SIGINT into a cancellation of the run, which the runner
-    # catches to finish writing; without this SIGTERM would kill the process mid-write.
-    signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))

@@ -40,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +76,11 @@ _MARK = b"response.output_text.delta"
 
 #: the issue's target for the added TTFT's p99 (ms)
 TARGET_MS = 1.0
+#: how often a long bench says how far it got (s)
+PROGRESS_S = 10.0
+
+#: told (trials done, trials in all, seconds since the trials began) every PROGRESS_S
+Progress = Callable[[int, int, float], None]
 
 Pct = tuple[float, float]
 #: p99(one side) − p99(the direct side), ms, and its 95 % CI (None under 1,000 trials)
@@ -356,17 +361,38 @@ _Trial = tuple[_Times, ...]
 
 
 async def _trials(
-    direct: Upstream, proxies: Sequence[Upstream], n: int, streams: int, history: int
+    direct: Upstream,
+    proxies: Sequence[Upstream],
+    n: int,
+    streams: int,
+    history: int,
+    progress: Progress | None = None,
 ) -> list[_Trial]:
     per = max(1, n // max(1, streams))
     # each stream starts at another place in the cycle: the streams' turns at one moment do
     # not all go to the same side
     n_streams = max(1, streams)
     cycle = len(orders(len(proxies) + 2))
-    runs = [
-        _stream(direct, proxies, per, history, s * cycle // n_streams) for s in range(n_streams)
-    ]
-    return [row for rows in await asyncio.gather(*runs) for row in rows]
+    done = [0]
+    runs = asyncio.gather(
+        *(
+            _stream(direct, proxies, per, history, s * cycle // n_streams, done)
+            for s in range(n_streams)
+        )
+    )
+    if progress is not None:
+        t0 = time.monotonic()
+        try:
+            # a wake-up every PROGRESS_S: nothing a trial's timing could notice
+            while not runs.done():
+                await asyncio.wait([runs], timeout=PROGRESS_S)
+                if not runs.done():
+                    progress(done[0], per * n_streams, time.monotonic() - t0)
+        except BaseException:  # Ctrl-C: the streams stop with this wait, and quietly
+            runs.cancel()
+            runs.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
+    return [row for rows in await runs for row in rows]
 
 
 #: Cycles of orders for 2, 3 and 4 sides in which, over the cycle, each side goes first and
@@ -412,8 +438,15 @@ def _request(up: Upstream, body: bytes) -> bytes:
 
 
 async def _stream(
-    direct: Upstream, proxies: Sequence[Upstream], n: int, history: int, offset: int = 0
+    direct: Upstream,
+    proxies: Sequence[Upstream],
+    n: int,
+    history: int,
+    offset: int = 0,
+    done: list[int] | None = None,
 ) -> list[_Trial]:
+    """``n`` trials on one stream; ``done[0]`` counts the trials finished (all streams')."""
+    done = [0] if done is None else done
     earlier = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "w" * 400}
         for i in range(history)
@@ -443,6 +476,7 @@ async def _stream(
             for m in sequence[(i + offset) % len(sequence)]:
                 got[m] = await conns[m].turn(requests[m])
             out.append(tuple(got))
+            done[0] += 1
     finally:
         for conn in conns:
             conn.close()
@@ -509,6 +543,7 @@ def run_bench(
     streams: int = 1,
     history: int = 0,
     proxies: Sequence[ProxyCommand] = (THIS_PROXY,),
+    progress: Progress | None = None,
 ) -> BenchResult:
     """Start each of ``proxies`` against ``upstream_url`` and measure ``pairs`` trials
     (over ``streams`` concurrent streams), each trial a turn on every connection."""
@@ -522,7 +557,7 @@ def run_bench(
         old = quiet_gc.begin()
         t0 = time.monotonic()
         try:
-            rows = run_async(_trials(direct, proxied, pairs, streams, history))
+            rows = run_async(_trials(direct, proxied, pairs, streams, history, progress))
         finally:
             quiet_gc.end(old)
         seconds = time.monotonic() - t0

@@ -30,8 +30,10 @@ import orjson
 
 from harness.record.observe import Exchange, WsDecoder, summarize
 
-__all__ = ["STEPS", "Observed", "Observer", "serve_observer"]
+__all__ = ["READY", "STEPS", "Observed", "Observer", "serve_observer"]
 
+#: what the observer's process sends first, once it can read steps
+READY = "ready"
 #: how much lower the observer's process runs than the relay's (``os.nice``)
 NICE = 10
 
@@ -227,6 +229,7 @@ def serve_observer(steps: Connection, results: Connection, keep_content: bool) -
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     observer = Observer(keep_content)
+    results.send(READY)
     while True:
         try:
             item = steps.recv()

@@ -48,13 +48,14 @@ from harness.record.observe import (
     build_trace,
     parse_request_head,
 )
-from harness.record.observer import Observed, Observer, serve_observer
+from harness.record.observer import READY, Observed, Observer, serve_observer
 from harness.run import quiet_gc
 from harness.wire.errors import LoopbenchError
 from harness.workload.trace import dump_trace
 
 __all__ = [
     "READY_PREFIX",
+    "ObserverError",
     "RecordingProxy",
     "Upstream",
     "UpstreamError",
@@ -68,12 +69,25 @@ _MAX_HEAD = 64 * 1024
 READY_PREFIX = "loopbench record listening on "
 #: where the proxy's exchanges are read (:class:`RecordingProxy`)
 OBSERVERS = ("process", "thread")
+#: how long a spawned observer may take to import what it needs and say it is ready
+_OBSERVER_START_S = 60.0
 #: the GIL switch interval while recording: the longest the relay waits for the observer
 _SWITCH_S = 0.0001
 
 
 class UpstreamError(LoopbenchError):
     """The ``--upstream`` URL, ``--port`` or ``--out`` cannot be used."""
+
+
+class ObserverError(LoopbenchError):
+    """The observer's process (``--observer process``) could not be started."""
+
+
+def _first_message(conn: Connection, timeout_s: float) -> object:
+    """The first thing sent on ``conn`` within ``timeout_s`` (``EOFError`` if it closed)."""
+    if not conn.poll(timeout_s):
+        raise TimeoutError(f"it said nothing within {timeout_s:.0f} s")
+    return conn.recv()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +124,6 @@ class Upstream:
 @dataclass
 class _Stats:
     connections: int = 0
-    exchanges: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -152,14 +165,24 @@ class RecordingProxy:
         return self._observed.exchanges
 
     @property
+    def open_connections(self) -> int:
+        """Client connections being relayed now."""
+        return len(self._relays)
+
+    @property
     def observed(self) -> Observed:
         """The exchanges read, and why any could not be (complete once stopped)."""
         return self._observed
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Start the observer, then listen; returns the port.
+
+        Raises :class:`ObserverError` when the observer's process does not start, and
+        ``OSError`` when ``host:port`` cannot be listened on.
+        """
         loop = asyncio.get_running_loop()
         if self.observer == "process":
-            work = self._start_observer_process()
+            work = await self._start_observer_process()
         else:
             observer = Observer(self.keep_content)
             self._observed = observer.out
@@ -176,7 +199,8 @@ class RecordingProxy:
         self._worker.start()
         return self.port
 
-    def _start_observer_process(self) -> Callable[[], None]:
+    async def _start_observer_process(self) -> Callable[[], None]:
+        """Spawn the observer and wait until it reads: its start-up is not the relay's time."""
         ctx = multiprocessing.get_context("spawn")
         steps_in, steps_out = ctx.Pipe(duplex=False)
         results_in, results_out = ctx.Pipe(duplex=False)
@@ -186,9 +210,27 @@ class RecordingProxy:
             name="loopbench-record-observer",
             daemon=True,
         )
-        self._child.start()
-        steps_in.close()
-        results_out.close()
+        try:
+            try:
+                self._child.start()
+            finally:
+                steps_in.close()
+                results_out.close()
+            ready = await asyncio.to_thread(_first_message, results_in, _OBSERVER_START_S)
+        except (OSError, EOFError, TimeoutError) as exc:
+            steps_out.close()
+            results_in.close()
+            if self._child.pid is not None:
+                self._child.join(1.0)  # its pipe closes as it dies: let its exit code land
+            code = self._child.exitcode
+            self._stop_child()
+            why = f"exit code {code}" if code is not None else (str(exc) or type(exc).__name__)
+            raise ObserverError(
+                f"the recorder's observer process did not start ({why}); "
+                "`--observer thread` reads the exchanges in the proxy's own process"
+            ) from None
+        if ready != READY:
+            raise TypeError(f"the observer's process said {ready!r} before anything else")
         self._results = results_in
         return partial(self._feed, steps_out)
 
@@ -223,7 +265,10 @@ class RecordingProxy:
         try:
             observed = results.recv()
         except (EOFError, OSError):
-            code = self._child.exitcode if self._child is not None else None
+            code = None
+            if self._child is not None:
+                self._child.join(1.0)  # its pipe closes as it dies: let its exit code land
+                code = self._child.exitcode
             observed = Observed()
             observed.unread.append(
                 f"the observer's process ended before it sent what it read (exit code {code}): "

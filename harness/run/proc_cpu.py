@@ -13,8 +13,10 @@ from pathlib import Path
 
 def tree_cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of ``pid`` and its live descendants; None off Linux."""
-    total = 0.0
+    if not Path(f"/proc/{pid}/stat").exists():
+        return None  # no /proc (or no such process): nothing to read
     tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
     todo = [pid]
     seen = 0
     while todo:
@@ -25,8 +27,13 @@ def tree_cpu_seconds(pid: int) -> float | None:
             fields = stat.rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / tick
             seen += 1
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo.extend(int(k) for k in (task / "children").read_text().split())
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile: what it used is lost with it
+        for task in tasks:
+            # one thread ending meanwhile must not hide its siblings' children
+            try:
+                todo.extend(int(k) for k in (task / "children").read_text().split())
+            except (OSError, ValueError):
+                continue
     return total if seen else None

@@ -22,8 +22,15 @@ from typing import Any
 import pytest
 
 from harness.client.options import TransportOptions
+from harness.record import proxy as proxy_module
 from harness.record.observe import build_trace
-from harness.record.proxy import OBSERVERS, RecordingProxy, Upstream, write_trace
+from harness.record.proxy import (
+    OBSERVERS,
+    ObserverError,
+    RecordingProxy,
+    Upstream,
+    write_trace,
+)
 from harness.report.results import load_run
 from harness.transports import make_transport
 from harness.transports.rollout_loop import run_rollout
@@ -557,7 +564,7 @@ def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
                 writer.close()
                 await writer.wait_closed()
                 for _ in range(100):  # the proxy notices the close
-                    if proxy.exchanges:
+                    if not proxy.open_connections:
                         break
                     await asyncio.sleep(0.01)
         finally:
@@ -863,3 +870,25 @@ def test_an_observer_process_that_dies_loses_the_trace_not_the_traffic(
     assert proxy.exchanges == []
     [why] = proxy.observed.unread
     assert why.startswith("the observer's process ended before it sent what it read"), why
+    assert "(exit code -9)" in why, why
+
+
+@pytest.mark.timeout(60)
+def test_an_observer_process_that_does_not_start_is_named_not_taken_for_the_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The child dies before it says it is ready (here: its target raises TypeError)."""
+    monkeypatch.setattr(proxy_module, "serve_observer", sys.exit)
+
+    async def main() -> str:
+        proxy = RecordingProxy(Upstream.parse("http://127.0.0.1:9/v1"))
+        with pytest.raises(ObserverError) as info:
+            await proxy.start()
+        assert proxy.port == 0 and proxy._child is None
+        return str(info.value)
+
+    message = _run(main)
+    assert message == (
+        "the recorder's observer process did not start (exit code 1); "
+        "`--observer thread` reads the exchanges in the proxy's own process"
+    )

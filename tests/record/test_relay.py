@@ -9,16 +9,21 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
+import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
 import pytest
 
+from harness.cli.common import EXIT_INTERRUPTED
+from harness.record import bench as bench_module
 from harness.record.bare_relay import serve as serve_bare_relay
 from harness.record.bench import (
     BARE_RELAY,
@@ -276,6 +281,70 @@ def test_bench_command_reports_the_machine(server_url: str) -> None:
     assert "load average" in out.stdout and "CPU steal" in out.stdout
 
 
+def _descendants(pid: int) -> dict[int, str]:
+    """Live descendants of ``pid`` and their command lines (Linux ``/proc``)."""
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        with contextlib.suppress(OSError, ValueError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+                for kid in kids:
+                    with open(f"/proc/{kid}/cmdline", "rb") as fh:
+                        found[kid] = fh.read().replace(b"\0", b" ").decode()
+                todo.extend(kids)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for whoever it was re-parented to."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux /proc")
+def test_a_bench_stopped_by_sigterm_stops_the_processes_it_started() -> None:
+    """By default SIGTERM ends a process at once: the proxy and the bare relay were left
+    running (the embedded server watches its parent; they do not)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "record", "--bench", "100000"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        kids: dict[int, str] = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # bounded: the relays are up within seconds
+            kids = _descendants(proc.pid)
+            if any("bare_relay" in c for c in kids.values()) and any(
+                "harness record" in c for c in kids.values()
+            ):
+                break
+            time.sleep(0.1)
+        assert any("bare_relay" in c for c in kids.values()), kids
+        time.sleep(1.0)  # into the trials
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert err.strip().splitlines()[-1] == "interrupted", err
+    deadline = time.monotonic() + 10  # the server notices its parent's end within 0.5 s
+    while time.monotonic() < deadline and any(_alive(k) for k in kids):
+        time.sleep(0.1)
+    left = {k: c for k, c in kids.items() if _alive(k)}
+    assert not left, left
+
+
 def test_a_client_that_half_closes_after_its_request_still_gets_the_response() -> None:
     """Request, then shutdown(SHUT_WR) on a fresh connection: the client's end arrives
     before the response, which must still be relayed whole."""
@@ -338,6 +407,29 @@ def test_the_bare_relay_forwards_a_large_response_whole_and_touches_nothing() ->
     assert got == _big_digest()
     assert buffered and max(buffered) < BIG // 4
     assert heads == [b"GET /v1/models HTTP/1.1\r\nHost: the-client's\r\n\r\n"]
+
+
+def test_a_long_bench_says_how_far_it_got(server_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every PROGRESS_S (shortened here) the trials done so far, never more than asked, and
+    never going back; a bench shorter than PROGRESS_S says nothing."""
+    monkeypatch.setattr(bench_module, "PROGRESS_S", 0.02)
+    told: list[tuple[int, int, float]] = []
+    result = run_bench(
+        server_url,
+        40,
+        streams=2,
+        progress=lambda *a: told.append(a),  # type: ignore[arg-type]
+    )
+    assert result.pairs == 40
+    assert told, "no progress in a bench far longer than its interval"
+    assert {total for _, total, _ in told} == {40}
+    dones = [done for done, _, _ in told]
+    assert dones == sorted(dones) and dones[0] >= 0 and dones[-1] <= 40
+    assert all(b >= a for (_, _, a), (_, _, b) in itertools.pairwise(told))
+    monkeypatch.setattr(bench_module, "PROGRESS_S", 600.0)
+    told.clear()
+    run_bench(server_url, 2, progress=lambda *a: told.append(a))  # type: ignore[arg-type]
+    assert told == []
 
 
 def test_bench_measures_the_proxy_over_the_bare_relay_in_the_same_trials(server_url: str) -> None:
