@@ -26,6 +26,7 @@ from typing import cast
 from harness.record.proxy import READY_PREFIX, Upstream
 from harness.run import quiet_gc
 from harness.run.event_loop import run_async
+from harness.run.short_slice import request_short_slice
 
 
 class _End(asyncio.Protocol):
@@ -147,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 loop.add_signal_handler(sig, stop.set)
 
         def ready(port: int) -> None:
+            # as `loopbench record` does (its record_until_stopped): the floor on the same terms
+            request_short_slice()
             print(
                 f"{READY_PREFIX}http://{args.host}:{port}/v1 → {upstream.host}:{upstream.port} "
                 "(bare relay)",

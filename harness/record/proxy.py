@@ -50,6 +50,7 @@ from harness.record.observe import (
 )
 from harness.record.observer import READY, Observed, Observer, serve_observer
 from harness.run import quiet_gc
+from harness.run.short_slice import request_short_slice
 from harness.wire.errors import LoopbenchError
 from harness.workload.trace import dump_trace
 
@@ -823,6 +824,8 @@ async def record_until_stopped(
     # The collector's pauses would land on whichever chunk is being relayed: what exists
     # now is frozen out of it, and it runs as seldom as in a measuring run.
     gc_before = quiet_gc.begin()
+    # After proxy.start(): the observer's process and the feeder thread keep the default.
+    request_short_slice()
     on_ready(bound)
     try:
         await stop.wait()

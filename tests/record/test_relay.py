@@ -15,9 +15,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import orjson
 import pytest
@@ -35,7 +37,8 @@ from harness.record.bench import (
     orders,
     run_bench,
 )
-from harness.record.proxy import RecordingProxy, Upstream
+from harness.record.proxy import READY_PREFIX, RecordingProxy, Upstream
+from harness.run.short_slice import SLICE_NS, request_short_slice
 from harness.transports.rx_socket import kernel_stamps_supported
 from tests.runs import ROOT
 
@@ -343,6 +346,55 @@ def test_a_bench_stopped_by_sigterm_stops_the_processes_it_started() -> None:
         time.sleep(0.1)
     left = {k: c for k, c in kids.items() if _alive(k)}
     assert not left, left
+
+
+def _sched_slice(pid: int) -> int | None:
+    with open(f"/proc/{pid}/sched") as fh:
+        for line in fh:
+            if line.startswith("se.slice"):
+                return int(line.split(":")[1])
+    return None
+
+
+def _kernel_takes_a_slice() -> bool:
+    got: list[bool] = []
+    t = threading.Thread(target=lambda: got.append(request_short_slice()))
+    t.start()
+    t.join(10)
+    return got == [True]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/sched"), reason="Linux /proc")
+def test_the_relays_ask_for_a_short_slice_and_their_helpers_do_not(tmp_path: Path) -> None:
+    """The proxy's event loop and the bare relay run with SLICE_NS; the observer's process,
+    which reads milliseconds of JSON at a time, keeps the kernel's default."""
+    if not _kernel_takes_a_slice():
+        pytest.skip(f"this kernel keeps its own slice ({os.uname().release})")
+    default = _sched_slice(os.getpid())
+    assert default != SLICE_NS
+    argvs = [
+        [*THIS_PROXY.argv, "--out", str(tmp_path / "t.jsonl")],
+        [*BARE_RELAY.argv],
+    ]
+    for argv in argvs:
+        proc = subprocess.Popen(
+            [*argv, "--upstream", "http://127.0.0.1:9/v1", "--port", "0"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith(READY_PREFIX)
+            assert _sched_slice(proc.pid) == SLICE_NS, argv
+            helpers = _descendants(proc.pid)
+            assert all(_sched_slice(k) == default for k in helpers), helpers
+            if argv[0:3] == list(THIS_PROXY.argv):
+                assert len(helpers) == 1  # the observer's process
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=30)
 
 
 def test_a_client_that_half_closes_after_its_request_still_gets_the_response() -> None:
