@@ -10,7 +10,7 @@ its own.
 Why a process of its own (the default): reading a step is JSON work of up to milliseconds
 for a long conversation's request, and on a thread it holds the GIL the relay needs to
 forward the next chunk, whichever stream that chunk belongs to.  In a process the relay's
-share of a step is a pickle and a pipe write, done on the proxy's feeder thread, and the
+share of a step is a pickle and a pipe write (:mod:`harness.record.observer_process`), and the
 observer's process runs at a lower priority (``nice``), so that on a machine whose cores the
 client and the upstream keep busy it takes what they leave (docs/traces.md, "Overhead").
 """

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 import os
 import queue
 import signal
@@ -35,8 +34,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
-from multiprocessing.connection import Connection
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -48,7 +45,8 @@ from harness.record.observe import (
     build_trace,
     parse_request_head,
 )
-from harness.record.observer import READY, Observed, Observer, serve_observer
+from harness.record.observer import Observed, Observer
+from harness.record.observer_process import ObserverError, ObserverProcess
 from harness.run import quiet_gc
 from harness.run.short_slice import request_short_slice
 from harness.wire.errors import LoopbenchError
@@ -70,25 +68,13 @@ _MAX_HEAD = 64 * 1024
 READY_PREFIX = "loopbench record listening on "
 #: where the proxy's exchanges are read (:class:`RecordingProxy`)
 OBSERVERS = ("process", "thread")
-#: how long a spawned observer may take to import what it needs and say it is ready
-_OBSERVER_START_S = 60.0
-#: the GIL switch interval while recording: the longest the relay waits for the observer
+#: the GIL switch interval while recording: the longest the relay waits for the observer's
+#: thread (``--observer thread``)
 _SWITCH_S = 0.0001
 
 
 class UpstreamError(LoopbenchError):
     """The ``--upstream`` URL, ``--port`` or ``--out`` cannot be used."""
-
-
-class ObserverError(LoopbenchError):
-    """The observer's process (``--observer process``) could not be started."""
-
-
-def _first_message(conn: Connection, timeout_s: float) -> object:
-    """The first thing sent on ``conn`` within ``timeout_s`` (``EOFError`` if it closed)."""
-    if not conn.poll(timeout_s):
-        raise TimeoutError(f"it said nothing within {timeout_s:.0f} s")
-    return conn.recv()
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +136,14 @@ class RecordingProxy:
         self._relays: set[_Relay] = set()
         self._ssl = ssl.create_default_context() if upstream.tls else None
         self._conn_ids = 0
-        #: observing steps for the observer (or its feeder), in the order the relay met them
+        #: observing steps for the thread observer, in the order the relay met them
         self._steps: queue.SimpleQueue[tuple[int, str, tuple[Any, ...]] | None]
         self._steps = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
+        #: the process observer, once started (it takes the steps instead of ``_steps``)
+        self._process: ObserverProcess | None = None
         #: the thread observer's (read as it goes), or the process observer's once stopped
         self._observed = Observed()
-        self._child: Any = None  # the observer's process
-        self._results: Connection | None = None
         #: the port it listens on, once started
         self.port = 0
 
@@ -183,57 +169,26 @@ class RecordingProxy:
         """
         loop = asyncio.get_running_loop()
         if self.observer == "process":
-            work = await self._start_observer_process()
-        else:
-            observer = Observer(self.keep_content)
-            self._observed = observer.out
-            work = partial(self._observe_here, observer)
+            process = ObserverProcess(self.keep_content)
+            await process.start()
+            self._process = process
         try:
             self._server = await loop.create_server(lambda: _Side(self, None), host, port)
         except BaseException:
-            self._steps.put(None)
-            work()
-            self._stop_child()
+            if self._process is not None:
+                await self._process.stop()
+                self._process = None
             raise
         self.port = int(self._server.sockets[0].getsockname()[1])
-        self._worker = threading.Thread(target=work, name="loopbench-record-observer", daemon=True)
-        self._worker.start()
+        if self._process is None:
+            observer = Observer(self.keep_content)
+            self._observed = observer.out
+            self._worker = threading.Thread(
+                target=self._observe_here, args=(observer,), name="loopbench-record-observer"
+            )
+            self._worker.daemon = True
+            self._worker.start()
         return self.port
-
-    async def _start_observer_process(self) -> Callable[[], None]:
-        """Spawn the observer and wait until it reads: its start-up is not the relay's time."""
-        ctx = multiprocessing.get_context("spawn")
-        steps_in, steps_out = ctx.Pipe(duplex=False)
-        results_in, results_out = ctx.Pipe(duplex=False)
-        self._child = ctx.Process(
-            target=serve_observer,
-            args=(steps_in, results_out, self.keep_content),
-            name="loopbench-record-observer",
-            daemon=True,
-        )
-        try:
-            try:
-                self._child.start()
-            finally:
-                steps_in.close()
-                results_out.close()
-            ready = await asyncio.to_thread(_first_message, results_in, _OBSERVER_START_S)
-        except (OSError, EOFError, TimeoutError) as exc:
-            steps_out.close()
-            results_in.close()
-            if self._child.pid is not None:
-                self._child.join(1.0)  # its pipe closes as it dies: let its exit code land
-            code = self._child.exitcode
-            self._stop_child()
-            why = f"exit code {code}" if code is not None else (str(exc) or type(exc).__name__)
-            raise ObserverError(
-                f"the recorder's observer process did not start ({why}); "
-                "`--observer thread` reads the exchanges in the proxy's own process"
-            ) from None
-        if ready != READY:
-            raise TypeError(f"the observer's process said {ready!r} before anything else")
-        self._results = results_in
-        return partial(self._feed, steps_out)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -256,83 +211,20 @@ class RecordingProxy:
             self._steps.put(None)
             await asyncio.to_thread(self._worker.join)
             self._worker = None
-        if self._results is not None:
-            self._observed = await asyncio.to_thread(self._collect, self._results)
-            self._results = None
-        self._stop_child()
-
-    def _collect(self, results: Connection) -> Observed:
-        """What the observer's process read, once it has read every step."""
-        try:
-            observed = results.recv()
-        except (EOFError, OSError):
-            code = None
-            if self._child is not None:
-                self._child.join(1.0)  # its pipe closes as it dies: let its exit code land
-                code = self._child.exitcode
-            observed = Observed()
-            observed.unread.append(
-                f"the observer's process ended before it sent what it read (exit code {code}): "
-                "the trace has no exchanges"
-            )
-        finally:
-            results.close()
-        if not isinstance(observed, Observed):
-            raise TypeError(f"the observer's process sent {type(observed).__name__}")
-        return observed
-
-    def _stop_child(self) -> None:
-        if self._child is not None:
-            self._child.join(5.0)
-            if self._child.is_alive():
-                self._child.kill()
-                self._child.join(5.0)
-            self._child = None
+        if self._process is not None:
+            self._observed = await self._process.stop()
 
     def _observe(self, conn: int, step: str, *args: Any) -> None:
-        """Queue one observing step (a name in ``STEPS``) for the worker: the relay goes on."""
-        self._steps.put((conn, step, args))
+        """Queue one observing step (a name in ``STEPS``) for the observer: the relay goes on."""
+        if self._process is not None:
+            self._process.put((conn, step, args))
+        else:
+            self._steps.put((conn, step, args))
 
     def _observe_here(self, observer: Observer) -> None:
         """The thread observer's worker: each step read on this thread."""
         while (item := self._steps.get()) is not None:
             observer.step(*item)
-
-    def _feed(self, pipe: Connection) -> None:
-        """The process observer's feeder: the steps queued so far go in one message.
-
-        Its pickling and writing are the relay process's whole share of the observing;
-        the write, which waits while the observer is behind, releases the GIL.
-        """
-        ended = False  # the sentinel was taken: draining after it would wait forever
-        try:
-            while True:
-                item = self._steps.get()
-                ended = item is None
-                batch = None if ended else [item]
-                while batch is not None:
-                    try:
-                        more = self._steps.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is None:
-                        ended = True
-                        pipe.send(batch)
-                        batch = None
-                        break
-                    batch.append(more)
-                if batch is None:
-                    pipe.send(None)
-                    return
-                pipe.send(batch)
-        except Exception:
-            # The observer's process is gone (or a batch would not pickle); the relay goes
-            # on, and stop() says the trace lost what was not sent back.  Drain up to the
-            # sentinel so the queue does not grow with every relayed byte meanwhile.
-            while not ended and self._steps.get() is not None:
-                pass
-        finally:
-            pipe.close()
 
     def _head_bytes(self, raw: bytes) -> bytes:
         """The request head as sent, but for ``Host`` and the path prefix (see the module)."""
@@ -815,16 +707,15 @@ async def record_until_stopped(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
-    # The observer's thread (or, with the observer in its own process, the feeder that
-    # pickles steps for it) holds the GIL for up to the switch interval (5 ms by default)
-    # whenever the relay's loop wakes up with bytes to forward: a short one bounds that
-    # wait.  Only the relay and that thread share it, so the extra switches cost little.
+    # With `--observer thread`, the observer's thread holds the GIL for up to the switch
+    # interval (5 ms by default) whenever the relay's loop wakes up with bytes to forward: a
+    # short one bounds that wait.  (The observer's process shares no GIL with the loop.)
     switch = sys.getswitchinterval()
     sys.setswitchinterval(_SWITCH_S)
     # The collector's pauses would land on whichever chunk is being relayed: what exists
     # now is frozen out of it, and it runs as seldom as in a measuring run.
     gc_before = quiet_gc.begin()
-    # After proxy.start(): the observer's process and the feeder thread keep the default.
+    # After proxy.start(): the observer's process (or thread) keeps the default.
     request_short_slice()
     on_ready(bound)
     try:

@@ -10,8 +10,8 @@ running one's preempts it.  So the relay asks for the shortest slice the kernel 
 takes no more CPU than before (its bursts are short anyway); it is only let in earlier.
 
 Per thread: the thread that calls it, and the threads and processes it starts afterwards
-(they inherit it).  So a relay asks once its helpers (the observer's process, the feeder
-thread) run: their work is milliseconds of JSON, which should not cut in.  Elsewhere (not
+(they inherit it).  So a relay asks once its helpers (the observer's process or thread)
+run: their work is milliseconds of JSON, which should not cut in.  Elsewhere (not
 Linux, a kernel older than 6.12, an unknown architecture) nothing changes and the call says so.
 """
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from harness.client.options import TransportOptions
-from harness.record import proxy as proxy_module
+from harness.record import observer_process
 from harness.record.observe import build_trace
 from harness.record.proxy import (
     OBSERVERS,
@@ -78,7 +78,7 @@ def test_each_api_is_recorded_as_the_client_ran_it(
         async with recording(server_url, observer=observer) as proxy:
             if observer == "process":
                 # the reading happens in another process, not on a thread of this one
-                assert proxy._child is not None and proxy._child.pid != os.getpid()
+                assert proxy._process is not None and proxy._process.child.pid != os.getpid()
             client = make_transport(transport, TransportOptions(_base(proxy)))
             try:
                 for plan in rollouts:
@@ -847,7 +847,7 @@ def test_an_observer_process_that_dies_loses_the_trace_not_the_traffic(
 ) -> None:
     """Killed mid-recording: the relay goes on forwarding, and stopping says the trace
     lost what the observer had read instead of hanging or raising (idle after the kill,
-    the stop's sentinel is the first thing the feeder fails to send)."""
+    the stop's sentinel is the first thing the relay fails to send)."""
     request = _STREAMING_REQUEST
 
     async def main() -> RecordingProxy:
@@ -856,8 +856,8 @@ def test_an_observer_process_that_dies_loses_the_trace_not_the_traffic(
         try:
             async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
                 assert await _exchange(proxy.port, request, b"0\r\n\r\n") == b"".join(SSE_PARTS)
-                proxy._child.kill()
-                proxy._child.join(10)
+                proxy._process.child.kill()
+                proxy._process.child.join(10)
                 if traffic_after:
                     got = await _exchange(proxy.port, request, b"0\r\n\r\n")
                     assert got == b"".join(SSE_PARTS)
@@ -878,13 +878,13 @@ def test_an_observer_process_that_does_not_start_is_named_not_taken_for_the_port
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The child dies before it says it is ready (here: its target raises TypeError)."""
-    monkeypatch.setattr(proxy_module, "serve_observer", sys.exit)
+    monkeypatch.setattr(observer_process, "serve_observer", sys.exit)
 
     async def main() -> str:
         proxy = RecordingProxy(Upstream.parse("http://127.0.0.1:9/v1"))
         with pytest.raises(ObserverError) as info:
             await proxy.start()
-        assert proxy.port == 0 and proxy._child is None
+        assert proxy.port == 0 and proxy._process is None
         return str(info.value)
 
     message = _run(main)

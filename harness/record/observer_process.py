@@ -1,0 +1,205 @@
+"""The observer's process as the relay sees it: started, fed by the relay's own loop, stopped.
+
+The relay's loop writes the steps (:mod:`harness.record.observer`) to the observer's pipe
+itself: the steps one loop iteration queued go out as one pickled batch, written just after
+the callbacks that forwarded the bytes (``call_soon``), through a non-blocking pipe
+transport.  The first way had a feeder thread pickle and write them; that thread shared the
+GIL with the loop, and the switch interval had to be cut short so that the loop did not wait
+for it.  Side by side the two relay the same (TTFT p99 shift within each other's CI) and the
+loop's way uses a little less CPU per turn (docs/traces.md, "Overhead"), with one thread and
+one queue fewer.  A batch is a few kilobytes to a long conversation's hundreds: pickling bytes
+is a copy, and the write lands in a pipe the kernel buffers (a megabyte where Linux allows),
+so the loop waits for nothing.  When the observer falls behind, the transport keeps the rest
+until the pipe takes it.
+
+The frames are those of :class:`multiprocessing.connection.Connection` (a signed 32-bit
+big-endian length, or -1 and a 64-bit one, then the pickle), so the observer reads them with
+``Connection.recv``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import pickle
+import struct
+from multiprocessing.connection import Connection
+from typing import Any, cast
+
+try:
+    import fcntl
+except ImportError:  # not POSIX
+    fcntl = None  # type: ignore[assignment]
+
+from harness.record.observer import READY, Observed, serve_observer
+from harness.wire.errors import LoopbenchError
+
+__all__ = ["START_S", "ObserverError", "ObserverProcess"]
+
+#: how long a spawned observer may take to import what it needs and say it is ready
+START_S = 60.0
+#: the pipe's capacity asked for (Linux's default ceiling for an unprivileged process)
+_PIPE_BYTES = 1 << 20
+_SETPIPE_SZ: int | None = getattr(fcntl, "F_SETPIPE_SZ", None)
+_SHORT = struct.Struct("!i")
+_LONG = struct.Struct("!iQ")
+
+
+class ObserverError(LoopbenchError):
+    """The observer's process (``--observer process``) could not be started."""
+
+
+def frame(obj: object) -> bytes:
+    """``obj`` as one message ``Connection.recv`` reads."""
+    data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+    n = len(data)
+    head = _SHORT.pack(n) if n <= 0x7FFFFFFF else _LONG.pack(-1, n)
+    return head + data
+
+
+def _first_message(conn: Connection, timeout_s: float) -> object:
+    """The first thing sent on ``conn`` within ``timeout_s`` (``EOFError`` if it closed)."""
+    if not conn.poll(timeout_s):
+        raise TimeoutError(f"it said nothing within {timeout_s:.0f} s")
+    return conn.recv()
+
+
+class _Feed(asyncio.Protocol):
+    """The write end of the steps' pipe; ``lost`` once the observer's end closed."""
+
+    def __init__(self) -> None:
+        self.lost = False
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+class ObserverProcess:
+    """One observer process: :meth:`start`, :meth:`put` steps, :meth:`stop` for what it read."""
+
+    def __init__(self, keep_content: bool) -> None:
+        self.keep_content = keep_content
+        self.child: Any = None  # multiprocessing's Process, once started
+        self._results: Connection | None = None
+        self._transport: asyncio.WriteTransport | None = None
+        self._feed: _Feed | None = None
+        self._batch: list[tuple[int, str, tuple[Any, ...]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self, timeout_s: float = START_S) -> None:
+        """Spawn the observer and wait until it reads: its start-up is not the relay's time.
+
+        Raises :class:`ObserverError` when it does not start.
+        """
+        ctx = multiprocessing.get_context("spawn")
+        steps_in, steps_out = ctx.Pipe(duplex=False)
+        results_in, results_out = ctx.Pipe(duplex=False)
+        self.child = ctx.Process(
+            target=serve_observer,
+            args=(steps_in, results_out, self.keep_content),
+            name="loopbench-record-observer",
+            daemon=True,
+        )
+        try:
+            try:
+                self.child.start()
+            finally:
+                steps_in.close()
+                results_out.close()
+            ready = await asyncio.to_thread(_first_message, results_in, timeout_s)
+        except (OSError, EOFError, TimeoutError) as exc:
+            steps_out.close()
+            results_in.close()
+            if self.child.pid is not None:
+                self.child.join(1.0)  # its pipe closes as it dies: let its exit code land
+            code = self.child.exitcode
+            self._stop_child()
+            why = f"exit code {code}" if code is not None else (str(exc) or type(exc).__name__)
+            raise ObserverError(
+                f"the recorder's observer process did not start ({why}); "
+                "`--observer thread` reads the exchanges in the proxy's own process"
+            ) from None
+        if ready != READY:
+            raise TypeError(f"the observer's process said {ready!r} before anything else")
+        self._results = results_in
+        fd = os.dup(steps_out.fileno())
+        steps_out.close()
+        if _SETPIPE_SZ is not None:  # Linux only; elsewhere the default pipe works too
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, _SETPIPE_SZ, _PIPE_BYTES)
+        self._loop = asyncio.get_running_loop()
+        feed = _Feed()
+        transport, _ = await self._loop.connect_write_pipe(
+            lambda: feed, os.fdopen(fd, "wb", buffering=0)
+        )
+        self._transport = cast(asyncio.WriteTransport, transport)
+        self._feed = feed
+
+    def put(self, item: tuple[int, str, tuple[Any, ...]]) -> None:
+        """Queue one step; it goes out with the others of this loop iteration."""
+        if not self._batch:
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+        self._batch.append(item)
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        self._write(batch)
+
+    def _write(self, obj: object) -> None:
+        feed, transport = self._feed, self._transport
+        if feed is None or transport is None or feed.lost or transport.is_closing():
+            return  # the observer is gone: stop() says what the trace lost
+        transport.write(frame(obj))
+
+    async def stop(self, timeout_s: float = 30.0) -> Observed:
+        """Send what is queued and the end, then wait for what the observer read."""
+        if self._batch:
+            self._flush()
+        if self._transport is not None and self._feed is not None:
+            self._write(None)
+            self._transport.close()  # after the buffer is written
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._feed.closed), timeout_s)
+            if not self._feed.closed.done():
+                self._transport.abort()
+            self._transport = None
+        observed = Observed()
+        if self._results is not None:
+            observed = await asyncio.to_thread(self._collect, self._results)
+            self._results = None
+        self._stop_child()
+        return observed
+
+    def _collect(self, results: Connection) -> Observed:
+        """What the observer's process read, once it has read every step."""
+        try:
+            observed = results.recv()
+        except (EOFError, OSError):
+            code = None
+            if self.child is not None:
+                self.child.join(1.0)  # its pipe closes as it dies: let its exit code land
+                code = self.child.exitcode
+            observed = Observed()
+            observed.unread.append(
+                f"the observer's process ended before it sent what it read (exit code {code}): "
+                "the trace has no exchanges"
+            )
+        finally:
+            results.close()
+        if not isinstance(observed, Observed):
+            raise TypeError(f"the observer's process sent {type(observed).__name__}")
+        return observed
+
+    def _stop_child(self) -> None:
+        if self.child is not None:
+            self.child.join(5.0)
+            if self.child.is_alive():
+                self.child.kill()
+                self.child.join(5.0)
+            self.child = None

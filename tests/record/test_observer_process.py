@@ -1,0 +1,50 @@
+"""The observer's process fed by the relay's loop: frames ``Connection.recv`` reads, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from multiprocessing.connection import Connection
+
+import pytest
+
+from harness.record.observer_process import ObserverProcess, frame
+
+
+def test_a_frame_is_what_a_multiprocessing_connection_reads() -> None:
+    read_fd, write_fd = os.pipe()
+    reader = Connection(read_fd, writable=False)
+    try:
+        sent = [(1, "ws_client", (1, b"\x81\x05hello", 123)), (2, "ws_close", (2, 456))]
+        os.write(write_fd, frame(sent) + frame(None))
+        assert reader.recv() == sent
+        assert reader.recv() is None
+    finally:
+        os.close(write_fd)
+        reader.close()
+
+
+@pytest.mark.timeout(120)
+def test_steps_put_across_loop_iterations_reach_the_observer_whole_and_in_order() -> None:
+    """More than the pipe holds (a 3 MiB step among 2,000): nothing blocks the loop, nothing
+    is lost or reordered, and stop() waits until the observer has read it all."""
+    big = "x" * (3 << 20)
+
+    async def main() -> list[int]:
+        process = ObserverProcess(keep_content=False)
+        await process.start()
+        ticks = 0
+        for i in range(2000):
+            why = big if i == 1000 else f"step {i}"
+            process.put((i, "failed", ("responses", "http", i, i, i + 1, 500, why)))
+            if i % 7 == 0:  # some steps share a loop iteration, some do not
+                await asyncio.sleep(0)
+                ticks += 1
+        observed = await process.stop()
+        assert ticks > 200
+        assert observed.unread[1000].endswith(big)
+        assert observed.unread[1999].endswith("step 1999")
+        assert process.child is None
+        return [ex.connection for ex in observed.exchanges]
+
+    assert asyncio.run(main()) == list(range(2000))
