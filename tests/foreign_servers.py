@@ -226,8 +226,8 @@ def canned_events(response_id: str, text: str = "ok") -> list[dict[str, Any]]:
 class _CannedSse(_Handler):
     def answer(self) -> tuple[int, str, bytes]:
         if self.command != "POST" or not self.path.rstrip("/").endswith("/responses"):
-            # A WebSocket upgrade included: an HTTP-only deployment's answer.
-            return 500, "text/plain", b"Internal Server Error"
+            # A WebSocket upgrade or another route: an HTTP-only deployment's answer.
+            return 404, "text/plain", b"Not Found"
         events = canned_events(f"resp_canned{next(_ids)}")
         body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
         return 200, "text/event-stream", body.encode()
@@ -243,6 +243,24 @@ def plain_web_server() -> AbstractContextManager[str]:
 
 def error_server() -> AbstractContextManager[str]:
     return serve(_Error500)
+
+
+class _RateLimited(_Handler):
+    """A gateway over its rate limit: 429 to everything, WebSocket upgrades included."""
+
+    protocol_version = "HTTP/1.1"  # the WebSocket client then reads the refused upgrade's body
+
+    def answer(self) -> tuple[int, str, bytes]:
+        body = {"error": {"message": RATE_LIMIT_MESSAGE, "type": "rate_limit_exceeded"}}
+        return 429, "application/json", json.dumps(body).encode()
+
+
+#: what the rate-limited server says: the probe must quote it
+RATE_LIMIT_MESSAGE = "Rate limit reached for requests per minute"
+
+
+def rate_limited_server() -> AbstractContextManager[str]:
+    return serve(_RateLimited)
 
 
 def json_not_sse_server() -> AbstractContextManager[str]:

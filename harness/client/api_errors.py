@@ -223,9 +223,50 @@ def lost_mid_response(exc: BaseException | None, peer: str) -> str:
     return f"connection to {peer} lost in the middle of the response{why}"
 
 
-def no_websocket_mode(url: str, status: int) -> str:
-    """The upgrade of a WebSocket connection was answered with a plain HTTP status."""
-    return f"no WebSocket mode at {url}: the upgrade was answered with HTTP {status}"
+def answered(status: int, message: str) -> str:
+    """``HTTP 500: the server's message`` or ``HTTP 500 with the body …``."""
+    # the error parser already says "HTTP 500 with the body …" for a body that is not JSON
+    message = message.removeprefix(f"HTTP {status} ")
+    detail = (
+        "" if not message else (f" {message}" if message.startswith("with ") else f": {message}")
+    )
+    return f"HTTP {status}{detail}"
+
+
+def error_text(status: int, body: bytes) -> str:
+    """The message of an error answer, its code first when it has one (``not_found: …``);
+    the status is the sentence's (:func:`answered`), so it is not repeated here."""
+    text = str(api_error_from_body(status, body))
+    text = text.removeprefix(f"http_{status}: ").replace(f" (HTTP {status}): ", ": ", 1)
+    if text.startswith("HTTP "):
+        # Not the OpenAI shape; vLLM's older errors put the message at the top level
+        # ({"object": "error", "message": …}), FastAPI's put it in "detail".
+        try:
+            doc = loads(body)
+        except LoopbenchError:
+            return text
+        if isinstance(doc, dict) and doc.get("object") == "error" and doc.get("message"):
+            return str(doc["message"])
+    return text
+
+
+#: a server error that does answer: the server has no such method or feature
+NOT_IMPLEMENTED = 501
+#: the statuses that are about the server's state, not the route (5xx are too): why, in words
+BUSY = {408: "the server timed out reading the request", 429: "the server is rate-limiting"}
+
+
+def server_state(status: int) -> str | None:
+    """Why ``status`` says nothing of a feature (a server error, a rate limit), or None."""
+    if status >= 500 and status != NOT_IMPLEMENTED:
+        return "a server error"
+    return BUSY.get(status)
+
+
+def no_websocket_mode(url: str, status: int, said: str = "") -> str:
+    """The upgrade of a WebSocket connection was answered with a plain HTTP status (and
+    ``said``, its body's message)."""
+    return f"no WebSocket mode at {url}: the upgrade was answered with {answered(status, said)}"
 
 
 def not_sse(content_type: str, body: bytes) -> str:
@@ -240,9 +281,21 @@ def ws_open_failure(exc: BaseException, url: str) -> TransportError:
     Duck-typed (a handshake refused with an HTTP status carries ``response.status_code``
     in the ``websockets`` library both edges use), so this module imports no I/O library.
     """
-    status = getattr(getattr(exc, "response", None), "status_code", None)
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
     if isinstance(status, int):
-        return TransportError(ErrorKind.NO_WEBSOCKET, no_websocket_mode(url, status))
+        body = getattr(response, "body", None)
+        said = error_text(status, bytes(body)) if body else ""
+        state = server_state(status)
+        if state is not None:
+            # not "no WebSocket mode": the server failed (or was too busy for) this upgrade
+            return APIError(
+                status,
+                None,
+                f"the WebSocket upgrade at {url} was answered with {answered(status, said)} "
+                f"({state}, not an answer about WebSocket mode)",
+            )
+        return TransportError(ErrorKind.NO_WEBSOCKET, no_websocket_mode(url, status, said))
     peer = urlsplit(url).netloc or url
     if isinstance(exc, TimeoutError):
         return TransportError(ErrorKind.TIMEOUT, f"WebSocket {url}: opening handshake timed out")

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.client.api_errors import api_error_from_body, body_start
+from harness.client.api_errors import answered, body_start, error_text, server_state
 from harness.client.stream import ResponseStream
 from harness.wire.errors import LoopbenchError
 from harness.wire.events import loads
@@ -111,12 +111,15 @@ class Finding:
     #: the endpoint answered 403: it knows who asked and will not serve them (a key without
     #: access to the model or the API, a gateway's policy); a run cannot work either
     forbidden: bool = False
+    #: the endpoint failed the request (5xx), was too busy for it (429, 408) or gave no answer
+    #: in time: that says nothing of the feature, and a run now would meet the same
+    server_failed: bool = False
 
     @property
-    def refused_the_client(self) -> bool:
-        """The answer was about who asked or what model they named, not about the feature: an
-        "unknown" that still stops a run."""
-        return self.model_unknown or self.auth_failed or self.forbidden
+    def stops_a_run(self) -> bool:
+        """The answer was about who asked, what model they named or the server's state, not
+        about the feature: an "unknown" that still stops a run."""
+        return self.model_unknown or self.auth_failed or self.forbidden or self.server_failed
 
     @property
     def answer(self) -> str:
@@ -167,8 +170,8 @@ def refusal(
     """The one-line reason not to run ``specs`` against ``target``, or None.
 
     A feature known to be missing refuses, and so does an "unknown" that came from refused
-    credentials, a 403 or a model the endpoint does not serve (the run would fail the same
-    way); any other "unknown" (e.g. no usage to compare) lets the run go ahead, as the
+    credentials, a 403, a model the endpoint does not serve or a server that failed or did not
+    answer (the run would fail the same way); any other "unknown" (e.g. no usage to compare) lets the run go ahead, as the
     measurement itself will show.
     """
     by_feature = {f.feature: f for f in findings}
@@ -181,7 +184,7 @@ def refusal(
     for spec in specs:
         for feature in needed_features(spec, compaction=compaction):
             found = by_feature.get(feature)
-            if found is not None and (found.supported is False or found.refused_the_client):
+            if found is not None and (found.supported is False or found.stops_a_run):
                 gaps.append((spec.name, found.evidence))
                 break
     if not gaps:
@@ -520,16 +523,6 @@ def judge_connect(authority: str, error: str | None, connect_ms: float) -> Findi
     return Finding(REACHABLE, True, f"connected to {authority} in {connect_ms:.1f} ms")
 
 
-def answered(status: int, message: str) -> str:
-    """``HTTP 500: the server's message`` or ``HTTP 500 with the body …``."""
-    # the error parser already says "HTTP 500 with the body …" for a body that is not JSON
-    message = message.removeprefix(f"HTTP {status} ")
-    detail = (
-        "" if not message else (f" {message}" if message.startswith("with ") else f": {message}")
-    )
-    return f"HTTP {status}{detail}"
-
-
 def http_failure(url: str, status: int, message: str) -> str:
     """``POST url answered HTTP 500: …`` (the server's error message when it sent one)."""
     return f"POST {url} answered {answered(status, message)}"
@@ -543,6 +536,21 @@ UNAUTHORIZED = 401
 FORBIDDEN = 403
 #: the statuses that are about the client, not the route: the API may well be there
 AUTH_REFUSED = (UNAUTHORIZED, FORBIDDEN)
+
+
+def not_an_answer(feature: str, evidence: str, why: str) -> Finding:
+    """An "unknown" from a server that failed or did not answer: ``evidence — why, …``."""
+    api = API_OF.get(feature)
+    if api is not None and API_FEATURE[api] == feature:
+        about = f"the {API_NAMES[api]}"
+    else:
+        about = "WebSocket mode" if feature == WEBSOCKET else "the feature"
+    return Finding(
+        feature,
+        None,
+        f"{evidence} ({why}, not an answer about {about}; try again later)",
+        server_failed=True,
+    )
 
 
 def refused(
@@ -590,6 +598,9 @@ def refused(
         )
     if status in NO_ROUTE and api is not None and API_FEATURE[api] == feature:
         return Finding(feature, False, f"no {API_NAMES[api]} at {url}: {answered(status, message)}")
+    state = server_state(status)
+    if state is not None:
+        return not_an_answer(feature, http_failure(url, status, message), state)
     return Finding(feature, False, http_failure(url, status, message))
 
 
@@ -599,23 +610,6 @@ def _names_the_model(message: str) -> bool:
     return "model" in text and any(
         w in text for w in ("does not exist", "not found", "not_found", "unknown", "no such")
     )
-
-
-def error_text(status: int, body: bytes) -> str:
-    """The message of an error answer, its code first when it has one (``not_found: …``);
-    the status is the sentence's (:func:`answered`), so it is not repeated here."""
-    text = str(api_error_from_body(status, body))
-    text = text.removeprefix(f"http_{status}: ").replace(f" (HTTP {status}): ", ": ", 1)
-    if text.startswith("HTTP "):
-        # Not the OpenAI shape; vLLM's older errors put the message at the top level
-        # ({"object": "error", "message": …}), FastAPI's put it in "detail".
-        try:
-            doc = loads(body)
-        except LoopbenchError:
-            return text
-        if isinstance(doc, dict) and doc.get("object") == "error" and doc.get("message"):
-            return str(doc["message"])
-    return text
 
 
 def answer_of(status: int, body: bytes) -> dict[str, Any] | str:
@@ -1042,6 +1036,8 @@ def not_checked_after(feature: str, earlier: Finding, url: str, otherwise: str) 
         why = f"the server answered forbidden at {url}"
     elif earlier.model_unknown:
         why = f"the server does not serve the model the probe named at {url}"
+    elif earlier.server_failed:
+        why = f"the server failed the check it builds on at {url}"
     else:
         why = otherwise
     return not_checked(feature, why)

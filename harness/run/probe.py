@@ -69,6 +69,7 @@ from harness.client.probe import (
     judge_warmup,
     judge_ws,
     messages_create,
+    not_an_answer,
     not_checked,
     not_checked_after,
     read_chat,
@@ -76,6 +77,7 @@ from harness.client.probe import (
     read_stream,
     refusal,
     refused,
+    server_state,
     ws_create,
     ws_refused,
 )
@@ -197,9 +199,7 @@ class _Prober:
         try:
             status, ctype, got = await self.post(http_create(self.model, store=store))
         except (TimeoutError, LoopbenchError) as exc:
-            return Finding(
-                SSE, False, f"POST {self.post_url}: {_failure(exc, self.timeout_s)}"
-            ), None
+            return _failed(SSE, f"POST {self.post_url}", exc, self.timeout_s), None
         if isinstance(got, str):
             return refused(
                 SSE, self.post_url, status, got, placeholder_key=self.placeholder_key
@@ -215,7 +215,7 @@ class _Prober:
         try:
             status, _, got = await self.post(body)
         except (TimeoutError, LoopbenchError) as exc:
-            return Finding(CHAINING, False, f"{where}: {_failure(exc, self.timeout_s)}")
+            return _failed(CHAINING, where, exc, self.timeout_s)
         if isinstance(got, str):
             return refused(
                 CHAINING, self.post_url, status, got, placeholder_key=self.placeholder_key
@@ -230,7 +230,7 @@ class _Prober:
         try:
             status, _, raw = await self.call("POST", "/responses", background_create(self.model))
         except (TimeoutError, LoopbenchError) as exc:
-            return Finding(BACKGROUND, False, f"POST {url}: {_failure(exc, self.timeout_s)}"), None
+            return _failed(BACKGROUND, f"POST {url}", exc, self.timeout_s), None
         created = answer_of(status, raw)
         if isinstance(created, str) or not isinstance(created.get("id"), str):
             return judge_background(url, status, created, None, 0), None
@@ -261,7 +261,7 @@ class _Prober:
                 "POST", "/responses/compact", compact_request(self.model)
             )
         except (TimeoutError, LoopbenchError) as exc:
-            return Finding(COMPACTION, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
+            return _failed(COMPACTION, f"POST {url}", exc, self.timeout_s)
         return judge_compaction(url, status, answer_of(status, raw))
 
     async def retrieve(self, response_id: str) -> Finding:
@@ -274,7 +274,7 @@ class _Prober:
                 status, _, raw = await self.call("DELETE", f"/responses/{response_id}")
                 deleted = (status, answer_of(status, raw))
         except (TimeoutError, LoopbenchError) as exc:
-            return Finding(RETRIEVE, False, f"GET {url}: {_failure(exc, self.timeout_s)}")
+            return _failed(RETRIEVE, f"GET {url}", exc, self.timeout_s)
         return judge_retrieve(url, response_id, got, deleted)
 
     async def forget(self, response_id: str) -> None:
@@ -298,7 +298,7 @@ class _Prober:
         try:
             status, ctype, got = await self.chat()
         except (TimeoutError, LoopbenchError) as exc:
-            found = Finding(CHAT, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
+            found = _failed(CHAT, f"POST {url}", exc, self.timeout_s)
         else:
             if isinstance(got, str):
                 found = refused(CHAT, url, status, got, placeholder_key=self.placeholder_key)
@@ -319,9 +319,7 @@ class _Prober:
             try:
                 status, ctype, tooled = await self.chat(tools=True)
             except (TimeoutError, LoopbenchError) as exc:
-                out.append(
-                    Finding(CHAT_TOOLS, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
-                )
+                out.append(_failed(CHAT_TOOLS, f"POST {url}", exc, self.timeout_s))
             else:
                 out.append(judge_chat_tools(url, status, ctype, tooled))
         return out
@@ -342,7 +340,7 @@ class _Prober:
         try:
             status, ctype, got = await self.message()
         except (TimeoutError, LoopbenchError) as exc:
-            found = Finding(MESSAGES, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
+            found = _failed(MESSAGES, f"POST {url}", exc, self.timeout_s)
         else:
             found = (
                 refused(MESSAGES, url, status, got, placeholder_key=self.placeholder_key)
@@ -360,9 +358,7 @@ class _Prober:
                 first_status, _, first = await self.message(cached=True)
                 second_status, _, second = await self.message(cached=True)
             except (TimeoutError, LoopbenchError) as exc:
-                out.append(
-                    Finding(MESSAGES_CACHE, False, f"POST {url}: {_failure(exc, self.timeout_s)}")
-                )
+                out.append(_failed(MESSAGES_CACHE, f"POST {url}", exc, self.timeout_s))
             else:
                 out.append(judge_prompt_cache(url, (first_status, first), (second_status, second)))
         return out
@@ -454,10 +450,14 @@ def _os_reason(exc: OSError) -> str:
     return (exc.strerror or str(exc) or type(exc).__name__).lower()
 
 
-def _failure(exc: BaseException, timeout_s: float) -> str:
+def _failed(feature: str, where: str, exc: BaseException, timeout_s: float) -> Finding:
+    """A check that got no answer: "no" when the exchange broke, "unknown" (that stops a run)
+    when the server did not answer in time, which says nothing of the feature."""
     if isinstance(exc, TimeoutError):
-        return f"no complete answer within {timeout_s:g} s"
-    return str(exc)
+        return Finding(
+            feature, None, f"{where}: no complete answer within {timeout_s:g} s", server_failed=True
+        )
+    return Finding(feature, False, f"{where}: {exc}")
 
 
 _HTTP_STATUS = re.compile(r"\bHTTP/\d(?:\.\d)? (\d{3})\b")
@@ -483,9 +483,21 @@ def _ws_failure(
     if status is not None:
         if status in AUTH_REFUSED:
             return refused(WEBSOCKET, url, status, message, placeholder_key=placeholder_key)
+        state = server_state(status)
+        if state is not None:
+            return not_an_answer(
+                WEBSOCKET,
+                f"the upgrade at {url} was answered with {answered(status, message)}",
+                state,
+            )
         return Finding(WEBSOCKET, False, ws_refused(url, status, message))
     if isinstance(exc, TimeoutError) or isinstance(cause, TimeoutError):
-        why = f"no upgrade within {timeout_s:g} s"
+        return Finding(
+            WEBSOCKET,
+            None,
+            f"no answer to the WebSocket upgrade at {url} within {timeout_s:g} s",
+            server_failed=True,
+        )
     elif isinstance(cause, OSError):
         why = _os_reason(cause)
     elif cause is not None:

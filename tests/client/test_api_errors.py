@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from harness.client.api_errors import (
     api_error_from_body,
     describe_os_error,
@@ -11,7 +13,7 @@ from harness.client.api_errors import (
     ws_open_failure,
 )
 from harness.report.error_summary import error_block, error_lines, kinds_text
-from harness.wire.errors import ErrorKind
+from harness.wire.errors import APIError, ErrorKind
 
 
 def test_socket_failures_read_as_sentences() -> None:
@@ -25,14 +27,39 @@ def test_socket_failures_read_as_sentences() -> None:
 
 
 def test_a_refused_upgrade_says_there_is_no_websocket_mode() -> None:
-    refused = Exception("server rejected WebSocket connection: HTTP 500")
-    refused.response = SimpleNamespace(status_code=500)  # type: ignore[attr-defined]
+    refused = Exception("server rejected WebSocket connection: HTTP 404")
+    refused.response = SimpleNamespace(status_code=404, body=b'{"detail":"Not Found"}')  # type: ignore[attr-defined]
     err = ws_open_failure(refused, "ws://127.0.0.1:8000/v1/responses")
     assert err.kind == ErrorKind.NO_WEBSOCKET
     assert str(err) == (
         "no_websocket: no WebSocket mode at ws://127.0.0.1:8000/v1/responses: "
-        "the upgrade was answered with HTTP 500"
+        'the upgrade was answered with HTTP 404 with the body {"detail":"Not Found"}'
     )
+
+
+@pytest.mark.parametrize(
+    ("status", "why"),
+    [(500, "a server error"), (503, "a server error"), (429, "the server is rate-limiting")],
+)
+def test_an_upgrade_the_server_failed_is_its_error_not_a_missing_websocket_mode(
+    status: int, why: str
+) -> None:
+    failed = Exception(f"server rejected WebSocket connection: HTTP {status}")
+    body = b'{"error": {"message": "try later", "type": "server_error"}}'
+    failed.response = SimpleNamespace(status_code=status, body=body)  # type: ignore[attr-defined]
+    err = ws_open_failure(failed, "ws://127.0.0.1:8000/v1/responses")
+    assert isinstance(err, APIError) and err.status == status
+    assert err.kind == f"http_{status}"  # as an HTTP turn's status without a code
+    assert str(err).endswith(
+        f"the WebSocket upgrade at ws://127.0.0.1:8000/v1/responses was answered with HTTP "
+        f"{status}: server_error: try later ({why}, not an answer about WebSocket mode)"
+    )
+    # 501 is the server saying it has no such thing: that one is "no WebSocket mode"
+    failed.response = SimpleNamespace(status_code=501, body=b"")  # type: ignore[attr-defined]
+    assert ws_open_failure(failed, "ws://h/v1/responses").kind == ErrorKind.NO_WEBSOCKET
+
+
+def test_a_refused_tcp_connection_reads_as_a_sentence() -> None:
     refused_tcp = ws_open_failure(ConnectionRefusedError(111, "x"), "ws://127.0.0.1:9/v1/responses")
     assert str(refused_tcp).endswith("connection refused by 127.0.0.1:9 (nothing listening?)")
 

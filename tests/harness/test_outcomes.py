@@ -98,7 +98,10 @@ def test_an_invalid_run_gives_its_reasons_once_in_its_first_line(tmp_path: Path)
     assert f"verdict: INVALID: {reasons[0]} (+1 more)" in report
 
 
-def test_a_500_server_is_invalid_for_its_errors_and_has_no_websocket_mode(tmp_path: Path) -> None:
+def test_a_500_server_is_invalid_for_its_errors_not_for_a_missing_websocket_mode(
+    tmp_path: Path,
+) -> None:
+    """A 500 to the upgrade is the server's error (``http_500``), not "no WebSocket mode"."""
     with foreign_server(ANSWER_500) as url:
         summary = _run_target(tmp_path, url, ["http", "ws"])
     port = url.split(":")[2].split("/")[0]
@@ -106,8 +109,9 @@ def test_a_500_server_is_invalid_for_its_errors_and_has_no_websocket_mode(tmp_pa
     assert summary["valid"] is False
     assert reasons[0].startswith("http: 100% of 2 turns failed, no turn succeeded (http_500 x2: ")
     assert reasons[1] == (
-        "ws: 100% of 2 turns failed, no turn succeeded (no_websocket x2: no WebSocket mode at "
-        f"ws://127.0.0.1:{port}/v1/responses: the upgrade was answered with HTTP 500)"
+        "ws: 100% of 2 turns failed, no turn succeeded (http_500 x2: the WebSocket upgrade at "
+        f"ws://127.0.0.1:{port}/v1/responses was answered with HTTP 500 with the body Internal "
+        "Server Error (a server error, not an answer about WebSocket mode))"
     )
     assert not any("CPU" in r for r in reasons), reasons
     assert "Internal Server Error" in summary["errors"]["http"]["http_500"]["example"]

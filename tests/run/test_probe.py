@@ -45,6 +45,7 @@ from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import TRANSPORTS, transport_spec
 from tests.foreign_servers import (
     FORBIDDEN_MESSAGE,
+    RATE_LIMIT_MESSAGE,
     canned_events,
     canned_sse_server,
     dead_target,
@@ -55,6 +56,7 @@ from tests.foreign_servers import (
     json_not_sse_server,
     key_required_server,
     plain_web_server,
+    rate_limited_server,
     silent_server,
 )
 from tests.runs import ROOT, TINY, _argv, loopbench
@@ -158,18 +160,61 @@ def test_json_not_sse_names_the_content_type(tmp_path: Path) -> None:
 
 
 def test_plain_web_and_500_servers_are_told_apart() -> None:
+    """A web page is "no"; a 500 is "unknown": a server error says nothing of the API, and
+    still stops a run (the run would meet the same error)."""
     with plain_web_server() as web, error_server() as broken:
         web_found = _probe(web)
         broken_found = _probe(broken)
     assert web_found[REACHABLE].supported and broken_found[REACHABLE].supported
     assert web_found[SSE].evidence.endswith("answered 200 text/html, not an SSE stream")
-    assert broken_found[SSE].supported is False
-    assert broken_found[SSE].evidence == (
-        f"POST {broken}/responses answered HTTP 500 with the body Internal Server Error"
+    assert web_found[WEBSOCKET].supported is False
+    assert "no Responses API WebSocket mode at ws://127.0.0.1:" in web_found[WEBSOCKET].evidence
+    assert broken_found[SSE] == Finding(
+        SSE,
+        None,
+        f"POST {broken}/responses answered HTTP 500 with the body Internal Server Error "
+        "(a server error, not an answer about the Responses API; try again later)",
+        server_failed=True,
     )
-    for found in (web_found, broken_found):
-        assert found[WEBSOCKET].supported is False
-        assert "no Responses API WebSocket mode at ws://127.0.0.1:" in found[WEBSOCKET].evidence
+    ws_url = broken.replace("http://", "ws://") + "/responses"
+    assert broken_found[WEBSOCKET].supported is None and broken_found[WEBSOCKET].stops_a_run
+    assert broken_found[WEBSOCKET].evidence.startswith(
+        f"the upgrade at {ws_url} was answered with HTTP 500"
+    )
+    assert broken_found[WEBSOCKET].evidence.endswith(
+        "(a server error, not an answer about WebSocket mode; try again later)"
+    )
+    assert broken_found[CHAINING].evidence == (
+        f"not checked: the server failed the check it builds on at {broken}/responses"
+    )
+    cause = refusal(list(broken_found.values()), [transport_spec("http")], broken)
+    assert cause == f"transport http cannot run against {broken}: {broken_found[SSE].evidence}"
+
+
+def test_a_rate_limited_gateway_is_not_a_missing_api(tmp_path: Path) -> None:
+    """429 to everything: every API "unknown" with the gateway's words, and a run refused
+    with them (exit 4) rather than started against a gateway that would refuse each turn."""
+    with rate_limited_server() as url:
+        found = _probe(url)
+        code, err = _run(url, tmp_path / "results", "--transports", "ws")
+    ws_url = url.replace("http://", "ws://") + "/responses"
+    for feature, about in ((SSE, "the Responses API"), (CHAT, "the Chat Completions API")):
+        assert found[feature].supported is None and found[feature].server_failed
+        assert found[feature].evidence.endswith(
+            f": rate_limit_exceeded: {RATE_LIMIT_MESSAGE} (the server is rate-limiting, not an "
+            f"answer about {about}; try again later)"
+        )
+    assert found[WEBSOCKET].evidence == (
+        f"the upgrade at {ws_url} was answered with HTTP 429: rate_limit_exceeded: "
+        f"{RATE_LIMIT_MESSAGE} (the server is rate-limiting, not an answer about WebSocket "
+        "mode; try again later)"
+    )
+    assert code == ExitCode.USAGE
+    assert err.strip().splitlines() == [
+        f"error: transport ws cannot run against {url}: {found[WEBSOCKET].evidence} "
+        "(nothing was measured; --no-probe skips this check)"
+    ]
+    assert not (tmp_path / "results").exists()
 
 
 def test_server_ignoring_previous_response_id_is_caught(tmp_path: Path) -> None:
@@ -253,10 +298,16 @@ def test_each_check_is_bounded_by_its_timeout() -> None:
     with silent_server() as url:
         found = _by_feature(probe(url, api_key="sk-loopbench", timeout_s=0.5))
     assert found[REACHABLE].supported
-    assert found[SSE].evidence == f"POST {url}/responses: no complete answer within 0.5 s"
+    # no answer says nothing of the feature: "unknown", and it stops a run all the same
+    assert found[SSE] == Finding(
+        SSE, None, f"POST {url}/responses: no complete answer within 0.5 s", server_failed=True
+    )
     ws_url = url.replace("http://", "ws://") + "/responses"
-    assert found[WEBSOCKET].evidence == (
-        f"no Responses API WebSocket mode at {ws_url}: no upgrade within 0.5 s"
+    assert found[WEBSOCKET] == Finding(
+        WEBSOCKET,
+        None,
+        f"no answer to the WebSocket upgrade at {ws_url} within 0.5 s",
+        server_failed=True,
     )
 
 
@@ -284,12 +335,13 @@ def test_a_run_says_what_it_probes_before_waiting_on_a_silent_endpoint(tmp_path:
                 proc.kill()
                 proc.wait(timeout=30)
         quiet_code, quiet_err = _run(url, tmp_path / "results", "--probe-timeout-s", "0.5")
+    ws_url = url.replace("http://", "ws://") + "/responses"
     assert first == f"probing {url} (http, ws; each check waits up to 3 s) …\n"
     assert waiting
     assert proc.returncode == ExitCode.USAGE
     [line] = rest.strip().splitlines()
     assert line.startswith(f"error: transports http, ws cannot run against {url}: ")
-    assert "no complete answer within 3 s" in line and "no upgrade within 3 s" in line
+    assert "no complete answer within 3 s" in line and f"{ws_url} within 3 s" in line
     assert line.endswith(
         "(nothing was measured; --no-probe skips this check; --probe-timeout-s waits longer)"
     )
@@ -317,9 +369,8 @@ def test_compacting_run_needs_the_compact_route(tmp_path: Path) -> None:
         )  # fmt: skip
     assert code == ExitCode.USAGE
     assert err.strip().splitlines() == [
-        f"error: transport http cannot run against {url}: POST {url}/responses/compact answered "
-        "HTTP 500 with the body Internal Server Error (nothing was measured; --no-probe skips "
-        "this check)"
+        f"error: transport http cannot run against {url}: no compaction at {url}/responses/compact: "
+        "HTTP 404 with the body Not Found (nothing was measured; --no-probe skips this check)"
     ]
     assert not (tmp_path / "results").exists()
     # without compaction the endpoint is not asked for it
