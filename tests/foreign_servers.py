@@ -21,6 +21,7 @@ that fails mid-request leaves nothing running.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -30,6 +31,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import websockets.asyncio.server
 
 from harness.run.embedded import embedded_server
 
@@ -288,3 +291,34 @@ def http_only_server() -> Iterator[str]:
     """The reference server without WebSocket mode: upgrades are answered with HTTP 404."""
     with embedded_server(extra_args=["--no-websocket"]) as url:
         yield url
+
+
+@contextmanager
+def mute_websocket_server() -> Iterator[str]:
+    """Accepts every WebSocket upgrade, reads what is sent, answers nothing (a server stuck
+    behind its upgrade); its own thread and event loop, stopped when the block ends."""
+
+    async def handler(ws: websockets.asyncio.server.ServerConnection) -> None:
+        async for _ in ws:
+            pass
+
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    port: list[int] = []
+
+    async def main(stop: asyncio.Event) -> None:
+        async with websockets.asyncio.server.serve(handler, "127.0.0.1", 0) as server:
+            port.append(next(iter(server.sockets)).getsockname()[1])
+            started.set()
+            await stop.wait()
+
+    stop = asyncio.Event()
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(stop),), daemon=True)
+    thread.start()
+    try:
+        assert started.wait(10), "the mute WebSocket server did not start"
+        yield f"http://127.0.0.1:{port[0]}/v1"
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=10)
+        loop.close()

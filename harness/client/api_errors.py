@@ -250,15 +250,16 @@ def error_text(status: int, body: bytes) -> str:
     return text
 
 
-#: a server error that does answer: the server has no such method or feature
-NOT_IMPLEMENTED = 501
+#: the 5xx that do answer: no such method or feature (501), no such HTTP version (505), a
+#: network's login first (511)
+NOT_SERVER_ERRORS = (501, 505, 511)
 #: the statuses that are about the server's state, not the route (5xx are too): why, in words
 BUSY = {408: "the server timed out reading the request", 429: "the server is rate-limiting"}
 
 
 def server_state(status: int) -> str | None:
     """Why ``status`` says nothing of a feature (a server error, a rate limit), or None."""
-    if status >= 500 and status != NOT_IMPLEMENTED:
+    if status >= 500 and status not in NOT_SERVER_ERRORS:
         return "a server error"
     return BUSY.get(status)
 
@@ -288,10 +289,11 @@ def ws_open_failure(exc: BaseException, url: str) -> TransportError:
         said = error_text(status, bytes(body)) if body else ""
         state = server_state(status)
         if state is not None:
-            # not "no WebSocket mode": the server failed (or was too busy for) this upgrade
+            # not "no WebSocket mode": the server failed (or was too busy for) this upgrade;
+            # named by its body's code, as the same answer over HTTP is
             return APIError(
                 status,
-                None,
+                api_error_from_body(status, bytes(body)).code if body else None,
                 f"the WebSocket upgrade at {url} was answered with {answered(status, said)} "
                 f"({state}, not an answer about WebSocket mode)",
             )

@@ -598,10 +598,16 @@ def refused(
         )
     if status in NO_ROUTE and api is not None and API_FEATURE[api] == feature:
         return Finding(feature, False, f"no {API_NAMES[api]} at {url}: {answered(status, message)}")
+    return error_answer(feature, status, http_failure(url, status, message))
+
+
+def error_answer(feature: str, status: int, evidence: str) -> Finding:
+    """An error answer to a feature's check: "no", unless the server failed or was too busy
+    (:func:`server_state`), which says nothing of the feature."""
     state = server_state(status)
     if state is not None:
-        return not_an_answer(feature, http_failure(url, status, message), state)
-    return Finding(feature, False, http_failure(url, status, message))
+        return not_an_answer(feature, evidence, state)
+    return Finding(feature, False, evidence)
 
 
 def _names_the_model(message: str) -> bool:
@@ -816,7 +822,9 @@ def judge_chat_tools(url: str, status: int, content_type: str, got: ChatReading 
     """A request with one tool and ``tool_choice: "required"``: a streamed call, or why not."""
     asked = 'a request with a tool and tool_choice "required"'
     if isinstance(got, str):
-        return Finding(CHAT_TOOLS, False, f"{asked} was refused: {http_failure(url, status, got)}")
+        return error_answer(
+            CHAT_TOOLS, status, f"{asked} was refused: {http_failure(url, status, got)}"
+        )
     not_sse = _not_sse(CHAT_TOOLS, url, status, content_type)
     if not_sse is not None:
         return not_sse
@@ -873,9 +881,9 @@ def judge_prompt_cache(
     repeat must read the prompt from the cache (``cache_read_input_tokens``)."""
     for status, got in (first, second):
         if isinstance(got, str):
-            return Finding(
+            return error_answer(
                 MESSAGES_CACHE,
-                False,
+                status,
                 f"a system prompt with cache_control was refused: {http_failure(url, status, got)}",
             )
         if not got.finished:
@@ -931,9 +939,9 @@ def judge_background(
 ) -> Finding:
     """``background: true``: answered at once (queued), then polled to its end with GET."""
     if isinstance(created, str):
-        return Finding(
+        return error_answer(
             BACKGROUND,
-            False,
+            status,
             f"background: true was refused: {http_failure(url, status, created)}",
         )
     first = created.get("status")
@@ -966,7 +974,7 @@ def judge_compaction(url: str, status: int, got: dict[str, Any] | str) -> Findin
     if isinstance(got, str):
         if status in NO_ROUTE:
             return Finding(COMPACTION, False, f"no compaction at {url}: {answered(status, got)}")
-        return Finding(COMPACTION, False, http_failure(url, status, got))
+        return error_answer(COMPACTION, status, http_failure(url, status, got))
     output = got.get("output")
     items = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
     item = next((i for i in items if i.get("type") == "compaction"), None)
@@ -999,7 +1007,7 @@ def judge_retrieve(
     """``GET /responses/{id}`` answers the stored response; ``DELETE`` deletes it."""
     status, doc = got
     if isinstance(doc, str):
-        return Finding(RETRIEVE, False, f"GET {url} answered {answered(status, doc)}")
+        return error_answer(RETRIEVE, status, f"GET {url} answered {answered(status, doc)}")
     if doc.get("id") != response_id:
         return Finding(RETRIEVE, False, f"GET {url} answered a response with id {doc.get('id')!r}")
     if deleted is None:
@@ -1037,7 +1045,10 @@ def not_checked_after(feature: str, earlier: Finding, url: str, otherwise: str) 
     elif earlier.model_unknown:
         why = f"the server does not serve the model the probe named at {url}"
     elif earlier.server_failed:
-        why = f"the server failed the check it builds on at {url}"
+        why = (
+            f"the check it builds on got no answer about it at {url} (a server error, a rate "
+            "limit or a time-out)"
+        )
     else:
         why = otherwise
     return not_checked(feature, why)

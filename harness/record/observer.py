@@ -233,7 +233,7 @@ def serve_observer(steps: Connection, results: Connection, keep_content: bool) -
     while True:
         try:
             item = steps.recv()
-        except EOFError:  # the proxy died: nothing to send back to
+        except (EOFError, OSError):  # the proxy died (mid-message, maybe): nobody to answer
             return
         if item is None:
             break

@@ -43,6 +43,8 @@ START_S = 60.0
 #: the pipe's capacity asked for (Linux's default ceiling for an unprivileged process)
 _PIPE_BYTES = 1 << 20
 _SETPIPE_SZ: int | None = getattr(fcntl, "F_SETPIPE_SZ", None)
+#: how often a stop that waits for the observer checks that its process still lives
+_ALIVE_CHECK_S = 0.5
 _SHORT = struct.Struct("!i")
 _LONG = struct.Struct("!iQ")
 
@@ -51,12 +53,11 @@ class ObserverError(LoopbenchError):
     """The observer's process (``--observer process``) could not be started."""
 
 
-def frame(obj: object) -> bytes:
-    """``obj`` as one message ``Connection.recv`` reads."""
+def frame(obj: object) -> tuple[bytes, bytes]:
+    """``obj`` as one message ``Connection.recv`` reads: its head, then its pickle."""
     data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
     n = len(data)
-    head = _SHORT.pack(n) if n <= 0x7FFFFFFF else _LONG.pack(-1, n)
-    return head + data
+    return (_SHORT.pack(n) if n <= 0x7FFFFFFF else _LONG.pack(-1, n)), data
 
 
 def _first_message(conn: Connection, timeout_s: float) -> object:
@@ -90,6 +91,7 @@ class ObserverProcess:
         self._feed: _Feed | None = None
         self._batch: list[tuple[int, str, tuple[Any, ...]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: Observed | None = None
 
     async def start(self, timeout_s: float = START_S) -> None:
         """Spawn the observer and wait until it reads: its start-up is not the relay's time.
@@ -125,6 +127,9 @@ class ObserverProcess:
                 "`--observer thread` reads the exchanges in the proxy's own process"
             ) from None
         if ready != READY:
+            steps_out.close()
+            results_in.close()
+            self._stop_child()
             raise TypeError(f"the observer's process said {ready!r} before anything else")
         self._results = results_in
         fd = os.dup(steps_out.fileno())
@@ -155,25 +160,36 @@ class ObserverProcess:
         feed, transport = self._feed, self._transport
         if feed is None or transport is None or feed.lost or transport.is_closing():
             return  # the observer is gone: stop() says what the trace lost
-        transport.write(frame(obj))
+        transport.writelines(frame(obj))  # the head and the pickle: no copy to join them
 
-    async def stop(self, timeout_s: float = 30.0) -> Observed:
-        """Send what is queued and the end, then wait for what the observer read."""
+    async def stop(self) -> Observed:
+        """Send what is queued and the end, then wait for what the observer read.
+
+        As long as the observer's process lives it is waited for, however far behind it is
+        (the trace is what recording is for); one that died is not.  Once stopped, the same
+        :class:`Observed` again.
+        """
+        if self._stopped is not None:
+            return self._stopped
         if self._batch:
             self._flush()
-        if self._transport is not None and self._feed is not None:
+        transport, feed = self._transport, self._feed
+        if transport is not None and feed is not None:
             self._write(None)
-            self._transport.close()  # after the buffer is written
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._feed.closed), timeout_s)
-            if not self._feed.closed.done():
-                self._transport.abort()
+            transport.close()  # once its buffer is written
+            while not feed.closed.done():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(feed.closed), _ALIVE_CHECK_S)
+                if not feed.closed.done() and (self.child is None or not self.child.is_alive()):
+                    transport.abort()  # nobody is left to read the rest
+                    break
             self._transport = None
         observed = Observed()
         if self._results is not None:
             observed = await asyncio.to_thread(self._collect, self._results)
             self._results = None
         self._stop_child()
+        self._stopped = observed
         return observed
 
     def _collect(self, results: Connection) -> Observed:
@@ -197,6 +213,8 @@ class ObserverProcess:
         return observed
 
     def _stop_child(self) -> None:
+        if self.child is not None and self.child.pid is None:  # it never started
+            self.child = None
         if self.child is not None:
             self.child.join(5.0)
             if self.child.is_alive():

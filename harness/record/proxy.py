@@ -711,7 +711,8 @@ async def record_until_stopped(
     # interval (5 ms by default) whenever the relay's loop wakes up with bytes to forward: a
     # short one bounds that wait.  (The observer's process shares no GIL with the loop.)
     switch = sys.getswitchinterval()
-    sys.setswitchinterval(_SWITCH_S)
+    if observer == "thread":
+        sys.setswitchinterval(_SWITCH_S)
     # The collector's pauses would land on whichever chunk is being relayed: what exists
     # now is frozen out of it, and it runs as seldom as in a measuring run.
     gc_before = quiet_gc.begin()

@@ -17,6 +17,7 @@ from typing import Any
 
 import websockets
 
+from harness.client.api_errors import answered, error_text, server_state
 from harness.client.bodies import http_headers
 from harness.client.messages_api import messages_headers
 from harness.client.options import TransportOptions
@@ -46,11 +47,9 @@ from harness.client.probe import (
     MessagesReading,
     StreamReading,
     answer_of,
-    answered,
     background_create,
     chat_create,
     compact_request,
-    error_text,
     features_for,
     http_create,
     judge_background,
@@ -77,7 +76,6 @@ from harness.client.probe import (
     read_stream,
     refusal,
     refused,
-    server_state,
     ws_create,
     ws_refused,
 )
@@ -375,11 +373,16 @@ class _Prober:
             return [found, *(not_checked_after(f, found, url, "no WebSocket mode") for f in rest)]
         try:
             first = await self._exchange(conn, ws_create(self.model))
-            found = (
-                judge_ws(url, first)
-                if isinstance(first, StreamReading)
-                else Finding(WEBSOCKET, False, f"{url} upgraded, but {first}")
-            )
+            if isinstance(first, StreamReading):
+                found = judge_ws(url, first)
+            else:
+                # upgraded, then silent: no more an answer about WebSocket mode than over HTTP
+                found = Finding(
+                    WEBSOCKET,
+                    None if isinstance(first, _NoAnswer) else False,
+                    f"{url} upgraded, but {first}",
+                    server_failed=isinstance(first, _NoAnswer),
+                )
             out = [found]
             if not found.supported:
                 return out + [not_checked(f, "no response over WebSocket mode") for f in rest]
@@ -423,7 +426,9 @@ class _Prober:
                     if kind in TERMINAL_TYPES or (kind == ERROR and "sequence_number" not in event):
                         break
         except TimeoutError:
-            return f"no terminal event within {self.timeout_s:g} s ({len(events)} events)"
+            return _NoAnswer(
+                f"no terminal event within {self.timeout_s:g} s ({len(events)} events)"
+            )
         except WsClosed as exc:
             return f"the server closed the WebSocket with code {exc.code} ({len(events)} events)"
         except LoopbenchError as exc:
@@ -432,6 +437,12 @@ class _Prober:
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+
+
+class _NoAnswer(str):
+    """Why an exchange got no answer in time (a time-out, not a refusal)."""
+
+    __slots__ = ()
 
 
 async def _close(conn: WsConnection) -> None:

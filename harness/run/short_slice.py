@@ -31,11 +31,13 @@ _SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275)}  # sched_setattr, sche
 # struct sched_attr (SCHED_ATTR_SIZE_VER1): size, policy, flags, nice, priority, runtime,
 # deadline, period, util_min, util_max
 _ATTR = struct.Struct("IIQiIQQQII")
+_RESET_ON_FORK = 0x01  # SCHED_FLAG_RESET_ON_FORK: kept if the thread had it
 _FAIR = (0, 3, 5)  # SCHED_OTHER, SCHED_BATCH, SCHED_IDLE: the policies with a slice
 
 
 def _syscalls() -> tuple[int, int] | None:
-    if not sys.platform.startswith("linux"):
+    # a 32-bit Python on a 64-bit kernel: platform.machine() names the kernel's numbers
+    if not sys.platform.startswith("linux") or struct.calcsize("P") != 8:
         return None
     return _SYSCALLS.get(platform.machine())
 
@@ -71,8 +73,8 @@ def request_short_slice(ns: int = SLICE_NS) -> bool:
         return False
     # The call sets the policy and the nice value too: the thread's own are passed back (a
     # user's `nice` or SCHED_BATCH stays).
-    _, policy, _, nice, *_ = attr
-    packed = _ATTR.pack(_ATTR.size, policy, 0, nice, 0, ns, 0, 0, 0, 0)
+    _, policy, flags, nice, *_ = attr
+    packed = _ATTR.pack(_ATTR.size, policy, flags & _RESET_ON_FORK, nice, 0, ns, 0, 0, 0, 0)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.syscall(calls[0], 0, ctypes.create_string_buffer(packed, _ATTR.size), 0) != 0:

@@ -49,7 +49,7 @@ def test_an_upgrade_the_server_failed_is_its_error_not_a_missing_websocket_mode(
     failed.response = SimpleNamespace(status_code=status, body=body)  # type: ignore[attr-defined]
     err = ws_open_failure(failed, "ws://127.0.0.1:8000/v1/responses")
     assert isinstance(err, APIError) and err.status == status
-    assert err.kind == f"http_{status}"  # as an HTTP turn's status without a code
+    assert err.kind == "server_error"  # the body's code, as the same answer over HTTP
     assert str(err).endswith(
         f"the WebSocket upgrade at ws://127.0.0.1:8000/v1/responses was answered with HTTP "
         f"{status}: server_error: try later ({why}, not an answer about WebSocket mode)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from multiprocessing.connection import Connection
 
 import pytest
@@ -16,7 +17,7 @@ def test_a_frame_is_what_a_multiprocessing_connection_reads() -> None:
     reader = Connection(read_fd, writable=False)
     try:
         sent = [(1, "ws_client", (1, b"\x81\x05hello", 123)), (2, "ws_close", (2, 456))]
-        os.write(write_fd, frame(sent) + frame(None))
+        os.write(write_fd, b"".join((*frame(sent), *frame(None))))
         assert reader.recv() == sent
         assert reader.recv() is None
     finally:
@@ -48,3 +49,31 @@ def test_steps_put_across_loop_iterations_reach_the_observer_whole_and_in_order(
         return [ex.connection for ex in observed.exchanges]
 
     assert asyncio.run(main()) == list(range(2000))
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_waits_for_an_observer_that_is_behind_however_long() -> None:
+    """The observer is stopped (SIGSTOP) with 4 MiB still to read, more than its pipe holds:
+    stop() waits while it lives instead of giving up on the trace, and gets every step."""
+    big = "y" * (4 << 20)
+
+    async def main() -> None:
+        process = ObserverProcess(keep_content=False)
+        await process.start()
+        pid = process.child.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for i in range(4):
+                process.put((i, "failed", ("responses", "http", i, i, i + 1, 500, big)))
+                await asyncio.sleep(0)
+            stopping = asyncio.ensure_future(process.stop())
+            await asyncio.sleep(2.5)  # five of its checks that the observer still lives
+            assert not stopping.done()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        observed = await stopping
+        assert [ex.connection for ex in observed.exchanges] == [0, 1, 2, 3]
+        assert all(why.endswith(big) for why in observed.unread)
+        assert await process.stop() is observed  # a second stop: the same, not an empty one
+
+    asyncio.run(main())

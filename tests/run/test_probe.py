@@ -35,7 +35,12 @@ from harness.client.probe import (
     WS_CHAINING,
     Finding,
     features_for,
+    judge_background,
+    judge_chat_tools,
+    judge_compaction,
     judge_lanes,
+    judge_prompt_cache,
+    judge_retrieve,
     read_stream,
     refusal,
 )
@@ -55,6 +60,7 @@ from tests.foreign_servers import (
     http_only_server,
     json_not_sse_server,
     key_required_server,
+    mute_websocket_server,
     plain_web_server,
     rate_limited_server,
     silent_server,
@@ -185,7 +191,8 @@ def test_plain_web_and_500_servers_are_told_apart() -> None:
         "(a server error, not an answer about WebSocket mode; try again later)"
     )
     assert broken_found[CHAINING].evidence == (
-        f"not checked: the server failed the check it builds on at {broken}/responses"
+        f"not checked: the check it builds on got no answer about it at {broken}/responses "
+        "(a server error, a rate limit or a time-out)"
     )
     cause = refusal(list(broken_found.values()), [transport_spec("http")], broken)
     assert cause == f"transport http cannot run against {broken}: {broken_found[SSE].evidence}"
@@ -269,12 +276,36 @@ def test_an_unknown_about_the_client_stops_a_run_any_other_does_not() -> None:
     """docs/probe.md, "Before a run": refused credentials, a 403 and a model the endpoint does
     not serve stop it; an unknown about the feature itself does not."""
     specs = [transport_spec("ws")]
-    for flag in ("auth_failed", "forbidden", "model_unknown"):
+    for flag in ("auth_failed", "forbidden", "model_unknown", "server_failed"):
         found = Finding(WEBSOCKET, None, f"the {flag} evidence", **{flag: True})
         assert refusal([found], specs, "u") == (
             f"transport ws cannot run against u: the {flag} evidence"
         )
     assert refusal([Finding(WEBSOCKET, None, "cannot be told")], specs, "u") is None
+
+
+@pytest.mark.parametrize(
+    ("status", "answer"), [(503, None), (429, None), (408, None), (404, False), (400, False)]
+)
+def test_each_checks_error_answer_is_no_unless_the_server_failed_or_was_busy(
+    status: int, answer: bool | None
+) -> None:
+    """Not only the API rows: the checks under them (tool calls, compaction, background,
+    retrieval, prompt caching) read a 5xx, 429 or 408 as "unknown" too, never "no"."""
+    url = "http://h/v1/x"
+    said = "server_error: try later"
+    found = [
+        judge_chat_tools(url, status, "application/json", said),
+        judge_compaction(url, status, said),
+        judge_background(url, status, said, None, 0),
+        judge_retrieve(url, "resp_1", (status, said), None),
+        judge_prompt_cache(url, (status, said), (status, said)),
+    ]
+    for f in found:
+        assert f.supported is answer, f
+        assert f.server_failed is (answer is None), f
+        if answer is None:
+            assert f.evidence.endswith("not an answer about the feature; try again later)"), f
 
 
 def test_lanes_need_the_stream_id_in_every_event() -> None:
@@ -309,6 +340,23 @@ def test_each_check_is_bounded_by_its_timeout() -> None:
         f"no answer to the WebSocket upgrade at {ws_url} within 0.5 s",
         server_failed=True,
     )
+
+
+def test_a_websocket_that_upgrades_then_says_nothing_is_unknown_not_missing() -> None:
+    with mute_websocket_server() as url:
+        found = _by_feature(
+            probe(url, [REACHABLE, WEBSOCKET, WS_CHAINING], api_key="sk-loopbench", timeout_s=0.5)
+        )
+    ws_url = url.replace("http://", "ws://") + "/responses"
+    assert found[WEBSOCKET] == Finding(
+        WEBSOCKET,
+        None,
+        f"{ws_url} upgraded, but no terminal event within 0.5 s (0 events)",
+        server_failed=True,
+    )
+    assert not found[WS_CHAINING].checked
+    cause = refusal(list(found.values()), [transport_spec("ws")], url)
+    assert cause == f"transport ws cannot run against {url}: {found[WEBSOCKET].evidence}"
 
 
 def test_a_run_says_what_it_probes_before_waiting_on_a_silent_endpoint(tmp_path: Path) -> None:
