@@ -14,7 +14,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.client.api_errors import answered, body_start, error_text, server_state
+from harness.client.api_errors import (
+    answered,
+    body_start,
+    error_class,
+    error_text,
+    server_state,
+)
 from harness.client.stream import ResponseStream
 from harness.wire.errors import LoopbenchError
 from harness.wire.events import loads
@@ -325,6 +331,9 @@ class StreamReading:
     problem: str | None = None
     #: the ``stream_id`` values the events carried (``None`` for events without one)
     stream_ids: set[str | None] = field(default_factory=set)
+    #: why the error the stream ended with says nothing of the feature (a server error, a
+    #: rate limit, an overload), or None
+    server_state: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -335,8 +344,11 @@ def read_stream(events: Sequence[dict[str, Any]]) -> StreamReading:
     """Judge one response's events with :class:`ResponseStream` (ordering, usage, output)."""
     out = StreamReading()
     stream = ResponseStream(sent_ns=0)
+    error_status = 0  # an error event's status, when it gives one
     for i, event in enumerate(events, start=1):
         out.events += 1
+        if event.get("type") == "error" and isinstance(event.get("status"), int):
+            error_status = event["status"]
         sid = event.get("stream_id")
         out.stream_ids.add(sid if isinstance(sid, str) else None)
         try:
@@ -358,7 +370,23 @@ def read_stream(events: Sequence[dict[str, Any]]) -> StreamReading:
     if out.problem is None and stream.error_message is not None:
         code = f" ({stream.error_code})" if stream.error_code else ""
         out.problem = f"the server answered with an error{code}: {stream.error_message}"
+        out.server_state = _STREAM_STATES.get(error_class(error_status, stream.error_code))
     return out
+
+
+#: the error classes of a stream's error that are about the server's state, in words
+_STREAM_STATES = {
+    "server_error": "a server error",
+    "overloaded": "the server is overloaded",
+    "rate_limited": "the server is rate-limiting",
+}
+
+
+def _not_finished(feature: str, evidence: str, reading: StreamReading) -> Finding:
+    """A stream that did not finish: "no", unless its error was the server's state."""
+    if reading.server_state is not None:
+        return not_an_answer(feature, evidence, reading.server_state)
+    return Finding(feature, False, evidence)
 
 
 def _ended(reading: StreamReading) -> str:
@@ -644,8 +672,8 @@ def judge_sse(url: str, status: int, content_type: str, reading: StreamReading) 
     if not_sse is not None:
         return not_sse
     if not reading.finished:
-        return Finding(
-            SSE, False, f"POST {url} answered {status} text/event-stream, but {_ended(reading)}"
+        return _not_finished(
+            SSE, f"POST {url} answered {status} text/event-stream, but {_ended(reading)}", reading
         )
     return Finding(
         SSE,
@@ -665,10 +693,10 @@ def judge_chain(feature: str, where: str, first: StreamReading, second: StreamRe
     if first.response_id is None:
         return Finding(feature, None, f"{where}: the first response carried no id to chain on")
     if not second.finished:
-        return Finding(
+        return _not_finished(
             feature,
-            False,
             f"{where}: a request with previous_response_id was not served: {_ended(second)}",
+            second,
         )
     a, b = first.input_tokens, second.input_tokens
     if a is None or b is None:
@@ -707,8 +735,8 @@ def ws_refused(url: str, status: int | None, reason: str) -> str:
 
 def judge_ws(url: str, reading: StreamReading) -> Finding:
     if not reading.finished:
-        return Finding(
-            WEBSOCKET, False, f"{url} upgraded, but a response.create failed: {_ended(reading)}"
+        return _not_finished(
+            WEBSOCKET, f"{url} upgraded, but a response.create failed: {_ended(reading)}", reading
         )
     return Finding(
         WEBSOCKET,
@@ -721,8 +749,8 @@ def judge_ws(url: str, reading: StreamReading) -> Finding:
 def judge_warmup(reading: StreamReading) -> Finding:
     """``generate: false`` must complete with no output (docs/protocol.md §2.4)."""
     if not reading.finished:
-        return Finding(
-            WARMUP, False, f"a response.create with generate: false failed: {_ended(reading)}"
+        return _not_finished(
+            WARMUP, f"a response.create with generate: false failed: {_ended(reading)}", reading
         )
     if reading.output_items or reading.deltas or (reading.output_tokens or 0) > 0:
         return Finding(

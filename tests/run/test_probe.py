@@ -41,6 +41,8 @@ from harness.client.probe import (
     judge_lanes,
     judge_prompt_cache,
     judge_retrieve,
+    judge_sse,
+    judge_ws,
     read_stream,
     refusal,
 )
@@ -306,6 +308,33 @@ def test_each_checks_error_answer_is_no_unless_the_server_failed_or_was_busy(
         assert f.server_failed is (answer is None), f
         if answer is None:
             assert f.evidence.endswith("not an answer about the feature; try again later)"), f
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "answer"),
+    [
+        (503, "service_unavailable", None),
+        (None, "server_error", None),
+        (429, "rate_limit_exceeded", None),
+        (400, "invalid_request_error", False),
+    ],
+)
+def test_a_stream_that_ends_in_the_servers_error_is_unknown_not_missing(
+    status: int | None, code: str, answer: bool | None
+) -> None:
+    """An upgrade (or an SSE stream) whose response ends in an error event: "no" when the
+    request was refused, "unknown" when the server failed, was overloaded or rate-limited."""
+    event: dict[str, object] = {"type": "error", "error": {"code": code, "message": "m"}}
+    if status is not None:
+        event["status"] = status
+    reading = read_stream([event])
+    for found in (
+        judge_ws("ws://h/v1/responses", reading),
+        judge_sse("http://h/v1/responses", 200, "text/event-stream", reading),
+    ):
+        assert found.supported is answer, found
+        assert found.stops_a_run or answer is False
+        assert found.evidence.endswith("try again later)") is (answer is None), found
 
 
 def test_lanes_need_the_stream_id_in_every_event() -> None:
