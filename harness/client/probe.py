@@ -198,8 +198,10 @@ def refusal(
     if len(gaps) == 1:
         return f"transport {gaps[0][0]} cannot run against {target}: {gaps[0][1]}"
     names = ", ".join(name for name, _ in gaps)
-    reasons = "; ".join(f"{name}: {why}" for name, why in gaps)
-    return f"transports {names} cannot run against {target}: {reasons}"
+    shortened = [(name, *_without_hint(why)) for name, why in gaps]
+    reasons = "; ".join(f"{name}: {why}" for name, why, _ in shortened)
+    hint = f"; {KEY_HINT}" if any(had for _, _, had in shortened) else ""
+    return f"transports {names} cannot run against {target}: {reasons}{hint}"
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -581,6 +583,19 @@ def not_an_answer(feature: str, evidence: str, why: str) -> Finding:
     )
 
 
+#: how to give a key, added to a 401 or 403 that answered loopbench's placeholder key
+KEY_HINT = (
+    "give the endpoint's key with --api-key-env NAME (without it loopbench sends a placeholder key)"
+)
+
+
+def _without_hint(evidence: str) -> tuple[str, bool]:
+    """``evidence`` without :data:`KEY_HINT`, and whether it had it: a table or a refusal of
+    several rows says it once."""
+    short = evidence.removesuffix(f"; {KEY_HINT}")
+    return short, short != evidence
+
+
 def refused(
     feature: str, url: str, status: int, message: str, *, placeholder_key: bool = False
 ) -> Finding:
@@ -604,12 +619,7 @@ def refused(
             model_unknown=True,
         )
     # Not "no": a gateway answers 401 and 403 before it routes, so the API may well be there.
-    hint = (
-        "; give the endpoint's key with --api-key-env NAME (without it loopbench sends a "
-        "placeholder key)"
-        if placeholder_key
-        else ""
-    )
+    hint = f"; {KEY_HINT}" if placeholder_key else ""
     if status == UNAUTHORIZED:
         return Finding(
             feature,
@@ -1107,19 +1117,24 @@ def table(target: str, findings: Sequence[Finding], width: int = TABLE_WIDTH) ->
     if found:
         lines.append("APIs: " + ", ".join(f"{API_NAMES[a]} {f.answer}" for a, f in found.items()))
     lines.append(f"{'feature':<{label_width}}  answer (evidence below each row)")
+    hinted = False
     for f in findings:
         api = API_OF.get(f.feature)
         if api is not None and API_FEATURE[api] == f.feature:
             lines.append("")
         lines.append(f"{_row_label(f):<{label_width}}  {f.answer}")
+        evidence, had = _without_hint(f.evidence)
+        hinted = hinted or had
         lines += textwrap.wrap(
-            f.evidence,
+            evidence,
             width,
             initial_indent="      ",
             subsequent_indent="      ",
             break_long_words=False,
             break_on_hyphens=False,
         )
+    if hinted:  # once, not under every refused row
+        lines += ["", *textwrap.wrap(f"{KEY_HINT[0].upper()}{KEY_HINT[1:]}.", width)]
     return "\n".join(lines)
 
 
