@@ -384,11 +384,16 @@ _STREAM_STATES = {
 }
 
 
-def _not_finished(feature: str, evidence: str, reading: StreamReading) -> Finding:
-    """A stream that did not finish: "no", unless its error was the server's state."""
-    if reading.server_state is not None:
-        return not_an_answer(feature, evidence, reading.server_state)
+def _not_finished(feature: str, evidence: str, state: str | None) -> Finding:
+    """A stream that did not finish: "no", unless its error was the server's ``state``."""
+    if state is not None:
+        return not_an_answer(feature, evidence, state)
     return Finding(feature, False, evidence)
+
+
+def _stream_state(code: object) -> str | None:
+    """Why a stream's error ``code`` (or type) says nothing of the feature, or None."""
+    return _STREAM_STATES.get(error_class(0, code if isinstance(code, str) else None))
 
 
 def _ended(reading: StreamReading) -> str:
@@ -423,6 +428,8 @@ class ChatReading:
     #: the usage chunk's ``usage`` object, if one came
     usage: dict[str, Any] | None = None
     problem: str | None = None
+    #: why the error the stream carried says nothing of the feature, or None
+    server_state: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -458,6 +465,8 @@ def read_chat(body: bytes) -> ChatReading:
         if err is not None:
             message = err.get("message") if isinstance(err, dict) else err
             out.problem = f"the stream carried an error: {message}"
+            if isinstance(err, dict):
+                out.server_state = _stream_state(err.get("code") or err.get("type"))
             break
         if isinstance(chunk.get("usage"), dict):
             out.usage = chunk["usage"]
@@ -494,6 +503,8 @@ class MessagesReading:
     #: ``message_start``'s usage, updated by ``message_delta``'s
     usage: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None
+    #: why the error the stream carried says nothing of the feature, or None
+    server_state: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -520,6 +531,7 @@ def read_messages(body: bytes) -> MessagesReading:
             out.problem = (
                 f"the stream carried an error event ({err.get('type')}): {err.get('message')}"
             )
+            out.server_state = _stream_state(err.get("type") or err.get("code"))
             break
         if not out.started and kind != "message_start":
             out.problem = f"the first event was {kind!r}, not message_start"
@@ -683,7 +695,9 @@ def judge_sse(url: str, status: int, content_type: str, reading: StreamReading) 
         return not_sse
     if not reading.finished:
         return _not_finished(
-            SSE, f"POST {url} answered {status} text/event-stream, but {_ended(reading)}", reading
+            SSE,
+            f"POST {url} answered {status} text/event-stream, but {_ended(reading)}",
+            reading.server_state,
         )
     return Finding(
         SSE,
@@ -706,7 +720,7 @@ def judge_chain(feature: str, where: str, first: StreamReading, second: StreamRe
         return _not_finished(
             feature,
             f"{where}: a request with previous_response_id was not served: {_ended(second)}",
-            second,
+            second.server_state,
         )
     a, b = first.input_tokens, second.input_tokens
     if a is None or b is None:
@@ -746,7 +760,9 @@ def ws_refused(url: str, status: int | None, reason: str) -> str:
 def judge_ws(url: str, reading: StreamReading) -> Finding:
     if not reading.finished:
         return _not_finished(
-            WEBSOCKET, f"{url} upgraded, but a response.create failed: {_ended(reading)}", reading
+            WEBSOCKET,
+            f"{url} upgraded, but a response.create failed: {_ended(reading)}",
+            reading.server_state,
         )
     return Finding(
         WEBSOCKET,
@@ -760,7 +776,9 @@ def judge_warmup(reading: StreamReading) -> Finding:
     """``generate: false`` must complete with no output (docs/protocol.md §2.4)."""
     if not reading.finished:
         return _not_finished(
-            WARMUP, f"a response.create with generate: false failed: {_ended(reading)}", reading
+            WARMUP,
+            f"a response.create with generate: false failed: {_ended(reading)}",
+            reading.server_state,
         )
     if reading.output_items or reading.deltas or (reading.output_tokens or 0) > 0:
         return Finding(
@@ -805,10 +823,10 @@ def judge_chat(url: str, status: int, content_type: str, reading: ChatReading) -
     if not_sse is not None:
         return not_sse
     if not reading.finished:
-        return Finding(
+        return _not_finished(
             CHAT,
-            False,
             f"POST {url} answered {status} text/event-stream, but {_chat_ended(reading)}",
+            reading.server_state,
         )
     end = "then data: [DONE]" if reading.done else "no data: [DONE]"
     return Finding(
@@ -867,7 +885,7 @@ def judge_chat_tools(url: str, status: int, content_type: str, got: ChatReading 
     if not_sse is not None:
         return not_sse
     if not got.finished:
-        return Finding(CHAT_TOOLS, False, f"{asked} failed: {_chat_ended(got)}")
+        return _not_finished(CHAT_TOOLS, f"{asked} failed: {_chat_ended(got)}", got.server_state)
     if not got.tool_calls:
         return Finding(
             CHAT_TOOLS,
@@ -895,10 +913,10 @@ def judge_messages(url: str, status: int, content_type: str, reading: MessagesRe
     if not_sse is not None:
         return not_sse
     if not reading.finished:
-        return Finding(
+        return _not_finished(
             MESSAGES,
-            False,
             f"POST {url} answered {status} text/event-stream, but {_messages_ended(reading)}",
+            reading.server_state,
         )
     return Finding(
         MESSAGES,
@@ -925,10 +943,10 @@ def judge_prompt_cache(
                 f"a system prompt with cache_control was refused: {http_failure(url, status, got)}",
             )
         if not got.finished:
-            return Finding(
+            return _not_finished(
                 MESSAGES_CACHE,
-                False,
                 f"a system prompt with cache_control failed: {_messages_ended(got)}",
+                got.server_state,
             )
     a, b = first[1], second[1]
     assert isinstance(a, MessagesReading) and isinstance(b, MessagesReading)

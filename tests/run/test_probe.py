@@ -36,13 +36,17 @@ from harness.client.probe import (
     Finding,
     features_for,
     judge_background,
+    judge_chat,
     judge_chat_tools,
     judge_compaction,
     judge_lanes,
+    judge_messages,
     judge_prompt_cache,
     judge_retrieve,
     judge_sse,
     judge_ws,
+    read_chat,
+    read_messages,
     read_stream,
     refusal,
 )
@@ -335,6 +339,33 @@ def test_a_stream_that_ends_in_the_servers_error_is_unknown_not_missing(
         assert found.supported is answer, found
         assert found.stops_a_run or answer is False
         assert found.evidence.endswith("try again later)") is (answer is None), found
+
+
+@pytest.mark.parametrize(
+    ("error", "answer"),
+    [
+        ({"type": "overloaded_error", "message": "m"}, None),
+        ({"type": "api_error", "message": "m"}, None),
+        ({"code": "rate_limit_exceeded", "message": "m"}, None),
+        ({"type": "invalid_request_error", "message": "m"}, False),
+    ],
+)
+def test_chat_and_messages_streams_ending_in_the_servers_error_are_unknown(
+    error: dict[str, str], answer: bool | None
+) -> None:
+    """The same rule for the Chat Completions and Messages streams as for the Responses API."""
+    chat = read_chat(f"data: {json.dumps({'error': error})}\n\n".encode())
+    messages = read_messages(
+        f"event: error\ndata: {json.dumps({'type': 'error', 'error': error})}\n\n".encode()
+    )
+    for found in (
+        judge_chat("http://h/v1/chat/completions", 200, "text/event-stream", chat),
+        judge_chat_tools("http://h/v1/chat/completions", 200, "text/event-stream", chat),
+        judge_messages("http://h/v1/messages", 200, "text/event-stream", messages),
+        judge_prompt_cache("http://h/v1/messages", (200, messages), (200, messages)),
+    ):
+        assert found.supported is answer, found
+        assert found.server_failed is (answer is None), found
 
 
 def test_lanes_need_the_stream_id_in_every_event() -> None:
