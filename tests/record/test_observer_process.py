@@ -5,11 +5,27 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Coroutine
 from multiprocessing.connection import Connection
+from typing import Any, TypeVar
 
 import pytest
 
 from harness.record.observer_process import ObserverProcess, frame
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is a Linux dependency
+    uvloop = None
+
+T = TypeVar("T")
+#: the loops the pipe transport meets: asyncio's in tests and libraries, uvloop in the command
+LOOPS = ["asyncio", *(["uvloop"] if uvloop is not None else [])]
+
+
+def _run(coro: Coroutine[Any, Any, T], loop: str) -> T:
+    result: T = asyncio.run(coro) if loop == "asyncio" else uvloop.run(coro)  # type: ignore[union-attr]
+    return result
 
 
 def test_a_frame_is_what_a_multiprocessing_connection_reads() -> None:
@@ -26,7 +42,8 @@ def test_a_frame_is_what_a_multiprocessing_connection_reads() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_steps_put_across_loop_iterations_reach_the_observer_whole_and_in_order() -> None:
+@pytest.mark.parametrize("loop", LOOPS)
+def test_steps_put_across_loop_iterations_reach_the_observer_whole_and_in_order(loop: str) -> None:
     """More than the pipe holds (a 3 MiB step among 2,000): nothing blocks the loop, nothing
     is lost or reordered, and stop() waits until the observer has read it all."""
     big = "x" * (3 << 20)
@@ -48,11 +65,12 @@ def test_steps_put_across_loop_iterations_reach_the_observer_whole_and_in_order(
         assert process.child is None
         return [ex.connection for ex in observed.exchanges]
 
-    assert asyncio.run(main()) == list(range(2000))
+    assert _run(main(), loop) == list(range(2000))
 
 
 @pytest.mark.timeout(120)
-def test_a_stop_waits_for_an_observer_that_is_behind_however_long() -> None:
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_stop_waits_for_an_observer_that_is_behind_however_long(loop: str) -> None:
     """The observer is stopped (SIGSTOP) with 4 MiB still to read, more than its pipe holds:
     stop() waits while it lives instead of giving up on the trace, and gets every step."""
     big = "y" * (4 << 20)
@@ -76,4 +94,4 @@ def test_a_stop_waits_for_an_observer_that_is_behind_however_long() -> None:
         assert all(why.endswith(big) for why in observed.unread)
         assert await process.stop() is observed  # a second stop: the same, not an empty one
 
-    asyncio.run(main())
+    _run(main(), loop)
