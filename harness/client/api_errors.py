@@ -253,15 +253,26 @@ def error_text(status: int, body: bytes) -> str:
 #: the 5xx that do answer: no such method or feature (501), no such HTTP version (505), a
 #: network's login first (511)
 NOT_SERVER_ERRORS = (501, 505, 511)
+#: the error classes (:func:`error_class`) that are about the server's state, in words
+STATE_WORDS = {
+    "server_error": "a server error",
+    "overloaded": "the server is overloaded",
+    "rate_limited": "the server is rate-limiting",
+}
 #: the statuses that are about the server's state, not the route (5xx are too): why, in words
-BUSY = {408: "the server timed out reading the request", 429: "the server is rate-limiting"}
+BUSY = {408: "the server timed out reading the request", 429: STATE_WORDS["rate_limited"]}
 
 
 def server_state(status: int) -> str | None:
     """Why ``status`` says nothing of a feature (a server error, a rate limit), or None."""
     if status >= 500 and status not in NOT_SERVER_ERRORS:
-        return "a server error"
+        return STATE_WORDS["server_error"]
     return BUSY.get(status)
+
+
+def error_state(status: int, code: object) -> str | None:
+    """Why an error with ``code`` (``status`` 0: unknown) says nothing of a feature, or None."""
+    return STATE_WORDS.get(error_class(status, code if isinstance(code, str) else None))
 
 
 def no_websocket_mode(url: str, status: int, said: str = "") -> str:

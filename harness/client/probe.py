@@ -17,7 +17,7 @@ from typing import Any
 from harness.client.api_errors import (
     answered,
     body_start,
-    error_class,
+    error_state,
     error_text,
     server_state,
 )
@@ -177,8 +177,8 @@ def refusal(
 
     A feature known to be missing refuses, and so does an "unknown" that came from refused
     credentials, a 403, a model the endpoint does not serve or a server that failed or did not
-    answer (the run would fail the same way); any other "unknown" (e.g. no usage to compare) lets the run go ahead, as the
-    measurement itself will show.
+    answer (the run would fail the same way); any other "unknown" (e.g. no usage to compare)
+    lets the run go ahead, as the measurement itself will show.
     """
     by_feature = {f.feature: f for f in findings}
     reach = by_feature.get(REACHABLE)
@@ -372,28 +372,16 @@ def read_stream(events: Sequence[dict[str, Any]]) -> StreamReading:
     if out.problem is None and stream.error_message is not None:
         code = f" ({stream.error_code})" if stream.error_code else ""
         out.problem = f"the server answered with an error{code}: {stream.error_message}"
-        out.server_state = _STREAM_STATES.get(error_class(error_status, stream.error_code))
+        out.server_state = error_state(error_status, stream.error_code)
     return out
 
 
-#: the error classes of a stream's error that are about the server's state, in words
-_STREAM_STATES = {
-    "server_error": "a server error",
-    "overloaded": "the server is overloaded",
-    "rate_limited": "the server is rate-limiting",
-}
-
-
 def _not_finished(feature: str, evidence: str, state: str | None) -> Finding:
-    """A stream that did not finish: "no", unless its error was the server's ``state``."""
+    """A check that failed: "no", unless it failed for the server's ``state``
+    (:func:`server_state`, :func:`error_state`), which says nothing of the feature."""
     if state is not None:
         return not_an_answer(feature, evidence, state)
     return Finding(feature, False, evidence)
-
-
-def _stream_state(code: object) -> str | None:
-    """Why a stream's error ``code`` (or type) says nothing of the feature, or None."""
-    return _STREAM_STATES.get(error_class(0, code if isinstance(code, str) else None))
 
 
 def _ended(reading: StreamReading) -> str:
@@ -466,7 +454,7 @@ def read_chat(body: bytes) -> ChatReading:
             message = err.get("message") if isinstance(err, dict) else err
             out.problem = f"the stream carried an error: {message}"
             if isinstance(err, dict):
-                out.server_state = _stream_state(err.get("code") or err.get("type"))
+                out.server_state = error_state(0, err.get("code") or err.get("type"))
             break
         if isinstance(chunk.get("usage"), dict):
             out.usage = chunk["usage"]
@@ -531,7 +519,7 @@ def read_messages(body: bytes) -> MessagesReading:
             out.problem = (
                 f"the stream carried an error event ({err.get('type')}): {err.get('message')}"
             )
-            out.server_state = _stream_state(err.get("type") or err.get("code"))
+            out.server_state = error_state(0, err.get("type") or err.get("code"))
             break
         if not out.started and kind != "message_start":
             out.problem = f"the first event was {kind!r}, not message_start"
@@ -652,12 +640,8 @@ def refused(
 
 
 def error_answer(feature: str, status: int, evidence: str) -> Finding:
-    """An error answer to a feature's check: "no", unless the server failed or was too busy
-    (:func:`server_state`), which says nothing of the feature."""
-    state = server_state(status)
-    if state is not None:
-        return not_an_answer(feature, evidence, state)
-    return Finding(feature, False, evidence)
+    """An error answer to a feature's check: "no", unless the server failed or was too busy."""
+    return _not_finished(feature, evidence, server_state(status))
 
 
 def _names_the_model(message: str) -> bool:

@@ -142,6 +142,8 @@ class RecordingProxy:
         self._worker: threading.Thread | None = None
         #: the process observer, once started (it takes the steps instead of ``_steps``)
         self._process: ObserverProcess | None = None
+        #: where a step goes: the thread observer's queue, or the observer process
+        self._put: Callable[[tuple[int, str, tuple[Any, ...]]], None] = self._steps.put
         #: the thread observer's (read as it goes), or the process observer's once stopped
         self._observed = Observed()
         #: the port it listens on, once started
@@ -172,6 +174,7 @@ class RecordingProxy:
             process = ObserverProcess(self.keep_content)
             await process.start()
             self._process = process
+            self._put = process.put
         try:
             self._server = await loop.create_server(lambda: _Side(self, None), host, port)
         except BaseException:
@@ -216,10 +219,7 @@ class RecordingProxy:
 
     def _observe(self, conn: int, step: str, *args: Any) -> None:
         """Queue one observing step (a name in ``STEPS``) for the observer: the relay goes on."""
-        if self._process is not None:
-            self._process.put((conn, step, args))
-        else:
-            self._steps.put((conn, step, args))
+        self._put((conn, step, args))
 
     def _observe_here(self, observer: Observer) -> None:
         """The thread observer's worker: each step read on this thread."""
