@@ -48,7 +48,7 @@ from harness.record.observe import (
 from harness.record.observer import Observed, Observer
 from harness.record.observer_process import ObserverError, ObserverProcess
 from harness.run import quiet_gc
-from harness.run.short_slice import request_short_slice
+from harness.run.short_slice import request_short_slice, thread_slice_ns
 from harness.wire.errors import LoopbenchError
 from harness.workload.trace import dump_trace
 
@@ -716,7 +716,9 @@ async def record_until_stopped(
     # The collector's pauses would land on whichever chunk is being relayed: what exists
     # now is frozen out of it, and it runs as seldom as in a measuring run.
     gc_before = quiet_gc.begin()
-    # After proxy.start(): the observer's process (or thread) keeps the default.
+    # After proxy.start(): the observer's process (or thread) keeps the default.  The
+    # caller's thread gets its own slice back at the end (a library caller goes on with it).
+    slice_before = thread_slice_ns()
     request_short_slice()
     on_ready(bound)
     try:
@@ -727,6 +729,8 @@ async def record_until_stopped(
         await proxy.stop()
         quiet_gc.end(gc_before)
         sys.setswitchinterval(switch)
+        if slice_before is not None:
+            request_short_slice(slice_before)
     meta: dict[str, object] = {"upstream": upstream_url, "keep_content": keep_content}
     if proxy.observed.unread_without_exchange:
         meta["unreadable"] = proxy.observed.unread_without_exchange

@@ -37,8 +37,8 @@ from harness.record.bench import (
     orders,
     run_bench,
 )
-from harness.record.proxy import READY_PREFIX, RecordingProxy, Upstream
-from harness.run.short_slice import SLICE_NS, request_short_slice
+from harness.record.proxy import READY_PREFIX, RecordingProxy, Upstream, record_until_stopped
+from harness.run.short_slice import SLICE_NS, request_short_slice, thread_slice_ns
 from harness.transports.rx_socket import kernel_stamps_supported
 from tests.runs import ROOT
 
@@ -362,6 +362,41 @@ def _kernel_takes_a_slice() -> bool:
     t.start()
     t.join(10)
     return got == [True]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/sched"), reason="Linux /proc")
+def test_record_until_stopped_gives_its_caller_thread_its_slice_back(tmp_path: Path) -> None:
+    """Used as a library, the recorder relays with the short slice and leaves the calling
+    thread with the slice it had, not with 0.1 ms for whatever it does next."""
+    if not _kernel_takes_a_slice():
+        pytest.skip(f"this kernel keeps its own slice ({os.uname().release})")
+    seen: dict[str, int | None] = {}
+
+    def caller() -> None:
+        seen["before"] = thread_slice_ns()
+        stop = asyncio.Event()
+
+        def ready(_port: int) -> None:
+            seen["relaying"] = thread_slice_ns()
+            stop.set()
+
+        asyncio.run(
+            record_until_stopped(
+                "http://127.0.0.1:9/v1",
+                str(tmp_path / "t.jsonl"),
+                observer="thread",
+                on_ready=ready,
+                stop=stop,
+            )
+        )
+        seen["after"] = thread_slice_ns()
+
+    t = threading.Thread(target=caller)
+    t.start()
+    t.join(60)
+    assert seen["relaying"] == SLICE_NS
+    assert seen["before"] != SLICE_NS
+    assert seen["after"] == seen["before"]
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/sched"), reason="Linux /proc")
