@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from harness.cli.commands import command_help
-from harness.cli.common import EXIT_OK, HelpFormatter, examples
+from harness.cli.common import EXIT_INVALID, EXIT_OK, HelpFormatter, examples
 from harness.record.bench import BARE_RELAY, THIS_PROXY, run_bench
 from harness.record.proxy import (
     OBSERVERS,
@@ -36,7 +36,9 @@ def add_parser(sub: Any) -> None:
         "response and the next request, and which conversations are sub-agents of which. "
         "Responses (HTTP+SSE and WebSocket), Chat Completions and Anthropic Messages. No "
         "content is stored unless --keep-content; credentials are never stored. Replay the "
-        "trace with a scenario's `rollout.trace: FILE`. See docs/traces.md.",
+        "trace with a scenario's `rollout.trace: FILE`. Exit 3 when the trace misses exchanges "
+        "because the recorder's observer fell behind, hung or died (record again; the traffic "
+        "itself was relayed unchanged). See docs/traces.md.",
         epilog=examples(
             "loopbench record --port 8080 --out traces/mine.jsonl   # then OPENAI_BASE_URL="
             "http://127.0.0.1:8080/v1 my-agent",
@@ -169,7 +171,12 @@ def cmd_record(args: argparse.Namespace) -> int:
                 on_ready=ready,
             )
         )
-    unread = proxy.observed.unread
+    observed = proxy.observed
+    # The recorder's own failure comes first and sets the exit code: the trace is not what
+    # was relayed (exit 3: record again); the traffic itself was relayed unchanged.
+    for why in observed.lost:
+        print(f"error: the trace misses exchanges: {why}", file=sys.stderr)
+    unread = observed.unread
     if unread:
         print(
             f"{len(unread)} exchanges could not be read (first: {unread[0]}); they count as failed",
@@ -180,4 +187,4 @@ def cmd_record(args: argparse.Namespace) -> int:
         f"({failed} failed, not replayed)",
         file=sys.stderr,
     )
-    return EXIT_OK
+    return EXIT_INVALID if observed.lost else EXIT_OK

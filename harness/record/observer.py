@@ -47,6 +47,9 @@ class Observed:
     unread: list[str] = field(default_factory=list)
     #: of those, the ones that left no :class:`Exchange` behind (an observer's error)
     unread_without_exchange: int = 0
+    #: why the trace as a whole misses exchanges (its observer fell behind, stuck or died):
+    #: not the traffic's fault, the recording's — record again
+    lost: list[str] = field(default_factory=list)
 
 
 class Observer:

@@ -12,6 +12,13 @@ is a copy, and the write lands in a pipe the kernel buffers (a megabyte where Li
 so the loop waits for nothing.  When the observer falls behind, the transport keeps the rest
 until the pipe takes it.
 
+Two bounds keep a slow or stuck observer from taking the relay down with it.  The backlog is
+capped (:data:`MAX_BACKLOG_BYTES`): past it the trace stops taking steps, the relay goes on,
+and the trace says what it missed; a WebSocket's frames cannot be skipped and picked up again
+(its decoder's state, a deflate context), so the cut is for good.  And a stop waits for the
+observer only while it gets on — its pipe drains or it uses CPU — not for one that did neither
+for :data:`STALL_S`: that one is stopped, and the trace says so instead of hanging the command.
+
 The frames are those of :class:`multiprocessing.connection.Connection` (a signed 32-bit
 big-endian length, or -1 and a 64-bit one, then the pickle), so the observer reads them with
 ``Connection.recv``.
@@ -21,10 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import os
 import pickle
 import struct
+import time
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
@@ -34,9 +43,10 @@ except ImportError:  # not POSIX
     fcntl = None  # type: ignore[assignment]
 
 from harness.record.observer import READY, Observed, serve_observer
+from harness.run.proc_cpu import tree_cpu_seconds
 from harness.wire.errors import LoopbenchError
 
-__all__ = ["START_S", "ObserverError", "ObserverProcess"]
+__all__ = ["MAX_BACKLOG_BYTES", "STALL_S", "START_S", "ObserverError", "ObserverProcess"]
 
 #: how long a spawned observer may take to import what it needs and say it is ready
 START_S = 60.0
@@ -45,6 +55,14 @@ _PIPE_BYTES = 1 << 20
 _SETPIPE_SZ: int | None = getattr(fcntl, "F_SETPIPE_SZ", None)
 #: how often a stop that waits for the observer checks that its process still lives
 _ALIVE_CHECK_S = 0.5
+#: how far the observer may fall behind (bytes the relay holds for it) before the trace stops
+#: taking steps: a recording must never grow the relay's memory without bound
+MAX_BACKLOG_BYTES = 128 << 20
+#: a stop gives up on an observer that neither read from its pipe nor used CPU for this long
+STALL_S = 30.0
+#: the steps that are each one whole exchange (the others are a WebSocket's frames)
+_EXCHANGE_STEPS = frozenset({"http", "failed"})
+_log = logging.getLogger(__name__)
 _SHORT = struct.Struct("!i")
 _LONG = struct.Struct("!iQ")
 
@@ -80,11 +98,79 @@ class _Feed(asyncio.Protocol):
             self.closed.set_result(None)
 
 
+class _Cut:
+    """What the trace missed once the observer fell too far behind."""
+
+    def __init__(self, after_s: float, behind: int, limit: int) -> None:
+        self.after_s = after_s
+        self.behind = behind
+        self.limit = limit
+        self.steps = 0
+        self.exchanges = 0  # whole HTTP exchanges among the steps
+        self.ws_connections: set[int] = set()  # WebSocket connections whose frames were cut
+
+    def add(self, batch: list[tuple[int, str, tuple[Any, ...]]]) -> None:
+        self.steps += len(batch)
+        for conn, name, _ in batch:
+            if name in _EXCHANGE_STEPS:
+                self.exchanges += 1
+            else:
+                self.ws_connections.add(conn)
+
+    @property
+    def lost(self) -> int:
+        """Exchanges the trace lost: each HTTP one, and at least one per cut WebSocket."""
+        return self.exchanges + len(self.ws_connections)
+
+    def sentence(self) -> str:
+        ws = len(self.ws_connections)
+        return (
+            f"the observer's process fell {self.behind / (1 << 20):.0f} MiB behind the relay "
+            f"{self.after_s:.0f} s into the recording (more than the "
+            f"{self.limit / (1 << 20):.0f} MiB it may hold back); from then on the trace took no "
+            f"steps: {self.steps:,} were not observed ({_count(self.exchanges, 'HTTP exchange')}, "
+            f"frames of {_count(ws, 'WebSocket connection')}). The relay itself went on "
+            "unchanged; `--observer thread` or a machine with a core to spare keeps up"
+        )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+class _Progress:
+    """Whether the observer still gets on: its pipe drains, or its process uses CPU."""
+
+    def __init__(self, pid: int | None, limit_s: float) -> None:
+        self.pid = pid
+        self.limit_s = limit_s
+        self._mark: tuple[int | None, float | None] | None = None
+        self._since = time.monotonic()
+
+    def stalled(self, backlog: int | None) -> bool:
+        cpu = tree_cpu_seconds(self.pid) if self.pid else None
+        if backlog is None and cpu is None:
+            return False  # nothing to judge by (no /proc): wait while it lives, as before
+        now = time.monotonic()
+        if (backlog, cpu) != self._mark:
+            self._mark, self._since = (backlog, cpu), now
+            return False
+        return now - self._since >= self.limit_s
+
+
 class ObserverProcess:
     """One observer process: :meth:`start`, :meth:`put` steps, :meth:`stop` for what it read."""
 
-    def __init__(self, keep_content: bool) -> None:
+    def __init__(
+        self,
+        keep_content: bool,
+        *,
+        max_backlog_bytes: int = MAX_BACKLOG_BYTES,
+        stall_s: float = STALL_S,
+    ) -> None:
         self.keep_content = keep_content
+        self.max_backlog_bytes = max_backlog_bytes
+        self.stall_s = stall_s
         self.child: Any = None  # multiprocessing's Process, once started
         self._results: Connection | None = None
         self._transport: asyncio.WriteTransport | None = None
@@ -92,6 +178,9 @@ class ObserverProcess:
         self._batch: list[tuple[int, str, tuple[Any, ...]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: Observed | None = None
+        self._started_s = 0.0
+        #: set once the observer fell too far behind: what the trace missed since
+        self._cut: _Cut | None = None
 
     async def start(self, timeout_s: float = START_S) -> None:
         """Spawn the observer and wait until it reads: its start-up is not the relay's time.
@@ -144,6 +233,7 @@ class ObserverProcess:
         )
         self._transport = cast(asyncio.WriteTransport, transport)
         self._feed = feed
+        self._started_s = time.monotonic()
 
     def put(self, item: tuple[int, str, tuple[Any, ...]]) -> None:
         """Queue one step; it goes out with the others of this loop iteration."""
@@ -154,6 +244,14 @@ class ObserverProcess:
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
+        if self._cut is None and self._transport is not None:
+            behind = self._transport.get_write_buffer_size()
+            if behind >= self.max_backlog_bytes:
+                self._cut = _Cut(time.monotonic() - self._started_s, behind, self.max_backlog_bytes)
+                _log.warning("loopbench record: %s", self._cut.sentence())
+        if self._cut is not None:
+            self._cut.add(batch)
+            return
         self._write(batch)
 
     def _write(self, obj: object) -> None:
@@ -174,22 +272,58 @@ class ObserverProcess:
         if self._batch:
             self._flush()
         transport, feed = self._transport, self._feed
+        progress = _Progress(self.child.pid if self.child is not None else None, self.stall_s)
+        stalled = False
         if transport is not None and feed is not None:
             self._write(None)
             transport.close()  # once its buffer is written
             while not feed.closed.done():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(feed.closed), _ALIVE_CHECK_S)
-                if not feed.closed.done() and (self.child is None or not self.child.is_alive()):
+                if feed.closed.done():
+                    break
+                if self.child is None or not self.child.is_alive():
                     transport.abort()  # nobody is left to read the rest
+                    break
+                if progress.stalled(transport.get_write_buffer_size()):
+                    transport.abort()
+                    stalled = True
                     break
             self._transport = None
         observed = Observed()
         if self._results is not None:
-            observed = await asyncio.to_thread(self._collect, self._results)
-            self._results = None
-        self._stop_child()
+            results, self._results = self._results, None
+            if not stalled:
+                stalled = not await self._answered(results, progress)
+            observed = (
+                self._stalled() if stalled else await asyncio.to_thread(self._collect, results)
+            )
+            if stalled:
+                results.close()
+        self._stop_child(wait_s=0.0 if stalled else 5.0)
+        if self._cut is not None:
+            observed.lost.append(self._cut.sentence())
+            observed.unread_without_exchange += self._cut.lost
         self._stopped = observed
+        return observed
+
+    async def _answered(self, results: Connection, progress: _Progress) -> bool:
+        """Wait until the observer answers or ends; False if it stalled first."""
+        while not await asyncio.to_thread(results.poll, _ALIVE_CHECK_S):
+            if self.child is None or not self.child.is_alive():
+                return True  # ended: _collect says how
+            if progress.stalled(None):
+                return False
+        return True
+
+    def _stalled(self) -> Observed:
+        observed = Observed()
+        pid = self.child.pid if self.child is not None else None
+        observed.lost.append(
+            f"the observer's process (pid {pid}) neither read the relay's steps nor used CPU "
+            f"for {self.stall_s:.0f} s after the recording stopped, and was ended: the trace "
+            "has no exchanges (the relay's own traffic was not affected)"
+        )
         return observed
 
     def _collect(self, results: Connection) -> Observed:
@@ -202,7 +336,7 @@ class ObserverProcess:
                 self.child.join(1.0)  # its pipe closes as it dies: let its exit code land
                 code = self.child.exitcode
             observed = Observed()
-            observed.unread.append(
+            observed.lost.append(
                 f"the observer's process ended before it sent what it read (exit code {code}): "
                 "the trace has no exchanges"
             )
@@ -212,11 +346,11 @@ class ObserverProcess:
             raise TypeError(f"the observer's process sent {type(observed).__name__}")
         return observed
 
-    def _stop_child(self) -> None:
+    def _stop_child(self, *, wait_s: float = 5.0) -> None:
         if self.child is not None and self.child.pid is None:  # it never started
             self.child = None
         if self.child is not None:
-            self.child.join(5.0)
+            self.child.join(wait_s)
             if self.child.is_alive():
                 self.child.kill()
                 self.child.join(5.0)

@@ -25,7 +25,8 @@ EXIT_CODE_TABLE: tuple[tuple[ExitCode, str], ...] = (
     (ExitCode.SLO_BREACH, "SLO breach (or a minimum speedup not met)"),
     (
         ExitCode.INVALID,
-        "invalid run or not comparable: re-measure (error rate, overloaded client, too few samples)",
+        "invalid run or not comparable: re-measure (error rate, overloaded client, too few "
+        "samples; a recording whose trace misses exchanges)",
     ),
     (
         ExitCode.USAGE,

@@ -438,29 +438,26 @@ def test_unreachable_upstream_is_a_502_naming_it() -> None:
 # --- the command ------------------------------------------------------------------------------
 
 
-def test_record_command_writes_the_trace_on_sigterm(server_url: str, tmp_path: Path) -> None:
-    from openai import OpenAI
+RECORD_ARGV = (sys.executable, "-m", "harness", "record")
 
-    out = tmp_path / "cli.jsonl"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "record",
-            "--upstream",
-            server_url,
-            "--port",
-            "0",
-            "--out",
-            str(out),
-        ],
+
+def _record_command(server_url: str, out: Path) -> subprocess.Popen[str]:
+    """``loopbench record`` on any free port in front of ``server_url``, writing ``out``."""
+    return subprocess.Popen(
+        [*RECORD_ARGV, "--upstream", server_url, "--port", "0", "--out", str(out)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def test_record_command_writes_the_trace_on_sigterm(server_url: str, tmp_path: Path) -> None:
+    from openai import OpenAI
+
+    out = tmp_path / "cli.jsonl"
+    proc = _record_command(server_url, out)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -485,6 +482,42 @@ def test_record_command_writes_the_trace_on_sigterm(server_url: str, tmp_path: P
     assert [t.output_tokens for t in rollout.turns] == [9]
     assert "sk-cli-secret" not in out.read_text()
     assert dump_trace([rollout])  # parses and dumps again
+
+
+def _observer_pid(pid: int) -> int:
+    """The observer's process among ``pid``'s children (multiprocessing's spawn)."""
+    for _ in range(100):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+                if b"spawn_main" in cmdline:
+                    return int(child)
+        time.sleep(0.1)
+    raise AssertionError("no observer process")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux /proc")
+def test_record_command_exits_3_first_saying_so_when_its_observer_died(
+    server_url: str, tmp_path: Path
+) -> None:
+    """The recorder's own failure is the run's outcome: exit 3 (record again), and the
+    first line says what the trace misses; the trace is still written."""
+    out = tmp_path / "lost.jsonl"
+    proc = _record_command(server_url, out)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("loopbench record listening on ")
+        os.kill(_observer_pid(proc.pid), signal.SIGKILL)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, err
+    first = err.splitlines()[0]
+    assert first.startswith("error: the trace misses exchanges: the observer's process ended"), err
+    assert "(exit code -9)" in first
+    assert f"wrote {out}" in err and out.exists()
 
 
 def _frame(payload: bytes, mask: bytes | None = None, fin: bool = True, opcode: int = 1) -> bytes:
@@ -868,7 +901,8 @@ def test_an_observer_process_that_dies_loses_the_trace_not_the_traffic(
 
     proxy = _run(main)
     assert proxy.exchanges == []
-    [why] = proxy.observed.unread
+    assert proxy.observed.unread == []
+    [why] = proxy.observed.lost
     assert why.startswith("the observer's process ended before it sent what it read"), why
     assert "(exit code -9)" in why, why
 
