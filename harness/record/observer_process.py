@@ -16,8 +16,9 @@ Two bounds keep a slow or stuck observer from taking the relay down with it.  Th
 capped (:data:`MAX_BACKLOG_BYTES`): past it the trace stops taking steps, the relay goes on,
 and the trace says what it missed; a WebSocket's frames cannot be skipped and picked up again
 (its decoder's state, a deflate context), so the cut is for good.  And a stop waits for the
-observer only while it gets on — its pipe drains or it uses CPU — not for one that did neither
-for :data:`STALL_S`: that one is stopped, and the trace says so instead of hanging the command.
+observer only while it gets on — its pipe drains or (where ``/proc`` tells) it uses CPU — not
+for one that did neither for :data:`STALL_S`: that one is stopped, and the trace says so
+instead of hanging the command.
 
 The frames are those of :class:`multiprocessing.connection.Connection` (a signed 32-bit
 big-endian length, or -1 and a 64-bit one, then the pickle), so the observer reads them with
@@ -60,8 +61,9 @@ _ALIVE_CHECK_S = 0.5
 MAX_BACKLOG_BYTES = 128 << 20
 #: a stop gives up on an observer that neither read from its pipe nor used CPU for this long
 STALL_S = 30.0
-#: the steps that are each one whole exchange (the others are a WebSocket's frames)
+#: the steps that are each one whole exchange, and those that carry a WebSocket's frames
 _EXCHANGE_STEPS = frozenset({"http", "failed"})
+_FRAME_STEPS = frozenset({"ws_client", "ws_server"})
 _log = logging.getLogger(__name__)
 _SHORT = struct.Struct("!i")
 _LONG = struct.Struct("!iQ")
@@ -107,30 +109,42 @@ class _Cut:
         self.limit = limit
         self.steps = 0
         self.exchanges = 0  # whole HTTP exchanges among the steps
-        self.ws_connections: set[int] = set()  # WebSocket connections whose frames were cut
+        #: WebSocket connections with frames after the cut: each lost a response at least
+        #: (one in flight, or a later one); connections that only opened or closed did not
+        self.ws_connections: set[int] = set()
 
     def add(self, batch: list[tuple[int, str, tuple[Any, ...]]]) -> None:
         self.steps += len(batch)
         for conn, name, _ in batch:
             if name in _EXCHANGE_STEPS:
                 self.exchanges += 1
-            else:
+            elif name in _FRAME_STEPS:
                 self.ws_connections.add(conn)
 
     @property
     def lost(self) -> int:
-        """Exchanges the trace lost: each HTTP one, and at least one per cut WebSocket."""
+        """Exchanges counted as failed: each HTTP one, and one per WebSocket connection cut
+        (an estimate: a connection may have lost more)."""
         return self.exchanges + len(self.ws_connections)
+
+    def warning(self) -> str:
+        """Said when it happens: the counts are known only at the stop."""
+        return (
+            f"loopbench record: the observer's process is {_mib(self.behind)} behind the relay, "
+            f"the most it may be ({_mib(self.limit)}): the trace takes no more steps from now "
+            "on (the relay goes on unchanged); what it misses is counted when the recording stops"
+        )
 
     def sentence(self) -> str:
         ws = len(self.ws_connections)
         return (
-            f"the observer's process fell {self.behind / (1 << 20):.0f} MiB behind the relay "
-            f"{self.after_s:.0f} s into the recording (more than the "
-            f"{self.limit / (1 << 20):.0f} MiB it may hold back); from then on the trace took no "
-            f"steps: {self.steps:,} were not observed ({_count(self.exchanges, 'HTTP exchange')}, "
-            f"frames of {_count(ws, 'WebSocket connection')}). The relay itself went on "
-            "unchanged; `--observer thread` or a machine with a core to spare keeps up"
+            f"the observer's process fell {_mib(self.behind)} behind the relay "
+            f"{self.after_s:.0f} s into the recording (the most it may hold back is "
+            f"{_mib(self.limit)}); from then on the trace took no steps: {self.steps:,} were "
+            f"not observed ({_count(self.exchanges, 'HTTP exchange')}, and frames of "
+            f"{_count(ws, 'WebSocket connection')}, each counted as one failed exchange: an "
+            "estimate). The relay itself went on unchanged; a machine with a core to spare "
+            "for the observer keeps up"
         )
 
 
@@ -138,24 +152,37 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.0f} MiB"
+
+
 class _Progress:
-    """Whether the observer still gets on: its pipe drains, or its process uses CPU."""
+    """Whether the observer still gets on: its pipe drains, or its process uses CPU.
+
+    Time without progress is counted only in the relay's own checks, at most two check
+    periods per check: when the whole recording was frozen (Ctrl-Z, a paused container or
+    VM), the observer was too, and the first check after it must not count that time
+    against the observer.
+    """
 
     def __init__(self, pid: int | None, limit_s: float) -> None:
         self.pid = pid
         self.limit_s = limit_s
         self._mark: tuple[int | None, float | None] | None = None
-        self._since = time.monotonic()
+        self._still_s = 0.0
+        self._checked = time.monotonic()
 
     def stalled(self, backlog: int | None) -> bool:
         cpu = tree_cpu_seconds(self.pid) if self.pid else None
+        now = time.monotonic()
+        since, self._checked = now - self._checked, now
         if backlog is None and cpu is None:
             return False  # nothing to judge by (no /proc): wait while it lives, as before
-        now = time.monotonic()
         if (backlog, cpu) != self._mark:
-            self._mark, self._since = (backlog, cpu), now
+            self._mark, self._still_s = (backlog, cpu), 0.0
             return False
-        return now - self._since >= self.limit_s
+        self._still_s += min(since, 2 * _ALIVE_CHECK_S)
+        return self._still_s >= self.limit_s
 
 
 class ObserverProcess:
@@ -248,7 +275,7 @@ class ObserverProcess:
             behind = self._transport.get_write_buffer_size()
             if behind >= self.max_backlog_bytes:
                 self._cut = _Cut(time.monotonic() - self._started_s, behind, self.max_backlog_bytes)
-                _log.warning("loopbench record: %s", self._cut.sentence())
+                _log.warning("%s", self._cut.warning())
         if self._cut is not None:
             self._cut.add(batch)
             return
@@ -293,13 +320,12 @@ class ObserverProcess:
         observed = Observed()
         if self._results is not None:
             results, self._results = self._results, None
-            if not stalled:
-                stalled = not await self._answered(results, progress)
-            observed = (
-                self._stalled() if stalled else await asyncio.to_thread(self._collect, results)
-            )
             if stalled:
                 results.close()
+            else:
+                observed, stalled = await self._answer(results, progress)
+            if stalled:
+                observed = self._stalled()
         self._stop_child(wait_s=0.0 if stalled else 5.0)
         if self._cut is not None:
             observed.lost.append(self._cut.sentence())
@@ -307,21 +333,26 @@ class ObserverProcess:
         self._stopped = observed
         return observed
 
-    async def _answered(self, results: Connection, progress: _Progress) -> bool:
-        """Wait until the observer answers or ends; False if it stalled first."""
-        while not await asyncio.to_thread(results.poll, _ALIVE_CHECK_S):
-            if self.child is None or not self.child.is_alive():
-                return True  # ended: _collect says how
-            if progress.stalled(None):
-                return False
-        return True
+    async def _answer(self, results: Connection, progress: _Progress) -> tuple[Observed, bool]:
+        """The observer's answer, read on a thread while it gets on; (answer, stalled).
+
+        An observer that stalls, before it answers or part-way through, is killed: its end
+        of the pipe closes, which ends the thread's read.
+        """
+        reading = asyncio.ensure_future(asyncio.to_thread(self._collect, results))
+        while not (await asyncio.wait({reading}, timeout=_ALIVE_CHECK_S))[0]:
+            if self.child is not None and self.child.is_alive() and progress.stalled(None):
+                self.child.kill()
+                await reading
+                return Observed(), True
+        return reading.result(), False
 
     def _stalled(self) -> Observed:
         observed = Observed()
         pid = self.child.pid if self.child is not None else None
         observed.lost.append(
             f"the observer's process (pid {pid}) neither read the relay's steps nor used CPU "
-            f"for {self.stall_s:.0f} s after the recording stopped, and was ended: the trace "
+            f"for {self.stall_s:g} s after the recording stopped, and was ended: the trace "
             "has no exchanges (the relay's own traffic was not affected)"
         )
         return observed

@@ -724,15 +724,22 @@ async def record_until_stopped(
     try:
         await stop.wait()
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        await proxy.stop()
-        quiet_gc.end(gc_before)
-        sys.setswitchinterval(switch)
-        if slice_before is not None:
-            request_short_slice(slice_before)
+        try:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            await proxy.stop()
+        finally:
+            quiet_gc.end(gc_before)
+            sys.setswitchinterval(switch)
+            # The value it had (now marked as the thread's own: it no longer follows a later
+            # change of the kernel's default, which a caller of this function does not make).
+            if slice_before is not None:
+                request_short_slice(slice_before)
     meta: dict[str, object] = {"upstream": upstream_url, "keep_content": keep_content}
     if proxy.observed.unread_without_exchange:
         meta["unreadable"] = proxy.observed.unread_without_exchange
+    if proxy.observed.lost:
+        # in the file too: a trace that looks whole to a script that ignored the exit code
+        meta["lost"] = list(proxy.observed.lost)
     rollouts, failed = write_trace(proxy.exchanges, out, meta)
     return proxy, rollouts, failed

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections.abc import Coroutine
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 import pytest
 
+from harness.record import observer_process
 from harness.record.observer_process import ObserverProcess, frame
 
 try:
@@ -165,8 +167,65 @@ def test_an_observer_too_far_behind_stops_taking_steps_and_the_trace_says_what_i
     [cut] = observed.lost
     assert len(observed.unread) == len(kept)  # the kept "failed" steps' own reasons
     assert "MiB behind the relay" in cut
-    assert "(more than the 2 MiB it may hold back)" in cut
+    assert "(the most it may hold back is 2 MiB)" in cut
     assert f"{missed + 2:,} were not observed ({missed:,} HTTP exchange" in cut
-    assert "frames of 1 WebSocket connection)" in cut
+    assert "and frames of 1 WebSocket connection, each counted as one failed" in cut
     assert observed.unread_without_exchange == missed + 1
-    assert [r.message for r in caplog.records if "behind the relay" in r.message] != []
+    [warned] = [r.getMessage() for r in caplog.records if "behind the relay" in r.getMessage()]
+    assert "the trace takes no more steps from now on" in warned
+    assert "(2 MiB)" in warned
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_stop_does_not_blame_the_observer_for_a_recording_frozen_as_a_whole(loop: str) -> None:
+    """Ctrl-Z, a paused container: the relay's loop and the observer stop together for
+    longer than ``stall_s``.  Once both run again the observer drains its pipe; the time
+    frozen is not counted against it, so it is not ended and the trace keeps every step."""
+    big = "f" * (4 << 20)
+
+    async def main() -> None:
+        process = ObserverProcess(keep_content=False, stall_s=1.5)
+        await process.start()
+        pid = process.child.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for i in range(3):
+                process.put((i, "failed", ("responses", "http", i, i, i + 1, 500, big)))
+                await asyncio.sleep(0)
+            stopping = asyncio.ensure_future(process.stop())
+            await asyncio.sleep(0.7)  # the stop has checked once: nothing moved
+            time.sleep(2.0)  # the relay's loop frozen too, longer than stall_s
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        observed = await stopping
+        assert observed.lost == []
+        assert [ex.connection for ex in observed.exchanges] == [0, 1, 2]
+
+    _run(main(), loop)
+
+
+def test_progress_counts_only_time_the_relay_itself_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stall clock, on a fake clock: a gap between two checks (the recording frozen as a
+    whole) counts for at most two check periods; an observer that stays still while the
+    relay keeps checking is stalled once ``limit_s`` of checks add up; any progress resets."""
+    now = [0.0]
+    cpu = [5.0]
+    monkeypatch.setattr(observer_process.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(observer_process, "tree_cpu_seconds", lambda pid: cpu[0])
+    progress = observer_process._Progress(pid=1, limit_s=1.5)
+
+    def check(at: float, backlog: int | None = 100) -> bool:
+        now[0] = at
+        return progress.stalled(backlog)
+
+    assert not check(0.5)  # first sight: the mark
+    assert not check(2.7)  # 2.2 s frozen with the relay: counted as 1.0
+    assert not check(3.0)  # 1.3
+    assert check(3.2)  # 1.5: still, while the relay ran
+    cpu[0] = 5.01
+    assert not check(3.7)  # it used CPU: reset
+    assert not check(4.2, backlog=50)  # its pipe drained: reset
+    assert not check(5.2, backlog=50)
+    assert check(5.7, backlog=50)
+    assert not observer_process._Progress(pid=None, limit_s=0.0).stalled(None)  # nothing to judge

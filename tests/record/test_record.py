@@ -517,7 +517,9 @@ def test_record_command_exits_3_first_saying_so_when_its_observer_died(
     first = err.splitlines()[0]
     assert first.startswith("error: the trace misses exchanges: the observer's process ended"), err
     assert "(exit code -9)" in first
-    assert f"wrote {out}" in err and out.exists()
+    assert f"wrote {out}" in err
+    header = json.loads(out.read_text().splitlines()[0])
+    assert header["meta"]["lost"] == [first.removeprefix("error: the trace misses exchanges: ")]
 
 
 def _frame(payload: bytes, mask: bytes | None = None, fin: bool = True, opcode: int = 1) -> bytes:
