@@ -39,6 +39,7 @@ from harness.run.procs import run_procs
 from harness.run.progress import make_progress
 from harness.run.runner import RunOptions, run_scenario
 from harness.run.target import resolve_target
+from harness.workload.rollout import scenario_trace_gaps
 from harness.workload.scenario import load_scenario
 
 
@@ -160,6 +161,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if refused is not None:
         return refused
+    for why in scenario_trace_gaps(scenario)[:1]:
+        print(
+            f"warning: rollout.trace {scenario.rollout.trace}: its recording missed exchanges "
+            f"({why}); this run replays only what was recorded (summary: load.trace_lost)",
+            file=sys.stderr,
+        )
     # A live table on a terminal; plain lines every few seconds in logs.
     progress = make_progress(sys.stderr, quiet=args.quiet)
     sigterm_as_sigint()

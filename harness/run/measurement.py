@@ -25,7 +25,11 @@ from harness.run.schedule_stats import ScheduleStats
 from harness.run.validity import validity_reasons
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import RolloutRecord, TurnRecord
-from harness.workload.rollout import load_scenario_trace, throughput_derivation
+from harness.workload.rollout import (
+    load_scenario_trace,
+    scenario_trace_gaps,
+    throughput_derivation,
+)
 from harness.workload.scenario import Load, Scenario
 
 #: connection pool of an open loop without max_in_flight (rollouts in flight are unbounded)
@@ -68,6 +72,10 @@ def load_summary(scenario: Scenario, rollouts: int) -> dict[str, Any]:
             "arrival_rate_per_s": round(derived.arrival_rate, 4),
             "burst_rates_per_s": [round(r, 4) for r in derived.burst_rates],
         }
+    gaps = scenario_trace_gaps(scenario)
+    if gaps:
+        # the replayed trace is not all the recorded agent did: the results say so too
+        out["trace_lost"] = gaps
     return out
 
 

@@ -22,7 +22,13 @@ from harness.workload.distributions import Distribution
 from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, conversations
 from harness.workload.scenario import RolloutConfig, Scenario, SubagentsConfig
 from harness.workload.schedule import Start, schedule_starts
-from harness.workload.trace import TraceRollout, read_trace, resolve_trace_path, trace_plan
+from harness.workload.trace import (
+    TraceRollout,
+    read_trace,
+    recording_gaps,
+    resolve_trace_path,
+    trace_plan,
+)
 
 __all__ = [
     "ThroughputDerivation",
@@ -32,6 +38,7 @@ __all__ = [
     "history_tokens",
     "load_scenario_trace",
     "new_tokens",
+    "scenario_trace_gaps",
     "throughput_derivation",
 ]
 
@@ -191,6 +198,13 @@ def load_scenario_trace(scenario: Scenario) -> list[TraceRollout] | None:
     if scenario.rollout.trace is None:
         return None
     return read_trace(resolve_trace_path(scenario.rollout.trace, scenario.source))
+
+
+def scenario_trace_gaps(scenario: Scenario) -> list[str]:
+    """What the recording of the trace a scenario replays missed (empty: nothing, or no trace)."""
+    if scenario.rollout.trace is None:
+        return []
+    return recording_gaps(resolve_trace_path(scenario.rollout.trace, scenario.source))
 
 
 def _plan_at(

@@ -14,6 +14,7 @@ from harness.workload.trace import (
     dump_trace,
     parse_trace,
     read_trace,
+    recording_gaps,
     resolve_trace_path,
     trace_plan,
 )
@@ -320,3 +321,28 @@ def test_trace_plan_maps_subagents_depth_first() -> None:
     assert len({first.seed, second.seed, inner.seed, plan.seed}) == 4
     # the same trace and seed give the same plan (paired replays)
     assert trace_plan(r, 3, 42, 0, {}) == plan
+
+
+def test_recording_gaps_are_the_headers_lost_reasons_and_nothing_else(tmp_path: Path) -> None:
+    """What `loopbench record` wrote into ``meta.lost`` when its observer fell behind, hung or
+    died; a whole trace, a trace without header or an unreadable first line has none."""
+    rollout = '{"type": "rollout", "turns": [{"output_tokens": 5}]}'
+    cases = {
+        "lost": '{"type": "trace", "version": 1, "meta": {"lost": ["fell 128 MiB behind"]}}',
+        "whole": '{"type": "trace", "version": 1, "meta": {"failed": 2}}',
+        "headless": rollout,
+        "garbled": "{not json",
+    }
+    gaps = {}
+    for name, first in cases.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(f"{first}\n{rollout}\n")
+        gaps[name] = recording_gaps(path)
+    gaps["missing"] = recording_gaps(tmp_path / "nowhere.jsonl")
+    assert gaps == {
+        "lost": ["fell 128 MiB behind"],
+        "whole": [],
+        "headless": [],
+        "garbled": [],
+        "missing": [],
+    }
