@@ -9,14 +9,15 @@ on the same run changes only what the run's numbers change.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
+from harness.wire.exit_codes import UsageParser
+
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = UsageParser(description=__doc__.split("\n\n")[0])
     p.add_argument("notebook", type=Path)
     p.add_argument("run", type=Path, help="results folder the notebook reads (LOOPBENCH_RUN)")
     p.add_argument("--timeout", type=float, default=300, help="seconds per cell (default 300)")

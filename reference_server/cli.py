@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from harness.wire.exit_codes import UsageParser
 from harness.wire.pairs import parse_key_values
 from reference_server.core.config import ServerConfig, default_of, options
 from reference_server.core.faults import (
@@ -65,7 +66,7 @@ _EXTRA: dict[str, tuple[str, dict[str, Any]]] = {
 
 def parser() -> argparse.ArgumentParser:
     """``python -m reference_server``'s parser."""
-    out = argparse.ArgumentParser(
+    out = UsageParser(
         prog="python -m reference_server",
         description="The loopbench reference Responses API server (HTTP+SSE and WebSocket mode on /v1/responses).",
     )

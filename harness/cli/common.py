@@ -10,11 +10,11 @@ import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from importlib import metadata
-from typing import Any, NoReturn
+from typing import Any
 
 from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import UsageError
-from harness.wire.exit_codes import ExitCode
+from harness.wire.exit_codes import ExitCode, UsageParser
 from harness.wire.pairs import parse_key_values
 from harness.wire.transports import TRANSPORT_NAMES, TRANSPORTS, TransportSpec, transport_help
 
@@ -64,16 +64,12 @@ class HelpFormatter(argparse.HelpFormatter):
         return "\n".join(out)
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, except that argument errors exit 4 (the table's usage row), not 2.
+class Parser(UsageParser):
+    """The table's usage exit (:class:`UsageParser`), and the closest choice named.
 
-    2 means an SLO breach to a CI script. Subparsers inherit the class from their parent
-    (``add_subparsers`` builds them with ``type(parent)``), so one top-level instance is enough.
+    Subparsers inherit the class from their parent (``add_subparsers`` builds them with
+    ``type(parent)``), so one top-level instance is enough.
     """
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         # A mistyped command (`loopbench rnu`) or option value is most often one letter off:

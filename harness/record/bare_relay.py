@@ -16,7 +16,6 @@ the bench waits for (:data:`harness.record.proxy.READY_PREFIX`) and serves until
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import signal
@@ -27,6 +26,7 @@ from harness.record.proxy import READY_PREFIX, Upstream
 from harness.run import quiet_gc
 from harness.run.event_loop import run_async
 from harness.run.short_slice import request_short_slice
+from harness.wire.exit_codes import UsageParser
 
 
 class _End(asyncio.Protocol):
@@ -126,7 +126,7 @@ async def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="python -m harness.record.bare_relay",
         description="Forward bytes between clients and --upstream, and nothing else: the "
         "floor `loopbench record --bench` measures the recording proxy against.",

@@ -37,7 +37,6 @@ Exit 0 when nothing failed, 1 otherwise; ``--json PATH`` writes the counts.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import contextlib
@@ -59,6 +58,7 @@ from urllib.parse import urlsplit
 
 from harness.run.embedded import server_child
 from harness.tools.soak import rss_kib
+from harness.wire.exit_codes import UsageParser
 
 #: error codes of docs/server.md (HTTP and WebSocket tables) a fuzz input may meet
 DOCUMENTED_CODES = frozenset(
@@ -1365,7 +1365,7 @@ def summary_text(res: FuzzResult) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="python -m harness.tools.fuzz",
         description="Fuzz a reference server with HTTP bodies and headers, WebSocket frame "
         "sequences and broken sockets; check every answer against docs/server.md.",

@@ -24,7 +24,6 @@ line per endpoint, each at its own period.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -45,6 +44,7 @@ import yaml
 
 from harness.report.results import read_csv_gz, write_index
 from harness.run.embedded import server_child
+from harness.wire.exit_codes import UsageParser
 from harness.wire.transports import TRANSPORT_NAMES
 
 SOAK_FAULTS = (
@@ -539,7 +539,7 @@ def _fmt_mib(n: int | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="python -m harness.tools.soak",
         description="Mixed load with injected faults; reports the RSS slope of both sides, what "
         "stored responses account for, and error/recovery counts.",

@@ -6,7 +6,10 @@ cannot fix (a typo, a dead target) may exit 3.
 
 from __future__ import annotations
 
+import argparse
+import sys
 from enum import IntEnum
+from typing import NoReturn
 
 
 class ExitCode(IntEnum):
@@ -40,3 +43,15 @@ EXIT_CODE_TABLE: tuple[tuple[ExitCode, str], ...] = (
 def exit_code_help() -> str:
     """The table as ``--help`` rows: ``  CODE  meaning``."""
     return "\n".join(f"  {int(code):<3}  {meaning}" for code, meaning in EXIT_CODE_TABLE)
+
+
+class UsageParser(argparse.ArgumentParser):
+    """argparse, except that an argument error exits :attr:`ExitCode.USAGE` (4), not 2.
+
+    To a CI script 2 is an SLO breach: every entry point that parses arguments (``loopbench``,
+    ``python -m reference_server``, the tools ``make`` runs) uses this one.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")

@@ -138,3 +138,30 @@ def test_a_reader_that_leaves_early_is_not_a_failure() -> None:
         err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == ExitCode.OK, err
     assert "Traceback" not in err, err
+
+
+#: every other program the project runs with arguments: the servers, the tools `make` runs
+ENTRY_POINTS = [
+    ["-m", "reference_server"],
+    ["-m", "harness.record.bare_relay", "--upstream", "http://127.0.0.1:9/v1"],
+    ["-m", "harness.tools.peers"],
+    ["-m", "harness.tools.soak"],
+    ["-m", "harness.tools.fuzz"],
+    ["-m", "harness.tools.selfbench.raw_server"],
+    ["-m", "harness.tools.selfbench.lib_server"],
+    [str(ROOT / "notebooks" / "execute.py"), "nb.ipynb", "run"],
+]
+
+
+@pytest.mark.parametrize("argv", ENTRY_POINTS, ids=lambda a: a[1] if a[0] == "-m" else "execute")
+def test_every_entry_point_exits_4_on_a_usage_error_not_2(argv: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, *argv, "--no-such-flag"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == ExitCode.USAGE, proc.stderr
+    assert "error: unrecognized arguments: --no-such-flag" in proc.stderr
+    assert "Traceback" not in proc.stderr

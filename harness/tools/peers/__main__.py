@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.tools.peers.bench import TOOLS, PeersOptions, run_peers
 from harness.tools.peers.figures import render_section, render_table, replace_section
 from harness.wire.errors import LoopbenchError
-from harness.wire.exit_codes import ExitCode
+from harness.wire.exit_codes import ExitCode, UsageParser
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -35,7 +35,7 @@ def _tools(text: str) -> tuple[str, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = UsageParser(
         prog="python -m harness.tools.peers",
         description="loopbench, guidellm and aiperf side by side against one reference server: "
         "each request's measured TTFT matched to the TTFT the server modelled (docs/peers.md).",

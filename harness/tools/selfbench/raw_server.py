@@ -24,7 +24,6 @@ listening on PORT`` and serves until SIGTERM.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import hashlib
@@ -37,6 +36,7 @@ from typing import Any, cast
 
 from harness.run.event_loop import run_async
 from harness.wire.events import ResponseBuilder, usage
+from harness.wire.exit_codes import UsageParser
 from harness.wire.sse import encode_event
 
 READY_PREFIX = "raw server listening on "
@@ -265,7 +265,7 @@ def serve_main(
     prog: str, serve: Callable[[int], Coroutine[Any, Any, None]], argv: list[str] | None
 ) -> None:
     """The command line both bare servers share: ``--deltas N``, then serve until signalled."""
-    parser = argparse.ArgumentParser(prog=prog)
+    parser = UsageParser(prog=prog)
     parser.add_argument(
         "--deltas", type=int, default=20_000, help="text deltas per response (default 20000)"
     )
