@@ -10,8 +10,11 @@ stopped before returning.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -113,24 +116,53 @@ def inspect_page(
     html_path: Path, screenshot: Path, *, chromium: str, timeout_s: float = 60.0
 ) -> PageReport:
     """Load ``html_path``, save a full-page PNG to ``screenshot`` and return what was seen."""
-    with tempfile.TemporaryDirectory(prefix="lb-chromium-") as tmp:
-        profile = Path(tmp)
+    profile = Path(tempfile.mkdtemp(prefix="lb-chromium-"))
+    try:
+        # Its own process group: the browser's helpers (zygote, renderers, crash handler)
+        # outlive the main process by a moment and write into the profile meanwhile.
         proc = subprocess.Popen(
             [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         try:
             port = _devtools_port(profile, proc, timeout_s)
             with connect(_page_ws_url(port), max_size=None, open_timeout=10) as ws:
                 return _inspect(_Cdp(ws), html_path, screenshot, timeout_s)
         finally:
-            proc.terminate()
+            _stop_group(proc)
+    finally:
+        _remove(profile)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the browser and every process of its group; return once none is left."""
+    for sig, grace_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
             try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return  # the group is empty
+            time.sleep(0.05)
+
+
+def _remove(folder: Path) -> None:
+    """Remove ``folder``; a file a departing helper wrote meanwhile gets another try."""
+    for _ in range(50):
+        try:
+            shutil.rmtree(folder)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    shutil.rmtree(folder)
 
 
 def _inspect(cdp: _Cdp, html_path: Path, screenshot: Path, timeout_s: float) -> PageReport:
