@@ -18,7 +18,7 @@ import os
 import sys
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import gevent
 import locust
@@ -52,6 +52,7 @@ from harness.run.target import (
 from harness.run.tokenizer import load_tokens
 from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import LoopbenchError, UsageError
+from harness.wire.exit_codes import ExitCode
 from harness.wire.tokens import FIXED_WIDTH
 from harness.wire.transports import locust_spec
 from harness.workload.plan import RolloutPlan
@@ -121,9 +122,11 @@ def _add_arguments(parser: Any) -> None:
     )
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
+    # The same code as loopbench's own usage errors: under Locust's own CLI, 2 would read as an
+    # SLO breach to a CI script.
     print(f"error: {message}", file=sys.stderr, flush=True)
-    sys.exit(2)
+    sys.exit(ExitCode.USAGE)
 
 
 def _master_options(environment: Environment) -> MasterOptions:

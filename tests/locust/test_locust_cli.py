@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,6 +99,19 @@ def test_the_master_command_carries_the_loopbench_options(tmp_path: Path) -> Non
         "5557",
     ]
     assert LOCUSTFILE.is_file()
+
+
+def test_locusts_own_cli_on_the_locustfile_exits_4_on_a_missing_scenario(tmp_path: Path) -> None:
+    # users may drive the locustfile with Locust's own CLI; a usage error there must not exit 2
+    # (an SLO breach to CI) nor 0 (Locust's default when an init hook exits)
+    env = {k: v for k, v in os.environ.items() if k != "LOOPBENCH_SCENARIO"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+         "--host", f"http://127.0.0.1:{closed_port()}/v1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.USAGE, proc.stderr[-2000:]
+    assert "error: --scenario (or LOOPBENCH_SCENARIO): a scenario file is required" in proc.stderr
 
 
 def test_a_finished_locust_run_is_judged_as_loopbench_run_judges_it(

@@ -40,6 +40,7 @@ from harness.record.bench import (
 from harness.record.proxy import READY_PREFIX, RecordingProxy, Upstream, record_until_stopped
 from harness.run.short_slice import SLICE_NS, request_short_slice, thread_slice_ns
 from harness.transports.rx_socket import kernel_stamps_supported
+from harness.wire.exit_codes import ExitCode
 from tests.runs import ROOT
 
 pytestmark = pytest.mark.timeout(120)
@@ -583,4 +584,4 @@ def test_the_bare_relay_runs_as_the_bench_starts_it(server_url: str) -> None:
         text=True,
         timeout=60,
     )
-    assert refused.returncode == 2 and "plain TCP only" in refused.stderr
+    assert refused.returncode == ExitCode.USAGE and "plain TCP only" in refused.stderr
