@@ -94,8 +94,12 @@ def test_sdk_websocket_session_over_wss(tls_server: tuple[str, str]) -> None:
     base_url, cert = tls_server
     sdk = OpenAI(api_key="sk-test", base_url=base_url, max_retries=0)
     ctx = ssl.create_default_context(cafile=cert)
-    # The SDK hands these to websockets' connect(), which takes an SSL context.
-    with sdk.responses.connect(websocket_connection_options={"ssl": ctx}) as conn:  # type: ignore[typeddict-unknown-key]
+    # The SDK hands these to websockets' connect(), which takes an SSL context. Its 10 s
+    # opening-handshake default failed once in a CI run whose setups took 50-70 s under the
+    # suite's heaviest tests; the test checks wss works, not how fast, and a hung server still
+    # fails it.
+    options = {"ssl": ctx, "open_timeout": 60}
+    with sdk.responses.connect(websocket_connection_options=options) as conn:  # type: ignore[arg-type]
         previous = None
         for _ in range(2):
             extra = {"previous_response_id": previous} if previous else {}
