@@ -31,7 +31,7 @@ def build_parser() -> UsageParser:
         "  python -m bench.proxy --trials 500 --upstream http://127.0.0.1:8000/v1",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--trials", type=int, default=2000, metavar="N", help="paired turns (2000)")
+    p.add_argument("--trials", type=int, default=1000, metavar="N", help="paired turns (1000)")
     p.add_argument(
         "--streams",
         type=int,
