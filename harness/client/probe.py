@@ -21,11 +21,26 @@ from harness.client.api_errors import (
     error_text,
     server_state,
 )
-from harness.client.stream import ResponseStream
+from harness.client.bodies import compact_body, http_body
+from harness.client.bodies import ws_create as ws_body
+from harness.client.chat_api import INCOMPLETE_REASONS as CHAT_CUT_SHORT
+from harness.client.chat_api import ChatTranslator, chat_body
+from harness.client.messages_api import MessagesTranslator, messages_body
+from harness.client.stream import FUNCTION_NAME_TOKEN, ResponseStream
 from harness.wire.errors import LoopbenchError
-from harness.wire.events import loads
-from harness.wire.sse import SSEDecoder
-from harness.wire.transports import TransportSpec
+from harness.wire.events import (
+    ARGUMENTS_DELTA,
+    COMPLETED,
+    ERROR,
+    FAILED,
+    INCOMPLETE,
+    OUTPUT_ITEM_DONE,
+    loads,
+)
+from harness.wire.sse import SSEDecoder, SSEMessage
+from harness.wire.transports import BY_NAME, TransportSpec
+from harness.workload.agent import TurnInput
+from harness.workload.plan import TurnPlan
 
 REACHABLE = "reachable"
 SSE = "sse"
@@ -120,6 +135,9 @@ class Finding:
     #: the endpoint failed the request (5xx), was too busy for it (429, 408) or gave no answer
     #: in time: that says nothing of the feature, and a run now would meet the same
     server_failed: bool = False
+    #: a "no" a run still goes ahead with (a tool call that arrives whole: its turns are
+    #: measured for what they are)
+    runs_anyway: bool = False
 
     @property
     def stops_a_run(self) -> bool:
@@ -190,7 +208,9 @@ def refusal(
     for spec in specs:
         for feature in needed_features(spec, compaction=compaction):
             found = by_feature.get(feature)
-            if found is not None and (found.supported is False or found.stops_a_run):
+            if found is not None and (
+                (found.supported is False and not found.runs_anyway) or found.stops_a_run
+            ):
                 gaps.append((spec.name, found.evidence))
                 break
     if not gaps:
@@ -204,23 +224,39 @@ def refusal(
     return f"transports {names} cannot run against {target}: {reasons}{hint}"
 
 
-# -- requests -------------------------------------------------------------------------------
+# -- requests: the run's own body builders, fed a one-message turn -------------------------
+
+
+def probe_turn(
+    model: str,
+    text: str = PROBE_INPUT,
+    *,
+    max_tokens: int = PROBE_MAX_OUTPUT_TOKENS,
+    tools: Sequence[dict[str, Any]] = (),
+    tool_choice: str = "auto",
+    instructions: str = "",
+) -> TurnInput:
+    """The probe's one-message turn: no history, no ``loopbench.*`` hints."""
+    item = {"type": "message", "role": "user", "content": text}
+    return TurnInput(
+        turn=TurnPlan(index=0, output_tokens=max_tokens, tool_calls=1 if tools else 0),
+        history=[item],
+        new_items=[item],
+        instructions=instructions,
+        tools=list(tools),
+        tool_choice=tool_choice,
+        metadata={},
+        max_output_tokens=max_tokens,
+        model=model,
+    )
 
 
 def http_create(
     model: str, *, store: bool, previous_response_id: str | None = None
 ) -> dict[str, Any]:
-    """A tiny streamed ``POST /responses`` body."""
-    body: dict[str, Any] = {
-        "model": model,
-        "input": PROBE_INPUT,
-        "stream": True,
-        "store": store,
-        "max_output_tokens": PROBE_MAX_OUTPUT_TOKENS,
-    }
-    if previous_response_id is not None:
-        body["previous_response_id"] = previous_response_id
-    return body
+    """A tiny streamed ``POST /responses``: ``http``'s body, ``http-chained``'s when stored."""
+    spec = BY_NAME["http-chained" if store else "http"]
+    return http_body(spec, probe_turn(model), previous_response_id)
 
 
 def ws_create(
@@ -230,16 +266,8 @@ def ws_create(
     generate: bool = True,
     stream_id: str | None = None,
 ) -> dict[str, Any]:
-    """A tiny ``response.create``; ``generate``/``stream_id`` only when they are what is probed."""
-    body: dict[str, Any] = {
-        "type": "response.create",
-        "model": model,
-        "input": PROBE_INPUT,
-        "store": False,
-        "max_output_tokens": PROBE_MAX_OUTPUT_TOKENS,
-    }
-    if previous_response_id is not None:
-        body["previous_response_id"] = previous_response_id
+    """``ws``'s ``response.create``; ``generate``/``stream_id`` only when they are what is probed."""
+    body = ws_body(BY_NAME["ws"], probe_turn(model), previous_response_id)
     if not generate:
         body["generate"] = False
     if stream_id is not None:
@@ -247,34 +275,34 @@ def ws_create(
     return body
 
 
+#: the function of the tool-call check, in the Responses shape the transcript keeps
+PROBE_FUNCTION: dict[str, Any] = {
+    "type": "function",
+    "name": PROBE_TOOL,
+    "description": "Echo a short text (a loopbench probe).",
+    "parameters": {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    },
+}
+
+
 def chat_create(model: str, *, tools: bool = False) -> dict[str, Any]:
-    """A tiny streamed ``POST /chat/completions`` body, shaped as the ``chat`` transport's."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [{"role": "user", "content": PROBE_TOOL_INPUT if tools else PROBE_INPUT}],
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "max_completion_tokens": PROBE_TOOL_MAX_TOKENS if tools else PROBE_MAX_OUTPUT_TOKENS,
-    }
-    if tools:
-        # "required", as the chat transport sends it on a turn that calls tools: a server
-        # that cannot force a call refuses or ignores it here, not on every turn of the run.
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": PROBE_TOOL,
-                    "description": "Echo a short text (a loopbench probe).",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"text": {"type": "string"}},
-                        "required": ["text"],
-                    },
-                },
-            }
-        ]
-        body["tool_choice"] = "required"
-    return body
+    """The ``chat`` transport's body; with ``tools``, one tool and ``tool_choice: "required"``,
+    as the transport sends a turn that calls tools: a server that cannot force a call refuses
+    or ignores it here, not on every turn of the run."""
+    if not tools:
+        return chat_body(probe_turn(model))
+    return chat_body(
+        probe_turn(
+            model,
+            PROBE_TOOL_INPUT,
+            max_tokens=PROBE_TOOL_MAX_TOKENS,
+            tools=[PROBE_FUNCTION],
+            tool_choice="required",
+        )
+    )
 
 
 def _cache_prompt() -> str:
@@ -284,96 +312,186 @@ def _cache_prompt() -> str:
 
 
 def messages_create(model: str, *, cached: bool = False) -> dict[str, Any]:
-    """A tiny streamed ``POST /messages`` body; ``cached`` adds a long system prompt marked
-    with ``cache_control`` (the prompt-caching check sends it twice)."""
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": PROBE_MAX_OUTPUT_TOKENS,
-        "stream": True,
-        "messages": [{"role": "user", "content": [{"type": "text", "text": PROBE_INPUT}]}],
-    }
+    """The ``messages`` transport's body; ``cached`` adds a long system prompt marked with
+    ``cache_control`` (the prompt-caching check sends it twice)."""
     if cached:
-        body["system"] = [
-            {"type": "text", "text": _cache_prompt(), "cache_control": {"type": "ephemeral"}}
-        ]
-    return body
+        return messages_body(probe_turn(model, instructions=_cache_prompt()), "system")
+    return messages_body(probe_turn(model), "none")
 
 
 def background_create(model: str) -> dict[str, Any]:
     """A tiny non-streamed ``background: true`` create (needs ``store: true``)."""
-    return {
-        "model": model,
-        "input": PROBE_INPUT,
-        "background": True,
-        "store": True,
-        "max_output_tokens": PROBE_MAX_OUTPUT_TOKENS,
-    }
+    return {**http_create(model, store=True), "stream": False, "background": True}
 
 
 def compact_request(model: str) -> dict[str, Any]:
-    return {"model": model, "input": PROBE_INPUT}
+    return compact_body(probe_turn(model))
 
 
-# -- reading answers ------------------------------------------------------------------------
+# -- reading answers: the run's stream state machine, through its translators -----------------
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A function call the stream completed, and how many wire messages carried it."""
+
+    name: str
+    arguments: str
+    pieces: int
 
 
 @dataclass(slots=True)
 class StreamReading:
-    """What one response's events showed, read through the client's own state machine."""
+    """What one response showed, read by a run's :class:`ResponseStream` (a Chat Completions
+    or Messages stream through its translator, :mod:`harness.client.translate`).
 
+    Fed one wire message at a time (an SSE message, a WebSocket message); each message's
+    index stands for its arrival time, so the pieces of a tool call can be told apart.
+    """
+
+    api: str = RESPONSES_API
+    #: the messages that carried an event (an SSE ``[DONE]`` does not count)
     events: int = 0
-    #: the terminal event's type (``response.completed`` …), None if the stream did not end
-    terminal: str | None = None
-    response_id: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    output_items: int = 0
-    deltas: int = 0
-    #: an ``error`` event's or a protocol violation's text
+    stream: ResponseStream = field(default_factory=lambda: ResponseStream(sent_ns=0))
+    #: an error event's or a protocol violation's text
     problem: str | None = None
+    #: why the error the stream ended with says nothing of the feature, or None
+    server_state: str | None = None
     #: the ``stream_id`` values the events carried (``None`` for events without one)
     stream_ids: set[str | None] = field(default_factory=set)
-    #: why the error the stream ended with says nothing of the feature (a server error, a
-    #: rate limit, an overload), or None
-    server_state: str | None = None
+    #: the API's own end of the answer: a chat ``finish_reason``, a Messages ``stop_reason``
+    reason: str | None = None
+    #: ``data: [DONE]`` ended a Chat Completions stream
+    done: bool = False
+    #: the API's own usage object (a chat usage chunk's; Messages' merged), None without one
+    usage: dict[str, Any] | None = None
+    calls: list[ToolCall] = field(default_factory=list)
+    _error_status: int = 0
+    _pieces: dict[int, set[int]] = field(default_factory=dict)
+    _translator: ChatTranslator | MessagesTranslator | None = None
+
+    def __post_init__(self) -> None:
+        if self.api == CHAT_API:
+            self._translator = ChatTranslator()
+        elif self.api == MESSAGES_API:
+            self._translator = MessagesTranslator()
+
+    def feed(self, msg: SSEMessage | str | bytes) -> bool:
+        """One wire message; True once the answer has ended (or broke)."""
+        if self.stream.done or self.problem is not None:
+            return True
+        try:
+            if self._translator is not None:
+                assert isinstance(msg, SSEMessage)
+                events = self._translator.feed(msg)
+                self.reason = self._translator.reason
+                self.usage = self._translator.usage or None
+            elif isinstance(msg, SSEMessage):
+                events = [] if msg.data.startswith("[DONE]") else [loads(msg.data)]
+            else:
+                events = [loads(msg)]
+            if isinstance(msg, SSEMessage) and msg.data.startswith("[DONE]"):
+                self.done = True
+            else:
+                self.events += 1
+            for event in events:
+                self._observe(event)
+                self.stream.feed(event, self.events)
+        except LoopbenchError as exc:
+            self.problem = f"the events broke the protocol: {exc}"
+            return True
+        if self.stream.error_message is not None:
+            self._error()
+        return self.stream.done
+
+    def _observe(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        sid = event.get("stream_id")
+        self.stream_ids.add(sid if isinstance(sid, str) else None)
+        if kind == ERROR and isinstance(event.get("status"), int):
+            self._error_status = event["status"]
+        elif kind in (FUNCTION_NAME_TOKEN, ARGUMENTS_DELTA):
+            self._pieces.setdefault(event.get("output_index", 0), set()).add(self.events)
+        elif kind == OUTPUT_ITEM_DONE:
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                pieces = len(self._pieces.get(event.get("output_index", 0), ()))
+                self.calls.append(
+                    ToolCall(str(item.get("name")), str(item.get("arguments")), pieces)
+                )
+
+    def _error(self) -> None:
+        stream = self.stream
+        if self.api == CHAT_API:
+            self.problem = f"the stream carried an error: {stream.error_message}"
+        elif self.api == MESSAGES_API:
+            self.problem = (
+                f"the stream carried an error event ({stream.error_code}): {stream.error_message}"
+            )
+        else:
+            code = f" ({stream.error_code})" if stream.error_code else ""
+            self.problem = f"the server answered with an error{code}: {stream.error_message}"
+        self.server_state = error_state(self._error_status, stream.error_code)
 
     @property
     def finished(self) -> bool:
-        return self.terminal in ("response.completed", "response.incomplete")
+        """The answer ended as its API ends one (a chat stream at its ``finish_reason``)."""
+        if self.problem is not None:
+            return False
+        if self.api == CHAT_API:
+            return self.reason is not None
+        return self.stream.status in ("completed", "incomplete")
+
+    @property
+    def terminal(self) -> str | None:
+        """The terminal event's type (``response.completed`` …), None if the stream did not end."""
+        return _TERMINALS.get(self.stream.status)
+
+    @property
+    def response_id(self) -> str | None:
+        return self.stream.response_id
+
+    @property
+    def input_tokens(self) -> int | None:
+        return _int((self.stream.usage or {}).get("input_tokens"))
+
+    @property
+    def output_tokens(self) -> int | None:
+        return _int((self.stream.usage or {}).get("output_tokens"))
+
+    @property
+    def output_items(self) -> int:
+        return len(self.stream.output_items)
+
+    @property
+    def deltas(self) -> int:
+        return self.stream.delta_events
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return _int((self.usage or {}).get("prompt_tokens"))
+
+    @property
+    def cached_tokens(self) -> int | None:
+        details = (self.usage or {}).get("prompt_tokens_details")
+        return _int(details.get("cached_tokens")) if isinstance(details, dict) else None
 
 
-def read_stream(events: Sequence[dict[str, Any]]) -> StreamReading:
-    """Judge one response's events with :class:`ResponseStream` (ordering, usage, output)."""
-    out = StreamReading()
-    stream = ResponseStream(sent_ns=0)
-    error_status = 0  # an error event's status, when it gives one
-    for i, event in enumerate(events, start=1):
-        out.events += 1
-        if event.get("type") == "error" and isinstance(event.get("status"), int):
-            error_status = event["status"]
-        sid = event.get("stream_id")
-        out.stream_ids.add(sid if isinstance(sid, str) else None)
-        try:
-            stream.feed(event, i)
-        except LoopbenchError as exc:
-            out.problem = f"the events broke the protocol: {exc}"
+_TERMINALS = {"completed": COMPLETED, "incomplete": INCOMPLETE, "failed": FAILED, "error": ERROR}
+
+
+def read_body(api: str, body: bytes) -> StreamReading:
+    """A whole SSE body of ``api`` (``responses``, ``chat``, ``messages``), read message by
+    message by the one SSE decoder."""
+    reading = StreamReading(api)
+    for msg in SSEDecoder().feed(body + b"\n\n"):
+        if reading.feed(msg):
             break
-        if stream.done:
-            out.terminal = str(event.get("type"))
-            break
-    out.response_id = stream.response_id
-    usage = stream.usage or {}
-    if isinstance(usage.get("input_tokens"), int):
-        out.input_tokens = usage["input_tokens"]
-    if isinstance(usage.get("output_tokens"), int):
-        out.output_tokens = usage["output_tokens"]
-    out.output_items = len(stream.output_items)
-    out.deltas = stream.delta_events
-    if out.problem is None and stream.error_message is not None:
-        code = f" ({stream.error_code})" if stream.error_code else ""
-        out.problem = f"the server answered with an error{code}: {stream.error_message}"
-        out.server_state = error_state(error_status, stream.error_code)
-    return out
+    return reading
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _not_finished(feature: str, evidence: str, state: str | None) -> Finding:
@@ -390,158 +508,6 @@ def _ended(reading: StreamReading) -> str:
     if reading.terminal is None:
         return f"the stream ended after {reading.events} events without response.completed"
     return f"the response ended with {reading.terminal}"
-
-
-def _sse_messages(body: bytes) -> list[tuple[str | None, str]]:
-    """(event name, data) of each complete SSE message of a whole body."""
-    return [(m.event, m.data) for m in SSEDecoder().feed(body + b"\n\n")]
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-@dataclass(slots=True)
-class ChatReading:
-    """What a streamed Chat Completions answer showed."""
-
-    chunks: int = 0
-    #: ``data: [DONE]`` came
-    done: bool = False
-    finish_reason: str | None = None
-    content_deltas: int = 0
-    #: the names of the tool calls the deltas opened
-    tool_calls: list[str] = field(default_factory=list)
-    tool_deltas: int = 0
-    #: the usage chunk's ``usage`` object, if one came
-    usage: dict[str, Any] | None = None
-    problem: str | None = None
-    #: why the error the stream carried says nothing of the feature, or None
-    server_state: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.problem is None and self.finish_reason is not None
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        return _int((self.usage or {}).get("prompt_tokens"))
-
-    @property
-    def cached_tokens(self) -> int | None:
-        details = (self.usage or {}).get("prompt_tokens_details")
-        return _int(details.get("cached_tokens")) if isinstance(details, dict) else None
-
-
-def read_chat(body: bytes) -> ChatReading:
-    """Read a ``chat.completion.chunk`` stream (docs/probe.md)."""
-    out = ChatReading()
-    for _, data in _sse_messages(body):
-        if data.strip() == "[DONE]":
-            out.done = True
-            break
-        try:
-            chunk = loads(data)
-        except LoopbenchError:
-            out.problem = f"a chunk was not JSON: {data[:80]!r}"
-            break
-        if not isinstance(chunk, dict):
-            out.problem = "a chunk was not a JSON object"
-            break
-        out.chunks += 1
-        err = chunk.get("error")
-        if err is not None:
-            message = err.get("message") if isinstance(err, dict) else err
-            out.problem = f"the stream carried an error: {message}"
-            if isinstance(err, dict):
-                out.server_state = error_state(0, err.get("code") or err.get("type"))
-            break
-        if isinstance(chunk.get("usage"), dict):
-            out.usage = chunk["usage"]
-        choices = chunk.get("choices")
-        if not isinstance(choices, list):
-            out.problem = f"a chunk had no choices list (object {chunk.get('object')!r})"
-            break
-        for choice in choices:
-            if not isinstance(choice, dict):
-                continue
-            delta = choice.get("delta")
-            if isinstance(delta, dict):
-                if delta.get("content"):
-                    out.content_deltas += 1
-                for call in delta.get("tool_calls") or []:
-                    out.tool_deltas += 1
-                    fn = call.get("function") if isinstance(call, dict) else None
-                    if isinstance(fn, dict) and fn.get("name"):
-                        out.tool_calls.append(str(fn["name"]))
-            if choice.get("finish_reason"):
-                out.finish_reason = str(choice["finish_reason"])
-    return out
-
-
-@dataclass(slots=True)
-class MessagesReading:
-    """What a streamed Messages answer showed."""
-
-    events: int = 0
-    started: bool = False
-    stopped: bool = False
-    stop_reason: str | None = None
-    deltas: int = 0
-    #: ``message_start``'s usage, updated by ``message_delta``'s
-    usage: dict[str, Any] = field(default_factory=dict)
-    problem: str | None = None
-    #: why the error the stream carried says nothing of the feature, or None
-    server_state: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.problem is None and self.started and self.stopped
-
-
-def read_messages(body: bytes) -> MessagesReading:
-    """Read a Messages event stream: ``message_start`` … ``message_stop``."""
-    out = MessagesReading()
-    for name, data in _sse_messages(body):
-        try:
-            event = loads(data)
-        except LoopbenchError:
-            out.problem = f"an event was not JSON: {data[:80]!r}"
-            break
-        if not isinstance(event, dict):
-            out.problem = "an event was not a JSON object"
-            break
-        out.events += 1
-        kind = event.get("type") or name
-        if kind == "error":
-            err = event.get("error")
-            err = err if isinstance(err, dict) else {}
-            out.problem = (
-                f"the stream carried an error event ({err.get('type')}): {err.get('message')}"
-            )
-            out.server_state = error_state(0, err.get("type") or err.get("code"))
-            break
-        if not out.started and kind != "message_start":
-            out.problem = f"the first event was {kind!r}, not message_start"
-            break
-        if kind == "message_start":
-            message = event.get("message")
-            usage = message.get("usage") if isinstance(message, dict) else None
-            out.usage.update(usage if isinstance(usage, dict) else {})
-            out.started = True
-        elif kind == "content_block_delta":
-            out.deltas += 1
-        elif kind == "message_delta":
-            delta = event.get("delta")
-            if isinstance(delta, dict) and delta.get("stop_reason"):
-                out.stop_reason = str(delta["stop_reason"])
-            usage = event.get("usage")
-            if isinstance(usage, dict):
-                out.usage.update({k: v for k, v in usage.items() if v is not None})
-        elif kind == "message_stop":
-            out.stopped = True
-            break
-    return out
 
 
 # -- verdicts -------------------------------------------------------------------------------
@@ -741,6 +707,32 @@ def ws_refused(url: str, status: int | None, reason: str) -> str:
     return f"no Responses API WebSocket mode at {url}: {reason}"
 
 
+def judge_upgrade(
+    url: str,
+    status: int,
+    message: str,
+    *,
+    placeholder_key: bool = False,
+    key_accepted: bool = False,
+) -> Finding:
+    """An upgrade answered with HTTP ``status`` (``message``: its body's, "" for none).
+
+    ``key_accepted``: HTTP requests with the same credentials were answered, so a 403 with
+    nothing to say is a server without WebSocket mode (Starlette's answer to every upgrade
+    on a route it does not serve as one), not a refused key.
+    """
+    if status in AUTH_REFUSED and not (status == FORBIDDEN and not message and key_accepted):
+        return refused(WEBSOCKET, url, status, message, placeholder_key=placeholder_key)
+    state = server_state(status)
+    if state is not None:
+        return not_an_answer(
+            WEBSOCKET, f"the upgrade at {url} was answered with {answered(status, message)}", state
+        )
+    if status == FORBIDDEN:
+        message = "with no body, while HTTP requests with the same key were answered"
+    return Finding(WEBSOCKET, False, ws_refused(url, status, message))
+
+
 def judge_ws(url: str, reading: StreamReading) -> Finding:
     if not reading.finished:
         return _not_finished(
@@ -795,13 +787,13 @@ def judge_lanes(reading: StreamReading, lane: str = PROBE_LANE) -> Finding:
     return Finding(LANES, True, f"stream_id {lane!r} echoed in all {reading.events} events")
 
 
-def _chat_ended(reading: ChatReading) -> str:
+def _chat_ended(reading: StreamReading) -> str:
     if reading.problem:
         return reading.problem
-    return f"the stream ended after {reading.chunks} chunks without a finish_reason"
+    return f"the stream ended after {reading.events} chunks without a finish_reason"
 
 
-def judge_chat(url: str, status: int, content_type: str, reading: ChatReading) -> Finding:
+def judge_chat(url: str, status: int, content_type: str, reading: StreamReading) -> Finding:
     """A streamed chat completion: chunks, a finish_reason, then ``data: [DONE]``."""
     not_sse = _not_sse(CHAT, url, status, content_type)
     if not_sse is not None:
@@ -816,12 +808,12 @@ def judge_chat(url: str, status: int, content_type: str, reading: ChatReading) -
     return Finding(
         CHAT,
         True,
-        f"POST {url} answered {status} text/event-stream: {reading.chunks} chunks, "
-        f"finish_reason {reading.finish_reason}, {end}",
+        f"POST {url} answered {status} text/event-stream: {reading.events} chunks, "
+        f"finish_reason {reading.reason}, {end}",
     )
 
 
-def judge_chat_usage(reading: ChatReading) -> Finding:
+def judge_chat_usage(reading: StreamReading) -> Finding:
     """``stream_options.include_usage`` must bring a chunk with the usage (what TTFT and
     token counts are compared on)."""
     if reading.usage is None:
@@ -839,7 +831,7 @@ def judge_chat_usage(reading: ChatReading) -> Finding:
     )
 
 
-def judge_chat_cached(reading: ChatReading) -> Finding:
+def judge_chat_cached(reading: StreamReading) -> Finding:
     """Whether usage says how much of the prompt the server's prefix cache served."""
     if reading.usage is None:
         return not_checked(CHAT_CACHED, "no usage in the stream")
@@ -858,8 +850,11 @@ def judge_chat_cached(reading: ChatReading) -> Finding:
     )
 
 
-def judge_chat_tools(url: str, status: int, content_type: str, got: ChatReading | str) -> Finding:
-    """A request with one tool and ``tool_choice: "required"``: a streamed call, or why not."""
+def judge_chat_tools(url: str, status: int, content_type: str, got: StreamReading | str) -> Finding:
+    """A request with one tool and ``tool_choice: "required"``: yes when a complete call came
+    in two or more deltas.  A call that arrives whole in one delta is "no" (its turns have no
+    tool-call stream to time), which a run still goes ahead with; a call cut off by the token
+    limit cannot tell either way."""
     asked = 'a request with a tool and tool_choice "required"'
     if isinstance(got, str):
         return error_answer(
@@ -870,28 +865,41 @@ def judge_chat_tools(url: str, status: int, content_type: str, got: ChatReading 
         return not_sse
     if not got.finished:
         return _not_finished(CHAT_TOOLS, f"{asked} failed: {_chat_ended(got)}", got.server_state)
-    if not got.tool_calls:
+    if not got.calls:
         return Finding(
             CHAT_TOOLS,
             False,
-            f"{asked} was answered in text (finish_reason {got.finish_reason}): "
-            "no tool call was streamed",
+            f"{asked} was answered in text (finish_reason {got.reason}): no tool call was streamed",
+        )
+    call, end = got.calls[0], f"finish_reason {got.reason}"
+    if got.reason in CHAT_CUT_SHORT:
+        return Finding(
+            CHAT_TOOLS,
+            None,
+            f"a call to {call.name} was cut off by {end} after {call.pieces} tool-call deltas: "
+            f"no complete call within {PROBE_TOOL_MAX_TOKENS} tokens, so whether calls are "
+            "streamed cannot be told",
+        )
+    if call.pieces < 2:
+        return Finding(
+            CHAT_TOOLS,
+            False,
+            f"a call to {call.name} arrived whole in one tool-call delta, {end}: "
+            "not streamed (arrives whole)",
+            runs_anyway=True,
         )
     return Finding(
-        CHAT_TOOLS,
-        True,
-        f"a call to {got.tool_calls[0]} streamed in {got.tool_deltas} tool-call deltas, "
-        f"finish_reason {got.finish_reason}",
+        CHAT_TOOLS, True, f"a call to {call.name} streamed in {call.pieces} tool-call deltas, {end}"
     )
 
 
-def _messages_ended(reading: MessagesReading) -> str:
+def _messages_ended(reading: StreamReading) -> str:
     if reading.problem:
         return reading.problem
     return f"the stream ended after {reading.events} events without message_stop"
 
 
-def judge_messages(url: str, status: int, content_type: str, reading: MessagesReading) -> Finding:
+def judge_messages(url: str, status: int, content_type: str, reading: StreamReading) -> Finding:
     """A streamed message: ``message_start`` … ``message_stop``."""
     not_sse = _not_sse(MESSAGES, url, status, content_type)
     if not_sse is not None:
@@ -906,16 +914,16 @@ def judge_messages(url: str, status: int, content_type: str, reading: MessagesRe
         MESSAGES,
         True,
         f"POST {url} answered {status} text/event-stream: message_start ... message_stop in "
-        f"{reading.events} events, stop_reason {reading.stop_reason}",
+        f"{reading.events} events, stop_reason {reading.reason}",
     )
 
 
-def _cache_usage(reading: MessagesReading, key: str) -> int:
-    return _int(reading.usage.get(key)) or 0
+def _cache_usage(reading: StreamReading, key: str) -> int:
+    return _int((reading.usage or {}).get(key)) or 0
 
 
 def judge_prompt_cache(
-    url: str, first: tuple[int, MessagesReading | str], second: tuple[int, MessagesReading | str]
+    url: str, first: tuple[int, StreamReading | str], second: tuple[int, StreamReading | str]
 ) -> Finding:
     """The same request twice, its long system prompt marked with ``cache_control``: the
     repeat must read the prompt from the cache (``cache_read_input_tokens``)."""
@@ -933,8 +941,8 @@ def judge_prompt_cache(
                 got.server_state,
             )
     a, b = first[1], second[1]
-    assert isinstance(a, MessagesReading) and isinstance(b, MessagesReading)
-    if "cache_read_input_tokens" not in b.usage:
+    assert isinstance(a, StreamReading) and isinstance(b, StreamReading)
+    if "cache_read_input_tokens" not in (b.usage or {}):
         return Finding(
             MESSAGES_CACHE, False, "usage carried no cache_read_input_tokens: no prompt caching"
         )

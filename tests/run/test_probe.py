@@ -18,6 +18,7 @@ from harness.client.probe import (
     BACKGROUND,
     CHAINING,
     CHAT,
+    CHAT_API,
     CHAT_CACHED,
     CHAT_TOOLS,
     CHAT_USAGE,
@@ -25,6 +26,7 @@ from harness.client.probe import (
     FEATURES,
     LANES,
     MESSAGES,
+    MESSAGES_API,
     MESSAGES_CACHE,
     REACHABLE,
     RESPONSES_API,
@@ -34,6 +36,7 @@ from harness.client.probe import (
     WEBSOCKET,
     WS_CHAINING,
     Finding,
+    StreamReading,
     features_for,
     judge_background,
     judge_chat,
@@ -45,14 +48,13 @@ from harness.client.probe import (
     judge_retrieve,
     judge_sse,
     judge_ws,
-    read_chat,
-    read_messages,
-    read_stream,
+    read_body,
     refusal,
 )
 from harness.client.shaping import RequestShaping
 from harness.run.probe import probe, probe_for_run
 from harness.wire.exit_codes import ExitCode
+from harness.wire.sse import encode_event
 from harness.wire.transports import TRANSPORTS, transport_spec
 from tests.foreign_servers import (
     FORBIDDEN_MESSAGE,
@@ -74,6 +76,11 @@ from tests.foreign_servers import (
 from tests.runs import ROOT, TINY, _argv, loopbench
 
 PROBE_LINE = "nothing was measured"
+
+
+def read_stream(events: list[dict[str, object]]) -> StreamReading:
+    """Responses events as the SSE body a server sends, read by the probe."""
+    return read_body(RESPONSES_API, b"".join(encode_event(e) for e in events))
 
 
 def _by_feature(findings: list[Finding]) -> dict[str, Finding]:
@@ -354,9 +361,10 @@ def test_chat_and_messages_streams_ending_in_the_servers_error_are_unknown(
     error: dict[str, str], answer: bool | None
 ) -> None:
     """The same rule for the Chat Completions and Messages streams as for the Responses API."""
-    chat = read_chat(f"data: {json.dumps({'error': error})}\n\n".encode())
-    messages = read_messages(
-        f"event: error\ndata: {json.dumps({'type': 'error', 'error': error})}\n\n".encode()
+    chat = read_body(CHAT_API, f"data: {json.dumps({'error': error})}\n\n".encode())
+    messages = read_body(
+        MESSAGES_API,
+        f"event: error\ndata: {json.dumps({'type': 'error', 'error': error})}\n\n".encode(),
     )
     for found in (
         judge_chat("http://h/v1/chat/completions", 200, "text/event-stream", chat),

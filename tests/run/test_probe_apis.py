@@ -30,10 +30,7 @@ from harness.client.probe import (
     WEBSOCKET,
     WS_CHAINING,
     Finding,
-    MessagesReading,
     features_for,
-    judge_prompt_cache,
-    read_chat,
     refusal,
     table,
 )
@@ -233,38 +230,6 @@ def test_reference_server_serves_all_three_apis(server_url: str) -> None:
     }, doc
     answers = {f: v["answer"] for f, v in doc["features"].items()}
     assert answers == {f: "yes" for f, _ in FEATURES}, doc
-
-
-# -- the pure part ----------------------------------------------------------------------------
-
-
-def test_a_chat_stream_without_finish_reason_is_not_a_completion() -> None:
-    chunk = {"object": "chat.completion.chunk", "choices": [{"delta": {"content": "a"}}]}
-    cut = read_chat(f"data: {json.dumps(chunk)}\n\n".encode())
-    assert not cut.finished and cut.chunks == 1 and not cut.done
-    err = read_chat(b'data: {"error": {"message": "boom", "type": "server_error"}}\n\n')
-    assert err.problem == "the stream carried an error: boom"
-
-
-def test_prompt_cache_verdicts() -> None:
-    def reading(**usage: int) -> MessagesReading:
-        return MessagesReading(events=5, started=True, stopped=True, usage=dict(usage))
-
-    none = reading(input_tokens=10)
-    zeros = reading(input_tokens=10, cache_creation_input_tokens=0, cache_read_input_tokens=0)
-    wrote = reading(input_tokens=10, cache_creation_input_tokens=1100, cache_read_input_tokens=0)
-    read = reading(input_tokens=10, cache_creation_input_tokens=0, cache_read_input_tokens=1100)
-    assert judge_prompt_cache("u", (200, none), (200, none)).supported is False
-    assert judge_prompt_cache("u", (200, zeros), (200, zeros)).supported is None
-    assert judge_prompt_cache("u", (200, wrote), (200, zeros)).supported is False
-    assert judge_prompt_cache("u", (200, wrote), (200, read)).supported is True
-    refused = judge_prompt_cache("u", (400, "invalid_request_error: bad"), (200, read))
-    assert refused == Finding(
-        MESSAGES_CACHE,
-        False,
-        "a system prompt with cache_control was refused: POST u answered HTTP 400: "
-        "invalid_request_error: bad",
-    )
 
 
 def test_probe_sends_the_header_and_session_flags_on_every_request() -> None:
