@@ -278,3 +278,24 @@ def test_an_unknown_model_is_not_a_missing_api() -> None:
             for f in probe(url, api_key="sk-loopbench", timeout_s=10, model="Qwen/Qwen3-8B")
         }
         assert good[CHAT].supported is True
+
+
+def test_a_bare_403_upgrade_from_a_server_that_takes_the_key_is_no_websocket_mode() -> None:
+    """vLLM (Starlette) answers every upgrade with 403 and no body, though the same key gets
+    200 over HTTP: no WebSocket mode, not a key to give.  End to end because only it checks
+    that a WebSocket-only probe asks an HTTP route (GET /models) with the same key."""
+    with chat_only_server(bare_403_upgrades=True) as url:
+        found = {
+            f.feature: f
+            for f in probe(url, [REACHABLE, WEBSOCKET], api_key="sk-loopbench", timeout_s=10)
+        }
+        said: list[str] = []
+        code = probe_for_run(url, ["ws"], api_key="sk-loopbench", verify_tls=True, say=said.append)
+    assert found[WEBSOCKET] == Finding(
+        WEBSOCKET,
+        False,
+        f"no Responses API WebSocket mode at {_ws(url)}: the upgrade was answered with HTTP 403 "
+        "with no body, while HTTP requests with the same key were answered",
+    )
+    assert code == ExitCode.USAGE
+    assert "no Responses API WebSocket mode" in said[0] and "--api-key-env" not in said[0]
