@@ -16,6 +16,7 @@ import pytest
 from harness.client.probe import (
     CHAT_API,
     CHAT_TOOLS,
+    FEATURES,
     KEY_HINT,
     MESSAGES_API,
     MESSAGES_CACHE,
@@ -107,6 +108,17 @@ def test_the_reference_servers_answers_pass_every_check() -> None:
         "POST U answered 200 text/event-stream: message_start ... message_stop in 8 events, "
         "stop_reason end_turn"
     )
+
+
+def test_the_table_names_each_feature() -> None:
+    """(Was an end-to-end CLI test against the reference server.)"""
+    findings = [Finding(f, True, f"{f} evidence") for f, _ in FEATURES]
+    shown = table("u", findings)
+    rows = [line.strip() for line in shown.splitlines()]
+    for feature, label in FEATURES:
+        i = next(i for i, row in enumerate(rows) if row.startswith(label))
+        assert rows[i].endswith(" yes") and rows[i + 1] == f"{feature} evidence"
+    assert "APIs: Responses API yes, Chat Completions API yes, Anthropic Messages API yes" in shown
 
 
 def test_a_websocket_exchange_is_read_one_message_at_a_time() -> None:

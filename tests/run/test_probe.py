@@ -110,14 +110,6 @@ def test_reference_server_supports_every_responses_feature(server_url: str) -> N
     assert "honoured" in found[WS_CHAINING]["evidence"]
 
 
-def test_probe_table_names_each_feature(server_url: str) -> None:
-    proc = loopbench("probe", "--target", server_url)
-    assert proc.returncode == ExitCode.OK, proc.stderr
-    for _, label in FEATURES:
-        assert label in proc.stdout
-    assert "text/event-stream" in proc.stdout
-
-
 def test_dead_target_probe_exits_4() -> None:
     with dead_target() as url:
         proc = loopbench("probe", "--target", url)
