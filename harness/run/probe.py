@@ -24,12 +24,12 @@ from harness.client.messages_api import PATH as MESSAGES_PATH
 from harness.client.messages_api import messages_headers
 from harness.client.options import TransportOptions
 from harness.client.probe import (
+    API_OF,
     AUTH_REFUSED,
     BACKGROUND,
     BACKGROUND_DONE,
     CHAINING,
     CHAT,
-    CHAT_API,
     CHAT_CACHED,
     CHAT_TOOLS,
     CHAT_USAGE,
@@ -38,24 +38,15 @@ from harness.client.probe import (
     FORBIDDEN,
     LANES,
     MESSAGES,
-    MESSAGES_API,
     MESSAGES_CACHE,
-    PROBE_LANE,
     REACHABLE,
-    RESPONSES_API,
     RETRIEVE,
     SSE,
     WARMUP,
     WEBSOCKET,
     WS_CHAINING,
     Finding,
-    StreamReading,
-    answer_of,
-    background_create,
-    chat_create,
-    compact_request,
     features_for,
-    http_create,
     judge_background,
     judge_chain,
     judge_chat,
@@ -72,14 +63,26 @@ from harness.client.probe import (
     judge_upgrade,
     judge_warmup,
     judge_ws,
-    messages_create,
     not_checked,
     not_checked_after,
-    read_body,
     refusal,
     refused,
-    ws_create,
     ws_refused,
+)
+from harness.client.probe_answers import (
+    CHAT_API,
+    MESSAGES_API,
+    PROBE_LANE,
+    RESPONSES_API,
+    StreamReading,
+    answer_of,
+    background_create,
+    chat_create,
+    compact_request,
+    http_create,
+    messages_create,
+    read_body,
+    ws_create,
 )
 from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.run.event_loop import run_async
@@ -205,20 +208,30 @@ class _Prober:
             return status, content_type, error_text(status, raw)
         return status, content_type, read_body(api, raw)
 
-    async def post(self, body: dict[str, Any]) -> tuple[int, str, StreamReading | str]:
-        return await self.stream(RESPONSES_API, "/responses", body)
+    async def api_answer(
+        self,
+        feature: str,
+        path: str,
+        body: dict[str, Any],
+        judge: Callable[[str, int, str, StreamReading], Finding],
+        headers: list[tuple[str, str]] | None = None,
+    ) -> tuple[Finding, StreamReading | None]:
+        """The request that asks whether an API is there: its finding, and the answer when
+        the API is there."""
+        url = self.base + path
+        try:
+            status, ctype, got = await self.stream(API_OF[feature] or "", path, body, headers)
+        except (TimeoutError, LoopbenchError) as exc:
+            return _failed(feature, f"POST {url}", exc, self.timeout_s), None
+        if isinstance(got, str):
+            return refused(feature, url, status, got, placeholder_key=self.placeholder_key), None
+        found = judge(url, status, ctype, got)
+        return found, got if found.supported else None
 
     async def sse(self, store: bool) -> tuple[Finding, StreamReading | None]:
-        try:
-            status, ctype, got = await self.post(http_create(self.model, store=store))
-        except (TimeoutError, LoopbenchError) as exc:
-            return _failed(SSE, f"POST {self.post_url}", exc, self.timeout_s), None
-        if isinstance(got, str):
-            return refused(
-                SSE, self.post_url, status, got, placeholder_key=self.placeholder_key
-            ), None
-        finding = judge_sse(self.post_url, status, ctype, got)
-        return finding, got if finding.supported else None
+        return await self.api_answer(
+            SSE, "/responses", http_create(self.model, store=store), judge_sse
+        )
 
     async def chaining(self, first: StreamReading) -> Finding:
         where = f"POST {self.post_url}"
@@ -226,7 +239,7 @@ class _Prober:
             return judge_chain(CHAINING, where, first, first)
         body = http_create(self.model, store=True, previous_response_id=first.response_id)
         try:
-            status, _, got = await self.post(body)
+            status, _, got = await self.stream(RESPONSES_API, "/responses", body)
         except (TimeoutError, LoopbenchError) as exc:
             return _failed(CHAINING, where, exc, self.timeout_s)
         if isinstance(got, str):
@@ -295,29 +308,16 @@ class _Prober:
         with contextlib.suppress(TimeoutError, LoopbenchError):
             await self.call("DELETE", f"/responses/{response_id}")
 
-    async def chat(self, tools: bool = False) -> tuple[int, str, StreamReading | str]:
-        return await self.stream(CHAT_API, CHAT_PATH, chat_create(self.model, tools=tools))
-
     async def chat_features(self, wanted: Sequence[str]) -> list[Finding]:
         """The chat completion (and its usage, cached tokens), then a tool call."""
         url = self.base + "/chat/completions"
         rest = [f for f in (CHAT_USAGE, CHAT_CACHED, CHAT_TOOLS) if f in wanted]
-        reading: StreamReading | None = None
-        try:
-            status, ctype, got = await self.chat()
-        except (TimeoutError, LoopbenchError) as exc:
-            found = _failed(CHAT, f"POST {url}", exc, self.timeout_s)
-        else:
-            if isinstance(got, str):
-                found = refused(CHAT, url, status, got, placeholder_key=self.placeholder_key)
-            else:
-                found, reading = judge_chat(url, status, ctype, got), got
-        if not found.supported or reading is None:
+        found, got = await self.api_answer(CHAT, CHAT_PATH, chat_create(self.model), judge_chat)
+        if got is None:
             return [
                 found,
                 *(not_checked_after(f, found, url, "no Chat Completions API") for f in rest),
             ]
-        got = reading
         out = [found]
         if CHAT_USAGE in rest:
             out.append(judge_chat_usage(got))
@@ -325,7 +325,8 @@ class _Prober:
             out.append(judge_chat_cached(got))
         if CHAT_TOOLS in rest:
             try:
-                status, ctype, tooled = await self.chat(tools=True)
+                body = chat_create(self.model, tools=True)
+                status, ctype, tooled = await self.stream(CHAT_API, CHAT_PATH, body)
             except (TimeoutError, LoopbenchError) as exc:
                 out.append(_failed(CHAT_TOOLS, f"POST {url}", exc, self.timeout_s))
             else:
@@ -340,17 +341,9 @@ class _Prober:
         """A tiny message, then (if wanted) the prompt-caching pair."""
         url = self.base + "/messages"
         rest = [f for f in (MESSAGES_CACHE,) if f in wanted]
-        try:
-            status, ctype, got = await self.message()
-        except (TimeoutError, LoopbenchError) as exc:
-            found = _failed(MESSAGES, f"POST {url}", exc, self.timeout_s)
-        else:
-            found = (
-                refused(MESSAGES, url, status, got, placeholder_key=self.placeholder_key)
-                if isinstance(got, str)
-                else judge_messages(url, status, ctype, got)
-            )
-        if not found.supported:
+        body, headers = messages_create(self.model), messages_headers(self.options)
+        found, got = await self.api_answer(MESSAGES, MESSAGES_PATH, body, judge_messages, headers)
+        if got is None:
             return [
                 found,
                 *(not_checked_after(f, found, url, "no Anthropic Messages API") for f in rest),

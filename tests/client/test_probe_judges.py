@@ -14,19 +14,12 @@ from typing import Any
 import pytest
 
 from harness.client.probe import (
-    CHAT_API,
     CHAT_TOOLS,
     FEATURES,
     KEY_HINT,
-    MESSAGES_API,
     MESSAGES_CACHE,
-    PROBE_TOOL,
-    RESPONSES_API,
     WEBSOCKET,
     Finding,
-    StreamReading,
-    chat_create,
-    http_create,
     judge_chat,
     judge_chat_cached,
     judge_chat_tools,
@@ -37,10 +30,19 @@ from harness.client.probe import (
     judge_sse,
     judge_upgrade,
     judge_ws,
-    messages_create,
-    read_body,
     refusal,
     table,
+)
+from harness.client.probe_answers import (
+    CHAT_API,
+    MESSAGES_API,
+    PROBE_TOOL,
+    RESPONSES_API,
+    StreamReading,
+    chat_create,
+    http_create,
+    messages_create,
+    read_body,
     ws_create,
 )
 from harness.wire.transports import transport_spec

@@ -18,7 +18,6 @@ from harness.client.probe import (
     BACKGROUND,
     CHAINING,
     CHAT,
-    CHAT_API,
     CHAT_CACHED,
     CHAT_TOOLS,
     CHAT_USAGE,
@@ -26,17 +25,14 @@ from harness.client.probe import (
     FEATURES,
     LANES,
     MESSAGES,
-    MESSAGES_API,
     MESSAGES_CACHE,
     REACHABLE,
-    RESPONSES_API,
     RETRIEVE,
     SSE,
     WARMUP,
     WEBSOCKET,
     WS_CHAINING,
     Finding,
-    StreamReading,
     features_for,
     judge_background,
     judge_chat,
@@ -48,8 +44,14 @@ from harness.client.probe import (
     judge_retrieve,
     judge_sse,
     judge_ws,
-    read_body,
     refusal,
+)
+from harness.client.probe_answers import (
+    CHAT_API,
+    MESSAGES_API,
+    RESPONSES_API,
+    StreamReading,
+    read_body,
 )
 from harness.client.shaping import RequestShaping
 from harness.run.probe import probe, probe_for_run

@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 
 from harness.client.messages_api import messages_headers
-from harness.client.probe import (
+from harness.client.probe_answers import (
     chat_create,
     http_create,
     messages_create,
