@@ -1,7 +1,8 @@
-"""What ``loopbench probe`` asks an endpoint and how it judges the answers (sans I/O).
+"""What ``loopbench probe`` checks and how it judges the answers (sans I/O).
 
-The asyncio edge (:mod:`harness.run.probe`) sends the requests built here and hands
-back what came: a status, a content type, the decoded events.  Every verdict is a
+The asyncio edge (:mod:`harness.run.probe`) sends the requests of
+:mod:`harness.client.probe_answers` and hands back what came: a status, a content type, the
+answer read by a run's stream state machine (:class:`StreamReading`).  Every verdict is a
 :class:`Finding` with its evidence in one human sentence, so a refused run and the
 probe table say the same thing.  Which features a transport needs is read from its
 :class:`~harness.wire.transports.TransportSpec`, never from its name.
