@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 
 from harness.client.probe import (
+    CHAINING,
     CHAT_TOOLS,
     FEATURES,
     KEY_HINT,
     MESSAGES_CACHE,
     WEBSOCKET,
     Finding,
+    judge_chain,
     judge_chat,
     judge_chat_cached,
     judge_chat_tools,
@@ -45,7 +47,9 @@ from harness.client.probe_answers import (
     read_body,
     ws_create,
 )
+from harness.wire.sse import encode_event
 from harness.wire.transports import transport_spec
+from tests.foreign_servers import canned_events
 
 DATA = Path(__file__).parent / "data" / "probe"
 SSE = "text/event-stream"
@@ -225,6 +229,35 @@ def test_a_stream_ending_in_an_error_event_is_no_answer() -> None:
         "POST U answered 200 text/event-stream, but the server answered with an error "
         "(server_error): m (a server error, not an answer about the Responses API; try again later)"
     )
+
+
+def test_a_json_answer_to_a_streamed_request_is_no_sse() -> None:
+    """(Was an end-to-end probe and run against a JSON-not-SSE server.)"""
+    got = read_body(RESPONSES_API, json.dumps({"id": "resp_1", "object": "response"}).encode())
+    found = judge_sse("U", 200, "application/json; charset=utf-8", got)
+    assert found == Finding("sse", False, "POST U answered 200 application/json, not an SSE stream")
+    assert refusal([found], [transport_spec("http")], "u") == (
+        f"transport http cannot run against u: {found.evidence}"
+    )
+
+
+def test_a_server_that_ignores_previous_response_id_is_caught() -> None:
+    """Usage as if nothing was chained: accepted but ignored, and http-chained refused.
+    (Was an end-to-end probe and run against a canned SSE server.)"""
+
+    def canned(rid: str) -> StreamReading:
+        return read_body(RESPONSES_API, b"".join(encode_event(e) for e in canned_events(rid)))
+
+    first, second = canned("resp_1"), canned("resp_2")
+    found = judge_chain(CHAINING, "POST U", first, second)
+    assert found == Finding(
+        CHAINING,
+        False,
+        "POST U: previous_response_id was accepted but ignored: input_tokens 10 -> 10, "
+        "expected at least 12 with the history",
+    )
+    cause = refusal([found], [transport_spec("http-chained")], "u")
+    assert cause == f"transport http-chained cannot run against u: {found.evidence}"
 
 
 def test_a_chat_stream_without_finish_reason_is_not_a_completion() -> None:

@@ -68,7 +68,6 @@ from tests.foreign_servers import (
     error_server,
     forbidden_server,
     http_only_server,
-    json_not_sse_server,
     key_required_server,
     mute_websocket_server,
     plain_web_server,
@@ -161,17 +160,6 @@ def test_http_only_endpoint_refuses_ws(tmp_path: Path) -> None:
     assert (tmp_path / "ok" / "r" / "summary.json").exists()
 
 
-def test_json_not_sse_names_the_content_type(tmp_path: Path) -> None:
-    with json_not_sse_server() as url:
-        found = _probe(url)
-        code, err = _run(url, tmp_path / "results", "--transports", "http")
-    expected = f"POST {url}/responses answered 200 application/json, not an SSE stream"
-    assert found[SSE] == Finding(SSE, False, expected)
-    assert not found[CHAINING].checked
-    assert code == ExitCode.USAGE
-    assert expected in err
-
-
 def test_plain_web_and_500_servers_are_told_apart() -> None:
     """A web page is "no"; a 500 is "unknown": a server error says nothing of the API, and
     still stops a run (the run would meet the same error)."""
@@ -229,19 +217,6 @@ def test_a_rate_limited_gateway_is_not_a_missing_api(tmp_path: Path) -> None:
         "(nothing was measured; --no-probe skips this check)"
     ]
     assert not (tmp_path / "results").exists()
-
-
-def test_server_ignoring_previous_response_id_is_caught(tmp_path: Path) -> None:
-    with canned_sse_server() as url:
-        found = _probe(url)
-        code, err = _run(url, tmp_path / "results", "--transports", "http-chained")
-    assert found[SSE].supported
-    assert found[CHAINING].supported is False
-    assert "previous_response_id was accepted but ignored: input_tokens 10 -> 10" in (
-        found[CHAINING].evidence
-    )
-    assert code == ExitCode.USAGE
-    assert "transport http-chained cannot run" in err and "ignored" in err
 
 
 def test_no_probe_skips_the_probe(tmp_path: Path) -> None:
