@@ -59,6 +59,11 @@ def _common(inp: TurnInput) -> dict[str, Any]:
     }
     if inp.reasoning is not None:
         body["reasoning"] = inp.reasoning
+    # the probe's one-message turn: no empty instructions, no tool_choice without tools
+    if not inp.instructions:
+        del body["instructions"]
+    if not inp.tools:
+        del body["tools"], body["tool_choice"]
     return body
 
 
@@ -112,4 +117,7 @@ def compact_body(inp: TurnInput) -> dict[str, Any]:
 
     Sent whole whatever the transport: a compaction starts a new chain (docs/protocol.md §6).
     """
-    return {"model": inp.model, "instructions": inp.instructions, "input": inp.history}
+    body = {"model": inp.model, "instructions": inp.instructions, "input": inp.history}
+    if not inp.instructions:
+        del body["instructions"]
+    return body
