@@ -915,6 +915,7 @@ def build_trace(
     for conv in convs:
         if conv.parent is None:
             mark(conv)
+    began = min((x.t_start_ns for x in exchanges), default=0)
     for conv in convs:
         if conv.number in embedded:
             continue
@@ -925,6 +926,9 @@ def build_trace(
             "api": first.api,
             "transport": first.transport,
             "model": first.model,
+            # when the session started, after the recording began (its warm-up, if any):
+            # `loopbench run TRACE.jsonl` starts the replayed rollouts at these times
+            "start_ms": round(((conv.warmup or first).t_start_ns - began) / 1e6, 3),
         }
         if conv.parent is not None:
             rmeta["forked_from"] = ids[conv.parent.number]
