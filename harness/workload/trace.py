@@ -45,6 +45,7 @@ __all__ = [
     "dump_trace",
     "parse_trace",
     "read_trace",
+    "read_trace_header",
     "recording_gaps",
     "resolve_trace_path",
     "trace_plan",
@@ -385,21 +386,30 @@ def read_trace(path: str | os.PathLike[str]) -> list[TraceRollout]:
         raise ScenarioError(source, "", f"cannot read file: {exc}") from None
 
 
-def recording_gaps(path: str | os.PathLike[str]) -> list[str]:
-    """Why the recording that wrote the trace at ``path`` missed exchanges: its header's
-    ``meta.lost`` (``loopbench record`` writes it when its observer fell behind, hung or
-    died). Empty for a whole trace, one without a header, or a file that cannot be read
-    (:func:`read_trace` says why)."""
+def read_trace_header(path: str | os.PathLike[str]) -> TraceHeader | None:
+    """The header of the trace at ``path`` (``None``: it has none, or the file cannot be read
+    or its first line is not a valid header; :func:`read_trace` says why)."""
     try:
         with open(path, encoding="utf-8") as fh:
             first = fh.readline()
         data = orjson.loads(first)
     except (OSError, UnicodeDecodeError, orjson.JSONDecodeError):
-        return []
+        return None
     if not isinstance(data, dict) or data.get("type") != "trace":
-        return []
-    meta = data.get("meta")
-    lost = meta.get("lost") if isinstance(meta, dict) else None
+        return None
+    try:
+        return TraceHeader.model_validate(data)
+    except ValidationError:
+        return None
+
+
+def recording_gaps(path: str | os.PathLike[str]) -> list[str]:
+    """Why the recording that wrote the trace at ``path`` missed exchanges: its header's
+    ``meta.lost`` (``loopbench record`` writes it when its observer fell behind, hung or
+    died). Empty for a whole trace, one without a header, or a file that cannot be read
+    (:func:`read_trace` says why)."""
+    header = read_trace_header(path)
+    lost = header.meta.get("lost") if header is not None else None
     return [str(why) for why in lost] if isinstance(lost, list) else []
 
 
