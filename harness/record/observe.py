@@ -31,6 +31,13 @@ Conversation and sub-agent rules (docs/traces.md, "Lineage"):
    answer; a fork (rule 2) without such a call takes the first call not yet answered
    by one.  It joins with ``wait`` when it ended before the parent's next request,
    ``detach`` otherwise.
+5. A ``generate: false`` request (a WebSocket warm-up) is no turn: it is the warm-up of the
+   conversation that chains from it, else of the next new one on its connection.
+6. A Responses request without a chain that re-sends a conversation's whole context and
+   extends it (its item keys, :func:`_item_key`, start with the conversation's: chained
+   items and response outputs included) continues that conversation: a client that
+   reconnected after a failure.  The turn is a recovery, with the failed requests seen on
+   the conversation's connection since its latest response.
 """
 
 from __future__ import annotations
