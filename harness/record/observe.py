@@ -729,8 +729,11 @@ def _assign(exchanges: Sequence[Exchange], failed: Sequence[Exchange] = ()) -> l
         if ex.response_id:
             by_response[ex.response_id] = (conv, len(conv.turns) - 1)
     for conv in convs:
-        # A session that ended on failed requests (no re-send answered them).
-        conv.failed_after = _failed_between(conv, None, failed)
+        # A session that ended on failed requests (no re-send answered them).  Only one
+        # still waiting for its tools' turn: after an answer, a failed request on the same
+        # connection is another conversation's start.
+        if conv.last.calls:
+            conv.failed_after = _failed_between(conv, None, failed)
     for conv in convs:
         # Among conversations waiting for tools when this one started, its parent is the
         # one whose next request carries this one's final answer as a tool output.  A fork
