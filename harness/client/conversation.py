@@ -184,7 +184,7 @@ class WsTurn:
         self.resume: ResponseStream | None = None
         self.stream: ResponseStream | None = None
 
-    def request(self) -> str:
+    def request(self) -> bytes:
         conv = self.conv
         paused = conv.paused
         if paused is not None and paused.status == "paused" and paused.response_id:
@@ -200,8 +200,8 @@ class WsTurn:
             body = shape_body(
                 ws_create(conv.spec, inp, previous), "responses", conv.shaping, planned_output(inp)
             )
-        payload = dumps(body).decode()
-        self.rec.bytes_sent = len(payload)
+        payload = dumps(body)
+        self.rec.bytes_sent = len(payload)  # bytes, as over HTTP: not characters
         return payload
 
     def start(self, sent_ns: int) -> ResponseStream:

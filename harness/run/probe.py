@@ -417,7 +417,7 @@ class _Prober:
         events: list[dict[str, Any]] = []
         try:
             async with asyncio.timeout(self.timeout_s):
-                await conn.send(dumps(body).decode())
+                await conn.send(dumps(body))
                 while True:
                     raw, _, _ = await conn.recv()
                     event = loads(raw)

@@ -292,7 +292,7 @@ class WsLaneSession:
             payload = turn.request()
             if self.stream_id is not None:
                 # The body is a JSON object: the lane goes in as its first key.
-                payload = f'{{"stream_id":{dumps(self.stream_id).decode()},{payload[1:]}'
+                payload = b'{"stream_id":' + dumps(self.stream_id) + b"," + payload[1:]
                 rec.bytes_sent = len(payload)
             while not queue.empty():
                 queue.get_nowait()  # what a failed response or a closed connection left

@@ -244,10 +244,11 @@ class WsConnection(asyncio.Protocol):
         return False
 
     # -- one turn --------------------------------------------------------------------------------
-    async def send(self, text: str) -> None:
+    async def send(self, text: bytes) -> None:
+        """One text message (``text``: its UTF-8 bytes)."""
         if self.gone is not None:
             raise self.gone
-        self._write(encode_frame(OP_TEXT, text.encode()))
+        self._write(encode_frame(OP_TEXT, text))
         if self._drain is not None:
             await self._drain
             if self.gone is not None:

@@ -6,6 +6,7 @@ import pytest
 
 from harness.client.conversation import Conversation
 from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
+from harness.client.shaping import RequestShaping
 from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
 from harness.wire.events import loads
 from harness.wire.transports import transport_spec
@@ -98,3 +99,13 @@ def test_a_turn_gives_up_after_the_last_recovery() -> None:
     # a close no rule recovers is raised as it is
     with pytest.raises(WsClosed):
         conv.ws_turn(_transcript().next_input(1), rec).recover(WsClosed(4000))
+
+
+def test_a_websocket_request_counts_its_bytes_sent_in_bytes_not_characters() -> None:
+    """Over HTTP ``bytes_sent`` is the body's bytes; over WebSocket it was its characters."""
+    shaping = RequestShaping(extra_body={"responses": {"metadata": {"note": "café ☕"}}})
+    conv = Conversation(transport_spec("ws"), shaping=shaping)
+    rec = TurnRecord("ws", 0, 1)
+    payload = conv.ws_turn(_transcript().next_input(1), rec).request()
+    assert loads(payload)["metadata"]["note"] == "café ☕"
+    assert rec.bytes_sent == len(payload) == len(payload.decode()) + 1 + 2
