@@ -10,11 +10,12 @@ STAMP  := $(VENV)/.installed
 help:
 	@echo "make demo       run the built-in quickstart scenario over http and ws against the embedded server"
 	@echo "make test       run the whole test suite"
-	@echo "make lint       ruff + mypy"
+	@echo "make lint       ruff check + ruff format --check + mypy (CI runs it before make test)"
 	@echo "make reproduce  measure the published figures (docs/model.md §9) -> results/reproduction/ (~4½ min)"
 	@echo "make fuzz       10,000 hostile requests, frames and sockets against the reference server; counts -> results/fuzz.json (~30 s)"
 	@echo "make soak       mixed load with injected faults; RSS over time + error counts -> results/soak/ (~5 min)"
 	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~15 min)"
+	@echo "make bench-proxy the latency loopbench record adds to a turn, paired (docs/traces.md) (~2 min)"
 	@echo "make bench-peers loopbench next to guidellm and aiperf (own venv .venv-peers) -> results/peers.json, BENCHMARKS.md (~5 min)"
 	@echo "make notebook   re-execute notebooks/*.ipynb in place on results/baseline (committed with outputs)"
 
@@ -29,10 +30,18 @@ $(STAMP): pyproject.toml
 # `make venv` (or any target) creates .venv and installs -e .[dev]; again when pyproject.toml changes.
 venv: $(STAMP)
 
+# The project's own checks live outside the installed packages (bench/, tools/: not in the
+# wheel) and run from the checkout's root, where `python -m` finds them.
 .PHONY: bench
 # Ratios measured side by side in one run; fails (exit 3) when a target is missed.
 bench: $(STAMP)
-	$(BIN)/loopbench selfbench --check --out results/selfbench.json
+	$(BIN)/python -m bench.selfbench --check --out results/selfbench.json
+
+.PHONY: bench-proxy
+# What the recording proxy adds to a turn, against a bare relay in the same trials.
+PROXY_TRIALS ?= 2000
+bench-proxy: $(STAMP)
+	$(BIN)/python -m bench.proxy --trials $(PROXY_TRIALS)
 
 # The peers live in their own virtualenv: they never enter loopbench's dependencies or .venv.
 # torch first, pinned, so the peers' resolver finds it satisfied and pulls no multi-GB CUDA build.
@@ -54,7 +63,7 @@ $(PEERS_STAMP):
 # not part of `make test`. Exit 3 when loopbench's TTFT error at 64 streams is not <= 1/5 of
 # the best peer's.
 bench-peers: $(STAMP) $(PEERS_STAMP)
-	$(BIN)/python -m harness.tools.peers --check --peers-venv $(PEERS_VENV) --out results/peers.json --benchmarks BENCHMARKS.md
+	$(BIN)/python -m bench.peers --check --peers-venv $(PEERS_VENV) --out results/peers.json --benchmarks BENCHMARKS.md
 
 .PHONY: notebook
 # Committed with its outputs so it reads on GitHub; executed on the committed baseline so the
@@ -67,7 +76,7 @@ notebook: $(STAMP)
 # and recoveries by kind.  A long one (not in CI): make soak SOAK_S=1800
 SOAK_S ?= 240
 soak: $(STAMP)
-	$(BIN)/python -m harness.tools.soak --out results/soak --duration-s $(SOAK_S)
+	$(BIN)/python -m tools.soak --out results/soak --duration-s $(SOAK_S)
 
 demo: $(STAMP)
 	$(BIN)/loopbench run quickstart --out results
@@ -88,9 +97,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m serial --durations=10 || rc=$$((rc ? rc : $$?)); \
 	exit $$rc
 
+# Every Python folder of the project: the product, its development tools and the tests.
+LINT_DIRS := harness reference_server bench tools tests notebooks
 lint: $(STAMP)
-	$(BIN)/ruff check harness reference_server tests
-	$(BIN)/ruff format --check harness reference_server tests
+	$(BIN)/ruff check $(LINT_DIRS)
+	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/mypy
 
 clean:
@@ -101,4 +112,4 @@ clean:
 # server of its own; fails on any 5xx, hang, undocumented answer or unbounded RSS (~1 min).
 FUZZ_CASES ?= 10000
 fuzz: $(STAMP)
-	$(BIN)/python -m harness.tools.fuzz --cases $(FUZZ_CASES) --json results/fuzz.json
+	$(BIN)/python -m tools.fuzz --cases $(FUZZ_CASES) --json results/fuzz.json

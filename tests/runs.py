@@ -15,7 +15,7 @@ from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "harness" / "scenarios" / "tiny.yaml"
+TINY = ROOT / "scenarios" / "tiny.yaml"
 
 
 def _argv(args: tuple[str | Path, ...]) -> list[str]:

@@ -69,11 +69,6 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "locust", "locust", "distributed load: a Locust master and workers replaying a scenario"
     ),
-    Command(
-        "selfbench",
-        "selfbench",
-        "measure the harness itself: client ceiling, pipeline rate, overhead, pacing, memory",
-    ),
 )
 
 _HELP = {c.name: c.help for c in COMMANDS}

@@ -1,8 +1,9 @@
 """The scenarios shipped inside the package, found by name.
 
-They live in ``harness/scenarios/`` as package data, so an installed loopbench has
-them wherever it runs: ``loopbench run quickstart`` needs no checkout.  Names are the
-file stems (``tiny``), and ``reproduce/NAME`` for the reproduction set.
+They live in the checkout's top-level ``scenarios/`` folder, which the wheel installs as
+``harness/scenarios/`` (pyproject.toml's package-dir), so an installed loopbench has them
+wherever it runs: ``loopbench run quickstart`` needs no checkout.  Names are the file stems
+(``tiny``), and ``reproduce/NAME`` for the reproduction set.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ __all__ = [
     "builtin_scenarios",
 ]
 
-BUILTIN_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+_PACKAGE = Path(__file__).resolve().parents[1]
+# Installed from the wheel: inside the package.  A checkout (an editable install, or the
+# sources on the path): the top-level folder itself, beside the package.
+BUILTIN_DIR = next(
+    (d for d in (_PACKAGE / "scenarios", _PACKAGE.parent / "scenarios") if d.is_dir()),
+    _PACKAGE / "scenarios",
+)
 REPRODUCE_DIR = BUILTIN_DIR / "reproduce"
 
 
@@ -36,8 +43,9 @@ def builtin_path(name: str | os.PathLike[str]) -> Path | None:
     key = os.fspath(name).replace(os.sep, "/")
     for suffix in (".yaml", ".yml"):
         key = key.removesuffix(suffix)
-    # Docs and issues write the path inside the package (harness/scenarios/quickstart.yaml);
-    # asked from any folder where no such file exists, it means the built-in.
+    # Docs and issues write the path in the checkout (scenarios/quickstart.yaml, or the older
+    # harness/scenarios/quickstart.yaml); asked from any folder where no such file exists, it
+    # means the built-in.
     for prefix in ("harness/scenarios/", "scenarios/"):
         key = key.removeprefix(prefix)
     return builtin_scenarios().get(key)
