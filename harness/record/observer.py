@@ -198,17 +198,14 @@ class _WsConnection:
                 )
 
     def close(self, t_ns: int) -> None:
+        why = "the connection closed before the response ended"
+        for side, decoder in (("client", self.to_server), ("server", self.to_client)):
+            if decoder.broken is not None:
+                why = f"the {side}'s frames could not be read after {decoder.broken}"
+                break
         for queue_ in self.pending.values():
             for _, t_start, _, _ in queue_:
-                self.observer.failed(
-                    "responses",
-                    "ws",
-                    self.conn,
-                    t_start,
-                    t_ns,
-                    499,
-                    "the connection closed before the response ended",
-                )
+                self.observer.failed("responses", "ws", self.conn, t_start, t_ns, 499, why)
         self.pending.clear()
 
 

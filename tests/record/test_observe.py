@@ -130,3 +130,16 @@ def test_concurrent_independent_agents_stay_rollouts_of_their_own() -> None:
     assert by_id["conv-1"].turns[0].tool_calls[0].output_tokens == 6
     assert by_id["conv-2"].meta["overlapped_with"] == ["conv-1"]
     assert "forked_from" not in by_id["conv-2"].meta
+
+
+def test_requests_in_flight_on_a_connection_whose_frames_broke_say_why_they_failed() -> None:
+    obs = Observer()
+    obs.ws_open(3, "")
+    create = b'{"type":"response.create","model":"m","input":[]}'
+    obs.ws_client(3, encode_frame(OP_TEXT, create), 10)
+    obs.ws_server(3, encode_frame(OP_TEXT, b"{}", key=b"abcd"), 20)  # a server must not mask
+    obs.ws_close(3, 30)
+    assert obs.out.unread == [
+        "connection 3: a responses exchange over ws: the server's frames could not be read "
+        "after a masked frame (a server must not mask its frames)"
+    ]
