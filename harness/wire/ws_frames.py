@@ -123,6 +123,9 @@ class FrameReader:
         n = len(data)
         pos = 0
         mask_bit = self._mask_bit
+        key_len = 4 if mask_bit else 0
+        max_size = self.max_size
+        frame = self._frame
         while True:
             left = n - pos
             if left < 2:
@@ -144,29 +147,24 @@ class FrameReader:
                     need = 10
                     break
                 length = int.from_bytes(data[pos + 2 : pos + 10], "big")
-            if b0 & 0x70:
-                self._check_rsv(b0)
-            if b1 & 0x80 != mask_bit:
-                raise FrameError(
-                    1002,
-                    "an unmasked frame (a client must mask its frames)"
-                    if mask_bit
-                    else "a masked frame (a server must not mask its frames)",
-                )
-            if length > self.max_size:
-                raise FrameError(1009, f"a frame of {length:,} bytes (limit {self.max_size:,})")
-            if mask_bit:
-                head += 4
+            if b0 & 0x70 or b1 & 0x80 != mask_bit:
+                self._check_head(b0, b1)
+            if length > max_size:
+                raise FrameError(1009, f"a frame of {length:,} bytes (limit {max_size:,})")
+            head += key_len
             end = pos + head + length
             if end > n:
                 need = head + length
                 break
-            if mask_bit:
+            if key_len:
                 payload = mask(data[pos + head : end], data[pos + head - 4 : pos + head])
             else:
                 payload = data[pos + head : end]
             pos = end
-            self._frame(b0, payload, out)
+            if b0 == 0x81 and not self._frags:
+                out.append((OP_TEXT, payload))  # the common case: a whole, plain text message
+            else:
+                frame(b0, payload, out)
         if left:
             rest = data[pos:]
             self._chunks = [rest]
@@ -174,7 +172,17 @@ class FrameReader:
             self._need = need
         return out
 
-    def _check_rsv(self, b0: int) -> None:
+    def _check_head(self, b0: int, b1: int) -> None:
+        """Masking as this side expects, and reserved bits only where an extension allows."""
+        if b1 & 0x80 != self._mask_bit:
+            raise FrameError(
+                1002,
+                "an unmasked frame (a client must mask its frames)"
+                if self._mask_bit
+                else "a masked frame (a server must not mask its frames)",
+            )
+        if not b0 & 0x70:
+            return
         # RSV1 marks a compressed message: on its first frame, and only once deflate was agreed.
         op = b0 & 0x0F
         if b0 & 0x70 == _RSV1 and self._deflate is not None and op in _DATA:
