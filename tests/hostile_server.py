@@ -148,7 +148,7 @@ HTTP_ACTS: dict[str, HttpAct] = {
 
 
 def frame(opcode: int, payload: bytes, *, fin: bool = True, rsv: int = 0) -> bytes:
-    """A server frame (unmasked)."""
+    """A server frame (no mask), by the project's codec."""
     return encode_frame(opcode, payload, masked=False, fin=fin, rsv=rsv)
 
 

@@ -13,7 +13,7 @@ fuzzer and the server, so it can send what a library would refuse to):
   invalid headers, huge headers, bad methods, paths and versions;
 * **ws** — WebSocket sessions of 1 to 4 frames: creates (valid and mutated),
   appends and steers with junk, non-JSON, binary, invalid UTF-8, fragments,
-  stray continuations, reserved opcodes and bits, unmasked frames, oversized
+  stray continuations, reserved opcodes and bits, frames without a mask, oversized
   control frames, bad close codes, lying length headers, over-limit messages;
   ended by a close, a reset or a half-close;
 * **socket** — half-open (half a request, then a half-close), resets after the

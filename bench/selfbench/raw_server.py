@@ -13,7 +13,7 @@ Responses stream, encoded once at startup: ``response.created``,
   one chunk, and one ``write``, per event; then the last chunk.  Keep-alive.
 * WebSocket: a ``GET`` with ``Upgrade: websocket`` is switched (RFC 6455
   handshake); every text frame from the client (``response.create``) is answered
-  with the stream, one unmasked text frame, and one ``write``, per event.  A close
+  with the stream, one text frame (a server's: no mask), and one ``write``, per event.  A close
   frame is echoed and the connection closed.
 
 One write per event is what a token streamer does; the writes go out as fast as
