@@ -15,7 +15,7 @@ help:
 	@echo "make fuzz       10,000 hostile requests, frames and sockets against the reference server; counts -> results/fuzz.json (~30 s)"
 	@echo "make soak       mixed load with injected faults; RSS over time + error counts -> results/soak/ (~5 min)"
 	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~15 min)"
-	@echo "make bench-proxy the latency loopbench record adds to a turn, paired (docs/traces.md) (~2 min)"
+	@echo "make bench-proxy what loopbench record adds to a turn: 1,000 paired trials against a bare relay (docs/traces.md)"
 	@echo "make bench-peers loopbench next to guidellm and aiperf (own venv .venv-peers) -> results/peers.json, BENCHMARKS.md (~5 min)"
 	@echo "make notebook   re-execute notebooks/*.ipynb in place on results/baseline (committed with outputs)"
 
@@ -39,7 +39,7 @@ bench: $(STAMP)
 
 .PHONY: bench-proxy
 # What the recording proxy adds to a turn, against a bare relay in the same trials.
-PROXY_TRIALS ?= 2000
+PROXY_TRIALS ?= 1000
 bench-proxy: $(STAMP)
 	$(BIN)/python -m bench.proxy --trials $(PROXY_TRIALS)
 

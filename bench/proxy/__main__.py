@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -24,14 +23,9 @@ def build_parser() -> UsageParser:
         description="Measure the latency the recording proxy adds, over N paired turns (direct "
         "vs through a `loopbench record` process), and print p50/p99; against the embedded "
         "server, a bare relay process (forwards bytes, records nothing) is measured in the "
-        "same trials as the floor any extra hop costs.",
-        epilog="examples:\n"
-        "  python -m bench.proxy --trials 2000\n"
-        "  python -m bench.proxy --trials 2000 --streams 8 --history 200\n"
-        "  python -m bench.proxy --trials 500 --upstream http://127.0.0.1:8000/v1",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "same trials as the floor any extra hop costs (make bench-proxy; docs/traces.md).",
     )
-    p.add_argument("--trials", type=int, default=2000, metavar="N", help="paired turns (2000)")
+    p.add_argument("--trials", type=int, default=1000, metavar="N", help="paired turns (1000)")
     p.add_argument(
         "--streams",
         type=int,

@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = UsageParser(
         prog="python -m bench.proxy.bare_relay",
         description="Forward bytes between clients and --upstream, and nothing else: the "
-        "floor `loopbench record --bench` measures the recording proxy against.",
+        "floor `python -m bench.proxy` measures the recording proxy against.",
     )
     parser.add_argument("--upstream", required=True, help="http://HOST:PORT/v1 (plain TCP)")
     parser.add_argument("--host", default="127.0.0.1")

@@ -173,7 +173,7 @@ class BenchResult:
             return [f"  {name:<34} {v[0]:+8.3f} ms   {ci}"]
 
         out = [
-            f"loopbench record --bench: {self.pairs} paired trials (n per row) in "
+            f"bench.proxy: {self.pairs} paired trials (n per row) in "
             f"{self.seconds:.0f} s, {self.streams} concurrent stream(s), {self.history} "
             "history messages per request; proxy, upstream and client in separate processes",
             two("TTFT direct", self.direct_ttft_ms),
@@ -548,7 +548,7 @@ def run_bench(
     """Start each of ``proxies`` against ``upstream_url`` and measure ``pairs`` trials
     (over ``streams`` concurrent streams), each trial a turn on every connection."""
     direct = Upstream.parse(upstream_url)
-    with tempfile.TemporaryDirectory(prefix="loopbench-record-bench-") as tmp, ExitStack() as st:
+    with tempfile.TemporaryDirectory(prefix="loopbench-bench-proxy-") as tmp, ExitStack() as st:
         started = [st.enter_context(_proxy(cmd, upstream_url, tmp)) for cmd in proxies]
         proxied = [up for up, _ in started]
         cpu_before = [tree_cpu_seconds(pid) for _, pid in started]

@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from bench.proxy import latency as bench_module
+from bench.proxy.__main__ import main
 from bench.proxy.bare_relay import serve as serve_bare_relay
 from bench.proxy.latency import (
     BARE_RELAY,
@@ -336,3 +337,17 @@ def test_the_bare_relay_runs_as_the_bench_starts_it(server_url: str) -> None:
         timeout=60,
     )
     assert refused.returncode == ExitCode.USAGE and "plain TCP only" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    "argv", [["--trials", "0"], ["--streams", "0"], ["--history", "-1"], ["--bench", "5"]]
+)
+def test_a_bad_argument_is_a_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked before any process starts; ``--bench`` (the flag of ``loopbench record`` this
+    bench was) is unknown here."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == ExitCode.USAGE
+    assert capsys.readouterr().err.splitlines()[-1].startswith("python -m bench.proxy: error: ")
