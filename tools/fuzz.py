@@ -918,10 +918,13 @@ class _ServerFrames:
         self.names = names
         self.reader = wsf.FrameReader(1 << 30)
         self.frames: list[tuple[int, bytes]] = []
+        self.broken = False
 
     async def next(self, timeout: float) -> tuple[int, bytes] | None:
         """The next frame ``(opcode, payload)``; None at EOF or after a broken frame."""
         while not self.frames:
+            if self.broken:
+                return None
             try:
                 data = await asyncio.wait_for(self.conn.reader.read(65536), timeout)
             except ConnectionError:
@@ -932,7 +935,7 @@ class _ServerFrames:
                 self.frames = self.reader.feed(data)
             except wsf.FrameError as exc:
                 self.tally.fail("ws_bad_frame", f"ws {self.names}: the server sent {exc.reason}")
-                return None
+                self.frames, self.broken = exc.before, True
         return self.frames.pop(0)
 
 

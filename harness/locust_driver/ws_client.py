@@ -108,12 +108,13 @@ class WsConnection:
         raise hs.handshake_exc or InvalidMessage("did not receive a valid HTTP response")
 
     def _reader_feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """The frames in ``data``; a broken one closes the connection after those before it."""
         try:
             return self._reader.feed(data)
         except wsf.FrameError as exc:
             self._send(wsf.encode_frame(wsf.OP_CLOSE, wsf.close_payload(exc.code)))
             self._closed = WsClosed(exc.code, f"the server sent {exc.reason}")
-            return []
+            return exc.before
 
     def _frames(self, frames: list[tuple[int, bytes]], t_ns: int) -> None:
         for op, payload in frames:

@@ -131,7 +131,7 @@ class WsDecoder:
             frames = self._reader.feed(data)
         except FrameError as exc:
             self.broken = exc.reason
-            return []
+            frames = exc.before
         return [payload for op, payload in frames if op < OP_CLOSE]
 
 

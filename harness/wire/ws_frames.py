@@ -43,12 +43,17 @@ _DEFLATE_TAIL = b"\x00\x00\xff\xff"
 
 
 class FrameError(Exception):
-    """The peer broke the framing rules; ``code`` is the close code to answer with."""
+    """The peer broke the framing rules; ``code`` is the close code to answer with.
+
+    ``before``: what :meth:`FrameReader.feed` completed from the same bytes ahead of the
+    broken frame (an event and the bad close frame behind it often come in one read).
+    """
 
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(reason)
         self.code = code
         self.reason = reason
+        self.before: list[tuple[int, bytes]] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +125,14 @@ class FrameReader:
             data = b"".join(self._chunks)
             self._chunks = []
         out: list[tuple[int, bytes]] = []
+        try:
+            self._parse(data, out)
+        except FrameError as exc:
+            exc.before = out
+            raise
+        return out
+
+    def _parse(self, data: bytes, out: list[tuple[int, bytes]]) -> None:
         n = len(data)
         pos = 0
         mask_bit = self._mask_bit
@@ -170,7 +183,6 @@ class FrameReader:
             self._chunks = [rest]
             self._have = left
             self._need = need
-        return out
 
     def _check_head(self, b0: int, b1: int) -> None:
         """Masking as this side expects, and reserved bits only where an extension allows."""

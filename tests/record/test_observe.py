@@ -94,7 +94,8 @@ def test_ws_decoders_read_compressed_traffic_as_the_extension_answer_says() -> N
 
 def test_ws_decoder_stops_at_broken_framing_and_says_why() -> None:
     dec = WsDecoder(masked=True)
-    assert dec.feed(encode_frame(OP_TEXT, b"{}", masked=False)) == []
+    before = encode_frame(OP_TEXT, b'{"a":1}')
+    assert dec.feed(before + encode_frame(OP_TEXT, b"{}", masked=False)) == [b'{"a":1}']
     assert dec.broken == "an unmasked frame (a client must mask its frames)"
     assert dec.feed(encode_frame(OP_TEXT, b"{}")) == []
 

@@ -313,3 +313,16 @@ def test_deflate_agreed_reads_the_servers_extension_answer() -> None:
         Deflate(False),
         Deflate(True),
     )
+
+
+def test_what_came_before_a_broken_frame_in_the_same_read_is_kept_on_the_error() -> None:
+    wire = (
+        encode_frame(OP_TEXT, b'{"type":"response.created"}', masked=False)
+        + encode_frame(OP_PING, b"p", masked=False)
+        + encode_frame(OP_CLOSE, close_payload(999), masked=False)
+        + encode_frame(OP_TEXT, b"never read", masked=False)
+    )
+    with pytest.raises(FrameError) as caught:
+        FrameReader(100).feed(wire)
+    assert caught.value.before == [(OP_TEXT, b'{"type":"response.created"}'), (OP_PING, b"p")]
+    assert caught.value.code == 1002
