@@ -512,16 +512,8 @@ class _Relay:
 
     def _websocket(self, hbuf: bytes, end: int) -> None:
         answer = parse_request_head(b"GET / HTTP/1.1" + hbuf[hbuf.find(b"\r\n") : end])
-        ext = answer.headers.get("sec-websocket-extensions", "").lower()
-        deflate = "permessage-deflate" in ext
-        self.proxy._observe(
-            self.conn,
-            "ws_open",
-            self.conn,
-            deflate,
-            "client_no_context_takeover" in ext,
-            "server_no_context_takeover" in ext,
-        )
+        ext = answer.headers.get("sec-websocket-extensions", "")
+        self.proxy._observe(self.conn, "ws_open", self.conn, ext)
         self.mode = _WS
         self.inflight = False
         now = time.perf_counter_ns()

@@ -34,6 +34,7 @@ from harness.record.proxy import (
 from harness.report.results import load_run
 from harness.transports import make_transport
 from harness.transports.rollout_loop import run_rollout
+from harness.wire.ws_frames import encode_frame
 from harness.workload.records import TurnRecord
 from harness.workload.trace import TraceRollout, dump_trace, read_trace
 from tests.runs import ROOT, run_cli
@@ -523,13 +524,7 @@ def test_record_command_exits_3_first_saying_so_when_its_observer_died(
 
 
 def _frame(payload: bytes, mask: bytes | None = None, fin: bool = True, opcode: int = 1) -> bytes:
-    head = bytes([(0x80 if fin else 0) | opcode])
-    n = len(payload)
-    size = bytes([n]) if n < 126 else bytes([126]) + n.to_bytes(2, "big")
-    if mask is None:
-        return head + size + payload
-    size = bytes([size[0] | 0x80]) + size[1:]
-    return head + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return encode_frame(opcode, payload, masked=mask is not None, fin=fin, key=mask)
 
 
 def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
