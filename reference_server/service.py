@@ -372,7 +372,12 @@ class Service:
             default_auto_tool_calls=self.config.default_auto_tool_calls,
             rng=rng,
             reasoning_tokens=reasoning_budget(
-                metadata, reasoning.effort, self.sim.engine.reasoning_tokens
+                metadata,
+                reasoning.effort,
+                self.sim.engine.reasoning_tokens,
+                efforts=self.sim.engine.reasoning_effort_tokens,
+                rng=rng,
+                ceiling=req.reasoning_ceiling,
             ),
             summary=reasoning.summary,
             include_encrypted=reasoning.include_encrypted,

@@ -27,13 +27,16 @@ import orjson
 
 from harness.wire import events as ev
 from reference_server.core.conversation import Conversation, tools_tokens
-from reference_server.core.reasoning import HINT_REASONING_TOKENS, INCLUDE_ENCRYPTED
+from reference_server.core.lengths import EFFORTS
+from reference_server.core.reasoning import INCLUDE_ENCRYPTED
 from reference_server.core.validation import CreateRequest, RequestError
 
 MAX_CACHE_BREAKPOINTS = 4
 # A read checks the blocks up to this many before each breakpoint (the API's documented window).
 LOOKBACK_BLOCKS = 20
 MIN_THINKING_BUDGET = 1024
+# The API's documented default effort: what thinking plans when output_config names none.
+DEFAULT_EFFORT = "high"
 ROLES = ("user", "assistant")
 # Status → the Messages API's error type; 413 keeps its own type (request_too_large).
 ERROR_TYPES = {
@@ -330,17 +333,36 @@ def _metadata(value: Any) -> dict[str, str]:
     return hints
 
 
-def _thinking(value: Any, max_tokens: int) -> int | None:
-    """The thinking budget when extended thinking is enabled, else None."""
+def _effort(value: Any) -> str | None:
+    """``output_config.effort``: how much the model thinks (and writes) when it may."""
     if value is None:
         return None
+    if not isinstance(value, dict):
+        raise _bad(f"output_config: expected an object, got {_type_name(value)}.")
+    effort = value.get("effort")
+    if effort is not None and effort not in EFFORTS:
+        expected = ", ".join(repr(e) for e in EFFORTS)
+        raise _bad(f"output_config.effort: expected one of {expected}, got {effort!r}.")
+    return effort
+
+
+def _thinking(value: Any, max_tokens: int, effort: str | None) -> tuple[str, int | None]:
+    """(reasoning effort, ceiling of the thinking): effort ``none`` when thinking is off.
+
+    ``adaptive`` lets the model decide: it thinks as the effort's distribution says.
+    ``enabled`` does the same under its ``budget_tokens``, a ceiling, not a plan.
+    """
+    if value is None:
+        return "none", None
     if not isinstance(value, dict):
         raise _bad(f"thinking: expected an object, got {_type_name(value)}.")
     kind = value.get("type")
     if kind == "disabled":
-        return None
+        return "none", None
+    if kind == "adaptive":
+        return effort or DEFAULT_EFFORT, None
     if kind != "enabled":
-        raise _bad(f"thinking.type: expected 'enabled' or 'disabled', got {kind!r}.")
+        raise _bad(f"thinking.type: expected 'enabled', 'adaptive' or 'disabled', got {kind!r}.")
     budget = value.get("budget_tokens")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
         raise _bad(
@@ -350,7 +372,7 @@ def _thinking(value: Any, max_tokens: int) -> int | None:
         raise _bad(
             f"`max_tokens` must be greater than `thinking.budget_tokens` ({max_tokens} <= {budget})."
         )
-    return budget
+    return effort or DEFAULT_EFFORT, budget
 
 
 def _check_scalars(body: dict[str, Any]) -> None:
@@ -436,7 +458,9 @@ def parse_messages(body: Any) -> MessagesRequest:
     tools, tool_marks = _tools(body.get("tools"))
     tool_choice, parallel = _tool_choice(body.get("tool_choice"), tools)
     metadata = _metadata(body.get("metadata"))
-    budget = _thinking(body.get("thinking"), max_tokens)
+    effort, ceiling = _thinking(
+        body.get("thinking"), max_tokens, _effort(body.get("output_config"))
+    )
     _check_scalars(body)
     built = _Builder()
     built.breakpoints += len(tool_marks)
@@ -448,13 +472,11 @@ def parse_messages(body: Any) -> MessagesRequest:
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {built.breakpoints}."
         )
-    if budget is None:
-        reasoning: dict[str, Any] = {"effort": "none"}
-    else:
+    reasoning: dict[str, Any] = {"effort": effort}
+    if effort != "none":
         # Extended thinking streams as thinking blocks: the pipeline's reasoning summary is the
         # thinking shown, its encrypted content the signature (docs/server.md "Messages").
-        reasoning = {"summary": "auto"}
-        metadata.setdefault(HINT_REASONING_TOKENS, str(budget))
+        reasoning["summary"] = "auto"
     conv = Conversation.build(None, [], built.items)
     create = CreateRequest(
         model=model,
@@ -467,6 +489,7 @@ def parse_messages(body: Any) -> MessagesRequest:
         max_output_tokens=max_tokens,
         metadata=metadata,
         raw={"model": model, "reasoning": reasoning, "include": [INCLUDE_ENCRYPTED]},
+        reasoning_ceiling=ceiling,
     )
     reads, writes = _prompt_cache_keys(conv, built.marks, tools, tool_marks)
     create.cache_prefixes, create.cache_writes = reads, writes

@@ -55,6 +55,8 @@ class CreateRequest:
     # and the ones it writes for this request, as (key, tokens), instead of every item prefix.
     cache_prefixes: list[tuple[int, int]] | None = None
     cache_writes: list[tuple[int, int]] | None = None
+    # A Messages ``thinking.budget_tokens``: the most the reasoning may take, not its plan.
+    reasoning_ceiling: int | None = None
 
 
 def _invalid(message: str, param: str | None, code: str | None = "invalid_value") -> RequestError:
