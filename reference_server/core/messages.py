@@ -284,6 +284,9 @@ def _tools(value: Any) -> tuple[list[dict[str, Any]], list[int]]:
         out: dict[str, Any] = {"type": "function", "name": name, "parameters": schema}
         if isinstance(tool.get("description"), str):
             out["description"] = tool["description"]
+        if tool.get("defer_loading") is True:
+            # Not in the model's context until a tool search loads it: never called.
+            out["defer_loading"] = True
         tools.append(out)
     return tools, marked
 
