@@ -38,6 +38,12 @@ COMMANDS: tuple[Command, ...] = (
         "scenario",
         "turn recorded agent sessions or public request traces into a replayable trace (docs/traces.md)",
     ),
+    Command(
+        "trace",
+        "trace",
+        "print what a trace holds: rollouts, turns, tokens, tool time, warm-ups, recoveries, "
+        "sub-agents",
+    ),
     Command("scenarios", "catalog", "list the built-in scenarios with their descriptions"),
     Command("init", "catalog", "write NAME.yaml, a commented starter scenario"),
     Command(

@@ -95,6 +95,18 @@ def ws_create(
     return body
 
 
+def ws_warmup(spec: TransportSpec, inp: TurnInput) -> dict[str, Any]:
+    """``response.create`` with ``generate: false``: the instructions and tools of the turn
+    that follows, no input and no output (docs/protocol.md §2.4); that turn chains from it."""
+    return {
+        "type": "response.create",
+        **_common(inp),
+        "store": spec.store,
+        "input": [],
+        "generate": False,
+    }
+
+
 def ws_append(inp: TurnInput, response_id: str) -> dict[str, Any]:
     """``response.append`` (append prototype): the tool outputs, plus this turn's metadata and
     tool_choice (a loopbench extension) so the replayed rollout keeps its shape."""

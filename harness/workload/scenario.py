@@ -44,6 +44,7 @@ from harness.workload.distributions import (
 )
 from harness.workload.slo import SloConfig
 from harness.workload.target import TargetConfig
+from harness.workload.trace_scenario import looks_like_trace, trace_scenario
 
 __all__ = [
     "MAX_OPEN_LOOP_ROLLOUTS",
@@ -1121,7 +1122,8 @@ def resolve_scenario(path: str | os.PathLike[str]) -> str:
 def load_scenario(
     path: str | os.PathLike[str], overrides: dict[str, str] | None = None
 ) -> Scenario:
-    """Read, override and validate a scenario file, or the built-in scenario of that name.
+    """Read, override and validate a scenario file, or the built-in scenario of that name,
+    or the scenario that replays a trace file (:mod:`harness.workload.trace_scenario`).
 
     ``overrides`` maps dotted field paths to YAML scalars, e.g.
     ``{"load.concurrency": "4", "transports": "[http]"}``; they are applied to
@@ -1137,4 +1139,7 @@ def load_scenario(
         raise ScenarioError(source, "", "expected a YAML file, got a directory") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(source, "", f"cannot read file: {exc}") from None
+    if looks_like_trace(source, text):
+        # A trace given where a scenario goes: the built-in scenario that replays it.
+        return validate_scenario(trace_scenario(source, text), source, overrides)
     return validate_scenario(_parse_yaml(text, source), source, overrides)
