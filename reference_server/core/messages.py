@@ -328,9 +328,6 @@ def _tools(value: Any) -> tuple[list[dict[str, Any]], list[int]]:
         out: dict[str, Any] = {"type": "function", "name": name, "parameters": schema}
         if isinstance(tool.get("description"), str):
             out["description"] = tool["description"]
-        if tool.get("defer_loading") is True:
-            # Not in the model's context until a tool search loads it: never called.
-            out["defer_loading"] = True
         tools.append(out)
     return tools, marked
 
@@ -542,7 +539,10 @@ def parse_messages(body: Any) -> MessagesRequest:
     if effort != "none":
         # Extended thinking streams as thinking blocks: the pipeline's reasoning summary is the
         # thinking shown, its encrypted content the signature (docs/server.md "Messages").
-        reasoning["summary"] = "auto"
+        thinking = body.get("thinking")
+        if not (isinstance(thinking, dict) and thinking.get("display") == "omitted"):
+            # `display: "omitted"`: thinking blocks carry their signature and no text.
+            reasoning["summary"] = "auto"
     conv = Conversation.build(None, [], built.items)
     create = CreateRequest(
         model=model,

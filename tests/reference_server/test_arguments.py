@@ -19,26 +19,15 @@ import pytest
 
 from harness.wire.tokens import count_tokens
 from reference_server.core.arguments import make_arguments, sample_arguments
+from tests.agent_requests import CHAT, MESSAGES, RESPONSES, bodies
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 DRAWS_PER_TOOL = 300
 
 
-def _bodies(capture: dict[str, Any]) -> list[dict[str, Any]]:
-    if "requests" in capture:
-        return [r["body"] for r in capture["requests"] if isinstance(r.get("body"), dict)]
-    out = []
-    for message in capture["connection"]["messages"]:
-        if isinstance(message, str):
-            message = json.loads(message)
-        if isinstance(message, dict):
-            out.append(message.get("body", message))
-    return out
-
-
 def _as_function(tool: dict[str, Any]) -> dict[str, Any] | None:
     """A captured tool as the server's function tool (name, parameters), or None if not one."""
-    if "input_schema" in tool:  # Messages
+    if "input_schema" in tool and not tool.get("type"):  # Messages
         return {"name": tool["name"], "parameters": tool["input_schema"]}
     if tool.get("type") != "function":
         return None
@@ -48,12 +37,12 @@ def _as_function(tool: dict[str, Any]) -> dict[str, Any] | None:
 
 def agent_tools() -> list[tuple[str, dict[str, Any]]]:
     tools: dict[str, dict[str, Any]] = {}
-    for path in sorted((DATA / "agents").glob("*.json")):
-        for body in _bodies(json.loads(path.read_text(encoding="utf-8"))):
+    for name in (*RESPONSES, *MESSAGES, *CHAT):
+        for body in bodies(name):
             for tool in body.get("tools") or []:
                 fn = _as_function(tool)
                 if fn is not None:
-                    tools.setdefault(f"{path.stem}:{fn['name']}", fn)
+                    tools.setdefault(f"{name}:{fn['name']}", fn)
     return sorted(tools.items())
 
 
