@@ -539,7 +539,10 @@ def parse_messages(body: Any) -> MessagesRequest:
     if effort != "none":
         # Extended thinking streams as thinking blocks: the pipeline's reasoning summary is the
         # thinking shown, its encrypted content the signature (docs/server.md "Messages").
-        reasoning["summary"] = "auto"
+        thinking = body.get("thinking")
+        if not (isinstance(thinking, dict) and thinking.get("display") == "omitted"):
+            # `display: "omitted"`: thinking blocks carry their signature and no text.
+            reasoning["summary"] = "auto"
     conv = Conversation.build(None, [], built.items)
     create = CreateRequest(
         model=model,

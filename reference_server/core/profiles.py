@@ -152,17 +152,35 @@ class EffortTokens(BaseModel):
 
 
 # Name patterns (fnmatch, case-insensitive, first match wins) → how likely the model is to
-# pick a matching tool under tool_choice auto; unmatched tools weigh 1.  An agent loop
-# mostly reads, searches, runs and edits; it seldom plans, asks or ends the session.
+# pick a matching tool when it calls one; a tool no pattern matches weighs 1 (this table
+# ends with "*", so none is unmatched).  An agent loop mostly runs, reads, edits and
+# searches; it seldom plans, asks or ends the session.
 DEFAULT_TOOL_WEIGHTS: dict[str, float] = {
+    # Reaching outside loopback or into other servers: almost never in a benchmark.
+    "web*": 0.02,
+    "*fetch*": 0.02,
+    "*mcp*": 0.1,
+    # Tools that need state the simulated model never made (an image, a live session).
+    "view_image": 0.1,
+    "write_stdin": 0.1,
+    "toolsearch": 0.1,
+    # Spawning sub-agents: now and then.
+    "task*": 0.2,
+    "*agent*": 0.2,
+    # Asking the user, planning, scheduling, ending the session: seldom.
     "*ask*": 0.05,
     "*question*": 0.05,
+    "request_user*": 0.02,
     "exit*": 0.02,
+    "enter*": 0.02,
     "end*": 0.02,
     "*plan*": 0.05,
     "*todo*": 0.1,
-    "task*": 0.2,
-    "*agent*": 0.2,
+    "*goal*": 0.05,
+    "*cron*": 0.02,
+    "schedule*": 0.02,
+    "send*": 0.05,
+    # The loop itself: run, read, edit, search.
     "shell*": 4,
     "*bash*": 4,
     "exec*": 4,
@@ -178,6 +196,8 @@ DEFAULT_TOOL_WEIGHTS: dict[str, float] = {
     "*find*": 2,
     "list*": 2,
     "ls": 2,
+    # Any other tool an agent offers (skills, monitors, reports …).
+    "*": 0.2,
 }
 
 

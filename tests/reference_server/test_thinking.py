@@ -97,6 +97,13 @@ def test_messages_thinking_sets_effort_and_ceiling(
     assert "loopbench.reasoning_tokens" not in req.metadata
 
 
+def test_omitted_thinking_has_no_summary() -> None:
+    shown = parse_messages(_messages(thinking={"type": "adaptive"})).create
+    omitted = parse_messages(_messages(thinking={"type": "adaptive", "display": "omitted"})).create
+    assert reasoning_options(shown.raw).summary and not reasoning_options(omitted.raw).summary
+    assert reasoning_options(omitted.raw).effort == "high"
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
