@@ -25,7 +25,13 @@ from harness.wire.exit_codes import ExitCode
 from tools.interop import npm_agents
 from tools.interop.cases import CASES, Case, run_case
 from tools.interop.counts import ServerCounts, scrape
-from tools.interop.record_replay import compare, recorded, recording, replay
+from tools.interop.record_replay import (
+    RecorderError,
+    compare,
+    recorded,
+    recording,
+    replay,
+)
 from tools.interop.table import Row, Tally, render
 
 MODES = ("direct", "record", "replay")
@@ -65,20 +71,37 @@ def run_all(
     if any(c.agent in NPM_AGENTS for c in cases):
         agents = npm_agents.ensure_agents(Path(".agents").resolve(), work / "npm-install.log")
     tallies = {(c.name, m): Tally() for c in cases for m in modes}
+    clock = [time.monotonic()]
+
+    def add(case: Case, mode: str, problems: list[str], turns: int) -> None:
+        tallies[(case.name, mode)].add(problems, turns)
+        now = time.monotonic()
+        verdict = "ok" if not problems else "FAILED: " + "; ".join(problems)
+        print(
+            f"{case.name} {mode}: {turns} turns, {now - clock[0]:.1f} s, {verdict}", file=sys.stderr
+        )
+        clock[0] = now
+
     with embedded_server() as url:
         for rep in range(repeat):
             for case in cases:
                 here = work / f"{case.name}-{rep}"
                 if "direct" in modes:
                     problems, turns = _session(case, url, url, here / "direct", agents, timeout_s)
-                    tallies[(case.name, "direct")].add(problems, turns)
+                    add(case, "direct", problems, turns)
                 if "record" not in modes and "replay" not in modes:
                     continue
+                here.mkdir(parents=True, exist_ok=True)
                 trace = here / "trace.jsonl"
-                with recording(url, trace) as rec:
-                    problems, _ = _session(case, rec.url, url, here / "record", agents, timeout_s)
-                if rec.returncode != 0:
-                    problems.append(f"loopbench record exited {rec.returncode}")
+                try:
+                    with recording(url, trace) as rec:
+                        problems, _ = _session(
+                            case, rec.url, url, here / "record", agents, timeout_s
+                        )
+                    if rec.returncode != 0:
+                        problems.append(f"loopbench record exited {rec.returncode}")
+                except RecorderError as exc:
+                    problems = [str(exc)]
                 got = None
                 try:
                     got = recorded(trace)
@@ -87,13 +110,13 @@ def run_all(
                 if got is not None and got.rollouts != 1:
                     problems.append(f"{got.rollouts} rollouts for one session")
                 if "record" in modes:
-                    tallies[(case.name, "record")].add(problems, got.turns if got else 0)
+                    add(case, "record", problems, got.turns if got else 0)
                 if "replay" in modes:
                     if got is None or problems:
-                        tallies[(case.name, "replay")].add(["nothing recorded to replay"], 0)
+                        add(case, "replay", ["nothing recorded to replay"], 0)
                         continue
                     rep_run = replay(trace, case.replay, here / "replay", timeout_s)
-                    tallies[(case.name, "replay")].add(compare(got, rep_run), rep_run.turns)
+                    add(case, "replay", compare(got, rep_run), rep_run.turns)
     return [Row(c, m, tallies[(c.name, m)]) for c in cases for m in modes]
 
 

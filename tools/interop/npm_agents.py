@@ -32,6 +32,9 @@ CODEX_QUIET = """check_for_update_on_startup = false
 
 [analytics]
 enabled = false
+
+[feedback]
+enabled = false
 """
 
 
@@ -105,7 +108,13 @@ def codex_home(home: Path, base_url: str, websocket: bool) -> dict[str, str]:
         + 'wire_api = "responses"\n'
         + f"supports_websockets = {'true' if websocket else 'false'}\n"
     )
-    return {"CODEX_HOME": str(home), "HOME": str(home), "LOOPBENCH_API_KEY": "sk-interop-local"}
+    return {
+        "CODEX_HOME": str(home),
+        "HOME": str(home),
+        "LOOPBENCH_API_KEY": "sk-interop-local",
+        # loopback only, whatever proxy the machine is set up with
+        "NO_PROXY": "*",
+    }
 
 
 def claude_env(home: Path, base_url: str) -> dict[str, str]:
@@ -115,6 +124,7 @@ def claude_env(home: Path, base_url: str) -> dict[str, str]:
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"),
         "ANTHROPIC_API_KEY": "sk-ant-interop-local",
+        "NO_PROXY": "*",
         **CLAUDE_QUIET,
     }
 

@@ -28,6 +28,10 @@ from harness.workload.trace_summary import summarize_rollout
 TOLERANCE = 0.05
 
 
+class RecorderError(RuntimeError):
+    """``loopbench record`` did not start (its last lines say why)."""
+
+
 @dataclass(slots=True)
 class Recorder:
     url: str = ""
@@ -59,7 +63,7 @@ def recording(upstream: str, trace: Path, startup_s: float = 60.0) -> Iterator[R
     reader.start()
     try:
         if not ready.wait(startup_s) or not rec.url:
-            raise RuntimeError("loopbench record did not start: " + " | ".join(rec.output[-5:]))
+            raise RecorderError("loopbench record did not start: " + " | ".join(rec.output[-5:]))
         yield rec
     finally:
         if proc.poll() is None:
