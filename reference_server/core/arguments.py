@@ -91,6 +91,8 @@ _FREE_TEXT = (
 )
 # Where allOf's further patterns go when merged (a key no schema uses).
 _MORE_PATTERNS = " patterns"
+# A command carries exact-plan filler as a shell comment (the filler starts with a space).
+_COMMAND_SEPARATOR = " #"
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
 
 
@@ -519,11 +521,11 @@ def _padding_key(
     )
     for name in ranked:
         if _words(name) in _FREE_TEXT or _kind_of_name(name) in ("text", "query", "name"):
-            return name, " "
+            return name, ""  # the filler starts with a space
     if exact:
         for name in ranked:
             if _kind_of_name(name) == "command":
-                return name, " # "
+                return name, _COMMAND_SEPARATOR
     if exact and not props and schema.get("additionalProperties", True) is not False:
         return "content", ""
     return None
@@ -544,16 +546,24 @@ def make_arguments(
     base = orjson.dumps(args).decode()
     target_chars = n_tokens * CHARS_PER_TOKEN
     picked = _padding_key(_Walker(schema, rng).resolve(schema, 0), args, exact=exact)
-    if picked is None or len(base) >= target_chars:
+    if picked is None:
         return base
     key, sep = picked
+    if exact and len(base) > target_chars and key in args:
+        # A short plan: the growable string at its shortest, so the plan is still met when it can be.
+        args[key] = "ls" if sep == _COMMAND_SEPARATOR else ""
+        base = orjson.dumps(args).decode()
+    if len(base) > target_chars - CHARS_PER_TOKEN:
+        return base  # already the planned length (or longer: nothing may shrink)
     current = args.get(key, "")
     current_s = current if isinstance(current, str) else ""
-    added = len(orjson.dumps(current_s + sep)) - len(orjson.dumps(current_s)) if key in args else 0
-    # A new key costs its name, quotes, colon and comma as well.
-    overhead = added if key in args else len(orjson.dumps({key: ""})) - 2 + (1 if args else 0)
-    missing_tokens = (target_chars - len(base) - overhead) // CHARS_PER_TOKEN
-    if missing_tokens <= 0:
+    if key in args:
+        overhead = len(orjson.dumps(current_s + sep)) - len(orjson.dumps(current_s))
+    else:  # a new key costs its name, quotes, colon and comma as well
+        overhead = len(orjson.dumps({key: sep})) - 2 + (1 if args else 0)
+    room = target_chars - len(base) - overhead
+    if room < 0:
         return base
-    args[key] = current_s + sep + chunked_text(missing_tokens, rng)
+    # Whole filler tokens: the total lands within the last token's 4 characters, so it counts exactly.
+    args[key] = current_s + sep + chunked_text(room // CHARS_PER_TOKEN, rng)
     return orjson.dumps(args).decode()
