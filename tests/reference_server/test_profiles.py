@@ -130,22 +130,22 @@ def test_nested_output_policy_overrides_and_their_errors() -> None:
     assert engine.text_tokens.median == 100 and engine.text_tokens.max == 4000  # the rest kept
     assert engine.reasoning_effort_tokens.high == 2000
     assert engine.tool_weights["read*"] == 9 and engine.tool_weights["*bash*"] == 4
-    assert _error(overrides={"engine.text_tokens.median": "0"}) == (
-        "--set: engine.text_tokens.median: expected an integer >= 1 and <= 1000000, got '0'"
-    )
-    assert _error(overrides={"engine.text_tokens.min": "300"}) == (
-        "--set: engine.text_tokens.min: expected an integer <= median (250), got '300'"
-    )
-    # more effort never plans fewer tokens
-    assert _error(overrides={"engine.reasoning_effort_tokens.low": "99999"}) == (
-        "--set: engine.reasoning_effort_tokens.low: expected an integer <= medium (512), "
-        "got '99999'"
-    )
-    assert _error(overrides={"engine.tool_weights.x": "-1"}) == (
-        "--set: engine.tool_weights.x: expected a number >= 0, got '-1'"
-    )
-    assert _error(overrides={"engine.text_tokens.mean": "1"}).startswith(
-        "--set: engine.text_tokens.mean: expected a known parameter (one of: median, sigma"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("text_tokens.median", "0", "expected an integer >= 1 and <= 1000000"),
+        ("text_tokens.min", "300", "expected an integer <= median (250)"),
+        # more effort never plans fewer tokens
+        ("reasoning_effort_tokens.low", "99999", "expected an integer <= medium (512)"),
+        ("tool_weights.x", "-1", "expected a number >= 0"),
+        ("text_tokens.mean", "1", "expected a known parameter (one of: median, sigma, min, max)"),
+    ],
+)
+def test_nested_override_errors(key: str, value: str, message: str) -> None:
+    assert _error(overrides={f"engine.{key}": value}) == (
+        f"--set: engine.{key}: {message}, got {value!r}"
     )
 
 
