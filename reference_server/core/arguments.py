@@ -342,8 +342,8 @@ class _Walker:
         a = _finite(s, "minimum") or _finite(s, "exclusiveMinimum") or 0.0
         b = _finite(s, "maximum") or _finite(s, "exclusiveMaximum") or a + 1
         if step:
-            k = max(int(-(-a // step)), 0 if a <= 0 else 1)
-            return round(k * step, 10)
+            # The first multiple strictly above the lower bound: valid for an exclusive one too.
+            return round((math.floor(a / step) + 1) * step, 10)
         return a + (b - a) * (0.25 + 0.5 * self.rng.random())
 
     def string(self, s: dict[str, Any], name: str) -> str:

@@ -90,7 +90,7 @@ def test_arguments_validate_against_the_schema(key: str, tool: dict[str, Any]) -
         assert not errors, (key, seed, args, errors)
         # integers are integers: agents parse numbers into integer types (Codex: i32)
         if key.startswith("written:fetch_page"):
-            continue  # its `ratio` may only be fractional
+            continue  # its `ratio` and `step` may only be fractional
         assert not _floats(args), (key, seed, args)
 
 

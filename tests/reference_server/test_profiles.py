@@ -119,7 +119,7 @@ def test_override_cross_field_errors() -> None:
     )
 
 
-def test_nested_output_policy_overrides_and_their_errors() -> None:
+def test_nested_output_policy_overrides() -> None:
     _, engine = load_profiles(
         overrides={
             "engine.text_tokens.median": "100",
