@@ -54,6 +54,7 @@ def add_parser(sub: Any) -> None:
                 "loopbench run quickstart",
                 "loopbench run tiny --transports http,ws --run-id try1",
                 "loopbench run quickstart --set load.concurrency=4",
+                "loopbench run traces/mine.jsonl   # a trace: open loop at its recorded starts",
                 "loopbench run quickstart "
                 "--target https://api.example.com/v1 --api-key-env OPENAI_API_KEY",
             ),
@@ -63,7 +64,9 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument(
         "scenario",
-        help="scenario YAML file, or a built-in name (loopbench scenarios), e.g. quickstart",
+        help="scenario YAML file, a built-in name (loopbench scenarios), e.g. quickstart, or a "
+        "trace file (*.jsonl): replayed at its recorded starts, --set load.mode=closed for a "
+        "closed loop (docs/traces.md)",
     )
     run.add_argument(
         "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"

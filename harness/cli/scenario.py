@@ -34,12 +34,18 @@ def add_parser(sub: Any) -> None:
             examples(
                 "loopbench validate quickstart",
                 "loopbench validate my-agent.yaml examples/ci/scenario.yaml",
+                "loopbench validate traces/mine.jsonl   # a trace: its built-in scenario",
             ),
             transports_epilog(),
         ),
         formatter_class=HelpFormatter,
     )
-    val.add_argument("files", nargs="+", metavar="FILE", help="scenario YAML files")
+    val.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="scenario YAML files, or trace files (*.jsonl, docs/traces.md)",
+    )
     val.set_defaults(func=cmd_validate)
 
     schema = sub.add_parser(

@@ -31,6 +31,13 @@ Conversation and sub-agent rules (docs/traces.md, "Lineage"):
    answer; a fork (rule 2) without such a call takes the first call not yet answered
    by one.  It joins with ``wait`` when it ended before the parent's next request,
    ``detach`` otherwise.
+5. A ``generate: false`` request (a WebSocket warm-up) is no turn: it is the warm-up of the
+   conversation that chains from it, else of the next new one on its connection.
+6. A Responses request without a chain that re-sends a conversation's whole context and
+   extends it (its item keys, :func:`_item_key`, start with the conversation's: chained
+   items and response outputs included) continues that conversation: a client that
+   reconnected after a failure.  The turn is a recovery, with the failed requests seen on
+   the conversation's connection since its latest response.
 """
 
 from __future__ import annotations
@@ -342,10 +349,16 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
         ex.head_hash = _h([tools])
     else:
         # Cache breakpoints move to the newest message each turn: not part of the history.
-        items = _without_cache_control(list(req.get("messages") or []))
+        # Nor are the system messages inside `messages` (Claude Code rewrites them from turn
+        # to turn) or the tools (it loads deferred ones mid-session): matched on neither.
+        items = [
+            m
+            for m in _without_cache_control(list(req.get("messages") or []))
+            if not (isinstance(m, dict) and m.get("role") == "system")
+        ]
         prompt = _without_cache_control(req.get("system") or "")
         ex.instructions_tokens = _tokens(_text_of(prompt))
-        ex.head_hash = _h([prompt, tools])
+        ex.head_hash = _h([prompt])
     ex.item_hashes = tuple(_h(i) for i in items)
     if api == RESPONSES:
         ex.item_keys = tuple(k for k in map(_item_key, items) if k)
@@ -722,8 +735,11 @@ def _assign(exchanges: Sequence[Exchange], failed: Sequence[Exchange] = ()) -> l
         if ex.response_id:
             by_response[ex.response_id] = (conv, len(conv.turns) - 1)
     for conv in convs:
-        # A session that ended on failed requests (no re-send answered them).
-        conv.failed_after = _failed_between(conv, None, failed)
+        # A session that ended on failed requests (no re-send answered them).  Only one
+        # still waiting for its tools' turn: after an answer, a failed request on the same
+        # connection is another conversation's start.
+        if conv.last.calls:
+            conv.failed_after = _failed_between(conv, None, failed)
     for conv in convs:
         # Among conversations waiting for tools when this one started, its parent is the
         # one whose next request carries this one's final answer as a tool output.  A fork

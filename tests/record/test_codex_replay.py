@@ -25,13 +25,16 @@ from tests.runs import run_cli
 pytestmark = pytest.mark.timeout(180)
 
 
-def _replayed(server_url: str, trace: Path, transport: str, out: Path) -> list[TraceRollout]:
+def _replayed(
+    server_url: str, trace: Path, transport: str, out: Path, *options: str
+) -> list[TraceRollout]:
     async def scenario() -> list[TraceRollout]:
         async with recording(server_url, observer="thread") as proxy:
             await asyncio.to_thread(
                 run_cli,
                 "run",
                 trace,
+                *options,
                 "--transports",
                 transport,
                 "--target",
@@ -40,7 +43,7 @@ def _replayed(server_url: str, trace: Path, transport: str, out: Path) -> list[T
                 "--out",
                 out,
                 "--run-id",
-                transport,
+                "-".join((transport, *options)).replace("--", ""),
                 "-q",
             )
         _, rollouts = build_trace(proxy.exchanges)
@@ -54,16 +57,20 @@ def _close(replayed: int | None, recorded: int | None, slack: int = 0) -> bool:
     return abs(replayed - recorded) <= max(0.05 * recorded, slack)
 
 
-@pytest.mark.parametrize("transport", ["ws", "http"])
+@pytest.mark.parametrize(
+    ("transport", "options"),
+    [("ws", ()), ("ws", ("--ws-subagents", "lanes")), ("http", ())],
+    ids=["ws", "ws-lanes", "http"],
+)
 def test_a_recorded_codex_session_replays_with_its_turns_and_tokens(
-    server_url: str, tmp_path: Path, transport: str
+    server_url: str, tmp_path: Path, transport: str, options: tuple[str, ...]
 ) -> None:
     header, [recorded] = build_trace(exchanges("codex-reconnect"))
     assert sum(1 for t in recorded.turns if t.recovery is not None) == 2
     trace = tmp_path / "codex.jsonl"
     trace.write_text(dump_trace([recorded], header))
 
-    [replay] = _replayed(server_url, trace, transport, tmp_path / "results")
+    [replay] = _replayed(server_url, trace, transport, tmp_path / "results", *options)
     # The warm-up is sent where the recorded client sent one (WebSocket), skipped over HTTP.
     assert (replay.warmup is not None) == (transport == "ws")
     assert len(replay.turns) == len(recorded.turns)

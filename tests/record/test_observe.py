@@ -100,3 +100,17 @@ def test_concurrent_independent_agents_stay_rollouts_of_their_own() -> None:
     assert by_id["conv-1"].turns[0].tool_calls[0].output_tokens == 6
     assert by_id["conv-2"].meta["overlapped_with"] == ["conv-1"]
     assert "forked_from" not in by_id["conv-2"].meta
+
+
+def test_a_warmup_belongs_to_the_next_conversation_on_its_connection() -> None:
+    """Without a chain from it, a warm-up is the next new conversation's on its connection;
+    one nothing followed is counted, never a rollout."""
+    warm = ex(0, 1, "w1", warmup=True, output_tokens=0, input_tokens=40)
+    unfollowed = ex(0, 1, "w2", warmup=True, output_tokens=0, connection=2)
+    first = ex(2, 10, "r1", ("c1",), item_hashes=("a",))
+    last = ex(20, 30, "r2", previous_response_id="r1", outputs={"c1": (3, "x")})
+    header, [rollout] = build_trace([warm, unfollowed, first, last])
+    assert rollout.warmup is not None and rollout.warmup.input_tokens == 40
+    assert [len(t.tool_calls) for t in rollout.turns] == [1, 0]
+    assert rollout.meta["start_ms"] == 0.0  # the session began with its warm-up
+    assert header.meta["warmups"] == 2 and header.meta["warmups_unfollowed"] == 1
