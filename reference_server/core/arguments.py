@@ -30,8 +30,9 @@ from reference_server.core.regex_sample import matching_string
 # Schema-driven arguments: arrays at most this long, nested at most this deep.
 MAX_SAMPLED_ITEMS = 64
 MAX_SAMPLED_DEPTH = 8
-# An optional property is filled this often: a model mostly leaves optional arguments out.
-OPTIONAL_PROBABILITY = 0.15
+# An optional property worth filling (_worth_filling) is filled this often: a model mostly
+# leaves optional arguments out.
+OPTIONAL_PROBABILITY = 0.25
 
 _PATHS = (
     "src/main.py",
@@ -91,6 +92,9 @@ _FREE_TEXT = (
 )
 # Where allOf's further patterns go when merged (a key no schema uses).
 _MORE_PATTERNS = " patterns"
+# Integer properties by name: how many (10-200), which line (1-300).
+_COUNTS = ("limit", "max_results", "head_limit", "count", "max_lines", "n")
+_LINES = ("offset", "line", "start_line", "end_line", "line_number")
 # A command carries exact-plan filler as a shell comment (the filler starts with a space).
 _COMMAND_SEPARATOR = " #"
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
@@ -303,9 +307,9 @@ class _Walker:
             lo, hi = (5, 120) if seconds else (5000, 120000)
         elif n.endswith("_ms"):
             lo, hi = 1000, 30000
-        elif n in ("limit", "max_results", "head_limit", "count", "max_lines", "n"):
+        elif n in _COUNTS:
             lo, hi = 10, 200
-        elif n in ("offset", "line", "start_line", "end_line", "line_number"):
+        elif n in _LINES:
             lo, hi = 1, 300
         minimum, maximum = _finite(s, "minimum"), _finite(s, "maximum")
         ex_min, ex_max = _finite(s, "exclusiveMinimum"), _finite(s, "exclusiveMaximum")
@@ -452,7 +456,7 @@ class _Walker:
             resolved = self.resolve(sub, depth)
             if resolved.get("deprecated") is True:
                 continue
-            if self.rng.random() < OPTIONAL_PROBABILITY:
+            if _worth_filling(name) and self.rng.random() < OPTIONAL_PROBABILITY:
                 out[name] = self.optional(resolved, name, depth)
         lo = s.get("minProperties")
         if isinstance(lo, int) and not isinstance(lo, bool):
@@ -470,6 +474,16 @@ class _Walker:
                     )
                     i += 1
         return out
+
+
+def _worth_filling(name: str) -> bool:
+    """Whether a model would fill this optional property unasked: where to look or run, how
+    much, how long, a description.  Flags, modes and justifications change what the tool
+    does (Codex refuses a ``justification`` without ``sandbox_permissions``): left out."""
+    n = _words(name)
+    if _kind_of_name(name) in ("path", "dir", "glob", "pattern", "query"):
+        return True
+    return n == "description" or n in _COUNTS or n in _LINES or "timeout" in n
 
 
 def _merge(into: dict[str, Any], part: dict[str, Any]) -> None:

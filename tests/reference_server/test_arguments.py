@@ -124,6 +124,21 @@ def test_paths_commands_and_urls_stay_short_whatever_the_length(exact: bool) -> 
                 assert not short or len(value) <= 100, (key, name, value[:120])
 
 
+def test_optional_flags_and_justifications_are_left_out() -> None:
+    """Codex refuses a `justification` without `sandbox_permissions` (seen in a real session)."""
+    tools = dict(ALL_TOOLS)
+    seen: dict[str, set[str]] = {"exec_command": set(), "Bash": set()}
+    for seed in range(500):
+        for key, name in (
+            ("codex-http:exec_command", "exec_command"),
+            ("claude-code:Bash", "Bash"),
+        ):
+            args = orjson.loads(make_arguments(tools[key], 60, random.Random(seed), exact=False))
+            seen[name] |= set(args)
+    assert seen["exec_command"] == {"cmd", "workdir"}
+    assert seen["Bash"] == {"command", "timeout", "description"}
+
+
 def _object(**props: str) -> dict[str, Any]:
     return {
         "type": "object",
