@@ -477,11 +477,12 @@ class _Walker:
 
 
 def _worth_filling(name: str) -> bool:
-    """Whether a model would fill this optional property unasked: where to look or run, how
-    much, how long, a description.  Flags, modes and justifications change what the tool
-    does (Codex refuses a ``justification`` without ``sandbox_permissions``): left out."""
+    """Whether a model would fill this optional property unasked: where to look, how much,
+    how long, a description.  Flags, modes and justifications change what the tool does
+    (Codex refuses a ``justification`` without ``sandbox_permissions``), and a working
+    directory the model cannot know exists fails the command: left out."""
     n = _words(name)
-    if _kind_of_name(name) in ("path", "dir", "glob", "pattern", "query"):
+    if _kind_of_name(name) in ("path", "glob", "pattern", "query"):
         return True
     return n == "description" or n in _COUNTS or n in _LINES or "timeout" in n
 
