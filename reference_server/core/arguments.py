@@ -30,8 +30,9 @@ from reference_server.core.regex_sample import matching_string
 # Schema-driven arguments: arrays at most this long, nested at most this deep.
 MAX_SAMPLED_ITEMS = 64
 MAX_SAMPLED_DEPTH = 8
-# An optional property is filled this often: a model mostly leaves optional arguments out.
-OPTIONAL_PROBABILITY = 0.15
+# An optional property worth filling (_worth_filling) is filled this often: a model mostly
+# leaves optional arguments out.
+OPTIONAL_PROBABILITY = 0.25
 
 _PATHS = (
     "src/main.py",
@@ -91,6 +92,11 @@ _FREE_TEXT = (
 )
 # Where allOf's further patterns go when merged (a key no schema uses).
 _MORE_PATTERNS = " patterns"
+# Integer properties by name: how many (10-200), which line (1-300).
+_COUNTS = ("limit", "max_results", "head_limit", "count", "max_lines", "n")
+_LINES = ("offset", "line", "start_line", "end_line", "line_number")
+# A command carries exact-plan filler as a shell comment (the filler starts with a space).
+_COMMAND_SEPARATOR = " #"
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
 
 
@@ -301,9 +307,9 @@ class _Walker:
             lo, hi = (5, 120) if seconds else (5000, 120000)
         elif n.endswith("_ms"):
             lo, hi = 1000, 30000
-        elif n in ("limit", "max_results", "head_limit", "count", "max_lines", "n"):
+        elif n in _COUNTS:
             lo, hi = 10, 200
-        elif n in ("offset", "line", "start_line", "end_line", "line_number"):
+        elif n in _LINES:
             lo, hi = 1, 300
         minimum, maximum = _finite(s, "minimum"), _finite(s, "maximum")
         ex_min, ex_max = _finite(s, "exclusiveMinimum"), _finite(s, "exclusiveMaximum")
@@ -340,8 +346,8 @@ class _Walker:
         a = _finite(s, "minimum") or _finite(s, "exclusiveMinimum") or 0.0
         b = _finite(s, "maximum") or _finite(s, "exclusiveMaximum") or a + 1
         if step:
-            k = max(int(-(-a // step)), 0 if a <= 0 else 1)
-            return round(k * step, 10)
+            # The first multiple strictly above the lower bound: valid for an exclusive one too.
+            return round((math.floor(a / step) + 1) * step, 10)
         return a + (b - a) * (0.25 + 0.5 * self.rng.random())
 
     def string(self, s: dict[str, Any], name: str) -> str:
@@ -450,7 +456,7 @@ class _Walker:
             resolved = self.resolve(sub, depth)
             if resolved.get("deprecated") is True:
                 continue
-            if self.rng.random() < OPTIONAL_PROBABILITY:
+            if _worth_filling(name) and self.rng.random() < OPTIONAL_PROBABILITY:
                 out[name] = self.optional(resolved, name, depth)
         lo = s.get("minProperties")
         if isinstance(lo, int) and not isinstance(lo, bool):
@@ -468,6 +474,17 @@ class _Walker:
                     )
                     i += 1
         return out
+
+
+def _worth_filling(name: str) -> bool:
+    """Whether a model would fill this optional property unasked: where to look, how much,
+    how long, a description.  Flags, modes and justifications change what the tool does
+    (Codex refuses a ``justification`` without ``sandbox_permissions``), and a working
+    directory the model cannot know exists fails the command: left out."""
+    n = _words(name)
+    if _kind_of_name(name) in ("path", "glob", "pattern", "query"):
+        return True
+    return n == "description" or n in _COUNTS or n in _LINES or "timeout" in n
 
 
 def _merge(into: dict[str, Any], part: dict[str, Any]) -> None:
@@ -519,11 +536,11 @@ def _padding_key(
     )
     for name in ranked:
         if _words(name) in _FREE_TEXT or _kind_of_name(name) in ("text", "query", "name"):
-            return name, " "
+            return name, ""  # the filler starts with a space
     if exact:
         for name in ranked:
             if _kind_of_name(name) == "command":
-                return name, " # "
+                return name, _COMMAND_SEPARATOR
     if exact and not props and schema.get("additionalProperties", True) is not False:
         return "content", ""
     return None
@@ -544,16 +561,24 @@ def make_arguments(
     base = orjson.dumps(args).decode()
     target_chars = n_tokens * CHARS_PER_TOKEN
     picked = _padding_key(_Walker(schema, rng).resolve(schema, 0), args, exact=exact)
-    if picked is None or len(base) >= target_chars:
+    if picked is None:
         return base
     key, sep = picked
+    if exact and len(base) > target_chars and key in args:
+        # A short plan: the growable string at its shortest, so the plan is still met when it can be.
+        args[key] = "ls" if sep == _COMMAND_SEPARATOR else ""
+        base = orjson.dumps(args).decode()
+    if len(base) > target_chars - CHARS_PER_TOKEN:
+        return base  # already the planned length (or longer: nothing may shrink)
     current = args.get(key, "")
     current_s = current if isinstance(current, str) else ""
-    added = len(orjson.dumps(current_s + sep)) - len(orjson.dumps(current_s)) if key in args else 0
-    # A new key costs its name, quotes, colon and comma as well.
-    overhead = added if key in args else len(orjson.dumps({key: ""})) - 2 + (1 if args else 0)
-    missing_tokens = (target_chars - len(base) - overhead) // CHARS_PER_TOKEN
-    if missing_tokens <= 0:
+    if key in args:
+        overhead = len(orjson.dumps(current_s + sep)) - len(orjson.dumps(current_s))
+    else:  # a new key costs its name, quotes, colon and comma as well
+        overhead = len(orjson.dumps({key: sep})) - 2 + (1 if args else 0)
+    room = target_chars - len(base) - overhead
+    if room < 0:
         return base
-    args[key] = current_s + sep + chunked_text(missing_tokens, rng)
+    # Whole filler tokens: the total lands within the last token's 4 characters, so it counts exactly.
+    args[key] = current_s + sep + chunked_text(room // CHARS_PER_TOKEN, rng)
     return orjson.dumps(args).decode()

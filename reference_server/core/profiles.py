@@ -161,8 +161,8 @@ DEFAULT_TOOL_WEIGHTS: dict[str, float] = {
     "*fetch*": 0.02,
     "*mcp*": 0.1,
     # Tools that need state the simulated model never made (an image, a live session).
-    "view_image": 0.1,
-    "write_stdin": 0.1,
+    "view_image": 0.02,
+    "write_stdin": 0.02,
     "toolsearch": 0.1,
     # Spawning sub-agents: now and then.
     "task*": 0.2,

@@ -8,16 +8,16 @@ result with :func:`re.search` and falls back to its own candidates.
 
 from __future__ import annotations
 
-import importlib
 import random
 import re
 import string
+from re import _constants as C  # type: ignore[attr-defined]
+from re import _parser as P  # type: ignore[attr-defined]
 from typing import Any
 
-# The standard library's own regular-expression parser and its opcodes (private modules
-# with no type stubs; stable across the Python versions the project supports).
-P: Any = importlib.import_module("re._parser")
-C: Any = importlib.import_module("re._constants")
+# P and C: the standard library's own regular-expression parser and its opcodes (private
+# modules without type stubs, present in every Python the project supports, 3.11+); a second
+# regex parser of our own would be worse.
 
 # A repeat with no upper bound is drawn up to this many above its minimum.
 MAX_EXTRA_REPEATS = 3

@@ -90,7 +90,7 @@ def test_arguments_validate_against_the_schema(key: str, tool: dict[str, Any]) -
         assert not errors, (key, seed, args, errors)
         # integers are integers: agents parse numbers into integer types (Codex: i32)
         if key.startswith("written:fetch_page"):
-            continue  # its `ratio` may only be fractional
+            continue  # its `ratio` and `step` may only be fractional
         assert not _floats(args), (key, seed, args)
 
 
@@ -122,6 +122,22 @@ def test_paths_commands_and_urls_stay_short_whatever_the_length(exact: bool) -> 
                 # under loopbench's exact hint a lone command may carry the filler
                 short = short or (not exact and lowered in ("cmd", "command"))
                 assert not short or len(value) <= 100, (key, name, value[:120])
+
+
+def test_optional_flags_and_justifications_are_left_out() -> None:
+    """Seen in real Codex sessions: a `justification` without `sandbox_permissions` is refused,
+    a `workdir` the model made up fails the command."""
+    tools = dict(ALL_TOOLS)
+    seen: dict[str, set[str]] = {"exec_command": set(), "Bash": set()}
+    for seed in range(500):
+        for key, name in (
+            ("codex-http:exec_command", "exec_command"),
+            ("claude-code:Bash", "Bash"),
+        ):
+            args = orjson.loads(make_arguments(tools[key], 60, random.Random(seed), exact=False))
+            seen[name] |= set(args)
+    assert seen["exec_command"] == {"cmd"}  # a workdir that does not exist fails the command
+    assert seen["Bash"] == {"command", "timeout", "description"}
 
 
 def _object(**props: str) -> dict[str, Any]:
