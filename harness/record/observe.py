@@ -295,10 +295,16 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
         ex.head_hash = _h([tools])
     else:
         # Cache breakpoints move to the newest message each turn: not part of the history.
-        items = _without_cache_control(list(req.get("messages") or []))
+        # Nor are the system messages inside `messages` (Claude Code rewrites them from turn
+        # to turn) or the tools (it loads deferred ones mid-session): matched on neither.
+        items = [
+            m
+            for m in _without_cache_control(list(req.get("messages") or []))
+            if not (isinstance(m, dict) and m.get("role") == "system")
+        ]
         prompt = _without_cache_control(req.get("system") or "")
         ex.instructions_tokens = _tokens(_text_of(prompt))
-        ex.head_hash = _h([prompt, tools])
+        ex.head_hash = _h([prompt])
     ex.item_hashes = tuple(_h(i) for i in items)
     if api == RESPONSES:
         ex.item_keys = tuple(k for k in map(_item_key, items) if k)

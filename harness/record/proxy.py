@@ -442,7 +442,9 @@ class _Relay:
         self.api = api_of(head.target) if head.method == "POST" else None
         self.inflight = True
         self.t_first = 0
-        self.resp = ResponseParser()
+        # A HEAD's answer announces a length it never sends (Claude Code's connectivity check
+        # is one): waiting for that body would stall the connection's next request.
+        self.resp = ResponseParser(no_body=head.method == "HEAD")
         self.response = bytearray()
         self.request = bytearray()
         self.upgrade = "websocket" in head.headers.get("upgrade", "").lower()

@@ -923,3 +923,41 @@ def test_an_observer_process_that_does_not_start_is_named_not_taken_for_the_port
         "the recorder's observer process did not start (exit code 1); "
         "`--observer thread` reads the exchanges in the proxy's own process"
     )
+
+
+def test_a_head_request_does_not_stall_the_next_request_on_its_connection(
+    server_url: str,
+) -> None:
+    """Claude Code's connectivity check (``HEAD /api/hello``) then its first request, on one
+    keep-alive connection: the HEAD's answer has a content-length and no body, and the proxy
+    waited for that body, so the next request hung until the client gave up (30 s a session)."""
+    body = b'{"model":"m","input":"hi","metadata":{"loopbench.output_tokens":"3"}}'
+    post = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+    async def read_until(reader: asyncio.StreamReader, done: Callable[[bytes], bool]) -> bytes:
+        data = b""
+        while not done(data):
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    async def main() -> tuple[bytes, bytes]:
+        async with recording(server_url, observer="thread") as proxy:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(b"HEAD /api/hello HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await read_until(reader, lambda d: d.endswith(b"\r\n\r\n"))
+            writer.write(post)
+            answer = await read_until(reader, lambda d: b'"status":"completed"' in d)
+            writer.close()
+            await writer.wait_closed()
+            return head, answer
+
+    head, answer = _run(main)
+    assert head.startswith(b"HTTP/1.1 404") and b"content-length:" in head
+    assert answer.startswith(b"HTTP/1.1 200") and b'"status":"completed"' in answer
