@@ -20,6 +20,19 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    responses_websocket_session,
+    set_tracing_disabled,
+)
+from anthropic import Anthropic
+from openai import AsyncOpenAI, OpenAI
+from openai.types.shared import Reasoning
+
 TASK = "Show the first line of notes.txt, then say what it means."
 INSTRUCTIONS = "You are a coding assistant working in a small repository. Use the tools."
 MAX_TURNS = 12
@@ -72,8 +85,6 @@ def run_tool(name: str, arguments: str) -> str:
 
 
 def openai_responses(base_url: str) -> dict[str, int]:
-    from openai import OpenAI
-
     client = OpenAI(base_url=base_url, api_key=KEY, max_retries=0)
     tools: Any = [{"type": "function", **t} for t in TOOLS]
     reasoning: Any = {"effort": "low"}
@@ -111,8 +122,6 @@ def openai_responses(base_url: str) -> dict[str, int]:
 
 
 def openai_chat(base_url: str) -> dict[str, int]:
-    from openai import OpenAI
-
     client = OpenAI(base_url=base_url, api_key=KEY, max_retries=0)
     tools: Any = [{"type": "function", "function": t} for t in TOOLS]
     messages: list[Any] = [
@@ -175,8 +184,6 @@ def openai_chat(base_url: str) -> dict[str, int]:
 
 
 def anthropic_messages(base_url: str) -> dict[str, int]:
-    from anthropic import Anthropic
-
     client = Anthropic(base_url=base_url.removesuffix("/v1"), api_key=KEY, max_retries=0)
     tools = [
         {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
@@ -213,18 +220,6 @@ def anthropic_messages(base_url: str) -> dict[str, int]:
 
 
 def _agents(base_url: str, websocket: bool) -> dict[str, int]:
-    from agents import (
-        Agent,
-        ModelSettings,
-        OpenAIResponsesModel,
-        Runner,
-        function_tool,
-        responses_websocket_session,
-        set_tracing_disabled,
-    )
-    from openai import AsyncOpenAI
-    from openai.types.shared import Reasoning
-
     set_tracing_disabled(True)
     calls = [0]
 
