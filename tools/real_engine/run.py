@@ -36,9 +36,19 @@ from tools.real_engine.compare import (
     peer_figures,
     render,
 )
-from tools.real_engine.engine import MODEL_NAME, Engine, attached, build_model, serving
+from tools.real_engine.engine import (
+    MODEL_NAME,
+    Engine,
+    EngineError,
+    attached,
+    build_model,
+    serving,
+)
 from tools.real_engine.engine_metrics import TTFT, Snapshot
 
+#: marks --out as this tool's, so that the next run may empty it
+MARKER = ".loopbench-real-engine"
+CAPTURES = 3
 TRANSPORTS = ("chat", "http", "http-chained", "messages")
 PEERS = ("guidellm", "aiperf")
 #: vLLM's sampling fields that make each turn the planned length (docs/targets.md)
@@ -158,8 +168,15 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
     outcome = Outcome()
     out = opts.out
     if out.exists():
+        # one run's files, never a mix of two; but only a folder this tool made is emptied
+        if any(out.iterdir()) and not (out / MARKER).exists():
+            raise EngineError(
+                f"--out {out}: the folder exists and was not made by python -m "
+                f"tools.real_engine (no {MARKER} in it); name a new or empty folder"
+            )
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    (out / MARKER).write_text("made by python -m tools.real_engine; emptied on each run\n")
     hf_home = out / "hf"
     (out / "runs").mkdir()
     t0 = time.perf_counter()
@@ -395,16 +412,20 @@ def capture_streams(engine: Engine, folder: Path, say: Callable[[str], None]) ->
     }
     text = {**base, "ignore_eos": True, "min_tokens": 32, "max_completion_tokens": 32}
     found: dict[str, Any] = {}
-    for name, body in (("chat-forced-tool-call", tool), ("chat-text", text)):
-        before = engine.scrape()
-        reads = post_stream(engine.base_url, "/v1/chat/completions", body)
-        after = _settled(engine, before, 1)
-        ttft = after.minus(before).histograms.get(TTFT)
-        engine_ttft = None if ttft is None or ttft.count != 1 else ttft.total * 1000
-        doc = write_capture(folder, name, body, reads, engine_ttft)
-        times = first_times(doc)
-        found[name] = {"engine_ttft_ms": engine_ttft, **times}
-        say(f"captured {name}: vLLM TTFT {engine_ttft} ms, client: {times}")
+    # A few of each: on a shared machine one stream may come in a single read (the server's
+    # process starved), and the helper reading them wants to see the pieces too.
+    for attempt in range(1, CAPTURES + 1):
+        for kind, body in (("chat-forced-tool-call", tool), ("chat-text", text)):
+            name = f"{kind}-{attempt}"
+            before = engine.scrape()
+            reads = post_stream(engine.base_url, "/v1/chat/completions", body)
+            after = _settled(engine, before, 1)
+            ttft = after.minus(before).histograms.get(TTFT)
+            engine_ttft = None if ttft is None or ttft.count != 1 else ttft.total * 1000
+            doc = write_capture(folder, name, body, reads, engine_ttft)
+            times = first_times(doc)
+            found[name] = {"engine_ttft_ms": engine_ttft, "reads": len(reads), **times}
+            say(f"captured {name}: vLLM TTFT {engine_ttft} ms, client: {times}")
     return found
 
 
