@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,6 +253,12 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
                 outcome.notes.append(note)
             if figures is not None:
                 outcome.rows.extend(compare(figures, delta))
+            elif note.startswith("loopbench"):
+                # a loopbench window with nothing to compare is a miss, not a pass by silence
+                label = note.split(":", 1)[0].removeprefix("loopbench over ")
+                outcome.rows.append(
+                    Row("loopbench", label, "run", "-", None, None, None, "turns measured", False)
+                )
         if opts.capture is not None:
             outcome.doc["captures"] = capture_streams(engine, opts.capture, say)
     outcome.doc.update(
@@ -300,7 +306,9 @@ def _loopbench_window(
             return None, delta, note
     summary = json.loads((folder / "summary.json").read_text())
     say(f"  {len(turns)} turns in {wall:.1f} s")
-    return loopbench_figures(summary, transport, turns, checked=checked), delta, note
+    figures = loopbench_figures(summary, transport, turns, checked=checked)
+    figures.label = label
+    return figures, delta, note
 
 
 def _peer_windows(
@@ -427,9 +435,3 @@ def capture_streams(engine: Engine, folder: Path, say: Callable[[str], None]) ->
             found[name] = {"engine_ttft_ms": engine_ttft, "reads": len(reads), **times}
             say(f"captured {name}: vLLM TTFT {engine_ttft} ms, client: {times}")
     return found
-
-
-def summary_lines(outcome: Outcome, rows: Sequence[Row]) -> list[str]:
-    lines = [render(rows)]
-    lines += [f"note: {n}" for n in outcome.notes]
-    return lines
