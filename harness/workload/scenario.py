@@ -32,7 +32,12 @@ from pydantic_core import ErrorDetails
 
 from harness.wire.errors import ScenarioError
 from harness.wire.transports import TRANSPORT_NAMES
-from harness.workload.builtin import builtin_hint, builtin_path, builtin_scenarios
+from harness.workload.builtin import (
+    builtin_hint,
+    builtin_path,
+    builtin_scenarios,
+    looks_like_path,
+)
 from harness.workload.distributions import (
     DIST_KINDS,
     ConstantDist,
@@ -1109,11 +1114,17 @@ class UnknownScenarioError(ScenarioError):
 
 
 def resolve_scenario(path: str | os.PathLike[str]) -> str:
-    """The file a scenario argument names: an existing path, else the built-in of that name."""
+    """The file a scenario argument names.
+
+    A bare name of a built-in (``tiny``) is the built-in, whatever the working folder holds
+    (:func:`~harness.workload.builtin.shadowed_entries` says what it held); anything else is the path when it exists,
+    else the built-in it names (``scenarios/tiny.yaml`` from another folder)."""
     source = os.fspath(path)
+    builtin = builtin_path(source)
+    if builtin is not None and not looks_like_path(source):
+        return str(builtin)
     if os.path.exists(source):
         return source
-    builtin = builtin_path(source)
     if builtin is None:
         raise UnknownScenarioError(source)
     return str(builtin)
