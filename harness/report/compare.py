@@ -2,12 +2,13 @@
 
 The first run is the reference (A); every other run is a candidate compared with it.
 
-**Comparability** first (:func:`comparability`): the runs must replay the same workload (same
-scenario name, same scenario content apart from the server block, description and transport
-list; same seed), measure the same transports, be complete (not partial, ``summary.json``
-present), and no transport may fail more turns than the scenario's ``max_error_rate`` (5 % when
-the scenario sets none) — a transport without a successful turn always fails that.  Each
-breach is a reason; ``compare`` exits 3 with them unless ``--force``.
+**Comparability** first (:func:`run_reasons`, :func:`pair_reasons`), by the rules ``run`` and
+``gate`` apply (:mod:`harness.metrics.validity`): every run must count (finished, not partial,
+valid: its errors within the scenario's ``max_error_rate``, a completed rollout per transport,
+its starts on schedule, a healthy client), and the runs must replay the same workload (same
+scenario name and seed, same scenario content apart from the server, slo, description and
+transport list) and measure the same transports.  Each breach is a reason; ``compare`` exits
+3 with them unless ``--force``.
 
 **One statistic per row.**  For a metric with per-sample values in the row files (per-turn TTFT,
 TTFB, turn latency, decode rate; per-rollout latency), the p50 row is the median *of those
@@ -41,6 +42,14 @@ from harness.metrics.stats import (
     ci_reason,
     mann_whitney_u,
 )
+from harness.metrics.validity import (
+    SAME_FIELDS,
+    Limits,
+    comparability,
+    error_reason,
+    recorded_reasons,
+    summary_reasons,
+)
 from harness.report import analysis as A
 from harness.report.compare_plots import PlotRun, write_compare_plots
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
@@ -48,12 +57,6 @@ from harness.report.files import PLOTS_DIR, fmt, write_text_atomic
 from harness.report.results import Run, write_index
 
 ALPHA = 0.05
-#: the error-rate limit when the scenario sets no ``max_error_rate``
-DEFAULT_MAX_ERROR_RATE = 0.05
-#: scenario fields that may differ between comparable runs: they do not change the rollouts
-#: (the server block is what a comparison of servers or settings varies; the slo block only
-#: judges the records, it changes no request)
-SCENARIO_FREE_KEYS = frozenset(("server", "description", "transports", "slo"))
 #: differing scenario fields listed in one reason, at most
 _MAX_DIFFS = 5
 
@@ -223,13 +226,8 @@ class Side:
         return TransportHealth(len(g), len(bad), tuple(kinds))
 
     @property
-    def max_error_rate(self) -> float:
-        scenario = self.run.manifest.get("scenario") or {}
-        for holder in (scenario, scenario.get("load") or {}):
-            value = _num(holder.get("max_error_rate")) if isinstance(holder, Mapping) else None
-            if value is not None:
-                return value
-        return DEFAULT_MAX_ERROR_RATE
+    def limits(self) -> Limits:
+        return Limits.of_manifest(self.run.manifest)
 
 
 def sides(runs: Sequence[Run]) -> list[Side]:
@@ -240,88 +238,72 @@ def sides(runs: Sequence[Run]) -> list[Side]:
 # -- comparability -------------------------------------------------------------------------------
 
 
-def _diffs(a: Any, b: Any, path: str, out: list[str]) -> None:
-    """Every path where two JSON-like documents differ (a key only one side has is a field
-    added to the scenario model after the older run: skipped)."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        for key in sorted(set(a) & set(b), key=str):
-            _diffs(a[key], b[key], f"{path}.{key}" if path else str(key), out)
-        return
-    if a != b:
-        out.append(f"{path} {a!r} vs {b!r}")
-
-
-def _scenario_reason(ref: Side, cand: Side) -> str | None:
-    rm, cm = ref.run.manifest, cand.run.manifest
-    rs, cs = rm.get("scenario"), cm.get("scenario")
-    if not isinstance(rs, Mapping) or not isinstance(cs, Mapping):
-        for key in ("scenario_sha256", "scenario_hash"):
-            if rm.get(key) and cm.get(key):
-                same = rm[key] == cm[key]
-                return (
-                    None
-                    if same
-                    else f"{cand.label}: scenario content differs from {ref.label} ({key})"
-                )
-        return (
+def _scenario_reasons(ref: Side, cand: Side) -> list[str]:
+    found = comparability(ref.run.manifest, cand.run.manifest)
+    if not found:
+        return []
+    first = found[0]
+    if first.path in SAME_FIELDS:
+        return [
+            f"{cand.label}: {'scenario' if d.path == 'scenario_name' else d.path} {d.cand!r}, "
+            f"{ref.label} has {d.ref!r}"
+            for d in found
+        ]
+    if first.path == "scenario" and (first.ref is None or first.cand is None):
+        return [
             f"{cand.label}: manifest.json has no scenario: cannot show that {cand.label} and "
             f"{ref.label} replay the same rollouts"
-        )
-    strip = lambda d: {k: v for k, v in d.items() if k not in SCENARIO_FREE_KEYS}  # noqa: E731
-    found: list[str] = []
-    _diffs(strip(rs), strip(cs), "", found)
-    if not found:
-        return None
+        ]
+    if first.path in ("scenario_sha256", "scenario_hash"):
+        return [f"{cand.label}: scenario content differs from {ref.label} ({first.path})"]
     more = f" and {len(found) - _MAX_DIFFS} more" if len(found) > _MAX_DIFFS else ""
-    return (
-        f"{cand.label}: scenario content differs from {ref.label}: "
-        + "; ".join(found[:_MAX_DIFFS])
-        + more
-        + f" ({ref.label} first)"
+    listed = "; ".join(
+        f"{d.path.removeprefix('scenario.')} {d.ref!r} vs {d.cand!r}" for d in found[:_MAX_DIFFS]
     )
+    return [
+        f"{cand.label}: scenario content differs from {ref.label}: {listed}{more} "
+        f"({ref.label} first)"
+    ]
 
 
 def run_reasons(side: Side) -> list[str]:
-    """Why one run cannot stand in a comparison: unfinished, partial, too many errors."""
+    """Why one run cannot stand in a comparison: unfinished, partial, or it does not count.
+
+    A finished run's verdict is the one it recorded (``summary.json``'s ``valid`` and
+    ``invalid_reasons``: the rules of :mod:`harness.metrics.validity` that ``run`` and ``gate``
+    apply), or those rules applied again to a summary without one; an unfinished run's
+    transports are judged from its rows.
+    """
     run, label = side.run, side.label
     reasons: list[str] = []
+    summary = run.summary or {}
     if not run.finished:
         reasons.append(f"{label}: did not finish (no summary.json in {run.path})")
-    elif (run.summary or {}).get("partial"):
+    elif summary.get("partial"):
         reasons.append(
             f"{label}: partial run (interrupted before every rollout finished; "
             "its figures cover only what was measured)"
         )
-    limit = side.max_error_rate
+    limits = side.limits
     for name in side.transports:
         h = side.health(name)
         if h.turns == 0:
             reasons.append(f"{label}: {name}: never ran (no turns recorded)")
-        elif h.ok == 0:
-            reasons.append(
-                f"{label}: {name}: no successful turns ({h.errors} of {h.turns} failed: "
-                f"{h.describe_errors()})"
+        elif not run.finished:
+            found = error_reason(
+                name, h.turns, h.errors, limits.max_error_rate, h.describe_errors()
             )
-        elif h.error_rate > limit:
-            reasons.append(
-                f"{label}: {name}: {h.errors} of {h.turns} turns failed ({h.error_rate:.1%}), "
-                f"above the {limit:.1%} limit (scenario max_error_rate): {h.describe_errors()}"
-            )
+            if found:
+                reasons.append(f"{label}: {found}")
+    if run.finished:
+        details = {name: side.health(name).describe_errors() for name in side.transports}
+        reasons += [f"{label}: {r}" for r in summary_reasons(summary, limits, details)]
     return reasons
 
 
 def pair_reasons(ref: Side, cand: Side) -> list[str]:
     """Why ``cand`` does not measure what ``ref`` measured: scenario, seed, transports."""
-    rm, cm = ref.run.manifest, cand.run.manifest
-    reasons = []
-    for key in ("scenario_name", "seed"):
-        if rm.get(key) != cm.get(key):
-            what = "scenario" if key == "scenario_name" else key
-            reasons.append(f"{cand.label}: {what} {cm.get(key)!r}, {ref.label} has {rm.get(key)!r}")
-    if not reasons:
-        found = _scenario_reason(ref, cand)
-        if found:
-            reasons.append(found)
+    reasons = _scenario_reasons(ref, cand)
     rt, ct = ref.transports, cand.transports
     if set(rt) != set(ct):
         reasons.append(
@@ -332,11 +314,12 @@ def pair_reasons(ref: Side, cand: Side) -> list[str]:
 
 
 def warnings(side: Side) -> list[str]:
-    """What the run says about itself that compare does not judge (validity reasons)."""
-    summary = side.run.summary or {}
-    if summary and not summary.get("valid", True):
+    """What compare notes about a run without judging it: a summary with no verdict of its own."""
+    summary = side.run.summary
+    if summary and recorded_reasons(summary) is None:
         return [
-            f"{side.label} is marked invalid: " + "; ".join(summary.get("invalid_reasons") or [])
+            f"{side.label}: summary.json records no validity verdict (an older loopbench?): "
+            "judged again from its figures"
         ]
     return []
 
@@ -684,8 +667,8 @@ def compare_document(
         doc.add(
             Paragraph(
                 f"Same scenario {ref.run.manifest.get('scenario_name')!r} and seed "
-                f"{ref.run.manifest.get('seed')}, same transports, complete runs, error rates "
-                "within the scenario's max_error_rate."
+                f"{ref.run.manifest.get('seed')}, same transports, complete and valid runs "
+                "(error rates within the scenario's max_error_rate, starts on schedule)."
             )
         )
     doc.add(*(Paragraph(w, kind="note") for w in cmp.warnings))

@@ -62,7 +62,7 @@ def test_a_transport_without_successful_turns_keeps_its_rows(runs: dict[str, Pat
     cmp = compare([load_run(runs["base"]), load_run(runs["failing"])])
     for name in ("http", "ws"):
         assert any(
-            r.startswith(f"B: {name}: no successful turns (6 of 6 failed: server_error x6")
+            r.startswith(f"B: {name}: 100% of 6 turns failed, no turn succeeded (server_error x6")
             for r in cmp.reasons
         ), cmp.reasons
         rows = [d for d in cmp.deltas["B"] if d.transport == name]
