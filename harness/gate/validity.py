@@ -7,8 +7,6 @@ file's ``validity:`` block may set stricter limits (``max_error_rate``, ``min_ro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from harness.gate.outcome import RuleResult
 from harness.gate.rules import GateConfig
 from harness.gate.samples import HISTORY_TOKENS, RunData
@@ -79,9 +77,9 @@ def check_validity(cfg: GateConfig, cand: RunData, base: RunData | None) -> list
                 None if recorded == [] else f"{label} {run.where}: {reasons}",
                 f"{label} {run.where} is valid",
             )
-        client = summary.get("client") or {}
-        lag = (client.get("loop_lag_ms") or {}).get("p99") if isinstance(client, Mapping) else None
-        if v.max_loop_lag_ms is not None and isinstance(lag, int | float):
+        loop = summary.client.loop_lag_ms if summary.client is not None else None
+        lag = loop.p99 if loop is not None else None
+        if v.max_loop_lag_ms is not None and lag is not None:
             add(
                 f"{label} measured on a quiet client",
                 f"{label} {run.where}: client event loop woke {lag:.1f} ms late at p99 "
@@ -108,7 +106,7 @@ def check_validity(cfg: GateConfig, cand: RunData, base: RunData | None) -> list
         add(
             "comparable runs (scenario and seed)",
             f"not comparable: {problem}" if problem else None,
-            f"same scenario {cand.manifest.get('scenario_name')!r} and seed {cand.manifest.get('seed')}",
+            f"same scenario {cand.manifest.scenario_name!r} and seed {cand.manifest.seed}",
         )
     return out
 

@@ -27,10 +27,11 @@ throughput table, with digits), ``cli`` (the end-of-run table) and ``gate``
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from harness.metrics.results_model import Stats, Summary
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.workload.records import (
     BURST_WINDOW_NS,
@@ -202,16 +203,19 @@ def visible_start(first_token_ns: Any, first_output_ns: Any) -> Any:
     return first_output_ns + (first_output_ns == 0) * first_token_ns
 
 
-def has_reasoning(summary: Any) -> bool:
-    """Whether any transport of a ``summary.json`` document reasoned (a turn with reasoning
-    tokens): the tables show the ``reasoning`` metrics only then."""
-    for t in (summary or {}).get("transports", {}).values():
-        group = t.get("reasoning_tokens") if isinstance(t, dict) else None
-        if isinstance(group, dict) and any(
-            isinstance(v, int | float) and v > 0 for v in group.values()
-        ):
-            return True
-    return False
+def has_reasoning(summary: Summary | Mapping[str, Any] | None) -> bool:
+    """Whether any transport of a summary reasoned (a turn with reasoning tokens): the tables
+    show the ``reasoning`` metrics only then."""
+    if summary is None:
+        return False
+    if not isinstance(summary, Summary):
+        summary = Summary.of(summary)
+    return any(
+        (block.stat(key) or 0) > 0
+        for t in summary.transports.values()
+        if (block := t.reasoning_tokens) is not None
+        for key in {*Stats.model_fields, *(block.model_extra or {})}
+    )
 
 
 #: every metric, in ``summary.json`` order

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from harness.metrics.results_model import Manifest, Num, Summary
 from harness.workload.scenario import Load
 
 _LOAD_FIELDS = Load.model_fields
@@ -74,10 +75,9 @@ class Limits:
         return cls(float(load.max_error_rate), float(load.max_schedule_lag_ms))
 
     @classmethod
-    def of_manifest(cls, manifest: Mapping[str, Any]) -> Limits:
+    def of_manifest(cls, manifest: Manifest) -> Limits:
         """The limits of the scenario a ``manifest.json`` records (defaults for what it lacks)."""
-        scenario = manifest.get("scenario")
-        scenario = scenario if isinstance(scenario, Mapping) else {}
+        scenario = manifest.scenario_record or {}
         load = scenario.get("load")
         load = load if isinstance(load, Mapping) else {}
 
@@ -147,9 +147,7 @@ def rollouts_reason(name: str, completed: int, minimum: int, setting: str = "") 
     return f"{done}, {setting} is {minimum}" if setting else f"{done}, at least {minimum} needed"
 
 
-def schedule_reason(
-    name: str, lag_p99_ms: float | None, limit: float, late: str = ""
-) -> str | None:
+def schedule_reason(name: str, lag_p99_ms: Num | None, limit: float, late: str = "") -> str | None:
     """Starts later than ``limit`` ms at p99; ``late`` says how many (``3 of 40 starts late``)."""
     if lag_p99_ms is None or not lag_p99_ms > limit:
         return None
@@ -190,13 +188,8 @@ def client_reasons(
 # -- a summary.json --------------------------------------------------------------------------------
 
 
-def _count(t: Mapping[str, Any], group: str, key: str) -> int:
-    block = t.get(group)
-    return int(block.get(key, 0) or 0) if isinstance(block, Mapping) else 0
-
-
 def transport_reasons(
-    summary: Mapping[str, Any],
+    summary: Summary,
     limits: Limits,
     details: Mapping[str, str] | None = None,
     *,
@@ -212,66 +205,50 @@ def transport_reasons(
     """
     settings = settings or {}
     reasons: list[str] = []
-    for name, t in (summary.get("transports") or {}).items():
-        if not isinstance(t, Mapping):
-            continue
+    for name, t in summary.transports.items():
         found = error_reason(
             name,
-            _count(t, "turns", "count"),
-            _count(t, "turns", "errors"),
+            t.turns.count,
+            t.turns.errors,
             limits.max_error_rate,
             (details or {}).get(name, ""),
             settings.get("max_error_rate", ""),
         )
         # a hand-written summary without a rollouts block says nothing about them
-        if not found and count_rollouts and isinstance(t.get("rollouts"), Mapping):
+        if not found and count_rollouts and "rollouts" in t.model_fields_set:
             found = rollouts_reason(
-                name,
-                _count(t, "rollouts", "count") - _count(t, "rollouts", "errors"),
-                limits.min_rollouts,
-                settings.get("min_rollouts", ""),
+                name, t.rollouts.ok, limits.min_rollouts, settings.get("min_rollouts", "")
             )
         if found:
             reasons.append(found)
     return reasons
 
 
-def schedule_lag_p99(t: Mapping[str, Any]) -> float | None:
-    block = t.get("schedule_lag_ms")
-    return _finite(block.get("p99")) if isinstance(block, Mapping) else None
-
-
-def lag_reasons(summary: Mapping[str, Any], limits: Limits) -> list[str]:
+def lag_reasons(summary: Summary, limits: Limits) -> list[str]:
     """Per transport of a summary: starts later than the limit at p99."""
     out: list[str] = []
-    for name, t in (summary.get("transports") or {}).items():
-        if isinstance(t, Mapping):
-            found = schedule_reason(name, schedule_lag_p99(t), limits.max_schedule_lag_ms)
-            if found:
-                out.append(found)
+    for name, t in summary.transports.items():
+        found = schedule_reason(name, t.schedule_lag_p99_ms, limits.max_schedule_lag_ms)
+        if found:
+            out.append(found)
     return out
 
 
-def completed_turns(summary: Mapping[str, Any]) -> int:
+def completed_turns(summary: Summary) -> int:
     """Successful turns over every transport: how much the client's health was judged over."""
-    return sum(
-        _count(t, "turns", "count") - _count(t, "turns", "errors")
-        for t in (summary.get("transports") or {}).values()
-        if isinstance(t, Mapping)
-    )
+    return sum(t.turns.ok for t in summary.transports.values())
 
 
-def recorded_reasons(summary: Mapping[str, Any] | None) -> list[str] | None:
+def recorded_reasons(summary: Summary | None) -> list[str] | None:
     """The verdict the run wrote (None: it wrote none, unfinished or older than ``valid``)."""
-    if not summary or "valid" not in summary:
+    verdict = summary.validity if summary is not None else None
+    if verdict is None:
         return None
-    if summary.get("valid"):
-        return []
-    return [str(r) for r in summary.get("invalid_reasons") or []] or ["marked invalid"]
+    return [] if verdict.valid else list(verdict.reasons) or ["marked invalid"]
 
 
 def summary_reasons(
-    summary: Mapping[str, Any], limits: Limits, details: Mapping[str, str] | None = None
+    summary: Summary, limits: Limits, details: Mapping[str, str] | None = None
 ) -> list[str]:
     """Why a finished run does not count, from its ``summary.json``.
 
@@ -319,7 +296,7 @@ def json_differences(a: Any, b: Any, path: str = "") -> list[Difference]:
     return [] if a == b else [Difference(path, a, b)]
 
 
-def comparability(ref: Mapping[str, Any], cand: Mapping[str, Any]) -> list[Difference]:
+def comparability(ref: Manifest, cand: Manifest) -> list[Difference]:
     """Why two runs' manifests do not replay the same workload ([] when they do).
 
     Scenario name and seed first (when they differ the content is not compared: of
@@ -328,24 +305,21 @@ def comparability(ref: Mapping[str, Any], cand: Mapping[str, Any]) -> list[Diffe
     ``Difference("scenario", ...)`` whose missing side is None.
     """
     found = [
-        Difference(k, ref.get(k), cand.get(k)) for k in SAME_FIELDS if ref.get(k) != cand.get(k)
+        Difference(k, getattr(ref, k), getattr(cand, k))
+        for k in SAME_FIELDS
+        if getattr(ref, k) != getattr(cand, k)
     ]
     if found:
         return found
-    rs, cs = ref.get("scenario"), cand.get("scenario")
-    if isinstance(rs, Mapping) and isinstance(cs, Mapping):
+    rs, cs = ref.scenario_record, cand.scenario_record
+    if rs is not None and cs is not None:
 
         def strip(d: Mapping[str, Any]) -> dict[str, Any]:
             return {k: v for k, v in d.items() if k not in FREE_SCENARIO_KEYS}
 
         return json_differences(strip(rs), strip(cs), "scenario")
     for key in ("scenario_sha256", "scenario_hash"):
-        if ref.get(key) and cand.get(key):
-            return [] if ref[key] == cand[key] else [Difference(key, ref[key], cand[key])]
-    return [
-        Difference(
-            "scenario",
-            rs if isinstance(rs, Mapping) else None,
-            cs if isinstance(cs, Mapping) else None,
-        )
-    ]
+        a, b = ref.get(key), cand.get(key)
+        if a and b:
+            return [] if a == b else [Difference(key, a, b)]
+    return [Difference("scenario", rs, cs)]

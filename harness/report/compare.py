@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from harness.metrics import definitions as D
+from harness.metrics.results_model import Comparison as SummaryComparison
+from harness.metrics.results_model import Manifest, TransportSummary
 from harness.metrics.stats import (
     MIN_CI_PAIRS,
     bootstrap_median,
@@ -194,11 +196,14 @@ class Side:
     def transports(self) -> list[str]:
         """What the run measured or meant to: a transport an interrupted run never reached is
         in the manifest only, and must not vanish from the comparison."""
-        planned = [str(t) for t in self.run.manifest.get("transports") or []]
+        planned = list(self.run.manifest_model.transports)
         return A.ordered_transports([*A.run_transports(self.run), *planned])
 
-    def summary_of(self, transport: str) -> dict[str, Any]:
-        return dict(((self.run.summary or {}).get("transports") or {}).get(transport) or {})
+    def summary_of(self, transport: str) -> TransportSummary:
+        """The transport's figures in ``summary.json`` (none: an empty block)."""
+        summary = self.run.summary_model
+        found = summary.transport(transport) if summary is not None else None
+        return found if found is not None else TransportSummary()
 
     def samples(self, table: str, column: str, transport: str) -> np.ndarray:
         df = self.table(table)
@@ -227,7 +232,7 @@ class Side:
 
     @property
     def limits(self) -> Limits:
-        return Limits.of_manifest(self.run.manifest)
+        return Limits.of_manifest(self.run.manifest_model)
 
 
 def sides(runs: Sequence[Run]) -> list[Side]:
@@ -239,7 +244,7 @@ def sides(runs: Sequence[Run]) -> list[Side]:
 
 
 def _scenario_reasons(ref: Side, cand: Side) -> list[str]:
-    found = comparability(ref.run.manifest, cand.run.manifest)
+    found = comparability(ref.run.manifest_model, cand.run.manifest_model)
     if not found:
         return []
     first = found[0]
@@ -276,10 +281,10 @@ def run_reasons(side: Side) -> list[str]:
     """
     run, label = side.run, side.label
     reasons: list[str] = []
-    summary = run.summary or {}
-    if not run.finished:
+    summary = run.summary_model
+    if summary is None:
         reasons.append(f"{label}: did not finish (no summary.json in {run.path})")
-    elif summary.get("partial"):
+    elif summary.partial:
         reasons.append(
             f"{label}: partial run (interrupted before every rollout finished; "
             "its figures cover only what was measured)"
@@ -289,13 +294,13 @@ def run_reasons(side: Side) -> list[str]:
         h = side.health(name)
         if h.turns == 0:
             reasons.append(f"{label}: {name}: never ran (no turns recorded)")
-        elif not run.finished:
+        elif summary is None:
             found = error_reason(
                 name, h.turns, h.errors, limits.max_error_rate, h.describe_errors()
             )
             if found:
                 reasons.append(f"{label}: {found}")
-    if run.finished:
+    if summary is not None:
         details = {name: side.health(name).describe_errors() for name in side.transports}
         reasons += [f"{label}: {r}" for r in summary_reasons(summary, limits, details)]
     return reasons
@@ -315,8 +320,8 @@ def pair_reasons(ref: Side, cand: Side) -> list[str]:
 
 def warnings(side: Side) -> list[str]:
     """What compare notes about a run without judging it: a summary with no verdict of its own."""
-    summary = side.run.summary
-    if summary and recorded_reasons(summary) is None:
+    summary = side.run.summary_model
+    if summary is not None and recorded_reasons(summary) is None:
         return [
             f"{side.label}: summary.json records no validity verdict (an older loopbench?): "
             "judged again from its figures"
@@ -373,7 +378,7 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
     measured keeps its rows."""
     names = A.ordered_transports([*ref.transports, *cand.transports])
     # without reasoning on either side TTFOT repeats TTFT and there are no reasoning tokens
-    reasoned = D.has_reasoning(ref.run.summary) or D.has_reasoning(cand.run.summary)
+    reasoned = D.has_reasoning(ref.run.summary_model) or D.has_reasoning(cand.run.summary_model)
     specs = [spec for spec in metric_specs() if reasoned or not spec.metric.reasoning]
     out: list[Delta] = []
     for name in names:
@@ -392,8 +397,8 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
                 )
             else:
                 group, key = spec.path
-                va = _num((sa.get(group) or {}).get(key))
-                vb = _num((sb.get(group) or {}).get(key))
+                va = _num(sa.stat(group, key))
+                vb = _num(sb.stat(group, key))
                 row = {"a": va, "b": vb}
                 if va is not None and vb is not None:
                     row["delta"] = vb - va
@@ -587,14 +592,12 @@ def verdict_line(cmp: Comparison) -> str:
 # -- the document --------------------------------------------------------------------------------
 
 
-def speedup_changes(a: Run, b: Run) -> list[tuple[str, Any, Any]]:
+def speedup_changes(a: Run, b: Run) -> list[tuple[str, SummaryComparison, SummaryComparison]]:
     """``(pair, speedup in A, speedup in B)`` for transport pairs both runs compared."""
 
-    def by_pair(run: Run) -> dict[str, dict[str, Any]]:
-        return {
-            f"{c['candidate']} vs {c['baseline']}": c
-            for c in (run.summary or {}).get("comparisons", [])
-        }
+    def by_pair(run: Run) -> dict[str, SummaryComparison]:
+        summary = run.summary_model
+        return {c.pair: c for c in (summary.comparisons if summary is not None else [])}
 
     pa, pb = by_pair(a), by_pair(b)
     return [(k, pa[k], pb[k]) for k in pa if k in pb]
@@ -603,15 +606,15 @@ def speedup_changes(a: Run, b: Run) -> list[tuple[str, Any, Any]]:
 def runs_table(cmp: Comparison) -> Table:
     rows = []
     for s in cmp.sides:
-        m, summary = s.run.manifest, s.run.summary or {}
-        valid = "unfinished" if not s.run.finished else "yes" if summary.get("valid") else "no"
+        m, summary = s.run.manifest_model, s.run.summary_model
+        valid = "unfinished" if summary is None else "yes" if summary.valid else "no"
         rows.append(
             [
                 s.label + (" (reference)" if s is cmp.reference else ""),
                 s.run.run_id,
-                str(m.get("scenario_name", "-")),
-                str(m.get("seed", "-")),
-                str(m.get("target", "-")),
+                str(_or_dash(m.scenario_name)),
+                str(_or_dash(m.seed)),
+                str(_or_dash(m.target)),
                 ", ".join(s.transports),
                 valid,
                 _software(m),
@@ -624,10 +627,14 @@ def runs_table(cmp: Comparison) -> Table:
     )
 
 
-def _software(manifest: Mapping[str, Any]) -> str:
+def _or_dash(value: object) -> object:
+    return "-" if value is None else value
+
+
+def _software(manifest: Manifest) -> str:
     """``0.9.0 (1a2b3c4d)``: the client's version and commit, what a version comparison varies."""
-    version = str((manifest.get("versions") or {}).get("loopbench") or "")
-    sha = str(manifest.get("git_sha") or "")[:8]
+    version = manifest.versions.get("loopbench") or ""
+    sha = (manifest.git_sha or "")[:8]
     return " ".join(p for p in (version, f"({sha})" if sha else "") if p) or "-"
 
 
@@ -666,8 +673,8 @@ def compare_document(
     else:
         doc.add(
             Paragraph(
-                f"Same scenario {ref.run.manifest.get('scenario_name')!r} and seed "
-                f"{ref.run.manifest.get('seed')}, same transports, complete and valid runs "
+                f"Same scenario {ref.run.manifest_model.scenario_name!r} and seed "
+                f"{ref.run.manifest_model.seed}, same transports, complete and valid runs "
                 "(error rates within the scenario's max_error_rate, starts on schedule)."
             )
         )
@@ -695,10 +702,10 @@ def compare_document(
             rows = [
                 [
                     pair,
-                    fmt(ca.get("rollout_speedup"), 3, "×"),
-                    fmt(cb.get("rollout_speedup"), 3, "×"),
-                    fmt(ca.get("rollout_latency_reduction_pct"), 1, " %"),
-                    fmt(cb.get("rollout_latency_reduction_pct"), 1, " %"),
+                    fmt(ca.rollout_speedup, 3, "×"),
+                    fmt(cb.rollout_speedup, 3, "×"),
+                    fmt(ca.rollout_latency_reduction_pct, 1, " %"),
+                    fmt(cb.rollout_latency_reduction_pct, 1, " %"),
                 ]
                 for pair, ca, cb in changes
             ]

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from harness.metrics.results_model import Summary
 from harness.metrics.validity import (
     CPU_SATURATION_SHARE,
     MIN_JUDGED_TURNS,
     MIN_JUDGED_WALL_S,
     Limits,
     completed_turns,
-    schedule_lag_p99,
     schedule_reason,
     transport_reasons,
 )
@@ -41,14 +41,14 @@ __all__ = [
 
 
 def schedule_reasons(
-    summary: Mapping[str, Any], schedules: Mapping[str, ScheduleStats], load: Load
+    summary: Summary, schedules: Mapping[str, ScheduleStats], load: Load
 ) -> list[str]:
     """Per transport: starts late at p99, or dropped for ``load.max_in_flight``."""
     reasons: list[str] = []
-    for name, t in summary.get("transports", {}).items():
+    for name, t in summary.transports.items():
         sched = schedules.get(name)
         late = f"{sched.late} of {sched.started} starts late" if sched else ""
-        found = schedule_reason(name, schedule_lag_p99(t), float(load.max_schedule_lag_ms), late)
+        found = schedule_reason(name, t.schedule_lag_p99_ms, float(load.max_schedule_lag_ms), late)
         if found:
             reasons.append(found)
         if sched is not None and sched.dropped:
@@ -72,7 +72,7 @@ def client_reasons(client: ClientHealth, load: Load, turns: int | None = None) -
 
 
 def validity_reasons(
-    summary: Mapping[str, Any],
+    document: Mapping[str, Any],
     schedules: Mapping[str, ScheduleStats],
     load: Load,
     clients: Iterable[ClientHealth],
@@ -82,8 +82,10 @@ def validity_reasons(
     """Every reason, the target's errors first (the cause a user acts on; the rest often
     follow from them), then why the run ``stopped`` early, the schedule, the client.
 
-    ``errors`` is the summary's ``errors`` block (kinds by count, one example each).
+    ``errors`` is the summary's ``errors`` block (kinds by count, one example each);
+    ``document`` the summary so far (read through :class:`Summary`).
     """
+    summary = Summary.of(document)
     details = {name: kinds_text(kinds) for name, kinds in (errors or {}).items()}
     stopped = list(stopped)
     # A run stopped early lacks rollouts because it stopped: that is its reason, said once.

@@ -14,6 +14,7 @@ from harness.gate.evaluate import evaluate
 from harness.gate.ratios import median_order_ci, ratio_with_ci
 from harness.gate.rules import GateRulesError, parse_rules_text
 from harness.gate.samples import HISTORY_TOKENS, MEASUREMENT_ERROR, MODELLED_TTFT, RunData, Samples
+from harness.metrics.results_model import Manifest, Summary
 
 SCENARIO = {
     "name": "s",
@@ -58,8 +59,8 @@ def run(
     samples.update(extra or {})
     return RunData(
         run_id=run_id,
-        manifest=manifest or {"scenario_name": "s", "seed": 1, "scenario": SCENARIO},
-        summary=summary if summary is not None else _summary(list(rollout_ms)),
+        manifest=Manifest.of(manifest or {"scenario_name": "s", "seed": 1, "scenario": SCENARIO}),
+        summary=Summary.of(summary if summary is not None else _summary(list(rollout_ms))),
         samples=samples,
         rollouts={t: len(v) for t, v in rollout_ms.items()},
     )

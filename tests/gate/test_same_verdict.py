@@ -1,8 +1,8 @@
 """``run``, ``gate`` and ``compare`` reach the same verdict on the same results folders.
 
-Each folder is written by the run's own lifecycle (:class:`Measurement`: the rules ``run``,
-``run --procs``, ``gate --ab``, Locust and every ``sweep`` point finish through) from
-synthetic records, then read back by the gate's validity checks and by ``compare``.  Before
+Each folder is written by the run's own lifecycle (:func:`tests.runs.measured_folder`:
+:class:`Measurement`, which ``run``, ``run --procs``, ``gate --ab``, Locust and every
+``sweep`` point finish through) from synthetic records, then read back by the gate's validity checks and by ``compare``.  Before
 the rules lived in one module the three disagreed: the gate failed any error (0.0 over
 turns + rollouts), compare only warned about a run the run had marked invalid (schedule
 lag), and only compare let two runs differ by their ``slo`` block.
@@ -11,119 +11,35 @@ lag), and only compare let two runs differ by their ``slo`` block.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from harness.gate.rules import parse_rules_text
 from harness.gate.samples import run_data
 from harness.gate.validity import check_validity
-from harness.metrics.hdr import Histogram
 from harness.report import load_run
 from harness.report.compare import compare, run_reasons, sides
-from harness.run.health import ClientHealth
-from harness.run.measurement import Measurement
-from harness.workload.records import RolloutRecord, TurnRecord
-from harness.workload.scenario import validate_scenario
+from tests.runs import measured_folder
 
-MS = 1_000_000
-DOC: dict[str, Any] = {
-    "name": "agree",
-    "seed": 7,
-    "transports": ["http"],
-    "rollout": {"count": 25, "tool_calls": 1},
-    "load": {"mode": "closed", "concurrency": 1},
-}
 #: the gate's defaults: no limit of its own, only the shared rules
 GATE = parse_rules_text("regression: ['*.rollout_ms.p50 +10%']")
-
-
-def _folder(
-    root: Path,
-    name: str,
-    *,
-    rollouts: int = 25,
-    turns: int = 4,
-    failed: int = 0,
-    fail_last: bool = False,
-    late_ms: float = 0.0,
-    scenario: dict[str, Any] | None = None,
-) -> Path:
-    """A finished run of ``rollouts`` x ``turns`` turns: the first ``failed`` turns fail (or,
-    ``fail_last``, every rollout's last turn), each start ``late_ms`` behind its schedule."""
-    sc = validate_scenario({**DOC, **(scenario or {})}, name)
-    manifest = {
-        "run_id": name,
-        "scenario": sc.model_dump(mode="json"),
-        "scenario_name": sc.name,
-        "seed": sc.seed,
-        "transports": ["http"],
-    }
-    m = Measurement(sc, root / name, manifest, ["http"], planned=rollouts)
-    clock = 10_000 * MS
-    to_fail = failed
-    for rid in range(rollouts):
-        start = clock
-        bad = 0
-        for k in range(turns):
-            sent = start + k * 100 * MS
-            fail = to_fail > 0 or (fail_last and k == turns - 1)
-            to_fail -= to_fail > 0
-            bad += fail
-            m.add_turn(
-                TurnRecord(
-                    transport="http",
-                    rollout_id=rid,
-                    turn_index=k,
-                    sent_ns=sent,
-                    first_token_ns=sent + 40 * MS,
-                    last_token_ns=sent + 80 * MS,
-                    done_ns=sent + 81 * MS,
-                    status="error" if fail else "completed",
-                    error_kind="server_error" if fail else "",
-                    error_message="HTTP 500: injected" if fail else "",
-                    history_tokens=1000 * (k + 1),
-                    output_tokens=40,
-                )
-            )
-        roll = RolloutRecord(
-            transport="http",
-            rollout_id=rid,
-            intended_start_ns=start - round(late_ms * MS),
-            start_ns=start,
-            end_ns=start + turns * 100 * MS,
-            turns=turns,
-            errors=bad,
-            status="error" if bad else "completed",
-        )
-        m.schedules["http"].intended += 1
-        m.schedules["http"].observe(roll, m.late_ns)
-        m.add_rollout(roll)
-        clock = roll.end_ns + MS
-    # a quiet client: 10 % of a core, wake-ups 1 ms late
-    lag = Histogram()
-    for _ in range(100):
-        lag.record_ns(MS)
-    m.clients.append(ClientHealth(cpu_share=0.1, wall_s=5.0, loop_lag=lag))
-    m.finish()
-    return root / name
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("verdicts")
     return {
-        "good": _folder(root, "good"),
+        "good": measured_folder(root, "good"),
         # 6 of 100 turns failed: above the scenario's default 5 %
-        "errors_6pct": _folder(root, "errors_6pct", failed=6),
+        "errors_6pct": measured_folder(root, "errors_6pct", failed=6),
         # 3 of 100: within it (the gate used to fail any error)
-        "errors_3pct": _folder(root, "errors_3pct", failed=3),
+        "errors_3pct": measured_folder(root, "errors_3pct", failed=3),
         # 1 failed turn of 20, the last: 5 % of turns, but not one rollout completed
-        "too_few": _folder(root, "too_few", rollouts=1, turns=20, fail_last=True),
+        "too_few": measured_folder(root, "too_few", rollouts=1, turns=20, fail_last=True),
         # every start 500 ms behind a 100 ms max_schedule_lag_ms
-        "late": _folder(root, "late", late_ms=500.0),
-        "other_slo": _folder(root, "other_slo", scenario={"slo": {"ttft_ms": 500}}),
-        "other_workload": _folder(
+        "late": measured_folder(root, "late", late_ms=500.0),
+        "other_slo": measured_folder(root, "other_slo", scenario={"slo": {"ttft_ms": 500}}),
+        "other_workload": measured_folder(
             root, "other_workload", scenario={"rollout": {"count": 25, "tool_calls": 2}}
         ),
     }
