@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Self, TypeVar
+from typing import Annotated, Any, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 #: the results format (summary.json, manifest.json, the row files), one version for all:
 #: the ``format_version`` this loopbench writes
 FORMAT_VERSION = 1
 
-Num = int | float
+#: a JSON number: an int stays an int (counts, whole milliseconds), so a document reads back as it
+#: was written
+Num = Annotated[int | float, WithJsonSchema({"type": "number"})]
 
 
 class ResultsFormatError(ValueError):
@@ -222,6 +224,7 @@ class _Document(_Block):
 
 class Summary(_Document):
     """``summary.json``: written last; its presence marks a finished run (docs/metrics.md §3)."""
+
     run_id: str = ""
     valid: bool | None = None
     invalid_reasons: list[str] = Field(default_factory=list)
@@ -241,7 +244,13 @@ class Summary(_Document):
     tokens: dict[str, dict[str, Any]] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     subagents: dict[str, dict[str, Any]] | None = None
+    #: the target's Prometheus series scraped during the run (docs/server-metrics.md)
+    server_metrics: dict[str, Any] | None = None
+    #: a Locust run's own block (docs/distributed.md)
+    locust: dict[str, Any] | None = None
+    #: rebuilt from the rows of a killed run (``loopbench report``), and from how many
     rebuilt: bool = False
+    rebuilt_from: dict[str, int] | None = None
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], where: str = "summary.json") -> Summary:
@@ -261,6 +270,7 @@ class Summary(_Document):
 
 class Manifest(_Document):
     """``manifest.json``: what was run, written first (docs/metrics.md §3)."""
+
     run_id: str = ""
     #: the scenario as run (the scenario model's JSON; header values of ``target`` masked);
     #: hand-made manifests may name it only
@@ -271,8 +281,15 @@ class Manifest(_Document):
     transports: list[str] = Field(default_factory=list)
     target: str | None = None
     embedded_server: bool | None = None
+    client_options: dict[str, Any] = Field(default_factory=dict)
     versions: dict[str, str] = Field(default_factory=dict)
     git_sha: str | None = None
+    machine: dict[str, Any] = Field(default_factory=dict)
+    started_at: str | None = None
+    #: ``locust`` for a Locust run, with its ``locust`` block; ``ab`` for a side of ``gate --ab``
+    driver: str | None = None
+    locust: dict[str, Any] | None = None
+    ab: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], where: str = "manifest.json") -> Manifest:
@@ -322,15 +339,40 @@ def _read(model: type[_M], doc: Mapping[str, Any], where: str) -> _M:
 
 def summary_schema() -> dict[str, Any]:
     """The JSON Schema of ``summary.json`` (draft 2020-12), from :class:`Summary`."""
-    schema = Summary.model_json_schema(mode="serialization")
+    schema = _untitled(Summary.model_json_schema(mode="serialization"))
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "loopbench summary.json"
     return schema
 
 
+def _untitled(node: Any) -> Any:
+    """The schema without pydantic's generated titles ("Cpu Share"): the names say it."""
+    if isinstance(node, dict):
+        return {k: _untitled(v) for k, v in node.items() if k != "title"}
+    if isinstance(node, list):
+        return [_untitled(v) for v in node]
+    return node
+
+
+def _compact(node: Any, indent: str = "", width: int = 100) -> str:
+    """JSON, a value on one line where it fits in ``width``."""
+    flat = json.dumps(node, sort_keys=True, ensure_ascii=False)
+    if len(indent) + len(flat) <= width or not isinstance(node, dict | list) or not node:
+        return flat
+    inner = indent + "  "
+    if isinstance(node, dict):
+        items = [
+            f"{inner}{json.dumps(k)}: {_compact(v, inner, width).lstrip()}"
+            for k, v in sorted(node.items())
+        ]
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    items = [inner + _compact(v, inner, width).lstrip() for v in node]
+    return "[\n" + ",\n".join(items) + f"\n{indent}]"
+
+
 def schema_text() -> str:
     """:func:`summary_schema` as published in docs/metrics.md."""
-    return json.dumps(summary_schema(), indent=1, sort_keys=True)
+    return _compact(summary_schema())
 
 
 if __name__ == "__main__":  # pragma: no cover - the docs' generator
