@@ -268,6 +268,14 @@ class Summary(_Document):
         return self.transports.get(name)
 
 
+def as_summary(doc: Summary | Mapping[str, Any] | None) -> Summary | None:
+    """A summary as its model, for readers handed either (a document built in this process, or
+    one read from disk)."""
+    if doc is None or isinstance(doc, Summary):
+        return doc
+    return Summary.of(doc)
+
+
 class Manifest(_Document):
     """``manifest.json``: what was run, written first (docs/metrics.md §3)."""
 
