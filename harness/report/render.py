@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.metrics import definitions as D
 from harness.metrics import slo
+from harness.metrics.results_model import Summary
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
 from harness.report.document import (
@@ -166,23 +167,23 @@ def throughput_caption(summary: dict[str, Any]) -> str:
 
 
 def comparison_table(run: Run) -> Table | None:
-    comps = (run.summary or {}).get("comparisons") or []
+    comps = run.summary_model.comparisons if run.summary_model is not None else []
     if not comps:
         return None
     rows = []
     for c in comps:
-        lo, hi = c.get("rollout_speedup_ci95") or [None, None]
-        ttft = A.paired_ttft_speedup(run, c["baseline"], c["candidate"])
+        lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
+        ttft = A.paired_ttft_speedup(run, c.baseline, c.candidate)
         rows.append(
             [
-                f"{c['candidate']} vs {c['baseline']}",
-                fmt(c.get("rollout_speedup"), 3, "×"),
-                fmt_ci(lo, hi, 3, c.get("rollout_speedup_ci_reason")),
-                fmt(c.get("rollout_latency_reduction_pct"), 1, " %"),
-                fmt(c.get("ttft_p50_reduction_pct"), 1, " %"),
+                c.pair,
+                fmt(c.rollout_speedup, 3, "×"),
+                fmt_ci(lo, hi, 3, c.rollout_speedup_ci_reason),
+                fmt(c.rollout_latency_reduction_pct, 1, " %"),
+                fmt(c.ttft_p50_reduction_pct, 1, " %"),
                 fmt(ttft["speedup"], 3, "×") if ttft else "-",
                 fmt_ci(ttft["ci95"][0], ttft["ci95"][1], 3, ttft.get("ci_reason")) if ttft else "-",
-                "yes" if c.get("paired") else "no",
+                "yes" if c.paired else "no",
             ]
         )
     return Table(
@@ -275,17 +276,15 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
     ``extra``: sections placed after the plots (the server-side metrics).
     """
     summary = run.summary or {}
+    typed = run.summary_model or Summary()
     doc = Document(f"loopbench report — {run.run_id}")
-    verdict = summary if run.finished else None
-    doc.add(Paragraph(verdict_line(verdict), kind=verdict_kind(verdict)))
+    doc.add(Paragraph(verdict_line(run.summary_model), kind=verdict_kind(run.summary_model)))
     doc.add(Paragraph(" · ".join(_run_facts(run))))
     # an unfinished run's verdict line says so
-    if run.finished and not summary.get("valid", True):
-        doc.add(
-            Paragraph("Run INVALID: " + "; ".join(summary.get("invalid_reasons", [])), kind="bad")
-        )
-    if summary.get("rebuilt"):
-        src = summary.get("rebuilt_from") or {}
+    if typed.valid is False:
+        doc.add(Paragraph("Run INVALID: " + "; ".join(typed.invalid_reasons), kind="bad"))
+    if typed.rebuilt:
+        src = typed.rebuilt_from or {}
         doc.add(
             Paragraph(
                 f"Rebuilt: the run did not finish (the harness was killed); loopbench report "
@@ -295,7 +294,7 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
                 kind="note",
             )
         )
-    elif summary.get("partial"):
+    elif typed.partial:
         doc.add(
             Paragraph(
                 "Partial run: interrupted before every rollout finished; figures cover what was "
@@ -325,8 +324,8 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
         doc.add(Heading("Latency breakdown"), breakdown_doc_table(summary))
         errors = [
             [name, kind, str(n)]
-            for name in A.ordered_transports(summary["transports"])
-            for kind, n in (summary["transports"][name].get("errors_by_kind") or {}).items()
+            for name in A.ordered_transports(typed.transports)
+            for kind, n in typed.transports[name].errors_by_kind.items()
         ]
         if errors:
             doc.add(Heading("Errors"), Table(["transport", "kind", "count"], errors, align="llr"))
