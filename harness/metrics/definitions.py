@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from harness.metrics.results_model import Stats, Summary
+from harness.metrics.results_model import Summary
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.workload.records import (
     BURST_WINDOW_NS,
@@ -206,16 +206,7 @@ def visible_start(first_token_ns: Any, first_output_ns: Any) -> Any:
 def has_reasoning(summary: Summary | Mapping[str, Any] | None) -> bool:
     """Whether any transport of a summary reasoned (a turn with reasoning tokens): the tables
     show the ``reasoning`` metrics only then."""
-    if summary is None:
-        return False
-    if not isinstance(summary, Summary):
-        summary = Summary.of(summary)
-    return any(
-        (block.stat(key) or 0) > 0
-        for t in summary.transports.values()
-        if (block := t.reasoning_tokens) is not None
-        for key in {*Stats.model_fields, *(block.model_extra or {})}
-    )
+    return measured(summary, "reasoning_tokens")
 
 
 #: every metric, in ``summary.json`` order
@@ -586,13 +577,16 @@ def compare_rows() -> Iterator[tuple[Metric, Stat]]:
             yield m, m.stat(key)
 
 
-def measured(summary: Any, group: str) -> bool:
-    """Whether any transport of a ``summary.json`` document has a value in ``group``."""
-    for t in (summary or {}).get("transports", {}).values():
-        values = t.get(group) if isinstance(t, dict) else None
-        if isinstance(values, dict) and any(
-            isinstance(v, int | float) and v > 0 for v in values.values()
-        ):
+def measured(summary: Summary | Mapping[str, Any] | None, group: str) -> bool:
+    """Whether any transport of a summary (its model or its document) has a value above 0 in
+    ``group``."""
+    if not summary:
+        return False
+    typed = summary if isinstance(summary, Summary) else Summary.of(summary)
+    for t in typed.transports.values():
+        block = t.group(group)
+        values = block.to_json().values() if block is not None else ()
+        if any(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values):
             return True
     return False
 

@@ -276,6 +276,11 @@ def as_summary(doc: Summary | Mapping[str, Any] | None) -> Summary | None:
     return Summary.of(doc)
 
 
+def as_transport(doc: TransportSummary | Mapping[str, Any]) -> TransportSummary:
+    """One transport's figures as their model (see :func:`as_summary`)."""
+    return doc if isinstance(doc, TransportSummary) else TransportSummary.model_validate(doc)
+
+
 class Manifest(_Document):
     """``manifest.json``: what was run, written first (docs/metrics.md §3)."""
 
