@@ -200,10 +200,7 @@ class Side:
         return A.ordered_transports([*A.run_transports(self.run), *planned])
 
     def summary_of(self, transport: str) -> TransportSummary:
-        """The transport's figures in ``summary.json`` (none: an empty block)."""
-        summary = self.run.summary_model
-        found = summary.transport(transport) if summary is not None else None
-        return found if found is not None else TransportSummary()
+        return self.run.figures(transport)
 
     def samples(self, table: str, column: str, transport: str) -> np.ndarray:
         df = self.table(table)

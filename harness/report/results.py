@@ -36,6 +36,7 @@ from harness.metrics.results_model import (
     Manifest,
     ResultsFormatError,
     Summary,
+    TransportSummary,
 )
 from harness.wire.errors import NotAResultsFolder, ResultsError
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
@@ -350,6 +351,11 @@ class Run:
     @cached_property
     def manifest_model(self) -> Manifest:
         return typed(Manifest, self.manifest, self.path / MANIFEST)
+
+    def figures(self, transport: str) -> TransportSummary:
+        """A transport's figures in ``summary.json`` (an empty block: unfinished, or not run)."""
+        found = self.summary_model.transport(transport) if self.summary_model else None
+        return found if found is not None else TransportSummary()
 
     @property
     def run_id(self) -> str:
