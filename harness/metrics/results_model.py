@@ -82,6 +82,49 @@ class Stats(_Block):
         return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+class SloStats(Stats):
+    """``transports.<t>.slo``: the share of rollouts and turns within the scenario's ``slo``
+    thresholds (docs/metrics.md §1.8)."""
+
+    rollout_attainment: Num | None = None
+    turn_attainment: Num | None = None
+    rollouts: int = 0
+    good_rollouts: int = 0
+    turns: int = 0
+    good_turns: int = 0
+    rollout_attainment_ci95: list[Num | None] | None = None
+    turn_attainment_ci95: list[Num | None] | None = None
+    ci_reason: str | None = None
+    thresholds: dict[str, Num] = Field(default_factory=dict)
+
+
+class Goodput(Stats):
+    """``transports.<t>.goodput``: output of the good rollouts per second (§1.8)."""
+
+    goodput_tps: Num | None = None
+    good_rollouts_per_s: Num | None = None
+    good_output_tokens: int | None = None
+    span_s: Num | None = None
+
+
+class TokenCounts(_Block):
+    """``tokens.<t>``: planned against server-reported tokens (docs/metrics.md §1.6)."""
+
+    turns: int = 0
+    usage_turns: int = 0
+    planned_input: int = 0
+    planned_output: int = 0
+    usage_planned_input: int = 0
+    usage_planned_output: int = 0
+    reported_input: int | None = None
+    reported_output: int | None = None
+    input: int | None = None
+    output: int | None = None
+    streamed_output: int | None = None
+    input_ratio: Num | None = None
+    output_ratio: Num | None = None
+
+
 class Schedule(_Block):
     """What happened to a transport's intended starts:
     ``intended = started + cancelled + dropped + not_started``."""
@@ -121,8 +164,8 @@ class TransportSummary(_Block):
     client_error_ms: Stats | None = None
     tps: Stats | None = None
     cache: Stats | None = None
-    slo: Stats | None = None
-    goodput: Stats | None = None
+    slo: SloStats | None = None
+    goodput: Goodput | None = None
     breakdown_ms: dict[str, Num | None] = Field(default_factory=dict)
     errors_by_kind: dict[str, int] = Field(default_factory=dict)
     #: ``{"<group>.<key>": n}``: statistics computed from too few samples (§1.4)
@@ -241,7 +284,7 @@ class Summary(_Document):
     scenario: str | None = None
     seed: int | None = None
     honesty: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    tokens: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    tokens: dict[str, TokenCounts] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     subagents: dict[str, dict[str, Any]] | None = None
     #: the target's Prometheus series scraped during the run (docs/server-metrics.md)
