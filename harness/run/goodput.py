@@ -351,7 +351,7 @@ def run_goodput_search(
                     f"{'pass' if passed else 'fail'}"
                 )
             write_sweep_json(root, doc)
-            if result.summary.get("partial"):
+            if result.summary_model.partial:
                 stopped = True
                 break
         doc["search"]["answers"][transport] = {
