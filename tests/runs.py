@@ -170,11 +170,13 @@ def measured_folder(
     fail_last: bool = False,
     late_ms: float = 0.0,
     scenario: dict[str, Any] | None = None,
+    history_shift: int = 0,
 ) -> Path:
     """A results folder written by the run's lifecycle (:class:`Measurement`: the summary, its
     verdict, the rows) from synthetic records, without a server: a finished run of
     ``rollouts`` x ``turns`` turns: the first ``failed`` turns fail (or,
-    ``fail_last``, every rollout's last turn), each start ``late_ms`` behind its schedule."""
+    ``fail_last``, every rollout's last turn), each start ``late_ms`` behind its schedule,
+    every history ``history_shift`` tokens longer (as if the rollout generator changed)."""
     sc = validate_scenario({**MEASURED_DOC, **(scenario or {})}, name)
     manifest = {
         "run_id": name,
@@ -206,7 +208,7 @@ def measured_folder(
                     status="error" if fail else "completed",
                     error_kind="server_error" if fail else "",
                     error_message="HTTP 500: injected" if fail else "",
-                    history_tokens=1000 * (k + 1),
+                    history_tokens=1000 * (k + 1) + history_shift,
                     output_tokens=40,
                 )
             )

@@ -10,7 +10,14 @@ from __future__ import annotations
 from harness.gate.outcome import RuleResult
 from harness.gate.rules import GateConfig
 from harness.gate.samples import HISTORY_TOKENS, RunData
-from harness.metrics.validity import Limits, comparability, recorded_reasons, transport_reasons
+from harness.metrics.validity import (
+    Limits,
+    RolloutKey,
+    comparability,
+    recorded_reasons,
+    rollouts_differ,
+    transport_reasons,
+)
 
 #: differing scenario fields named in the reason, at most
 _MAX_DIFFS = 3
@@ -29,24 +36,16 @@ def _comparable(base: RunData, cand: RunData) -> str | None:
     )
 
 
-def _same_rollouts(base: RunData, cand: RunData) -> str | None:
-    """Same scenario text is not enough if the rollout generator changed.
+def _first_turns(run: RunData, transport: str) -> dict[RolloutKey, float]:
+    s = run.get(transport, HISTORY_TOKENS)
+    return {(k[0], k[1]): v for k, v in zip(s.keys, s.values.tolist(), strict=True) if k[-1] == 0}
 
-    The fingerprint is each rollout's first-turn history size (instructions, tool
-    schema, prompt): generated on the client from the seed alone.  Later turns'
-    histories include what the server answered, which may differ legitimately.
-    """
+
+def _same_rollouts(base: RunData, cand: RunData) -> str | None:
     for t in cand.transports:
-        b = base.get(t, HISTORY_TOKENS)
-        first = {k: v for k, v in zip(b.keys, b.values.tolist(), strict=True) if k[-1] == 0}
-        c = cand.get(t, HISTORY_TOKENS)
-        for key, value in zip(c.keys, c.values.tolist(), strict=True):
-            if key in first and first[key] != value:
-                return (
-                    f"{t} rollout {key[1]} (round {key[0]}): first-turn history {first[key]:g} "
-                    f"tokens in the baseline, {value:g} in the candidate: the runs replay "
-                    "different rollouts (rollout generator changed? re-record the baseline)"
-                )
+        found = rollouts_differ(t, _first_turns(base, t), _first_turns(cand, t))
+        if found:
+            return found
     return None
 
 

@@ -296,6 +296,33 @@ def json_differences(a: Any, b: Any, path: str = "") -> list[Difference]:
     return [] if a == b else [Difference(path, a, b)]
 
 
+#: a rollout of a transport: (round, rollout id)
+RolloutKey = tuple[int, int]
+
+
+def rollouts_differ(
+    transport: str,
+    ref: Mapping[RolloutKey, float],
+    cand: Mapping[RolloutKey, float],
+    labels: tuple[str, str] = ("the baseline", "the candidate"),
+) -> str | None:
+    """Same scenario text is not enough if the rollout generator changed: the first rollout
+    whose fingerprint differs, or None.
+
+    The fingerprint is each rollout's first-turn history size (instructions, tool schema,
+    prompt): generated on the client from the seed alone.  Later turns' histories include
+    what the server answered, which may differ legitimately.
+    """
+    for key, value in cand.items():
+        if key in ref and ref[key] != value:
+            return (
+                f"{transport} rollout {key[1]} (round {key[0]}): first-turn history {ref[key]:g} "
+                f"tokens in {labels[0]}, {value:g} in {labels[1]}: the runs replay different "
+                "rollouts (rollout generator changed? re-record the baseline)"
+            )
+    return None
+
+
 def comparability(ref: Manifest, cand: Manifest) -> list[Difference]:
     """Why two runs' manifests do not replay the same workload ([] when they do).
 

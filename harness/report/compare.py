@@ -47,9 +47,11 @@ from harness.metrics.stats import (
 from harness.metrics.validity import (
     SAME_FIELDS,
     Limits,
+    RolloutKey,
     comparability,
     error_reason,
     recorded_reasons,
+    rollouts_differ,
     summary_reasons,
 )
 from harness.report import analysis as A
@@ -303,9 +305,31 @@ def run_reasons(side: Side) -> list[str]:
     return reasons
 
 
+def _first_turns(side: Side, transport: str) -> dict[RolloutKey, float]:
+    """Each rollout's first-turn history size: the fingerprint of the rollouts replayed."""
+    df = side.table("turns")
+    if df.empty or "history_tokens" not in df:
+        return {}
+    first = df[(df["transport"] == transport) & df["ok"] & (df["turn_index"] == 0)]
+    return {
+        (int(r), int(i)): float(h)
+        for r, i, h in zip(
+            first["round"], first["rollout_id"], first["history_tokens"], strict=True
+        )
+    }
+
+
 def pair_reasons(ref: Side, cand: Side) -> list[str]:
-    """Why ``cand`` does not measure what ``ref`` measured: scenario, seed, transports."""
+    """Why ``cand`` does not measure what ``ref`` measured: scenario, seed, the rollouts
+    replayed, transports."""
     reasons = _scenario_reasons(ref, cand)
+    if not reasons:
+        labels = (ref.label, cand.label)
+        for name in A.ordered_transports(t for t in cand.transports if t in ref.transports):
+            found = rollouts_differ(name, _first_turns(ref, name), _first_turns(cand, name), labels)
+            if found:
+                reasons.append(f"{cand.label}: {found}")
+                break
     rt, ct = ref.transports, cand.transports
     if set(rt) != set(ct):
         reasons.append(

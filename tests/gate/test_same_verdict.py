@@ -39,6 +39,8 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         # every start 500 ms behind a 100 ms max_schedule_lag_ms
         "late": measured_folder(root, "late", late_ms=500.0),
         "other_slo": measured_folder(root, "other_slo", scenario={"slo": {"ttft_ms": 500}}),
+        # same scenario and seed, other rollouts: the generator changed between the runs
+        "other_rollouts": measured_folder(root, "other_rollouts", history_shift=100),
         "other_workload": measured_folder(
             root, "other_workload", scenario={"rollout": {"count": 25, "tool_calls": 2}}
         ),
@@ -86,7 +88,7 @@ def test_run_gate_and_compare_agree_whether_a_run_counts(
 
 @pytest.mark.parametrize(
     ("name", "comparable"),
-    [("good", True), ("other_slo", True), ("other_workload", False)],
+    [("good", True), ("other_slo", True), ("other_workload", False), ("other_rollouts", False)],
 )
 def test_gate_and_compare_agree_whether_two_runs_compare(
     folders: dict[str, Path], name: str, comparable: bool
@@ -102,7 +104,11 @@ def test_gate_and_compare_agree_whether_two_runs_compare(
         gate.message,
         cmp.reasons,
     )
-    if not comparable:
+    if name == "other_rollouts":
+        why = "rollout 0 (round 0): first-turn history 1000 tokens in {}, 1100 in {}: the runs"
+        assert "http " + why.format("the baseline", "the candidate") in gate.message
+        assert cmp.reasons[0].startswith("B: http " + why.format("A", "B"))
+    elif not comparable:
         assert "scenario.rollout.tool_calls.value: baseline 1.0, candidate 2.0" in gate.message
         assert cmp.reasons == [
             "B: scenario content differs from A: rollout.tool_calls.value 1.0 vs 2.0 (A first)"
