@@ -43,6 +43,7 @@ from harness.locust_driver.protocol import (
 )
 from harness.locust_driver.sessions import Session, make_session
 from harness.locust_driver.worker import WorkerSide
+from harness.metrics.results_model import as_summary
 from harness.run.target import (
     SHAPING_ENV,
     resolve_target,
@@ -277,9 +278,9 @@ def _on_quitting(environment: Environment, **_kw: Any) -> None:
         master.finalize(wait_s=2.0, render=False)
     if master is not None:
         master.render_pending()
-    summary = master.last_summary if master is not None else None
-    if summary is not None and not summary.get("valid", True):
-        log.warning("loopbench run INVALID: %s", "; ".join(summary["invalid_reasons"]))
+    summary = as_summary(master.last_summary) if master is not None else None
+    if summary is not None and summary.valid is False:
+        log.warning("loopbench run INVALID: %s", "; ".join(summary.invalid_reasons))
 
 
 class ScenarioShape(LoadTestShape):

@@ -23,14 +23,21 @@ import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import cached_property
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import orjson
 
 from harness.metrics.hdr import Histogram, write_hlog
-from harness.metrics.summary import FORMAT_VERSION
+from harness.metrics.results_model import (
+    FORMAT_VERSION,
+    Manifest,
+    ResultsFormatError,
+    Summary,
+    TransportSummary,
+)
 from harness.wire.errors import NotAResultsFolder, ResultsError
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
@@ -324,13 +331,31 @@ def read_csv_gz(path: str | Path, columns: Sequence[str] | None = None) -> pd.Da
 
 @dataclass
 class Run:
-    """A results folder loaded for analysis; ``summary`` is None if the run did not finish."""
+    """A results folder loaded for analysis; ``summary`` is None if the run did not finish.
+
+    ``summary_model`` and ``manifest_model`` are the same documents typed
+    (:mod:`harness.metrics.results_model`); ``summary`` and ``manifest`` stay the JSON
+    objects for the readers not yet converted to attributes.
+    """
 
     path: Path
     manifest: dict[str, Any]
     summary: dict[str, Any] | None
     turns: pd.DataFrame
     rollouts: pd.DataFrame
+
+    @cached_property
+    def summary_model(self) -> Summary | None:
+        return None if self.summary is None else typed(Summary, self.summary, self.path / SUMMARY)
+
+    @cached_property
+    def manifest_model(self) -> Manifest:
+        return typed(Manifest, self.manifest, self.path / MANIFEST)
+
+    def figures(self, transport: str) -> TransportSummary:
+        """A transport's figures in ``summary.json`` (an empty block: unfinished, or not run)."""
+        found = self.summary_model.transport(transport) if self.summary_model else None
+        return found if found is not None else TransportSummary()
 
     @property
     def run_id(self) -> str:
@@ -361,6 +386,17 @@ def read_versioned_json(path: Path) -> dict[str, Any]:
     return doc
 
 
+_Doc = TypeVar("_Doc", Summary, Manifest)
+
+
+def typed(model: type[_Doc], doc: Mapping[str, Any], where: Path) -> _Doc:
+    """``doc`` read into its model; a document this version cannot read is a ResultsError."""
+    try:
+        return model.from_json({"format_version": FORMAT_VERSION, **doc}, str(where))
+    except ResultsFormatError as exc:
+        raise ResultsError(str(exc)) from None
+
+
 def load_run(path: str | Path) -> Run:
     """Load ``manifest.json``, ``summary.json`` (if present) and the row files of a run."""
     path = Path(path)
@@ -383,7 +419,10 @@ def load_run(path: str | Path) -> Run:
             if f.name != "itl_ns" and f.name not in table.columns and len(table.columns):
                 table[f.name] = float("nan") if f.default is None else f.default
         tables.append(table)
-    return Run(path=path, manifest=manifest, summary=summary, turns=tables[0], rollouts=tables[1])
+    run = Run(path=path, manifest=manifest, summary=summary, turns=tables[0], rollouts=tables[1])
+    # read into the models now: a document this version cannot read fails here, named
+    _ = run.manifest_model, run.summary_model
+    return run
 
 
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")

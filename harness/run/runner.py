@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.client.shaping import NO_SHAPING, RequestShaping
+from harness.metrics.results_model import Summary
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
 from harness.report.server_metrics import write_server_metrics
@@ -127,10 +128,15 @@ class RunResult:
     # The finished measurement, so a multi-process run (harness.run.procs) can merge them.
     measurement: Measurement | None = None
 
+    @property
+    def summary_model(self) -> Summary:
+        """The summary written, read into its model."""
+        return Summary.of(self.summary)
+
     def stop_if_interrupted(self) -> None:
         """For a command that runs several runs: Ctrl-C stopped this one, so stop there too
         (its results are written; ``main`` exits 130)."""
-        if self.summary.get("interrupted"):
+        if self.summary_model.interrupted:
             raise KeyboardInterrupt
 
 
