@@ -144,6 +144,19 @@ def write_index(root: str | Path, name: str, doc: Any, text: str | None = None) 
     return path
 
 
+def check_writable(folder: Path) -> None:
+    """Create ``folder`` and write a file in it, or say why not (before any load is applied)."""
+    probe = folder / ".loopbench-write-check"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ResultsError(
+            f"{folder}: cannot write the results folder: {exc.strerror or exc}"
+        ) from None
+
+
 class ResultsWriter:
     """Writes one results folder: manifest first, rows as they come, summary at the end.
 
