@@ -42,6 +42,7 @@ from harness.run.embedded import scenario_server
 from harness.run.orphans import watched_env
 from harness.run.target import SHAPING_ENV, resolve_target, target_flags_to_json
 from harness.wire.errors import ResultsError, UsageError
+from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import TRANSPORTS, locust_spec
 from harness.workload.scenario import Scenario, load_scenario
 
@@ -377,6 +378,8 @@ def _run_master(args: argparse.Namespace) -> int:
 
 
 def _report(run_dir: Path, code: int) -> int:
+    if code == ExitCode.USAGE:
+        return code  # the master said why in one line (a bad option, a results file unwritable)
     try:
         run = load_run(run_dir)
     except ResultsError as exc:

@@ -259,6 +259,14 @@ def _watch_workers(runner: MasterRunner, master: MasterSide) -> None:
         gevent.sleep(WATCH_INTERVAL_S)
         for node in runner.clients.missing:
             master.worker_lost(node.id, "no heartbeat for 3 s: killed, or its host is gone")
+        if master.write_failed:
+            # The line is said; the table's code for a results file that cannot be written.
+            runner.environment.process_exit_code = ExitCode.USAGE
+            # Locust's own HTML report would meet the same disk: a traceback after the line.
+            if runner.environment.parsed_options is not None:
+                runner.environment.parsed_options.html_file = None
+            _quit(runner)
+            return
 
 
 def _watch_parent(runner: Runner, parent_pid: int) -> None:

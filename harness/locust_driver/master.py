@@ -12,9 +12,11 @@ share and event-loop lag, judged as a ``--procs`` child's would be.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ from harness.report.results import new_run_id
 from harness.run.health import ClientHealth
 from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement
+from harness.wire.errors import LoopbenchError, ResultsWriteError
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
 
@@ -118,6 +121,8 @@ class MasterSide:
         self.run: MasterRun | None = None
         self.last_summary: dict[str, Any] | None = None
         self.unrendered: Path | None = None
+        #: a results file could not be written: the one line said, the run ended ("" if not)
+        self.write_failed = ""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -358,12 +363,38 @@ class MasterSide:
         )
 
     def on_rows(self, node: str, data: dict[str, Any]) -> None:
-        self._write_rows(node, data)
+        try:
+            self._write_rows(node, data)
+        except ResultsWriteError as exc:
+            self._write_failure(exc)
 
     def on_final(self, node: str, data: dict[str, Any]) -> None:
-        report = self._write_rows(node, data)
+        try:
+            report = self._write_rows(node, data)
+        except ResultsWriteError as exc:
+            self._write_failure(exc)
+            return
         if report is not None:
             report.final = data
+
+    def _write_failure(self, exc: ResultsWriteError) -> None:
+        """A results file could not be written: end the run now, in one line, rows kept.
+
+        No summary over rows that stop short (the folder reads as a killed run's); the
+        locustfile sees :attr:`write_failed` and quits with exit 4.
+        """
+        if self.write_failed:
+            return
+        self.write_failed = str(exc)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        run = self.run
+        if run is None:
+            return
+        self.mark_stopping()
+        run.finalized = True
+        self.run = None
+        with contextlib.suppress(OSError, LoopbenchError):
+            run.measurement.close()
 
     def _write_rows(self, node: str, data: dict[str, Any]) -> WorkerReport | None:
         """Write a worker's rows of the current run; None (nothing written) for a stale message."""
@@ -486,10 +517,15 @@ class MasterSide:
         }
         if run.orphaned:
             extra["orphaned"] = run.orphaned
-        summary = measurement.finish(
-            extra,
-            start_time_s=run.started_wall_s,
-        )
+        try:
+            summary = measurement.finish(
+                extra,
+                start_time_s=run.started_wall_s,
+            )
+        except ResultsWriteError as exc:
+            self._write_failure(exc)
+            return None
+
         # An orphan has no one to read its report and seconds to live: `loopbench report`
         # renders the folder later.
         self.unrendered = None if run.orphaned else measurement.run_dir

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.report.results import read_csv_gz
 from harness.wire.exit_codes import ExitCode
+from tests.reliability.test_locust_faults import SCENARIO
 from tests.runs import ROOT, TINY, _argv, loopbench
 
 LIMIT_BYTES = 4000
@@ -54,3 +55,42 @@ def test_locust_checks_its_results_folder_before_starting_anything(tmp_path: Pat
     assert proc.stderr.strip().splitlines() == [
         f"error: {blocker / 'results' / 'x'}: cannot write the results folder: Not a directory"
     ]
+
+
+LOCUST_LIMIT_BYTES = 6000  # the manifest (~3 KB) fits; the turn rows outgrow it within seconds
+
+
+def _small_locust_files() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (LOCUST_LIMIT_BYTES, LOCUST_LIMIT_BYTES))
+
+
+def test_a_write_that_fails_on_the_locust_master_ends_the_run_with_one_line(
+    tmp_path: Path, server_url: str
+) -> None:
+    """The master (its own process, under the same limit) meets the failure writing rows."""
+    scenario = tmp_path / "faults.yaml"
+    # Fast turns: the rows outgrow the limit well before Locust's own stats history does.
+    fast = SCENARIO.replace("count: 24", "count: 400").replace(
+        "min: 150, max: 250", "min: 5, max: 10"
+    )
+    scenario.write_text(fast.replace("concurrency: 4", "concurrency: 8"))
+    proc = subprocess.run(
+        _argv(("locust", scenario, "--workers", "2", "--target", server_url,
+               "--out", tmp_path, "--run-id", "full", "-q")),
+        capture_output=True, text=True, cwd=ROOT, timeout=120, preexec_fn=_small_locust_files,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.USAGE, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert (
+        errors
+        == [
+            line
+            for line in errors
+            if line.startswith(f"error: {tmp_path / 'full' / 'turns.csv.gz'}")
+        ]
+        and len(errors) == 1
+    ), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "full" / "summary.json").exists()
+    assert len(read_csv_gz(tmp_path / "full" / "turns.csv.gz")) > 0
