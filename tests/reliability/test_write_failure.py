@@ -10,6 +10,7 @@ from __future__ import annotations
 import resource
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.report.results import read_csv_gz
@@ -20,10 +21,15 @@ from tests.runs import ROOT, TINY, _argv, loopbench
 LIMIT_BYTES = 4000
 
 
-def _small_files() -> None:
-    # Ignored, SIGXFSZ turns into a failed write (EFBIG) instead of killing the process.
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT_BYTES, LIMIT_BYTES))
+def _file_size_limit(limit: int) -> Callable[[], None]:
+    """A ``preexec_fn``: files of the child and its own children stop at ``limit`` bytes."""
+
+    def apply() -> None:
+        # Ignored, SIGXFSZ turns into a failed write (EFBIG) instead of killing the process.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
 
 
 def test_a_write_that_fails_mid_run_ends_it_with_one_line_and_keeps_the_rows(
@@ -33,7 +39,7 @@ def test_a_write_that_fails_mid_run_ends_it_with_one_line_and_keeps_the_rows(
         _argv(("run", TINY, "--set", "rollout.count=40", "--set", "load.concurrency=2",
                "--transports", "http", "--target", server_url, "--no-probe",
                "--out", tmp_path, "--run-id", "full", "-q")),
-        capture_output=True, text=True, cwd=ROOT, timeout=120, preexec_fn=_small_files,
+        capture_output=True, text=True, cwd=ROOT, timeout=120, preexec_fn=_file_size_limit(LIMIT_BYTES),
     )  # fmt: skip
     assert proc.returncode == ExitCode.USAGE, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
@@ -60,11 +66,6 @@ def test_locust_checks_its_results_folder_before_starting_anything(tmp_path: Pat
 LOCUST_LIMIT_BYTES = 6000  # the manifest (~3 KB) fits; the turn rows outgrow it within seconds
 
 
-def _small_locust_files() -> None:
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (LOCUST_LIMIT_BYTES, LOCUST_LIMIT_BYTES))
-
-
 def test_a_write_that_fails_on_the_locust_master_ends_the_run_with_one_line(
     tmp_path: Path, server_url: str
 ) -> None:
@@ -78,7 +79,7 @@ def test_a_write_that_fails_on_the_locust_master_ends_the_run_with_one_line(
     proc = subprocess.run(
         _argv(("locust", scenario, "--workers", "2", "--target", server_url,
                "--out", tmp_path, "--run-id", "full", "-q")),
-        capture_output=True, text=True, cwd=ROOT, timeout=120, preexec_fn=_small_locust_files,
+        capture_output=True, text=True, cwd=ROOT, timeout=120, preexec_fn=_file_size_limit(LOCUST_LIMIT_BYTES),
     )  # fmt: skip
     assert proc.returncode == ExitCode.USAGE, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
