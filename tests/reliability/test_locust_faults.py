@@ -173,3 +173,19 @@ def test_the_killed_command_takes_its_master_and_workers_with_it_and_the_run_say
     )
     run = load_run(tmp_path / "o")
     assert summary["transports"]["http"]["turns"]["count"] == len(run.turns)
+
+
+def test_a_sigterm_to_the_command_ends_the_run_interrupted_and_consistent_with_the_rows(
+    tmp_path: Path, server_url: str
+) -> None:
+    with running_locust(tmp_path, server_url, "t", 4) as (proc, _, _):
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED
+    run = load_run(tmp_path / "t")
+    summary = run.summary
+    assert summary is not None and summary["interrupted"] is True and summary["partial"] is True
+    http = summary["transports"]["http"]
+    assert http["turns"]["count"] == len(run.turns)
+    assert http["rollouts"]["count"] == len(run.rollouts) == http["schedule"]["started"]
+    assert summary["locust"]["rollouts_finished"] == len(run.rollouts)
