@@ -35,7 +35,8 @@ venv: $(STAMP)
 # The project's own checks live outside the installed packages (bench/, tools/: not in the
 # wheel) and run from the checkout's root, where `python -m` finds them.
 .PHONY: bench
-# Ratios measured side by side in one run; fails (exit 3) when a target is missed.
+# Ratios measured side by side in one run; exit 2 when a target is missed, 3 when the machine
+# was too busy to judge one (bench/selfbench/busy.py).
 bench: $(STAMP)
 	$(BIN)/python -m bench.selfbench --check --out results/selfbench.json
 

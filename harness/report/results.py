@@ -14,6 +14,7 @@ against power loss is not worth a disk sync per block on the measurement path.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -38,7 +39,7 @@ from harness.metrics.results_model import (
     Summary,
     TransportSummary,
 )
-from harness.wire.errors import NotAResultsFolder, ResultsError
+from harness.wire.errors import NotAResultsFolder, ResultsError, ResultsWriteError
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
 if TYPE_CHECKING:
@@ -92,12 +93,15 @@ class _CsvGzAppender:
         self._clock = clock
         self._pending = 0
         self.rows = 0
+        self.broken = False
         # The header is a member of its own, so even a file killed before the
         # first block reads as an empty table with the right columns.
         self._csv.writerow(columns)
         self.flush()
 
     def add(self, rec: object) -> None:
+        if self.broken:
+            return  # said once already; nothing more reaches the file
         self._csv.writerow(self._row(rec))
         self._pending += 1
         if self._pending >= self._flush_rows or (
@@ -108,10 +112,15 @@ class _CsvGzAppender:
     def flush(self) -> None:
         self._last_flush = self._clock()
         data = self._buf.getvalue()
-        if not data:
+        if not data or self.broken:
             return
-        self._file.write(gzip.compress(data.encode("utf-8"), compresslevel=6, mtime=0))
-        self._file.flush()
+        try:
+            self._file.write(gzip.compress(data.encode("utf-8"), compresslevel=6, mtime=0))
+            self._file.flush()
+        except OSError as exc:
+            # A block cut short is skipped by the reader (complete gzip members only).
+            self.broken = True
+            raise write_error(self.path, exc, self.path.parent) from None
         self.rows += self._pending
         self._pending = 0
         self._buf.seek(0)
@@ -120,9 +129,21 @@ class _CsvGzAppender:
     def close(self) -> None:
         if self._file.closed:
             return
-        self.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        try:
+            self.flush()
+            if not self.broken:
+                os.fsync(self._file.fileno())
+        finally:
+            with contextlib.suppress(OSError):  # the buffered bytes of a full disk: lost
+                self._file.close()
+
+
+def write_error(path: Path, exc: OSError, run_dir: Path) -> ResultsWriteError:
+    """The one line a failed write of a results file ends the run with."""
+    return ResultsWriteError(
+        f"{path}: cannot write: {exc.strerror or exc}; the rows written before are kept "
+        f"(`loopbench report {run_dir}` rebuilds the summary once there is room)"
+    )
 
 
 def _write_json_atomic(path: Path, doc: Any) -> None:
@@ -149,6 +170,19 @@ def write_index(root: str | Path, name: str, doc: Any, text: str | None = None) 
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, md)
     return path
+
+
+def check_writable(folder: Path) -> None:
+    """Create ``folder`` and write a file in it, or say why not (before any load is applied)."""
+    probe = folder / ".loopbench-write-check"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ResultsError(
+            f"{folder}: cannot write the results folder: {exc.strerror or exc}"
+        ) from None
 
 
 class ResultsWriter:
@@ -264,8 +298,15 @@ def write_summary(
             if isinstance(series, Histogram)
             else list(series)
         )
-        write_hlog(hist_dir / f"{tag}.hlog", {tag: intervals}, start)
-    _write_json_atomic(path / SUMMARY, dict(summary))
+        target = hist_dir / f"{tag}.hlog"
+        try:
+            write_hlog(target, {tag: intervals}, start)
+        except OSError as exc:
+            raise write_error(target, exc, path) from None
+    try:
+        _write_json_atomic(path / SUMMARY, dict(summary))
+    except OSError as exc:
+        raise write_error(path / SUMMARY, exc, path) from None
 
 
 def write_table_gz(path: Path, table: pd.DataFrame) -> Path:
