@@ -33,8 +33,8 @@ from reference_server.core.regex_sample import matching_string
 # A path or command argument names a file the conversation mentioned this often (when it did).
 SEEN_PATH_PROBABILITY = 0.8
 MAX_SEEN_PATHS = 32
-# mentioned_paths reads the first and the last few items, the end of each.
-SCAN_HEAD_ITEMS = 2
+# mentioned_paths reads the last few items, else the system prompt among the first; the end of each.
+SCAN_HEAD_ITEMS = 4
 SCAN_TAIL_ITEMS = 8
 SCAN_CHARS = 16_384
 # Schema-driven arguments: arrays at most this long, nested at most this deep.
@@ -623,19 +623,27 @@ def make_arguments(
 
 
 def mentioned_paths(items: Sequence[dict[str, Any]]) -> tuple[str, ...]:
-    """Files the conversation's messages and tool outputs name, most recent first.
+    """Files the conversation names, most recent first.
 
-    Read from the first items (system prompts name the working directory) and the last
-    ones (the task, what the tools just showed), :data:`SCAN_CHARS` of each at most, so
-    the cost does not grow with the conversation.
+    The user's messages and the tool outputs among the last :data:`SCAN_TAIL_ITEMS` items
+    (the task, what the tools just showed); else the system prompt's (its examples are a
+    last resort).  At most :data:`SCAN_CHARS` of each item, so the cost does not grow with
+    the conversation.
     """
-    picked = [*items[:SCAN_HEAD_ITEMS], *items[-SCAN_TAIL_ITEMS:]][::-1]
+    recent = [it for it in items[-SCAN_TAIL_ITEMS:] if not _is_prompt(it)]
+    return _paths_in(recent) or _paths_in([it for it in items[:SCAN_HEAD_ITEMS] if _is_prompt(it)])
+
+
+def _is_prompt(item: dict[str, Any]) -> bool:
+    return item.get("type", "message") == "message" and item.get("role") in ("system", "developer")
+
+
+def _paths_in(items: Sequence[dict[str, Any]]) -> tuple[str, ...]:
     seen: dict[str, None] = {}
-    for item in picked:
+    for item in reversed(items):
         if item.get("type", "message") not in _READ_ITEM_TYPES:
             continue
-        text = item_text(item)[-SCAN_CHARS:]
-        for match in _PATH_MENTION.finditer(text):
+        for match in _PATH_MENTION.finditer(item_text(item)[-SCAN_CHARS:]):
             path = match.group(1)
             if len(path) >= 5 and len(seen) < MAX_SEEN_PATHS:
                 seen.setdefault(path, None)

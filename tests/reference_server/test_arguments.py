@@ -190,7 +190,7 @@ def test_exact_plans_are_exact_and_free_text_follows_the_plan(n_tokens: int) -> 
 
 def test_the_files_a_conversation_names_are_found() -> None:
     items = [
-        {"type": "message", "role": "system", "content": "Working directory: /srv/repo (git)."},
+        {"type": "message", "role": "system", "content": "Working directory: /srv/repo/a.py"},
         {
             "type": "message",
             "role": "user",
@@ -206,6 +206,12 @@ def test_the_files_a_conversation_names_are_found() -> None:
     # the outputs and messages, newest first; not the model's own arguments, URLs or versions
     assert mentioned_paths(items) == ("README.md", "src/app/main.py", "notes.txt")
     assert mentioned_paths([]) == ()
+    # a system prompt's examples only when the recent items name nothing
+    prompt = {"type": "message", "role": "system", "content": "Skills live in skills/SKILL.md."}
+    chat = [{"type": "message", "role": "user", "content": "hi"}] * 10
+    assert mentioned_paths([prompt, *chat]) == ("skills/SKILL.md",)
+    task = {"type": "message", "role": "user", "content": "Read notes.txt"}
+    assert mentioned_paths([prompt, task]) == ("notes.txt",)
 
 
 def test_paths_and_commands_mostly_use_the_files_the_conversation_named() -> None:
