@@ -17,6 +17,7 @@ help:
 	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~15 min)"
 	@echo "make bench-peers loopbench next to guidellm and aiperf (own venv .venv-peers) -> results/peers.json, BENCHMARKS.md (~5 min)"
 	@echo "make notebook   re-execute notebooks/*.ipynb in place on results/baseline (committed with outputs)"
+	@echo "make interop    the real agents (Codex CLI, Claude Code, openai-agents, openai/anthropic SDKs) against the reference server, direct, recorded, replayed (docs/agents.md)"
 
 # Re-install whenever pyproject.toml changes (the stamp is older than it).
 $(STAMP): pyproject.toml
@@ -95,6 +96,18 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: interop
+# The agents people run, unmodified, against the reference server on loopback: each session
+# directly, through `loopbench record` and replayed from its trace; a table, exit 3 on any
+# failure (docs/agents.md).  The npm agents are installed, pinned, into .agents/ (never the
+# project's dependencies; needs npm).  Repeat: make interop INTEROP_REPEAT=20
+# INTEROP_ONLY=codex-http,codex-ws INTEROP_MODES=direct
+INTEROP_REPEAT ?= 1
+INTEROP_ONLY   ?=
+INTEROP_MODES  ?= direct,record,replay
+interop: $(STAMP)
+	$(BIN)/python -m tools.interop --repeat $(INTEROP_REPEAT) --only "$(INTEROP_ONLY)" --modes $(INTEROP_MODES)
 
 .PHONY: fuzz
 # 10,000 hostile HTTP bodies and headers, WebSocket frame sequences and broken sockets against a

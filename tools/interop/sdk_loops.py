@@ -75,7 +75,8 @@ def openai_responses(base_url: str) -> dict[str, int]:
     from openai import OpenAI
 
     client = OpenAI(base_url=base_url, api_key=KEY, max_retries=0)
-    tools = [{"type": "function", **t} for t in TOOLS]
+    tools: Any = [{"type": "function", **t} for t in TOOLS]
+    reasoning: Any = {"effort": "low"}
     context: list[Any] = [{"role": "user", "content": TASK}]
     turns = calls = 0
     for _ in range(MAX_TURNS):
@@ -84,11 +85,11 @@ def openai_responses(base_url: str) -> dict[str, int]:
             model=MODEL,
             instructions=INSTRUCTIONS,
             input=context,
-            tools=tools,  # type: ignore[arg-type]
+            tools=tools,
             store=False,
             stream=True,
             max_output_tokens=MAX_TOKENS,
-            reasoning={"effort": "low"},
+            reasoning=reasoning,
             include=["reasoning.encrypted_content"],
         ) as stream:
             for event in stream:
@@ -113,7 +114,7 @@ def openai_chat(base_url: str) -> dict[str, int]:
     from openai import OpenAI
 
     client = OpenAI(base_url=base_url, api_key=KEY, max_retries=0)
-    tools = [{"type": "function", "function": t} for t in TOOLS]
+    tools: Any = [{"type": "function", "function": t} for t in TOOLS]
     messages: list[Any] = [
         {"role": "system", "content": INSTRUCTIONS},
         {"role": "user", "content": TASK},
@@ -125,7 +126,7 @@ def openai_chat(base_url: str) -> dict[str, int]:
         stream = client.chat.completions.create(
             model=MODEL,
             messages=messages,
-            tools=tools,  # type: ignore[arg-type]
+            tools=tools,
             tool_choice="auto",
             parallel_tool_calls=True,
             max_completion_tokens=MAX_TOKENS,
