@@ -25,6 +25,7 @@ from starlette.datastructures import Headers
 from harness.wire import events as ev
 from reference_server import fault_send
 from reference_server.core.api_tier import RequestCost
+from reference_server.core.arguments import mentioned_paths
 from reference_server.core.config import ServerConfig
 from reference_server.core.context_window import (
     Fitted,
@@ -38,7 +39,13 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.engine import NS_PER_MS
 from reference_server.core.faults import ERROR_STATUSES, Fault, FaultInjector
 from reference_server.core.limits import TokenBucket
-from reference_server.core.output import Lengths, OutputCursor, OutputPlan, plan_output
+from reference_server.core.output import (
+    HINT_OUTPUT_TOKENS,
+    Lengths,
+    OutputCursor,
+    OutputPlan,
+    plan_output,
+)
 from reference_server.core.profiles import load_profiles
 from reference_server.core.reasoning import reasoning_budget
 from reference_server.core.validation import CreateRequest, RequestError, reasoning_options
@@ -370,6 +377,8 @@ class Service:
         """Plan the output, wait the engine, stream the items; returns what was produced."""
         tools_tok = tools_tokens(req.tools)
         reasoning = reasoning_options(req.raw)
+        # Loopbench's own runs plan exactly (hints) and pay nothing for reading the conversation.
+        unhinted_calls = bool(req.tools) and HINT_OUTPUT_TOKENS not in metadata
         plan = plan_output(
             tools=req.tools,
             tool_choice=tool_choice,
@@ -395,6 +404,7 @@ class Service:
             ),
             summary=reasoning.summary,
             include_encrypted=reasoning.include_encrypted,
+            context_paths=mentioned_paths(conv.items) if unhinted_calls else (),
         )
         cursor = OutputCursor(builder, plan, rng)
         first_delta_ns = 0

@@ -20,13 +20,23 @@ from __future__ import annotations
 import math
 import random
 import re
+import shlex
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from harness.wire.tokens import CHARS_PER_TOKEN, chunked_text
+from reference_server.core.conversation import item_text
 from reference_server.core.regex_sample import matching_string
 
+# A path or command argument names a file the conversation mentioned this often (when it did).
+SEEN_PATH_PROBABILITY = 0.8
+MAX_SEEN_PATHS = 32
+# mentioned_paths reads the last few items, else the system prompt among the first; the end of each.
+SCAN_HEAD_ITEMS = 4
+SCAN_TAIL_ITEMS = 8
+SCAN_CHARS = 16_384
 # Schema-driven arguments: arrays at most this long, nested at most this deep.
 MAX_SAMPLED_ITEMS = 64
 MAX_SAMPLED_DEPTH = 8
@@ -95,6 +105,13 @@ _MORE_PATTERNS = " patterns"
 # Integer properties by name: how many (10-200), which line (1-300).
 _COUNTS = ("limit", "max_results", "head_limit", "count", "max_lines", "n")
 _LINES = ("offset", "line", "start_line", "end_line", "line_number")
+# Files the conversation names: relative or absolute, with an extension that starts with a
+# letter (notes.txt, /srv/app/main.go; not v1.0), not inside a URL or a longer path.
+_PATH_MENTION = re.compile(
+    r"(?<![\w/.~:-])((?:~?/)?(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,5})(?![\w/-])"
+)
+_READ_ITEM_TYPES = ("message", "function_call_output", "custom_tool_call_output")
+_FILE_COMMANDS = ("cat {path}", "head -n 20 {path}", "wc -l {path}", "sed -n 1,40p {path}")
 # A command carries exact-plan filler as a shell comment (the filler starts with a space).
 _COMMAND_SEPARATOR = " #"
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
@@ -197,9 +214,19 @@ def _finite(schema: dict[str, Any], key: str) -> float | None:
 class _Walker:
     """One tool's schema, its ``$defs``, and the generator the values are drawn from."""
 
-    def __init__(self, root: dict[str, Any], rng: random.Random) -> None:
+    def __init__(self, root: dict[str, Any], rng: random.Random, paths: Sequence[str] = ()) -> None:
         self.root = root
         self.rng = rng
+        self.paths = paths
+
+    def realistic(self, kind: str) -> str:
+        """:func:`_realistic`, but mostly a file the conversation named when it named some."""
+        if self.paths and kind in ("path", "command") and self.rng.random() < SEEN_PATH_PROBABILITY:
+            path = self.rng.choice(self.paths)
+            if kind == "path":
+                return path
+            return self.rng.choice(_FILE_COMMANDS).format(path=shlex.quote(path))
+        return _realistic(kind, self.rng)
 
     # -- schema plumbing -----------------------------------------------------------------
     def resolve(self, schema: Any, depth: int) -> dict[str, Any]:
@@ -354,7 +381,7 @@ class _Walker:
         fmt = s.get("format")
         text = _formatted(fmt, self.rng) if isinstance(fmt, str) else None
         if text is None:
-            text = _realistic(_kind_of_name(name), self.rng)
+            text = self.realistic(_kind_of_name(name))
         patterns = [s.get("pattern"), *s.get(_MORE_PATTERNS, [])]
         wanted = [p for p in patterns if isinstance(p, str)]
         if wanted:
@@ -425,7 +452,7 @@ class _Walker:
 
     def argv(self, lo: int, hi: int) -> list[str]:
         """A command as an argument vector: ``["bash", "-lc", "<command>"]``, as Codex sends it."""
-        argv = ["bash", "-lc", self.rng.choice(_COMMANDS)]
+        argv = ["bash", "-lc", self.realistic("command")]
         if hi < len(argv):
             argv = [" ".join(argv[2:])][:hi] if hi >= 1 else []
         while len(argv) < lo:
@@ -504,9 +531,15 @@ def _singular(name: str) -> str:
     return n[:-1] if n.endswith("s") and len(n) > 3 else n
 
 
-def sample_arguments(schema: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-    """One arguments object valid against ``schema`` (a tool's ``parameters``)."""
-    walker = _Walker(schema, rng)
+def sample_arguments(
+    schema: dict[str, Any], rng: random.Random, paths: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One arguments object valid against ``schema`` (a tool's ``parameters``).
+
+    ``paths`` (:func:`mentioned_paths`) are files the conversation named: a path or a
+    command mostly uses one of them, so an agent's tool finds the file it was asked about.
+    """
+    walker = _Walker(schema, rng, paths)
     value = walker.object(walker.resolve(schema, 0), 0)
     return value
 
@@ -547,7 +580,12 @@ def _padding_key(
 
 
 def make_arguments(
-    tool: dict[str, Any], n_tokens: int, rng: random.Random, *, exact: bool = True
+    tool: dict[str, Any],
+    n_tokens: int,
+    rng: random.Random,
+    *,
+    exact: bool = True,
+    paths: Sequence[str] = (),
 ) -> str:
     """JSON arguments valid against ``tool['parameters']``, about ``n_tokens`` tokens long.
 
@@ -557,7 +595,7 @@ def make_arguments(
     """
     raw_schema = tool.get("parameters")
     schema: dict[str, Any] = raw_schema if isinstance(raw_schema, dict) else {}
-    args = sample_arguments(schema, rng)
+    args = sample_arguments(schema, rng, paths)
     base = orjson.dumps(args).decode()
     target_chars = n_tokens * CHARS_PER_TOKEN
     picked = _padding_key(_Walker(schema, rng).resolve(schema, 0), args, exact=exact)
@@ -582,3 +620,31 @@ def make_arguments(
     # Whole filler tokens: the total lands within the last token's 4 characters, so it counts exactly.
     args[key] = current_s + sep + chunked_text(room // CHARS_PER_TOKEN, rng)
     return orjson.dumps(args).decode()
+
+
+def mentioned_paths(items: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """Files the conversation names, most recent first.
+
+    The user's messages and the tool outputs among the last :data:`SCAN_TAIL_ITEMS` items
+    (the task, what the tools just showed); else the system prompt's (its examples are a
+    last resort).  At most :data:`SCAN_CHARS` of each item, so the cost does not grow with
+    the conversation.
+    """
+    recent = [it for it in items[-SCAN_TAIL_ITEMS:] if not _is_prompt(it)]
+    return _paths_in(recent) or _paths_in([it for it in items[:SCAN_HEAD_ITEMS] if _is_prompt(it)])
+
+
+def _is_prompt(item: dict[str, Any]) -> bool:
+    return item.get("type", "message") == "message" and item.get("role") in ("system", "developer")
+
+
+def _paths_in(items: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for item in reversed(items):
+        if item.get("type", "message") not in _READ_ITEM_TYPES:
+            continue
+        for match in _PATH_MENTION.finditer(item_text(item)[-SCAN_CHARS:]):
+            path = match.group(1)
+            if len(path) >= 5 and len(seen) < MAX_SEEN_PATHS:
+                seen.setdefault(path, None)
+    return tuple(seen)

@@ -16,6 +16,7 @@ of its length; only the closing events carry the whole text (docs/reliability.md
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -114,6 +115,7 @@ def plan_output(
     summary: bool = False,
     include_encrypted: bool = False,
     lengths: Lengths | None = None,
+    context_paths: Sequence[str] = (),
 ) -> OutputPlan:
     """Decide this response's output.  ``chain_function_calls`` counts calls already made in the chain.
 
@@ -123,7 +125,8 @@ def plan_output(
     makes the response incomplete.  ``reasoning_tokens`` (core/reasoning.py's
     budget) come first and count against ``max_output_tokens``, as on the API:
     reasoning that exhausts it leaves no visible output and the response incomplete;
-    otherwise text or a call always follows it.
+    otherwise text or a call always follows it.  ``context_paths`` (files the
+    conversation named, core/arguments.py) feed the arguments of unhinted calls.
     """
     if lengths is None or default_output_tokens is not None:
         base = lengths or Lengths()
@@ -139,6 +142,7 @@ def plan_output(
         rng=rng,
         reasoning_tokens=reasoning_tokens,
         lengths=lengths,
+        context_paths=context_paths,
     )
     if reasoning_tokens <= 0:
         return visible
@@ -164,6 +168,7 @@ def _plan_visible(
     rng: random.Random,
     reasoning_tokens: int,
     lengths: Lengths,
+    context_paths: Sequence[str],
 ) -> OutputPlan:
     function_tools = callable_tools(tools)
     hint = _int_hint(metadata, HINT_OUTPUT_TOKENS, MAX_HINT_OUTPUT_TOKENS)
@@ -205,7 +210,10 @@ def _plan_visible(
             per_call, tool = max(1, max(1, hint) // n_calls), rng.choice(chosen)
         else:
             per_call, tool = lengths.draw(lengths.tool_call, rng), pick_tool(chosen, weights, rng)
-        args = make_arguments(tool, per_call, rng, exact=hint is not None)
+        if hint is not None:
+            args = make_arguments(tool, per_call, rng)
+        else:
+            args = make_arguments(tool, per_call, rng, exact=False, paths=context_paths)
         toks = count_tokens(args)
         if budget is not None and toks > budget:
             # The call would be cut mid-JSON: the response ends incomplete without it.

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from harness.wire.tokens import count_tokens
-from reference_server.core.arguments import make_arguments, sample_arguments
+from reference_server.core.arguments import make_arguments, mentioned_paths, sample_arguments
 from tests.agent_requests import CHAT, MESSAGES, RESPONSES, bodies
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -84,7 +84,9 @@ def test_arguments_validate_against_the_schema(key: str, tool: dict[str, Any]) -
     for seed in range(DRAWS_PER_TOOL):
         rng = random.Random(seed)
         n_tokens = rng.choice((1, 20, 60, 400))
-        text = make_arguments(tool, n_tokens, rng, exact=seed % 2 == 0)
+        # files the conversation named feed paths and commands on odd seeds
+        paths = ("notes.txt", "/srv/my app/main.go") if seed % 2 else ()
+        text = make_arguments(tool, n_tokens, rng, exact=seed % 4 == 0, paths=paths)
         args = orjson.loads(text)
         errors = [e.message for e in validator.iter_errors(args)]
         assert not errors, (key, seed, args, errors)
@@ -184,3 +186,43 @@ def test_exact_plans_are_exact_and_free_text_follows_the_plan(n_tokens: int) -> 
         assert count_tokens(drawn) == n_tokens
         bare = make_arguments(synthetic, n_tokens, random.Random(seed), exact=False)
         assert count_tokens(bare) < 30
+
+
+def test_the_files_a_conversation_names_are_found() -> None:
+    items = [
+        {"type": "message", "role": "system", "content": "Working directory: /srv/repo/a.py"},
+        {
+            "type": "message",
+            "role": "user",
+            "content": "Show the first line of notes.txt, e.g. v1.0",
+        },
+        {"type": "function_call", "name": "Bash", "arguments": '{"command":"cat made/up.py"}'},
+        {
+            "type": "function_call_output",
+            "call_id": "c",
+            "output": "README.md\nsrc/app/main.py\nsee https://example.com/page.html",
+        },
+    ]
+    # the outputs and messages, newest first; not the model's own arguments, URLs or versions
+    assert mentioned_paths(items) == ("README.md", "src/app/main.py", "notes.txt")
+    assert mentioned_paths([]) == ()
+    # a system prompt's examples only when the recent items name nothing
+    prompt = {"type": "message", "role": "system", "content": "Skills live in skills/SKILL.md."}
+    chat = [{"type": "message", "role": "user", "content": "hi"}] * 10
+    assert mentioned_paths([prompt, *chat]) == ("skills/SKILL.md",)
+    task = {"type": "message", "role": "user", "content": "Read notes.txt"}
+    assert mentioned_paths([prompt, task]) == ("notes.txt",)
+
+
+def test_paths_and_commands_mostly_use_the_files_the_conversation_named() -> None:
+    read = _object(file_path="string", command="string")
+    picks = [sample_arguments(read, random.Random(s), ("notes.txt",)) for s in range(400)]
+    named = sum(p["file_path"] == "notes.txt" for p in picks)
+    assert 0.7 * 400 < named < 0.9 * 400
+    commands = [p["command"] for p in picks if "notes.txt" in p["command"]]
+    assert len(commands) > 0.7 * 400 and all(
+        c.split()[0] in ("cat", "head", "wc", "sed") for c in commands
+    )
+    # a name with a space is quoted for the shell
+    spaced = sample_arguments(read, random.Random(3), ("my notes.txt",))
+    assert spaced["file_path"] == "my notes.txt" or "'my notes.txt'" in spaced["command"]
