@@ -16,7 +16,6 @@ import random
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -47,6 +46,7 @@ from reference_server.core.lifecycle import (
 )
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import until_disconnect
+from reference_server.json_answers import error_response, json_response
 from reference_server.service import Service
 
 Frames = AsyncGenerator[list[bytes], None]
@@ -63,20 +63,8 @@ class Lifecycle:
     def _request_id(self) -> str:
         return ev.new_id("req", self.service.rng())
 
-    def _json(self, body: Any, request_id: str, status: int = 200) -> Response:
-        return Response(
-            orjson.dumps(body),
-            status_code=status,
-            media_type="application/json",
-            headers={"x-request-id": request_id},
-        )
-
-    def _error(self, err: RequestError, request_id: str) -> Response:
-        return self._json(
-            ev.error_body(err.status, err.code, err.message, err.param, err.type),
-            request_id,
-            err.status,
-        )
+    _json = staticmethod(json_response)
+    _error = staticmethod(error_response)
 
     def _stream(self, frames: Frames, request_id: str, ended: Callable[[], bool]) -> Response:
         return _FrameStream(
