@@ -34,7 +34,6 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError, parse_create
 from reference_server.event_stream import EventStream, SendEvents, until_disconnect
-from reference_server.fault_send import InjectedDisconnect
 from reference_server.guard import ConnectionGuard
 from reference_server.json_answers import error_response, json_response
 from reference_server.lifecycle import Lifecycle
@@ -289,15 +288,7 @@ class ReferenceServer:
         job.request_id = request.headers.get("x-request-id")
 
         async def run(send: SendEvents) -> bool:
-            try:
-                await service.generate(job, send)
-            except InjectedDisconnect:
-                raise  # the connection is dropped, not the response failed
-            except Exception as exc:
-                with contextlib.suppress(ValueError):
-                    await send(service.crashed(job.builder, exc))
-                return False
-            return True
+            return await service.generate_or_fail(job, send)
 
         return EventStream(
             run,

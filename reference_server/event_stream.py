@@ -23,8 +23,9 @@ from typing import Any
 from starlette.responses import Response
 
 from harness.wire.sse import encode_event
+from reference_server.fault_send import Send
 
-SendEvents = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
+SendEvents = Send
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 AsgiSend = Callable[[dict[str, Any]], Awaitable[None]]
 
