@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -52,6 +53,28 @@ from reference_server.service import Service
 Frames = AsyncGenerator[list[bytes], None]
 
 
+Handler = Callable[["Lifecycle", Request, str, str], Awaitable[Response]]
+
+
+def _route(handler: Handler) -> Callable[[Lifecycle, Request], Awaitable[Response]]:
+    """A ``/v1/responses/{id}`` route: the API key checked before anything is looked up, the
+    handler given the request id and the response id, a :class:`RequestError` it raises
+    answered as the error it names."""
+
+    @functools.wraps(handler)
+    async def route(self: Lifecycle, request: Request) -> Response:
+        request_id = self._request_id()
+        denied = self.service.check_api_key(request.headers)
+        if denied is not None:
+            return self._error(denied, request_id)
+        try:
+            return await handler(self, request, request_id, request.path_params["response_id"])
+        except RequestError as err:
+            return self._error(err, request_id)
+
+    return route
+
+
 class Lifecycle:
     def __init__(self, service: Service, config: ServerConfig) -> None:
         self.service = service
@@ -74,27 +97,18 @@ class Lifecycle:
             ended=ended,
         )
 
-    def _admitted(self, request: Request) -> tuple[str, RequestError | None]:
-        return self._request_id(), self.service.check_api_key(request.headers)
-
     # -- GET /v1/responses/{id} ----------------------------------------------------------------
-    async def retrieve(self, request: Request) -> Response:
-        request_id, denied = self._admitted(request)
-        if denied is not None:
-            return self._error(denied, request_id)
-        rid = request.path_params["response_id"]
-        try:
-            if _flag(request.query_params.get("stream")):
-                return await self._replay(rid, request, request_id)
-            run = self.runs.get(rid)
-            if run is not None:
-                return self._json(run.current(), request_id)
-            stored = await self.store.get_object(rid)
-            if stored is None:
-                raise not_found(rid)
-            return self._json(stored.response, request_id)
-        except RequestError as err:
-            return self._error(err, request_id)
+    @_route
+    async def retrieve(self, request: Request, request_id: str, rid: str) -> Response:
+        if _flag(request.query_params.get("stream")):
+            return await self._replay(rid, request, request_id)
+        run = self.runs.get(rid)
+        if run is not None:
+            return self._json(run.current(), request_id)
+        stored = await self.store.get_object(rid)
+        if stored is None:
+            raise not_found(rid)
+        return self._json(stored.response, request_id)
 
     async def _replay(self, rid: str, request: Request, request_id: str) -> Response:
         after = _starting_after(request.query_params.get("starting_after"))
@@ -124,11 +138,8 @@ class Lifecycle:
         return self._stream(_once(frames), request_id, lambda: status != "cancelled")
 
     # -- DELETE /v1/responses/{id} -------------------------------------------------------------
-    async def delete(self, request: Request) -> Response:
-        request_id, denied = self._admitted(request)
-        if denied is not None:
-            return self._error(denied, request_id)
-        rid = request.path_params["response_id"]
+    @_route
+    async def delete(self, request: Request, request_id: str, rid: str) -> Response:
         run = self.runs.get(rid)
         if run is not None:
             # Deleted data cannot keep being generated: the run is stopped first.
@@ -138,17 +149,11 @@ class Lifecycle:
         return self._json({"id": rid, "object": "response", "deleted": True}, request_id)
 
     # -- GET /v1/responses/{id}/input_items ----------------------------------------------------
-    async def input_items(self, request: Request) -> Response:
-        request_id, denied = self._admitted(request)
-        if denied is not None:
-            return self._error(denied, request_id)
-        rid = request.path_params["response_id"]
-        try:
-            query = parse_list_query(dict(request.query_params))
-            items = await self._inputs(rid)
-            return self._json(page(input_item_views(items, rid), query), request_id)
-        except RequestError as err:
-            return self._error(err, request_id)
+    @_route
+    async def input_items(self, request: Request, request_id: str, rid: str) -> Response:
+        query = parse_list_query(dict(request.query_params))
+        items = await self._inputs(rid)
+        return self._json(page(input_item_views(items, rid), query), request_id)
 
     async def _inputs(self, rid: str) -> list[dict[str, Any]]:
         """Every item the response was generated from: its chain's, then its own input."""
@@ -165,11 +170,8 @@ class Lifecycle:
         return items[: len(items) - stored.n_output]
 
     # -- POST /v1/responses/{id}/cancel --------------------------------------------------------
-    async def cancel(self, request: Request) -> Response:
-        request_id, denied = self._admitted(request)
-        if denied is not None:
-            return self._error(denied, request_id)
-        rid = request.path_params["response_id"]
+    @_route
+    async def cancel(self, request: Request, request_id: str, rid: str) -> Response:
         run = self.runs.get(rid)
         if run is not None:
             await self.runs.stop(run, "cancelled")
