@@ -46,7 +46,7 @@ from reference_server.core.lifecycle import (
     parse_list_query,
 )
 from reference_server.core.validation import CreateRequest, RequestError
-from reference_server.event_stream import until_disconnect
+from reference_server.event_stream import SseResponse
 from reference_server.json_answers import error_response, json_response
 from reference_server.service import Service
 
@@ -324,8 +324,8 @@ async def _once(frames: list[bytes]) -> Frames:
         yield frames
 
 
-class _FrameStream(Response):
-    """``text/event-stream`` of ready SSE frames; a disconnect stops the reading, not the run."""
+class _FrameStream(SseResponse):
+    """Ready SSE frames; a disconnect stops the reading, not the run."""
 
     def __init__(
         self,
@@ -335,26 +335,12 @@ class _FrameStream(Response):
         done_marker: bool,
         ended: Callable[[], bool],
     ) -> None:
-        self.status_code = 200
-        self.media_type = "text/event-stream"
-        self.background = None
-        self.init_headers(headers)
+        super().__init__(headers, done_marker=done_marker)
         self._frames = frames
-        self._done_marker = done_marker
         self._ended = ended
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
-
-        async def pump() -> None:
-            async with contextlib.aclosing(self._frames) as frames:
-                async for batch in frames:
-                    body = b"".join(batch)
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
-
-        if not await until_disconnect(receive, pump()):
-            return
-        tail = b"data: [DONE]\n\n" if self._done_marker and self._ended() else b""
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+    async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> bool:
+        async with contextlib.aclosing(self._frames) as frames:
+            async for batch in frames:
+                await write(b"".join(batch))
+        return self._ended()
