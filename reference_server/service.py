@@ -11,6 +11,7 @@ Everything that decides *what* to send lives in ``core/``; this decides *when*.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import random
@@ -55,7 +56,7 @@ from reference_server.store import SqliteStore
 from reference_server.timing_log import TimingLog, unix_offset_ns
 
 # Events that are due together go out together: one SSE write or one batch of WS frames.
-Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
+Send = fault_send.Send
 # Called with the finished conversation just before the terminal event goes out, so a
 # client that chains from the response the moment it completes always finds it.
 OnOutput = Callable[[Conversation], None]
@@ -362,6 +363,22 @@ class Service:
     def crashed(self, builder: ev.ResponseBuilder, exc: Exception) -> list[dict[str, Any]]:
         """A bug must not leave the client hanging: the events that fail the response."""
         return self.failure(builder, f"The server had an error: {type(exc).__name__}.")
+
+    async def generate_or_fail(self, job: Job, send: Send) -> bool:
+        """Stream one response over HTTP; whether it ran to its end without crashing.
+
+        A crash sends the events that fail the response (:meth:`crashed`) through ``send``;
+        an injected disconnect propagates: the connection is dropped, not the response failed.
+        """
+        try:
+            await self.generate(job, send)
+        except fault_send.InjectedDisconnect:
+            raise
+        except Exception as exc:
+            with contextlib.suppress(ValueError):
+                await send(self.crashed(job.builder, exc))
+            return False
+        return True
 
     async def run_segment(
         self,

@@ -226,7 +226,8 @@ class _Conn(asyncio.Protocol):
         self.closed = True
 
 
-def _bind() -> socket.socket:
+def listen_loopback() -> socket.socket:
+    """A listening socket on 127.0.0.1, on a port the system picks (this and lib_server.py)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -236,7 +237,7 @@ def _bind() -> socket.socket:
 
 async def _main(deltas: int) -> None:
     streams = encode_streams(deltas)
-    sock = _bind()
+    sock = listen_loopback()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
