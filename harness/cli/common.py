@@ -24,6 +24,9 @@ EXIT_INVALID = ExitCode.INVALID
 EXIT_USAGE = ExitCode.USAGE
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 
+#: the help of every positional scenario argument: a file, or a name `loopbench scenarios` lists
+SCENARIO_HELP = "scenario YAML file, or a built-in name (loopbench scenarios), e.g. quickstart"
+
 # "  name  description": a row of a help table (two spaces before the description).
 _ROW = re.compile(r"(\s+\S+\s{2,})\S")
 
@@ -70,6 +73,17 @@ class Parser(UsageParser):
     Subparsers inherit the class from their parent (``add_subparsers`` builds them with
     ``type(parent)``), so one top-level instance is enough.
     """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        # A subcommand's parser is run by its parent through this method; left to argparse,
+        # its unknown flags travel up and the top-level parser reports them under its own
+        # usage (`usage: loopbench [-h] …`). Refused here, the usage shown is the subcommand's.
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         # A mistyped command (`loopbench rnu`) or option value is most often one letter off:

@@ -28,6 +28,7 @@ from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_OK,
+    SCENARIO_HELP,
     HelpFormatter,
     epilog,
     examples,
@@ -74,7 +75,7 @@ def add_parser(sub: Any) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    p.add_argument("scenario", nargs="?", help="scenario YAML file (master only)")
+    p.add_argument("scenario", nargs="?", help=f"{SCENARIO_HELP} (master only)")
     p.add_argument(
         "--workers",
         type=int,
@@ -274,7 +275,9 @@ def _run_workers(args: argparse.Namespace) -> int:
 
 def _check_scenario(args: argparse.Namespace) -> Scenario:
     if not args.scenario:
-        raise UsageError("loopbench locust: a scenario file is required (or --worker)")
+        raise UsageError(
+            "loopbench locust: a scenario (a YAML file or a built-in name) is required, or --worker"
+        )
     scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
     names = (
         [t.strip() for t in args.transports.split(",") if t.strip()]

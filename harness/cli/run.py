@@ -12,6 +12,7 @@ from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_OK,
+    SCENARIO_HELP,
     HelpFormatter,
     epilog,
     examples,
@@ -63,7 +64,7 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument(
         "scenario",
-        help="scenario YAML file, or a built-in name (loopbench scenarios), e.g. quickstart",
+        help=SCENARIO_HELP,
     )
     run.add_argument(
         "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"

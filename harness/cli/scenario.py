@@ -39,7 +39,12 @@ def add_parser(sub: Any) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    val.add_argument("files", nargs="+", metavar="FILE", help="scenario YAML files")
+    val.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="scenario YAML files or built-in names (loopbench scenarios)",
+    )
     val.set_defaults(func=cmd_validate)
 
     schema = sub.add_parser(

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.cli.commands import command_help
 from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, examples
-from reference_server.cli import add_server_arguments, config_from_args
+from reference_server.cli import SERVES, add_server_arguments, config_from_args
 from reference_server.serve import serve
 
 
@@ -16,8 +16,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
         help=command_help("serve"),
-        description="Run the reference Responses API server (HTTP+SSE and WebSocket on "
-        "/v1/responses) until Ctrl-C. It prints the URL it listens on; --access-log adds one "
+        description=f"Run the reference server until Ctrl-C: {SERVES}. It prints the URL it listens on; --access-log adds one "
         "line per request. See docs/server.md.",
         epilog=examples(
             "loopbench serve --port 8000",

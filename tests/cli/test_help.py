@@ -45,3 +45,58 @@ def test_help_has_a_description_and_examples(name: str) -> None:
     lines = section.splitlines()
     assert all(line.startswith("  loopbench ") for line in lines), section
     assert any(line.startswith(f"  loopbench {name} ") for line in lines), section
+
+
+def _flat(text: str) -> str:
+    """Help text with argparse's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def test_gate_help_states_the_allowances_the_default_rules_apply() -> None:
+    """The text once said 5 % in --ab mode while the rules allowed 8-10 %."""
+    from harness.gate.rules import load_rules
+
+    text = _flat(SUBCOMMANDS["gate"].format_help())
+    for ab, mode in ((False, "between separate runs"), (True, "in --ab mode")):
+        stated = ", ".join(
+            f"{r.metric}.{r.statistic} +{r.max_increase_pct:g} %"
+            for r in load_rules(None, ab=ab).regression
+        )
+        assert f"{stated} {mode}" in text, text
+
+
+def test_every_scenario_argument_says_it_takes_a_built_in_name() -> None:
+    """``run quickstart`` works for sweep, locust, gate --ab and validate too: their help said
+    only "scenario YAML file"."""
+    seen = []
+    for name, sub in SUBCOMMANDS.items():
+        for action in sub._actions:
+            if action.option_strings or not action.help:
+                continue
+            if "scenario yaml" in action.help.lower():
+                seen.append(name)
+                assert "built-in name" in action.help, (name, action.help)
+    assert {"run", "sweep", "locust", "gate", "validate"} <= set(seen)
+
+
+def test_serve_help_names_every_api_the_server_answers() -> None:
+    """It named only the Responses API; the server answers Chat Completions and Messages too."""
+    from starlette.routing import Route
+
+    from reference_server.app import ReferenceServer
+    from reference_server.core.config import ServerConfig
+
+    creates = [
+        r.path
+        for r in ReferenceServer(ServerConfig()).starlette.routes
+        if isinstance(r, Route)
+        and "POST" in (r.methods or ())
+        and "{" not in r.path
+        and not r.path.endswith("/compact")
+    ]
+    assert len(creates) == 3, creates
+    text = _flat(SUBCOMMANDS["serve"].format_help())
+    for path in creates:
+        assert path in text, path
+    for api in ("Responses API", "Chat Completions", "Anthropic Messages"):
+        assert api in text, api
