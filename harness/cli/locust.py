@@ -27,7 +27,6 @@ from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
-    EXIT_OK,
     SCENARIO_HELP,
     HelpFormatter,
     epilog,
@@ -35,9 +34,8 @@ from harness.cli.common import (
     scenario_overrides,
     transports_epilog,
 )
-from harness.cli.run import run_outcome
+from harness.cli.run import print_outcome
 from harness.cli.run_args import add_target_options, scenario_sets, target_flags
-from harness.cli.summary_table import print_summary
 from harness.report.results import load_run, new_run_id
 from harness.run.embedded import scenario_server
 from harness.run.target import SHAPING_ENV, resolve_target, target_flags_to_json
@@ -379,10 +377,7 @@ def _report(run_dir: Path, code: int) -> int:
     if run.summary is None:
         print(f"error: {run_dir}: the run did not finish (no summary.json)", file=sys.stderr)
         return code or EXIT_INVALID
-    outcome, line = run_outcome(run.summary)
-    if outcome != EXIT_OK:
-        print(line)
-    print_summary(run.summary, run_dir, reasons_said=outcome == EXIT_INVALID)
+    outcome = print_outcome(run.summary, run_dir)
     # Locust exits 1 when any request failed; loopbench reports errors in the summary instead,
     # and judges the run as `loopbench run` does. Locust's other codes are not the table's
     # (its own 2 would read as an SLO breach to CI).

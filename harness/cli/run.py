@@ -178,12 +178,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         with live_export(args) as opts.live:
             result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
-    code, line = run_outcome(result.summary)
+    return print_outcome(result.summary, result.run_dir)
+
+
+def print_outcome(summary: dict[str, Any], run_dir: Path) -> int:
+    """The console's account of a finished run (docs/reliability.md quotes its first line);
+    returns the exit code."""
+    code, line = run_outcome(summary)
     if code != EXIT_OK:
         # a valid run's first line is the summary's verdict line
         print(line)
-    print_summary(result.summary, result.run_dir, reasons_said=code == EXIT_INVALID)
-    for err in error_lines(result.summary):
+    print_summary(summary, run_dir, reasons_said=code == EXIT_INVALID)
+    for err in error_lines(summary):
         print(err)
     return code
 
