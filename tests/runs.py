@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,32 @@ def rows_flushed(proc: subprocess.Popen[str], turns: Path, at_least: int) -> int
     return seen
 
 
+def _ignore_sigint() -> None:
+    # in the child before it runs the program: what `sh` does for `COMMAND &`
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def started(*args: str | Path, background: bool = False) -> Iterator[subprocess.Popen[str]]:
+    """``loopbench ARGS`` running, its output piped, killed on the way out if still running;
+    ``background``: with SIGINT ignored, as a shell without job control starts
+    ``loopbench … &`` (a script, a CI step)."""
+    proc = subprocess.Popen(
+        _argv(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=_ignore_sigint if background else None,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 def interrupt_run(
     out: Path,
     run_id: str,
@@ -73,10 +101,12 @@ def interrupt_run(
     sig: signal.Signals,
     *,
     again_after_s: tuple[float, ...] = (),
+    background: bool = False,
 ) -> tuple[int, int, str]:
     """``loopbench run`` of tiny.yaml, one rollout at a time, sent ``sig`` once 6 rows are on disk
     (and once more after each delay of ``again_after_s``, as an impatient user or
-    ``timeout -s INT`` does).
+    ``timeout -s INT`` does).  ``background``: started with SIGINT ignored, as a shell
+    without job control starts ``loopbench run … &`` (a script, a CI step).
 
     Fails the test if the run ends first.  Returns the rows seen before the signal, the
     exit code and stderr.
@@ -90,10 +120,7 @@ def interrupt_run(
         "load.concurrency=1",
     ]
     args += ["--transports", transport, "--out", out, "--run-id", run_id, "-q"]
-    proc = subprocess.Popen(
-        _argv(tuple(args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
-    )
-    try:
+    with started(*args, background=background) as proc:
         seen = rows_flushed(proc, out / run_id / "turns.csv.gz", 6)
         assert proc.poll() is None, (
             f"run ended before it could be interrupted: {proc.communicate()[1]}"
@@ -105,10 +132,6 @@ def interrupt_run(
             if proc.poll() is None:
                 proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
     return seen, proc.returncode, err
 
 

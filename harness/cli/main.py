@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from harness.cli.commands import COMMANDS, module_of
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser, version
+from harness.run.interrupt import sigterm_as_sigint
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import exit_code_help
 
@@ -58,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)
             sys.exit(EXIT_USAGE)
+        # Every command stops on SIGTERM as on Ctrl-C (the table's 130 for both): by default
+        # SIGTERM would end the process on the spot (143), its cleanup and results unwritten.
+        sigterm_as_sigint()
         code = args.func(args)
     except LoopbenchError as exc:
         # Whatever reaches here was raised before or instead of a verdict: a bad file, flag,

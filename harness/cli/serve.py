@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from harness.cli.commands import command_help
-from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, examples
+from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, examples
 from reference_server.cli import SERVES, add_server_arguments, config_from_args
 from reference_server.serve import serve
 
@@ -31,8 +31,10 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # main() has made SIGTERM stop the server as Ctrl-C does: a drain, then 130 for both
+    # (left alone, uvicorn re-raises SIGTERM after the drain and the process dies by it, 143).
     try:
-        serve(config_from_args(args))
+        stopped_by = serve(config_from_args(args))
     except SystemExit as exc:
         # The server reports a bad flag, profile or port as SystemExit("error: ...") (its own
         # entry point exits 1 with it); under loopbench that is the usage row of the table.
@@ -40,4 +42,4 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise
         print(exc.code, file=sys.stderr)
         return EXIT_USAGE
-    return EXIT_OK
+    return EXIT_OK if stopped_by is None else EXIT_INTERRUPTED

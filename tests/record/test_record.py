@@ -34,6 +34,7 @@ from harness.record.proxy import (
 from harness.report.results import load_run
 from harness.transports import make_transport
 from harness.transports.rollout_loop import run_rollout
+from harness.wire.exit_codes import ExitCode
 from harness.workload.records import TurnRecord
 from harness.workload.trace import TraceRollout, dump_trace, read_trace
 from tests.runs import ROOT, run_cli
@@ -476,8 +477,8 @@ def test_record_command_writes_the_trace_on_sigterm(server_url: str, tmp_path: P
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
-    assert "wrote" in err and "1 rollouts" in err
+    assert proc.returncode == ExitCode.INTERRUPTED, err
+    assert "wrote" in err and "1 rollout from" in err
     [rollout] = read_trace(out)
     assert [t.output_tokens for t in rollout.turns] == [9]
     assert "sk-cli-secret" not in out.read_text()
@@ -813,7 +814,7 @@ def test_aborted_and_unreadable_exchanges_are_counted_and_named(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
+    assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "2 exchanges could not be read (first: connection " in err, err
     # the first one named: whichever the proxy noticed first
     assert (
