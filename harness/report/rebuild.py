@@ -106,11 +106,7 @@ def _write(run: Run) -> dict[str, Any]:
     summary["rebuilt"] = True
     summary["rebuilt_from"] = {"turns": turns, "rollouts": rollouts}
     summary["errors"] = error_block(summary.get("transports", {}), examples)
-    summary["not_run"] = {
-        "transports": [t for t in planned if t not in summary.get("transports", {})],
-        "rollouts": {},
-        "cancelled": {},
-    }
+    summary["not_run"] = not_run(run, planned, acc.warmup_rollouts)
     summary["scenario"] = manifest.get("scenario_name") or scenario.get("name")
     summary["seed"] = manifest.get("seed")
     # The histograms' interval: the span of the turns on disk, ending now.
@@ -120,6 +116,45 @@ def _write(run: Run) -> dict[str, Any]:
     now = time.time()
     write_summary(run.path, summary, acc.histograms(), start_time_s=now - span_s, end_time_s=now)
     return summary
+
+
+def not_run(run: Run, transports: list[str], warmup: int) -> dict[str, Any]:
+    """What of the plan has no complete result on disk, as a live run's ``not_run`` says it.
+
+    Per transport: ``cancelled``, the measured rollouts with turn rows but no rollout row
+    (cut off by the kill); ``rollouts``, those never begun, counted against the manifest's
+    ``rollouts_planned`` (absent from a manifest written before it was kept: then only the
+    transports without a row and the ones cut off are known). A rollout row is written once
+    a rollout ends, so a transport whose every rollout has one is the only complete one.
+    """
+    planned = run.manifest.get("rollouts_planned")
+    measured = max(0, int(planned) - warmup) if isinstance(planned, int) else None
+    begun = _rollout_ids(run.turns, warmup)
+    ended = _rollout_ids(run.rollouts, warmup)
+    rollouts: dict[str, int] = {}
+    cancelled: dict[str, int] = {}
+    for name in transports:
+        done, started = ended.get(name, set()), begun.get(name, set())
+        cut = len(started - done)
+        if cut:
+            cancelled[name] = cut
+        if measured is not None and measured - len(done) - cut > 0:
+            rollouts[name] = measured - len(done) - cut
+    return {
+        "transports": [t for t in transports if t not in begun and t not in ended],
+        "rollouts": rollouts,
+        "cancelled": cancelled,
+    }
+
+
+def _rollout_ids(table: Any, warmup: int) -> dict[str, set[int]]:
+    """Per transport, the measured rollouts (warm-up ones left out) with a row in ``table``."""
+    if not len(table):
+        return {}
+    rows = table[table["rollout_id"] >= warmup]
+    return {
+        str(name): set(ids.astype(int)) for name, ids in rows.groupby("transport")["rollout_id"]
+    }
 
 
 def needs_rebuild(run_dir: str | Path) -> bool:
