@@ -191,7 +191,7 @@ def comparison_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]
     headers = [
         "candidate vs baseline",
         "rollout speedup",
-        "95% CI",
+        "95 % CI",
         "rollout latency reduction",
         "TTFT p50 reduction",
     ]

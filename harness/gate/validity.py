@@ -8,6 +8,7 @@ from typing import Any
 from harness.gate.outcome import RuleResult
 from harness.gate.rules import GateConfig
 from harness.gate.samples import HISTORY_TOKENS, RunData
+from harness.wire.plural import counted
 
 #: scenario fields that may differ between comparable runs: they do not change the rollouts
 _SCENARIO_FREE_KEYS = frozenset(("server", "description", "transports"))
@@ -109,7 +110,8 @@ def check_validity(cfg: GateConfig, cand: RunData, base: RunData | None) -> list
             rate = bad / done if done else 1.0
             if rate > v.max_error_rate:
                 problems.append(
-                    f"{name}: error rate {rate:.1%} ({bad} of {done} turns+rollouts) exceeds "
+                    f"{name}: error rate {rate:.1%} ({bad} of "
+                    f"{counted(done, 'turn+rollout', 'turns+rollouts')}) exceeds "
                     f"validity.max_error_rate {v.max_error_rate:.1%}"
                 )
             got = run.rollouts.get(name, 0)

@@ -34,6 +34,7 @@ from harness.report.results import new_run_id
 from harness.run.health import ClientHealth
 from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement
+from harness.wire.plural import counted
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
 
@@ -345,7 +346,7 @@ class MasterSide:
             if report.rows_turns != int(final["turns_total"]):
                 measurement.reasons.append(
                     f"worker {node}: rows received {report.rows_turns}, "
-                    f"worker measured {final['turns_total']} turns"
+                    f"worker measured {counted(int(final['turns_total']), 'turn')}"
                 )
         for sched in measurement.schedules.values():
             sched.not_started = max(0, sched.intended - sched.started - sched.dropped)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.wire.plural import counted
+
 #: error kinds named in a validity reason (the rest are in the summary's ``errors`` block)
 TOP_KINDS = 3
 
@@ -58,7 +60,8 @@ def error_lines(summary: Mapping[str, Any]) -> list[str]:
         t = summary.get("transports", {}).get(name, {})
         turns = t.get("turns", {})
         lines.append(
-            f"errors {name}: {turns.get('errors', 0)} of {turns.get('count', 0)} turns failed"
+            f"errors {name}: {turns.get('errors', 0)} of "
+            f"{counted(int(turns.get('count', 0)), 'turn')} failed"
         )
         for kind, entry in kinds.items():
             example = entry.get("example")

@@ -24,14 +24,15 @@ from harness.metrics.summary import Accumulator
 from harness.report.error_summary import error_block
 from harness.report.results import SUMMARY, Run, load_run, write_summary
 from harness.wire.errors import ResultsError
+from harness.wire.plural import counted
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import RolloutRecord, TurnRecord
 
 #: the first reason of a rebuilt summary (the verdict line starts with it)
 REBUILT_REASON = (
     "rebuilt by loopbench report from the rows of a run that did not finish "
-    "(the harness was killed before it wrote summary.json): {turns} turns and {rollouts} "
-    "rollouts were on disk; schedule and client health are unknown"
+    "(the harness was killed before it wrote summary.json): {turns} and {rollouts} "
+    "were on disk; schedule and client health are unknown"
 )
 
 
@@ -98,7 +99,9 @@ def _write(run: Run) -> dict[str, Any]:
         block = rx.summary(name)
         if block is not None:
             t["rx_stamp"] = block
-    reason = REBUILT_REASON.format(turns=turns, rollouts=rollouts)
+    reason = REBUILT_REASON.format(
+        turns=counted(turns, "turn"), rollouts=counted(rollouts, "rollout")
+    )
     summary["valid"] = False
     summary["invalid_reasons"] = [reason]
     summary["partial"] = True
@@ -167,6 +170,6 @@ def rebuilt_note(summary: Mapping[str, Any]) -> str:
     """One line for the console and the report."""
     src = summary.get("rebuilt_from") or {}
     return (
-        f"summary.json rebuilt from {src.get('turns', 0)} turn rows and "
-        f"{src.get('rollouts', 0)} rollout rows of a run that did not finish"
+        f"summary.json rebuilt from {counted(int(src.get('turns', 0)), 'turn row')} and "
+        f"{counted(int(src.get('rollouts', 0)), 'rollout row')} of a run that did not finish"
     )

@@ -44,6 +44,7 @@ from harness.report.results import SLICES, Run, load_run, write_table_gz
 from harness.report.server_section import server_section
 from harness.report.sweep import is_sweep, render_sweep
 from harness.report.verdict import verdict_kind, verdict_line
+from harness.wire.plural import counted, plural
 from harness.workload.records import BURST_WINDOW_NS
 
 
@@ -153,7 +154,8 @@ def throughput_caption(summary: dict[str, Any]) -> str:
         f"Tokens per second. Decode: per turn with a valid decode rate (at least 2 tokens over "
         f"{D.MIN_DECODE_SPAN_NS / 1e6:g} ms or more, first to last token)"
         + (
-            f"; {excluded} turn(s) with output were too short and are not counted"
+            f"; {counted(excluded, 'turn')} with output {plural(excluded, 'was', 'were')} too "
+            "short and not counted"
             if excluded
             else ""
         )
@@ -258,7 +260,7 @@ def subagents_line(summary: dict[str, Any]) -> str | None:
             f"{name} {fmt(None if share is None else share * 100, 1)} % of the rollout waiting "
             f"on sub-agents, {fmt(group.get('critical_path_turns_p50'), 1)} model turns on the "
             f"critical path, through a sub-agent in {fmt((through or 0) * 100, 0)} % of "
-            f"{group.get('rollouts', 0)} rollouts{most}"
+            f"{counted(int(group.get('rollouts', 0)), 'rollout')}{most}"
         )
     if not parts:
         return None

@@ -19,6 +19,7 @@ from typing import Any
 from harness.report.error_summary import kinds_text
 from harness.run.health import ClientHealth
 from harness.run.schedule_stats import ScheduleStats
+from harness.wire.plural import counted
 from harness.workload.scenario import Load
 
 #: client CPU above this share of one core: the generator itself may be the bottleneck
@@ -80,7 +81,7 @@ def error_reasons(
         )
         kinds = kinds_text(errors.get(name, {}))
         detail = f" ({kinds})" if kinds else ""
-        reasons.append(f"{name}: {rate:.0%} of {turns} turns failed, {why}{detail}")
+        reasons.append(f"{name}: {rate:.0%} of {counted(turns, 'turn')} failed, {why}{detail}")
     return reasons
 
 

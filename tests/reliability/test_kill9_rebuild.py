@@ -84,7 +84,7 @@ def test_report_rebuilds_the_summary_of_a_run_killed_with_sigkill(tmp_path: Path
 
     rep = loopbench("report", run_dir, timeout=120)
     assert rep.returncode == 0, rep.stderr + rep.stdout
-    assert f"summary.json rebuilt from {on_disk} turn rows" in rep.stdout
+    assert f"summary.json rebuilt from {on_disk:,} turn rows" in rep.stdout
     assert "verdict: INVALID: rebuilt by loopbench report" in rep.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["rebuilt"] is True and summary["partial"] is True
