@@ -10,6 +10,7 @@ import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from harness.wire.credentials import PLACEHOLDER_API_KEY
@@ -68,7 +69,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class Parser(UsageParser):
-    """The table's usage exit (:class:`UsageParser`), and the closest choice named.
+    """The table's usage exit (:class:`UsageParser`), the closest choice named, and where the
+    docs a help text names are.
 
     Subparsers inherit the class from their parent (``add_subparsers`` builds them with
     ``type(parent)``), so one top-level instance is enough.
@@ -84,6 +86,13 @@ class Parser(UsageParser):
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if "docs/" not in text:
+            return text
+        # A pip install has no checkout: say where this installation keeps the docs named.
+        return f"{text}\ndocs/NAME.md, named above: {docs_folder()}/NAME.md\n"
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         # A mistyped command (`loopbench rnu`) or option value is most often one letter off:
@@ -110,6 +119,14 @@ def examples(*lines: str) -> str:
 def epilog(*sections: str) -> str:
     """``--help`` epilog sections (examples, transports) separated by a blank line."""
     return "\n\n".join(s for s in sections if s)
+
+
+def docs_folder() -> Path:
+    """Where the ``docs/NAME.md`` that ``--help`` texts name are: inside the installed package
+    (a wheel ships them as ``harness/docs/``, setup.py), else the checkout's ``docs/``."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "docs"
+    return shipped if shipped.is_dir() else package.parent / "docs"
 
 
 def version() -> str:

@@ -6,6 +6,7 @@ Walks the real parser, so a new subcommand without them fails here.
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -100,3 +101,25 @@ def test_serve_help_names_every_api_the_server_answers() -> None:
         assert path in text, path
     for api in ("Responses API", "Chat Completions", "Anthropic Messages"):
         assert api in text, api
+
+
+def test_every_doc_a_help_text_names_is_where_the_help_says() -> None:
+    """The wheel shipped none of the docs the help texts name: each text now ends with where
+    this installation keeps them (the package's docs/ after a pip install, the checkout's
+    here; tests/install checks the wheel), and every name it gives is there."""
+    from harness.cli.common import docs_folder
+    from harness.cli.main import build_parser
+
+    parsers = {"": build_parser(), **SUBCOMMANDS}
+    named = set()
+    for name, sub in parsers.items():
+        text = sub.format_help()
+        found = set(re.findall(r"\bdocs/([\w-]+\.md)", text)) - {"NAME.md"}
+        if found:
+            assert text.rstrip().endswith(f"docs/NAME.md, named above: {docs_folder()}/NAME.md"), (
+                name
+            )
+        named |= found
+    assert {"ci.md", "server.md", "traces.md"} <= named
+    missing = sorted(n for n in named if not (docs_folder() / n).is_file())
+    assert not missing, missing

@@ -41,9 +41,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("install")
     src = tmp / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for pkg in ("harness", "reference_server"):
+    for pkg in ("harness", "reference_server", "docs"):
         shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     dist = tmp / "dist"
     build = _sh(
@@ -70,6 +70,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         str(p.relative_to(ROOT)) for p in (ROOT / "harness" / "scenarios").rglob("*") if p.is_file()
     }
     assert shipped and shipped <= names, sorted(shipped - names)
+    # the docs the --help texts name, inside the package (setup.py)
+    docs = {f"harness/docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert docs and docs <= names, sorted(docs - names)
 
     env_dir = tmp / "venv"
     venv.create(env_dir, with_pip=False, clear=True)
@@ -173,3 +176,14 @@ def test_reproduce_finds_its_scenarios_from_anywhere(
     folder, every = proc.stdout.split()
     assert Path(folder).resolve().is_relative_to(installed.parent.resolve())
     assert every == "True"
+
+
+def test_help_points_at_docs_that_the_installation_has(installed: Path, empty: Path) -> None:
+    """The help texts named docs/ci.md and friends, which a pip install did not have."""
+    proc = _sh([installed / "loopbench", "gate", "--help"], cwd=empty)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("docs/NAME.md, named above: "), last
+    folder = Path(last.split(": ", 1)[1]).parent
+    assert folder.resolve().is_relative_to(installed.parent.resolve()), folder
+    assert (folder / "ci.md").is_file() and "See docs/ci.md" in " ".join(proc.stdout.split())
