@@ -43,11 +43,19 @@ def run_tiny(out: Path, transports: list[str], sets: dict[str, str], **options: 
     The embedded server, no progress display, no report; ``options`` are further
     :class:`RunOptions` (``run_id`` is ``r`` unless given).
     """
+    return run_file(TINY, out, sets, transports=transports, **options)
+
+
+def run_file(
+    scenario: Path | str, out: Path, sets: dict[str, str] | None = None, **options: Any
+) -> Run:
+    """A scenario file run in this process as ``loopbench run FILE --out OUT`` runs it, but
+    without the interpreter start and the report (for tests that read only the rows and the
+    summary); :func:`run_tiny`'s defaults."""
     options.setdefault("run_id", "r")
-    opts = RunOptions(
-        transports=transports, results_root=out, progress=False, render=False, **options
-    )
-    return load_run(run_scenario(load_scenario(str(TINY), sets), str(TINY), opts).run_dir)
+    opts = RunOptions(results_root=out, progress=False, render=False, **options)
+    loaded = load_scenario(str(scenario), sets)
+    return load_run(run_scenario(loaded, str(scenario), opts).run_dir)
 
 
 def rows_flushed(proc: subprocess.Popen[str], turns: Path, at_least: int) -> int:

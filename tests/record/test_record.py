@@ -37,7 +37,7 @@ from harness.transports.rollout_loop import run_rollout
 from harness.wire.exit_codes import ExitCode
 from harness.workload.records import TurnRecord
 from harness.workload.trace import TraceRollout, dump_trace, read_trace
-from tests.runs import ROOT, run_cli
+from tests.runs import ROOT, run_cli, run_file
 from tests.transports.test_chat_messages import plans
 
 pytestmark = pytest.mark.timeout(120)
@@ -229,7 +229,8 @@ def test_openai_agents_sdk_is_recorded_then_replayed(server_url: str, tmp_path: 
         "name: agents-replay\nseed: 1\ntransports: [http]\n"
         "rollout:\n  trace: agents.jsonl\nload:\n  mode: closed\n  concurrency: 1\n"
     )
-    run_cli("run", scenario, "--out", tmp_path / "results", "--run-id", "r", "-q")
+    # as `loopbench run FILE --run-id r`, in this process, without the report it does not read
+    run_file(scenario, tmp_path / "results")
     run = load_run(tmp_path / "results" / "r")
     rows = run.turns[run.turns["rollout_id"] == 0]
     turns = rows[rows["conversation"] == 0].sort_values("turn_index")
