@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 from harness.cli.commands import COMMANDS, module_of
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser, version
-from harness.run.interrupt import sigterm_as_sigint
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import exit_code_help
 
@@ -61,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             sys.exit(EXIT_USAGE)
         # Every command stops on SIGTERM as on Ctrl-C (the table's 130 for both): by default
         # SIGTERM would end the process on the spot (143), its cleanup and results unwritten.
+        # Imported here: `loopbench --help` loads no module of the run stack.
+        from harness.run.interrupt import sigterm_as_sigint
+
         sigterm_as_sigint()
         code = args.func(args)
     except LoopbenchError as exc:
