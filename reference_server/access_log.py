@@ -66,6 +66,16 @@ class AccessLog:
             log(f"{status[0]} (incomplete)" if status else "- (no response)")
 
 
+def log_ws_refused(scope: Any, status: int, started_ns: int) -> None:
+    """``access: WS /v1/responses handshake 401 0.4 ms client=…``: refused before the 101.
+
+    The client saw only an HTTP status (it may retry, or fall back to HTTP): without this
+    line a wrong key left no trace in the log at all."""
+    write_line(
+        f"WS {scope.get('path', '-')} handshake {status} {_ms(started_ns)} client={_client(scope)}"
+    )
+
+
 def log_ws_create(scope: Any, lane: str | None, outcome: str, started_ns: int) -> None:
     """``access: WS /v1/responses response.create completed 153.2 ms client=… lane=…``."""
     where = f" lane={lane}" if lane is not None else ""

@@ -25,7 +25,7 @@ from starlette.websockets import WebSocket
 
 from harness.wire import events as ev
 from reference_server import compaction
-from reference_server.access_log import AccessLog
+from reference_server.access_log import AccessLog, log_ws_refused
 from reference_server.chat_api import ChatApi
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
@@ -390,6 +390,7 @@ class ReferenceServer:
 
     # -- WebSocket -------------------------------------------------------------------------
     async def websocket(self, ws: WebSocket) -> None:
+        started = time.perf_counter_ns()
         request_id = self._request_id()
         denied = self._admit(ws.client.host if ws.client else None, ws.headers)
         if denied is None and self.config.no_websocket:
@@ -404,6 +405,11 @@ class ReferenceServer:
         if denied is not None:
             # Refused before the 101, as the API does: the client sees an HTTP status.
             await ws.send_denial_response(self.error_response(denied, request_id))
+            counters = self.service.counters
+            counters.ws_refused[denied.status] += 1
+            counters.ws_error(denied.status, denied.code or "")
+            if self.config.access_log:
+                log_ws_refused(ws.scope, denied.status, started)
             return
         append = ws.query_params.get("mode") == "append"
         await ws.accept(headers=[(b"x-request-id", request_id.encode())])

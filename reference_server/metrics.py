@@ -40,7 +40,15 @@ CONTEXT_SOURCES = {"none": "request_input", "hit": "connection_cache", "store": 
 class ServerCounters:
     """What nothing else counts, counted as it happens; read by :class:`ServerCollector`."""
 
-    __slots__ = ("context", "errors", "http", "http_in_flight", "responses", "ws_opened")
+    __slots__ = (
+        "context",
+        "errors",
+        "http",
+        "http_in_flight",
+        "responses",
+        "ws_opened",
+        "ws_refused",
+    )
 
     def __init__(self) -> None:
         # (method, route template, status) -> requests
@@ -53,6 +61,8 @@ class ServerCounters:
         # (websocket?, Service.admit's cache label) -> responses
         self.context: Counter[tuple[bool, str]] = Counter()
         self.ws_opened = 0
+        # HTTP status -> WebSocket handshakes refused before the 101 (a wrong key: 401)
+        self.ws_refused: Counter[int] = Counter()
 
     def ws_error(self, status: int, code: str) -> None:
         self.errors[("websocket", "/v1/responses", status, code or "")] += 1
@@ -182,6 +192,15 @@ class ServerCollector:
             "WebSocket connections accepted.",
             c.ws_opened,
         )
+        refused = self._family(
+            C,
+            "loopbench_server_websocket_handshakes_refused",
+            "WebSocket handshakes refused before the 101, by the HTTP status answered.",
+            ("status",),
+        )
+        for status, n in sorted(c.ws_refused.items()):
+            refused.add_metric([str(status), w], n)
+        yield refused
         workers = sim.api.workers
         yield self._one(
             G,

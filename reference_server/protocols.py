@@ -117,7 +117,7 @@ if _AVAILABLE:
             # uvicorn answers a text message of invalid UTF-8 with close 1007; when the
             # connection is already closing (the client's close came in the same read) that
             # close raises InvalidState, which uvicorn leaves to the event loop: a "Fatal
-            # error on transport" traceback per such client (found by harness/tools/fuzz.py).
+            # error on transport" traceback per such client (found by tools/fuzz.py).
             # The close handshake is under way, so the message is simply dropped.
             with contextlib.suppress(InvalidState):
                 super().send_receive_event_to_app()

@@ -55,7 +55,12 @@ class _Chat(_Handler):
     #: the one model it serves (None: any name is taken)
     model: str | None = None
 
+    #: answer a WebSocket upgrade as Starlette does on a plain HTTP route: 403, no body
+    bare_403_upgrades = False
+
     def answer(self) -> tuple[int, str, bytes]:
+        if self.bare_403_upgrades and self.headers.get("upgrade", "").lower() == "websocket":
+            return 403, "text/plain", b""
         if self.command != "POST" or self.path.rstrip("/") != "/v1/chat/completions":
             return 404, "application/json", b'{"detail":"Not Found"}'
         body = json.loads(self.request_body or b"{}")
@@ -199,12 +204,24 @@ class _Messages(_Handler):
 
 @contextmanager
 def chat_only_server(
-    *, tools: bool = True, cached_tokens: bool = False, model: str | None = None
+    *,
+    tools: bool = True,
+    cached_tokens: bool = False,
+    model: str | None = None,
+    bare_403_upgrades: bool = False,
 ) -> Iterator[str]:
     """A vLLM-like Chat Completions endpoint (see the module docstring); with ``model``, it
-    serves that model only."""
+    serves that model only; with ``bare_403_upgrades``, it refuses WebSocket upgrades as vLLM
+    (Starlette) does, 403 with no body."""
     handler = type(
-        "_ChatServer", (_Chat,), {"tools": tools, "cached_tokens": cached_tokens, "model": model}
+        "_ChatServer",
+        (_Chat,),
+        {
+            "tools": tools,
+            "cached_tokens": cached_tokens,
+            "model": model,
+            "bare_403_upgrades": bare_403_upgrades,
+        },
     )
     with serve(handler) as url:
         yield url

@@ -9,8 +9,6 @@ that fails mid-request leaves nothing running.
 - :func:`silent_server` — accepts and reads every request and never answers (until it stops);
 - :func:`plain_web_server` — ``200 text/html`` to every request;
 - :func:`error_server` — ``500`` to every request;
-- :func:`json_not_sse_server` — ``200 application/json`` (a Responses object) even to
-  ``stream: true``;
 - :func:`key_required_server` — ``401`` (an invalid API key) to every request;
 - :func:`forbidden_server` — ``403`` (a key without access to the model) to every request;
 - :func:`canned_sse_server` — a valid minimal SSE stream for every ``POST /v1/responses``
@@ -184,11 +182,6 @@ _RESPONSE = {
 }
 
 
-class _JsonNotSse(_Handler):
-    def answer(self) -> tuple[int, str, bytes]:
-        return 200, "application/json", json.dumps(_RESPONSE).encode()
-
-
 _ids = itertools.count(1)
 
 
@@ -264,10 +257,6 @@ RATE_LIMIT_MESSAGE = "Rate limit reached for requests per minute"
 
 def rate_limited_server() -> AbstractContextManager[str]:
     return serve(_RateLimited)
-
-
-def json_not_sse_server() -> AbstractContextManager[str]:
-    return serve(_JsonNotSse)
 
 
 def error_page_server() -> AbstractContextManager[str]:

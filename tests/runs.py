@@ -1,4 +1,5 @@
-"""Starting loopbench from tests: its CLI in a subprocess, or tiny.yaml in this process."""
+"""Starting loopbench from tests: its CLI in a subprocess, tiny.yaml in this process, or a
+run's lifecycle fed synthetic records."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.locust import LOCUSTFILE
+from harness.metrics.hdr import Histogram
 from harness.report.results import Run, load_run, read_csv_gz
+from harness.run.health import ClientHealth
+from harness.run.measurement import Measurement
 from harness.run.runner import RunOptions, run_scenario
-from harness.workload.scenario import load_scenario
+from harness.workload.records import RolloutRecord, TurnRecord
+from harness.workload.scenario import load_scenario, validate_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "harness" / "scenarios" / "tiny.yaml"
+TINY = ROOT / "scenarios" / "tiny.yaml"
 
 
 def _argv(args: tuple[str | Path, ...]) -> list[str]:
@@ -174,3 +179,88 @@ def locust_master_argv(
         *extra,
         "--only-summary",
     ]
+
+
+MS = 1_000_000
+MEASURED_DOC: dict[str, Any] = {
+    "name": "agree",
+    "seed": 7,
+    "transports": ["http"],
+    "rollout": {"count": 25, "tool_calls": 1},
+    "load": {"mode": "closed", "concurrency": 1},
+}
+
+
+def measured_folder(
+    root: Path,
+    name: str,
+    *,
+    rollouts: int = 25,
+    turns: int = 4,
+    failed: int = 0,
+    fail_last: bool = False,
+    late_ms: float = 0.0,
+    scenario: dict[str, Any] | None = None,
+    history_shift: int = 0,
+) -> Path:
+    """A results folder written by the run's lifecycle (:class:`Measurement`: the summary, its
+    verdict, the rows) from synthetic records, without a server: a finished run of
+    ``rollouts`` x ``turns`` turns: the first ``failed`` turns fail (or,
+    ``fail_last``, every rollout's last turn), each start ``late_ms`` behind its schedule,
+    every history ``history_shift`` tokens longer (as if the rollout generator changed)."""
+    sc = validate_scenario({**MEASURED_DOC, **(scenario or {})}, name)
+    manifest = {
+        "run_id": name,
+        "scenario": sc.model_dump(mode="json"),
+        "scenario_name": sc.name,
+        "seed": sc.seed,
+        "transports": ["http"],
+    }
+    m = Measurement(sc, root / name, manifest, ["http"], planned=rollouts)
+    clock = 10_000 * MS
+    to_fail = failed
+    for rid in range(rollouts):
+        start = clock
+        bad = 0
+        for k in range(turns):
+            sent = start + k * 100 * MS
+            fail = to_fail > 0 or (fail_last and k == turns - 1)
+            to_fail -= to_fail > 0
+            bad += fail
+            m.add_turn(
+                TurnRecord(
+                    transport="http",
+                    rollout_id=rid,
+                    turn_index=k,
+                    sent_ns=sent,
+                    first_token_ns=sent + 40 * MS,
+                    last_token_ns=sent + 80 * MS,
+                    done_ns=sent + 81 * MS,
+                    status="error" if fail else "completed",
+                    error_kind="server_error" if fail else "",
+                    error_message="HTTP 500: injected" if fail else "",
+                    history_tokens=1000 * (k + 1) + history_shift,
+                    output_tokens=40,
+                )
+            )
+        roll = RolloutRecord(
+            transport="http",
+            rollout_id=rid,
+            intended_start_ns=start - round(late_ms * MS),
+            start_ns=start,
+            end_ns=start + turns * 100 * MS,
+            turns=turns,
+            errors=bad,
+            status="error" if bad else "completed",
+        )
+        m.schedules["http"].intended += 1
+        m.schedules["http"].observe(roll, m.late_ns)
+        m.add_rollout(roll)
+        clock = roll.end_ns + MS
+    # a quiet client: 10 % of a core, wake-ups 1 ms late
+    lag = Histogram()
+    for _ in range(100):
+        lag.record_ns(MS)
+    m.clients.append(ClientHealth(cpu_share=0.1, wall_s=5.0, loop_lag=lag))
+    m.finish()
+    return root / name

@@ -52,15 +52,15 @@ ALLOWED: dict[str, set[str]] = {
     "harness.run": set(_MEASURING),
     "harness.locust_driver": _MEASURING - {"harness.transports"} | {"harness.run"},
     "harness.gate": _MEASURING | {"harness.run", "reference_server.core"},
-    "harness.tools": _MEASURING | {"harness.run", "reference_server.core"},
-    # the proxy relays with asyncio alone; its --bench reads like a run's client (kernel
-    # stamps) and states its tail shift with the metrics' paired bootstrap
-    "harness.record": _PURE_HARNESS | {"harness.run", "harness.transports", "harness.metrics"},
+    # reproduce and calibrate: the published model's figures, measured and fitted
+    "harness.model": _MEASURING | {"harness.run", "reference_server.core"},
+    # the proxy relays with asyncio alone
+    "harness.record": _PURE_HARNESS | {"harness.run"},
     "harness.cli": _MEASURING
     | {
         "harness.run",
         "harness.gate",
-        "harness.tools",
+        "harness.model",
         "harness.record",
         "reference_server",
         "reference_server.core",
@@ -69,6 +69,32 @@ ALLOWED: dict[str, set[str]] = {
     "reference_server.core": {"harness.wire"},
     "reference_server": {"harness.wire", "reference_server.core"},
 }
+
+#: what the wheel installs; the development folders below are never part of it
+PRODUCT = ("harness", "reference_server")
+# The project's own checks, outside the installed packages (`make bench`, `make bench-peers`,
+# `make bench-proxy`, `make fuzz`, `make soak`): a new one may import the whole product, the
+# product none of them.  Those that came out of harness/ keep the rules they had there.
+DEVELOPMENT = ("bench", "tools")
+_WHOLE_PRODUCT = set(ALLOWED)
+_CHECKS = ALLOWED["harness.model"]  # what harness/tools/ (fuzz, soak, selfbench, peers) had
+ALLOWED.update(
+    {
+        "bench": _WHOLE_PRODUCT,
+        "bench.selfbench": _CHECKS | {"bench"},
+        "bench.peers": _CHECKS | {"bench.selfbench"},
+        # was harness/record/bench.py: the record layer's rules, the proxy itself, and the
+        # measuring client's kernel stamps and paired bootstrap of the p99 shift
+        "bench.proxy": ALLOWED["harness.record"]
+        | {"harness.record", "harness.transports", "harness.metrics", "bench", "bench.selfbench"},
+        "tools": _WHOLE_PRODUCT,
+        "tools.soak": _CHECKS,
+        "tools.fuzz": _CHECKS | {"tools.soak"},
+        # `make real-engine` drives the peers as the peer bench does (its commands, offline
+        # tokenizer and readers), against vLLM instead of the reference server
+        "tools.real_engine": _WHOLE_PRODUCT | {"bench.peers"},
+    }
+)
 
 
 def _within(name: str, package: str) -> bool:
@@ -115,7 +141,7 @@ def _imports(path: Path) -> Iterator[tuple[str, bool]]:
 
 
 def _sources() -> list[Path]:
-    return sorted(p for pkg in ("harness", "reference_server") for p in (ROOT / pkg).rglob("*.py"))
+    return sorted(p for pkg in PRODUCT + DEVELOPMENT for p in (ROOT / pkg).rglob("*.py"))
 
 
 MODULES = {_module_name(p): p for p in _sources()}
@@ -177,6 +203,20 @@ def test_the_entry_point_imports_by_name_only_modules_of_its_own_layer() -> None
     }
     text = (ROOT / "harness" / "cli" / "main.py").read_text()
     assert 'import_module(f"harness.cli.{command.module}")' in text
+
+
+def test_the_product_never_imports_the_development_tools() -> None:
+    """bench/ and tools/ are not in the wheel: an import of them from harness/ or
+    reference_server/ would work in a checkout and fail after a pip install."""
+    assert {_module_name(ROOT / dev / "__init__.py") for dev in DEVELOPMENT} <= set(MODULES)
+    offenders = [
+        f"{module} imports {name}"
+        for module, path in MODULES.items()
+        if module.split(".")[0] in PRODUCT
+        for name, _ in _imports(path)
+        if name.split(".")[0] in DEVELOPMENT
+    ]
+    assert not offenders, offenders
 
 
 def test_reference_server_imports_only_harness_wire() -> None:

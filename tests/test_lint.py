@@ -14,8 +14,23 @@ def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+def _lint_dirs() -> list[str]:
+    """The folders `make lint` checks (its LINT_DIRS): one list for CI and this test."""
+    [line] = [
+        ln for ln in (ROOT / "Makefile").read_text().splitlines() if ln.startswith("LINT_DIRS")
+    ]
+    dirs = line.split("=", 1)[1].split()
+    assert {"harness", "reference_server", "bench", "tools", "tests"} <= set(dirs), dirs
+    return dirs
+
+
 def test_ruff_clean() -> None:
-    proc = _run(str(BIN / "ruff"), "check", "harness", "reference_server", "tests")
+    proc = _run(str(BIN / "ruff"), "check", *_lint_dirs())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ruff_format_clean() -> None:
+    proc = _run(str(BIN / "ruff"), "format", "--check", *_lint_dirs())
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

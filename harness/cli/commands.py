@@ -38,6 +38,12 @@ COMMANDS: tuple[Command, ...] = (
         "scenario",
         "turn recorded agent sessions or public request traces into a replayable trace (docs/traces.md)",
     ),
+    Command(
+        "trace",
+        "trace",
+        "print what a trace holds: rollouts, turns, tokens, tool time, warm-ups, recoveries, "
+        "sub-agents",
+    ),
     Command("scenarios", "catalog", "list the built-in scenarios with their descriptions"),
     Command("init", "catalog", "write NAME.yaml, a commented starter scenario"),
     Command(
@@ -68,11 +74,6 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "locust", "locust", "distributed load: a Locust master and workers replaying a scenario"
-    ),
-    Command(
-        "selfbench",
-        "selfbench",
-        "measure the harness itself: client ceiling, pipeline rate, overhead, pacing, memory",
     ),
 )
 

@@ -123,7 +123,8 @@ def epilog(*sections: str) -> str:
 
 def docs_folder() -> Path:
     """Where the ``docs/NAME.md`` that ``--help`` texts name are: inside the installed package
-    (a wheel ships them as ``harness/docs/``, setup.py), else the checkout's ``docs/``."""
+    (a wheel ships them as ``harness/docs/``, pyproject.toml's package-dir), else the
+    checkout's ``docs/``."""
     package = Path(__file__).resolve().parents[1]
     shipped = package / "docs"
     return shipped if shipped.is_dir() else package.parent / "docs"

@@ -1,6 +1,6 @@
 """``loopbench reproduce`` and ``loopbench calibrate``: the simulation model's two commands.
 
-Thin: parse, call :mod:`harness.tools.reproduce` / :mod:`harness.tools.calibrate`, print.
+Thin: parse, call :mod:`harness.model.reproduce` / :mod:`harness.model.calibrate`, print.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from harness.cli.common import (
     examples,
     transports_epilog,
 )
-from harness.report.results import load_run
-from harness.tools.calibrate import (
+from harness.model.calibrate import (
     FITTED_API,
     FITTED_ENGINE,
     HTTP_LIKE,
@@ -32,7 +31,8 @@ from harness.tools.calibrate import (
     turns_from_rows,
     unidentified,
 )
-from harness.tools.reproduce import PARTS, REPRODUCE_DIR, all_passed, format_table, run_reproduction
+from harness.model.reproduce import PARTS, REPRODUCE_DIR, all_passed, format_table, run_reproduction
+from harness.report.results import load_run
 from harness.wire.errors import LoopbenchError
 from harness.wire.transports import TRANSPORTS
 from reference_server.core.profiles import load_profiles

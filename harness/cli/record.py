@@ -10,8 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from harness.cli.commands import command_help
-from harness.cli.common import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, HelpFormatter, examples
-from harness.record.bench import BARE_RELAY, THIS_PROXY, run_bench
+from harness.cli.common import EXIT_INTERRUPTED, EXIT_INVALID, HelpFormatter, examples
 from harness.record.proxy import (
     OBSERVERS,
     READY_PREFIX,
@@ -21,8 +20,6 @@ from harness.record.proxy import (
 )
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
-from harness.run.interrupt import sigterm_as_sigint
-from harness.tools.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.wire.plural import counted, plural
 
 
@@ -45,8 +42,6 @@ def add_parser(sub: Any) -> None:
             "http://127.0.0.1:8080/v1 my-agent",
             "loopbench record --upstream https://my-endpoint.example/v1 --port 8080",
             "loopbench record --upstream http://127.0.0.1:8000/v1 --port 0 --keep-content",
-            "loopbench record --bench 2000   # the latency the proxy adds, paired, on loopback",
-            "loopbench record --bench 2000 --bench-streams 8 --bench-history 200",
         ),
         formatter_class=HelpFormatter,
     )
@@ -75,30 +70,6 @@ def add_parser(sub: Any) -> None:
         "(default; the relay shares no GIL with the reading) or on a thread of the proxy's "
         "process (one process fewer)",
     )
-    p.add_argument(
-        "--bench",
-        type=int,
-        default=0,
-        metavar="N",
-        help="instead of recording: measure the latency the proxy adds, over N paired turns "
-        "(direct vs through a `loopbench record` process), and print p50/p99; against the "
-        "embedded server, a bare relay process (forwards bytes, records nothing) is measured "
-        "in the same trials as the floor any extra hop costs",
-    )
-    p.add_argument(
-        "--bench-streams",
-        type=int,
-        default=1,
-        metavar="K",
-        help="with --bench: run K paired streams at once (the N pairs shared among them)",
-    )
-    p.add_argument(
-        "--bench-history",
-        type=int,
-        default=0,
-        metavar="M",
-        help="with --bench: each request carries M earlier messages of ~100 tokens",
-    )
     p.set_defaults(func=cmd_record)
 
 
@@ -112,46 +83,12 @@ def _upstream(args: argparse.Namespace) -> Iterator[str]:
             yield url
 
 
-def _bench_progress(done: int, total: int, elapsed_s: float) -> None:
-    left = f", about {elapsed_s / done * (total - done):.0f} s left" if done else ""
-    print(f"record --bench: {done:,}/{total:,} trials, {elapsed_s:.0f} s{left}", file=sys.stderr)
-
-
 def cmd_record(args: argparse.Namespace) -> int:
     folder = os.path.dirname(os.path.abspath(args.out))
-    if not args.bench and not os.path.isdir(folder):
+    if not os.path.isdir(folder):
         raise UpstreamError(
             f"--out {args.out}: expected a file in an existing folder, got {folder} missing"
         )
-    if args.bench:
-        # stopped by SIGTERM, the bench still stops the server and relays it started
-        sigterm_as_sigint()
-        with _upstream(args) as upstream:
-            before = read_cpu_times()
-            load = os.getloadavg()
-            # The bare relay forwards the client's Host header untouched: only an upstream that
-            # does not route by it (the embedded server) can take it as the floor.
-            proxies = (THIS_PROXY,) if args.upstream else (THIS_PROXY, BARE_RELAY)
-            result = run_bench(
-                upstream,
-                args.bench,
-                args.bench_streams,
-                args.bench_history,
-                proxies,
-                progress=_bench_progress,
-            )
-            steal = steal_percent(before, read_cpu_times())
-            load_after = os.getloadavg()
-        print("\n".join(result.lines()))
-        # A busy or stolen-from machine schedules the proxy late: the tail says so, not the
-        # proxy's own work.
-        print(
-            f"  machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} before and "
-            f"{load_after[0]:.2f} after, CPU steal "
-            + ("unknown" if steal is None else f"{steal:.2f} %")
-            + " during the trials"
-        )
-        return EXIT_OK
     with _upstream(args) as upstream:
 
         def ready(port: int) -> None:

@@ -34,6 +34,7 @@ def add_parser(sub: Any) -> None:
             examples(
                 "loopbench validate quickstart",
                 "loopbench validate my-agent.yaml examples/ci/scenario.yaml",
+                "loopbench validate traces/mine.jsonl   # a trace: its built-in scenario",
             ),
             transports_epilog(),
         ),
@@ -43,7 +44,8 @@ def add_parser(sub: Any) -> None:
         "files",
         nargs="+",
         metavar="FILE",
-        help="scenario YAML files or built-in names (loopbench scenarios)",
+        help="scenario YAML files or built-in names (loopbench scenarios), or trace files "
+        "(*.jsonl, docs/traces.md)",
     )
     val.set_defaults(func=cmd_validate)
 

@@ -59,6 +59,11 @@ def _common(inp: TurnInput) -> dict[str, Any]:
     }
     if inp.reasoning is not None:
         body["reasoning"] = inp.reasoning
+    # the probe's one-message turn: no empty instructions, no tool_choice without tools
+    if not inp.instructions:
+        del body["instructions"]
+    if not inp.tools:
+        del body["tools"], body["tool_choice"]
     return body
 
 
@@ -95,6 +100,18 @@ def ws_create(
     return body
 
 
+def ws_warmup(spec: TransportSpec, inp: TurnInput) -> dict[str, Any]:
+    """``response.create`` with ``generate: false``: the instructions and tools of the turn
+    that follows, no input and no output (docs/protocol.md §2.4); that turn chains from it."""
+    return {
+        "type": "response.create",
+        **_common(inp),
+        "store": spec.store,
+        "input": [],
+        "generate": False,
+    }
+
+
 def ws_append(inp: TurnInput, response_id: str) -> dict[str, Any]:
     """``response.append`` (append prototype): the tool outputs, plus this turn's metadata and
     tool_choice (a loopbench extension) so the replayed rollout keeps its shape."""
@@ -112,4 +129,7 @@ def compact_body(inp: TurnInput) -> dict[str, Any]:
 
     Sent whole whatever the transport: a compaction starts a new chain (docs/protocol.md §6).
     """
-    return {"model": inp.model, "instructions": inp.instructions, "input": inp.history}
+    body = {"model": inp.model, "instructions": inp.instructions, "input": inp.history}
+    if not inp.instructions:
+        del body["instructions"]
+    return body

@@ -41,8 +41,11 @@ def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def chat_messages(instructions: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conversation as chat messages (see the module docstring)."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
+    """The conversation as chat messages (see the module docstring); no system message
+    without instructions (the probe's one-message turn)."""
+    messages: list[dict[str, Any]] = (
+        [{"role": "system", "content": instructions}] if instructions else []
+    )
     for item in items:
         kind = item.get("type", "message")
         if kind == "function_call":
@@ -96,6 +99,10 @@ def chat_body(inp: TurnInput) -> dict[str, Any]:
         "parallel_tool_calls": True,
         "max_completion_tokens": inp.max_output_tokens,
     }
+    if not inp.tools:
+        # a tool_choice without tools is refused by OpenAI's API (the probe's plain request)
+        for key in ("tools", "tool_choice", "parallel_tool_calls"):
+            del body[key]
     if inp.metadata:
         body["metadata"] = dict(inp.metadata)
     return body
@@ -112,12 +119,14 @@ class ChatTranslator:
     event.  ``[DONE]`` before any finish reason is a truncated stream.
     """
 
-    __slots__ = ("_emit", "_finish", "_model", "_sim_timing", "_usage", "ended")
+    __slots__ = ("_emit", "_model", "_sim_timing", "ended", "reason", "usage")
 
     def __init__(self) -> None:
         self._emit = ResponsesEmitter()
-        self._finish: str | None = None
-        self._usage: Event | None = None
+        #: the finish reason, once a choice had one
+        self.reason: str | None = None
+        #: the usage chunk's ``usage``, as the server sent it
+        self.usage: dict[str, Any] | None = None
         self._sim_timing: object = None
         self._model: object = None
         self.ended = False
@@ -139,7 +148,7 @@ class ChatTranslator:
             events += emit.created(str(chunk.get("id") or "chatcmpl"), self._model)
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self._usage = _usage(usage)
+            self.usage = usage
         if "sim_timing" in chunk:
             self._sim_timing = chunk["sim_timing"]
         choices = chunk.get("choices")
@@ -153,7 +162,7 @@ class ChatTranslator:
                 events += self._delta(delta)
             reason = choice.get("finish_reason")
             if reason:
-                self._finish = str(reason)
+                self.reason = str(reason)
                 events += emit.close_all()
         return events
 
@@ -197,13 +206,16 @@ class ChatTranslator:
 
     def _done(self) -> list[Event]:
         self.ended = True
-        if self._finish is None:
+        if self.reason is None:
             raise TransportError(
                 ErrorKind.TRUNCATED_STREAM,
                 "the Chat Completions stream sent [DONE] before any choice had a finish_reason",
             )
         return self._emit.terminal(
-            self._finish in INCOMPLETE_REASONS, self._usage, self._sim_timing, self._model
+            self.reason in INCOMPLETE_REASONS,
+            None if self.usage is None else _usage(self.usage),
+            self._sim_timing,
+            self._model,
         )
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from harness.client.api_errors import api_error_from_body, body_start, not_sse
-from harness.client.bodies import compact_body, http_body, ws_append, ws_create
+from harness.client.bodies import compact_body, http_body, ws_append, ws_create, ws_warmup
 from harness.client.receive import SseFeed
 from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
 from harness.client.shaping import NO_SHAPING, RequestShaping, planned_output, shape_body
@@ -161,6 +161,20 @@ class Conversation:
     def ws_turn(self, inp: TurnInput, rec: TurnRecord) -> WsTurn:
         return WsTurn(self, inp, rec)
 
+    def ws_warmup(self, inp: TurnInput) -> bytes | None:
+        """The ``generate: false`` request to send before this turn (``None``: none).
+
+        Only a turn the trace recorded a warm-up before (a rollout's first), only on a fresh
+        chain; the append prototype keeps one response per rollout and has no warm-up."""
+        if not inp.turn.warmup or self.spec.append or self.previous_response_id is not None:
+            return None
+        return dumps(ws_warmup(self.spec, inp))
+
+    def warmed(self, stream: ResponseStream) -> None:
+        """The warm-up's answer: the turn that follows chains from it."""
+        if stream.response_id and stream.status in _CHAIN_STATUSES:
+            self.previous_response_id = stream.response_id
+
 
 class WsTurn:
     """One WebSocket turn and its recoveries.
@@ -184,7 +198,7 @@ class WsTurn:
         self.resume: ResponseStream | None = None
         self.stream: ResponseStream | None = None
 
-    def request(self) -> str:
+    def request(self) -> bytes:
         conv = self.conv
         paused = conv.paused
         if paused is not None and paused.status == "paused" and paused.response_id:
@@ -200,8 +214,8 @@ class WsTurn:
             body = shape_body(
                 ws_create(conv.spec, inp, previous), "responses", conv.shaping, planned_output(inp)
             )
-        payload = dumps(body).decode()
-        self.rec.bytes_sent = len(payload)
+        payload = dumps(body)
+        self.rec.bytes_sent = len(payload)  # bytes, as over HTTP: not characters
         return payload
 
     def start(self, sent_ns: int) -> ResponseStream:

@@ -161,6 +161,11 @@ def messages_body(inp: TurnInput, cache_control: str = "conversation") -> dict[s
         "tools": tools,
         "tool_choice": {"type": _TOOL_CHOICE.get(inp.tool_choice, "auto")},
     }
+    # the probe's one-message turn: no empty system prompt, no tool_choice without tools
+    if not inp.instructions:
+        del body["system"]
+    if not tools:
+        del body["tools"], body["tool_choice"]
     if inp.reasoning is not None:
         budget = max(MIN_THINKING_BUDGET, inp.turn.reasoning_tokens)
         body["thinking"] = {"type": "enabled", "budget_tokens": budget}
@@ -187,16 +192,18 @@ class MessagesTranslator:
         "_model",
         "_pending",
         "_sim_timing",
-        "_stop",
         "_thinking",
-        "_usage",
         "ended",
+        "reason",
+        "usage",
     )
 
     def __init__(self) -> None:
         self._emit = ResponsesEmitter()
-        self._usage: dict[str, Any] = {}
-        self._stop: str | None = None
+        #: the usage of ``message_start`` and ``message_delta`` merged, as the server sent it
+        self.usage: dict[str, Any] = {}
+        #: the stop reason, once ``message_delta`` gave one
+        self.reason: str | None = None
         self._sim_timing: object = None
         self._model: object = None
         self._pending: set[object] = set()  # thinking blocks started, no token yet
@@ -213,7 +220,7 @@ class MessagesTranslator:
             self.ended = True
             err = event.get("error")
             err = err if isinstance(err, dict) else {}
-            return emit.error(err.get("type"), err.get("message"))
+            return emit.error(err.get("type") or err.get("code"), err.get("message"))
         if etype == "message_start":
             message = event.get("message")
             message = message if isinstance(message, dict) else {}
@@ -235,7 +242,7 @@ class MessagesTranslator:
         if etype == "message_delta":
             delta = event.get("delta")
             if isinstance(delta, dict) and delta.get("stop_reason"):
-                self._stop = str(delta["stop_reason"])
+                self.reason = str(delta["stop_reason"])
             self._merge_usage(event.get("usage"))
             if "sim_timing" in event:
                 self._sim_timing = event["sim_timing"]
@@ -243,7 +250,7 @@ class MessagesTranslator:
         if etype == "message_stop":
             self.ended = True
             return emit.terminal(
-                self._stop in INCOMPLETE_REASONS,
+                self.reason in INCOMPLETE_REASONS,
                 self._responses_usage(),
                 self._sim_timing,
                 self._model,
@@ -292,10 +299,10 @@ class MessagesTranslator:
         if isinstance(usage, dict):
             for k, v in usage.items():
                 if isinstance(v, int) and not isinstance(v, bool):
-                    self._usage[k] = v
+                    self.usage[k] = v
 
     def _responses_usage(self) -> Event | None:
-        u = self._usage
+        u = self.usage
         if not u:
             return None
         read = int_field(u, "cache_read_input_tokens")

@@ -1,7 +1,8 @@
-"""What ``loopbench probe`` asks an endpoint and how it judges the answers (sans I/O).
+"""What ``loopbench probe`` checks and how it judges the answers (sans I/O).
 
-The asyncio edge (:mod:`harness.run.probe`) sends the requests built here and hands
-back what came: a status, a content type, the decoded events.  Every verdict is a
+The asyncio edge (:mod:`harness.run.probe`) sends the requests of
+:mod:`harness.client.probe_answers` and hands back what came: a status, a content type, the
+answer read by a run's stream state machine (:class:`StreamReading`).  Every verdict is a
 :class:`Finding` with its evidence in one human sentence, so a refused run and the
 probe table say the same thing.  Which features a transport needs is read from its
 :class:`~harness.wire.transports.TransportSpec`, never from its name.
@@ -11,20 +12,19 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from harness.client.api_errors import (
-    answered,
-    body_start,
-    error_state,
-    error_text,
-    server_state,
+from harness.client.api_errors import answered, server_state
+from harness.client.chat_api import INCOMPLETE_REASONS as CHAT_CUT_SHORT
+from harness.client.probe_answers import (
+    CHAT_API,
+    MESSAGES_API,
+    PROBE_LANE,
+    PROBE_TOOL_MAX_TOKENS,
+    RESPONSES_API,
+    StreamReading,
 )
-from harness.client.stream import ResponseStream
-from harness.wire.errors import LoopbenchError
-from harness.wire.events import loads
-from harness.wire.sse import SSEDecoder
 from harness.wire.transports import TransportSpec
 
 REACHABLE = "reachable"
@@ -45,9 +45,6 @@ MESSAGES = "messages"
 MESSAGES_CACHE = "messages_cache"
 
 #: the three APIs, each with the feature that says whether the endpoint has it at all
-RESPONSES_API = "responses"
-CHAT_API = "chat"
-MESSAGES_API = "messages"
 API_NAMES: dict[str, str] = {
     RESPONSES_API: "Responses API",
     CHAT_API: "Chat Completions API",
@@ -85,19 +82,6 @@ API_OF: dict[str, str | None] = {
     **dict.fromkeys((MESSAGES, MESSAGES_CACHE), MESSAGES_API),
 }
 
-#: what every probe request asks for: a few tokens, so probing costs next to nothing
-#: (16 is the smallest max_output_tokens some hosted endpoints accept)
-PROBE_INPUT = "loopbench probe: answer with one short word."
-PROBE_MAX_OUTPUT_TOKENS = 16
-PROBE_LANE = "loopbench-probe"
-#: the tool of the Chat Completions tool-call check; a call needs a few more tokens than a word
-PROBE_TOOL = "loopbench_probe"
-PROBE_TOOL_INPUT = f"loopbench probe: call {PROBE_TOOL} with the text 'ok'."
-PROBE_TOOL_MAX_TOKENS = 48
-#: the Messages API caches no prompt shorter than 1024 tokens (2048 on some models), so the
-#: prompt-caching check sends a system prompt just over that, twice: the one large probe request
-PROBE_CACHE_LINES = 230
-
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -120,6 +104,9 @@ class Finding:
     #: the endpoint failed the request (5xx), was too busy for it (429, 408) or gave no answer
     #: in time: that says nothing of the feature, and a run now would meet the same
     server_failed: bool = False
+    #: a "no" a run still goes ahead with (a tool call that arrives whole: its turns are
+    #: measured for what they are)
+    runs_anyway: bool = False
 
     @property
     def stops_a_run(self) -> bool:
@@ -190,7 +177,9 @@ def refusal(
     for spec in specs:
         for feature in needed_features(spec, compaction=compaction):
             found = by_feature.get(feature)
-            if found is not None and (found.supported is False or found.stops_a_run):
+            if found is not None and (
+                (found.supported is False and not found.runs_anyway) or found.stops_a_run
+            ):
                 gaps.append((spec.name, found.evidence))
                 break
     if not gaps:
@@ -204,178 +193,6 @@ def refusal(
     return f"transports {names} cannot run against {target}: {reasons}{hint}"
 
 
-# -- requests -------------------------------------------------------------------------------
-
-
-def http_create(
-    model: str, *, store: bool, previous_response_id: str | None = None
-) -> dict[str, Any]:
-    """A tiny streamed ``POST /responses`` body."""
-    body: dict[str, Any] = {
-        "model": model,
-        "input": PROBE_INPUT,
-        "stream": True,
-        "store": store,
-        "max_output_tokens": PROBE_MAX_OUTPUT_TOKENS,
-    }
-    if previous_response_id is not None:
-        body["previous_response_id"] = previous_response_id
-    return body
-
-
-def ws_create(
-    model: str,
-    *,
-    previous_response_id: str | None = None,
-    generate: bool = True,
-    stream_id: str | None = None,
-) -> dict[str, Any]:
-    """A tiny ``response.create``; ``generate``/``stream_id`` only when they are what is probed."""
-    body: dict[str, Any] = {
-        "type": "response.create",
-        "model": model,
-        "input": PROBE_INPUT,
-        "store": False,
-        "max_output_tokens": PROBE_MAX_OUTPUT_TOKENS,
-    }
-    if previous_response_id is not None:
-        body["previous_response_id"] = previous_response_id
-    if not generate:
-        body["generate"] = False
-    if stream_id is not None:
-        body["stream_id"] = stream_id
-    return body
-
-
-def chat_create(model: str, *, tools: bool = False) -> dict[str, Any]:
-    """A tiny streamed ``POST /chat/completions`` body, shaped as the ``chat`` transport's."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [{"role": "user", "content": PROBE_TOOL_INPUT if tools else PROBE_INPUT}],
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "max_completion_tokens": PROBE_TOOL_MAX_TOKENS if tools else PROBE_MAX_OUTPUT_TOKENS,
-    }
-    if tools:
-        # "required", as the chat transport sends it on a turn that calls tools: a server
-        # that cannot force a call refuses or ignores it here, not on every turn of the run.
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": PROBE_TOOL,
-                    "description": "Echo a short text (a loopbench probe).",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"text": {"type": "string"}},
-                        "required": ["text"],
-                    },
-                },
-            }
-        ]
-        body["tool_choice"] = "required"
-    return body
-
-
-def _cache_prompt() -> str:
-    return " ".join(
-        f"Line {i} of the loopbench prompt-cache probe." for i in range(PROBE_CACHE_LINES)
-    )
-
-
-def messages_create(model: str, *, cached: bool = False) -> dict[str, Any]:
-    """A tiny streamed ``POST /messages`` body; ``cached`` adds a long system prompt marked
-    with ``cache_control`` (the prompt-caching check sends it twice)."""
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": PROBE_MAX_OUTPUT_TOKENS,
-        "stream": True,
-        "messages": [{"role": "user", "content": [{"type": "text", "text": PROBE_INPUT}]}],
-    }
-    if cached:
-        body["system"] = [
-            {"type": "text", "text": _cache_prompt(), "cache_control": {"type": "ephemeral"}}
-        ]
-    return body
-
-
-def background_create(model: str) -> dict[str, Any]:
-    """A tiny non-streamed ``background: true`` create (needs ``store: true``)."""
-    return {
-        "model": model,
-        "input": PROBE_INPUT,
-        "background": True,
-        "store": True,
-        "max_output_tokens": PROBE_MAX_OUTPUT_TOKENS,
-    }
-
-
-def compact_request(model: str) -> dict[str, Any]:
-    return {"model": model, "input": PROBE_INPUT}
-
-
-# -- reading answers ------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class StreamReading:
-    """What one response's events showed, read through the client's own state machine."""
-
-    events: int = 0
-    #: the terminal event's type (``response.completed`` …), None if the stream did not end
-    terminal: str | None = None
-    response_id: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    output_items: int = 0
-    deltas: int = 0
-    #: an ``error`` event's or a protocol violation's text
-    problem: str | None = None
-    #: the ``stream_id`` values the events carried (``None`` for events without one)
-    stream_ids: set[str | None] = field(default_factory=set)
-    #: why the error the stream ended with says nothing of the feature (a server error, a
-    #: rate limit, an overload), or None
-    server_state: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.terminal in ("response.completed", "response.incomplete")
-
-
-def read_stream(events: Sequence[dict[str, Any]]) -> StreamReading:
-    """Judge one response's events with :class:`ResponseStream` (ordering, usage, output)."""
-    out = StreamReading()
-    stream = ResponseStream(sent_ns=0)
-    error_status = 0  # an error event's status, when it gives one
-    for i, event in enumerate(events, start=1):
-        out.events += 1
-        if event.get("type") == "error" and isinstance(event.get("status"), int):
-            error_status = event["status"]
-        sid = event.get("stream_id")
-        out.stream_ids.add(sid if isinstance(sid, str) else None)
-        try:
-            stream.feed(event, i)
-        except LoopbenchError as exc:
-            out.problem = f"the events broke the protocol: {exc}"
-            break
-        if stream.done:
-            out.terminal = str(event.get("type"))
-            break
-    out.response_id = stream.response_id
-    usage = stream.usage or {}
-    if isinstance(usage.get("input_tokens"), int):
-        out.input_tokens = usage["input_tokens"]
-    if isinstance(usage.get("output_tokens"), int):
-        out.output_tokens = usage["output_tokens"]
-    out.output_items = len(stream.output_items)
-    out.deltas = stream.delta_events
-    if out.problem is None and stream.error_message is not None:
-        code = f" ({stream.error_code})" if stream.error_code else ""
-        out.problem = f"the server answered with an error{code}: {stream.error_message}"
-        out.server_state = error_state(error_status, stream.error_code)
-    return out
-
-
 def _not_finished(feature: str, evidence: str, state: str | None) -> Finding:
     """A check that failed: "no", unless it failed for the server's ``state``
     (:func:`server_state`, :func:`error_state`), which says nothing of the feature."""
@@ -384,164 +201,21 @@ def _not_finished(feature: str, evidence: str, state: str | None) -> Finding:
     return Finding(feature, False, evidence)
 
 
+#: how each API's stream ends: (what its messages are called, the end that did not come)
+_ENDS = {
+    RESPONSES_API: ("events", "response.completed"),
+    CHAT_API: ("chunks", "a finish_reason"),
+    MESSAGES_API: ("events", "message_stop"),
+}
+
+
 def _ended(reading: StreamReading) -> str:
     if reading.problem:
         return reading.problem
-    if reading.terminal is None:
-        return f"the stream ended after {reading.events} events without response.completed"
+    if reading.terminal is None or reading.api != RESPONSES_API:
+        noun, end = _ENDS[reading.api]
+        return f"the stream ended after {reading.events} {noun} without {end}"
     return f"the response ended with {reading.terminal}"
-
-
-def _sse_messages(body: bytes) -> list[tuple[str | None, str]]:
-    """(event name, data) of each complete SSE message of a whole body."""
-    return [(m.event, m.data) for m in SSEDecoder().feed(body + b"\n\n")]
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-@dataclass(slots=True)
-class ChatReading:
-    """What a streamed Chat Completions answer showed."""
-
-    chunks: int = 0
-    #: ``data: [DONE]`` came
-    done: bool = False
-    finish_reason: str | None = None
-    content_deltas: int = 0
-    #: the names of the tool calls the deltas opened
-    tool_calls: list[str] = field(default_factory=list)
-    tool_deltas: int = 0
-    #: the usage chunk's ``usage`` object, if one came
-    usage: dict[str, Any] | None = None
-    problem: str | None = None
-    #: why the error the stream carried says nothing of the feature, or None
-    server_state: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.problem is None and self.finish_reason is not None
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        return _int((self.usage or {}).get("prompt_tokens"))
-
-    @property
-    def cached_tokens(self) -> int | None:
-        details = (self.usage or {}).get("prompt_tokens_details")
-        return _int(details.get("cached_tokens")) if isinstance(details, dict) else None
-
-
-def read_chat(body: bytes) -> ChatReading:
-    """Read a ``chat.completion.chunk`` stream (docs/probe.md)."""
-    out = ChatReading()
-    for _, data in _sse_messages(body):
-        if data.strip() == "[DONE]":
-            out.done = True
-            break
-        try:
-            chunk = loads(data)
-        except LoopbenchError:
-            out.problem = f"a chunk was not JSON: {data[:80]!r}"
-            break
-        if not isinstance(chunk, dict):
-            out.problem = "a chunk was not a JSON object"
-            break
-        out.chunks += 1
-        err = chunk.get("error")
-        if err is not None:
-            message = err.get("message") if isinstance(err, dict) else err
-            out.problem = f"the stream carried an error: {message}"
-            if isinstance(err, dict):
-                out.server_state = error_state(0, err.get("code") or err.get("type"))
-            break
-        if isinstance(chunk.get("usage"), dict):
-            out.usage = chunk["usage"]
-        choices = chunk.get("choices")
-        if not isinstance(choices, list):
-            out.problem = f"a chunk had no choices list (object {chunk.get('object')!r})"
-            break
-        for choice in choices:
-            if not isinstance(choice, dict):
-                continue
-            delta = choice.get("delta")
-            if isinstance(delta, dict):
-                if delta.get("content"):
-                    out.content_deltas += 1
-                for call in delta.get("tool_calls") or []:
-                    out.tool_deltas += 1
-                    fn = call.get("function") if isinstance(call, dict) else None
-                    if isinstance(fn, dict) and fn.get("name"):
-                        out.tool_calls.append(str(fn["name"]))
-            if choice.get("finish_reason"):
-                out.finish_reason = str(choice["finish_reason"])
-    return out
-
-
-@dataclass(slots=True)
-class MessagesReading:
-    """What a streamed Messages answer showed."""
-
-    events: int = 0
-    started: bool = False
-    stopped: bool = False
-    stop_reason: str | None = None
-    deltas: int = 0
-    #: ``message_start``'s usage, updated by ``message_delta``'s
-    usage: dict[str, Any] = field(default_factory=dict)
-    problem: str | None = None
-    #: why the error the stream carried says nothing of the feature, or None
-    server_state: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.problem is None and self.started and self.stopped
-
-
-def read_messages(body: bytes) -> MessagesReading:
-    """Read a Messages event stream: ``message_start`` … ``message_stop``."""
-    out = MessagesReading()
-    for name, data in _sse_messages(body):
-        try:
-            event = loads(data)
-        except LoopbenchError:
-            out.problem = f"an event was not JSON: {data[:80]!r}"
-            break
-        if not isinstance(event, dict):
-            out.problem = "an event was not a JSON object"
-            break
-        out.events += 1
-        kind = event.get("type") or name
-        if kind == "error":
-            err = event.get("error")
-            err = err if isinstance(err, dict) else {}
-            out.problem = (
-                f"the stream carried an error event ({err.get('type')}): {err.get('message')}"
-            )
-            out.server_state = error_state(0, err.get("type") or err.get("code"))
-            break
-        if not out.started and kind != "message_start":
-            out.problem = f"the first event was {kind!r}, not message_start"
-            break
-        if kind == "message_start":
-            message = event.get("message")
-            usage = message.get("usage") if isinstance(message, dict) else None
-            out.usage.update(usage if isinstance(usage, dict) else {})
-            out.started = True
-        elif kind == "content_block_delta":
-            out.deltas += 1
-        elif kind == "message_delta":
-            delta = event.get("delta")
-            if isinstance(delta, dict) and delta.get("stop_reason"):
-                out.stop_reason = str(delta["stop_reason"])
-            usage = event.get("usage")
-            if isinstance(usage, dict):
-                out.usage.update({k: v for k, v in usage.items() if v is not None})
-        elif kind == "message_stop":
-            out.stopped = True
-            break
-    return out
 
 
 # -- verdicts -------------------------------------------------------------------------------
@@ -652,19 +326,6 @@ def _names_the_model(message: str) -> bool:
     )
 
 
-def answer_of(status: int, body: bytes) -> dict[str, Any] | str:
-    """A JSON answer's object, or the error message of an error (or non-JSON) answer."""
-    if status >= 400:
-        return error_text(status, body)
-    try:
-        doc = loads(body)
-    except LoopbenchError:
-        return f"HTTP {status} with a body that is not JSON: {body_start(body)}"
-    if not isinstance(doc, dict):
-        return f"HTTP {status} with a JSON body that is not an object"
-    return doc
-
-
 def _not_sse(feature: str, url: str, status: int, content_type: str) -> Finding | None:
     media = content_type.split(";")[0].strip().lower() or "no content type"
     if media != "text/event-stream":
@@ -672,23 +333,27 @@ def _not_sse(feature: str, url: str, status: int, content_type: str) -> Finding 
     return None
 
 
-def judge_sse(url: str, status: int, content_type: str, reading: StreamReading) -> Finding:
-    """``stream: true`` must come back as ``text/event-stream`` ending in a terminal event."""
-    not_sse = _not_sse(SSE, url, status, content_type)
+def _streamed(
+    feature: str, url: str, status: int, content_type: str, reading: StreamReading, shown: str
+) -> Finding:
+    """An API's streamed answer: an SSE stream the API ends as it should (``shown``: what it
+    held), else what it was instead."""
+    not_sse = _not_sse(feature, url, status, content_type)
     if not_sse is not None:
         return not_sse
     if not reading.finished:
         return _not_finished(
-            SSE,
+            feature,
             f"POST {url} answered {status} text/event-stream, but {_ended(reading)}",
             reading.server_state,
         )
-    return Finding(
-        SSE,
-        True,
-        f"POST {url} answered {status} text/event-stream: {reading.events} events ending "
-        f"with {reading.terminal}",
-    )
+    return Finding(feature, True, f"POST {url} answered {status} text/event-stream: {shown}")
+
+
+def judge_sse(url: str, status: int, content_type: str, reading: StreamReading) -> Finding:
+    """``stream: true`` must come back as ``text/event-stream`` ending in a terminal event."""
+    shown = f"{reading.events} events ending with {reading.terminal}"
+    return _streamed(SSE, url, status, content_type, reading, shown)
 
 
 def judge_chain(feature: str, where: str, first: StreamReading, second: StreamReading) -> Finding:
@@ -739,6 +404,32 @@ def ws_refused(url: str, status: int | None, reason: str) -> str:
             f"{answered(status, reason)}"
         )
     return f"no Responses API WebSocket mode at {url}: {reason}"
+
+
+def judge_upgrade(
+    url: str,
+    status: int,
+    message: str,
+    *,
+    placeholder_key: bool = False,
+    key_accepted: bool = False,
+) -> Finding:
+    """An upgrade answered with HTTP ``status`` (``message``: its body's, "" for none).
+
+    ``key_accepted``: HTTP requests with the same credentials were answered, so a 403 with
+    nothing to say is a server without WebSocket mode (Starlette's answer to every upgrade
+    on a route it does not serve as one), not a refused key.
+    """
+    if status in AUTH_REFUSED and not (status == FORBIDDEN and not message and key_accepted):
+        return refused(WEBSOCKET, url, status, message, placeholder_key=placeholder_key)
+    state = server_state(status)
+    if state is not None:
+        return not_an_answer(
+            WEBSOCKET, f"the upgrade at {url} was answered with {answered(status, message)}", state
+        )
+    if status == FORBIDDEN:
+        message = "with no body, while HTTP requests with the same key were answered"
+    return Finding(WEBSOCKET, False, ws_refused(url, status, message))
 
 
 def judge_ws(url: str, reading: StreamReading) -> Finding:
@@ -795,33 +486,14 @@ def judge_lanes(reading: StreamReading, lane: str = PROBE_LANE) -> Finding:
     return Finding(LANES, True, f"stream_id {lane!r} echoed in all {reading.events} events")
 
 
-def _chat_ended(reading: ChatReading) -> str:
-    if reading.problem:
-        return reading.problem
-    return f"the stream ended after {reading.chunks} chunks without a finish_reason"
-
-
-def judge_chat(url: str, status: int, content_type: str, reading: ChatReading) -> Finding:
+def judge_chat(url: str, status: int, content_type: str, reading: StreamReading) -> Finding:
     """A streamed chat completion: chunks, a finish_reason, then ``data: [DONE]``."""
-    not_sse = _not_sse(CHAT, url, status, content_type)
-    if not_sse is not None:
-        return not_sse
-    if not reading.finished:
-        return _not_finished(
-            CHAT,
-            f"POST {url} answered {status} text/event-stream, but {_chat_ended(reading)}",
-            reading.server_state,
-        )
     end = "then data: [DONE]" if reading.done else "no data: [DONE]"
-    return Finding(
-        CHAT,
-        True,
-        f"POST {url} answered {status} text/event-stream: {reading.chunks} chunks, "
-        f"finish_reason {reading.finish_reason}, {end}",
-    )
+    shown = f"{reading.events} chunks, finish_reason {reading.reason}, {end}"
+    return _streamed(CHAT, url, status, content_type, reading, shown)
 
 
-def judge_chat_usage(reading: ChatReading) -> Finding:
+def judge_chat_usage(reading: StreamReading) -> Finding:
     """``stream_options.include_usage`` must bring a chunk with the usage (what TTFT and
     token counts are compared on)."""
     if reading.usage is None:
@@ -831,7 +503,7 @@ def judge_chat_usage(reading: ChatReading) -> Finding:
     prompt = reading.prompt_tokens
     if prompt is None:
         return Finding(CHAT_USAGE, False, "a chunk carried usage, but without prompt_tokens")
-    completion = _int(reading.usage.get("completion_tokens"))
+    completion = reading.used("completion_tokens")
     return Finding(
         CHAT_USAGE,
         True,
@@ -839,7 +511,7 @@ def judge_chat_usage(reading: ChatReading) -> Finding:
     )
 
 
-def judge_chat_cached(reading: ChatReading) -> Finding:
+def judge_chat_cached(reading: StreamReading) -> Finding:
     """Whether usage says how much of the prompt the server's prefix cache served."""
     if reading.usage is None:
         return not_checked(CHAT_CACHED, "no usage in the stream")
@@ -858,8 +530,11 @@ def judge_chat_cached(reading: ChatReading) -> Finding:
     )
 
 
-def judge_chat_tools(url: str, status: int, content_type: str, got: ChatReading | str) -> Finding:
-    """A request with one tool and ``tool_choice: "required"``: a streamed call, or why not."""
+def judge_chat_tools(url: str, status: int, content_type: str, got: StreamReading | str) -> Finding:
+    """A request with one tool and ``tool_choice: "required"``: yes when a complete call came
+    in two or more deltas.  A call that arrives whole in one delta is "no" (its turns have no
+    tool-call stream to time), which a run still goes ahead with; a call cut off by the token
+    limit cannot tell either way."""
     asked = 'a request with a tool and tool_choice "required"'
     if isinstance(got, str):
         return error_answer(
@@ -869,53 +544,49 @@ def judge_chat_tools(url: str, status: int, content_type: str, got: ChatReading 
     if not_sse is not None:
         return not_sse
     if not got.finished:
-        return _not_finished(CHAT_TOOLS, f"{asked} failed: {_chat_ended(got)}", got.server_state)
-    if not got.tool_calls:
+        return _not_finished(CHAT_TOOLS, f"{asked} failed: {_ended(got)}", got.server_state)
+    if not got.calls:
         return Finding(
             CHAT_TOOLS,
             False,
-            f"{asked} was answered in text (finish_reason {got.finish_reason}): "
-            "no tool call was streamed",
+            f"{asked} was answered in text (finish_reason {got.reason}): no tool call was streamed",
+        )
+    call, end = got.calls[0], f"finish_reason {got.reason}"
+    if got.reason in CHAT_CUT_SHORT:
+        return Finding(
+            CHAT_TOOLS,
+            None,
+            f"a call to {call.name} was cut off by {end} after {call.pieces} tool-call deltas: "
+            f"no complete call within {PROBE_TOOL_MAX_TOKENS} tokens, so whether calls are "
+            "streamed cannot be told",
+        )
+    if call.pieces < 2:
+        return Finding(
+            CHAT_TOOLS,
+            False,
+            f"a call to {call.name} arrived whole in one tool-call delta, {end}: "
+            "not streamed (arrives whole)",
+            runs_anyway=True,
         )
     return Finding(
-        CHAT_TOOLS,
-        True,
-        f"a call to {got.tool_calls[0]} streamed in {got.tool_deltas} tool-call deltas, "
-        f"finish_reason {got.finish_reason}",
+        CHAT_TOOLS, True, f"a call to {call.name} streamed in {call.pieces} tool-call deltas, {end}"
     )
 
 
-def _messages_ended(reading: MessagesReading) -> str:
-    if reading.problem:
-        return reading.problem
-    return f"the stream ended after {reading.events} events without message_stop"
-
-
-def judge_messages(url: str, status: int, content_type: str, reading: MessagesReading) -> Finding:
+def judge_messages(url: str, status: int, content_type: str, reading: StreamReading) -> Finding:
     """A streamed message: ``message_start`` … ``message_stop``."""
-    not_sse = _not_sse(MESSAGES, url, status, content_type)
-    if not_sse is not None:
-        return not_sse
-    if not reading.finished:
-        return _not_finished(
-            MESSAGES,
-            f"POST {url} answered {status} text/event-stream, but {_messages_ended(reading)}",
-            reading.server_state,
-        )
-    return Finding(
-        MESSAGES,
-        True,
-        f"POST {url} answered {status} text/event-stream: message_start ... message_stop in "
-        f"{reading.events} events, stop_reason {reading.stop_reason}",
+    shown = (
+        f"message_start ... message_stop in {reading.events} events, stop_reason {reading.reason}"
     )
+    return _streamed(MESSAGES, url, status, content_type, reading, shown)
 
 
-def _cache_usage(reading: MessagesReading, key: str) -> int:
-    return _int(reading.usage.get(key)) or 0
+def _cache_usage(reading: StreamReading, key: str) -> int:
+    return reading.used(key) or 0
 
 
 def judge_prompt_cache(
-    url: str, first: tuple[int, MessagesReading | str], second: tuple[int, MessagesReading | str]
+    url: str, first: tuple[int, StreamReading | str], second: tuple[int, StreamReading | str]
 ) -> Finding:
     """The same request twice, its long system prompt marked with ``cache_control``: the
     repeat must read the prompt from the cache (``cache_read_input_tokens``)."""
@@ -929,12 +600,12 @@ def judge_prompt_cache(
         if not got.finished:
             return _not_finished(
                 MESSAGES_CACHE,
-                f"a system prompt with cache_control failed: {_messages_ended(got)}",
+                f"a system prompt with cache_control failed: {_ended(got)}",
                 got.server_state,
             )
     a, b = first[1], second[1]
-    assert isinstance(a, MessagesReading) and isinstance(b, MessagesReading)
-    if "cache_read_input_tokens" not in b.usage:
+    assert isinstance(a, StreamReading) and isinstance(b, StreamReading)
+    if "cache_read_input_tokens" not in (b.usage or {}):
         return Finding(
             MESSAGES_CACHE, False, "usage carried no cache_read_input_tokens: no prompt caching"
         )

@@ -40,6 +40,7 @@ from harness.gate.rules import (
 from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData
 from harness.gate.validity import check_validity, missing_transports
 from harness.metrics import definitions as D
+from harness.metrics.results_model import Summary
 from harness.metrics.stats import MIN_CI_PAIRS, ci_reason, mann_whitney_u
 from harness.wire.plural import counted
 
@@ -79,9 +80,12 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 
 
 def _summary_value(
-    summary: Mapping[str, Any], transport: str, path: Sequence[str], source: str, label: str
+    summary: Summary, transport: str, path: Sequence[str], source: str, label: str
 ) -> Any:
-    node: Any = (summary.get("transports") or {}).get(transport, {})
+    """The value at a rule's path (data: a user's ``ws.ttft_ms.p99``) in the JSON of a
+    transport's figures."""
+    t = summary.transport(transport)
+    node: Any = t.to_json() if t is not None else {}
     walked = [transport]
     for part in path:
         if not isinstance(node, Mapping) or part not in node:
@@ -383,8 +387,8 @@ def evaluate(cfg: GateConfig, candidate: RunData, baseline: RunData | None) -> G
         results=tuple(results),
         candidate_id=candidate.run_id,
         baseline_id=baseline.run_id if baseline is not None else None,
-        scenario=str(candidate.manifest.get("scenario_name", "")),
-        seed=candidate.manifest.get("seed"),
+        scenario=str(candidate.manifest.scenario_name or ""),
+        seed=candidate.manifest.seed,
         rules_source=cfg.source,
         alpha=cfg.alpha,
     )

@@ -170,7 +170,24 @@ class WsSession:
         self.conn = conn
         return conn
 
+    def _warm_up(self, payload: bytes, rec: TurnRecord) -> None:
+        """The rollout's recorded warm-up (harness/transports/ws.py does the same)."""
+        conn = self.conn or self._connect(rec)
+        stream = ResponseStream(now_ns(), tokens=self.conv.tokens)
+        try:
+            conn.send_text(payload)
+            while not stream.done:
+                t_ns, raw = conn.recv()
+                feed_ws_message(stream, raw, t_ns)
+        except (APIError, WsClosed, TimeoutError, OSError):
+            self._drop()  # the turn goes out whole on a fresh connection
+            return
+        self.conv.warmed(stream)
+
     def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
+        warmup = self.conv.ws_warmup(inp)
+        if warmup is not None:
+            self._warm_up(warmup, rec)
         turn = self.conv.ws_turn(inp, rec)
         while True:
             conn = self.conn or self._connect(rec)

@@ -49,6 +49,7 @@ def plan_from_wire(data: dict[str, Any]) -> RolloutPlan:
             tool_output_tokens=tuple(int(x) for x in t["tool_output_tokens"]),
             think_ms=float(t["think_ms"]),
             reasoning_tokens=int(t.get("reasoning_tokens", 0)),
+            warmup=bool(t.get("warmup", False)),
         )
         for t in data["turns"]
     )

@@ -31,6 +31,13 @@ Conversation and sub-agent rules (docs/traces.md, "Lineage"):
    answer; a fork (rule 2) without such a call takes the first call not yet answered
    by one.  It joins with ``wait`` when it ended before the parent's next request,
    ``detach`` otherwise.
+5. A ``generate: false`` request (a WebSocket warm-up) is no turn: it is the warm-up of the
+   conversation that chains from it, else of the next new one on its connection.
+6. A Responses request without a chain that re-sends a conversation's whole context and
+   extends it (its item keys, :func:`_item_key`, start with the conversation's: chained
+   items and response outputs included) continues that conversation: a client that
+   reconnected after a failure.  The turn is a recovery, with the failed requests seen on
+   the conversation's connection since its latest response.
 """
 
 from __future__ import annotations
@@ -44,13 +51,16 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
+from harness.wire.ws_frames import OP_CLOSE, Deflate, FrameError, FrameReader
 from harness.workload.trace import (
     TRACE_VERSION,
     TraceHeader,
+    TraceRecovery,
     TraceRollout,
     TraceSubagent,
     TraceToolCall,
     TraceTurn,
+    TraceWarmup,
 )
 
 __all__ = [
@@ -108,85 +118,30 @@ def api_of(path: str) -> str | None:
 
 
 class WsDecoder:
-    """Complete messages out of one direction's frames (a copy: the bytes are already sent).
+    """Complete data messages out of one direction's frames (a copy: the bytes are already sent).
 
-    Handles masking, fragmentation and permessage-deflate (``deflate``: the extension was
-    negotiated; ``reset``: that side asked for no context takeover).  Control frames are
-    skipped.
+    The frames are read by the project's codec (:mod:`harness.wire.ws_frames`): masking,
+    fragmentation and permessage-deflate (``deflate``: that direction's settings, when the
+    extension was agreed); control frames are skipped.  A direction whose framing broke is
+    read no further: ``broken`` says why (its requests in flight end failed at the close).
     """
 
-    __slots__ = ("_buf", "_compressed", "_deflate", "_inflater", "_parts", "_reset")
+    __slots__ = ("_reader", "broken")
 
-    def __init__(self, deflate: bool = False, reset: bool = False) -> None:
-        self._buf = b""
-        self._parts: list[bytes] = []
-        self._compressed = False
-        self._deflate = deflate
-        self._reset = reset
-        self._inflater = zlib.decompressobj(-15)
+    def __init__(self, *, masked: bool, deflate: Deflate | None = None) -> None:
+        # No limit of its own: the relay forwarded the bytes already, whatever their size.
+        self._reader = FrameReader(1 << 62, masked=masked, deflate=deflate)
+        self.broken: str | None = None
 
     def feed(self, data: bytes) -> list[bytes]:
-        buf = self._buf + data if self._buf else data
-        out: list[bytes] = []
-        pos = 0
-        end = len(buf)
-        while end - pos >= 2:
-            b0, b1 = buf[pos], buf[pos + 1]
-            n = b1 & 0x7F
-            head = 2
-            if n == 126:
-                if end - pos < 4:
-                    break
-                n = int.from_bytes(buf[pos + 2 : pos + 4], "big")
-                head = 4
-            elif n == 127:
-                if end - pos < 10:
-                    break
-                n = int.from_bytes(buf[pos + 2 : pos + 10], "big")
-                head = 10
-            masked = b1 & 0x80
-            if masked:
-                head += 4
-            if end - pos < head + n:
-                break
-            payload = buf[pos + head : pos + head + n]
-            if masked:
-                key = buf[pos + head - 4 : pos + head]
-                payload = _unmask(payload, key)
-            pos += head + n
-            opcode = b0 & 0x0F
-            if opcode >= 8:
-                continue  # ping, pong, close
-            if opcode != 0:
-                self._parts = []
-                self._compressed = bool(b0 & 0x40) and self._deflate
-            self._parts.append(payload)
-            if b0 & 0x80:
-                message = b"".join(self._parts)
-                self._parts = []
-                if self._compressed:
-                    message = self._inflate(message)
-                out.append(message)
-        self._buf = buf[pos:]
-        return out
-
-    def _inflate(self, message: bytes) -> bytes:
+        if self.broken is not None:
+            return []
         try:
-            data = self._inflater.decompress(message + b"\x00\x00\xff\xff")
-        except zlib.error:
-            data = b""
-        if self._reset:
-            self._inflater = zlib.decompressobj(-15)
-        return data
-
-
-def _unmask(payload: bytes, key: bytes) -> bytes:
-    # XOR with the repeated 4-byte key, as one big-integer operation (fast in CPython).
-    n = len(payload)
-    if not n:
-        return payload
-    mask = (key * (n // 4 + 1))[:n]
-    return (int.from_bytes(payload, "big") ^ int.from_bytes(mask, "big")).to_bytes(n, "big")
+            frames = self._reader.feed(data)
+        except FrameError as exc:
+            self.broken = exc.reason
+            frames = exc.before
+        return [payload for op, payload in frames if op < OP_CLOSE]
 
 
 # --- one exchange -------------------------------------------------------------------------
@@ -222,9 +177,18 @@ class Exchange:
     reasoning_tokens: int = 0
     answer_hash: str = ""
     content: dict[str, Any] | None = None
+    #: a ``generate: false`` request: it prepares a connection, it is no turn of its own
+    warmup: bool = False
+    #: what each request item and each output item stands for in the conversation, in a
+    #: form that survives a client re-sending it (:func:`_item_key`): which conversation a
+    #: request that re-sends the whole context on a new connection continues
+    item_keys: tuple[str, ...] = ()
+    output_keys: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
+        if self.warmup:
+            return self.status < 400 and bool(self.response_id)
         return self.status < 400 and bool(self.response_id or self.output_tokens or self.calls)
 
 
@@ -314,6 +278,7 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
     if api == RESPONSES:
         if req.get("type") == "response.create":
             req = {k: v for k, v in req.items() if k != "type"}
+        ex.warmup = req.get("generate") is False
         ex.previous_response_id = req.get("previous_response_id") or None
         instructions = req.get("instructions") or ""
         raw = req.get("input")
@@ -330,11 +295,19 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
         ex.head_hash = _h([tools])
     else:
         # Cache breakpoints move to the newest message each turn: not part of the history.
-        items = _without_cache_control(list(req.get("messages") or []))
+        # Nor are the system messages inside `messages` (Claude Code rewrites them from turn
+        # to turn) or the tools (it loads deferred ones mid-session): matched on neither.
+        items = [
+            m
+            for m in _without_cache_control(list(req.get("messages") or []))
+            if not (isinstance(m, dict) and m.get("role") == "system")
+        ]
         prompt = _without_cache_control(req.get("system") or "")
         ex.instructions_tokens = _tokens(_text_of(prompt))
-        ex.head_hash = _h([prompt, tools])
+        ex.head_hash = _h([prompt])
     ex.item_hashes = tuple(_h(i) for i in items)
+    if api == RESPONSES:
+        ex.item_keys = tuple(k for k in map(_item_key, items) if k)
     for item in items:
         if not isinstance(item, dict):
             continue
@@ -354,6 +327,31 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
                     ex.user_tokens += _tokens(str(part.get("text", "")))
         elif role == "user" and (kind in (None, "message")):
             ex.user_tokens += _tokens(_text_of(item.get("content")))
+
+
+_CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
+_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+
+
+def _item_key(item: Any) -> str:
+    """What a Responses item stands for, whoever sends it ("" for an item that proves nothing).
+
+    A client that re-sends a conversation does not send the server's output items back as
+    they came (no ``id`` or ``status``, reasoning dropped or kept): a call is its
+    ``call_id``, an output that call id and its text, a message its role and text.
+    """
+    if not isinstance(item, dict):
+        return _h(item)
+    kind = item.get("type")
+    if kind == "reasoning":
+        return ""
+    if kind in _CALL_TYPES:
+        return f"call:{item.get('call_id') or item.get('id')}"
+    if kind in _OUTPUT_TYPES:
+        return f"out:{item.get('call_id')}:{_h(_text_of(item.get('output')).encode())}"
+    if kind in (None, "message"):
+        return f"msg:{item.get('role')}:{_h(_text_of(item.get('content')).encode())}"
+    return _h({k: v for k, v in item.items() if k not in ("id", "status")})
 
 
 def _without_cache_control(value: Any) -> Any:
@@ -411,7 +409,9 @@ def _summarize_response(ex: Exchange, body: bytes) -> None:
 def _responses_object(ex: Exchange, resp: dict[str, Any]) -> None:
     ex.response_id = str(resp.get("id") or "")
     calls, text = [], []
-    for item in resp.get("output") or []:
+    output = resp.get("output") or []
+    ex.output_keys = tuple(k for k in map(_item_key, output) if k)
+    for item in output:
         if not isinstance(item, dict):
             continue
         if item.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
@@ -528,6 +528,15 @@ class _Conv:
     #: message (the next question of a chat session), and that message's tokens
     follows: _Conv | None = None
     question_tokens: int = 0
+    #: the ``generate: false`` request the conversation's first request followed on its
+    #: connection (chained from it, or next on it)
+    warmup: Exchange | None = None
+    #: item keys of the whole context its latest request had (chained items included)
+    context: tuple[str, ...] = ()
+    #: turn index -> the failed requests before it that it re-sent the context after
+    recovered: dict[int, list[Exchange]] = field(default_factory=dict)
+    #: failed requests after its last turn (the session ended on them)
+    failed_after: list[Exchange] = field(default_factory=list)
 
     @property
     def last(self) -> Exchange:
@@ -549,14 +558,50 @@ def _continues(conv: _Conv, ex: Exchange) -> bool:
     return all(c in ex.outputs for c in last.calls)
 
 
-def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
+def _resent(convs: Sequence[_Conv], ex: Exchange) -> _Conv | None:
+    """The conversation whose whole context ``ex`` re-sends and extends without a chain.
+
+    A client whose connection broke mid-response (Codex CLI over WebSocket) opens another
+    and sends everything again: the chained items it sent before, the outputs it got, and
+    the outputs of the calls still pending.  The longest such context wins.
+    """
+    if ex.api != RESPONSES or ex.previous_response_id or not ex.item_keys:
+        return None
+    best: _Conv | None = None
+    best_len = 0
+    for c in convs:
+        seen = (*c.context, *c.last.output_keys)
+        if (
+            c.last.api == RESPONSES
+            and c.last.head_hash == ex.head_hash
+            and len(seen) > best_len
+            and len(seen) < len(ex.item_keys)
+            and ex.item_keys[: len(seen)] == seen
+        ):
+            best, best_len = c, len(seen)
+    return best
+
+
+def _assign(exchanges: Sequence[Exchange], failed: Sequence[Exchange] = ()) -> list[_Conv]:
     convs: list[_Conv] = []
     by_response: dict[str, tuple[_Conv, int]] = {}
+    #: warm-ups not yet followed, by their response id and by their connection
+    warm_ids: dict[str, Exchange] = {}
+    warm_on: dict[int, Exchange] = {}
     for ex in sorted(exchanges, key=lambda x: x.t_start_ns):
+        if ex.warmup:
+            warm_ids[ex.response_id] = warm_on[ex.connection] = ex
+            continue
         conv: _Conv | None = None
         fork_of: _Conv | None = None
-        if ex.previous_response_id and ex.previous_response_id in by_response:
+        recovery = False
+        chained: _Conv | None = None  # the conversation whose context ex only adds to
+        warmup = warm_ids.pop(ex.previous_response_id or "", None)
+        if warmup is not None:
+            pass  # the first request after a warm-up: a new conversation (below)
+        elif ex.previous_response_id and ex.previous_response_id in by_response:
             prev, index = by_response[ex.previous_response_id]
+            chained = prev
             if index == len(prev.turns) - 1 and _continues(prev, ex):
                 conv = prev
             else:
@@ -591,7 +636,17 @@ def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
                     and _continues(c, ex)
                 ]
                 if same:
-                    conv = max(same, key=lambda c: c.last.t_end_ns)
+                    conv = chained = max(same, key=lambda c: c.last.t_end_ns)
+            if conv is None and fork_of is None:
+                resent = _resent(convs, ex)
+                if resent is not None and _continues(resent, ex):
+                    conv, recovery = resent, bool(resent.last.calls)
+        if conv is None and fork_of is None and warmup is None and ex.transport == "ws":
+            warmup = warm_on.get(ex.connection)
+        if warmup is not None:
+            warm_ids.pop(warmup.response_id, None)
+            if warm_on.get(warmup.connection) is warmup:
+                del warm_on[warmup.connection]
         if conv is not None and not conv.last.calls:
             # The conversation had answered: this is the session's next question.  The
             # trace's turns end at an answer, so it becomes a rollout of its own that
@@ -602,7 +657,7 @@ def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
             conv.question_tokens = max(1, ex.user_tokens - earlier)
             convs.append(conv)
         if conv is None:
-            conv = _Conv(len(convs) + 1)
+            conv = _Conv(len(convs) + 1, warmup=warmup)
             if fork_of is not None:
                 conv.candidates = [(fork_of, _turn_at(fork_of, ex.t_start_ns))]
                 conv.forked = True
@@ -612,9 +667,25 @@ def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
                 waiting.sort(key=lambda c: -_last_before(c, ex.t_start_ns).t_end_ns)
                 conv.candidates = [(c, _turn_at(c, ex.t_start_ns)) for c in waiting]
             convs.append(conv)
+        # The whole context this request had: a chained one (or one that only adds to its
+        # connection's conversation) sends only what it adds.
+        if warmup is not None and conv.warmup is warmup and not conv.turns:
+            conv.context = (*warmup.item_keys, *warmup.output_keys, *ex.item_keys)
+        elif chained is not None:
+            conv.context = (*chained.context, *chained.last.output_keys, *ex.item_keys)
+        else:
+            conv.context = ex.item_keys
+        if recovery:
+            conv.recovered[len(conv.turns)] = _failed_between(conv, ex, failed)
         conv.turns.append(ex)
         if ex.response_id:
             by_response[ex.response_id] = (conv, len(conv.turns) - 1)
+    for conv in convs:
+        # A session that ended on failed requests (no re-send answered them).  Only one
+        # still waiting for its tools' turn: after an answer, a failed request on the same
+        # connection is another conversation's start.
+        if conv.last.calls:
+            conv.failed_after = _failed_between(conv, None, failed)
     for conv in convs:
         # Among conversations waiting for tools when this one started, its parent is the
         # one whose next request carries this one's final answer as a tool output.  A fork
@@ -636,6 +707,23 @@ def _assign(exchanges: Sequence[Exchange]) -> list[_Conv]:
         conv.parent, conv.fork_turn = chosen
         conv.parent.children.append(conv)
     return convs
+
+
+def _failed_between(
+    conv: _Conv, nxt: Exchange | None, failed: Sequence[Exchange]
+) -> list[Exchange]:
+    """The failed requests on the connection of ``conv``'s latest turn after it, before ``nxt``."""
+    last = conv.last
+    until = nxt.t_start_ns if nxt is not None else None
+    return [
+        f
+        for f in failed
+        if f.connection == last.connection
+        and f.transport == last.transport
+        and f.api == last.api
+        and f.t_start_ns >= last.t_end_ns
+        and (until is None or f.t_start_ns < until)
+    ]
 
 
 def _turn_at(conv: _Conv, t_ns: int) -> int:
@@ -663,7 +751,10 @@ def _turns(conv: _Conv, ids: dict[int, str]) -> list[TraceTurn]:
     for i, ex in enumerate(conv.turns):
         nxt = conv.turns[i + 1] if i + 1 < len(conv.turns) else None
         children = [c for c in conv.children if c.fork_turn == i]
-        gap_ms = round(max(0, nxt.t_start_ns - ex.t_end_ns) / 1e6, 3) if nxt else 0.0
+        # The tools ran until the client asked again: its first attempt, when that failed.
+        failed = conv.recovered.get(i + 1)
+        asked = failed[0].t_start_ns if failed else nxt.t_start_ns if nxt else 0
+        gap_ms = round(max(0, asked - ex.t_end_ns) / 1e6, 3) if nxt else 0.0
         calls = [
             TraceToolCall(
                 latency_ms=gap_ms,
@@ -689,9 +780,22 @@ def _turns(conv: _Conv, ids: dict[int, str]) -> list[TraceTurn]:
                 cached_tokens=ex.cached_tokens,
                 tool_calls=calls,
                 subagents=subagents,
+                recovery=_recovery(conv.recovered[i], ex) if i in conv.recovered else None,
             )
         )
     return turns
+
+
+def _recovery(failed: list[Exchange], ex: Exchange) -> TraceRecovery:
+    if not failed:
+        # Re-sent without a failure the proxy saw (the client gave up on a response
+        # it was still waiting for, or the failure never reached the upstream).
+        return TraceRecovery(failed_attempts=0)
+    return TraceRecovery(
+        failed_attempts=len(failed),
+        status=failed[-1].status,
+        lost_ms=round(max(0, ex.t_start_ns - failed[0].t_start_ns) / 1e6, 3),
+    )
 
 
 def _call_for(child: _Conv, ex: Exchange, nxt: Exchange | None, taken: set[int]) -> int | None:
@@ -754,7 +858,7 @@ def build_trace(
 ) -> tuple[TraceHeader, list[TraceRollout]]:
     """The trace of the recorded exchanges (failed ones are counted in the header, not replayed)."""
     good = [x for x in exchanges if x.ok]
-    convs = _assign(good)
+    convs = _assign(good, [x for x in exchanges if not x.ok])
     ids = {c.number: f"conv-{c.number}" for c in convs}
     rollouts: list[TraceRollout] = []
     embedded: set[int] = set()
@@ -773,6 +877,7 @@ def build_trace(
     for conv in convs:
         if conv.parent is None:
             mark(conv)
+    began = min((x.t_start_ns for x in exchanges), default=0)
     for conv in convs:
         if conv.number in embedded:
             continue
@@ -783,6 +888,9 @@ def build_trace(
             "api": first.api,
             "transport": first.transport,
             "model": first.model,
+            # when the session started, after the recording began (its warm-up, if any):
+            # `loopbench run TRACE.jsonl` starts the replayed rollouts at these times
+            "start_ms": round(((conv.warmup or first).t_start_ns - began) / 1e6, 3),
         }
         if conv.parent is not None:
             rmeta["forked_from"] = ids[conv.parent.number]
@@ -792,7 +900,14 @@ def build_trace(
             rmeta["follows"] = ids[conv.follows.number]
         if cut:
             rmeta["truncated"] = True
+        if conv.failed_after:
+            # Closed where its last request failed: the replay ends there too.
+            rmeta["ended_on_failure"] = {
+                "requests": len(conv.failed_after),
+                "status": conv.failed_after[-1].status,
+            }
         _content(conv, rmeta)
+        warm = conv.warmup
         rollouts.append(
             TraceRollout(
                 type="rollout",
@@ -801,11 +916,19 @@ def build_trace(
                 tool_schema_tokens=schema,
                 user_prompt_tokens=user,
                 turns=turns,
+                warmup=None if warm is None else TraceWarmup(input_tokens=warm.input_tokens),
                 meta=rmeta,
             )
         )
     header_meta = dict(meta or {})
     header_meta["exchanges"] = len(exchanges)
     header_meta["failed"] = len(exchanges) - len(good)
+    warmups = sum(1 for x in good if x.warmup)
+    used = sum(1 for c in convs if c.warmup is not None)
+    if warmups:
+        header_meta["warmups"] = warmups
+    if warmups > used:
+        # A warm-up no request followed on its connection: no work to replay.
+        header_meta["warmups_unfollowed"] = warmups - used
     header = TraceHeader(type="trace", version=TRACE_VERSION, source=source, meta=header_meta)
     return header, rollouts

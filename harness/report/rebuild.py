@@ -19,6 +19,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.results_model import Summary, as_summary
 from harness.metrics.rx_stamps import RxStampStats
 from harness.metrics.summary import Accumulator
 from harness.report.error_summary import error_block
@@ -69,9 +70,8 @@ def rebuild_summary(run_dir: str | Path) -> dict[str, Any]:
 
 
 def _write(run: Run) -> dict[str, Any]:
-    manifest = run.manifest
-    scenario = manifest.get("scenario")
-    scenario = scenario if isinstance(scenario, dict) else {}
+    manifest = run.manifest_model
+    scenario = manifest.scenario_record or {}
     load = scenario.get("load")
     load = load if isinstance(load, dict) else {}
     slo = scenario.get("slo")
@@ -93,7 +93,7 @@ def _write(run: Run) -> dict[str, Any]:
     for roll in _records(run.rollouts, RolloutRecord):
         acc.add_rollout(roll)
         rollouts += 1
-    planned = [str(t) for t in manifest.get("transports") or acc.transports]
+    planned = list(manifest.transports) or acc.transports
     summary = acc.summary(run_id=run.run_id, comparisons=comparison_pairs(planned))
     for name, t in summary.get("transports", {}).items():
         block = rx.summary(name)
@@ -110,8 +110,8 @@ def _write(run: Run) -> dict[str, Any]:
     summary["rebuilt_from"] = {"turns": turns, "rollouts": rollouts}
     summary["errors"] = error_block(summary.get("transports", {}), examples)
     summary["not_run"] = not_run(run, planned, acc.warmup_rollouts)
-    summary["scenario"] = manifest.get("scenario_name") or scenario.get("name")
-    summary["seed"] = manifest.get("seed")
+    summary["scenario"] = manifest.scenario_name or scenario.get("name")
+    summary["seed"] = manifest.seed
     # The histograms' interval: the span of the turns on disk, ending now.
     span_s = 0.0
     if len(run.turns):
@@ -130,7 +130,7 @@ def not_run(run: Run, transports: list[str], warmup: int) -> dict[str, Any]:
     transports without a row and the ones cut off are known). A rollout row is written once
     a rollout ends, so a transport whose every rollout has one is the only complete one.
     """
-    planned = run.manifest.get("rollouts_planned")
+    planned = run.manifest_model.rollouts_planned
     measured = max(0, int(planned) - warmup) if isinstance(planned, int) else None
     begun = _rollout_ids(run.turns, warmup)
     ended = _rollout_ids(run.rollouts, warmup)
@@ -166,9 +166,10 @@ def needs_rebuild(run_dir: str | Path) -> bool:
     return (path / "manifest.json").exists() and not (path / SUMMARY).exists()
 
 
-def rebuilt_note(summary: Mapping[str, Any]) -> str:
+def rebuilt_note(doc: Summary | Mapping[str, Any]) -> str:
     """One line for the console and the report."""
-    src = summary.get("rebuilt_from") or {}
+    summary = as_summary(doc)
+    src = (summary.rebuilt_from if summary is not None else None) or {}
     return (
         f"summary.json rebuilt from {counted(int(src.get('turns', 0)), 'turn row')} and "
         f"{counted(int(src.get('rollouts', 0)), 'rollout row')} of a run that did not finish"

@@ -34,7 +34,6 @@ def _versions() -> dict[str, str]:
     out = {}
     for name in (
         "loopbench",
-        "httpx",
         "websockets",
         "uvicorn",
         "starlette",

@@ -17,11 +17,14 @@ from typing import Any
 
 import websockets
 
-from harness.client.api_errors import answered, error_text, server_state
+from harness.client.api_errors import answered, error_text
 from harness.client.bodies import http_headers
+from harness.client.chat_api import PATH as CHAT_PATH
+from harness.client.messages_api import PATH as MESSAGES_PATH
 from harness.client.messages_api import messages_headers
 from harness.client.options import TransportOptions
 from harness.client.probe import (
+    API_OF,
     AUTH_REFUSED,
     BACKGROUND,
     BACKGROUND_DONE,
@@ -32,26 +35,18 @@ from harness.client.probe import (
     CHAT_USAGE,
     COMPACTION,
     FEATURES,
+    FORBIDDEN,
     LANES,
     MESSAGES,
     MESSAGES_CACHE,
-    PROBE_LANE,
     REACHABLE,
     RETRIEVE,
     SSE,
     WARMUP,
     WEBSOCKET,
     WS_CHAINING,
-    ChatReading,
     Finding,
-    MessagesReading,
-    StreamReading,
-    answer_of,
-    background_create,
-    chat_create,
-    compact_request,
     features_for,
-    http_create,
     judge_background,
     judge_chain,
     judge_chat,
@@ -65,19 +60,29 @@ from harness.client.probe import (
     judge_prompt_cache,
     judge_retrieve,
     judge_sse,
+    judge_upgrade,
     judge_warmup,
     judge_ws,
-    messages_create,
-    not_an_answer,
     not_checked,
     not_checked_after,
-    read_chat,
-    read_messages,
-    read_stream,
     refusal,
     refused,
-    ws_create,
     ws_refused,
+)
+from harness.client.probe_answers import (
+    CHAT_API,
+    MESSAGES_API,
+    PROBE_LANE,
+    RESPONSES_API,
+    StreamReading,
+    answer_of,
+    background_create,
+    chat_create,
+    compact_request,
+    http_create,
+    messages_create,
+    read_body,
+    ws_create,
 )
 from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.run.event_loop import run_async
@@ -86,9 +91,8 @@ from harness.transports.ws import open_ws
 from harness.transports.ws_conn import WsConnection
 from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import LoopbenchError, UsageError, WsClosed
-from harness.wire.events import ERROR, TERMINAL_TYPES, dumps, loads
+from harness.wire.events import dumps
 from harness.wire.exit_codes import ExitCode
-from harness.wire.sse import SSEDecoder
 from harness.wire.transports import transport_spec
 
 #: seconds each check may take (connect, one request or one WebSocket exchange)
@@ -132,11 +136,21 @@ class _Prober:
             connect_timeout_s=timeout_s,
             read_timeout_s=timeout_s,
         )
+        #: an HTTP request got past the credentials (None: no answer yet)
+        self.answered: bool | None = None
         #: responses the probe stored besides the one the retrieve check deletes
         self.stored: list[str] = []
         self.base = target.rstrip("/")
         self.post_url = self.base + "/responses"
         self.ws_url = self.options.ws_url
+
+    async def key_accepted(self) -> bool:
+        """Whether an HTTP request with the probe's credentials got past them: an earlier
+        check's answer, else ``GET /models`` (any answer but 401 and 403 will do)."""
+        if self.answered is None:
+            with contextlib.suppress(TimeoutError, LoopbenchError):
+                await self.call("GET", "/models")
+        return bool(self.answered)
 
     async def reachable(self) -> Finding:
         pool = self.pool
@@ -176,34 +190,48 @@ class _Prober:
             resp = await self.pool.request(
                 method, path, headers, dumps(body) if body is not None else b""
             )
+        if not self.answered:
+            self.answered = resp.status not in AUTH_REFUSED
         return resp.status, resp.headers.get("content-type", ""), resp.body
 
-    async def post(self, body: dict[str, Any]) -> tuple[int, str, StreamReading | str]:
-        """(status, content type, the events read, or the server's error message)."""
-        status, content_type, raw = await self.call("POST", "/responses", body)
+    async def stream(
+        self,
+        api: str,
+        path: str,
+        body: dict[str, Any],
+        headers: list[tuple[str, str]] | None = None,
+    ) -> tuple[int, str, StreamReading | str]:
+        """(status, content type, the answer read as a run reads it, or the server's error
+        message)."""
+        status, content_type, raw = await self.call("POST", path, body, headers)
         if status >= 400:
             return status, content_type, error_text(status, raw)
-        events: list[dict[str, Any]] = []
-        for msg in SSEDecoder().feed(raw + b"\n\n"):
-            if msg.data.startswith("[DONE]"):
-                continue
-            try:
-                events.append(loads(msg.data))
-            except LoopbenchError:
-                break
-        return status, content_type, read_stream(events)
+        return status, content_type, read_body(api, raw)
+
+    async def api_answer(
+        self,
+        feature: str,
+        path: str,
+        body: dict[str, Any],
+        judge: Callable[[str, int, str, StreamReading], Finding],
+        headers: list[tuple[str, str]] | None = None,
+    ) -> tuple[Finding, StreamReading | None]:
+        """The request that asks whether an API is there: its finding, and the answer when
+        the API is there."""
+        url = self.base + path
+        try:
+            status, ctype, got = await self.stream(API_OF[feature] or "", path, body, headers)
+        except (TimeoutError, LoopbenchError) as exc:
+            return _failed(feature, f"POST {url}", exc, self.timeout_s), None
+        if isinstance(got, str):
+            return refused(feature, url, status, got, placeholder_key=self.placeholder_key), None
+        found = judge(url, status, ctype, got)
+        return found, got if found.supported else None
 
     async def sse(self, store: bool) -> tuple[Finding, StreamReading | None]:
-        try:
-            status, ctype, got = await self.post(http_create(self.model, store=store))
-        except (TimeoutError, LoopbenchError) as exc:
-            return _failed(SSE, f"POST {self.post_url}", exc, self.timeout_s), None
-        if isinstance(got, str):
-            return refused(
-                SSE, self.post_url, status, got, placeholder_key=self.placeholder_key
-            ), None
-        finding = judge_sse(self.post_url, status, ctype, got)
-        return finding, got if finding.supported else None
+        return await self.api_answer(
+            SSE, "/responses", http_create(self.model, store=store), judge_sse
+        )
 
     async def chaining(self, first: StreamReading) -> Finding:
         where = f"POST {self.post_url}"
@@ -211,7 +239,7 @@ class _Prober:
             return judge_chain(CHAINING, where, first, first)
         body = http_create(self.model, store=True, previous_response_id=first.response_id)
         try:
-            status, _, got = await self.post(body)
+            status, _, got = await self.stream(RESPONSES_API, "/responses", body)
         except (TimeoutError, LoopbenchError) as exc:
             return _failed(CHAINING, where, exc, self.timeout_s)
         if isinstance(got, str):
@@ -280,34 +308,16 @@ class _Prober:
         with contextlib.suppress(TimeoutError, LoopbenchError):
             await self.call("DELETE", f"/responses/{response_id}")
 
-    async def chat(self, tools: bool = False) -> tuple[int, str, ChatReading | str]:
-        status, content_type, raw = await self.call(
-            "POST", "/chat/completions", chat_create(self.model, tools=tools)
-        )
-        if status >= 400:
-            return status, content_type, error_text(status, raw)
-        return status, content_type, read_chat(raw)
-
     async def chat_features(self, wanted: Sequence[str]) -> list[Finding]:
         """The chat completion (and its usage, cached tokens), then a tool call."""
         url = self.base + "/chat/completions"
         rest = [f for f in (CHAT_USAGE, CHAT_CACHED, CHAT_TOOLS) if f in wanted]
-        reading: ChatReading | None = None
-        try:
-            status, ctype, got = await self.chat()
-        except (TimeoutError, LoopbenchError) as exc:
-            found = _failed(CHAT, f"POST {url}", exc, self.timeout_s)
-        else:
-            if isinstance(got, str):
-                found = refused(CHAT, url, status, got, placeholder_key=self.placeholder_key)
-            else:
-                found, reading = judge_chat(url, status, ctype, got), got
-        if not found.supported or reading is None:
+        found, got = await self.api_answer(CHAT, CHAT_PATH, chat_create(self.model), judge_chat)
+        if got is None:
             return [
                 found,
                 *(not_checked_after(f, found, url, "no Chat Completions API") for f in rest),
             ]
-        got = reading
         out = [found]
         if CHAT_USAGE in rest:
             out.append(judge_chat_usage(got))
@@ -315,37 +325,25 @@ class _Prober:
             out.append(judge_chat_cached(got))
         if CHAT_TOOLS in rest:
             try:
-                status, ctype, tooled = await self.chat(tools=True)
+                body = chat_create(self.model, tools=True)
+                status, ctype, tooled = await self.stream(CHAT_API, CHAT_PATH, body)
             except (TimeoutError, LoopbenchError) as exc:
                 out.append(_failed(CHAT_TOOLS, f"POST {url}", exc, self.timeout_s))
             else:
                 out.append(judge_chat_tools(url, status, ctype, tooled))
         return out
 
-    async def message(self, cached: bool = False) -> tuple[int, str, MessagesReading | str]:
-        headers = messages_headers(self.options)
-        status, content_type, raw = await self.call(
-            "POST", "/messages", messages_create(self.model, cached=cached), headers
-        )
-        if status >= 400:
-            return status, content_type, error_text(status, raw)
-        return status, content_type, read_messages(raw)
+    async def message(self, cached: bool = False) -> tuple[int, str, StreamReading | str]:
+        body = messages_create(self.model, cached=cached)
+        return await self.stream(MESSAGES_API, MESSAGES_PATH, body, messages_headers(self.options))
 
     async def messages_features(self, wanted: Sequence[str]) -> list[Finding]:
         """A tiny message, then (if wanted) the prompt-caching pair."""
         url = self.base + "/messages"
         rest = [f for f in (MESSAGES_CACHE,) if f in wanted]
-        try:
-            status, ctype, got = await self.message()
-        except (TimeoutError, LoopbenchError) as exc:
-            found = _failed(MESSAGES, f"POST {url}", exc, self.timeout_s)
-        else:
-            found = (
-                refused(MESSAGES, url, status, got, placeholder_key=self.placeholder_key)
-                if isinstance(got, str)
-                else judge_messages(url, status, ctype, got)
-            )
-        if not found.supported:
+        body, headers = messages_create(self.model), messages_headers(self.options)
+        found, got = await self.api_answer(MESSAGES, MESSAGES_PATH, body, judge_messages, headers)
+        if got is None:
             return [
                 found,
                 *(not_checked_after(f, found, url, "no Anthropic Messages API") for f in rest),
@@ -369,7 +367,20 @@ class _Prober:
             async with asyncio.timeout(self.timeout_s):
                 conn = await open_ws(self.options, url)
         except (TimeoutError, LoopbenchError) as exc:
-            found = _ws_failure(url, exc, self.timeout_s, self.placeholder_key)
+            status, message = _upgrade_answer(exc)
+            if status is None:
+                found = _ws_unanswered(url, exc, self.timeout_s)
+            else:
+                # Starlette (vLLM) refuses every upgrade with a bare 403: whether that is about
+                # the key is told by an HTTP request with the same key.
+                bare = status == FORBIDDEN and not message
+                found = judge_upgrade(
+                    url,
+                    status,
+                    message,
+                    placeholder_key=self.placeholder_key,
+                    key_accepted=bare and await self.key_accepted(),
+                )
             return [found, *(not_checked_after(f, found, url, "no WebSocket mode") for f in rest)]
         try:
             first = await self._exchange(conn, ws_create(self.model))
@@ -413,27 +424,20 @@ class _Prober:
         return judge(got) if isinstance(got, StreamReading) else Finding(feature, False, got)
 
     async def _exchange(self, conn: WsConnection, body: dict[str, Any]) -> StreamReading | str:
-        """Send one create; the events of its response, or why none came."""
-        events: list[dict[str, Any]] = []
+        """Send one create; its response read as a run reads it, or why none came."""
+        reading = StreamReading()
         try:
             async with asyncio.timeout(self.timeout_s):
-                await conn.send(dumps(body).decode())
-                while True:
-                    raw, _, _ = await conn.recv()
-                    event = loads(raw)
-                    events.append(event)
-                    kind = event.get("type")
-                    if kind in TERMINAL_TYPES or (kind == ERROR and "sequence_number" not in event):
-                        break
+                await conn.send(dumps(body))
+                while not reading.feed((await conn.recv())[0]):
+                    pass
         except TimeoutError:
             return _NoAnswer(
-                f"no terminal event within {self.timeout_s:g} s ({len(events)} events)"
+                f"no terminal event within {self.timeout_s:g} s ({reading.events} events)"
             )
         except WsClosed as exc:
-            return f"the server closed the WebSocket with code {exc.code} ({len(events)} events)"
-        except LoopbenchError as exc:
-            return f"an answer was not a JSON event: {exc}"
-        return read_stream(events)
+            return f"the server closed the WebSocket with code {exc.code} ({reading.events} events)"
+        return reading
 
     async def aclose(self) -> None:
         await self.pool.aclose()
@@ -474,34 +478,27 @@ def _failed(feature: str, where: str, exc: BaseException, timeout_s: float) -> F
 _HTTP_STATUS = re.compile(r"\bHTTP/\d(?:\.\d)? (\d{3})\b")
 
 
-def _ws_failure(
-    url: str, exc: BaseException, timeout_s: float, placeholder_key: bool = False
-) -> Finding:
-    """The upgrade's HTTP status when the server answered one, else why it did not."""
+def _upgrade_answer(exc: BaseException) -> tuple[int | None, str]:
+    """The HTTP status a refused upgrade was answered with (None: no answer) and the message
+    of its body ("" for none)."""
     cause = exc.__cause__
-    status = None
-    message = ""
     if isinstance(cause, websockets.exceptions.InvalidStatus):
         status = cause.response.status_code
         # the server's own words (an invalid key, "WebSocket mode is disabled…") are the news
         body = bytes(cause.response.body or b"")
-        message = error_text(status, body) if body else ""
-    elif isinstance(cause, websockets.exceptions.InvalidMessage):
+        return status, error_text(status, body) if body else ""
+    if isinstance(cause, websockets.exceptions.InvalidMessage):
         # An HTTP/1.0 answer (python -m http.server, some proxies) is a status all the same,
         # though the library refuses to parse it: "expected HTTP/1.1: HTTP/1.0 404 …".
         found = _HTTP_STATUS.search(str(cause.__cause__ or ""))
-        status = int(found.group(1)) if found else None
-    if status is not None:
-        if status in AUTH_REFUSED:
-            return refused(WEBSOCKET, url, status, message, placeholder_key=placeholder_key)
-        state = server_state(status)
-        if state is not None:
-            return not_an_answer(
-                WEBSOCKET,
-                f"the upgrade at {url} was answered with {answered(status, message)}",
-                state,
-            )
-        return Finding(WEBSOCKET, False, ws_refused(url, status, message))
+        if found:
+            return int(found.group(1)), ""
+    return None, ""
+
+
+def _ws_unanswered(url: str, exc: BaseException, timeout_s: float) -> Finding:
+    """Why an upgrade got no HTTP answer at all."""
+    cause = exc.__cause__
     if isinstance(exc, TimeoutError) or isinstance(cause, TimeoutError):
         return Finding(
             WEBSOCKET,
@@ -509,7 +506,7 @@ def _ws_failure(
             f"no answer to the WebSocket upgrade at {url} within {timeout_s:g} s",
             server_failed=True,
         )
-    elif isinstance(cause, OSError):
+    if isinstance(cause, OSError):
         why = _os_reason(cause)
     elif cause is not None:
         why = f"the upgrade failed: {cause}"

@@ -160,6 +160,9 @@ class WsSession:
             http = self.t.http
             headers = [*http.headers, *self.compact_headers]
             return await compact(http.pool, headers, self.conv, inp, rec)
+        warmup = self.conv.ws_warmup(inp)
+        if warmup is not None:
+            await self._warm_up(warmup, rec)
         turn = self.conv.ws_turn(inp, rec)
         timeout_s = self.t.options.request_timeout_s
         while True:
@@ -174,6 +177,20 @@ class WsSession:
                     await self._drop()
                 continue
             return turn.finish()
+
+    async def _warm_up(self, payload: bytes, rec: TurnRecord) -> None:
+        """Send the recorded warm-up on the rollout's connection and wait for its answer."""
+        conn = self.conn or await self._connect(rec)
+        stream = ResponseStream(time.perf_counter_ns(), tokens=self.conv.tokens)
+        try:
+            await conn.send(payload)
+            await conn.read_into(stream, self.t.options.request_timeout_s)
+        except (APIError, WsClosed):
+            # No warm-up then: the turn goes out whole on a fresh connection, as a client
+            # whose warm-up failed sends it.
+            await self._drop()
+            return
+        self.conv.warmed(stream)
 
     async def _drop(self) -> None:
         conn, self.conn = self.conn, None
@@ -284,6 +301,9 @@ class WsLaneSession:
             http = self.mux.t.http
             headers = [*http.headers, *self.compact_headers]
             return await compact(http.pool, headers, self.conv, inp, rec)
+        warmup = self.conv.ws_warmup(inp)
+        if warmup is not None:
+            await self._warm_up(warmup, rec)
         turn = self.conv.ws_turn(inp, rec)
         timeout_s = self.mux.t.options.request_timeout_s
         queue = self.queue
@@ -292,7 +312,7 @@ class WsLaneSession:
             payload = turn.request()
             if self.stream_id is not None:
                 # The body is a JSON object: the lane goes in as its first key.
-                payload = f'{{"stream_id":{dumps(self.stream_id).decode()},{payload[1:]}'
+                payload = b'{"stream_id":' + dumps(self.stream_id) + b"," + payload[1:]
                 rec.bytes_sent = len(payload)
             while not queue.empty():
                 queue.get_nowait()  # what a failed response or a closed connection left
@@ -306,6 +326,21 @@ class WsLaneSession:
                 turn.recover(exc)
                 continue
             return turn.finish()
+
+    async def _warm_up(self, payload: bytes, rec: TurnRecord) -> None:
+        """:meth:`WsSession._warm_up` on this lane (a failed one: the turn goes out whole)."""
+        conn = self.mux.conn or await self.mux.connection(rec, self.url)
+        if self.stream_id is not None:
+            payload = b'{"stream_id":' + dumps(self.stream_id) + b"," + payload[1:]
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        stream = ResponseStream(time.perf_counter_ns(), tokens=self.conv.tokens)
+        try:
+            await conn.send(payload)
+            await _read_lane(self.queue, stream, self.mux.t.options.request_timeout_s)
+        except (APIError, WsClosed):
+            return
+        self.conv.warmed(stream)
 
     async def close(self) -> None:
         await self.mux.release(self.stream_id)

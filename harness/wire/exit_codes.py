@@ -34,7 +34,7 @@ EXIT_CODE_TABLE: tuple[tuple[ExitCode, str], ...] = (
     (
         ExitCode.USAGE,
         "usage or input error: bad file, bad flag, unknown transport, target unreachable "
-        "before any measurement",
+        "before any measurement; a results file that cannot be written (disk full)",
     ),
     (
         ExitCode.INTERRUPTED,

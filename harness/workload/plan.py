@@ -35,6 +35,9 @@ class TurnPlan:
     #: whose result is the sub-agent's final answer); they run concurrently with the turn's
     #: other tools and with each other, and the next turn waits for every one that joins
     subagents: tuple[SubagentPlan, ...] = ()
+    #: a ``generate: false`` request prepares the connection before this (first) turn, which
+    #: then chains from it: replayed by the WebSocket transports, skipped over HTTP
+    warmup: bool = False
 
     @property
     def final(self) -> bool:

@@ -32,7 +32,12 @@ from pydantic_core import ErrorDetails
 
 from harness.wire.errors import ScenarioError
 from harness.wire.transports import TRANSPORT_NAMES
-from harness.workload.builtin import builtin_hint, builtin_path, builtin_scenarios
+from harness.workload.builtin import (
+    builtin_hint,
+    builtin_path,
+    builtin_scenarios,
+    looks_like_path,
+)
 from harness.workload.distributions import (
     DIST_KINDS,
     ConstantDist,
@@ -44,6 +49,7 @@ from harness.workload.distributions import (
 )
 from harness.workload.slo import SloConfig
 from harness.workload.target import TargetConfig
+from harness.workload.trace_scenario import looks_like_trace, trace_scenario
 
 __all__ = [
     "MAX_OPEN_LOOP_ROLLOUTS",
@@ -1108,11 +1114,17 @@ class UnknownScenarioError(ScenarioError):
 
 
 def resolve_scenario(path: str | os.PathLike[str]) -> str:
-    """The file a scenario argument names: an existing path, else the built-in of that name."""
+    """The file a scenario argument names.
+
+    A bare name of a built-in (``tiny``) is the built-in, whatever the working folder holds
+    (:func:`~harness.workload.builtin.shadowed_entries` says what it held); anything else is the path when it exists,
+    else the built-in it names (``scenarios/tiny.yaml`` from another folder)."""
     source = os.fspath(path)
+    builtin = builtin_path(source)
+    if builtin is not None and not looks_like_path(source):
+        return str(builtin)
     if os.path.exists(source):
         return source
-    builtin = builtin_path(source)
     if builtin is None:
         raise UnknownScenarioError(source)
     return str(builtin)
@@ -1121,7 +1133,8 @@ def resolve_scenario(path: str | os.PathLike[str]) -> str:
 def load_scenario(
     path: str | os.PathLike[str], overrides: dict[str, str] | None = None
 ) -> Scenario:
-    """Read, override and validate a scenario file, or the built-in scenario of that name.
+    """Read, override and validate a scenario file, or the built-in scenario of that name,
+    or the scenario that replays a trace file (:mod:`harness.workload.trace_scenario`).
 
     ``overrides`` maps dotted field paths to YAML scalars, e.g.
     ``{"load.concurrency": "4", "transports": "[http]"}``; they are applied to
@@ -1137,4 +1150,7 @@ def load_scenario(
         raise ScenarioError(source, "", "expected a YAML file, got a directory") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(source, "", f"cannot read file: {exc}") from None
+    if looks_like_trace(source, text):
+        # A trace given where a scenario goes: the built-in scenario that replays it.
+        return validate_scenario(trace_scenario(source, text), source, overrides)
     return validate_scenario(_parse_yaml(text, source), source, overrides)

@@ -17,6 +17,7 @@ file-reading helper, like :func:`~harness.workload.scenario.load_scenario`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterable, Sequence
@@ -35,13 +36,16 @@ from harness.workload.scenario import describe_error
 __all__ = [
     "TRACE_VERSION",
     "TraceHeader",
+    "TraceRecovery",
     "TraceRollout",
     "TraceSubagent",
     "TraceToolCall",
     "TraceTurn",
+    "TraceWarmup",
     "dump_trace",
     "parse_trace",
     "read_trace",
+    "read_trace_header",
     "recording_gaps",
     "resolve_trace_path",
     "trace_plan",
@@ -64,6 +68,33 @@ class TraceToolCall(StrictModel):
     subagent: int | None = Field(default=None, ge=0)
 
 
+class TraceRecovery(StrictModel):
+    """How the client got this turn answered after its first request failed (v2).
+
+    Informational: the replay sends the turn once.  The recorded client re-sent the whole
+    conversation without a chain (a new WebSocket after the old one closed mid-response,
+    as Codex CLI does); ``failed_attempts`` requests failed before, the last with
+    ``status`` (499: the connection closed before the response ended), and ``lost_ms``
+    passed from the first failed request to the one that was answered.
+    """
+
+    failed_attempts: int = Field(ge=0)
+    status: int | None = Field(default=None, ge=100, le=599)
+    lost_ms: float = Field(default=0.0, ge=0.0)
+
+
+class TraceWarmup(StrictModel):
+    """A ``generate: false`` request that prepared the rollout's connection (v2).
+
+    The WebSocket transports (``ws``, ``ws-store``) replay it before the first turn, which
+    then chains from it (``previous_response_id``), as the recorded client did; the HTTP
+    transports have no warm-up and skip it.  ``input_tokens``: what the recorded endpoint
+    reported for it (informational).
+    """
+
+    input_tokens: int | None = Field(default=None, ge=0)
+
+
 class TraceTurn(StrictModel):
     """One model call: its output tokens and the tool calls it asked for (none: final answer)."""
 
@@ -75,6 +106,8 @@ class TraceTurn(StrictModel):
     input_tokens: int | None = Field(default=None, ge=0)
     cached_tokens: int | None = Field(default=None, ge=0)
     subagents: list[TraceSubagent] = Field(default_factory=list)
+    #: set when the recorded client got this turn answered only after failed attempts
+    recovery: TraceRecovery | None = None
 
     @_model_validator(mode="after")
     def _calls_name_subagents(self) -> TraceTurn:
@@ -161,6 +194,8 @@ class TraceRollout(StrictModel):
     tool_schema_tokens: int = Field(default=0, ge=0)
     user_prompt_tokens: int = Field(ge=1)
     turns: list[TraceTurn] = Field(min_length=1)
+    #: the recorded client warmed its connection up before the first turn (v2)
+    warmup: TraceWarmup | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @_model_validator(mode="after")
@@ -171,7 +206,7 @@ class TraceRollout(StrictModel):
     @property
     def uses_v2(self) -> bool:
         """Whether this rollout needs a version 2 reader (a v1 header would misdescribe it)."""
-        return any(_turn_uses_v2(t) for t in self.turns)
+        return self.warmup is not None or any(_turn_uses_v2(t) for t in self.turns)
 
     @property
     def subagent_count(self) -> int:
@@ -200,6 +235,7 @@ def _turn_uses_v2(turn: TraceTurn) -> bool:
         or turn.reasoning_tokens
         or turn.input_tokens is not None
         or turn.cached_tokens is not None
+        or turn.recovery is not None
     )
 
 
@@ -288,6 +324,8 @@ def _turn_json(turn: TraceTurn) -> dict[str, Any]:
         out["cached_tokens"] = turn.cached_tokens
     if turn.subagents:
         out["subagents"] = [_subagent_json(s) for s in turn.subagents]
+    if turn.recovery is not None:
+        out["recovery"] = turn.recovery.model_dump(mode="json", exclude_none=True)
     return out
 
 
@@ -305,15 +343,18 @@ def _subagent_json(sub: TraceSubagent) -> dict[str, Any]:
 
 
 def _rollout_json(r: TraceRollout) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "type": r.type,
         "id": r.id,
         "system_tokens": r.system_tokens,
         "tool_schema_tokens": r.tool_schema_tokens,
         "user_prompt_tokens": r.user_prompt_tokens,
         "turns": [_turn_json(t) for t in r.turns],
-        "meta": r.meta,
     }
+    if r.warmup is not None:
+        out["warmup"] = r.warmup.model_dump(mode="json", exclude_none=True)
+    out["meta"] = r.meta
+    return out
 
 
 def resolve_trace_path(trace: str, scenario_source: str) -> str:
@@ -345,21 +386,30 @@ def read_trace(path: str | os.PathLike[str]) -> list[TraceRollout]:
         raise ScenarioError(source, "", f"cannot read file: {exc}") from None
 
 
-def recording_gaps(path: str | os.PathLike[str]) -> list[str]:
-    """Why the recording that wrote the trace at ``path`` missed exchanges: its header's
-    ``meta.lost`` (``loopbench record`` writes it when its observer fell behind, hung or
-    died). Empty for a whole trace, one without a header, or a file that cannot be read
-    (:func:`read_trace` says why)."""
+def read_trace_header(path: str | os.PathLike[str]) -> TraceHeader | None:
+    """The header of the trace at ``path`` (``None``: it has none, or the file cannot be read
+    or its first line is not a valid header; :func:`read_trace` says why)."""
     try:
         with open(path, encoding="utf-8") as fh:
             first = fh.readline()
         data = orjson.loads(first)
     except (OSError, UnicodeDecodeError, orjson.JSONDecodeError):
-        return []
+        return None
     if not isinstance(data, dict) or data.get("type") != "trace":
-        return []
-    meta = data.get("meta")
-    lost = meta.get("lost") if isinstance(meta, dict) else None
+        return None
+    try:
+        return TraceHeader.model_validate(data)
+    except ValidationError:
+        return None
+
+
+def recording_gaps(path: str | os.PathLike[str]) -> list[str]:
+    """Why the recording that wrote the trace at ``path`` missed exchanges: its header's
+    ``meta.lost`` (``loopbench record`` writes it when its observer fell behind, hung or
+    died). Empty for a whole trace, one without a header, or a file that cannot be read
+    (:func:`read_trace` says why)."""
+    header = read_trace_header(path)
+    lost = header.meta.get("lost") if header is not None else None
     return [str(why) for why in lost] if isinstance(lost, list) else []
 
 
@@ -374,6 +424,8 @@ def trace_plan(
     """
     counter = [0]
     turns = _turn_plans(rollout.turns, seed, counter)
+    if rollout.warmup is not None:
+        turns = (dataclasses.replace(turns[0], warmup=True), *turns[1:])
     return RolloutPlan(
         rollout_id=rollout_id,
         seed=seed,

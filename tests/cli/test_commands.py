@@ -69,7 +69,7 @@ def test_help_imports_none_of_the_command_modules() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     ).stdout
-    assert "selfbench" in out  # the listing was printed
+    assert "reproduce" in out  # the listing was printed
     assert out.strip().splitlines()[-1] == "LOADED []"
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from harness.client.conversation import Conversation
 from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
+from harness.client.shaping import RequestShaping
+from harness.client.stream import ResponseStream
 from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
 from harness.wire.events import loads
 from harness.wire.transports import transport_spec
@@ -98,3 +100,50 @@ def test_a_turn_gives_up_after_the_last_recovery() -> None:
     # a close no rule recovers is raised as it is
     with pytest.raises(WsClosed):
         conv.ws_turn(_transcript().next_input(1), rec).recover(WsClosed(4000))
+
+
+@pytest.mark.parametrize("name", ["ws", "ws-store", "ws-append"])
+def test_a_recorded_warmup_goes_first_and_the_first_turn_chains_from_it(name: str) -> None:
+    """A trace's ``warmup`` (docs/traces.md): ``generate: false`` with the instructions and
+    tools and no input, then the first turn chained from its response, only the new items."""
+    first = TurnPlan(0, 10, 0, (), (), 0.0, warmup=True)
+    transcript = Transcript(RolloutPlan(0, 3, 20, 20, 10, (first,), 0, {}))
+    inp = transcript.next_input(0)
+    conv = Conversation(transport_spec(name))
+    payload = conv.ws_warmup(inp)
+    if name == "ws-append":
+        assert payload is None  # one response per rollout: no warm-up to chain from
+        return
+    assert payload is not None
+    body = loads(payload)
+    assert body["generate"] is False and body["input"] == []
+    assert body["instructions"] == inp.instructions and body["tools"] == inp.tools
+    warm = ResponseStream(0)
+    warm.feed(
+        {"type": "response.created", "response": {"id": "resp_w", "status": "in_progress"}}, 1
+    )
+    warm.feed(
+        {
+            "type": "response.completed",
+            "response": {"id": "resp_w", "status": "completed", "output": []},
+        },
+        2,
+    )
+    conv.warmed(warm)
+    turn = loads(conv.ws_turn(inp, TurnRecord(name, 0, 0)).request())
+    assert turn["previous_response_id"] == "resp_w" and turn["input"] == inp.new_items
+    assert "generate" not in turn
+    # once chained (or for a turn without a recorded warm-up) there is none to send
+    assert conv.ws_warmup(inp) is None
+    plain = Transcript(RolloutPlan(0, 3, 20, 20, 10, (TurnPlan(0, 10, 0, (), (), 0.0),), 0, {}))
+    assert Conversation(transport_spec(name)).ws_warmup(plain.next_input(0)) is None
+
+
+def test_a_websocket_request_counts_its_bytes_sent_in_bytes_not_characters() -> None:
+    """Over HTTP ``bytes_sent`` is the body's bytes; over WebSocket it was its characters."""
+    shaping = RequestShaping(extra_body={"responses": {"metadata": {"note": "café ☕"}}})
+    conv = Conversation(transport_spec("ws"), shaping=shaping)
+    rec = TurnRecord("ws", 0, 1)
+    payload = conv.ws_turn(_transcript().next_input(1), rec).request()
+    assert loads(payload)["metadata"]["note"] == "café ☕"
+    assert rec.bytes_sent == len(payload) == len(payload.decode()) + 1 + 2

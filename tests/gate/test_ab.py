@@ -134,7 +134,7 @@ def test_ab_with_identical_servers_passes(
 def test_ab_reaches_self_signed_https_targets_with_insecure(tmp_path: Path) -> None:
     # Two targets behind a self-signed certificate (the reference server's --tls-self-signed):
     # --insecure lets the A/B job measure them, as it lets run, probe and sweep.
-    tiny = ROOT / "harness" / "scenarios" / "tiny.yaml"
+    tiny = ROOT / "scenarios" / "tiny.yaml"
     with server_child(["--port", "0", "--store", ":memory:", "--tls-self-signed"]) as child:
         url = child.ready
         assert url.startswith("https://")

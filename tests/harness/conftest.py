@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.tools.reproduce import Band, Bands, ReproductionResult, run_reproduction
+from harness.model.reproduce import Band, Bands, ReproductionResult, run_reproduction
 
 _BIG_OUTPUTS = "{dist: uniform, min: 3000, max: 6000}"
 

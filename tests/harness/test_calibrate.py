@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.report.results import load_run
-from harness.tools.calibrate import (
+from harness.model.calibrate import (
     CalibrationError,
     fit,
     profiles_from_fit,
     turns_from_rows,
     unidentified,
 )
-from harness.tools.reproduce import ReproductionResult
+from harness.model.reproduce import ReproductionResult
+from harness.report.results import load_run
 from reference_server.core.profiles import load_profiles
 from tests.runs import run_cli
 

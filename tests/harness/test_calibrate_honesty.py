@@ -18,7 +18,7 @@ from tests.runs import ROOT, TINY, run_cli, run_tiny
 # serial: the verdict reads the machine's timing (`make test` runs it alone)
 pytestmark = pytest.mark.serial
 
-CODEX = ROOT / "harness" / "scenarios" / "reproduce" / "codex-cerebras.yaml"
+CODEX = ROOT / "scenarios" / "reproduce" / "codex-cerebras.yaml"
 #: not the base profile's 25 ms: a copied value cannot pass for a fitted one
 CONNECT_MS = 60.0
 SETS = {

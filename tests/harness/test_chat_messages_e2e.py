@@ -15,7 +15,7 @@ from tests.runs import ROOT, loopbench
 from tests.transports.conftest import loopbench_run
 
 APIS = ("chat", "messages")
-TINY = ROOT / "harness" / "scenarios" / "tiny.yaml"
+TINY = ROOT / "scenarios" / "tiny.yaml"
 
 # the first test's time includes the module fixture's four commands, each bounded on its own
 pytestmark = pytest.mark.timeout(600)

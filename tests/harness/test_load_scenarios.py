@@ -19,7 +19,7 @@ from harness.workload.rollout import generate_rollouts, history_tokens, load_sce
 from harness.workload.scenario import load_scenario
 from tests.runs import ROOT, run_cli
 
-SCENARIOS = ROOT / "harness" / "scenarios"
+SCENARIOS = ROOT / "scenarios"
 
 SMALL = {
     "rollout.system_tokens": "200",

@@ -44,7 +44,7 @@ def test_two_client_processes_and_two_server_workers_merge_into_one_run(tmp_path
             "-m",
             "harness",
             "run",
-            str(ROOT / "harness" / "scenarios" / "tiny.yaml"),
+            str(ROOT / "scenarios" / "tiny.yaml"),
             "--procs",
             "2",
             "--out",

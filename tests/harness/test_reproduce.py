@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harness.tools.reproduce import (
+from harness.model.reproduce import (
     ORDERING,
     Band,
     Bands,
@@ -190,7 +190,7 @@ def test_paired_reduction_uses_the_common_rollouts() -> None:
 def test_reproduction_scenarios_share_one_rollout() -> None:
     import yaml
 
-    folder = ROOT / "harness" / "scenarios" / "reproduce"
+    folder = ROOT / "scenarios" / "reproduce"
     docs = {p.stem: yaml.safe_load(p.read_text()) for p in folder.glob("codex-*.yaml")}
     assert set(docs) == {
         "codex-cerebras",

@@ -18,9 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("results")
-    proc = run_cli(
-        "run", ROOT / "harness" / "scenarios" / "tiny.yaml", "--out", out, "--run-id", "tiny", "-q"
-    )
+    proc = run_cli("run", ROOT / "scenarios" / "tiny.yaml", "--out", out, "--run-id", "tiny", "-q")
     return out / "tiny", proc.stdout
 
 
@@ -72,9 +70,7 @@ def test_decode_tps_matches_configured_rate(tiny_run: tuple[Path, str]) -> None:
 def test_malformed_scenario_is_one_line_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        (ROOT / "harness" / "scenarios" / "tiny.yaml")
-        .read_text()
-        .replace("concurrency: ", "concurrency: -")
+        (ROOT / "scenarios" / "tiny.yaml").read_text().replace("concurrency: ", "concurrency: -")
     )
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "run", str(bad), "--out", str(tmp_path)],

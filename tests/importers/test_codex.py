@@ -138,5 +138,5 @@ def test_cli_import(tmp_path: Path) -> None:
 
 
 def test_shipped_sample_trace_is_this_import() -> None:
-    shipped = read_trace(ROOT / "harness" / "scenarios" / "traces" / "codex-sample.jsonl")
+    shipped = read_trace(ROOT / "scenarios" / "traces" / "codex-sample.jsonl")
     assert shipped == import_codex_files([str(SESSION)])

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
@@ -41,10 +42,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("install")
     src = tmp / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+    for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for pkg in ("harness", "reference_server", "docs"):
-        shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    # the development folders too: the wheel must leave them out by its own configuration
+    for folder in ("harness", "reference_server", "scenarios", "docs", "bench", "tools"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     dist = tmp / "dist"
     build = _sh(
         [
@@ -66,11 +68,17 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = dist.glob("loopbench-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
+    # the checkout's scenarios/ folder, installed inside the package
     shipped = {
-        str(p.relative_to(ROOT)) for p in (ROOT / "harness" / "scenarios").rglob("*") if p.is_file()
+        f"harness/{p.relative_to(ROOT)}" for p in (ROOT / "scenarios").rglob("*") if p.is_file()
     }
     assert shipped and shipped <= names, sorted(shipped - names)
-    # the docs the --help texts name, inside the package (setup.py)
+    # what only the project's own checks run stays out of the wheel
+    tops = {name.split("/")[0] for name in names if ".dist-info/" not in name}
+    assert tops == {"harness", "reference_server"}, tops
+    dev = [n for n in names if any(w in n for w in ("selfbench", "peers", "fuzz", "soak"))]
+    assert not dev, dev
+    # the docs the --help texts name, inside the package (pyproject.toml's package-dir)
     docs = {f"harness/docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
     assert docs and docs <= names, sorted(docs - names)
 
@@ -110,6 +118,31 @@ def empty(tmp_path: Path) -> Path:
     folder = tmp_path / "empty"
     folder.mkdir()
     return folder
+
+
+def test_every_package_of_the_checkout_is_listed() -> None:
+    """pyproject.toml lists the packages (the scenarios' package-dir needs a list, not a
+    search): a new package left off the list would be missing from the wheel."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("harness", "reference_server")
+        for p in (ROOT / top).rglob("__init__.py")
+    }
+    assert found <= set(config["packages"]), sorted(found - set(config["packages"]))
+    # and each listed one is a folder of the checkout (the scenarios and the docs where
+    # package-dir says)
+    dirs = config["package-dir"]
+    assert set(dirs) == {"harness.scenarios", "harness.docs"}, dirs
+
+    def folder(name: str) -> Path:
+        for mapped, where in dirs.items():
+            if name == mapped or name.startswith(f"{mapped}."):
+                return ROOT / where / Path(*name.split(".")[len(mapped.split(".")) :])
+        return ROOT.joinpath(*name.split("."))
+
+    missing = [name for name in config["packages"] if not folder(name).is_dir()]
+    assert not missing, missing
 
 
 def test_harness_comes_from_the_wheel(installed: Path, empty: Path) -> None:
@@ -167,7 +200,7 @@ def test_reproduce_finds_its_scenarios_from_anywhere(
         [
             installed / "python",
             "-c",
-            "from harness.tools.reproduce import PARTS, REPRODUCE_DIR; "
+            "from harness.model.reproduce import PARTS, REPRODUCE_DIR; "
             "print(REPRODUCE_DIR); print(all((REPRODUCE_DIR / f'{p}.yaml').is_file() for p in PARTS))",
         ],
         cwd=empty,

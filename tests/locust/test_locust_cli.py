@@ -18,7 +18,7 @@ from harness.wire.exit_codes import ExitCode
 from tests.foreign_http import closed_port
 from tests.runs import ROOT, loopbench
 
-TINY = str(ROOT / "harness" / "scenarios" / "tiny.yaml")
+TINY = str(ROOT / "scenarios" / "tiny.yaml")
 
 
 def _args(*argv: str) -> argparse.Namespace:

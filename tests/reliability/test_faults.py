@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from harness.report.results import Run
-from harness.tools.soak import server_process
 from reference_server.cli import add_server_arguments, config_from_args
 from reference_server.core.faults import FaultInjector, FaultSpecError, parse_fault_spec
 from tests.runs import run_tiny
+from tools.soak import server_process
 
 # -- the spec ------------------------------------------------------------------------------------
 

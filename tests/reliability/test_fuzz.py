@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from harness.tools.fuzz import DOCUMENTED_CODES  # one table: the tool's and this test's
-from harness.tools.soak import ServerProcess, rss_kib, server_process
+from tools.fuzz import DOCUMENTED_CODES  # one table: the tool's and this test's
+from tools.soak import ServerProcess, rss_kib, server_process
 
 HTTP_EXAMPLES = 250
 WS_EXAMPLES = 150

@@ -16,10 +16,10 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from harness.tools.soak import ServerProcess, rss_kib, server_process
 from reference_server.cli import API_KEYS_ENV, add_server_arguments, config_from_args
 from reference_server.serve import bind_warning
 from reference_server.service import key_matches
+from tools.soak import ServerProcess, rss_kib, server_process
 
 
 def _config(argv: list[str]) -> object:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import websockets
 
-from harness.tools.soak import ServerProcess, server_process
+from tools.soak import ServerProcess, server_process
 
 
 def _create(tokens: int) -> dict[str, Any]:

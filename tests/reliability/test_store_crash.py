@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from harness.tools.soak import ServerProcess, server_process
 from reference_server.store import SqliteStore
+from tools.soak import ServerProcess, server_process
 
 CHAINS = 8
 KILL_AFTER = 60  # responses whose continuation succeeded

@@ -53,7 +53,7 @@ def test_no_knee_without_a_bend() -> None:
 def test_sweep_command_runs_each_value_and_renders(tmp_path: Path, cli: Callable[..., Any]) -> None:
     out = cli(
         "sweep",
-        str(ROOT / "harness" / "scenarios" / "tiny.yaml"),
+        str(ROOT / "scenarios" / "tiny.yaml"),
         "--set",
         "load.concurrency=1,2",
         "--set",

@@ -27,7 +27,6 @@ from harness.client.probe import (
     MESSAGES,
     MESSAGES_CACHE,
     REACHABLE,
-    RESPONSES_API,
     RETRIEVE,
     SSE,
     WARMUP,
@@ -45,14 +44,19 @@ from harness.client.probe import (
     judge_retrieve,
     judge_sse,
     judge_ws,
-    read_chat,
-    read_messages,
-    read_stream,
     refusal,
+)
+from harness.client.probe_answers import (
+    CHAT_API,
+    MESSAGES_API,
+    RESPONSES_API,
+    StreamReading,
+    read_body,
 )
 from harness.client.shaping import RequestShaping
 from harness.run.probe import probe, probe_for_run
 from harness.wire.exit_codes import ExitCode
+from harness.wire.sse import encode_event
 from harness.wire.transports import TRANSPORTS, transport_spec
 from tests.foreign_servers import (
     FORBIDDEN_MESSAGE,
@@ -64,7 +68,6 @@ from tests.foreign_servers import (
     error_server,
     forbidden_server,
     http_only_server,
-    json_not_sse_server,
     key_required_server,
     mute_websocket_server,
     plain_web_server,
@@ -74,6 +77,11 @@ from tests.foreign_servers import (
 from tests.runs import ROOT, TINY, _argv, loopbench
 
 PROBE_LINE = "nothing was measured"
+
+
+def read_stream(events: list[dict[str, object]]) -> StreamReading:
+    """Responses events as the SSE body a server sends, read by the probe."""
+    return read_body(RESPONSES_API, b"".join(encode_event(e) for e in events))
 
 
 def _by_feature(findings: list[Finding]) -> dict[str, Finding]:
@@ -101,14 +109,6 @@ def test_reference_server_supports_every_responses_feature(server_url: str) -> N
     assert {f: found[f]["answer"] for f in responses} == dict.fromkeys(responses, "yes")
     assert "honoured" in found[CHAINING]["evidence"]
     assert "honoured" in found[WS_CHAINING]["evidence"]
-
-
-def test_probe_table_names_each_feature(server_url: str) -> None:
-    proc = loopbench("probe", "--target", server_url)
-    assert proc.returncode == ExitCode.OK, proc.stderr
-    for _, label in FEATURES:
-        assert label in proc.stdout
-    assert "text/event-stream" in proc.stdout
 
 
 def test_dead_target_probe_exits_4_and_says_why_first() -> None:
@@ -174,17 +174,6 @@ def test_http_only_endpoint_refuses_ws(tmp_path: Path) -> None:
     assert (tmp_path / "ok" / "r" / "summary.json").exists()
 
 
-def test_json_not_sse_names_the_content_type(tmp_path: Path) -> None:
-    with json_not_sse_server() as url:
-        found = _probe(url)
-        code, err = _run(url, tmp_path / "results", "--transports", "http")
-    expected = f"POST {url}/responses answered 200 application/json, not an SSE stream"
-    assert found[SSE] == Finding(SSE, False, expected)
-    assert not found[CHAINING].checked
-    assert code == ExitCode.USAGE
-    assert expected in err
-
-
 def test_plain_web_and_500_servers_are_told_apart() -> None:
     """A web page is "no"; a 500 is "unknown": a server error says nothing of the API, and
     still stops a run (the run would meet the same error)."""
@@ -242,19 +231,6 @@ def test_a_rate_limited_gateway_is_not_a_missing_api(tmp_path: Path) -> None:
         "(nothing was measured; --no-probe skips this check)"
     ]
     assert not (tmp_path / "results").exists()
-
-
-def test_server_ignoring_previous_response_id_is_caught(tmp_path: Path) -> None:
-    with canned_sse_server() as url:
-        found = _probe(url)
-        code, err = _run(url, tmp_path / "results", "--transports", "http-chained")
-    assert found[SSE].supported
-    assert found[CHAINING].supported is False
-    assert "previous_response_id was accepted but ignored: input_tokens 10 -> 10" in (
-        found[CHAINING].evidence
-    )
-    assert code == ExitCode.USAGE
-    assert "transport http-chained cannot run" in err and "ignored" in err
 
 
 def test_no_probe_skips_the_probe(tmp_path: Path) -> None:
@@ -368,9 +344,10 @@ def test_chat_and_messages_streams_ending_in_the_servers_error_are_unknown(
     error: dict[str, str], answer: bool | None
 ) -> None:
     """The same rule for the Chat Completions and Messages streams as for the Responses API."""
-    chat = read_chat(f"data: {json.dumps({'error': error})}\n\n".encode())
-    messages = read_messages(
-        f"event: error\ndata: {json.dumps({'type': 'error', 'error': error})}\n\n".encode()
+    chat = read_body(CHAT_API, f"data: {json.dumps({'error': error})}\n\n".encode())
+    messages = read_body(
+        MESSAGES_API,
+        f"event: error\ndata: {json.dumps({'type': 'error', 'error': error})}\n\n".encode(),
     )
     for found in (
         judge_chat("http://h/v1/chat/completions", 200, "text/event-stream", chat),

@@ -30,10 +30,7 @@ from harness.client.probe import (
     WEBSOCKET,
     WS_CHAINING,
     Finding,
-    MessagesReading,
     features_for,
-    judge_prompt_cache,
-    read_chat,
     refusal,
     table,
 )
@@ -235,38 +232,6 @@ def test_reference_server_serves_all_three_apis(server_url: str) -> None:
     assert answers == {f: "yes" for f, _ in FEATURES}, doc
 
 
-# -- the pure part ----------------------------------------------------------------------------
-
-
-def test_a_chat_stream_without_finish_reason_is_not_a_completion() -> None:
-    chunk = {"object": "chat.completion.chunk", "choices": [{"delta": {"content": "a"}}]}
-    cut = read_chat(f"data: {json.dumps(chunk)}\n\n".encode())
-    assert not cut.finished and cut.chunks == 1 and not cut.done
-    err = read_chat(b'data: {"error": {"message": "boom", "type": "server_error"}}\n\n')
-    assert err.problem == "the stream carried an error: boom"
-
-
-def test_prompt_cache_verdicts() -> None:
-    def reading(**usage: int) -> MessagesReading:
-        return MessagesReading(events=5, started=True, stopped=True, usage=dict(usage))
-
-    none = reading(input_tokens=10)
-    zeros = reading(input_tokens=10, cache_creation_input_tokens=0, cache_read_input_tokens=0)
-    wrote = reading(input_tokens=10, cache_creation_input_tokens=1100, cache_read_input_tokens=0)
-    read = reading(input_tokens=10, cache_creation_input_tokens=0, cache_read_input_tokens=1100)
-    assert judge_prompt_cache("u", (200, none), (200, none)).supported is False
-    assert judge_prompt_cache("u", (200, zeros), (200, zeros)).supported is None
-    assert judge_prompt_cache("u", (200, wrote), (200, zeros)).supported is False
-    assert judge_prompt_cache("u", (200, wrote), (200, read)).supported is True
-    refused = judge_prompt_cache("u", (400, "invalid_request_error: bad"), (200, read))
-    assert refused == Finding(
-        MESSAGES_CACHE,
-        False,
-        "a system prompt with cache_control was refused: POST u answered HTTP 400: "
-        "invalid_request_error: bad",
-    )
-
-
 def test_probe_sends_the_header_and_session_flags_on_every_request() -> None:
     """A gateway with its own auth or routing header can be probed on its own."""
     with recording_target() as (url, recording):
@@ -313,3 +278,24 @@ def test_an_unknown_model_is_not_a_missing_api() -> None:
             for f in probe(url, api_key="sk-loopbench", timeout_s=10, model="Qwen/Qwen3-8B")
         }
         assert good[CHAT].supported is True
+
+
+def test_a_bare_403_upgrade_from_a_server_that_takes_the_key_is_no_websocket_mode() -> None:
+    """vLLM (Starlette) answers every upgrade with 403 and no body, though the same key gets
+    200 over HTTP: no WebSocket mode, not a key to give.  End to end because only it checks
+    that a WebSocket-only probe asks an HTTP route (GET /models) with the same key."""
+    with chat_only_server(bare_403_upgrades=True) as url:
+        found = {
+            f.feature: f
+            for f in probe(url, [REACHABLE, WEBSOCKET], api_key="sk-loopbench", timeout_s=10)
+        }
+        said: list[str] = []
+        code = probe_for_run(url, ["ws"], api_key="sk-loopbench", verify_tls=True, say=said.append)
+    assert found[WEBSOCKET] == Finding(
+        WEBSOCKET,
+        False,
+        f"no Responses API WebSocket mode at {_ws(url)}: the upgrade was answered with HTTP 403 "
+        "with no body, while HTTP requests with the same key were answered",
+    )
+    assert code == ExitCode.USAGE
+    assert "no Responses API WebSocket mode" in said[0] and "--api-key-env" not in said[0]

@@ -6,6 +6,7 @@ one-page HTTP server this module starts (docs/server-metrics.md).
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 import time
@@ -17,6 +18,7 @@ import pytest
 
 from harness.metrics.server_series import parse_exposition, pick_series, rates
 from harness.report.server_metrics import SERVER_METRICS, load_server_metrics
+from harness.run.embedded import embedded_server
 from tests.runs import TINY, loopbench, run_tiny
 
 
@@ -135,3 +137,28 @@ def test_parse_keeps_samples_and_drops_buckets() -> None:
     )
     # a counter that drops (another worker answered, a restart) is a reset, never a negative rate
     assert rates([0.0, 1.0, 2.0], [10.0, 14.0, 3.0]) == ([1.0, 2.0], [4.0, 3.0])
+
+
+def test_the_window_holds_only_the_measured_turns_not_the_probe(tmp_path: Path) -> None:
+    """``run --target`` probes the endpoint first; the baseline scrape comes after the probe,
+    so the server's counters over the window count the run's turns and nothing else.  End to
+    end: only a whole run shows the order of the probe and the scraper."""
+    with embedded_server() as url:
+        metrics = url.removesuffix("/v1") + "/metrics"
+        proc = loopbench(
+            "run", TINY, "--target", url, "--transports", "http", "--out", tmp_path,
+            "--run-id", "r", "-q", "--server-metrics", metrics, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    df = load_server_metrics(tmp_path / "r")
+    assert df is not None
+    posts = df[
+        (df["name"] == "loopbench_server_http_requests_total")
+        & df["labels"].str.contains('route="/v1/responses"')
+        & df["labels"].str.contains('method="POST"')
+    ]
+    counts = posts.groupby("t_s")["value"].sum().sort_index().tolist()
+    with gzip.open(tmp_path / "r" / "turns.csv.gz", "rt") as f:
+        turns = sum(1 for _ in f) - 1
+    assert counts[0] >= 1, "the probe's POST /responses was counted before the baseline"
+    assert counts[-1] - counts[0] == turns, (counts, turns)

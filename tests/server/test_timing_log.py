@@ -120,7 +120,8 @@ def test_every_api_gets_a_line_with_the_ids_tags_and_times_its_client_saw(tmp_pa
                 "max_tokens": 50,
                 "stream": True,
                 "messages": [{"role": "user", "content": "hi lbq-msg7 there"}],
-                "metadata": {"user_id": "u"},
+                # the hint keeps the answer inside max_tokens (a drawn one may be cut)
+                "metadata": {"user_id": "u", **HINTS},
             }
             with http.stream(
                 "POST", "/messages", json=body, headers={"x-request-id": "rid-msg"}

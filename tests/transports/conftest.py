@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.report.results import Run, load_run
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = str(ROOT / "harness" / "scenarios" / "tiny.yaml")
+TINY = str(ROOT / "scenarios" / "tiny.yaml")
 
 
 def loopbench_run(out: Path, run_id: str, *args: str) -> tuple[Run, str]:

@@ -342,3 +342,29 @@ def test_both_edges_round_trip_reasoning_and_record_it(tmp_path: Path) -> None:
 def _reasoning_items(entry: dict[str, Any]) -> list[Any]:
     items = entry["body"].get("input")
     return [i for i in items if i.get("type") == "reasoning"] if isinstance(items, list) else []
+
+
+def test_both_edges_replay_a_recorded_warmup_alike(tmp_path: Path) -> None:
+    """A trace's warm-up (docs/traces.md): over WebSocket both edges send ``generate: false``
+    first, then the first turn chained from it; over HTTP neither sends one."""
+    warm = [
+        dataclasses.replace(p, turns=(dataclasses.replace(p.turns[0], warmup=True), *p.turns[1:]))
+        for p in _plans(1, 1)
+    ]
+    runs = {}
+    for edge, drive in (("asyncio", asyncio_edge), ("gevent", gevent_edge)):
+        record = tmp_path / f"{edge}.jsonl"
+        with recording_server(record, []) as url:
+            turns = drive(url, LOCUST_TRANSPORTS, warm)
+        runs[edge] = (recorded(record), _records(turns))
+    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["gevent"]
+    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
+    assert a_turns == g_turns
+    bodies = [e["body"] for e in a_requests if isinstance(e.get("body"), dict)]
+    warmups = [b for b in bodies if b.get("generate") is False]
+    ws = [t for t in LOCUST_TRANSPORTS if t in ("ws", "ws-store")]
+    assert len(warmups) == len(ws) and all(b["input"] == [] for b in warmups)
+    # the request right after each warm-up chains from it (ids renamed in order: resp#N)
+    for i, body in enumerate(bodies[:-1]):
+        if body.get("generate") is False:
+            assert bodies[i + 1]["previous_response_id"].startswith("resp#"), bodies[i + 1]

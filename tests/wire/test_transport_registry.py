@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from harness.cli.main import main
+from harness.model.calibrate import CHAINED, HTTP_LIKE, REHYDRATING, WS_LIKE
 from harness.report.plots import transport_color
-from harness.tools.calibrate import CHAINED, HTTP_LIKE, REHYDRATING, WS_LIKE
 from harness.transports import TransportOptions, make_transport
 from harness.wire.errors import UsageError
 from harness.wire.transports import (

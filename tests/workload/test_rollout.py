@@ -22,7 +22,7 @@ from harness.workload.rollout import (
 from harness.workload.scenario import Scenario, load_scenario, validate_scenario
 from harness.workload.schedule import intended_starts
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "harness" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 BASE: dict[str, Any] = {
     "name": "gen",

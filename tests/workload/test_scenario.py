@@ -20,7 +20,7 @@ from harness.workload.scenario import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ROOT / "harness" / "scenarios"
+SCENARIOS = ROOT / "scenarios"
 
 GOOD = """\
 name: ok

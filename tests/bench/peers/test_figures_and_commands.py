@@ -1,0 +1,189 @@
+"""The peer bench's figures, target, table, BENCHMARKS.md section, commands and offline files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from bench.peers import commands as cmd
+from bench.peers import offline
+from bench.peers.bench import MARKER, PeersError, _fresh_folder
+from bench.peers.figures import (
+    BEGIN_MARKER,
+    END_MARKER,
+    percentile,
+    render_section,
+    render_table,
+    replace_section,
+    run_figures,
+    target,
+)
+from bench.peers.match import BY_RESPONSE_ID, MatchResult, Pair
+from bench.peers.readers import TAG_RE, Measured
+from bench.peers.timing_log import ServerEntry
+
+
+def _pair(ttft: float, modelled: float, late: float | None, tps: float = 1000.0) -> Pair:
+    m = Measured(True, ttft, tps, response_id="x")
+    e = ServerEntry("chat", "x", None, None, 1, "completed", modelled, late)
+    return Pair(m, e, BY_RESPONSE_ID)
+
+
+def test_percentile_interpolates_as_numpy_does() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([float(x) for x in range(101)], 99) == pytest.approx(99.0)
+
+
+def test_error_is_measured_minus_modelled_and_client_error_takes_off_server_lateness() -> None:
+    result = MatchResult(
+        pairs=[_pair(40.0, 38.0, 0.5), _pair(41.0, 38.0, 1.0), _pair(39.0, 38.0, None)]
+    )
+    result.unmatched.append(Measured(False, None))
+    f = run_figures(result, reported=4)
+    assert f["matched"] == 3 and f["unmatched"] == 1 and f["failed"] == 1
+    assert f["match_method"] == BY_RESPONSE_ID
+    assert f["error_ms"]["p50"] == 2.0 and f["error_ms"]["count"] == 3
+    # Only the two responses that reported their lateness have a client-side error.
+    assert f["client_error_ms"]["count"] == 2 and f["client_error_ms"]["p50"] == 1.75
+    assert f["decode_tps"]["p1"] == 1000.0
+    assert run_figures(MatchResult(pairs=[_pair(40.0, 38.0, None)]), 1)["client_error_ms"] is None
+
+
+def _run(tool: str, streams: int, p50: float, p99: float, transport: str = "chat") -> dict:
+    return {
+        "tool": tool,
+        "version": "9.9",
+        "transport": transport,
+        "streams": streams,
+        "status": "ok",
+        "cpu_s": 1.5,
+        "figures": {
+            "reported": 10,
+            "matched": 10,
+            "error_ms": {"p50": p50, "p99": p99},
+            "client_error_ms": None,
+            "decode_tps": {"p1": 990.0, "p99": 1001.0},
+        },
+    }
+
+
+def test_the_target_compares_loopbench_chat_with_the_best_peer_per_statistic() -> None:
+    runs = [
+        _run("loopbench", 64, 0.5, 2.0),
+        _run("loopbench", 64, 9.0, 90.0, transport="ws"),  # information only
+        _run("guidellm", 64, 3.0, 50.0),
+        _run("aiperf", 64, 4.0, 12.0),
+        _run("guidellm", 16, 0.1, 0.1),  # another stream count
+    ]
+    v = target(runs, 64)
+    assert v.passed is True
+    assert v.detail["p50"]["best_peer"] == "guidellm" and v.detail["p99"]["best_peer"] == "aiperf"
+    runs[0] = _run("loopbench", 64, 0.5, 3.0)  # 3.0 > 12.0 / 5
+    assert target(runs, 64).passed is False
+    assert "FAIL" in target(runs, 64).text
+    only_us = [r for r in runs if r["tool"] == "loopbench"]
+    assert target(only_us, 64).passed is None
+    assert "no peer was measured" in target(only_us, 64).text
+    assert "loopbench (chat) was not measured" in target(runs[2:], 64).text
+    assert target(runs[2:], 64).passed is None
+    not_installed = [*only_us, {"tool": "aiperf", "streams": 64, "status": "not installed"}]
+    assert target(not_installed, 64).passed is None
+
+
+def test_the_table_has_a_row_per_tool_and_streams_and_says_not_installed() -> None:
+    runs = [
+        _run("aiperf", 1, 3.0, 9.0),
+        _run("loopbench", 1, 0.5, 2.0),
+        {"tool": "guidellm", "version": None, "streams": 1, "status": "not installed"},
+    ]
+    table = render_table(runs).splitlines()
+    assert table[0].startswith("| tool | streams | matched | error p50 | error p99")
+    assert table[2].startswith("| loopbench (chat) | 1 | 10/10 | 0.50 ms | 2.00 ms")
+    runs[1]["figures"]["match_method"] = "response id"
+    assert "| 10/10 by response id | 0.50 ms |" in render_table(runs)
+    assert table[3].startswith("| guidellm | 1 | not installed")
+    assert "| 990–1,001 | 1.5 s |" in table[4]
+
+
+def test_the_benchmarks_section_is_replaced_between_the_markers_only() -> None:
+    doc = {"runs": [_run("loopbench", 1, 0.5, 2.0)], "machine": {"cpu_steal_pct": 1.5}}
+    text = f"# B\n\nbefore\n{BEGIN_MARKER}\nold table\n{END_MARKER}\nafter\n"
+    new = replace_section(text, render_section(doc))
+    assert new.startswith("# B\n\nbefore\n" + BEGIN_MARKER + "\n")
+    assert new.endswith(END_MARKER + "\nafter\n")
+    assert "old table" not in new and "| loopbench (chat) | 1 |" in new and "1.5 %" in new
+    assert replace_section(new, render_section(doc)) == new  # idempotent
+    with pytest.raises(ValueError, match="once each, found them 0 and 1 times"):
+        replace_section(f"x\n{END_MARKER}\n", "t")
+
+
+def test_each_peer_gets_the_same_load_and_the_offline_tokenizer() -> None:
+    load = cmd.Load(streams=16, requests=160, warmup=16)
+    argv = cmd.aiperf_argv(
+        Path("/v/bin/aiperf"), "http://127.0.0.1:9", load, Path("p.jsonl"), Path("o")
+    )
+
+    def opt(name: str) -> str:
+        return argv[argv.index(name) + 1]
+
+    assert opt("--concurrency") == "16" and opt("--request-count") == "176"
+    assert opt("--endpoint-type") == "chat" and "--streaming" in argv
+    assert opt("--tokenizer") == offline.TOKENIZER_NAME and "--no-server-metrics" in argv
+    spec = cmd.guidellm_scenario("http://127.0.0.1:9", load, Path("p.jsonl"), Path("b.json"))[
+        "spec"
+    ]
+    assert spec["profile"] == {"kind": "concurrent", "streams": [16]}
+    assert spec["constraints"] == [{"kind": "max_requests", "count": 176}]
+    assert spec["backend"]["request_format"] == "/v1/chat/completions"
+    assert spec["tokenizer"]["model"] == offline.TOKENIZER_NAME
+    lb = cmd.loopbench_scenario(load)
+    assert lb["rollout"]["count"] == 176 and lb["load"]["warmup_rollouts"] == 16
+    assert lb["rollout"]["final_answer_tokens"] == cmd.OUTPUT_TOKENS
+
+
+def test_prompts_are_tagged_uniquely_and_sized_like_50_tokens(tmp_path: Path) -> None:
+    counter = offline.TagCounter()
+    a, b = counter.take(40), counter.take(40)
+    assert a.stop == b.start
+    prompts = [offline.prompt(n) for n in range(2000)]
+    assert len({TAG_RE.search(p).group(0) for p in prompts}) == 2000  # type: ignore[union-attr]
+    assert all(len(p) == 4 * offline.PROMPT_TOKENS for p in prompts)
+    rows = [json.loads(x) for x in offline.guidellm_rows(range(3), 200)]
+    assert rows[0] == {"prompt": offline.prompt(0), "output_tokens_count": 200}
+    rows = [json.loads(x) for x in offline.aiperf_rows(range(3), 200)]
+    assert rows[2] == {"text": offline.prompt(2), "output_length": 200}
+
+
+def test_the_tokenizer_is_a_cached_snapshot_that_loads_offline(tmp_path: Path) -> None:
+    snapshot = offline.write_tokenizer(tmp_path, [offline.prompt(n) for n in range(50)])
+    repo = tmp_path / "hub" / "models--loopbench--peers-bpe"
+    assert snapshot.parent.parent == repo
+    assert (repo / "refs" / "main").read_text() == snapshot.name
+    tok = Tokenizer.from_file(str(snapshot / "tokenizer.json"))
+    ids = tok.encode(offline.prompt(7)).ids
+    assert 0 < len(ids) < 4 * offline.PROMPT_TOKENS
+    assert tok.decode(ids) == offline.prompt(7)
+    config = json.loads((snapshot / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    env = offline.offline_env(tmp_path, {"HF_TOKEN": "secret", "PATH": "/bin"})
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    assert env["HF_HOME"] == str(tmp_path) and "HF_TOKEN" not in env
+
+
+def test_the_artifacts_folder_is_emptied_only_when_the_bench_made_it(tmp_path: Path) -> None:
+    mine = tmp_path / "peers"
+    _fresh_folder(mine)
+    (mine / "old-run.txt").write_text("x")
+    _fresh_folder(mine)
+    assert sorted(p.name for p in mine.iterdir()) == [MARKER]
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("precious")
+    with pytest.raises(PeersError, match="was not made by the peer bench"):
+        _fresh_folder(theirs)
+    assert (theirs / "keep.txt").read_text() == "precious"
