@@ -3,10 +3,12 @@ run's lifecycle fed synthetic records."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +48,19 @@ def run_tiny(out: Path, transports: list[str], sets: dict[str, str], **options: 
     The embedded server, no progress display, no report; ``options`` are further
     :class:`RunOptions` (``run_id`` is ``r`` unless given).
     """
+    return run_file(TINY, out, sets, transports=transports, **options)
+
+
+def run_file(
+    scenario: Path | str, out: Path, sets: dict[str, str] | None = None, **options: Any
+) -> Run:
+    """A scenario file run in this process as ``loopbench run FILE --out OUT`` runs it, but
+    without the interpreter start and the report (for tests that read only the rows and the
+    summary); :func:`run_tiny`'s defaults."""
     options.setdefault("run_id", "r")
-    opts = RunOptions(
-        transports=transports, results_root=out, progress=False, render=False, **options
-    )
-    return load_run(run_scenario(load_scenario(str(TINY), sets), str(TINY), opts).run_dir)
+    opts = RunOptions(results_root=out, progress=False, render=False, **options)
+    loaded = load_scenario(str(scenario), sets)
+    return load_run(run_scenario(loaded, str(scenario), opts).run_dir)
 
 
 def rows_flushed(proc: subprocess.Popen[str], turns: Path, at_least: int) -> int:
@@ -70,6 +80,32 @@ def rows_flushed(proc: subprocess.Popen[str], turns: Path, at_least: int) -> int
     return seen
 
 
+def _ignore_sigint() -> None:
+    # in the child before it runs the program: what `sh` does for `COMMAND &`
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def started(*args: str | Path, background: bool = False) -> Iterator[subprocess.Popen[str]]:
+    """``loopbench ARGS`` running, its output piped, killed on the way out if still running;
+    ``background``: with SIGINT ignored, as a shell without job control starts
+    ``loopbench … &`` (a script, a CI step)."""
+    proc = subprocess.Popen(
+        _argv(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=_ignore_sigint if background else None,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 def interrupt_run(
     out: Path,
     run_id: str,
@@ -78,10 +114,12 @@ def interrupt_run(
     sig: signal.Signals,
     *,
     again_after_s: tuple[float, ...] = (),
+    background: bool = False,
 ) -> tuple[int, int, str]:
     """``loopbench run`` of tiny.yaml, one rollout at a time, sent ``sig`` once 6 rows are on disk
     (and once more after each delay of ``again_after_s``, as an impatient user or
-    ``timeout -s INT`` does).
+    ``timeout -s INT`` does).  ``background``: started with SIGINT ignored, as a shell
+    without job control starts ``loopbench run … &`` (a script, a CI step).
 
     Fails the test if the run ends first.  Returns the rows seen before the signal, the
     exit code and stderr.
@@ -95,10 +133,7 @@ def interrupt_run(
         "load.concurrency=1",
     ]
     args += ["--transports", transport, "--out", out, "--run-id", run_id, "-q"]
-    proc = subprocess.Popen(
-        _argv(tuple(args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
-    )
-    try:
+    with started(*args, background=background) as proc:
         seen = rows_flushed(proc, out / run_id / "turns.csv.gz", 6)
         assert proc.poll() is None, (
             f"run ended before it could be interrupted: {proc.communicate()[1]}"
@@ -110,10 +145,6 @@ def interrupt_run(
             if proc.poll() is None:
                 proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
     return seen, proc.returncode, err
 
 

@@ -27,16 +27,15 @@ from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
-    EXIT_OK,
+    SCENARIO_HELP,
     HelpFormatter,
     epilog,
     examples,
     scenario_overrides,
     transports_epilog,
 )
-from harness.cli.run import run_outcome
+from harness.cli.run import print_outcome
 from harness.cli.run_args import add_target_options, scenario_sets, target_flags
-from harness.cli.summary_table import print_summary
 from harness.report.results import check_writable, load_run, new_run_id
 from harness.run.embedded import scenario_server
 from harness.run.orphans import watched_env
@@ -76,7 +75,7 @@ def add_parser(sub: Any) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    p.add_argument("scenario", nargs="?", help="scenario YAML file (master only)")
+    p.add_argument("scenario", nargs="?", help=f"{SCENARIO_HELP} (master only)")
     p.add_argument(
         "--workers",
         type=int,
@@ -280,7 +279,9 @@ def _run_workers(args: argparse.Namespace) -> int:
 
 def _check_scenario(args: argparse.Namespace) -> Scenario:
     if not args.scenario:
-        raise UsageError("loopbench locust: a scenario file is required (or --worker)")
+        raise UsageError(
+            "loopbench locust: a scenario (a YAML file or a built-in name) is required, or --worker"
+        )
     scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
     names = (
         [t.strip() for t in args.transports.split(",") if t.strip()]
@@ -388,10 +389,7 @@ def _report(run_dir: Path, code: int) -> int:
     if run.summary is None:
         print(f"error: {run_dir}: the run did not finish (no summary.json)", file=sys.stderr)
         return code or EXIT_INVALID
-    outcome, line = run_outcome(run.summary)
-    if outcome != EXIT_OK:
-        print(line)
-    print_summary(run.summary, run_dir, reasons_said=outcome == EXIT_INVALID)
+    outcome = print_outcome(run.summary, run_dir)
     # Locust exits 1 when any request failed; loopbench reports errors in the summary instead,
     # and judges the run as `loopbench run` does. Locust's other codes are not the table's
     # (its own 2 would read as an SLO breach to CI).

@@ -72,6 +72,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             sys.exit(EXIT_USAGE)
         for note in _scenario_notes(args):
             print(f"note: {note}", file=sys.stderr)
+        # Every command stops on SIGTERM as on Ctrl-C (the table's 130 for both): by default
+        # SIGTERM would end the process on the spot (143), its cleanup and results unwritten.
+        # Imported here: `loopbench --help` loads no module of the run stack.
+        from harness.run.interrupt import sigterm_as_sigint
+
+        sigterm_as_sigint()
         code = args.func(args)
     except LoopbenchError as exc:
         # Whatever reaches here was raised before or instead of a verdict: a bad file, flag,

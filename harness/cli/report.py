@@ -20,6 +20,7 @@ from harness.cli import run_args
 from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_OK,
+    SCENARIO_HELP,
     HelpFormatter,
     epilog,
     examples,
@@ -165,7 +166,7 @@ def add_parser(sub: Any) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    sw.add_argument("scenario", help="scenario YAML file")
+    sw.add_argument("scenario", help=SCENARIO_HELP)
     sw.add_argument(
         "--set",
         action="append",

@@ -13,6 +13,7 @@ from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_OK,
+    SCENARIO_HELP,
     HelpFormatter,
     epilog,
     examples,
@@ -66,9 +67,8 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument(
         "scenario",
-        help="scenario YAML file, a built-in name (loopbench scenarios), e.g. quickstart, or a "
-        "trace file (*.jsonl): replayed at its recorded starts, --set load.mode=closed for a "
-        "closed loop (docs/traces.md)",
+        help=f"{SCENARIO_HELP}, or a trace file (*.jsonl): replayed at its recorded starts, "
+        "--set load.mode=closed for a closed loop (docs/traces.md)",
     )
     run.add_argument(
         "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"
@@ -182,12 +182,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         with live_export(args) as opts.live:
             result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
-    code, line = run_outcome(result.summary)
+    return print_outcome(result.summary, result.run_dir)
+
+
+def print_outcome(summary: dict[str, Any], run_dir: Path) -> int:
+    """The console's account of a finished run (docs/reliability.md quotes its first line);
+    returns the exit code."""
+    code, line = run_outcome(summary)
     if code != EXIT_OK:
         # a valid run's first line is the summary's verdict line
         print(line)
-    print_summary(result.summary, result.run_dir, reasons_said=code == EXIT_INVALID)
-    for err in error_lines(result.summary):
+    print_summary(summary, run_dir, reasons_said=code == EXIT_INVALID)
+    for err in error_lines(summary):
         print(err)
     return code
 

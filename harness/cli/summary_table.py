@@ -201,7 +201,7 @@ def comparison_rows(doc: Summary | Mapping[str, Any]) -> tuple[list[str], list[l
     headers = [
         "candidate vs baseline",
         "rollout speedup",
-        "95% CI",
+        "95 % CI",
         "rollout latency reduction",
         "TTFT p50 reduction",
     ]

@@ -42,6 +42,7 @@ from harness.gate.validity import check_validity, missing_transports
 from harness.metrics import definitions as D
 from harness.metrics.results_model import Summary
 from harness.metrics.stats import MIN_CI_PAIRS, ci_reason, mann_whitney_u
+from harness.wire.plural import counted
 
 
 def _expand(transport: str, available: Sequence[str]) -> list[str]:
@@ -180,7 +181,7 @@ def _regression_result(
     if rule.test == "bootstrap":
         significant = ci[0] > 1.0
         where = "above 1" if ci[0] > 1.0 else ("below 1" if ci[1] < 1.0 else "includes 1")
-        evidence = f"{(1 - cfg.alpha):.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}] {where}"
+        evidence = f"{(1 - cfg.alpha) * 100:g} % CI [{ci[0]:.3f}, {ci[1]:.3f}] {where}"
     else:
         significant = p < cfg.alpha and worse_by_rank
         evidence = (
@@ -267,7 +268,7 @@ def _speedup_result(
         rule.label,
         "pass" if ok else "fail",
         f"{rule.candidate} vs {rule.baseline} {rule.metric} speedup {ratio:.3f}x, "
-        f"{(1 - cfg.alpha):.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}] "
+        f"{(1 - cfg.alpha) * 100:g} % CI [{ci[0]:.3f}, {ci[1]:.3f}] "
         f"({'paired' if paired else 'unpaired'}, n={n}); {verdict}",
         baseline=before,
         candidate=ratio,
@@ -323,7 +324,7 @@ def _self_check_results(
                 name,
                 "fail" if problems else "pass",
                 f"{t}: measured - modelled TTFT {rule.statistic} {value:.2f} ms "
-                f"({pct:.1f}% of modelled) over {len(err)} turns"
+                f"({pct:.1f}% of modelled) over {counted(len(err), 'turn')}"
                 + (f"; {'; '.join(problems)}" if problems else ""),
                 baseline=before,
                 candidate=value,

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from harness.metrics import definitions as D
 from harness.metrics.results_model import Manifest, Summary
+from harness.wire.plural import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,8 +47,8 @@ class Samples:
     def __post_init__(self) -> None:
         if len(self.keys) != self.values.size:
             raise ValueError(
-                f"Samples: expected one key per value, got {len(self.keys)} keys "
-                f"and {self.values.size} values"
+                f"Samples: expected one key per value, got {counted(len(self.keys), 'key')} "
+                f"and {counted(self.values.size, 'value')}"
             )
 
     def __len__(self) -> int:

@@ -37,6 +37,7 @@ from harness.run.health import ClientHealth
 from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement
 from harness.wire.errors import LoopbenchError, ResultsWriteError
+from harness.wire.plural import counted
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
 
@@ -294,8 +295,8 @@ class MasterSide:
         )
         run.measurement.reasons.append(
             f"worker {report.name(node)} lost {seconds:.1f} s into the run ({why}): "
-            f"{report.lost_rollouts} rollouts it held counted lost; its statistics are "
-            f"those of the {report.rows_turns} turn rows it shipped"
+            f"{counted(report.lost_rollouts, 'rollout')} it held counted lost; its statistics "
+            f"are those of the {counted(report.rows_turns, 'turn row')} it shipped"
         )
         if run.queue.current != phase_before and run.pending and not run.stopping:
             held, run.pending = run.pending, []
@@ -487,7 +488,7 @@ class MasterSide:
             if report.rows_turns != int(final["turns_total"]):
                 measurement.reasons.append(
                     f"worker {node}: rows received {report.rows_turns}, "
-                    f"worker measured {final['turns_total']} turns"
+                    f"worker measured {counted(int(final['turns_total']), 'turn')}"
                 )
         warmup = run.scenario.load.warmup_rollouts
         for name, sched in measurement.schedules.items():

@@ -342,6 +342,9 @@ class Manifest(_Document):
     git_sha: str | None = None
     machine: dict[str, Any] = Field(default_factory=dict)
     started_at: str | None = None
+    #: rollouts of the plan per transport, warm-up included (written since it was kept: what a
+    #: rebuild after ``kill -9`` counts the rows against, harness/report/rebuild.py)
+    rollouts_planned: int | None = None
     #: ``locust`` for a Locust run, with its ``locust`` block; ``ab`` for a side of ``gate --ab``
     driver: str | None = None
     locust: dict[str, Any] | None = None

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.metrics.results_model import Manifest, Num, Summary
+from harness.wire.plural import counted
 from harness.workload.scenario import Load
 
 _LOAD_FIELDS = Load.model_fields
@@ -136,7 +137,9 @@ def error_reason(
         if failed == turns
         else f"above {setting or 'load.max_error_rate'} {limit:.0%}"
     )
-    return f"{name}: {rate:.0%} of {turns} turns failed, {why}" + (f" ({detail})" if detail else "")
+    return f"{name}: {rate:.0%} of {counted(turns, 'turn')} failed, {why}" + (
+        f" ({detail})" if detail else ""
+    )
 
 
 def rollouts_reason(name: str, completed: int, minimum: int, setting: str = "") -> str | None:

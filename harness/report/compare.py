@@ -59,6 +59,7 @@ from harness.report.compare_plots import PlotRun, write_compare_plots
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
 from harness.report.files import PLOTS_DIR, fmt, write_text_atomic
 from harness.report.results import Run, write_index
+from harness.wire.plural import counted
 
 ALPHA = 0.05
 #: differing scenario fields listed in one reason, at most
@@ -593,7 +594,7 @@ def _worst_error(cmp: Comparison) -> str:
             if h.errors and h.error_rate > worst[0]:
                 worst = (
                     h.error_rate,
-                    f"{side.label} {name}: {h.errors} of {h.turns} turns failed "
+                    f"{side.label} {name}: {h.errors} of {counted(h.turns, 'turn')} failed "
                     f"({h.describe_errors(2, example=False)})",
                 )
     return f"worst error: {worst[1]}" if worst[1] else "no errors"

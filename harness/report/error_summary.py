@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.metrics.results_model import Counts, Summary, as_summary
+from harness.wire.plural import counted
 
 #: error kinds named in a validity reason (the rest are in the summary's ``errors`` block)
 TOP_KINDS = 3
@@ -59,7 +60,7 @@ def error_lines(doc: Summary | Mapping[str, Any]) -> list[str]:
     for name, kinds in summary.errors.items():
         t = summary.transports.get(name)
         turns = t.turns if t is not None else Counts()
-        lines.append(f"errors {name}: {turns.errors} of {turns.count} turns failed")
+        lines.append(f"errors {name}: {turns.errors} of {counted(turns.count, 'turn')} failed")
         for kind, entry in kinds.items():
             example = entry.example
             lines.append(f"  {kind} x{entry.count}" + (f": {example}" if example else ""))

@@ -25,14 +25,15 @@ from harness.metrics.summary import Accumulator
 from harness.report.error_summary import error_block
 from harness.report.results import SUMMARY, Run, load_run, write_summary
 from harness.wire.errors import ResultsError
+from harness.wire.plural import counted
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import RolloutRecord, TurnRecord
 
 #: the first reason of a rebuilt summary (the verdict line starts with it)
 REBUILT_REASON = (
     "rebuilt by loopbench report from the rows of a run that did not finish "
-    "(the harness was killed before it wrote summary.json): {turns} turns and {rollouts} "
-    "rollouts were on disk; schedule and client health are unknown"
+    "(the harness was killed before it wrote summary.json): {turns} and {rollouts} "
+    "were on disk; schedule and client health are unknown"
 )
 
 
@@ -98,7 +99,9 @@ def _write(run: Run) -> dict[str, Any]:
         block = rx.summary(name)
         if block is not None:
             t["rx_stamp"] = block
-    reason = REBUILT_REASON.format(turns=turns, rollouts=rollouts)
+    reason = REBUILT_REASON.format(
+        turns=counted(turns, "turn"), rollouts=counted(rollouts, "rollout")
+    )
     summary["valid"] = False
     summary["invalid_reasons"] = [reason]
     summary["partial"] = True
@@ -106,11 +109,7 @@ def _write(run: Run) -> dict[str, Any]:
     summary["rebuilt"] = True
     summary["rebuilt_from"] = {"turns": turns, "rollouts": rollouts}
     summary["errors"] = error_block(summary.get("transports", {}), examples)
-    summary["not_run"] = {
-        "transports": [t for t in planned if t not in summary.get("transports", {})],
-        "rollouts": {},
-        "cancelled": {},
-    }
+    summary["not_run"] = not_run(run, planned, acc.warmup_rollouts)
     summary["scenario"] = manifest.scenario_name or scenario.get("name")
     summary["seed"] = manifest.seed
     # The histograms' interval: the span of the turns on disk, ending now.
@@ -120,6 +119,45 @@ def _write(run: Run) -> dict[str, Any]:
     now = time.time()
     write_summary(run.path, summary, acc.histograms(), start_time_s=now - span_s, end_time_s=now)
     return summary
+
+
+def not_run(run: Run, transports: list[str], warmup: int) -> dict[str, Any]:
+    """What of the plan has no complete result on disk, as a live run's ``not_run`` says it.
+
+    Per transport: ``cancelled``, the measured rollouts with turn rows but no rollout row
+    (cut off by the kill); ``rollouts``, those never begun, counted against the manifest's
+    ``rollouts_planned`` (absent from a manifest written before it was kept: then only the
+    transports without a row and the ones cut off are known). A rollout row is written once
+    a rollout ends, so a transport whose every rollout has one is the only complete one.
+    """
+    planned = run.manifest_model.rollouts_planned
+    measured = max(0, int(planned) - warmup) if isinstance(planned, int) else None
+    begun = _rollout_ids(run.turns, warmup)
+    ended = _rollout_ids(run.rollouts, warmup)
+    rollouts: dict[str, int] = {}
+    cancelled: dict[str, int] = {}
+    for name in transports:
+        done, started = ended.get(name, set()), begun.get(name, set())
+        cut = len(started - done)
+        if cut:
+            cancelled[name] = cut
+        if measured is not None and measured - len(done) - cut > 0:
+            rollouts[name] = measured - len(done) - cut
+    return {
+        "transports": [t for t in transports if t not in begun and t not in ended],
+        "rollouts": rollouts,
+        "cancelled": cancelled,
+    }
+
+
+def _rollout_ids(table: Any, warmup: int) -> dict[str, set[int]]:
+    """Per transport, the measured rollouts (warm-up ones left out) with a row in ``table``."""
+    if not len(table):
+        return {}
+    rows = table[table["rollout_id"] >= warmup]
+    return {
+        str(name): set(ids.astype(int)) for name, ids in rows.groupby("transport")["rollout_id"]
+    }
 
 
 def needs_rebuild(run_dir: str | Path) -> bool:
@@ -133,6 +171,6 @@ def rebuilt_note(doc: Summary | Mapping[str, Any]) -> str:
     summary = as_summary(doc)
     src = (summary.rebuilt_from if summary is not None else None) or {}
     return (
-        f"summary.json rebuilt from {src.get('turns', 0)} turn rows and "
-        f"{src.get('rollouts', 0)} rollout rows of a run that did not finish"
+        f"summary.json rebuilt from {counted(int(src.get('turns', 0)), 'turn row')} and "
+        f"{counted(int(src.get('rollouts', 0)), 'rollout row')} of a run that did not finish"
     )

@@ -51,6 +51,7 @@ from harness.report.results import SLICES, Run, load_run, write_table_gz
 from harness.report.server_section import server_section
 from harness.report.sweep import is_sweep, render_sweep
 from harness.report.verdict import verdict_kind, verdict_line
+from harness.wire.plural import counted, plural
 from harness.workload.records import BURST_WINDOW_NS
 
 
@@ -95,10 +96,24 @@ def _stat_cell(
 
 
 def _metric_cells(
-    t: TransportSummary | Mapping[str, Any], table: str, summary: Summary | Mapping[str, Any]
+    t: TransportSummary | Mapping[str, Any],
+    table: str,
+    summary: Summary | Mapping[str, Any],
+    rates: bool | None = None,
 ) -> list[str]:
     return [
-        _stat_cell(t, m, stat.key, digits) for m, stat, digits in D.report_columns(table, summary)
+        _stat_cell(t, m, stat.key, digits) for m, stat, digits in _columns(table, summary, rates)
+    ]
+
+
+def _columns(
+    table: str, summary: Summary | Mapping[str, Any], rates: bool | None = None
+) -> list[tuple[D.Metric, D.Stat, int]]:
+    """The table's columns; ``rates``: only those in tokens per second (True) or the others."""
+    return [
+        c
+        for c in D.report_columns(table, summary)
+        if rates is None or (c[0].unit == "tok/s") == rates
     ]
 
 
@@ -139,21 +154,29 @@ def latency_table(doc: Summary | Mapping[str, Any]) -> Table:
     )
 
 
-def throughput_table(summary: dict[str, Any]) -> Table:
-    rows = [
-        [name, *_metric_cells(summary["transports"][name], "throughput", summary)]
-        for name in A.ordered_transports(summary.get("transports", {}))
-    ]
-    return Table(
-        [
-            "transport",
-            *(
-                m.title(stat.key, with_unit=True)
-                for m, stat, _ in D.report_columns("throughput", summary)
-            ),
-        ],
-        rows,
-        caption=throughput_caption(summary) + _note(summary),
+def throughput_tables(summary: dict[str, Any]) -> tuple[Table, Table]:
+    """The tokens-per-second columns, then the measurement-quality ones: as one table of 14
+    columns it ran off a 1,400-pixel page."""
+
+    def table(rates: bool, caption: str) -> Table:
+        rows = [
+            [name, *_metric_cells(summary["transports"][name], "throughput", summary, rates)]
+            for name in A.ordered_transports(summary.get("transports", {}))
+        ]
+        headers = [
+            m.title(stat.key, with_unit=True)
+            for m, stat, _ in _columns("throughput", summary, rates)
+        ]
+        return Table(["transport", *headers], rows, caption=caption + _note(summary))
+
+    return (
+        table(True, throughput_caption(summary)),
+        table(
+            False,
+            "Schedule lag: a rollout's actual start minus its intended start. TTFT "
+            "measured−modelled: the TTFT measured minus the one the server modelled "
+            "(sim_timing.ttft, where the server reports it). docs/metrics.md.",
+        ),
     )
 
 
@@ -168,7 +191,8 @@ def throughput_caption(summary: dict[str, Any]) -> str:
         f"Tokens per second. Decode: per turn with a valid decode rate (at least 2 tokens over "
         f"{D.MIN_DECODE_SPAN_NS / 1e6:g} ms or more, first to last token)"
         + (
-            f"; {excluded} turn(s) with output were too short and are not counted"
+            f"; {counted(excluded, 'turn')} with output {plural(excluded, 'was', 'were')} too "
+            "short and not counted"
             if excluded
             else ""
         )
@@ -275,7 +299,7 @@ def subagents_line(doc: Summary | Mapping[str, Any]) -> str | None:
             f"{name} {fmt(None if share is None else share * 100, 1)} % of the rollout waiting "
             f"on sub-agents, {fmt(group.get('critical_path_turns_p50'), 1)} model turns on the "
             f"critical path, through a sub-agent in {fmt((through or 0) * 100, 0)} % of "
-            f"{group.get('rollouts', 0)} rollouts{most}"
+            f"{counted(int(group.get('rollouts', 0)), 'rollout')}{most}"
         )
     if not parts:
         return None
@@ -320,7 +344,7 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
         )
     if summary.get("transports"):
         doc.add(Heading("Latency"), latency_table(summary))
-        doc.add(Heading("Throughput and measurement quality"), throughput_table(summary))
+        doc.add(Heading("Throughput and measurement quality"), *throughput_tables(summary))
         cached = cache_line(summary)
         if cached is not None:
             doc.add(Paragraph(cached))

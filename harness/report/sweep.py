@@ -40,6 +40,7 @@ from harness.report.files import (
 from harness.report.plots import _figure, plot_style, save_figure, transport_color
 from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json
 from harness.wire.errors import LoopbenchError
+from harness.wire.plural import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -531,7 +532,7 @@ def render_sweep(path: str | Path) -> Rendered:
             f"Scenario {doc_json.get('scenario_name', '?')} ({doc_json.get('scenario_path', '')}), "
             f"swept {key} over {', '.join(doc_json['values'])}"
             + (f"; fixed {fixed}" if fixed else "")
-            + f". {len(doc_json['runs'])} of {len(doc_json['values'])} runs done."
+            + f". {len(doc_json['runs'])} of {counted(len(doc_json['values']), 'run')} done."
         )
     )
     knee_rows = knees(table) if not table.empty else {}

@@ -50,6 +50,7 @@ from harness.run.runner import (
 )
 from harness.run.schedule_stats import ScheduleStats
 from harness.wire.errors import LoopbenchError
+from harness.wire.plural import counted
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 from harness.workload.rollout import generate_rollouts
@@ -347,7 +348,7 @@ def _run(
     # From here a stop is a flag the signal handler sets, never an exception: one raised
     # between two statements of this loop would lose a child's message, or escape it.
     with _stop_signals(stop_children):
-        say(f"running {len(plans)} rollouts in {len(children)} client processes")
+        say(f"running {counted(len(plans), 'rollout')} in {len(children)} client processes")
         announced = False
         try:
             for (proc, end), (index, _, _) in zip(children, jobs, strict=True):

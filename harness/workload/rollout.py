@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from harness.wire.errors import ScenarioError
+from harness.wire.plural import counted
 from harness.workload.agent import ITEM_OVERHEAD_TOKENS, requested_output_tokens
 from harness.workload.distributions import Distribution
 from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, conversations
@@ -368,7 +369,7 @@ def _check_index(plan: RolloutPlan, turn_index: int) -> None:
     if not 0 <= turn_index < len(plan.turns):
         raise IndexError(
             f"turn {turn_index} out of range for rollout {plan.rollout_id} "
-            f"({len(plan.turns)} turns)"
+            f"({counted(len(plan.turns), 'turn')})"
         )
 
 

@@ -34,10 +34,11 @@ from harness.record.proxy import (
 from harness.report.results import load_run
 from harness.transports import make_transport
 from harness.transports.rollout_loop import run_rollout
+from harness.wire.exit_codes import ExitCode
 from harness.wire.ws_frames import encode_frame
 from harness.workload.records import TurnRecord
 from harness.workload.trace import TraceRollout, dump_trace, read_trace
-from tests.runs import ROOT, run_cli
+from tests.runs import ROOT, run_cli, run_file
 from tests.transports.test_chat_messages import plans
 
 pytestmark = pytest.mark.timeout(120)
@@ -229,7 +230,8 @@ def test_openai_agents_sdk_is_recorded_then_replayed(server_url: str, tmp_path: 
         "name: agents-replay\nseed: 1\ntransports: [http]\n"
         "rollout:\n  trace: agents.jsonl\nload:\n  mode: closed\n  concurrency: 1\n"
     )
-    run_cli("run", scenario, "--out", tmp_path / "results", "--run-id", "r", "-q")
+    # as `loopbench run FILE --run-id r`, in this process, without the report it does not read
+    run_file(scenario, tmp_path / "results")
     run = load_run(tmp_path / "results" / "r")
     rows = run.turns[run.turns["rollout_id"] == 0]
     turns = rows[rows["conversation"] == 0].sort_values("turn_index")
@@ -477,8 +479,8 @@ def test_record_command_writes_the_trace_on_sigterm(server_url: str, tmp_path: P
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
-    assert "wrote" in err and "1 rollouts" in err
+    assert proc.returncode == ExitCode.INTERRUPTED, err
+    assert "wrote" in err and "1 rollout from" in err
     [rollout] = read_trace(out)
     assert [t.output_tokens for t in rollout.turns] == [9]
     assert "sk-cli-secret" not in out.read_text()
@@ -808,7 +810,7 @@ def test_aborted_and_unreadable_exchanges_are_counted_and_named(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
+    assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "2 exchanges could not be read (first: connection " in err, err
     # the first one named: whichever the proxy noticed first
     assert (
