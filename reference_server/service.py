@@ -183,6 +183,8 @@ class Service:
         )
         self._nested_errors = config.sse_error_shape != "flat"
         self.counters = ServerCounters()  # GET /metrics (reference_server/metrics.py)
+        #: WebSocket connections the --ws-fault-close-after cut has fired on
+        self.ws_cuts = 0
         self.timing_log = TimingLog(config.timing_log) if config.timing_log else None
 
     def rng(self) -> random.Random:

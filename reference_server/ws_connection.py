@@ -133,6 +133,10 @@ class WsConnection:
     def segment_started(self) -> None:
         self.segments += 1
         if self.segments == self.cfg.ws_fault_close_after:
+            limit = self.cfg.ws_fault_close_connections
+            if limit and self.s.ws_cuts >= limit:
+                return  # the connections to cut were cut: the reconnected client goes on
+            self.s.ws_cuts += 1
             self.cut_armed = True
 
     async def error(

@@ -73,27 +73,33 @@ def http_body(
     """``POST /responses``: the history, or for a chained transport the id and the new items."""
     body = _common(inp)
     body["stream"] = True
-    if spec.chained and previous_response_id is not None:
+    if spec.chained and previous_response_id is not None and inp.chain:
         body["input"] = inp.new_items
         body["previous_response_id"] = previous_response_id
         body["store"] = True
     else:
         body["input"] = inp.history
         body["store"] = spec.store
-        if inp.reasoning is not None and not spec.chained:
-            # store: false keeps nothing server-side: the reasoning comes back encrypted, and
-            # the next turn's history carries it (harness/workload/agent.py)
-            body["include"] = list(INCLUDE_REASONING)
+        _include_reasoning(body, inp)
     return body
+
+
+def _include_reasoning(body: dict[str, Any], inp: TurnInput) -> None:
+    if inp.reasoning is not None and inp.resend_reasoning:
+        # Sent whole, the history carries the reasoning: it comes back encrypted for the next
+        # turn's history (harness/workload/agent.py), as Codex asks for it.
+        body["include"] = list(INCLUDE_REASONING)
 
 
 def ws_create(
     spec: TransportSpec, inp: TurnInput, previous_response_id: str | None
 ) -> dict[str, Any]:
-    """``response.create``: chained by id when there is one, else the whole history."""
+    """``response.create``: chained by id when there is one and the turn chains, else the
+    whole history."""
     body = {"type": "response.create", **_common(inp), "store": spec.store}
-    if previous_response_id is None:
+    if previous_response_id is None or not inp.chain:
         body["input"] = inp.history
+        _include_reasoning(body, inp)
     else:
         body["input"] = inp.new_items
         body["previous_response_id"] = previous_response_id

@@ -29,14 +29,14 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.client import honesty
 from harness.client.api_errors import CONTEXT_LENGTH_EXCEEDED, context_message, error_kind
 from harness.client.stream import ResponseStream
 from harness.wire.errors import APIError, LoopbenchError
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
-from harness.wire.transports import BY_NAME
+from harness.wire.transports import BY_NAME, TransportSpec
 from harness.workload.agent import Transcript, TurnInput
 from harness.workload.plan import RolloutPlan, SubagentPlan, subagent_rollout
 from harness.workload.records import RolloutRecord, TurnRecord
@@ -70,6 +70,34 @@ class Step(Enum):
 _READY, _THINKING, _IN_TURN, _TOOLS_DUE, _TOOLS_RUNNING, _OVER, _FORK_DUE, _FORKED, _JOINING = (
     range(9)
 )
+
+
+class ContextOptions(TypedDict):
+    resend_reasoning: bool
+    server_holds_reasoning: bool
+    chain: bool
+
+
+def context_options(spec: TransportSpec | None, plan: RolloutPlan) -> ContextOptions:
+    """How a rollout's context goes out over ``spec``: the :class:`Transcript` options.
+
+    The transport decides, except where the recorded client's choice is the client's
+    (the plan's ``ws_chains`` and ``resends_reasoning``, from a trace's ``client``).
+    """
+    # stateless: nothing on the server side to hold the reasoning (docs/protocol.md)
+    stateless = spec is not None and not spec.chained and not spec.websocket
+    # Over WebSocket the client chooses to chain or to re-send: as the trace recorded it.
+    resent_ws = spec is not None and spec.websocket and not spec.append and plan.ws_chains is False
+    whole = stateless or resent_ws  # the whole history goes out every turn
+    # A Responses client may send no reasoning back (include: [], no items), as the trace
+    # recorded; Messages wants its thinking blocks back and Chat has no field for them.
+    dropped = whole and spec is not None and spec.api == "responses"
+    dropped = dropped and plan.resends_reasoning is False
+    return ContextOptions(
+        resend_reasoning=whole and not dropped,
+        server_holds_reasoning=not whole,
+        chain=not resent_ws,
+    )
 
 
 class RolloutSteps:
@@ -153,16 +181,13 @@ class RolloutSteps:
         )
         roll.intended_start_ns = intended_start_ns
         roll.start_ns = clock()
-        spec = BY_NAME.get(transport)
-        # stateless: nothing on the server side to hold the reasoning (docs/protocol.md)
-        stateless = spec is not None and not spec.chained and not spec.websocket
         self._transcript = Transcript(
             plan,
             model=model,
             hints=hints,
-            resend_reasoning=stateless,
             tokens=tokens,
             salt=pass_salt(transport, round_index),
+            **context_options(BY_NAME.get(transport), plan),
         )
         self._index = 0
         self._phase = _READY

@@ -54,6 +54,7 @@ from harness.wire.tokens import count_tokens
 from harness.wire.ws_frames import OP_CLOSE, Deflate, FrameError, FrameReader
 from harness.workload.trace import (
     TRACE_VERSION,
+    TraceClient,
     TraceHeader,
     TraceRecovery,
     TraceRollout,
@@ -184,6 +185,11 @@ class Exchange:
     #: request that re-sends the whole context on a new connection continues
     item_keys: tuple[str, ...] = ()
     output_keys: tuple[str, ...] = ()
+    #: reasoning items the request's input carries with their content (``encrypted_content``),
+    #: and reasoning items in the response's output (Responses): whether the client sends
+    #: the model's reasoning back when it re-sends the context
+    reasoning_items: int = 0
+    output_reasoning: int = 0
 
     @property
     def ok(self) -> bool:
@@ -308,6 +314,11 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
     ex.item_hashes = tuple(_h(i) for i in items)
     if api == RESPONSES:
         ex.item_keys = tuple(k for k in map(_item_key, items) if k)
+        # An item sent back by its id alone (the openai-agents SDK asks for no content:
+        # include: []) carries none of the reasoning: not counted.
+        ex.reasoning_items = sum(
+            1 for i in items if _is_reasoning(i) and i.get("encrypted_content")
+        )
     for item in items:
         if not isinstance(item, dict):
             continue
@@ -331,6 +342,10 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
 
 _CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
 _OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+
+
+def _is_reasoning(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "reasoning"
 
 
 def _item_key(item: Any) -> str:
@@ -411,6 +426,7 @@ def _responses_object(ex: Exchange, resp: dict[str, Any]) -> None:
     calls, text = [], []
     output = resp.get("output") or []
     ex.output_keys = tuple(k for k in map(_item_key, output) if k)
+    ex.output_reasoning = sum(1 for i in output if _is_reasoning(i))
     for item in output:
         if not isinstance(item, dict):
             continue
@@ -537,6 +553,11 @@ class _Conv:
     recovered: dict[int, list[Exchange]] = field(default_factory=dict)
     #: failed requests after its last turn (the session ended on them)
     failed_after: list[Exchange] = field(default_factory=list)
+    #: per turn, how its request carried the context: "first" (the conversation's first),
+    #: "chain" (it named the previous response, or its connection held the rest), "resend"
+    #: (it re-sent the history and extended it), "recovery" (the whole context again, after
+    #: a failure)
+    links: list[str] = field(default_factory=list)
 
     @property
     def last(self) -> Exchange:
@@ -677,6 +698,15 @@ def _assign(exchanges: Sequence[Exchange], failed: Sequence[Exchange] = ()) -> l
             conv.context = ex.item_keys
         if recovery:
             conv.recovered[len(conv.turns)] = _failed_between(conv, ex, failed)
+        if not conv.turns:
+            link = "first"
+        elif recovery:
+            link = "recovery"
+        elif chained is not None:
+            link = "chain"
+        else:
+            link = "resend"
+        conv.links.append(link)
         conv.turns.append(ex)
         if ex.response_id:
             by_response[ex.response_id] = (conv, len(conv.turns) - 1)
@@ -786,6 +816,29 @@ def _turns(conv: _Conv, ids: dict[int, str]) -> list[TraceTurn]:
     return turns
 
 
+def _client(conv: _Conv) -> TraceClient | None:
+    """What the client did with the context, where its requests showed it (docs/traces.md).
+
+    ``ws_chains``: a WebSocket conversation's later turns (recoveries aside) all chained, or
+    all re-sent the history.  ``resends_reasoning``: every request that sent the context
+    whole after a response with reasoning items carried reasoning items back, or none did.
+    Mixed evidence, or none, says nothing (``None``).
+    """
+    links = list(zip(conv.turns, conv.links, strict=True))
+    later = {link for _, link in links if link in ("chain", "resend")}
+    ws_chains = None
+    if conv.turns[0].transport == "ws" and len(later) == 1:
+        ws_chains = later == {"chain"}
+    kept = [
+        ex.reasoning_items > 0
+        for i, (ex, link) in enumerate(links)
+        if link in ("resend", "recovery") and any(x.output_reasoning for x in conv.turns[:i])
+    ]
+    resends = kept[0] if kept and len(set(kept)) == 1 else None
+    client = TraceClient(ws_chains=ws_chains, resends_reasoning=resends)
+    return client if client.known else None
+
+
 def _recovery(failed: list[Exchange], ex: Exchange) -> TraceRecovery:
     if not failed:
         # Re-sent without a failure the proxy saw (the client gave up on a response
@@ -841,6 +894,7 @@ def _subagent(
         user_prompt_tokens=user,
         result_tokens=result,
         turns=turns,
+        client=_client(child),
         meta=meta,
     )
 
@@ -917,6 +971,7 @@ def build_trace(
                 user_prompt_tokens=user,
                 turns=turns,
                 warmup=None if warm is None else TraceWarmup(input_tokens=warm.input_tokens),
+                client=_client(conv),
                 meta=rmeta,
             )
         )

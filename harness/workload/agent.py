@@ -96,6 +96,12 @@ class TurnInput:
     full_history: list[dict[str, Any]] | None = None
     #: the request's ``reasoning`` field (None: not sent, the turn does not reason)
     reasoning: dict[str, Any] | None = None
+    #: the turn may name the previous response where the transport chains (False: the
+    #: recorded client re-sent the whole input over its WebSocket every turn)
+    chain: bool = True
+    #: ``history`` carries the reasoning items received (so a request that sends it whole
+    #: asks for them encrypted, as Codex does)
+    resend_reasoning: bool = False
 
 
 @dataclass(slots=True)
@@ -115,6 +121,13 @@ class Transcript:
     # True for a stateless transport (store: false, no chain): the server keeps nothing, so the
     # reasoning items it returned go back in the history, in place, as Codex sends them.
     resend_reasoning: bool = False
+    # False when the whole history goes out every turn and the client sends no reasoning back
+    # (a trace's resends_reasoning: false): the reasoning then never re-enters the context.
+    # True (a chained transport): the server's chain holds it whatever the client sends.
+    server_holds_reasoning: bool = True
+    # False: every turn sends the whole history, never naming the previous response (a trace
+    # whose client re-sent its input over WebSocket: its ws_chains is false).
+    chain: bool = True
     # Sizes the text and counts the history: 4 characters a token, or the run's --tokenizer.
     tokens: TokenConvention = FIXED_WIDTH
     #: first in the instructions and the tool description: one transport's replay apart from
@@ -217,6 +230,9 @@ class Transcript:
             model=self.model,
             full_history=list(self.full_history) if self.compactions else None,
             reasoning=dict(REASONING) if turn.reasoning_tokens > 0 else None,
+            # the first turn may still chain from a recorded warm-up, as the client did
+            chain=self.chain or index == 0,
+            resend_reasoning=self.resend_reasoning,
         )
 
     def record_output(
@@ -226,12 +242,14 @@ class Transcript:
         (call_id, output tokens) tool jobs.
 
         Function calls are echoed; reasoning items are kept as received when
-        ``resend_reasoning``, else the server holds them.  Either way the conversation the
-        model sees grows by the turn's ``reasoning_tokens`` (usage's count).
+        ``resend_reasoning``, else the server holds them (or, when it holds none either, the
+        client dropped them).  The conversation the model sees grows by the turn's
+        ``reasoning_tokens`` (usage's count) unless they were dropped.
         """
         turn = self.plan.turns[index]
         jobs: list[tuple[str, int]] = []
-        self.history_tokens += max(0, reasoning_tokens)
+        if self.resend_reasoning or self.server_holds_reasoning:
+            self.history_tokens += max(0, reasoning_tokens)
         sizes = turn.tool_output_tokens or (100,)
         for call in output_items:
             kind = call.get("type")

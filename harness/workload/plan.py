@@ -64,6 +64,9 @@ class SubagentPlan:
     call_index: int = 0
     result_tokens: int = 100
     join: str = "wait"
+    #: as :attr:`RolloutPlan.ws_chains` and :attr:`RolloutPlan.resends_reasoning`
+    ws_chains: bool | None = None
+    resends_reasoning: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,13 @@ class RolloutPlan:
     turns: tuple[TurnPlan, ...]
     start_offset_ns: int = 0
     tags: dict[str, str] = field(default_factory=dict)
+    #: what a recorded client did with the context (a trace's ``client``; None: the
+    #: transport's way): over WebSocket, chain each turn from the previous response (False:
+    #: send the whole input every turn) ...
+    ws_chains: bool | None = None
+    #: ... and, when the whole context goes out, send the earlier reasoning items back
+    #: (False: the reasoning never re-enters the context)
+    resends_reasoning: bool | None = None
 
     @property
     def tool_call_count(self) -> int:
@@ -101,6 +111,8 @@ def subagent_rollout(parent: RolloutPlan, sub: SubagentPlan) -> RolloutPlan:
         turns=sub.turns,
         start_offset_ns=parent.start_offset_ns,
         tags=parent.tags,
+        ws_chains=sub.ws_chains,
+        resends_reasoning=sub.resends_reasoning,
     )
 
 

@@ -35,6 +35,7 @@ from harness.workload.scenario import describe_error
 
 __all__ = [
     "TRACE_VERSION",
+    "TraceClient",
     "TraceHeader",
     "TraceRecovery",
     "TraceRollout",
@@ -93,6 +94,26 @@ class TraceWarmup(StrictModel):
     """
 
     input_tokens: int | None = Field(default=None, ge=0)
+
+
+class TraceClient(StrictModel):
+    """What the recorded client did with its conversation's context (v2), as the recording saw it.
+
+    ``ws_chains``: over WebSocket, whether each turn named the previous response
+    (``previous_response_id``) or re-sent the whole input (``false``); recorded only for a
+    conversation that went over WebSocket, where the client chooses (over HTTP the replay's
+    transport decides: ``http`` re-sends, ``http-chained`` chains).  ``resends_reasoning``:
+    whether a request that re-sent the context carried the reasoning items of the earlier
+    responses back (``false``: the model's reasoning never re-entered its context).  ``None``:
+    not seen (the replay does what its transport does).
+    """
+
+    ws_chains: bool | None = None
+    resends_reasoning: bool | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.ws_chains is not None or self.resends_reasoning is not None
 
 
 class TraceTurn(StrictModel):
@@ -177,6 +198,8 @@ class TraceSubagent(StrictModel):
     user_prompt_tokens: int = Field(ge=1)
     result_tokens: int = Field(ge=0)
     turns: list[TraceTurn] = Field(min_length=1)
+    #: what the recorded client did with this conversation's context (v2)
+    client: TraceClient | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @_model_validator(mode="after")
@@ -196,6 +219,8 @@ class TraceRollout(StrictModel):
     turns: list[TraceTurn] = Field(min_length=1)
     #: the recorded client warmed its connection up before the first turn (v2)
     warmup: TraceWarmup | None = None
+    #: what the recorded client did with the context: chained or re-sent, reasoning kept (v2)
+    client: TraceClient | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @_model_validator(mode="after")
@@ -206,7 +231,11 @@ class TraceRollout(StrictModel):
     @property
     def uses_v2(self) -> bool:
         """Whether this rollout needs a version 2 reader (a v1 header would misdescribe it)."""
-        return self.warmup is not None or any(_turn_uses_v2(t) for t in self.turns)
+        return (
+            self.warmup is not None
+            or self.client is not None
+            or any(_turn_uses_v2(t) for t in self.turns)
+        )
 
     @property
     def subagent_count(self) -> int:
@@ -231,7 +260,8 @@ class TraceRollout(StrictModel):
 
 def _turn_uses_v2(turn: TraceTurn) -> bool:
     return bool(
-        turn.subagents
+        any(s.client is not None for s in turn.subagents)
+        or turn.subagents
         or turn.reasoning_tokens
         or turn.input_tokens is not None
         or turn.cached_tokens is not None
@@ -338,8 +368,15 @@ def _subagent_json(sub: TraceSubagent) -> dict[str, Any]:
         "user_prompt_tokens": sub.user_prompt_tokens,
         "result_tokens": sub.result_tokens,
         "turns": [_turn_json(t) for t in sub.turns],
+        **_client_json(sub.client),
         "meta": sub.meta,
     }
+
+
+def _client_json(client: TraceClient | None) -> dict[str, Any]:
+    if client is None:
+        return {}
+    return {"client": client.model_dump(mode="json", exclude_none=True)}
 
 
 def _rollout_json(r: TraceRollout) -> dict[str, Any]:
@@ -353,6 +390,7 @@ def _rollout_json(r: TraceRollout) -> dict[str, Any]:
     }
     if r.warmup is not None:
         out["warmup"] = r.warmup.model_dump(mode="json", exclude_none=True)
+    out |= _client_json(r.client)
     out["meta"] = r.meta
     return out
 
@@ -435,7 +473,13 @@ def trace_plan(
         turns=turns,
         start_offset_ns=start_offset_ns,
         tags=tags,
+        ws_chains=_client(rollout.client).ws_chains,
+        resends_reasoning=_client(rollout.client).resends_reasoning,
     )
+
+
+def _client(client: TraceClient | None) -> TraceClient:
+    return client if client is not None else TraceClient()
 
 
 def _subagent_seed(seed: int, subagent_id: int) -> int:
@@ -464,6 +508,8 @@ def _turn_plans(turns: Sequence[TraceTurn], seed: int, counter: list[int]) -> tu
                     call_index=call_of[k],
                     result_tokens=sub.result_tokens,
                     join=sub.join,
+                    ws_chains=_client(sub.client).ws_chains,
+                    resends_reasoning=_client(sub.client).resends_reasoning,
                 )
             )
         plans.append(

@@ -66,6 +66,11 @@ def summarize_rollout(r: TraceRollout) -> RolloutSummary:
             notes.append(f"{key} " + " ".join(f"{k}={v}" for k, v in value.items()))
         else:
             notes.append(f"{key} {value}")
+    client = r.client
+    if client is not None and client.ws_chains is not None:
+        notes.append("ws chains" if client.ws_chains else "ws re-sends the input")
+    if client is not None and client.resends_reasoning is not None:
+        notes.append("reasoning re-sent" if client.resends_reasoning else "no reasoning back")
     return RolloutSummary(
         id=r.id,
         turns=len(turns),

@@ -132,6 +132,10 @@ class ServerConfig:
     # its first delta by a close with ws_fault_close_code (0: never).
     ws_fault_close_after: int = setting(0, "--ws-fault-close-after", group=FAULTS, metavar="N", check=at_least(0),
         help="cut the N-th response of every WebSocket connection after its first delta (0: off)")
+    # Only the first K connections get the cut (0: every one): a client that reconnects after
+    # it is cut once goes on, and a test sees exactly K recoveries.
+    ws_fault_close_connections: int = setting(0, "--ws-fault-close-connections", group=FAULTS, metavar="K", check=at_least(0),
+        help="cut only the first K WebSocket connections (per worker) that reach their N-th response (0: every one)")
     ws_fault_close_code: int = setting(1011, "--ws-fault-close-code", group=FAULTS, check=close_code,
         help="close code of the injected cut")
     # Seeded faults per request (reference_server/core/faults.py; docs/reliability.md)

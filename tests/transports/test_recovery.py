@@ -94,3 +94,12 @@ def test_recoverable_close_mid_stream_reconnects_and_continues(tmp_path: Path) -
         assert (later["new_connection"]).all(), name
         first = turns[turns["turn_index"] == 0]  # type: ignore[index]
         assert (first["recoveries"] == 0).all(), name
+
+
+def test_the_cut_fires_on_as_many_connections_as_asked(tmp_path: Path) -> None:
+    # Every connection's second response would be cut; only the first connection is.
+    args = ["--ws-fault-close-after", "2", "--ws-fault-close-connections", "1"]
+    run = forced_run(tmp_path, args, "ws")
+    _no_errors(run)
+    turns, _ = _by(run, "ws")
+    assert turns["recoveries"].sum() == 1  # type: ignore[index]

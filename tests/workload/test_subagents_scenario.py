@@ -78,12 +78,13 @@ def test_more_subagents_than_calls_fork_only_what_fits(tmp_path: Path) -> None:
 
 
 # sha256 of repr(generate_rollouts(...))[:16] on the commit before rollout.subagents existed,
-# with TurnPlan's later `warmup=False` in the repr (the same hashes without it)
+# with TurnPlan's later `warmup=False` and RolloutPlan's `ws_chains=None,
+# resends_reasoning=None` in the repr (the same hashes without them)
 UNCHANGED = {
-    "tiny": "9f3aedfe191fc031",
-    "quickstart": "10eb61c39bd58cb5",
-    "codex-reasoning": "821b8837ffa65101",
-    "burst-storm": "4dcacb89a5977231",
+    "tiny": "a63ec4219408a08b",
+    "quickstart": "e6376db8a1f264cc",
+    "codex-reasoning": "f4fd2f11f7e27f1b",
+    "burst-storm": "a79b256c1e2cce10",
 }
 
 

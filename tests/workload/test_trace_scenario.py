@@ -10,6 +10,7 @@ import orjson
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import load_scenario
 from harness.workload.trace import (
+    TraceClient,
     TraceHeader,
     TraceRecovery,
     TraceRollout,
@@ -88,6 +89,13 @@ def test_a_warmup_reaches_the_first_turns_plan_only() -> None:
     text = dump_trace([r], TraceHeader(type="trace", version=1))
     assert orjson.loads(text.splitlines()[0])["version"] == 2
     assert parse_trace(text.splitlines()) == [r]
+
+
+def test_show_says_what_the_client_did_with_its_context() -> None:
+    r = _rollout("a", 0.0, client=TraceClient(ws_chains=False, resends_reasoning=False))
+    assert summarize_rollout(r).notes == ("ws re-sends the input", "no reasoning back")
+    r = _rollout("a", 0.0, client=TraceClient(resends_reasoning=True))
+    assert summarize_rollout(r).notes == ("reasoning re-sent",)
 
 
 def test_show_counts_warmups_recoveries_and_tool_time() -> None:

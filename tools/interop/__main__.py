@@ -16,7 +16,8 @@ import argparse
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness.run.embedded import embedded_server
@@ -36,6 +37,17 @@ from tools.interop.table import Row, Tally, render
 
 MODES = ("direct", "record", "replay")
 NPM_AGENTS = ("Codex CLI", "Claude Code")
+
+
+@contextmanager
+def _server_for(case: Case, shared: str) -> Iterator[str]:
+    """The run's server, or for a case with server options a server of its own (fresh for
+    each session: its faults count from zero)."""
+    if not case.server_args:
+        yield shared
+        return
+    with embedded_server(extra_args=case.server_args) as url:
+        yield url
 
 
 def _server_problems(case: Case, seen: ServerCounts) -> list[str]:
@@ -87,16 +99,19 @@ def run_all(
             for case in cases:
                 here = work / f"{case.name}-{rep}"
                 if "direct" in modes:
-                    problems, turns = _session(case, url, url, here / "direct", agents, timeout_s)
+                    with _server_for(case, url) as upstream:
+                        problems, turns = _session(
+                            case, upstream, upstream, here / "direct", agents, timeout_s
+                        )
                     add(case, "direct", problems, turns)
                 if "record" not in modes and "replay" not in modes:
                     continue
                 here.mkdir(parents=True, exist_ok=True)
                 trace = here / "trace.jsonl"
                 try:
-                    with recording(url, trace) as rec:
+                    with _server_for(case, url) as upstream, recording(upstream, trace) as rec:
                         problems, _ = _session(
-                            case, rec.url, url, here / "record", agents, timeout_s
+                            case, rec.url, upstream, here / "record", agents, timeout_s
                         )
                     if rec.returncode != 0:
                         problems.append(f"loopbench record exited {rec.returncode}")
@@ -109,6 +124,8 @@ def run_all(
                     problems.append(f"trace not readable: {exc}")
                 if got is not None and got.rollouts != 1:
                     problems.append(f"{got.rollouts} rollouts for one session")
+                if got is not None and got.recoveries != case.recoveries:
+                    problems.append(f"{got.recoveries} recoveries, {case.recoveries} expected")
                 if "record" in modes:
                     add(case, "record", problems, got.turns if got else 0)
                 if "replay" in modes:

@@ -17,6 +17,10 @@ from tools.interop import npm_agents
 TASK = "Show the first line of notes.txt, then say what it means."
 
 
+#: the reference server's fault: one connection's 3rd response closed after its first delta
+CUT_ONCE = ("--ws-fault-close-after", "3", "--ws-fault-close-connections", "1")
+
+
 @dataclass(frozen=True, slots=True)
 class Case:
     name: str
@@ -27,6 +31,10 @@ class Case:
     replay: str
     #: the WebSocket cases must stay on WebSocket (Codex falls back to HTTP silently)
     websocket: bool = False
+    #: options of a reference server of its own, started for each session (its faults)
+    server_args: tuple[str, ...] = ()
+    #: recoveries the recorded session's trace must hold (one per cut the server made)
+    recoveries: int = 0
 
     @property
     def version(self) -> str:
@@ -43,6 +51,19 @@ class Case:
 CASES: tuple[Case, ...] = (
     Case("codex-http", "Codex CLI", "Responses", "HTTP+SSE", "http"),
     Case("codex-ws", "Codex CLI", "Responses", "WebSocket", "ws", websocket=True),
+    # The server closes the socket mid-response once (the 3rd response of the first
+    # connection: the warm-up, then the task's second turn); Codex reconnects and re-sends
+    # the whole context.  Recorded, that is one rollout with one recovery.
+    Case(
+        "codex-ws-reconnect",
+        "Codex CLI",
+        "Responses",
+        "WebSocket, cut once",
+        "ws",
+        websocket=True,
+        server_args=CUT_ONCE,
+        recoveries=1,
+    ),
     Case("claude-code", "Claude Code", "Messages", "HTTP+SSE", "messages"),
     Case("agents-http", "openai-agents", "Responses", "HTTP+SSE", "http"),
     Case("agents-ws", "openai-agents", "Responses", "WebSocket", "ws", websocket=True),
