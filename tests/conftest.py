@@ -19,8 +19,18 @@ def server_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def tiny_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished tiny run over http and ws, report rendered by the runner; read, do not change."""
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``loopbench run tiny.yaml`` in a subprocess, over http and ws, report rendered by the
+    runner: its folder (read, do not change) and what it printed.
+
+    One run per worker process serves every test that reads a finished CLI run.
+    """
     out = tmp_path_factory.mktemp("results")
-    run_cli("run", TINY, "--out", out, "--run-id", "tiny", "-q")
-    return out / "tiny"
+    proc = run_cli("run", TINY, "--out", out, "--run-id", "tiny", "-q")
+    return out / "tiny", proc.stdout
+
+
+@pytest.fixture(scope="session")
+def tiny_run_dir(tiny_run: tuple[Path, str]) -> Path:
+    """The folder of :func:`tiny_run`."""
+    return tiny_run[0]
