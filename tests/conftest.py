@@ -11,6 +11,17 @@ from harness.run.embedded import embedded_server
 from tests.runs import TINY, run_cli
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a test marked ``slow`` first, each file's tests still together.
+
+    `make test` hands whole files to its workers in collection order
+    (``--dist loadfile --no-loadscope-reorder``); a long file handed out last would leave
+    one worker running it alone at the end.  Longest first keeps the two busy together.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
+
+
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
     """Base URL (``http://127.0.0.1:PORT/v1``) of a reference server with the default profiles."""
