@@ -92,10 +92,12 @@ reproduce: $(STAMP)
 # machine's timing (marked `serial`: A/A and A/B gates, calibration, the capacity searches)
 # alone, as they were written to run.  Both passes always run; either failing fails.
 TEST_WORKERS ?= 2
+# The serial pass collects only the files that mark a test serial, not the whole suite again.
+SERIAL_FILES = $(shell grep -rl "pytest.mark.serial" tests)
 test: $(STAMP)
 	@rc=0; \
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=20 || rc=$$?; \
-	$(BIN)/python -m pytest -q -m serial --durations=10 || rc=$$((rc ? rc : $$?)); \
+	$(BIN)/python -m pytest -q -m serial --durations=10 $(SERIAL_FILES) || rc=$$((rc ? rc : $$?)); \
 	exit $$rc
 
 # Every Python folder of the project: the product, its development tools and the tests.
