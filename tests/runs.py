@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from harness.cli.locust import LOCUSTFILE
 from harness.report.results import Run, load_run, read_csv_gz
@@ -33,6 +36,34 @@ def run_cli(*args: str | Path, timeout: float = 240) -> subprocess.CompletedProc
     shown = " ".join(map(str, args))
     assert proc.returncode == 0, f"loopbench {shown}: {proc.stderr}\n{proc.stdout}"
     return proc
+
+
+def in_process(*args: str | Path, report: bool = True) -> tuple[int, str]:
+    """``loopbench ARGS`` through ``main`` in this process, from the repository root as
+    :func:`loopbench` runs it: (exit code, stdout + stderr).
+
+    For tests of what a command does, not of the process around it.  ``report=False``
+    leaves out the rendering of run and sweep reports (the plots are most of a tiny run's
+    CPU) where the test reads only the files a run writes.
+    """
+    from harness.cli.main import main
+
+    out = io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if not report:
+            for module in ("harness.run.runner", "harness.run.sweep"):
+                stack.enter_context(mock.patch(f"{module}.render_run_safely", return_value=None))
+        stack.enter_context(contextlib.chdir(ROOT))
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(out))
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            code = exc.code
+        else:
+            code = 0
+    assert isinstance(code, int), code
+    return code, out.getvalue()
 
 
 def run_tiny(out: Path, transports: list[str], sets: dict[str, str], **options: Any) -> Run:

@@ -10,8 +10,6 @@ from a real process at least once.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 import subprocess
@@ -20,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli.main import main
 from harness.wire.exit_codes import EXIT_CODE_TABLE, ExitCode
-from tests.runs import ROOT, loopbench
+from tests.runs import ROOT, in_process, loopbench
 
 BASELINE = ROOT / "results" / "baseline"
 
@@ -83,20 +80,6 @@ USAGE_ERRORS: list[tuple[tuple[str, ...], str]] = [
 ]
 
 
-def _code_in_process(*args: str) -> tuple[int, str]:
-    """``main(args)`` in this process, from the repository root as :func:`_code` runs it."""
-    out = io.StringIO()
-    with (
-        contextlib.chdir(ROOT),
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(out),
-        pytest.raises(SystemExit) as exc,
-    ):
-        main(list(args))
-    assert isinstance(exc.value.code, int), exc.value.code
-    return exc.value.code, out.getvalue()
-
-
 @pytest.mark.parametrize(
     ("argv", "message"),
     USAGE_ERRORS,
@@ -106,7 +89,7 @@ def test_4_usage_or_input_error(argv: tuple[str, ...], message: str) -> None:
     """In-process: the code and message come from ``main``; that a real process exits with
     what ``main`` returns is the subprocess tests' claim (test_0_ok_validate,
     test_validate_of_a_broken_file_exits_4, test_every_entry_point_exits_4_on_a_usage_error_not_2)."""
-    code, out = _code_in_process(*argv)
+    code, out = in_process(*argv)
     assert code == ExitCode.USAGE, out
     assert message in out
     assert "Traceback" not in out
