@@ -96,10 +96,12 @@ def runs(
             *args, "--transports", "chat,messages", "--out", out, "-q", timeout=timeout
         )
 
-    with ThreadPoolExecutor(1 + len(OTHER_PATHS)) as pool:
-        paired = pool.submit(paired_run)
-        procs = dict(zip(OTHER_PATHS, pool.map(other, OTHER_PATHS), strict=True))
-        return paired.result(), out, procs
+    with ThreadPoolExecutor(len(OTHER_PATHS)) as pool:
+        others = pool.map(other, OTHER_PATHS)
+        # in this process, so in the main thread (a run installs its signal handlers)
+        paired = paired_run()
+        procs = dict(zip(OTHER_PATHS, others, strict=True))
+        return paired, out, procs
 
 
 @pytest.fixture(scope="module")
