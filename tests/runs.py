@@ -51,7 +51,7 @@ def in_process(*args: str | Path, report: bool = True) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.ExitStack() as stack:
         if not report:
-            for module in ("harness.run.runner", "harness.run.sweep"):
+            for module in ("harness.run.runner", "harness.run.sweep", "harness.run.procs"):
                 stack.enter_context(mock.patch(f"{module}.render_run_safely", return_value=None))
         stack.enter_context(contextlib.chdir(ROOT))
         stack.enter_context(contextlib.redirect_stdout(out))
