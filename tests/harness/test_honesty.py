@@ -15,17 +15,20 @@ from harness.report.results import load_run
 from harness.wire.transports import BY_NAME
 from harness.workload.records import TurnRecord
 from tests.foreign_sse import LIED_OUTPUT_TOKENS, foreign_sse_server
-from tests.runs import TINY, run_cli, run_tiny
+from tests.runs import TINY, in_process, run_tiny
 
 
 def _run(out: Path, url: str, transports: str) -> tuple[str, Path]:
     # --no-probe: the pre-run probe would refuse these servers before the in-run checks could
     # be seen (tests/run/test_probe.py covers the probe's side)
-    proc = run_cli(
-        "run", TINY, "--target", url, "--no-probe", "--transports", transports, "--out", out
-    )
+    # main() in this process, without the report: the checks are in the run's files and console
+    code, console = in_process(
+        "run", TINY, "--target", url, "--no-probe", "--transports", transports, "--out", out,
+        report=False,
+    )  # fmt: skip
+    assert code == 0, console
     (run_dir,) = out.iterdir()
-    return proc.stdout, run_dir
+    return console, run_dir
 
 
 def test_a_server_ignoring_previous_response_id_is_named(tmp_path: Path) -> None:
