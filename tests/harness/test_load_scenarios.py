@@ -272,6 +272,8 @@ def test_shipped_scenario_runs_reduced(name: str, server_url: str, tmp_path: Pat
 
 
 def test_burst_storm_through_the_cli(tmp_path: Path) -> None:
+    """A real process: only its stderr is a pipe as in CI logs, where progress must be plain
+    lines (a terminal's escape codes there are the defect this catches)."""
     sets = [f"--set={k}={v}" for k, v in REDUCED["burst-storm"].items()]
     proc = run_cli(
         "run",
