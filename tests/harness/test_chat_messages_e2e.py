@@ -18,7 +18,7 @@ APIS = ("chat", "messages")
 TINY = ROOT / "scenarios" / "tiny.yaml"
 
 # the first test's time includes the module fixture's four commands, each bounded on its own
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_the_same_seeded_rollouts_over_chat_messages_and_http(paired: tuple[Run, str]) -> None:

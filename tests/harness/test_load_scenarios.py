@@ -271,6 +271,7 @@ def test_shipped_scenario_runs_reduced(name: str, server_url: str, tmp_path: Pat
     assert set(summary["transports"]) == set(scenario.transports)
 
 
+@pytest.mark.slow
 def test_burst_storm_through_the_cli(tmp_path: Path) -> None:
     """A real process: only its stderr is a pipe as in CI logs, where progress must be plain
     lines (a terminal's escape codes there are the defect this catches)."""

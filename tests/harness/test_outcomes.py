@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.run.health import ClientHealth
 from harness.run.runner import RunOptions, run_scenario
 from harness.run.validity import MIN_JUDGED_WALL_S, validity_reasons
@@ -240,6 +242,7 @@ def test_sigint_to_a_procs_run_exits_130_with_a_merged_partial_summary(tmp_path:
     assert started < 40 * 2, summary["transports"]  # 40 rollouts over each of two transports
 
 
+@pytest.mark.slow
 def test_sigint_to_gate_ab_exits_130_not_invalid(tmp_path: Path) -> None:
     args = ["gate", TINY, "--ab", "--set", "rollout.count=60", "--set", "load.concurrency=1"]
     args += ["--transports", "http", "--out", tmp_path, "--run-id", "ab"]
