@@ -295,9 +295,9 @@ def test_a_search_without_slo_or_of_a_field_that_is_not_the_load_is_refused(
         "--search-param load.throughput.tps: drives a load.mode: throughput scenario, and "
         "tiny.yaml has load.mode: closed; search load.concurrency or set load.mode=throughput"
     )
-    # The CLI refuses with the usage exit code, before any run folder exists.
+    # The command refuses with the usage exit code, before any run folder exists.
     for argv in (["--max-load", "2"], ["--slo", "ttft_ms=500", "--search-param", "seed"]):
-        proc = loopbench("sweep", TINY, "--search", "goodput", *argv, "--out", str(tmp_path), "-q")
-        assert proc.returncode == 4, proc.stderr
-        assert "--search" in proc.stderr and "Traceback" not in proc.stderr
+        code, out = in_process("sweep", TINY, "--search", "goodput", *argv, "--out", tmp_path, "-q")
+        assert code == 4, out
+        assert "--search" in out and "Traceback" not in out
         assert list(tmp_path.iterdir()) == []
