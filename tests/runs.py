@@ -10,19 +10,22 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from harness.cli.locust import LOCUSTFILE
 from harness.report.results import Run, load_run, read_csv_gz
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
+from tests.without_reports import no_reports
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "scenarios" / "tiny.yaml"
 
 
-def _argv(args: tuple[str | Path, ...]) -> list[str]:
-    return [sys.executable, "-m", "harness", *map(str, args)]
+def _argv(args: tuple[str | Path, ...], *, report: bool = True) -> list[str]:
+    """The command line of ``loopbench ARGS``; ``report=False``: the same command without
+    rendering reports (:mod:`tests.without_reports`)."""
+    entry = "harness" if report else "tests.without_reports"
+    return [sys.executable, "-m", entry, *map(str, args)]
 
 
 def loopbench(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -51,8 +54,7 @@ def in_process(*args: str | Path, report: bool = True) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.ExitStack() as stack:
         if not report:
-            for module in ("harness.run.runner", "harness.run.sweep", "harness.run.procs"):
-                stack.enter_context(mock.patch(f"{module}.render_run_safely", return_value=None))
+            stack.enter_context(no_reports())
         stack.enter_context(contextlib.chdir(ROOT))
         stack.enter_context(contextlib.redirect_stdout(out))
         stack.enter_context(contextlib.redirect_stderr(out))
