@@ -106,10 +106,11 @@ def interrupt_run(
     sig: signal.Signals,
     *,
     again_after_s: tuple[float, ...] = (),
+    report: bool = True,
 ) -> tuple[int, int, str]:
     """``loopbench run`` of tiny.yaml, one rollout at a time, sent ``sig`` once 6 rows are on disk
     (and once more after each delay of ``again_after_s``, as an impatient user or
-    ``timeout -s INT`` does).
+    ``timeout -s INT`` does); ``report=False``: the run renders no report.
 
     Fails the test if the run ends first.  Returns the rows seen before the signal, the
     exit code and stderr.
@@ -124,7 +125,11 @@ def interrupt_run(
     ]
     args += ["--transports", transport, "--out", out, "--run-id", run_id, "-q"]
     proc = subprocess.Popen(
-        _argv(tuple(args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+        _argv(tuple(args), report=report),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
     try:
         seen = rows_flushed(proc, out / run_id / "turns.csv.gz", 6)
