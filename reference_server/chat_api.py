@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from harness.wire import events as ev
+from reference_server import json_answers
 from reference_server.core.chat import (
     ChatChunks,
     chat_completion,
@@ -34,13 +34,7 @@ class ChatApi(StatelessApi):
     def error_response(
         self, err: RequestError, request_id: str, headers: dict[str, str] | None = None
     ) -> Response:
-        body = ev.error_body(err.status, err.code, err.message, err.param, err.type)
-        return Response(
-            orjson.dumps(body),
-            status_code=err.status,
-            media_type="application/json",
-            headers={"x-request-id": request_id, **(headers or {})},
-        )
+        return json_answers.error_response(err, request_id, headers)
 
     def parse(self, body: Any) -> Parsed:
         chat = parse_chat(body)

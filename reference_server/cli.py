@@ -64,11 +64,19 @@ _EXTRA: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+#: what the server answers, for both entry points' ``--help`` (the routes of ``app.py``)
+SERVES = (
+    "the Responses API (HTTP+SSE and WebSocket mode on /v1/responses), Chat Completions "
+    "(/v1/chat/completions) and Anthropic Messages (/v1/messages), over a simulated API tier "
+    "and engine"
+)
+
+
 def parser() -> argparse.ArgumentParser:
     """``python -m reference_server``'s parser."""
     out = UsageParser(
         prog="python -m reference_server",
-        description="The loopbench reference Responses API server (HTTP+SSE and WebSocket mode on /v1/responses).",
+        description=f"The loopbench reference server: {SERVES}.",
     )
     add_server_arguments(out)
     return out

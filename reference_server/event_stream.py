@@ -23,8 +23,9 @@ from typing import Any
 from starlette.responses import Response
 
 from harness.wire.sse import encode_event
+from reference_server.fault_send import Send
 
-SendEvents = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
+SendEvents = Send
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 AsgiSend = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -61,12 +62,47 @@ async def until_disconnect(receive: Receive, work: Coroutine[Any, Any, Any]) -> 
     return True
 
 
-class EventStream(Response):
-    """``text/event-stream`` of what ``run(send_events)`` sends, one body write per batch.
+class SseResponse(Response):
+    """``text/event-stream`` written by :meth:`produce`, one body write per batch.
 
-    ``run`` returns True if the stream ended normally: only then does
-    ``done_marker`` add the ``data: [DONE]`` line some clients expect.
+    ``produce`` returns True if the stream ended normally: only then does ``done_marker``
+    add the ``data: [DONE]`` line some clients expect.  A disconnect cancels it.
     """
+
+    def __init__(self, headers: Mapping[str, str] | None = None, *, done_marker: bool) -> None:
+        # Not Response.__init__: a streamed body has no content-length.
+        self.status_code = 200
+        self.media_type = "text/event-stream"
+        self.background = None
+        self.init_headers(headers)
+        self._done_marker = done_marker
+
+    async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> bool:
+        raise NotImplementedError
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        asgi_send: AsgiSend = send
+        await asgi_send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+
+        async def write(body: bytes) -> None:
+            await asgi_send({"type": "http.response.body", "body": body, "more_body": True})
+
+        ended: list[bool] = []
+
+        async def run() -> None:
+            ended.append(await self.produce(write))
+
+        if not await until_disconnect(receive, run()):
+            return  # nobody is reading: no end of body to send
+        tail = b"data: [DONE]\n\n" if self._done_marker and ended[0] else b""
+        await asgi_send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+class EventStream(SseResponse):
+    """The events ``run(send_events)`` sends, encoded (``run`` returns :meth:`produce`'s
+    verdict)."""
 
     def __init__(
         self,
@@ -76,36 +112,19 @@ class EventStream(Response):
         done_marker: bool = False,
         encode: Callable[[dict[str, Any]], bytes] = encode_event,
     ) -> None:
-        # Not Response.__init__: a streamed body has no content-length.
-        self.status_code = 200
-        self.media_type = "text/event-stream"
-        self.background = None
-        self.init_headers(headers)
+        super().__init__(headers, done_marker=done_marker)
         self._run = run
-        self._done_marker = done_marker
         # Chat Completions frames are `data:` lines without an `event:` name.
         self._encode = encode
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        asgi_send: AsgiSend = send
-        await asgi_send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
-
+    async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> bool:
         encode = self._encode
 
         async def send_events(events: Sequence[dict[str, Any]]) -> None:
             if not events:
                 return
-            body = encode(events[0]) if len(events) == 1 else b"".join(encode(e) for e in events)
-            await asgi_send({"type": "http.response.body", "body": body, "more_body": True})
+            await write(
+                encode(events[0]) if len(events) == 1 else b"".join(encode(e) for e in events)
+            )
 
-        ended: list[bool] = []
-
-        async def run() -> None:
-            ended.append(await self._run(send_events))
-
-        if not await until_disconnect(receive, run()):
-            return  # nobody is reading: no end of body to send
-        tail = b"data: [DONE]\n\n" if self._done_marker and ended[0] else b""
-        await asgi_send({"type": "http.response.body", "body": tail, "more_body": False})
+        return await self._run(send_events)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -46,10 +46,33 @@ from reference_server.core.lifecycle import (
     parse_list_query,
 )
 from reference_server.core.validation import CreateRequest, RequestError
-from reference_server.event_stream import until_disconnect
+from reference_server.event_stream import SseResponse
+from reference_server.json_answers import error_response, json_response
 from reference_server.service import Service
 
 Frames = AsyncGenerator[list[bytes], None]
+
+
+Handler = Callable[["Lifecycle", Request, str, str], Awaitable[Response]]
+
+
+def _route(handler: Handler) -> Callable[[Lifecycle, Request], Awaitable[Response]]:
+    """A ``/v1/responses/{id}`` route: the API key checked before anything is looked up, the
+    handler given the request id and the response id, a :class:`RequestError` it raises
+    answered as the error it names."""
+
+    @functools.wraps(handler)
+    async def route(self: Lifecycle, request: Request) -> Response:
+        request_id = self._request_id()
+        denied = self.service.check_api_key(request.headers)
+        if denied is not None:
+            return self._error(denied, request_id)
+        try:
+            return await handler(self, request, request_id, request.path_params["response_id"])
+        except RequestError as err:
+            return self._error(err, request_id)
+
+    return route
 
 
 class Lifecycle:
@@ -63,20 +86,8 @@ class Lifecycle:
     def _request_id(self) -> str:
         return ev.new_id("req", self.service.rng())
 
-    def _json(self, body: Any, request_id: str, status: int = 200) -> Response:
-        return Response(
-            orjson.dumps(body),
-            status_code=status,
-            media_type="application/json",
-            headers={"x-request-id": request_id},
-        )
-
-    def _error(self, err: RequestError, request_id: str) -> Response:
-        return self._json(
-            ev.error_body(err.status, err.code, err.message, err.param, err.type),
-            request_id,
-            err.status,
-        )
+    _json = staticmethod(json_response)
+    _error = staticmethod(error_response)
 
     def _stream(self, frames: Frames, request_id: str, ended: Callable[[], bool]) -> Response:
         return _FrameStream(
@@ -86,27 +97,18 @@ class Lifecycle:
             ended=ended,
         )
 
-    def _admitted(self, request: Request) -> tuple[str, RequestError | None]:
-        return self._request_id(), self.service.check_api_key(request.headers)
-
     # -- GET /v1/responses/{id} ----------------------------------------------------------------
-    async def retrieve(self, request: Request) -> Response:
-        request_id, denied = self._admitted(request)
-        if denied is not None:
-            return self._error(denied, request_id)
-        rid = request.path_params["response_id"]
-        try:
-            if _flag(request.query_params.get("stream")):
-                return await self._replay(rid, request, request_id)
-            run = self.runs.get(rid)
-            if run is not None:
-                return self._json(run.current(), request_id)
-            stored = await self.store.get_object(rid)
-            if stored is None:
-                raise not_found(rid)
-            return self._json(stored.response, request_id)
-        except RequestError as err:
-            return self._error(err, request_id)
+    @_route
+    async def retrieve(self, request: Request, request_id: str, rid: str) -> Response:
+        if _flag(request.query_params.get("stream")):
+            return await self._replay(rid, request, request_id)
+        run = self.runs.get(rid)
+        if run is not None:
+            return self._json(run.current(), request_id)
+        stored = await self.store.get_object(rid)
+        if stored is None:
+            raise not_found(rid)
+        return self._json(stored.response, request_id)
 
     async def _replay(self, rid: str, request: Request, request_id: str) -> Response:
         after = _starting_after(request.query_params.get("starting_after"))
@@ -136,11 +138,8 @@ class Lifecycle:
         return self._stream(_once(frames), request_id, lambda: status != "cancelled")
 
     # -- DELETE /v1/responses/{id} -------------------------------------------------------------
-    async def delete(self, request: Request) -> Response:
-        request_id, denied = self._admitted(request)
-        if denied is not None:
-            return self._error(denied, request_id)
-        rid = request.path_params["response_id"]
+    @_route
+    async def delete(self, request: Request, request_id: str, rid: str) -> Response:
         run = self.runs.get(rid)
         if run is not None:
             # Deleted data cannot keep being generated: the run is stopped first.
@@ -150,17 +149,11 @@ class Lifecycle:
         return self._json({"id": rid, "object": "response", "deleted": True}, request_id)
 
     # -- GET /v1/responses/{id}/input_items ----------------------------------------------------
-    async def input_items(self, request: Request) -> Response:
-        request_id, denied = self._admitted(request)
-        if denied is not None:
-            return self._error(denied, request_id)
-        rid = request.path_params["response_id"]
-        try:
-            query = parse_list_query(dict(request.query_params))
-            items = await self._inputs(rid)
-            return self._json(page(input_item_views(items, rid), query), request_id)
-        except RequestError as err:
-            return self._error(err, request_id)
+    @_route
+    async def input_items(self, request: Request, request_id: str, rid: str) -> Response:
+        query = parse_list_query(dict(request.query_params))
+        items = await self._inputs(rid)
+        return self._json(page(input_item_views(items, rid), query), request_id)
 
     async def _inputs(self, rid: str) -> list[dict[str, Any]]:
         """Every item the response was generated from: its chain's, then its own input."""
@@ -177,11 +170,8 @@ class Lifecycle:
         return items[: len(items) - stored.n_output]
 
     # -- POST /v1/responses/{id}/cancel --------------------------------------------------------
-    async def cancel(self, request: Request) -> Response:
-        request_id, denied = self._admitted(request)
-        if denied is not None:
-            return self._error(denied, request_id)
-        rid = request.path_params["response_id"]
+    @_route
+    async def cancel(self, request: Request, request_id: str, rid: str) -> Response:
         run = self.runs.get(rid)
         if run is not None:
             await self.runs.stop(run, "cancelled")
@@ -334,8 +324,8 @@ async def _once(frames: list[bytes]) -> Frames:
         yield frames
 
 
-class _FrameStream(Response):
-    """``text/event-stream`` of ready SSE frames; a disconnect stops the reading, not the run."""
+class _FrameStream(SseResponse):
+    """Ready SSE frames; a disconnect stops the reading, not the run."""
 
     def __init__(
         self,
@@ -345,26 +335,12 @@ class _FrameStream(Response):
         done_marker: bool,
         ended: Callable[[], bool],
     ) -> None:
-        self.status_code = 200
-        self.media_type = "text/event-stream"
-        self.background = None
-        self.init_headers(headers)
+        super().__init__(headers, done_marker=done_marker)
         self._frames = frames
-        self._done_marker = done_marker
         self._ended = ended
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
-
-        async def pump() -> None:
-            async with contextlib.aclosing(self._frames) as frames:
-                async for batch in frames:
-                    body = b"".join(batch)
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
-
-        if not await until_disconnect(receive, pump()):
-            return
-        tail = b"data: [DONE]\n\n" if self._done_marker and self._ended() else b""
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+    async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> bool:
+        async with contextlib.aclosing(self._frames) as frames:
+            async for batch in frames:
+                await write(b"".join(batch))
+        return self._ended()

@@ -49,8 +49,11 @@ def ready_line(sock: socket.socket, *, tls: bool = False) -> str:
     return f"{READY_PREFIX}{'https' if tls else 'http'}://{shown}:{port}/v1"
 
 
-def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> None:
-    """Serve until stopped; ``sock``: the supervisor's socket (a worker of ``--workers``)."""
+def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> int | None:
+    """Serve until stopped; ``sock``: the supervisor's socket (a worker of ``--workers``).
+
+    Returns the signal that stopped the server (SIGINT, SIGTERM), None if none did.
+    """
     try:
         server_app = ReferenceServer(config)
     except ProfileError as exc:
@@ -96,6 +99,7 @@ def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> No
         # A worker leaves with os._exit (no atexit): the lines still queued go out here.
         if server_app.service.timing_log is not None:
             server_app.service.timing_log.close()
+    return server.stopped_by
 
 
 def _run_uvloop(server: DrainingServer, sock: socket.socket) -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import gc
-
-#: allocations between young-generation collections (CPython's default is 700)
-GC_GEN0_THRESHOLD = 20_000
+from harness.wire import quiet_gc as _gc
 
 
 def quiet_gc() -> None:
@@ -16,9 +13,8 @@ def quiet_gc() -> None:
     imported modules, profiles, caches — and was measured at tens of
     milliseconds on a busy 2-core machine, which shows up as a late token in
     every stream.  Freezing what exists at startup takes it out of every later
-    collection, and a higher young-generation threshold makes collections rare.
+    collection, and the long-lived process's young-generation threshold
+    (harness/wire/quiet_gc.py, as the recorder's) makes collections rare.  For
+    the life of the process: nothing restores it.
     """
-    gc.collect()
-    gc.freeze()
-    _, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+    _gc.begin()

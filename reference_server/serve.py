@@ -25,8 +25,12 @@ from reference_server.tls import LOOPBACK_NAMES, TlsFileError, check_files, self
 from reference_server.workers import serve_workers
 
 
-def serve(config: ServerConfig) -> None:
-    """Serve until stopped."""
+def serve(config: ServerConfig) -> int | None:
+    """Serve until stopped; the signal that stopped it (SIGINT, SIGTERM), None if none did.
+
+    ``python -m reference_server`` exits 0 either way; ``loopbench serve`` exits 130 after a
+    signal, as every subcommand does (the exit-code table).
+    """
     warning = bind_warning(config.host, config.api_keys)
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
@@ -34,11 +38,13 @@ def serve(config: ServerConfig) -> None:
         watch_parent()
     if config.timing_log is not None:
         start_timing_log(config.timing_log)
-    with tls_files(config) as config:
-        if config.workers > 1:
-            serve_workers(config)
-        else:
-            serve_process(config)
+    try:
+        with tls_files(config) as config:
+            if config.workers > 1:
+                return serve_workers(config)
+            return serve_process(config)
+    except _StoppedAfterDrain:
+        return signal.SIGTERM
 
 
 def start_timing_log(path: str) -> None:
@@ -102,9 +108,13 @@ def tls_files(config: ServerConfig) -> Iterator[ServerConfig]:
         yield config
 
 
+class _StoppedAfterDrain(SystemExit):
+    """A stop that was asked for, after a drain: a clean exit (a --workers supervisor too);
+    :func:`serve` returns SIGTERM for it."""
+
+
 def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    # A stop that was asked for, after a drain: a clean exit (a --workers supervisor too).
-    raise SystemExit(0)
+    raise _StoppedAfterDrain(0)
 
 
 def bind_warning(host: str, api_keys: Sequence[str]) -> str | None:

@@ -11,6 +11,7 @@ Everything that decides *what* to send lives in ``core/``; this decides *when*.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import random
@@ -25,6 +26,7 @@ from starlette.datastructures import Headers
 from harness.wire import events as ev
 from reference_server import fault_send
 from reference_server.core.api_tier import RequestCost
+from reference_server.core.arguments import mentioned_paths
 from reference_server.core.config import ServerConfig
 from reference_server.core.context_window import (
     Fitted,
@@ -38,7 +40,13 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.engine import NS_PER_MS
 from reference_server.core.faults import ERROR_STATUSES, Fault, FaultInjector
 from reference_server.core.limits import TokenBucket
-from reference_server.core.output import OutputCursor, OutputPlan, plan_output
+from reference_server.core.output import (
+    HINT_OUTPUT_TOKENS,
+    Lengths,
+    OutputCursor,
+    OutputPlan,
+    plan_output,
+)
 from reference_server.core.profiles import load_profiles
 from reference_server.core.reasoning import reasoning_budget
 from reference_server.core.validation import CreateRequest, RequestError, reasoning_options
@@ -48,7 +56,7 @@ from reference_server.store import SqliteStore
 from reference_server.timing_log import TimingLog, unix_offset_ns
 
 # Events that are due together go out together: one SSE write or one batch of WS frames.
-Send = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
+Send = fault_send.Send
 # Called with the finished conversation just before the terminal event goes out, so a
 # client that chains from the response the moment it completes always finds it.
 OnOutput = Callable[[Conversation], None]
@@ -231,6 +239,15 @@ class Service:
             await fault_send.spike(self.config.faults)
         return fault
 
+    @property
+    def _unhinted_output(self) -> int:
+        """The most output a request without a hint or limit may plan: the window leaves room for it."""
+        fixed = self.config.default_output_tokens
+        if fixed is not None:
+            return fixed
+        engine = self.sim.engine
+        return max(engine.text_tokens.max, engine.tool_call_tokens.max)
+
     def fit_window(self, req: CreateRequest, conv: Conversation, tools_tok: int) -> Fitted:
         """The context window (core/context_window.py): the 400, or the conversation that fits.
 
@@ -243,7 +260,7 @@ class Service:
             conv,
             req.instructions,
             extra_tokens=tools_tok,
-            output_tokens=requested_output(req, self.config.default_output_tokens, self.limits),
+            output_tokens=requested_output(req, self._unhinted_output, self.limits),
             window=self.limits.context_window_tokens,
             truncation=mode,
         )
@@ -257,7 +274,7 @@ class Service:
             conv,
             req.instructions,
             extra_tokens=tools_tokens(req.tools),
-            output_tokens=requested_output(seg, self.config.default_output_tokens, self.limits),
+            output_tokens=requested_output(seg, self._unhinted_output, self.limits),
             window=self.limits.context_window_tokens,
             truncation="disabled",
         )
@@ -347,6 +364,22 @@ class Service:
         """A bug must not leave the client hanging: the events that fail the response."""
         return self.failure(builder, f"The server had an error: {type(exc).__name__}.")
 
+    async def generate_or_fail(self, job: Job, send: Send) -> bool:
+        """Stream one response over HTTP; whether it ran to its end without crashing.
+
+        A crash sends the events that fail the response (:meth:`crashed`) through ``send``;
+        an injected disconnect propagates: the connection is dropped, not the response failed.
+        """
+        try:
+            await self.generate(job, send)
+        except fault_send.InjectedDisconnect:
+            raise
+        except Exception as exc:
+            with contextlib.suppress(ValueError):
+                await send(self.crashed(job.builder, exc))
+            return False
+        return True
+
     async def run_segment(
         self,
         req: CreateRequest,
@@ -361,6 +394,8 @@ class Service:
         """Plan the output, wait the engine, stream the items; returns what was produced."""
         tools_tok = tools_tokens(req.tools)
         reasoning = reasoning_options(req.raw)
+        # Loopbench's own runs plan exactly (hints) and pay nothing for reading the conversation.
+        unhinted_calls = bool(req.tools) and HINT_OUTPUT_TOKENS not in metadata
         plan = plan_output(
             tools=req.tools,
             tool_choice=tool_choice,
@@ -371,11 +406,22 @@ class Service:
             default_output_tokens=self.config.default_output_tokens,
             default_auto_tool_calls=self.config.default_auto_tool_calls,
             rng=rng,
+            lengths=Lengths(
+                self.sim.engine.text_tokens,
+                self.sim.engine.tool_call_tokens,
+                weights=self.sim.engine.tool_weights,
+            ),
             reasoning_tokens=reasoning_budget(
-                metadata, reasoning.effort, self.sim.engine.reasoning_tokens
+                metadata,
+                reasoning.effort,
+                self.sim.engine.reasoning_tokens,
+                efforts=self.sim.engine.reasoning_effort_tokens,
+                rng=rng,
+                ceiling=req.reasoning_ceiling,
             ),
             summary=reasoning.summary,
             include_encrypted=reasoning.include_encrypted,
+            context_paths=mentioned_paths(conv.items) if unhinted_calls else (),
         )
         cursor = OutputCursor(builder, plan, rng)
         first_delta_ns = 0

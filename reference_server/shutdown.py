@@ -22,6 +22,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -60,6 +61,13 @@ class DrainingServer(uvicorn.Server):
         self.ref = app
         self.drain_timeout_s = drain_timeout_s
         self.announce = announce
+        #: the first signal that stopped the server (None: it stopped otherwise)
+        self.stopped_by: int | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = sig
+        super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

@@ -11,7 +11,6 @@ no second generator: a chat or messages turn costs what the same ``http`` turn c
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,7 +28,6 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import EventStream, SendEvents, until_disconnect
-from reference_server.fault_send import InjectedDisconnect
 from reference_server.service import Job, Service, fault_error
 from reference_server.sim import mark_arrival
 
@@ -148,15 +146,7 @@ class StatelessApi:
                 if frames:
                     await send(frames)
 
-            try:
-                await service.generate(job, translated)
-            except InjectedDisconnect:
-                raise  # the connection is dropped, not the response failed
-            except Exception as exc:
-                with contextlib.suppress(ValueError):
-                    await translated(service.crashed(job.builder, exc))
-                return False
-            return not translator.failed
+            return await service.generate_or_fail(job, translated) and not translator.failed
 
         return EventStream(
             run,
@@ -188,13 +178,9 @@ class StatelessApi:
             )
             job.api, job.request_id = self.api, request.headers.get("x-request-id")
             jobs.append(job)
-            try:
-                await service.generate(job, keep_errors)
-            except InjectedDisconnect:
-                raise  # the connection is dropped, as for a non-streamed /v1/responses
-            except Exception as exc:
-                with contextlib.suppress(ValueError):
-                    await keep_errors(service.crashed(job.builder, exc))
+            # A crash's failure events land in `failed`; a disconnect drops the connection,
+            # as for a non-streamed /v1/responses.
+            await service.generate_or_fail(job, keep_errors)
 
         if not await until_disconnect(request.receive, admit_and_generate()):
             return Response(status_code=499)

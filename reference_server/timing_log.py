@@ -37,7 +37,6 @@ from reference_server.core.conversation import item_text
 FLUSH_S = 0.25
 YIELD_EVERY = 32
 TAG = re.compile(r"lbq-[0-9a-z]+")
-API_NAMES = ("responses", "chat", "messages")
 
 
 def client_id(api: str, response_id: str) -> str:

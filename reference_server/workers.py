@@ -50,8 +50,9 @@ def worker_config(config: ServerConfig, index: int) -> ServerConfig:
     return dataclasses.replace(config, overrides=overrides, workers=1, worker_index=index)
 
 
-def serve_workers(config: ServerConfig) -> None:
-    """Bind, announce, fork ``config.workers`` workers and wait for them."""
+def serve_workers(config: ServerConfig) -> int | None:
+    """Bind, announce, fork ``config.workers`` workers and wait for them; the signal that
+    stopped them (passed on to each), None if none did."""
     n = config.workers
     if config.store_path == ":memory:":
         raise SystemExit(
@@ -85,7 +86,10 @@ def serve_workers(config: ServerConfig) -> None:
         pids.append(pid)
     sock.close()
 
+    stopped_by: list[int] = []
+
     def forward(signum: int, _frame: FrameType | None) -> None:
+        stopped_by.append(signum)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):  # already gone
                 os.kill(pid, signum)
@@ -99,3 +103,4 @@ def serve_workers(config: ServerConfig) -> None:
         worst = max(worst, os.waitstatus_to_exitcode(status))
     if worst:
         raise SystemExit(worst)
+    return stopped_by[0] if stopped_by else None

@@ -363,9 +363,10 @@ class WsConnection:
                 )
             return
         outputs = {
-            str(it.get("call_id"))
+            it["call_id"]
             for it in append.input_items
-            if it.get("type") == "function_call_output"
+            # an output without a call_id (a tool the client ran by itself) answers no call
+            if it.get("type") == "function_call_output" and isinstance(it.get("call_id"), str)
         }
         unknown = sorted(outputs - paused.call_ids)
         if unknown:

@@ -22,6 +22,14 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from harness.wire.ws_frames import (
+    OP_BINARY,
+    OP_CLOSE,
+    OP_TEXT,
+    FrameReader,
+    close_payload,
+    encode_frame,
+)
 from tests.foreign_servers import canned_events
 
 #: bytes of the oversized SSE line and WebSocket frame (over the client's limits)
@@ -140,16 +148,8 @@ HTTP_ACTS: dict[str, HttpAct] = {
 
 
 def frame(opcode: int, payload: bytes, *, fin: bool = True, rsv: int = 0) -> bytes:
-    """A server frame (unmasked)."""
-    n = len(payload)
-    head = bytes([(0x80 if fin else 0) | (rsv << 4) | opcode])
-    if n < 126:
-        head += bytes([n])
-    elif n < 65536:
-        head += bytes([126]) + struct.pack("!H", n)
-    else:
-        head += bytes([127]) + struct.pack("!Q", n)
-    return head + payload
+    """A server frame (no mask), by the project's codec."""
+    return encode_frame(opcode, payload, masked=False, fin=fin, rsv=rsv)
 
 
 def text(doc: dict[str, Any] | str) -> bytes:
@@ -157,7 +157,7 @@ def text(doc: dict[str, Any] | str) -> bytes:
 
 
 def close(code: int, reason: bytes = b"") -> bytes:
-    return frame(8, struct.pack("!H", code) + reason)
+    return frame(OP_CLOSE, close_payload(code, reason))
 
 
 WS_MODES: dict[str, bytes] = {
@@ -179,7 +179,7 @@ WS_MODES: dict[str, bytes] = {
 
 
 async def _ws_oversized(w: Writer, stop: asyncio.Event) -> None:
-    w.write(bytes([0x81, 127]) + struct.pack("!Q", OVERSIZED))
+    w.write(encode_frame(OP_TEXT, b"", masked=False, length=OVERSIZED))
     block = b"x" * (1 << 20)
     for _ in range(OVERSIZED // len(block)):
         if stop.is_set() or w.is_closing():
@@ -192,7 +192,7 @@ async def _ws_oversized(w: Writer, stop: asyncio.Event) -> None:
 async def _ws_slowloris(w: Writer, stop: asyncio.Event) -> None:
     w.write(text(E[0]))
     # a frame that says 10,000 bytes follow, then a byte at a time
-    w.write(bytes([0x81, 126]) + struct.pack("!H", 10_000))
+    w.write(encode_frame(OP_TEXT, b"", masked=False, length=10_000))
     await w.drain()
     await _drip(w, b"z" * 10_000, stop)
 
@@ -225,18 +225,6 @@ async def _read_request(reader: asyncio.StreamReader) -> dict[str, str]:
     if n:
         await reader.readexactly(n)
     return headers
-
-
-async def _read_client_frame(reader: asyncio.StreamReader) -> int:
-    """Read one client frame; returns its opcode."""
-    h = await reader.readexactly(2)
-    n = h[1] & 0x7F
-    if n == 126:
-        n = struct.unpack("!H", await reader.readexactly(2))[0]
-    elif n == 127:
-        n = struct.unpack("!Q", await reader.readexactly(8))[0]
-    await reader.readexactly(n + (4 if h[1] & 0x80 else 0))
-    return h[0] & 0x0F
 
 
 class _Hostile:
@@ -291,19 +279,23 @@ class _Hostile:
         )
         # Every message (a response.create) gets the mode's answer; a close frame gets a
         # close back and the end of the connection, as the close handshake asks.
+        frames = FrameReader(1 << 26, masked=True)
         while not self.stop.is_set():
-            opcode = await asyncio.wait_for(_read_client_frame(reader), 30)
-            if opcode == 8:
-                writer.write(close(1000))
+            data = await asyncio.wait_for(reader.read(65536), 30)
+            if not data:
+                return
+            for opcode, _ in frames.feed(data):
+                if opcode == OP_CLOSE:
+                    writer.write(close(1000))
+                    await writer.drain()
+                    return
+                if opcode not in (OP_TEXT, OP_BINARY):
+                    continue
+                if self.mode in WS_ACTS:
+                    await WS_ACTS[self.mode](writer, self.stop)
+                    return
+                writer.write(WS_MODES[self.mode])
                 await writer.drain()
-                return
-            if opcode not in (1, 2):
-                continue
-            if self.mode in WS_ACTS:
-                await WS_ACTS[self.mode](writer, self.stop)
-                return
-            writer.write(WS_MODES[self.mode])
-            await writer.drain()
 
 
 @contextlib.contextmanager

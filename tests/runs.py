@@ -1,4 +1,5 @@
-"""Starting loopbench from tests: its CLI in a subprocess, or tiny.yaml in this process."""
+"""Starting loopbench from tests: its CLI in a subprocess, tiny.yaml in this process, or a
+run's lifecycle fed synthetic records."""
 
 from __future__ import annotations
 
@@ -8,13 +9,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from harness.cli.locust import LOCUSTFILE
+from harness.metrics.hdr import Histogram
 from harness.report.results import Run, load_run, read_csv_gz
+from harness.run.health import ClientHealth
+from harness.run.measurement import Measurement
 from harness.run.runner import RunOptions, run_scenario
-from harness.workload.scenario import load_scenario
+from harness.workload.records import RolloutRecord, TurnRecord
+from harness.workload.scenario import load_scenario, validate_scenario
 from tests.without_reports import no_reports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,11 +80,19 @@ def run_tiny(out: Path, transports: list[str], sets: dict[str, str], **options: 
     The embedded server, no progress display, no report; ``options`` are further
     :class:`RunOptions` (``run_id`` is ``r`` unless given).
     """
+    return run_file(TINY, out, sets, transports=transports, **options)
+
+
+def run_file(
+    scenario: Path | str, out: Path, sets: dict[str, str] | None = None, **options: Any
+) -> Run:
+    """A scenario file run in this process as ``loopbench run FILE --out OUT`` runs it, but
+    without the interpreter start and the report (for tests that read only the rows and the
+    summary); :func:`run_tiny`'s defaults."""
     options.setdefault("run_id", "r")
-    opts = RunOptions(
-        transports=transports, results_root=out, progress=False, render=False, **options
-    )
-    return load_run(run_scenario(load_scenario(str(TINY), sets), str(TINY), opts).run_dir)
+    opts = RunOptions(results_root=out, progress=False, render=False, **options)
+    loaded = load_scenario(str(scenario), sets)
+    return load_run(run_scenario(loaded, str(scenario), opts).run_dir)
 
 
 def rows_flushed(proc: subprocess.Popen[str], turns: Path, at_least: int) -> int:
@@ -98,6 +112,34 @@ def rows_flushed(proc: subprocess.Popen[str], turns: Path, at_least: int) -> int
     return seen
 
 
+def _ignore_sigint() -> None:
+    # in the child before it runs the program: what `sh` does for `COMMAND &`
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def started(
+    *args: str | Path, background: bool = False, report: bool = True
+) -> Iterator[subprocess.Popen[str]]:
+    """``loopbench ARGS`` running, its output piped, killed on the way out if still running;
+    ``background``: with SIGINT ignored, as a shell without job control starts
+    ``loopbench … &`` (a script, a CI step); ``report=False``: it renders no report."""
+    proc = subprocess.Popen(
+        _argv(args, report=report),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=_ignore_sigint if background else None,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 def interrupt_run(
     out: Path,
     run_id: str,
@@ -106,11 +148,14 @@ def interrupt_run(
     sig: signal.Signals,
     *,
     again_after_s: tuple[float, ...] = (),
+    background: bool = False,
     report: bool = True,
 ) -> tuple[int, int, str]:
     """``loopbench run`` of tiny.yaml, one rollout at a time, sent ``sig`` once 6 rows are on disk
     (and once more after each delay of ``again_after_s``, as an impatient user or
-    ``timeout -s INT`` does); ``report=False``: the run renders no report.
+    ``timeout -s INT`` does).  ``background``: started with SIGINT ignored, as a shell
+    without job control starts ``loopbench run … &`` (a script, a CI step).  ``report=False``:
+    the run renders no report.
 
     Fails the test if the run ends first.  Returns the rows seen before the signal, the
     exit code and stderr.
@@ -124,14 +169,7 @@ def interrupt_run(
         "load.concurrency=1",
     ]
     args += ["--transports", transport, "--out", out, "--run-id", run_id, "-q"]
-    proc = subprocess.Popen(
-        _argv(tuple(args), report=report),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
+    with started(*args, background=background, report=report) as proc:
         seen = rows_flushed(proc, out / run_id / "turns.csv.gz", 6)
         assert proc.poll() is None, (
             f"run ended before it could be interrupted: {proc.communicate()[1]}"
@@ -143,10 +181,6 @@ def interrupt_run(
             if proc.poll() is None:
                 proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
     return seen, proc.returncode, err
 
 
@@ -181,3 +215,88 @@ def locust_master_argv(
         *extra,
         "--only-summary",
     ]
+
+
+MS = 1_000_000
+MEASURED_DOC: dict[str, Any] = {
+    "name": "agree",
+    "seed": 7,
+    "transports": ["http"],
+    "rollout": {"count": 25, "tool_calls": 1},
+    "load": {"mode": "closed", "concurrency": 1},
+}
+
+
+def measured_folder(
+    root: Path,
+    name: str,
+    *,
+    rollouts: int = 25,
+    turns: int = 4,
+    failed: int = 0,
+    fail_last: bool = False,
+    late_ms: float = 0.0,
+    scenario: dict[str, Any] | None = None,
+    history_shift: int = 0,
+) -> Path:
+    """A results folder written by the run's lifecycle (:class:`Measurement`: the summary, its
+    verdict, the rows) from synthetic records, without a server: a finished run of
+    ``rollouts`` x ``turns`` turns: the first ``failed`` turns fail (or,
+    ``fail_last``, every rollout's last turn), each start ``late_ms`` behind its schedule,
+    every history ``history_shift`` tokens longer (as if the rollout generator changed)."""
+    sc = validate_scenario({**MEASURED_DOC, **(scenario or {})}, name)
+    manifest = {
+        "run_id": name,
+        "scenario": sc.model_dump(mode="json"),
+        "scenario_name": sc.name,
+        "seed": sc.seed,
+        "transports": ["http"],
+    }
+    m = Measurement(sc, root / name, manifest, ["http"], planned=rollouts)
+    clock = 10_000 * MS
+    to_fail = failed
+    for rid in range(rollouts):
+        start = clock
+        bad = 0
+        for k in range(turns):
+            sent = start + k * 100 * MS
+            fail = to_fail > 0 or (fail_last and k == turns - 1)
+            to_fail -= to_fail > 0
+            bad += fail
+            m.add_turn(
+                TurnRecord(
+                    transport="http",
+                    rollout_id=rid,
+                    turn_index=k,
+                    sent_ns=sent,
+                    first_token_ns=sent + 40 * MS,
+                    last_token_ns=sent + 80 * MS,
+                    done_ns=sent + 81 * MS,
+                    status="error" if fail else "completed",
+                    error_kind="server_error" if fail else "",
+                    error_message="HTTP 500: injected" if fail else "",
+                    history_tokens=1000 * (k + 1) + history_shift,
+                    output_tokens=40,
+                )
+            )
+        roll = RolloutRecord(
+            transport="http",
+            rollout_id=rid,
+            intended_start_ns=start - round(late_ms * MS),
+            start_ns=start,
+            end_ns=start + turns * 100 * MS,
+            turns=turns,
+            errors=bad,
+            status="error" if bad else "completed",
+        )
+        m.schedules["http"].intended += 1
+        m.schedules["http"].observe(roll, m.late_ns)
+        m.add_rollout(roll)
+        clock = roll.end_ns + MS
+    # a quiet client: 10 % of a core, wake-ups 1 ms late
+    lag = Histogram()
+    for _ in range(100):
+        lag.record_ns(MS)
+    m.clients.append(ClientHealth(cpu_share=0.1, wall_s=5.0, loop_lag=lag))
+    m.finish()
+    return root / name

@@ -90,6 +90,9 @@ ALLOWED.update(
         "tools": _WHOLE_PRODUCT,
         "tools.soak": _CHECKS,
         "tools.fuzz": _CHECKS | {"tools.soak"},
+        # `make real-engine` drives the peers as the peer bench does (its commands, offline
+        # tokenizer and readers), against vLLM instead of the reference server
+        "tools.real_engine": _WHOLE_PRODUCT | {"bench.peers"},
     }
 )
 

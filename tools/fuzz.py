@@ -13,7 +13,7 @@ fuzzer and the server, so it can send what a library would refuse to):
   invalid headers, huge headers, bad methods, paths and versions;
 * **ws** — WebSocket sessions of 1 to 4 frames: creates (valid and mutated),
   appends and steers with junk, non-JSON, binary, invalid UTF-8, fragments,
-  stray continuations, reserved opcodes and bits, unmasked frames, oversized
+  stray continuations, reserved opcodes and bits, frames without a mask, oversized
   control frames, bad close codes, lying length headers, over-limit messages;
   ended by a close, a reset or a half-close;
 * **socket** — half-open (half a request, then a half-close), resets after the
@@ -57,6 +57,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness.run.embedded import server_child
+from harness.wire import ws_frames as wsf
 from harness.wire.exit_codes import UsageParser
 from tools.soak import rss_kib
 
@@ -824,93 +825,68 @@ async def http_header_case(
 # -- WebSocket -----------------------------------------------------------------------------------
 
 
-def ws_frame(
-    opcode: int,
-    payload: bytes,
-    *,
-    fin: bool = True,
-    mask: bool = True,
-    rsv: int = 0,
-    length: int | None = None,
-) -> bytes:
-    """One client frame; ``length`` lies about the payload's length when given."""
-    n = len(payload) if length is None else length
-    head = bytes([(0x80 if fin else 0) | (rsv << 4) | opcode])
-    m = 0x80 if mask else 0
-    if n < 126:
-        head += bytes([m | n])
-    elif n < 65536:
-        head += bytes([m | 126]) + struct.pack("!H", n)
-    else:
-        head += bytes([m | 127]) + struct.pack("!Q", n)
-    if not mask:
-        return head + payload
-    key = os.urandom(4)
-    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
-
-
-def _close_payload(code: int, reason: bytes = b"") -> bytes:
-    return struct.pack("!H", code) + reason
-
-
 def _ws_action(r: random.Random) -> tuple[bytes, str]:
     k = r.randrange(18)
     if k < 4:
         doc = {"type": "response.create", **_base_body(r)}
         doc.pop("stream", None)
-        return ws_frame(1, json.dumps(doc).encode()), "valid create"
+        return wsf.encode_frame(1, json.dumps(doc).encode()), "valid create"
     if k < 8:
         doc = {"type": "response.create", **_base_body(r)}
         doc.pop("stream", None)
         for _ in range(r.randint(1, 3)):
             doc = _mutate_doc(r, doc) if isinstance(doc, dict) else _rand_json(r)
         _bound_work(doc)
-        return ws_frame(1, json.dumps(doc).encode()), "mutated create"
+        return wsf.encode_frame(1, json.dumps(doc).encode()), "mutated create"
     if k == 8:
         doc = {
             "type": r.choice(("response.append", "response.steer", "bogus", "", None)),
             "response_id": r.choice(("resp_x", "", 5)),
             "input": _rand_json(r),
         }
-        return ws_frame(1, json.dumps(doc).encode()), "append/steer"
+        return wsf.encode_frame(1, json.dumps(doc).encode()), "append/steer"
     if k == 9:
-        return ws_frame(
+        return wsf.encode_frame(
             1, r.choice((b"not json", b"", b"[1,2]", b"null", CANARY.encode()))
         ), "not json"
     if k == 10:
-        return ws_frame(2, os.urandom(r.randrange(64))), "binary"
+        return wsf.encode_frame(2, os.urandom(r.randrange(64))), "binary"
     if k == 11:
-        return ws_frame(1, b'{"type":"response.create","model":"\xff\xfe"}'), "invalid utf-8"
+        return wsf.encode_frame(
+            1, b'{"type":"response.create","model":"\xff\xfe"}'
+        ), "invalid utf-8"
     if k == 12:
         msg = json.dumps({"type": "response.create", **_base_body(r)}).encode()
         half = len(msg) // 2
-        return ws_frame(1, msg[:half], fin=False) + ws_frame(0, msg[half:]), "fragmented"
+        return wsf.encode_frame(1, msg[:half], fin=False) + wsf.encode_frame(
+            0, msg[half:]
+        ), "fragmented"
     if k == 13:
-        return ws_frame(0, b"stray"), "stray continuation"
+        return wsf.encode_frame(0, b"stray"), "stray continuation"
     if k == 14:
         return r.choice(
             (
-                ws_frame(3, b"x"),
-                ws_frame(0xB, b"x"),
-                ws_frame(1, b"{}", rsv=r.randint(1, 7)),
-                ws_frame(1, b"{}", mask=False),
+                wsf.encode_frame(3, b"x"),
+                wsf.encode_frame(0xB, b"x"),
+                wsf.encode_frame(1, b"{}", rsv=r.randint(1, 7)),
+                wsf.encode_frame(1, b"{}", masked=False),
             )
         ), "bad opcode/bits/mask"
     if k == 15:
         return r.choice(
-            (ws_frame(9, b"p" * 200), ws_frame(9, b"p", fin=False))
+            (wsf.encode_frame(9, b"p" * 200), wsf.encode_frame(9, b"p", fin=False))
         ), "bad control frame"
     if k == 16:
-        return ws_frame(
+        return wsf.encode_frame(
             1,
             b'{"type":"response.create","x":"'
             + b"y" * (MAX_BODY + r.choice((1, 2 * 1024 * 1024)))
             + b'"}',
         ), "over limit"
     if r.random() < 0.5:
-        return ws_frame(1, b"{", length=2**40), "lying length"
+        return wsf.encode_frame(1, b"{", length=2**40), "lying length"
     # The rest of the frame never comes: the server rightly waits for it (the client ends it).
-    return ws_frame(1, b"{", length=70000), "unfinished frame"
+    return wsf.encode_frame(1, b"{", length=70000), "unfinished frame"
 
 
 async def ws_handshake(host: str, port: int, hang_s: float) -> Conn:
@@ -930,18 +906,37 @@ async def ws_handshake(host: str, port: int, hang_s: float) -> Conn:
     return conn
 
 
-async def _read_ws_frame(conn: Conn, timeout: float) -> tuple[int, bytes] | None:
-    """The next server frame ``(opcode, payload)``; None at EOF."""
-    try:
-        h = await asyncio.wait_for(conn.reader.readexactly(2), timeout)
-        n = h[1] & 0x7F
-        if n == 126:
-            n = struct.unpack("!H", await conn.reader.readexactly(2))[0]
-        elif n == 127:
-            n = struct.unpack("!Q", await conn.reader.readexactly(8))[0]
-        return h[0] & 0x0F, await conn.reader.readexactly(n)
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
+class _ServerFrames:
+    """The server's frames on one connection, read by the project's codec.
+
+    A frame the codec refuses is a finding: the server broke the framing rules.
+    """
+
+    def __init__(self, conn: Conn, tally: Tally, names: str) -> None:
+        self.conn = conn
+        self.tally = tally
+        self.names = names
+        self.reader = wsf.FrameReader(1 << 30)
+        self.frames: list[tuple[int, bytes]] = []
+        self.broken = False
+
+    async def next(self, timeout: float) -> tuple[int, bytes] | None:
+        """The next frame ``(opcode, payload)``; None at EOF or after a broken frame."""
+        while not self.frames:
+            if self.broken:
+                return None
+            try:
+                data = await asyncio.wait_for(self.conn.reader.read(65536), timeout)
+            except ConnectionError:
+                return None
+            if not data:
+                return None
+            try:
+                self.frames = self.reader.feed(data)
+            except wsf.FrameError as exc:
+                self.tally.fail("ws_bad_frame", f"ws {self.names}: the server sent {exc.reason}")
+                self.frames, self.broken = exc.before, True
+        return self.frames.pop(0)
 
 
 def _judge_ws_message(tally: Tally, payload: bytes, actions: str) -> bool:
@@ -975,7 +970,7 @@ def _judge_ws_message(tally: Tally, payload: bytes, actions: str) -> bool:
 
 
 async def _ws_until_answered(
-    conn: Conn, tally: Tally, names: str, valid: int, hang_s: float
+    frames: _ServerFrames, tally: Tally, names: str, valid: int, hang_s: float
 ) -> bool:
     """Read until ``valid`` responses ended; True if the server closed first."""
     ended = 0
@@ -984,18 +979,18 @@ async def _ws_until_answered(
         left = deadline - time.monotonic()
         if left <= 0:
             raise Hang(f"ws {names}: {valid - ended} of the valid creates never ended")
-        frame = await _read_ws_frame(conn, left)
-        if frame is None or frame[0] == 8:
+        frame = await frames.next(left)
+        if frame is None or frame[0] == wsf.OP_CLOSE:
             if frame is not None:
                 _judge_ws_close(tally, frame[1], names, "before the client's close")
             return True
-        if frame[0] == 1 and _judge_ws_message(tally, frame[1], names):
+        if frame[0] == wsf.OP_TEXT and _judge_ws_message(tally, frame[1], names):
             ended += 1
     return False
 
 
 def _judge_ws_close(tally: Tally, payload: bytes, names: str, ending: str) -> None:
-    code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005
+    code = wsf.close_code(payload)
     if code not in ALLOWED_CLOSE_CODES:
         tally.fail(f"ws_close_{code}", f"ws {names} ({ending}): closed with {code}")
     else:
@@ -1010,6 +1005,7 @@ async def ws_case(host: str, port: int, r: random.Random, tally: Tally, hang_s: 
     if "unfinished frame" in names:
         ending = "reset"
     valid = sum(1 for _, what in actions if what == "valid create")
+    frames = _ServerFrames(conn, tally, names)
     closed_by_server = False
     try:
         for data, _ in actions:
@@ -1018,7 +1014,7 @@ async def ws_case(host: str, port: int, r: random.Random, tally: Tally, hang_s: 
                 await conn.writer.drain()
         # Sometimes wait for the valid creates' answers first: each must end, within the time.
         wait = valid and ending == "close" and r.random() < 0.7
-        if wait and await _ws_until_answered(conn, tally, names, valid, hang_s):
+        if wait and await _ws_until_answered(frames, tally, names, valid, hang_s):
             closed_by_server = True
             return
         if ending == "reset":
@@ -1032,33 +1028,33 @@ async def ws_case(host: str, port: int, r: random.Random, tally: Tally, hang_s: 
         else:
             valid_code = ending == "close"
             payload = (
-                _close_payload(1000)
+                wsf.close_payload(1000)
                 if valid_code
                 else r.choice(
                     (
-                        _close_payload(999),
-                        _close_payload(1005),
-                        _close_payload(5000),
-                        _close_payload(1000, b"\xff"),
+                        wsf.close_payload(999),
+                        wsf.close_payload(1005),
+                        wsf.close_payload(5000),
+                        wsf.close_payload(1000, b"\xff"),
                         b"\x03",
                     )
                 )
             )
-            conn.writer.write(ws_frame(8, payload))
+            conn.writer.write(wsf.encode_frame(8, payload))
         deadline = time.monotonic() + hang_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise Hang(f"ws {names}: the server neither closed nor stopped sending")
-            frame = await _read_ws_frame(conn, left)
+            frame = await frames.next(left)
             if frame is None:
                 closed_by_server = True
                 tally.answer("ws", "eof")
                 return
             opcode, payload = frame
-            if opcode == 1:
+            if opcode == wsf.OP_TEXT:
                 _judge_ws_message(tally, payload, names)
-            elif opcode == 8:
+            elif opcode == wsf.OP_CLOSE:
                 _judge_ws_close(tally, payload, names, ending)
                 closed_by_server = True
                 return
@@ -1115,7 +1111,9 @@ async def socket_case(host: str, port: int, r: random.Random, tally: Tally, hang
             conn.close()
             ws = await ws_handshake(host, port, hang_s)
             ws.writer.write(
-                ws_frame(1, json.dumps({"type": "response.create", **_base_body(r)}).encode())
+                wsf.encode_frame(
+                    1, json.dumps({"type": "response.create", **_base_body(r)}).encode()
+                )
             )
             await ws.writer.drain()
             ws.reset()

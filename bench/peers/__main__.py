@@ -68,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--check",
         action="store_true",
-        help=f"exit {int(ExitCode.INVALID)} when the target is missed or could not be evaluated",
+        help=f"exit {int(ExitCode.SLO_BREACH)} when the target is missed, "
+        f"{int(ExitCode.INVALID)} when it could not be judged (a side missing, the machine busy)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     args = p.parse_args(argv)
@@ -109,7 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: --benchmarks {args.benchmarks}: {exc}", file=sys.stderr)
             return int(ExitCode.USAGE)
         print(f"table written into {args.benchmarks}")
-    if args.check and doc["target"]["passed"] is not True:
+    passed = doc["target"]["passed"]
+    if args.check and passed is False:
+        return int(ExitCode.SLO_BREACH)
+    if args.check and passed is None:
         return int(ExitCode.INVALID)
     return int(ExitCode.OK)
 

@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from bench.peers.readers import (
     without_warmup,
 )
 from bench.peers.timing_log import ServerEntry, parse_timing_log
+from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from bench.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.run.embedded import server_child
 from harness.wire.errors import LoopbenchError
@@ -80,10 +82,13 @@ class PeersOptions:
     peers_venv: Path = Path(".venv-peers")
     artifacts: Path = Path("results/peers")
     run_timeout_s: float = 600.0
+    #: runs of a step while the machine is busy before it is left unjudged
+    busy_attempts: int = BUSY_ATTEMPTS
 
     @classmethod
     def quick(cls, **kw: Any) -> PeersOptions:
-        return cls(levels=(1, 4), per_stream=2, min_requests=8, **kw)
+        # A smoke run: a busy step is marked, not repeated.
+        return cls(levels=(1, 4), per_stream=2, min_requests=8, busy_attempts=1, **kw)
 
     def load(self, streams: int) -> cmd.Load:
         return cmd.Load(streams, max(self.min_requests, self.per_stream * streams), streams)
@@ -103,6 +108,10 @@ class _Run:
     cpu_s: float | None = None
     output: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: what other processes used during the (last) attempt (bench/selfbench/busy.py)
+    busy: dict[str, Any] | None = None
+    #: why this run's figures judge nothing (the machine stayed busy); "" if they do
+    not_judged: str = ""
 
 
 def peer_version(venv: Path, dist: str) -> str | None:
@@ -222,7 +231,12 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
                     run.status = "not installed"
                     continue
                 say(f"{streams} streams: {name} ({load.requests} requests + {load.warmup} warm-up)")
-                _run_tool(run, base_url, exes, peer_env, tags, opts.run_timeout_s)
+                _judged_run(
+                    run,
+                    partial(_run_tool, run, base_url, exes, peer_env, tags, opts.run_timeout_s),
+                    say,
+                    opts.busy_attempts,
+                )
                 if run.status != "ok":
                     say(f"  {run.status}")
         server_proc = server.proc
@@ -261,6 +275,29 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
         "runs": docs,
         "target": {"passed": verdict.passed, "text": verdict.text, **verdict.detail},
     }
+
+
+def _judged_run(
+    run: _Run, go: Callable[[], None], say: Callable[[str], None], attempts: int
+) -> None:
+    """``go`` (:func:`_run_tool`), again (in an emptied folder, with fresh request tags) while other
+    processes kept the machine busy; a run that stayed busy is marked not judged."""
+
+    def attempt() -> None:
+        for entry in run.folder.iterdir():
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        run.status = "ok"
+        go()
+
+    _, busy = until_quiet(attempt, say, attempts)
+    if busy is not None:
+        run.busy = busy.as_dict()
+        if busy.busy:
+            run.not_judged = busy.not_judged()
+            say(f"  {run.not_judged}")
 
 
 def _run_tool(
@@ -342,6 +379,8 @@ def _finish(run: _Run, entries: Sequence[ServerEntry]) -> dict[str, Any]:
         "wall_s": None if run.wall_s is None else round(run.wall_s, 2),
         "cpu_s": None if run.cpu_s is None else round(run.cpu_s, 2),
         "folder": str(run.folder),
+        "busy": run.busy,
+        "not_judged": run.not_judged or None,
     }
     if run.status != "ok" or run.output is None:
         return doc

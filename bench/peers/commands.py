@@ -8,6 +8,8 @@ requests`` of them; the first ``warmup`` to start are left out of the figures
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,23 +32,35 @@ class Load:
         return self.requests + self.warmup
 
 
-def guidellm_scenario(base_url: str, load: Load, data: Path, out_json: Path) -> dict[str, Any]:
-    """A guidellm 0.8.1 scenario file (``guidellm run -c FILE``)."""
+def guidellm_scenario(
+    base_url: str,
+    load: Load,
+    data: Path,
+    out_json: Path,
+    *,
+    model: str = MODEL,
+    tokenizer: str = TOKENIZER_NAME,
+    max_tokens: int = OUTPUT_TOKENS,
+) -> dict[str, Any]:
+    """A guidellm 0.8.1 scenario file (``guidellm run -c FILE``).  With the data's
+    ``output_tokens_count`` guidellm sends ``max_tokens`` and ``ignore_eos: true`` itself, so
+    a real engine answers the planned length too (tools/real_engine)."""
+    backend: dict[str, Any] = {
+        "kind": "openai_http",
+        "target": base_url,
+        "model": model,
+        "request_format": "/v1/chat/completions",
+        "max_tokens": max_tokens,
+    }
     return {
         "metadata": {"name": f"loopbench-peers-{load.streams}"},
         "spec": {
-            "backend": {
-                "kind": "openai_http",
-                "target": base_url,
-                "model": MODEL,
-                "request_format": "/v1/chat/completions",
-                "max_tokens": OUTPUT_TOKENS,
-            },
+            "backend": backend,
             # No warm-up phase of its own: the runner leaves out the first requests of
             # every tool alike (readers.without_warmup).
             "profile": {"kind": "concurrent", "streams": [load.streams]},
             "data": [{"kind": "json_file", "path": str(data)}],
-            "tokenizer": {"kind": "huggingface_auto", "model": TOKENIZER_NAME},
+            "tokenizer": {"kind": "huggingface_auto", "model": tokenizer},
             "constraints": [{"kind": "max_requests", "count": load.total}],
             "outputs": [{"kind": "json", "path": str(out_json)}],
         },
@@ -57,13 +71,27 @@ def guidellm_argv(exe: Path, scenario: Path) -> list[str]:
     return [str(exe), "run", "-c", str(scenario), "--disable-progress"]
 
 
-def aiperf_argv(exe: Path, base_url: str, load: Load, data: Path, out_dir: Path) -> list[str]:
-    """``aiperf profile`` (0.13.0) over the single-turn dataset ``data``."""
+def aiperf_argv(
+    exe: Path,
+    base_url: str,
+    load: Load,
+    data: Path,
+    out_dir: Path,
+    *,
+    model: str = MODEL,
+    tokenizer: str = TOKENIZER_NAME,
+    extra_inputs: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """``aiperf profile`` (0.13.0) over the single-turn dataset ``data``; ``extra_inputs`` are
+    body fields added to every request (``--extra-inputs NAME:VALUE``)."""
+    extra: list[str] = []
+    for name, value in (extra_inputs or {}).items():
+        extra += ["--extra-inputs", f"{name}:{json.dumps(value)}"]
     return [
         str(exe),
         "profile",
         "--model",
-        MODEL,
+        model,
         "--url",
         base_url,
         "--endpoint-type",
@@ -80,7 +108,7 @@ def aiperf_argv(exe: Path, base_url: str, load: Load, data: Path, out_dir: Path)
         "--dataset-sampling-strategy",
         "sequential",
         "--tokenizer",
-        TOKENIZER_NAME,
+        tokenizer,
         # Token counts from the server's usage, as guidellm and loopbench count them.
         "--use-server-token-count",
         "--artifact-dir",
@@ -94,6 +122,7 @@ def aiperf_argv(exe: Path, base_url: str, load: Load, data: Path, out_dir: Path)
         "--no-gpu-telemetry",
         "--random-seed",
         "1",
+        *extra,
     ]
 
 

@@ -72,7 +72,7 @@ def run_figures(result: MatchResult, reported: int) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    passed: bool | None  # None: not evaluated (a side is missing)
+    passed: bool | None  # None: not evaluated (a side is missing, or the machine was busy)
     text: str
     detail: dict[str, Any]
 
@@ -96,6 +96,10 @@ def target(runs: Sequence[dict[str, Any]], streams: int) -> Verdict:
     if ours is None or not peers:
         missing = "loopbench (chat) was not" if ours is None else "no peer was"
         return Verdict(None, f"not evaluated at {streams} streams: {missing} measured", detail)
+    busy = [r["not_judged"] for r in (ours, *peers) if r.get("not_judged")]
+    if busy:
+        # A busy peer run would flatter loopbench as much as a busy loopbench run hurts it.
+        return Verdict(None, f"{busy[0]} at {streams} streams", detail)
     parts, passed = [], True
     for key in ("p50", "p99"):
         mine = _stat(ours, key)

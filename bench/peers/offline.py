@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -111,35 +112,59 @@ def write_lines(path: Path, lines: Iterator[str]) -> Path:
     return path
 
 
-def write_tokenizer(hf_home: Path, corpus: Sequence[str]) -> Path:
-    """Train the tiny BPE on ``corpus`` into ``hf_home``'s hub cache; returns the snapshot."""
+def train_bpe(
+    corpus: Sequence[str], vocab_size: int = 1000, special: Sequence[str] = ()
+) -> Tokenizer:
+    """A byte-level BPE trained on ``corpus``: every byte has a token, so any text encodes.
+
+    The same corpus gives the same tokenizer (the trainer is deterministic), which is what
+    lets the real-engine check rebuild its model's tokenizer byte for byte.
+    """
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=1000,
-        special_tokens=["<unk>", "<s>", "</s>"],
+        vocab_size=vocab_size,
+        special_tokens=["<unk>", "<s>", "</s>", *special],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(list(corpus), trainer)
-    body = tok.to_str()
-    revision = hashlib.sha1(body.encode()).hexdigest()
-    repo = hf_home / "hub" / ("models--" + TOKENIZER_NAME.replace("/", "--"))
+    return tok
+
+
+#: ``tokenizer_config.json`` of a BPE from :func:`train_bpe` (transformers' fast tokenizer)
+TOKENIZER_CONFIG: dict[str, Any] = {
+    "tokenizer_class": "PreTrainedTokenizerFast",
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+    "model_max_length": 1_000_000,
+}
+
+
+def cache_snapshot(hf_home: Path, name: str, files: Mapping[str, str]) -> Path:
+    """Lay ``files`` (file name -> text) out as the cached snapshot of the model ``name`` in
+    ``hf_home``'s hub cache, where ``HF_HUB_OFFLINE=1`` finds it by name; returns the
+    snapshot folder."""
+    revision = hashlib.sha1("".join(files[k] for k in sorted(files)).encode()).hexdigest()
+    repo = hf_home / "hub" / ("models--" + name.replace("/", "--"))
     snapshot = repo / "snapshots" / revision
     snapshot.mkdir(parents=True, exist_ok=True)
-    (snapshot / "tokenizer.json").write_text(body, encoding="utf-8")
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<s>",
-        "eos_token": "</s>",
-        "unk_token": "<unk>",
-        "model_max_length": 1_000_000,
-    }
-    (snapshot / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    for file_name, text in files.items():
+        (snapshot / file_name).write_text(text, encoding="utf-8")
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(revision, encoding="utf-8")
     return snapshot
+
+
+def write_tokenizer(hf_home: Path, corpus: Sequence[str]) -> Path:
+    """Train the tiny BPE on ``corpus`` into ``hf_home``'s hub cache; returns the snapshot."""
+    files = {
+        "tokenizer.json": train_bpe(corpus).to_str(),
+        "tokenizer_config.json": json.dumps(TOKENIZER_CONFIG),
+    }
+    return cache_snapshot(hf_home, TOKENIZER_NAME, files)
 
 
 def offline_env(hf_home: Path, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -48,6 +48,9 @@ class Measured:
     tag: str | None = None
     # when the tool started the request, Unix ns (None: the tool keeps only a monotonic clock)
     start_unix_ns: int | None = None
+    # the token counts the tool reported (the server's usage where it reads it); None: not given
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 def find_tag(text: str) -> str | None:
@@ -64,6 +67,11 @@ def decode_tps(tokens: Any, seconds: Any) -> float | None:
     if tokens < 2 or seconds <= 0:
         return None
     return (float(tokens) - 1.0) / float(seconds)
+
+
+def _count(value: Any) -> int | None:
+    number = _num(value)
+    return None if number is None else round(number)
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -123,6 +131,8 @@ def _guidellm_request(req: Mapping[str, Any], ok: bool) -> Measured:
         response_id=rid if isinstance(rid, str) and rid else None,
         tag=_guidellm_prompt_tag(req.get("request_args")),
         start_unix_ns=None if start is None else round(start * 1e9),
+        input_tokens=_count(req.get("prompt_tokens")),
+        output_tokens=_count(req.get("output_tokens")),
     )
 
 
@@ -197,6 +207,8 @@ def read_aiperf(lines: Iterable[str | bytes]) -> list[Measured]:
                 start_unix_ns=start
                 if isinstance(start, int) and not isinstance(start, bool)
                 else None,
+                input_tokens=_count(_metric(metrics, "input_sequence_length", "tokens")),
+                output_tokens=_count(tokens),
             )
         )
     return out
@@ -235,6 +247,8 @@ def read_loopbench(text: str, transport: str, warmup_rollouts: int) -> list[Meas
                 ttft_ms=ttft,
                 decode_tps=decode_tps(_int(row, "output_tokens"), (last - start_out) / 1e9),
                 response_id=row["response_id"] or None,
+                input_tokens=_int(row, "input_tokens"),
+                output_tokens=_int(row, "output_tokens"),
             )
         )
     return out

@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from harness.record.proxy import READY_PREFIX, Upstream
-from harness.run import quiet_gc
 from harness.run.event_loop import run_async
 from harness.run.short_slice import request_short_slice
+from harness.wire import quiet_gc
 from harness.wire.exit_codes import UsageParser
 
 

@@ -51,7 +51,6 @@ import orjson
 from harness.client.h1 import H1Error, ResponseParser
 from harness.metrics.stats import min_tail_pairs, paired_quantile_shift
 from harness.record.proxy import READY_PREFIX, Upstream
-from harness.run import quiet_gc
 from harness.run.event_loop import run_async
 from harness.run.proc_cpu import tree_cpu_seconds
 from harness.transports.rx_socket import (
@@ -59,6 +58,7 @@ from harness.transports.rx_socket import (
     stamped_transport,
     tcp_socket,
 )
+from harness.wire import quiet_gc
 from harness.wire.errors import LoopbenchError
 
 __all__ = [

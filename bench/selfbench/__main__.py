@@ -11,12 +11,14 @@ import orjson
 
 from bench.entry import exit_code
 from bench.selfbench.bench import STEPS, SelfbenchOptions, run_selfbench
-from bench.selfbench.figures import document, render_table, verdict
+from bench.selfbench.figures import document, render_table, unjudged, verdict
 from harness.transports.rx_socket import RX_STAMP_MODES, resolve_rx_stamp
 from harness.wire.exit_codes import ExitCode, UsageParser
 
-#: a missed target on a busy machine is a measurement to repeat: the table's "re-measure" row
-EXIT_TARGET_MISSED = ExitCode.INVALID
+#: a target missed on a machine quiet enough to judge it (bench/selfbench/busy.py)
+EXIT_TARGET_MISSED = ExitCode.SLO_BREACH
+#: a step the machine stayed too busy to judge: the table's "re-measure" row
+EXIT_NOT_JUDGED = ExitCode.INVALID
 
 
 def build_parser() -> UsageParser:
@@ -57,7 +59,8 @@ def build_parser() -> UsageParser:
     p.add_argument(
         "--check",
         action="store_true",
-        help=f"exit with code {int(EXIT_TARGET_MISSED)} when a target is missed (make bench)",
+        help=f"exit with code {int(EXIT_TARGET_MISSED)} when a target is missed, "
+        f"{int(EXIT_NOT_JUDGED)} when the machine was too busy to judge one (make bench)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return p
@@ -89,9 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     print(render_table(figures))
-    passed = verdict(figures)
-    print(f"\n{'all targets met' if passed else 'TARGET MISSED'}; written to {out}")
-    return int(EXIT_TARGET_MISSED if args.check and not passed else ExitCode.OK)
+    passed, aside = verdict(figures), unjudged(figures)
+    if not passed:
+        head, code = "TARGET MISSED", EXIT_TARGET_MISSED
+    elif aside:
+        head, code = (
+            f"NOT JUDGED: {len(aside)} targeted figure(s), {aside[0].not_judged}",
+            EXIT_NOT_JUDGED,
+        )
+    else:
+        head, code = "all targets met", ExitCode.OK
+    print(f"\n{head}; written to {out}")
+    return int(code if args.check else ExitCode.OK)
 
 
 if __name__ == "__main__":

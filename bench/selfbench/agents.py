@@ -495,6 +495,15 @@ class AgentsAnswer:
         }
 
 
+#: what the client spent at the answer: (AgentsStep attribute, what it is, unit, digits)
+_COSTS = (
+    ("turns_per_s", "turns/s", "turns/s", 1),
+    ("client_cpu_share", "client CPU share of its core", "", 3),
+    ("cpu_us_per_turn", "client CPU per turn", "µs", 1),
+    ("cpu_us_per_event", "client CPU per event", "µs", 2),
+)
+
+
 def agents_figures(ans: AgentsAnswer, bound_ms: float) -> list[Figure]:
     """The answer of one transport's search, and what the client spent at it."""
     t = ans.transport
@@ -512,36 +521,16 @@ def agents_figures(ans: AgentsAnswer, bound_ms: float) -> list[Figure]:
             at_least(AGENTS_PER_CORE_MIN, f">= {AGENTS_PER_CORE_MIN:,}"),
             digits=0,
         ),
-        figure(
-            f"agents.{t}.turns_per_s",
-            f"turns/s, {label}",
-            at.turns_per_s if at else None,
-            "turns/s",
-            note=note,
-            digits=1,
-        ),
-        figure(
-            f"agents.{t}.client_cpu_share",
-            f"client CPU share of its core, {label}",
-            at.client_cpu_share if at else None,
-            "",
-            note=note,
-        ),
-        figure(
-            f"agents.{t}.cpu_us_per_turn",
-            f"client CPU per turn, {label}",
-            at.cpu_us_per_turn if at else None,
-            "µs",
-            note=note,
-            digits=1,
-        ),
-        figure(
-            f"agents.{t}.cpu_us_per_event",
-            f"client CPU per event, {label}",
-            at.cpu_us_per_event if at else None,
-            "µs",
-            note=note,
-            digits=2,
+        *(
+            figure(
+                f"agents.{t}.{attr}",
+                f"{what}, {label}",
+                getattr(at, attr) if at else None,
+                unit,
+                note=note,
+                digits=digits,
+            )
+            for attr, what, unit, digits in _COSTS
         ),
     ]
 

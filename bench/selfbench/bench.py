@@ -20,8 +20,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.selfbench.agents import AgentsOptions, agents_figures, measure_agents
+from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from bench.selfbench.cpu_steal import read_cpu_times, steal_percent
-from bench.selfbench.figures import Figure, at_least, at_most, figure
+from bench.selfbench.figures import Figure, at_least, at_most, figure, set_aside
 from bench.selfbench.kernel_stamps import SERVER_OVERRIDES, kernel_stamp_figures
 from bench.selfbench.lib_server import READY_PREFIX as LIB_READY_PREFIX
 from bench.selfbench.locust_cmp import measure_locust
@@ -83,6 +84,8 @@ class SelfbenchOptions:
     kstamp_rollouts: int = 4  # per stream, after the unmeasured first wave
     kstamp_trials: int = 3
     agents: AgentsOptions = field(default_factory=AgentsOptions)
+    #: runs of a step while the machine is busy before its figures are left unjudged
+    busy_attempts: int = BUSY_ATTEMPTS
 
     @classmethod
     def quick(cls) -> SelfbenchOptions:
@@ -98,6 +101,7 @@ class SelfbenchOptions:
             kstamp_rollouts=1,
             kstamp_trials=1,
             agents=AgentsOptions.quick(),
+            busy_attempts=1,  # a smoke run: a busy step is marked, not repeated
         )
 
 
@@ -539,6 +543,32 @@ def _agents(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None])
         out.figures.extend(agents_figures(ans, a.error_p99_max_ms))
 
 
+def _judged_step(
+    step: str,
+    run: Callable[[SelfbenchOptions, _Collected, Callable[[str], None]], None],
+    opts: SelfbenchOptions,
+    out: _Collected,
+    say: Callable[[str], None],
+) -> None:
+    """``run`` one step, again while other processes kept the machine busy (bench/selfbench/busy.py);
+    the figures of a step that stayed busy are set aside, not judged."""
+
+    def attempt() -> _Collected:
+        part = _Collected()
+        run(opts, part, say)
+        return part
+
+    part, busy = until_quiet(attempt, say, opts.busy_attempts)
+    figures = part.figures
+    if busy is not None:
+        out.details.setdefault("busy", {})[step] = busy.as_dict()
+        if busy.busy:
+            say(f"{step}: {busy.not_judged()}")
+            figures = set_aside(figures, busy.not_judged())
+    out.figures.extend(figures)
+    out.details.update(part.details)
+
+
 def run_selfbench(
     opts: SelfbenchOptions, say: Callable[[str], None] = lambda _: None
 ) -> tuple[list[Figure], dict[str, Any], dict[str, Any]]:
@@ -555,7 +585,7 @@ def run_selfbench(
         ("agents", _agents),
     ):
         if step in opts.steps:
-            run(opts, out, say)
+            _judged_step(step, run, opts, out, say)
     meta = {
         "command": " ".join(["python -m bench.selfbench", *sys.argv[1:]]),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),

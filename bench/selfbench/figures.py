@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 FORMAT_VERSION = 1
@@ -39,6 +39,8 @@ class Figure:
     target: str = ""
     passed: bool | None = None
     note: str = ""
+    #: why a targeted figure got no verdict (the machine was busy: bench/selfbench/busy.py); "" if judged
+    not_judged: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,7 +51,23 @@ class Figure:
             "target": self.target or None,
             "passed": self.passed,
             "note": self.note or None,
+            "not_judged": self.not_judged or None,
         }
+
+
+def set_aside(figures: Sequence[Figure], why: str) -> list[Figure]:
+    """The figures of a step the machine was too busy to judge: no verdict, ``why`` noted."""
+    return [
+        replace(f, passed=None, not_judged=why, note=why)
+        if f.target
+        else replace(f, note=f.note or why)
+        for f in figures
+    ]
+
+
+def unjudged(figures: Sequence[Figure]) -> list[Figure]:
+    """The targeted figures left without a verdict."""
+    return [f for f in figures if f.not_judged]
 
 
 def figure(
@@ -82,6 +100,7 @@ def document(
         "format_version": FORMAT_VERSION,
         **meta,
         "passed": verdict(figures),
+        "not_judged": len(unjudged(figures)),
         "figures": [f.as_dict() for f in figures],
         "details": dict(details),
     }
@@ -102,7 +121,10 @@ def render_table(figures: Sequence[Figure]) -> str:
     """A Markdown table: figure, value, target, verdict (``info`` when there is no target)."""
     rows = [("figure", "value", "target", "result")]
     for f in figures:
-        result = "info" if f.passed is None else ("PASS" if f.passed else "FAIL")
+        if f.not_judged:
+            result = "not judged"
+        else:
+            result = "info" if f.passed is None else ("PASS" if f.passed else "FAIL")
         value = _value(f) + (f" {f.unit}" if f.unit and f.value is not None else "")
         rows.append((f.label, value, f.target or "", result))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

@@ -21,7 +21,6 @@ until SIGTERM.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -29,7 +28,7 @@ import uvicorn
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from bench.selfbench.raw_server import json_payload, serve_main, sse_blocks
+from bench.selfbench.raw_server import json_payload, listen_loopback, serve_main, sse_blocks
 
 READY_PREFIX = "library server listening on "
 
@@ -78,17 +77,9 @@ def ws_handler(payloads: list[bytes]) -> Callable[[ServerConnection], Awaitable[
     return handler
 
 
-def _bind() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1024)
-    return sock
-
-
 async def _main(deltas: int) -> None:
     blocks = sse_blocks(deltas)
-    http_sock, ws_sock = _bind(), _bind()
+    http_sock, ws_sock = listen_loopback(), listen_loopback()
     # No pings and no compression: a bare stream, as the flood server's and the readers' are.
     ws_server = await serve(
         ws_handler([json_payload(b) for b in blocks]),

@@ -3,8 +3,9 @@
 Both readers are plain asyncio protocols on the same event loop the pipeline
 runs on (uvloop), against the same server (:mod:`.lib_server` or
 :mod:`.raw_server`), and they parse no more than it takes to count: ``\\n\\n`` boundaries of the SSE body (and the
-last chunk, to know the body ended), frame headers of the WebSocket stream (to
-skip each payload unread).  No JSON, no timestamps, no records.  What they reach
+last chunk, to know the body ended), the WebSocket stream's frames through the project's
+one codec (:mod:`harness.wire.ws_frames`, what the pipeline reads them with too).  No
+JSON, no timestamps, no records.  What they reach
 is the most one client process moves through this server's streams, so the full
 pipeline against the same server (:mod:`.pipeline`) is at most that fast: the
 ratio of the two is the share of the ceiling the client's real work leaves.
@@ -21,13 +22,21 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from bench.selfbench.procs import SelfbenchError
+from harness.wire.ws_frames import (
+    OP_CLOSE,
+    OP_TEXT,
+    FrameError,
+    FrameReader,
+    close_payload,
+    encode_frame,
+)
 
 #: the end of a chunked body: CRLF of the last data chunk, the zero-size chunk, no trailers
 _BODY_END = b"\r\n0\r\n\r\n"
-_CLOSE_1000 = b"\x88\x82\x00\x00\x00\x00\x03\xe8"  # masked with a zero key: payload as is
 _REQUEST = b'{"type":"response.create"}'
-#: one client text frame (masked, zero key) carrying a request
-_WS_REQUEST = bytes((0x81, 0x80 | len(_REQUEST))) + b"\x00\x00\x00\x00" + _REQUEST
+#: the client's frames, masked with a zero key (built once: the bench measures reading)
+_CLOSE_1000 = encode_frame(OP_CLOSE, close_payload(1000), key=bytes(4))
+_WS_REQUEST = encode_frame(OP_TEXT, _REQUEST, key=bytes(4))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +132,7 @@ class WsReader(_Reader):
         ).encode()
         self.open = False
         self.head = b""
-        self.partial = b""  # an incomplete frame header
-        self.skip = 0  # payload bytes of the current frame still to come
+        self.frames = FrameReader(1 << 30)
         self.closing = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -146,41 +154,21 @@ class WsReader(_Reader):
             self.head = b""
             assert self.transport is not None
             self.transport.write(_WS_REQUEST)
-        if self.partial:
-            data = self.partial + data
-            self.partial = b""
-        n = len(data)
-        pos = self.skip
-        while pos < n:
-            if n - pos < 2:
-                break
-            size = data[pos + 1] & 0x7F
-            if size < 126:
-                head = 2
-            elif size == 126:
-                if n - pos < 4:
-                    break
-                size, head = int.from_bytes(data[pos + 2 : pos + 4], "big"), 4
-            else:
-                if n - pos < 10:
-                    break
-                size, head = int.from_bytes(data[pos + 2 : pos + 10], "big"), 10
-            opcode = data[pos] & 0x0F
-            if opcode == 0x1:
+        try:
+            frames = self.frames.feed(data)
+        except FrameError as exc:
+            self.fail(f"the server sent {exc.reason}")
+            return
+        for opcode, _ in frames:
+            if opcode == OP_TEXT:
                 self.events += 1
                 if self.events == self.expected and not self.closing:
                     self.closing = True
                     assert self.transport is not None
                     self.transport.write(_CLOSE_1000)
-            elif opcode == 0x8:
+            elif opcode == OP_CLOSE:
                 self.finish()
                 return
-            pos += head + size
-        if pos >= n:
-            self.skip = pos - n
-        else:
-            self.partial = data[pos:]
-            self.skip = 0
 
 
 async def _timed(

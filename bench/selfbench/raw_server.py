@@ -13,7 +13,7 @@ Responses stream, encoded once at startup: ``response.created``,
   one chunk, and one ``write``, per event; then the last chunk.  Keep-alive.
 * WebSocket: a ``GET`` with ``Upgrade: websocket`` is switched (RFC 6455
   handshake); every text frame from the client (``response.create``) is answered
-  with the stream, one unmasked text frame, and one ``write``, per event.  A close
+  with the stream, one text frame (a server's: no mask), and one ``write``, per event.  A close
   frame is echoed and the connection closed.
 
 One write per event is what a token streamer does; the writes go out as fast as
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from harness.run.event_loop import run_async
+from harness.wire import ws_frames as wsf
 from harness.wire.events import ResponseBuilder, usage
 from harness.wire.exit_codes import UsageParser
 from harness.wire.sse import encode_event
@@ -47,6 +48,8 @@ DELTA_TEXT = " tok"
 LIFECYCLE_EVENTS = 8
 _WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _MAX_HEAD = 64 * 1024
+#: a request frame larger than this is not the bench's
+_MAX_REQUEST = 1 << 20
 _SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\n"
     b"content-type: text/event-stream\r\n"
@@ -79,18 +82,6 @@ def response_events(deltas: int) -> list[dict[str, object]]:
     return events
 
 
-def ws_frame(payload: bytes, opcode: int = 0x1) -> bytes:
-    """One unmasked, final server frame (RFC 6455 §5.2)."""
-    n = len(payload)
-    if n < 126:
-        head = bytes((0x80 | opcode, n))
-    elif n < 1 << 16:
-        head = bytes((0x80 | opcode, 126)) + n.to_bytes(2, "big")
-    else:
-        head = bytes((0x80 | opcode, 127)) + n.to_bytes(8, "big")
-    return head + payload
-
-
 def sse_blocks(deltas: int) -> list[bytes]:
     """The stream as SSE events (``event:`` and ``data:`` lines, blank line), one per event."""
     return [encode_event(event) for event in response_events(deltas)]
@@ -106,7 +97,7 @@ def encode_streams(deltas: int) -> Streams:
     ws: list[bytes] = []
     for block in sse_blocks(deltas):
         sse.append(f"{len(block):x}\r\n".encode() + block + b"\r\n")
-        ws.append(ws_frame(json_payload(block)))
+        ws.append(wsf.encode_frame(wsf.OP_TEXT, json_payload(block), masked=False))
     return Streams(tuple(sse), tuple(ws))
 
 
@@ -120,6 +111,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.ws = False
+        self.frames = wsf.FrameReader(_MAX_REQUEST, masked=True)
         self.closed = False
         self.paused = False
         self.resumed: asyncio.Future[None] | None = None
@@ -132,13 +124,20 @@ class _Conn(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
+        if self.ws:
+            self._frames(data)
+            return
         self.buf += data
         try:
-            while self.buf and not self.closed:
-                if not (self._frame() if self.ws else self._request()):
+            while self.buf and not self.closed and not self.ws:
+                if not self._request():
                     break
         except ValueError:
             self._close()
+        if self.ws and self.buf:  # frames sent right behind the upgrade request
+            rest = bytes(self.buf)
+            self.buf.clear()
+            self._frames(rest)
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -183,33 +182,22 @@ class _Conn(asyncio.Protocol):
         self.queue.put_nowait((_SSE_HEAD, *self.streams.sse, _LAST_CHUNK))
         return True
 
-    def _frame(self) -> bool:
-        """One client frame from the buffer; False when it is not complete yet."""
-        buf = self.buf
-        if len(buf) < 2:
-            return False
-        opcode, n = buf[0] & 0x0F, buf[1] & 0x7F
-        pos = 2
-        if n == 126:
-            n, pos = int.from_bytes(buf[2:4], "big"), 4
-        elif n == 127:
-            n, pos = int.from_bytes(buf[2:10], "big"), 10
-        pos += 4 if buf[1] & 0x80 else 0
-        if len(buf) < pos + n:
-            return False
-        payload = bytes(buf[pos : pos + n])
-        if buf[1] & 0x80:
-            mask = bytes(buf[pos - 4 : pos])
-            payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload[:2]))
-        del buf[: pos + n]
-        if opcode == 0x8:  # close: echo the code, then hang up (after what is queued)
-            self.queue.put_nowait((ws_frame(payload[:2], 0x8),))
-            self.queue.put_nowait(None)
-        elif opcode == 0x9:  # ping
-            self._write(ws_frame(payload, 0xA))
-        elif opcode in (0x1, 0x2):  # a request: the stream
-            self.queue.put_nowait(self.streams.ws)
-        return True
+    def _frames(self, data: bytes) -> None:
+        """Client frames, read by the project's codec (a broken one ends the connection)."""
+        try:
+            frames = self.frames.feed(data)
+        except wsf.FrameError:
+            self._close()
+            return
+        for opcode, payload in frames:
+            if opcode == wsf.OP_CLOSE:  # echo the code, then hang up (after what is queued)
+                self.queue.put_nowait((wsf.encode_frame(wsf.OP_CLOSE, payload[:2], masked=False),))
+                self.queue.put_nowait(None)
+                return
+            if opcode == wsf.OP_PING:
+                self._write(wsf.encode_frame(wsf.OP_PONG, payload, masked=False))
+            elif opcode in (wsf.OP_TEXT, wsf.OP_BINARY):  # a request: the stream
+                self.queue.put_nowait(self.streams.ws)
 
     # -- output --------------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -238,7 +226,8 @@ class _Conn(asyncio.Protocol):
         self.closed = True
 
 
-def _bind() -> socket.socket:
+def listen_loopback() -> socket.socket:
+    """A listening socket on 127.0.0.1, on a port the system picks (this and lib_server.py)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -248,7 +237,7 @@ def _bind() -> socket.socket:
 
 async def _main(deltas: int) -> None:
     streams = encode_streams(deltas)
-    sock = _bind()
+    sock = listen_loopback()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from harness.wire.credentials import PLACEHOLDER_API_KEY
@@ -23,6 +24,9 @@ EXIT_REGRESSION = ExitCode.REGRESSION
 EXIT_INVALID = ExitCode.INVALID
 EXIT_USAGE = ExitCode.USAGE
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+
+#: the help of every positional scenario argument: a file, or a name `loopbench scenarios` lists
+SCENARIO_HELP = "scenario YAML file, or a built-in name (loopbench scenarios), e.g. quickstart"
 
 # "  name  description": a row of a help table (two spaces before the description).
 _ROW = re.compile(r"(\s+\S+\s{2,})\S")
@@ -65,11 +69,30 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class Parser(UsageParser):
-    """The table's usage exit (:class:`UsageParser`), and the closest choice named.
+    """The table's usage exit (:class:`UsageParser`), the closest choice named, and where the
+    docs a help text names are.
 
     Subparsers inherit the class from their parent (``add_subparsers`` builds them with
     ``type(parent)``), so one top-level instance is enough.
     """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        # A subcommand's parser is run by its parent through this method; left to argparse,
+        # its unknown flags travel up and the top-level parser reports them under its own
+        # usage (`usage: loopbench [-h] …`). Refused here, the usage shown is the subcommand's.
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if "docs/" not in text:
+            return text
+        # A pip install has no checkout: say where this installation keeps the docs named.
+        return f"{text}\ndocs/NAME.md, named above: {docs_folder()}/NAME.md\n"
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         # A mistyped command (`loopbench rnu`) or option value is most often one letter off:
@@ -96,6 +119,15 @@ def examples(*lines: str) -> str:
 def epilog(*sections: str) -> str:
     """``--help`` epilog sections (examples, transports) separated by a blank line."""
     return "\n\n".join(s for s in sections if s)
+
+
+def docs_folder() -> Path:
+    """Where the ``docs/NAME.md`` that ``--help`` texts name are: inside the installed package
+    (a wheel ships them as ``harness/docs/``, pyproject.toml's package-dir), else the
+    checkout's ``docs/``."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "docs"
+    return shipped if shipped.is_dir() else package.parent / "docs"
 
 
 def version() -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.cli.commands import command_help
 from harness.cli.common import (
+    SCENARIO_HELP,
     HelpFormatter,
     api_key,
     epilog,
@@ -32,7 +33,7 @@ from harness.gate.codes import EXIT_INVALID, EXIT_USAGE
 from harness.gate.evaluate import evaluate
 from harness.gate.junit import render_junit
 from harness.gate.markdown import render_markdown
-from harness.gate.rules import load_rules
+from harness.gate.rules import GateConfig, load_rules
 from harness.gate.samples import run_data
 from harness.report.results import load_run
 from harness.run.target import resolve_target
@@ -50,6 +51,12 @@ if TYPE_CHECKING:
     from harness.gate.outcome import GateReport
 
 _STATUS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
+
+
+def _allowances(cfg: GateConfig) -> str:
+    """``rollout_ms.p50 +20 %, …``: the default rules' allowances as ``--help`` states them
+    (read from the rules themselves, so the text cannot drift from what the gate applies)."""
+    return ", ".join(f"{r.metric}.{r.statistic} +{r.max_increase_pct:g} %%" for r in cfg.regression)
 
 
 def add_parser(sub: Any) -> None:
@@ -77,14 +84,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "subject",
         metavar="RUN|SCENARIO",
-        help="results folder to judge, or with --ab a scenario YAML",
+        help=f"results folder to judge, or with --ab the {SCENARIO_HELP}",
     )
     p.add_argument("--baseline", metavar="BASELINE", help="results folder of the baseline run")
     p.add_argument(
         "--rules",
         metavar="FILE",
-        help="rules YAML (default: p50 of rollout, TTFT and turn latency may not regress by more "
-        "than 20%% between separate runs, 5%% in --ab mode)",
+        help="rules YAML (default: may not regress by more than "
+        f"{_allowances(load_rules(None))} between separate runs; "
+        f"{_allowances(load_rules(None, ab=True))} in --ab mode)",
     )
     p.add_argument(
         "--junit", metavar="FILE", help="write a JUnit XML report (one testcase per rule)"

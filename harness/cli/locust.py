@@ -27,20 +27,21 @@ from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
-    EXIT_OK,
+    SCENARIO_HELP,
     HelpFormatter,
     epilog,
     examples,
     scenario_overrides,
     transports_epilog,
 )
-from harness.cli.run import run_outcome
+from harness.cli.run import print_outcome
 from harness.cli.run_args import add_target_options, scenario_sets, target_flags
-from harness.cli.summary_table import print_summary
-from harness.report.results import load_run, new_run_id
+from harness.report.results import check_writable, load_run, new_run_id
 from harness.run.embedded import scenario_server
+from harness.run.orphans import watched_env
 from harness.run.target import SHAPING_ENV, resolve_target, target_flags_to_json
 from harness.wire.errors import ResultsError, UsageError
+from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import TRANSPORTS, locust_spec
 from harness.workload.scenario import Scenario, load_scenario
 
@@ -74,7 +75,7 @@ def add_parser(sub: Any) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    p.add_argument("scenario", nargs="?", help="scenario YAML file (master only)")
+    p.add_argument("scenario", nargs="?", help=f"{SCENARIO_HELP} (master only)")
     p.add_argument(
         "--workers",
         type=int,
@@ -262,7 +263,11 @@ def _run_workers(args: argparse.Namespace) -> int:
     port = args.master_port or DEFAULT_MASTER_PORT
     with _children() as procs:
         for _ in range(n):
-            procs.append(subprocess.Popen(worker_command(args.master_host, port, quiet=args.quiet)))
+            procs.append(
+                subprocess.Popen(
+                    worker_command(args.master_host, port, quiet=args.quiet), env=watched_env()
+                )
+            )
         try:
             codes = [p.wait() for p in procs]
         except KeyboardInterrupt:
@@ -274,7 +279,9 @@ def _run_workers(args: argparse.Namespace) -> int:
 
 def _check_scenario(args: argparse.Namespace) -> Scenario:
     if not args.scenario:
-        raise UsageError("loopbench locust: a scenario file is required (or --worker)")
+        raise UsageError(
+            "loopbench locust: a scenario (a YAML file or a built-in name) is required, or --worker"
+        )
     scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
     names = (
         [t.strip() for t in args.transports.split(",") if t.strip()]
@@ -318,6 +325,8 @@ def _run_master(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) / (args.run_id or new_run_id(scenario.name, time.time()))
     if (run_dir / "manifest.json").exists():
         raise UsageError(f"{run_dir}: already holds a run; choose another --run-id")
+    # Before the load, as `loopbench run` does: not a master traceback after it.
+    check_writable(run_dir)
 
     with contextlib.ExitStack() as stack:
         if args.target:
@@ -343,14 +352,16 @@ def _run_master(args: argparse.Namespace) -> int:
             start_new_session=True,
             # The shaping flags in the master's environment, not on its command line: a
             # header value may be a credential (a command line is readable by every user).
-            env={**os.environ, SHAPING_ENV: target_flags_to_json(flags)},
+            env=watched_env({**os.environ, SHAPING_ENV: target_flags_to_json(flags)}),
         )
         procs.append(master)
         connect = "127.0.0.1" if bind_host in ("*", "0.0.0.0") else bind_host
         for _ in range(local):
             procs.append(
                 subprocess.Popen(
-                    worker_command(connect, port, quiet=args.quiet), start_new_session=True
+                    worker_command(connect, port, quiet=args.quiet),
+                    start_new_session=True,
+                    env=watched_env(),
                 )
             )
         previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -368,6 +379,8 @@ def _run_master(args: argparse.Namespace) -> int:
 
 
 def _report(run_dir: Path, code: int) -> int:
+    if code == ExitCode.USAGE:
+        return code  # the master said why in one line (a bad option, a results file unwritable)
     try:
         run = load_run(run_dir)
     except ResultsError as exc:
@@ -376,10 +389,7 @@ def _report(run_dir: Path, code: int) -> int:
     if run.summary is None:
         print(f"error: {run_dir}: the run did not finish (no summary.json)", file=sys.stderr)
         return code or EXIT_INVALID
-    outcome, line = run_outcome(run.summary)
-    if outcome != EXIT_OK:
-        print(line)
-    print_summary(run.summary, run_dir, reasons_said=outcome == EXIT_INVALID)
+    outcome = print_outcome(run.summary, run_dir)
     # Locust exits 1 when any request failed; loopbench reports errors in the summary instead,
     # and judges the run as `loopbench run` does. Locust's other codes are not the table's
     # (its own 2 would read as an SLO breach to CI).

@@ -17,6 +17,7 @@ from harness.cli.commands import COMMANDS, module_of
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser, version
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import exit_code_help
+from harness.workload.builtin import shadowed_note
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -49,6 +50,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _scenario_notes(args: argparse.Namespace) -> list[str]:
+    """What a bare built-in name left unused in the working folder, for every command that
+    takes a scenario (``run tiny`` beside a folder ``tiny/``): the user may have meant it."""
+    names = [getattr(args, "scenario", None)]
+    names += list(getattr(args, "files", None) or ())
+    if getattr(args, "ab", False):
+        names.append(getattr(args, "subject", None))
+    notes = (shadowed_note(n) for n in names if isinstance(n, str))
+    return [n for n in notes if n]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -58,6 +70,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)
             sys.exit(EXIT_USAGE)
+        for note in _scenario_notes(args):
+            print(f"note: {note}", file=sys.stderr)
+        # Every command stops on SIGTERM as on Ctrl-C (the table's 130 for both): by default
+        # SIGTERM would end the process on the spot (143), its cleanup and results unwritten.
+        # Imported here: `loopbench --help` loads no module of the run stack.
+        from harness.run.interrupt import sigterm_as_sigint
+
+        sigterm_as_sigint()
         code = args.func(args)
     except LoopbenchError as exc:
         # Whatever reaches here was raised before or instead of a verdict: a bad file, flag,

@@ -15,6 +15,7 @@ from harness.client.probe import REACHABLE, as_json, table
 from harness.client.shaping import RequestShaping
 from harness.run.probe import DEFAULT_MODEL, DEFAULT_TIMEOUT_S, probe
 from harness.wire.errors import UsageError
+from harness.wire.plural import counted
 
 
 def add_parser(sub: Any) -> None:
@@ -102,12 +103,23 @@ def cmd_probe(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.json:
-        print(json.dumps(as_json(args.target, findings), indent=2))
-    else:
-        print(table(args.target, findings))
     reach = next(f for f in findings if f.feature == REACHABLE)
     if not reach.supported:
-        print(f"error: target {args.target} is unreachable: {reach.evidence}", file=sys.stderr)
-        return EXIT_USAGE
-    return EXIT_OK
+        # the one line that matters, first
+        print(
+            f"error: target {args.target} is unreachable: {reach.evidence}",
+            file=sys.stderr,
+            flush=True,
+        )
+    if args.json:
+        print(json.dumps(as_json(args.target, findings), indent=2))
+    elif not reach.supported:
+        # The checks it made pointless in one line, not a row each (they were ~40 lines of
+        # "not checked: the target is unreachable" before anything else).
+        skipped = [f for f in findings if not f.checked]
+        print(table(args.target, [f for f in findings if f.checked]))
+        if skipped:
+            print(f"not checked: {counted(len(skipped), 'feature')} (the target is unreachable)")
+    else:
+        print(table(args.target, findings))
+    return EXIT_OK if reach.supported else EXIT_USAGE

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from harness.cli.commands import command_help
-from harness.cli.common import EXIT_INVALID, EXIT_OK, HelpFormatter, examples
+from harness.cli.common import EXIT_INTERRUPTED, EXIT_INVALID, HelpFormatter, examples
 from harness.record.proxy import (
     OBSERVERS,
     READY_PREFIX,
@@ -20,6 +20,7 @@ from harness.record.proxy import (
 )
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
+from harness.wire.plural import counted, plural
 
 
 def add_parser(sub: Any) -> None:
@@ -116,12 +117,16 @@ def cmd_record(args: argparse.Namespace) -> int:
     unread = observed.unread
     if unread:
         print(
-            f"{len(unread)} exchanges could not be read (first: {unread[0]}); they count as failed",
+            f"{counted(len(unread), 'exchange')} could not be read (first: {unread[0]}); "
+            f"{plural(len(unread), 'it counts', 'they count')} as failed",
             file=sys.stderr,
         )
     print(
-        f"wrote {args.out}: {rollouts} rollouts from {len(proxy.exchanges)} exchanges "
+        f"wrote {args.out}: {counted(rollouts, 'rollout')} from "
+        f"{counted(len(proxy.exchanges), 'exchange')} "
         f"({failed} failed, not replayed)",
         file=sys.stderr,
     )
-    return EXIT_INVALID if observed.lost else EXIT_OK
+    # Only Ctrl-C or SIGTERM ends a recording: 130, the table's row for both, unless the
+    # trace misses exchanges (3: record again, which a stop cannot hide).
+    return EXIT_INVALID if observed.lost else EXIT_INTERRUPTED

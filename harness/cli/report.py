@@ -20,6 +20,7 @@ from harness.cli import run_args
 from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_OK,
+    SCENARIO_HELP,
     HelpFormatter,
     epilog,
     examples,
@@ -110,9 +111,10 @@ def add_parser(sub: Any) -> None:
         "bootstrap 95 % CI of that same ratio and a Mann-Whitney p-value (no CI and no test with "
         "fewer than 5 samples per run); other rows compare summary.json values. First it checks "
         "that the runs are comparable: same scenario (name and content, apart from its server "
-        "block, description and transports) and seed, the same transports, complete runs (not "
-        "partial), and no transport failing more turns than the scenario's max_error_rate "
-        "(default 5 %). Writes compare.html (self-contained, plots inlined), compare.md with "
+        "and slo blocks, description and transports) and seed, the same transports, complete "
+        "runs (not partial) that count by the rules run and gate apply (no transport failing "
+        "more turns than the scenario's max_error_rate, default 5 %, a completed rollout each, "
+        "starts on schedule, a healthy client). Writes compare.html (self-contained, plots inlined), compare.md with "
         "plots/, and compare.json into --out, by default a folder compare-<A>-vs-<B> beside the "
         "first run.",
         epilog=epilog(
@@ -164,7 +166,7 @@ def add_parser(sub: Any) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    sw.add_argument("scenario", help="scenario YAML file")
+    sw.add_argument("scenario", help=SCENARIO_HELP)
     sw.add_argument(
         "--set",
         action="append",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_OK,
+    SCENARIO_HELP,
     HelpFormatter,
     epilog,
     examples,
@@ -31,6 +33,7 @@ from harness.cli.run_args import (
     target_flags,
 )
 from harness.cli.summary_table import print_summary
+from harness.metrics.results_model import Summary, as_summary
 from harness.report.error_summary import error_lines
 from harness.run.interrupt import sigterm_as_sigint
 from harness.run.probe import DEFAULT_TIMEOUT_S as PROBE_TIMEOUT_S
@@ -64,9 +67,8 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument(
         "scenario",
-        help="scenario YAML file, a built-in name (loopbench scenarios), e.g. quickstart, or a "
-        "trace file (*.jsonl): replayed at its recorded starts, --set load.mode=closed for a "
-        "closed loop (docs/traces.md)",
+        help=f"{SCENARIO_HELP}, or a trace file (*.jsonl): replayed at its recorded starts, "
+        "--set load.mode=closed for a closed loop (docs/traces.md)",
     )
     run.add_argument(
         "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"
@@ -180,46 +182,55 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         with live_export(args) as opts.live:
             result = run_scenario(scenario, str(args.scenario), opts, progress=progress)
-    code, line = run_outcome(result.summary)
+    return print_outcome(result.summary, result.run_dir)
+
+
+def print_outcome(summary: dict[str, Any], run_dir: Path) -> int:
+    """The console's account of a finished run (docs/reliability.md quotes its first line);
+    returns the exit code."""
+    code, line = run_outcome(summary)
     if code != EXIT_OK:
         # a valid run's first line is the summary's verdict line
         print(line)
-    print_summary(result.summary, result.run_dir, reasons_said=code == EXIT_INVALID)
-    for err in error_lines(result.summary):
+    print_summary(summary, run_dir, reasons_said=code == EXIT_INVALID)
+    for err in error_lines(summary):
         print(err)
     return code
 
 
-def not_run_text(summary: dict[str, Any]) -> str:
+def not_run_text(doc: Summary | Mapping[str, Any]) -> str:
     """``never ran: transport ws; rollouts http 3`` (empty when everything ran)."""
-    not_run = summary.get("not_run") or {}
+    summary = as_summary(doc)
+    not_run = summary.not_run if summary is not None else None
+    if not_run is None:
+        return ""
     parts = []
-    if not_run.get("transports"):
-        parts.append("transports " + ", ".join(not_run["transports"]))
-    if not_run.get("rollouts"):
-        parts.append(
-            "rollouts " + ", ".join(f"{name} {n}" for name, n in not_run["rollouts"].items())
-        )
+    if not_run.transports:
+        parts.append("transports " + ", ".join(not_run.transports))
+    if not_run.rollouts:
+        parts.append("rollouts " + ", ".join(f"{name} {n}" for name, n in not_run.rollouts.items()))
     text = "never ran: " + "; ".join(parts) if parts else ""
-    if not_run.get("cancelled"):
-        cut = ", ".join(f"{name} {n}" for name, n in not_run["cancelled"].items())
+    if not_run.cancelled:
+        cut = ", ".join(f"{name} {n}" for name, n in not_run.cancelled.items())
         text += ("; " if text else "") + f"cut off mid-rollout: {cut}"
     return text
 
 
-def run_outcome(summary: dict[str, Any]) -> tuple[int, str]:
+def run_outcome(doc: Summary | Mapping[str, Any]) -> tuple[int, str]:
     """The exit code of a finished run and the console's first line, which says why.
 
     Interrupted beats invalid (an interrupted run is invalid too, and 130 is what a shell
     expects after Ctrl-C); an invalid run exits 3 so that a CI job re-measures.
     """
-    reasons = summary.get("invalid_reasons") or []
-    if summary.get("interrupted"):
+    summary = as_summary(doc)
+    assert summary is not None
+    if summary.interrupted:
         rest = not_run_text(summary)
         return EXIT_INTERRUPTED, "run interrupted: partial results written" + (
             f"; {rest}" if rest else ""
         )
-    if not summary.get("valid", True):
+    if summary.valid is False:
         # every reason, here only: the summary after it does not repeat them
+        reasons = summary.invalid_reasons
         return EXIT_INVALID, "run INVALID: " + ("; ".join(reasons) or "no reason recorded")
     return EXIT_OK, "run valid"

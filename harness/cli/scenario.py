@@ -44,7 +44,8 @@ def add_parser(sub: Any) -> None:
         "files",
         nargs="+",
         metavar="FILE",
-        help="scenario YAML files, or trace files (*.jsonl, docs/traces.md)",
+        help="scenario YAML files or built-in names (loopbench scenarios), or trace files "
+        "(*.jsonl, docs/traces.md)",
     )
     val.set_defaults(func=cmd_validate)
 

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from harness.cli.commands import command_help
-from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, examples
-from reference_server.cli import add_server_arguments, config_from_args
+from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, examples
+from reference_server.cli import SERVES, add_server_arguments, config_from_args
 from reference_server.serve import serve
 
 
@@ -16,8 +16,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
         help=command_help("serve"),
-        description="Run the reference Responses API server (HTTP+SSE and WebSocket on "
-        "/v1/responses) until Ctrl-C. It prints the URL it listens on; --access-log adds one "
+        description=f"Run the reference server until Ctrl-C: {SERVES}. It prints the URL it listens on; --access-log adds one "
         "line per request. See docs/server.md.",
         epilog=examples(
             "loopbench serve --port 8000",
@@ -32,8 +31,10 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # main() has made SIGTERM stop the server as Ctrl-C does: a drain, then 130 for both
+    # (left alone, uvicorn re-raises SIGTERM after the drain and the process dies by it, 143).
     try:
-        serve(config_from_args(args))
+        stopped_by = serve(config_from_args(args))
     except SystemExit as exc:
         # The server reports a bad flag, profile or port as SystemExit("error: ...") (its own
         # entry point exits 1 with it); under loopbench that is the usage row of the table.
@@ -41,4 +42,4 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise
         print(exc.code, file=sys.stderr)
         return EXIT_USAGE
-    return EXIT_OK
+    return EXIT_OK if stopped_by is None else EXIT_INTERRUPTED

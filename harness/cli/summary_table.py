@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from rich.text import Text
 
 from harness.metrics import definitions as D
 from harness.metrics import slo, token_counts
+from harness.metrics.results_model import Summary, TransportSummary, as_summary
 from harness.report.files import TOO_FEW_MARK, fmt, fmt_ci, fmt_stat, too_few_note
 from harness.report.verdict import verdict_kind, verdict_line
 from harness.run.progress import schedule_table, titled_table
@@ -37,9 +38,17 @@ def make_console() -> Console:
     return Console(width=PIPED_WIDTH)
 
 
-def _stat_cell(t: dict[str, Any], m: D.Metric, key: str) -> str:
-    group = t.get(m.group) or {}
-    if group.get(key) is None and group.get(f"{key}_reason"):
+def _na_reason(t: TransportSummary, group: str, key: str) -> str | None:
+    """Why statistic ``<group>.<key>`` is null (``burst_peak_reason``), if the summary says."""
+    block = t.group(group)
+    if block is None or block.stat(key) is not None:
+        return None
+    reason = block.get(f"{key}_reason")
+    return str(reason) if reason else None
+
+
+def _stat_cell(t: TransportSummary, m: D.Metric, key: str) -> str:
+    if _na_reason(t, m.group, key):
         return "n/a"
     if m.unit == "ratio":
         digits = 2  # 0.83: one digit would put every warm cache at 0.8 or 0.9
@@ -48,8 +57,9 @@ def _stat_cell(t: dict[str, Any], m: D.Metric, key: str) -> str:
     return fmt_stat(t, m.group, key, digits)
 
 
-def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def summary_rows(doc: Summary | Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Headers and one row per transport of the end-of-run table."""
+    summary = as_summary(doc) or Summary()
     headers = [
         "transport",
         "rollouts",
@@ -61,26 +71,26 @@ def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = [
         [
             name,
-            str(t["rollouts"]["count"]),
-            str(t["turns"]["count"]),
-            str(t["turns"]["errors"]),
-            str(t["rollouts"]["errors"]),
+            str(t.rollouts.count),
+            str(t.turns.count),
+            str(t.turns.errors),
+            str(t.rollouts.errors),
             *(_stat_cell(t, m, stat.key) for m, stat in D.cli_columns(summary)),
         ]
-        for name, t in summary.get("transports", {}).items()
+        for name, t in summary.transports.items()
     ]
     return headers, rows
 
 
-def na_notes(summary: dict[str, Any]) -> list[str]:
+def na_notes(doc: Summary | Mapping[str, Any]) -> list[str]:
     """One line per statistic shown as n/a: why, and for which transports."""
+    summary = as_summary(doc) or Summary()
     by_reason: dict[tuple[str, str], list[str]] = {}
-    for name, t in summary.get("transports", {}).items():
+    for name, t in summary.transports.items():
         for m, stat in D.cli_columns(summary):
-            group = t.get(m.group) or {}
-            reason = group.get(f"{stat.key}_reason")
-            if group.get(stat.key) is None and reason:
-                by_reason.setdefault((m.title(stat.key), str(reason)), []).append(name)
+            reason = _na_reason(t, m.group, stat.key)
+            if reason:
+                by_reason.setdefault((m.title(stat.key), reason), []).append(name)
     return [
         f"{title} n/a ({reason}): {', '.join(names)}"
         for (title, reason), names in by_reason.items()
@@ -187,32 +197,33 @@ def _relayout(table: Table | None, width: int) -> list[Table]:
     return fit_tables(title, headers, rows, width, corner=headers[0] if headers else "")
 
 
-def comparison_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def comparison_rows(doc: Summary | Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = [
         "candidate vs baseline",
         "rollout speedup",
-        "95% CI",
+        "95 % CI",
         "rollout latency reduction",
         "TTFT p50 reduction",
     ]
     rows = []
-    for c in summary.get("comparisons", []):
-        lo, hi = (c.get("rollout_speedup_ci95") or [None, None])[:2]
-        ci = fmt_ci(lo, hi, 2, c.get("rollout_speedup_ci_reason"))
+    summary = as_summary(doc) or Summary()
+    for c in summary.comparisons:
+        lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
+        ci = fmt_ci(lo, hi, 2, c.rollout_speedup_ci_reason)
         rows.append(
             [
-                f"{c['candidate']} vs {c['baseline']}",
-                f"{fmt(c.get('rollout_speedup'), 2)}x",
+                c.pair,
+                f"{fmt(c.rollout_speedup, 2)}x",
                 ci,
-                f"{fmt(c.get('rollout_latency_reduction_pct'))} %",
-                f"{fmt(c.get('ttft_p50_reduction_pct'))} %",
+                f"{fmt(c.rollout_latency_reduction_pct)} %",
+                f"{fmt(c.ttft_p50_reduction_pct)} %",
             ]
         )
     return headers, rows
 
 
 def print_summary(
-    summary: dict[str, Any],
+    doc: Summary | Mapping[str, Any],
     run_dir: Path,
     console: Console | None = None,
     *,
@@ -220,15 +231,16 @@ def print_summary(
 ) -> None:
     """The run's console summary; ``reasons_said``: the caller's first line gave the reasons
     the run is invalid, so they are not repeated (once is read, three times is noise)."""
+    summary = as_summary(doc) or Summary()
+    # the readers not converted to the model yet (schedule, tokens, slo lines) take the document
+    document = summary.to_json()
     console = console or make_console()
     width = console.width
     console.print(
         Text(verdict_line(summary, reasons=not reasons_said), style=_STYLE[verdict_kind(summary)])
     )
     headers, rows = summary_rows(summary)
-    for table in fit_tables(
-        f"loopbench — {summary.get('run_id', '')}", headers, rows, width, corner="figure"
-    ):
+    for table in fit_tables(f"loopbench — {summary.run_id}", headers, rows, width, corner="figure"):
         console.print(table)
     # the footnote explains a mark: printed only when a cell of this table carries one
     marked = any(cell.endswith(TOO_FEW_MARK) for row in rows for cell in row)
@@ -242,19 +254,17 @@ def print_summary(
             "speedup (paired on identical rollouts)", c_headers, c_rows, width, corner="figure"
         ):
             console.print(table)
-    for table in _relayout(schedule_table(summary), width):
+    for table in _relayout(schedule_table(document), width):
         console.print(table)
-    if tokens := token_counts.line(summary):
+    if tokens := token_counts.line(document):
         console.print(Text(tokens))
-    if slo_line := slo.line(summary):
+    if slo_line := slo.line(document):
         console.print(Text(slo_line))
-    for line in summary.get("warnings", []):
+    for line in summary.warnings:
         console.print(Text.assemble(("warning: ", "bold yellow"), line))
-    if not summary.get("valid", True) and not reasons_said:
+    if summary.valid is False and not reasons_said:
         console.print(
-            Text.assemble(
-                ("run INVALID: ", "bold red"), "; ".join(summary.get("invalid_reasons", []))
-            )
+            Text.assemble(("run INVALID: ", "bold red"), "; ".join(summary.invalid_reasons))
         )
     console.print(Text(f"results: {run_dir}"))
     if (run_dir / "report.html").exists():

@@ -287,24 +287,42 @@ def not_sse(content_type: str, body: bytes) -> str:
     return f"expected an SSE stream (text/event-stream), got {shown}: {body_start(body)}"
 
 
-def ws_open_failure(exc: BaseException, url: str) -> TransportError:
-    """Why a WebSocket to ``url`` could not be opened, as the turn's error.
+#: an HTTP status line anywhere in a message: ``expected HTTP/1.1: HTTP/1.0 500 …``
+_STATUS_LINE = re.compile(r"\bHTTP/\d(?:\.\d)? (\d{3})\b")
 
-    Duck-typed (a handshake refused with an HTTP status carries ``response.status_code``
-    in the ``websockets`` library both edges use), so this module imports no I/O library.
+
+def upgrade_status(exc: BaseException) -> tuple[int, bytes] | None:
+    """The HTTP status and body a WebSocket upgrade was refused with; None if no answer came.
+
+    Duck-typed on the ``websockets`` library both edges use: a refusal it parsed carries
+    ``response.status_code``. An HTTP/1.0 answer (``python -m http.server``, some proxies)
+    it refuses to parse ("did not receive a valid HTTP response", caused by "expected
+    HTTP/1.1: HTTP/1.0 500 …"), though it is a status all the same; its body is not kept.
     """
     response = getattr(exc, "response", None)
     status = getattr(response, "status_code", None)
     if isinstance(status, int):
-        body = getattr(response, "body", None)
-        said = error_text(status, bytes(body)) if body else ""
+        return status, bytes(getattr(response, "body", None) or b"")
+    found = _STATUS_LINE.search(str(exc.__cause__ or ""))
+    return (int(found.group(1)), b"") if found else None
+
+
+def ws_open_failure(exc: BaseException, url: str) -> TransportError:
+    """Why a WebSocket to ``url`` could not be opened, as the turn's error.
+
+    Duck-typed (:func:`upgrade_status`), so this module imports no I/O library.
+    """
+    answer = upgrade_status(exc)
+    if answer is not None:
+        status, body = answer
+        said = error_text(status, body) if body else ""
         state = server_state(status)
         if state is not None:
             # not "no WebSocket mode": the server failed (or was too busy for) this upgrade;
             # named by its body's code, as the same answer over HTTP is
             return APIError(
                 status,
-                api_error_from_body(status, bytes(body)).code if body else None,
+                api_error_from_body(status, body).code if body else None,
                 f"the WebSocket upgrade at {url} was answered with {answered(status, said)} "
                 f"({state}, not an answer about WebSocket mode)",
             )

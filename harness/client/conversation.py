@@ -161,14 +161,14 @@ class Conversation:
     def ws_turn(self, inp: TurnInput, rec: TurnRecord) -> WsTurn:
         return WsTurn(self, inp, rec)
 
-    def ws_warmup(self, inp: TurnInput) -> str | None:
+    def ws_warmup(self, inp: TurnInput) -> bytes | None:
         """The ``generate: false`` request to send before this turn (``None``: none).
 
         Only a turn the trace recorded a warm-up before (a rollout's first), only on a fresh
         chain; the append prototype keeps one response per rollout and has no warm-up."""
         if not inp.turn.warmup or self.spec.append or self.previous_response_id is not None:
             return None
-        return dumps(ws_warmup(self.spec, inp)).decode()
+        return dumps(ws_warmup(self.spec, inp))
 
     def warmed(self, stream: ResponseStream) -> None:
         """The warm-up's answer: the turn that follows chains from it."""
@@ -198,7 +198,7 @@ class WsTurn:
         self.resume: ResponseStream | None = None
         self.stream: ResponseStream | None = None
 
-    def request(self) -> str:
+    def request(self) -> bytes:
         conv = self.conv
         paused = conv.paused
         if paused is not None and paused.status == "paused" and paused.response_id:
@@ -214,8 +214,8 @@ class WsTurn:
             body = shape_body(
                 ws_create(conv.spec, inp, previous), "responses", conv.shaping, planned_output(inp)
             )
-        payload = dumps(body).decode()
-        self.rec.bytes_sent = len(payload)
+        payload = dumps(body)
+        self.rec.bytes_sent = len(payload)  # bytes, as over HTTP: not characters
         return payload
 
     def start(self, sent_ns: int) -> ResponseStream:

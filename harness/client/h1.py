@@ -56,6 +56,7 @@ class ResponseParser:
 
     __slots__ = (
         "_buf",
+        "_no_body",
         "_remaining",
         "_state",
         "complete",
@@ -66,8 +67,10 @@ class ResponseParser:
         "status",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, no_body: bool = False) -> None:
+        """``no_body``: the answer to a ``HEAD`` request, which has none whatever its head says."""
         self._buf = b""
+        self._no_body = no_body
         self._state = _HEAD
         self._remaining = 0
         self.head_done = False
@@ -205,6 +208,8 @@ class ResponseParser:
         self.keep_alive = (
             "close" not in headers.get("connection", "").lower() and parts[0] == "HTTP/1.1"
         )
+        if self._no_body:
+            return _DONE
         if "chunked" in headers.get("transfer-encoding", "").lower():
             return _CHUNK_SIZE
         length = headers.get("content-length")

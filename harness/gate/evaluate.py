@@ -40,7 +40,9 @@ from harness.gate.rules import (
 from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData
 from harness.gate.validity import check_validity, missing_transports
 from harness.metrics import definitions as D
+from harness.metrics.results_model import Summary
 from harness.metrics.stats import MIN_CI_PAIRS, ci_reason, mann_whitney_u
+from harness.wire.plural import counted
 
 
 def _expand(transport: str, available: Sequence[str]) -> list[str]:
@@ -78,9 +80,12 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 
 
 def _summary_value(
-    summary: Mapping[str, Any], transport: str, path: Sequence[str], source: str, label: str
+    summary: Summary, transport: str, path: Sequence[str], source: str, label: str
 ) -> Any:
-    node: Any = (summary.get("transports") or {}).get(transport, {})
+    """The value at a rule's path (data: a user's ``ws.ttft_ms.p99``) in the JSON of a
+    transport's figures."""
+    t = summary.transport(transport)
+    node: Any = t.to_json() if t is not None else {}
     walked = [transport]
     for part in path:
         if not isinstance(node, Mapping) or part not in node:
@@ -176,7 +181,7 @@ def _regression_result(
     if rule.test == "bootstrap":
         significant = ci[0] > 1.0
         where = "above 1" if ci[0] > 1.0 else ("below 1" if ci[1] < 1.0 else "includes 1")
-        evidence = f"{(1 - cfg.alpha):.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}] {where}"
+        evidence = f"{(1 - cfg.alpha) * 100:g} % CI [{ci[0]:.3f}, {ci[1]:.3f}] {where}"
     else:
         significant = p < cfg.alpha and worse_by_rank
         evidence = (
@@ -263,7 +268,7 @@ def _speedup_result(
         rule.label,
         "pass" if ok else "fail",
         f"{rule.candidate} vs {rule.baseline} {rule.metric} speedup {ratio:.3f}x, "
-        f"{(1 - cfg.alpha):.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}] "
+        f"{(1 - cfg.alpha) * 100:g} % CI [{ci[0]:.3f}, {ci[1]:.3f}] "
         f"({'paired' if paired else 'unpaired'}, n={n}); {verdict}",
         baseline=before,
         candidate=ratio,
@@ -319,7 +324,7 @@ def _self_check_results(
                 name,
                 "fail" if problems else "pass",
                 f"{t}: measured - modelled TTFT {rule.statistic} {value:.2f} ms "
-                f"({pct:.1f}% of modelled) over {len(err)} turns"
+                f"({pct:.1f}% of modelled) over {counted(len(err), 'turn')}"
                 + (f"; {'; '.join(problems)}" if problems else ""),
                 baseline=before,
                 candidate=value,
@@ -382,8 +387,8 @@ def evaluate(cfg: GateConfig, candidate: RunData, baseline: RunData | None) -> G
         results=tuple(results),
         candidate_id=candidate.run_id,
         baseline_id=baseline.run_id if baseline is not None else None,
-        scenario=str(candidate.manifest.get("scenario_name", "")),
-        seed=candidate.manifest.get("seed"),
+        scenario=str(candidate.manifest.scenario_name or ""),
+        seed=candidate.manifest.seed,
         rules_source=cfg.source,
         alpha=cfg.alpha,
     )

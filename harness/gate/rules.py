@@ -48,7 +48,8 @@ class Validity:
     """Checked before any rule: a run that fails these is not judged (exit 3)."""
 
     require_valid: bool = True
-    max_error_rate: float = 0.0
+    #: failed turns per turn a transport may have; None: the scenario's ``load.max_error_rate``
+    max_error_rate: float | None = None
     min_rollouts: int = 1
     require_comparable: bool = True
     #: client event-loop wake-up lag p99 (summary ``client.loop_lag_ms.p99``) above which a
@@ -431,8 +432,12 @@ def parse_rules(document: Any, source: str = "<rules>") -> GateConfig:
                 if raw is None
                 else doc.number(raw, "validity.max_loop_lag_ms", lo=0, lo_open=True)
             )
-        rate = doc.number(v.get("max_error_rate", 0.0), "validity.max_error_rate", lo=0)
-        if rate > 1:
+        rate = (
+            None
+            if v.get("max_error_rate") is None
+            else doc.number(v["max_error_rate"], "validity.max_error_rate", lo=0)
+        )
+        if rate is not None and rate > 1:
             raise doc.fail("validity.max_error_rate", "a fraction in [0, 1]", v["max_error_rate"])
         validity = Validity(
             require_valid=doc.boolean(v.get("require_valid", True), "validity.require_valid"),

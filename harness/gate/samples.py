@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from harness.metrics import definitions as D
+from harness.metrics.results_model import Manifest, Summary
+from harness.wire.plural import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,8 +47,8 @@ class Samples:
     def __post_init__(self) -> None:
         if len(self.keys) != self.values.size:
             raise ValueError(
-                f"Samples: expected one key per value, got {len(self.keys)} keys "
-                f"and {self.values.size} values"
+                f"Samples: expected one key per value, got {counted(len(self.keys), 'key')} "
+                f"and {counted(self.values.size, 'value')}"
             )
 
     def __len__(self) -> int:
@@ -68,8 +70,8 @@ class RunData:
     """What the gate needs of one run: its documents and its samples."""
 
     run_id: str
-    manifest: Mapping[str, Any]
-    summary: Mapping[str, Any] | None
+    manifest: Manifest
+    summary: Summary | None
     samples: Mapping[tuple[str, str], Samples] = field(default_factory=dict)
     #: completed (non-warm-up) rollouts per transport, from the CSVs
     rollouts: Mapping[str, int] = field(default_factory=dict)
@@ -83,16 +85,16 @@ class RunData:
 
     @property
     def transports(self) -> list[str]:
-        summary_t = list((self.summary or {}).get("transports", {}))
+        summary_t = list(self.summary.transports) if self.summary is not None else []
         return summary_t or sorted(self.rollouts)
 
     def get(self, transport: str, metric: str) -> Samples:
         return self.samples.get((transport, metric), Samples.of([], []))
 
 
-def _warmup(manifest: Mapping[str, Any]) -> int:
-    scenario = manifest.get("scenario") or {}
-    load = scenario.get("load") or {} if isinstance(scenario, Mapping) else {}
+def _warmup(manifest: Manifest) -> int:
+    scenario = manifest.scenario_record or {}
+    load = scenario.get("load") or {}
     value = load.get("warmup_rollouts", 0) if isinstance(load, Mapping) else 0
     return int(value or 0)
 
@@ -111,7 +113,7 @@ KEY_COLUMNS: dict[D.RecordKind, list[str]] = {
 
 def run_data(run: Run) -> RunData:
     """Extract the gate's samples from a loaded results folder."""
-    warm = _warmup(run.manifest)
+    warm = _warmup(run.manifest_model)
     samples: dict[tuple[str, str], Samples] = {}
     rollouts: dict[str, int] = {}
     frames: dict[D.RecordKind, pd.DataFrame] = {"rollout": run.rollouts, "turn": run.turns}
@@ -145,8 +147,8 @@ def run_data(run: Run) -> RunData:
 
     return RunData(
         run_id=run.run_id,
-        manifest=run.manifest,
-        summary=run.summary,
+        manifest=run.manifest_model,
+        summary=run.summary_model,
         samples=samples,
         rollouts=rollouts,
         path=str(run.path),

@@ -1,66 +1,51 @@
-"""Validity and comparability: checked before any rule, a failure judges nothing else (exit 3)."""
+"""Validity and comparability: checked before any rule, a failure judges nothing else (exit 3).
+
+The rules are :mod:`harness.metrics.validity`'s, those ``run`` and ``compare`` apply; a rules
+file's ``validity:`` block may set stricter limits (``max_error_rate``, ``min_rollouts``,
+``max_loop_lag_ms``) than the scenario's.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 from harness.gate.outcome import RuleResult
 from harness.gate.rules import GateConfig
 from harness.gate.samples import HISTORY_TOKENS, RunData
+from harness.metrics.validity import (
+    Limits,
+    RolloutKey,
+    comparability,
+    recorded_reasons,
+    rollouts_differ,
+    transport_reasons,
+)
 
-#: scenario fields that may differ between comparable runs: they do not change the rollouts
-_SCENARIO_FREE_KEYS = frozenset(("server", "description", "transports"))
-
-
-def _diff(a: Any, b: Any, path: str) -> str | None:
-    """The first path where two JSON-like documents differ, with both values.
-
-    A key only one side has is skipped: it is a field added to the scenario
-    model after the older run was recorded, and the rollout fingerprint
-    (:func:`_same_rollouts`) still catches a workload that really changed.
-    """
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        for key in sorted(set(a) & set(b), key=str):
-            found = _diff(a[key], b[key], f"{path}.{key}")
-            if found:
-                return found
-        return None
-    if a != b:
-        return f"{path}: baseline {a!r}, candidate {b!r}"
-    return None
+#: differing scenario fields named in the reason, at most
+_MAX_DIFFS = 3
 
 
 def _comparable(base: RunData, cand: RunData) -> str | None:
-    bm, cm = base.manifest, cand.manifest
-    for key in ("scenario_name", "seed"):
-        if bm.get(key) != cm.get(key):
-            return f"{key}: baseline {bm.get(key)!r}, candidate {cm.get(key)!r}"
-    bs, cs = bm.get("scenario"), cm.get("scenario")
-    if not isinstance(bs, Mapping) or not isinstance(cs, Mapping):
+    found = comparability(base.manifest, cand.manifest)
+    if not found:
+        return _same_rollouts(base, cand)
+    if found[0].path == "scenario" and (found[0].ref is None or found[0].cand is None):
         return "scenario: missing from a manifest; cannot show the runs replay the same rollouts"
-    strip = lambda d: {k: v for k, v in d.items() if k not in _SCENARIO_FREE_KEYS}  # noqa: E731
-    return _diff(strip(bs), strip(cs), "scenario") or _same_rollouts(base, cand)
+    more = f" and {len(found) - _MAX_DIFFS} more" if len(found) > _MAX_DIFFS else ""
+    return (
+        "; ".join(f"{d.path}: baseline {d.ref!r}, candidate {d.cand!r}" for d in found[:_MAX_DIFFS])
+        + more
+    )
+
+
+def _first_turns(run: RunData, transport: str) -> dict[RolloutKey, float]:
+    s = run.get(transport, HISTORY_TOKENS)
+    return {(k[0], k[1]): v for k, v in zip(s.keys, s.values.tolist(), strict=True) if k[-1] == 0}
 
 
 def _same_rollouts(base: RunData, cand: RunData) -> str | None:
-    """Same scenario text is not enough if the rollout generator changed.
-
-    The fingerprint is each rollout's first-turn history size (instructions, tool
-    schema, prompt): generated on the client from the seed alone.  Later turns'
-    histories include what the server answered, which may differ legitimately.
-    """
     for t in cand.transports:
-        b = base.get(t, HISTORY_TOKENS)
-        first = {k: v for k, v in zip(b.keys, b.values.tolist(), strict=True) if k[-1] == 0}
-        c = cand.get(t, HISTORY_TOKENS)
-        for key, value in zip(c.keys, c.values.tolist(), strict=True):
-            if key in first and first[key] != value:
-                return (
-                    f"{t} rollout {key[1]} (round {key[0]}): first-turn history {first[key]:g} "
-                    f"tokens in the baseline, {value:g} in the candidate: the runs replay "
-                    "different rollouts (rollout generator changed? re-record the baseline)"
-                )
+        found = rollouts_differ(t, _first_turns(base, t), _first_turns(cand, t))
+        if found:
+            return found
     return None
 
 
@@ -84,15 +69,16 @@ def check_validity(cfg: GateConfig, cand: RunData, base: RunData | None) -> list
             )
             continue
         if v.require_valid:
-            reasons = "; ".join(summary.get("invalid_reasons") or []) or "marked invalid"
+            recorded = recorded_reasons(summary)
+            reasons = "; ".join(recorded) if recorded else "no validity verdict in summary.json"
             add(
                 f"{label} run valid",
-                None if summary.get("valid", False) else f"{label} {run.where}: {reasons}",
+                None if recorded == [] else f"{label} {run.where}: {reasons}",
                 f"{label} {run.where} is valid",
             )
-        client = summary.get("client") or {}
-        lag = (client.get("loop_lag_ms") or {}).get("p99") if isinstance(client, Mapping) else None
-        if v.max_loop_lag_ms is not None and isinstance(lag, int | float):
+        loop = summary.client.loop_lag_ms if summary.client is not None else None
+        lag = loop.p99 if loop is not None else None
+        if v.max_loop_lag_ms is not None and lag is not None:
             add(
                 f"{label} measured on a quiet client",
                 f"{label} {run.where}: client event loop woke {lag:.1f} ms late at p99 "
@@ -102,21 +88,13 @@ def check_validity(cfg: GateConfig, cand: RunData, base: RunData | None) -> list
                 else None,
                 f"{label}: client event-loop lag p99 {lag:.1f} ms",
             )
-        problems = []
-        for name, t in (summary.get("transports") or {}).items():
-            done = int(t["turns"]["count"]) + int(t["rollouts"]["count"])
-            bad = int(t["turns"]["errors"]) + int(t["rollouts"]["errors"])
-            rate = bad / done if done else 1.0
-            if rate > v.max_error_rate:
-                problems.append(
-                    f"{name}: error rate {rate:.1%} ({bad} of {done} turns+rollouts) exceeds "
-                    f"validity.max_error_rate {v.max_error_rate:.1%}"
-                )
-            got = run.rollouts.get(name, 0)
-            if got < v.min_rollouts:
-                problems.append(
-                    f"{name}: {got} completed rollouts, validity.min_rollouts is {v.min_rollouts}"
-                )
+        limits = Limits.of_manifest(run.manifest).overridden(
+            max_error_rate=v.max_error_rate, min_rollouts=v.min_rollouts
+        )
+        settings = {"min_rollouts": "validity.min_rollouts"}
+        if v.max_error_rate is not None:
+            settings["max_error_rate"] = "validity.max_error_rate"
+        problems = transport_reasons(summary, limits, settings=settings)
         add(
             f"{label} errors and sample counts",
             f"{label} {run.where}: " + "; ".join(problems) if problems else None,
@@ -127,7 +105,7 @@ def check_validity(cfg: GateConfig, cand: RunData, base: RunData | None) -> list
         add(
             "comparable runs (scenario and seed)",
             f"not comparable: {problem}" if problem else None,
-            f"same scenario {cand.manifest.get('scenario_name')!r} and seed {cand.manifest.get('seed')}",
+            f"same scenario {cand.manifest.scenario_name!r} and seed {cand.manifest.seed}",
         )
     return out
 

@@ -29,7 +29,7 @@ from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 from harness.client.options import TransportOptions
 from harness.client.shaping import rollout_key
 from harness.locust_driver.agent_loop import run_rollout
-from harness.locust_driver.master import MasterOptions, MasterSide
+from harness.locust_driver.master import QUIT_WAIT_S, MasterOptions, MasterSide
 from harness.locust_driver.net import now_ns
 from harness.locust_driver.protocol import (
     MSG_CLAIM,
@@ -43,6 +43,8 @@ from harness.locust_driver.protocol import (
 )
 from harness.locust_driver.sessions import Session, make_session
 from harness.locust_driver.worker import WorkerSide
+from harness.metrics.results_model import as_summary
+from harness.run.orphans import watched_parent
 from harness.run.target import (
     SHAPING_ENV,
     resolve_target,
@@ -63,6 +65,10 @@ log = logging.getLogger("loopbench.locust")
 
 _master: MasterSide | None = None
 _worker: WorkerSide | None = None
+#: how often the master looks for missing workers, and every process for a dead parent
+WATCH_INTERVAL_S = 0.25
+#: an orphaned master exits by itself this long after its results are written
+ORPHAN_EXIT_S = 5.0
 
 
 @events.init_command_line_parser.add_listener
@@ -214,6 +220,11 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         stop_file = getattr(environment.parsed_options, "loopbench_stop_file", "")
         if stop_file:
             gevent.spawn(_watch_stop_file, runner, master, Path(stop_file))
+        if isinstance(runner, MasterRunner):
+            gevent.spawn(_watch_workers, runner, master)
+    parent = watched_parent()
+    if parent is not None and runner is not None:
+        gevent.spawn(_watch_parent, runner, parent)
 
 
 def _headless(runner: Runner) -> bool:
@@ -239,6 +250,51 @@ def _watch_stop_file(runner: Runner, master: MasterSide, path: Path) -> None:
     if master.run is not None and not master.run.stopping:
         master.interrupt()
         _end_run(runner, master)
+    _quit(runner)
+
+
+def _watch_workers(runner: MasterRunner, master: MasterSide) -> None:
+    # Locust marks a worker missing after HEARTBEAT_LIVENESS missed heartbeats (~4 s) and
+    # hands its users to the others; what it had claimed is loopbench's to release.
+    while True:
+        gevent.sleep(WATCH_INTERVAL_S)
+        for node in runner.clients.missing:
+            master.worker_lost(node.id, "no heartbeat for 3 s: killed, or its host is gone")
+        if master.write_failed:
+            # The line is said; the table's code for a results file that cannot be written.
+            runner.environment.process_exit_code = ExitCode.USAGE
+            # Locust's own HTML report would meet the same disk: a traceback after the line.
+            if runner.environment.parsed_options is not None:
+                runner.environment.parsed_options.html_file = None
+            _quit(runner)
+            return
+
+
+def _watch_parent(runner: Runner, parent_pid: int) -> None:
+    # `loopbench locust` starts masters and workers in sessions of their own (a terminal's
+    # Ctrl-C reaches it alone), so they outlive it unless they notice it died: re-parented,
+    # their parent pid changes.  Polled rather than a prctl parent-death signal: it works on
+    # macOS too, and the master gets to write a summary that says what happened.
+    while os.getppid() == parent_pid:
+        gevent.sleep(WATCH_INTERVAL_S)
+    why = f"the loopbench locust process (pid {parent_pid}) that started it died"
+    master = _master
+    if master is None:
+        log.error("loopbench: %s; this worker quits", why)
+        # Nothing to hand over: the master was started by the same process and ends too.
+        os._exit(ExitCode.INTERRUPTED)
+    log.error("loopbench: %s; ending the run as orphaned", why)
+    # Whatever Locust still does on the way out, this process is not left running.
+    gevent.spawn_later(ORPHAN_EXIT_S, os._exit, ExitCode.INTERRUPTED)
+    master.orphan(why)
+    if master.run is not None and not master.run.stopping:
+        # Not runner.stop(): it waits until the (dead) workers report zero users.
+        master.mark_stopping()
+        master.finalize(render=False)
+    _quit(runner)
+
+
+def _quit(runner: Runner) -> None:
     runner.quit()
     # With the web UI, Locust's main greenlet is the web server, not the runner: quitting
     # the runner alone leaves an idle master serving until `loopbench locust` kills it.
@@ -274,12 +330,12 @@ def _on_quitting(environment: Environment, **_kw: Any) -> None:
     master = _master
     if master is not None and master.run is not None:
         master.mark_stopping()
-        master.finalize(wait_s=2.0, render=False)
+        master.finalize(wait_s=QUIT_WAIT_S, render=False)
     if master is not None:
         master.render_pending()
-    summary = master.last_summary if master is not None else None
-    if summary is not None and not summary.get("valid", True):
-        log.warning("loopbench run INVALID: %s", "; ".join(summary["invalid_reasons"]))
+    summary = as_summary(master.last_summary) if master is not None else None
+    if summary is not None and summary.valid is False:
+        log.warning("loopbench run INVALID: %s", "; ".join(summary.invalid_reasons))
 
 
 class ScenarioShape(LoadTestShape):

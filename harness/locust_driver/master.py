@@ -12,9 +12,11 @@ share and event-loop lag, judged as a ``--procs`` child's would be.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +36,8 @@ from harness.report.results import new_run_id
 from harness.run.health import ClientHealth
 from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement
+from harness.wire.errors import LoopbenchError, ResultsWriteError
+from harness.wire.plural import counted
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
 
@@ -42,14 +46,30 @@ log = logging.getLogger("loopbench.locust")
 #: open loop: users are provisioned for rollouts due within this horizon
 POOL_HORIZON_NS = 2_000_000_000
 POOL_HEADROOM = 1.25
+#: after the stop: how long the master waits for each live worker's final report
 FINAL_WAIT_S = 30.0
+#: when the master process itself is quitting (SIGTERM to it, the web UI's quit): its
+#: workers got the quit at the same moment, so their finals are due at once
+QUIT_WAIT_S = 2.0
 
 
 @dataclass(slots=True)
 class WorkerReport:
+    #: the worker's statistics rebuilt from the rows it shipped: what the run keeps of a
+    #: worker that sends no final report (it died), so the summary agrees with the rows
+    shadow: Accumulator
     rows_turns: int = 0
     rows_rollouts: int = 0
     final: dict[str, Any] | None = None
+    pid: int | None = None
+    #: (phase, rollout id) claimed by this worker whose rollout row has not arrived
+    held: set[tuple[int, int]] = field(default_factory=set)
+    #: why the worker is gone ("" while it is live)
+    lost: str = ""
+    lost_rollouts: int = 0
+
+    def name(self, node: str) -> str:
+        return f"{node} (pid {self.pid})" if self.pid is not None else node
 
 
 @dataclass(slots=True)
@@ -67,6 +87,10 @@ class MasterRun:
     stopping: bool = False
     finalized: bool = False
     partial: bool = False
+    #: (round, transport) -> phase index, to match a rollout row to its claim
+    phase_of: dict[tuple[int, str], int] = field(default_factory=dict)
+    #: the `loopbench locust` process that started this master died (reason), "" if not
+    orphaned: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +122,8 @@ class MasterSide:
         self.run: MasterRun | None = None
         self.last_summary: dict[str, Any] | None = None
         self.unrendered: Path | None = None
+        #: a results file could not be written: the one line said, the run ended ("" if not)
+        self.write_failed = ""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -166,6 +192,7 @@ class MasterSide:
             started_wall_s=time.time(),
             started_mono_s=time.monotonic(),
             time_limit_s=opts.time_limit_s,
+            phase_of={(p.round, p.transport): i for i, p in enumerate(queue.phases)},
         )
         log.info("loopbench run %s: %d rollouts to run", run_id, queue.total)
         return config
@@ -213,9 +240,68 @@ class MasterSide:
         return False
 
     def interrupt(self) -> None:
-        """End the current run early (it is recorded as partial)."""
+        """End the current run early (partial, and interrupted as `loopbench run` says it)."""
         if self.run is not None:
             self.run.partial = True
+            self.run.measurement.interrupted = True
+
+    def orphan(self, why: str) -> None:
+        """The process that started this master is gone: end the run, saying so."""
+        run = self.run
+        if run is not None and not run.orphaned:
+            run.partial = True
+            run.orphaned = why
+            run.measurement.reasons.append(f"orphaned: {why}")
+
+    def _report(self, node: str) -> WorkerReport:
+        run = self.run
+        assert run is not None
+        report = run.workers.get(node)
+        if report is None:
+            report = run.workers[node] = WorkerReport(
+                Accumulator(
+                    warmup_rollouts=run.scenario.load.warmup_rollouts,
+                    slo=run.scenario.slo.thresholds(),
+                )
+            )
+        return report
+
+    def worker_lost(self, node: str, why: str) -> None:
+        """A worker stopped answering (Locust marked it missing): what it held is lost.
+
+        Its rollouts not recorded yet (claimed, or reported finished but their row never
+        shipped) end as lost so the run can end; its rows already shipped stay, and its
+        statistics are rebuilt from them.  Later messages from it are ignored.
+        """
+        run = self.run
+        if run is None or run.finalized:
+            return
+        report = run.workers.get(node)
+        if report is None or report.lost or report.final is not None:
+            return
+        report.lost = why
+        report.lost_rollouts = len(report.held)
+        phase_before = run.queue.current
+        for phase, rollout_id in sorted(report.held):
+            run.queue.lose(phase, rollout_id)
+        report.held.clear()
+        seconds = time.monotonic() - run.started_mono_s
+        log.warning(
+            "loopbench: worker %s lost %.1f s into the run (%s); %d rollouts counted lost",
+            report.name(node),
+            seconds,
+            why,
+            report.lost_rollouts,
+        )
+        run.measurement.reasons.append(
+            f"worker {report.name(node)} lost {seconds:.1f} s into the run ({why}): "
+            f"{counted(report.lost_rollouts, 'rollout')} it held counted lost; its statistics "
+            f"are those of the {counted(report.rows_turns, 'turn row')} it shipped"
+        )
+        if run.queue.current != phase_before and run.pending and not run.stopping:
+            held, run.pending = run.pending, []
+            for client, pending_req in held:
+                self._answer(client, pending_req)
 
     def mark_stopping(self) -> None:
         """No more work: answer every held claim with ``done``."""
@@ -233,12 +319,13 @@ class MasterSide:
         run = self.run
         if run is None or data.get("run_id") != run.config.run_id:
             return
-        run.workers.setdefault(node, WorkerReport())
+        pid = data.get("pid")
+        self._report(node).pid = int(pid) if pid is not None else None
 
     def on_claim(self, node: str, data: dict[str, Any]) -> None:
         run = self.run
         req = int(data["req"])
-        if run is None or run.stopping:
+        if run is None or run.stopping or self._report(node).lost:
             self._send(MSG_WORK, {"req": req, "kind": "done"}, node)
             return
         finished = data.get("finished")
@@ -261,6 +348,7 @@ class MasterSide:
         if claim.kind == "done" or claim.plan is None:
             self._send(MSG_WORK, {"req": req, "kind": "done"}, node)
             return
+        self._report(node).held.add((claim.phase, claim.plan.rollout_id))
         self._send(
             MSG_WORK,
             {
@@ -276,31 +364,66 @@ class MasterSide:
         )
 
     def on_rows(self, node: str, data: dict[str, Any]) -> None:
-        self._write_rows(node, data)
+        try:
+            self._write_rows(node, data)
+        except ResultsWriteError as exc:
+            self._write_failure(exc)
 
     def on_final(self, node: str, data: dict[str, Any]) -> None:
-        report = self._write_rows(node, data)
+        try:
+            report = self._write_rows(node, data)
+        except ResultsWriteError as exc:
+            self._write_failure(exc)
+            return
         if report is not None:
             report.final = data
+
+    def _write_failure(self, exc: ResultsWriteError) -> None:
+        """A results file could not be written: end the run now, in one line, rows kept.
+
+        No summary over rows that stop short (the folder reads as a killed run's); the
+        locustfile sees :attr:`write_failed` and quits with exit 4.
+        """
+        if self.write_failed:
+            return
+        self.write_failed = str(exc)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        run = self.run
+        if run is None:
+            return
+        self.mark_stopping()
+        run.finalized = True
+        self.run = None
+        with contextlib.suppress(OSError, LoopbenchError):
+            run.measurement.close()
 
     def _write_rows(self, node: str, data: dict[str, Any]) -> WorkerReport | None:
         """Write a worker's rows of the current run; None (nothing written) for a stale message."""
         run = self.run
         if run is None or run.finalized or data.get("run_id") != run.config.run_id:
             return None
-        report = run.workers.setdefault(node, WorkerReport())
+        report = self._report(node)
+        if report.lost:
+            # Its held rollouts were counted lost: rows now would be counted twice.
+            return None
         measurement = run.measurement
         for row in data.get("turns", ()):
             rec = turn_from_row(row)
             measurement.rx.add(rec)  # stamp kinds are counted from the rows, as in `run`
             measurement.writer.add_turn(rec)
+            report.shadow.add_turn(rec)
             if not rec.ok:
                 # The statistics arrive merged; the example message of each kind comes from here.
                 measurement.note_error(
                     rec.transport, rec.error_kind or rec.status, rec.error_message
                 )
         for row in data.get("rollouts", ()):
-            measurement.add_rollout_row(rollout_from_row(row))
+            roll = rollout_from_row(row)
+            measurement.add_rollout_row(roll)
+            report.shadow.add_rollout(roll)
+            report.held.discard(
+                (run.phase_of.get((roll.round, roll.transport), -1), roll.rollout_id)
+            )
         report.rows_turns += len(data.get("turns", ()))
         report.rows_rollouts += len(data.get("rollouts", ()))
         return report
@@ -316,23 +439,43 @@ class MasterSide:
         run = self.run
         if run is None or run.finalized:
             return None
+        if run.orphaned:
+            wait_s = 0.0  # its workers were started by the same dead process: none will report
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(w.final is None for w in run.workers.values()):
+        while time.monotonic() < deadline and any(
+            w.final is None and not w.lost for w in run.workers.values()
+        ):
             gevent.sleep(0.05)
         run.finalized = True
         self.run = None
         measurement = run.measurement
         per_worker: dict[str, Any] = {}
+        lost_rollouts = 0
         for node, report in sorted(run.workers.items()):
             final = report.final
             if final is None:
-                measurement.reasons.append(f"worker {node}: no final report within {wait_s:g} s")
-                per_worker[node] = {"final": False, "rows_turns": report.rows_turns}
+                if not report.lost:
+                    measurement.reasons.append(
+                        f"worker {report.name(node)}: no final report within {wait_s:g} s; "
+                        f"its statistics are those of the {report.rows_turns} turn rows it shipped"
+                    )
+                # What it shipped is on disk: the summary counts exactly that.
+                measurement.acc.merge(report.shadow)
+                lost_rollouts += report.lost_rollouts + len(report.held)
+                per_worker[node] = {
+                    "final": False,
+                    "pid": report.pid,
+                    "lost": report.lost or "no final report",
+                    "rows_turns": report.rows_turns,
+                    "rows_rollouts": report.rows_rollouts,
+                    "rollouts_lost": report.lost_rollouts + len(report.held),
+                }
                 continue
             measurement.acc.merge(Accumulator.from_state(final["state"]))
             measurement.clients.append(ClientHealth.from_state(final["health"], f"worker {node}"))
             per_worker[node] = {
                 "final": True,
+                "pid": report.pid,
                 "turns": int(final["turns_total"]),
                 "rollouts": int(final["rollouts_total"]),
                 "rows_turns": report.rows_turns,
@@ -345,28 +488,48 @@ class MasterSide:
             if report.rows_turns != int(final["turns_total"]):
                 measurement.reasons.append(
                     f"worker {node}: rows received {report.rows_turns}, "
-                    f"worker measured {final['turns_total']} turns"
+                    f"worker measured {counted(int(final['turns_total']), 'turn')}"
                 )
-        for sched in measurement.schedules.values():
-            sched.not_started = max(0, sched.intended - sched.started - sched.dropped)
+        warmup = run.scenario.load.warmup_rollouts
+        for name, sched in measurement.schedules.items():
+            # Begun but never recorded (in flight at the stop, or held by a lost worker)
+            # shows as cancelled: intended = started + cancelled + dropped + not_started.
+            sched.not_started = min(
+                max(0, sched.intended - sched.started - sched.dropped),
+                run.queue.unclaimed(name, warmup),
+            )
         if run.partial or not run.queue.done:
             measurement.reasons.append(
                 f"run stopped before every rollout finished "
                 f"({run.queue.finished}/{run.queue.total})"
             )
-        measurement.partial = not run.queue.done
-        summary = measurement.finish(
-            {
-                "locust": {
-                    "workers": per_worker,
-                    "users": run.users,
-                    "rollouts_scheduled": run.queue.total,
-                    "rollouts_finished": run.queue.finished,
-                }
-            },
-            start_time_s=run.started_wall_s,
-        )
-        self.unrendered = measurement.run_dir
+        measurement.partial = run.partial or not run.queue.done or run.queue.lost > 0
+        rows_rollouts = sum(w.rows_rollouts for w in run.workers.values())
+        extra: dict[str, Any] = {
+            "locust": {
+                "workers": per_worker,
+                "users": run.users,
+                "rollouts_scheduled": run.queue.total,
+                # from the rollout rows on disk; a rollout reported done whose row never
+                # arrived (its worker died first) is lost, not finished
+                "rollouts_finished": rows_rollouts,
+                "rollouts_lost": lost_rollouts,
+            }
+        }
+        if run.orphaned:
+            extra["orphaned"] = run.orphaned
+        try:
+            summary = measurement.finish(
+                extra,
+                start_time_s=run.started_wall_s,
+            )
+        except ResultsWriteError as exc:
+            self._write_failure(exc)
+            return None
+
+        # An orphan has no one to read its report and seconds to live: `loopbench report`
+        # renders the folder later.
+        self.unrendered = None if run.orphaned else measurement.run_dir
         if render:
             self.render_pending()
         self.last_summary = summary

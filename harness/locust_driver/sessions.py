@@ -170,7 +170,7 @@ class WsSession:
         self.conn = conn
         return conn
 
-    def _warm_up(self, payload: str, rec: TurnRecord) -> None:
+    def _warm_up(self, payload: bytes, rec: TurnRecord) -> None:
         """The rollout's recorded warm-up (harness/transports/ws.py does the same)."""
         conn = self.conn or self._connect(rec)
         stream = ResponseStream(now_ns(), tokens=self.conv.tokens)

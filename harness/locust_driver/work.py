@@ -16,7 +16,10 @@ one rollout per claim:
   phase's start (the first claim of the phase), so the worker starts it on
   time and records any lateness as schedule lag;
 * a claim that arrives while a phase drains is told to wait; once every phase
-  has finished, claims are told the run is done.
+  has finished, claims are told the run is done;
+* a rollout whose worker died is **lost** (:meth:`WorkQueue.lose`): it counts
+  as ended so its phase can finish, and is not run again (its turns so far are
+  already in the rows; a second run of the same rollout id would pair twice).
 """
 
 from __future__ import annotations
@@ -50,12 +53,13 @@ class Phase:
     next_index: int = 0
     claimed: set[int] = field(default_factory=set)
     finished: set[int] = field(default_factory=set)
+    lost: set[int] = field(default_factory=set)
     t0_ns: int | None = None
     base_offset_ns: int = 0
 
     @property
     def complete(self) -> bool:
-        return len(self.finished) >= len(self.plans)
+        return len(self.finished) + len(self.lost) >= len(self.plans)
 
 
 def split_rounds(plans: Sequence[RolloutPlan], rounds: int) -> list[list[RolloutPlan]]:
@@ -86,6 +90,7 @@ class WorkQueue:
         self.current = 0
         self.claimed = 0
         self.finished = 0
+        self.lost = 0
 
     @property
     def done(self) -> bool:
@@ -93,7 +98,7 @@ class WorkQueue:
 
     @property
     def in_flight(self) -> int:
-        return self.claimed - self.finished
+        return self.claimed - self.finished - self.lost
 
     @property
     def total(self) -> int:
@@ -126,11 +131,36 @@ class WorkQueue:
         if not 0 <= phase_index < len(self.phases):
             return
         phase = self.phases[phase_index]
-        if rollout_id in phase.finished or rollout_id not in phase.claimed:
+        if rollout_id in phase.finished | phase.lost or rollout_id not in phase.claimed:
             return
         phase.finished.add(rollout_id)
         self.finished += 1
         self._advance()
+
+    def lose(self, phase_index: int, rollout_id: int) -> bool:
+        """A claimed rollout will never be reported (its worker died): end it as lost.
+
+        False if it had already ended (or was never claimed).
+        """
+        if not 0 <= phase_index < len(self.phases):
+            return False
+        phase = self.phases[phase_index]
+        if rollout_id in phase.finished | phase.lost or rollout_id not in phase.claimed:
+            return False
+        phase.lost.add(rollout_id)
+        self.lost += 1
+        self._advance()
+        return True
+
+    def unclaimed(self, transport: str, warmup: int) -> int:
+        """Measured rollouts (id >= ``warmup``) of ``transport`` never handed out."""
+        return sum(
+            1
+            for phase in self.phases
+            if phase.transport == transport
+            for p in phase.plans
+            if p.rollout_id >= warmup and p.rollout_id not in phase.claimed
+        )
 
     def due_within(self, now_ns: int, horizon_ns: int) -> int:
         """Unclaimed rollouts of the current phase whose intended start is within ``horizon_ns``."""

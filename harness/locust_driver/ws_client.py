@@ -1,28 +1,34 @@
-"""A blocking WebSocket client: websockets' sans-I/O protocol over one socket.
+"""A blocking WebSocket client over one socket: the asyncio edge's codec, read in place.
 
+The opening handshake is the ``websockets`` package's sans-I/O client (as on the asyncio
+edge); the frames after its 101 are read and written by :mod:`harness.wire.ws_frames`.
 No reader thread and no queue between the socket and the caller: :meth:`WsConnection.recv`
-reads the socket itself and stamps each read with :func:`~.net.now_ns` as soon
-as ``recv`` returns, so a message's timestamp is that of the read that
-completed it.  No compression extension is offered and no pings are sent (the
-measurement path pays for neither); pings from the server are answered.
+reads the socket itself and stamps each read with :func:`~.net.now_ns` as soon as ``recv``
+returns, so a message's timestamp is that of the read that completed it.  No compression
+extension is offered and no pings are sent (the measurement path pays for neither); pings
+from the server are answered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections import deque
 
 from websockets.client import ClientProtocol
-from websockets.exceptions import InvalidHandshake, ProtocolError
-from websockets.frames import Frame, Opcode
-from websockets.protocol import State
+from websockets.exceptions import InvalidHandshake, InvalidMessage
+from websockets.http11 import Response
 from websockets.uri import parse_uri
 
 from harness.client.api_errors import ws_open_failure
 from harness.locust_driver.net import Endpoint, now_ns, open_socket
+from harness.wire import ws_frames as wsf
 from harness.wire.errors import WsClosed
+from harness.wire.sse import MAX_EVENT_BYTES
 
 RECV_BYTES = 65536
+#: a handshake answer's head larger than this is not a WebSocket server's
+MAX_HANDSHAKE_BYTES = 64 * 1024
 
 
 class WsConnection:
@@ -45,84 +51,121 @@ class WsConnection:
             read_timeout_s=read_timeout_s,
             verify_tls=verify_tls,
         )
-        self._proto = ClientProtocol(parse_uri(self.url), max_size=None)
-        self._messages: deque[tuple[int, str]] = deque()
-        self._fragments: list[bytes] = []
-        request = self._proto.connect()
-        for key, value in headers.items():
-            request.headers[key] = value
-        self._proto.send_request(request)
+        self._reader = wsf.FrameReader(MAX_EVENT_BYTES)
+        self._messages: deque[tuple[int, bytes]] = deque()
+        self._closed: WsClosed | None = None
         try:
-            self._flush()
             self._sock.settimeout(connect_timeout_s)
-            while not self._handshake_done():
-                self._read()
+            rest = self._handshake(headers)
             self._sock.settimeout(read_timeout_s)
-        except (OSError, WsClosed) as exc:
+        except (OSError, InvalidHandshake) as exc:
             self._sock.close()
             raise ws_open_failure(exc, self.url) from exc
         #: when the handshake completed
         self.connected_ns = now_ns()
+        if rest:
+            self._frames(self._reader_feed(rest), self.connected_ns)
 
-    def _handshake_done(self) -> bool:
-        if self._proto.handshake_exc is not None:
-            exc = self._proto.handshake_exc
-            self._sock.close()
-            raise ws_open_failure(exc, self.url)
-        return self._proto.state is State.OPEN
+    def _handshake(self, headers: dict[str, str]) -> bytes:
+        """The upgrade request and the server's answer; the bytes after its head (frames).
 
-    def _flush(self) -> None:
-        for data in self._proto.data_to_send():
-            if data:
-                self._sock.sendall(data)
+        Only the 101's head goes to the ``websockets`` parser (it would read what follows
+        as frames); a refusal goes whole, its body being the error message.
+        """
+        hs = ClientProtocol(parse_uri(self.url), extensions=None)
+        request = hs.connect()
+        for key, value in headers.items():
+            request.headers[key] = value
+        hs.send_request(request)
+        self._sock.sendall(b"".join(hs.data_to_send()))
+        head = b""
+        while True:
+            data = self._sock.recv(RECV_BYTES)
+            if not data:
+                hs.receive_eof()
+                raise hs.handshake_exc or InvalidMessage("did not receive a valid HTTP response")
+            head += data
+            end = head.find(b"\r\n\r\n")
+            if end >= 0:
+                break
+            if len(head) > MAX_HANDSHAKE_BYTES:
+                raise InvalidMessage(f"an answer head of over {MAX_HANDSHAKE_BYTES:,} bytes")
+        if head.startswith((b"HTTP/1.1 101 ", b"HTTP/1.1 101\r")):
+            hs.receive_data(head[: end + 4])
+            if hs.handshake_exc is not None:
+                raise hs.handshake_exc
+            if not any(isinstance(e, Response) for e in hs.events_received()):
+                raise InvalidMessage("did not receive a valid HTTP response")
+            return head[end + 4 :]
+        # A refusal: its body, which may run to the end of the connection, is the message.
+        hs.receive_data(head)
+        while hs.handshake_exc is None:
+            data = self._sock.recv(RECV_BYTES)
+            if not data:
+                hs.receive_eof()
+                break
+            hs.receive_data(data)
+        raise hs.handshake_exc or InvalidMessage("did not receive a valid HTTP response")
 
-    def _read(self) -> None:
-        data = self._sock.recv(RECV_BYTES)
-        t_ns = now_ns()
-        if data:
-            self._proto.receive_data(data)
-        else:
-            self._proto.receive_eof()
-        self._flush()
-        for event in self._proto.events_received():
-            if not isinstance(event, Frame):
-                continue  # the handshake response (checked by _handshake_done)
-            op = event.opcode
-            if op is Opcode.TEXT or op is Opcode.BINARY:
-                if event.fin:
-                    self._messages.append((t_ns, bytes(event.data).decode()))
-                else:
-                    self._fragments = [bytes(event.data)]
-            elif op is Opcode.CONT:
-                self._fragments.append(bytes(event.data))
-                if event.fin:
-                    self._messages.append((t_ns, b"".join(self._fragments).decode()))
-                    self._fragments = []
-        if (self._proto.state is State.CLOSED or not data) and not self._messages:
-            rcvd = self._proto.close_rcvd
-            raise WsClosed(rcvd.code if rcvd is not None else 1006)
-
-    def send_text(self, text: str) -> None:
+    def _reader_feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """The frames in ``data``; a broken one closes the connection after those before it."""
         try:
-            self._proto.send_text(text.encode())
-            self._flush()
-        except (OSError, ProtocolError, InvalidHandshake) as exc:
+            return self._reader.feed(data)
+        except wsf.FrameError as exc:
+            self._send(wsf.encode_frame(wsf.OP_CLOSE, wsf.close_payload(exc.code)))
+            self._closed = WsClosed(exc.code, f"the server sent {exc.reason}")
+            return exc.before
+
+    def _frames(self, frames: list[tuple[int, bytes]], t_ns: int) -> None:
+        for op, payload in frames:
+            if op in (wsf.OP_TEXT, wsf.OP_BINARY):
+                self._messages.append((t_ns, payload))
+            elif op == wsf.OP_PING:
+                self._send(wsf.encode_frame(wsf.OP_PONG, payload))
+            elif op == wsf.OP_CLOSE:
+                code = wsf.close_code(payload)
+                self._send(
+                    wsf.encode_frame(
+                        wsf.OP_CLOSE, wsf.close_payload(code if code != wsf.NO_STATUS else 1000)
+                    )
+                )
+                self._closed = WsClosed(code)
+                return
+
+    def _send(self, data: bytes) -> None:
+        with contextlib.suppress(OSError):  # the peer is gone: what it was owed no longer matters
+            self._sock.sendall(data)
+
+    def send_text(self, text: str | bytes) -> None:
+        if self._closed is not None:
+            raise self._closed
+        data = text.encode() if isinstance(text, str) else text
+        try:
+            self._sock.sendall(wsf.encode_frame(wsf.OP_TEXT, data))
+        except OSError as exc:
             raise WsClosed(1006) from exc
 
-    def recv(self) -> tuple[int, str]:
+    def recv(self) -> tuple[int, bytes]:
         """The next text message and when it arrived; raises :class:`WsClosed` or ``TimeoutError``."""
         while not self._messages:
+            if self._closed is not None:
+                raise self._closed
             try:
-                self._read()
-            except (ProtocolError, ConnectionError) as exc:
+                data = self._sock.recv(RECV_BYTES)
+            except ConnectionError as exc:
                 raise WsClosed(1006) from exc
+            t_ns = now_ns()
+            if not data:
+                self._closed = WsClosed(1006)
+                continue
+            self._frames(self._reader_feed(data), t_ns)
         return self._messages.popleft()
 
     def close(self) -> None:
         try:
-            if self._proto.state is State.OPEN:
-                self._proto.send_close(1000)
-                self._flush()
+            if self._closed is None:
+                self._closed = WsClosed(1000)
+                self._sock.sendall(wsf.encode_frame(wsf.OP_CLOSE, wsf.close_payload(1000)))
         except OSError:
             pass  # the peer is gone already; the socket is closed below either way
         finally:

@@ -27,10 +27,11 @@ throughput table, with digits), ``cli`` (the end-of-run table) and ``gate``
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from harness.metrics.results_model import Summary
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.workload.records import (
     BURST_WINDOW_NS,
@@ -202,16 +203,10 @@ def visible_start(first_token_ns: Any, first_output_ns: Any) -> Any:
     return first_output_ns + (first_output_ns == 0) * first_token_ns
 
 
-def has_reasoning(summary: Any) -> bool:
-    """Whether any transport of a ``summary.json`` document reasoned (a turn with reasoning
-    tokens): the tables show the ``reasoning`` metrics only then."""
-    for t in (summary or {}).get("transports", {}).values():
-        group = t.get("reasoning_tokens") if isinstance(t, dict) else None
-        if isinstance(group, dict) and any(
-            isinstance(v, int | float) and v > 0 for v in group.values()
-        ):
-            return True
-    return False
+def has_reasoning(summary: Summary | Mapping[str, Any] | None) -> bool:
+    """Whether any transport of a summary reasoned (a turn with reasoning tokens): the tables
+    show the ``reasoning`` metrics only then."""
+    return measured(summary, "reasoning_tokens")
 
 
 #: every metric, in ``summary.json`` order
@@ -582,13 +577,16 @@ def compare_rows() -> Iterator[tuple[Metric, Stat]]:
             yield m, m.stat(key)
 
 
-def measured(summary: Any, group: str) -> bool:
-    """Whether any transport of a ``summary.json`` document has a value in ``group``."""
-    for t in (summary or {}).get("transports", {}).values():
-        values = t.get(group) if isinstance(t, dict) else None
-        if isinstance(values, dict) and any(
-            isinstance(v, int | float) and v > 0 for v in values.values()
-        ):
+def measured(summary: Summary | Mapping[str, Any] | None, group: str) -> bool:
+    """Whether any transport of a summary (its model or its document) has a value above 0 in
+    ``group``."""
+    if not summary:
+        return False
+    typed = summary if isinstance(summary, Summary) else Summary.of(summary)
+    for t in typed.transports.values():
+        block = t.group(group)
+        values = block.to_json().values() if block is not None else ()
+        if any(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values):
             return True
     return False
 

@@ -47,6 +47,8 @@ from typing import Any
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from harness.wire.plural import counted
+
 SIGNIFICANT_DIGITS = 3
 LOWEST = 1
 #: unit -> highest trackable value
@@ -413,7 +415,7 @@ class Histogram:
                 ) from None
             if len(exact) != out.count:
                 raise ValueError(
-                    f"histogram encoding: values: expected {out.count} values (the payload's "
+                    f"histogram encoding: values: expected {counted(out.count, 'value')} (the payload's "
                     f"count), got {len(exact)}"
                 )
             out.exact = exact

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from harness.wire.plural import counted, plural
 from harness.workload.records import TurnRecord
 
 #: the counters, in ``summary.json`` order
@@ -58,7 +59,7 @@ def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
         hist = round(counts["chain_history_tokens"] / n)
         out.append(
             f"{transport}: the server reported {inp:,} input tokens on average on {n} of "
-            f"{counts['checked_turns']} turns whose history held ~{hist:,}: it appears to ignore "
+            f"{plural(counts['checked_turns'], 'turn')} whose history held ~{hist:,}: it appears to ignore "
             "previous_response_id; the speedup is not a chaining speedup"
         )
     n = counts.get("decode_implausible", 0)
@@ -66,7 +67,8 @@ def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
         rep = round(counts["decode_reported_tokens"] / n)
         streamed = round(counts["decode_streamed_tokens"] / n)
         out.append(
-            f"{transport}: {n} of {counts['checked_turns']} turns reported {rep:,} output tokens "
+            f"{transport}: {n} of {counted(counts['checked_turns'], 'turn')} reported {rep:,} "
+            f"output tokens "
             f"on average but streamed text of ~{streamed:,} tokens, or decoded faster than any "
             "engine: their decode TPS and TPOT are left out of the percentiles"
         )

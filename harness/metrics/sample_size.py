@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.metrics import definitions as D
+from harness.metrics.results_model import Summary, as_summary
 from harness.metrics.stats import MIN_CI_PAIRS, ci_reason
 
 #: ``transports.<t>.too_few_samples``: ``{"<group>.<key>": n}`` for every statistic whose
@@ -32,7 +33,6 @@ __all__ = [
     "min_samples",
     "sample_size_reasons",
     "too_few_for",
-    "too_few_marks",
 ]
 
 
@@ -49,12 +49,6 @@ def too_few_for(stat: str, n: int) -> bool:
     return n < min_samples(stat)
 
 
-def too_few_marks(transport_summary: Mapping[str, Any]) -> dict[str, int]:
-    """``{"<group>.<key>": n}`` of one transport's summary (empty for older summaries)."""
-    marks = transport_summary.get(TOO_FEW_KEY)
-    return dict(marks) if isinstance(marks, Mapping) else {}
-
-
 def _stat_name(path: str, reasoned: bool = True) -> tuple[str, str] | None:
     """``"tps.decode_p50"`` -> (metric label, statistic name) via the metric table; None for
     a metric the tables show only when the run reasoned, and it did not."""
@@ -67,22 +61,21 @@ def _stat_name(path: str, reasoned: bool = True) -> tuple[str, str] | None:
     return group, key
 
 
-def sample_size_reasons(summary: Mapping[str, Any]) -> list[str]:
+def sample_size_reasons(doc: Summary | Mapping[str, Any]) -> list[str]:
     """One sentence per transport whose statistics rest on too few samples, and one per
     comparison without a CI; ``[]`` when every number has the sample it needs.
 
-    Pure: reads only ``summary`` (a ``summary.json`` document).  For example
+    Pure: reads only the summary (its model, or the ``summary.json`` document).  For example
     ``"ws: too few samples for p90 (need 10): rollout (n=4); p99 (need 100): TTFT, turn (n=60),
     rollout (n=4)"`` and ``"ws vs http rollout speedup: n=2: too few for a CI (need 5)"``.
     """
+    summary = as_summary(doc) or Summary()
     out: list[str] = []
     reasoned = D.has_reasoning(summary)
-    for name, t in (summary.get("transports") or {}).items():
-        if not isinstance(t, Mapping):
-            continue
+    for name, t in summary.transports.items():
         # statistic -> n -> metric labels: one clause per statistic keeps the sentence short
         by_stat: dict[str, dict[int, list[str]]] = {}
-        for path, n in too_few_marks(t).items():
+        for path, n in t.too_few_samples.items():
             named = _stat_name(path, reasoned)
             if named is None:
                 continue
@@ -95,10 +88,7 @@ def sample_size_reasons(summary: Mapping[str, Any]) -> list[str]:
         ]
         if clauses:
             out.append(f"{name}: too few samples for " + "; ".join(clauses))
-    for c in summary.get("comparisons") or []:
-        if c.get("rollout_speedup") is None:
-            continue
-        reason = c.get("rollout_speedup_ci_reason")
-        if reason:
-            out.append(f"{c['candidate']} vs {c['baseline']} rollout speedup: {reason}")
+    for c in summary.comparisons:
+        if c.rollout_speedup is not None and c.rollout_speedup_ci_reason:
+            out.append(f"{c.pair} rollout speedup: {c.rollout_speedup_ci_reason}")
     return out

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.metrics import definitions as D
+from harness.metrics.results_model import Goodput, Summary, as_summary
 from harness.workload.records import OK_TURN_STATUSES, RolloutRecord, TurnRecord
 
 #: fewest records (rollouts or turns) an attainment's confidence interval is given for
@@ -142,29 +143,30 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:.1f} %"
 
 
-def line(summary_doc: Mapping[str, Any]) -> str:
+def line(doc: Summary | Mapping[str, Any]) -> str:
     """One line of the SLO and goodput per transport, for the console and the report:
     ``SLO ttft ≤ 500 ms: ws 98.0 % of rollouts (95 % CI 93.0–99.4 %, 98/100), turns 99.6 %,
     12.50 good rollouts/s, goodput 3,210 tok/s; http …``; '' when no transport has one."""
+    summary = as_summary(doc) or Summary()
     parts = []
     thresholds: Mapping[str, Any] = {}
-    for name, t in (summary_doc.get("transports") or {}).items():
-        group = t.get("slo") if isinstance(t, Mapping) else None
-        if not isinstance(group, Mapping) or not group.get("rollouts"):
+    for name, t in summary.transports.items():
+        group = t.slo
+        if group is None or not group.rollouts:
             continue
-        thresholds = group.get("thresholds") or {}
-        lo, hi = group.get("rollout_attainment_ci95") or [None, None]
+        thresholds = group.thresholds
+        lo, hi = (group.rollout_attainment_ci95 or [None, None])[:2]
         ci = (
             f"95 % CI {lo * 100:.1f}–{hi * 100:.1f} %"
             if lo is not None and hi is not None
-            else (group.get("ci_reason") or "no CI")
+            else (group.ci_reason or "no CI")
         )
-        good = t.get("goodput") or {}
-        rate, tps = good.get("good_rollouts_per_s"), good.get("goodput_tps")
+        good = t.goodput or Goodput()
+        rate, tps = good.good_rollouts_per_s, good.goodput_tps
         parts.append(
-            f"{name} {_pct(group.get('rollout_attainment'))} of rollouts ({ci}, "
-            f"{group['good_rollouts']}/{group['rollouts']}), turns "
-            f"{_pct(group.get('turn_attainment'))}"
+            f"{name} {_pct(group.rollout_attainment)} of rollouts ({ci}, "
+            f"{group.good_rollouts}/{group.rollouts}), turns "
+            f"{_pct(group.turn_attainment)}"
             + (f", {rate:.2f} good rollouts/s" if rate is not None else "")
             + (f", goodput {tps:,.0f} tok/s" if tps is not None else "")
         )

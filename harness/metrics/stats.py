@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from harness.wire.plural import counted
+
 #: fewer pairs (paired) or samples on a side (unpaired) than this: no confidence interval.
 #: A percentile bootstrap over 2–4 pairs resamples so few distinct values that its interval is
 #: an artefact (two rollouts gave "1.35x [1.34, 1.36]", one "6.42x [6.42, 6.42]").
@@ -69,7 +71,9 @@ class PairedResult:
 def _numbers(name: str, values: Values) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name}: expected a non-empty sequence of numbers, got {arr.size} values")
+        raise ValueError(
+            f"{name}: expected a non-empty sequence of numbers, got {counted(arr.size, 'value')}"
+        )
     return arr
 
 

@@ -43,14 +43,12 @@ from harness.metrics import cache, honesty, subagents, token_counts
 from harness.metrics import definitions as D
 from harness.metrics import slo as _slo
 from harness.metrics.hdr import Histogram, SignedHistogram
+from harness.metrics.results_model import FORMAT_VERSION
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
 from harness.metrics.stats import paired_speedup, unpaired_speedup
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS, buckets_to_series
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import BURST_WINDOW_NS, RolloutRecord, TurnRecord
-
-#: the results format (summary.json, manifest.json, the row files), one version for all
-FORMAT_VERSION = 1
 
 #: transports in the order a default comparison picks its baseline: the registry's
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.metrics.results_model import Summary, as_summary
 from harness.workload.records import TurnRecord
 
 #: the counters, in ``summary.json`` order
@@ -94,22 +95,21 @@ def summary(counts: Mapping[str, int]) -> dict[str, Any]:
     }
 
 
-def line(summary_doc: Mapping[str, Any]) -> str:
+def line(doc: Summary | Mapping[str, Any]) -> str:
     """The console's line: ``tokens planned → reported: http in 9,800 → 9,812 (1.00x), ...``."""
+    summary = as_summary(doc) or Summary()
     parts = []
-    for name, tok in (summary_doc.get("tokens") or {}).items():
-        if not isinstance(tok, Mapping) or not tok.get("turns"):
+    for name, tok in summary.tokens.items():
+        if not tok.turns:
             continue
-        if not tok.get("usage_turns"):
-            parts.append(
-                f"{name} in {tok['planned_input']:,} out {tok['planned_output']:,} (no usage)"
-            )
+        if not tok.usage_turns:
+            parts.append(f"{name} in {tok.planned_input:,} out {tok.planned_output:,} (no usage)")
             continue
-        ir, orat = tok.get("input_ratio"), tok.get("output_ratio")
+        ir, orat = tok.input_ratio, tok.output_ratio
         parts.append(
-            f"{name} in {tok['usage_planned_input']:,} → {tok['reported_input']:,}"
+            f"{name} in {tok.usage_planned_input:,} → {tok.reported_input or 0:,}"
             + (f" ({ir:.2f}x)" if ir is not None else "")
-            + f", out {tok['usage_planned_output']:,} → {tok['reported_output']:,}"
+            + f", out {tok.usage_planned_output:,} → {tok.reported_output or 0:,}"
             + (f" ({orat:.2f}x)" if orat is not None else "")
         )
     return "tokens planned → server-reported: " + "; ".join(parts) if parts else ""

@@ -49,6 +49,7 @@ import yaml
 
 from harness.metrics import definitions as D
 from harness.wire.errors import LoopbenchError
+from harness.wire.plural import counted
 from harness.wire.transports import TRANSPORTS
 from harness.workload.records import BURST_WINDOW_NS, TurnRecord
 
@@ -297,7 +298,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     lied = sum(t.decode_implausible for t in usable)
     if lied:
         notes.append(
-            f"{lied} of {len(usable)} turns left out of the decode fit: the endpoint reported "
+            f"{lied} of {counted(len(usable), 'turn')} left out of the decode fit: the endpoint reported "
             "output tokens their stream did not carry, or a rate no engine decodes at"
         )
     sustained = _median(decode) if decode else None
@@ -457,7 +458,7 @@ def profiles_from_fit(
     api: dict[str, Any] = {
         **base_api,
         "name": name,
-        "description": f"fitted by loopbench calibrate from {f.turns} turns",
+        "description": f"fitted by loopbench calibrate from {counted(f.turns, 'turn')}",
         "connect_ms": _round(connect),
         "fixed_ms": _round(fixed),
         "fixed_resolved_ms": _round(fixed_resolved),
@@ -470,7 +471,7 @@ def profiles_from_fit(
         "post_ms": _round(f.post_ms) if f.post_ms is not None else base_api["post_ms"],
     }
     engine: dict[str, Any] = {**base_engine, "name": name, "base_ttft_ms": _round(base)}
-    engine["description"] = f"fitted by loopbench calibrate from {f.turns} turns"
+    engine["description"] = f"fitted by loopbench calibrate from {counted(f.turns, 'turn')}"
     if f.prefill_tps is not None:
         engine["prefill_tps"] = _round(f.prefill_tps)
     if f.sustained_tps is not None:

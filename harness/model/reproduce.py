@@ -48,6 +48,7 @@ from harness.report.results import load_run, write_index
 from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
 from harness.run.runner import RunOptions, run_plans, run_scenario
+from harness.wire.plural import plural
 from harness.workload.builtin import REPRODUCE_DIR
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import load_scenario, validate_scenario
@@ -207,7 +208,7 @@ def measurements_from(
         total = _get(codex, "transports", name, "rollouts", "count") or 0
         if failed:
             # A transport that failed some rollouts has no comparable latency.
-            missing[name] = f"{failed:.0f} of {total:.0f} rollouts failed"
+            missing[name] = f"{failed:.0f} of {total:.0f} {plural(total, 'rollout')} failed"
         elif value is not None:
             rollout_p50[name] = value
     gpu_decode = [

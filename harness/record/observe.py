@@ -51,6 +51,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
+from harness.wire.ws_frames import OP_CLOSE, Deflate, FrameError, FrameReader
 from harness.workload.trace import (
     TRACE_VERSION,
     TraceHeader,
@@ -117,85 +118,30 @@ def api_of(path: str) -> str | None:
 
 
 class WsDecoder:
-    """Complete messages out of one direction's frames (a copy: the bytes are already sent).
+    """Complete data messages out of one direction's frames (a copy: the bytes are already sent).
 
-    Handles masking, fragmentation and permessage-deflate (``deflate``: the extension was
-    negotiated; ``reset``: that side asked for no context takeover).  Control frames are
-    skipped.
+    The frames are read by the project's codec (:mod:`harness.wire.ws_frames`): masking,
+    fragmentation and permessage-deflate (``deflate``: that direction's settings, when the
+    extension was agreed); control frames are skipped.  A direction whose framing broke is
+    read no further: ``broken`` says why (its requests in flight end failed at the close).
     """
 
-    __slots__ = ("_buf", "_compressed", "_deflate", "_inflater", "_parts", "_reset")
+    __slots__ = ("_reader", "broken")
 
-    def __init__(self, deflate: bool = False, reset: bool = False) -> None:
-        self._buf = b""
-        self._parts: list[bytes] = []
-        self._compressed = False
-        self._deflate = deflate
-        self._reset = reset
-        self._inflater = zlib.decompressobj(-15)
+    def __init__(self, *, masked: bool, deflate: Deflate | None = None) -> None:
+        # No limit of its own: the relay forwarded the bytes already, whatever their size.
+        self._reader = FrameReader(1 << 62, masked=masked, deflate=deflate)
+        self.broken: str | None = None
 
     def feed(self, data: bytes) -> list[bytes]:
-        buf = self._buf + data if self._buf else data
-        out: list[bytes] = []
-        pos = 0
-        end = len(buf)
-        while end - pos >= 2:
-            b0, b1 = buf[pos], buf[pos + 1]
-            n = b1 & 0x7F
-            head = 2
-            if n == 126:
-                if end - pos < 4:
-                    break
-                n = int.from_bytes(buf[pos + 2 : pos + 4], "big")
-                head = 4
-            elif n == 127:
-                if end - pos < 10:
-                    break
-                n = int.from_bytes(buf[pos + 2 : pos + 10], "big")
-                head = 10
-            masked = b1 & 0x80
-            if masked:
-                head += 4
-            if end - pos < head + n:
-                break
-            payload = buf[pos + head : pos + head + n]
-            if masked:
-                key = buf[pos + head - 4 : pos + head]
-                payload = _unmask(payload, key)
-            pos += head + n
-            opcode = b0 & 0x0F
-            if opcode >= 8:
-                continue  # ping, pong, close
-            if opcode != 0:
-                self._parts = []
-                self._compressed = bool(b0 & 0x40) and self._deflate
-            self._parts.append(payload)
-            if b0 & 0x80:
-                message = b"".join(self._parts)
-                self._parts = []
-                if self._compressed:
-                    message = self._inflate(message)
-                out.append(message)
-        self._buf = buf[pos:]
-        return out
-
-    def _inflate(self, message: bytes) -> bytes:
+        if self.broken is not None:
+            return []
         try:
-            data = self._inflater.decompress(message + b"\x00\x00\xff\xff")
-        except zlib.error:
-            data = b""
-        if self._reset:
-            self._inflater = zlib.decompressobj(-15)
-        return data
-
-
-def _unmask(payload: bytes, key: bytes) -> bytes:
-    # XOR with the repeated 4-byte key, as one big-integer operation (fast in CPython).
-    n = len(payload)
-    if not n:
-        return payload
-    mask = (key * (n // 4 + 1))[:n]
-    return (int.from_bytes(payload, "big") ^ int.from_bytes(mask, "big")).to_bytes(n, "big")
+            frames = self._reader.feed(data)
+        except FrameError as exc:
+            self.broken = exc.reason
+            frames = exc.before
+        return [payload for op, payload in frames if op < OP_CLOSE]
 
 
 # --- one exchange -------------------------------------------------------------------------
@@ -349,10 +295,16 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
         ex.head_hash = _h([tools])
     else:
         # Cache breakpoints move to the newest message each turn: not part of the history.
-        items = _without_cache_control(list(req.get("messages") or []))
+        # Nor are the system messages inside `messages` (Claude Code rewrites them from turn
+        # to turn) or the tools (it loads deferred ones mid-session): matched on neither.
+        items = [
+            m
+            for m in _without_cache_control(list(req.get("messages") or []))
+            if not (isinstance(m, dict) and m.get("role") == "system")
+        ]
         prompt = _without_cache_control(req.get("system") or "")
         ex.instructions_tokens = _tokens(_text_of(prompt))
-        ex.head_hash = _h([prompt, tools])
+        ex.head_hash = _h([prompt])
     ex.item_hashes = tuple(_h(i) for i in items)
     if api == RESPONSES:
         ex.item_keys = tuple(k for k in map(_item_key, items) if k)

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from harness.record.observe import Exchange, WsDecoder, summarize
+from harness.wire.ws_frames import deflate_agreed
 
 __all__ = ["READY", "STEPS", "Observed", "Observer", "serve_observer"]
 
@@ -99,10 +100,16 @@ class Observer:
         self._record(Exchange(api, transport, conn, t_start, t_end, t_start, status))
         self.out.unread.append(f"connection {conn}: a {api} exchange over {transport}: {why}")
 
-    def ws_open(self, conn: int, deflate: bool, client_reset: bool, server_reset: bool) -> None:
-        """A WebSocket upgrade was accepted on ``conn``: its frames follow."""
+    def ws_open(self, conn: int, extensions: str) -> None:
+        """A WebSocket upgrade was accepted on ``conn`` (``extensions``: the server's
+        ``Sec-WebSocket-Extensions`` answer): its frames follow."""
+        deflate = deflate_agreed(extensions)
+        to_server, to_client = deflate if deflate is not None else (None, None)
         self._ws[conn] = _WsConnection(
-            self, conn, WsDecoder(deflate, client_reset), WsDecoder(deflate, server_reset)
+            self,
+            conn,
+            WsDecoder(masked=True, deflate=to_server),
+            WsDecoder(masked=False, deflate=to_client),
         )
 
     def ws_client(self, conn: int, data: bytes, t_ns: int) -> None:
@@ -191,17 +198,14 @@ class _WsConnection:
                 )
 
     def close(self, t_ns: int) -> None:
+        why = "the connection closed before the response ended"
+        for side, decoder in (("client", self.to_server), ("server", self.to_client)):
+            if decoder.broken is not None:
+                why = f"the {side}'s frames could not be read after {decoder.broken}"
+                break
         for queue_ in self.pending.values():
             for _, t_start, _, _ in queue_:
-                self.observer.failed(
-                    "responses",
-                    "ws",
-                    self.conn,
-                    t_start,
-                    t_ns,
-                    499,
-                    "the connection closed before the response ended",
-                )
+                self.observer.failed("responses", "ws", self.conn, t_start, t_ns, 499, why)
         self.pending.clear()
 
 

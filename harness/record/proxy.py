@@ -442,7 +442,9 @@ class _Relay:
         self.api = api_of(head.target) if head.method == "POST" else None
         self.inflight = True
         self.t_first = 0
-        self.resp = ResponseParser()
+        # A HEAD's answer announces a length it never sends (Claude Code's connectivity check
+        # is one): waiting for that body would stall the connection's next request.
+        self.resp = ResponseParser(no_body=head.method == "HEAD")
         self.response = bytearray()
         self.request = bytearray()
         self.upgrade = "websocket" in head.headers.get("upgrade", "").lower()
@@ -512,16 +514,8 @@ class _Relay:
 
     def _websocket(self, hbuf: bytes, end: int) -> None:
         answer = parse_request_head(b"GET / HTTP/1.1" + hbuf[hbuf.find(b"\r\n") : end])
-        ext = answer.headers.get("sec-websocket-extensions", "").lower()
-        deflate = "permessage-deflate" in ext
-        self.proxy._observe(
-            self.conn,
-            "ws_open",
-            self.conn,
-            deflate,
-            "client_no_context_takeover" in ext,
-            "server_no_context_takeover" in ext,
-        )
+        ext = answer.headers.get("sec-websocket-extensions", "")
+        self.proxy._observe(self.conn, "ws_open", self.conn, ext)
         self.mode = _WS
         self.inflight = False
         now = time.perf_counter_ns()

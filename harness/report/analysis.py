@@ -9,13 +9,14 @@ drops them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness.metrics import definitions as D
 from harness.metrics import slices as SL
+from harness.metrics.results_model import Summary, as_summary
 from harness.metrics.stats import paired_speedup
 from harness.metrics.timeseries import pick_bucket_ns, token_rate_series
 from harness.wire.transports import TRANSPORT_NAMES
@@ -55,17 +56,17 @@ def ordered_transports(names: Iterable[str]) -> list[str]:
 def run_transports(run: Run) -> list[str]:
     """The transports of a run: from the summary, else the manifest, else the rows."""
     names: list[str] = []
-    if run.summary:
-        names = list(run.summary.get("transports", {}))
+    if run.summary_model is not None:
+        names = list(run.summary_model.transports)
     if not names:
-        names = [str(n) for n in run.manifest.get("transports", [])]
+        names = list(run.manifest_model.transports)
     if not names and len(run.turns):
         names = [str(n) for n in run.turns["transport"].unique()]
     return ordered_transports(names)
 
 
 def warmup_rollouts(run: Run) -> int:
-    scenario = run.manifest.get("scenario") or {}
+    scenario = run.manifest_model.scenario_record or {}
     return int((scenario.get("load") or {}).get("warmup_rollouts", 0) or 0)
 
 
@@ -200,7 +201,7 @@ def aggregate_tps(
     return pd.concat(frames, ignore_index=True)
 
 
-def breakdown_table(summary: dict[str, Any]) -> pd.DataFrame:
+def breakdown_table(summary: Summary | Mapping[str, Any]) -> pd.DataFrame:
     """Mean time per turn (ms) by component, one row per transport (from ``summary.json``).
 
     Server components come from ``sim_timing`` (means over turns that reported
@@ -212,11 +213,12 @@ def breakdown_table(summary: dict[str, Any]) -> pd.DataFrame:
     import pandas as pd  # pandas: only when a table is built
 
     rows = {}
-    for name in ordered_transports(summary.get("transports", {})):
-        t = summary["transports"][name]
-        b = t.get("breakdown_ms", {})
+    typed = as_summary(summary) or Summary()
+    for name in ordered_transports(typed.transports):
+        t = typed.transports[name]
+        b = t.breakdown_ms
         row = {k: float(b.get(k) or 0.0) for k in SERVER_COMPONENTS}
-        turn_mean = (t.get("turn_ms") or {}).get("mean")
+        turn_mean = t.stat("turn_ms", "mean")
         modelled = sum(row.values())
         row[UNMODELLED] = max(0.0, float(turn_mean) - modelled) if turn_mean is not None else 0.0
         for k in CLIENT_COMPONENTS:

@@ -2,12 +2,13 @@
 
 The first run is the reference (A); every other run is a candidate compared with it.
 
-**Comparability** first (:func:`comparability`): the runs must replay the same workload (same
-scenario name, same scenario content apart from the server block, description and transport
-list; same seed), measure the same transports, be complete (not partial, ``summary.json``
-present), and no transport may fail more turns than the scenario's ``max_error_rate`` (5 % when
-the scenario sets none) — a transport without a successful turn always fails that.  Each
-breach is a reason; ``compare`` exits 3 with them unless ``--force``.
+**Comparability** first (:func:`run_reasons`, :func:`pair_reasons`), by the rules ``run`` and
+``gate`` apply (:mod:`harness.metrics.validity`): every run must count (finished, not partial,
+valid: its errors within the scenario's ``max_error_rate``, a completed rollout per transport,
+its starts on schedule, a healthy client), and the runs must replay the same workload (same
+scenario name and seed, same scenario content apart from the server, slo, description and
+transport list) and measure the same transports.  Each breach is a reason; ``compare`` exits
+3 with them unless ``--force``.
 
 **One statistic per row.**  For a metric with per-sample values in the row files (per-turn TTFT,
 TTFB, turn latency, decode rate; per-rollout latency), the p50 row is the median *of those
@@ -34,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from harness.metrics import definitions as D
+from harness.metrics.results_model import Comparison as SummaryComparison
+from harness.metrics.results_model import Manifest, TransportSummary
 from harness.metrics.stats import (
     MIN_CI_PAIRS,
     bootstrap_median,
@@ -41,19 +44,24 @@ from harness.metrics.stats import (
     ci_reason,
     mann_whitney_u,
 )
+from harness.metrics.validity import (
+    SAME_FIELDS,
+    Limits,
+    RolloutKey,
+    comparability,
+    error_reason,
+    recorded_reasons,
+    rollouts_differ,
+    summary_reasons,
+)
 from harness.report import analysis as A
 from harness.report.compare_plots import PlotRun, write_compare_plots
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
 from harness.report.files import PLOTS_DIR, fmt, write_text_atomic
 from harness.report.results import Run, write_index
+from harness.wire.plural import counted
 
 ALPHA = 0.05
-#: the error-rate limit when the scenario sets no ``max_error_rate``
-DEFAULT_MAX_ERROR_RATE = 0.05
-#: scenario fields that may differ between comparable runs: they do not change the rollouts
-#: (the server block is what a comparison of servers or settings varies; the slo block only
-#: judges the records, it changes no request)
-SCENARIO_FREE_KEYS = frozenset(("server", "description", "transports", "slo"))
 #: differing scenario fields listed in one reason, at most
 _MAX_DIFFS = 5
 
@@ -191,11 +199,11 @@ class Side:
     def transports(self) -> list[str]:
         """What the run measured or meant to: a transport an interrupted run never reached is
         in the manifest only, and must not vanish from the comparison."""
-        planned = [str(t) for t in self.run.manifest.get("transports") or []]
+        planned = list(self.run.manifest_model.transports)
         return A.ordered_transports([*A.run_transports(self.run), *planned])
 
-    def summary_of(self, transport: str) -> dict[str, Any]:
-        return dict(((self.run.summary or {}).get("transports") or {}).get(transport) or {})
+    def summary_of(self, transport: str) -> TransportSummary:
+        return self.run.figures(transport)
 
     def samples(self, table: str, column: str, transport: str) -> np.ndarray:
         df = self.table(table)
@@ -223,13 +231,8 @@ class Side:
         return TransportHealth(len(g), len(bad), tuple(kinds))
 
     @property
-    def max_error_rate(self) -> float:
-        scenario = self.run.manifest.get("scenario") or {}
-        for holder in (scenario, scenario.get("load") or {}):
-            value = _num(holder.get("max_error_rate")) if isinstance(holder, Mapping) else None
-            if value is not None:
-                return value
-        return DEFAULT_MAX_ERROR_RATE
+    def limits(self) -> Limits:
+        return Limits.of_manifest(self.run.manifest_model)
 
 
 def sides(runs: Sequence[Run]) -> list[Side]:
@@ -240,88 +243,94 @@ def sides(runs: Sequence[Run]) -> list[Side]:
 # -- comparability -------------------------------------------------------------------------------
 
 
-def _diffs(a: Any, b: Any, path: str, out: list[str]) -> None:
-    """Every path where two JSON-like documents differ (a key only one side has is a field
-    added to the scenario model after the older run: skipped)."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        for key in sorted(set(a) & set(b), key=str):
-            _diffs(a[key], b[key], f"{path}.{key}" if path else str(key), out)
-        return
-    if a != b:
-        out.append(f"{path} {a!r} vs {b!r}")
-
-
-def _scenario_reason(ref: Side, cand: Side) -> str | None:
-    rm, cm = ref.run.manifest, cand.run.manifest
-    rs, cs = rm.get("scenario"), cm.get("scenario")
-    if not isinstance(rs, Mapping) or not isinstance(cs, Mapping):
-        for key in ("scenario_sha256", "scenario_hash"):
-            if rm.get(key) and cm.get(key):
-                same = rm[key] == cm[key]
-                return (
-                    None
-                    if same
-                    else f"{cand.label}: scenario content differs from {ref.label} ({key})"
-                )
-        return (
+def _scenario_reasons(ref: Side, cand: Side) -> list[str]:
+    found = comparability(ref.run.manifest_model, cand.run.manifest_model)
+    if not found:
+        return []
+    first = found[0]
+    if first.path in SAME_FIELDS:
+        return [
+            f"{cand.label}: {'scenario' if d.path == 'scenario_name' else d.path} {d.cand!r}, "
+            f"{ref.label} has {d.ref!r}"
+            for d in found
+        ]
+    if first.path == "scenario" and (first.ref is None or first.cand is None):
+        return [
             f"{cand.label}: manifest.json has no scenario: cannot show that {cand.label} and "
             f"{ref.label} replay the same rollouts"
-        )
-    strip = lambda d: {k: v for k, v in d.items() if k not in SCENARIO_FREE_KEYS}  # noqa: E731
-    found: list[str] = []
-    _diffs(strip(rs), strip(cs), "", found)
-    if not found:
-        return None
+        ]
+    if first.path in ("scenario_sha256", "scenario_hash"):
+        return [f"{cand.label}: scenario content differs from {ref.label} ({first.path})"]
     more = f" and {len(found) - _MAX_DIFFS} more" if len(found) > _MAX_DIFFS else ""
-    return (
-        f"{cand.label}: scenario content differs from {ref.label}: "
-        + "; ".join(found[:_MAX_DIFFS])
-        + more
-        + f" ({ref.label} first)"
+    listed = "; ".join(
+        f"{d.path.removeprefix('scenario.')} {d.ref!r} vs {d.cand!r}" for d in found[:_MAX_DIFFS]
     )
+    return [
+        f"{cand.label}: scenario content differs from {ref.label}: {listed}{more} "
+        f"({ref.label} first)"
+    ]
 
 
 def run_reasons(side: Side) -> list[str]:
-    """Why one run cannot stand in a comparison: unfinished, partial, too many errors."""
+    """Why one run cannot stand in a comparison: unfinished, partial, or it does not count.
+
+    A finished run's verdict is the one it recorded (``summary.json``'s ``valid`` and
+    ``invalid_reasons``: the rules of :mod:`harness.metrics.validity` that ``run`` and ``gate``
+    apply), or those rules applied again to a summary without one; an unfinished run's
+    transports are judged from its rows.
+    """
     run, label = side.run, side.label
     reasons: list[str] = []
-    if not run.finished:
+    summary = run.summary_model
+    if summary is None:
         reasons.append(f"{label}: did not finish (no summary.json in {run.path})")
-    elif (run.summary or {}).get("partial"):
+    elif summary.partial:
         reasons.append(
             f"{label}: partial run (interrupted before every rollout finished; "
             "its figures cover only what was measured)"
         )
-    limit = side.max_error_rate
+    limits = side.limits
     for name in side.transports:
         h = side.health(name)
         if h.turns == 0:
             reasons.append(f"{label}: {name}: never ran (no turns recorded)")
-        elif h.ok == 0:
-            reasons.append(
-                f"{label}: {name}: no successful turns ({h.errors} of {h.turns} failed: "
-                f"{h.describe_errors()})"
+        elif summary is None:
+            found = error_reason(
+                name, h.turns, h.errors, limits.max_error_rate, h.describe_errors()
             )
-        elif h.error_rate > limit:
-            reasons.append(
-                f"{label}: {name}: {h.errors} of {h.turns} turns failed ({h.error_rate:.1%}), "
-                f"above the {limit:.1%} limit (scenario max_error_rate): {h.describe_errors()}"
-            )
+            if found:
+                reasons.append(f"{label}: {found}")
+    if summary is not None:
+        details = {name: side.health(name).describe_errors() for name in side.transports}
+        reasons += [f"{label}: {r}" for r in summary_reasons(summary, limits, details)]
     return reasons
 
 
+def _first_turns(side: Side, transport: str) -> dict[RolloutKey, float]:
+    """Each rollout's first-turn history size: the fingerprint of the rollouts replayed."""
+    df = side.table("turns")
+    if df.empty or "history_tokens" not in df:
+        return {}
+    first = df[(df["transport"] == transport) & df["ok"] & (df["turn_index"] == 0)]
+    return {
+        (int(r), int(i)): float(h)
+        for r, i, h in zip(
+            first["round"], first["rollout_id"], first["history_tokens"], strict=True
+        )
+    }
+
+
 def pair_reasons(ref: Side, cand: Side) -> list[str]:
-    """Why ``cand`` does not measure what ``ref`` measured: scenario, seed, transports."""
-    rm, cm = ref.run.manifest, cand.run.manifest
-    reasons = []
-    for key in ("scenario_name", "seed"):
-        if rm.get(key) != cm.get(key):
-            what = "scenario" if key == "scenario_name" else key
-            reasons.append(f"{cand.label}: {what} {cm.get(key)!r}, {ref.label} has {rm.get(key)!r}")
+    """Why ``cand`` does not measure what ``ref`` measured: scenario, seed, the rollouts
+    replayed, transports."""
+    reasons = _scenario_reasons(ref, cand)
     if not reasons:
-        found = _scenario_reason(ref, cand)
-        if found:
-            reasons.append(found)
+        labels = (ref.label, cand.label)
+        for name in A.ordered_transports(t for t in cand.transports if t in ref.transports):
+            found = rollouts_differ(name, _first_turns(ref, name), _first_turns(cand, name), labels)
+            if found:
+                reasons.append(f"{cand.label}: {found}")
+                break
     rt, ct = ref.transports, cand.transports
     if set(rt) != set(ct):
         reasons.append(
@@ -332,11 +341,12 @@ def pair_reasons(ref: Side, cand: Side) -> list[str]:
 
 
 def warnings(side: Side) -> list[str]:
-    """What the run says about itself that compare does not judge (validity reasons)."""
-    summary = side.run.summary or {}
-    if summary and not summary.get("valid", True):
+    """What compare notes about a run without judging it: a summary with no verdict of its own."""
+    summary = side.run.summary_model
+    if summary is not None and recorded_reasons(summary) is None:
         return [
-            f"{side.label} is marked invalid: " + "; ".join(summary.get("invalid_reasons") or [])
+            f"{side.label}: summary.json records no validity verdict (an older loopbench?): "
+            "judged again from its figures"
         ]
     return []
 
@@ -390,7 +400,7 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
     measured keeps its rows."""
     names = A.ordered_transports([*ref.transports, *cand.transports])
     # without reasoning on either side TTFOT repeats TTFT and there are no reasoning tokens
-    reasoned = D.has_reasoning(ref.run.summary) or D.has_reasoning(cand.run.summary)
+    reasoned = D.has_reasoning(ref.run.summary_model) or D.has_reasoning(cand.run.summary_model)
     specs = [spec for spec in metric_specs() if reasoned or not spec.metric.reasoning]
     out: list[Delta] = []
     for name in names:
@@ -409,8 +419,8 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
                 )
             else:
                 group, key = spec.path
-                va = _num((sa.get(group) or {}).get(key))
-                vb = _num((sb.get(group) or {}).get(key))
+                va = _num(sa.stat(group, key))
+                vb = _num(sb.stat(group, key))
                 row = {"a": va, "b": vb}
                 if va is not None and vb is not None:
                     row["delta"] = vb - va
@@ -584,7 +594,7 @@ def _worst_error(cmp: Comparison) -> str:
             if h.errors and h.error_rate > worst[0]:
                 worst = (
                     h.error_rate,
-                    f"{side.label} {name}: {h.errors} of {h.turns} turns failed "
+                    f"{side.label} {name}: {h.errors} of {counted(h.turns, 'turn')} failed "
                     f"({h.describe_errors(2, example=False)})",
                 )
     return f"worst error: {worst[1]}" if worst[1] else "no errors"
@@ -604,14 +614,12 @@ def verdict_line(cmp: Comparison) -> str:
 # -- the document --------------------------------------------------------------------------------
 
 
-def speedup_changes(a: Run, b: Run) -> list[tuple[str, Any, Any]]:
+def speedup_changes(a: Run, b: Run) -> list[tuple[str, SummaryComparison, SummaryComparison]]:
     """``(pair, speedup in A, speedup in B)`` for transport pairs both runs compared."""
 
-    def by_pair(run: Run) -> dict[str, dict[str, Any]]:
-        return {
-            f"{c['candidate']} vs {c['baseline']}": c
-            for c in (run.summary or {}).get("comparisons", [])
-        }
+    def by_pair(run: Run) -> dict[str, SummaryComparison]:
+        summary = run.summary_model
+        return {c.pair: c for c in (summary.comparisons if summary is not None else [])}
 
     pa, pb = by_pair(a), by_pair(b)
     return [(k, pa[k], pb[k]) for k in pa if k in pb]
@@ -620,15 +628,15 @@ def speedup_changes(a: Run, b: Run) -> list[tuple[str, Any, Any]]:
 def runs_table(cmp: Comparison) -> Table:
     rows = []
     for s in cmp.sides:
-        m, summary = s.run.manifest, s.run.summary or {}
-        valid = "unfinished" if not s.run.finished else "yes" if summary.get("valid") else "no"
+        m, summary = s.run.manifest_model, s.run.summary_model
+        valid = "unfinished" if summary is None else "yes" if summary.valid else "no"
         rows.append(
             [
                 s.label + (" (reference)" if s is cmp.reference else ""),
                 s.run.run_id,
-                str(m.get("scenario_name", "-")),
-                str(m.get("seed", "-")),
-                str(m.get("target", "-")),
+                str(_or_dash(m.scenario_name)),
+                str(_or_dash(m.seed)),
+                str(_or_dash(m.target)),
                 ", ".join(s.transports),
                 valid,
                 _software(m),
@@ -641,10 +649,14 @@ def runs_table(cmp: Comparison) -> Table:
     )
 
 
-def _software(manifest: Mapping[str, Any]) -> str:
+def _or_dash(value: object) -> object:
+    return "-" if value is None else value
+
+
+def _software(manifest: Manifest) -> str:
     """``0.9.0 (1a2b3c4d)``: the client's version and commit, what a version comparison varies."""
-    version = str((manifest.get("versions") or {}).get("loopbench") or "")
-    sha = str(manifest.get("git_sha") or "")[:8]
+    version = manifest.versions.get("loopbench") or ""
+    sha = (manifest.git_sha or "")[:8]
     return " ".join(p for p in (version, f"({sha})" if sha else "") if p) or "-"
 
 
@@ -683,9 +695,9 @@ def compare_document(
     else:
         doc.add(
             Paragraph(
-                f"Same scenario {ref.run.manifest.get('scenario_name')!r} and seed "
-                f"{ref.run.manifest.get('seed')}, same transports, complete runs, error rates "
-                "within the scenario's max_error_rate."
+                f"Same scenario {ref.run.manifest_model.scenario_name!r} and seed "
+                f"{ref.run.manifest_model.seed}, same transports, complete and valid runs "
+                "(error rates within the scenario's max_error_rate, starts on schedule)."
             )
         )
     doc.add(*(Paragraph(w, kind="note") for w in cmp.warnings))
@@ -712,10 +724,10 @@ def compare_document(
             rows = [
                 [
                     pair,
-                    fmt(ca.get("rollout_speedup"), 3, "×"),
-                    fmt(cb.get("rollout_speedup"), 3, "×"),
-                    fmt(ca.get("rollout_latency_reduction_pct"), 1, " %"),
-                    fmt(cb.get("rollout_latency_reduction_pct"), 1, " %"),
+                    fmt(ca.rollout_speedup, 3, "×"),
+                    fmt(cb.rollout_speedup, 3, "×"),
+                    fmt(ca.rollout_latency_reduction_pct, 1, " %"),
+                    fmt(cb.rollout_latency_reduction_pct, 1, " %"),
                 ]
                 for pair, ca, cb in changes
             ]

@@ -196,9 +196,7 @@ def plot_tps(runs: Sequence[PlotRun], transport: str) -> Figure | None:
         if g.empty:
             continue
         drawn = True
-        mean = (
-            (r.run.summary or {}).get("transports", {}).get(transport, {}).get("tps") or {}
-        ).get("aggregate_mean")
+        mean = r.run.figures(transport).stat("tps", "aggregate_mean")
         label = r.name + (f" (mean {mean:,.0f} tok/s)" if mean else "")
         ax2.step(g["t_s"], g["tps"], where="post", color=run_color(i), lw=1.6, label=label)
         if mean:

@@ -97,6 +97,8 @@ th { background: #eaf2f8; }
 tr:nth-child(even) td { background: #f8f9f9; }
 td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; }
 td.r { white-space: nowrap; }
+td.r.why { white-space: normal; min-width: 9em; }
+.scroll { overflow-x: auto; max-width: 100%; }
 td.l, th.l { text-align: left; }
 .caption { color: #566573; font-size: 0.88em; margin: 4px 0 16px; }
 figure { margin: 16px 0 28px; }
@@ -111,6 +113,12 @@ code { background: #f4f6f6; padding: 1px 4px; }
 def _data_uri(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f"data:image/png;base64,{data}"
+
+
+def _cell_class(cell: str, align: str) -> str:
+    # A number never breaks; a reason in its place ("n/a (no response long enough to fill a
+    # 100 ms window)") wraps, or its column alone runs the table off the page.
+    return f"{align} why" if align == "r" and " " in cell.strip() and "(" in cell else align
 
 
 def to_html(doc: Document, base_dir: Path) -> str:
@@ -136,15 +144,17 @@ def to_html(doc: Document, base_dir: Path) -> str:
             out.append(f"<p{cls}>{e(b.text)}</p>")
         elif isinstance(b, Table):
             align = b.align or "l" + "r" * (len(b.headers) - 1)
-            out.append("<table><thead><tr>")
+            # A table wider than the column scrolls inside it rather than widening the page.
+            out.append('<div class="scroll"><table><thead><tr>')
             out += [f'<th class="{a}">{e(h)}</th>' for h, a in zip(b.headers, align, strict=True)]
             out.append("</tr></thead><tbody>")
             for row in b.rows:
                 cells = "".join(
-                    f'<td class="{a}">{e(c)}</td>' for c, a in zip(row, align, strict=True)
+                    f'<td class="{_cell_class(c, a)}">{e(c)}</td>'
+                    for c, a in zip(row, align, strict=True)
                 )
                 out.append(f"<tr>{cells}</tr>")
-            out.append("</tbody></table>")
+            out.append("</tbody></table></div>")
             if b.caption:
                 out.append(f'<p class="caption">{e(b.caption)}</p>')
         else:

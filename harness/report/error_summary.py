@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.metrics.results_model import Counts, Summary, as_summary
+from harness.wire.plural import counted
+
 #: error kinds named in a validity reason (the rest are in the summary's ``errors`` block)
 TOP_KINDS = 3
 
@@ -50,17 +53,15 @@ def kinds_text(kinds: Mapping[str, Mapping[str, Any]], top: int = TOP_KINDS) -> 
     return "; ".join(parts)
 
 
-def error_lines(summary: Mapping[str, Any]) -> list[str]:
+def error_lines(doc: Summary | Mapping[str, Any]) -> list[str]:
     """The console's error summary: per transport, each kind once with its count and example."""
-    block = summary.get("errors") or {}
+    summary = as_summary(doc) or Summary()
     lines: list[str] = []
-    for name, kinds in block.items():
-        t = summary.get("transports", {}).get(name, {})
-        turns = t.get("turns", {})
-        lines.append(
-            f"errors {name}: {turns.get('errors', 0)} of {turns.get('count', 0)} turns failed"
-        )
+    for name, kinds in summary.errors.items():
+        t = summary.transports.get(name)
+        turns = t.turns if t is not None else Counts()
+        lines.append(f"errors {name}: {turns.errors} of {counted(turns.count, 'turn')} failed")
         for kind, entry in kinds.items():
-            example = entry.get("example")
-            lines.append(f"  {kind} x{entry['count']}" + (f": {example}" if example else ""))
+            example = entry.example
+            lines.append(f"  {kind} x{entry.count}" + (f": {example}" if example else ""))
     return lines

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.sample_size import min_samples, too_few_marks
+from harness.metrics.results_model import Summary, TransportSummary, as_summary, as_transport
+from harness.metrics.sample_size import min_samples
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -53,22 +54,22 @@ def fmt_ci(lo: Any, hi: Any, digits: int = 2, reason: str | None = None) -> str:
     return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
 
 
-def fmt_stat(transport: Mapping[str, Any], group: str, key: str, digits: int = 1) -> str:
+def fmt_stat(
+    transport: TransportSummary | Mapping[str, Any], group: str, key: str, digits: int = 1
+) -> str:
     """Statistic ``<group>.<key>`` of one transport's summary for a table cell, followed by
     :data:`TOO_FEW_MARK` when it rests on fewer samples than it needs."""
-    text = fmt((transport.get(group) or {}).get(key), digits)
-    if text != "-" and f"{group}.{key}" in too_few_marks(transport):
+    t = as_transport(transport)
+    text = fmt(t.stat(group, key), digits)
+    if text != "-" and f"{group}.{key}" in t.too_few_samples:
         text += TOO_FEW_MARK
     return text
 
 
-def too_few_note(summary: Mapping[str, Any]) -> str | None:
+def too_few_note(doc: Summary | Mapping[str, Any]) -> str | None:
     """The footnote explaining :data:`TOO_FEW_MARK`, when a transport of ``summary`` has one."""
-    if not any(
-        too_few_marks(t)
-        for t in (summary.get("transports") or {}).values()
-        if isinstance(t, Mapping)
-    ):
+    summary = as_summary(doc)
+    if summary is None or not any(t.too_few_samples for t in summary.transports.values()):
         return None
     # short enough for one 80-column line: the summary's too_few_samples has the counts
     return (

@@ -101,12 +101,14 @@ def _figure(width: float, height: float, ncols: int = 1, **kw: Any) -> tuple[Fig
 
 
 def _subtitle(run: Run) -> str:
-    scenario = run.manifest.get("scenario_name") or (run.manifest.get("scenario") or {}).get("name")
-    server = (run.manifest.get("scenario") or {}).get("server") or {}
+    m = run.manifest_model
+    record = m.scenario_record or {}
+    scenario = m.scenario_name or record.get("name")
+    server = record.get("server") or {}
     parts = [f"run {run.run_id}"]
     if scenario:
         parts.append(f"scenario {scenario}")
-    if server.get("api_profile") and run.manifest.get("embedded_server"):
+    if server.get("api_profile") and m.embedded_server:
         parts.append(f"API {server['api_profile']}, engine {server.get('engine_profile', '?')}")
     return " · ".join(parts)
 
@@ -240,7 +242,8 @@ def plot_cache_ratio(run: Run) -> Figure | None:
         return None
     series = []
     for i, name in enumerate(A.run_transports(run)):
-        group = (run.summary.get("transports", {}).get(name) or {}).get("cache") or {}
+        cache = run.figures(name).cache
+        group = cache.to_json() if cache is not None else {}
         points = [
             (row["turn_index"], row["cached_ratio"])
             for row in group.get("by_turn") or []
@@ -326,7 +329,6 @@ def plot_decode_tps(run: Run) -> Figure | None:
     if not names:
         return None
     fig, axes = _figure(6 * min(len(names), 2) + 0.5, 4.6, ncols=len(names), sharey=True)
-    tps_summary = (run.summary or {}).get("transports", {})
     for i, (ax, name) in enumerate(zip(axes, names, strict=True)):
         g = turns[(turns["transport"] == name) & turns["decode_tps"].notna()]
         color = transport_color(name, A.run_transports(run).index(name))
@@ -342,8 +344,9 @@ def plot_decode_tps(run: Run) -> Figure | None:
         )
         p50 = float(g["decode_tps"].median())
         ax.axhline(p50, color="#222222", lw=1.5, label=f"sustained (p50) {p50:,.0f} tok/s")
-        tps = tps_summary.get(name, {}).get("tps") or {}
-        peak = tps.get("burst_peak")
+        tps = run.figures(name).group("tps")
+        peak = tps.stat("burst_peak") if tps is not None else None
+        peak_reason = tps.get("burst_peak_reason") if tps is not None else None
         if peak:
             ax.axhline(
                 peak,
@@ -352,7 +355,7 @@ def plot_decode_tps(run: Run) -> Figure | None:
                 ls="--",
                 label=f"burst peak ({A.BURST_WINDOW_S * 1000:.0f} ms window) {peak:,.0f} tok/s",
             )
-        elif tps.get("burst_peak_reason"):
+        elif peak_reason:
             # a legend entry without a line: the peak is not a number, and says why
             ax.plot(
                 [],
@@ -360,7 +363,7 @@ def plot_decode_tps(run: Run) -> Figure | None:
                 color="#d35400",
                 lw=1.5,
                 ls="--",
-                label=f"burst peak n/a: {tps['burst_peak_reason']}",
+                label=f"burst peak n/a: {peak_reason}",
             )
         ax.set_title(name)
         ax.set_xlabel("time since the transport's first request (s)")
@@ -370,7 +373,7 @@ def plot_decode_tps(run: Run) -> Figure | None:
     # shared y: set once from every panel's data, or the first panel's range would win
     tops = [
         turns["decode_tps"].max(),
-        *((tps_summary.get(n, {}).get("tps") or {}).get("burst_peak") or 0 for n in names),
+        *(run.figures(n).stat("tps", "burst_peak") or 0 for n in names),
     ]
     axes[0].set_ylim(0, float(np.nanmax(tops)) * 1.08)
     _title(fig, run, "Per-stream decode rate over time")
@@ -393,8 +396,8 @@ def plot_aggregate_tps(run: Run) -> Figure | None:
         if g.empty:
             continue
         color = transport_color(name, i)
-        tps = (run.summary or {}).get("transports", {}).get(name, {}).get("tps") or {}
-        mean, peak = tps.get("aggregate_mean"), tps.get("aggregate_peak")
+        t = run.figures(name)
+        mean, peak = t.stat("tps", "aggregate_mean"), t.stat("tps", "aggregate_peak")
         label = f"{name}, {bucket} buckets: peak " + (f"{peak:,.0f}" if peak is not None else "n/a")
         label += f", mean {mean:,.0f} tok/s" if mean else ""
         # the last step drawn to its bucket's end
@@ -434,7 +437,8 @@ def plot_rollout_latency(run: Run) -> Figure | None:
     names = [n for n in A.run_transports(run) if (ok["transport"] == n).any()]
     if not names:
         return None
-    comps = [c for c in (run.summary or {}).get("comparisons", []) if c.get("rollout_speedup")]
+    summary = run.summary_model
+    comps = [c for c in (summary.comparisons if summary else []) if c.rollout_speedup]
     fig, axes = _figure(
         12 if comps else 7,
         4.8,
@@ -461,7 +465,7 @@ def plot_rollout_latency(run: Run) -> Figure | None:
         pairs = A.paired_rollouts(run)
         labels = []
         for k, c in enumerate(comps):
-            base, cand = c["baseline"], c["candidate"]
+            base, cand = c.baseline, c.candidate
             y = len(comps) - 1 - k
             if base in pairs.columns and cand in pairs.columns:
                 r = (pairs[base] / pairs[cand]).to_numpy(float)
@@ -474,14 +478,14 @@ def plot_rollout_latency(run: Run) -> Figure | None:
                     lw=0,
                     zorder=3,
                 )
-            lo, hi = c.get("rollout_speedup_ci95") or [None, None]
-            s = float(c["rollout_speedup"])
-            ci_text = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-            if not ci_text:
+            lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
+            s = float(c.rollout_speedup or 0.0)
+            if lo is None or hi is None:
                 # too few pairs for a CI: the point estimate alone, and the reason
-                ci_text = c.get("rollout_speedup_ci_reason") or "no CI"
+                ci_text = c.rollout_speedup_ci_reason or "no CI"
                 ax2.plot(s, y, "D", color="#222222", ms=7, zorder=4)
             else:
+                ci_text = f"[{lo:.2f}, {hi:.2f}]"
                 ax2.errorbar(
                     s,
                     y,

@@ -19,19 +19,21 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.results_model import Summary, as_summary
 from harness.metrics.rx_stamps import RxStampStats
 from harness.metrics.summary import Accumulator
 from harness.report.error_summary import error_block
 from harness.report.results import SUMMARY, Run, load_run, write_summary
 from harness.wire.errors import ResultsError
+from harness.wire.plural import counted
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import RolloutRecord, TurnRecord
 
 #: the first reason of a rebuilt summary (the verdict line starts with it)
 REBUILT_REASON = (
     "rebuilt by loopbench report from the rows of a run that did not finish "
-    "(the harness was killed before it wrote summary.json): {turns} turns and {rollouts} "
-    "rollouts were on disk; schedule and client health are unknown"
+    "(the harness was killed before it wrote summary.json): {turns} and {rollouts} "
+    "were on disk; schedule and client health are unknown"
 )
 
 
@@ -68,9 +70,8 @@ def rebuild_summary(run_dir: str | Path) -> dict[str, Any]:
 
 
 def _write(run: Run) -> dict[str, Any]:
-    manifest = run.manifest
-    scenario = manifest.get("scenario")
-    scenario = scenario if isinstance(scenario, dict) else {}
+    manifest = run.manifest_model
+    scenario = manifest.scenario_record or {}
     load = scenario.get("load")
     load = load if isinstance(load, dict) else {}
     slo = scenario.get("slo")
@@ -92,13 +93,15 @@ def _write(run: Run) -> dict[str, Any]:
     for roll in _records(run.rollouts, RolloutRecord):
         acc.add_rollout(roll)
         rollouts += 1
-    planned = [str(t) for t in manifest.get("transports") or acc.transports]
+    planned = list(manifest.transports) or acc.transports
     summary = acc.summary(run_id=run.run_id, comparisons=comparison_pairs(planned))
     for name, t in summary.get("transports", {}).items():
         block = rx.summary(name)
         if block is not None:
             t["rx_stamp"] = block
-    reason = REBUILT_REASON.format(turns=turns, rollouts=rollouts)
+    reason = REBUILT_REASON.format(
+        turns=counted(turns, "turn"), rollouts=counted(rollouts, "rollout")
+    )
     summary["valid"] = False
     summary["invalid_reasons"] = [reason]
     summary["partial"] = True
@@ -106,13 +109,9 @@ def _write(run: Run) -> dict[str, Any]:
     summary["rebuilt"] = True
     summary["rebuilt_from"] = {"turns": turns, "rollouts": rollouts}
     summary["errors"] = error_block(summary.get("transports", {}), examples)
-    summary["not_run"] = {
-        "transports": [t for t in planned if t not in summary.get("transports", {})],
-        "rollouts": {},
-        "cancelled": {},
-    }
-    summary["scenario"] = manifest.get("scenario_name") or scenario.get("name")
-    summary["seed"] = manifest.get("seed")
+    summary["not_run"] = not_run(run, planned, acc.warmup_rollouts)
+    summary["scenario"] = manifest.scenario_name or scenario.get("name")
+    summary["seed"] = manifest.seed
     # The histograms' interval: the span of the turns on disk, ending now.
     span_s = 0.0
     if len(run.turns):
@@ -122,16 +121,56 @@ def _write(run: Run) -> dict[str, Any]:
     return summary
 
 
+def not_run(run: Run, transports: list[str], warmup: int) -> dict[str, Any]:
+    """What of the plan has no complete result on disk, as a live run's ``not_run`` says it.
+
+    Per transport: ``cancelled``, the measured rollouts with turn rows but no rollout row
+    (cut off by the kill); ``rollouts``, those never begun, counted against the manifest's
+    ``rollouts_planned`` (absent from a manifest written before it was kept: then only the
+    transports without a row and the ones cut off are known). A rollout row is written once
+    a rollout ends, so a transport whose every rollout has one is the only complete one.
+    """
+    planned = run.manifest_model.rollouts_planned
+    measured = max(0, int(planned) - warmup) if isinstance(planned, int) else None
+    begun = _rollout_ids(run.turns, warmup)
+    ended = _rollout_ids(run.rollouts, warmup)
+    rollouts: dict[str, int] = {}
+    cancelled: dict[str, int] = {}
+    for name in transports:
+        done, started = ended.get(name, set()), begun.get(name, set())
+        cut = len(started - done)
+        if cut:
+            cancelled[name] = cut
+        if measured is not None and measured - len(done) - cut > 0:
+            rollouts[name] = measured - len(done) - cut
+    return {
+        "transports": [t for t in transports if t not in begun and t not in ended],
+        "rollouts": rollouts,
+        "cancelled": cancelled,
+    }
+
+
+def _rollout_ids(table: Any, warmup: int) -> dict[str, set[int]]:
+    """Per transport, the measured rollouts (warm-up ones left out) with a row in ``table``."""
+    if not len(table):
+        return {}
+    rows = table[table["rollout_id"] >= warmup]
+    return {
+        str(name): set(ids.astype(int)) for name, ids in rows.groupby("transport")["rollout_id"]
+    }
+
+
 def needs_rebuild(run_dir: str | Path) -> bool:
     """A run folder (it has a manifest) that never wrote its summary."""
     path = Path(run_dir)
     return (path / "manifest.json").exists() and not (path / SUMMARY).exists()
 
 
-def rebuilt_note(summary: Mapping[str, Any]) -> str:
+def rebuilt_note(doc: Summary | Mapping[str, Any]) -> str:
     """One line for the console and the report."""
-    src = summary.get("rebuilt_from") or {}
+    summary = as_summary(doc)
+    src = (summary.rebuilt_from if summary is not None else None) or {}
     return (
-        f"summary.json rebuilt from {src.get('turns', 0)} turn rows and "
-        f"{src.get('rollouts', 0)} rollout rows of a run that did not finish"
+        f"summary.json rebuilt from {counted(int(src.get('turns', 0)), 'turn row')} and "
+        f"{counted(int(src.get('rollouts', 0)), 'rollout row')} of a run that did not finish"
     )

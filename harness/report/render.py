@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.metrics import definitions as D
 from harness.metrics import slo
+from harness.metrics.results_model import (
+    Stats,
+    Summary,
+    TransportSummary,
+    as_summary,
+    as_transport,
+)
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
 from harness.report.document import (
@@ -44,19 +51,21 @@ from harness.report.results import SLICES, Run, load_run, write_table_gz
 from harness.report.server_section import server_section
 from harness.report.sweep import is_sweep, render_sweep
 from harness.report.verdict import verdict_kind, verdict_line
+from harness.wire.plural import counted, plural
 from harness.workload.records import BURST_WINDOW_NS
 
 
 def _run_facts(run: Run) -> list[str]:
-    m = run.manifest
-    scenario = m.get("scenario") or {}
+    m = run.manifest_model
+    scenario = m.scenario_record or {}
     server = scenario.get("server") or {}
     load = scenario.get("load") or {}
-    machine = m.get("machine") or {}
+    machine = m.machine
+    seed = "?" if m.seed is None else m.seed
     facts = [
-        f"Scenario {m.get('scenario_name', scenario.get('name', '?'))}"
+        f"Scenario {m.scenario_name or scenario.get('name', '?')}"
         + (f" — {scenario['description']}" if scenario.get("description") else ""),
-        f"seed {m.get('seed', '?')}, transports {', '.join(m.get('transports', []))}, load "
+        f"seed {seed}, transports {', '.join(m.transports)}, load "
         f"{load.get('mode', '?')}"
         + (
             f" (concurrency {load.get('concurrency')})"
@@ -66,44 +75,65 @@ def _run_facts(run: Run) -> list[str]:
         (
             f"embedded reference server, API profile {server.get('api_profile')}, engine "
             f"{server.get('engine_profile')}"
-            if m.get("embedded_server")
-            else f"target {m.get('target', '?')}"
+            if m.embedded_server
+            else f"target {m.target or '?'}"
         ),
-        f"started {m.get('started_at', '?')}, git {str(m.get('git_sha', ''))[:10] or '?'}, "
+        f"started {m.started_at or '?'}, git {(m.git_sha or '')[:10] or '?'}, "
         f"Python {machine.get('python', '?')}, {machine.get('cpu_count', '?')} CPUs",
     ]
     return facts
 
 
-def _stat_cell(t: dict[str, Any], m: D.Metric, key: str, digits: int) -> str:
-    group = t.get(m.group) or {}
-    if group.get(key) is None and group.get(f"{key}_reason"):
-        return f"n/a ({group[f'{key}_reason']})"
+def _stat_cell(
+    doc: TransportSummary | Mapping[str, Any], m: D.Metric, key: str, digits: int
+) -> str:
+    t = as_transport(doc)
+    group = t.group(m.group)
+    reason = group.get(f"{key}_reason") if group is not None and group.stat(key) is None else None
+    if reason:
+        return f"n/a ({reason})"
     return fmt_stat(t, m.group, key, digits)
 
 
-def _metric_cells(t: dict[str, Any], table: str, summary: dict[str, Any]) -> list[str]:
+def _metric_cells(
+    t: TransportSummary | Mapping[str, Any],
+    table: str,
+    summary: Summary | Mapping[str, Any],
+    rates: bool | None = None,
+) -> list[str]:
     return [
-        _stat_cell(t, m, stat.key, digits) for m, stat, digits in D.report_columns(table, summary)
+        _stat_cell(t, m, stat.key, digits) for m, stat, digits in _columns(table, summary, rates)
     ]
 
 
-def _note(summary: dict[str, Any]) -> str:
+def _columns(
+    table: str, summary: Summary | Mapping[str, Any], rates: bool | None = None
+) -> list[tuple[D.Metric, D.Stat, int]]:
+    """The table's columns; ``rates``: only those in tokens per second (True) or the others."""
+    return [
+        c
+        for c in D.report_columns(table, summary)
+        if rates is None or (c[0].unit == "tok/s") == rates
+    ]
+
+
+def _note(summary: Summary | Mapping[str, Any]) -> str:
     note = too_few_note(summary)
     return f" {note}" if note else ""
 
 
-def latency_table(summary: dict[str, Any]) -> Table:
+def latency_table(doc: Summary | Mapping[str, Any]) -> Table:
+    summary = as_summary(doc) or Summary()
     rows = []
-    for name in A.ordered_transports(summary.get("transports", {})):
-        t = summary["transports"][name]
+    for name in A.ordered_transports(summary.transports):
+        t = summary.transports[name]
         rows.append(
             [
                 name,
-                str(t["rollouts"]["count"]),
-                str(t["turns"]["count"]),
-                str(t["turns"]["errors"]),
-                str(t["rollouts"]["errors"]),
+                str(t.rollouts.count),
+                str(t.turns.count),
+                str(t.turns.errors),
+                str(t.rollouts.errors),
                 *_metric_cells(t, "latency", summary),
             ]
         )
@@ -124,21 +154,29 @@ def latency_table(summary: dict[str, Any]) -> Table:
     )
 
 
-def throughput_table(summary: dict[str, Any]) -> Table:
-    rows = [
-        [name, *_metric_cells(summary["transports"][name], "throughput", summary)]
-        for name in A.ordered_transports(summary.get("transports", {}))
-    ]
-    return Table(
-        [
-            "transport",
-            *(
-                m.title(stat.key, with_unit=True)
-                for m, stat, _ in D.report_columns("throughput", summary)
-            ),
-        ],
-        rows,
-        caption=throughput_caption(summary) + _note(summary),
+def throughput_tables(summary: dict[str, Any]) -> tuple[Table, Table]:
+    """The tokens-per-second columns, then the measurement-quality ones: as one table of 14
+    columns it ran off a 1,400-pixel page."""
+
+    def table(rates: bool, caption: str) -> Table:
+        rows = [
+            [name, *_metric_cells(summary["transports"][name], "throughput", summary, rates)]
+            for name in A.ordered_transports(summary.get("transports", {}))
+        ]
+        headers = [
+            m.title(stat.key, with_unit=True)
+            for m, stat, _ in _columns("throughput", summary, rates)
+        ]
+        return Table(["transport", *headers], rows, caption=caption + _note(summary))
+
+    return (
+        table(True, throughput_caption(summary)),
+        table(
+            False,
+            "Schedule lag: a rollout's actual start minus its intended start. TTFT "
+            "measured−modelled: the TTFT measured minus the one the server modelled "
+            "(sim_timing.ttft, where the server reports it). docs/metrics.md.",
+        ),
     )
 
 
@@ -153,7 +191,8 @@ def throughput_caption(summary: dict[str, Any]) -> str:
         f"Tokens per second. Decode: per turn with a valid decode rate (at least 2 tokens over "
         f"{D.MIN_DECODE_SPAN_NS / 1e6:g} ms or more, first to last token)"
         + (
-            f"; {excluded} turn(s) with output were too short and are not counted"
+            f"; {counted(excluded, 'turn')} with output {plural(excluded, 'was', 'were')} too "
+            "short and not counted"
             if excluded
             else ""
         )
@@ -166,23 +205,23 @@ def throughput_caption(summary: dict[str, Any]) -> str:
 
 
 def comparison_table(run: Run) -> Table | None:
-    comps = (run.summary or {}).get("comparisons") or []
+    comps = run.summary_model.comparisons if run.summary_model is not None else []
     if not comps:
         return None
     rows = []
     for c in comps:
-        lo, hi = c.get("rollout_speedup_ci95") or [None, None]
-        ttft = A.paired_ttft_speedup(run, c["baseline"], c["candidate"])
+        lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
+        ttft = A.paired_ttft_speedup(run, c.baseline, c.candidate)
         rows.append(
             [
-                f"{c['candidate']} vs {c['baseline']}",
-                fmt(c.get("rollout_speedup"), 3, "×"),
-                fmt_ci(lo, hi, 3, c.get("rollout_speedup_ci_reason")),
-                fmt(c.get("rollout_latency_reduction_pct"), 1, " %"),
-                fmt(c.get("ttft_p50_reduction_pct"), 1, " %"),
+                c.pair,
+                fmt(c.rollout_speedup, 3, "×"),
+                fmt_ci(lo, hi, 3, c.rollout_speedup_ci_reason),
+                fmt(c.rollout_latency_reduction_pct, 1, " %"),
+                fmt(c.ttft_p50_reduction_pct, 1, " %"),
                 fmt(ttft["speedup"], 3, "×") if ttft else "-",
                 fmt_ci(ttft["ci95"][0], ttft["ci95"][1], 3, ttft.get("ci_reason")) if ttft else "-",
-                "yes" if c.get("paired") else "no",
+                "yes" if c.paired else "no",
             ]
         )
     return Table(
@@ -216,13 +255,14 @@ def breakdown_doc_table(summary: dict[str, Any]) -> Table:
     )
 
 
-def cache_line(summary: dict[str, Any]) -> str | None:
+def cache_line(doc: Summary | Mapping[str, Any]) -> str | None:
     """One sentence of the cached / input token ratio per transport; None when no transport's
     server reported input tokens."""
+    summary = as_summary(doc) or Summary()
     parts = []
-    for name in A.ordered_transports(summary.get("transports", {})):
-        group = summary["transports"][name].get("cache") or {}
-        ratio = group.get("cached_ratio")
+    for name in A.ordered_transports(summary.transports):
+        group = summary.transports[name].cache or Stats()
+        ratio = group.stat("cached_ratio")
         if ratio is not None:
             parts.append(
                 f"{name} {fmt(ratio, 2)} ({group.get('cached_tokens', 0):,} of "
@@ -237,11 +277,12 @@ def cache_line(summary: dict[str, Any]) -> str | None:
     )
 
 
-def subagents_line(summary: dict[str, Any]) -> str | None:
+def subagents_line(doc: Summary | Mapping[str, Any]) -> str | None:
     """One sentence on the rollouts that ran sub-agents, per transport; None without any."""
-    forked = summary.get("subagents") or {}
+    summary = as_summary(doc) or Summary()
+    forked = summary.subagents or {}
     parts = []
-    for name in A.ordered_transports(summary.get("transports", {})):
+    for name in A.ordered_transports(summary.transports):
         group = forked.get(name)
         if not group:
             continue
@@ -258,7 +299,7 @@ def subagents_line(summary: dict[str, Any]) -> str | None:
             f"{name} {fmt(None if share is None else share * 100, 1)} % of the rollout waiting "
             f"on sub-agents, {fmt(group.get('critical_path_turns_p50'), 1)} model turns on the "
             f"critical path, through a sub-agent in {fmt((through or 0) * 100, 0)} % of "
-            f"{group.get('rollouts', 0)} rollouts{most}"
+            f"{counted(int(group.get('rollouts', 0)), 'rollout')}{most}"
         )
     if not parts:
         return None
@@ -275,17 +316,15 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
     ``extra``: sections placed after the plots (the server-side metrics).
     """
     summary = run.summary or {}
+    typed = run.summary_model or Summary()
     doc = Document(f"loopbench report — {run.run_id}")
-    verdict = summary if run.finished else None
-    doc.add(Paragraph(verdict_line(verdict), kind=verdict_kind(verdict)))
+    doc.add(Paragraph(verdict_line(run.summary_model), kind=verdict_kind(run.summary_model)))
     doc.add(Paragraph(" · ".join(_run_facts(run))))
     # an unfinished run's verdict line says so
-    if run.finished and not summary.get("valid", True):
-        doc.add(
-            Paragraph("Run INVALID: " + "; ".join(summary.get("invalid_reasons", [])), kind="bad")
-        )
-    if summary.get("rebuilt"):
-        src = summary.get("rebuilt_from") or {}
+    if typed.valid is False:
+        doc.add(Paragraph("Run INVALID: " + "; ".join(typed.invalid_reasons), kind="bad"))
+    if typed.rebuilt:
+        src = typed.rebuilt_from or {}
         doc.add(
             Paragraph(
                 f"Rebuilt: the run did not finish (the harness was killed); loopbench report "
@@ -295,7 +334,7 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
                 kind="note",
             )
         )
-    elif summary.get("partial"):
+    elif typed.partial:
         doc.add(
             Paragraph(
                 "Partial run: interrupted before every rollout finished; figures cover what was "
@@ -305,7 +344,7 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
         )
     if summary.get("transports"):
         doc.add(Heading("Latency"), latency_table(summary))
-        doc.add(Heading("Throughput and measurement quality"), throughput_table(summary))
+        doc.add(Heading("Throughput and measurement quality"), *throughput_tables(summary))
         cached = cache_line(summary)
         if cached is not None:
             doc.add(Paragraph(cached))
@@ -325,8 +364,8 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
         doc.add(Heading("Latency breakdown"), breakdown_doc_table(summary))
         errors = [
             [name, kind, str(n)]
-            for name in A.ordered_transports(summary["transports"])
-            for kind, n in (summary["transports"][name].get("errors_by_kind") or {}).items()
+            for name in A.ordered_transports(typed.transports)
+            for kind, n in typed.transports[name].errors_by_kind.items()
         ]
         if errors:
             doc.add(Heading("Errors"), Table(["transport", "kind", "count"], errors, align="llr"))

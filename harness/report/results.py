@@ -14,6 +14,7 @@ against power loss is not worth a disk sync per block on the measurement path.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -23,15 +24,22 @@ import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import cached_property
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import orjson
 
 from harness.metrics.hdr import Histogram, write_hlog
-from harness.metrics.summary import FORMAT_VERSION
-from harness.wire.errors import NotAResultsFolder, ResultsError
+from harness.metrics.results_model import (
+    FORMAT_VERSION,
+    Manifest,
+    ResultsFormatError,
+    Summary,
+    TransportSummary,
+)
+from harness.wire.errors import NotAResultsFolder, ResultsError, ResultsWriteError
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
 if TYPE_CHECKING:
@@ -85,12 +93,15 @@ class _CsvGzAppender:
         self._clock = clock
         self._pending = 0
         self.rows = 0
+        self.broken = False
         # The header is a member of its own, so even a file killed before the
         # first block reads as an empty table with the right columns.
         self._csv.writerow(columns)
         self.flush()
 
     def add(self, rec: object) -> None:
+        if self.broken:
+            return  # said once already; nothing more reaches the file
         self._csv.writerow(self._row(rec))
         self._pending += 1
         if self._pending >= self._flush_rows or (
@@ -101,10 +112,15 @@ class _CsvGzAppender:
     def flush(self) -> None:
         self._last_flush = self._clock()
         data = self._buf.getvalue()
-        if not data:
+        if not data or self.broken:
             return
-        self._file.write(gzip.compress(data.encode("utf-8"), compresslevel=6, mtime=0))
-        self._file.flush()
+        try:
+            self._file.write(gzip.compress(data.encode("utf-8"), compresslevel=6, mtime=0))
+            self._file.flush()
+        except OSError as exc:
+            # A block cut short is skipped by the reader (complete gzip members only).
+            self.broken = True
+            raise write_error(self.path, exc, self.path.parent) from None
         self.rows += self._pending
         self._pending = 0
         self._buf.seek(0)
@@ -113,9 +129,21 @@ class _CsvGzAppender:
     def close(self) -> None:
         if self._file.closed:
             return
-        self.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        try:
+            self.flush()
+            if not self.broken:
+                os.fsync(self._file.fileno())
+        finally:
+            with contextlib.suppress(OSError):  # the buffered bytes of a full disk: lost
+                self._file.close()
+
+
+def write_error(path: Path, exc: OSError, run_dir: Path) -> ResultsWriteError:
+    """The one line a failed write of a results file ends the run with."""
+    return ResultsWriteError(
+        f"{path}: cannot write: {exc.strerror or exc}; the rows written before are kept "
+        f"(`loopbench report {run_dir}` rebuilds the summary once there is room)"
+    )
 
 
 def _write_json_atomic(path: Path, doc: Any) -> None:
@@ -142,6 +170,19 @@ def write_index(root: str | Path, name: str, doc: Any, text: str | None = None) 
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, md)
     return path
+
+
+def check_writable(folder: Path) -> None:
+    """Create ``folder`` and write a file in it, or say why not (before any load is applied)."""
+    probe = folder / ".loopbench-write-check"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ResultsError(
+            f"{folder}: cannot write the results folder: {exc.strerror or exc}"
+        ) from None
 
 
 class ResultsWriter:
@@ -257,8 +298,15 @@ def write_summary(
             if isinstance(series, Histogram)
             else list(series)
         )
-        write_hlog(hist_dir / f"{tag}.hlog", {tag: intervals}, start)
-    _write_json_atomic(path / SUMMARY, dict(summary))
+        target = hist_dir / f"{tag}.hlog"
+        try:
+            write_hlog(target, {tag: intervals}, start)
+        except OSError as exc:
+            raise write_error(target, exc, path) from None
+    try:
+        _write_json_atomic(path / SUMMARY, dict(summary))
+    except OSError as exc:
+        raise write_error(path / SUMMARY, exc, path) from None
 
 
 def write_table_gz(path: Path, table: pd.DataFrame) -> Path:
@@ -324,13 +372,31 @@ def read_csv_gz(path: str | Path, columns: Sequence[str] | None = None) -> pd.Da
 
 @dataclass
 class Run:
-    """A results folder loaded for analysis; ``summary`` is None if the run did not finish."""
+    """A results folder loaded for analysis; ``summary`` is None if the run did not finish.
+
+    ``summary_model`` and ``manifest_model`` are the same documents typed
+    (:mod:`harness.metrics.results_model`); ``summary`` and ``manifest`` stay the JSON
+    objects for the readers not yet converted to attributes.
+    """
 
     path: Path
     manifest: dict[str, Any]
     summary: dict[str, Any] | None
     turns: pd.DataFrame
     rollouts: pd.DataFrame
+
+    @cached_property
+    def summary_model(self) -> Summary | None:
+        return None if self.summary is None else typed(Summary, self.summary, self.path / SUMMARY)
+
+    @cached_property
+    def manifest_model(self) -> Manifest:
+        return typed(Manifest, self.manifest, self.path / MANIFEST)
+
+    def figures(self, transport: str) -> TransportSummary:
+        """A transport's figures in ``summary.json`` (an empty block: unfinished, or not run)."""
+        found = self.summary_model.transport(transport) if self.summary_model else None
+        return found if found is not None else TransportSummary()
 
     @property
     def run_id(self) -> str:
@@ -361,6 +427,17 @@ def read_versioned_json(path: Path) -> dict[str, Any]:
     return doc
 
 
+_Doc = TypeVar("_Doc", Summary, Manifest)
+
+
+def typed(model: type[_Doc], doc: Mapping[str, Any], where: Path) -> _Doc:
+    """``doc`` read into its model; a document this version cannot read is a ResultsError."""
+    try:
+        return model.from_json({"format_version": FORMAT_VERSION, **doc}, str(where))
+    except ResultsFormatError as exc:
+        raise ResultsError(str(exc)) from None
+
+
 def load_run(path: str | Path) -> Run:
     """Load ``manifest.json``, ``summary.json`` (if present) and the row files of a run."""
     path = Path(path)
@@ -383,7 +460,10 @@ def load_run(path: str | Path) -> Run:
             if f.name != "itl_ns" and f.name not in table.columns and len(table.columns):
                 table[f.name] = float("nan") if f.default is None else f.default
         tables.append(table)
-    return Run(path=path, manifest=manifest, summary=summary, turns=tables[0], rollouts=tables[1])
+    run = Run(path=path, manifest=manifest, summary=summary, turns=tables[0], rollouts=tables[1])
+    # read into the models now: a document this version cannot read fails here, named
+    _ = run.manifest_model, run.summary_model
+    return run
 
 
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -19,6 +19,7 @@ import numpy as np
 from harness.metrics.server_series import default_series, is_counter, pick_series, rates
 from harness.report import analysis as A
 from harness.report.plots import _subtitle, transport_color
+from harness.wire.plural import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,10 +33,26 @@ MAX_LINES = 8
 CAPTION = (
     "Top: TTFT of every turn at the time it was sent, per transport. Below, on the same time "
     "axis: the server's own metrics scraped during the run (--server-metrics; the embedded "
-    "server's /metrics by default): gauges as sampled, counters as per-second rates between "
-    "scrapes (a modelled-seconds rate is the mean number of responses in that component). "
-    "Series chosen with loopbench report --server-series NAME; docs/server-metrics.md."
+    "server's /metrics by default, every --server-metrics-interval). A scrape sees only its "
+    "own instant: a gauge is drawn as its value at each scrape (a dot, held until the next), "
+    "so a request shorter than the interval shows only if a scrape fell inside it and a busy "
+    "server can read as 0 between scrapes; a counter is its mean per-second rate over each "
+    "interval between scrapes (a modelled-seconds rate is the mean number of responses in that "
+    "component). Series chosen with loopbench report --server-series NAME; "
+    "docs/server-metrics.md."
 )
+
+
+def sampling_note(stamps: Sequence[float]) -> str:
+    """How often the series were scraped, in the figure: its gaps are the scrape's, not the
+    server's, and a reader of the image alone (without the caption) must be told."""
+    if len(stamps) < 2:
+        return f"{counted(len(stamps), 'scrape')}: no interval to draw a rate over"
+    step = float(np.median(np.diff(np.asarray(stamps, float))))
+    return (
+        f"scraped every {step:.2g} s ({counted(len(stamps), 'scrape')}): a gauge is seen only at its dots, "
+        "a counter as its mean rate between scrapes"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +117,15 @@ def plot_server_metrics(run: Run, df: pd.DataFrame, sel: Selection) -> Figure | 
             t = (g["t_s"].to_numpy(float) - origin_s).tolist()
             v = g["value"].to_numpy(float).tolist()
             if counter:
+                start = t[0] if t else 0.0
                 t, v = rates(t, v, min_dt)
-            if t:
-                ax.step(t, v, where="post" if not counter else "pre", lw=1.4, label=label or None)
+                # A rate belongs to its whole interval, the first one too (from the first scrape).
+                t, v = ([start, *t], [v[0], *v]) if t else (t, v)
+                if t:
+                    ax.step(t, v, where="pre", lw=1.4, label=label or None)
+            elif t:
+                # a dot per scrape: what was seen; the step only holds it until the next one
+                ax.step(t, v, where="post", lw=1.4, marker="o", ms=2.5, label=label or None)
         more = len(groups) - len(shown)
         heading = f"{title} — rate per second" if counter else title
         if title != name:
@@ -114,7 +137,10 @@ def plot_server_metrics(run: Run, df: pd.DataFrame, sel: Selection) -> Figure | 
     axes[-1].set_xlabel("time since the run's first request (s)")
     span = [0.0, max(1.0, float(np.nanmax(turns["done_ns"].to_numpy(float))) / 1e9 - origin_s)]
     axes[-1].set_xlim(span[0] - 0.02 * span[1], span[1] * 1.02)
-    fig.suptitle("Server-side metrics under the latency timeline")
+    fig.suptitle(
+        "Server-side metrics under the latency timeline\n" + sampling_note(stamps.tolist()),
+        fontsize=10,
+    )
     fig.supxlabel(_subtitle(run), fontsize=8, color="#555555")
     return fig
 

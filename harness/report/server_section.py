@@ -11,6 +11,7 @@ from harness.report.plots import PlotFile, PlotSpec, plot_style, save_figure
 from harness.report.results import Run
 from harness.report.server_metrics import SERVER_METRICS, load_server_metrics
 from harness.report.server_plots import CAPTION, plot_server_metrics, select, series_table
+from harness.wire.plural import counted
 
 PLOT_NAME = "server_metrics"
 
@@ -42,11 +43,12 @@ def server_section(run: Run, plots_dir: Path, wanted: Sequence[str] = ()) -> Ser
         else "the server"
     )
     text = (
-        f"Scraped {where}: {scrapes} scrapes, {df['name'].nunique()} series names "
+        f"Scraped {where}: {counted(scrapes, 'scrape')}, "
+        f"{counted(df['name'].nunique(), 'series name')} "
         f"({SERVER_METRICS}; docs/server-metrics.md)."
     )
     if block.get("failed_scrapes"):
-        text += f" {block['failed_scrapes']} scrapes failed."
+        text += f" {counted(int(block['failed_scrapes']), 'scrape')} failed."
     plotted = ", ".join(name for name, _ in sel.series) or "none"
     text += f" Plotted: {plotted}."
     if sel.missing:

@@ -40,6 +40,7 @@ from harness.report.files import (
 from harness.report.plots import _figure, plot_style, save_figure, transport_color
 from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json
 from harness.wire.errors import LoopbenchError
+from harness.wire.plural import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -215,10 +216,12 @@ def sweep_table(path: str | Path) -> pd.DataFrame:
         if not (run_dir / "summary.json").exists():
             continue
         run = load_run(run_dir)
-        summary = run.summary or {}
+        summary = run.summary_model
+        if summary is None:
+            continue
         rollouts = A.rollout_table(run)
-        for name in A.ordered_transports(summary.get("transports", {})):
-            t = summary["transports"][name]
+        for name in A.ordered_transports(summary.transports):
+            t = summary.transports[name]
             r = rollouts[(rollouts["transport"] == name) & rollouts["ok"]]
             span_s = (
                 (
@@ -235,17 +238,20 @@ def sweep_table(path: str | Path) -> pd.DataFrame:
                     "value": entry["value"],
                     "run_id": entry["run_id"],
                     "transport": name,
-                    "rollout_p50_ms": t["rollout_ms"]["p50"],
-                    "rollout_p99_ms": t["rollout_ms"]["p99"],
-                    "ttft_p50_ms": t["ttft_ms"]["p50"],
-                    "ttft_p99_ms": t["ttft_ms"]["p99"],
-                    "turn_p50_ms": t["turn_ms"]["p50"],
+                    "rollout_p50_ms": t.stat("rollout_ms", "p50"),
+                    "rollout_p99_ms": t.stat("rollout_ms", "p99"),
+                    "ttft_p50_ms": t.stat("ttft_ms", "p50"),
+                    "ttft_p99_ms": t.stat("ttft_ms", "p99"),
+                    "turn_p50_ms": t.stat("turn_ms", "p50"),
                     "rollouts_per_s": len(r) / span_s if span_s and span_s > 0 else float("nan"),
-                    "errors": t["turns"]["errors"] + t["rollouts"]["errors"],
-                    # read with .get: summaries written before the SLO group existed
-                    "slo_attainment": (t.get("slo") or {}).get("rollout_attainment"),
-                    "goodput_tps": (t.get("goodput") or {}).get("goodput_tps"),
-                    "valid": bool(summary.get("valid", True)),
+                    # failed turns: the unit of the error rate a run is judged by (a failed
+                    # rollout is one of its failed turns again)
+                    "errors": t.turns.errors,
+                    # None in summaries written before the SLO group existed
+                    "slo_attainment": t.stat("slo", "rollout_attainment"),
+                    "goodput_tps": t.stat("goodput", "goodput_tps"),
+                    # the run's own verdict, by the rules every command applies
+                    "valid": summary.valid is not False,
                 }
             )
     return pd.DataFrame(rows)
@@ -526,7 +532,7 @@ def render_sweep(path: str | Path) -> Rendered:
             f"Scenario {doc_json.get('scenario_name', '?')} ({doc_json.get('scenario_path', '')}), "
             f"swept {key} over {', '.join(doc_json['values'])}"
             + (f"; fixed {fixed}" if fixed else "")
-            + f". {len(doc_json['runs'])} of {len(doc_json['values'])} runs done."
+            + f". {len(doc_json['runs'])} of {counted(len(doc_json['values']), 'run')} done."
         )
     )
     knee_rows = knees(table) if not table.empty else {}
@@ -575,7 +581,7 @@ def render_sweep(path: str | Path) -> Rendered:
                     "TTFT p99 ms",
                     "turn p50 ms",
                     "rollouts/s achieved",
-                    "errors",
+                    "failed turns",
                     "valid",
                     "run folder",
                 ],

@@ -1,6 +1,6 @@
 """The one-line verdict every run report opens with: valid?, the headline speedup, the worst error.
 
-Pure: a ``summary.json`` document in, one line out.  The console (``print_summary``),
+Pure: a summary (its model, or the ``summary.json`` document) in, one line out.  The console (``print_summary``),
 ``report.md`` and ``report.html`` print the same line, so a reader (and a CI log) gets
 the outcome before any table.
 """
@@ -10,39 +10,39 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.metrics.results_model import Summary, as_summary
 from harness.report.files import fmt
 
 #: what the line starts with, so a log search finds it
 PREFIX = "verdict: "
 
 
-def _validity(summary: Mapping[str, Any], reasons_shown: bool) -> str:
-    if summary.get("valid", True):
+def _validity(summary: Summary, reasons_shown: bool) -> str:
+    if summary.valid is not False:
         return "valid"
-    reasons = [str(r) for r in summary.get("invalid_reasons") or [] if str(r)]
+    reasons = [r for r in summary.invalid_reasons if r]
     if not reasons or not reasons_shown:
         return "INVALID"
     more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
     return f"INVALID: {reasons[0]}{more}"
 
 
-def _speedup(summary: Mapping[str, Any]) -> str:
-    comps = [c for c in summary.get("comparisons") or [] if c.get("rollout_speedup") is not None]
+def _speedup(summary: Summary) -> str:
+    comps = [c for c in summary.comparisons if c.rollout_speedup is not None]
     if not comps:
-        n = len(summary.get("transports") or {})
         return (
             "no speedup: one transport"
-            if n == 1
+            if len(summary.transports) == 1
             else "no speedup: no two transports completed a rollout each"
         )
     # the headline is the largest speedup (ties: the first listed); the count says it was picked
-    c = max(comps, key=lambda x: float(x["rollout_speedup"]))
-    text = f"{c['candidate']} vs {c['baseline']} {fmt(c['rollout_speedup'], 2)}×"
-    lo, hi = (c.get("rollout_speedup_ci95") or [None, None])[:2]
+    c = max(comps, key=lambda x: float(x.rollout_speedup or 0.0))
+    text = f"{c.pair} {fmt(c.rollout_speedup, 2)}×"
+    lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
     if lo is not None and hi is not None:
         text += f" (95 % CI {fmt(lo, 2)}–{fmt(hi, 2)})"
-    elif c.get("rollout_speedup_ci_reason"):
-        text += f" ({c['rollout_speedup_ci_reason']})"
+    elif c.rollout_speedup_ci_reason:
+        text += f" ({c.rollout_speedup_ci_reason})"
     else:
         text += " (no CI)"
     if len(comps) > 1:
@@ -50,21 +50,22 @@ def _speedup(summary: Mapping[str, Any]) -> str:
     return text
 
 
-def worst_error(summary: Mapping[str, Any]) -> tuple[str, str, int] | None:
+def worst_error(doc: Summary | Mapping[str, Any]) -> tuple[str, str, int] | None:
     """``(transport, kind, count)`` of the most frequent error kind of the run, or None.
 
     Ties go to the transport listed first, then to the kind that sorts first, so the
     line is the same on every render.
     """
+    summary = as_summary(doc)
     best: tuple[str, str, int] | None = None
-    for name, t in (summary.get("transports") or {}).items():
-        for kind, n in sorted((t.get("errors_by_kind") or {}).items()):
-            if int(n) > 0 and (best is None or int(n) > best[2]):
-                best = (str(name), str(kind), int(n))
+    for name, t in (summary.transports if summary is not None else {}).items():
+        for kind, n in sorted(t.errors_by_kind.items()):
+            if n > 0 and (best is None or n > best[2]):
+                best = (name, kind, n)
     return best
 
 
-def _errors(summary: Mapping[str, Any]) -> str:
+def _errors(summary: Summary) -> str:
     worst = worst_error(summary)
     if worst is None:
         return "no errors"
@@ -72,17 +73,18 @@ def _errors(summary: Mapping[str, Any]) -> str:
     return f"worst error: {kind} x{n:,} on {name}"
 
 
-def verdict_line(summary: Mapping[str, Any] | None, *, reasons: bool = True) -> str:
+def verdict_line(doc: Summary | Mapping[str, Any] | None, *, reasons: bool = True) -> str:
     """``verdict: valid · ws vs http 1.35× (95 % CI 1.30–1.41) · no errors``.
 
     Validity with the first reason (a bare ``INVALID`` without ``reasons``: the console
     has said them on the line before), the largest rollout speedup of the comparisons with
     its CI (or the summary's reason for having none), the most frequent error kind.
     """
-    if not summary:
+    summary = as_summary(doc) if doc else None
+    if summary is None:
         return PREFIX + "no result: the run did not finish (no summary.json)"
     parts = [_validity(summary, reasons), _speedup(summary), _errors(summary)]
-    warnings = summary.get("warnings") or []
+    warnings = summary.warnings
     if warnings:
         # an honesty warning can withdraw the headline's meaning (a "chaining speedup" from a
         # server that ignored previous_response_id): it belongs on the line that is read
@@ -90,8 +92,9 @@ def verdict_line(summary: Mapping[str, Any] | None, *, reasons: bool = True) -> 
     return PREFIX + " · ".join(parts)
 
 
-def verdict_kind(summary: Mapping[str, Any] | None) -> str:
+def verdict_kind(doc: Summary | Mapping[str, Any] | None) -> str:
     """How to colour the line: ``bad`` (invalid or unfinished), ``note`` (errors), ``ok``."""
-    if not summary or not summary.get("valid", True):
+    summary = as_summary(doc) if doc else None
+    if summary is None or summary.valid is False:
         return "bad"
-    return "note" if worst_error(summary) is not None or summary.get("warnings") else "ok"
+    return "note" if worst_error(summary) is not None or summary.warnings else "ok"

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.metrics.results_model import Goodput, SloStats, Summary, as_summary
 from harness.metrics.slo import ci_reason, wilson
 from harness.report.files import Rendered
 from harness.report.render import render_run_safely
@@ -235,24 +236,26 @@ class GoodputResult:
     rendered: Rendered | None
 
 
-def step_record(summary: dict[str, Any], transport: str, target: float) -> dict[str, Any]:
+def step_record(doc: Summary | Mapping[str, Any], transport: str, target: float) -> dict[str, Any]:
     """What a step's run says about the SLO: attainment, its interval, the confidence."""
-    t = (summary.get("transports") or {}).get(transport) or {}
-    slo = t.get("slo") or {}
-    good_put = t.get("goodput") or {}
-    n = int(slo.get("rollouts") or 0)
-    good = int(slo.get("good_rollouts") or 0)
+    summary = as_summary(doc) or Summary()
+    t = summary.transport(transport)
+    slo = (t.slo if t is not None else None) or SloStats()
+    good_put = (t.goodput if t is not None else None) or Goodput()
+    n = slo.rollouts
+    good = slo.good_rollouts
     ci = wilson(good, n) if ci_reason(n) is None else None
     return {
         "rollouts": n,
         "good_rollouts": good,
         "attainment": good / n if n else None,
         "ci95": [ci[0], ci[1]] if ci is not None else [None, None],
-        "turn_attainment": slo.get("turn_attainment"),
+        "turn_attainment": slo.turn_attainment,
         "confidence": confidence(good, n, target),
-        "good_rollouts_per_s": good_put.get("good_rollouts_per_s"),
-        "goodput_tps": good_put.get("goodput_tps"),
-        "valid": bool(summary.get("valid", True)),
+        "good_rollouts_per_s": good_put.good_rollouts_per_s,
+        "goodput_tps": good_put.goodput_tps,
+        # the run's own verdict, by the rules every command applies
+        "valid": summary.valid is not False,
     }
 
 
@@ -348,7 +351,7 @@ def run_goodput_search(
                     f"{'pass' if passed else 'fail'}"
                 )
             write_sweep_json(root, doc)
-            if result.summary.get("partial"):
+            if result.summary_model.partial:
                 stopped = True
                 break
         doc["search"]["answers"][transport] = {

@@ -106,7 +106,9 @@ class Measurement:
         self.baseline = baseline
         self.planned = planned
         self.several_processes = several_processes
-        self.writer = ResultsWriter(run_dir, manifest)
+        # The plan's size goes to disk first: after a kill -9 it is what tells a transport
+        # that stopped part way from one that finished (harness/report/rebuild.py).
+        self.writer = ResultsWriter(run_dir, {**manifest, "rollouts_planned": planned})
         self.acc = Accumulator(
             warmup_rollouts=scenario.load.warmup_rollouts, slo=scenario.slo.thresholds()
         )

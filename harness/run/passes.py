@@ -19,12 +19,12 @@ from typing import Any
 from harness.client.shaping import rollout_key
 from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram
-from harness.run import quiet_gc
 from harness.run.health import LOOP_WATCH_INTERVAL_S, ClientHealth, CpuMeter
 from harness.run.progress import PassProgress
 from harness.run.schedule_stats import ScheduleStats
 from harness.transports import Transport
 from harness.transports.rollout_loop import run_rollout
+from harness.wire import quiet_gc
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.scenario import Load, Scenario
@@ -211,8 +211,8 @@ async def _dispatch(
 async def watch_loop(hist: Histogram) -> None:
     """Record how late the event loop wakes from short sleeps: the client's own lag.
 
-    Every :data:`~harness.run.quiet_gc.FREEZE_EVERY_S` it also hides what is alive from
-    the cyclic collector (harness/run/quiet_gc.py).
+    Every :data:`~harness.wire.quiet_gc.FREEZE_EVERY_S` it also hides what is alive from
+    the cyclic collector (harness/wire/quiet_gc.py).
     """
     interval_ns = round(LOOP_WATCH_INTERVAL_S * 1e9)
     freeze_every = max(1, round(quiet_gc.FREEZE_EVERY_S / LOOP_WATCH_INTERVAL_S))
@@ -230,7 +230,7 @@ class ClientWatch:
     """This process's health over a run, started once the transports are built.
 
     The cyclic collector, which would pause the loop for tens of ms mid-measurement,
-    sees nothing that is alive while the pass runs (harness/run/quiet_gc.py); a watchdog
+    sees nothing that is alive while the pass runs (harness/wire/quiet_gc.py); a watchdog
     records the loop's wake-up lag; CPU is counted from here to :meth:`stop`.
     """
 

@@ -428,7 +428,7 @@ class _Prober:
         reading = StreamReading()
         try:
             async with asyncio.timeout(self.timeout_s):
-                await conn.send(dumps(body).decode())
+                await conn.send(dumps(body))
                 while not reading.feed((await conn.recv())[0]):
                     pass
         except TimeoutError:

@@ -11,8 +11,13 @@ import os
 from pathlib import Path
 
 
-def tree_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of ``pid`` and its live descendants; None off Linux."""
+def tree_cpu_seconds(pid: int, *, reaped: bool = False) -> float | None:
+    """User + system CPU seconds of ``pid`` and its live descendants; None off Linux.
+
+    ``reaped``: also the descendants that already ended and were waited for (each
+    process's ``cutime``/``cstime``), so a server or tool started and stopped between two
+    readings is counted too.
+    """
     if not Path(f"/proc/{pid}/stat").exists():
         return None  # no /proc (or no such process): nothing to read
     tick = os.sysconf("SC_CLK_TCK")
@@ -23,9 +28,13 @@ def tree_cpu_seconds(pid: int) -> float | None:
         p = todo.pop()
         try:
             stat = Path(f"/proc/{p}/stat").read_text()
-            # after the command's ")": state is field 3, utime and stime fields 14 and 15
+            # after the command's ")": state is field 3, utime and stime fields 14 and 15,
+            # cutime and cstime 16 and 17
             fields = stat.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            used = int(fields[11]) + int(fields[12])
+            if reaped:
+                used += int(fields[13]) + int(fields[14])
+            total += used / tick
             seen += 1
             tasks = list(Path(f"/proc/{p}/task").iterdir())
         except (OSError, ValueError, IndexError):

@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -39,6 +39,7 @@ from harness.report.render import render_run_safely
 from harness.report.results import load_run, new_run_id
 from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
+from harness.run.measurement import Measurement
 from harness.run.runner import (
     RunOptions,
     RunResult,
@@ -47,7 +48,9 @@ from harness.run.runner import (
     run_plans,
     server_scraper,
 )
+from harness.run.schedule_stats import ScheduleStats
 from harness.wire.errors import LoopbenchError
+from harness.wire.plural import counted
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 from harness.workload.rollout import generate_rollouts
@@ -156,12 +159,10 @@ async def _stoppable(job: Callable[[], Coroutine[Any, Any, RunResult]]) -> RunRe
     return await job()
 
 
-def _copy_rows(writer: Any, run_dir: Path) -> None:
+def _records(run_dir: Path) -> Iterator[TurnRecord | RolloutRecord]:
+    """The turn rows, then the rollout rows, of a child's private results folder."""
     run = load_run(run_dir)
-    for table, cls, add in (
-        (run.turns, TurnRecord, writer.add_turn),
-        (run.rollouts, RolloutRecord, writer.add_rollout),
-    ):
+    for table, cls in ((run.turns, TurnRecord), (run.rollouts, RolloutRecord)):
         names = csv_fields(cls)
         # An optional number (None when not reported) reads back as NaN: None again.
         optional = {f.name for f in fields(cls) if f.default is None}
@@ -172,7 +173,67 @@ def _copy_rows(writer: Any, run_dir: Path) -> None:
             for k in optional:
                 if values[k] != values[k]:
                     values[k] = None
-            add(cls(**values))
+            yield cls(**values)
+
+
+def _copy_rows(writer: Any, run_dir: Path) -> None:
+    for rec in _records(run_dir):
+        if isinstance(rec, TurnRecord):
+            writer.add_turn(rec)
+        else:
+            writer.add_rollout(rec)
+
+
+def _salvage(run: Measurement, dead: _Dead, part: Sequence[RolloutPlan]) -> None:
+    """Fold in what a child that died wrote to its folder: its statistics come from its rows.
+
+    Its schedule: every measured rollout of its share intended, the recorded ones started,
+    those with turns but no rollout row begun and cut off (cancelled), the rest not started.
+    """
+    warmup = run.scenario.load.warmup_rollouts
+    begun: dict[str, set[int]] = {name: set() for name in run.transports}
+    rows = 0
+    try:
+        for rec in _records(dead.run_dir):
+            rows += 1
+            if isinstance(rec, TurnRecord):
+                run.add_turn(rec)
+                begun.setdefault(rec.transport, set()).add(rec.rollout_id)
+            else:
+                run.acc.add_rollout(rec)
+                run.add_rollout_row(rec)
+                begun.setdefault(rec.transport, set()).add(rec.rollout_id)
+    except (LoopbenchError, OSError) as exc:
+        dead.why += f"; its rows could not be read ({exc})"
+    measured = sum(1 for p in part if p.rollout_id >= warmup)
+    for name in run.transports:
+        sched = run.schedules.setdefault(name, ScheduleStats())
+        sched.intended += measured
+        sched.not_started += measured - len({r for r in begun.get(name, ()) if r >= warmup})
+    run.stop_early(
+        f"client process {dead.name} (pid {dead.pid}) died: {dead.why}; the run keeps the "
+        f"{rows} rows it wrote before, its rollouts still running are lost"
+    )
+
+
+@dataclass(slots=True)
+class _Dead:
+    """A client process that ended without sending its measurement."""
+
+    index: int
+    name: str
+    pid: int | None
+    why: str
+    run_dir: Path
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return f"exited with code {code}"
 
 
 def run_procs(
@@ -272,6 +333,7 @@ def _run(
     scraper = server_scraper(opts, base_url, embedded=embedded)
     results: list[dict[str, Any]] = []
     errors: list[str] = []
+    dead: list[_Dead] = []
     interrupted = False
 
     def stop_children() -> None:
@@ -286,10 +348,10 @@ def _run(
     # From here a stop is a flag the signal handler sets, never an exception: one raised
     # between two statements of this loop would lose a child's message, or escape it.
     with _stop_signals(stop_children):
-        say(f"running {len(plans)} rollouts in {len(children)} client processes")
+        say(f"running {counted(len(plans), 'rollout')} in {len(children)} client processes")
         announced = False
         try:
-            for proc, end in children:
+            for (proc, end), (index, _, _) in zip(children, jobs, strict=True):
                 while True:
                     try:
                         msg = end.recv()
@@ -297,12 +359,20 @@ def _run(
                     except KeyboardInterrupt:  # off the main thread, no handler of ours
                         stop_children()
                     except EOFError:
-                        msg = {"index": proc.name, "error": f"exited with code {proc.exitcode}"}
+                        # Died without a word (kill -9, the OOM killer): what it wrote
+                        # to its folder is kept and the run goes on without it.
+                        proc.join(5)
+                        msg = {"dead": _exit_text(proc.exitcode)}
                         break
                 if interrupted and not announced:
                     announced = True
                     say("stopping: waiting for the client processes' measurements…")
-                if "error" in msg:
+                if "dead" in msg:
+                    dead.append(
+                        _Dead(index, proc.name, proc.pid, msg["dead"], tmp / "procs" / f"p{index}")
+                    )
+                    say(f"client process {proc.name} (pid {proc.pid}) died: {msg['dead']}")
+                elif "error" in msg:
                     errors.append(f"client process {msg['index']}: {msg['error']}")
                 else:
                     results.append(msg)
@@ -319,12 +389,15 @@ def _run(
         raise LoopbenchError("; ".join(errors))
 
     run = open_measurement(
-        scenario, scenario_path, len(plans), base_url, opts, embedded=embedded, procs=len(results)
+        scenario, scenario_path, len(plans), base_url, opts, embedded=embedded, procs=len(jobs)
     )
+    parts = {i: part for i, part, _ in jobs}
     try:
         for r in sorted(results, key=lambda r: r["index"]):
             run.merge_state(r["state"], f"client process {r['index']}")
             _copy_rows(run.writer, Path(r["run_dir"]))
+        for d in dead:
+            _salvage(run, d, parts[d.index])
         if interrupted and not run.interrupted:
             run.stop_early("run interrupted before every rollout finished", interrupted=True)
     except BaseException:

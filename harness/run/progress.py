@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
+
+from harness.metrics.results_model import Schedule, Summary, as_summary
 
 __all__ = [
     "LineProgress",
@@ -196,13 +198,14 @@ def titled_table(title: str, first: str, *rest: str) -> Table:
     return table
 
 
-def schedule_table(summary: dict[str, Any]) -> Any:
+def schedule_table(doc: Summary | Mapping[str, Any]) -> Any:
     """The load generator's own figures (intended vs actual starts), or None for a closed loop.
 
     Shown after a scheduled run so that a reader sees how far the client fell
     behind before trusting the latencies above it.
     """
-    if summary.get("load", {}).get("mode", "closed") == "closed":
+    summary = as_summary(doc) or Summary()
+    if (summary.load.mode if summary.load is not None else None) in (None, "closed"):
         return None
     table = titled_table(
         "load generator (intended vs actual starts)",
@@ -219,22 +222,26 @@ def schedule_table(summary: dict[str, Any]) -> Any:
         "rollout p50 ms",
         "uncorrected p50 ms",
     )
-    for name, t in summary.get("transports", {}).items():
-        sched = t.get("schedule") or {}
-        lag = t.get("schedule_lag_ms") or {}
+    for name, t in summary.transports.items():
+        sched = t.schedule
+
+        def count(key: str, sched: Schedule | None = sched) -> str:
+            # "-": a summary written before the field (or without a schedule block)
+            return str(getattr(sched, key)) if sched and key in sched.model_fields_set else "-"
+
         table.add_row(
             name,
-            str(sched.get("intended", "-")),
-            str(sched.get("started", "-")),
-            str(sched.get("late", "-")),
-            str(sched.get("dropped", "-")),
+            count("intended"),
+            count("started"),
+            count("late"),
+            count("dropped"),
             # intended = started + cancelled + dropped + not started: every start accounted for
-            str(sched.get("cancelled", "-")),
-            str(sched.get("not_started", "-")),
-            _num(lag.get("p50"), ".2f"),
-            _num(lag.get("p99"), ".2f"),
-            _num(sched.get("lag_max_ms"), ".2f"),
-            _num((t.get("rollout_ms") or {}).get("p50"), ".1f"),
-            _num((t.get("rollout_uncorrected_ms") or {}).get("p50"), ".1f"),
+            count("cancelled"),
+            count("not_started"),
+            _num(t.stat("schedule_lag_ms", "p50"), ".2f"),
+            _num(t.stat("schedule_lag_ms", "p99"), ".2f"),
+            _num(sched.lag_max_ms if sched else None, ".2f"),
+            _num(t.stat("rollout_ms", "p50"), ".1f"),
+            _num(t.stat("rollout_uncorrected_ms", "p50"), ".1f"),
         )
     return table

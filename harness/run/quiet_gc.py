@@ -1,55 +1,14 @@
-"""Keep the client's cyclic garbage collector out of what it measures.
+"""The collector's quieting while a pass measures lives in harness/wire/quiet_gc.py, where the
+reference server uses it too; this name stays for the modules that still import it here
+(harness/record/proxy.py, tests/harness/test_quiet_gc.py)."""
 
-A collection stops the event loop while it traverses every object of the generations it
-collects.  What a run keeps alive for a while (in-flight streams, their futures and
-coroutines, histories) is young by the collector's count: at a thousand agents that is
-~50,000 objects, and each young-generation pass over them took 20-50 ms (BENCHMARKS.md) —
-a late stamp for every first token in flight.  CPython's default (a pass every 700
-allocations) made passes short and constant; a threshold of 20,000 made them rare and long.
+from harness.wire.quiet_gc import (
+    FREEZE_EVERY_S,
+    GEN0_THRESHOLD,
+    VALVE_THRESHOLD,
+    begin,
+    end,
+    refreeze,
+)
 
-So while a pass measures, the collector looks at nothing: what is alive when it starts is
-frozen out of every collection, the young threshold is raised to :data:`VALVE_THRESHOLD`,
-and :func:`refreeze`, called every :data:`FREEZE_EVERY_S` by the pass's watchdog, moves
-what is alive since then out of sight too (``gc.freeze`` is a list splice: no traversal).
-Freed objects are freed by reference counting as always; what that cannot free — reference
-cycles — waits for the end of the pass, and the measuring paths make none (a closed
-connection drops its transport, tests/run/test_no_cycles.py).  The threshold is a valve:
-only a million new container objects within one freeze interval (code that leaks, not a
-run) make the collector run, and the loop-lag watchdog then reports the stall.
-
-Long-lived processes that do not measure (the recorder) use :data:`GEN0_THRESHOLD` and no
-refreezing: rare collections, and their cycles still collected.
-"""
-
-from __future__ import annotations
-
-import gc
-
-#: allocations between young-generation collections in a long-lived process (default 700)
-GEN0_THRESHOLD = 20_000
-#: while a pass measures: new container objects within one freeze interval that still make
-#: the collector run (a safety valve against leaking code; a run allocates ~10 per turn)
-VALVE_THRESHOLD = 1_000_000
-#: how often a measuring pass moves what is alive out of the collector's sight
-FREEZE_EVERY_S = 1.0
-
-
-def begin(threshold: int = GEN0_THRESHOLD) -> tuple[int, int, int]:
-    """Collect, freeze what is alive, raise the young threshold; returns the old thresholds."""
-    old = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    if old[0] > 0:  # a threshold of 0 means collection was turned off: leave it off
-        gc.set_threshold(max(threshold, old[0]), old[1], old[2])
-    return old
-
-
-def refreeze() -> None:
-    """Move every object alive now out of the collector's sight (and reset its count)."""
-    gc.freeze()
-
-
-def end(old: tuple[int, int, int]) -> None:
-    """Undo :func:`begin`: restore the thresholds and unfreeze (everything frozen, as at exit)."""
-    gc.set_threshold(*old)
-    gc.unfreeze()
+__all__ = ["FREEZE_EVERY_S", "GEN0_THRESHOLD", "VALVE_THRESHOLD", "begin", "end", "refreeze"]

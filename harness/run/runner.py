@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.client.shaping import NO_SHAPING, RequestShaping
+from harness.metrics.results_model import Summary
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
 from harness.report.server_metrics import write_server_metrics
@@ -40,7 +41,7 @@ from harness.run.server_scrape import ServerScraper, embedded_metrics_url
 from harness.transports import Transport, TransportOptions, make_transport
 from harness.transports.rx_socket import resolve_rx_stamp
 from harness.wire.credentials import PLACEHOLDER_API_KEY
-from harness.wire.errors import ResultsError
+from harness.wire.errors import ResultsError, ResultsWriteError
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.plan import RolloutPlan, conversations
 from harness.workload.records import TurnRecord
@@ -127,10 +128,15 @@ class RunResult:
     # The finished measurement, so a multi-process run (harness.run.procs) can merge them.
     measurement: Measurement | None = None
 
+    @property
+    def summary_model(self) -> Summary:
+        """The summary written, read into its model."""
+        return Summary.of(self.summary)
+
     def stop_if_interrupted(self) -> None:
         """For a command that runs several runs: Ctrl-C stopped this one, so stop there too
         (its results are written; ``main`` exits 130)."""
-        if self.summary.get("interrupted"):
+        if self.summary_model.interrupted:
             raise KeyboardInterrupt
 
 
@@ -322,6 +328,7 @@ async def _measure_and_write(
     clients = {name: make_transport(name, options) for name in transports}
     scraper = server_scraper(opts, base_url, embedded=embedded)
     watch = ClientWatch()
+    failed: ResultsWriteError | None = None
     try:
         for round_index, chunk in enumerate(rounds):
             for name in transports:
@@ -346,6 +353,12 @@ async def _measure_and_write(
                     )
     except (asyncio.CancelledError, KeyboardInterrupt):
         run.stop_early("run interrupted before every rollout finished", interrupted=True)
+    except Exception as exc:
+        # A results file could not be written (it surfaces wrapped in the rollout's task
+        # group): the run ends now, with one line, not a traceback after the whole load.
+        failed = write_failure(exc)
+        if failed is None:
+            raise
     finally:
         interrupts.writing = True
         run.clients.append(await watch.stop())
@@ -353,10 +366,30 @@ async def _measure_and_write(
             await client.aclose()
         if progress is not None:
             progress.close()
-        summary = run.finish(finish_scrape(scraper, run))
-        if opts.render:
-            render_run_safely(run.run_dir)
+        if failed is not None:
+            if scraper is not None:
+                scraper.stop()
+            # No summary over rows that stop short: the folder reads as a killed run's.
+            run.close()
+        else:
+            summary = run.finish(finish_scrape(scraper, run))
+            if opts.render:
+                render_run_safely(run.run_dir)
+    if failed is not None:
+        raise failed
     return summary
+
+
+def write_failure(exc: BaseException) -> ResultsWriteError | None:
+    """The results-file write that failed, if that is what ``exc`` is or wraps."""
+    if isinstance(exc, ResultsWriteError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = write_failure(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def run_scenario(

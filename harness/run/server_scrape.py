@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.metrics.server_series import NotPrometheusText, parse_exposition
 from harness.report.server_metrics import Sample
+from harness.wire.plural import counted
 
 #: how long one scrape may take before it counts as failed
 SCRAPE_TIMEOUT_S = 2.0
@@ -175,7 +176,7 @@ class ServerScraper:
         if self.result.failed:
             self.say(
                 f"warning: --server-metrics {self.url}: {self.result.failed} of "
-                f"{self.result.scrapes + self.result.failed} scrapes failed "
+                f"{counted(self.result.scrapes + self.result.failed, 'scrape')} failed "
                 f"(last: {self.result.last_failure})"
             )
         return self.result

@@ -70,6 +70,6 @@ def run_sweep(
         runs.append((value, result.run_dir))
         doc["runs"].append({"value": value, "run_id": run_id})
         write_sweep_json(root, doc)
-        if result.summary.get("partial"):
+        if result.summary_model.partial:
             break
     return SweepResult(root, runs, render_run_safely(root))

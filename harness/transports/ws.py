@@ -178,7 +178,7 @@ class WsSession:
                 continue
             return turn.finish()
 
-    async def _warm_up(self, payload: str, rec: TurnRecord) -> None:
+    async def _warm_up(self, payload: bytes, rec: TurnRecord) -> None:
         """Send the recorded warm-up on the rollout's connection and wait for its answer."""
         conn = self.conn or await self._connect(rec)
         stream = ResponseStream(time.perf_counter_ns(), tokens=self.conv.tokens)
@@ -312,7 +312,7 @@ class WsLaneSession:
             payload = turn.request()
             if self.stream_id is not None:
                 # The body is a JSON object: the lane goes in as its first key.
-                payload = f'{{"stream_id":{dumps(self.stream_id).decode()},{payload[1:]}'
+                payload = b'{"stream_id":' + dumps(self.stream_id) + b"," + payload[1:]
                 rec.bytes_sent = len(payload)
             while not queue.empty():
                 queue.get_nowait()  # what a failed response or a closed connection left
@@ -327,11 +327,11 @@ class WsLaneSession:
                 continue
             return turn.finish()
 
-    async def _warm_up(self, payload: str, rec: TurnRecord) -> None:
+    async def _warm_up(self, payload: bytes, rec: TurnRecord) -> None:
         """:meth:`WsSession._warm_up` on this lane (a failed one: the turn goes out whole)."""
         conn = self.mux.conn or await self.mux.connection(rec, self.url)
         if self.stream_id is not None:
-            payload = f'{{"stream_id":{dumps(self.stream_id).decode()},{payload[1:]}'
+            payload = b'{"stream_id":' + dumps(self.stream_id) + b"," + payload[1:]
         while not self.queue.empty():
             self.queue.get_nowait()
         stream = ResponseStream(time.perf_counter_ns(), tokens=self.conv.tokens)

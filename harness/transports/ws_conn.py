@@ -103,11 +103,12 @@ class WsConnection(asyncio.Protocol):
             data = self._handshake_data(data)
             if not data:
                 return
+        violation = None
         try:
             frames = self.reader.feed(data)
         except FrameError as exc:
-            self._violation(exc)
-            return
+            # What came complete before the broken frame is read first.
+            frames, violation = exc.before, exc
         for op, payload in frames:
             if op in (OP_TEXT, OP_BINARY):
                 if not self._message(payload, t_ns, user_ns, op == OP_TEXT):
@@ -117,6 +118,8 @@ class WsConnection(asyncio.Protocol):
             elif op == OP_CLOSE:
                 self._closed_by_peer(close_code(payload))
                 return
+        if violation is not None:
+            self._violation(violation)
 
     def _message(self, payload: bytes, t_ns: int, user_ns: int, text: bool) -> bool:
         """Hand one data message on; False when it ended the connection."""
@@ -244,10 +247,11 @@ class WsConnection(asyncio.Protocol):
         return False
 
     # -- one turn --------------------------------------------------------------------------------
-    async def send(self, text: str) -> None:
+    async def send(self, text: bytes) -> None:
+        """One text message (``text``: its UTF-8 bytes)."""
         if self.gone is not None:
             raise self.gone
-        self._write(encode_frame(OP_TEXT, text.encode()))
+        self._write(encode_frame(OP_TEXT, text))
         if self._drain is not None:
             await self._drain
             if self.gone is not None:

@@ -158,6 +158,14 @@ class ResultsError(LoopbenchError):
     """A results folder is unreadable, incomplete or of an unknown format version."""
 
 
+class ResultsWriteError(ResultsError):
+    """A results file could not be written (disk full, read-only, a file-size limit).
+
+    The run stops at once: what is on disk stays (``loopbench report`` rebuilds its
+    summary once there is room), and no summary is written over rows that stop short.
+    """
+
+
 class NotAResultsFolder(ResultsError):
     """The path names no results folder at all (a typo, not a broken run).
 

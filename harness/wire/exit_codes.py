@@ -34,9 +34,13 @@ EXIT_CODE_TABLE: tuple[tuple[ExitCode, str], ...] = (
     (
         ExitCode.USAGE,
         "usage or input error: bad file, bad flag, unknown transport, target unreachable "
-        "before any measurement",
+        "before any measurement; a results file that cannot be written (disk full)",
     ),
-    (ExitCode.INTERRUPTED, "interrupted (Ctrl-C / SIGTERM): partial results written"),
+    (
+        ExitCode.INTERRUPTED,
+        "interrupted (Ctrl-C / SIGTERM), by every subcommand: a run writes its partial "
+        "results, record its trace; serve drains first",
+    ),
 )
 
 

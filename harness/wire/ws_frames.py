@@ -1,18 +1,26 @@
-"""WebSocket frames as a client sees them (RFC 6455 §5), without I/O.
+"""The project's one WebSocket codec (RFC 6455 §5, RFC 7692), without I/O.
 
-The ``ws`` transports read every event of every response through :class:`FrameReader`,
-so it is written for the common case: a read holding one or more small, complete,
-unmasked text frames is parsed in one pass with no copy but the payload slice; a frame
-that spans reads waits until the bytes it needs have all arrived (no re-parsing of a
-growing buffer).  What the client sends (one request per turn, a pong, a close) is masked
-as one big-integer XOR: a few µs even for a multi-megabyte full-history request.
+Every edge that speaks or reads WebSocket frames goes through this module: the
+client transports (asyncio and gevent), the recording proxy's observer (both
+directions, compressed or not), the fuzzer and the self-benchmark's bare client and
+server.  The ``websockets`` package still runs the clients' opening handshake; what
+comes after the 101 is parsed and built here.
 
-Errors are :class:`FrameError` with the close code the client answers with.
+:class:`FrameReader` is written for the client's common case: a read holding one or
+more small, complete, unmasked text frames is parsed in one pass with no copy but the
+payload slice; a frame that spans reads waits until the bytes it needs have all arrived
+(no re-parsing of a growing buffer).  :func:`encode_frame` masks as one big-integer
+XOR: a few µs even for a multi-megabyte full-history request; its keyword arguments
+build the malformed frames the fuzzer sends.
+
+Errors are :class:`FrameError` with the close code the reading side answers with.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
+from dataclasses import dataclass
 
 OP_CONT = 0x0
 OP_TEXT = 0x1
@@ -22,36 +30,89 @@ OP_PING = 0x9
 OP_PONG = 0xA
 _DATA = (OP_TEXT, OP_BINARY)
 _CONTROL = (OP_CLOSE, OP_PING, OP_PONG)
+_FIN = 0x80
+_RSV1 = 0x40
+_MASKED = 0x80
 
 #: a close frame without a status code (RFC 6455 §7.1.5)
 NO_STATUS = 1005
+#: the close codes a peer may send (RFC 6455 §7.4; 1012-1014 registered since)
+_SENDABLE = frozenset((1000, 1001, 1002, 1003, *range(1007, 1015)))
+#: what permessage-deflate strips from the end of every compressed message (RFC 7692 §7.2.1)
+_DEFLATE_TAIL = b"\x00\x00\xff\xff"
 
 
 class FrameError(Exception):
-    """The server broke the framing rules; ``code`` is the close code to answer with."""
+    """The peer broke the framing rules; ``code`` is the close code to answer with.
+
+    ``before``: what :meth:`FrameReader.feed` completed from the same bytes ahead of the
+    broken frame (an event and the bad close frame behind it often come in one read).
+    """
 
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(reason)
         self.code = code
         self.reason = reason
+        self.before: list[tuple[int, bytes]] = []
+
+
+@dataclass(frozen=True, slots=True)
+class Deflate:
+    """permessage-deflate as agreed for one direction: ``reset`` when its sender asked for no
+    context takeover (each message compressed on its own)."""
+
+    reset: bool = False
+
+
+def deflate_agreed(extensions: str) -> tuple[Deflate, Deflate] | None:
+    """The deflate settings of (client-to-server, server-to-client) frames from the server's
+    ``Sec-WebSocket-Extensions`` answer; None when permessage-deflate was not agreed."""
+    ext = extensions.lower()
+    if "permessage-deflate" not in ext:
+        return None
+    return (
+        Deflate("client_no_context_takeover" in ext),
+        Deflate("server_no_context_takeover" in ext),
+    )
 
 
 class FrameReader:
-    """Server-to-client frames in, whole messages and control frames out.
+    """Frames of one direction in, whole messages and control frames out.
 
     :meth:`feed` returns ``(opcode, payload)`` per complete data message (fragments
-    joined, opcode of the first one) and per control frame, in order.
+    joined, opcode of the first one; inflated when it was compressed) and per control
+    frame, in order.  ``masked``: the frames must be masked (a server reading its
+    client) or must not be (a client reading its server).  ``deflate``: the
+    permessage-deflate settings of this direction, when the extension was agreed.
     """
 
-    __slots__ = ("_chunks", "_frag_len", "_frag_op", "_frags", "_have", "_need", "max_size")
+    __slots__ = (
+        "_chunks",
+        "_deflate",
+        "_frag_len",
+        "_frag_op",
+        "_frag_z",
+        "_frags",
+        "_have",
+        "_inflater",
+        "_mask_bit",
+        "_need",
+        "max_size",
+    )
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(
+        self, max_size: int, *, masked: bool = False, deflate: Deflate | None = None
+    ) -> None:
         self.max_size = max_size
+        self._mask_bit = _MASKED if masked else 0
+        self._deflate = deflate
+        self._inflater = zlib.decompressobj(-15) if deflate is not None else None
         #: bytes of an incomplete frame, and how many it needs before parsing can go on
         self._chunks: list[bytes] = []
         self._have = 0
         self._need = 0
         self._frag_op = 0
+        self._frag_z = False
         self._frags: list[bytes] = []
         self._frag_len = 0
 
@@ -64,8 +125,20 @@ class FrameReader:
             data = b"".join(self._chunks)
             self._chunks = []
         out: list[tuple[int, bytes]] = []
+        try:
+            self._parse(data, out)
+        except FrameError as exc:
+            exc.before = out
+            raise
+        return out
+
+    def _parse(self, data: bytes, out: list[tuple[int, bytes]]) -> None:
         n = len(data)
         pos = 0
+        mask_bit = self._mask_bit
+        key_len = 4 if mask_bit else 0
+        max_size = self.max_size
+        frame = self._frame
         while True:
             left = n - pos
             if left < 2:
@@ -87,32 +160,61 @@ class FrameReader:
                     need = 10
                     break
                 length = int.from_bytes(data[pos + 2 : pos + 10], "big")
-            if b0 & 0x70:
-                raise FrameError(1002, "a frame with reserved bits set (no extension was agreed)")
-            if b1 & 0x80:
-                raise FrameError(1002, "a masked frame (a server must not mask its frames)")
-            if length > self.max_size:
-                raise FrameError(1009, f"a frame of {length:,} bytes (limit {self.max_size:,})")
+            if b0 & 0x70 or b1 & 0x80 != mask_bit:
+                self._check_head(b0, b1)
+            if length > max_size:
+                raise FrameError(1009, f"a frame of {length:,} bytes (limit {max_size:,})")
+            head += key_len
             end = pos + head + length
             if end > n:
                 need = head + length
                 break
-            payload = data[pos + head : end]
+            if key_len:
+                payload = mask(data[pos + head : end], data[pos + head - 4 : pos + head])
+            else:
+                payload = data[pos + head : end]
             pos = end
-            self._frame(b0 & 0x80, b0 & 0x0F, payload, out)
+            if b0 == 0x81 and not self._frags:
+                out.append((OP_TEXT, payload))  # the common case: a whole, plain text message
+            else:
+                frame(b0, payload, out)
         if left:
             rest = data[pos:]
             self._chunks = [rest]
             self._have = left
             self._need = need
-        return out
 
-    def _frame(self, fin: int, op: int, payload: bytes, out: list[tuple[int, bytes]]) -> None:
+    def _check_head(self, b0: int, b1: int) -> None:
+        """Masking as this side expects, and reserved bits only where an extension allows."""
+        if b1 & 0x80 != self._mask_bit:
+            raise FrameError(
+                1002,
+                "an unmasked frame (a client must mask its frames)"
+                if self._mask_bit
+                else "a masked frame (a server must not mask its frames)",
+            )
+        if not b0 & 0x70:
+            return
+        # RSV1 marks a compressed message: on its first frame, and only once deflate was agreed.
+        op = b0 & 0x0F
+        if b0 & 0x70 == _RSV1 and self._deflate is not None and op in _DATA:
+            return
+        if b0 & 0x70 == _RSV1 and self._deflate is not None:
+            what = "a control frame" if op in _CONTROL else "a continuation frame"
+            raise FrameError(1002, f"{what} with the compression bit (RSV1) set")
+        raise FrameError(1002, "a frame with reserved bits set (no extension was agreed)")
+
+    def _frame(self, b0: int, payload: bytes, out: list[tuple[int, bytes]]) -> None:
+        op = b0 & 0x0F
+        fin = b0 & 0x80
         if op in _DATA and not self._frags:
             if fin:
+                if b0 & 0x40:
+                    payload = self._inflate(payload)
                 out.append((op, payload))
             else:
                 self._frag_op, self._frags, self._frag_len = op, [payload], len(payload)
+                self._frag_z = bool(b0 & _RSV1)
         elif op == OP_CONT and self._frags:
             self._frags.append(payload)
             self._frag_len += len(payload)
@@ -121,11 +223,14 @@ class FrameReader:
                     1009, f"a message of over {self._frag_len:,} bytes (limit {self.max_size:,})"
                 )
             if fin:
-                out.append((self._frag_op, b"".join(self._frags)))
+                message = b"".join(self._frags)
                 self._frags = []
+                out.append((self._frag_op, self._inflate(message) if self._frag_z else message))
         elif op in _CONTROL:
             if not fin or len(payload) > 125:
                 raise FrameError(1002, "a fragmented or oversized control frame")
+            if op == OP_CLOSE:
+                check_close(payload)
             out.append((op, payload))
         elif op == OP_CONT:
             raise FrameError(1002, "a continuation frame with no message to continue")
@@ -134,17 +239,50 @@ class FrameReader:
         else:
             raise FrameError(1002, f"a frame with the unknown opcode {op:#x}")
 
+    def _inflate(self, message: bytes) -> bytes:
+        inflater = self._inflater
+        assert inflater is not None and self._deflate is not None  # RSV1 was checked
+        try:
+            data = inflater.decompress(message + _DEFLATE_TAIL, self.max_size)
+        except zlib.error as exc:
+            raise FrameError(1002, f"a compressed message that does not inflate ({exc})") from None
+        if inflater.unconsumed_tail:
+            raise FrameError(
+                1009, f"a message of over {self.max_size:,} bytes once inflated (limit)"
+            )
+        if self._deflate.reset:
+            self._inflater = zlib.decompressobj(-15)
+        return data
 
-def encode_frame(op: int, payload: bytes) -> bytes:
-    """One final, masked client frame."""
-    n = len(payload)
+
+def encode_frame(
+    op: int,
+    payload: bytes,
+    *,
+    masked: bool = True,
+    fin: bool = True,
+    rsv: int = 0,
+    length: int | None = None,
+    key: bytes | None = None,
+) -> bytes:
+    """One frame: masked (a client's, with a random ``key`` unless given) or not (a server's).
+
+    The rest builds what a peer must refuse, for the fuzzer: ``fin=False`` on a control
+    frame, ``rsv`` bits (0-7) nobody agreed, ``length`` that lies about the payload's.
+    """
+    n = len(payload) if length is None else length
+    b0 = (_FIN if fin else 0) | (rsv << 4) | op
+    m = _MASKED if masked else 0
     if n < 126:
-        head = bytes((0x80 | op, 0x80 | n))
+        head = bytes((b0, m | n))
     elif n < 1 << 16:
-        head = bytes((0x80 | op, 0x80 | 126)) + n.to_bytes(2, "big")
+        head = bytes((b0, m | 126)) + n.to_bytes(2, "big")
     else:
-        head = bytes((0x80 | op, 0x80 | 127)) + n.to_bytes(8, "big")
-    key = os.urandom(4)
+        head = bytes((b0, m | 127)) + n.to_bytes(8, "big")
+    if not masked:
+        return head + payload
+    if key is None:
+        key = os.urandom(4)
     return head + key + mask(payload, key)
 
 
@@ -158,10 +296,26 @@ def mask(payload: bytes, key: bytes) -> bytes:
     return masked.to_bytes(n, "little")
 
 
-def close_payload(code: int, reason: str = "") -> bytes:
-    return code.to_bytes(2, "big") + reason.encode()
+def close_payload(code: int, reason: str | bytes = "") -> bytes:
+    """A close frame's payload; a ``bytes`` reason is sent as is (the fuzzer's invalid UTF-8)."""
+    return code.to_bytes(2, "big") + (reason if isinstance(reason, bytes) else reason.encode())
 
 
 def close_code(payload: bytes) -> int:
     """The status code of a received close frame (:data:`NO_STATUS` when it has none)."""
     return int.from_bytes(payload[:2], "big") if len(payload) >= 2 else NO_STATUS
+
+
+def check_close(payload: bytes) -> None:
+    """A close frame's payload is empty, or a code a peer may send and a UTF-8 reason."""
+    if not payload:
+        return
+    if len(payload) == 1:
+        raise FrameError(1002, "a close frame with a 1-byte payload (a code takes 2)")
+    code = close_code(payload)
+    if code not in _SENDABLE and not 3000 <= code <= 4999:
+        raise FrameError(1002, f"a close frame with the code {code}, which no peer may send")
+    try:
+        payload[2:].decode()
+    except UnicodeDecodeError:
+        raise FrameError(1007, "a close frame whose reason is not valid UTF-8") from None

@@ -18,6 +18,9 @@ __all__ = [
     "builtin_hint",
     "builtin_path",
     "builtin_scenarios",
+    "looks_like_path",
+    "shadowed_entries",
+    "shadowed_note",
 ]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -51,6 +54,20 @@ def builtin_path(name: str | os.PathLike[str]) -> Path | None:
     return builtin_scenarios().get(key)
 
 
+def looks_like_path(name: str | os.PathLike[str]) -> bool:
+    """Whether ``name`` is written as a file: with a folder (``./tiny``, ``a/b``), absolute,
+    or with a YAML suffix.  A bare word (``tiny``) is a scenario's name: it means the built-in
+    even when the working folder has an entry of that name (issue 38)."""
+    text = os.fspath(name)
+    return (
+        "/" in text
+        or os.sep in text
+        or text.startswith(".")
+        or os.path.isabs(text)
+        or text.endswith((".yaml", ".yml"))
+    )
+
+
 def builtin_hint(name: str) -> str:
     """`` (did you mean 'quickstart'?)`` for a name a built-in is close to, else ``""``."""
     found = builtin_scenarios()
@@ -61,3 +78,27 @@ def builtin_hint(name: str) -> str:
         return f" (did you mean {stem!r}?)"
     close = difflib.get_close_matches(name.removesuffix(".yaml"), list(found), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def shadowed_entries(path: str | os.PathLike[str]) -> list[str]:
+    """The entries of the working folder a bare built-in name did not run: ``tiny`` or
+    ``tiny.yaml`` beside ``loopbench run tiny`` (the caller tells the user, who may have meant
+    them)."""
+    source = os.fspath(path)
+    if looks_like_path(source) or builtin_path(source) is None:
+        return []
+    return [name for name in (source, f"{source}.yaml", f"{source}.yml") if os.path.exists(name)]
+
+
+def shadowed_note(path: str | os.PathLike[str]) -> str | None:
+    """One line for the console when :func:`shadowed_entries` found any, else None."""
+    found = shadowed_entries(path)
+    if not found:
+        return None
+    local = " and ".join(
+        f"the {'folder' if os.path.isdir(name) else 'file'} ./{name}" for name in found
+    )
+    return (
+        f"{os.fspath(path)!r} is the built-in scenario; {local} here "
+        f"{'was' if len(found) == 1 else 'were'} not used (write ./{found[-1]} to run a local file)"
+    )

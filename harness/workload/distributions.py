@@ -165,6 +165,11 @@ class ConstantDist(_DistBase):
         return "value", self.value
 
 
+def constant_field(value: float, description: str) -> Any:
+    """A scenario field holding a distribution that defaults to the constant ``value``."""
+    return Field(default=ConstantDist(value=value), description=description)
+
+
 class UniformDist(_DistBase):
     """Uniform on ``[min, max]``."""
 

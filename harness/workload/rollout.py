@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from harness.wire.errors import ScenarioError
+from harness.wire.plural import counted
 from harness.workload.agent import ITEM_OVERHEAD_TOKENS, requested_output_tokens
 from harness.workload.distributions import Distribution
 from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, conversations
@@ -96,14 +97,21 @@ def _draw_turns(cfg: _TurnShape, rng: random.Random, remaining: int) -> list[Tur
     return turns
 
 
+def _draw_prompt(cfg: RolloutConfig | SubagentsConfig, rng: random.Random) -> tuple[int, int, int]:
+    """System, tool-schema and user-prompt tokens of a conversation's first request.
+
+    Drawn first, in this order: the draw order is part of the reproducibility contract.
+    """
+    system = _count(cfg.system_tokens, rng, 0)
+    tool_schema = _count(cfg.tool_schema_tokens, rng, 0)
+    return system, tool_schema, _count(cfg.user_prompt_tokens, rng, 1)
+
+
 def _make_rollout(
     cfg: RolloutConfig, rollout_id: int, seed: int, start: Start, tags: dict[str, str]
 ) -> RolloutPlan:
     rng = random.Random(seed)
-    # Draw order is part of the reproducibility contract: keep it fixed.
-    system = _count(cfg.system_tokens, rng, 0)
-    tool_schema = _count(cfg.tool_schema_tokens, rng, 0)
-    user = _count(cfg.user_prompt_tokens, rng, 1)
+    system, tool_schema, user = _draw_prompt(cfg, rng)
     remaining = _count(cfg.tool_calls, rng, 0)
     turns = _draw_turns(cfg, rng, remaining)
     if cfg.reasoning_tokens is not None:
@@ -151,9 +159,7 @@ def _fork_subagents(cfg: SubagentsConfig, turns: list[TurnPlan], seed: int) -> l
     for sub_id, (turn_index, call) in enumerate(chosen, start=1):
         sub_seed = derive_seed(seed, f"subagent:{sub_id}")
         sub_rng = random.Random(sub_seed)
-        system = _count(cfg.system_tokens, sub_rng, 0)
-        tool_schema = _count(cfg.tool_schema_tokens, sub_rng, 0)
-        user = _count(cfg.user_prompt_tokens, sub_rng, 1)
+        system, tool_schema, user = _draw_prompt(cfg, sub_rng)
         result = _count(cfg.result_tokens, sub_rng, 1)
         sub_turns = _draw_turns(cfg, sub_rng, _count(cfg.tool_calls, sub_rng, 0))
         # Its final answer is the parent's tool output (sent as such): one size for both.
@@ -363,7 +369,7 @@ def _check_index(plan: RolloutPlan, turn_index: int) -> None:
     if not 0 <= turn_index < len(plan.turns):
         raise IndexError(
             f"turn {turn_index} out of range for rollout {plan.rollout_id} "
-            f"({len(plan.turns)} turns)"
+            f"({counted(len(plan.turns), 'turn')})"
         )
 
 

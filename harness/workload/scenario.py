@@ -32,12 +32,18 @@ from pydantic_core import ErrorDetails
 
 from harness.wire.errors import ScenarioError
 from harness.wire.transports import TRANSPORT_NAMES
-from harness.workload.builtin import builtin_hint, builtin_path, builtin_scenarios
+from harness.workload.builtin import (
+    builtin_hint,
+    builtin_path,
+    builtin_scenarios,
+    looks_like_path,
+)
 from harness.workload.distributions import (
     DIST_KINDS,
     ConstantDist,
     Distribution,
     StrictModel,
+    constant_field,
     describe_value,
     invalid,
     shown,
@@ -167,9 +173,8 @@ class SubagentsConfig(StrictModel):
     conversation; sub-agents drawn from a scenario do not fork sub-agents of their own.
     """
 
-    count: NonNegDist = Field(
-        default=ConstantDist(value=1),
-        description="Sub-agents one rollout forks (at most one per tool call of the forking turns).",
+    count: NonNegDist = constant_field(
+        1, "Sub-agents one rollout forks (at most one per tool call of the forking turns)."
     )
     turns: list[Annotated[int, Field(ge=0)]] | None = Field(
         default=None,
@@ -182,46 +187,30 @@ class SubagentsConfig(StrictModel):
         description="wait: the parent's next turn waits for the sub-agent's result (a task "
         "tool); detach: the parent goes on, and the rollout ends when the sub-agent does.",
     )
-    result_tokens: NonNegDist = Field(
-        default=ConstantDist(value=200),
-        description="Tokens of the sub-agent's result (its final answer's length): the output "
+    result_tokens: NonNegDist = constant_field(
+        200,
+        "Tokens of the sub-agent's result (its final answer's length): the output "
         "of the parent's tool call it answers.",
     )
-    system_tokens: NonNegDist = Field(
-        default=ConstantDist(value=600), description="Tokens of the sub-agent's system prompt."
+    system_tokens: NonNegDist = constant_field(600, "Tokens of the sub-agent's system prompt.")
+    tool_schema_tokens: NonNegDist = constant_field(
+        400, "Tokens of the sub-agent's tool definitions."
     )
-    tool_schema_tokens: NonNegDist = Field(
-        default=ConstantDist(value=400), description="Tokens of the sub-agent's tool definitions."
+    user_prompt_tokens: NonNegDist = constant_field(
+        150, "Tokens of the task the parent gives the sub-agent."
     )
-    user_prompt_tokens: NonNegDist = Field(
-        default=ConstantDist(value=150),
-        description="Tokens of the task the parent gives the sub-agent.",
-    )
-    tool_calls: NonNegDist = Field(
-        default=ConstantDist(value=3), description="Tool calls in one sub-agent's conversation."
-    )
-    parallel_calls: CallsDist = Field(
-        default=ConstantDist(value=1), description="Tool calls a sub-agent's turn asks for."
-    )
-    tool_output_tokens: NonNegDist = Field(
-        default=ConstantDist(value=300), description="Tokens each of its tool calls returns."
-    )
+    tool_calls: NonNegDist = constant_field(3, "Tool calls in one sub-agent's conversation.")
+    parallel_calls: CallsDist = constant_field(1, "Tool calls a sub-agent's turn asks for.")
+    tool_output_tokens: NonNegDist = constant_field(300, "Tokens each of its tool calls returns.")
     tool_output_growth: float = Field(
         default=1.0, gt=0.0, description="Factor applied to its tool outputs at each step."
     )
-    tool_latency_ms: NonNegDist = Field(
-        default=ConstantDist(value=100),
-        description="Client time of one of its tool calls, in milliseconds.",
+    tool_latency_ms: NonNegDist = constant_field(
+        100, "Client time of one of its tool calls, in milliseconds."
     )
-    step_output_tokens: NonNegDist = Field(
-        default=ConstantDist(value=60), description="Output tokens of its tool-calling turns."
-    )
-    final_answer_tokens: NonNegDist = Field(
-        default=ConstantDist(value=150), description="Output tokens of its final answer."
-    )
-    think_ms: NonNegDist = Field(
-        default=ConstantDist(value=0), description="Client time before each of its requests, in ms."
-    )
+    step_output_tokens: NonNegDist = constant_field(60, "Output tokens of its tool-calling turns.")
+    final_answer_tokens: NonNegDist = constant_field(150, "Output tokens of its final answer.")
+    think_ms: NonNegDist = constant_field(0, "Client time before each of its requests, in ms.")
     ws: Literal["connection", "lanes"] = Field(
         default="connection",
         description="How the WebSocket transports run sub-agents: a connection each "
@@ -243,47 +232,38 @@ class RolloutConfig(StrictModel):
         ge=1,
         description="Rollouts per transport (closed loop, and open loop without duration_s).",
     )
-    system_tokens: NonNegDist = Field(
-        default=ConstantDist(value=800),
-        description="Tokens of the system prompt in the first request.",
+    system_tokens: NonNegDist = constant_field(
+        800, "Tokens of the system prompt in the first request."
     )
-    tool_schema_tokens: NonNegDist = Field(
-        default=ConstantDist(value=400),
-        description="Tokens of the tool definitions in the first request.",
+    tool_schema_tokens: NonNegDist = constant_field(
+        400, "Tokens of the tool definitions in the first request."
     )
-    user_prompt_tokens: NonNegDist = Field(
-        default=ConstantDist(value=200),
-        description="Tokens of the user's task in the first request.",
+    user_prompt_tokens: NonNegDist = constant_field(
+        200, "Tokens of the user's task in the first request."
     )
-    tool_calls: NonNegDist = Field(
-        default=ConstantDist(value=10), description="Tool calls in one rollout."
+    tool_calls: NonNegDist = constant_field(10, "Tool calls in one rollout.")
+    parallel_calls: CallsDist = constant_field(
+        1, "Tool calls the model asks for per turn (at least 1); the turn waits for the slowest."
     )
-    parallel_calls: CallsDist = Field(
-        default=ConstantDist(value=1),
-        description="Tool calls the model asks for per turn (at least 1); the turn waits for the slowest.",
-    )
-    tool_output_tokens: NonNegDist = Field(
-        default=ConstantDist(value=400),
-        description="Tokens each tool call returns (times tool_output_growth per step).",
+    tool_output_tokens: NonNegDist = constant_field(
+        400, "Tokens each tool call returns (times tool_output_growth per step)."
     )
     tool_output_growth: float = Field(
         default=1.0,
         gt=0.0,
         description="Factor applied to tool outputs at each step: 1 keeps them flat, 1.08 grows them 8% a step.",
     )
-    tool_latency_ms: NonNegDist = Field(
-        default=ConstantDist(value=100),
-        description="Client time of one tool call, in milliseconds.",
+    tool_latency_ms: NonNegDist = constant_field(
+        100, "Client time of one tool call, in milliseconds."
     )
-    step_output_tokens: NonNegDist = Field(
-        default=ConstantDist(value=80), description="Model output tokens of each tool-calling turn."
+    step_output_tokens: NonNegDist = constant_field(
+        80, "Model output tokens of each tool-calling turn."
     )
-    final_answer_tokens: NonNegDist = Field(
-        default=ConstantDist(value=300), description="Model output tokens of the final answer."
+    final_answer_tokens: NonNegDist = constant_field(
+        300, "Model output tokens of the final answer."
     )
-    think_ms: NonNegDist = Field(
-        default=ConstantDist(value=0),
-        description="Client time before each request (context building), in milliseconds.",
+    think_ms: NonNegDist = constant_field(
+        0, "Client time before each request (context building), in milliseconds."
     )
     reasoning_tokens: NonNegDist | None = Field(
         default=None,
@@ -1109,11 +1089,17 @@ class UnknownScenarioError(ScenarioError):
 
 
 def resolve_scenario(path: str | os.PathLike[str]) -> str:
-    """The file a scenario argument names: an existing path, else the built-in of that name."""
+    """The file a scenario argument names.
+
+    A bare name of a built-in (``tiny``) is the built-in, whatever the working folder holds
+    (:func:`~harness.workload.builtin.shadowed_entries` says what it held); anything else is the path when it exists,
+    else the built-in it names (``scenarios/tiny.yaml`` from another folder)."""
     source = os.fspath(path)
+    builtin = builtin_path(source)
+    if builtin is not None and not looks_like_path(source):
+        return str(builtin)
     if os.path.exists(source):
         return source
-    builtin = builtin_path(source)
     if builtin is None:
         raise UnknownScenarioError(source)
     return str(builtin)

@@ -22,30 +22,26 @@ ROLLOUT_SLO_FIELDS = ("rollout_ms",)
 SLO_FIELDS = TURN_SLO_FIELDS + ROLLOUT_SLO_FIELDS
 
 
+def _threshold(description: str) -> Any:
+    """An optional threshold in milliseconds: positive when set, unconstraining when left out."""
+    return Field(default=None, gt=0.0, description=description)
+
+
 class SloConfig(StrictModel):
     """Latency targets; every field is optional, a missing one does not constrain."""
 
-    ttft_ms: float | None = Field(
-        default=None,
-        gt=0.0,
-        description="Per turn: the most milliseconds from request sent to first token.",
+    ttft_ms: float | None = _threshold(
+        "Per turn: the most milliseconds from request sent to first token."
     )
-    ttfot_ms: float | None = Field(
-        default=None,
-        gt=0.0,
-        description="Per turn: the most milliseconds from request sent to the first visible "
-        "output (after any reasoning; without reasoning the same as TTFT).",
+    ttfot_ms: float | None = _threshold(
+        "Per turn: the most milliseconds from request sent to the first visible "
+        "output (after any reasoning; without reasoning the same as TTFT)."
     )
-    turn_ms: float | None = Field(
-        default=None,
-        gt=0.0,
-        description="Per turn: the most milliseconds from request sent to the response's end.",
+    turn_ms: float | None = _threshold(
+        "Per turn: the most milliseconds from request sent to the response's end."
     )
-    rollout_ms: float | None = Field(
-        default=None,
-        gt=0.0,
-        description="Per rollout: the most milliseconds from the rollout's intended start to "
-        "its end.",
+    rollout_ms: float | None = _threshold(
+        "Per rollout: the most milliseconds from the rollout's intended start to its end."
     )
 
     def thresholds(self) -> dict[str, float]:

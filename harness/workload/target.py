@@ -13,10 +13,11 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 from pydantic import model_validator as _model_validator
 
+from harness.wire.transports import APIS
 from harness.workload.distributions import StrictModel, invalid
 
-#: the APIs whose bodies ``extra_body`` can address, one key each in the per-API form
-EXTRA_BODY_APIS = ("responses", "chat", "messages")
+#: the APIs whose bodies ``extra_body`` can address, one key each in the per-API form: all
+EXTRA_BODY_APIS = APIS
 #: body fields the client itself must decide: it reads a stream, and names the model once
 RESERVED_BODY_FIELDS = {
     "stream": "the client reads a streamed response; stream cannot be changed",

@@ -21,6 +21,11 @@ from reference_server.core.validation import (
     REASONING_EFFORTS,
     CreateRequest,
     RequestError,
+    invalid,
+    missing,
+    string_map,
+    type_name,
+    wrong_type,
 )
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -35,26 +40,6 @@ class ChatRequest:
     max_tokens_field: str
 
 
-def _bad(message: str, param: str | None, code: str = "invalid_value") -> RequestError:
-    return RequestError(400, code, message, param)
-
-
-def _type_name(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _wrong_type(where: str, expected: str, value: Any) -> RequestError:
-    return _bad(
-        f"Invalid type for '{where}': expected {expected}, got {_type_name(value)}.",
-        where,
-        "invalid_type",
-    )
-
-
-def _missing(where: str) -> RequestError:
-    return _bad(f"Missing required parameter: '{where}'.", where, "missing_required_parameter")
-
-
 def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
     """A message's ``content``: a string or an array of parts; the text the model reads."""
     if value is None and nullable:
@@ -65,13 +50,13 @@ def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
         texts = []
         for j, part in enumerate(value):
             if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise _bad(
+                raise invalid(
                     f"Invalid value for '{where}[{j}]': expected a content part object with a 'type'.",
                     f"{where}[{j}]",
                 )
             if part["type"] == "text":
                 if not isinstance(part.get("text"), str):
-                    raise _missing(f"{where}[{j}].text")
+                    raise missing(f"{where}[{j}].text")
                 texts.append(part["text"])
         return "".join(texts)
     expected = (
@@ -79,28 +64,28 @@ def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
         if nullable
         else "a string or an array of content parts"
     )
-    raise _wrong_type(where, expected, value)
+    raise wrong_type(where, expected, value)
 
 
 def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(value, list):
-        raise _wrong_type(where, "an array", value)
+        raise wrong_type(where, "an array", value)
     calls = []
     for k, call in enumerate(value):
         at = f"{where}[{k}]"
         if not isinstance(call, dict):
-            raise _wrong_type(at, "an object", call)
+            raise wrong_type(at, "an object", call)
         if not isinstance(call.get("id"), str) or not call["id"]:
-            raise _missing(f"{at}.id")
+            raise missing(f"{at}.id")
         if call.get("type", "function") != "function":
-            raise _bad(f"Invalid value for '{at}.type': expected 'function'.", f"{at}.type")
+            raise invalid(f"Invalid value for '{at}.type': expected 'function'.", f"{at}.type")
         fn = call.get("function")
         if not isinstance(fn, dict):
-            raise _missing(f"{at}.function")
+            raise missing(f"{at}.function")
         if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise _missing(f"{at}.function.name")
+            raise missing(f"{at}.function.name")
         if not isinstance(fn.get("arguments"), str):
-            raise _missing(f"{at}.function.arguments")
+            raise missing(f"{at}.function.arguments")
         calls.append(
             {
                 "type": "function_call",
@@ -115,11 +100,11 @@ def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
 def chat_items(messages: Any) -> list[dict[str, Any]]:
     """The conversation items of a chat ``messages`` array, each message checked."""
     if messages is None:
-        raise _missing("messages")
+        raise missing("messages")
     if not isinstance(messages, list):
-        raise _wrong_type("messages", "an array", messages)
+        raise wrong_type("messages", "an array", messages)
     if not messages:
-        raise _bad(
+        raise invalid(
             "Invalid 'messages': empty array. Expected an array with minimum length 1.",
             "messages",
             "empty_array",
@@ -129,19 +114,19 @@ def chat_items(messages: Any) -> list[dict[str, Any]]:
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
-            raise _wrong_type(where, "an object", msg)
+            raise wrong_type(where, "an object", msg)
         role = msg.get("role")
         if role not in CHAT_ROLES:
-            raise _bad(
+            raise invalid(
                 f"Invalid value for '{where}.role': expected one of {', '.join(CHAT_ROLES)}, got {role!r}.",
                 f"{where}.role",
             )
         if role == "tool":
             call_id = msg.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
-                raise _missing(f"{where}.tool_call_id")
+                raise missing(f"{where}.tool_call_id")
             if call_id not in call_ids:
-                raise _bad(
+                raise invalid(
                     f"Invalid parameter: '{where}.tool_call_id' is {call_id!r}, which no earlier "
                     "assistant message's 'tool_calls' has: a message with role 'tool' must answer "
                     "a preceding tool call.",
@@ -155,7 +140,7 @@ def chat_items(messages: Any) -> list[dict[str, Any]]:
             raw_calls = msg.get("tool_calls")
             calls = _tool_calls(raw_calls, f"{where}.tool_calls") if raw_calls is not None else []
             if content is None and not calls:
-                raise _bad(
+                raise invalid(
                     f"Invalid value for '{where}': an assistant message needs 'content' or 'tool_calls'.",
                     f"{where}.content",
                 )
@@ -165,7 +150,7 @@ def chat_items(messages: Any) -> list[dict[str, Any]]:
             call_ids.update(c["call_id"] for c in calls)
             continue
         if "content" not in msg:
-            raise _missing(f"{where}.content")
+            raise missing(f"{where}.content")
         text = _text(msg.get("content"), f"{where}.content")
         items.append({"type": "message", "role": role, "content": text})
     return items
@@ -176,38 +161,45 @@ def chat_tools(value: Any) -> list[dict[str, Any]]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _wrong_type("tools", "an array", value)
+        raise wrong_type("tools", "an array", value)
     tools: list[dict[str, Any]] = []
     seen: set[str] = set()
     for i, tool in enumerate(value):
         where = f"tools[{i}]"
         if not isinstance(tool, dict):
-            raise _wrong_type(where, "an object", tool)
+            raise wrong_type(where, "an object", tool)
+        if tool.get("type") == "custom":
+            # A free-form tool: accepted and counted, never called by the simulated model.
+            custom = tool.get("custom")
+            if not isinstance(custom, dict) or not isinstance(custom.get("name"), str):
+                raise missing(f"{where}.custom.name")
+            tools.append({"type": "custom", **custom})
+            continue
         if tool.get("type") != "function":
-            raise _bad(
-                f"Invalid value for '{where}.type': expected 'function', got {tool.get('type')!r}.",
+            raise invalid(
+                f"Invalid value for '{where}.type': expected 'function' or 'custom', got {tool.get('type')!r}.",
                 f"{where}.type",
             )
         fn = tool.get("function")
         if not isinstance(fn, dict):
-            raise _missing(f"{where}.function")
+            raise missing(f"{where}.function")
         name = fn.get("name")
         if not isinstance(name, str) or not name or len(name) > 64:
-            raise _bad(
+            raise invalid(
                 f"Invalid value for '{where}.function.name': expected a non-empty string of at most 64 characters.",
                 f"{where}.function.name",
             )
         if name in seen:
-            raise _bad(
+            raise invalid(
                 f"Invalid '{where}.function.name': duplicate function name {name!r}.",
                 f"{where}.function.name",
             )
         seen.add(name)
         params = fn.get("parameters")
         if params is not None and not isinstance(params, dict):
-            raise _wrong_type(f"{where}.function.parameters", "a JSON schema object", params)
+            raise wrong_type(f"{where}.function.parameters", "a JSON schema object", params)
         if isinstance(params, dict) and params.get("type", "object") != "object":
-            raise _bad(
+            raise invalid(
                 f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"'.",
                 f"{where}.function.parameters",
                 "invalid_function_parameters",
@@ -221,31 +213,43 @@ def chat_tools(value: Any) -> list[dict[str, Any]]:
 
 
 def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
+    """The Responses ``tool_choice`` of a chat one (``allowed_tools`` read as its mode)."""
+    functions = [t for t in tools if t.get("type") == "function"]
     if value is None:
         return "auto"
+    if isinstance(value, dict) and value.get("type") == "allowed_tools":
+        allowed = value.get("allowed_tools")
+        value = allowed.get("mode", "auto") if isinstance(allowed, dict) else None
+        if value not in ("auto", "required"):
+            raise invalid(
+                "Invalid value for 'tool_choice.allowed_tools.mode': expected 'auto' or 'required'.",
+                "tool_choice.allowed_tools.mode",
+            )
     if isinstance(value, str):
         if value not in CHAT_TOOL_CHOICES:
-            raise _bad(
+            raise invalid(
                 f"Invalid value for 'tool_choice': expected one of auto, none, required or an object, got {value!r}.",
                 "tool_choice",
             )
-        if value == "required" and not tools:
-            raise _bad(
+        if value == "required" and not functions:
+            raise invalid(
                 "Tool choice 'required' needs at least one function in 'tools'.", "tool_choice"
             )
         return value
     if isinstance(value, dict) and value.get("type") == "function":
         fn = value.get("function")
         name = fn.get("name") if isinstance(fn, dict) else None
-        if not any(t["name"] == name for t in tools):
-            raise _bad(
+        if not any(t["name"] == name for t in functions):
+            raise invalid(
                 f"Invalid value for 'tool_choice.function.name': no function in 'tools' is named {name!r}.",
                 "tool_choice.function.name",
             )
         return {"type": "function", "name": name}
-    raise _bad(
-        "Invalid value for 'tool_choice': expected 'auto', 'none', 'required' or "
-        "{'type': 'function', 'function': {'name': ...}}.",
+    if isinstance(value, dict) and value.get("type") == "custom":
+        return "none"  # a custom tool forced is one the simulated model never calls: it answers
+    raise invalid(
+        "Invalid value for 'tool_choice': expected 'auto', 'none', 'required' or an object "
+        "of type 'function', 'custom' or 'allowed_tools'.",
         "tool_choice",
     )
 
@@ -258,67 +262,53 @@ def _max_tokens(body: dict[str, Any]) -> tuple[int | None, str]:
     if value is not None and (
         isinstance(value, bool) or not isinstance(value, int) or value < 1 or value > 1_000_000
     ):
-        raise _bad(
+        raise invalid(
             f"Invalid value for '{field}': expected an integer from 1 to 1000000, got {value!r}.",
             field,
         )
     return value, field
 
 
-def _metadata(value: Any) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise _bad(
-            "Invalid type for 'metadata': expected a map of strings to strings.",
-            "metadata",
-            "invalid_type",
-        )
-    return value
-
-
 def _check_scalars(body: dict[str, Any]) -> None:
     for flag in ("stream", "parallel_tool_calls", "store", "logprobs"):
         if body.get(flag) is not None and not isinstance(body[flag], bool):
-            raise _wrong_type(flag, "a boolean", body[flag])
+            raise wrong_type(flag, "a boolean", body[flag])
     for key, lo, hi in (("temperature", 0, 2), ("top_p", 0, 1)):
         value = body.get(key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-            raise _bad(
+            raise invalid(
                 f"Invalid value for '{key}': expected a number from {lo} to {hi}, got {value!r}.",
                 key,
             )
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise _wrong_type("seed", "an integer", seed)
+        raise wrong_type("seed", "an integer", seed)
     n = body.get("n")
     if n is not None and n != 1:
-        raise _bad(
+        raise invalid(
             f"Invalid value for 'n': this server generates one choice per request (n = 1), got {n!r}.",
             "n",
         )
     user = body.get("user")
     if user is not None and not isinstance(user, str):
-        raise _wrong_type("user", "a string", user)
+        raise wrong_type("user", "a string", user)
 
 
 def parse_chat(body: Any) -> ChatRequest:
     """A chat completions body, validated, as the server's internal request."""
     if not isinstance(body, dict):
-        raise _bad(
-            f"Invalid request body: expected a JSON object, got {_type_name(body)}.",
+        raise invalid(
+            f"Invalid request body: expected a JSON object, got {type_name(body)}.",
             None,
             "invalid_json",
         )
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise _wrong_type("model", "a string", model)
+        raise wrong_type("model", "a string", model)
     if not model:
-        raise _missing("model")
+        raise missing("model")
     items = chat_items(body.get("messages"))
     tools = chat_tools(body.get("tools"))
     tool_choice = _tool_choice(body.get("tool_choice"), tools)
@@ -329,19 +319,19 @@ def parse_chat(body: Any) -> ChatRequest:
     include_usage = False
     if options is not None:
         if not isinstance(options, dict):
-            raise _wrong_type("stream_options", "an object", options)
+            raise wrong_type("stream_options", "an object", options)
         if not stream:
-            raise _bad(
+            raise invalid(
                 "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                 "stream_options",
             )
         flag = options.get("include_usage")
         if flag is not None and not isinstance(flag, bool):
-            raise _wrong_type("stream_options.include_usage", "a boolean", flag)
+            raise wrong_type("stream_options.include_usage", "a boolean", flag)
         include_usage = flag is True
     effort = body.get("reasoning_effort")
     if effort is not None and effort not in REASONING_EFFORTS:
-        raise _bad(
+        raise invalid(
             f"Invalid value for 'reasoning_effort': expected one of {', '.join(REASONING_EFFORTS)}, got {effort!r}.",
             "reasoning_effort",
         )
@@ -356,7 +346,7 @@ def parse_chat(body: Any) -> ChatRequest:
         store=False,
         stream=stream,
         max_output_tokens=max_tokens,
-        metadata=_metadata(body.get("metadata")),
+        metadata=string_map(body.get("metadata")),
         raw=raw,
     )
     return ChatRequest(create, include_usage, max_field)

@@ -72,8 +72,10 @@ class ServerConfig:
         "arrival and first-token times, sim_timing), written off the event loop; loopbench serve "
         "starts the file empty (docs/server.md \"Timing log\")")
     # Output policy defaults (docs/model.md)
-    default_output_tokens: int = setting(200, "--default-output-tokens", check=at_least(1),
-        help="output tokens of an answer when neither a hint nor max_output_tokens sets them")
+    default_output_tokens: int | None = setting(None, "--default-output-tokens", check=at_least(1),
+        help="make every answer (and every function call) this many output tokens when no hint "
+        "sets them, instead of drawing from the engine profile's text_tokens / tool_call_tokens; "
+        "the request's max_output_tokens still cuts it")
     default_auto_tool_calls: int = setting(3, "--default-tool-calls", check=at_least(0),
         help="function calls a tool_choice=auto chain makes before answering")
     # Wire options (docs/protocol.md)

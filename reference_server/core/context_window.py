@@ -82,17 +82,19 @@ def check_max_output(req: CreateRequest, limits: Limits) -> None:
         )
 
 
-def requested_output(req: CreateRequest, default_output_tokens: int, limits: Limits) -> int:
+def requested_output(req: CreateRequest, unhinted: int, limits: Limits) -> int:
     """Output tokens the window must leave room for.
 
-    ``max_output_tokens`` when the request sets it, else the length the output policy
-    will plan (the ``loopbench.output_tokens`` hint, else the server default), never
-    more than the model's output cap.
+    ``max_output_tokens`` when the request sets it (the API reserves a request's
+    limit, whatever it then writes), else the most the output policy may plan (the
+    ``loopbench.output_tokens`` hint, else ``unhinted``: ``--default-output-tokens``
+    or the longest draw of the profile's length distributions), never more than the
+    model's output cap.
     """
     if req.max_output_tokens is not None:
         return min(req.max_output_tokens, limits.max_output_tokens)
     raw = req.metadata.get(HINT_OUTPUT_TOKENS)
-    planned = default_output_tokens
+    planned = unhinted
     if raw is not None and len(raw) <= 20 and raw.strip().isdigit():
         planned = max(1, int(raw))
     return min(planned, limits.max_output_tokens)

@@ -19,6 +19,8 @@ from reference_server.core import reasoning
 
 # Per-item framing tokens (role markers, separators), as chat templates add.
 ITEM_OVERHEAD_TOKENS = 4
+# Fields of an item the model never reads: ids and statuses differ between copies of one item.
+_BOOKKEEPING = frozenset({"id", "status", "type"})
 
 
 def item_text(item: dict[str, Any]) -> str:
@@ -27,14 +29,20 @@ def item_text(item: dict[str, Any]) -> str:
         return _parts_text(item.get("content"))
     if kind == "function_call":
         return str(item.get("name", "")) + str(item.get("arguments", ""))
-    if kind == "function_call_output":
+    if kind == "custom_tool_call":
+        return str(item.get("name", "")) + str(item.get("input", ""))
+    if kind in ("function_call_output", "custom_tool_call_output"):
         return _parts_text(item.get("output"))
     if kind == "reasoning":
         return reasoning.summary_text(item)
     if kind == "compaction":
         # 4 characters a token by construction (core/compaction.py): charged as what it replaced.
         return str(item.get("encrypted_content", ""))
-    return ""
+    if kind == "item_reference":
+        return ""
+    # A hosted or client-run tool's item sent back (core/validation.py CONTEXT_ITEM_TYPES):
+    # the model reads what it holds, so its JSON is charged, less the bookkeeping fields.
+    return orjson.dumps({k: v for k, v in item.items() if k not in _BOOKKEEPING}).decode()
 
 
 def _parts_text(value: Any) -> str:
@@ -66,16 +74,17 @@ def _item_key(item: dict[str, Any]) -> bytes:
     kind = item.get("type", "message")
     if kind == "message":
         return orjson.dumps(("m", item.get("role"), item_text(item)))
-    if kind == "function_call":
-        return orjson.dumps(("c", item.get("call_id"), item.get("name"), item.get("arguments")))
-    if kind == "function_call_output":
-        return orjson.dumps(("o", item.get("call_id"), item_text(item)))
+    if kind in ("function_call", "custom_tool_call"):
+        return orjson.dumps(("c", item.get("call_id"), item.get("name"), item_text(item)))
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        # Codex's outputs of tools it ran by itself have a name and no call_id.
+        return orjson.dumps(("o", item.get("call_id") or item.get("name"), item_text(item)))
     if kind == "reasoning":
         # The id and size, not the multi-kilobyte blob: equal for the re-sent and the kept copy.
         return orjson.dumps(("r", item.get("id"), reasoning.input_tokens(item)))
     if kind == "compaction":
         return orjson.dumps(("k", item_text(item)))
-    return orjson.dumps(("x", kind))
+    return orjson.dumps(("x", kind, item_text(item)))
 
 
 @dataclass(slots=True)

@@ -27,14 +27,32 @@ import orjson
 
 from harness.wire import events as ev
 from reference_server.core.conversation import Conversation, tools_tokens
-from reference_server.core.reasoning import HINT_REASONING_TOKENS, INCLUDE_ENCRYPTED
-from reference_server.core.validation import CreateRequest, RequestError
+from reference_server.core.lengths import EFFORTS
+from reference_server.core.reasoning import INCLUDE_ENCRYPTED
+from reference_server.core.validation import CreateRequest, RequestError, type_name
 
 MAX_CACHE_BREAKPOINTS = 4
 # A read checks the blocks up to this many before each breakpoint (the API's documented window).
 LOOKBACK_BLOCKS = 20
 MIN_THINKING_BUDGET = 1024
+# The API's documented default effort: what thinking plans when output_config names none.
+DEFAULT_EFFORT = "high"
 ROLES = ("user", "assistant")
+# Blocks of the API's server tools (web search, code execution, MCP, tool search) an agent
+# sends back in its history; the simulated model never makes them itself.
+CONTEXT_BLOCK_TYPES = (
+    "bash_code_execution_tool_result",
+    "code_execution_tool_result",
+    "container_upload",
+    "mcp_tool_result",
+    "mcp_tool_use",
+    "server_tool_use",
+    "text_editor_code_execution_tool_result",
+    "tool_reference",
+    "tool_search_tool_result",
+    "web_fetch_tool_result",
+    "web_search_tool_result",
+)
 # Status → the Messages API's error type; 413 keeps its own type (request_too_large).
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -79,10 +97,6 @@ def _bad(message: str) -> RequestError:
     return RequestError(400, "invalid_request_error", message)
 
 
-def _type_name(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
 def _cache_mark(block: dict[str, Any], where: str) -> bool:
     mark = block.get("cache_control")
     if mark is None:
@@ -103,7 +117,7 @@ def _block_text(value: Any, where: str) -> str:
         return value
     if not isinstance(value, list):
         raise _bad(
-            f"{where}: expected a string or an array of content blocks, got {_type_name(value)}."
+            f"{where}: expected a string or an array of content blocks, got {type_name(value)}."
         )
     texts = []
     for j, part in enumerate(value):
@@ -154,7 +168,7 @@ class _Builder:
         if marked:
             self.marks.append(len(self.items) - 1)
 
-    def system(self, value: Any) -> None:
+    def system(self, value: Any, at: str = "system") -> None:
         if value is None:
             return
         if isinstance(value, str):
@@ -163,10 +177,10 @@ class _Builder:
             return
         if not isinstance(value, list):
             raise _bad(
-                f"system: expected a string or an array of text blocks, got {_type_name(value)}."
+                f"{at}: expected a string or an array of text blocks, got {type_name(value)}."
             )
         for j, block in enumerate(value):
-            where = f"system.{j}"
+            where = f"{at}.{j}"
             if not isinstance(block, dict) or block.get("type") != "text":
                 raise _bad(f"{where}: expected a text block {{'type': 'text', 'text': ...}}.")
             if not isinstance(block.get("text"), str):
@@ -178,22 +192,22 @@ class _Builder:
     def message(self, msg: Any, i: int) -> None:
         where = f"messages.{i}"
         if not isinstance(msg, dict):
-            raise _bad(f"{where}: expected an object, got {_type_name(msg)}.")
+            raise _bad(f"{where}: expected an object, got {type_name(msg)}.")
         role = msg.get("role")
+        if role == "system":
+            self.mid_system(msg, where)
+            return
         if role not in ROLES:
-            hint = (
-                " (a system prompt goes in the top-level 'system' field)"
-                if role == "system"
-                else ""
+            raise _bad(
+                f"{where}.role: Input should be 'user', 'assistant' or 'system', got {role!r}."
             )
-            raise _bad(f"{where}.role: Input should be 'user' or 'assistant', got {role!r}{hint}.")
         content = msg.get("content")
         if isinstance(content, str):
             self.add({"type": "message", "role": role, "content": content}, False)
             return
         if not isinstance(content, list):
             raise _bad(
-                f"{where}.content: expected a string or an array of content blocks, got {_type_name(content)}."
+                f"{where}.content: expected a string or an array of content blocks, got {type_name(content)}."
             )
         for j, block in enumerate(content):
             at = f"{where}.content.{j}"
@@ -202,6 +216,27 @@ class _Builder:
             marked = _cache_mark(block, at)
             self.breakpoints += marked
             self.add(self._block(block, role, at), marked)
+
+    def mid_system(self, msg: dict[str, Any], where: str) -> None:
+        """A system message inside ``messages``, where Claude Code sends one.
+
+        Claude Code 2.1 sends it under ``per-turn-control-2026-07-01`` (with a per-turn
+        ``output_config``) and treats ``mid-conversation-system-2026-04-07`` as generally
+        available, so it is accepted with or without a beta header; the model reads it as
+        system text at its place in the conversation.
+        """
+        config = msg.get("output_config")
+        if config is not None and not isinstance(config, dict):
+            raise _bad(f"{where}.output_config: expected an object, got {type_name(config)}.")
+        content = msg.get("content")
+        if isinstance(content, str):
+            self.add({"type": "message", "role": "system", "content": content}, False)
+            return
+        if not isinstance(content, list):
+            raise _bad(
+                f"{where}.content: expected a string or an array of text blocks, got {type_name(content)}."
+            )
+        self.system(content, f"{where}.content")
 
     def _block(self, block: dict[str, Any], role: str, at: str) -> dict[str, Any] | None:
         kind = block["type"]
@@ -218,7 +253,7 @@ class _Builder:
                 if not isinstance(block.get(key), str) or not block[key]:
                     raise _bad(f"{at}.{key}: Field required.")
             if not isinstance(block.get("input"), dict):
-                raise _bad(f"{at}.input: expected an object, got {_type_name(block.get('input'))}.")
+                raise _bad(f"{at}.input: expected an object, got {type_name(block.get('input'))}.")
             self.tool_use_ids.add(block["id"])
             return {
                 "type": "function_call",
@@ -244,6 +279,10 @@ class _Builder:
             if role != "assistant":
                 raise _bad(f"{at}: thinking blocks are only allowed in assistant messages.")
             return _thinking_item(block, at)
+        if kind in CONTEXT_BLOCK_TYPES:
+            # Server tools' blocks sent back: context the model reads, charged as their JSON.
+            text = orjson.dumps({k: v for k, v in block.items() if k != "cache_control"})
+            return {"type": "message", "role": role, "content": text.decode()}
         raise _bad(f"{at}.type: unsupported content block type {kind!r}.")
 
 
@@ -252,32 +291,40 @@ def _tools(value: Any) -> tuple[list[dict[str, Any]], list[int]]:
     if value is None:
         return [], []
     if not isinstance(value, list):
-        raise _bad(f"tools: expected an array, got {_type_name(value)}.")
+        raise _bad(f"tools: expected an array, got {type_name(value)}.")
     tools: list[dict[str, Any]] = []
     marked: list[int] = []
     seen: set[str] = set()
     for i, tool in enumerate(value):
         where = f"tools.{i}"
         if not isinstance(tool, dict):
-            raise _bad(f"{where}: expected an object, got {_type_name(tool)}.")
+            raise _bad(f"{where}: expected an object, got {type_name(tool)}.")
         if _cache_mark(tool, where):
             marked.append(i)
         kind = tool.get("type", "custom")
         name = tool.get("name")
+        if kind not in ("custom", None):
+            # A server tool (bash, web_search, an MCP toolset, tool search …): accepted, never
+            # called by the simulated model; an MCP toolset is named by its server, not `name`.
+            if not isinstance(kind, str):
+                raise _bad(f"{where}.type: expected a string, got {type_name(kind)}.")
+            tools.append({"type": kind, "name": name if isinstance(name, str) else ""})
+            continue
         if not isinstance(name, str) or not name or len(name) > 128:
             raise _bad(f"{where}.name: expected a non-empty string of at most 128 characters.")
         if name in seen:
             raise _bad(f"tools: Tool names must be unique; {name!r} appears twice.")
         seen.add(name)
-        if kind not in ("custom", None):
-            # A server tool (bash, web_search, …): accepted, never called by the simulated model.
-            tools.append({"type": str(kind), "name": name})
-            continue
         schema = tool.get("input_schema")
         if not isinstance(schema, dict):
             raise _bad(f"{where}.input_schema: Field required (a JSON schema object).")
         if schema.get("type") != "object":
             raise _bad(f"{where}.input_schema.type: Input should be 'object'.")
+        if tool.get("defer_loading") is True:
+            # Not in the prompt until a tool search finds it (not modelled): never called, and
+            # only its name is charged.  Kept in place: cache marks count tools by position.
+            tools.append({"type": "deferred", "name": name})
+            continue
         out: dict[str, Any] = {"type": "function", "name": name, "parameters": schema}
         if isinstance(tool.get("description"), str):
             out["description"] = tool["description"]
@@ -291,7 +338,7 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> tuple[Any, bool]:
         return "auto", True
     if not isinstance(value, dict):
         raise _bad(
-            f"tool_choice: expected an object like {{'type': 'auto'}}, got {_type_name(value)}."
+            f"tool_choice: expected an object like {{'type': 'auto'}}, got {type_name(value)}."
         )
     kind = value.get("type")
     parallel = value.get("disable_parallel_tool_use") is not True
@@ -317,30 +364,49 @@ def _metadata(value: Any) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _bad(f"metadata: expected an object, got {_type_name(value)}.")
+        raise _bad(f"metadata: expected an object, got {type_name(value)}.")
     hints: dict[str, str] = {}
     for key, item in value.items():
         if key == "user_id":
             if item is not None and not isinstance(item, str):
-                raise _bad(f"metadata.user_id: expected a string, got {_type_name(item)}.")
+                raise _bad(f"metadata.user_id: expected a string, got {type_name(item)}.")
             continue
         if not isinstance(item, str):
-            raise _bad(f"metadata.{key}: expected a string, got {_type_name(item)}.")
+            raise _bad(f"metadata.{key}: expected a string, got {type_name(item)}.")
         hints[key] = item
     return hints
 
 
-def _thinking(value: Any, max_tokens: int) -> int | None:
-    """The thinking budget when extended thinking is enabled, else None."""
+def _effort(value: Any) -> str | None:
+    """``output_config.effort``: how much the model thinks (and writes) when it may."""
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise _bad(f"thinking: expected an object, got {_type_name(value)}.")
+        raise _bad(f"output_config: expected an object, got {type_name(value)}.")
+    effort = value.get("effort")
+    if effort is not None and effort not in EFFORTS:
+        expected = ", ".join(repr(e) for e in EFFORTS)
+        raise _bad(f"output_config.effort: expected one of {expected}, got {effort!r}.")
+    return effort
+
+
+def _thinking(value: Any, max_tokens: int, effort: str | None) -> tuple[str, int | None]:
+    """(reasoning effort, ceiling of the thinking): effort ``none`` when thinking is off.
+
+    ``adaptive`` lets the model decide: it thinks as the effort's distribution says.
+    ``enabled`` does the same under its ``budget_tokens``, a ceiling, not a plan.
+    """
+    if value is None:
+        return "none", None
+    if not isinstance(value, dict):
+        raise _bad(f"thinking: expected an object, got {type_name(value)}.")
     kind = value.get("type")
     if kind == "disabled":
-        return None
+        return "none", None
+    if kind == "adaptive":
+        return effort or DEFAULT_EFFORT, None
     if kind != "enabled":
-        raise _bad(f"thinking.type: expected 'enabled' or 'disabled', got {kind!r}.")
+        raise _bad(f"thinking.type: expected 'enabled', 'adaptive' or 'disabled', got {kind!r}.")
     budget = value.get("budget_tokens")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
         raise _bad(
@@ -350,12 +416,30 @@ def _thinking(value: Any, max_tokens: int) -> int | None:
         raise _bad(
             f"`max_tokens` must be greater than `thinking.budget_tokens` ({max_tokens} <= {budget})."
         )
-    return budget
+    return effort or DEFAULT_EFFORT, budget
+
+
+def _context_management(value: Any) -> None:
+    """``context_management``: checked, not applied (the context is charged as sent).
+
+    Claude Code asks for ``clear_thinking_20251015`` edits; clearing old thinking or tool
+    results server-side is not modelled (docs/server.md "Messages").
+    """
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise _bad(f"context_management: expected an object, got {type_name(value)}.")
+    edits = value.get("edits", [])
+    if not isinstance(edits, list):
+        raise _bad(f"context_management.edits: expected an array, got {type_name(edits)}.")
+    for i, edit in enumerate(edits):
+        if not isinstance(edit, dict) or not isinstance(edit.get("type"), str):
+            raise _bad(f"context_management.edits.{i}: expected an object with a 'type'.")
 
 
 def _check_scalars(body: dict[str, Any]) -> None:
     if body.get("stream") is not None and not isinstance(body["stream"], bool):
-        raise _bad(f"stream: expected a boolean, got {_type_name(body['stream'])}.")
+        raise _bad(f"stream: expected a boolean, got {type_name(body['stream'])}.")
     for key, hi in (("temperature", 1), ("top_p", 1)):
         value = body.get(key)
         if value is not None and (
@@ -415,7 +499,7 @@ def _prompt_cache_keys(
 def parse_messages(body: Any) -> MessagesRequest:
     """A Messages body, validated, as the server's request and its prompt-cache keys."""
     if not isinstance(body, dict):
-        raise _bad(f"The request body must be a JSON object, got {_type_name(body)}.")
+        raise _bad(f"The request body must be a JSON object, got {type_name(body)}.")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("model: Field required (a non-empty string).")
@@ -430,14 +514,17 @@ def parse_messages(body: Any) -> MessagesRequest:
         raise _bad(f"max_tokens: Input should be an integer from 1 to 1000000, got {max_tokens!r}.")
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise _bad(f"messages: Field required (an array of messages), got {_type_name(messages)}.")
+        raise _bad(f"messages: Field required (an array of messages), got {type_name(messages)}.")
     if not messages:
         raise _bad("messages: at least one message is required.")
     tools, tool_marks = _tools(body.get("tools"))
     tool_choice, parallel = _tool_choice(body.get("tool_choice"), tools)
     metadata = _metadata(body.get("metadata"))
-    budget = _thinking(body.get("thinking"), max_tokens)
+    effort, ceiling = _thinking(
+        body.get("thinking"), max_tokens, _effort(body.get("output_config"))
+    )
     _check_scalars(body)
+    _context_management(body.get("context_management"))
     built = _Builder()
     built.breakpoints += len(tool_marks)
     built.system(body.get("system"))
@@ -448,13 +535,14 @@ def parse_messages(body: Any) -> MessagesRequest:
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {built.breakpoints}."
         )
-    if budget is None:
-        reasoning: dict[str, Any] = {"effort": "none"}
-    else:
+    reasoning: dict[str, Any] = {"effort": effort}
+    if effort != "none":
         # Extended thinking streams as thinking blocks: the pipeline's reasoning summary is the
         # thinking shown, its encrypted content the signature (docs/server.md "Messages").
-        reasoning = {"summary": "auto"}
-        metadata.setdefault(HINT_REASONING_TOKENS, str(budget))
+        thinking = body.get("thinking")
+        if not (isinstance(thinking, dict) and thinking.get("display") == "omitted"):
+            # `display: "omitted"`: thinking blocks carry their signature and no text.
+            reasoning["summary"] = "auto"
     conv = Conversation.build(None, [], built.items)
     create = CreateRequest(
         model=model,
@@ -467,6 +555,7 @@ def parse_messages(body: Any) -> MessagesRequest:
         max_output_tokens=max_tokens,
         metadata=metadata,
         raw={"model": model, "reasoning": reasoning, "include": [INCLUDE_ENCRYPTED]},
+        reasoning_ceiling=ceiling,
     )
     reads, writes = _prompt_cache_keys(conv, built.marks, tools, tool_marks)
     create.cache_prefixes, create.cache_writes = reads, writes

@@ -16,14 +16,16 @@ of its length; only the closing events carry the whole text (docs/reliability.md
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import orjson
+from typing import Any, Protocol
 
 from harness.wire import events as ev
-from harness.wire.tokens import CHARS_PER_TOKEN, count_tokens, make_text, token_pieces
+from harness.wire.tokens import CHARS_PER_TOKEN, chunked_text, count_tokens, make_text
 from reference_server.core import reasoning
+from reference_server.core.arguments import make_arguments
+from reference_server.core.lengths import standard_normal
+from reference_server.core.tool_weights import callable_tools, pick_tool
 
 HINT_OUTPUT_TOKENS = "loopbench.output_tokens"
 HINT_TOOL_CALLS = "loopbench.tool_calls"
@@ -32,12 +34,34 @@ HINT_PARALLEL_CALLS = "loopbench.parallel_calls"
 # the output bound is the one validation.py puts on max_output_tokens.
 MAX_HINT_OUTPUT_TOKENS = 1_000_000
 MAX_PARALLEL_CALLS = 128
-# Schema-driven arguments: arrays at most this long, nested at most this deep.
-MAX_SAMPLED_ITEMS = 64
-MAX_SAMPLED_DEPTH = 8
-# Text made in chunks of this many tokens: a million-token text never exists as a
-# million one-token strings (~55 bytes each) on the way to its ~4 bytes per token.
-TEXT_CHUNK_TOKENS = 4096
+# An answer's length when neither a hint, a fixed default nor a profile says.
+FALLBACK_OUTPUT_TOKENS = 200
+
+
+class Spread(Protocol):
+    """A length distribution of the engine profile (profiles.TokenSpread)."""
+
+    def tokens(self, z: float) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Lengths:
+    """How long answers are without the ``loopbench.output_tokens`` hint (docs/model.md §11).
+
+    ``fixed`` (``--default-output-tokens``) makes every text answer and every call that
+    long; else each is drawn from ``text`` or ``tool_call``.  The request's limit cuts
+    either; it never sets the length.
+    """
+
+    text: Spread | None = None
+    tool_call: Spread | None = None
+    fixed: int | None = None
+    weights: dict[str, float] | None = None
+
+    def draw(self, spread: Spread | None, rng: random.Random) -> int:
+        if self.fixed is not None or spread is None:
+            return self.fixed if self.fixed is not None else FALLBACK_OUTPUT_TOKENS
+        return max(1, spread.tokens(standard_normal(rng)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +87,6 @@ class OutputPlan:
         return self.reasoning_tokens + self.text_tokens + sum(c.tokens for c in self.calls)
 
 
-def chunked_text(n_tokens: int, rng: random.Random) -> str:
-    """:func:`make_text` of ``n_tokens`` (the same text, same draws) without per-token strings."""
-    if n_tokens <= TEXT_CHUNK_TOKENS:
-        return make_text(n_tokens, rng)
-    chunks = []
-    for start in range(0, n_tokens, TEXT_CHUNK_TOKENS):
-        chunks.append(make_text(min(TEXT_CHUNK_TOKENS, n_tokens - start), rng))
-    return "".join(chunks)
-
-
 def _int_hint(metadata: dict[str, str], key: str, limit: int | None = None) -> int | None:
     raw = metadata.get(key)
     if raw is None or len(raw) > 20:
@@ -86,87 +100,6 @@ def _int_hint(metadata: dict[str, str], key: str, limit: int | None = None) -> i
     return value if limit is None else min(value, limit)
 
 
-def _bound(schema: dict[str, Any], key: str, default: float) -> float:
-    """A numeric schema keyword, or ``default`` when it is missing, not a number or not finite."""
-    value = schema.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return default
-    if not -1e15 < value < 1e15:  # also false for NaN
-        return default
-    return float(value)
-
-
-def _sample_value(schema: dict[str, Any], rng: random.Random, depth: int = 0) -> Any:
-    if "enum" in schema and isinstance(schema["enum"], list) and schema["enum"]:
-        return rng.choice(schema["enum"])
-    if "const" in schema:
-        return schema["const"]
-    kind = schema.get("type", "string")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "string")
-    if kind == "integer":
-        lo, hi = sorted((_bound(schema, "minimum", 0), _bound(schema, "maximum", 100)))
-        return rng.randint(int(lo), int(hi))
-    if kind == "number":
-        return round(rng.uniform(_bound(schema, "minimum", 0), _bound(schema, "maximum", 100)), 2)
-    if kind == "boolean":
-        return rng.random() < 0.5
-    if kind == "array":
-        raw_items = schema.get("items")
-        items: dict[str, Any] = raw_items if isinstance(raw_items, dict) else {"type": "string"}
-        if depth >= MAX_SAMPLED_DEPTH:
-            return []
-        n = max(0, min(MAX_SAMPLED_ITEMS, int(_bound(schema, "minItems", 1))))
-        return [_sample_value(items, rng, depth + 1) for _ in range(n)]
-    if kind == "object" and depth < 4:
-        return _sample_object(schema, rng, depth + 1)
-    if kind == "null":
-        return None
-    return "".join(token_pieces(2, rng)).strip()
-
-
-def _sample_object(schema: dict[str, Any], rng: random.Random, depth: int = 0) -> dict[str, Any]:
-    raw_props = schema.get("properties")
-    props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
-    raw_required = schema.get("required")
-    required: list[Any] = raw_required if isinstance(raw_required, list) else list(props)
-    out: dict[str, Any] = {}
-    for name in required:
-        sub = props.get(name, {"type": "string"})
-        out[name] = _sample_value(sub if isinstance(sub, dict) else {"type": "string"}, rng, depth)
-    return out
-
-
-def _padding_key(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
-    """A free-text string property we may lengthen without breaking the schema."""
-    raw_props = schema.get("properties")
-    props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
-    for name, sub in props.items():
-        free_text = isinstance(sub, dict) and sub.get("type") == "string" and "enum" not in sub
-        if free_text and "const" not in sub and name in args:
-            return str(name)
-    if not props and schema.get("additionalProperties", True) is not False:
-        return "content"
-    return None
-
-
-def make_arguments(tool: dict[str, Any], n_tokens: int, rng: random.Random) -> str:
-    """JSON arguments conforming to ``tool['parameters']``, close to ``n_tokens`` tokens long."""
-    raw_schema = tool.get("parameters")
-    schema: dict[str, Any] = raw_schema if isinstance(raw_schema, dict) else {}
-    args = _sample_object(schema, rng)
-    base = orjson.dumps(args).decode()
-    key = _padding_key(schema, args)
-    target_chars = n_tokens * CHARS_PER_TOKEN
-    if key is not None and len(base) < target_chars:
-        current = args.get(key, "")
-        current_s = current if isinstance(current, str) else ""
-        missing_tokens = (target_chars - len(base)) // CHARS_PER_TOKEN
-        args[key] = current_s + chunked_text(missing_tokens, rng)
-        base = orjson.dumps(args).decode()
-    return base
-
-
 def plan_output(
     *,
     tools: list[dict[str, Any]],
@@ -175,19 +108,29 @@ def plan_output(
     metadata: dict[str, str],
     max_output_tokens: int | None,
     chain_function_calls: int,
-    default_output_tokens: int,
+    default_output_tokens: int | None,
     default_auto_tool_calls: int,
     rng: random.Random,
     reasoning_tokens: int = 0,
     summary: bool = False,
     include_encrypted: bool = False,
+    lengths: Lengths | None = None,
+    context_paths: Sequence[str] = (),
 ) -> OutputPlan:
     """Decide this response's output.  ``chain_function_calls`` counts calls already made in the chain.
 
-    ``reasoning_tokens`` (core/reasoning.py's budget) come first and count against
-    ``max_output_tokens``, as on the API: reasoning that exhausts it leaves no
-    visible output and the response incomplete.
+    The ``loopbench.output_tokens`` hint is an exact plan.  Without it the length is
+    ``default_output_tokens`` when set, else drawn from ``lengths`` (the engine
+    profile's distributions); ``max_output_tokens`` only cuts it, and only a cut
+    makes the response incomplete.  ``reasoning_tokens`` (core/reasoning.py's
+    budget) come first and count against ``max_output_tokens``, as on the API:
+    reasoning that exhausts it leaves no visible output and the response incomplete;
+    otherwise text or a call always follows it.  ``context_paths`` (files the
+    conversation named, core/arguments.py) feed the arguments of unhinted calls.
     """
+    if lengths is None or default_output_tokens is not None:
+        base = lengths or Lengths()
+        lengths = Lengths(base.text, base.tool_call, default_output_tokens, base.weights)
     visible = _plan_visible(
         tools=tools,
         tool_choice=tool_choice,
@@ -195,10 +138,11 @@ def plan_output(
         metadata=metadata,
         max_output_tokens=max_output_tokens,
         chain_function_calls=chain_function_calls,
-        default_output_tokens=default_output_tokens,
         default_auto_tool_calls=default_auto_tool_calls,
         rng=rng,
         reasoning_tokens=reasoning_tokens,
+        lengths=lengths,
+        context_paths=context_paths,
     )
     if reasoning_tokens <= 0:
         return visible
@@ -220,25 +164,23 @@ def _plan_visible(
     metadata: dict[str, str],
     max_output_tokens: int | None,
     chain_function_calls: int,
-    default_output_tokens: int,
     default_auto_tool_calls: int,
     rng: random.Random,
     reasoning_tokens: int,
+    lengths: Lengths,
+    context_paths: Sequence[str],
 ) -> OutputPlan:
-    function_tools = [t for t in tools if t.get("type") == "function"]
+    function_tools = callable_tools(tools)
     hint = _int_hint(metadata, HINT_OUTPUT_TOKENS, MAX_HINT_OUTPUT_TOKENS)
-    want = hint if hint is not None else (max_output_tokens or default_output_tokens)
-    want = max(1, want)
-    limit = max_output_tokens if max_output_tokens is not None else None
+    limit = max_output_tokens
     if limit is not None and reasoning_tokens > 0:
         if reasoning_tokens >= limit:
             return OutputPlan((), 0, truncated=True)
         limit -= reasoning_tokens
-        if hint is None:
-            want = min(want, limit)
 
     call: bool
     chosen: list[dict[str, Any]] = function_tools
+    weights = lengths.weights or {}
     if isinstance(tool_choice, dict):
         name = tool_choice.get("name")
         chosen = [t for t in function_tools if t.get("name") == name] or function_tools
@@ -253,18 +195,25 @@ def _plan_visible(
         call = bool(function_tools) and chain_function_calls < k
 
     if not call:
+        want = max(1, hint if hint is not None else lengths.draw(lengths.text, rng))
         tokens = want if limit is None else min(want, limit)
         return OutputPlan((), tokens, truncated=limit is not None and want > limit)
 
     n_calls = 1
     if parallel_tool_calls:
         n_calls = max(1, _int_hint(metadata, HINT_PARALLEL_CALLS, MAX_PARALLEL_CALLS) or 1)
-    per_call = max(1, want // n_calls)
     calls: list[PlannedCall] = []
     budget = limit
     for _ in range(n_calls):
-        tool = rng.choice(chosen)
-        args = make_arguments(tool, per_call, rng)
+        if hint is not None:
+            # loopbench's plan: the hint split evenly, the tool uniformly (as it always was).
+            per_call, tool = max(1, max(1, hint) // n_calls), rng.choice(chosen)
+        else:
+            per_call, tool = lengths.draw(lengths.tool_call, rng), pick_tool(chosen, weights, rng)
+        if hint is not None:
+            args = make_arguments(tool, per_call, rng)
+        else:
+            args = make_arguments(tool, per_call, rng, exact=False, paths=context_paths)
         toks = count_tokens(args)
         if budget is not None and toks > budget:
             # The call would be cut mid-JSON: the response ends incomplete without it.

@@ -11,14 +11,16 @@ name (``api-optimized``) or by a path to a user YAML, then adjusted with
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import annotated_types as at
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.wire.errors import LocatedError
+from reference_server.core.lengths import EFFORTS, lognormal_tokens
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
 # A Codex-class model's published limits: a 400,000-token context window, of which at
@@ -38,6 +40,37 @@ class ProfileError(LocatedError):
         #: ``api`` or ``engine`` when the profile named, or its file, is at fault (None: an
         #: override or an option): a caller that chose the profile can name its own field
         self.profile = profile
+
+
+_Blame = tuple[str, str, Any]  # (key, expected, received)
+
+
+class _CrossFieldError(ValueError):
+    """Raised inside model validators: two parameters disagree.
+
+    Carries the message for each side, so the error can blame the one the user
+    overrode on the command line rather than the file that was fine before.
+    """
+
+    def __init__(self, primary: _Blame, other: _Blame) -> None:
+        self.primary = primary
+        self.other = other
+        key, expected, got = primary
+        super().__init__(f"{key}: expected {expected}, got {got!r}")
+
+
+def _in_order(profile: BaseModel, low: str, high: str, noun: str, *, blame_low: bool) -> None:
+    """``low`` must not exceed ``high``; the message names ``low`` first if ``blame_low``."""
+    lo, hi = getattr(profile, low), getattr(profile, high)
+    if lo <= hi:
+        return
+    low_side = (low, f"{noun} <= {high} ({_num(hi)})", lo)
+    high_side = (high, f"{noun} >= {low} ({_num(lo)})", hi)
+    raise _CrossFieldError(*((low_side, high_side) if blame_low else (high_side, low_side)))
+
+
+def _num(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 class _Profile(BaseModel):
@@ -67,6 +100,107 @@ class ApiProfile(_Profile):
         return self
 
 
+class TokenSpread(BaseModel):
+    """Tokens of one kind of output when no hint names them (core/lengths.py).
+
+    Lognormal around ``median`` with log-spread ``sigma``, clamped to ``[min, max]``;
+    the request's own limit still cuts it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    median: int = Field(ge=1, le=1_000_000)
+    sigma: float = Field(default=0.6, ge=0, le=3)
+    min: int = Field(default=1, ge=1, le=1_000_000)
+    max: int = Field(default=1_000_000, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TokenSpread:
+        _in_order(self, "min", "median", "an integer", blame_low=True)
+        _in_order(self, "median", "max", "an integer", blame_low=False)
+        return self
+
+    def tokens(self, z: float) -> int:
+        """The length of a standard normal draw ``z``."""
+        return lognormal_tokens(z, self.median, self.sigma, self.min, self.max)
+
+
+class EffortTokens(BaseModel):
+    """Median reasoning tokens per effort (``reasoning.effort``, ``reasoning_effort``,
+    Messages ``output_config.effort``), and the log-spread of the draw around them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sigma: float = Field(default=0.6, ge=0, le=3)
+    minimal: int = Field(default=16, ge=0, le=1_000_000)
+    low: int = Field(default=128, ge=0, le=1_000_000)
+    medium: int = Field(default=512, ge=0, le=1_000_000)
+    high: int = Field(default=1536, ge=0, le=1_000_000)
+    xhigh: int = Field(default=3072, ge=0, le=1_000_000)
+    max: int = Field(default=6144, ge=0, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _monotone(self) -> EffortTokens:
+        # More effort never plans fewer tokens: the docs promise it, the tests check it.
+        for low, high in pairwise(EFFORTS):
+            _in_order(self, low, high, "an integer", blame_low=False)
+        return self
+
+    def median(self, effort: str) -> int | None:
+        """The median of ``effort``, or None for an effort this table does not know."""
+        return getattr(self, effort) if effort in EFFORTS else None
+
+
+# Name patterns (fnmatch, case-insensitive, first match wins) → how likely the model is to
+# pick a matching tool when it calls one; a tool no pattern matches weighs 1 (this table
+# ends with "*", so none is unmatched).  An agent loop mostly runs, reads, edits and
+# searches; it seldom plans, asks or ends the session.
+DEFAULT_TOOL_WEIGHTS: dict[str, float] = {
+    # Reaching outside loopback or into other servers: almost never in a benchmark.
+    "web*": 0.02,
+    "*fetch*": 0.02,
+    "*mcp*": 0.1,
+    # Tools that need state the simulated model never made (an image, a live session).
+    "view_image": 0.02,
+    "write_stdin": 0.02,
+    "toolsearch": 0.1,
+    # Spawning sub-agents: now and then.
+    "task*": 0.2,
+    "*agent*": 0.2,
+    # Asking the user, planning, scheduling, ending the session: seldom.
+    "*ask*": 0.05,
+    "*question*": 0.05,
+    "request_user*": 0.02,
+    "exit*": 0.02,
+    "enter*": 0.02,
+    "end*": 0.02,
+    "*plan*": 0.05,
+    "*todo*": 0.1,
+    "*goal*": 0.05,
+    "*cron*": 0.02,
+    "schedule*": 0.02,
+    "send*": 0.05,
+    # The loop itself: run, read, edit, search.
+    "shell*": 4,
+    "*bash*": 4,
+    "exec*": 4,
+    "*command*": 4,
+    "read*": 3,
+    "*view*": 3,
+    "*patch*": 3,
+    "*edit*": 3,
+    "*write*": 2,
+    "grep*": 2,
+    "glob*": 2,
+    "*search*": 2,
+    "*find*": 2,
+    "list*": 2,
+    "ls": 2,
+    # Any other tool an agent offers (skills, monitors, reports …).
+    "*": 0.2,
+}
+
+
 class EngineProfile(_Profile):
     """Token timing and capacity of the simulated inference engine (docs/model.md)."""
 
@@ -88,6 +222,14 @@ class EngineProfile(_Profile):
     context_window_tokens: int = Field(default=DEFAULT_CONTEXT_WINDOW_TOKENS, ge=1)
     # the request bound of core/validation.py: no profile can allow more than a request may ask
     max_output_tokens: int = Field(default=DEFAULT_MAX_OUTPUT_TOKENS, ge=1, le=1_000_000)
+    # The output policy without hints (docs/model.md "Output policy"): lengths drawn per
+    # response and capped by the request's limit, reasoning per effort, which tool is called.
+    text_tokens: TokenSpread = TokenSpread(median=250, sigma=0.8, min=8, max=4000)
+    tool_call_tokens: TokenSpread = TokenSpread(median=60, sigma=0.6, min=8, max=2000)
+    reasoning_effort_tokens: EffortTokens = EffortTokens()
+    tool_weights: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=lambda: dict(DEFAULT_TOOL_WEIGHTS)
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> EngineProfile:
@@ -95,37 +237,6 @@ class EngineProfile(_Profile):
         _in_order(self, "burst_min_tokens", "burst_max_tokens", "an integer", blame_low=False)
         _in_order(self, "max_output_tokens", "context_window_tokens", "an integer", blame_low=True)
         return self
-
-
-_Blame = tuple[str, str, Any]  # (key, expected, received)
-
-
-class _CrossFieldError(ValueError):
-    """Raised inside model validators: two parameters disagree.
-
-    Carries the message for each side, so the error can blame the one the user
-    overrode on the command line rather than the file that was fine before.
-    """
-
-    def __init__(self, primary: _Blame, other: _Blame) -> None:
-        self.primary = primary
-        self.other = other
-        key, expected, got = primary
-        super().__init__(f"{key}: expected {expected}, got {got!r}")
-
-
-def _in_order(profile: _Profile, low: str, high: str, noun: str, *, blame_low: bool) -> None:
-    """``low`` must not exceed ``high``; the message names ``low`` first if ``blame_low``."""
-    lo, hi = getattr(profile, low), getattr(profile, high)
-    if lo <= hi:
-        return
-    low_side = (low, f"{noun} <= {high} ({_num(hi)})", lo)
-    high_side = (high, f"{noun} >= {low} ({_num(lo)})", hi)
-    raise _CrossFieldError(*((low_side, high_side) if blame_low else (high_side, low_side)))
-
-
-def _num(value: float) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 Kind = Literal["api", "engine"]
@@ -190,7 +301,8 @@ def load_profiles(
                 "expected a key of the form api.<param> or engine.<param>",
             )
         model = _MODELS[kind]
-        if param not in model.model_fields:
+        # A nested parameter by its dotted path (engine.text_tokens.median=100).
+        if param.partition(".")[0] not in model.model_fields:
             known = ", ".join(f for f in model.model_fields if f not in ("name", "description"))
             raise ProfileError("--set", key, f"unknown {kind} parameter; expected one of: {known}")
         per_kind[kind][param] = raw
@@ -260,16 +372,27 @@ def _validate(
 ) -> _Profile:
     merged = dict(data)
     for param, raw in overrides.items():
-        merged[param] = _parse_scalar(raw)
+        head, dot, sub = param.partition(".")
+        if not dot:
+            merged[head] = _parse_scalar(raw)
+            continue
+        inner = merged.get(head)
+        if not isinstance(inner, dict):
+            default = model.model_fields[head].get_default(call_default_factory=True)
+            inner = default.model_dump() if isinstance(default, BaseModel) else dict(default or {})
+        merged[head] = {**inner, sub: _parse_scalar(raw)}
     try:
         return model.model_validate(merged)
     except ValidationError as exc:
         err = exc.errors()[0]
         ctx_err = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_err, _CrossFieldError):
-            blame = ctx_err.primary
-            if blame[0] not in overrides and ctx_err.other[0] in overrides:
-                blame = ctx_err.other
+            # A nested model's fields are named by their path from the profile.
+            where = "".join(f"{p}." for p in err["loc"])
+            primary, other = ctx_err.primary, ctx_err.other
+            blame = (where + primary[0], *primary[1:])
+            if blame[0] not in overrides and where + other[0] in overrides:
+                blame = (where + other[0], *other[1:])
             key, expected, got = blame
         else:
             key = ".".join(str(p) for p in err["loc"])
@@ -293,7 +416,14 @@ def _parse_scalar(raw: str) -> Any:
         return raw
 
 
-def _expected(model: type[_Profile], key: str, err_type: str) -> str:
+def _expected(model: type[BaseModel], key: str, err_type: str) -> str:
+    head, dot, rest = key.partition(".")
+    if dot and head in model.model_fields:
+        sub = model.model_fields[head].annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            return _expected(sub, rest, err_type)
+        if err_type == "greater_than_equal":
+            return "a number >= 0"
     if err_type == "extra_forbidden":
         known = ", ".join(model.model_fields)
         return f"a known parameter (one of: {known})"

@@ -17,9 +17,10 @@ import base64
 import binascii
 import random
 import re
-from typing import Any
+from typing import Any, Protocol
 
 from harness.wire.tokens import CHARS_PER_TOKEN, count_tokens
+from reference_server.core.lengths import effort_tokens, standard_normal
 
 HINT_REASONING_TOKENS = "loopbench.reasoning_tokens"
 INCLUDE_ENCRYPTED = "reasoning.encrypted_content"
@@ -35,11 +36,30 @@ _HEADER_CHARS = 24
 _LENGTH_SLACK_TOKENS = 8
 
 
-def reasoning_budget(metadata: dict[str, str], effort: str | None, default: int) -> int:
-    """Reasoning tokens of one response: the metadata hint, else the profile's default.
+class EffortTable(Protocol):
+    """Median reasoning tokens per effort and the spread of the draw (profiles.EffortTokens)."""
 
-    ``effort: "none"`` turns reasoning off whatever the hint says.  The hint is a
-    decimal string clamped to 0..1,000,000; a malformed one is ignored.
+    sigma: float
+
+    def median(self, effort: str) -> int | None: ...
+
+
+def reasoning_budget(
+    metadata: dict[str, str],
+    effort: str | None,
+    default: int,
+    *,
+    efforts: EffortTable | None = None,
+    rng: random.Random | None = None,
+    ceiling: int | None = None,
+) -> int:
+    """Reasoning tokens of one response (docs/model.md "Reasoning").
+
+    The metadata hint is an exact plan (a decimal string clamped to 0..1,000,000; a
+    malformed one is ignored).  Without it, a named effort draws from the profile's
+    per-effort distribution with ``rng``; no effort gives the profile's fixed
+    ``default``.  ``ceiling`` (a Messages ``thinking.budget_tokens``) bounds the draw,
+    never the hint.  ``effort: "none"`` turns reasoning off whatever the hint says.
     """
     if effort == "none":
         return 0
@@ -49,7 +69,15 @@ def reasoning_budget(metadata: dict[str, str], effort: str | None, default: int)
             return max(0, min(int(raw), MAX_REASONING_TOKENS))
         except ValueError:
             pass
-    return max(0, min(default, MAX_REASONING_TOKENS))
+    planned = default
+    if efforts is not None and effort is not None and rng is not None:
+        median = efforts.median(effort)
+        if median is not None:
+            z = standard_normal(rng)
+            planned = effort_tokens(z, median, efforts.sigma, MAX_REASONING_TOKENS)
+    if ceiling is not None:
+        planned = min(planned, ceiling)
+    return max(0, min(planned, MAX_REASONING_TOKENS))
 
 
 def summary_tokens(reasoning_tokens: int) -> int:

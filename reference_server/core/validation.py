@@ -13,6 +13,28 @@ from typing import Any
 
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
 TOOL_CHOICES = ("auto", "none", "required")
+# Input items of the API's hosted and client-run tools the simulated model never makes itself:
+# accepted as context an agent sends back (their JSON is charged, docs/server.md).
+CONTEXT_ITEM_TYPES = (
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "code_interpreter_call",
+    "computer_call",
+    "computer_call_output",
+    "file_search_call",
+    "image_generation_call",
+    "local_shell_call",
+    "local_shell_call_output",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "mcp_call",
+    "mcp_list_tools",
+    "shell_call",
+    "shell_call_output",
+    "tool_search_call",
+    "tool_search_output",
+    "web_search_call",
+)
 
 
 class RequestError(Exception):
@@ -55,44 +77,57 @@ class CreateRequest:
     # and the ones it writes for this request, as (key, tokens), instead of every item prefix.
     cache_prefixes: list[tuple[int, int]] | None = None
     cache_writes: list[tuple[int, int]] | None = None
+    # A Messages ``thinking.budget_tokens``: the most the reasoning may take, not its plan.
+    reasoning_ceiling: int | None = None
 
 
-def _invalid(message: str, param: str | None, code: str | None = "invalid_value") -> RequestError:
+# The OpenAI-style refusals Responses and Chat Completions share (core/chat.py imports them).
+
+
+def invalid(message: str, param: str | None, code: str | None = "invalid_value") -> RequestError:
     return RequestError(400, code, message, param)
 
 
-def _wrong_type(where: str, expected: str, value: Any) -> RequestError:
-    return _invalid(
-        f"Invalid type for '{where}': expected {expected}, got {_type_name(value)}.",
+def wrong_type(where: str, expected: str, value: Any) -> RequestError:
+    return invalid(
+        f"Invalid type for '{where}': expected {expected}, got {type_name(value)}.",
         where,
         "invalid_type",
     )
 
 
-def _metadata(value: Any) -> dict[str, str]:
+def missing(where: str) -> RequestError:
+    return invalid(f"Missing required parameter: '{where}'.", where, "missing_required_parameter")
+
+
+def string_map(value: Any, where: str = "metadata") -> dict[str, str]:
+    """``metadata`` and the like: a map of strings to strings (absent: empty)."""
+    if value is None:
+        return {}
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
-        raise _invalid(
-            "Invalid type for 'metadata': expected a map of strings to strings.",
-            "metadata",
+        raise invalid(
+            f"Invalid type for '{where}': expected a map of strings to strings.",
+            where,
             "invalid_type",
         )
     return value
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
+    """A JSON value's type as an error message names it (``null`` for None)."""
     return "null" if value is None else type(value).__name__
 
 
 def _normalize_item(item: Any, where: str) -> dict[str, Any]:
     if not isinstance(item, dict):
-        raise _wrong_type(where, "an object", item)
+        raise wrong_type(where, "an object", item)
     kind = item.get("type")
     if kind is None or kind == "message":
         role = item.get("role")
         if role not in MESSAGE_ROLES:
-            raise _invalid(
+            raise invalid(
                 f"Invalid value for '{where}.role': expected one of {', '.join(MESSAGE_ROLES)}, got {role!r}.",
                 f"{where}.role",
             )
@@ -100,62 +135,61 @@ def _normalize_item(item: Any, where: str) -> dict[str, Any]:
         if isinstance(content, list):
             for j, part in enumerate(content):
                 if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                    raise _invalid(
+                    raise invalid(
                         f"Invalid value for '{where}.content[{j}]': expected a content part object with a 'type'.",
                         f"{where}.content[{j}]",
                     )
         elif not isinstance(content, str):
-            raise _wrong_type(f"{where}.content", "a string or an array of content parts", content)
+            raise wrong_type(f"{where}.content", "a string or an array of content parts", content)
         return {"type": "message", "role": role, "content": content}
-    if kind == "function_call":
-        for key in ("call_id", "name", "arguments"):
+    if kind in ("function_call", "custom_tool_call"):
+        payload = "arguments" if kind == "function_call" else "input"
+        for key in ("call_id", "name", payload):
             if not isinstance(item.get(key), str):
-                raise _invalid(
-                    f"Missing required parameter: '{where}.{key}'.",
-                    f"{where}.{key}",
-                    "missing_required_parameter",
-                )
-        return item
-    if kind == "function_call_output":
-        out = item.get("output")
-        if not isinstance(out, (str, list)):
-            raise _invalid(
-                f"Missing required parameter: '{where}.output'.",
-                f"{where}.output",
-                "missing_required_parameter",
-            )
-        if not isinstance(item.get("call_id"), str):
-            raise _invalid(
-                f"Missing required parameter: '{where}.call_id'.",
-                f"{where}.call_id",
-                "missing_required_parameter",
-            )
-        return item
+                raise missing(f"{where}.{key}")
+        return _namespaced(item, where)
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        if not isinstance(item.get("output"), (str, list)):
+            raise missing(f"{where}.output")
+        # Codex sends the output of a tool it ran by itself (its goal tools) with an `id`, a
+        # `name` and a `namespace` and no `call_id`; the API takes it, so a name will do.
+        if not isinstance(item.get("call_id"), str) and not isinstance(item.get("name"), str):
+            raise missing(f"{where}.call_id")
+        return _namespaced(item, where)
     if kind == "reasoning":
         return _reasoning_item(item, where)
     if kind == "item_reference":
         return item
     if kind == "compaction":
         return _compaction_input(item, where)
-    raise _invalid(
+    if kind in CONTEXT_ITEM_TYPES:
+        return item
+    raise invalid(
         f"Invalid value for '{where}.type': unsupported input item type {kind!r}.", f"{where}.type"
     )
+
+
+def _namespaced(item: dict[str, Any], where: str) -> dict[str, Any]:
+    """A tool call or output item; its ``namespace`` (a group of tools) is a string when set."""
+    if item.get("namespace") is not None and not isinstance(item["namespace"], str):
+        raise wrong_type(f"{where}.namespace", "a string", item["namespace"])
+    return item
 
 
 def _reasoning_item(item: dict[str, Any], where: str) -> dict[str, Any]:
     """A reasoning item sent back as input: its summary parts and opaque blob are typed."""
     summary = item.get("summary", [])
     if not isinstance(summary, list):
-        raise _wrong_type(f"{where}.summary", "an array of summary parts", summary)
+        raise wrong_type(f"{where}.summary", "an array of summary parts", summary)
     for j, part in enumerate(summary):
         if not isinstance(part, dict) or not isinstance(part.get("text"), str):
-            raise _invalid(
+            raise invalid(
                 f"Invalid value for '{where}.summary[{j}]': expected an object with a string 'text'.",
                 f"{where}.summary[{j}]",
             )
     blob = item.get("encrypted_content")
     if blob is not None and not isinstance(blob, str):
-        raise _wrong_type(f"{where}.encrypted_content", "a string", blob)
+        raise wrong_type(f"{where}.encrypted_content", "a string", blob)
     return item
 
 
@@ -182,10 +216,10 @@ def reasoning_options(body: dict[str, Any]) -> ReasoningOptions:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise _wrong_type("reasoning", "an object", raw)
+        raise wrong_type("reasoning", "an object", raw)
     effort = raw.get("effort")
     if effort is not None and effort not in REASONING_EFFORTS:
-        raise _invalid(
+        raise invalid(
             f"Invalid value for 'reasoning.effort': expected one of {', '.join(REASONING_EFFORTS)}, got {effort!r}.",
             "reasoning.effort",
         )
@@ -193,7 +227,7 @@ def reasoning_options(body: dict[str, Any]) -> ReasoningOptions:
     for key in ("summary", "generate_summary"):
         value = raw.get(key)
         if value is not None and value not in REASONING_SUMMARIES:
-            raise _invalid(
+            raise invalid(
                 f"Invalid value for 'reasoning.{key}': expected one of {', '.join(REASONING_SUMMARIES)} or null, got {value!r}.",
                 f"reasoning.{key}",
             )
@@ -202,14 +236,14 @@ def reasoning_options(body: dict[str, Any]) -> ReasoningOptions:
     if include is None:
         include = []
     if not isinstance(include, list) or not all(isinstance(v, str) for v in include):
-        raise _wrong_type("include", "an array of strings", include)
+        raise wrong_type("include", "an array of strings", include)
     return ReasoningOptions(effort, summary is not None, "reasoning.encrypted_content" in include)
 
 
 def _compaction_input(item: dict[str, Any], where: str) -> dict[str, Any]:
     """A compaction item sent back (``POST /v1/responses/compact``'s output): its content is required."""
     if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
-        raise _invalid(
+        raise invalid(
             f"Missing required parameter: '{where}.encrypted_content'.",
             f"{where}.encrypted_content",
             "missing_required_parameter",
@@ -220,27 +254,27 @@ def _compaction_input(item: dict[str, Any], where: str) -> dict[str, Any]:
 def _validate_tool(tool: Any, i: int) -> dict[str, Any]:
     where = f"tools[{i}]"
     if not isinstance(tool, dict):
-        raise _wrong_type(where, "an object", tool)
+        raise wrong_type(where, "an object", tool)
     if tool.get("type") != "function":
         # Hosted tools (web_search, …) are accepted and never called by the simulated model.
         if isinstance(tool.get("type"), str):
             return tool
-        raise _invalid(
+        raise invalid(
             f"Missing required parameter: '{where}.type'.",
             f"{where}.type",
             "missing_required_parameter",
         )
     name = tool.get("name")
     if not isinstance(name, str) or not name or len(name) > 64:
-        raise _invalid(
+        raise invalid(
             f"Invalid value for '{where}.name': expected a non-empty string of at most 64 characters.",
             f"{where}.name",
         )
     params = tool.get("parameters")
     if params is not None and not isinstance(params, dict):
-        raise _wrong_type(f"{where}.parameters", "a JSON schema object", params)
+        raise wrong_type(f"{where}.parameters", "a JSON schema object", params)
     if isinstance(params, dict) and params.get("type", "object") != "object":
-        raise _invalid(
+        raise invalid(
             f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{params.get('type')}\"'.",
             f"{where}.parameters",
             "invalid_function_parameters",
@@ -248,17 +282,67 @@ def _validate_tool(tool: Any, i: int) -> dict[str, Any]:
     return tool
 
 
+def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
+    """``tool_choice`` as the output model reads it: a mode, or the one function forced.
+
+    ``allowed_tools`` is read as its ``mode`` (the simulated model picks among every
+    function tool); a hosted or custom tool forced is one it never calls, so it answers.
+    """
+    if value is None:
+        return "auto"
+    if isinstance(value, str):
+        if value not in TOOL_CHOICES:
+            raise invalid(
+                f"Invalid value for 'tool_choice': expected one of auto, none, required or an object, got {value!r}.",
+                "tool_choice",
+            )
+        choice: Any = value
+    elif isinstance(value, dict):
+        kind = value.get("type")
+        if not isinstance(kind, str):
+            raise missing("tool_choice.type")
+        functions = [t for t in tools if t.get("type") == "function"]
+        if kind == "function":
+            if not any(t.get("name") == value.get("name") for t in functions):
+                raise invalid(
+                    f"Invalid value for 'tool_choice.name': no function tool named {value.get('name')!r}.",
+                    "tool_choice.name",
+                )
+            return value
+        if kind == "allowed_tools":
+            mode = value.get("mode", "auto")
+            if mode not in ("auto", "required"):
+                raise invalid(
+                    f"Invalid value for 'tool_choice.mode': expected 'auto' or 'required', got {mode!r}.",
+                    "tool_choice.mode",
+                )
+            choice = mode
+        else:
+            choice = "none"
+    else:
+        raise invalid(
+            f"Invalid type for 'tool_choice': got {type_name(value)}.",
+            "tool_choice",
+            "invalid_type",
+        )
+    if choice == "required" and not any(t.get("type") == "function" for t in tools):
+        raise invalid(
+            "Tool choice 'required' needs at least one function tool in 'tools'.", "tool_choice"
+        )
+    return choice
+
+
 def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
     """Validate a create body.  ``websocket`` enables the WS-only fields."""
     if not isinstance(body, dict):
-        raise _invalid(
-            f"Invalid request body: expected a JSON object, got {_type_name(body)}.",
+        raise invalid(
+            f"Invalid request body: expected a JSON object, got {type_name(body)}.",
             None,
             "invalid_json",
         )
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise _wrong_type("model", "a string", model)
+        raise wrong_type("model", "a string", model)
     if not model:
         raise RequestError(
             400, "missing_required_parameter", "Missing required parameter: 'model'.", "model"
@@ -272,71 +356,44 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
     elif raw_input is None:
         items = []
     else:
-        raise _wrong_type("input", "a string or an array of input items", raw_input)
+        raise wrong_type("input", "a string or an array of input items", raw_input)
     tools_raw = body.get("tools") or []
     if not isinstance(tools_raw, list):
-        raise _wrong_type("tools", "an array", tools_raw)
+        raise wrong_type("tools", "an array", tools_raw)
     tools = [_validate_tool(t, i) for i, t in enumerate(tools_raw)]
     seen: set[str] = set()
     for i, t in enumerate(tools):
         if t.get("type") == "function":
             if t["name"] in seen:
-                raise _invalid(
+                raise invalid(
                     f"Invalid 'tools[{i}].name': duplicate function name {t['name']!r}.",
                     f"tools[{i}].name",
                 )
             seen.add(t["name"])
-    tool_choice = body.get("tool_choice", "auto")
-    if tool_choice is None:
-        tool_choice = "auto"
-    if isinstance(tool_choice, str):
-        if tool_choice not in TOOL_CHOICES:
-            raise _invalid(
-                f"Invalid value for 'tool_choice': expected one of auto, none, required or an object, got {tool_choice!r}.",
-                "tool_choice",
-            )
-    elif isinstance(tool_choice, dict):
-        if tool_choice.get("type") == "function" and not any(
-            t.get("name") == tool_choice.get("name") for t in tools if t.get("type") == "function"
-        ):
-            raise _invalid(
-                f"Invalid value for 'tool_choice.name': no function tool named {tool_choice.get('name')!r}.",
-                "tool_choice.name",
-            )
-    else:
-        raise _invalid(
-            f"Invalid type for 'tool_choice': got {_type_name(tool_choice)}.",
-            "tool_choice",
-            "invalid_type",
-        )
-    needs_function = tool_choice == "required" or isinstance(tool_choice, dict)
-    if needs_function and not any(t.get("type") == "function" for t in tools):
-        raise _invalid(
-            "Tool choice 'required' needs at least one function tool in 'tools'.", "tool_choice"
-        )
+    tool_choice = _tool_choice(body.get("tool_choice"), tools)
     mot = body.get("max_output_tokens")
     if mot is not None and (
         isinstance(mot, bool) or not isinstance(mot, int) or mot < 1 or mot > 1_000_000
     ):
-        raise _invalid(
+        raise invalid(
             f"Invalid value for 'max_output_tokens': expected an integer from 1 to 1000000, got {mot!r}.",
             "max_output_tokens",
         )
-    metadata = _metadata(body.get("metadata") or {})
+    metadata = string_map(body.get("metadata"))
     prev = body.get("previous_response_id")
     if prev is not None and (not isinstance(prev, str) or not prev):
-        raise _invalid(
+        raise invalid(
             "Invalid value for 'previous_response_id': expected a non-empty string.",
             "previous_response_id",
         )
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise _invalid(
+        raise invalid(
             "Invalid type for 'instructions': expected a string.", "instructions", "invalid_type"
         )
     for flag in ("store", "stream", "parallel_tool_calls", "generate", "background"):
         if flag in body and body[flag] is not None and not isinstance(body[flag], bool):
-            raise _wrong_type(flag, "a boolean", body[flag])
+            raise wrong_type(flag, "a boolean", body[flag])
     if not items and prev is None and body.get("generate", True) is not False:
         raise RequestError(
             400, "missing_required_parameter", "Missing required parameter: 'input'.", "input"
@@ -392,16 +449,16 @@ def parse_append(body: dict[str, Any]) -> AppendRequest:
     elif isinstance(raw_input, list) and raw_input:
         items = [_normalize_item(it, f"input[{i}]") for i, it in enumerate(raw_input)]
     else:
-        raise _invalid(
-            f"Invalid value for 'input': expected a non-empty array of input items, got {_type_name(raw_input)}.",
+        raise invalid(
+            f"Invalid value for 'input': expected a non-empty array of input items, got {type_name(raw_input)}.",
             "input",
         )
     metadata = body.get("metadata")
     if metadata is not None:
-        metadata = _metadata(metadata)
+        metadata = string_map(metadata)
     tool_choice = body.get("tool_choice")
     if tool_choice is not None and tool_choice not in TOOL_CHOICES:
-        raise _invalid(
+        raise invalid(
             f"Invalid value for 'tool_choice': expected one of auto, none, required, got {tool_choice!r}.",
             "tool_choice",
         )

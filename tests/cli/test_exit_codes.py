@@ -155,3 +155,19 @@ def test_every_entry_point_exits_4_on_a_usage_error_not_2(argv: list[str]) -> No
     assert proc.returncode == ExitCode.USAGE, proc.stderr
     assert "error: unrecognized arguments: --no-such-flag" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["run", "tiny", "--bogus"], ["gate", "--bogus", "x"]])
+def test_an_unknown_flag_shows_the_usage_of_its_subcommand(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In-process: argparse handed a subcommand's unknown flags up to the top-level parser,
+    whose usage (``usage: loopbench [-h] [--version] COMMAND``) says nothing of the flag."""
+    from harness.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: loopbench {argv[0]} "), err
+    assert f"loopbench {argv[0]}: error: unrecognized arguments: --bogus" in err

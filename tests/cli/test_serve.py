@@ -40,13 +40,15 @@ def _wait_for(lines: list[str], found: Callable[[str], bool]) -> str:
     raise AssertionError(f"no such line in the server's stderr: {lines}")
 
 
+# A 4-token answer that completes: without the hint a drawn answer is cut by the cap.
+SHORT = {"max_output_tokens": 4, "metadata": {"loopbench.output_tokens": "4"}}
+
+
 def _ws_create(url: str) -> list[str]:
     types: list[str] = []
     with connect(url.replace("http://", "ws://") + "/responses") as ws:
         ws.send(
-            orjson.dumps(
-                {"type": "response.create", "model": "m", "input": "hi", "max_output_tokens": 4}
-            ).decode()
+            orjson.dumps({"type": "response.create", "model": "m", "input": "hi", **SHORT}).decode()
         )
         while not types or types[-1] not in ("response.completed", "response.failed", "error"):
             types.append(orjson.loads(ws.recv(timeout=30))["type"])
@@ -59,9 +61,7 @@ def test_serve_prints_its_url_and_reports_model() -> None:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
         models = httpx.get(url + "/models", timeout=30).json()
         assert [m["id"] for m in models["data"]] == ["my-model"]
-        ok = httpx.post(
-            url + "/responses", json={"model": "m", "input": "hi", "max_output_tokens": 4}
-        )
+        ok = httpx.post(url + "/responses", json={"model": "m", "input": "hi", **SHORT})
         assert ok.status_code == 200
         assert _ws_create(url)[-1] == "response.completed"
         # Off by default: nothing per request.
@@ -75,7 +75,7 @@ def test_access_log_one_line_per_request_and_per_response_create() -> None:
         _wait_for(child.stderr, lambda s: s.startswith("access: GET /v1/models 200 "))
         stream = httpx.post(
             url + "/responses",
-            json={"model": "m", "input": "hi", "max_output_tokens": 4, "stream": True},
+            json={"model": "m", "input": "hi", **SHORT, "stream": True},
             timeout=30,
         )
         assert "response.completed" in stream.text

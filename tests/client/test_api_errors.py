@@ -174,3 +174,36 @@ def test_an_html_error_page_is_quoted_by_its_text_on_one_line() -> None:
     assert not_sse("text/plain", b"line one\n\n  line two").endswith(": line one line two")
     long_page = b"<html><body>" + b"word " * 100 + b"</body></html>"
     assert str(api_error_from_body(502, long_page)).endswith("word …")
+
+
+def _refusal(answer: bytes) -> BaseException:
+    """What the ``websockets`` handshake both client edges use makes of ``answer``."""
+    from websockets.client import ClientProtocol
+    from websockets.uri import parse_uri
+
+    hs = ClientProtocol(parse_uri("ws://127.0.0.1:8000/v1/responses"))
+    hs.send_request(hs.connect())
+    hs.receive_data(answer)
+    hs.receive_eof()
+    assert hs.handshake_exc is not None
+    return hs.handshake_exc
+
+
+@pytest.mark.parametrize("version", ["HTTP/1.0", "HTTP/1.1"])
+def test_an_upgrade_answered_with_a_server_error_reads_the_same_in_either_http_version(
+    version: str,
+) -> None:
+    """``run`` said "did not receive a valid HTTP response" of an HTTP/1.0 500, which the
+    library refuses to parse though it is a status all the same (``probe`` read it right)."""
+    exc = _refusal(f"{version} 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n".encode())
+    err = ws_open_failure(exc, "ws://127.0.0.1:8000/v1/responses")
+    assert isinstance(err, APIError) and err.status == 500, str(err)
+    assert (
+        "the WebSocket upgrade at ws://127.0.0.1:8000/v1/responses was answered with HTTP 500"
+        in (str(err))
+    )
+    assert "valid HTTP response" not in str(err)
+    missing = ws_open_failure(
+        _refusal(f"{version} 404 Not Found\r\ncontent-length: 0\r\n\r\n".encode()), "ws://h/v1"
+    )
+    assert missing.kind == ErrorKind.NO_WEBSOCKET, str(missing)

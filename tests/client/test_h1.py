@@ -96,3 +96,15 @@ def test_chunk_extensions_and_padded_sizes_whatever_the_split() -> None:
     for cuts in ([], *([c] for c in range(1, len(wire))), list(range(1, len(wire)))):
         p, got = feed_split(wire, cuts)
         assert got == b"abcdef" and p.complete, cuts
+
+
+def test_the_answer_to_a_head_request_ends_with_its_head() -> None:
+    """It announces the length a GET would have and sends no body (RFC 9110 §9.3.2)."""
+    wire = (
+        b"HTTP/1.1 404 Not Found\r\ncontent-length: 118\r\ncontent-type: application/json\r\n\r\n"
+    )
+    p = ResponseParser(no_body=True)
+    assert p.feed(wire) == b"" and p.complete and p.keep_alive and p.status == 404
+    waiting = ResponseParser()
+    waiting.feed(wire)
+    assert not waiting.complete  # the same head as a GET's answer: 118 bytes still to come

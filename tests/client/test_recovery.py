@@ -6,6 +6,7 @@ import pytest
 
 from harness.client.conversation import Conversation
 from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
+from harness.client.shaping import RequestShaping
 from harness.client.stream import ResponseStream
 from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
 from harness.wire.events import loads
@@ -136,3 +137,13 @@ def test_a_recorded_warmup_goes_first_and_the_first_turn_chains_from_it(name: st
     assert conv.ws_warmup(inp) is None
     plain = Transcript(RolloutPlan(0, 3, 20, 20, 10, (TurnPlan(0, 10, 0, (), (), 0.0),), 0, {}))
     assert Conversation(transport_spec(name)).ws_warmup(plain.next_input(0)) is None
+
+
+def test_a_websocket_request_counts_its_bytes_sent_in_bytes_not_characters() -> None:
+    """Over HTTP ``bytes_sent`` is the body's bytes; over WebSocket it was its characters."""
+    shaping = RequestShaping(extra_body={"responses": {"metadata": {"note": "café ☕"}}})
+    conv = Conversation(transport_spec("ws"), shaping=shaping)
+    rec = TurnRecord("ws", 0, 1)
+    payload = conv.ws_turn(_transcript().next_input(1), rec).request()
+    assert loads(payload)["metadata"]["note"] == "café ☕"
+    assert rec.bytes_sent == len(payload) == len(payload.decode()) + 1 + 2

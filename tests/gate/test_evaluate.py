@@ -14,6 +14,7 @@ from harness.gate.evaluate import evaluate
 from harness.gate.ratios import median_order_ci, ratio_with_ci
 from harness.gate.rules import GateRulesError, parse_rules_text
 from harness.gate.samples import HISTORY_TOKENS, MEASUREMENT_ERROR, MODELLED_TTFT, RunData, Samples
+from harness.metrics.results_model import Manifest, Summary
 
 SCENARIO = {
     "name": "s",
@@ -58,8 +59,8 @@ def run(
     samples.update(extra or {})
     return RunData(
         run_id=run_id,
-        manifest=manifest or {"scenario_name": "s", "seed": 1, "scenario": SCENARIO},
-        summary=summary if summary is not None else _summary(list(rollout_ms)),
+        manifest=Manifest.of(manifest or {"scenario_name": "s", "seed": 1, "scenario": SCENARIO}),
+        summary=Summary.of(summary if summary is not None else _summary(list(rollout_ms))),
         samples=samples,
         rollouts={t: len(v) for t, v in rollout_ms.items()},
     )
@@ -257,11 +258,24 @@ def test_invalid_or_erroring_runs_exit_3() -> None:
     report = evaluate(REL, invalid, run({"ws": BASE}))
     assert report.exit_code == EXIT_INVALID
     assert any("client CPU saturated" in r.message for r in report.results if r.failed)
-    erroring = run({"ws": BASE}, summary=_summary(["ws"], errors=3))
+    # failed turns per turn, within the scenario's load.max_error_rate (5 % by default) as in
+    # run and compare; a rules file's own limit is stricter
+    within = run({"ws": BASE}, summary=_summary(["ws"], errors=3))
+    assert evaluate(REL, run({"ws": BASE}), within).exit_code == EXIT_PASS
+    erroring = run({"ws": BASE}, summary=_summary(["ws"], errors=4))
     report = evaluate(REL, run({"ws": BASE}), erroring)
     assert report.exit_code == EXIT_INVALID
     assert any(
-        "baseline r: ws: error rate 3.8% (3 of 80 turns+rollouts)" in r.message
+        "baseline r: ws: 7% of 60 turns failed, above load.max_error_rate 5%" in r.message
+        for r in report.results
+    )
+    strict = parse_rules_text(
+        "validity: {max_error_rate: 0.0}\nregression: ['*.rollout_ms.p50 +10%']"
+    )
+    report = evaluate(strict, run({"ws": BASE}), within)
+    assert report.exit_code == EXIT_INVALID
+    assert any(
+        "baseline r: ws: 5% of 60 turns failed, above validity.max_error_rate 0%" in r.message
         for r in report.results
     )
     unfinished = dataclasses.replace(run({"ws": BASE}), summary=None)

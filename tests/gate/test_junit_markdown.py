@@ -22,6 +22,7 @@ from harness.gate.markdown import render_markdown
 from harness.gate.outcome import GateReport
 from harness.gate.rules import parse_rules_text
 from harness.gate.samples import RunData, Samples
+from harness.metrics.results_model import Manifest, Summary
 
 _DECIMAL = re.compile(r"^\d+(\.\d+)?$")
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$")
@@ -83,17 +84,19 @@ def _run(factor: float, *, name: str = "s", run_id: str = "r") -> RunData:
     values = base * factor * (1 + rng.normal(0, 0.01, 12))
     return RunData(
         run_id=run_id,
-        manifest={"scenario_name": name, "seed": 3, "scenario": {"name": name}},
-        summary={
-            "valid": True,
-            "transports": {
-                "ws": {
-                    "turns": {"count": 36, "errors": 0},
-                    "rollouts": {"count": 12, "errors": 0},
-                    "ttft_ms": {"p99": 120.0},
-                }
-            },
-        },
+        manifest=Manifest.of({"scenario_name": name, "seed": 3, "scenario": {"name": name}}),
+        summary=Summary.of(
+            {
+                "valid": True,
+                "transports": {
+                    "ws": {
+                        "turns": {"count": 36, "errors": 0},
+                        "rollouts": {"count": 12, "errors": 0},
+                        "ttft_ms": {"p99": 120.0},
+                    }
+                },
+            }
+        ),
         samples={("ws", "rollout_ms"): Samples.of(keys, list(values))},
         rollouts={"ws": 12},
     )

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.report.results import load_run
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
 from tests.foreign_sse import foreign_sse_server
-from tests.runs import ROOT, TINY, run_cli
+from tests.runs import ROOT, TINY, run_cli, run_tiny
 
 # serial: the verdict reads the machine's timing (`make test` runs it alone)
 pytestmark = pytest.mark.serial
@@ -109,22 +108,12 @@ def test_an_http_only_fit_marks_what_it_could_not_identify(tmp_path: Path) -> No
 
 
 def test_a_server_lying_about_output_tokens_does_not_set_the_decode_rate(tmp_path: Path) -> None:
+    # in this process, without a report (calibrate reads the rows): `loopbench run tiny
+    # --target URL --no-probe --transports http --set rollout.count=4`
     with foreign_sse_server("lie_output") as url:
-        run_cli(
-            "run",
-            TINY,
-            "--target",
-            url,
-            "--no-probe",
-            "--transports",
-            "http",
-            "--set",
-            "rollout.count=4",
-            "--out",
-            tmp_path / "runs",
-        )
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    turns = load_run(run_dir).turns
+        run = run_tiny(tmp_path / "runs", ["http"], {"rollout.count": "4"}, target=url)
+    run_dir = run.path
+    turns = run.turns
     assert turns["decode_implausible"].sum() == 12  # 3 function calls per rollout
     out = tmp_path / "fit"
     console = run_cli("calibrate", run_dir, "--out", out, timeout=60).stdout

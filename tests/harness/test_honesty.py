@@ -1,7 +1,11 @@
 """Protocol honesty checks against endpoints loopbench did not write (docs/metrics.md §1.4).
 
-Each test starts a canned foreign server (tests/foreign_sse.py) on port 0, runs ``loopbench
-run`` against it and reads the flags, ``summary.json`` and the console.
+Each test starts a canned foreign server (tests/foreign_sse.py) on port 0, runs tiny.yaml
+against it in this process (the run ``loopbench run --target URL --no-probe`` makes, without
+its report, which nothing here reads, nor the interpreter start) and reads the flags,
+``summary.json`` and the console lines ``loopbench run`` prints after a run
+(:func:`harness.cli.run.print_outcome`). The command line itself is covered by
+tests/harness/test_outcomes.py and tests/run/test_probe.py.
 """
 
 from __future__ import annotations
@@ -9,31 +13,35 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from harness.cli.run import print_outcome
 from harness.client import honesty
 from harness.metrics import definitions as D
 from harness.report.results import load_run
 from harness.wire.transports import BY_NAME
 from harness.workload.records import TurnRecord
 from tests.foreign_sse import LIED_OUTPUT_TOKENS, foreign_sse_server
-from tests.runs import TINY, in_process, run_tiny
+from tests.runs import run_tiny
 
 
-def _run(out: Path, url: str, transports: str) -> tuple[str, Path]:
-    # --no-probe: the pre-run probe would refuse these servers before the in-run checks could
-    # be seen (tests/run/test_probe.py covers the probe's side)
-    # main() in this process, without the report: the checks are in the run's files and console
-    code, console = in_process(
-        "run", TINY, "--target", url, "--no-probe", "--transports", transports, "--out", out,
-        report=False,
-    )  # fmt: skip
-    assert code == 0, console
-    (run_dir,) = out.iterdir()
-    return console, run_dir
+def _run(
+    out: Path, url: str, transports: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[str, Path]:
+    # No probe (run_scenario has none; the command's --no-probe): it would refuse these servers
+    # before the in-run checks could be seen (tests/run/test_probe.py covers the probe's side)
+    run = run_tiny(out, transports.split(","), {}, target=url)
+    capsys.readouterr()
+    assert run.summary is not None
+    print_outcome(run.summary, run.path)
+    return capsys.readouterr().out, run.path
 
 
-def test_a_server_ignoring_previous_response_id_is_named(tmp_path: Path) -> None:
+def test_a_server_ignoring_previous_response_id_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with foreign_sse_server("ignore_chain") as url:
-        console, run_dir = _run(tmp_path, url, "http,http-chained")
+        console, run_dir = _run(tmp_path, url, "http,http-chained", capsys)
     turns = load_run(run_dir).turns
     flagged = turns[turns["chain_ignored"]]
     # Only chained turns after the first can ignore a chain; the history outgrows what the
@@ -53,9 +61,11 @@ def test_a_server_ignoring_previous_response_id_is_named(tmp_path: Path) -> None
     assert "warning:" in console
 
 
-def test_a_server_lying_about_output_tokens_is_left_out_of_decode(tmp_path: Path) -> None:
+def test_a_server_lying_about_output_tokens_is_left_out_of_decode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with foreign_sse_server("lie_output") as url:
-        console, run_dir = _run(tmp_path, url, "http")
+        console, run_dir = _run(tmp_path, url, "http", capsys)
     turns = load_run(run_dir).turns
     turns["decode_tps"] = D.column(D.get("decode_tps"), turns)
     lied = turns["output_tokens"] == LIED_OUTPUT_TOKENS

@@ -69,7 +69,7 @@ LOOP_STALL_REASON = re.compile(
 )
 SCHEDULE_LAG_REASON = re.compile(
     r"^(?P<transport>[\w-]+): schedule lag p99 [\d.]+ ms exceeds load.max_schedule_lag_ms "
-    r"0.001 \(\d+ of \d+ starts late\): the load generator fell behind$"
+    r"0.001: the load generator fell behind \(\d+ of \d+ starts late\)$"
 )
 
 

@@ -26,7 +26,7 @@ from harness.workload.importers.codex import SessionImportError
 from harness.workload.importers.mooncake import import_mooncake_files, parse_mooncake
 from harness.workload.importers.otel import import_otel_files, parse_otel
 from harness.workload.trace import TraceRollout, TraceTurn, read_trace
-from tests.runs import in_process, run_cli
+from tests.runs import run_cli, run_file
 
 DATA = Path(__file__).parent / "data"
 TOOLAGENT = DATA / "mooncake-toolagent.jsonl"
@@ -310,9 +310,7 @@ def test_cli_import_and_replay(
         "rollout:\n  trace: traces/agent.jsonl\nload:\n  mode: closed\n  concurrency: 2\n"
     )
     out = tmp_path / "results"
-    # the replay in this process, without its report: the import is the CLI claim here
-    code, console = in_process("run", scenario, "--out", out, "--run-id", "r", "-q", report=False)
-    assert code == 0, console
+    run_file(scenario, out)  # as `loopbench run FILE --run-id r`, in this process, no report
     summary = json.loads((out / "r" / "summary.json").read_text())
     http = summary["transports"]["http"]
     assert http["turns"]["errors"] == 0

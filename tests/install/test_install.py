@@ -45,7 +45,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     # the development folders too: the wheel must leave them out by its own configuration
-    for folder in ("harness", "reference_server", "scenarios", "bench", "tools"):
+    for folder in ("harness", "reference_server", "scenarios", "docs", "bench", "tools"):
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     dist = tmp / "dist"
     build = _sh(
@@ -76,8 +76,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # what only the project's own checks run stays out of the wheel
     tops = {name.split("/")[0] for name in names if ".dist-info/" not in name}
     assert tops == {"harness", "reference_server"}, tops
-    dev = [n for n in names if any(w in n for w in ("selfbench", "peers", "fuzz", "soak"))]
+    # (code: the docs are prose, and docs/peers.md says how the project measures itself)
+    code = [n for n in names if not n.startswith("harness/docs/")]
+    dev = [n for n in code if any(w in n for w in ("selfbench", "peers", "fuzz", "soak"))]
     assert not dev, dev
+    # the docs the --help texts name, inside the package (pyproject.toml's package-dir)
+    docs = {f"harness/docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert docs and docs <= names, sorted(docs - names)
 
     env_dir = tmp / "venv"
     venv.create(env_dir, with_pip=False, clear=True)
@@ -127,18 +132,18 @@ def test_every_package_of_the_checkout_is_listed() -> None:
         for p in (ROOT / top).rglob("__init__.py")
     }
     assert found <= set(config["packages"]), sorted(found - set(config["packages"]))
-    # and each listed one is a folder of the checkout (the scenarios where package-dir says)
-    (mapped, where), *more = config["package-dir"].items()
-    assert mapped == "harness.scenarios" and not more
-    missing = [
-        name
-        for name in config["packages"]
-        if not (
-            ROOT / where / Path(*name.split(".")[2:])
-            if name.startswith(mapped)
-            else ROOT.joinpath(*name.split("."))
-        ).is_dir()
-    ]
+    # and each listed one is a folder of the checkout (the scenarios and the docs where
+    # package-dir says)
+    dirs = config["package-dir"]
+    assert set(dirs) == {"harness.scenarios", "harness.docs"}, dirs
+
+    def folder(name: str) -> Path:
+        for mapped, where in dirs.items():
+            if name == mapped or name.startswith(f"{mapped}."):
+                return ROOT / where / Path(*name.split(".")[len(mapped.split(".")) :])
+        return ROOT.joinpath(*name.split("."))
+
+    missing = [name for name in config["packages"] if not folder(name).is_dir()]
     assert not missing, missing
 
 
@@ -206,3 +211,14 @@ def test_reproduce_finds_its_scenarios_from_anywhere(
     folder, every = proc.stdout.split()
     assert Path(folder).resolve().is_relative_to(installed.parent.resolve())
     assert every == "True"
+
+
+def test_help_points_at_docs_that_the_installation_has(installed: Path, empty: Path) -> None:
+    """The help texts named docs/ci.md and friends, which a pip install did not have."""
+    proc = _sh([installed / "loopbench", "gate", "--help"], cwd=empty)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("docs/NAME.md, named above: "), last
+    folder = Path(last.split(": ", 1)[1]).parent
+    assert folder.resolve().is_relative_to(installed.parent.resolve()), folder
+    assert (folder / "ci.md").is_file() and "See docs/ci.md" in " ".join(proc.stdout.split())

@@ -28,7 +28,7 @@ def _args(*argv: str) -> argparse.Namespace:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "a scenario file is required"),
+        ([], "a scenario (a YAML file or a built-in name) is required"),
         (["--worker", TINY], "the scenario is read by the master"),
         ([TINY, "--transports", "ws-append"], "'ws-append' is not available under Locust"),
         ([TINY, "--remote-workers", "2"], "give --target"),

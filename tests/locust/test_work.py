@@ -141,3 +141,20 @@ def test_plans_and_records_survive_the_wire() -> None:
         turn_from_row([1, 2])
     config = RunConfig("r", "http://x/v1", "m", 2, keepalive=False, hints=False)
     assert RunConfig.from_wire(config.to_wire()) == config
+
+
+def test_a_lost_rollout_ends_its_phase_without_counting_as_finished() -> None:
+    plans = generate_rollouts(_scenario(mode="closed", concurrency=2))
+    queue = WorkQueue(plans[:2], ["http", "ws"], open_loop=False)
+    a, b = queue.claim(0), queue.claim(0)
+    assert a.plan is not None and b.plan is not None
+    queue.finish(a.phase, a.plan.rollout_id)
+    assert queue.claim(0).kind == "wait"  # b's worker died holding it: the phase cannot end
+    assert queue.lose(b.phase, b.plan.rollout_id) is True
+    assert queue.lose(b.phase, b.plan.rollout_id) is False  # once
+    assert queue.lose(a.phase, a.plan.rollout_id) is False  # already finished
+    queue.finish(b.phase, b.plan.rollout_id)  # a late report of a lost one changes nothing
+    assert (queue.finished, queue.lost, queue.in_flight) == (1, 1, 0)
+    c = queue.claim(0)
+    assert (c.kind, c.transport) == ("run", "ws")
+    assert queue.unclaimed("ws", 0) == 1 and queue.unclaimed("http", 0) == 0

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import zlib
+
 from harness.record.observe import Exchange, WsDecoder, build_trace
+from harness.record.observer import Observer
+from harness.wire.ws_frames import OP_CONT, OP_PING, OP_TEXT, encode_frame
 
 MS = 1_000_000
 
@@ -58,15 +62,42 @@ def test_conversation_left_on_a_tool_call_is_closed_and_marked() -> None:
 def test_ws_decoder_unmasks_and_joins_fragments() -> None:
     key = b"\x01\x02\x03\x04"
     payload = b'{"type":"response.create"}'
-    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
-    part1 = bytes([0x01, 0x80 | 10]) + key + masked[:10]
-    masked2 = bytes(b ^ key[i % 4] for i, b in enumerate(payload[10:]))
-    part2 = bytes([0x80, 0x80 | len(payload) - 10]) + key + masked2
-    ping = bytes([0x89, 0x00])
-    dec = WsDecoder()
-    data = part1 + ping + part2
+    data = (
+        encode_frame(OP_TEXT, payload[:10], fin=False, key=key)
+        + encode_frame(OP_PING, b"", key=key)
+        + encode_frame(OP_CONT, payload[10:], key=key)
+    )
+    dec = WsDecoder(masked=True)
     assert dec.feed(data[:5]) == []
     assert dec.feed(data[5:]) == [payload]
+
+
+def test_ws_decoders_read_compressed_traffic_as_the_extension_answer_says() -> None:
+    """The server's extension answer sets each direction's context takeover."""
+    obs = Observer()
+    obs.ws_open(7, "permessage-deflate; client_no_context_takeover")
+    ws = obs._ws[7]
+    create = b'{"type":"response.create","input":"hi hi hi"}'
+    reset = zlib.compressobj(wbits=-15)
+    kept = zlib.compressobj(wbits=-15)
+    to_server = b""
+    to_client = b""
+    for _ in range(2):
+        c = reset.compress(create) + reset.flush(zlib.Z_SYNC_FLUSH)
+        reset = zlib.compressobj(wbits=-15)  # the client starts afresh every message
+        to_server += encode_frame(OP_TEXT, c[:-4], rsv=4)
+        s = kept.compress(create) + kept.flush(zlib.Z_SYNC_FLUSH)
+        to_client += encode_frame(OP_TEXT, s[:-4], masked=False, rsv=4)
+    assert ws.to_server.feed(to_server) == [create, create]
+    assert ws.to_client.feed(to_client) == [create, create]
+
+
+def test_ws_decoder_stops_at_broken_framing_and_says_why() -> None:
+    dec = WsDecoder(masked=True)
+    before = encode_frame(OP_TEXT, b'{"a":1}')
+    assert dec.feed(before + encode_frame(OP_TEXT, b"{}", masked=False)) == [b'{"a":1}']
+    assert dec.broken == "an unmasked frame (a client must mask its frames)"
+    assert dec.feed(encode_frame(OP_TEXT, b"{}")) == []
 
 
 def test_websocket_connection_carries_a_conversation_without_chain() -> None:
@@ -114,3 +145,16 @@ def test_a_warmup_belongs_to_the_next_conversation_on_its_connection() -> None:
     assert [len(t.tool_calls) for t in rollout.turns] == [1, 0]
     assert rollout.meta["start_ms"] == 0.0  # the session began with its warm-up
     assert header.meta["warmups"] == 2 and header.meta["warmups_unfollowed"] == 1
+
+
+def test_requests_in_flight_on_a_connection_whose_frames_broke_say_why_they_failed() -> None:
+    obs = Observer()
+    obs.ws_open(3, "")
+    create = b'{"type":"response.create","model":"m","input":[]}'
+    obs.ws_client(3, encode_frame(OP_TEXT, create), 10)
+    obs.ws_server(3, encode_frame(OP_TEXT, b"{}", key=b"abcd"), 20)  # a server must not mask
+    obs.ws_close(3, 30)
+    assert obs.out.unread == [
+        "connection 3: a responses exchange over ws: the server's frames could not be read "
+        "after a masked frame (a server must not mask its frames)"
+    ]

@@ -34,9 +34,11 @@ from harness.record.proxy import (
 from harness.report.results import load_run
 from harness.transports import make_transport
 from harness.transports.rollout_loop import run_rollout
+from harness.wire.exit_codes import ExitCode
+from harness.wire.ws_frames import encode_frame
 from harness.workload.records import TurnRecord
 from harness.workload.trace import TraceRollout, dump_trace, read_trace
-from tests.runs import ROOT, run_cli
+from tests.runs import ROOT, run_cli, run_file
 from tests.transports.test_chat_messages import plans
 
 pytestmark = pytest.mark.timeout(120)
@@ -228,7 +230,8 @@ def test_openai_agents_sdk_is_recorded_then_replayed(server_url: str, tmp_path: 
         "name: agents-replay\nseed: 1\ntransports: [http]\n"
         "rollout:\n  trace: agents.jsonl\nload:\n  mode: closed\n  concurrency: 1\n"
     )
-    run_cli("run", scenario, "--out", tmp_path / "results", "--run-id", "r", "-q")
+    # as `loopbench run FILE --run-id r`, in this process, without the report it does not read
+    run_file(scenario, tmp_path / "results")
     run = load_run(tmp_path / "results" / "r")
     rows = run.turns[run.turns["rollout_id"] == 0]
     turns = rows[rows["conversation"] == 0].sort_values("turn_index")
@@ -476,8 +479,8 @@ def test_record_command_writes_the_trace_on_sigterm(server_url: str, tmp_path: P
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
-    assert "wrote" in err and "1 rollouts" in err
+    assert proc.returncode == ExitCode.INTERRUPTED, err
+    assert "wrote" in err and "1 rollout from" in err
     [rollout] = read_trace(out)
     assert [t.output_tokens for t in rollout.turns] == [9]
     assert "sk-cli-secret" not in out.read_text()
@@ -523,13 +526,7 @@ def test_record_command_exits_3_first_saying_so_when_its_observer_died(
 
 
 def _frame(payload: bytes, mask: bytes | None = None, fin: bool = True, opcode: int = 1) -> bytes:
-    head = bytes([(0x80 if fin else 0) | opcode])
-    n = len(payload)
-    size = bytes([n]) if n < 126 else bytes([126]) + n.to_bytes(2, "big")
-    if mask is None:
-        return head + size + payload
-    size = bytes([size[0] | 0x80]) + size[1:]
-    return head + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return encode_frame(opcode, payload, masked=mask is not None, fin=fin, key=mask)
 
 
 def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
@@ -813,7 +810,7 @@ def test_aborted_and_unreadable_exchanges_are_counted_and_named(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
+    assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "2 exchanges could not be read (first: connection " in err, err
     # the first one named: whichever the proxy noticed first
     assert (
@@ -928,3 +925,41 @@ def test_an_observer_process_that_does_not_start_is_named_not_taken_for_the_port
         "the recorder's observer process did not start (exit code 1); "
         "`--observer thread` reads the exchanges in the proxy's own process"
     )
+
+
+def test_a_head_request_does_not_stall_the_next_request_on_its_connection(
+    server_url: str,
+) -> None:
+    """Claude Code's connectivity check (``HEAD /api/hello``) then its first request, on one
+    keep-alive connection: the HEAD's answer has a content-length and no body, and the proxy
+    waited for that body, so the next request hung until the client gave up (30 s a session)."""
+    body = b'{"model":"m","input":"hi","metadata":{"loopbench.output_tokens":"3"}}'
+    post = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+    async def read_until(reader: asyncio.StreamReader, done: Callable[[bytes], bool]) -> bytes:
+        data = b""
+        while not done(data):
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    async def main() -> tuple[bytes, bytes]:
+        async with recording(server_url, observer="thread") as proxy:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(b"HEAD /api/hello HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await read_until(reader, lambda d: d.endswith(b"\r\n\r\n"))
+            writer.write(post)
+            answer = await read_until(reader, lambda d: b'"status":"completed"' in d)
+            writer.close()
+            await writer.wait_closed()
+            return head, answer
+
+    head, answer = _run(main)
+    assert head.startswith(b"HTTP/1.1 404") and b"content-length:" in head
+    assert answer.startswith(b"HTTP/1.1 200") and b'"status":"completed"' in answer

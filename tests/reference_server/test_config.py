@@ -99,6 +99,7 @@ def _other_value(name: str, hint: Any, default: Any) -> Any:
         "ws_lifetime_close_code": 4000,
         "ws_fault_close_code": 4001,
         "min_delta_interval_ms": 0.5,
+        "default_output_tokens": 120,
         "rate_limit_rps": 7.5,
         "rate_limit_burst": 3.0,
         "tls_cert": "/tmp/cert.pem",

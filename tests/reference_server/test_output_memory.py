@@ -16,8 +16,9 @@ import tracemalloc
 from harness.wire.events import ResponseBuilder
 from harness.wire.tokens import token_pieces
 from reference_server.core.engine import NS_PER_MS, decode_plan
-from reference_server.core.output import OutputCursor, plan_output
+from reference_server.core.output import OutputCursor
 from reference_server.core.profiles import load_profiles
+from tests.reference_server.plans import hinted_plan
 
 SMALL = 10_000
 # 20x SMALL: a cost that grew with the response would be 20x, far outside the bounds below;
@@ -37,19 +38,7 @@ def stream(n_tokens: int, reasoning_tokens: int = 0) -> tuple[int, int, int]:
     try:
         builder = ResponseBuilder("resp_1", model="sim", created_at=0, request={})
         builder.start()
-        plan = plan_output(
-            tools=[],
-            tool_choice="auto",
-            parallel_tool_calls=True,
-            metadata={"loopbench.output_tokens": str(n_tokens)},
-            max_output_tokens=None,
-            chain_function_calls=0,
-            default_output_tokens=1,
-            default_auto_tool_calls=0,
-            rng=random.Random(3),
-            reasoning_tokens=reasoning_tokens,
-            summary=True,
-        )
+        plan = hinted_plan(n_tokens, 3, reasoning_tokens=reasoning_tokens, summary=True)
         cursor = OutputCursor(builder, plan, random.Random(4))
         batches = decode_plan(plan.output_tokens, random.Random(5), engine).iter_batches(
             INTERVAL_NS
@@ -91,17 +80,7 @@ def test_lazy_text_is_the_text_eager_planning_made() -> None:
     # Same seed, same draws: the pieces drawn as they fall due spell the old text.
     builder = ResponseBuilder("resp_1", model="sim", created_at=0, request={})
     builder.start()
-    plan = plan_output(
-        tools=[],
-        tool_choice="auto",
-        parallel_tool_calls=True,
-        metadata={"loopbench.output_tokens": "5000"},
-        max_output_tokens=None,
-        chain_function_calls=0,
-        default_output_tokens=1,
-        default_auto_tool_calls=0,
-        rng=random.Random(3),
-    )
+    plan = hinted_plan(5000, 3)
     cursor = OutputCursor(builder, plan, random.Random(9))
     deltas = []
     step = random.Random(1)

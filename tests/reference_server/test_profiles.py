@@ -119,6 +119,36 @@ def test_override_cross_field_errors() -> None:
     )
 
 
+def test_nested_output_policy_overrides() -> None:
+    _, engine = load_profiles(
+        overrides={
+            "engine.text_tokens.median": "100",
+            "engine.reasoning_effort_tokens.high": "2000",
+            "engine.tool_weights.read*": "9",
+        }
+    )
+    assert engine.text_tokens.median == 100 and engine.text_tokens.max == 4000  # the rest kept
+    assert engine.reasoning_effort_tokens.high == 2000
+    assert engine.tool_weights["read*"] == 9 and engine.tool_weights["*bash*"] == 4
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("text_tokens.median", "0", "expected an integer >= 1 and <= 1000000"),
+        ("text_tokens.min", "300", "expected an integer <= median (250)"),
+        # more effort never plans fewer tokens
+        ("reasoning_effort_tokens.low", "99999", "expected an integer <= medium (512)"),
+        ("tool_weights.x", "-1", "expected a number >= 0"),
+        ("text_tokens.mean", "1", "expected a known parameter (one of: median, sigma, min, max)"),
+    ],
+)
+def test_nested_override_errors(key: str, value: str, message: str) -> None:
+    assert _error(overrides={f"engine.{key}": value}) == (
+        f"--set: engine.{key}: {message}, got {value!r}"
+    )
+
+
 def test_unknown_and_malformed_override_keys() -> None:
     msg = _error(overrides={"api.fixd_ms": "3"})
     assert msg.startswith(

@@ -10,7 +10,8 @@ import pytest
 from harness.wire.events import ResponseBuilder
 from reference_server.core import reasoning
 from reference_server.core.conversation import ITEM_OVERHEAD_TOKENS, item_tokens
-from reference_server.core.output import OutputCursor, plan_output
+from reference_server.core.output import OutputCursor, OutputPlan
+from tests.reference_server.plans import hinted_plan
 from tests.wire.test_events import validate
 
 
@@ -57,17 +58,14 @@ def test_a_forged_or_foreign_blob_is_charged_by_its_length() -> None:
     assert reasoning.input_tokens(summary) == 2
 
 
-def plan(n_reasoning: int, *, max_output_tokens: int | None = None, summary: bool = False):  # type: ignore[no-untyped-def]
-    return plan_output(
-        tools=[],
-        tool_choice="auto",
-        parallel_tool_calls=True,
-        metadata={"loopbench.output_tokens": "10"},
+def plan(
+    n_reasoning: int, *, max_output_tokens: int | None = None, summary: bool = False
+) -> OutputPlan:
+    return hinted_plan(
+        10,
+        1,
         max_output_tokens=max_output_tokens,
-        chain_function_calls=0,
         default_output_tokens=100,
-        default_auto_tool_calls=0,
-        rng=random.Random(1),
         reasoning_tokens=n_reasoning,
         summary=summary,
         include_encrypted=True,

@@ -84,7 +84,7 @@ def test_report_rebuilds_the_summary_of_a_run_killed_with_sigkill(tmp_path: Path
 
     rep = loopbench("report", run_dir, timeout=120)
     assert rep.returncode == 0, rep.stderr + rep.stdout
-    assert f"summary.json rebuilt from {on_disk} turn rows" in rep.stdout
+    assert f"summary.json rebuilt from {on_disk:,} turn rows" in rep.stdout
     assert "verdict: INVALID: rebuilt by loopbench report" in rep.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["rebuilt"] is True and summary["partial"] is True
@@ -168,3 +168,30 @@ def test_a_rebuilt_summary_keeps_errors_flags_and_refuses_a_finished_run(tmp_pat
     assert summary["rebuilt"] and not summary["valid"]
     with pytest.raises(ResultsError, match="only an unfinished run is rebuilt"):
         rebuild_summary(tmp_path / "r")
+
+
+def test_a_rebuilt_summary_lists_every_transport_without_complete_results(tmp_path: Path) -> None:
+    """It listed only the transport that never started: ``http`` cut off part way (rollouts
+    never begun, one cut mid-way) read as complete."""
+    from harness.cli.run import not_run_text
+    from harness.report.rebuild import rebuild_summary
+    from harness.report.results import ResultsWriter
+    from harness.workload.records import RolloutRecord
+
+    manifest = {"run_id": "r", "transports": ["ws", "http", "chat"], "rollouts_planned": 4}
+    w = ResultsWriter(tmp_path / "r", manifest)
+    for name, complete, cut in (("ws", 4, 0), ("http", 1, 1)):
+        for i in range(complete + cut):
+            w.add_turn(TurnRecord(transport=name, rollout_id=i, turn_index=0, status="completed"))
+            if i < complete:
+                w.add_rollout(RolloutRecord(transport=name, rollout_id=i, status="completed"))
+    w.close()
+    summary = rebuild_summary(tmp_path / "r")
+    assert summary["not_run"] == {
+        "transports": ["chat"],
+        "rollouts": {"http": 2, "chat": 4},
+        "cancelled": {"http": 1},
+    }
+    assert not_run_text(summary) == (
+        "never ran: transports chat; rollouts http 2, chat 4; cut off mid-rollout: http 1"
+    )

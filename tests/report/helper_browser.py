@@ -52,6 +52,10 @@ class PageReport:
     console_errors: list[str] = field(default_factory=list)
     images: list[dict[str, Any]] = field(default_factory=list)
     title: str = ""
+    #: the page's scroll width: wider than the window means a reader scrolls sideways
+    page_width: int = 0
+    #: tables (their first header cell) reaching past the right edge of the text column
+    wide_tables: list[str] = field(default_factory=list)
 
 
 class _Cdp:
@@ -189,6 +193,16 @@ def _inspect(cdp: _Cdp, html_path: Path, screenshot: Path, timeout_s: float) -> 
         returnByValue=True,
     )
     report.images = imgs["result"]["value"]
+    layout = cdp.call(
+        "Runtime.evaluate",
+        expression="(() => { const b = document.body, s = getComputedStyle(b);"
+        " const edge = b.getBoundingClientRect().right - parseFloat(s.paddingRight);"
+        " return {page: document.documentElement.scrollWidth, wide: Array.from("
+        "document.querySelectorAll('table')).filter(t => t.getBoundingClientRect().right > edge"
+        " + 1).map(t => t.rows[0].cells[0].textContent)}; })()",
+        returnByValue=True,
+    )["result"]["value"]
+    report.page_width, report.wide_tables = layout["page"], layout["wide"]
     metrics = cdp.call("Page.getLayoutMetrics")
     size = metrics.get("cssContentSize") or metrics["contentSize"]
     shot = cdp.call(

@@ -158,7 +158,7 @@ def test_error_rate_limit_comes_from_the_scenario(tmp_path: Path, synthetic: Mod
     ok = synthetic.make_run(tmp_path / "ok", rollout_ms=lat)
     bad = synthetic.make_run(tmp_path / "bad", rollout_ms=lat, failed_turns={"http": 8})
     (reason,) = compare([load_run(ok), load_run(bad)]).reasons
-    assert reason.startswith("B: http: 8 of 24 turns failed (33.3%), above the 5.0% limit")
+    assert reason.startswith("B: http: 33% of 24 turns failed, above load.max_error_rate 5%")
     assert "server_error x8" in reason and "HTTP 500: injected" in reason
     lenient = synthetic.make_run(
         tmp_path / "lenient",

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PIL import Image
 
 from harness.report.render import render_run
@@ -74,3 +75,42 @@ def test_vllm_and_sglang_names_are_plotted_by_default(tiny_run_dir: Path, tmp_pa
     )
     assert "| vllm:prefix_cache_hits_total | counter (rate) | 1 | 6 |" in md
     assert (copy / "plots" / "server_metrics.png").exists()
+
+
+def test_the_figure_says_a_scrape_sees_only_its_instant(tiny_run_dir: Path, tmp_path: Path) -> None:
+    """A 1-s scrape of a gauge that is mostly 0 between short requests drew as gaps that
+    read as an idle server: the figure now says how often it was scraped and marks each
+    scrape; a counter's rate covers its first interval too (it was drawn from the second)."""
+    from harness.report.server_metrics import load_server_metrics
+    from harness.report.server_plots import plot_server_metrics, select
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run_dir, copy)
+    run = load_run(copy)
+    t0 = float(run.turns["sent_ns"].min()) / 1e9
+    gauge, counter = (
+        "loopbench_server_engine_running_streams",
+        "loopbench_server_output_tokens_total",
+    )
+    samples = []
+    for i in range(5):
+        samples += [(t0 + i, gauge, "", float(i % 2)), (t0 + i, counter, "", 10.0 * i)]
+    (copy / SERVER_METRICS).unlink()
+    write_server_metrics(copy, samples)
+    df = load_server_metrics(copy)
+    assert df is not None
+    fig = plot_server_metrics(run, df, select(df, [gauge, counter]))
+    assert fig is not None
+    assert fig._suptitle is not None
+    assert (
+        "scraped every 1 s (5 scrapes): a gauge is seen only at its dots"
+        in fig._suptitle.get_text()
+    )
+    _, gauge_ax, counter_ax = fig.axes[:3]
+    (dots,) = gauge_ax.get_lines()
+    assert dots.get_marker() == "o"
+    assert list(dots.get_xdata()) == pytest.approx([0, 1, 2, 3, 4], abs=1e-3)
+    (rate,) = counter_ax.get_lines()
+    xs = rate.get_xdata()
+    assert xs[0] == pytest.approx(0, abs=1e-3)  # from the first scrape on
+    assert set(rate.get_ydata()) == {10.0}

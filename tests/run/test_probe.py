@@ -111,14 +111,28 @@ def test_reference_server_supports_every_responses_feature(server_url: str) -> N
     assert "honoured" in found[WS_CHAINING]["evidence"]
 
 
-def test_dead_target_probe_exits_4() -> None:
+def test_dead_target_probe_exits_4_and_says_why_first() -> None:
+    """Both streams as a terminal shows them: the error came after ~40 lines of rows that each
+    said "not checked: the target is unreachable"; now it comes first, and those are one line."""
     with dead_target() as url:
-        proc = loopbench("probe", "--target", url)
+        proc = subprocess.run(
+            _argv(("probe", "--target", url)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
     assert proc.returncode == ExitCode.USAGE
     port = url.split(":")[2].split("/")[0]
-    assert proc.stderr.strip().splitlines() == [
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == (
         f"error: target {url} is unreachable: connect to 127.0.0.1:{port}: connection refused"
+    )
+    assert [line for line in lines if "not checked" in line] == [
+        f"not checked: {len(FEATURES) - 1} features (the target is unreachable)"
     ]
+    assert len(lines) <= 6, proc.stdout
 
 
 def test_dead_target_run_refused_before_measuring(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ The scenario's ``target:`` section and the flags (``--header``, ``--session-head
 ``--extra-body``, ``--model``) over ``http``, ``http-chained`` and ``ws``: every request
 carries the headers, the session header is the rollout's key on each of its turns (and
 on its WebSocket handshake), every body has the extra fields merged in, and no
-credential's value is printed or recorded.
+credential's value is printed or recorded.  Over ``chat`` and ``messages``: each API's
+``extra_body`` merged into its own bodies only, the session header on every request of a
+rollout, the extra headers beside each API's own.
 """
 
 from __future__ import annotations
@@ -13,21 +15,19 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness.cli.main import main
 from harness.report.results import load_run
-from tests.header_recorder import recording_target
+from tests.header_recorder import Recording, recording_target
 
 TRANSPORTS = ["http", "http-chained", "ws"]
 SECRET_IN_FILE = "file-secret-4f1c"
 SECRET_ON_CLI = "cli-secret-9a2e"
 
-SCENARIO = f"""
-name: shaped
-seed: 7
-model: file-model
-transports: [http]
+#: the rollouts and load of every scenario here: two short rollouts per transport
+SHAPE = """
 rollout:
   count: 2
   system_tokens: 60
@@ -41,7 +41,14 @@ rollout:
 load:
   mode: closed
   concurrency: 2
-target:
+"""
+
+SCENARIO = f"""
+name: shaped
+seed: 7
+model: file-model
+transports: [http]
+{SHAPE}target:
   headers:
     X-Team: perf
     X-Api-Key: {SECRET_IN_FILE}
@@ -53,41 +60,64 @@ target:
       max_output_tokens: "{{output_tokens}}"
 """
 
+API_SCENARIO = f"""
+name: shaped-apis
+seed: 7
+{SHAPE}target:
+  headers:
+    X-Team: perf
+  session_header: X-Session-ID
+  extra_body:
+    chat:
+      temperature: 0.25
+    messages:
+      top_k: 5
+"""
+
+
+def _run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario_text: str, flags: list[str]
+) -> tuple[Recording, pd.DataFrame, pytest.CaptureResult[str]]:
+    """``loopbench run`` of the scenario against a recording server: what it received,
+    the run's turns (all completed) and what the command printed."""
+    scenario = tmp_path / "shaped.yaml"
+    scenario.write_text(scenario_text)
+    with recording_target() as (url, recording), pytest.raises(SystemExit) as exited:
+        main(["run", str(scenario), "--target", url, "--out", str(tmp_path), "--run-id", "r1",
+              *flags])  # fmt: skip
+    out = capsys.readouterr()
+    # The reference server accepts any key when it was started without --api-key.
+    assert exited.value.code == 0, out.err + out.out
+    turns = load_run(tmp_path / "r1").turns
+    assert len(turns) and turns["status"].eq("completed").all()
+    return recording, turns, out
+
+
+def _turns_per_rollout(turns: pd.DataFrame) -> Counter[str]:
+    """How many turns each rollout's session key should have carried."""
+    return Counter(f"r1-{t}-{r}" for t, r in zip(turns.transport, turns.rollout_id, strict=True))
+
 
 def test_headers_session_and_extra_body_reach_the_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    scenario = tmp_path / "shaped.yaml"
-    scenario.write_text(SCENARIO)
-    with recording_target() as (url, recording), pytest.raises(SystemExit) as exited:
-        main(
-            [
-                "run",
-                str(scenario),
-                "--target",
-                url,
-                "--transports",
-                ",".join(TRANSPORTS),
-                "--out",
-                str(tmp_path),
-                "--run-id",
-                "r1",
-                "--header",
-                "X-Trace: from-cli",
-                "--header",
-                f"Authorization: Bearer {SECRET_ON_CLI}",
-                "--extra-body",
-                '{"metadata": {"origin": "cli"}, "top_p": 0.5}',
-                "--model",
-                "cli-model",
-            ]
-        )
-    out = capsys.readouterr()
-    # The reference server accepts any key when it was started without --api-key.
-    assert exited.value.code == 0, out.err + out.out
-    run = load_run(tmp_path / "r1")
-    turns = run.turns
-    assert len(turns) and turns["status"].eq("completed").all()
+    recording, turns, out = _run(
+        tmp_path,
+        capsys,
+        SCENARIO,
+        [
+            "--transports",
+            ",".join(TRANSPORTS),
+            "--header",
+            "X-Trace: from-cli",
+            "--header",
+            f"Authorization: Bearer {SECRET_ON_CLI}",
+            "--extra-body",
+            '{"metadata": {"origin": "cli"}, "top_p": 0.5}',
+            "--model",
+            "cli-model",
+        ],
+    )
     expected_keys = {f"r1-{t}-{i}" for t in TRANSPORTS for i in range(2)}
 
     # -- headers: on every request, the probe's included; the session header on the run's --
@@ -107,10 +137,7 @@ def test_headers_session_and_extra_body_reach_the_server(
         )
     assert set(sessions) == expected_keys
     # one request per turn, each under its own rollout's key
-    per_rollout = Counter(
-        f"r1-{t}-{r}" for t, r in zip(turns.transport, turns.rollout_id, strict=True)
-    )
-    assert sessions == per_rollout
+    assert sessions == _turns_per_rollout(turns)
     # one WebSocket per ws rollout, its handshake carrying that rollout's key
     assert sorted(e.headers["x-session-id"] for e in run_ws) == ["r1-ws-0", "r1-ws-1"]
 
@@ -162,3 +189,25 @@ def test_headers_session_and_extra_body_reach_the_server(
     assert SECRET_IN_FILE not in out.err + out.out
     assert SECRET_ON_CLI not in out.err + out.out
     assert "request shaping: headers X-Team: perf, X-Api-Key: ***" in out.err
+
+
+def test_shaping_reaches_chat_and_messages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recording, turns, _ = _run(
+        tmp_path, capsys, API_SCENARIO, ["--no-probe", "--transports", "chat,messages", "-q"]
+    )
+    chat = recording.http("/chat/completions")
+    msgs = recording.http("/messages")
+    assert len(chat) + len(msgs) == len(turns)
+    for ex in [*chat, *msgs]:
+        assert ex.headers["x-team"] == "perf"
+    assert all("authorization" in ex.headers and "x-api-key" not in ex.headers for ex in chat)
+    assert all(ex.headers["x-api-key"] and "authorization" not in ex.headers for ex in msgs)
+    # each API's own extra fields, and only those
+    for ex in chat:
+        assert ex.bodies[0]["temperature"] == 0.25 and "top_k" not in ex.bodies[0]
+    for ex in msgs:
+        assert ex.bodies[0]["top_k"] == 5 and "temperature" not in ex.bodies[0]
+    sessions = Counter(ex.headers["x-session-id"] for ex in [*chat, *msgs])
+    assert sessions == _turns_per_rollout(turns)

@@ -12,18 +12,16 @@ fixed number of seconds.
 from __future__ import annotations
 
 import re
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
-import orjson
 import pytest
 
 from harness.run.child import ReadyChild
 from harness.run.embedded import server_child
+from tests.server.conftest import post_and_leave
 
 LONG_TOKENS = 40_000
 PROBE_TOKENS = 400
@@ -90,20 +88,6 @@ def _wait_for(predicate: Any, within_s: float, what: str) -> float:
     return time.monotonic() - started
 
 
-def _send_and_leave(base_url: str, tokens: int, *, until: Any) -> None:
-    """Send a non-streamed request on a raw socket, wait for ``until()``, then close."""
-    parts = urlsplit(base_url)
-    assert parts.hostname is not None and parts.port is not None
-    body = orjson.dumps(_body(tokens))
-    request = (
-        f"POST {parts.path}/responses HTTP/1.1\r\nhost: {parts.netloc}\r\n"
-        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
-        sock.sendall(request)
-        until()
-
-
 def _cancelled_lines(child: ReadyChild) -> list[float]:
     return [float(m.group(1)) for line in child.stderr if (m := ACCESS_499.search(line))]
 
@@ -113,9 +97,9 @@ def test_non_streamed_generation_stops_when_the_client_leaves(server: ReadyChild
     modelled_s = _modelled_ms(base_url, LONG_TOKENS) / 1000
     assert modelled_s > 10  # long enough that "stopped early" is not noise
     assert _engine_active(base_url) == 0
-    _send_and_leave(
+    post_and_leave(
         base_url,
-        LONG_TOKENS,
+        _body(LONG_TOKENS),
         until=lambda: _wait_for(lambda: _engine_active(base_url) == 1, modelled_s, "a generation"),
     )
     # The client is gone: the engine slot is free again long before the modelled end.
@@ -141,7 +125,7 @@ def test_a_client_leaving_during_the_api_tier_wait_ends_the_request() -> None:
     with _server("--set", "api.fixed_ms=20000") as child:
         base_url = child.ready
         modelled_s = 20.0
-        _send_and_leave(base_url, PROBE_TOKENS, until=lambda: time.sleep(0.2))
+        post_and_leave(base_url, _body(PROBE_TOKENS), until=lambda: time.sleep(0.2))
         (logged_ms,) = _wait_cancelled(child, modelled_s)
         assert logged_ms < FRACTION * modelled_s * 1000
         assert _engine_active(base_url) == 0

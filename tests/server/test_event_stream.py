@@ -8,11 +8,9 @@ watch ``/health``'s ``engine.active`` to see a generation stop when its client l
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -20,7 +18,7 @@ import pytest
 
 from harness.wire.sse import SSEDecoder, encode_event
 from reference_server.event_stream import EventStream, until_disconnect
-from tests.server.conftest import configured_server
+from tests.server.conftest import configured_server, post_and_leave
 
 LONG_TOKENS = "20000"  # ~20 s at 1,000 TPS: far longer than any wait below
 
@@ -347,16 +345,10 @@ def test_streamed_disconnect_after_first_delta_frees_the_engine_slot(sse_server:
 
 def test_non_streamed_disconnect_frees_the_engine_slot(sse_server: str) -> None:
     _wait_active(sse_server, 0)
-    parts = urlsplit(sse_server)
-    assert parts.hostname is not None and parts.port is not None
-    body = orjson.dumps(create_body(LONG_TOKENS, stream=False))
-    request = (
-        f"POST {parts.path}/responses HTTP/1.1\r\nhost: {parts.netloc}\r\n"
-        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
-        sock.sendall(request)
-        _wait_active(sse_server, 1)  # the response now holds an engine slot
+    # Leaves once the response holds an engine slot.
+    post_and_leave(
+        sse_server, create_body(LONG_TOKENS, stream=False), lambda: _wait_active(sse_server, 1)
+    )
     # The client is gone ~20 s before the response would be done: the generation stops.
     assert _wait_active(sse_server, 0, within_s=5.0) == {"active": 0, "queued": 0}
     # The server is fine afterwards.

@@ -320,7 +320,7 @@ def test_a_wrong_key_is_an_authentication_error_and_bearer_works_too(url: str) -
             },
             "messages.0.content.0.tool_use_id",
         ),
-        ({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        ({"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
         ({"max_tokens": 5, "messages": []}, "messages"),
         (
             {

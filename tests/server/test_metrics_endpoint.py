@@ -41,7 +41,14 @@ def value(samples: dict[Key, float], name: str, **labels: str) -> float:
 
 
 def create(base_url: str, **body: object) -> httpx.Response:
-    doc = {"model": "sim-model", "input": "hello metrics", "max_output_tokens": 8, **body}
+    # The hint plans 8 tokens: a drawn answer may be cut by the cap (incomplete).
+    doc = {
+        "model": "sim-model",
+        "input": "hello metrics",
+        "max_output_tokens": 8,
+        "metadata": {"loopbench.output_tokens": "8"},
+        **body,
+    }
     return httpx.post(f"{base_url}/responses", json=doc, timeout=30)
 
 

@@ -42,7 +42,7 @@ def test_messages_read_late_keep_their_arrival_stamps_in_order(rx_stamp: str) ->
 
     async def body(port: int) -> tuple[list[bytes], list[int], int]:
         conn = await open_ws(_options(port, rx_stamp), f"ws://127.0.0.1:{port}/")
-        await conn.send("go")
+        await conn.send(b"go")
         await asyncio.sleep(0.2)  # everything arrives while nobody reads
         read_at = time.perf_counter_ns()
         got, stamps = [], []
@@ -68,11 +68,11 @@ def test_the_servers_close_code_reaches_the_reader_and_its_pings_are_answered() 
 
     async def body(port: int) -> WsClosed:
         conn = await open_ws(_options(port), f"ws://127.0.0.1:{port}/")
-        await conn.send("hello")
+        await conn.send(b"hello")
         with pytest.raises(WsClosed) as caught:
             await conn.recv()
         with pytest.raises(WsClosed):  # and to every later sender
-            await conn.send("again")
+            await conn.send(b"again")
         await conn.close()
         return caught.value
 

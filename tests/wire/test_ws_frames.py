@@ -1,6 +1,8 @@
-"""The client's frame reader and writer against the ``websockets`` package's own frames."""
+"""The one WebSocket codec, bytes in and bytes out (and against the ``websockets`` package's frames)."""
 
 from __future__ import annotations
+
+import zlib
 
 import pytest
 from websockets.frames import Frame, Opcode
@@ -10,12 +12,16 @@ from harness.wire.ws_frames import (
     NO_STATUS,
     OP_BINARY,
     OP_CLOSE,
+    OP_CONT,
     OP_PING,
+    OP_PONG,
     OP_TEXT,
+    Deflate,
     FrameError,
     FrameReader,
     close_code,
     close_payload,
+    deflate_agreed,
     encode_frame,
     mask,
 )
@@ -113,3 +119,210 @@ def test_the_mask_is_the_one_the_websockets_package_computes(length: int) -> Non
     key = b"\x01\x80\xfe\x33"
     assert mask(payload, key) == apply_mask(payload, key)
     assert mask(mask(payload, key), key) == payload
+
+
+# -- the codec under every edge: RFC examples, roles, deflate, the fuzzer's knobs ------------------
+
+HELLO_MASKED = bytes.fromhex("818537fa213d7f9f4d5158")  # RFC 6455 §5.7, masked "Hello"
+
+
+def test_rfc_6455_examples_read_as_the_rfc_says() -> None:
+    client = FrameReader(1 << 17)  # reads a server: unmasked frames
+    assert client.feed(bytes.fromhex("810548656c6c6f")) == [(OP_TEXT, b"Hello")]
+    assert client.feed(bytes.fromhex("010348656c") + bytes.fromhex("80026c6f")) == [
+        (OP_TEXT, b"Hello")
+    ]
+    assert client.feed(bytes.fromhex("890548656c6c6f")) == [(OP_PING, b"Hello")]
+    big = bytes(range(256))
+    assert client.feed(bytes.fromhex("827e0100") + big) == [(OP_BINARY, big)]
+    huge = b"\x07" * 65536
+    assert client.feed(bytes.fromhex("827f0000000000010000") + huge) == [(OP_BINARY, huge)]
+    server = FrameReader(1000, masked=True)  # reads a client: masked frames, unmasked here
+    assert server.feed(HELLO_MASKED) == [(OP_TEXT, b"Hello")]
+    assert server.feed(bytes.fromhex("8a8537fa213d7f9f4d5158")) == [(OP_PONG, b"Hello")]
+
+
+def test_the_encoder_writes_the_rfc_examples_byte_for_byte() -> None:
+    key = bytes.fromhex("37fa213d")
+    assert encode_frame(OP_TEXT, b"Hello", key=key) == HELLO_MASKED
+    assert encode_frame(OP_TEXT, b"Hello", masked=False) == bytes.fromhex("810548656c6c6f")
+    assert encode_frame(OP_TEXT, b"Hel", masked=False, fin=False) == bytes.fromhex("010348656c")
+    assert encode_frame(OP_BINARY, bytes(256), masked=False)[:4] == bytes.fromhex("827e0100")
+
+
+def test_a_server_reader_unmasks_fragments_with_control_frames_between_them_cut_anywhere() -> None:
+    wire = (
+        encode_frame(OP_TEXT, b'{"type":', fin=False)
+        + encode_frame(OP_PING, b"p")
+        + encode_frame(OP_CONT, b'"response.create"', fin=False)
+        + encode_frame(OP_CLOSE, close_payload(1000, "bye"))
+        + encode_frame(OP_CONT, b"}")
+    )
+    for piece in (1, 2, 5, len(wire)):
+        got = feed_in_pieces(FrameReader(100, masked=True), wire, piece)
+        assert got == [
+            (OP_PING, b"p"),
+            (OP_CLOSE, b"\x03\xe8bye"),
+            (OP_TEXT, b'{"type":"response.create"}'),
+        ]
+
+
+def test_each_side_refuses_the_other_sides_masking() -> None:
+    with pytest.raises(FrameError) as caught:
+        FrameReader(100, masked=True).feed(encode_frame(OP_TEXT, b"x", masked=False))
+    assert (caught.value.code, caught.value.reason) == (
+        1002,
+        "an unmasked frame (a client must mask its frames)",
+    )
+
+
+def deflated(*messages: bytes, reset: bool = False) -> list[bytes]:
+    """Each message compressed as a permessage-deflate sender does (RFC 7692 §7.2.1)."""
+    z = zlib.compressobj(wbits=-15)
+    out = []
+    for m in messages:
+        data = z.compress(m) + z.flush(zlib.Z_SYNC_FLUSH)
+        assert data.endswith(b"\x00\x00\xff\xff")
+        out.append(data[:-4])
+        if reset:
+            z = zlib.compressobj(wbits=-15)
+    return out
+
+
+def test_rfc_7692_examples_inflate_with_and_without_context_takeover() -> None:
+    reader = FrameReader(100, deflate=Deflate())
+    # §7.2.3.1: one frame, then the same message in two fragments; §7.2.3.2: the second
+    # "Hello" refers to the first one's bytes (context takeover)
+    assert reader.feed(bytes.fromhex("c107f248cdc9c90700")) == [(OP_TEXT, b"Hello")]
+    assert reader.feed(bytes.fromhex("c105f200110000")) == [(OP_TEXT, b"Hello")]
+    assert FrameReader(100, deflate=Deflate()).feed(
+        bytes.fromhex("4103f248cd") + bytes.fromhex("8004c9c90700")
+    ) == [(OP_TEXT, b"Hello")]
+    # §7.2.3.3: a stored (uncompressed) block
+    assert FrameReader(100, deflate=Deflate()).feed(
+        bytes.fromhex("c10b0005 00faff48656c6c6f00".replace(" ", ""))
+    ) == [(OP_TEXT, b"Hello")]
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_masked_compressed_messages_inflate_in_both_context_modes(reset: bool) -> None:
+    texts = [b'{"type":"response.create","input":"x"}' * 3, b'{"type":"response.create"}' * 2]
+    wire = b"".join(encode_frame(OP_TEXT, c, rsv=4) for c in deflated(*texts, reset=reset))
+    wire += encode_frame(OP_TEXT, b"plain")  # RSV1 clear: not compressed
+    reader = FrameReader(1000, masked=True, deflate=Deflate(reset=reset))
+    assert feed_in_pieces(reader, wire, 7) == [
+        (OP_TEXT, texts[0]),
+        (OP_TEXT, texts[1]),
+        (OP_TEXT, b"plain"),
+    ]
+
+
+def test_a_reader_that_resets_cannot_read_a_sender_that_kept_its_context() -> None:
+    # Negotiation matters: reading with the wrong setting fails loudly, not with wrong text.
+    second = deflated(b"Hello Hello Hello", b"Hello Hello Hello")[1]
+    reader = FrameReader(100, deflate=Deflate(reset=True))
+    with pytest.raises(FrameError) as caught:
+        reader.feed(encode_frame(OP_TEXT, second, masked=False, rsv=4))
+    assert caught.value.code == 1002 and "does not inflate" in caught.value.reason
+
+
+def test_an_inflated_message_over_the_limit_is_refused_with_1009() -> None:
+    [bomb] = deflated(b"a" * 10_000)
+    with pytest.raises(FrameError) as caught:
+        FrameReader(1000, deflate=Deflate()).feed(encode_frame(OP_TEXT, bomb, masked=False, rsv=4))
+    assert caught.value.code == 1009 and "once inflated" in caught.value.reason
+
+
+@pytest.mark.parametrize(
+    ("wire", "code", "reason"),
+    [
+        (
+            encode_frame(OP_PING, b"", masked=False, rsv=4),
+            1002,
+            "a control frame with the compression bit (RSV1) set",
+        ),
+        (
+            encode_frame(OP_TEXT, b"a", masked=False, fin=False)
+            + encode_frame(OP_CONT, b"b", masked=False, rsv=4),
+            1002,
+            "a continuation frame with the compression bit (RSV1) set",
+        ),
+        (
+            encode_frame(OP_TEXT, b"a", masked=False, rsv=2),
+            1002,
+            "a frame with reserved bits set (no extension was agreed)",
+        ),
+    ],
+)
+def test_compression_bits_where_deflate_allows_none(wire: bytes, code: int, reason: str) -> None:
+    with pytest.raises(FrameError) as caught:
+        FrameReader(100, deflate=Deflate()).feed(wire)
+    assert (caught.value.code, caught.value.reason) == (code, reason)
+
+
+def test_without_deflate_agreed_the_compression_bit_is_a_reserved_bit() -> None:
+    with pytest.raises(FrameError) as caught:
+        FrameReader(100).feed(bytes.fromhex("c107f248cdc9c90700"))
+    assert caught.value.reason == "a frame with reserved bits set (no extension was agreed)"
+
+
+@pytest.mark.parametrize(
+    ("payload", "code", "reason"),
+    [
+        (b"\x03", 1002, "a close frame with a 1-byte payload (a code takes 2)"),
+        (close_payload(999), 1002, "a close frame with the code 999, which no peer may send"),
+        (close_payload(1005), 1002, "a close frame with the code 1005, which no peer may send"),
+        (close_payload(5000), 1002, "a close frame with the code 5000, which no peer may send"),
+        (close_payload(1000, b"\xff"), 1007, "a close frame whose reason is not valid UTF-8"),
+    ],
+)
+def test_a_broken_close_frame_is_named(payload: bytes, code: int, reason: str) -> None:
+    with pytest.raises(FrameError) as caught:
+        FrameReader(100).feed(encode_frame(OP_CLOSE, payload, masked=False))
+    assert (caught.value.code, caught.value.reason) == (code, reason)
+
+
+@pytest.mark.parametrize("code", [1000, 1001, 1011, 1014, 3000, 4999])
+def test_close_codes_a_peer_may_send_come_through(code: int) -> None:
+    wire = encode_frame(OP_CLOSE, close_payload(code, "é"), masked=False)
+    [(op, payload)] = FrameReader(100).feed(wire)
+    assert (op, close_code(payload)) == (OP_CLOSE, code)
+
+
+def test_the_encoders_lies_are_refused_by_the_reader_with_the_precise_error() -> None:
+    # the fuzzer's knobs: a length that lies, a fragmented control frame, an unknown opcode
+    lying = encode_frame(OP_TEXT, b"{", masked=False, length=2**40)
+    with pytest.raises(FrameError) as caught:
+        FrameReader(10**6).feed(lying)
+    assert caught.value.reason == "a frame of 1,099,511,627,776 bytes (limit 1,000,000)"
+    short = encode_frame(OP_TEXT, b"{", masked=False, length=70_000)
+    assert short[:4] == bytes((0x81, 127, 0, 0)) and FrameReader(10**6).feed(short) == []
+    with pytest.raises(FrameError, match="fragmented or oversized control"):
+        FrameReader(100).feed(encode_frame(OP_PING, b"p", masked=False, fin=False))
+    with pytest.raises(FrameError, match="unknown opcode 0xb"):
+        FrameReader(100).feed(encode_frame(0xB, b"x", masked=False))
+
+
+def test_deflate_agreed_reads_the_servers_extension_answer() -> None:
+    assert deflate_agreed("") is None
+    assert deflate_agreed("permessage-deflate") == (Deflate(False), Deflate(False))
+    assert deflate_agreed(
+        "permessage-deflate; client_no_context_takeover; server_max_window_bits=10"
+    ) == (Deflate(True), Deflate(False))
+    assert deflate_agreed("Permessage-Deflate; Server_No_Context_Takeover") == (
+        Deflate(False),
+        Deflate(True),
+    )
+
+
+def test_what_came_before_a_broken_frame_in_the_same_read_is_kept_on_the_error() -> None:
+    wire = (
+        encode_frame(OP_TEXT, b'{"type":"response.created"}', masked=False)
+        + encode_frame(OP_PING, b"p", masked=False)
+        + encode_frame(OP_CLOSE, close_payload(999), masked=False)
+        + encode_frame(OP_TEXT, b"never read", masked=False)
+    )
+    with pytest.raises(FrameError) as caught:
+        FrameReader(100).feed(wire)
+    assert caught.value.before == [(OP_TEXT, b'{"type":"response.created"}'), (OP_PING, b"p")]
+    assert caught.value.code == 1002

@@ -13,7 +13,13 @@ import pytest
 from harness.cli.main import main
 from harness.wire.errors import ScenarioError
 from harness.wire.exit_codes import ExitCode
-from harness.workload.builtin import BUILTIN_DIR, builtin_scenarios
+from harness.workload.builtin import (
+    BUILTIN_DIR,
+    builtin_scenarios,
+    looks_like_path,
+    shadowed_entries,
+    shadowed_note,
+)
 from harness.workload.rollout import load_scenario_trace
 from harness.workload.scenario import load_scenario
 from harness.workload.starter import starter_scenario
@@ -61,6 +67,61 @@ def test_a_file_of_the_same_name_wins_over_the_builtin(
     (tmp_path / "tiny.yaml").write_text("name: mine\n")
     assert load_scenario("tiny.yaml").name == "mine"
     assert load_scenario("tiny").name == "tiny"
+
+
+def test_a_local_entry_named_like_a_builtin_runs_only_when_written_as_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38: a folder ``tiny/`` in the working folder hid the built-in (``expected a YAML
+    file, got a directory``).  A bare name is the built-in, with a note; ``./tiny`` is the
+    path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    assert load_scenario("tiny").source == str(BUILTIN_DIR / "tiny.yaml")
+    assert shadowed_entries("tiny") == ["tiny"]
+    assert shadowed_note("tiny") == (
+        "'tiny' is the built-in scenario; the folder ./tiny here was not used "
+        "(write ./tiny to run a local file)"
+    )
+    with pytest.raises(ScenarioError, match="expected a YAML file, got a directory"):
+        load_scenario("./tiny")
+    assert _main(["validate", "tiny"]) == ExitCode.OK
+    err = capsys.readouterr().err
+    assert err == f"note: {shadowed_note('tiny')}\n"
+    # A file without a suffix is the same case; with its suffix it is written as a file.
+    (tmp_path / "quickstart").write_text("name: mine\n")
+    (tmp_path / "quickstart.yaml").write_text("name: mine-too\n")
+    assert load_scenario("quickstart").name == "quickstart"
+    assert shadowed_entries("quickstart") == ["quickstart", "quickstart.yaml"]
+    assert "the file ./quickstart and the file ./quickstart.yaml here were not used" in (
+        shadowed_note("quickstart") or ""
+    )
+    assert load_scenario("./quickstart").name == "mine"
+    assert load_scenario("quickstart.yaml").name == "mine-too"
+    assert load_scenario(str(tmp_path / "quickstart")).name == "mine"
+    # Nothing to say when nothing was left unused, or the name is no built-in's.
+    assert shadowed_note("burst-storm") is None
+    assert shadowed_note("./tiny") is None
+    (tmp_path / "mine").mkdir()
+    assert shadowed_note("mine") is None
+    with pytest.raises(ScenarioError, match="expected a YAML file, got a directory"):
+        load_scenario("mine")
+
+
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("tiny", False),
+        ("reproduce/tiny", True),
+        ("./tiny", True),
+        ("tiny.yaml", True),
+        ("tiny.yml", True),
+        (".tiny", True),
+        ("/abs/tiny", True),
+    ],
+)
+def test_looks_like_path(name: str, path: bool) -> None:
+    assert looks_like_path(name) is path
 
 
 def test_a_user_scenario_trace_resolves_next_to_the_file(

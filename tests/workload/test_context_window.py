@@ -66,13 +66,19 @@ def test_compact_at_tokens_must_be_below_the_window() -> None:
     )
 
 
-def test_validate_exits_4_with_the_file_turn_and_numbers(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _too_long(tmp_path: Path) -> Path:
+    """A scenario file whose rollout outgrows the default 400,000-token context window."""
     path = tmp_path / "long.yaml"
     path.write_text(
         "name: long\nrollout:\n  count: 1\n  tool_calls: 100\n  tool_output_tokens: 5000\n"
     )
+    return path
+
+
+def test_validate_exits_4_with_the_file_turn_and_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _too_long(tmp_path)
     with pytest.raises(SystemExit) as exc:
         main(["validate", str(path)])
     assert exc.value.code == 4
@@ -86,10 +92,7 @@ def test_validate_exits_4_with_the_file_turn_and_numbers(
 def test_run_refuses_it_before_starting_anything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "long.yaml"
-    path.write_text(
-        "name: long\nrollout:\n  count: 1\n  tool_calls: 100\n  tool_output_tokens: 5000\n"
-    )
+    path = _too_long(tmp_path)
     out = tmp_path / "results"
     with pytest.raises(SystemExit) as exc:
         main(["run", str(path), "--out", str(out), "-q"])

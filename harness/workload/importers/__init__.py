@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.wire.errors import UsageError
+from harness.wire.plural import counted
 from harness.workload.importers.azure import import_azure_files
 from harness.workload.importers.codex import SessionImportError, import_codex_files
 from harness.workload.importers.mooncake import BLOCK_TOKENS, import_mooncake_files
@@ -85,8 +86,9 @@ def _describe(rollouts: Sequence[TraceRollout], files: int, output: str) -> str:
     turns = sum(len(r.turns) for r in rollouts)
     history = max(r.final_history_tokens for r in rollouts)
     return (
-        f"wrote {len(rollouts)} rollouts ({turns} turns, {calls} tool calls, history up to "
-        f"{history:,} tokens) from {files} file(s) to {output}"
+        f"wrote {counted(len(rollouts), 'rollout')} ({counted(turns, 'turn')}, "
+        f"{counted(calls, 'tool call')}, history up to {history:,} tokens) from "
+        f"{counted(files, 'file')} to {output}"
     )
 
 

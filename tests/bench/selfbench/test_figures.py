@@ -60,7 +60,9 @@ def test_document_carries_figures_meta_and_overall_verdict() -> None:
         "target": ">= 0.5",
         "passed": True,
         "note": None,
+        "not_judged": None,
     }
+    assert doc["not_judged"] == 0
     assert doc["command"] == "python -m bench.selfbench" and doc["details"] == {"raw": [1]}
 
 

@@ -90,7 +90,8 @@ def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
     for key, f in figures.items():
         assert isinstance(f["value"], int | float) and math.isfinite(f["value"]), key
         assert f["passed"] in (True, False, None), key
-        assert (f["target"] is None) == (f["passed"] is None), key
+        # a targeted figure has a verdict unless the machine was too busy to judge it
+        assert (f["target"] is None) == (f["passed"] is None and not f["not_judged"]), key
     # Targets sit where the issue puts them: 16 streams for the TTFT overhead, 70 % of the
     # ceiling for both pipelines against the library server (the flood server's ratios: info).
     targeted = {k for k, f in figures.items() if f["target"]}
@@ -100,10 +101,12 @@ def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
     assert {k for k in targeted if k.startswith("ttft_overhead")} == {
         f"ttft_overhead.{t}.16.{q}" for t in ("ws", "http") for q in ("p50", "p99")
     }
-    assert doc["passed"] == all(f["passed"] for f in figures.values() if f["target"])
+    judged = [f for f in figures.values() if f["target"] and not f["not_judged"]]
+    assert doc["passed"] == all(f["passed"] for f in judged)
+    assert doc["not_judged"] == sum(1 for f in figures.values() if f["not_judged"])
     # The overload step checks the generator, so its verdicts are not timing luck.
-    assert figures["overload.detected"]["passed"] is True
-    assert figures["overload.control_valid"]["passed"] is True
+    for key in ("overload.detected", "overload.control_valid"):
+        assert figures[key]["passed"] is True or figures[key]["not_judged"], figures[key]
     # The printed table names every figure.
     for f in figures.values():
         assert f["label"] in done.stdout

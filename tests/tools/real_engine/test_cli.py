@@ -1,0 +1,37 @@
+"""`python -m tools.real_engine`'s command line: help, and usage errors exit 4 (no engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.wire.exit_codes import ExitCode
+from tools.real_engine.__main__ import main
+
+
+def test_help_lists_the_targets(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "within 3 ms of vLLM's" in out and "within 2 % (p50, mean)" in out
+
+
+def test_a_bad_argument_or_a_missing_engine_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--transports", "ws"])
+    assert exc.value.code == ExitCode.USAGE
+    assert "expected some of chat,http,http-chained,messages" in capsys.readouterr().err
+    code = main(["--out", str(tmp_path / "out"), "--engine-venv", str(tmp_path / "none")])
+    assert code == ExitCode.USAGE
+    assert "no engine virtualenv at" in capsys.readouterr().err
+    # a folder it did not make is never emptied
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("x")
+    assert main(["--out", str(mine)]) == ExitCode.USAGE
+    assert "was not made by python -m tools.real_engine" in capsys.readouterr().err
+    assert (mine / "keep.txt").exists()

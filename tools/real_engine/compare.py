@@ -1,0 +1,237 @@
+"""Each tool's figures beside vLLM's own over the same window, and the targets (pure).
+
+A client measures from its send to the bytes it reads; vLLM from the request's arrival in its
+engine front end to the token leaving the engine.  The difference on TTFT is what the HTTP
+front end and the client add; on ITL and TPOT both sides time the same tokens, so the two
+should agree; token counts come from the server's usage on the client side and from the
+engine's counters, so they must be equal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tools.real_engine.engine_metrics import (
+    CACHED_TOKENS,
+    GENERATION_TOKENS,
+    ITL,
+    PROMPT_TOKENS,
+    REQUESTS,
+    TPOT,
+    TTFT,
+    Snapshot,
+)
+
+#: loopbench's TTFT may exceed vLLM's by the HTTP front end, no more (ms, at p50 and p99)
+TTFT_BOUND_MS = 3.0
+#: ITL and TPOT: the same tokens timed on both sides (relative, at p50 and in the mean)
+INTERVAL_BOUND = 0.02
+STATS = ("p50", "p99", "mean")
+_ENGINE = {"ttft_ms": TTFT, "itl_ms": ITL, "tpot_ms": TPOT}
+_TOKENS = {
+    "input": PROMPT_TOKENS,
+    "output": GENERATION_TOKENS,
+    "cached": CACHED_TOKENS,
+    "requests": REQUESTS,
+}
+
+
+@dataclass
+class ClientFigures:
+    """What one tool reported over one window: ``{metric: {stat: ms}}`` and token sums."""
+
+    tool: str
+    label: str  # the API or transport, e.g. "chat"
+    times: dict[str, dict[str, float]] = field(default_factory=dict)
+    tokens: dict[str, int | None] = field(default_factory=dict)
+    checked: bool = False  # the time targets apply (loopbench's text turns)
+    tokens_checked: bool = False  # the token counts must equal the engine's (loopbench, any turn)
+
+
+@dataclass(frozen=True)
+class Row:
+    tool: str
+    label: str
+    metric: str  # ttft_ms, itl_ms, tpot_ms, or a token count: input, output, cached, requests
+    stat: str  # p50, p99, mean, sum
+    client: float | None
+    engine: float | None
+    resolution: float | None  # the width of vLLM's bucket holding the quantile (ms)
+    bound: str  # the target in words, "" when none applies
+    ok: bool | None  # None: no target, or a side without the figure
+
+    @property
+    def diff(self) -> float | None:
+        if self.client is None or self.engine is None:
+            return None
+        return self.client - self.engine
+
+
+def rank_quantile(values: Sequence[float], q: float) -> float | None:
+    """The value at rank ceil(q·n) of the sorted values (as loopbench's summary reads its
+    histograms), None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
+
+
+def stats_ms(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    out = {"mean": sum(values) / len(values)}
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        v = rank_quantile(values, q)
+        if v is not None:
+            out[name] = v
+    return out
+
+
+def loopbench_figures(
+    summary: Mapping[str, object],
+    transport: str,
+    turns: Sequence[Mapping[str, str]],
+    *,
+    checked: bool,
+) -> ClientFigures:
+    """loopbench's own figures: the summary's percentiles (what it prints) and the token
+    sums of the transport's rows in ``turns.csv.gz``."""
+    per = summary.get("transports")
+    block = per.get(transport) if isinstance(per, dict) else None
+    times: dict[str, dict[str, float]] = {}
+    for metric in _ENGINE:
+        got = block.get(metric) if isinstance(block, dict) else None
+        if isinstance(got, dict):
+            times[metric] = {s: float(got[s]) for s in STATS if isinstance(got.get(s), int | float)}
+    mine = [r for r in turns if r.get("transport") == transport]
+    tokens: dict[str, int | None] = {
+        "input": sum(_int(r, "input_tokens") for r in mine),
+        "output": sum(_int(r, "output_tokens") for r in mine),
+        "cached": sum(_int(r, "cached_tokens") for r in mine),
+        "requests": len(mine),
+    }
+    return ClientFigures("loopbench", transport, times, tokens, checked, tokens_checked=True)
+
+
+def peer_figures(
+    tool: str,
+    label: str,
+    ttft_ms: Sequence[float],
+    tpot_ms: Sequence[float],
+    input_tokens: Sequence[int | None],
+    output_tokens: Sequence[int | None],
+) -> ClientFigures:
+    """A peer's per-request figures (bench.peers.readers), summarized the same way."""
+
+    def total(values: Sequence[int | None]) -> int | None:
+        return None if any(v is None for v in values) else sum(v or 0 for v in values)
+
+    times = {"ttft_ms": stats_ms(ttft_ms), "tpot_ms": stats_ms(tpot_ms)}
+    tokens = {
+        "input": total(input_tokens),
+        "output": total(output_tokens),
+        "cached": None,
+        "requests": len(input_tokens),
+    }
+    return ClientFigures(tool, label, times, tokens, checked=False)
+
+
+def _int(row: Mapping[str, str], key: str) -> int:
+    try:
+        return int(float(row.get(key) or 0))
+    except ValueError:
+        return 0
+
+
+def compare(client: ClientFigures, engine: Snapshot) -> list[Row]:
+    """One row per figure both sides could have; targets only where ``client.checked``."""
+    rows: list[Row] = []
+    for metric, name in _ENGINE.items():
+        hist = engine.histograms.get(name)
+        theirs = client.times.get(metric, {})
+        if not theirs:
+            continue
+        for stat in STATS:
+            value, width = None, None
+            if hist is not None:
+                if stat == "mean":
+                    mean = hist.mean
+                    value = None if mean is None else mean * 1000.0
+                else:
+                    got = hist.quantile(0.5 if stat == "p50" else 0.99)
+                    if got is not None:
+                        value, width = got[0] * 1000.0, got[1] * 1000.0
+            mine = theirs.get(stat)
+            bound, ok = "", None
+            if client.checked and metric == "ttft_ms" and stat != "mean":
+                bound = f"|diff| <= {TTFT_BOUND_MS:g} ms"
+                if mine is not None and value is not None:
+                    ok = abs(mine - value) <= TTFT_BOUND_MS
+            elif client.checked and metric != "ttft_ms" and stat != "p99":
+                bound = f"|diff| <= {INTERVAL_BOUND:.0%}"
+                if mine is not None and value:
+                    ok = abs(mine - value) <= INTERVAL_BOUND * value
+            rows.append(Row(client.tool, client.label, metric, stat, mine, value, width, bound, ok))
+    for metric, counter in _TOKENS.items():
+        mine_n = client.tokens.get(metric)
+        if mine_n is None:
+            continue
+        theirs_n = engine.counters.get(counter)
+        bound = "equal" if client.tokens_checked and metric != "requests" else ""
+        ok = None if theirs_n is None or not bound else float(mine_n) == theirs_n
+        rows.append(
+            Row(client.tool, client.label, metric, "sum", float(mine_n), theirs_n, None, bound, ok)
+        )
+    return rows
+
+
+def missed(rows: Sequence[Row]) -> list[Row]:
+    """The rows whose target was not met, or could not be evaluated (a side had no figure)."""
+    return [r for r in rows if r.bound and r.ok is not True]
+
+
+def _fmt(value: float | None, metric: str) -> str:
+    if value is None:
+        return "-"
+    if metric.endswith("_ms"):
+        return f"{value:.2f}"
+    return f"{value:,.0f}"
+
+
+def render(rows: Sequence[Row]) -> str:
+    """The table `make real-engine` prints (and docs/real-engine.md shows)."""
+    head = ("tool", "api", "figure", "stat", "client", "vLLM", "bucket", "diff", "target", "")
+    lines = [head]
+    for r in rows:
+        diff = r.diff
+        if diff is None:
+            shown = "-"
+        elif r.metric.endswith("_ms"):
+            rel = f" ({diff / r.engine:+.1%})" if r.engine and r.metric != "ttft_ms" else ""
+            shown = f"{diff:+.2f}{rel}"
+        else:
+            shown = f"{diff:+,.0f}"
+        verdict = "" if not r.bound else ("ok" if r.ok else "MISSED" if r.ok is False else "n/a")
+        lines.append(
+            (
+                r.tool,
+                r.label,
+                r.metric,
+                r.stat,
+                _fmt(r.client, r.metric),
+                _fmt(r.engine, r.metric),
+                "-" if r.resolution is None else f"{r.resolution:.2f}",
+                shown,
+                r.bound,
+                verdict,
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = []
+    for n, line in enumerate(lines):
+        out.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)

