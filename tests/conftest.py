@@ -11,6 +11,17 @@ from harness.run.embedded import embedded_server
 from tests.runs import TINY, run_cli
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a test marked ``slow`` first, each file's tests still together.
+
+    `make test` hands whole files to its workers in collection order
+    (``--dist loadfile --no-loadscope-reorder``); a long file handed out last would leave
+    one worker running it alone at the end.  Longest first keeps the two busy together.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
+
+
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
     """Base URL (``http://127.0.0.1:PORT/v1``) of a reference server with the default profiles."""
@@ -19,8 +30,18 @@ def server_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def tiny_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished tiny run over http and ws, report rendered by the runner; read, do not change."""
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``loopbench run tiny.yaml`` in a subprocess, over http and ws, report rendered by the
+    runner: its folder (read, do not change) and what it printed.
+
+    One run per worker process serves every test that reads a finished CLI run.
+    """
     out = tmp_path_factory.mktemp("results")
-    run_cli("run", TINY, "--out", out, "--run-id", "tiny", "-q")
-    return out / "tiny"
+    proc = run_cli("run", TINY, "--out", out, "--run-id", "tiny", "-q")
+    return out / "tiny", proc.stdout
+
+
+@pytest.fixture(scope="session")
+def tiny_run_dir(tiny_run: tuple[Path, str]) -> Path:
+    """The folder of :func:`tiny_run`."""
+    return tiny_run[0]

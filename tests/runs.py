@@ -4,6 +4,7 @@ run's lifecycle fed synthetic records."""
 from __future__ import annotations
 
 import contextlib
+import io
 import signal
 import subprocess
 import sys
@@ -20,13 +21,17 @@ from harness.run.measurement import Measurement
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.scenario import load_scenario, validate_scenario
+from tests.without_reports import no_reports
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "scenarios" / "tiny.yaml"
 
 
-def _argv(args: tuple[str | Path, ...]) -> list[str]:
-    return [sys.executable, "-m", "harness", *map(str, args)]
+def _argv(args: tuple[str | Path, ...], *, report: bool = True) -> list[str]:
+    """The command line of ``loopbench ARGS``; ``report=False``: the same command without
+    rendering reports (:mod:`tests.without_reports`)."""
+    entry = "harness" if report else "tests.without_reports"
+    return [sys.executable, "-m", entry, *map(str, args)]
 
 
 def loopbench(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -40,6 +45,33 @@ def run_cli(*args: str | Path, timeout: float = 240) -> subprocess.CompletedProc
     shown = " ".join(map(str, args))
     assert proc.returncode == 0, f"loopbench {shown}: {proc.stderr}\n{proc.stdout}"
     return proc
+
+
+def in_process(*args: str | Path, report: bool = True) -> tuple[int, str]:
+    """``loopbench ARGS`` through ``main`` in this process, from the repository root as
+    :func:`loopbench` runs it: (exit code, stdout + stderr).
+
+    For tests of what a command does, not of the process around it.  ``report=False``
+    leaves out the rendering of run and sweep reports (the plots are most of a tiny run's
+    CPU) where the test reads only the files a run writes.
+    """
+    from harness.cli.main import main
+
+    out = io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if not report:
+            stack.enter_context(no_reports())
+        stack.enter_context(contextlib.chdir(ROOT))
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(out))
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            code = exc.code
+        else:
+            code = 0
+    assert isinstance(code, int), code
+    return code, out.getvalue()
 
 
 def run_tiny(out: Path, transports: list[str], sets: dict[str, str], **options: Any) -> Run:
@@ -86,12 +118,14 @@ def _ignore_sigint() -> None:
 
 
 @contextlib.contextmanager
-def started(*args: str | Path, background: bool = False) -> Iterator[subprocess.Popen[str]]:
+def started(
+    *args: str | Path, background: bool = False, report: bool = True
+) -> Iterator[subprocess.Popen[str]]:
     """``loopbench ARGS`` running, its output piped, killed on the way out if still running;
     ``background``: with SIGINT ignored, as a shell without job control starts
-    ``loopbench … &`` (a script, a CI step)."""
+    ``loopbench … &`` (a script, a CI step); ``report=False``: it renders no report."""
     proc = subprocess.Popen(
-        _argv(args),
+        _argv(args, report=report),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -115,11 +149,13 @@ def interrupt_run(
     *,
     again_after_s: tuple[float, ...] = (),
     background: bool = False,
+    report: bool = True,
 ) -> tuple[int, int, str]:
     """``loopbench run`` of tiny.yaml, one rollout at a time, sent ``sig`` once 6 rows are on disk
     (and once more after each delay of ``again_after_s``, as an impatient user or
     ``timeout -s INT`` does).  ``background``: started with SIGINT ignored, as a shell
-    without job control starts ``loopbench run … &`` (a script, a CI step).
+    without job control starts ``loopbench run … &`` (a script, a CI step).  ``report=False``:
+    the run renders no report.
 
     Fails the test if the run ends first.  Returns the rows seen before the signal, the
     exit code and stderr.
@@ -133,7 +169,7 @@ def interrupt_run(
         "load.concurrency=1",
     ]
     args += ["--transports", transport, "--out", out, "--run-id", run_id, "-q"]
-    with started(*args, background=background) as proc:
+    with started(*args, background=background, report=report) as proc:
         seen = rows_flushed(proc, out / run_id / "turns.csv.gz", 6)
         assert proc.poll() is None, (
             f"run ended before it could be interrupted: {proc.communicate()[1]}"

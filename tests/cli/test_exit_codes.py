@@ -3,7 +3,9 @@
 The table (harness/wire/exit_codes.py) is the contract with CI scripts: 3 makes
 ``examples/ci/gate.sh`` re-measure, so a typo must never exit 3, and argparse's own 2
 must never appear (it reads as an SLO breach). 130 (interrupted) is covered by the
-run's interruption tests.
+run's interruption tests.  The fifteen usage errors are judged on ``main`` in this process
+(their messages and codes are ``main``'s); every row and every entry point is still reached
+from a real process at least once.
 """
 
 from __future__ import annotations
@@ -12,13 +14,12 @@ import json
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from harness.wire.exit_codes import EXIT_CODE_TABLE, ExitCode
-from tests.runs import ROOT, loopbench
+from tests.runs import ROOT, in_process, loopbench
 
 BASELINE = ROOT / "results" / "baseline"
 
@@ -79,28 +80,16 @@ USAGE_ERRORS: list[tuple[tuple[str, ...], str]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def usage_runs(request: pytest.FixtureRequest) -> dict[tuple[str, ...], tuple[int, str]]:
-    """Every selected usage-error command, run a few at a time: each is an interpreter start."""
-    selected = [
-        item.callspec.params["argv"]
-        for item in request.session.items
-        if item.module is request.module
-        and getattr(item, "originalname", "") == "test_4_usage_or_input_error"
-    ]
-    with ThreadPoolExecutor(4) as pool:
-        return dict(zip(selected, pool.map(lambda argv: _code(*argv), selected), strict=True))
-
-
 @pytest.mark.parametrize(
     ("argv", "message"),
     USAGE_ERRORS,
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else None,
 )
-def test_4_usage_or_input_error(
-    argv: tuple[str, ...], message: str, usage_runs: dict[tuple[str, ...], tuple[int, str]]
-) -> None:
-    code, out = usage_runs[argv]
+def test_4_usage_or_input_error(argv: tuple[str, ...], message: str) -> None:
+    """In-process: the code and message come from ``main``; that a real process exits with
+    what ``main`` returns is the subprocess tests' claim (test_0_ok_validate,
+    test_validate_of_a_broken_file_exits_4, test_every_entry_point_exits_4_on_a_usage_error_not_2)."""
+    code, out = in_process(*argv)
     assert code == ExitCode.USAGE, out
     assert message in out
     assert "Traceback" not in out

@@ -15,7 +15,7 @@ from harness.cli.main import build_parser
 from harness.cli.run_args import check_run_args, check_sweep_args
 from harness.run.embedded import embedded_server
 from harness.wire.errors import UsageError
-from tests.runs import TINY, loopbench, run_cli
+from tests.runs import TINY, in_process, loopbench
 
 ALL = "http, chat, messages, http-chained, ws, ws-store, ws-append"
 
@@ -167,7 +167,12 @@ def test_sweep_passes_the_client_options_to_each_run(
         ]  # fmt: skip
         # This server refuses any other key (401): every turn succeeds only if the key is sent.
         monkeypatch.setenv("LOOPBENCH_TEST_KEY", "sk-sweep-test")
-        run_cli(*argv, "--sweep-id", "sw", "--api-key-env", "LOOPBENCH_TEST_KEY")
+        # In process and without the reports: what reaches each run is the sweep's doing,
+        # not the process's (the CLI sweep as a process: test_goodput_search)
+        code, out = in_process(
+            *argv, "--sweep-id", "sw", "--api-key-env", "LOOPBENCH_TEST_KEY", report=False
+        )
+        assert code == 0, out
         for run in ("00-concurrency-1", "01-concurrency-2"):
             folder = tmp_path / "sw" / run
             manifest = json.loads((folder / "manifest.json").read_text())
@@ -193,9 +198,9 @@ def test_sweep_passes_the_client_options_to_each_run(
             # --server-metrics reached every run of the sweep, each with its own file
             assert (folder / "server_metrics.csv.gz").exists()
         monkeypatch.delenv("LOOPBENCH_TEST_KEY")
-        proc = loopbench(*argv, "--sweep-id", "sw2", "--api-key-env", "LOOPBENCH_TEST_KEY")
-    assert proc.returncode != 0
-    assert "--api-key-env: environment variable LOOPBENCH_TEST_KEY is not set" in proc.stderr
+        code, out = in_process(*argv, "--sweep-id", "sw2", "--api-key-env", "LOOPBENCH_TEST_KEY")
+    assert code != 0
+    assert "--api-key-env: environment variable LOOPBENCH_TEST_KEY is not set" in out
 
 
 def test_slo_flag_becomes_overrides_and_refuses_what_it_cannot_read() -> None:
@@ -290,9 +295,9 @@ def test_a_search_without_slo_or_of_a_field_that_is_not_the_load_is_refused(
         "--search-param load.throughput.tps: drives a load.mode: throughput scenario, and "
         "tiny.yaml has load.mode: closed; search load.concurrency or set load.mode=throughput"
     )
-    # The CLI refuses with the usage exit code, before any run folder exists.
+    # The command refuses with the usage exit code, before any run folder exists.
     for argv in (["--max-load", "2"], ["--slo", "ttft_ms=500", "--search-param", "seed"]):
-        proc = loopbench("sweep", TINY, "--search", "goodput", *argv, "--out", str(tmp_path), "-q")
-        assert proc.returncode == 4, proc.stderr
-        assert "--search" in proc.stderr and "Traceback" not in proc.stderr
+        code, out = in_process("sweep", TINY, "--search", "goodput", *argv, "--out", tmp_path, "-q")
+        assert code == 4, out
+        assert "--search" in out and "Traceback" not in out
         assert list(tmp_path.iterdir()) == []

@@ -20,9 +20,6 @@ from harness.gate.ab import round_order, scaled_api_overrides, split_rounds
 from harness.run.embedded import server_child
 from harness.workload.plan import RolloutPlan
 
-# serial: the verdict reads the machine's timing (`make test` runs it alone)
-pytestmark = pytest.mark.serial
-
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "ci" / "scenario.yaml"
 RULES = ROOT / "examples" / "ci" / "gates-ab.yaml"
@@ -90,6 +87,8 @@ def test_scaled_api_overrides() -> None:
     }
 
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+@pytest.mark.serial
 @pytest.mark.slow
 def test_ab_flags_a_20_percent_slower_api_tier(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -118,6 +117,8 @@ def test_ab_flags_a_20_percent_slower_api_tier(
     assert int(suite.attrib["failures"]) >= 2
 
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+@pytest.mark.serial
 @pytest.mark.slow
 def test_ab_with_identical_servers_passes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

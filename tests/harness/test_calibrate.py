@@ -21,9 +21,6 @@ from harness.report.results import load_run
 from reference_server.core.profiles import load_profiles
 from tests.runs import run_cli
 
-# serial: the verdict reads the machine's timing (`make test` runs it alone)
-pytestmark = pytest.mark.serial
-
 
 def _synthetic_rows(
     seed: int = 1, noise_ms: float = 0.0, bursts: bool = True
@@ -143,6 +140,8 @@ def test_fitted_profiles_load_and_reproduce_the_intercepts() -> None:
     assert api["workers"] == base_api.workers  # capacity is not observable: kept from the base
 
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+@pytest.mark.serial
 def test_recovers_the_reference_servers_own_parameters(
     reduced_reproduction: ReproductionResult, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ APIS = ("chat", "messages")
 TINY = ROOT / "scenarios" / "tiny.yaml"
 
 # the first test's time includes the module fixture's four commands, each bounded on its own
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_the_same_seeded_rollouts_over_chat_messages_and_http(paired: tuple[Run, str]) -> None:
@@ -96,10 +96,12 @@ def runs(
             *args, "--transports", "chat,messages", "--out", out, "-q", timeout=timeout
         )
 
-    with ThreadPoolExecutor(1 + len(OTHER_PATHS)) as pool:
-        paired = pool.submit(paired_run)
-        procs = dict(zip(OTHER_PATHS, pool.map(other, OTHER_PATHS), strict=True))
-        return paired.result(), out, procs
+    with ThreadPoolExecutor(len(OTHER_PATHS)) as pool:
+        others = pool.map(other, OTHER_PATHS)
+        # in this process, so in the main thread (a run installs its signal handlers)
+        paired = paired_run()
+        procs = dict(zip(OTHER_PATHS, others, strict=True))
+        return paired, out, procs
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from harness.report.results import load_run
 from harness.report.server_metrics import load_server_metrics
 from harness.run.procs import partition, split_concurrency
 from harness.workload.plan import RolloutPlan
+from tests.runs import TINY, in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,26 +39,12 @@ def test_concurrency_is_split_as_evenly_as_possible() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_client_processes_and_two_server_workers_merge_into_one_run(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "run",
-            str(ROOT / "scenarios" / "tiny.yaml"),
-            "--procs",
-            "2",
-            "--out",
-            str(tmp_path),
-            "--run-id",
-            "procs",
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=110,
+    # main() in this process without the report: the two client processes and the server's
+    # two workers are still processes; SIGINT to a --procs run from outside is test_outcomes'
+    code, out = in_process(
+        "run", TINY, "--procs", "2", "--out", tmp_path, "--run-id", "procs", "-q", report=False
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert code == 0, out[:3000]
     run = load_run(tmp_path / "procs")
     assert run.manifest["procs"] == 2
     summary = run.summary

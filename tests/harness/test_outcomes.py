@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.run.health import ClientHealth
 from harness.run.runner import RunOptions, run_scenario
 from harness.run.validity import MIN_JUDGED_WALL_S, validity_reasons
@@ -171,10 +173,16 @@ def test_error_rate_reasons_come_first_and_cpu_needs_a_long_enough_window() -> N
 
 
 def test_sigint_exits_130_and_lists_what_never_ran(tmp_path: Path) -> None:
+    """A real process: the signal, its exit code and what it prints are the claim (the report
+    of an interrupted run is tests/report/test_interrupt.py's, so none is rendered here)."""
     args = ["run", TINY, "--set", "rollout.count=40", "--set", "load.concurrency=1"]
     args += ["--transports", "http,ws", "--out", tmp_path, "--run-id", "int", "-q"]
     proc = subprocess.Popen(
-        _argv(tuple(args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+        _argv(tuple(args), report=False),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
     try:
         seen = rows_flushed(proc, tmp_path / "int" / "turns.csv.gz", 6)
@@ -213,7 +221,11 @@ def test_sigint_to_a_procs_run_exits_130_with_a_merged_partial_summary(tmp_path:
     args = ["run", TINY, "--set", "rollout.count=40", "--set", "load.concurrency=2"]
     args += ["--transports", "http,ws", "--procs", "2", "--out", tmp_path, "--run-id", "p"]
     proc = subprocess.Popen(
-        _argv(tuple(args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+        _argv(tuple(args), report=False),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
     try:
         assert proc.stderr is not None
@@ -240,6 +252,7 @@ def test_sigint_to_a_procs_run_exits_130_with_a_merged_partial_summary(tmp_path:
     assert started < 40 * 2, summary["transports"]  # 40 rollouts over each of two transports
 
 
+@pytest.mark.slow
 def test_sigint_to_gate_ab_exits_130_not_invalid(tmp_path: Path) -> None:
     args = ["gate", TINY, "--ab", "--set", "rollout.count=60", "--set", "load.concurrency=1"]
     args += ["--transports", "http", "--out", tmp_path, "--run-id", "ab"]

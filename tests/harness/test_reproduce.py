@@ -26,9 +26,6 @@ from harness.model.reproduce import (
     paired_reduction_pct,
 )
 
-# serial: the verdict reads the machine's timing (`make test` runs it alone)
-pytestmark = pytest.mark.serial
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -213,6 +210,8 @@ def test_reproduction_scenarios_share_one_rollout() -> None:
 # -- the table through real sockets, at reduced size -----------------------------------------
 
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+@pytest.mark.serial
 def test_reduced_reproduction_table(reduced_reproduction: ReproductionResult) -> None:
     res = reduced_reproduction
     rows = res.rows
@@ -229,6 +228,8 @@ def test_reduced_reproduction_table(reduced_reproduction: ReproductionResult) ->
     assert (res.run_dirs["codex-cerebras"].parent / "reproduction.md").read_text().startswith("| #")
 
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+@pytest.mark.serial
 def test_decode_rates_through_real_sockets(reduced_reproduction: ReproductionResult) -> None:
     """The issue's integration figures, not widened: 8 concurrent 1,000 TPS streams, 65 TPS."""
     m = reduced_reproduction.measurements
@@ -242,6 +243,8 @@ def test_decode_rates_through_real_sockets(reduced_reproduction: ReproductionRes
     assert ws["turns"]["count"] == 48 and ws["turns"]["errors"] == 0
 
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+@pytest.mark.serial
 def test_breakdown_and_measurement_error_per_transport(
     reduced_reproduction: ReproductionResult,
 ) -> None:

@@ -1,4 +1,7 @@
-"""``loopbench run`` end to end: a real embedded server on a free port, both transports."""
+"""``loopbench run`` end to end: a real embedded server on a free port, both transports.
+
+The run is the session's ``tiny_run`` (tests/conftest.py), shared with the report tests.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs import run_cli
-
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("results")
-    proc = run_cli("run", ROOT / "scenarios" / "tiny.yaml", "--out", out, "--run-id", "tiny", "-q")
-    return out / "tiny", proc.stdout
 
 
 def test_result_files_exist(tiny_run: tuple[Path, str]) -> None:

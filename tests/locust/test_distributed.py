@@ -45,6 +45,9 @@ load:
 """
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def distributed_run(
     server_url: str, tmp_path_factory: pytest.TempPathFactory

@@ -61,7 +61,9 @@ def test_a_target_that_dies_mid_run_gives_a_completed_run_with_the_errors(tmp_pa
 def test_sigterm_midway_leaves_readable_rows_and_a_partial_summary(tmp_path: Path) -> None:
     """Started as a script's ``loopbench run … &`` (SIGINT ignored): SIGTERM, raised as that
     ignored SIGINT, was lost and the run went on to its end."""
-    seen, code, err = interrupt_run(tmp_path, "term", "ws", 40, signal.SIGTERM, background=True)
+    seen, code, err = interrupt_run(
+        tmp_path, "term", "ws", 40, signal.SIGTERM, background=True, report=False
+    )
     summary = json.loads((tmp_path / "term" / "summary.json").read_text())
     assert summary["partial"] is True and summary["valid"] is False
     n = summary["transports"]["ws"]["rollouts"]["count"]

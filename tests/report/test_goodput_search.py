@@ -13,9 +13,6 @@ import pytest
 from harness.report.sweep import search_answer_line
 from harness.run.goodput import GoodputSearch, confidence, passes
 
-# serial: the verdict reads the machine's timing (`make test` runs it alone)
-pytestmark = pytest.mark.serial
-
 # An engine of MAX_STREAMS concurrent streams; each agent holds one stream at a time (no
 # tool time, no think time), so up to MAX_STREAMS agents no request waits for a stream,
 # and beyond it a turn's first token waits for another turn's whole decode (300 tokens at
@@ -103,6 +100,8 @@ def test_pass_rules_and_confidence_are_honest_about_noise() -> None:
     assert confidence(9, 9, 0.5) == "no CI (n=9)" and not passes(9, 9, 0.5, "ci-lower")
 
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+@pytest.mark.serial
 def test_search_converges_on_the_engines_capacity(tmp_path: Path, cli: Callable[..., Any]) -> None:
     scenario = tmp_path / "capacity.yaml"
     scenario.write_text(SCENARIO)

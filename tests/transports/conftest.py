@@ -1,26 +1,24 @@
-"""Run ``loopbench run`` as a user does and load what it wrote."""
+"""Run ``loopbench run`` with a user's arguments and load what it wrote."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from harness.report.results import Run, load_run
+from tests.runs import in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "scenarios" / "tiny.yaml")
 
 
 def loopbench_run(out: Path, run_id: str, *args: str) -> tuple[Run, str]:
-    """``loopbench run tiny <args>`` (the built-in tiny.yaml); fails the test on a non-zero exit."""
-    cmd = [sys.executable, "-m", "harness", "run", TINY, "--out", str(out), "--run-id", run_id]
-    proc = subprocess.run(
-        [*cmd, "-q", *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    return load_run(out / run_id), proc.stdout
+    """``loopbench run tiny <args>`` (the built-in tiny.yaml); fails the test on a non-zero exit.
+
+    Through ``main`` in this process and without rendering the report: these tests read the
+    run's files and console table over real sockets; the process around ``main`` is
+    test_run_e2e's (and tests/cli's) claim, the report the report tests'.
+    """
+    argv = ["run", TINY, "--out", str(out), "--run-id", run_id, "-q", *args]
+    code, console = in_process(*argv, report=False)
+    assert code == 0, console
+    return load_run(out / run_id), console

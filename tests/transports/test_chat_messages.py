@@ -25,7 +25,7 @@ from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
 from tests.foreign_chat import SIM_TIMING, foreign_chat_server
-from tests.runs import TINY, run_cli
+from tests.runs import TINY, in_process
 from tests.transports.test_parity import RECORD_FIELDS, gevent_edge
 
 APIS = ("chat", "messages")
@@ -184,11 +184,12 @@ def test_cache_control_flag_of_loopbench_run(
     """``run --target URL --cache-control X``: the breakpoints each messages body carries
     (system, tools, messages), and the manifest records a placement other than the default."""
     with foreign_chat_server() as (url, requests):
-        run_cli(
+        code, out = in_process(
             "run", TINY, "--target", url, "--no-probe", "--transports", "messages",
             "--set", "rollout.count=1", "--cache-control", placement,
-            "--out", tmp_path, "--run-id", "cc", "-q",
+            "--out", tmp_path, "--run-id", "cc", "-q", report=False,
         )  # fmt: skip
+    assert code == 0, out
     assert requests
     for r in requests:
         body = r["body"]

@@ -172,6 +172,7 @@ def test_bench_command_reports_the_machine(server_url: str) -> None:
     assert "load average" in out.stdout and "CPU steal" in out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux /proc")
 def test_a_bench_stopped_by_sigterm_stops_the_processes_it_started() -> None:
     """By default SIGTERM ends a process at once: the proxy and the bare relay were left

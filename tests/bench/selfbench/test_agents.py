@@ -25,10 +25,9 @@ from bench.selfbench.agents import (
 )
 from harness.workload.records import TurnRecord
 
+
 # serial: the verdict reads the machine's timing (`make test` runs it alone)
-pytestmark = pytest.mark.serial
-
-
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_agents_search_finds_the_servers_connection_limit() -> None:
