@@ -22,7 +22,7 @@ from harness.metrics.summary import Accumulator
 from harness.report import analysis as A
 from harness.report import load_run
 from harness.report.compare import compare_runs, metric_specs
-from harness.report.render import latency_table, throughput_table
+from harness.report.render import latency_table, throughput_tables
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,7 +199,8 @@ def test_compare_report_cli_and_gate_name_only_table_metrics() -> None:
     summary = acc.summary("s")
     titles = {m.title(s.key, with_unit=w) for m in D.METRICS for s in m.stats for w in (0, 1)}
     assert set(latency_table(summary).headers[5:]) <= titles
-    assert set(throughput_table(summary).headers[1:]) <= titles
+    for table in throughput_tables(summary):
+        assert set(table.headers[1:]) <= titles
     for metric in D.gate_metrics():
         parse_rules(
             {"regression": [f"*.{metric}.p50 +10%"], "speedup": [f"ws vs http {metric} >= 1"]}
