@@ -36,9 +36,9 @@ class SseFeed:
         msgs = self.decoder.feed(chunk)
         waiting = user_ns and not stream.first_token_ns
         for msg in msgs:
-            if msg.data.startswith("[DONE]"):
+            if msg.raw.startswith(b"[DONE]"):
                 continue
-            stream.feed(loads(msg.data), t_ns)
+            stream.feed(loads(msg.raw), t_ns)
         if user_ns:
             stream.rx_kernel = True
             if waiting and stream.first_token_ns:

@@ -274,9 +274,7 @@ class RolloutSteps:
         """The turn's stream ended (its terminal event, or a paused append segment)."""
         rec = self._current()
         roll = self.record
-        sent_ns = rec.sent_ns
         stream.fill(rec)
-        rec.sent_ns = sent_ns
         if rec.error_kind == CONTEXT_LENGTH_EXCEEDED:
             # Refused inside a stream (an append segment): worded as the error response is.
             rec.error_message = context_message(rec.error_message)
