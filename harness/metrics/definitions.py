@@ -243,27 +243,22 @@ METRICS: list[Metric] = [
     ),
     # TTFT by output kind: engines treat tool calls apart (a forced call is decoded under a
     # grammar and may be withheld until it parses), so a mixed run's TTFT mixes two things
-    _latency(
-        "ttft_text_ms",
-        "TTFT text",
-        stats=stats("p50", "p99"),
-        record="turn",
-        when=_TTFT_WHEN + " & (function_calls == 0)",
-        value="first_token_ns - sent_ns",
-        histogram="ttft_text",
-        column=None,
-    ),
-    _latency(
-        "ttft_tool_ms",
-        "TTFT tool call",
-        stats=stats("p50", "p99"),
-        record="turn",
-        when=_TTFT_WHEN + " & (function_calls > 0)",
-        value="first_token_ns - sent_ns",
-        histogram="ttft_tool",
-        column=None,
-        report=(("p50", 1),),
-        measured_only=True,
+    *(
+        _latency(
+            f"ttft_{kind}_ms",
+            f"TTFT {label}",
+            stats=stats("p50", "p99"),
+            record="turn",
+            when=f"{_TTFT_WHEN} & (function_calls {calls})",
+            value="first_token_ns - sent_ns",
+            histogram=f"ttft_{kind}",
+            column=None,
+            **shown,
+        )
+        for kind, label, calls, shown in (
+            ("text", "text", "== 0", {}),
+            ("tool", "tool call", "> 0", {"report": (("p50", 1),), "measured_only": True}),
+        )
     ),
     # a tool call whose output came whole (fewer than MIN_OUTPUT_ARRIVALS arrivals): from the
     # response's first event (Chat Completions: the role chunk, which vLLM sends on the engine's
