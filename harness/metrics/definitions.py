@@ -171,6 +171,11 @@ VISIBLE_TOKENS = "(output_tokens - reasoning_tokens)"
 #: front end writing 150 tokens in two reads — not how fast the engine decoded (those turns read
 #: 2–3x the engine's rate).  Rows written before the count existed (0) keep their samples.
 MIN_OUTPUT_ARRIVALS = 4
+#: the fewest visible tokens of a turn the summary's warning counts when its output came in fewer
+#: than MIN_OUTPUT_ARRIVALS pieces: 16 tokens in at most 3 pieces is 5+ tokens a piece, which no
+#: engine-paced stream sends (vLLM sends 1, the reference server ~2); a shorter turn in few pieces
+#: is mostly a short answer, left out with the too-short ones (``tps.decode_excluded``)
+WHOLE_OUTPUT_MIN_TOKENS = 16
 #: the turn's output was paced: enough arrivals, or a row from before they were counted
 PACED_OUTPUT = f"(output_arrivals >= {MIN_OUTPUT_ARRIVALS}) + (output_arrivals == 0)"
 #: output that came whole or nearly (fewer than MIN_OUTPUT_ARRIVALS arrivals)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS
+from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS, WHOLE_OUTPUT_MIN_TOKENS
 from harness.workload.records import TurnRecord
 
 #: the counters, in ``summary.json`` order
@@ -24,8 +24,9 @@ KEYS = (
     "decode_implausible",
     "decode_reported_tokens",  # summed over the flagged turns: usage.output_tokens (visible) ...
     "decode_streamed_tokens",  # ... and the streamed text, in tokens
-    # turns with >= 2 visible tokens whose output arrived in fewer than MIN_OUTPUT_ARRIVALS
-    # pieces (no ITL, TPOT or decode TPS from them), and how many of those were tool calls
+    # turns of WHOLE_OUTPUT_MIN_TOKENS visible tokens or more whose output arrived in fewer than
+    # MIN_OUTPUT_ARRIVALS pieces (no ITL, TPOT or decode TPS from them), and how many of those
+    # were tool calls
     "output_whole",
     "output_whole_calls",
 )
@@ -49,7 +50,7 @@ def add(counts: dict[str, int], rec: TurnRecord) -> None:
         counts["decode_streamed_tokens"] += rec.streamed_tokens
     if (
         0 < rec.output_arrivals < MIN_OUTPUT_ARRIVALS
-        and rec.output_tokens - rec.reasoning_tokens >= 2
+        and rec.output_tokens - rec.reasoning_tokens >= WHOLE_OUTPUT_MIN_TOKENS
     ):
         counts["output_whole"] += 1
         counts["output_whole_calls"] += rec.function_calls > 0
