@@ -20,7 +20,7 @@ from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_
 from harness.client.shaping import NO_SHAPING, RequestShaping, planned_output, shape_body
 from harness.client.stream import ResponseStream
 from harness.wire.errors import ErrorKind, LoopbenchError, ProtocolError, TransportError
-from harness.wire.events import COMPLETED, CREATED, dumps, loads
+from harness.wire.events import dumps, loads
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.wire.transports import TransportSpec
 from harness.workload.agent import TurnInput
@@ -148,8 +148,7 @@ class Conversation:
                 f"list), got {body_start(resp.body)}"
             )
         response = {**doc, "status": "completed"}
-        stream.feed({"type": CREATED, "response": {**response, "status": "in_progress"}}, done_ns)
-        stream.feed({"type": COMPLETED, "response": response}, done_ns)
+        stream.whole(response, done_ns)
         self.previous_response_id = None
         self.paused = None
         return stream

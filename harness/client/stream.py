@@ -238,6 +238,13 @@ class ResponseStream:
             self.rec = rec
         self._start_segment(sent_ns)
 
+    def whole(self, response: dict[str, Any], done_ns: int) -> None:
+        """The response came as one JSON body at ``done_ns`` (a compaction): completed, with its
+        output and usage, and no event — so no first event or token for TTFB or TTFT."""
+        self._created = True
+        self.status = "in_progress"
+        self._on_terminal(COMPLETED, None, {"type": COMPLETED, "response": response}, done_ns)
+
     # -- feeding -----------------------------------------------------------------------------
 
     def feed(self, event: dict[str, Any], t_ns: int) -> None:
