@@ -74,10 +74,9 @@ class ApiConversation(Conversation):
 
     def http_sent(self, rec: TurnRecord, sent_ns: int) -> TranslatedFeed:
         """The request goes out now: its stream, fed through the API's translator."""
-        rec.sent_ns = sent_ns
         translator: Translator = (
             chat_api.ChatTranslator()
             if self.spec.api == "chat"
             else messages_api.MessagesTranslator()
         )
-        return TranslatedFeed(ResponseStream(sent_ns, tokens=self.tokens), translator)
+        return TranslatedFeed(ResponseStream(sent_ns, tokens=self.tokens, rec=rec), translator)

@@ -134,9 +134,9 @@ class ChatTranslator:
     def feed(self, msg: SSEMessage) -> list[Event]:
         if self.ended:
             return []  # nothing after the end counts (a stray byte after [DONE] or an error)
-        if msg.data.startswith("[DONE]"):
+        if msg.raw.startswith(b"[DONE]"):
             return self._done()
-        chunk = loads(msg.data)
+        chunk = loads(msg.raw)
         emit = self._emit
         err = chunk.get("error")
         if isinstance(err, dict):

@@ -20,7 +20,7 @@ from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_
 from harness.client.shaping import NO_SHAPING, RequestShaping, planned_output, shape_body
 from harness.client.stream import ResponseStream
 from harness.wire.errors import ErrorKind, LoopbenchError, ProtocolError, TransportError
-from harness.wire.events import COMPLETED, CREATED, dumps, loads
+from harness.wire.events import dumps, loads
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.wire.transports import TransportSpec
 from harness.workload.agent import TurnInput
@@ -94,8 +94,7 @@ class Conversation:
 
     def http_sent(self, rec: TurnRecord, sent_ns: int) -> SseFeed:
         """The request goes out now: its stream, fed by the response body."""
-        rec.sent_ns = sent_ns
-        return SseFeed(ResponseStream(sent_ns, tokens=self.tokens))
+        return SseFeed(ResponseStream(sent_ns, tokens=self.tokens, rec=rec))
 
     def http_answer(self, rec: TurnRecord, feed: SseFeed, resp: HttpResponse) -> ResponseStream:
         """The turn's stream once the exchange ended; raises the API or truncation error."""
@@ -134,7 +133,7 @@ class Conversation:
         Whatever the transport, the next request starts a new chain from the compacted
         history: the server's chain still holds everything that was compacted.
         """
-        rec.sent_ns = sent_ns
+        stream = ResponseStream(sent_ns, rec=rec)
         rec.new_connection = resp.new_connection
         rec.connected_ns = resp.connected_ns
         if resp.status >= 400:
@@ -148,10 +147,8 @@ class Conversation:
                 "POST /responses/compact: expected a compacted response (JSON with an 'output' "
                 f"list), got {body_start(resp.body)}"
             )
-        stream = ResponseStream(sent_ns)
         response = {**doc, "status": "completed"}
-        stream.feed({"type": CREATED, "response": {**response, "status": "in_progress"}}, done_ns)
-        stream.feed({"type": COMPLETED, "response": response}, done_ns)
+        stream.whole(response, done_ns)
         self.previous_response_id = None
         self.paused = None
         return stream
@@ -176,6 +173,14 @@ class Conversation:
             self.previous_response_id = stream.response_id
 
 
+def on_lane(payload: bytes, stream_id: str | None) -> bytes:
+    """A WebSocket message for lane ``stream_id`` of a multiplexed connection (None: as is)."""
+    if stream_id is None:
+        return payload
+    # The body is a JSON object: the lane goes in as its first key.
+    return b'{"stream_id":' + dumps(stream_id) + b"," + payload[1:]
+
+
 class WsTurn:
     """One WebSocket turn and its recoveries.
 
@@ -186,7 +191,17 @@ class WsTurn:
     send; the time until the send that succeeded is its recovery time.
     """
 
-    __slots__ = ("attempts", "conv", "first_send", "full", "inp", "rec", "resume", "stream")
+    __slots__ = (
+        "attempts",
+        "conv",
+        "first_send",
+        "full",
+        "inp",
+        "last_send",
+        "rec",
+        "resume",
+        "stream",
+    )
 
     def __init__(self, conv: Conversation, inp: TurnInput, rec: TurnRecord) -> None:
         self.conv = conv
@@ -194,11 +209,13 @@ class WsTurn:
         self.rec = rec
         self.full = False  # resend the whole context whatever the chain says
         self.first_send = 0
+        self.last_send = 0
         self.attempts = 0
         self.resume: ResponseStream | None = None
         self.stream: ResponseStream | None = None
 
-    def request(self) -> bytes:
+    def request(self, stream_id: str | None = None) -> bytes:
+        """The message of this attempt; ``stream_id``: the lane of a multiplexed connection."""
         conv = self.conv
         paused = conv.paused
         if paused is not None and paused.status == "paused" and paused.response_id:
@@ -215,17 +232,21 @@ class WsTurn:
                 ws_create(conv.spec, inp, previous), "responses", conv.shaping, planned_output(inp)
             )
         payload = dumps(body)
+        payload = on_lane(payload, stream_id)
         self.rec.bytes_sent = len(payload)  # bytes, as over HTTP: not characters
         return payload
 
     def start(self, sent_ns: int) -> ResponseStream:
+        # The turn is measured from its first send, recovery included: every attempt's stream
+        # starts there, and the time until this send is the recovery's (finish()).
         if not self.first_send:
-            self.first_send = self.rec.sent_ns = sent_ns
+            self.first_send = sent_ns
+        self.last_send = sent_ns
         stream = self.resume
         if stream is not None:
-            stream.resume(sent_ns)
+            stream.resume(self.first_send, self.rec)
         else:
-            stream = ResponseStream(sent_ns, tokens=self.conv.tokens)
+            stream = ResponseStream(self.first_send, tokens=self.conv.tokens, rec=self.rec)
         self.stream = stream
         return stream
 
@@ -254,10 +275,7 @@ class WsTurn:
     def finish(self) -> ResponseStream:
         stream = self.stream
         assert stream is not None, "finish() before start()"
-        if stream.sent_ns != self.first_send:
-            self.rec.recovery_ns += stream.sent_ns - self.first_send
-            # The turn is measured from its first send, recovery included.
-            stream.sent_ns = self.first_send
+        self.rec.recovery_ns += self.last_send - self.first_send
         conv = self.conv
         if conv.spec.append:
             conv.paused = stream if stream.status == "paused" else None

@@ -213,7 +213,7 @@ class MessagesTranslator:
     def feed(self, msg: SSEMessage) -> list[Event]:
         if self.ended:
             return []
-        event = loads(msg.data)
+        event = loads(msg.raw)
         etype = event.get("type") or msg.event
         emit = self._emit
         if etype == "error":

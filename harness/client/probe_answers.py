@@ -213,7 +213,7 @@ class StreamReading:
                 self.reason = self._translator.reason
                 self.usage = self._translator.usage or None
             elif isinstance(msg, SSEMessage):
-                events = [] if msg.data.startswith("[DONE]") else [loads(msg.data)]
+                events = [] if msg.raw.startswith(b"[DONE]") else [loads(msg.raw)]
             else:
                 events = [loads(msg)]
             if isinstance(msg, SSEMessage) and msg.data.startswith("[DONE]"):

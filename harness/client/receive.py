@@ -34,14 +34,14 @@ class SseFeed:
         """
         stream = self.stream
         msgs = self.decoder.feed(chunk)
-        waiting = user_ns and not stream.first_token_ns
+        waiting = user_ns and not stream.rec.first_token_ns
         for msg in msgs:
-            if msg.data.startswith("[DONE]"):
+            if msg.raw.startswith(b"[DONE]"):
                 continue
-            stream.feed(loads(msg.data), t_ns)
+            stream.feed(loads(msg.raw), t_ns)
         if user_ns:
             stream.rx_kernel = True
-            if waiting and stream.first_token_ns:
+            if waiting and stream.rec.first_token_ns:
                 stream.first_token_user_ns = user_ns
         return len(msgs)
 
@@ -60,7 +60,7 @@ def feed_ws_message(stream: ResponseStream, raw: str | bytes, t_ns: int, user_ns
         stream.feed(event, t_ns)
         return
     stream.rx_kernel = True
-    waiting = not stream.first_token_ns
+    waiting = not stream.rec.first_token_ns
     stream.feed(event, t_ns)
-    if waiting and stream.first_token_ns:
+    if waiting and stream.rec.first_token_ns:
         stream.first_token_user_ns = user_ns

@@ -299,18 +299,14 @@ class RolloutSteps:
         """The turn's stream ended (its terminal event, or a paused append segment)."""
         rec = self._current()
         roll = self.record
-        sent_ns = rec.sent_ns
         stream.fill(rec)
-        rec.sent_ns = sent_ns
         if rec.error_kind == CONTEXT_LENGTH_EXCEEDED:
             # Refused inside a stream (an append segment): worded as the error response is.
             rec.error_message = context_message(rec.error_message)
         spec = BY_NAME.get(self.transport)
-        if self._compacting:
-            # One JSON answer, no stream: its time is the turn's latency, and it has no
-            # first byte or token to put in TTFB or TTFT (docs/metrics.md).
-            rec.first_event_ns = 0
-        elif spec is not None:
+        # A compaction is one JSON answer (no first event or token, ResponseStream.whole): no
+        # output to judge.
+        if not self._compacting and spec is not None:
             honesty.check(spec, rec)
         roll.turns += 1
         self._crit_turns += 1

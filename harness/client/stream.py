@@ -31,7 +31,7 @@ consume a sequence number.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, Generic, NoReturn, TypeVar
 
 from harness.wire.errors import StreamOrderError
 from harness.wire.events import (
@@ -78,6 +78,26 @@ VISIBLE_DELTA_TYPES = frozenset({TEXT_DELTA, ARGUMENTS_DELTA, REFUSAL_DELTA})
 SUMMARY_DELTA = REASONING_SUMMARY_TEXT_DELTA
 
 
+_V = TypeVar("_V")
+
+
+class _OnRecord(Generic[_V]):
+    """A stream attribute that lives on the stream's :class:`TurnRecord`: the turn's timestamps
+    have one home and one writer (the stream), and the record needs no copy of them."""
+
+    __slots__ = ("name",)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: ResponseStream, objtype: type | None = None) -> _V:
+        value: _V = getattr(obj.rec, self.name)
+        return value
+
+    def __set__(self, obj: ResponseStream, value: _V) -> None:
+        setattr(obj.rec, self.name, value)
+
+
 class ResponseStream:
     """Per-response state machine; see the module docstring.
 
@@ -86,14 +106,29 @@ class ResponseStream:
     ``"error"`` (an ``error`` event not, or not yet, followed by ``response.failed``)
     or ``"paused"`` (append prototype).  ``done`` is True in all terminal states;
     after an ``error`` event only ``response.failed`` is still accepted.
+
+    The timestamps, the delta count and the gaps are written straight into ``rec``, the turn's
+    record (a record of its own when none is given: the probe's, a test's); :meth:`fill` adds
+    what is known only at the end (status, usage, ``sim_timing``).
     """
+
+    sent_ns = _OnRecord[int]()
+    first_event_ns = _OnRecord[int]()
+    first_token_ns = _OnRecord[int]()
+    first_output_ns = _OnRecord[int]()
+    last_token_ns = _OnRecord[int]()
+    done_ns = _OnRecord[int]()
+    delta_events = _OnRecord[int]()
+    output_arrivals = _OnRecord[int]()
 
     def __init__(
         self,
         sent_ns: int,
         burst_window_ns: int = BURST_WINDOW_NS,
         tokens: TokenConvention = FIXED_WIDTH,
+        rec: TurnRecord | None = None,
     ) -> None:
+        self.rec = rec if rec is not None else TurnRecord("", 0, 0)
         if burst_window_ns <= 0:
             raise ValueError(f"burst_window_ns: expected a positive number, got {burst_window_ns}")
         self.burst_window_ns = burst_window_ns
@@ -124,17 +159,18 @@ class ResponseStream:
 
     def _start_segment(self, sent_ns: int) -> None:
         self._hot = None
-        self.sent_ns = sent_ns
+        rec = self.rec
+        rec.sent_ns = sent_ns
         #: the user-space stamp of the read that carried the first token, when the edge stamped
         #: it with the kernel's receive time (first_token_ns); 0 otherwise
         self.first_token_user_ns = 0
-        self.first_event_ns = 0
-        self.first_token_ns = 0
-        self.first_output_ns = 0
-        self.last_token_ns = 0
-        self.done_ns = 0
-        self.delta_events = 0
+        rec.first_event_ns = rec.first_token_ns = rec.first_output_ns = 0
+        rec.last_token_ns = rec.done_ns = rec.delta_events = rec.output_arrivals = 0
+        #: the record's own list: the gaps are appended where they are kept
         self.itl_ns: list[int] = []
+        rec.itl_ns = self.itl_ns
+        #: when a tool call's name arrived (visible output that is no delta)
+        self._name_t: list[int] = []
         self.burst_tokens_max = 0
         self._items: dict[int, dict[str, Any]] = {}
         self._delta_t: list[int] = []
@@ -187,8 +223,9 @@ class ResponseStream:
         """The visible output: :attr:`output_tokens` less :attr:`reasoning_tokens`."""
         return max(0, self.output_tokens - self.reasoning_tokens)
 
-    def resume(self, sent_ns: int) -> None:
-        """Continue a paused response (append prototype); measurement restarts at ``sent_ns``."""
+    def resume(self, sent_ns: int, rec: TurnRecord | None = None) -> None:
+        """Continue a paused response (append prototype); measurement restarts at ``sent_ns``,
+        into ``rec`` (the next turn's record) when given."""
         if self.status != "paused":
             raise StreamOrderError(
                 f"resume() of response {self.response_id}: expected status paused, got {self.status}"
@@ -197,7 +234,16 @@ class ResponseStream:
         self._reasoning_before += self.reasoning_tokens
         self.status = "in_progress"
         self.done = False
+        if rec is not None:
+            self.rec = rec
         self._start_segment(sent_ns)
+
+    def whole(self, response: dict[str, Any], done_ns: int) -> None:
+        """The response came as one JSON body at ``done_ns`` (a compaction): completed, with its
+        output and usage, and no event — so no first event or token for TTFB or TTFT."""
+        self._created = True
+        self.status = "in_progress"
+        self._on_terminal(COMPLETED, None, {"type": COMPLETED, "response": response}, done_ns)
 
     # -- feeding -----------------------------------------------------------------------------
 
@@ -223,13 +269,14 @@ class ResponseStream:
                 and not self.done
             ):
                 self._last_seq = seq
-                self.delta_events += 1
+                rec = self.rec
+                rec.delta_events += 1
                 # _visible_delta, inlined: this is the line every token of a stream runs
                 delta = event.get("delta")
                 n = len(delta) if isinstance(delta, str) else 0
                 times = self._delta_t
                 self.itl_ns.append(t_ns - times[-1])  # not the first delta: one passed before
-                self.last_token_ns = t_ns
+                rec.last_token_ns = t_ns
                 times.append(t_ns)
                 self._delta_len.append(n)
                 self._text_chars += n
@@ -330,16 +377,21 @@ class ResponseStream:
         n = len(delta) if isinstance(delta, str) else 0
         if self._delta_t:
             self.itl_ns.append(t_ns - self._delta_t[-1])
-        if not self.first_output_ns:
-            self.first_output_ns = t_ns
-            if not self.first_token_ns:
-                self.first_token_ns = t_ns
-        self.last_token_ns = t_ns
+        self._arrived(t_ns)
         self._delta_t.append(t_ns)
         self._delta_len.append(n)
         self._text_chars += n
         if self._text is not None and n:
             self._text.append(str(delta))
+
+    def _arrived(self, t_ns: int) -> None:
+        """Visible output arrived at ``t_ns`` (a delta, or a tool call's name)."""
+        rec = self.rec
+        if not rec.first_output_ns:
+            rec.first_output_ns = t_ns
+            if not rec.first_token_ns:
+                rec.first_token_ns = t_ns
+        rec.last_token_ns = t_ns
 
     def _reasoning_token(self, t_ns: int) -> None:
         """A reasoning token arrived: it may be the response's first token, never its first
@@ -352,11 +404,8 @@ class ResponseStream:
     def _name_token(self, t_ns: int) -> None:
         """A Chat Completions tool call's name arrived: visible output without text, so it may
         be the first output but is no delta (no ITL sample, no burst weight)."""
-        if not self.first_output_ns:
-            self.first_output_ns = t_ns
-            if not self.first_token_ns:
-                self.first_token_ns = t_ns
-        self.last_token_ns = t_ns
+        self._arrived(t_ns)
+        self._name_t.append(t_ns)
 
     def _on_item_added(self, etype: str, seq: int | None, event: dict[str, Any], t_ns: int) -> None:
         index = _int_field(self, etype, seq, event, "output_index")
@@ -442,6 +491,8 @@ class ResponseStream:
         self.done = True
         self.done_ns = t_ns
         self.burst_tokens_max = self._burst()
+        # Counted once at the end, off the per-delta path: deltas read together share a stamp.
+        self.output_arrivals = len({*self._delta_t, *self._name_t})
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -535,12 +586,17 @@ class ResponseStream:
             best = max(best, acc)
         return (best * total_tokens * 2 + total) // (2 * total)
 
-    def fill(self, rec: TurnRecord) -> None:
-        """Copy status, ids, timestamps, token counts, ITL and ``sim_*`` into ``rec``.
+    def fill(self, rec: TurnRecord | None = None) -> TurnRecord:
+        """Write what the end of the stream tells into ``rec``: status, ids, token counts and
+        ``sim_*`` (the stamps, delta count and gaps are already there, :attr:`rec`).
 
         A paused segment (append prototype) is a successful turn and is recorded as
         ``completed``; a stream that never reached a terminal event as ``error``.
         """
+        if rec is None:
+            rec = self.rec
+        elif rec is not self.rec:
+            raise ValueError("fill(): expected the record this stream writes its stamps into")
         status = self.status
         if status == "paused":
             status = "completed"
@@ -554,18 +610,13 @@ class ResponseStream:
             if self.error_message:
                 rec.error_message = self.error_message
         rec.response_id = self.response_id or ""
-        rec.sent_ns = self.sent_ns
-        rec.first_event_ns = self.first_event_ns
-        rec.first_token_ns = self.first_token_ns
         # The first token's read decides; a response without one, any of its reads.
         if self.first_token_user_ns:
             rec.rx_stamp = "kernel"
             rec.rx_user_minus_kernel_us = (self.first_token_user_ns - self.first_token_ns) / 1e3
         elif self.rx_kernel and not self.first_token_ns:
             rec.rx_stamp = "kernel"
-        rec.first_output_ns = self.first_output_ns
-        rec.last_token_ns = self.last_token_ns
-        rec.done_ns = self.done_ns
+        rec.function_calls = len(self.function_calls)
         u = self.usage or {}
         rec.input_tokens = _int(u.get("input_tokens"))
         details = u.get("input_tokens_details")
@@ -573,9 +624,7 @@ class ResponseStream:
         rec.output_tokens = self.output_tokens
         rec.reasoning_tokens = self.reasoning_tokens
         rec.streamed_tokens = self._segment_tokens()
-        rec.delta_events = self.delta_events
         rec.burst_tokens_max = self.burst_tokens_max
-        rec.itl_ns = list(self.itl_ns)
         st = self.sim_timing or {}
         for key, attr in SIM_FIELDS:
             value = st.get(key)
@@ -600,6 +649,7 @@ class ResponseStream:
             ):
                 rec.server_read_ms = (arrived - self.sent_ns) / 1e6
                 break
+        return rec
 
 
 _KNOWN = frozenset(

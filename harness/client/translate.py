@@ -240,12 +240,12 @@ class TranslatedFeed(SseFeed):
         stream = self.stream
         translate = self.translator.feed
         msgs = self.decoder.feed(chunk)
-        waiting = user_ns and not stream.first_token_ns
+        waiting = user_ns and not stream.rec.first_token_ns
         for msg in msgs:
             for event in translate(msg):
                 stream.feed(event, t_ns)
         if user_ns:
             stream.rx_kernel = True
-            if waiting and stream.first_token_ns:
+            if waiting and stream.rec.first_token_ns:
                 stream.first_token_user_ns = user_ns
         return len(msgs)

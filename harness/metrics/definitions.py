@@ -163,6 +163,24 @@ VISIBLE_START = "(first_output_ns + (first_output_ns == 0) * first_token_ns)"
 #: as it, so a decode rate over the visible deltas counts the visible tokens only
 VISIBLE_TOKENS = "(output_tokens - reasoning_tokens)"
 
+#: the fewest arrivals of visible output (``output_arrivals``: deltas read together are one) a
+#: turn needs to give ITL, TPOT and decode-TPS samples (docs/metrics.md §1.2).  Why 4: those
+#: figures describe how tokens were paced; a turn whose output came in 1–3 pieces gives at most
+#: two gaps, and its span is how the server or its front end grouped the output — a tool call
+#: withheld until its JSON parsed and released whole (vLLM, tests/data/vllm/), or a starved
+#: front end writing 150 tokens in two reads — not how fast the engine decoded (those turns read
+#: 2–3x the engine's rate).  Rows written before the count existed (0) keep their samples.
+MIN_OUTPUT_ARRIVALS = 4
+#: the fewest visible tokens of a turn the summary's warning counts when its output came in fewer
+#: than MIN_OUTPUT_ARRIVALS pieces: 16 tokens in at most 3 pieces is 5+ tokens a piece, which no
+#: engine-paced stream sends (vLLM sends 1, the reference server ~2); a shorter turn in few pieces
+#: is mostly a short answer, left out with the too-short ones (``tps.decode_excluded``)
+WHOLE_OUTPUT_MIN_TOKENS = 16
+#: the turn's output was paced: enough arrivals, or a row from before they were counted
+PACED_OUTPUT = f"(output_arrivals >= {MIN_OUTPUT_ARRIVALS}) + (output_arrivals == 0)"
+#: output that came whole or nearly (fewer than MIN_OUTPUT_ARRIVALS arrivals)
+WHOLE_OUTPUT = f"(output_arrivals > 0) & (output_arrivals < {MIN_OUTPUT_ARRIVALS})"
+
 #: the shortest first-to-last-token span whose decode rate is a measurement rather than the
 #: jitter of two reads: 1 ms of arrival noise moves a 20 ms rate by 5 %, a 2 ms one by 50 %
 MIN_DECODE_SPAN_NS = 20_000_000
@@ -175,6 +193,8 @@ VALID_DECODE_CONDITIONS: tuple[str, ...] = (
     f"last_token_ns - {VISIBLE_START} >= {MIN_DECODE_SPAN_NS}",
     # a turn whose usage failed the output-token check (docs/metrics.md §1.5)
     "decode_implausible == 0",
+    # output that arrived whole (a withheld tool call, a front end writing late): no pacing
+    PACED_OUTPUT,
 )
 _DECODE_WHEN = " & ".join(f"({c})" for c in VALID_DECODE_CONDITIONS)
 
@@ -211,6 +231,9 @@ def has_reasoning(summary: Summary | Mapping[str, Any] | None) -> bool:
 
 #: every metric, in ``summary.json`` order
 METRICS: list[Metric] = [
+    # the first token the client can act on: for a tool call an engine withheld until it
+    # parsed, the time it was released, not the engine's first token (that is near the first
+    # event, ttfb_ms; the difference is held_back_ms)
     _latency(
         "ttft_ms",
         "TTFT",
@@ -222,6 +245,42 @@ METRICS: list[Metric] = [
         report=(("p50", 1), ("p90", 1), ("p99", 1)),
         cli=("p50", "p99"),
         gate=3,
+    ),
+    # TTFT by output kind: engines treat tool calls apart (a forced call is decoded under a
+    # grammar and may be withheld until it parses), so a mixed run's TTFT mixes two things
+    *(
+        _latency(
+            f"ttft_{kind}_ms",
+            f"TTFT {label}",
+            stats=stats("p50", "p99"),
+            record="turn",
+            when=f"{_TTFT_WHEN} & (function_calls {calls})",
+            value="first_token_ns - sent_ns",
+            histogram=f"ttft_{kind}",
+            column=None,
+            **shown,
+        )
+        for kind, label, calls, shown in (
+            ("text", "text", "== 0", {}),
+            ("tool", "tool call", "> 0", {"report": (("p50", 1),), "measured_only": True}),
+        )
+    ),
+    # a tool call whose output came whole (fewer than MIN_OUTPUT_ARRIVALS arrivals): from the
+    # response's first event (Chat Completions: the role chunk, which vLLM sends on the engine's
+    # first iteration) to the call's release — the time the endpoint held the call back
+    _latency(
+        "held_back_ms",
+        "held back",
+        record="turn",
+        when=f"(function_calls > 0) & {WHOLE_OUTPUT} & (first_event_ns > 0) "
+        "& (first_output_ns >= first_event_ns)",
+        value="first_output_ns - first_event_ns",
+        stats=stats("count", "p50", "p99"),
+        histogram="held_back",
+        column=None,
+        report=(("count", 0), ("p50", 1)),
+        cli=("p50",),
+        measured_only=True,
     ),
     # the first visible output (text or tool-call arguments) after a model's reasoning; without
     # reasoning the same stamp as TTFT's (docs/metrics.md §1.2)
@@ -313,7 +372,8 @@ METRICS: list[Metric] = [
         "itl_ms",
         "ITL",
         record="turn",
-        when="itl_ns",
+        # (the row files hold no gaps, so no row from before the count is read here)
+        when=f"output_arrivals >= {MIN_OUTPUT_ARRIVALS}",
         value="itl_ns",
         many=True,
         column=None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS, WHOLE_OUTPUT_MIN_TOKENS
 from harness.wire.plural import counted, plural
 from harness.workload.records import TurnRecord
 
@@ -24,6 +25,11 @@ KEYS = (
     "decode_implausible",
     "decode_reported_tokens",  # summed over the flagged turns: usage.output_tokens (visible) ...
     "decode_streamed_tokens",  # ... and the streamed text, in tokens
+    # turns of WHOLE_OUTPUT_MIN_TOKENS visible tokens or more whose output arrived in fewer than
+    # MIN_OUTPUT_ARRIVALS pieces (no ITL, TPOT or decode TPS from them), and how many of those
+    # were tool calls
+    "output_whole",
+    "output_whole_calls",
 )
 
 
@@ -43,6 +49,12 @@ def add(counts: dict[str, int], rec: TurnRecord) -> None:
         # the visible output: what the check compared with the stream (reasoning is not streamed)
         counts["decode_reported_tokens"] += rec.output_tokens - rec.reasoning_tokens
         counts["decode_streamed_tokens"] += rec.streamed_tokens
+    if (
+        0 < rec.output_arrivals < MIN_OUTPUT_ARRIVALS
+        and rec.output_tokens - rec.reasoning_tokens >= WHOLE_OUTPUT_MIN_TOKENS
+    ):
+        counts["output_whole"] += 1
+        counts["output_whole_calls"] += rec.function_calls > 0
 
 
 def merge(counts: dict[str, int], other: Mapping[str, int]) -> None:
@@ -71,5 +83,14 @@ def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
             f"output tokens "
             f"on average but streamed text of ~{streamed:,} tokens, or decoded faster than any "
             "engine: their decode TPS and TPOT are left out of the percentiles"
+        )
+    n = counts.get("output_whole", 0)
+    if n:
+        calls = counts.get("output_whole_calls", 0)
+        out.append(
+            f"{transport}: {n} of {counted(counts['checked_turns'], 'turn')} got their output in fewer than "
+            f"{MIN_OUTPUT_ARRIVALS} pieces ({calls} of them tool calls withheld or sent whole): "
+            "no ITL, TPOT or decode TPS from them; a tool call's TTFT is when it was released, "
+            "its wait after the first event is 'held back'"
         )
     return out

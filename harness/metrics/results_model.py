@@ -147,6 +147,9 @@ class TransportSummary(_Block):
     turns: Counts = Field(default_factory=Counts)
     rollouts: Counts = Field(default_factory=Counts)
     ttft_ms: Stats | None = None
+    ttft_text_ms: Stats | None = None
+    ttft_tool_ms: Stats | None = None
+    held_back_ms: Stats | None = None
     ttfot_ms: Stats | None = None
     ttfb_ms: Stats | None = None
     itl_ms: Stats | None = None

@@ -189,10 +189,11 @@ def throughput_caption(summary: dict[str, Any]) -> str:
     )
     return (
         f"Tokens per second. Decode: per turn with a valid decode rate (at least 2 tokens over "
-        f"{D.MIN_DECODE_SPAN_NS / 1e6:g} ms or more, first to last token)"
+        f"{D.MIN_DECODE_SPAN_NS / 1e6:g} ms or more, first to last token, arriving in at least "
+        f"{D.MIN_OUTPUT_ARRIVALS} pieces)"
         + (
             f"; {counted(excluded, 'turn')} with output {plural(excluded, 'was', 'were')} too "
-            "short and not counted"
+            "short or came whole (see the notes) and not counted"
             if excluded
             else ""
         )

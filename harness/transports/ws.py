@@ -21,7 +21,7 @@ from websockets.uri import parse_uri
 
 from harness.client.api_errors import ws_open_failure
 from harness.client.bodies import ws_headers
-from harness.client.conversation import Conversation
+from harness.client.conversation import Conversation, on_lane
 from harness.client.options import TransportOptions
 from harness.client.receive import feed_ws_message
 from harness.client.recovery import Recovery
@@ -32,7 +32,6 @@ from harness.transports.rx_socket import stamped_transport, tcp_socket
 from harness.transports.tls import tls_context
 from harness.transports.ws_conn import WsConnection
 from harness.wire.errors import APIError, ErrorKind, TransportError, WsClosed
-from harness.wire.events import dumps
 from harness.wire.sse import MAX_EVENT_BYTES
 from harness.wire.transports import TransportSpec, transport_spec
 from harness.workload.agent import TurnInput
@@ -309,11 +308,7 @@ class WsLaneSession:
         queue = self.queue
         while True:
             conn = self.mux.conn or await self.mux.connection(rec, self.url)
-            payload = turn.request()
-            if self.stream_id is not None:
-                # The body is a JSON object: the lane goes in as its first key.
-                payload = b'{"stream_id":' + dumps(self.stream_id) + b"," + payload[1:]
-                rec.bytes_sent = len(payload)
+            payload = turn.request(self.stream_id)
             while not queue.empty():
                 queue.get_nowait()  # what a failed response or a closed connection left
             stream = turn.start(time.perf_counter_ns())
@@ -330,8 +325,7 @@ class WsLaneSession:
     async def _warm_up(self, payload: bytes, rec: TurnRecord) -> None:
         """:meth:`WsSession._warm_up` on this lane (a failed one: the turn goes out whole)."""
         conn = self.mux.conn or await self.mux.connection(rec, self.url)
-        if self.stream_id is not None:
-            payload = b'{"stream_id":' + dumps(self.stream_id) + b"," + payload[1:]
+        payload = on_lane(payload, self.stream_id)
         while not self.queue.empty():
             self.queue.get_nowait()
         stream = ResponseStream(time.perf_counter_ns(), tokens=self.conv.tokens)

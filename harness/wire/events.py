@@ -130,6 +130,10 @@ def loads(data: bytes | bytearray | memoryview | str) -> dict[str, Any]:
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        if not isinstance(data, str):
+            # Invalid UTF-8 in a string is replaced, not fatal (as in the SSE decoder's text):
+            # decoded on this rare path only, so valid bytes are parsed without a copy.
+            return loads(bytes(data).decode("utf-8", "replace"))
         raise ProtocolError(f"invalid JSON: {exc}; got {_preview(data)}") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"expected a JSON object, got {type(obj).__name__}: {_preview(data)}")

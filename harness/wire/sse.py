@@ -11,8 +11,10 @@ following the WHATWG event-stream parsing rules that matter for the Responses AP
   fields are ignored;
 * a leading UTF-8 BOM is skipped; invalid UTF-8 is replaced, never fatal.
 
-Bytes are decoded per complete line, so a multi-byte character split across chunks
-is reassembled.  ``data: [DONE]`` is passed through as ordinary data: whether it
+Lines are split as bytes, so a multi-byte character split across chunks is reassembled.
+An event's data stays bytes (:attr:`SSEMessage.raw`): the JSON parser reads bytes, so the
+hot path never makes a ``str`` of it; :attr:`SSEMessage.data` decodes it for whoever wants
+text.  ``data: [DONE]`` is passed through as ordinary data: whether it
 ends the stream is the caller's decision (docs/protocol.md §1.3).
 
 The decoder is a hot path (thousands of events per second per process): it splits
@@ -21,7 +23,6 @@ on line endings with ``bytes`` methods and never loops over single bytes in Pyth
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -36,13 +37,31 @@ _BOM = b"\xef\xbb\xbf"
 MAX_EVENT_BYTES = 32 * 1024 * 1024
 
 
-@dataclass(slots=True)
 class SSEMessage:
-    """One dispatched event: ``event`` is the ``event:`` field (``None`` if absent)."""
+    """One dispatched event: ``event`` is the ``event:`` field (``None`` if absent), ``raw``
+    its data lines joined with LF, as bytes."""
 
-    event: str | None
-    data: str
-    id: str | None = None
+    __slots__ = ("event", "id", "raw")
+
+    def __init__(self, event: str | None, data: bytes | str, id: str | None = None) -> None:
+        self.event = event
+        self.raw = data.encode() if isinstance(data, str) else data
+        self.id = id
+
+    @property
+    def data(self) -> str:
+        """The data as text (invalid UTF-8 replaced)."""
+        return self.raw.decode("utf-8", "replace")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SSEMessage):
+            return NotImplemented
+        return (self.event, self.data, self.id) == (other.event, other.data, other.id)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        return f"SSEMessage({self.event!r}, {self.data!r}, {self.id!r})"
 
 
 class SSEDecoder:
@@ -129,7 +148,7 @@ class SSEDecoder:
             if not line:
                 if parts:
                     joined = parts[0] if len(parts) == 1 else b"\n".join(parts)
-                    out.append(SSEMessage(event, joined.decode("utf-8", "replace"), last_id))
+                    out.append(SSEMessage(event, joined, last_id))
                     parts = []
                     size = 0
                 event = None

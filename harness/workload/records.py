@@ -67,6 +67,12 @@ class TurnRecord:
     # visible output and not streamed as it (docs/metrics.md §1.1)
     reasoning_tokens: int = 0
     delta_events: int = 0
+    # how many times visible output arrived: deltas read together share one arrival stamp and
+    # are one observation of timing (docs/metrics.md §1.2, MIN_OUTPUT_ARRIVALS); a tool call's
+    # name counts as output
+    output_arrivals: int = 0
+    # function calls in the output: a tool-call turn (> 0) or a text turn (docs/metrics.md §1.2)
+    function_calls: int = 0
     new_connection: bool = False
     burst_tokens_max: int = 0
     # the streamed delta text in tokens (chars / 4, docs/metrics.md §1.5); output_tokens is usage's

@@ -234,8 +234,8 @@ def feed_all(translator: Translator, chunks: list[bytes]) -> ResponseStream:
 
 
 def record(stream: ResponseStream) -> TurnRecord:
-    rec = TurnRecord(transport="chat", rollout_id=1, turn_index=0)
-    stream.fill(rec)
+    rec = stream.fill()
+    rec.transport, rec.rollout_id = "chat", 1
     return rec
 
 

@@ -83,7 +83,7 @@ def test_a_recovered_turn_resends_what_the_policy_says(
     stream.status = "completed"
     stream.response_id = "resp_2"
     assert turn.finish() is stream
-    assert (rec.recovery_ns, stream.sent_ns) == (150, 100)
+    assert (rec.recovery_ns, stream.sent_ns, rec.sent_ns) == (150, 100, 100)
     assert conv.previous_response_id == "resp_2"
 
 

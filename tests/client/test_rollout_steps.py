@@ -45,8 +45,7 @@ def _steps(
 
 def _answer(rec: TurnRecord, clock: Clock, calls: int) -> ResponseStream:
     """A completed response with ``calls`` function calls, 5 ms after the send."""
-    rec.sent_ns = clock()
-    stream = ResponseStream(rec.sent_ns)
+    stream = ResponseStream(clock(), rec=rec)
     t = rec.sent_ns
     events: list[dict[str, Any]] = [
         {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}}

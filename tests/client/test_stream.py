@@ -47,8 +47,8 @@ def stamps(rec: TurnRecord) -> tuple[int, int, int, int, int]:
 
 
 def record(s: ResponseStream) -> TurnRecord:
-    rec = TurnRecord(transport="http", rollout_id=1, turn_index=0)
-    s.fill(rec)
+    rec = s.fill()
+    rec.transport, rec.rollout_id = "http", 1
     return rec
 
 

@@ -87,8 +87,10 @@ def test_a_server_lying_about_output_tokens_is_left_out_of_decode(
     tps = summary["transports"]["http"]["tps"]
     assert tps["burst_peak"] is None or tps["burst_peak"] < 1000
     assert tps["burst_peak"] is not None or tps["burst_peak_reason"]
-    (warning,) = summary["warnings"]
+    # the lied calls came in 2 deltas: also counted as output that came whole (their own line)
+    warning, whole = summary["warnings"]
     assert warning.startswith("http: 6 of 8 turns reported 300 output tokens")
+    assert whole.startswith("http: 6 of 8 turns got their output in fewer than 4 pieces")
     assert "left out of the percentiles" in " ".join(console.split())
 
 
@@ -96,7 +98,10 @@ def test_the_reference_server_passes_the_checks(tmp_path: Path) -> None:
     run = run_tiny(tmp_path, ["http", "http-chained", "ws"], {})
     assert not run.turns["chain_ignored"].any()
     assert not run.turns["decode_implausible"].any()
-    assert run.summary is not None and run.summary["warnings"] == []
+    assert run.summary is not None
+    # Output that came in fewer than 4 pieces is counted, not a failed check: on a loaded
+    # machine the reference server's short streams may arrive so (docs/metrics.md §1.2).
+    assert [w for w in run.summary["warnings"] if "pieces" not in w] == []
 
 
 def _turn(**kw: int) -> TurnRecord:

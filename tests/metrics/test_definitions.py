@@ -43,7 +43,8 @@ def _synthetic() -> ModuleType:
 TURNS = [
     TurnRecord("http", 1, 0, sent_ns=S, first_event_ns=S + 2 * MS, first_token_ns=S + 5 * MS,
                last_token_ns=S + 105 * MS, done_ns=S + 110 * MS, status="completed",
-               output_tokens=101, sim_ttft_ms=4.5, itl_ns=[MS] * 100, server_late_ms=0.2, server_read_ms=0.05,
+               output_tokens=101, sim_ttft_ms=4.5, itl_ns=[MS] * 100, output_arrivals=101,
+               server_late_ms=0.2, server_read_ms=0.05,
                connect_start_ns=S, tcp_connected_ns=S + MS // 2, tls_done_ns=S + 2 * MS),
     TurnRecord("http", 1, 1, sent_ns=2 * S, first_token_ns=2 * S + 7 * MS,
                last_token_ns=2 * S + 7 * MS, done_ns=2 * S + 9 * MS, status="incomplete",
@@ -61,7 +62,19 @@ TURNS = [
     TurnRecord("http", 2, 3, sent_ns=6 * S, first_event_ns=6 * S + 2 * MS,
                first_token_ns=6 * S + 5 * MS, first_output_ns=6 * S + 305 * MS,
                last_token_ns=6 * S + 405 * MS, done_ns=6 * S + 410 * MS, status="completed",
-               output_tokens=401, reasoning_tokens=300, itl_ns=[MS] * 100),
+               output_tokens=401, reasoning_tokens=300, itl_ns=[MS] * 100, output_arrivals=101),
+    # a forced tool call withheld until it parsed (tests/data/vllm/chat-forced-tool-call-1): the
+    # role chunk at 17 ms, the call's name at 53 ms, its 4 argument deltas in one read at 83 ms:
+    # TTFT at the release, 36 ms held back, no ITL, TPOT or decode TPS (2 arrivals)
+    TurnRecord("http", 3, 0, sent_ns=8 * S, first_event_ns=8 * S + 17 * MS,
+               first_token_ns=8 * S + 53 * MS, first_output_ns=8 * S + 53 * MS,
+               last_token_ns=8 * S + 83 * MS, done_ns=8 * S + 112 * MS, status="completed",
+               output_tokens=48, function_calls=1, output_arrivals=2, itl_ns=[0, 0, 0]),
+    # a streamed tool call: 40 arrivals over 78 ms, a decode rate like a text turn's
+    TurnRecord("http", 3, 1, sent_ns=9 * S, first_event_ns=9 * S + 2 * MS,
+               first_token_ns=9 * S + 4 * MS, first_output_ns=9 * S + 4 * MS,
+               last_token_ns=9 * S + 82 * MS, done_ns=9 * S + 85 * MS, status="completed",
+               output_tokens=40, function_calls=1, output_arrivals=40, itl_ns=[2 * MS] * 39),
     # a compaction: one JSON answer after 800 ms, no stream (no TTFB, no TTFT)
     TurnRecord("http", 2, 4, sent_ns=7 * S, done_ns=7 * S + 800 * MS, status="completed",
                output_tokens=512, compaction=True),
@@ -139,11 +152,27 @@ def test_records_keep_no_formula_but_success_and_the_schedule_lag() -> None:
         if isinstance(v, property)
     }
     assert props == {"ok", "schedule_lag_ns"}
-    assert [t.ok for t in TURNS] == [True, True, False, False, True, True, True, True]
+    assert [t.ok for t in TURNS] == [True] * 2 + [False] * 2 + [True] * 6
     assert [r.ok for r in ROLLOUTS] == [True, True, False, True]
     lags = [D.sample(D.get("schedule_lag_ms"), r) for r in ROLLOUTS]
     assert lags == [3.0, None, 0.0, 0.0]  # no intended start: no lag sample
     assert [r.schedule_lag_ns / MS for r in ROLLOUTS if r.intended_start_ns] == [3.0, 0.0, 0.0]
+
+
+def test_a_withheld_tool_call_gives_ttft_at_release_held_back_apart_and_no_decode_sample() -> None:
+    withheld, streamed = (t for t in TURNS if t.function_calls)
+    one = {m.name: D.sample(m, withheld) for m in D.per_record("turn")}
+    assert one["ttfb_ms"] == 17.0  # the first event: the engine's first iteration
+    assert one["ttft_ms"] == one["ttft_tool_ms"] == 53.0 and one["ttft_text_ms"] is None
+    assert one["held_back_ms"] == 53.0 - 17.0
+    assert one["itl_ms"] is None and one["tpot_ms"] is None and one["decode_tps"] is None
+    # the same call streamed in 40 pieces: decode samples, nothing held back
+    assert D.sample(D.get("decode_tps"), streamed) == pytest.approx(39 / 0.078)
+    assert D.sample(D.get("held_back_ms"), streamed) is None
+    assert D.sample(D.get("itl_ms"), streamed) == [2.0] * 39
+    # a text turn is TTFT text, not tool call
+    assert D.sample(D.get("ttft_text_ms"), TURNS[0]) == 5.0
+    assert D.sample(D.get("ttft_tool_ms"), TURNS[0]) is None
 
 
 def test_a_failed_record_gives_how_long_it_ran_only_when_asked() -> None:

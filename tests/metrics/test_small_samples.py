@@ -171,7 +171,7 @@ def test_sample_size_reasons() -> None:
     assert "ws vs http rollout speedup: n=2: too few for a CI (need 5)" in reasons
     (http,) = [r for r in reasons if r.startswith("http:")]
     assert http.startswith("http: too few samples for p90 (need 10): TTFT, TTFB, turn, rollout")
-    assert "; p99 (need 100): TTFT, TTFB, turn, rollout" in http and "(n=2)" in http
+    assert "; p99 (need 100): TTFT, TTFT text, TTFB, turn, rollout" in http and "(n=2)" in http
     sixty = sample_size_reasons(_accumulator(60).summary("sixty"))
     (ws,) = [r for r in sixty if r.startswith("ws:")]
     assert "p90" not in ws and "TTFT" in ws and "(n=60)" in ws

@@ -57,6 +57,7 @@ def _turns() -> list[TurnRecord]:
             output_tokens=101,
             burst_tokens_max=30,
             itl_ns=[1 * MS] * 100,
+            output_arrivals=101,
             input_tokens=1000,
             **_sim(api_pre=2.0, api_queue=0.0, prefill=3.0, decode=100.0, api_post=1.0, ttft=9.0),
         ),
@@ -134,6 +135,10 @@ EXPECTED = {
             "turns": {"count": 3, "errors": 1},
             "rollouts": {"count": 2, "errors": 1},
             "ttft_ms": {"p50": 10.0, "p90": 20.0, "p99": 20.0, "mean": 15.0},
+            # by output kind: no turn of the golden run called a tool
+            "ttft_text_ms": {"p50": 10.0, "p99": 20.0},
+            "ttft_tool_ms": {"p50": None, "p99": None},
+            "held_back_ms": {"count": 0, "p50": None, "p99": None},
             # records without first_output_ns (written before it existed) and no reasoning
             "ttfot_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
             "reasoning_tokens": {"p50": None, "p99": None, "mean": None},
@@ -216,6 +221,7 @@ EXPECTED = {
                 **{
                     f"{g}.{k}": 2 for g in ("ttft_ms", "ttfb_ms", "turn_ms") for k in ("p90", "p99")
                 },
+                "ttft_text_ms.p99": 2,
                 **{
                     f"{g}.{k}": 1
                     for g in ("rollout_ms", "rollout_uncorrected_ms", "tpot_ms")
@@ -230,6 +236,9 @@ EXPECTED = {
             "turns": {"count": 1, "errors": 0},
             "rollouts": {"count": 1, "errors": 0},
             "ttft_ms": {"p50": 5.0, "p90": 5.0, "p99": 5.0, "mean": 5.0},
+            "ttft_text_ms": {"p50": 5.0, "p99": 5.0},
+            "ttft_tool_ms": {"p50": None, "p99": None},
+            "held_back_ms": {"count": 0, "p50": None, "p99": None},
             "ttfot_ms": {"p50": None, "p90": None, "p99": None, "mean": None},
             "reasoning_tokens": {"p50": None, "p99": None, "mean": None},
             "ttfb_ms": {"p50": 2.0, "p90": 2.0, "p99": 2.0, "mean": 2.0},
@@ -302,6 +311,8 @@ EXPECTED = {
                 },
                 "schedule_lag_ms.p50": 1,
                 "schedule_lag_ms.p99": 1,
+                "ttft_text_ms.p50": 1,
+                "ttft_text_ms.p99": 1,
             },
         },
     },
@@ -414,6 +425,9 @@ def test_histograms_exposed_per_transport_and_metric() -> None:
         "ttfot",
         "reasoning_tokens",
         "ttfb",
+        "ttft_text",
+        "ttft_tool",
+        "held_back",
         "connect",
         "tls",
         "compaction",

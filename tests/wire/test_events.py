@@ -17,7 +17,6 @@ from harness.client.stream import ResponseStream
 from harness.wire import events as ev
 from harness.wire.errors import ProtocolError
 from harness.wire.events import ResponseBuilder, usage
-from harness.workload.records import TurnRecord
 from tests.client.test_stream import stamps
 from tests.function_tools import strict_tool
 
@@ -379,8 +378,7 @@ def test_builder_output_feeds_response_stream_into_record() -> None:
         s.feed(ev.loads(ev.dumps(e)), 2_000 + i * 1_000)
     assert s.done and s.status == "completed" and s.response_id == "resp_0123"
     assert [c["call_id"] for c in s.function_calls] == ["call_1"]
-    rec = TurnRecord(transport="ws", rollout_id=0, turn_index=0)
-    s.fill(rec)
+    rec = s.fill()
     assert (rec.status, rec.response_id) == ("completed", "resp_0123")
     assert stamps(rec) == (1_000, 2_000, 5_000, 6_000, 2_000 + (len(events) - 1) * 1_000)
     assert (rec.input_tokens, rec.cached_tokens, rec.output_tokens) == (50, 40, 5)

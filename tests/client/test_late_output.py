@@ -1,0 +1,165 @@
+"""Turns whose output arrives late or whole, measured for what they are (issue 38 item 2; pure).
+
+vLLM's raw chat streams (tests/data/vllm/, read by read with their arrival times and vLLM's own
+TTFT) and hand-made ones go through the Chat translator and the stream state machine into a
+turn record; the metric table then says what each turn gives: the first event beside the first
+visible token, the time a withheld call was held back, and no ITL, TPOT or decode TPS from
+output that came in fewer than ``MIN_OUTPUT_ARRIVALS`` pieces.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.client.chat_api import ChatTranslator
+from harness.client.h1 import ResponseParser
+from harness.client.stream import ResponseStream
+from harness.client.translate import TranslatedFeed
+from harness.metrics import definitions as D
+from harness.metrics.summary import Accumulator
+from harness.workload.records import RolloutRecord, TurnRecord
+from tests.client.test_chat_messages import chunk
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
+MS = 1_000_000
+#: the send's stamp (0 would read as "not sent")
+SENT = 1_000 * MS
+#: the text-turn bound of issue 38: loopbench's TTFT within 3 ms of vLLM's
+TTFT_BOUND_MS = 3.0
+
+
+def _capture(name: str) -> tuple[TurnRecord, dict[str, Any]]:
+    """A capture fed read by read, each read stamped with its recorded arrival."""
+    doc = json.loads((DATA / f"{name}.json").read_text())
+    raw = (DATA / doc["raw"]).read_bytes()
+    rec = TurnRecord("chat", 0, 0)
+    feed = TranslatedFeed(ResponseStream(SENT, rec=rec), ChatTranslator())
+    parser = ResponseParser()
+    for r in doc["reads"]:
+        body = parser.feed(raw[r["offset"] : r["offset"] + r["length"]])
+        if body:
+            feed.feed(body, SENT + round(r["t_us"] * 1000))
+    assert feed.stream.done
+    return feed.stream.fill(rec), doc
+
+
+def _ms(metric: str, rec: TurnRecord) -> Any:
+    return D.sample(D.get(metric), rec)
+
+
+@pytest.mark.parametrize("name", ["chat-forced-tool-call-1", "chat-forced-tool-call-4"])
+def test_a_withheld_call_gives_the_engines_first_token_time_and_its_held_back_time_apart(
+    name: str,
+) -> None:
+    rec, doc = _capture(name)
+    first_event = doc["events"][0]["t_us"] / 1e3  # the role chunk
+    first_call = next(e["t_us"] for e in doc["events"] if "tool_calls" in e["kind"]) / 1e3
+    assert rec.function_calls == 1
+    # the first event agrees with vLLM's own TTFT within the text-turn bound ...
+    assert _ms("ttfb_ms", rec) == pytest.approx(first_event)
+    assert 0 <= _ms("ttfb_ms", rec) - doc["engine_ttft_ms"] < TTFT_BOUND_MS
+    # ... TTFT is when the call was released, and says so: by kind, tool call
+    assert _ms("ttft_ms", rec) == _ms("ttft_tool_ms", rec) == pytest.approx(first_call)
+    assert _ms("ttft_text_ms", rec) is None
+    assert _ms("held_back_ms", rec) == pytest.approx(first_call - first_event)
+    assert _ms("held_back_ms", rec) > 20
+    # released in 1-2 pieces: no pacing to measure
+    assert rec.output_arrivals < D.MIN_OUTPUT_ARRIVALS
+    for metric in ("itl_ms", "tpot_ms", "decode_tps"):
+        assert _ms(metric, rec) is None, metric
+
+
+@pytest.mark.parametrize("name", ["chat-forced-tool-call-2", "chat-forced-tool-call-3"])
+def test_a_call_whose_role_chunk_came_with_it_is_held_back_zero_and_gives_no_decode_rate(
+    name: str,
+) -> None:
+    """The starved front end wrote the role with the call: the client cannot see the engine's
+    first token, and says nothing it did not see (no hold, no rate from two reads)."""
+    rec, doc = _capture(name)
+    assert rec.first_event_ns == rec.first_output_ns
+    assert _ms("ttfb_ms", rec) - doc["engine_ttft_ms"] > 100  # not the engine's first token
+    assert _ms("held_back_ms", rec) == 0
+    assert rec.output_arrivals <= 2
+    assert _ms("decode_tps", rec) is None and _ms("tpot_ms", rec) is None
+
+
+def test_a_text_turn_written_in_one_read_is_ttft_text_and_gives_no_itl() -> None:
+    rec, doc = _capture("chat-text-4")
+    assert rec.function_calls == 0
+    assert 0 <= _ms("ttfb_ms", rec) - doc["engine_ttft_ms"] < TTFT_BOUND_MS
+    assert _ms("ttft_text_ms", rec) == _ms("ttft_ms", rec) == pytest.approx(56.8546)
+    assert _ms("ttft_tool_ms", rec) is None and _ms("held_back_ms", rec) is None
+    assert rec.output_arrivals == 1 and rec.delta_events == 19
+    assert _ms("itl_ms", rec) is None and _ms("decode_tps", rec) is None
+
+
+_CALL = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "read_file"}}
+
+
+def _handmade(deltas: list[str], gap_ms: float) -> TurnRecord:
+    """A tool call: role chunk at 1 ms, the name at 2 ms, then ``deltas`` of arguments
+    ``gap_ms`` apart, each in its own read; usage says one token per delta."""
+    rec = TurnRecord("chat", 0, 0)
+    feed = TranslatedFeed(ResponseStream(SENT, rec=rec), ChatTranslator())
+    feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
+    feed.feed(chunk({"tool_calls": [_CALL]}), SENT + 2 * MS)
+    t = SENT + 2 * MS
+    for d in deltas:
+        t += round(gap_ms * MS)
+        feed.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": d}}]}), t)
+    usage = {"prompt_tokens": 10, "completion_tokens": len(deltas) + 1, "total_tokens": 0}
+    feed.feed(chunk({}, "tool_calls") + chunk(None, usage=usage) + b"data: [DONE]\n\n", t + MS)
+    return feed.stream.fill(rec)
+
+
+def test_a_one_delta_tool_call_gives_no_tpot_or_decode_sample() -> None:
+    rec = _handmade(['{"path": "src/module/with/a/long/name.py"}'], gap_ms=40)
+    assert rec.output_arrivals == 2  # the name, then the whole arguments
+    assert _ms("ttft_tool_ms", rec) == 2.0 and _ms("held_back_ms", rec) == 1.0
+    for metric in ("itl_ms", "tpot_ms", "decode_tps"):
+        assert _ms(metric, rec) is None, metric
+
+
+def test_a_streamed_tool_call_gives_its_decode_rate() -> None:
+    rec = _handmade([f'"{i}' for i in range(30)], gap_ms=2)
+    assert rec.output_arrivals == 31
+    # 31 visible tokens (usage) over the 60 ms from the name to the last argument delta
+    assert _ms("decode_tps", rec) == pytest.approx(30 / 0.060)
+    assert _ms("held_back_ms", rec) is None  # streamed: nothing was withheld
+    assert _ms("itl_ms", rec) == [2.0] * 29  # between argument deltas (the name is none)
+
+
+def test_the_summary_splits_ttft_by_kind_and_counts_the_turns_left_out() -> None:
+    acc = Accumulator()
+    turns = [
+        _capture("chat-forced-tool-call-1")[0],
+        _capture("chat-forced-tool-call-4")[0],
+        _capture("chat-text-4")[0],
+        _handmade([f'"{i}' for i in range(30)], gap_ms=2),
+    ]
+    for i, rec in enumerate(turns):
+        rec.rollout_id = i
+        acc.add_turn(rec)
+        acc.add_rollout(
+            RolloutRecord("chat", i, start_ns=1, end_ns=rec.done_ns, status="completed")
+        )
+    summary = acc.summary("late-output")
+    chat = summary["transports"]["chat"]
+    assert chat["ttft_text_ms"]["p50"] == pytest.approx(56.85, abs=0.01)
+    tool_ttfts = sorted(
+        (r.first_token_ns - SENT) / MS for r in turns if r.function_calls
+    )  # 2.0, 52.6, 237.9
+    assert chat["ttft_tool_ms"]["p50"] == pytest.approx(tool_ttfts[1], abs=0.1)
+    assert chat["held_back_ms"]["count"] == 2  # the two withheld vLLM calls, not the streamed
+    honesty = summary["honesty"]["chat"]
+    assert (honesty["output_whole"], honesty["output_whole_calls"]) == (3, 2)
+    (line,) = [w for w in summary["warnings"] if "pieces" in w]
+    assert line.startswith(
+        f"chat: 3 of 4 turns got their output in fewer than {D.MIN_OUTPUT_ARRIVALS} pieces "
+        "(2 of them tool calls withheld or sent whole): no ITL, TPOT or decode TPS from them"
+    )
+    assert chat["tps"]["decode_excluded"] == 3
