@@ -204,10 +204,15 @@ def _plan_visible(
         n_calls = max(1, _int_hint(metadata, HINT_PARALLEL_CALLS, MAX_PARALLEL_CALLS) or 1)
     calls: list[PlannedCall] = []
     budget = limit
-    for _ in range(n_calls):
+    hinted_left = max(1, hint) if hint is not None else 0
+    for i in range(n_calls):
         if hint is not None:
-            # loopbench's plan: the hint split evenly, the tool uniformly (as it always was).
-            per_call, tool = max(1, max(1, hint) // n_calls), rng.choice(chosen)
+            # loopbench's plan: what is left of the hint split evenly over the calls still to
+            # make (rounded up), the tool uniformly.  A floor split lost ``hint % n_calls``
+            # tokens (a recorded 167 over two calls replayed as 166); splitting what is left
+            # also lets a later call make up for one its schema made longer than asked.
+            per_call = max(1, -(-hinted_left // (n_calls - i)))
+            tool = rng.choice(chosen)
         else:
             per_call, tool = lengths.draw(lengths.tool_call, rng), pick_tool(chosen, weights, rng)
         if hint is not None:
@@ -220,6 +225,7 @@ def _plan_visible(
             return OutputPlan(tuple(calls), 0, truncated=True)
         if budget is not None:
             budget -= toks
+        hinted_left -= toks
         calls.append(PlannedCall(str(tool.get("name")), args, toks))
     return OutputPlan(tuple(calls), 0, truncated=False)
 
