@@ -45,7 +45,9 @@ PROBE_LANE = "loopbench-probe"
 #: the tool of the Chat Completions tool-call check; a call needs a few more tokens than a word
 PROBE_TOOL = "loopbench_probe"
 PROBE_TOOL_INPUT = f"loopbench probe: call {PROBE_TOOL} with the text 'ok'."
-PROBE_TOOL_MAX_TOKENS = 48
+#: a cap, not a plan: a model echoing 'ok' writes ~15 tokens; the reference server, sent no hint,
+#: draws a call's length (median 60, docs/model.md §11), and 48 cut a third of its calls
+PROBE_TOOL_MAX_TOKENS = 512
 #: the Messages API caches no prompt shorter than 1024 tokens (2048 on some models), so the
 #: prompt-caching check sends a system prompt just over that, twice: the one large probe request
 PROBE_CACHE_LINES = 230

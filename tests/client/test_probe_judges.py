@@ -176,7 +176,7 @@ def test_a_tool_call_cut_off_by_the_token_limit_is_not_streamed() -> None:
     assert found.supported is None, found
     assert found.evidence == (
         f"a call to {PROBE_TOOL} was cut off by finish_reason length after 3 tool-call deltas: "
-        "no complete call within 48 tokens, so whether calls are streamed cannot be told"
+        "no complete call within 512 tokens, so whether calls are streamed cannot be told"
     )
     assert refusal([found], [transport_spec("chat")], "u") is None
 
