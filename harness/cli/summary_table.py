@@ -239,6 +239,10 @@ def print_summary(
     console.print(
         Text(verdict_line(summary, reasons=not reasons_said), style=_STYLE[verdict_kind(summary)])
     )
+    # right under the verdict: a valid run whose outputs ignored the plan is not the workload
+    # the scenario describes, and the token table further down is easy to miss
+    for line in summary.hint_ignored:
+        console.print(Text.assemble(("warning: ", "bold yellow"), line))
     headers, rows = summary_rows(summary)
     for table in fit_tables(f"loopbench — {summary.run_id}", headers, rows, width, corner="figure"):
         console.print(table)

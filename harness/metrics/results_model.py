@@ -289,6 +289,9 @@ class Summary(_Document):
     honesty: dict[str, dict[str, Any]] = Field(default_factory=dict)
     tokens: dict[str, TokenCounts] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    #: per transport, an endpoint that ignored the output-length hint (outputs >= 1.5x the
+    #: plan in a run that sent hints; harness/metrics/token_counts.py): printed first
+    hint_ignored: list[str] = Field(default_factory=list)
     subagents: dict[str, dict[str, Any]] | None = None
     #: the target's Prometheus series scraped during the run (docs/server-metrics.md)
     server_metrics: dict[str, Any] | None = None

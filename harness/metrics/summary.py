@@ -569,8 +569,12 @@ class Accumulator:
         *,
         n_boot: int = 2000,
         seed: int = 0,
+        hints: bool = False,
     ) -> dict[str, Any]:
         """The ``summary.json`` document (docs/metrics.md §3); missing values are ``None``.
+
+        ``hints``: the run sent loopbench's ``loopbench.*`` metadata hints (the manifest's
+        ``client_options.hints``), so outputs far beyond the plan mean the endpoint ignored them.
 
         ``comparisons``: ``(baseline, candidate)`` pairs; ``None`` compares the
         baseline of :func:`harness.wire.transports.comparison_pairs`
@@ -578,6 +582,9 @@ class Accumulator:
         """
         if comparisons is None:
             comparisons = comparison_pairs(self.transports)
+        tokens = {
+            name: token_counts.summary(t.token_counts) for name, t in self._by_transport.items()
+        }
         out = {
             "format_version": FORMAT_VERSION,
             "run_id": run_id,
@@ -595,9 +602,8 @@ class Accumulator:
             "honesty": {name: dict(t.honesty) for name, t in self._by_transport.items()},
             # planned vs server-reported tokens (docs/metrics.md; added in place, no format
             # bump: readers .get() it)
-            "tokens": {
-                name: token_counts.summary(t.token_counts) for name, t in self._by_transport.items()
-            },
+            "tokens": tokens,
+            "hint_ignored": token_counts.hint_ignored(tokens, hints=hints),
             "warnings": [
                 line
                 for name, t in self._by_transport.items()

@@ -95,6 +95,31 @@ def summary(counts: Mapping[str, int]) -> dict[str, Any]:
     }
 
 
+#: reported output at least this many times the planned output, in a run that sent the
+#: ``loopbench.output_tokens`` hint: the endpoint ignored the hint (vLLM takes ``metadata``
+#: and drops it; outputs ran to 2.46x the plan there)
+HINT_IGNORED_RATIO = 1.5
+
+
+def hint_ignored(tokens: Mapping[str, Mapping[str, Any]], *, hints: bool) -> list[str]:
+    """``summary.json``'s ``hint_ignored``: one line per transport whose endpoint let its
+    outputs run to ``HINT_IGNORED_RATIO`` times the plan or more although the run sent the
+    output-length hint; none without hints (the plan then asked for no length)."""
+    if not hints:
+        return []
+    out = []
+    for name, tok in tokens.items():
+        ratio = tok.get("output_ratio")
+        if ratio is None or ratio < HINT_IGNORED_RATIO:
+            continue
+        out.append(
+            f"{name}: outputs ran to {ratio:.2f}x the plan: the endpoint ignores loopbench's "
+            "output-length hint (metadata loopbench.output_tokens); run with --no-hints and shape "
+            "the output with --extra-body (max_tokens, ignore_eos; docs/targets.md)"
+        )
+    return out
+
+
 def line(doc: Summary | Mapping[str, Any]) -> str:
     """The console's line: ``tokens planned → reported: http in 9,800 → 9,812 (1.00x), ...``."""
     summary = as_summary(doc) or Summary()

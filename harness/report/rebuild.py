@@ -94,7 +94,11 @@ def _write(run: Run) -> dict[str, Any]:
         acc.add_rollout(roll)
         rollouts += 1
     planned = list(manifest.transports) or acc.transports
-    summary = acc.summary(run_id=run.run_id, comparisons=comparison_pairs(planned))
+    summary = acc.summary(
+        run_id=run.run_id,
+        comparisons=comparison_pairs(planned),
+        hints=bool(manifest.client_options.get("hints", False)),
+    )
     for name, t in summary.get("transports", {}).items():
         block = rx.summary(name)
         if block is not None:

@@ -321,6 +321,7 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
     doc = Document(f"loopbench report — {run.run_id}")
     doc.add(Paragraph(verdict_line(run.summary_model), kind=verdict_kind(run.summary_model)))
     doc.add(Paragraph(" · ".join(_run_facts(run))))
+    doc.add(*(Paragraph(line, kind="note") for line in typed.hint_ignored))
     # an unfinished run's verdict line says so
     if typed.valid is False:
         doc.add(Paragraph("Run INVALID: " + "; ".join(typed.invalid_reasons), kind="bad"))

@@ -106,6 +106,7 @@ class Measurement:
         self.baseline = baseline
         self.planned = planned
         self.several_processes = several_processes
+        self.hints = bool((manifest.get("client_options") or {}).get("hints", False))
         # The plan's size goes to disk first: after a kill -9 it is what tells a transport
         # that stopped part way from one that finished (harness/report/rebuild.py).
         self.writer = ResultsWriter(run_dir, {**manifest, "rollouts_planned": planned})
@@ -200,7 +201,9 @@ class Measurement:
     def assemble(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The summary: the accumulator's statistics, schedules, validity, client, load."""
         summary = self.acc.summary(
-            run_id=self.run_id, comparisons=comparison_pairs(self.transports, self.baseline)
+            run_id=self.run_id,
+            comparisons=comparison_pairs(self.transports, self.baseline),
+            hints=self.hints,
         )
         for name, t in summary.get("transports", {}).items():
             sched = self.schedules.get(name)
