@@ -66,6 +66,8 @@ class ApiConversation(Conversation):
         return messages_api.messages_body(inp, self.cache_control)
 
     def http_request(self, inp: TurnInput, rec: TurnRecord) -> bytes:
+        # chat and messages are stateless: the whole conversation every turn
+        rec.sent_input_tokens = inp.history_tokens
         payload = dumps(
             shape_body(self.body(inp), self.spec.api, self.shaping, planned_output(inp))
         )

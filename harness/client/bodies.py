@@ -130,6 +130,17 @@ def ws_append(inp: TurnInput, response_id: str) -> dict[str, Any]:
     }
 
 
+def sent_tokens(body: dict[str, Any], inp: TurnInput) -> int:
+    """The tokens ``body`` carries of ``inp`` (the turn row's ``sent_input_tokens``), in the
+    run's token convention: the whole history, instructions and tools included, unless the
+    body chains (then those and the new items) or appends (the new items only)."""
+    if body.get("type") == "response.append":
+        return inp.new_tokens
+    if "previous_response_id" in body:
+        return inp.base_tokens + inp.new_tokens
+    return inp.history_tokens
+
+
 def compact_body(inp: TurnInput) -> dict[str, Any]:
     """``POST /responses/compact`` (``client.responses.compact``): the history to compact.
 

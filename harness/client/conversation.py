@@ -14,7 +14,14 @@ from dataclasses import replace
 from typing import Protocol
 
 from harness.client.api_errors import api_error_from_body, body_start, not_sse
-from harness.client.bodies import compact_body, http_body, ws_append, ws_create, ws_warmup
+from harness.client.bodies import (
+    compact_body,
+    http_body,
+    sent_tokens,
+    ws_append,
+    ws_create,
+    ws_warmup,
+)
 from harness.client.receive import SseFeed
 from harness.client.recovery import MAX_RECOVERIES_PER_TURN, Recovery, recovery_for
 from harness.client.shaping import NO_SHAPING, RequestShaping, planned_output, shape_body
@@ -23,7 +30,7 @@ from harness.wire.errors import ErrorKind, LoopbenchError, ProtocolError, Transp
 from harness.wire.events import dumps, loads
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.wire.transports import TransportSpec
-from harness.workload.agent import TurnInput
+from harness.workload.agent import TurnInput, items_tokens
 from harness.workload.records import TurnRecord
 
 _CHAIN_STATUSES = ("completed", "incomplete")
@@ -88,6 +95,7 @@ class Conversation:
 
     def http_request(self, inp: TurnInput, rec: TurnRecord) -> bytes:
         body = http_body(self.spec, inp, self.previous_response_id)
+        rec.sent_input_tokens = sent_tokens(body, inp)
         payload = dumps(shape_body(body, "responses", self.shaping, planned_output(inp)))
         rec.bytes_sent = len(payload)
         return payload
@@ -122,6 +130,7 @@ class Conversation:
     @staticmethod
     def compact_request(inp: TurnInput, rec: TurnRecord) -> bytes:
         payload = dumps(compact_body(inp))
+        rec.sent_input_tokens = inp.history_tokens
         rec.bytes_sent = len(payload)
         return payload
 
@@ -221,16 +230,22 @@ class WsTurn:
         if paused is not None and paused.status == "paused" and paused.response_id:
             self.resume = paused
             body = ws_append(self.inp, paused.response_id)
+            self.rec.sent_input_tokens = sent_tokens(body, self.inp)
         else:
             self.resume = None
             previous = None if self.full else conv.previous_response_id
             inp = self.inp
             if self.full and conv.recover_from == "full" and inp.full_history is not None:
                 # Resend everything, as a client that keeps no compacted base does.
-                inp = replace(inp, history=inp.full_history)
-            body = shape_body(
-                ws_create(conv.spec, inp, previous), "responses", conv.shaping, planned_output(inp)
-            )
+                inp = replace(
+                    inp,
+                    history=inp.full_history,
+                    history_tokens=inp.base_tokens + items_tokens(inp.full_history, conv.tokens),
+                )
+            create = ws_create(conv.spec, inp, previous)
+            # a recovery's resend is what this turn sent (its last attempt's)
+            self.rec.sent_input_tokens = sent_tokens(create, inp)
+            body = shape_body(create, "responses", conv.shaping, planned_output(inp))
         payload = dumps(body)
         payload = on_lane(payload, stream_id)
         self.rec.bytes_sent = len(payload)  # bytes, as over HTTP: not characters

@@ -102,6 +102,17 @@ class TurnInput:
     #: ``history`` carries the reasoning items received (so a request that sends it whole
     #: asks for them encrypted, as Codex does)
     resend_reasoning: bool = False
+    #: in the run's token convention: the instructions and tool definitions (in every request
+    #: but an append), ``history`` with them (the transcript's ``history_tokens``), and
+    #: ``new_items``; what harness/client/bodies.py:sent_tokens adds up per request
+    base_tokens: int = 0
+    history_tokens: int = 0
+    new_tokens: int = 0
+
+
+def items_tokens(items: list[dict[str, Any]], tokens: TokenConvention = FIXED_WIDTH) -> int:
+    """The items' tokens as the transcript counts its history."""
+    return sum(_item_tokens(i, tokens) for i in items)
 
 
 @dataclass(slots=True)
@@ -133,6 +144,8 @@ class Transcript:
     #: first in the instructions and the tool description: one transport's replay apart from
     #: another's in a server's prefix cache (harness/client/rollout.py:pass_salt); "" for none
     salt: str = ""
+    # base_tokens, counted once (the instructions and tools never change)
+    _base: int = 0
 
     def __post_init__(self) -> None:
         rng = random.Random(self.plan.seed)
@@ -148,6 +161,7 @@ class Transcript:
         prompt = tokens.make_text(self.plan.user_prompt_tokens, rng)
         self.pending = [{"type": "message", "role": "user", "content": prompt}]
         self.history_tokens = self.base_tokens
+        self._base = self.history_tokens
 
     @property
     def base_tokens(self) -> int:
@@ -173,6 +187,8 @@ class Transcript:
             max_output_tokens=requested_output_tokens(self.plan.turns[index]),
             model=self.model,
             compaction=True,
+            base_tokens=self._base,
+            history_tokens=self.context_tokens(),
         )
 
     def compacted(self, output_items: list[dict[str, Any]]) -> None:
@@ -208,7 +224,8 @@ class Transcript:
         turn = self.plan.turns[index]
         self.full_history.extend(self.pending)
         self.history.extend(self.pending)
-        self.history_tokens += sum(_item_tokens(i, self.tokens) for i in self.pending)
+        new_tokens = items_tokens(self.pending, self.tokens)
+        self.history_tokens += new_tokens
         new_items, self.pending = self.pending, []
         calls = turn.tool_calls
         metadata: dict[str, str] = {}
@@ -233,6 +250,9 @@ class Transcript:
             # the first turn may still chain from a recorded warm-up, as the client did
             chain=self.chain or index == 0,
             resend_reasoning=self.resend_reasoning,
+            base_tokens=self._base,
+            history_tokens=self.history_tokens,
+            new_tokens=new_tokens,
         )
 
     def record_output(

@@ -54,6 +54,8 @@ RECORD_FIELDS = (
     "new_connection",
     "output_tokens",
     "sim_cache",
+    # the client's own count of what it sent: both edges share the client core
+    "sent_input_tokens",
 )
 _ID = re.compile(r"\b(resp|call|fc|msg|rs)_[0-9a-f]{32}\b")
 
@@ -298,6 +300,8 @@ def test_both_edges_send_the_same_requests(
     (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["gevent"]
     assert a_requests == g_requests, _first_difference(a_requests, g_requests)
     assert a_turns == g_turns
+    sent = RECORD_FIELDS.index("sent_input_tokens")
+    assert all(t[sent] > 0 for t in a_turns if t[3] == "completed"), a_turns
     # Every transport ran every rollout: the comparison covered what it claims to.
     assert {t[0] for t in a_turns} == set(transports)
     assert {(t[0], t[1]) for t in a_turns} == {(n, p.rollout_id) for n in transports for p in plans}
