@@ -13,8 +13,8 @@ from bench.proxy.latency import BARE_RELAY, THIS_PROXY, run_bench
 from bench.selfbench.cpu_steal import read_cpu_times, steal_percent
 from harness.record.proxy import Upstream
 from harness.run.embedded import embedded_server
-from harness.run.interrupt import sigterm_as_sigint
 from harness.wire.exit_codes import ExitCode, UsageParser
+from harness.wire.stop_signal import sigterm_as_sigint
 
 
 def build_parser() -> UsageParser:

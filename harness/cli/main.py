@@ -17,6 +17,7 @@ from harness.cli.commands import COMMANDS, module_of
 from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser, version
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import exit_code_help
+from harness.wire.stop_signal import sigterm_as_sigint
 from harness.workload.builtin import shadowed_note
 
 
@@ -74,9 +75,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"note: {note}", file=sys.stderr)
         # Every command stops on SIGTERM as on Ctrl-C (the table's 130 for both): by default
         # SIGTERM would end the process on the spot (143), its cleanup and results unwritten.
-        # Imported here: `loopbench --help` loads no module of the run stack.
-        from harness.run.interrupt import sigterm_as_sigint
-
         sigterm_as_sigint()
         code = args.func(args)
     except LoopbenchError as exc:

@@ -35,13 +35,13 @@ from harness.cli.run_args import (
 from harness.cli.summary_table import print_summary
 from harness.metrics.results_model import Summary, as_summary
 from harness.report.error_summary import error_lines
-from harness.run.interrupt import sigterm_as_sigint
 from harness.run.probe import DEFAULT_TIMEOUT_S as PROBE_TIMEOUT_S
 from harness.run.probe import probe_for_run
 from harness.run.procs import run_procs
 from harness.run.progress import make_progress
 from harness.run.runner import RunOptions, run_scenario
 from harness.run.target import resolve_target
+from harness.wire.stop_signal import sigterm_as_sigint
 from harness.workload.rollout import scenario_trace_gaps
 from harness.workload.scenario import load_scenario
 
