@@ -328,7 +328,9 @@ def plot_decode_tps(run: Run) -> Figure | None:
     ]
     if not names:
         return None
-    fig, axes = _figure(6 * min(len(names), 2) + 0.5, 4.6, ncols=len(names), sharey=True)
+    # a panel needs ~5 in for its legend: five transports in 12 in collapsed the axes
+    width = max(6 * min(len(names), 2), 4.8 * len(names)) + 0.5
+    fig, axes = _figure(width, 4.6, ncols=len(names), sharey=True)
     for i, (ax, name) in enumerate(zip(axes, names, strict=True)):
         g = turns[(turns["transport"] == name) & turns["decode_tps"].notna()]
         color = transport_color(name, A.run_transports(run).index(name))

@@ -9,7 +9,6 @@ the gate; the visible decode rate is not diluted by the reasoning (no honesty fl
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -30,18 +29,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Run, str]]
     out = tmp_path_factory.mktemp("results")
     transports = ("--transports", ",".join(ALL))
     # Two independent runs, each with its own embedded server, compared only on what does
-    # not depend on timing: side by side
-    with ThreadPoolExecutor(2) as pool:
-        plain = pool.submit(loopbench_run, out, "plain", *transports)
-        reasoning = pool.submit(
-            loopbench_run,
-            out,
-            "reasoning",
-            *transports,
-            "--set",
-            f"rollout.reasoning_tokens={REASONING}",
-        )
-        return {"plain": plain.result(), "reasoning": reasoning.result()}
+    # not depend on timing.  One after the other, in the main thread: each runs `main` in this
+    # process, whose console capture and signal handlers are the process's own; with their
+    # reports, whose table a test reads.
+    plain = loopbench_run(out, "plain", *transports, report=True)
+    reasoning = loopbench_run(
+        out,
+        "reasoning",
+        *transports,
+        "--set",
+        f"rollout.reasoning_tokens={REASONING}",
+        report=True,
+    )
+    return {"plain": plain, "reasoning": reasoning}
 
 
 def _turns(run: Run) -> pd.DataFrame:
