@@ -53,7 +53,7 @@ def feed_ws_message(stream: ResponseStream, raw: str | bytes, t_ns: int, user_ns
     the response: it is raised as :class:`~harness.wire.errors.APIError`.  ``user_ns`` as
     for :meth:`SseFeed.feed`.
     """
-    event = loads(raw)
+    event = loads(raw, strict_utf8=True)
     if event.get("type") == "error" and "sequence_number" not in event:
         raise api_error_from_event(event)
     if not user_ns:

@@ -125,12 +125,18 @@ def dumps(obj: Any) -> bytes:
     return orjson.dumps(obj)
 
 
-def loads(data: bytes | bytearray | memoryview | str) -> dict[str, Any]:
-    """Parse one JSON object; raise :class:`ProtocolError` on invalid JSON or a non-object."""
+def loads(
+    data: bytes | bytearray | memoryview | str, *, strict_utf8: bool = False
+) -> dict[str, Any]:
+    """Parse one JSON object; raise :class:`ProtocolError` on invalid JSON or a non-object.
+
+    ``strict_utf8``: invalid UTF-8 is invalid JSON (a WebSocket text message must be UTF-8,
+    and its edge closes with 1007); otherwise it is replaced, as an SSE stream's text is.
+    """
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        if not isinstance(data, str):
+        if not strict_utf8 and not isinstance(data, str):
             # Invalid UTF-8 in a string is replaced, not fatal (as in the SSE decoder's text):
             # decoded on this rare path only, so valid bytes are parsed without a copy.
             return loads(bytes(data).decode("utf-8", "replace"))

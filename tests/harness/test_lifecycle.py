@@ -60,7 +60,9 @@ EXTRAS: dict[str, set[str]] = {
     "locust": {"client.procs", "client.per_process", "locust"},
 }
 #: blocks whose keys are data (error kinds), not the format
-DATA_KEYED = {"errors_by_kind", "errors"}
+#: keyed by what the data held: error kinds, and the statistics that had too few samples
+#: (a withheld call's held_back_ms exists only where some output came whole, which timing decides)
+DATA_KEYED = {"errors_by_kind", "errors", "too_few_samples"}
 #: measuring processes per path, each judged on its own event loop (every one runs > 1 s)
 PROCESSES = {"run": 1, "procs": 2, "ab-baseline": 1, "ab-candidate": 1, "locust": 1}
 LOOP_STALL_REASON = re.compile(
