@@ -39,7 +39,7 @@ from reference_server.guard import ConnectionGuard
 from reference_server.lifecycle import Lifecycle
 from reference_server.messages_api import MessagesApi
 from reference_server.metrics import CONTENT_TYPE_LATEST, HttpMetrics, exposition, registry
-from reference_server.protocols import ARRIVED_KEY
+from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
 from reference_server.service import Job, Service, fault_error, previous_not_found
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
@@ -116,7 +116,12 @@ class ReferenceServer:
             self.service.timing_log.close()  # after the drain: every response has its line
 
     def _new_http_connection(self, request: Request) -> bool:
-        # ASGI hides the TCP connection; the client's (host, port) identifies it while it is open.
+        # ASGI hides the TCP connection: the stamping protocol says which request of its
+        # connection this is; without it, the client's (host, port) identifies the connection
+        # while it is open.
+        stamped = request.scope.get(CONNECTION_KEY)
+        if stamped is not None:
+            return bool(stamped[1] == 1)
         client = request.client
         if client is None:
             return True

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,8 +105,11 @@ class Histogram:
         self.sum = 0
         self.below = 0
         self.above = 0
-        #: the recorded (rounded, clamped) values while ``count <= EXACT_MAX``, else None
-        self.exact: list[int] | None = []
+        #: the recorded (rounded, clamped) values while ``count <= EXACT_MAX``, else None.
+        #: Machine integers, 8 bytes a value: a list of ints costs ~40, and 20 histograms per
+        #: transport filling to EXACT_MAX made the harness's memory climb for the first
+        #: 10,000 turns of each transport (docs/reliability.md, *Soak*).
+        self.exact: array[int] | None = array("q")
 
     @classmethod
     def tps(cls) -> Histogram:
@@ -406,7 +410,7 @@ class Histogram:
         out.sum = int(meta["sum"]) if "sum" in meta else round(src.get_mean_value() * out.count)
         if "values" in meta:
             try:
-                exact = [int(v) for v in meta["values"].split(",")]
+                exact = array("q", [int(v) for v in meta["values"].split(",")])
             except ValueError:
                 raise ValueError(
                     "histogram encoding: values: expected comma-separated integers"
@@ -418,7 +422,7 @@ class Histogram:
                 )
             out.exact = exact
         else:
-            out.exact = [] if out.count == 0 else None
+            out.exact = array("q") if out.count == 0 else None
         return out
 
 

@@ -107,8 +107,11 @@ class Measurement:
         self.planned = planned
         self.several_processes = several_processes
         self.writer = ResultsWriter(run_dir, manifest)
+        # One process runs each rollout whole: its turns arrive before its record.
         self.acc = Accumulator(
-            warmup_rollouts=scenario.load.warmup_rollouts, slo=scenario.slo.thresholds()
+            warmup_rollouts=scenario.load.warmup_rollouts,
+            slo=scenario.slo.thresholds(),
+            fold_rollouts=True,
         )
         self.schedules = {name: ScheduleStats() for name in self.transports}
         self.late_ns = round(scenario.load.max_schedule_lag_ms * 1e6)
