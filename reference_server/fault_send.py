@@ -35,8 +35,9 @@ async def spike(spec: FaultSpec) -> None:
     await asyncio.sleep(spec.spike_ms / 1000)
 
 
-def wrap_send(send: Send, stall_s: float) -> Send:
-    """``send`` with this task's ``disconnect`` or ``stall`` fault applied at the first delta."""
+def wrap_send(send: Send, stall_s: float, on_applied: Callable[[Fault], None]) -> Send:
+    """``send`` with this task's ``disconnect`` or ``stall`` fault applied at the first delta;
+    ``on_applied(fault)`` counts it then."""
     fault = current.get()
     if fault.kind not in ("disconnect", "stall"):
         return send
@@ -47,6 +48,7 @@ def wrap_send(send: Send, stall_s: float) -> Send:
         await send(events)
         if armed and any(e.get("type") in ev.DELTA_TYPES for e in events):
             armed = False
+            on_applied(fault)
             if fault.kind == "disconnect":
                 raise InjectedDisconnect("injected mid-stream disconnect")
             await asyncio.sleep(stall_s)
