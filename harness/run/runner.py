@@ -28,6 +28,7 @@ from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
 from harness.report.server_metrics import write_server_metrics
+from harness.run import quiet_gc
 from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
 from harness.run.interrupt import RunInterrupts
@@ -344,6 +345,7 @@ async def _measure_and_write(
                     progress.update(
                         live.snapshot(name, round_index, len(rounds), started, finished=True)
                     )
+                quiet_gc.collect_between_passes()  # nothing in flight: the pass's cycles go
     except (asyncio.CancelledError, KeyboardInterrupt):
         run.stop_early("run interrupted before every rollout finished", interrupted=True)
     finally:
