@@ -34,7 +34,7 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError, parse_create
 from reference_server.event_stream import EventStream, SendEvents, until_disconnect
-from reference_server.fault_send import InjectedDisconnect
+from reference_server.fault_send import CutAnswer, InjectedDisconnect
 from reference_server.guard import ConnectionGuard
 from reference_server.lifecycle import Lifecycle
 from reference_server.messages_api import MessagesApi
@@ -351,7 +351,11 @@ class ReferenceServer:
             jobs.append(job)
             await service.generate(job, discard)
 
-        if not await until_disconnect(request.receive, admit_and_generate()):
+        try:
+            finished = await until_disconnect(request.receive, admit_and_generate())
+        except InjectedDisconnect:
+            return CutAnswer()
+        if not finished:
             # The client left: stop generating for nobody. The access log shows the 499.
             return Response(status_code=499)
         return Response(

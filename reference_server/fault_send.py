@@ -13,6 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from starlette.responses import Response
+
 from harness.wire import events as ev
 from reference_server.core.faults import NO_FAULT, Fault, FaultSpec
 
@@ -25,6 +27,23 @@ class IntentionalDisconnect(Exception):
 
 class InjectedDisconnect(IntentionalDisconnect):
     """The ``disconnect`` fault: cut this stream now."""
+
+
+class CutAnswer(Response):
+    """A non-streamed response cut by the ``disconnect`` fault: its status line and head go
+    out, its body never ends (as a streamed one's).  Raised before any answer, the exception
+    would become Starlette's 500, an error the fault is not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # No content-length: the body is chunked, and its end never comes.
+        await send({"type": "http.response.start", "status": 200, "headers": _JSON_HEAD})
+        raise InjectedDisconnect("injected disconnect of a non-streamed answer")
+
+
+_JSON_HEAD = [(b"content-type", b"application/json")]
 
 
 # The fault drawn for the response being generated in this task (read by wrap_send).

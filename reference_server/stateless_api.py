@@ -29,7 +29,7 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import EventStream, SendEvents, until_disconnect
-from reference_server.fault_send import InjectedDisconnect
+from reference_server.fault_send import CutAnswer, InjectedDisconnect
 from reference_server.service import Job, Service, fault_error
 from reference_server.sim import mark_arrival
 
@@ -196,7 +196,11 @@ class StatelessApi:
                 with contextlib.suppress(ValueError):
                     await keep_errors(service.crashed(job.builder, exc))
 
-        if not await until_disconnect(request.receive, admit_and_generate()):
+        try:
+            finished = await until_disconnect(request.receive, admit_and_generate())
+        except InjectedDisconnect:
+            return CutAnswer()
+        if not finished:
             return Response(status_code=499)
         if failed:
             message = str(event_error(failed[0]).get("message") or "The server had an error.")

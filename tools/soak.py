@@ -24,6 +24,7 @@ line per endpoint, each at its own period.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -285,7 +286,8 @@ class SideMix:
             if _is_injected(exc.code, exc.read()):
                 key = f"error_{exc.code}"
                 self.injected[key] = self.injected.get(key, 0) + 1
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            # a cut answer (IncompleteRead, RemoteDisconnected), a timeout: by their names
             status = type(exc).__name__
         seen = self.counts[r.name]
         seen[status] = seen.get(status, 0) + 1

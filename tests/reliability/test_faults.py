@@ -225,3 +225,18 @@ def test_health_counts_a_cut_only_when_a_stream_was_cut() -> None:
             time.sleep(0.05)
         counts = server.health()["faults_injected"]
     assert counts == {"disconnect": 1}
+
+
+def test_a_non_streamed_answer_is_cut_not_answered_500() -> None:
+    # End to end (the ASGI server answers 500 to an exception before any response): the soak
+    # counted these cuts as 500s, so injected disconnects outnumbered recorded cuts.
+    with (
+        server_process(["--store", ":memory:", "--fault", "disconnect_rate=1"]) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        body = {"model": "m", "input": "hi", "max_output_tokens": 20}
+        with pytest.raises(httpx.HTTPError) as cut:
+            client.post("/responses", json=body)
+        counts = server.health()["faults_injected"]
+    assert not isinstance(cut.value, httpx.HTTPStatusError)
+    assert counts == {"disconnect": 1}
