@@ -177,7 +177,8 @@ class ReferenceServer:
         # Responses holding an engine stream slot now, and waiting for one.
         doc["engine"] = {"active": sim.capacity.active, "queued": sim.capacity.queued}
         # The LRU prefix cache fills up to its bound (~10 MiB): the soak accounts for it.
-        doc["prefix_cache"] = {"entries": len(sim.prefix_cache)}
+        cache = sim.prefix_cache
+        doc["prefix_cache"] = {"entries": len(cache), "max_entries": cache.max_entries}
         if self.config.faults.enabled:
             doc["faults_injected"] = dict(sorted(self.service.faults.counts.items()))
         return JSONResponse(doc)

@@ -473,6 +473,7 @@ def _finish(
         "recoveries": recoveries,
         "side_mix_injected": side.injected,
         "faults_injected": health.get("faults_injected", {}),
+        "prefix_cache_max_entries": health.get("prefix_cache", {}).get("max_entries"),
         "slow_clients_dropped": health.get("slow_clients_dropped"),
         "harness_exit": harness_exit,
         "harness_stderr": harness_err[-500:],
@@ -626,6 +627,9 @@ def soak_markdown(doc: dict[str, Any]) -> str:
             )
         else:
             lines.append(f"| {row['fault']} | {row['injected']} | {row['note']} | | not an error |")
+    filling = soak_gate.cache_filling(doc)
+    if filling:
+        lines.append(filling[0].upper() + filling[1:] + ".")
     lines.append("Verdict: " + ("ok" if doc["ok"] else "FAILED: " + "; ".join(doc["problems"])))
     return "\n".join(lines) + "\n"
 

@@ -169,3 +169,18 @@ def test_the_side_mix_counts_only_the_servers_injected_refusals_as_faults() -> N
     other = b'{"error": {"code": "too_many_background_responses", "message": "busy"}}'
     assert _is_injected(429, injected)
     assert not _is_injected(429, other) and not _is_injected(429, b"<html>")
+
+
+def test_a_server_slope_of_its_prefix_cache_filling_is_not_judged_but_the_rest_is() -> None:
+    # make soak (4 minutes) fills the bounded prefix cache for all its length: that slope says
+    # nothing about a leak, so only what the cache does not account for is judged then.
+    flat = _series(0.0)
+    doc = _doc(_series(60.0), flat, prefix_mib_h=58.0)
+    doc["rss_samples"] = [[t, 0, 0, 0, int(t * 10)] for t, _ in _series(0.0)]
+    doc["prefix_cache_max_entries"] = 65_536
+    assert soak_gate.problems(doc, Limits()) == []
+    assert "(17,950 of 65,536 entries)" in (soak_gate.cache_filling(doc) or "")
+    doc["store"]["unaccounted_mib_per_h"] = 30.0
+    assert ["not accounted" in p for p in soak_gate.problems(doc, Limits())] == [True]
+    doc["prefix_cache_max_entries"] = 17_950  # full by the end: the whole slope is judged
+    assert any(p.startswith("server RSS grew 60.0") for p in soak_gate.problems(doc, Limits()))
