@@ -48,8 +48,14 @@ from harness.run.embedded import server_child
 from harness.wire.exit_codes import UsageParser
 from harness.wire.transports import TRANSPORT_NAMES
 from reference_server.core.faults import ERROR_STATUSES
+from reference_server.core.profiles import load_profiles
 from tools import soak_gate
-from tools.soak_gate import Limits
+from tools.soak_gate import (
+    PREFIX_CACHE_ENTRY_BYTES,
+    SQLITE_CACHE_BYTES,
+    Limits,
+    slope_per_h,
+)
 
 SOAK_FAULTS = (
     "seed=11",
@@ -65,12 +71,6 @@ SOAK_FAULTS = (
     "lifetime_s=20",
 )
 STARTUP_S = 10.0
-#: SQLite's default page cache (``PRAGMA cache_size = -2000``: 2,000 KiB per connection),
-#: the most of a file-backed store the server's memory holds
-SQLITE_CACHE_BYTES = 2000 * 1024
-#: bytes one entry of the engine's LRU prefix cache holds (an OrderedDict entry and two ints:
-#: 65,536 entries measured at 9.7 MiB with tracemalloc)
-PREFIX_CACHE_ENTRY_BYTES = 155
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,20 +187,6 @@ class Sample:
     harness_kib: int | None
     store_bytes: int | None = None
     prefix_entries: int | None = None
-
-
-def slope_per_h(points: Sequence[tuple[float, float]]) -> float | None:
-    """Least-squares slope of ``(t_s, value)`` points, per hour (None below 6 points)."""
-    if len(points) < 6:
-        return None
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    if var == 0:
-        return None
-    cov = sum((t - mt) * (v - mv) for t, v in points)
-    return cov / var * 3600
 
 
 def warmup_s(duration_s: float) -> float:
@@ -486,6 +472,10 @@ def _finish(
 
 def judge(out: Path, doc: dict[str, Any], limits: Limits) -> int:
     """Apply the gate (tools/soak_gate.py) to ``doc``, write soak.json and soak.md in ``out``."""
+    if doc.get("prefix_cache_max_entries") is None:
+        # a soak.json from before /health gave the bound: the soak's server runs the defaults
+        doc["prefix_cache_max_entries"] = load_profiles()[1].prefix_cache_entries
+    doc["server_fit"] = soak_gate.server_fit(doc)
     doc["harness_account"] = soak_gate.harness_account(doc)
     doc["fault_accounting"] = soak_gate.fault_rows(doc)
     doc["limits"] = {
@@ -576,6 +566,16 @@ def soak_markdown(doc: dict[str, Any]) -> str:
         f"{st['prefix_cache_entries']} entries, {st['prefix_cache_mib_per_h']} MiB/h. "
         f"Unaccounted: {st['unaccounted_mib_per_h']} MiB/h.",
     ]
+    fit = doc.get("server_fit")
+    if fit:
+        lines += [
+            "",
+            f"Judged: the server after its warm-up (from {fit['from_s']:.0f} s: a quarter of the "
+            "load, or until its prefix cache was first full if later): slope "
+            f"{fit['slope_mib_per_h']} MiB/h, of which the prefix cache "
+            f"{fit['prefix_cache_mib_per_h']}, SQLite's page cache {fit['page_cache_mib_per_h']}, "
+            f"unaccounted {fit['unaccounted_mib_per_h']} MiB/h.",
+        ]
     ha = doc.get("harness_account")
     if ha:
         lines += [

@@ -171,16 +171,41 @@ def test_the_side_mix_counts_only_the_servers_injected_refusals_as_faults() -> N
     assert not _is_injected(429, other) and not _is_injected(429, b"<html>")
 
 
-def test_a_server_slope_of_its_prefix_cache_filling_is_not_judged_but_the_rest_is() -> None:
+def _samples(server_mib_h: float, entries_per_s: float, flat_from_s: float = 1e9) -> list[Any]:
+    """rss_samples rows [t_s, server KiB, harness KiB, store bytes, prefix entries] from 0 s."""
+    rows = []
+    for t in range(0, 1800, 5):
+        grown = min(t, flat_from_s)
+        rows.append(
+            [
+                float(t),
+                (60 + server_mib_h * grown / 3600) * 1024,
+                0,
+                None,
+                int(entries_per_s * grown),
+            ]
+        )
+    return rows
+
+
+def test_the_servers_warm_up_lasts_until_its_prefix_cache_is_full() -> None:
     # make soak (4 minutes) fills the bounded prefix cache for all its length: that slope says
-    # nothing about a leak, so only what the cache does not account for is judged then.
+    # nothing about a leak, so only what the cache does not account for is judged then; once
+    # the cache is full, the whole slope from that moment on is.
     flat = _series(0.0)
-    doc = _doc(_series(60.0), flat, prefix_mib_h=58.0)
-    doc["rss_samples"] = [[t, 0, 0, 0, int(t * 10)] for t, _ in _series(0.0)]
-    doc["prefix_cache_max_entries"] = 65_536
+    per_s = 58 * 2**20 / soak_gate.PREFIX_CACHE_ENTRY_BYTES / 3600  # 58 MiB/h of entries
+    doc = _doc(flat, flat) | {"warmup_s": 450.0, "prefix_cache_max_entries": 10**9}
+    doc["rss_samples"] = _samples(60.0, per_s)  # 2 MiB/h beyond the cache: fine
     assert soak_gate.problems(doc, Limits()) == []
-    assert "(17,950 of 65,536 entries)" in (soak_gate.cache_filling(doc) or "")
-    doc["store"]["unaccounted_mib_per_h"] = 30.0
+    assert "still filling" in (soak_gate.cache_filling(doc) or "")
+    doc["rss_samples"] = _samples(90.0, per_s)  # 32 MiB/h beyond the cache
     assert ["not accounted" in p for p in soak_gate.problems(doc, Limits())] == [True]
-    doc["prefix_cache_max_entries"] = 17_950  # full by the end: the whole slope is judged
+    # full at 900 s and flat from there: judged from 900 s, and it passes
+    doc["prefix_cache_max_entries"] = int(per_s * 900)
+    doc["rss_samples"] = _samples(90.0, per_s, flat_from_s=900)
+    fit = soak_gate.server_fit(doc)
+    assert fit is not None and fit["from_s"] == 900 and fit["slope_mib_per_h"] == 0.0
+    assert soak_gate.problems(doc, Limits()) == []
+    # full at 900 s but still climbing after: that is judged
+    doc["rss_samples"] = [[*r[:4], min(r[4], int(per_s * 900))] for r in _samples(60.0, per_s)]
     assert any(p.startswith("server RSS grew 60.0") for p in soak_gate.problems(doc, Limits()))
