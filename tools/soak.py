@@ -583,7 +583,7 @@ def soak_markdown(doc: dict[str, Any]) -> str:
             f"Harness: {ha['rollouts']} completed rollouts, each keeping its latency for the "
             f"paired speedup ({soak_gate.ROLLOUT_LATENCY_BYTES} B): "
             f"{ha['rollout_latencies_mib_per_h']} MiB/h; its histograms are allocated when a "
-            "transport starts and keep at most 10,000 exact values each (80 KB). "
+            "transport starts and keep at most 10,000 exact values each (40 KB). "
             f"Unaccounted: {ha['unaccounted_mib_per_h']} MiB/h.",
         ]
     lines += ["", "RSS over time (s: server MiB / harness MiB):", ""]
