@@ -34,12 +34,13 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError, parse_create
 from reference_server.event_stream import EventStream, SendEvents, until_disconnect
+from reference_server.fault_send import CutAnswer, InjectedDisconnect
 from reference_server.guard import ConnectionGuard
 from reference_server.json_answers import error_response, json_response
 from reference_server.lifecycle import Lifecycle
 from reference_server.messages_api import MessagesApi
 from reference_server.metrics import CONTENT_TYPE_LATEST, HttpMetrics, exposition, registry
-from reference_server.protocols import ARRIVED_KEY
+from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
 from reference_server.service import Job, Service, fault_error, previous_not_found
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
@@ -116,7 +117,12 @@ class ReferenceServer:
             self.service.timing_log.close()  # after the drain: every response has its line
 
     def _new_http_connection(self, request: Request) -> bool:
-        # ASGI hides the TCP connection; the client's (host, port) identifies it while it is open.
+        # ASGI hides the TCP connection: the stamping protocol says which request of its
+        # connection this is; without it, the client's (host, port) identifies the connection
+        # while it is open.
+        stamped = request.scope.get(CONNECTION_KEY)
+        if stamped is not None:
+            return bool(stamped[1] == 1)
         client = request.client
         if client is None:
             return True
@@ -162,7 +168,8 @@ class ReferenceServer:
         # Responses holding an engine stream slot now, and waiting for one.
         doc["engine"] = {"active": sim.capacity.active, "queued": sim.capacity.queued}
         # The LRU prefix cache fills up to its bound (~10 MiB): the soak accounts for it.
-        doc["prefix_cache"] = {"entries": len(sim.prefix_cache)}
+        cache = sim.prefix_cache
+        doc["prefix_cache"] = {"entries": len(cache), "max_entries": cache.max_entries}
         if self.config.faults.enabled:
             doc["faults_injected"] = dict(sorted(self.service.faults.counts.items()))
         return JSONResponse(doc)
@@ -328,7 +335,11 @@ class ReferenceServer:
             jobs.append(job)
             await service.generate(job, discard)
 
-        if not await until_disconnect(request.receive, admit_and_generate()):
+        try:
+            finished = await until_disconnect(request.receive, admit_and_generate())
+        except InjectedDisconnect:
+            return CutAnswer()
+        if not finished:
             # The client left: stop generating for nobody. The access log shows the 499.
             return Response(status_code=499)
         return Response(

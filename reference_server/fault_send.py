@@ -13,6 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from starlette.responses import Response
+
 from harness.wire import events as ev
 from reference_server.core.faults import NO_FAULT, Fault, FaultSpec
 
@@ -27,6 +29,23 @@ class InjectedDisconnect(IntentionalDisconnect):
     """The ``disconnect`` fault: cut this stream now."""
 
 
+class CutAnswer(Response):
+    """A non-streamed response cut by the ``disconnect`` fault: its status line and head go
+    out, its body never ends (as a streamed one's).  Raised before any answer, the exception
+    would become Starlette's 500, an error the fault is not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # No content-length: the body is chunked, and its end never comes.
+        await send({"type": "http.response.start", "status": 200, "headers": _JSON_HEAD})
+        raise InjectedDisconnect("injected disconnect of a non-streamed answer")
+
+
+_JSON_HEAD = [(b"content-type", b"application/json")]
+
+
 # The fault drawn for the response being generated in this task (read by wrap_send).
 current: contextvars.ContextVar[Fault] = contextvars.ContextVar("loopbench_fault", default=NO_FAULT)
 
@@ -35,8 +54,9 @@ async def spike(spec: FaultSpec) -> None:
     await asyncio.sleep(spec.spike_ms / 1000)
 
 
-def wrap_send(send: Send, stall_s: float) -> Send:
-    """``send`` with this task's ``disconnect`` or ``stall`` fault applied at the first delta."""
+def wrap_send(send: Send, stall_s: float, on_applied: Callable[[Fault], None]) -> Send:
+    """``send`` with this task's ``disconnect`` or ``stall`` fault applied at the first delta;
+    ``on_applied(fault)`` counts it then."""
     fault = current.get()
     if fault.kind not in ("disconnect", "stall"):
         return send
@@ -47,6 +67,7 @@ def wrap_send(send: Send, stall_s: float) -> Send:
         await send(events)
         if armed and any(e.get("type") in ev.DELTA_TYPES for e in events):
             armed = False
+            on_applied(fault)
             if fault.kind == "disconnect":
                 raise InjectedDisconnect("injected mid-stream disconnect")
             await asyncio.sleep(stall_s)

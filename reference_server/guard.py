@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_server.fault_send import IntentionalDisconnect
+from reference_server.protocols import CONNECTION_KEY
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -114,6 +115,11 @@ class ConnectionGuard:
         client = scope.get("client")
         if self.http_lifetime_s is None or scope["type"] != "http" or not client:
             return False
+        stamped = scope.get(CONNECTION_KEY)
+        if stamped is not None:
+            return bool(now - stamped[0] >= self.http_lifetime_s)
+        # Without the stamping protocol (another ASGI server): the connection's first request
+        # by its (host, port), in a bounded LRU.
         key = (str(client[0]), int(client[1]))
         first = self._http_seen.get(key)
         if first is None:

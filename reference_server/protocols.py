@@ -43,6 +43,8 @@ import time
 from typing import Any
 
 ARRIVED_KEY = "loopbench.arrived_ns"
+#: ``scope[CONNECTION_KEY]``: ``(loop time the HTTP connection opened, its request number from 1)``
+CONNECTION_KEY = "loopbench.connection"
 BATCH_EXTENSION = "loopbench.send_batch"
 BATCH_KEY = "loopbench.texts"
 
@@ -68,6 +70,12 @@ if _AVAILABLE:
         """httptools protocol that records when each request's first bytes arrived."""
 
         _arrived_ns = 0
+        _opened = 0.0
+        _requests = 0
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._opened = self.loop.time()
 
         def data_received(self, data: bytes) -> None:
             self._arrived_ns = time.perf_counter_ns()
@@ -76,6 +84,11 @@ if _AVAILABLE:
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self.scope[ARRIVED_KEY] = self._arrived_ns  # type: ignore[literal-required]
+            # What the connection is (new, how old) travels with each request, so the app
+            # keeps no table of connections it has seen: such a table outlives the
+            # connections and grew with every one a soak opened (docs/reliability.md).
+            self._requests += 1
+            self.scope[CONNECTION_KEY] = (self._opened, self._requests)  # type: ignore[literal-required]
 
         def handle_websocket_upgrade(self) -> None:
             super().handle_websocket_upgrade()

@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import orjson
@@ -572,7 +573,11 @@ class Service:
     async def _generate(self, job: Job, send: Send) -> str:
         req, conv, cost, builder, timing = job.req, job.conv, job.cost, job.builder, job.timing
         rng = self.rng()
-        send = fault_send.wrap_send(send, self.config.faults.stall_s)
+        send = fault_send.wrap_send(
+            send,
+            self.config.faults.stall_s,
+            partial(self.faults.applied, websocket=cost.websocket),
+        )
         if req.store and not req.background:  # a background run keeps its own (background.py)
             send = self._keeping_object(send)
         await send(builder.start())

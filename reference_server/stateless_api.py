@@ -28,6 +28,7 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import EventStream, SendEvents, until_disconnect
+from reference_server.fault_send import CutAnswer, InjectedDisconnect
 from reference_server.service import Job, Service, fault_error
 from reference_server.sim import mark_arrival
 
@@ -182,7 +183,11 @@ class StatelessApi:
             # as for a non-streamed /v1/responses.
             await service.generate_or_fail(job, keep_errors)
 
-        if not await until_disconnect(request.receive, admit_and_generate()):
+        try:
+            finished = await until_disconnect(request.receive, admit_and_generate())
+        except InjectedDisconnect:
+            return CutAnswer()
+        if not finished:
             return Response(status_code=499)
         if failed:
             message = str(event_error(failed[0]).get("message") or "The server had an error.")

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -505,7 +506,11 @@ class WsConnection:
         try:
             if self.append_mode:
                 # generate() applies a drawn disconnect/stall itself; the append loop does not.
-                send = fault_send.wrap_send(self.send, self.cfg.faults.stall_s)
+                send = fault_send.wrap_send(
+                    self.send,
+                    self.cfg.faults.stall_s,
+                    partial(self.s.faults.applied, websocket=True),
+                )
                 status = await self.run_append(job, send)
             else:
                 status = await self.s.generate(job, self.send)

@@ -88,7 +88,8 @@ ALLOWED.update(
         "bench.proxy": ALLOWED["harness.record"]
         | {"harness.record", "harness.transports", "harness.metrics", "bench", "bench.selfbench"},
         "tools": _WHOLE_PRODUCT,
-        "tools.soak": _CHECKS,
+        "tools.soak": _CHECKS | {"tools.soak_gate"},
+        "tools.soak_gate": _CHECKS,
         "tools.fuzz": _CHECKS | {"tools.soak"},
         # `make real-engine` drives the peers as the peer bench does (its commands, offline
         # tokenizer and readers), against vLLM instead of the reference server

@@ -24,6 +24,7 @@ line per endpoint, each at its own period.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -46,6 +47,15 @@ from harness.report.results import read_csv_gz, write_index
 from harness.run.embedded import server_child
 from harness.wire.exit_codes import UsageParser
 from harness.wire.transports import TRANSPORT_NAMES
+from reference_server.core.faults import ERROR_STATUSES
+from reference_server.core.profiles import load_profiles
+from tools import soak_gate
+from tools.soak_gate import (
+    PREFIX_CACHE_ENTRY_BYTES,
+    SQLITE_CACHE_BYTES,
+    Limits,
+    slope_per_h,
+)
 
 SOAK_FAULTS = (
     "seed=11",
@@ -61,12 +71,6 @@ SOAK_FAULTS = (
     "lifetime_s=20",
 )
 STARTUP_S = 10.0
-#: SQLite's default page cache (``PRAGMA cache_size = -2000``: 2,000 KiB per connection),
-#: the most of a file-backed store the server's memory holds
-SQLITE_CACHE_BYTES = 2000 * 1024
-#: bytes one entry of the engine's LRU prefix cache holds (an OrderedDict entry and two ints:
-#: 65,536 entries measured at 9.7 MiB with tracemalloc)
-PREFIX_CACHE_ENTRY_BYTES = 155
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,20 +189,6 @@ class Sample:
     prefix_entries: int | None = None
 
 
-def slope_per_h(points: Sequence[tuple[float, float]]) -> float | None:
-    """Least-squares slope of ``(t_s, value)`` points, per hour (None below 6 points)."""
-    if len(points) < 6:
-        return None
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    if var == 0:
-        return None
-    cov = sum((t - mt) * (v - mv) for t, v in points)
-    return cov / var * 3600
-
-
 def warmup_s(duration_s: float) -> float:
     """Samples before this are warm-up (imports, first connections, caches filling)."""
     return max(30.0, duration_s / 4)
@@ -237,6 +227,8 @@ class SideMix:
         self.base = base_url.removesuffix("/v1")
         self.mix = mix
         self.counts: dict[str, dict[str, int]] = {r.name: {} for r in mix}
+        #: refusals that are injected faults (the fault's status and code), by fault kind
+        self.injected: dict[str, int] = {}
         self.last_id: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="soak-side-mix", daemon=True)
@@ -277,10 +269,24 @@ class SideMix:
                         self.last_id = None  # gone: the next create names the next one
         except urllib.error.HTTPError as exc:
             status = str(exc.code)
-        except (OSError, ValueError) as exc:
+            if _is_injected(exc.code, exc.read()):
+                key = f"error_{exc.code}"
+                self.injected[key] = self.injected.get(key, 0) + 1
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            # a cut answer (IncompleteRead, RemoteDisconnected), a timeout: by their names
             status = type(exc).__name__
         seen = self.counts[r.name]
         seen[status] = seen.get(status, 0) + 1
+
+
+def _is_injected(status: int, body: bytes) -> bool:
+    """Whether a refusal is the server's injected fault of ``status`` (its code), not another
+    refusal with the same status (``too_many_background_responses`` is a 429 too)."""
+    try:
+        err = json.loads(body).get("error") or {}
+    except (ValueError, AttributeError):
+        return False
+    return status in ERROR_STATUSES and err.get("code") == ERROR_STATUSES[status][1]
 
 
 def _stats(
@@ -301,9 +307,7 @@ def _stats(
     }
 
 
-def run_soak(
-    out: Path, duration_s: float, sample_s: float, seed: int, max_slope_mib_h: float
-) -> int:
+def run_soak(out: Path, duration_s: float, sample_s: float, seed: int, limits: Limits) -> int:
     out.mkdir(parents=True, exist_ok=True)
     scenario_path = out / "soak-scenario.yaml"
     scenario_path.write_text(yaml.safe_dump(soak_scenario(duration_s, seed), sort_keys=False))
@@ -315,7 +319,43 @@ def run_soak(
     for fault in SOAK_FAULTS:
         server_args += ["--fault", fault]
     samples: list[Sample] = []
-    with server_process(server_args) as server, SideMix(server.url) as side:
+    with server_process(server_args) as server:
+        side = SideMix(server.url)
+        harness, harness_err = _load(
+            server, side, out, run_id, scenario_path, duration_s, sample_s, store, samples
+        )
+        server_alive = server.proc.poll() is None
+        # Read after the side mix has stopped: every fault drawn is in the counts compared.
+        health = server.health() if server_alive else {}
+    return _finish(
+        out,
+        run_id,
+        duration_s,
+        store,
+        samples,
+        side,
+        health,
+        server_alive,
+        harness.returncode,
+        harness_err,
+        limits,
+    )
+
+
+def _load(
+    server: ServerProcess,
+    side: SideMix,
+    out: Path,
+    run_id: str,
+    scenario_path: Path,
+    duration_s: float,
+    sample_s: float,
+    store: Path,
+    samples: list[Sample],
+) -> tuple[subprocess.Popen[str], str]:
+    """Run the harness beside the side mix, sampling both sides' memory; the side mix is
+    stopped when this returns."""
+    with side:
         cmd = [
             sys.executable,
             "-m",
@@ -326,6 +366,8 @@ def run_soak(
             server.url,
             "--request-timeout-s",
             "3",
+            # The probe's requests draw faults too, and no turn records them.
+            "--no-probe",
             "--out",
             str(out),
             "--run-id",
@@ -342,7 +384,11 @@ def run_soak(
             now = time.monotonic()
             if now > hard_stop:
                 harness.send_signal(signal.SIGTERM)  # finishes with a partial summary
-                harness.wait(60)
+                try:
+                    harness.wait(60)
+                except subprocess.TimeoutExpired:
+                    harness.kill()
+                    harness.wait()
                 break
             sample = Sample(
                 round(now - t0, 1),
@@ -360,8 +406,22 @@ def run_soak(
                 )
             time.sleep(sample_s)
         harness_err = harness.stderr.read() if harness.stderr else ""
-        server_alive = server.proc.poll() is None
-        health = server.health() if server_alive else {}
+    return harness, harness_err
+
+
+def _finish(
+    out: Path,
+    run_id: str,
+    duration_s: float,
+    store: Path,
+    samples: list[Sample],
+    side: SideMix,
+    health: dict[str, Any],
+    server_alive: bool,
+    harness_exit: int | None,
+    harness_err: str,
+    limits: Limits,
+) -> int:
     run_dir = out / run_id
     summary = json.loads((run_dir / "summary.json").read_text())
     rollouts = read_csv_gz(run_dir / "rollouts.csv.gz")
@@ -397,34 +457,37 @@ def run_soak(
         "transports": errors,
         "side_mix": side.counts,
         "recoveries": recoveries,
+        "side_mix_injected": side.injected,
         "faults_injected": health.get("faults_injected", {}),
+        "prefix_cache_max_entries": health.get("prefix_cache", {}).get("max_entries"),
         "slow_clients_dropped": health.get("slow_clients_dropped"),
-        "harness_exit": harness.returncode,
+        "harness_exit": harness_exit,
+        "harness_stderr": harness_err[-500:],
         "server_alive_at_end": server_alive,
         "partial": summary.get("partial"),
+        "rollouts_completed": int((rollouts["status"] == "completed").sum()),
     }
-    problems = []
-    if not server_alive:
-        problems.append("the server died during the soak")
-    if harness.returncode != 0:
-        problems.append(f"the harness exited with {harness.returncode}: {harness_err[-500:]}")
-    # The server's bounded caches (prefix cache, SQLite pages) fill for minutes: what is
-    # judged is the growth they do not account for.
-    judged = {
-        "server": (doc["store"]["unaccounted_mib_per_h"], "not accounted for by its caches"),
-        "harness": (doc["rss"]["harness"]["slope_mib_per_h"], "after the warm-up"),
+    return judge(out, doc, limits)
+
+
+def judge(out: Path, doc: dict[str, Any], limits: Limits) -> int:
+    """Apply the gate (tools/soak_gate.py) to ``doc``, write soak.json and soak.md in ``out``."""
+    if doc.get("prefix_cache_max_entries") is None:
+        # a soak.json from before /health gave the bound: the soak's server runs the defaults
+        doc["prefix_cache_max_entries"] = load_profiles()[1].prefix_cache_entries
+    doc["server_fit"] = soak_gate.server_fit(doc)
+    doc["harness_account"] = soak_gate.harness_account(doc)
+    doc["fault_accounting"] = soak_gate.fault_rows(doc)
+    doc["limits"] = {
+        "max_slope_mib_h": limits.max_slope_mib_h,
+        "max_unaccounted_share": limits.max_unaccounted_share,
     }
-    for side_name, (slope, what) in judged.items():
-        if slope is not None and slope > max_slope_mib_h:
-            problems.append(
-                f"{side_name} RSS grew {slope} MiB/h {what} (limit {max_slope_mib_h:g} MiB/h)"
-            )
-    doc["problems"] = problems
-    doc["ok"] = not problems
+    doc["problems"] = soak_gate.problems(doc, limits)
+    doc["ok"] = not doc["problems"]
     text = soak_markdown(doc)
     write_index(out, "soak", doc, text)
     print(text)
-    return 0 if not problems else 1
+    return 0 if doc["ok"] else 1
 
 
 def store_account(store: Path, fit: Sequence[Sample], server_slope: float | None) -> dict[str, Any]:
@@ -503,6 +566,26 @@ def soak_markdown(doc: dict[str, Any]) -> str:
         f"{st['prefix_cache_entries']} entries, {st['prefix_cache_mib_per_h']} MiB/h. "
         f"Unaccounted: {st['unaccounted_mib_per_h']} MiB/h.",
     ]
+    fit = doc.get("server_fit")
+    if fit:
+        lines += [
+            "",
+            f"Judged: the server after its warm-up (from {fit['from_s']:.0f} s: a quarter of the "
+            "load, or until its prefix cache was first full if later): slope "
+            f"{fit['slope_mib_per_h']} MiB/h, of which the prefix cache "
+            f"{fit['prefix_cache_mib_per_h']}, SQLite's page cache {fit['page_cache_mib_per_h']}, "
+            f"unaccounted {fit['unaccounted_mib_per_h']} MiB/h.",
+        ]
+    ha = doc.get("harness_account")
+    if ha:
+        lines += [
+            "",
+            f"Harness: {ha['rollouts']} completed rollouts, each keeping its latency for the "
+            f"paired speedup ({soak_gate.ROLLOUT_LATENCY_BYTES} B): "
+            f"{ha['rollout_latencies_mib_per_h']} MiB/h; its histograms are allocated when a "
+            "transport starts and keep at most 10,000 exact values each (40 KB). "
+            f"Unaccounted: {ha['unaccounted_mib_per_h']} MiB/h.",
+        ]
     lines += ["", "RSS over time (s: server MiB / harness MiB):", ""]
     samples = doc["rss_samples"]
     step = max(1, len(samples) // 12)
@@ -530,6 +613,23 @@ def soak_markdown(doc: dict[str, Any]) -> str:
     lines += ["", f"Side requests (answers by status): {side or '-'}."]
     injected = ", ".join(f"{k} {v}" for k, v in doc["faults_injected"].items()) or "-"
     lines += ["", f"Faults injected by the server: {injected}."]
+    lines += [
+        "",
+        "| fault | injected | recorded by the harness | by the side mix | equal |",
+        "|---|---|---|---|---|",
+    ]
+    for row in doc.get("fault_accounting", []):
+        if row["judged"]:
+            equal = "yes" if row["injected"] == row["recorded"] else "**no**"
+            lines.append(
+                f"| {row['fault']} | {row['injected']} | {row['harness']} | "
+                f"{row['side_mix']} | {equal} |"
+            )
+        else:
+            lines.append(f"| {row['fault']} | {row['injected']} | {row['note']} | | not an error |")
+    filling = soak_gate.cache_filling(doc)
+    if filling:
+        lines.append(filling[0].upper() + filling[1:] + ".")
     lines.append("Verdict: " + ("ok" if doc["ok"] else "FAILED: " + "; ".join(doc["problems"])))
     return "\n".join(lines) + "\n"
 
@@ -553,17 +653,35 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--max-slope-mib-h",
         type=float,
-        default=64.0,
-        help="fail if the harness's RSS, or the server's RSS beyond what its bounded caches "
-        "account for, grows faster than this after the warm-up (least-squares slope, MiB per "
-        "hour; default 64)",
+        default=soak_gate.MAX_SLOPE_MIB_H,
+        help="fail if either side's RSS grows faster than this after the warm-up "
+        f"(least-squares slope, MiB per hour; default {soak_gate.MAX_SLOPE_MIB_H:g})",
+    )
+    parser.add_argument(
+        "--max-unaccounted",
+        type=float,
+        default=soak_gate.MAX_UNACCOUNTED_SHARE,
+        help="fail if more than this share of the server's slope is unaccounted for "
+        f"(default {soak_gate.MAX_UNACCOUNTED_SHARE:g})",
+    )
+    parser.add_argument(
+        "--judge",
+        metavar="SOAK_JSON",
+        help="judge a stored soak.json again with these limits (writes soak.json and soak.md "
+        "next to it) instead of running one",
     )
     args = parser.parse_args(argv)
     if args.duration_s <= 0 or args.sample_s <= 0:
         parser.error("--duration-s and --sample-s must be positive")
-    sys.exit(
-        run_soak(Path(args.out), args.duration_s, args.sample_s, args.seed, args.max_slope_mib_h)
-    )
+    limits = Limits(args.max_slope_mib_h, args.max_unaccounted)
+    if args.judge:
+        path = Path(args.judge)
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            parser.error(f"--judge {path}: cannot read a soak document: {exc}")
+        sys.exit(judge(path.parent, doc, limits))
+    sys.exit(run_soak(Path(args.out), args.duration_s, args.sample_s, args.seed, limits))
 
 
 if __name__ == "__main__":

@@ -131,6 +131,7 @@ class _TransportStats:
         "sim_n",
         "sim_sum",
         "slo_first_ns",
+        "slo_folded",
         "slo_good_turns",
         "slo_last_ns",
         "slo_rollouts",
@@ -178,6 +179,9 @@ class _TransportStats:
         # 0 failed or too slow, 1 within]; judged when the summary is made, so a rollout's
         # turns and record may reach different accumulators that merge later
         self.slo_rollouts: dict[tuple[int, int], list[int]] = {}
+        #: rollouts judged when their record arrived (``fold_rollouts``): [rollouts within
+        #: the SLO, their output tokens]
+        self.slo_folded = [0, 0]
         self.slo_turns = 0
         self.slo_good_turns = 0
         self.slo_first_ns: int | None = None
@@ -242,6 +246,7 @@ class _TransportStats:
         self.slo_good_turns += o.slo_good_turns
         self.slo_first_ns = _opt(min, self.slo_first_ns, o.slo_first_ns)
         self.slo_last_ns = _opt(max, self.slo_last_ns, o.slo_last_ns)
+        self.slo_folded = [a + b for a, b in zip(self.slo_folded, o.slo_folded, strict=True)]
         for key, (missed, tokens, verdict) in o.slo_rollouts.items():
             mine = self.slo_rollouts.setdefault(key, [0, 0, -1])
             mine[0] |= missed
@@ -265,7 +270,11 @@ class Accumulator:
     aggregate-TPS buckets (the run's start on the records' clock), so buckets of
     processes with different monotonic clocks line up when merged.  ``slo``: the
     thresholds of the scenario's ``slo:`` section (field -> ms, the ones set), which
-    the summary's attainment and goodput judge records by.
+    the summary's attainment and goodput judge records by.  ``fold_rollouts``: every
+    turn of a rollout reaches this accumulator before the rollout's record (one process
+    runs whole rollouts), so a rollout's SLO verdict is folded into two counters when
+    its record arrives instead of kept per rollout until the summary (~250 bytes a
+    rollout, which grew a long run's memory without bound: docs/reliability.md, *Soak*).
     """
 
     def __init__(
@@ -275,6 +284,7 @@ class Accumulator:
         burst_window_s: float = BURST_WINDOW_NS / 1e9,
         t0_ns: int = 0,
         slo: Mapping[str, float] | None = None,
+        fold_rollouts: bool = False,
     ) -> None:
         if burst_window_s <= 0:
             raise ValueError(f"burst_window_s: expected a positive number, got {burst_window_s}")
@@ -287,6 +297,7 @@ class Accumulator:
         self._add_turn = layout.adders["turn"]
         self._add_rollout = layout.adders["rollout"]
         self.slo = dict(slo or {})
+        self.fold_rollouts = fold_rollouts
         self._turn_meets = _slo.compile_turn_check(self.slo)
         self._rollout_meets = _slo.compile_rollout_check(self.slo)
 
@@ -382,6 +393,11 @@ class Accumulator:
         if judged is None:
             judged = t.slo_rollouts[(rec.round, rec.rollout_id)] = [0, 0, -1]
         judged[2] = int(self._rollout_meets(rec))
+        if self.fold_rollouts:
+            missed, tokens, verdict = t.slo_rollouts.pop((rec.round, rec.rollout_id))
+            if verdict == 1 and not missed:
+                t.slo_folded[0] += 1
+                t.slo_folded[1] += tokens
         start = rec.intended_start_ns or rec.start_ns
         if start > 0:
             t.slo_first_ns = _opt(min, t.slo_first_ns, start)
@@ -495,6 +511,7 @@ class Accumulator:
                 "output_tokens": t.output_tokens,
                 "slo": [t.slo_turns, t.slo_good_turns, t.slo_first_ns, t.slo_last_ns],
                 "slo_rollouts": [[r, i, *v] for (r, i), v in t.slo_rollouts.items()],
+                "slo_folded": t.slo_folded,
             }
         return {
             "format_version": FORMAT_VERSION,
@@ -556,6 +573,7 @@ class Accumulator:
                     (int(r), int(i)): [int(m), int(n), int(v)]
                     for r, i, m, n, v in d["slo_rollouts"]
                 }
+                t.slo_folded = [int(x) for x in d.get("slo_folded", (0, 0))]
         return acc
 
     # -- summary -----------------------------------------------------------------------------
@@ -706,7 +724,9 @@ class Accumulator:
         if m.name == "cached_ratio":
             return cache.group(t.cache_by_turn)
         if m.name == "slo_attainment":
-            good = sum(1 for missed, _, v in t.slo_rollouts.values() if v == 1 and not missed)
+            good = t.slo_folded[0] + sum(
+                1 for missed, _, v in t.slo_rollouts.values() if v == 1 and not missed
+            )
             return _slo.attainment_group(t.rollouts, good, t.slo_turns, t.slo_good_turns, self.slo)
         if m.name == "goodput_tps":
             span = (
@@ -715,7 +735,8 @@ class Accumulator:
                 else 0
             )
             tokens = [n for missed, n, v in t.slo_rollouts.values() if v == 1 and not missed]
-            return _slo.goodput_group(len(tokens), sum(tokens), span)
+            good, good_tokens = t.slo_folded
+            return _slo.goodput_group(good + len(tokens), good_tokens + sum(tokens), span)
         raise ValueError(f"metric {m.name}: run-level, but the accumulator does not compute it")
 
     def _comparison(self, base: str, cand: str, *, n_boot: int, seed: int) -> dict[str, Any] | None:

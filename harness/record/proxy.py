@@ -47,8 +47,8 @@ from harness.record.observe import (
 )
 from harness.record.observer import Observed, Observer
 from harness.record.observer_process import ObserverError, ObserverProcess
-from harness.run import quiet_gc
 from harness.run.short_slice import request_short_slice, thread_slice_ns
+from harness.wire import quiet_gc
 from harness.wire.errors import LoopbenchError
 from harness.workload.trace import dump_trace
 

@@ -110,8 +110,11 @@ class Measurement:
         # The plan's size goes to disk first: after a kill -9 it is what tells a transport
         # that stopped part way from one that finished (harness/report/rebuild.py).
         self.writer = ResultsWriter(run_dir, {**manifest, "rollouts_planned": planned})
+        # One process runs each rollout whole: its turns arrive before its record.
         self.acc = Accumulator(
-            warmup_rollouts=scenario.load.warmup_rollouts, slo=scenario.slo.thresholds()
+            warmup_rollouts=scenario.load.warmup_rollouts,
+            slo=scenario.slo.thresholds(),
+            fold_rollouts=True,
         )
         self.schedules = {name: ScheduleStats() for name in self.transports}
         self.late_ns = round(scenario.load.max_schedule_lag_ms * 1e6)

@@ -40,6 +40,7 @@ from harness.run.progress import LineProgress, ProgressSink
 from harness.run.server_scrape import ServerScraper, embedded_metrics_url
 from harness.transports import Transport, TransportOptions, make_transport
 from harness.transports.rx_socket import resolve_rx_stamp
+from harness.wire import quiet_gc
 from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import ResultsError, ResultsWriteError
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
@@ -351,6 +352,7 @@ async def _measure_and_write(
                     progress.update(
                         live.snapshot(name, round_index, len(rounds), started, finished=True)
                     )
+                quiet_gc.collect_between_passes()  # nothing in flight: the pass's cycles go
     except (asyncio.CancelledError, KeyboardInterrupt):
         run.stop_early("run interrupted before every rollout finished", interrupted=True)
     except Exception as exc:

@@ -95,6 +95,8 @@ class Fault:
 
 
 NO_FAULT = Fault("")
+#: kinds that act at a response's first delta, so counted when they do (FaultInjector.applied)
+_AT_FIRST_DELTA = ("disconnect", "stall")
 _RATE_KEYS = ("disconnect_rate", "stall_rate", "spike_rate", "evict_rate")
 _POSITIVE_KEYS = ("stall_s", "spike_ms", "lifetime_s")
 
@@ -196,6 +198,7 @@ class FaultInjector:
     def __init__(self, spec: FaultSpec) -> None:
         self.spec = spec
         self._rng = random.Random(spec.seed)
+        #: faults that took effect, by kind: what a client can have seen (``/health``)
         self.counts: dict[str, int] = {}
         table: list[tuple[float, Fault]] = []
         acc = 0.0
@@ -217,7 +220,18 @@ class FaultInjector:
             if u < edge:
                 if fault.kind == "evict" and not websocket:
                     return NO_FAULT
-                name = f"error_{fault.status}" if fault.kind == "error" else fault.kind
-                self.counts[name] = self.counts.get(name, 0) + 1
+                if fault.kind not in _AT_FIRST_DELTA:
+                    name = f"error_{fault.status}" if fault.kind == "error" else fault.kind
+                    self.counts[name] = self.counts.get(name, 0) + 1
                 return fault
         return NO_FAULT
+
+    def applied(self, fault: Fault, *, websocket: bool) -> None:
+        """Count a ``disconnect`` or ``stall`` when it takes effect, at the response's first
+        delta: one drawn for a request that never got there (refused, failed first, or a
+        background create, answered at once while its run goes on without the fault)
+        changed nothing, and counting it made the injected faults outnumber what clients
+        saw.  A WebSocket's is counted apart (``disconnect_websocket``, ``stall_websocket``):
+        there a cut is a close the client recovers from, not an error."""
+        name = fault.kind + ("_websocket" if websocket else "")
+        self.counts[name] = self.counts.get(name, 0) + 1

@@ -1,4 +1,4 @@
-"""harness/run/quiet_gc.py: a run raises the young-generation threshold and freezes, then undoes both."""
+"""harness/wire/quiet_gc.py: a run raises the young-generation threshold and freezes, then undoes both."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.run import quiet_gc
+from harness.wire import quiet_gc
 
 
 @pytest.fixture(autouse=True)
@@ -106,3 +106,34 @@ def test_a_measuring_pass_hides_what_is_alive_at_each_refreeze_and_frees_it_at_t
         quiet_gc.end(old)
     gc.collect()
     assert later() is None
+
+
+def test_a_cycle_left_during_a_pass_is_collected_between_passes() -> None:
+    # An error path's cycle (an exception kept on a connection and raised from it) is frozen
+    # out of sight while a pass measures; between passes it must go, or a long run of many
+    # passes grows by every failed turn (docs/reliability.md, *Soak*).
+    class Conn:
+        gone: BaseException | None = None
+
+        def fail(self) -> None:
+            self.gone = ValueError("closed")
+            try:
+                raise self.gone
+            except ValueError:
+                pass  # self -> the exception -> its traceback -> this frame -> self
+
+    old = quiet_gc.begin(quiet_gc.VALVE_THRESHOLD)
+    try:
+        conn = Conn()
+        conn.fail()
+        freed = []
+        ref = weakref.ref(conn, freed.append)
+        del conn
+        quiet_gc.refreeze()
+        gc.collect()
+        assert ref() is not None  # frozen: no collection during the pass sees it
+        before = quiet_gc.between_passes
+        quiet_gc.collect_between_passes()
+        assert ref() is None and freed and quiet_gc.between_passes == before + 1
+    finally:
+        quiet_gc.end(old)

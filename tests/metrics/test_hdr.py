@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -266,3 +267,19 @@ def test_hlog_rejects_bad_intervals(tmp_path: Path) -> None:
         write_hlog(tmp_path / "x.hlog", {"a,b": [(0.0, 1.0, Histogram())]}, 0.0)
     with pytest.raises(ValueError, match="start"):
         write_hlog(tmp_path / "x.hlog", {"a": [(2.0, 1.0, Histogram())]}, 0.0)
+
+
+def test_exact_values_take_four_bytes_each_and_go_past_exact_max() -> None:
+    # 20 histograms per transport fill to EXACT_MAX: as a list of int objects (~40 bytes a
+    # value) that made a long run's harness climb for its first 10,000 turns per transport.
+    h = Histogram()
+    for v in range(EXACT_MAX):
+        h.record_ns(v * 1000 + 3_000_000)
+    assert h.exact is not None and h.exact.itemsize == 4
+    assert sys.getsizeof(h.exact) <= EXACT_MAX * 4 * 1.2 + 100
+    top = Histogram()
+    top.record_ns(10**18)  # clamped to the unit's top, 3.6e9 µs: still fits
+    assert top.exact is not None and list(top.exact) == [UNITS["us"]]
+    assert h.percentile(50) == 3_000 + EXACT_MAX // 2 - 1  # µs, exact
+    h.record_ns(1)
+    assert h.exact is None and h.count == EXACT_MAX + 1

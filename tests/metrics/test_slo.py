@@ -61,8 +61,11 @@ def test_wilson_matches_the_hand_computed_interval() -> None:
     assert wilson(0, 0) is None
 
 
-def test_attainment_and_goodput_judge_every_threshold() -> None:
-    acc = Accumulator(slo={"ttft_ms": 100.0, "turn_ms": 300.0, "rollout_ms": 1000.0})
+@pytest.mark.parametrize("fold", [False, True], ids=["kept", "folded"])
+def test_attainment_and_goodput_judge_every_threshold(fold: bool) -> None:
+    acc = Accumulator(
+        slo={"ttft_ms": 100.0, "turn_ms": 300.0, "rollout_ms": 1000.0}, fold_rollouts=fold
+    )
     # rollout 0: both turns within, rollout 500 ms -> good
     # rollout 1: turn 1 has TTFT 150 ms -> the turn and the rollout miss
     # rollout 2: turns within, rollout 1200 ms -> rollout misses, turns meet
@@ -140,3 +143,18 @@ def test_the_gate_names_attainment_as_a_summary_path() -> None:
         0.99,
     )
     assert math.isclose(cfg.slo[1].value, 0.0)
+
+
+def test_folded_rollouts_leave_no_state_per_rollout_and_survive_a_merge() -> None:
+    # A long run's accumulator (one process, whole rollouts) keeps counters, not an entry per
+    # rollout: the harness's memory grew ~250 bytes a rollout before (docs/reliability.md).
+    acc = Accumulator(slo={"ttft_ms": 100.0}, fold_rollouts=True)
+    for rid in range(2_000):
+        acc.add_turn(_turn(rid, 0, 150 if rid % 4 == 0 else 50, 200))
+        acc.add_rollout(_rollout(rid, 300))
+    t = acc._by_transport["ws"]
+    assert t.slo_rollouts == {} and t.slo_folded == [1_500, 1_500 * 10]
+    other = Accumulator(slo={"ttft_ms": 100.0})
+    other.add_turn(_turn(5_000, 0, 50, 200))  # a rollout still under way: kept per rollout
+    merged = Accumulator.from_state(acc.to_state()).merge(other)
+    assert merged.summary("s")["transports"]["ws"]["slo"]["good_rollouts"] == 1_500

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 from harness.report.results import Run
 from reference_server.cli import add_server_arguments, config_from_args
-from reference_server.core.faults import FaultInjector, FaultSpecError, parse_fault_spec
+from reference_server.core.faults import Fault, FaultInjector, FaultSpecError, parse_fault_spec
 from tests.runs import run_tiny
 from tools.soak import server_process
 
@@ -46,6 +47,19 @@ def test_spec_errors_name_the_key_and_what_was_expected(
         parse_fault_spec(entries)
 
 
+def test_cuts_and_stalls_count_where_they_took_effect_not_when_drawn() -> None:
+    # The soak compares these counts with the errors clients recorded, kind by kind: a stall
+    # drawn for a request refused before its first delta changed nothing and must not count.
+    inj = FaultInjector(parse_fault_spec({"seed": 1, "stall_rate": 0.5, "disconnect_rate": 0.5}))
+    drawn = [inj.draw(websocket=False) for _ in range(50)]
+    assert {f.kind for f in drawn} == {"stall", "disconnect"} and inj.counts == {}
+    stall, cut = Fault("stall"), Fault("disconnect")
+    inj.applied(stall, websocket=False)
+    inj.applied(stall, websocket=True)
+    inj.applied(cut, websocket=False)
+    assert inj.counts == {"stall": 1, "stall_websocket": 1, "disconnect": 1}
+
+
 def test_draws_are_seeded_and_follow_the_rates() -> None:
     spec = parse_fault_spec(
         {"seed": 9, "error_rate.500": 0.1, "disconnect_rate": 0.2, "evict_rate": 0.3}
@@ -56,9 +70,8 @@ def test_draws_are_seeded_and_follow_the_rates() -> None:
     kinds = Counter(f.kind for f in seq)
     for kind, rate in (("error", 0.1), ("disconnect", 0.2), ("evict", 0.3), ("", 0.4)):
         assert abs(kinds[kind] / len(seq) - rate) < 0.02, (kind, kinds)
-    assert one.counts == {"error_500": kinds["error"], "disconnect": kinds["disconnect"]} | {
-        "evict": kinds["evict"]
-    }
+    # a disconnect counts when it cuts a stream (FaultInjector.applied), not when drawn
+    assert one.counts == {"error_500": kinds["error"], "evict": kinds["evict"]}
     # A cache eviction means nothing over HTTP: no fault instead.
     http = FaultInjector(parse_fault_spec({"evict_rate": 1.0}))
     assert not any(http.draw(websocket=False) for _ in range(100))
@@ -188,3 +201,42 @@ def test_http_keep_alive_connections_are_closed_after_the_lifetime() -> None:
     assert first.headers.get("connection") != "close"
     assert second.headers.get("connection") == "close"
     assert third.headers.get("connection") != "close"  # a fresh connection
+
+
+def test_health_counts_a_cut_only_when_a_stream_was_cut() -> None:
+    # End to end because the count moves from the draw to the send path: a drawn disconnect
+    # on a request refused before any output (invalid JSON) changes nothing, nor does one
+    # on a background create (answered at once; its run goes on without the fault). Only
+    # the streamed create is cut, at its first delta.
+    with (
+        server_process(["--store", ":memory:", "--fault", "disconnect_rate=1"]) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        assert client.post("/responses", content=b"{not json").status_code == 400
+        body = {"model": "m", "input": "hi", "stream": True, "max_output_tokens": 20}
+        with pytest.raises(httpx.HTTPError):
+            client.post("/responses", json=body).read()
+        queued = client.post("/responses", json={**body, "stream": False, "background": True})
+        assert queued.status_code == 200
+        run_id = queued.json()["id"]
+        for _ in range(200):
+            if client.get(f"/responses/{run_id}").json()["status"] == "completed":
+                break
+            time.sleep(0.05)
+        counts = server.health()["faults_injected"]
+    assert counts == {"disconnect": 1}
+
+
+def test_a_non_streamed_answer_is_cut_not_answered_500() -> None:
+    # End to end (the ASGI server answers 500 to an exception before any response): the soak
+    # counted these cuts as 500s, so injected disconnects outnumbered recorded cuts.
+    with (
+        server_process(["--store", ":memory:", "--fault", "disconnect_rate=1"]) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        body = {"model": "m", "input": "hi", "max_output_tokens": 20}
+        with pytest.raises(httpx.HTTPError) as cut:
+            client.post("/responses", json=body)
+        counts = server.health()["faults_injected"]
+    assert not isinstance(cut.value, httpx.HTTPStatusError)
+    assert counts == {"disconnect": 1}

@@ -1,6 +1,6 @@
 """The measuring path leaves no reference cycles behind its rollouts.
 
-While a pass measures, the cyclic garbage collector sees nothing (harness/run/quiet_gc.py):
+While a pass measures, the cyclic garbage collector sees nothing (harness/wire/quiet_gc.py):
 whatever a rollout leaves in a cycle stays in memory until the pass ends.  So the path
 must make none.  Two runs of the same scenario, 8 and 32 rollouts, with the collector
 off; what one ``gc.collect()`` then finds is set-up and summary (the same in both) plus

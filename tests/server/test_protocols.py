@@ -30,6 +30,7 @@ from reference_server.protocols import (
     ARRIVED_KEY,
     BATCH_EXTENSION,
     BATCH_KEY,
+    CONNECTION_KEY,
     StampedHttpToolsProtocol,
     StampedWebSocketProtocol,
     available,
@@ -226,26 +227,31 @@ def test_http_scope_carries_arrival_stamp_between_send_and_app_entry() -> None:
     assert sent_ns <= stamp <= entered_ns
 
 
+async def _on_one_connection(port: int, paths: tuple[str, ...]) -> list[int]:
+    """GET each of ``paths`` in turn on one keep-alive connection; when each was sent."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    sent: list[int] = []
+    try:
+        for path in paths:
+            sent.append(time.perf_counter_ns())
+            writer.write(_get(path))
+            data = b""
+            while not data.endswith(b"ok"):
+                chunk = await reader.read(65536)
+                assert chunk
+                data += chunk
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    return sent
+
+
 def test_http_keep_alive_requests_get_their_own_stamps() -> None:
     app = Recorder()
 
     async def main() -> list[int]:
         async with serving(app) as port:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            sent: list[int] = []
-            try:
-                for path in ("/a", "/b"):
-                    sent.append(time.perf_counter_ns())
-                    writer.write(_get(path))
-                    data = b""
-                    while not data.endswith(b"ok"):
-                        chunk = await reader.read(65536)
-                        assert chunk
-                        data += chunk
-            finally:
-                writer.close()
-                await writer.wait_closed()
-            return sent
+            return await _on_one_connection(port, ("/a", "/b"))
 
     sent = run(main())
     assert [s["path"] for s, _ in app.http] == ["/a", "/b"]
@@ -253,6 +259,22 @@ def test_http_keep_alive_requests_get_their_own_stamps() -> None:
     assert sent[0] <= first[ARRIVED_KEY] <= first_entry
     # The second request's stamp is its own arrival, not the connection's first bytes.
     assert first_entry < sent[1] <= second[ARRIVED_KEY] <= second_entry
+
+
+def test_each_request_says_which_of_its_connection_it_is() -> None:
+    # The app keeps no table of the connections it has seen (such a table outlived them and
+    # grew with every connection a soak opened): each request carries (opened, number).
+    app = Recorder()
+
+    async def main() -> None:
+        async with serving(app) as port:
+            await _on_one_connection(port, ("/a", "/b", "/c"))
+            await _on_one_connection(port, ("/d",))
+
+    run(main())
+    stamps = {s["path"]: s[CONNECTION_KEY] for s, _ in app.http}
+    assert [stamps[p][1] for p in ("/a", "/b", "/c", "/d")] == [1, 2, 3, 1]
+    assert stamps["/a"][0] == stamps["/c"][0] <= stamps["/d"][0]
 
 
 def test_pipelined_http_request_has_no_stamp() -> None:

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import load_scenario
-from tools.soak import SIDE_MIX, SideMix, slope_per_h, soak_scenario, store_rows, warmup_s
+from tools import soak_gate
+from tools.soak import (
+    SIDE_MIX,
+    SideMix,
+    _is_injected,
+    slope_per_h,
+    soak_scenario,
+    store_rows,
+    warmup_s,
+)
+from tools.soak_gate import Limits
 
 
 def test_the_soak_scenario_is_a_valid_mixed_scenario(tmp_path: Path) -> None:
@@ -64,3 +75,137 @@ def test_every_endpoint_of_the_side_mix_answers_the_real_server(server_url: str)
     assert all(list(c) == ["200"] for c in side.counts.values()), side.counts
     assert {"retrieve", "input_items", "background", "delete", "compact"} <= set(side.counts)
     assert side.last_id is None  # the delete removed the response the create stored
+
+
+def _doc(
+    server: list[tuple[float, float]],
+    harness: list[tuple[float, float]],
+    prefix_mib_h: float = 0.0,
+    faults: dict[str, int] | None = None,
+    errors: dict[str, dict[str, int]] | None = None,
+    side: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    """A soak document with RSS series (t_s, MiB) and the fault and error counts given."""
+    server_slope, harness_slope = (round(slope_per_h(pts) or 0.0, 1) for pts in (server, harness))
+    return {
+        "duration_s": 1800,
+        "rss": {
+            "server": {"slope_mib_per_h": server_slope},
+            "harness": {"slope_mib_per_h": harness_slope},
+        },
+        "store": {"unaccounted_mib_per_h": round(server_slope - prefix_mib_h, 1)},
+        "faults_injected": faults or {},
+        "transports": {name: {"errors_by_kind": kinds} for name, kinds in (errors or {}).items()},
+        "side_mix": side or {},
+        "side_mix_injected": {
+            f"error_{k}": n for c in (side or {}).values() for k, n in c.items() if k.isdigit()
+        },
+        "recoveries": {},
+        "harness_exit": 0,
+        "server_alive_at_end": True,
+    }
+
+
+def _series(mib_per_h: float, noise: float = 0.0) -> list[tuple[float, float]]:
+    return [
+        (float(t), 60 + mib_per_h * t / 3600 + (noise if i % 3 == 0 else 0))
+        for i, t in enumerate(range(450, 1800, 5))
+    ]
+
+
+def test_the_gate_fails_a_side_whose_memory_climbs_past_16_mib_an_hour() -> None:
+    flat = _series(1.0, noise=0.5)
+    assert soak_gate.problems(_doc(flat, flat), Limits()) == []
+    problems = soak_gate.problems(_doc(flat, _series(20.0)), Limits())
+    assert len(problems) == 1 and problems[0].startswith("harness RSS grew 20.0")
+    problems = soak_gate.problems(_doc(_series(17.0), flat, prefix_mib_h=17.0), Limits())
+    assert len(problems) == 1 and problems[0].startswith("server RSS grew 17.0")
+
+
+def test_the_gate_wants_three_quarters_of_the_servers_growth_accounted_for() -> None:
+    flat = _series(0.0)
+    # 12 MiB/h, of which the prefix cache 10: 2 unaccounted, within a quarter (3)
+    assert soak_gate.problems(_doc(_series(12.0), flat, prefix_mib_h=10.0), Limits()) == []
+    # 12 MiB/h, of which the prefix cache 6: half of it unaccounted
+    problems = soak_gate.problems(_doc(_series(12.0), flat, prefix_mib_h=6.0), Limits())
+    assert len(problems) == 1 and "not accounted" in problems[0]
+    # a slope within noise: a quarter of NOISE_MIB_H may be unaccounted
+    assert soak_gate.problems(_doc(_series(1.5), flat), Limits()) == []
+
+
+def test_each_injected_fault_kind_must_equal_the_errors_recorded_of_that_kind() -> None:
+    flat = _series(0.0)
+    faults = {"error_500": 5, "error_503": 4, "stall": 2, "stall_websocket": 1, "disconnect": 3}
+    faults |= {"disconnect_websocket": 7, "spike": 9, "evict": 2}
+    errors = {
+        "http": {"server_error": 2, "service_unavailable": 1, "timeout": 1, "connection": 2},
+        "messages": {"api_error": 1, "overloaded_error": 2},  # Messages: 500 and 503 (529)
+        "ws": {"server_error": 1, "timeout": 2},
+    }
+    side = {"create_stored": {"200": 10, "500": 1, "503": 1, "RemoteDisconnected": 1}}
+    doc = _doc(flat, flat, faults=faults, errors=errors, side=side)
+    assert soak_gate.problems(doc, Limits()) == []
+    rows = {r["fault"]: r for r in soak_gate.fault_rows(doc)}
+    assert (rows["error_500"]["harness"], rows["error_500"]["side_mix"]) == (4, 1)
+    assert rows["stall"]["recorded"] == 3 and not rows["spike"]["judged"]
+    # one 500 recorded twice (the old 58 injected / 61 recorded): named, kind and counts
+    errors["ws"]["server_error"] = 2
+    problems = soak_gate.problems(
+        _doc(flat, flat, faults=faults, errors=errors, side=side), Limits()
+    )
+    assert problems == [
+        "fault error_500: 5 injected, 6 errors recorded (harness 5, side mix 1)",
+    ], problems
+    # an error no fault explains is a problem of its own
+    errors["ws"] = {"server_error": 1, "timeout": 2, "invalid_event": 1}
+    doc = _doc(flat, flat, faults=faults, errors=errors, side=side)
+    assert soak_gate.problems(doc, Limits()) == [
+        "errors no injected fault explains: invalid_event x1"
+    ]
+
+
+def test_the_side_mix_counts_only_the_servers_injected_refusals_as_faults() -> None:
+    injected = b'{"error": {"code": "rate_limit_exceeded", "message": "injected"}}'
+    other = b'{"error": {"code": "too_many_background_responses", "message": "busy"}}'
+    assert _is_injected(429, injected)
+    assert not _is_injected(429, other) and not _is_injected(429, b"<html>")
+
+
+def _samples(server_mib_h: float, entries_per_s: float, flat_from_s: float = 1e9) -> list[Any]:
+    """rss_samples rows [t_s, server KiB, harness KiB, store bytes, prefix entries] from 0 s."""
+    rows = []
+    for t in range(0, 1800, 5):
+        grown = min(t, flat_from_s)
+        rows.append(
+            [
+                float(t),
+                (60 + server_mib_h * grown / 3600) * 1024,
+                0,
+                None,
+                int(entries_per_s * grown),
+            ]
+        )
+    return rows
+
+
+def test_the_servers_warm_up_lasts_until_its_prefix_cache_is_full() -> None:
+    # make soak (4 minutes) fills the bounded prefix cache for all its length: that slope says
+    # nothing about a leak, so only what the cache does not account for is judged then; once
+    # the cache is full, the whole slope from that moment on is.
+    flat = _series(0.0)
+    per_s = 58 * 2**20 / soak_gate.PREFIX_CACHE_ENTRY_BYTES / 3600  # 58 MiB/h of entries
+    doc = _doc(flat, flat) | {"warmup_s": 450.0, "prefix_cache_max_entries": 10**9}
+    doc["rss_samples"] = _samples(60.0, per_s)  # 2 MiB/h beyond the cache: fine
+    assert soak_gate.problems(doc, Limits()) == []
+    assert "still filling" in (soak_gate.cache_filling(doc) or "")
+    doc["rss_samples"] = _samples(90.0, per_s)  # 32 MiB/h beyond the cache
+    assert ["not accounted" in p for p in soak_gate.problems(doc, Limits())] == [True]
+    # full at 900 s and flat from there: judged from 900 s, and it passes
+    doc["prefix_cache_max_entries"] = int(per_s * 900)
+    doc["rss_samples"] = _samples(90.0, per_s, flat_from_s=900)
+    fit = soak_gate.server_fit(doc)
+    assert fit is not None and fit["from_s"] == 900 and fit["slope_mib_per_h"] == 0.0
+    assert soak_gate.problems(doc, Limits()) == []
+    # full at 900 s but still climbing after: that is judged
+    doc["rss_samples"] = [[*r[:4], min(r[4], int(per_s * 900))] for r in _samples(60.0, per_s)]
+    assert any(p.startswith("server RSS grew 60.0") for p in soak_gate.problems(doc, Limits()))
