@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,17 +59,23 @@ def test_a_bench_step_beside_a_cpu_hog_is_not_judged_and_exits_3(
         out.figures.append(figure("tiny", "tiny step", 1.0, "ms", at_most(2.0, "<= 2 ms")))
 
     monkeypatch.setattr(selfbench, "_memory", tiny_step)
-    hog = subprocess.Popen(
-        [sys.executable, "-c", f"import time\nt = time.monotonic() + {HOG_S}\nwhile time.monotonic() < t: pass"]
-    )  # fmt: skip
+    # Another process, not the bench's: started through a launcher that exits at once, so the
+    # hog is re-parented and its CPU is not the bench's process tree's (a child's would be).
+    spin = f"import time\nt = time.monotonic() + {HOG_S}\nwhile time.monotonic() < t: pass"
+    launcher = (
+        "import subprocess, sys\n"
+        f"print(subprocess.Popen([sys.executable, '-c', {spin!r}], start_new_session=True,"
+        " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)"
+    )  # the hog holds no end of the pipe, or reading the pid would wait for it to end
+    hog_pid = int(subprocess.check_output([sys.executable, "-c", launcher], text=True))
     try:
         time.sleep(0.2)  # the hog is spinning
         code = selfbench_main.main(
             ["--steps", "memory", "--check", "-q", "--out", str(tmp_path / "sb.json")]
         )
     finally:
-        hog.kill()
-        hog.wait(10)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(hog_pid, signal.SIGKILL)
     out = capsys.readouterr().out
     assert code == ExitCode.INVALID, out
     assert len(runs) == 3  # repeated while busy, then set aside
