@@ -9,7 +9,7 @@ import json
 
 from tests.agent_requests import DATA
 from tools.interop.cases import CASES
-from tools.interop.record_replay import Recorded, Replayed, compare
+from tools.interop.record_replay import Recorded, Recorder, Replayed, compare
 from tools.interop.scrub import placeholder, scrub_body
 from tools.interop.table import Row, Tally, render
 
@@ -86,3 +86,12 @@ def test_the_table_counts_failures() -> None:
     assert "| 2/2     | 4-5   | 0" in text
     assert "no answer within 180 s" in text
     assert text.endswith("interop: 3 runs, 1 failed, 12 s")
+
+
+def test_a_recorder_stopped_by_ctrl_c_ended_as_it_should() -> None:
+    """``loopbench record`` exits 130 after writing its trace when stopped by Ctrl-C (the
+    exit-code table), which is how the interop run stops it; anything else is a failure."""
+    assert Recorder(returncode=130).problem() is None
+    assert Recorder(returncode=0).problem() is None
+    assert Recorder(returncode=3).problem() == "loopbench record exited 3"
+    assert Recorder(returncode=None).problem() == "loopbench record exited None"

@@ -113,8 +113,8 @@ def run_all(
                         problems, _ = _session(
                             case, rec.url, upstream, here / "record", agents, timeout_s
                         )
-                    if rec.returncode != 0:
-                        problems.append(f"loopbench record exited {rec.returncode}")
+                    if (problem := rec.problem()) is not None:
+                        problems.append(problem)
                 except RecorderError as exc:
                     problems = [str(exc)]
                 got = None

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.record.proxy import READY_PREFIX
+from harness.wire.exit_codes import ExitCode
 from harness.workload.trace import TraceRollout, read_trace
 from harness.workload.trace_summary import summarize_rollout
 
@@ -42,6 +43,13 @@ class Recorder:
     url: str = ""
     returncode: int | None = None
     output: list[str] = field(default_factory=list)
+
+    def problem(self) -> str | None:
+        """Why the recording did not end as it should, or None.  Stopped by our Ctrl-C, the
+        recorder writes its trace and exits 130 (the exit-code table: stopped by a signal)."""
+        if self.returncode in (ExitCode.OK, ExitCode.INTERRUPTED):
+            return None
+        return f"loopbench record exited {self.returncode}"
 
 
 @contextmanager
