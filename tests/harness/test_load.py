@@ -205,16 +205,19 @@ def test_run_without_reference_server_hints(server_url: str, tmp_path: Path) -> 
     manifest = json.loads((plain.run_dir / "manifest.json").read_text())
     assert manifest["client_options"]["hints"] is False
 
-    # Token counts come from usage.  Without the hint the server can only go by
-    # max_output_tokens (2 x planned + 32, at least 64), so answers are longer, which
-    # proves no hint reached it; with hints they are exactly the planned 20 tokens.
+    # Token counts come from usage.  Without the hint the server draws each answer's
+    # length from its profile, capped by max_output_tokens (2 x planned + 32, at least
+    # 64): the lengths vary and exceed the plan, which proves no hint reached it; with
+    # hints they are exactly the planned 20 tokens.
     def answers(result: RunResult) -> set[int]:
         turns = _turns(result)
         last = turns.groupby(["transport", "rollout_id"])["turn_index"].transform("max")
         return set(turns[turns["turn_index"] == last]["output_tokens"])
 
     assert answers(hinted) == {20}
-    assert answers(plain) == {max(64, 20 * 2 + 32)}
+    plain_answers = answers(plain)
+    assert max(plain_answers) <= max(64, 20 * 2 + 32)
+    assert plain_answers != {20}
     assert plain.summary["comparisons"][0]["paired"] is True
 
 
