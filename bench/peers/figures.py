@@ -45,11 +45,18 @@ def run_figures(result: MatchResult, reported: int) -> dict[str, Any]:
     """What one tool run at one stream count measured, from its matched requests."""
     ok = [p for p in result.pairs if p.measured.ok and p.entry.modelled_ttft_ms is not None]
     errors = [p.measured.ttft_ms - p.entry.modelled_ttft_ms for p in ok]  # type: ignore[operator]
+    with_late = [p for p in ok if p.entry.late_ms is not None]
     client = [
         p.measured.ttft_ms - p.entry.modelled_ttft_ms - p.entry.late_ms  # type: ignore[operator]
-        for p in ok
-        if p.entry.late_ms is not None
+        for p in with_late
     ]
+    # The client error still holds the time each request waited before the server read it
+    # (the server's event loop, the machine's scheduler): where the tool gives its send stamp
+    # on the server's clock (loopbench), that wait and what is left, the tool's own part.
+    read: list[tuple[float, float]] = []
+    for c, p in zip(client, with_late, strict=True):
+        if p.measured.server_read_ms is not None:
+            read.append((c, p.measured.server_read_ms))
     late = [p.entry.late_ms for p in ok if p.entry.late_ms is not None]
     tps = [p.measured.decode_tps for p in ok if p.measured.decode_tps is not None]
     return {
@@ -64,6 +71,8 @@ def run_figures(result: MatchResult, reported: int) -> dict[str, Any]:
         # measured − modelled − the server's own lateness (sim_timing.first_token_late_ms)
         "client_error_ms": spread(client, 50, 90, 99) if client else None,
         "server_late_ms": spread(late, 50, 99) if late else None,
+        "server_read_ms": spread([r for _, r in read], 50, 99) if read else None,
+        "client_own_error_ms": spread([c - r for c, r in read], 50, 90, 99) if read else None,
         "ttft_ms": spread([p.measured.ttft_ms for p in ok], 50, 99),  # type: ignore[misc]
         "modelled_ttft_ms": spread([p.entry.modelled_ttft_ms for p in ok], 50, 99),  # type: ignore[misc]
         "decode_tps": spread(tps, 1, 50, 99, nd=1),
@@ -138,16 +147,18 @@ def render_table(runs: Sequence[dict[str, Any]]) -> str:
     """The markdown table: one row per tool × streams, sorted by streams."""
     head = (
         "| tool | streams | matched | error p50 | error p99 | client error p50 | "
-        "client error p99 | decode TPS p1–p99 | client CPU |\n"
-        "|---|---|---|---|---|---|---|---|---|"
+        "client error p99 | client error − server read p50 / p99 | decode TPS p1–p99 | client CPU |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = [head]
     for run in sorted(runs, key=lambda r: (r["streams"], _order(r))):
         if run.get("status") != "ok":
-            rows.append(f"| {_label(run)} | {run['streams']} | {run.get('status')} | | | | | | |")
+            rows.append(f"| {_label(run)} | {run['streams']} | {run.get('status')} | | | | | | | |")
             continue
         f = run["figures"]
         ce = f.get("client_error_ms") or {}
+        own = f.get("client_own_error_ms") or {}
+        own_txt = f"{_ms(own.get('p50'))} / {_ms(own.get('p99'))}" if own else "–"
         cpu = run.get("cpu_s")
         per = run.get("cpu_ms_per_request")
         cpu_txt = (
@@ -159,6 +170,7 @@ def render_table(runs: Sequence[dict[str, Any]]) -> str:
         rows.append(
             f"| {_label(run)} | {run['streams']} | {matched} | {_ms(f['error_ms'].get('p50'))} | "
             f"{_ms(f['error_ms'].get('p99'))} | {_ms(ce.get('p50'))} | {_ms(ce.get('p99'))} | "
+            f"{own_txt} | "
             f"{_tps(f.get('decode_tps'))} | {cpu_txt} |"
         )
     return "\n".join(rows)

@@ -54,6 +54,27 @@ def test_error_is_measured_minus_modelled_and_client_error_takes_off_server_late
     assert run_figures(MatchResult(pairs=[_pair(40.0, 38.0, None)]), 1)["client_error_ms"] is None
 
 
+def test_where_the_tool_gives_the_server_read_delay_the_client_error_is_split() -> None:
+    def pair(ttft: float, late: float, read: float | None) -> Pair:
+        m = Measured(True, ttft, 1000.0, response_id="x", server_read_ms=read)
+        return Pair(
+            m, ServerEntry("responses", "x", None, None, 1, "completed", 38.0, late), BY_RESPONSE_ID
+        )
+
+    # client errors 1.5, 2.5 and 3.0 ms, of which the server took 1.0 and 2.4 to read the first two
+    f = run_figures(
+        MatchResult(pairs=[pair(40.0, 0.5, 1.0), pair(41.0, 0.5, 2.4), pair(41.0, 0.0, None)]), 3
+    )
+    assert f["client_error_ms"]["count"] == 3
+    assert f["server_read_ms"]["count"] == 2 and f["server_read_ms"]["p50"] == pytest.approx(1.7)
+    own = f["client_own_error_ms"]
+    assert own["count"] == 2 and own["mean"] == pytest.approx(0.3)
+    assert own["p99"] == pytest.approx(0.5, abs=0.01)
+    # a peer gives no send stamp on the server's clock: no split, not a zero
+    peer = run_figures(MatchResult(pairs=[pair(40.0, 0.5, None)]), 1)
+    assert peer["server_read_ms"] is None and peer["client_own_error_ms"] is None
+
+
 def _run(tool: str, streams: int, p50: float, p99: float, transport: str = "chat") -> dict:
     return {
         "tool": tool,
@@ -108,6 +129,10 @@ def test_the_table_has_a_row_per_tool_and_streams_and_says_not_installed() -> No
     assert "| 10/10 by response id | 0.50 ms |" in render_table(runs)
     assert table[3].startswith("| guidellm | 1 | not installed")
     assert "| 990–1,001 | 1.5 s |" in table[4]
+    # the client's own part (client error − server read) where the run has it
+    runs[1]["figures"]["client_own_error_ms"] = {"p50": 0.01, "p99": 0.2}
+    assert "| 0.01 ms / 0.20 ms | 990–1,001 |" in render_table(runs)
+    assert "| – | 990–1,001 |" in render_table(runs).splitlines()[4]
 
 
 def test_the_benchmarks_section_is_replaced_between_the_markers_only() -> None:

@@ -57,7 +57,7 @@ def test_quick_run_with_loopbench_only_reports_the_peers_as_not_installed(tmp_pa
     assert doc["machine"]["cpu_count"] >= 1 and "cpu_steal_pct" in doc["machine"]
     runs = {(r["tool"], r["transport"], r["streams"]): r for r in doc["runs"]}
     assert {k for k in runs if k[0] == "loopbench"} == {
-        ("loopbench", t, s) for t in ("chat", "ws") for s in (1, 4)
+        ("loopbench", t, s) for t in ("chat", "ws", "http") for s in (1, 4)
     }
     for (tool, _, _), run in runs.items():
         if tool != "loopbench":
