@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(render_table(doc["runs"]))
     print()
     print(f"target: {doc['target']['text']}")
+    print(f"precision target: {doc['precision_target']['text']}")
     print(f"CPU steal over the run: {doc['machine']['cpu_steal_pct']} %; results: {args.out}")
     if args.benchmarks is not None:
         text = args.benchmarks.read_text()
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: --benchmarks {args.benchmarks}: {exc}", file=sys.stderr)
             return int(ExitCode.USAGE)
         print(f"table written into {args.benchmarks}")
-    passed = doc["target"]["passed"]
+    passed = doc["passed"]
     if args.check and passed is False:
         return int(ExitCode.SLO_BREACH)
     if args.check and passed is None:

@@ -32,7 +32,7 @@ import yaml
 
 from bench.peers import commands as cmd
 from bench.peers import offline
-from bench.peers.figures import FORMAT_VERSION, run_figures, target
+from bench.peers.figures import FORMAT_VERSION, combined, precision_target, run_figures, target
 from bench.peers.match import match_requests
 from bench.peers.readers import (
     Measured,
@@ -250,6 +250,7 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
     docs = [_finish(run, entries) for run in runs]
     level = max(opts.levels) if opts.levels else 0
     verdict = target(docs, level)
+    precision = precision_target(docs)
     return {
         "format_version": FORMAT_VERSION,
         "command": " ".join(["python -m bench.peers", *sys.argv[1:]]),
@@ -278,6 +279,13 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
         "timing_log": {"path": str(timing_log), "entries": len(entries)},
         "runs": docs,
         "target": {"passed": verdict.passed, "text": verdict.text, **verdict.detail},
+        "precision_target": {
+            "passed": precision.passed,
+            "text": precision.text,
+            **precision.detail,
+        },
+        # what --check judges: both targets
+        "passed": combined(verdict, precision),
     }
 
 

@@ -12,6 +12,12 @@ from bench.peers.match import MatchResult
 FORMAT_VERSION = 1
 #: loopbench's TTFT error p50 and p99 must be at most this share of the best peer's
 TARGET_FRACTION = 0.2
+#: issue 39 item 2: each loopbench row's client error p99 at the top stream count, and its decode
+#: TPS p1 and p99 within this share of what the server sends exactly
+PRECISION_STREAMS = 64
+CLIENT_ERROR_P99_MS = 0.5
+DECODE_TPS = 1000.0
+DECODE_TPS_TOLERANCE = 0.01
 BEGIN_MARKER = "<!-- peers:begin -->"
 END_MARKER = "<!-- peers:end -->"
 #: the tool rows the target compares: loopbench over the API the peers speak
@@ -125,6 +131,60 @@ def target(runs: Sequence[dict[str, Any]], streams: int) -> Verdict:
     return Verdict(passed, f"{head}: at {streams} streams, " + "; ".join(parts), detail)
 
 
+def precision_target(runs: Sequence[dict[str, Any]], streams: int = PRECISION_STREAMS) -> Verdict:
+    """Issue 39: every loopbench row at ``streams`` (64) measures as precisely as the best one.
+
+    Its client error p99 (the peers' definition, server read included) ≤
+    :data:`CLIENT_ERROR_P99_MS` and its decode TPS p1 and p99 within
+    :data:`DECODE_TPS_TOLERANCE` of the server's exact :data:`DECODE_TPS`.
+    """
+    ours = [r for r in runs if r["streams"] == streams and r["tool"] == LOOPBENCH]
+    detail: dict[str, Any] = {
+        "streams": streams,
+        "client_error_p99_ms": CLIENT_ERROR_P99_MS,
+        "decode_tps": DECODE_TPS,
+        "decode_tps_tolerance": DECODE_TPS_TOLERANCE,
+    }
+    if not ours:
+        return Verdict(None, f"not evaluated: no loopbench row at {streams} streams", detail)
+    busy = [r["not_judged"] for r in ours if r.get("not_judged")]
+    if busy:
+        return Verdict(None, f"{busy[0]} at {streams} streams", detail)
+    parts, passed = [], True
+    lo, hi = DECODE_TPS * (1 - DECODE_TPS_TOLERANCE), DECODE_TPS * (1 + DECODE_TPS_TOLERANCE)
+    for run in sorted(ours, key=_order):
+        name = _label(run)
+        if run.get("status") != "ok":
+            passed = False
+            parts.append(f"{name} did not finish ({run.get('status')})")
+            continue
+        figs = run.get("figures") or {}
+        tps = figs.get("decode_tps") or {}
+        got = [(figs.get("client_error_ms") or {}).get("p99"), tps.get("p1"), tps.get("p99")]
+        nums = [float(x) for x in got if isinstance(x, int | float)]
+        if len(nums) != 3:
+            return Verdict(None, f"not evaluated: {name} has no client error or decode TPS", detail)
+        p99, t1, t99 = nums
+        ok = p99 <= CLIENT_ERROR_P99_MS and lo <= t1 and t99 <= hi
+        passed = passed and ok
+        detail[str(run.get("transport"))] = {"client_error_p99_ms": p99, "decode_tps": [t1, t99]}
+        parts.append(
+            f"{name} client error p99 {p99:.2f} ms, decode TPS {t1:,.0f}–{t99:,.0f}"
+            + ("" if ok else " (missed)")
+        )
+    head = "PASS" if passed else "FAIL"
+    return Verdict(passed, f"{head}: at {streams} streams, " + "; ".join(parts), detail)
+
+
+def combined(*verdicts: Verdict) -> bool | None:
+    """What ``--check`` judges: a miss anywhere is a miss; else unjudged anywhere is unjudged."""
+    if any(v.passed is False for v in verdicts):
+        return False
+    if any(v.passed is None for v in verdicts):
+        return None
+    return True
+
+
 def _ms(x: Any) -> str:
     return "–" if not isinstance(x, int | float) else f"{x:.2f} ms"
 
@@ -200,6 +260,11 @@ def render_section(doc: dict[str, Any]) -> str:
         "",
         f"Target (loopbench chat TTFT error p50 and p99 ≤ 1/5 of the best peer's): "
         f"{(doc.get('target') or {}).get('text', 'not evaluated')}",
+        "",
+        f"Target (every loopbench row at {PRECISION_STREAMS} streams: client error p99 ≤ "
+        f"{CLIENT_ERROR_P99_MS:g} ms, decode TPS p1–p99 within {DECODE_TPS_TOLERANCE:.0%} of "
+        f"{DECODE_TPS:,.0f}): "
+        f"{(doc.get('precision_target') or {}).get('text', 'not evaluated')}",
     ]
     return "\n".join(lines)
 

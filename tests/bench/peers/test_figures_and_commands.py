@@ -14,7 +14,10 @@ from bench.peers.bench import MARKER, PeersError, _fresh_folder
 from bench.peers.figures import (
     BEGIN_MARKER,
     END_MARKER,
+    Verdict,
+    combined,
     percentile,
+    precision_target,
     render_section,
     render_table,
     replace_section,
@@ -114,6 +117,45 @@ def test_the_target_compares_loopbench_chat_with_the_best_peer_per_statistic() -
     assert target(runs[2:], 64).passed is None
     not_installed = [*only_us, {"tool": "aiperf", "streams": 64, "status": "not installed"}]
     assert target(not_installed, 64).passed is None
+
+
+def _precise(transport: str, p99: float, tps: tuple[float, float] = (995.0, 1000.0)) -> dict:
+    run = _run("loopbench", 64, 0.3, 1.0, transport=transport)
+    run["figures"]["client_error_ms"] = {"p50": 0.05, "p99": p99}
+    run["figures"]["decode_tps"] = {"p1": tps[0], "p99": tps[1]}
+    return run
+
+
+def test_every_loopbench_row_is_held_to_the_client_error_and_decode_tps_of_issue_39() -> None:
+    runs = [
+        _precise("chat", 0.41),
+        _precise("ws", 0.5),
+        _precise("http", 0.2),
+        _run("aiperf", 64, 9, 90),
+    ]
+    v = precision_target(runs, 64)
+    assert v.passed is True and v.text.startswith("PASS")
+    assert v.detail["ws"] == {"client_error_p99_ms": 0.5, "decode_tps": [995.0, 1000.0]}
+    runs[1] = _precise("ws", 2.42)  # the issue's quiet-machine ws figure
+    v = precision_target(runs, 64)
+    assert v.passed is False and "loopbench (ws) client error p99 2.42 ms" in v.text
+    assert "(missed)" in v.text and v.text.count("(missed)") == 1
+    runs[1] = _precise("ws", 0.3, tps=(974.0, 1000.0))  # decode p1 more than 1 % below 1,000
+    assert precision_target(runs, 64).passed is False
+    runs[1] = _precise("ws", 0.3, tps=(995.0, 1011.0))
+    assert precision_target(runs, 64).passed is False
+    runs[1] = {**_precise("ws", 0.3), "status": "failed (exit 4)"}
+    assert "loopbench (ws) did not finish" in precision_target(runs, 64).text
+    runs[1] = {**_precise("ws", 0.3), "not_judged": "not judged: the machine was busy"}
+    assert precision_target(runs, 64).passed is None
+    assert precision_target(runs, 16).passed is None  # no row at that stream count
+
+
+def test_check_judges_both_targets_a_miss_first() -> None:
+    yes, no, unknown = Verdict(True, "", {}), Verdict(False, "", {}), Verdict(None, "", {})
+    assert combined(yes, yes) is True
+    assert combined(yes, no) is False and combined(unknown, no) is False
+    assert combined(yes, unknown) is None
 
 
 def test_the_table_has_a_row_per_tool_and_streams_and_says_not_installed() -> None:
