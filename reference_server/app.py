@@ -31,17 +31,15 @@ from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
 from reference_server.core.context_window import Fitted
 from reference_server.core.conversation import Conversation, tools_tokens
-from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError, parse_create
-from reference_server.event_stream import EventStream, SendEvents, until_disconnect
-from reference_server.fault_send import CutAnswer, InjectedDisconnect
+from reference_server.event_stream import EventStream, SendEvents, unless_gone
 from reference_server.guard import ConnectionGuard
-from reference_server.json_answers import error_response, json_response
+from reference_server.json_answers import error_response, json_response, retry_headers
 from reference_server.lifecycle import Lifecycle
 from reference_server.messages_api import MessagesApi
 from reference_server.metrics import CONTENT_TYPE_LATEST, HttpMetrics, exposition, registry
 from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
-from reference_server.service import Job, Service, fault_error, previous_not_found
+from reference_server.service import Job, Service, previous_not_found
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -244,19 +242,10 @@ class ReferenceServer:
     async def http_create(self, request: Request) -> Response:
         rng = self.service.rng()
         request_id = ev.new_id("req", rng)
-        denied = self._admit(request.client.host if request.client else None, request.headers)
-        if denied is not None:
-            headers = retry_after_headers(1.0) if denied.status == 429 else None
-            return self.error_response(denied, request_id, headers)
-        limited = self.service.check_rate()
-        if limited is not None:
-            return self.error_response(limited[0], request_id, retry_after_headers(limited[1]))
-        fault = await self.service.draw_fault(websocket=False)
-        if fault.kind == "error":
-            retry = retry_after_headers(1.0) if fault.status == 429 else None
-            return self.error_response(fault_error(fault), request_id, retry)
-        if fault.kind == "spike":
-            mark_arrival()  # the spike comes before the API tier: restart its clock
+        host = request.client.host if request.client else None
+        refused = await self.service.refusal(self._admit(host, request.headers))
+        if refused is not None:
+            return self.error_response(refused[0], request_id, retry_headers(*refused))
         return await self._http_create(request, request_id, rng)
 
     async def _http_create(self, request: Request, request_id: str, rng: random.Random) -> Response:
@@ -321,29 +310,24 @@ class ReferenceServer:
         (or wait for) an API worker.
         """
         service = self.service
-        jobs: list[Job] = []
 
         async def discard(_: Sequence[dict[str, Any]]) -> None:
             return None
 
-        async def admit_and_generate() -> None:
+        async def admit_and_generate() -> Job:
             job = await service.admit(
                 req, conv, cost, cache, rng, parent_stored=not fitted.truncated
             )
             fitted.record(job.timing)
             job.request_id = request.headers.get("x-request-id")
-            jobs.append(job)
             await service.generate(job, discard)
+            return job
 
-        try:
-            finished = await until_disconnect(request.receive, admit_and_generate())
-        except InjectedDisconnect:
-            return CutAnswer()
-        if not finished:
-            # The client left: stop generating for nobody. The access log shows the 499.
-            return Response(status_code=499)
+        job = await unless_gone(request.receive, admit_and_generate())
+        if isinstance(job, Response):
+            return job
         return Response(
-            orjson.dumps(jobs[0].builder.response_object()),
+            orjson.dumps(job.builder.response_object()),
             media_type="application/json",
             headers=headers,
         )
@@ -352,19 +336,16 @@ class ReferenceServer:
         """``POST /v1/responses/compact`` (``client.responses.compact``): admitted like a create."""
         rng = self.service.rng()
         request_id = ev.new_id("req", rng)
-        denied = self._admit(request.client.host if request.client else None, request.headers)
-        if denied is None:
-            limited = self.service.check_rate()
-            denied = limited[0] if limited is not None else None
+        host = request.client.host if request.client else None
+        refused = await self.service.refusal(self._admit(host, request.headers), faults=False)
         try:
-            if denied is not None:
-                raise denied
+            if refused is not None:
+                raise refused[0]
             req = parse_create(await self._read_json(request))
             conv, rehydrated = await compaction.resolve(self.service, req)
             summary = compaction.check_window(self.service, conv)
         except RequestError as err:
-            headers = retry_after_headers(1.0) if err.status == 429 else None
-            return self.error_response(err, request_id, headers)
+            return self.error_response(err, request_id, retry_headers(err))
         except ClientDisconnect:
             return Response(status_code=499)
         doc = await compaction.compact(

@@ -52,7 +52,7 @@ from reference_server.core.profiles import load_profiles
 from reference_server.core.reasoning import reasoning_budget
 from reference_server.core.validation import CreateRequest, RequestError, reasoning_options
 from reference_server.metrics import ServerCounters
-from reference_server.sim import Simulator, decode_seed
+from reference_server.sim import Simulator, decode_seed, mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.timing_log import TimingLog, unix_offset_ns
 
@@ -232,6 +232,26 @@ class Service:
             ),
             wait,
         )
+
+    async def refusal(
+        self, denied: RequestError | None, *, faults: bool = True
+    ) -> tuple[RequestError, float] | None:
+        """What refuses an HTTP request before its body is read, with a 429's wait: ``denied``
+        (connection limits, API key), the rate limit, then an injected ``error`` fault.
+
+        An injected spike comes before the API tier: it restarts the arrival clock.
+        """
+        if denied is not None:
+            return denied, 1.0
+        limited = self.check_rate()
+        if limited is not None or not faults:
+            return limited
+        fault = await self.draw_fault(websocket=False)
+        if fault.kind == "error":
+            return fault_error(fault), 1.0
+        if fault.kind == "spike":
+            mark_arrival()
+        return None
 
     async def draw_fault(self, *, websocket: bool) -> Fault:
         """This request's fault, armed for :meth:`generate` in this task; a spike is waited here."""

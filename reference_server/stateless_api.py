@@ -25,12 +25,10 @@ from harness.wire import events as ev
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.chat import event_error
 from reference_server.core.conversation import Conversation, tools_tokens
-from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError
-from reference_server.event_stream import EventStream, SendEvents, until_disconnect
-from reference_server.fault_send import CutAnswer, InjectedDisconnect
-from reference_server.service import Job, Service, fault_error
-from reference_server.sim import mark_arrival
+from reference_server.event_stream import EventStream, SendEvents, unless_gone
+from reference_server.json_answers import retry_headers
+from reference_server.service import Job, Service
 
 Admit = Callable[[str | None, Any], RequestError | None]
 ReadJson = Callable[[Request], Awaitable[Any]]
@@ -95,26 +93,14 @@ class StatelessApi:
         raise NotImplementedError
 
     # -- the request ----------------------------------------------------------------------
-    def _refuse(self, err: RequestError, request_id: str, wait_s: float = 1.0) -> Response:
-        retry = retry_after_headers(wait_s) if err.status == 429 else None
-        return self.error_response(err, request_id, retry)
-
     async def create(self, request: Request) -> Response:
         service = self.service
         rng = service.rng()
         request_id = ev.new_id("req", rng)
         host = request.client.host if request.client else None
-        denied = self._admit(host, self.auth_headers(request.headers))
-        if denied is not None:
-            return self._refuse(denied, request_id)
-        limited = service.check_rate()
-        if limited is not None:
-            return self._refuse(limited[0], request_id, limited[1])
-        fault = await service.draw_fault(websocket=False)
-        if fault.kind == "error":
-            return self._refuse(fault_error(fault), request_id)
-        if fault.kind == "spike":
-            mark_arrival()  # the spike comes before the API tier: restart its clock
+        refused = await service.refusal(self._admit(host, self.auth_headers(request.headers)))
+        if refused is not None:
+            return self.error_response(refused[0], request_id, retry_headers(*refused))
         try:
             parsed = self.parse(await self._read_json(request))
             req = parsed.create
@@ -123,7 +109,7 @@ class StatelessApi:
             except RequestError as err:
                 raise self.limit_error(err, parsed) from None
         except RequestError as err:
-            return self._refuse(err, request_id)
+            return self.error_response(err, request_id, retry_headers(err))
         except ClientDisconnect:
             return Response(status_code=499)
         # Stateless: the API tier processes the whole input every turn, as for `http`.
@@ -167,33 +153,29 @@ class StatelessApi:
     ) -> Response:
         """``stream: false``: one JSON body, or nothing if the client left (as for Responses)."""
         service = self.service
-        jobs: list[Job] = []
         failed: list[dict[str, Any]] = []
 
         async def keep_errors(events: Sequence[dict[str, Any]]) -> None:
             failed.extend(e for e in events if e.get("type") == ev.ERROR)
 
-        async def admit_and_generate() -> None:
+        async def admit_and_generate() -> Job:
             job = await service.admit(
                 parsed.create, parsed.conv, cost, "none", rng, parent_stored=False
             )
             job.api, job.request_id = self.api, request.headers.get("x-request-id")
-            jobs.append(job)
             # A crash's failure events land in `failed`; a disconnect drops the connection,
             # as for a non-streamed /v1/responses.
             await service.generate_or_fail(job, keep_errors)
+            return job
 
-        try:
-            finished = await until_disconnect(request.receive, admit_and_generate())
-        except InjectedDisconnect:
-            return CutAnswer()
-        if not finished:
-            return Response(status_code=499)
+        job = await unless_gone(request.receive, admit_and_generate())
+        if isinstance(job, Response):
+            return job
         if failed:
             message = str(event_error(failed[0]).get("message") or "The server had an error.")
             return self.error_response(
                 RequestError(500, "server_error", message, type_="server_error"),
                 headers["x-request-id"],
             )
-        doc = self.whole(parsed, jobs[0], created)
+        doc = self.whole(parsed, job, created)
         return Response(ev.dumps(doc), media_type="application/json", headers=headers)
