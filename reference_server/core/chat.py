@@ -19,17 +19,22 @@ from typing import Any
 from harness.wire import events as ev
 from reference_server.core.validation import (
     REASONING_EFFORTS,
+    TOOL_CHOICES,
     CreateRequest,
     RequestError,
+    body_model,
+    booleans,
+    checked,
+    function_name,
     invalid,
     missing,
+    one_of,
     string_map,
-    type_name,
+    token_cap,
     wrong_type,
 )
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
-CHAT_TOOL_CHOICES = ("auto", "none", "required")
 
 
 @dataclass(slots=True)
@@ -68,8 +73,7 @@ def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
 
 
 def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise wrong_type(where, "an array", value)
+    checked(value, where, "an array", list)
     calls = []
     for k, call in enumerate(value):
         at = f"{where}[{k}]"
@@ -101,9 +105,7 @@ def chat_items(messages: Any) -> list[dict[str, Any]]:
     """The conversation items of a chat ``messages`` array, each message checked."""
     if messages is None:
         raise missing("messages")
-    if not isinstance(messages, list):
-        raise wrong_type("messages", "an array", messages)
-    if not messages:
+    if not checked(messages, "messages", "an array", list):
         raise invalid(
             "Invalid 'messages': empty array. Expected an array with minimum length 1.",
             "messages",
@@ -115,12 +117,7 @@ def chat_items(messages: Any) -> list[dict[str, Any]]:
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
             raise wrong_type(where, "an object", msg)
-        role = msg.get("role")
-        if role not in CHAT_ROLES:
-            raise invalid(
-                f"Invalid value for '{where}.role': expected one of {', '.join(CHAT_ROLES)}, got {role!r}.",
-                f"{where}.role",
-            )
+        role = one_of(msg.get("role"), f"{where}.role", CHAT_ROLES, required=True)
         if role == "tool":
             call_id = msg.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
@@ -160,8 +157,7 @@ def chat_tools(value: Any) -> list[dict[str, Any]]:
     """Chat ``tools`` in the Responses shape (what the output model and the token count read)."""
     if value is None:
         return []
-    if not isinstance(value, list):
-        raise wrong_type("tools", "an array", value)
+    checked(value, "tools", "an array", list)
     tools: list[dict[str, Any]] = []
     seen: set[str] = set()
     for i, tool in enumerate(value):
@@ -183,21 +179,16 @@ def chat_tools(value: Any) -> list[dict[str, Any]]:
         fn = tool.get("function")
         if not isinstance(fn, dict):
             raise missing(f"{where}.function")
-        name = fn.get("name")
-        if not isinstance(name, str) or not name or len(name) > 64:
-            raise invalid(
-                f"Invalid value for '{where}.function.name': expected a non-empty string of at most 64 characters.",
-                f"{where}.function.name",
-            )
+        name = function_name(fn.get("name"), f"{where}.function.name")
         if name in seen:
             raise invalid(
                 f"Invalid '{where}.function.name': duplicate function name {name!r}.",
                 f"{where}.function.name",
             )
         seen.add(name)
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise wrong_type(f"{where}.function.parameters", "a JSON schema object", params)
+        params = checked(
+            fn.get("parameters"), f"{where}.function.parameters", "a JSON schema object", dict
+        )
         if isinstance(params, dict) and params.get("type", "object") != "object":
             raise invalid(
                 f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"'.",
@@ -226,11 +217,7 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
                 "tool_choice.allowed_tools.mode",
             )
     if isinstance(value, str):
-        if value not in CHAT_TOOL_CHOICES:
-            raise invalid(
-                f"Invalid value for 'tool_choice': expected one of auto, none, required or an object, got {value!r}.",
-                "tool_choice",
-            )
+        one_of(value, "tool_choice", TOOL_CHOICES, " or an object")
         if value == "required" and not functions:
             raise invalid(
                 "Tool choice 'required' needs at least one function in 'tools'.", "tool_choice"
@@ -258,21 +245,11 @@ def _max_tokens(body: dict[str, Any]) -> tuple[int | None, str]:
     field = (
         "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     )
-    value = body.get(field)
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or value < 1 or value > 1_000_000
-    ):
-        raise invalid(
-            f"Invalid value for '{field}': expected an integer from 1 to 1000000, got {value!r}.",
-            field,
-        )
-    return value, field
+    return token_cap(body.get(field), field), field
 
 
 def _check_scalars(body: dict[str, Any]) -> None:
-    for flag in ("stream", "parallel_tool_calls", "store", "logprobs"):
-        if body.get(flag) is not None and not isinstance(body[flag], bool):
-            raise wrong_type(flag, "a boolean", body[flag])
+    booleans(body, ("stream", "parallel_tool_calls", "store", "logprobs"))
     for key, lo, hi in (("temperature", 0, 2), ("top_p", 0, 1)):
         value = body.get(key)
         if value is None:
@@ -291,24 +268,12 @@ def _check_scalars(body: dict[str, Any]) -> None:
             f"Invalid value for 'n': this server generates one choice per request (n = 1), got {n!r}.",
             "n",
         )
-    user = body.get("user")
-    if user is not None and not isinstance(user, str):
-        raise wrong_type("user", "a string", user)
+    checked(body.get("user"), "user", "a string", str)
 
 
 def parse_chat(body: Any) -> ChatRequest:
     """A chat completions body, validated, as the server's internal request."""
-    if not isinstance(body, dict):
-        raise invalid(
-            f"Invalid request body: expected a JSON object, got {type_name(body)}.",
-            None,
-            "invalid_json",
-        )
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise wrong_type("model", "a string", model)
-    if not model:
-        raise missing("model")
+    body, model = body_model(body)
     items = chat_items(body.get("messages"))
     tools = chat_tools(body.get("tools"))
     tool_choice = _tool_choice(body.get("tool_choice"), tools)
@@ -317,24 +282,17 @@ def parse_chat(body: Any) -> ChatRequest:
     stream = body.get("stream") is True
     options = body.get("stream_options")
     include_usage = False
-    if options is not None:
-        if not isinstance(options, dict):
-            raise wrong_type("stream_options", "an object", options)
+    if checked(options, "stream_options", "an object", dict) is not None:
         if not stream:
             raise invalid(
                 "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                 "stream_options",
             )
-        flag = options.get("include_usage")
-        if flag is not None and not isinstance(flag, bool):
-            raise wrong_type("stream_options.include_usage", "a boolean", flag)
-        include_usage = flag is True
-    effort = body.get("reasoning_effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
-        raise invalid(
-            f"Invalid value for 'reasoning_effort': expected one of {', '.join(REASONING_EFFORTS)}, got {effort!r}.",
-            "reasoning_effort",
+        flag = checked(
+            options.get("include_usage"), "stream_options.include_usage", "a boolean", bool
         )
+        include_usage = flag is True
+    effort = one_of(body.get("reasoning_effort"), "reasoning_effort", REASONING_EFFORTS)
     # Reasoning streams as `reasoning_content`: the pipeline's summary deltas carry it (docs/server.md).
     raw = {"model": model, "reasoning": {"effort": effort, "summary": "auto"}}
     create = CreateRequest(
