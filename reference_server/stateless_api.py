@@ -23,7 +23,7 @@ from starlette.responses import Response
 
 from harness.wire import events as ev
 from reference_server.core.api_tier import RequestCost
-from reference_server.core.chat import event_error
+from reference_server.core.chat import error_message
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import EventStream, SendEvents, unless_gone
@@ -172,9 +172,8 @@ class StatelessApi:
         if isinstance(job, Response):
             return job
         if failed:
-            message = str(event_error(failed[0]).get("message") or "The server had an error.")
             return self.error_response(
-                RequestError(500, "server_error", message, type_="server_error"),
+                RequestError(500, "server_error", error_message(failed[0]), type_="server_error"),
                 headers["x-request-id"],
             )
         doc = self.whole(parsed, job, created)

@@ -13,7 +13,7 @@ into the ``stream: false`` object.  Shapes follow the issue-18 wire contract.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.wire import events as ev
@@ -334,7 +334,8 @@ def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _finish_reason(response: dict[str, Any]) -> str:
+def finish_reason(response: dict[str, Any]) -> str:
+    """Why a finished response stopped, in Chat terms (Messages renames them)."""
     if response.get("status") == "incomplete":
         return "length"
     if any(it.get("type") == "function_call" for it in response.get("output", [])):
@@ -348,27 +349,30 @@ def event_error(event: dict[str, Any]) -> dict[str, Any]:
     return nested if isinstance(nested, dict) else event
 
 
+def error_message(event: dict[str, Any]) -> str:
+    """The message of a Responses ``error`` event, as a failed answer states it."""
+    return str(event_error(event).get("message") or "The server had an error.")
+
+
 def mid_stream_error(message: str, code: str | None = "server_error") -> dict[str, Any]:
     """The one chunk that ends a failed stream (no ``[DONE]`` follows)."""
     return {"error": {"message": message, "type": "server_error", "code": code, "param": None}}
 
 
+@dataclass(slots=True)
 class ChatChunks:
     """Responses events of one response → ``chat.completion.chunk`` objects (issue-18 contract).
 
     ``failed`` turns true at an ``error`` event: the stream then ends without ``[DONE]``.
     """
 
-    def __init__(
-        self, completion_id: str, model: str, created: int, *, include_usage: bool
-    ) -> None:
-        self.id = completion_id
-        self.model = model
-        self.created = created
-        self.include_usage = include_usage
-        self.failed = False
-        self.finished = False
-        self._calls = 0
+    id: str
+    model: str
+    created: int
+    include_usage: bool = field(kw_only=True)
+    failed: bool = field(default=False, init=False)
+    finished: bool = field(default=False, init=False)
+    _calls: int = field(default=0, init=False)
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {
@@ -408,7 +412,7 @@ class ChatChunks:
             elif kind in (ev.COMPLETED, ev.INCOMPLETE):
                 response = event["response"]
                 self.finished = True
-                out.append(self._chunk({}, _finish_reason(response)))
+                out.append(self._chunk({}, finish_reason(response)))
                 if self.include_usage:
                     out.append(self._usage_chunk(response))
             elif kind == ev.ERROR:
@@ -471,7 +475,7 @@ def chat_completion(response: dict[str, Any], completion_id: str, created: int) 
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": _finish_reason(response),
+                "finish_reason": finish_reason(response),
             }
         ],
         "usage": chat_usage(response.get("usage") or {}),
