@@ -29,7 +29,6 @@ from reference_server.access_log import AccessLog, log_ws_refused
 from reference_server.chat_api import ChatApi
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
-from reference_server.core.context_window import Fitted
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.validation import CreateRequest, RequestError, parse_create
 from reference_server.event_stream import EventStream, SendEvents, unless_gone
@@ -39,7 +38,7 @@ from reference_server.lifecycle import Lifecycle
 from reference_server.messages_api import MessagesApi
 from reference_server.metrics import CONTENT_TYPE_LATEST, HttpMetrics, exposition, registry
 from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
-from reference_server.service import Job, Service, previous_not_found
+from reference_server.service import Admission, Job, Service, previous_not_found
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -268,20 +267,15 @@ class ReferenceServer:
             processed_tokens=conv.tokens - rehydrated + tools_tokens(req.tools),
             rehydrated_tokens=rehydrated,
         )
+        admission = Admission(req, conv, cost, rng, cache, fitted)
         if req.background:
-            return await self.lifecycle.create_background(
-                req, conv, cost, cache, rng, request_id, fitted
-            )
+            return await self.lifecycle.create_background(admission, request_id)
+        admission.request_id = request.headers.get("x-request-id")
         headers = {"x-request-id": request_id}
-
         if not req.stream:
-            return await self._http_create_whole(
-                request, req, conv, cost, cache, rng, headers, fitted
-            )
+            return await self._http_create_whole(request, admission, headers)
 
-        job = await service.admit(req, conv, cost, cache, rng, parent_stored=not fitted.truncated)
-        fitted.record(job.timing)
-        job.request_id = request.headers.get("x-request-id")
+        job = await service.admit(admission)
 
         async def run(send: SendEvents) -> bool:
             return await service.generate_or_fail(job, send)
@@ -293,15 +287,7 @@ class ReferenceServer:
         )
 
     async def _http_create_whole(
-        self,
-        request: Request,
-        req: CreateRequest,
-        conv: Conversation,
-        cost: RequestCost,
-        cache: str,
-        rng: random.Random,
-        headers: dict[str, str],
-        fitted: Fitted,
+        self, request: Request, admission: Admission, headers: dict[str, str]
     ) -> Response:
         """``stream: false``: the whole response as one JSON body, or nothing if the client left.
 
@@ -315,11 +301,7 @@ class ReferenceServer:
             return None
 
         async def admit_and_generate() -> Job:
-            job = await service.admit(
-                req, conv, cost, cache, rng, parent_stored=not fitted.truncated
-            )
-            fitted.record(job.timing)
-            job.request_id = request.headers.get("x-request-id")
+            job = await service.admit(admission)
             await service.generate(job, discard)
             return job
 

@@ -143,6 +143,24 @@ class Job:
     first_delta_ns: int | None = None  # the response's first output delta (see Segment)
 
 
+@dataclass(slots=True)
+class Admission:
+    """A create ready for the API tier: validated, its conversation resolved and fitted."""
+
+    req: CreateRequest
+    conv: Conversation
+    cost: RequestCost
+    rng: random.Random
+    cache: str = "none"  # where the conversation came from: none, store or the WS cache
+    fitted: Fitted | None = None  # what the context window dropped (sim_timing reports it)
+    # The previous response is stored under its id: this one stores only what it adds.  A
+    # truncated conversation is a new prefix, stored as a new chain.
+    parent_stored: bool = True
+    # For --timing-log: which API's shapes the client sees, and its X-Request-ID header.
+    api: str = "responses"
+    request_id: str | None = None
+
+
 def previous_not_found(response_id: str) -> RequestError:
     return RequestError(
         400,
@@ -341,13 +359,8 @@ class Service:
 
     async def admit(
         self,
-        req: CreateRequest,
-        conv: Conversation,
-        cost: RequestCost,
-        cache: str,
-        rng: random.Random,
+        a: Admission,
         *,
-        parent_stored: bool,
         remember: Callable[[str, Conversation], None] | None = None,
         response_id: str | None = None,
     ) -> Job:
@@ -355,13 +368,17 @@ class Service:
 
         ``response_id`` is given when the id was announced before this wait (background mode).
         """
+        req, conv, cost, fitted = a.req, a.conv, a.cost, a.fitted
         modelled, arrived_ns = await self.sim.pre_inference_from(cost)
         timing: dict[str, Any] = dict(modelled)
-        timing["cache"] = cache
-        self.counters.context[(cost.websocket, cache)] += 1
+        timing["cache"] = a.cache
+        self.counters.context[(cost.websocket, a.cache)] += 1
         timing["processed_input_tokens"] = cost.processed_tokens + cost.rehydrated_tokens
-        response_id = response_id or ev.new_id("resp", rng)
+        response_id = response_id or ev.new_id("resp", a.rng)
         added_from = len(conv.items) - len(req.input_items)
+        parent_stored = a.parent_stored and not (fitted is not None and fitted.truncated)
+        if fitted is not None:
+            fitted.record(timing)
 
         def on_output(conv_out: Conversation) -> None:
             if remember is not None:
@@ -374,7 +391,8 @@ class Service:
                 added_items=conv_out.items[added_from:],
             )
 
-        return Job(req, conv, cost, self.builder(req, response_id), timing, on_output, arrived_ns)
+        builder = self.builder(req, response_id)
+        return Job(req, conv, cost, builder, timing, on_output, arrived_ns, a.api, a.request_id)
 
     def failure(
         self, builder: ev.ResponseBuilder, message: str, code: str = "server_error"

@@ -11,7 +11,6 @@ no second generator: a chat or messages turn costs what the same ``http`` turn c
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import EventStream, SendEvents, unless_gone
 from reference_server.json_answers import retry_headers
-from reference_server.service import Job, Service
+from reference_server.service import Admission, Job, Service
 
 Admit = Callable[[str | None, Any], RequestError | None]
 ReadJson = Callable[[Request], Awaitable[Any]]
@@ -121,10 +120,18 @@ class StatelessApi:
         )
         headers = {"x-request-id": request_id}
         created = int(time.time())
+        admission = Admission(
+            req,
+            parsed.conv,
+            cost,
+            rng,
+            parent_stored=False,
+            api=self.api,
+            request_id=request.headers.get("x-request-id"),
+        )
         if not req.stream:
-            return await self._whole(request, parsed, cost, rng, headers, created)
-        job = await service.admit(req, parsed.conv, cost, "none", rng, parent_stored=False)
-        job.api, job.request_id = self.api, request.headers.get("x-request-id")
+            return await self._whole(request, parsed, admission, headers, created)
+        job = await service.admit(admission)
         translator = self.translator(parsed, job, created)
 
         async def run(send: SendEvents) -> bool:
@@ -146,8 +153,7 @@ class StatelessApi:
         self,
         request: Request,
         parsed: Parsed,
-        cost: RequestCost,
-        rng: random.Random,
+        admission: Admission,
         headers: dict[str, str],
         created: int,
     ) -> Response:
@@ -159,10 +165,7 @@ class StatelessApi:
             failed.extend(e for e in events if e.get("type") == ev.ERROR)
 
         async def admit_and_generate() -> Job:
-            job = await service.admit(
-                parsed.create, parsed.conv, cost, "none", rng, parent_stored=False
-            )
-            job.api, job.request_id = self.api, request.headers.get("x-request-id")
+            job = await service.admit(admission)
             # A crash's failure events land in `failed`; a disconnect drops the connection,
             # as for a non-streamed /v1/responses.
             await service.generate_or_fail(job, keep_errors)
