@@ -38,7 +38,7 @@ from reference_server.lifecycle import Lifecycle
 from reference_server.messages_api import MessagesApi
 from reference_server.metrics import CONTENT_TYPE_LATEST, HttpMetrics, exposition, registry
 from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
-from reference_server.service import Admission, Job, Service, previous_not_found
+from reference_server.service import Admission, Service, previous_not_found
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -289,23 +289,12 @@ class ReferenceServer:
     async def _http_create_whole(
         self, request: Request, admission: Admission, headers: dict[str, str]
     ) -> Response:
-        """``stream: false``: the whole response as one JSON body, or nothing if the client left.
-
-        The API-tier wait is watched too, not only the generation: with a long input, or a
-        queue for the API workers, it lasts seconds, and a client that gave up must not hold
-        (or wait for) an API worker.
-        """
-        service = self.service
+        """``stream: false``: the whole response as one JSON body, or nothing if the client left."""
 
         async def discard(_: Sequence[dict[str, Any]]) -> None:
             return None
 
-        async def admit_and_generate() -> Job:
-            job = await service.admit(admission)
-            await service.generate(job, discard)
-            return job
-
-        job = await unless_gone(request.receive, admit_and_generate())
+        job = await unless_gone(request.receive, self.service.answer(admission, discard))
         if isinstance(job, Response):
             return job
         return Response(

@@ -394,6 +394,18 @@ class Service:
         builder = self.builder(req, response_id)
         return Job(req, conv, cost, builder, timing, on_output, arrived_ns, a.api, a.request_id)
 
+    async def answer(self, a: Admission, send: Send, *, fail_in_band: bool = False) -> Job:
+        """A non-streamed answer: admit, then generate through ``send``.  One awaitable, so
+        the disconnect watch covers the API-tier wait too: with a long input, or a queue for
+        the API workers, it lasts seconds, and a client that gave up must not hold one.
+
+        ``fail_in_band``: a crash sends the failing events through ``send`` (Chat, Messages)
+        instead of raising (``/v1/responses``).
+        """
+        job = await self.admit(a)
+        await (self.generate_or_fail if fail_in_band else self.generate)(job, send)
+        return job
+
     def failure(
         self, builder: ev.ResponseBuilder, message: str, code: str = "server_error"
     ) -> list[dict[str, Any]]:

@@ -158,20 +158,15 @@ class StatelessApi:
         created: int,
     ) -> Response:
         """``stream: false``: one JSON body, or nothing if the client left (as for Responses)."""
-        service = self.service
         failed: list[dict[str, Any]] = []
 
         async def keep_errors(events: Sequence[dict[str, Any]]) -> None:
             failed.extend(e for e in events if e.get("type") == ev.ERROR)
 
-        async def admit_and_generate() -> Job:
-            job = await service.admit(admission)
-            # A crash's failure events land in `failed`; a disconnect drops the connection,
-            # as for a non-streamed /v1/responses.
-            await service.generate_or_fail(job, keep_errors)
-            return job
-
-        job = await unless_gone(request.receive, admit_and_generate())
+        # A crash's failure events land in `failed`; a disconnect drops the connection, as for
+        # a non-streamed /v1/responses.
+        answer = self.service.answer(admission, keep_errors, fail_in_band=True)
+        job = await unless_gone(request.receive, answer)
         if isinstance(job, Response):
             return job
         if failed:

@@ -25,9 +25,11 @@ from reference_server.core.validation import (
     body_model,
     booleans,
     checked,
+    content_parts,
     function_name,
     invalid,
     missing,
+    objects,
     one_of,
     string_map,
     token_cap,
@@ -53,12 +55,7 @@ def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
         return value
     if isinstance(value, list):
         texts = []
-        for j, part in enumerate(value):
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise invalid(
-                    f"Invalid value for '{where}[{j}]': expected a content part object with a 'type'.",
-                    f"{where}[{j}]",
-                )
+        for j, part in content_parts(value, where):
             if part["type"] == "text":
                 if not isinstance(part.get("text"), str):
                     raise missing(f"{where}[{j}].text")
@@ -75,10 +72,7 @@ def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
 def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
     checked(value, where, "an array", list)
     calls = []
-    for k, call in enumerate(value):
-        at = f"{where}[{k}]"
-        if not isinstance(call, dict):
-            raise wrong_type(at, "an object", call)
+    for at, call in objects(value, where):
         if not isinstance(call.get("id"), str) or not call["id"]:
             raise missing(f"{at}.id")
         if call.get("type", "function") != "function":
@@ -113,10 +107,7 @@ def chat_items(messages: Any) -> list[dict[str, Any]]:
         )
     items: list[dict[str, Any]] = []
     call_ids: set[str] = set()
-    for i, msg in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise wrong_type(where, "an object", msg)
+    for where, msg in objects(messages, "messages"):
         role = one_of(msg.get("role"), f"{where}.role", CHAT_ROLES, required=True)
         if role == "tool":
             call_id = msg.get("tool_call_id")
@@ -160,10 +151,7 @@ def chat_tools(value: Any) -> list[dict[str, Any]]:
     checked(value, "tools", "an array", list)
     tools: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for i, tool in enumerate(value):
-        where = f"tools[{i}]"
-        if not isinstance(tool, dict):
-            raise wrong_type(where, "an object", tool)
+    for where, tool in objects(value, "tools"):
         if tool.get("type") == "custom":
             # A free-form tool: accepted and counted, never called by the simulated model.
             custom = tool.get("custom")

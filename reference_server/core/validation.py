@@ -8,6 +8,7 @@ over HTTP is accepted over WebSocket.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +167,26 @@ def body_model(body: Any) -> tuple[dict[str, Any], str]:
     return body, model
 
 
+def objects(values: list[Any], name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each element of the array ``name`` with where it stands (``name[i]``): an object."""
+    for i, value in enumerate(values):
+        where = f"{name}[{i}]"
+        if not isinstance(value, dict):
+            raise wrong_type(where, "an object", value)
+        yield where, value
+
+
+def content_parts(parts: list[Any], where: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each part of a message's content array, numbered: an object with a string ``type``."""
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise invalid(
+                f"Invalid value for '{where}[{j}]': expected a content part object with a 'type'.",
+                f"{where}[{j}]",
+            )
+        yield j, part
+
+
 def booleans(body: dict[str, Any], flags: tuple[str, ...]) -> None:
     """Each of ``flags`` that ``body`` sets is a boolean (or null)."""
     for flag in flags:
@@ -182,20 +203,13 @@ def function_name(name: Any, where: str) -> str:
     return name
 
 
-def _normalize_item(item: Any, where: str) -> dict[str, Any]:
-    if not isinstance(item, dict):
-        raise wrong_type(where, "an object", item)
+def _normalize_item(where: str, item: dict[str, Any]) -> dict[str, Any]:
     kind = item.get("type")
     if kind is None or kind == "message":
         role = one_of(item.get("role"), f"{where}.role", MESSAGE_ROLES, required=True)
         content = item.get("content")
         if isinstance(content, list):
-            for j, part in enumerate(content):
-                if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                    raise invalid(
-                        f"Invalid value for '{where}.content[{j}]': expected a content part object with a 'type'.",
-                        f"{where}.content[{j}]",
-                    )
+            content = [part for _, part in content_parts(content, f"{where}.content")]
         elif not isinstance(content, str):
             raise wrong_type(f"{where}.content", "a string or an array of content parts", content)
         return {"type": "message", "role": role, "content": content}
@@ -291,10 +305,7 @@ def _compaction_input(item: dict[str, Any], where: str) -> dict[str, Any]:
     return item
 
 
-def _validate_tool(tool: Any, i: int) -> dict[str, Any]:
-    where = f"tools[{i}]"
-    if not isinstance(tool, dict):
-        raise wrong_type(where, "an object", tool)
+def _validate_tool(where: str, tool: dict[str, Any]) -> dict[str, Any]:
     if tool.get("type") != "function":
         # Hosted tools (web_search, …) are accepted and never called by the simulated model.
         if isinstance(tool.get("type"), str):
@@ -368,13 +379,13 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
     if isinstance(raw_input, str):
         items = [{"type": "message", "role": "user", "content": raw_input}]
     elif isinstance(raw_input, list):
-        items = [_normalize_item(it, f"input[{i}]") for i, it in enumerate(raw_input)]
+        items = [_normalize_item(*it) for it in objects(raw_input, "input")]
     elif raw_input is None:
         items = []
     else:
         raise wrong_type("input", "a string or an array of input items", raw_input)
     tools_raw = checked(body.get("tools") or [], "tools", "an array", list)
-    tools = [_validate_tool(t, i) for i, t in enumerate(tools_raw)]
+    tools = [_validate_tool(*t) for t in objects(tools_raw, "tools")]
     seen: set[str] = set()
     for i, t in enumerate(tools):
         if t.get("type") == "function":
@@ -445,7 +456,7 @@ def parse_append(body: dict[str, Any]) -> AppendRequest:
     if isinstance(raw_input, str):
         items = [{"type": "message", "role": "user", "content": raw_input}]
     elif isinstance(raw_input, list) and raw_input:
-        items = [_normalize_item(it, f"input[{i}]") for i, it in enumerate(raw_input)]
+        items = [_normalize_item(*it) for it in objects(raw_input, "input")]
     else:
         raise invalid(
             f"Invalid value for 'input': expected a non-empty array of input items, got {type_name(raw_input)}.",
