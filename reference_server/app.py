@@ -36,7 +36,13 @@ from reference_server.guard import ConnectionGuard
 from reference_server.json_answers import error_response, json_response, retry_headers
 from reference_server.lifecycle import Lifecycle
 from reference_server.messages_api import MessagesApi
-from reference_server.metrics import CONTENT_TYPE_LATEST, HttpMetrics, exposition, registry
+from reference_server.metrics import (
+    CONTENT_TYPE_LATEST,
+    HttpMetrics,
+    ServerCollector,
+    exposition,
+    registry,
+)
 from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
 from reference_server.service import Admission, Service, previous_not_found
 from reference_server.sim import mark_arrival
@@ -82,7 +88,7 @@ class ReferenceServer:
         # The access log wraps the guard, so its duration includes admission and the whole stream.
         inner: Any = AccessLog(self.guard) if config.access_log else self.guard
         counters = self.service.counters
-        self.registry = registry(
+        collector = ServerCollector(
             counters,
             self.service.sim,
             lambda: len(self.ws_connections),
@@ -93,6 +99,7 @@ class ReferenceServer:
                 "model": config.model,
             },
         )
+        self.registry = registry(collector)
         self.app = _StampArrival(HttpMetrics(inner, counters))
 
     def lifecycle_routes(self) -> list[Route]:

@@ -138,7 +138,7 @@ class ServerCollector:
         self.sim = sim
         self.ws_open = ws_open
         self.worker = str(worker)
-        self.info = info
+        self.info = {**info, "pid": str(os.getpid())}
 
     def _family(self, kind: type[Any], name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
         return kind(name, doc, labels=(*labels, "worker"))
@@ -290,21 +290,10 @@ class ServerCollector:
             yield self._one(C, f"loopbench_server_{key}_tokens", doc, sim.tokens[key])
 
 
-def registry(
-    counters: ServerCounters,
-    sim: Simulator,
-    ws_open: Callable[[], int],
-    *,
-    worker: int,
-    info: dict[str, str],
-) -> CollectorRegistry:
+def registry(collector: ServerCollector) -> CollectorRegistry:
     """A registry of its own holding this app's collector."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(
-        ServerCollector(
-            counters, sim, ws_open, worker=worker, info={**info, "pid": str(os.getpid())}
-        )
-    )
+    reg.register(collector)
     return reg
 
 

@@ -53,16 +53,6 @@ class PreCost:
             + self.network_ms
         )
 
-    def as_dict(self) -> dict[str, float]:
-        return {
-            "connection": self.connection_ms,
-            "fixed": self.fixed_ms,
-            "tokens": self.tokens_ms,
-            "rehydrate": self.rehydrate_ms,
-            "network": self.network_ms,
-            "total": self.total_ms,
-        }
-
 
 def api_pre_ms(profile: ApiProfile, cost: RequestCost) -> PreCost:
     """Pre-inference work on the request's critical path (before the engine sees it)."""

@@ -11,6 +11,7 @@ burst distribution.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import median
 
 from harness.wire.transports import BY_NAME, TRANSPORT_NAMES, TransportSpec
 from reference_server.core.api_tier import (
@@ -161,6 +162,8 @@ class CodexRollout:
 
 @dataclass(frozen=True, slots=True)
 class RolloutPrediction:
+    """:func:`predict_rollout`'s answer (ms): the rollout, its model and tool time, and per turn."""
+
     transport: str
     total_ms: float
     model_ms: float
@@ -170,10 +173,7 @@ class RolloutPrediction:
 
     @property
     def ttft_p50_ms(self) -> float:
-        ordered = sorted(self.ttft_ms)
-        n = len(ordered)
-        mid = n // 2
-        return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return median(self.ttft_ms)
 
 
 def predict_rollout(
