@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import median
 
-from harness.wire.transports import BY_NAME, TRANSPORT_NAMES, TransportSpec
+from harness.wire.transports import transport_spec
 from reference_server.core.api_tier import (
     RequestCost,
     api_post_ms,
@@ -22,15 +22,6 @@ from reference_server.core.api_tier import (
 )
 from reference_server.core.engine import expected_decode_ms, first_token_ns
 from reference_server.core.profiles import ApiProfile, EngineProfile
-
-
-def _spec(transport: str) -> TransportSpec:
-    try:
-        return BY_NAME[transport]
-    except KeyError:
-        raise ValueError(
-            f"transport: expected one of {', '.join(TRANSPORT_NAMES)}, got {transport!r}"
-        ) from None
 
 
 def request_cost(
@@ -51,7 +42,7 @@ def request_cost(
     what ``ws`` costs.  ``ws-append`` makes a request only for the first turn
     (``history_tokens == 0``); later turns are appends to the live response.
     """
-    spec = _spec(transport)
+    spec = transport_spec(transport)
     if spec.append and history_tokens > 0:
         return None
     if spec.websocket:
@@ -194,7 +185,7 @@ def predict_rollout(
     ttfts: list[float] = []
     turn_ms: list[float] = []
     for i, (history, new, output) in enumerate(turns):
-        new_conn = i == 0 or (not _spec(transport).websocket and not keepalive)
+        new_conn = i == 0 or (not transport_spec(transport).websocket and not keepalive)
         p = predict_turn_ms(
             api,
             engine,

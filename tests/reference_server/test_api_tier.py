@@ -6,6 +6,7 @@ from dataclasses import astuple
 
 import pytest
 
+from harness.wire.errors import UsageError
 from harness.wire.transports import TRANSPORT_NAMES
 from reference_server.core.api_tier import (
     RequestCost,
@@ -102,7 +103,7 @@ def test_request_cost_per_transport() -> None:
         True, True, False, 200, 0
     )
     assert request_cost("ws-append", 1000, 200) is None
-    with pytest.raises(ValueError, match="transport"):
+    with pytest.raises(UsageError, match="transport"):
         request_cost("grpc", 0, 0)
 
 
