@@ -29,8 +29,8 @@ from reference_server.access_log import AccessLog, log_ws_refused
 from reference_server.chat_api import ChatApi
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
-from reference_server.core.conversation import Conversation, tools_tokens
-from reference_server.core.validation import CreateRequest, RequestError, parse_create
+from reference_server.core.conversation import tools_tokens
+from reference_server.core.validation import RequestError, parse_create
 from reference_server.event_stream import EventStream, SendEvents, unless_gone
 from reference_server.guard import ConnectionGuard
 from reference_server.json_answers import error_response, json_response, retry_headers
@@ -44,7 +44,7 @@ from reference_server.metrics import (
     registry,
 )
 from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
-from reference_server.service import Admission, Service, previous_not_found
+from reference_server.service import Admission, Service
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -234,17 +234,6 @@ class ReferenceServer:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _resolve_http(self, req: CreateRequest) -> tuple[Conversation, int, str]:
-        """Conversation for an HTTP request: (conversation, rehydrated tokens, cache label)."""
-        if req.previous_response_id is None:
-            return Conversation.build(req.instructions, [], req.input_items), 0, "none"
-        found = await self.service.from_store(req)
-        if found is None:
-            raise previous_not_found(req.previous_response_id)
-        conv, rehydrated = found
-        conv.extend(req.input_items)
-        return conv, rehydrated, "store"
-
     async def http_create(self, request: Request) -> Response:
         rng = self.service.rng()
         request_id = ev.new_id("req", rng)
@@ -258,7 +247,7 @@ class ReferenceServer:
         service = self.service
         try:
             req = parse_create(await self._read_json(request))
-            conv, rehydrated, cache = await self._resolve_http(req)
+            conv, rehydrated, cache = await service.resolve_http(req)
             fitted = service.fit_window(req, conv, tools_tokens(req.tools))
         except RequestError as err:
             return self.error_response(err, request_id)
@@ -320,7 +309,7 @@ class ReferenceServer:
             if refused is not None:
                 raise refused[0]
             req = parse_create(await self._read_json(request))
-            conv, rehydrated = await compaction.resolve(self.service, req)
+            conv, rehydrated, _ = await self.service.resolve_http(req)
             summary = compaction.check_window(self.service, conv)
         except RequestError as err:
             return self.error_response(err, request_id, retry_headers(err))

@@ -330,6 +330,17 @@ class Service:
         conv = Conversation.build(req.instructions, stored.items)
         return conv, conv.chain_tokens
 
+    async def resolve_http(self, req: CreateRequest) -> tuple[Conversation, int, str]:
+        """An HTTP request's conversation: (conversation, tokens re-hydrated, cache label)."""
+        if req.previous_response_id is None:
+            return Conversation.build(req.instructions, [], req.input_items), 0, "none"
+        found = await self.from_store(req)
+        if found is None:
+            raise previous_not_found(req.previous_response_id)
+        conv, rehydrated = found
+        conv.extend(req.input_items)
+        return conv, rehydrated, "store"
+
     def store_response(
         self,
         req: CreateRequest,

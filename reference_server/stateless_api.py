@@ -26,7 +26,7 @@ from reference_server.core.chat import error_message
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import EventStream, SendEvents, unless_gone
-from reference_server.json_answers import retry_headers
+from reference_server.json_answers import error_response, retry_headers
 from reference_server.service import Admission, Job, Service
 
 Admit = Callable[[str | None, Any], RequestError | None]
@@ -72,7 +72,8 @@ class StatelessApi:
     def error_response(
         self, err: RequestError, request_id: str, headers: dict[str, str] | None = None
     ) -> Response:
-        raise NotImplementedError
+        """The refusal in the API's error shape (here: OpenAI's, as the Responses routes)."""
+        return error_response(err, request_id, headers)
 
     def parse(self, body: Any) -> Parsed:
         raise NotImplementedError
