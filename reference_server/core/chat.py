@@ -362,17 +362,19 @@ class ChatChunks:
     finished: bool = field(default=False, init=False)
     _calls: int = field(default=0, init=False)
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    def _frame(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
             "system_fingerprint": None,
-            "choices": [
-                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            ],
+            "choices": choices,
         }
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return self._frame([choice])
 
     def translate(self, events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -410,15 +412,8 @@ class ChatChunks:
         return out
 
     def _usage_chunk(self, response: dict[str, Any]) -> dict[str, Any]:
-        chunk = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": None,
-            "choices": [],
-            "usage": chat_usage(response.get("usage") or {}),
-        }
+        chunk = self._frame([])
+        chunk["usage"] = chat_usage(response.get("usage") or {})
         if "sim_timing" in response:
             chunk["sim_timing"] = response["sim_timing"]
         return chunk
