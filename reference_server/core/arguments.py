@@ -122,57 +122,57 @@ def _words(name: str) -> str:
     return _CAMEL.sub(r"_\1", name).lower().replace("-", "_")
 
 
+# What a property's name says its string holds: (kind, whole names, name endings), first match
+# wins; any other name holds text.
+_NAME_KINDS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("url", ("url", "uri", "href", "link", "endpoint"), ("_url", "_uri")),
+    ("id", ("id", "ids", "uuid"), ("_id", "_ids", "_uuid")),
+    ("program", ("shell", "interpreter", "program"), ()),
+    ("command", ("cmd", "command", "commands", "script"), ("_command", "_cmd")),
+    ("glob", ("glob", "include", "exclude", "globs"), ("_glob",)),
+    ("pattern", ("pattern", "regex", "regexp", "search_pattern"), ("_pattern",)),
+    (
+        "dir",
+        ("dir", "directory", "cwd", "workdir", "working_directory", "folder", "root"),
+        ("_dir", "_directory", "_folder"),
+    ),
+    (
+        "path",
+        ("path", "file", "filename", "file_path", "filepath", "paths", "files", "target"),
+        ("_path", "_file", "_paths", "_files", "filename"),
+    ),
+    ("query", ("query", "q", "search", "keywords", "question"), ()),
+    ("name", ("name", "title", "label", "subject", "header", "tag", "branch"), ()),
+    ("email", ("email", "mail"), ()),
+)
+# Kinds whose values are drawn from a list of realistic ones.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "command": _COMMANDS,
+    "program": ("bash", "sh", "zsh"),
+    "glob": _GLOBS,
+    "pattern": _PATTERNS,
+    "dir": _DIRS,
+    "path": _PATHS,
+    "query": _QUERIES,
+}
+
+
 def _kind_of_name(name: str) -> str:
     """What a property's name says its string holds (``path``, ``command`` …), or ``text``."""
     n = _words(name)
-    if n in ("url", "uri", "href", "link", "endpoint") or n.endswith(("_url", "_uri")):
-        return "url"
-    if n in ("id", "ids", "uuid") or n.endswith(("_id", "_ids", "_uuid")):
-        return "id"
-    if n in ("shell", "interpreter", "program"):
-        return "program"
-    if n in ("cmd", "command", "commands", "script") or n.endswith(("_command", "_cmd")):
-        return "command"
-    if n in ("glob", "include", "exclude", "globs") or n.endswith("_glob"):
-        return "glob"
-    if n in ("pattern", "regex", "regexp", "search_pattern") or n.endswith("_pattern"):
-        return "pattern"
-    if n in ("dir", "directory", "cwd", "workdir", "working_directory", "folder", "root"):
-        return "dir"
-    if n.endswith(("_dir", "_directory", "_folder")):
-        return "dir"
-    if n in ("path", "file", "filename", "file_path", "filepath", "paths", "files", "target"):
-        return "path"
-    if n.endswith(("_path", "_file", "_paths", "_files", "filename")) or n == "notebook_path":
-        return "path"
-    if n in ("query", "q", "search", "keywords", "question"):
-        return "query"
-    if n in ("name", "title", "label", "subject", "header", "tag", "branch"):
-        return "name"
-    if n in ("email", "mail"):
-        return "email"
+    for kind, names, endings in _NAME_KINDS:
+        if n in names or n.endswith(endings):
+            return kind
     return "text"
 
 
 def _realistic(kind: str, rng: random.Random) -> str:
+    if kind in _CHOICES:
+        return rng.choice(_CHOICES[kind])
     if kind == "url":
         return f"https://{rng.choice(_HOSTS)}/{rng.choice(_WORDS)}/{rng.randint(1, 99)}"
     if kind == "id":
         return f"{rng.choice(('call', 'item', 'task', 'msg'))}_{rng.getrandbits(40):010x}"
-    if kind == "command":
-        return rng.choice(_COMMANDS)
-    if kind == "program":
-        return rng.choice(("bash", "sh", "zsh"))
-    if kind == "glob":
-        return rng.choice(_GLOBS)
-    if kind == "pattern":
-        return rng.choice(_PATTERNS)
-    if kind == "dir":
-        return rng.choice(_DIRS)
-    if kind == "path":
-        return rng.choice(_PATHS)
-    if kind == "query":
-        return rng.choice(_QUERIES)
     if kind == "name":
         return f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}"
     if kind == "email":
