@@ -10,7 +10,6 @@ accepted, is handed to :mod:`.ws_connection`, which uses the same service.
 from __future__ import annotations
 
 import contextlib
-import random
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
@@ -18,6 +17,7 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -59,7 +59,7 @@ class ReferenceServer:
         # Open WebSocket connections, so a shutdown can drain and close them.
         self.ws_connections: set[WsConnection] = set()
         edges: dict[str, Any] = {
-            "admit": self._admit,
+            "refusal": self._refusal,
             "read_json": self._read_json,
             "new_connection": self._new_http_connection,
         }
@@ -234,17 +234,20 @@ class ReferenceServer:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def http_create(self, request: Request) -> Response:
-        rng = self.service.rng()
-        request_id = ev.new_id("req", rng)
+    async def _refusal(
+        self, request: Request, headers: Headers, *, faults: bool = True
+    ) -> tuple[RequestError, float] | None:
+        """What refuses an HTTP request before its body is read (:meth:`Service.refusal`)."""
         host = request.client.host if request.client else None
-        refused = await self.service.refusal(self._admit(host, request.headers))
+        return await self.service.refusal(self._admit(host, headers), faults=faults)
+
+    async def http_create(self, request: Request) -> Response:
+        service = self.service
+        rng = service.rng()
+        request_id = ev.new_id("req", rng)
+        refused = await self._refusal(request, request.headers)
         if refused is not None:
             return self.error_response(refused[0], request_id, retry_headers(*refused))
-        return await self._http_create(request, request_id, rng)
-
-    async def _http_create(self, request: Request, request_id: str, rng: random.Random) -> Response:
-        service = self.service
         try:
             req = parse_create(await self._read_json(request))
             conv, rehydrated, cache = await service.resolve_http(req)
@@ -256,13 +259,8 @@ class ReferenceServer:
         if fitted.truncated:
             # The truncated context is a new prefix: rendered anew, stored as a new chain.
             conv, rehydrated = fitted.conv, 0
-        cost = RequestCost(
-            new_connection=self._new_http_connection(request),
-            websocket=False,
-            connection_resolved=False,
-            processed_tokens=conv.tokens - rehydrated + tools_tokens(req.tools),
-            rehydrated_tokens=rehydrated,
-        )
+        processed = conv.tokens - rehydrated + tools_tokens(req.tools)
+        cost = RequestCost.http(self._new_http_connection(request), processed, rehydrated)
         admission = Admission(req, conv, cost, rng, cache, fitted)
         if req.background:
             return await self.lifecycle.create_background(admission, request_id)
@@ -303,8 +301,7 @@ class ReferenceServer:
         """``POST /v1/responses/compact`` (``client.responses.compact``): admitted like a create."""
         rng = self.service.rng()
         request_id = ev.new_id("req", rng)
-        host = request.client.host if request.client else None
-        refused = await self.service.refusal(self._admit(host, request.headers), faults=False)
+        refused = await self._refusal(request, request.headers, faults=False)
         try:
             if refused is not None:
                 raise refused[0]

@@ -42,13 +42,7 @@ async def compact(
     created_at: int,
 ) -> dict[str, object]:
     """Wait the modelled work of compacting ``conv``; the ``CompactedResponse`` body."""
-    cost = RequestCost(
-        new_connection=new_connection,
-        websocket=False,
-        connection_resolved=False,
-        processed_tokens=conv.tokens - rehydrated,
-        rehydrated_tokens=rehydrated,
-    )
+    cost = RequestCost.http(new_connection, conv.tokens - rehydrated, rehydrated)
     sim = service.sim
     timing: dict[str, object] = dict(await sim.pre_inference(cost))
 

@@ -29,7 +29,7 @@ from reference_server.event_stream import EventStream, SendEvents, unless_gone
 from reference_server.json_answers import error_response, retry_headers
 from reference_server.service import Admission, Job, Service
 
-Admit = Callable[[str | None, Any], RequestError | None]
+Refusal = Callable[[Request, Headers], Awaitable[tuple[RequestError, float] | None]]
 ReadJson = Callable[[Request], Awaitable[Any]]
 NewConnection = Callable[[Request], bool]
 
@@ -58,10 +58,15 @@ class StatelessApi:
     api = ""  # the --timing-log name: "chat" or "messages"
 
     def __init__(
-        self, service: Service, *, admit: Admit, read_json: ReadJson, new_connection: NewConnection
+        self,
+        service: Service,
+        *,
+        refusal: Refusal,
+        read_json: ReadJson,
+        new_connection: NewConnection,
     ) -> None:
         self.service = service
-        self._admit = admit
+        self._refusal = refusal
         self._read_json = read_json
         self._new_connection = new_connection
 
@@ -97,8 +102,7 @@ class StatelessApi:
         service = self.service
         rng = service.rng()
         request_id = ev.new_id("req", rng)
-        host = request.client.host if request.client else None
-        refused = await service.refusal(self._admit(host, self.auth_headers(request.headers)))
+        refused = await self._refusal(request, self.auth_headers(request.headers))
         if refused is not None:
             return self.error_response(refused[0], request_id, retry_headers(*refused))
         try:
@@ -113,12 +117,8 @@ class StatelessApi:
         except ClientDisconnect:
             return Response(status_code=499)
         # Stateless: the API tier processes the whole input every turn, as for `http`.
-        cost = RequestCost(
-            new_connection=self._new_connection(request),
-            websocket=False,
-            connection_resolved=False,
-            processed_tokens=parsed.conv.tokens + tools_tokens(req.tools),
-        )
+        processed = parsed.conv.tokens + tools_tokens(req.tools)
+        cost = RequestCost.http(self._new_connection(request), processed)
         headers = {"x-request-id": request_id}
         created = int(time.time())
         admission = Admission(

@@ -32,6 +32,11 @@ class RequestCost:
     processed_tokens: int
     rehydrated_tokens: int = 0
 
+    @classmethod
+    def http(cls, new_connection: bool, processed: int, rehydrated: int = 0) -> RequestCost:
+        """An HTTP request's: no connection state survives between HTTP requests."""
+        return cls(new_connection, False, False, processed, rehydrated)
+
 
 @dataclass(frozen=True, slots=True)
 class PreCost:

@@ -50,11 +50,11 @@ def request_cost(
         chain = history_tokens if spec.store else 0
         return RequestCost(new_connection, True, not new_connection, new_tokens, chain)
     if not spec.chained:
-        return RequestCost(new_connection, False, False, history_tokens + new_tokens, 0)
+        return RequestCost.http(new_connection, history_tokens + new_tokens)
     if history_tokens == 0:
-        return RequestCost(new_connection, False, False, new_tokens, 0)
+        return RequestCost.http(new_connection, new_tokens)
     chain = max(0, history_tokens - resent_tokens)
-    return RequestCost(new_connection, False, False, new_tokens + resent_tokens, chain)
+    return RequestCost.http(new_connection, new_tokens + resent_tokens, chain)
 
 
 def predict_turn_ms(
