@@ -34,6 +34,14 @@ __all__ = ["CONTENT_TYPE_LATEST", "HttpMetrics", "ServerCollector", "ServerCount
 #: the route label of a request no route matched (404): its path would be unbounded
 UNMATCHED_ROUTE = "unmatched"
 Labelled = list[tuple[tuple[str, ...], float]]
+Family = tuple[type[Any], str, str, tuple[str, ...], Labelled]
+
+
+def one(kind: type[Any], name: str, doc: str, value: float) -> Family:
+    """A series of one sample (labelled only by the worker)."""
+    return kind, name, doc, (), [((), value)]
+
+
 #: what resolved a response's conversation (``Service.admit``'s cache label) -> its label
 CONTEXT_SOURCES = {"none": "request_input", "hit": "connection_cache", "store": "store"}
 
@@ -152,7 +160,7 @@ class ServerCollector:
         ]
         fallbacks = sum(n for (ws, label), n in c.context.items() if ws and label == "store")
         # (kind, name after loopbench_server_, help, labels, [(label values, value)])
-        families: list[tuple[type[Any], str, str, tuple[str, ...], Labelled]] = [
+        families: list[Family] = [
             (G, "info", "This server process.", info, [(tuple(self.info[k] for k in info), 1)]),
             (
                 C,
@@ -168,21 +176,11 @@ class ServerCollector:
                 ("transport", "route", "status", "code"),
                 [((t, r, str(s), code), n) for (t, r, s, code), n in sorted(c.errors.items())],
             ),
-            (
-                G,
-                "http_requests_in_flight",
-                "HTTP requests begun, not answered.",
-                (),
-                [((), c.http_in_flight)],
+            one(
+                G, "http_requests_in_flight", "HTTP requests begun, not answered.", c.http_in_flight
             ),
-            (G, "websocket_connections", "Open WebSocket connections.", (), [((), self.ws_open())]),
-            (
-                C,
-                "websocket_connections_opened",
-                "WebSocket connections accepted.",
-                (),
-                [((), c.ws_opened)],
-            ),
+            one(G, "websocket_connections", "Open WebSocket connections.", self.ws_open()),
+            one(C, "websocket_connections_opened", "WebSocket connections accepted.", c.ws_opened),
             (
                 C,
                 "websocket_handshakes_refused",
@@ -190,55 +188,32 @@ class ServerCollector:
                 ("status",),
                 [((str(s),), n) for s, n in sorted(c.ws_refused.items())],
             ),
-            (
+            one(
                 G,
                 "api_queue_depth",
                 "Requests waiting for an API-tier worker.",
-                (),
-                [((), max(0, sim.api_in_tier - workers))],
+                max(0, sim.api_in_tier - workers),
             ),
-            (
+            one(
                 G,
                 "api_busy_workers",
                 "API-tier workers doing a request's modelled pre-inference work.",
-                (),
-                [((), min(sim.api_in_tier, workers))],
+                min(sim.api_in_tier, workers),
             ),
-            (
-                G,
-                "engine_running_streams",
-                "Responses holding an engine stream slot.",
-                (),
-                [((), cap.active)],
+            one(
+                G, "engine_running_streams", "Responses holding an engine stream slot.", cap.active
             ),
-            (
-                G,
-                "engine_queue_depth",
-                "Responses waiting for an engine stream slot.",
-                (),
-                [((), cap.queued)],
+            one(
+                G, "engine_queue_depth", "Responses waiting for an engine stream slot.", cap.queued
             ),
-            (
-                C,
-                "prefix_cache_hits",
-                "Engine prefills that found a cached prefix.",
-                (),
-                [((), cache.hits)],
-            ),
-            (
+            one(C, "prefix_cache_hits", "Engine prefills that found a cached prefix.", cache.hits),
+            one(
                 C,
                 "prefix_cache_misses",
                 "Engine prefills that found no cached prefix.",
-                (),
-                [((), cache.misses)],
+                cache.misses,
             ),
-            (
-                G,
-                "prefix_cache_entries",
-                "Prefixes held by the prefix cache.",
-                (),
-                [((), len(cache))],
-            ),
+            one(G, "prefix_cache_entries", "Prefixes held by the prefix cache.", len(cache)),
             (
                 C,
                 "context_resolved",
@@ -247,13 +222,12 @@ class ServerCollector:
                 ("transport", "source"),
                 context,
             ),
-            (
+            one(
                 C,
                 "store_fallbacks",
                 "WebSocket responses whose previous_response_id was not in the connection's cache "
                 "and was rehydrated from the store.",
-                (),
-                [((), fallbacks)],
+                fallbacks,
             ),
             (
                 C,
@@ -275,7 +249,7 @@ class ServerCollector:
             ("cached_input", "Input tokens the prefix cache supplied (not prefilled)."),
             ("output", "Output tokens the engine generated."),
         ):
-            families.append((C, f"{key}_tokens", doc, (), [((), sim.tokens[key])]))
+            families.append(one(C, f"{key}_tokens", doc, sim.tokens[key]))
         for kind, name, doc, labels, samples in families:
             family = kind(f"loopbench_server_{name}", doc, labels=(*labels, "worker"))
             for values, value in samples:
