@@ -107,6 +107,14 @@ def _expect(
     return value
 
 
+def _field(block: dict[str, Any], key: str, where: str, *, empty: bool = True) -> str:
+    """The string ``block[key]`` (non-empty unless ``empty``); else the API's "Field required"."""
+    value = block.get(key)
+    if not isinstance(value, str) or not (empty or value):
+        raise _bad(f"{where}.{key}: Field required.")
+    return value
+
+
 _TEXTS = "a string or an array of text blocks"
 _CONTENTS = "a string or an array of content blocks"
 
@@ -135,9 +143,7 @@ def _block_text(value: Any, where: str) -> str:
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise _bad(f"{where}.{j}: expected a content block object with a 'type'.")
         if part["type"] == "text":
-            if not isinstance(part.get("text"), str):
-                raise _bad(f"{where}.{j}.text: Field required.")
-            texts.append(part["text"])
+            texts.append(_field(part, "text", f"{where}.{j}"))
     return "".join(texts)
 
 
@@ -148,15 +154,10 @@ def thinking_signature(item_id: str, encrypted_content: str) -> str:
 
 def _thinking_item(block: dict[str, Any], where: str) -> dict[str, Any]:
     if block["type"] == "redacted_thinking":
-        data = block.get("data")
-        if not isinstance(data, str):
-            raise _bad(f"{where}.data: Field required.")
+        data = _field(block, "data", where)
         return {"type": "reasoning", "id": "", "summary": [], "encrypted_content": data}
-    signature = block.get("signature")
-    if not isinstance(signature, str) or not signature:
-        raise _bad(f"{where}.signature: Field required.")
-    if not isinstance(block.get("thinking"), str):
-        raise _bad(f"{where}.thinking: Field required.")
+    signature = _field(block, "signature", where, empty=False)
+    _field(block, "thinking", where)
     item_id, dot, blob = signature.partition(".")
     if not dot:  # another server's signature: charged by its length
         item_id, blob = "", signature
@@ -190,11 +191,10 @@ class _Builder:
             where = f"{at}.{j}"
             if not isinstance(block, dict) or block.get("type") != "text":
                 raise _bad(f"{where}: expected a text block {{'type': 'text', 'text': ...}}.")
-            if not isinstance(block.get("text"), str):
-                raise _bad(f"{where}.text: Field required.")
+            text = _field(block, "text", where)
             marked = _cache_mark(block, where)
             self.breakpoints += marked
-            self.add({"type": "message", "role": "system", "content": block["text"]}, marked)
+            self.add({"type": "message", "role": "system", "content": text}, marked)
 
     def message(self, msg: Any, i: int) -> None:
         where = f"messages.{i}"
@@ -239,17 +239,14 @@ class _Builder:
     def _block(self, block: dict[str, Any], role: str, at: str) -> dict[str, Any] | None:
         kind = block["type"]
         if kind == "text":
-            if not isinstance(block.get("text"), str):
-                raise _bad(f"{at}.text: Field required.")
-            return {"type": "message", "role": role, "content": block["text"]}
+            return {"type": "message", "role": role, "content": _field(block, "text", at)}
         if kind in ("image", "document", "search_result"):
             return None  # accepted; the simulated model reads text only
         if kind == "tool_use":
             if role != "assistant":
                 raise _bad(f"{at}: 'tool_use' blocks are only allowed in assistant messages.")
             for key in ("id", "name"):
-                if not isinstance(block.get(key), str) or not block[key]:
-                    raise _bad(f"{at}.{key}: Field required.")
+                _field(block, key, at, empty=False)
             _expect(block.get("input"), f"{at}.input", "an object", dict)
             self.tool_use_ids.add(block["id"])
             return {
@@ -261,9 +258,7 @@ class _Builder:
         if kind == "tool_result":
             if role != "user":
                 raise _bad(f"{at}: 'tool_result' blocks are only allowed in user messages.")
-            use_id = block.get("tool_use_id")
-            if not isinstance(use_id, str) or not use_id:
-                raise _bad(f"{at}.tool_use_id: Field required.")
+            use_id = _field(block, "tool_use_id", at, empty=False)
             if use_id not in self.tool_use_ids:
                 raise _bad(
                     f"{at}.tool_use_id: unexpected `tool_use_id` found in `tool_result` blocks: "
