@@ -430,26 +430,16 @@ def _expected(model: type[BaseModel], key: str, err_type: str) -> str:
     field = model.model_fields.get(key)
     if field is None:
         return "a valid value"
-    ann = field.annotation
-    noun = (
-        "an integer"
-        if ann is int
-        else "a number"
-        if ann is float
-        else "a string"
-        if ann is str
-        else "a value"
-    )
+    noun = _NOUNS.get(field.annotation, "a value")
     bounds: list[str] = []
     for meta in field.metadata:
-        if isinstance(meta, at.Ge):
-            bounds.append(f">= {meta.ge}")
-        elif isinstance(meta, at.Gt):
-            bounds.append(f"> {meta.gt}")
-        elif isinstance(meta, at.Le):
-            bounds.append(f"<= {meta.le}")
-        elif isinstance(meta, at.Lt):
-            bounds.append(f"< {meta.lt}")
-        elif isinstance(meta, at.MinLen):
+        if isinstance(meta, at.MinLen):
             bounds.append("non-empty")
+        for kind, attr, sign in _BOUNDS:
+            if isinstance(meta, kind):
+                bounds.append(f"{sign} {getattr(meta, attr)}")
     return f"{noun} {' and '.join(bounds)}".strip()
+
+
+_NOUNS: dict[Any, str] = {int: "an integer", float: "a number", str: "a string"}
+_BOUNDS = ((at.Ge, "ge", ">="), (at.Gt, "gt", ">"), (at.Le, "le", "<="), (at.Lt, "lt", "<"))
