@@ -25,6 +25,7 @@ from harness.cli.common import (
     examples,
     parse_pairs,
     parse_transports,
+    progress_printer,
     transports_epilog,
 )
 from harness.cli.run_args import add_target_options, scenario_sets, target_flags
@@ -230,12 +231,7 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
         shaping=shaping,
         tokens=tokens,
     )
-    quiet = args.quiet
-
-    def printer(line: str) -> None:
-        if not quiet:
-            print(line.rstrip("\n"), file=sys.stderr, flush=True)
-
+    printer = progress_printer(args.quiet)
     result = run_ab(scenario, str(args.subject), sides[0], sides[1], opts, printer=printer)
     print(
         f"A/B: {result.rounds} interleaved rounds; baseline {result.baseline.run_dir}, "

@@ -590,10 +590,16 @@ def plot_timeline(run: Run) -> Figure | None:
 
 
 @dataclass(frozen=True, slots=True)
-class PlotSpec:
+class PlotText:
+    """A plot's file name and the title and caption the report shows with it."""
+
     name: str
     title: str
     caption: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlotSpec(PlotText):
     make: Callable[[Run], Figure | None]
 
 
