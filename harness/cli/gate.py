@@ -46,7 +46,6 @@ from harness.wire.errors import (
     UsageError,
 )
 from harness.workload.scenario import load_scenario
-from reference_server.core.profiles import load_profiles
 
 if TYPE_CHECKING:
     from harness.gate.outcome import GateReport
@@ -215,10 +214,9 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
                     "an embedded server; give either a target or those"
                 )
             continue
-        server = side.server(scenario)
         try:
             # Checked here so a typo exits 4 at once instead of as a server that never starts.
-            load_profiles(server["api_profile"], server["engine_profile"], server["overrides"])
+            side.server(scenario).check()
         except LoopbenchError as exc:
             raise UsageError(f"{name} server: {exc}") from exc
     opts = ABOptions(
@@ -238,9 +236,8 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
         f"candidate {result.candidate.run_dir}",
         file=sys.stderr,
     )
-    if result.candidate.summary.get("interrupted"):
-        # Nothing to judge: the partial runs are on disk; main() exits 130 for this.
-        raise KeyboardInterrupt
+    # Nothing to judge: the partial runs are on disk; main() exits 130 for this.
+    result.candidate.stop_if_interrupted()
     return result.candidate.run_dir, result.baseline.run_dir
 
 

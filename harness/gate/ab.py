@@ -19,7 +19,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +51,27 @@ class Side:
     engine_profile: str | None = None
     server_set: Mapping[str, str] = field(default_factory=dict)
 
-    def server(self, scenario: Scenario) -> dict[str, Any]:
+    def server(self, scenario: Scenario) -> SideServer:
         """The embedded server's settings: the scenario's, with this side's changes on top."""
         api_profile, engine_profile = scenario.server_profiles()
-        return {
-            "api_profile": self.api_profile or api_profile,
-            "engine_profile": self.engine_profile or engine_profile,
-            "overrides": {**scenario.server.set, **self.server_set},
-        }
+        return SideServer(
+            api_profile=self.api_profile or api_profile,
+            engine_profile=self.engine_profile or engine_profile,
+            overrides={**scenario.server.set, **self.server_set},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SideServer:
+    """A side's embedded server, as its manifest's ``ab.server`` block records it."""
+
+    api_profile: str
+    engine_profile: str
+    overrides: dict[str, str]
+
+    def check(self) -> None:
+        """The profiles load (a typo is an error now, not a server that never starts)."""
+        load_profiles(self.api_profile, self.engine_profile, self.overrides)
 
 
 @dataclass(slots=True)
@@ -227,12 +240,12 @@ def run_ab(
                 urls[name], embedded[name] = side.target, False
                 continue
             server = side.server(scenario)
-            servers[name] = server
+            servers[name] = asdict(server)
             urls[name] = stack.enter_context(
                 embedded_server(
-                    api_profile=server["api_profile"],
-                    engine_profile=server["engine_profile"],
-                    overrides={**scenario.embedded_overrides(), **server["overrides"]},
+                    api_profile=server.api_profile,
+                    engine_profile=server.engine_profile,
+                    overrides={**scenario.embedded_overrides(), **server.overrides},
                     seed=scenario.seed,
                 )
             )

@@ -102,14 +102,12 @@ def _figure(width: float, height: float, ncols: int = 1, **kw: Any) -> tuple[Fig
 
 def _subtitle(run: Run) -> str:
     m = run.manifest_model
-    record = m.scenario_record or {}
-    scenario = m.scenario_name or record.get("name")
-    server = record.get("server") or {}
+    facts = m.scenario_facts
     parts = [f"run {run.run_id}"]
-    if scenario:
-        parts.append(f"scenario {scenario}")
-    if server.get("api_profile") and m.embedded_server:
-        parts.append(f"API {server['api_profile']}, engine {server.get('engine_profile', '?')}")
+    if facts.name:
+        parts.append(f"scenario {facts.name}")
+    if facts.api_profile and m.embedded_server:
+        parts.append(f"API {facts.api_profile}, engine {facts.engine_profile or '?'}")
     return " · ".join(parts)
 
 
