@@ -194,25 +194,19 @@ def plot_turn_latency_growth(run: Run) -> Figure | None:
         color = transport_color(name, i)
         jitter = (np.random.default_rng(i).random(len(g)) - 0.5) * 0.3
         ax_idx.scatter(g["turn_index"] + jitter, g["turn_ms"], s=10, color=color, alpha=0.35, lw=0)
-        med = A.turn_index_medians(g)
-        ax_idx.plot(
-            med["turn_index"],
-            med["turn_ms"],
-            color=color,
-            lw=2,
-            marker="o",
-            ms=4,
-            label=f"{name} turn latency (median)",
+        styles: tuple[tuple[str, str, dict[str, Any]], ...] = (
+            ("turn_ms", "turn latency", {"lw": 2, "marker": "o", "ms": 4}),
+            ("ttft_ms", "TTFT", {"lw": 1.2, "ls": "--"}),
         )
-        med_ttft = A.turn_index_medians(g[g["ttft_ms"].notna()], "ttft_ms")
-        ax_idx.plot(
-            med_ttft["turn_index"],
-            med_ttft["ttft_ms"],
-            color=color,
-            lw=1.2,
-            ls="--",
-            label=f"{name} TTFT (median)",
-        )
+        for column, what, style in styles:
+            med = A.turn_index_medians(g, column)
+            ax_idx.plot(
+                med["turn_index"],
+                med[column],
+                color=color,
+                label=f"{name} {what} (median)",
+                **style,
+            )
         ax_hist.scatter(
             g["history_tokens"] / 1000, g["turn_ms"], s=10, color=color, alpha=0.35, lw=0
         )
