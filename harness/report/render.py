@@ -37,10 +37,12 @@ from harness.report.document import (
     to_markdown,
 )
 from harness.report.files import (
+    COUNT_HEADERS,
     PLOTS_DIR,
     REPORT_HTML,
     REPORT_MD,
     Rendered,
+    count_cells,
     fmt,
     fmt_ci,
     fmt_stat,
@@ -121,26 +123,13 @@ def _note(summary: Summary | Mapping[str, Any]) -> str:
 
 def latency_table(doc: Summary | Mapping[str, Any]) -> Table:
     summary = as_summary(doc) or Summary()
-    rows = []
-    for name in A.ordered_transports(summary.transports):
-        t = summary.transports[name]
-        rows.append(
-            [
-                name,
-                str(t.rollouts.count),
-                str(t.turns.count),
-                str(t.turns.errors),
-                str(t.rollouts.errors),
-                *_metric_cells(t, "latency", summary),
-            ]
-        )
+    ordered = [
+        (name, summary.transports[name]) for name in A.ordered_transports(summary.transports)
+    ]
+    rows = [[*count_cells(name, t), *_metric_cells(t, "latency", summary)] for name, t in ordered]
     return Table(
         [
-            "transport",
-            "rollouts",
-            "turns",
-            "turn errors",
-            "rollout errors",
+            *COUNT_HEADERS,
             *(m.title(stat.key) for m, stat, _ in D.report_columns("latency", summary)),
         ],
         rows,
