@@ -108,6 +108,26 @@ class Goodput(Stats):
     span_s: Num | None = None
 
 
+class CacheTurn(_Block):
+    """``cache.by_turn[]``: one turn index that reported usage."""
+
+    turn_index: int = 0
+    turns: int = 0
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    cached_ratio: Num | None = None
+
+
+class CacheStats(Stats):
+    """``transports.<t>.cache``: cached over input tokens as the server reported them
+    (docs/metrics.md §1.2, "cached ratio")."""
+
+    cached_ratio: Num | None = None
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    by_turn: list[CacheTurn] = Field(default_factory=list)
+
+
 class TokenCounts(_Block):
     """``tokens.<t>``: planned against server-reported tokens (docs/metrics.md §1.6)."""
 
@@ -167,7 +187,7 @@ class TransportSummary(_Block):
     server_late_ms: Stats | None = None
     client_error_ms: Stats | None = None
     tps: Stats | None = None
-    cache: Stats | None = None
+    cache: CacheStats | None = None
     slo: SloStats | None = None
     goodput: Goodput | None = None
     breakdown_ms: dict[str, Num | None] = Field(default_factory=dict)

@@ -20,6 +20,7 @@ import numpy as np
 
 from harness.metrics import definitions as D
 from harness.metrics import slices as SL
+from harness.metrics.results_model import CacheStats
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
 from harness.wire.transports import BY_NAME
@@ -234,15 +235,14 @@ def plot_cache_ratio(run: Run) -> Figure | None:
         return None
     series = []
     for i, name in enumerate(A.run_transports(run)):
-        cache = run.figures(name).cache
-        group = cache.to_json() if cache is not None else {}
+        cache = run.figures(name).cache or CacheStats()
         points = [
-            (row["turn_index"], row["cached_ratio"])
-            for row in group.get("by_turn") or []
-            if row.get("cached_ratio") is not None
+            (row.turn_index, row.cached_ratio)
+            for row in cache.by_turn
+            if row.cached_ratio is not None
         ]
         if points:
-            series.append((i, name, group.get("cached_ratio"), points))
+            series.append((i, name, cache.cached_ratio, points))
     if not series:
         return None
     from matplotlib.ticker import MaxNLocator  # matplotlib: only when plotting
@@ -491,7 +491,7 @@ def plot_rollout_latency(run: Run) -> Figure | None:
                     lw=2,
                     zorder=4,
                 )
-            red = c.get("rollout_latency_reduction_pct")
+            red = c.rollout_latency_reduction_pct
             ax2.text(
                 s,
                 y + 0.3,
@@ -504,7 +504,7 @@ def plot_rollout_latency(run: Run) -> Figure | None:
         ax2.set_yticks(range(len(comps)), labels[::-1])
         ax2.set_ylim(-0.6, len(comps) - 0.2)
         ax2.set_xlabel("speedup (baseline latency / candidate latency, ×)")
-        paired = all(c.get("paired") for c in comps)
+        paired = all(c.paired for c in comps)
         ax2.set_title(
             ("paired per rollout" if paired else "ratio of medians") + ": median, 95 % CI"
         )

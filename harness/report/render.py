@@ -18,7 +18,7 @@ from typing import Any
 from harness.metrics import definitions as D
 from harness.metrics import slo
 from harness.metrics.results_model import (
-    Stats,
+    CacheStats,
     Summary,
     TransportSummary,
     as_summary,
@@ -251,12 +251,11 @@ def cache_line(doc: Summary | Mapping[str, Any]) -> str | None:
     summary = as_summary(doc) or Summary()
     parts = []
     for name in A.ordered_transports(summary.transports):
-        group = summary.transports[name].cache or Stats()
-        ratio = group.stat("cached_ratio")
-        if ratio is not None:
+        group = summary.transports[name].cache or CacheStats()
+        if group.cached_ratio is not None:
             parts.append(
-                f"{name} {fmt(ratio, 2)} ({group.get('cached_tokens', 0):,} of "
-                f"{group.get('input_tokens', 0):,})"
+                f"{name} {fmt(group.cached_ratio, 2)} ({group.cached_tokens:,} of "
+                f"{group.input_tokens:,})"
             )
     if not parts:
         return None
