@@ -281,6 +281,18 @@ class SubagentFigures(_Block):
     critical_path_common_share: Num | None = None
 
 
+class ServerMetrics(_Block):
+    """``server_metrics``: the target's Prometheus series scraped during the run
+    (docs/server-metrics.md)."""
+
+    url: str | None = None
+    interval_s: Num | None = None
+    scrapes: int = 0
+    failed_scrapes: int = 0
+    series: int = 0
+    names: list[str] = Field(default_factory=list)
+
+
 class Validity(BaseModel):
     """A run's verdict: whether it counts, and why not."""
 
@@ -326,8 +338,7 @@ class Summary(_Document):
     #: plan in a run that sent hints; harness/metrics/token_counts.py): printed first
     hint_ignored: list[str] = Field(default_factory=list)
     subagents: dict[str, SubagentFigures] | None = None
-    #: the target's Prometheus series scraped during the run (docs/server-metrics.md)
-    server_metrics: dict[str, Any] | None = None
+    server_metrics: ServerMetrics | None = None
     #: a Locust run's own block (docs/distributed.md)
     locust: dict[str, Any] | None = None
     #: rebuilt from the rows of a killed run (``loopbench report``), and from how many
