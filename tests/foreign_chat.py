@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
+from tests.foreign_http import serve_in_thread
 
 MODES = ("ok", "error_status", "midstream_error", "truncate", "no_finish")
 SIM_TIMING = {"api_pre": 1.5, "prefill": 2.5, "decode": 3.0, "ttft": 4.0, "cache": "hit"}
@@ -334,25 +334,5 @@ def foreign_chat_server(mode: str = "ok") -> Iterator[tuple[str, list[dict[str, 
     if mode not in MODES:
         raise ValueError(f"foreign chat server mode {mode!r}: expected one of {', '.join(MODES)}")
     server = _Server(mode)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def main() -> None:
-        srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-        box["port"] = srv.sockets[0].getsockname()[1]
-        box["stop"] = stop = asyncio.Event()
-        started.set()
-        async with srv:
-            await stop.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise RuntimeError("the foreign chat server did not start within 10 s")
-    try:
-        yield f"http://127.0.0.1:{box['port']}/v1", server.requests
-    finally:
-        loop.call_soon_threadsafe(box["stop"].set)
-        thread.join(10)
-        loop.close()
+    with serve_in_thread(server.handle, "foreign chat server") as port:
+        yield f"http://127.0.0.1:{port}/v1", server.requests

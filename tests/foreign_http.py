@@ -12,7 +12,10 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+
+#: what an asyncio server calls per connection
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 #: every request (WebSocket upgrades included) answered with HTTP 500
 ANSWER_500 = (
@@ -42,39 +45,49 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, re
 
 
 @contextlib.contextmanager
-def foreign_server(reply: bytes) -> Iterator[str]:
-    """A server answering every request with ``reply``; yields its base URL."""
+def serve_in_thread(
+    handle: Handler,
+    what: str,
+    *,
+    limit: int = 1 << 16,
+    stop: asyncio.Event | None = None,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+) -> Iterator[int]:
+    """The port of an asyncio server on 127.0.0.1 calling ``handle`` per connection, on its
+    own event loop in a daemon thread while the block runs.  ``stop`` is set when the block
+    ends (handlers that wait on it end then); ``on_stop`` runs after, before the server
+    closes."""
     loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    holder: dict[str, asyncio.Server] = {}
+    started = threading.Event()
+    ended = stop or asyncio.Event()
+    port: list[int] = []
 
-    async def start() -> None:
-        holder["server"] = await asyncio.start_server(
-            lambda r, w: _answer(r, w, reply), "127.0.0.1", 0
-        )
-        ready.set()
+    async def main() -> None:
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0, limit=limit)
+        port.append(srv.sockets[0].getsockname()[1])
+        started.set()
+        async with srv:
+            await ended.wait()
+            if on_stop is not None:
+                await on_stop()
 
-    def serve() -> None:
-        loop.run_until_complete(start())
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, name="foreign-http", daemon=True)
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
     thread.start()
-    if not ready.wait(10):
-        raise RuntimeError("the foreign test server did not start within 10 s")
-    port = holder["server"].sockets[0].getsockname()[1]
+    if not started.wait(10):
+        raise RuntimeError(f"the {what} did not start within 10 s")
     try:
-        yield f"http://127.0.0.1:{port}/v1"
+        yield port[0]
     finally:
-
-        async def stop() -> None:
-            holder["server"].close()
-            await holder["server"].wait_closed()
-
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
+        loop.call_soon_threadsafe(ended.set)
         thread.join(10)
         loop.close()
+
+
+@contextlib.contextmanager
+def foreign_server(reply: bytes) -> Iterator[str]:
+    """A server answering every request with ``reply``; yields its base URL."""
+    with serve_in_thread(lambda r, w: _answer(r, w, reply), "foreign test server") as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def closed_port() -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
+from tests.foreign_http import serve_in_thread
 
 LIED_OUTPUT_TOKENS = 300
 DELTA_GAP_S = 0.002
@@ -138,26 +138,5 @@ class _Server:
 @contextmanager
 def foreign_sse_server(mode: str) -> Iterator[str]:
     """The base URL (``http://127.0.0.1:PORT/v1``) of a canned server in ``mode`` while open."""
-    server = _Server(mode)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def main() -> None:
-        srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-        box["port"] = srv.sockets[0].getsockname()[1]
-        box["stop"] = stop = asyncio.Event()
-        started.set()
-        async with srv:
-            await stop.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise RuntimeError("the foreign SSE server did not start within 10 s")
-    try:
-        yield f"http://127.0.0.1:{box['port']}/v1"
-    finally:
-        loop.call_soon_threadsafe(box["stop"].set)
-        thread.join(10)
-        loop.close()
+    with serve_in_thread(_Server(mode).handle, "foreign SSE server") as port:
+        yield f"http://127.0.0.1:{port}/v1"
