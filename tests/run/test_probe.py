@@ -74,7 +74,7 @@ from tests.foreign_servers import (
     rate_limited_server,
     silent_server,
 )
-from tests.runs import ROOT, TINY, _argv, loopbench
+from tests.runs import ROOT, TINY, _argv, loopbench, started
 
 PROBE_LINE = "nothing was measured"
 
@@ -416,23 +416,12 @@ def test_a_run_says_what_it_probes_before_waiting_on_a_silent_endpoint(tmp_path:
     time-out and how to give more."""
     with silent_server() as url:
         args = ["run", TINY, "--target", url, "--out", tmp_path / "results", "--run-id", "r"]
-        proc = subprocess.Popen(
-            _argv((*args, "--probe-timeout-s", "3")),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
-        try:
+        with started(*args, "--probe-timeout-s", "3") as proc:
             assert proc.stderr is not None
             first = proc.stderr.readline()
             # two checks of 3 s each are still ahead of it: the line came before the waiting
             waiting = proc.poll() is None
             _, rest = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
         quiet_code, quiet_err = _run(url, tmp_path / "results", "--probe-timeout-s", "0.5")
     ws_url = url.replace("http://", "ws://") + "/responses"
     assert first == f"probing {url} (http, ws; each check waits up to 3 s) …\n"
