@@ -34,14 +34,21 @@ def _argv(args: tuple[str | Path, ...], *, report: bool = True) -> list[str]:
     return [sys.executable, "-m", entry, *map(str, args)]
 
 
-def loopbench(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``loopbench ARGS`` in a subprocess of this interpreter, from the repository root."""
-    return subprocess.run(_argv(args), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+def loopbench(
+    *args: str | Path, timeout: float = 60, report: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``loopbench ARGS`` in a subprocess of this interpreter, from the repository root;
+    ``report=False``: without run reports (:func:`_argv`)."""
+    return subprocess.run(
+        _argv(args, report=report), capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
-def run_cli(*args: str | Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str | Path, timeout: float = 240, report: bool = True
+) -> subprocess.CompletedProcess[str]:
     """:func:`loopbench`, failing the test on a non-zero exit."""
-    proc = loopbench(*args, timeout=timeout)
+    proc = loopbench(*args, timeout=timeout, report=report)
     shown = " ".join(map(str, args))
     assert proc.returncode == 0, f"loopbench {shown}: {proc.stderr}\n{proc.stdout}"
     return proc

@@ -94,7 +94,18 @@ def _probe(url: str) -> dict[str, Finding]:
 
 def _run(url: str, out: Path, *args: str) -> tuple[int, str]:
     proc = loopbench(
-        "run", TINY, "--target", url, "--out", str(out), "--run-id", "r", "-q", *args, timeout=120
+        "run",
+        TINY,
+        "--target",
+        url,
+        "--out",
+        str(out),
+        "--run-id",
+        "r",
+        "-q",
+        *args,
+        timeout=120,
+        report=False,
     )
     return proc.returncode, proc.stderr
 

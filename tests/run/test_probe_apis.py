@@ -144,7 +144,7 @@ def test_ws_run_against_a_chat_only_server_is_refused(tmp_path: Path) -> None:
     with chat_only_server() as url:
         proc = loopbench(
             "run", TINY, "--target", url, "--out", str(tmp_path / "results"), "--run-id", "r",
-            "-q", "--transports", "ws", timeout=120,
+            "-q", "--transports", "ws", timeout=120, report=False,
         )  # fmt: skip
     assert proc.returncode == ExitCode.USAGE
     assert proc.stderr.strip().splitlines() == [
