@@ -12,31 +12,25 @@ monkey-patched.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.client.options import TransportOptions
 from harness.locust_driver.wire import plan_to_wire
 from harness.run.embedded import READY_PREFIX
-from harness.transports import make_transport
-from harness.transports.rollout_loop import run_rollout
 from harness.wire.transports import LOCUST_TRANSPORTS
 from harness.workload.plan import RolloutPlan
-from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
+from tests import runs
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -183,25 +177,7 @@ def recording_server(record: Path, args: list[str]) -> Iterator[str]:
 
 
 def asyncio_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
-    options = TransportOptions(url, request_timeout_s=REQUEST_TIMEOUT_S)
-    turns: list[TurnRecord] = []
-
-    async def main() -> None:
-        for name in transports:
-            transport = make_transport(name, options)
-            try:
-                for plan in plans:
-                    await run_rollout(
-                        transport,
-                        plan,
-                        intended_start_ns=time.perf_counter_ns(),
-                        on_turn=turns.append,
-                    )
-            finally:
-                await transport.aclose()
-
-    asyncio.run(main())
-    return [asdict(t) for t in turns]
+    return runs.asyncio_edge(url, transports, plans, request_timeout_s=REQUEST_TIMEOUT_S)
 
 
 def gevent_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
