@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
-from tests.foreign_http import serve_in_thread
+from tests.foreign_http import read_request, serve_in_thread
 
 MODES = ("ok", "error_status", "midstream_error", "truncate", "no_finish")
 SIM_TIMING = {"api_pre": 1.5, "prefill": 2.5, "decode": 3.0, "ttft": 4.0, "cache": "hit"}
@@ -53,14 +53,8 @@ class _Server:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                _method, path, _ = lines[0].split(" ", 2)
-                headers = {
-                    k.strip().lower(): v.strip()
-                    for k, _, v in (line.partition(":") for line in lines[1:] if line)
-                }
-                raw = await reader.readexactly(int(headers.get("content-length", "0")))
+                line, headers, raw = await read_request(reader)
+                _method, path, _ = line.split(" ", 2)
                 body = orjson.loads(raw) if raw else {}
                 self.requests.append(
                     {

@@ -32,13 +32,22 @@ ANSWER_JSON = (
 ANSWER_GARBAGE = b"\x00\xffthis is not HTTP\r\n\r\n"
 
 
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, str], bytes]:
+    """One HTTP/1.1 request off ``reader``: its request line, its headers (lower-case names)
+    and its body (by content-length)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:]) if k
+    }
+    length = headers.get("content-length", "")
+    body = await reader.readexactly(int(length)) if length.isdigit() else b""
+    return lines[0], headers, body
+
+
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: bytes) -> None:
     with contextlib.suppress(Exception):
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        for line in head.split(b"\r\n"):
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length" and value.strip().isdigit():
-                await asyncio.wait_for(reader.readexactly(int(value)), 10)
+        await asyncio.wait_for(read_request(reader), 10)
         writer.write(reply)
         await writer.drain()
     writer.close()

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
-from tests.foreign_http import serve_in_thread
+from tests.foreign_http import read_request, serve_in_thread
 
 LIED_OUTPUT_TOKENS = 300
 DELTA_GAP_S = 0.002
@@ -50,13 +50,7 @@ class _Server:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {
-                    k.strip().lower(): v.strip()
-                    for k, _, v in (line.partition(":") for line in lines[1:] if line)
-                }
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                _, headers, body = await read_request(reader)
                 self.requests += 1
                 await self.answer(writer, orjson.loads(body) if body else {})
                 if headers.get("connection", "").lower() == "close":

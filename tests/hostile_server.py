@@ -29,7 +29,7 @@ from harness.wire.ws_frames import (
     close_payload,
     encode_frame,
 )
-from tests.foreign_http import serve_in_thread
+from tests.foreign_http import read_request, serve_in_thread
 from tests.foreign_servers import canned_events
 
 #: bytes of the oversized SSE line and WebSocket frame (over the client's limits)
@@ -213,19 +213,6 @@ MODES = (*HTTP_MODES, *HTTP_ACTS, *WS_MODES, *WS_ACTS)
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
-async def _read_request(reader: asyncio.StreamReader) -> dict[str, str]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    headers = {}
-    for line in head.decode("latin-1").split("\r\n")[1:]:
-        k, _, v = line.partition(":")
-        if k:
-            headers[k.strip().lower()] = v.strip()
-    n = int(headers.get("content-length") or 0)
-    if n:
-        await reader.readexactly(n)
-    return headers
-
-
 class _Hostile:
     def __init__(self, mode: str) -> None:
         if mode not in MODES:
@@ -242,7 +229,7 @@ class _Hostile:
             self.tasks.add(task)
         self.writers.add(writer)
         try:
-            headers = await asyncio.wait_for(_read_request(reader), 30)
+            _, headers, _ = await asyncio.wait_for(read_request(reader), 30)
             self.requests += 1
             if headers.get("upgrade", "").lower() == "websocket":
                 await self.websocket(reader, writer, headers)
