@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
-from tests.foreign_http import read_request, serve_in_thread
+from tests.foreign_http import keep_alive, serve_in_thread
 
 MODES = ("ok", "error_status", "midstream_error", "truncate", "no_finish")
 SIM_TIMING = {"api_pre": 1.5, "prefill": 2.5, "decode": 3.0, "ttft": 4.0, "cache": "hit"}
@@ -51,31 +51,26 @@ class _Server:
     cached: set[str] = field(default_factory=set)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                line, headers, raw = await read_request(reader)
-                _method, path, _ = line.split(" ", 2)
-                body = orjson.loads(raw) if raw else {}
-                self.requests.append(
-                    {
-                        "path": path,
-                        "headers": {k: headers[k] for k in RECORDED_HEADERS if k in headers},
-                        "body": body,
-                    }
-                )
-                if path.endswith("/chat/completions"):
-                    await self.chat(writer, body)
-                elif path.endswith("/messages"):
-                    await self.messages(writer, body)
-                else:
-                    _respond(writer, 404, b'{"error": {"message": "no such route"}}')
-                await writer.drain()
-                if headers.get("connection", "").lower() == "close":
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await keep_alive(reader, writer, self.route)
+
+    async def route(
+        self, line: str, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter
+    ) -> None:
+        _method, path, _ = line.split(" ", 2)
+        body = orjson.loads(raw) if raw else {}
+        self.requests.append(
+            {
+                "path": path,
+                "headers": {k: headers[k] for k in RECORDED_HEADERS if k in headers},
+                "body": body,
+            }
+        )
+        if path.endswith("/chat/completions"):
+            await self.chat(writer, body)
+        elif path.endswith("/messages"):
+            await self.messages(writer, body)
+        else:
+            _respond(writer, 404, b'{"error": {"message": "no such route"}}')
 
     # -- what to answer ------------------------------------------------------------------
 

@@ -45,6 +45,28 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, str
     return lines[0], headers, body
 
 
+#: what a keep-alive server does with each request: (request line, headers, body, writer)
+Answer = Callable[[str, dict[str, str], bytes, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def keep_alive(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
+) -> None:
+    """A connection's requests answered one after another until the client closes it (or asks
+    to: ``connection: close``); the connection is closed after."""
+    try:
+        while True:
+            line, headers, body = await read_request(reader)
+            await answer(line, headers, body, writer)
+            await writer.drain()
+            if headers.get("connection", "").lower() == "close":
+                break
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: bytes) -> None:
     with contextlib.suppress(Exception):
         await asyncio.wait_for(read_request(reader), 10)

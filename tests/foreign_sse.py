@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
-from tests.foreign_http import read_request, serve_in_thread
+from tests.foreign_http import keep_alive, serve_in_thread
 
 LIED_OUTPUT_TOKENS = 300
 DELTA_GAP_S = 0.002
@@ -48,17 +48,14 @@ class _Server:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        try:
-            while True:
-                _, headers, body = await read_request(reader)
-                self.requests += 1
-                await self.answer(writer, orjson.loads(body) if body else {})
-                if headers.get("connection", "").lower() == "close":
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+
+        async def answer(
+            _line: str, _headers: dict[str, str], body: bytes, w: asyncio.StreamWriter
+        ) -> None:
+            self.requests += 1
+            await self.answer(w, orjson.loads(body) if body else {})
+
+        await keep_alive(reader, writer, answer)
 
     async def answer(self, writer: asyncio.StreamWriter, req: dict[str, Any]) -> None:
         writer.write(
