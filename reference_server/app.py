@@ -26,6 +26,7 @@ from starlette.websockets import WebSocket
 from harness.wire import events as ev
 from reference_server import compaction
 from reference_server.access_log import AccessLog, log_ws_refused
+from reference_server.allocator import malloc_report
 from reference_server.chat_api import ChatApi
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
@@ -170,6 +171,10 @@ class ReferenceServer:
         # The LRU prefix cache fills up to its bound (~10 MiB): the soak accounts for it.
         cache = sim.prefix_cache
         doc["prefix_cache"] = {"entries": len(cache), "max_entries": cache.max_entries}
+        # What malloc holds and holds free (reference_server/allocator.py): the soak's rows.
+        memory = malloc_report()
+        if memory is not None:
+            doc["memory"] = memory
         if self.config.faults.enabled:
             doc["faults_injected"] = dict(sorted(self.service.faults.counts.items()))
         return JSONResponse(doc)

@@ -187,6 +187,9 @@ class Sample:
     harness_kib: int | None
     store_bytes: int | None = None
     prefix_entries: int | None = None
+    #: the server's malloc (``/health``'s ``memory``): bytes freed but held, bytes in use
+    malloc_free_held: int | None = None
+    malloc_in_use: int | None = None
 
 
 def warmup_s(duration_s: float) -> float:
@@ -395,7 +398,7 @@ def _load(
                 rss_kib(server.pid),
                 rss_kib(harness.pid),
                 store_bytes(store),
-                _prefix_entries(server),
+                *_server_state(server),
             )
             samples.append(sample)
             if len(samples) % max(1, round(30 / sample_s)) == 1:
@@ -452,7 +455,16 @@ def _finish(
         "rss": rss,
         "store": store_account(store, fit, rss["server"]["slope_mib_per_h"]),
         "rss_samples": [
-            [s.t_s, s.server_kib, s.harness_kib, s.store_bytes, s.prefix_entries] for s in samples
+            [
+                s.t_s,
+                s.server_kib,
+                s.harness_kib,
+                s.store_bytes,
+                s.prefix_entries,
+                s.malloc_free_held,
+                s.malloc_in_use,
+            ]
+            for s in samples
         ],
         "transports": errors,
         "side_mix": side.counts,
@@ -509,6 +521,9 @@ def store_account(store: Path, fit: Sequence[Sample], server_slope: float | None
             if s.prefix_entries is not None
         ]
     )
+    held = slope_per_h(
+        [(s.t_s, s.malloc_free_held / 2**20) for s in fit if s.malloc_free_held is not None]
+    )
     entries = [s.prefix_entries for s in fit if s.prefix_entries is not None]
     rows = store_rows(store) or {}
     return {
@@ -519,20 +534,33 @@ def store_account(store: Path, fit: Sequence[Sample], server_slope: float | None
         "rss_share_mib_per_h": None if share is None else round(share, 1),
         "prefix_cache_entries": entries[-1] if entries else None,
         "prefix_cache_mib_per_h": None if prefix is None else round(prefix, 1),
+        "malloc_free_held_mib_per_h": None if held is None else round(held, 1),
         "unaccounted_mib_per_h": (
             None
             if server_slope is None
-            else round(server_slope - (share or 0.0) - (prefix or 0.0), 1)
+            else round(server_slope - (share or 0.0) - (prefix or 0.0) - (held or 0.0), 1)
         ),
     }
 
 
-def _prefix_entries(server: ServerProcess) -> int | None:
+def _server_state(server: ServerProcess) -> tuple[int | None, int | None, int | None]:
+    """From ``/health``: the prefix cache's entries, malloc's bytes freed but held and in use
+    (mapped one by one included); None for what it does not say."""
     try:
-        n = server.health(timeout_s=2).get("prefix_cache", {}).get("entries")
+        doc = server.health(timeout_s=2)
     except (OSError, ValueError):
-        return None
-    return int(n) if isinstance(n, int) else None
+        return None, None, None
+    n = doc.get("prefix_cache", {}).get("entries")
+    memory = doc.get("memory") or {}
+    held = memory.get("free_held_bytes")
+    in_use = memory.get("in_use_bytes")
+    if isinstance(in_use, int):
+        in_use += int(memory.get("mapped_bytes") or 0)
+    return (
+        int(n) if isinstance(n, int) else None,
+        held if isinstance(held, int) else None,
+        in_use if isinstance(in_use, int) else None,
+    )
 
 
 def _mib(kib: int | None) -> str:
@@ -564,18 +592,12 @@ def soak_markdown(doc: dict[str, Any]) -> str:
         f"({SQLITE_CACHE_BYTES // 1024} KiB): {st['rss_share_mib_per_h']} MiB/h of its slope. "
         f"The engine's prefix cache (LRU, bounded: ~10 MiB when full) held "
         f"{st['prefix_cache_entries']} entries, {st['prefix_cache_mib_per_h']} MiB/h. "
+        f"Malloc's memory freed but held: {_dash(st.get('malloc_free_held_mib_per_h'))} MiB/h. "
         f"Unaccounted: {st['unaccounted_mib_per_h']} MiB/h.",
     ]
     fit = doc.get("server_fit")
     if fit:
-        lines += [
-            "",
-            f"Judged: the server after its warm-up (from {fit['from_s']:.0f} s: a quarter of the "
-            "load, or until its prefix cache was first full if later): slope "
-            f"{fit['slope_mib_per_h']} MiB/h, of which the prefix cache "
-            f"{fit['prefix_cache_mib_per_h']}, SQLite's page cache {fit['page_cache_mib_per_h']}, "
-            f"unaccounted {fit['unaccounted_mib_per_h']} MiB/h.",
-        ]
+        lines += ["", *server_account_table(fit)]
     ha = doc.get("harness_account")
     if ha:
         lines += [
@@ -632,6 +654,42 @@ def soak_markdown(doc: dict[str, Any]) -> str:
         lines.append(filling[0].upper() + filling[1:] + ".")
     lines.append("Verdict: " + ("ok" if doc["ok"] else "FAILED: " + "; ".join(doc["problems"])))
     return "\n".join(lines) + "\n"
+
+
+def server_account_table(fit: dict[str, Any]) -> list[str]:
+    """What the judged server slope is made of, one row per thing that grows (Markdown)."""
+    slope, rest = fit["slope_mib_per_h"], fit["unaccounted_mib_per_h"]
+    share = "" if not slope or rest is None or slope <= 0 else f" ({rest / slope:.0%} of the slope)"
+    rows = [
+        ("RSS slope (judged)", slope),
+        (
+            "engine prefix cache (entries x 155 B; LRU, ~10 MiB when full)",
+            fit["prefix_cache_mib_per_h"],
+        ),
+        (
+            f"SQLite page cache (store bytes, at most {SQLITE_CACHE_BYTES // 1024} KiB)",
+            fit["page_cache_mib_per_h"],
+        ),
+        (
+            "malloc: freed but held (mallinfo2 fordblks: fragmentation)",
+            fit.get("malloc_free_held_mib_per_h"),
+        ),
+        (f"**unaccounted**{share}", rest),
+        (
+            "beside them, not subtracted: malloc in use (uordblks + hblkhd)",
+            fit.get("malloc_in_use_mib_per_h"),
+        ),
+    ]
+    return [
+        f"| server after its warm-up (from {fit['from_s']:.0f} s: a quarter of the load, or until "
+        "its prefix cache was first full if later) | MiB/h |",
+        "|---|---|",
+        *(f"| {name} | {_dash(value)} |" for name, value in rows),
+    ]
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def _fmt_mib(n: int | None) -> str:

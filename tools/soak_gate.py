@@ -86,29 +86,43 @@ def server_warmup_s(doc: Mapping[str, Any]) -> float:
     return start
 
 
+def _column(samples: Sequence[Sequence[Any]], i: int) -> list[tuple[float, float]]:
+    """``(t_s, MiB)`` of column ``i`` of ``rss_samples`` (bytes) where a sample has it: a
+    soak.json from before the server reported its malloc has five columns."""
+    return [(x[0], x[i] / 2**20) for x in samples if len(x) > i and x[i] is not None]
+
+
+def _rate(points: Sequence[tuple[float, float]]) -> float | None:
+    slope = slope_per_h(points)
+    return None if slope is None else round(slope, 1)
+
+
 def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """The server's slope after its warm-up and what accounts for it (None without samples):
-    the prefix cache (entries x their size) and the store (at most SQLite's page cache)."""
+    the prefix cache (entries x their size), the store (at most SQLite's page cache) and
+    memory malloc holds freed (``mallinfo2``'s ``fordblks``: fragmentation, resident once
+    touched).  These are disjoint: the caches are live blocks, the last free ones.  Malloc's
+    bytes in use are given beside them, not subtracted: they include the caches."""
     samples = doc.get("rss_samples")
     if not samples:
         return None
     start, end = server_warmup_s(doc), float(doc.get("duration_s") or 0)
     fit = [x for x in samples if start <= x[0] <= end and x[1]]
-    slope = slope_per_h([(x[0], x[1] / 1024) for x in fit])
-    prefix = slope_per_h(
+    slope = _rate([(x[0], x[1] / 1024) for x in fit])
+    prefix = _rate(
         [(x[0], x[4] * PREFIX_CACHE_ENTRY_BYTES / 2**20) for x in fit if x[4] is not None]
     )
-    page = slope_per_h(
-        [(x[0], min(x[3], SQLITE_CACHE_BYTES) / 2**20) for x in fit if x[3] is not None]
-    )
+    page = _rate([(x[0], min(x[3], SQLITE_CACHE_BYTES) / 2**20) for x in fit if x[3] is not None])
+    held = _rate(_column(fit, 5))
+    named = (prefix or 0.0) + (page or 0.0) + (held or 0.0)
     return {
         "from_s": start,
-        "slope_mib_per_h": None if slope is None else round(slope, 1),
-        "prefix_cache_mib_per_h": None if prefix is None else round(prefix, 1),
-        "page_cache_mib_per_h": None if page is None else round(page, 1),
-        "unaccounted_mib_per_h": (
-            None if slope is None else round(slope - (prefix or 0.0) - (page or 0.0), 1)
-        ),
+        "slope_mib_per_h": slope,
+        "prefix_cache_mib_per_h": prefix,
+        "page_cache_mib_per_h": page,
+        "malloc_free_held_mib_per_h": held,
+        "malloc_in_use_mib_per_h": _rate(_column(fit, 6)),
+        "unaccounted_mib_per_h": None if slope is None else round(slope - named, 1),
     }
 
 
