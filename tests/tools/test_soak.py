@@ -236,3 +236,26 @@ def test_malloc_memory_freed_but_held_is_named_not_unaccounted() -> None:
     assert fit is not None and fit["malloc_free_held_mib_per_h"] is None
     assert fit["unaccounted_mib_per_h"] == 17.0
     assert any("not accounted" in p for p in soak_gate.problems(doc, Limits()))
+
+
+def test_the_prefix_caches_table_stepping_up_after_it_is_full_is_the_cache() -> None:
+    # Once full, the cache's evictions make CPython reallocate its table one size up (5.5 to
+    # 9 MiB at 65,536 entries), a while after "full": with the table's bytes from /health
+    # that step is the prefix cache's, not unaccounted; with entries x 155 B alone it was.
+    flat = _series(0.0)
+    doc = _doc(flat, flat) | {"warmup_s": 450.0, "prefix_cache_max_entries": 65536}
+    step = 3.5 * 2**20
+
+    def row(t: float) -> list[Any]:
+        table = 5.5 * 2**20 + (step if t >= 1000 else 0)
+        rss_kib = (60 * 2**20 + (step if t >= 1000 else 0)) / 1024
+        return [t, rss_kib, 0, None, 65536, 2**20, 30 * 2**20, int(table)]
+
+    doc["rss_samples"] = [row(float(t)) for t in range(0, 1800, 5)]
+    fit = soak_gate.server_fit(doc)
+    assert fit is not None and fit["slope_mib_per_h"] is not None
+    assert fit["slope_mib_per_h"] > 8 and fit["prefix_cache_mib_per_h"] == fit["slope_mib_per_h"]
+    assert fit["unaccounted_mib_per_h"] == 0.0
+    assert soak_gate.problems(doc, Limits()) == []
+    doc["rss_samples"] = [r[:7] for r in doc["rss_samples"]]  # no table_bytes: unaccounted
+    assert any("not accounted" in p for p in soak_gate.problems(doc, Limits()))
