@@ -26,6 +26,7 @@ from starlette.websockets import WebSocket
 from harness.wire import events as ev
 from reference_server import compaction
 from reference_server.access_log import AccessLog, log_ws_refused
+from reference_server.allocator import malloc_report
 from reference_server.chat_api import ChatApi
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
@@ -171,9 +172,17 @@ class ReferenceServer:
         doc["slow_clients_dropped"] = self.guard.dropped_slow
         # Responses holding an engine stream slot now, and waiting for one.
         doc["engine"] = {"active": sim.capacity.active, "queued": sim.capacity.queued}
-        # The LRU prefix cache fills up to its bound (~10 MiB): the soak accounts for it.
+        # The LRU prefix cache fills up to its bound (~13 MiB once churning): the soak accounts for it.
         cache = sim.prefix_cache
-        doc["prefix_cache"] = {"entries": len(cache), "max_entries": cache.max_entries}
+        doc["prefix_cache"] = {
+            "entries": len(cache),
+            "max_entries": cache.max_entries,
+            "table_bytes": cache.table_bytes(),
+        }
+        # What malloc holds and holds free (reference_server/allocator.py): the soak's rows.
+        memory = malloc_report()
+        if memory is not None:
+            doc["memory"] = memory
         if self.config.faults.enabled:
             doc["faults_injected"] = dict(sorted(self.service.faults.counts.items()))
         return JSONResponse(doc)
