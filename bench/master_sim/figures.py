@@ -1,0 +1,187 @@
+"""The simulation's figures from the two logs: what the fake workers sent, what the master did.
+
+Pure: the fake workers' send stamps and counts (one list per process, see
+:class:`.fake_workers.Sent`), the timed master's document (:mod:`.master_locustfile`) and
+the rows found in the results folder in; a figures dict and its table out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench.peers.figures import percentile, spread
+
+#: the master keeps up when a report is handled before the worker's next one is due ...
+KEEP_UP_LAG_P99_MS = 500.0
+#: ... and its one receiving greenlet (one core at most) has room left
+KEEP_UP_CPU_SHARE = 0.8
+
+
+def _cpu_share(samples: Sequence[Sequence[float]], t0_ns: int, t1_ns: int) -> float | None:
+    """The master's CPU over [t0, t1] as a share of one core, from its 1 s samples."""
+    inside = [s for s in samples if t0_ns <= s[0] <= t1_ns]
+    if len(inside) < 2:
+        return None
+    (a_ns, a_cpu), (b_ns, b_cpu) = inside[0], inside[-1]
+    return (b_cpu - a_cpu) / ((b_ns - a_ns) / 1e9) if b_ns > a_ns else None
+
+
+def _lags_ms(
+    sent: Mapping[str, Sequence[int]], handled: Mapping[str, Sequence[Sequence[int]]]
+) -> tuple[list[float], list[float]]:
+    """Send -> handled and send -> handling started, message by message (zmq keeps each
+    client's order, so the k-th message sent is the k-th handled)."""
+    lag, wait = [], []
+    for node, stamps in sent.items():
+        for sent_ns, (start_ns, end_ns, _rows) in zip(stamps, handled.get(node, ()), strict=False):
+            lag.append((end_ns - sent_ns) / 1e6)
+            wait.append((start_ns - sent_ns) / 1e6)
+    return lag, wait
+
+
+def _timed_ms(timed: Mapping[str, Sequence[int]], name: str) -> tuple[int, float]:
+    calls, ns = timed.get(name, (0, 0))
+    return int(calls), ns / 1e6
+
+
+def figures(
+    sent_logs: Sequence[Mapping[str, Any]],
+    master: Mapping[str, Any],
+    *,
+    rows_on_disk: int,
+    rollout_rows_on_disk: int,
+) -> dict[str, Any]:
+    by_node = {log["node"]: log for log in sent_logs}
+    rows_handled = master["stamps"].get("loopbench_rows", {})
+    finals_handled = master["stamps"].get("loopbench_final", {})
+    handled_ns = master["handled_ns"]
+    timed = master["timed_ns"]
+
+    sent_rows = {n: log["rows_sent_ns"] for n, log in by_node.items()}
+    lag, wait = _lags_ms(sent_rows, rows_handled)
+    final_sent = {n: [log["final_sent_ns"]] for n, log in by_node.items() if log["final_sent_ns"]}
+    final_lag, _ = _lags_ms(final_sent, finals_handled)
+
+    rows_messages_sent = sum(len(v) for v in sent_rows.values())
+    rows_messages_handled = sum(len(rows_handled.get(n, ())) for n in sent_rows)
+    turn_rows_sent = sum(int(log["turn_rows"]) for log in sent_logs)
+    rollout_rows_sent = sum(int(log["rollout_rows"]) for log in sent_logs)
+    claims_sent = sum(int(log["claims"]) for log in sent_logs)
+
+    starts = [s[0] for stamps in rows_handled.values() for s in stamps]
+    ends = [s[1] for stamps in rows_handled.values() for s in stamps]
+    window_s = (max(ends) - min(starts)) / 1e9 if starts else 0.0
+    rows_ns = sum(s[1] - s[0] for stamps in rows_handled.values() for s in stamps)
+    rows_in_messages = sum(s[2] for stamps in rows_handled.values() for s in stamps)
+
+    plans = master.get("plans") or {}
+    writer_calls, writer_ms = _timed_ms(timed, "ResultsWriter.add_turn")
+    _, writer_roll_ms = _timed_ms(timed, "ResultsWriter.add_rollout")
+    from_state_calls, from_state_ms = _timed_ms(timed, "Accumulator.from_state")
+    merge_calls, merge_ms = _timed_ms(timed, "Accumulator.merge")
+    _, finalize_ms = _timed_ms(timed, "MasterSide.finalize")
+    claim_ms = [ns / 1e6 for ns in handled_ns.get("loopbench_claim", ())]
+    cpu = _cpu_share(master["cpu"], min(starts), max(ends)) if starts else None
+
+    out: dict[str, Any] = {
+        "workers": len(by_node),
+        "workers_seen_by_master": len(rows_handled),
+        "agents": sum(int(log["agents"]) for log in sent_logs),
+        "load_window_s": round(window_s, 2),
+        "messages": {
+            "rows_sent": rows_messages_sent,
+            "rows_handled": rows_messages_handled,
+            "finals_sent": len(final_sent),
+            "finals_handled": sum(len(finals_handled.get(n, ())) for n in final_sent),
+            "claims_sent": claims_sent,
+            "claims_handled": len(claim_ms),
+            "stats_handled": len(handled_ns.get("stats", ())),
+            "heartbeats_handled": len(handled_ns.get("heartbeat", ())),
+        },
+        "rows": {
+            "turn_rows_sent": turn_rows_sent,
+            "turn_rows_on_disk": rows_on_disk,
+            "rollout_rows_sent": rollout_rows_sent,
+            "rollout_rows_on_disk": rollout_rows_on_disk,
+            "turn_rows_per_s": round(turn_rows_sent / window_s, 1) if window_s else None,
+            "rows_per_message": spread([s[2] for v in rows_handled.values() for s in v], 50, 99),
+        },
+        "master_cpu_share": None if cpu is None else round(cpu, 3),
+        "report_lag_ms": spread(lag, 50, 99, 100),
+        "report_wait_ms": spread(wait, 50, 99, 100),
+        "rows_message_handling_ms": spread(
+            [ns / 1e6 for ns in handled_ns.get("loopbench_rows", ())], 50, 99, 100
+        ),
+        "us_per_row_handled": round(rows_ns / rows_in_messages / 1e3, 2)
+        if rows_in_messages
+        else None,
+        "claim_handling_ms": spread(claim_ms, 50, 99, 100),
+        "writer": {
+            "us_per_turn_row": round(writer_ms * 1e3 / writer_calls, 2) if writer_calls else None,
+            "rollout_rows_ms": round(writer_roll_ms, 1),
+            "rows_per_cpu_s": round(writer_calls / (writer_ms / 1e3)) if writer_ms else None,
+        },
+        "finals": {
+            "lag_ms": spread(final_lag, 50, 100),
+            "finalize_ms": round(finalize_ms, 1),
+            "from_state_ms_per_worker": round(from_state_ms / from_state_calls, 2)
+            if from_state_calls
+            else None,
+            "merge_ms_per_worker": round(merge_ms / merge_calls, 2) if merge_calls else None,
+            "from_state_calls": from_state_calls,
+            "merge_calls": merge_calls,
+        },
+        "plan": {
+            "rollouts": plans.get("rollouts"),
+            "seconds": round(float(plans.get("seconds", 0.0)), 2),
+            "ms_per_rollout": round(plans["seconds"] * 1e3 / plans["rollouts"], 3)
+            if plans.get("rollouts")
+            else None,
+        },
+    }
+    out["every_message_handled"] = (
+        rows_messages_handled == rows_messages_sent
+        and out["messages"]["finals_handled"] == len(final_sent) == len(by_node)
+        and turn_rows_sent == rows_on_disk
+        and rollout_rows_sent == rollout_rows_on_disk
+    )
+    p99 = percentile(lag, 99)
+    out["keeps_up"] = bool(
+        out["every_message_handled"]
+        and p99 is not None
+        and p99 <= KEEP_UP_LAG_P99_MS
+        and cpu is not None
+        and cpu <= KEEP_UP_CPU_SHARE
+    )
+    return out
+
+
+def render(fig: Mapping[str, Any]) -> str:
+    """The table a person reads (the JSON has every figure)."""
+    m, r = fig["messages"], fig["rows"]
+    lag, handling = fig["report_lag_ms"], fig["rows_message_handling_ms"]
+    fin, plan, wr = fig["finals"], fig["plan"], fig["writer"]
+    cpu = fig["master_cpu_share"]
+    lines = [
+        f"| workers × agents | {fig['workers']} × {fig['agents'] // max(1, fig['workers'])} |",
+        f"| turn rows/s into the master | {r['turn_rows_per_s']} |",
+        f"| master CPU (one core) | {'–' if cpu is None else f'{cpu * 100:.0f} %'} |",
+        f"| report lag send→handled p50 / p99 / max ms | {lag['p50']} / {lag['p99']} / "
+        f"{lag['p100']} |",
+        f"| rows message handling p50 / p99 ms | {handling['p50']} / {handling['p99']} |",
+        f"| master µs per row handled (decode, write, statistics) | {fig['us_per_row_handled']} |",
+        f"| results writer µs per turn row | {wr['us_per_turn_row']} |",
+        f"| claim handling p50 / p99 ms | {fig['claim_handling_ms']['p50']} / "
+        f"{fig['claim_handling_ms']['p99']} |",
+        f"| final: merge + from_state ms per worker | {fin['merge_ms_per_worker']} + "
+        f"{fin['from_state_ms_per_worker']} |",
+        f"| final: whole finalize ms | {fin['finalize_ms']} |",
+        f"| plan generation ms per rollout | {plan['ms_per_rollout']} ({plan['rollouts']} "
+        f"rollouts, {plan['seconds']} s) |",
+        f"| messages sent / handled (rows, finals, claims) | {m['rows_sent']}/{m['rows_handled']}, "
+        f"{m['finals_sent']}/{m['finals_handled']}, {m['claims_sent']}/{m['claims_handled']} |",
+        f"| turn rows sent / on disk | {r['turn_rows_sent']} / {r['turn_rows_on_disk']} |",
+        f"| keeps up | {'yes' if fig['keeps_up'] else 'no'} |",
+    ]
+    return "\n".join(["| figure | value |", "|---|---:|", *lines])
