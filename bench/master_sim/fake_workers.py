@@ -39,6 +39,7 @@ import locust
 from gevent.event import Event
 from locust.event import Events
 from locust.rpc import Message, rpc
+from locust.runners import MASTER_HEARTBEAT_TIMEOUT
 from locust.stats import RequestStats, setup_distributed_stats_event_listeners
 
 from bench.selfbench.memory import TURNS_PER_ROLLOUT, synthetic_rollout, synthetic_turn
@@ -66,6 +67,9 @@ from harness.workload.records import RolloutRecord, TurnRecord
 POOL_TURNS = 2_000
 #: how often an agent's end of rollout is looked for (claims are sent within this)
 AGENT_TICK_S = 0.05
+#: no heartbeat from the master for this long: it is gone, this fake worker ends (Locust's
+#: own timeout: the master sends none while it generates the plan)
+MASTER_GONE_S = float(MASTER_HEARTBEAT_TIMEOUT)
 #: Locust's own intervals (locust.runners): heartbeats and stats reports
 HEARTBEAT_S = 1.0
 STATS_S = 3.0
@@ -167,6 +171,7 @@ class FakeWorker:
         setup_distributed_stats_event_listeners(self._events, self._stats)
         self._greenlets: list[gevent.Greenlet] = []
         self.done = Event()
+        self.master_seen = time.monotonic()
 
     def send(self, msg_type: str, data: Any) -> None:
         self.client.send(Message(msg_type, data, self.node))
@@ -177,6 +182,9 @@ class FakeWorker:
 
     def _heartbeat(self) -> None:
         while True:
+            if time.monotonic() - self.master_seen > MASTER_GONE_S:
+                self.done.set()  # the master is gone (a real worker waits 60 s)
+                return
             self.send(
                 "heartbeat",
                 {"state": self.state, "current_cpu_usage": 0.0, "current_memory_usage": 0},
@@ -192,6 +200,8 @@ class FakeWorker:
                 self._on_work(msg.data)
             elif msg.type == "stop":
                 self._on_stop()
+            elif msg.type == "heartbeat":
+                self.master_seen = time.monotonic()
             elif msg.type == "quit":
                 self.done.set()
                 return
@@ -334,6 +344,8 @@ class FakeWorker:
         self.state = "stopped"
         self._send_stats()
         self.send("client_stopped", None)
+        # As a real worker: ready again, so the master knows it and sends it the quit.
+        self.send("client_ready", locust.__version__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-s", type=float, required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    cpu = CpuMeter()
     pool = Pool.build()
     workers = [
         FakeWorker(
@@ -362,7 +375,11 @@ def main(argv: list[str] | None = None) -> int:
         worker.start()
     # Bounded: every fake worker ends at the master's quit, or all at the deadline.
     gevent.joinall([gevent.spawn(w.done.wait) for w in workers], timeout=args.deadline_s)
-    Path(args.out).write_text(json.dumps([w.sent.as_dict() for w in workers]), encoding="utf-8")
+    share = cpu.read(Histogram()).cpu_share
+    Path(args.out).write_text(
+        json.dumps([{**w.sent.as_dict(), "process_cpu_share": share} for w in workers]),
+        encoding="utf-8",
+    )
     for worker in workers:
         worker.client.close(linger=0)
     return 0 if all(w.done.is_set() for w in workers) else 1

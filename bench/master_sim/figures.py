@@ -83,6 +83,12 @@ def figures(
     _, finalize_ms = _timed_ms(timed, "MasterSide.finalize")
     claim_ms = [ns / 1e6 for ns in handled_ns.get("loopbench_claim", ())]
     cpu = _cpu_share(master["cpu"], min(starts), max(ends)) if starts else None
+    loop_lag = [
+        ns / 1e6
+        for at, ns in master.get("loop_lag", ())
+        if starts and min(starts) <= at <= max(ends)
+    ]
+    dispatch_calls, dispatch_ms = _timed_ms(timed, "MasterRunner.start")
 
     out: dict[str, Any] = {
         "workers": len(by_node),
@@ -108,6 +114,10 @@ def figures(
             "rows_per_message": spread([s[2] for v in rows_handled.values() for s in v], 50, 99),
         },
         "master_cpu_share": None if cpu is None else round(cpu, 3),
+        # each fake-worker process over its whole life: were the senders starved?
+        "fake_process_cpu_share": sorted(
+            {round(float(log.get("process_cpu_share", 0.0)), 3) for log in sent_logs}
+        ),
         "report_lag_ms": spread(lag, 50, 99, 100),
         "report_wait_ms": spread(wait, 50, 99, 100),
         "rows_message_handling_ms": spread(
@@ -117,6 +127,9 @@ def figures(
         if rows_in_messages
         else None,
         "claim_handling_ms": spread(claim_ms, 50, 99, 100),
+        # the master's loop, woken every 10 ms: what holds it delays every report behind it
+        "master_loop_lag_ms": spread(loop_lag, 50, 99, 100),
+        "locust_dispatch": {"calls": dispatch_calls, "ms": round(dispatch_ms, 1)},
         "writer": {
             "us_per_turn_row": round(writer_ms * 1e3 / writer_calls, 2) if writer_calls else None,
             "rollout_rows_ms": round(writer_roll_ms, 1),
@@ -169,11 +182,16 @@ def render(fig: Mapping[str, Any]) -> str:
         f"| master CPU (one core) | {'–' if cpu is None else f'{cpu * 100:.0f} %'} |",
         f"| report lag send→handled p50 / p99 / max ms | {lag['p50']} / {lag['p99']} / "
         f"{lag['p100']} |",
-        f"| rows message handling p50 / p99 ms | {handling['p50']} / {handling['p99']} |",
+        f"| rows message handling p50 / p99 / max ms | {handling['p50']} / {handling['p99']} / "
+        f"{handling['p100']} |",
+        f"| master loop lag p50 / p99 / max ms | {fig['master_loop_lag_ms']['p50']} / "
+        f"{fig['master_loop_lag_ms']['p99']} / {fig['master_loop_lag_ms']['p100']} |",
+        f"| Locust's user dispatch (calls, total ms) | {fig['locust_dispatch']['calls']}, "
+        f"{fig['locust_dispatch']['ms']} |",
         f"| master µs per row handled (decode, write, statistics) | {fig['us_per_row_handled']} |",
         f"| results writer µs per turn row | {wr['us_per_turn_row']} |",
         f"| claim handling p50 / p99 ms | {fig['claim_handling_ms']['p50']} / "
-        f"{fig['claim_handling_ms']['p99']} |",
+        f"{fig['claim_handling_ms']['p99']} ({m['claims_handled']} claims) |",
         f"| final: merge + from_state ms per worker | {fin['merge_ms_per_worker']} + "
         f"{fin['from_state_ms_per_worker']} |",
         f"| final: whole finalize ms | {fin['finalize_ms']} |",

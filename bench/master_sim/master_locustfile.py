@@ -10,7 +10,11 @@ and its load shape unchanged; this file only adds clocks around what the master 
 * the plan's generation (``generate_rollouts``), the results writer's ``add_turn`` /
   ``add_rollout`` (rows and flushes), the final merge (``MasterSide.finalize``, of which
   ``Accumulator.from_state`` and ``Accumulator.merge``, the HDR merges);
-* the process's CPU time, sampled every second.
+* Locust's own user dispatch (``MasterRunner.start``, run at every change of the user
+  count: each spawn step of the ramp);
+* the process's CPU time, sampled every second, and how late its gevent loop wakes from
+  10 ms sleeps (the worker's watchdog, here on the master: anything that holds the loop
+  delays every report behind it).
 
 The figures go to the JSON file named by ``LOOPBENCH_MASTER_SIM_OUT`` when Locust quits.
 """
@@ -35,6 +39,7 @@ from harness.locust_driver.locustfile import LoopbenchAgent, ScenarioShape
 from harness.locust_driver.protocol import MSG_FINAL, MSG_ROWS
 from harness.metrics.summary import Accumulator
 from harness.report.results import ResultsWriter
+from harness.run.health import LOOP_WATCH_INTERVAL_S
 
 __all__ = ["LoopbenchAgent", "ScenarioShape"]
 
@@ -53,6 +58,8 @@ _timed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 _plans: dict[str, float] = {}
 #: (monotonic ns, process CPU s)
 _cpu: list[tuple[int, float]] = []
+#: (monotonic ns, how late the loop woke from a LOOP_WATCH_INTERVAL_S sleep, ns)
+_loop_lag: list[tuple[int, int]] = []
 
 
 def _cpu_now() -> float:
@@ -87,6 +94,7 @@ for _cls, _names in (
     (ResultsWriter, ("add_turn", "add_rollout")),
     (Accumulator, ("merge",)),
     (master_module.MasterSide, ("finalize",)),
+    (MasterRunner, ("start",)),
 ):
     for _name in _names:
         setattr(_cls, _name, _timing(f"{_cls.__name__}.{_name}", getattr(_cls, _name)))
@@ -98,6 +106,15 @@ def _sample_cpu() -> None:
     while True:
         _cpu.append((time.monotonic_ns(), _cpu_now()))
         gevent.sleep(CPU_SAMPLE_S)
+
+
+def _watch_loop() -> None:
+    interval_ns = round(LOOP_WATCH_INTERVAL_S * 1e9)
+    while True:
+        t = time.monotonic_ns()
+        gevent.sleep(LOOP_WATCH_INTERVAL_S)
+        now = time.monotonic_ns()
+        _loop_lag.append((now, max(0, now - t - interval_ns)))
 
 
 @events.init.add_listener
@@ -121,6 +138,7 @@ def _instrument(environment: Environment, **_kw: Any) -> None:
 
     runner.handle_message = handle_timed  # type: ignore[method-assign]
     gevent.spawn(_sample_cpu)
+    gevent.spawn(_watch_loop)
 
 
 @events.quit.add_listener
@@ -135,5 +153,6 @@ def _write(**_kw: Any) -> None:
         "timed_ns": dict(_timed),
         "plans": _plans,
         "cpu": _cpu,
+        "loop_lag": _loop_lag,
     }
     Path(out).write_text(json.dumps(doc), encoding="utf-8")
