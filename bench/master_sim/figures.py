@@ -88,7 +88,12 @@ def figures(
         for at, ns in master.get("loop_lag", ())
         if starts and min(starts) <= at <= max(ends)
     ]
-    dispatch_calls, dispatch_ms = _timed_ms(timed, "MasterRunner.start")
+    gc_load = [
+        (gen, ns / 1e6)
+        for at, gen, ns in master.get("gc", ())
+        if starts and min(starts) <= at <= max(ends)
+    ]
+    full_gc = [ms for gen, ms in gc_load if gen == 2]
 
     out: dict[str, Any] = {
         "workers": len(by_node),
@@ -129,7 +134,13 @@ def figures(
         "claim_handling_ms": spread(claim_ms, 50, 99, 100),
         # the master's loop, woken every 10 ms: what holds it delays every report behind it
         "master_loop_lag_ms": spread(loop_lag, 50, 99, 100),
-        "locust_dispatch": {"calls": dispatch_calls, "ms": round(dispatch_ms, 1)},
+        # the collector's pauses during the load: a full one walks the whole plan
+        "gc": {
+            "collections": len(gc_load),
+            "pause_ms_total": round(sum(ms for _, ms in gc_load), 1),
+            "full_collections": len(full_gc),
+            "full_pause_ms": spread(full_gc, 50, 100),
+        },
         "writer": {
             "us_per_turn_row": round(writer_ms * 1e3 / writer_calls, 2) if writer_calls else None,
             "rollout_rows_ms": round(writer_roll_ms, 1),
@@ -186,8 +197,8 @@ def render(fig: Mapping[str, Any]) -> str:
         f"{handling['p100']} |",
         f"| master loop lag p50 / p99 / max ms | {fig['master_loop_lag_ms']['p50']} / "
         f"{fig['master_loop_lag_ms']['p99']} / {fig['master_loop_lag_ms']['p100']} |",
-        f"| Locust's user dispatch (calls, total ms) | {fig['locust_dispatch']['calls']}, "
-        f"{fig['locust_dispatch']['ms']} |",
+        f"| full garbage collections during the load: count, longest pause ms | "
+        f"{fig['gc']['full_collections']}, {fig['gc']['full_pause_ms']['p100']} |",
         f"| master µs per row handled (decode, write, statistics) | {fig['us_per_row_handled']} |",
         f"| results writer µs per turn row | {wr['us_per_turn_row']} |",
         f"| claim handling p50 / p99 ms | {fig['claim_handling_ms']['p50']} / "

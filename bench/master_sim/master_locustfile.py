@@ -10,8 +10,8 @@ and its load shape unchanged; this file only adds clocks around what the master 
 * the plan's generation (``generate_rollouts``), the results writer's ``add_turn`` /
   ``add_rollout`` (rows and flushes), the final merge (``MasterSide.finalize``, of which
   ``Accumulator.from_state`` and ``Accumulator.merge``, the HDR merges);
-* Locust's own user dispatch (``MasterRunner.start``, run at every change of the user
-  count: each spawn step of the ramp);
+* the garbage collector's pauses (``gc.callbacks``): a full collection walks every object
+  the process holds, the whole plan included, with the loop stopped;
 * the process's CPU time, sampled every second, and how late its gevent loop wakes from
   10 ms sleeps (the worker's watchdog, here on the master: anything that holds the loop
   delays every report behind it).
@@ -21,6 +21,7 @@ The figures go to the JSON file named by ``LOOPBENCH_MASTER_SIM_OUT`` when Locus
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -58,6 +59,9 @@ _timed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 _plans: dict[str, float] = {}
 #: (monotonic ns, process CPU s)
 _cpu: list[tuple[int, float]] = []
+#: (monotonic ns at the end, generation, pause ns) of every garbage collection
+_gc: list[tuple[int, int, int]] = []
+_gc_start = [0]
 #: (monotonic ns, how late the loop woke from a LOOP_WATCH_INTERVAL_S sleep, ns)
 _loop_lag: list[tuple[int, int]] = []
 
@@ -94,7 +98,6 @@ for _cls, _names in (
     (ResultsWriter, ("add_turn", "add_rollout")),
     (Accumulator, ("merge",)),
     (master_module.MasterSide, ("finalize",)),
-    (MasterRunner, ("start",)),
 ):
     for _name in _names:
         setattr(_cls, _name, _timing(f"{_cls.__name__}.{_name}", getattr(_cls, _name)))
@@ -106,6 +109,17 @@ def _sample_cpu() -> None:
     while True:
         _cpu.append((time.monotonic_ns(), _cpu_now()))
         gevent.sleep(CPU_SAMPLE_S)
+
+
+def _on_gc(phase: str, info: dict[str, Any]) -> None:
+    now = time.monotonic_ns()
+    if phase == "start":
+        _gc_start[0] = now
+    else:
+        _gc.append((now, int(info["generation"]), now - _gc_start[0]))
+
+
+gc.callbacks.append(_on_gc)
 
 
 def _watch_loop() -> None:
@@ -154,5 +168,6 @@ def _write(**_kw: Any) -> None:
         "plans": _plans,
         "cpu": _cpu,
         "loop_lag": _loop_lag,
+        "gc": _gc,
     }
     Path(out).write_text(json.dumps(doc), encoding="utf-8")

@@ -90,6 +90,8 @@ def _master(rows: dict[str, list[list[int]]], finals: dict[str, list[list[int]]]
         "plans": {"seconds": 0.5, "rollouts": 1000},
         "cpu": [[0, 0.0], [500 * MS, 0.125], [1000 * MS, 0.25], [2000 * MS, 0.5]],
         "loop_lag": [],
+        # (end, generation, pause): only those within the load window count
+        "gc": [[1500 * MS, 2, 300 * MS], [1600 * MS, 0, 1 * MS], [9000 * MS, 2, 900 * MS]],
     }
 
 
@@ -113,6 +115,8 @@ def test_lag_is_matched_message_by_message_and_the_master_keeps_up() -> None:
     assert fig["finals"]["from_state_ms_per_worker"] == 5.0
     assert fig["plan"]["ms_per_rollout"] == 0.5
     assert fig["master_cpu_share"] == 0.25
+    assert fig["gc"]["collections"] == 2 and fig["gc"]["full_collections"] == 1
+    assert fig["gc"]["full_pause_ms"]["p100"] == 300.0
     assert fig["keeps_up"] is False  # a lag p99 past the ship interval is falling behind
     rows["b"][1] = [601 * MS, 602 * MS, 10]
     fig = figures(logs, _master(rows, finals), rows_on_disk=50, rollout_rows_on_disk=0)
