@@ -12,7 +12,7 @@ and its load shape unchanged; this file only adds clocks around what the master 
   ``Accumulator.from_state`` and ``Accumulator.merge``, the HDR merges);
 * the garbage collector's pauses (``gc.callbacks``): a full collection walks every object
   the process holds, the whole plan included, with the loop stopped;
-* the process's CPU time, sampled every second, and how late its gevent loop wakes from
+* the process's CPU time at each report handled, and how late its gevent loop wakes from
   10 ms sleeps (the worker's watchdog, here on the master: anything that holds the loop
   delays every report behind it).
 
@@ -45,20 +45,17 @@ from harness.run.health import LOOP_WATCH_INTERVAL_S
 __all__ = ["LoopbenchAgent", "ScenarioShape"]
 
 OUT_ENV = "LOOPBENCH_MASTER_SIM_OUT"
-CPU_SAMPLE_S = 1.0
 
 #: message type -> handling times (ns)
 _handled: dict[str, list[int]] = defaultdict(list)
-#: message type -> worker -> [(start ns, end ns, rows)] for rows and finals
-_stamps: dict[str, dict[str, list[tuple[int, int, int]]]] = {
+#: message type -> worker -> [(start ns, end ns, rows, process CPU s)] for rows and finals
+_stamps: dict[str, dict[str, list[tuple[int, int, int, float]]]] = {
     MSG_ROWS: defaultdict(list),
     MSG_FINAL: defaultdict(list),
 }
 #: what -> [calls, total ns]
 _timed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 _plans: dict[str, float] = {}
-#: (monotonic ns, process CPU s)
-_cpu: list[tuple[int, float]] = []
 #: (monotonic ns at the end, generation, pause ns) of every garbage collection
 _gc: list[tuple[int, int, int]] = []
 _gc_start = [0]
@@ -105,12 +102,6 @@ _from_state = Accumulator.from_state.__func__  # type: ignore[attr-defined]
 Accumulator.from_state = classmethod(_timing("Accumulator.from_state", _from_state))  # type: ignore[method-assign,assignment]
 
 
-def _sample_cpu() -> None:
-    while True:
-        _cpu.append((time.monotonic_ns(), _cpu_now()))
-        gevent.sleep(CPU_SAMPLE_S)
-
-
 def _on_gc(phase: str, info: dict[str, Any]) -> None:
     now = time.monotonic_ns()
     if phase == "start":
@@ -148,10 +139,11 @@ def _instrument(environment: Environment, **_kw: Any) -> None:
             per_node = _stamps.get(msg.type)
             if per_node is not None and isinstance(msg.data, dict):
                 rows = len(msg.data.get("turns", ())) + len(msg.data.get("rollouts", ()))
-                per_node[client_id].append((t0, t1, rows))
+                # The process's CPU time here too: a master that never runs out of messages
+                # never lets the 1 s sampler run, so the CPU over the load comes from these.
+                per_node[client_id].append((t0, t1, rows, _cpu_now()))
 
     runner.handle_message = handle_timed  # type: ignore[method-assign]
-    gevent.spawn(_sample_cpu)
     gevent.spawn(_watch_loop)
 
 
@@ -160,13 +152,11 @@ def _write(**_kw: Any) -> None:
     out = os.environ.get(OUT_ENV)
     if not out:
         return
-    _cpu.append((time.monotonic_ns(), _cpu_now()))
     doc = {
         "handled_ns": dict(_handled),
         "stamps": {kind: dict(nodes) for kind, nodes in _stamps.items()},
         "timed_ns": dict(_timed),
         "plans": _plans,
-        "cpu": _cpu,
         "loop_lag": _loop_lag,
         "gc": _gc,
     }

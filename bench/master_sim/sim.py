@@ -124,15 +124,13 @@ def _run(opts: SimOptions, folder: Path) -> dict[str, Any]:
     started = time.monotonic()
     procs: list[subprocess.Popen[bytes]] = [_spawn(master_cmd, folder / "master.log", env)]
     per_proc = math.ceil(opts.workers / opts.procs)
-    outs: list[Path] = []
     for i, first in enumerate(range(0, opts.workers, per_proc)):
         n = min(per_proc, opts.workers - first)
-        outs.append(folder / f"workers-{i}.json")
         fake_cmd = [
             sys.executable, "-m", "bench.master_sim.fake_workers",
             "--master-port", str(port), "--workers", str(n), "--name", f"fake{i}", "--first-index", str(first),
             "--turn-rate", f"{opts.turn_rate:g}", "--deadline-s", f"{deadline_s:g}",
-            "--out", str(outs[-1]),
+            "--out", str(folder / f"workers-{i}.json"),
         ]  # fmt: skip
         procs.append(_spawn(fake_cmd, folder / f"workers-{i}.log", env))
     try:
@@ -145,8 +143,17 @@ def _run(opts: SimOptions, folder: Path) -> dict[str, Any]:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    fig = collect(folder, opts)
+    fig["fake_workers_exit_codes"] = [p.returncode for p in procs[1:]]
+    fig["master_exit_code"] = procs[0].returncode
+    return fig
+
+
+def collect(folder: Path, opts: SimOptions) -> dict[str, Any]:
+    """The figures of a finished simulation from what its processes left in ``folder``."""
     if not (folder / "master.json").exists():
         raise SimError(f"the master wrote no figures: {_tail(folder / 'master.log')}")
+    outs = [folder / f"workers-{i}.json" for i in range(_procs_used(opts))]
     missing = [p.name for p in outs if not p.exists()]
     if missing:
         raise SimError(f"fake workers wrote no log ({', '.join(missing)})")
@@ -155,7 +162,13 @@ def _run(opts: SimOptions, folder: Path) -> dict[str, Any]:
     run_dir = folder / "results" / "sim"
     turns = len(read_csv_gz(run_dir / TURNS)) if (run_dir / TURNS).exists() else 0
     rollouts = len(read_csv_gz(run_dir / ROLLOUTS)) if (run_dir / ROLLOUTS).exists() else 0
-    fig = figures(logs, master, rows_on_disk=turns, rollout_rows_on_disk=rollouts)
+    fig = figures(
+        logs,
+        master,
+        rows_on_disk=turns,
+        rollout_rows_on_disk=rollouts,
+        offered_turns_per_s=opts.workers * opts.agents * opts.turn_rate,
+    )
     fig["options"] = {
         "workers": opts.workers,
         "agents_per_worker": opts.agents,
@@ -163,6 +176,8 @@ def _run(opts: SimOptions, folder: Path) -> dict[str, Any]:
         "procs": opts.procs,
         "turn_rate": opts.turn_rate,
     }
-    fig["fake_workers_exit_codes"] = [p.returncode for p in procs[1:]]
-    fig["master_exit_code"] = procs[0].returncode
     return fig
+
+
+def _procs_used(opts: SimOptions) -> int:
+    return math.ceil(opts.workers / math.ceil(opts.workers / opts.procs))

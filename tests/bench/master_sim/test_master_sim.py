@@ -22,6 +22,11 @@ from tests.runs import ROOT
 MS = 1_000_000
 
 
+def _at(start_ms: float, end_ms: float, rows: int = 10) -> list[float]:
+    """A handling stamp; the master's CPU time grows at a quarter of a core."""
+    return [start_ms * MS, end_ms * MS, rows, end_ms / 4000]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_small_simulation_handles_every_message_and_reports_sane_figures(
@@ -84,11 +89,10 @@ def _log(node: str, sent: list[int], *, turns: int = 10, final_ns: int = 0) -> d
 
 def _master(rows: dict[str, list[list[int]]], finals: dict[str, list[list[int]]]) -> dict[str, Any]:
     return {
-        "handled_ns": {"loopbench_rows": [e - s for v in rows.values() for s, e, _ in v]},
+        "handled_ns": {"loopbench_rows": [s[1] - s[0] for v in rows.values() for s in v]},
         "stamps": {"loopbench_rows": rows, "loopbench_final": finals},
         "timed_ns": {"Accumulator.merge": [2, 4 * MS], "Accumulator.from_state": [2, 10 * MS]},
         "plans": {"seconds": 0.5, "rollouts": 1000},
-        "cpu": [[0, 0.0], [500 * MS, 0.125], [1000 * MS, 0.25], [2000 * MS, 0.5]],
         "loop_lag": [],
         # (end, generation, pause): only those within the load window count
         "gc": [[1500 * MS, 2, 300 * MS], [1600 * MS, 0, 1 * MS], [9000 * MS, 2, 900 * MS]],
@@ -101,11 +105,13 @@ def test_lag_is_matched_message_by_message_and_the_master_keeps_up() -> None:
         _log("b", [100 * MS, 600 * MS], final_ns=1900 * MS),
     ]
     rows = {
-        "a": [[1 * MS, 2 * MS, 10], [501 * MS, 503 * MS, 10], [1001 * MS, 1010 * MS, 10]],
-        "b": [[101 * MS, 104 * MS, 10], [2000 * MS, 2000 * MS, 10]],
+        "a": [_at(1, 2), _at(501, 503), _at(1001, 1010)],
+        "b": [_at(101, 104), _at(2000, 2000)],
     }
-    finals = {"a": [[1950 * MS, 1960 * MS, 0]], "b": [[1950 * MS, 1970 * MS, 0]]}
-    fig = figures(logs, _master(rows, finals), rows_on_disk=50, rollout_rows_on_disk=0)
+    finals = {"a": [_at(1950, 1960, 0)], "b": [_at(1950, 1970, 0)]}
+    fig = figures(
+        logs, _master(rows, finals), rows_on_disk=50, rollout_rows_on_disk=0, offered_turns_per_s=25
+    )
     assert fig["every_message_handled"] is True
     # a: 2, 3, 10 ms; b: 4 ms and 1,400 ms (its second report waited)
     assert fig["report_lag_ms"]["p100"] == 1400.0
@@ -115,27 +121,50 @@ def test_lag_is_matched_message_by_message_and_the_master_keeps_up() -> None:
     assert fig["finals"]["from_state_ms_per_worker"] == 5.0
     assert fig["plan"]["ms_per_rollout"] == 0.5
     assert fig["master_cpu_share"] == 0.25
+    # 0.4995 CPU s over the 40 rows after the first report: ~12,500 µs a row, and the
+    # offered 25 turns/s need 0.31 of a core (the toy master is slow: 1,000 µs a row would
+    # be the real one's ~20x)
+    assert fig["master_cpu_us_per_turn_row"] == 12487.5
+    assert fig["master_ceiling_turn_rows_per_s"] == 80
+    assert fig["master_core_needed"] == 0.312 and fig["keeps_up_by_cost"] is True
     assert fig["gc"]["collections"] == 2 and fig["gc"]["full_collections"] == 1
     assert fig["gc"]["full_pause_ms"]["p100"] == 300.0
     assert fig["keeps_up"] is False  # a lag p99 past the ship interval is falling behind
-    rows["b"][1] = [601 * MS, 602 * MS, 10]
-    fig = figures(logs, _master(rows, finals), rows_on_disk=50, rollout_rows_on_disk=0)
+    heavy = figures(
+        logs, _master(rows, finals), rows_on_disk=50, rollout_rows_on_disk=0, offered_turns_per_s=80
+    )
+    assert heavy["master_core_needed"] == 0.999 and heavy["keeps_up_by_cost"] is False
+    rows["b"][1] = _at(601, 602)
+    fig = figures(
+        logs, _master(rows, finals), rows_on_disk=50, rollout_rows_on_disk=0, offered_turns_per_s=25
+    )
     assert fig["report_lag_ms"]["p99"] <= KEEP_UP_LAG_P99_MS
     assert fig["keeps_up"] is True
 
 
 def test_a_report_the_master_never_handled_or_a_row_not_on_disk_is_caught() -> None:
     logs = [_log("a", [0, 500 * MS], final_ns=900 * MS)]
-    finals = {"a": [[950 * MS, 960 * MS, 0]]}
-    one_missing = {"a": [[1 * MS, 2 * MS, 10]]}
-    fig = figures(logs, _master(one_missing, finals), rows_on_disk=20, rollout_rows_on_disk=0)
+    finals = {"a": [_at(950, 960, 0)]}
+    one_missing = {"a": [_at(1, 2)]}
+    fig = figures(
+        logs,
+        _master(one_missing, finals),
+        rows_on_disk=20,
+        rollout_rows_on_disk=0,
+        offered_turns_per_s=20,
+    )
     assert fig["messages"]["rows_sent"] == 2 and fig["messages"]["rows_handled"] == 1
     assert fig["every_message_handled"] is False and fig["keeps_up"] is False
-    both = {"a": [[1 * MS, 2 * MS, 10], [501 * MS, 502 * MS, 10]]}
-    assert figures(logs, _master(both, finals), rows_on_disk=20, rollout_rows_on_disk=0)[
-        "every_message_handled"
-    ]
-    fig = figures(logs, _master(both, finals), rows_on_disk=19, rollout_rows_on_disk=0)
+    assert fig["keeps_up_by_cost"] is False
+    both = {"a": [_at(1, 2), _at(501, 502)]}
+    assert figures(
+        logs, _master(both, finals), rows_on_disk=20, rollout_rows_on_disk=0, offered_turns_per_s=20
+    )["every_message_handled"]
+    fig = figures(
+        logs, _master(both, finals), rows_on_disk=19, rollout_rows_on_disk=0, offered_turns_per_s=20
+    )
     assert fig["every_message_handled"] is False
-    fig = figures(logs, _master(both, {}), rows_on_disk=20, rollout_rows_on_disk=0)
+    fig = figures(
+        logs, _master(both, {}), rows_on_disk=20, rollout_rows_on_disk=0, offered_turns_per_s=20
+    )
     assert fig["every_message_handled"] is False  # no final handled
