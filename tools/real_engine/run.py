@@ -243,7 +243,15 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
             )
             windows.append(
                 _loopbench_window(
-                    opts, engine, tools, "chat", tokenizer, say, checked=False, label="chat+tools"
+                    opts,
+                    engine,
+                    tools,
+                    "chat",
+                    tokenizer,
+                    say,
+                    checked=False,
+                    first_event_checked=True,
+                    label="chat+tools",
                 )
             )
         if opts.peers:
@@ -283,6 +291,7 @@ def _loopbench_window(
     say: Callable[[str], None],
     *,
     checked: bool,
+    first_event_checked: bool = False,
     label: str | None = None,
 ) -> tuple[ClientFigures | None, Snapshot, str]:
     label = label or transport
@@ -306,7 +315,9 @@ def _loopbench_window(
             return None, delta, note
     summary = json.loads((folder / "summary.json").read_text())
     say(f"  {len(turns)} turns in {wall:.1f} s")
-    figures = loopbench_figures(summary, transport, turns, checked=checked)
+    figures = loopbench_figures(
+        summary, transport, turns, checked=checked, first_event_checked=first_event_checked
+    )
     figures.label = label
     return figures, delta, note
 
