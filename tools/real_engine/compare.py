@@ -228,7 +228,7 @@ def _fmt(value: float | None, metric: str, stat: str = "") -> str:
 def render(rows: Sequence[Row]) -> str:
     """The table `make real-engine` prints (and docs/real-engine.md shows)."""
     head = ("tool", "api", "figure", "stat", "client", "vLLM", "bucket", "diff", "target", "")
-    lines = [head]
+    lines: list[tuple[str, ...]] = [head]
     for r in rows:
         diff = r.diff
         if diff is None:
@@ -253,7 +253,12 @@ def render(rows: Sequence[Row]) -> str:
                 verdict,
             )
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return aligned(lines)
+
+
+def aligned(lines: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell, the first line a head underlined with dashes."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     out = []
     for n, line in enumerate(lines):
         out.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
