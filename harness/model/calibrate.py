@@ -29,7 +29,7 @@ behaviour at scales nobody can test directly.  What a client can observe:
 * **Interference** (batching), from several runs at different concurrencies: the
   TTFT fit gains ``k·others``, the requests of the same run in flight when the
   turn was sent, and the time per output token is fitted as ``t1·(1 + s·others)``
-  over the requests decoding beside it (overlap-weighted): ``k`` is
+  over the requests decoding beside it (overlap-weighted; each run's medians): ``k`` is
   ``ttft_per_active_ms``, ``s`` ``decode_slowdown_per_stream``.  One run leaves
   both unidentified: its concurrency barely varies, so ``k`` would be a second
   intercept.
@@ -475,18 +475,24 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
 
 
 def _decode_slowdown(turns: Sequence[Turn]) -> float | None:
-    """``s`` of ``time per token = t1·(1 + s·others)``, by robust least squares over the
-    turns with a decode rate; None when the requests beside them do not vary."""
-    pairs = [
-        (t.others_decoding, 1000.0 / t.decode_tps)
-        for t in turns
-        if t.decode_tps and not t.decode_implausible
+    """``s`` of ``time per token = t1·(1 + s·others)``, fitted to each run's median time per
+    token over its median number of requests decoding beside it: a run's median shrugs off
+    the turns a busy host stalled, which a per-turn fit would follow.  None when fewer than
+    two runs differ in concurrency."""
+    per_run: dict[int, list[tuple[float, float]]] = {}
+    for t in turns:
+        if t.decode_tps and not t.decode_implausible:
+            per_run.setdefault(t.run, []).append((t.others_decoding, 1000.0 / t.decode_tps))
+    points = [
+        (_median(sorted(o for o, _ in pairs)), _median(sorted(ms for _, ms in pairs)))
+        for pairs in per_run.values()
+        if len(pairs) >= 4
     ]
-    if len(pairs) < 4 or max(o for o, _ in pairs) - min(o for o, _ in pairs) < 0.5:
+    if len(points) < 2 or max(o for o, _ in points) - min(o for o, _ in points) < 0.5:
         return None
-    x = np.array([[1.0, o] for o, _ in pairs], dtype=np.float64)
-    y = np.array([ms for _, ms in pairs], dtype=np.float64)
-    t1, slope = (float(c) for c in _robust_lstsq(x, y))
+    x = np.array([[1.0, o] for o, _ in points], dtype=np.float64)
+    y = np.array([ms for _, ms in points], dtype=np.float64)
+    t1, slope = (float(c) for c in np.linalg.lstsq(x, y, rcond=None)[0])
     return slope / t1 if t1 > 0 else None
 
 

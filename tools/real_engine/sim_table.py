@@ -31,6 +31,9 @@ class SimRow:
     real: float | None  # loopbench against vLLM (ms)
     engine: float | None  # vLLM's own histogram over the same window (ms)
     simulated: float | None  # loopbench against the calibrated reference server (ms)
+    #: loopbench against vLLM in the fit pass, minutes before: how far the real engine
+    #: strays from itself between two runs, the floor under any prediction's error
+    again: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -74,6 +77,7 @@ def compare_levels(
     real: Mapping[int, Figures],
     engine: Mapping[int, Figures],
     simulated: Mapping[int, Figures],
+    again: Mapping[int, Figures] | None = None,
 ) -> list[SimRow]:
     return [
         SimRow(
@@ -83,6 +87,7 @@ def compare_levels(
             real.get(c, {}).get((metric, stat)),
             engine.get(c, {}).get((metric, stat)),
             simulated.get(c, {}).get((metric, stat)),
+            (again or {}).get(c, {}).get((metric, stat)),
         )
         for c in levels
         for metric, stat in FIGURES
@@ -104,6 +109,7 @@ def render(rows: Sequence[SimRow]) -> str:
         "figure",
         "real (loopbench→vLLM)",
         "vLLM's own",
+        "real, fit pass",
         "simulated",
         "sim/real",
         f"±{BOUND:.0%}",
@@ -118,6 +124,7 @@ def render(rows: Sequence[SimRow]) -> str:
                 f"{r.metric.removesuffix('_ms').upper()} {r.stat}",
                 _ms(r.real),
                 _ms(r.engine),
+                _ms(r.again),
                 _ms(r.simulated),
                 "-" if ratio is None else f"{ratio:.3f}",
                 verdict,

@@ -119,13 +119,15 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
     real: dict[int, Figures] = {}
     engine_side: dict[int, Figures] = {}
     simulated: dict[int, Figures] = {}
+    again: dict[int, Figures] = {}
     notes: list[str] = []
     with running as engine:
         say(f"vLLM answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
         warm_up(base, engine, "chat", tokenizer, scenarios)
         fitted = []
         for c in opts.levels:
-            fitted.append(_real_window(base, engine, c, "fit", tokenizer, say)[0])
+            folder, again[c], _ = _real_window(base, engine, c, "fit", tokenizer, say)
+            fitted.append(folder)
         say(f"loopbench calibrate on {len(fitted)} runs ...")
         argv = [sys.executable, "-m", "harness", "calibrate", *map(str, fitted)]
         argv += ["--name", PROFILE, "--out", str(profile), "--transports", "chat"]
@@ -156,7 +158,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
             say(f"  exit {rc}, {wall:.1f} s")
             if not simulated[c]:
                 notes.append(f"simulated run at concurrency {c}: exit {rc}, no summary")
-    outcome.rows = compare_levels(opts.levels, real, engine_side, simulated)
+    outcome.rows = compare_levels(opts.levels, real, engine_side, simulated, again)
     outcome.doc = {
         "seconds": round(time.perf_counter() - t0, 1),
         "load_average_at_start": [round(x, 2) for x in load0],

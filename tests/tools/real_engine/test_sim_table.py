@@ -52,6 +52,10 @@ def test_each_figure_is_judged_by_its_ratio_and_a_missing_side_is_a_miss() -> No
     table = render(rows)
     assert "MISSED" not in table and table.count("n/a") == 2
     assert "1  TTFT p99  20.00" in table
+    # the fit pass's figure of the real engine is shown beside it when there is one
+    again = {1: summary_figures(_summary(30.0, 40.0, 0.85), "chat")}
+    shown = compare_levels((1,), real, {}, sim, again)
+    assert shown[0].again == 30.0 and shown[0].ok is True
     sim[1] = summary_figures(_summary(11.6, 17.1, 0.92), "chat")  # +16 %
     assert compare_levels((1,), real, {}, sim)[0].ok is False
 
