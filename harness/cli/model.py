@@ -26,6 +26,7 @@ from harness.model.calibrate import (
     WS_LIKE,
     describe,
     fit,
+    folded,
     profile_yaml,
     profiles_from_fit,
     turns_from_rows,
@@ -181,11 +182,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     for missing, base in ((api_missing, args.base_api), (engine_missing, args.base_engine)):
         if missing:
             print(f"unidentified, copied from the base profile {base!r}: {', '.join(missing)}")
+    if folded(f):
+        print(f"not separable, left in the intercept or the per-token work: {', '.join(folded(f))}")
     api_path.write_text(
         profile_yaml(api_doc, FITTED_API, api_missing, args.base_api, header), encoding="utf-8"
     )
     engine_path.write_text(
-        profile_yaml(engine_doc, FITTED_ENGINE, engine_missing, args.base_engine, header),
+        profile_yaml(
+            engine_doc, FITTED_ENGINE, engine_missing, args.base_engine, header, folded(f)
+        ),
         encoding="utf-8",
     )
     load_profiles(str(api_path), str(engine_path))

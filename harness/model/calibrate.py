@@ -607,8 +607,12 @@ def profiles_from_fit(
     }
     engine: dict[str, Any] = {**base_engine, "name": name, "base_ttft_ms": _round(base)}
     engine["description"] = f"fitted by loopbench calibrate from {counted(f.turns, 'turn')}"
-    if f.prefill_tps is not None:
-        engine["prefill_tps"] = _round(f.prefill_tps)
+    # A prefill rate the run could not separate is not copied: its cost is already in the
+    # intercept (a constant uncached count) or the per-token slope (uncached = processed), and
+    # the base profile's rate would charge it a second time on every replayed turn.
+    engine["prefill_tps"] = (
+        _round(f.prefill_tps) if f.prefill_tps is not None else FOLDED_PREFILL_TPS
+    )
     if f.sustained_tps is not None:
         engine["sustained_tps"] = _round(f.sustained_tps)
         engine["burst_probability"] = _round(f.burst_probability or 0.0)
@@ -623,6 +627,17 @@ def profiles_from_fit(
     if f.decode_slowdown is not None:
         engine["decode_slowdown_per_stream"] = _round(max(0.0, f.decode_slowdown))
     return api, engine
+
+
+#: the prefill rate a fitted profile names when the run could not separate prefill from the
+#: fixed or per-token work that holds its cost: fast enough to add nothing measurable
+FOLDED_PREFILL_TPS = 1e9
+
+
+def folded(f: Fit) -> list[str]:
+    """Engine parameters whose cost the run measured inside others (written so a replay
+    counts it once, not copied)."""
+    return ["prefill_tps"] if f.prefill_tps is None else []
 
 
 def _minus(value: float | None, overhead: float | None) -> float | None:
@@ -662,7 +677,7 @@ def unidentified(f: Fit) -> tuple[list[str], list[str]]:
         )
         if value is None
     ]
-    engine = ["prefill_tps"] if f.prefill_tps is None else []
+    engine: list[str] = []
     if f.sustained_tps is None:
         engine += [k for k in FITTED_ENGINE if k.startswith(("sustained", "burst"))]
     elif f.burst_tps is None:
@@ -675,7 +690,12 @@ def unidentified(f: Fit) -> tuple[list[str], list[str]]:
 
 
 def profile_yaml(
-    doc: Mapping[str, Any], fitted: Sequence[str], missing: Sequence[str], base: str, header: str
+    doc: Mapping[str, Any],
+    fitted: Sequence[str],
+    missing: Sequence[str],
+    base: str,
+    header: str,
+    folded: Sequence[str] = (),
 ) -> str:
     """A fitted profile as YAML whose comments say which values were not fitted, and why."""
     copied = [k for k in doc if k not in fitted and k not in ("name", "description")]
@@ -688,7 +708,11 @@ def profile_yaml(
     lines.append(f"# not observable below saturation, copied from {base!r}: {', '.join(copied)}")
     for line in yaml.safe_dump(dict(doc), sort_keys=False).splitlines():
         key = line.partition(":")[0]
-        lines.append(f"{line}  # unidentified: copied from {base!r}" if key in missing else line)
+        if key in missing:
+            line += f"  # unidentified: copied from {base!r}"
+        elif key in folded:
+            line += "  # not separable: its cost is in the intercept or per_token_us, not twice"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

@@ -10,8 +10,12 @@ import pytest
 import yaml
 
 from harness.model.calibrate import (
+    FITTED_ENGINE,
+    FOLDED_PREFILL_TPS,
     CalibrationError,
     fit,
+    folded,
+    profile_yaml,
     profiles_from_fit,
     turns_from_rows,
     unidentified,
@@ -123,6 +127,14 @@ def test_prefill_is_not_fitted_when_it_cannot_be_separated() -> None:
     f = fit(turns_from_rows(rows))
     assert f.prefill_tps is None
     assert any("prefill rate not identifiable" in n for n in f.notes)
+    # the intercept holds the constant 2,000 tokens' prefill (50 ms): the profile must not
+    # charge it again at the base profile's 40,000 tokens/s
+    base_api, base_engine = load_profiles("optimized", "cerebras-spark")
+    _, engine = profiles_from_fit(f, base_api.model_dump(), base_engine.model_dump(), "x")
+    assert engine["prefill_tps"] == FOLDED_PREFILL_TPS and folded(f) == ["prefill_tps"]
+    assert "prefill_tps" not in unidentified(f)[1]
+    text = profile_yaml(engine, FITTED_ENGINE, [], "cerebras-spark", "# h", folded(f))
+    assert "prefill_tps: 1000000000.0  # not separable" in text
 
 
 def test_too_few_turns_is_a_clear_error() -> None:
