@@ -34,6 +34,8 @@ class SimRow:
     #: loopbench against vLLM in the fit pass, minutes before: how far the real engine
     #: strays from itself between two runs, the floor under any prediction's error
     again: float | None = None
+    #: why this level is not judged (the machine stayed busy with other work), or ""
+    not_judged: str = ""
 
     @property
     def ratio(self) -> float | None:
@@ -43,9 +45,10 @@ class SimRow:
 
     @property
     def ok(self) -> bool | None:
-        """Within the bound; None when a side has no figure (a miss, not a pass by silence)."""
+        """Within the bound; None when a side has no figure (a miss, not a pass by silence) or
+        the level was not judged."""
         r = self.ratio
-        return None if r is None else abs(r - 1.0) <= BOUND
+        return None if r is None or self.not_judged else abs(r - 1.0) <= BOUND
 
 
 def summary_figures(summary: Mapping[str, object], transport: str) -> dict[tuple[str, str], float]:
@@ -78,6 +81,7 @@ def compare_levels(
     engine: Mapping[int, Figures],
     simulated: Mapping[int, Figures],
     again: Mapping[int, Figures] | None = None,
+    not_judged: Mapping[int, str] | None = None,
 ) -> list[SimRow]:
     return [
         SimRow(
@@ -88,6 +92,7 @@ def compare_levels(
             engine.get(c, {}).get((metric, stat)),
             simulated.get(c, {}).get((metric, stat)),
             (again or {}).get(c, {}).get((metric, stat)),
+            (not_judged or {}).get(c, ""),
         )
         for c in levels
         for metric, stat in FIGURES
@@ -118,6 +123,8 @@ def render(rows: Sequence[SimRow]) -> str:
     for r in rows:
         ratio = r.ratio
         verdict = "ok" if r.ok else "MISSED" if r.ok is False else "n/a"
+        if r.not_judged:
+            verdict = "not judged"
         lines.append(
             (
                 str(r.level),

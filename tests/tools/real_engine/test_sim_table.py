@@ -58,6 +58,11 @@ def test_each_figure_is_judged_by_its_ratio_and_a_missing_side_is_a_miss() -> No
     assert shown[0].again == 30.0 and shown[0].ok is True
     sim[1] = summary_figures(_summary(11.6, 17.1, 0.92), "chat")  # +16 %
     assert compare_levels((1,), real, {}, sim)[0].ok is False
+    # a level run while the machine stayed busy is not judged, either way (and not a pass)
+    busy = {1: "not judged: the machine was busy (others used 180 % of a core)"}
+    unjudged = compare_levels((1,), real, {}, sim, None, busy)
+    assert all(r.ok is None for r in unjudged) and len(missed(unjudged)) == 3
+    assert render(unjudged).count("not judged") == 3
 
 
 def test_vllms_own_figures_come_from_its_histograms_over_the_window() -> None:
