@@ -164,6 +164,24 @@ def _read_turns(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def machine(t0: float, load0: tuple[float, float, float]) -> dict[str, Any]:
+    """How long the run took and how busy the machine was (the JSON's and the footer's)."""
+    return {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "load_average_at_start": [round(x, 2) for x in load0],
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def footer(doc: dict[str, Any], out: Path) -> str:
+    """The line after the table: the time it took, the load, where the files are."""
+    return (
+        f"{doc['seconds']} s; load average {doc['load_average_at_start']} at the start, "
+        f"{doc['load_average']} at the end, {doc['cpu_count']} CPUs; results in {out}"
+    )
+
+
 def fresh_out(out: Path) -> None:
     """``out`` emptied for one run's files, never a mix of two; but only a folder this tool
     made is emptied (a user's folder named by mistake is refused)."""
@@ -277,10 +295,7 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
         if opts.capture is not None:
             outcome.doc["captures"] = capture_streams(engine, opts.capture, say)
     outcome.doc.update(
-        seconds=round(time.perf_counter() - t0, 1),
-        load_average_at_start=[round(x, 2) for x in load0],
-        load_average=[round(x, 2) for x in os.getloadavg()],
-        cpu_count=os.cpu_count(),
+        **machine(t0, load0),
         rows=[{**r.__dict__, "diff": r.diff} for r in outcome.rows],
         notes=outcome.notes,
     )

@@ -16,7 +16,6 @@ own shaping, ``ignore_eos`` and the token limits), so both sides answer the plan
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -29,15 +28,17 @@ from typing import Any
 
 import yaml
 
-from bench.peers.bench import timed
+from bench.peers.bench import positive_ints, timed
 from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.engine import Engine, attached, build_model, serving
 from tools.real_engine.run import (
     Options,
+    footer,
     fresh_out,
     loopbench_argv,
+    machine,
     settled,
     text_scenario,
     warm_up,
@@ -181,10 +182,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
                     say(f"  {unjudged[c]}")
     outcome.rows = compare_levels(opts.levels, real, engine_side, simulated, again, unjudged)
     outcome.doc = {
-        "seconds": round(time.perf_counter() - t0, 1),
-        "load_average_at_start": [round(x, 2) for x in load0],
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "cpu_count": os.cpu_count(),
+        **machine(t0, load0),
         "bound": BOUND,
         "busy": {str(c): b for c, b in busy_doc.items()},
         "rows": [{**r.__dict__, "ratio": r.ratio, "ok": r.ok} for r in outcome.rows],
@@ -220,16 +218,6 @@ def _real_window(
     return runs / run_id, figures, engine_figures(delta)
 
 
-def _levels(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        levels = ()
-    if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError(f"expected concurrencies like 1,2,4, got {text!r}")
-    return levels
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = UsageParser(
         prog="python -m tools.real_engine.simulate",
@@ -240,7 +228,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=SimOptions.out, help="emptied first")
     p.add_argument("--engine-venv", type=Path, default=SimOptions.engine_venv)
     p.add_argument("--engine-url", default=None, help="an engine already running (see run.py)")
-    p.add_argument("--levels", type=_levels, default=LEVELS, help="concurrencies (1,2,4)")
+    p.add_argument(
+        "--levels",
+        type=positive_ints("concurrencies like 1,2,4"),
+        default=LEVELS,
+        help="concurrencies (1,2,4)",
+    )
     p.add_argument("--requests", type=int, default=SimOptions.requests, help="per window")
     p.add_argument("--output-tokens", type=int, default=SimOptions.output_tokens)
     p.add_argument(
@@ -276,10 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(render(outcome.rows))
     doc = outcome.doc
-    print(
-        f"\n{doc['seconds']} s; load average {doc['load_average_at_start']} at the start, "
-        f"{doc['load_average']} at the end, {doc['cpu_count']} CPUs; results in {opts.out}"
-    )
+    print(f"\n{footer(doc, opts.out)}")
     for note in doc["notes"]:
         print(f"note: {note}")
     misses = missed(outcome.rows)
