@@ -15,6 +15,7 @@ help:
 	@echo "make fuzz       10,000 hostile requests, frames and sockets against the reference server; counts -> results/fuzz.json (~30 s)"
 	@echo "make soak       mixed load with injected faults; RSS over time + error counts -> results/soak/ (~5 min)"
 	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~15 min)"
+	@echo "make bench-master one Locust master against 64 fake workers' real-sized reports: CPU, merge time, report lag (docs/distributed.md) -> results/master-sim.json (~2 min)"
 	@echo "make bench-proxy what loopbench record adds to a turn: 1,000 paired trials against a bare relay (docs/traces.md)"
 	@echo "make bench-peers loopbench next to guidellm and aiperf (own venv .venv-peers) -> results/peers.json, BENCHMARKS.md (~5 min)"
 	@echo "make real-engine loopbench, guidellm, aiperf against vLLM on the CPU (own venv .venv-engine), each beside vLLM's own metrics (docs/real-engine.md)"
@@ -40,6 +41,16 @@ venv: $(STAMP)
 # was too busy to judge one (bench/selfbench/busy.py).
 bench: $(STAMP)
 	$(BIN)/python -m bench.selfbench --check --out results/selfbench.json
+
+.PHONY: bench-master
+# A real loopbench Locust master against fake workers that speak Locust's worker protocol and
+# send real-sized reports at the real interval (bench/master_sim); exit 3 if the master did
+# not handle every message.  MASTER_SIM_AGENTS=1000 for the issue's per-core target.
+MASTER_SIM_WORKERS ?= 64
+MASTER_SIM_AGENTS  ?= 150
+MASTER_SIM_SECONDS ?= 20
+bench-master: $(STAMP)
+	$(BIN)/python -m bench.master_sim --workers $(MASTER_SIM_WORKERS) --agents $(MASTER_SIM_AGENTS) --seconds $(MASTER_SIM_SECONDS) --out results/master-sim.json
 
 .PHONY: bench-proxy
 # What the recording proxy adds to a turn, against a bare relay in the same trials.

@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.responses import Response
 
 from harness.wire.sse import encode_event
-from reference_server.fault_send import Send
+from reference_server.fault_send import CutAnswer, InjectedDisconnect, Send
 
 SendEvents = Send
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 AsgiSend = Callable[[dict[str, Any]], Awaitable[None]]
+T = TypeVar("T")
 
 
 async def until_disconnect(receive: Receive, work: Coroutine[Any, Any, Any]) -> bool:
@@ -60,6 +61,23 @@ async def until_disconnect(receive: Receive, work: Coroutine[Any, Any, Any]) -> 
     finally:
         watcher.cancel()
     return True
+
+
+async def unless_gone(receive: Receive, work: Coroutine[Any, Any, T]) -> T | Response:
+    """What ``work`` returns, or the answer for a non-streamed request whose client left
+    (499: stop generating for nobody; the access log shows it) or whose answer the
+    ``disconnect`` fault cuts."""
+    done: list[T] = []
+
+    async def keep() -> None:
+        done.append(await work)
+
+    try:
+        if not await until_disconnect(receive, keep()):
+            return Response(status_code=499)
+    except InjectedDisconnect:
+        return CutAnswer()
+    return done[0]
 
 
 class SseResponse(Response):

@@ -31,6 +31,10 @@ from harness.locust_driver.protocol import (
     MSG_HELLO,
     MSG_ROWS,
     RunConfig,
+    claim_message,
+    final_message,
+    hello_message,
+    rows_message,
 )
 from harness.locust_driver.wire import plan_from_wire, rollout_to_row, turn_to_row
 from harness.locust_driver.work import Claim
@@ -94,7 +98,7 @@ class WorkerSide:
                 slo=json.loads(config.slo) if config.slo else None,
             ),
         )
-        self._send(MSG_HELLO, {"run_id": config.run_id, "pid": os.getpid()})
+        self._send(MSG_HELLO, hello_message(config.run_id, os.getpid()))
         self._shipper = gevent.spawn(self._ship_forever)
         self._watchdog = gevent.spawn(_watch_loop, self.run.loop_lag)
 
@@ -114,15 +118,15 @@ class WorkerSide:
         turns, rollouts = run.take_rows()
         self._send(
             MSG_FINAL,
-            {
-                "run_id": run.config.run_id,
-                "state": run.acc.to_state(),
-                "turns": turns,
-                "rollouts": rollouts,
-                "turns_total": run.turns,
-                "rollouts_total": run.rollouts,
-                "health": health.to_state(),
-            },
+            final_message(
+                run.config.run_id,
+                state=run.acc.to_state(),
+                turns=turns,
+                rollouts=rollouts,
+                turns_total=run.turns,
+                rollouts_total=run.rollouts,
+                health=health.to_state(),
+            ),
         )
 
     def _ship_forever(self) -> None:
@@ -135,7 +139,7 @@ class WorkerSide:
         if run is None or not (run.turn_rows or run.rollout_rows):
             return
         turns, rollouts = run.take_rows()
-        self._send(MSG_ROWS, {"run_id": run.config.run_id, "turns": turns, "rollouts": rollouts})
+        self._send(MSG_ROWS, rows_message(run.config.run_id, turns, rollouts))
 
     # -- work ------------------------------------------------------------------------------------
 
@@ -146,10 +150,7 @@ class WorkerSide:
         req = next(self._req)
         result: AsyncResult = AsyncResult()
         self._waiting[req] = result
-        self._send(
-            MSG_CLAIM,
-            {"req": req, "finished": list(finished) if finished else None},
-        )
+        self._send(MSG_CLAIM, claim_message(req, finished))
         claim: Claim = result.get()
         return claim
 

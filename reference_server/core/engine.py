@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sys
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -84,6 +85,12 @@ class PrefixCache:
     def __contains__(self, prefix_hash: object) -> bool:
         """Whether a prefix is cached, without counting a lookup or refreshing it."""
         return prefix_hash in self._entries
+
+    def table_bytes(self) -> int:
+        """Bytes of the ordered hash table (its keys' and values' ints aside): 5.5 MiB when
+        65,536 entries first fill it, 9 MiB once evictions have made CPython reallocate it one
+        size up, where it stays (the soak accounts for that step: docs/reliability.md)."""
+        return sys.getsizeof(self._entries)
 
     def lookup(self, prefix_hashes: Sequence[tuple[int, int]]) -> int:
         """Cached token count of the longest cached prefix (0 if none); refreshes its recency."""

@@ -101,6 +101,24 @@ def test_prefix_cache_disabled() -> None:
 # -- decode plans ----------------------------------------------------------------------------
 
 
+def test_a_full_prefix_cache_table_steps_up_once_as_it_churns_then_stays() -> None:
+    # What the soak accounts for: CPython resizes a dict for its live entries x3 once its
+    # slots are used up, and an LRU's evictions use them up; the table at its first fill is
+    # one size below the one a churning cache keeps for good.
+    cache, rng = PrefixCache(4096), random.Random(2)
+    for _ in range(4096):
+        cache.insert([(rng.getrandbits(63), 100)])
+    first_full = cache.table_bytes()
+    sizes = set()
+    for step in range(40):
+        for _ in range(2048):
+            cache.insert([(rng.getrandbits(63), 100)])
+        if step >= 4:
+            sizes.add(cache.table_bytes())
+    assert len(cache) == 4096
+    assert sizes == {max(sizes)} and max(sizes) > 1.5 * first_full, (first_full, sizes)
+
+
 def test_plan_without_burst_is_exactly_sustained() -> None:
     eng = _engine(burst_probability="0")
     plan = decode_plan(1001, random.Random(1), eng)
