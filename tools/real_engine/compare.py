@@ -36,6 +36,8 @@ STATS = ("p50", "p99", "mean")
 _ENGINE = {"ttft_ms": TTFT, "ttfb_ms": TTFT, "itl_ms": ITL, "tpot_ms": TPOT}
 #: shown beside them with no engine figure: what the endpoint held a call back
 _CLIENT_ONLY = ("held_back_ms",)
+#: judged relative to vLLM's figure (the first-token times are judged in ms)
+_RELATIVE = ("itl_ms", "tpot_ms")
 _TOKENS = {
     "input": PROMPT_TOKENS,
     "output": GENERATION_TOKENS,
@@ -234,7 +236,7 @@ def render(rows: Sequence[Row]) -> str:
         if diff is None:
             shown = "-"
         elif r.metric.endswith("_ms"):
-            rel = f" ({diff / r.engine:+.1%})" if r.engine and r.metric != "ttft_ms" else ""
+            rel = f" ({diff / r.engine:+.1%})" if r.engine and r.metric in _RELATIVE else ""
             shown = f"{diff:+.2f}{rel}"
         else:
             shown = f"{diff:+,.0f}"

@@ -150,6 +150,11 @@ def test_forced_tool_calls_judge_the_first_event_and_show_the_held_back_time_apa
     assert (held.client, held.engine, held.bound) == (47.5, None, "")
     assert by["held_back_ms", "count"].client == 40
     table = render(rows)
+    # a first-event difference is shown in ms, as TTFT's, never as a share of vLLM's TTFT
+    first_event_line = next(
+        line for line in table.splitlines() if "ttfb_ms" in line and " p50 " in line
+    )
+    assert "+1.50" in first_event_line and "(+" not in first_event_line
     held_line = next(
         line for line in table.splitlines() if "held_back_ms" in line and "count" in line
     )
