@@ -20,18 +20,9 @@ import pytest
 import yaml
 
 from harness.run.embedded import embedded_server
+from tests.tools.real_engine.engine_venv import ENGINE_VENV, NEEDS_ENGINE, ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
-ENGINE_VENV = ROOT / ".venv-engine"
-
-pytestmark = [
-    pytest.mark.serial,
-    pytest.mark.skipif(
-        not (ENGINE_VENV / ".installed").exists(),
-        reason=f"no {ENGINE_VENV.name} here (`make real-engine` installs it): the tiny "
-        "model's tokenizer is built with it",
-    ),
-]
+pytestmark = [pytest.mark.serial, NEEDS_ENGINE]
 
 TRUTH = {
     "engine.sustained_tps": "1000",
