@@ -283,11 +283,7 @@ class ReferenceServer:
         async def run(send: SendEvents) -> bool:
             return await service.generate_or_fail(job, send)
 
-        return EventStream(
-            run,
-            {**headers, "cache-control": "no-cache"},
-            done_marker=self.config.sse_done_marker,
-        )
+        return EventStream(run, headers, done_marker=self.config.sse_done_marker)
 
     async def _http_create_whole(
         self, request: Request, admission: Admission, headers: dict[str, str]

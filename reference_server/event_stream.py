@@ -92,7 +92,8 @@ class SseResponse(Response):
         self.status_code = 200
         self.media_type = "text/event-stream"
         self.background = None
-        self.init_headers(headers)
+        # A stream is never a cached answer (every SSE route of the API says so).
+        self.init_headers({**(headers or {}), "cache-control": "no-cache"})
         self._done_marker = done_marker
 
     async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> bool:

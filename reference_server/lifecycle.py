@@ -88,7 +88,7 @@ class Lifecycle:
     def _stream(self, frames: Frames, request_id: str, ended: Callable[[], bool]) -> Response:
         return _FrameStream(
             frames,
-            {"x-request-id": request_id, "cache-control": "no-cache"},
+            {"x-request-id": request_id},
             done_marker=self._done_marker,
             ended=ended,
         )

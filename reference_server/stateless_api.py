@@ -143,12 +143,7 @@ class StatelessApi:
 
             return await service.generate_or_fail(job, translated) and not translator.failed
 
-        return EventStream(
-            run,
-            {**headers, "cache-control": "no-cache"},
-            done_marker=self.done_marker,
-            encode=self.encode,
-        )
+        return EventStream(run, headers, done_marker=self.done_marker, encode=self.encode)
 
     async def _whole(
         self,

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from bench.entry import exit_code
-from bench.master_sim.figures import render
+from bench.master_sim.figures import render, verdict
 from bench.master_sim.sim import SimOptions, run_sim
-from harness.wire.exit_codes import ExitCode, UsageParser
+from harness.wire.exit_codes import UsageParser
 
 
 def build_parser() -> UsageParser:
@@ -27,6 +27,12 @@ def build_parser() -> UsageParser:
     p.add_argument("--turn-rate", type=float, default=1.0, help="turns a second per agent")
     p.add_argument("--out", default="results/master-sim.json", help="JSON file to write")
     p.add_argument("--keep", default="", help="keep the logs and results folder here")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="judge whether the master kept up (report lag p99 <= 500 ms): exit 2 when it fell "
+        "behind on a quiet machine, 3 when the machine was too busy to judge",
+    )
     return p
 
 
@@ -42,19 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         fig = run_sim(opts, Path(args.keep) if args.keep else None)
         print(render(fig))
-        machine = fig.get("machine")
-        if machine is not None and machine["busy"]:
-            print(
-                f"note: the machine was busy (others used {machine['others_core_pct']:.0f} % "
-                "of a core): timings are the machine's as much as the master's"
-            )
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(fig, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {out}")
-        if not fig["every_message_handled"]:
-            return int(ExitCode.INVALID)
-        return int(ExitCode.OK)
+        code, why = verdict(fig, check=args.check)
+        if why:
+            print(why)
+        return code
 
     return exit_code(body)
 

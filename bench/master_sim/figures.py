@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.peers.figures import percentile, spread
+from harness.wire.exit_codes import ExitCode
 
 #: observed: the master keeps up when a report is handled before the worker's next is due
 KEEP_UP_LAG_P99_MS = 500.0
@@ -244,6 +245,33 @@ def render(fig: Mapping[str, Any]) -> str:
         f"| keeps up by its cost (needs ≤ {KEEP_UP_CPU_SHARE:g} core) | "
         f"{'yes' if fig['keeps_up_by_cost'] else 'no'} |",
         f"| kept up here (lag p99 ≤ {KEEP_UP_LAG_P99_MS:g} ms) | "
-        f"{'yes' if fig['keeps_up'] else 'no'} |",
+        f"{'yes' if fig['keeps_up'] else 'no'}"
+        f"{'; ' + fig['not_judged'] if fig.get('not_judged') else ''} |",
     ]
     return "\n".join(["| figure | value |", "|---|---:|", *lines])
+
+
+def verdict(fig: Mapping[str, Any], *, check: bool) -> tuple[int, str]:
+    """The exit code and the line that says why.
+
+    A message, final or row that did not reach the master and the folder: 3, the run says
+    nothing.  With ``check``, whether the master kept up is judged on a quiet machine only:
+    2 when it fell behind there, 3 ("not judged") when others kept the machine busy.
+    """
+    m, r = fig["messages"], fig["rows"]
+    if not fig["every_message_handled"]:
+        return int(ExitCode.INVALID), (
+            f"the master did not account for every message: reports {m['rows_handled']}/"
+            f"{m['rows_sent']}, finals {m['finals_handled']}/{m['finals_sent']}, turn rows on "
+            f"disk {r['turn_rows_on_disk']}/{r['turn_rows_sent']}"
+        )
+    lag = fig["report_lag_ms"]["p99"]
+    if not check:
+        return int(ExitCode.OK), ""
+    if fig.get("not_judged"):
+        return int(ExitCode.INVALID), f"keeps up: {fig['not_judged']}"
+    if not fig["keeps_up"]:
+        return int(ExitCode.SLO_BREACH), (
+            f"the master fell behind: report lag p99 {lag} ms > {KEEP_UP_LAG_P99_MS:g} ms"
+        )
+    return int(ExitCode.OK), f"the master kept up: report lag p99 {lag} ms"

@@ -98,6 +98,7 @@ def run_sim(opts: SimOptions, work: Path | None = None) -> dict[str, Any]:
         folder.mkdir(parents=True, exist_ok=True)
         result, busy = measure_busy(lambda: _run(opts, folder))
     result["machine"] = None if busy is None else busy.as_dict()
+    result["not_judged"] = busy.not_judged() if busy is not None and busy.busy else ""
     return result
 
 

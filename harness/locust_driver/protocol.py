@@ -80,8 +80,9 @@ class RunConfig:
 # (bench/master_sim's fake workers) send the same payloads.
 
 
-def hello_message(run_id: str, pid: int) -> dict[str, Any]:
-    return {"run_id": run_id, "pid": pid}
+def hello_message(run_id: str, pid: int, **extra: Any) -> dict[str, Any]:
+    """The worker takes part in the run; ``extra``: what else it tells the master about itself."""
+    return {"run_id": run_id, "pid": pid, **extra}
 
 
 def claim_message(req: int, finished: tuple[int, int] | None) -> dict[str, Any]:

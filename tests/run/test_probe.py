@@ -388,23 +388,22 @@ def test_bad_target_url_exits_4() -> None:
     )
 
 
+def _unknown(feature: str, evidence: str) -> Finding:
+    """What a check finds when the server failed to answer: neither yes nor no."""
+    return Finding(feature, None, evidence, server_failed=True)
+
+
 def test_each_check_is_bounded_by_its_timeout() -> None:
     with silent_server() as url:
         found = _by_feature(probe(url, api_key="sk-loopbench", timeout_s=0.5))
     assert found[checks.REACHABLE].supported
     # no answer says nothing of the feature: "unknown", and it stops a run all the same
-    assert found[checks.SSE] == Finding(
-        checks.SSE,
-        None,
-        f"POST {url}/responses: no complete answer within 0.5 s",
-        server_failed=True,
+    assert found[checks.SSE] == _unknown(
+        checks.SSE, f"POST {url}/responses: no complete answer within 0.5 s"
     )
     ws_url = url.replace("http://", "ws://") + "/responses"
-    assert found[checks.WEBSOCKET] == Finding(
-        checks.WEBSOCKET,
-        None,
-        f"no answer to the WebSocket upgrade at {ws_url} within 0.5 s",
-        server_failed=True,
+    assert found[checks.WEBSOCKET] == _unknown(
+        checks.WEBSOCKET, f"no answer to the WebSocket upgrade at {ws_url} within 0.5 s"
     )
 
 
@@ -419,11 +418,8 @@ def test_a_websocket_that_upgrades_then_says_nothing_is_unknown_not_missing() ->
             )
         )
     ws_url = url.replace("http://", "ws://") + "/responses"
-    assert found[checks.WEBSOCKET] == Finding(
-        checks.WEBSOCKET,
-        None,
-        f"{ws_url} upgraded, but no terminal event within 0.5 s (0 events)",
-        server_failed=True,
+    assert found[checks.WEBSOCKET] == _unknown(
+        checks.WEBSOCKET, f"{ws_url} upgraded, but no terminal event within 0.5 s (0 events)"
     )
     assert not found[checks.WS_CHAINING].checked
     cause = refusal(list(found.values()), [transport_spec("ws")], url)

@@ -256,6 +256,7 @@ def test_event_stream_writes_one_body_per_batch_and_done_on_success() -> None:
     headers = dict(start["headers"])
     assert headers[b"content-type"].startswith(b"text/event-stream")
     assert headers[b"x-request-id"] == b"req_1"
+    assert headers[b"cache-control"] == b"no-cache"
     assert b"content-length" not in headers
     assert bodies == [
         {"type": "http.response.body", "body": encode_event(E1), "more_body": True},

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench.master_sim.figures import KEEP_UP_LAG_P99_MS, figures
+from bench.master_sim.figures import KEEP_UP_LAG_P99_MS, figures, verdict
 from tests.runs import ROOT
 
 MS = 1_000_000
@@ -168,3 +168,28 @@ def test_a_report_the_master_never_handled_or_a_row_not_on_disk_is_caught() -> N
         logs, _master(both, {}), rows_on_disk=20, rollout_rows_on_disk=0, offered_turns_per_s=20
     )
     assert fig["every_message_handled"] is False  # no final handled
+
+
+def test_the_verdict_judges_keeping_up_only_on_a_quiet_machine() -> None:
+    logs = [_log("a", [0, 500 * MS], final_ns=900 * MS)]
+    finals = {"a": [_at(950, 960, 0)]}
+
+    def quiet(rows: dict[str, list[list[float]]]) -> dict[str, Any]:
+        fig = figures(
+            logs, _master(rows, finals), rows_on_disk=20, rollout_rows_on_disk=0,
+            offered_turns_per_s=20,
+        )  # fmt: skip
+        return dict(fig, not_judged="")
+
+    fig = quiet({"a": [_at(1, 2), _at(501, 1800)]})  # the second report handled 1.3 s late
+    assert verdict(fig, check=False) == (0, "")
+    code, why = verdict(fig, check=True)
+    assert code == 2 and "fell behind" in why and "1287.02 ms" in why
+    busy = dict(fig, not_judged="not judged: the machine was busy (others used 150 % of a core)")
+    code, why = verdict(busy, check=True)
+    assert code == 3 and why == f"keeps up: {busy['not_judged']}"
+    missing = dict(fig, every_message_handled=False)
+    code, why = verdict(missing, check=False)
+    assert code == 3 and "reports 2/2" in why and "turn rows on disk 20/20" in why
+    fig = quiet({"a": [_at(1, 2), _at(501, 502)]})
+    assert verdict(fig, check=True) == (0, "the master kept up: report lag p99 2.0 ms")
