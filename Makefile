@@ -19,6 +19,7 @@ help:
 	@echo "make bench-proxy what loopbench record adds to a turn: 1,000 paired trials against a bare relay (docs/traces.md)"
 	@echo "make bench-peers loopbench next to guidellm and aiperf (own venv .venv-peers) -> results/peers.json, BENCHMARKS.md (~5 min)"
 	@echo "make real-engine loopbench, guidellm, aiperf against vLLM on the CPU (own venv .venv-engine), each beside vLLM's own metrics (docs/real-engine.md)"
+	@echo "make real-engine-sim the reference server calibrated on vLLM, then both at concurrency 1, 2, 4: TTFT/TPOT side by side (docs/model.md §16)"
 	@echo "make notebook   re-execute notebooks/*.ipynb in place on results/baseline (committed with outputs)"
 	@echo "make interop    the real agents (Codex CLI, Claude Code, openai-agents, openai/anthropic SDKs) against the reference server, direct, recorded, replayed (docs/agents.md)"
 
@@ -107,6 +108,13 @@ $(ENGINE_STAMP):
 # when .venv-engine exists).
 real-engine: $(STAMP) $(ENGINE_STAMP) $(PEERS_STAMP)
 	$(BIN)/python -m tools.real_engine --check --engine-venv $(ENGINE_VENV) --peers-venv $(PEERS_VENV) --out results/real-engine
+
+.PHONY: real-engine-sim
+# The reference server calibrated on loopbench runs against vLLM (concurrency 1, 2, 4), then
+# vLLM and the calibrated server driven by the same scenario level by level, back to back:
+# TTFT p50/p99 and TPOT p50 side by side; exit 3 when one is off by more than 15 %.
+real-engine-sim: $(STAMP) $(ENGINE_STAMP)
+	$(BIN)/python -m tools.real_engine.simulate --check --engine-venv $(ENGINE_VENV) --out results/real-engine-sim
 
 .PHONY: notebook
 # Committed with its outputs so it reads on GitHub; executed on the committed baseline so the

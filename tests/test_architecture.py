@@ -94,8 +94,9 @@ ALLOWED.update(
         "tools.soak_gate": _CHECKS,
         "tools.fuzz": _CHECKS | {"tools.soak"},
         # `make real-engine` drives the peers as the peer bench does (its commands, offline
-        # tokenizer and readers), against vLLM instead of the reference server
-        "tools.real_engine": _WHOLE_PRODUCT | {"bench.peers"},
+        # tokenizer and readers), against vLLM instead of the reference server; `make
+        # real-engine-sim` judges its levels with the bench's busy-machine accounting
+        "tools.real_engine": _WHOLE_PRODUCT | {"bench.peers", "bench.selfbench"},
     }
 )
 

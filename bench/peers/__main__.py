@@ -8,20 +8,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.peers.bench import MORE_TRANSPORTS, TOOLS, PeersOptions, run_peers
+from bench.peers.bench import MORE_TRANSPORTS, TOOLS, PeersOptions, positive_ints, run_peers
 from bench.peers.figures import render_section, render_table, replace_section
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
-
-
-def _levels(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        levels = ()
-    if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError(f"expected stream counts like 1,16,64, got {text!r}")
-    return levels
 
 
 def _tools(text: str) -> tuple[str, ...]:
@@ -54,7 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="virtualenv holding guidellm and aiperf (default .venv-peers; make bench-peers "
         "creates it)",
     )
-    p.add_argument("--levels", type=_levels, default=None, help="stream counts (default 1,16,64)")
+    p.add_argument(
+        "--levels",
+        type=positive_ints("stream counts like 1,16,64"),
+        default=None,
+        help="stream counts (default 1,16,64)",
+    )
     p.add_argument("--tools", type=_tools, default=TOOLS, help="default: loopbench,guidellm,aiperf")
     p.add_argument(
         "--no-ws", action="store_true", help="skip loopbench over ws and http (information only)"

@@ -221,6 +221,13 @@ class EngineProfile(_Profile):
     max_streams: AtLeastOne
     aggregate_tps: Positive
     prefix_cache_entries: NonNegativeInt
+    # Batching (docs/model.md §2, "Interference"): an engine that steps every active stream
+    # together takes longer per step the more streams the step holds.  Each other active
+    # stream adds this fraction to every stream's time per output token, and this much to
+    # a newcomer's first token (its prefill waits for, and shares, their decode steps).
+    # 0 (the default) is an engine whose streams never slow each other below aggregate_tps.
+    decode_slowdown_per_stream: float = Field(default=0.0, ge=0, le=10)
+    ttft_per_active_ms: NonNegative = 0.0
     # Reasoning tokens decoded before the visible output of every response that names no
     # budget (docs/model.md "Reasoning"); 0 keeps a profile a non-reasoning model.
     reasoning_tokens: int = Field(default=0, ge=0, le=1_000_000)
