@@ -82,7 +82,7 @@ ALLOWED.update(
     {
         "bench": _WHOLE_PRODUCT,
         "bench.selfbench": _CHECKS | {"bench"},
-        "bench.peers": _CHECKS | {"bench.selfbench"},
+        "bench.peers": _CHECKS | {"bench", "bench.selfbench"},
         # was harness/record/bench.py: the record layer's rules, the proxy itself, and the
         # measuring client's kernel stamps and paired bootstrap of the p99 shift
         "bench.proxy": ALLOWED["harness.record"]
@@ -96,7 +96,7 @@ ALLOWED.update(
         # `make real-engine` drives the peers as the peer bench does (its commands, offline
         # tokenizer and readers), against vLLM instead of the reference server; `make
         # real-engine-sim` judges its levels with the bench's busy-machine accounting
-        "tools.real_engine": _WHOLE_PRODUCT | {"bench.peers", "bench.selfbench"},
+        "tools.real_engine": _WHOLE_PRODUCT | {"bench", "bench.peers", "bench.selfbench"},
     }
 )
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from bench.folders import fresh_folder
 from bench.peers import commands as cmd
 from bench.peers import offline
 from bench.peers.figures import FORMAT_VERSION, combined, precision_target, run_figures, target
@@ -181,20 +182,8 @@ MARKER = ".loopbench-peers"
 
 
 def _fresh_folder(art: Path) -> None:
-    """Empty ``art`` for this bench (one bench's files, never a mix of two).
-
-    Only a folder this bench made (it holds :data:`MARKER`) or an empty one is emptied:
-    a mistyped ``--artifacts`` must not delete somebody's files.
-    """
-    if art.exists():
-        if not (art / MARKER).exists() and any(art.iterdir()):
-            raise PeersError(
-                f"--artifacts {art}: the folder exists and was not made by the peer bench "
-                f"(no {MARKER} file in it); name a new or empty folder"
-            )
-        shutil.rmtree(art)
-    art.mkdir(parents=True)
-    (art / MARKER).write_text("made by python -m bench.peers; emptied on each run\n")
+    """Empty ``art`` for this bench (one bench's files, never a mix of two)."""
+    fresh_folder(art, marker=MARKER, option="--artifacts", made_by="bench.peers", error=PeersError)
 
 
 def _order(tools: Sequence[str], i: int) -> list[str]:

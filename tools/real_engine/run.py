@@ -12,7 +12,6 @@ import csv
 import gzip
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from bench.folders import fresh_folder
 from bench.peers import commands as cmd
 from bench.peers import offline
 from bench.peers.bench import peer_version, read_measured, timed
@@ -183,17 +183,8 @@ def footer(doc: dict[str, Any], out: Path) -> str:
 
 
 def fresh_out(out: Path) -> None:
-    """``out`` emptied for one run's files, never a mix of two; but only a folder this tool
-    made is emptied (a user's folder named by mistake is refused)."""
-    if out.exists():
-        if any(out.iterdir()) and not (out / MARKER).exists():
-            raise EngineError(
-                f"--out {out}: the folder exists and was not made by python -m "
-                f"tools.real_engine (no {MARKER} in it); name a new or empty folder"
-            )
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / MARKER).write_text("made by python -m tools.real_engine; emptied on each run\n")
+    """``out`` emptied for one run's files (only a folder this tool made, or an empty one)."""
+    fresh_folder(out, marker=MARKER, option="--out", made_by="tools.real_engine", error=EngineError)
 
 
 def warm_up(

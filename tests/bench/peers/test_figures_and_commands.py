@@ -257,6 +257,6 @@ def test_the_artifacts_folder_is_emptied_only_when_the_bench_made_it(tmp_path: P
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "keep.txt").write_text("precious")
-    with pytest.raises(PeersError, match="was not made by the peer bench"):
+    with pytest.raises(PeersError, match=r"was not made by python -m bench\.peers"):
         _fresh_folder(theirs)
     assert (theirs / "keep.txt").read_text() == "precious"
