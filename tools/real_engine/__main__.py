@@ -7,10 +7,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bench.options import options_from
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.compare import INTERVAL_BOUND, TTFT_BOUND_MS, render
-from tools.real_engine.run import PEERS, TRANSPORTS, Options, footer, run
+from tools.real_engine.run import PEERS, TRANSPORTS, Options, print_outcome, run
 
 
 def _names(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
@@ -78,30 +79,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{INTERVAL_BOUND * 100:g} %% (p50, mean), token counts equal",
     )
     args = p.parse_args(argv)
-    opts = Options(
-        out=args.out,
-        engine_venv=args.engine_venv,
-        peers_venv=args.peers_venv,
-        transports=args.transports,
-        peers=args.peers,
-        requests=args.requests,
-        concurrency=args.concurrency,
-        output_tokens=args.output_tokens,
-        tool_turns=not args.no_tool_turns,
-        capture=args.capture,
-        engine_url=args.engine_url,
-    )
+    opts = options_from(Options, args, tool_turns=not args.no_tool_turns)
     try:
         outcome = run(opts)
     except LoopbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
-    print()
-    print(render(outcome.rows))
-    doc = outcome.doc
-    print(f"\n{footer(doc, opts.out)}")
-    for note in outcome.notes:
-        print(f"note: {note}")
+    print_outcome(render(outcome.rows), outcome.doc, opts.out, outcome.notes)
     misses = outcome.missed
     if misses:
         print(f"{len(misses)} target(s) missed or not evaluated:", file=sys.stderr)

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,21 @@ def footer(doc: dict[str, Any], out: Path) -> str:
     )
 
 
+def write_outcome(out: Path, name: str, doc: dict[str, Any], table: str) -> None:
+    """The run's figures as ``name`` (JSON) and its table as table.txt, both in ``out``."""
+    (out / name).write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "table.txt").write_text(table + "\n")
+
+
+def print_outcome(table: str, doc: dict[str, Any], out: Path, notes: Sequence[str]) -> None:
+    """The table, then :func:`footer` and the notes, as the console shows a finished run."""
+    print()
+    print(table)
+    print(f"\n{footer(doc, out)}")
+    for note in notes:
+        print(f"note: {note}")
+
+
 def fresh_out(out: Path) -> None:
     """``out`` emptied for one run's files (only a folder this tool made, or an empty one)."""
     fresh_folder(out, marker=MARKER, option="--out", made_by="tools.real_engine", error=EngineError)
@@ -290,8 +305,7 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
         rows=[{**r.__dict__, "diff": r.diff} for r in outcome.rows],
         notes=outcome.notes,
     )
-    (out / "real-engine.json").write_text(json.dumps(outcome.doc, indent=1) + "\n")
-    (out / "table.txt").write_text(render(outcome.rows) + "\n")
+    write_outcome(out, "real-engine.json", outcome.doc, render(outcome.rows))
     return outcome
 
 

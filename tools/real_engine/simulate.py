@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from bench.options import options_from
 from bench.peers.bench import positive_ints, timed
 from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from harness.wire.errors import LoopbenchError
@@ -35,13 +36,14 @@ from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.engine import Engine, attached, build_model, serving
 from tools.real_engine.run import (
     Options,
-    footer,
     fresh_out,
     loopbench_argv,
     machine,
+    print_outcome,
     settled,
     text_scenario,
     warm_up,
+    write_outcome,
 )
 from tools.real_engine.sim_table import (
     BOUND,
@@ -106,13 +108,8 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
         folder.mkdir()
     t0 = time.perf_counter()
     load0 = os.getloadavg()
-    base = Options(
-        out=out,
-        engine_venv=opts.engine_venv,
-        requests=opts.requests,
-        output_tokens=opts.output_tokens,
-        run_timeout_s=opts.run_timeout_s,
-    )
+    # the real-engine run's options the two share (out, engine, requests, tokens, timeout)
+    base = options_from(Options, opts)
     say("building the tiny Llama (random weights, local BPE tokenizer) ...")
     hf_home = out / "hf"
     model = build_model(opts.engine_venv, out / "model", hf_home, out / "build.log")
@@ -192,8 +189,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
             "engine": yaml.safe_load(engine_yaml.read_text()),
         },
     }
-    (out / "real-engine-sim.json").write_text(json.dumps(outcome.doc, indent=1) + "\n")
-    (out / "table.txt").write_text(render(outcome.rows) + "\n")
+    write_outcome(out, "real-engine-sim.json", outcome.doc, render(outcome.rows))
     return outcome
 
 
@@ -250,15 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"more than {BOUND * 100:g} %%",
     )
     args = p.parse_args(argv)
-    opts = SimOptions(
-        out=args.out,
-        engine_venv=args.engine_venv,
-        engine_url=args.engine_url,
-        levels=args.levels,
-        requests=args.requests,
-        output_tokens=args.output_tokens,
-        attempts=max(1, args.attempts),
-    )
+    opts = options_from(SimOptions, args, attempts=max(1, args.attempts))
     try:
         outcome = run_sim(opts)
     except LoopbenchError as exc:
@@ -266,12 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.USAGE)
     print()
     print(outcome.calibration.strip())
-    print()
-    print(render(outcome.rows))
-    doc = outcome.doc
-    print(f"\n{footer(doc, opts.out)}")
-    for note in doc["notes"]:
-        print(f"note: {note}")
+    print_outcome(render(outcome.rows), outcome.doc, opts.out, outcome.doc["notes"])
     misses = missed(outcome.rows)
     if misses:
         unjudged = sum(bool(r.not_judged) for r in misses)
