@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.selfbench.figures import Figure, at_most, figure
-from bench.selfbench.timing import RunFigures, run_once
+from bench.selfbench.timing import RunFigures, warmed_closed_run
 
 STREAMS = 64
 OUTPUT_TOKENS = 200
@@ -39,20 +39,20 @@ def single_turn_run(
 ) -> RunFigures:
     """``streams`` closed-loop single-turn rollouts at a time, ``rollouts_per_stream`` each
     measured after a first unmeasured wave."""
-    return run_once(
+    return warmed_closed_run(
         base_url,
         f"selfbench-kstamp-{rx_stamp}-{streams}",
         transports,
+        streams,
+        rollouts_per_stream,
         {
-            "count": streams * (rollouts_per_stream + 1),
             "system_tokens": 20,
             "tool_schema_tokens": 0,
             "user_prompt_tokens": 30,
             "tool_calls": 0,
             "final_answer_tokens": OUTPUT_TOKENS,
         },
-        {"mode": "closed", "concurrency": streams, "warmup_rollouts": streams},
-        rx_stamp=rx_stamp,
+        rx_stamp,
     )
 
 

@@ -95,6 +95,31 @@ def run_once(
     return RunFigures(result.summary, seconds)
 
 
+def warmed_closed_run(
+    base_url: str,
+    name: str,
+    transports: Sequence[str],
+    streams: int,
+    rollouts_per_stream: int,
+    rollout: dict[str, Any],
+    rx_stamp: str,
+) -> RunFigures:
+    """``streams`` closed-loop rollouts shaped as ``rollout`` at a time, ``rollouts_per_stream``
+    each measured.
+
+    A first wave (one rollout per stream) is warm-up and not measured: it opens the
+    connections and runs code paths for the first time on both sides.
+    """
+    return run_once(
+        base_url,
+        name,
+        transports,
+        {"count": streams * (rollouts_per_stream + 1), **rollout},
+        {"mode": "closed", "concurrency": streams, "warmup_rollouts": streams},
+        rx_stamp=rx_stamp,
+    )
+
+
 def overhead_run(
     base_url: str,
     transports: Sequence[str],
@@ -102,17 +127,15 @@ def overhead_run(
     rollouts_per_stream: int,
     rx_stamp: str = "auto",
 ) -> RunFigures:
-    """Short turns (40-token outputs, small inputs) at ``streams`` concurrent rollouts.
-
-    The first wave (one rollout per stream) is warm-up and not measured: it opens
-    the connections and runs code paths for the first time on both sides.
-    """
-    return run_once(
+    """Short turns (40-token outputs, small inputs) at ``streams`` concurrent rollouts, after a
+    warm-up wave (:func:`warmed_closed_run`)."""
+    return warmed_closed_run(
         base_url,
         f"selfbench-overhead-{streams}",
         transports,
+        streams,
+        rollouts_per_stream,
         {
-            "count": streams * (rollouts_per_stream + 1),
             "system_tokens": 50,
             "tool_schema_tokens": 60,
             "user_prompt_tokens": 30,
@@ -122,8 +145,7 @@ def overhead_run(
             "step_output_tokens": 40,
             "final_answer_tokens": 40,
         },
-        {"mode": "closed", "concurrency": streams, "warmup_rollouts": streams},
-        rx_stamp=rx_stamp,
+        rx_stamp,
     )
 
 
