@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.peers.bench import MORE_TRANSPORTS, TOOLS, PeersOptions, positive_ints, run_peers
+from bench.cli_args import add_check_and_quiet, names_of, positive_ints
+from bench.peers.bench import MORE_TRANSPORTS, TOOLS, PeersOptions, run_peers
 from bench.peers.figures import render_section, render_table, replace_section
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
-
-
-def _tools(text: str) -> tuple[str, ...]:
-    tools = tuple(t.strip() for t in text.split(",") if t.strip())
-    unknown = sorted(set(tools) - set(TOOLS))
-    if unknown or not tools:
-        raise argparse.ArgumentTypeError(
-            f"expected one or more of {', '.join(TOOLS)}, got {text!r}"
-        )
-    return tools
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,7 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="stream counts (default 1,16,64)",
     )
-    p.add_argument("--tools", type=_tools, default=TOOLS, help="default: loopbench,guidellm,aiperf")
+    p.add_argument(
+        "--tools", type=names_of(TOOLS), default=TOOLS, help="default: loopbench,guidellm,aiperf"
+    )
     p.add_argument(
         "--no-ws", action="store_true", help="skip loopbench over ws and http (information only)"
     )
@@ -62,13 +54,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also write the table into this file between <!-- peers:begin --> and "
         "<!-- peers:end --> (make bench-peers: BENCHMARKS.md)",
     )
-    p.add_argument(
-        "--check",
-        action="store_true",
-        help=f"exit {int(ExitCode.SLO_BREACH)} when the target is missed, "
+    add_check_and_quiet(
+        p,
+        f"exit {int(ExitCode.SLO_BREACH)} when the target is missed, "
         f"{int(ExitCode.INVALID)} when it could not be judged (a side missing, the machine busy)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     args = p.parse_args(argv)
 
     artifacts = args.artifacts or args.out.with_suffix("")

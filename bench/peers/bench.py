@@ -10,7 +10,6 @@ its timing log is read, and each tool's per-request output is matched to it
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -132,22 +131,6 @@ def _loopbench_version() -> str:
         return version("loopbench")
     except PackageNotFoundError:
         return "source"
-
-
-def positive_ints(example: str) -> Callable[[str], tuple[int, ...]]:
-    """An argparse type for comma-separated counts (``--levels 1,16,64``): the error names
-    ``example``."""
-
-    def parse(text: str) -> tuple[int, ...]:
-        try:
-            levels = tuple(int(x) for x in text.split(",") if x.strip())
-        except ValueError:
-            levels = ()
-        if not levels or min(levels) < 1:
-            raise argparse.ArgumentTypeError(f"expected {example}, got {text!r}")
-        return levels
-
-    return parse
 
 
 def timed(

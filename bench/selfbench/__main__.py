@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.cli_args import add_check_and_quiet, names_of
 from bench.entry import exit_code
 from bench.selfbench.bench import STEPS, SelfbenchOptions, run_selfbench
 from bench.selfbench.figures import document, render_table, unjudged, verdict
@@ -46,6 +47,7 @@ def build_parser() -> UsageParser:
     p.add_argument("--no-locust", action="store_true", help="skip the Locust comparison")
     p.add_argument(
         "--steps",
+        type=names_of(STEPS),
         default=",".join(STEPS),
         help=f"comma-separated steps to run (default: all): {', '.join(STEPS)}",
     )
@@ -56,13 +58,11 @@ def build_parser() -> UsageParser:
         help="how the timing step's runs stamp reads (as loopbench run --rx-stamp; the kstamp "
         "step runs both kernel and user)",
     )
-    p.add_argument(
-        "--check",
-        action="store_true",
-        help=f"exit with code {int(EXIT_TARGET_MISSED)} when a target is missed, "
+    add_check_and_quiet(
+        p,
+        f"exit with code {int(EXIT_TARGET_MISSED)} when a target is missed, "
         f"{int(EXIT_NOT_JUDGED)} when the machine was too busy to judge one (make bench)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return p
 
 
@@ -72,15 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = SelfbenchOptions.quick() if args.quick else SelfbenchOptions()
     if args.no_locust:
         opts = dataclasses.replace(opts, locust=False)
-    steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
-    unknown = sorted(set(steps) - set(STEPS))
-    if unknown or not steps:
-        parser.error(f"--steps: expected one or more of {', '.join(STEPS)}, got {args.steps!r}")
     try:
         resolve_rx_stamp(args.rx_stamp)
     except ValueError as exc:
         parser.error(str(exc))
-    opts = dataclasses.replace(opts, steps=steps, rx_stamp=args.rx_stamp)
+    opts = dataclasses.replace(opts, steps=args.steps, rx_stamp=args.rx_stamp)
 
     def say(line: str) -> None:
         if not args.quiet:

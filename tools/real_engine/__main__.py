@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from bench.cli_args import names_of
 from bench.options import options_from
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.compare import INTERVAL_BOUND, TTFT_BOUND_MS, render
 from tools.real_engine.run import PEERS, TRANSPORTS, Options, print_outcome, run
-
-
-def _names(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        names = tuple(t.strip() for t in text.split(",") if t.strip())
-        bad = sorted(set(names) - set(allowed))
-        if bad:
-            raise argparse.ArgumentTypeError(
-                f"expected some of {','.join(allowed)} (or nothing), got {text!r}"
-            )
-        return names
-
-    return parse
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,11 +35,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument(
         "--transports",
-        type=_names(TRANSPORTS),
+        type=names_of(TRANSPORTS, required=False),
         default=TRANSPORTS,
         help="loopbench's text windows (default chat,http,http-chained,messages)",
     )
-    p.add_argument("--peers", type=_names(PEERS), default=PEERS, help="default guidellm,aiperf")
+    p.add_argument(
+        "--peers",
+        type=names_of(PEERS, required=False),
+        default=PEERS,
+        help="default guidellm,aiperf",
+    )
     p.add_argument("--requests", type=int, default=60, help="requests per window (default 60)")
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--output-tokens", type=int, default=128)

@@ -28,8 +28,9 @@ from typing import Any
 
 import yaml
 
+from bench.cli_args import positive_ints
 from bench.options import options_from
-from bench.peers.bench import positive_ints, timed
+from bench.peers.bench import timed
 from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser

@@ -24,7 +24,7 @@ def test_a_bad_argument_or_a_missing_engine_is_a_usage_error(
     with pytest.raises(SystemExit) as exc:
         main(["--transports", "ws"])
     assert exc.value.code == ExitCode.USAGE
-    assert "expected some of chat,http,http-chained,messages" in capsys.readouterr().err
+    assert "expected none or some of chat, http, http-chained, messages" in capsys.readouterr().err
     code = main(["--out", str(tmp_path / "out"), "--engine-venv", str(tmp_path / "none")])
     assert code == ExitCode.USAGE
     assert "no engine virtualenv at" in capsys.readouterr().err
