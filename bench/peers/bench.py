@@ -13,11 +13,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import platform
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -44,7 +42,8 @@ from bench.peers.readers import (
 )
 from bench.peers.timing_log import ServerEntry, parse_timing_log
 from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
-from bench.selfbench.cpu_steal import read_cpu_times, steal_percent
+from bench.selfbench.cpu_steal import read_cpu_times
+from bench.selfbench.machine import run_header
 from harness.run.embedded import server_child
 from harness.wire.errors import LoopbenchError
 
@@ -242,18 +241,7 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
     precision = precision_target(docs)
     return {
         "format_version": FORMAT_VERSION,
-        "command": " ".join(["python -m bench.peers", *sys.argv[1:]]),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "seconds": round(time.perf_counter() - t0, 1),
-        "machine": {
-            "hostname": socket.gethostname(),
-            "cpu_count": os.cpu_count(),
-            "load_average_at_start": load0,
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-            "cpu_steal_pct": steal_percent(cpu0, read_cpu_times()),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-        },
+        **run_header("python -m bench.peers", started, t0, cpu0, load0),
         "workload": {
             "api": "chat completions, streamed",
             "input_tokens": offline.PROMPT_TOKENS,
