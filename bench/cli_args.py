@@ -22,6 +22,21 @@ def positive_ints(example: str) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type for a whole number no smaller than ``low`` (``--trials 1000``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
 def names_of(allowed: Sequence[str], *, required: bool = True) -> Callable[[str], tuple[str, ...]]:
     """An argparse type for comma-separated names out of ``allowed`` (``--tools a,b``); with
     ``required`` False an empty list is one too (nothing of that kind is run)."""

@@ -92,7 +92,7 @@ ALLOWED.update(
         "tools": _WHOLE_PRODUCT,
         "tools.soak": _CHECKS | {"tools.soak_gate"},
         "tools.soak_gate": _CHECKS,
-        "tools.fuzz": _CHECKS | {"tools.soak"},
+        "tools.fuzz": _CHECKS | {"bench", "tools.soak"},
         # `make real-engine` drives the peers as the peer bench does (its commands, offline
         # tokenizer and readers), against vLLM instead of the reference server; `make
         # real-engine-sim` judges its levels with the bench's busy-machine accounting

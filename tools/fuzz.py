@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from bench.cli_args import at_least
 from harness.run.embedded import server_child
 from harness.wire import ws_frames as wsf
 from harness.wire.exit_codes import UsageParser
@@ -1369,11 +1370,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "sequences and broken sockets; check every answer against docs/server.md.",
     )
     parser.add_argument(
-        "--cases", type=int, default=10_000, help="cases after the warm-up (default 10000)"
+        "--cases", type=at_least(1), default=10_000, help="cases after the warm-up (default 10000)"
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
-        "--concurrency", type=int, default=16, help="connections at once (default 16)"
+        "--concurrency", type=at_least(1), default=16, help="connections at once (default 16)"
     )
     parser.add_argument(
         "--hang-s",
@@ -1391,10 +1392,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", help="also write the counts as JSON to this file")
     parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args(argv)
-    if args.cases < 1 or args.concurrency < 1 or args.hang_s <= 0:
-        parser.error(
-            "--cases and --concurrency must be positive integers, --hang-s a positive number"
-        )
+    # "not > 0" also refuses nan
+    if not args.hang_s > 0:
+        parser.error(f"--hang-s: expected a positive number of seconds, got {args.hang_s}")
     res = run(
         cases=args.cases,
         seed=args.seed,

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 
+from bench.cli_args import at_least
 from bench.entry import exit_code
 from bench.proxy.latency import BARE_RELAY, THIS_PROXY, run_bench
 from bench.selfbench.cpu_steal import read_cpu_times, steal_percent
@@ -25,17 +26,19 @@ def build_parser() -> UsageParser:
         "server, a bare relay process (forwards bytes, records nothing) is measured in the "
         "same trials as the floor any extra hop costs (make bench-proxy; docs/traces.md).",
     )
-    p.add_argument("--trials", type=int, default=1000, metavar="N", help="paired turns (1000)")
+    p.add_argument(
+        "--trials", type=at_least(1), default=1000, metavar="N", help="paired turns (1000)"
+    )
     p.add_argument(
         "--streams",
-        type=int,
+        type=at_least(1),
         default=1,
         metavar="K",
         help="run K paired streams at once (the N pairs shared among them)",
     )
     p.add_argument(
         "--history",
-        type=int,
+        type=at_least(0),
         default=0,
         metavar="M",
         help="each request carries M earlier messages of ~100 tokens",
@@ -66,10 +69,7 @@ def _progress(done: int, total: int, elapsed_s: float) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.trials < 1 or args.streams < 1 or args.history < 0:
-        parser.error("--trials and --streams must be positive, --history 0 or more")
+    args = build_parser().parse_args(argv)
     # stopped by SIGTERM, the bench still stops the server and relays it started
     sigterm_as_sigint()
     with _upstream(args.upstream, args.seed) as upstream:

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from bench.cli_args import names_of, positive_ints
+from bench.cli_args import at_least, names_of, positive_ints
 
 
 def test_names_are_taken_from_the_allowed_ones_and_an_empty_list_only_when_allowed() -> None:
@@ -25,3 +25,12 @@ def test_counts_are_positive_and_the_error_names_the_example() -> None:
     for bad in ("0,4", "x", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="expected counts like 1,4"):
             levels(bad)
+
+
+def test_a_whole_number_below_the_floor_or_not_a_number_is_refused() -> None:
+    assert at_least(0)("0") == 0 and at_least(1)("7") == 7
+    for bad in ("0", "-3", "1.5", "x"):
+        with pytest.raises(
+            argparse.ArgumentTypeError, match=f"expected a whole number >= 1, got '{bad}'"
+        ):
+            at_least(1)(bad)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from harness.wire.exit_codes import ExitCode
 from tests.foreign_http import ANSWER_500, foreign_server
 from tools import fuzz
 
@@ -41,3 +44,18 @@ def test_the_cases_are_seeded() -> None:
     a = [fuzz.fuzz_body(random.Random(9)) for _ in range(3)]
     b = [fuzz.fuzz_body(random.Random(9)) for _ in range(3)]
     assert a == b
+
+
+def test_a_bad_count_or_timeout_is_a_usage_error_before_anything_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    refused = {
+        "--cases=0": "argument --cases: expected a whole number >= 1, got '0'",
+        "--concurrency=x": "argument --concurrency: expected a whole number >= 1",
+        "--hang-s=nan": "--hang-s: expected a positive number of seconds, got nan",
+    }
+    for arg, said in refused.items():
+        with pytest.raises(SystemExit) as info:
+            fuzz.main([arg])
+        assert info.value.code == ExitCode.USAGE
+        assert said in capsys.readouterr().err
