@@ -26,23 +26,13 @@ def build_parser() -> UsageParser:
         "server, a bare relay process (forwards bytes, records nothing) is measured in the "
         "same trials as the floor any extra hop costs (make bench-proxy; docs/traces.md).",
     )
-    p.add_argument(
-        "--trials", type=at_least(1), default=1000, metavar="N", help="paired turns (1000)"
-    )
-    p.add_argument(
-        "--streams",
-        type=at_least(1),
-        default=1,
-        metavar="K",
-        help="run K paired streams at once (the N pairs shared among them)",
-    )
-    p.add_argument(
-        "--history",
-        type=at_least(0),
-        default=0,
-        metavar="M",
-        help="each request carries M earlier messages of ~100 tokens",
-    )
+    # the counts: flag, floor, default, metavar, help
+    for flag, low, default, metavar, text in (
+        ("--trials", 1, 1000, "N", "paired turns (1000)"),
+        ("--streams", 1, 1, "K", "run K paired streams at once (the N pairs shared among them)"),
+        ("--history", 0, 0, "M", "each request carries M earlier messages of ~100 tokens"),
+    ):
+        p.add_argument(flag, type=at_least(low), default=default, metavar=metavar, help=text)
     p.add_argument(
         "--upstream",
         metavar="URL",
