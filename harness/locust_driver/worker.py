@@ -7,16 +7,16 @@ HTML show the run.  A shipper greenlet sends the row buffer every
 :data:`SHIP_INTERVAL_S`; when the test stops, the final message carries the
 accumulator's state (histograms as HdrHistogram blobs), the last rows, the
 worker's own counts, which the master checks against what it received, and its
-health (CPU share, and how late its gevent loop woke: a watchdog greenlet
-samples it as the asyncio client's watchdog does), which the master judges
-with the run's validity rules.
+health, which the master judges with the run's validity rules: the CPU share and
+event-loop lag of the process that measured, the edge host
+(:mod:`harness.run.edge_host`, the asyncio edge in a child of this worker that runs
+each claimed rollout), and this worker's own CPU share beside it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
@@ -24,20 +24,26 @@ from typing import Any
 import gevent
 from gevent.event import AsyncResult
 
-from harness.locust_driver.net import now_ns
+from harness.client.options import TransportOptions
+from harness.client.shaping import rollout_key
+from harness.locust_driver.clock import now_ns
+from harness.locust_driver.edge import EdgeChild
 from harness.locust_driver.protocol import (
     MSG_CLAIM,
     MSG_FINAL,
     MSG_HELLO,
     MSG_ROWS,
     RunConfig,
+    shaping_from_json,
 )
 from harness.locust_driver.wire import plan_from_wire, rollout_to_row, turn_to_row
 from harness.locust_driver.work import Claim
 from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
-from harness.run.health import LOOP_WATCH_INTERVAL_S, CpuMeter
+from harness.run.edge_frames import EdgeBegin
+from harness.run.health import ClientHealth, CpuMeter
+from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.workload.records import RolloutRecord, TurnRecord
 
 SHIP_INTERVAL_S = 0.5
@@ -53,7 +59,6 @@ class WorkerRun:
     turns: int = 0
     rollouts: int = 0
     cpu: CpuMeter = field(default_factory=CpuMeter)
-    loop_lag: Histogram = field(default_factory=Histogram)
 
     def add_turn(self, rec: TurnRecord) -> None:
         self.acc.add_turn(rec)
@@ -82,7 +87,8 @@ class WorkerSide:
         self._waiting: dict[int, AsyncResult] = {}
         self.run: WorkerRun | None = None
         self._shipper: gevent.Greenlet | None = None
-        self._watchdog: gevent.Greenlet | None = None
+        #: the asyncio edge that runs the rollouts (None in tests that feed records directly)
+        self.edge: EdgeChild | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -94,23 +100,34 @@ class WorkerSide:
                 slo=json.loads(config.slo) if config.slo else None,
             ),
         )
-        self._send(MSG_HELLO, {"run_id": config.run_id, "pid": os.getpid()})
+        edge = self.edge
+        self._send(
+            MSG_HELLO,
+            {
+                "run_id": config.run_id,
+                "pid": os.getpid(),
+                "edge": "asyncio",
+                "edge_pid": edge.pid if edge is not None else None,
+            },
+        )
+        if edge is not None:
+            edge.begin(edge_begin(config))
         self._shipper = gevent.spawn(self._ship_forever)
-        self._watchdog = gevent.spawn(_watch_loop, self.run.loop_lag)
 
     def end(self) -> None:
         """Send the final state; called once the users are stopped."""
-        run, self.run = self.run, None
-        for greenlet in (self._shipper, self._watchdog):
-            if greenlet is not None:
-                greenlet.kill(block=False)
-        self._shipper = self._watchdog = None
+        if self._shipper is not None:
+            self._shipper.kill(block=False)
+        self._shipper = None
         for result in self._waiting.values():
             result.set(Claim("done"))
         self._waiting.clear()
+        # Before the run is let go: the edge's last records still land in it.
+        edge_state = self.edge.end() if self.edge is not None and self.run is not None else None
+        run, self.run = self.run, None
         if run is None:
             return
-        health = run.cpu.read(run.loop_lag)
+        health = _health(run.cpu.read(Histogram()), edge_state)
         turns, rollouts = run.take_rows()
         self._send(
             MSG_FINAL,
@@ -174,6 +191,18 @@ class WorkerSide:
             )
         )
 
+    def run_claim(self, claim: Claim) -> RolloutRecord:
+        """Run a claimed rollout on the edge host; blocks this user until it ends."""
+        run, edge = self.run, self.edge
+        assert run is not None and edge is not None and claim.plan is not None
+        return edge.run(
+            claim.transport,
+            claim.plan,
+            intended_ns=claim.start_in_ns,
+            round_index=claim.round,
+            rollout_key=rollout_key(run.config.run_id, claim.transport, claim.plan.rollout_id),
+        )
+
     # -- records ---------------------------------------------------------------------------------
 
     def on_turn(self, rec: TurnRecord) -> None:
@@ -221,10 +250,30 @@ class WorkerSide:
         )
 
 
-def _watch_loop(hist: Histogram) -> None:
-    """Record how late the gevent loop wakes from short sleeps: the worker's own lag."""
-    interval_ns = round(LOOP_WATCH_INTERVAL_S * 1e9)
-    while True:
-        t = time.perf_counter_ns()
-        gevent.sleep(LOOP_WATCH_INTERVAL_S)
-        hist.record_ns(max(0, time.perf_counter_ns() - t - interval_ns))
+def edge_begin(config: RunConfig) -> EdgeBegin:
+    """The run's settings as the edge host needs them; the API key is read here, on the
+    worker (``--loopbench-api-key-env``), and the tokenizer is loaded by the host."""
+    key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+    return EdgeBegin(
+        TransportOptions(
+            base_url=config.target,
+            api_key=key or PLACEHOLDER_API_KEY,
+            keepalive=config.keepalive,
+            verify_tls=config.verify_tls,
+            request_timeout_s=config.request_timeout_s,
+            shaping=shaping_from_json(config.shaping),
+        ),
+        model=config.model,
+        hints=config.hints,
+        tokenizer=config.tokenizer,
+    )
+
+
+def _health(own: ClientHealth, edge_state: dict[str, Any] | None) -> ClientHealth:
+    """The edge host measured, so its loop lag is the worker's; the CPU share is the busier
+    of the two processes (both saturate the same way: records arrive late)."""
+    if edge_state is None:
+        return own
+    edge = ClientHealth.from_state(edge_state)
+    edge.cpu_share = max(edge.cpu_share, own.cpu_share)
+    return edge
