@@ -261,34 +261,39 @@ def sustained(
     return turns_per_s is None or turns_per_s >= opts.min_rate_share * agents / opts.turn_period_s
 
 
-def _plans(opts: AgentsOptions, agents: int, transport: str) -> tuple[Any, list[RolloutPlan]]:
+def scenario_fields(
+    opts: AgentsOptions, agents: int, transport: str
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The step's scenario: (name, rollout, load) sections."""
     # Enough rollouts that the step ends on time, not on a count: an agent makes one
     # rollout per (tool_calls + 1) turn periods.
     per_agent = 2 + int(opts.step_seconds / (opts.turn_period_s * opts.tool_calls)) + 1
     lo, hi = opts.tool_ms
-    scenario = _scenario(
-        f"selfbench-agents-{transport}-{agents}",
-        [transport],
-        {
-            "count": agents * per_agent,
-            "system_tokens": 40,
-            "tool_schema_tokens": 40,
-            "user_prompt_tokens": 20,
-            "tool_calls": opts.tool_calls,
-            "tool_output_tokens": 20,
-            "tool_latency_ms": {"dist": "uniform", "min": lo, "max": hi} if hi > lo else lo,
-            "step_output_tokens": opts.output_tokens,
-            "final_answer_tokens": opts.output_tokens,
-        },
-        {
-            "mode": "closed",
-            "concurrency": agents,
-            # The first wave (one rollout per agent, started over the ramp) is warm-up: it
-            # opens every connection and is left out of the statistics.
-            "warmup_rollouts": agents,
-            "duration_s": opts.step_seconds + opts.turn_period_s * (opts.tool_calls + 2),
-        },
-    )
+    rollout = {
+        "count": agents * per_agent,
+        "system_tokens": 40,
+        "tool_schema_tokens": 40,
+        "user_prompt_tokens": 20,
+        "tool_calls": opts.tool_calls,
+        "tool_output_tokens": 20,
+        "tool_latency_ms": {"dist": "uniform", "min": lo, "max": hi} if hi > lo else lo,
+        "step_output_tokens": opts.output_tokens,
+        "final_answer_tokens": opts.output_tokens,
+    }
+    load = {
+        "mode": "closed",
+        "concurrency": agents,
+        # The first wave (one rollout per agent, started over the ramp) is warm-up: it
+        # opens every connection and is left out of the statistics.
+        "warmup_rollouts": agents,
+        "duration_s": opts.step_seconds + opts.turn_period_s * (opts.tool_calls + 2),
+    }
+    return f"selfbench-agents-{transport}-{agents}", rollout, load
+
+
+def _plans(opts: AgentsOptions, agents: int, transport: str) -> tuple[Any, list[RolloutPlan]]:
+    name, rollout, load = scenario_fields(opts, agents, transport)
+    scenario = _scenario(name, [transport], rollout, load)
     plans = generate_rollouts(scenario)
     # Ramp-up: agent i's first request waits i/N of a tool time, so the agents start spread
     # over one turn period instead of all at once (the closed loop hands rollout i to agent i).
@@ -443,6 +448,8 @@ def search_agents(
     transport: str,
     server_pid: int | None,
     say: Callable[[str], None] = lambda _: None,
+    step_fn: Callable[[str, AgentsOptions, str, int, int | None], AgentsStep] = run_step,
+    what: str = "agents per core",
 ) -> tuple[GoodputSearch, list[AgentsStep]]:
     """The goodput sweep's search over the agent count, bounded by steps and by ``budget_s``."""
     search = GoodputSearch(
@@ -456,10 +463,10 @@ def search_agents(
     deadline = time.perf_counter() + opts.budget_s
     while (load := search.next_load()) is not None and time.perf_counter() < deadline:
         agents = int(load)
-        say(f"agents per core, {transport}: step {len(steps) + 1}, {agents} agents")
+        say(f"{what}, {transport}: step {len(steps) + 1}, {agents} agents")
         failed: list[dict[str, Any]] = []
         while True:
-            step = run_step(url, opts, transport, agents, server_pid)
+            step = step_fn(url, opts, transport, agents, server_pid)
             if step.passed or len(failed) + 1 >= max(1, opts.trials):
                 break
             failed.append(step.as_dict())
@@ -504,7 +511,9 @@ _COSTS = (
 )
 
 
-def agents_figures(ans: AgentsAnswer, bound_ms: float) -> list[Figure]:
+def agents_figures(
+    ans: AgentsAnswer, bound_ms: float, key: str = "agents", what: str = "agents per client core"
+) -> list[Figure]:
     """The answer of one transport's search, and what the client spent at it."""
     t = ans.transport
     # With no passing count, the costs are those of the smallest count tried.
@@ -514,8 +523,8 @@ def agents_figures(ans: AgentsAnswer, bound_ms: float) -> list[Figure]:
     label = f"{t}, at the answer"
     return [
         figure(
-            f"agents.{t}",
-            f"agents per client core, {t} (~1 turn/s each, valid, {metric} p99 <= {bound_ms:g} ms)",
+            f"{key}.{t}",
+            f"{what}, {t} (~1 turn/s each, valid, {metric} p99 <= {bound_ms:g} ms)",
             float(ans.agents or 0),
             "agents",
             at_least(AGENTS_PER_CORE_MIN, f">= {AGENTS_PER_CORE_MIN:,}"),
@@ -523,7 +532,7 @@ def agents_figures(ans: AgentsAnswer, bound_ms: float) -> list[Figure]:
         ),
         *(
             figure(
-                f"agents.{t}.{attr}",
+                f"{key}.{t}.{attr}",
                 f"{what}, {label}",
                 getattr(at, attr) if at else None,
                 unit,
