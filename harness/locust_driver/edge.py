@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
-from gevent.event import AsyncResult
+from gevent.event import AsyncResult, Event
 
 from harness.locust_driver.clock import SHIFT_NS
 from harness.locust_driver.wire import shift_instants
@@ -62,7 +62,10 @@ class EdgeChild:
             stdout=subprocess.PIPE,
             env=env,
         )
+        self._outbox: list[bytes] = []
+        self._wake = Event()
         self._reader = gevent.spawn(self._read)
+        self._writer = gevent.spawn(self._write)
 
     @property
     def pid(self) -> int:
@@ -71,14 +74,24 @@ class EdgeChild:
     def _send(self, message: tuple[Any, ...]) -> None:
         if self.gone is not None:
             raise EdgeGone(self.gone)
+        # One writer greenlet: users queue their frames here and never write the pipe
+        # themselves (a pipe write that yields would let another user's write interleave).
+        self._outbox.append(frame(message))
+        self._wake.set()
+
+    def _write(self) -> None:
         stdin = self._proc.stdin
         assert stdin is not None
-        try:
-            stdin.write(frame(message))
-            stdin.flush()
-        except OSError as exc:
-            self._lost(f"its stdin broke ({exc.strerror or exc})")
-            raise EdgeGone(self.gone or "") from exc
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            frames, self._outbox = self._outbox, []
+            try:
+                stdin.write(b"".join(frames))
+                stdin.flush()
+            except (OSError, ValueError) as exc:
+                self._lost(f"its stdin broke ({exc})")
+                return
 
     def begin(self, begin: EdgeBegin) -> None:
         if not self._ready.wait(START_TIMEOUT_S):
@@ -135,6 +148,7 @@ class EdgeChild:
         proc = self._proc
         if self.gone is None:
             self.gone = "closed"
+        self._writer.kill()
         if proc.stdin is not None:
             with contextlib.suppress(OSError):
                 proc.stdin.close()
@@ -144,6 +158,7 @@ class EdgeChild:
             proc.kill()
             proc.wait(timeout=5)
         self._reader.kill(block=False)
+        self._writer.kill(block=False)
 
     def _read(self) -> None:
         stdout = self._proc.stdout

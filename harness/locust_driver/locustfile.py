@@ -26,6 +26,7 @@ from locust import LoadTestShape, User, argument_parser, constant, events, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
+from harness.locust_driver.clock import now_ns
 from harness.locust_driver.edge import EdgeChild, EdgeGone
 from harness.locust_driver.master import QUIT_WAIT_S, MasterOptions, MasterSide
 from harness.locust_driver.protocol import (
@@ -49,6 +50,7 @@ from harness.run.target import (
 from harness.wire.errors import LoopbenchError, UsageError
 from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import locust_spec
+from harness.workload.records import RolloutRecord
 from harness.workload.scenario import load_scenario
 
 log = logging.getLogger("loopbench.locust")
@@ -384,12 +386,28 @@ class LoopbenchAgent(User):
             return
         claim = side.claim(self._finished)
         self._finished = None
-        if claim.kind != "run" or claim.plan is None:
+        plan = claim.plan
+        if claim.kind != "run" or plan is None:
             self._idle = True
             return
         try:
             record = side.run_claim(claim)
         except EdgeGone:
             return  # this worker quits (_edge_gone); the master counts the rollout lost
+        except Exception as exc:  # a driver bug must not stall the phase: report and move on
+            log.exception(
+                "rollout %d over %s failed in the driver", plan.rollout_id, claim.transport
+            )
+            at = now_ns()
+            record = RolloutRecord(
+                transport=claim.transport,
+                rollout_id=plan.rollout_id,
+                round=claim.round,
+                intended_start_ns=at,
+                start_ns=at,
+                end_ns=at,
+                status="error",
+                error_kind=f"driver:{type(exc).__name__}",
+            )
         side.on_rollout(record)
-        self._finished = (claim.phase, claim.plan.rollout_id)
+        self._finished = (claim.phase, plan.rollout_id)
