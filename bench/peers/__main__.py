@@ -57,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--levels", type=_levels, default=None, help="stream counts (default 1,16,64)")
     p.add_argument("--tools", type=_tools, default=TOOLS, help="default: loopbench,guidellm,aiperf")
     p.add_argument("--no-ws", action="store_true", help="skip loopbench over ws (information only)")
+    p.add_argument(
+        "--no-locust", action="store_true", help="skip loopbench chat through loopbench locust"
+    )
     p.add_argument("--quick", action="store_true", help="1 and 4 streams, few requests (tests)")
     p.add_argument(
         "--benchmarks",
@@ -77,7 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     artifacts = args.artifacts or args.out.with_suffix("")
     base = PeersOptions.quick if args.quick else PeersOptions
     opts = base(
-        tools=args.tools, ws=not args.no_ws, peers_venv=args.peers_venv, artifacts=artifacts
+        tools=args.tools,
+        ws=not args.no_ws,
+        locust=not args.no_locust,
+        peers_venv=args.peers_venv,
+        artifacts=artifacts,
     )
     if args.levels:
         opts = PeersOptions(
