@@ -4,7 +4,8 @@ alternating, against one reference server (a shared machine slows both alike).
     python -m bench.selfbench.locust_side_by_side --old /path/to/old/checkout --agents 150,600
 
 ``--old`` is a checkout (or ``git archive`` of one) whose ``harness`` the "old" worker
-runs; "new" is this checkout.  Prints one line per step and a table; ``--json`` keeps
+runs; "new" is this checkout; ``--with-run`` adds ``loopbench run`` (the agents-per-core step, in
+this process on the client core) at each count.  Prints one line per step and a table; ``--json`` keeps
 every step.
 """
 
@@ -15,7 +16,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from bench.selfbench.agents import AgentsOptions, _cores, agents_server
+from bench.selfbench.agents import AgentsOptions, _cores, agents_server, run_step
 from bench.selfbench.locust_agents import ROOT, run_locust_step
 
 
@@ -26,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transport", default="ws")
     p.add_argument("--seconds", type=float, default=10.0, help="steady seconds per step")
     p.add_argument("--json", type=Path, help="write every step here")
+    p.add_argument(
+        "--with-run", action="store_true", help="also loopbench run at each count (this process)"
+    )
     args = p.parse_args(argv)
     opts = dataclasses.replace(
         AgentsOptions(), transports=(args.transport,), step_seconds=args.seconds
@@ -34,8 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with agents_server(opts) as (url, pid, facts):
         for n in (int(x) for x in args.agents.split(",")):
-            for edge, root in (("old", args.old.resolve()), ("new", ROOT)):
-                step = run_locust_step(url, opts, args.transport, n, pid, root=root, cores=cores)
+            for edge, root in (("old", args.old.resolve()), ("new", ROOT), ("run", None)):
+                if root is None:
+                    if not args.with_run:
+                        continue
+                    step = run_step(url, opts, args.transport, n, pid)
+                else:
+                    step = run_locust_step(
+                        url, opts, args.transport, n, pid, root=root, cores=cores
+                    )
                 rows.append((edge, step))
                 print(
                     f"{edge} {n} agents: {step.metric} p50 {step.error_p50_ms} p99 "

@@ -23,7 +23,7 @@ from gevent.event import AsyncResult, Event
 
 from harness.locust_driver.clock import SHIFT_NS
 from harness.locust_driver.wire import shift_instants
-from harness.run.edge_frames import EdgeBegin, EdgeRollout, frame, read_message
+from harness.run.edge_frames import EdgeBegin, EdgeRollout, frame, read_message, unpack_turn
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord
 
@@ -42,13 +42,13 @@ class EdgeGone(Exception):
 
 
 class EdgeChild:
-    """One per worker process; ``on_turn`` sees every turn record, on this process's clock."""
+    """One per worker process, started as early as the process knows it is a worker."""
 
-    def __init__(
-        self, on_turn: Callable[[TurnRecord], None], on_gone: Callable[[str], None]
-    ) -> None:
-        self._on_turn = on_turn
-        self._on_gone = on_gone
+    def __init__(self) -> None:
+        #: every turn record, on this process's clock (set before the first run)
+        self.on_turn: Callable[[TurnRecord], None] = lambda rec: None
+        #: called once if the child goes away by itself, with why
+        self.on_gone: Callable[[str], None] = lambda why: None
         self._keys = count()
         self._waiting: dict[int, AsyncResult] = {}
         self._ended: AsyncResult | None = None
@@ -166,9 +166,9 @@ class EdgeChild:
         while (message := read_message(stdout.read)) is not None:
             kind = message[0]
             if kind == "turn":
-                rec: TurnRecord = message[1]
+                rec = unpack_turn(message[1])
                 shift_instants(rec, SHIFT_NS)
-                self._on_turn(rec)
+                self.on_turn(rec)
             elif kind == "rollout":
                 result = self._waiting.get(message[1])
                 if result is not None:
@@ -192,4 +192,4 @@ class EdgeChild:
             result.set_exception(EdgeGone(self.gone))
         if self._ended is not None:
             self._ended.set(None)
-        self._on_gone(self.gone)
+        self.on_gone(self.gone)

@@ -57,6 +57,9 @@ log = logging.getLogger("loopbench.locust")
 
 _master: MasterSide | None = None
 _worker: WorkerSide | None = None
+#: a worker's edge host, started while this process still imports and connects: the child
+#: imports the asyncio edge meanwhile (seconds on a busy machine) instead of after
+_early_edge = EdgeChild() if "--worker" in sys.argv else None
 #: how often the master looks for missing workers, and every process for a dead parent
 WATCH_INTERVAL_S = 0.25
 #: an orphaned master exits by itself this long after its results are written
@@ -194,8 +197,8 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         argument_parser.default_args_dict = cache(argument_parser.default_args_dict)
     if isinstance(runner, WorkerRunner | LocalRunner):
         worker = _worker = WorkerSide(runner.send_message, environment.events.request.fire)
-        # Started now, not at the first claim: the child takes a while to import the edge.
-        worker.edge = EdgeChild(worker.on_turn, _edge_gone)
+        edge = worker.edge = _early_edge or EdgeChild()
+        edge.on_turn, edge.on_gone = worker.on_turn, _edge_gone
         runner.register_message(MSG_WORK, lambda environment, msg, **kw: worker.on_work(msg.data))
     if isinstance(runner, MasterRunner | LocalRunner):
         master = _master = MasterSide(_master_options(environment), runner.send_message)

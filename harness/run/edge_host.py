@@ -43,7 +43,6 @@ class EdgeHost:
         self._transports: dict[str, Transport] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._watch: ClientWatch | None = None
-        self._ending: asyncio.Task[None] | None = None
 
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -61,8 +60,6 @@ class EdgeHost:
                 begin = replace(begin, options=replace(begin.options, tokens=tokens))
             self._begin = begin
             self._watch = ClientWatch()
-        elif kind == "end":
-            self._ending = asyncio.ensure_future(self.end())
         else:
             log.error("edge host: unknown message %r ignored", kind)
 
@@ -119,7 +116,7 @@ class EdgeHost:
         self._send(("rollout", job.key, rec))
 
     def _turn(self, rec: TurnRecord) -> None:
-        self._send(("turn", rec))
+        self._send(("turn", ef.pack_turn(rec)))
 
     async def end(self) -> None:
         """Stop what still runs, close the run's transports, then say the run's health."""
@@ -146,7 +143,20 @@ async def serve(read_fd: int, write_fd: int) -> None:
     writer, _ = await loop.connect_write_pipe(
         asyncio.Protocol, os.fdopen(write_fd, "wb", buffering=0)
     )
-    host = EdgeHost(lambda message: writer.write(ef.frame(message)))
+    pending: list[bytes] = []
+
+    def flush() -> None:
+        writer.write(b"".join(pending))
+        pending.clear()
+
+    def send(message: tuple[Any, ...]) -> None:
+        # One write per loop iteration, not per record: the records of a busy iteration go
+        # to the worker together (their stamps were taken when they were read).
+        if not pending:
+            loop.call_soon(flush)
+        pending.append(ef.frame(message))
+
+    host = EdgeHost(send)
     host.ready()
     try:
         while True:
@@ -155,10 +165,14 @@ async def serve(read_fd: int, write_fd: int) -> None:
                 body = await reader.readexactly(ef.body_length(header))
             except asyncio.IncompleteReadError:
                 return  # the worker closed our stdin, or died
-            host.handle(ef.unframe(body))
+            message = ef.unframe(body)
+            if message[0] == "end":
+                # Awaited before the next message is read: a run begun right after (Locust's
+                # web UI) must not meet this one's closing transports.
+                await host.end()
+            else:
+                host.handle(message)
     finally:
-        if host._ending is not None:
-            await asyncio.gather(host._ending, return_exceptions=True)
         if host.running:
             await host.end()
 

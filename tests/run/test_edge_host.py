@@ -35,10 +35,13 @@ def _plan() -> RolloutPlan:
 
 
 def test_a_frame_carries_a_record_whole() -> None:
-    rec = TurnRecord("ws", 3, 1, sent_ns=5, first_token_ns=7, itl_ns=[1, 2, 3], server_late_ms=None)
-    wire = ef.frame(("turn", rec))
+    rec = TurnRecord(
+        "ws", 3, 1, sent_ns=5, first_token_ns=7, itl_ns=[1, 2, 3], server_late_ms=0.5, rx_stamp="k"
+    )
+    wire = ef.frame(("turn", ef.pack_turn(rec)))
     assert ef.body_length(wire[: ef.HEADER_BYTES]) == len(wire) - ef.HEADER_BYTES
-    kind, back = ef.unframe(wire[ef.HEADER_BYTES :])
+    kind, values = ef.unframe(wire[ef.HEADER_BYTES :])
+    back = ef.unpack_turn(values)
     assert kind == "turn"
     assert [getattr(back, f.name) for f in fields(TurnRecord)] == [
         getattr(rec, f.name) for f in fields(TurnRecord)
@@ -56,11 +59,7 @@ def test_a_cancelled_rollout_reports_nothing_and_the_end_comes_after_every_recor
         host.handle(("run", ef.EdgeRollout(2, "http", _plan(), None, 0, None)))
         await asyncio.sleep(0.5)
         host.handle(("cancel", 1))
-        host.handle(("end",))
-        for _ in range(100):
-            if said and said[-1][0] == "ended":
-                break
-            await asyncio.sleep(0.05)
+        await host.end()
         return said
 
     said = asyncio.run(go())

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.client.options import TransportOptions
-from harness.run.edge_frames import EdgeBegin, EdgeRollout, frame, read_message
+from harness.run.edge_frames import EdgeBegin, EdgeRollout, frame, read_message, unpack_turn
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord
 
@@ -56,7 +56,7 @@ def drive_edge_host(
             for key, (transport, plan) in enumerate(jobs):
                 send(("run", EdgeRollout(key, transport, plan, None, 0, None)))
                 while (message := _read(proc.stdout))[0] == "turn":
-                    turns.append(message[1])
+                    turns.append(unpack_turn(message[1]))
                 assert message[:2] == ("rollout", key), message
                 rollouts.append(message[2])
             send(("end",))
