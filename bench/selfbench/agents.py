@@ -349,13 +349,44 @@ def run_step(
         wall, cpu_s, server_s = m
         turns, events = counts.window(win0, win1)
         cpu_window = "steady"
+    return step_from_summary(
+        opts,
+        transport,
+        agents,
+        summary,
+        rate=counts.rate(win0, win1),
+        cpu=(wall, cpu_s, server_s),
+        turns=turns,
+        events=events,
+        cpu_window=cpu_window,
+        seconds=time.perf_counter() - t0,
+        steal=steal,
+    )
+
+
+def step_from_summary(
+    opts: AgentsOptions,
+    transport: str,
+    agents: int,
+    summary: Mapping[str, Any],
+    *,
+    rate: float | None,
+    cpu: tuple[float, float, float | None] | None,
+    turns: int,
+    events: int,
+    cpu_window: str,
+    seconds: float,
+    steal: float | None,
+) -> AgentsStep:
+    """A step's verdict from its run's summary, and its cost: ``cpu`` is (wall s, client CPU
+    s, server CPU s) over the window in which ``turns`` turns and ``events`` events ended."""
     t = summary.get("transports", {}).get(transport, {})
     metric = opts.error_metric if opts.error_metric in t else FALLBACK_ERROR_METRIC
     err = t.get(metric) or {}
     p99 = err.get("p99")
     valid = bool(summary.get("valid"))
-    rate = counts.rate(win0, win1)
     client = summary.get("client") or {}
+    wall, cpu_s, server_s = cpu if cpu is not None else (0.0, 0.0, None)
     return AgentsStep(
         transport=transport,
         agents=agents,
@@ -366,12 +397,12 @@ def run_step(
         error_p99_ms=p99,
         error_p50_ms=err.get("p50"),
         turns_per_s=round(rate, 1) if rate is not None else None,
-        client_cpu_share=round(cpu_s / wall, 3),
-        cpu_us_per_turn=round(cpu_s / turns * 1e6, 1) if turns else None,
-        cpu_us_per_event=round(cpu_s / events * 1e6, 2) if events else None,
-        server_cpu_share=round(server_s / wall, 3) if server_s is not None else None,
+        client_cpu_share=round(cpu_s / wall, 3) if wall else 0.0,
+        cpu_us_per_turn=round(cpu_s / turns * 1e6, 1) if turns and cpu_s else None,
+        cpu_us_per_event=round(cpu_s / events * 1e6, 2) if events and cpu_s else None,
+        server_cpu_share=round(server_s / wall, 3) if server_s is not None and wall else None,
         cpu_window=cpu_window,
-        seconds=round(time.perf_counter() - t0, 2),
+        seconds=round(seconds, 2),
         loop_lag_p99_ms=(client.get("loop_lag_ms") or {}).get("p99"),
         server_late_p99_ms=(t.get("server_late_ms") or {}).get("p99"),
         cpu_steal_pct=steal,

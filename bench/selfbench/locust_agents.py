@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.selfbench.agents import (
-    FALLBACK_ERROR_METRIC,
     LIFECYCLE_TEXT_TURN,
     LIFECYCLE_TOOL_TURN,
     AgentsAnswer,
@@ -37,7 +36,7 @@ from bench.selfbench.agents import (
     agents_server,
     scenario_fields,
     search_agents,
-    sustained,
+    step_from_summary,
 )
 from bench.selfbench.cpu_steal import read_cpu_times, steal_percent
 from bench.selfbench.figures import Figure
@@ -214,7 +213,6 @@ def run_locust_step(
             )
             raise SelfbenchError(f"locust step of {agents} agents ended with code {code}: {tail}")
         run = load_run(run_dir)
-    summary = run.summary or {}
     turns = run.turns
     ok = turns[turns["status"].isin(("completed", "incomplete"))]
     first = int(turns["sent_ns"][turns["sent_ns"] > 0].min()) if len(turns) else 0
@@ -231,32 +229,18 @@ def run_locust_step(
     events = int((steady["delta_events"] + lifecycle).sum())
     rate = in_window / ((win1 - win0) / 1e9) if win1 > win0 and first else None
     cpu = sampler.between(win0, win1)
-    t = summary.get("transports", {}).get(transport, {})
-    metric = opts.error_metric if opts.error_metric in t else FALLBACK_ERROR_METRIC
-    err = t.get(metric) or {}
-    p99 = err.get("p99")
-    valid = bool(summary.get("valid"))
-    client = summary.get("client") or {}
-    wall, cpu_s, server_s = cpu if cpu is not None else (None, None, None)
-    return AgentsStep(
-        transport=transport,
-        agents=agents,
-        passed=sustained(opts, agents, valid=valid, error_p99_ms=p99, turns_per_s=rate),
-        valid=valid,
-        invalid_reasons=list(summary.get("invalid_reasons") or []),
-        metric=metric,
-        error_p99_ms=p99,
-        error_p50_ms=err.get("p50"),
-        turns_per_s=round(rate, 1) if rate is not None else None,
-        client_cpu_share=round(cpu_s / wall, 3) if wall and cpu_s is not None else 0.0,
-        cpu_us_per_turn=round(cpu_s / in_window * 1e6, 1) if cpu_s and in_window else None,
-        cpu_us_per_event=round(cpu_s / events * 1e6, 2) if cpu_s and events else None,
-        server_cpu_share=round(server_s / wall, 3) if wall and server_s is not None else None,
+    return step_from_summary(
+        opts,
+        transport,
+        agents,
+        run.summary or {},
+        rate=rate,
+        cpu=cpu,
+        turns=in_window,
+        events=events,
         cpu_window="steady" if cpu is not None else "none",
-        seconds=round(time.perf_counter() - t0, 2),
-        loop_lag_p99_ms=(client.get("loop_lag_ms") or {}).get("p99"),
-        server_late_p99_ms=(t.get("server_late_ms") or {}).get("p99"),
-        cpu_steal_pct=steal,
+        seconds=time.perf_counter() - t0,
+        steal=steal,
     )
 
 
