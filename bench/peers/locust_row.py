@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.peers.commands import loopbench_argv
+
 #: the row's tool name in peers.json and the table
 TOOL = "loopbench-locust"
 
@@ -13,21 +15,10 @@ TOOL = "loopbench-locust"
 def locust_argv(
     python: str, scenario: Path, base_url: str, transport: str, out_dir: Path, run_id: str
 ) -> list[str]:
-    return [
-        python,
-        "-m",
-        "harness",
-        "locust",
-        str(scenario),
-        "--target",
-        base_url + "/v1",
-        "--transports",
-        transport,
-        "--workers",
-        "1",
-        "--out",
-        str(out_dir),
-        "--run-id",
-        run_id,
-        "--quiet",
-    ]
+    """``loopbench_argv`` with ``locust`` for ``run``, one local worker (and no probe flag:
+    ``locust`` has no probe to skip)."""
+    argv = loopbench_argv(python, scenario, base_url, transport, out_dir, run_id)
+    assert argv[3] == "run", argv
+    argv[3] = "locust"
+    argv.remove("--no-probe")
+    return [*argv, "--workers", "1"]
