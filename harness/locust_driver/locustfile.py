@@ -58,8 +58,13 @@ log = logging.getLogger("loopbench.locust")
 _master: MasterSide | None = None
 _worker: WorkerSide | None = None
 #: a worker's edge host, started while this process still imports and connects: the child
-#: imports the asyncio edge meanwhile (seconds on a busy machine) instead of after
-_early_edge = EdgeChild() if "--worker" in sys.argv else None
+#: imports the asyncio edge meanwhile (seconds on a busy machine) instead of after.  Not with
+#: Locust's --processes, whose forked workers would share its pipes: each starts its own.
+_early_edge = (
+    EdgeChild()
+    if "--worker" in sys.argv and not any("--processes" in a for a in sys.argv)
+    else None
+)
 #: how often the master looks for missing workers, and every process for a dead parent
 WATCH_INTERVAL_S = 0.25
 #: an orphaned master exits by itself this long after its results are written
