@@ -58,8 +58,9 @@ class LocustAgentsOptions:
     agents: AgentsOptions = field(
         default_factory=lambda: AgentsOptions(transports=("ws",), budget_s=300.0)
     )
-    #: the checkout whose harness the master and worker run
-    root: Path = ROOT
+    #: the checkout whose harness the master and worker run (a string: the options are
+    #: written into the bench's JSON)
+    root: str = str(ROOT)
 
     @classmethod
     def quick(cls) -> LocustAgentsOptions:
@@ -253,7 +254,7 @@ def measure_locust_agents(
     cores = _cores() if a.pin else None
 
     def step(url: str, o: AgentsOptions, t: str, n: int, pid: int | None) -> AgentsStep:
-        return run_locust_step(url, o, t, n, pid, root=opts.root, cores=cores)
+        return run_locust_step(url, o, t, n, pid, root=Path(opts.root), cores=cores)
 
     with agents_server(a) as (url, pid, facts):
         for transport in a.transports:
