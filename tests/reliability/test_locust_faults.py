@@ -191,3 +191,26 @@ def test_a_sigterm_to_the_command_ends_the_run_interrupted_and_consistent_with_t
     assert http["turns"]["count"] == len(run.turns)
     assert http["rollouts"]["count"] == len(run.rollouts) == http["schedule"]["started"]
     assert summary["locust"]["rollouts_finished"] == len(run.rollouts)
+
+
+def test_a_killed_edge_host_takes_its_worker_out_and_the_run_ends_invalid_naming_it(
+    tmp_path: Path, server_url: str
+) -> None:
+    """The measuring child of a worker (harness/run/edge_host.py) killed: its worker cannot
+    measure on, so it quits, and the master counts what it held lost as for a killed worker."""
+    with running_locust(tmp_path, server_url, "e", 8) as (proc, _, workers):
+        hosts = [p for p in children(workers[0]) if "harness.run.edge_host" in cmdline(p)]
+        assert len(hosts) == 1, [cmdline(p) for p in children(workers[0])]
+        os.kill(hosts[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == ExitCode.INVALID, err[-3000:]
+    assert "the edge host" in err and "is gone" in err, err[-3000:]
+    run = load_run(tmp_path / "e")
+    summary = run.summary
+    assert summary is not None and summary["valid"] is False
+    lost = [r for r in summary["invalid_reasons"] if "lost" in r]
+    assert len(lost) == 1 and f"(pid {workers[0]})" in lost[0], summary["invalid_reasons"]
+    assert f"(pid {workers[0]})" in out
+    http = summary["transports"]["http"]
+    assert http["turns"]["count"] == len(run.turns)
+    assert http["rollouts"]["count"] == len(run.rollouts)
