@@ -7,16 +7,17 @@ HTML show the run.  A shipper greenlet sends the row buffer every
 :data:`SHIP_INTERVAL_S`; when the test stops, the final message carries the
 accumulator's state (histograms as HdrHistogram blobs), the last rows, the
 worker's own counts, which the master checks against what it received, and its
-health, which the master judges with the run's validity rules: the CPU share and
-event-loop lag of the process that measured, the edge host
-(:mod:`harness.run.edge_host`, the asyncio edge in a child of this worker that runs
-each claimed rollout), and this worker's own CPU share beside it.
+health, which the master judges with the run's validity rules: the event-loop lag of
+the edge host (:mod:`harness.run.edge_host`, the asyncio edge in a child of this worker
+that runs each claimed rollout) together with this process's gevent loop lag, and the
+CPU share of the busier of the two.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
@@ -42,7 +43,7 @@ from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
 from harness.run.edge_frames import EdgeBegin
-from harness.run.health import ClientHealth, CpuMeter
+from harness.run.health import LOOP_WATCH_INTERVAL_S, ClientHealth, CpuMeter
 from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.workload.records import RolloutRecord, TurnRecord
 
@@ -59,6 +60,8 @@ class WorkerRun:
     turns: int = 0
     rollouts: int = 0
     cpu: CpuMeter = field(default_factory=CpuMeter)
+    #: how late this process's gevent loop woke (claims are answered and anchored there)
+    loop_lag: Histogram = field(default_factory=Histogram)
 
     def add_turn(self, rec: TurnRecord) -> None:
         self.acc.add_turn(rec)
@@ -87,6 +90,7 @@ class WorkerSide:
         self._waiting: dict[int, AsyncResult] = {}
         self.run: WorkerRun | None = None
         self._shipper: gevent.Greenlet | None = None
+        self._watchdog: gevent.Greenlet | None = None
         #: the asyncio edge that runs the rollouts (None in tests that feed records directly)
         self.edge: EdgeChild | None = None
 
@@ -113,12 +117,14 @@ class WorkerSide:
         if edge is not None:
             edge.begin(edge_begin(config))
         self._shipper = gevent.spawn(self._ship_forever)
+        self._watchdog = gevent.spawn(_watch_loop, self.run.loop_lag)
 
     def end(self) -> None:
         """Send the final state; called once the users are stopped."""
-        if self._shipper is not None:
-            self._shipper.kill(block=False)
-        self._shipper = None
+        for greenlet in (self._shipper, self._watchdog):
+            if greenlet is not None:
+                greenlet.kill(block=False)
+        self._shipper = self._watchdog = None
         for result in self._waiting.values():
             result.set(Claim("done"))
         self._waiting.clear()
@@ -127,7 +133,7 @@ class WorkerSide:
         run, self.run = self.run, None
         if run is None:
             return
-        health = _health(run.cpu.read(Histogram()), edge_state)
+        health = _health(run.cpu.read(run.loop_lag), edge_state)
         turns, rollouts = run.take_rows()
         self._send(
             MSG_FINAL,
@@ -270,10 +276,20 @@ def edge_begin(config: RunConfig) -> EdgeBegin:
 
 
 def _health(own: ClientHealth, edge_state: dict[str, Any] | None) -> ClientHealth:
-    """The edge host measured, so its loop lag is the worker's; the CPU share is the busier
-    of the two processes (both saturate the same way: records arrive late)."""
+    """Both processes' wake-up lags together (the edge host measures; this loop anchors
+    each claim's intended start), and the CPU share of the busier one."""
     if edge_state is None:
         return own
     edge = ClientHealth.from_state(edge_state)
+    edge.loop_lag.merge(own.loop_lag)
     edge.cpu_share = max(edge.cpu_share, own.cpu_share)
     return edge
+
+
+def _watch_loop(hist: Histogram) -> None:
+    """Record how late the gevent loop wakes from short sleeps, as the asyncio watchdog does."""
+    interval_ns = round(LOOP_WATCH_INTERVAL_S * 1e9)
+    while True:
+        t = time.perf_counter_ns()
+        gevent.sleep(LOOP_WATCH_INTERVAL_S)
+        hist.record_ns(max(0, time.perf_counter_ns() - t - interval_ns))
