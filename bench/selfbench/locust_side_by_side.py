@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transport", default="ws")
     p.add_argument("--seconds", type=float, default=10.0, help="steady seconds per step")
     p.add_argument("--json", type=Path, help="write every step here")
+    p.add_argument("--reps", type=int, default=1, help="rounds of (old, new[, run]) per count")
     p.add_argument(
         "--with-run", action="store_true", help="also loopbench run at each count (this process)"
     )
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = _cores() if opts.pin else None
     rows = []
     with agents_server(opts) as (url, pid, facts):
-        for n in (int(x) for x in args.agents.split(",")):
+        for n, _ in ((int(x), r) for x in args.agents.split(",") for r in range(args.reps)):
             for edge, root in (("old", args.old.resolve()), ("new", ROOT), ("run", None)):
                 if root is None:
                     if not args.with_run:
