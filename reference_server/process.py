@@ -15,6 +15,7 @@ from typing import Any
 
 import uvicorn
 
+from reference_server.allocator import fix_mmap_threshold
 from reference_server.app import ReferenceServer
 from reference_server.core.config import ServerConfig
 from reference_server.core.profiles import ProfileError
@@ -89,6 +90,7 @@ def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> in
     announce = (lambda: print(ready, flush=True)) if own_socket else None
     server = DrainingServer(uv_config, server_app, config.drain_timeout_s, announce)
     quiet_gc()
+    fix_mmap_threshold()
     try:
         with contextlib.suppress(KeyboardInterrupt):
             if uvloop:

@@ -13,10 +13,10 @@ the run folder, and exits non-zero if a process died or memory kept growing.
 after the warm-up (the first quarter of the load, at least 30 s), in MiB per
 hour, for each side.  Next to the server's slope the soak states what stored
 responses account for (the store's rows and bytes on disk, and the part SQLite
-may hold in memory: its page cache, bounded) and what the engine's LRU prefix
-cache does (bounded, ~10 MiB full, from ``/health``); the rest is what nothing
-accounts for.  The harness's slope and the server's unaccounted slope must stay
-under ``--max-slope-mib-h``.
+may hold in memory: its page cache, bounded), what the engine's LRU prefix
+cache does (bounded: ~10 MiB when first full, ~13 MiB once it churns; its table's
+size from ``/health``) and what malloc holds freed (``/health``'s ``memory``); the
+rest is what nothing accounts for.  The gate is tools/soak_gate.py.
 
 Besides the harness's turns the server gets the requests of :data:`SIDE_MIX`, one
 line per endpoint, each at its own period.
@@ -51,9 +51,9 @@ from reference_server.core.faults import ERROR_STATUSES
 from reference_server.core.profiles import load_profiles
 from tools import soak_gate
 from tools.soak_gate import (
-    PREFIX_CACHE_ENTRY_BYTES,
     SQLITE_CACHE_BYTES,
     Limits,
+    prefix_cache_bytes,
     slope_per_h,
 )
 
@@ -187,6 +187,11 @@ class Sample:
     harness_kib: int | None
     store_bytes: int | None = None
     prefix_entries: int | None = None
+    #: the server's malloc (``/health``'s ``memory``): bytes freed but held, bytes in use
+    malloc_free_held: int | None = None
+    malloc_in_use: int | None = None
+    #: bytes of the prefix cache's hash table (``/health``)
+    prefix_table_bytes: int | None = None
 
 
 def warmup_s(duration_s: float) -> float:
@@ -395,7 +400,7 @@ def _load(
                 rss_kib(server.pid),
                 rss_kib(harness.pid),
                 store_bytes(store),
-                _prefix_entries(server),
+                *_server_state(server),
             )
             samples.append(sample)
             if len(samples) % max(1, round(30 / sample_s)) == 1:
@@ -452,7 +457,17 @@ def _finish(
         "rss": rss,
         "store": store_account(store, fit, rss["server"]["slope_mib_per_h"]),
         "rss_samples": [
-            [s.t_s, s.server_kib, s.harness_kib, s.store_bytes, s.prefix_entries] for s in samples
+            [
+                s.t_s,
+                s.server_kib,
+                s.harness_kib,
+                s.store_bytes,
+                s.prefix_entries,
+                s.malloc_free_held,
+                s.malloc_in_use,
+                s.prefix_table_bytes,
+            ]
+            for s in samples
         ],
         "transports": errors,
         "side_mix": side.counts,
@@ -502,12 +517,10 @@ def store_account(store: Path, fit: Sequence[Sample], server_slope: float | None
     pts = [(s.t_s, s.store_bytes) for s in fit if s.store_bytes is not None]
     disk_slope = slope_per_h([(t, b / 2**20) for t, b in pts])
     share = slope_per_h([(t, min(b, SQLITE_CACHE_BYTES) / 2**20) for t, b in pts])
-    prefix = slope_per_h(
-        [
-            (s.t_s, s.prefix_entries * PREFIX_CACHE_ENTRY_BYTES / 2**20)
-            for s in fit
-            if s.prefix_entries is not None
-        ]
+    sizes = [(s.t_s, prefix_cache_bytes(s.prefix_entries, s.prefix_table_bytes)) for s in fit]
+    prefix = slope_per_h([(t, b / 2**20) for t, b in sizes if b is not None])
+    held = slope_per_h(
+        [(s.t_s, s.malloc_free_held / 2**20) for s in fit if s.malloc_free_held is not None]
     )
     entries = [s.prefix_entries for s in fit if s.prefix_entries is not None]
     rows = store_rows(store) or {}
@@ -519,20 +532,35 @@ def store_account(store: Path, fit: Sequence[Sample], server_slope: float | None
         "rss_share_mib_per_h": None if share is None else round(share, 1),
         "prefix_cache_entries": entries[-1] if entries else None,
         "prefix_cache_mib_per_h": None if prefix is None else round(prefix, 1),
+        "malloc_free_held_mib_per_h": None if held is None else round(held, 1),
         "unaccounted_mib_per_h": (
             None
             if server_slope is None
-            else round(server_slope - (share or 0.0) - (prefix or 0.0), 1)
+            else round(server_slope - (share or 0.0) - (prefix or 0.0) - (held or 0.0), 1)
         ),
     }
 
 
-def _prefix_entries(server: ServerProcess) -> int | None:
+def _server_state(server: ServerProcess) -> tuple[int | None, ...]:
+    """From ``/health``: the prefix cache's entries, malloc's bytes freed but held and in use
+    (mapped one by one included), the prefix cache's table bytes; None for what it does not
+    say."""
     try:
-        n = server.health(timeout_s=2).get("prefix_cache", {}).get("entries")
+        doc = server.health(timeout_s=2)
     except (OSError, ValueError):
-        return None
-    return int(n) if isinstance(n, int) else None
+        return None, None, None, None
+    cache = doc.get("prefix_cache") or {}
+    memory = doc.get("memory") or {}
+    in_use = memory.get("in_use_bytes")
+    if isinstance(in_use, int):
+        in_use += int(memory.get("mapped_bytes") or 0)
+    values = (
+        cache.get("entries"),
+        memory.get("free_held_bytes"),
+        in_use,
+        cache.get("table_bytes"),
+    )
+    return tuple(v if isinstance(v, int) else None for v in values)
 
 
 def _mib(kib: int | None) -> str:
@@ -562,20 +590,14 @@ def soak_markdown(doc: dict[str, Any]) -> str:
         f"{st['disk_mib']} MiB on disk growing {st['disk_slope_mib_per_h']} MiB/h. In the "
         f"server's memory they account for at most SQLite's page cache "
         f"({SQLITE_CACHE_BYTES // 1024} KiB): {st['rss_share_mib_per_h']} MiB/h of its slope. "
-        f"The engine's prefix cache (LRU, bounded: ~10 MiB when full) held "
+        f"The engine's prefix cache (LRU, bounded: ~13 MiB full and churning) held "
         f"{st['prefix_cache_entries']} entries, {st['prefix_cache_mib_per_h']} MiB/h. "
+        f"Malloc's memory freed but held: {_dash(st.get('malloc_free_held_mib_per_h'))} MiB/h. "
         f"Unaccounted: {st['unaccounted_mib_per_h']} MiB/h.",
     ]
     fit = doc.get("server_fit")
     if fit:
-        lines += [
-            "",
-            f"Judged: the server after its warm-up (from {fit['from_s']:.0f} s: a quarter of the "
-            "load, or until its prefix cache was first full if later): slope "
-            f"{fit['slope_mib_per_h']} MiB/h, of which the prefix cache "
-            f"{fit['prefix_cache_mib_per_h']}, SQLite's page cache {fit['page_cache_mib_per_h']}, "
-            f"unaccounted {fit['unaccounted_mib_per_h']} MiB/h.",
-        ]
+        lines += ["", *server_account_table(fit)]
     ha = doc.get("harness_account")
     if ha:
         lines += [
@@ -632,6 +654,42 @@ def soak_markdown(doc: dict[str, Any]) -> str:
         lines.append(filling[0].upper() + filling[1:] + ".")
     lines.append("Verdict: " + ("ok" if doc["ok"] else "FAILED: " + "; ".join(doc["problems"])))
     return "\n".join(lines) + "\n"
+
+
+def server_account_table(fit: dict[str, Any]) -> list[str]:
+    """What the judged server slope is made of, one row per thing that grows (Markdown)."""
+    slope, rest = fit["slope_mib_per_h"], fit["unaccounted_mib_per_h"]
+    share = "" if not slope or rest is None or slope <= 0 else f" ({rest / slope:.0%} of the slope)"
+    rows = [
+        ("RSS slope (judged)", slope),
+        (
+            "engine prefix cache (its table + 68 B an entry; LRU, ~13 MiB full and churning)",
+            fit["prefix_cache_mib_per_h"],
+        ),
+        (
+            f"SQLite page cache (store bytes, at most {SQLITE_CACHE_BYTES // 1024} KiB)",
+            fit["page_cache_mib_per_h"],
+        ),
+        (
+            "malloc: freed but held (mallinfo2 fordblks: fragmentation)",
+            fit.get("malloc_free_held_mib_per_h"),
+        ),
+        (f"**unaccounted**{share}", rest),
+        (
+            "beside them, not subtracted: malloc in use (uordblks + hblkhd)",
+            fit.get("malloc_in_use_mib_per_h"),
+        ),
+    ]
+    return [
+        f"| server after its warm-up (from {fit['from_s']:.0f} s: a quarter of the load, or until "
+        "its prefix cache was first full if later) | MiB/h |",
+        "|---|---|",
+        *(f"| {name} | {_dash(value)} |" for name, value in rows),
+    ]
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def _fmt_mib(n: int | None) -> str:

@@ -31,6 +31,9 @@ SQLITE_CACHE_BYTES = 2000 * 1024
 #: bytes one entry of the engine's LRU prefix cache holds (an OrderedDict entry and two ints:
 #: 65,536 entries measured at 9.7 MiB with tracemalloc)
 PREFIX_CACHE_ENTRY_BYTES = 155
+#: bytes of one entry's two ints (its prefix hash and token count) beside the cache's table,
+#: which ``/health`` gives (``table_bytes``): 67.5 B measured with tracemalloc at 65,536 entries
+PREFIX_ENTRY_OBJECT_BYTES = 68
 #: the largest slope (MiB/h) a quarter of which still counts as noise for "unaccounted"
 NOISE_MIB_H = 8.0
 #: bytes the harness keeps per completed rollout: its latency, for the paired speedup
@@ -86,29 +89,54 @@ def server_warmup_s(doc: Mapping[str, Any]) -> float:
     return start
 
 
+def prefix_cache_bytes(entries: int | None, table_bytes: int | None) -> float | None:
+    """The engine's prefix cache in bytes: its table as the server measured it and its
+    entries' ints; entries x :data:`PREFIX_CACHE_ENTRY_BYTES` where the table is not known
+    (a soak.json from before /health gave it, which misses the table's step up once the full
+    cache churns: 5.5 to 9 MiB)."""
+    if entries is None:
+        return None
+    if table_bytes is None:
+        return float(entries * PREFIX_CACHE_ENTRY_BYTES)
+    return float(entries * PREFIX_ENTRY_OBJECT_BYTES + table_bytes)
+
+
+def _column(samples: Sequence[Sequence[Any]], i: int) -> list[tuple[float, float]]:
+    """``(t_s, MiB)`` of column ``i`` of ``rss_samples`` (bytes) where a sample has it: a
+    soak.json from before the server reported its malloc has five columns."""
+    return [(x[0], x[i] / 2**20) for x in samples if len(x) > i and x[i] is not None]
+
+
+def _rate(points: Sequence[tuple[float, float]]) -> float | None:
+    slope = slope_per_h(points)
+    return None if slope is None else round(slope, 1)
+
+
 def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """The server's slope after its warm-up and what accounts for it (None without samples):
-    the prefix cache (entries x their size) and the store (at most SQLite's page cache)."""
+    the prefix cache (entries x their size), the store (at most SQLite's page cache) and
+    memory malloc holds freed (``mallinfo2``'s ``fordblks``: fragmentation, resident once
+    touched).  These are disjoint: the caches are live blocks, the last free ones.  Malloc's
+    bytes in use are given beside them, not subtracted: they include the caches."""
     samples = doc.get("rss_samples")
     if not samples:
         return None
     start, end = server_warmup_s(doc), float(doc.get("duration_s") or 0)
     fit = [x for x in samples if start <= x[0] <= end and x[1]]
-    slope = slope_per_h([(x[0], x[1] / 1024) for x in fit])
-    prefix = slope_per_h(
-        [(x[0], x[4] * PREFIX_CACHE_ENTRY_BYTES / 2**20) for x in fit if x[4] is not None]
-    )
-    page = slope_per_h(
-        [(x[0], min(x[3], SQLITE_CACHE_BYTES) / 2**20) for x in fit if x[3] is not None]
-    )
+    slope = _rate([(x[0], x[1] / 1024) for x in fit])
+    sizes = [(x[0], prefix_cache_bytes(x[4], x[7] if len(x) > 7 else None)) for x in fit]
+    prefix = _rate([(t, b / 2**20) for t, b in sizes if b is not None])
+    page = _rate([(x[0], min(x[3], SQLITE_CACHE_BYTES) / 2**20) for x in fit if x[3] is not None])
+    held = _rate(_column(fit, 5))
+    named = (prefix or 0.0) + (page or 0.0) + (held or 0.0)
     return {
         "from_s": start,
-        "slope_mib_per_h": None if slope is None else round(slope, 1),
-        "prefix_cache_mib_per_h": None if prefix is None else round(prefix, 1),
-        "page_cache_mib_per_h": None if page is None else round(page, 1),
-        "unaccounted_mib_per_h": (
-            None if slope is None else round(slope - (prefix or 0.0) - (page or 0.0), 1)
-        ),
+        "slope_mib_per_h": slope,
+        "prefix_cache_mib_per_h": prefix,
+        "page_cache_mib_per_h": page,
+        "malloc_free_held_mib_per_h": held,
+        "malloc_in_use_mib_per_h": _rate(_column(fit, 6)),
+        "unaccounted_mib_per_h": None if slope is None else round(slope - named, 1),
     }
 
 

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -179,3 +179,14 @@ def api_key(env_name: str | None) -> str:
     if not key:
         raise UsageError(f"--api-key-env: environment variable {env_name} is not set or empty")
     return key
+
+
+def progress_printer(quiet: bool) -> Callable[[str], None]:
+    """The progress lines of a multi-run command, on stderr (stdout keeps the results); ``-q``
+    silences them."""
+
+    def printer(line: str) -> None:
+        if not quiet:
+            print(line.rstrip("\n"), file=sys.stderr, flush=True)
+
+    return printer

@@ -26,6 +26,7 @@ from harness.model.calibrate import (
     WS_LIKE,
     describe,
     fit,
+    folded,
     profile_yaml,
     profiles_from_fit,
     turns_from_rows,
@@ -87,7 +88,10 @@ def add_parser(sub: Any) -> None:
         formatter_class=HelpFormatter,
     )
     cal.add_argument(
-        "run_dir", help="a results folder (best: http and ws over varied tool outputs)"
+        "run_dir",
+        nargs="+",
+        help="a results folder (best: http and ws over varied tool outputs); several runs "
+        "of one scenario at different concurrencies also fit the batching interference",
     )
     cal.add_argument("--name", default="fitted", help="profile name (default: fitted)")
     cal.add_argument("--out", default=".", help="folder for the two YAML files (default: .)")
@@ -151,8 +155,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    run = load_run(args.run_dir)
-    rows: list[dict[str, Any]] = run.turns.to_dict("records")
+    rows: list[dict[str, Any]] = []
+    for n, folder in enumerate(args.run_dir):
+        # each run's requests overlap only each other: the interference is counted per run
+        rows += [{**r, "run": n} for r in load_run(folder).turns.to_dict("records")]
     if args.transports:
         keep = {t.strip() for t in args.transports.split(",")}
         rows = [r for r in rows if r["transport"] in keep]
@@ -171,16 +177,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     api_path = out / f"api-{args.name}.yaml"
     engine_path = out / f"engine-{args.name}.yaml"
-    header = f"# Fitted by `loopbench calibrate {args.run_dir}`; see docs/model.md §10."
+    header = f"# Fitted by `loopbench calibrate {' '.join(args.run_dir)}`; see docs/model.md §10."
     api_missing, engine_missing = unidentified(f)
     for missing, base in ((api_missing, args.base_api), (engine_missing, args.base_engine)):
         if missing:
             print(f"unidentified, copied from the base profile {base!r}: {', '.join(missing)}")
+    if folded(f):
+        print(f"not separable, left in the intercept or the per-token work: {', '.join(folded(f))}")
     api_path.write_text(
         profile_yaml(api_doc, FITTED_API, api_missing, args.base_api, header), encoding="utf-8"
     )
     engine_path.write_text(
-        profile_yaml(engine_doc, FITTED_ENGINE, engine_missing, args.base_engine, header),
+        profile_yaml(
+            engine_doc, FITTED_ENGINE, engine_missing, args.base_engine, header, folded(f)
+        ),
         encoding="utf-8",
     )
     load_profiles(str(api_path), str(engine_path))

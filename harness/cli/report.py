@@ -25,6 +25,7 @@ from harness.cli.common import (
     epilog,
     examples,
     parse_transports,
+    progress_printer,
     scenario_overrides,
     transports_epilog,
 )
@@ -221,14 +222,9 @@ def add_parser(sub: Any) -> None:
         help="--search: a step passes when its attainment reaches the target (point, "
         "default) or when its 95 %% interval's lower bound does (ci-lower)",
     )
-    sw.add_argument("--transports", help="comma-separated transports (default: the scenario's)")
-    sw.add_argument(
-        "--target",
-        help="base URL of the endpoint the transports need (default: embedded server)",
-    )
+    run_args.add_endpoint_options(sw)
     run_args.add_client_options(sw)
     run_args.add_live_options(sw)
-    sw.add_argument("--out", default="results", help="results root folder (default: results/)")
     sw.add_argument("--sweep-id", help="name of the sweep folder (default: timestamp-sweep-...)")
     sw.add_argument("--baseline", help="transport the others are compared with (default: http)")
     sw.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -343,13 +339,7 @@ def _sweep_options(
         tokens=tokens,
         **run_args.client_run_options(args),
     )
-    quiet = args.quiet
-
-    def printer(line: str) -> None:
-        if not quiet:
-            print(line.rstrip("\n"), file=sys.stderr, flush=True)
-
-    return opts, printer
+    return opts, progress_printer(args.quiet)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from harness.cli.common import (
 )
 from harness.cli.run_args import (
     add_client_options,
+    add_endpoint_options,
     add_live_options,
     check_run_args,
     check_server_profiles,
@@ -70,16 +71,7 @@ def add_parser(sub: Any) -> None:
         help=f"{SCENARIO_HELP}, or a trace file (*.jsonl): replayed at its recorded starts, "
         "--set load.mode=closed for a closed loop (docs/traces.md)",
     )
-    run.add_argument(
-        "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"
-    )
-    run.add_argument(
-        "--target",
-        help="base URL of the endpoint, e.g. http://127.0.0.1:8000/v1 (Responses, Chat "
-        "Completions or Anthropic Messages, as the transports need; default: an embedded "
-        "reference server)",
-    )
-    run.add_argument("--out", default="results", help="results root folder (default: results/)")
+    add_endpoint_options(run)
     run.add_argument("--run-id", help="name of the run folder (default: timestamp-scenario)")
     run.add_argument(
         "--baseline",

@@ -35,6 +35,10 @@ from harness.locust_driver.protocol import (
     MSG_HELLO,
     MSG_ROWS,
     RunConfig,
+    claim_message,
+    final_message,
+    hello_message,
+    rows_message,
     shaping_from_json,
 )
 from harness.locust_driver.wire import plan_from_wire, rollout_to_row, turn_to_row
@@ -107,12 +111,12 @@ class WorkerSide:
         edge = self.edge
         self._send(
             MSG_HELLO,
-            {
-                "run_id": config.run_id,
-                "pid": os.getpid(),
-                "edge": "asyncio",
-                "edge_pid": edge.pid if edge is not None else None,
-            },
+            hello_message(
+                config.run_id,
+                os.getpid(),
+                edge="asyncio",
+                edge_pid=edge.pid if edge is not None else None,
+            ),
         )
         if edge is not None:
             edge.begin(edge_begin(config))
@@ -137,15 +141,15 @@ class WorkerSide:
         turns, rollouts = run.take_rows()
         self._send(
             MSG_FINAL,
-            {
-                "run_id": run.config.run_id,
-                "state": run.acc.to_state(),
-                "turns": turns,
-                "rollouts": rollouts,
-                "turns_total": run.turns,
-                "rollouts_total": run.rollouts,
-                "health": health.to_state(),
-            },
+            final_message(
+                run.config.run_id,
+                state=run.acc.to_state(),
+                turns=turns,
+                rollouts=rollouts,
+                turns_total=run.turns,
+                rollouts_total=run.rollouts,
+                health=health.to_state(),
+            ),
         )
 
     def _ship_forever(self) -> None:
@@ -158,7 +162,7 @@ class WorkerSide:
         if run is None or not (run.turn_rows or run.rollout_rows):
             return
         turns, rollouts = run.take_rows()
-        self._send(MSG_ROWS, {"run_id": run.config.run_id, "turns": turns, "rollouts": rollouts})
+        self._send(MSG_ROWS, rows_message(run.config.run_id, turns, rollouts))
 
     # -- work ------------------------------------------------------------------------------------
 
@@ -169,10 +173,7 @@ class WorkerSide:
         req = next(self._req)
         result: AsyncResult = AsyncResult()
         self._waiting[req] = result
-        self._send(
-            MSG_CLAIM,
-            {"req": req, "finished": list(finished) if finished else None},
-        )
+        self._send(MSG_CLAIM, claim_message(req, finished))
         claim: Claim = result.get()
         return claim
 

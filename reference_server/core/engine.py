@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sys
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -52,9 +53,11 @@ def base_ttft_ns(profile: EngineProfile) -> int:
     return round(profile.base_ttft_ms * NS_PER_MS)
 
 
-def first_token_ns(uncached_tokens: int, profile: EngineProfile) -> int:
-    """Engine time from admission to the first output token: prefill + base TTFT."""
-    return prefill_ns(uncached_tokens, profile) + base_ttft_ns(profile)
+def first_token_ns(uncached_tokens: int, profile: EngineProfile, others: int = 0) -> int:
+    """Engine time from admission to the first output token: prefill + base TTFT, plus
+    ``ttft_per_active_ms`` for each of the ``others`` streams active at admission."""
+    interference = round(max(0, others) * profile.ttft_per_active_ms * NS_PER_MS)
+    return prefill_ns(uncached_tokens, profile) + base_ttft_ns(profile) + interference
 
 
 class PrefixCache:
@@ -82,6 +85,12 @@ class PrefixCache:
     def __contains__(self, prefix_hash: object) -> bool:
         """Whether a prefix is cached, without counting a lookup or refreshing it."""
         return prefix_hash in self._entries
+
+    def table_bytes(self) -> int:
+        """Bytes of the ordered hash table (its keys' and values' ints aside): 5.5 MiB when
+        65,536 entries first fill it, 9 MiB once evictions have made CPython reallocate it one
+        size up, where it stays (the soak accounts for that step: docs/reliability.md)."""
+        return sys.getsizeof(self._entries)
 
     def lookup(self, prefix_hashes: Sequence[tuple[int, int]]) -> int:
         """Cached token count of the longest cached prefix (0 if none); refreshes its recency."""
@@ -346,6 +355,8 @@ class EngineCapacity:
     peak_active: int = 0
     peak_queued: int = 0
     total_queue_ns: int = 0
+    #: each other active stream adds this fraction to every stream's time per token
+    slowdown_per_stream: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_streams < 1:
@@ -397,10 +408,13 @@ class EngineCapacity:
         return woken
 
     def rate_scale(self, now_ns: int) -> float:
-        """Fraction of its nominal rate every active stream gets now (1.0 when under budget)."""
+        """Fraction of its nominal rate every active stream gets now: 1.0 alone and under
+        budget; ``1 / (1 + slowdown_per_stream * (active - 1))`` from batching, times
+        ``aggregate_tps / demand`` over budget."""
+        batched = 1.0 / (1.0 + self.slowdown_per_stream * max(0, len(self._active) - 1))
         if self._demand_tps <= self.aggregate_tps:
-            return 1.0
-        return self.aggregate_tps / self._demand_tps
+            return batched
+        return batched * self.aggregate_tps / self._demand_tps
 
     def _admit(self, ticket: Ticket, now_ns: int) -> None:
         ticket.admitted_ns = now_ns

@@ -14,6 +14,7 @@ from tools.soak import (
     SIDE_MIX,
     SideMix,
     _is_injected,
+    server_account_table,
     slope_per_h,
     soak_scenario,
     store_rows,
@@ -209,3 +210,52 @@ def test_the_servers_warm_up_lasts_until_its_prefix_cache_is_full() -> None:
     # full at 900 s but still climbing after: that is judged
     doc["rss_samples"] = [[*r[:4], min(r[4], int(per_s * 900))] for r in _samples(60.0, per_s)]
     assert any(p.startswith("server RSS grew 60.0") for p in soak_gate.problems(doc, Limits()))
+
+
+def test_malloc_memory_freed_but_held_is_named_not_unaccounted() -> None:
+    # The 1800 s soak before the allocator fix: the prefix cache full, the server still
+    # climbing 17 MiB/h, all of it memory malloc held freed.  The slope fails its limit, but
+    # what grows is named: nothing is unaccounted.
+    flat = _series(0.0)
+    doc = _doc(flat, flat) | {"warmup_s": 450.0, "prefix_cache_max_entries": 100}
+    held_per_s = 17 * 2**20 / 3600
+    doc["rss_samples"] = [
+        [*r[:4], min(r[4], 100), held_per_s * r[0], 30 * 2**20] for r in _samples(17.0, 1.0)
+    ]
+    fit = soak_gate.server_fit(doc)
+    assert fit is not None and fit["from_s"] == 450
+    assert fit["malloc_free_held_mib_per_h"] == 17.0 and fit["unaccounted_mib_per_h"] == 0.0
+    assert fit["malloc_in_use_mib_per_h"] == 0.0
+    assert [p[:22] for p in soak_gate.problems(doc, Limits())] == ["server RSS grew 17.0 M"]
+    table = "\n".join(server_account_table(fit))
+    assert "| malloc: freed but held (mallinfo2 fordblks: fragmentation) | 17.0 |" in table
+    assert "| **unaccounted** (0% of the slope) | 0.0 |" in table
+    # without the malloc columns (a soak.json from before): all of it unaccounted
+    doc["rss_samples"] = [r[:5] for r in doc["rss_samples"]]
+    fit = soak_gate.server_fit(doc)
+    assert fit is not None and fit["malloc_free_held_mib_per_h"] is None
+    assert fit["unaccounted_mib_per_h"] == 17.0
+    assert any("not accounted" in p for p in soak_gate.problems(doc, Limits()))
+
+
+def test_the_prefix_caches_table_stepping_up_after_it_is_full_is_the_cache() -> None:
+    # Once full, the cache's evictions make CPython reallocate its table one size up (5.5 to
+    # 9 MiB at 65,536 entries), a while after "full": with the table's bytes from /health
+    # that step is the prefix cache's, not unaccounted; with entries x 155 B alone it was.
+    flat = _series(0.0)
+    doc = _doc(flat, flat) | {"warmup_s": 450.0, "prefix_cache_max_entries": 65536}
+    step = 3.5 * 2**20
+
+    def row(t: float) -> list[Any]:
+        table = 5.5 * 2**20 + (step if t >= 1000 else 0)
+        rss_kib = (60 * 2**20 + (step if t >= 1000 else 0)) / 1024
+        return [t, rss_kib, 0, None, 65536, 2**20, 30 * 2**20, int(table)]
+
+    doc["rss_samples"] = [row(float(t)) for t in range(0, 1800, 5)]
+    fit = soak_gate.server_fit(doc)
+    assert fit is not None and fit["slope_mib_per_h"] is not None
+    assert fit["slope_mib_per_h"] > 8 and fit["prefix_cache_mib_per_h"] == fit["slope_mib_per_h"]
+    assert fit["unaccounted_mib_per_h"] == 0.0
+    assert soak_gate.problems(doc, Limits()) == []
+    doc["rss_samples"] = [r[:7] for r in doc["rss_samples"]]  # no table_bytes: unaccounted
+    assert any("not accounted" in p for p in soak_gate.problems(doc, Limits()))

@@ -8,24 +8,16 @@ parity check compares what each put on the wire, headers included.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from harness.client.options import TransportOptions
-from harness.transports import make_transport
-from harness.transports.rollout_loop import run_rollout
 from harness.workload.plan import RolloutPlan
-from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
 from tests.foreign_chat import SIM_TIMING, foreign_chat_server
-from tests.runs import TINY, in_process
+from tests.runs import TINY, asyncio_edge, in_process
 from tests.transports.test_parity import RECORD_FIELDS, locust_edge
 
 APIS = ("chat", "messages")
@@ -52,29 +44,6 @@ def plans(count: int = 2, reasoning: int = 0) -> list[RolloutPlan]:
         }
     )
     return generate_rollouts(scenario)
-
-
-def asyncio_edge(
-    url: str, transports: tuple[str, ...], rollouts: list[RolloutPlan], **options: Any
-) -> list[dict[str, Any]]:
-    turns: list[TurnRecord] = []
-
-    async def main() -> None:
-        for name in transports:
-            transport = make_transport(name, TransportOptions(url, **options))
-            try:
-                for plan in rollouts:
-                    await run_rollout(
-                        transport,
-                        plan,
-                        intended_start_ns=time.perf_counter_ns(),
-                        on_turn=turns.append,
-                    )
-            finally:
-                await transport.aclose()
-
-    asyncio.run(asyncio.wait_for(main(), 60))
-    return [asdict(t) for t in turns]
 
 
 def test_a_tool_loop_with_parallel_calls_over_both_apis() -> None:

@@ -13,14 +13,12 @@ pipes as a worker hands them (tests/transports/locust_edge.py).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -30,13 +28,11 @@ import pytest
 
 from harness.client.options import TransportOptions
 from harness.run.embedded import READY_PREFIX
-from harness.transports import make_transport
-from harness.transports.rollout_loop import run_rollout
 from harness.wire.transports import LOCUST_TRANSPORTS
 from harness.workload.plan import RolloutPlan
-from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
+from tests import runs
 from tests.transports.locust_edge import drive_edge_host
 
 HERE = Path(__file__).resolve().parent
@@ -184,25 +180,7 @@ def recording_server(record: Path, args: list[str]) -> Iterator[str]:
 
 
 def asyncio_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
-    options = TransportOptions(url, request_timeout_s=REQUEST_TIMEOUT_S)
-    turns: list[TurnRecord] = []
-
-    async def main() -> None:
-        for name in transports:
-            transport = make_transport(name, options)
-            try:
-                for plan in plans:
-                    await run_rollout(
-                        transport,
-                        plan,
-                        intended_start_ns=time.perf_counter_ns(),
-                        on_turn=turns.append,
-                    )
-            finally:
-                await transport.aclose()
-
-    asyncio.run(main())
-    return [asdict(t) for t in turns]
+    return runs.asyncio_edge(url, transports, plans, request_timeout_s=REQUEST_TIMEOUT_S)
 
 
 def locust_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
@@ -265,6 +243,23 @@ def _first_difference(a: list[Any], b: list[Any]) -> str:
     return f"lengths differ: asyncio sent {len(a)} requests, locust {len(b)}"
 
 
+def _on_both_edges(
+    tmp_path: Path, transports: tuple[str, ...], plans: list[RolloutPlan], args: Sequence[str] = ()
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """``plans`` over ``transports`` from each edge against its own recording server (started
+    with ``args``): the requests, which both edges must have sent alike (the test fails here
+    otherwise), and each edge's turn records: (requests, asyncio turns, locust turns)."""
+    runs = {}
+    for edge, drive in (("asyncio", asyncio_edge), ("locust", locust_edge)):
+        record = tmp_path / f"{edge}.jsonl"
+        with recording_server(record, list(args)) as url:
+            turns = drive(url, transports, plans)
+        runs[edge] = (recorded(record), turns)
+    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["locust"]
+    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
+    return a_requests, a_turns, g_turns
+
+
 @pytest.mark.parametrize(
     ("args", "transports", "count", "tool_ms", "forced"),
     [pytest.param(*case[1:], id=case[0]) for case in CASES],
@@ -278,15 +273,9 @@ def test_both_edges_send_the_same_requests(
     forced: Callable[[list[Turn]], bool],
 ) -> None:
     plans = _plans(count, tool_ms)
-    runs = {}
-    for edge, drive in (("asyncio", asyncio_edge), ("locust", locust_edge)):
-        record = tmp_path / f"{edge}.jsonl"
-        with recording_server(record, args) as url:
-            turns = drive(url, transports, plans)
-        runs[edge] = (recorded(record), _records(turns))
-    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["locust"]
-    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
-    assert a_turns == g_turns
+    _, a_turns, g_turns = _on_both_edges(tmp_path, transports, plans, args)
+    assert _records(a_turns) == _records(g_turns)
+    a_turns = _records(a_turns)
     sent = RECORD_FIELDS.index("sent_input_tokens")
     assert all(t[sent] > 0 for t in a_turns if t[3] == "completed"), a_turns
     # Every transport ran every rollout: the comparison covered what it claims to.
@@ -305,14 +294,7 @@ def test_both_edges_round_trip_reasoning_and_record_it(tmp_path: Path) -> None:
         )
         for p in _plans(1, 1)
     ]
-    runs = {}
-    for edge, drive in (("asyncio", asyncio_edge), ("locust", locust_edge)):
-        record = tmp_path / f"{edge}.jsonl"
-        with recording_server(record, []) as url:
-            turns = drive(url, LOCUST_TRANSPORTS, reasoning)
-        runs[edge] = (recorded(record), turns)
-    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["locust"]
-    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
+    a_requests, a_turns, g_turns = _on_both_edges(tmp_path, LOCUST_TRANSPORTS, reasoning)
     assert _records(a_turns) == _records(g_turns)
     for turns in (a_turns, g_turns):
         assert {t["transport"] for t in turns} == set(LOCUST_TRANSPORTS)
@@ -342,15 +324,8 @@ def test_both_edges_replay_a_recorded_warmup_alike(tmp_path: Path) -> None:
         dataclasses.replace(p, turns=(dataclasses.replace(p.turns[0], warmup=True), *p.turns[1:]))
         for p in _plans(1, 1)
     ]
-    runs = {}
-    for edge, drive in (("asyncio", asyncio_edge), ("locust", locust_edge)):
-        record = tmp_path / f"{edge}.jsonl"
-        with recording_server(record, []) as url:
-            turns = drive(url, LOCUST_TRANSPORTS, warm)
-        runs[edge] = (recorded(record), _records(turns))
-    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["locust"]
-    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
-    assert a_turns == g_turns
+    a_requests, a_turns, g_turns = _on_both_edges(tmp_path, LOCUST_TRANSPORTS, warm)
+    assert _records(a_turns) == _records(g_turns)
     bodies = [e["body"] for e in a_requests if isinstance(e.get("body"), dict)]
     warmups = [b for b in bodies if b.get("generate") is False]
     ws = [t for t in LOCUST_TRANSPORTS if t in ("ws", "ws-store")]

@@ -54,10 +54,13 @@ def test_quick_run_with_loopbench_only_reports_the_peers_as_not_installed(tmp_pa
     assert doc["tools"]["guidellm"]["status"] == "not installed"
     assert doc["tools"]["aiperf"]["status"] == "not installed"
     assert doc["target"]["passed"] is None and "not evaluated" in doc["target"]["text"]
+    # issue 39's precision target is at 64 streams: a quick run does not reach it
+    assert doc["precision_target"]["passed"] is None and doc["passed"] is None
+    assert "no loopbench row at 64 streams" in doc["precision_target"]["text"]
     assert doc["machine"]["cpu_count"] >= 1 and "cpu_steal_pct" in doc["machine"]
     runs = {(r["tool"], r["transport"], r["streams"]): r for r in doc["runs"]}
     assert {k for k in runs if k[0] == "loopbench"} == {
-        ("loopbench", t, s) for t in ("chat", "ws") for s in (1, 4)
+        ("loopbench", t, s) for t in ("chat", "ws", "http") for s in (1, 4)
     }
     # the Locust row: the same workload through `loopbench locust`, one worker
     assert {k for k in runs if k[0] == "loopbench-locust"} == {
@@ -83,6 +86,7 @@ def test_quick_run_with_loopbench_only_reports_the_peers_as_not_installed(tmp_pa
     assert text.startswith(f"# B\n{BEGIN_MARKER}\n") and text.endswith(f"{END_MARKER}\ntail\n")
     assert "| guidellm | 1 | not installed |" in text and "old" not in text
     assert "| tool | streams |" in done.stdout
+    assert "every loopbench row at 64 streams: client error p99 ≤ 0.5 ms" in text
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
