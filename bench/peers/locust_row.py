@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.peers.commands import loopbench_argv
+from bench.peers.figures import LOCUST_ROW
 
-#: the row's tool name in peers.json and the table
-TOOL = "loopbench-locust"
+#: the row's tool name in peers.json and the table (the precision target reads it too)
+TOOL = LOCUST_ROW
 
 
 def locust_argv(
