@@ -1,7 +1,7 @@
 """The project's one WebSocket codec (RFC 6455 §5, RFC 7692), without I/O.
 
 Every edge that speaks or reads WebSocket frames goes through this module: the
-client transports (asyncio and gevent), the recording proxy's observer (both
+client transports, the recording proxy's observer (both
 directions, compressed or not), the fuzzer and the self-benchmark's bare client and
 server.  The ``websockets`` package still runs the clients' opening handshake; what
 comes after the 101 is parsed and built here.
