@@ -86,7 +86,10 @@ def test_quick_run_with_loopbench_only_reports_the_peers_as_not_installed(tmp_pa
     assert text.startswith(f"# B\n{BEGIN_MARKER}\n") and text.endswith(f"{END_MARKER}\ntail\n")
     assert "| guidellm | 1 | not installed |" in text and "old" not in text
     assert "| tool | streams |" in done.stdout
-    assert "every loopbench row at 64 streams: client error p99 ≤ 0.5 ms" in text
+    assert (
+        "every loopbench row at 64 streams: client-side error (client error − server read) p99 ≤ 0.5 ms"
+        in text
+    )
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
