@@ -27,7 +27,7 @@ it has, and the reason in the verdict column.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -775,23 +775,9 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
         "runs": {s.label: str(s.run.path) for s in cmp.sides},
         "reference": cmp.reference.label,
         "deltas": [
-            {
-                "candidate": d.candidate,
-                "transport": d.transport,
-                "metric": d.metric,
-                "unit": d.unit,
-                "a": d.a,
-                "b": d.b,
-                "delta": d.delta,
-                "delta_pct": d.delta_pct,
-                "ratio": d.ratio,
-                "ratio_ci95": list(d.ratio_ci95) if d.ratio_ci95 else None,
-                "p_value": d.p_value,
-                "n_a": d.n_a,
-                "n_b": d.n_b,
-                "verdict": d.verdict,
-                "note": d.note,
-            }
+            {"candidate": d.candidate}
+            | asdict(d)
+            | {"ratio_ci95": list(d.ratio_ci95) if d.ratio_ci95 else None}
             for rows in cmp.deltas.values()
             for d in rows
         ],
