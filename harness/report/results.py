@@ -39,6 +39,7 @@ from harness.metrics.results_model import (
     Summary,
     TransportSummary,
 )
+from harness.report.files import write_text_atomic
 from harness.wire.errors import NotAResultsFolder, ResultsError, ResultsWriteError
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
@@ -165,10 +166,7 @@ def write_index(root: str | Path, name: str, doc: Any, text: str | None = None) 
     path = root / f"{name}.json"
     _write_json_atomic(path, doc)
     if text is not None:
-        md = root / f"{name}.md"
-        tmp = md.with_name(md.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, md)
+        write_text_atomic(root / f"{name}.md", text)
     return path
 
 

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
@@ -38,7 +37,7 @@ from harness.report.files import (
     write_text_atomic,
 )
 from harness.report.plots import _figure, plot_style, save_figure, transport_color
-from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json
+from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json, write_index
 from harness.wire.errors import LoopbenchError
 from harness.wire.plural import counted
 
@@ -182,10 +181,7 @@ def new_sweep_doc(
 
 def write_sweep_json(root: Path, doc: dict[str, Any]) -> None:
     """Write ``root/sweep.json`` atomically (a reader never sees half a file)."""
-    path = root / SWEEP_JSON
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
-    tmp.replace(path)
+    write_index(root, SWEEP_JSON.removesuffix(".json"), doc)
 
 
 def sweep_run_id(index: int, key: str, value: str) -> str:
@@ -281,22 +277,10 @@ def plot_latency_vs_load(table: pd.DataFrame, key: str, title_note: str = "") ->
         g = table[table["transport"] == name]
         x = g["value"].astype(float) if numeric else g["value"].map(order.index)
         color = transport_color(name, i)
-        ax_roll.plot(
-            x, g["rollout_p50_ms"] / 1000, color=color, marker="o", lw=2, label=f"{name} p50"
-        )
-        ax_roll.plot(
-            x,
-            g["rollout_p99_ms"] / 1000,
-            color=color,
-            marker=".",
-            lw=1,
-            ls="--",
-            label=f"{name} p99",
-        )
-        ax_ttft.plot(x, g["ttft_p50_ms"], color=color, marker="o", lw=2, label=f"{name} p50")
-        ax_ttft.plot(
-            x, g["ttft_p99_ms"], color=color, marker=".", lw=1, ls="--", label=f"{name} p99"
-        )
+        for ax, metric, scale in ((ax_roll, "rollout", 1000), (ax_ttft, "ttft", 1)):
+            y50, y99 = (g[f"{metric}_{q}_ms"] / scale for q in ("p50", "p99"))
+            ax.plot(x, y50, color=color, marker="o", lw=2, label=f"{name} p50")
+            ax.plot(x, y99, color=color, marker=".", lw=1, ls="--", label=f"{name} p99")
         if name in knee_rows:
             row = table.loc[knee_rows[name]]
             kx = float(row["value"])
