@@ -59,12 +59,7 @@ def describe_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    if isinstance(value, str):
-        text = repr(value)
-    elif isinstance(value, list | tuple | dict):
-        text = _flow(value)
-    else:
-        text = repr(value)
+    text = _flow(value) if isinstance(value, list | tuple | dict) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
