@@ -597,7 +597,7 @@ def verdict_line(cmp: Comparison) -> str:
     head = (
         "comparable"
         if cmp.comparable
-        else f"NOT COMPARABLE ({len(cmp.reasons)} reason{'s' * (len(cmp.reasons) != 1)})"
+        else f"NOT COMPARABLE ({counted(len(cmp.reasons), 'reason')})"
     )
     changes = "; ".join(_headline(cmp, c) for c in cmp.candidates)
     return f"{head} · {changes} · {_worst_error(cmp)}"
