@@ -473,9 +473,10 @@ def new_run_id(scenario_name: str, wall_time_s: float) -> str:
     UTC so the id of a run does not depend on the machine's time zone; the
     scenario name is reduced to a file-name-safe slug.
     """
-    name = Path(scenario_name).name
-    for ext in (".yaml", ".yml"):
-        if name.endswith(ext):
-            name = name[: -len(ext)]
-    slug = _SLUG_RE.sub("-", name).strip("-.") or "run"
-    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(wall_time_s))}-{slug}"
+    name = Path(scenario_name).name.removesuffix(".yaml").removesuffix(".yml")
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(wall_time_s))}-{slug(name, 'run')}"
+
+
+def slug(text: str, empty: str) -> str:
+    """``text`` as a file-name-safe part of a folder name (``empty`` when nothing is left)."""
+    return _SLUG_RE.sub("-", text).strip("-.") or empty

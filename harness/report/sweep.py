@@ -18,7 +18,6 @@ by more than :data:`KNEE_MIN_BEND` of its range has no knee.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from harness.report.files import (
     write_text_atomic,
 )
 from harness.report.plots import _figure, plot_style, save_figure, transport_color
-from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json, write_index
+from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json, slug, write_index
 from harness.wire.errors import LoopbenchError
 from harness.wire.plural import counted
 
@@ -49,8 +48,6 @@ SWEEP_JSON = "sweep.json"
 KNEE_MIN_BEND = 0.1
 #: swept values growing by at least this factor per step are treated as geometric
 GEOMETRIC_STEP = 1.5
-
-_SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 # -- pure helpers --------------------------------------------------------------------------------
@@ -148,10 +145,6 @@ def numeric_values(values: Sequence[str]) -> list[float] | None:
         return None
 
 
-def _slug(text: str) -> str:
-    return _SLUG_RE.sub("-", text).strip("-.") or "v"
-
-
 # -- the sweep index ----------------------------------------------------------------------------
 
 
@@ -186,7 +179,7 @@ def write_sweep_json(root: Path, doc: dict[str, Any]) -> None:
 
 def sweep_run_id(index: int, key: str, value: str) -> str:
     """``NN-<last part of key>-<value>``, e.g. ``02-concurrency-4``."""
-    return f"{index:02d}-{_slug(key.rsplit('.', 1)[-1])}-{_slug(value)}"
+    return f"{index:02d}-{slug(key.rsplit('.', 1)[-1], 'v')}-{slug(value, 'v')}"
 
 
 # -- reading and reporting -----------------------------------------------------------------------
