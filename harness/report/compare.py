@@ -713,28 +713,16 @@ def compare_document(
         )
         changes = speedup_changes(ref.run, cand.run)
         if changes:
+            labels = (ref.label, cand.label)
             rows = [
-                [
-                    pair,
-                    fmt(ca.rollout_speedup, 3, "×"),
-                    fmt(cb.rollout_speedup, 3, "×"),
-                    fmt(ca.rollout_latency_reduction_pct, 1, " %"),
-                    fmt(cb.rollout_latency_reduction_pct, 1, " %"),
-                ]
+                [pair, *(fmt(c.rollout_speedup, 3, "×") for c in (ca, cb))]
+                + [fmt(c.rollout_latency_reduction_pct, 1, " %") for c in (ca, cb)]
                 for pair, ca, cb in changes
             ]
+            headers = [f"{what} {label}" for what in ("speedup", "reduction") for label in labels]
             doc.add(
                 Heading(f"{cand.label} vs {ref.label}: speedup between transports", level=3),
-                Table(
-                    [
-                        "pair",
-                        f"speedup {ref.label}",
-                        f"speedup {cand.label}",
-                        f"reduction {ref.label}",
-                        f"reduction {cand.label}",
-                    ],
-                    rows,
-                ),
+                Table(["pair", *headers], rows),
             )
     if plots is not None:
         names = A.ordered_transports(t for s in cmp.sides for t in s.transports)

@@ -48,6 +48,15 @@ SWEEP_JSON = "sweep.json"
 KNEE_MIN_BEND = 0.1
 #: swept values growing by at least this factor per step are treated as geometric
 GEOMETRIC_STEP = 1.5
+#: the latency statistics of each run a sweep tabulates: (metric, statistic)
+_LATENCIES = (
+    ("rollout", "p50"),
+    ("rollout", "p99"),
+    ("TTFT", "p50"),
+    ("TTFT", "p99"),
+    ("turn", "p50"),
+)
+_RUN_COLUMNS = ("rollouts/s achieved", "failed turns", "valid", "run folder")
 
 
 # -- pure helpers --------------------------------------------------------------------------------
@@ -227,11 +236,7 @@ def sweep_table(path: str | Path) -> pd.DataFrame:
                     "value": entry["value"],
                     "run_id": entry["run_id"],
                     "transport": name,
-                    "rollout_p50_ms": t.stat("rollout_ms", "p50"),
-                    "rollout_p99_ms": t.stat("rollout_ms", "p99"),
-                    "ttft_p50_ms": t.stat("ttft_ms", "p50"),
-                    "ttft_p99_ms": t.stat("ttft_ms", "p99"),
-                    "turn_p50_ms": t.stat("turn_ms", "p50"),
+                    **{f"{m.lower()}_{q}_ms": t.stat(f"{m.lower()}_ms", q) for m, q in _LATENCIES},
                     "rollouts_per_s": len(r) / span_s if span_s and span_s > 0 else float("nan"),
                     # failed turns: the unit of the error rate a run is judged by (a failed
                     # rollout is one of its failed turns again)
@@ -533,11 +538,7 @@ def render_sweep(path: str | Path) -> Rendered:
             [
                 str(r.value),
                 r.transport,
-                fmt(r.rollout_p50_ms),
-                fmt(r.rollout_p99_ms),
-                fmt(r.ttft_p50_ms),
-                fmt(r.ttft_p99_ms),
-                fmt(r.turn_p50_ms),
+                *(fmt(getattr(r, f"{m.lower()}_{q}_ms")) for m, q in _LATENCIES),
                 fmt(r.rollouts_per_s, 2),
                 str(r.errors),
                 ("yes" if r.valid else "NO")
@@ -549,19 +550,7 @@ def render_sweep(path: str | Path) -> Rendered:
         doc.add(
             Heading("Results per value"),
             Table(
-                [
-                    key,
-                    "transport",
-                    "rollout p50 ms",
-                    "rollout p99 ms",
-                    "TTFT p50 ms",
-                    "TTFT p99 ms",
-                    "turn p50 ms",
-                    "rollouts/s achieved",
-                    "failed turns",
-                    "valid",
-                    "run folder",
-                ],
+                [key, "transport", *(f"{m} {q} ms" for m, q in _LATENCIES), *_RUN_COLUMNS],
                 rows,
                 align="llrrrrrrrll",
                 caption="Each run folder holds its own full report.html.",
