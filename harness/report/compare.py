@@ -347,12 +347,7 @@ def warnings(side: Side) -> list[str]:
 
 
 def _tested_row(
-    spec: MetricSpec,
-    a: np.ndarray,
-    b: np.ndarray,
-    *,
-    n_boot: int,
-    seed: int,
+    spec: MetricSpec, a: np.ndarray, b: np.ndarray, *, n_boot: int, seed: int
 ) -> dict[str, Any]:
     """A median row from the samples: one statistic for A, B, Δ, Δ %, the CI and the test."""
     ma = float(np.median(a)) if len(a) else None

@@ -27,14 +27,7 @@ import numpy as np
 
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
-from harness.report.files import (
-    PLOTS_DIR,
-    REPORT_HTML,
-    REPORT_MD,
-    Rendered,
-    fmt,
-    write_text_atomic,
-)
+from harness.report.files import PLOTS_DIR, REPORT_HTML, REPORT_MD, Rendered, fmt, write_text_atomic
 from harness.report.plots import _figure, plot_style, save_figure, transport_color
 from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json, slug, write_index
 from harness.wire.errors import LoopbenchError

@@ -190,11 +190,7 @@ def error_type_for_status(status: int) -> str:
 
 
 def error_body(
-    status: int,
-    code: str | None,
-    message: str,
-    param: str | None = None,
-    type_: str | None = None,
+    status: int, code: str | None, message: str, param: str | None = None, type_: str | None = None
 ) -> dict[str, Any]:
     """HTTP error body ``{"error": {message, type, param, code}}`` (docs/protocol.md §1.5).
 

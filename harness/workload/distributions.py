@@ -334,8 +334,7 @@ def _from_yaml(value: Any) -> Any:
 
 
 Distribution = Annotated[
-    _AnyDist,
-    BeforeValidator(_from_yaml, json_schema_input_type=float | _AnyDist),
+    _AnyDist, BeforeValidator(_from_yaml, json_schema_input_type=float | _AnyDist)
 ]
 """A distribution field: a bare number or a ``{dist: ...}`` mapping."""
 
