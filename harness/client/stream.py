@@ -628,16 +628,13 @@ class ResponseStream:
         rec.streamed_tokens = self._segment_tokens()
         rec.burst_tokens_max = self.burst_tokens_max
         st = self.sim_timing or {}
-        for key, attr in SIM_FIELDS:
+        for key, attr in (*SIM_FIELDS, ("first_token_late_ms", "server_late_ms")):
             value = st.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 setattr(rec, attr, float(value))
         cache = st.get("cache")
         if isinstance(cache, str):
             rec.sim_cache = cache
-        late = st.get("first_token_late_ms")
-        if isinstance(late, int | float) and not isinstance(late, bool):
-            rec.server_late_ms = float(late)
         # Only on one host do the monotonic clocks agree (a remote server's counts from its own
         # boot, so its arrival cannot fall between our send and first token); the gevent edge
         # stamps on the Unix epoch, hence the second field.
