@@ -12,13 +12,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from harness.wire.errors import (
-    APIError,
-    ErrorKind,
-    LoopbenchError,
-    ProtocolError,
-    TransportError,
-)
+from harness.wire.errors import APIError, ErrorKind, LoopbenchError, ProtocolError, TransportError
 from harness.wire.events import loads
 
 
