@@ -100,16 +100,24 @@ SIDE_MIX: tuple[SideRequest, ...] = (
 )
 
 
-def rss_kib(pid: int) -> int | None:
-    """Resident set size of ``pid`` in KiB (``VmRSS``), or None once it has exited."""
+def rss_kib(pid: int, fields: Sequence[str] = ("VmRSS",)) -> int | None:
+    """Resident set size of ``pid`` in KiB (``VmRSS``; or the sum of other ``fields`` of its
+    ``/proc/<pid>/status``), or None once it has exited."""
+    found = []
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+                name = line.split(":", 1)[0]
+                if name in fields:
+                    found.append(int(line.split()[1]))
     except (OSError, ValueError):
         return None
-    return None
+    return sum(found) if found else None
+
+
+#: the part of a process's RSS that is file pages: code paged in as paths first run, and the
+#: store's shared-memory index (``-shm``), neither malloc's nor Python's
+FILE_RSS = ("RssFile", "RssShmem")
 
 
 @dataclass(slots=True)
@@ -192,6 +200,8 @@ class Sample:
     malloc_in_use: int | None = None
     #: bytes of the prefix cache's hash table (``/health``)
     prefix_table_bytes: int | None = None
+    #: the server's file-backed resident pages, KiB (:data:`FILE_RSS`)
+    server_file_kib: int | None = None
 
 
 def warmup_s(duration_s: float) -> float:
@@ -402,6 +412,7 @@ def _load(
                 store_bytes(store),
                 *_server_state(server),
             )
+            sample.server_file_kib = rss_kib(server.pid, FILE_RSS)
             samples.append(sample)
             if len(samples) % max(1, round(30 / sample_s)) == 1:
                 print(
@@ -466,6 +477,7 @@ def _finish(
                 s.malloc_free_held,
                 s.malloc_in_use,
                 s.prefix_table_bytes,
+                None if s.server_file_kib is None else s.server_file_kib * 1024,
             ]
             for s in samples
         ],
@@ -663,7 +675,7 @@ def server_account_table(fit: dict[str, Any]) -> list[str]:
     rows = [
         ("RSS slope (judged)", slope),
         (
-            "engine prefix cache (its table + 68 B an entry; LRU, ~13 MiB full and churning)",
+            "engine prefix cache (its table + 80 B an entry; LRU, ~13 MiB full and churning)",
             fit["prefix_cache_mib_per_h"],
         ),
         (
@@ -673,6 +685,10 @@ def server_account_table(fit: dict[str, Any]) -> list[str]:
         (
             "malloc: freed but held (mallinfo2 fordblks: fragmentation)",
             fit.get("malloc_free_held_mib_per_h"),
+        ),
+        (
+            "file pages (code paged in, the store's -shm: RssFile + RssShmem)",
+            fit.get("file_pages_mib_per_h"),
         ),
         (f"**unaccounted**{share}", rest),
         (

@@ -31,9 +31,11 @@ SQLITE_CACHE_BYTES = 2000 * 1024
 #: bytes one entry of the engine's LRU prefix cache holds (an OrderedDict entry and two ints:
 #: 65,536 entries measured at 9.7 MiB with tracemalloc)
 PREFIX_CACHE_ENTRY_BYTES = 155
-#: bytes of one entry's two ints (its prefix hash and token count) beside the cache's table,
-#: which ``/health`` gives (``table_bytes``): 67.5 B measured with tracemalloc at 65,536 entries
-PREFIX_ENTRY_OBJECT_BYTES = 68
+#: bytes one entry's two ints (its prefix hash and token count) take beside the cache's table,
+#: which ``/health`` gives (``table_bytes``, its list nodes included): 36 and 28 B asked for
+#: (tracemalloc: 67.5 B), 48 and 32 B in pymalloc's size classes, which is what stays resident
+#: (``sys._debugmallocstats`` at 65,536 entries: 110 B an entry with its 32 B node)
+PREFIX_ENTRY_OBJECT_BYTES = 80
 #: the largest slope (MiB/h) a quarter of which still counts as noise for "unaccounted"
 NOISE_MIB_H = 8.0
 #: bytes the harness keeps per completed rollout: its latency, for the paired speedup
@@ -114,9 +116,10 @@ def _rate(points: Sequence[tuple[float, float]]) -> float | None:
 
 def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """The server's slope after its warm-up and what accounts for it (None without samples):
-    the prefix cache (entries x their size), the store (at most SQLite's page cache) and
+    the prefix cache (entries x their size), the store (at most SQLite's page cache),
     memory malloc holds freed (``mallinfo2``'s ``fordblks``: fragmentation, resident once
-    touched).  These are disjoint: the caches are live blocks, the last free ones.  Malloc's
+    touched) and file pages (code paged in, the store's ``-shm``).  These are disjoint: the
+    caches are live blocks, then free ones, then pages no allocator owns.  Malloc's
     bytes in use are given beside them, not subtracted: they include the caches."""
     samples = doc.get("rss_samples")
     if not samples:
@@ -128,7 +131,8 @@ def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     prefix = _rate([(t, b / 2**20) for t, b in sizes if b is not None])
     page = _rate([(x[0], min(x[3], SQLITE_CACHE_BYTES) / 2**20) for x in fit if x[3] is not None])
     held = _rate(_column(fit, 5))
-    named = (prefix or 0.0) + (page or 0.0) + (held or 0.0)
+    files = _rate(_column(fit, 8))
+    named = (prefix or 0.0) + (page or 0.0) + (held or 0.0) + (files or 0.0)
     return {
         "from_s": start,
         "slope_mib_per_h": slope,
@@ -136,6 +140,7 @@ def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
         "page_cache_mib_per_h": page,
         "malloc_free_held_mib_per_h": held,
         "malloc_in_use_mib_per_h": _rate(_column(fit, 6)),
+        "file_pages_mib_per_h": files,
         "unaccounted_mib_per_h": None if slope is None else round(slope - named, 1),
     }
 

@@ -259,3 +259,22 @@ def test_the_prefix_caches_table_stepping_up_after_it_is_full_is_the_cache() -> 
     assert soak_gate.problems(doc, Limits()) == []
     doc["rss_samples"] = [r[:7] for r in doc["rss_samples"]]  # no table_bytes: unaccounted
     assert any("not accounted" in p for p in soak_gate.problems(doc, Limits()))
+
+
+def test_file_pages_paged_in_are_named_apart_from_the_allocators() -> None:
+    # Code paged in as paths first run and the store's -shm are file pages (RssFile +
+    # RssShmem), neither malloc's nor Python's: a row of their own, subtracted.
+    flat = _series(0.0)
+    doc = _doc(flat, flat) | {"warmup_s": 450.0, "prefix_cache_max_entries": 100}
+    per_s = 6 * 2**20 / 3600  # 6 MiB/h of file pages, the whole slope
+    doc["rss_samples"] = [
+        [t, (60 * 2**20 + per_s * t) / 1024, 0, None, 100, 2**20, 30 * 2**20, 2**20, per_s * t]
+        for t in (float(t) for t in range(0, 1800, 5))
+    ]
+    fit = soak_gate.server_fit(doc)
+    assert fit is not None and fit["file_pages_mib_per_h"] == 6.0
+    assert fit["unaccounted_mib_per_h"] == 0.0
+    assert (
+        "| file pages (code paged in, the store's -shm: RssFile + RssShmem) | 6.0 |"
+        in "\n".join(server_account_table(fit))
+    )
