@@ -202,6 +202,8 @@ class Sample:
     prefix_table_bytes: int | None = None
     #: the server's file-backed resident pages, KiB (:data:`FILE_RSS`)
     server_file_kib: int | None = None
+    #: bytes Python's small-object arenas hold beyond the blocks in use (``/health``)
+    pymalloc_free_held: int | None = None
 
 
 def warmup_s(duration_s: float) -> float:
@@ -478,6 +480,7 @@ def _finish(
                 s.malloc_in_use,
                 s.prefix_table_bytes,
                 None if s.server_file_kib is None else s.server_file_kib * 1024,
+                s.pymalloc_free_held,
             ]
             for s in samples
         ],
@@ -554,23 +557,27 @@ def store_account(store: Path, fit: Sequence[Sample], server_slope: float | None
 
 
 def _server_state(server: ServerProcess) -> tuple[int | None, ...]:
-    """From ``/health``: the prefix cache's entries, malloc's bytes freed but held and in use
-    (mapped one by one included), the prefix cache's table bytes; None for what it does not
-    say."""
+    """From ``/health``, in :class:`Sample`'s order: the prefix cache's entries, malloc's bytes
+    freed but held and in use (mapped one by one included), the prefix cache's table bytes,
+    (a None for the file pages) and the bytes Python's arenas hold freed; None for what it
+    does not say."""
     try:
         doc = server.health(timeout_s=2)
     except (OSError, ValueError):
-        return None, None, None, None
+        return None, None, None, None, None, None
     cache = doc.get("prefix_cache") or {}
     memory = doc.get("memory") or {}
     in_use = memory.get("in_use_bytes")
     if isinstance(in_use, int):
         in_use += int(memory.get("mapped_bytes") or 0)
+    arenas, allocated = memory.get("python_arena_bytes"), memory.get("python_allocated_bytes")
     values = (
         cache.get("entries"),
         memory.get("free_held_bytes"),
         in_use,
         cache.get("table_bytes"),
+        None,  # the file pages: from /proc, not /health
+        arenas - allocated if isinstance(arenas, int) and isinstance(allocated, int) else None,
     )
     return tuple(v if isinstance(v, int) else None for v in values)
 
@@ -685,6 +692,10 @@ def server_account_table(fit: dict[str, Any]) -> list[str]:
         (
             "malloc: freed but held (mallinfo2 fordblks: fragmentation)",
             fit.get("malloc_free_held_mib_per_h"),
+        ),
+        (
+            "Python's arenas: freed but held (pymalloc: a live object keeps its 1 MiB arena)",
+            fit.get("pymalloc_free_held_mib_per_h"),
         ),
         (
             "file pages (code paged in, the store's -shm: RssFile + RssShmem)",

@@ -118,7 +118,7 @@ def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """The server's slope after its warm-up and what accounts for it (None without samples):
     the prefix cache (entries x their size), the store (at most SQLite's page cache),
     memory malloc holds freed (``mallinfo2``'s ``fordblks``: fragmentation, resident once
-    touched) and file pages (code paged in, the store's ``-shm``).  These are disjoint: the
+    touched), memory Python's arenas hold beyond their blocks in use, and file pages (code paged in, the store's ``-shm``).  These are disjoint: the
     caches are live blocks, then free ones, then pages no allocator owns.  Malloc's
     bytes in use are given beside them, not subtracted: they include the caches."""
     samples = doc.get("rss_samples")
@@ -132,7 +132,8 @@ def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     page = _rate([(x[0], min(x[3], SQLITE_CACHE_BYTES) / 2**20) for x in fit if x[3] is not None])
     held = _rate(_column(fit, 5))
     files = _rate(_column(fit, 8))
-    named = (prefix or 0.0) + (page or 0.0) + (held or 0.0) + (files or 0.0)
+    python_held = _rate(_column(fit, 9))
+    named = sum(x or 0.0 for x in (prefix, page, held, files, python_held))
     return {
         "from_s": start,
         "slope_mib_per_h": slope,
@@ -141,6 +142,7 @@ def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
         "malloc_free_held_mib_per_h": held,
         "malloc_in_use_mib_per_h": _rate(_column(fit, 6)),
         "file_pages_mib_per_h": files,
+        "pymalloc_free_held_mib_per_h": python_held,
         "unaccounted_mib_per_h": None if slope is None else round(slope - named, 1),
     }
 

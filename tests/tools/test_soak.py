@@ -278,3 +278,16 @@ def test_file_pages_paged_in_are_named_apart_from_the_allocators() -> None:
         "| file pages (code paged in, the store's -shm: RssFile + RssShmem) | 6.0 |"
         in "\n".join(server_account_table(fit))
     )
+
+
+def test_what_pythons_arenas_hold_freed_is_named() -> None:
+    flat = _series(0.0)
+    doc = _doc(flat, flat) | {"warmup_s": 450.0, "prefix_cache_max_entries": 100}
+    per_s = 5 * 2**20 / 3600
+    doc["rss_samples"] = [
+        [t, (60 * 2**20 + per_s * t) / 1024, 0, None, 100, 2**20, 30 * 2**20, 2**20, 0, per_s * t]
+        for t in (float(t) for t in range(0, 1800, 5))
+    ]
+    fit = soak_gate.server_fit(doc)
+    assert fit is not None and fit["pymalloc_free_held_mib_per_h"] == 5.0
+    assert fit["unaccounted_mib_per_h"] == 0.0
