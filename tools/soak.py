@@ -709,7 +709,7 @@ def server_account_table(fit: dict[str, Any]) -> list[str]:
     ]
     return [
         f"| server after its warm-up (from {fit['from_s']:.0f} s: a quarter of the load, or until "
-        "its prefix cache was first full if later) | MiB/h |",
+        "its prefix cache was at its bound, full and its table at its largest, if later) | MiB/h |",
         "|---|---|",
         *(f"| {name} | {_dash(value)} |" for name, value in rows),
     ]
