@@ -15,9 +15,11 @@ help:
 	@echo "make fuzz       10,000 hostile requests, frames and sockets against the reference server; counts -> results/fuzz.json (~30 s)"
 	@echo "make soak       mixed load with injected faults; RSS over time + error counts -> results/soak/ (~5 min)"
 	@echo "make bench      the harness against this machine's limits (BENCHMARKS.md) -> results/selfbench.json (~15 min)"
+	@echo "make bench-master one Locust master against 64 fake workers' real-sized reports: CPU, merge time, report lag (docs/distributed.md) -> results/master-sim.json (~2 min)"
 	@echo "make bench-proxy what loopbench record adds to a turn: 1,000 paired trials against a bare relay (docs/traces.md)"
 	@echo "make bench-peers loopbench next to guidellm and aiperf (own venv .venv-peers) -> results/peers.json, BENCHMARKS.md (~5 min)"
 	@echo "make real-engine loopbench, guidellm, aiperf against vLLM on the CPU (own venv .venv-engine), each beside vLLM's own metrics (docs/real-engine.md)"
+	@echo "make real-engine-sim the reference server calibrated on vLLM, then both at concurrency 1, 2, 4: TTFT/TPOT side by side (docs/model.md §16)"
 	@echo "make notebook   re-execute notebooks/*.ipynb in place on results/baseline (committed with outputs)"
 	@echo "make interop    the real agents (Codex CLI, Claude Code, openai-agents, openai/anthropic SDKs) against the reference server, direct, recorded, replayed (docs/agents.md)"
 
@@ -39,6 +41,17 @@ venv: $(STAMP)
 # was too busy to judge one (bench/selfbench/busy.py).
 bench: $(STAMP)
 	$(BIN)/python -m bench.selfbench --check --out results/selfbench.json
+
+.PHONY: bench-master
+# A real loopbench Locust master against fake workers that speak Locust's worker protocol and
+# send real-sized reports at the real interval (bench/master_sim, docs/distributed.md).  Exit 2
+# when the master fell behind on a quiet machine, 3 when a message went missing or the machine
+# was too busy to judge.  MASTER_SIM_AGENTS=300 MASTER_SIM_SECONDS=15: past one master's core.
+MASTER_SIM_WORKERS ?= 64
+MASTER_SIM_AGENTS  ?= 150
+MASTER_SIM_SECONDS ?= 20
+bench-master: $(STAMP)
+	$(BIN)/python -m bench.master_sim --check --workers $(MASTER_SIM_WORKERS) --agents $(MASTER_SIM_AGENTS) --seconds $(MASTER_SIM_SECONDS) --out results/master-sim.json
 
 .PHONY: bench-proxy
 # What the recording proxy adds to a turn, against a bare relay in the same trials.
@@ -95,6 +108,13 @@ $(ENGINE_STAMP):
 # when .venv-engine exists).
 real-engine: $(STAMP) $(ENGINE_STAMP) $(PEERS_STAMP)
 	$(BIN)/python -m tools.real_engine --check --engine-venv $(ENGINE_VENV) --peers-venv $(PEERS_VENV) --out results/real-engine
+
+.PHONY: real-engine-sim
+# The reference server calibrated on loopbench runs against vLLM (concurrency 1, 2, 4), then
+# vLLM and the calibrated server driven by the same scenario level by level, back to back:
+# TTFT p50/p99 and TPOT p50 side by side; exit 3 when one is off by more than 15 %.
+real-engine-sim: $(STAMP) $(ENGINE_STAMP)
+	$(BIN)/python -m tools.real_engine.simulate --check --engine-venv $(ENGINE_VENV) --out results/real-engine-sim
 
 .PHONY: notebook
 # Committed with its outputs so it reads on GitHub; executed on the committed baseline so the

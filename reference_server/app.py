@@ -10,7 +10,6 @@ accepted, is handed to :mod:`.ws_connection`, which uses the same service.
 from __future__ import annotations
 
 import contextlib
-import random
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
@@ -18,6 +17,7 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -30,19 +30,22 @@ from reference_server.allocator import malloc_report
 from reference_server.chat_api import ChatApi
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
-from reference_server.core.context_window import Fitted
-from reference_server.core.conversation import Conversation, tools_tokens
-from reference_server.core.limits import retry_after_headers
-from reference_server.core.validation import CreateRequest, RequestError, parse_create
-from reference_server.event_stream import EventStream, SendEvents, until_disconnect
-from reference_server.fault_send import CutAnswer, InjectedDisconnect
+from reference_server.core.conversation import tools_tokens
+from reference_server.core.validation import RequestError, parse_create
+from reference_server.event_stream import EventStream, SendEvents, unless_gone
 from reference_server.guard import ConnectionGuard
-from reference_server.json_answers import error_response, json_response
+from reference_server.json_answers import error_response, json_response, retry_headers
 from reference_server.lifecycle import Lifecycle
 from reference_server.messages_api import MessagesApi
-from reference_server.metrics import CONTENT_TYPE_LATEST, HttpMetrics, exposition, registry
+from reference_server.metrics import (
+    CONTENT_TYPE_LATEST,
+    HttpMetrics,
+    ServerCollector,
+    exposition,
+    registry,
+)
 from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
-from reference_server.service import Job, Service, fault_error, previous_not_found
+from reference_server.service import Admission, Service
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -57,7 +60,7 @@ class ReferenceServer:
         # Open WebSocket connections, so a shutdown can drain and close them.
         self.ws_connections: set[WsConnection] = set()
         edges: dict[str, Any] = {
-            "admit": self._admit,
+            "refusal": self._refusal,
             "read_json": self._read_json,
             "new_connection": self._new_http_connection,
         }
@@ -86,7 +89,7 @@ class ReferenceServer:
         # The access log wraps the guard, so its duration includes admission and the whole stream.
         inner: Any = AccessLog(self.guard) if config.access_log else self.guard
         counters = self.service.counters
-        self.registry = registry(
+        collector = ServerCollector(
             counters,
             self.service.sim,
             lambda: len(self.ws_connections),
@@ -97,6 +100,7 @@ class ReferenceServer:
                 "model": config.model,
             },
         )
+        self.registry = registry(collector)
         self.app = _StampArrival(HttpMetrics(inner, counters))
 
     def lifecycle_routes(self) -> list[Route]:
@@ -239,40 +243,23 @@ class ReferenceServer:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _resolve_http(self, req: CreateRequest) -> tuple[Conversation, int, str]:
-        """Conversation for an HTTP request: (conversation, rehydrated tokens, cache label)."""
-        if req.previous_response_id is None:
-            return Conversation.build(req.instructions, [], req.input_items), 0, "none"
-        found = await self.service.from_store(req)
-        if found is None:
-            raise previous_not_found(req.previous_response_id)
-        conv, rehydrated = found
-        conv.extend(req.input_items)
-        return conv, rehydrated, "store"
+    async def _refusal(
+        self, request: Request, headers: Headers, *, faults: bool = True
+    ) -> tuple[RequestError, float] | None:
+        """What refuses an HTTP request before its body is read (:meth:`Service.refusal`)."""
+        host = request.client.host if request.client else None
+        return await self.service.refusal(self._admit(host, headers), faults=faults)
 
     async def http_create(self, request: Request) -> Response:
-        rng = self.service.rng()
-        request_id = ev.new_id("req", rng)
-        denied = self._admit(request.client.host if request.client else None, request.headers)
-        if denied is not None:
-            headers = retry_after_headers(1.0) if denied.status == 429 else None
-            return self.error_response(denied, request_id, headers)
-        limited = self.service.check_rate()
-        if limited is not None:
-            return self.error_response(limited[0], request_id, retry_after_headers(limited[1]))
-        fault = await self.service.draw_fault(websocket=False)
-        if fault.kind == "error":
-            retry = retry_after_headers(1.0) if fault.status == 429 else None
-            return self.error_response(fault_error(fault), request_id, retry)
-        if fault.kind == "spike":
-            mark_arrival()  # the spike comes before the API tier: restart its clock
-        return await self._http_create(request, request_id, rng)
-
-    async def _http_create(self, request: Request, request_id: str, rng: random.Random) -> Response:
         service = self.service
+        rng = service.rng()
+        request_id = ev.new_id("req", rng)
+        refused = await self._refusal(request, request.headers)
+        if refused is not None:
+            return self.error_response(refused[0], request_id, retry_headers(*refused))
         try:
             req = parse_create(await self._read_json(request))
-            conv, rehydrated, cache = await self._resolve_http(req)
+            conv, rehydrated, cache = await service.resolve_http(req)
             fitted = service.fit_window(req, conv, tools_tokens(req.tools))
         except RequestError as err:
             return self.error_response(err, request_id)
@@ -281,78 +268,36 @@ class ReferenceServer:
         if fitted.truncated:
             # The truncated context is a new prefix: rendered anew, stored as a new chain.
             conv, rehydrated = fitted.conv, 0
-        cost = RequestCost(
-            new_connection=self._new_http_connection(request),
-            websocket=False,
-            connection_resolved=False,
-            processed_tokens=conv.tokens - rehydrated + tools_tokens(req.tools),
-            rehydrated_tokens=rehydrated,
-        )
+        processed = conv.tokens - rehydrated + tools_tokens(req.tools)
+        cost = RequestCost.http(self._new_http_connection(request), processed, rehydrated)
+        admission = Admission(req, conv, cost, rng, cache, fitted)
         if req.background:
-            return await self.lifecycle.create_background(
-                req, conv, cost, cache, rng, request_id, fitted
-            )
+            return await self.lifecycle.create_background(admission, request_id)
+        admission.request_id = request.headers.get("x-request-id")
         headers = {"x-request-id": request_id}
-
         if not req.stream:
-            return await self._http_create_whole(
-                request, req, conv, cost, cache, rng, headers, fitted
-            )
+            return await self._http_create_whole(request, admission, headers)
 
-        job = await service.admit(req, conv, cost, cache, rng, parent_stored=not fitted.truncated)
-        fitted.record(job.timing)
-        job.request_id = request.headers.get("x-request-id")
+        job = await service.admit(admission)
 
         async def run(send: SendEvents) -> bool:
             return await service.generate_or_fail(job, send)
 
-        return EventStream(
-            run,
-            {**headers, "cache-control": "no-cache"},
-            done_marker=self.config.sse_done_marker,
-        )
+        return EventStream(run, headers, done_marker=self.config.sse_done_marker)
 
     async def _http_create_whole(
-        self,
-        request: Request,
-        req: CreateRequest,
-        conv: Conversation,
-        cost: RequestCost,
-        cache: str,
-        rng: random.Random,
-        headers: dict[str, str],
-        fitted: Fitted,
+        self, request: Request, admission: Admission, headers: dict[str, str]
     ) -> Response:
-        """``stream: false``: the whole response as one JSON body, or nothing if the client left.
-
-        The API-tier wait is watched too, not only the generation: with a long input, or a
-        queue for the API workers, it lasts seconds, and a client that gave up must not hold
-        (or wait for) an API worker.
-        """
-        service = self.service
-        jobs: list[Job] = []
+        """``stream: false``: the whole response as one JSON body, or nothing if the client left."""
 
         async def discard(_: Sequence[dict[str, Any]]) -> None:
             return None
 
-        async def admit_and_generate() -> None:
-            job = await service.admit(
-                req, conv, cost, cache, rng, parent_stored=not fitted.truncated
-            )
-            fitted.record(job.timing)
-            job.request_id = request.headers.get("x-request-id")
-            jobs.append(job)
-            await service.generate(job, discard)
-
-        try:
-            finished = await until_disconnect(request.receive, admit_and_generate())
-        except InjectedDisconnect:
-            return CutAnswer()
-        if not finished:
-            # The client left: stop generating for nobody. The access log shows the 499.
-            return Response(status_code=499)
+        job = await unless_gone(request.receive, self.service.answer(admission, discard))
+        if isinstance(job, Response):
+            return job
         return Response(
-            orjson.dumps(jobs[0].builder.response_object()),
+            orjson.dumps(job.builder.response_object()),
             media_type="application/json",
             headers=headers,
         )
@@ -361,19 +306,15 @@ class ReferenceServer:
         """``POST /v1/responses/compact`` (``client.responses.compact``): admitted like a create."""
         rng = self.service.rng()
         request_id = ev.new_id("req", rng)
-        denied = self._admit(request.client.host if request.client else None, request.headers)
-        if denied is None:
-            limited = self.service.check_rate()
-            denied = limited[0] if limited is not None else None
+        refused = await self._refusal(request, request.headers, faults=False)
         try:
-            if denied is not None:
-                raise denied
+            if refused is not None:
+                raise refused[0]
             req = parse_create(await self._read_json(request))
-            conv, rehydrated = await compaction.resolve(self.service, req)
+            conv, rehydrated, _ = await self.service.resolve_http(req)
             summary = compaction.check_window(self.service, conv)
         except RequestError as err:
-            headers = retry_after_headers(1.0) if err.status == 429 else None
-            return self.error_response(err, request_id, headers)
+            return self.error_response(err, request_id, retry_headers(err))
         except ClientDisconnect:
             return Response(status_code=499)
         doc = await compaction.compact(

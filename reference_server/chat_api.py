@@ -11,9 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.responses import Response
 
-from reference_server import json_answers
 from reference_server.core.chat import (
     ChatChunks,
     chat_completion,
@@ -30,11 +28,6 @@ from reference_server.timing_log import client_id
 class ChatApi(StatelessApi):
     done_marker = True
     api = "chat"
-
-    def error_response(
-        self, err: RequestError, request_id: str, headers: dict[str, str] | None = None
-    ) -> Response:
-        return json_answers.error_response(err, request_id, headers)
 
     def parse(self, body: Any) -> Parsed:
         chat = parse_chat(body)

@@ -17,20 +17,8 @@ from reference_server.core.compaction import compacted_response, compaction_item
 from reference_server.core.context_window import context_error
 from reference_server.core.conversation import Conversation
 from reference_server.core.validation import CreateRequest
-from reference_server.service import Service, previous_not_found
+from reference_server.service import Service
 from reference_server.sim import decode_seed
-
-
-async def resolve(service: Service, req: CreateRequest) -> tuple[Conversation, int]:
-    """The conversation to compact: (conversation, tokens re-hydrated from the store)."""
-    if req.previous_response_id is None:
-        return Conversation.build(req.instructions, [], req.input_items), 0
-    found = await service.from_store(req)
-    if found is None:
-        raise previous_not_found(req.previous_response_id)
-    conv, rehydrated = found
-    conv.extend(req.input_items)
-    return conv, rehydrated
 
 
 def check_window(service: Service, conv: Conversation) -> int:
@@ -54,13 +42,7 @@ async def compact(
     created_at: int,
 ) -> dict[str, object]:
     """Wait the modelled work of compacting ``conv``; the ``CompactedResponse`` body."""
-    cost = RequestCost(
-        new_connection=new_connection,
-        websocket=False,
-        connection_resolved=False,
-        processed_tokens=conv.tokens - rehydrated,
-        rehydrated_tokens=rehydrated,
-    )
+    cost = RequestCost.http(new_connection, conv.tokens - rehydrated, rehydrated)
     sim = service.sim
     timing: dict[str, object] = dict(await sim.pre_inference(cost))
 

@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.responses import Response
 
 from harness.wire.sse import encode_event
-from reference_server.fault_send import Send
+from reference_server.fault_send import CutAnswer, InjectedDisconnect, Send
 
 SendEvents = Send
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 AsgiSend = Callable[[dict[str, Any]], Awaitable[None]]
+T = TypeVar("T")
 
 
 async def until_disconnect(receive: Receive, work: Coroutine[Any, Any, Any]) -> bool:
@@ -62,6 +63,23 @@ async def until_disconnect(receive: Receive, work: Coroutine[Any, Any, Any]) -> 
     return True
 
 
+async def unless_gone(receive: Receive, work: Coroutine[Any, Any, T]) -> T | Response:
+    """What ``work`` returns, or the answer for a non-streamed request whose client left
+    (499: stop generating for nobody; the access log shows it) or whose answer the
+    ``disconnect`` fault cuts."""
+    done: list[T] = []
+
+    async def keep() -> None:
+        done.append(await work)
+
+    try:
+        if not await until_disconnect(receive, keep()):
+            return Response(status_code=499)
+    except InjectedDisconnect:
+        return CutAnswer()
+    return done[0]
+
+
 class SseResponse(Response):
     """``text/event-stream`` written by :meth:`produce`, one body write per batch.
 
@@ -74,7 +92,8 @@ class SseResponse(Response):
         self.status_code = 200
         self.media_type = "text/event-stream"
         self.background = None
-        self.init_headers(headers)
+        # A stream is never a cached answer (every SSE route of the API says so).
+        self.init_headers({**(headers or {}), "cache-control": "no-cache"})
         self._done_marker = done_marker
 
     async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> bool:

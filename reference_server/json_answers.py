@@ -9,6 +9,7 @@ import orjson
 from starlette.responses import Response
 
 from harness.wire import events as ev
+from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import RequestError
 
 
@@ -28,3 +29,8 @@ def error_response(
 ) -> Response:
     body = ev.error_body(err.status, err.code, err.message, err.param, err.type)
     return json_response(body, request_id, err.status, headers)
+
+
+def retry_headers(err: RequestError, wait_s: float = 1.0) -> dict[str, str] | None:
+    """``retry-after`` for a 429 (after ``wait_s``), nothing for any other refusal."""
+    return retry_after_headers(wait_s) if err.status == 429 else None

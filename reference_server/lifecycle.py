@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import random
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
@@ -30,10 +29,7 @@ from reference_server.background import (
     gap_error,
     now_s,
 )
-from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
-from reference_server.core.context_window import Fitted
-from reference_server.core.conversation import Conversation
 from reference_server.core.faults import NO_FAULT
 from reference_server.core.lifecycle import (
     QUEUED,
@@ -48,7 +44,7 @@ from reference_server.core.lifecycle import (
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import SseResponse
 from reference_server.json_answers import error_response, json_response
-from reference_server.service import Service
+from reference_server.service import Admission, Service
 
 Frames = AsyncGenerator[list[bytes], None]
 
@@ -92,7 +88,7 @@ class Lifecycle:
     def _stream(self, frames: Frames, request_id: str, ended: Callable[[], bool]) -> Response:
         return _FrameStream(
             frames,
-            {"x-request-id": request_id, "cache-control": "no-cache"},
+            {"x-request-id": request_id},
             done_marker=self._done_marker,
             ended=ended,
         )
@@ -195,16 +191,8 @@ class Lifecycle:
         return self._json(response, request_id)
 
     # -- POST /v1/responses with background: true ---------------------------------------------
-    async def create_background(
-        self,
-        req: CreateRequest,
-        conv: Conversation,
-        cost: RequestCost,
-        cache: str,
-        rng: random.Random,
-        request_id: str,
-        fitted: Fitted,
-    ) -> Response:
+    async def create_background(self, admission: Admission, request_id: str) -> Response:
+        req, conv = admission.req, admission.conv
         if not req.store:
             return self._error(
                 RequestError(
@@ -218,7 +206,7 @@ class Lifecycle:
         refused = self.runs.refusal()
         if refused is not None:
             return self._error(refused, request_id)
-        response_id = ev.new_id("resp", rng)
+        response_id = ev.new_id("resp", admission.rng)
         announce = ev.ResponseBuilder(
             response_id, model=req.model, created_at=now_s(), request=req.raw
         )
@@ -232,16 +220,7 @@ class Lifecycle:
             # Faults drawn for the create belong to its connection, not to the detached work.
             fault_send.current.set(NO_FAULT)
             try:
-                job = await self.service.admit(
-                    req,
-                    conv,
-                    cost,
-                    cache,
-                    rng,
-                    parent_stored=not fitted.truncated,
-                    response_id=response_id,
-                )
-                fitted.record(job.timing)
+                job = await self.service.admit(admission, response_id=response_id)
                 job.builder.created_at = run.created_at
                 run.builder = job.builder
                 await self.service.generate(job, run.publish_generated)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
@@ -27,6 +26,7 @@ from reference_server.core.messages import (
     rename_limit_error,
 )
 from reference_server.core.validation import RequestError
+from reference_server.json_answers import json_response
 from reference_server.service import Job
 from reference_server.stateless_api import Parsed, StatelessApi, Translator
 from reference_server.timing_log import client_id
@@ -55,11 +55,8 @@ class MessagesApi(StatelessApi):
             message = NO_KEY_MESSAGE
         status, body = api_error(err.status, message)
         body["request_id"] = request_id
-        return Response(
-            orjson.dumps(body),
-            status_code=status,
-            media_type="application/json",
-            headers={"request-id": request_id, "x-request-id": request_id, **(headers or {})},
+        return json_response(
+            body, request_id, status, {"request-id": request_id, **(headers or {})}
         )
 
     def parse(self, body: Any) -> Parsed:

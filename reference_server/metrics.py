@@ -33,6 +33,15 @@ __all__ = ["CONTENT_TYPE_LATEST", "HttpMetrics", "ServerCollector", "ServerCount
 
 #: the route label of a request no route matched (404): its path would be unbounded
 UNMATCHED_ROUTE = "unmatched"
+Labelled = list[tuple[tuple[str, ...], float]]
+Family = tuple[type[Any], str, str, tuple[str, ...], Labelled]
+
+
+def one(kind: type[Any], name: str, doc: str, value: float) -> Family:
+    """A series of one sample (labelled only by the worker)."""
+    return kind, name, doc, (), [((), value)]
+
+
 #: what resolved a response's conversation (``Service.admit``'s cache label) -> its label
 CONTEXT_SOURCES = {"none": "request_input", "hit": "connection_cache", "store": "store"}
 
@@ -138,173 +147,120 @@ class ServerCollector:
         self.sim = sim
         self.ws_open = ws_open
         self.worker = str(worker)
-        self.info = info
-
-    def _family(self, kind: type[Any], name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
-        return kind(name, doc, labels=(*labels, "worker"))
-
-    def _one(self, kind: type[Any], name: str, doc: str, value: float) -> Metric:
-        fam = self._family(kind, name, doc)
-        fam.add_metric([self.worker], value)
-        return fam
+        self.info = {**info, "pid": str(os.getpid())}
 
     def collect(self) -> Iterator[Metric]:
-        c, sim, w = self.counters, self.sim, self.worker
+        c, sim = self.counters, self.sim
         G, C = GaugeMetricFamily, CounterMetricFamily
-        info = self._family(
-            G, "loopbench_server_info", "This server process.", tuple(sorted(self.info))
-        )
-        info.add_metric([*(self.info[k] for k in sorted(self.info)), w], 1)
-        yield info
-        http = self._family(
-            C,
-            "loopbench_server_http_requests",
-            "HTTP requests answered, by method, route template and status (0: no response began).",
-            ("method", "route", "status"),
-        )
-        for (method, route, status), n in sorted(c.http.items()):
-            http.add_metric([method, route, str(status), w], n)
-        yield http
-        errors = self._family(
-            C,
-            "loopbench_server_errors",
-            "Error answers: HTTP 4xx/5xx and WebSocket error events, by route, status and code.",
-            ("transport", "route", "status", "code"),
-        )
-        for (transport, route, status, code), n in sorted(c.errors.items()):
-            errors.add_metric([transport, route, str(status), code, w], n)
-        yield errors
-        yield self._one(
-            G,
-            "loopbench_server_http_requests_in_flight",
-            "HTTP requests begun, not answered.",
-            c.http_in_flight,
-        )
-        yield self._one(
-            G,
-            "loopbench_server_websocket_connections",
-            "Open WebSocket connections.",
-            self.ws_open(),
-        )
-        yield self._one(
-            C,
-            "loopbench_server_websocket_connections_opened",
-            "WebSocket connections accepted.",
-            c.ws_opened,
-        )
-        refused = self._family(
-            C,
-            "loopbench_server_websocket_handshakes_refused",
-            "WebSocket handshakes refused before the 101, by the HTTP status answered.",
-            ("status",),
-        )
-        for status, n in sorted(c.ws_refused.items()):
-            refused.add_metric([str(status), w], n)
-        yield refused
-        workers = sim.api.workers
-        yield self._one(
-            G,
-            "loopbench_server_api_queue_depth",
-            "Requests waiting for an API-tier worker.",
-            max(0, sim.api_in_tier - workers),
-        )
-        yield self._one(
-            G,
-            "loopbench_server_api_busy_workers",
-            "API-tier workers doing a request's modelled pre-inference work.",
-            min(sim.api_in_tier, workers),
-        )
-        cap = sim.capacity
-        yield self._one(
-            G,
-            "loopbench_server_engine_running_streams",
-            "Responses holding an engine stream slot.",
-            cap.active,
-        )
-        yield self._one(
-            G,
-            "loopbench_server_engine_queue_depth",
-            "Responses waiting for an engine stream slot.",
-            cap.queued,
-        )
-        cache = sim.prefix_cache
-        yield self._one(
-            C,
-            "loopbench_server_prefix_cache_hits",
-            "Engine prefills that found a cached prefix.",
-            cache.hits,
-        )
-        yield self._one(
-            C,
-            "loopbench_server_prefix_cache_misses",
-            "Engine prefills that found no cached prefix.",
-            cache.misses,
-        )
-        yield self._one(
-            G,
-            "loopbench_server_prefix_cache_entries",
-            "Prefixes held by the prefix cache.",
-            len(cache),
-        )
-        context = self._family(
-            C,
-            "loopbench_server_context_resolved",
-            "Responses by what supplied their conversation: the request's input, the WebSocket "
-            "connection's cache, or the store.",
-            ("transport", "source"),
-        )
-        fallbacks = 0
-        for (websocket, label), n in sorted(c.context.items()):
-            transport = "websocket" if websocket else "http"
-            context.add_metric([transport, CONTEXT_SOURCES.get(label, label), w], n)
-            if websocket and label == "store":
-                fallbacks += n
-        yield context
-        yield self._one(
-            C,
-            "loopbench_server_store_fallbacks",
-            "WebSocket responses whose previous_response_id was not in the connection's cache "
-            "and was rehydrated from the store.",
-            fallbacks,
-        )
-        modelled = self._family(
-            C,
-            "loopbench_server_modelled_seconds",
-            "Modelled time summed over responses, by component.",
-            ("component",),
-        )
-        for component in MODELLED_COMPONENTS:
-            modelled.add_metric([component, w], sim.modelled_ms[component] / 1000.0)
-        yield modelled
-        responses = self._family(
-            C, "loopbench_server_responses", "Responses finished, by final status.", ("status",)
-        )
-        for final, n in sorted(c.responses.items()):
-            responses.add_metric([final, w], n)
-        yield responses
+        workers, cap, cache = sim.api.workers, sim.capacity, sim.prefix_cache
+        info = tuple(sorted(self.info))
+        context: Labelled = [
+            (("websocket" if ws else "http", CONTEXT_SOURCES.get(label, label)), n)
+            for (ws, label), n in sorted(c.context.items())
+        ]
+        fallbacks = sum(n for (ws, label), n in c.context.items() if ws and label == "store")
+        # (kind, name after loopbench_server_, help, labels, [(label values, value)])
+        families: list[Family] = [
+            (G, "info", "This server process.", info, [(tuple(self.info[k] for k in info), 1)]),
+            (
+                C,
+                "http_requests",
+                "HTTP requests answered, by method, route template and status (0: no response began).",
+                ("method", "route", "status"),
+                [((m, r, str(s)), n) for (m, r, s), n in sorted(c.http.items())],
+            ),
+            (
+                C,
+                "errors",
+                "Error answers: HTTP 4xx/5xx and WebSocket error events, by route, status and code.",
+                ("transport", "route", "status", "code"),
+                [((t, r, str(s), code), n) for (t, r, s, code), n in sorted(c.errors.items())],
+            ),
+            one(
+                G, "http_requests_in_flight", "HTTP requests begun, not answered.", c.http_in_flight
+            ),
+            one(G, "websocket_connections", "Open WebSocket connections.", self.ws_open()),
+            one(C, "websocket_connections_opened", "WebSocket connections accepted.", c.ws_opened),
+            (
+                C,
+                "websocket_handshakes_refused",
+                "WebSocket handshakes refused before the 101, by the HTTP status answered.",
+                ("status",),
+                [((str(s),), n) for s, n in sorted(c.ws_refused.items())],
+            ),
+            one(
+                G,
+                "api_queue_depth",
+                "Requests waiting for an API-tier worker.",
+                max(0, sim.api_in_tier - workers),
+            ),
+            one(
+                G,
+                "api_busy_workers",
+                "API-tier workers doing a request's modelled pre-inference work.",
+                min(sim.api_in_tier, workers),
+            ),
+            one(
+                G, "engine_running_streams", "Responses holding an engine stream slot.", cap.active
+            ),
+            one(
+                G, "engine_queue_depth", "Responses waiting for an engine stream slot.", cap.queued
+            ),
+            one(C, "prefix_cache_hits", "Engine prefills that found a cached prefix.", cache.hits),
+            one(
+                C,
+                "prefix_cache_misses",
+                "Engine prefills that found no cached prefix.",
+                cache.misses,
+            ),
+            one(G, "prefix_cache_entries", "Prefixes held by the prefix cache.", len(cache)),
+            (
+                C,
+                "context_resolved",
+                "Responses by what supplied their conversation: the request's input, the WebSocket "
+                "connection's cache, or the store.",
+                ("transport", "source"),
+                context,
+            ),
+            one(
+                C,
+                "store_fallbacks",
+                "WebSocket responses whose previous_response_id was not in the connection's cache "
+                "and was rehydrated from the store.",
+                fallbacks,
+            ),
+            (
+                C,
+                "modelled_seconds",
+                "Modelled time summed over responses, by component.",
+                ("component",),
+                [((k,), sim.modelled_ms[k] / 1000.0) for k in MODELLED_COMPONENTS],
+            ),
+            (
+                C,
+                "responses",
+                "Responses finished, by final status.",
+                ("status",),
+                [((final,), n) for final, n in sorted(c.responses.items())],
+            ),
+        ]
         for key, doc in (
             ("input", "Input tokens of the responses the engine ran (cached ones included)."),
             ("cached_input", "Input tokens the prefix cache supplied (not prefilled)."),
             ("output", "Output tokens the engine generated."),
         ):
-            yield self._one(C, f"loopbench_server_{key}_tokens", doc, sim.tokens[key])
+            families.append(one(C, f"{key}_tokens", doc, sim.tokens[key]))
+        for kind, name, doc, labels, samples in families:
+            family = kind(f"loopbench_server_{name}", doc, labels=(*labels, "worker"))
+            for values, value in samples:
+                family.add_metric([*values, self.worker], value)
+            yield family
 
 
-def registry(
-    counters: ServerCounters,
-    sim: Simulator,
-    ws_open: Callable[[], int],
-    *,
-    worker: int,
-    info: dict[str, str],
-) -> CollectorRegistry:
+def registry(collector: ServerCollector) -> CollectorRegistry:
     """A registry of its own holding this app's collector."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(
-        ServerCollector(
-            counters, sim, ws_open, worker=worker, info={**info, "pid": str(os.getpid())}
-        )
-    )
+    reg.register(collector)
     return reg
 
 

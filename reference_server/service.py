@@ -52,7 +52,7 @@ from reference_server.core.profiles import load_profiles
 from reference_server.core.reasoning import reasoning_budget
 from reference_server.core.validation import CreateRequest, RequestError, reasoning_options
 from reference_server.metrics import ServerCounters
-from reference_server.sim import Simulator, decode_seed
+from reference_server.sim import Simulator, decode_seed, mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.timing_log import TimingLog, unix_offset_ns
 
@@ -141,6 +141,24 @@ class Job:
     api: str = "responses"
     request_id: str | None = None
     first_delta_ns: int | None = None  # the response's first output delta (see Segment)
+
+
+@dataclass(slots=True)
+class Admission:
+    """A create ready for the API tier: validated, its conversation resolved and fitted."""
+
+    req: CreateRequest
+    conv: Conversation
+    cost: RequestCost
+    rng: random.Random
+    cache: str = "none"  # where the conversation came from: none, store or the WS cache
+    fitted: Fitted | None = None  # what the context window dropped (sim_timing reports it)
+    # The previous response is stored under its id: this one stores only what it adds.  A
+    # truncated conversation is a new prefix, stored as a new chain.
+    parent_stored: bool = True
+    # For --timing-log: which API's shapes the client sees, and its X-Request-ID header.
+    api: str = "responses"
+    request_id: str | None = None
 
 
 def previous_not_found(response_id: str) -> RequestError:
@@ -233,6 +251,26 @@ class Service:
             wait,
         )
 
+    async def refusal(
+        self, denied: RequestError | None, *, faults: bool = True
+    ) -> tuple[RequestError, float] | None:
+        """What refuses an HTTP request before its body is read, with a 429's wait: ``denied``
+        (connection limits, API key), the rate limit, then an injected ``error`` fault.
+
+        An injected spike comes before the API tier: it restarts the arrival clock.
+        """
+        if denied is not None:
+            return denied, 1.0
+        limited = self.check_rate()
+        if limited is not None or not faults:
+            return limited
+        fault = await self.draw_fault(websocket=False)
+        if fault.kind == "error":
+            return fault_error(fault), 1.0
+        if fault.kind == "spike":
+            mark_arrival()
+        return None
+
     async def draw_fault(self, *, websocket: bool) -> Fault:
         """This request's fault, armed for :meth:`generate` in this task; a spike is waited here."""
         fault = self.faults.draw(websocket=websocket)
@@ -292,6 +330,17 @@ class Service:
         conv = Conversation.build(req.instructions, stored.items)
         return conv, conv.chain_tokens
 
+    async def resolve_http(self, req: CreateRequest) -> tuple[Conversation, int, str]:
+        """An HTTP request's conversation: (conversation, tokens re-hydrated, cache label)."""
+        if req.previous_response_id is None:
+            return Conversation.build(req.instructions, [], req.input_items), 0, "none"
+        found = await self.from_store(req)
+        if found is None:
+            raise previous_not_found(req.previous_response_id)
+        conv, rehydrated = found
+        conv.extend(req.input_items)
+        return conv, rehydrated, "store"
+
     def store_response(
         self,
         req: CreateRequest,
@@ -321,13 +370,8 @@ class Service:
 
     async def admit(
         self,
-        req: CreateRequest,
-        conv: Conversation,
-        cost: RequestCost,
-        cache: str,
-        rng: random.Random,
+        a: Admission,
         *,
-        parent_stored: bool,
         remember: Callable[[str, Conversation], None] | None = None,
         response_id: str | None = None,
     ) -> Job:
@@ -335,13 +379,17 @@ class Service:
 
         ``response_id`` is given when the id was announced before this wait (background mode).
         """
+        req, conv, cost, fitted = a.req, a.conv, a.cost, a.fitted
         modelled, arrived_ns = await self.sim.pre_inference_from(cost)
         timing: dict[str, Any] = dict(modelled)
-        timing["cache"] = cache
-        self.counters.context[(cost.websocket, cache)] += 1
+        timing["cache"] = a.cache
+        self.counters.context[(cost.websocket, a.cache)] += 1
         timing["processed_input_tokens"] = cost.processed_tokens + cost.rehydrated_tokens
-        response_id = response_id or ev.new_id("resp", rng)
+        response_id = response_id or ev.new_id("resp", a.rng)
         added_from = len(conv.items) - len(req.input_items)
+        parent_stored = a.parent_stored and not (fitted is not None and fitted.truncated)
+        if fitted is not None:
+            fitted.record(timing)
 
         def on_output(conv_out: Conversation) -> None:
             if remember is not None:
@@ -354,7 +402,20 @@ class Service:
                 added_items=conv_out.items[added_from:],
             )
 
-        return Job(req, conv, cost, self.builder(req, response_id), timing, on_output, arrived_ns)
+        builder = self.builder(req, response_id)
+        return Job(req, conv, cost, builder, timing, on_output, arrived_ns, a.api, a.request_id)
+
+    async def answer(self, a: Admission, send: Send, *, fail_in_band: bool = False) -> Job:
+        """A non-streamed answer: admit, then generate through ``send``.  One awaitable, so
+        the disconnect watch covers the API-tier wait too: with a long input, or a queue for
+        the API workers, it lasts seconds, and a client that gave up must not hold one.
+
+        ``fail_in_band``: a crash sends the failing events through ``send`` (Chat, Messages)
+        instead of raising (``/v1/responses``).
+        """
+        job = await self.admit(a)
+        await (self.generate_or_fail if fail_in_band else self.generate)(job, send)
+        return job
 
     def failure(
         self, builder: ev.ResponseBuilder, message: str, code: str = "server_error"

@@ -109,7 +109,11 @@ class Simulator:
         self.min_delta_interval_ms = float(min_delta_interval_ms)
         self._min_interval_ns = round(self.min_delta_interval_ms * NS_PER_MS)
         self.prefix_cache = PrefixCache(engine.prefix_cache_entries)
-        self.capacity = EngineCapacity(engine.max_streams, engine.aggregate_tps)
+        self.capacity = EngineCapacity(
+            engine.max_streams,
+            engine.aggregate_tps,
+            slowdown_per_stream=engine.decode_slowdown_per_stream,
+        )
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._workers: asyncio.Semaphore | None = None
         # Running sums for /metrics (reference_server/metrics.py): a few additions per response.
@@ -218,7 +222,7 @@ class Simulator:
             t_admit = ticket.admitted_ns if ticket.admitted_ns is not None else _now_ns()
             hashes = with_static_prefix(prefix_hashes, static_prefix)
             cached = min(self.prefix_cache.lookup(hashes), max(0, input_tokens))
-            first_ns = first_token_ns(input_tokens - cached, self.engine)
+            first_ns = first_token_ns(input_tokens - cached, self.engine, self.capacity.active - 1)
             t0 = t_admit + first_ns
             tolerance = tolerance_ns(loop)
             # Planned while the prefill is waited, not after it: for a long output the

@@ -11,7 +11,6 @@ no second generator: a chat or messages turn costs what the same ``http`` turn c
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -23,16 +22,14 @@ from starlette.responses import Response
 
 from harness.wire import events as ev
 from reference_server.core.api_tier import RequestCost
-from reference_server.core.chat import event_error
+from reference_server.core.chat import error_message
 from reference_server.core.conversation import Conversation, tools_tokens
-from reference_server.core.limits import retry_after_headers
 from reference_server.core.validation import CreateRequest, RequestError
-from reference_server.event_stream import EventStream, SendEvents, until_disconnect
-from reference_server.fault_send import CutAnswer, InjectedDisconnect
-from reference_server.service import Job, Service, fault_error
-from reference_server.sim import mark_arrival
+from reference_server.event_stream import EventStream, SendEvents, unless_gone
+from reference_server.json_answers import error_response, retry_headers
+from reference_server.service import Admission, Job, Service
 
-Admit = Callable[[str | None, Any], RequestError | None]
+Refusal = Callable[[Request, Headers], Awaitable[tuple[RequestError, float] | None]]
 ReadJson = Callable[[Request], Awaitable[Any]]
 NewConnection = Callable[[Request], bool]
 
@@ -61,10 +58,15 @@ class StatelessApi:
     api = ""  # the --timing-log name: "chat" or "messages"
 
     def __init__(
-        self, service: Service, *, admit: Admit, read_json: ReadJson, new_connection: NewConnection
+        self,
+        service: Service,
+        *,
+        refusal: Refusal,
+        read_json: ReadJson,
+        new_connection: NewConnection,
     ) -> None:
         self.service = service
-        self._admit = admit
+        self._refusal = refusal
         self._read_json = read_json
         self._new_connection = new_connection
 
@@ -75,7 +77,8 @@ class StatelessApi:
     def error_response(
         self, err: RequestError, request_id: str, headers: dict[str, str] | None = None
     ) -> Response:
-        raise NotImplementedError
+        """The refusal in the API's error shape (here: OpenAI's, as the Responses routes)."""
+        return error_response(err, request_id, headers)
 
     def parse(self, body: Any) -> Parsed:
         raise NotImplementedError
@@ -95,26 +98,13 @@ class StatelessApi:
         raise NotImplementedError
 
     # -- the request ----------------------------------------------------------------------
-    def _refuse(self, err: RequestError, request_id: str, wait_s: float = 1.0) -> Response:
-        retry = retry_after_headers(wait_s) if err.status == 429 else None
-        return self.error_response(err, request_id, retry)
-
     async def create(self, request: Request) -> Response:
         service = self.service
         rng = service.rng()
         request_id = ev.new_id("req", rng)
-        host = request.client.host if request.client else None
-        denied = self._admit(host, self.auth_headers(request.headers))
-        if denied is not None:
-            return self._refuse(denied, request_id)
-        limited = service.check_rate()
-        if limited is not None:
-            return self._refuse(limited[0], request_id, limited[1])
-        fault = await service.draw_fault(websocket=False)
-        if fault.kind == "error":
-            return self._refuse(fault_error(fault), request_id)
-        if fault.kind == "spike":
-            mark_arrival()  # the spike comes before the API tier: restart its clock
+        refused = await self._refusal(request, self.auth_headers(request.headers))
+        if refused is not None:
+            return self.error_response(refused[0], request_id, retry_headers(*refused))
         try:
             parsed = self.parse(await self._read_json(request))
             req = parsed.create
@@ -123,22 +113,26 @@ class StatelessApi:
             except RequestError as err:
                 raise self.limit_error(err, parsed) from None
         except RequestError as err:
-            return self._refuse(err, request_id)
+            return self.error_response(err, request_id, retry_headers(err))
         except ClientDisconnect:
             return Response(status_code=499)
         # Stateless: the API tier processes the whole input every turn, as for `http`.
-        cost = RequestCost(
-            new_connection=self._new_connection(request),
-            websocket=False,
-            connection_resolved=False,
-            processed_tokens=parsed.conv.tokens + tools_tokens(req.tools),
-        )
+        processed = parsed.conv.tokens + tools_tokens(req.tools)
+        cost = RequestCost.http(self._new_connection(request), processed)
         headers = {"x-request-id": request_id}
         created = int(time.time())
+        admission = Admission(
+            req,
+            parsed.conv,
+            cost,
+            rng,
+            parent_stored=False,
+            api=self.api,
+            request_id=request.headers.get("x-request-id"),
+        )
         if not req.stream:
-            return await self._whole(request, parsed, cost, rng, headers, created)
-        job = await service.admit(req, parsed.conv, cost, "none", rng, parent_stored=False)
-        job.api, job.request_id = self.api, request.headers.get("x-request-id")
+            return await self._whole(request, parsed, admission, headers, created)
+        job = await service.admit(admission)
         translator = self.translator(parsed, job, created)
 
         async def run(send: SendEvents) -> bool:
@@ -149,51 +143,32 @@ class StatelessApi:
 
             return await service.generate_or_fail(job, translated) and not translator.failed
 
-        return EventStream(
-            run,
-            {**headers, "cache-control": "no-cache"},
-            done_marker=self.done_marker,
-            encode=self.encode,
-        )
+        return EventStream(run, headers, done_marker=self.done_marker, encode=self.encode)
 
     async def _whole(
         self,
         request: Request,
         parsed: Parsed,
-        cost: RequestCost,
-        rng: random.Random,
+        admission: Admission,
         headers: dict[str, str],
         created: int,
     ) -> Response:
         """``stream: false``: one JSON body, or nothing if the client left (as for Responses)."""
-        service = self.service
-        jobs: list[Job] = []
         failed: list[dict[str, Any]] = []
 
         async def keep_errors(events: Sequence[dict[str, Any]]) -> None:
             failed.extend(e for e in events if e.get("type") == ev.ERROR)
 
-        async def admit_and_generate() -> None:
-            job = await service.admit(
-                parsed.create, parsed.conv, cost, "none", rng, parent_stored=False
-            )
-            job.api, job.request_id = self.api, request.headers.get("x-request-id")
-            jobs.append(job)
-            # A crash's failure events land in `failed`; a disconnect drops the connection,
-            # as for a non-streamed /v1/responses.
-            await service.generate_or_fail(job, keep_errors)
-
-        try:
-            finished = await until_disconnect(request.receive, admit_and_generate())
-        except InjectedDisconnect:
-            return CutAnswer()
-        if not finished:
-            return Response(status_code=499)
+        # A crash's failure events land in `failed`; a disconnect drops the connection, as for
+        # a non-streamed /v1/responses.
+        answer = self.service.answer(admission, keep_errors, fail_in_band=True)
+        job = await unless_gone(request.receive, answer)
+        if isinstance(job, Response):
+            return job
         if failed:
-            message = str(event_error(failed[0]).get("message") or "The server had an error.")
             return self.error_response(
-                RequestError(500, "server_error", message, type_="server_error"),
+                RequestError(500, "server_error", error_message(failed[0]), type_="server_error"),
                 headers["x-request-id"],
             )
-        doc = self.whole(parsed, jobs[0], created)
+        doc = self.whole(parsed, job, created)
         return Response(ev.dumps(doc), media_type="application/json", headers=headers)

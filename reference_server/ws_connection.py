@@ -43,7 +43,14 @@ from reference_server.core.validation import (
     parse_create,
 )
 from reference_server.protocols import ARRIVED_KEY, BATCH_EXTENSION, BATCH_KEY
-from reference_server.service import Job, Send, Service, fault_error, previous_not_found
+from reference_server.service import (
+    Admission,
+    Job,
+    Send,
+    Service,
+    fault_error,
+    previous_not_found,
+)
 from reference_server.sim import mark_arrival
 
 
@@ -496,12 +503,11 @@ class WsConnection:
                 ),
             )
 
-        job = await self.s.admit(
-            req, res.conv, cost, res.cache, rng, parent_stored=res.parent_stored, remember=remember
-        )
-        fitted.record(job.timing)
         # A WebSocket response has no headers of its own: the upgrade request's X-Request-ID.
-        job.request_id = self.ws.headers.get("x-request-id")
+        upgrade_id = self.ws.headers.get("x-request-id")
+        admission = Admission(req, res.conv, cost, rng, res.cache, fitted, res.parent_stored)
+        admission.request_id = upgrade_id
+        job = await self.s.admit(admission, remember=remember)
         self.segment_started()
         try:
             if self.append_mode:

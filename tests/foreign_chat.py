@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
+from tests.foreign_http import keep_alive, serve_in_thread
 
 MODES = ("ok", "error_status", "midstream_error", "truncate", "no_finish")
 SIM_TIMING = {"api_pre": 1.5, "prefill": 2.5, "decode": 3.0, "ttft": 4.0, "cache": "hit"}
@@ -51,37 +51,26 @@ class _Server:
     cached: set[str] = field(default_factory=set)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                _method, path, _ = lines[0].split(" ", 2)
-                headers = {
-                    k.strip().lower(): v.strip()
-                    for k, _, v in (line.partition(":") for line in lines[1:] if line)
-                }
-                raw = await reader.readexactly(int(headers.get("content-length", "0")))
-                body = orjson.loads(raw) if raw else {}
-                self.requests.append(
-                    {
-                        "path": path,
-                        "headers": {k: headers[k] for k in RECORDED_HEADERS if k in headers},
-                        "body": body,
-                    }
-                )
-                if path.endswith("/chat/completions"):
-                    await self.chat(writer, body)
-                elif path.endswith("/messages"):
-                    await self.messages(writer, body)
-                else:
-                    _respond(writer, 404, b'{"error": {"message": "no such route"}}')
-                await writer.drain()
-                if headers.get("connection", "").lower() == "close":
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await keep_alive(reader, writer, self.route)
+
+    async def route(
+        self, line: str, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter
+    ) -> None:
+        _method, path, _ = line.split(" ", 2)
+        body = orjson.loads(raw) if raw else {}
+        self.requests.append(
+            {
+                "path": path,
+                "headers": {k: headers[k] for k in RECORDED_HEADERS if k in headers},
+                "body": body,
+            }
+        )
+        if path.endswith("/chat/completions"):
+            await self.chat(writer, body)
+        elif path.endswith("/messages"):
+            await self.messages(writer, body)
+        else:
+            _respond(writer, 404, b'{"error": {"message": "no such route"}}')
 
     # -- what to answer ------------------------------------------------------------------
 
@@ -334,25 +323,5 @@ def foreign_chat_server(mode: str = "ok") -> Iterator[tuple[str, list[dict[str, 
     if mode not in MODES:
         raise ValueError(f"foreign chat server mode {mode!r}: expected one of {', '.join(MODES)}")
     server = _Server(mode)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def main() -> None:
-        srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-        box["port"] = srv.sockets[0].getsockname()[1]
-        box["stop"] = stop = asyncio.Event()
-        started.set()
-        async with srv:
-            await stop.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise RuntimeError("the foreign chat server did not start within 10 s")
-    try:
-        yield f"http://127.0.0.1:{box['port']}/v1", server.requests
-    finally:
-        loop.call_soon_threadsafe(box["stop"].set)
-        thread.join(10)
-        loop.close()
+    with serve_in_thread(server.handle, "foreign chat server") as port:
+        yield f"http://127.0.0.1:{port}/v1", server.requests

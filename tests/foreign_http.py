@@ -12,7 +12,10 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+
+#: what an asyncio server calls per connection
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 #: every request (WebSocket upgrades included) answered with HTTP 500
 ANSWER_500 = (
@@ -29,52 +32,93 @@ ANSWER_JSON = (
 ANSWER_GARBAGE = b"\x00\xffthis is not HTTP\r\n\r\n"
 
 
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, str], bytes]:
+    """One HTTP/1.1 request off ``reader``: its request line, its headers (lower-case names)
+    and its body (by content-length)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:]) if k
+    }
+    length = headers.get("content-length", "")
+    body = await reader.readexactly(int(length)) if length.isdigit() else b""
+    return lines[0], headers, body
+
+
+#: what a keep-alive server does with each request: (request line, headers, body, writer)
+Answer = Callable[[str, dict[str, str], bytes, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def keep_alive(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
+) -> None:
+    """A connection's requests answered one after another until the client closes it (or asks
+    to: ``connection: close``); the connection is closed after."""
+    try:
+        while True:
+            line, headers, body = await read_request(reader)
+            await answer(line, headers, body, writer)
+            await writer.drain()
+            if headers.get("connection", "").lower() == "close":
+                break
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: bytes) -> None:
     with contextlib.suppress(Exception):
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        for line in head.split(b"\r\n"):
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length" and value.strip().isdigit():
-                await asyncio.wait_for(reader.readexactly(int(value)), 10)
+        await asyncio.wait_for(read_request(reader), 10)
         writer.write(reply)
         await writer.drain()
     writer.close()
 
 
 @contextlib.contextmanager
-def foreign_server(reply: bytes) -> Iterator[str]:
-    """A server answering every request with ``reply``; yields its base URL."""
+def serve_in_thread(
+    handle: Handler,
+    what: str,
+    *,
+    limit: int = 1 << 16,
+    stop: asyncio.Event | None = None,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+) -> Iterator[int]:
+    """The port of an asyncio server on 127.0.0.1 calling ``handle`` per connection, on its
+    own event loop in a daemon thread while the block runs.  ``stop`` is set when the block
+    ends (handlers that wait on it end then); ``on_stop`` runs after, before the server
+    closes."""
     loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    holder: dict[str, asyncio.Server] = {}
+    started = threading.Event()
+    ended = stop or asyncio.Event()
+    port: list[int] = []
 
-    async def start() -> None:
-        holder["server"] = await asyncio.start_server(
-            lambda r, w: _answer(r, w, reply), "127.0.0.1", 0
-        )
-        ready.set()
+    async def main() -> None:
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0, limit=limit)
+        port.append(srv.sockets[0].getsockname()[1])
+        started.set()
+        async with srv:
+            await ended.wait()
+            if on_stop is not None:
+                await on_stop()
 
-    def serve() -> None:
-        loop.run_until_complete(start())
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, name="foreign-http", daemon=True)
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
     thread.start()
-    if not ready.wait(10):
-        raise RuntimeError("the foreign test server did not start within 10 s")
-    port = holder["server"].sockets[0].getsockname()[1]
+    if not started.wait(10):
+        raise RuntimeError(f"the {what} did not start within 10 s")
     try:
-        yield f"http://127.0.0.1:{port}/v1"
+        yield port[0]
     finally:
-
-        async def stop() -> None:
-            holder["server"].close()
-            await holder["server"].wait_closed()
-
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
+        loop.call_soon_threadsafe(ended.set)
         thread.join(10)
         loop.close()
+
+
+@contextlib.contextmanager
+def foreign_server(reply: bytes) -> Iterator[str]:
+    """A server answering every request with ``reply``; yields its base URL."""
+    with serve_in_thread(lambda r, w: _answer(r, w, reply), "foreign test server") as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def closed_port() -> int:

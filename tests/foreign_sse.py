@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
+from tests.foreign_http import keep_alive, serve_in_thread
 
 LIED_OUTPUT_TOKENS = 300
 DELTA_GAP_S = 0.002
@@ -48,23 +48,14 @@ class _Server:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {
-                    k.strip().lower(): v.strip()
-                    for k, _, v in (line.partition(":") for line in lines[1:] if line)
-                }
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                self.requests += 1
-                await self.answer(writer, orjson.loads(body) if body else {})
-                if headers.get("connection", "").lower() == "close":
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+
+        async def answer(
+            _line: str, _headers: dict[str, str], body: bytes, w: asyncio.StreamWriter
+        ) -> None:
+            self.requests += 1
+            await self.answer(w, orjson.loads(body) if body else {})
+
+        await keep_alive(reader, writer, answer)
 
     async def answer(self, writer: asyncio.StreamWriter, req: dict[str, Any]) -> None:
         writer.write(
@@ -138,26 +129,5 @@ class _Server:
 @contextmanager
 def foreign_sse_server(mode: str) -> Iterator[str]:
     """The base URL (``http://127.0.0.1:PORT/v1``) of a canned server in ``mode`` while open."""
-    server = _Server(mode)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def main() -> None:
-        srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-        box["port"] = srv.sockets[0].getsockname()[1]
-        box["stop"] = stop = asyncio.Event()
-        started.set()
-        async with srv:
-            await stop.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise RuntimeError("the foreign SSE server did not start within 10 s")
-    try:
-        yield f"http://127.0.0.1:{box['port']}/v1"
-    finally:
-        loop.call_soon_threadsafe(box["stop"].set)
-        thread.join(10)
-        loop.close()
+    with serve_in_thread(_Server(mode).handle, "foreign SSE server") as port:
+        yield f"http://127.0.0.1:{port}/v1"

@@ -25,6 +25,23 @@ from reference_server.app import ReferenceServer
 from reference_server.core.config import ServerConfig
 from reference_server.process import bind
 
+#: the rollouts and load of a shaping test's scenario: two short rollouts per transport
+SHAPE = """
+rollout:
+  count: 2
+  system_tokens: 60
+  tool_schema_tokens: 50
+  user_prompt_tokens: 20
+  tool_calls: 2
+  tool_output_tokens: 30
+  tool_latency_ms: 1
+  step_output_tokens: 20
+  final_answer_tokens: 30
+load:
+  mode: closed
+  concurrency: 2
+"""
+
 #: seconds the server may take to start or stop
 START_TIMEOUT_S = 30.0
 

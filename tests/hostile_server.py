@@ -18,7 +18,6 @@ import hashlib
 import json
 import socket
 import struct
-import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -30,6 +29,7 @@ from harness.wire.ws_frames import (
     close_payload,
     encode_frame,
 )
+from tests.foreign_http import read_request, serve_in_thread
 from tests.foreign_servers import canned_events
 
 #: bytes of the oversized SSE line and WebSocket frame (over the client's limits)
@@ -105,8 +105,8 @@ HTTP_MODES: dict[str, bytes] = {
 HttpAct = Callable[[Writer, asyncio.Event], Awaitable[None]]
 
 
-async def _oversized_line(w: Writer, stop: asyncio.Event) -> None:
-    w.write(_head() + b"data: ")
+async def _flood(w: Writer, stop: asyncio.Event) -> None:
+    """OVERSIZED bytes in 1 MiB writes (what the head before it promised), then silence."""
     block = b"x" * (1 << 20)
     for _ in range(OVERSIZED // len(block)):
         if stop.is_set() or w.is_closing():
@@ -114,6 +114,11 @@ async def _oversized_line(w: Writer, stop: asyncio.Event) -> None:
         w.write(block)
         await w.drain()
     await stop.wait()
+
+
+async def _oversized_line(w: Writer, stop: asyncio.Event) -> None:
+    w.write(_head() + b"data: ")
+    await _flood(w, stop)
 
 
 async def _slowloris(w: Writer, stop: asyncio.Event) -> None:
@@ -180,13 +185,7 @@ WS_MODES: dict[str, bytes] = {
 
 async def _ws_oversized(w: Writer, stop: asyncio.Event) -> None:
     w.write(encode_frame(OP_TEXT, b"", masked=False, length=OVERSIZED))
-    block = b"x" * (1 << 20)
-    for _ in range(OVERSIZED // len(block)):
-        if stop.is_set() or w.is_closing():
-            return
-        w.write(block)
-        await w.drain()
-    await stop.wait()
+    await _flood(w, stop)
 
 
 async def _ws_slowloris(w: Writer, stop: asyncio.Event) -> None:
@@ -214,19 +213,6 @@ MODES = (*HTTP_MODES, *HTTP_ACTS, *WS_MODES, *WS_ACTS)
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
-async def _read_request(reader: asyncio.StreamReader) -> dict[str, str]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    headers = {}
-    for line in head.decode("latin-1").split("\r\n")[1:]:
-        k, _, v = line.partition(":")
-        if k:
-            headers[k.strip().lower()] = v.strip()
-    n = int(headers.get("content-length") or 0)
-    if n:
-        await reader.readexactly(n)
-    return headers
-
-
 class _Hostile:
     def __init__(self, mode: str) -> None:
         if mode not in MODES:
@@ -243,7 +229,7 @@ class _Hostile:
             self.tasks.add(task)
         self.writers.add(writer)
         try:
-            headers = await asyncio.wait_for(_read_request(reader), 30)
+            _, headers, _ = await asyncio.wait_for(read_request(reader), 30)
             self.requests += 1
             if headers.get("upgrade", "").lower() == "websocket":
                 await self.websocket(reader, writer, headers)
@@ -302,29 +288,15 @@ class _Hostile:
 def hostile_server(mode: str) -> Iterator[str]:
     """The base URL of a server answering in ``mode`` while the block runs."""
     server = _Hostile(mode)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    box: dict[str, Any] = {}
 
-    async def main() -> None:
-        srv = await asyncio.start_server(server.handle, "127.0.0.1", 0, limit=1 << 20)
-        box["port"] = srv.sockets[0].getsockname()[1]
-        started.set()
-        async with srv:
-            await server.stop.wait()
-            for w in list(server.writers):
-                _reset(w)
-            for t in list(server.tasks):
-                t.cancel()
-            await asyncio.gather(*server.tasks, return_exceptions=True)
+    async def end_connections() -> None:
+        for w in list(server.writers):
+            _reset(w)
+        for t in list(server.tasks):
+            t.cancel()
+        await asyncio.gather(*server.tasks, return_exceptions=True)
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise RuntimeError("the hostile server did not start within 10 s")
-    try:
-        yield f"http://127.0.0.1:{box['port']}/v1"
-    finally:
-        loop.call_soon_threadsafe(server.stop.set)
-        thread.join(10)
-        loop.close()
+    with serve_in_thread(
+        server.handle, "hostile server", limit=1 << 20, stop=server.stop, on_stop=end_connections
+    ) as port:
+        yield f"http://127.0.0.1:{port}/v1"

@@ -3,22 +3,28 @@ run's lifecycle fed synthetic records."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from harness.cli.locust import LOCUSTFILE
+from harness.client.options import TransportOptions
 from harness.metrics.hdr import Histogram
 from harness.report.results import Run, load_run, read_csv_gz
 from harness.run.health import ClientHealth
 from harness.run.measurement import Measurement
 from harness.run.runner import RunOptions, run_scenario
+from harness.transports import Transport, make_transport
+from harness.transports.rollout_loop import run_rollout
+from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.scenario import load_scenario, validate_scenario
 from tests.without_reports import no_reports
@@ -34,14 +40,21 @@ def _argv(args: tuple[str | Path, ...], *, report: bool = True) -> list[str]:
     return [sys.executable, "-m", entry, *map(str, args)]
 
 
-def loopbench(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``loopbench ARGS`` in a subprocess of this interpreter, from the repository root."""
-    return subprocess.run(_argv(args), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+def loopbench(
+    *args: str | Path, timeout: float = 60, report: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``loopbench ARGS`` in a subprocess of this interpreter, from the repository root;
+    ``report=False``: without run reports (:func:`_argv`)."""
+    return subprocess.run(
+        _argv(args, report=report), capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
-def run_cli(*args: str | Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str | Path, timeout: float = 240, report: bool = True
+) -> subprocess.CompletedProcess[str]:
     """:func:`loopbench`, failing the test on a non-zero exit."""
-    proc = loopbench(*args, timeout=timeout)
+    proc = loopbench(*args, timeout=timeout, report=report)
     shown = " ".join(map(str, args))
     assert proc.returncode == 0, f"loopbench {shown}: {proc.stderr}\n{proc.stdout}"
     return proc
@@ -93,6 +106,36 @@ def run_file(
     opts = RunOptions(results_root=out, progress=False, render=False, **options)
     loaded = load_scenario(str(scenario), sets)
     return load_run(run_scenario(loaded, str(scenario), opts).run_dir)
+
+
+async def run_plans(
+    transport: Transport, plans: Iterable[RolloutPlan], on_turn: Callable[[TurnRecord], None]
+) -> None:
+    """``plans`` one after the other over ``transport`` (the client core's rollout loop), which
+    is closed after them."""
+    try:
+        for plan in plans:
+            await run_rollout(
+                transport, plan, intended_start_ns=time.perf_counter_ns(), on_turn=on_turn
+            )
+    finally:
+        await transport.aclose()
+
+
+def asyncio_edge(
+    url: str, transports: Iterable[str], plans: list[RolloutPlan], **options: Any
+) -> list[dict[str, Any]]:
+    """The turn records (as dicts) of ``plans`` run over each of ``transports`` in turn by the
+    asyncio client core against ``url``; ``options``: further :class:`TransportOptions`."""
+    turns: list[TurnRecord] = []
+
+    async def main() -> None:
+        for name in transports:
+            transport = make_transport(name, TransportOptions(url, **options))
+            await run_plans(transport, plans, turns.append)
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+    return [asdict(t) for t in turns]
 
 
 def rows_flushed(proc: subprocess.Popen[str], turns: Path, at_least: int) -> int:

@@ -87,13 +87,16 @@ ALLOWED.update(
         # measuring client's kernel stamps and paired bootstrap of the p99 shift
         "bench.proxy": ALLOWED["harness.record"]
         | {"harness.record", "harness.transports", "harness.metrics", "bench", "bench.selfbench"},
+        # `make bench-master`: a real master and fake workers are Locust processes (below)
+        "bench.master_sim": _WHOLE_PRODUCT | {"bench", "bench.selfbench", "bench.peers"},
         "tools": _WHOLE_PRODUCT,
         "tools.soak": _CHECKS | {"tools.soak_gate"},
         "tools.soak_gate": _CHECKS,
         "tools.fuzz": _CHECKS | {"tools.soak"},
         # `make real-engine` drives the peers as the peer bench does (its commands, offline
-        # tokenizer and readers), against vLLM instead of the reference server
-        "tools.real_engine": _WHOLE_PRODUCT | {"bench.peers"},
+        # tokenizer and readers), against vLLM instead of the reference server; `make
+        # real-engine-sim` judges its levels with the bench's busy-machine accounting
+        "tools.real_engine": _WHOLE_PRODUCT | {"bench.peers", "bench.selfbench"},
     }
 )
 
@@ -242,11 +245,19 @@ def test_only_the_entry_point_imports_cli() -> None:
     assert not offenders, offenders
 
 
+#: development modules that are themselves Locust processes (each imports locust first):
+#: `make bench-master`'s timed master locustfile and its fake workers
+LOCUST_PROCESSES = ("bench.master_sim.master_locustfile", "bench.master_sim.fake_workers")
+
+
 def test_nothing_imports_locust_driver_outside_a_locust_process() -> None:
+    for module in LOCUST_PROCESSES:
+        imported = {name for name, _ in _imports(MODULES[module])}
+        assert "locust" in imported or any(_within(n, "locust") for n in imported), module
     offenders = [
         f"{module} imports {name}"
         for module, path in MODULES.items()
-        if not _within(module, "harness.locust_driver")
+        if not _within(module, "harness.locust_driver") and module not in LOCUST_PROCESSES
         for name, _ in _imports(path)
         if _within(name, "harness.locust_driver")
     ]

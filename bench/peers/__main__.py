@@ -8,20 +8,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.peers.bench import TOOLS, PeersOptions, run_peers
+from bench.peers.bench import MORE_TRANSPORTS, TOOLS, PeersOptions, positive_ints, run_peers
 from bench.peers.figures import render_section, render_table, replace_section
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
-
-
-def _levels(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        levels = ()
-    if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError(f"expected stream counts like 1,16,64, got {text!r}")
-    return levels
 
 
 def _tools(text: str) -> tuple[str, ...]:
@@ -54,9 +44,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="virtualenv holding guidellm and aiperf (default .venv-peers; make bench-peers "
         "creates it)",
     )
-    p.add_argument("--levels", type=_levels, default=None, help="stream counts (default 1,16,64)")
+    p.add_argument(
+        "--levels",
+        type=positive_ints("stream counts like 1,16,64"),
+        default=None,
+        help="stream counts (default 1,16,64)",
+    )
     p.add_argument("--tools", type=_tools, default=TOOLS, help="default: loopbench,guidellm,aiperf")
-    p.add_argument("--no-ws", action="store_true", help="skip loopbench over ws (information only)")
+    p.add_argument(
+        "--no-ws", action="store_true", help="skip loopbench over ws and http (information only)"
+    )
+    p.add_argument(
+        "--no-locust", action="store_true", help="skip loopbench chat through loopbench locust"
+    )
     p.add_argument("--quick", action="store_true", help="1 and 4 streams, few requests (tests)")
     p.add_argument(
         "--benchmarks",
@@ -77,7 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     artifacts = args.artifacts or args.out.with_suffix("")
     base = PeersOptions.quick if args.quick else PeersOptions
     opts = base(
-        tools=args.tools, ws=not args.no_ws, peers_venv=args.peers_venv, artifacts=artifacts
+        tools=args.tools,
+        more_transports=() if args.no_ws else MORE_TRANSPORTS,
+        locust=not args.no_locust,
+        peers_venv=args.peers_venv,
+        artifacts=artifacts,
     )
     if args.levels:
         opts = PeersOptions(
@@ -101,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(render_table(doc["runs"]))
     print()
     print(f"target: {doc['target']['text']}")
+    print(f"precision target: {doc['precision_target']['text']}")
     print(f"CPU steal over the run: {doc['machine']['cpu_steal_pct']} %; results: {args.out}")
     if args.benchmarks is not None:
         text = args.benchmarks.read_text()
@@ -110,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: --benchmarks {args.benchmarks}: {exc}", file=sys.stderr)
             return int(ExitCode.USAGE)
         print(f"table written into {args.benchmarks}")
-    passed = doc["target"]["passed"]
+    passed = doc["passed"]
     if args.check and passed is False:
         return int(ExitCode.SLO_BREACH)
     if args.check and passed is None:

@@ -10,6 +10,7 @@ its timing log is read, and each tool's per-request output is matched to it
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -31,8 +32,8 @@ from typing import Any
 import yaml
 
 from bench.peers import commands as cmd
-from bench.peers import offline
-from bench.peers.figures import FORMAT_VERSION, run_figures, target
+from bench.peers import locust_row, offline
+from bench.peers.figures import FORMAT_VERSION, combined, precision_target, run_figures, target
 from bench.peers.match import match_requests
 from bench.peers.readers import (
     Measured,
@@ -48,6 +49,9 @@ from harness.run.embedded import server_child
 from harness.wire.errors import LoopbenchError
 
 TOOLS = ("loopbench", "guidellm", "aiperf")
+#: loopbench's rows beside ``chat`` (information: the peers speak only Chat Completions);
+#: issue 39 holds every transport to the same client-side error
+MORE_TRANSPORTS = ("ws", "http")
 #: the reference server of every run: 200-token answers at exactly 1,000 tokens/s (no
 #: bursts), and enough modelled capacity that 64 streams neither queue nor slow each other
 SERVER_ARGS = (
@@ -78,7 +82,9 @@ class PeersOptions:
     per_stream: int = 10  # measured requests per stream ...
     min_requests: int = 50  # ... but at least this many
     tools: tuple[str, ...] = TOOLS
-    ws: bool = True  # loopbench over ws too (information: the peers do not speak it)
+    more_transports: tuple[str, ...] = MORE_TRANSPORTS
+    #: loopbench chat through `loopbench locust`, one worker (bench/peers/locust_row.py)
+    locust: bool = True
     peers_venv: Path = Path(".venv-peers")
     artifacts: Path = Path("results/peers")
     run_timeout_s: float = 600.0
@@ -127,6 +133,22 @@ def _loopbench_version() -> str:
         return version("loopbench")
     except PackageNotFoundError:
         return "source"
+
+
+def positive_ints(example: str) -> Callable[[str], tuple[int, ...]]:
+    """An argparse type for comma-separated counts (``--levels 1,16,64``): the error names
+    ``example``."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            levels = tuple(int(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            levels = ()
+        if not levels or min(levels) < 1:
+            raise argparse.ArgumentTypeError(f"expected {example}, got {text!r}")
+        return levels
+
+    return parse
 
 
 def timed(
@@ -198,6 +220,9 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
     exes = {t: opts.peers_venv / "bin" / t for t in ("guidellm", "aiperf")}
     versions: dict[str, str | None] = {"loopbench": _loopbench_version()}
     tools_meta: dict[str, Any] = {"loopbench": {"version": versions["loopbench"], "status": "ok"}}
+    if opts.locust and "loopbench" in opts.tools:
+        versions[locust_row.TOOL] = versions["loopbench"]
+        tools_meta[locust_row.TOOL] = tools_meta["loopbench"]
     for t in ("guidellm", "aiperf"):
         if t not in opts.tools:
             continue
@@ -219,10 +244,15 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
         for i, streams in enumerate(opts.levels):
             load = opts.load(streams)
             order = _order([t for t in TOOLS if t in opts.tools], i)
-            if opts.ws and "loopbench" in opts.tools:
-                order.append("loopbench-ws")
+            if "loopbench" in opts.tools:
+                order += [f"loopbench-{t}" for t in opts.more_transports]
+            if opts.locust and "loopbench" in opts.tools:
+                order.append(locust_row.TOOL)
             for name in order:
-                tool, transport = ("loopbench", "ws") if name == "loopbench-ws" else (name, "chat")
+                tool, _, transport = name.partition("-")
+                transport = transport or "chat"
+                if name == locust_row.TOOL:
+                    tool, transport = name, "chat"
                 folder = art / f"{name}-{streams}"
                 folder.mkdir()
                 run = _Run(tool, transport, streams, load, folder, version=versions.get(tool))
@@ -246,6 +276,7 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
     docs = [_finish(run, entries) for run in runs]
     level = max(opts.levels) if opts.levels else 0
     verdict = target(docs, level)
+    precision = precision_target(docs)
     return {
         "format_version": FORMAT_VERSION,
         "command": " ".join(["python -m bench.peers", *sys.argv[1:]]),
@@ -274,6 +305,13 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
         "timing_log": {"path": str(timing_log), "entries": len(entries)},
         "runs": docs,
         "target": {"passed": verdict.passed, "text": verdict.text, **verdict.detail},
+        "precision_target": {
+            "passed": precision.passed,
+            "text": precision.text,
+            **precision.detail,
+        },
+        # what --check judges: both targets
+        "passed": combined(verdict, precision),
     }
 
 
@@ -333,7 +371,9 @@ def _run_tool(
     else:
         scenario = folder / "scenario.yaml"
         scenario.write_text(yaml.safe_dump(cmd.loopbench_scenario(load), sort_keys=False))
-        argv = cmd.loopbench_argv(sys.executable, scenario, base_url, run.transport, folder, "run")
+        argv = (locust_row.locust_argv if run.tool == locust_row.TOOL else cmd.loopbench_argv)(
+            sys.executable, scenario, base_url, run.transport, folder, "run"
+        )
         run.output = folder / "run" / "turns.csv.gz"
         env = dict(os.environ)
     (folder / "command.txt").write_text(" ".join(argv) + "\n")
@@ -389,7 +429,7 @@ def _finish(run: _Run, entries: Sequence[ServerEntry]) -> dict[str, Any]:
     except (LoopbenchError, OSError, ValueError) as exc:
         doc["status"] = f"failed: {run.output} could not be read: {exc}"
         return doc
-    api = "responses" if run.transport == "ws" else "chat"
+    api = "chat" if run.transport == "chat" else "responses"
     figs = run_figures(match_requests(measured, entries, api=api), len(measured))
     doc["figures"] = figs
     if run.cpu_s is not None and measured:

@@ -8,8 +8,9 @@
   {x_request_id,request_start_ns,benchmark_phase}``, ``metrics.{time_to_first_token,
   decode_duration,output_token_count}`` (each ``{"value", "unit"}``), ``error`` on failure.
 * loopbench: ``turns.csv.gz`` rows: ``response_id``, ``sent_ns``, ``first_token_ns``,
-  ``first_output_ns``, ``last_token_ns``, ``output_tokens`` (monotonic ns); rollouts below
-  the scenario's ``warmup_rollouts`` are warm-up.
+  ``first_output_ns``, ``last_token_ns``, ``output_tokens`` (monotonic ns), and
+  ``server_read_ms`` where known; rollouts below the scenario's ``warmup_rollouts`` are
+  warm-up.
 
 Decode TPS is computed the same way for every tool: (output tokens − 1) over the time
 from the first to the last output token, as docs/metrics.md defines ``decode_tps``.
@@ -51,6 +52,9 @@ class Measured:
     # the token counts the tool reported (the server's usage where it reads it); None: not given
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # how long the request waited before the server read it (its arrival stamp − the tool's
+    # send stamp, one clock): only loopbench has both on one clock (None: not known)
+    server_read_ms: float | None = None
 
 
 def find_tag(text: str) -> str | None:
@@ -224,6 +228,13 @@ def _int(row: Mapping[str, str], key: str) -> int:
         return 0
 
 
+def _ms_or_none(row: Mapping[str, str], key: str) -> float | None:
+    try:
+        return float(row[key]) if row.get(key) else None
+    except ValueError:
+        return None
+
+
 def read_loopbench(text: str, transport: str, warmup_rollouts: int) -> list[Measured]:
     """The measured turns of ``transport`` in a ``turns.csv.gz`` (decompressed text)."""
     reader = csv.DictReader(io.StringIO(text))
@@ -249,6 +260,7 @@ def read_loopbench(text: str, transport: str, warmup_rollouts: int) -> list[Meas
                 response_id=row["response_id"] or None,
                 input_tokens=_int(row, "input_tokens"),
                 output_tokens=_int(row, "output_tokens"),
+                server_read_ms=_ms_or_none(row, "server_read_ms"),
             )
         )
     return out

@@ -17,7 +17,7 @@ The p99 of per-trial differences counts every late stamp on *either* side of a p
 added latency, so under concurrency it is mostly the client's and the server's tails.  The
 question a user asks ("how much later is my p99 through the proxy?") is answered by the
 *p99 shift*: p99(proxied) − p99(direct), with a paired bootstrap CI over the trials
-(:func:`harness.metrics.stats.paired_quantile_shift`); the control's shift says how far two
+(:func:`bench.proxy.shift.paired_quantile_shift`); the control's shift says how far two
 direct connections' p99s already lie apart.
 
 ``streams`` runs that many such paired streams at once (each its own connections), so
@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from bench.proxy.shift import min_tail_pairs, paired_quantile_shift
 from harness.client.h1 import H1Error, ResponseParser
-from harness.metrics.stats import min_tail_pairs, paired_quantile_shift
 from harness.record.proxy import READY_PREFIX, Upstream
 from harness.run.event_loop import run_async
 from harness.run.proc_cpu import tree_cpu_seconds

@@ -42,7 +42,7 @@ class MemoryFigures:
         return self.bytes_per_turn * 1e6 / 1e6
 
 
-def _turn(i: int, rng: random.Random) -> TurnRecord:
+def synthetic_turn(i: int, rng: random.Random) -> TurnRecord:
     rollout, index = divmod(i, TURNS_PER_ROLLOUT)
     t = 10_000_000_000 + i * TURN_SPACING_NS
     itl = [rng.randint(1_500_000, 2_500_000) for _ in range(DELTAS_PER_TURN - 1)]
@@ -76,7 +76,7 @@ def _turn(i: int, rng: random.Random) -> TurnRecord:
     )
 
 
-def _rollout(i: int) -> RolloutRecord:
+def synthetic_rollout(i: int) -> RolloutRecord:
     t = 10_000_000_000 + i * TURNS_PER_ROLLOUT * TURN_SPACING_NS
     return RolloutRecord(
         transport="ws",
@@ -92,11 +92,11 @@ def _rollout(i: int) -> RolloutRecord:
 def _feed(acc: Accumulator, writer: ResultsWriter, start: int, stop: int) -> None:
     rng = random.Random(start)
     for i in range(start, stop):
-        rec = _turn(i, rng)
+        rec = synthetic_turn(i, rng)
         writer.add_turn(rec)
         acc.add_turn(rec)
         if rec.turn_index == TURNS_PER_ROLLOUT - 1:
-            roll = _rollout(rec.rollout_id)
+            roll = synthetic_rollout(rec.rollout_id)
             writer.add_rollout(roll)
             acc.add_rollout(roll)
 
@@ -113,7 +113,7 @@ def measure_memory(turns: int, warmup: int = 2_000) -> MemoryFigures:
         rng = random.Random(0)
         t0 = time.perf_counter()
         for i in range(turns):
-            _turn(i, rng)
+            synthetic_turn(i, rng)
         built = time.perf_counter() - t0
         us_per_turn = max(0.0, fed - built) / turns * 1e6
         writer.close()

@@ -8,11 +8,12 @@ import os
 import re
 import sys
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from harness.cli.commands import command_help
 from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import UsageError
 from harness.wire.exit_codes import ExitCode, UsageParser
@@ -111,6 +112,15 @@ class Parser(UsageParser):
             ) from None
 
 
+def add_command(sub: Any, name: str, **kw: Any) -> argparse.ArgumentParser:
+    """Subcommand ``name`` of ``sub``: its one-line help from the command table (so the short
+    list and its own ``--help`` say the same) and, unless ``formatter_class`` says otherwise,
+    the help layout every command shares."""
+    kw.setdefault("formatter_class", HelpFormatter)
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=command_help(name), **kw)
+    return parser
+
+
 def examples(*lines: str) -> str:
     """The ``examples:`` section of a subcommand's ``--help`` (one command per line)."""
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
@@ -179,3 +189,14 @@ def api_key(env_name: str | None) -> str:
     if not key:
         raise UsageError(f"--api-key-env: environment variable {env_name} is not set or empty")
     return key
+
+
+def progress_printer(quiet: bool) -> Callable[[str], None]:
+    """The progress lines of a multi-run command, on stderr (stdout keeps the results); ``-q``
+    silences them."""
+
+    def printer(line: str) -> None:
+        if not quiet:
+            print(line.rstrip("\n"), file=sys.stderr, flush=True)
+
+    return printer

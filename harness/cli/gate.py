@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.cli.commands import command_help
 from harness.cli.common import (
     SCENARIO_HELP,
-    HelpFormatter,
+    add_command,
     api_key,
     epilog,
     examples,
     parse_pairs,
     parse_transports,
+    progress_printer,
     transports_epilog,
 )
 from harness.cli.run_args import add_target_options, scenario_sets, target_flags
@@ -45,7 +45,6 @@ from harness.wire.errors import (
     UsageError,
 )
 from harness.workload.scenario import load_scenario
-from reference_server.core.profiles import load_profiles
 
 if TYPE_CHECKING:
     from harness.gate.outcome import GateReport
@@ -60,9 +59,9 @@ def _allowances(cfg: GateConfig) -> str:
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+    p: argparse.ArgumentParser = add_command(
+        sub,
         "gate",
-        help=command_help("gate"),
         description="Judge RUN against a BASELINE run with rules (absolute SLOs, significant "
         "relative regressions, minimum speedups, harness self-check), or with --ab measure two "
         "targets in interleaved rounds of one job and judge the candidate against the baseline. "
@@ -78,7 +77,6 @@ def add_parser(sub: Any) -> None:
             ),
             transports_epilog(),
         ),
-        formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     p.add_argument(
@@ -214,10 +212,9 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
                     "an embedded server; give either a target or those"
                 )
             continue
-        server = side.server(scenario)
         try:
             # Checked here so a typo exits 4 at once instead of as a server that never starts.
-            load_profiles(server["api_profile"], server["engine_profile"], server["overrides"])
+            side.server(scenario).check()
         except LoopbenchError as exc:
             raise UsageError(f"{name} server: {exc}") from exc
     opts = ABOptions(
@@ -230,21 +227,15 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
         shaping=shaping,
         tokens=tokens,
     )
-    quiet = args.quiet
-
-    def printer(line: str) -> None:
-        if not quiet:
-            print(line.rstrip("\n"), file=sys.stderr, flush=True)
-
+    printer = progress_printer(args.quiet)
     result = run_ab(scenario, str(args.subject), sides[0], sides[1], opts, printer=printer)
     print(
         f"A/B: {result.rounds} interleaved rounds; baseline {result.baseline.run_dir}, "
         f"candidate {result.candidate.run_dir}",
         file=sys.stderr,
     )
-    if result.candidate.summary.get("interrupted"):
-        # Nothing to judge: the partial runs are on disk; main() exits 130 for this.
-        raise KeyboardInterrupt
+    # Nothing to judge: the partial runs are on disk; main() exits 130 for this.
+    result.candidate.stop_if_interrupted()
     return result.candidate.run_dir, result.baseline.run_dir
 
 

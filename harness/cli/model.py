@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_OK,
     EXIT_REGRESSION,
-    HelpFormatter,
+    add_command,
     epilog,
     examples,
     transports_epilog,
@@ -26,6 +25,7 @@ from harness.model.calibrate import (
     WS_LIKE,
     describe,
     fit,
+    folded,
     profile_yaml,
     profiles_from_fit,
     turns_from_rows,
@@ -39,9 +39,9 @@ from reference_server.core.profiles import load_profiles
 
 
 def add_parser(sub: Any) -> None:
-    rep = sub.add_parser(
+    rep = add_command(
+        sub,
         "reproduce",
-        help=command_help("reproduce"),
         description="Run the built-in reproduce/*.yaml scenarios (`loopbench scenarios`) through real sockets against embedded reference "
         "servers and print each published figure, its band, the measured value and pass/fail. "
         "Exit 1 (a regression against the published figures) unless every row passes.",
@@ -49,7 +49,6 @@ def add_parser(sub: Any) -> None:
             "loopbench reproduce",
             "loopbench reproduce --parts codex-cerebras --set codex-cerebras:rollout.count=4",
         ),
-        formatter_class=HelpFormatter,
     )
     rep.add_argument(
         "--out", default="results/reproduction", help="results root (default: results/reproduction)"
@@ -68,9 +67,9 @@ def add_parser(sub: Any) -> None:
     rep.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     rep.set_defaults(func=cmd_reproduce)
 
-    cal = sub.add_parser(
+    cal = add_command(
+        sub,
         "calibrate",
-        help=command_help("calibrate"),
         description="Fit the simulation model (TTFT vs processed and uncached tokens, decode and "
         "burst rates, post-inference work) to the turns of RUN_DIR, measured against any "
         "endpoint, and write api-NAME.yaml and engine-NAME.yaml for the reference server.",
@@ -84,10 +83,12 @@ def add_parser(sub: Any) -> None:
                 "transports a fit uses",
             ),
         ),
-        formatter_class=HelpFormatter,
     )
     cal.add_argument(
-        "run_dir", help="a results folder (best: http and ws over varied tool outputs)"
+        "run_dir",
+        nargs="+",
+        help="a results folder (best: http and ws over varied tool outputs); several runs "
+        "of one scenario at different concurrencies also fit the batching interference",
     )
     cal.add_argument("--name", default="fitted", help="profile name (default: fitted)")
     cal.add_argument("--out", default=".", help="folder for the two YAML files (default: .)")
@@ -151,8 +152,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    run = load_run(args.run_dir)
-    rows: list[dict[str, Any]] = run.turns.to_dict("records")
+    rows: list[dict[str, Any]] = []
+    for n, folder in enumerate(args.run_dir):
+        # each run's requests overlap only each other: the interference is counted per run
+        rows += [{**r, "run": n} for r in load_run(folder).turns.to_dict("records")]
     if args.transports:
         keep = {t.strip() for t in args.transports.split(",")}
         rows = [r for r in rows if r["transport"] in keep]
@@ -171,16 +174,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     api_path = out / f"api-{args.name}.yaml"
     engine_path = out / f"engine-{args.name}.yaml"
-    header = f"# Fitted by `loopbench calibrate {args.run_dir}`; see docs/model.md §10."
+    header = f"# Fitted by `loopbench calibrate {' '.join(args.run_dir)}`; see docs/model.md §10."
     api_missing, engine_missing = unidentified(f)
     for missing, base in ((api_missing, args.base_api), (engine_missing, args.base_engine)):
         if missing:
             print(f"unidentified, copied from the base profile {base!r}: {', '.join(missing)}")
+    if folded(f):
+        print(f"not separable, left in the intercept or the per-token work: {', '.join(folded(f))}")
     api_path.write_text(
         profile_yaml(api_doc, FITTED_API, api_missing, args.base_api, header), encoding="utf-8"
     )
     engine_path.write_text(
-        profile_yaml(engine_doc, FITTED_ENGINE, engine_missing, args.base_engine, header),
+        profile_yaml(
+            engine_doc, FITTED_ENGINE, engine_missing, args.base_engine, header, folded(f)
+        ),
         encoding="utf-8",
     )
     load_profiles(str(api_path), str(engine_path))

@@ -8,13 +8,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_OK,
     SCENARIO_HELP,
-    HelpFormatter,
+    add_command,
     epilog,
     examples,
     parse_transports,
@@ -23,6 +22,7 @@ from harness.cli.common import (
 )
 from harness.cli.run_args import (
     add_client_options,
+    add_endpoint_options,
     add_live_options,
     check_run_args,
     check_server_profiles,
@@ -47,9 +47,9 @@ from harness.workload.scenario import load_scenario
 
 
 def add_parser(sub: Any) -> None:
-    run = sub.add_parser(
+    run = add_command(
+        sub,
         "run",
-        help=command_help("run"),
         description="Replay the same seeded rollouts over each transport. Without --target, an embedded "
         "reference server is started on a free loopback port and stopped afterwards.",
         epilog=epilog(
@@ -63,23 +63,13 @@ def add_parser(sub: Any) -> None:
             ),
             transports_epilog(),
         ),
-        formatter_class=HelpFormatter,
     )
     run.add_argument(
         "scenario",
         help=f"{SCENARIO_HELP}, or a trace file (*.jsonl): replayed at its recorded starts, "
         "--set load.mode=closed for a closed loop (docs/traces.md)",
     )
-    run.add_argument(
-        "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"
-    )
-    run.add_argument(
-        "--target",
-        help="base URL of the endpoint, e.g. http://127.0.0.1:8000/v1 (Responses, Chat "
-        "Completions or Anthropic Messages, as the transports need; default: an embedded "
-        "reference server)",
-    )
-    run.add_argument("--out", default="results", help="results root folder (default: results/)")
+    add_endpoint_options(run)
     run.add_argument("--run-id", help="name of the run folder (default: timestamp-scenario)")
     run.add_argument(
         "--baseline",

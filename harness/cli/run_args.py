@@ -95,6 +95,21 @@ def add_client_options(p: Any) -> None:
     add_slice_option(p)
 
 
+def add_endpoint_options(p: Any) -> None:
+    """``--transports``, ``--target`` and ``--out``: what a measuring command runs, against what,
+    and where its folders go."""
+    p.add_argument(
+        "--transports", help="comma-separated transports (default: the scenario's), e.g. http,ws"
+    )
+    p.add_argument(
+        "--target",
+        help="base URL of the endpoint, e.g. http://127.0.0.1:8000/v1 (Responses, Chat "
+        "Completions or Anthropic Messages, as the transports need; default: an embedded "
+        "reference server)",
+    )
+    p.add_argument("--out", default="results", help="results root folder (default: results/)")
+
+
 def add_slice_option(p: Any) -> None:
     """``--slice-s``: the width of the report's time slices (docs/metrics.md, "Time slices")."""
     p.add_argument(

@@ -21,7 +21,15 @@ from rich.text import Text
 from harness.metrics import definitions as D
 from harness.metrics import slo, token_counts
 from harness.metrics.results_model import Summary, TransportSummary, as_summary
-from harness.report.files import TOO_FEW_MARK, fmt, fmt_ci, fmt_stat, too_few_note
+from harness.report.files import (
+    COUNT_HEADERS,
+    TOO_FEW_MARK,
+    count_cells,
+    fmt,
+    fmt_ci,
+    fmt_stat,
+    too_few_note,
+)
 from harness.report.verdict import verdict_kind, verdict_line
 from harness.run.progress import schedule_table, titled_table
 
@@ -61,22 +69,11 @@ def summary_rows(doc: Summary | Mapping[str, Any]) -> tuple[list[str], list[list
     """Headers and one row per transport of the end-of-run table."""
     summary = as_summary(doc) or Summary()
     headers = [
-        "transport",
-        "rollouts",
-        "turns",
-        "turn errors",
-        "rollout errors",
+        *COUNT_HEADERS,
         *(m.title(stat.key, with_unit=True) for m, stat in D.cli_columns(summary)),
     ]
     rows = [
-        [
-            name,
-            str(t.rollouts.count),
-            str(t.turns.count),
-            str(t.turns.errors),
-            str(t.rollouts.errors),
-            *(_stat_cell(t, m, stat.key) for m, stat in D.cli_columns(summary)),
-        ]
+        [*count_cells(name, t), *(_stat_cell(t, m, stat.key) for m, stat in D.cli_columns(summary))]
         for name, t in summary.transports.items()
     ]
     return headers, rows

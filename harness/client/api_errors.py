@@ -197,7 +197,7 @@ def error_kind(exc: LoopbenchError) -> str:
 def describe_os_error(exc: BaseException, peer: str) -> str:
     """A socket failure talking to ``peer`` (``host:port``) as a sentence a user can act on.
 
-    Both client edges (asyncio and gevent) word their connection errors with this, so a
+    The client edge words its connection errors with this, so a
     failed turn's ``error`` column never holds an exception's repr.
     """
     if isinstance(exc, ConnectionRefusedError):

@@ -37,11 +37,12 @@ LANES = "lanes"
 BACKGROUND = "background"
 COMPACTION = "compaction"
 RETRIEVE = "retrieve"
-CHAT = "chat"
+# the features that say whether the endpoint speaks an API at all are named for it
+CHAT = CHAT_API
 CHAT_USAGE = "chat_usage"
 CHAT_TOOLS = "chat_tools"
 CHAT_CACHED = "chat_cached"
-MESSAGES = "messages"
+MESSAGES = MESSAGES_API
 MESSAGES_CACHE = "messages_cache"
 
 #: the three APIs, each with the feature that says whether the endpoint has it at all

@@ -14,9 +14,9 @@ session of their own or a lane of this one) as a concurrent task, then goes on w
 conversation's tools.  ``Step.JOIN`` asks it to wait until every stepper in
 :attr:`~RolloutSteps.joining` is done before calling ``next`` again; at ``Step.DONE``
 it waits for all the conversation's sub-agents (the detached ones too) before
-``finish``, so the rollout's record spans the whole tree.  The two edges, each one short loop:
-harness/transports/rollout_loop.py (asyncio) and harness/locust_driver/agent_loop.py
-(gevent).
+``finish``, so the rollout's record spans the whole tree.  The edge, one short loop:
+harness/transports/rollout_loop.py (asyncio; a Locust worker runs it too, in its edge
+host).
 
 The pure :class:`~harness.workload.agent.Transcript` decides what each turn
 sends; the steps keep the rollout record (model, tool, client and recovery time)

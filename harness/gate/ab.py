@@ -19,11 +19,10 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.report.results import new_run_id
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
@@ -32,8 +31,6 @@ from harness.run.measurement import Measurement
 from harness.run.passes import ClientWatch, PassCounts, pass_duration
 from harness.run.runner import RunOptions, RunResult, measured_pass, transport_options
 from harness.transports import make_transport
-from harness.wire.credentials import PLACEHOLDER_API_KEY
-from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.plan import RolloutPlan
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
@@ -51,29 +48,35 @@ class Side:
     engine_profile: str | None = None
     server_set: Mapping[str, str] = field(default_factory=dict)
 
-    def server(self, scenario: Scenario) -> dict[str, Any]:
+    def server(self, scenario: Scenario) -> SideServer:
         """The embedded server's settings: the scenario's, with this side's changes on top."""
         api_profile, engine_profile = scenario.server_profiles()
-        return {
-            "api_profile": self.api_profile or api_profile,
-            "engine_profile": self.engine_profile or engine_profile,
-            "overrides": {**scenario.server.set, **self.server_set},
-        }
+        return SideServer(
+            api_profile=self.api_profile or api_profile,
+            engine_profile=self.engine_profile or engine_profile,
+            overrides={**scenario.server.set, **self.server_set},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SideServer:
+    """A side's embedded server, as its manifest's ``ab.server`` block records it."""
+
+    api_profile: str
+    engine_profile: str
+    overrides: dict[str, str]
+
+    def check(self) -> None:
+        """The profiles load (a typo is an error now, not a server that never starts)."""
+        load_profiles(self.api_profile, self.engine_profile, self.overrides)
 
 
 @dataclass(slots=True)
-class ABOptions:
-    results_root: Path = Path("results")
-    run_id: str | None = None
+class ABOptions(RunOptions):
+    """A run's options (both sides measure with its client's) and the interleaved rounds
+    (None: the scenario's ``load.rounds``, else :func:`default_rounds`)."""
+
     rounds: int | None = None
-    transports: Sequence[str] | None = None
-    api_key: str = PLACEHOLDER_API_KEY
-    keepalive: bool = True
-    verify_tls: bool = True
-    request_timeout_s: float = 120.0
-    # the scenario's target: and the shaping flags, resolved (harness/run/target.py)
-    shaping: RequestShaping = NO_SHAPING
-    tokens: TokenConvention = FIXED_WIDTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,15 +121,7 @@ async def run_ab_plans(
     base_id = opts.run_id or new_run_id(f"{scenario.name}-ab", time.time())
     rounds = split_rounds(plans, opts.rounds or default_rounds(scenario, len(plans)))
     ids = {side: f"{base_id}-{side}" for side in SIDES}
-    run_opts = RunOptions(
-        transports=transports,
-        api_key=opts.api_key,
-        keepalive=opts.keepalive,
-        verify_tls=opts.verify_tls,
-        request_timeout_s=opts.request_timeout_s,
-        shaping=opts.shaping,
-        tokens=opts.tokens,
-    )
+    run_opts = replace(opts, transports=transports)
     sides: dict[str, Measurement] = {}
     try:
         for side in SIDES:
@@ -227,12 +222,12 @@ def run_ab(
                 urls[name], embedded[name] = side.target, False
                 continue
             server = side.server(scenario)
-            servers[name] = server
+            servers[name] = asdict(server)
             urls[name] = stack.enter_context(
                 embedded_server(
-                    api_profile=server["api_profile"],
-                    engine_profile=server["engine_profile"],
-                    overrides={**scenario.embedded_overrides(), **server["overrides"]},
+                    api_profile=server.api_profile,
+                    engine_profile=server.engine_profile,
+                    overrides={**scenario.embedded_overrides(), **server.overrides},
                     seed=scenario.seed,
                 )
             )

@@ -92,13 +92,6 @@ class RunData:
         return self.samples.get((transport, metric), Samples.of([], []))
 
 
-def _warmup(manifest: Manifest) -> int:
-    scenario = manifest.scenario_record or {}
-    load = scenario.get("load") or {}
-    value = load.get("warmup_rollouts", 0) if isinstance(load, Mapping) else 0
-    return int(value or 0)
-
-
 def _keyed(df: pd.DataFrame, cols: list[str], values: pd.Series) -> Samples:
     keys = [tuple(int(x) for x in row) for row in df[cols].itertuples(index=False, name=None)]
     return Samples.of(keys, values.to_numpy(dtype=np.float64))
@@ -113,7 +106,7 @@ KEY_COLUMNS: dict[D.RecordKind, list[str]] = {
 
 def run_data(run: Run) -> RunData:
     """Extract the gate's samples from a loaded results folder."""
-    warm = _warmup(run.manifest_model)
+    warm = run.manifest_model.scenario_facts.warmup_rollouts
     samples: dict[tuple[str, str], Samples] = {}
     rollouts: dict[str, int] = {}
     frames: dict[D.RecordKind, pd.DataFrame] = {"rollout": run.rollouts, "turn": run.turns}

@@ -76,6 +76,47 @@ class RunConfig:
         )
 
 
+# -- worker -> master messages: built here only, so a worker and anything that stands in for one
+# (bench/master_sim's fake workers) send the same payloads.
+
+
+def hello_message(run_id: str, pid: int, **extra: Any) -> dict[str, Any]:
+    """The worker takes part in the run; ``extra``: what else it tells the master about itself."""
+    return {"run_id": run_id, "pid": pid, **extra}
+
+
+def claim_message(req: int, finished: tuple[int, int] | None) -> dict[str, Any]:
+    """A claim for the next rollout, reporting ``(phase, rollout_id)`` just run (or None)."""
+    return {"req": req, "finished": list(finished) if finished else None}
+
+
+def rows_message(run_id: str, turns: list[list[Any]], rollouts: list[list[Any]]) -> dict[str, Any]:
+    """Turn and rollout rows (``wire.turn_to_row`` / ``rollout_to_row``) shipped to the master."""
+    return {"run_id": run_id, "turns": turns, "rollouts": rollouts}
+
+
+def final_message(
+    run_id: str,
+    *,
+    state: dict[str, Any],
+    turns: list[list[Any]],
+    rollouts: list[list[Any]],
+    turns_total: int,
+    rollouts_total: int,
+    health: dict[str, Any],
+) -> dict[str, Any]:
+    """The last rows, the accumulator's state (``Accumulator.to_state``), counts and health."""
+    return {
+        "run_id": run_id,
+        "state": state,
+        "turns": turns,
+        "rollouts": rollouts,
+        "turns_total": turns_total,
+        "rollouts_total": rollouts_total,
+        "health": health,
+    }
+
+
 def shaping_to_json(shaping: RequestShaping) -> str:
     return json.dumps(
         {

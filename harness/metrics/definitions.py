@@ -77,13 +77,16 @@ def stats(*names: str, prefix: str = "") -> tuple[Stat, ...]:
     return tuple(Stat(prefix + n, n) for n in names)
 
 
+Unit = Literal["ms", "tok/s", "count", "ratio"]
+
+
 @dataclass(frozen=True, slots=True)
 class Metric:
     #: the metric's name: its ``summary.json`` group for a distribution (``ttft_ms``), the
     #: histogram-free name for the others; the gate's rules and ``compare`` use it
     name: str
     label: str
-    unit: Literal["ms", "tok/s", "count", "ratio"]
+    unit: Unit
     #: True: lower is better; False: higher is better; None: neither (a signed error)
     lower_is_better: bool | None
     #: ``summary.json`` key under ``transports.<t>`` holding ``stats``
@@ -153,6 +156,13 @@ def _latency(name: str, label: str, **kw: Any) -> Metric:
     kw.setdefault("stats", stats("p50", "p90", "p99", "mean"))
     kw.setdefault("column", name)
     return Metric(name, label, "ms", True, name, **kw)
+
+
+def _rate(
+    name: str, label: str, unit: Unit, group: str, stat: tuple[Stat, ...], **kw: Any
+) -> Metric:
+    """A figure where higher is better, in the report's throughput table."""
+    return Metric(name, label, unit, False, group, stat, report_table="throughput", **kw)
 
 
 _TTFT_WHEN = "(first_token_ns > 0) & (sent_ns > 0)"
@@ -427,11 +437,10 @@ METRICS: list[Metric] = [
         report=(("p50", 3),),
         gate=6,
     ),
-    Metric(
+    _rate(
         "decode_tps",
         "decode TPS",
         "tok/s",
-        False,
         "tps",
         stats("p50", "mean", prefix="decode_"),
         record="turn",
@@ -442,18 +451,16 @@ METRICS: list[Metric] = [
         column="decode_tps",
         compare=("decode_p50",),
         report=(("decode_p50", 0), ("decode_mean", 0)),
-        report_table="throughput",
         cli=("decode_p50",),
     ),
     # the fastest one stream was seen decoding: the most tokens in any burst window of a
     # response that fills the window (failed turns count), and at least every valid per-turn
     # decode rate, so no decode TPS column exceeds it; null with a reason when no response
     # filled a window (docs/metrics.md §1.2)
-    Metric(
+    _rate(
         "burst_tps",
         "burst TPS",
         "tok/s",
-        False,
         "tps",
         stats("peak", prefix="burst_"),
         # decode_excluded: turns with output whose decode rate is not valid, computed here
@@ -461,23 +468,20 @@ METRICS: list[Metric] = [
         notes=("burst_peak_reason", "decode_excluded"),
         compare=("burst_peak",),
         report=(("burst_peak", 0),),
-        report_table="throughput",
         cli=("burst_peak",),
     ),
     # all streams' output tokens per second: the fullest AGGREGATE_BUCKET_NS bucket inside the
     # active span (peak; the report's plot draws the same buckets; null with a reason when the
     # span holds no whole bucket), over the active span (mean)
-    Metric(
+    _rate(
         "aggregate_tps",
         "aggregate TPS",
         "tok/s",
-        False,
         "tps",
         stats("mean", "peak", prefix="aggregate_"),
         notes=("aggregate_peak_reason",),
         compare=("aggregate_mean",),
         report=(("aggregate_mean", 0), ("aggregate_peak", 0)),
-        report_table="throughput",
     ),
     # mean ms per turn by component (BREAKDOWN); the report shows it as its own table
     Metric("breakdown_ms", "latency breakdown", "ms", True, "breakdown_ms", ()),
@@ -501,16 +505,14 @@ METRICS: list[Metric] = [
     # cached / input tokens as the server reported them, over the turns that reported input
     # (harness/metrics/cache.py), with the sums and the same ratio by turn index: how much of
     # each turn's prefix the server's cache served as the conversation grows
-    Metric(
+    _rate(
         "cached_ratio",
         "cached",
         "ratio",
-        False,
         "cache",
         stats("ratio", prefix="cached_"),
         notes=("input_tokens", "cached_tokens", "by_turn"),
         report=(("cached_ratio", 2),),
-        report_table="throughput",
         cli=("cached_ratio",),
     ),
     Metric(
@@ -571,11 +573,10 @@ METRICS: list[Metric] = [
     # the share of rollouts (and of turns) that meet the scenario's slo: section, with a
     # Wilson 95 % interval; without thresholds, the success rate (harness/metrics/slo.py,
     # docs/metrics.md "SLOs and goodput"); the gate reads e.g. ws.slo.rollout_attainment
-    Metric(
+    _rate(
         "slo_attainment",
         "SLO",
         "ratio",
-        False,
         "slo",
         (Stat("rollout_attainment", "attainment"), Stat("turn_attainment", "turn attainment")),
         notes=(
@@ -589,21 +590,18 @@ METRICS: list[Metric] = [
             "thresholds",
         ),
         report=(("rollout_attainment", 3), ("turn_attainment", 3)),
-        report_table="throughput",
         cli=("rollout_attainment",),
     ),
     # output tokens of good rollouts per second of the run's span (first rollout's intended
     # start to the last one's end), and good rollouts per second in the same group
-    Metric(
+    _rate(
         "goodput_tps",
         "goodput",
         "tok/s",
-        False,
         "goodput",
         (Stat("goodput_tps", "tok/s"),),
         notes=("good_rollouts_per_s", "good_output_tokens", "span_s"),
         report=(("goodput_tps", 0),),
-        report_table="throughput",
         cli=("goodput_tps",),
     ),
 ]

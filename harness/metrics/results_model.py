@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
@@ -107,6 +108,26 @@ class Goodput(Stats):
     span_s: Num | None = None
 
 
+class CacheTurn(_Block):
+    """``cache.by_turn[]``: one turn index that reported usage."""
+
+    turn_index: int = 0
+    turns: int = 0
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    cached_ratio: Num | None = None
+
+
+class CacheStats(Stats):
+    """``transports.<t>.cache``: cached over input tokens as the server reported them
+    (docs/metrics.md §1.2, "cached ratio")."""
+
+    cached_ratio: Num | None = None
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    by_turn: list[CacheTurn] = Field(default_factory=list)
+
+
 class TokenCounts(_Block):
     """``tokens.<t>``: planned against server-reported tokens (docs/metrics.md §1.6)."""
 
@@ -166,7 +187,7 @@ class TransportSummary(_Block):
     server_late_ms: Stats | None = None
     client_error_ms: Stats | None = None
     tps: Stats | None = None
-    cache: Stats | None = None
+    cache: CacheStats | None = None
     slo: SloStats | None = None
     goodput: Goodput | None = None
     breakdown_ms: dict[str, Num | None] = Field(default_factory=dict)
@@ -248,6 +269,30 @@ class NotRun(_Block):
     cancelled: dict[str, int] = Field(default_factory=dict)
 
 
+class SubagentFigures(_Block):
+    """``subagents.<t>``: the rollouts that forked sub-agents (medians; docs/metrics.md §1.7)."""
+
+    rollouts: int = 0
+    wait_share_p50: Num | None = None
+    critical_path_turns_p50: Num | None = None
+    critical_path_through_subagent: Num | None = None
+    #: conversation numbers joined by ">" ("0>1>0": the root, waiting on sub-agent 1)
+    critical_path_common: str | None = None
+    critical_path_common_share: Num | None = None
+
+
+class ServerMetrics(_Block):
+    """``server_metrics``: the target's Prometheus series scraped during the run
+    (docs/server-metrics.md)."""
+
+    url: str | None = None
+    interval_s: Num | None = None
+    scrapes: int = 0
+    failed_scrapes: int = 0
+    series: int = 0
+    names: list[str] = Field(default_factory=list)
+
+
 class Validity(BaseModel):
     """A run's verdict: whether it counts, and why not."""
 
@@ -292,9 +337,8 @@ class Summary(_Document):
     #: per transport, an endpoint that ignored the output-length hint (outputs >= 1.5x the
     #: plan in a run that sent hints; harness/metrics/token_counts.py): printed first
     hint_ignored: list[str] = Field(default_factory=list)
-    subagents: dict[str, dict[str, Any]] | None = None
-    #: the target's Prometheus series scraped during the run (docs/server-metrics.md)
-    server_metrics: dict[str, Any] | None = None
+    subagents: dict[str, SubagentFigures] | None = None
+    server_metrics: ServerMetrics | None = None
     #: a Locust run's own block (docs/distributed.md)
     locust: dict[str, Any] | None = None
     #: rebuilt from the rows of a killed run (``loopbench report``), and from how many
@@ -361,9 +405,53 @@ class Manifest(_Document):
         return _read(cls, doc, where)
 
     @property
+    def hints(self) -> bool:
+        """Whether the client sent the output-length hints (the token counts judge them)."""
+        return bool(self.client_options.get("hints", False))
+
+    @property
     def scenario_record(self) -> dict[str, Any] | None:
         """The scenario as run, if the manifest holds it."""
         return self.scenario if isinstance(self.scenario, dict) else None
+
+    @property
+    def scenario_facts(self) -> ScenarioFacts:
+        """What the reports, ``gate`` and a rebuild take from the scenario as run; lenient: a
+        hand-made or older manifest may lack any of it."""
+        record = self.scenario_record or {}
+        load, server, slo = (_mapping(record.get(key)) for key in ("load", "server", "slo"))
+        return ScenarioFacts(
+            name=self.scenario_name or record.get("name"),
+            description=record.get("description") or None,
+            load_mode=load.get("mode"),
+            concurrency=load.get("concurrency"),
+            arrival=load.get("arrival"),
+            warmup_rollouts=int(load.get("warmup_rollouts") or 0),
+            api_profile=server.get("api_profile"),
+            engine_profile=server.get("engine_profile"),
+            slo={k: float(v) for k, v in slo.items() if v is not None},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioFacts:
+    """The parts of the recorded scenario its readers use (:attr:`Manifest.scenario_facts`)."""
+
+    name: str | None = None
+    description: str | None = None
+    load_mode: str | None = None
+    concurrency: Any = None
+    #: the open loop's arrival block as recorded (shown, not interpreted)
+    arrival: Any = None
+    warmup_rollouts: int = 0
+    api_profile: str | None = None
+    engine_profile: str | None = None
+    #: the SLO thresholds that are set, as the accumulator takes them
+    slo: dict[str, float] = field(default_factory=dict)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _v1(doc: Mapping[str, Any]) -> dict[str, Any]:

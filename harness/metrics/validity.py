@@ -84,7 +84,7 @@ class Limits:
 
         def number(key: str, default: float) -> float:
             for holder in (load, scenario):
-                value = _finite(holder.get(key))
+                value = finite(holder.get(key))
                 if value is not None:
                     return value
             return default
@@ -106,7 +106,8 @@ class Limits:
         return out
 
 
-def _finite(x: Any) -> float | None:
+def finite(x: Any) -> float | None:
+    """``x`` as a finite float; None for anything else (a bool, a string, NaN, absent)."""
     if isinstance(x, bool):
         return None
     try:

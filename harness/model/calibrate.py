@@ -26,6 +26,13 @@ behaviour at scales nobody can test directly.  What a client can observe:
   faster, the burst probability.
 * **Post-inference work**: the gap between the last token and the terminal
   event on ``http`` (where bookkeeping blocks it) minus the same gap on ``ws``.
+* **Interference** (batching), from several runs at different concurrencies: the
+  TTFT fit gains ``k·others``, the requests of the same run in flight when the
+  turn was sent, and the time per output token is fitted as ``t1·(1 + s·others)``
+  over the requests decoding beside it (overlap-weighted; each run's medians): ``k`` is
+  ``ttft_per_active_ms``, ``s`` ``decode_slowdown_per_stream``.  One run leaves
+  both unidentified: its concurrency barely varies, so ``k`` would be a second
+  intercept.
 
 What a client cannot separate: the fixed API work, the hops and the engine's
 base latency all add to the intercept ``a``.  The fitted profile gives the
@@ -40,9 +47,10 @@ and is copied from the base profiles.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
@@ -52,6 +60,9 @@ from harness.wire.errors import LoopbenchError
 from harness.wire.plural import counted
 from harness.wire.transports import TRANSPORTS
 from harness.workload.records import BURST_WINDOW_NS, TurnRecord
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 # The transports a fit can use, grouped by what their requests cost (registry capabilities),
 # plainest first (no chain, then no store): the first one a run holds supplies the intercept.
@@ -93,6 +104,12 @@ class Turn:
     model_ttft_ms: float | None = None  # the endpoint's own sim_timing.ttft, if it reports one
     #: usage.output_tokens failed the output-token check: no decode rate (docs/metrics.md §1.5)
     decode_implausible: bool = False
+    #: the run the turn came from (``loopbench calibrate RUN_DIR...``: its position)
+    run: int = 0
+    #: other requests of the same run in flight when this one was sent
+    others_at_send: int = 0
+    #: other requests of the same run in flight during this one's decode, overlap-weighted
+    others_decoding: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +135,10 @@ class Fit:
     burst_tps: float | None
     burst_probability: float | None
     burst_max_tokens: int | None
+    #: what each other active request adds to a first token (ms), and to the time per
+    #: output token (a fraction); None: not identifiable (one run, one concurrency)
+    ttft_per_active_ms: float | None
+    decode_slowdown: float | None
     turns: int
     r2: float
     residual_p50_ms: float
@@ -133,12 +154,19 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
     Chained transports send only what is new; how much that is comes from the
     usage the endpoint reported: ``input(t) - input(t-1) - output(t-1)``.
     """
-    by_conv: dict[tuple[str, int, int], list[Mapping[str, Any]]] = {}
+    rows = list(rows)
+    by_conv: dict[tuple[int, str, int, int], list[Mapping[str, Any]]] = {}
     for row in rows:
-        key = (str(row["transport"]), int(row.get("round", 0)), int(row["rollout_id"]))
+        key = (
+            int(row.get("run", 0) or 0),
+            str(row["transport"]),
+            int(row.get("round", 0)),
+            int(row["rollout_id"]),
+        )
         by_conv.setdefault(key, []).append(row)
+    activity = {run: _Activity(rs) for run, rs in _by_run(rows).items()}
     out: list[Turn] = []
-    for (transport, _, _), conv in sorted(by_conv.items()):
+    for (run, transport, _, _), conv in sorted(by_conv.items()):
         conv.sort(key=lambda r: int(r["turn_index"]))
         prev: Mapping[str, Any] | None = None
         for row in conv:
@@ -153,6 +181,7 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
                     processed = max(0, inp - before)
                     rehydrated = before if transport in REHYDRATING else 0
                 last, done = rec.last_token_ns, rec.done_ns
+                act = activity[run]
                 out.append(
                     Turn(
                         transport=transport,
@@ -167,11 +196,67 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
                         burst_tokens=int(row.get("burst_tokens_max", 0) or 0),
                         model_ttft_ms=_model_ttft(row.get("sim_ttft_ms")),
                         decode_implausible=rec.decode_implausible,
+                        run=run,
+                        others_at_send=max(0, act.at(rec.sent_ns) - 1),
+                        others_decoding=act.others_over(rec.first_token_ns, last),
                     )
                 )
             # A failed turn breaks the chain: the next one's "new" tokens are unknown.
             prev = row if rec.ok else None
     return out
+
+
+def _by_run(rows: Iterable[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
+    runs: dict[int, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        runs.setdefault(int(row.get("run", 0) or 0), []).append(row)
+    return runs
+
+
+class _Activity:
+    """How many requests of one run were in flight (sent, last token not yet read) at an
+    instant, and integrated over a span: a sweep over the sorted ends, O(log n) a query."""
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        spans = []
+        for r in rows:
+            start = int(r.get("sent_ns", 0) or 0)
+            end = int(r.get("last_token_ns", 0) or 0) or int(r.get("done_ns", 0) or 0)
+            if start > 0 and end > start:
+                spans.append((start, end))
+        self._starts = sorted(s for s, _ in spans)
+        self._ends = sorted(e for _, e in spans)
+        # the step function N(t) at each change, and its integral up to there
+        changes = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+        self._t: list[int] = []
+        self._n: list[int] = []
+        self._area: list[float] = []
+        n, area, prev = 0, 0.0, None
+        for t, step in changes:
+            if prev is not None:
+                area += n * (t - prev)
+            n += step
+            prev = t
+            self._t.append(t)
+            self._n.append(n)
+            self._area.append(area)
+
+    def at(self, t: int) -> int:
+        """Requests in flight at ``t`` (sent at or before it, last token after it)."""
+        return bisect_right(self._starts, t) - bisect_right(self._ends, t)
+
+    def _integral(self, t: int) -> float:
+        i = bisect_right(self._t, t) - 1
+        if i < 0:
+            return 0.0
+        return self._area[i] + self._n[i] * (t - self._t[i])
+
+    def others_over(self, start: int, end: int) -> float:
+        """Mean number of *other* requests in flight over ``[start, end]`` (the turn's own
+        span counted once and taken out); 0 for an empty span."""
+        if end <= start:
+            return 0.0
+        return max(0.0, (self._integral(end) - self._integral(start)) / (end - start) - 1.0)
 
 
 def _timing(transport: str, row: Mapping[str, Any]) -> TurnRecord:
@@ -184,10 +269,14 @@ def _timing(transport: str, row: Mapping[str, Any]) -> TurnRecord:
         sent_ns=int(row["sent_ns"]),
         first_token_ns=int(row["first_token_ns"]),
         first_output_ns=int(row.get("first_output_ns", 0) or 0),
+        first_event_ns=int(row.get("first_event_ns", 0) or 0),
         last_token_ns=int(row["last_token_ns"]),
         done_ns=int(row["done_ns"]),
         output_tokens=int(row["output_tokens"]),
         reasoning_tokens=int(row.get("reasoning_tokens", 0) or 0),
+        # output read whole (a front end that held it) gives no decode rate: the table's rule
+        delta_events=int(row.get("delta_events", 0) or 0),
+        output_arrivals=int(row.get("output_arrivals", 0) or 0),
         # a turn whose usage failed the output-token check gives no decode rate (the table's rule)
         decode_implausible=_truthy(row.get("decode_implausible")),
     )
@@ -227,6 +316,10 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         "c_http": [1.0 if t.new_connection and t.transport in HTTP_LIKE else 0.0 for t in usable],
         "c_ws": [1.0 if t.new_connection and t.transport in WS_LIKE else 0.0 for t in usable],
     }
+    # Interference only from several runs: within one the concurrency is nearly constant.
+    several = len({t.run for t in usable}) > 1
+    if several:
+        columns["k"] = [float(t.others_at_send) for t in usable]
     # A column with no variation of its own (no chained turns, no new connections) is dropped.
     names = [n for n, col in columns.items() if any(col)]
     # A connection column set on every turn of its class (HTTP without keep-alive: each
@@ -254,6 +347,15 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         notes.append(
             "prefill rate not identifiable: uncached tokens do not vary apart from the "
             "processed tokens (run http and ws with varied tool-output sizes)"
+        )
+    if np.linalg.matrix_rank(x) < len(names) and "p" in names:
+        # every turn processed as many tokens as every other (one prompt size): the per-token
+        # work is a constant the intercept holds; a slope would split it by the norm's whim
+        names.remove("p")
+        x = np.array([columns[n] for n in names], dtype=np.float64).T
+        notes.append(
+            "per-token API work not identifiable: every turn processed the same tokens; "
+            "the intercept holds it (per_token_us 0)"
         )
     coef = _robust_lstsq(x, y)
     got = dict(zip(names, (float(c) for c in coef), strict=True))
@@ -294,7 +396,18 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         fixed_gap = (a_http - (overhead_http or 0.0)) - (a_ws - (overhead_ws or 0.0))
         connect = got["c_ws"] - fixed_gap
 
-    decode = sorted(t.decode_tps for t in usable if t.decode_tps is not None)
+    slowdown = _decode_slowdown(usable) if several else None
+    if slowdown is not None and slowdown < 0:
+        notes.append(f"decode slowdown per stream {slowdown:.3g} is negative: set to 0")
+        slowdown = 0.0
+
+    def alone(t: Turn) -> float | None:
+        """The turn's decode rate with the requests beside it taken out (the model's rate)."""
+        if t.decode_tps is None:
+            return None
+        return t.decode_tps * (1.0 + (slowdown or 0.0) * t.others_decoding)
+
+    decode = sorted(r for r in map(alone, usable) if r is not None)
     lied = sum(t.decode_implausible for t in usable)
     if lied:
         notes.append(
@@ -306,11 +419,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     burst_p: float | None = None
     burst_max: int | None = None
     if sustained is not None:
-        bursting = [
-            t
-            for t in usable
-            if t.decode_tps is not None and t.decode_tps > sustained * BURST_FACTOR
-        ]
+        bursting = [t for t in usable if (alone(t) or 0.0) > sustained * BURST_FACTOR]
         if bursting:
             # A response that bursts from its first token to its last decodes at the burst
             # rate, and first-to-last is measured from two timestamps only: robust where a
@@ -318,11 +427,12 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
             # window).  The token-weighted median of the bursting responses' rates is that
             # rate while most bursts cover their response; weighting by length trusts long
             # spans, whose endpoints' jitter matters least.
-            burst_tps = _weighted_median(
-                [(t.decode_tps, t.output_tokens) for t in bursting if t.decode_tps is not None]
-            )
+            burst_tps = _weighted_median([(alone(t) or 0.0, t.output_tokens) for t in bursting])
             burst_p = len(bursting) / len(decode)
-            lengths = [_burst_length(t, sustained, burst_tps) for t in bursting]
+            lengths = [
+                _burst_length(t.output_tokens, alone(t) or 0.0, sustained, burst_tps)
+                for t in bursting
+            ]
             burst_max = max(lengths) if lengths else None
         else:
             # no response burst: the probability is observed (0 of n), the burst rate and
@@ -340,7 +450,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         notes.append("post_ms from http alone includes the network tail (no ws turns to subtract)")
 
     return Fit(
-        per_token_us=got["p"] * 1000.0,
+        per_token_us=got.get("p", 0.0) * 1000.0,
         prefill_tps=prefill_tps,
         rehydrate_us=got["r"] * 1000.0 if "r" in got else None,
         intercept_http_ms=a_http,
@@ -355,6 +465,8 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         burst_tps=burst_tps,
         burst_probability=burst_p,
         burst_max_tokens=burst_max,
+        ttft_per_active_ms=got.get("k") if several else None,
+        decode_slowdown=slowdown,
         turns=len(usable),
         r2=r2,
         residual_p50_ms=_median(sorted(abs(float(v)) for v in resid)),
@@ -362,7 +474,31 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     )
 
 
-def _robust_lstsq(x: np.ndarray, y: np.ndarray, rounds: int = 3) -> np.ndarray:
+def _decode_slowdown(turns: Sequence[Turn]) -> float | None:
+    """``s`` of ``time per token = t1·(1 + s·others)``, fitted to each run's median time per
+    token over its median number of requests decoding beside it: a run's median shrugs off
+    the turns a busy host stalled, which a per-turn fit would follow.  None when fewer than
+    two runs differ in concurrency."""
+    per_run: dict[int, list[tuple[float, float]]] = {}
+    for t in turns:
+        if t.decode_tps and not t.decode_implausible:
+            per_run.setdefault(t.run, []).append((t.others_decoding, 1000.0 / t.decode_tps))
+    points = [
+        (_median(sorted(o for o, _ in pairs)), _median(sorted(ms for _, ms in pairs)))
+        for pairs in per_run.values()
+        if len(pairs) >= 4
+    ]
+    if len(points) < 2 or max(o for o, _ in points) - min(o for o, _ in points) < 0.5:
+        return None
+    x = np.array([[1.0, o] for o, _ in points], dtype=np.float64)
+    y = np.array([ms for _, ms in points], dtype=np.float64)
+    t1, slope = (float(c) for c in np.linalg.lstsq(x, y, rcond=None)[0])
+    return slope / t1 if t1 > 0 else None
+
+
+def _robust_lstsq(
+    x: NDArray[np.float64], y: NDArray[np.float64], rounds: int = 3
+) -> NDArray[np.float64]:
     """Least squares, refitted without the turns far off the fit.
 
     Measured TTFTs have a long right tail (a GC pause, a scheduler hiccup on a
@@ -392,11 +528,10 @@ def _overhead(turns: Sequence[Turn], kinds: frozenset[str]) -> float | None:
     return _median(errs) if errs else None
 
 
-def _burst_length(t: Turn, sustained: float, burst: float) -> int:
+def _burst_length(output_tokens: int, decode_tps: float, sustained: float, burst: float) -> int:
     """Gaps decoded at the burst rate that explain this response's shorter decode time."""
-    assert t.decode_tps is not None
-    gaps = t.output_tokens - 1
-    duration_s = gaps / t.decode_tps
+    gaps = output_tokens - 1
+    duration_s = gaps / decode_tps
     saved_per_gap = 1.0 / sustained - 1.0 / burst
     return max(1, min(gaps, round((gaps / sustained - duration_s) / saved_per_gap)))
 
@@ -472,8 +607,12 @@ def profiles_from_fit(
     }
     engine: dict[str, Any] = {**base_engine, "name": name, "base_ttft_ms": _round(base)}
     engine["description"] = f"fitted by loopbench calibrate from {counted(f.turns, 'turn')}"
-    if f.prefill_tps is not None:
-        engine["prefill_tps"] = _round(f.prefill_tps)
+    # A prefill rate the run could not separate is not copied: its cost is already in the
+    # intercept (a constant uncached count) or the per-token slope (uncached = processed), and
+    # the base profile's rate would charge it a second time on every replayed turn.
+    engine["prefill_tps"] = (
+        _round(f.prefill_tps) if f.prefill_tps is not None else FOLDED_PREFILL_TPS
+    )
     if f.sustained_tps is not None:
         engine["sustained_tps"] = _round(f.sustained_tps)
         engine["burst_probability"] = _round(f.burst_probability or 0.0)
@@ -483,7 +622,22 @@ def profiles_from_fit(
             lo = max(1, math.ceil(engine["burst_tps"] * BURST_WINDOW_S))
             engine["burst_min_tokens"] = lo
             engine["burst_max_tokens"] = max(lo, f.burst_max_tokens or lo)
+    if f.ttft_per_active_ms is not None:
+        engine["ttft_per_active_ms"] = _round(max(0.0, f.ttft_per_active_ms))
+    if f.decode_slowdown is not None:
+        engine["decode_slowdown_per_stream"] = _round(max(0.0, f.decode_slowdown))
     return api, engine
+
+
+#: the prefill rate a fitted profile names when the run could not separate prefill from the
+#: fixed or per-token work that holds its cost: fast enough to add nothing measurable
+FOLDED_PREFILL_TPS = 1e9
+
+
+def folded(f: Fit) -> list[str]:
+    """Engine parameters whose cost the run measured inside others (written so a replay
+    counts it once, not copied)."""
+    return ["prefill_tps"] if f.prefill_tps is None else []
 
 
 def _minus(value: float | None, overhead: float | None) -> float | None:
@@ -509,6 +663,7 @@ FITTED_API: tuple[str, ...] = (
 FITTED_API += ("hops", "hop_ms", "post_ms")
 FITTED_ENGINE: tuple[str, ...] = ("base_ttft_ms", "prefill_tps", "sustained_tps", "burst_tps")
 FITTED_ENGINE += ("burst_probability", "burst_min_tokens", "burst_max_tokens")
+FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream")
 
 
 def unidentified(f: Fit) -> tuple[list[str], list[str]]:
@@ -522,16 +677,25 @@ def unidentified(f: Fit) -> tuple[list[str], list[str]]:
         )
         if value is None
     ]
-    engine = ["prefill_tps"] if f.prefill_tps is None else []
+    engine: list[str] = []
     if f.sustained_tps is None:
         engine += [k for k in FITTED_ENGINE if k.startswith(("sustained", "burst"))]
     elif f.burst_tps is None:
         engine += ["burst_tps", "burst_min_tokens", "burst_max_tokens"]
+    if f.ttft_per_active_ms is None:
+        engine.append("ttft_per_active_ms")
+    if f.decode_slowdown is None:
+        engine.append("decode_slowdown_per_stream")
     return api, engine
 
 
 def profile_yaml(
-    doc: Mapping[str, Any], fitted: Sequence[str], missing: Sequence[str], base: str, header: str
+    doc: Mapping[str, Any],
+    fitted: Sequence[str],
+    missing: Sequence[str],
+    base: str,
+    header: str,
+    folded: Sequence[str] = (),
 ) -> str:
     """A fitted profile as YAML whose comments say which values were not fitted, and why."""
     copied = [k for k in doc if k not in fitted and k not in ("name", "description")]
@@ -544,7 +708,11 @@ def profile_yaml(
     lines.append(f"# not observable below saturation, copied from {base!r}: {', '.join(copied)}")
     for line in yaml.safe_dump(dict(doc), sort_keys=False).splitlines():
         key = line.partition(":")[0]
-        lines.append(f"{line}  # unidentified: copied from {base!r}" if key in missing else line)
+        if key in missing:
+            line += f"  # unidentified: copied from {base!r}"
+        elif key in folded:
+            line += "  # not separable: its cost is in the intercept or per_token_us, not twice"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -569,6 +737,8 @@ def describe(f: Fit) -> str:
         f"sustained decode:       {show(f.sustained_tps, 'tokens/s', 1)}",
         f"burst decode:           {show(f.burst_tps, 'tokens/s', 0)}",
         f"burst probability:      {show(f.burst_probability, '', 3)}",
+        f"TTFT per active request: {show(f.ttft_per_active_ms, 'ms', 3)}",
+        f"decode slowdown per active request: {show(f.decode_slowdown, '', 4)}",
     ]
     lines += [f"note: {n}" for n in f.notes]
     return "\n".join(lines)

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.metrics.results_model import Summary
 from harness.metrics.stats import paired_speedup
 from harness.report.results import load_run, write_index
 from harness.run.embedded import scenario_server
@@ -591,7 +592,7 @@ def _run_side_by_side(
             for t in transports
         }
         results = {t: fut.result() for t, fut in futures.items()}
-    if any(summary.get("interrupted") for _, summary in results.values()):
+    if any(Summary.of(summary).interrupted for _, summary in results.values()):
         raise KeyboardInterrupt  # Ctrl-C reached the group: each child wrote what it measured
     return {t: (Path(run_dir), summary) for t, (run_dir, summary) in results.items()}
 

@@ -51,7 +51,9 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
+from harness.wire.transports import APIS
 from harness.wire.ws_frames import OP_CLOSE, Deflate, FrameError, FrameReader
+from harness.workload.importers.codex import TEXT_KEYS, content_text
 from harness.workload.trace import (
     TRACE_VERSION,
     TraceClient,
@@ -73,7 +75,7 @@ __all__ = [
     "summarize",
 ]
 
-RESPONSES, CHAT, MESSAGES = "responses", "chat", "messages"
+RESPONSES, CHAT, MESSAGES = APIS
 
 
 @dataclass(slots=True)
@@ -204,18 +206,9 @@ def _h(value: Any) -> str:
 
 
 def _text_of(value: Any) -> str:
-    """All the text in a content value (string, or parts with ``text``/``output``)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "".join(_text_of(v) for v in value)
-    if isinstance(value, dict):
-        for key in ("text", "content", "output", "input_text", "output_text"):
-            if key in value:
-                return _text_of(value[key])
-    return ""
+    """All the text in a content value (string, or parts with ``text``/``output``); "" for
+    anything else."""
+    return content_text(value, (*TEXT_KEYS, "input_text", "output_text"), opaque=False)
 
 
 def _answer_hash(parts: list[str]) -> str:

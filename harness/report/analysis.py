@@ -17,8 +17,8 @@ import numpy as np
 from harness.metrics import definitions as D
 from harness.metrics import slices as SL
 from harness.metrics.results_model import Summary, as_summary
-from harness.metrics.stats import paired_speedup
-from harness.metrics.timeseries import pick_bucket_ns, token_rate_series
+from harness.metrics.stats import PairedResult, paired_speedup
+from harness.metrics.timeseries import pick_bucket_ns, turns_rate_series
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.records import BURST_WINDOW_NS
 
@@ -66,8 +66,7 @@ def run_transports(run: Run) -> list[str]:
 
 
 def warmup_rollouts(run: Run) -> int:
-    scenario = run.manifest_model.scenario_record or {}
-    return int((scenario.get("load") or {}).get("warmup_rollouts", 0) or 0)
+    return run.manifest_model.scenario_facts.warmup_rollouts
 
 
 def turn_table(run: Run, burst_window_s: float = BURST_WINDOW_S) -> pd.DataFrame:
@@ -127,7 +126,7 @@ def paired_rollouts(run: Run) -> pd.DataFrame:
 
 def paired_ttft_speedup(
     run: Run, baseline: str, candidate: str, *, n_boot: int = 2000, seed: int = 0
-) -> dict[str, Any] | None:
+) -> PairedResult | None:
     """TTFT speedup of ``candidate`` over ``baseline`` paired turn by turn (same rollout,
     round and turn index): median ratio and bootstrap 95 % CI; None with no common turn."""
     df = turn_table(run)
@@ -143,16 +142,9 @@ def paired_ttft_speedup(
     pairs = wide[[baseline, candidate]].dropna()
     if pairs.empty:
         return None
-    res = paired_speedup(
+    return paired_speedup(
         pairs[baseline].to_numpy(), pairs[candidate].to_numpy(), n_boot=n_boot, seed=seed
     )
-    return {
-        "speedup": res.median_ratio,
-        "ci95": list(res.ci95) if res.ci95 is not None else [None, None],
-        "ci_reason": res.ci_reason,
-        "reduction_pct": res.reduction_pct,
-        "n": res.n,
-    }
 
 
 def aggregate_tps(
@@ -187,13 +179,7 @@ def aggregate_tps(
             continue
         first_request = int(sent.min())
         origin = first_request if grid_origin_ns is None else grid_origin_ns
-        starts, rates = token_rate_series(
-            g["first_token_ns"].to_numpy(),
-            g["last_token_ns"].to_numpy(),
-            g["output_tokens"].to_numpy(),
-            bucket_ns=bucket_ns,
-            origin_ns=origin,
-        )
+        starts, rates = turns_rate_series(g, bucket_ns=bucket_ns, origin_ns=origin)
         starts = starts - (first_request - origin) / 1e9
         frames.append(pd.DataFrame({"transport": name, "t_s": starts, "tps": rates}))
     if not frames:

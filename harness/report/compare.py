@@ -26,7 +26,6 @@ it has, and the reason in the verdict column.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ from harness.metrics.validity import (
     RolloutKey,
     comparability,
     error_reason,
+    finite,
     recorded_reasons,
     rollouts_differ,
     summary_reasons,
@@ -132,14 +132,6 @@ class Delta:
     @property
     def tested(self) -> bool:
         return self.n_a is not None
-
-
-def _num(x: Any) -> float | None:
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 # -- one run, as compare sees it -----------------------------------------------------------------
@@ -419,8 +411,8 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
                 )
             else:
                 group, key = spec.path
-                va = _num(sa.stat(group, key))
-                vb = _num(sb.stat(group, key))
+                va = finite(sa.stat(group, key))
+                vb = finite(sb.stat(group, key))
                 row = {"a": va, "b": vb}
                 if va is not None and vb is not None:
                     row["delta"] = vb - va

@@ -18,6 +18,7 @@ from harness.report import analysis as A
 from harness.report.plots import (
     COMPONENT_COLORS,
     COMPONENT_LABELS,
+    PlotText,
     _figure,
     plot_style,
     save_figure,
@@ -250,34 +251,27 @@ def plot_breakdowns(runs: Sequence[PlotRun], transport: str) -> Figure | None:
     return fig
 
 
-@dataclass(frozen=True, slots=True)
-class ComparePlot:
-    name: str
-    title: str
-    caption: str
-
-
-PLOTS: tuple[ComparePlot, ...] = (
-    ComparePlot(
+PLOTS: tuple[PlotText, ...] = (
+    PlotText(
         "ttft_cdf",
         "TTFT distribution",
         "Cumulative distribution of time to first token per run (dotted: median). A curve further "
         "left is faster at every percentile.",
     ),
-    ComparePlot(
+    PlotText(
         "rollout_latency",
         "Rollout latency with confidence intervals",
         "Left: one dot per completed rollout, the median (diamond) and its bootstrap 95 % CI per "
         "run. Right: each run's median over the reference's, with the bootstrap 95 % CI of that "
         "ratio (the Δ % of the rollout p50 row). No CI with fewer than 5 rollouts.",
     ),
-    ComparePlot(
+    PlotText(
         "tps",
         "Decode and aggregate TPS",
         "Left: cumulative distribution of each response's decode rate (output tokens − 1) / "
         "(last − first token). Right: output tokens per second summed over all streams.",
     ),
-    ComparePlot(
+    PlotText(
         "breakdown",
         "Latency breakdown side by side",
         "Mean time per turn by component (server model, unmodelled network and client I/O, tool, "
@@ -292,7 +286,7 @@ def write_compare_plots(
     out_dir: Path,
     medians: RolloutCIs,
     ratios: RatioCIs,
-) -> list[tuple[ComparePlot, Path]]:
+) -> list[tuple[PlotText, Path]]:
     """Render this transport's plots that have data to ``out_dir/<transport>-<name>.png``."""
     makers: dict[str, Callable[[], Any]] = {
         "ttft_cdf": lambda: plot_ttft_cdfs(runs, transport),

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.metrics.results_model import Counts, Summary, as_summary
+from harness.metrics.results_model import (
+    Counts,
+    Summary,
+    TransportSummary,
+    as_summary,
+    as_transport,
+)
 from harness.wire.plural import counted
 
 #: error kinds named in a validity reason (the rest are in the summary's ``errors`` block)
@@ -18,7 +24,8 @@ TOP_KINDS = 3
 
 
 def error_block(
-    transports: Mapping[str, Mapping[str, Any]], examples: Mapping[str, Mapping[str, str]]
+    transports: Mapping[str, TransportSummary | Mapping[str, Any]],
+    examples: Mapping[str, Mapping[str, str]],
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """``{transport: {kind: {"count": n, "example": message}}}``, most frequent kind first.
 
@@ -26,7 +33,7 @@ def error_block(
     """
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for name, t in transports.items():
-        kinds = t.get("errors_by_kind") or {}
+        kinds = as_transport(t).errors_by_kind
         if not kinds:
             continue
         seen = examples.get(name, {})

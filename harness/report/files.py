@@ -21,6 +21,15 @@ PLOTS_DIR = "plots"
 TOO_FEW_MARK = "*"
 
 
+#: the first columns of every per-transport table (console and report): what ran, what failed
+COUNT_HEADERS = ["transport", "rollouts", "turns", "turn errors", "rollout errors"]
+
+
+def count_cells(name: str, t: TransportSummary) -> list[str]:
+    """The :data:`COUNT_HEADERS` cells of one transport."""
+    return [name, *map(str, (t.rollouts.count, t.turns.count, t.turns.errors, t.rollouts.errors))]
+
+
 @dataclass(frozen=True, slots=True)
 class Rendered:
     report_md: Path

@@ -20,6 +20,7 @@ import numpy as np
 
 from harness.metrics import definitions as D
 from harness.metrics import slices as SL
+from harness.metrics.results_model import CacheStats
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
 from harness.wire.transports import BY_NAME
@@ -102,14 +103,12 @@ def _figure(width: float, height: float, ncols: int = 1, **kw: Any) -> tuple[Fig
 
 def _subtitle(run: Run) -> str:
     m = run.manifest_model
-    record = m.scenario_record or {}
-    scenario = m.scenario_name or record.get("name")
-    server = record.get("server") or {}
+    facts = m.scenario_facts
     parts = [f"run {run.run_id}"]
-    if scenario:
-        parts.append(f"scenario {scenario}")
-    if server.get("api_profile") and m.embedded_server:
-        parts.append(f"API {server['api_profile']}, engine {server.get('engine_profile', '?')}")
+    if facts.name:
+        parts.append(f"scenario {facts.name}")
+    if facts.api_profile and m.embedded_server:
+        parts.append(f"API {facts.api_profile}, engine {facts.engine_profile or '?'}")
     return " · ".join(parts)
 
 
@@ -196,25 +195,19 @@ def plot_turn_latency_growth(run: Run) -> Figure | None:
         color = transport_color(name, i)
         jitter = (np.random.default_rng(i).random(len(g)) - 0.5) * 0.3
         ax_idx.scatter(g["turn_index"] + jitter, g["turn_ms"], s=10, color=color, alpha=0.35, lw=0)
-        med = A.turn_index_medians(g)
-        ax_idx.plot(
-            med["turn_index"],
-            med["turn_ms"],
-            color=color,
-            lw=2,
-            marker="o",
-            ms=4,
-            label=f"{name} turn latency (median)",
+        styles: tuple[tuple[str, str, dict[str, Any]], ...] = (
+            ("turn_ms", "turn latency", {"lw": 2, "marker": "o", "ms": 4}),
+            ("ttft_ms", "TTFT", {"lw": 1.2, "ls": "--"}),
         )
-        med_ttft = A.turn_index_medians(g[g["ttft_ms"].notna()], "ttft_ms")
-        ax_idx.plot(
-            med_ttft["turn_index"],
-            med_ttft["ttft_ms"],
-            color=color,
-            lw=1.2,
-            ls="--",
-            label=f"{name} TTFT (median)",
-        )
+        for column, what, style in styles:
+            med = A.turn_index_medians(g, column)
+            ax_idx.plot(
+                med["turn_index"],
+                med[column],
+                color=color,
+                label=f"{name} {what} (median)",
+                **style,
+            )
         ax_hist.scatter(
             g["history_tokens"] / 1000, g["turn_ms"], s=10, color=color, alpha=0.35, lw=0
         )
@@ -242,15 +235,14 @@ def plot_cache_ratio(run: Run) -> Figure | None:
         return None
     series = []
     for i, name in enumerate(A.run_transports(run)):
-        cache = run.figures(name).cache
-        group = cache.to_json() if cache is not None else {}
+        cache = run.figures(name).cache or CacheStats()
         points = [
-            (row["turn_index"], row["cached_ratio"])
-            for row in group.get("by_turn") or []
-            if row.get("cached_ratio") is not None
+            (row.turn_index, row.cached_ratio)
+            for row in cache.by_turn
+            if row.cached_ratio is not None
         ]
         if points:
-            series.append((i, name, group.get("cached_ratio"), points))
+            series.append((i, name, cache.cached_ratio, points))
     if not series:
         return None
     from matplotlib.ticker import MaxNLocator  # matplotlib: only when plotting
@@ -499,7 +491,7 @@ def plot_rollout_latency(run: Run) -> Figure | None:
                     lw=2,
                     zorder=4,
                 )
-            red = c.get("rollout_latency_reduction_pct")
+            red = c.rollout_latency_reduction_pct
             ax2.text(
                 s,
                 y + 0.3,
@@ -512,7 +504,7 @@ def plot_rollout_latency(run: Run) -> Figure | None:
         ax2.set_yticks(range(len(comps)), labels[::-1])
         ax2.set_ylim(-0.6, len(comps) - 0.2)
         ax2.set_xlabel("speedup (baseline latency / candidate latency, ×)")
-        paired = all(c.get("paired") for c in comps)
+        paired = all(c.paired for c in comps)
         ax2.set_title(
             ("paired per rollout" if paired else "ratio of medians") + ": median, 95 % CI"
         )
@@ -590,10 +582,16 @@ def plot_timeline(run: Run) -> Figure | None:
 
 
 @dataclass(frozen=True, slots=True)
-class PlotSpec:
+class PlotText:
+    """A plot's file name and the title and caption the report shows with it."""
+
     name: str
     title: str
     caption: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlotSpec(PlotText):
     make: Callable[[Run], Figure | None]
 
 

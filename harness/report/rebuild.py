@@ -71,12 +71,8 @@ def rebuild_summary(run_dir: str | Path) -> dict[str, Any]:
 
 def _write(run: Run) -> dict[str, Any]:
     manifest = run.manifest_model
-    scenario = manifest.scenario_record or {}
-    load = scenario.get("load")
-    load = load if isinstance(load, dict) else {}
-    slo = scenario.get("slo")
-    slo = {k: float(v) for k, v in slo.items() if v is not None} if isinstance(slo, dict) else {}
-    acc = Accumulator(warmup_rollouts=int(load.get("warmup_rollouts") or 0), slo=slo)
+    facts = manifest.scenario_facts
+    acc = Accumulator(warmup_rollouts=facts.warmup_rollouts, slo=facts.slo)
     examples: dict[str, dict[str, str]] = {}
     rx = RxStampStats()
     turns = 0
@@ -97,9 +93,9 @@ def _write(run: Run) -> dict[str, Any]:
     summary = acc.summary(
         run_id=run.run_id,
         comparisons=comparison_pairs(planned),
-        hints=bool(manifest.client_options.get("hints", False)),
+        hints=manifest.hints,
     )
-    for name, t in summary.get("transports", {}).items():
+    for name, t in summary["transports"].items():
         block = rx.summary(name)
         if block is not None:
             t["rx_stamp"] = block
@@ -112,9 +108,9 @@ def _write(run: Run) -> dict[str, Any]:
     summary["interrupted"] = True
     summary["rebuilt"] = True
     summary["rebuilt_from"] = {"turns": turns, "rollouts": rollouts}
-    summary["errors"] = error_block(summary.get("transports", {}), examples)
+    summary["errors"] = error_block(Summary.of(summary).transports, examples)
     summary["not_run"] = not_run(run, planned, acc.warmup_rollouts)
-    summary["scenario"] = manifest.scenario_name or scenario.get("name")
+    summary["scenario"] = facts.name
     summary["seed"] = manifest.seed
     # The histograms' interval: the span of the turns on disk, ending now.
     span_s = 0.0

@@ -18,7 +18,7 @@ from typing import Any
 from harness.metrics import definitions as D
 from harness.metrics import slo
 from harness.metrics.results_model import (
-    Stats,
+    CacheStats,
     Summary,
     TransportSummary,
     as_summary,
@@ -37,10 +37,12 @@ from harness.report.document import (
     to_markdown,
 )
 from harness.report.files import (
+    COUNT_HEADERS,
     PLOTS_DIR,
     REPORT_HTML,
     REPORT_MD,
     Rendered,
+    count_cells,
     fmt,
     fmt_ci,
     fmt_stat,
@@ -57,24 +59,21 @@ from harness.workload.records import BURST_WINDOW_NS
 
 def _run_facts(run: Run) -> list[str]:
     m = run.manifest_model
-    scenario = m.scenario_record or {}
-    server = scenario.get("server") or {}
-    load = scenario.get("load") or {}
+    scenario = m.scenario_facts
     machine = m.machine
     seed = "?" if m.seed is None else m.seed
     facts = [
-        f"Scenario {m.scenario_name or scenario.get('name', '?')}"
-        + (f" — {scenario['description']}" if scenario.get("description") else ""),
-        f"seed {seed}, transports {', '.join(m.transports)}, load "
-        f"{load.get('mode', '?')}"
+        f"Scenario {scenario.name or '?'}"
+        + (f" — {scenario.description}" if scenario.description else ""),
+        f"seed {seed}, transports {', '.join(m.transports)}, load {scenario.load_mode or '?'}"
         + (
-            f" (concurrency {load.get('concurrency')})"
-            if load.get("mode") == "closed"
-            else f" (arrival {load.get('arrival')})"
+            f" (concurrency {scenario.concurrency})"
+            if scenario.load_mode == "closed"
+            else f" (arrival {scenario.arrival})"
         ),
         (
-            f"embedded reference server, API profile {server.get('api_profile')}, engine "
-            f"{server.get('engine_profile')}"
+            f"embedded reference server, API profile {scenario.api_profile}, engine "
+            f"{scenario.engine_profile}"
             if m.embedded_server
             else f"target {m.target or '?'}"
         ),
@@ -124,26 +123,13 @@ def _note(summary: Summary | Mapping[str, Any]) -> str:
 
 def latency_table(doc: Summary | Mapping[str, Any]) -> Table:
     summary = as_summary(doc) or Summary()
-    rows = []
-    for name in A.ordered_transports(summary.transports):
-        t = summary.transports[name]
-        rows.append(
-            [
-                name,
-                str(t.rollouts.count),
-                str(t.turns.count),
-                str(t.turns.errors),
-                str(t.rollouts.errors),
-                *_metric_cells(t, "latency", summary),
-            ]
-        )
+    ordered = [
+        (name, summary.transports[name]) for name in A.ordered_transports(summary.transports)
+    ]
+    rows = [[*count_cells(name, t), *_metric_cells(t, "latency", summary)] for name, t in ordered]
     return Table(
         [
-            "transport",
-            "rollouts",
-            "turns",
-            "turn errors",
-            "rollout errors",
+            *COUNT_HEADERS,
             *(m.title(stat.key) for m, stat, _ in D.report_columns("latency", summary)),
         ],
         rows,
@@ -154,14 +140,15 @@ def latency_table(doc: Summary | Mapping[str, Any]) -> Table:
     )
 
 
-def throughput_tables(summary: dict[str, Any]) -> tuple[Table, Table]:
+def throughput_tables(doc: Summary | Mapping[str, Any]) -> tuple[Table, Table]:
     """The tokens-per-second columns, then the measurement-quality ones: as one table of 14
     columns it ran off a 1,400-pixel page."""
+    summary = as_summary(doc) or Summary()
 
     def table(rates: bool, caption: str) -> Table:
         rows = [
-            [name, *_metric_cells(summary["transports"][name], "throughput", summary, rates)]
-            for name in A.ordered_transports(summary.get("transports", {}))
+            [name, *_metric_cells(summary.transports[name], "throughput", summary, rates)]
+            for name in A.ordered_transports(summary.transports)
         ]
         headers = [
             m.title(stat.key, with_unit=True)
@@ -180,12 +167,13 @@ def throughput_tables(summary: dict[str, Any]) -> tuple[Table, Table]:
     )
 
 
-def throughput_caption(summary: dict[str, Any]) -> str:
+def throughput_caption(doc: Summary | Mapping[str, Any]) -> str:
     window = f"{BURST_WINDOW_NS / 1e6:g} ms"
     bucket = f"{AGGREGATE_BUCKET_NS / 1e9:g} s"
+    summary = as_summary(doc) or Summary()
     excluded = sum(
-        int((t.get("tps") or {}).get("decode_excluded") or 0)
-        for t in summary.get("transports", {}).values()
+        int(t.tps.stat("decode_excluded") or 0) if t.tps is not None else 0
+        for t in summary.transports.values()
     )
     return (
         f"Tokens per second. Decode: per turn with a valid decode rate (at least 2 tokens over "
@@ -213,6 +201,7 @@ def comparison_table(run: Run) -> Table | None:
     for c in comps:
         lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
         ttft = A.paired_ttft_speedup(run, c.baseline, c.candidate)
+        ttft_lo, ttft_hi = ttft.ci95 if ttft is not None and ttft.ci95 is not None else (None, None)
         rows.append(
             [
                 c.pair,
@@ -220,8 +209,8 @@ def comparison_table(run: Run) -> Table | None:
                 fmt_ci(lo, hi, 3, c.rollout_speedup_ci_reason),
                 fmt(c.rollout_latency_reduction_pct, 1, " %"),
                 fmt(c.ttft_p50_reduction_pct, 1, " %"),
-                fmt(ttft["speedup"], 3, "×") if ttft else "-",
-                fmt_ci(ttft["ci95"][0], ttft["ci95"][1], 3, ttft.get("ci_reason")) if ttft else "-",
+                fmt(ttft.median_ratio, 3, "×") if ttft else "-",
+                fmt_ci(ttft_lo, ttft_hi, 3, ttft.ci_reason) if ttft else "-",
                 "yes" if c.paired else "no",
             ]
         )
@@ -243,7 +232,7 @@ def comparison_table(run: Run) -> Table | None:
     )
 
 
-def breakdown_doc_table(summary: dict[str, Any]) -> Table:
+def breakdown_doc_table(summary: Summary | Mapping[str, Any]) -> Table:
     table = A.breakdown_table(summary)
     headers = ["transport", *table.columns]
     rows = [[name, *(fmt(v, 1) for v in table.loc[name])] for name in table.index]
@@ -262,12 +251,11 @@ def cache_line(doc: Summary | Mapping[str, Any]) -> str | None:
     summary = as_summary(doc) or Summary()
     parts = []
     for name in A.ordered_transports(summary.transports):
-        group = summary.transports[name].cache or Stats()
-        ratio = group.stat("cached_ratio")
-        if ratio is not None:
+        group = summary.transports[name].cache or CacheStats()
+        if group.cached_ratio is not None:
             parts.append(
-                f"{name} {fmt(ratio, 2)} ({group.get('cached_tokens', 0):,} of "
-                f"{group.get('input_tokens', 0):,})"
+                f"{name} {fmt(group.cached_ratio, 2)} ({group.cached_tokens:,} of "
+                f"{group.input_tokens:,})"
             )
     if not parts:
         return None
@@ -287,20 +275,19 @@ def subagents_line(doc: Summary | Mapping[str, Any]) -> str | None:
         group = forked.get(name)
         if not group:
             continue
-        share = group.get("wait_share_p50")
-        through = group.get("critical_path_through_subagent")
-        common = group.get("critical_path_common")
-        common_share = group.get("critical_path_common_share")
+        share, common = group.wait_share_p50, group.critical_path_common
         most = (
-            f", most often {common} ({fmt((common_share or 0) * 100, 0)} % of them)"
+            f", most often {common} ({fmt((group.critical_path_common_share or 0) * 100, 0)} % "
+            "of them)"
             if common
             else ""
         )
         parts.append(
             f"{name} {fmt(None if share is None else share * 100, 1)} % of the rollout waiting "
-            f"on sub-agents, {fmt(group.get('critical_path_turns_p50'), 1)} model turns on the "
-            f"critical path, through a sub-agent in {fmt((through or 0) * 100, 0)} % of "
-            f"{counted(int(group.get('rollouts', 0)), 'rollout')}{most}"
+            f"on sub-agents, {fmt(group.critical_path_turns_p50, 1)} model turns on the "
+            "critical path, through a sub-agent in "
+            f"{fmt((group.critical_path_through_subagent or 0) * 100, 0)} % of "
+            f"{counted(group.rollouts, 'rollout')}{most}"
         )
     if not parts:
         return None
@@ -316,7 +303,6 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
 
     ``extra``: sections placed after the plots (the server-side metrics).
     """
-    summary = run.summary or {}
     typed = run.summary_model or Summary()
     doc = Document(f"loopbench report — {run.run_id}")
     doc.add(Paragraph(verdict_line(run.summary_model), kind=verdict_kind(run.summary_model)))
@@ -344,16 +330,16 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
                 kind="note",
             )
         )
-    if summary.get("transports"):
-        doc.add(Heading("Latency"), latency_table(summary))
-        doc.add(Heading("Throughput and measurement quality"), *throughput_tables(summary))
-        cached = cache_line(summary)
+    if typed.transports:
+        doc.add(Heading("Latency"), latency_table(typed))
+        doc.add(Heading("Throughput and measurement quality"), *throughput_tables(typed))
+        cached = cache_line(typed)
         if cached is not None:
             doc.add(Paragraph(cached))
-        forked = subagents_line(summary)
+        forked = subagents_line(typed)
         if forked is not None:
             doc.add(Paragraph(forked))
-        if slo_line := slo.line(summary):
+        if slo_line := slo.line(typed):
             doc.add(
                 Paragraph(
                     slo_line + " (a rollout is good when it succeeded, each turn met the "
@@ -363,7 +349,7 @@ def build_run_document(run: Run, plot_files: list[Any], extra: Sequence[Block] =
         comp = comparison_table(run)
         if comp is not None:
             doc.add(Heading("Speedup between transports"), comp)
-        doc.add(Heading("Latency breakdown"), breakdown_doc_table(summary))
+        doc.add(Heading("Latency breakdown"), breakdown_doc_table(typed))
         errors = [
             [name, kind, str(n)]
             for name in A.ordered_transports(typed.transports)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.metrics.results_model import ServerMetrics
 from harness.report.document import Block, Heading, Paragraph, Table
 from harness.report.plots import PlotFile, PlotSpec, plot_style, save_figure
 from harness.report.results import Run
@@ -35,11 +36,11 @@ def server_section(run: Run, plots_dir: Path, wanted: Sequence[str] = ()) -> Ser
         plots_dir.mkdir(parents=True, exist_ok=True)
         spec = PlotSpec(PLOT_NAME, "Server-side metrics", CAPTION, lambda _: None)
         out.plot = PlotFile(spec, save_figure(fig, plots_dir / f"{PLOT_NAME}.png"))
-    block = (run.summary or {}).get("server_metrics") or {}
+    block = (run.summary_model.server_metrics if run.summary_model else None) or ServerMetrics()
     scrapes = df["t_s"].nunique()
     where = (
-        f"{block['url']} every {block.get('interval_s', '?')} s"
-        if block.get("url")
+        f"{block.url} every {'?' if block.interval_s is None else block.interval_s} s"
+        if block.url
         else "the server"
     )
     text = (
@@ -47,8 +48,8 @@ def server_section(run: Run, plots_dir: Path, wanted: Sequence[str] = ()) -> Ser
         f"{counted(df['name'].nunique(), 'series name')} "
         f"({SERVER_METRICS}; docs/server-metrics.md)."
     )
-    if block.get("failed_scrapes"):
-        text += f" {counted(int(block['failed_scrapes']), 'scrape')} failed."
+    if block.failed_scrapes:
+        text += f" {counted(block.failed_scrapes, 'scrape')} failed."
     plotted = ", ".join(name for name, _ in sel.series) or "none"
     text += f" Plotted: {plotted}."
     if sel.missing:

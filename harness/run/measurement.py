@@ -11,10 +11,11 @@ the speedup comparisons, the client's connection pool, and the summary.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.metrics.results_model import Manifest, Summary
 from harness.metrics.rx_stamps import RxStampStats
 from harness.metrics.sample_size import sample_size_reasons
 from harness.metrics.summary import Accumulator
@@ -101,12 +102,13 @@ class Measurement:
         several_processes: bool = False,
     ) -> None:
         self.scenario = scenario
-        self.run_id = str(manifest["run_id"])
+        opened = Manifest.of(manifest)
+        self.run_id = opened.run_id
+        self.hints = opened.hints
         self.transports = list(transports)
         self.baseline = baseline
         self.planned = planned
         self.several_processes = several_processes
-        self.hints = bool((manifest.get("client_options") or {}).get("hints", False))
         # The plan's size goes to disk first: after a kill -9 it is what tells a transport
         # that stopped part way from one that finished (harness/report/rebuild.py).
         self.writer = ResultsWriter(run_dir, {**manifest, "rollouts_planned": planned})
@@ -208,26 +210,28 @@ class Measurement:
             comparisons=comparison_pairs(self.transports, self.baseline),
             hints=self.hints,
         )
-        for name, t in summary.get("transports", {}).items():
+        for name, t in summary["transports"].items():
             sched = self.schedules.get(name)
             if sched is not None:
                 t["schedule"] = sched.as_dict()
             rx = self.rx.summary(name)
             if rx is not None:
                 t["rx_stamp"] = rx
-        errors = error_block(summary.get("transports", {}), self.error_examples)
+        # read back once as the model: every judgement below reads attributes
+        model = Summary.of(summary)
+        errors = error_block(model.transports, self.error_examples)
         reasons = validity_reasons(
-            summary, self.schedules, self.scenario.load, self.clients, errors, self.reasons
+            model, self.schedules, self.scenario.load, self.clients, errors, self.reasons
         )
         summary["invalid_reasons"] = reasons
         summary["valid"] = not reasons
         # Stated, not invalidating: nearly every short run has p99 from < 100 samples, and a
         # rule that failed them all would be ignored; the number is marked and the reason kept.
-        summary["sample_size_notes"] = sample_size_reasons(summary)
+        summary["sample_size_notes"] = sample_size_reasons(model)
         summary["partial"] = self.partial
         summary["interrupted"] = self.interrupted
         summary["errors"] = errors
-        summary["not_run"] = self.not_run(summary)
+        summary["not_run"] = self.not_run(model.transports)
         summary["client_cpu_share"], summary["client"] = client_summary(
             self.clients, self.several_processes
         )
@@ -237,11 +241,11 @@ class Measurement:
         summary.update(extra or {})
         return summary
 
-    def not_run(self, summary: Mapping[str, Any]) -> dict[str, Any]:
-        """What of the plan never ran: transports with no record, per transport the measured
-        rollouts never begun (not started, or in a later round), and those cut off mid-way
-        (``cancelled``: their turns so far are kept, the rollout is not recorded)."""
-        ran = summary.get("transports", {})
+    def not_run(self, ran: Collection[str]) -> dict[str, Any]:
+        """What of the plan never ran: transports with no record (not in ``ran``), per
+        transport the measured rollouts never begun (not started, or in a later round), and
+        those cut off mid-way (``cancelled``: their turns so far are kept, the rollout is not
+        recorded)."""
         measured = max(0, self.planned - self.scenario.load.warmup_rollouts)
         rollouts: dict[str, int] = {}
         cancelled: dict[str, int] = {}

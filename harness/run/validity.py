@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from harness.metrics.results_model import Summary
+from harness.metrics.results_model import Summary, as_summary
 from harness.metrics.validity import (
     CPU_SATURATION_SHARE,
     MIN_JUDGED_TURNS,
@@ -72,7 +72,7 @@ def client_reasons(client: ClientHealth, load: Load, turns: int | None = None) -
 
 
 def validity_reasons(
-    document: Mapping[str, Any],
+    document: Summary | Mapping[str, Any],
     schedules: Mapping[str, ScheduleStats],
     load: Load,
     clients: Iterable[ClientHealth],
@@ -85,7 +85,7 @@ def validity_reasons(
     ``errors`` is the summary's ``errors`` block (kinds by count, one example each);
     ``document`` the summary so far (read through :class:`Summary`).
     """
-    summary = Summary.of(document)
+    summary = as_summary(document) or Summary()
     details = {name: kinds_text(kinds) for name, kinds in (errors or {}).items()}
     stopped = list(stopped)
     # A run stopped early lacks rollouts because it stopped: that is its reason, said once.

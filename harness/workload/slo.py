@@ -54,8 +54,3 @@ class SloConfig(StrictModel):
         if not set_:
             return "no latency thresholds (a rollout is good when it succeeds)"
         return ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in set_.items())
-
-
-def slo_summary(slo: SloConfig | None) -> dict[str, Any]:
-    """The thresholds as ``summary.json`` states them (``null`` for the unset ones)."""
-    return {f: (getattr(slo, f) if slo is not None else None) for f in SLO_FIELDS}

@@ -32,6 +32,11 @@ class RequestCost:
     processed_tokens: int
     rehydrated_tokens: int = 0
 
+    @classmethod
+    def http(cls, new_connection: bool, processed: int, rehydrated: int = 0) -> RequestCost:
+        """An HTTP request's: no connection state survives between HTTP requests."""
+        return cls(new_connection, False, False, processed, rehydrated)
+
 
 @dataclass(frozen=True, slots=True)
 class PreCost:
@@ -52,16 +57,6 @@ class PreCost:
             + self.rehydrate_ms
             + self.network_ms
         )
-
-    def as_dict(self) -> dict[str, float]:
-        return {
-            "connection": self.connection_ms,
-            "fixed": self.fixed_ms,
-            "tokens": self.tokens_ms,
-            "rehydrate": self.rehydrate_ms,
-            "network": self.network_ms,
-            "total": self.total_ms,
-        }
 
 
 def api_pre_ms(profile: ApiProfile, cost: RequestCost) -> PreCost:

@@ -21,7 +21,7 @@ import math
 import random
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -122,86 +122,101 @@ def _words(name: str) -> str:
     return _CAMEL.sub(r"_\1", name).lower().replace("-", "_")
 
 
+# What a property's name says its string holds: (kind, whole names, name endings), first match
+# wins; any other name holds text.
+_NAME_KINDS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("url", ("url", "uri", "href", "link", "endpoint"), ("_url", "_uri")),
+    ("id", ("id", "ids", "uuid"), ("_id", "_ids", "_uuid")),
+    ("program", ("shell", "interpreter", "program"), ()),
+    ("command", ("cmd", "command", "commands", "script"), ("_command", "_cmd")),
+    ("glob", ("glob", "include", "exclude", "globs"), ("_glob",)),
+    ("pattern", ("pattern", "regex", "regexp", "search_pattern"), ("_pattern",)),
+    (
+        "dir",
+        ("dir", "directory", "cwd", "workdir", "working_directory", "folder", "root"),
+        ("_dir", "_directory", "_folder"),
+    ),
+    (
+        "path",
+        ("path", "file", "filename", "file_path", "filepath", "paths", "files", "target"),
+        ("_path", "_file", "_paths", "_files", "filename"),
+    ),
+    ("query", ("query", "q", "search", "keywords", "question"), ()),
+    ("name", ("name", "title", "label", "subject", "header", "tag", "branch"), ()),
+    ("email", ("email", "mail"), ()),
+)
+# Kinds whose values are drawn from a list of realistic ones.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "command": _COMMANDS,
+    "program": ("bash", "sh", "zsh"),
+    "glob": _GLOBS,
+    "pattern": _PATTERNS,
+    "dir": _DIRS,
+    "path": _PATHS,
+    "query": _QUERIES,
+}
+
+
 def _kind_of_name(name: str) -> str:
     """What a property's name says its string holds (``path``, ``command`` …), or ``text``."""
     n = _words(name)
-    if n in ("url", "uri", "href", "link", "endpoint") or n.endswith(("_url", "_uri")):
-        return "url"
-    if n in ("id", "ids", "uuid") or n.endswith(("_id", "_ids", "_uuid")):
-        return "id"
-    if n in ("shell", "interpreter", "program"):
-        return "program"
-    if n in ("cmd", "command", "commands", "script") or n.endswith(("_command", "_cmd")):
-        return "command"
-    if n in ("glob", "include", "exclude", "globs") or n.endswith("_glob"):
-        return "glob"
-    if n in ("pattern", "regex", "regexp", "search_pattern") or n.endswith("_pattern"):
-        return "pattern"
-    if n in ("dir", "directory", "cwd", "workdir", "working_directory", "folder", "root"):
-        return "dir"
-    if n.endswith(("_dir", "_directory", "_folder")):
-        return "dir"
-    if n in ("path", "file", "filename", "file_path", "filepath", "paths", "files", "target"):
-        return "path"
-    if n.endswith(("_path", "_file", "_paths", "_files", "filename")) or n == "notebook_path":
-        return "path"
-    if n in ("query", "q", "search", "keywords", "question"):
-        return "query"
-    if n in ("name", "title", "label", "subject", "header", "tag", "branch"):
-        return "name"
-    if n in ("email", "mail"):
-        return "email"
+    for kind, names, endings in _NAME_KINDS:
+        if n in names or n.endswith(endings):
+            return kind
     return "text"
 
 
+Draw = Callable[[random.Random], str]
+
+
+def _uuid(rng: random.Random) -> str:
+    h = f"{rng.getrandbits(128):032x}"
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:]}"
+
+
+def _url(rng: random.Random) -> str:
+    return f"https://{rng.choice(_HOSTS)}/{rng.choice(_WORDS)}/{rng.randint(1, 99)}"
+
+
+def _email(rng: random.Random) -> str:
+    return f"{rng.choice(_WORDS)}@{rng.choice(_HOSTS)}"
+
+
+# Kinds whose values are made up, not picked from a list.
+_MADE: dict[str, Draw] = {
+    "url": _url,
+    "id": lambda rng: f"{rng.choice(('call', 'item', 'task', 'msg'))}_{rng.getrandbits(40):010x}",
+    "name": lambda rng: f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}",
+    "email": _email,
+}
+# A value per JSON Schema ``format`` this walker knows.
+_FORMATS: dict[str, Draw] = {
+    **dict.fromkeys(("uri", "url", "iri", "uri-reference", "iri-reference"), _url),
+    **dict.fromkeys(("email", "idn-email"), _email),
+    "uuid": _uuid,
+    "date": lambda rng: f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
+    "time": lambda rng: f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z",
+    "date-time": lambda rng: (
+        f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:00:00Z"
+    ),
+    **dict.fromkeys(("hostname", "idn-hostname"), lambda rng: rng.choice(_HOSTS)),
+    "ipv4": lambda rng: f"10.0.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
+    "ipv6": lambda rng: f"fd00::{rng.randint(1, 0xFFFF):x}",
+}
+
+
 def _realistic(kind: str, rng: random.Random) -> str:
-    if kind == "url":
-        return f"https://{rng.choice(_HOSTS)}/{rng.choice(_WORDS)}/{rng.randint(1, 99)}"
-    if kind == "id":
-        return f"{rng.choice(('call', 'item', 'task', 'msg'))}_{rng.getrandbits(40):010x}"
-    if kind == "command":
-        return rng.choice(_COMMANDS)
-    if kind == "program":
-        return rng.choice(("bash", "sh", "zsh"))
-    if kind == "glob":
-        return rng.choice(_GLOBS)
-    if kind == "pattern":
-        return rng.choice(_PATTERNS)
-    if kind == "dir":
-        return rng.choice(_DIRS)
-    if kind == "path":
-        return rng.choice(_PATHS)
-    if kind == "query":
-        return rng.choice(_QUERIES)
-    if kind == "name":
-        return f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}"
-    if kind == "email":
-        return f"{rng.choice(_WORDS)}@{rng.choice(_HOSTS)}"
+    if kind in _CHOICES:
+        return rng.choice(_CHOICES[kind])
+    if kind in _MADE:
+        return _MADE[kind](rng)
     return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(2, 6)))
 
 
 def _formatted(fmt: str, rng: random.Random) -> str | None:
     """A value of a JSON Schema ``format``, or None for a format this walker does not know."""
-    if fmt in ("uri", "url", "iri", "uri-reference", "iri-reference"):
-        return _realistic("url", rng)
-    if fmt in ("email", "idn-email"):
-        return _realistic("email", rng)
-    if fmt == "uuid":
-        h = f"{rng.getrandbits(128):032x}"
-        return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:]}"
-    if fmt == "date":
-        return f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-    if fmt == "time":
-        return f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z"
-    if fmt == "date-time":
-        return f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:00:00Z"
-    if fmt in ("hostname", "idn-hostname"):
-        return rng.choice(_HOSTS)
-    if fmt == "ipv4":
-        return f"10.0.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
-    if fmt == "ipv6":
-        return f"fd00::{rng.randint(1, 0xFFFF):x}"
-    return None
+    draw = _FORMATS.get(fmt)
+    return None if draw is None else draw(rng)
 
 
 def _finite(schema: dict[str, Any], key: str) -> float | None:

@@ -13,23 +13,30 @@ into the ``stream: false`` object.  Shapes follow the issue-18 wire contract.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.wire import events as ev
 from reference_server.core.validation import (
     REASONING_EFFORTS,
+    TOOL_CHOICES,
     CreateRequest,
     RequestError,
+    body_model,
+    booleans,
+    checked,
+    content_parts,
+    function_name,
     invalid,
     missing,
+    objects,
+    one_of,
     string_map,
-    type_name,
+    token_cap,
     wrong_type,
 )
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
-CHAT_TOOL_CHOICES = ("auto", "none", "required")
 
 
 @dataclass(slots=True)
@@ -48,12 +55,7 @@ def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
         return value
     if isinstance(value, list):
         texts = []
-        for j, part in enumerate(value):
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise invalid(
-                    f"Invalid value for '{where}[{j}]': expected a content part object with a 'type'.",
-                    f"{where}[{j}]",
-                )
+        for j, part in content_parts(value, where):
             if part["type"] == "text":
                 if not isinstance(part.get("text"), str):
                     raise missing(f"{where}[{j}].text")
@@ -68,13 +70,9 @@ def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
 
 
 def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise wrong_type(where, "an array", value)
+    checked(value, where, "an array", list)
     calls = []
-    for k, call in enumerate(value):
-        at = f"{where}[{k}]"
-        if not isinstance(call, dict):
-            raise wrong_type(at, "an object", call)
+    for at, call in objects(value, where):
         if not isinstance(call.get("id"), str) or not call["id"]:
             raise missing(f"{at}.id")
         if call.get("type", "function") != "function":
@@ -101,9 +99,7 @@ def chat_items(messages: Any) -> list[dict[str, Any]]:
     """The conversation items of a chat ``messages`` array, each message checked."""
     if messages is None:
         raise missing("messages")
-    if not isinstance(messages, list):
-        raise wrong_type("messages", "an array", messages)
-    if not messages:
+    if not checked(messages, "messages", "an array", list):
         raise invalid(
             "Invalid 'messages': empty array. Expected an array with minimum length 1.",
             "messages",
@@ -111,16 +107,8 @@ def chat_items(messages: Any) -> list[dict[str, Any]]:
         )
     items: list[dict[str, Any]] = []
     call_ids: set[str] = set()
-    for i, msg in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise wrong_type(where, "an object", msg)
-        role = msg.get("role")
-        if role not in CHAT_ROLES:
-            raise invalid(
-                f"Invalid value for '{where}.role': expected one of {', '.join(CHAT_ROLES)}, got {role!r}.",
-                f"{where}.role",
-            )
+    for where, msg in objects(messages, "messages"):
+        role = one_of(msg.get("role"), f"{where}.role", CHAT_ROLES, required=True)
         if role == "tool":
             call_id = msg.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
@@ -160,14 +148,10 @@ def chat_tools(value: Any) -> list[dict[str, Any]]:
     """Chat ``tools`` in the Responses shape (what the output model and the token count read)."""
     if value is None:
         return []
-    if not isinstance(value, list):
-        raise wrong_type("tools", "an array", value)
+    checked(value, "tools", "an array", list)
     tools: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for i, tool in enumerate(value):
-        where = f"tools[{i}]"
-        if not isinstance(tool, dict):
-            raise wrong_type(where, "an object", tool)
+    for where, tool in objects(value, "tools"):
         if tool.get("type") == "custom":
             # A free-form tool: accepted and counted, never called by the simulated model.
             custom = tool.get("custom")
@@ -183,21 +167,16 @@ def chat_tools(value: Any) -> list[dict[str, Any]]:
         fn = tool.get("function")
         if not isinstance(fn, dict):
             raise missing(f"{where}.function")
-        name = fn.get("name")
-        if not isinstance(name, str) or not name or len(name) > 64:
-            raise invalid(
-                f"Invalid value for '{where}.function.name': expected a non-empty string of at most 64 characters.",
-                f"{where}.function.name",
-            )
+        name = function_name(fn.get("name"), f"{where}.function.name")
         if name in seen:
             raise invalid(
                 f"Invalid '{where}.function.name': duplicate function name {name!r}.",
                 f"{where}.function.name",
             )
         seen.add(name)
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise wrong_type(f"{where}.function.parameters", "a JSON schema object", params)
+        params = checked(
+            fn.get("parameters"), f"{where}.function.parameters", "a JSON schema object", dict
+        )
         if isinstance(params, dict) and params.get("type", "object") != "object":
             raise invalid(
                 f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"'.",
@@ -226,11 +205,7 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
                 "tool_choice.allowed_tools.mode",
             )
     if isinstance(value, str):
-        if value not in CHAT_TOOL_CHOICES:
-            raise invalid(
-                f"Invalid value for 'tool_choice': expected one of auto, none, required or an object, got {value!r}.",
-                "tool_choice",
-            )
+        one_of(value, "tool_choice", TOOL_CHOICES, " or an object")
         if value == "required" and not functions:
             raise invalid(
                 "Tool choice 'required' needs at least one function in 'tools'.", "tool_choice"
@@ -258,21 +233,11 @@ def _max_tokens(body: dict[str, Any]) -> tuple[int | None, str]:
     field = (
         "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     )
-    value = body.get(field)
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or value < 1 or value > 1_000_000
-    ):
-        raise invalid(
-            f"Invalid value for '{field}': expected an integer from 1 to 1000000, got {value!r}.",
-            field,
-        )
-    return value, field
+    return token_cap(body.get(field), field), field
 
 
 def _check_scalars(body: dict[str, Any]) -> None:
-    for flag in ("stream", "parallel_tool_calls", "store", "logprobs"):
-        if body.get(flag) is not None and not isinstance(body[flag], bool):
-            raise wrong_type(flag, "a boolean", body[flag])
+    booleans(body, ("stream", "parallel_tool_calls", "store", "logprobs"))
     for key, lo, hi in (("temperature", 0, 2), ("top_p", 0, 1)):
         value = body.get(key)
         if value is None:
@@ -291,24 +256,12 @@ def _check_scalars(body: dict[str, Any]) -> None:
             f"Invalid value for 'n': this server generates one choice per request (n = 1), got {n!r}.",
             "n",
         )
-    user = body.get("user")
-    if user is not None and not isinstance(user, str):
-        raise wrong_type("user", "a string", user)
+    checked(body.get("user"), "user", "a string", str)
 
 
 def parse_chat(body: Any) -> ChatRequest:
     """A chat completions body, validated, as the server's internal request."""
-    if not isinstance(body, dict):
-        raise invalid(
-            f"Invalid request body: expected a JSON object, got {type_name(body)}.",
-            None,
-            "invalid_json",
-        )
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise wrong_type("model", "a string", model)
-    if not model:
-        raise missing("model")
+    body, model = body_model(body)
     items = chat_items(body.get("messages"))
     tools = chat_tools(body.get("tools"))
     tool_choice = _tool_choice(body.get("tool_choice"), tools)
@@ -317,24 +270,17 @@ def parse_chat(body: Any) -> ChatRequest:
     stream = body.get("stream") is True
     options = body.get("stream_options")
     include_usage = False
-    if options is not None:
-        if not isinstance(options, dict):
-            raise wrong_type("stream_options", "an object", options)
+    if checked(options, "stream_options", "an object", dict) is not None:
         if not stream:
             raise invalid(
                 "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                 "stream_options",
             )
-        flag = options.get("include_usage")
-        if flag is not None and not isinstance(flag, bool):
-            raise wrong_type("stream_options.include_usage", "a boolean", flag)
-        include_usage = flag is True
-    effort = body.get("reasoning_effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
-        raise invalid(
-            f"Invalid value for 'reasoning_effort': expected one of {', '.join(REASONING_EFFORTS)}, got {effort!r}.",
-            "reasoning_effort",
+        flag = checked(
+            options.get("include_usage"), "stream_options.include_usage", "a boolean", bool
         )
+        include_usage = flag is True
+    effort = one_of(body.get("reasoning_effort"), "reasoning_effort", REASONING_EFFORTS)
     # Reasoning streams as `reasoning_content`: the pipeline's summary deltas carry it (docs/server.md).
     raw = {"model": model, "reasoning": {"effort": effort, "summary": "auto"}}
     create = CreateRequest(
@@ -376,7 +322,8 @@ def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _finish_reason(response: dict[str, Any]) -> str:
+def finish_reason(response: dict[str, Any]) -> str:
+    """Why a finished response stopped, in Chat terms (Messages renames them)."""
     if response.get("status") == "incomplete":
         return "length"
     if any(it.get("type") == "function_call" for it in response.get("output", [])):
@@ -390,39 +337,44 @@ def event_error(event: dict[str, Any]) -> dict[str, Any]:
     return nested if isinstance(nested, dict) else event
 
 
+def error_message(event: dict[str, Any]) -> str:
+    """The message of a Responses ``error`` event, as a failed answer states it."""
+    return str(event_error(event).get("message") or "The server had an error.")
+
+
 def mid_stream_error(message: str, code: str | None = "server_error") -> dict[str, Any]:
     """The one chunk that ends a failed stream (no ``[DONE]`` follows)."""
     return {"error": {"message": message, "type": "server_error", "code": code, "param": None}}
 
 
+@dataclass(slots=True)
 class ChatChunks:
     """Responses events of one response → ``chat.completion.chunk`` objects (issue-18 contract).
 
     ``failed`` turns true at an ``error`` event: the stream then ends without ``[DONE]``.
     """
 
-    def __init__(
-        self, completion_id: str, model: str, created: int, *, include_usage: bool
-    ) -> None:
-        self.id = completion_id
-        self.model = model
-        self.created = created
-        self.include_usage = include_usage
-        self.failed = False
-        self.finished = False
-        self._calls = 0
+    id: str
+    model: str
+    created: int
+    include_usage: bool = field(kw_only=True)
+    failed: bool = field(default=False, init=False)
+    finished: bool = field(default=False, init=False)
+    _calls: int = field(default=0, init=False)
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    def _frame(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
             "system_fingerprint": None,
-            "choices": [
-                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            ],
+            "choices": choices,
         }
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return self._frame([choice])
 
     def translate(self, events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -450,7 +402,7 @@ class ChatChunks:
             elif kind in (ev.COMPLETED, ev.INCOMPLETE):
                 response = event["response"]
                 self.finished = True
-                out.append(self._chunk({}, _finish_reason(response)))
+                out.append(self._chunk({}, finish_reason(response)))
                 if self.include_usage:
                     out.append(self._usage_chunk(response))
             elif kind == ev.ERROR:
@@ -460,15 +412,8 @@ class ChatChunks:
         return out
 
     def _usage_chunk(self, response: dict[str, Any]) -> dict[str, Any]:
-        chunk = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": None,
-            "choices": [],
-            "usage": chat_usage(response.get("usage") or {}),
-        }
+        chunk = self._frame([])
+        chunk["usage"] = chat_usage(response.get("usage") or {})
         if "sim_timing" in response:
             chunk["sim_timing"] = response["sim_timing"]
         return chunk
@@ -513,7 +458,7 @@ def chat_completion(response: dict[str, Any], completion_id: str, created: int) 
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": _finish_reason(response),
+                "finish_reason": finish_reason(response),
             }
         ],
         "usage": chat_usage(response.get("usage") or {}),

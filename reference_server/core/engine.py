@@ -53,9 +53,11 @@ def base_ttft_ns(profile: EngineProfile) -> int:
     return round(profile.base_ttft_ms * NS_PER_MS)
 
 
-def first_token_ns(uncached_tokens: int, profile: EngineProfile) -> int:
-    """Engine time from admission to the first output token: prefill + base TTFT."""
-    return prefill_ns(uncached_tokens, profile) + base_ttft_ns(profile)
+def first_token_ns(uncached_tokens: int, profile: EngineProfile, others: int = 0) -> int:
+    """Engine time from admission to the first output token: prefill + base TTFT, plus
+    ``ttft_per_active_ms`` for each of the ``others`` streams active at admission."""
+    interference = round(max(0, others) * profile.ttft_per_active_ms * NS_PER_MS)
+    return prefill_ns(uncached_tokens, profile) + base_ttft_ns(profile) + interference
 
 
 class PrefixCache:
@@ -353,6 +355,8 @@ class EngineCapacity:
     peak_active: int = 0
     peak_queued: int = 0
     total_queue_ns: int = 0
+    #: each other active stream adds this fraction to every stream's time per token
+    slowdown_per_stream: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_streams < 1:
@@ -404,10 +408,13 @@ class EngineCapacity:
         return woken
 
     def rate_scale(self, now_ns: int) -> float:
-        """Fraction of its nominal rate every active stream gets now (1.0 when under budget)."""
+        """Fraction of its nominal rate every active stream gets now: 1.0 alone and under
+        budget; ``1 / (1 + slowdown_per_stream * (active - 1))`` from batching, times
+        ``aggregate_tps / demand`` over budget."""
+        batched = 1.0 / (1.0 + self.slowdown_per_stream * max(0, len(self._active) - 1))
         if self._demand_tps <= self.aggregate_tps:
-            return 1.0
-        return self.aggregate_tps / self._demand_tps
+            return batched
+        return batched * self.aggregate_tps / self._demand_tps
 
     def _admit(self, ticket: Ticket, now_ns: int) -> None:
         ticket.admitted_ns = now_ns

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from harness.wire import events as ev
+from reference_server.core.chat import error_message, finish_reason
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.lengths import EFFORTS
 from reference_server.core.reasoning import INCLUDE_ENCRYPTED
@@ -97,6 +98,27 @@ def _bad(message: str) -> RequestError:
     return RequestError(400, "invalid_request_error", message)
 
 
+def _expect(
+    value: Any, where: str, expected: str, kind: type | tuple[type, ...], *, optional: bool = False
+) -> Any:
+    """``value`` when of ``kind`` (or absent, if ``optional``); else the refusal naming it."""
+    if not isinstance(value, kind) and not (optional and value is None):
+        raise _bad(f"{where}: expected {expected}, got {type_name(value)}.")
+    return value
+
+
+def _field(block: dict[str, Any], key: str, where: str, *, empty: bool = True) -> str:
+    """The string ``block[key]`` (non-empty unless ``empty``); else the API's "Field required"."""
+    value = block.get(key)
+    if not isinstance(value, str) or not (empty or value):
+        raise _bad(f"{where}.{key}: Field required.")
+    return value
+
+
+_TEXTS = "a string or an array of text blocks"
+_CONTENTS = "a string or an array of content blocks"
+
+
 def _cache_mark(block: dict[str, Any], where: str) -> bool:
     mark = block.get("cache_control")
     if mark is None:
@@ -115,18 +137,13 @@ def _block_text(value: Any, where: str) -> str:
         return ""
     if isinstance(value, str):
         return value
-    if not isinstance(value, list):
-        raise _bad(
-            f"{where}: expected a string or an array of content blocks, got {type_name(value)}."
-        )
+    _expect(value, where, _CONTENTS, list)
     texts = []
     for j, part in enumerate(value):
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise _bad(f"{where}.{j}: expected a content block object with a 'type'.")
         if part["type"] == "text":
-            if not isinstance(part.get("text"), str):
-                raise _bad(f"{where}.{j}.text: Field required.")
-            texts.append(part["text"])
+            texts.append(_field(part, "text", f"{where}.{j}"))
     return "".join(texts)
 
 
@@ -137,15 +154,10 @@ def thinking_signature(item_id: str, encrypted_content: str) -> str:
 
 def _thinking_item(block: dict[str, Any], where: str) -> dict[str, Any]:
     if block["type"] == "redacted_thinking":
-        data = block.get("data")
-        if not isinstance(data, str):
-            raise _bad(f"{where}.data: Field required.")
+        data = _field(block, "data", where)
         return {"type": "reasoning", "id": "", "summary": [], "encrypted_content": data}
-    signature = block.get("signature")
-    if not isinstance(signature, str) or not signature:
-        raise _bad(f"{where}.signature: Field required.")
-    if not isinstance(block.get("thinking"), str):
-        raise _bad(f"{where}.thinking: Field required.")
+    signature = _field(block, "signature", where, empty=False)
+    _field(block, "thinking", where)
     item_id, dot, blob = signature.partition(".")
     if not dot:  # another server's signature: charged by its length
         item_id, blob = "", signature
@@ -175,24 +187,18 @@ class _Builder:
             if value:
                 self.add({"type": "message", "role": "system", "content": value}, False)
             return
-        if not isinstance(value, list):
-            raise _bad(
-                f"{at}: expected a string or an array of text blocks, got {type_name(value)}."
-            )
-        for j, block in enumerate(value):
+        for j, block in enumerate(_expect(value, at, _TEXTS, list)):
             where = f"{at}.{j}"
             if not isinstance(block, dict) or block.get("type") != "text":
                 raise _bad(f"{where}: expected a text block {{'type': 'text', 'text': ...}}.")
-            if not isinstance(block.get("text"), str):
-                raise _bad(f"{where}.text: Field required.")
+            text = _field(block, "text", where)
             marked = _cache_mark(block, where)
             self.breakpoints += marked
-            self.add({"type": "message", "role": "system", "content": block["text"]}, marked)
+            self.add({"type": "message", "role": "system", "content": text}, marked)
 
     def message(self, msg: Any, i: int) -> None:
         where = f"messages.{i}"
-        if not isinstance(msg, dict):
-            raise _bad(f"{where}: expected an object, got {type_name(msg)}.")
+        _expect(msg, where, "an object", dict)
         role = msg.get("role")
         if role == "system":
             self.mid_system(msg, where)
@@ -205,11 +211,7 @@ class _Builder:
         if isinstance(content, str):
             self.add({"type": "message", "role": role, "content": content}, False)
             return
-        if not isinstance(content, list):
-            raise _bad(
-                f"{where}.content: expected a string or an array of content blocks, got {type_name(content)}."
-            )
-        for j, block in enumerate(content):
+        for j, block in enumerate(_expect(content, f"{where}.content", _CONTENTS, list)):
             at = f"{where}.content.{j}"
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
                 raise _bad(f"{at}: expected a content block object with a 'type'.")
@@ -225,35 +227,27 @@ class _Builder:
         available, so it is accepted with or without a beta header; the model reads it as
         system text at its place in the conversation.
         """
-        config = msg.get("output_config")
-        if config is not None and not isinstance(config, dict):
-            raise _bad(f"{where}.output_config: expected an object, got {type_name(config)}.")
+        _expect(
+            msg.get("output_config"), f"{where}.output_config", "an object", dict, optional=True
+        )
         content = msg.get("content")
         if isinstance(content, str):
             self.add({"type": "message", "role": "system", "content": content}, False)
             return
-        if not isinstance(content, list):
-            raise _bad(
-                f"{where}.content: expected a string or an array of text blocks, got {type_name(content)}."
-            )
-        self.system(content, f"{where}.content")
+        self.system(_expect(content, f"{where}.content", _TEXTS, list), f"{where}.content")
 
     def _block(self, block: dict[str, Any], role: str, at: str) -> dict[str, Any] | None:
         kind = block["type"]
         if kind == "text":
-            if not isinstance(block.get("text"), str):
-                raise _bad(f"{at}.text: Field required.")
-            return {"type": "message", "role": role, "content": block["text"]}
+            return {"type": "message", "role": role, "content": _field(block, "text", at)}
         if kind in ("image", "document", "search_result"):
             return None  # accepted; the simulated model reads text only
         if kind == "tool_use":
             if role != "assistant":
                 raise _bad(f"{at}: 'tool_use' blocks are only allowed in assistant messages.")
             for key in ("id", "name"):
-                if not isinstance(block.get(key), str) or not block[key]:
-                    raise _bad(f"{at}.{key}: Field required.")
-            if not isinstance(block.get("input"), dict):
-                raise _bad(f"{at}.input: expected an object, got {type_name(block.get('input'))}.")
+                _field(block, key, at, empty=False)
+            _expect(block.get("input"), f"{at}.input", "an object", dict)
             self.tool_use_ids.add(block["id"])
             return {
                 "type": "function_call",
@@ -264,9 +258,7 @@ class _Builder:
         if kind == "tool_result":
             if role != "user":
                 raise _bad(f"{at}: 'tool_result' blocks are only allowed in user messages.")
-            use_id = block.get("tool_use_id")
-            if not isinstance(use_id, str) or not use_id:
-                raise _bad(f"{at}.tool_use_id: Field required.")
+            use_id = _field(block, "tool_use_id", at, empty=False)
             if use_id not in self.tool_use_ids:
                 raise _bad(
                     f"{at}.tool_use_id: unexpected `tool_use_id` found in `tool_result` blocks: "
@@ -290,15 +282,13 @@ def _tools(value: Any) -> tuple[list[dict[str, Any]], list[int]]:
     """Tools in the Responses shape, and the indexes of those marked with ``cache_control``."""
     if value is None:
         return [], []
-    if not isinstance(value, list):
-        raise _bad(f"tools: expected an array, got {type_name(value)}.")
+    _expect(value, "tools", "an array", list)
     tools: list[dict[str, Any]] = []
     marked: list[int] = []
     seen: set[str] = set()
     for i, tool in enumerate(value):
         where = f"tools.{i}"
-        if not isinstance(tool, dict):
-            raise _bad(f"{where}: expected an object, got {type_name(tool)}.")
+        _expect(tool, where, "an object", dict)
         if _cache_mark(tool, where):
             marked.append(i)
         kind = tool.get("type", "custom")
@@ -306,8 +296,7 @@ def _tools(value: Any) -> tuple[list[dict[str, Any]], list[int]]:
         if kind not in ("custom", None):
             # A server tool (bash, web_search, an MCP toolset, tool search …): accepted, never
             # called by the simulated model; an MCP toolset is named by its server, not `name`.
-            if not isinstance(kind, str):
-                raise _bad(f"{where}.type: expected a string, got {type_name(kind)}.")
+            _expect(kind, f"{where}.type", "a string", str)
             tools.append({"type": kind, "name": name if isinstance(name, str) else ""})
             continue
         if not isinstance(name, str) or not name or len(name) > 128:
@@ -363,17 +352,11 @@ def _metadata(value: Any) -> dict[str, str]:
     """``metadata``: ``user_id`` and, from loopbench, the string hints of docs/protocol.md."""
     if value is None:
         return {}
-    if not isinstance(value, dict):
-        raise _bad(f"metadata: expected an object, got {type_name(value)}.")
     hints: dict[str, str] = {}
-    for key, item in value.items():
-        if key == "user_id":
-            if item is not None and not isinstance(item, str):
-                raise _bad(f"metadata.user_id: expected a string, got {type_name(item)}.")
-            continue
-        if not isinstance(item, str):
-            raise _bad(f"metadata.{key}: expected a string, got {type_name(item)}.")
-        hints[key] = item
+    for key, item in _expect(value, "metadata", "an object", dict).items():
+        _expect(item, f"metadata.{key}", "a string", str, optional=key == "user_id")
+        if key != "user_id":
+            hints[key] = item
     return hints
 
 
@@ -381,9 +364,7 @@ def _effort(value: Any) -> str | None:
     """``output_config.effort``: how much the model thinks (and writes) when it may."""
     if value is None:
         return None
-    if not isinstance(value, dict):
-        raise _bad(f"output_config: expected an object, got {type_name(value)}.")
-    effort = value.get("effort")
+    effort = _expect(value, "output_config", "an object", dict).get("effort")
     if effort is not None and effort not in EFFORTS:
         expected = ", ".join(repr(e) for e in EFFORTS)
         raise _bad(f"output_config.effort: expected one of {expected}, got {effort!r}.")
@@ -398,9 +379,7 @@ def _thinking(value: Any, max_tokens: int, effort: str | None) -> tuple[str, int
     """
     if value is None:
         return "none", None
-    if not isinstance(value, dict):
-        raise _bad(f"thinking: expected an object, got {type_name(value)}.")
-    kind = value.get("type")
+    kind = _expect(value, "thinking", "an object", dict).get("type")
     if kind == "disabled":
         return "none", None
     if kind == "adaptive":
@@ -427,19 +406,14 @@ def _context_management(value: Any) -> None:
     """
     if value is None:
         return
-    if not isinstance(value, dict):
-        raise _bad(f"context_management: expected an object, got {type_name(value)}.")
-    edits = value.get("edits", [])
-    if not isinstance(edits, list):
-        raise _bad(f"context_management.edits: expected an array, got {type_name(edits)}.")
-    for i, edit in enumerate(edits):
+    edits = _expect(value, "context_management", "an object", dict).get("edits", [])
+    for i, edit in enumerate(_expect(edits, "context_management.edits", "an array", list)):
         if not isinstance(edit, dict) or not isinstance(edit.get("type"), str):
             raise _bad(f"context_management.edits.{i}: expected an object with a 'type'.")
 
 
 def _check_scalars(body: dict[str, Any]) -> None:
-    if body.get("stream") is not None and not isinstance(body["stream"], bool):
-        raise _bad(f"stream: expected a boolean, got {type_name(body['stream'])}.")
+    _expect(body.get("stream"), "stream", "a boolean", bool, optional=True)
     for key, hi in (("temperature", 1), ("top_p", 1)):
         value = body.get(key)
         if value is not None and (
@@ -606,12 +580,8 @@ def cached_read(prefixes: Sequence[tuple[int, int]], cached: Any) -> int:
     return 0
 
 
-def _stop_reason(response: dict[str, Any]) -> str:
-    if response.get("status") == "incomplete":
-        return "max_tokens"
-    if any(it.get("type") == "function_call" for it in response.get("output", [])):
-        return "tool_use"
-    return "end_turn"
+# Chat's finish reasons (core/chat.py) as Messages names them.
+_STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_turn"}
 
 
 def tool_use_id(call_id: str) -> str:
@@ -626,12 +596,7 @@ def _usage(response: dict[str, Any], prefixes: Sequence[tuple[int, int]]) -> dic
     return {"output_tokens": int(usage.get("output_tokens", 0)), **split}
 
 
-def _error_message(event: dict[str, Any]) -> str:
-    nested = event.get("error")
-    err = nested if isinstance(nested, dict) else event
-    return str(err.get("message") or "The server had an error.")
-
-
+@dataclass(slots=True)
 class MessagesEvents:
     """Responses events of one response → the Messages stream (issue-18 contract).
 
@@ -639,19 +604,12 @@ class MessagesEvents:
     lookup, made when prefill starts, gives the one ``message_delta`` reports).
     """
 
-    def __init__(
-        self,
-        message_id: str,
-        model: str,
-        prefixes: Sequence[tuple[int, int]],
-        start_usage: dict[str, int],
-    ) -> None:
-        self.id = message_id
-        self.model = model
-        self.prefixes = prefixes
-        self.start_usage = start_usage
-        self.failed = False
-        self._index = -1
+    id: str
+    model: str
+    prefixes: Sequence[tuple[int, int]]
+    start_usage: dict[str, int]
+    failed: bool = field(default=False, init=False)
+    _index: int = field(default=-1, init=False)
 
     def _block_start(self, block: dict[str, Any]) -> dict[str, Any]:
         self._index += 1
@@ -713,7 +671,10 @@ class MessagesEvents:
                 response = event["response"]
                 delta: dict[str, Any] = {
                     "type": "message_delta",
-                    "delta": {"stop_reason": _stop_reason(response), "stop_sequence": None},
+                    "delta": {
+                        "stop_reason": _STOP_REASONS[finish_reason(response)],
+                        "stop_sequence": None,
+                    },
                     "usage": _usage(response, self.prefixes),
                 }
                 if "sim_timing" in response:
@@ -724,7 +685,7 @@ class MessagesEvents:
                 out.append(
                     {
                         "type": "error",
-                        "error": {"type": "api_error", "message": _error_message(event)},
+                        "error": {"type": "api_error", "message": error_message(event)},
                     }
                 )
         return out
@@ -759,7 +720,7 @@ def message_object(
         "role": "assistant",
         "content": content,
         "model": response.get("model"),
-        "stop_reason": _stop_reason(response),
+        "stop_reason": _STOP_REASONS[finish_reason(response)],
         "stop_sequence": None,
         "usage": _usage(response, prefixes),
     }

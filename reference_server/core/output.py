@@ -131,51 +131,25 @@ def plan_output(
     if lengths is None or default_output_tokens is not None:
         base = lengths or Lengths()
         lengths = Lengths(base.text, base.tool_call, default_output_tokens, base.weights)
-    visible = _plan_visible(
-        tools=tools,
-        tool_choice=tool_choice,
-        parallel_tool_calls=parallel_tool_calls,
-        metadata=metadata,
-        max_output_tokens=max_output_tokens,
-        chain_function_calls=chain_function_calls,
-        default_auto_tool_calls=default_auto_tool_calls,
-        rng=rng,
-        reasoning_tokens=reasoning_tokens,
-        lengths=lengths,
-        context_paths=context_paths,
-    )
-    if reasoning_tokens <= 0:
-        return visible
-    return OutputPlan(
-        visible.calls,
-        visible.text_tokens,
-        visible.truncated,
-        min(reasoning_tokens, max_output_tokens or reasoning_tokens),
-        summary,
-        include_encrypted,
-    )
+    reasoning = min(reasoning_tokens, max_output_tokens or reasoning_tokens)
+    thinks = reasoning > 0
 
+    def plan(calls: Sequence[PlannedCall], text_tokens: int, truncated: bool) -> OutputPlan:
+        return OutputPlan(
+            tuple(calls),
+            text_tokens,
+            truncated,
+            max(0, reasoning),
+            summary and thinks,
+            include_encrypted and thinks,
+        )
 
-def _plan_visible(
-    *,
-    tools: list[dict[str, Any]],
-    tool_choice: Any,
-    parallel_tool_calls: bool,
-    metadata: dict[str, str],
-    max_output_tokens: int | None,
-    chain_function_calls: int,
-    default_auto_tool_calls: int,
-    rng: random.Random,
-    reasoning_tokens: int,
-    lengths: Lengths,
-    context_paths: Sequence[str],
-) -> OutputPlan:
     function_tools = callable_tools(tools)
     hint = _int_hint(metadata, HINT_OUTPUT_TOKENS, MAX_HINT_OUTPUT_TOKENS)
     limit = max_output_tokens
     if limit is not None and reasoning_tokens > 0:
         if reasoning_tokens >= limit:
-            return OutputPlan((), 0, truncated=True)
+            return plan((), 0, truncated=True)
         limit -= reasoning_tokens
 
     call: bool
@@ -197,7 +171,7 @@ def _plan_visible(
     if not call:
         want = max(1, hint if hint is not None else lengths.draw(lengths.text, rng))
         tokens = want if limit is None else min(want, limit)
-        return OutputPlan((), tokens, truncated=limit is not None and want > limit)
+        return plan((), tokens, truncated=limit is not None and want > limit)
 
     n_calls = 1
     if parallel_tool_calls:
@@ -213,21 +187,19 @@ def _plan_visible(
             # also lets a later call make up for one its schema made longer than asked.
             per_call = max(1, -(-hinted_left // (n_calls - i)))
             tool = rng.choice(chosen)
-        else:
-            per_call, tool = lengths.draw(lengths.tool_call, rng), pick_tool(chosen, weights, rng)
-        if hint is not None:
             args = make_arguments(tool, per_call, rng)
         else:
+            per_call, tool = lengths.draw(lengths.tool_call, rng), pick_tool(chosen, weights, rng)
             args = make_arguments(tool, per_call, rng, exact=False, paths=context_paths)
         toks = count_tokens(args)
         if budget is not None and toks > budget:
             # The call would be cut mid-JSON: the response ends incomplete without it.
-            return OutputPlan(tuple(calls), 0, truncated=True)
+            return plan(calls, 0, truncated=True)
         if budget is not None:
             budget -= toks
         hinted_left -= toks
         calls.append(PlannedCall(str(tool.get("name")), args, toks))
-    return OutputPlan(tuple(calls), 0, truncated=False)
+    return plan(calls, 0, truncated=False)
 
 
 @dataclass(slots=True)

@@ -11,8 +11,9 @@ burst distribution.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import median
 
-from harness.wire.transports import BY_NAME, TRANSPORT_NAMES, TransportSpec
+from harness.wire.transports import transport_spec
 from reference_server.core.api_tier import (
     RequestCost,
     api_post_ms,
@@ -21,15 +22,6 @@ from reference_server.core.api_tier import (
 )
 from reference_server.core.engine import expected_decode_ms, first_token_ns
 from reference_server.core.profiles import ApiProfile, EngineProfile
-
-
-def _spec(transport: str) -> TransportSpec:
-    try:
-        return BY_NAME[transport]
-    except KeyError:
-        raise ValueError(
-            f"transport: expected one of {', '.join(TRANSPORT_NAMES)}, got {transport!r}"
-        ) from None
 
 
 def request_cost(
@@ -50,7 +42,7 @@ def request_cost(
     what ``ws`` costs.  ``ws-append`` makes a request only for the first turn
     (``history_tokens == 0``); later turns are appends to the live response.
     """
-    spec = _spec(transport)
+    spec = transport_spec(transport)
     if spec.append and history_tokens > 0:
         return None
     if spec.websocket:
@@ -58,11 +50,11 @@ def request_cost(
         chain = history_tokens if spec.store else 0
         return RequestCost(new_connection, True, not new_connection, new_tokens, chain)
     if not spec.chained:
-        return RequestCost(new_connection, False, False, history_tokens + new_tokens, 0)
+        return RequestCost.http(new_connection, history_tokens + new_tokens)
     if history_tokens == 0:
-        return RequestCost(new_connection, False, False, new_tokens, 0)
+        return RequestCost.http(new_connection, new_tokens)
     chain = max(0, history_tokens - resent_tokens)
-    return RequestCost(new_connection, False, False, new_tokens + resent_tokens, chain)
+    return RequestCost.http(new_connection, new_tokens + resent_tokens, chain)
 
 
 def predict_turn_ms(
@@ -161,6 +153,8 @@ class CodexRollout:
 
 @dataclass(frozen=True, slots=True)
 class RolloutPrediction:
+    """:func:`predict_rollout`'s answer (ms): the rollout, its model and tool time, and per turn."""
+
     transport: str
     total_ms: float
     model_ms: float
@@ -170,10 +164,7 @@ class RolloutPrediction:
 
     @property
     def ttft_p50_ms(self) -> float:
-        ordered = sorted(self.ttft_ms)
-        n = len(ordered)
-        mid = n // 2
-        return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return median(self.ttft_ms)
 
 
 def predict_rollout(
@@ -194,7 +185,7 @@ def predict_rollout(
     ttfts: list[float] = []
     turn_ms: list[float] = []
     for i, (history, new, output) in enumerate(turns):
-        new_conn = i == 0 or (not _spec(transport).websocket and not keepalive)
+        new_conn = i == 0 or (not transport_spec(transport).websocket and not keepalive)
         p = predict_turn_ms(
             api,
             engine,

@@ -73,6 +73,13 @@ def _num(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+# The bounds of most parameters (what a profile error names as expected).
+NonNegative = Annotated[float, Field(ge=0)]
+Positive = Annotated[float, Field(gt=0)]
+AtLeastOne = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
 class _Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -83,15 +90,15 @@ class _Profile(BaseModel):
 class ApiProfile(_Profile):
     """Per-request service times of the API tier in front of the engine (docs/model.md)."""
 
-    workers: int = Field(ge=1)
-    connect_ms: float = Field(ge=0)
-    fixed_ms: float = Field(ge=0)
-    fixed_resolved_ms: float = Field(ge=0)
-    per_token_us: float = Field(ge=0)
-    rehydrate_us: float = Field(ge=0)
-    hops: int = Field(ge=0)
-    hop_ms: float = Field(ge=0)
-    post_ms: float = Field(ge=0)
+    workers: AtLeastOne
+    connect_ms: NonNegative
+    fixed_ms: NonNegative
+    fixed_resolved_ms: NonNegative
+    per_token_us: NonNegative
+    rehydrate_us: NonNegative
+    hops: NonNegativeInt
+    hop_ms: NonNegative
+    post_ms: NonNegative
 
     @model_validator(mode="after")
     def _resolved_is_cheaper(self) -> ApiProfile:
@@ -204,16 +211,23 @@ DEFAULT_TOOL_WEIGHTS: dict[str, float] = {
 class EngineProfile(_Profile):
     """Token timing and capacity of the simulated inference engine (docs/model.md)."""
 
-    sustained_tps: float = Field(gt=0)
-    burst_tps: float = Field(gt=0)
+    sustained_tps: Positive
+    burst_tps: Positive
     burst_probability: float = Field(ge=0, le=1)
-    burst_min_tokens: int = Field(ge=1)
-    burst_max_tokens: int = Field(ge=1)
-    prefill_tps: float = Field(gt=0)
-    base_ttft_ms: float = Field(ge=0)
-    max_streams: int = Field(ge=1)
-    aggregate_tps: float = Field(gt=0)
-    prefix_cache_entries: int = Field(ge=0)
+    burst_min_tokens: AtLeastOne
+    burst_max_tokens: AtLeastOne
+    prefill_tps: Positive
+    base_ttft_ms: NonNegative
+    max_streams: AtLeastOne
+    aggregate_tps: Positive
+    prefix_cache_entries: NonNegativeInt
+    # Batching (docs/model.md §2, "Interference"): an engine that steps every active stream
+    # together takes longer per step the more streams the step holds.  Each other active
+    # stream adds this fraction to every stream's time per output token, and this much to
+    # a newcomer's first token (its prefill waits for, and shares, their decode steps).
+    # 0 (the default) is an engine whose streams never slow each other below aggregate_tps.
+    decode_slowdown_per_stream: float = Field(default=0.0, ge=0, le=10)
+    ttft_per_active_ms: NonNegative = 0.0
     # Reasoning tokens decoded before the visible output of every response that names no
     # budget (docs/model.md "Reasoning"); 0 keeps a profile a non-reasoning model.
     reasoning_tokens: int = Field(default=0, ge=0, le=1_000_000)
@@ -430,26 +444,16 @@ def _expected(model: type[BaseModel], key: str, err_type: str) -> str:
     field = model.model_fields.get(key)
     if field is None:
         return "a valid value"
-    ann = field.annotation
-    noun = (
-        "an integer"
-        if ann is int
-        else "a number"
-        if ann is float
-        else "a string"
-        if ann is str
-        else "a value"
-    )
+    noun = _NOUNS.get(field.annotation, "a value")
     bounds: list[str] = []
     for meta in field.metadata:
-        if isinstance(meta, at.Ge):
-            bounds.append(f">= {meta.ge}")
-        elif isinstance(meta, at.Gt):
-            bounds.append(f"> {meta.gt}")
-        elif isinstance(meta, at.Le):
-            bounds.append(f"<= {meta.le}")
-        elif isinstance(meta, at.Lt):
-            bounds.append(f"< {meta.lt}")
-        elif isinstance(meta, at.MinLen):
+        if isinstance(meta, at.MinLen):
             bounds.append("non-empty")
+        for kind, attr, sign in _BOUNDS:
+            if isinstance(meta, kind):
+                bounds.append(f"{sign} {getattr(meta, attr)}")
     return f"{noun} {' and '.join(bounds)}".strip()
+
+
+_NOUNS: dict[Any, str] = {int: "an integer", float: "a number", str: "a string"}
+_BOUNDS = ((at.Ge, "ge", ">="), (at.Gt, "gt", ">"), (at.Le, "le", "<="), (at.Lt, "lt", "<"))

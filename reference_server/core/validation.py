@@ -8,6 +8,7 @@ over HTTP is accepted over WebSocket.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,25 +121,95 @@ def type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _normalize_item(item: Any, where: str) -> dict[str, Any]:
-    if not isinstance(item, dict):
-        raise wrong_type(where, "an object", item)
+def checked(value: Any, where: str, expected: str, kind: type | tuple[type, ...]) -> Any:
+    """``value`` when absent or of ``kind``; else the ``invalid_type`` refusal."""
+    if value is not None and not isinstance(value, kind):
+        raise wrong_type(where, expected, value)
+    return value
+
+
+def one_of(
+    value: Any, where: str, choices: tuple[str, ...], more: str = "", *, required: bool = False
+) -> Any:
+    """``value`` when one of ``choices`` (or absent, unless ``required``); ``more`` names what
+    else the caller accepts."""
+    if (value is not None or required) and value not in choices:
+        raise invalid(
+            f"Invalid value for '{where}': expected one of {', '.join(choices)}{more}, got {value!r}.",
+            where,
+        )
+    return value
+
+
+def token_cap(value: Any, where: str) -> int | None:
+    """An output cap (``max_output_tokens``, ``max_tokens``): absent, or 1 to 1,000,000."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000
+    ):
+        raise invalid(
+            f"Invalid value for '{where}': expected an integer from 1 to 1000000, got {value!r}.",
+            where,
+        )
+    return value
+
+
+def body_model(body: Any) -> tuple[dict[str, Any], str]:
+    """A request body that is a JSON object, and its required string ``model``."""
+    if not isinstance(body, dict):
+        raise invalid(
+            f"Invalid request body: expected a JSON object, got {type_name(body)}.",
+            None,
+            "invalid_json",
+        )
+    model = checked(body.get("model"), "model", "a string", str)
+    if not model:
+        raise missing("model")
+    return body, model
+
+
+def objects(values: list[Any], name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each element of the array ``name`` with where it stands (``name[i]``): an object."""
+    for i, value in enumerate(values):
+        where = f"{name}[{i}]"
+        if not isinstance(value, dict):
+            raise wrong_type(where, "an object", value)
+        yield where, value
+
+
+def content_parts(parts: list[Any], where: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each part of a message's content array, numbered: an object with a string ``type``."""
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise invalid(
+                f"Invalid value for '{where}[{j}]': expected a content part object with a 'type'.",
+                f"{where}[{j}]",
+            )
+        yield j, part
+
+
+def booleans(body: dict[str, Any], flags: tuple[str, ...]) -> None:
+    """Each of ``flags`` that ``body`` sets is a boolean (or null)."""
+    for flag in flags:
+        checked(body.get(flag), flag, "a boolean", bool)
+
+
+def function_name(name: Any, where: str) -> str:
+    """A function tool's name: what the API accepts (1 to 64 characters)."""
+    if not isinstance(name, str) or not name or len(name) > 64:
+        raise invalid(
+            f"Invalid value for '{where}': expected a non-empty string of at most 64 characters.",
+            where,
+        )
+    return name
+
+
+def _normalize_item(where: str, item: dict[str, Any]) -> dict[str, Any]:
     kind = item.get("type")
     if kind is None or kind == "message":
-        role = item.get("role")
-        if role not in MESSAGE_ROLES:
-            raise invalid(
-                f"Invalid value for '{where}.role': expected one of {', '.join(MESSAGE_ROLES)}, got {role!r}.",
-                f"{where}.role",
-            )
+        role = one_of(item.get("role"), f"{where}.role", MESSAGE_ROLES, required=True)
         content = item.get("content")
         if isinstance(content, list):
-            for j, part in enumerate(content):
-                if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                    raise invalid(
-                        f"Invalid value for '{where}.content[{j}]': expected a content part object with a 'type'.",
-                        f"{where}.content[{j}]",
-                    )
+            content = [part for _, part in content_parts(content, f"{where}.content")]
         elif not isinstance(content, str):
             raise wrong_type(f"{where}.content", "a string or an array of content parts", content)
         return {"type": "message", "role": role, "content": content}
@@ -171,8 +242,7 @@ def _normalize_item(item: Any, where: str) -> dict[str, Any]:
 
 def _namespaced(item: dict[str, Any], where: str) -> dict[str, Any]:
     """A tool call or output item; its ``namespace`` (a group of tools) is a string when set."""
-    if item.get("namespace") is not None and not isinstance(item["namespace"], str):
-        raise wrong_type(f"{where}.namespace", "a string", item["namespace"])
+    checked(item.get("namespace"), f"{where}.namespace", "a string", str)
     return item
 
 
@@ -187,9 +257,7 @@ def _reasoning_item(item: dict[str, Any], where: str) -> dict[str, Any]:
                 f"Invalid value for '{where}.summary[{j}]': expected an object with a string 'text'.",
                 f"{where}.summary[{j}]",
             )
-    blob = item.get("encrypted_content")
-    if blob is not None and not isinstance(blob, str):
-        raise wrong_type(f"{where}.encrypted_content", "a string", blob)
+    checked(item.get("encrypted_content"), f"{where}.encrypted_content", "a string", str)
     return item
 
 
@@ -212,25 +280,11 @@ def reasoning_options(body: dict[str, Any]) -> ReasoningOptions:
     Checked here, not only echoed, because the response echoes ``reasoning`` and a
     value outside the API's enums would make a strict client reject the response.
     """
-    raw = body.get("reasoning")
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise wrong_type("reasoning", "an object", raw)
-    effort = raw.get("effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
-        raise invalid(
-            f"Invalid value for 'reasoning.effort': expected one of {', '.join(REASONING_EFFORTS)}, got {effort!r}.",
-            "reasoning.effort",
-        )
+    raw = checked(body.get("reasoning"), "reasoning", "an object", dict) or {}
+    effort = one_of(raw.get("effort"), "reasoning.effort", REASONING_EFFORTS)
     summary: Any = None
     for key in ("summary", "generate_summary"):
-        value = raw.get(key)
-        if value is not None and value not in REASONING_SUMMARIES:
-            raise invalid(
-                f"Invalid value for 'reasoning.{key}': expected one of {', '.join(REASONING_SUMMARIES)} or null, got {value!r}.",
-                f"reasoning.{key}",
-            )
+        value = one_of(raw.get(key), f"reasoning.{key}", REASONING_SUMMARIES, " or null")
         summary = summary if value is None else value
     include = body.get("include")
     if include is None:
@@ -251,10 +305,7 @@ def _compaction_input(item: dict[str, Any], where: str) -> dict[str, Any]:
     return item
 
 
-def _validate_tool(tool: Any, i: int) -> dict[str, Any]:
-    where = f"tools[{i}]"
-    if not isinstance(tool, dict):
-        raise wrong_type(where, "an object", tool)
+def _validate_tool(where: str, tool: dict[str, Any]) -> dict[str, Any]:
     if tool.get("type") != "function":
         # Hosted tools (web_search, …) are accepted and never called by the simulated model.
         if isinstance(tool.get("type"), str):
@@ -264,15 +315,8 @@ def _validate_tool(tool: Any, i: int) -> dict[str, Any]:
             f"{where}.type",
             "missing_required_parameter",
         )
-    name = tool.get("name")
-    if not isinstance(name, str) or not name or len(name) > 64:
-        raise invalid(
-            f"Invalid value for '{where}.name': expected a non-empty string of at most 64 characters.",
-            f"{where}.name",
-        )
-    params = tool.get("parameters")
-    if params is not None and not isinstance(params, dict):
-        raise wrong_type(f"{where}.parameters", "a JSON schema object", params)
+    name = function_name(tool.get("name"), f"{where}.name")
+    params = checked(tool.get("parameters"), f"{where}.parameters", "a JSON schema object", dict)
     if isinstance(params, dict) and params.get("type", "object") != "object":
         raise invalid(
             f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{params.get('type')}\"'.",
@@ -291,12 +335,7 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
     if value is None:
         return "auto"
     if isinstance(value, str):
-        if value not in TOOL_CHOICES:
-            raise invalid(
-                f"Invalid value for 'tool_choice': expected one of auto, none, required or an object, got {value!r}.",
-                "tool_choice",
-            )
-        choice: Any = value
+        choice: Any = one_of(value, "tool_choice", TOOL_CHOICES, " or an object")
     elif isinstance(value, dict):
         kind = value.get("type")
         if not isinstance(kind, str):
@@ -334,33 +373,19 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
 
 def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
     """Validate a create body.  ``websocket`` enables the WS-only fields."""
-    if not isinstance(body, dict):
-        raise invalid(
-            f"Invalid request body: expected a JSON object, got {type_name(body)}.",
-            None,
-            "invalid_json",
-        )
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise wrong_type("model", "a string", model)
-    if not model:
-        raise RequestError(
-            400, "missing_required_parameter", "Missing required parameter: 'model'.", "model"
-        )
+    body, model = body_model(body)
     raw_input = body.get("input")
     items: list[dict[str, Any]]
     if isinstance(raw_input, str):
         items = [{"type": "message", "role": "user", "content": raw_input}]
     elif isinstance(raw_input, list):
-        items = [_normalize_item(it, f"input[{i}]") for i, it in enumerate(raw_input)]
+        items = [_normalize_item(*it) for it in objects(raw_input, "input")]
     elif raw_input is None:
         items = []
     else:
         raise wrong_type("input", "a string or an array of input items", raw_input)
-    tools_raw = body.get("tools") or []
-    if not isinstance(tools_raw, list):
-        raise wrong_type("tools", "an array", tools_raw)
-    tools = [_validate_tool(t, i) for i, t in enumerate(tools_raw)]
+    tools_raw = checked(body.get("tools") or [], "tools", "an array", list)
+    tools = [_validate_tool(*t) for t in objects(tools_raw, "tools")]
     seen: set[str] = set()
     for i, t in enumerate(tools):
         if t.get("type") == "function":
@@ -371,14 +396,7 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
                 )
             seen.add(t["name"])
     tool_choice = _tool_choice(body.get("tool_choice"), tools)
-    mot = body.get("max_output_tokens")
-    if mot is not None and (
-        isinstance(mot, bool) or not isinstance(mot, int) or mot < 1 or mot > 1_000_000
-    ):
-        raise invalid(
-            f"Invalid value for 'max_output_tokens': expected an integer from 1 to 1000000, got {mot!r}.",
-            "max_output_tokens",
-        )
+    mot = token_cap(body.get("max_output_tokens"), "max_output_tokens")
     metadata = string_map(body.get("metadata"))
     prev = body.get("previous_response_id")
     if prev is not None and (not isinstance(prev, str) or not prev):
@@ -391,13 +409,9 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
         raise invalid(
             "Invalid type for 'instructions': expected a string.", "instructions", "invalid_type"
         )
-    for flag in ("store", "stream", "parallel_tool_calls", "generate", "background"):
-        if flag in body and body[flag] is not None and not isinstance(body[flag], bool):
-            raise wrong_type(flag, "a boolean", body[flag])
+    booleans(body, ("store", "stream", "parallel_tool_calls", "generate", "background"))
     if not items and prev is None and body.get("generate", True) is not False:
-        raise RequestError(
-            400, "missing_required_parameter", "Missing required parameter: 'input'.", "input"
-        )
+        raise missing("input")
     stream_id = body.get("stream_id") if websocket else None
     reasoning_options(body)
     return CreateRequest(
@@ -437,17 +451,12 @@ class AppendRequest:
 def parse_append(body: dict[str, Any]) -> AppendRequest:
     rid = body.get("response_id")
     if not isinstance(rid, str) or not rid:
-        raise RequestError(
-            400,
-            "missing_required_parameter",
-            "Missing required parameter: 'response_id'.",
-            "response_id",
-        )
+        raise missing("response_id")
     raw_input = body.get("input")
     if isinstance(raw_input, str):
         items = [{"type": "message", "role": "user", "content": raw_input}]
     elif isinstance(raw_input, list) and raw_input:
-        items = [_normalize_item(it, f"input[{i}]") for i, it in enumerate(raw_input)]
+        items = [_normalize_item(*it) for it in objects(raw_input, "input")]
     else:
         raise invalid(
             f"Invalid value for 'input': expected a non-empty array of input items, got {type_name(raw_input)}.",
@@ -456,10 +465,5 @@ def parse_append(body: dict[str, Any]) -> AppendRequest:
     metadata = body.get("metadata")
     if metadata is not None:
         metadata = string_map(metadata)
-    tool_choice = body.get("tool_choice")
-    if tool_choice is not None and tool_choice not in TOOL_CHOICES:
-        raise invalid(
-            f"Invalid value for 'tool_choice': expected one of auto, none, required, got {tool_choice!r}.",
-            "tool_choice",
-        )
+    tool_choice = one_of(body.get("tool_choice"), "tool_choice", TOOL_CHOICES)
     return AppendRequest(rid, items, metadata, tool_choice)

@@ -23,7 +23,15 @@ def test_readme_gate_example_gives_a_verdict(tmp_path: Path) -> None:
     for attempt in range(3):
         run_id = f"cand{attempt}"
         run = loopbench(
-            "run", "examples/ci/scenario.yaml", "--out", out, "--run-id", run_id, "-q", timeout=240
+            "run",
+            "examples/ci/scenario.yaml",
+            "--out",
+            out,
+            "--run-id",
+            run_id,
+            "-q",
+            timeout=240,
+            report=False,
         )
         assert run.returncode == 0, run.stderr
         gate = loopbench("gate", out / run_id, "--baseline", "results/baseline", timeout=120)

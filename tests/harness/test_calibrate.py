@@ -10,8 +10,12 @@ import pytest
 import yaml
 
 from harness.model.calibrate import (
+    FITTED_ENGINE,
+    FOLDED_PREFILL_TPS,
     CalibrationError,
     fit,
+    folded,
+    profile_yaml,
     profiles_from_fit,
     turns_from_rows,
     unidentified,
@@ -92,7 +96,14 @@ def test_a_run_without_bursts_marks_the_burst_rate_unidentified() -> None:
     f = fit(turns_from_rows(_synthetic_rows(bursts=False)))
     assert f.burst_probability == 0.0 and f.burst_tps is None
     _, engine_missing = unidentified(f)
-    assert set(engine_missing) == {"burst_tps", "burst_min_tokens", "burst_max_tokens"}
+    # one run: its concurrency barely varies, the interference is not identifiable either
+    assert set(engine_missing) == {
+        "burst_tps",
+        "burst_min_tokens",
+        "burst_max_tokens",
+        "ttft_per_active_ms",
+        "decode_slowdown_per_stream",
+    }
     base_api, base_engine = load_profiles("optimized", "cerebras-spark")
     _, engine = profiles_from_fit(f, base_api.model_dump(), base_engine.model_dump(), "x")
     assert engine["burst_probability"] == 0.0
@@ -116,6 +127,14 @@ def test_prefill_is_not_fitted_when_it_cannot_be_separated() -> None:
     f = fit(turns_from_rows(rows))
     assert f.prefill_tps is None
     assert any("prefill rate not identifiable" in n for n in f.notes)
+    # the intercept holds the constant 2,000 tokens' prefill (50 ms): the profile must not
+    # charge it again at the base profile's 40,000 tokens/s
+    base_api, base_engine = load_profiles("optimized", "cerebras-spark")
+    _, engine = profiles_from_fit(f, base_api.model_dump(), base_engine.model_dump(), "x")
+    assert engine["prefill_tps"] == FOLDED_PREFILL_TPS and folded(f) == ["prefill_tps"]
+    assert "prefill_tps" not in unidentified(f)[1]
+    text = profile_yaml(engine, FITTED_ENGINE, [], "cerebras-spark", "# h", folded(f))
+    assert "prefill_tps: 1000000000.0  # not separable" in text
 
 
 def test_too_few_turns_is_a_clear_error() -> None:
@@ -179,3 +198,90 @@ def test_recovers_the_reference_servers_own_parameters(
     f = fit(turns_from_rows(decode_rows.to_dict("records")))
     assert f.burst_tps == pytest.approx(truth_engine.burst_tps, rel=0.10)
     assert f.burst_probability == pytest.approx(truth_engine.burst_probability, abs=0.2)
+
+
+def _concurrent_rows(
+    levels: tuple[int, ...] = (1, 2, 4), *, k_ms: float = 2.0, slowdown: float = 0.1
+) -> list[dict[str, Any]]:
+    """Single-turn chat requests of one run per concurrency, lanes in lock-step, timed by a
+    batching engine: TTFT 5 ms + k per other request in flight, time per token 0.8 ms x
+    (1 + slowdown per other request decoding)."""
+    rows = []
+    for run, c in enumerate(levels):
+        t = 10**9
+        for step in range(8):
+            ttft_ms = 5.0 + k_ms * (c - 1)
+            tpot_ms = 0.8 * (1 + slowdown * (c - 1))
+            for lane in range(c):
+                first = t + round(ttft_ms * 1e6)
+                last = first + round(127 * tpot_ms * 1e6)
+                rows.append(
+                    {
+                        "run": run,
+                        "transport": "chat",
+                        "round": 0,
+                        "rollout_id": step * c + lane,
+                        "turn_index": 0,
+                        "status": "completed",
+                        "sent_ns": t,
+                        "first_token_ns": first,
+                        "last_token_ns": last,
+                        "done_ns": last + 100_000,
+                        "input_tokens": 383,
+                        "cached_tokens": 0,
+                        "output_tokens": 128,
+                        "output_arrivals": 128,
+                        "new_connection": False,
+                    }
+                )
+            t = last + 10**6
+    return rows
+
+
+def test_interference_is_recovered_from_runs_at_several_concurrencies() -> None:
+    turns = turns_from_rows(_concurrent_rows())
+    assert {(t.run, t.others_at_send) for t in turns} == {(0, 0), (1, 1), (2, 3)}
+    assert {round(t.others_decoding, 6) for t in turns} == {0.0, 1.0, 3.0}
+    f = fit(turns)
+    assert f.ttft_per_active_ms == pytest.approx(2.0, rel=1e-6)
+    assert f.decode_slowdown == pytest.approx(0.1, rel=1e-3)
+    # the sustained rate is the rate alone, not the median over the levels
+    assert f.sustained_tps == pytest.approx(1000 / 0.8, rel=1e-3)
+    assert f.burst_probability == 0.0
+    # one prompt size: the per-token work is the intercept's, not a slope
+    assert f.per_token_us == 0.0 and any("per-token API work" in n for n in f.notes)
+    base_api, base_engine = load_profiles("optimized", "cerebras-spark")
+    _, engine = profiles_from_fit(f, base_api.model_dump(), base_engine.model_dump(), "x")
+    assert engine["ttft_per_active_ms"] == pytest.approx(2.0)
+    assert engine["decode_slowdown_per_stream"] == pytest.approx(0.1, rel=1e-3)
+    assert engine["base_ttft_ms"] == pytest.approx(5.0, rel=1e-3)
+    assert "ttft_per_active_ms" not in unidentified(f)[1]
+
+
+def test_one_run_leaves_the_interference_unidentified() -> None:
+    f = fit(turns_from_rows([r for r in _concurrent_rows() if r["run"] == 2]))
+    assert f.ttft_per_active_ms is None and f.decode_slowdown is None
+
+
+def test_output_read_whole_gives_no_decode_rate() -> None:
+    """A front end that held the output back and wrote it in two reads, the second late
+    (vLLM's API server starved of CPU): the span is the reads', not the engine's, so no
+    rate comes from it (with it, the median rate read ~30 % low)."""
+    rows = _concurrent_rows((1,))
+    for r in rows[::2]:
+        r["output_arrivals"] = 2
+        r["last_token_ns"] += 60_000_000
+    f = fit(turns_from_rows(rows))
+    assert f.sustained_tps == pytest.approx(1000 / 0.8, rel=1e-3)
+    assert sum(t.decode_tps is not None for t in turns_from_rows(rows)) == len(rows) // 2
+
+
+def test_a_few_stalled_turns_do_not_move_the_slowdown() -> None:
+    """A busy host stalls a few streams for 80 ms: each run's median time per token is
+    unmoved (the stalled turns stay in flight longer, so the requests beside the others
+    grow a little): 0.084 for 0.1, where a least-squares fit over the turns read 0.144."""
+    rows = _concurrent_rows()
+    for r in rows[-32::5]:  # every fifth turn of the run at concurrency 4
+        r["last_token_ns"] += 80_000_000
+    f = fit(turns_from_rows(rows))
+    assert f.decode_slowdown == pytest.approx(0.1, rel=0.2)

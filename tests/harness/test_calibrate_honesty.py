@@ -13,7 +13,7 @@ import yaml
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
 from tests.foreign_sse import foreign_sse_server
-from tests.runs import ROOT, TINY, run_cli, run_tiny
+from tests.runs import ROOT, TINY, in_process, run_tiny
 
 # serial: the verdict reads the machine's timing (`make test` runs it alone)
 pytestmark = pytest.mark.serial
@@ -31,6 +31,14 @@ SETS = {
 }
 
 
+def _fit(run_dir: Path, out: Path) -> str:
+    """``loopbench calibrate RUN --out OUT`` through ``main`` in this process: its console (the
+    command as a process is test_calibrate.py::test_recovers_the_reference_servers_own_parameters')."""
+    code, console = in_process("calibrate", run_dir, "--out", out)
+    assert code == 0, console
+    return console
+
+
 def _calibrate(tmp: Path, name: str, keepalive: bool) -> tuple[str, dict, dict]:
     opts = RunOptions(
         transports=["http", "ws"],
@@ -42,7 +50,7 @@ def _calibrate(tmp: Path, name: str, keepalive: bool) -> tuple[str, dict, dict]:
     )
     run_dir = run_scenario(load_scenario(str(CODEX), SETS), str(CODEX), opts).run_dir
     out = tmp / f"fit-{name}"
-    console = run_cli("calibrate", run_dir, "--out", out, timeout=60).stdout
+    console = _fit(run_dir, out)
     api_text = (out / "api-fitted.yaml").read_text()
     engine = yaml.safe_load((out / "engine-fitted.yaml").read_text())
     return console + api_text, yaml.safe_load(api_text), engine
@@ -88,7 +96,7 @@ def test_an_http_only_fit_marks_what_it_could_not_identify(tmp_path: Path) -> No
         load_scenario(str(TINY), {"rollout.count": "3"}), str(TINY), opts
     ).run_dir
     out = tmp_path / "fit"
-    console = run_cli("calibrate", run_dir, "--out", out, timeout=60).stdout
+    console = _fit(run_dir, out)
     api_text = (out / "api-fitted.yaml").read_text()
     engine_text = (out / "engine-fitted.yaml").read_text()
     marked = set(re.findall(r"^(\w+): .*# unidentified", api_text + engine_text, re.M))
@@ -116,7 +124,7 @@ def test_a_server_lying_about_output_tokens_does_not_set_the_decode_rate(tmp_pat
     turns = run.turns
     assert turns["decode_implausible"].sum() == 12  # 3 function calls per rollout
     out = tmp_path / "fit"
-    console = run_cli("calibrate", run_dir, "--out", out, timeout=60).stdout
+    console = _fit(run_dir, out)
     engine = yaml.safe_load((out / "engine-fitted.yaml").read_text())
     # The honest answers stream 24 tokens 2 ms apart or slower; the lied calls would say
     # 299 tokens in ~2 ms (~150,000 tok/s).

@@ -26,11 +26,13 @@ from tests.runs import run_tiny
 
 
 def _run(
-    out: Path, url: str, transports: str, capsys: pytest.CaptureFixture[str]
+    out: Path, mode: str, transports: str, capsys: pytest.CaptureFixture[str]
 ) -> tuple[str, Path]:
+    """tiny.yaml against the foreign server in ``mode``: (the console lines, the run folder)."""
     # No probe (run_scenario has none; the command's --no-probe): it would refuse these servers
     # before the in-run checks could be seen (tests/run/test_probe.py covers the probe's side)
-    run = run_tiny(out, transports.split(","), {}, target=url)
+    with foreign_sse_server(mode) as url:
+        run = run_tiny(out, transports.split(","), {}, target=url)
     capsys.readouterr()
     assert run.summary is not None
     print_outcome(run.summary, run.path)
@@ -40,8 +42,7 @@ def _run(
 def test_a_server_ignoring_previous_response_id_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with foreign_sse_server("ignore_chain") as url:
-        console, run_dir = _run(tmp_path, url, "http,http-chained", capsys)
+    console, run_dir = _run(tmp_path, "ignore_chain", "http,http-chained", capsys)
     turns = load_run(run_dir).turns
     flagged = turns[turns["chain_ignored"]]
     # Only chained turns after the first can ignore a chain; the history outgrows what the
@@ -64,8 +65,7 @@ def test_a_server_ignoring_previous_response_id_is_named(
 def test_a_server_lying_about_output_tokens_is_left_out_of_decode(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with foreign_sse_server("lie_output") as url:
-        console, run_dir = _run(tmp_path, url, "http", capsys)
+    console, run_dir = _run(tmp_path, "lie_output", "http", capsys)
     turns = load_run(run_dir).turns
     turns["decode_tps"] = D.column(D.get("decode_tps"), turns)
     lied = turns["output_tokens"] == LIED_OUTPUT_TOKENS

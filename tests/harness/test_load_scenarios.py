@@ -285,6 +285,7 @@ def test_burst_storm_through_the_cli(tmp_path: Path) -> None:
         "storm",
         *sets,
         timeout=120,
+        report=False,
     )
     assert "load generator (intended vs actual starts)" in proc.stdout
     assert "cancelled" in proc.stdout

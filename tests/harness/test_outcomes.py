@@ -9,7 +9,6 @@ import gzip
 import json
 import re
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from harness.run.runner import RunOptions, run_scenario
 from harness.run.validity import MIN_JUDGED_WALL_S, validity_reasons
 from harness.workload.scenario import load_scenario, validate_scenario
 from tests.foreign_http import ANSWER_500, ANSWER_GARBAGE, ANSWER_JSON, closed_port, foreign_server
-from tests.runs import ROOT, TINY, _argv, loopbench, rows_flushed
+from tests.runs import TINY, loopbench, rows_flushed, started
 
 #: what a message must never look like: an exception's repr (``ConnectionRefusedError(111, …``)
 REPR = re.compile(r"\b[A-Z][A-Za-z]+(Error|Exception|Status|Response)\(")
@@ -172,28 +171,30 @@ def test_error_rate_reasons_come_first_and_cpu_needs_a_long_enough_window() -> N
     assert validity_reasons(_summary(5, 0), {}, load, [_health(1.9, 10)]) == []
 
 
+def _sigint_after(args: list[Any], marker: str, report: bool = True) -> tuple[int, str, str]:
+    """``loopbench ARGS`` sent SIGINT once a line of its stderr matches ``marker`` (a regex):
+    (exit code, stdout, the rest of stderr)."""
+    with started(*args, report=report) as proc:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if re.search(marker, line):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
 def test_sigint_exits_130_and_lists_what_never_ran(tmp_path: Path) -> None:
     """A real process: the signal, its exit code and what it prints are the claim (the report
     of an interrupted run is tests/report/test_interrupt.py's, so none is rendered here)."""
     args = ["run", TINY, "--set", "rollout.count=40", "--set", "load.concurrency=1"]
     args += ["--transports", "http,ws", "--out", tmp_path, "--run-id", "int", "-q"]
-    proc = subprocess.Popen(
-        _argv(tuple(args), report=False),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
+    with started(*args, report=False) as proc:
         seen = rows_flushed(proc, tmp_path / "int" / "turns.csv.gz", 6)
         assert proc.poll() is None, f"run ended before the signal: {proc.communicate()[1]}"
         assert seen >= 6, "no rows flushed within 120 s"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
     assert proc.returncode == 130, (proc.returncode, out, err)
     first = out.splitlines()[0]
     assert first.startswith("run interrupted: partial results written; never ran: transports ws"), (
@@ -220,27 +221,10 @@ def test_sigint_to_a_procs_run_exits_130_with_a_merged_partial_summary(tmp_path:
     # they take them) must not be lost: with 40 rollouts, most never start.
     args = ["run", TINY, "--set", "rollout.count=40", "--set", "load.concurrency=2"]
     args += ["--transports", "http,ws", "--procs", "2", "--out", tmp_path, "--run-id", "p"]
-    proc = subprocess.Popen(
-        _argv(tuple(args), report=False),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stderr is not None
-        # Printed once every client process started; the signal may come before or after
-        # they measure anything: either way the run must end as an interrupted one.
-        for line in proc.stderr:
-            if "client processes" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    assert proc.returncode == 130, (proc.returncode, out, err)
+    # Printed once every client process started; the signal may come before or after they
+    # measure anything: either way the run must end as an interrupted one.
+    code, out, err = _sigint_after(args, "client processes", report=False)
+    assert code == 130, (code, out, err)
     assert out.splitlines()[0].startswith("run interrupted: partial results written"), out
     summary = json.loads((tmp_path / "p" / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["valid"] is False
@@ -256,19 +240,6 @@ def test_sigint_to_a_procs_run_exits_130_with_a_merged_partial_summary(tmp_path:
 def test_sigint_to_gate_ab_exits_130_not_invalid(tmp_path: Path) -> None:
     args = ["gate", TINY, "--ab", "--set", "rollout.count=60", "--set", "load.concurrency=1"]
     args += ["--transports", "http", "--out", tmp_path, "--run-id", "ab"]
-    proc = subprocess.Popen(
-        _argv(tuple(args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
-    )
-    try:
-        assert proc.stderr is not None
-        # The first pass's progress line: measuring is under way.
-        for line in proc.stderr:
-            if line.startswith("round "):
-                break
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    assert proc.returncode == 130, (proc.returncode, out, err)
+    # The first pass's progress line ("round 1 …"): measuring is under way.
+    code, out, err = _sigint_after(args, "^round ")
+    assert code == 130, (code, out, err)

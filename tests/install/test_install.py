@@ -147,19 +147,23 @@ def test_every_package_of_the_checkout_is_listed() -> None:
     assert not missing, missing
 
 
-def test_harness_comes_from_the_wheel(installed: Path, empty: Path) -> None:
-    proc = _sh(
-        [
-            installed / "python",
-            "-c",
-            "import harness, reference_server; "
-            "print(harness.__file__); print(reference_server.__file__)",
-        ],
-        cwd=empty,
-    )
+def _installed_python(installed: Path, cwd: Path, code: str) -> str:
+    """What ``python -c CODE`` of the installation prints in ``cwd`` (failing the test on an
+    error)."""
+    proc = _sh([installed / "python", "-c", code], cwd=cwd)
     assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_harness_comes_from_the_wheel(installed: Path, empty: Path) -> None:
+    printed = _installed_python(
+        installed,
+        empty,
+        "import harness, reference_server; "
+        "print(harness.__file__); print(reference_server.__file__)",
+    )
     venv_root = installed.parent.resolve()
-    for line in proc.stdout.splitlines():
+    for line in printed.splitlines():
         assert Path(line).resolve().is_relative_to(venv_root), line
         assert not Path(line).resolve().is_relative_to(ROOT), line
 
@@ -198,17 +202,12 @@ def test_reproduce_finds_its_scenarios_from_anywhere(
     installed: Path, empty: Path, tmp_path: Path
 ) -> None:
     assert _sh([installed / "loopbench", "reproduce", "--help"], cwd=empty).returncode == 0
-    proc = _sh(
-        [
-            installed / "python",
-            "-c",
-            "from harness.model.reproduce import PARTS, REPRODUCE_DIR; "
-            "print(REPRODUCE_DIR); print(all((REPRODUCE_DIR / f'{p}.yaml').is_file() for p in PARTS))",
-        ],
-        cwd=empty,
-    )
-    assert proc.returncode == 0, proc.stderr
-    folder, every = proc.stdout.split()
+    folder, every = _installed_python(
+        installed,
+        empty,
+        "from harness.model.reproduce import PARTS, REPRODUCE_DIR; "
+        "print(REPRODUCE_DIR); print(all((REPRODUCE_DIR / f'{p}.yaml').is_file() for p in PARTS))",
+    ).split()
     assert Path(folder).resolve().is_relative_to(installed.parent.resolve())
     assert every == "True"
 

@@ -8,30 +8,17 @@ from collections import Counter
 from pathlib import Path
 
 from harness.report.results import load_run
-from tests.header_recorder import recording_target
+from tests.header_recorder import SHAPE, recording_target
 from tests.runs import loopbench
 
 SECRET = "locust-secret-77"
-SCENARIO = """
+SCENARIO = f"""
 name: locust-shaped
 seed: 3
 transports: [http, ws]
-rollout:
-  count: 2
-  system_tokens: 60
-  tool_schema_tokens: 50
-  user_prompt_tokens: 20
-  tool_calls: 2
-  tool_output_tokens: 30
-  tool_latency_ms: 1
-  step_output_tokens: 20
-  final_answer_tokens: 30
-load:
-  mode: closed
-  concurrency: 2
-target:
+{SHAPE}target:
   session_header: X-Session-ID
-  extra_body: {temperature: 0.5}
+  extra_body: {{temperature: 0.5}}
 """
 
 

@@ -111,3 +111,54 @@ def test_the_published_schema_is_the_models() -> None:
     assert json.loads(found.group(1))["properties"]["transports"]["additionalProperties"] == {
         "$ref": "#/$defs/TransportSummary"
     }
+
+
+def test_the_cache_and_subagent_blocks_read_by_attribute() -> None:
+    doc = {
+        "format_version": 1,
+        "transports": {"ws": {"cache": {"cached_ratio": 0.5, "input_tokens": 10, "cached_tokens": 5,
+                                        "by_turn": [{"turn_index": 1, "turns": 2, "input_tokens": 10,
+                                                     "cached_tokens": 5, "cached_ratio": 0.5}]}}},
+        "subagents": {"ws": {"rollouts": 3, "wait_share_p50": 0.25, "critical_path_common": "0>1>0"}},
+    }  # fmt: skip
+    summary = Summary.from_json(doc)
+    cache = summary.transports["ws"].cache
+    assert cache is not None and (cache.cached_tokens, cache.input_tokens) == (5, 10)
+    assert [(t.turn_index, t.cached_ratio) for t in cache.by_turn] == [(1, 0.5)]
+    forked = (summary.subagents or {})["ws"]
+    assert (forked.rollouts, forked.wait_share_p50, forked.critical_path_common) == (
+        3,
+        0.25,
+        "0>1>0",
+    )
+    assert summary.to_json() == doc
+
+
+def test_scenario_facts_read_the_recorded_scenario_leniently() -> None:
+    """The reports, the gate's samples and a rebuild read the scenario as run through one
+    reader; a hand-made manifest that names the scenario only still reads."""
+    full = Manifest.from_json(
+        {
+            "format_version": 1,
+            "scenario": {
+                "name": "tiny",
+                "description": "two rollouts",
+                "load": {"mode": "closed", "concurrency": 2, "warmup_rollouts": 1},
+                "server": {"api_profile": "openai", "engine_profile": "h100"},
+                "slo": {"ttft_ms": 500, "rollout_ms": None},
+            },
+            "client_options": {"hints": True},
+        }
+    )
+    facts = full.scenario_facts
+    assert (facts.name, facts.load_mode, facts.concurrency, facts.warmup_rollouts) == (
+        "tiny",
+        "closed",
+        2,
+        1,
+    )
+    assert (facts.api_profile, facts.engine_profile) == ("openai", "h100")
+    assert facts.slo == {"ttft_ms": 500.0} and full.hints
+    bare = Manifest.from_json({"format_version": 1, "scenario": "tiny", "scenario_name": "tiny"})
+    assert bare.scenario_facts.name == "tiny" and bare.scenario_facts.warmup_rollouts == 0
+    assert bare.scenario_facts.slo == {} and not bare.hints

@@ -70,6 +70,23 @@ def test_steps_put_across_loop_iterations_reach_the_observer_whole_and_in_order(
     assert _run(main(), loop) == list(range(2000))
 
 
+async def _stopped_behind(process: ObserverProcess, steps: int, reason: str) -> int:
+    """Starts ``process``, stops its observer (SIGSTOP) and hands it ``steps`` failed exchanges
+    whose reasons end in ``reason``: the observer's pid (the caller continues it)."""
+    await process.start()
+    assert process.child is not None
+    pid = process.child.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for i in range(steps):
+            process.put((i, "failed", ("responses", "http", i, i, i + 1, 500, reason)))
+            await asyncio.sleep(0)
+    except BaseException:
+        os.kill(pid, signal.SIGCONT)
+        raise
+    return pid
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("loop", LOOPS)
 def test_a_stop_waits_for_an_observer_that_is_behind_short_of_the_stall_limit(loop: str) -> None:
@@ -79,13 +96,8 @@ def test_a_stop_waits_for_an_observer_that_is_behind_short_of_the_stall_limit(lo
 
     async def main() -> None:
         process = ObserverProcess(keep_content=False)
-        await process.start()
-        pid = process.child.pid
-        os.kill(pid, signal.SIGSTOP)
+        pid = await _stopped_behind(process, 4, big)
         try:
-            for i in range(4):
-                process.put((i, "failed", ("responses", "http", i, i, i + 1, 500, big)))
-                await asyncio.sleep(0)
             stopping = asyncio.ensure_future(process.stop())
             await asyncio.sleep(2.5)  # five of its checks that the observer still lives
             assert not stopping.done()
@@ -110,13 +122,7 @@ def test_a_stop_ends_an_observer_that_neither_reads_nor_runs(loop: str, when: st
 
     async def main() -> None:
         process = ObserverProcess(keep_content=False, stall_s=1.5)
-        await process.start()
-        pid = process.child.pid
-        os.kill(pid, signal.SIGSTOP)
-        if when == "reading":
-            for i in range(3):
-                process.put((i, "failed", ("responses", "http", i, i, i + 1, 500, big)))
-                await asyncio.sleep(0)
+        pid = await _stopped_behind(process, 3 if when == "reading" else 0, big)
         observed = await process.stop()
         assert observed.exchanges == []
         assert observed.unread == []
@@ -142,13 +148,8 @@ def test_an_observer_too_far_behind_stops_taking_steps_and_the_trace_says_what_i
 
     async def main() -> tuple[list[int], Any]:
         process = ObserverProcess(keep_content=False, max_backlog_bytes=2 << 20)
-        await process.start()
-        pid = process.child.pid
-        os.kill(pid, signal.SIGSTOP)
+        pid = await _stopped_behind(process, 8, mib)
         try:
-            for i in range(8):
-                process.put((i, "failed", ("responses", "http", i, i, i + 1, 500, mib)))
-                await asyncio.sleep(0)
             process.put((99, "ws_client", (99, b"\x81\x00", 1)))
             process.put((99, "ws_close", (99, 2)))
             await asyncio.sleep(0)
@@ -186,13 +187,8 @@ def test_a_stop_does_not_blame_the_observer_for_a_recording_frozen_as_a_whole(lo
 
     async def main() -> None:
         process = ObserverProcess(keep_content=False, stall_s=1.5)
-        await process.start()
-        pid = process.child.pid
-        os.kill(pid, signal.SIGSTOP)
+        pid = await _stopped_behind(process, 3, big)
         try:
-            for i in range(3):
-                process.put((i, "failed", ("responses", "http", i, i, i + 1, 500, big)))
-                await asyncio.sleep(0)
             stopping = asyncio.ensure_future(process.stop())
             await asyncio.sleep(0.7)  # the stop has checked once: nothing moved
             time.sleep(2.0)  # the relay's loop frozen too, longer than stall_s

@@ -33,12 +33,11 @@ from harness.record.proxy import (
 )
 from harness.report.results import load_run
 from harness.transports import make_transport
-from harness.transports.rollout_loop import run_rollout
 from harness.wire.exit_codes import ExitCode
 from harness.wire.ws_frames import encode_frame
 from harness.workload.records import TurnRecord
 from harness.workload.trace import TraceRollout, dump_trace, read_trace
-from tests.runs import ROOT, run_cli, run_file
+from tests.runs import ROOT, run_cli, run_file, run_plans
 from tests.transports.test_chat_messages import plans
 
 pytestmark = pytest.mark.timeout(120)
@@ -82,16 +81,7 @@ def test_each_api_is_recorded_as_the_client_ran_it(
                 # the reading happens in another process, not on a thread of this one
                 assert proxy._process is not None and proxy._process.child.pid != os.getpid()
             client = make_transport(transport, TransportOptions(_base(proxy)))
-            try:
-                for plan in rollouts:
-                    await run_rollout(
-                        client,
-                        plan,
-                        intended_start_ns=time.perf_counter_ns(),
-                        on_turn=records.append,
-                    )
-            finally:
-                await client.aclose()
+            await run_plans(client, rollouts, records.append)
         assert not proxy.stats.errors
         return build_trace(proxy.exchanges)[1]
 

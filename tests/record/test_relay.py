@@ -56,6 +56,26 @@ async def _big_upstream(heads: list[bytes] | None = None) -> asyncio.Server:
     return await asyncio.start_server(serve, "127.0.0.1", 0)
 
 
+MODELS = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def _answering(
+    answer: bytes, *, until_closed: bool
+) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """An upstream answering a request with ``answer``, then closing (``until_closed``: once
+    the client closed its end)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        if until_closed:
+            await reader.read()
+        writer.close()
+
+    return serve
+
+
 def _big_digest() -> bytes:
     """What a client of :func:`_big_upstream` must receive, hashed."""
     want = hashlib.sha256(HEAD)
@@ -103,7 +123,7 @@ def test_a_response_larger_than_every_buffer_reaches_a_slow_client_whole() -> No
         await proxy.start()
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            writer.write(MODELS)
             await asyncio.sleep(0.5)  # not reading: the proxy must stop reading upstream
             # what the proxy holds for this client meanwhile: bounded by the flow control
             buffered = [r.client.get_write_buffer_size() for r in proxy._relays]
@@ -123,15 +143,10 @@ def test_both_legs_send_each_chunk_at_once() -> None:
     """TCP_NODELAY on the client's and the upstream's socket of a relayed connection."""
 
     async def main() -> list[int]:
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
-            await reader.read()
-            writer.close()
-
+        serve = _answering(b"HTTP/1.1 204 No Content\r\n\r\n", until_closed=True)
         async with _proxy_before(serve) as proxy:
             reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            writer.write(MODELS)
             assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 204")
             [relay] = proxy._relays
             assert relay.up is not None
@@ -261,15 +276,10 @@ def test_a_client_that_half_closes_after_its_request_still_gets_the_response() -
     before the response, which must still be relayed whole."""
 
     async def main() -> bytes:
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-            await writer.drain()
-            writer.close()
-
+        serve = _answering(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", until_closed=False)
         async with _proxy_before(serve) as proxy:
             reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            writer.write(MODELS)
             writer.write_eof()
             got = await reader.read()
             writer.close()

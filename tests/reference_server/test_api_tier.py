@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import pytest
 
+from harness.wire.errors import UsageError
 from harness.wire.transports import TRANSPORT_NAMES
 from reference_server.core.api_tier import (
     RequestCost,
@@ -39,7 +42,7 @@ def test_pre_cost_components() -> None:
     assert pre.tokens_ms == pytest.approx(10_000 * OPT.per_token_us / 1000)
     assert pre.rehydrate_ms == pytest.approx(2_000 * OPT.rehydrate_us / 1000)
     assert pre.network_ms == OPT.hops * OPT.hop_ms
-    assert pre.total_ms == pytest.approx(sum(v for k, v in pre.as_dict().items() if k != "total"))
+    assert pre.total_ms == pytest.approx(sum(astuple(pre)))
 
 
 def test_only_a_resolved_websocket_gets_the_cheap_fixed_cost() -> None:
@@ -100,7 +103,7 @@ def test_request_cost_per_transport() -> None:
         True, True, False, 200, 0
     )
     assert request_cost("ws-append", 1000, 200) is None
-    with pytest.raises(ValueError, match="transport"):
+    with pytest.raises(UsageError, match="transport"):
         request_cost("grpc", 0, 0)
 
 

@@ -24,7 +24,7 @@ from reference_server.core.engine import (
     first_token_ns,
     prefill_ns,
 )
-from reference_server.core.profiles import EngineProfile, load_profiles
+from reference_server.core.profiles import EngineProfile, ProfileError, load_profiles
 
 WINDOW_NS = 100 * NS_PER_MS
 
@@ -358,3 +358,42 @@ def test_capacity_fair_rate_scaling() -> None:
     assert cap.rate_scale(1) == 1.0
     with pytest.raises(ValueError, match="max_streams"):
         EngineCapacity(0, 1.0)
+
+
+# -- interference (batching) -----------------------------------------------------------------
+
+
+def test_first_token_waits_for_the_streams_active_at_admission() -> None:
+    eng = _engine(ttft_per_active_ms="1.5")
+    assert first_token_ns(2_000, eng, others=0) == 70 * NS_PER_MS
+    assert first_token_ns(2_000, eng, others=3) == 70 * NS_PER_MS + 4_500_000
+    # the shipped profiles have no interference: a newcomer's first token is the same
+    assert first_token_ns(2_000, _engine(), others=7) == 70 * NS_PER_MS
+
+
+def test_capacity_batching_slows_every_stream_by_the_others() -> None:
+    cap = EngineCapacity(max_streams=10, aggregate_tps=1e9, slowdown_per_stream=0.1)
+    first = cap.request(0, 1000)
+    assert cap.rate_scale(0) == 1.0  # alone: the profile's own rate
+    tickets = [first] + [cap.request(0, 1000) for _ in range(3)]
+    # four streams: time per token x (1 + 0.1 x 3)
+    assert cap.rate_scale(0) == pytest.approx(1 / 1.3)
+    for t in tickets[1:]:
+        cap.release(t, 1)
+    assert cap.rate_scale(1) == 1.0
+
+
+def test_capacity_batching_and_budget_multiply() -> None:
+    cap = EngineCapacity(max_streams=10, aggregate_tps=3000, slowdown_per_stream=0.1)
+    for _ in range(4):
+        cap.request(0, 1000)
+    assert cap.rate_scale(0) == pytest.approx(0.75 / 1.3)
+
+
+def test_interference_fields_load_from_a_profile_and_default_to_zero() -> None:
+    assert _engine().decode_slowdown_per_stream == 0.0
+    assert _engine().ttft_per_active_ms == 0.0
+    eng = _engine(decode_slowdown_per_stream="0.08", ttft_per_active_ms="2")
+    assert (eng.decode_slowdown_per_stream, eng.ttft_per_active_ms) == (0.08, 2.0)
+    with pytest.raises(ProfileError, match="decode_slowdown_per_stream"):
+        _engine(decode_slowdown_per_stream="-1")

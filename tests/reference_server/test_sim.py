@@ -228,3 +228,35 @@ def test_decode_seed_follows_content_not_ids() -> None:
     c = [*a[:2], dict(a[2], output="all tests passed")]
     assert decode_seed(a) != decode_seed(c)
     assert 0 <= decode_seed([]) < 2**63
+
+
+def test_batching_interference_reaches_the_streams() -> None:
+    """The profile's interference is wired into the adapter: four streams admitted together
+    each decode (1 + 0.5 x 3) times slower than alone, and each newcomer's first token waits
+    ttft_per_active_ms per stream already active (the modelled ms it returns, exact)."""
+    sets = {
+        "engine.decode_slowdown_per_stream": "0.5",
+        "engine.ttft_per_active_ms": "3",
+        "engine.base_ttft_ms": "0",
+    }
+    sim = _sim(overrides=sets)
+
+    async def emit(sizes: Sequence[int]) -> None:
+        return None
+
+    async def run(first: int, n: int) -> list[dict[str, float | int]]:
+        # prompts never seen before (no prefix-cache hit): one uncached token each
+        prompts = range(first, first + n)
+        return list(
+            await asyncio.gather(*(sim.inference([(i, 1)], 1, 101, i, emit) for i in prompts))
+        )
+
+    alone = asyncio.run(run(0, 1))[0]
+    four = asyncio.run(run(10, 4))
+    assert alone["decode"] == pytest.approx(100.0, rel=0.05)  # 100 gaps at 1,000 tokens/s
+    for r in four:
+        assert r["decode"] == pytest.approx(250.0, rel=0.1)
+    prefill = 1 / 40  # one uncached token at 40,000 tokens/s, ms
+    assert sorted(r["prefill"] for r in four) == pytest.approx(
+        [prefill + 3.0 * k for k in range(4)]
+    )

@@ -12,13 +12,8 @@ from reference_server.core.api_tier import RequestCost
 from reference_server.core.profiles import load_profiles
 from reference_server.sim import Simulator, mark_arrival
 
-COST = RequestCost(
-    new_connection=False,
-    websocket=False,
-    connection_resolved=False,
-    processed_tokens=100,
-    rehydrated_tokens=0,
-)
+# An HTTP request on an open connection, 100 tokens to process, nothing rehydrated.
+COST = RequestCost(False, False, False, 100)
 
 
 def _sim(overrides: dict[str, str] | None = None, interval: float | None = None) -> Simulator:

@@ -33,7 +33,7 @@ def test_a_killed_client_process_leaves_the_survivors_rows_and_a_folder_that_nam
     tmp.mkdir()
     proc = subprocess.Popen(
         _argv(("run", scenario, "--procs", "2", "--target", server_url, "--no-probe",
-               "--out", tmp_path, "--run-id", "p", "-q")),
+               "--out", tmp_path, "--run-id", "p", "-q"), report=False),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "TMPDIR": str(tmp)},
     )  # fmt: skip

@@ -50,9 +50,9 @@ def test_paired_rollouts_and_ttft_speedup(run: Run) -> None:
     assert list(pairs.columns) == ["http", "ws"]
     assert (pairs["http"] / pairs["ws"]).tolist() == pytest.approx([2.0, 630 / 330, 2.0])
     ttft = A.paired_ttft_speedup(run, "http", "ws")
-    assert ttft is not None and ttft["n"] == 12
-    assert 2.0 < ttft["speedup"] < 3.2  # 100 vs 40 ms, each ±10 %
-    assert ttft["ci95"][0] <= ttft["speedup"] <= ttft["ci95"][1]
+    assert ttft is not None and ttft.n == 12 and ttft.ci95 is not None
+    assert 2.0 < ttft.median_ratio < 3.2  # 100 vs 40 ms, each ±10 %
+    assert ttft.ci95[0] <= ttft.median_ratio <= ttft.ci95[1]
     assert A.paired_ttft_speedup(run, "http", "ws-append") is None
 
 

@@ -125,6 +125,9 @@ def test_search_converges_on_the_engines_capacity(tmp_path: Path, cli: Callable[
         "--sweep-id",
         "gp",
         "-q",
+        # each step's own report is not read here (the search's is: tests.without_reports
+        # leaves harness.run.goodput's renderer alone)
+        report=False,
     ).stdout
     root = tmp_path / "gp"
     doc = json.loads((root / "sweep.json").read_text())

@@ -13,25 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.client import probe as checks
 from harness.client.probe import (
-    API_OF,
-    BACKGROUND,
-    CHAINING,
-    CHAT,
-    CHAT_CACHED,
-    CHAT_TOOLS,
-    CHAT_USAGE,
-    COMPACTION,
-    FEATURES,
-    LANES,
-    MESSAGES,
-    MESSAGES_CACHE,
-    REACHABLE,
-    RETRIEVE,
-    SSE,
-    WARMUP,
-    WEBSOCKET,
-    WS_CHAINING,
     Finding,
     features_for,
     judge_background,
@@ -74,7 +57,7 @@ from tests.foreign_servers import (
     rate_limited_server,
     silent_server,
 )
-from tests.runs import ROOT, TINY, _argv, loopbench
+from tests.runs import ROOT, TINY, _argv, loopbench, started
 
 PROBE_LINE = "nothing was measured"
 
@@ -94,7 +77,18 @@ def _probe(url: str) -> dict[str, Finding]:
 
 def _run(url: str, out: Path, *args: str) -> tuple[int, str]:
     proc = loopbench(
-        "run", TINY, "--target", url, "--out", str(out), "--run-id", "r", "-q", *args, timeout=120
+        "run",
+        TINY,
+        "--target",
+        url,
+        "--out",
+        str(out),
+        "--run-id",
+        "r",
+        "-q",
+        *args,
+        timeout=120,
+        report=False,
     )
     return proc.returncode, proc.stderr
 
@@ -104,11 +98,11 @@ def test_reference_server_supports_every_responses_feature(server_url: str) -> N
     proc = loopbench("probe", "--target", server_url, "--json")
     assert proc.returncode == ExitCode.OK, proc.stderr
     found = json.loads(proc.stdout)["features"]
-    assert list(found) == [f for f, _ in FEATURES]
-    responses = [f for f, _ in FEATURES if API_OF[f] in (None, RESPONSES_API)]
+    assert list(found) == [f for f, _ in checks.FEATURES]
+    responses = [f for f, _ in checks.FEATURES if checks.API_OF[f] in (None, RESPONSES_API)]
     assert {f: found[f]["answer"] for f in responses} == dict.fromkeys(responses, "yes")
-    assert "honoured" in found[CHAINING]["evidence"]
-    assert "honoured" in found[WS_CHAINING]["evidence"]
+    assert "honoured" in found[checks.CHAINING]["evidence"]
+    assert "honoured" in found[checks.WS_CHAINING]["evidence"]
 
 
 def test_dead_target_probe_exits_4_and_says_why_first() -> None:
@@ -130,7 +124,7 @@ def test_dead_target_probe_exits_4_and_says_why_first() -> None:
         f"error: target {url} is unreachable: connect to 127.0.0.1:{port}: connection refused"
     )
     assert [line for line in lines if "not checked" in line] == [
-        f"not checked: {len(FEATURES) - 1} features (the target is unreachable)"
+        f"not checked: {len(checks.FEATURES) - 1} features (the target is unreachable)"
     ]
     assert len(lines) <= 6, proc.stdout
 
@@ -160,9 +154,9 @@ def test_http_only_endpoint_refuses_ws(tmp_path: Path) -> None:
         "websocket_disabled: WebSocket mode is disabled on this server (--no-websocket); use "
         "POST /v1/responses over HTTP"
     )
-    assert found[SSE].supported and found[CHAINING].supported
-    assert found[WEBSOCKET] == Finding(WEBSOCKET, False, expected)
-    assert not found[LANES].checked and found[LANES].answer == "-"
+    assert found[checks.SSE].supported and found[checks.CHAINING].supported
+    assert found[checks.WEBSOCKET] == Finding(checks.WEBSOCKET, False, expected)
+    assert not found[checks.LANES].checked and found[checks.LANES].answer == "-"
     assert code == ExitCode.USAGE
     assert err.strip().splitlines() == [
         f"error: transport ws cannot run against {url}: {expected} "
@@ -180,31 +174,38 @@ def test_plain_web_and_500_servers_are_told_apart() -> None:
     with plain_web_server() as web, error_server() as broken:
         web_found = _probe(web)
         broken_found = _probe(broken)
-    assert web_found[REACHABLE].supported and broken_found[REACHABLE].supported
-    assert web_found[SSE].evidence.endswith("answered 200 text/html, not an SSE stream")
-    assert web_found[WEBSOCKET].supported is False
-    assert "no Responses API WebSocket mode at ws://127.0.0.1:" in web_found[WEBSOCKET].evidence
-    assert broken_found[SSE] == Finding(
-        SSE,
+    assert web_found[checks.REACHABLE].supported and broken_found[checks.REACHABLE].supported
+    assert web_found[checks.SSE].evidence.endswith("answered 200 text/html, not an SSE stream")
+    assert web_found[checks.WEBSOCKET].supported is False
+    assert (
+        "no Responses API WebSocket mode at ws://127.0.0.1:" in web_found[checks.WEBSOCKET].evidence
+    )
+    assert broken_found[checks.SSE] == Finding(
+        checks.SSE,
         None,
         f"POST {broken}/responses answered HTTP 500 with the body Internal Server Error "
         "(a server error, not an answer about the Responses API; try again later)",
         server_failed=True,
     )
     ws_url = broken.replace("http://", "ws://") + "/responses"
-    assert broken_found[WEBSOCKET].supported is None and broken_found[WEBSOCKET].stops_a_run
-    assert broken_found[WEBSOCKET].evidence.startswith(
+    assert (
+        broken_found[checks.WEBSOCKET].supported is None
+        and broken_found[checks.WEBSOCKET].stops_a_run
+    )
+    assert broken_found[checks.WEBSOCKET].evidence.startswith(
         f"the upgrade at {ws_url} was answered with HTTP 500"
     )
-    assert broken_found[WEBSOCKET].evidence.endswith(
+    assert broken_found[checks.WEBSOCKET].evidence.endswith(
         "(a server error, not an answer about WebSocket mode; try again later)"
     )
-    assert broken_found[CHAINING].evidence == (
+    assert broken_found[checks.CHAINING].evidence == (
         f"not checked: the check it builds on got no answer about it at {broken}/responses "
         "(a server error, a rate limit or a time-out)"
     )
     cause = refusal(list(broken_found.values()), [transport_spec("http")], broken)
-    assert cause == f"transport http cannot run against {broken}: {broken_found[SSE].evidence}"
+    assert (
+        cause == f"transport http cannot run against {broken}: {broken_found[checks.SSE].evidence}"
+    )
 
 
 def test_a_rate_limited_gateway_is_not_a_missing_api(tmp_path: Path) -> None:
@@ -214,20 +215,23 @@ def test_a_rate_limited_gateway_is_not_a_missing_api(tmp_path: Path) -> None:
         found = _probe(url)
         code, err = _run(url, tmp_path / "results", "--transports", "ws")
     ws_url = url.replace("http://", "ws://") + "/responses"
-    for feature, about in ((SSE, "the Responses API"), (CHAT, "the Chat Completions API")):
+    for feature, about in (
+        (checks.SSE, "the Responses API"),
+        (checks.CHAT, "the Chat Completions API"),
+    ):
         assert found[feature].supported is None and found[feature].server_failed
         assert found[feature].evidence.endswith(
             f": rate_limit_exceeded: {RATE_LIMIT_MESSAGE} (the server is rate-limiting, not an "
             f"answer about {about}; try again later)"
         )
-    assert found[WEBSOCKET].evidence == (
+    assert found[checks.WEBSOCKET].evidence == (
         f"the upgrade at {ws_url} was answered with HTTP 429: rate_limit_exceeded: "
         f"{RATE_LIMIT_MESSAGE} (the server is rate-limiting, not an answer about WebSocket "
         "mode; try again later)"
     )
     assert code == ExitCode.USAGE
     assert err.strip().splitlines() == [
-        f"error: transport ws cannot run against {url}: {found[WEBSOCKET].evidence} "
+        f"error: transport ws cannot run against {url}: {found[checks.WEBSOCKET].evidence} "
         "(nothing was measured; --no-probe skips this check)"
     ]
     assert not (tmp_path / "results").exists()
@@ -246,26 +250,34 @@ def test_no_probe_skips_the_probe(tmp_path: Path) -> None:
 
 
 def test_features_follow_the_transport_registry() -> None:
-    assert features_for([transport_spec("http")]) == [REACHABLE, SSE]
-    assert features_for([transport_spec("http-chained")]) == [REACHABLE, SSE, CHAINING]
-    assert features_for([transport_spec("ws")]) == [REACHABLE, WEBSOCKET, WS_CHAINING]
-    assert features_for([transport_spec("ws-append")]) == [REACHABLE, WEBSOCKET]
+    assert features_for([transport_spec("http")]) == [checks.REACHABLE, checks.SSE]
+    assert features_for([transport_spec("http-chained")]) == [
+        checks.REACHABLE,
+        checks.SSE,
+        checks.CHAINING,
+    ]
+    assert features_for([transport_spec("ws")]) == [
+        checks.REACHABLE,
+        checks.WEBSOCKET,
+        checks.WS_CHAINING,
+    ]
+    assert features_for([transport_spec("ws-append")]) == [checks.REACHABLE, checks.WEBSOCKET]
     # Nothing a run needs is outside the table, and warm-up/lanes are probe-only.
     needed = set(features_for(TRANSPORTS))
-    assert needed <= {f for f, _ in FEATURES} and not needed & {WARMUP, LANES}
+    assert needed <= {f for f, _ in checks.FEATURES} and not needed & {checks.WARMUP, checks.LANES}
 
 
 def test_unreachable_is_the_first_cause() -> None:
     findings = [
-        Finding(REACHABLE, False, "connect to h:1: connection refused"),
-        Finding(WEBSOCKET, False, "no WebSocket mode"),
+        Finding(checks.REACHABLE, False, "connect to h:1: connection refused"),
+        Finding(checks.WEBSOCKET, False, "no WebSocket mode"),
     ]
     specs = [transport_spec("ws")]
     assert refusal(findings, specs, "http://h:1/v1") == (
         "target http://h:1/v1 is unreachable: connect to h:1: connection refused"
     )
     # Unknown (nothing to compare) lets the run go ahead.
-    assert refusal([Finding(WS_CHAINING, None, "no usage")], specs, "u") is None
+    assert refusal([Finding(checks.WS_CHAINING, None, "no usage")], specs, "u") is None
 
 
 def test_an_unknown_about_the_client_stops_a_run_any_other_does_not() -> None:
@@ -273,11 +285,11 @@ def test_an_unknown_about_the_client_stops_a_run_any_other_does_not() -> None:
     not serve stop it; an unknown about the feature itself does not."""
     specs = [transport_spec("ws")]
     for flag in ("auth_failed", "forbidden", "model_unknown", "server_failed"):
-        found = Finding(WEBSOCKET, None, f"the {flag} evidence", **{flag: True})
+        found = Finding(checks.WEBSOCKET, None, f"the {flag} evidence", **{flag: True})
         assert refusal([found], specs, "u") == (
             f"transport ws cannot run against u: the {flag} evidence"
         )
-    assert refusal([Finding(WEBSOCKET, None, "cannot be told")], specs, "u") is None
+    assert refusal([Finding(checks.WEBSOCKET, None, "cannot be told")], specs, "u") is None
 
 
 @pytest.mark.parametrize(
@@ -376,38 +388,42 @@ def test_bad_target_url_exits_4() -> None:
     )
 
 
+def _unknown(feature: str, evidence: str) -> Finding:
+    """What a check finds when the server failed to answer: neither yes nor no."""
+    return Finding(feature, None, evidence, server_failed=True)
+
+
 def test_each_check_is_bounded_by_its_timeout() -> None:
     with silent_server() as url:
         found = _by_feature(probe(url, api_key="sk-loopbench", timeout_s=0.5))
-    assert found[REACHABLE].supported
+    assert found[checks.REACHABLE].supported
     # no answer says nothing of the feature: "unknown", and it stops a run all the same
-    assert found[SSE] == Finding(
-        SSE, None, f"POST {url}/responses: no complete answer within 0.5 s", server_failed=True
+    assert found[checks.SSE] == _unknown(
+        checks.SSE, f"POST {url}/responses: no complete answer within 0.5 s"
     )
     ws_url = url.replace("http://", "ws://") + "/responses"
-    assert found[WEBSOCKET] == Finding(
-        WEBSOCKET,
-        None,
-        f"no answer to the WebSocket upgrade at {ws_url} within 0.5 s",
-        server_failed=True,
+    assert found[checks.WEBSOCKET] == _unknown(
+        checks.WEBSOCKET, f"no answer to the WebSocket upgrade at {ws_url} within 0.5 s"
     )
 
 
 def test_a_websocket_that_upgrades_then_says_nothing_is_unknown_not_missing() -> None:
     with mute_websocket_server() as url:
         found = _by_feature(
-            probe(url, [REACHABLE, WEBSOCKET, WS_CHAINING], api_key="sk-loopbench", timeout_s=0.5)
+            probe(
+                url,
+                [checks.REACHABLE, checks.WEBSOCKET, checks.WS_CHAINING],
+                api_key="sk-loopbench",
+                timeout_s=0.5,
+            )
         )
     ws_url = url.replace("http://", "ws://") + "/responses"
-    assert found[WEBSOCKET] == Finding(
-        WEBSOCKET,
-        None,
-        f"{ws_url} upgraded, but no terminal event within 0.5 s (0 events)",
-        server_failed=True,
+    assert found[checks.WEBSOCKET] == _unknown(
+        checks.WEBSOCKET, f"{ws_url} upgraded, but no terminal event within 0.5 s (0 events)"
     )
-    assert not found[WS_CHAINING].checked
+    assert not found[checks.WS_CHAINING].checked
     cause = refusal(list(found.values()), [transport_spec("ws")], url)
-    assert cause == f"transport ws cannot run against {url}: {found[WEBSOCKET].evidence}"
+    assert cause == f"transport ws cannot run against {url}: {found[checks.WEBSOCKET].evidence}"
 
 
 def test_a_run_says_what_it_probes_before_waiting_on_a_silent_endpoint(tmp_path: Path) -> None:
@@ -416,23 +432,12 @@ def test_a_run_says_what_it_probes_before_waiting_on_a_silent_endpoint(tmp_path:
     time-out and how to give more."""
     with silent_server() as url:
         args = ["run", TINY, "--target", url, "--out", tmp_path / "results", "--run-id", "r"]
-        proc = subprocess.Popen(
-            _argv((*args, "--probe-timeout-s", "3")),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
-        try:
+        with started(*args, "--probe-timeout-s", "3") as proc:
             assert proc.stderr is not None
             first = proc.stderr.readline()
             # two checks of 3 s each are still ahead of it: the line came before the waiting
             waiting = proc.poll() is None
             _, rest = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
         quiet_code, quiet_err = _run(url, tmp_path / "results", "--probe-timeout-s", "0.5")
     ws_url = url.replace("http://", "ws://") + "/responses"
     assert first == f"probing {url} (http, ws; each check waits up to 3 s) …\n"
@@ -473,8 +478,12 @@ def test_compacting_run_needs_the_compact_route(tmp_path: Path) -> None:
     ]
     assert not (tmp_path / "results").exists()
     # without compaction the endpoint is not asked for it
-    assert features_for([transport_spec("http")]) == [REACHABLE, SSE]
-    assert features_for([transport_spec("http")], compaction=True) == [REACHABLE, SSE, COMPACTION]
+    assert features_for([transport_spec("http")]) == [checks.REACHABLE, checks.SSE]
+    assert features_for([transport_spec("http")], compaction=True) == [
+        checks.REACHABLE,
+        checks.SSE,
+        checks.COMPACTION,
+    ]
 
 
 def test_refused_credentials_are_not_a_missing_api(tmp_path: Path) -> None:
@@ -484,7 +493,7 @@ def test_refused_credentials_are_not_a_missing_api(tmp_path: Path) -> None:
     with key_required_server() as url:
         found = _probe(url)
         code, err = _run(url, tmp_path / "results", "--transports", "http,ws")
-    for feature in (SSE, WEBSOCKET):
+    for feature in (checks.SSE, checks.WEBSOCKET):
         assert found[feature].supported is None and found[feature].auth_failed, found[feature]
         assert "refused the credentials (HTTP 401" in found[feature].evidence
         assert "--api-key-env NAME" in found[feature].evidence
@@ -497,23 +506,29 @@ def test_refused_credentials_are_not_a_missing_api(tmp_path: Path) -> None:
 
 #: what a row under an API said when the API check answered with an auth error, before the
 #: rows gave that cause: each claims the API (or its stream) is not there
-_CLAIMS_ABSENCE = ("no Responses API", "no SSE stream", "no WebSocket mode", "no Chat", "no Anth")
+_CLAIMS_ABSENCE = (
+    "no Responses API",
+    "no SSE stream",
+    "no WebSocket mode",
+    "no Chat",
+    "no Anth",
+)
 
 
 def _skipped_rows(found: dict[str, Finding], url: str, cause: str) -> None:
     """Every row under an API the server refused says the cause, at that API's URL."""
     under = {
-        CHAINING: f"{url}/responses",
-        COMPACTION: f"{url}/responses",
-        RETRIEVE: f"{url}/responses",
-        BACKGROUND: f"{url}/responses",
-        WS_CHAINING: url.replace("http://", "ws://") + "/responses",
-        WARMUP: url.replace("http://", "ws://") + "/responses",
-        LANES: url.replace("http://", "ws://") + "/responses",
-        CHAT_USAGE: f"{url}/chat/completions",
-        CHAT_TOOLS: f"{url}/chat/completions",
-        CHAT_CACHED: f"{url}/chat/completions",
-        MESSAGES_CACHE: f"{url}/messages",
+        checks.CHAINING: f"{url}/responses",
+        checks.COMPACTION: f"{url}/responses",
+        checks.RETRIEVE: f"{url}/responses",
+        checks.BACKGROUND: f"{url}/responses",
+        checks.WS_CHAINING: url.replace("http://", "ws://") + "/responses",
+        checks.WARMUP: url.replace("http://", "ws://") + "/responses",
+        checks.LANES: url.replace("http://", "ws://") + "/responses",
+        checks.CHAT_USAGE: f"{url}/chat/completions",
+        checks.CHAT_TOOLS: f"{url}/chat/completions",
+        checks.CHAT_CACHED: f"{url}/chat/completions",
+        checks.MESSAGES_CACHE: f"{url}/messages",
     }
     for feature, where in under.items():
         row = found[feature]
@@ -538,7 +553,7 @@ def test_forbidden_is_not_refused_credentials(tmp_path: Path) -> None:
     with forbidden_server() as url:
         found = _probe(url)
         code, err = _run(url, tmp_path / "results", "--transports", "http,ws")
-    for feature in (SSE, WEBSOCKET, CHAT, MESSAGES):
+    for feature in (checks.SSE, checks.WEBSOCKET, checks.CHAT, checks.MESSAGES):
         row = found[feature]
         assert row.supported is None and row.forbidden and not row.auth_failed, row
         assert "refused the credentials" not in row.evidence

@@ -13,27 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from harness.client.probe import (
-    BACKGROUND,
-    CHAT,
-    CHAT_CACHED,
-    CHAT_TOOLS,
-    CHAT_USAGE,
-    COMPACTION,
-    FEATURES,
-    MESSAGES,
-    MESSAGES_CACHE,
-    REACHABLE,
-    RETRIEVE,
-    SSE,
-    TABLE_WIDTH,
-    WEBSOCKET,
-    WS_CHAINING,
-    Finding,
-    features_for,
-    refusal,
-    table,
-)
+from harness.client import probe as checks
+from harness.client.probe import Finding, features_for, refusal, table
 from harness.run.probe import probe, probe_for_run
 from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import transport_spec
@@ -54,39 +35,45 @@ def test_chat_only_server_has_the_chat_api_only() -> None:
     with chat_only_server() as url:
         found = _probe(url)
         proc = loopbench("probe", "--target", url, "--json")
-    assert found[REACHABLE].supported
-    assert found[CHAT].supported is True
-    assert found[CHAT].evidence == (
+    assert found[checks.REACHABLE].supported
+    assert found[checks.CHAT].supported is True
+    assert found[checks.CHAT].evidence == (
         f"POST {url}/chat/completions answered 200 text/event-stream: 5 chunks, "
         "finish_reason stop, then data: [DONE]"
     )
-    assert found[CHAT_USAGE] == Finding(
-        CHAT_USAGE, True, "a chunk carried usage: prompt_tokens 15, completion_tokens 2"
+    assert found[checks.CHAT_USAGE] == Finding(
+        checks.CHAT_USAGE, True, "a chunk carried usage: prompt_tokens 15, completion_tokens 2"
     )
     # vLLM without --enable-prompt-tokens-details: no cached tokens to report
-    assert found[CHAT_CACHED].supported is False
-    assert "no prompt_tokens_details.cached_tokens" in found[CHAT_CACHED].evidence
-    assert found[CHAT_TOOLS].supported is True
-    assert found[CHAT_TOOLS].evidence.startswith("a call to loopbench_probe streamed in 3 ")
+    assert found[checks.CHAT_CACHED].supported is False
+    assert "no prompt_tokens_details.cached_tokens" in found[checks.CHAT_CACHED].evidence
+    assert found[checks.CHAT_TOOLS].supported is True
+    assert found[checks.CHAT_TOOLS].evidence.startswith("a call to loopbench_probe streamed in 3 ")
     # the other two APIs, each named in one sentence with its evidence
-    assert found[SSE] == Finding(
-        SSE,
+    assert found[checks.SSE] == Finding(
+        checks.SSE,
         False,
         f'no Responses API at {url}/responses: HTTP 404 with the body {{"detail":"Not Found"}}',
     )
-    assert found[WEBSOCKET] == Finding(
-        WEBSOCKET,
+    assert found[checks.WEBSOCKET] == Finding(
+        checks.WEBSOCKET,
         False,
         f"no Responses API WebSocket mode at {_ws(url)}: the upgrade was answered with HTTP 404 "
         'with the body {"detail":"Not Found"}',
     )
-    assert found[MESSAGES] == Finding(
-        MESSAGES,
+    assert found[checks.MESSAGES] == Finding(
+        checks.MESSAGES,
         False,
         f"no Anthropic Messages API at {url}/messages: HTTP 404 with the body "
         '{"detail":"Not Found"}',
     )
-    for feature in (BACKGROUND, COMPACTION, RETRIEVE, WS_CHAINING, MESSAGES_CACHE):
+    for feature in (
+        checks.BACKGROUND,
+        checks.COMPACTION,
+        checks.RETRIEVE,
+        checks.WS_CHAINING,
+        checks.MESSAGES_CACHE,
+    ):
         assert not found[feature].checked, found[feature]
     assert proc.returncode == ExitCode.OK, proc.stderr
     doc = json.loads(proc.stdout)
@@ -95,20 +82,20 @@ def test_chat_only_server_has_the_chat_api_only() -> None:
         "chat": "yes",
         "messages": "no",
     }
-    assert doc["features"][CHAT]["api"] == "chat"
+    assert doc["features"][checks.CHAT]["api"] == "chat"
 
 
 def test_chat_server_without_tool_calls_is_named_and_refused(tmp_path: Path) -> None:
     with chat_only_server(tools=False, cached_tokens=True) as url:
         found = _probe(url)
-    assert found[CHAT].supported
-    assert found[CHAT_CACHED] == Finding(
-        CHAT_CACHED,
+    assert found[checks.CHAT].supported
+    assert found[checks.CHAT_CACHED] == Finding(
+        checks.CHAT_CACHED,
         True,
         "usage.prompt_tokens_details.cached_tokens reported: 0 of 15 prompt tokens",
     )
-    assert found[CHAT_TOOLS] == Finding(
-        CHAT_TOOLS,
+    assert found[checks.CHAT_TOOLS] == Finding(
+        checks.CHAT_TOOLS,
         False,
         'a request with a tool and tool_choice "required" was refused: POST '
         f'{url}/chat/completions answered HTTP 400: tool_choice "required" is not supported '
@@ -116,35 +103,38 @@ def test_chat_server_without_tool_calls_is_named_and_refused(tmp_path: Path) -> 
     )
     # a chat run forces its tool calls: the endpoint cannot serve it
     assert refusal(list(found.values()), [_spec("chat", "chat")], url) == (
-        f"transport chat cannot run against {url}: {found[CHAT_TOOLS].evidence}"
+        f"transport chat cannot run against {url}: {found[checks.CHAT_TOOLS].evidence}"
     )
 
 
 def test_messages_only_server_has_the_messages_api_only() -> None:
     with messages_only_server() as url:
         found = _probe(url)
-    assert found[MESSAGES].supported is True
-    assert found[MESSAGES].evidence == (
+    assert found[checks.MESSAGES].supported is True
+    assert found[checks.MESSAGES].evidence == (
         f"POST {url}/messages answered 200 text/event-stream: message_start ... message_stop "
         "in 7 events, stop_reason end_turn"
     )
     # the second request read the system prompt the first one wrote
-    assert found[MESSAGES_CACHE].supported is True, found[MESSAGES_CACHE]
-    assert "read from the cache: cache_creation_input_tokens 2" in found[MESSAGES_CACHE].evidence
-    for feature, api in ((CHAT, "Chat Completions API"), (SSE, "Responses API")):
-        path = "/chat/completions" if feature == CHAT else "/responses"
+    assert found[checks.MESSAGES_CACHE].supported is True, found[checks.MESSAGES_CACHE]
+    assert (
+        "read from the cache: cache_creation_input_tokens 2"
+        in found[checks.MESSAGES_CACHE].evidence
+    )
+    for feature, api in ((checks.CHAT, "Chat Completions API"), (checks.SSE, "Responses API")):
+        path = "/chat/completions" if feature == checks.CHAT else "/responses"
         assert found[feature].supported is False
         assert found[feature].evidence.startswith(
             f"no {api} at {url}{path}: HTTP 404: not_found_error: Not found: /v1{path}"
         ), found[feature].evidence
-    assert not found[CHAT_TOOLS].checked
+    assert not found[checks.CHAT_TOOLS].checked
 
 
 def test_ws_run_against_a_chat_only_server_is_refused(tmp_path: Path) -> None:
     with chat_only_server() as url:
         proc = loopbench(
             "run", TINY, "--target", url, "--out", str(tmp_path / "results"), "--run-id", "r",
-            "-q", "--transports", "ws", timeout=120,
+            "-q", "--transports", "ws", timeout=120, report=False,
         )  # fmt: skip
     assert proc.returncode == ExitCode.USAGE
     assert proc.stderr.strip().splitlines() == [
@@ -160,8 +150,8 @@ def test_the_table_is_grouped_by_api_and_80_columns_wide() -> None:
         text = table(url, probe(url, api_key="sk-loopbench", timeout_s=10))
     lines = text.splitlines()
     assert lines[1] == "APIs: Responses API no, Chat Completions API yes, Anthropic Messages API no"
-    assert max(map(len, lines)) <= TABLE_WIDTH, text
-    for _, label in FEATURES:
+    assert max(map(len, lines)) <= checks.TABLE_WIDTH, text
+    for _, label in checks.FEATURES:
         assert label in text
     # each API starts its group; its features are indented under it
     chat_row = next(i for i, line in enumerate(lines) if line.startswith("Chat Completions:"))
@@ -180,20 +170,24 @@ def _spec(name: str, api: str) -> Any:
 
 def test_chat_and_messages_transports_need_their_api_only() -> None:
     chat, messages = _spec("chat", "chat"), _spec("messages", "messages")
-    assert features_for([chat]) == [REACHABLE, CHAT, CHAT_TOOLS]
-    assert features_for([messages]) == [REACHABLE, MESSAGES]
-    assert features_for([transport_spec("http"), messages]) == [REACHABLE, SSE, MESSAGES]
+    assert features_for([chat]) == [checks.REACHABLE, checks.CHAT, checks.CHAT_TOOLS]
+    assert features_for([messages]) == [checks.REACHABLE, checks.MESSAGES]
+    assert features_for([transport_spec("http"), messages]) == [
+        checks.REACHABLE,
+        checks.SSE,
+        checks.MESSAGES,
+    ]
     # a compacting scenario needs POST /responses/compact, but only from a Responses transport
     assert features_for([transport_spec("ws")], compaction=True) == [
-        REACHABLE, WEBSOCKET, WS_CHAINING, COMPACTION,
+        checks.REACHABLE, checks.WEBSOCKET, checks.WS_CHAINING, checks.COMPACTION,
     ]  # fmt: skip
-    assert COMPACTION not in features_for([chat], compaction=True)
-    missing = Finding(MESSAGES, False, "no Anthropic Messages API at u/messages: HTTP 404")
-    assert refusal([Finding(CHAT, True, "ok"), missing], [chat, messages], "u") == (
+    assert checks.COMPACTION not in features_for([chat], compaction=True)
+    missing = Finding(checks.MESSAGES, False, "no Anthropic Messages API at u/messages: HTTP 404")
+    assert refusal([Finding(checks.CHAT, True, "ok"), missing], [chat, messages], "u") == (
         "transport messages cannot run against u: no Anthropic Messages API at u/messages: HTTP 404"
     )
     # every transport that cannot run is named at once, each with its own reason
-    no_chat = Finding(CHAT, False, "no Chat Completions API at u/chat/completions: HTTP 404")
+    no_chat = Finding(checks.CHAT, False, "no Chat Completions API at u/chat/completions: HTTP 404")
     assert refusal([no_chat, missing], [chat, messages], "u") == (
         "transports chat, messages cannot run against u: "
         "chat: no Chat Completions API at u/chat/completions: HTTP 404; "
@@ -229,7 +223,7 @@ def test_reference_server_serves_all_three_apis(server_url: str) -> None:
         "messages": "yes",
     }, doc
     answers = {f: v["answer"] for f, v in doc["features"].items()}
-    assert answers == {f: "yes" for f, _ in FEATURES}, doc
+    assert answers == {f: "yes" for f, _ in checks.FEATURES}, doc
 
 
 def test_probe_sends_the_header_and_session_flags_on_every_request() -> None:
@@ -260,12 +254,12 @@ def test_an_unknown_model_is_not_a_missing_api() -> None:
     a run with that model is refused naming the model, and the right model passes."""
     with chat_only_server(model="Qwen/Qwen3-8B") as url:
         found = _probe(url)
-        chat = found[CHAT]
+        chat = found[checks.CHAT]
         assert chat.supported is None and chat.model_unknown
         assert "does not serve the model" in chat.evidence and "--model" in chat.evidence
         assert "no Chat Completions API" not in chat.evidence
         # the rows under it give that cause too, not an API that is not there
-        for feature in (CHAT_USAGE, CHAT_TOOLS, CHAT_CACHED):
+        for feature in (checks.CHAT_USAGE, checks.CHAT_TOOLS, checks.CHAT_CACHED):
             assert found[feature].evidence == (
                 "not checked: the server does not serve the model the probe named at "
                 f"{url}/chat/completions"
@@ -277,7 +271,7 @@ def test_an_unknown_model_is_not_a_missing_api() -> None:
             f.feature: f
             for f in probe(url, api_key="sk-loopbench", timeout_s=10, model="Qwen/Qwen3-8B")
         }
-        assert good[CHAT].supported is True
+        assert good[checks.CHAT].supported is True
 
 
 def test_a_bare_403_upgrade_from_a_server_that_takes_the_key_is_no_websocket_mode() -> None:
@@ -287,12 +281,14 @@ def test_a_bare_403_upgrade_from_a_server_that_takes_the_key_is_no_websocket_mod
     with chat_only_server(bare_403_upgrades=True) as url:
         found = {
             f.feature: f
-            for f in probe(url, [REACHABLE, WEBSOCKET], api_key="sk-loopbench", timeout_s=10)
+            for f in probe(
+                url, [checks.REACHABLE, checks.WEBSOCKET], api_key="sk-loopbench", timeout_s=10
+            )
         }
         said: list[str] = []
         code = probe_for_run(url, ["ws"], api_key="sk-loopbench", verify_tls=True, say=said.append)
-    assert found[WEBSOCKET] == Finding(
-        WEBSOCKET,
+    assert found[checks.WEBSOCKET] == Finding(
+        checks.WEBSOCKET,
         False,
         f"no Responses API WebSocket mode at {_ws(url)}: the upgrade was answered with HTTP 403 "
         "with no body, while HTTP requests with the same key were answered",

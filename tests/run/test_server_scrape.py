@@ -98,7 +98,7 @@ def test_a_failing_url_warns_once_and_the_run_succeeds(
     url = f"http://127.0.0.1:{_closed_port()}/metrics" if endpoint == "closed port" else html_server
     proc = loopbench(
         "run", TINY, "--transports", "http", "--out", tmp_path, "--run-id", "r", "-q",
-        "--server-metrics", url, timeout=120,
+        "--server-metrics", url, timeout=120, report=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "--server-metrics" in line]
@@ -147,7 +147,7 @@ def test_the_window_holds_only_the_measured_turns_not_the_probe(tmp_path: Path) 
         metrics = url.removesuffix("/v1") + "/metrics"
         proc = loopbench(
             "run", TINY, "--target", url, "--transports", "http", "--out", tmp_path,
-            "--run-id", "r", "-q", "--server-metrics", metrics, timeout=120,
+            "--run-id", "r", "-q", "--server-metrics", metrics, timeout=120, report=False,
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     df = load_server_metrics(tmp_path / "r")

@@ -20,28 +20,11 @@ import pytest
 
 from harness.cli.main import main
 from harness.report.results import load_run
-from tests.header_recorder import Recording, recording_target
+from tests.header_recorder import SHAPE, Recording, recording_target
 
 TRANSPORTS = ["http", "http-chained", "ws"]
 SECRET_IN_FILE = "file-secret-4f1c"
 SECRET_ON_CLI = "cli-secret-9a2e"
-
-#: the rollouts and load of every scenario here: two short rollouts per transport
-SHAPE = """
-rollout:
-  count: 2
-  system_tokens: 60
-  tool_schema_tokens: 50
-  user_prompt_tokens: 20
-  tool_calls: 2
-  tool_output_tokens: 30
-  tool_latency_ms: 1
-  step_output_tokens: 20
-  final_answer_tokens: 30
-load:
-  mode: closed
-  concurrency: 2
-"""
 
 SCENARIO = f"""
 name: shaped

@@ -15,9 +15,11 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from starlette.responses import Response
 
 from harness.wire.sse import SSEDecoder, encode_event
-from reference_server.event_stream import EventStream, until_disconnect
+from reference_server.event_stream import EventStream, unless_gone, until_disconnect
+from reference_server.fault_send import CutAnswer, InjectedDisconnect
 from tests.server.conftest import configured_server, post_and_leave
 
 LONG_TOKENS = "20000"  # ~20 s at 1,000 TPS: far longer than any wait below
@@ -189,6 +191,31 @@ def test_until_disconnect_propagates_the_work_s_exception() -> None:
     run_leaving_no_task(main)
 
 
+# -- unless_gone: the answer of a non-streamed request --------------------------------------
+
+
+def test_unless_gone_answers_the_work_s_value_499_or_the_injected_cut() -> None:
+    async def injected() -> None:
+        await asyncio.sleep(0)
+        raise InjectedDisconnect("cut")
+
+    async def main() -> None:
+        receive, work = FakeReceive(), Work()
+        work.finish.set()
+        assert await unless_gone(receive, work()) == "result"
+
+        receive, work = FakeReceive(), Work()
+        receive.put("http.disconnect")
+        left = await unless_gone(receive, work())
+        assert isinstance(left, Response) and left.status_code == 499
+        assert work.outcome == "cancelled"
+
+        assert isinstance(await unless_gone(FakeReceive(), injected()), CutAnswer)
+        await _settle()
+
+    run_leaving_no_task(main)
+
+
 # -- EventStream with a fake ASGI send ----------------------------------------------------
 
 E1 = {"type": "response.created", "sequence_number": 0}
@@ -229,6 +256,7 @@ def test_event_stream_writes_one_body_per_batch_and_done_on_success() -> None:
     headers = dict(start["headers"])
     assert headers[b"content-type"].startswith(b"text/event-stream")
     assert headers[b"x-request-id"] == b"req_1"
+    assert headers[b"cache-control"] == b"no-cache"
     assert b"content-length" not in headers
     assert bodies == [
         {"type": "http.response.body", "body": encode_event(E1), "more_body": True},

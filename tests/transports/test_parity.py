@@ -1,25 +1,24 @@
-"""Both client edges send the same requests: the asyncio transports (``loopbench run``) and the
-gevent sessions (``loopbench locust``), on the wire, recovery paths included.
+"""``loopbench run`` and ``loopbench locust`` send the same requests: the asyncio transports as
+``run`` drives them and as a Locust worker's edge host (harness/run/edge_host.py) drives them,
+on the wire, recovery paths included.
 
 The same seeded rollouts run through each edge against its own fresh recording
 server with the same options (a fresh one, so the server's seeded ids and faults
 meet the same request sequence); the recorded requests (method, path, body) and
 WebSocket frames must match one for one, with response and call ids renamed in
 order of appearance.  The turn records must agree on everything that is not a
-clock reading.  The gevent edge runs in a child process: this process is never
-monkey-patched.
+clock reading.  The edge host runs in a child process, handed its rollouts over its
+pipes as a worker hands them (tests/transports/locust_edge.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -28,15 +27,13 @@ from typing import Any
 import pytest
 
 from harness.client.options import TransportOptions
-from harness.locust_driver.wire import plan_to_wire
 from harness.run.embedded import READY_PREFIX
-from harness.transports import make_transport
-from harness.transports.rollout_loop import run_rollout
 from harness.wire.transports import LOCUST_TRANSPORTS
 from harness.workload.plan import RolloutPlan
-from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
+from tests import runs
+from tests.transports.locust_edge import drive_edge_host
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -183,45 +180,13 @@ def recording_server(record: Path, args: list[str]) -> Iterator[str]:
 
 
 def asyncio_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
+    return runs.asyncio_edge(url, transports, plans, request_timeout_s=REQUEST_TIMEOUT_S)
+
+
+def locust_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
     options = TransportOptions(url, request_timeout_s=REQUEST_TIMEOUT_S)
-    turns: list[TurnRecord] = []
-
-    async def main() -> None:
-        for name in transports:
-            transport = make_transport(name, options)
-            try:
-                for plan in plans:
-                    await run_rollout(
-                        transport,
-                        plan,
-                        intended_start_ns=time.perf_counter_ns(),
-                        on_turn=turns.append,
-                    )
-            finally:
-                await transport.aclose()
-
-    asyncio.run(main())
+    turns, _, _ = drive_edge_host(options, [(name, plan) for name in transports for plan in plans])
     return [asdict(t) for t in turns]
-
-
-def gevent_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
-    job = {
-        "url": url,
-        "transports": list(transports),
-        "plans": [plan_to_wire(p) for p in plans],
-        "request_timeout_s": REQUEST_TIMEOUT_S,
-    }
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "gevent_edge.py")],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
-    records: list[Any] = json.loads(proc.stdout)
-    return records
 
 
 def _normalise(value: Any, ids: dict[str, str]) -> Any:
@@ -273,9 +238,26 @@ def _first_difference(a: list[Any], b: list[Any]) -> str:
             )
             return (
                 f"request {i} differs in {keys}:\n  asyncio: {_describe(x)}\n"
-                f"  gevent:  {_describe(y)}"
+                f"  locust:  {_describe(y)}"
             )
-    return f"lengths differ: asyncio sent {len(a)} requests, gevent {len(b)}"
+    return f"lengths differ: asyncio sent {len(a)} requests, locust {len(b)}"
+
+
+def _on_both_edges(
+    tmp_path: Path, transports: tuple[str, ...], plans: list[RolloutPlan], args: Sequence[str] = ()
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """``plans`` over ``transports`` from each edge against its own recording server (started
+    with ``args``): the requests, which both edges must have sent alike (the test fails here
+    otherwise), and each edge's turn records: (requests, asyncio turns, locust turns)."""
+    runs = {}
+    for edge, drive in (("asyncio", asyncio_edge), ("locust", locust_edge)):
+        record = tmp_path / f"{edge}.jsonl"
+        with recording_server(record, list(args)) as url:
+            turns = drive(url, transports, plans)
+        runs[edge] = (recorded(record), turns)
+    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["locust"]
+    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
+    return a_requests, a_turns, g_turns
 
 
 @pytest.mark.parametrize(
@@ -291,15 +273,9 @@ def test_both_edges_send_the_same_requests(
     forced: Callable[[list[Turn]], bool],
 ) -> None:
     plans = _plans(count, tool_ms)
-    runs = {}
-    for edge, drive in (("asyncio", asyncio_edge), ("gevent", gevent_edge)):
-        record = tmp_path / f"{edge}.jsonl"
-        with recording_server(record, args) as url:
-            turns = drive(url, transports, plans)
-        runs[edge] = (recorded(record), _records(turns))
-    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["gevent"]
-    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
-    assert a_turns == g_turns
+    _, a_turns, g_turns = _on_both_edges(tmp_path, transports, plans, args)
+    assert _records(a_turns) == _records(g_turns)
+    a_turns = _records(a_turns)
     sent = RECORD_FIELDS.index("sent_input_tokens")
     assert all(t[sent] > 0 for t in a_turns if t[3] == "completed"), a_turns
     # Every transport ran every rollout: the comparison covered what it claims to.
@@ -318,14 +294,7 @@ def test_both_edges_round_trip_reasoning_and_record_it(tmp_path: Path) -> None:
         )
         for p in _plans(1, 1)
     ]
-    runs = {}
-    for edge, drive in (("asyncio", asyncio_edge), ("gevent", gevent_edge)):
-        record = tmp_path / f"{edge}.jsonl"
-        with recording_server(record, []) as url:
-            turns = drive(url, LOCUST_TRANSPORTS, reasoning)
-        runs[edge] = (recorded(record), turns)
-    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["gevent"]
-    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
+    a_requests, a_turns, g_turns = _on_both_edges(tmp_path, LOCUST_TRANSPORTS, reasoning)
     assert _records(a_turns) == _records(g_turns)
     for turns in (a_turns, g_turns):
         assert {t["transport"] for t in turns} == set(LOCUST_TRANSPORTS)
@@ -355,15 +324,8 @@ def test_both_edges_replay_a_recorded_warmup_alike(tmp_path: Path) -> None:
         dataclasses.replace(p, turns=(dataclasses.replace(p.turns[0], warmup=True), *p.turns[1:]))
         for p in _plans(1, 1)
     ]
-    runs = {}
-    for edge, drive in (("asyncio", asyncio_edge), ("gevent", gevent_edge)):
-        record = tmp_path / f"{edge}.jsonl"
-        with recording_server(record, []) as url:
-            turns = drive(url, LOCUST_TRANSPORTS, warm)
-        runs[edge] = (recorded(record), _records(turns))
-    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["gevent"]
-    assert a_requests == g_requests, _first_difference(a_requests, g_requests)
-    assert a_turns == g_turns
+    a_requests, a_turns, g_turns = _on_both_edges(tmp_path, LOCUST_TRANSPORTS, warm)
+    assert _records(a_turns) == _records(g_turns)
     bodies = [e["body"] for e in a_requests if isinstance(e.get("body"), dict)]
     warmups = [b for b in bodies if b.get("generate") is False]
     ws = [t for t in LOCUST_TRANSPORTS if t in ("ws", "ws-store")]

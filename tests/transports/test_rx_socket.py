@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, cast
 
@@ -126,6 +127,20 @@ def test_the_transport_delivers_what_the_loops_transport_does(loop_name: str) ->
     assert rx_proto.stamps and all(kernel for _, _, kernel, _ in rx_proto.stamps)
 
 
+@contextlib.asynccontextmanager
+async def rx_pair() -> AsyncIterator[tuple[socket.socket, RxTransport, Recorder]]:
+    """A loopback connection: the server's accepted socket, and the client's end over our
+    transport with the protocol that records what it reads."""
+    loop = asyncio.get_running_loop()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        connecting = asyncio.ensure_future(open_pair("rx", listener.getsockname()[1]))
+        server, _ = await loop.sock_accept(listener)
+        transport, proto = await connecting
+        assert isinstance(transport, RxTransport)
+        yield server, transport, proto
+
+
 def test_every_kernel_stamp_falls_inside_the_servers_write_and_before_the_user_stamp() -> None:
     """On loopback the kernel stamps a packet inside the sender's send call: each read's
     converted stamp lies within one server write (± the clock offset's error) and never after
@@ -133,12 +148,7 @@ def test_every_kernel_stamp_falls_inside_the_servers_write_and_before_the_user_s
     writes: list[tuple[int, int]] = []
 
     async def main() -> tuple[Recorder, int]:
-        loop = asyncio.get_running_loop()
-        with socket.create_server(("127.0.0.1", 0)) as listener:
-            listener.setblocking(False)
-            connecting = asyncio.ensure_future(open_pair("rx", listener.getsockname()[1]))
-            server, _ = await loop.sock_accept(listener)
-            _, proto = await connecting
+        async with rx_pair() as (server, _, proto):
             with server:
                 for i in range(40):
                     before = time.perf_counter_ns()
@@ -293,13 +303,7 @@ def test_a_run_over_http_and_ws_records_how_each_turn_was_stamped(
 
 def test_paused_reading_holds_data_back_and_abort_ends_the_connection_at_once() -> None:
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        with socket.create_server(("127.0.0.1", 0)) as listener:
-            listener.setblocking(False)
-            connecting = asyncio.ensure_future(open_pair("rx", listener.getsockname()[1]))
-            server, _ = await loop.sock_accept(listener)
-            transport, proto = await connecting
-            assert isinstance(transport, RxTransport)
+        async with rx_pair() as (server, transport, proto):
             with server:
                 transport.pause_reading()
                 assert not transport.is_reading()

@@ -68,7 +68,7 @@ def test_run_over_https_and_wss_with_insecure(https_url: str, tmp_path: Path) ->
     assert list(tmp_path.iterdir()) == []
     proc = loopbench(
         "run", TINY, "--target", https_url, "--insecure", "--transports", "http,ws",
-        "--set", "rollout.count=1", "--out", str(tmp_path), "--run-id", "r", "-q", timeout=120,
+        "--set", "rollout.count=1", "--out", str(tmp_path), "--run-id", "r", "-q", timeout=120, report=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())

@@ -237,31 +237,26 @@ def _agents(base_url: str, websocket: bool) -> dict[str, int]:
 
     settings = ModelSettings(reasoning=Reasoning(effort="low"), max_tokens=MAX_TOKENS)
 
+    def coder(model: Any) -> Any:
+        return Agent(
+            name="coder",
+            instructions=INSTRUCTIONS,
+            tools=[read_file, run_command],
+            model=model,
+            model_settings=settings,
+        )
+
     async def go() -> Any:
         if websocket:
             async with responses_websocket_session(api_key=KEY, base_url=base_url) as ws:
-                agent = Agent(
-                    name="coder",
-                    instructions=INSTRUCTIONS,
-                    tools=[read_file, run_command],
-                    model=MODEL,
-                    model_settings=settings,
-                )
-                result = ws.run_streamed(agent, TASK, max_turns=MAX_TURNS)
+                result = ws.run_streamed(coder(MODEL), TASK, max_turns=MAX_TURNS)
                 async for _ in result.stream_events():
                     pass
                 return result
         client = AsyncOpenAI(base_url=base_url, api_key=KEY, max_retries=0)
         try:
             model = OpenAIResponsesModel(model=MODEL, openai_client=client)
-            agent = Agent(
-                name="coder",
-                instructions=INSTRUCTIONS,
-                tools=[read_file, run_command],
-                model=model,
-                model_settings=settings,
-            )
-            return await Runner.run(agent, TASK, max_turns=MAX_TURNS)
+            return await Runner.run(coder(model), TASK, max_turns=MAX_TURNS)
         finally:
             await client.close()
 

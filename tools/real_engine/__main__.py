@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.compare import INTERVAL_BOUND, TTFT_BOUND_MS, render
-from tools.real_engine.run import PEERS, TRANSPORTS, Options, run
+from tools.real_engine.run import PEERS, TRANSPORTS, Options, footer, run
 
 
 def _names(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
@@ -99,10 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(render(outcome.rows))
     doc = outcome.doc
-    print(
-        f"\n{doc['seconds']} s; load average {doc['load_average_at_start']} at the start, "
-        f"{doc['load_average']} at the end, {doc['cpu_count']} CPUs; results in {opts.out}"
-    )
+    print(f"\n{footer(doc, opts.out)}")
     for note in outcome.notes:
         print(f"note: {note}")
     misses = outcome.missed

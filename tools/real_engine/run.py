@@ -145,7 +145,7 @@ def loopbench_argv(
     ]
 
 
-def _settled(engine: Engine, before: Snapshot, requests: int) -> Snapshot:
+def settled(engine: Engine, before: Snapshot, requests: int) -> Snapshot:
     """The scrape after a window, once vLLM has counted every request of it (a request is
     counted when its last output is processed, which can trail the client's last read)."""
     after = engine.scrape()
@@ -164,11 +164,28 @@ def _read_turns(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
-    outcome = Outcome()
-    out = opts.out
+def machine(t0: float, load0: tuple[float, float, float]) -> dict[str, Any]:
+    """How long the run took and how busy the machine was (the JSON's and the footer's)."""
+    return {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "load_average_at_start": [round(x, 2) for x in load0],
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def footer(doc: dict[str, Any], out: Path) -> str:
+    """The line after the table: the time it took, the load, where the files are."""
+    return (
+        f"{doc['seconds']} s; load average {doc['load_average_at_start']} at the start, "
+        f"{doc['load_average']} at the end, {doc['cpu_count']} CPUs; results in {out}"
+    )
+
+
+def fresh_out(out: Path) -> None:
+    """``out`` emptied for one run's files, never a mix of two; but only a folder this tool
+    made is emptied (a user's folder named by mistake is refused)."""
     if out.exists():
-        # one run's files, never a mix of two; but only a folder this tool made is emptied
         if any(out.iterdir()) and not (out / MARKER).exists():
             raise EngineError(
                 f"--out {out}: the folder exists and was not made by python -m "
@@ -177,6 +194,29 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     (out / MARKER).write_text("made by python -m tools.real_engine; emptied on each run\n")
+
+
+def warm_up(
+    opts: Options, engine: Engine, transports: str, tokenizer: Path, scenarios: Path
+) -> None:
+    """A few rollouts outside every window: the engine's first requests pay one-off costs."""
+    warm = scenarios / "warmup.yaml"
+    doc = text_scenario(opts)
+    warm.write_text(
+        yaml.safe_dump({**doc, "rollout": {**doc["rollout"], "count": 4}}, sort_keys=False)
+    )
+    timed(
+        loopbench_argv(warm, engine, transports, tokenizer, opts.out / "runs", "warmup"),
+        env=dict(os.environ),
+        log=opts.out / "warmup.log",
+        timeout_s=opts.run_timeout_s,
+    )
+
+
+def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
+    outcome = Outcome()
+    out = opts.out
+    fresh_out(out)
     hf_home = out / "hf"
     (out / "runs").mkdir()
     t0 = time.perf_counter()
@@ -213,22 +253,7 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
         scenarios.mkdir()
         text = scenarios / "text.yaml"
         text.write_text(yaml.safe_dump(text_scenario(opts), sort_keys=False))
-        # Warm-up, outside every window: the engine's first requests pay one-off costs.
-        warm = scenarios / "warmup.yaml"
-        warm.write_text(
-            yaml.safe_dump(
-                {**text_scenario(opts), "rollout": {**text_scenario(opts)["rollout"], "count": 4}},
-                sort_keys=False,
-            )
-        )
-        timed(
-            loopbench_argv(
-                warm, engine, ",".join(opts.transports), tokenizer, out / "runs", "warmup"
-            ),
-            env=dict(os.environ),
-            log=out / "warmup.log",
-            timeout_s=opts.run_timeout_s,
-        )
+        warm_up(opts, engine, ",".join(opts.transports), tokenizer, scenarios)
         windows: list[tuple[ClientFigures | None, Snapshot, str]] = []
         for transport in opts.transports:
             windows.append(
@@ -243,7 +268,15 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
             )
             windows.append(
                 _loopbench_window(
-                    opts, engine, tools, "chat", tokenizer, say, checked=False, label="chat+tools"
+                    opts,
+                    engine,
+                    tools,
+                    "chat",
+                    tokenizer,
+                    say,
+                    checked=False,
+                    first_event_checked=True,
+                    label="chat+tools",
                 )
             )
         if opts.peers:
@@ -262,10 +295,7 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
         if opts.capture is not None:
             outcome.doc["captures"] = capture_streams(engine, opts.capture, say)
     outcome.doc.update(
-        seconds=round(time.perf_counter() - t0, 1),
-        load_average_at_start=[round(x, 2) for x in load0],
-        load_average=[round(x, 2) for x in os.getloadavg()],
-        cpu_count=os.cpu_count(),
+        **machine(t0, load0),
         rows=[{**r.__dict__, "diff": r.diff} for r in outcome.rows],
         notes=outcome.notes,
     )
@@ -283,6 +313,7 @@ def _loopbench_window(
     say: Callable[[str], None],
     *,
     checked: bool,
+    first_event_checked: bool = False,
     label: str | None = None,
 ) -> tuple[ClientFigures | None, Snapshot, str]:
     label = label or transport
@@ -296,7 +327,7 @@ def _loopbench_window(
     )
     folder = runs / run_id
     turns = _read_turns(folder / "turns.csv.gz") if (folder / "turns.csv.gz").exists() else []
-    after = _settled(engine, before, len(turns))
+    after = settled(engine, before, len(turns))
     delta = after.minus(before)
     note = ""
     if rc != 0 or not turns:
@@ -306,7 +337,9 @@ def _loopbench_window(
             return None, delta, note
     summary = json.loads((folder / "summary.json").read_text())
     say(f"  {len(turns)} turns in {wall:.1f} s")
-    figures = loopbench_figures(summary, transport, turns, checked=checked)
+    figures = loopbench_figures(
+        summary, transport, turns, checked=checked, first_event_checked=first_event_checked
+    )
     figures.label = label
     return figures, delta, note
 
@@ -373,7 +406,7 @@ def _peer_windows(
         else:
             note = f"{tool}: exit {rc}, no {output.name} ({folder / 'output.log'})"
             say(note)
-        after = _settled(engine, before, len(measured))
+        after = settled(engine, before, len(measured))
         delta = after.minus(before)
         if not measured:
             found.append((None, delta, note or f"{tool}: no request measured"))
@@ -427,7 +460,7 @@ def capture_streams(engine: Engine, folder: Path, say: Callable[[str], None]) ->
             name = f"{kind}-{attempt}"
             before = engine.scrape()
             reads = post_stream(engine.base_url, "/v1/chat/completions", body)
-            after = _settled(engine, before, 1)
+            after = settled(engine, before, 1)
             ttft = after.minus(before).histograms.get(TTFT)
             engine_ttft = None if ttft is None or ttft.count != 1 else ttft.total * 1000
             doc = write_capture(folder, name, body, reads, engine_ttft)

@@ -89,20 +89,26 @@ class _Task:
     t_end: float = 0.0
 
 
-def _text_of(value: Any) -> str:
-    """Concatenated text of a content value: a string, a list of parts, or a {content} object."""
+#: where a content part keeps its text, in the order Codex's session files nest them
+TEXT_KEYS: tuple[str, ...] = ("text", "content", "output")
+
+
+def content_text(value: Any, keys: tuple[str, ...] = TEXT_KEYS, *, opaque: bool = True) -> str:
+    """Concatenated text of a content value: a string, a list of parts, or an object with one
+    of ``keys``.  Anything else is its JSON (or ``str``) when ``opaque`` (it still cost tokens
+    to send), else ""."""
     if value is None:
         return ""
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "".join(_text_of(part) for part in value)
+        return "".join(content_text(part, keys, opaque=opaque) for part in value)
     if isinstance(value, dict):
-        for key in ("text", "content", "output"):
+        for key in keys:
             if key in value:
-                return _text_of(value[key])
-        return orjson.dumps(value).decode()
-    return str(value)
+                return content_text(value[key], keys, opaque=opaque)
+        return orjson.dumps(value).decode() if opaque else ""
+    return str(value) if opaque else ""
 
 
 def _timestamp(raw: Any, previous: float) -> float:
@@ -175,7 +181,7 @@ class _SessionParser:
             return
         if kind == "session_meta":
             self.session_id = str(payload.get("id") or self.session_id)
-            self.history_tokens += count_tokens(_text_of(payload.get("instructions")))
+            self.history_tokens += count_tokens(content_text(payload.get("instructions")))
         elif kind == "turn_context":
             self.model = str(payload.get("model") or self.model)
         elif kind == "response_item":
@@ -184,7 +190,7 @@ class _SessionParser:
             if payload.get("type") == "token_count":
                 self._token_count(payload)
         elif kind == "compacted":
-            summary = count_tokens(_text_of(payload.get("message")))
+            summary = count_tokens(content_text(payload.get("message")))
             if self.task is not None:
                 self.task.ended_by_compaction = True
             self.history_tokens = summary
@@ -196,7 +202,7 @@ class _SessionParser:
     def _response_item(self, item: dict[str, Any]) -> None:
         kind = item.get("type")
         if kind == "message":
-            text = _text_of(item.get("content"))
+            text = content_text(item.get("content"))
             tokens = count_tokens(text)
             role = item.get("role")
             if role == "user" and not text.lstrip().startswith(CONTEXT_PREFIXES):
@@ -205,7 +211,7 @@ class _SessionParser:
                 self._model_step().text_tokens += tokens
             self.history_tokens += tokens
         elif kind == "reasoning":
-            text = _text_of(item.get("summary")) + _text_of(item.get("content"))
+            text = content_text(item.get("summary")) + content_text(item.get("content"))
             tokens = count_tokens(text)
             self._model_step().text_tokens += tokens
             self.history_tokens += tokens
@@ -216,11 +222,11 @@ class _SessionParser:
             step.calls.append(call)
             self.calls[call_id] = call
             body = item.get("arguments", item.get("input", item.get("action")))
-            tokens = count_tokens(str(item.get("name", "")) + _text_of(body))
+            tokens = count_tokens(str(item.get("name", "")) + content_text(body))
             step.text_tokens += tokens
             self.history_tokens += tokens
         elif kind in _OUTPUT_ITEMS:
-            tokens = count_tokens(_text_of(item.get("output")))
+            tokens = count_tokens(content_text(item.get("output")))
             done = self.calls.get(str(item.get("call_id")))
             if done is not None and not done.answered:
                 done.answered = True

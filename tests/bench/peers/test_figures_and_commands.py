@@ -9,12 +9,15 @@ import pytest
 from tokenizers import Tokenizer
 
 from bench.peers import commands as cmd
-from bench.peers import offline
+from bench.peers import locust_row, offline
 from bench.peers.bench import MARKER, PeersError, _fresh_folder
 from bench.peers.figures import (
     BEGIN_MARKER,
     END_MARKER,
+    Verdict,
+    combined,
     percentile,
+    precision_target,
     render_section,
     render_table,
     replace_section,
@@ -52,6 +55,27 @@ def test_error_is_measured_minus_modelled_and_client_error_takes_off_server_late
     assert f["client_error_ms"]["count"] == 2 and f["client_error_ms"]["p50"] == 1.75
     assert f["decode_tps"]["p1"] == 1000.0
     assert run_figures(MatchResult(pairs=[_pair(40.0, 38.0, None)]), 1)["client_error_ms"] is None
+
+
+def test_where_the_tool_gives_the_server_read_delay_the_client_error_is_split() -> None:
+    def pair(ttft: float, late: float, read: float | None) -> Pair:
+        m = Measured(True, ttft, 1000.0, response_id="x", server_read_ms=read)
+        return Pair(
+            m, ServerEntry("responses", "x", None, None, 1, "completed", 38.0, late), BY_RESPONSE_ID
+        )
+
+    # client errors 1.5, 2.5 and 3.0 ms, of which the server took 1.0 and 2.4 to read the first two
+    f = run_figures(
+        MatchResult(pairs=[pair(40.0, 0.5, 1.0), pair(41.0, 0.5, 2.4), pair(41.0, 0.0, None)]), 3
+    )
+    assert f["client_error_ms"]["count"] == 3
+    assert f["server_read_ms"]["count"] == 2 and f["server_read_ms"]["p50"] == pytest.approx(1.7)
+    own = f["client_own_error_ms"]
+    assert own["count"] == 2 and own["mean"] == pytest.approx(0.3)
+    assert own["p99"] == pytest.approx(0.5, abs=0.01)
+    # a peer gives no send stamp on the server's clock: no split, not a zero
+    peer = run_figures(MatchResult(pairs=[pair(40.0, 0.5, None)]), 1)
+    assert peer["server_read_ms"] is None and peer["client_own_error_ms"] is None
 
 
 def _run(tool: str, streams: int, p50: float, p99: float, transport: str = "chat") -> dict:
@@ -95,6 +119,51 @@ def test_the_target_compares_loopbench_chat_with_the_best_peer_per_statistic() -
     assert target(not_installed, 64).passed is None
 
 
+def _precise(transport: str, p99: float, tps: tuple[float, float] = (995.0, 1000.0)) -> dict:
+    run = _run("loopbench", 64, 0.3, 1.0, transport=transport)
+    # The server's read delay is in the peers' column, not in the client-side error judged.
+    run["figures"]["client_error_ms"] = {"p50": 0.5, "p99": p99 + 5.0}
+    run["figures"]["client_own_error_ms"] = {"p50": 0.05, "p99": p99}
+    run["figures"]["decode_tps"] = {"p1": tps[0], "p99": tps[1]}
+    return run
+
+
+def test_every_loopbench_row_is_held_to_the_client_error_and_decode_tps_of_issue_39() -> None:
+    runs = [
+        _precise("chat", 0.41),
+        _precise("ws", 0.5),
+        _precise("http", 0.2),
+        _run("aiperf", 64, 9, 90),
+    ]
+    v = precision_target(runs, 64)
+    assert v.passed is True and v.text.startswith("PASS")
+    assert v.detail["ws"] == {"client_error_p99_ms": 0.5, "decode_tps": [995.0, 1000.0]}
+    runs[1] = _precise("ws", 2.42)  # the issue's quiet-machine ws figure
+    v = precision_target(runs, 64)
+    assert v.passed is False and "loopbench (ws) client-side error p99 2.42 ms" in v.text
+    assert "(missed)" in v.text and v.text.count("(missed)") == 1
+    runs[1] = _precise("ws", 0.3, tps=(974.0, 1000.0))  # decode p1 more than 1 % below 1,000
+    assert precision_target(runs, 64).passed is False
+    runs[1] = _precise("ws", 0.3, tps=(995.0, 1011.0))
+    assert precision_target(runs, 64).passed is False
+    runs[1] = {**_precise("ws", 0.3), "status": "failed (exit 4)"}
+    assert "loopbench (ws) did not finish" in precision_target(runs, 64).text
+    no_split = _precise("ws", 0.3)
+    del no_split["figures"]["client_own_error_ms"]  # a run without server read stamps
+    runs[1] = no_split
+    assert precision_target(runs, 64).passed is None
+    runs[1] = {**_precise("ws", 0.3), "not_judged": "not judged: the machine was busy"}
+    assert precision_target(runs, 64).passed is None
+    assert precision_target(runs, 16).passed is None  # no row at that stream count
+
+
+def test_check_judges_both_targets_a_miss_first() -> None:
+    yes, no, unknown = Verdict(True, "", {}), Verdict(False, "", {}), Verdict(None, "", {})
+    assert combined(yes, yes) is True
+    assert combined(yes, no) is False and combined(unknown, no) is False
+    assert combined(yes, unknown) is None
+
+
 def test_the_table_has_a_row_per_tool_and_streams_and_says_not_installed() -> None:
     runs = [
         _run("aiperf", 1, 3.0, 9.0),
@@ -108,6 +177,10 @@ def test_the_table_has_a_row_per_tool_and_streams_and_says_not_installed() -> No
     assert "| 10/10 by response id | 0.50 ms |" in render_table(runs)
     assert table[3].startswith("| guidellm | 1 | not installed")
     assert "| 990–1,001 | 1.5 s |" in table[4]
+    # the client's own part (client error − server read) where the run has it
+    runs[1]["figures"]["client_own_error_ms"] = {"p50": 0.01, "p99": 0.2}
+    assert "| 0.01 ms / 0.20 ms | 990–1,001 |" in render_table(runs)
+    assert "| – | 990–1,001 |" in render_table(runs).splitlines()[4]
 
 
 def test_the_benchmarks_section_is_replaced_between_the_markers_only() -> None:
@@ -187,3 +260,26 @@ def test_the_artifacts_folder_is_emptied_only_when_the_bench_made_it(tmp_path: P
     with pytest.raises(PeersError, match="was not made by the peer bench"):
         _fresh_folder(theirs)
     assert (theirs / "keep.txt").read_text() == "precious"
+
+
+def test_the_locust_row_is_held_to_the_precision_bound_and_runs_loopbench_locust() -> None:
+    def row(tool: str, p99: float) -> dict[str, object]:
+        figures = {"client_own_error_ms": {"p99": p99}, "decode_tps": {"p1": 998, "p99": 1002}}
+        return {
+            "tool": tool,
+            "transport": "chat",
+            "streams": 64,
+            "status": "ok",
+            "figures": figures,
+        }
+
+    verdict = precision_target([row("loopbench", 0.3), row(locust_row.TOOL, 0.9)])
+    assert (
+        verdict.passed is False and f"{locust_row.TOOL} client-side error p99 0.90" in verdict.text
+    )
+    assert verdict.detail["chat"]["client_error_p99_ms"] == 0.3
+    assert verdict.detail["locust"]["client_error_p99_ms"] == 0.9
+    assert precision_target([row("loopbench", 0.3), row(locust_row.TOOL, 0.4)]).passed is True
+    argv = locust_row.locust_argv("py", Path("s.yaml"), "http://h:1", "chat", Path("out"), "run")
+    assert argv[:4] == ["py", "-m", "harness", "locust"] and argv[-2:] == ["--workers", "1"]
+    assert "--no-probe" not in argv and "--target" in argv and "http://h:1/v1" in argv

@@ -158,3 +158,16 @@ def test_without_warmup_drops_the_earliest_starts() -> None:
     ms = [Measured(True, 1.0, start_unix_ns=t) for t in (30, 10, 20, 40)]
     assert [m.start_unix_ns for m in without_warmup(ms, 2)] == [30, 40]
     assert without_warmup(ms, 0) == ms
+
+
+def test_loopbench_reader_keeps_the_server_read_delay_where_the_turn_knows_it() -> None:
+    # The fixture predates the column: no server read delay, nothing invented.
+    assert all(m.server_read_ms is None for m in _loopbench(warmup=0))
+    head = "transport,rollout_id,response_id,sent_ns,first_token_ns,status,server_read_ms\n"
+    text = (
+        head
+        + "ws,0,resp_a,1000000,41000000,completed,0.25\nws,1,resp_b,1000000,41000000,completed,\n"
+    )
+    got = read_loopbench(text, "ws", 0)
+    assert [m.server_read_ms for m in got] == [0.25, None]
+    assert got[0].ttft_ms == 40.0

@@ -256,17 +256,19 @@ def test_a_long_bench_says_how_far_it_got(server_url: str, monkeypatch: pytest.M
     never going back; a bench shorter than PROGRESS_S says nothing."""
     monkeypatch.setattr(bench_module, "PROGRESS_S", 0.02)
     told: list[tuple[int, int, float]] = []
+    # 8 trials of a few hundred ms each: a hundred intervals and more
+    trials = 8
     result = run_bench(
         server_url,
-        40,
+        trials,
         streams=2,
         progress=lambda *a: told.append(a),  # type: ignore[arg-type]
     )
-    assert result.pairs == 40
-    assert told, "no progress in a bench far longer than its interval"
-    assert {total for _, total, _ in told} == {40}
+    assert result.pairs == trials
+    assert len(told) >= 2, "no progress in a bench far longer than its interval"
+    assert {total for _, total, _ in told} == {trials}
     dones = [done for done, _, _ in told]
-    assert dones == sorted(dones) and dones[0] >= 0 and dones[-1] <= 40
+    assert dones == sorted(dones) and dones[0] >= 0 and dones[-1] <= trials
     assert all(b >= a for (_, _, a), (_, _, b) in itertools.pairwise(told))
     monkeypatch.setattr(bench_module, "PROGRESS_S", 600.0)
     told.clear()

@@ -123,3 +123,40 @@ def test_rank_quantile_reads_as_the_summary_does() -> None:
     assert rank_quantile([], 0.5) is None
     assert rank_quantile([3.0, 1.0, 2.0], 0.5) == 2.0
     assert rank_quantile([float(v) for v in range(1, 101)], 0.99) == 99.0
+
+
+def test_forced_tool_calls_judge_the_first_event_and_show_the_held_back_time_apart() -> None:
+    """Issue 38: on forced tool-call turns the first visible token is when vLLM released the
+    call; the first event (its role chunk) is what must follow vLLM's TTFT within 3 ms."""
+    engine = parse_snapshot(_exposition({0.01: 0, 0.011: 30, 0.02: 60}, (600, 300)), MODEL)
+    summary = {
+        "transports": {
+            "chat": {
+                "ttft_ms": {"p50": 60.0, "p99": 90.0, "mean": 62.0},
+                "ttfb_ms": {"p50": 12.5, "p99": 21.0, "mean": 13.0},
+                "held_back_ms": {"count": 40, "p50": 47.5, "p99": 70.0},
+            }
+        }
+    }
+    turns = [{"transport": "chat", "input_tokens": "10", "output_tokens": "5"}] * 60
+    figures = loopbench_figures(summary, "chat", turns, checked=False, first_event_checked=True)
+    rows = compare(figures, engine)
+    by = {(r.metric, r.stat): r for r in rows}
+    # the first visible token is shown against vLLM's TTFT, not judged (it is the release)
+    assert by["ttft_ms", "p50"].bound == "" and by["ttft_ms", "p50"].diff == pytest.approx(49)
+    assert by["ttfb_ms", "p50"].ok is True and by["ttfb_ms", "p50"].diff == pytest.approx(1.5)
+    assert by["ttfb_ms", "p99"].ok is True
+    held = by["held_back_ms", "p50"]
+    assert (held.client, held.engine, held.bound) == (47.5, None, "")
+    assert by["held_back_ms", "count"].client == 40
+    table = render(rows)
+    # a first-event difference is shown in ms, as TTFT's, never as a share of vLLM's TTFT
+    first_event_line = next(
+        line for line in table.splitlines() if "ttfb_ms" in line and " p50 " in line
+    )
+    assert "+1.50" in first_event_line and "(+" not in first_event_line
+    held_line = next(
+        line for line in table.splitlines() if "held_back_ms" in line and "count" in line
+    )
+    assert held_line.split()[4] == "40"  # a count, not milliseconds
+    assert {(r.metric, r.stat) for r in missed(rows)} == {("cached", "sum")}

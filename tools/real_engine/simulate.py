@@ -1,0 +1,288 @@
+"""`make real-engine-sim`: the reference server, calibrated on vLLM, predicts vLLM (issue 38 item 4).
+
+1. vLLM serves the tiny model (as `make real-engine` starts it); a warm-up outside every window.
+2. **Fit pass**: loopbench runs the text scenario of the real-engine check (single-turn chat,
+   the same shaping) against vLLM at each concurrency; ``loopbench calibrate`` fits one
+   engine/API profile to those runs together (several concurrencies: the batching
+   interference too).
+3. **Judged pass**, level by level and back to back: the same scenario against vLLM again
+   (fresh turns, not the ones fitted), then against the reference server started with the
+   fitted profile.  Each figure (TTFT p50/p99, TPOT p50) of the simulated run is set beside
+   the real one; a ratio off by more than 15 % is a miss (exit 3 with ``--check``).
+
+The simulated runs send the length hints (the reference server honours them; vLLM gets its
+own shaping, ``ignore_eos`` and the token limits), so both sides answer the planned length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.peers.bench import positive_ints, timed
+from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
+from harness.wire.errors import LoopbenchError
+from harness.wire.exit_codes import ExitCode, UsageParser
+from tools.real_engine.engine import Engine, attached, build_model, serving
+from tools.real_engine.run import (
+    Options,
+    footer,
+    fresh_out,
+    loopbench_argv,
+    machine,
+    settled,
+    text_scenario,
+    warm_up,
+)
+from tools.real_engine.sim_table import (
+    BOUND,
+    Figures,
+    SimRow,
+    compare_levels,
+    engine_figures,
+    missed,
+    render,
+    summary_figures,
+)
+
+LEVELS = (1, 2, 4)
+PROFILE = "vllm-cpu"
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    out: Path = Path("results/real-engine-sim")
+    engine_venv: Path = Path(".venv-engine")
+    engine_url: str | None = None
+    levels: tuple[int, ...] = LEVELS
+    requests: int = 60  # per window, as the real-engine check's
+    output_tokens: int = 128
+    run_timeout_s: float = 300.0
+    #: a level's pair of runs is repeated while other processes kept the machine busy, at
+    #: most this many times in all; then its figures are not judged (bench/selfbench/busy.py)
+    attempts: int = BUSY_ATTEMPTS
+
+
+@dataclass
+class SimOutcome:
+    rows: list[SimRow] = field(default_factory=list)
+    doc: dict[str, Any] = field(default_factory=dict)
+    calibration: str = ""
+
+
+def _window(
+    argv: list[str], folder: Path, log: Path, timeout_s: float
+) -> tuple[int, Figures, float]:
+    """Run one loopbench window; its exit code, judged figures and wall time."""
+    rc, wall, _ = timed(argv, env=dict(os.environ), log=log, timeout_s=timeout_s)
+    summary = folder / "summary.json"
+    if not summary.exists():
+        return rc, {}, wall
+    return rc, summary_figures(json.loads(summary.read_text()), "chat"), wall
+
+
+def _scenario(base: Options, c: int, server: dict[str, str] | None = None) -> dict[str, Any]:
+    doc = text_scenario(replace(base, concurrency=c))
+    if server:
+        doc["server"] = server
+    return doc
+
+
+def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
+    outcome = SimOutcome()
+    out = opts.out
+    fresh_out(out)
+    runs, scenarios, profile = out / "runs", out / "scenarios", out / "profile"
+    for folder in (runs, scenarios):
+        folder.mkdir()
+    t0 = time.perf_counter()
+    load0 = os.getloadavg()
+    base = Options(
+        out=out,
+        engine_venv=opts.engine_venv,
+        requests=opts.requests,
+        output_tokens=opts.output_tokens,
+        run_timeout_s=opts.run_timeout_s,
+    )
+    say("building the tiny Llama (random weights, local BPE tokenizer) ...")
+    hf_home = out / "hf"
+    model = build_model(opts.engine_venv, out / "model", hf_home, out / "build.log")
+    tokenizer = model / "tokenizer.json"
+    running = (
+        attached(opts.engine_url)
+        if opts.engine_url
+        else serving(opts.engine_venv, model, hf_home, out / "vllm.log")
+    )
+    real: dict[int, Figures] = {}
+    engine_side: dict[int, Figures] = {}
+    simulated: dict[int, Figures] = {}
+    again: dict[int, Figures] = {}
+    unjudged: dict[int, str] = {}
+    busy_doc: dict[int, dict[str, float | bool]] = {}
+    notes: list[str] = []
+    with running as engine:
+        say(f"vLLM answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
+        warm_up(base, engine, "chat", tokenizer, scenarios)
+        fitted = []
+        for c in opts.levels:
+            folder, again[c], _ = _real_window(base, engine, c, "fit", tokenizer, say)
+            fitted.append(folder)
+        say(f"loopbench calibrate on {len(fitted)} runs ...")
+        argv = [sys.executable, "-m", "harness", "calibrate", *map(str, fitted)]
+        argv += ["--name", PROFILE, "--out", str(profile), "--transports", "chat"]
+        rc, _, _ = timed(argv, env=dict(os.environ), log=out / "calibrate.txt", timeout_s=120)
+        outcome.calibration = (out / "calibrate.txt").read_text()
+        api_yaml, engine_yaml = profile / f"api-{PROFILE}.yaml", profile / f"engine-{PROFILE}.yaml"
+        if rc != 0 or not engine_yaml.exists():
+            raise LoopbenchError(
+                f"loopbench calibrate failed (exit {rc}); see {out / 'calibrate.txt'}"
+            )
+        server = {
+            "api_profile": str(api_yaml.resolve()),
+            "engine_profile": str(engine_yaml.resolve()),
+        }
+        for c in opts.levels:
+            sim_scenario = scenarios / f"sim-c{c}.yaml"
+            sim_scenario.write_text(yaml.safe_dump(_scenario(base, c, server), sort_keys=False))
+            run_id = f"sim-c{c}"
+            sim_argv = [sys.executable, "-m", "harness", "run", str(sim_scenario)]
+            sim_argv += ["--transports", "chat", "--no-probe", "--out", str(runs)]
+            sim_argv += ["--run-id", run_id, "-q"]
+
+            def pair(c: int = c, sim_argv: list[str] = sim_argv, run_id: str = run_id) -> None:
+                """vLLM, then the calibrated server, back to back (timed as one step)."""
+                for folder in (runs / f"real-c{c}", runs / run_id):
+                    if folder.exists():  # a repeat after a busy attempt: one run's files
+                        shutil.rmtree(folder)
+                _, real[c], engine_side[c] = _real_window(base, engine, c, "real", tokenizer, say)
+                say(
+                    f"reference server ({PROFILE}) at concurrency {c}: {opts.requests} rollouts ..."
+                )
+                rc, simulated[c], wall = _window(
+                    sim_argv, runs / run_id, runs / f"{run_id}.log", opts.run_timeout_s
+                )
+                say(f"  exit {rc}, {wall:.1f} s")
+                if not simulated[c]:
+                    notes.append(f"simulated run at concurrency {c}: exit {rc}, no summary")
+
+            _, busy = until_quiet(pair, say, opts.attempts)
+            if busy is not None:
+                busy_doc[c] = busy.as_dict()
+                if busy.busy:
+                    unjudged[c] = busy.not_judged()
+                    say(f"  {unjudged[c]}")
+    outcome.rows = compare_levels(opts.levels, real, engine_side, simulated, again, unjudged)
+    outcome.doc = {
+        **machine(t0, load0),
+        "bound": BOUND,
+        "busy": {str(c): b for c, b in busy_doc.items()},
+        "rows": [{**r.__dict__, "ratio": r.ratio, "ok": r.ok} for r in outcome.rows],
+        "notes": notes,
+        "profile": {
+            "api": yaml.safe_load(api_yaml.read_text()),
+            "engine": yaml.safe_load(engine_yaml.read_text()),
+        },
+    }
+    (out / "real-engine-sim.json").write_text(json.dumps(outcome.doc, indent=1) + "\n")
+    (out / "table.txt").write_text(render(outcome.rows) + "\n")
+    return outcome
+
+
+def _real_window(
+    base: Options,
+    engine: Engine,
+    c: int,
+    stage: str,
+    tokenizer: Path,
+    say: Callable[[str], None],
+) -> tuple[Path, Figures, Figures]:
+    """One loopbench run against vLLM at concurrency ``c``, with vLLM's own figures over it."""
+    runs, run_id = base.out / "runs", f"{stage}-c{c}"
+    scenario = base.out / "scenarios" / f"{run_id}.yaml"
+    scenario.write_text(yaml.safe_dump(_scenario(base, c), sort_keys=False))
+    say(f"vLLM at concurrency {c} ({stage}): {base.requests} rollouts ...")
+    before = engine.scrape()
+    argv = loopbench_argv(scenario, engine, "chat", tokenizer, runs, run_id)
+    rc, figures, wall = _window(argv, runs / run_id, runs / f"{run_id}.log", base.run_timeout_s)
+    delta = settled(engine, before, base.requests).minus(before)
+    say(f"  exit {rc}, {wall:.1f} s")
+    return runs / run_id, figures, engine_figures(delta)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = UsageParser(
+        prog="python -m tools.real_engine.simulate",
+        description="Calibrate the reference server on loopbench runs against vLLM at several "
+        "concurrencies, then run the same scenario against vLLM and the calibrated server, "
+        "level by level, and set TTFT p50/p99 and TPOT p50 side by side (docs/model.md §16).",
+    )
+    p.add_argument("--out", type=Path, default=SimOptions.out, help="emptied first")
+    p.add_argument("--engine-venv", type=Path, default=SimOptions.engine_venv)
+    p.add_argument("--engine-url", default=None, help="an engine already running (see run.py)")
+    p.add_argument(
+        "--levels",
+        type=positive_ints("concurrencies like 1,2,4"),
+        default=LEVELS,
+        help="concurrencies (1,2,4)",
+    )
+    p.add_argument("--requests", type=int, default=SimOptions.requests, help="per window")
+    p.add_argument("--output-tokens", type=int, default=SimOptions.output_tokens)
+    p.add_argument(
+        "--attempts",
+        type=int,
+        default=BUSY_ATTEMPTS,
+        help="runs of a level while the machine is busy with other work, before its figures "
+        f"are left unjudged (default {BUSY_ATTEMPTS})",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit {int(ExitCode.INVALID)} when a simulated figure is off the real one by "
+        f"more than {BOUND * 100:g} %%",
+    )
+    args = p.parse_args(argv)
+    opts = SimOptions(
+        out=args.out,
+        engine_venv=args.engine_venv,
+        engine_url=args.engine_url,
+        levels=args.levels,
+        requests=args.requests,
+        output_tokens=args.output_tokens,
+        attempts=max(1, args.attempts),
+    )
+    try:
+        outcome = run_sim(opts)
+    except LoopbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    print()
+    print(outcome.calibration.strip())
+    print()
+    print(render(outcome.rows))
+    doc = outcome.doc
+    print(f"\n{footer(doc, opts.out)}")
+    for note in doc["notes"]:
+        print(f"note: {note}")
+    misses = missed(outcome.rows)
+    if misses:
+        unjudged = sum(bool(r.not_judged) for r in misses)
+        print(
+            f"{len(misses) - unjudged} of {len(outcome.rows)} figures off by more than "
+            f"{BOUND:.0%} or without a figure; {unjudged} not judged (the machine was busy)"
+        )
+        if args.check:
+            return int(ExitCode.INVALID)
+    return int(ExitCode.OK)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
