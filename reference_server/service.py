@@ -394,12 +394,9 @@ class Service:
         def on_output(conv_out: Conversation) -> None:
             if remember is not None:
                 remember(response_id, conv_out)
+            added = conv_out.items[added_from:]
             self.store_response(
-                req,
-                response_id,
-                conv_out,
-                parent_stored=parent_stored,
-                added_items=conv_out.items[added_from:],
+                req, response_id, conv_out, parent_stored=parent_stored, added_items=added
             )
 
         builder = self.builder(req, response_id)
@@ -555,12 +552,10 @@ class Service:
         """The ``loopbench.fail: mid_stream`` hint: one output delta, then error + response.failed."""
         cursor = OutputCursor(builder, OutputPlan((), 4, truncated=False), rng)
         await send(cursor.emit(1))
-        await send(
-            self.failure(
-                builder,
-                "The server had an error while processing your request (injected by loopbench.fail).",
-            )
+        message = (
+            "The server had an error while processing your request (injected by loopbench.fail)."
         )
+        await send(self.failure(builder, message))
 
     async def finish(
         self,
@@ -646,14 +641,8 @@ class Service:
             await self.fail_mid_stream(builder, send, rng)
             return "failed"
         if not req.generate:
-            timing.update(
-                engine_queue=0.0,
-                prefill=0.0,
-                decode=0.0,
-                reasoning_ms=0.0,
-                api_post=0.0,
-                cached_input_tokens=0,
-            )
+            stages = ("engine_queue", "prefill", "decode", "reasoning_ms", "api_post")
+            timing.update(dict.fromkeys(stages, 0.0), cached_input_tokens=0)
             timing["ttft"] = timing["api_pre"] + timing["api_queue"]
             job.on_output(conv)
             usage = ev.usage(conv.tokens + tools_tokens(req.tools), 0, 0)
