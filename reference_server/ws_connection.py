@@ -557,11 +557,9 @@ class WsConnection:
                     req, conv, builder, send, rng, tool_choice=tool_choice, metadata=metadata
                 )
                 # Lateness is the response's first token's: only the first segment has one.
+                seg.record(seg_timing, job.arrived_ns if n_before == 0 else None)
                 if n_before == 0:
-                    seg.record(seg_timing, job.arrived_ns)
                     job.first_delta_ns = seg.first_delta_ns
-                else:
-                    seg.record(seg_timing)
                 seg_timing["api_post"] = 0.0
                 total_out += seg.output_tokens
                 total_reasoning += seg.reasoning_tokens
