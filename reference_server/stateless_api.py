@@ -26,7 +26,7 @@ from reference_server.core.chat import error_message
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import EventStream, SendEvents, unless_gone
-from reference_server.json_answers import error_response, retry_headers
+from reference_server.json_answers import error_response, json_response, retry_headers
 from reference_server.service import Admission, Job, Service
 
 Refusal = Callable[[Request, Headers], Awaitable[tuple[RequestError, float] | None]]
@@ -119,7 +119,6 @@ class StatelessApi:
         # Stateless: the API tier processes the whole input every turn, as for `http`.
         processed = parsed.conv.tokens + tools_tokens(req.tools)
         cost = RequestCost.http(self._new_connection(request), processed)
-        headers = {"x-request-id": request_id}
         created = int(time.time())
         admission = Admission(
             req,
@@ -131,7 +130,7 @@ class StatelessApi:
             request_id=request.headers.get("x-request-id"),
         )
         if not req.stream:
-            return await self._whole(request, parsed, admission, headers, created)
+            return await self._whole(request, parsed, admission, request_id, created)
         job = await service.admit(admission)
         translator = self.translator(parsed, job, created)
 
@@ -143,15 +142,11 @@ class StatelessApi:
 
             return await service.generate_or_fail(job, translated) and not translator.failed
 
+        headers = {"x-request-id": request_id}
         return EventStream(run, headers, done_marker=self.done_marker, encode=self.encode)
 
     async def _whole(
-        self,
-        request: Request,
-        parsed: Parsed,
-        admission: Admission,
-        headers: dict[str, str],
-        created: int,
+        self, request: Request, parsed: Parsed, admission: Admission, request_id: str, created: int
     ) -> Response:
         """``stream: false``: one JSON body, or nothing if the client left (as for Responses)."""
         failed: list[dict[str, Any]] = []
@@ -168,7 +163,6 @@ class StatelessApi:
         if failed:
             return self.error_response(
                 RequestError(500, "server_error", error_message(failed[0]), type_="server_error"),
-                headers["x-request-id"],
+                request_id,
             )
-        doc = self.whole(parsed, job, created)
-        return Response(ev.dumps(doc), media_type="application/json", headers=headers)
+        return json_response(self.whole(parsed, job, created), request_id)
