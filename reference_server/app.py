@@ -45,7 +45,7 @@ from reference_server.metrics import (
     registry,
 )
 from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
-from reference_server.service import Admission, Service
+from reference_server.service import Admission, Service, now_s
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -311,7 +311,7 @@ class ReferenceServer:
             summary,
             new_connection=self._new_http_connection(request),
             rng=rng,
-            created_at=int(time.time()),
+            created_at=now_s(),
         )
         return json_response(doc, request_id)
 

@@ -27,7 +27,6 @@ from reference_server.background import (
     EventGap,
     EventLog,
     gap_error,
-    now_s,
 )
 from reference_server.core.config import ServerConfig
 from reference_server.core.faults import NO_FAULT
@@ -44,7 +43,7 @@ from reference_server.core.lifecycle import (
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import SseResponse
 from reference_server.json_answers import error_response, json_response
-from reference_server.service import Admission, Service
+from reference_server.service import Admission, Service, now_s
 
 Frames = AsyncGenerator[list[bytes], None]
 

@@ -363,7 +363,7 @@ class Service:
         return ev.ResponseBuilder(
             response_id,
             model=req.model,
-            created_at=_now_s(),
+            created_at=now_s(),
             request=req.raw,
             stream_id=req.stream_id,
         )
@@ -572,7 +572,7 @@ class Service:
             await send([builder.incomplete("max_output_tokens", usage, {"sim_timing": timing})])
             return "incomplete"
         self.counters.responses["completed"] += 1
-        await send([builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s())])
+        await send([builder.complete(usage, {"sim_timing": timing}, completed_at=now_s())])
         return "completed"
 
     def _keeping_object(self, send: Send) -> Send:
@@ -677,5 +677,6 @@ def key_matches(token: bytes, keys: Sequence[bytes]) -> bool:
     return found
 
 
-def _now_s() -> int:
+def now_s() -> int:
+    """Unix seconds, as the API's ``created_at`` and ``completed_at`` give them."""
     return int(time.time())

@@ -11,7 +11,6 @@ no second generator: a chat or messages turn costs what the same ``http`` turn c
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,7 +26,7 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import EventStream, SendEvents, unless_gone
 from reference_server.json_answers import error_response, json_response, retry_headers
-from reference_server.service import Admission, Job, Service
+from reference_server.service import Admission, Job, Service, now_s
 
 Refusal = Callable[[Request, Headers], Awaitable[tuple[RequestError, float] | None]]
 ReadJson = Callable[[Request], Awaitable[Any]]
@@ -119,7 +118,7 @@ class StatelessApi:
         # Stateless: the API tier processes the whole input every turn, as for `http`.
         processed = parsed.conv.tokens + tools_tokens(req.tools)
         cost = RequestCost.http(self._new_connection(request), processed)
-        created = int(time.time())
+        created = now_s()
         admission = Admission(
             req,
             parsed.conv,
