@@ -332,10 +332,8 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> tuple[Any, bool]:
     kind = value.get("type")
     parallel = value.get("disable_parallel_tool_use") is not True
     functions = [t for t in tools if t.get("type") == "function"]
-    if kind == "auto":
-        return "auto", parallel
-    if kind == "none":
-        return "none", parallel
+    if kind in ("auto", "none"):
+        return kind, parallel
     if kind == "any":
         if not functions:
             raise _bad("tool_choice: type 'any' needs at least one tool in 'tools'.")
