@@ -271,6 +271,11 @@ class Service:
             mark_arrival()
         return None
 
+    def faulty(self, send: Send, *, websocket: bool) -> Send:
+        """``send`` with this task's drawn ``disconnect`` or ``stall`` applied at the first delta."""
+        applied = partial(self.faults.applied, websocket=websocket)
+        return fault_send.wrap_send(send, self.config.faults.stall_s, applied)
+
     async def draw_fault(self, *, websocket: bool) -> Fault:
         """This request's fault, armed for :meth:`generate` in this task; a spike is waited here."""
         fault = self.faults.draw(websocket=websocket)
@@ -629,11 +634,7 @@ class Service:
     async def _generate(self, job: Job, send: Send) -> str:
         req, conv, cost, builder, timing = job.req, job.conv, job.cost, job.builder, job.timing
         rng = self.rng()
-        send = fault_send.wrap_send(
-            send,
-            self.config.faults.stall_s,
-            partial(self.faults.applied, websocket=cost.websocket),
-        )
+        send = self.faulty(send, websocket=cost.websocket)
         if req.store and not req.background:  # a background run keeps its own (background.py)
             send = self._keeping_object(send)
         await send(builder.start())

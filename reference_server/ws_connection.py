@@ -18,7 +18,6 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import orjson
@@ -512,12 +511,7 @@ class WsConnection:
         try:
             if self.append_mode:
                 # generate() applies a drawn disconnect/stall itself; the append loop does not.
-                send = fault_send.wrap_send(
-                    self.send,
-                    self.cfg.faults.stall_s,
-                    partial(self.s.faults.applied, websocket=True),
-                )
-                status = await self.run_append(job, send)
+                status = await self.run_append(job, self.s.faulty(self.send, websocket=True))
             else:
                 status = await self.s.generate(job, self.send)
         except _Closed:
