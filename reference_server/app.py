@@ -196,13 +196,8 @@ class ReferenceServer:
         denied = self.service.check_api_key(request.headers)
         if denied is not None:
             return self.error_response(denied, request_id)
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [{"id": self.config.model, "object": "model", "owned_by": "loopbench"}],
-            },
-            headers={"x-request-id": request_id},
-        )
+        model = {"id": self.config.model, "object": "model", "owned_by": "loopbench"}
+        return json_response({"object": "list", "data": [model]}, request_id)
 
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         err = RequestError(404, "not_found", f"Unknown route: {request.method} {request.url.path}.")
