@@ -123,8 +123,8 @@ notebook: $(STAMP)
 	$(BIN)/python notebooks/execute.py notebooks/transport_comparison.ipynb results/baseline
 
 .PHONY: soak
-# Bounded (4 min of load): RSS slope of server and harness, what the store accounts for, injected
-# faults against recorded errors kind by kind.  The judged one (not in CI): make soak SOAK_S=1800
+# Bounded (4 min of load): RSS slope of server and harness, what the caches and allocators account for,
+# injected faults against recorded errors kind by kind.  The judged one (not in CI): make soak SOAK_S=1800
 SOAK_S ?= 240
 soak: $(STAMP)
 	$(BIN)/python -m tools.soak --out results/soak --duration-s $(SOAK_S)

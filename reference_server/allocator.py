@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import re
 import sys
 from typing import Any
 
@@ -63,6 +64,62 @@ def _glibc() -> ctypes.CDLL | None:
 _LIBC = _glibc()
 
 
+def _pymalloc_stats() -> Any:
+    """CPython's ``_PyObject_DebugMallocStats(FILE *)`` (what ``sys._debugmallocstats`` prints
+    to stderr), None where it is missing."""
+    if _LIBC is None:
+        return None
+    try:
+        stats = ctypes.pythonapi._PyObject_DebugMallocStats
+        _LIBC.open_memstream.restype = ctypes.c_void_p
+        _LIBC.open_memstream.argtypes = (
+            ctypes.POINTER(ctypes.c_char_p),
+            ctypes.POINTER(ctypes.c_size_t),
+        )
+        _LIBC.fclose.argtypes = (ctypes.c_void_p,)
+        _LIBC.free.argtypes = (ctypes.c_void_p,)
+    except AttributeError:
+        return None
+    stats.argtypes = (ctypes.c_void_p,)
+    stats.restype = ctypes.c_int
+    return stats
+
+
+_PYMALLOC_STATS = _pymalloc_stats()
+_ARENAS = re.compile(rb"# arenas allocated current\s*=\s*([\d,]+)")
+_ALLOCATED = re.compile(rb"# bytes in allocated blocks\s*=\s*([\d,]+)")
+#: pymalloc's arena size on 64-bit CPython 3.10+ (1 MiB, the radix tree's ARENA_BITS = 20)
+PYMALLOC_ARENA_BYTES = 1 << 20
+
+
+def pymalloc_report() -> dict[str, int] | None:
+    """Python's small-object allocator: bytes of its arenas and of the blocks in use in them
+    (their difference is what it holds freed: a live object keeps its whole 1 MiB arena
+    resident), read from its own statistics written to a memory stream (about 0.1 ms, no
+    stderr involved); None where CPython does not export them."""
+    if _PYMALLOC_STATS is None or _LIBC is None:
+        return None
+    buf, size = ctypes.c_char_p(), ctypes.c_size_t()
+    stream = _LIBC.open_memstream(ctypes.byref(buf), ctypes.byref(size))
+    if not stream:
+        return None
+    try:
+        _PYMALLOC_STATS(stream)
+    finally:
+        _LIBC.fclose(stream)  # sets buf and size
+    try:
+        text = ctypes.string_at(buf, size.value)
+    finally:
+        _LIBC.free(buf)
+    arenas, allocated = _ARENAS.search(text), _ALLOCATED.search(text)
+    if arenas is None or allocated is None:
+        return None
+    return {
+        "python_arena_bytes": int(arenas.group(1).replace(b",", b"")) * PYMALLOC_ARENA_BYTES,
+        "python_allocated_bytes": int(allocated.group(1).replace(b",", b"")),
+    }
+
+
 def fix_mmap_threshold(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     """Keep large blocks mapped one by one for the life of the process (see the module's
     docstring); False where there is no glibc or ``MALLOC_MMAP_THRESHOLD_`` is set."""
@@ -72,9 +129,9 @@ def fix_mmap_threshold(env: dict[str, str] | os._Environ[str] = os.environ) -> b
 
 
 def malloc_report() -> dict[str, Any] | None:
-    """What malloc holds now, in bytes (``mallinfo2``), and Python's allocated blocks; None
-    without glibc.  ``free_held_bytes`` is memory freed but kept in the heaps: what
-    fragmentation leaves resident."""
+    """What malloc holds now, in bytes (``mallinfo2``), Python's allocated blocks and its
+    arenas (:func:`pymalloc_report`); None without glibc.  ``free_held_bytes`` is memory
+    freed but kept in the heaps: what fragmentation leaves resident."""
     if _LIBC is None:
         return None
     info = _LIBC.mallinfo2()
@@ -84,4 +141,5 @@ def malloc_report() -> dict[str, Any] | None:
         "in_use_bytes": int(info.uordblks),
         "free_held_bytes": int(info.fordblks),
         "python_blocks": sys.getallocatedblocks(),
+        **(pymalloc_report() or {}),
     }

@@ -45,7 +45,7 @@ from reference_server.metrics import (
     registry,
 )
 from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
-from reference_server.service import Admission, Service
+from reference_server.service import Admission, Service, now_s
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -196,13 +196,8 @@ class ReferenceServer:
         denied = self.service.check_api_key(request.headers)
         if denied is not None:
             return self.error_response(denied, request_id)
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [{"id": self.config.model, "object": "model", "owned_by": "loopbench"}],
-            },
-            headers={"x-request-id": request_id},
-        )
+        model = {"id": self.config.model, "object": "model", "owned_by": "loopbench"}
+        return json_response({"object": "list", "data": [model]}, request_id)
 
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         err = RequestError(404, "not_found", f"Unknown route: {request.method} {request.url.path}.")
@@ -274,33 +269,19 @@ class ReferenceServer:
         if req.background:
             return await self.lifecycle.create_background(admission, request_id)
         admission.request_id = request.headers.get("x-request-id")
-        headers = {"x-request-id": request_id}
         if not req.stream:
-            return await self._http_create_whole(request, admission, headers)
-
+            # The whole response as one JSON body, or nothing if the client left.
+            job = await unless_gone(request.receive, service.answer(admission, _discard))
+            if isinstance(job, Response):
+                return job
+            return json_response(job.builder.response_object(), request_id)
         job = await service.admit(admission)
 
         async def run(send: SendEvents) -> bool:
             return await service.generate_or_fail(job, send)
 
+        headers = {"x-request-id": request_id}
         return EventStream(run, headers, done_marker=self.config.sse_done_marker)
-
-    async def _http_create_whole(
-        self, request: Request, admission: Admission, headers: dict[str, str]
-    ) -> Response:
-        """``stream: false``: the whole response as one JSON body, or nothing if the client left."""
-
-        async def discard(_: Sequence[dict[str, Any]]) -> None:
-            return None
-
-        job = await unless_gone(request.receive, self.service.answer(admission, discard))
-        if isinstance(job, Response):
-            return job
-        return Response(
-            orjson.dumps(job.builder.response_object()),
-            media_type="application/json",
-            headers=headers,
-        )
 
     async def http_compact(self, request: Request) -> Response:
         """``POST /v1/responses/compact`` (``client.responses.compact``): admitted like a create."""
@@ -325,7 +306,7 @@ class ReferenceServer:
             summary,
             new_connection=self._new_http_connection(request),
             rng=rng,
-            created_at=int(time.time()),
+            created_at=now_s(),
         )
         return json_response(doc, request_id)
 
@@ -361,6 +342,10 @@ class ReferenceServer:
             await conn.run()
         finally:
             self.ws_connections.discard(conn)
+
+
+async def _discard(_: Sequence[dict[str, Any]]) -> None:
+    return None
 
 
 def _too_large(size: int, limit: int) -> RequestError:

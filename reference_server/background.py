@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-import time
 from array import array
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import Any
@@ -265,7 +264,3 @@ class BackgroundRuns:
         if runs:
             _log.warning("shutdown: cutting %d background response(s) still running", len(runs))
         await asyncio.gather(*(self.stop(r, "shutdown") for r in runs), return_exceptions=True)
-
-
-def now_s() -> int:
-    return int(time.time())

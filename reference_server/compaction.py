@@ -52,15 +52,10 @@ async def compact(
     inf = await sim.inference(
         conv.prefix_hashes, conv.tokens, summary, decode_seed(conv.items), discard
     )
-    timing.update(
-        engine_queue=float(inf.get("engine_queue", 0.0)),
-        prefill=float(inf.get("prefill", 0.0)),
-        decode=float(inf.get("decode", 0.0)),
-        cached_input_tokens=int(inf.get("cached_tokens", 0)),
-        compacted_tokens=summary,
-    )
-    timing["api_post"] = await sim.post_inference(cost)
     cached = int(inf.get("cached_tokens", 0))
+    timing.update({k: float(inf.get(k, 0.0)) for k in ("engine_queue", "prefill", "decode")})
+    timing.update(cached_input_tokens=cached, compacted_tokens=summary)
+    timing["api_post"] = await sim.post_inference(cost)
     usage = ev.usage(conv.tokens, cached, summary, cache_write_tokens=conv.tokens - cached)
     return compacted_response(
         ev.new_id("resp", rng),

@@ -34,9 +34,6 @@ class CutAnswer(Response):
     out, its body never ends (as a streamed one's).  Raised before any answer, the exception
     would become Starlette's 500, an error the fault is not."""
 
-    def __init__(self) -> None:
-        super().__init__()
-
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # No content-length: the body is chunked, and its end never comes.
         await send({"type": "http.response.start", "status": 200, "headers": _JSON_HEAD})

@@ -27,7 +27,6 @@ from reference_server.background import (
     EventGap,
     EventLog,
     gap_error,
-    now_s,
 )
 from reference_server.core.config import ServerConfig
 from reference_server.core.faults import NO_FAULT
@@ -44,7 +43,7 @@ from reference_server.core.lifecycle import (
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import SseResponse
 from reference_server.json_answers import error_response, json_response
-from reference_server.service import Admission, Service
+from reference_server.service import Admission, Service, now_s
 
 Frames = AsyncGenerator[list[bytes], None]
 
@@ -86,12 +85,8 @@ class Lifecycle:
     _error = staticmethod(error_response)
 
     def _stream(self, frames: Frames, request_id: str, ended: Callable[[], bool]) -> Response:
-        return _FrameStream(
-            frames,
-            {"x-request-id": request_id},
-            done_marker=self._done_marker,
-            ended=ended,
-        )
+        headers = {"x-request-id": request_id}
+        return _FrameStream(frames, headers, done_marker=self._done_marker, ended=ended)
 
     # -- GET /v1/responses/{id} ----------------------------------------------------------------
     @_route
@@ -114,9 +109,7 @@ class Lifecycle:
                 run.log.after(after)  # refuse a gap now, while an error status can still be sent
             except EventGap as gap:
                 raise gap_error(rid, gap.first_kept) from None
-            return self._stream(
-                run.follow(after), request_id, lambda: run.status in TERMINAL - {"cancelled"}
-            )
+            return self._follow(run, after, request_id)
         stored = await self.store.get_object(rid)
         if stored is None:
             raise not_found(rid)
@@ -141,7 +134,7 @@ class Lifecycle:
             # Deleted data cannot keep being generated: the run is stopped first.
             await self.runs.stop(run, "cancelled")
         if not await self.store.delete(rid):
-            return self._error(not_found(rid), request_id)
+            raise not_found(rid)
         return self._json({"id": rid, "object": "response", "deleted": True}, request_id)
 
     # -- GET /v1/responses/{id}/input_items ----------------------------------------------------
@@ -174,15 +167,15 @@ class Lifecycle:
             # It may have ended on its own meanwhile: cancelling a completed run is refused.
             refused = cancel_refusal(True, run.status) if run.status != "cancelled" else None
             if refused is not None:
-                return self._error(refused, request_id)
+                raise refused
             return self._json(run.snapshot, request_id)
         stored = await self.store.get_object(rid)
         if stored is None:
-            return self._error(not_found(rid), request_id)
+            raise not_found(rid)
         status = stored.response["status"]
         refused = cancel_refusal(stored.background, status)
         if refused is not None:
-            return self._error(refused, request_id)
+            raise refused
         if status in TERMINAL:
             return self._json(stored.response, request_id)  # cancelled already: idempotent
         # Queued or in progress here but run by no task of this process (a restart cut it).
@@ -233,8 +226,12 @@ class Lifecycle:
         self.runs.start(run, generation)
         if not req.stream:
             return self._json(run.snapshot, request_id)
+        return self._follow(run, -1, request_id)
+
+    def _follow(self, run: BackgroundRun, after: int, request_id: str) -> Response:
+        """A running response's events after ``after``; ``[DONE]`` unless it was cancelled."""
         return self._stream(
-            run.follow(-1), request_id, lambda: run.status in TERMINAL - {"cancelled"}
+            run.follow(after), request_id, lambda: run.status in TERMINAL - {"cancelled"}
         )
 
     def _stopped(

@@ -271,6 +271,11 @@ class Service:
             mark_arrival()
         return None
 
+    def faulty(self, send: Send, *, websocket: bool) -> Send:
+        """``send`` with this task's drawn ``disconnect`` or ``stall`` applied at the first delta."""
+        applied = partial(self.faults.applied, websocket=websocket)
+        return fault_send.wrap_send(send, self.config.faults.stall_s, applied)
+
     async def draw_fault(self, *, websocket: bool) -> Fault:
         """This request's fault, armed for :meth:`generate` in this task; a spike is waited here."""
         fault = self.faults.draw(websocket=websocket)
@@ -363,7 +368,7 @@ class Service:
         return ev.ResponseBuilder(
             response_id,
             model=req.model,
-            created_at=_now_s(),
+            created_at=now_s(),
             request=req.raw,
             stream_id=req.stream_id,
         )
@@ -394,12 +399,9 @@ class Service:
         def on_output(conv_out: Conversation) -> None:
             if remember is not None:
                 remember(response_id, conv_out)
+            added = conv_out.items[added_from:]
             self.store_response(
-                req,
-                response_id,
-                conv_out,
-                parent_stored=parent_stored,
-                added_items=conv_out.items[added_from:],
+                req, response_id, conv_out, parent_stored=parent_stored, added_items=added
             )
 
         builder = self.builder(req, response_id)
@@ -555,12 +557,10 @@ class Service:
         """The ``loopbench.fail: mid_stream`` hint: one output delta, then error + response.failed."""
         cursor = OutputCursor(builder, OutputPlan((), 4, truncated=False), rng)
         await send(cursor.emit(1))
-        await send(
-            self.failure(
-                builder,
-                "The server had an error while processing your request (injected by loopbench.fail).",
-            )
+        message = (
+            "The server had an error while processing your request (injected by loopbench.fail)."
         )
+        await send(self.failure(builder, message))
 
     async def finish(
         self,
@@ -577,7 +577,7 @@ class Service:
             await send([builder.incomplete("max_output_tokens", usage, {"sim_timing": timing})])
             return "incomplete"
         self.counters.responses["completed"] += 1
-        await send([builder.complete(usage, {"sim_timing": timing}, completed_at=_now_s())])
+        await send([builder.complete(usage, {"sim_timing": timing}, completed_at=now_s())])
         return "completed"
 
     def _keeping_object(self, send: Send) -> Send:
@@ -634,11 +634,7 @@ class Service:
     async def _generate(self, job: Job, send: Send) -> str:
         req, conv, cost, builder, timing = job.req, job.conv, job.cost, job.builder, job.timing
         rng = self.rng()
-        send = fault_send.wrap_send(
-            send,
-            self.config.faults.stall_s,
-            partial(self.faults.applied, websocket=cost.websocket),
-        )
+        send = self.faulty(send, websocket=cost.websocket)
         if req.store and not req.background:  # a background run keeps its own (background.py)
             send = self._keeping_object(send)
         await send(builder.start())
@@ -646,14 +642,8 @@ class Service:
             await self.fail_mid_stream(builder, send, rng)
             return "failed"
         if not req.generate:
-            timing.update(
-                engine_queue=0.0,
-                prefill=0.0,
-                decode=0.0,
-                reasoning_ms=0.0,
-                api_post=0.0,
-                cached_input_tokens=0,
-            )
+            stages = ("engine_queue", "prefill", "decode", "reasoning_ms", "api_post")
+            timing.update(dict.fromkeys(stages, 0.0), cached_input_tokens=0)
             timing["ttft"] = timing["api_pre"] + timing["api_queue"]
             job.on_output(conv)
             usage = ev.usage(conv.tokens + tools_tokens(req.tools), 0, 0)
@@ -688,5 +678,6 @@ def key_matches(token: bytes, keys: Sequence[bytes]) -> bool:
     return found
 
 
-def _now_s() -> int:
+def now_s() -> int:
+    """Unix seconds, as the API's ``created_at`` and ``completed_at`` give them."""
     return int(time.time())

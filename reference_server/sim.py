@@ -257,18 +257,16 @@ class Simulator:
                     await sleep_until(deadline)
             decode_ns = pacer.last_deadline_ns - t_first
         finally:
-            self._release(ticket, loop)
-        totals, tokens = self.modelled_ms, self.tokens
-        totals["engine_queue"] += ticket.queue_ns / NS_PER_MS
-        totals["prefill"] += first_ns / NS_PER_MS
-        totals["decode"] += decode_ns / NS_PER_MS
+            self._release(ticket)
+        modelled = {"engine_queue": ticket.queue_ns, "prefill": first_ns, "decode": decode_ns}
+        for key, ns in modelled.items():
+            self.modelled_ms[key] += ns / NS_PER_MS
+        tokens = self.tokens
         tokens["input"] += input_tokens
         tokens["cached_input"] += cached
         tokens["output"] += output_tokens
         return {
-            "engine_queue": ticket.queue_ns / NS_PER_MS,
-            "prefill": first_ns / NS_PER_MS,
-            "decode": decode_ns / NS_PER_MS,
+            **{key: ns / NS_PER_MS for key, ns in modelled.items()},
             "ttft": (ticket.queue_ns + first_ns) / NS_PER_MS,
             "reasoning": (reasoning_ns or 0) / NS_PER_MS,
             "cached_tokens": cached,
@@ -280,7 +278,7 @@ class Simulator:
         """Record prefixes the engine computed while decoding (the reasoning it produced)."""
         self.prefix_cache.insert(with_static_prefix(prefix_hashes, static_prefix))
 
-    def _release(self, ticket: Ticket, loop: asyncio.AbstractEventLoop) -> None:
+    def _release(self, ticket: Ticket) -> None:
         for woken in self.capacity.release(ticket, _now_ns()):
             fut = self._waiters.get(woken.id)
             if fut is not None and not fut.done():

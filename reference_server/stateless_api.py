@@ -11,7 +11,6 @@ no second generator: a chat or messages turn costs what the same ``http`` turn c
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,8 +25,8 @@ from reference_server.core.chat import error_message
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import EventStream, SendEvents, unless_gone
-from reference_server.json_answers import error_response, retry_headers
-from reference_server.service import Admission, Job, Service
+from reference_server.json_answers import error_response, json_response, retry_headers
+from reference_server.service import Admission, Job, Service, now_s
 
 Refusal = Callable[[Request, Headers], Awaitable[tuple[RequestError, float] | None]]
 ReadJson = Callable[[Request], Awaitable[Any]]
@@ -119,8 +118,7 @@ class StatelessApi:
         # Stateless: the API tier processes the whole input every turn, as for `http`.
         processed = parsed.conv.tokens + tools_tokens(req.tools)
         cost = RequestCost.http(self._new_connection(request), processed)
-        headers = {"x-request-id": request_id}
-        created = int(time.time())
+        created = now_s()
         admission = Admission(
             req,
             parsed.conv,
@@ -131,7 +129,7 @@ class StatelessApi:
             request_id=request.headers.get("x-request-id"),
         )
         if not req.stream:
-            return await self._whole(request, parsed, admission, headers, created)
+            return await self._whole(request, parsed, admission, request_id, created)
         job = await service.admit(admission)
         translator = self.translator(parsed, job, created)
 
@@ -143,15 +141,11 @@ class StatelessApi:
 
             return await service.generate_or_fail(job, translated) and not translator.failed
 
+        headers = {"x-request-id": request_id}
         return EventStream(run, headers, done_marker=self.done_marker, encode=self.encode)
 
     async def _whole(
-        self,
-        request: Request,
-        parsed: Parsed,
-        admission: Admission,
-        headers: dict[str, str],
-        created: int,
+        self, request: Request, parsed: Parsed, admission: Admission, request_id: str, created: int
     ) -> Response:
         """``stream: false``: one JSON body, or nothing if the client left (as for Responses)."""
         failed: list[dict[str, Any]] = []
@@ -168,7 +162,6 @@ class StatelessApi:
         if failed:
             return self.error_response(
                 RequestError(500, "server_error", error_message(failed[0]), type_="server_error"),
-                headers["x-request-id"],
+                request_id,
             )
-        doc = self.whole(parsed, job, created)
-        return Response(ev.dumps(doc), media_type="application/json", headers=headers)
+        return json_response(self.whole(parsed, job, created), request_id)

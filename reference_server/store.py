@@ -25,10 +25,11 @@ import sqlite3
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -38,6 +39,7 @@ DEFAULT_RETENTION_S = 30 * 24 * 3600.0
 
 Items = list[dict[str, Any]]
 _log = logging.getLogger("reference_server.store")
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -103,7 +105,6 @@ class StoredObject:
     response: dict[str, Any]
     background: bool
     n_output: int  # output items at the end of the response's chain row (0 if it has none)
-    has_events: bool
 
 
 class SqliteStore:
@@ -205,20 +206,11 @@ class SqliteStore:
             self._inserted(db, "response_objects")
 
     def _get_object_sync(self, rid: str) -> StoredObject | None:
-        row = (
-            self._conn()
-            .execute(
-                "SELECT response, background, n_output, events IS NOT NULL "
-                "FROM response_objects WHERE id = ?",
-                (rid,),
-            )
-            .fetchone()
-        )
+        sql = "SELECT response, background, n_output FROM response_objects WHERE id = ?"
+        row = self._conn().execute(sql, (rid,)).fetchone()
         if row is None:
             return None
-        return StoredObject(
-            orjson.loads(zlib.decompress(row[0])), bool(row[1]), int(row[2]), bool(row[3])
-        )
+        return StoredObject(orjson.loads(zlib.decompress(row[0])), bool(row[1]), int(row[2]))
 
     def _events_sync(self, rid: str) -> bytes | None:
         row = (
@@ -262,8 +254,12 @@ class SqliteStore:
 
     # -- event-loop side ---------------------------------------------------------------------
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
+    async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.wrap_future(self._executor.submit(fn, *args))
+
+    def _queue(self, fn: Callable[..., None], *args: Any) -> None:
+        if not self._closed:
+            self._executor.submit(fn, *args).add_done_callback(_log_failure)
 
     def put(
         self,
@@ -277,17 +273,11 @@ class SqliteStore:
         ``new_items`` are what this response added to its chain: its input items
         (without ``instructions``, which are not inherited) and its output items.
         """
-        if self._closed:
-            return
-        fut = self._executor.submit(
-            self._put_sync, response_id, previous_id, list(new_items), function_calls
-        )
-        fut.add_done_callback(_log_failure)
+        self._queue(self._put_sync, response_id, previous_id, list(new_items), function_calls)
 
     async def get(self, response_id: str) -> StoredResponse | None:
         """The full context through ``response_id``, or None if it is unknown or expired."""
-        result: StoredResponse | None = await self._run(self._get_sync, response_id)
-        return result
+        return await self._run(self._get_sync, response_id)
 
     def put_object(
         self,
@@ -303,38 +293,28 @@ class SqliteStore:
         ``events`` (a background response's SSE frames, see reference_server/background.py)
         are stored compressed.
         """
-        if self._closed:
-            return
         packed = None if events is None else zlib.compress(events, 1)
-        fut = self._executor.submit(
-            self._put_object_sync, response_id, response, background, n_output, packed
-        )
-        fut.add_done_callback(_log_failure)
+        self._queue(self._put_object_sync, response_id, response, background, n_output, packed)
 
     async def get_object(self, response_id: str) -> StoredObject | None:
         """The stored response object, or None if it is unknown, deleted or pruned."""
-        result: StoredObject | None = await self._run(self._get_object_sync, response_id)
-        return result
+        return await self._run(self._get_object_sync, response_id)
 
     async def events(self, response_id: str) -> bytes | None:
         """A finished background response's stored events (as written by :meth:`put_object`)."""
-        result: bytes | None = await self._run(self._events_sync, response_id)
-        return result
+        return await self._run(self._events_sync, response_id)
 
     async def own_items(self, response_id: str) -> Items | None:
         """Only what ``response_id``'s own row added to its chain (when its chain is broken)."""
-        result: Items | None = await self._run(self._own_items_sync, response_id)
-        return result
+        return await self._run(self._own_items_sync, response_id)
 
     async def delete(self, response_id: str) -> bool:
         """Delete a response (its object and its chain row); False if there was none."""
-        result: bool = await self._run(self._delete_sync, response_id)
-        return result
+        return await self._run(self._delete_sync, response_id)
 
     async def count(self) -> int:
         """Rows in the store (tests and diagnostics)."""
-        result: int = await self._run(self._count_sync)
-        return result
+        return await self._run(self._count_sync)
 
     async def flush(self) -> None:
         """Wait until every queued write is committed."""

@@ -18,7 +18,6 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import orjson
@@ -512,12 +511,7 @@ class WsConnection:
         try:
             if self.append_mode:
                 # generate() applies a drawn disconnect/stall itself; the append loop does not.
-                send = fault_send.wrap_send(
-                    self.send,
-                    self.cfg.faults.stall_s,
-                    partial(self.s.faults.applied, websocket=True),
-                )
-                status = await self.run_append(job, send)
+                status = await self.run_append(job, self.s.faulty(self.send, websocket=True))
             else:
                 status = await self.s.generate(job, self.send)
         except _Closed:
@@ -557,11 +551,9 @@ class WsConnection:
                     req, conv, builder, send, rng, tool_choice=tool_choice, metadata=metadata
                 )
                 # Lateness is the response's first token's: only the first segment has one.
+                seg.record(seg_timing, job.arrived_ns if n_before == 0 else None)
                 if n_before == 0:
-                    seg.record(seg_timing, job.arrived_ns)
                     job.first_delta_ns = seg.first_delta_ns
-                else:
-                    seg.record(seg_timing)
                 seg_timing["api_post"] = 0.0
                 total_out += seg.output_tokens
                 total_reasoning += seg.reasoning_tokens

@@ -100,16 +100,24 @@ SIDE_MIX: tuple[SideRequest, ...] = (
 )
 
 
-def rss_kib(pid: int) -> int | None:
-    """Resident set size of ``pid`` in KiB (``VmRSS``), or None once it has exited."""
+def rss_kib(pid: int, fields: Sequence[str] = ("VmRSS",)) -> int | None:
+    """Resident set size of ``pid`` in KiB (``VmRSS``; or the sum of other ``fields`` of its
+    ``/proc/<pid>/status``), or None once it has exited."""
+    found = []
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+                name = line.split(":", 1)[0]
+                if name in fields:
+                    found.append(int(line.split()[1]))
     except (OSError, ValueError):
         return None
-    return None
+    return sum(found) if found else None
+
+
+#: the part of a process's RSS that is file pages: code paged in as paths first run, and the
+#: store's shared-memory index (``-shm``), neither malloc's nor Python's
+FILE_RSS = ("RssFile", "RssShmem")
 
 
 @dataclass(slots=True)
@@ -192,6 +200,10 @@ class Sample:
     malloc_in_use: int | None = None
     #: bytes of the prefix cache's hash table (``/health``)
     prefix_table_bytes: int | None = None
+    #: the server's file-backed resident pages, KiB (:data:`FILE_RSS`)
+    server_file_kib: int | None = None
+    #: bytes Python's small-object arenas hold beyond the blocks in use (``/health``)
+    pymalloc_free_held: int | None = None
 
 
 def warmup_s(duration_s: float) -> float:
@@ -402,6 +414,7 @@ def _load(
                 store_bytes(store),
                 *_server_state(server),
             )
+            sample.server_file_kib = rss_kib(server.pid, FILE_RSS)
             samples.append(sample)
             if len(samples) % max(1, round(30 / sample_s)) == 1:
                 print(
@@ -466,6 +479,8 @@ def _finish(
                 s.malloc_free_held,
                 s.malloc_in_use,
                 s.prefix_table_bytes,
+                None if s.server_file_kib is None else s.server_file_kib * 1024,
+                s.pymalloc_free_held,
             ]
             for s in samples
         ],
@@ -542,23 +557,27 @@ def store_account(store: Path, fit: Sequence[Sample], server_slope: float | None
 
 
 def _server_state(server: ServerProcess) -> tuple[int | None, ...]:
-    """From ``/health``: the prefix cache's entries, malloc's bytes freed but held and in use
-    (mapped one by one included), the prefix cache's table bytes; None for what it does not
-    say."""
+    """From ``/health``, in :class:`Sample`'s order: the prefix cache's entries, malloc's bytes
+    freed but held and in use (mapped one by one included), the prefix cache's table bytes,
+    (a None for the file pages) and the bytes Python's arenas hold freed; None for what it
+    does not say."""
     try:
         doc = server.health(timeout_s=2)
     except (OSError, ValueError):
-        return None, None, None, None
+        return None, None, None, None, None, None
     cache = doc.get("prefix_cache") or {}
     memory = doc.get("memory") or {}
     in_use = memory.get("in_use_bytes")
     if isinstance(in_use, int):
         in_use += int(memory.get("mapped_bytes") or 0)
+    arenas, allocated = memory.get("python_arena_bytes"), memory.get("python_allocated_bytes")
     values = (
         cache.get("entries"),
         memory.get("free_held_bytes"),
         in_use,
         cache.get("table_bytes"),
+        None,  # the file pages: from /proc, not /health
+        arenas - allocated if isinstance(arenas, int) and isinstance(allocated, int) else None,
     )
     return tuple(v if isinstance(v, int) else None for v in values)
 
@@ -663,7 +682,7 @@ def server_account_table(fit: dict[str, Any]) -> list[str]:
     rows = [
         ("RSS slope (judged)", slope),
         (
-            "engine prefix cache (its table + 68 B an entry; LRU, ~13 MiB full and churning)",
+            "engine prefix cache (its table + 80 B an entry; LRU, ~13 MiB full and churning)",
             fit["prefix_cache_mib_per_h"],
         ),
         (
@@ -674,6 +693,14 @@ def server_account_table(fit: dict[str, Any]) -> list[str]:
             "malloc: freed but held (mallinfo2 fordblks: fragmentation)",
             fit.get("malloc_free_held_mib_per_h"),
         ),
+        (
+            "Python's arenas: freed but held (pymalloc: a live object keeps its 1 MiB arena)",
+            fit.get("pymalloc_free_held_mib_per_h"),
+        ),
+        (
+            "file pages (code paged in, the store's -shm: RssFile + RssShmem)",
+            fit.get("file_pages_mib_per_h"),
+        ),
         (f"**unaccounted**{share}", rest),
         (
             "beside them, not subtracted: malloc in use (uordblks + hblkhd)",
@@ -682,7 +709,7 @@ def server_account_table(fit: dict[str, Any]) -> list[str]:
     ]
     return [
         f"| server after its warm-up (from {fit['from_s']:.0f} s: a quarter of the load, or until "
-        "its prefix cache was first full if later) | MiB/h |",
+        "its prefix cache was at its bound, full and its table at its largest, if later) | MiB/h |",
         "|---|---|",
         *(f"| {name} | {_dash(value)} |" for name, value in rows),
     ]

@@ -31,9 +31,11 @@ SQLITE_CACHE_BYTES = 2000 * 1024
 #: bytes one entry of the engine's LRU prefix cache holds (an OrderedDict entry and two ints:
 #: 65,536 entries measured at 9.7 MiB with tracemalloc)
 PREFIX_CACHE_ENTRY_BYTES = 155
-#: bytes of one entry's two ints (its prefix hash and token count) beside the cache's table,
-#: which ``/health`` gives (``table_bytes``): 67.5 B measured with tracemalloc at 65,536 entries
-PREFIX_ENTRY_OBJECT_BYTES = 68
+#: bytes one entry's two ints (its prefix hash and token count) take beside the cache's table,
+#: which ``/health`` gives (``table_bytes``, its list nodes included): 36 and 28 B asked for
+#: (tracemalloc: 67.5 B), 48 and 32 B in pymalloc's size classes, which is what stays resident
+#: (``sys._debugmallocstats`` at 65,536 entries: 110 B an entry with its 32 B node)
+PREFIX_ENTRY_OBJECT_BYTES = 80
 #: the largest slope (MiB/h) a quarter of which still counts as noise for "unaccounted"
 NOISE_MIB_H = 8.0
 #: bytes the harness keeps per completed rollout: its latency, for the paired speedup
@@ -77,16 +79,23 @@ def slope_per_h(points: Sequence[tuple[float, float]]) -> float | None:
 
 def server_warmup_s(doc: Mapping[str, Any]) -> float:
     """The server's warm-up: a quarter of the load (``warmup_s``), or until its bounded
-    prefix cache is first full if that is later.  A long-running server runs with that cache
-    full; while it fills, it and the allocator's arenas around it grow for minutes (a 30-minute
-    soak's server climbed until ~1,050 s, then stayed flat), which is no leak."""
+    prefix cache is at its bound if that is later: first full, and its table at its largest
+    size under load (where the samples have it).  A long-running server runs with that cache
+    full and churning; while it fills it grows for minutes, and ~250 s after it is full its
+    evictions make CPython reallocate its table one size up (5.5 to 9 MiB at 65,536 entries),
+    once: no leak.  A table still growing late in the load is a problem of its own
+    (:func:`problems`)."""
     start = float(doc.get("warmup_s") or 0)
     top = doc.get("prefix_cache_max_entries")
-    if top:
-        for sample in doc.get("rss_samples", []):
-            if sample[4] is not None and sample[4] >= top:
-                return max(start, float(sample[0]))
-    return start
+    duration = float(doc.get("duration_s") or 0)
+    samples = [x for x in doc.get("rss_samples", []) if x[0] <= duration]
+    full = [float(x[0]) for x in samples if top and x[4] is not None and x[4] >= top]
+    if not full:
+        return start
+    tables = [(float(x[0]), x[7]) for x in samples if len(x) > 7 and x[7] is not None]
+    biggest = max((b for _, b in tables), default=None)
+    at_bound = min((t for t, b in tables if b == biggest), default=full[0])
+    return max(start, full[0], at_bound)
 
 
 def prefix_cache_bytes(entries: int | None, table_bytes: int | None) -> float | None:
@@ -114,9 +123,10 @@ def _rate(points: Sequence[tuple[float, float]]) -> float | None:
 
 def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """The server's slope after its warm-up and what accounts for it (None without samples):
-    the prefix cache (entries x their size), the store (at most SQLite's page cache) and
+    the prefix cache (entries x their size), the store (at most SQLite's page cache),
     memory malloc holds freed (``mallinfo2``'s ``fordblks``: fragmentation, resident once
-    touched).  These are disjoint: the caches are live blocks, the last free ones.  Malloc's
+    touched), memory Python's arenas hold beyond their blocks in use, and file pages (code paged in, the store's ``-shm``).  These are disjoint: the
+    caches are live blocks, then free ones, then pages no allocator owns.  Malloc's
     bytes in use are given beside them, not subtracted: they include the caches."""
     samples = doc.get("rss_samples")
     if not samples:
@@ -128,7 +138,9 @@ def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     prefix = _rate([(t, b / 2**20) for t, b in sizes if b is not None])
     page = _rate([(x[0], min(x[3], SQLITE_CACHE_BYTES) / 2**20) for x in fit if x[3] is not None])
     held = _rate(_column(fit, 5))
-    named = (prefix or 0.0) + (page or 0.0) + (held or 0.0)
+    files = _rate(_column(fit, 8))
+    python_held = _rate(_column(fit, 9))
+    named = sum(x or 0.0 for x in (prefix, page, held, files, python_held))
     return {
         "from_s": start,
         "slope_mib_per_h": slope,
@@ -136,6 +148,8 @@ def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
         "page_cache_mib_per_h": page,
         "malloc_free_held_mib_per_h": held,
         "malloc_in_use_mib_per_h": _rate(_column(fit, 6)),
+        "file_pages_mib_per_h": files,
+        "pymalloc_free_held_mib_per_h": python_held,
         "unaccounted_mib_per_h": None if slope is None else round(slope - named, 1),
     }
 
@@ -275,6 +289,12 @@ def problems(doc: Mapping[str, Any], limits: Limits) -> list[str]:
     if doc.get("harness_exit") not in (0, None):
         out.append(f"the harness exited with {doc['harness_exit']}")
     fit = server_fit(doc)
+    warm, duration = server_warmup_s(doc), float(doc.get("duration_s") or 0)
+    if cache_filling(doc) is None and duration and warm > 0.75 * duration:
+        out.append(
+            f"the server's prefix cache reached its size in memory only at {warm:.0f} s of "
+            f"{duration:.0f}: too late to judge its slope (its table still growing?)"
+        )
     server_slope = doc["rss"]["server"].get("slope_mib_per_h")
     unaccounted = doc.get("store", {}).get("unaccounted_mib_per_h")
     if fit is not None:

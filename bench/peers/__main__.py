@@ -46,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--no-ws", action="store_true", help="skip loopbench over ws and http (information only)"
     )
+    p.add_argument(
+        "--no-locust", action="store_true", help="skip loopbench chat through loopbench locust"
+    )
     p.add_argument("--quick", action="store_true", help="1 and 4 streams, few requests (tests)")
     p.add_argument(
         "--benchmarks",
@@ -66,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = base(
         tools=args.tools,
         more_transports=() if args.no_ws else MORE_TRANSPORTS,
+        locust=not args.no_locust,
         peers_venv=args.peers_venv,
         artifacts=artifacts,
     )

@@ -30,7 +30,7 @@ import yaml
 
 from bench.folders import fresh_folder
 from bench.peers import commands as cmd
-from bench.peers import offline
+from bench.peers import locust_row, offline
 from bench.peers.figures import FORMAT_VERSION, combined, precision_target, run_figures, target
 from bench.peers.match import match_requests
 from bench.peers.readers import (
@@ -82,6 +82,8 @@ class PeersOptions:
     min_requests: int = 50  # ... but at least this many
     tools: tuple[str, ...] = TOOLS
     more_transports: tuple[str, ...] = MORE_TRANSPORTS
+    #: loopbench chat through `loopbench locust`, one worker (bench/peers/locust_row.py)
+    locust: bool = True
     peers_venv: Path = Path(".venv-peers")
     artifacts: Path = Path("results/peers")
     run_timeout_s: float = 600.0
@@ -189,6 +191,9 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
     exes = {t: opts.peers_venv / "bin" / t for t in ("guidellm", "aiperf")}
     versions: dict[str, str | None] = {"loopbench": _loopbench_version()}
     tools_meta: dict[str, Any] = {"loopbench": {"version": versions["loopbench"], "status": "ok"}}
+    if opts.locust and "loopbench" in opts.tools:
+        versions[locust_row.TOOL] = versions["loopbench"]
+        tools_meta[locust_row.TOOL] = tools_meta["loopbench"]
     for t in ("guidellm", "aiperf"):
         if t not in opts.tools:
             continue
@@ -212,9 +217,13 @@ def run_peers(opts: PeersOptions, say: Callable[[str], None] = lambda _: None) -
             order = _order([t for t in TOOLS if t in opts.tools], i)
             if "loopbench" in opts.tools:
                 order += [f"loopbench-{t}" for t in opts.more_transports]
+            if opts.locust and "loopbench" in opts.tools:
+                order.append(locust_row.TOOL)
             for name in order:
                 tool, _, transport = name.partition("-")
                 transport = transport or "chat"
+                if name == locust_row.TOOL:
+                    tool, transport = name, "chat"
                 folder = art / f"{name}-{streams}"
                 folder.mkdir()
                 run = _Run(tool, transport, streams, load, folder, version=versions.get(tool))
@@ -322,7 +331,9 @@ def _run_tool(
     else:
         scenario = folder / "scenario.yaml"
         scenario.write_text(yaml.safe_dump(cmd.loopbench_scenario(load), sort_keys=False))
-        argv = cmd.loopbench_argv(sys.executable, scenario, base_url, run.transport, folder, "run")
+        argv = (locust_row.locust_argv if run.tool == locust_row.TOOL else cmd.loopbench_argv)(
+            sys.executable, scenario, base_url, run.transport, folder, "run"
+        )
         run.output = folder / "run" / "turns.csv.gz"
         env = dict(os.environ)
     (folder / "command.txt").write_text(" ".join(argv) + "\n")

@@ -261,34 +261,39 @@ def sustained(
     return turns_per_s is None or turns_per_s >= opts.min_rate_share * agents / opts.turn_period_s
 
 
-def _plans(opts: AgentsOptions, agents: int, transport: str) -> tuple[Any, list[RolloutPlan]]:
+def scenario_fields(
+    opts: AgentsOptions, agents: int, transport: str
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The step's scenario: (name, rollout, load) sections."""
     # Enough rollouts that the step ends on time, not on a count: an agent makes one
     # rollout per (tool_calls + 1) turn periods.
     per_agent = 2 + int(opts.step_seconds / (opts.turn_period_s * opts.tool_calls)) + 1
     lo, hi = opts.tool_ms
-    scenario = _scenario(
-        f"selfbench-agents-{transport}-{agents}",
-        [transport],
-        {
-            "count": agents * per_agent,
-            "system_tokens": 40,
-            "tool_schema_tokens": 40,
-            "user_prompt_tokens": 20,
-            "tool_calls": opts.tool_calls,
-            "tool_output_tokens": 20,
-            "tool_latency_ms": {"dist": "uniform", "min": lo, "max": hi} if hi > lo else lo,
-            "step_output_tokens": opts.output_tokens,
-            "final_answer_tokens": opts.output_tokens,
-        },
-        {
-            "mode": "closed",
-            "concurrency": agents,
-            # The first wave (one rollout per agent, started over the ramp) is warm-up: it
-            # opens every connection and is left out of the statistics.
-            "warmup_rollouts": agents,
-            "duration_s": opts.step_seconds + opts.turn_period_s * (opts.tool_calls + 2),
-        },
-    )
+    rollout = {
+        "count": agents * per_agent,
+        "system_tokens": 40,
+        "tool_schema_tokens": 40,
+        "user_prompt_tokens": 20,
+        "tool_calls": opts.tool_calls,
+        "tool_output_tokens": 20,
+        "tool_latency_ms": {"dist": "uniform", "min": lo, "max": hi} if hi > lo else lo,
+        "step_output_tokens": opts.output_tokens,
+        "final_answer_tokens": opts.output_tokens,
+    }
+    load = {
+        "mode": "closed",
+        "concurrency": agents,
+        # The first wave (one rollout per agent, started over the ramp) is warm-up: it
+        # opens every connection and is left out of the statistics.
+        "warmup_rollouts": agents,
+        "duration_s": opts.step_seconds + opts.turn_period_s * (opts.tool_calls + 2),
+    }
+    return f"selfbench-agents-{transport}-{agents}", rollout, load
+
+
+def _plans(opts: AgentsOptions, agents: int, transport: str) -> tuple[Any, list[RolloutPlan]]:
+    name, rollout, load = scenario_fields(opts, agents, transport)
+    scenario = _scenario(name, [transport], rollout, load)
     plans = generate_rollouts(scenario)
     # Ramp-up: agent i's first request waits i/N of a tool time, so the agents start spread
     # over one turn period instead of all at once (the closed loop hands rollout i to agent i).
@@ -344,13 +349,44 @@ def run_step(
         wall, cpu_s, server_s = m
         turns, events = counts.window(win0, win1)
         cpu_window = "steady"
+    return step_from_summary(
+        opts,
+        transport,
+        agents,
+        summary,
+        rate=counts.rate(win0, win1),
+        cpu=(wall, cpu_s, server_s),
+        turns=turns,
+        events=events,
+        cpu_window=cpu_window,
+        seconds=time.perf_counter() - t0,
+        steal=steal,
+    )
+
+
+def step_from_summary(
+    opts: AgentsOptions,
+    transport: str,
+    agents: int,
+    summary: Mapping[str, Any],
+    *,
+    rate: float | None,
+    cpu: tuple[float, float, float | None] | None,
+    turns: int,
+    events: int,
+    cpu_window: str,
+    seconds: float,
+    steal: float | None,
+) -> AgentsStep:
+    """A step's verdict from its run's summary, and its cost: ``cpu`` is (wall s, client CPU
+    s, server CPU s) over the window in which ``turns`` turns and ``events`` events ended."""
     t = summary.get("transports", {}).get(transport, {})
     metric = opts.error_metric if opts.error_metric in t else FALLBACK_ERROR_METRIC
     err = t.get(metric) or {}
     p99 = err.get("p99")
     valid = bool(summary.get("valid"))
-    rate = counts.rate(win0, win1)
     client = summary.get("client") or {}
+    wall, cpu_s, server_s = cpu if cpu is not None else (0.0, 0.0, None)
     return AgentsStep(
         transport=transport,
         agents=agents,
@@ -361,12 +397,12 @@ def run_step(
         error_p99_ms=p99,
         error_p50_ms=err.get("p50"),
         turns_per_s=round(rate, 1) if rate is not None else None,
-        client_cpu_share=round(cpu_s / wall, 3),
-        cpu_us_per_turn=round(cpu_s / turns * 1e6, 1) if turns else None,
-        cpu_us_per_event=round(cpu_s / events * 1e6, 2) if events else None,
-        server_cpu_share=round(server_s / wall, 3) if server_s is not None else None,
+        client_cpu_share=round(cpu_s / wall, 3) if wall else 0.0,
+        cpu_us_per_turn=round(cpu_s / turns * 1e6, 1) if turns and cpu_s else None,
+        cpu_us_per_event=round(cpu_s / events * 1e6, 2) if events and cpu_s else None,
+        server_cpu_share=round(server_s / wall, 3) if server_s is not None and wall else None,
         cpu_window=cpu_window,
-        seconds=round(time.perf_counter() - t0, 2),
+        seconds=round(seconds, 2),
         loop_lag_p99_ms=(client.get("loop_lag_ms") or {}).get("p99"),
         server_late_p99_ms=(t.get("server_late_ms") or {}).get("p99"),
         cpu_steal_pct=steal,
@@ -443,6 +479,8 @@ def search_agents(
     transport: str,
     server_pid: int | None,
     say: Callable[[str], None] = lambda _: None,
+    step_fn: Callable[[str, AgentsOptions, str, int, int | None], AgentsStep] = run_step,
+    what: str = "agents per core",
 ) -> tuple[GoodputSearch, list[AgentsStep]]:
     """The goodput sweep's search over the agent count, bounded by steps and by ``budget_s``."""
     search = GoodputSearch(
@@ -456,10 +494,10 @@ def search_agents(
     deadline = time.perf_counter() + opts.budget_s
     while (load := search.next_load()) is not None and time.perf_counter() < deadline:
         agents = int(load)
-        say(f"agents per core, {transport}: step {len(steps) + 1}, {agents} agents")
+        say(f"{what}, {transport}: step {len(steps) + 1}, {agents} agents")
         failed: list[dict[str, Any]] = []
         while True:
-            step = run_step(url, opts, transport, agents, server_pid)
+            step = step_fn(url, opts, transport, agents, server_pid)
             if step.passed or len(failed) + 1 >= max(1, opts.trials):
                 break
             failed.append(step.as_dict())
@@ -504,7 +542,9 @@ _COSTS = (
 )
 
 
-def agents_figures(ans: AgentsAnswer, bound_ms: float) -> list[Figure]:
+def agents_figures(
+    ans: AgentsAnswer, bound_ms: float, key: str = "agents", what: str = "agents per client core"
+) -> list[Figure]:
     """The answer of one transport's search, and what the client spent at it."""
     t = ans.transport
     # With no passing count, the costs are those of the smallest count tried.
@@ -514,8 +554,8 @@ def agents_figures(ans: AgentsAnswer, bound_ms: float) -> list[Figure]:
     label = f"{t}, at the answer"
     return [
         figure(
-            f"agents.{t}",
-            f"agents per client core, {t} (~1 turn/s each, valid, {metric} p99 <= {bound_ms:g} ms)",
+            f"{key}.{t}",
+            f"{what}, {t} (~1 turn/s each, valid, {metric} p99 <= {bound_ms:g} ms)",
             float(ans.agents or 0),
             "agents",
             at_least(AGENTS_PER_CORE_MIN, f">= {AGENTS_PER_CORE_MIN:,}"),
@@ -523,7 +563,7 @@ def agents_figures(ans: AgentsAnswer, bound_ms: float) -> list[Figure]:
         ),
         *(
             figure(
-                f"agents.{t}.{attr}",
+                f"{key}.{t}.{attr}",
                 f"{what}, {label}",
                 getattr(at, attr) if at else None,
                 unit,

@@ -25,6 +25,11 @@ from bench.selfbench.cpu_steal import read_cpu_times, steal_percent
 from bench.selfbench.figures import Figure, at_least, at_most, figure, set_aside
 from bench.selfbench.kernel_stamps import SERVER_OVERRIDES, kernel_stamp_figures
 from bench.selfbench.lib_server import READY_PREFIX as LIB_READY_PREFIX
+from bench.selfbench.locust_agents import (
+    LocustAgentsOptions,
+    locust_agents_figures,
+    measure_locust_agents,
+)
 from bench.selfbench.locust_cmp import measure_locust
 from bench.selfbench.memory import measure_memory
 from bench.selfbench.pipeline import drive
@@ -54,7 +59,7 @@ TARGET_STREAMS = 16
 STEAL_DISTURBED_PCT = 6.0
 MAX_TRIAL_FACTOR = 3
 #: every step, in the order they run; the default of ``--steps``
-STEPS = ("throughput", "timing", "kstamp", "memory", "agents")
+STEPS = ("throughput", "timing", "kstamp", "memory", "agents", "locust_agents")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,7 @@ class SelfbenchOptions:
     kstamp_rollouts: int = 4  # per stream, after the unmeasured first wave
     kstamp_trials: int = 3
     agents: AgentsOptions = field(default_factory=AgentsOptions)
+    locust_agents: LocustAgentsOptions = field(default_factory=LocustAgentsOptions)
     #: runs of a step while the machine is busy before its figures are left unjudged
     busy_attempts: int = BUSY_ATTEMPTS
 
@@ -101,6 +107,7 @@ class SelfbenchOptions:
             kstamp_rollouts=1,
             kstamp_trials=1,
             agents=AgentsOptions.quick(),
+            locust_agents=LocustAgentsOptions.quick(),
             busy_attempts=1,  # a smoke run: a busy step is marked, not repeated
         )
 
@@ -543,6 +550,20 @@ def _agents(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None])
         out.figures.extend(agents_figures(ans, a.error_p99_max_ms))
 
 
+def _locust_agents(opts: SelfbenchOptions, out: _Collected, say: Callable[[str], None]) -> None:
+    a = opts.locust_agents.agents
+    say(
+        f"agents per Locust worker process: {', '.join(a.transports)}, search from {a.start} "
+        f"to {a.max_agents} agents, {a.max_steps} steps at most"
+    )
+    answers, facts = measure_locust_agents(opts.locust_agents, say)
+    out.details["locust_agents"] = {
+        "placement": facts,
+        **{ans.transport: ans.as_dict() for ans in answers},
+    }
+    out.figures.extend(locust_agents_figures(answers, a.error_p99_max_ms))
+
+
 def _judged_step(
     step: str,
     run: Callable[[SelfbenchOptions, _Collected, Callable[[str], None]], None],
@@ -583,6 +604,7 @@ def run_selfbench(
         ("kstamp", _kstamp),
         ("memory", _memory),
         ("agents", _agents),
+        ("locust_agents", _locust_agents),
     ):
         if step in opts.steps:
             _judged_step(step, run, opts, out, say)

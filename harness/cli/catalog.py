@@ -8,17 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.commands import command_help
-from harness.cli.common import EXIT_OK, EXIT_USAGE, examples
+from harness.cli.common import EXIT_OK, EXIT_USAGE, add_command, examples
 from harness.workload.builtin import builtin_hint, builtin_scenarios
 from harness.workload.scenario import load_scenario
 from harness.workload.starter import starter_scenario
 
 
 def add_parser(sub: Any) -> None:
-    lst = sub.add_parser(
+    lst = add_command(
+        sub,
         "scenarios",
-        help=command_help("scenarios"),
         description="List the scenarios shipped inside loopbench. Run one by name from any\n"
         "folder; start your own from one with --path, or from `loopbench init NAME`.",
         epilog=examples(
@@ -31,9 +30,9 @@ def add_parser(sub: Any) -> None:
     lst.add_argument("--path", metavar="NAME", help="print the file of built-in NAME and exit")
     lst.set_defaults(func=cmd_scenarios)
 
-    init = sub.add_parser(
+    init = add_command(
+        sub,
         "init",
-        help=command_help("init"),
         description="Write NAME.yaml, a starter scenario with a comment on every field; it\n"
         "validates and runs as written. An existing file is never overwritten (exit 4).",
         epilog=examples(

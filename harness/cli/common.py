@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from harness.cli.commands import command_help
 from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import UsageError
 from harness.wire.exit_codes import ExitCode, UsageParser
@@ -109,6 +110,15 @@ class Parser(UsageParser):
                 action,
                 f"invalid choice: {value!r}; did you mean {close[0]!r}? (choose from {listed})",
             ) from None
+
+
+def add_command(sub: Any, name: str, **kw: Any) -> argparse.ArgumentParser:
+    """Subcommand ``name`` of ``sub``: its one-line help from the command table (so the short
+    list and its own ``--help`` say the same) and, unless ``formatter_class`` says otherwise,
+    the help layout every command shares."""
+    kw.setdefault("formatter_class", HelpFormatter)
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=command_help(name), **kw)
+    return parser
 
 
 def examples(*lines: str) -> str:

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.cli.commands import command_help
 from harness.cli.common import (
     SCENARIO_HELP,
-    HelpFormatter,
+    add_command,
     api_key,
     epilog,
     examples,
@@ -60,9 +59,9 @@ def _allowances(cfg: GateConfig) -> str:
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+    p: argparse.ArgumentParser = add_command(
+        sub,
         "gate",
-        help=command_help("gate"),
         description="Judge RUN against a BASELINE run with rules (absolute SLOs, significant "
         "relative regressions, minimum speedups, harness self-check), or with --ab measure two "
         "targets in interleaved rounds of one job and judge the candidate against the baseline. "
@@ -78,7 +77,6 @@ def add_parser(sub: Any) -> None:
             ),
             transports_epilog(),
         ),
-        formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     p.add_argument(

@@ -23,12 +23,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     SCENARIO_HELP,
-    HelpFormatter,
+    add_command,
     epilog,
     examples,
     scenario_overrides,
@@ -55,9 +54,9 @@ STOP_WAIT_S = 60.0
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "locust",
-        help=command_help("locust"),
         description="Run a scenario through Locust's master/worker mode: the master hands out the "
         "scenario's rollouts, workers run them and ship HDR histograms back, and the master writes "
         "the same results folder as `loopbench run`. Without --target an embedded reference server "
@@ -73,7 +72,6 @@ def add_parser(sub: Any) -> None:
                 (t for t in TRANSPORTS if t.locust), "transports available under Locust"
             ),
         ),
-        formatter_class=HelpFormatter,
     )
     p.add_argument("scenario", nargs="?", help=f"{SCENARIO_HELP} (master only)")
     p.add_argument(

@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_OK,
     EXIT_REGRESSION,
-    HelpFormatter,
+    add_command,
     epilog,
     examples,
     transports_epilog,
@@ -40,9 +39,9 @@ from reference_server.core.profiles import load_profiles
 
 
 def add_parser(sub: Any) -> None:
-    rep = sub.add_parser(
+    rep = add_command(
+        sub,
         "reproduce",
-        help=command_help("reproduce"),
         description="Run the built-in reproduce/*.yaml scenarios (`loopbench scenarios`) through real sockets against embedded reference "
         "servers and print each published figure, its band, the measured value and pass/fail. "
         "Exit 1 (a regression against the published figures) unless every row passes.",
@@ -50,7 +49,6 @@ def add_parser(sub: Any) -> None:
             "loopbench reproduce",
             "loopbench reproduce --parts codex-cerebras --set codex-cerebras:rollout.count=4",
         ),
-        formatter_class=HelpFormatter,
     )
     rep.add_argument(
         "--out", default="results/reproduction", help="results root (default: results/reproduction)"
@@ -69,9 +67,9 @@ def add_parser(sub: Any) -> None:
     rep.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     rep.set_defaults(func=cmd_reproduce)
 
-    cal = sub.add_parser(
+    cal = add_command(
+        sub,
         "calibrate",
-        help=command_help("calibrate"),
         description="Fit the simulation model (TTFT vs processed and uncached tokens, decode and "
         "burst rates, post-inference work) to the turns of RUN_DIR, measured against any "
         "endpoint, and write api-NAME.yaml and engine-NAME.yaml for the reference server.",
@@ -85,7 +83,6 @@ def add_parser(sub: Any) -> None:
                 "transports a fit uses",
             ),
         ),
-        formatter_class=HelpFormatter,
     )
     cal.add_argument(
         "run_dir",

@@ -8,8 +8,7 @@ import json
 import sys
 from typing import Any
 
-from harness.cli.commands import command_help
-from harness.cli.common import EXIT_OK, EXIT_USAGE, HelpFormatter, api_key, examples
+from harness.cli.common import EXIT_OK, EXIT_USAGE, add_command, api_key, examples
 from harness.cli.run_args import target_flags
 from harness.client.probe import REACHABLE, as_json, table
 from harness.client.shaping import RequestShaping
@@ -19,9 +18,9 @@ from harness.wire.plural import counted
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "probe",
-        help=command_help("probe"),
         description="Send a few tiny requests (16 output tokens, 48 for the tool call; the "
         "prompt-caching check sends a ~2.7k-token system prompt twice) to an endpoint and print, per feature, whether "
         "it is supported and the evidence: reachable; the Responses API (SSE streaming, "
@@ -35,7 +34,6 @@ def add_parser(sub: Any) -> None:
             "loopbench probe --target http://127.0.0.1:8000/v1",
             "loopbench probe --target https://api.example.com/v1 --api-key-env OPENAI_API_KEY --json",
         ),
-        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--target",

@@ -9,8 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from harness.cli.commands import command_help
-from harness.cli.common import EXIT_INTERRUPTED, EXIT_INVALID, HelpFormatter, examples
+from harness.cli.common import EXIT_INTERRUPTED, EXIT_INVALID, add_command, examples
 from harness.record.proxy import (
     OBSERVERS,
     READY_PREFIX,
@@ -24,9 +23,9 @@ from harness.wire.plural import counted, plural
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "record",
-        help=command_help("record"),
         description="Listen on http://127.0.0.1:PORT/v1, forward every request byte for byte "
         "to --upstream (default: an embedded reference server) and, on Ctrl-C or SIGTERM, "
         "write what the agent did as a loopbench trace: per conversation and turn the "
@@ -43,7 +42,6 @@ def add_parser(sub: Any) -> None:
             "loopbench record --upstream https://my-endpoint.example/v1 --port 8080",
             "loopbench record --upstream http://127.0.0.1:8000/v1 --port 0 --keep-content",
         ),
-        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--upstream",

@@ -17,11 +17,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.cli import run_args
-from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_OK,
     SCENARIO_HELP,
-    HelpFormatter,
+    add_command,
     epilog,
     examples,
     parse_transports,
@@ -70,9 +69,9 @@ from harness.workload.scenario import Scenario, load_scenario
 
 
 def add_parser(sub: Any) -> None:
-    rep = sub.add_parser(
+    rep = add_command(
+        sub,
         "report",
-        help=command_help("report"),
         description="Rebuild the report of a results folder from its files alone; everything "
         "is written inside that folder (report.md, report.html, plots/). A run that was killed "
         "before it wrote summary.json (kill -9) gets one rebuilt from the rows on disk, marked "
@@ -82,7 +81,6 @@ def add_parser(sub: Any) -> None:
             "loopbench report results/baseline",
             "loopbench report results/baseline --server-series vllm:num_requests_waiting",
         ),
-        formatter_class=HelpFormatter,
     )
     rep.add_argument("run", help="results folder, e.g. results/20261202-110203-quickstart")
     rep.add_argument(
@@ -104,9 +102,9 @@ def add_parser(sub: Any) -> None:
     )
     rep.set_defaults(func=cmd_report)
 
-    cmp = sub.add_parser(
+    cmp = add_command(
+        sub,
         "compare",
-        help=command_help("compare"),
         description="Compare every run after the first with the first (the reference A) per "
         "transport and metric: for per-turn and per-rollout medians, Δ % of the medians with a "
         "bootstrap 95 % CI of that same ratio and a Mann-Whitney p-value (no CI and no test with "
@@ -128,7 +126,6 @@ def add_parser(sub: Any) -> None:
                 "loopbench compare results/a results/b --force --no-html",
             ),
         ),
-        formatter_class=HelpFormatter,
     )
     cmp.add_argument(
         "runs",
@@ -151,9 +148,9 @@ def add_parser(sub: Any) -> None:
     cmp.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
     cmp.set_defaults(func=cmd_compare)
 
-    sw = sub.add_parser(
+    sw = add_command(
+        sub,
         "sweep",
-        help=command_help("sweep"),
         description="Run a scenario once per value of one field (e.g. --set load.concurrency=1,2,4,8) "
         "into one sweep folder; the combined report plots latency against the swept load and marks "
         "the knee.",
@@ -165,7 +162,6 @@ def add_parser(sub: Any) -> None:
             ),
             transports_epilog(),
         ),
-        formatter_class=HelpFormatter,
     )
     sw.add_argument("scenario", help=SCENARIO_HELP)
     sw.add_argument(

@@ -8,13 +8,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_OK,
     SCENARIO_HELP,
-    HelpFormatter,
+    add_command,
     epilog,
     examples,
     parse_transports,
@@ -48,9 +47,9 @@ from harness.workload.scenario import load_scenario
 
 
 def add_parser(sub: Any) -> None:
-    run = sub.add_parser(
+    run = add_command(
+        sub,
         "run",
-        help=command_help("run"),
         description="Replay the same seeded rollouts over each transport. Without --target, an embedded "
         "reference server is started on a free loopback port and stopped afterwards.",
         epilog=epilog(
@@ -64,7 +63,6 @@ def add_parser(sub: Any) -> None:
             ),
             transports_epilog(),
         ),
-        formatter_class=HelpFormatter,
     )
     run.add_argument(
         "scenario",

@@ -7,11 +7,10 @@ import json
 import sys
 from typing import Any
 
-from harness.cli.commands import command_help
 from harness.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
-    HelpFormatter,
+    add_command,
     epilog,
     examples,
     transports_epilog,
@@ -24,9 +23,9 @@ from harness.workload.scenario import load_scenario, scenario_json_schema
 
 
 def add_parser(sub: Any) -> None:
-    val = sub.add_parser(
+    val = add_command(
+        sub,
         "validate",
-        help=command_help("validate"),
         description="Check scenario files (and the traces they replay) without running them: "
         "each problem is one line naming the file, the field, what was expected and what came. "
         "Exit 0 when every file is valid, 4 otherwise.",
@@ -38,7 +37,6 @@ def add_parser(sub: Any) -> None:
             ),
             transports_epilog(),
         ),
-        formatter_class=HelpFormatter,
     )
     val.add_argument(
         "files",
@@ -49,22 +47,21 @@ def add_parser(sub: Any) -> None:
     )
     val.set_defaults(func=cmd_validate)
 
-    schema = sub.add_parser(
+    schema = add_command(
+        sub,
         "schema",
-        help=command_help("schema"),
         description="Print the JSON Schema of scenario files to stdout, for editor completion "
         "and hover help (e.g. the YAML language server's `# yaml-language-server: $schema=` "
         "comment).",
         epilog=examples(
             "loopbench schema > scenario.schema.json",
         ),
-        formatter_class=HelpFormatter,
     )
     schema.set_defaults(func=cmd_schema)
 
-    imp = sub.add_parser(
+    imp = add_command(
+        sub,
         "import",
-        help=command_help("import"),
         description="Read recorded sessions (Codex CLI, OpenTelemetry GenAI spans) or a public "
         "request trace (Mooncake, Azure LLM inference) and write a loopbench JSONL trace that a scenario replays with "
         "`rollout.trace: FILE`.",
@@ -75,7 +72,6 @@ def add_parser(sub: Any) -> None:
             "loopbench import azure AzureLLMInferenceTrace_conv.csv -o traces/azure-conv.jsonl",
             "loopbench import otel spans.json -o traces/agent.jsonl",
         ),
-        formatter_class=HelpFormatter,
     )
     imp.add_argument(
         "format",

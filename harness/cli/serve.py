@@ -6,16 +6,21 @@ import argparse
 import sys
 from typing import Any
 
-from harness.cli.commands import command_help
-from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, examples
+from harness.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_command,
+    examples,
+)
 from reference_server.cli import SERVES, add_server_arguments, config_from_args
 from reference_server.serve import serve
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "serve",
-        help=command_help("serve"),
         description=f"Run the reference server until Ctrl-C: {SERVES}. It prints the URL it listens on; --access-log adds one "
         "line per request. See docs/server.md.",
         epilog=examples(
@@ -24,7 +29,6 @@ def add_parser(sub: Any) -> None:
             "loopbench serve --model gpt-5-codex --set engine.sustained_tps=500",
             "loopbench serve --port 8443 --tls-self-signed    # https:// and wss:// on loopback",
         ),
-        formatter_class=HelpFormatter,
     )
     add_server_arguments(p)
     p.set_defaults(func=cmd_serve)

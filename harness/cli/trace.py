@@ -6,17 +6,16 @@ import argparse
 import sys
 from typing import Any
 
-from harness.cli.commands import command_help
-from harness.cli.common import EXIT_OK, EXIT_USAGE, examples
+from harness.cli.common import EXIT_OK, EXIT_USAGE, add_command, examples
 from harness.wire.errors import ScenarioError
 from harness.workload.trace import read_trace, read_trace_header
 from harness.workload.trace_summary import trace_summary_lines
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "trace",
-        help=command_help("trace"),
         description="Look into trace files (loopbench record, loopbench import, or written "
         "by hand): see docs/traces.md for the format.",
         epilog=examples(

@@ -12,13 +12,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from harness.wire.errors import (
-    APIError,
-    ErrorKind,
-    LoopbenchError,
-    ProtocolError,
-    TransportError,
-)
+from harness.wire.errors import APIError, ErrorKind, LoopbenchError, ProtocolError, TransportError
 from harness.wire.events import loads
 
 
@@ -197,7 +191,7 @@ def error_kind(exc: LoopbenchError) -> str:
 def describe_os_error(exc: BaseException, peer: str) -> str:
     """A socket failure talking to ``peer`` (``host:port``) as a sentence a user can act on.
 
-    Both client edges (asyncio and gevent) word their connection errors with this, so a
+    The client edge words its connection errors with this, so a
     failed turn's ``error`` column never holds an exception's repr.
     """
     if isinstance(exc, ConnectionRefusedError):

@@ -1,8 +1,8 @@
 """One rollout's conversation over one transport, sans I/O: what each turn sends and what its
 answer means.
 
-An edge (:mod:`harness.transports` for asyncio, :mod:`harness.locust_driver` for
-gevent) owns the sockets and the clock; it asks a :class:`Conversation` for the
+The edge (:mod:`harness.transports`, under ``run`` and in a Locust worker's edge host)
+owns the sockets and the clock; it asks a :class:`Conversation` for the
 request of a turn, sends it, feeds what arrives into the turn's
 :class:`~harness.client.stream.ResponseStream`, and hands failures back to learn
 whether to resend, reconnect or fail (:mod:`harness.client.recovery`).

@@ -16,12 +16,7 @@ import orjson
 
 from harness.client.bodies import http_headers
 from harness.client.options import TransportOptions
-from harness.client.translate import (
-    Event,
-    ResponsesEmitter,
-    int_field,
-    responses_usage,
-)
+from harness.client.translate import Event, ResponsesEmitter, int_field, responses_usage
 from harness.wire.events import loads
 from harness.wire.sse import SSEMessage
 from harness.wire.tokens import count_tokens

@@ -21,7 +21,7 @@ class TransportOptions:
     verify_tls: bool = True
     connect_timeout_s: float = 10.0
     request_timeout_s: float = 120.0
-    #: the asyncio edge's pool bound; a gevent user holds one connection per transport
+    #: the asyncio edge's HTTP connection pool bound
     max_connections: int = 256
     extra_headers: dict[str, str] = field(default_factory=dict)
     #: the ``messages`` transport's prompt-cache breakpoints: ``none``, ``system`` (system

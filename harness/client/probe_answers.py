@@ -133,17 +133,13 @@ def chat_create(model: str, *, tools: bool = False) -> dict[str, Any]:
     )
 
 
-def _cache_prompt() -> str:
-    return " ".join(
-        f"Line {i} of the loopbench prompt-cache probe." for i in range(PROBE_CACHE_LINES)
-    )
-
-
 def messages_create(model: str, *, cached: bool = False) -> dict[str, Any]:
     """The ``messages`` transport's body; ``cached`` adds a long system prompt marked with
     ``cache_control`` (the prompt-caching check sends it twice)."""
     if cached:
-        return messages_body(probe_turn(model, instructions=_cache_prompt()), "system")
+        lines = range(PROBE_CACHE_LINES)
+        prompt = " ".join(f"Line {i} of the loopbench prompt-cache probe." for i in lines)
+        return messages_body(probe_turn(model, instructions=prompt), "system")
     return messages_body(probe_turn(model), "none")
 
 

@@ -14,9 +14,9 @@ session of their own or a lane of this one) as a concurrent task, then goes on w
 conversation's tools.  ``Step.JOIN`` asks it to wait until every stepper in
 :attr:`~RolloutSteps.joining` is done before calling ``next`` again; at ``Step.DONE``
 it waits for all the conversation's sub-agents (the detached ones too) before
-``finish``, so the rollout's record spans the whole tree.  The two edges, each one short loop:
-harness/transports/rollout_loop.py (asyncio) and harness/locust_driver/agent_loop.py
-(gevent).
+``finish``, so the rollout's record spans the whole tree.  The edge, one short loop:
+harness/transports/rollout_loop.py (asyncio; a Locust worker runs it too, in its edge
+host).
 
 The pure :class:`~harness.workload.agent.Transcript` decides what each turn
 sends; the steps keep the rollout record (model, tool, client and recovery time)
@@ -70,6 +70,8 @@ class Step(Enum):
 _READY, _THINKING, _IN_TURN, _TOOLS_DUE, _TOOLS_RUNNING, _OVER, _FORK_DUE, _FORKED, _JOINING = (
     range(9)
 )
+#: the counts a finished sub-agent's record adds to its parent's (RolloutSteps._fold)
+_SUMS = ("conversations", "turns", "errors", "model_ns", "recoveries", "recovery_ns", "connections")
 
 
 class ContextOptions(TypedDict):
@@ -486,13 +488,8 @@ class RolloutSteps:
             sub = child.record
             if not sub.end_ns:
                 raise RuntimeError("a sub-agent was joined before its finish()")
-            roll.conversations += sub.conversations
-            roll.turns += sub.turns
-            roll.errors += sub.errors
-            roll.model_ns += sub.model_ns
-            roll.recoveries += sub.recoveries
-            roll.recovery_ns += sub.recovery_ns
-            roll.connections += sub.connections
+            for name in _SUMS:
+                setattr(roll, name, getattr(roll, name) + getattr(sub, name))
             if last is None or sub.end_ns > last.record.end_ns:
                 last = child
         return last
@@ -511,11 +508,10 @@ class RolloutSteps:
 
 def _answer_text(items: list[dict[str, Any]]) -> str:
     """The text of a response's message items (its final answer)."""
-    parts: list[str] = []
-    for item in items:
-        if item.get("type") != "message":
-            continue
-        for part in item.get("content") or ():
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-    return "".join(parts)
+    return "".join(
+        part["text"]
+        for item in items
+        if item.get("type") == "message"
+        for part in item.get("content") or ()
+        if isinstance(part, dict) and isinstance(part.get("text"), str)
+    )

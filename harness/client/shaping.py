@@ -21,8 +21,7 @@ request (docs/targets.md).  The API:
 - :func:`session_headers` ``(shaping, rollout_key) -> list[tuple[str, str]]`` — the
   session-affinity header, ``[(session_header, rollout_key)]`` or ``[]``, for every
   HTTP request of that rollout and the handshake of its WebSocket.  The key reaches a
-  session as ``Transport.session(rollout_key)`` (asyncio edge) or
-  ``Session.start_rollout(rollout_key)`` (gevent edge); it is :func:`rollout_key`
+  session as ``Transport.session(rollout_key)``; it is :func:`rollout_key`
   ``(run_id, transport, rollout_id)`` = ``<run-id>-<transport>-<rollout id>``: stable over
   a rollout's turns, distinct per transport (each replay of a rollout is a conversation of
   its own; one key for all transports would route a later replay to the replica whose

@@ -411,25 +411,26 @@ class ResponseStream:
         index = _int_field(self, etype, seq, event, "output_index")
         if index in self._added:
             self._fail(etype, seq, f"output_index {index} added once", "a second output_item.added")
-        item = event.get("item")
-        if not isinstance(item, dict):
-            self._fail(etype, seq, "an 'item' object", _preview(item))
-        self._added[index] = item
+        item = self._added[index] = self._item(etype, seq, event)
         if item.get("type") == "reasoning":
             # sent when the first reasoning token exists (the reasoning contract)
             self._reasoning_token(t_ns)
 
     def _on_item_done(self, etype: str, seq: int | None, event: dict[str, Any], t_ns: int) -> None:
         index = self._open_item(etype, seq, event)
-        item = event.get("item")
-        if not isinstance(item, dict):
-            self._fail(etype, seq, "an 'item' object", _preview(item))
+        item = self._item(etype, seq, event)
         self._item_done.add(index)
         self._hot = None
         self._items[index] = item
         if item.get("type") == "reasoning":
             # sent when the last reasoning token is decoded
             self._reasoning_token(t_ns)
+
+    def _item(self, etype: str, seq: int | None, event: dict[str, Any]) -> dict[str, Any]:
+        item = event.get("item")
+        if not isinstance(item, dict):
+            self._fail(etype, seq, "an 'item' object", _preview(item))
+        return item
 
     def _on_error(self, event: dict[str, Any], t_ns: int) -> None:
         nested = event.get("error")
@@ -553,14 +554,15 @@ class ResponseStream:
     # -- metrics -----------------------------------------------------------------------------
 
     def _segment_tokens(self) -> int:
-        if self._text is not None:
-            return self.tokens.count("".join(self._text))
-        return count_tokens("x" * self._text_chars) if self._text_chars else 0
+        return self._counted(self._text, self._text_chars)
 
     def _streamed_reasoning_tokens(self) -> int:
-        if self._reasoning_text is not None:
-            return self.tokens.count("".join(self._reasoning_text))
-        return count_tokens("x" * self._reasoning_chars) if self._reasoning_chars else 0
+        return self._counted(self._reasoning_text, self._reasoning_chars)
+
+    def _counted(self, text: list[str] | None, chars: int) -> int:
+        if text is not None:
+            return self.tokens.count("".join(text))
+        return count_tokens("x" * chars) if chars else 0
 
     def _burst(self) -> int:
         """Highest token count in any window [t_i, t_i + W) starting at a delta (docs/metrics.md §1).
@@ -626,16 +628,13 @@ class ResponseStream:
         rec.streamed_tokens = self._segment_tokens()
         rec.burst_tokens_max = self.burst_tokens_max
         st = self.sim_timing or {}
-        for key, attr in SIM_FIELDS:
+        for key, attr in (*SIM_FIELDS, ("first_token_late_ms", "server_late_ms")):
             value = st.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 setattr(rec, attr, float(value))
         cache = st.get("cache")
         if isinstance(cache, str):
             rec.sim_cache = cache
-        late = st.get("first_token_late_ms")
-        if isinstance(late, int | float) and not isinstance(late, bool):
-            rec.server_late_ms = float(late)
         # Only on one host do the monotonic clocks agree (a remote server's counts from its own
         # boot, so its arrival cannot fall between our send and first token); the gevent edge
         # stamps on the Unix epoch, hence the second field.
@@ -652,19 +651,9 @@ class ResponseStream:
         return rec
 
 
-_KNOWN = frozenset(
-    {
-        IN_PROGRESS,
-        QUEUED,
-        OUTPUT_ITEM_ADDED,
-        OUTPUT_ITEM_DONE,
-        CONTENT_PART_ADDED,
-        COMPLETED,
-        INCOMPLETE,
-        DONE,
-        SUMMARY_DELTA,
-        FUNCTION_NAME_TOKEN,
-    }
+_KNOWN = (
+    frozenset({IN_PROGRESS, QUEUED, OUTPUT_ITEM_ADDED, OUTPUT_ITEM_DONE, CONTENT_PART_ADDED})
+    | {COMPLETED, INCOMPLETE, DONE, SUMMARY_DELTA, FUNCTION_NAME_TOKEN}
     | _PART_EVENTS
     | _ITEM_EVENTS
 )

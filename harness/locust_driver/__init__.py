@@ -1,10 +1,9 @@
-"""Scale-out through Locust's master/worker mode (docs/architecture.md: the gevent world).
+"""Scale-out through Locust's master/worker mode (docs/distributed.md).
 
 Only ever imported by a ``locust`` process: :mod:`.locustfile` imports locust,
-which monkey-patches the whole process with gevent.  The client modules are
-blocking, sans-asyncio code (plain sockets under :mod:`harness.client`'s HTTP/1.1
-parser and websockets' sans-I/O protocol) that gevent makes cooperative once the
-process is patched; they import neither locust nor gevent, so they also run,
-unpatched, in ordinary tests.  See
-``docs/distributed.md``.
+which monkey-patches the whole process with gevent.  Locust keeps what it is good
+at (users, spawning, distribution across machines, the web UI, stats); each
+worker's rollouts run on the asyncio edge ``loopbench run`` uses, in a child
+process of its own (:mod:`harness.run.edge_host`, driven by :mod:`.edge`), so a
+worker measures as precisely as ``run`` and this package holds no client edge.
 """

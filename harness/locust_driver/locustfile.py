@@ -26,11 +26,9 @@ from locust import LoadTestShape, User, argument_parser, constant, events, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
-from harness.client.options import TransportOptions
-from harness.client.shaping import rollout_key
-from harness.locust_driver.agent_loop import run_rollout
+from harness.locust_driver.clock import now_ns
+from harness.locust_driver.edge import EdgeChild, EdgeGone
 from harness.locust_driver.master import QUIT_WAIT_S, MasterOptions, MasterSide
-from harness.locust_driver.net import now_ns
 from harness.locust_driver.protocol import (
     MSG_CLAIM,
     MSG_FINAL,
@@ -39,9 +37,7 @@ from harness.locust_driver.protocol import (
     MSG_WORK,
     RUN_OPTION,
     RunConfig,
-    shaping_from_json,
 )
-from harness.locust_driver.sessions import Session, make_session
 from harness.locust_driver.worker import WorkerSide
 from harness.metrics.results_model import as_summary
 from harness.run.orphans import watched_parent
@@ -51,13 +47,9 @@ from harness.run.target import (
     target_flags_from_json,
     tokenizer_file,
 )
-from harness.run.tokenizer import load_tokens
-from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import LoopbenchError, UsageError
 from harness.wire.exit_codes import ExitCode
-from harness.wire.tokens import FIXED_WIDTH
 from harness.wire.transports import locust_spec
-from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord
 from harness.workload.scenario import load_scenario
 
@@ -65,6 +57,14 @@ log = logging.getLogger("loopbench.locust")
 
 _master: MasterSide | None = None
 _worker: WorkerSide | None = None
+#: a worker's edge host, started while this process still imports and connects: the child
+#: imports the asyncio edge meanwhile (seconds on a busy machine) instead of after.  Not with
+#: Locust's --processes, whose forked workers would share its pipes: each starts its own.
+_early_edge = (
+    EdgeChild()
+    if "--worker" in sys.argv and not any("--processes" in a for a in sys.argv)
+    else None
+)
 #: how often the master looks for missing workers, and every process for a dead parent
 WATCH_INTERVAL_S = 0.25
 #: an orphaned master exits by itself this long after its results are written
@@ -202,6 +202,8 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         argument_parser.default_args_dict = cache(argument_parser.default_args_dict)
     if isinstance(runner, WorkerRunner | LocalRunner):
         worker = _worker = WorkerSide(runner.send_message, environment.events.request.fire)
+        edge = worker.edge = _early_edge or EdgeChild()
+        edge.on_turn, edge.on_gone = worker.on_turn, _edge_gone
         runner.register_message(MSG_WORK, lambda environment, msg, **kw: worker.on_work(msg.data))
     if isinstance(runner, MasterRunner | LocalRunner):
         master = _master = MasterSide(_master_options(environment), runner.send_message)
@@ -225,6 +227,15 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     parent = watched_parent()
     if parent is not None and runner is not None:
         gevent.spawn(_watch_parent, runner, parent)
+
+
+def _edge_gone(why: str) -> None:
+    if why == "closed":
+        return
+    # Without its edge this worker measures nothing: it quits as a killed worker would, and
+    # the master releases what it held (harness/locust_driver/master.py, worker_lost).
+    log.error("loopbench: this worker cannot go on (%s); it quits", why)
+    os._exit(ExitCode.INVALID)
 
 
 def _headless(runner: Runner) -> bool:
@@ -333,6 +344,8 @@ def _on_quitting(environment: Environment, **_kw: Any) -> None:
         master.finalize(wait_s=QUIT_WAIT_S, render=False)
     if master is not None:
         master.render_pending()
+    if _worker is not None and _worker.edge is not None:
+        _worker.edge.close()
     summary = as_summary(master.last_summary) if master is not None else None
     if summary is not None and summary.valid is False:
         log.warning("loopbench run INVALID: %s", "; ".join(summary.invalid_reasons))
@@ -365,37 +378,13 @@ class ScenarioShape(LoadTestShape):
 
 
 class LoopbenchAgent(User):
-    """One agent: claims a rollout from the master, runs it turn by turn, repeats."""
+    """One agent: claims a rollout from the master, has the edge host run it, repeats."""
 
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        self._sessions: dict[str, Session] = {}
         self._finished: tuple[int, int] | None = None
         self._idle = False
-
-    def on_stop(self) -> None:
-        for session in self._sessions.values():
-            session.close()
-        self._sessions.clear()
-
-    def _session(self, transport: str, config: RunConfig) -> Session:
-        session = self._sessions.get(transport)
-        if session is None:
-            key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
-            session = self._sessions[transport] = make_session(
-                transport,
-                TransportOptions(
-                    base_url=config.target,
-                    api_key=key or PLACEHOLDER_API_KEY,
-                    keepalive=config.keepalive,
-                    verify_tls=config.verify_tls,
-                    request_timeout_s=config.request_timeout_s,
-                    shaping=shaping_from_json(config.shaping),
-                    tokens=load_tokens(config.tokenizer) if config.tokenizer else FIXED_WIDTH,
-                ),
-            )
-        return session
 
     @task
     def rollout(self) -> None:
@@ -405,38 +394,26 @@ class LoopbenchAgent(User):
             return
         claim = side.claim(self._finished)
         self._finished = None
-        if claim.kind != "run" or claim.plan is None:
+        plan = claim.plan
+        if claim.kind != "run" or plan is None:
             self._idle = True
             return
-        config = side.run.config
-        plan: RolloutPlan = claim.plan
-        intended = now_ns() if claim.start_in_ns is None else claim.start_in_ns
-        delay_s = (intended - now_ns()) / 1e9
-        if delay_s > 0:
-            gevent.sleep(delay_s)
         try:
-            record = run_rollout(
-                self._session(claim.transport, config),
-                plan,
-                intended_start_ns=intended,
-                round_index=claim.round,
-                model=config.model,
-                on_turn=side.on_turn,
-                sleep=gevent.sleep,
-                hints=config.hints,
-                rollout_key=rollout_key(config.run_id, claim.transport, plan.rollout_id),
-            )
+            record = side.run_claim(claim)
+        except EdgeGone:
+            return  # this worker quits (_edge_gone); the master counts the rollout lost
         except Exception as exc:  # a driver bug must not stall the phase: report and move on
             log.exception(
                 "rollout %d over %s failed in the driver", plan.rollout_id, claim.transport
             )
+            at = now_ns()
             record = RolloutRecord(
                 transport=claim.transport,
                 rollout_id=plan.rollout_id,
                 round=claim.round,
-                intended_start_ns=intended,
-                start_ns=intended,
-                end_ns=now_ns(),
+                intended_start_ns=at,
+                start_ns=at,
+                end_ns=at,
                 status="error",
                 error_kind=f"driver:{type(exc).__name__}",
             )

@@ -26,7 +26,7 @@ from typing import Any
 import gevent
 
 from harness.client.shaping import NO_SHAPING, RequestShaping
-from harness.locust_driver.net import now_ns
+from harness.locust_driver.clock import now_ns
 from harness.locust_driver.protocol import MSG_WORK, RunConfig, shaping_to_json
 from harness.locust_driver.wire import plan_to_wire, rollout_from_row, turn_from_row
 from harness.locust_driver.work import Claim, WorkQueue

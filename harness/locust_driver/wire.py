@@ -63,3 +63,30 @@ def plan_from_wire(data: dict[str, Any]) -> RolloutPlan:
         start_offset_ns=int(data["start_offset_ns"]),
         tags={str(k): str(v) for k, v in data["tags"].items()},
     )
+
+
+#: the instants of each record (a 0 is "did not happen" and stays 0); the other ``_ns``
+#: fields are durations
+TURN_INSTANTS = (
+    "intended_start_ns",
+    "sent_ns",
+    "connected_ns",
+    "connect_start_ns",
+    "tcp_connected_ns",
+    "tls_done_ns",
+    "first_event_ns",
+    "first_token_ns",
+    "first_output_ns",
+    "last_token_ns",
+    "done_ns",
+)
+ROLLOUT_INSTANTS = ("intended_start_ns", "start_ns", "end_ns")
+
+
+def shift_instants(rec: TurnRecord | RolloutRecord, shift_ns: int) -> None:
+    """Move a record's instants by ``shift_ns`` (the edge host's clock onto the worker's)."""
+    names = TURN_INSTANTS if isinstance(rec, TurnRecord) else ROLLOUT_INSTANTS
+    for name in names:
+        value = getattr(rec, name)
+        if value:
+            setattr(rec, name, value + shift_ns)

@@ -7,9 +7,10 @@ HTML show the run.  A shipper greenlet sends the row buffer every
 :data:`SHIP_INTERVAL_S`; when the test stops, the final message carries the
 accumulator's state (histograms as HdrHistogram blobs), the last rows, the
 worker's own counts, which the master checks against what it received, and its
-health (CPU share, and how late its gevent loop woke: a watchdog greenlet
-samples it as the asyncio client's watchdog does), which the master judges
-with the run's validity rules.
+health, which the master judges with the run's validity rules: the event-loop lag of
+the edge host (:mod:`harness.run.edge_host`, the asyncio edge in a child of this worker
+that runs each claimed rollout) together with this process's gevent loop lag, and the
+CPU share of the busier of the two.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from typing import Any
 import gevent
 from gevent.event import AsyncResult
 
-from harness.locust_driver.net import now_ns
+from harness.client.options import TransportOptions
+from harness.client.shaping import rollout_key
+from harness.locust_driver.clock import now_ns
+from harness.locust_driver.edge import EdgeChild
 from harness.locust_driver.protocol import (
     MSG_CLAIM,
     MSG_FINAL,
@@ -35,13 +39,16 @@ from harness.locust_driver.protocol import (
     final_message,
     hello_message,
     rows_message,
+    shaping_from_json,
 )
 from harness.locust_driver.wire import plan_from_wire, rollout_to_row, turn_to_row
 from harness.locust_driver.work import Claim
 from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
-from harness.run.health import LOOP_WATCH_INTERVAL_S, CpuMeter
+from harness.run.edge_frames import EdgeBegin
+from harness.run.health import LOOP_WATCH_INTERVAL_S, ClientHealth, CpuMeter
+from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.workload.records import RolloutRecord, TurnRecord
 
 SHIP_INTERVAL_S = 0.5
@@ -57,6 +64,7 @@ class WorkerRun:
     turns: int = 0
     rollouts: int = 0
     cpu: CpuMeter = field(default_factory=CpuMeter)
+    #: how late this process's gevent loop woke (claims are answered and anchored there)
     loop_lag: Histogram = field(default_factory=Histogram)
 
     def add_turn(self, rec: TurnRecord) -> None:
@@ -87,6 +95,8 @@ class WorkerSide:
         self.run: WorkerRun | None = None
         self._shipper: gevent.Greenlet | None = None
         self._watchdog: gevent.Greenlet | None = None
+        #: the asyncio edge that runs the rollouts (None in tests that feed records directly)
+        self.edge: EdgeChild | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -98,13 +108,23 @@ class WorkerSide:
                 slo=json.loads(config.slo) if config.slo else None,
             ),
         )
-        self._send(MSG_HELLO, hello_message(config.run_id, os.getpid()))
+        edge = self.edge
+        self._send(
+            MSG_HELLO,
+            hello_message(
+                config.run_id,
+                os.getpid(),
+                edge="asyncio",
+                edge_pid=edge.pid if edge is not None else None,
+            ),
+        )
+        if edge is not None:
+            edge.begin(edge_begin(config))
         self._shipper = gevent.spawn(self._ship_forever)
         self._watchdog = gevent.spawn(_watch_loop, self.run.loop_lag)
 
     def end(self) -> None:
         """Send the final state; called once the users are stopped."""
-        run, self.run = self.run, None
         for greenlet in (self._shipper, self._watchdog):
             if greenlet is not None:
                 greenlet.kill(block=False)
@@ -112,9 +132,12 @@ class WorkerSide:
         for result in self._waiting.values():
             result.set(Claim("done"))
         self._waiting.clear()
+        # Before the run is let go: the edge's last records still land in it.
+        edge_state = self.edge.end() if self.edge is not None and self.run is not None else None
+        run, self.run = self.run, None
         if run is None:
             return
-        health = run.cpu.read(run.loop_lag)
+        health = _health(run.cpu.read(run.loop_lag), edge_state)
         turns, rollouts = run.take_rows()
         self._send(
             MSG_FINAL,
@@ -175,6 +198,18 @@ class WorkerSide:
             )
         )
 
+    def run_claim(self, claim: Claim) -> RolloutRecord:
+        """Run a claimed rollout on the edge host; blocks this user until it ends."""
+        run, edge = self.run, self.edge
+        assert run is not None and edge is not None and claim.plan is not None
+        return edge.run(
+            claim.transport,
+            claim.plan,
+            intended_ns=claim.start_in_ns,
+            round_index=claim.round,
+            rollout_key=rollout_key(run.config.run_id, claim.transport, claim.plan.rollout_id),
+        )
+
     # -- records ---------------------------------------------------------------------------------
 
     def on_turn(self, rec: TurnRecord) -> None:
@@ -222,8 +257,38 @@ class WorkerSide:
         )
 
 
+def edge_begin(config: RunConfig) -> EdgeBegin:
+    """The run's settings as the edge host needs them; the API key is read here, on the
+    worker (``--loopbench-api-key-env``), and the tokenizer is loaded by the host."""
+    key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+    return EdgeBegin(
+        TransportOptions(
+            base_url=config.target,
+            api_key=key or PLACEHOLDER_API_KEY,
+            keepalive=config.keepalive,
+            verify_tls=config.verify_tls,
+            request_timeout_s=config.request_timeout_s,
+            shaping=shaping_from_json(config.shaping),
+        ),
+        model=config.model,
+        hints=config.hints,
+        tokenizer=config.tokenizer,
+    )
+
+
+def _health(own: ClientHealth, edge_state: dict[str, Any] | None) -> ClientHealth:
+    """Both processes' wake-up lags together (the edge host measures; this loop anchors
+    each claim's intended start), and the CPU share of the busier one."""
+    if edge_state is None:
+        return own
+    edge = ClientHealth.from_state(edge_state)
+    edge.loop_lag.merge(own.loop_lag)
+    edge.cpu_share = max(edge.cpu_share, own.cpu_share)
+    return edge
+
+
 def _watch_loop(hist: Histogram) -> None:
-    """Record how late the gevent loop wakes from short sleeps: the worker's own lag."""
+    """Record how late the gevent loop wakes from short sleeps, as the asyncio watchdog does."""
     interval_ns = round(LOOP_WATCH_INTERVAL_S * 1e9)
     while True:
         t = time.perf_counter_ns()

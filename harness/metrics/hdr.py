@@ -197,24 +197,13 @@ class Histogram:
     def min(self) -> float:
         """The smallest recorded value while the values are kept, else the lowest equivalent
         value of its bucket (NaN when empty)."""
-        if not self.count:
-            return math.nan
-        if self.exact is not None:
-            return float(min(self.exact))
-        idx = next(i for i, c in enumerate(self._counts) if c)
-        return float(_layout(self.unit).get_lowest_equivalent_value(_value_from_index(self, idx)))
+        return self.value_at_rank(1, lowest=True)
 
     @property
     def max(self) -> float:
         """The largest recorded value while the values are kept, else the highest equivalent
         value of its bucket (NaN when empty)."""
-        if not self.count:
-            return math.nan
-        if self.exact is not None:
-            return float(max(self.exact))
-        counts = self._counts
-        idx = next(i for i in range(len(counts) - 1, -1, -1) if counts[i])
-        return _value_at_index(self, idx)
+        return self.value_at_rank(self.count)
 
     @property
     def mean(self) -> float:
@@ -234,11 +223,7 @@ class Histogram:
             return float(sorted(self.exact)[min(self.count, max(1, rank)) - 1])
         cum = np.cumsum(self.counts_array())
         idx = int(np.searchsorted(cum, max(1, rank), side="left"))
-        if lowest:
-            return float(
-                _layout(self.unit).get_lowest_equivalent_value(_value_from_index(self, idx))
-            )
-        return _value_at_index(self, idx)
+        return _lowest_at_index(self, idx) if lowest else _value_at_index(self, idx)
 
     def percentiles(self, ps: Sequence[float]) -> list[float]:
         """Values at percentiles ``ps`` (0–100) in the unit; NaN when empty.
@@ -255,16 +240,11 @@ class Histogram:
             ordered = sorted(self.exact)
             return [float(ordered[nearest_rank(p, self.count) - 1]) for p in ps]
         cum = np.cumsum(self.counts_array())
-        layout = _layout(self.unit)
         out: list[float] = []
         for p in ps:
             target = nearest_rank(p, self.count)
             idx = int(np.searchsorted(cum, target, side="left"))
-            if p <= 0:
-                value = _value_from_index(self, idx)
-                out.append(float(layout.get_lowest_equivalent_value(value)))
-            else:
-                out.append(_value_at_index(self, idx))
+            out.append(_lowest_at_index(self, idx) if p <= 0 else _value_at_index(self, idx))
         return out
 
     def percentile(self, p: float) -> float:
@@ -442,8 +422,9 @@ def _layout(unit: str) -> Any:
     return h
 
 
-def _value_from_index(hist: Histogram, idx: int) -> int:
-    return int(_layout(hist.unit).get_value_from_index(idx))
+def _lowest_at_index(hist: Histogram, idx: int) -> float:
+    layout = _layout(hist.unit)
+    return float(layout.get_lowest_equivalent_value(layout.get_value_from_index(idx)))
 
 
 def _value_at_index(hist: Histogram, idx: int) -> float:

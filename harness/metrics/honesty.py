@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS, WHOLE_OUTPUT_MIN_TOKENS
-from harness.wire.plural import counted, plural
+from harness.wire.plural import counted
 from harness.workload.records import TurnRecord
 
 #: the counters, in ``summary.json`` order
@@ -65,22 +65,20 @@ def merge(counts: dict[str, int], other: Mapping[str, int]) -> None:
 def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
     """One line per check that flagged a turn of ``transport`` (none: an empty list)."""
     out: list[str] = []
+    checked = counted(counts.get("checked_turns", 0), "turn")
     n = counts.get("chain_ignored", 0)
     if n:
-        inp = round(counts["chain_input_tokens"] / n)
-        hist = round(counts["chain_history_tokens"] / n)
+        inp, hist = _per_flagged(counts, n, "chain_input_tokens", "chain_history_tokens")
         out.append(
             f"{transport}: the server reported {inp:,} input tokens on average on {n} of "
-            f"{plural(counts['checked_turns'], 'turn')} whose history held ~{hist:,}: it appears to ignore "
+            f"{checked} whose history held ~{hist:,}: it appears to ignore "
             "previous_response_id; the speedup is not a chaining speedup"
         )
     n = counts.get("decode_implausible", 0)
     if n:
-        rep = round(counts["decode_reported_tokens"] / n)
-        streamed = round(counts["decode_streamed_tokens"] / n)
+        rep, streamed = _per_flagged(counts, n, "decode_reported_tokens", "decode_streamed_tokens")
         out.append(
-            f"{transport}: {n} of {counted(counts['checked_turns'], 'turn')} reported {rep:,} "
-            f"output tokens "
+            f"{transport}: {n} of {checked} reported {rep:,} output tokens "
             f"on average but streamed text of ~{streamed:,} tokens, or decoded faster than any "
             "engine: their decode TPS and TPOT are left out of the percentiles"
         )
@@ -88,9 +86,14 @@ def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
     if n:
         calls = counts.get("output_whole_calls", 0)
         out.append(
-            f"{transport}: {n} of {counted(counts['checked_turns'], 'turn')} got their output in fewer than "
+            f"{transport}: {n} of {checked} got their output in fewer than "
             f"{MIN_OUTPUT_ARRIVALS} pieces ({calls} of them tool calls withheld or sent whole): "
             "no ITL, TPOT or decode TPS from them; a tool call's TTFT is when it was released, "
             "its wait after the first event is 'held back'"
         )
     return out
+
+
+def _per_flagged(counts: Mapping[str, int], n: int, *keys: str) -> list[int]:
+    """The sums ``keys`` as a mean over the ``n`` flagged turns, rounded."""
+    return [round(counts[key] / n) for key in keys]

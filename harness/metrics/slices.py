@@ -32,7 +32,7 @@ from harness.metrics import definitions as D
 from harness.metrics.hdr import nearest_rank
 from harness.metrics.live import LIVE_LATENCY, QUANTILES
 from harness.metrics.sample_size import min_samples
-from harness.metrics.timeseries import pick_bucket_ns, token_rate_series
+from harness.metrics.timeseries import pick_bucket_ns, turns_rate_series
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -146,13 +146,7 @@ def slice_table(
         # every response's tokens, failed ones too (they loaded the engine), as the summary's
         # aggregate TPS; a response running past the last slice is cut off there
         tps = np.zeros(n_slices)
-        starts, rates = token_rate_series(
-            g["first_token_ns"].to_numpy(),
-            g["last_token_ns"].to_numpy(),
-            g["output_tokens"].to_numpy(),
-            bucket_ns=slice_ns,
-            origin_ns=origin,
-        )
+        starts, rates = turns_rate_series(g, bucket_ns=slice_ns, origin_ns=origin)
         for s, r in zip(np.rint(starts / width_s).astype(np.int64), rates, strict=True):
             if 0 <= s < n_slices:
                 tps[s] = r

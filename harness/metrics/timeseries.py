@@ -84,6 +84,20 @@ def token_rate_series(
 _DIRECT_MAX = 20_000_000
 
 
+def turns_rate_series(
+    turns: Any, *, bucket_ns: int, origin_ns: int = 0
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """:func:`token_rate_series` of a table of turn rows (``turns.csv.gz``: a pandas frame, or
+    any mapping of ``first_token_ns``, ``last_token_ns`` and ``output_tokens`` columns)."""
+    return token_rate_series(
+        np.asarray(turns["first_token_ns"]),
+        np.asarray(turns["last_token_ns"]),
+        np.asarray(turns["output_tokens"]),
+        bucket_ns=bucket_ns,
+        origin_ns=origin_ns,
+    )
+
+
 def _cumulative_sorted(
     a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], n: npt.NDArray[np.float64], edges: Any
 ) -> npt.NDArray[np.float64]:

@@ -39,7 +39,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -217,16 +217,14 @@ def measurements_from(
         for doc, name in ((gpu_http, "http"), (gpu_ws, "ws"))
         if (v := _get(doc, "transports", name, "tps", "decode_p50")) is not None
     ]
-    fast_decode = [
-        v
-        for name in (decode or {}).get("transports", {})
-        if (v := _get(decode, "transports", name, "tps", "decode_p50")) is not None
-    ]
-    bursts = [
-        v
-        for name in (decode or {}).get("transports", {})
-        if (v := _get(decode, "transports", name, "tps", "burst_peak")) is not None
-    ]
+    fast_decode, bursts = (
+        [
+            v
+            for name in (decode or {}).get("transports", {})
+            if (v := _get(decode, "transports", name, "tps", key)) is not None
+        ]
+        for key in ("decode_p50", "burst_peak")
+    )
     if gpu_reduction_pct is None:
         gpu_reduction_pct = _comparison(summaries.get("codex-gpu-legacy"), "http", "ws")
     reasoning = summaries.get("codex-reasoning")
@@ -419,13 +417,10 @@ def format_table(rows: Sequence[Row]) -> str:
     ]
     widths = [max(len(c[j]) for c in (head, *body)) for j in range(len(head))]
     lines = [
-        "| " + " | ".join(c.ljust(w) for c, w in zip(head, widths, strict=True)) + " |",
-        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
-    ]
-    lines += [
         "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-        for cells in body
+        for cells in (head, *body)
     ]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for i, r in enumerate(rows, 1):
         if r.note:
             lines.append(f"row {i} ({r.status}): {r.note}")
@@ -518,18 +513,8 @@ def run_reproduction(
         out_root,
         "reproduction",
         {
-            "rows": [
-                {
-                    "figure": r.figure,
-                    "reproduction": r.reproduction,
-                    "band": r.band,
-                    "measured": r.measured,
-                    "status": r.status,
-                    "note": r.note,
-                }
-                for r in rows
-            ],
-            "measurements": _as_dict(m),
+            "rows": [asdict(r) for r in rows],
+            "measurements": asdict(m) | {"ttft_reduction_pct": m.ttft_reduction_pct},
             "runs": {k: str(v) for k, v in run_dirs.items()},
             "wall_s": round(wall, 1),
             "host": {"cpu_count": cpus, "load_average_peak": round(load_peak, 2)},
@@ -538,31 +523,6 @@ def run_reproduction(
         text=format_table(rows) + "\n",
     )
     return ReproductionResult(rows, m, run_dirs, wall)
-
-
-def _as_dict(m: Measurements) -> dict[str, Any]:
-    out = {
-        name: getattr(m, name)
-        for name in (
-            "ws_vs_http_reduction_pct",
-            "ttft_p50_optimized_ms",
-            "ttft_p50_legacy_ms",
-            "ttft_reduction_pct",
-            "decode_p50_fast_tps",
-            "decode_p50_legacy_tps",
-            "burst_peak_tps",
-            "gpu_ws_vs_http_reduction_pct",
-            "reasoning_ws_vs_http_reduction_pct",
-            "reasoning_ws_vs_http_speedup",
-            "ws_vs_http_speedup",
-            "reasoning_tokens_mean",
-            "reasoning_ttfot_p50_ms",
-            "http_body_kb_mean",
-            "rollout_p50_ms",
-            "missing_transports",
-        )
-    }
-    return out
 
 
 def _run_one(part: str, scenario: Any, out_root: Path, render: bool) -> tuple[Path, dict[str, Any]]:

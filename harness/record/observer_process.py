@@ -46,6 +46,7 @@ except ImportError:  # not POSIX
 from harness.record.observer import READY, Observed, serve_observer
 from harness.run.proc_cpu import tree_cpu_seconds
 from harness.wire.errors import LoopbenchError
+from harness.wire.plural import counted
 
 __all__ = ["MAX_BACKLOG_BYTES", "STALL_S", "START_S", "ObserverError", "ObserverProcess"]
 
@@ -141,15 +142,11 @@ class _Cut:
             f"the observer's process fell {_mib(self.behind)} behind the relay "
             f"{self.after_s:.0f} s into the recording (the most it may hold back is "
             f"{_mib(self.limit)}); from then on the trace took no steps: {self.steps:,} were "
-            f"not observed ({_count(self.exchanges, 'HTTP exchange')}, and frames of "
-            f"{_count(ws, 'WebSocket connection')}, each counted as one failed exchange: an "
+            f"not observed ({counted(self.exchanges, 'HTTP exchange')}, and frames of "
+            f"{counted(ws, 'WebSocket connection')}, each counted as one failed exchange: an "
             "estimate). The relay itself went on unchanged; a machine with a core to spare "
             "for the observer keeps up"
         )
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _mib(n: int) -> str:

@@ -38,13 +38,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from harness.client.h1 import H1Error, ResponseParser
-from harness.record.observe import (
-    Exchange,
-    RequestHead,
-    api_of,
-    build_trace,
-    parse_request_head,
-)
+from harness.record.observe import Exchange, RequestHead, api_of, build_trace, parse_request_head
 from harness.record.observer import Observed, Observer
 from harness.record.observer_process import ObserverError, ObserverProcess
 from harness.run.short_slice import request_short_slice, thread_slice_ns
@@ -619,15 +613,7 @@ class _Relay:
             )
             now = time.perf_counter_ns()
             self.proxy._observe(
-                self.conn,
-                "failed",
-                self.api,
-                "http",
-                self.conn,
-                self.t_start,
-                now,
-                499,
-                why,
+                self.conn, "failed", self.api, "http", self.conn, self.t_start, now, 499, why
             )
         self.close()
 

@@ -18,7 +18,7 @@ from harness.metrics import definitions as D
 from harness.metrics import slices as SL
 from harness.metrics.results_model import Summary, as_summary
 from harness.metrics.stats import PairedResult, paired_speedup
-from harness.metrics.timeseries import pick_bucket_ns, token_rate_series
+from harness.metrics.timeseries import pick_bucket_ns, turns_rate_series
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.records import BURST_WINDOW_NS
 
@@ -179,13 +179,7 @@ def aggregate_tps(
             continue
         first_request = int(sent.min())
         origin = first_request if grid_origin_ns is None else grid_origin_ns
-        starts, rates = token_rate_series(
-            g["first_token_ns"].to_numpy(),
-            g["last_token_ns"].to_numpy(),
-            g["output_tokens"].to_numpy(),
-            bucket_ns=bucket_ns,
-            origin_ns=origin,
-        )
+        starts, rates = turns_rate_series(g, bucket_ns=bucket_ns, origin_ns=origin)
         starts = starts - (first_request - origin) / 1e9
         frames.append(pd.DataFrame({"transport": name, "t_s": starts, "tps": rates}))
     if not frames:

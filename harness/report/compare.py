@@ -27,7 +27,7 @@ it has, and the reason in the verdict column.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -347,12 +347,7 @@ def warnings(side: Side) -> list[str]:
 
 
 def _tested_row(
-    spec: MetricSpec,
-    a: np.ndarray,
-    b: np.ndarray,
-    *,
-    n_boot: int,
-    seed: int,
+    spec: MetricSpec, a: np.ndarray, b: np.ndarray, *, n_boot: int, seed: int
 ) -> dict[str, Any]:
     """A median row from the samples: one statistic for A, B, Δ, Δ %, the CI and the test."""
     ma = float(np.median(a)) if len(a) else None
@@ -597,7 +592,7 @@ def verdict_line(cmp: Comparison) -> str:
     head = (
         "comparable"
         if cmp.comparable
-        else f"NOT COMPARABLE ({len(cmp.reasons)} reason{'s' * (len(cmp.reasons) != 1)})"
+        else f"NOT COMPARABLE ({counted(len(cmp.reasons), 'reason')})"
     )
     changes = "; ".join(_headline(cmp, c) for c in cmp.candidates)
     return f"{head} · {changes} · {_worst_error(cmp)}"
@@ -713,28 +708,16 @@ def compare_document(
         )
         changes = speedup_changes(ref.run, cand.run)
         if changes:
+            labels = (ref.label, cand.label)
             rows = [
-                [
-                    pair,
-                    fmt(ca.rollout_speedup, 3, "×"),
-                    fmt(cb.rollout_speedup, 3, "×"),
-                    fmt(ca.rollout_latency_reduction_pct, 1, " %"),
-                    fmt(cb.rollout_latency_reduction_pct, 1, " %"),
-                ]
+                [pair, *(fmt(c.rollout_speedup, 3, "×") for c in (ca, cb))]
+                + [fmt(c.rollout_latency_reduction_pct, 1, " %") for c in (ca, cb)]
                 for pair, ca, cb in changes
             ]
+            headers = [f"{what} {label}" for what in ("speedup", "reduction") for label in labels]
             doc.add(
                 Heading(f"{cand.label} vs {ref.label}: speedup between transports", level=3),
-                Table(
-                    [
-                        "pair",
-                        f"speedup {ref.label}",
-                        f"speedup {cand.label}",
-                        f"reduction {ref.label}",
-                        f"reduction {cand.label}",
-                    ],
-                    rows,
-                ),
+                Table(["pair", *headers], rows),
             )
     if plots is not None:
         names = A.ordered_transports(t for s in cmp.sides for t in s.transports)
@@ -775,23 +758,9 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
         "runs": {s.label: str(s.run.path) for s in cmp.sides},
         "reference": cmp.reference.label,
         "deltas": [
-            {
-                "candidate": d.candidate,
-                "transport": d.transport,
-                "metric": d.metric,
-                "unit": d.unit,
-                "a": d.a,
-                "b": d.b,
-                "delta": d.delta,
-                "delta_pct": d.delta_pct,
-                "ratio": d.ratio,
-                "ratio_ci95": list(d.ratio_ci95) if d.ratio_ci95 else None,
-                "p_value": d.p_value,
-                "n_a": d.n_a,
-                "n_b": d.n_b,
-                "verdict": d.verdict,
-                "note": d.note,
-            }
+            {"candidate": d.candidate}
+            | asdict(d)
+            | {"ratio_ci95": list(d.ratio_ci95) if d.ratio_ci95 else None}
             for rows in cmp.deltas.values()
             for d in rows
         ],

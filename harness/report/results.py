@@ -39,6 +39,7 @@ from harness.metrics.results_model import (
     Summary,
     TransportSummary,
 )
+from harness.report.files import write_text_atomic
 from harness.wire.errors import NotAResultsFolder, ResultsError, ResultsWriteError
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
@@ -165,10 +166,7 @@ def write_index(root: str | Path, name: str, doc: Any, text: str | None = None) 
     path = root / f"{name}.json"
     _write_json_atomic(path, doc)
     if text is not None:
-        md = root / f"{name}.md"
-        tmp = md.with_name(md.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, md)
+        write_text_atomic(root / f"{name}.md", text)
     return path
 
 
@@ -475,9 +473,10 @@ def new_run_id(scenario_name: str, wall_time_s: float) -> str:
     UTC so the id of a run does not depend on the machine's time zone; the
     scenario name is reduced to a file-name-safe slug.
     """
-    name = Path(scenario_name).name
-    for ext in (".yaml", ".yml"):
-        if name.endswith(ext):
-            name = name[: -len(ext)]
-    slug = _SLUG_RE.sub("-", name).strip("-.") or "run"
-    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(wall_time_s))}-{slug}"
+    name = Path(scenario_name).name.removesuffix(".yaml").removesuffix(".yml")
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(wall_time_s))}-{slug(name, 'run')}"
+
+
+def slug(text: str, empty: str) -> str:
+    """``text`` as a file-name-safe part of a folder name (``empty`` when nothing is left)."""
+    return _SLUG_RE.sub("-", text).strip("-.") or empty

@@ -18,27 +18,18 @@ by more than :data:`KNEE_MIN_BEND` of its range has no knee.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from harness.report import analysis as A
 from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
-from harness.report.files import (
-    PLOTS_DIR,
-    REPORT_HTML,
-    REPORT_MD,
-    Rendered,
-    fmt,
-    write_text_atomic,
-)
+from harness.report.files import PLOTS_DIR, REPORT_HTML, REPORT_MD, Rendered, fmt, write_text_atomic
 from harness.report.plots import _figure, plot_style, save_figure, transport_color
-from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json
+from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json, slug, write_index
 from harness.wire.errors import LoopbenchError
 from harness.wire.plural import counted
 
@@ -50,8 +41,15 @@ SWEEP_JSON = "sweep.json"
 KNEE_MIN_BEND = 0.1
 #: swept values growing by at least this factor per step are treated as geometric
 GEOMETRIC_STEP = 1.5
-
-_SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")
+#: the latency statistics of each run a sweep tabulates: (metric, statistic)
+_LATENCIES = (
+    ("rollout", "p50"),
+    ("rollout", "p99"),
+    ("TTFT", "p50"),
+    ("TTFT", "p99"),
+    ("turn", "p50"),
+)
+_RUN_COLUMNS = ("rollouts/s achieved", "failed turns", "valid", "run folder")
 
 
 # -- pure helpers --------------------------------------------------------------------------------
@@ -149,10 +147,6 @@ def numeric_values(values: Sequence[str]) -> list[float] | None:
         return None
 
 
-def _slug(text: str) -> str:
-    return _SLUG_RE.sub("-", text).strip("-.") or "v"
-
-
 # -- the sweep index ----------------------------------------------------------------------------
 
 
@@ -182,15 +176,12 @@ def new_sweep_doc(
 
 def write_sweep_json(root: Path, doc: dict[str, Any]) -> None:
     """Write ``root/sweep.json`` atomically (a reader never sees half a file)."""
-    path = root / SWEEP_JSON
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
-    tmp.replace(path)
+    write_index(root, SWEEP_JSON.removesuffix(".json"), doc)
 
 
 def sweep_run_id(index: int, key: str, value: str) -> str:
     """``NN-<last part of key>-<value>``, e.g. ``02-concurrency-4``."""
-    return f"{index:02d}-{_slug(key.rsplit('.', 1)[-1])}-{_slug(value)}"
+    return f"{index:02d}-{slug(key.rsplit('.', 1)[-1], 'v')}-{slug(value, 'v')}"
 
 
 # -- reading and reporting -----------------------------------------------------------------------
@@ -238,11 +229,7 @@ def sweep_table(path: str | Path) -> pd.DataFrame:
                     "value": entry["value"],
                     "run_id": entry["run_id"],
                     "transport": name,
-                    "rollout_p50_ms": t.stat("rollout_ms", "p50"),
-                    "rollout_p99_ms": t.stat("rollout_ms", "p99"),
-                    "ttft_p50_ms": t.stat("ttft_ms", "p50"),
-                    "ttft_p99_ms": t.stat("ttft_ms", "p99"),
-                    "turn_p50_ms": t.stat("turn_ms", "p50"),
+                    **{f"{m.lower()}_{q}_ms": t.stat(f"{m.lower()}_ms", q) for m, q in _LATENCIES},
                     "rollouts_per_s": len(r) / span_s if span_s and span_s > 0 else float("nan"),
                     # failed turns: the unit of the error rate a run is judged by (a failed
                     # rollout is one of its failed turns again)
@@ -281,22 +268,10 @@ def plot_latency_vs_load(table: pd.DataFrame, key: str, title_note: str = "") ->
         g = table[table["transport"] == name]
         x = g["value"].astype(float) if numeric else g["value"].map(order.index)
         color = transport_color(name, i)
-        ax_roll.plot(
-            x, g["rollout_p50_ms"] / 1000, color=color, marker="o", lw=2, label=f"{name} p50"
-        )
-        ax_roll.plot(
-            x,
-            g["rollout_p99_ms"] / 1000,
-            color=color,
-            marker=".",
-            lw=1,
-            ls="--",
-            label=f"{name} p99",
-        )
-        ax_ttft.plot(x, g["ttft_p50_ms"], color=color, marker="o", lw=2, label=f"{name} p50")
-        ax_ttft.plot(
-            x, g["ttft_p99_ms"], color=color, marker=".", lw=1, ls="--", label=f"{name} p99"
-        )
+        for ax, metric, scale in ((ax_roll, "rollout", 1000), (ax_ttft, "ttft", 1)):
+            y50, y99 = (g[f"{metric}_{q}_ms"] / scale for q in ("p50", "p99"))
+            ax.plot(x, y50, color=color, marker="o", lw=2, label=f"{name} p50")
+            ax.plot(x, y99, color=color, marker=".", lw=1, ls="--", label=f"{name} p99")
         if name in knee_rows:
             row = table.loc[knee_rows[name]]
             kx = float(row["value"])
@@ -556,11 +531,7 @@ def render_sweep(path: str | Path) -> Rendered:
             [
                 str(r.value),
                 r.transport,
-                fmt(r.rollout_p50_ms),
-                fmt(r.rollout_p99_ms),
-                fmt(r.ttft_p50_ms),
-                fmt(r.ttft_p99_ms),
-                fmt(r.turn_p50_ms),
+                *(fmt(getattr(r, f"{m.lower()}_{q}_ms")) for m, q in _LATENCIES),
                 fmt(r.rollouts_per_s, 2),
                 str(r.errors),
                 ("yes" if r.valid else "NO")
@@ -572,19 +543,7 @@ def render_sweep(path: str | Path) -> Rendered:
         doc.add(
             Heading("Results per value"),
             Table(
-                [
-                    key,
-                    "transport",
-                    "rollout p50 ms",
-                    "rollout p99 ms",
-                    "TTFT p50 ms",
-                    "TTFT p99 ms",
-                    "turn p50 ms",
-                    "rollouts/s achieved",
-                    "failed turns",
-                    "valid",
-                    "run folder",
-                ],
+                [key, "transport", *(f"{m} {q} ms" for m, q in _LATENCIES), *_RUN_COLUMNS],
                 rows,
                 align="llrrrrrrrll",
                 caption="Each run folder holds its own full report.html.",

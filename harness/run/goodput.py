@@ -51,6 +51,12 @@ DEFAULT_PARAM = {
     "open": "load.arrival.rate",
     "throughput": "load.throughput.tps",
 }
+#: what a load of each searched field counts
+UNITS = {
+    "load.concurrency": "agents",
+    "load.arrival.rate": "rollouts/s",
+    "load.throughput.tps": "output tok/s",
+}
 #: integer-valued load fields (agents); the others are rates
 INTEGER_PARAMS = ("load.concurrency", "load.max_in_flight")
 #: bisection over a rate stops when the bracket is this fraction of the passing load
@@ -288,13 +294,7 @@ def run_goodput_search(
     doc["search"] = {
         "kind": "goodput",
         "param": settings.param,
-        "unit": "agents"
-        if settings.param == "load.concurrency"
-        else "rollouts/s"
-        if settings.param == "load.arrival.rate"
-        else "output tok/s"
-        if settings.param == "load.throughput.tps"
-        else f"({settings.param})",
+        "unit": UNITS.get(settings.param, f"({settings.param})"),
         "integer": integer,
         "target": settings.target,
         "pass_rule": settings.pass_rule,

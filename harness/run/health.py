@@ -1,10 +1,10 @@
 """The client's own health over a run: CPU share and how late its event loop woke.
 
 Every measuring process (the ``run`` process, each ``--procs`` child, each Locust
-worker) keeps one :class:`ClientHealth`; the run's validity rules
+worker's edge host) keeps one :class:`ClientHealth`; the run's validity rules
 (:mod:`harness.run.validity`) judge each of them the same way.  The watchdogs that
-fill ``loop_lag`` belong to the edges (asyncio in :mod:`harness.run.passes`, gevent in
-the Locust worker); both wake every :data:`LOOP_WATCH_INTERVAL_S`.
+fill ``loop_lag`` are :mod:`harness.run.passes`'s; they wake every
+:data:`LOOP_WATCH_INTERVAL_S`.
 """
 
 from __future__ import annotations

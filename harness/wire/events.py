@@ -190,11 +190,7 @@ def error_type_for_status(status: int) -> str:
 
 
 def error_body(
-    status: int,
-    code: str | None,
-    message: str,
-    param: str | None = None,
-    type_: str | None = None,
+    status: int, code: str | None, message: str, param: str | None = None, type_: str | None = None
 ) -> dict[str, Any]:
     """HTTP error body ``{"error": {message, type, param, code}}`` (docs/protocol.md §1.5).
 
@@ -410,17 +406,16 @@ class ResponseBuilder:
         self._keep_text = keep_text
         index = len(self._output)
         item_id = item_id or self._item_id("msg", index)
-        self._open = {
-            "id": item_id,
-            "type": "message",
-            "status": "in_progress",
-            "content": [],
-            "role": "assistant",
-        }
-        self._open_index = index
-        self._open_text = []
         return [
-            self._event(OUTPUT_ITEM_ADDED, output_index=index, item=dict(self._open)),
+            *self._begin(
+                {
+                    "id": item_id,
+                    "type": "message",
+                    "status": "in_progress",
+                    "content": [],
+                    "role": "assistant",
+                }
+            ),
             self._event(
                 CONTENT_PART_ADDED,
                 item_id=item_id,
@@ -453,10 +448,7 @@ class ResponseBuilder:
         ``text`` is the message's whole text when the deltas were not kept.
         """
         item = self._require_open("message", "end_message")
-        if text is None:
-            if not self._keep_text:
-                raise ValueError("ResponseBuilder.end_message(): text not kept and not given")
-            text = "".join(self._open_text)
+        text = self._whole("end_message", "text", text)
         done_item = dict(item, status=status, content=[_text_part(text)])
         events = [
             self._event(
@@ -490,17 +482,16 @@ class ResponseBuilder:
         self._require_idle("begin_function_call")
         self._keep_text = keep_text
         index = len(self._output)
-        self._open = {
-            "id": item_id or self._item_id("fc", index),
-            "type": "function_call",
-            "status": "in_progress",
-            "arguments": "",
-            "call_id": call_id,
-            "name": name,
-        }
-        self._open_index = index
-        self._open_text = []
-        return [self._event(OUTPUT_ITEM_ADDED, output_index=index, item=dict(self._open))]
+        return self._begin(
+            {
+                "id": item_id or self._item_id("fc", index),
+                "type": "function_call",
+                "status": "in_progress",
+                "arguments": "",
+                "call_id": call_id,
+                "name": name,
+            }
+        )
 
     def arguments_delta(self, text: str) -> dict[str, Any]:
         """One ``response.function_call_arguments.delta`` of the open call."""
@@ -514,12 +505,7 @@ class ResponseBuilder:
     def end_function_call(self, arguments: str | None = None) -> list[dict[str, Any]]:
         """``function_call_arguments.done`` + ``output_item.done`` (status completed, full arguments)."""
         item = self._require_open("function_call", "end_function_call")
-        if arguments is None:
-            if not self._keep_text:
-                raise ValueError(
-                    "ResponseBuilder.end_function_call(): arguments not kept and not given"
-                )
-            arguments = "".join(self._open_text)
+        arguments = self._whole("end_function_call", "arguments", arguments)
         done_item = dict(item, status="completed", arguments=arguments)
         events = [
             self._event(
@@ -541,16 +527,9 @@ class ResponseBuilder:
         :meth:`summary_delta` and :meth:`summary_done`.
         """
         self._require_idle("begin_reasoning")
-        index = len(self._output)
-        self._open = {
-            "id": item_id or self._item_id("rs", index),
-            "type": "reasoning",
-            "summary": [],
-        }
-        self._open_index = index
-        self._open_text = []
         self._keep_text = True
-        return [self._event(OUTPUT_ITEM_ADDED, output_index=index, item=dict(self._open))]
+        item_id = item_id or self._item_id("rs", len(self._output))
+        return self._begin({"id": item_id, "type": "reasoning", "summary": []})
 
     def summary_part_added(self) -> dict[str, Any]:
         """``response.reasoning_summary_part.added`` (summary_index 0) of the open reasoning item."""
@@ -675,6 +654,21 @@ class ResponseBuilder:
         self._usage = usage
         self._extra = dict(extra) if extra else {}
         self._ended = True
+
+    def _begin(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        """Open ``item`` as the next output item: its ``output_item.added``."""
+        self._open = item
+        self._open_index = len(self._output)
+        self._open_text = []
+        return [self._event(OUTPUT_ITEM_ADDED, output_index=self._open_index, item=dict(item))]
+
+    def _whole(self, method: str, what: str, given: str | None) -> str:
+        """The open item's whole text: ``given``, else the deltas kept."""
+        if given is not None:
+            return given
+        if not self._keep_text:
+            raise ValueError(f"ResponseBuilder.{method}(): {what} not kept and not given")
+        return "".join(self._open_text)
 
     def _close_item(self, item: dict[str, Any]) -> None:
         self._output.append(item)

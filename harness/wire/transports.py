@@ -26,7 +26,8 @@ class TransportSpec:
     store: bool
     #: the append prototype: one response per rollout, later turns appended to it
     append: bool
-    #: the blocking (gevent) edge implements it, so ``loopbench locust`` can run it
+    #: ``loopbench locust`` offers it (its workers run the asyncio edge; the ``ws-append``
+    #: prototype is left out of the distributed path)
     locust: bool
     #: the API its requests speak: ``responses`` (POST /responses or WebSocket mode), ``chat``
     #: (POST /chat/completions) or ``messages`` (Anthropic, POST /messages)
@@ -68,7 +69,7 @@ APIS: tuple[str, ...] = ("responses", "chat", "messages")
 BY_NAME: dict[str, TransportSpec] = {t.name: t for t in TRANSPORTS}
 #: every name, in the order tables and plots show them
 TRANSPORT_NAMES: tuple[str, ...] = tuple(BY_NAME)
-#: the names the Locust (gevent) edge runs
+#: the names ``loopbench locust`` runs
 LOCUST_TRANSPORTS: tuple[str, ...] = tuple(t.name for t in TRANSPORTS if t.locust)
 
 
@@ -83,7 +84,7 @@ def transport_spec(name: str) -> TransportSpec:
 
 
 def locust_spec(name: str) -> TransportSpec:
-    """The spec of ``name`` if the Locust (gevent) edge runs it, else a :class:`UsageError`."""
+    """The spec of ``name`` if ``loopbench locust`` runs it, else a :class:`UsageError`."""
     spec = transport_spec(name)
     if not spec.locust:
         raise UsageError(

@@ -1,7 +1,7 @@
 """The project's one WebSocket codec (RFC 6455 §5, RFC 7692), without I/O.
 
 Every edge that speaks or reads WebSocket frames goes through this module: the
-client transports (asyncio and gevent), the recording proxy's observer (both
+client transports, the recording proxy's observer (both
 directions, compressed or not), the fuzzer and the self-benchmark's bare client and
 server.  The ``websockets`` package still runs the clients' opening handshake; what
 comes after the 101 is parsed and built here.
@@ -148,18 +148,12 @@ class FrameReader:
             b1 = data[pos + 1]
             length = b1 & 0x7F
             head = 2
-            if length == 126:
-                head = 4
-                if left < 4:
-                    need = 4
+            if length > 125:  # 126: a 2-byte length follows, 127: an 8-byte one
+                head = 4 if length == 126 else 10
+                if left < head:
+                    need = head
                     break
-                length = int.from_bytes(data[pos + 2 : pos + 4], "big")
-            elif length == 127:
-                head = 10
-                if left < 10:
-                    need = 10
-                    break
-                length = int.from_bytes(data[pos + 2 : pos + 10], "big")
+                length = int.from_bytes(data[pos + 2 : pos + head], "big")
             if b0 & 0x70 or b1 & 0x80 != mask_bit:
                 self._check_head(b0, b1)
             if length > max_size:

@@ -171,7 +171,7 @@ class Transcript:
 
     def context_tokens(self) -> int:
         """What the next turn's request would hold: the history and the items pending for it."""
-        return self.history_tokens + sum(_item_tokens(i, self.tokens) for i in self.pending)
+        return self.history_tokens + items_tokens(self.pending, self.tokens)
 
     def compaction_input(self, index: int) -> TurnInput:
         """The request that compacts the history and the pending tool outputs (as Codex does
@@ -203,21 +203,11 @@ class Transcript:
             for it in output_items
             if it.get("type") == "compaction"
         ]
-        users = [
-            it
-            for it in output_items
-            if it.get("type", "message") == "message" and it.get("role") == "user"
-        ] or [
-            it
-            for it in self.history
-            if it.get("type", "message") == "message" and it.get("role") == "user"
-        ]
+        users = _user_messages(output_items) or _user_messages(self.history)
         self.full_history.extend(self.pending)
         self.pending = []
         self.history = [*users, *items]
-        self.history_tokens = self.base_tokens + sum(
-            _item_tokens(i, self.tokens) for i in self.history
-        )
+        self.history_tokens = self.base_tokens + items_tokens(self.history, self.tokens)
         self.compactions += 1
 
     def next_input(self, index: int) -> TurnInput:
@@ -301,13 +291,15 @@ class Transcript:
         """
         rng = random.Random(self.plan.seed * 7919 + index)
         answers = answers or {}
-        self.pending = []
-        for i, (call_id, tokens) in enumerate(jobs):
-            text = self.tokens.make_text(tokens, rng)
-            self.pending.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": call_id,
-                    "output": answers.get(i) or text,
-                }
-            )
+        # every output's text is drawn, answered or not: the next ones stay the same
+        texts = [self.tokens.make_text(tokens, rng) for _, tokens in jobs]
+        self.pending = [
+            {"type": "function_call_output", "call_id": call_id, "output": answers.get(i) or text}
+            for i, ((call_id, _), text) in enumerate(zip(jobs, texts, strict=True))
+        ]
+
+
+def _user_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        it for it in items if it.get("type", "message") == "message" and it.get("role") == "user"
+    ]

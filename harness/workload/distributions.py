@@ -59,12 +59,7 @@ def describe_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    if isinstance(value, str):
-        text = repr(value)
-    elif isinstance(value, list | tuple | dict):
-        text = _flow(value)
-    else:
-        text = repr(value)
+    text = _flow(value) if isinstance(value, list | tuple | dict) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -339,8 +334,7 @@ def _from_yaml(value: Any) -> Any:
 
 
 Distribution = Annotated[
-    _AnyDist,
-    BeforeValidator(_from_yaml, json_schema_input_type=float | _AnyDist),
+    _AnyDist, BeforeValidator(_from_yaml, json_schema_input_type=float | _AnyDist)
 ]
 """A distribution field: a bare number or a ``{dist: ...}`` mapping."""
 

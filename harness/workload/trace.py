@@ -260,8 +260,7 @@ class TraceRollout(StrictModel):
 
 def _turn_uses_v2(turn: TraceTurn) -> bool:
     return bool(
-        any(s.client is not None for s in turn.subagents)
-        or turn.subagents
+        turn.subagents
         or turn.reasoning_tokens
         or turn.input_tokens is not None
         or turn.cached_tokens is not None

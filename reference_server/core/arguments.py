@@ -401,11 +401,10 @@ class _Walker:
         wanted = [p for p in patterns if isinstance(p, str)]
         if wanted:
             text = self.matching(wanted, text)
-        lo = s.get("minLength")
-        hi = s.get("maxLength")
-        if isinstance(lo, int) and not isinstance(lo, bool) and len(text) < lo:
+        lo, hi = _int(s.get("minLength")), _int(s.get("maxLength"))
+        if lo is not None and len(text) < lo:
             text += "x" * (lo - len(text))
-        if isinstance(hi, int) and not isinstance(hi, bool) and len(text) > hi >= 0:
+        if hi is not None and len(text) > hi >= 0:
             text = text[:hi]
         return text
 
@@ -427,11 +426,9 @@ class _Walker:
     def array(self, s: dict[str, Any], name: str, depth: int) -> list[Any]:
         if depth >= MAX_SAMPLED_DEPTH:
             return []
-        lo = s.get("minItems", 0)
-        hi = s.get("maxItems", MAX_SAMPLED_ITEMS)
-        lo = lo if isinstance(lo, int) and not isinstance(lo, bool) and lo >= 0 else 0
-        hi = hi if isinstance(hi, int) and not isinstance(hi, bool) and hi >= 0 else 64
-        lo, hi = min(lo, MAX_SAMPLED_ITEMS), min(hi, MAX_SAMPLED_ITEMS)
+        lo, hi = _int(s.get("minItems", 0)), _int(s.get("maxItems", MAX_SAMPLED_ITEMS))
+        lo = min(lo, MAX_SAMPLED_ITEMS) if lo is not None and lo >= 0 else 0
+        hi = min(hi, MAX_SAMPLED_ITEMS) if hi is not None and hi >= 0 else MAX_SAMPLED_ITEMS
         prefix = s.get("prefixItems")
         if not isinstance(prefix, list):
             legacy = s.get("items")
@@ -485,10 +482,8 @@ class _Walker:
             if isinstance(raw_required, list)
             else []
         )
-        hi = s.get("maxProperties")
-        room = (
-            hi if isinstance(hi, int) and not isinstance(hi, bool) else len(props) + len(required)
-        )
+        room = _int(s.get("maxProperties"))
+        room = len(props) + len(required) if room is None else room
         out: dict[str, Any] = {}
         for name in required:
             out[name] = self.value(props.get(name, {}), name, depth)
@@ -500,8 +495,8 @@ class _Walker:
                 continue
             if _worth_filling(name) and self.rng.random() < OPTIONAL_PROBABILITY:
                 out[name] = self.optional(resolved, name, depth)
-        lo = s.get("minProperties")
-        if isinstance(lo, int) and not isinstance(lo, bool):
+        lo = _int(s.get("minProperties"))
+        if lo is not None:
             for name, sub in props.items():
                 if len(out) >= lo:
                     break
@@ -527,6 +522,11 @@ def _worth_filling(name: str) -> bool:
     if _kind_of_name(name) in ("path", "glob", "pattern", "query"):
         return True
     return n == "description" or n in _COUNTS or n in _LINES or "timeout" in n
+
+
+def _int(value: Any) -> int | None:
+    """``value`` when it is a JSON integer (a boolean is not one), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _merge(into: dict[str, Any], part: dict[str, Any]) -> None:
@@ -555,8 +555,7 @@ def sample_arguments(
     command mostly uses one of them, so an agent's tool finds the file it was asked about.
     """
     walker = _Walker(schema, rng, paths)
-    value = walker.object(walker.resolve(schema, 0), 0)
-    return value
+    return walker.object(walker.resolve(schema, 0), 0)
 
 
 def _padding_key(

@@ -383,13 +383,7 @@ class ChatChunks:
             if kind == ev.CREATED:
                 out.append(self._chunk({"role": "assistant", "content": ""}))
             elif kind == ev.OUTPUT_ITEM_ADDED and event["item"].get("type") == "function_call":
-                item = event["item"]
-                call = {
-                    "index": self._calls,
-                    "id": item["call_id"],
-                    "type": "function",
-                    "function": {"name": item["name"], "arguments": ""},
-                }
+                call = {"index": self._calls, **_call(event["item"], "")}
                 self._calls += 1
                 out.append(self._chunk({"tool_calls": [call]}))
             elif kind == ev.ARGUMENTS_DELTA:
@@ -414,9 +408,22 @@ class ChatChunks:
     def _usage_chunk(self, response: dict[str, Any]) -> dict[str, Any]:
         chunk = self._frame([])
         chunk["usage"] = chat_usage(response.get("usage") or {})
-        if "sim_timing" in response:
-            chunk["sim_timing"] = response["sim_timing"]
-        return chunk
+        return with_sim_timing(chunk, response)
+
+
+def with_sim_timing(doc: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` carrying the response's ``sim_timing`` when it has one (docs/server.md)."""
+    if "sim_timing" in response:
+        doc["sim_timing"] = response["sim_timing"]
+    return doc
+
+
+def _call(item: dict[str, Any], arguments: str) -> dict[str, Any]:
+    return {
+        "id": item["call_id"],
+        "type": "function",
+        "function": {"name": item["name"], "arguments": arguments},
+    }
 
 
 def chat_completion(response: dict[str, Any], completion_id: str, created: int) -> dict[str, Any]:
@@ -429,13 +436,7 @@ def chat_completion(response: dict[str, Any], completion_id: str, created: int) 
         if kind == "message":
             texts.extend(p.get("text", "") for p in item.get("content", []))
         elif kind == "function_call":
-            calls.append(
-                {
-                    "id": item["call_id"],
-                    "type": "function",
-                    "function": {"name": item["name"], "arguments": item["arguments"]},
-                }
-            )
+            calls.append(_call(item, item["arguments"]))
         elif kind == "reasoning":
             reasoning.extend(p.get("text", "") for p in item.get("summary", []))
     message: dict[str, Any] = {
@@ -463,6 +464,4 @@ def chat_completion(response: dict[str, Any], completion_id: str, created: int) 
         ],
         "usage": chat_usage(response.get("usage") or {}),
     }
-    if "sim_timing" in response:
-        doc["sim_timing"] = response["sim_timing"]
-    return doc
+    return with_sim_timing(doc, response)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_server.core.conversation import Conversation, item_tokens
+from reference_server.core.output import HINT_OUTPUT_TOKENS
 from reference_server.core.validation import CreateRequest, RequestError
 
-HINT_OUTPUT_TOKENS = "loopbench.output_tokens"
 TRUNCATION_MODES = ("auto", "disabled")
 # The public API's wording; what follows it is loopbench's, with the numbers a client can act on.
 CONTEXT_MESSAGE = (

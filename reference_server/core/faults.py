@@ -76,13 +76,7 @@ class FaultSpec:
 
     @property
     def total_rate(self) -> float:
-        return (
-            sum(self.error_rate.values())
-            + self.disconnect_rate
-            + self.stall_rate
-            + self.spike_rate
-            + self.evict_rate
-        )
+        return sum((*self.error_rate.values(), *(getattr(self, k) for k in _RATE_KEYS)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +119,8 @@ def parse_fault_spec(entries: Mapping[str, Any]) -> FaultSpec:
         key = str(key).strip()
         if key == "error_rate" and isinstance(raw, Mapping):
             for status, rate in raw.items():
-                errors[_status(f"error_rate.{status}", status)] = _rate(
-                    f"error_rate.{status}", rate
-                )
+                where = f"error_rate.{status}"
+                errors[_status(where, status)] = _rate(where, rate)
         elif key.startswith("error_rate."):
             errors[_status(key, key.partition(".")[2])] = _rate(key, raw)
         elif key == "seed":
@@ -208,7 +201,7 @@ class FaultInjector:
         for kind in ("disconnect", "stall", "spike", "evict"):
             acc += getattr(spec, f"{kind}_rate")
             table.append((acc, Fault(kind)))
-        self._table = [(edge, fault) for edge, fault in table if fault]
+        self._table = table
         self._active = spec.total_rate > 0
 
     def draw(self, *, websocket: bool) -> Fault:

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from harness.wire import events as ev
-from reference_server.core.chat import error_message, finish_reason
+from reference_server.core.chat import error_message, finish_reason, with_sim_timing
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.lengths import EFFORTS
 from reference_server.core.reasoning import INCLUDE_ENCRYPTED
@@ -332,10 +332,8 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> tuple[Any, bool]:
     kind = value.get("type")
     parallel = value.get("disable_parallel_tool_use") is not True
     functions = [t for t in tools if t.get("type") == "function"]
-    if kind == "auto":
-        return "auto", parallel
-    if kind == "none":
-        return "none", parallel
+    if kind in ("auto", "none"):
+        return kind, parallel
     if kind == "any":
         if not functions:
             raise _bad("tool_choice: type 'any' needs at least one tool in 'tools'.")
@@ -556,13 +554,7 @@ def cache_usage(
     to the last breakpoint is written now; what follows the last breakpoint is neither.
     With no breakpoint nothing is read or written.
     """
-    if not writes:
-        return {
-            "input_tokens": input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-        }
-    last = writes[-1][1]
+    last = writes[-1][1] if writes else 0
     read = min(read_tokens, last)
     write = max(0, last - read)
     return {
@@ -596,6 +588,30 @@ def _usage(response: dict[str, Any], prefixes: Sequence[tuple[int, int]]) -> dic
     return {"output_tokens": int(usage.get("output_tokens", 0)), **split}
 
 
+def _message(
+    message_id: str, model: Any, content: list[dict[str, Any]], stop_reason: str | None, usage: Any
+) -> dict[str, Any]:
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "model": model,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+def _tool_use(item: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "tool_use",
+        "id": tool_use_id(item["call_id"]),
+        "name": item["name"],
+        "input": arguments,
+    }
+
+
 @dataclass(slots=True)
 class MessagesEvents:
     """Responses events of one response → the Messages stream (issue-18 contract).
@@ -626,16 +642,8 @@ class MessagesEvents:
         for event in events:
             kind = event.get("type")
             if kind == ev.CREATED:
-                message: dict[str, Any] = {
-                    "id": self.id,
-                    "type": "message",
-                    "role": "assistant",
-                    "content": [],
-                    "model": self.model,
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": {**self.start_usage, "output_tokens": 1},
-                }
+                usage = {**self.start_usage, "output_tokens": 1}
+                message = _message(self.id, self.model, [], None, usage)
                 out += [{"type": "message_start", "message": message}, {"type": "ping"}]
             elif kind == ev.OUTPUT_ITEM_ADDED:
                 item = event["item"]
@@ -646,13 +654,7 @@ class MessagesEvents:
                 elif item["type"] == "message":
                     out.append(self._block_start({"type": "text", "text": ""}))
                 elif item["type"] == "function_call":
-                    block = {
-                        "type": "tool_use",
-                        "id": tool_use_id(item["call_id"]),
-                        "name": item["name"],
-                        "input": {},
-                    }
-                    out.append(self._block_start(block))
+                    out.append(self._block_start(_tool_use(item, {})))
             elif kind == ev.REASONING_SUMMARY_TEXT_DELTA:
                 out.append(self._delta({"type": "thinking_delta", "thinking": event["delta"]}))
             elif kind == ev.TEXT_DELTA:
@@ -677,9 +679,7 @@ class MessagesEvents:
                     },
                     "usage": _usage(response, self.prefixes),
                 }
-                if "sim_timing" in response:
-                    delta["sim_timing"] = response["sim_timing"]
-                out += [delta, {"type": "message_stop"}]
+                out += [with_sim_timing(delta, response), {"type": "message_stop"}]
             elif kind == ev.ERROR:
                 self.failed = True
                 out.append(
@@ -706,24 +706,9 @@ def message_object(
             text = "".join(p.get("text", "") for p in item.get("content", []))
             content.append({"type": "text", "text": text})
         elif kind == "function_call":
-            content.append(
-                {
-                    "type": "tool_use",
-                    "id": tool_use_id(item["call_id"]),
-                    "name": item["name"],
-                    "input": orjson.loads(item["arguments"]),
-                }
-            )
-    doc: dict[str, Any] = {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "content": content,
-        "model": response.get("model"),
-        "stop_reason": _STOP_REASONS[finish_reason(response)],
-        "stop_sequence": None,
-        "usage": _usage(response, prefixes),
-    }
-    if "sim_timing" in response:
-        doc["sim_timing"] = response["sim_timing"]
-    return doc
+            content.append(_tool_use(item, orjson.loads(item["arguments"])))
+    stop = _STOP_REASONS[finish_reason(response)]
+    usage = _usage(response, prefixes)
+    return with_sim_timing(
+        _message(message_id, response.get("model"), content, stop, usage), response
+    )

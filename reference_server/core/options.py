@@ -1,7 +1,7 @@
 """Options declared on dataclass fields: flag, help and check in the field's metadata.
 
 ``reference_server/core/config.py`` declares each server option once with
-:func:`option`; :func:`validate` (its ``__post_init__``) checks every field
+:func:`setting`; :func:`validate` (its ``__post_init__``) checks every field
 against its declared type, choices and check, and ``reference_server/cli.py``
 reads the same declarations (:func:`declared`) to build the command line.
 """
@@ -47,19 +47,6 @@ class Option:
     check: Check | None = None
 
 
-def option(
-    *,
-    flag: str | None,
-    help: str,
-    group: str = "",
-    metavar: str | None = None,
-    choices: tuple[str, ...] = (),
-    check: Check | None = None,
-) -> dict[str, Option]:
-    """A field's ``metadata``."""
-    return {"option": Option(flag, help, group, metavar, choices, check)}
-
-
 def setting(
     default: Any = MISSING,
     flag: str | None = None,
@@ -71,8 +58,8 @@ def setting(
     choices: tuple[str, ...] = (),
     check: Check | None = None,
 ) -> Any:
-    """A dataclass field declaring one option: its default (or ``factory``) and :func:`option`."""
-    meta = option(flag=flag, help=help, group=group, metavar=metavar, choices=choices, check=check)
+    """A dataclass field declaring one option: its default (or ``factory``) and its :class:`Option`."""
+    meta = {"option": Option(flag, help, group, metavar, choices, check)}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)

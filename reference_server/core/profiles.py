@@ -303,8 +303,7 @@ def load_profiles(
     problem raises :class:`ProfileError` naming the file or override, the key,
     what was expected and what came.
     """
-    api_source, api_data = _read("api", api)
-    engine_source, engine_data = _read("engine", engine)
+    read = {"api": _read("api", api), "engine": _read("engine", engine)}
     per_kind: dict[str, dict[str, str]] = {"api": {}, "engine": {}}
     for key, raw in (overrides or {}).items():
         kind, dot, param = key.strip().partition(".")
@@ -320,9 +319,8 @@ def load_profiles(
             known = ", ".join(f for f in model.model_fields if f not in ("name", "description"))
             raise ProfileError("--set", key, f"unknown {kind} parameter; expected one of: {known}")
         per_kind[kind][param] = raw
-    api_profile = _validate(ApiProfile, api_source, api_data, per_kind["api"], "api")
-    engine_profile = _validate(
-        EngineProfile, engine_source, engine_data, per_kind["engine"], "engine"
+    api_profile, engine_profile = (
+        _validate(_MODELS[kind], *read[kind], per_kind[kind], kind) for kind in ("api", "engine")
     )
     assert isinstance(api_profile, ApiProfile) and isinstance(engine_profile, EngineProfile)
     return api_profile, engine_profile

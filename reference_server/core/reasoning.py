@@ -25,7 +25,6 @@ from reference_server.core.lengths import effort_tokens, standard_normal
 HINT_REASONING_TOKENS = "loopbench.reasoning_tokens"
 INCLUDE_ENCRYPTED = "reasoning.encrypted_content"
 MAX_REASONING_TOKENS = 1_000_000
-SUMMARY_EFFORTS = ("auto", "concise", "detailed")
 
 _MAGIC = b"lbr1."
 _HEADER = re.compile(rb"lbr1\.(\d{1,7})\.")

@@ -240,6 +240,15 @@ def _normalize_item(where: str, item: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _input_items(raw_input: Any) -> list[dict[str, Any]] | None:
+    """``input``: a string (one user message) or an array of items; None when neither."""
+    if isinstance(raw_input, str):
+        return [{"type": "message", "role": "user", "content": raw_input}]
+    if isinstance(raw_input, list):
+        return [_normalize_item(*it) for it in objects(raw_input, "input")]
+    return None
+
+
 def _namespaced(item: dict[str, Any], where: str) -> dict[str, Any]:
     """A tool call or output item; its ``namespace`` (a group of tools) is a string when set."""
     checked(item.get("namespace"), f"{where}.namespace", "a string", str)
@@ -297,11 +306,7 @@ def reasoning_options(body: dict[str, Any]) -> ReasoningOptions:
 def _compaction_input(item: dict[str, Any], where: str) -> dict[str, Any]:
     """A compaction item sent back (``POST /v1/responses/compact``'s output): its content is required."""
     if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
-        raise invalid(
-            f"Missing required parameter: '{where}.encrypted_content'.",
-            f"{where}.encrypted_content",
-            "missing_required_parameter",
-        )
+        raise missing(f"{where}.encrypted_content")
     return item
 
 
@@ -310,11 +315,7 @@ def _validate_tool(where: str, tool: dict[str, Any]) -> dict[str, Any]:
         # Hosted tools (web_search, …) are accepted and never called by the simulated model.
         if isinstance(tool.get("type"), str):
             return tool
-        raise invalid(
-            f"Missing required parameter: '{where}.type'.",
-            f"{where}.type",
-            "missing_required_parameter",
-        )
+        raise missing(f"{where}.type")
     name = function_name(tool.get("name"), f"{where}.name")
     params = checked(tool.get("parameters"), f"{where}.parameters", "a JSON schema object", dict)
     if isinstance(params, dict) and params.get("type", "object") != "object":
@@ -375,14 +376,8 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
     """Validate a create body.  ``websocket`` enables the WS-only fields."""
     body, model = body_model(body)
     raw_input = body.get("input")
-    items: list[dict[str, Any]]
-    if isinstance(raw_input, str):
-        items = [{"type": "message", "role": "user", "content": raw_input}]
-    elif isinstance(raw_input, list):
-        items = [_normalize_item(*it) for it in objects(raw_input, "input")]
-    elif raw_input is None:
-        items = []
-    else:
+    items = _input_items(raw_input) if raw_input is not None else []
+    if items is None:
         raise wrong_type("input", "a string or an array of input items", raw_input)
     tools_raw = checked(body.get("tools") or [], "tools", "an array", list)
     tools = [_validate_tool(*t) for t in objects(tools_raw, "tools")]
@@ -453,11 +448,8 @@ def parse_append(body: dict[str, Any]) -> AppendRequest:
     if not isinstance(rid, str) or not rid:
         raise missing("response_id")
     raw_input = body.get("input")
-    if isinstance(raw_input, str):
-        items = [{"type": "message", "role": "user", "content": raw_input}]
-    elif isinstance(raw_input, list) and raw_input:
-        items = [_normalize_item(*it) for it in objects(raw_input, "input")]
-    else:
+    items = _input_items(raw_input) if raw_input != [] else None
+    if items is None:
         raise invalid(
             f"Invalid value for 'input': expected a non-empty array of input items, got {type_name(raw_input)}.",
             "input",

@@ -1,5 +1,5 @@
-"""A turn refused for the context window fails as context_length_exceeded on both client edges,
-worded with its numbers, and no transport retries it."""
+"""A turn refused for the context window fails as context_length_exceeded, worded with its
+numbers, and no transport retries it (under ``run`` and in a Locust worker's edge host)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
 from tests.server.conftest import configured_server
-from tests.transports.gevent_replay import replay
+from tests.transports.locust_edge import drive_edge_host
 
 WINDOW = 1500
 
@@ -83,9 +83,8 @@ def test_asyncio_edge(name: str, small_window: str, plan: RolloutPlan) -> None:
     check(*asyncio.run(go()), in_stream=name == "ws-append")
 
 
-@pytest.mark.parametrize("name", ["http", "http-chained", "ws", "ws-store"])
-def test_gevent_edge(name: str, small_window: str, plan: RolloutPlan) -> None:
-    turns: list[TurnRecord] = []
+@pytest.mark.parametrize("name", ["http", "ws"])
+def test_locust_edge_host(name: str, small_window: str, plan: RolloutPlan) -> None:
     options = TransportOptions(small_window, request_timeout_s=30)
-    [(_, roll)] = list(replay(name, options, [plan], turns.append, time.sleep))
+    turns, [roll], _ = drive_edge_host(options, [(name, plan)])
     check(roll, turns)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
 from harness.locust_driver.protocol import RunConfig
 from harness.locust_driver.wire import (
+    ROLLOUT_INSTANTS,
+    TURN_INSTANTS,
     plan_from_wire,
     plan_to_wire,
     rollout_from_row,
     rollout_to_row,
+    shift_instants,
     turn_from_row,
     turn_to_row,
 )
@@ -158,3 +163,22 @@ def test_a_lost_rollout_ends_its_phase_without_counting_as_finished() -> None:
     c = queue.claim(0)
     assert (c.kind, c.transport) == ("run", "ws")
     assert queue.unclaimed("ws", 0) == 1 and queue.unclaimed("http", 0) == 0
+
+
+def test_the_edge_hosts_instants_move_onto_the_workers_clock_and_durations_do_not() -> None:
+    turn = TurnRecord("ws", 1, 0, sent_ns=100, first_token_ns=150, done_ns=200, recovery_ns=30)
+    roll = RolloutRecord("ws", 1, intended_start_ns=90, start_ns=95, end_ns=300, tool_ns=40)
+    shift_instants(turn, 1000)
+    shift_instants(roll, 1000)
+    assert (turn.sent_ns, turn.first_token_ns, turn.done_ns) == (1100, 1150, 1200)
+    assert turn.connected_ns == 0  # did not happen: stays 0
+    assert turn.recovery_ns == 30 and roll.tool_ns == 40
+    assert (roll.intended_start_ns, roll.start_ns, roll.end_ns) == (1090, 1095, 1300)
+
+
+def test_every_ns_field_is_known_as_an_instant_or_a_duration() -> None:
+    # a new timestamp field must be shifted too, or workers' rows stop sharing an origin
+    durations = {"recovery_ns", "itl_ns", "model_ns", "tool_ns", "client_ns", "subagent_wait_ns"}
+    for cls, instants in ((TurnRecord, TURN_INSTANTS), (RolloutRecord, ROLLOUT_INSTANTS)):
+        ns = {f.name for f in fields(cls) if f.name.endswith("_ns")}
+        assert ns == set(instants) | (durations & ns), cls.__name__

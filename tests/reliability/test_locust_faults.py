@@ -15,10 +15,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from harness.report.results import load_run
+from harness.report.results import Run, load_run
 from harness.wire.exit_codes import ExitCode
 from tests.runs import ROOT, _argv, rows_flushed
 
@@ -111,6 +112,21 @@ def locust_children(proc: subprocess.Popen[str]) -> tuple[int, list[int]]:
     raise AssertionError(f"no master and two workers under pid {proc.pid}")
 
 
+def lost_worker_run(run_dir: Path, out: str, pid: int) -> tuple[Run, dict[str, Any], str]:
+    """A run that lost worker ``pid``: invalid, naming it once (in the summary and on stdout),
+    its summary counting exactly the rows on disk.  (run, summary, the reason)."""
+    run = load_run(run_dir)
+    summary = run.summary
+    assert summary is not None and summary["valid"] is False
+    lost = [r for r in summary["invalid_reasons"] if "lost" in r]
+    assert len(lost) == 1 and f"(pid {pid})" in lost[0], summary["invalid_reasons"]
+    assert f"(pid {pid})" in out
+    http = summary["transports"]["http"]
+    assert http["turns"]["count"] == len(run.turns)
+    assert http["rollouts"]["count"] == len(run.rollouts)
+    return run, summary, lost[0]
+
+
 def test_a_killed_worker_ends_the_run_by_itself_invalid_and_consistent_with_the_rows(
     tmp_path: Path, server_url: str
 ) -> None:
@@ -122,16 +138,8 @@ def test_a_killed_worker_ends_the_run_by_itself_invalid_and_consistent_with_the_
         out, err = proc.communicate(timeout=60)
         ended_s = time.monotonic() - killed_at
     assert proc.returncode == ExitCode.INVALID, err[-3000:]
-    run = load_run(tmp_path / "w")
-    summary = run.summary
-    assert summary is not None and summary["valid"] is False
-    lost = [r for r in summary["invalid_reasons"] if "lost" in r]
-    assert len(lost) == 1 and f"(pid {workers[0]})" in lost[0], summary["invalid_reasons"]
-    assert f"(pid {workers[0]})" in out
-    # The summary counts exactly the rows on disk.
+    run, summary, lost = lost_worker_run(tmp_path / "w", out, workers[0])
     http = summary["transports"]["http"]
-    assert http["turns"]["count"] == len(run.turns)
-    assert http["rollouts"]["count"] == len(run.rollouts)
     locust = summary["locust"]
     assert locust["rollouts_finished"] == len(run.rollouts)
     assert locust["rollouts_finished"] + locust["rollouts_lost"] <= 24
@@ -145,7 +153,7 @@ def test_a_killed_worker_ends_the_run_by_itself_invalid_and_consistent_with_the_
     dead = next(w for w in locust["workers"].values() if w["pid"] == workers[0])
     assert dead["final"] is False and dead["rollouts_lost"] == locust["rollouts_lost"]
     assert sum(w["rows_turns"] for w in locust["workers"].values()) == len(run.turns)
-    print(f"run ended {ended_s:.1f} s after the kill; {lost[0]}")  # docs/distributed.md quotes this
+    print(f"run ended {ended_s:.1f} s after the kill; {lost}")  # docs/distributed.md quotes this
     # It ends by itself: the bound is generous because the survivor runs the rest of the plan
     # and the machine may be loaded (18-19 s on a quiet one, 32 s under a load average of 15).
     assert ended_s < 120
@@ -191,3 +199,18 @@ def test_a_sigterm_to_the_command_ends_the_run_interrupted_and_consistent_with_t
     assert http["turns"]["count"] == len(run.turns)
     assert http["rollouts"]["count"] == len(run.rollouts) == http["schedule"]["started"]
     assert summary["locust"]["rollouts_finished"] == len(run.rollouts)
+
+
+def test_a_killed_edge_host_takes_its_worker_out_and_the_run_ends_invalid_naming_it(
+    tmp_path: Path, server_url: str
+) -> None:
+    """The measuring child of a worker (harness/run/edge_host.py) killed: its worker cannot
+    measure on, so it quits, and the master counts what it held lost as for a killed worker."""
+    with running_locust(tmp_path, server_url, "e", 8) as (proc, _, workers):
+        hosts = [p for p in children(workers[0]) if "harness.run.edge_host" in cmdline(p)]
+        assert len(hosts) == 1, [cmdline(p) for p in children(workers[0])]
+        os.kill(hosts[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == ExitCode.INVALID, err[-3000:]
+    assert "the edge host" in err and "is gone" in err, err[-3000:]
+    lost_worker_run(tmp_path / "e", out, workers[0])

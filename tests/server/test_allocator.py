@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from reference_server.allocator import fix_mmap_threshold, malloc_report
+from reference_server.allocator import fix_mmap_threshold, malloc_report, pymalloc_report
 
 pytestmark = pytest.mark.skipif(malloc_report() is None, reason="glibc's mallinfo2 only")
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(malloc_report() is None, reason="glibc's mallinf
 # long as it runs.  In a fresh process: the setting is for the life of a process.
 _CHURN = """
 import json, random, sys
-from reference_server.allocator import fix_mmap_threshold, malloc_report
+from reference_server.allocator import fix_mmap_threshold, malloc_report, pymalloc_report
 from reference_server.core.engine import PrefixCache
 fixed = fix_mmap_threshold() if sys.argv[1] == "fixed" else False
 cache, rng = PrefixCache(65536), random.Random(1)
@@ -65,5 +65,22 @@ def test_health_reports_what_malloc_holds(server_url: str) -> None:
         "in_use_bytes",
         "free_held_bytes",
         "python_blocks",
+        "python_arena_bytes",
+        "python_allocated_bytes",
     }
     assert memory["in_use_bytes"] > 0 and memory["python_blocks"] > 10_000
+    # whole 1 MiB arenas, holding at least the blocks in use
+    assert memory["python_arena_bytes"] % 2**20 == 0
+    assert memory["python_arena_bytes"] >= memory["python_allocated_bytes"] > 2**20
+
+
+def test_pymalloc_report_counts_the_blocks_python_objects_take() -> None:
+    before = pymalloc_report()
+    if before is None:
+        pytest.skip("this CPython does not export _PyObject_DebugMallocStats")
+    objects = [object() for _ in range(100_000)]  # 16 B each in pymalloc
+    after = pymalloc_report()
+    assert after is not None and len(objects) == 100_000
+    grown = after["python_allocated_bytes"] - before["python_allocated_bytes"]
+    assert 1_600_000 <= grown < 3_000_000, grown
+    assert after["python_arena_bytes"] >= after["python_allocated_bytes"]

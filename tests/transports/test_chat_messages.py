@@ -1,9 +1,9 @@
-"""The ``chat`` and ``messages`` transports on both client edges, against a canned server that
+"""The ``chat`` and ``messages`` transports as ``run`` and as a Locust worker drive them, against a canned server that
 speaks the two APIs as the wire contract writes them (tests/foreign_chat.py).
 
-Real sockets on 127.0.0.1: the asyncio edge in this process, the gevent edge in a
-gevent-patched child (tests/transports/gevent_edge.py), each against its own fresh server,
-so the parity check compares what each edge put on the wire, headers included.
+Real sockets on 127.0.0.1: the asyncio edge in this process, and in a Locust worker's
+edge host (tests/transports/locust_edge.py), each against its own fresh server, so the
+parity check compares what each put on the wire, headers included.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
 from tests.foreign_chat import SIM_TIMING, foreign_chat_server
 from tests.runs import TINY, asyncio_edge, in_process
-from tests.transports.test_parity import RECORD_FIELDS, gevent_edge
+from tests.transports.test_parity import RECORD_FIELDS, locust_edge
 
 APIS = ("chat", "messages")
 
@@ -131,11 +131,11 @@ def test_failures_get_the_right_error_kind(mode: str, kinds: dict[str, str | Non
 def test_both_edges_send_the_same_bytes_for_chat_and_messages() -> None:
     rollouts = plans(reasoning=8)
     runs = {}
-    for edge, drive in (("asyncio", asyncio_edge), ("gevent", gevent_edge)):
+    for edge, drive in (("asyncio", asyncio_edge), ("locust", locust_edge)):
         with foreign_chat_server() as (url, requests):
             turns = drive(url, APIS, rollouts)
             runs[edge] = (list(requests), [tuple(t[f] for f in RECORD_FIELDS) for t in turns])
-    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["gevent"]
+    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["locust"]
     assert len(a_requests) == len(g_requests) > 0
     for i, (a, g) in enumerate(zip(a_requests, g_requests, strict=True)):
         assert a == g, f"request {i} differs between the edges"

@@ -1,13 +1,14 @@
-"""Both client edges send the same requests: the asyncio transports (``loopbench run``) and the
-gevent sessions (``loopbench locust``), on the wire, recovery paths included.
+"""``loopbench run`` and ``loopbench locust`` send the same requests: the asyncio transports as
+``run`` drives them and as a Locust worker's edge host (harness/run/edge_host.py) drives them,
+on the wire, recovery paths included.
 
 The same seeded rollouts run through each edge against its own fresh recording
 server with the same options (a fresh one, so the server's seeded ids and faults
 meet the same request sequence); the recorded requests (method, path, body) and
 WebSocket frames must match one for one, with response and call ids renamed in
 order of appearance.  The turn records must agree on everything that is not a
-clock reading.  The gevent edge runs in a child process: this process is never
-monkey-patched.
+clock reading.  The edge host runs in a child process, handed its rollouts over its
+pipes as a worker hands them (tests/transports/locust_edge.py).
 """
 
 from __future__ import annotations
@@ -19,18 +20,20 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.locust_driver.wire import plan_to_wire
+from harness.client.options import TransportOptions
 from harness.run.embedded import READY_PREFIX
 from harness.wire.transports import LOCUST_TRANSPORTS
 from harness.workload.plan import RolloutPlan
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
 from tests import runs
+from tests.transports.locust_edge import drive_edge_host
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -180,24 +183,10 @@ def asyncio_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]
     return runs.asyncio_edge(url, transports, plans, request_timeout_s=REQUEST_TIMEOUT_S)
 
 
-def gevent_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
-    job = {
-        "url": url,
-        "transports": list(transports),
-        "plans": [plan_to_wire(p) for p in plans],
-        "request_timeout_s": REQUEST_TIMEOUT_S,
-    }
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "gevent_edge.py")],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
-    records: list[Any] = json.loads(proc.stdout)
-    return records
+def locust_edge(url: str, transports: tuple[str, ...], plans: list[RolloutPlan]) -> list[Any]:
+    options = TransportOptions(url, request_timeout_s=REQUEST_TIMEOUT_S)
+    turns, _, _ = drive_edge_host(options, [(name, plan) for name in transports for plan in plans])
+    return [asdict(t) for t in turns]
 
 
 def _normalise(value: Any, ids: dict[str, str]) -> Any:
@@ -249,9 +238,9 @@ def _first_difference(a: list[Any], b: list[Any]) -> str:
             )
             return (
                 f"request {i} differs in {keys}:\n  asyncio: {_describe(x)}\n"
-                f"  gevent:  {_describe(y)}"
+                f"  locust:  {_describe(y)}"
             )
-    return f"lengths differ: asyncio sent {len(a)} requests, gevent {len(b)}"
+    return f"lengths differ: asyncio sent {len(a)} requests, locust {len(b)}"
 
 
 def _on_both_edges(
@@ -259,14 +248,14 @@ def _on_both_edges(
 ) -> tuple[list[Any], list[Any], list[Any]]:
     """``plans`` over ``transports`` from each edge against its own recording server (started
     with ``args``): the requests, which both edges must have sent alike (the test fails here
-    otherwise), and each edge's turn records: (requests, asyncio turns, gevent turns)."""
+    otherwise), and each edge's turn records: (requests, asyncio turns, locust turns)."""
     runs = {}
-    for edge, drive in (("asyncio", asyncio_edge), ("gevent", gevent_edge)):
+    for edge, drive in (("asyncio", asyncio_edge), ("locust", locust_edge)):
         record = tmp_path / f"{edge}.jsonl"
         with recording_server(record, list(args)) as url:
             turns = drive(url, transports, plans)
         runs[edge] = (recorded(record), turns)
-    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["gevent"]
+    (a_requests, a_turns), (g_requests, g_turns) = runs["asyncio"], runs["locust"]
     assert a_requests == g_requests, _first_difference(a_requests, g_requests)
     return a_requests, a_turns, g_turns
 

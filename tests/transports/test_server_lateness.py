@@ -1,7 +1,7 @@
-"""Both client edges record the server's first-token lateness, and the client-side error follows.
+"""``run`` and a Locust worker's edge host record the server's first-token lateness, and the client-side error follows.
 
 The reference server reports ``sim_timing.first_token_late_ms`` on every API; the asyncio
-edge (this process) and the gevent edge (a gevent-patched child, as under Locust) must keep
+edge (this process) and the edge host (a child, as under Locust) must keep
 it per turn as ``server_late_ms``, with ``server_read_ms`` (how long the request waited
 before the server read it: client and server share this host's clock), and
 ``client_error_ms`` must be the measurement error without both.  A finished run (the shared tiny run over http and ws against the embedded
@@ -20,7 +20,7 @@ from harness.report import load_run
 from harness.report.analysis import add_metric_columns
 from harness.workload.records import TurnRecord
 from tests.transports.test_chat_messages import asyncio_edge, plans
-from tests.transports.test_parity import gevent_edge
+from tests.transports.test_parity import locust_edge
 
 APIS = ("http", "ws", "chat", "messages")
 MEASUREMENT = D.get("measurement_error_ms")
@@ -52,7 +52,7 @@ def check_turns(rows: list[dict[str, Any]], edge: str) -> None:
 def test_both_edges_record_the_servers_lateness_on_every_api(server_url: str) -> None:
     rollouts = plans(count=1)
     check_turns(asyncio_edge(server_url, APIS, rollouts), "asyncio")
-    check_turns(gevent_edge(server_url, APIS, rollouts), "gevent")
+    check_turns(locust_edge(server_url, APIS, rollouts), "locust")
 
 
 def test_a_run_has_the_lateness_column_and_both_summary_groups(tiny_run_dir: Path) -> None:

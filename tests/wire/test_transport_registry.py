@@ -128,7 +128,7 @@ def test_each_transport_has_the_capabilities_it_is_documented_with() -> None:
     assert len({t.colour for t in TRANSPORTS}) == len(TRANSPORTS)
 
 
-def test_locust_spec_refuses_what_the_gevent_edge_does_not_run() -> None:
+def test_locust_spec_refuses_what_loopbench_locust_does_not_run() -> None:
     assert locust_spec("ws-store").name == "ws-store"
     with pytest.raises(
         UsageError, match=r"'ws-append' is not available under Locust; expected one or more"

@@ -27,6 +27,7 @@ over the calls.  Parsing is pure over text; only :func:`import_otel_files` reads
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -104,13 +105,11 @@ def _attr_value(value: Any) -> Any:
 
 def _nanos(span: dict[str, Any], key: str, where: str, source: str) -> int:
     raw = span.get(key)
-    try:
-        # A string in OTLP JSON, a number from some exporters.
-        value = int(raw) if isinstance(raw, str | int) and not isinstance(raw, bool) else -1
-    except ValueError:
-        raise SessionImportError(
-            f"{source}: {where}.{key}: expected nanoseconds since the epoch, got {raw!r}"
-        ) from None
+    value = -1
+    # A string in OTLP JSON, a number from some exporters.
+    if isinstance(raw, str | int) and not isinstance(raw, bool):
+        with contextlib.suppress(ValueError):
+            value = int(raw)
     if value < 0:
         raise SessionImportError(
             f"{source}: {where}.{key}: expected nanoseconds since the epoch, got {raw!r}"
@@ -301,44 +300,41 @@ def _rollout(conv: _Conversation, label: str) -> TraceRollout:
     for i, model in enumerate(models):
         output = model.usage(_OUTPUT_KEYS)
         usage_complete &= output is not None and model.usage(_INPUT_KEYS) is not None
-        out_tokens = max(1, output or 0)
-        measured = _measured(model)
-        if i == len(models) - 1:
-            tool_calls = [
-                TraceToolCall(latency_ms=round((c.end_ns - c.start_ns) / 1e6, 3), output_tokens=0)
-                for c in calls_of[i]
-            ]
-            turns.append(
-                TraceTurn(
-                    output_tokens=out_tokens, tool_calls=tool_calls, think_ms=think_ms, **measured
-                )
-            )
-            break
-        nxt = models[i + 1]
-        this_in, next_in = model.usage(_INPUT_KEYS), nxt.usage(_INPUT_KEYS)
-        grown = 0
-        if this_in is not None and next_in is not None:
-            grown = max(0, next_in - this_in - (output or 0))
         calls = calls_of[i]
-        if calls:
+        next_think_ms = 0.0
+        if i == len(models) - 1:
             latencies = [(c.end_ns - c.start_ns) / 1e6 for c in calls]
-            ready_ns = max(model.end_ns, *(c.end_ns for c in calls))
+            returned = [0] * len(calls)
         else:
-            # Another model call followed without a tool span: the client's time in between.
-            synthetic += 1
-            latencies = [max(0.0, (nxt.start_ns - model.end_ns) / 1e6)]
-            ready_ns = nxt.start_ns
+            nxt = models[i + 1]
+            this_in, next_in = model.usage(_INPUT_KEYS), nxt.usage(_INPUT_KEYS)
+            grown = 0
+            if this_in is not None and next_in is not None:
+                grown = max(0, next_in - this_in - (output or 0))
+            if calls:
+                latencies = [(c.end_ns - c.start_ns) / 1e6 for c in calls]
+                ready_ns = max(model.end_ns, *(c.end_ns for c in calls))
+            else:
+                # Another model call followed without a tool span: the client's time in between.
+                synthetic += 1
+                latencies = [max(0.0, (nxt.start_ns - model.end_ns) / 1e6)]
+                ready_ns = nxt.start_ns
+            returned = _split(grown, len(latencies))
+            # Client time between the last tool's end and the next request.
+            next_think_ms = round(max(0.0, (nxt.start_ns - ready_ns) / 1e6), 3)
         tool_calls = [
             TraceToolCall(latency_ms=round(lat, 3), output_tokens=tokens)
-            for lat, tokens in zip(latencies, _split(grown, len(latencies)), strict=True)
+            for lat, tokens in zip(latencies, returned, strict=True)
         ]
         turns.append(
             TraceTurn(
-                output_tokens=out_tokens, tool_calls=tool_calls, think_ms=think_ms, **measured
+                output_tokens=max(1, output or 0),
+                tool_calls=tool_calls,
+                think_ms=think_ms,
+                **_measured(model),
             )
         )
-        # Client time between the last tool's end and the next request.
-        think_ms = round(max(0.0, (nxt.start_ns - ready_ns) / 1e6), 3)
+        think_ms = next_think_ms
     truncated = bool(turns[-1].tool_calls)
     if truncated:
         turns.append(TraceTurn(output_tokens=1))
@@ -357,12 +353,8 @@ def _rollout(conv: _Conversation, label: str) -> TraceRollout:
         # No call of the parent's turns holds it (it started before the parent's first
         # model call): kept as a conversation of its own, naming the parent.
         meta["subagent_of"] = conv.parent
-    if synthetic:
-        meta["tool_calls_from_gaps"] = synthetic
-    if early:
-        meta["tools_before_first_call"] = early
-    if truncated:
-        meta["truncated"] = True
+    counts = {"tool_calls_from_gaps": synthetic, "tools_before_first_call": early}
+    meta |= {k: n for k, n in counts.items() if n} | ({"truncated": True} if truncated else {})
     model_name = models[0].attrs.get("gen_ai.request.model") or models[0].attrs.get(
         "gen_ai.response.model"
     )

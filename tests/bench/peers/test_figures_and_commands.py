@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from bench.peers import commands as cmd
-from bench.peers import offline
+from bench.peers import locust_row, offline
 from bench.peers.bench import MARKER, PeersError, _fresh_folder
 from bench.peers.figures import (
     BEGIN_MARKER,
@@ -260,3 +260,26 @@ def test_the_artifacts_folder_is_emptied_only_when_the_bench_made_it(tmp_path: P
     with pytest.raises(PeersError, match=r"was not made by python -m bench\.peers"):
         _fresh_folder(theirs)
     assert (theirs / "keep.txt").read_text() == "precious"
+
+
+def test_the_locust_row_is_held_to_the_precision_bound_and_runs_loopbench_locust() -> None:
+    def row(tool: str, p99: float) -> dict[str, object]:
+        figures = {"client_own_error_ms": {"p99": p99}, "decode_tps": {"p1": 998, "p99": 1002}}
+        return {
+            "tool": tool,
+            "transport": "chat",
+            "streams": 64,
+            "status": "ok",
+            "figures": figures,
+        }
+
+    verdict = precision_target([row("loopbench", 0.3), row(locust_row.TOOL, 0.9)])
+    assert (
+        verdict.passed is False and f"{locust_row.TOOL} client-side error p99 0.90" in verdict.text
+    )
+    assert verdict.detail["chat"]["client_error_p99_ms"] == 0.3
+    assert verdict.detail["locust"]["client_error_p99_ms"] == 0.9
+    assert precision_target([row("loopbench", 0.3), row(locust_row.TOOL, 0.4)]).passed is True
+    argv = locust_row.locust_argv("py", Path("s.yaml"), "http://h:1", "chat", Path("out"), "run")
+    assert argv[:4] == ["py", "-m", "harness", "locust"] and argv[-2:] == ["--workers", "1"]
+    assert "--no-probe" not in argv and "--target" in argv and "http://h:1/v1" in argv

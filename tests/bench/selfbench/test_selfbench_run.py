@@ -69,11 +69,15 @@ EXPECTED = {
         for t in ("ws", "http")
         for k in ("", ".turns_per_s", ".client_cpu_share", ".cpu_us_per_turn", ".cpu_us_per_event")
     ),
+    *(
+        f"locust_agents.ws{k}"
+        for k in ("", ".turns_per_s", ".client_cpu_share", ".cpu_us_per_turn", ".cpu_us_per_event")
+    ),
 }
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(180)
 def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "selfbench.json"
     done = subprocess.run(
@@ -81,7 +85,7 @@ def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=140,
+        timeout=170,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(out.read_text())
@@ -98,6 +102,7 @@ def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
     assert {k for k in targeted if "ratio." in k} == {"ratio.ws", "ratio.http"}
     assert figures["ratio.ws"]["target"] == figures["ratio.http"]["target"] == ">= 0.7"
     assert {k for k in targeted if k.startswith("agents")} == {"agents.ws", "agents.http"}
+    assert {k for k in targeted if k.startswith("locust_agents")} == {"locust_agents.ws"}
     assert {k for k in targeted if k.startswith("ttft_overhead")} == {
         f"ttft_overhead.{t}.16.{q}" for t in ("ws", "http") for q in ("p50", "p99")
     }
