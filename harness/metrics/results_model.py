@@ -27,6 +27,8 @@ from typing import Annotated, Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
+from harness.wire.json_tree import without_key
+
 #: the results format (summary.json, manifest.json, the row files), one version for all:
 #: the ``format_version`` this loopbench writes
 FORMAT_VERSION = 1
@@ -492,19 +494,11 @@ def _read(model: type[_M], doc: Mapping[str, Any], where: str) -> _M:
 
 def summary_schema() -> dict[str, Any]:
     """The JSON Schema of ``summary.json`` (draft 2020-12), from :class:`Summary`."""
-    schema = _untitled(Summary.model_json_schema(mode="serialization"))
+    # pydantic's generated titles ("Cpu Share") say no more than the names
+    schema = without_key(Summary.model_json_schema(mode="serialization"), "title")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "loopbench summary.json"
     return schema
-
-
-def _untitled(node: Any) -> Any:
-    """The schema without pydantic's generated titles ("Cpu Share"): the names say it."""
-    if isinstance(node, dict):
-        return {k: _untitled(v) for k, v in node.items() if k != "title"}
-    if isinstance(node, list):
-        return [_untitled(v) for v in node]
-    return node
 
 
 def _compact(node: Any, indent: str = "", width: int = 100) -> str:

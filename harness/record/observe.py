@@ -50,6 +50,7 @@ from typing import Any
 
 import orjson
 
+from harness.wire.json_tree import without_key
 from harness.wire.tokens import count_tokens
 from harness.wire.transports import APIS
 from harness.wire.ws_frames import OP_CLOSE, Deflate, FrameError, FrameReader
@@ -298,10 +299,10 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
         # to turn) or the tools (it loads deferred ones mid-session): matched on neither.
         items = [
             m
-            for m in _without_cache_control(list(req.get("messages") or []))
+            for m in without_key(list(req.get("messages") or []), "cache_control")
             if not (isinstance(m, dict) and m.get("role") == "system")
         ]
-        prompt = _without_cache_control(req.get("system") or "")
+        prompt = without_key(req.get("system") or "", "cache_control")
         ex.instructions_tokens = _tokens(_text_of(prompt))
         ex.head_hash = _h([prompt])
     ex.item_hashes = tuple(_h(i) for i in items)
@@ -360,14 +361,6 @@ def _item_key(item: Any) -> str:
     if kind in (None, "message"):
         return f"msg:{item.get('role')}:{_h(_text_of(item.get('content')).encode())}"
     return _h({k: v for k, v in item.items() if k not in ("id", "status")})
-
-
-def _without_cache_control(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_without_cache_control(v) for v in value]
-    return value
 
 
 def _events(body: bytes, *needles: bytes) -> Iterator[Any]:
