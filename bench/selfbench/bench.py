@@ -10,10 +10,6 @@ so the fastest is the closest to what this machine can do).
 from __future__ import annotations
 
 import dataclasses
-import os
-import platform
-import socket
-import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
@@ -31,6 +27,7 @@ from bench.selfbench.locust_agents import (
     measure_locust_agents,
 )
 from bench.selfbench.locust_cmp import measure_locust
+from bench.selfbench.machine import run_header
 from bench.selfbench.memory import measure_memory
 from bench.selfbench.pipeline import drive
 from bench.selfbench.procs import child, process_cpu_s
@@ -609,18 +606,7 @@ def run_selfbench(
         if step in opts.steps:
             _judged_step(step, run, opts, out, say)
     meta = {
-        "command": " ".join(["python -m bench.selfbench", *sys.argv[1:]]),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "seconds": round(time.perf_counter() - t0, 1),
-        "machine": {
-            "hostname": socket.gethostname(),
-            "cpu_count": os.cpu_count(),
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-            # Share of CPU time the hypervisor gave to other guests during the whole run.
-            "cpu_steal_pct": steal_percent(cpu0, read_cpu_times()),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-        },
+        **run_header("python -m bench.selfbench", started, t0, cpu0),
         "options": {k: getattr(opts, k) for k in opts.__dataclass_fields__},
     }
     return out.figures, meta, out.details
