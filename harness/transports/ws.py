@@ -101,6 +101,19 @@ async def open_ws_timed(
     return conn, ConnectStamps(started, tcp_ns, tls_ns)
 
 
+async def _open_for_turn(
+    rec: TurnRecord, options: TransportOptions, url: str, rollout_key: str | None
+) -> WsConnection:
+    """:func:`open_ws_timed`, its stamps those of the turn that needed the new connection."""
+    conn, stamps = await open_ws_timed(options, url, rollout_key)
+    rec.connected_ns = time.perf_counter_ns()
+    rec.connect_start_ns = stamps.start_ns
+    rec.tcp_connected_ns = stamps.tcp_ns
+    rec.tls_done_ns = stamps.tls_ns
+    rec.new_connection = True
+    return conn
+
+
 class WsTransport:
     def __init__(self, spec: TransportSpec, options: TransportOptions) -> None:
         self.name = spec.name
@@ -141,12 +154,7 @@ class WsSession:
         self.conn: WsConnection | None = None
 
     async def _connect(self, rec: TurnRecord) -> WsConnection:
-        conn, stamps = await open_ws_timed(self.t.options, self.url, self.rollout_key)
-        rec.connected_ns = time.perf_counter_ns()
-        rec.connect_start_ns = stamps.start_ns
-        rec.tcp_connected_ns = stamps.tcp_ns
-        rec.tls_done_ns = stamps.tls_ns
-        rec.new_connection = True
+        conn = await _open_for_turn(rec, self.t.options, self.url, self.rollout_key)
         self.conn = conn
         return conn
 
@@ -234,12 +242,7 @@ class LaneMux:
     async def connection(self, rec: TurnRecord, url: str) -> WsConnection:
         async with self._opening:
             if self.conn is None:
-                conn, stamps = await open_ws_timed(self.t.options, url, self.rollout_key)
-                rec.connected_ns = time.perf_counter_ns()
-                rec.connect_start_ns = stamps.start_ns
-                rec.tcp_connected_ns = stamps.tcp_ns
-                rec.tls_done_ns = stamps.tls_ns
-                rec.new_connection = True
+                conn = await _open_for_turn(rec, self.t.options, url, self.rollout_key)
                 self.conn = conn
                 self._reader = asyncio.create_task(self._read(conn))
             return self.conn
