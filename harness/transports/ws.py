@@ -140,30 +140,44 @@ class WsTransport:
             await self._http.aclose()
 
 
-class WsSession:
-    def __init__(self, transport: WsTransport, rollout_key: str | None = None) -> None:
+class _WsConversation:
+    """A conversation over a WebSocket, however its connection is held: a compaction goes
+    over HTTP, a recorded warm-up first, then each turn's attempts until one finishes.
+    The subclasses say how a connection is had, read and given up."""
+
+    def __init__(
+        self, transport: WsTransport, rollout_key: str | None, stream_id: str | None
+    ) -> None:
         self.t = transport
         options = transport.options
         self.rollout_key = rollout_key
+        #: the lane of a multiplexed connection (None: the default lane, or a connection alone)
+        self.stream_id = stream_id
         self.conv = Conversation(
             transport.spec, options.recover_from, options.shaping, options.tokens
         )
         #: added to a compaction's HTTP request (the WebSocket handshake carries them too)
         self.compact_headers = session_headers(options.shaping, rollout_key)
-        self.url = transport.options.ws_url + self.conv.ws_query
-        self.conn: WsConnection | None = None
+        self.url = options.ws_url + self.conv.ws_query
 
-    async def _connect(self, rec: TurnRecord) -> WsConnection:
-        conn = await _open_for_turn(rec, self.t.options, self.url, self.rollout_key)
-        self.conn = conn
-        return conn
+    async def _connection(self, rec: TurnRecord) -> WsConnection:
+        raise NotImplementedError
+
+    def _forget_stale(self) -> None:
+        """Before a send: drop what an earlier attempt left unread."""
+
+    async def _receive(self, conn: WsConnection, stream: ResponseStream, timeout_s: float) -> None:
+        raise NotImplementedError
+
+    async def _lost(self, action: Recovery | None) -> None:
+        """After a failed attempt (``action``: the turn's recovery; None: the warm-up's)."""
+
+    async def _before_compaction(self) -> None:
+        pass
 
     async def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
         if inp.compaction:
-            if self.conv.spec.append:
-                # The rollout's response is paused on this connection, waiting for tool
-                # outputs that will not come: the compacted history starts on a new one.
-                await self._drop()
+            await self._before_compaction()
             http = self.t.http
             headers = [*http.headers, *self.compact_headers]
             return await compact(http.pool, headers, self.conv, inp, rec)
@@ -173,31 +187,61 @@ class WsSession:
         turn = self.conv.ws_turn(inp, rec)
         timeout_s = self.t.options.request_timeout_s
         while True:
-            conn = self.conn or await self._connect(rec)
-            payload = turn.request()
+            conn = await self._connection(rec)
+            payload = turn.request(self.stream_id)
+            self._forget_stale()
             stream = turn.start(time.perf_counter_ns())
             try:
                 await conn.send(payload)
-                await conn.read_into(stream, timeout_s)
+                await self._receive(conn, stream, timeout_s)
             except (APIError, WsClosed) as exc:
-                if turn.recover(exc) is not Recovery.RESEND_FULL:
-                    await self._drop()
+                # turn.recover raises when the turn must fail instead
+                await self._lost(turn.recover(exc))
                 continue
             return turn.finish()
 
     async def _warm_up(self, payload: bytes, rec: TurnRecord) -> None:
         """Send the recorded warm-up on the rollout's connection and wait for its answer."""
-        conn = self.conn or await self._connect(rec)
+        conn = await self._connection(rec)
+        payload = on_lane(payload, self.stream_id)
+        self._forget_stale()
         stream = ResponseStream(time.perf_counter_ns(), tokens=self.conv.tokens)
         try:
             await conn.send(payload)
-            await conn.read_into(stream, self.t.options.request_timeout_s)
+            await self._receive(conn, stream, self.t.options.request_timeout_s)
         except (APIError, WsClosed):
-            # No warm-up then: the turn goes out whole on a fresh connection, as a client
-            # whose warm-up failed sends it.
-            await self._drop()
+            # No warm-up then: the turn goes out whole, as a client whose warm-up failed
+            # sends it.
+            await self._lost(None)
             return
         self.conv.warmed(stream)
+
+
+class WsSession(_WsConversation):
+    """A conversation on a connection of its own."""
+
+    def __init__(self, transport: WsTransport, rollout_key: str | None = None) -> None:
+        super().__init__(transport, rollout_key, None)
+        self.conn: WsConnection | None = None
+
+    async def _connection(self, rec: TurnRecord) -> WsConnection:
+        if self.conn is None:
+            self.conn = await _open_for_turn(rec, self.t.options, self.url, self.rollout_key)
+        return self.conn
+
+    async def _receive(self, conn: WsConnection, stream: ResponseStream, timeout_s: float) -> None:
+        await conn.read_into(stream, timeout_s)
+
+    async def _lost(self, action: Recovery | None) -> None:
+        # A full resend may go out on the same connection; anything else on a fresh one.
+        if action is not Recovery.RESEND_FULL:
+            await self._drop()
+
+    async def _before_compaction(self) -> None:
+        if self.conv.spec.append:
+            # The rollout's response is paused on this connection, waiting for tool
+            # outputs that will not come: the compacted history starts on a new one.
+            await self._drop()
 
     async def _drop(self) -> None:
         conn, self.conn = self.conn, None
@@ -280,17 +324,12 @@ class LaneMux:
                 await reader
 
 
-class WsLaneSession:
+class WsLaneSession(_WsConversation):
     """One conversation of a rollout on a lane of the rollout's shared connection."""
 
     def __init__(self, mux: LaneMux, lane: str | None) -> None:
+        super().__init__(mux.t, mux.rollout_key, lane)
         self.mux = mux
-        self.stream_id = lane
-        t = mux.t
-        options = t.options
-        self.conv = Conversation(t.spec, options.recover_from, options.shaping, options.tokens)
-        self.compact_headers = session_headers(options.shaping, mux.rollout_key)
-        self.url = options.ws_url + self.conv.ws_query
         self.queue: asyncio.Queue[tuple[str | bytes | None, int, int]] = asyncio.Queue()
         mux.queues[lane] = self.queue
 
@@ -298,46 +337,17 @@ class WsLaneSession:
         """A sub-agent's session: a lane of its own on the same connection."""
         return WsLaneSession(self.mux, f"subagent-{conversation}")
 
-    async def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
-        if inp.compaction:
-            http = self.mux.t.http
-            headers = [*http.headers, *self.compact_headers]
-            return await compact(http.pool, headers, self.conv, inp, rec)
-        warmup = self.conv.ws_warmup(inp)
-        if warmup is not None:
-            await self._warm_up(warmup, rec)
-        turn = self.conv.ws_turn(inp, rec)
-        timeout_s = self.mux.t.options.request_timeout_s
-        queue = self.queue
-        while True:
-            conn = self.mux.conn or await self.mux.connection(rec, self.url)
-            payload = turn.request(self.stream_id)
-            while not queue.empty():
-                queue.get_nowait()  # what a failed response or a closed connection left
-            stream = turn.start(time.perf_counter_ns())
-            try:
-                await conn.send(payload)
-                await _read_lane(queue, stream, timeout_s)
-            except (APIError, WsClosed) as exc:
-                # Raises when the turn must fail; a reconnect opens a new shared connection
-                # once the reader saw this one close.
-                turn.recover(exc)
-                continue
-            return turn.finish()
+    async def _connection(self, rec: TurnRecord) -> WsConnection:
+        # A reconnect opens a new shared connection once the reader saw this one close.
+        return self.mux.conn or await self.mux.connection(rec, self.url)
 
-    async def _warm_up(self, payload: bytes, rec: TurnRecord) -> None:
-        """:meth:`WsSession._warm_up` on this lane (a failed one: the turn goes out whole)."""
-        conn = self.mux.conn or await self.mux.connection(rec, self.url)
-        payload = on_lane(payload, self.stream_id)
-        while not self.queue.empty():
-            self.queue.get_nowait()
-        stream = ResponseStream(time.perf_counter_ns(), tokens=self.conv.tokens)
-        try:
-            await conn.send(payload)
-            await _read_lane(self.queue, stream, self.mux.t.options.request_timeout_s)
-        except (APIError, WsClosed):
-            return
-        self.conv.warmed(stream)
+    def _forget_stale(self) -> None:
+        queue = self.queue
+        while not queue.empty():
+            queue.get_nowait()  # what a failed response or a closed connection left
+
+    async def _receive(self, conn: WsConnection, stream: ResponseStream, timeout_s: float) -> None:
+        await _read_lane(self.queue, stream, timeout_s)
 
     async def close(self) -> None:
         await self.mux.release(self.stream_id)
