@@ -407,15 +407,8 @@ class LoopbenchAgent(User):
                 "rollout %d over %s failed in the driver", plan.rollout_id, claim.transport
             )
             at = now_ns()
-            record = RolloutRecord(
-                transport=claim.transport,
-                rollout_id=plan.rollout_id,
-                round=claim.round,
-                intended_start_ns=at,
-                start_ns=at,
-                end_ns=at,
-                status="error",
-                error_kind=f"driver:{type(exc).__name__}",
+            record = RolloutRecord.driver_failed(
+                claim.transport, plan.rollout_id, claim.round, at, at, exc
             )
         side.on_rollout(record)
         self._finished = (claim.phase, plan.rollout_id)

@@ -101,15 +101,8 @@ class EdgeHost:
             log.exception(
                 "rollout %d over %s failed in the edge", job.plan.rollout_id, job.transport
             )
-            rec = RolloutRecord(
-                transport=job.transport,
-                rollout_id=job.plan.rollout_id,
-                round=job.round,
-                intended_start_ns=intended,
-                start_ns=intended,
-                end_ns=time.perf_counter_ns(),
-                status="error",
-                error_kind=f"driver:{type(exc).__name__}",
+            rec = RolloutRecord.driver_failed(
+                job.transport, job.plan.rollout_id, job.round, intended, time.perf_counter_ns(), exc
             )
         finally:
             self._tasks.pop(job.key, None)

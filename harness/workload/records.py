@@ -160,6 +160,28 @@ class RolloutRecord:
     def schedule_lag_ns(self) -> int:
         return max(0, self.start_ns - self.intended_start_ns)
 
+    @classmethod
+    def driver_failed(
+        cls,
+        transport: str,
+        rollout_id: int,
+        round_index: int,
+        start_ns: int,
+        end_ns: int,
+        exc: Exception,
+    ) -> RolloutRecord:
+        """A rollout the driver itself failed to run: reported, so a bug cannot stall a phase."""
+        return cls(
+            transport=transport,
+            rollout_id=rollout_id,
+            round=round_index,
+            intended_start_ns=start_ns,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            status="error",
+            error_kind=f"driver:{type(exc).__name__}",
+        )
+
 
 def csv_fields(cls: type) -> list[str]:
     """Column names for a record class: every dataclass field except list-valued ones."""
