@@ -323,11 +323,13 @@ async def _canned_upstream(received: list[bytes]) -> asyncio.Server:
     return await asyncio.start_server(serve, "127.0.0.1", 0)
 
 
-async def _exchange(port: int, request: bytes, until: bytes) -> bytes:
+async def _exchange(port: int, request: bytes, until: bytes | int) -> bytes:
+    """What the server at ``port`` answers to ``request``, read until it ends with ``until``
+    (bytes) or is ``until`` bytes long (int), or the server closes."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request)
     data = b""
-    while not data.endswith(until):
+    while not (len(data) >= until if isinstance(until, int) else data.endswith(until)):
         chunk = await reader.read(65536)
         if not chunk:
             break
@@ -574,17 +576,7 @@ def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
         port = server.sockets[0].getsockname()[1]
         try:
             async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
-                reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-                writer.write(upgrade)
-                writer.write(client_frames)
-                got = b""
-                while len(got) < len(server_bytes):
-                    chunk = await reader.read(65536)
-                    if not chunk:
-                        break
-                    got += chunk
-                writer.close()
-                await writer.wait_closed()
+                got = await _exchange(proxy.port, upgrade + client_frames, len(server_bytes))
                 for _ in range(100):  # the proxy notices the close
                     if not proxy.open_connections:
                         break
