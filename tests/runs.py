@@ -50,6 +50,17 @@ def loopbench(
     )
 
 
+def server_exit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m reference_server ARGS`` in a subprocess of this interpreter, to its exit: for
+    start-up refusals (a server that does start runs until ``timeout``)."""
+    return subprocess.run(
+        [sys.executable, "-m", "reference_server", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def run_cli(
     *args: str | Path, timeout: float = 240, report: bool = True
 ) -> subprocess.CompletedProcess[str]:

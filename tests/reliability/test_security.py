@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ from websockets.sync.client import connect
 from reference_server.cli import API_KEYS_ENV, add_server_arguments, config_from_args
 from reference_server.serve import bind_warning
 from reference_server.service import key_matches
+from tests.runs import server_exit
 from tools.soak import ServerProcess, rss_kib, server_process
 
 
@@ -208,12 +207,7 @@ def test_readers_that_stop_reading_are_dropped_without_growing_memory(fast: Serv
 
 
 def test_a_host_it_cannot_listen_on_is_one_line_not_a_traceback() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "reference_server", "--host", "bad.invalid", "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = server_exit("--host", "bad.invalid", "--port", "0")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "error: cannot listen on bad.invalid:0: " in proc.stderr
