@@ -38,6 +38,7 @@ from harness.wire.ws_frames import encode_frame
 from harness.workload.records import TurnRecord
 from harness.workload.trace import TraceRollout, dump_trace, read_trace
 from tests.runs import ROOT, run_cli, run_file, run_plans
+from tests.server.conftest import hinted_body
 from tests.transports.test_chat_messages import plans
 
 pytestmark = pytest.mark.timeout(120)
@@ -776,13 +777,7 @@ def test_aborted_and_unreadable_exchanges_are_counted_and_named(
         line = proc.stdout.readline()
         port = int(line.split()[4].rsplit(":", 1)[1].split("/")[0])
         long_stream = json.dumps(
-            {
-                "model": "sim",
-                "input": "a long answer",
-                "stream": True,
-                "tool_choice": "none",
-                "metadata": {"loopbench.output_tokens": "20000"},
-            }
+            hinted_body(20000, model="sim", input="a long answer", stream=True)
         ).encode()
         assert post(port, long_stream, read_all=False).startswith(b"HTTP/1.1 200")
         assert b" 400 " in post(port, b"this is not JSON", read_all=True).split(b"\r\n")[0]

@@ -18,6 +18,7 @@ from reference_server.cli import API_KEYS_ENV, add_server_arguments, config_from
 from reference_server.serve import bind_warning
 from reference_server.service import key_matches
 from tests.runs import server_exit
+from tests.server.conftest import hinted_body
 from tools.soak import ServerProcess, rss_kib, server_process
 
 
@@ -171,15 +172,7 @@ def _small_socket(server: ServerProcess) -> socket.socket:
 def test_readers_that_stop_reading_are_dropped_without_growing_memory(fast: ServerProcess) -> None:
     base = rss_kib(fast.pid)
     assert base is not None
-    body = json.dumps(
-        {
-            "model": "m",
-            "input": "hi",
-            "stream": True,
-            "tool_choice": "none",
-            "metadata": {"loopbench.output_tokens": "200000"},
-        }
-    ).encode()
+    body = json.dumps(hinted_body(200000, model="m", stream=True)).encode()
     sock = _small_socket(fast)
     sock.sendall(
         b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
