@@ -324,17 +324,23 @@ async def _canned_upstream(received: list[bytes]) -> asyncio.Server:
     return await asyncio.start_server(serve, "127.0.0.1", 0)
 
 
-async def _exchange(port: int, request: bytes, until: bytes | int) -> bytes:
-    """What the server at ``port`` answers to ``request``, read until it ends with ``until``
-    (bytes) or is ``until`` bytes long (int), or the server closes."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request)
+async def _read_until(reader: asyncio.StreamReader, until: bytes | int) -> bytes:
+    """Read until what came ends with ``until`` (bytes) or is ``until`` bytes long (int), or
+    the peer closes."""
     data = b""
     while not (len(data) >= until if isinstance(until, int) else data.endswith(until)):
         chunk = await reader.read(65536)
         if not chunk:
             break
         data += chunk
+    return data
+
+
+async def _exchange(port: int, request: bytes, until: bytes | int) -> bytes:
+    """What the server at ``port`` answers to ``request`` (:func:`_read_until`)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    data = await _read_until(reader, until)
     writer.close()
     await writer.wait_closed()
     return data
@@ -829,12 +835,7 @@ def test_expect_100_continue_reaches_the_client_before_the_body() -> None:
                 # the body only after the interim answer (no timeout fallback here)
                 interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
                 writer.write(body)
-                rest = b""
-                while not rest.endswith(b"0\r\n\r\n"):
-                    chunk = await reader.read(65536)
-                    if not chunk:
-                        break
-                    rest += chunk
+                rest = await _read_until(reader, b"0\r\n\r\n")
                 writer.close()
                 await writer.wait_closed()
         finally:
