@@ -124,13 +124,16 @@ def _api_turns(run_dir: Path) -> dict[str, dict[str, int]]:
     return {name: summary["transports"][name]["turns"] for name in APIS}
 
 
-def test_run_procs_accepts_the_new_transports(
+@pytest.mark.parametrize("command", ["procs", "loc"])
+def test_run_procs_and_loopbench_locust_run_the_new_transports(
+    command: str,
     other_paths: tuple[Path, dict[str, subprocess.CompletedProcess[str]]],
 ) -> None:
+    """``run --procs`` (procs) and ``loopbench locust`` (loc): every turn of both APIs, no error."""
     out, procs = other_paths
-    proc = procs["procs"]
+    proc = procs[command]
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert _api_turns(out / "procs") == {name: {"count": 8, "errors": 0} for name in APIS}
+    assert _api_turns(out / command) == {name: {"count": 8, "errors": 0} for name in APIS}
 
 
 def test_gate_ab_accepts_the_new_transports(
@@ -144,12 +147,3 @@ def test_gate_ab_accepts_the_new_transports(
     for side in ("baseline", "candidate"):
         for name, turns in _api_turns(out / f"ab-{side}").items():
             assert turns["count"] > 0 and turns["errors"] == 0, (side, name, turns)
-
-
-def test_loopbench_locust_runs_the_new_transports(
-    other_paths: tuple[Path, dict[str, subprocess.CompletedProcess[str]]],
-) -> None:
-    out, procs = other_paths
-    proc = procs["loc"]
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert _api_turns(out / "loc") == {name: {"count": 8, "errors": 0} for name in APIS}
