@@ -473,17 +473,24 @@ def test_record_command_writes_the_trace_on_sigterm(server_url: str, tmp_path: P
             metadata={"loopbench.output_tokens": "9"},
         )
         assert resp.usage is not None and resp.usage.output_tokens == 9
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = _sigterm(proc, 30, ExitCode.INTERRUPTED)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "wrote" in err and "1 rollout from" in err
     [rollout] = read_trace(out)
     assert [t.output_tokens for t in rollout.turns] == [9]
     assert "sk-cli-secret" not in out.read_text()
     assert dump_trace([rollout])  # parses and dumps again
+
+
+def _sigterm(proc: subprocess.Popen[str], timeout: float, code: int) -> str:
+    """SIGTERM to a running ``loopbench record``, which must then exit with ``code``; its
+    stderr."""
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == code, err
+    return err
 
 
 def _observer_pid(pid: int) -> int:
@@ -510,12 +517,10 @@ def test_record_command_exits_3_first_saying_so_when_its_observer_died(
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("loopbench record listening on ")
         os.kill(_observer_pid(proc.pid), signal.SIGKILL)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = _sigterm(proc, 30, 3)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 3, err
     first = err.splitlines()[0]
     assert first.startswith("error: the trace misses exchanges: the observer's process ended"), err
     assert "(exit code -9)" in first
@@ -788,12 +793,10 @@ def test_aborted_and_unreadable_exchanges_are_counted_and_named(
         assert post(port, long_stream, read_all=False).startswith(b"HTTP/1.1 200")
         assert b" 400 " in post(port, b"this is not JSON", read_all=True).split(b"\r\n")[0]
         time.sleep(0.5)  # the proxy notices the dropped client on its next write
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        err = _sigterm(proc, 60, ExitCode.INTERRUPTED)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "2 exchanges could not be read (first: connection " in err, err
     # the first one named: whichever the proxy noticed first
     assert (
