@@ -25,8 +25,9 @@ import itertools
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -229,18 +230,6 @@ class _CannedSse(_Handler):
         return 200, "text/event-stream", body.encode()
 
 
-def silent_server() -> AbstractContextManager[str]:
-    return serve(_Silent)
-
-
-def plain_web_server() -> AbstractContextManager[str]:
-    return serve(_PlainWeb)
-
-
-def error_server() -> AbstractContextManager[str]:
-    return serve(_Error500)
-
-
 class _RateLimited(_Handler):
     """A gateway over its rate limit: 429 to everything, WebSocket upgrades included."""
 
@@ -255,24 +244,16 @@ class _RateLimited(_Handler):
 RATE_LIMIT_MESSAGE = "Rate limit reached for requests per minute"
 
 
-def rate_limited_server() -> AbstractContextManager[str]:
-    return serve(_RateLimited)
-
-
-def error_page_server() -> AbstractContextManager[str]:
-    return serve(_ErrorPage)
-
-
-def key_required_server() -> AbstractContextManager[str]:
-    return serve(_KeyRequired)
-
-
-def forbidden_server() -> AbstractContextManager[str]:
-    return serve(_Forbidden)
-
-
-def canned_sse_server() -> AbstractContextManager[str]:
-    return serve(_CannedSse)
+#: each foreign server: a context manager that gives its base URL while it serves
+ForeignServer = Callable[[], AbstractContextManager[str]]
+silent_server: ForeignServer = partial(serve, _Silent)
+plain_web_server: ForeignServer = partial(serve, _PlainWeb)
+error_server: ForeignServer = partial(serve, _Error500)
+rate_limited_server: ForeignServer = partial(serve, _RateLimited)
+error_page_server: ForeignServer = partial(serve, _ErrorPage)
+key_required_server: ForeignServer = partial(serve, _KeyRequired)
+forbidden_server: ForeignServer = partial(serve, _Forbidden)
+canned_sse_server: ForeignServer = partial(serve, _CannedSse)
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import signal
 import subprocess
 import sys
@@ -48,6 +49,33 @@ def loopbench(
     return subprocess.run(
         _argv(args, report=report), capture_output=True, text=True, timeout=timeout, cwd=ROOT
     )
+
+
+def server_exit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m reference_server ARGS`` in a subprocess of this interpreter, to its exit: for
+    start-up refusals (a server that does start runs until ``timeout``)."""
+    return subprocess.run(
+        [sys.executable, "-m", "reference_server", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def bench_doc(
+    module: str, out: Path, *args: str | Path, code: int = 0, timeout: float
+) -> tuple[dict[str, Any], str]:
+    """``python -m MODULE ARGS --out OUT -q`` from the repository root, which must exit with
+    ``code``; the JSON document it wrote to ``out``, and what it printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args), "--out", str(out), "-q"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == code, done.stderr[-2000:]
+    return json.loads(out.read_text()), done.stdout
 
 
 def run_cli(

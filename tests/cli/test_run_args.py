@@ -6,7 +6,9 @@ one goes through the CLI in a subprocess to show that nothing is begun (no resul
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,18 +22,23 @@ from tests.runs import TINY, in_process, loopbench
 ALL = "http, chat, messages, http-chained, ws, ws-store, ws-append"
 
 
-def _run_error(*argv: str) -> str:
-    args = build_parser().parse_args(["run", str(TINY), *argv])
+def _refusal(check: Callable[[argparse.Namespace], object], *argv: str) -> str:
+    args = build_parser().parse_args(list(argv))
     with pytest.raises(UsageError) as exc:
-        check_run_args(args)
+        check(args)
     return str(exc.value)
+
+
+def _run_error(*argv: str) -> str:
+    return _refusal(check_run_args, "run", str(TINY), *argv)
 
 
 def _sweep_error(*argv: str) -> str:
-    args = build_parser().parse_args(["sweep", str(TINY), "--set", "load.concurrency=1,2", *argv])
-    with pytest.raises(UsageError) as exc:
-        check_sweep_args(args)
-    return str(exc.value)
+    return _refusal(check_sweep_args, "sweep", str(TINY), "--set", "load.concurrency=1,2", *argv)
+
+
+def _search_error(*argv: str) -> str:
+    return _refusal(check_sweep_args, "sweep", str(TINY), "--search", "goodput", *argv)
 
 
 def test_the_registry_order_is_what_the_messages_list() -> None:
@@ -216,13 +223,6 @@ def test_slo_flag_becomes_overrides_and_refuses_what_it_cannot_read() -> None:
     assert _run_error("--slo", "ttft_ms=1,ttft_ms=2") == (
         "--slo 'ttft_ms=1,ttft_ms=2': ttft_ms given twice"
     )
-
-
-def _search_error(*argv: str) -> str:
-    args = build_parser().parse_args(["sweep", str(TINY), "--search", "goodput", *argv])
-    with pytest.raises(UsageError) as exc:
-        check_sweep_args(args)
-    return str(exc.value)
 
 
 def test_goodput_search_options_are_checked_before_anything_runs() -> None:

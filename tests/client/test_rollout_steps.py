@@ -29,15 +29,21 @@ class Clock:
 
 
 def _steps(
-    clock: Clock, on_turn: Callable[[TurnRecord], None], round_index: int = 0
+    clock: Clock,
+    on_turn: Callable[[TurnRecord], None],
+    round_index: int = 0,
+    *,
+    plan: RolloutPlan | None = None,
+    transport: str = "x",
+    hints: bool = True,
 ) -> RolloutSteps:
     return RolloutSteps(
-        PLAN,
-        transport="x",
+        PLAN if plan is None else plan,
+        transport=transport,
         intended_start_ns=0,
         round_index=round_index,
         model="m",
-        hints=True,
+        hints=hints,
         on_turn=on_turn,
         clock=clock,
     )
@@ -155,16 +161,7 @@ def test_a_refusal_of_the_metadata_hints_says_to_drop_them(hints: bool) -> None:
     """The Messages API refuses unknown metadata keys; the error must say what to do."""
     clock = Clock()
     records: list[TurnRecord] = []
-    steps = RolloutSteps(
-        PLAN,
-        transport="messages",
-        intended_start_ns=0,
-        round_index=0,
-        model="m",
-        hints=hints,
-        on_turn=records.append,
-        clock=clock,
-    )
+    steps = _steps(clock, records.append, transport="messages", hints=hints)
     refusal = "metadata.loopbench.output_tokens: Extra inputs are not permitted"
     _drive(steps, clock, lambda rec, inp: APIError(400, "invalid_request_error", refusal))
     message = records[0].error_message

@@ -9,7 +9,7 @@ from harness.client.rollout import RolloutSteps, Step
 from harness.wire.errors import ErrorKind, TransportError
 from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan
 from harness.workload.records import TurnRecord
-from tests.client.test_rollout_steps import Clock, _answer
+from tests.client.test_rollout_steps import Clock, _answer, _steps
 
 
 def _sub(sub_id: int, call: int, join: str) -> SubagentPlan:
@@ -69,16 +69,7 @@ def _drive(steps: RolloutSteps, clock: Clock, log: list[tuple[str, int, int]], f
 def _run(second_join: str, fail: int = -1) -> tuple[RolloutSteps, list[Any], list[TurnRecord]]:
     clock = Clock()
     records: list[TurnRecord] = []
-    steps = RolloutSteps(
-        _plan(second_join),
-        transport="http",
-        intended_start_ns=0,
-        round_index=0,
-        model="m",
-        hints=True,
-        on_turn=records.append,
-        clock=clock,
-    )
+    steps = _steps(clock, records.append, plan=_plan(second_join), transport="http")
     log: list[Any] = []
     _drive(steps, clock, log, fail)
     return steps, log, records

@@ -118,15 +118,22 @@ def other_paths(
     return runs[1], runs[2]
 
 
-def test_run_procs_accepts_the_new_transports(
+def _api_turns(run_dir: Path) -> dict[str, dict[str, int]]:
+    """The turn counts of Chat and Messages in a run folder's summary.json."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {name: summary["transports"][name]["turns"] for name in APIS}
+
+
+@pytest.mark.parametrize("command", ["procs", "loc"])
+def test_run_procs_and_loopbench_locust_run_the_new_transports(
+    command: str,
     other_paths: tuple[Path, dict[str, subprocess.CompletedProcess[str]]],
 ) -> None:
+    """``run --procs`` (procs) and ``loopbench locust`` (loc): every turn of both APIs, no error."""
     out, procs = other_paths
-    proc = procs["procs"]
+    proc = procs[command]
     assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads((out / "procs" / "summary.json").read_text())
-    for name in APIS:
-        assert summary["transports"][name]["turns"] == {"count": 8, "errors": 0}, name
+    assert _api_turns(out / command) == {name: {"count": 8, "errors": 0} for name in APIS}
 
 
 def test_gate_ab_accepts_the_new_transports(
@@ -138,18 +145,5 @@ def test_gate_ab_accepts_the_new_transports(
     # sides measured both transports without an error
     assert proc.returncode in (0, 1, 3), proc.stderr[-2000:]
     for side in ("baseline", "candidate"):
-        summary = json.loads((out / f"ab-{side}" / "summary.json").read_text())
-        for name in APIS:
-            turns = summary["transports"][name]["turns"]
+        for name, turns in _api_turns(out / f"ab-{side}").items():
             assert turns["count"] > 0 and turns["errors"] == 0, (side, name, turns)
-
-
-def test_loopbench_locust_runs_the_new_transports(
-    other_paths: tuple[Path, dict[str, subprocess.CompletedProcess[str]]],
-) -> None:
-    out, procs = other_paths
-    proc = procs["loc"]
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads((out / "loc" / "summary.json").read_text())
-    for name in APIS:
-        assert summary["transports"][name]["turns"] == {"count": 8, "errors": 0}, name

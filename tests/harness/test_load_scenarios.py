@@ -139,17 +139,23 @@ def test_validate_and_run_name_a_server_profile_the_embedded_server_would_refuse
 
 
 def _refused_by_validate_and_run(
-    scenario: Path, out: Path, capsys: pytest.CaptureFixture[str]
+    scenario: Path, text: str, capsys: pytest.CaptureFixture[str]
 ) -> dict[str, str]:
-    """Each command's first line on stderr; both must exit 4 and start nothing."""
-    first: dict[str, str] = {}
+    """Writes the scenario; both commands must exit 4, start nothing and name the file first
+    (``run`` after ``error: ``). Each command's first line on stderr after that."""
+    scenario.write_text(text)
+    out = scenario.parent / "out"
+    rest: dict[str, str] = {}
     for command in ("validate", "run"):
         with pytest.raises(SystemExit) as exc:
             main([command, str(scenario), *(["--out", str(out)] if command == "run" else [])])
         assert exc.value.code == 4, command
-        first[command] = capsys.readouterr().err.splitlines()[0]
+        line = capsys.readouterr().err.splitlines()[0]
+        named = f"{'error: ' if command == 'run' else ''}{scenario}: "
+        assert line.startswith(named), (command, line)
+        rest[command] = line.removeprefix(named)
     assert not out.exists()
-    return first
+    return rest
 
 
 ENGINE = ROOT / "reference_server" / "profiles" / "engine-cerebras-spark.yaml"
@@ -183,14 +189,12 @@ def test_an_error_inside_a_profile_file_is_the_field_that_names_it(
         api: ("api_profile", "my-api.yaml: line 3: expected valid YAML"),
     }
     for profile, (field, message) in cases.items():
-        scenario = tmp_path / f"{field}.yaml"
-        scenario.write_text(f"name: s\ntransports: [http]\nserver:\n  {field}: {profile}\n")
-        for command, line in _refused_by_validate_and_run(
-            scenario, tmp_path / "out", capsys
+        text = f"name: s\ntransports: [http]\nserver:\n  {field}: {profile}\n"
+        for command, rest in _refused_by_validate_and_run(
+            tmp_path / f"{field}.yaml", text, capsys
         ).items():
-            prefix = "error: " if command == "run" else ""
-            assert line.startswith(f"{prefix}{scenario}: server.{field}: "), (command, line)
-            assert line.endswith(message), (command, line)
+            assert rest.startswith(f"server.{field}: "), (command, rest)
+            assert rest.endswith(message), (command, rest)
 
 
 def test_the_window_the_scenario_gives_the_embedded_server_is_checked_too(
@@ -212,13 +216,9 @@ def test_the_window_the_scenario_gives_the_embedded_server_is_checked_too(
         ),
     }
     for name, (body, message) in cases.items():
-        scenario = tmp_path / f"{name}.yaml"
-        scenario.write_text(f"name: {name}\ntransports: [http]\n{body}")
-        for command, line in _refused_by_validate_and_run(
-            scenario, tmp_path / "out", capsys
-        ).items():
-            prefix = "error: " if command == "run" else ""
-            assert line == f"{prefix}{scenario}: {message}", (command, line)
+        text = f"name: {name}\ntransports: [http]\n{body}"
+        refused = _refused_by_validate_and_run(tmp_path / f"{name}.yaml", text, capsys)
+        assert refused == {"validate": message, "run": message}
 
 
 def test_every_top_level_scenario_has_a_reduced_run() -> None:

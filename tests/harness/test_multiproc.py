@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from harness.report.results import load_run
 from harness.report.server_metrics import load_server_metrics
 from harness.run.procs import partition, split_concurrency
 from harness.workload.plan import RolloutPlan
-from tests.runs import TINY, in_process
+from tests.runs import TINY, in_process, server_exit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,11 +71,6 @@ def test_two_client_processes_and_two_server_workers_merge_into_one_run(tmp_path
 
 
 def test_server_workers_refuse_a_private_in_memory_store() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "reference_server", "--workers", "2", "--store", ":memory:"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = server_exit("--workers", "2", "--store", ":memory:")
     assert done.returncode != 0
     assert "--workers 2: --store :memory: is private to one process" in done.stderr

@@ -38,6 +38,7 @@ from harness.wire.ws_frames import encode_frame
 from harness.workload.records import TurnRecord
 from harness.workload.trace import TraceRollout, dump_trace, read_trace
 from tests.runs import ROOT, run_cli, run_file, run_plans
+from tests.server.conftest import hinted_body
 from tests.transports.test_chat_messages import plans
 
 pytestmark = pytest.mark.timeout(120)
@@ -323,15 +324,23 @@ async def _canned_upstream(received: list[bytes]) -> asyncio.Server:
     return await asyncio.start_server(serve, "127.0.0.1", 0)
 
 
-async def _exchange(port: int, request: bytes, until: bytes) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request)
+async def _read_until(reader: asyncio.StreamReader, until: bytes | int) -> bytes:
+    """Read until what came ends with ``until`` (bytes) or is ``until`` bytes long (int), or
+    the peer closes."""
     data = b""
-    while not data.endswith(until):
+    while not (len(data) >= until if isinstance(until, int) else data.endswith(until)):
         chunk = await reader.read(65536)
         if not chunk:
             break
         data += chunk
+    return data
+
+
+async def _exchange(port: int, request: bytes, until: bytes | int) -> bytes:
+    """What the server at ``port`` answers to ``request`` (:func:`_read_until`)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    data = await _read_until(reader, until)
     writer.close()
     await writer.wait_closed()
     return data
@@ -464,17 +473,24 @@ def test_record_command_writes_the_trace_on_sigterm(server_url: str, tmp_path: P
             metadata={"loopbench.output_tokens": "9"},
         )
         assert resp.usage is not None and resp.usage.output_tokens == 9
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = _sigterm(proc, 30, ExitCode.INTERRUPTED)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "wrote" in err and "1 rollout from" in err
     [rollout] = read_trace(out)
     assert [t.output_tokens for t in rollout.turns] == [9]
     assert "sk-cli-secret" not in out.read_text()
     assert dump_trace([rollout])  # parses and dumps again
+
+
+def _sigterm(proc: subprocess.Popen[str], timeout: float, code: int) -> str:
+    """SIGTERM to a running ``loopbench record``, which must then exit with ``code``; its
+    stderr."""
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == code, err
+    return err
 
 
 def _observer_pid(pid: int) -> int:
@@ -501,12 +517,10 @@ def test_record_command_exits_3_first_saying_so_when_its_observer_died(
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("loopbench record listening on ")
         os.kill(_observer_pid(proc.pid), signal.SIGKILL)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = _sigterm(proc, 30, 3)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 3, err
     first = err.splitlines()[0]
     assert first.startswith("error: the trace misses exchanges: the observer's process ended"), err
     assert "(exit code -9)" in first
@@ -574,17 +588,7 @@ def test_websocket_frames_pass_through_unchanged_and_are_recorded() -> None:
         port = server.sockets[0].getsockname()[1]
         try:
             async with recording(f"http://127.0.0.1:{port}/v1") as proxy:
-                reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-                writer.write(upgrade)
-                writer.write(client_frames)
-                got = b""
-                while len(got) < len(server_bytes):
-                    chunk = await reader.read(65536)
-                    if not chunk:
-                        break
-                    got += chunk
-                writer.close()
-                await writer.wait_closed()
+                got = await _exchange(proxy.port, upgrade + client_frames, len(server_bytes))
                 for _ in range(100):  # the proxy notices the close
                     if not proxy.open_connections:
                         break
@@ -784,23 +788,15 @@ def test_aborted_and_unreadable_exchanges_are_counted_and_named(
         line = proc.stdout.readline()
         port = int(line.split()[4].rsplit(":", 1)[1].split("/")[0])
         long_stream = json.dumps(
-            {
-                "model": "sim",
-                "input": "a long answer",
-                "stream": True,
-                "tool_choice": "none",
-                "metadata": {"loopbench.output_tokens": "20000"},
-            }
+            hinted_body(20000, model="sim", input="a long answer", stream=True)
         ).encode()
         assert post(port, long_stream, read_all=False).startswith(b"HTTP/1.1 200")
         assert b" 400 " in post(port, b"this is not JSON", read_all=True).split(b"\r\n")[0]
         time.sleep(0.5)  # the proxy notices the dropped client on its next write
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        err = _sigterm(proc, 60, ExitCode.INTERRUPTED)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "2 exchanges could not be read (first: connection " in err, err
     # the first one named: whichever the proxy noticed first
     assert (
@@ -842,12 +838,7 @@ def test_expect_100_continue_reaches_the_client_before_the_body() -> None:
                 # the body only after the interim answer (no timeout fallback here)
                 interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
                 writer.write(body)
-                rest = b""
-                while not rest.endswith(b"0\r\n\r\n"):
-                    chunk = await reader.read(65536)
-                    if not chunk:
-                        break
-                    rest += chunk
+                rest = await _read_until(reader, b"0\r\n\r\n")
                 writer.close()
                 await writer.wait_closed()
         finally:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,8 @@ from websockets.sync.client import connect
 from reference_server.cli import API_KEYS_ENV, add_server_arguments, config_from_args
 from reference_server.serve import bind_warning
 from reference_server.service import key_matches
+from tests.runs import server_exit
+from tests.server.conftest import hinted_body
 from tools.soak import ServerProcess, rss_kib, server_process
 
 
@@ -172,15 +172,7 @@ def _small_socket(server: ServerProcess) -> socket.socket:
 def test_readers_that_stop_reading_are_dropped_without_growing_memory(fast: ServerProcess) -> None:
     base = rss_kib(fast.pid)
     assert base is not None
-    body = json.dumps(
-        {
-            "model": "m",
-            "input": "hi",
-            "stream": True,
-            "tool_choice": "none",
-            "metadata": {"loopbench.output_tokens": "200000"},
-        }
-    ).encode()
+    body = json.dumps(hinted_body(200000, model="m", stream=True)).encode()
     sock = _small_socket(fast)
     sock.sendall(
         b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
@@ -208,12 +200,7 @@ def test_readers_that_stop_reading_are_dropped_without_growing_memory(fast: Serv
 
 
 def test_a_host_it_cannot_listen_on_is_one_line_not_a_traceback() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "reference_server", "--host", "bad.invalid", "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = server_exit("--host", "bad.invalid", "--port", "0")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "error: cannot listen on bad.invalid:0: " in proc.stderr

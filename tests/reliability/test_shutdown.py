@@ -13,23 +13,17 @@ import httpx
 import pytest
 import websockets
 
+from tests.server.conftest import hinted_body
 from tools.soak import ServerProcess, server_process
-
-
-def _create(tokens: int) -> dict[str, Any]:
-    return {
-        "model": "sim-model",
-        "input": "hi",
-        "tool_choice": "none",
-        "metadata": {"loopbench.output_tokens": str(tokens)},
-    }
 
 
 async def _http_stream(url: str, tokens: int, first_delta: asyncio.Event) -> list[str]:
     types: list[str] = []
     async with (
         httpx.AsyncClient(timeout=60) as client,
-        client.stream("POST", url + "/responses", json={**_create(tokens), "stream": True}) as resp,
+        client.stream(
+            "POST", url + "/responses", json={**hinted_body(tokens), "stream": True}
+        ) as resp,
     ):
         try:
             async for line in resp.aiter_lines():
@@ -50,7 +44,7 @@ async def _ws_stream(
     late_errors: list[str] = []
     ws_url = url.replace("http://", "ws://") + "/responses"
     async with websockets.connect(ws_url, compression=None, max_size=None) as conn:
-        await conn.send(json.dumps({"type": "response.create", **_create(tokens)}))
+        await conn.send(json.dumps({"type": "response.create", **hinted_body(tokens)}))
         sent_late = False
         try:
             async for raw in conn:
@@ -63,7 +57,7 @@ async def _ws_stream(
                     first_delta.set()
                 if terminated.is_set() and not sent_late:
                     sent_late = True  # a create after SIGTERM must be refused
-                    await conn.send(json.dumps({"type": "response.create", **_create(10)}))
+                    await conn.send(json.dumps({"type": "response.create", **hinted_body(10)}))
         except websockets.ConnectionClosed:
             pass
         code = conn.close_code

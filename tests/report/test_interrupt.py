@@ -14,7 +14,7 @@ import pytest
 
 from harness.report import load_run, read_csv_gz
 from harness.run.interrupt import RunInterrupts
-from harness.run.runner import RunOptions, run_scenario
+from harness.run.runner import RunOptions, RunResult, run_scenario
 from harness.workload.scenario import load_scenario
 from tests.runs import TINY, interrupt_run
 
@@ -137,10 +137,13 @@ class _SigintAt:
             self._send()
 
 
-def _tiny_opts(tmp_path: Path, run_id: str) -> RunOptions:
-    return RunOptions(
+def _run_tiny(tmp_path: Path, run_id: str, rollouts: int, sink: _SigintAt) -> RunResult:
+    """The tiny scenario run in this process, one rollout at a time, with ``sink`` as progress."""
+    scenario = load_scenario(str(TINY), {"rollout.count": str(rollouts), "load.concurrency": "1"})
+    opts = RunOptions(
         transports=["http"], results_root=tmp_path, run_id=run_id, progress=False, render=False
     )
+    return run_scenario(scenario, str(TINY), opts, progress=sink)
 
 
 def test_sigint_while_measuring_in_process_ends_the_run_interrupted(
@@ -148,8 +151,7 @@ def test_sigint_while_measuring_in_process_ends_the_run_interrupted(
 ) -> None:
     before = signal.getsignal(signal.SIGINT)
     sink = _SigintAt("update")
-    scenario = load_scenario(str(TINY), {"rollout.count": "400", "load.concurrency": "1"})
-    result = run_scenario(scenario, str(TINY), _tiny_opts(tmp_path, "mid"), progress=sink)
+    result = _run_tiny(tmp_path, "mid", 400, sink)
     assert sink.sent
     assert result.summary["interrupted"] and result.summary["partial"]
     assert json.loads((tmp_path / "mid" / "summary.json").read_text())["interrupted"]
@@ -164,9 +166,8 @@ def test_sigint_while_writing_keeps_the_whole_run_then_stops(
 ) -> None:
     before = signal.getsignal(signal.SIGINT)
     sink = _SigintAt("close")
-    scenario = load_scenario(str(TINY), {"rollout.count": "4", "load.concurrency": "1"})
     with pytest.raises(KeyboardInterrupt):
-        run_scenario(scenario, str(TINY), _tiny_opts(tmp_path, "late"), progress=sink)
+        _run_tiny(tmp_path, "late", 4, sink)
     assert sink.sent
     summary = json.loads((tmp_path / "late" / "summary.json").read_text())
     assert not summary["interrupted"] and not summary["partial"]

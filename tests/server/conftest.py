@@ -25,6 +25,17 @@ def ws_url(base_url: str) -> str:
     return base_url.replace("http://", "ws://", 1) + "/responses"
 
 
+def hinted_body(tokens: int, **fields: Any) -> dict[str, Any]:
+    """A Responses request without tools whose answer is ``tokens`` long (by the hint)."""
+    return {
+        "model": "sim-model",
+        "input": "hi",
+        "tool_choice": "none",
+        "metadata": {"loopbench.output_tokens": str(tokens)},
+        **fields,
+    }
+
+
 def post_and_leave(base_url: str, body: dict[str, Any], until: Callable[[], object]) -> None:
     """POST ``body`` to ``/responses`` on a raw socket, wait for ``until()``, then close
     without reading the answer (a client that leaves mid-request)."""

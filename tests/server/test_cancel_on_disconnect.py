@@ -21,7 +21,7 @@ import pytest
 
 from harness.run.child import ReadyChild
 from harness.run.embedded import server_child
-from tests.server.conftest import post_and_leave
+from tests.server.conftest import hinted_body, post_and_leave
 
 LONG_TOKENS = 40_000
 PROBE_TOKENS = 400
@@ -54,13 +54,7 @@ def server() -> Iterator[ReadyChild]:
 
 
 def _body(tokens: int) -> dict[str, Any]:
-    return {
-        "model": "sim-model",
-        "input": "hi",
-        "tool_choice": "none",
-        "metadata": {"loopbench.output_tokens": str(tokens)},
-        "stream": False,
-    }
+    return hinted_body(tokens, stream=False)
 
 
 def _modelled_ms(base_url: str, tokens: int) -> float:

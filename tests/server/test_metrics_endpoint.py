@@ -40,6 +40,12 @@ def value(samples: dict[Key, float], name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def errors(samples: dict[Key, float], transport: str, status: str, code: str) -> float:
+    """``loopbench_server_errors_total`` of one kind of refusal on ``/v1/responses``."""
+    labels = {"transport": transport, "route": "/v1/responses", "status": status, "code": code}
+    return value(samples, "loopbench_server_errors_total", **labels)
+
+
 def create(base_url: str, **body: object) -> httpx.Response:
     # The hint plans 8 tokens: a drawn answer may be cut by the cap (incomplete).
     doc = {
@@ -106,13 +112,7 @@ def test_errors_are_counted_by_route_status_and_code(server: str) -> None:
         return value(after, name, **labels) - value(before, name, **labels)
 
     assert (
-        grew(
-            "loopbench_server_errors_total",
-            transport="http",
-            route="/v1/responses",
-            status="400",
-            code="invalid_json",
-        )
+        errors(after, "http", "400", "invalid_json") - errors(before, "http", "400", "invalid_json")
         == 1
     )
     # the route template, not the path with its id
@@ -152,12 +152,6 @@ def test_websocket_connections_while_one_is_open(server: str) -> None:
             await asyncio.sleep(0.05)
         opened = "loopbench_server_websocket_connections_opened_total"
         assert value(after, opened) == value(before, opened) + 1
-        ws_errors = {
-            "transport": "websocket",
-            "route": "/v1/responses",
-            "status": "400",
-            "code": "previous_response_not_found",
-        }
-        assert value(after, "loopbench_server_errors_total", **ws_errors) == 1
+        assert errors(after, "websocket", "400", "previous_response_not_found") == 1
 
     asyncio.run(scenario())

@@ -22,6 +22,7 @@ from openai import OpenAI
 
 from harness.run.child import ReadyChild
 from harness.run.embedded import server_child
+from tests.runs import server_exit
 
 CERT_LINE = re.compile(r"TLS: self-signed certificate for (.+) in (\S+) \(")
 SDK_WS_LEGACY = pytest.mark.filterwarnings(
@@ -145,12 +146,7 @@ def test_cert_and_key_files_serve_https(tmp_path: Path, tls_server: tuple[str, s
 
 
 def _start(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reference_server", *_args(*args)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return server_exit(*_args(*args))
 
 
 def test_bad_tls_files_end_startup_with_one_line_naming_the_file(

@@ -18,7 +18,7 @@ from websockets.exceptions import InvalidStatus
 
 from harness.run.embedded import server_child
 from tests.server.conftest import ws_url
-from tests.server.test_metrics_endpoint import scrape, value
+from tests.server.test_metrics_endpoint import errors, scrape, value
 
 
 def test_a_refused_handshake_is_logged_and_counted_with_its_status() -> None:
@@ -39,13 +39,7 @@ def test_a_refused_handshake_is_logged_and_counted_with_its_status() -> None:
         metrics = scrape(base)
         refused_total = "loopbench_server_websocket_handshakes_refused_total"
         assert value(metrics, refused_total, status="401") == 3
-        error = {
-            "transport": "websocket",
-            "route": "/v1/responses",
-            "status": "401",
-            "code": "invalid_api_key",
-        }
-        assert value(metrics, "loopbench_server_errors_total", **error) == 3
+        assert errors(metrics, "websocket", "401", "invalid_api_key") == 3
         assert value(metrics, "loopbench_server_websocket_connections_opened_total") == 0
         # The log line is written as the refusal is sent: wait (bounded) for the child's stderr.
         deadline = time.monotonic() + 10

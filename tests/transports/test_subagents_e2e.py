@@ -10,9 +10,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.report.results import Run, load_run
-from harness.run.runner import RunOptions, run_scenario
-from harness.workload.scenario import load_scenario
+from harness.report.results import Run
+from tests.runs import run_file
 
 SCENARIO = """\
 name: subagents-tiny
@@ -53,16 +52,9 @@ ROOT_TURNS, SUB_TURNS = 3, 2
 def _run(tmp: Path, run_id: str, transports: list[str], **kw: Any) -> Run:
     path = tmp / "subagents-tiny.yaml"
     path.write_text(SCENARIO)
-    opts = RunOptions(
-        transports=transports,
-        results_root=tmp,
-        run_id=run_id,
-        progress=False,
-        render=False,
-        server_args=["--store", ":memory:"],
-        **kw,
+    return run_file(
+        path, tmp, transports=transports, run_id=run_id, server_args=["--store", ":memory:"], **kw
     )
-    return load_run(run_scenario(load_scenario(str(path)), str(path), opts).run_dir)
 
 
 @pytest.fixture(scope="module")

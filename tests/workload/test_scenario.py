@@ -415,28 +415,29 @@ def test_cross_field_checks_run_behind_field_errors(tmp_path: Path) -> None:
     ]
 
 
-def test_a_consequence_is_not_a_second_problem(tmp_path: Path) -> None:
-    # A misspelt required key is not reported missing under its right name as well, and
-    # a field set aside is not reported again by the check that then sees its default.
-    body = (
-        "name: x\nrollout:\n  tool_latency_ms: {dist: lognormal, median: 100, p99: 600}\n"
-        "load:\n  mode: open\n  arrival: {process: poisson, rate: -2}\n"
-    )
-    assert [field for field, _ in _problems(tmp_path, body)] == [
-        "rollout.tool_latency_ms.p99",
-        "load.arrival.rate",
-    ]
-
-
-def test_errors_in_list_items_keep_their_index(tmp_path: Path) -> None:
-    body = (
-        "name: x\nload:\n  mode: open\n  arrival: {rate: 1}\n  duration_s: 10\n"
-        "  bursts: [{at_s: 1, extra: 0}, {at_s: -1, extra: 2}]\n"
-    )
-    assert [field for field, _ in _problems(tmp_path, body)] == [
-        "load.bursts[0].extra",
-        "load.bursts[1].at_s",
-    ]
+@pytest.mark.parametrize(
+    ("body", "fields"),
+    [
+        # A misspelt required key is not reported missing under its right name as well, and
+        # a field set aside is not reported again by the check that then sees its default.
+        pytest.param(
+            "name: x\nrollout:\n  tool_latency_ms: {dist: lognormal, median: 100, p99: 600}\n"
+            "load:\n  mode: open\n  arrival: {process: poisson, rate: -2}\n",
+            ["rollout.tool_latency_ms.p99", "load.arrival.rate"],
+            id="a-consequence-is-not-a-second-problem",
+        ),
+        pytest.param(
+            "name: x\nload:\n  mode: open\n  arrival: {rate: 1}\n  duration_s: 10\n"
+            "  bursts: [{at_s: 1, extra: 0}, {at_s: -1, extra: 2}]\n",
+            ["load.bursts[0].extra", "load.bursts[1].at_s"],
+            id="errors-in-list-items-keep-their-index",
+        ),
+    ],
+)
+def test_each_problem_is_named_once_by_its_field(
+    tmp_path: Path, body: str, fields: list[str]
+) -> None:
+    assert [field for field, _ in _problems(tmp_path, body)] == fields
 
 
 def test_missing_name_does_not_hide_the_rest(tmp_path: Path) -> None:

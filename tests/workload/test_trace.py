@@ -231,6 +231,10 @@ def _sub_error(**turn0: Any) -> str:
     return _v2_line(turns=[{**V2_TURNS[0], **turn0}, V2_TURNS[1]])
 
 
+#: the first turn's calls up to the one that names sub-agent 1 (none names sub-agent 0)
+NAMES_SUB_1: list[dict[str, Any]] = V2_TURNS[0]["tool_calls"][:2]
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
@@ -260,22 +264,13 @@ def _sub_error(**turn0: Any) -> str:
         ),
         (
             _sub_error(
-                tool_calls=[
-                    {"latency_ms": 1, "output_tokens": 5},
-                    {"latency_ms": 0, "output_tokens": 90, "subagent": 1},
-                    {"latency_ms": 0, "output_tokens": 7, "subagent": 2},
-                ]
+                tool_calls=[*NAMES_SUB_1, {"latency_ms": 0, "output_tokens": 7, "subagent": 2}]
             ),
             "line 1: turns[0].tool_calls[2].subagent: expected an index into this turn's "
             "subagents (0 to 1), got 2",
         ),
         (
-            _sub_error(
-                tool_calls=[
-                    {"latency_ms": 1, "output_tokens": 5},
-                    {"latency_ms": 0, "output_tokens": 90, "subagent": 1},
-                ]
-            ),
+            _sub_error(tool_calls=NAMES_SUB_1),
             "line 1: turns[0].subagents[0]: expected a sub-agent named by one of this turn's "
             "tool_calls",
         ),

@@ -8,16 +8,15 @@ the target is then "not evaluated" (exit 3 under --check).  Whether it passes is
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench.peers.figures import BEGIN_MARKER, END_MARKER
+from tests.runs import bench_doc
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -28,29 +27,10 @@ def test_quick_run_with_loopbench_only_reports_the_peers_as_not_installed(tmp_pa
     bench = tmp_path / "BENCHMARKS.md"
     bench.write_text(f"# B\n{BEGIN_MARKER}\nold\n{END_MARKER}\ntail\n")
     out = tmp_path / "peers.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.peers",
-            "--quick",
-            "--check",
-            "--peers-venv",
-            str(tmp_path / "no-such-venv"),
-            "--out",
-            str(out),
-            "--benchmarks",
-            str(bench),
-            "-q",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    venv = tmp_path / "no-such-venv"
+    args = ("--quick", "--check", "--peers-venv", venv, "--benchmarks", bench)
     # No peer measured: the target cannot be evaluated, which --check reports as a miss.
-    assert done.returncode == 3, done.stderr[-2000:]
-    doc = json.loads(out.read_text())
+    doc, printed = bench_doc("bench.peers", out, *args, code=3, timeout=300)
     assert doc["tools"]["guidellm"]["status"] == "not installed"
     assert doc["tools"]["aiperf"]["status"] == "not installed"
     assert doc["target"]["passed"] is None and "not evaluated" in doc["target"]["text"]
@@ -85,7 +65,7 @@ def test_quick_run_with_loopbench_only_reports_the_peers_as_not_installed(tmp_pa
     text = bench.read_text()
     assert text.startswith(f"# B\n{BEGIN_MARKER}\n") and text.endswith(f"{END_MARKER}\ntail\n")
     assert "| guidellm | 1 | not installed |" in text and "old" not in text
-    assert "| tool | streams |" in done.stdout
+    assert "| tool | streams |" in printed
     assert (
         "every loopbench row at 64 streams: client-side error (client error − server read) p99 ≤ 0.5 ms"
         in text

@@ -7,15 +7,12 @@ report a finite value for every figure it promises.
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.runs import ROOT
+from tests.runs import bench_doc
 
 EXPECTED = {
     # Against the library server (the target's) and the flood server (client-bound, info).
@@ -80,15 +77,7 @@ EXPECTED = {
 @pytest.mark.timeout(180)
 def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "selfbench.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.selfbench", "--quick", "--out", str(out), "-q"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=170,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    doc = json.loads(out.read_text())
+    doc, printed = bench_doc("bench.selfbench", out, "--quick", timeout=170)
     figures = {f["key"]: f for f in doc["figures"]}
     assert set(figures) == EXPECTED
     for key, f in figures.items():
@@ -114,4 +103,4 @@ def test_quick_selfbench_reports_every_figure(tmp_path: Path) -> None:
         assert figures[key]["passed"] is True or figures[key]["not_judged"], figures[key]
     # The printed table names every figure.
     for f in figures.values():
-        assert f["label"] in done.stdout
+        assert f["label"] in printed

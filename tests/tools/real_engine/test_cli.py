@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.wire.exit_codes import ExitCode
+from tests.tools.real_engine.engine_venv import assert_usage_errors
 from tools.real_engine.__main__ import main
 
 
@@ -21,13 +22,8 @@ def test_help_lists_the_targets(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_bad_argument_or_a_missing_engine_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["--transports", "ws"])
-    assert exc.value.code == ExitCode.USAGE
-    assert "expected none or some of chat, http, http-chained, messages" in capsys.readouterr().err
-    code = main(["--out", str(tmp_path / "out"), "--engine-venv", str(tmp_path / "none")])
-    assert code == ExitCode.USAGE
-    assert "no engine virtualenv at" in capsys.readouterr().err
+    expected = "expected none or some of chat, http, http-chained, messages"
+    assert_usage_errors(main, ["--transports", "ws"], expected, tmp_path, capsys)
     # a folder it did not make is never emptied
     mine = tmp_path / "mine"
     mine.mkdir()

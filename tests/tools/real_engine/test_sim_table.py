@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.wire.exit_codes import ExitCode
+from tests.tools.real_engine.engine_venv import assert_usage_errors
 from tools.real_engine.engine_metrics import TPOT, TTFT, Histogram, Snapshot
 from tools.real_engine.sim_table import (
     compare_levels,
@@ -81,10 +81,5 @@ def test_vllms_own_figures_come_from_its_histograms_over_the_window() -> None:
 def test_usage_errors_exit_4_before_any_engine_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["--levels", "0,2"])
-    assert exc.value.code == ExitCode.USAGE
-    assert "expected concurrencies like 1,2,4" in capsys.readouterr().err
-    code = main(["--out", str(tmp_path / "out"), "--engine-venv", str(tmp_path / "none")])
-    assert code == ExitCode.USAGE
-    assert "no engine virtualenv at" in capsys.readouterr().err
+    expected = "expected concurrencies like 1,2,4"
+    assert_usage_errors(main, ["--levels", "0,2"], expected, tmp_path, capsys)
