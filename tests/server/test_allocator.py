@@ -82,5 +82,8 @@ def test_pymalloc_report_counts_the_blocks_python_objects_take() -> None:
     after = pymalloc_report()
     assert after is not None and len(objects) == 100_000
     grown = after["python_allocated_bytes"] - before["python_allocated_bytes"]
-    assert 1_600_000 <= grown < 3_000_000, grown
+    # 1.6 MB of new blocks, less whatever the interpreter freed meanwhile (a CI
+    # run saw 96 bytes under 1.6 MB): the bound checks the report counts blocks,
+    # not that nothing else ran
+    assert 1_500_000 <= grown < 3_000_000, grown
     assert after["python_arena_bytes"] >= after["python_allocated_bytes"]
