@@ -41,21 +41,13 @@ class LocustOption:
         """``add_argument`` keywords for `loopbench locust`'s ``--NAME``."""
         if self.kind == "flag":
             return {"action": "store_true", "default": False, "help": self.help}
-        if self.kind == "list":
-            return {"action": "append", "default": [], "metavar": self.metavar, "help": self.help}
-        return {
-            "type": self.type,
-            "default": self.default,
-            "metavar": self.metavar,
-            "help": self.help,
-        }
+        how = {"action": "append", "default": []} if self.kind == "list" else {"type": self.type}
+        return {"default": self.default, **how, "metavar": self.metavar, "help": self.help}
 
     def locust_kwargs(self) -> dict[str, Any]:
         """``add_argument`` keywords for the locustfile's parser (Locust's configargparse)."""
-        extra: dict[str, Any] = {"include_in_web_ui": False} if not self.public else {}
-        if self.env_var:
-            extra["env_var"] = self.env_var
-        return self.command_kwargs() | extra
+        hidden = {} if self.public else {"include_in_web_ui": False}
+        return self.command_kwargs() | hidden | ({"env_var": self.env_var} if self.env_var else {})
 
     def argv(self, value: Any) -> list[str]:
         """The locustfile's arguments for ``value`` (none for an option left at its default)."""
