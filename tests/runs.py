@@ -21,6 +21,7 @@ from harness.client.options import TransportOptions
 from harness.metrics.hdr import Histogram
 from harness.report.results import Run, load_run, read_csv_gz
 from harness.run.health import ClientHealth
+from harness.run.locust_options import locust_argv
 from harness.run.measurement import Measurement
 from harness.run.runner import RunOptions, run_scenario
 from harness.transports import Transport, make_transport
@@ -279,10 +280,7 @@ def locust_master_argv(
         url,
         "--scenario",
         str(scenario),
-        "--loopbench-out",
-        str(out),
-        "--loopbench-run-id",
-        run_id,
+        *locust_argv({"out": out, "run_id": run_id}),
         *extra,
         "--only-summary",
     ]

@@ -27,6 +27,7 @@ from bench.master_sim.figures import figures
 from bench.selfbench.busy import measure_busy
 from bench.selfbench.memory import TURNS_PER_ROLLOUT
 from harness.report.results import ROLLOUTS, TURNS, read_csv_gz
+from harness.run.locust_options import locust_argv
 from harness.wire.errors import LoopbenchError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,8 +119,7 @@ def _run(opts: SimOptions, folder: Path) -> dict[str, Any]:
         "--master", "--headless", "--expect-workers", str(opts.workers),
         "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
         "--scenario", str(scenario), "-H", "http://127.0.0.1:9/v1",
-        "--loopbench-out", str(folder / "results"), "--loopbench-run-id", "sim",
-        "--loopbench-run-time", f"{run_time:g}",
+        *locust_argv({"out": folder / "results", "run_id": "sim", "run_time": f"{run_time:g}"}),
         "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
     ]  # fmt: skip
     started = time.monotonic()

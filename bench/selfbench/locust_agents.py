@@ -42,6 +42,7 @@ from bench.selfbench.cpu_steal import read_cpu_times, steal_percent
 from bench.selfbench.figures import Figure
 from bench.selfbench.procs import SelfbenchError
 from harness.report.results import load_run
+from harness.run.locust_options import locust_argv
 from harness.run.proc_cpu import tree_cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,10 +167,7 @@ def run_locust_step(
             url,
             "--scenario",
             str(scenario),
-            "--loopbench-out",
-            tmp,
-            "--loopbench-run-id",
-            name,
+            *locust_argv({"out": tmp, "run_id": name}),
             *quiet,
         )
         worker_cmd = _locust(root, "--worker", "--master-host", "127.0.0.1", "--master-port", port)

@@ -37,6 +37,7 @@ from harness.cli.run import print_outcome
 from harness.cli.run_args import add_target_options, scenario_sets, target_flags
 from harness.report.results import check_writable, load_run, new_run_id
 from harness.run.embedded import scenario_server
+from harness.run.locust_options import LOCUST_OPTIONS, locust_argv
 from harness.run.orphans import watched_env
 from harness.run.target import SHAPING_ENV, resolve_target, target_flags_to_json
 from harness.wire.errors import ResultsError, UsageError
@@ -90,19 +91,9 @@ def add_parser(sub: Any) -> None:
         help="base URL of the endpoint (Responses, Chat Completions or Anthropic Messages, as "
         "the transports need), e.g. http://10.0.0.7:8000/v1",
     )
-    p.add_argument("--run-time", type=float, help="stop after S seconds even if rollouts remain")
-    p.add_argument("--transports", help="comma-separated transports (default: the scenario's)")
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field"
-    )
-    p.add_argument("--out", default="results", help="results root folder (default: results/)")
-    p.add_argument("--run-id", help="name of the run folder (default: timestamp-scenario)")
-    p.add_argument(
-        "--api-key-env", help="environment variable holding the API key (read on each worker)"
-    )
-    p.add_argument("--no-keepalive", action="store_true", help="HTTP: a new connection per request")
-    p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
-    p.add_argument("--no-hints", action="store_true", help="send no loopbench.* metadata hints")
+    for opt in LOCUST_OPTIONS:
+        if opt.public:
+            p.add_argument(f"--{opt.name}", **opt.command_kwargs())
     p.add_argument(
         "--remote-workers",
         type=int,
@@ -176,10 +167,6 @@ def master_command(
         target,
         "--scenario",
         str(args.scenario),
-        "--loopbench-out",
-        str(run_dir.parent),
-        "--loopbench-run-id",
-        run_dir.name,
         # Locust's own statistics land next to loopbench's (ms resolution; see docs).
         "--csv",
         str(run_dir / "locust"),
@@ -190,24 +177,16 @@ def master_command(
         cmd += ["--web-host", args.web_host, "--web-port", str(args.web_port)]
     else:
         cmd += ["--headless", "--expect-workers-max-wait", "120"]
-    if args.run_time:
-        cmd += ["--loopbench-run-time", str(args.run_time)]
-    if args.transports:
-        cmd += ["--transports", args.transports]
-    for item in scenario_sets(args):
-        cmd += ["--loopbench-set", item]
-    if args.api_key_env:
-        cmd += ["--loopbench-api-key-env", args.api_key_env]
-    if args.no_keepalive:
-        cmd.append("--loopbench-no-keepalive")
-    if args.insecure:
-        cmd.append("--loopbench-insecure")
-    if args.no_hints:
-        cmd.append("--loopbench-no-hints")
-    if embedded:
-        cmd.append("--loopbench-embedded")
-    if stop_file is not None:
-        cmd += ["--loopbench-stop-file", str(stop_file)]
+    cmd += locust_argv(
+        {
+            **vars(args),
+            "set": scenario_sets(args),
+            "out": run_dir.parent,
+            "run_id": run_dir.name,
+            "embedded": embedded,
+            "stop_file": stop_file,
+        }
+    )
     if args.quiet:
         cmd += ["--only-summary", "--loglevel", "WARNING"]
     cmd += list(args.locust_arg)

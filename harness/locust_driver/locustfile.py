@@ -40,6 +40,7 @@ from harness.locust_driver.protocol import (
 )
 from harness.locust_driver.worker import WorkerSide
 from harness.metrics.results_model import as_summary
+from harness.run.locust_options import LOCUST_OPTIONS
 from harness.run.orphans import watched_parent
 from harness.run.target import (
     SHAPING_ENV,
@@ -79,53 +80,8 @@ def _add_arguments(parser: Any) -> None:
         default="",
         help="loopbench scenario YAML (read by the master only)",
     )
-    parser.add_argument(
-        "--transports",
-        env_var="LOOPBENCH_TRANSPORTS",
-        default="",
-        help="comma-separated transports (default: the scenario's)",
-    )
-    parser.add_argument(
-        "--loopbench-set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a scenario field, e.g. load.concurrency=64",
-    )
-    parser.add_argument("--loopbench-out", default="results", help="results root folder")
-    parser.add_argument("--loopbench-run-id", default="", help="results folder name")
-    parser.add_argument(
-        "--loopbench-run-time",
-        type=float,
-        default=0.0,
-        help="stop after this many seconds even if rollouts remain (0: run them all)",
-    )
-    parser.add_argument("--loopbench-no-keepalive", action="store_true", default=False)
-    parser.add_argument("--loopbench-insecure", action="store_true", default=False)
-    parser.add_argument(
-        "--loopbench-no-hints",
-        action="store_true",
-        default=False,
-        help="send no loopbench.* metadata hints (for endpoints other than the reference server)",
-    )
-    parser.add_argument(
-        "--loopbench-api-key-env",
-        default="",
-        help="environment variable (on each worker) holding the API key",
-    )
-    parser.add_argument(
-        "--loopbench-stop-file",
-        default="",
-        include_in_web_ui=False,
-        help="when this file appears, end the run gracefully (results are still written)",
-    )
-    parser.add_argument(
-        "--loopbench-embedded",
-        action="store_true",
-        default=False,
-        include_in_web_ui=False,
-        help="the target is a reference server started for this run (recorded in the manifest)",
-    )
+    for opt in LOCUST_OPTIONS:
+        parser.add_argument(opt.flag, **opt.locust_kwargs())
 
 
 def _fail(message: str) -> NoReturn:

@@ -9,11 +9,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.cli.locust import LOCUSTFILE, _report, master_command, worker_command
 from harness.cli.main import build_parser, main
+from harness.run.locust_options import LOCUST_OPTIONS
 from harness.wire.exit_codes import ExitCode
 from tests.foreign_http import closed_port
 from tests.runs import ROOT, loopbench
@@ -47,6 +49,13 @@ def test_bad_invocations_fail_with_one_line_before_starting_anything(
     assert message in err and err.count("\n") == 1, err
 
 
+def _master(args: argparse.Namespace, run_dir: Path, **where: Any) -> list[str]:
+    at = {"target": "http://127.0.0.1:1/v1", "embedded": False, "bind_host": "127.0.0.1"}
+    return master_command(
+        args, run_dir=run_dir, **(at | {"port": 5557, "expect_workers": 1} | where)
+    )
+
+
 def test_the_master_command_carries_the_loopbench_options(tmp_path: Path) -> None:
     args = _args(
         TINY,
@@ -63,15 +72,7 @@ def test_the_master_command_carries_the_loopbench_options(tmp_path: Path) -> Non
         "KEY",
         "--locust-arg=--stop-timeout=5",
     )
-    cmd = master_command(
-        args,
-        target="http://127.0.0.1:1/v1",
-        embedded=True,
-        bind_host="127.0.0.1",
-        port=5999,
-        expect_workers=3,
-        run_dir=tmp_path / "r1",
-    )
+    cmd = _master(args, tmp_path / "r1", embedded=True, port=5999, expect_workers=3)
     assert cmd[1:5] == ["-m", "locust", "-f", str(LOCUSTFILE)]
     pairs = dict(itertools.pairwise(cmd))
     assert pairs["--expect-workers"] == "3" and pairs["--master-bind-port"] == "5999"
@@ -82,15 +83,7 @@ def test_the_master_command_carries_the_loopbench_options(tmp_path: Path) -> Non
     assert pairs["--csv"] == str(tmp_path / "r1" / "locust")
     assert {"--headless", "--loopbench-no-keepalive", "--loopbench-embedded"} <= set(cmd)
     assert cmd[-1] == "--stop-timeout=5"
-    web = master_command(
-        _args(TINY, "--web", "--web-port", "8099"),
-        target="http://x/v1",
-        embedded=False,
-        bind_host="*",
-        port=5557,
-        expect_workers=1,
-        run_dir=tmp_path / "r2",
-    )
+    web = _master(_args(TINY, "--web", "--web-port", "8099"), tmp_path / "r2", bind_host="*")
     assert "--headless" not in web and dict(itertools.pairwise(web))["--web-port"] == "8099"
     assert worker_command("10.0.0.5", 5557)[-4:] == [
         "--master-host",
@@ -99,6 +92,28 @@ def test_the_master_command_carries_the_loopbench_options(tmp_path: Path) -> Non
         "5557",
     ]
     assert LOCUSTFILE.is_file()
+
+
+def test_every_option_of_the_table_reaches_the_locustfile_as_given(tmp_path: Path) -> None:
+    """harness/run/locust_options.py declares both parsers: each public option given to
+    `loopbench locust` arrives, typed as given, where the locustfile's parser reads it."""
+    argv, expected = [TINY], {}
+    for opt in (o for o in LOCUST_OPTIONS if o.public):
+        given = {"flag": [], "list": ["a.b=1"]}.get(opt.kind, ["7"])
+        argv += [f"--{opt.name}", *given]
+        value = {"flag": True, "list": given}.get(opt.kind, opt.type("7"))
+        expected[opt.flag.removeprefix("--").replace("-", "_")] = value
+    args = _args(*argv)
+    cmd = _master(args, Path(args.out) / args.run_id)
+    locustfile = argparse.ArgumentParser()
+    for opt in LOCUST_OPTIONS:
+        # Locust's own keywords (configargparse) aside, the locustfile adds what this adds
+        kwargs = opt.locust_kwargs().items()
+        locustfile.add_argument(
+            opt.flag, **{k: v for k, v in kwargs if k not in ("include_in_web_ui", "env_var")}
+        )
+    parsed = vars(locustfile.parse_known_args(cmd)[0])
+    assert {dest: parsed[dest] for dest in expected} == expected
 
 
 def test_locusts_own_cli_on_the_locustfile_exits_4_on_a_missing_scenario(tmp_path: Path) -> None:
