@@ -38,7 +38,7 @@ class ApiHttpSession:
         self.t = transport
         options = transport.options
         self.conv = ApiConversation(
-            transport.spec, options.cache_control, options.shaping, options.tokens
+            transport.spec, options.cache_control, shaping=options.shaping, tokens=options.tokens
         )
         self.session = session_headers(options.shaping, rollout_key)
         self.headers = [*transport.headers, *self.session]
