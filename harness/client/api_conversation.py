@@ -37,7 +37,7 @@ def api_headers(spec: TransportSpec, options: TransportOptions) -> list[tuple[st
 class ApiConversation(Conversation):
     """One rollout over ``chat`` or ``messages``: the whole conversation every turn, no chain."""
 
-    __slots__ = ("cache_control", "stream_end")
+    __slots__ = ("cache_control", "path", "stream_end")
 
     def __init__(self, spec: TransportSpec, cache_control: str = "conversation", **kw: Any) -> None:
         """``kw``: :class:`Conversation`'s ``shaping`` and ``tokens``."""
@@ -48,10 +48,7 @@ class ApiConversation(Conversation):
         super().__init__(spec, **kw)
         self.cache_control = cache_control
         self.stream_end = _ENDS[spec.api]
-
-    @property
-    def path(self) -> str:
-        return PATHS[self.spec.api]
+        self.path = PATHS[spec.api]
 
     def body(self, inp: TurnInput) -> dict[str, Any]:
         """The turn's request body, one dict per API (where request shaping merges its fields)."""
