@@ -14,11 +14,10 @@ from harness.client import chat_api, messages_api
 from harness.client.bodies import http_headers
 from harness.client.conversation import Conversation
 from harness.client.options import TransportOptions
-from harness.client.shaping import NO_SHAPING, RequestShaping, planned_output, shape_body
+from harness.client.shaping import planned_output, shape_body
 from harness.client.stream import ResponseStream
 from harness.client.translate import TranslatedFeed, Translator
 from harness.wire.events import dumps
-from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.wire.transports import TransportSpec
 from harness.workload.agent import TurnInput
 from harness.workload.records import TurnRecord
@@ -38,26 +37,18 @@ def api_headers(spec: TransportSpec, options: TransportOptions) -> list[tuple[st
 class ApiConversation(Conversation):
     """One rollout over ``chat`` or ``messages``: the whole conversation every turn, no chain."""
 
-    __slots__ = ("cache_control", "stream_end")
+    __slots__ = ("cache_control", "path", "stream_end")
 
-    def __init__(
-        self,
-        spec: TransportSpec,
-        cache_control: str = "conversation",
-        shaping: RequestShaping = NO_SHAPING,
-        tokens: TokenConvention = FIXED_WIDTH,
-    ) -> None:
+    def __init__(self, spec: TransportSpec, cache_control: str = "conversation", **kw: Any) -> None:
+        """``kw``: :class:`Conversation`'s ``shaping`` and ``tokens``."""
         if spec.api not in _ENDS:
             raise ValueError(
                 f"transport {spec.name!r}: expected the chat or messages API, got {spec.api!r}"
             )
-        super().__init__(spec, shaping=shaping, tokens=tokens)
+        super().__init__(spec, **kw)
         self.cache_control = cache_control
         self.stream_end = _ENDS[spec.api]
-
-    @property
-    def path(self) -> str:
-        return PATHS[self.spec.api]
+        self.path = PATHS[spec.api]
 
     def body(self, inp: TurnInput) -> dict[str, Any]:
         """The turn's request body, one dict per API (where request shaping merges its fields)."""

@@ -71,17 +71,6 @@ def api_error_from_event(event: dict[str, Any]) -> APIError:
     return _classified(status, err.get("code"), str(err.get("message", "")), websocket=True)
 
 
-#: the HTTP status each Anthropic error type comes with (an ``error`` event mid-stream has none)
-ANTHROPIC_STATUS = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "overloaded_error": 529,
-}
 # What a client does about an error, whichever API named it: the OpenAI codes, the reference
 # server's, Anthropic's types.
 _CLASSES = {

@@ -90,6 +90,8 @@ class Conversation:
 
     #: what a complete stream ends with, for the truncation error (another API's marker)
     stream_end = "a terminal event"
+    #: the request path after the base URL's ``/v1`` (another API's path)
+    path = "/responses"
 
     # -- HTTP --------------------------------------------------------------------------------
 

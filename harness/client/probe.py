@@ -126,16 +126,11 @@ class Finding:
         return LABELS[self.feature]
 
 
-def api_of(spec: TransportSpec) -> str:
-    """The API ``spec`` speaks: ``responses``, ``chat`` or ``messages``."""
-    return spec.api
-
-
 def needed_features(spec: TransportSpec, *, compaction: bool = False) -> tuple[str, ...]:
     """What an endpoint must support for ``spec`` to run against it; ``compaction``: the
     scenario compacts (``rollout.compact_at_tokens``), which a Responses transport does with
     ``POST /responses/compact``."""
-    api = api_of(spec)
+    api = spec.api
     if api == CHAT_API:
         # agent turns force their tool calls with tool_choice "required"
         return (REACHABLE, CHAT, CHAT_TOOLS)

@@ -1,42 +1,14 @@
 """Request shaping for real servers: extra headers, a session-affinity header, extra body fields.
 
 Pure, and the one place both edges (and every API's body builder) ask what to add to a
-request (docs/targets.md).  The API:
-
-- :class:`RequestShaping` — frozen, carried by
-  :class:`~harness.client.options.TransportOptions` as ``options.shaping``; built by
-  harness/run/target.py from a scenario's ``target:`` section and the flags.
-  ``options.shaping.headers`` are already in :func:`~harness.client.bodies.http_headers`
-  and :func:`~harness.client.bodies.ws_headers` (after loopbench's own, replacing a header
-  of the same name).
-- :func:`shape_body` ``(body, api, shaping, planned_output(inp)) -> dict`` — the body with
-  the ``extra_body`` of ``api`` (``"responses"``, ``"chat"`` or ``"messages"``) merged in:
-  a mapping is merged key by key into the body's mapping of that name (``{"metadata":
-  {"k": "v"}}`` adds a key next to the hints), any other value replaces the body's, and a
-  value that is the string ``"{output_tokens}"`` becomes the turn's planned output
-  (:func:`planned_output`: visible and reasoning tokens).  ``body`` is not changed; with
-  nothing to merge it is returned as is.  For every body that asks for a model response
-  (``POST /responses``, ``response.create``, ``POST /chat/completions``, ``POST
-  /messages``); not for ``/responses/compact`` or the ``response.append`` prototype.
-- :func:`session_headers` ``(shaping, rollout_key) -> list[tuple[str, str]]`` — the
-  session-affinity header, ``[(session_header, rollout_key)]`` or ``[]``, for every
-  HTTP request of that rollout and the handshake of its WebSocket.  The key reaches a
-  session as ``Transport.session(rollout_key)``; it is :func:`rollout_key`
-  ``(run_id, transport, rollout_id)`` = ``<run-id>-<transport>-<rollout id>``: stable over
-  a rollout's turns, distinct per transport (each replay of a rollout is a conversation of
-  its own; one key for all transports would route a later replay to the replica whose
-  prefix cache the earlier one filled with the same conversation).
-
-A new transport's session (chat, messages) wires it the way ``harness/transports/http.py``
-does: ``Conversation(spec, shaping=options.shaping, tokens=options.tokens)``, the body
-through ``shape_body(body, "chat", conv.shaping, planned_output(inp))``, each request's
-headers ``[*http_headers(options), *session_headers(options.shaping, rollout_key)]``, and
-its stream's text counted with ``options.tokens`` (``ResponseStream(sent_ns,
-tokens=...)``, or ``tokens.count`` in a sibling state machine).
-
-:func:`redacted` gives a header value as it may be printed: a credential's
-(``authorization``, ``x-api-key``, ``cookie``, any name holding ``token``, ``key``,
-``secret`` or ``password``) is ``***``.
+request (docs/targets.md).  ``options.shaping.headers`` are already in
+:func:`~harness.client.bodies.http_headers` and :func:`~harness.client.bodies.ws_headers`
+(after loopbench's own, replacing a header of the same name).  :func:`shape_body` applies to
+every body that asks for a model response, not to ``/responses/compact`` or the
+``response.append`` prototype.  The session key (:func:`rollout_key`) is stable over a
+rollout's turns and distinct per transport: each replay of a rollout is a conversation of its
+own, and one key for all transports would route a later replay to the replica whose prefix
+cache the earlier one filled with the same conversation.
 """
 
 from __future__ import annotations
@@ -93,8 +65,9 @@ def _merge(base: Any, extra: Any, planned: int | None = None) -> Any:
 def shape_body(
     body: dict[str, Any], api: str, shaping: RequestShaping, planned_output: int | None = None
 ) -> dict[str, Any]:
-    """``body`` with the ``extra_body`` of ``api`` merged in (see the module docstring);
-    a value ``"{output_tokens}"`` becomes ``planned_output``, the turn's planned output."""
+    """``body`` with the ``extra_body`` of ``api`` merged in, ``body`` itself unchanged: a
+    mapping merges key by key into the body's mapping of that name, any other value replaces
+    the body's, and ``"{output_tokens}"`` becomes ``planned_output``."""
     extra = shaping.extra_body.get(api)
     if not extra:
         return body

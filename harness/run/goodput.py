@@ -21,7 +21,6 @@ its steps with :func:`~harness.run.runner.run_scenario` into one sweep folder.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,16 +30,15 @@ from harness.metrics.results_model import Goodput, SloStats, Summary, as_summary
 from harness.metrics.slo import ci_reason, wilson
 from harness.report.files import Rendered
 from harness.report.render import render_run_safely
-from harness.report.results import new_run_id
 from harness.report.sweep import (
-    SWEEP_JSON,
     new_sweep_doc,
     search_answer_line,
     sweep_run_id,
     write_sweep_json,
 )
 from harness.run.runner import RunOptions, run_scenario
-from harness.wire.errors import ResultsError, UsageError
+from harness.run.sweep import new_sweep_root
+from harness.wire.errors import UsageError
 from harness.workload.scenario import Scenario, load_scenario
 
 PassRule = Literal["point", "ci-lower"]
@@ -283,13 +281,9 @@ def run_goodput_search(
     load_scenario(scenario_path, {**fixed, settings.param: _fmt(settings.max_load, integer)})
     transports: Sequence[str] = list(opts.transports or base.transports)
     slug = settings.param.rsplit(".", 1)[-1]
-    sweep_id = sweep_id or new_run_id(f"goodput-{base.name}-{slug}", time.time())
-    root = Path(opts.results_root) / sweep_id
-    if (root / SWEEP_JSON).exists():
-        raise ResultsError(f"{root}: already holds a sweep ({SWEEP_JSON} exists)")
-    root.mkdir(parents=True, exist_ok=True)
+    root = new_sweep_root(opts.results_root, sweep_id, f"goodput-{base.name}-{slug}")
     doc = new_sweep_doc(
-        sweep_id, scenario_path, base.name, settings.param, [], fixed, list(transports)
+        root.name, scenario_path, base.name, settings.param, [], fixed, list(transports)
     )
     doc["search"] = {
         "kind": "goodput",

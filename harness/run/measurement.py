@@ -35,15 +35,6 @@ from harness.workload.scenario import Load, Scenario
 
 #: connection pool of an open loop without max_in_flight (rollouts in flight are unbounded)
 OPEN_LOOP_CONNECTIONS = 1024
-_SCHEDULE_FIELDS = (
-    "intended",
-    "started",
-    "late",
-    "dropped",
-    "not_started",
-    "lag_max_ns",
-    "lag_sum_ns",
-)
 
 
 def pool_size(load: Load) -> int:

@@ -145,22 +145,21 @@ class ServerScraper:
                     "raise --server-metrics-interval"
                 )
                 return
-            try:
-                self._keep(*self._fetch())
-            except (OSError, ValueError) as exc:
-                self.result.failed += 1
-                self.result.last_failure = str(exc)
+            self._scrape()
+
+    def _scrape(self) -> None:
+        try:
+            self._keep(*self._fetch())
+        except (OSError, ValueError) as exc:
+            self.result.failed += 1
+            self.result.last_failure = str(exc)
 
     def stop(self) -> ScrapeResult:
         """Stop polling, scrape once more (the run's end state) and parse what was held."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join(SCRAPE_TIMEOUT_S + 1)
-            try:
-                self._keep(*self._fetch())
-            except (OSError, ValueError) as exc:
-                self.result.failed += 1
-                self.result.last_failure = str(exc)
+            self._scrape()
         samples = self.result.samples
         for stamp, body in self._held:
             t_s = stamp / 1e9

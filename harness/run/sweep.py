@@ -34,6 +34,15 @@ class SweepResult:
     rendered: Rendered | None
 
 
+def new_sweep_root(results_root: Path, sweep_id: str | None, name: str) -> Path:
+    """The sweep's folder, created (``sweep_id`` None: a fresh run id of ``name``)."""
+    root = Path(results_root) / (sweep_id or new_run_id(name, time.time()))
+    if (root / SWEEP_JSON).exists():
+        raise ResultsError(f"{root}: already holds a sweep ({SWEEP_JSON} exists)")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def run_sweep(
     scenario_path: str,
     sets: Sequence[str],
@@ -51,13 +60,9 @@ def run_sweep(
     key, values, fixed = parse_sweep_sets(sets)
     scenarios = [load_scenario(scenario_path, {**fixed, key: v}) for v in values]
     slug_key = key.rsplit(".", 1)[-1]
-    sweep_id = sweep_id or new_run_id(f"sweep-{scenarios[0].name}-{slug_key}", time.time())
-    root = Path(opts.results_root) / sweep_id
-    if (root / SWEEP_JSON).exists():
-        raise ResultsError(f"{root}: already holds a sweep ({SWEEP_JSON} exists)")
-    root.mkdir(parents=True, exist_ok=True)
+    root = new_sweep_root(opts.results_root, sweep_id, f"sweep-{scenarios[0].name}-{slug_key}")
     transports = list(opts.transports or scenarios[0].transports)
-    doc = new_sweep_doc(sweep_id, scenario_path, scenarios[0].name, key, values, fixed, transports)
+    doc = new_sweep_doc(root.name, scenario_path, scenarios[0].name, key, values, fixed, transports)
     write_sweep_json(root, doc)
     runs: list[tuple[str, Path]] = []
     for i, (value, scenario) in enumerate(zip(values, scenarios, strict=True)):

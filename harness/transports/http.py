@@ -42,6 +42,12 @@ class HttpTransport:
             stream_types=("text/event-stream",),
             rx_stamp=options.rx_stamp,
         )
+        #: compaction is the Responses API's whatever the transport's API (its headers)
+        self.compact_headers = self.headers
+
+    def conversation(self) -> Conversation:
+        options = self.options
+        return Conversation(self.spec, shaping=options.shaping, tokens=options.tokens)
 
     async def session(self, rollout_key: str | None = None) -> HttpSession:
         return HttpSession(self, rollout_key)
@@ -53,20 +59,21 @@ class HttpTransport:
 class HttpSession:
     def __init__(self, transport: HttpTransport, rollout_key: str | None = None) -> None:
         self.t = transport
-        options = transport.options
-        self.conv = Conversation(transport.spec, shaping=options.shaping, tokens=options.tokens)
-        session = session_headers(options.shaping, rollout_key)
-        self.headers = [*transport.headers, *session] if session else transport.headers
+        self.conv = transport.conversation()
+        self.session = session_headers(transport.options.shaping, rollout_key)
+        self.headers = [*transport.headers, *self.session] if self.session else transport.headers
 
     async def turn(self, inp: TurnInput, rec: TurnRecord) -> ResponseStream:
-        if inp.compaction:
-            return await compact(self.t.pool, self.headers, self.conv, inp, rec)
+        t = self.t
         conv = self.conv
+        if inp.compaction:
+            headers = [*t.compact_headers, *self.session]
+            return await compact(t.pool, headers, conv, inp, rec)
         payload = conv.http_request(inp, rec)
         feed = conv.http_sent(rec, time.perf_counter_ns())
         # The whole body is read even after the terminal event, so the connection goes
         # back to the pool (a response left unread would cost a new connection per turn).
-        resp = await self.t.pool.request("POST", "/responses", self.headers, payload, feed.feed)
+        resp = await t.pool.request("POST", conv.path, self.headers, payload, feed.feed)
         return conv.http_answer(rec, feed, resp)
 
     async def close(self) -> None:
