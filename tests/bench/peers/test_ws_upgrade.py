@@ -1,11 +1,13 @@
-"""bench/selfbench/ws_upgrade.py: the server CPU it reads per upgrade, and its busy verdict."""
+"""bench/peers/ws_upgrade.py: the server CPU it reads per upgrade, and its busy verdict."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from bench.selfbench import ws_upgrade
+import pytest
+
+from bench.peers import ws_upgrade
 from bench.selfbench.busy import Busy
 
 
@@ -43,3 +45,9 @@ def test_the_bare_floor_is_measured_against_a_real_server() -> None:
     process, not this one): the bare server's handshakes cost it some CPU, well under 5 ms each."""
     ms = ws_upgrade.measure("bare", None, 20)
     assert 0 < ms < 5
+
+
+def test_a_stall_of_no_upgrades_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit) as exit_:
+        ws_upgrade.main(["--stall", "0"])
+    assert exit_.value.code == 4

@@ -1,4 +1,4 @@
-"""The server's CPU per WebSocket upgrade: ``python -m bench.selfbench.ws_upgrade``.
+"""The server's CPU per WebSocket upgrade: ``python -m bench.peers.ws_upgrade``.
 
 A rollout owns its WebSocket, so a single-turn workload (the peers' bench) opens one
 per request, and every upgrade is CPU on the reference server's one event loop beside
@@ -10,32 +10,41 @@ on-CPU time from ``/proc/<pid>/task/*/schedstat`` (ns, every thread) before and 
 * ``reference``: ``python -m reference_server``, this checkout;
 * ``baseline``: the same from another checkout (``--baseline PATH``: its folder holding
   ``reference_server/`` and ``harness/``), for a before/after in one run;
-* ``bare``: the self-benchmark's bare server (:mod:`.raw_server`: an RFC 6455 handshake
+* ``bare``: the self-benchmark's bare server (:mod:`bench.selfbench.raw_server`: an RFC 6455 handshake
   and a close echo in one asyncio protocol, no ASGI), the floor that the kernel's TCP
   work and the event loop leave.
 
-Each round runs under the bench's busy-machine accounting (:mod:`.busy`); a round
+``--stall N`` measures what that CPU does to a stream beside it: one response decoding
+at 1,000 tokens/s (the peers' server settings) while another process opens and closes
+N WebSockets at once, four times; the figure is the stream's largest gap between two
+deltas during each burst, against the same without the burst (N = 0).
+
+Each round runs under the bench's busy-machine accounting (:mod:`bench.selfbench.busy`); a round
 during which other processes stayed busy is marked "not judged", and so is the figure
 built from it, which then exits 3 (not comparable).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.client import connect
 
+from bench.peers.bench import SERVER_ARGS
 from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from bench.selfbench.raw_server import READY_PREFIX as RAW_READY
 from harness.run.child import ready_child
-from harness.run.embedded import READY_PREFIX
+from harness.run.embedded import READY_PREFIX, server_child
 from harness.wire.exit_codes import ExitCode, UsageParser
 
 #: client connections open at once while a round opens its connections
@@ -130,14 +139,119 @@ def run(
     return doc
 
 
+#: bursts beside the decoding stream, and the pause before each
+BURSTS = 4
+BURST_GAP_S = 0.3
+#: the stream's length: 8 s at 1,000 tokens/s, longer than the bursts take on a busy machine
+STREAM_TOKENS = 8000
+
+
+async def _stream_gaps(url: str, n: int) -> list[float]:
+    """The largest gap (ms) between two deltas of one long response during each burst of ``n``."""
+    stamps: list[float] = []
+    create = {"type": "response.create", "model": "sim-model", "input": "go"}
+    async with connect(url, compression=None, max_size=None) as ws:
+        await ws.send(json.dumps(create))
+
+        async def read() -> None:
+            async for raw in ws:
+                kind = json.loads(raw)["type"]
+                if kind == "response.output_text.delta":
+                    stamps.append(time.perf_counter())
+                elif kind in ("response.completed", "response.failed", "error"):
+                    return
+
+        reader = asyncio.ensure_future(read())
+        while len(stamps) < 100 and not reader.done():  # decoding at its pace
+            await asyncio.sleep(0.01)
+        # The burst comes from another process: this loop only stamps the stream's deltas.
+        burster = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.peers.ws_upgrade",
+            "--burst-child",
+            url,
+            str(n),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert burster.stdin is not None and burster.stdout is not None
+        await burster.stdout.readline()
+        windows = []
+        for _ in range(BURSTS):
+            await asyncio.sleep(BURST_GAP_S)
+            start = time.perf_counter()
+            burster.stdin.write(b"go\n")
+            await burster.stdin.drain()
+            await burster.stdout.readline()
+            windows.append((start, time.perf_counter()))
+        burster.stdin.close()
+        await burster.wait()
+        reader.cancel()
+    if not stamps or stamps[-1] < windows[-1][1]:
+        raise RuntimeError("the stream ended before the last burst: raise STREAM_TOKENS")
+    gaps = []
+    for start, end in windows:
+        inside = [t for t in stamps if start <= t <= end + 0.01]
+        gaps.append(max((b - a for a, b in itertools.pairwise(inside)), default=0.0))
+    return [round(g * 1000, 2) for g in gaps]
+
+
+def stall(n: int, say: Callable[[str], None], attempts: int = BUSY_ATTEMPTS) -> dict[str, Any]:
+    """The stream's largest token gaps during bursts of ``n`` upgrades and of none."""
+
+    def once() -> dict[str, list[float]]:
+        out = {}
+        for burst in (0, n):
+            args = [*SERVER_ARGS, "--default-output-tokens", str(STREAM_TOKENS)]
+            with server_child(args) as server:
+                url = server.ready.replace("http://", "ws://").rstrip("/") + "/responses"
+                out[str(burst)] = asyncio.run(_stream_gaps(url, burst))
+        return out
+
+    got, busy = until_quiet(once, say, attempts)
+    not_judged = busy.not_judged() if busy is not None and busy.busy else ""
+    return {
+        "figure": f"largest token gap of a 1,000 tok/s stream during a burst of {n} upgrades, ms",
+        "gaps_ms": got,
+        "not_judged": not_judged,
+    }
+
+
+def _burst_child(url: str, n: int) -> None:
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        asyncio.run(open_and_close(url, n) if n else asyncio.sleep(0))
+        print("done", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = UsageParser(prog="python -m bench.selfbench.ws_upgrade", description=__doc__)
+    parser = UsageParser(prog="python -m bench.peers.ws_upgrade", description=__doc__)
     parser.add_argument("--connections", type=int, default=2000, help="per server per round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline", type=Path, help="another checkout to measure beside")
     parser.add_argument("--no-bare", action="store_true", help="leave out the bare floor")
     parser.add_argument("--out", type=Path, help="JSON to write")
+    parser.add_argument(
+        "--stall", type=int, metavar="N", help="measure a stream's token gaps beside N upgrades"
+    )
+    parser.add_argument("--burst-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.burst_child:
+        _burst_child(args.burst_child[0], int(args.burst_child[1]))
+        return
+    if args.stall is not None:
+        if args.stall < 1:
+            parser.error(f"--stall: expected a positive number, got {args.stall}")
+        doc = stall(args.stall, lambda s: print(s, flush=True))
+        for burst, gaps in doc["gaps_ms"].items():
+            print(f"burst of {burst}: largest token gap {', '.join(f'{g:.1f}' for g in gaps)} ms")
+        if doc["not_judged"]:
+            print(doc["not_judged"])
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        sys.exit(ExitCode.INVALID if doc["not_judged"] else ExitCode.OK)
     if args.connections < 1 or args.rounds < 1:
         parser.error("--connections and --rounds must be positive")
     if args.baseline is not None and not (args.baseline / "reference_server").is_dir():
