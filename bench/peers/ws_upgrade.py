@@ -246,12 +246,7 @@ def main(argv: list[str] | None = None) -> None:
         doc = stall(args.stall, lambda s: print(s, flush=True))
         for burst, gaps in doc["gaps_ms"].items():
             print(f"burst of {burst}: largest token gap {', '.join(f'{g:.1f}' for g in gaps)} ms")
-        if doc["not_judged"]:
-            print(doc["not_judged"])
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(doc, indent=1) + "\n")
-        sys.exit(ExitCode.INVALID if doc["not_judged"] else ExitCode.OK)
+        _finish(doc, args.out)
     if args.connections < 1 or args.rounds < 1:
         parser.error("--connections and --rounds must be positive")
     if args.baseline is not None and not (args.baseline / "reference_server").is_dir():
@@ -265,11 +260,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{kind}: {ms:.3f} ms per upgrade (median of {rounds})")
     if "reference_over_baseline" in doc:
         print(f"reference / baseline: {doc['reference_over_baseline']:.2f}")
+    _finish(doc, args.out)
+
+
+def _finish(doc: dict[str, Any], out: Path | None) -> None:
+    """Say why the figure is not judged (if so), write the JSON, exit 3 then (else 0)."""
     if doc["not_judged"]:
         print(doc["not_judged"])
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
     sys.exit(ExitCode.INVALID if doc["not_judged"] else ExitCode.OK)
 
 
