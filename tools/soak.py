@@ -513,6 +513,7 @@ def judge(out: Path, doc: dict[str, Any], limits: Limits) -> int:
         "max_unaccounted_share": limits.max_unaccounted_share,
     }
     doc["problems"] = soak_gate.problems(doc, limits)
+    doc["not_judged"] = soak_gate.not_judged(doc, limits)
     doc["ok"] = not doc["problems"]
     text = soak_markdown(doc)
     write_index(out, "soak", doc, text)
@@ -612,7 +613,7 @@ def soak_markdown(doc: dict[str, Any]) -> str:
         f"The engine's prefix cache (LRU, bounded: ~13 MiB full and churning) held "
         f"{st['prefix_cache_entries']} entries, {st['prefix_cache_mib_per_h']} MiB/h. "
         f"Malloc's memory freed but held: {_dash(st.get('malloc_free_held_mib_per_h'))} MiB/h. "
-        f"Unaccounted: {st['unaccounted_mib_per_h']} MiB/h.",
+        f"{_unaccounted_words(st['unaccounted_mib_per_h'])}",
     ]
     fit = doc.get("server_fit")
     if fit:
@@ -625,7 +626,7 @@ def soak_markdown(doc: dict[str, Any]) -> str:
             f"paired speedup ({soak_gate.ROLLOUT_LATENCY_BYTES} B): "
             f"{ha['rollout_latencies_mib_per_h']} MiB/h; its histograms are allocated when a "
             "transport starts and keep at most 10,000 exact values each (40 KB). "
-            f"Unaccounted: {ha['unaccounted_mib_per_h']} MiB/h.",
+            f"{_unaccounted_words(ha['unaccounted_mib_per_h'])}",
         ]
     lines += ["", "RSS over time (s: server MiB / harness MiB):", ""]
     samples = doc["rss_samples"]
@@ -668,17 +669,31 @@ def soak_markdown(doc: dict[str, Any]) -> str:
             )
         else:
             lines.append(f"| {row['fault']} | {row['injected']} | {row['note']} | | not an error |")
-    filling = soak_gate.cache_filling(doc)
-    if filling:
-        lines.append(filling[0].upper() + filling[1:] + ".")
-    lines.append("Verdict: " + ("ok" if doc["ok"] else "FAILED: " + "; ".join(doc["problems"])))
+    verdict = "ok" if doc["ok"] else "FAILED: " + "; ".join(doc["problems"])
+    unjudged = doc.get("not_judged") or []
+    if unjudged:
+        verdict += " (of what was judged); " + "; ".join(unjudged)
+    lines.append(f"Verdict: {verdict}.")
     return "\n".join(lines) + "\n"
+
+
+def _unaccounted_words(rest: float | None) -> str:
+    """The remainder of a paragraph's accounting: a negative one is over-explained, not 0."""
+    if rest is None or rest >= 0:
+        return f"Unaccounted: {_dash(rest)} MiB/h."
+    return (
+        f"Unaccounted: none, and {-rest:g} MiB/h over-explained (the named parts exceed the slope)."
+    )
 
 
 def server_account_table(fit: dict[str, Any]) -> list[str]:
     """What the judged server slope is made of, one row per thing that grows (Markdown)."""
     slope, rest = fit["slope_mib_per_h"], fit["unaccounted_mib_per_h"]
     share = "" if not slope or rest is None or slope <= 0 else f" ({rest / slope:.0%} of the slope)"
+    over = soak_gate.over_explained(fit)
+    if over is not None:
+        # a negative share would read as "more than all accounted"; it is a row that is too big
+        share = f": none; {over}"
     rows = [
         ("RSS slope (judged)", slope),
         (

@@ -9,7 +9,15 @@ soak.json`` (docs/reliability.md, *Soak*).
 * **Accounted for.** Of the server's slope, what its bounded caches and the store explain
   is subtracted; the rest, *unaccounted*, must be at most a quarter of the slope, or of
   :data:`NOISE_MIB_H`, whichever is larger: a slope of a few MiB/h is within what the
-  allocator and the sampling move (below it a quarter of it is noise).
+  allocator and the sampling move (below it a quarter of it is noise).  A negative rest is
+  not "all accounted": the named rows explain more than grew (memory freed inside arenas
+  already resident moves from in use to "freed but held" without growing RSS), so it is
+  said in words (:func:`over_explained`), and past that same allowance the share is not
+  judged (:func:`not_judged`).
+* **Too short.** Both server rules apply after the server's warm-up (until its prefix cache
+  is at its bound, :func:`server_warmup_s`).  A soak whose load ends before that (``make
+  soak``'s 4 minutes) measures only the caches filling: its server memory is reported, not
+  judged, and the verdict says so (:func:`cache_filling`).
 * **Faults = errors.** Each fault kind the server injected (``/health``) must equal the
   errors of that kind its clients recorded: the harness's turns and the side mix's
   answers.  A WebSocket cut, a latency spike and a cache eviction are recovered from or
@@ -154,6 +162,30 @@ def server_fit(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
+#: the rows of :func:`server_fit` that name what grew, as the soak's table words them
+NAMED_ROWS = (
+    ("prefix_cache_mib_per_h", "the engine's prefix cache"),
+    ("page_cache_mib_per_h", "SQLite's page cache"),
+    ("malloc_free_held_mib_per_h", "malloc's freed but held"),
+    ("pymalloc_free_held_mib_per_h", "Python's arenas' freed but held"),
+    ("file_pages_mib_per_h", "file pages"),
+)
+
+
+def over_explained(fit: Mapping[str, Any]) -> str | None:
+    """A negative remainder in words (None when it is not negative): by how much the named
+    rows explain more than the slope grew, and which row reads the most."""
+    rest, slope = fit.get("unaccounted_mib_per_h"), fit.get("slope_mib_per_h")
+    if rest is None or slope is None or rest >= 0:
+        return None
+    value, name = max((float(fit.get(key) or 0.0), name) for key, name in NAMED_ROWS)
+    alone = " alone" if value > slope else ""
+    return (
+        f"not all accounted: the named rows explain {-rest:g} MiB/h more than the {slope:g} "
+        f"MiB/h that grew ({name}{alone} reads {value:g} MiB/h)"
+    )
+
+
 def error_kinds(status: int) -> frozenset[str]:
     """The error kinds a client records for an injected ``status``: the code of the
     Responses and Chat answers, the type of the Messages API's (503 is its 529)."""
@@ -266,19 +298,38 @@ def harness_account(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cache_filling(doc: Mapping[str, Any]) -> str | None:
-    """Why the server's whole slope is not judged, or None: its bounded prefix cache was
-    still filling when the load ended (a short soak: ``make soak`` fills it for all of its 4
-    minutes), so its slope is the cache's filling; what the cache does not account for is
-    still judged.  None also when the bound is unknown (a soak.json from before it was kept)."""
+    """Why the server's memory is not judged, or None: its bounded prefix cache was still
+    filling when the load ended (a short soak: ``make soak`` fills it for all of its 4
+    minutes), so the server's warm-up never ended: its slope is the caches filling, and the
+    allocator's growth beside them (Python's objects around the cache's, not broken down)
+    is no share of a steady state either.  None also when the bound is unknown (a soak.json
+    from before it was kept)."""
     top = doc.get("prefix_cache_max_entries")
     duration = float(doc.get("duration_s") or 0)
     entries = [s[4] for s in doc.get("rss_samples", []) if s[0] <= duration and s[4] is not None]
     if not top or not entries or entries[-1] >= top:
         return None
     return (
-        f"server slope not judged: the engine's prefix cache was still filling when the load "
-        f"ended ({entries[-1]:,} of {top:,} entries); judge a server by make soak SOAK_S=1800"
+        f"server memory not judged: this soak is too short for its rules (the slope and the "
+        f"unaccounted share apply after the server's warm-up, until its prefix cache is full), "
+        f"the cache was still filling when the load ended ({entries[-1]:,} of {top:,} entries); "
+        "judge a server by make soak SOAK_S=1800"
     )
+
+
+def not_judged(doc: Mapping[str, Any], limits: Limits) -> list[str]:
+    """What the gate could not judge and why (each also keeps its rule from failing)."""
+    filling = cache_filling(doc)
+    if filling is not None:
+        return [filling]
+    fit = server_fit(doc)
+    if fit is None or fit["slope_mib_per_h"] is None:
+        return []
+    words = over_explained(fit)
+    over = -float(fit["unaccounted_mib_per_h"])
+    if words is None or over <= unaccounted_limit(fit["slope_mib_per_h"], limits):
+        return []
+    return [f"server's unaccounted share not judged: {words}; its slope is judged"]
 
 
 def problems(doc: Mapping[str, Any], limits: Limits) -> list[str]:
@@ -302,14 +353,14 @@ def problems(doc: Mapping[str, Any], limits: Limits) -> list[str]:
     slopes = {"server": server_slope, "harness": doc["rss"]["harness"].get("slope_mib_per_h")}
     for side, slope in slopes.items():
         if side == "server" and cache_filling(doc) is not None:
-            continue  # its unaccounted part is judged below
+            continue  # too short: not judged (not_judged says so)
         if slope is not None and slope > limits.max_slope_mib_h:
             out.append(
                 f"{side} RSS grew {slope} MiB/h after the warm-up "
                 f"(limit {limits.max_slope_mib_h:g} MiB/h)"
             )
     slope = server_slope
-    if slope is not None and unaccounted is not None:
+    if slope is not None and unaccounted is not None and cache_filling(doc) is None:
         allowed = unaccounted_limit(slope, limits)
         if unaccounted > allowed:
             out.append(
