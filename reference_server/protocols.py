@@ -22,9 +22,7 @@ as that many frames in one transport write — the events a response emits
 together (an output item opening with its first delta, say) cost one syscall
 and one trip through the ASGI stack instead of one each.
 
-On a WebSocket upgrade the HTTP protocol hands the request httptools parsed to the
-WebSocket protocol (uvicorn would serialize it for websockets to parse again) with the
-addresses it looked up, and drops its parser, whose callbacks
+On a WebSocket upgrade the HTTP protocol also drops its parser, whose callbacks
 point back at it: otherwise each closed WebSocket connection lingers as cyclic
 garbage until a collection pause frees it.
 
@@ -41,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from typing import Any
 
@@ -55,11 +52,7 @@ try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     from uvicorn.protocols.utils import ClientDisconnected
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
-    from websockets import __version__ as _websockets_version
-    from websockets.datastructures import Headers
     from websockets.exceptions import InvalidState
-    from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS, Request, _token_re, _value_re
-    from websockets.protocol import Protocol as _FrameProtocol
 
     _AVAILABLE = True
 except ImportError:  # an older uvicorn, or httptools missing: uvicorn's own classes are used
@@ -98,26 +91,7 @@ if _AVAILABLE:
             self.scope[CONNECTION_KEY] = (self._opened, self._requests)  # type: ignore[literal-required]
 
         def handle_websocket_upgrade(self) -> None:
-            request = self._upgrade_request()
-            ws_class = self.ws_protocol_class
-            if (
-                request is None
-                or ws_class is None
-                or not issubclass(ws_class, StampedWebSocketProtocol)
-                or self.logger.isEnabledFor(logging.DEBUG)
-            ):
-                # websockets parses the request's bytes again (and logs them at debug level),
-                # and answers what it refuses.
-                super().handle_websocket_upgrade()
-            else:
-                self.connections.discard(self)
-                protocol = ws_class(
-                    config=self.config, server_state=self.server_state, app_state=self.app_state
-                )
-                protocol.known_addresses = (self.server, self.client, self.scheme == "https")
-                protocol.connection_made(self.transport)
-                self.transport.set_protocol(protocol)
-                protocol.upgrade(request)
+            super().handle_websocket_upgrade()
             # This protocol is done: the WebSocket protocol owns the transport now.  Its
             # parser's callbacks point back at it, and it still holds the transport, which
             # holds the WebSocket protocol: without this, every closed WebSocket connection
@@ -126,48 +100,11 @@ if _AVAILABLE:
             # for 10-35 ms — a late token in every stream (BENCHMARKS.md).
             self.parser = None  # type: ignore[assignment]
 
-        def _upgrade_request(self) -> Any:
-            """The handshake request httptools parsed, as websockets would have parsed it.
-
-            uvicorn serializes the parsed request back to bytes for websockets to parse
-            again (a generator per line, two regexes per header), work paid by every
-            stream that opens a connection per response (issue 39, BENCHMARKS.md).  The
-            checks websockets' parser makes and httptools' does not are made here with
-            websockets' own limits and patterns; a request failing one (or not a GET)
-            returns None and takes uvicorn's path, so whatever websockets refuses is
-            still refused in its words.
-            """
-            scope = self.scope
-            if scope["method"] != "GET":
-                return None
-            url = self.url
-            headers = self.headers
-            if len(headers) > MAX_NUM_HEADERS or len(url) + 15 > MAX_LINE_LENGTH:
-                return None
-            pairs = []
-            for name, value in headers:
-                if (
-                    name in _BODY_HEADERS
-                    or len(name) + len(value) + 4 > MAX_LINE_LENGTH
-                    or not _token_re.fullmatch(name)
-                    or not _value_re.fullmatch(value)
-                ):
-                    return None
-                pairs.append((name.decode("ascii"), value.decode(*_VALUE_DECODING)))
-            return Request(url.decode("ascii", "surrogateescape"), Headers(pairs))
-
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
             # A pipelined request waits for the response before it: its API tier has not started.
             if self.pipeline and self.pipeline[0][0] is self.cycle:
                 self.scope.pop(ARRIVED_KEY, None)  # type: ignore[misc]
-
-    #: a handshake request with a body is refused by websockets' parser: left to it
-    _BODY_HEADERS = (b"transfer-encoding", b"content-length")
-    #: how websockets' parser decodes header values, which uvicorn's handle_connect reverses
-    _VALUE_DECODING = (
-        ("latin-1", "strict") if _websockets_version >= "17.0" else ("ascii", "surrogateescape")
-    )
 
     class _StampingQueue(asyncio.Queue[Any]):
         # Holds the stamp itself rather than a reference to its protocol (no reference cycle).
@@ -181,9 +118,6 @@ if _AVAILABLE:
     class StampedWebSocketProtocol(WebSocketsSansIOProtocol):
         """Sans-I/O websockets protocol: arrival stamps on received messages, batched sends."""
 
-        #: (server, client, TLS) when the HTTP protocol hands over a parsed upgrade
-        known_addresses: tuple[Any, tuple[str, int] | None, bool] | None = None
-
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.queue: _StampingQueue = _StampingQueue()
@@ -191,29 +125,6 @@ if _AVAILABLE:
         def data_received(self, data: bytes) -> None:
             self.queue.arrived_ns = time.perf_counter_ns()
             super().data_received(data)
-
-        def connection_made(self, transport: Any) -> None:
-            known = self.known_addresses
-            if known is None:
-                super().connection_made(transport)
-                return
-            # The addresses the HTTP protocol already looked up: uvicorn's would ask the
-            # socket for both again, two system calls per upgrade.
-            self.connections.add(self)
-            self.transport = transport
-            self.server, self.client, tls = known
-            self.scheme = "wss" if tls else "ws"
-
-        def upgrade(self, request: Any) -> None:
-            """Take over after the HTTP protocol parsed the handshake ``request``.
-
-            The sans-I/O protocol's parser starts by reading an HTTP request; here it
-            starts at the frames, as it does once it has parsed one itself.
-            """
-            conn = self.conn
-            conn.parser = _FrameProtocol.parse(conn)
-            next(conn.parser)
-            self.handle_connect(request)
 
         def send_receive_event_to_app(self) -> None:
             # uvicorn answers a text message of invalid UTF-8 with close 1007; when the

@@ -23,7 +23,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.typing import Subprotocol
 
 from reference_server.app import ReferenceServer
 from reference_server.core.config import ServerConfig
@@ -386,104 +385,6 @@ def test_batch_send_after_client_left_raises_client_disconnected() -> None:
     run(main())
     assert len(app.send_errors) == 1
     assert isinstance(app.send_errors[0], ClientDisconnected)
-
-
-# -- the upgrade, parsed once -------------------------------------------------------------
-
-
-class _UpgradeSpyWs(StampedWebSocketProtocol):
-    """Records whether the HTTP protocol handed over a parsed request (the fast path)."""
-
-    handed_over: ClassVar[list[bool]] = []
-
-    def upgrade(self, request: Any) -> None:
-        type(self).handed_over.append(True)
-        super().upgrade(request)
-
-
-def _ws_scope(http: type[asyncio.Protocol]) -> Scope:
-    app = Recorder()
-
-    async def main() -> None:
-        async with (
-            serving(app, http=http, ws=_UpgradeSpyWs) as port,
-            connect(
-                f"ws://127.0.0.1:{port}/v1/responses?mode=append",
-                compression=None,
-                additional_headers=[("X-Note", "a, b"), ("Authorization", "Bearer k")],
-                subprotocols=[Subprotocol("one"), Subprotocol("two")],
-            ) as conn,
-        ):
-            await conn.send("hi")
-            assert await conn.recv() == "echo:hi"
-
-    run(main())
-    (scope,) = app.ws_scopes
-    return scope
-
-
-def test_upgrade_parsed_by_httptools_gives_the_scope_websockets_parsing_gives() -> None:
-    """The fast path (no second parse of the request) is taken and changes nothing the app sees."""
-    _UpgradeSpyWs.handed_over.clear()
-    stock = _ws_scope(HttpToolsProtocol)  # uvicorn's: the request's bytes parsed again
-    assert _UpgradeSpyWs.handed_over == []
-    fast = _ws_scope(StampedHttpToolsProtocol)
-    assert _UpgradeSpyWs.handed_over == [True]
-    keys = ("path", "raw_path", "query_string", "subprotocols", "scheme", "http_version", "type")
-    assert {k: fast[k] for k in keys} == {k: stock[k] for k in keys}
-    assert fast["query_string"] == b"mode=append"
-    assert fast["subprotocols"] == ["one", "two"]
-
-    def headers(scope: Scope) -> list[tuple[bytes, bytes]]:
-        # the key and the port in Host differ from one connection to the next
-        return [(k, v) for k, v in scope["headers"] if k not in (b"sec-websocket-key", b"host")]
-
-    assert headers(fast) == headers(stock)
-    assert (b"x-note", b"a, b") in headers(fast)
-    assert fast["server"][0] == stock["server"][0] == "127.0.0.1"
-    assert fast["client"][0] == "127.0.0.1" and isinstance(fast["client"][1], int)
-
-
-async def _raw_upgrade(port: int, request: bytes) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(request)
-        await writer.drain()
-        return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-    finally:
-        writer.close()
-
-
-_KEY = b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-
-
-@pytest.mark.parametrize(
-    "request_bytes",
-    [
-        # websockets' parser refuses these; httptools does not: the slow path answers them
-        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        + _KEY
-        + b"Sec-WebSocket-Version: 13\r\nContent-Length: 3\r\n\r\nabc",
-        b"POST / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        + _KEY
-        + b"Sec-WebSocket-Version: 13\r\n\r\n",
-        # websockets' handshake checks refuse this one on either path (426)
-        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        + _KEY
-        + b"Sec-WebSocket-Version: 8\r\n\r\n",
-    ],
-    ids=["body", "post", "version-8"],
-)
-def test_upgrade_refused_alike_on_both_paths(request_bytes: bytes) -> None:
-    async def status(http: type[asyncio.Protocol]) -> bytes:
-        async with serving(Recorder(), http=http) as port:
-            head = await _raw_upgrade(port, request_bytes)
-        return head.split(b"\r\n", 1)[0]
-
-    stock = run(status(HttpToolsProtocol))
-    fast = run(status(StampedHttpToolsProtocol))
-    assert not stock.startswith(b"HTTP/1.1 101")
-    assert fast == stock
 
 
 # -- reference cycles ---------------------------------------------------------------------
