@@ -20,7 +20,9 @@ When several classes fail, the highest code wins.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -49,18 +51,9 @@ def _expand(transport: str, available: Sequence[str]) -> list[str]:
     return list(available) if transport == "*" else [transport]
 
 
-def _slo_name(rule: SloRule, t: str) -> str:
-    return rule.name or f"{t}.{'.'.join(rule.path)} {rule.op} {rule.value:g}"
-
-
-def _regression_name(rule: RegressionRule, t: str) -> str:
-    return rule.name or (
-        f"{t}.{rule.metric}.{rule.statistic} vs baseline <= +{rule.max_increase_pct:g}%"
-    )
-
-
-def _self_check_name(rule: SelfCheckRule, t: str) -> str:
-    return rule.name or SelfCheckRule(t, rule.statistic, rule.max_ms, rule.max_pct).label
+def _name(rule: SloRule | RegressionRule | SelfCheckRule, t: str) -> str:
+    """The rule's testcase name for transport ``t`` (a ``*`` rule gives one per transport)."""
+    return dataclasses.replace(rule, transport=t).label
 
 
 def _outcome_text(regressed: bool, significant: bool, large: bool) -> str:
@@ -72,10 +65,10 @@ def _outcome_text(regressed: bool, significant: bool, large: bool) -> str:
 
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 
 
@@ -108,7 +101,7 @@ def _slo_results(
     out = []
     assert cand.summary is not None
     for t in _expand(rule.transport, cand.transports):
-        name = _slo_name(rule, t)
+        name = _name(rule, t)
         value = _summary_value(cand.summary, t, rule.path, cfg.source, rule.label)
         before = None
         if base is not None and base.summary is not None and t in base.transports:
@@ -152,7 +145,7 @@ def _slo_results(
 def _regression_result(
     rule: RegressionRule, t: str, cand: RunData, base: RunData, cfg: GateConfig
 ) -> RuleResult:
-    name = _regression_name(rule, t)
+    name = _name(rule, t)
     limit = f"<= +{rule.max_increase_pct:g}% ({rule.test})"
     bs, cs = base.get(t, rule.metric), cand.get(t, rule.metric)
     stat = rule.statistic
@@ -285,7 +278,7 @@ def _self_check_results(
 ) -> list[RuleResult]:
     out = []
     for t in _expand(rule.transport, cand.transports):
-        name = _self_check_name(rule, t)
+        name = _name(rule, t)
         bounds = []
         if rule.max_ms is not None:
             bounds.append(f"<= {rule.max_ms:g} ms")
@@ -342,15 +335,15 @@ def _rule_names(
     """Every testcase the rules would produce, for reporting them as skipped."""
     for s in cfg.slo:
         for t in _expand(s.transport, cand.transports):
-            yield "slo", _slo_name(s, t)
+            yield "slo", _name(s, t)
     for r in cfg.regression:
         for t in _expand(r.transport, common):
-            yield "regression", _regression_name(r, t)
+            yield "regression", _name(r, t)
     for sp in cfg.speedup:
         yield "speedup", sp.label
     for c in cfg.self_check:
         for t in _expand(c.transport, cand.transports):
-            yield "self_check", _self_check_name(c, t)
+            yield "self_check", _name(c, t)
 
 
 def evaluate(cfg: GateConfig, candidate: RunData, baseline: RunData | None) -> GateReport:

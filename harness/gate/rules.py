@@ -87,7 +87,7 @@ class RegressionRule:
     @property
     def label(self) -> str:
         return self.name or (
-            f"{self.transport}.{self.metric}.{self.statistic} regression "
+            f"{self.transport}.{self.metric}.{self.statistic} vs baseline "
             f"<= +{self.max_increase_pct:g}%"
         )
 
