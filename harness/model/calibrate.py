@@ -1,47 +1,10 @@
 """Fit the simulation model to measurements of any endpoint (pure: rows in, parameters out).
 
-``loopbench calibrate RUN_DIR`` reads a run's turn rows and fits the model of
-docs/model.md / docs/model.md, so the reference server can replay *that* endpoint's
-behaviour at scales nobody can test directly.  What a client can observe:
-
-* **TTFT** of every turn, the tokens the endpoint had to process for it, and
-  the tokens its prefix cache missed (``usage.input_tokens`` minus
-  ``cached_tokens``).  One least-squares fit over all turns::
-
-      TTFT = a[transport] + p·processed + q·uncached + r·rehydrated + c[class]·new_connection
-
-  ``a[http]`` is a request resolved from scratch, ``a[ws]`` one on an already
-  resolved WebSocket; ``a[http-chained]`` also absorbs the instructions and tool
-  schemas every chained request re-sends (a constant the client's records do
-  not count).  ``class`` is http-like or ws-like.  ``processed`` is the whole
-  input on ``http``, the new input on chained transports; ``rehydrated`` the
-  chain re-loaded from a store (``http-chained``).  ``p`` is the API tier's per-token cost, ``q`` the
-  inverse prefill rate, ``r`` the re-hydration cost.  ``processed`` and
-  ``uncached`` separate only when they vary independently: a run over both
-  ``http`` (processed grows with the history, uncached does not) and ``ws``
-  (both track the new input), with varied tool-output sizes.
-* **Decode**: the median per-response decode rate is the sustained rate; the
-  top cluster of per-response decode rates (responses that burst from first
-  to last token), the burst rate; the share of responses decoding markedly
-  faster, the burst probability.
-* **Post-inference work**: the gap between the last token and the terminal
-  event on ``http`` (where bookkeeping blocks it) minus the same gap on ``ws``.
-* **Interference** (batching), from several runs at different concurrencies: the
-  TTFT fit gains ``k·others``, the requests of the same run in flight when the
-  turn was sent, and the time per output token is fitted as ``t1·(1 + s·others)``
-  over the requests decoding beside it (overlap-weighted; each run's medians): ``k`` is
-  ``ttft_per_active_ms``, ``s`` ``decode_slowdown_per_stream``.  One run leaves
-  both unidentified: its concurrency barely varies, so ``k`` would be a second
-  intercept.
-
-What a client cannot separate: the fixed API work, the hops and the engine's
-base latency all add to the intercept ``a``.  The fitted profile gives the
-whole of the cheapest path's intercept (``a[ws]``, else ``a[http]``) to the
-engine's ``base_ttft_ms`` unless told the engine's share, and the rest to the
-API tier's ``fixed_ms``/``fixed_resolved_ms`` (``hops: 0``): every TTFT is
-reproduced, only the split under load is a convention.  Capacity (API workers,
-engine slots, aggregate budget) is not observable from a run below saturation
-and is copied from the base profiles.
+``loopbench calibrate RUN_DIR...`` fits the TTFT regression, the decode rates, the
+post-inference work and (from several runs) the interference of docs/model.md §10, which
+says what each parameter is read from and what a client cannot separate: the intercept
+holds the fixed API work, the hops and the engine's base latency, and capacity is copied
+from the base profiles.
 """
 
 from __future__ import annotations

@@ -8,36 +8,8 @@ An :class:`Exchange` keeps no content unless asked to: the request's items are r
 hashes (to tell which conversation a request continues) and token counts (text length / 4,
 the project's token convention), the response to its id, usage, the tool calls it asked
 for and a hash of its final text (to tell which tool call a sub-agent's answer fed).
-
-Conversation and sub-agent rules (docs/traces.md, "Lineage"):
-
-1. A request *continues* a conversation when it chains from that conversation's latest
-   response (``previous_response_id``), or when the conversation's latest request is a
-   proper prefix of it (stateless APIs re-send the history), or, over WebSocket without
-   either, when it is on the same connection — and, if that latest response asked for
-   tools, the request carries an output for every one of those calls.
-2. A request that chains from or extends a conversation without continuing it (the
-   history is shared but the pending calls are not answered, or the conversation already
-   went on) *forks* it: a new conversation, a sub-agent of that one.
-3. Any other request starts a new conversation.  It is a sub-agent only with evidence:
-   its final answer is, word for word, a tool output in the next request of a
-   conversation that was waiting for its tools when it started.  Without it, it is a root
-   conversation (a rollout of its own; ``meta.overlapped_with`` names the conversations
-   it overlapped): concurrent independent agents overlap in time all the time.
-   A request that continues a conversation which had answered (a new user message after
-   the answer: a chat session's next question) starts a rollout of its own that follows
-   it (``meta.follows``) and carries the history so far in its system prompt tokens.
-4. A sub-agent answers the parent call whose output has the same text as its final
-   answer; a fork (rule 2) without such a call takes the first call not yet answered
-   by one.  It joins with ``wait`` when it ended before the parent's next request,
-   ``detach`` otherwise.
-5. A ``generate: false`` request (a WebSocket warm-up) is no turn: it is the warm-up of the
-   conversation that chains from it, else of the next new one on its connection.
-6. A Responses request without a chain that re-sends a conversation's whole context and
-   extends it (its item keys, :func:`_item_key`, start with the conversation's: chained
-   items and response outputs included) continues that conversation: a client that
-   reconnected after a failure.  The turn is a recovery, with the failed requests seen on
-   the conversation's connection since its latest response.
+Which conversation a request continues, forks or starts, which are sub-agents, warm-ups
+and recoveries: the rules of docs/traces.md, "Lineage", "Warm-ups" and "Recoveries".
 """
 
 from __future__ import annotations

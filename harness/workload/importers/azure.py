@@ -1,17 +1,10 @@
 """Azure LLM inference traces → loopbench trace rollouts.
 
-The Azure public LLM inference traces (2023: code and conversation services, from the
-Splitwise paper; 2024: a week of the same, from DynamoLLM; replayed by inference-perf) are
-CSV with a header and one request per row:
-
-* ``TIMESTAMP`` — invocation time (``2023-11-16 18:15:46.6805900``; the 2024 files add a
-  UTC offset);
-* ``ContextTokens`` — tokens the request read;
-* ``GeneratedTokens`` — tokens it wrote.
-
-The rows carry no session or conversation key, so each request is a one-turn rollout: its
-context is the prompt and its output the final answer.  The arrival time (ms after the
-file's first row) stays in ``meta``; the replay's ``load:`` section decides arrivals.
+The Azure public LLM inference traces (2023 and 2024; replayed by inference-perf) are CSV,
+one request per row: ``TIMESTAMP`` (the 2024 files add a UTC offset), ``ContextTokens``,
+``GeneratedTokens``.  The rows carry no session key, so each request is a one-turn
+rollout; its arrival (ms after the file's first row) stays in ``meta``: the replay's
+``load:`` section decides arrivals.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
-"""Codex CLI session files → loopbench trace rollouts.
+"""Codex CLI session files (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``) → trace rollouts.
 
-Codex CLI records each session as JSONL under ``~/.codex/sessions/YYYY/MM/DD/
-rollout-*.jsonl``; every line is ``{"timestamp", "type", "payload"}`` with
-``type`` one of ``session_meta``, ``turn_context``, ``response_item``,
-``event_msg`` and ``compacted``.  What this importer derives (docs/traces.md has
-the full mapping):
-
-* a **rollout** per user task: a user message that is not injected context
-  (``<environment_context>``, ``<user_instructions>``, AGENTS.md…) starts one;
-  a ``compacted`` line ends the current one and starts a new segment whose
-  prompt is the compaction summary (the real history shrank there);
-* a **turn** per model call: the consecutive model-output items (reasoning,
-  assistant message, function/custom/local-shell calls) between two inputs;
-  its output tokens come from the ``token_count`` event that follows it
-  (``info.last_token_usage.output_tokens``), else from the items' text;
-* per **tool call**: latency = timestamp of its ``*_output`` item − timestamp
-  of the call item; output tokens = the growth of the next call's
-  ``input_tokens`` (minus the visible output just produced), split over
-  parallel calls by output length, else the output text's length;
-* **system tokens** = the first call's ``input_tokens`` − the prompt (system
-  prompt, tool schemas, injected context and, for later tasks, the earlier
-  conversation: the replay starts at the recorded size).
-
-Client think time cannot be told apart from model time in these files, so it
-is 0.  Parsing is pure over lines; only :func:`import_codex_files` reads files.
+A rollout per user task (a ``compacted`` line starts a new one), a turn per model call, a
+tool call's latency and output from the timestamps and ``token_count`` events: the full
+mapping is docs/traces.md's table.  Client think time cannot be told apart from model
+time in these files, so it is 0.  Parsing is pure over lines; only
+:func:`import_codex_files` reads files.
 """
 
 from __future__ import annotations
