@@ -39,15 +39,6 @@ from harness.workload.trace import (
     TraceWarmup,
 )
 
-__all__ = [
-    "Exchange",
-    "RequestHead",
-    "WsDecoder",
-    "build_trace",
-    "parse_request_head",
-    "summarize",
-]
-
 RESPONSES, CHAT, MESSAGES = APIS
 
 

@@ -23,42 +23,6 @@ import orjson
 
 from harness.wire.errors import ProtocolError
 
-__all__ = [
-    "ARGUMENTS_DELTA",
-    "ARGUMENTS_DONE",
-    "COMPLETED",
-    "CONTENT_PART_ADDED",
-    "CONTENT_PART_DONE",
-    "CREATED",
-    "DELTA_TYPES",
-    "DONE",
-    "ERROR",
-    "FAILED",
-    "INCOMPLETE",
-    "IN_PROGRESS",
-    "OUTPUT_ITEM_ADDED",
-    "OUTPUT_ITEM_DONE",
-    "QUEUED",
-    "REASONING_SUMMARY_PART_ADDED",
-    "REASONING_SUMMARY_PART_DONE",
-    "REASONING_SUMMARY_TEXT_DELTA",
-    "REASONING_SUMMARY_TEXT_DONE",
-    "REASONING_TEXT_DELTA",
-    "REFUSAL_DELTA",
-    "RESPONSE_ERROR_CODES",
-    "TERMINAL_TYPES",
-    "TEXT_DELTA",
-    "TEXT_DONE",
-    "ResponseBuilder",
-    "dumps",
-    "error_body",
-    "error_type_for_status",
-    "loads",
-    "new_id",
-    "usage",
-    "ws_error_event",
-]
-
 # --- event type names -------------------------------------------------------------------------
 
 CREATED = "response.created"

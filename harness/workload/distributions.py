@@ -29,21 +29,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
 from pydantic_core import PydanticCustomError
 
-__all__ = [
-    "DIST_KINDS",
-    "ConstantDist",
-    "Distribution",
-    "EmpiricalDist",
-    "LognormalDist",
-    "NormalDist",
-    "StrictModel",
-    "UniformDist",
-    "describe_value",
-    "invalid",
-    "parse_distribution",
-    "shown",
-]
-
 DIST_KINDS = ("constant", "uniform", "normal", "lognormal", "empirical")
 
 # z such that P(Z <= z) = 0.95 for a standard normal: sigma = ln(p95/median) / z.

@@ -31,18 +31,6 @@ from harness.workload.trace import (
     trace_plan,
 )
 
-__all__ = [
-    "ThroughputDerivation",
-    "check_context_window",
-    "derive_seed",
-    "generate_rollouts",
-    "history_tokens",
-    "load_scenario_trace",
-    "new_tokens",
-    "scenario_trace_gaps",
-    "throughput_derivation",
-]
-
 # Rollouts averaged to estimate the mean output per rollout in throughput mode:
 # the first N of the run itself, so the estimate is exact for short runs and
 # within ~1-3% (typical token CVs) for long ones.

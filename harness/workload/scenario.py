@@ -52,31 +52,6 @@ from harness.workload.slo import SloConfig
 from harness.workload.target import TargetConfig
 from harness.workload.trace_scenario import looks_like_trace, trace_scenario
 
-__all__ = [
-    "MAX_OPEN_LOOP_ROLLOUTS",
-    "Arrival",
-    "Burst",
-    "InvalidScenarioError",
-    "Load",
-    "RolloutConfig",
-    "Scenario",
-    "ServerConfig",
-    "SloConfig",
-    "Stage",
-    "SubagentsConfig",
-    "TargetConfig",
-    "Throughput",
-    "ThroughputBurst",
-    "TransportName",
-    "UnknownScenarioError",
-    "describe_error",
-    "load_scenario",
-    "resolve_scenario",
-    "scenario_json_schema",
-    "scenario_problems",
-    "validate_scenario",
-]
-
 if TYPE_CHECKING:
     TransportName = str
 else:

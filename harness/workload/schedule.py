@@ -23,8 +23,6 @@ from dataclasses import dataclass
 
 from harness.workload.scenario import MAX_OPEN_LOOP_ROLLOUTS, Arrival, Load, Stage
 
-__all__ = ["Start", "intended_starts", "schedule_starts", "throughput_load"]
-
 NS_PER_S = 1_000_000_000
 
 

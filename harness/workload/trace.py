@@ -33,25 +33,6 @@ from harness.workload.jsonl import json_lines
 from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan
 from harness.workload.scenario import describe_error
 
-__all__ = [
-    "TRACE_VERSION",
-    "TraceClient",
-    "TraceHeader",
-    "TraceRecovery",
-    "TraceRollout",
-    "TraceSubagent",
-    "TraceToolCall",
-    "TraceTurn",
-    "TraceWarmup",
-    "dump_trace",
-    "parse_trace",
-    "read_trace",
-    "read_trace_header",
-    "recording_gaps",
-    "resolve_trace_path",
-    "trace_plan",
-]
-
 #: the version :func:`dump_trace` writes when a rollout uses a version 2 field
 TRACE_VERSION: Literal[2] = 2
 

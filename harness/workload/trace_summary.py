@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 from harness.workload.trace import TraceHeader, TraceRollout, TraceTurn
 
-__all__ = ["RolloutSummary", "summarize_rollout", "trace_summary_lines"]
-
 #: rollout meta keys worth a note, in the order they are printed
 _NOTES = ("follows", "forked_from", "overlapped_with", "truncated", "ended_on_failure")
 

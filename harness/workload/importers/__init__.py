@@ -21,15 +21,6 @@ from harness.workload.importers.mooncake import BLOCK_TOKENS, import_mooncake_fi
 from harness.workload.importers.otel import import_otel_files
 from harness.workload.trace import TRACE_VERSION, TraceHeader, TraceRollout, dump_trace
 
-__all__ = [
-    "FORMATS",
-    "IMPORTERS",
-    "Importer",
-    "SessionImportError",
-    "find_session_files",
-    "import_sessions",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class Importer:

@@ -18,8 +18,6 @@ from harness.workload.importers.codex import SessionImportError
 from harness.workload.importers.common import Request, bad_field, chain_rollout, whole_field
 from harness.workload.trace import TraceRollout
 
-__all__ = ["COLUMNS", "import_azure_files", "parse_azure"]
-
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 

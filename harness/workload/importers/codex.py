@@ -23,8 +23,6 @@ from harness.wire.tokens import count_tokens
 from harness.workload.jsonl import json_lines
 from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
 
-__all__ = ["CONTEXT_PREFIXES", "SessionImportError", "import_codex_files", "parse_codex_session"]
-
 # User-role messages Codex injects itself (not typed by the user): context, not a new task.
 CONTEXT_PREFIXES = (
     "<environment_context>",

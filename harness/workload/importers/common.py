@@ -10,8 +10,6 @@ from typing import Any
 from harness.workload.importers.codex import SessionImportError
 from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
 
-__all__ = ["Request", "bad_field", "chain_rollout", "number_field", "whole_field"]
-
 
 def bad_field(source: str, line: int, field: str, expected: str, got: Any) -> SessionImportError:
     shown = repr(got) if not isinstance(got, str) or len(got) <= 40 else repr(got[:40] + "…")

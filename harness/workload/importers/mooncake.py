@@ -27,8 +27,6 @@ from harness.workload.importers.common import (
 from harness.workload.jsonl import json_lines
 from harness.workload.trace import TraceRollout
 
-__all__ = ["BLOCK_TOKENS", "import_mooncake_files", "parse_mooncake"]
-
 BLOCK_TOKENS = 512  # the Mooncake traces' KV-cache block (the paper's and the peers' default)
 
 

@@ -21,8 +21,6 @@ import orjson
 from harness.workload.importers.codex import SessionImportError
 from harness.workload.trace import TraceRollout, TraceSubagent, TraceToolCall, TraceTurn
 
-__all__ = ["MODEL_OPERATIONS", "import_otel_files", "parse_otel"]
-
 MODEL_OPERATIONS = ("chat", "text_completion", "generate_content")
 _INPUT_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
 _OUTPUT_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
