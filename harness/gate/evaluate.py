@@ -1,21 +1,8 @@
 """Apply gate rules to a candidate run (and a baseline): pure, deterministic for a given seed.
 
-Order: validity first (both runs finished and valid, error rates, sample
-counts, same scenario and seed, every named transport present).  If any of
-that fails nothing else is judged and the verdict is *invalid* (exit 3): a
-latency comparison between runs that are not comparable means nothing.
-
-A relative rule flags a regression only when the candidate is worse by
-**more than the allowance** and the change is **statistically significant**
-(bootstrap CI of the ratio entirely above 1, or a Mann–Whitney U test at
-``alpha`` in the worse direction).  Either condition alone is noise on a
-shared CI machine: a 0.5 % shift measured on 10,000 turns is significant and
-irrelevant; a 30 % jump in one of three rollouts is large and unproven.
-
-Exit codes: 0 pass, 1 regression (relative rule or harness self-check),
-2 SLO breach (absolute bound, or a minimum speedup whose CI lower bound falls short),
-3 invalid / not comparable / not measurable (a speedup from too few rollouts for a CI).
-When several classes fail, the highest code wins.
+Validity first: if it fails nothing else is judged (exit 3).  A relative rule flags a
+regression only when the change is both above the allowance and statistically
+significant; the exit codes and why either condition alone is noise: docs/ci.md.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def _make_rollout(
     cfg: RolloutConfig, rollout_id: int, seed: int, start: Start, tags: dict[str, str]
 ) -> RolloutPlan:
     rng = random.Random(seed)
-    system, tool_schema, user = _draw_prompt(cfg, rng)
+    prompt = _draw_prompt(cfg, rng)
     remaining = _count(cfg.tool_calls, rng, 0)
     turns = _draw_turns(cfg, rng, remaining)
     if cfg.reasoning_tokens is not None:
@@ -115,14 +115,7 @@ def _make_rollout(
         # sub-agents, except the calls the sub-agents answer.
         turns = _fork_subagents(cfg.subagents, turns, seed)
     return RolloutPlan(
-        rollout_id=rollout_id,
-        seed=seed,
-        system_tokens=system,
-        tool_schema_tokens=tool_schema,
-        user_prompt_tokens=user,
-        turns=tuple(turns),
-        start_offset_ns=start.offset_ns,
-        tags=tags,
+        rollout_id, seed, *prompt, tuple(turns), start_offset_ns=start.offset_ns, tags=tags
     )
 
 
@@ -147,19 +140,17 @@ def _fork_subagents(cfg: SubagentsConfig, turns: list[TurnPlan], seed: int) -> l
     for sub_id, (turn_index, call) in enumerate(chosen, start=1):
         sub_seed = derive_seed(seed, f"subagent:{sub_id}")
         sub_rng = random.Random(sub_seed)
-        system, tool_schema, user = _draw_prompt(cfg, sub_rng)
+        prompt = _draw_prompt(cfg, sub_rng)
         result = _count(cfg.result_tokens, sub_rng, 1)
         sub_turns = _draw_turns(cfg, sub_rng, _count(cfg.tool_calls, sub_rng, 0))
         # Its final answer is the parent's tool output (sent as such): one size for both.
         sub_turns[-1] = dataclasses.replace(sub_turns[-1], output_tokens=max(1, result))
         by_turn.setdefault(turn_index, []).append(
             SubagentPlan(
-                subagent_id=sub_id,
-                seed=sub_seed,
-                system_tokens=system,
-                tool_schema_tokens=tool_schema,
-                user_prompt_tokens=user,
-                turns=tuple(sub_turns),
+                sub_id,
+                sub_seed,
+                *prompt,
+                tuple(sub_turns),
                 call_index=call,
                 result_tokens=result,
                 join=cfg.join,

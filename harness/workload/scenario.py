@@ -16,7 +16,7 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
@@ -111,16 +111,14 @@ def _stringify_scalars(value: Any) -> Any:
     # Server overrides are passed on as strings; YAML makes `500` an int, which
     # is what the user meant, so accept scalars and keep them as text.
     if isinstance(value, dict):
-        out: dict[Any, Any] = {}
-        for k, v in value.items():
-            if isinstance(v, bool):
-                out[k] = "true" if v else "false"
-            elif isinstance(v, int | float):
-                out[k] = str(v)
-            else:
-                out[k] = v
-        return out
+        return {k: _scalar_text(v) for k, v in value.items()}
     return value
+
+
+def _scalar_text(v: Any) -> Any:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v) if isinstance(v, int | float) else v
 
 
 class ServerConfig(StrictModel):
@@ -486,28 +484,24 @@ class Load(StrictModel):
     def _open_loop(self) -> Load:
         if self.mode == "closed":
             return self
+        spans: list[tuple[str, Sequence[Burst | ThroughputBurst]]] = []
         if self.mode == "throughput":
             if self.throughput is None:
                 raise invalid("throughput", "a throughput target (tps) for throughput mode", None)
-            if self.duration_s is not None:
-                for i, tb in enumerate(self.throughput.bursts):
-                    if tb.at_s + tb.over_s > self.duration_s:
-                        raise invalid(
-                            f"throughput.bursts[{i}].at_s",
-                            f"a burst ending within duration_s ({shown(self.duration_s)})",
-                            tb.at_s,
-                        )
+            spans.append(("throughput.bursts", self.throughput.bursts))
         else:
             has_rate = self.arrival is not None and self.arrival.rate is not None
             if not has_rate and not self.stages:
                 got = self.arrival.model_dump(exclude_none=True) if self.arrival else None
                 field = "arrival.rate" if self.arrival is not None else "arrival"
                 raise invalid(field, "an arrival rate (or stages) for open-loop mode", got)
-        if self.duration_s is not None:
-            for i, burst in enumerate(self.bursts):
-                if burst.at_s + burst.over_s > self.duration_s:
+        spans.append(("bursts", self.bursts))
+        end = math.inf if self.duration_s is None else self.duration_s
+        for name, bursts in spans:
+            for i, burst in enumerate(bursts):
+                if burst.at_s + burst.over_s > end:
                     raise invalid(
-                        f"bursts[{i}].at_s",
+                        f"{name}[{i}].at_s",
                         f"a burst ending within duration_s ({shown(self.duration_s)})",
                         burst.at_s,
                     )
@@ -799,8 +793,7 @@ def describe_error(err: ErrorDetails) -> tuple[str, str]:
 
 def _from_override(field: str, overrides: Mapping[str, str] | None) -> str:
     for key, value in (overrides or {}).items():
-        related = (field, key) if len(field) >= len(key) else (key, field)
-        if related[0] == related[1] or related[0].startswith((related[1] + ".", related[1] + "[")):
+        if _related(field, key):
             return f" (from override {key}={value})"
     return ""
 
