@@ -86,6 +86,20 @@ def invalid(field: str | None, expected: str, got: Any) -> PydanticCustomError:
     )
 
 
+def scalars_as_text(value: Any) -> Any:
+    """A mapping of text values (server overrides, headers) as YAML gave it, its scalars as
+    text: ``500`` and ``X-Version: 2`` are what the user meant as text."""
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for k, v in value.items():
+        if isinstance(v, bool):
+            out[k] = "true" if v else "false"
+        elif isinstance(v, int | float):
+            out[k] = str(v)
+    return out
+
+
 def _unknown_field(key: str, allowed: list[str]) -> PydanticCustomError:
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     hint = (

@@ -46,6 +46,7 @@ from harness.workload.distributions import (
     constant_field,
     describe_value,
     invalid,
+    scalars_as_text,
     shown,
 )
 from harness.workload.slo import SloConfig
@@ -107,20 +108,6 @@ CallsDist = Annotated[
 ]
 
 
-def _stringify_scalars(value: Any) -> Any:
-    # Server overrides are passed on as strings; YAML makes `500` an int, which
-    # is what the user meant, so accept scalars and keep them as text.
-    if isinstance(value, dict):
-        return {k: _scalar_text(v) for k, v in value.items()}
-    return value
-
-
-def _scalar_text(v: Any) -> Any:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v) if isinstance(v, int | float) else v
-
-
 class ServerConfig(StrictModel):
     """Used only when loopbench starts the embedded reference server."""
 
@@ -132,7 +119,7 @@ class ServerConfig(StrictModel):
         default="cerebras-spark",
         description="Engine profile of the embedded server, e.g. cerebras-spark or gpu-legacy.",
     )
-    set: Annotated[dict[str, str], BeforeValidator(_stringify_scalars)] = Field(
+    set: Annotated[dict[str, str], BeforeValidator(scalars_as_text)] = Field(
         default_factory=dict,
         description="Server option overrides, KEY: VALUE as in `loopbench serve --set`, e.g. engine.sustained_tps: 2000.",
     )
@@ -404,23 +391,12 @@ class Throughput(StrictModel):
 
 
 class Load(StrictModel):
-    """How rollouts are started.
+    """How rollouts are started: ``closed``, ``open`` or ``throughput`` (each field's
+    description says which modes read it).
 
-    ``closed``: ``concurrency`` agents each run rollouts back to back, until
-    ``rollout.count`` rollouts ran or ``duration_s`` elapsed (per transport).
-    ``open``: rollouts start at scheduled times whatever is in flight. The rate
-    over time is given by ``stages`` (then ``arrival.rate`` continues after the
-    last stage if set) or by ``arrival.rate`` alone; ``arrival.process`` shapes
-    the gaps. The schedule ends at ``duration_s`` if set, else after
-    ``rollout.count`` scheduled rollouts (or when stages end with no tail rate);
-    ``bursts`` add extra rollouts on top.
-    ``throughput``: open loop whose rate follows ``throughput`` (aggregate
-    output TPS, with TPS bursts); ``arrival.process`` shapes the gaps,
-    ``arrival.rate`` and ``stages`` are ignored, ``bursts`` still add rollouts.
-    In open and throughput modes ``max_in_flight`` (if set) drops a start that
-    finds that many rollouts in flight; dropped starts are counted and make the
-    run invalid.  Fields for the other modes are ignored so that a mode can be
-    switched with one override.
+    An open schedule ends at ``duration_s`` if set, else after ``rollout.count`` scheduled
+    rollouts (or when stages end with no tail rate).  Fields for the other modes are
+    ignored so that a mode can be switched with one override.
     """
 
     mode: Literal["closed", "open", "throughput"] = Field(
