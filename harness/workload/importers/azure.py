@@ -14,8 +14,14 @@ import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from harness.workload.importers.codex import SessionImportError
-from harness.workload.importers.common import Request, bad_field, chain_rollout, whole_field
+from harness.workload.importers.common import (
+    Request,
+    SessionImportError,
+    bad_field,
+    chain_rollout,
+    import_files,
+    whole_field,
+)
 from harness.workload.trace import TraceRollout
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -74,13 +80,4 @@ def parse_azure(lines: Iterable[str], source: str = "<azure>") -> list[TraceRoll
 
 def import_azure_files(paths: Sequence[str]) -> list[TraceRollout]:
     """Every row of every file as a one-turn rollout, in file order."""
-    rollouts: list[TraceRollout] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8", newline="") as fh:
-                rollouts += parse_azure(fh, path)
-        except OSError as exc:
-            raise SessionImportError(f"{path}: cannot read file: {exc}") from None
-        except UnicodeDecodeError:
-            raise SessionImportError(f"{path}: expected UTF-8 CSV text, got binary") from None
-    return rollouts
+    return import_files(paths, parse_azure, "CSV text", newline="")

@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from harness.wire.errors import LoopbenchError
 from harness.wire.tokens import count_tokens
+from harness.workload.importers.common import SessionImportError, import_files
 from harness.workload.jsonl import json_lines
 from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
 
@@ -34,10 +34,6 @@ CONTEXT_PREFIXES = (
 )
 _CALL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call")
 _OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
-
-
-class SessionImportError(LoopbenchError):
-    """A session file cannot be read as the format it claims."""
 
 
 @dataclass(slots=True)
@@ -347,12 +343,4 @@ def parse_codex_session(lines: Iterable[str], source: str = "<codex>") -> list[T
 
 
 def import_codex_files(paths: Sequence[str]) -> list[TraceRollout]:
-    """Every rollout of every file, in file order."""
-    rollouts: list[TraceRollout] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                rollouts += parse_codex_session(fh, path)
-        except OSError as exc:
-            raise SessionImportError(f"{path}: cannot read file: {exc}") from None
-    return rollouts
+    return import_files(paths, parse_codex_session, "JSON lines")

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.wire.tokens import count_tokens
-from harness.workload.importers.codex import SessionImportError
 from harness.workload.importers.common import (
     Request,
+    SessionImportError,
     bad_field,
     chain_rollout,
+    import_files,
     number_field,
     whole_field,
 )
@@ -203,13 +204,6 @@ def import_mooncake_files(
     paths: Sequence[str], block_tokens: int = BLOCK_TOKENS
 ) -> list[TraceRollout]:
     """Every rollout of every file, in file order (sessions do not span files)."""
-    rollouts: list[TraceRollout] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                rollouts += parse_mooncake(fh, path, block_tokens)
-        except OSError as exc:
-            raise SessionImportError(f"{path}: cannot read file: {exc}") from None
-        except UnicodeDecodeError:
-            raise SessionImportError(f"{path}: expected UTF-8 JSON lines, got binary") from None
-    return rollouts
+    return import_files(
+        paths, lambda fh, path: parse_mooncake(fh, path, block_tokens), "JSON lines"
+    )

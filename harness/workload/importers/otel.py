@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from harness.workload.importers.codex import SessionImportError
+from harness.workload.importers.common import SessionImportError, import_files
 from harness.workload.trace import TraceRollout, TraceSubagent, TraceToolCall, TraceTurn
 
 MODEL_OPERATIONS = ("chat", "text_completion", "generate_content")
@@ -409,14 +409,4 @@ def parse_otel(text: str, source: str = "<otel>") -> list[TraceRollout]:
 
 def import_otel_files(paths: Sequence[str]) -> list[TraceRollout]:
     """Every conversation of every file, in file order (spans do not join across files)."""
-    rollouts: list[TraceRollout] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise SessionImportError(f"{path}: cannot read file: {exc}") from None
-        except UnicodeDecodeError:
-            raise SessionImportError(f"{path}: expected UTF-8 JSON, got binary") from None
-        rollouts += parse_otel(text, path)
-    return rollouts
+    return import_files(paths, lambda fh, path: parse_otel(fh.read(), path), "JSON")
