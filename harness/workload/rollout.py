@@ -14,14 +14,13 @@ import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from harness.wire.errors import ScenarioError
 from harness.wire.plural import counted
 from harness.workload.agent import ITEM_OVERHEAD_TOKENS, requested_output_tokens
 from harness.workload.distributions import Distribution
 from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, conversations
-from harness.workload.scenario import RolloutConfig, Scenario, SubagentsConfig
+from harness.workload.scenario import ConversationShape, RolloutConfig, Scenario, SubagentsConfig
 from harness.workload.schedule import Start, schedule_starts
 from harness.workload.trace import (
     TraceRollout,
@@ -52,19 +51,7 @@ def _ms(dist: Distribution, rng: random.Random) -> float:
     return round(max(0.0, dist.sample(rng)), 3)
 
 
-class _TurnShape(Protocol):
-    """The fields a conversation's turns are drawn from (the rollout's, or a sub-agent's)."""
-
-    parallel_calls: Distribution
-    think_ms: Distribution
-    step_output_tokens: Distribution
-    tool_output_growth: float
-    tool_latency_ms: Distribution
-    tool_output_tokens: Distribution
-    final_answer_tokens: Distribution
-
-
-def _draw_turns(cfg: _TurnShape, rng: random.Random, remaining: int) -> list[TurnPlan]:
+def _draw_turns(cfg: ConversationShape, rng: random.Random, remaining: int) -> list[TurnPlan]:
     turns: list[TurnPlan] = []
     step = 0
     while remaining > 0:
@@ -85,7 +72,7 @@ def _draw_turns(cfg: _TurnShape, rng: random.Random, remaining: int) -> list[Tur
     return turns
 
 
-def _draw_prompt(cfg: RolloutConfig | SubagentsConfig, rng: random.Random) -> tuple[int, int, int]:
+def _draw_prompt(cfg: ConversationShape, rng: random.Random) -> tuple[int, int, int]:
     """System, tool-schema and user-prompt tokens of a conversation's first request.
 
     Drawn first, in this order: the draw order is part of the reproducibility contract.

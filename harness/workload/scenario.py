@@ -125,73 +125,15 @@ class ServerConfig(StrictModel):
     )
 
 
-class SubagentsConfig(StrictModel):
-    """Sub-agents a rollout forks (a task tool, a parallel exploration): each answers one tool
-    call of a parent turn with its own conversation, run concurrently (docs/metrics.md §1.7).
-
-    Its shape fields mean what the same fields of ``rollout`` mean, for the sub-agent's own
-    conversation; sub-agents drawn from a scenario do not fork sub-agents of their own.
-    """
-
-    count: NonNegDist = constant_field(
-        1, "Sub-agents one rollout forks (at most one per tool call of the forking turns)."
-    )
-    turns: list[Annotated[int, Field(ge=0)]] | None = Field(
-        default=None,
-        min_length=1,
-        description="Indexes of the parent's turns that may fork (tool-calling turns only); "
-        "absent: any tool-calling turn, drawn at random.",
-    )
-    join: Literal["wait", "detach"] = Field(
-        default="wait",
-        description="wait: the parent's next turn waits for the sub-agent's result (a task "
-        "tool); detach: the parent goes on, and the rollout ends when the sub-agent does.",
-    )
-    result_tokens: NonNegDist = constant_field(
-        200,
-        "Tokens of the sub-agent's result (its final answer's length): the output "
-        "of the parent's tool call it answers.",
-    )
-    system_tokens: NonNegDist = constant_field(600, "Tokens of the sub-agent's system prompt.")
-    tool_schema_tokens: NonNegDist = constant_field(
-        400, "Tokens of the sub-agent's tool definitions."
-    )
-    user_prompt_tokens: NonNegDist = constant_field(
-        150, "Tokens of the task the parent gives the sub-agent."
-    )
-    tool_calls: NonNegDist = constant_field(3, "Tool calls in one sub-agent's conversation.")
-    parallel_calls: CallsDist = constant_field(1, "Tool calls a sub-agent's turn asks for.")
-    tool_output_tokens: NonNegDist = constant_field(300, "Tokens each of its tool calls returns.")
-    tool_output_growth: float = Field(
-        default=1.0, gt=0.0, description="Factor applied to its tool outputs at each step."
-    )
-    tool_latency_ms: NonNegDist = constant_field(
-        100, "Client time of one of its tool calls, in milliseconds."
-    )
-    step_output_tokens: NonNegDist = constant_field(60, "Output tokens of its tool-calling turns.")
-    final_answer_tokens: NonNegDist = constant_field(150, "Output tokens of its final answer.")
-    think_ms: NonNegDist = constant_field(0, "Client time before each of its requests, in ms.")
-    ws: Literal["connection", "lanes"] = Field(
-        default="connection",
-        description="How the WebSocket transports run sub-agents: a connection each "
-        "(connection), or lanes (stream_id) on the rollout's connection (lanes); "
-        "--ws-subagents overrides it.",
-    )
-
-
-class RolloutConfig(StrictModel):
-    """The shape of one agent rollout; every numeric field accepts a distribution.
+class ConversationShape(StrictModel):
+    """What a conversation is drawn from, a rollout's or a sub-agent's; every numeric field
+    accepts a distribution.
 
     Samples are rounded to integers for token and call counts (outputs to at
     least 1 token) and to microseconds for latencies; draws below a field's
     floor (possible only with an unbounded normal) are clamped to it.
     """
 
-    count: int = Field(
-        default=6,
-        ge=1,
-        description="Rollouts per transport (closed loop, and open loop without duration_s).",
-    )
     system_tokens: NonNegDist = constant_field(
         800, "Tokens of the system prompt in the first request."
     )
@@ -224,6 +166,60 @@ class RolloutConfig(StrictModel):
     )
     think_ms: NonNegDist = constant_field(
         0, "Client time before each request (context building), in milliseconds."
+    )
+
+
+class SubagentsConfig(ConversationShape):
+    """Sub-agents a rollout forks (a task tool, a parallel exploration): each answers one tool
+    call of a parent turn with its own conversation, run concurrently (docs/metrics.md §1.7).
+
+    Its shape fields mean what the same fields of ``rollout`` mean, for the sub-agent's own
+    conversation (with smaller defaults); sub-agents drawn from a scenario do not fork
+    sub-agents of their own.
+    """
+
+    count: NonNegDist = constant_field(
+        1, "Sub-agents one rollout forks (at most one per tool call of the forking turns)."
+    )
+    turns: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        min_length=1,
+        description="Indexes of the parent's turns that may fork (tool-calling turns only); "
+        "absent: any tool-calling turn, drawn at random.",
+    )
+    join: Literal["wait", "detach"] = Field(
+        default="wait",
+        description="wait: the parent's next turn waits for the sub-agent's result (a task "
+        "tool); detach: the parent goes on, and the rollout ends when the sub-agent does.",
+    )
+    result_tokens: NonNegDist = constant_field(
+        200,
+        "Tokens of the sub-agent's result (its final answer's length): the output "
+        "of the parent's tool call it answers.",
+    )
+    system_tokens: NonNegDist = constant_field(600, "Tokens of the sub-agent's system prompt.")
+    user_prompt_tokens: NonNegDist = constant_field(
+        150, "Tokens of the task the parent gives the sub-agent."
+    )
+    tool_calls: NonNegDist = constant_field(3, "Tool calls in one sub-agent's conversation.")
+    tool_output_tokens: NonNegDist = constant_field(300, "Tokens each of its tool calls returns.")
+    step_output_tokens: NonNegDist = constant_field(60, "Output tokens of its tool-calling turns.")
+    final_answer_tokens: NonNegDist = constant_field(150, "Output tokens of its final answer.")
+    ws: Literal["connection", "lanes"] = Field(
+        default="connection",
+        description="How the WebSocket transports run sub-agents: a connection each "
+        "(connection), or lanes (stream_id) on the rollout's connection (lanes); "
+        "--ws-subagents overrides it.",
+    )
+
+
+class RolloutConfig(ConversationShape):
+    """The shape of one agent rollout."""
+
+    count: int = Field(
+        default=6,
+        ge=1,
+        description="Rollouts per transport (closed loop, and open loop without duration_s).",
     )
     reasoning_tokens: NonNegDist | None = Field(
         default=None,
