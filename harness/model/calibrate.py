@@ -10,6 +10,7 @@ from the base profiles.
 from __future__ import annotations
 
 import math
+import statistics
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -511,11 +512,7 @@ def _weighted_median(pairs: Sequence[tuple[float, int]]) -> float:
 
 
 def _median(values: Sequence[float]) -> float:
-    n = len(values)
-    if n == 0:
-        return math.nan
-    mid = n // 2
-    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
+    return statistics.median(values) if values else math.nan
 
 
 def profiles_from_fit(
@@ -616,14 +613,8 @@ def _round(x: float, digits: int = 4) -> float:
 
 #: what a fit writes of each profile: every other field is capacity or cache size, not
 #: observable below saturation, and copied from the base profile
-FITTED_API: tuple[str, ...] = (
-    "connect_ms",
-    "fixed_ms",
-    "fixed_resolved_ms",
-    "per_token_us",
-    "rehydrate_us",
-)
-FITTED_API += ("hops", "hop_ms", "post_ms")
+FITTED_API: tuple[str, ...] = ("connect_ms", "fixed_ms", "fixed_resolved_ms", "per_token_us")
+FITTED_API += ("rehydrate_us", "hops", "hop_ms", "post_ms")
 FITTED_ENGINE: tuple[str, ...] = ("base_ttft_ms", "prefill_tps", "sustained_tps", "burst_tps")
 FITTED_ENGINE += ("burst_probability", "burst_min_tokens", "burst_max_tokens")
 FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream")
@@ -631,15 +622,8 @@ FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream")
 
 def unidentified(f: Fit) -> tuple[list[str], list[str]]:
     """The API and engine parameters this run could not identify (copied from the base)."""
-    api = [
-        key
-        for key, value in (
-            ("connect_ms", f.connect_ms),
-            ("rehydrate_us", f.rehydrate_us),
-            ("post_ms", f.post_ms),
-        )
-        if value is None
-    ]
+    maybe = {"connect_ms": f.connect_ms, "rehydrate_us": f.rehydrate_us, "post_ms": f.post_ms}
+    api = [key for key, value in maybe.items() if value is None]
     engine: list[str] = []
     if f.sustained_tps is None:
         engine += [k for k in FITTED_ENGINE if k.startswith(("sustained", "burst"))]
