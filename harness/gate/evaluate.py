@@ -264,14 +264,9 @@ def _self_check_results(
     rule: SelfCheckRule, cand: RunData, base: RunData | None
 ) -> list[RuleResult]:
     out = []
+    limit = rule.limit()
     for t in _expand(rule.transport, cand.transports):
         name = _name(rule, t)
-        bounds = []
-        if rule.max_ms is not None:
-            bounds.append(f"<= {rule.max_ms:g} ms")
-        if rule.max_pct is not None:
-            bounds.append(f"<= {rule.max_pct:g}%")
-        limit = " and ".join(bounds)
         err = cand.get(t, MEASUREMENT_ERROR)
         if len(err) == 0:
             out.append(

@@ -125,14 +125,18 @@ class SelfCheckRule:
 
     @property
     def label(self) -> str:
-        if self.name:
-            return self.name
-        bounds = []
-        if self.max_ms is not None:
-            bounds.append(f"<= {self.max_ms:g} ms")
+        limit = self.limit(" of modelled")
+        return (
+            self.name
+            or f"self-check {self.transport} measured-modelled TTFT {self.statistic} {limit}"
+        )
+
+    def limit(self, of: str = "") -> str:
+        """The bounds set, joined: ``<= 15 ms and <= 5%`` (``of`` follows the percentage)."""
+        bounds = [f"<= {self.max_ms:g} ms"] if self.max_ms is not None else []
         if self.max_pct is not None:
-            bounds.append(f"<= {self.max_pct:g}% of modelled")
-        return f"self-check {self.transport} measured-modelled TTFT {self.statistic} {' and '.join(bounds)}"
+            bounds.append(f"<= {self.max_pct:g}%{of}")
+        return " and ".join(bounds)
 
 
 @dataclass(frozen=True, slots=True)
