@@ -10,7 +10,6 @@ the rollouts' shapes, because the schedule has a separate stream too.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from harness.wire.errors import ScenarioError
 from harness.wire.plural import counted
 from harness.workload.agent import ITEM_OVERHEAD_TOKENS, requested_output_tokens
 from harness.workload.distributions import Distribution
-from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, conversations
+from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, conversations, derive_seed
 from harness.workload.scenario import ConversationShape, RolloutConfig, Scenario, SubagentsConfig
 from harness.workload.schedule import Start, schedule_starts
 from harness.workload.trace import (
@@ -34,12 +33,6 @@ from harness.workload.trace import (
 # the first N of the run itself, so the estimate is exact for short runs and
 # within ~1-3% (typical token CVs) for long ones.
 THROUGHPUT_SAMPLE = 500
-
-
-def derive_seed(seed: int, label: str) -> int:
-    """A 63-bit seed for one named stream of a run (stable across Python versions)."""
-    digest = hashlib.blake2b(f"loopbench:{seed}:{label}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
 
 
 def _count(dist: Distribution, rng: random.Random, floor: int) -> int:
