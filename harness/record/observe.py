@@ -26,7 +26,7 @@ from harness.wire.json_tree import without_key
 from harness.wire.tokens import count_tokens
 from harness.wire.transports import APIS
 from harness.wire.ws_frames import OP_CLOSE, Deflate, FrameError, FrameReader
-from harness.workload.importers.codex import TEXT_KEYS, content_text
+from harness.workload.importers.codex import CALL_ITEMS, OUTPUT_ITEMS, TEXT_KEYS, content_text
 from harness.workload.trace import (
     TRACE_VERSION,
     TraceClient,
@@ -297,10 +297,6 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
             ex.user_tokens += _tokens(_text_of(item.get("content")))
 
 
-_CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
-_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
-
-
 def _is_reasoning(item: Any) -> bool:
     return isinstance(item, dict) and item.get("type") == "reasoning"
 
@@ -317,9 +313,9 @@ def _item_key(item: Any) -> str:
     kind = item.get("type")
     if kind == "reasoning":
         return ""
-    if kind in _CALL_TYPES:
+    if kind in CALL_ITEMS:
         return f"call:{item.get('call_id') or item.get('id')}"
-    if kind in _OUTPUT_TYPES:
+    if kind in OUTPUT_ITEMS:
         return f"out:{item.get('call_id')}:{_h(_text_of(item.get('output')).encode())}"
     if kind in (None, "message"):
         return f"msg:{item.get('role')}:{_h(_text_of(item.get('content')).encode())}"
@@ -379,7 +375,7 @@ def _responses_object(ex: Exchange, resp: dict[str, Any]) -> None:
     for item in output:
         if not isinstance(item, dict):
             continue
-        if item.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
+        if item.get("type") in CALL_ITEMS:
             calls.append(str(item.get("call_id") or item.get("id")))
         elif item.get("type") == "message":
             text.append(_text_of(item.get("content")))

@@ -32,8 +32,9 @@ CONTEXT_PREFIXES = (
     "<user_shell_command>",
     "<turn_aborted>",
 )
-_CALL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call")
-_OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
+#: the Responses items that are a tool call, and those that are a call's output
+CALL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call")
+OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 
 
 @dataclass(slots=True)
@@ -190,7 +191,7 @@ class _SessionParser:
             tokens = count_tokens(text)
             self._model_step().text_tokens += tokens
             self.history_tokens += tokens
-        elif kind in _CALL_ITEMS:
+        elif kind in CALL_ITEMS:
             step = self._model_step()
             call_id = str(item.get("call_id") or item.get("id") or f"call-{len(self.calls)}")
             call = _Call(call_id, self.t)
@@ -200,7 +201,7 @@ class _SessionParser:
             tokens = count_tokens(str(item.get("name", "")) + content_text(body))
             step.text_tokens += tokens
             self.history_tokens += tokens
-        elif kind in _OUTPUT_ITEMS:
+        elif kind in OUTPUT_ITEMS:
             tokens = count_tokens(content_text(item.get("output")))
             done = self.calls.get(str(item.get("call_id")))
             if done is not None and not done.answered:
