@@ -181,10 +181,6 @@ def _answer_hash(parts: list[str]) -> str:
     return _h(text.encode()) if text else ""
 
 
-def _tokens(text: str) -> int:
-    return count_tokens(text) if text else 0
-
-
 def summarize(
     api: str,
     transport: str,
@@ -236,7 +232,7 @@ def summarize(
 def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
     api = ex.api
     tools = req.get("tools") or []
-    ex.tool_schema_tokens = _tokens(orjson.dumps(tools).decode()) if tools else 0
+    ex.tool_schema_tokens = count_tokens(orjson.dumps(tools).decode()) if tools else 0
     items: list[Any]
     if api == RESPONSES:
         if req.get("type") == "response.create":
@@ -246,12 +242,12 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
         instructions = req.get("instructions") or ""
         raw = req.get("input")
         items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or [])
-        ex.instructions_tokens = _tokens(_text_of(instructions))
+        ex.instructions_tokens = count_tokens(_text_of(instructions))
         ex.head_hash = _h([instructions, tools])
     elif api == CHAT:
         items = list(req.get("messages") or [])
         ex.instructions_tokens = sum(
-            _tokens(_text_of(m.get("content")))
+            count_tokens(_text_of(m.get("content")))
             for m in items
             if isinstance(m, dict) and m.get("role") in ("system", "developer")
         )
@@ -266,7 +262,7 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
             if not (isinstance(m, dict) and m.get("role") == "system")
         ]
         prompt = without_key(req.get("system") or "", "cache_control")
-        ex.instructions_tokens = _tokens(_text_of(prompt))
+        ex.instructions_tokens = count_tokens(_text_of(prompt))
         ex.head_hash = _h([prompt])
     ex.item_hashes = tuple(_h(i) for i in items)
     if api == RESPONSES:
@@ -282,19 +278,22 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
         kind, role = item.get("type"), item.get("role")
         if api == RESPONSES and kind in ("function_call_output", "custom_tool_call_output"):
             text = _text_of(item.get("output"))
-            ex.outputs[str(item.get("call_id"))] = (_tokens(text), _h(text.encode()))
+            ex.outputs[str(item.get("call_id"))] = (count_tokens(text), _h(text.encode()))
         elif api == CHAT and role == "tool":
             text = _text_of(item.get("content"))
-            ex.outputs[str(item.get("tool_call_id"))] = (_tokens(text), _h(text.encode()))
+            ex.outputs[str(item.get("tool_call_id"))] = (count_tokens(text), _h(text.encode()))
         elif api == MESSAGES and role == "user" and isinstance(item.get("content"), list):
             for part in item["content"]:
                 if isinstance(part, dict) and part.get("type") == "tool_result":
                     text = _text_of(part.get("content"))
-                    ex.outputs[str(part.get("tool_use_id"))] = (_tokens(text), _h(text.encode()))
+                    ex.outputs[str(part.get("tool_use_id"))] = (
+                        count_tokens(text),
+                        _h(text.encode()),
+                    )
                 elif isinstance(part, dict) and part.get("type") == "text":
-                    ex.user_tokens += _tokens(str(part.get("text", "")))
+                    ex.user_tokens += count_tokens(str(part.get("text", "")))
         elif role == "user" and (kind in (None, "message")):
-            ex.user_tokens += _tokens(_text_of(item.get("content")))
+            ex.user_tokens += count_tokens(_text_of(item.get("content")))
 
 
 def _is_reasoning(item: Any) -> bool:
