@@ -1,26 +1,15 @@
 """Apply gate rules to a candidate run (and a baseline): pure, deterministic for a given seed.
 
-Order: validity first (both runs finished and valid, error rates, sample
-counts, same scenario and seed, every named transport present).  If any of
-that fails nothing else is judged and the verdict is *invalid* (exit 3): a
-latency comparison between runs that are not comparable means nothing.
-
-A relative rule flags a regression only when the candidate is worse by
-**more than the allowance** and the change is **statistically significant**
-(bootstrap CI of the ratio entirely above 1, or a Mann–Whitney U test at
-``alpha`` in the worse direction).  Either condition alone is noise on a
-shared CI machine: a 0.5 % shift measured on 10,000 turns is significant and
-irrelevant; a 30 % jump in one of three rollouts is large and unproven.
-
-Exit codes: 0 pass, 1 regression (relative rule or harness self-check),
-2 SLO breach (absolute bound, or a minimum speedup whose CI lower bound falls short),
-3 invalid / not comparable / not measurable (a speedup from too few rollouts for a CI).
-When several classes fail, the highest code wins.
+Validity first: if it fails nothing else is judged (exit 3).  A relative rule flags a
+regression only when the change is both above the allowance and statistically
+significant; the exit codes and why either condition alone is noise: docs/ci.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -49,18 +38,9 @@ def _expand(transport: str, available: Sequence[str]) -> list[str]:
     return list(available) if transport == "*" else [transport]
 
 
-def _slo_name(rule: SloRule, t: str) -> str:
-    return rule.name or f"{t}.{'.'.join(rule.path)} {rule.op} {rule.value:g}"
-
-
-def _regression_name(rule: RegressionRule, t: str) -> str:
-    return rule.name or (
-        f"{t}.{rule.metric}.{rule.statistic} vs baseline <= +{rule.max_increase_pct:g}%"
-    )
-
-
-def _self_check_name(rule: SelfCheckRule, t: str) -> str:
-    return rule.name or SelfCheckRule(t, rule.statistic, rule.max_ms, rule.max_pct).label
+def _name(rule: SloRule | RegressionRule | SelfCheckRule, t: str) -> str:
+    """The rule's testcase name for transport ``t`` (a ``*`` rule gives one per transport)."""
+    return dataclasses.replace(rule, transport=t).label
 
 
 def _outcome_text(regressed: bool, significant: bool, large: bool) -> str:
@@ -72,10 +52,10 @@ def _outcome_text(regressed: bool, significant: bool, large: bool) -> str:
 
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 
 
@@ -108,7 +88,7 @@ def _slo_results(
     out = []
     assert cand.summary is not None
     for t in _expand(rule.transport, cand.transports):
-        name = _slo_name(rule, t)
+        name = _name(rule, t)
         value = _summary_value(cand.summary, t, rule.path, cfg.source, rule.label)
         before = None
         if base is not None and base.summary is not None and t in base.transports:
@@ -152,7 +132,7 @@ def _slo_results(
 def _regression_result(
     rule: RegressionRule, t: str, cand: RunData, base: RunData, cfg: GateConfig
 ) -> RuleResult:
-    name = _regression_name(rule, t)
+    name = _name(rule, t)
     limit = f"<= +{rule.max_increase_pct:g}% ({rule.test})"
     bs, cs = base.get(t, rule.metric), cand.get(t, rule.metric)
     stat = rule.statistic
@@ -284,14 +264,9 @@ def _self_check_results(
     rule: SelfCheckRule, cand: RunData, base: RunData | None
 ) -> list[RuleResult]:
     out = []
+    limit = rule.limit()
     for t in _expand(rule.transport, cand.transports):
-        name = _self_check_name(rule, t)
-        bounds = []
-        if rule.max_ms is not None:
-            bounds.append(f"<= {rule.max_ms:g} ms")
-        if rule.max_pct is not None:
-            bounds.append(f"<= {rule.max_pct:g}%")
-        limit = " and ".join(bounds)
+        name = _name(rule, t)
         err = cand.get(t, MEASUREMENT_ERROR)
         if len(err) == 0:
             out.append(
@@ -342,15 +317,15 @@ def _rule_names(
     """Every testcase the rules would produce, for reporting them as skipped."""
     for s in cfg.slo:
         for t in _expand(s.transport, cand.transports):
-            yield "slo", _slo_name(s, t)
+            yield "slo", _name(s, t)
     for r in cfg.regression:
         for t in _expand(r.transport, common):
-            yield "regression", _regression_name(r, t)
+            yield "regression", _name(r, t)
     for sp in cfg.speedup:
         yield "speedup", sp.label
     for c in cfg.self_check:
         for t in _expand(c.transport, cand.transports):
-            yield "self_check", _self_check_name(c, t)
+            yield "self_check", _name(c, t)
 
 
 def evaluate(cfg: GateConfig, candidate: RunData, baseline: RunData | None) -> GateReport:

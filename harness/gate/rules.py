@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import yaml
@@ -87,7 +87,7 @@ class RegressionRule:
     @property
     def label(self) -> str:
         return self.name or (
-            f"{self.transport}.{self.metric}.{self.statistic} regression "
+            f"{self.transport}.{self.metric}.{self.statistic} vs baseline "
             f"<= +{self.max_increase_pct:g}%"
         )
 
@@ -125,14 +125,18 @@ class SelfCheckRule:
 
     @property
     def label(self) -> str:
-        if self.name:
-            return self.name
-        bounds = []
-        if self.max_ms is not None:
-            bounds.append(f"<= {self.max_ms:g} ms")
+        limit = self.limit(" of modelled")
+        return (
+            self.name
+            or f"self-check {self.transport} measured-modelled TTFT {self.statistic} {limit}"
+        )
+
+    def limit(self, of: str = "") -> str:
+        """The bounds set, joined: ``<= 15 ms and <= 5%`` (``of`` follows the percentage)."""
+        bounds = [f"<= {self.max_ms:g} ms"] if self.max_ms is not None else []
         if self.max_pct is not None:
-            bounds.append(f"<= {self.max_pct:g}% of modelled")
-        return f"self-check {self.transport} measured-modelled TTFT {self.statistic} {' and '.join(bounds)}"
+            bounds.append(f"<= {self.max_pct:g}%{of}")
+        return " and ".join(bounds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,16 +179,6 @@ regression:
 
 # -- parsing -------------------------------------------------------------------------------------
 
-_TOP_KEYS = (
-    "version",
-    "alpha",
-    "bootstrap",
-    "validity",
-    "slo",
-    "regression",
-    "speedup",
-    "self_check",
-)
 _SLO_RE = re.compile(r"^\s*(?P<metric>[^\s<>=]+)\s*(?P<op><=|>=|<|>)\s*(?P<value>\S+)\s*$")
 _REGRESSION_RE = re.compile(r"^\s*(?P<metric>\S+)\s+\+(?P<pct>[^%\s]+)%\s*$")
 _SPEEDUP_RE = re.compile(
@@ -211,7 +205,9 @@ class _Doc:
     def fail(self, where: str, expected: str, got: Any) -> GateRulesError:
         return GateRulesError(self.source, where, f"expected {expected}, got {_show(got)}")
 
-    def mapping(self, value: Any, where: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    def mapping(
+        self, value: Any, where: str, keys: tuple[str, ...], required: tuple[str, ...] = ()
+    ) -> Mapping[str, Any]:
         if not isinstance(value, Mapping):
             raise self.fail(where, "a mapping", value)
         for key in value:
@@ -221,7 +217,14 @@ class _Doc:
                     f"{where}.{key}" if where else str(key),
                     f"unknown key; expected one of {', '.join(keys)}",
                 )
+        for key in required:
+            if key not in value:
+                raise GateRulesError(self.source, f"{where}.{key}", "missing")
         return value
+
+    def name(self, d: Mapping[str, Any], where: str) -> str:
+        """A rule's optional ``name``."""
+        return self.text(d["name"], f"{where}.name") if "name" in d else ""
 
     def number(
         self, value: Any, where: str, *, lo: float | None = None, lo_open: bool = False
@@ -262,6 +265,14 @@ class _Doc:
         return value
 
 
+def _number_text(text: str) -> Any:
+    """A number written in a one-line rule, or the text itself for the error message."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def _split_metric(doc: _Doc, text: str, where: str, *, sample_metric: bool) -> tuple[str, str, str]:
     """``ws.ttft_ms.p99`` -> (transport, metric, statistic)."""
     parts = text.split(".")
@@ -281,21 +292,14 @@ def _slo(doc: _Doc, raw: Any, where: str) -> SloRule:
             raise doc.fail(
                 where, "'<transport>.<metric path> <op> <number>', e.g. 'ws.ttft_ms.p99 < 250'", raw
             )
-        try:
-            value: Any = float(m["value"])
-        except ValueError:
-            value = m["value"]
         metric, op, name = m["metric"], m["op"], ""
-        value = doc.number(value, where + " (value)")
+        value = doc.number(_number_text(m["value"]), where + " (value)")
     else:
-        d = doc.mapping(raw, where, ("metric", "op", "value", "name"))
-        for key in ("metric", "op", "value"):
-            if key not in d:
-                raise GateRulesError(doc.source, f"{where}.{key}", "missing")
+        d = doc.mapping(raw, where, ("metric", "op", "value", "name"), ("metric", "op", "value"))
         metric = doc.text(d["metric"], f"{where}.metric")
         op = doc.choice(d["op"], f"{where}.op", OPERATORS)
         value = doc.number(d["value"], f"{where}.value")
-        name = doc.text(d["name"], f"{where}.name") if "name" in d else ""
+        name = doc.name(d, where)
     parts = metric.split(".")
     if len(parts) < 2 or not all(parts):
         raise doc.fail(where, "<transport>.<summary path>, e.g. ws.ttft_ms.p99", metric)
@@ -313,24 +317,17 @@ def _regression(doc: _Doc, raw: Any, where: str) -> RegressionRule:
                 raw,
             )
         metric = m["metric"]
-        try:
-            pct: Any = float(m["pct"])
-        except ValueError:
-            pct = m["pct"]
-        pct = doc.number(pct, where + " (percent)", lo=0)
+        pct = doc.number(_number_text(m["pct"]), where + " (percent)", lo=0)
     else:
-        d = doc.mapping(raw, where, ("metric", "max_increase_pct", "test", "samples", "name"))
-        for key in ("metric", "max_increase_pct"):
-            if key not in d:
-                raise GateRulesError(doc.source, f"{where}.{key}", "missing")
+        keys = ("metric", "max_increase_pct", "test", "samples", "name")
+        d = doc.mapping(raw, where, keys, ("metric", "max_increase_pct"))
         metric = doc.text(d["metric"], f"{where}.metric")
         pct = doc.number(d["max_increase_pct"], f"{where}.max_increase_pct", lo=0)
         if "test" in d:
             test = doc.choice(d["test"], f"{where}.test", TESTS)
         if "samples" in d:
             samples = doc.choice(d["samples"], f"{where}.samples", SAMPLE_UNITS)
-        if "name" in d:
-            name = doc.text(d["name"], f"{where}.name")
+        name = doc.name(d, where)
     transport, metric_name, stat = _split_metric(doc, metric, f"{where}.metric", sample_metric=True)
     kind = D.get(metric_name).record
     if samples in ("rollout", "turn") and samples != kind:
@@ -358,23 +355,16 @@ def _speedup(doc: _Doc, raw: Any, where: str) -> SpeedupRule:
             )
         cand, base = m["cand"], m["base"]
         metric = m["metric"] or metric
-        try:
-            low: Any = float(m["min"])
-        except ValueError:
-            low = m["min"]
-        low = doc.number(low, where + " (min)", lo=0, lo_open=True)
+        low = doc.number(_number_text(m["min"]), where + " (min)", lo=0, lo_open=True)
     else:
-        d = doc.mapping(raw, where, ("candidate", "baseline", "metric", "min", "name"))
-        for key in ("candidate", "baseline", "min"):
-            if key not in d:
-                raise GateRulesError(doc.source, f"{where}.{key}", "missing")
+        keys = ("candidate", "baseline", "metric", "min", "name")
+        d = doc.mapping(raw, where, keys, ("candidate", "baseline", "min"))
         cand = doc.text(d["candidate"], f"{where}.candidate")
         base = doc.text(d["baseline"], f"{where}.baseline")
         low = doc.number(d["min"], f"{where}.min", lo=0, lo_open=True)
         if "metric" in d:
             metric = doc.text(d["metric"], f"{where}.metric")
-        if "name" in d:
-            name = doc.text(d["name"], f"{where}.name")
+        name = doc.name(d, where)
     doc.choice(metric, f"{where}.metric", D.gate_metrics())
     if cand == base or "*" in (cand, base):
         raise doc.fail(where, "two different, named transports", f"{cand} vs {base}")
@@ -389,10 +379,18 @@ def _self_check(doc: _Doc, raw: Any, where: str) -> SelfCheckRule:
     max_pct = doc.number(d["max_pct"], f"{where}.max_pct", lo=0) if "max_pct" in d else None
     if max_ms is None and max_pct is None:
         raise GateRulesError(doc.source, where, "expected max_ms or max_pct (or both), got neither")
-    name = doc.text(d["name"], f"{where}.name") if "name" in d else ""
     return SelfCheckRule(
-        transport=transport, statistic=stat, max_ms=max_ms, max_pct=max_pct, name=name
+        transport=transport, statistic=stat, max_ms=max_ms, max_pct=max_pct, name=doc.name(d, where)
     )
+
+
+#: each list of rules in a rules document and its parser
+_RULE_PARSERS: dict[str, Any] = {
+    "slo": _slo,
+    "regression": _regression,
+    "speedup": _speedup,
+    "self_check": _self_check,
+}
 
 
 def parse_rules(document: Any, source: str = "<rules>") -> GateConfig:
@@ -400,7 +398,7 @@ def parse_rules(document: Any, source: str = "<rules>") -> GateConfig:
     doc = _Doc(source)
     if document is None:
         document = {}
-    top = doc.mapping(document, "", _TOP_KEYS)
+    top = doc.mapping(document, "", ("version", "alpha", "bootstrap", "validity", *_RULE_PARSERS))
     if "version" in top and top["version"] != 1:
         raise doc.fail("version", "1", top["version"])
     alpha = doc.number(top.get("alpha", 0.05), "alpha", lo=0, lo_open=True)
@@ -413,17 +411,7 @@ def parse_rules(document: Any, source: str = "<rules>") -> GateConfig:
         seed = doc.integer(b.get("seed", seed), "bootstrap.seed", lo=0)
     validity = Validity()
     if "validity" in top:
-        v = doc.mapping(
-            top["validity"],
-            "validity",
-            (
-                "require_valid",
-                "max_error_rate",
-                "min_rollouts",
-                "require_comparable",
-                "max_loop_lag_ms",
-            ),
-        )
+        v = doc.mapping(top["validity"], "validity", tuple(f.name for f in fields(Validity)))
         lag: float | None = Validity().max_loop_lag_ms
         if "max_loop_lag_ms" in v:
             raw = v["max_loop_lag_ms"]
@@ -448,29 +436,12 @@ def parse_rules(document: Any, source: str = "<rules>") -> GateConfig:
             ),
             max_loop_lag_ms=lag,
         )
-    slo = [_slo(doc, r, f"slo[{i}]") for i, r in enumerate(doc.rules(top.get("slo"), "slo"))]
-    reg = [
-        _regression(doc, r, f"regression[{i}]")
-        for i, r in enumerate(doc.rules(top.get("regression"), "regression"))
-    ]
-    spd = [
-        _speedup(doc, r, f"speedup[{i}]")
-        for i, r in enumerate(doc.rules(top.get("speedup"), "speedup"))
-    ]
-    chk = [
-        _self_check(doc, r, f"self_check[{i}]")
-        for i, r in enumerate(doc.rules(top.get("self_check"), "self_check"))
-    ]
+    lists = {
+        key: tuple(parse(doc, r, f"{key}[{i}]") for i, r in enumerate(doc.rules(top.get(key), key)))
+        for key, parse in _RULE_PARSERS.items()
+    }
     return GateConfig(
-        alpha=alpha,
-        resamples=resamples,
-        seed=seed,
-        validity=validity,
-        slo=tuple(slo),
-        regression=tuple(reg),
-        speedup=tuple(spd),
-        self_check=tuple(chk),
-        source=source,
+        alpha=alpha, resamples=resamples, seed=seed, validity=validity, source=source, **lists
     )
 
 

@@ -1,52 +1,16 @@
 """Fit the simulation model to measurements of any endpoint (pure: rows in, parameters out).
 
-``loopbench calibrate RUN_DIR`` reads a run's turn rows and fits the model of
-docs/model.md / docs/model.md, so the reference server can replay *that* endpoint's
-behaviour at scales nobody can test directly.  What a client can observe:
-
-* **TTFT** of every turn, the tokens the endpoint had to process for it, and
-  the tokens its prefix cache missed (``usage.input_tokens`` minus
-  ``cached_tokens``).  One least-squares fit over all turns::
-
-      TTFT = a[transport] + p·processed + q·uncached + r·rehydrated + c[class]·new_connection
-
-  ``a[http]`` is a request resolved from scratch, ``a[ws]`` one on an already
-  resolved WebSocket; ``a[http-chained]`` also absorbs the instructions and tool
-  schemas every chained request re-sends (a constant the client's records do
-  not count).  ``class`` is http-like or ws-like.  ``processed`` is the whole
-  input on ``http``, the new input on chained transports; ``rehydrated`` the
-  chain re-loaded from a store (``http-chained``).  ``p`` is the API tier's per-token cost, ``q`` the
-  inverse prefill rate, ``r`` the re-hydration cost.  ``processed`` and
-  ``uncached`` separate only when they vary independently: a run over both
-  ``http`` (processed grows with the history, uncached does not) and ``ws``
-  (both track the new input), with varied tool-output sizes.
-* **Decode**: the median per-response decode rate is the sustained rate; the
-  top cluster of per-response decode rates (responses that burst from first
-  to last token), the burst rate; the share of responses decoding markedly
-  faster, the burst probability.
-* **Post-inference work**: the gap between the last token and the terminal
-  event on ``http`` (where bookkeeping blocks it) minus the same gap on ``ws``.
-* **Interference** (batching), from several runs at different concurrencies: the
-  TTFT fit gains ``k·others``, the requests of the same run in flight when the
-  turn was sent, and the time per output token is fitted as ``t1·(1 + s·others)``
-  over the requests decoding beside it (overlap-weighted; each run's medians): ``k`` is
-  ``ttft_per_active_ms``, ``s`` ``decode_slowdown_per_stream``.  One run leaves
-  both unidentified: its concurrency barely varies, so ``k`` would be a second
-  intercept.
-
-What a client cannot separate: the fixed API work, the hops and the engine's
-base latency all add to the intercept ``a``.  The fitted profile gives the
-whole of the cheapest path's intercept (``a[ws]``, else ``a[http]``) to the
-engine's ``base_ttft_ms`` unless told the engine's share, and the rest to the
-API tier's ``fixed_ms``/``fixed_resolved_ms`` (``hops: 0``): every TTFT is
-reproduced, only the split under load is a convention.  Capacity (API workers,
-engine slots, aggregate budget) is not observable from a run below saturation
-and is copied from the base profiles.
+``loopbench calibrate RUN_DIR...`` fits the TTFT regression, the decode rates, the
+post-inference work and (from several runs) the interference of docs/model.md §10, which
+says what each parameter is read from and what a client cannot separate: the intercept
+holds the fixed API work, the hops and the engine's base latency, and capacity is copied
+from the base profiles.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -548,11 +512,7 @@ def _weighted_median(pairs: Sequence[tuple[float, int]]) -> float:
 
 
 def _median(values: Sequence[float]) -> float:
-    n = len(values)
-    if n == 0:
-        return math.nan
-    mid = n // 2
-    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
+    return statistics.median(values) if values else math.nan
 
 
 def profiles_from_fit(
@@ -653,14 +613,8 @@ def _round(x: float, digits: int = 4) -> float:
 
 #: what a fit writes of each profile: every other field is capacity or cache size, not
 #: observable below saturation, and copied from the base profile
-FITTED_API: tuple[str, ...] = (
-    "connect_ms",
-    "fixed_ms",
-    "fixed_resolved_ms",
-    "per_token_us",
-    "rehydrate_us",
-)
-FITTED_API += ("hops", "hop_ms", "post_ms")
+FITTED_API: tuple[str, ...] = ("connect_ms", "fixed_ms", "fixed_resolved_ms", "per_token_us")
+FITTED_API += ("rehydrate_us", "hops", "hop_ms", "post_ms")
 FITTED_ENGINE: tuple[str, ...] = ("base_ttft_ms", "prefill_tps", "sustained_tps", "burst_tps")
 FITTED_ENGINE += ("burst_probability", "burst_min_tokens", "burst_max_tokens")
 FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream")
@@ -668,15 +622,8 @@ FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream")
 
 def unidentified(f: Fit) -> tuple[list[str], list[str]]:
     """The API and engine parameters this run could not identify (copied from the base)."""
-    api = [
-        key
-        for key, value in (
-            ("connect_ms", f.connect_ms),
-            ("rehydrate_us", f.rehydrate_us),
-            ("post_ms", f.post_ms),
-        )
-        if value is None
-    ]
+    maybe = {"connect_ms": f.connect_ms, "rehydrate_us": f.rehydrate_us, "post_ms": f.post_ms}
+    api = [key for key, value in maybe.items() if value is None]
     engine: list[str] = []
     if f.sustained_tps is None:
         engine += [k for k in FITTED_ENGINE if k.startswith(("sustained", "burst"))]

@@ -5,26 +5,10 @@ Two halves.  The pure half — :class:`Bands`, :class:`Measurements`,
 ``summary.json`` documents (and per-rollout latencies for pairing) and returns
 table rows; it reads no files and no clocks, so the verdict logic is unit
 tested on hand-written summaries.  The I/O half — :func:`run_reproduction` —
-runs the shipped scenarios (``scenarios/reproduce/``, installed inside the package) through
-real sockets against embedded reference servers, writes one results folder per part under
-the output root, and hands what it measured to the pure half.
-
-Parts and what they feed:
-
-* ``codex-cerebras`` — the codex-style rollout on ``cerebras-spark`` behind the
-  ``optimized`` API tier, over ``http``, ``http-chained``, ``ws`` and ``ws-append``:
-  row 1 (ws vs http), row 2 (optimized side), row 6 (ordering).
-* ``codex-legacy-api`` — the same rollouts over ``http`` behind the ``legacy``
-  tier: row 2 (legacy side).
-* ``codex-gpu-legacy`` — the same rollouts on ``gpu-legacy``: rows 3 (65 TPS)
-  and 5.  Its two transports run side by side against one server (each its own
-  results folder), halving a wall time dominated by 65 TPS decoding; the engine
-  and API tier stay far below capacity, so neither transport slows the other.
-* ``decode-cerebras`` — long responses, 8 concurrent streams: rows 3 (1,000 TPS)
-  and 4.
-* ``codex-reasoning`` — ``codex-cerebras``'s rollouts with a model that reasons
-  (~300 tokens a turn) over ``http`` and ``ws``: row 7, the ws-vs-http gap with
-  reasoning beside row 1's without.
+runs the shipped scenarios (``scenarios/reproduce/``) through real sockets against
+embedded reference servers, one results folder per part (docs/model.md §9 lists the
+parts and the rows each feeds).  ``codex-gpu-legacy``'s two transports run side by side
+against one server: its wall time is dominated by 65 TPS decoding, far below capacity.
 
 A row that needs a transport whose rollouts all failed is reported
 ``blocked`` — never passed.

@@ -8,36 +8,8 @@ An :class:`Exchange` keeps no content unless asked to: the request's items are r
 hashes (to tell which conversation a request continues) and token counts (text length / 4,
 the project's token convention), the response to its id, usage, the tool calls it asked
 for and a hash of its final text (to tell which tool call a sub-agent's answer fed).
-
-Conversation and sub-agent rules (docs/traces.md, "Lineage"):
-
-1. A request *continues* a conversation when it chains from that conversation's latest
-   response (``previous_response_id``), or when the conversation's latest request is a
-   proper prefix of it (stateless APIs re-send the history), or, over WebSocket without
-   either, when it is on the same connection — and, if that latest response asked for
-   tools, the request carries an output for every one of those calls.
-2. A request that chains from or extends a conversation without continuing it (the
-   history is shared but the pending calls are not answered, or the conversation already
-   went on) *forks* it: a new conversation, a sub-agent of that one.
-3. Any other request starts a new conversation.  It is a sub-agent only with evidence:
-   its final answer is, word for word, a tool output in the next request of a
-   conversation that was waiting for its tools when it started.  Without it, it is a root
-   conversation (a rollout of its own; ``meta.overlapped_with`` names the conversations
-   it overlapped): concurrent independent agents overlap in time all the time.
-   A request that continues a conversation which had answered (a new user message after
-   the answer: a chat session's next question) starts a rollout of its own that follows
-   it (``meta.follows``) and carries the history so far in its system prompt tokens.
-4. A sub-agent answers the parent call whose output has the same text as its final
-   answer; a fork (rule 2) without such a call takes the first call not yet answered
-   by one.  It joins with ``wait`` when it ended before the parent's next request,
-   ``detach`` otherwise.
-5. A ``generate: false`` request (a WebSocket warm-up) is no turn: it is the warm-up of the
-   conversation that chains from it, else of the next new one on its connection.
-6. A Responses request without a chain that re-sends a conversation's whole context and
-   extends it (its item keys, :func:`_item_key`, start with the conversation's: chained
-   items and response outputs included) continues that conversation: a client that
-   reconnected after a failure.  The turn is a recovery, with the failed requests seen on
-   the conversation's connection since its latest response.
+Which conversation a request continues, forks or starts, which are sub-agents, warm-ups
+and recoveries: the rules of docs/traces.md, "Lineage", "Warm-ups" and "Recoveries".
 """
 
 from __future__ import annotations
@@ -54,7 +26,7 @@ from harness.wire.json_tree import without_key
 from harness.wire.tokens import count_tokens
 from harness.wire.transports import APIS
 from harness.wire.ws_frames import OP_CLOSE, Deflate, FrameError, FrameReader
-from harness.workload.importers.codex import TEXT_KEYS, content_text
+from harness.workload.importers.codex import CALL_ITEMS, OUTPUT_ITEMS, TEXT_KEYS, content_text
 from harness.workload.trace import (
     TRACE_VERSION,
     TraceClient,
@@ -66,15 +38,6 @@ from harness.workload.trace import (
     TraceTurn,
     TraceWarmup,
 )
-
-__all__ = [
-    "Exchange",
-    "RequestHead",
-    "WsDecoder",
-    "build_trace",
-    "parse_request_head",
-    "summarize",
-]
 
 RESPONSES, CHAT, MESSAGES = APIS
 
@@ -218,10 +181,6 @@ def _answer_hash(parts: list[str]) -> str:
     return _h(text.encode()) if text else ""
 
 
-def _tokens(text: str) -> int:
-    return count_tokens(text) if text else 0
-
-
 def summarize(
     api: str,
     transport: str,
@@ -273,7 +232,7 @@ def summarize(
 def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
     api = ex.api
     tools = req.get("tools") or []
-    ex.tool_schema_tokens = _tokens(orjson.dumps(tools).decode()) if tools else 0
+    ex.tool_schema_tokens = count_tokens(orjson.dumps(tools).decode()) if tools else 0
     items: list[Any]
     if api == RESPONSES:
         if req.get("type") == "response.create":
@@ -283,12 +242,12 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
         instructions = req.get("instructions") or ""
         raw = req.get("input")
         items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or [])
-        ex.instructions_tokens = _tokens(_text_of(instructions))
+        ex.instructions_tokens = count_tokens(_text_of(instructions))
         ex.head_hash = _h([instructions, tools])
     elif api == CHAT:
         items = list(req.get("messages") or [])
         ex.instructions_tokens = sum(
-            _tokens(_text_of(m.get("content")))
+            count_tokens(_text_of(m.get("content")))
             for m in items
             if isinstance(m, dict) and m.get("role") in ("system", "developer")
         )
@@ -303,7 +262,7 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
             if not (isinstance(m, dict) and m.get("role") == "system")
         ]
         prompt = without_key(req.get("system") or "", "cache_control")
-        ex.instructions_tokens = _tokens(_text_of(prompt))
+        ex.instructions_tokens = count_tokens(_text_of(prompt))
         ex.head_hash = _h([prompt])
     ex.item_hashes = tuple(_h(i) for i in items)
     if api == RESPONSES:
@@ -319,23 +278,22 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
         kind, role = item.get("type"), item.get("role")
         if api == RESPONSES and kind in ("function_call_output", "custom_tool_call_output"):
             text = _text_of(item.get("output"))
-            ex.outputs[str(item.get("call_id"))] = (_tokens(text), _h(text.encode()))
+            ex.outputs[str(item.get("call_id"))] = (count_tokens(text), _h(text.encode()))
         elif api == CHAT and role == "tool":
             text = _text_of(item.get("content"))
-            ex.outputs[str(item.get("tool_call_id"))] = (_tokens(text), _h(text.encode()))
+            ex.outputs[str(item.get("tool_call_id"))] = (count_tokens(text), _h(text.encode()))
         elif api == MESSAGES and role == "user" and isinstance(item.get("content"), list):
             for part in item["content"]:
                 if isinstance(part, dict) and part.get("type") == "tool_result":
                     text = _text_of(part.get("content"))
-                    ex.outputs[str(part.get("tool_use_id"))] = (_tokens(text), _h(text.encode()))
+                    ex.outputs[str(part.get("tool_use_id"))] = (
+                        count_tokens(text),
+                        _h(text.encode()),
+                    )
                 elif isinstance(part, dict) and part.get("type") == "text":
-                    ex.user_tokens += _tokens(str(part.get("text", "")))
+                    ex.user_tokens += count_tokens(str(part.get("text", "")))
         elif role == "user" and (kind in (None, "message")):
-            ex.user_tokens += _tokens(_text_of(item.get("content")))
-
-
-_CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
-_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+            ex.user_tokens += count_tokens(_text_of(item.get("content")))
 
 
 def _is_reasoning(item: Any) -> bool:
@@ -354,9 +312,9 @@ def _item_key(item: Any) -> str:
     kind = item.get("type")
     if kind == "reasoning":
         return ""
-    if kind in _CALL_TYPES:
+    if kind in CALL_ITEMS:
         return f"call:{item.get('call_id') or item.get('id')}"
-    if kind in _OUTPUT_TYPES:
+    if kind in OUTPUT_ITEMS:
         return f"out:{item.get('call_id')}:{_h(_text_of(item.get('output')).encode())}"
     if kind in (None, "message"):
         return f"msg:{item.get('role')}:{_h(_text_of(item.get('content')).encode())}"
@@ -416,7 +374,7 @@ def _responses_object(ex: Exchange, resp: dict[str, Any]) -> None:
     for item in output:
         if not isinstance(item, dict):
             continue
-        if item.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
+        if item.get("type") in CALL_ITEMS:
             calls.append(str(item.get("call_id") or item.get("id")))
         elif item.get("type") == "message":
             text.append(_text_of(item.get("content")))

@@ -2,17 +2,10 @@
 
 The relay (``harness.record.proxy``) forwards every byte first and then hands a copy of
 what it saw to the observer as a *step*: a name from :data:`STEPS` and plain, picklable
-arguments (bytes, ints, strings).  The :class:`Observer` holds every piece of state the
-reading needs (each WebSocket connection's frame decoders and requests in flight), so it can
-run anywhere the steps can be sent: on a thread of the proxy's process, or in a process of
-its own.
-
-Why a process of its own (the default): reading a step is JSON work of up to milliseconds
-for a long conversation's request, and on a thread it holds the GIL the relay needs to
-forward the next chunk, whichever stream that chunk belongs to.  In a process the relay's
-share of a step is a pickle and a pipe write (:mod:`harness.record.observer_process`), and the
-observer's process runs at a lower priority (``nice``), so that on a machine whose cores the
-client and the upstream keep busy it takes what they leave (docs/traces.md, "Overhead").
+arguments.  The :class:`Observer` holds every piece of state the reading needs (each
+WebSocket connection's frame decoders and requests in flight), so it runs on a thread of
+the proxy's process or, by default, in a process of its own at a lower priority, where
+its JSON work never holds the GIL the relay needs (docs/traces.md, "Overhead").
 """
 
 from __future__ import annotations
@@ -30,8 +23,6 @@ import orjson
 
 from harness.record.observe import Exchange, WsDecoder, summarize
 from harness.wire.ws_frames import deflate_agreed
-
-__all__ = ["READY", "STEPS", "Observed", "Observer", "serve_observer"]
 
 #: what the observer's process sends first, once it can read steps
 READY = "ready"

@@ -1,28 +1,14 @@
 """The observer's process as the relay sees it: started, fed by the relay's own loop, stopped.
 
-The relay's loop writes the steps (:mod:`harness.record.observer`) to the observer's pipe
-itself: the steps one loop iteration queued go out as one pickled batch, written just after
-the callbacks that forwarded the bytes (``call_soon``), through a non-blocking pipe
-transport.  The first way had a feeder thread pickle and write them; that thread shared the
-GIL with the loop, and the switch interval had to be cut short so that the loop did not wait
-for it.  Side by side the two relay the same (TTFT p99 shift within each other's CI) and the
-loop's way uses a little less CPU per turn (docs/traces.md, "Overhead"), with one thread and
-one queue fewer.  A batch is a few kilobytes to a long conversation's hundreds: pickling bytes
-is a copy, and the write lands in a pipe the kernel buffers (a megabyte where Linux allows),
-so the loop waits for nothing.  When the observer falls behind, the transport keeps the rest
-until the pipe takes it.
-
-Two bounds keep a slow or stuck observer from taking the relay down with it.  The backlog is
-capped (:data:`MAX_BACKLOG_BYTES`): past it the trace stops taking steps, the relay goes on,
-and the trace says what it missed; a WebSocket's frames cannot be skipped and picked up again
-(its decoder's state, a deflate context), so the cut is for good.  And a stop waits for the
-observer only while it gets on — its pipe drains or (where ``/proc`` tells) it uses CPU — not
-for one that did neither for :data:`STALL_S`: that one is stopped, and the trace says so
-instead of hanging the command.
-
-The frames are those of :class:`multiprocessing.connection.Connection` (a signed 32-bit
-big-endian length, or -1 and a 64-bit one, then the pickle), so the observer reads them with
-``Connection.recv``.
+The steps (:mod:`harness.record.observer`) one loop iteration queued go out as one pickled
+batch, written by the relay's loop just after the callbacks that forwarded the bytes,
+through a non-blocking pipe transport: no feeder thread to share the GIL with the loop
+(docs/traces.md, "Recording any agent" and "Overhead").  Two bounds keep a slow or stuck
+observer from taking the relay down with it: the backlog is capped
+(:data:`MAX_BACKLOG_BYTES`; a WebSocket's frames cannot be skipped and picked up again, so
+the cut is for good), and a stop gives up on an observer that neither drained its pipe nor
+used CPU for :data:`STALL_S`.  The frames are those of
+:class:`multiprocessing.connection.Connection`, so the observer reads them with ``recv``.
 """
 
 from __future__ import annotations
@@ -47,8 +33,6 @@ from harness.record.observer import READY, Observed, serve_observer
 from harness.run.proc_cpu import tree_cpu_seconds
 from harness.wire.errors import LoopbenchError
 from harness.wire.plural import counted
-
-__all__ = ["MAX_BACKLOG_BYTES", "STALL_S", "START_S", "ObserverError", "ObserverProcess"]
 
 #: how long a spawned observer may take to import what it needs and say it is ready
 START_S = 60.0

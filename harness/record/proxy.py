@@ -1,23 +1,14 @@
 """The recording proxy: forwards an agent's HTTP/1.1 and WebSocket traffic byte for byte.
 
-Each client connection gets its own upstream connection, and bytes are relayed as they
-arrive, in both directions: a chunk is written to the other socket from inside the
-protocol's ``data_received`` (no reader buffer, no task to wake, no await per chunk)
-before anything looks at it.  The only rewrite is the request head's ``Host`` (and the
-path prefix when the upstream's base path is not ``/v1``), which a real upstream needs to
-route the request.  A copy of each request and response body is kept until the response
-ends, then handed to the observer (:mod:`harness.record.observer`), by default a
-process of its own, which summarises it (:func:`harness.record.observe.summarize`) and
-drops it; over WebSocket the frames themselves are decoded there too.  The event loop that relays every connection's bytes
-does no parsing beyond the HTTP framing it needs to find a message's end, and that after
-the chunk was written on: a large exchange's summary (milliseconds of JSON) would
-otherwise stall every other stream relayed meanwhile.  A full send buffer on one side
-pauses reading on the other (the relay's flow control).
-
-Why raw asyncio protocols rather than an ASGI app and an HTTP client: both of those
-re-frame the bytes (headers normalised, chunks re-sized, SSE re-buffered), which a
-byte-exact relay must not do, and they add per-chunk Python work that would show in the
-client's TTFT (docs/traces.md, "Overhead").
+Each client connection gets its own upstream connection; a chunk is written to the other
+socket from inside the protocol's ``data_received`` before anything looks at it, and the
+only rewrite is the request head's ``Host`` (and the ``/v1`` prefix), which a real upstream
+needs.  A copy of each body goes, once its response ended, to the observer
+(:mod:`harness.record.observer`), so the relaying loop does no JSON work
+(docs/traces.md, "Recording any agent").  Raw asyncio protocols rather than an ASGI app
+and an HTTP client: both re-frame the bytes (headers normalised, chunks re-sized, SSE
+re-buffered), which a byte-exact relay must not do, and add per-chunk Python work that
+would show in the client's TTFT (docs/traces.md, "Overhead").
 """
 
 from __future__ import annotations
@@ -40,21 +31,11 @@ from urllib.parse import urlsplit
 from harness.client.h1 import H1Error, ResponseParser
 from harness.record.observe import Exchange, RequestHead, api_of, build_trace, parse_request_head
 from harness.record.observer import Observed, Observer
-from harness.record.observer_process import ObserverError, ObserverProcess
+from harness.record.observer_process import ObserverProcess
 from harness.run.short_slice import request_short_slice, thread_slice_ns
 from harness.wire import quiet_gc
 from harness.wire.errors import LoopbenchError
 from harness.workload.trace import dump_trace
-
-__all__ = [
-    "READY_PREFIX",
-    "ObserverError",
-    "RecordingProxy",
-    "Upstream",
-    "UpstreamError",
-    "record_until_stopped",
-    "write_trace",
-]
 
 _READ = 256 * 1024
 _MAX_HEAD = 64 * 1024

@@ -23,42 +23,6 @@ import orjson
 
 from harness.wire.errors import ProtocolError
 
-__all__ = [
-    "ARGUMENTS_DELTA",
-    "ARGUMENTS_DONE",
-    "COMPLETED",
-    "CONTENT_PART_ADDED",
-    "CONTENT_PART_DONE",
-    "CREATED",
-    "DELTA_TYPES",
-    "DONE",
-    "ERROR",
-    "FAILED",
-    "INCOMPLETE",
-    "IN_PROGRESS",
-    "OUTPUT_ITEM_ADDED",
-    "OUTPUT_ITEM_DONE",
-    "QUEUED",
-    "REASONING_SUMMARY_PART_ADDED",
-    "REASONING_SUMMARY_PART_DONE",
-    "REASONING_SUMMARY_TEXT_DELTA",
-    "REASONING_SUMMARY_TEXT_DONE",
-    "REASONING_TEXT_DELTA",
-    "REFUSAL_DELTA",
-    "RESPONSE_ERROR_CODES",
-    "TERMINAL_TYPES",
-    "TEXT_DELTA",
-    "TEXT_DONE",
-    "ResponseBuilder",
-    "dumps",
-    "error_body",
-    "error_type_for_status",
-    "loads",
-    "new_id",
-    "usage",
-    "ws_error_event",
-]
-
 # --- event type names -------------------------------------------------------------------------
 
 CREATED = "response.created"
@@ -342,6 +306,11 @@ class ResponseBuilder:
             raise ValueError(f"ResponseBuilder.{method}(): no open {kind} item")
         return self._open
 
+    def _item_event(self, type_: str, **fields: Any) -> dict[str, Any]:
+        """An event of the open item: its ``item_id`` and ``output_index``, then ``fields``."""
+        assert self._open is not None
+        return self._event(type_, item_id=self._open["id"], output_index=self._open_index, **fields)
+
     def _require_idle(self, method: str) -> None:
         if self._ended:
             raise ValueError(f"ResponseBuilder.{method}(): response already ended ({self._status})")
@@ -404,40 +373,24 @@ class ResponseBuilder:
         """
         self._require_idle("begin_message")
         self._keep_text = keep_text
-        index = len(self._output)
-        item_id = item_id or self._item_id("msg", index)
-        return [
-            *self._begin(
-                {
-                    "id": item_id,
-                    "type": "message",
-                    "status": "in_progress",
-                    "content": [],
-                    "role": "assistant",
-                }
-            ),
-            self._event(
-                CONTENT_PART_ADDED,
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part=_text_part(""),
-            ),
-        ]
+        item_id = item_id or self._item_id("msg", len(self._output))
+        added = self._begin(
+            {
+                "id": item_id,
+                "type": "message",
+                "status": "in_progress",
+                "content": [],
+                "role": "assistant",
+            }
+        )
+        return [*added, self._item_event(CONTENT_PART_ADDED, content_index=0, part=_text_part(""))]
 
     def text_delta(self, text: str) -> dict[str, Any]:
         """One ``response.output_text.delta`` of the open message."""
-        item = self._require_open("message", "text_delta")
+        self._require_open("message", "text_delta")
         if self._keep_text:
             self._open_text.append(text)
-        return self._event(
-            TEXT_DELTA,
-            item_id=item["id"],
-            output_index=self._open_index,
-            content_index=0,
-            delta=text,
-            logprobs=[],
-        )
+        return self._item_event(TEXT_DELTA, content_index=0, delta=text, logprobs=[])
 
     def end_message(
         self, status: str = "completed", text: str | None = None
@@ -451,21 +404,8 @@ class ResponseBuilder:
         text = self._whole("end_message", "text", text)
         done_item = dict(item, status=status, content=[_text_part(text)])
         events = [
-            self._event(
-                TEXT_DONE,
-                item_id=item["id"],
-                output_index=self._open_index,
-                content_index=0,
-                text=text,
-                logprobs=[],
-            ),
-            self._event(
-                CONTENT_PART_DONE,
-                item_id=item["id"],
-                output_index=self._open_index,
-                content_index=0,
-                part=_text_part(text),
-            ),
+            self._item_event(TEXT_DONE, content_index=0, text=text, logprobs=[]),
+            self._item_event(CONTENT_PART_DONE, content_index=0, part=_text_part(text)),
             self._event(OUTPUT_ITEM_DONE, output_index=self._open_index, item=done_item),
         ]
         self._close_item(done_item)
@@ -495,12 +435,10 @@ class ResponseBuilder:
 
     def arguments_delta(self, text: str) -> dict[str, Any]:
         """One ``response.function_call_arguments.delta`` of the open call."""
-        item = self._require_open("function_call", "arguments_delta")
+        self._require_open("function_call", "arguments_delta")
         if self._keep_text:
             self._open_text.append(text)
-        return self._event(
-            ARGUMENTS_DELTA, item_id=item["id"], output_index=self._open_index, delta=text
-        )
+        return self._item_event(ARGUMENTS_DELTA, delta=text)
 
     def end_function_call(self, arguments: str | None = None) -> list[dict[str, Any]]:
         """``function_call_arguments.done`` + ``output_item.done`` (status completed, full arguments)."""
@@ -508,12 +446,7 @@ class ResponseBuilder:
         arguments = self._whole("end_function_call", "arguments", arguments)
         done_item = dict(item, status="completed", arguments=arguments)
         events = [
-            self._event(
-                ARGUMENTS_DONE,
-                item_id=item["id"],
-                output_index=self._open_index,
-                arguments=arguments,
-            ),
+            self._item_event(ARGUMENTS_DONE, arguments=arguments),
             self._event(OUTPUT_ITEM_DONE, output_index=self._open_index, item=done_item),
         ]
         self._close_item(done_item)
@@ -533,37 +466,28 @@ class ResponseBuilder:
 
     def summary_part_added(self) -> dict[str, Any]:
         """``response.reasoning_summary_part.added`` (summary_index 0) of the open reasoning item."""
-        item = self._require_open("reasoning", "summary_part_added")
-        return self._event(
-            REASONING_SUMMARY_PART_ADDED,
-            item_id=item["id"],
-            output_index=self._open_index,
-            summary_index=0,
-            part=_summary_part(""),
+        self._require_open("reasoning", "summary_part_added")
+        return self._item_event(
+            REASONING_SUMMARY_PART_ADDED, summary_index=0, part=_summary_part("")
         )
 
     def summary_delta(self, text: str) -> dict[str, Any]:
         """One ``response.reasoning_summary_text.delta`` of the open reasoning item."""
-        item = self._require_open("reasoning", "summary_delta")
+        self._require_open("reasoning", "summary_delta")
         self._open_text.append(text)
-        return self._event(
-            REASONING_SUMMARY_TEXT_DELTA,
-            item_id=item["id"],
-            output_index=self._open_index,
-            summary_index=0,
-            delta=text,
-        )
+        return self._item_event(REASONING_SUMMARY_TEXT_DELTA, summary_index=0, delta=text)
 
     def summary_done(self) -> list[dict[str, Any]]:
         """``reasoning_summary_text.done`` + ``reasoning_summary_part.done`` with the whole summary."""
         item = self._require_open("reasoning", "summary_done")
         text = "".join(self._open_text)
         self._open_text = [text]
-        fields = {"item_id": item["id"], "output_index": self._open_index, "summary_index": 0}
         item["summary"] = [_summary_part(text)]
         return [
-            self._event(REASONING_SUMMARY_TEXT_DONE, text=text, **fields),
-            self._event(REASONING_SUMMARY_PART_DONE, part=_summary_part(text), **fields),
+            self._item_event(REASONING_SUMMARY_TEXT_DONE, summary_index=0, text=text),
+            self._item_event(
+                REASONING_SUMMARY_PART_DONE, summary_index=0, part=_summary_part(text)
+            ),
         ]
 
     def end_reasoning(self, encrypted_content: str | None = None) -> list[dict[str, Any]]:

@@ -29,8 +29,6 @@ import orjson
 
 from harness.wire.errors import SSEError
 
-__all__ = ["SSEDecoder", "SSEMessage", "encode_comment", "encode_done", "encode_event"]
-
 _BOM = b"\xef\xbb\xbf"
 #: the largest event (or unfinished line) a decoder holds: a Responses event that carries a
 #: whole 1,000,000-token answer is about 5 MiB; a peer sending more is not a Responses server

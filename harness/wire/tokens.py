@@ -123,10 +123,10 @@ def chunked_text(n_tokens: int, rng: random.Random) -> str:
     """
     if n_tokens <= TEXT_CHUNK_TOKENS:
         return make_text(n_tokens, rng)
-    chunks = []
-    for start in range(0, n_tokens, TEXT_CHUNK_TOKENS):
-        chunks.append(make_text(min(TEXT_CHUNK_TOKENS, n_tokens - start), rng))
-    return "".join(chunks)
+    return "".join(
+        make_text(min(TEXT_CHUNK_TOKENS, n_tokens - start), rng)
+        for start in range(0, n_tokens, TEXT_CHUNK_TOKENS)
+    )
 
 
 def token_pieces(n_tokens: int, rng: random.Random) -> list[str]:

@@ -12,17 +12,6 @@ import difflib
 import os
 from pathlib import Path
 
-__all__ = [
-    "BUILTIN_DIR",
-    "REPRODUCE_DIR",
-    "builtin_hint",
-    "builtin_path",
-    "builtin_scenarios",
-    "looks_like_path",
-    "shadowed_entries",
-    "shadowed_note",
-]
-
 _PACKAGE = Path(__file__).resolve().parents[1]
 # Installed from the wheel: inside the package.  A checkout (an editable install, or the
 # sources on the path): the top-level folder itself, beside the package.

@@ -29,21 +29,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
 from pydantic_core import PydanticCustomError
 
-__all__ = [
-    "DIST_KINDS",
-    "ConstantDist",
-    "Distribution",
-    "EmpiricalDist",
-    "LognormalDist",
-    "NormalDist",
-    "StrictModel",
-    "UniformDist",
-    "describe_value",
-    "invalid",
-    "parse_distribution",
-    "shown",
-]
-
 DIST_KINDS = ("constant", "uniform", "normal", "lognormal", "empirical")
 
 # z such that P(Z <= z) = 0.95 for a standard normal: sigma = ln(p95/median) / z.
@@ -99,6 +84,20 @@ def invalid(field: str | None, expected: str, got: Any) -> PydanticCustomError:
         "expected {expected}, got {got}",
         {"expected": expected, "got": shown(got), "field": field or ""},
     )
+
+
+def scalars_as_text(value: Any) -> Any:
+    """A mapping of text values (server overrides, headers) as YAML gave it, its scalars as
+    text: ``500`` and ``X-Version: 2`` are what the user meant as text."""
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for k, v in value.items():
+        if isinstance(v, bool):
+            out[k] = "true" if v else "false"
+        elif isinstance(v, int | float):
+            out[k] = str(v)
+    return out
 
 
 def _unknown_field(key: str, allowed: list[str]) -> PydanticCustomError:

@@ -7,20 +7,23 @@ comparison between transports is paired on the same work.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+
+
+def derive_seed(seed: int, label: str) -> int:
+    """A 63-bit seed for one named stream of a run (stable across Python versions)."""
+    digest = hashlib.blake2b(f"loopbench:{seed}:{label}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 @dataclass(frozen=True, slots=True)
 class TurnPlan:
     """One model call of a rollout and the client work that follows it.
 
-    ``new_input_tokens`` is what this turn adds to the conversation (the user
-    prompt on turn 0, the tool outputs of the previous turn afterwards).
-    ``tool_calls`` parallel function calls are requested; ``0`` means this is
-    the final answer.  After the response, the client runs each call for
-    ``tool_latency_ms[i]`` (in parallel: the turn waits for the longest) and
-    produces ``tool_output_tokens[i]`` tokens of output for the next turn.
-    ``think_ms`` is client time (context building) spent before the send.
+    ``tool_calls`` parallel function calls (0: the final answer); the client then runs call
+    i for ``tool_latency_ms[i]`` (the turn waits for the longest) and returns
+    ``tool_output_tokens[i]`` tokens.  ``think_ms`` is client time before the send;
     ``reasoning_tokens`` the model decodes before the visible output (0: it does not reason).
     """
 

@@ -10,18 +10,16 @@ the rollouts' shapes, because the schedule has a separate stream too.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from harness.wire.errors import ScenarioError
 from harness.wire.plural import counted
 from harness.workload.agent import ITEM_OVERHEAD_TOKENS, requested_output_tokens
 from harness.workload.distributions import Distribution
-from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, conversations
-from harness.workload.scenario import RolloutConfig, Scenario, SubagentsConfig
+from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, conversations, derive_seed
+from harness.workload.scenario import ConversationShape, RolloutConfig, Scenario, SubagentsConfig
 from harness.workload.schedule import Start, schedule_starts
 from harness.workload.trace import (
     TraceRollout,
@@ -31,28 +29,10 @@ from harness.workload.trace import (
     trace_plan,
 )
 
-__all__ = [
-    "ThroughputDerivation",
-    "check_context_window",
-    "derive_seed",
-    "generate_rollouts",
-    "history_tokens",
-    "load_scenario_trace",
-    "new_tokens",
-    "scenario_trace_gaps",
-    "throughput_derivation",
-]
-
 # Rollouts averaged to estimate the mean output per rollout in throughput mode:
 # the first N of the run itself, so the estimate is exact for short runs and
 # within ~1-3% (typical token CVs) for long ones.
 THROUGHPUT_SAMPLE = 500
-
-
-def derive_seed(seed: int, label: str) -> int:
-    """A 63-bit seed for one named stream of a run (stable across Python versions)."""
-    digest = hashlib.blake2b(f"loopbench:{seed}:{label}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
 
 
 def _count(dist: Distribution, rng: random.Random, floor: int) -> int:
@@ -64,19 +44,7 @@ def _ms(dist: Distribution, rng: random.Random) -> float:
     return round(max(0.0, dist.sample(rng)), 3)
 
 
-class _TurnShape(Protocol):
-    """The fields a conversation's turns are drawn from (the rollout's, or a sub-agent's)."""
-
-    parallel_calls: Distribution
-    think_ms: Distribution
-    step_output_tokens: Distribution
-    tool_output_growth: float
-    tool_latency_ms: Distribution
-    tool_output_tokens: Distribution
-    final_answer_tokens: Distribution
-
-
-def _draw_turns(cfg: _TurnShape, rng: random.Random, remaining: int) -> list[TurnPlan]:
+def _draw_turns(cfg: ConversationShape, rng: random.Random, remaining: int) -> list[TurnPlan]:
     turns: list[TurnPlan] = []
     step = 0
     while remaining > 0:
@@ -97,7 +65,7 @@ def _draw_turns(cfg: _TurnShape, rng: random.Random, remaining: int) -> list[Tur
     return turns
 
 
-def _draw_prompt(cfg: RolloutConfig | SubagentsConfig, rng: random.Random) -> tuple[int, int, int]:
+def _draw_prompt(cfg: ConversationShape, rng: random.Random) -> tuple[int, int, int]:
     """System, tool-schema and user-prompt tokens of a conversation's first request.
 
     Drawn first, in this order: the draw order is part of the reproducibility contract.
@@ -111,7 +79,7 @@ def _make_rollout(
     cfg: RolloutConfig, rollout_id: int, seed: int, start: Start, tags: dict[str, str]
 ) -> RolloutPlan:
     rng = random.Random(seed)
-    system, tool_schema, user = _draw_prompt(cfg, rng)
+    prompt = _draw_prompt(cfg, rng)
     remaining = _count(cfg.tool_calls, rng, 0)
     turns = _draw_turns(cfg, rng, remaining)
     if cfg.reasoning_tokens is not None:
@@ -127,14 +95,7 @@ def _make_rollout(
         # sub-agents, except the calls the sub-agents answer.
         turns = _fork_subagents(cfg.subagents, turns, seed)
     return RolloutPlan(
-        rollout_id=rollout_id,
-        seed=seed,
-        system_tokens=system,
-        tool_schema_tokens=tool_schema,
-        user_prompt_tokens=user,
-        turns=tuple(turns),
-        start_offset_ns=start.offset_ns,
-        tags=tags,
+        rollout_id, seed, *prompt, tuple(turns), start_offset_ns=start.offset_ns, tags=tags
     )
 
 
@@ -159,19 +120,17 @@ def _fork_subagents(cfg: SubagentsConfig, turns: list[TurnPlan], seed: int) -> l
     for sub_id, (turn_index, call) in enumerate(chosen, start=1):
         sub_seed = derive_seed(seed, f"subagent:{sub_id}")
         sub_rng = random.Random(sub_seed)
-        system, tool_schema, user = _draw_prompt(cfg, sub_rng)
+        prompt = _draw_prompt(cfg, sub_rng)
         result = _count(cfg.result_tokens, sub_rng, 1)
         sub_turns = _draw_turns(cfg, sub_rng, _count(cfg.tool_calls, sub_rng, 0))
         # Its final answer is the parent's tool output (sent as such): one size for both.
         sub_turns[-1] = dataclasses.replace(sub_turns[-1], output_tokens=max(1, result))
         by_turn.setdefault(turn_index, []).append(
             SubagentPlan(
-                subagent_id=sub_id,
-                seed=sub_seed,
-                system_tokens=system,
-                tool_schema_tokens=tool_schema,
-                user_prompt_tokens=user,
-                turns=tuple(sub_turns),
+                sub_id,
+                sub_seed,
+                *prompt,
+                tuple(sub_turns),
                 call_index=call,
                 result_tokens=result,
                 join=cfg.join,

@@ -16,7 +16,7 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
@@ -46,36 +46,12 @@ from harness.workload.distributions import (
     constant_field,
     describe_value,
     invalid,
+    scalars_as_text,
     shown,
 )
 from harness.workload.slo import SloConfig
 from harness.workload.target import TargetConfig
 from harness.workload.trace_scenario import looks_like_trace, trace_scenario
-
-__all__ = [
-    "MAX_OPEN_LOOP_ROLLOUTS",
-    "Arrival",
-    "Burst",
-    "InvalidScenarioError",
-    "Load",
-    "RolloutConfig",
-    "Scenario",
-    "ServerConfig",
-    "SloConfig",
-    "Stage",
-    "SubagentsConfig",
-    "TargetConfig",
-    "Throughput",
-    "ThroughputBurst",
-    "TransportName",
-    "UnknownScenarioError",
-    "describe_error",
-    "load_scenario",
-    "resolve_scenario",
-    "scenario_json_schema",
-    "scenario_problems",
-    "validate_scenario",
-]
 
 if TYPE_CHECKING:
     TransportName = str
@@ -132,22 +108,6 @@ CallsDist = Annotated[
 ]
 
 
-def _stringify_scalars(value: Any) -> Any:
-    # Server overrides are passed on as strings; YAML makes `500` an int, which
-    # is what the user meant, so accept scalars and keep them as text.
-    if isinstance(value, dict):
-        out: dict[Any, Any] = {}
-        for k, v in value.items():
-            if isinstance(v, bool):
-                out[k] = "true" if v else "false"
-            elif isinstance(v, int | float):
-                out[k] = str(v)
-            else:
-                out[k] = v
-        return out
-    return value
-
-
 class ServerConfig(StrictModel):
     """Used only when loopbench starts the embedded reference server."""
 
@@ -159,79 +119,21 @@ class ServerConfig(StrictModel):
         default="cerebras-spark",
         description="Engine profile of the embedded server, e.g. cerebras-spark or gpu-legacy.",
     )
-    set: Annotated[dict[str, str], BeforeValidator(_stringify_scalars)] = Field(
+    set: Annotated[dict[str, str], BeforeValidator(scalars_as_text)] = Field(
         default_factory=dict,
         description="Server option overrides, KEY: VALUE as in `loopbench serve --set`, e.g. engine.sustained_tps: 2000.",
     )
 
 
-class SubagentsConfig(StrictModel):
-    """Sub-agents a rollout forks (a task tool, a parallel exploration): each answers one tool
-    call of a parent turn with its own conversation, run concurrently (docs/metrics.md §1.7).
-
-    Its shape fields mean what the same fields of ``rollout`` mean, for the sub-agent's own
-    conversation; sub-agents drawn from a scenario do not fork sub-agents of their own.
-    """
-
-    count: NonNegDist = constant_field(
-        1, "Sub-agents one rollout forks (at most one per tool call of the forking turns)."
-    )
-    turns: list[Annotated[int, Field(ge=0)]] | None = Field(
-        default=None,
-        min_length=1,
-        description="Indexes of the parent's turns that may fork (tool-calling turns only); "
-        "absent: any tool-calling turn, drawn at random.",
-    )
-    join: Literal["wait", "detach"] = Field(
-        default="wait",
-        description="wait: the parent's next turn waits for the sub-agent's result (a task "
-        "tool); detach: the parent goes on, and the rollout ends when the sub-agent does.",
-    )
-    result_tokens: NonNegDist = constant_field(
-        200,
-        "Tokens of the sub-agent's result (its final answer's length): the output "
-        "of the parent's tool call it answers.",
-    )
-    system_tokens: NonNegDist = constant_field(600, "Tokens of the sub-agent's system prompt.")
-    tool_schema_tokens: NonNegDist = constant_field(
-        400, "Tokens of the sub-agent's tool definitions."
-    )
-    user_prompt_tokens: NonNegDist = constant_field(
-        150, "Tokens of the task the parent gives the sub-agent."
-    )
-    tool_calls: NonNegDist = constant_field(3, "Tool calls in one sub-agent's conversation.")
-    parallel_calls: CallsDist = constant_field(1, "Tool calls a sub-agent's turn asks for.")
-    tool_output_tokens: NonNegDist = constant_field(300, "Tokens each of its tool calls returns.")
-    tool_output_growth: float = Field(
-        default=1.0, gt=0.0, description="Factor applied to its tool outputs at each step."
-    )
-    tool_latency_ms: NonNegDist = constant_field(
-        100, "Client time of one of its tool calls, in milliseconds."
-    )
-    step_output_tokens: NonNegDist = constant_field(60, "Output tokens of its tool-calling turns.")
-    final_answer_tokens: NonNegDist = constant_field(150, "Output tokens of its final answer.")
-    think_ms: NonNegDist = constant_field(0, "Client time before each of its requests, in ms.")
-    ws: Literal["connection", "lanes"] = Field(
-        default="connection",
-        description="How the WebSocket transports run sub-agents: a connection each "
-        "(connection), or lanes (stream_id) on the rollout's connection (lanes); "
-        "--ws-subagents overrides it.",
-    )
-
-
-class RolloutConfig(StrictModel):
-    """The shape of one agent rollout; every numeric field accepts a distribution.
+class ConversationShape(StrictModel):
+    """What a conversation is drawn from, a rollout's or a sub-agent's; every numeric field
+    accepts a distribution.
 
     Samples are rounded to integers for token and call counts (outputs to at
     least 1 token) and to microseconds for latencies; draws below a field's
     floor (possible only with an unbounded normal) are clamped to it.
     """
 
-    count: int = Field(
-        default=6,
-        ge=1,
-        description="Rollouts per transport (closed loop, and open loop without duration_s).",
-    )
     system_tokens: NonNegDist = constant_field(
         800, "Tokens of the system prompt in the first request."
     )
@@ -264,6 +166,60 @@ class RolloutConfig(StrictModel):
     )
     think_ms: NonNegDist = constant_field(
         0, "Client time before each request (context building), in milliseconds."
+    )
+
+
+class SubagentsConfig(ConversationShape):
+    """Sub-agents a rollout forks (a task tool, a parallel exploration): each answers one tool
+    call of a parent turn with its own conversation, run concurrently (docs/metrics.md §1.7).
+
+    Its shape fields mean what the same fields of ``rollout`` mean, for the sub-agent's own
+    conversation (with smaller defaults); sub-agents drawn from a scenario do not fork
+    sub-agents of their own.
+    """
+
+    count: NonNegDist = constant_field(
+        1, "Sub-agents one rollout forks (at most one per tool call of the forking turns)."
+    )
+    turns: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        min_length=1,
+        description="Indexes of the parent's turns that may fork (tool-calling turns only); "
+        "absent: any tool-calling turn, drawn at random.",
+    )
+    join: Literal["wait", "detach"] = Field(
+        default="wait",
+        description="wait: the parent's next turn waits for the sub-agent's result (a task "
+        "tool); detach: the parent goes on, and the rollout ends when the sub-agent does.",
+    )
+    result_tokens: NonNegDist = constant_field(
+        200,
+        "Tokens of the sub-agent's result (its final answer's length): the output "
+        "of the parent's tool call it answers.",
+    )
+    system_tokens: NonNegDist = constant_field(600, "Tokens of the sub-agent's system prompt.")
+    user_prompt_tokens: NonNegDist = constant_field(
+        150, "Tokens of the task the parent gives the sub-agent."
+    )
+    tool_calls: NonNegDist = constant_field(3, "Tool calls in one sub-agent's conversation.")
+    tool_output_tokens: NonNegDist = constant_field(300, "Tokens each of its tool calls returns.")
+    step_output_tokens: NonNegDist = constant_field(60, "Output tokens of its tool-calling turns.")
+    final_answer_tokens: NonNegDist = constant_field(150, "Output tokens of its final answer.")
+    ws: Literal["connection", "lanes"] = Field(
+        default="connection",
+        description="How the WebSocket transports run sub-agents: a connection each "
+        "(connection), or lanes (stream_id) on the rollout's connection (lanes); "
+        "--ws-subagents overrides it.",
+    )
+
+
+class RolloutConfig(ConversationShape):
+    """The shape of one agent rollout."""
+
+    count: int = Field(
+        default=6,
+        ge=1,
+        description="Rollouts per transport (closed loop, and open loop without duration_s).",
     )
     reasoning_tokens: NonNegDist | None = Field(
         default=None,
@@ -431,23 +387,12 @@ class Throughput(StrictModel):
 
 
 class Load(StrictModel):
-    """How rollouts are started.
+    """How rollouts are started: ``closed``, ``open`` or ``throughput`` (each field's
+    description says which modes read it).
 
-    ``closed``: ``concurrency`` agents each run rollouts back to back, until
-    ``rollout.count`` rollouts ran or ``duration_s`` elapsed (per transport).
-    ``open``: rollouts start at scheduled times whatever is in flight. The rate
-    over time is given by ``stages`` (then ``arrival.rate`` continues after the
-    last stage if set) or by ``arrival.rate`` alone; ``arrival.process`` shapes
-    the gaps. The schedule ends at ``duration_s`` if set, else after
-    ``rollout.count`` scheduled rollouts (or when stages end with no tail rate);
-    ``bursts`` add extra rollouts on top.
-    ``throughput``: open loop whose rate follows ``throughput`` (aggregate
-    output TPS, with TPS bursts); ``arrival.process`` shapes the gaps,
-    ``arrival.rate`` and ``stages`` are ignored, ``bursts`` still add rollouts.
-    In open and throughput modes ``max_in_flight`` (if set) drops a start that
-    finds that many rollouts in flight; dropped starts are counted and make the
-    run invalid.  Fields for the other modes are ignored so that a mode can be
-    switched with one override.
+    An open schedule ends at ``duration_s`` if set, else after ``rollout.count`` scheduled
+    rollouts (or when stages end with no tail rate).  Fields for the other modes are
+    ignored so that a mode can be switched with one override.
     """
 
     mode: Literal["closed", "open", "throughput"] = Field(
@@ -511,28 +456,24 @@ class Load(StrictModel):
     def _open_loop(self) -> Load:
         if self.mode == "closed":
             return self
+        spans: list[tuple[str, Sequence[Burst | ThroughputBurst]]] = []
         if self.mode == "throughput":
             if self.throughput is None:
                 raise invalid("throughput", "a throughput target (tps) for throughput mode", None)
-            if self.duration_s is not None:
-                for i, tb in enumerate(self.throughput.bursts):
-                    if tb.at_s + tb.over_s > self.duration_s:
-                        raise invalid(
-                            f"throughput.bursts[{i}].at_s",
-                            f"a burst ending within duration_s ({shown(self.duration_s)})",
-                            tb.at_s,
-                        )
+            spans.append(("throughput.bursts", self.throughput.bursts))
         else:
             has_rate = self.arrival is not None and self.arrival.rate is not None
             if not has_rate and not self.stages:
                 got = self.arrival.model_dump(exclude_none=True) if self.arrival else None
                 field = "arrival.rate" if self.arrival is not None else "arrival"
                 raise invalid(field, "an arrival rate (or stages) for open-loop mode", got)
-        if self.duration_s is not None:
-            for i, burst in enumerate(self.bursts):
-                if burst.at_s + burst.over_s > self.duration_s:
+        spans.append(("bursts", self.bursts))
+        end = math.inf if self.duration_s is None else self.duration_s
+        for name, bursts in spans:
+            for i, burst in enumerate(bursts):
+                if burst.at_s + burst.over_s > end:
                     raise invalid(
-                        f"bursts[{i}].at_s",
+                        f"{name}[{i}].at_s",
                         f"a burst ending within duration_s ({shown(self.duration_s)})",
                         burst.at_s,
                     )
@@ -824,8 +765,7 @@ def describe_error(err: ErrorDetails) -> tuple[str, str]:
 
 def _from_override(field: str, overrides: Mapping[str, str] | None) -> str:
     for key, value in (overrides or {}).items():
-        related = (field, key) if len(field) >= len(key) else (key, field)
-        if related[0] == related[1] or related[0].startswith((related[1] + ".", related[1] + "[")):
+        if _related(field, key):
             return f" (from override {key}={value})"
     return ""
 

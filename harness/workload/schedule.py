@@ -23,8 +23,6 @@ from dataclasses import dataclass
 
 from harness.workload.scenario import MAX_OPEN_LOOP_ROLLOUTS, Arrival, Load, Stage
 
-__all__ = ["Start", "intended_starts", "schedule_starts", "throughput_load"]
-
 NS_PER_S = 1_000_000_000
 
 
@@ -125,13 +123,13 @@ def _base_times(load: Load, count: int, rng: random.Random) -> list[float]:
 
 
 def _burst_times(load: Load) -> list[tuple[float, int]]:
-    out: list[tuple[float, int]] = []
-    for b_i, burst in enumerate(load.bursts):
-        for i in range(burst.extra):
-            # Mid-points of M equal slices: evenly spread and strictly inside the
-            # window (all at `at_s` when the window has no width).
-            out.append((burst.at_s + burst.over_s * (i + 0.5) / burst.extra, b_i))
-    return out
+    # Mid-points of M equal slices: evenly spread and strictly inside the window (all at
+    # `at_s` when the window has no width).
+    return [
+        (burst.at_s + burst.over_s * (i + 0.5) / burst.extra, b_i)
+        for b_i, burst in enumerate(load.bursts)
+        for i in range(burst.extra)
+    ]
 
 
 def throughput_load(load: Load, mean_output_tokens: float) -> Load:

@@ -6,8 +6,6 @@ does, so the file is both a working scenario and a short reference.
 
 from __future__ import annotations
 
-__all__ = ["starter_scenario"]
-
 # The description states these, so each is written once, here (it once said 4 rollouts of 8).
 _ROLLOUTS = 8
 _TOOL_CALLS = (6, 10)

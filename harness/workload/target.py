@@ -14,7 +14,7 @@ from pydantic import BeforeValidator, Field
 from pydantic import model_validator as _model_validator
 
 from harness.wire.transports import APIS
-from harness.workload.distributions import StrictModel, invalid
+from harness.workload.distributions import StrictModel, invalid, scalars_as_text
 
 #: the APIs whose bodies ``extra_body`` can address, one key each in the per-API form: all
 EXTRA_BODY_APIS = APIS
@@ -25,20 +25,6 @@ RESERVED_BODY_FIELDS = {
 }
 #: an HTTP header name (RFC 9110 token)
 HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-
-
-def _header_values_as_text(value: Any) -> Any:
-    # `X-Version: 2` is what the user meant as text: accept scalars and keep them as text.
-    if isinstance(value, dict):
-        return {
-            k: ("true" if v else "false")
-            if isinstance(v, bool)
-            else str(v)
-            if isinstance(v, int | float)
-            else v
-            for k, v in value.items()
-        }
-    return value
 
 
 def extra_body_problem(extra: dict[str, Any]) -> tuple[str, str, Any] | None:
@@ -66,7 +52,7 @@ def extra_body_problem(extra: dict[str, Any]) -> tuple[str, str, Any] | None:
 class TargetConfig(StrictModel):
     """How every request is shaped for a real server (docs/targets.md)."""
 
-    headers: Annotated[dict[str, str], BeforeValidator(_header_values_as_text)] = Field(
+    headers: Annotated[dict[str, str], BeforeValidator(scalars_as_text)] = Field(
         default_factory=dict,
         description="Extra HTTP headers on every request and WebSocket handshake, NAME: VALUE. "
         "Values of credential headers (authorization, x-api-key, *token*, *key*) are never "

@@ -18,7 +18,6 @@ file-reading helper, like :func:`~harness.workload.scenario.load_scenario`.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -30,27 +29,8 @@ from pydantic import model_validator as _model_validator
 from harness.wire.errors import ScenarioError
 from harness.workload.distributions import StrictModel, invalid
 from harness.workload.jsonl import json_lines
-from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan
+from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, derive_seed
 from harness.workload.scenario import describe_error
-
-__all__ = [
-    "TRACE_VERSION",
-    "TraceClient",
-    "TraceHeader",
-    "TraceRecovery",
-    "TraceRollout",
-    "TraceSubagent",
-    "TraceToolCall",
-    "TraceTurn",
-    "TraceWarmup",
-    "dump_trace",
-    "parse_trace",
-    "read_trace",
-    "read_trace_header",
-    "recording_gaps",
-    "resolve_trace_path",
-    "trace_plan",
-]
 
 #: the version :func:`dump_trace` writes when a rollout uses a version 2 field
 TRACE_VERSION: Literal[2] = 2
@@ -481,12 +461,6 @@ def _client(client: TraceClient | None) -> TraceClient:
     return client if client is not None else TraceClient()
 
 
-def _subagent_seed(seed: int, subagent_id: int) -> int:
-    # Same construction as rollout.derive_seed (which imports this module, hence no import).
-    label = f"loopbench:{seed}:subagent:{subagent_id}"
-    return int.from_bytes(hashlib.blake2b(label.encode(), digest_size=8).digest(), "big") >> 1
-
-
 def _turn_plans(turns: Sequence[TraceTurn], seed: int, counter: list[int]) -> tuple[TurnPlan, ...]:
     plans = []
     for i, t in enumerate(turns):
@@ -495,7 +469,7 @@ def _turn_plans(turns: Sequence[TraceTurn], seed: int, counter: list[int]) -> tu
         for k, sub in enumerate(t.subagents):
             counter[0] += 1
             sid = counter[0]
-            sub_seed = _subagent_seed(seed, sid)
+            sub_seed = derive_seed(seed, f"subagent:{sid}")
             subs.append(
                 SubagentPlan(
                     subagent_id=sid,

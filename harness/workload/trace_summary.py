@@ -9,11 +9,11 @@ enough to tell, before replaying it, whether a recording holds the sessions that
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
+from harness.wire.plural import counted
 from harness.workload.trace import TraceHeader, TraceRollout, TraceTurn
-
-__all__ = ["RolloutSummary", "summarize_rollout", "trace_summary_lines"]
 
 #: rollout meta keys worth a note, in the order they are printed
 _NOTES = ("follows", "forked_from", "overlapped_with", "truncated", "ended_on_failure")
@@ -125,7 +125,7 @@ def trace_summary_lines(
 ) -> list[str]:
     """The lines ``loopbench trace show`` prints for a trace."""
     sums = [summarize_rollout(r) for r in rollouts]
-    lines = [f"{source}: {len(rollouts):,} rollout{'s' if len(rollouts) != 1 else ''}"]
+    lines = [f"{source}: {counted(len(rollouts), 'rollout')}"]
     if header is not None:
         meta = header.meta
         recorded = [f"version {header.version}"]
@@ -145,21 +145,12 @@ def trace_summary_lines(
             lines.append("the recording misses exchanges: " + "; ".join(map(str, lost)))
     rows = [tuple(name for name, _ in _COLUMNS), *(_row(s) for s in sums)]
     if len(sums) > 1:
-        total = RolloutSummary(
-            id="total",
-            turns=sum(s.turns for s in sums),
-            tool_calls=sum(s.tool_calls for s in sums),
-            output_tokens=sum(s.output_tokens for s in sums),
-            reasoning_tokens=sum(s.reasoning_tokens for s in sums),
-            first_input_tokens=sum(s.first_input_tokens for s in sums),
-            last_input_tokens=sum(s.last_input_tokens for s in sums),
-            tool_ms=sum(s.tool_ms for s in sums),
-            warmup=False,
-            recoveries=sum(s.recoveries for s in sums),
-            failed_attempts=sum(s.failed_attempts for s in sums),
-            subagents=sum(s.subagents for s in sums),
-            notes=(),
-        )
+        sums_of: dict[str, Any] = {
+            f.name: sum(getattr(s, f.name) for s in sums)
+            for f in fields(RolloutSummary)
+            if f.name not in ("id", "warmup", "notes")
+        }
+        total = RolloutSummary(id="total", warmup=False, notes=(), **sums_of)
         warmed = sum(1 for s in sums if s.warmup)
         rows.append((*_row(total)[:7], f"{warmed:,}", *_row(total)[8:]))
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]

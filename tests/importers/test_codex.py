@@ -108,6 +108,16 @@ def test_bad_session_lines() -> None:
     assert parse_codex_session(['{"type": "new_kind", "payload": {"x": 1}}'], "s.jsonl") == []
 
 
+def test_a_binary_file_is_a_located_error(tmp_path: Path) -> None:
+    """Not a UTF-8 text file: named like every importer names it, not a UnicodeDecodeError."""
+    path = tmp_path / "rollout.jsonl"
+    path.write_bytes(b"\xff\xfe\x00 not text")
+    with pytest.raises(
+        SessionImportError, match=r"rollout.jsonl: expected UTF-8 JSON lines, got binary"
+    ):
+        import_codex_files([str(path)])
+
+
 def test_import_writes_a_trace_the_scenario_reads(tmp_path: Path) -> None:
     (tmp_path / "sessions" / "2025" / "11").mkdir(parents=True)
     copy = tmp_path / "sessions" / "2025" / "11" / "rollout-a.jsonl"

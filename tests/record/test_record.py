@@ -24,9 +24,9 @@ import pytest
 from harness.client.options import TransportOptions
 from harness.record import observer_process
 from harness.record.observe import build_trace
+from harness.record.observer_process import ObserverError
 from harness.record.proxy import (
     OBSERVERS,
-    ObserverError,
     RecordingProxy,
     Upstream,
     write_trace,

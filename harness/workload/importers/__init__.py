@@ -16,19 +16,11 @@ from pathlib import Path
 from harness.wire.errors import UsageError
 from harness.wire.plural import counted
 from harness.workload.importers.azure import import_azure_files
-from harness.workload.importers.codex import SessionImportError, import_codex_files
+from harness.workload.importers.codex import import_codex_files
+from harness.workload.importers.common import SessionImportError
 from harness.workload.importers.mooncake import BLOCK_TOKENS, import_mooncake_files
 from harness.workload.importers.otel import import_otel_files
 from harness.workload.trace import TRACE_VERSION, TraceHeader, TraceRollout, dump_trace
-
-__all__ = [
-    "FORMATS",
-    "IMPORTERS",
-    "Importer",
-    "SessionImportError",
-    "find_session_files",
-    "import_sessions",
-]
 
 
 @dataclass(frozen=True, slots=True)

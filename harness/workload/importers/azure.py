@@ -1,17 +1,10 @@
 """Azure LLM inference traces → loopbench trace rollouts.
 
-The Azure public LLM inference traces (2023: code and conversation services, from the
-Splitwise paper; 2024: a week of the same, from DynamoLLM; replayed by inference-perf) are
-CSV with a header and one request per row:
-
-* ``TIMESTAMP`` — invocation time (``2023-11-16 18:15:46.6805900``; the 2024 files add a
-  UTC offset);
-* ``ContextTokens`` — tokens the request read;
-* ``GeneratedTokens`` — tokens it wrote.
-
-The rows carry no session or conversation key, so each request is a one-turn rollout: its
-context is the prompt and its output the final answer.  The arrival time (ms after the
-file's first row) stays in ``meta``; the replay's ``load:`` section decides arrivals.
+The Azure public LLM inference traces (2023 and 2024; replayed by inference-perf) are CSV,
+one request per row: ``TIMESTAMP`` (the 2024 files add a UTC offset), ``ContextTokens``,
+``GeneratedTokens``.  The rows carry no session key, so each request is a one-turn
+rollout; its arrival (ms after the file's first row) stays in ``meta``: the replay's
+``load:`` section decides arrivals.
 """
 
 from __future__ import annotations
@@ -21,11 +14,15 @@ import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from harness.workload.importers.codex import SessionImportError
-from harness.workload.importers.common import Request, bad_field, chain_rollout, whole_field
+from harness.workload.importers.common import (
+    Request,
+    SessionImportError,
+    bad_field,
+    chain_rollout,
+    import_files,
+    whole_field,
+)
 from harness.workload.trace import TraceRollout
-
-__all__ = ["COLUMNS", "import_azure_files", "parse_azure"]
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -83,13 +80,4 @@ def parse_azure(lines: Iterable[str], source: str = "<azure>") -> list[TraceRoll
 
 def import_azure_files(paths: Sequence[str]) -> list[TraceRollout]:
     """Every row of every file as a one-turn rollout, in file order."""
-    rollouts: list[TraceRollout] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8", newline="") as fh:
-                rollouts += parse_azure(fh, path)
-        except OSError as exc:
-            raise SessionImportError(f"{path}: cannot read file: {exc}") from None
-        except UnicodeDecodeError:
-            raise SessionImportError(f"{path}: expected UTF-8 CSV text, got binary") from None
-    return rollouts
+    return import_files(paths, parse_azure, "CSV text", newline="")

@@ -1,29 +1,10 @@
-"""Codex CLI session files → loopbench trace rollouts.
+"""Codex CLI session files (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``) → trace rollouts.
 
-Codex CLI records each session as JSONL under ``~/.codex/sessions/YYYY/MM/DD/
-rollout-*.jsonl``; every line is ``{"timestamp", "type", "payload"}`` with
-``type`` one of ``session_meta``, ``turn_context``, ``response_item``,
-``event_msg`` and ``compacted``.  What this importer derives (docs/traces.md has
-the full mapping):
-
-* a **rollout** per user task: a user message that is not injected context
-  (``<environment_context>``, ``<user_instructions>``, AGENTS.md…) starts one;
-  a ``compacted`` line ends the current one and starts a new segment whose
-  prompt is the compaction summary (the real history shrank there);
-* a **turn** per model call: the consecutive model-output items (reasoning,
-  assistant message, function/custom/local-shell calls) between two inputs;
-  its output tokens come from the ``token_count`` event that follows it
-  (``info.last_token_usage.output_tokens``), else from the items' text;
-* per **tool call**: latency = timestamp of its ``*_output`` item − timestamp
-  of the call item; output tokens = the growth of the next call's
-  ``input_tokens`` (minus the visible output just produced), split over
-  parallel calls by output length, else the output text's length;
-* **system tokens** = the first call's ``input_tokens`` − the prompt (system
-  prompt, tool schemas, injected context and, for later tasks, the earlier
-  conversation: the replay starts at the recorded size).
-
-Client think time cannot be told apart from model time in these files, so it
-is 0.  Parsing is pure over lines; only :func:`import_codex_files` reads files.
+A rollout per user task (a ``compacted`` line starts a new one), a turn per model call, a
+tool call's latency and output from the timestamps and ``token_count`` events: the full
+mapping is docs/traces.md's table.  Client think time cannot be told apart from model
+time in these files, so it is 0.  Parsing is pure over lines; only
+:func:`import_codex_files` reads files.
 """
 
 from __future__ import annotations
@@ -37,12 +18,10 @@ from typing import Any
 
 import orjson
 
-from harness.wire.errors import LoopbenchError
 from harness.wire.tokens import count_tokens
+from harness.workload.importers.common import SessionImportError, import_files
 from harness.workload.jsonl import json_lines
 from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
-
-__all__ = ["CONTEXT_PREFIXES", "SessionImportError", "import_codex_files", "parse_codex_session"]
 
 # User-role messages Codex injects itself (not typed by the user): context, not a new task.
 CONTEXT_PREFIXES = (
@@ -53,12 +32,9 @@ CONTEXT_PREFIXES = (
     "<user_shell_command>",
     "<turn_aborted>",
 )
-_CALL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call")
-_OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
-
-
-class SessionImportError(LoopbenchError):
-    """A session file cannot be read as the format it claims."""
+#: the Responses items that are a tool call, and those that are a call's output
+CALL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call")
+OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 
 
 @dataclass(slots=True)
@@ -215,7 +191,7 @@ class _SessionParser:
             tokens = count_tokens(text)
             self._model_step().text_tokens += tokens
             self.history_tokens += tokens
-        elif kind in _CALL_ITEMS:
+        elif kind in CALL_ITEMS:
             step = self._model_step()
             call_id = str(item.get("call_id") or item.get("id") or f"call-{len(self.calls)}")
             call = _Call(call_id, self.t)
@@ -225,7 +201,7 @@ class _SessionParser:
             tokens = count_tokens(str(item.get("name", "")) + content_text(body))
             step.text_tokens += tokens
             self.history_tokens += tokens
-        elif kind in _OUTPUT_ITEMS:
+        elif kind in OUTPUT_ITEMS:
             tokens = count_tokens(content_text(item.get("output")))
             done = self.calls.get(str(item.get("call_id")))
             if done is not None and not done.answered:
@@ -368,12 +344,4 @@ def parse_codex_session(lines: Iterable[str], source: str = "<codex>") -> list[T
 
 
 def import_codex_files(paths: Sequence[str]) -> list[TraceRollout]:
-    """Every rollout of every file, in file order."""
-    rollouts: list[TraceRollout] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                rollouts += parse_codex_session(fh, path)
-        except OSError as exc:
-            raise SessionImportError(f"{path}: cannot read file: {exc}") from None
-    return rollouts
+    return import_files(paths, parse_codex_session, "JSON lines")

@@ -3,14 +3,36 @@ line and field, and the rollouts a chain of requests becomes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
-from harness.workload.importers.codex import SessionImportError
+from harness.wire.errors import LoopbenchError
 from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
 
-__all__ = ["Request", "bad_field", "chain_rollout", "number_field", "whole_field"]
+
+class SessionImportError(LoopbenchError):
+    """A session file cannot be read as the format it claims."""
+
+
+def import_files(
+    paths: Sequence[str],
+    parse: Callable[[IO[str], str], list[TraceRollout]],
+    text: str,
+    newline: str | None = None,
+) -> list[TraceRollout]:
+    """Every rollout of every file, in file order (nothing joins across files); ``text``
+    names what a file should hold (``JSON lines``) when it is binary."""
+    rollouts: list[TraceRollout] = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", newline=newline) as fh:
+                rollouts += parse(fh, path)
+        except OSError as exc:
+            raise SessionImportError(f"{path}: cannot read file: {exc}") from None
+        except UnicodeDecodeError:
+            raise SessionImportError(f"{path}: expected UTF-8 {text}, got binary") from None
+    return rollouts
 
 
 def bad_field(source: str, line: int, field: str, expected: str, got: Any) -> SessionImportError:

@@ -1,27 +1,11 @@
 """Mooncake request traces → loopbench trace rollouts.
 
-The Mooncake trace (Kimi's FAST'25 KV-cache traces: conversation, tool-agent and
-synthetic; replayed by aiperf and guidellm) is JSONL, one request per line:
-
-* ``timestamp`` — arrival, in ms since the first request;
-* ``input_length`` / ``output_length`` — tokens read and written;
-* ``hash_ids`` — one id per 512-token block of the input, where an id stands for the
-  block *and everything before it*: two requests starting with the same ids share that
-  prefix, so a request whose ids start with all of an earlier request's full blocks re-sent
-  that request's whole context;
-* (aiperf's multi-turn files) ``session_id`` groups the turns of one conversation and
-  ``delay`` is the client's wait in ms after the previous turn; ``text_input`` replaces
-  ``input_length`` with the text itself.
-
-Sessions: with ``session_id``, its lines in file order, each line's input being what that
-turn *adds* (the replaying client keeps the history, as aiperf's multi-turn replay does);
-otherwise each line is a whole request and a request continues the
-conversation whose latest request's full blocks are a prefix of its ``hash_ids`` (the
-longest such prefix wins; the request must come later and read more), and starts a new
-conversation when none fits.  A conversation's first request cannot be continued when its
-full blocks were all read by another conversation too (a common system prompt, nothing of
-its own yet): every later request with that system prompt would join it.  Without ``hash_ids`` or
-``session_id`` every request is a one-turn rollout.  docs/traces.md has the mapping.
+The Mooncake trace (Kimi's FAST'25 KV-cache traces; replayed by aiperf and guidellm) is
+JSONL, one request per line: ``timestamp`` (ms), ``input_length`` / ``output_length``
+(tokens) and ``hash_ids``, one id per 512-token block of the input standing for the block
+*and everything before it*; aiperf's multi-turn files add ``session_id``, ``delay`` and
+``text_input``.  How requests become conversations (by ``session_id``, else by a prefix of
+``hash_ids``) is docs/traces.md's.
 """
 
 from __future__ import annotations
@@ -32,18 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.wire.tokens import count_tokens
-from harness.workload.importers.codex import SessionImportError
 from harness.workload.importers.common import (
     Request,
+    SessionImportError,
     bad_field,
     chain_rollout,
+    import_files,
     number_field,
     whole_field,
 )
 from harness.workload.jsonl import json_lines
 from harness.workload.trace import TraceRollout
-
-__all__ = ["BLOCK_TOKENS", "import_mooncake_files", "parse_mooncake"]
 
 BLOCK_TOKENS = 512  # the Mooncake traces' KV-cache block (the paper's and the peers' default)
 
@@ -221,13 +204,6 @@ def import_mooncake_files(
     paths: Sequence[str], block_tokens: int = BLOCK_TOKENS
 ) -> list[TraceRollout]:
     """Every rollout of every file, in file order (sessions do not span files)."""
-    rollouts: list[TraceRollout] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                rollouts += parse_mooncake(fh, path, block_tokens)
-        except OSError as exc:
-            raise SessionImportError(f"{path}: cannot read file: {exc}") from None
-        except UnicodeDecodeError:
-            raise SessionImportError(f"{path}: expected UTF-8 JSON lines, got binary") from None
-    return rollouts
+    return import_files(
+        paths, lambda fh, path: parse_mooncake(fh, path, block_tokens), "JSON lines"
+    )

@@ -1,28 +1,11 @@
 """OpenTelemetry GenAI spans (OTLP JSON) → loopbench trace rollouts.
 
-An agent instrumented with the OpenTelemetry GenAI semantic conventions emits spans that
-an OTLP exporter writes as JSON: ``{"resourceSpans": [{"scopeSpans": [{"spans": [...]}]}]}``
-(one such object per file, or one per line as the collector's file exporter writes them).
-A span has ``traceId``, ``spanId``, ``parentSpanId``, ``startTimeUnixNano``,
-``endTimeUnixNano`` and ``attributes`` (``[{"key", "value": {"intValue" | "stringValue" |
-…}}]``).  What this importer reads (docs/traces.md has the mapping):
-
-* **model calls**: spans whose ``gen_ai.operation.name`` is ``chat``, ``text_completion``
-  or ``generate_content``, or that report ``gen_ai.usage.input_tokens`` /
-  ``output_tokens`` (older names: ``prompt_tokens`` / ``completion_tokens``);
-* **tool calls**: ``execute_tool`` spans;
-* **conversations**: the model calls under the same nearest ``invoke_agent`` span, else
-  with the same ``gen_ai.conversation.id``, else in the same trace; an ``invoke_agent``
-  under another agent is a **sub-agent** (trace v2): in the parent's turn, an entry of
-  ``subagents`` named by the tool call it answered (or by a call of its own when no tool span
-  holds it), whose output is the sub-agent's ``result_tokens``.  It is not a rollout of its
-  own, so a replay offers its load once, inside its parent's.
-
-Per conversation, model calls in start order are the turns; a tool call belongs to the last
-model call that started before it; its latency is its span's duration.  Each turn keeps the
-input, cached and reasoning tokens its span reported (v2 per-turn fields).  What the tools
-returned is the growth of the next call's input beyond this call's output, split evenly
-over the calls.  Parsing is pure over text; only :func:`import_otel_files` reads files.
+An OTLP exporter writes ``{"resourceSpans": [{"scopeSpans": [{"spans": [...]}]}]}``, one
+such object per file or one per line (the collector's file exporter).  Model calls
+(``chat``, ``text_completion``, ``generate_content``, or spans reporting
+``gen_ai.usage.*_tokens``) are the turns, ``execute_tool`` spans the tool calls, an
+``invoke_agent`` under another agent a sub-agent (trace v2): docs/traces.md has the
+mapping.  Parsing is pure over text; only :func:`import_otel_files` reads files.
 """
 
 from __future__ import annotations
@@ -35,10 +18,8 @@ from typing import Any
 
 import orjson
 
-from harness.workload.importers.codex import SessionImportError
+from harness.workload.importers.common import SessionImportError, import_files
 from harness.workload.trace import TraceRollout, TraceSubagent, TraceToolCall, TraceTurn
-
-__all__ = ["MODEL_OPERATIONS", "import_otel_files", "parse_otel"]
 
 MODEL_OPERATIONS = ("chat", "text_completion", "generate_content")
 _INPUT_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
@@ -428,14 +409,4 @@ def parse_otel(text: str, source: str = "<otel>") -> list[TraceRollout]:
 
 def import_otel_files(paths: Sequence[str]) -> list[TraceRollout]:
     """Every conversation of every file, in file order (spans do not join across files)."""
-    rollouts: list[TraceRollout] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise SessionImportError(f"{path}: cannot read file: {exc}") from None
-        except UnicodeDecodeError:
-            raise SessionImportError(f"{path}: expected UTF-8 JSON, got binary") from None
-        rollouts += parse_otel(text, path)
-    return rollouts
+    return import_files(paths, lambda fh, path: parse_otel(fh.read(), path), "JSON")
