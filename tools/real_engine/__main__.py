@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LoopbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
-    print_outcome(render(outcome.rows), outcome.doc, opts.out, outcome.notes)
+    print_outcome(render(outcome.rows, outcome.engine), outcome.doc, opts.out, outcome.notes)
     misses = outcome.missed
     if misses:
         print(f"{len(misses)} target(s) missed or not evaluated:", file=sys.stderr)

@@ -227,9 +227,10 @@ def _fmt(value: float | None, metric: str, stat: str = "") -> str:
     return f"{value:,.0f}"
 
 
-def render(rows: Sequence[Row]) -> str:
-    """The table `make real-engine` prints (and docs/real-engine.md shows)."""
-    head = ("tool", "api", "figure", "stat", "client", "vLLM", "bucket", "diff", "target", "")
+def render(rows: Sequence[Row], engine: str = "vLLM") -> str:
+    """The table `make real-engine` prints (and docs/real-engine.md shows); ``engine`` heads
+    the engine's column (what answered, :func:`tools.real_engine.engine.identify`)."""
+    head = ("tool", "api", "figure", "stat", "client", engine, "bucket", "diff", "target", "")
     lines: list[tuple[str, ...]] = [head]
     for r in rows:
         diff = r.diff

@@ -85,6 +85,7 @@ class Outcome:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     doc: dict[str, Any] = field(default_factory=dict)
+    engine: str = "vLLM"  # what answered: the engine column's head
 
     @property
     def missed(self) -> list[Row]:
@@ -236,7 +237,8 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
         say(f"starting vLLM (log {out / 'vllm.log'}) ...")
         running = serving(opts.engine_venv, model, hf_home, out / "vllm.log")
     with running as engine:
-        say(f"vLLM answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
+        outcome.engine = engine.name
+        say(f"{engine.name} answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
         probe = subprocess.run(
             [
                 sys.executable,
@@ -301,11 +303,12 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
         if opts.capture is not None:
             outcome.doc["captures"] = capture_streams(engine, opts.capture, say)
     outcome.doc.update(
+        engine=outcome.engine,
         **machine(t0, load0),
         rows=[{**r.__dict__, "diff": r.diff} for r in outcome.rows],
         notes=outcome.notes,
     )
-    write_outcome(out, "real-engine.json", outcome.doc, render(outcome.rows))
+    write_outcome(out, "real-engine.json", outcome.doc, render(outcome.rows, outcome.engine))
     return outcome
 
 

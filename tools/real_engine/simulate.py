@@ -128,7 +128,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
     busy_doc: dict[int, dict[str, float | bool]] = {}
     notes: list[str] = []
     with running as engine:
-        say(f"vLLM answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
+        say(f"{engine.name} answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
         warm_up(base, engine, "chat", tokenizer, scenarios)
         fitted = []
         for c in opts.levels:
