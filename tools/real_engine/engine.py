@@ -17,7 +17,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,16 +31,19 @@ START_TIMEOUT_S = 600.0
 #: vLLM's tool-call parser for tool_choice "auto"; forced calls (loopbench's agent turns send
 #: tool_choice "required") are decoded under a JSON grammar whatever the parser
 TOOL_PARSER = "hermes"
-#: Where vLLM's processes run (docs/real-engine.md, "Why vLLM delivered whole responses").
-#: vLLM's CPU backend binds its worker to CPU 0 and leaves CPU 1 to its engine-core process,
-#: which polls for each step's result in a ``sched_yield`` loop while the worker computes;
-#: on 2 CPUs the API server and the client share CPU 1 with that loop and fall behind.
-#: ``core-with-worker`` moves the engine-core process onto the worker's CPUs once the server
-#: answers, so that the loop yields to the worker it waits for, not to the API server;
-#: ``vllm`` leaves vLLM's own placement (the comparison `python -m tools.real_engine.delivery`
-#: measures).
-PLACEMENTS = ("core-with-worker", "vllm")
-PLACEMENT = "vllm"
+#: Where vLLM's processes run, and at what priority (docs/real-engine.md, "Why the responses
+#: came whole").  vLLM's CPU backend binds its worker to CPU 0 and leaves CPU 1 to its
+#: engine-core process, which polls for each step's result in a ``sched_yield`` loop while the
+#: worker computes; on 2 CPUs the API server and the client share CPU 1 with that loop.
+#: ``vllm`` leaves vLLM's own placement; ``core-niced`` gives the engine core's threads nice 19,
+#: so that a woken client or API server takes the CPU from the loop; ``engine-niced`` does so
+#: for the worker too (it polls for the next step the same way, for 1 s after each);
+#: ``core-with-worker`` moves the engine core onto the worker's CPUs.
+#: `python -m tools.real_engine.delivery` compares them.
+PLACEMENTS = ("core-niced", "engine-niced", "core-with-worker", "vllm")
+PLACEMENT = "engine-niced"
+#: the engine core's niceness under ``core-niced`` (the lowest priority)
+CORE_NICE = 19
 
 
 class EngineError(LoopbenchError):
@@ -248,19 +251,29 @@ def place(root: int, placement: str) -> str:
     if not workers or not cores:
         return f"placement {placement}: no vLLM worker or engine-core process under {root}"
     worker_cpus = os.sched_getaffinity(workers[0])
-    # every thread: Linux applies an affinity to one thread, and the engine core has several
-    # (its output thread sends each step's tokens to the API server)
     core_cpus = worker_cpus if placement == "core-with-worker" else os.sched_getaffinity(0)
+    nice = CORE_NICE if placement in ("core-niced", "engine-niced") else 0
+    # every thread: Linux applies an affinity and a niceness to one thread, and the engine core
+    # has several (its output thread sends each step's tokens to the API server)
     for pid in cores:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                os.sched_setaffinity(int(task.name), core_cpus)
-            except OSError:
-                continue  # a thread that ended meanwhile
+        _each_thread(pid, lambda tid: os.sched_setaffinity(tid, core_cpus))
+        _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
+    worker_nice = CORE_NICE if placement == "engine-niced" else 0
+    for pid in workers:
+        _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, worker_nice))
     return (
         f"placement {placement}: worker on CPUs {sorted(worker_cpus)}, engine core on "
-        f"{sorted(core_cpus)}, API server on {sorted(os.sched_getaffinity(root))}"
+        f"{sorted(core_cpus)} at nice {nice}, worker at nice {worker_nice}, API server on "
+        f"{sorted(os.sched_getaffinity(root))}"
     )
+
+
+def _each_thread(pid: int, apply: Callable[[int], object]) -> None:
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            apply(int(task.name))
+        except OSError:
+            continue  # a thread that ended meanwhile, or a niceness only root may lower
 
 
 @contextmanager

@@ -38,6 +38,7 @@ from tools.real_engine.compare import (
 )
 from tools.real_engine.engine import (
     MODEL_NAME,
+    PLACEMENT,
     Engine,
     EngineError,
     attached,
@@ -77,6 +78,7 @@ class Options:
     tool_turns: bool = True  # one more chat window with forced tool calls (no target)
     capture: Path | None = None  # write the two raw streams there (tests/data/vllm)
     engine_url: str | None = None  # measure an engine already running (started as serve_argv)
+    placement: str = PLACEMENT  # where vLLM's processes run (engine.PLACEMENTS)
     run_timeout_s: float = 600.0
 
 
@@ -235,7 +237,9 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
         running = attached(opts.engine_url)
     else:
         say(f"starting vLLM (log {out / 'vllm.log'}) ...")
-        running = serving(opts.engine_venv, model, hf_home, out / "vllm.log")
+        running = serving(
+            opts.engine_venv, model, hf_home, out / "vllm.log", placement=opts.placement
+        )
     with running as engine:
         outcome.engine = engine.name
         say(f"{engine.name} answers at {engine.api} after {time.perf_counter() - t0:.0f} s")

@@ -118,7 +118,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
     running = (
         attached(opts.engine_url)
         if opts.engine_url
-        else serving(opts.engine_venv, model, hf_home, out / "vllm.log")
+        else serving(opts.engine_venv, model, hf_home, out / "vllm.log", placement=base.placement)
     )
     real: dict[int, Figures] = {}
     engine_side: dict[int, Figures] = {}
