@@ -282,6 +282,8 @@ def render(rows: Sequence[Row], engine: str = "vLLM") -> str:
         diff = r.diff
         if diff is None:
             shown = "-"
+        elif r.metric == "deltas/token":
+            shown = f"{diff:+.2f}"
         elif r.metric.endswith("_ms"):
             rel = f" ({diff / r.engine:+.1%})" if r.engine and r.metric in _RELATIVE else ""
             shown = f"{diff:+.2f}{rel}"

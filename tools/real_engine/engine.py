@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.wire.errors import LoopbenchError
@@ -64,6 +64,7 @@ class Engine:
     proc: subprocess.Popen[bytes] | None  # None: an engine this run did not start
     log: Path | None
     name: str = "vLLM"  # what answered (an engine this run did not start is asked)
+    placement: str = ""  # what place() did, for the run's notes ("" when not started here)
 
     @property
     def api(self) -> str:
@@ -301,9 +302,8 @@ def serving(
     engine = Engine(f"http://127.0.0.1:{port}", proc, log)
     try:
         wait_healthy(engine, proc)
-        with log.open("a") as out:
-            out.write(place(proc.pid, placement) + "\n")
-        yield engine
+        # said in the run's notes: vLLM's own log is written at its own offset, not appended
+        yield replace(engine, placement=place(proc.pid, placement))
     finally:
         _stop(proc)
 

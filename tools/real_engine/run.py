@@ -243,6 +243,9 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
     with running as engine:
         outcome.engine = engine.name
         say(f"{engine.name} answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
+        if engine.placement:
+            outcome.notes.append(engine.placement)
+            say(engine.placement)
         probe = subprocess.run(
             [
                 sys.executable,

@@ -129,6 +129,8 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
     notes: list[str] = []
     with running as engine:
         say(f"{engine.name} answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
+        if engine.placement:
+            notes.append(engine.placement)
         warm_up(base, engine, "chat", tokenizer, scenarios)
         fitted = []
         for c in opts.levels:
