@@ -38,10 +38,10 @@ _ENGINE = {"ttft_ms": TTFT, "ttfb_ms": TTFT, "itl_ms": ITL, "tpot_ms": TPOT}
 #: shown beside them with no engine figure: what the endpoint held a call back
 _CLIENT_ONLY = ("held_back_ms",)
 #: a window whose deltas carried one token each (or near): only then are loopbench's gaps
-#: between deltas the engine's gaps between tokens, and its ITL quantiles vLLM's.  The tiny
-#: model's random tokens include the 128 lone high bytes of its byte-level BPE (a quarter of the
-#: vocabulary), which vLLM's detokenizer holds back until the next token completes the text:
-#: ~0.74 deltas a token, each gap spanning ~1.35 engine steps (docs/real-engine.md, "ITL")
+#: between deltas the engine's gaps between tokens, and its ITL quantiles vLLM's.  vLLM's
+#: detokenizer holds back a token that does not decode alone (a lone byte of a UTF-8 character,
+#: U+FFFD) and sends it with the next: the tiny model's tokenizer had 128 such tokens, ~0.74
+#: deltas a token (tools/real_engine/lone_bytes.py renames them; docs/real-engine.md, "ITL")
 ONE_TOKEN_DELTAS = 0.98
 #: judged relative to vLLM's figure (the first-token times are judged in ms)
 _RELATIVE = ("itl_ms", "tpot_ms")
