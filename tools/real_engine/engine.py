@@ -42,7 +42,7 @@ TOOL_PARSER = "hermes"
 #: `python -m tools.real_engine.delivery` compares them.
 PLACEMENTS = ("core-niced", "engine-niced", "core-with-worker", "vllm")
 PLACEMENT = "engine-niced"
-#: the engine core's niceness under ``core-niced`` (the lowest priority)
+#: the niceness of what ``core-niced`` and ``engine-niced`` lower (the lowest priority)
 CORE_NICE = 19
 
 
@@ -245,7 +245,7 @@ def _named(pids: Sequence[int], prefix: str) -> list[int]:
 
 def place(root: int, placement: str) -> str:
     """Apply ``placement`` (:data:`PLACEMENTS`) to the server started as ``root``; say where
-    each vLLM process runs (the log and the run's notes carry it)."""
+    each vLLM process runs (the run's notes carry it)."""
     under = _descendants(root)
     workers = _named(under, "VLLM::Worker")
     cores = _named(under, "VLLM::EngineCor")
