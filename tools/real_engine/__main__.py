@@ -11,6 +11,7 @@ from bench.options import options_from
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.compare import INTERVAL_BOUND, TTFT_BOUND_MS, render
+from tools.real_engine.engine import PLACEMENT, PLACEMENTS
 from tools.real_engine.run import PEERS, TRANSPORTS, Options, print_outcome, run
 
 
@@ -56,6 +57,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tools.real_engine.engine MODEL_DIR` starts it) instead of starting one",
     )
     p.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default=PLACEMENT,
+        help=f"where vLLM's processes run (default {PLACEMENT}: its engine core and worker at "
+        "nice 19, so that the API server and the clients are not starved on 2 CPUs; "
+        "docs/real-engine.md)",
+    )
+    p.add_argument(
         "--capture",
         type=Path,
         default=None,
@@ -77,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LoopbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
-    print_outcome(render(outcome.rows), outcome.doc, opts.out, outcome.notes)
+    print_outcome(render(outcome.rows, outcome.engine), outcome.doc, opts.out, outcome.notes)
     misses = outcome.missed
     if misses:
         print(f"{len(misses)} target(s) missed or not evaluated:", file=sys.stderr)

@@ -24,6 +24,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.peers.offline import TOKENIZER_CONFIG, cache_snapshot, prompt, train_bpe
 from harness.wire.tokens import make_text
+from tools.real_engine.lone_bytes import lone_bytes_renamed
 
 #: the name every tool sends and the peers load the tokenizer by (from the private HF cache)
 MODEL_NAME = "loopbench/tiny-llama"
@@ -64,7 +65,7 @@ def tokenizer_files() -> dict[str, str]:
     tok = train_bpe(corpus(), vocab_size=2000, special=TOOL_TOKENS)
     config = dict(TOKENIZER_CONFIG, chat_template=CHAT_TEMPLATE)
     return {
-        "tokenizer.json": tok.to_str(),
+        "tokenizer.json": lone_bytes_renamed(tok.to_str()),
         "tokenizer_config.json": json.dumps(config, indent=1, sort_keys=True),
     }
 

@@ -10,15 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.wire.errors import LoopbenchError
@@ -30,10 +31,31 @@ START_TIMEOUT_S = 600.0
 #: vLLM's tool-call parser for tool_choice "auto"; forced calls (loopbench's agent turns send
 #: tool_choice "required") are decoded under a JSON grammar whatever the parser
 TOOL_PARSER = "hermes"
+#: Where vLLM's processes run, and at what priority (docs/real-engine.md, "Why the responses
+#: came whole").  vLLM's CPU backend binds its worker to CPU 0 and leaves CPU 1 to its
+#: engine-core process, which polls for each step's result in a ``sched_yield`` loop while the
+#: worker computes; on 2 CPUs the API server and the client share CPU 1 with that loop.
+#: ``vllm`` leaves vLLM's own placement; ``core-niced`` gives the engine core's threads nice 19,
+#: so that a woken client or API server takes the CPU from the loop; ``engine-niced`` does so
+#: for the worker too (it polls for the next step the same way, for 1 s after each);
+#: ``core-with-worker`` moves the engine core onto the worker's CPUs.
+#: `python -m tools.real_engine.delivery` compares them.
+PLACEMENTS = ("core-niced", "engine-niced", "core-with-worker", "vllm")
+PLACEMENT = "engine-niced"
+#: the niceness of what ``core-niced`` and ``engine-niced`` lower (the lowest priority)
+CORE_NICE = 19
 
 
 class EngineError(LoopbenchError):
     """The engine could not be built or started (the message names the log to read)."""
+
+
+#: a metric family's prefix in an engine's /metrics -> what that engine is called
+_FAMILIES = (
+    ("vllm:", "vLLM"),
+    ("loopbench_server_", "a loopbench reference server"),
+    ("sglang:", "SGLang"),
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +63,8 @@ class Engine:
     base_url: str  # http://127.0.0.1:PORT, without /v1
     proc: subprocess.Popen[bytes] | None  # None: an engine this run did not start
     log: Path | None
+    name: str = "vLLM"  # what answered (an engine this run did not start is asked)
+    placement: str = ""  # what place() did, for the run's notes ("" when not started here)
 
     @property
     def api(self) -> str:
@@ -148,6 +172,38 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def engine_name(metrics: str, version: str | None, server: str | None, base: str) -> str:
+    """What answers at ``base``, from its /metrics families (``vLLM 0.32.0`` with the
+    release its /version gives), else from its ``server`` header, else by its address."""
+    for prefix, name in _FAMILIES:
+        if re.search(rf"^(# (HELP|TYPE) )?{re.escape(prefix)}", metrics, re.MULTILINE):
+            return f"{name} {version}" if version and name == "vLLM" else name
+    return f"the engine at {base}" + (f" (server: {server})" if server else "")
+
+
+def _get(url: str) -> tuple[str, str | None]:
+    """The body and ``server`` header of a GET, ("", None) when it fails."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.read().decode("utf-8", "replace"), resp.headers.get("server")
+    except (urllib.error.URLError, OSError):
+        return "", None
+
+
+def identify(base: str) -> str:
+    """:func:`engine_name` of the server at ``base`` (asked over HTTP)."""
+    metrics, _ = _get(base + "/metrics")
+    _, server = _get(base + "/health")
+    version = None
+    body, _ = _get(base + "/version")
+    try:
+        got = json.loads(body).get("version") if body else None
+        version = got if isinstance(got, str) else None
+    except (ValueError, AttributeError):
+        pass
+    return engine_name(metrics, version, server, base)
+
+
 def _tail(log: Path, n: int = 5) -> str:
     try:
         lines = log.read_text(errors="replace").strip().splitlines()
@@ -156,9 +212,83 @@ def _tail(log: Path, n: int = 5) -> str:
     return " / ".join(lines[-n:])[-600:]
 
 
+def _descendants(root: int) -> list[int]:
+    """The processes under ``root`` (vLLM's API server forks the engine core, which forks
+    the worker), read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        kids = [p for p, parent in parents.items() if parent == pid]
+        found.extend(kids)
+        todo.extend(kids)
+    return found
+
+
+def _named(pids: Sequence[int], prefix: str) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().startswith(prefix):
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def place(root: int, placement: str) -> str:
+    """Apply ``placement`` (:data:`PLACEMENTS`) to the server started as ``root``; say where
+    each vLLM process runs (the run's notes carry it)."""
+    under = _descendants(root)
+    workers = _named(under, "VLLM::Worker")
+    cores = _named(under, "VLLM::EngineCor")
+    if not workers or not cores:
+        return f"placement {placement}: no vLLM worker or engine-core process under {root}"
+    worker_cpus = os.sched_getaffinity(workers[0])
+    core_cpus = worker_cpus if placement == "core-with-worker" else os.sched_getaffinity(0)
+    nice = CORE_NICE if placement in ("core-niced", "engine-niced") else 0
+    # every thread: Linux applies an affinity and a niceness to one thread, and the engine core
+    # has several (its output thread sends each step's tokens to the API server)
+    for pid in cores:
+        _each_thread(pid, lambda tid: os.sched_setaffinity(tid, core_cpus))
+        _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
+    worker_nice = CORE_NICE if placement == "engine-niced" else 0
+    for pid in workers:
+        _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, worker_nice))
+    return (
+        f"placement {placement}: worker on CPUs {sorted(worker_cpus)}, engine core on "
+        f"{sorted(core_cpus)} at nice {nice}, worker at nice {worker_nice}, API server on "
+        f"{sorted(os.sched_getaffinity(root))}"
+    )
+
+
+def _each_thread(pid: int, apply: Callable[[int], object]) -> None:
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            apply(int(task.name))
+        except OSError:
+            continue  # a thread that ended meanwhile, or a niceness only root may lower
+
+
 @contextmanager
-def serving(venv: Path, model: Path, hf_home: Path, log: Path) -> Iterator[Engine]:
-    """The engine, started and healthy; stopped (its whole process group) on leaving."""
+def serving(
+    venv: Path,
+    model: Path,
+    hf_home: Path,
+    log: Path,
+    *,
+    placement: str = PLACEMENT,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Engine]:
+    """The engine, started, placed and healthy; stopped (its whole process group) on leaving.
+    ``env`` adds to :func:`engine_env` (vLLM's own settings, for comparisons)."""
     python = engine_python(venv)
     port = _free_port()
     with log.open("wb") as out:
@@ -166,23 +296,31 @@ def serving(venv: Path, model: Path, hf_home: Path, log: Path) -> Iterator[Engin
             serve_argv(python, model, port),
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=engine_env(hf_home),
+            env={**engine_env(hf_home), **(env or {})},
             start_new_session=True,
         )
     engine = Engine(f"http://127.0.0.1:{port}", proc, log)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _healthy(engine.base_url + "/health"):
-            if proc.poll() is not None:
-                raise EngineError(
-                    f"vLLM exited with code {proc.returncode} while starting; {log}: {_tail(log)}"
-                )
-            if time.monotonic() > deadline:
-                raise EngineError(f"vLLM did not answer /health in {START_TIMEOUT_S:.0f} s; {log}")
-            time.sleep(0.5)
-        yield engine
+        wait_healthy(engine, proc)
+        # said in the run's notes: vLLM's own log is written at its own offset, not appended
+        yield replace(engine, placement=place(proc.pid, placement))
     finally:
         _stop(proc)
+
+
+def wait_healthy(engine: Engine, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _healthy(engine.base_url + "/health"):
+        if proc.poll() is not None:
+            raise EngineError(
+                f"vLLM exited with code {proc.returncode} while starting; "
+                f"{engine.log}: {_tail(engine.log) if engine.log else ''}"
+            )
+        if time.monotonic() > deadline:
+            raise EngineError(
+                f"vLLM did not answer /health in {START_TIMEOUT_S:.0f} s; {engine.log}"
+            )
+        time.sleep(0.5)
 
 
 @contextmanager
@@ -191,7 +329,7 @@ def attached(base_url: str) -> Iterator[Engine]:
     base = base_url.rstrip("/").removesuffix("/v1")
     if not _healthy(base + "/health"):
         raise EngineError(f"--engine-url {base_url}: no answer from {base}/health")
-    yield Engine(base, None, None)
+    yield Engine(base, None, None, identify(base))
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -213,9 +351,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
     p.add_argument("--hf-home", type=Path, default=Path("results/real-engine/hf"))
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--placement", choices=PLACEMENTS, default=PLACEMENT)
     args = p.parse_args(argv)
     argv_ = serve_argv(engine_python(args.engine_venv), args.model, args.port)
-    return subprocess.call(argv_, env=engine_env(args.hf_home))
+    proc = subprocess.Popen(argv_, env=engine_env(args.hf_home))
+    try:
+        wait_healthy(Engine(f"http://127.0.0.1:{args.port}", proc, None), proc)
+        print(place(proc.pid, args.placement), flush=True)
+        return proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)
 
 
 if __name__ == "__main__":

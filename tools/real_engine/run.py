@@ -38,6 +38,7 @@ from tools.real_engine.compare import (
 )
 from tools.real_engine.engine import (
     MODEL_NAME,
+    PLACEMENT,
     Engine,
     EngineError,
     attached,
@@ -77,6 +78,7 @@ class Options:
     tool_turns: bool = True  # one more chat window with forced tool calls (no target)
     capture: Path | None = None  # write the two raw streams there (tests/data/vllm)
     engine_url: str | None = None  # measure an engine already running (started as serve_argv)
+    placement: str = PLACEMENT  # where vLLM's processes run (engine.PLACEMENTS)
     run_timeout_s: float = 600.0
 
 
@@ -85,6 +87,7 @@ class Outcome:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     doc: dict[str, Any] = field(default_factory=dict)
+    engine: str = "vLLM"  # what answered: the engine column's head
 
     @property
     def missed(self) -> list[Row]:
@@ -234,9 +237,15 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
         running = attached(opts.engine_url)
     else:
         say(f"starting vLLM (log {out / 'vllm.log'}) ...")
-        running = serving(opts.engine_venv, model, hf_home, out / "vllm.log")
+        running = serving(
+            opts.engine_venv, model, hf_home, out / "vllm.log", placement=opts.placement
+        )
     with running as engine:
-        say(f"vLLM answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
+        outcome.engine = engine.name
+        say(f"{engine.name} answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
+        if engine.placement:
+            outcome.notes.append(engine.placement)
+            say(engine.placement)
         probe = subprocess.run(
             [
                 sys.executable,
@@ -301,11 +310,12 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
         if opts.capture is not None:
             outcome.doc["captures"] = capture_streams(engine, opts.capture, say)
     outcome.doc.update(
+        engine=outcome.engine,
         **machine(t0, load0),
         rows=[{**r.__dict__, "diff": r.diff} for r in outcome.rows],
         notes=outcome.notes,
     )
-    write_outcome(out, "real-engine.json", outcome.doc, render(outcome.rows))
+    write_outcome(out, "real-engine.json", outcome.doc, render(outcome.rows, outcome.engine))
     return outcome
 
 

@@ -118,7 +118,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
     running = (
         attached(opts.engine_url)
         if opts.engine_url
-        else serving(opts.engine_venv, model, hf_home, out / "vllm.log")
+        else serving(opts.engine_venv, model, hf_home, out / "vllm.log", placement=base.placement)
     )
     real: dict[int, Figures] = {}
     engine_side: dict[int, Figures] = {}
@@ -128,7 +128,9 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
     busy_doc: dict[int, dict[str, float | bool]] = {}
     notes: list[str] = []
     with running as engine:
-        say(f"vLLM answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
+        say(f"{engine.name} answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
+        if engine.placement:
+            notes.append(engine.placement)
         warm_up(base, engine, "chat", tokenizer, scenarios)
         fitted = []
         for c in opts.levels:

@@ -160,3 +160,35 @@ def test_forced_tool_calls_judge_the_first_event_and_show_the_held_back_time_apa
     )
     assert held_line.split()[4] == "40"  # a count, not milliseconds
     assert {(r.metric, r.stat) for r in missed(rows)} == {("cached", "sum")}
+
+
+def test_itl_is_compared_per_token_when_deltas_carry_several_tokens() -> None:
+    """The ITL p50 gap of issue 38: vLLM's histogram holds the gaps between a request's tokens
+    in the engine, loopbench's the gaps between the deltas it read.  A window of 3 deltas per
+    4 tokens (as the random model's held-back byte tokens give) reads +33 % per delta while the
+    engine was as fast: the mean is compared per token and the p50 is shown, not judged."""
+    engine = parse_snapshot(_exposition({0.01: 0, 0.011: 2}, (20, 10)), MODEL)
+    # 2 requests of 9 tokens: 16 engine gaps of 1 ms
+    engine.histograms[ITL] = Histogram({0.00099: 0, 0.00101: 16}, 0.016, 16)
+    summary = {"transports": {"chat": {"itl_ms": {"p50": 1.333, "p99": 2.0, "mean": 1.333}}}}
+    turn = {
+        "transport": "chat",
+        "output_tokens": "9",
+        "output_arrivals": "7",
+        "delta_events": "7",
+        "first_token_ns": "1000000",
+        "last_token_ns": "9000000",  # 8 gaps of 1 ms between tokens, in 6 gaps between deltas
+    }
+    figures = loopbench_figures(summary, "chat", [turn, turn], checked=True)
+    assert figures.deltas_per_token == pytest.approx(0.75)
+    by = {(r.metric, r.stat): r for r in compare(figures, engine)}
+    assert by["itl_ms", "mean"].client == pytest.approx(1.0) and by["itl_ms", "mean"].ok is True
+    assert by["itl_ms", "p50"].bound == "" and by["itl_ms", "p50"].ok is None
+    assert by["deltas/token", "mean"].client == pytest.approx(0.75)
+    assert "0.75" in render(list(by.values()))
+    # one token a delta: the gaps between deltas are the engine's, and the p50 is judged
+    one = {**turn, "delta_events": "9", "output_arrivals": "9"}
+    streamed = {"transports": {"chat": {"itl_ms": {"p50": 1.0, "p99": 1.0, "mean": 1.0}}}}
+    rows = compare(loopbench_figures(streamed, "chat", [one, one], checked=True), engine)
+    p50 = next(r for r in rows if (r.metric, r.stat) == ("itl_ms", "p50"))
+    assert p50.bound and p50.ok is True

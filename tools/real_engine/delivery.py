@@ -1,0 +1,186 @@
+"""Whole and late deliveries per vLLM setting, side by side: ``python -m tools.real_engine.delivery``.
+
+vLLM 0.32 on 2 CPUs delivered some responses whole, ~110 ms after the request, while its own
+TTFT histogram said ~5 ms (docs/real-engine.md, "Why vLLM delivered whole responses").  This
+runs loopbench's chat window against each setting (a placement of vLLM's processes, and vLLM's
+own environment variables) and counts, per window, the turns whose answer came whole, the
+turns vLLM's API server merged into one or two events, and the turns whose first token came
+later than vLLM's own TTFT p99 allows.  Settings that differ only by placement share one
+server and alternate round by round, so a busy machine weighs on each alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from tools.real_engine.compare import TTFT_BOUND_MS, Row, aligned, compare, rank_quantile
+from tools.real_engine.engine import PLACEMENTS, build_model, place, serving
+from tools.real_engine.engine_metrics import TTFT, Snapshot
+from tools.real_engine.run import (
+    Options,
+    _loopbench_window,
+    _read_turns,
+    fresh_out,
+    machine,
+    text_scenario,
+    warm_up,
+)
+
+#: at most this many reads (or events) for a 128-token answer is a whole delivery
+WHOLE_READS = 2
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    placement: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+SETTINGS = {
+    s.name: s
+    for s in (
+        Setting("vllm", "vllm"),
+        Setting("core-niced", "core-niced"),
+        Setting("engine-niced", "engine-niced"),
+        Setting("core-with-worker", "core-with-worker"),
+        # the worker unbound: the kernel spreads worker, engine core and API server over both
+        Setting("nobind", "vllm", {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}),
+    )
+}
+
+
+def deliveries(turns: Sequence[Mapping[str, str]], engine_p99_ms: float | None) -> dict[str, int]:
+    """How the window's answers arrived: ``whole`` (in at most :data:`WHOLE_READS` reads),
+    ``merged`` (vLLM sent at most that many events: its API server fell behind the engine and
+    merged the outputs), ``late`` (the first token later than vLLM's own TTFT p99 over the
+    window plus the front end's bound; -1 without that figure)."""
+    late = -1
+    if engine_p99_ms is not None:
+        bound = engine_p99_ms + TTFT_BOUND_MS
+        late = sum(1 for r in turns if (int(r["first_token_ns"]) - int(r["sent_ns"])) / 1e6 > bound)
+    return {
+        "turns": len(turns),
+        "whole": sum(1 for r in turns if int(r["output_arrivals"] or 0) <= WHOLE_READS),
+        "merged": sum(1 for r in turns if int(r["delta_events"] or 0) <= WHOLE_READS),
+        "late": late,
+    }
+
+
+def _figure(rows: Sequence[Row], metric: str, stat: str) -> str:
+    for r in rows:
+        if r.metric == metric and r.stat == stat and r.client is not None:
+            theirs = "-" if r.engine is None else f"{r.engine:.2f}"
+            return f"{r.client:.2f} / {theirs}"
+    return "-"
+
+
+def run(opts: Options, names: Sequence[str], rounds: int) -> list[dict[str, object]]:
+    fresh_out(opts.out)
+    hf_home = opts.out / "hf"
+    (opts.out / "runs").mkdir()
+    model = build_model(opts.engine_venv, opts.out / "model", hf_home, opts.out / "build.log")
+    tokenizer = model / "tokenizer.json"
+    scenarios = opts.out / "scenarios"
+    scenarios.mkdir()
+    text = scenarios / "text.yaml"
+    text.write_text(yaml.safe_dump(text_scenario(opts), sort_keys=False))
+    groups: dict[tuple[tuple[str, str], ...], list[Setting]] = {}
+    for name in names:
+        s = SETTINGS[name]
+        groups.setdefault(tuple(sorted(s.env.items())), []).append(s)
+    found: list[dict[str, object]] = []
+    for n, group in enumerate(groups.values()):
+        log = opts.out / f"vllm-{n}.log"
+        with serving(
+            opts.engine_venv, model, hf_home, log, placement=group[0].placement, env=group[0].env
+        ) as engine:
+            assert engine.proc is not None
+            warm_up(opts, engine, "chat", tokenizer, scenarios)
+            for r in range(1, rounds + 1):
+                for s in group:
+                    where = place(engine.proc.pid, s.placement)
+                    figures, delta, note = _loopbench_window(
+                        opts,
+                        engine,
+                        text,
+                        "chat",
+                        tokenizer,
+                        print,
+                        checked=True,
+                        label=f"{s.name}+{r}",
+                    )
+                    found.append(_window(opts, s, r, figures, delta, note, where))
+                    print(json.dumps(found[-1]))
+    return found
+
+
+def _window(
+    opts: Options, s: Setting, r: int, figures: object, delta: Snapshot, note: str, where: str
+) -> dict[str, object]:
+    folder = opts.out / "runs" / f"loopbench-{s.name}-{r}"
+    turns = _read_turns(folder / "turns.csv.gz") if (folder / "turns.csv.gz").exists() else []
+    hist = delta.histograms.get(TTFT)
+    got = hist.quantile(0.99) if hist is not None else None
+    rows = compare(figures, delta) if figures is not None else []  # type: ignore[arg-type]
+    ttft = [(int(t["first_token_ns"]) - int(t["sent_ns"])) / 1e6 for t in turns]
+    return {
+        "setting": s.name,
+        "round": r,
+        **deliveries(turns, None if got is None else got[0] * 1000),
+        "ttft_p50": _figure(rows, "ttft_ms", "p50"),
+        "ttft_p99": _figure(rows, "ttft_ms", "p99"),
+        "itl_p50": _figure(rows, "itl_ms", "p50"),
+        "tpot_p50": _figure(rows, "tpot_ms", "p50"),
+        "ttft_max": round(max(ttft), 1) if ttft else None,
+        "p90": rank_quantile(ttft, 0.9),
+        "placement": where,
+        "note": note,
+    }
+
+
+def render(found: Sequence[Mapping[str, object]]) -> str:
+    head = ("setting", "round", "turns", "whole", "merged", "late")
+    figures = ("ttft_p50", "ttft_p99", "itl_p50", "tpot_p50")
+    shown = ("TTFT p50 lb / vLLM", "TTFT p99 lb / vLLM", "ITL p50 lb / vLLM", "TPOT p50 lb / vLLM")
+    lines = [(*head, *shown)] + [tuple(str(w[k]) for k in (*head, *figures)) for w in found]
+    return aligned(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.real_engine.delivery", description=__doc__)
+    p.add_argument("--out", type=Path, default=Path("results/real-engine-delivery"))
+    p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
+    p.add_argument("--settings", default=",".join(SETTINGS), help=f"of {', '.join(SETTINGS)}")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--requests", type=int, default=30, help="per window (default 30)")
+    args = p.parse_args(argv)
+    names = [n for n in args.settings.split(",") if n]
+    unknown = [n for n in names if n not in SETTINGS]
+    if unknown:
+        p.error(f"--settings: unknown {', '.join(unknown)}; expected some of {', '.join(SETTINGS)}")
+    assert set(s.placement for s in SETTINGS.values()) <= set(PLACEMENTS)
+    opts = replace(Options(), out=args.out, engine_venv=args.engine_venv, requests=args.requests)
+    load0, t0 = os.getloadavg(), time.perf_counter()
+    found = run(opts, names, args.rounds)
+    table = render(found)
+    doc = {**machine(t0, load0), "windows": found}
+    (opts.out / "delivery.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (opts.out / "table.txt").write_text(table + "\n")
+    print()
+    print(table)
+    print(f"\nload average {doc['load_average_at_start']} -> {doc['load_average']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
