@@ -276,7 +276,7 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
         if not isinstance(item, dict):
             continue
         kind, role = item.get("type"), item.get("role")
-        if api == RESPONSES and kind in ("function_call_output", "custom_tool_call_output"):
+        if api == RESPONSES and kind in OUTPUT_ITEMS:
             text = _text_of(item.get("output"))
             ex.outputs[str(item.get("call_id"))] = (count_tokens(text), _h(text.encode()))
         elif api == CHAT and role == "tool":

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import zlib
 
-from harness.record.observe import Exchange, WsDecoder, build_trace
+import orjson
+import pytest
+
+from harness.record.observe import Exchange, WsDecoder, build_trace, summarize
 from harness.record.observer import Observer
+from harness.wire.tokens import count_tokens
 from harness.wire.ws_frames import OP_CONT, OP_PING, OP_TEXT, encode_frame
 
 MS = 1_000_000
@@ -158,3 +162,50 @@ def test_requests_in_flight_on_a_connection_whose_frames_broke_say_why_they_fail
         "connection 3: a responses exchange over ws: the server's frames could not be read "
         "after a masked frame (a server must not mask its frames)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("call_kind", "output_kind"),
+    [
+        ("function_call", "function_call_output"),
+        ("custom_tool_call", "custom_tool_call_output"),
+        # Codex's shell tool: its output was once not read as the call's answer, so the
+        # next request looked like a fork and the rollout ended truncated
+        ("local_shell_call", "local_shell_call_output"),
+    ],
+)
+def test_every_responses_call_kind_is_answered_by_its_output_item(
+    call_kind: str, output_kind: str
+) -> None:
+    def exchange(i: int, req: dict[str, object], output: list[dict[str, object]]) -> Exchange:
+        resp = {
+            "id": f"resp_{i}",
+            "status": "completed",
+            "output": output,
+            "usage": {"input_tokens": 50, "output_tokens": 10},
+        }
+        body = b"data: " + orjson.dumps({"type": "response.completed", "response": resp}) + b"\n\n"
+        times = (i * 100 * MS, i * 100 * MS + MS, i * 100 * MS + 10 * MS)
+        e = summarize("responses", "http", 1, orjson.dumps(req), 200, body, {}, times)
+        assert e is not None
+        return e
+
+    call = {"type": call_kind, "id": "fc_1", "call_id": "call_1", "name": "shell"}
+    answer = {"type": output_kind, "call_id": "call_1", "output": "one two three"}
+    first = exchange(0, {"model": "m", "input": "list the files"}, [call])
+    second = exchange(
+        1,
+        {"model": "m", "previous_response_id": "resp_0", "input": [answer]},
+        [
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "ok"}],
+            }
+        ],
+    )
+    _, [rollout] = build_trace([first, second])
+    [tool_call] = rollout.turns[0].tool_calls
+    assert tool_call.subagent is None
+    assert tool_call.output_tokens == count_tokens("one two three")
+    assert not rollout.meta.get("truncated")
