@@ -315,6 +315,13 @@ def test_a_soak_that_ends_while_the_cache_fills_says_it_is_too_short_for_the_ser
     (why,) = soak_gate.not_judged(doc, Limits())
     assert why.startswith("server memory not judged: this soak is too short for its rules")
     assert "make soak SOAK_S=1800" in why
+    # a leak far past the slope limit is still caught while the cache fills
+    doc["rss_samples"] = [r for r in _samples(45.3 + 60, per_s) if r[0] <= 240]
+    fit = soak_gate.server_fit(doc)
+    assert fit is not None and fit["unaccounted_mib_per_h"] > 48
+    (leak,) = soak_gate.problems(doc, Limits())
+    assert leak.startswith("server RSS grew ") and "beyond what its filling prefix cache" in leak
+    doc["rss_samples"] = [r for r in _samples(68.6, per_s) if r[0] <= 240]
     # the harness is judged all the same
     doc["rss"]["harness"]["slope_mib_per_h"] = 20.0
     assert [p[:19] for p in soak_gate.problems(doc, Limits())] == ["harness RSS grew 20"]
