@@ -398,23 +398,23 @@ def check_sweep_args(args: argparse.Namespace) -> None:
 
 def _check_common(args: argparse.Namespace) -> None:
     _transports(args.transports)
-    slice_s = getattr(args, "slice_s", None)
-    if slice_s is not None and not slice_s > 0:
-        raise UsageError(f"--slice-s: expected a positive number of seconds, got {slice_s:g}")
+    for option in (
+        "slice_s",
+        "prometheus_interval_s",
+        "server_metrics_interval",
+        "request_timeout_s",
+        "probe_timeout_s",
+    ):
+        seconds = getattr(args, option, None)
+        # "not > 0" also refuses nan, which compares false with everything.
+        if seconds is not None and not seconds > 0:
+            raise UsageError(
+                f"--{option.replace('_', '-')}: expected a positive number of seconds, "
+                f"got {seconds}"
+            )
     port = getattr(args, "prometheus_port", None)
     if port is not None and not 0 <= port <= 65535:
         raise UsageError(f"--prometheus-port: expected a port from 0 to 65535, got {port}")
-    interval = getattr(args, "prometheus_interval_s", None)
-    if interval is not None and not interval > 0:
-        raise UsageError(
-            f"--prometheus-interval-s: expected a positive number of seconds, got {interval}"
-        )
-    scrape_interval = getattr(args, "server_metrics_interval", 1.0)
-    if not scrape_interval > 0:
-        raise UsageError(
-            "--server-metrics-interval: expected a positive number of seconds, "
-            f"got {scrape_interval}"
-        )
     if getattr(args, "server_metrics", None) and getattr(args, "no_server_metrics", False):
         raise UsageError(
             "--no-server-metrics: cannot go with --server-metrics "
@@ -428,19 +428,10 @@ def _check_common(args: argparse.Namespace) -> None:
         )
     target_flags(args)
     slo_sets(getattr(args, "slo", None))
-    rx_stamp = getattr(args, "rx_stamp", "auto")
     try:
-        resolve_rx_stamp(rx_stamp)
+        resolve_rx_stamp(getattr(args, "rx_stamp", "auto"))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    for option in ("request_timeout_s", "probe_timeout_s"):
-        timeout = getattr(args, option, None)
-        # "not > 0" also refuses nan, which compares false with everything.
-        if timeout is not None and not timeout > 0:
-            raise UsageError(
-                f"--{option.replace('_', '-')}: expected a positive number of seconds, "
-                f"got {timeout}"
-            )
 
 
 def _transports(value: str | None) -> list[str] | None:
