@@ -50,8 +50,6 @@ from harness.metrics.timeseries import AGGREGATE_BUCKET_NS, buckets_to_series
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import BURST_WINDOW_NS, RolloutRecord, TurnRecord
 
-#: transports in the order a default comparison picks its baseline: the registry's
-
 #: the aggregate-TPS bucket (one constant with the report's plot)
 _BUCKET_NS = AGGREGATE_BUCKET_NS
 
@@ -218,16 +216,8 @@ class _TransportStats:
         for sec, tokens in o.agg_buckets.items():
             self.agg_buckets[sec] = self.agg_buckets.get(sec, 0.0) + tokens
         self.agg_tokens += o.agg_tokens
-        if o.agg_first_ns is not None:
-            self.agg_first_ns = (
-                o.agg_first_ns
-                if self.agg_first_ns is None
-                else min(self.agg_first_ns, o.agg_first_ns)
-            )
-        if o.agg_last_ns is not None:
-            self.agg_last_ns = (
-                o.agg_last_ns if self.agg_last_ns is None else max(self.agg_last_ns, o.agg_last_ns)
-            )
+        self.agg_first_ns = _opt(min, self.agg_first_ns, o.agg_first_ns)
+        self.agg_last_ns = _opt(max, self.agg_last_ns, o.agg_last_ns)
         for i in range(_N_SIM):
             self.sim_sum[i] += o.sim_sum[i]
             self.sim_n[i] += o.sim_n[i]
@@ -343,9 +333,7 @@ class Accumulator:
             met = self._turn_meets(rec)
             t.slo_turns += 1
             t.slo_good_turns += met
-        pending = t.slo_rollouts.get((rec.round, rec.rollout_id))
-        if pending is None:
-            pending = t.slo_rollouts[(rec.round, rec.rollout_id)] = [0, 0, -1]
+        pending = t.slo_rollouts.setdefault((rec.round, rec.rollout_id), [0, 0, -1])
         if not met:
             pending[0] = 1
         pending[1] += n_out
@@ -363,10 +351,8 @@ class Accumulator:
         """Add ``n`` tokens emitted uniformly over [a, b] ns to the aggregate-TPS buckets."""
         buckets = t.agg_buckets
         t.agg_tokens += n
-        if t.agg_first_ns is None or a < t.agg_first_ns:
-            t.agg_first_ns = a
-        if t.agg_last_ns is None or b > t.agg_last_ns:
-            t.agg_last_ns = b
+        t.agg_first_ns = _opt(min, t.agg_first_ns, a)
+        t.agg_last_ns = _opt(max, t.agg_last_ns, b)
         s = a // _BUCKET_NS
         e = b // _BUCKET_NS
         if s == e:
@@ -389,9 +375,7 @@ class Accumulator:
         t.recovery_ns += rec.recovery_ns
         t.rollout_turns += rec.turns
         subagents.add(t.subagents, rec)
-        judged = t.slo_rollouts.get((rec.round, rec.rollout_id))
-        if judged is None:
-            judged = t.slo_rollouts[(rec.round, rec.rollout_id)] = [0, 0, -1]
+        judged = t.slo_rollouts.setdefault((rec.round, rec.rollout_id), [0, 0, -1])
         judged[2] = int(self._rollout_meets(rec))
         if self.fold_rollouts:
             missed, tokens, verdict = t.slo_rollouts.pop((rec.round, rec.rollout_id))
@@ -421,16 +405,10 @@ class Accumulator:
 
     def merge(self, other: Accumulator) -> Accumulator:
         """Fold ``other`` (e.g. another process's accumulator) into this one; returns self."""
-        if other.warmup_rollouts != self.warmup_rollouts:
-            raise ValueError(
-                f"accumulator merge: expected warmup_rollouts={self.warmup_rollouts}, "
-                f"got {other.warmup_rollouts}"
-            )
-        if other.burst_window_s != self.burst_window_s:
-            raise ValueError(
-                f"accumulator merge: expected burst_window_s={self.burst_window_s}, "
-                f"got {other.burst_window_s}"
-            )
+        for key in ("warmup_rollouts", "burst_window_s"):
+            mine, theirs = getattr(self, key), getattr(other, key)
+            if theirs != mine:
+                raise ValueError(f"accumulator merge: expected {key}={mine}, got {theirs}")
         if other.slo != self.slo:
             raise ValueError(
                 f"accumulator merge: expected the SLO thresholds {self.slo}, got {other.slo}"

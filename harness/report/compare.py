@@ -423,12 +423,6 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
     return out
 
 
-def compare_runs(a: Run, b: Run, *, n_boot: int = 2000, seed: int = 0) -> list[Delta]:
-    """Per-transport metric deltas of run ``b`` relative to run ``a``."""
-    ref, cand = sides([a, b])
-    return delta_rows_of(ref, cand, n_boot=n_boot, seed=seed)
-
-
 @dataclass(slots=True)
 class Comparison:
     """Everything ``compare`` shows: the runs, why they are not comparable, the deltas."""
