@@ -198,11 +198,7 @@ class Side:
         return self.run.figures(transport)
 
     def samples(self, table: str, column: str, transport: str) -> np.ndarray:
-        df = self.table(table)
-        if df.empty or column not in df:
-            return np.empty(0)
-        v = df.loc[(df["transport"] == transport) & df["ok"], column].dropna().to_numpy(float)
-        return v[v > 0]
+        return A.ok_samples(self.table(table), transport, column)
 
     def health(self, transport: str) -> TransportHealth:
         if transport not in self._health:
