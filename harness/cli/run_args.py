@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from harness.cli.common import api_key, scenario_overrides
+from harness.cli.common import api_key, parse_transports, scenario_overrides
 from harness.client.messages_api import CACHE_CONTROL
 from harness.client.options import RECOVER_FROM, WS_SUBAGENTS
 from harness.client.shaping import RequestShaping, parse_header, redacted
@@ -26,7 +26,6 @@ from harness.run.target import TargetFlags
 from harness.transports.rx_socket import RX_STAMP_MODES, resolve_rx_stamp
 from harness.wire.errors import ScenarioError, UsageError
 from harness.wire.tokens import TokenConvention
-from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import Scenario, load_scenario
 from harness.workload.slo import SLO_FIELDS
 from harness.workload.target import HEADER_NAME, extra_body_problem
@@ -356,7 +355,7 @@ def check_run_args(args: argparse.Namespace) -> None:
             "run without --procs to watch the run live"
         )
     if args.baseline is not None:
-        named = _transports(args.transports)
+        named = parse_transports(args.transports)
         if named is None:
             named = load_scenario(args.scenario, scenario_overrides(scenario_sets(args))).transports
         _check_baseline(args.baseline, [named])
@@ -382,7 +381,7 @@ def check_sweep_args(args: argparse.Namespace) -> None:
             "load.concurrency=1,2,4,8, or --search goodput"
         )
     if args.baseline is not None:
-        named = _transports(args.transports)
+        named = parse_transports(args.transports)
         if named is not None:
             _check_baseline(args.baseline, [named])
         else:
@@ -397,7 +396,7 @@ def check_sweep_args(args: argparse.Namespace) -> None:
 
 
 def _check_common(args: argparse.Namespace) -> None:
-    _transports(args.transports)
+    parse_transports(args.transports)
     for option in (
         "slice_s",
         "prometheus_interval_s",
@@ -432,25 +431,6 @@ def _check_common(args: argparse.Namespace) -> None:
         resolve_rx_stamp(getattr(args, "rx_stamp", "auto"))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-
-
-def _transports(value: str | None) -> list[str] | None:
-    """The names ``--transports`` gives, each known and named once; None if not given."""
-    if value is None:
-        return None
-    expected = f"expected one or more of {', '.join(TRANSPORT_NAMES)}, separated by commas"
-    names = [t.strip() for t in value.split(",")]
-    if not any(names):
-        raise UsageError(f"--transports {value!r}: no transport named; {expected}")
-    for t in names:
-        if not t:
-            raise UsageError(f"--transports {value!r}: an empty name between commas; {expected}")
-        if t not in TRANSPORT_NAMES:
-            raise UsageError(f"--transports {value!r}: unknown transport {t!r}; {expected}")
-    twice = sorted({t for t in names if names.count(t) > 1})
-    if twice:
-        raise UsageError(f"--transports {value!r}: {', '.join(twice)} named more than once")
-    return names
 
 
 def _check_baseline(baseline: str, runs: Sequence[Sequence[str]]) -> None:
