@@ -28,6 +28,7 @@ from harness.report.files import (
     fmt,
     fmt_ci,
     fmt_stat,
+    na_reason,
     too_few_note,
 )
 from harness.report.verdict import verdict_kind, verdict_line
@@ -46,17 +47,8 @@ def make_console() -> Console:
     return Console(width=PIPED_WIDTH)
 
 
-def _na_reason(t: TransportSummary, group: str, key: str) -> str | None:
-    """Why statistic ``<group>.<key>`` is null (``burst_peak_reason``), if the summary says."""
-    block = t.group(group)
-    if block is None or block.stat(key) is not None:
-        return None
-    reason = block.get(f"{key}_reason")
-    return str(reason) if reason else None
-
-
 def _stat_cell(t: TransportSummary, m: D.Metric, key: str) -> str:
-    if _na_reason(t, m.group, key):
+    if na_reason(t, m.group, key):
         return "n/a"
     if m.unit == "ratio":
         digits = 2  # 0.83: one digit would put every warm cache at 0.8 or 0.9
@@ -85,7 +77,7 @@ def na_notes(doc: Summary | Mapping[str, Any]) -> list[str]:
     by_reason: dict[tuple[str, str], list[str]] = {}
     for name, t in summary.transports.items():
         for m, stat in D.cli_columns(summary):
-            reason = _na_reason(t, m.group, stat.key)
+            reason = na_reason(t, m.group, stat.key)
             if reason:
                 by_reason.setdefault((m.title(stat.key), reason), []).append(name)
     return [

@@ -230,12 +230,11 @@ def transport_reasons(
 
 def lag_reasons(summary: Summary, limits: Limits) -> list[str]:
     """Per transport of a summary: starts later than the limit at p99."""
-    out: list[str] = []
-    for name, t in summary.transports.items():
-        found = schedule_reason(name, t.schedule_lag_p99_ms, limits.max_schedule_lag_ms)
-        if found:
-            out.append(found)
-    return out
+    found = (
+        schedule_reason(name, t.schedule_lag_p99_ms, limits.max_schedule_lag_ms)
+        for name, t in summary.transports.items()
+    )
+    return [r for r in found if r]
 
 
 def completed_turns(summary: Summary) -> int:

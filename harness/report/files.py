@@ -75,6 +75,15 @@ def fmt_stat(
     return text
 
 
+def na_reason(t: TransportSummary, group: str, key: str) -> str | None:
+    """Why statistic ``<group>.<key>`` is null (``burst_peak_reason``), if the summary says."""
+    block = t.group(group)
+    if block is None or block.stat(key) is not None:
+        return None
+    reason = block.get(f"{key}_reason")
+    return str(reason) if reason else None
+
+
 def too_few_note(doc: Summary | Mapping[str, Any]) -> str | None:
     """The footnote explaining :data:`TOO_FEW_MARK`, when a transport of ``summary`` has one."""
     summary = as_summary(doc)

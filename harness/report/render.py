@@ -46,6 +46,7 @@ from harness.report.files import (
     fmt,
     fmt_ci,
     fmt_stat,
+    na_reason,
     too_few_note,
     write_text_atomic,
 )
@@ -87,11 +88,8 @@ def _stat_cell(
     doc: TransportSummary | Mapping[str, Any], m: D.Metric, key: str, digits: int
 ) -> str:
     t = as_transport(doc)
-    group = t.group(m.group)
-    reason = group.get(f"{key}_reason") if group is not None and group.stat(key) is None else None
-    if reason:
-        return f"n/a ({reason})"
-    return fmt_stat(t, m.group, key, digits)
+    reason = na_reason(t, m.group, key)
+    return f"n/a ({reason})" if reason else fmt_stat(t, m.group, key, digits)
 
 
 def _metric_cells(
