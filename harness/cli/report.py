@@ -355,7 +355,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             opts,
             sweep_id=args.sweep_id,
             printer=printer,
-            announce=lambda s: print(s, file=sys.stderr, flush=True),
+            announce=_announce,
         )
     table = sweep_table(result.path)
     if not table.empty:
@@ -368,10 +368,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             "rollouts_per_s",
         ]
         print(table[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    if result.rendered is not None:
-        print(f"report: {result.rendered.report_html}")
-    print(f"sweep: {result.path}")
-    return EXIT_OK
+    return _sweep_done(result)
 
 
 def _cmd_goodput_search(args: argparse.Namespace) -> int:
@@ -399,7 +396,7 @@ def _cmd_goodput_search(args: argparse.Namespace) -> int:
             opts,
             sweep_id=args.sweep_id,
             printer=printer,
-            announce=lambda s: print(s, file=sys.stderr, flush=True),
+            announce=_announce,
         )
     doc = load_sweep(result.path)
     headers, rows = search_steps_rows(doc)
@@ -411,6 +408,15 @@ def _cmd_goodput_search(args: argparse.Namespace) -> int:
         table.add_row(*(escape(c) for c in row))
     console.print(table)
     print(search_answer_line(doc))
+    return _sweep_done(result)
+
+
+def _announce(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _sweep_done(result: Any) -> int:
+    """The last lines of a sweep or a search: its combined report and its folder."""
     if result.rendered is not None:
         print(f"report: {result.rendered.report_html}")
     print(f"sweep: {result.path}")
