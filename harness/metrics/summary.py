@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.metrics import cache, honesty, subagents, token_counts
@@ -101,89 +102,60 @@ def _layout() -> _Layout:
 
 
 _N_SIM = len(D.SERVER_BREAKDOWN)
+_new_honesty, _new_token_counts = honesty.new_counts, token_counts.new_counts
+_new_subagents = subagents.new_counts
 
 
+@dataclass(slots=True, eq=False)
 class _TransportStats:
     """Everything kept for one transport."""
 
-    __slots__ = (
-        "agg_buckets",
-        "agg_first_ns",
-        "agg_last_ns",
-        "agg_tokens",
-        "burst_tokens_max",
-        "cache_by_turn",
-        "client_ns",
-        "decode_candidates",
-        "errors_by_kind",
-        "hists",
-        "honesty",
-        "layout",
-        "output_tokens",
-        "recovery_ns",
-        "rollout_errors",
-        "rollout_h",
-        "rollout_latency_ns",
-        "rollout_turns",
-        "rollouts",
-        "sim_n",
-        "sim_sum",
-        "slo_first_ns",
-        "slo_folded",
-        "slo_good_turns",
-        "slo_last_ns",
-        "slo_rollouts",
-        "slo_turns",
-        "subagents",
-        "token_counts",
-        "tool_ns",
-        "turn_errors",
-        "turn_h",
-        "turns",
-    )
+    layout: _Layout
+    turns: int = 0
+    turn_errors: int = 0
+    rollouts: int = 0
+    rollout_errors: int = 0
+    hists: list[Any] = field(init=False)
+    turn_h: list[Any] = field(init=False)
+    rollout_h: list[Any] = field(init=False)
+    #: the most tokens in a burst window, over responses that fill the window
+    burst_tokens_max: int = 0
+    #: successful turns with >= 2 output tokens: the decode TPS candidates
+    decode_candidates: int = 0
+    agg_buckets: dict[int, float] = field(default_factory=dict)
+    agg_tokens: int = 0
+    agg_first_ns: int | None = None
+    agg_last_ns: int | None = None
+    sim_sum: list[float] = field(default_factory=lambda: [0.0] * _N_SIM)
+    sim_n: list[int] = field(default_factory=lambda: [0] * _N_SIM)
+    tool_ns: int = 0
+    client_ns: int = 0
+    recovery_ns: int = 0
+    rollout_turns: int = 0
+    errors_by_kind: dict[str, int] = field(default_factory=dict)
+    rollout_latency_ns: dict[tuple[int, int], int] = field(default_factory=dict)
+    honesty: dict[str, int] = field(default_factory=_new_honesty)
+    #: per turn index: [turns that reported input, input tokens, cached tokens]
+    cache_by_turn: list[list[int]] = field(default_factory=list)
+    #: every output token the turns reported, failed turns included (the live export's)
+    output_tokens: int = 0
+    token_counts: dict[str, int] = field(default_factory=_new_token_counts)
+    subagents: dict[str, Any] = field(default_factory=_new_subagents)
+    # SLO attainment and goodput (harness/metrics/slo.py), per rollout (round, id) ->
+    # [a turn missed (0/1), output tokens, the rollout record's verdict: -1 not seen yet,
+    # 0 failed or too slow, 1 within]; judged when the summary is made, so a rollout's
+    # turns and record may reach different accumulators that merge later
+    slo_rollouts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    #: rollouts judged when their record arrived (``fold_rollouts``): [rollouts within
+    #: the SLO, their output tokens]
+    slo_folded: list[int] = field(default_factory=lambda: [0, 0])
+    slo_turns: int = 0
+    slo_good_turns: int = 0
+    slo_first_ns: int | None = None
+    slo_last_ns: int | None = None
 
-    def __init__(self, layout: _Layout) -> None:
-        self.layout = layout
-        self.turns = 0
-        self.turn_errors = 0
-        self.rollouts = 0
-        self.rollout_errors = 0
-        self.set_histograms(layout.new_histograms())
-        #: the most tokens in a burst window, over responses that fill the window
-        self.burst_tokens_max = 0
-        #: successful turns with >= 2 output tokens: the decode TPS candidates
-        self.decode_candidates = 0
-        self.agg_buckets: dict[int, float] = {}
-        self.agg_tokens = 0
-        self.agg_first_ns: int | None = None
-        self.agg_last_ns: int | None = None
-        self.sim_sum = [0.0] * _N_SIM
-        self.sim_n = [0] * _N_SIM
-        self.tool_ns = 0
-        self.client_ns = 0
-        self.recovery_ns = 0
-        self.rollout_turns = 0
-        self.errors_by_kind: dict[str, int] = {}
-        self.rollout_latency_ns: dict[tuple[int, int], int] = {}
-        self.honesty = honesty.new_counts()
-        #: per turn index: [turns that reported input, input tokens, cached tokens]
-        self.cache_by_turn: list[list[int]] = []
-        #: every output token the turns reported, failed turns included (the live export's)
-        self.output_tokens = 0
-        self.token_counts = token_counts.new_counts()
-        self.subagents = subagents.new_counts()
-        # SLO attainment and goodput (harness/metrics/slo.py), per rollout (round, id) ->
-        # [a turn missed (0/1), output tokens, the rollout record's verdict: -1 not seen yet,
-        # 0 failed or too slow, 1 within]; judged when the summary is made, so a rollout's
-        # turns and record may reach different accumulators that merge later
-        self.slo_rollouts: dict[tuple[int, int], list[int]] = {}
-        #: rollouts judged when their record arrived (``fold_rollouts``): [rollouts within
-        #: the SLO, their output tokens]
-        self.slo_folded = [0, 0]
-        self.slo_turns = 0
-        self.slo_good_turns = 0
-        self.slo_first_ns: int | None = None
-        self.slo_last_ns: int | None = None
+    def __post_init__(self) -> None:
+        self.set_histograms(self.layout.new_histograms())
 
     def set_histograms(self, hists: list[Any]) -> None:
         self.hists = hists
@@ -205,35 +177,24 @@ class _TransportStats:
         return out
 
     def merge(self, o: _TransportStats) -> None:
-        self.turns += o.turns
-        self.turn_errors += o.turn_errors
-        self.rollouts += o.rollouts
-        self.rollout_errors += o.rollout_errors
+        for name in _SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(o, name))
         for h, oh in zip(self.hists, o.hists, strict=True):
             h.merge(oh)
         self.burst_tokens_max = max(self.burst_tokens_max, o.burst_tokens_max)
-        self.decode_candidates += o.decode_candidates
         for sec, tokens in o.agg_buckets.items():
             self.agg_buckets[sec] = self.agg_buckets.get(sec, 0.0) + tokens
-        self.agg_tokens += o.agg_tokens
         self.agg_first_ns = _opt(min, self.agg_first_ns, o.agg_first_ns)
         self.agg_last_ns = _opt(max, self.agg_last_ns, o.agg_last_ns)
         for i in range(_N_SIM):
             self.sim_sum[i] += o.sim_sum[i]
             self.sim_n[i] += o.sim_n[i]
-        self.tool_ns += o.tool_ns
-        self.client_ns += o.client_ns
-        self.recovery_ns += o.recovery_ns
-        self.rollout_turns += o.rollout_turns
         for kind, n in o.errors_by_kind.items():
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + n
         honesty.merge(self.honesty, o.honesty)
         cache.merge(self.cache_by_turn, o.cache_by_turn)
-        self.output_tokens += o.output_tokens
         token_counts.merge(self.token_counts, o.token_counts)
         subagents.merge(self.subagents, o.subagents)
-        self.slo_turns += o.slo_turns
-        self.slo_good_turns += o.slo_good_turns
         self.slo_first_ns = _opt(min, self.slo_first_ns, o.slo_first_ns)
         self.slo_last_ns = _opt(max, self.slo_last_ns, o.slo_last_ns)
         self.slo_folded = [a + b for a, b in zip(self.slo_folded, o.slo_folded, strict=True)]
@@ -249,6 +210,24 @@ class _TransportStats:
                 f"accumulator merge: rollout {rid} (round {rnd}) was measured by both accumulators"
             )
         self.rollout_latency_ns.update(o.rollout_latency_ns)
+
+
+#: the counters of _TransportStats that merge by adding
+_SUMMED = (
+    "turns",
+    "turn_errors",
+    "rollouts",
+    "rollout_errors",
+    "decode_candidates",
+    "agg_tokens",
+    "tool_ns",
+    "client_ns",
+    "recovery_ns",
+    "rollout_turns",
+    "output_tokens",
+    "slo_turns",
+    "slo_good_turns",
+)
 
 
 class Accumulator:
