@@ -29,11 +29,9 @@ from harness.wire.plural import counted
 MIN_CI_PAIRS = 5
 
 
-def ci_reason(n: int) -> str | None:
+def ci_reason(n: int, minimum: int = MIN_CI_PAIRS) -> str | None:
     """Why a sample of size ``n`` gets no confidence interval; None when it gets one."""
-    if n >= MIN_CI_PAIRS:
-        return None
-    return f"n={n}: too few for a CI (need {MIN_CI_PAIRS})"
+    return None if n >= minimum else f"n={n}: too few for a CI (need {minimum})"
 
 
 # Bootstrap resamples are drawn in blocks of at most this many values so that
