@@ -346,17 +346,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     key, values, fixed = parse_sweep_sets(args.set)
     # target: is not swept: the first variant's section shapes every run
     first = load_scenario(args.scenario, {**fixed, key: values[0]})
-    opts, printer = _sweep_options(args, first)
-
-    with run_args.live_export(args) as opts.live:
-        result = run_sweep(
-            str(args.scenario),
-            args.set,
-            opts,
-            sweep_id=args.sweep_id,
-            printer=printer,
-            announce=_announce,
-        )
+    result = _measure(args, first, run_sweep, args.set)
     table = sweep_table(result.path)
     if not table.empty:
         cols = [
@@ -386,18 +376,7 @@ def _cmd_goodput_search(args: argparse.Namespace) -> int:
         pass_rule=args.pass_rule,
         rollouts_per_agent=args.rollouts_per_agent,
     )
-    opts, printer = _sweep_options(args, base)
-
-    with run_args.live_export(args) as opts.live:
-        result = run_goodput_search(
-            str(args.scenario),
-            fixed,
-            settings,
-            opts,
-            sweep_id=args.sweep_id,
-            printer=printer,
-            announce=_announce,
-        )
+    result = _measure(args, base, run_goodput_search, fixed, settings)
     doc = load_sweep(result.path)
     headers, rows = search_steps_rows(doc)
     console = Console() if sys.stdout.isatty() else Console(width=200)
@@ -411,8 +390,19 @@ def _cmd_goodput_search(args: argparse.Namespace) -> int:
     return _sweep_done(result)
 
 
-def _announce(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+def _measure(args: argparse.Namespace, scenario: Scenario, start: Any, *head: Any) -> Any:
+    """Run a sweep or a search (``start``) with the options all of its runs share, serving live
+    metrics while it runs if asked."""
+    opts, printer = _sweep_options(args, scenario)
+    with run_args.live_export(args) as opts.live:
+        return start(
+            str(args.scenario),
+            *head,
+            opts,
+            sweep_id=args.sweep_id,
+            printer=printer,
+            announce=lambda s: print(s, file=sys.stderr, flush=True),
+        )
 
 
 def _sweep_done(result: Any) -> int:
