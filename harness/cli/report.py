@@ -23,7 +23,6 @@ from harness.cli.common import (
     add_command,
     epilog,
     examples,
-    parse_transports,
     progress_printer,
     scenario_overrides,
     transports_epilog,
@@ -62,7 +61,6 @@ from harness.run.goodput import (
 )
 from harness.run.runner import RunOptions
 from harness.run.sweep import run_sweep
-from harness.run.target import resolve_target
 from harness.wire.errors import ResultsError, UsageError
 from harness.wire.exit_codes import ExitCode
 from harness.workload.scenario import Scenario, load_scenario
@@ -325,17 +323,7 @@ def _sweep_options(
 ) -> tuple[RunOptions, Callable[[str], None]]:
     """The options every run of a sweep or a search shares (``scenario``'s ``target:`` shapes
     them all), and the progress printer ``-q`` silences."""
-    shaping, tokens = resolve_target(scenario, run_args.target_flags(args))
-    opts = RunOptions(
-        transports=parse_transports(args.transports),
-        target=args.target,
-        results_root=Path(args.out),
-        baseline=args.baseline,
-        shaping=shaping,
-        tokens=tokens,
-        **run_args.client_run_options(args),
-    )
-    return opts, progress_printer(args.quiet)
+    return run_args.run_options(args, scenario), progress_printer(args.quiet)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from harness.cli.common import api_key, parse_transports, scenario_overrides
@@ -22,7 +23,8 @@ from harness.client.shaping import RequestShaping, parse_header, redacted
 from harness.report.sweep import parse_sweep_sets, split_values
 from harness.run.goodput import SEARCH_DEFAULTS
 from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
-from harness.run.target import TargetFlags
+from harness.run.runner import RunOptions
+from harness.run.target import TargetFlags, resolve_target
 from harness.transports.rx_socket import RX_STAMP_MODES, resolve_rx_stamp
 from harness.wire.errors import ScenarioError, UsageError
 from harness.wire.tokens import TokenConvention
@@ -335,6 +337,22 @@ def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
         "ws_subagents": args.ws_subagents,
         "rx_stamp": args.rx_stamp,
     }
+
+
+def run_options(args: argparse.Namespace, scenario: Scenario, **extra: Any) -> RunOptions:
+    """The :class:`RunOptions` of ``run`` and of every run of a sweep: the endpoint, the client
+    options and the request shaping (``scenario``'s ``target:`` section and the flags)."""
+    shaping, tokens = resolve_target(scenario, target_flags(args))
+    return RunOptions(
+        transports=parse_transports(args.transports),
+        target=args.target,
+        results_root=Path(args.out),
+        baseline=args.baseline,
+        shaping=shaping,
+        tokens=tokens,
+        **client_run_options(args),
+        **extra,
+    )
 
 
 def check_run_args(args: argparse.Namespace) -> None:
