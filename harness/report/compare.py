@@ -56,8 +56,8 @@ from harness.metrics.validity import (
 )
 from harness.report import analysis as A
 from harness.report.compare_plots import PlotRun, write_compare_plots
-from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
-from harness.report.files import PLOTS_DIR, fmt, write_text_atomic
+from harness.report.document import Document, Heading, Image, Paragraph, Table
+from harness.report.files import PLOTS_DIR, fmt, write_report
 from harness.report.results import Run, write_index
 from harness.wire.plural import counted
 
@@ -797,8 +797,6 @@ def write_comparison(
         plots[name] = [(f"{PLOTS_DIR}/{p.name}", spec.title, spec.caption) for spec, p in files]
         written += [p for _, p in files]
     doc = compare_document(cmp, plots)
-    md, page = out_dir / COMPARE_MD, out_dir / COMPARE_HTML
-    write_text_atomic(md, to_markdown(doc))
-    write_text_atomic(page, to_html(doc, out_dir))
+    md, page = write_report(doc, out_dir, COMPARE_MD, COMPARE_HTML)
     js = write_index(out_dir, "compare", comparison_json(cmp))
     return WrittenComparison(out_dir, page, md, js, written)

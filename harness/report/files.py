@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.metrics.results_model import Summary, TransportSummary, as_summary, as_transport
 from harness.metrics.sample_size import min_samples
+from harness.report.document import Document, to_html, to_markdown
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -94,6 +95,16 @@ def too_few_note(doc: Summary | Mapping[str, Any]) -> str | None:
         f"{TOO_FEW_MARK} too few samples for this statistic (p50 needs {min_samples('p50')}, "
         f"p90 {min_samples('p90')}, p99 {min_samples('p99')})"
     )
+
+
+def write_report(
+    doc: Document, folder: Path, md: str = REPORT_MD, page: str = REPORT_HTML
+) -> tuple[Path, Path]:
+    """Write ``doc`` into ``folder`` as Markdown and as self-contained HTML; returns both paths."""
+    paths = folder / md, folder / page
+    write_text_atomic(paths[0], to_markdown(doc))
+    write_text_atomic(paths[1], to_html(doc, folder))
+    return paths
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -33,14 +33,10 @@ from harness.report.document import (
     Image,
     Paragraph,
     Table,
-    to_html,
-    to_markdown,
 )
 from harness.report.files import (
     COUNT_HEADERS,
     PLOTS_DIR,
-    REPORT_HTML,
-    REPORT_MD,
     Rendered,
     count_cells,
     fmt,
@@ -48,7 +44,7 @@ from harness.report.files import (
     fmt_stat,
     na_reason,
     too_few_note,
-    write_text_atomic,
+    write_report,
 )
 from harness.report.results import SLICES, Run, load_run, write_table_gz
 from harness.report.server_section import server_section
@@ -399,10 +395,7 @@ def render_run(
     if server.plot is not None:
         plot_files.append(server.plot)
     doc = build_run_document(run, plot_files, server.blocks)
-    md = run.path / REPORT_MD
-    page = run.path / REPORT_HTML
-    write_text_atomic(md, to_markdown(doc))
-    write_text_atomic(page, to_html(doc, run.path))
+    md, page = write_report(doc, run.path)
     return Rendered(md, page, [p.path for p in plot_files])
 
 
