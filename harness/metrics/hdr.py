@@ -116,10 +116,6 @@ class Histogram:
         #: (docs/reliability.md, *Soak*).
         self.exact: array[int] | None = array(_EXACT_TYPE)
 
-    @classmethod
-    def tps(cls) -> Histogram:
-        return cls("tps")
-
     # -- recording ---------------------------------------------------------------------------
 
     def record(self, value: float) -> None:

@@ -61,10 +61,6 @@ RolloutCIs = Mapping[str, tuple[float, tuple[float, float] | None, int] | None]
 RatioCIs = Mapping[str, tuple[float | None, tuple[float, float] | None]]
 
 
-def _ok(df: pd.DataFrame, transport: str, column: str) -> np.ndarray:
-    return np.sort(A.ok_samples(df, transport, column))
-
-
 def _finish(fig: Figure, title: str, transport: str) -> None:
     fig.suptitle(f"{title} — {transport}")
 
@@ -72,7 +68,7 @@ def _finish(fig: Figure, title: str, transport: str) -> None:
 def _cdf(ax: Axes, runs: Sequence[PlotRun], transport: str, column: str, unit: str) -> bool:
     lo_hi: list[float] = []
     for i, r in enumerate(runs):
-        v = _ok(r.turns, transport, column)
+        v = A.ok_samples(r.turns, transport, column)
         if not len(v):
             ax.plot([], [], " ", label=f"{r.name}: no samples")
             continue
@@ -99,7 +95,7 @@ def plot_rollout_cis(
     runs: Sequence[PlotRun], transport: str, medians: RolloutCIs, ratios: RatioCIs
 ) -> Figure | None:
     """Rollout latency per run (dots, median with 95 % CI) and each candidate's ratio to A."""
-    data = [_ok(r.rollouts, transport, "latency_ms") / 1000 for r in runs]
+    data = [A.ok_samples(r.rollouts, transport, "latency_ms") / 1000 for r in runs]
     if not any(len(v) for v in data):
         return None
     fig, (ax, ax2) = _figure(12, 4.6, ncols=2, gridspec_kw={"width_ratios": [3, 2]})

@@ -121,7 +121,7 @@ def test_out_of_range_values_are_counted_and_clamped() -> None:
     assert h.percentile(100) >= HOUR_US
     assert h.percentile(0) == 0.0
 
-    tps = Histogram.tps()
+    tps = Histogram("tps")
     assert tps.unit == "tps"
     tps.record(2_500_000.0)
     tps.record(-1.0)
@@ -148,7 +148,7 @@ def test_record_many_ns_equals_record_ns() -> None:
 
 def test_merge_requires_same_unit() -> None:
     with pytest.raises(ValueError, match="unit"):
-        Histogram().merge(Histogram.tps())
+        Histogram().merge(Histogram("tps"))
 
 
 _values = st.lists(st.integers(min_value=-(10**6), max_value=2 * HOUR_US), max_size=60)
