@@ -482,15 +482,18 @@ def _pct(x: float) -> str:
     return f"{x:+.1f}".replace("-", "−")
 
 
+def _ci_pct(d: Delta) -> str:
+    """``−2.0, +8.4``: the CI of the row's ratio as Δ % bounds."""
+    assert d.ratio_ci95 is not None
+    lo, hi = ((c - 1.0) * 100.0 for c in d.ratio_ci95)
+    return f"{_pct(lo)}, {_pct(hi)}"
+
+
 def fmt_change(d: Delta) -> str:
     """``+3.1 % [−2.0, +8.4]``: Δ % of the row's statistic with the CI of that same ratio."""
     if d.delta_pct is None:
         return "-"
-    text = f"{_pct(d.delta_pct)} %"
-    if d.ratio_ci95 is not None:
-        lo, hi = ((c - 1.0) * 100.0 for c in d.ratio_ci95)
-        text += f" [{_pct(lo)}, {_pct(hi)}]"
-    return text
+    return f"{_pct(d.delta_pct)} %" + (f" [{_ci_pct(d)}]" if d.ratio_ci95 is not None else "")
 
 
 def row_verdict(d: Delta) -> str:
@@ -511,11 +514,8 @@ def metric_verdict(d: Delta, ref: str = "A") -> str:
         return f"{head}: {d.note or 'no value in one of the runs'}"
     text = f"{head} {_pct(d.delta_pct)} %"
     if d.ratio_ci95 is not None:
-        lo, hi = ((c - 1.0) * 100.0 for c in d.ratio_ci95)
-        text += f" [95 % CI {_pct(lo)}, {_pct(hi)}], p {fmt_p(d.p_value)}: {d.verdict}"
-    else:
-        text += f": {row_verdict(d)}"
-    return text
+        return f"{text} [95 % CI {_ci_pct(d)}], p {fmt_p(d.p_value)}: {d.verdict}"
+    return f"{text}: {row_verdict(d)}"
 
 
 DELTA_HEADERS = [
