@@ -57,6 +57,7 @@ from harness.metrics.validity import (
 from harness.report import analysis as A
 from harness.report.compare_plots import PlotRun, write_compare_plots
 from harness.report.document import Document, Heading, Image, Paragraph, Table
+from harness.report.error_summary import kinds_text
 from harness.report.files import PLOTS_DIR, fmt, write_report
 from harness.report.results import Run, write_index
 from harness.wire.plural import counted
@@ -143,8 +144,8 @@ class TransportHealth:
 
     turns: int
     errors: int
-    #: (kind, count, one example message), most frequent first
-    kinds: tuple[tuple[str, int, str], ...] = ()
+    #: kind -> {"count", "example"} (the summary's ``errors`` block), most frequent first
+    kinds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> int:
@@ -155,16 +156,10 @@ class TransportHealth:
         return self.errors / self.turns if self.turns else 1.0
 
     def describe_errors(self, limit: int = 3, *, example: bool = True) -> str:
-        """``server_error x6 (e.g. "…")``: the top kinds with counts, one example."""
-        if not self.kinds:
-            return ""
-        parts = [f"{kind} x{n}" for kind, n, _ in self.kinds[:limit]]
-        if not example:
-            return ", ".join(parts)
-        text = self.kinds[0][2]
-        if len(text) > 120:
-            text = text[:117] + "…"
-        return ", ".join(parts) + (f' (e.g. "{text}")' if text else "")
+        """``server_error x6: <example>; timeout x2``: the top kinds with counts, as a run's
+        validity reasons name them."""
+        kinds = self.kinds if example else {k: {"count": v["count"]} for k, v in self.kinds.items()}
+        return kinds_text(kinds, top=limit)
 
 
 @dataclass(slots=True)
@@ -209,14 +204,16 @@ class Side:
         df = self.table("turns")
         g = df[df["transport"] == transport] if not df.empty else df
         bad = g[~g["ok"]] if len(g) else g
-        kinds: list[tuple[str, int, str]] = []
+        kinds: dict[str, dict[str, Any]] = {}
         if len(bad):
             kind = bad["error_kind"].where(bad["error_kind"] != "", bad["status"])
             for name, n in kind.value_counts().items():
                 msgs = bad.loc[kind == name, "error_message"]
-                example = next((str(m) for m in msgs if m), "")
-                kinds.append((str(name), int(n), example))
-        return TransportHealth(len(g), len(bad), tuple(kinds))
+                kinds[str(name)] = {
+                    "count": int(n),
+                    "example": next((str(m) for m in msgs if m), ""),
+                }
+        return TransportHealth(len(g), len(bad), kinds)
 
     @property
     def limits(self) -> Limits:
