@@ -16,7 +16,6 @@ from harness.cli.common import (
     add_command,
     epilog,
     examples,
-    scenario_overrides,
     transports_epilog,
 )
 from harness.cli.run_args import (
@@ -27,7 +26,7 @@ from harness.cli.run_args import (
     check_server_profiles,
     live_export,
     run_options,
-    scenario_sets,
+    run_scenario_of,
     shaping_line,
 )
 from harness.cli.summary_table import print_summary
@@ -40,7 +39,6 @@ from harness.run.progress import make_progress
 from harness.run.runner import run_scenario
 from harness.wire.stop_signal import sigterm_as_sigint
 from harness.workload.rollout import scenario_trace_gaps
-from harness.workload.scenario import load_scenario
 
 
 def add_parser(sub: Any) -> None:
@@ -116,7 +114,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     check_run_args(args)
-    scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
+    scenario = run_scenario_of(args)
     if not args.target:
         check_server_profiles(scenario, args.scenario)
     opts = run_options(args, scenario, run_id=args.run_id)

@@ -320,6 +320,11 @@ def scenario_sets(args: argparse.Namespace) -> list[str]:
     return sets
 
 
+def run_scenario_of(args: argparse.Namespace) -> Scenario:
+    """The scenario ``run`` measures: the file or built-in named, with ``--set`` and ``--model``."""
+    return load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
+
+
 def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`~harness.run.runner.RunOptions` fields :func:`add_client_options` sets."""
     return {
@@ -375,7 +380,7 @@ def check_run_args(args: argparse.Namespace) -> None:
     if args.baseline is not None:
         named = parse_transports(args.transports)
         if named is None:
-            named = load_scenario(args.scenario, scenario_overrides(scenario_sets(args))).transports
+            named = run_scenario_of(args).transports
         _check_baseline(args.baseline, [named])
 
 

@@ -111,11 +111,12 @@ class _TransportStats:
     """Everything kept for one transport."""
 
     layout: _Layout
+    #: one histogram per metric of ``layout``; ``turn_h``/``rollout_h``: the adders' views
+    hists: list[Any] = field(init=False)
     turns: int = 0
     turn_errors: int = 0
     rollouts: int = 0
     rollout_errors: int = 0
-    hists: list[Any] = field(init=False)
     turn_h: list[Any] = field(init=False)
     rollout_h: list[Any] = field(init=False)
     #: the most tokens in a burst window, over responses that fill the window
