@@ -59,7 +59,7 @@ def _run_facts(run: Run) -> list[str]:
     scenario = m.scenario_facts
     machine = m.machine
     seed = "?" if m.seed is None else m.seed
-    facts = [
+    return [
         f"Scenario {scenario.name or '?'}"
         + (f" — {scenario.description}" if scenario.description else ""),
         f"seed {seed}, transports {', '.join(m.transports)}, load {scenario.load_mode or '?'}"
@@ -77,7 +77,6 @@ def _run_facts(run: Run) -> list[str]:
         f"started {m.started_at or '?'}, git {(m.git_sha or '')[:10] or '?'}, "
         f"Python {machine.get('python', '?')}, {machine.get('cpu_count', '?')} CPUs",
     ]
-    return facts
 
 
 def _stat_cell(
