@@ -27,8 +27,8 @@ from harness.report.files import (
     count_cells,
     fmt,
     fmt_ci,
-    fmt_stat,
     na_reason,
+    stat_cell,
     too_few_note,
 )
 from harness.report.verdict import verdict_kind, verdict_line
@@ -48,13 +48,11 @@ def make_console() -> Console:
 
 
 def _stat_cell(t: TransportSummary, m: D.Metric, key: str) -> str:
-    if na_reason(t, m.group, key):
-        return "n/a"
     if m.unit == "ratio":
         digits = 2  # 0.83: one digit would put every warm cache at 0.8 or 0.9
     else:
         digits = 0 if m.unit in ("tok/s", "count") or m.stat(key).name == "count" else 1
-    return fmt_stat(t, m.group, key, digits)
+    return stat_cell(t, m.group, key, digits, why=False)
 
 
 def summary_rows(doc: Summary | Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:

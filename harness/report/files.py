@@ -76,6 +76,23 @@ def fmt_stat(
     return text
 
 
+def stat_cell(
+    transport: TransportSummary | Mapping[str, Any],
+    group: str,
+    key: str,
+    digits: int,
+    *,
+    why: bool = True,
+) -> str:
+    """Statistic ``<group>.<key>`` for a table cell (:func:`fmt_stat`), or ``n/a`` where the
+    summary says why it is null (with the reason in parentheses when ``why``)."""
+    t = as_transport(transport)
+    reason = na_reason(t, group, key)
+    if reason:
+        return f"n/a ({reason})" if why else "n/a"
+    return fmt_stat(t, group, key, digits)
+
+
 def na_reason(t: TransportSummary, group: str, key: str) -> str | None:
     """Why statistic ``<group>.<key>`` is null (``burst_peak_reason``), if the summary says."""
     block = t.group(group)

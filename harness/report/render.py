@@ -22,7 +22,6 @@ from harness.metrics.results_model import (
     Summary,
     TransportSummary,
     as_summary,
-    as_transport,
 )
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
@@ -41,8 +40,7 @@ from harness.report.files import (
     count_cells,
     fmt,
     fmt_ci,
-    fmt_stat,
-    na_reason,
+    stat_cell,
     too_few_note,
     write_report,
 )
@@ -79,14 +77,6 @@ def _run_facts(run: Run) -> list[str]:
     ]
 
 
-def _stat_cell(
-    doc: TransportSummary | Mapping[str, Any], m: D.Metric, key: str, digits: int
-) -> str:
-    t = as_transport(doc)
-    reason = na_reason(t, m.group, key)
-    return f"n/a ({reason})" if reason else fmt_stat(t, m.group, key, digits)
-
-
 def _metric_cells(
     t: TransportSummary | Mapping[str, Any],
     table: str,
@@ -94,7 +84,8 @@ def _metric_cells(
     rates: bool | None = None,
 ) -> list[str]:
     return [
-        _stat_cell(t, m, stat.key, digits) for m, stat, digits in _columns(table, summary, rates)
+        stat_cell(t, m.group, stat.key, digits)
+        for m, stat, digits in _columns(table, summary, rates)
     ]
 
 
