@@ -157,15 +157,21 @@ def transports_epilog(
 
 
 def parse_transports(value: str | None) -> list[str] | None:
-    """``--transports http,ws``: the names, each checked against the registry; None if not given."""
-    if not value:
+    """``--transports http,ws``: the names, each known and named once; None if not given."""
+    if value is None:
         return None
+    expected = f"expected one or more of {', '.join(TRANSPORT_NAMES)}, separated by commas"
     names = [t.strip() for t in value.split(",")]
+    if not any(names):
+        raise UsageError(f"--transports {value!r}: no transport named; {expected}")
     for t in names:
+        if not t:
+            raise UsageError(f"--transports {value!r}: an empty name between commas; {expected}")
         if t not in TRANSPORT_NAMES:
-            raise UsageError(
-                f"--transports: unknown transport {t!r}; expected one or more of {', '.join(TRANSPORT_NAMES)}"
-            )
+            raise UsageError(f"--transports {value!r}: unknown transport {t!r}; {expected}")
+    twice = sorted({t for t in names if names.count(t) > 1})
+    if twice:
+        raise UsageError(f"--transports {value!r}: {', '.join(twice)} named more than once")
     return names
 
 

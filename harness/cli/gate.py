@@ -282,11 +282,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
         else:
             candidate, baseline = Path(args.subject), Path(args.baseline)
         report = judge(candidate, baseline, args.rules, ab=args.ab)
-    except (UsageError, ScenarioError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except NotAResultsFolder as exc:
-        # A mistyped path: re-measuring (3) would not help.
+    except (UsageError, ScenarioError, NotAResultsFolder) as exc:
+        # NotAResultsFolder: a mistyped path, which re-measuring (3) would not help.
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ResultsError as exc:

@@ -6,7 +6,6 @@ Thin: parse, call :mod:`harness.model.reproduce` / :mod:`harness.model.calibrate
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from harness.cli.common import (
     add_command,
     epilog,
     examples,
+    progress_printer,
     transports_epilog,
 )
 from harness.model.calibrate import (
@@ -133,17 +133,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                 f"--set {item!r}: expected [PART:]KEY=VALUE, e.g. codex-cerebras:rollout.count=4"
             )
         overrides.setdefault(target.strip(), {})[key.strip()] = value.strip()
-
-    def printer(line: str) -> None:
-        if not args.quiet:
-            print(line, file=sys.stderr, flush=True)
-
     result = run_reproduction(
         out,
         scenario_dir=Path(args.scenarios) if args.scenarios else REPRODUCE_DIR,
         overrides=overrides,
         parts=parts,
-        printer=printer,
+        printer=progress_printer(args.quiet),
     )
     print(format_table(result.rows))
     verdict = "all rows pass" if all_passed(result.rows) else "NOT all rows pass"

@@ -23,7 +23,6 @@ from harness.cli.common import (
     add_command,
     epilog,
     examples,
-    parse_transports,
     progress_printer,
     scenario_overrides,
     transports_epilog,
@@ -62,7 +61,6 @@ from harness.run.goodput import (
 )
 from harness.run.runner import RunOptions
 from harness.run.sweep import run_sweep
-from harness.run.target import resolve_target
 from harness.wire.errors import ResultsError, UsageError
 from harness.wire.exit_codes import ExitCode
 from harness.workload.scenario import Scenario, load_scenario
@@ -325,17 +323,7 @@ def _sweep_options(
 ) -> tuple[RunOptions, Callable[[str], None]]:
     """The options every run of a sweep or a search shares (``scenario``'s ``target:`` shapes
     them all), and the progress printer ``-q`` silences."""
-    shaping, tokens = resolve_target(scenario, run_args.target_flags(args))
-    opts = RunOptions(
-        transports=parse_transports(args.transports),
-        target=args.target,
-        results_root=Path(args.out),
-        baseline=args.baseline,
-        shaping=shaping,
-        tokens=tokens,
-        **run_args.client_run_options(args),
-    )
-    return opts, progress_printer(args.quiet)
+    return run_args.run_options(args, scenario), progress_printer(args.quiet)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -346,17 +334,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     key, values, fixed = parse_sweep_sets(args.set)
     # target: is not swept: the first variant's section shapes every run
     first = load_scenario(args.scenario, {**fixed, key: values[0]})
-    opts, printer = _sweep_options(args, first)
-
-    with run_args.live_export(args) as opts.live:
-        result = run_sweep(
-            str(args.scenario),
-            args.set,
-            opts,
-            sweep_id=args.sweep_id,
-            printer=printer,
-            announce=lambda s: print(s, file=sys.stderr, flush=True),
-        )
+    result = _measure(args, first, run_sweep, args.set)
     table = sweep_table(result.path)
     if not table.empty:
         cols = [
@@ -368,10 +346,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             "rollouts_per_s",
         ]
         print(table[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    if result.rendered is not None:
-        print(f"report: {result.rendered.report_html}")
-    print(f"sweep: {result.path}")
-    return EXIT_OK
+    return _sweep_done(result)
 
 
 def _cmd_goodput_search(args: argparse.Namespace) -> int:
@@ -389,18 +364,7 @@ def _cmd_goodput_search(args: argparse.Namespace) -> int:
         pass_rule=args.pass_rule,
         rollouts_per_agent=args.rollouts_per_agent,
     )
-    opts, printer = _sweep_options(args, base)
-
-    with run_args.live_export(args) as opts.live:
-        result = run_goodput_search(
-            str(args.scenario),
-            fixed,
-            settings,
-            opts,
-            sweep_id=args.sweep_id,
-            printer=printer,
-            announce=lambda s: print(s, file=sys.stderr, flush=True),
-        )
+    result = _measure(args, base, run_goodput_search, fixed, settings)
     doc = load_sweep(result.path)
     headers, rows = search_steps_rows(doc)
     console = Console() if sys.stdout.isatty() else Console(width=200)
@@ -411,6 +375,26 @@ def _cmd_goodput_search(args: argparse.Namespace) -> int:
         table.add_row(*(escape(c) for c in row))
     console.print(table)
     print(search_answer_line(doc))
+    return _sweep_done(result)
+
+
+def _measure(args: argparse.Namespace, scenario: Scenario, start: Any, *head: Any) -> Any:
+    """Run a sweep or a search (``start``) with the options all of its runs share, serving live
+    metrics while it runs if asked."""
+    opts, printer = _sweep_options(args, scenario)
+    with run_args.live_export(args) as opts.live:
+        return start(
+            str(args.scenario),
+            *head,
+            opts,
+            sweep_id=args.sweep_id,
+            printer=printer,
+            announce=lambda s: print(s, file=sys.stderr, flush=True),
+        )
+
+
+def _sweep_done(result: Any) -> int:
+    """The last lines of a sweep or a search: its combined report and its folder."""
     if result.rendered is not None:
         print(f"report: {result.rendered.report_html}")
     print(f"sweep: {result.path}")

@@ -16,8 +16,6 @@ from harness.cli.common import (
     add_command,
     epilog,
     examples,
-    parse_transports,
-    scenario_overrides,
     transports_epilog,
 )
 from harness.cli.run_args import (
@@ -26,11 +24,10 @@ from harness.cli.run_args import (
     add_live_options,
     check_run_args,
     check_server_profiles,
-    client_run_options,
     live_export,
-    scenario_sets,
+    run_options,
+    run_scenario_of,
     shaping_line,
-    target_flags,
 )
 from harness.cli.summary_table import print_summary
 from harness.metrics.results_model import Summary, as_summary
@@ -39,11 +36,9 @@ from harness.run.probe import DEFAULT_TIMEOUT_S as PROBE_TIMEOUT_S
 from harness.run.probe import probe_for_run
 from harness.run.procs import run_procs
 from harness.run.progress import make_progress
-from harness.run.runner import RunOptions, run_scenario
-from harness.run.target import resolve_target
+from harness.run.runner import run_scenario
 from harness.wire.stop_signal import sigterm_as_sigint
 from harness.workload.rollout import scenario_trace_gaps
-from harness.workload.scenario import load_scenario
 
 
 def add_parser(sub: Any) -> None:
@@ -119,22 +114,11 @@ def add_parser(sub: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     check_run_args(args)
-    scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
+    scenario = run_scenario_of(args)
     if not args.target:
         check_server_profiles(scenario, args.scenario)
-    transports = parse_transports(args.transports)
-    shaping, tokens = resolve_target(scenario, target_flags(args))
-    opts = RunOptions(
-        transports=transports,
-        target=args.target,
-        results_root=Path(args.out),
-        run_id=args.run_id,
-        baseline=args.baseline,
-        shaping=shaping,
-        tokens=tokens,
-        **client_run_options(args),
-    )
-    line = shaping_line(shaping, tokens)
+    opts = run_options(args, scenario, run_id=args.run_id)
+    line = shaping_line(opts.shaping, opts.tokens)
     if line and not args.quiet:
         print(line, file=sys.stderr)
     if args.tls:
@@ -143,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         opts.verify_tls = False
     refused = probe_for_run(
         args.target,
-        transports or scenario.transports,
+        opts.transports or scenario.transports,
         api_key=opts.api_key,
         verify_tls=opts.verify_tls,
         model=scenario.model,
@@ -152,7 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=None if args.quiet else lambda m: print(m, file=sys.stderr, flush=True),
         timeout_s=args.probe_timeout_s,
         compaction=scenario.rollout.compact_at_tokens is not None,
-        shaping=shaping,
+        shaping=opts.shaping,
     )
     if refused is not None:
         return refused

@@ -13,20 +13,21 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-from harness.cli.common import api_key, scenario_overrides
+from harness.cli.common import api_key, parse_transports, scenario_overrides
 from harness.client.messages_api import CACHE_CONTROL
 from harness.client.options import RECOVER_FROM, WS_SUBAGENTS
 from harness.client.shaping import RequestShaping, parse_header, redacted
 from harness.report.sweep import parse_sweep_sets, split_values
 from harness.run.goodput import SEARCH_DEFAULTS
 from harness.run.live_export import DEFAULT_INTERVAL_S, LiveExport
-from harness.run.target import TargetFlags
+from harness.run.runner import RunOptions
+from harness.run.target import TargetFlags, resolve_target
 from harness.transports.rx_socket import RX_STAMP_MODES, resolve_rx_stamp
 from harness.wire.errors import ScenarioError, UsageError
 from harness.wire.tokens import TokenConvention
-from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.scenario import Scenario, load_scenario
 from harness.workload.slo import SLO_FIELDS
 from harness.workload.target import HEADER_NAME, extra_body_problem
@@ -319,6 +320,11 @@ def scenario_sets(args: argparse.Namespace) -> list[str]:
     return sets
 
 
+def run_scenario_of(args: argparse.Namespace) -> Scenario:
+    """The scenario ``run`` measures: the file or built-in named, with ``--set`` and ``--model``."""
+    return load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
+
+
 def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`~harness.run.runner.RunOptions` fields :func:`add_client_options` sets."""
     return {
@@ -336,6 +342,22 @@ def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
         "ws_subagents": args.ws_subagents,
         "rx_stamp": args.rx_stamp,
     }
+
+
+def run_options(args: argparse.Namespace, scenario: Scenario, **extra: Any) -> RunOptions:
+    """The :class:`RunOptions` of ``run`` and of every run of a sweep: the endpoint, the client
+    options and the request shaping (``scenario``'s ``target:`` section and the flags)."""
+    shaping, tokens = resolve_target(scenario, target_flags(args))
+    return RunOptions(
+        transports=parse_transports(args.transports),
+        target=args.target,
+        results_root=Path(args.out),
+        baseline=args.baseline,
+        shaping=shaping,
+        tokens=tokens,
+        **client_run_options(args),
+        **extra,
+    )
 
 
 def check_run_args(args: argparse.Namespace) -> None:
@@ -356,9 +378,9 @@ def check_run_args(args: argparse.Namespace) -> None:
             "run without --procs to watch the run live"
         )
     if args.baseline is not None:
-        named = _transports(args.transports)
+        named = parse_transports(args.transports)
         if named is None:
-            named = load_scenario(args.scenario, scenario_overrides(scenario_sets(args))).transports
+            named = run_scenario_of(args).transports
         _check_baseline(args.baseline, [named])
 
 
@@ -382,7 +404,7 @@ def check_sweep_args(args: argparse.Namespace) -> None:
             "load.concurrency=1,2,4,8, or --search goodput"
         )
     if args.baseline is not None:
-        named = _transports(args.transports)
+        named = parse_transports(args.transports)
         if named is not None:
             _check_baseline(args.baseline, [named])
         else:
@@ -397,24 +419,24 @@ def check_sweep_args(args: argparse.Namespace) -> None:
 
 
 def _check_common(args: argparse.Namespace) -> None:
-    _transports(args.transports)
-    slice_s = getattr(args, "slice_s", None)
-    if slice_s is not None and not slice_s > 0:
-        raise UsageError(f"--slice-s: expected a positive number of seconds, got {slice_s:g}")
+    parse_transports(args.transports)
+    for option in (
+        "slice_s",
+        "prometheus_interval_s",
+        "server_metrics_interval",
+        "request_timeout_s",
+        "probe_timeout_s",
+    ):
+        seconds = getattr(args, option, None)
+        # "not > 0" also refuses nan, which compares false with everything.
+        if seconds is not None and not seconds > 0:
+            raise UsageError(
+                f"--{option.replace('_', '-')}: expected a positive number of seconds, "
+                f"got {seconds}"
+            )
     port = getattr(args, "prometheus_port", None)
     if port is not None and not 0 <= port <= 65535:
         raise UsageError(f"--prometheus-port: expected a port from 0 to 65535, got {port}")
-    interval = getattr(args, "prometheus_interval_s", None)
-    if interval is not None and not interval > 0:
-        raise UsageError(
-            f"--prometheus-interval-s: expected a positive number of seconds, got {interval}"
-        )
-    scrape_interval = getattr(args, "server_metrics_interval", 1.0)
-    if not scrape_interval > 0:
-        raise UsageError(
-            "--server-metrics-interval: expected a positive number of seconds, "
-            f"got {scrape_interval}"
-        )
     if getattr(args, "server_metrics", None) and getattr(args, "no_server_metrics", False):
         raise UsageError(
             "--no-server-metrics: cannot go with --server-metrics "
@@ -428,38 +450,10 @@ def _check_common(args: argparse.Namespace) -> None:
         )
     target_flags(args)
     slo_sets(getattr(args, "slo", None))
-    rx_stamp = getattr(args, "rx_stamp", "auto")
     try:
-        resolve_rx_stamp(rx_stamp)
+        resolve_rx_stamp(getattr(args, "rx_stamp", "auto"))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    for option in ("request_timeout_s", "probe_timeout_s"):
-        timeout = getattr(args, option, None)
-        # "not > 0" also refuses nan, which compares false with everything.
-        if timeout is not None and not timeout > 0:
-            raise UsageError(
-                f"--{option.replace('_', '-')}: expected a positive number of seconds, "
-                f"got {timeout}"
-            )
-
-
-def _transports(value: str | None) -> list[str] | None:
-    """The names ``--transports`` gives, each known and named once; None if not given."""
-    if value is None:
-        return None
-    expected = f"expected one or more of {', '.join(TRANSPORT_NAMES)}, separated by commas"
-    names = [t.strip() for t in value.split(",")]
-    if not any(names):
-        raise UsageError(f"--transports {value!r}: no transport named; {expected}")
-    for t in names:
-        if not t:
-            raise UsageError(f"--transports {value!r}: an empty name between commas; {expected}")
-        if t not in TRANSPORT_NAMES:
-            raise UsageError(f"--transports {value!r}: unknown transport {t!r}; {expected}")
-    twice = sorted({t for t in names if names.count(t) > 1})
-    if twice:
-        raise UsageError(f"--transports {value!r}: {', '.join(twice)} named more than once")
-    return names
 
 
 def _check_baseline(baseline: str, runs: Sequence[Sequence[str]]) -> None:

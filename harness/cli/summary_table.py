@@ -27,7 +27,8 @@ from harness.report.files import (
     count_cells,
     fmt,
     fmt_ci,
-    fmt_stat,
+    na_reason,
+    stat_cell,
     too_few_note,
 )
 from harness.report.verdict import verdict_kind, verdict_line
@@ -46,23 +47,12 @@ def make_console() -> Console:
     return Console(width=PIPED_WIDTH)
 
 
-def _na_reason(t: TransportSummary, group: str, key: str) -> str | None:
-    """Why statistic ``<group>.<key>`` is null (``burst_peak_reason``), if the summary says."""
-    block = t.group(group)
-    if block is None or block.stat(key) is not None:
-        return None
-    reason = block.get(f"{key}_reason")
-    return str(reason) if reason else None
-
-
 def _stat_cell(t: TransportSummary, m: D.Metric, key: str) -> str:
-    if _na_reason(t, m.group, key):
-        return "n/a"
     if m.unit == "ratio":
         digits = 2  # 0.83: one digit would put every warm cache at 0.8 or 0.9
     else:
         digits = 0 if m.unit in ("tok/s", "count") or m.stat(key).name == "count" else 1
-    return fmt_stat(t, m.group, key, digits)
+    return stat_cell(t, m.group, key, digits, why=False)
 
 
 def summary_rows(doc: Summary | Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -85,7 +75,7 @@ def na_notes(doc: Summary | Mapping[str, Any]) -> list[str]:
     by_reason: dict[tuple[str, str], list[str]] = {}
     for name, t in summary.transports.items():
         for m, stat in D.cli_columns(summary):
-            reason = _na_reason(t, m.group, stat.key)
+            reason = na_reason(t, m.group, stat.key)
             if reason:
                 by_reason.setdefault((m.title(stat.key), reason), []).append(name)
     return [

@@ -30,13 +30,10 @@ def add(by_turn: list[Row], turn_index: int, input_tokens: int, cached_tokens: i
 
 
 def merge(into: list[Row], other: Sequence[Sequence[int]]) -> None:
-    for i, (n, tokens, cached) in enumerate(other):
+    for i, row in enumerate(other):
         if i >= len(into):
             into.append([0, 0, 0])
-        row = into[i]
-        row[0] += int(n)
-        row[1] += int(tokens)
-        row[2] += int(cached)
+        into[i] = [a + int(b) for a, b in zip(into[i], row, strict=True)]
 
 
 def ratio(cached_tokens: int, input_tokens: int) -> float | None:

@@ -832,6 +832,10 @@ def compile_adder(
     each field read once, no call or lookup per metric.
     """
     ok = TURN_OK if kind == "turn" else ROLLOUT_OK
+    failed = [
+        f"    if {' and '.join(f'{_REC}.status != {s!r}' for s in ok)}:",
+        "        return False",
+    ]
     body: list[str] = []
     used: list[str] = []
     last_when = None
@@ -840,8 +844,7 @@ def compile_adder(
         if m.record != kind:
             raise ValueError(f"metric {m.name}: a {m.record} metric, not {kind}")
         if not m.failed_too and not checked:
-            body.append(f"    if {' and '.join(f'{_REC}.status != {s!r}' for s in ok)}:")
-            body.append("        return False")
+            body += failed
             checked = True
             last_when = None
         elif m.failed_too and checked:
@@ -860,8 +863,7 @@ def compile_adder(
         if m.paired:
             body.append(f"        paired[({_REC}.round, {_REC}.rollout_id)] = v")
     if not checked:
-        body.append(f"    if {' and '.join(f'{_REC}.status != {s!r}' for s in ok)}:")
-        body.append("        return False")
+        body += failed
     for j, name in enumerate(means):
         if name not in _FIELDS[kind]:
             raise ValueError(f"mean of {name!r}: not a {kind} record field")

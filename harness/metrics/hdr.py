@@ -116,10 +116,6 @@ class Histogram:
         #: (docs/reliability.md, *Soak*).
         self.exact: array[int] | None = array(_EXACT_TYPE)
 
-    @classmethod
-    def tps(cls) -> Histogram:
-        return cls("tps")
-
     # -- recording ---------------------------------------------------------------------------
 
     def record(self, value: float) -> None:
@@ -210,20 +206,10 @@ class Histogram:
         """Exact mean of the recorded integer values (NaN when empty)."""
         return self.sum / self.count if self.count else math.nan
 
-    @property
-    def mean_ms(self) -> float:
-        return self.mean / 1000.0
-
     def value_at_rank(self, rank: int, *, lowest: bool = False) -> float:
         """The ``rank``-th smallest value (1-based): exact while the values are kept, else
         the highest (or ``lowest``) equivalent value of its bucket."""
-        if not self.count:
-            return math.nan
-        if self.exact is not None:
-            return float(sorted(self.exact)[min(self.count, max(1, rank)) - 1])
-        cum = np.cumsum(self.counts_array())
-        idx = int(np.searchsorted(cum, max(1, rank), side="left"))
-        return _lowest_at_index(self, idx) if lowest else _value_at_index(self, idx)
+        return self._at_ranks([(rank, lowest)])[0]
 
     def percentiles(self, ps: Sequence[float]) -> list[float]:
         """Values at percentiles ``ps`` (0–100) in the unit; NaN when empty.
@@ -234,18 +220,21 @@ class Histogram:
         so exact below 2,048 units and within 0.1 % above; percentile 0 gives the
         lowest equivalent value of the minimum.
         """
+        return self._at_ranks([(nearest_rank(p, max(1, self.count)), p <= 0) for p in ps])
+
+    def _at_ranks(self, ranks: Sequence[tuple[int, bool]]) -> list[float]:
+        """The values at ``(rank, lowest)`` pairs, sorting or summing the counts once."""
         if not self.count:
-            return [math.nan] * len(ps)
+            return [math.nan] * len(ranks)
         if self.exact is not None:
             ordered = sorted(self.exact)
-            return [float(ordered[nearest_rank(p, self.count) - 1]) for p in ps]
+            return [float(ordered[min(self.count, max(1, r)) - 1]) for r, _ in ranks]
         cum = np.cumsum(self.counts_array())
-        out: list[float] = []
-        for p in ps:
-            target = nearest_rank(p, self.count)
-            idx = int(np.searchsorted(cum, target, side="left"))
-            out.append(_lowest_at_index(self, idx) if p <= 0 else _value_at_index(self, idx))
-        return out
+        idx = np.searchsorted(cum, [max(1, r) for r, _ in ranks], side="left")
+        return [
+            (_lowest_at_index if low else _value_at_index)(self, int(i))
+            for i, (_, low) in zip(idx, ranks, strict=True)
+        ]
 
     def percentile(self, p: float) -> float:
         return self.percentiles((p,))[0]

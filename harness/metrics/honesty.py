@@ -10,7 +10,7 @@ table gives it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS, WHOLE_OUTPUT_MIN_TOKENS
 from harness.wire.plural import counted
@@ -64,36 +64,29 @@ def merge(counts: dict[str, int], other: Mapping[str, int]) -> None:
 
 def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
     """One line per check that flagged a turn of ``transport`` (none: an empty list)."""
-    out: list[str] = []
     checked = counted(counts.get("checked_turns", 0), "turn")
-    n = counts.get("chain_ignored", 0)
-    if n:
-        inp, hist = _per_flagged(counts, n, "chain_input_tokens", "chain_history_tokens")
-        out.append(
-            f"{transport}: the server reported {inp:,} input tokens on average on {n} of "
-            f"{checked} whose history held ~{hist:,}: it appears to ignore "
-            "previous_response_id; the speedup is not a chaining speedup"
-        )
-    n = counts.get("decode_implausible", 0)
-    if n:
-        rep, streamed = _per_flagged(counts, n, "decode_reported_tokens", "decode_streamed_tokens")
-        out.append(
-            f"{transport}: {n} of {checked} reported {rep:,} output tokens "
-            f"on average but streamed text of ~{streamed:,} tokens, or decoded faster than any "
-            "engine: their decode TPS and TPOT are left out of the percentiles"
-        )
-    n = counts.get("output_whole", 0)
-    if n:
-        calls = counts.get("output_whole_calls", 0)
-        out.append(
-            f"{transport}: {n} of {checked} got their output in fewer than "
-            f"{MIN_OUTPUT_ARRIVALS} pieces ({calls} of them tool calls withheld or sent whole): "
+
+    def mean(key: str, n: int) -> int:
+        """A sum over the ``n`` flagged turns as their mean, rounded."""
+        return round(counts[key] / n)
+
+    lines: dict[str, Callable[[int], str]] = {
+        "chain_ignored": lambda n: (
+            f"the server reported {mean('chain_input_tokens', n):,} input tokens on average on "
+            f"{n} of {checked} whose history held ~{mean('chain_history_tokens', n):,}: it "
+            "appears to ignore previous_response_id; the speedup is not a chaining speedup"
+        ),
+        "decode_implausible": lambda n: (
+            f"{n} of {checked} reported {mean('decode_reported_tokens', n):,} output tokens on "
+            f"average but streamed text of ~{mean('decode_streamed_tokens', n):,} tokens, or "
+            "decoded faster than any engine: their decode TPS and TPOT are left out of the "
+            "percentiles"
+        ),
+        "output_whole": lambda n: (
+            f"{n} of {checked} got their output in fewer than {MIN_OUTPUT_ARRIVALS} pieces "
+            f"({counts.get('output_whole_calls', 0)} of them tool calls withheld or sent whole): "
             "no ITL, TPOT or decode TPS from them; a tool call's TTFT is when it was released, "
             "its wait after the first event is 'held back'"
-        )
-    return out
-
-
-def _per_flagged(counts: Mapping[str, int], n: int, *keys: str) -> list[int]:
-    """The sums ``keys`` as a mean over the ``n`` flagged turns, rounded."""
-    return [round(counts[key] / n) for key in keys]
+        ),
+    }
+    return [f"{transport}: {line(n)}" for key, line in lines.items() if (n := counts.get(key, 0))]

@@ -115,13 +115,8 @@ KNOWN_SERIES: tuple[KnownSeries, ...] = (
 def default_series(available: Iterable[str]) -> list[tuple[str, str]]:
     """``(name, title)`` of the known series the run has, the first alternative of each."""
     have = set(available)
-    out = []
-    for known in KNOWN_SERIES:
-        for name in known.names:
-            if name in have:
-                out.append((name, known.title))
-                break
-    return out
+    found = ((next((n for n in k.names if n in have), None), k.title) for k in KNOWN_SERIES)
+    return [(name, title) for name, title in found if name is not None]
 
 
 def pick_series(available: Iterable[str], wanted: Sequence[str]) -> tuple[list[str], list[str]]:

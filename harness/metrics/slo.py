@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.metrics import definitions as D
+from harness.metrics import stats
 from harness.metrics.results_model import Goodput, Summary, as_summary
 from harness.workload.records import OK_TURN_STATUSES, RolloutRecord, TurnRecord
 
@@ -57,9 +58,7 @@ def wilson(good: int, n: int, z: float = Z95) -> tuple[float, float] | None:
 
 def ci_reason(n: int) -> str | None:
     """Why an attainment of ``n`` records has no interval; None when it has one."""
-    if n >= MIN_ATTAINMENT_N:
-        return None
-    return f"n={n}: too few for a CI (need {MIN_ATTAINMENT_N})"
+    return stats.ci_reason(n, MIN_ATTAINMENT_N)
 
 
 def _expr_check(
@@ -78,23 +77,27 @@ def _expr_check(
     return " and ".join(parts) or "True"
 
 
+def _compile_check(
+    kind: D.RecordKind, limits: Mapping[str, str], thresholds: Mapping[str, float]
+) -> Callable[[Any], bool]:
+    statuses = OK_TURN_STATUSES if kind == "turn" else D.ROLLOUT_OK
+    ok = " or ".join(f"rec.status == {s!r}" for s in statuses)
+    expr = f"({ok}) and {_expr_check(kind, limits, thresholds)}"
+    check: Callable[[Any], bool] = eval(
+        compile(f"lambda rec: bool({expr})", f"<slo: {kind}>", "eval"), {}
+    )
+    return check
+
+
 def compile_turn_check(thresholds: Mapping[str, float]) -> Callable[[TurnRecord], bool]:
     """``check(turn) -> bool``: the turn succeeded and meets every per-turn threshold."""
-    ok = " or ".join(f"rec.status == {s!r}" for s in OK_TURN_STATUSES)
-    expr = f"({ok}) and {_expr_check('turn', TURN_THRESHOLD_METRIC, thresholds)}"
-    code = compile(f"lambda rec: bool({expr})", "<slo: turn>", "eval")
-    check: Callable[[TurnRecord], bool] = eval(code, {})
-    return check
+    return _compile_check("turn", TURN_THRESHOLD_METRIC, thresholds)
 
 
 def compile_rollout_check(thresholds: Mapping[str, float]) -> Callable[[RolloutRecord], bool]:
     """``check(rollout) -> bool``: the rollout succeeded and is within ``rollout_ms`` (its
     turns are judged apart, by :func:`compile_turn_check`)."""
-    ok = " or ".join(f"rec.status == {s!r}" for s in D.ROLLOUT_OK)
-    expr = f"({ok}) and {_expr_check('rollout', ROLLOUT_THRESHOLD_METRIC, thresholds)}"
-    code = compile(f"lambda rec: bool({expr})", "<slo: rollout>", "eval")
-    check: Callable[[RolloutRecord], bool] = eval(code, {})
-    return check
+    return _compile_check("rollout", ROLLOUT_THRESHOLD_METRIC, thresholds)
 
 
 def _ratio(good: int, n: int) -> float | None:

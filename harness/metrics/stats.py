@@ -29,11 +29,9 @@ from harness.wire.plural import counted
 MIN_CI_PAIRS = 5
 
 
-def ci_reason(n: int) -> str | None:
+def ci_reason(n: int, minimum: int = MIN_CI_PAIRS) -> str | None:
     """Why a sample of size ``n`` gets no confidence interval; None when it gets one."""
-    if n >= MIN_CI_PAIRS:
-        return None
-    return f"n={n}: too few for a CI (need {MIN_CI_PAIRS})"
+    return None if n >= minimum else f"n={n}: too few for a CI (need {minimum})"
 
 
 # Bootstrap resamples are drawn in blocks of at most this many values so that
@@ -131,12 +129,7 @@ def _check_boot(n_boot: int, level: float) -> None:
 
 
 def paired_speedup(
-    baseline: Values,
-    candidate: Values,
-    *,
-    n_boot: int = 2000,
-    seed: int = 0,
-    level: float = 0.95,
+    baseline: Values, candidate: Values, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
 ) -> PairedResult:
     """Median per-pair speedup ``baseline[i] / candidate[i]`` with a bootstrap CI over pairs.
 
@@ -158,12 +151,7 @@ def paired_speedup(
 
 
 def bootstrap_ratio_of_medians(
-    a: Values,
-    b: Values,
-    *,
-    n_boot: int = 2000,
-    seed: int = 0,
-    level: float = 0.95,
+    a: Values, b: Values, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
 ) -> tuple[float, tuple[float, float]]:
     """``median(a) / median(b)`` and its percentile-bootstrap CI, resampling a and b independently."""
     _check_boot(n_boot, level)
@@ -175,12 +163,7 @@ def bootstrap_ratio_of_medians(
 
 
 def unpaired_speedup(
-    baseline: Values,
-    candidate: Values,
-    *,
-    n_boot: int = 2000,
-    seed: int = 0,
-    level: float = 0.95,
+    baseline: Values, candidate: Values, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
 ) -> PairedResult:
     """Fallback when rollouts cannot be paired: ratio of medians, independent bootstrap."""
     ratio, ci = bootstrap_ratio_of_medians(

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.metrics import cache, honesty, subagents, token_counts
@@ -49,8 +50,6 @@ from harness.metrics.stats import paired_speedup, unpaired_speedup
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS, buckets_to_series
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import BURST_WINDOW_NS, RolloutRecord, TurnRecord
-
-#: transports in the order a default comparison picks its baseline: the registry's
 
 #: the aggregate-TPS bucket (one constant with the report's plot)
 _BUCKET_NS = AGGREGATE_BUCKET_NS
@@ -103,89 +102,61 @@ def _layout() -> _Layout:
 
 
 _N_SIM = len(D.SERVER_BREAKDOWN)
+_new_honesty, _new_token_counts = honesty.new_counts, token_counts.new_counts
+_new_subagents = subagents.new_counts
 
 
+@dataclass(slots=True, eq=False)
 class _TransportStats:
     """Everything kept for one transport."""
 
-    __slots__ = (
-        "agg_buckets",
-        "agg_first_ns",
-        "agg_last_ns",
-        "agg_tokens",
-        "burst_tokens_max",
-        "cache_by_turn",
-        "client_ns",
-        "decode_candidates",
-        "errors_by_kind",
-        "hists",
-        "honesty",
-        "layout",
-        "output_tokens",
-        "recovery_ns",
-        "rollout_errors",
-        "rollout_h",
-        "rollout_latency_ns",
-        "rollout_turns",
-        "rollouts",
-        "sim_n",
-        "sim_sum",
-        "slo_first_ns",
-        "slo_folded",
-        "slo_good_turns",
-        "slo_last_ns",
-        "slo_rollouts",
-        "slo_turns",
-        "subagents",
-        "token_counts",
-        "tool_ns",
-        "turn_errors",
-        "turn_h",
-        "turns",
-    )
+    layout: _Layout
+    #: one histogram per metric of ``layout``; ``turn_h``/``rollout_h``: the adders' views
+    hists: list[Any] = field(init=False)
+    turns: int = 0
+    turn_errors: int = 0
+    rollouts: int = 0
+    rollout_errors: int = 0
+    turn_h: list[Any] = field(init=False)
+    rollout_h: list[Any] = field(init=False)
+    #: the most tokens in a burst window, over responses that fill the window
+    burst_tokens_max: int = 0
+    #: successful turns with >= 2 output tokens: the decode TPS candidates
+    decode_candidates: int = 0
+    agg_buckets: dict[int, float] = field(default_factory=dict)
+    agg_tokens: int = 0
+    agg_first_ns: int | None = None
+    agg_last_ns: int | None = None
+    sim_sum: list[float] = field(default_factory=lambda: [0.0] * _N_SIM)
+    sim_n: list[int] = field(default_factory=lambda: [0] * _N_SIM)
+    tool_ns: int = 0
+    client_ns: int = 0
+    recovery_ns: int = 0
+    rollout_turns: int = 0
+    errors_by_kind: dict[str, int] = field(default_factory=dict)
+    rollout_latency_ns: dict[tuple[int, int], int] = field(default_factory=dict)
+    honesty: dict[str, int] = field(default_factory=_new_honesty)
+    #: per turn index: [turns that reported input, input tokens, cached tokens]
+    cache_by_turn: list[list[int]] = field(default_factory=list)
+    #: every output token the turns reported, failed turns included (the live export's)
+    output_tokens: int = 0
+    token_counts: dict[str, int] = field(default_factory=_new_token_counts)
+    subagents: dict[str, Any] = field(default_factory=_new_subagents)
+    # SLO attainment and goodput (harness/metrics/slo.py), per rollout (round, id) ->
+    # [a turn missed (0/1), output tokens, the rollout record's verdict: -1 not seen yet,
+    # 0 failed or too slow, 1 within]; judged when the summary is made, so a rollout's
+    # turns and record may reach different accumulators that merge later
+    slo_rollouts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    #: rollouts judged when their record arrived (``fold_rollouts``): [rollouts within
+    #: the SLO, their output tokens]
+    slo_folded: list[int] = field(default_factory=lambda: [0, 0])
+    slo_turns: int = 0
+    slo_good_turns: int = 0
+    slo_first_ns: int | None = None
+    slo_last_ns: int | None = None
 
-    def __init__(self, layout: _Layout) -> None:
-        self.layout = layout
-        self.turns = 0
-        self.turn_errors = 0
-        self.rollouts = 0
-        self.rollout_errors = 0
-        self.set_histograms(layout.new_histograms())
-        #: the most tokens in a burst window, over responses that fill the window
-        self.burst_tokens_max = 0
-        #: successful turns with >= 2 output tokens: the decode TPS candidates
-        self.decode_candidates = 0
-        self.agg_buckets: dict[int, float] = {}
-        self.agg_tokens = 0
-        self.agg_first_ns: int | None = None
-        self.agg_last_ns: int | None = None
-        self.sim_sum = [0.0] * _N_SIM
-        self.sim_n = [0] * _N_SIM
-        self.tool_ns = 0
-        self.client_ns = 0
-        self.recovery_ns = 0
-        self.rollout_turns = 0
-        self.errors_by_kind: dict[str, int] = {}
-        self.rollout_latency_ns: dict[tuple[int, int], int] = {}
-        self.honesty = honesty.new_counts()
-        #: per turn index: [turns that reported input, input tokens, cached tokens]
-        self.cache_by_turn: list[list[int]] = []
-        #: every output token the turns reported, failed turns included (the live export's)
-        self.output_tokens = 0
-        self.token_counts = token_counts.new_counts()
-        self.subagents = subagents.new_counts()
-        # SLO attainment and goodput (harness/metrics/slo.py), per rollout (round, id) ->
-        # [a turn missed (0/1), output tokens, the rollout record's verdict: -1 not seen yet,
-        # 0 failed or too slow, 1 within]; judged when the summary is made, so a rollout's
-        # turns and record may reach different accumulators that merge later
-        self.slo_rollouts: dict[tuple[int, int], list[int]] = {}
-        #: rollouts judged when their record arrived (``fold_rollouts``): [rollouts within
-        #: the SLO, their output tokens]
-        self.slo_folded = [0, 0]
-        self.slo_turns = 0
-        self.slo_good_turns = 0
-        self.slo_first_ns: int | None = None
-        self.slo_last_ns: int | None = None
+    def __post_init__(self) -> None:
+        self.set_histograms(self.layout.new_histograms())
 
     def set_histograms(self, hists: list[Any]) -> None:
         self.hists = hists
@@ -207,43 +178,24 @@ class _TransportStats:
         return out
 
     def merge(self, o: _TransportStats) -> None:
-        self.turns += o.turns
-        self.turn_errors += o.turn_errors
-        self.rollouts += o.rollouts
-        self.rollout_errors += o.rollout_errors
+        for name in _SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(o, name))
         for h, oh in zip(self.hists, o.hists, strict=True):
             h.merge(oh)
         self.burst_tokens_max = max(self.burst_tokens_max, o.burst_tokens_max)
-        self.decode_candidates += o.decode_candidates
         for sec, tokens in o.agg_buckets.items():
             self.agg_buckets[sec] = self.agg_buckets.get(sec, 0.0) + tokens
-        self.agg_tokens += o.agg_tokens
-        if o.agg_first_ns is not None:
-            self.agg_first_ns = (
-                o.agg_first_ns
-                if self.agg_first_ns is None
-                else min(self.agg_first_ns, o.agg_first_ns)
-            )
-        if o.agg_last_ns is not None:
-            self.agg_last_ns = (
-                o.agg_last_ns if self.agg_last_ns is None else max(self.agg_last_ns, o.agg_last_ns)
-            )
+        self.agg_first_ns = _opt(min, self.agg_first_ns, o.agg_first_ns)
+        self.agg_last_ns = _opt(max, self.agg_last_ns, o.agg_last_ns)
         for i in range(_N_SIM):
             self.sim_sum[i] += o.sim_sum[i]
             self.sim_n[i] += o.sim_n[i]
-        self.tool_ns += o.tool_ns
-        self.client_ns += o.client_ns
-        self.recovery_ns += o.recovery_ns
-        self.rollout_turns += o.rollout_turns
         for kind, n in o.errors_by_kind.items():
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + n
         honesty.merge(self.honesty, o.honesty)
         cache.merge(self.cache_by_turn, o.cache_by_turn)
-        self.output_tokens += o.output_tokens
         token_counts.merge(self.token_counts, o.token_counts)
         subagents.merge(self.subagents, o.subagents)
-        self.slo_turns += o.slo_turns
-        self.slo_good_turns += o.slo_good_turns
         self.slo_first_ns = _opt(min, self.slo_first_ns, o.slo_first_ns)
         self.slo_last_ns = _opt(max, self.slo_last_ns, o.slo_last_ns)
         self.slo_folded = [a + b for a, b in zip(self.slo_folded, o.slo_folded, strict=True)]
@@ -259,6 +211,24 @@ class _TransportStats:
                 f"accumulator merge: rollout {rid} (round {rnd}) was measured by both accumulators"
             )
         self.rollout_latency_ns.update(o.rollout_latency_ns)
+
+
+#: the counters of _TransportStats that merge by adding
+_SUMMED = (
+    "turns",
+    "turn_errors",
+    "rollouts",
+    "rollout_errors",
+    "decode_candidates",
+    "agg_tokens",
+    "tool_ns",
+    "client_ns",
+    "recovery_ns",
+    "rollout_turns",
+    "output_tokens",
+    "slo_turns",
+    "slo_good_turns",
+)
 
 
 class Accumulator:
@@ -343,9 +313,7 @@ class Accumulator:
             met = self._turn_meets(rec)
             t.slo_turns += 1
             t.slo_good_turns += met
-        pending = t.slo_rollouts.get((rec.round, rec.rollout_id))
-        if pending is None:
-            pending = t.slo_rollouts[(rec.round, rec.rollout_id)] = [0, 0, -1]
+        pending = t.slo_rollouts.setdefault((rec.round, rec.rollout_id), [0, 0, -1])
         if not met:
             pending[0] = 1
         pending[1] += n_out
@@ -363,10 +331,8 @@ class Accumulator:
         """Add ``n`` tokens emitted uniformly over [a, b] ns to the aggregate-TPS buckets."""
         buckets = t.agg_buckets
         t.agg_tokens += n
-        if t.agg_first_ns is None or a < t.agg_first_ns:
-            t.agg_first_ns = a
-        if t.agg_last_ns is None or b > t.agg_last_ns:
-            t.agg_last_ns = b
+        t.agg_first_ns = _opt(min, t.agg_first_ns, a)
+        t.agg_last_ns = _opt(max, t.agg_last_ns, b)
         s = a // _BUCKET_NS
         e = b // _BUCKET_NS
         if s == e:
@@ -389,9 +355,7 @@ class Accumulator:
         t.recovery_ns += rec.recovery_ns
         t.rollout_turns += rec.turns
         subagents.add(t.subagents, rec)
-        judged = t.slo_rollouts.get((rec.round, rec.rollout_id))
-        if judged is None:
-            judged = t.slo_rollouts[(rec.round, rec.rollout_id)] = [0, 0, -1]
+        judged = t.slo_rollouts.setdefault((rec.round, rec.rollout_id), [0, 0, -1])
         judged[2] = int(self._rollout_meets(rec))
         if self.fold_rollouts:
             missed, tokens, verdict = t.slo_rollouts.pop((rec.round, rec.rollout_id))
@@ -421,16 +385,10 @@ class Accumulator:
 
     def merge(self, other: Accumulator) -> Accumulator:
         """Fold ``other`` (e.g. another process's accumulator) into this one; returns self."""
-        if other.warmup_rollouts != self.warmup_rollouts:
-            raise ValueError(
-                f"accumulator merge: expected warmup_rollouts={self.warmup_rollouts}, "
-                f"got {other.warmup_rollouts}"
-            )
-        if other.burst_window_s != self.burst_window_s:
-            raise ValueError(
-                f"accumulator merge: expected burst_window_s={self.burst_window_s}, "
-                f"got {other.burst_window_s}"
-            )
+        for key in ("warmup_rollouts", "burst_window_s"):
+            mine, theirs = getattr(self, key), getattr(other, key)
+            if theirs != mine:
+                raise ValueError(f"accumulator merge: expected {key}={mine}, got {theirs}")
         if other.slo != self.slo:
             raise ValueError(
                 f"accumulator merge: expected the SLO thresholds {self.slo}, got {other.slo}"

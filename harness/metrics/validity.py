@@ -98,12 +98,8 @@ class Limits:
         self, *, max_error_rate: float | None = None, min_rollouts: int | None = None
     ) -> Limits:
         """These limits with a gate rules file's own, where it sets one."""
-        out = self
-        if max_error_rate is not None:
-            out = replace(out, max_error_rate=max_error_rate)
-        if min_rollouts is not None:
-            out = replace(out, min_rollouts=min_rollouts)
-        return out
+        given: dict[str, Any] = {"max_error_rate": max_error_rate, "min_rollouts": min_rollouts}
+        return replace(self, **{k: v for k, v in given.items() if v is not None})
 
 
 def finite(x: Any) -> float | None:
@@ -230,12 +226,11 @@ def transport_reasons(
 
 def lag_reasons(summary: Summary, limits: Limits) -> list[str]:
     """Per transport of a summary: starts later than the limit at p99."""
-    out: list[str] = []
-    for name, t in summary.transports.items():
-        found = schedule_reason(name, t.schedule_lag_p99_ms, limits.max_schedule_lag_ms)
-        if found:
-            out.append(found)
-    return out
+    found = (
+        schedule_reason(name, t.schedule_lag_p99_ms, limits.max_schedule_lag_ms)
+        for name, t in summary.transports.items()
+    )
+    return [r for r in found if r]
 
 
 def completed_turns(summary: Summary) -> int:

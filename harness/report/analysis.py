@@ -109,6 +109,14 @@ def rollout_table(run: Run) -> pd.DataFrame:
     return add_metric_columns(df, "rollout")
 
 
+def ok_samples(df: pd.DataFrame, transport: str, column: str) -> np.ndarray:
+    """The positive values of ``column`` in the successful rows of ``transport``, in row order."""
+    if df.empty or column not in df:
+        return np.empty(0)
+    v = df.loc[(df["transport"] == transport) & df["ok"], column].dropna().to_numpy(float)
+    return v[v > 0]
+
+
 def paired_rollouts(run: Run) -> pd.DataFrame:
     """Completed rollout latencies (ms), one column per transport, indexed by (round, rollout_id).
 

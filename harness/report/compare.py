@@ -56,8 +56,9 @@ from harness.metrics.validity import (
 )
 from harness.report import analysis as A
 from harness.report.compare_plots import PlotRun, write_compare_plots
-from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
-from harness.report.files import PLOTS_DIR, fmt, write_text_atomic
+from harness.report.document import Document, Heading, Image, Paragraph, Table
+from harness.report.error_summary import kinds_text
+from harness.report.files import PLOTS_DIR, fmt, write_report
 from harness.report.results import Run, write_index
 from harness.wire.plural import counted
 
@@ -143,8 +144,8 @@ class TransportHealth:
 
     turns: int
     errors: int
-    #: (kind, count, one example message), most frequent first
-    kinds: tuple[tuple[str, int, str], ...] = ()
+    #: kind -> {"count", "example"} (the summary's ``errors`` block), most frequent first
+    kinds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> int:
@@ -155,16 +156,10 @@ class TransportHealth:
         return self.errors / self.turns if self.turns else 1.0
 
     def describe_errors(self, limit: int = 3, *, example: bool = True) -> str:
-        """``server_error x6 (e.g. "…")``: the top kinds with counts, one example."""
-        if not self.kinds:
-            return ""
-        parts = [f"{kind} x{n}" for kind, n, _ in self.kinds[:limit]]
-        if not example:
-            return ", ".join(parts)
-        text = self.kinds[0][2]
-        if len(text) > 120:
-            text = text[:117] + "…"
-        return ", ".join(parts) + (f' (e.g. "{text}")' if text else "")
+        """``server_error x6: <example>; timeout x2``: the top kinds with counts, as a run's
+        validity reasons name them."""
+        kinds = self.kinds if example else {k: {"count": v["count"]} for k, v in self.kinds.items()}
+        return kinds_text(kinds, top=limit)
 
 
 @dataclass(slots=True)
@@ -198,11 +193,7 @@ class Side:
         return self.run.figures(transport)
 
     def samples(self, table: str, column: str, transport: str) -> np.ndarray:
-        df = self.table(table)
-        if df.empty or column not in df:
-            return np.empty(0)
-        v = df.loc[(df["transport"] == transport) & df["ok"], column].dropna().to_numpy(float)
-        return v[v > 0]
+        return A.ok_samples(self.table(table), transport, column)
 
     def health(self, transport: str) -> TransportHealth:
         if transport not in self._health:
@@ -213,14 +204,16 @@ class Side:
         df = self.table("turns")
         g = df[df["transport"] == transport] if not df.empty else df
         bad = g[~g["ok"]] if len(g) else g
-        kinds: list[tuple[str, int, str]] = []
+        kinds: dict[str, dict[str, Any]] = {}
         if len(bad):
             kind = bad["error_kind"].where(bad["error_kind"] != "", bad["status"])
             for name, n in kind.value_counts().items():
                 msgs = bad.loc[kind == name, "error_message"]
-                example = next((str(m) for m in msgs if m), "")
-                kinds.append((str(name), int(n), example))
-        return TransportHealth(len(g), len(bad), tuple(kinds))
+                kinds[str(name)] = {
+                    "count": int(n),
+                    "example": next((str(m) for m in msgs if m), ""),
+                }
+        return TransportHealth(len(g), len(bad), kinds)
 
     @property
     def limits(self) -> Limits:
@@ -423,12 +416,6 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
     return out
 
 
-def compare_runs(a: Run, b: Run, *, n_boot: int = 2000, seed: int = 0) -> list[Delta]:
-    """Per-transport metric deltas of run ``b`` relative to run ``a``."""
-    ref, cand = sides([a, b])
-    return delta_rows_of(ref, cand, n_boot=n_boot, seed=seed)
-
-
 @dataclass(slots=True)
 class Comparison:
     """Everything ``compare`` shows: the runs, why they are not comparable, the deltas."""
@@ -492,15 +479,18 @@ def _pct(x: float) -> str:
     return f"{x:+.1f}".replace("-", "−")
 
 
+def _ci_pct(d: Delta) -> str:
+    """``−2.0, +8.4``: the CI of the row's ratio as Δ % bounds."""
+    assert d.ratio_ci95 is not None
+    lo, hi = ((c - 1.0) * 100.0 for c in d.ratio_ci95)
+    return f"{_pct(lo)}, {_pct(hi)}"
+
+
 def fmt_change(d: Delta) -> str:
     """``+3.1 % [−2.0, +8.4]``: Δ % of the row's statistic with the CI of that same ratio."""
     if d.delta_pct is None:
         return "-"
-    text = f"{_pct(d.delta_pct)} %"
-    if d.ratio_ci95 is not None:
-        lo, hi = ((c - 1.0) * 100.0 for c in d.ratio_ci95)
-        text += f" [{_pct(lo)}, {_pct(hi)}]"
-    return text
+    return f"{_pct(d.delta_pct)} %" + (f" [{_ci_pct(d)}]" if d.ratio_ci95 is not None else "")
 
 
 def row_verdict(d: Delta) -> str:
@@ -521,11 +511,8 @@ def metric_verdict(d: Delta, ref: str = "A") -> str:
         return f"{head}: {d.note or 'no value in one of the runs'}"
     text = f"{head} {_pct(d.delta_pct)} %"
     if d.ratio_ci95 is not None:
-        lo, hi = ((c - 1.0) * 100.0 for c in d.ratio_ci95)
-        text += f" [95 % CI {_pct(lo)}, {_pct(hi)}], p {fmt_p(d.p_value)}: {d.verdict}"
-    else:
-        text += f": {row_verdict(d)}"
-    return text
+        return f"{text} [95 % CI {_ci_pct(d)}], p {fmt_p(d.p_value)}: {d.verdict}"
+    return f"{text}: {row_verdict(d)}"
 
 
 DELTA_HEADERS = [
@@ -807,8 +794,6 @@ def write_comparison(
         plots[name] = [(f"{PLOTS_DIR}/{p.name}", spec.title, spec.caption) for spec, p in files]
         written += [p for _, p in files]
     doc = compare_document(cmp, plots)
-    md, page = out_dir / COMPARE_MD, out_dir / COMPARE_HTML
-    write_text_atomic(md, to_markdown(doc))
-    write_text_atomic(page, to_html(doc, out_dir))
+    md, page = write_report(doc, out_dir, COMPARE_MD, COMPARE_HTML)
     js = write_index(out_dir, "compare", comparison_json(cmp))
     return WrittenComparison(out_dir, page, md, js, written)

@@ -16,12 +16,14 @@ import numpy as np
 
 from harness.report import analysis as A
 from harness.report.plots import (
-    COMPONENT_COLORS,
-    COMPONENT_LABELS,
     PlotText,
     _figure,
+    breakdown_bars,
+    finish_cdf,
+    mark_ci,
     plot_style,
     save_figure,
+    step_cdf,
 )
 
 if TYPE_CHECKING:
@@ -59,46 +61,24 @@ RolloutCIs = Mapping[str, tuple[float, tuple[float, float] | None, int] | None]
 RatioCIs = Mapping[str, tuple[float | None, tuple[float, float] | None]]
 
 
-def _ok(df: pd.DataFrame, transport: str, column: str) -> np.ndarray:
-    if df.empty or column not in df:
-        return np.empty(0)
-    v = df.loc[(df["transport"] == transport) & df["ok"], column].dropna().to_numpy(float)
-    return np.sort(v[v > 0])
-
-
 def _finish(fig: Figure, title: str, transport: str) -> None:
     fig.suptitle(f"{title} — {transport}")
 
 
 def _cdf(ax: Axes, runs: Sequence[PlotRun], transport: str, column: str, unit: str) -> bool:
-    drawn = False
     lo_hi: list[float] = []
     for i, r in enumerate(runs):
-        v = _ok(r.turns, transport, column)
+        v = A.ok_samples(r.turns, transport, column)
         if not len(v):
             ax.plot([], [], " ", label=f"{r.name}: no samples")
             continue
-        drawn = True
-        color = run_color(i)
-        y = np.arange(1, len(v) + 1) / len(v)
         p50 = float(np.median(v))
-        ax.step(
-            v,
-            y,
-            where="post",
-            color=color,
-            lw=2,
-            label=f"{r.name} (p50 {p50:,.1f} {unit}, n={len(v)})",
-        )
-        ax.axvline(p50, color=color, ls=":", lw=1)
-        lo_hi += [float(v[0]), float(v[-1])]
-    if drawn and max(lo_hi) / max(min(lo_hi), 1e-3) > 20:
-        ax.set_xscale("log")
-    ax.axhline(0.5, color="#888888", lw=0.8, ls="--")
-    ax.set_ylim(0, 1.02)
-    ax.set_ylabel("fraction of turns ≤ x")
+        label = f"{r.name} (p50 {p50:,.1f} {unit}, n={len(v)})"
+        lo_hi += step_cdf(ax, v, run_color(i), label, lw=2)
+        ax.axvline(p50, color=run_color(i), ls=":", lw=1)
+    finish_cdf(ax, lo_hi, "turns")
     ax.legend(loc="lower right", fontsize=8)
-    return drawn
+    return bool(lo_hi)
 
 
 def plot_ttft_cdfs(runs: Sequence[PlotRun], transport: str) -> Figure | None:
@@ -115,7 +95,7 @@ def plot_rollout_cis(
     runs: Sequence[PlotRun], transport: str, medians: RolloutCIs, ratios: RatioCIs
 ) -> Figure | None:
     """Rollout latency per run (dots, median with 95 % CI) and each candidate's ratio to A."""
-    data = [_ok(r.rollouts, transport, "latency_ms") / 1000 for r in runs]
+    data = [A.ok_samples(r.rollouts, transport, "latency_ms") / 1000 for r in runs]
     if not any(len(v) for v in data):
         return None
     fig, (ax, ax2) = _figure(12, 4.6, ncols=2, gridspec_kw={"width_ratios": [3, 2]})
@@ -129,24 +109,10 @@ def plot_rollout_cis(
             continue
         med, ci, n = stat
         med_s = med / 1000
-        if ci is not None:
-            lo, hi = ci[0] / 1000, ci[1] / 1000
-            ax.errorbar(
-                j + 0.3,
-                med_s,
-                yerr=[[med_s - lo], [hi - med_s]],
-                fmt="D",
-                color=color,
-                capsize=6,
-                ms=7,
-                lw=2,
-                zorder=4,
-            )
-            text = f"p50 {med_s:,.2f} s\n[{lo:,.2f}, {hi:,.2f}]"
-        else:
-            ax.plot(j + 0.3, med_s, "D", color=color, ms=7, zorder=4)
-            text = f"p50 {med_s:,.2f} s\nn={n}: too few for a CI"
-        ax.text(j + 0.4, med_s, text, va="center", fontsize=8)
+        ci_s = (ci[0] / 1000, ci[1] / 1000) if ci is not None else None
+        mark_ci(ax, j + 0.3, med_s, ci_s, color, along_x=False, zorder=4)
+        text = f"[{ci_s[0]:,.2f}, {ci_s[1]:,.2f}]" if ci_s else f"n={n}: too few for a CI"
+        ax.text(j + 0.4, med_s, f"p50 {med_s:,.2f} s\n{text}", va="center", fontsize=8)
     ax.set_xticks(range(len(runs)), [r.label for r in runs])
     ax.set_xlim(-0.5, len(runs) - 0.1)
     ax.set_ylim(bottom=0)
@@ -159,21 +125,8 @@ def plot_rollout_cis(
         if ratio is None:
             ax2.text(1.0, y, "no value", ha="center", fontsize=8)
             continue
-        if ci is not None:
-            ax2.errorbar(
-                ratio,
-                y,
-                xerr=[[ratio - ci[0]], [ci[1] - ratio]],
-                fmt="D",
-                color=run_color(k + 1),
-                capsize=6,
-                ms=7,
-                lw=2,
-            )
-            label = f"{ratio:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
-        else:
-            ax2.plot(ratio, y, "D", color=run_color(k + 1), ms=7)
-            label = f"{ratio:.3f} (too few for a CI)"
+        mark_ci(ax2, ratio, y, ci, run_color(k + 1), along_x=True)
+        label = f"{ratio:.3f} " + (f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "(too few for a CI)")
         ax2.text(ratio, y + 0.25, label, ha="center", fontsize=8)
     ax2.axvline(1.0, color="#888888", lw=1, ls="--")
     ax2.set_yticks(range(len(cands)), [f"{r.label} / {runs[0].label}" for r in cands][::-1])
@@ -225,28 +178,13 @@ def plot_breakdowns(runs: Sequence[PlotRun], transport: str) -> Figure | None:
     fig, (ax,) = _figure(11.5, 2.4 + 0.6 * len(rows))
     names = [n for n, _ in rows][::-1]
     values = dict(rows)
-    comps = [c for c in rows[0][1].index if any((v.get(c) or 0) > 0 for _, v in rows)]
-    left = np.zeros(len(names))
-    for comp in comps:
-        vals = np.array([float(values[n].get(comp) or 0.0) for n in names])
-        ax.barh(
-            names,
-            vals,
-            left=left,
-            color=COMPONENT_COLORS.get(comp, "#888888"),
-            label=COMPONENT_LABELS.get(comp, comp),
-            edgecolor="white",
-            lw=0.6,
-            height=0.6,
-        )
-        left += vals
-    for y, total in enumerate(left):
+    parts = (
+        (comp, np.array([float(values[n].get(comp) or 0.0) for n in names]))
+        for comp in rows[0][1].index
+    )
+    for y, total in enumerate(breakdown_bars(fig, ax, names, parts)):
         text = f"  {total:,.0f} ms" if total > 0 else "  no successful turns"
         ax.text(total, y, text, va="center", fontsize=9)
-    ax.set_xlim(0, left.max() * 1.15 if left.max() > 0 else 1)
-    ax.set_xlabel("mean time per turn (ms)")
-    ax.grid(axis="y", visible=False)
-    fig.legend(loc="outside right upper", fontsize=8)
     _finish(fig, "Where a turn's time goes, per run", transport)
     return fig
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.metrics.results_model import Summary, TransportSummary, as_summary, as_transport
 from harness.metrics.sample_size import min_samples
+from harness.report.document import Document, to_html, to_markdown
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -75,6 +76,32 @@ def fmt_stat(
     return text
 
 
+def stat_cell(
+    transport: TransportSummary | Mapping[str, Any],
+    group: str,
+    key: str,
+    digits: int,
+    *,
+    why: bool = True,
+) -> str:
+    """Statistic ``<group>.<key>`` for a table cell (:func:`fmt_stat`), or ``n/a`` where the
+    summary says why it is null (with the reason in parentheses when ``why``)."""
+    t = as_transport(transport)
+    reason = na_reason(t, group, key)
+    if reason:
+        return f"n/a ({reason})" if why else "n/a"
+    return fmt_stat(t, group, key, digits)
+
+
+def na_reason(t: TransportSummary, group: str, key: str) -> str | None:
+    """Why statistic ``<group>.<key>`` is null (``burst_peak_reason``), if the summary says."""
+    block = t.group(group)
+    if block is None or block.stat(key) is not None:
+        return None
+    reason = block.get(f"{key}_reason")
+    return str(reason) if reason else None
+
+
 def too_few_note(doc: Summary | Mapping[str, Any]) -> str | None:
     """The footnote explaining :data:`TOO_FEW_MARK`, when a transport of ``summary`` has one."""
     summary = as_summary(doc)
@@ -85,6 +112,16 @@ def too_few_note(doc: Summary | Mapping[str, Any]) -> str | None:
         f"{TOO_FEW_MARK} too few samples for this statistic (p50 needs {min_samples('p50')}, "
         f"p90 {min_samples('p90')}, p99 {min_samples('p99')})"
     )
+
+
+def write_report(
+    doc: Document, folder: Path, md: str = REPORT_MD, page: str = REPORT_HTML
+) -> tuple[Path, Path]:
+    """Write ``doc`` into ``folder`` as Markdown and as self-contained HTML; returns both paths."""
+    paths = folder / md, folder / page
+    write_text_atomic(paths[0], to_markdown(doc))
+    write_text_atomic(paths[1], to_html(doc, folder))
+    return paths
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -10,7 +10,7 @@ tokens); :data:`PLOTS` lists them with the caption the reports print.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +122,88 @@ def _fmt_ms(v: float) -> str:
     return f"{v:,.0f} ms" if v >= 100 else f"{v:,.1f} ms"
 
 
+def step_cdf(ax: Axes, values: Any, color: str, label: str, **style: Any) -> tuple[float, float]:
+    """Draw the empirical CDF of ``values`` (one step per sample); returns their range."""
+    v = np.sort(np.asarray(values, dtype=float))
+    ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", color=color, label=label, **style)
+    return float(v[0]), float(v[-1])
+
+
+def finish_cdf(ax: Axes, lo_hi: Sequence[float], what: str) -> None:
+    """A CDF's axes: a log x axis when the samples span more than 20x, the median line, 0–1."""
+    if lo_hi and max(lo_hi) / max(min(lo_hi), 1e-3) > 20:
+        ax.set_xscale("log")
+    ax.axhline(0.5, color="#888888", lw=0.8, ls="--")
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel(f"fraction of {what} ≤ x")
+
+
+def mark_ci(
+    ax: Axes,
+    x: float,
+    y: float,
+    ci: Sequence[float] | None,
+    color: str,
+    *,
+    along_x: bool,
+    **style: Any,
+) -> None:
+    """A diamond at (x, y) with its 95 % CI as error bars (along x or y), or alone without one."""
+    if ci is None:
+        ax.plot(x, y, "D", color=color, ms=7, **style)
+        return
+    centre = x if along_x else y
+    err = [[centre - ci[0]], [ci[1] - centre]]
+    xerr, yerr = (err, None) if along_x else (None, err)
+    ax.errorbar(x, y, yerr, xerr, fmt="D", color=color, capsize=6, ms=7, lw=2, **style)
+
+
+def breakdown_bars(
+    fig: Figure,
+    ax: Axes,
+    names: list[str],
+    parts: Iterable[tuple[str, np.ndarray]],
+    *,
+    label_min: float | None = None,
+) -> np.ndarray:
+    """Bars of ``names`` stacked from ``parts`` (component, mean ms per name) in the breakdown's
+    colours, each segment of at least ``label_min`` ms labelled; returns the bars' totals."""
+    left = np.zeros(len(names))
+    for comp, vals in parts:
+        if not np.any(vals > 0):
+            continue
+        ax.barh(
+            names,
+            vals,
+            left=left,
+            color=COMPONENT_COLORS.get(comp, "#888888"),
+            label=COMPONENT_LABELS.get(comp, comp),
+            edgecolor="white",
+            lw=0.6,
+            height=0.6,
+        )
+        # dark text on the light segments
+        text_color = "#333333" if comp in ("api_queue", "engine_queue", "client") else "white"
+        for y, (x0, w) in enumerate(zip(left, vals, strict=True)):
+            if label_min is not None and w >= label_min:
+                ax.text(
+                    x0 + w / 2,
+                    y,
+                    f"{w:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color=text_color,
+                )
+        left += vals
+    ax.set_xlim(0, left.max() * 1.15 if left.max() > 0 else 1)
+    ax.set_xlabel("mean time per turn (ms)")
+    ax.grid(axis="y", visible=False)
+    # legend at the side: below the axes it would collide with the run line (supxlabel)
+    fig.legend(loc="outside right upper", fontsize=8)
+    return left
+
+
 # -- the plots -----------------------------------------------------------------------------------
 
 
@@ -131,46 +213,27 @@ def plot_ttft_cdf(run: Run) -> Figure | None:
     # without reasoning TTFOT is TTFT: a second curve would only hide the first
     reasoned = bool((turns["reasoning_tokens"] > 0).any())
     fig, (ax,) = _figure(8.5, 4.8)
-    drawn = False
     lo_hi: list[float] = []
     for i, name in enumerate(A.run_transports(run)):
-        v = np.sort(turns.loc[(turns["transport"] == name) & turns["ttft_ms"].notna(), "ttft_ms"])
+        v = turns.loc[(turns["transport"] == name) & turns["ttft_ms"].notna(), "ttft_ms"]
         if not len(v):
             continue
-        drawn = True
         color = transport_color(name, i)
-        y = np.arange(1, len(v) + 1) / len(v)
         p50 = float(np.median(v))
-        ax.step(
-            v, y, where="post", color=color, lw=2, label=f"{name}  (p50 {_fmt_ms(p50)}, n={len(v)})"
-        )
+        lo_hi += step_cdf(ax, v, color, f"{name}  (p50 {_fmt_ms(p50)}, n={len(v)})", lw=2)
         ax.axvline(p50, color=color, ls=":", lw=1)
-        lo_hi += [float(v[0]), float(v[-1])]
         w = turns.loc[(turns["transport"] == name) & turns["ttfot_ms"].notna(), "ttfot_ms"]
         if reasoned and len(w):
-            w = np.sort(w)
-            ax.step(
-                w,
-                np.arange(1, len(w) + 1) / len(w),
-                where="post",
-                color=color,
-                lw=1.5,
-                ls="--",
-                label=f"{name} TTFOT  (p50 {_fmt_ms(float(np.median(w)))})",
-            )
-            lo_hi += [float(w[0]), float(w[-1])]
-    if not drawn:
+            label = f"{name} TTFOT  (p50 {_fmt_ms(float(np.median(w)))})"
+            lo_hi += step_cdf(ax, w, color, label, lw=1.5, ls="--")
+    if not lo_hi:
         return None
-    if max(lo_hi) / max(min(lo_hi), 1e-3) > 20:
-        ax.set_xscale("log")
-    ax.axhline(0.5, color="#888888", lw=0.8, ls="--")
-    ax.set_ylim(0, 1.02)
+    finish_cdf(ax, lo_hi, "turns")
     ax.set_xlabel(
         "time to first token, dashed: to first visible output token (ms)"
         if reasoned
         else "time to first token (ms)"
     )
-    ax.set_ylabel("fraction of turns ≤ x")
     ax.legend(loc="lower right")
     _title(
         fig, run, "TTFT and TTFOT per transport" if reasoned else "TTFT distribution per transport"
@@ -270,42 +333,10 @@ def plot_latency_breakdown(run: Run) -> Figure | None:
         return None
     fig, (ax,) = _figure(11.5, 2.8 + 0.6 * len(table))
     names = list(table.index)[::-1]
-    left = np.zeros(len(names))
-    for comp in table.columns:
-        vals = table.loc[names, comp].to_numpy(float)
-        if not np.any(vals > 0):
-            continue
-        ax.barh(
-            names,
-            vals,
-            left=left,
-            color=COMPONENT_COLORS[comp],
-            label=COMPONENT_LABELS[comp],
-            edgecolor="white",
-            lw=0.6,
-            height=0.6,
-        )
-        for y, (x0, w) in enumerate(zip(left, vals, strict=True)):
-            if w >= 0.06 * table.sum(axis=1).max():
-                ax.text(
-                    x0 + w / 2,
-                    y,
-                    f"{w:.0f}",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white"
-                    if comp not in ("api_queue", "engine_queue", "client")
-                    else "#333333",
-                )
-        left += vals
-    for y, total in enumerate(left):
+    parts = ((comp, table.loc[names, comp].to_numpy(float)) for comp in table.columns)
+    totals = breakdown_bars(fig, ax, names, parts, label_min=0.06 * table.sum(axis=1).max())
+    for y, total in enumerate(totals):
         ax.text(total, y, f"  {total:,.0f} ms", va="center", fontsize=9)
-    ax.set_xlim(0, left.max() * 1.15 if left.max() > 0 else 1)
-    ax.set_xlabel("mean time per turn (ms)")
-    ax.grid(axis="y", visible=False)
-    # legend at the side: below the axes it would collide with the run line (supxlabel)
-    fig.legend(loc="outside right upper", fontsize=8)
     _title(fig, run, "Where a turn's time goes (server model + client), per transport")
     return fig
 
@@ -474,23 +505,10 @@ def plot_rollout_latency(run: Run) -> Figure | None:
                 )
             lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
             s = float(c.rollout_speedup or 0.0)
-            if lo is None or hi is None:
-                # too few pairs for a CI: the point estimate alone, and the reason
-                ci_text = c.rollout_speedup_ci_reason or "no CI"
-                ax2.plot(s, y, "D", color="#222222", ms=7, zorder=4)
-            else:
-                ci_text = f"[{lo:.2f}, {hi:.2f}]"
-                ax2.errorbar(
-                    s,
-                    y,
-                    xerr=[[s - lo], [hi - s]],
-                    fmt="D",
-                    color="#222222",
-                    capsize=6,
-                    ms=7,
-                    lw=2,
-                    zorder=4,
-                )
+            ci = None if lo is None or hi is None else (float(lo), float(hi))
+            # too few pairs for a CI: the point estimate alone, and the reason
+            ci_text = f"[{lo:.2f}, {hi:.2f}]" if ci else c.rollout_speedup_ci_reason or "no CI"
+            mark_ci(ax2, s, y, ci, "#222222", along_x=True, zorder=4)
             red = c.rollout_latency_reduction_pct
             ax2.text(
                 s,

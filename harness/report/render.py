@@ -22,7 +22,6 @@ from harness.metrics.results_model import (
     Summary,
     TransportSummary,
     as_summary,
-    as_transport,
 )
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
@@ -33,21 +32,17 @@ from harness.report.document import (
     Image,
     Paragraph,
     Table,
-    to_html,
-    to_markdown,
 )
 from harness.report.files import (
     COUNT_HEADERS,
     PLOTS_DIR,
-    REPORT_HTML,
-    REPORT_MD,
     Rendered,
     count_cells,
     fmt,
     fmt_ci,
-    fmt_stat,
+    stat_cell,
     too_few_note,
-    write_text_atomic,
+    write_report,
 )
 from harness.report.results import SLICES, Run, load_run, write_table_gz
 from harness.report.server_section import server_section
@@ -62,7 +57,7 @@ def _run_facts(run: Run) -> list[str]:
     scenario = m.scenario_facts
     machine = m.machine
     seed = "?" if m.seed is None else m.seed
-    facts = [
+    return [
         f"Scenario {scenario.name or '?'}"
         + (f" — {scenario.description}" if scenario.description else ""),
         f"seed {seed}, transports {', '.join(m.transports)}, load {scenario.load_mode or '?'}"
@@ -80,18 +75,6 @@ def _run_facts(run: Run) -> list[str]:
         f"started {m.started_at or '?'}, git {(m.git_sha or '')[:10] or '?'}, "
         f"Python {machine.get('python', '?')}, {machine.get('cpu_count', '?')} CPUs",
     ]
-    return facts
-
-
-def _stat_cell(
-    doc: TransportSummary | Mapping[str, Any], m: D.Metric, key: str, digits: int
-) -> str:
-    t = as_transport(doc)
-    group = t.group(m.group)
-    reason = group.get(f"{key}_reason") if group is not None and group.stat(key) is None else None
-    if reason:
-        return f"n/a ({reason})"
-    return fmt_stat(t, m.group, key, digits)
 
 
 def _metric_cells(
@@ -101,7 +84,8 @@ def _metric_cells(
     rates: bool | None = None,
 ) -> list[str]:
     return [
-        _stat_cell(t, m, stat.key, digits) for m, stat, digits in _columns(table, summary, rates)
+        stat_cell(t, m.group, stat.key, digits)
+        for m, stat, digits in _columns(table, summary, rates)
     ]
 
 
@@ -401,10 +385,7 @@ def render_run(
     if server.plot is not None:
         plot_files.append(server.plot)
     doc = build_run_document(run, plot_files, server.blocks)
-    md = run.path / REPORT_MD
-    page = run.path / REPORT_HTML
-    write_text_atomic(md, to_markdown(doc))
-    write_text_atomic(page, to_html(doc, run.path))
+    md, page = write_report(doc, run.path)
     return Rendered(md, page, [p.path for p in plot_files])
 
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.report import analysis as A
-from harness.report.document import Document, Heading, Image, Paragraph, Table, to_html, to_markdown
-from harness.report.files import PLOTS_DIR, REPORT_HTML, REPORT_MD, Rendered, fmt, write_text_atomic
+from harness.report.document import Document, Heading, Image, Paragraph, Table
+from harness.report.files import PLOTS_DIR, Rendered, fmt, write_report
 from harness.report.plots import _figure, plot_style, save_figure, transport_color
 from harness.report.results import FORMAT_VERSION, load_run, read_versioned_json, slug, write_index
 from harness.wire.errors import LoopbenchError
@@ -487,7 +487,6 @@ def render_sweep(path: str | Path) -> Rendered:
     doc_json = load_sweep(root)
     key = doc_json["key"]
     table = sweep_table(root)
-    plot_paths: list[Path] = []
     (root / PLOTS_DIR).mkdir(exist_ok=True)
     with plot_style():
         fig = plot_latency_vs_load(
@@ -495,8 +494,10 @@ def render_sweep(path: str | Path) -> Rendered:
             key,
             f"sweep {doc_json['sweep_id']} · scenario {doc_json.get('scenario_name', '?')}",
         )
-    if fig is not None:
-        plot_paths.append(save_figure(fig, root / PLOTS_DIR / "latency_vs_load.png"))
+    latency_plot = (
+        None if fig is None else save_figure(fig, root / PLOTS_DIR / "latency_vs_load.png")
+    )
+    plot_paths = [] if latency_plot is None else [latency_plot]
 
     doc = Document(f"loopbench sweep — {doc_json['sweep_id']}")
     if doc_json.get("search"):
@@ -549,18 +550,15 @@ def render_sweep(path: str | Path) -> Rendered:
                 caption="Each run folder holds its own full report.html.",
             ),
         )
-    for p in plot_paths:
+    if latency_plot is not None:
         doc.add(
             Heading("Latency vs offered load"),
             Image(
-                f"{PLOTS_DIR}/{p.name}",
+                f"{PLOTS_DIR}/{latency_plot.name}",
                 "latency vs offered load",
                 "Rollout latency (left) and TTFT (right) per transport against the swept value; solid "
                 "p50, dashed p99. The ring marks the knee: the last load before latency turns steep.",
             ),
         )
-    md = root / REPORT_MD
-    page = root / REPORT_HTML
-    write_text_atomic(md, to_markdown(doc))
-    write_text_atomic(page, to_html(doc, root))
+    md, page = write_report(doc, root)
     return Rendered(md, page, plot_paths)

@@ -105,7 +105,7 @@ def _dist(h: Histogram) -> dict[str, float | None]:
         return None if not math.isfinite(x) else round(x, 3)
 
     p50, p90, p99 = h.percentiles_ms((50, 90, 99))
-    return {"p50": r(p50), "p90": r(p90), "p99": r(p99), "mean": r(h.mean_ms)}
+    return {"p50": r(p50), "p90": r(p90), "p99": r(p99), "mean": r(h.mean / 1000)}
 
 
 def _from_rows(rows: Any, start: str, end: str) -> Histogram:

@@ -21,7 +21,7 @@ from harness.metrics import definitions as D
 from harness.metrics.summary import Accumulator
 from harness.report import analysis as A
 from harness.report import load_run
-from harness.report.compare import compare_runs, metric_specs
+from harness.report.compare import compare, metric_specs
 from harness.report.render import latency_table, throughput_tables
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
@@ -275,7 +275,9 @@ def test_a_metric_added_to_the_table_appears_everywhere(
     assert A.turn_table(a)["tail_ms"].dropna().tolist() == pytest.approx([1.0] * 48)
     # compare, with the test on the median row
     (row,) = [
-        d for d in compare_runs(a, b) if d.transport == "ws" and d.metric == "stream tail p50"
+        d
+        for d in compare([a, b]).deltas["B"]
+        if d.transport == "ws" and d.metric == "stream tail p50"
     ]
     assert row.unit == "ms" and row.verdict == "no significant change"
     # report tables and the end-of-run table

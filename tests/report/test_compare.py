@@ -19,7 +19,6 @@ from harness.report import analysis as A
 from harness.report import load_run
 from harness.report.compare import (
     compare,
-    compare_runs,
     delta_rows,
     fmt_change,
     fmt_p,
@@ -52,7 +51,7 @@ def runs(
 
 
 def _by_metric(a: Path, b: Path) -> dict[str, Any]:
-    return {d.metric: d for d in compare_runs(load_run(a), load_run(b))}
+    return {d.metric: d for d in compare([load_run(a), load_run(b)]).deltas["B"]}
 
 
 def test_faster_rollouts_are_significant(runs: tuple[Path, Path, Path]) -> None:
@@ -91,7 +90,7 @@ def test_delta_and_ratio_describe_one_statistic(runs: tuple[Path, Path, Path]) -
     decode TPS showed Δ +0.1 % of summary.json's p50 next to a median ratio of 2.498)."""
     a, b, _ = runs
     run_a, run_b = load_run(a), load_run(b)
-    rows = compare_runs(run_a, run_b)
+    rows = compare([run_a, run_b]).deltas["B"]
     assert rows
     for d in rows:
         if d.delta_pct is None:

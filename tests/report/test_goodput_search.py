@@ -152,4 +152,7 @@ def test_search_converges_on_the_engines_capacity(tmp_path: Path, cli: Callable[
     assert f"ws sustains {int(answer)} agents at 90 % within SLO (ttft ≤ 200 ms)" in out
     assert search_answer_line(doc) in out
     assert (root / "plots" / "attainment_vs_load.png").stat().st_size > 5_000
-    assert "Goodput search" in (root / "report.md").read_text()
+    report = (root / "report.md").read_text()
+    assert "Goodput search" in report
+    # the attainment plot once, in its section: not again under "Latency vs offered load"
+    assert report.count("attainment_vs_load.png") == 1

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from harness.cli.main import main
-from harness.report.compare import compare_runs
+from harness.report.compare import compare
 from harness.report.results import Run
 from tests.transports.conftest import loopbench_run
 
@@ -140,11 +140,11 @@ def test_compare_shows_ttfot_and_reasoning_only_when_a_side_reasoned(
     runs: dict[str, tuple[Run, str]],
 ) -> None:
     plain, reasoning = runs["plain"][0], runs["reasoning"][0]
-    rows = compare_runs(plain, reasoning)
+    rows = compare([plain, reasoning]).deltas["B"]
     ttfot = [d for d in rows if d.transport == "http" and d.metric == "TTFOT p50"]
     (row,) = ttfot
     assert row.b is not None and row.a is not None and row.b > row.a
     assert row.verdict == "worse"  # the reasoning's time before the first visible token
     (tokens,) = [d for d in rows if d.transport == "ws" and d.metric == "reasoning tok mean"]
     assert (tokens.a, tokens.b) == (None, REASONING)
-    assert not [d for d in compare_runs(plain, plain) if "TTFOT" in d.metric]
+    assert not [d for d in compare([plain, plain]).deltas["B"] if "TTFOT" in d.metric]
