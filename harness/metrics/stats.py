@@ -129,7 +129,12 @@ def _check_boot(n_boot: int, level: float) -> None:
 
 
 def paired_speedup(
-    baseline: Values, candidate: Values, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+    baseline: Values,
+    candidate: Values,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
 ) -> PairedResult:
     """Median per-pair speedup ``baseline[i] / candidate[i]`` with a bootstrap CI over pairs.
 
@@ -151,7 +156,12 @@ def paired_speedup(
 
 
 def bootstrap_ratio_of_medians(
-    a: Values, b: Values, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+    a: Values,
+    b: Values,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
 ) -> tuple[float, tuple[float, float]]:
     """``median(a) / median(b)`` and its percentile-bootstrap CI, resampling a and b independently."""
     _check_boot(n_boot, level)
@@ -163,7 +173,12 @@ def bootstrap_ratio_of_medians(
 
 
 def unpaired_speedup(
-    baseline: Values, candidate: Values, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+    baseline: Values,
+    candidate: Values,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
 ) -> PairedResult:
     """Fallback when rollouts cannot be paired: ratio of medians, independent bootstrap."""
     ratio, ci = bootstrap_ratio_of_medians(
