@@ -7,13 +7,13 @@ group (it forks an engine-core process), so stopping it stops both.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from harness.wire.errors import LoopbenchError
+from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.engine_metrics import BUCKETS, Snapshot, parse_snapshot
 
 #: the name the model is served under, and the peers load its tokenizer by
@@ -372,16 +373,19 @@ def serving(
 
 
 def wait_healthy(engine: Engine, proc: subprocess.Popen[bytes]) -> None:
+    # without a log (engine main()), vLLM's output went to the terminal, above this message
+    where = f"; {engine.log}" if engine.log else " (its output is above)"
     deadline = time.monotonic() + START_TIMEOUT_S
     while not _healthy(engine.base_url + "/health"):
         if proc.poll() is not None:
+            tail = f": {_tail(engine.log)}" if engine.log else ""
             raise EngineError(
-                f"vLLM exited with code {proc.returncode} while starting; "
-                f"{engine.log}: {_tail(engine.log) if engine.log else ''}"
+                f"vLLM exited with code {proc.returncode} while starting{where}{tail}"
             )
         if time.monotonic() > deadline:
             raise EngineError(
-                f"vLLM did not answer /health in {START_TIMEOUT_S:.0f} s; {engine.log}"
+                f"vLLM did not answer {engine.base_url}/health within "
+                f"{START_TIMEOUT_S:.0f} s of starting{where}"
             )
         time.sleep(0.5)
 
@@ -409,23 +413,33 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve MODEL_DIR in the foreground with the flags `make real-engine` uses (to measure
     it again and again with ``python -m tools.real_engine --engine-url``)."""
-    p = argparse.ArgumentParser(prog="python -m tools.real_engine.engine")
+    p = UsageParser(prog="python -m tools.real_engine.engine")
     p.add_argument("model", type=Path)
     p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
     p.add_argument("--hf-home", type=Path, default=Path("results/real-engine/hf"))
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--placement", choices=PLACEMENTS, default=PLACEMENT)
     args = p.parse_args(argv)
-    argv_ = serve_argv(engine_python(args.engine_venv), args.model, args.port)
-    proc = subprocess.Popen(argv_, env=engine_env(args.hf_home))
+    try:
+        python = engine_python(args.engine_venv)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    argv_ = serve_argv(python, args.model, args.port)
+    # its own session, so that stopping it stops the engine core and worker it forks
+    proc = subprocess.Popen(argv_, env=engine_env(args.hf_home), start_new_session=True)
     try:
         wait_healthy(Engine(f"http://127.0.0.1:{args.port}", proc, None), proc)
         print(place(proc.pid, args.placement).text, flush=True)
         return proc.wait()
+    except EngineError as exc:
+        # a server that never came up is a target unreachable before any measurement
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    except KeyboardInterrupt:
+        return int(ExitCode.INTERRUPTED)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(30)
+        _stop(proc)
 
 
 if __name__ == "__main__":
