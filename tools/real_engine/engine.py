@@ -7,6 +7,7 @@ group (it forks an engine-core process), so stopping it stops both.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -410,6 +411,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def add_placement(p: argparse.ArgumentParser) -> None:
+    """``--placement``, as every command that starts vLLM takes it."""
+    p.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default=PLACEMENT,
+        help=f"where vLLM's processes run (default {PLACEMENT}: its engine core and worker at "
+        "nice 19, so that the API server and the clients are not starved on 2 CPUs; vllm "
+        "leaves them as vLLM puts them; docs/real-engine.md)",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve MODEL_DIR in the foreground with the flags `make real-engine` uses (to measure
     it again and again with ``python -m tools.real_engine --engine-url``)."""
@@ -418,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
     p.add_argument("--hf-home", type=Path, default=Path("results/real-engine/hf"))
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--placement", choices=PLACEMENTS, default=PLACEMENT)
+    add_placement(p)
     args = p.parse_args(argv)
     try:
         python = engine_python(args.engine_venv)
