@@ -11,7 +11,7 @@ from bench.options import options_from
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.compare import INTERVAL_BOUND, TTFT_BOUND_MS, render
-from tools.real_engine.engine import PLACEMENT, PLACEMENTS
+from tools.real_engine.engine import add_placement
 from tools.real_engine.run import PEERS, TRANSPORTS, Options, print_outcome, run
 
 
@@ -56,14 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="measure a vLLM already running with the model of --out (as `python -m "
         "tools.real_engine.engine MODEL_DIR` starts it) instead of starting one",
     )
-    p.add_argument(
-        "--placement",
-        choices=PLACEMENTS,
-        default=PLACEMENT,
-        help=f"where vLLM's processes run (default {PLACEMENT}: its engine core and worker at "
-        "nice 19, so that the API server and the clients are not starved on 2 CPUs; "
-        "docs/real-engine.md)",
-    )
+    add_placement(p)
     p.add_argument(
         "--capture",
         type=Path,

@@ -6,7 +6,11 @@ runs loopbench's chat window against each setting (a placement of vLLM's process
 own environment variables) and counts, per window, the turns whose answer came whole, the
 turns vLLM's API server merged into one or two events, and the turns whose first token came
 later than vLLM's own TTFT p99 allows.  Settings that differ only by placement share one
-server and alternate round by round, so a busy machine weighs on each alike.
+server and alternate round by round, so a busy machine weighs on each alike; there each
+round places the processes afresh (``vllm`` resets the previous placement to the caller's
+CPUs and nice 0), and a round whose placement did not take (lowering a niceness needs
+CAP_SYS_NICE) is marked ``not applied`` in the table and the JSON rather than counted under
+its setting's name.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from tools.real_engine.compare import TTFT_BOUND_MS, Row, aligned, compare, rank_quantile
-from tools.real_engine.engine import PLACEMENTS, build_model, place, serving
+from tools.real_engine.engine import PLACEMENTS, Placed, build_model, place, serving
 from tools.real_engine.engine_metrics import TTFT, Snapshot
 from tools.real_engine.run import (
     Options,
@@ -108,7 +112,7 @@ def run(opts: Options, names: Sequence[str], rounds: int) -> list[dict[str, obje
             warm_up(opts, engine, "chat", tokenizer, scenarios)
             for r in range(1, rounds + 1):
                 for s in group:
-                    where = place(engine.proc.pid, s.placement)
+                    where = place(engine.proc.pid, s.placement, reset=True)
                     figures, delta, note = _loopbench_window(
                         opts,
                         engine,
@@ -125,7 +129,7 @@ def run(opts: Options, names: Sequence[str], rounds: int) -> list[dict[str, obje
 
 
 def _window(
-    opts: Options, s: Setting, r: int, figures: object, delta: Snapshot, note: str, where: str
+    opts: Options, s: Setting, r: int, figures: object, delta: Snapshot, note: str, where: Placed
 ) -> dict[str, object]:
     folder = opts.out / "runs" / f"loopbench-{s.name}-{r}"
     turns = _read_turns(folder / "turns.csv.gz") if (folder / "turns.csv.gz").exists() else []
@@ -134,7 +138,8 @@ def _window(
     rows = compare(figures, delta) if figures is not None else []  # type: ignore[arg-type]
     ttft = [(int(t["first_token_ns"]) - int(t["sent_ns"])) / 1e6 for t in turns]
     return {
-        "setting": s.name,
+        "setting": s.name if where.applied else f"{s.name} (not applied)",
+        "applied": where.applied,
         "round": r,
         **deliveries(turns, None if got is None else got[0] * 1000),
         "ttft_p50": _figure(rows, "ttft_ms", "p50"),
@@ -143,7 +148,7 @@ def _window(
         "tpot_p50": _figure(rows, "tpot_ms", "p50"),
         "ttft_max": round(max(ttft), 1) if ttft else None,
         "p90": rank_quantile(ttft, 0.9),
-        "placement": where,
+        "placement": where.text,
         "note": note,
     }
 

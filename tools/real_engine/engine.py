@@ -14,6 +14,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,8 +22,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 from harness.wire.errors import LoopbenchError
+from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.engine_metrics import BUCKETS, Snapshot, parse_snapshot
 
 #: the name the model is served under, and the peers load its tokenizer by
@@ -44,6 +47,8 @@ PLACEMENTS = ("core-niced", "engine-niced", "core-with-worker", "vllm")
 PLACEMENT = "engine-niced"
 #: the niceness of what ``core-niced`` and ``engine-niced`` lower (the lowest priority)
 CORE_NICE = 19
+
+T = TypeVar("T")
 
 
 class EngineError(LoopbenchError):
@@ -243,30 +248,67 @@ def _named(pids: Sequence[int], prefix: str) -> list[int]:
     return out
 
 
-def place(root: int, placement: str) -> str:
-    """Apply ``placement`` (:data:`PLACEMENTS`) to the server started as ``root``; say where
-    each vLLM process runs (the run's notes carry it)."""
+@dataclass(frozen=True)
+class Placed:
+    """What :func:`place` found, read back from the kernel (the run's notes carry ``text``)."""
+
+    text: str
+    applied: bool  # False: a setting did not take (``text`` says which), or no vLLM found
+
+
+def place(root: int, placement: str, *, reset: bool = False) -> Placed:
+    """Apply ``placement`` (:data:`PLACEMENTS`) to the server started as ``root`` and say
+    where each vLLM process runs, as read back afterwards.
+
+    ``vllm`` leaves the processes as vLLM placed them, unless ``reset``: the delivery
+    comparison alternates placements on one server, so there ``vllm`` undoes the previous
+    one (the caller's CPUs, nice 0).  Lowering a niceness needs CAP_SYS_NICE; without it the
+    threads stay niced, and the text says the setting was not applied."""
     under = _descendants(root)
     workers = _named(under, "VLLM::Worker")
     cores = _named(under, "VLLM::EngineCor")
     if not workers or not cores:
-        return f"placement {placement}: no vLLM worker or engine-core process under {root}"
+        return Placed(
+            f"placement {placement}: no vLLM worker or engine-core process under {root}", False
+        )
     worker_cpus = os.sched_getaffinity(workers[0])
     core_cpus = worker_cpus if placement == "core-with-worker" else os.sched_getaffinity(0)
     nice = CORE_NICE if placement in ("core-niced", "engine-niced") else 0
-    # every thread: Linux applies an affinity and a niceness to one thread, and the engine core
-    # has several (its output thread sends each step's tokens to the API server)
-    for pid in cores:
-        _each_thread(pid, lambda tid: os.sched_setaffinity(tid, core_cpus))
-        _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
     worker_nice = CORE_NICE if placement == "engine-niced" else 0
-    for pid in workers:
-        _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, worker_nice))
-    return (
-        f"placement {placement}: worker on CPUs {sorted(worker_cpus)}, engine core on "
-        f"{sorted(core_cpus)} at nice {nice}, worker at nice {worker_nice}, API server on "
+    touch = placement != "vllm" or reset
+    if touch:
+        # every thread: Linux applies an affinity and a niceness to one thread, and the engine
+        # core has several (its output thread sends each step's tokens to the API server)
+        for pid in cores:
+            _each_thread(pid, lambda tid: os.sched_setaffinity(tid, core_cpus))
+            _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
+        for pid in workers:
+            _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, worker_nice))
+    got_cpus = _read_threads(cores, lambda tid: tuple(sorted(os.sched_getaffinity(tid))))
+    got_nice = _read_threads(cores, lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
+    got_worker_nice = _read_threads(workers, lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
+    missed = []
+    if touch:
+        wanted = (
+            ("engine core on CPUs", got_cpus, {tuple(sorted(core_cpus))}),
+            ("engine core at nice", got_nice, {nice}),
+            ("worker at nice", got_worker_nice, {worker_nice}),
+        )
+        missed = [
+            f"{what} {_shown(want)} (it is {_shown(got)}"
+            + ("; lowering a niceness needs CAP_SYS_NICE)" if "nice" in what else ")")
+            for what, got, want in wanted
+            if got and got != want
+        ]
+    text = (
+        f"placement {placement}{'' if touch else ' (as vLLM placed them)'}: worker on CPUs "
+        f"{sorted(worker_cpus)}, engine core on {_shown(got_cpus)} at nice {_shown(got_nice)}, "
+        f"worker at nice {_shown(got_worker_nice)}, API server on "
         f"{sorted(os.sched_getaffinity(root))}"
     )
+    if missed:
+        text += "; NOT applied: " + ", ".join(missed)
+    return Placed(text, not missed)
 
 
 def _each_thread(pid: int, apply: Callable[[int], object]) -> None:
@@ -274,7 +316,30 @@ def _each_thread(pid: int, apply: Callable[[int], object]) -> None:
         try:
             apply(int(task.name))
         except OSError:
-            continue  # a thread that ended meanwhile, or a niceness only root may lower
+            # a thread that ended meanwhile, or a niceness only CAP_SYS_NICE may lower:
+            # place() reads back what took
+            continue
+
+
+def _read_threads(pids: Sequence[int], read: Callable[[int], T]) -> set[T]:
+    """``read`` of every thread of ``pids`` still running, the distinct values."""
+    got: set[T] = set()
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                got.add(read(int(task.name)))
+            except OSError:
+                continue
+    return got
+
+
+def _shown(values: set[Any]) -> str:
+    """A value the threads share as itself (CPUs as a list); several as ``a / b``."""
+    return " / ".join(str(list(v) if isinstance(v, tuple) else v) for v in sorted(values)) or "?"
 
 
 @contextmanager
@@ -303,22 +368,25 @@ def serving(
     try:
         wait_healthy(engine, proc)
         # said in the run's notes: vLLM's own log is written at its own offset, not appended
-        yield replace(engine, placement=place(proc.pid, placement))
+        yield replace(engine, placement=place(proc.pid, placement).text)
     finally:
         _stop(proc)
 
 
 def wait_healthy(engine: Engine, proc: subprocess.Popen[bytes]) -> None:
+    # without a log (engine main()), vLLM's output went to the terminal, above this message
+    where = f"; {engine.log}" if engine.log else " (its output is above)"
     deadline = time.monotonic() + START_TIMEOUT_S
     while not _healthy(engine.base_url + "/health"):
         if proc.poll() is not None:
+            tail = f": {_tail(engine.log)}" if engine.log else ""
             raise EngineError(
-                f"vLLM exited with code {proc.returncode} while starting; "
-                f"{engine.log}: {_tail(engine.log) if engine.log else ''}"
+                f"vLLM exited with code {proc.returncode} while starting{where}{tail}"
             )
         if time.monotonic() > deadline:
             raise EngineError(
-                f"vLLM did not answer /health in {START_TIMEOUT_S:.0f} s; {engine.log}"
+                f"vLLM did not answer {engine.base_url}/health within "
+                f"{START_TIMEOUT_S:.0f} s of starting{where}"
             )
         time.sleep(0.5)
 
@@ -343,26 +411,48 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def add_placement(p: argparse.ArgumentParser) -> None:
+    """``--placement``, as every command that starts vLLM takes it."""
+    p.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default=PLACEMENT,
+        help=f"where vLLM's processes run (default {PLACEMENT}: its engine core and worker at "
+        "nice 19, so that the API server and the clients are not starved on 2 CPUs; vllm "
+        "leaves them as vLLM puts them; docs/real-engine.md)",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve MODEL_DIR in the foreground with the flags `make real-engine` uses (to measure
     it again and again with ``python -m tools.real_engine --engine-url``)."""
-    p = argparse.ArgumentParser(prog="python -m tools.real_engine.engine")
+    p = UsageParser(prog="python -m tools.real_engine.engine")
     p.add_argument("model", type=Path)
     p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
     p.add_argument("--hf-home", type=Path, default=Path("results/real-engine/hf"))
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--placement", choices=PLACEMENTS, default=PLACEMENT)
+    add_placement(p)
     args = p.parse_args(argv)
-    argv_ = serve_argv(engine_python(args.engine_venv), args.model, args.port)
-    proc = subprocess.Popen(argv_, env=engine_env(args.hf_home))
+    try:
+        python = engine_python(args.engine_venv)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    argv_ = serve_argv(python, args.model, args.port)
+    # its own session, so that stopping it stops the engine core and worker it forks
+    proc = subprocess.Popen(argv_, env=engine_env(args.hf_home), start_new_session=True)
     try:
         wait_healthy(Engine(f"http://127.0.0.1:{args.port}", proc, None), proc)
-        print(place(proc.pid, args.placement), flush=True)
+        print(place(proc.pid, args.placement).text, flush=True)
         return proc.wait()
+    except EngineError as exc:
+        # a server that never came up is a target unreachable before any measurement
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    except KeyboardInterrupt:
+        return int(ExitCode.INTERRUPTED)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(30)
+        _stop(proc)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,14 @@ from bench.peers.bench import timed
 from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
-from tools.real_engine.engine import Engine, attached, build_model, serving
+from tools.real_engine.engine import (
+    PLACEMENT,
+    Engine,
+    add_placement,
+    attached,
+    build_model,
+    serving,
+)
 from tools.real_engine.run import (
     Options,
     fresh_out,
@@ -66,6 +73,7 @@ class SimOptions:
     out: Path = Path("results/real-engine-sim")
     engine_venv: Path = Path(".venv-engine")
     engine_url: str | None = None
+    placement: str = PLACEMENT  # where vLLM's processes run (engine.PLACEMENTS)
     levels: tuple[int, ...] = LEVELS
     requests: int = 60  # per window, as the real-engine check's
     output_tokens: int = 128
@@ -227,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=SimOptions.out, help="emptied first")
     p.add_argument("--engine-venv", type=Path, default=SimOptions.engine_venv)
     p.add_argument("--engine-url", default=None, help="an engine already running (see run.py)")
+    add_placement(p)
     p.add_argument(
         "--levels",
         type=positive_ints("concurrencies like 1,2,4"),

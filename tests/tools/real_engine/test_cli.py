@@ -6,9 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from bench.options import options_from
+from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode
 from tests.tools.real_engine.engine_venv import assert_usage_errors
+from tools.real_engine import simulate
 from tools.real_engine.__main__ import main
+from tools.real_engine.engine import PLACEMENT
+from tools.real_engine.run import Options
+from tools.real_engine.simulate import SimOptions
 
 
 def test_help_lists_the_targets(capsys: pytest.CaptureFixture[str]) -> None:
@@ -31,3 +37,25 @@ def test_a_bad_argument_or_a_missing_engine_is_a_usage_error(
     assert main(["--out", str(mine)]) == ExitCode.USAGE
     assert "was not made by python -m tools.real_engine" in capsys.readouterr().err
     assert (mine / "keep.txt").exists()
+
+
+def test_the_simulation_takes_the_placement_the_main_runner_does(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/real-engine.md says `--placement vllm` restores vLLM's own for both runners."""
+    seen: list[SimOptions] = []
+
+    def stop(opts: SimOptions) -> None:
+        seen.append(opts)
+        raise LoopbenchError("stopped here")
+
+    monkeypatch.setattr(simulate, "run_sim", stop)
+    assert simulate.main(["--placement", "vllm"]) == ExitCode.USAGE
+    assert simulate.main([]) == ExitCode.USAGE
+    # run_sim hands the placement to the real-engine options it starts vLLM with
+    assert [options_from(Options, o).placement for o in seen] == ["vllm", PLACEMENT]
+    capsys.readouterr()
+    for runner in (main, simulate.main):
+        with pytest.raises(SystemExit):
+            runner(["--help"])
+        assert "leaves them as vLLM puts them" in " ".join(capsys.readouterr().out.split())

@@ -1,12 +1,15 @@
-"""How `python -m tools.real_engine.delivery` counts a window's answers (pure), and that a
-placement is never applied to processes that are not vLLM's."""
+"""How `python -m tools.real_engine.delivery` counts a window's answers and marks a round
+whose placement did not take (pure)."""
 
 from __future__ import annotations
 
-import os
+from dataclasses import replace
+from pathlib import Path
 
-from tools.real_engine.delivery import deliveries
-from tools.real_engine.engine import place
+from tools.real_engine.delivery import SETTINGS, _window, deliveries, render
+from tools.real_engine.engine import Placed
+from tools.real_engine.engine_metrics import Snapshot
+from tools.real_engine.run import Options
 
 
 def _turn(first_ms: float, reads: int, events: int) -> dict[str, str]:
@@ -31,6 +34,11 @@ def test_whole_merged_and_late_answers_are_counted_apart() -> None:
     assert deliveries(turns, None)["late"] == -1
 
 
-def test_a_placement_finds_no_vllm_under_a_process_that_is_not_one() -> None:
-    said = place(os.getpid(), "engine-niced")
-    assert said.startswith("placement engine-niced: no vLLM worker or engine-core process")
+def test_a_round_whose_placement_did_not_take_is_marked_not_applied(tmp_path: Path) -> None:
+    opts = replace(Options(), out=tmp_path)
+    took = _window(opts, SETTINGS["vllm"], 1, None, Snapshot(), "", Placed("placed", True))
+    refused = _window(opts, SETTINGS["vllm"], 2, None, Snapshot(), "", Placed("niced", False))
+    assert (took["setting"], took["applied"]) == ("vllm", True)
+    assert (refused["setting"], refused["applied"]) == ("vllm (not applied)", False)
+    assert refused["placement"] == "niced"
+    assert "vllm (not applied)" in render([took, refused]).splitlines()[-1]

@@ -1,0 +1,119 @@
+"""What :func:`place` does to vLLM's processes and what it says it did, against a stand-in
+process tree named as vLLM names its processes (an API server forking an engine core, which
+forks a worker; the engine core with a second thread, as vLLM's has an output thread).
+The kernel is real: affinities and nicenesses are set and read back through it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tools.real_engine import engine
+from tools.real_engine.engine import CORE_NICE, _descendants, _named, place
+
+_TREE = """
+import os, threading, time
+def named(name):
+    with open("/proc/self/comm", "w") as f:
+        f.write(name)
+if os.fork() == 0:
+    if os.fork() == 0:
+        named("VLLM::Worker")
+    else:
+        named("VLLM::EngineCor")
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+time.sleep(60)
+"""
+
+
+def _nices(root: int, prefix: str) -> set[int]:
+    pids = _named(_descendants(root), prefix)
+    return {
+        os.getpriority(os.PRIO_PROCESS, int(t))
+        for pid in pids
+        for t in os.listdir(f"/proc/{pid}/task")
+    }
+
+
+def _tasks(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+
+
+@pytest.fixture
+def tree() -> Iterator[int]:
+    proc = subprocess.Popen([sys.executable, "-c", _TREE], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            under = _descendants(proc.pid)
+            cores = _named(under, "VLLM::EngineCor")
+            if _named(under, "VLLM::Worker") and cores and len(_tasks(cores[0])) == 2:
+                break
+            time.sleep(0.05)
+        yield proc.pid
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+def test_a_placement_finds_no_vllm_under_a_process_that_is_not_one() -> None:
+    said = place(os.getpid(), "engine-niced")
+    assert said.text.startswith("placement engine-niced: no vLLM worker or engine-core process")
+    assert not said.applied
+
+
+def test_engine_niced_nices_every_thread_and_says_so(tree: int) -> None:
+    said = place(tree, "engine-niced")
+    assert _nices(tree, "VLLM::EngineCor") == {CORE_NICE}
+    assert _nices(tree, "VLLM::Worker") == {CORE_NICE}
+    assert said.applied
+    assert f"at nice {CORE_NICE}, worker at nice {CORE_NICE}" in said.text
+
+
+def test_vllm_leaves_a_just_started_server_as_it_is(tree: int) -> None:
+    place(tree, "engine-niced")
+    said = place(tree, "vllm")
+    # untouched: what was there (here niced by the line above) stays, and is what is said
+    assert _nices(tree, "VLLM::EngineCor") == {CORE_NICE}
+    assert said.applied
+    assert said.text.startswith("placement vllm (as vLLM placed them): ")
+    assert f"at nice {CORE_NICE}, worker at nice {CORE_NICE}" in said.text
+
+
+def test_vllm_with_reset_undoes_the_previous_placement(tree: int) -> None:
+    place(tree, "engine-niced")
+    said = place(tree, "vllm", reset=True)
+    assert _nices(tree, "VLLM::EngineCor") == {0}
+    assert _nices(tree, "VLLM::Worker") == {0}
+    assert said.applied
+    assert "at nice 0, worker at nice 0" in said.text
+
+
+def test_a_niceness_that_could_not_be_lowered_is_reported_as_it_is(
+    tree: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without CAP_SYS_NICE the kernel refuses to lower a niceness (EPERM); the tests may
+    run as root, so the refusal is made here the way the kernel makes it."""
+    place(tree, "engine-niced")
+    real = os.setpriority
+
+    def unprivileged(which: int, who: int, prio: int) -> None:
+        if prio < os.getpriority(which, who):
+            raise PermissionError(1, "Operation not permitted")
+        real(which, who, prio)
+
+    monkeypatch.setattr(engine.os, "setpriority", unprivileged)
+    said = place(tree, "vllm", reset=True)
+    assert _nices(tree, "VLLM::EngineCor") == {CORE_NICE}
+    assert not said.applied
+    assert f"engine core on {sorted(os.sched_getaffinity(0))} at nice {CORE_NICE}," in said.text
+    assert "NOT applied: engine core at nice 0 (it is 19" in said.text
+    assert "worker at nice 0 (it is 19" in said.text
