@@ -52,7 +52,7 @@ def test_run_over_https_and_wss_records_the_handshake_of_new_connections_only(
 ) -> None:
     run_cli(
         "run", TINY, "--target", https_url, "--insecure", "--transports", ",".join(TRANSPORTS),
-        "--out", str(tmp_path), "--run-id", "r", "-q",
+        "--out", str(tmp_path), "--run-id", "r", "-q", report=False,
     )  # fmt: skip
     run = load_run(tmp_path / "r")
     _check_stamps(run.turns, tls=True)
