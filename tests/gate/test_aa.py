@@ -1,9 +1,11 @@
-"""A/A: ten runs of one configuration, compared pairwise, must not look like regressions.
+"""A/A: eight runs of one configuration, compared pairwise, must not look like regressions.
 
 Every ordered pair (i, j), i != j, judges run j against baseline run i with the
 default rules (p50 of rollout, TTFT and turn latency per transport, 20 %
-allowance): 90 gate verdicts.  Their regression verdicts are false positives by
-construction and may not exceed the nominal rate alpha x (judged comparisons).
+allowance): 56 gate verdicts.  Their regression verdicts are false positives by
+construction and may not exceed the nominal rate alpha x (judged comparisons): at most
+2 of 56 at alpha 5 %.  (Ten runs gave 90 verdicts and allowed 4: the same rate, and a gate
+that flagged one A/A pair in ten would fail either way, 5.6 expected against 2 allowed.)
 
 All runs share one warm reference server (a discarded warm-up run fills its
 prefix cache first), so the only difference between runs is time: the noise of
@@ -29,7 +31,8 @@ from harness.workload.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "ci" / "scenario.yaml"
-RUNS = 10
+#: 8, not 10: each run is ~3 s of the serial pass; see the docstring for what 8 still shows
+RUNS = 8
 
 # serial: the verdict reads the machine's timing (`make test` runs it alone)
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -76,8 +79,8 @@ def test_aa_pairwise_false_positives_within_nominal_rate(aa_runs: list[RunData])
     )
     assert verdicts[2] == 0
     assert verdicts[1] <= nominal
-    # At most two of ten runs may be too disturbed to judge; otherwise the machine is too
+    # At most two of the runs may be too disturbed to judge; otherwise the machine is too
     # busy for this test to say anything.
-    assert judged >= 8 * 7, f"only {judged} of {len(pairs)} comparisons valid"
+    assert judged >= (RUNS - 2) * (RUNS - 3), f"only {judged} of {len(pairs)} comparisons valid"
     # Every judged comparison really ran the statistics (none skipped for lack of samples).
     assert evaluated == judged * 6

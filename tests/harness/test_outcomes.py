@@ -59,6 +59,7 @@ def test_a_dead_target_exits_3_and_says_connection_refused(tmp_path: Path) -> No
         "--run-id",
         "r",
         "-q",
+        report=False,
     )
     assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
     first = proc.stdout.splitlines()[0]

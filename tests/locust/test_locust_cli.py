@@ -136,7 +136,7 @@ def test_a_finished_locust_run_is_judged_as_loopbench_run_judges_it(
     assert _report(ROOT / "results" / "baseline", 1) == ExitCode.OK
     dead = loopbench(
         "run", "tiny", "--target", f"http://127.0.0.1:{closed_port()}/v1", "--no-probe", "--out", tmp_path,
-        "--run-id", "dead", "-q",
+        "--run-id", "dead", "-q", report=False,
     )  # fmt: skip
     assert dead.returncode == ExitCode.INVALID, dead.stderr
     capsys.readouterr()

@@ -63,6 +63,9 @@ def live_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[
             sys.executable, "-m", "harness", "run", "tiny", "-q",
             "--out", str(tmp_path / "results"),
             "--set", "rollout.count=16",
+            # the claim is the live endpoint: a loaded machine's event-loop stall made this
+            # run invalid (exit 3) once, which says nothing about it
+            "--set", "load.max_schedule_lag_ms=10000",
             "--prometheus-port", "0",
             "--prometheus-interval-s", "0.2",
         ],

@@ -2,7 +2,7 @@
 
 While a pass measures, the cyclic garbage collector sees nothing (harness/wire/quiet_gc.py):
 whatever a rollout leaves in a cycle stays in memory until the pass ends.  So the path
-must make none.  Two runs of the same scenario, 8 and 32 rollouts, with the collector
+must make none.  Two runs of the same scenario, 8 and 20 rollouts, with the collector
 off; what one ``gc.collect()`` then finds is set-up and summary (the same in both) plus
 what the rollouts leaked: the difference, per rollout, must be zero or nearly.  A
 WebSocket connection whose transport and protocol held each other left ~60 objects per
@@ -38,6 +38,9 @@ rollout:
 load:
   mode: closed
   concurrency: 4
+  # the claim is the cycles, not the timing: a busy machine's event-loop stall must not make
+  # these short runs invalid
+  max_schedule_lag_ms: 10000
 """
 
 
@@ -60,8 +63,12 @@ def test_a_rollout_leaves_no_reference_cycles(
     path = tmp_path / "cycles.yaml"
     path.write_text(SCENARIO + f"transports: [{transport}]\n")
     opts = RunOptions(target=server_url, results_root=tmp_path, progress=False, render=False)
-    _cycles_after(path, opts, "warm", 8)  # first imports and caches out of the way
+    # One wave of the 4 concurrent lanes is enough to get the first imports and caches out
+    # of the way; 12 rollouts more already show a leak of one object per rollout (the
+    # defect this was written for left ~60).
+    _cycles_after(path, opts, "warm", 4)
     few = _cycles_after(path, opts, "few", 8)
-    many = _cycles_after(path, opts, "many", 32)
-    per_rollout = (many - few) / 24
+    many = _cycles_after(path, opts, "many", 20)
+    print(f"\n{transport}: {few} then {many} objects in cycles")
+    per_rollout = (many - few) / 12
     assert per_rollout < 1.0, f"{transport}: {many} vs {few} objects in cycles"

@@ -52,7 +52,7 @@ def test_run_over_https_and_wss_records_the_handshake_of_new_connections_only(
 ) -> None:
     run_cli(
         "run", TINY, "--target", https_url, "--insecure", "--transports", ",".join(TRANSPORTS),
-        "--out", str(tmp_path), "--run-id", "r", "-q",
+        "--out", str(tmp_path), "--run-id", "r", "-q", report=False,
     )  # fmt: skip
     run = load_run(tmp_path / "r")
     _check_stamps(run.turns, tls=True)
@@ -76,9 +76,11 @@ def test_plain_http_measures_the_connect_and_no_handshake(tmp_path: Path) -> Non
 
 
 def test_run_tls_serves_the_embedded_server_over_https(tmp_path: Path) -> None:
+    # The schedule-lag limit lifted: the claim is TLS, not timing, and a loaded machine's
+    # event-loop stall (135 ms against the 100 ms limit) once made this short run exit 3.
     proc = run_cli(
         "run", TINY, "--tls", "--transports", ",".join(TRANSPORTS), "--out", str(tmp_path),
-        "--run-id", "r", "-q",
+        "--run-id", "r", "-q", "--set", "load.max_schedule_lag_ms=10000",
     )  # fmt: skip
     # the handshake is shown where the run is read, not only kept in summary.json
     assert "TLS" in proc.stdout
