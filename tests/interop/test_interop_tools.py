@@ -9,7 +9,7 @@ import json
 
 from tests.agent_requests import DATA
 from tools.interop.cases import CASES
-from tools.interop.record_replay import Recorded, Recorder, Replayed, compare
+from tools.interop.record_replay import Recorded, Recorder, Replayed, compare, recording_problems
 from tools.interop.scrub import placeholder, scrub_body
 from tools.interop.table import Row, Tally, render
 
@@ -74,6 +74,24 @@ def test_replay_verdict_tolerates_prompt_framing_not_a_different_session() -> No
         "replayed 3 turns, recorded 4",
         "1 replayed turns failed",
         "output tokens 1,200 replayed vs 1,000 recorded",
+    ]
+
+
+def test_a_codex_websocket_recording_is_one_rollout_with_its_warm_up() -> None:
+    """The verdict on a recording: one rollout, the warm-up Codex opens a WebSocket session
+    with, and one recovery per cut the server made; a split session or a warm-up recorded as
+    a rollout of its own (issue 36) is a failure."""
+    by_name = {c.name: c for c in CASES}
+    ws, cut, http = by_name["codex-ws"], by_name["codex-ws-reconnect"], by_name["codex-http"]
+    assert recording_problems(ws, Recorded(1, 4, 100, 1000, 1, 0, 0)) == []
+    assert recording_problems(cut, Recorded(1, 4, 100, 1000, 1, 1, 0)) == []
+    assert recording_problems(http, Recorded(1, 4, 100, 1000, 0, 0, 0)) == []
+    assert recording_problems(ws, Recorded(2, 4, 100, 1000, 0, 0, 0)) == [
+        "2 rollouts for one session",
+        "0 warm-ups, 1 expected",
+    ]
+    assert recording_problems(cut, Recorded(1, 4, 100, 1000, 1, 0, 0)) == [
+        "0 recoveries, 1 expected"
     ]
 
 

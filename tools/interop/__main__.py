@@ -31,6 +31,7 @@ from tools.interop.record_replay import (
     compare,
     recorded,
     recording,
+    recording_problems,
     replay,
 )
 from tools.interop.table import Row, Tally, render
@@ -122,10 +123,8 @@ def run_all(
                     got = recorded(trace)
                 except (OSError, LoopbenchError) as exc:
                     problems.append(f"trace not readable: {exc}")
-                if got is not None and got.rollouts != 1:
-                    problems.append(f"{got.rollouts} rollouts for one session")
-                if got is not None and got.recoveries != case.recoveries:
-                    problems.append(f"{got.recoveries} recoveries, {case.recoveries} expected")
+                if got is not None:
+                    problems += recording_problems(case, got)
                 if "record" in modes:
                     add(case, "record", problems, got.turns if got else 0)
                 if "replay" in modes:

@@ -35,6 +35,9 @@ class Case:
     server_args: tuple[str, ...] = ()
     #: recoveries the recorded session's trace must hold (one per cut the server made)
     recoveries: int = 0
+    #: warm-ups the recorded session's trace must hold: Codex opens each WebSocket session
+    #: with a ``generate: false`` request, the warm-up of the rollout that follows
+    warmups: int = 0
 
     @property
     def version(self) -> str:
@@ -50,7 +53,7 @@ class Case:
 
 CASES: tuple[Case, ...] = (
     Case("codex-http", "Codex CLI", "Responses", "HTTP+SSE", "http"),
-    Case("codex-ws", "Codex CLI", "Responses", "WebSocket", "ws", websocket=True),
+    Case("codex-ws", "Codex CLI", "Responses", "WebSocket", "ws", websocket=True, warmups=1),
     # The server closes the socket mid-response once (the 3rd response of the first
     # connection: the warm-up, then the task's second turn); Codex reconnects and re-sends
     # the whole context.  Recorded, that is one rollout with one recovery.
@@ -63,6 +66,7 @@ CASES: tuple[Case, ...] = (
         websocket=True,
         server_args=CUT_ONCE,
         recoveries=1,
+        warmups=1,
     ),
     Case("claude-code", "Claude Code", "Messages", "HTTP+SSE", "messages"),
     Case("agents-http", "openai-agents", "Responses", "HTTP+SSE", "http"),

@@ -24,6 +24,7 @@ from harness.record.proxy import READY_PREFIX
 from harness.wire.exit_codes import ExitCode
 from harness.workload.trace import TraceRollout, read_trace
 from harness.workload.trace_summary import summarize_rollout
+from tools.interop.cases import Case
 
 # The replay's turns and tokens must match the recording's within this share (issue 36).
 TOLERANCE = 0.05
@@ -164,6 +165,18 @@ def replay(trace: Path, transport: str, out: Path, timeout_s: float) -> Replayed
     if not summary.get("valid", False):
         problems.append("run invalid: " + "; ".join(summary.get("invalid_reasons") or []))
     return dataclasses.replace(got, problems=tuple(problems))
+
+
+def recording_problems(case: Case, got: Recorded) -> list[str]:
+    """What makes a recording of one session not one rollout as it happened (issue 36)."""
+    out = []
+    if got.rollouts != 1:
+        out.append(f"{got.rollouts} rollouts for one session")
+    if got.recoveries != case.recoveries:
+        out.append(f"{got.recoveries} recoveries, {case.recoveries} expected")
+    if got.warmups != case.warmups:
+        out.append(f"{got.warmups} warm-ups, {case.warmups} expected")
+    return out
 
 
 def compare(rec: Recorded, rep: Replayed) -> list[str]:
