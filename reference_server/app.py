@@ -45,7 +45,7 @@ from reference_server.metrics import (
     registry,
 )
 from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
-from reference_server.service import Admission, Service, now_s
+from reference_server.service import Job, Service, now_s
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -265,17 +265,17 @@ class ReferenceServer:
             conv, rehydrated = fitted.conv, 0
         processed = conv.tokens - rehydrated + tools_tokens(req.tools)
         cost = RequestCost.http(self._new_http_connection(request), processed, rehydrated)
-        admission = Admission(req, conv, cost, rng, cache, fitted)
+        job = Job(req, conv, cost, rng, cache, fitted)
         if req.background:
-            return await self.lifecycle.create_background(admission, request_id)
-        admission.request_id = request.headers.get("x-request-id")
+            return await self.lifecycle.create_background(job, request_id)
+        job.request_id = request.headers.get("x-request-id")
         if not req.stream:
             # The whole response as one JSON body, or nothing if the client left.
-            job = await unless_gone(request.receive, service.answer(admission, _discard))
-            if isinstance(job, Response):
-                return job
+            answered = await unless_gone(request.receive, service.answer(job, _discard))
+            if isinstance(answered, Response):
+                return answered
             return json_response(job.builder.response_object(), request_id)
-        job = await service.admit(admission)
+        await service.admit(job)
 
         async def run(send: SendEvents) -> bool:
             return await service.generate_or_fail(job, send)

@@ -17,7 +17,7 @@ import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -126,26 +126,8 @@ class Segment:
 
 @dataclass(slots=True)
 class Job:
-    """One admitted response, its API-tier work waited: what generating it needs."""
-
-    req: CreateRequest
-    conv: Conversation
-    cost: RequestCost
-    builder: ev.ResponseBuilder
-    timing: dict[str, Any]  # the response's sim_timing, filled in as it is generated
-    on_output: OnOutput
-    # perf_counter_ns the API-tier clock started at: the modelled first token is due at
-    # arrived_ns + timing["ttft"] (sim_timing.first_token_late_ms; docs/server.md)
-    arrived_ns: int = 0
-    # For --timing-log: which API's shapes the client saw, and its X-Request-ID header.
-    api: str = "responses"
-    request_id: str | None = None
-    first_delta_ns: int | None = None  # the response's first output delta (see Segment)
-
-
-@dataclass(slots=True)
-class Admission:
-    """A create ready for the API tier: validated, its conversation resolved and fitted."""
+    """One create: validated, its conversation resolved and fitted; then, once :meth:`Service.admit`
+    has waited its API-tier work, what generating it needs."""
 
     req: CreateRequest
     conv: Conversation
@@ -159,6 +141,14 @@ class Admission:
     # For --timing-log: which API's shapes the client sees, and its X-Request-ID header.
     api: str = "responses"
     request_id: str | None = None
+    # Set by admit():
+    builder: ev.ResponseBuilder = field(init=False)
+    timing: dict[str, Any] = field(init=False)  # the response's sim_timing, filled in as generated
+    on_output: OnOutput = field(init=False)
+    # perf_counter_ns the API-tier clock started at: the modelled first token is due at
+    # arrived_ns + timing["ttft"] (sim_timing.first_token_late_ms; docs/server.md)
+    arrived_ns: int = field(default=0, init=False)
+    first_delta_ns: int | None = field(default=None, init=False)  # (see Segment)
 
 
 def previous_not_found(response_id: str) -> RequestError:
@@ -375,7 +365,7 @@ class Service:
 
     async def admit(
         self,
-        a: Admission,
+        job: Job,
         *,
         remember: Callable[[str, Conversation], None] | None = None,
         response_id: str | None = None,
@@ -384,30 +374,29 @@ class Service:
 
         ``response_id`` is given when the id was announced before this wait (background mode).
         """
-        req, conv, cost, fitted = a.req, a.conv, a.cost, a.fitted
-        modelled, arrived_ns = await self.sim.pre_inference_from(cost)
-        timing: dict[str, Any] = dict(modelled)
-        timing["cache"] = a.cache
-        self.counters.context[(cost.websocket, a.cache)] += 1
+        req, conv, cost, fitted = job.req, job.conv, job.cost, job.fitted
+        modelled, job.arrived_ns = await self.sim.pre_inference_from(cost)
+        timing = job.timing = dict(modelled)
+        timing["cache"] = job.cache
+        self.counters.context[(cost.websocket, job.cache)] += 1
         timing["processed_input_tokens"] = cost.processed_tokens + cost.rehydrated_tokens
-        response_id = response_id or ev.new_id("resp", a.rng)
+        rid = response_id or ev.new_id("resp", job.rng)
         added_from = len(conv.items) - len(req.input_items)
-        parent_stored = a.parent_stored and not (fitted is not None and fitted.truncated)
+        parent_stored = job.parent_stored and not (fitted is not None and fitted.truncated)
         if fitted is not None:
             fitted.record(timing)
 
         def on_output(conv_out: Conversation) -> None:
             if remember is not None:
-                remember(response_id, conv_out)
+                remember(rid, conv_out)
             added = conv_out.items[added_from:]
-            self.store_response(
-                req, response_id, conv_out, parent_stored=parent_stored, added_items=added
-            )
+            self.store_response(req, rid, conv_out, parent_stored=parent_stored, added_items=added)
 
-        builder = self.builder(req, response_id)
-        return Job(req, conv, cost, builder, timing, on_output, arrived_ns, a.api, a.request_id)
+        job.on_output = on_output
+        job.builder = self.builder(req, rid)
+        return job
 
-    async def answer(self, a: Admission, send: Send, *, fail_in_band: bool = False) -> Job:
+    async def answer(self, job: Job, send: Send, *, fail_in_band: bool = False) -> Job:
         """A non-streamed answer: admit, then generate through ``send``.  One awaitable, so
         the disconnect watch covers the API-tier wait too: with a long input, or a queue for
         the API workers, it lasts seconds, and a client that gave up must not hold one.
@@ -415,7 +404,7 @@ class Service:
         ``fail_in_band``: a crash sends the failing events through ``send`` (Chat, Messages)
         instead of raising (``/v1/responses``).
         """
-        job = await self.admit(a)
+        await self.admit(job)
         await (self.generate_or_fail if fail_in_band else self.generate)(job, send)
         return job
 

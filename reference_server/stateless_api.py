@@ -26,7 +26,7 @@ from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import EventStream, SendEvents, unless_gone
 from reference_server.json_answers import error_response, json_response, retry_headers
-from reference_server.service import Admission, Job, Service, now_s
+from reference_server.service import Job, Service, now_s
 
 Refusal = Callable[[Request, Headers], Awaitable[tuple[RequestError, float] | None]]
 ReadJson = Callable[[Request], Awaitable[Any]]
@@ -119,7 +119,7 @@ class StatelessApi:
         processed = parsed.conv.tokens + tools_tokens(req.tools)
         cost = RequestCost.http(self._new_connection(request), processed)
         created = now_s()
-        admission = Admission(
+        job = Job(
             req,
             parsed.conv,
             cost,
@@ -129,8 +129,8 @@ class StatelessApi:
             request_id=request.headers.get("x-request-id"),
         )
         if not req.stream:
-            return await self._whole(request, parsed, admission, request_id, created)
-        job = await service.admit(admission)
+            return await self._whole(request, parsed, job, request_id, created)
+        await service.admit(job)
         translator = self.translator(parsed, job, created)
 
         async def run(send: SendEvents) -> bool:
@@ -145,7 +145,7 @@ class StatelessApi:
         return EventStream(run, headers, done_marker=self.done_marker, encode=self.encode)
 
     async def _whole(
-        self, request: Request, parsed: Parsed, admission: Admission, request_id: str, created: int
+        self, request: Request, parsed: Parsed, job: Job, request_id: str, created: int
     ) -> Response:
         """``stream: false``: one JSON body, or nothing if the client left (as for Responses)."""
         failed: list[dict[str, Any]] = []
@@ -155,10 +155,10 @@ class StatelessApi:
 
         # A crash's failure events land in `failed`; a disconnect drops the connection, as for
         # a non-streamed /v1/responses.
-        answer = self.service.answer(admission, keep_errors, fail_in_band=True)
-        job = await unless_gone(request.receive, answer)
-        if isinstance(job, Response):
-            return job
+        answer = self.service.answer(job, keep_errors, fail_in_band=True)
+        answered = await unless_gone(request.receive, answer)
+        if isinstance(answered, Response):
+            return answered
         if failed:
             return self.error_response(
                 RequestError(500, "server_error", error_message(failed[0]), type_="server_error"),

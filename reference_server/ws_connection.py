@@ -43,7 +43,6 @@ from reference_server.core.validation import (
 )
 from reference_server.protocols import ARRIVED_KEY, BATCH_EXTENSION, BATCH_KEY
 from reference_server.service import (
-    Admission,
     Job,
     Send,
     Service,
@@ -504,9 +503,9 @@ class WsConnection:
 
         # A WebSocket response has no headers of its own: the upgrade request's X-Request-ID.
         upgrade_id = self.ws.headers.get("x-request-id")
-        admission = Admission(req, res.conv, cost, rng, res.cache, fitted, res.parent_stored)
-        admission.request_id = upgrade_id
-        job = await self.s.admit(admission, remember=remember)
+        job = Job(req, res.conv, cost, rng, res.cache, fitted, res.parent_stored)
+        job.request_id = upgrade_id
+        await self.s.admit(job, remember=remember)
         self.segment_started()
         try:
             if self.append_mode:

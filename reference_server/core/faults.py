@@ -174,17 +174,6 @@ def parse_fault_args(items: list[str]) -> dict[str, str]:
     )
 
 
-def fault_entries(spec: FaultSpec) -> dict[str, str]:
-    """The ``--fault`` entries that :func:`parse_fault_spec` turns back into ``spec``."""
-    default = FaultSpec()
-    out = {f"error_rate.{status}": repr(rate) for status, rate in spec.error_rate.items()}
-    for key in ("seed", *_RATE_KEYS, *_POSITIVE_KEYS):
-        value = getattr(spec, key)
-        if value != getattr(default, key):
-            out[key] = repr(value)
-    return out
-
-
 class FaultInjector:
     """Draws faults and counts what it injected (``/health`` reports the counts)."""
 
