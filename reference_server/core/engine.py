@@ -4,25 +4,8 @@ Nothing here reads a clock, sleeps or draws from global randomness: times are
 integer nanoseconds passed in, random generators are injected, and the asyncio
 adapter (:mod:`reference_server.sim`) turns the plans into waits.
 
-Decode model (docs/model.md).  Token 0 is due at decode start (it *is* the first
-token, emitted at TTFT); token ``i`` follows token ``i-1`` after ``1/sustained_tps``
-seconds, except inside a **burst**.  A burst imitates a long speculative-decoding
-run in which every drafted token is accepted: a contiguous run of tokens whose
-gaps are ``1/burst_tps``.  Each response independently contains one burst with
-probability ``burst_probability``; its length is uniform in
-``[burst_min_tokens, burst_max_tokens]`` (truncated to the response) and it is
-placed uniformly where it fits.  Why this shape:
-
-* responses without a burst decode at exactly the sustained rate, and with
-  ``burst_probability < 0.5`` more than half the responses have none, so the
-  median decode TPS *is* the sustained rate (not merely close to it);
-* ``burst_min_tokens >= burst_tps * 0.1 s`` makes every burst that fits fill at
-  least one whole 100 ms window at the burst rate, so the burst-TPS peak of a run
-  is the burst rate as soon as one long response bursts: with probability 0.3,
-  24 responses all miss with probability 0.7**24 ≈ 2e-4.
-
-Offsets are computed from gap *counts* (``round(1e9 * (a/sustained + b/burst))``),
-never by accumulating float gaps, so the long-run rate has no drift.
+Decode model: docs/model.md §2 (one burst run per response with probability
+``burst_probability``; offsets from gap counts, so the long-run rate has no drift).
 """
 
 from __future__ import annotations
