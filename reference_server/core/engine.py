@@ -131,18 +131,9 @@ class DecodePlan:
         return (self.offset_ns(i) for i in range(self.n_tokens))
 
     @property
-    def offsets_ns(self) -> tuple[int, ...]:
-        """Every offset, materialized (tests and small plans; the server iterates)."""
-        return tuple(self.iter_offsets())
-
-    @property
     def duration_ns(self) -> int:
         """First to last token (what decode TPS divides by)."""
         return self.offset_ns(self.n_tokens - 1) if self.n_tokens else 0
-
-    def batches(self, min_interval_ns: int) -> list[tuple[int, int]]:
-        """:meth:`iter_batches` as a list."""
-        return list(self.iter_batches(min_interval_ns))
 
     def iter_batches(self, min_interval_ns: int) -> Iterator[tuple[int, int]]:
         """Coalesce tokens into emissions at least ``min_interval_ns`` apart, lazily.
@@ -335,9 +326,6 @@ class EngineCapacity:
     _queue: deque[Ticket] = field(default_factory=deque)
     _next_id: int = 0
     _demand_tps: float = 0.0
-    peak_active: int = 0
-    peak_queued: int = 0
-    total_queue_ns: int = 0
     #: each other active stream adds this fraction to every stream's time per token
     slowdown_per_stream: float = 0.0
 
@@ -362,14 +350,7 @@ class EngineCapacity:
             self._admit(ticket, now_ns)
         else:
             self._queue.append(ticket)
-            self.peak_queued = max(self.peak_queued, len(self._queue))
         return ticket
-
-    def admit(self, now_ns: int, demand_tps: float) -> Ticket | None:
-        """A ticket if a slot is free right now, else ``None`` (nothing is queued)."""
-        if self._queue or len(self._active) >= self.max_streams:
-            return None
-        return self.request(now_ns, demand_tps)
 
     def release(self, ticket: Ticket, now_ns: int) -> list[Ticket]:
         """Free ``ticket``'s slot (or drop it from the queue); returns newly admitted tickets."""
@@ -403,5 +384,3 @@ class EngineCapacity:
         ticket.admitted_ns = now_ns
         self._active[ticket.id] = ticket
         self._demand_tps += ticket.demand_tps
-        self.total_queue_ns += ticket.queue_ns
-        self.peak_active = max(self.peak_active, len(self._active))
