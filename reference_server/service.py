@@ -375,7 +375,7 @@ class Service:
         ``response_id`` is given when the id was announced before this wait (background mode).
         """
         req, conv, cost, fitted = job.req, job.conv, job.cost, job.fitted
-        modelled, job.arrived_ns = await self.sim.pre_inference_from(cost)
+        modelled, job.arrived_ns = await self.sim.pre_inference(cost)
         timing = job.timing = dict(modelled)
         timing["cache"] = job.cache
         self.counters.context[(cost.websocket, job.cache)] += 1
