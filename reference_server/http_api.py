@@ -24,7 +24,6 @@ from harness.wire import events as ev
 from harness.wire.sse import encode_event
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.chat import ChatChunks, chat_completion, error_message, parse_chat
-from reference_server.core.chat import rename_limit_error as chat_limit_error
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.messages import (
     MessagesEvents,
@@ -34,8 +33,7 @@ from reference_server.core.messages import (
     message_object,
     parse_messages,
 )
-from reference_server.core.messages import rename_limit_error as messages_limit_error
-from reference_server.core.validation import CreateRequest, RequestError, parse_create
+from reference_server.core.validation import CreateRequest, RequestError, parse_create, renamed
 from reference_server.event_stream import EventStream, SendEvents, unless_gone
 from reference_server.json_answers import error_response, json_response, retry_headers
 from reference_server.lifecycle import Lifecycle
@@ -243,7 +241,10 @@ class ChatApi(HttpApi):
         return Parsed(chat.create, Conversation.build(None, [], chat.create.input_items), chat)
 
     def limit_error(self, err: RequestError, parsed: Parsed) -> RequestError:
-        return chat_limit_error(err, parsed.extra.max_tokens_field)
+        if err.param != "max_output_tokens":
+            return err
+        field = parsed.extra.max_tokens_field
+        return renamed(err, "max_output_tokens", field, field)
 
     def translator(self, parsed: Parsed, job: Job, created: int) -> Translator:
         completion_id = client_id("chat", job.builder.response_id)
@@ -289,7 +290,7 @@ class MessagesApi(HttpApi):
         return Parsed(msgs.create, msgs.conv, msgs)
 
     def limit_error(self, err: RequestError, parsed: Parsed) -> RequestError:
-        return messages_limit_error(err)
+        return renamed(err, "'max_output_tokens'", "`max_tokens`", None)
 
     def translator(self, parsed: Parsed, job: Job, created: int) -> Translator:
         msgs = parsed.extra

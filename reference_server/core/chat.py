@@ -21,7 +21,6 @@ from reference_server.core.validation import (
     REASONING_EFFORTS,
     TOOL_CHOICES,
     CreateRequest,
-    RequestError,
     body_model,
     booleans,
     checked,
@@ -296,15 +295,6 @@ def parse_chat(body: Any) -> ChatRequest:
         raw=raw,
     )
     return ChatRequest(create, include_usage, max_field)
-
-
-def rename_limit_error(err: RequestError, field: str) -> RequestError:
-    """A shared limit error (``max_output_tokens`` too large) in chat terms."""
-    if err.param != "max_output_tokens":
-        return err
-    return RequestError(
-        err.status, err.code, err.message.replace("max_output_tokens", field), field, err.type
-    )
 
 
 def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:

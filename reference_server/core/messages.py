@@ -534,17 +534,6 @@ def parse_messages(body: Any) -> MessagesRequest:
     return MessagesRequest(create, conv, reads, writes)
 
 
-def rename_limit_error(err: RequestError) -> RequestError:
-    """A shared limit error in Messages terms (``max_output_tokens`` is ``max_tokens`` here)."""
-    return RequestError(
-        err.status,
-        err.code,
-        err.message.replace("'max_output_tokens'", "`max_tokens`"),
-        None,
-        err.type,
-    )
-
-
 def cache_usage(
     writes: Sequence[tuple[int, int]], read_tokens: int, input_tokens: int
 ) -> dict[str, int]:

@@ -116,6 +116,11 @@ def string_map(value: Any, where: str = "metadata") -> dict[str, str]:
     return value
 
 
+def renamed(err: RequestError, old: str, new: str, param: str | None) -> RequestError:
+    """A shared limit error (``max_output_tokens`` too large) in another API's terms."""
+    return RequestError(err.status, err.code, err.message.replace(old, new), param, err.type)
+
+
 def type_name(value: Any) -> str:
     """A JSON value's type as an error message names it (``null`` for None)."""
     return "null" if value is None else type(value).__name__
