@@ -1,4 +1,4 @@
-"""The reference server's command line: argparse <-> :class:`ServerConfig`.
+"""The reference server's command line: argparse -> :class:`ServerConfig`.
 
 Every flag comes from a field declaration in ``core/config.py`` (flag, help,
 type, default, choices); nothing here is written per option.  Three inputs
