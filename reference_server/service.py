@@ -80,14 +80,10 @@ class Segment:
     truncated: bool
     engine_ttft: float
     timing: dict[str, float]
-    reasoning_tokens: int = 0
-    cursor: OutputCursor | None = None
+    reasoning_tokens: int
+    cursor: OutputCursor  # what the conversation keeps of its output: cursor.conversation_items
     # perf_counter_ns just after the first output delta was handed to the transport
-    first_delta_ns: int | None = None
-
-    def conversation_items(self, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """What the conversation keeps of this segment's ``output`` (reasoning with its blob)."""
-        return output if self.cursor is None else self.cursor.conversation_items(output)
+    first_delta_ns: int | None
 
     def record(self, timing: dict[str, Any], arrived_ns: int | None = None) -> None:
         """Add this segment's engine times to a response's ``sim_timing``.
@@ -647,7 +643,7 @@ class Service:
             self.spawn(self.sim.post_inference(cost))
         else:
             timing["api_post"] = await self.sim.post_inference(cost)
-        conv.extend(seg.conversation_items(builder.output))
+        conv.extend(seg.cursor.conversation_items(builder.output))
         job.on_output(conv)
         usage = seg.usage(seg.output_tokens)
         return await self.finish(builder, send, usage, timing, truncated=seg.truncated)
