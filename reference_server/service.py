@@ -350,15 +350,6 @@ class Service:
             self.store.put(response_id, None, conv.chain_items, conv.function_calls)
 
     # -- one response ----------------------------------------------------------------------
-    def builder(self, req: CreateRequest, response_id: str) -> ev.ResponseBuilder:
-        return ev.ResponseBuilder(
-            response_id,
-            model=req.model,
-            created_at=now_s(),
-            request=req.raw,
-            stream_id=req.stream_id,
-        )
-
     async def admit(
         self,
         job: Job,
@@ -389,7 +380,9 @@ class Service:
             self.store_response(req, rid, conv_out, parent_stored=parent_stored, added_items=added)
 
         job.on_output = on_output
-        job.builder = self.builder(req, rid)
+        job.builder = ev.ResponseBuilder(
+            rid, model=req.model, created_at=now_s(), request=req.raw, stream_id=req.stream_id
+        )
         return job
 
     async def answer(self, job: Job, send: Send, *, fail_in_band: bool = False) -> Job:
