@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -27,16 +27,12 @@ from harness.wire import events as ev
 from reference_server import compaction
 from reference_server.access_log import AccessLog, log_ws_refused
 from reference_server.allocator import malloc_report
-from reference_server.chat_api import ChatApi
-from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
-from reference_server.core.conversation import tools_tokens
 from reference_server.core.validation import RequestError, parse_create
-from reference_server.event_stream import EventStream, SendEvents, unless_gone
 from reference_server.guard import ConnectionGuard
+from reference_server.http_api import ChatApi, MessagesApi, ResponsesApi
 from reference_server.json_answers import error_response, json_response, retry_headers
 from reference_server.lifecycle import Lifecycle
-from reference_server.messages_api import MessagesApi
 from reference_server.metrics import (
     CONTENT_TYPE_LATEST,
     HttpMetrics,
@@ -45,7 +41,7 @@ from reference_server.metrics import (
     registry,
 )
 from reference_server.protocols import ARRIVED_KEY, CONNECTION_KEY
-from reference_server.service import Admission, Service, now_s
+from reference_server.service import Service, now_s
 from reference_server.sim import mark_arrival
 from reference_server.store import SqliteStore
 from reference_server.ws_connection import WsConnection
@@ -64,11 +60,12 @@ class ReferenceServer:
             "read_json": self._read_json,
             "new_connection": self._new_http_connection,
         }
+        self.responses = ResponsesApi(self.service, self.lifecycle, **edges)
         self.chat = ChatApi(self.service, **edges)
         self.messages = MessagesApi(self.service, **edges)
         self.starlette = Starlette(
             routes=[
-                Route("/v1/responses", self.http_create, methods=["POST"]),
+                Route("/v1/responses", self.responses.create, methods=["POST"]),
                 Route("/v1/chat/completions", self.chat.create, methods=["POST"]),
                 Route("/v1/messages", self.messages.create, methods=["POST"]),
                 Route("/v1/responses/compact", self.http_compact, methods=["POST"]),
@@ -245,44 +242,6 @@ class ReferenceServer:
         host = request.client.host if request.client else None
         return await self.service.refusal(self._admit(host, headers), faults=faults)
 
-    async def http_create(self, request: Request) -> Response:
-        service = self.service
-        rng = service.rng()
-        request_id = ev.new_id("req", rng)
-        refused = await self._refusal(request, request.headers)
-        if refused is not None:
-            return self.error_response(refused[0], request_id, retry_headers(*refused))
-        try:
-            req = parse_create(await self._read_json(request))
-            conv, rehydrated, cache = await service.resolve_http(req)
-            fitted = service.fit_window(req, conv, tools_tokens(req.tools))
-        except RequestError as err:
-            return self.error_response(err, request_id)
-        except ClientDisconnect:
-            return Response(status_code=499)
-        if fitted.truncated:
-            # The truncated context is a new prefix: rendered anew, stored as a new chain.
-            conv, rehydrated = fitted.conv, 0
-        processed = conv.tokens - rehydrated + tools_tokens(req.tools)
-        cost = RequestCost.http(self._new_http_connection(request), processed, rehydrated)
-        admission = Admission(req, conv, cost, rng, cache, fitted)
-        if req.background:
-            return await self.lifecycle.create_background(admission, request_id)
-        admission.request_id = request.headers.get("x-request-id")
-        if not req.stream:
-            # The whole response as one JSON body, or nothing if the client left.
-            job = await unless_gone(request.receive, service.answer(admission, _discard))
-            if isinstance(job, Response):
-                return job
-            return json_response(job.builder.response_object(), request_id)
-        job = await service.admit(admission)
-
-        async def run(send: SendEvents) -> bool:
-            return await service.generate_or_fail(job, send)
-
-        headers = {"x-request-id": request_id}
-        return EventStream(run, headers, done_marker=self.config.sse_done_marker)
-
     async def http_compact(self, request: Request) -> Response:
         """``POST /v1/responses/compact`` (``client.responses.compact``): admitted like a create."""
         rng = self.service.rng()
@@ -342,10 +301,6 @@ class ReferenceServer:
             await conn.run()
         finally:
             self.ws_connections.discard(conn)
-
-
-async def _discard(_: Sequence[dict[str, Any]]) -> None:
-    return None
 
 
 def _too_large(size: int, limit: int) -> RequestError:

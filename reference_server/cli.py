@@ -1,4 +1,4 @@
-"""The reference server's command line: argparse <-> :class:`ServerConfig`.
+"""The reference server's command line: argparse -> :class:`ServerConfig`.
 
 Every flag comes from a field declaration in ``core/config.py`` (flag, help,
 type, default, choices); nothing here is written per option.  Three inputs
@@ -24,7 +24,6 @@ from reference_server.core.config import ServerConfig, default_of, options
 from reference_server.core.faults import (
     FaultSpec,
     FaultSpecError,
-    fault_entries,
     parse_fault_args,
     parse_fault_spec,
 )
@@ -141,32 +140,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         return ServerConfig(**values)
     except ServerConfigError as exc:
         raise SystemExit(f"error: {exc.flag}: {exc.detail}") from None
-
-
-def config_to_argv(config: ServerConfig) -> list[str]:
-    """The command line that :func:`config_from_args` turns back into ``config``.
-
-    Options at their defaults are left out; ``worker_index`` has no flag.
-    """
-    argv: list[str] = []
-    for name, _, opt in options():
-        value = getattr(config, name)
-        if opt.flag is None or value == default_of(name):
-            continue
-        argv += _render(opt.flag, value)
-    return argv
-
-
-def _render(flag: str, value: Any) -> list[str]:
-    if value is True:
-        return [flag]
-    if isinstance(value, dict):
-        return [part for k, v in value.items() for part in (flag, f"{k}={v}")]
-    if isinstance(value, tuple):
-        return [part for v in value for part in (flag, v)]
-    if isinstance(value, FaultSpec):
-        return _render(flag, fault_entries(value))
-    return [flag, str(value)]
 
 
 def _key_values(flag: str, items: Sequence[str]) -> dict[str, str]:

@@ -44,7 +44,7 @@ async def compact(
     """Wait the modelled work of compacting ``conv``; the ``CompactedResponse`` body."""
     cost = RequestCost.http(new_connection, conv.tokens - rehydrated, rehydrated)
     sim = service.sim
-    timing: dict[str, object] = dict(await sim.pre_inference(cost))
+    timing: dict[str, object] = dict((await sim.pre_inference(cost))[0])
 
     async def discard(_: Sequence[int]) -> None:
         return None

@@ -43,7 +43,7 @@ from reference_server.core.lifecycle import (
 from reference_server.core.validation import CreateRequest, RequestError
 from reference_server.event_stream import SseResponse
 from reference_server.json_answers import error_response, json_response
-from reference_server.service import Admission, Service, now_s
+from reference_server.service import Job, Service, now_s
 
 Frames = AsyncGenerator[list[bytes], None]
 
@@ -184,8 +184,8 @@ class Lifecycle:
         return self._json(response, request_id)
 
     # -- POST /v1/responses with background: true ---------------------------------------------
-    async def create_background(self, admission: Admission, request_id: str) -> Response:
-        req, conv = admission.req, admission.conv
+    async def create_background(self, job: Job, request_id: str) -> Response:
+        req, conv = job.req, job.conv
         if not req.store:
             return self._error(
                 RequestError(
@@ -199,7 +199,7 @@ class Lifecycle:
         refused = self.runs.refusal()
         if refused is not None:
             return self._error(refused, request_id)
-        response_id = ev.new_id("resp", admission.rng)
+        response_id = ev.new_id("resp", job.rng)
         announce = ev.ResponseBuilder(
             response_id, model=req.model, created_at=now_s(), request=req.raw
         )
@@ -213,7 +213,7 @@ class Lifecycle:
             # Faults drawn for the create belong to its connection, not to the detached work.
             fault_send.current.set(NO_FAULT)
             try:
-                job = await self.service.admit(admission, response_id=response_id)
+                await self.service.admit(job, response_id=response_id)
                 job.builder.created_at = run.created_at
                 run.builder = job.builder
                 await self.service.generate(job, run.publish_generated)

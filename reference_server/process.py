@@ -15,13 +15,13 @@ from typing import Any
 
 import uvicorn
 
+from harness.wire import quiet_gc
 from reference_server.allocator import fix_mmap_threshold
 from reference_server.app import ReferenceServer
 from reference_server.core.config import ServerConfig
 from reference_server.core.profiles import ProfileError
 from reference_server.fault_send import install_log_filter
 from reference_server.protocols import uvicorn_protocols
-from reference_server.runtime import quiet_gc
 from reference_server.shutdown import DrainingServer
 
 READY_PREFIX = "loopbench reference server listening on "
@@ -89,7 +89,9 @@ def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> in
     ready = ready_line(sock, tls=config.tls)
     announce = (lambda: print(ready, flush=True)) if own_socket else None
     server = DrainingServer(uv_config, server_app, config.drain_timeout_s, announce)
-    quiet_gc()
+    # A full collection of the startup heap took tens of ms, a late token in every stream:
+    # freeze it and collect the young generation rarely (harness/wire/quiet_gc.py).
+    quiet_gc.begin()
     fix_mmap_threshold()
     try:
         with contextlib.suppress(KeyboardInterrupt):

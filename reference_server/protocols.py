@@ -1,15 +1,10 @@
 """uvicorn protocol classes that tell the app when a request's bytes arrived.
 
-The modelled API-tier time (validation, tokenization, ...) stands for the work a
-real server does from the moment a request reaches it.  Started when the app
-first sees the request, it would leave out what came before: uvicorn reading
-and parsing the bytes, creating the request task, and — on a busy event loop —
-waiting for that task to run, or for the WebSocket reader to take the message
-off uvicorn's queue and hand it to its lane.  That time is real server work
-that the model does not contain, so it showed up as *measurement overhead*
-(measured TTFT − modelled TTFT, BENCHMARKS.md) although the harness did not
-cause it.  These subclasses stamp ``perf_counter_ns`` when ``data_received`` is
-entered and pass it to the app:
+The modelled API-tier time stands for the work a real server does from the moment a
+request reaches it; started when the app first sees the request, it would leave out
+uvicorn's reading, parsing and task scheduling, which then showed up as measurement
+overhead (docs/server.md "Under uvicorn", BENCHMARKS.md).  These subclasses stamp
+``perf_counter_ns`` when ``data_received`` is entered and pass it to the app:
 
 * HTTP: ``scope["loopbench.arrived_ns"]`` (left out for a pipelined request,
   which waits for the one before it);

@@ -17,7 +17,7 @@ import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -80,14 +80,10 @@ class Segment:
     truncated: bool
     engine_ttft: float
     timing: dict[str, float]
-    reasoning_tokens: int = 0
-    cursor: OutputCursor | None = None
+    reasoning_tokens: int
+    cursor: OutputCursor  # what the conversation keeps of its output: cursor.conversation_items
     # perf_counter_ns just after the first output delta was handed to the transport
-    first_delta_ns: int | None = None
-
-    def conversation_items(self, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """What the conversation keeps of this segment's ``output`` (reasoning with its blob)."""
-        return output if self.cursor is None else self.cursor.conversation_items(output)
+    first_delta_ns: int | None
 
     def record(self, timing: dict[str, Any], arrived_ns: int | None = None) -> None:
         """Add this segment's engine times to a response's ``sim_timing``.
@@ -126,26 +122,8 @@ class Segment:
 
 @dataclass(slots=True)
 class Job:
-    """One admitted response, its API-tier work waited: what generating it needs."""
-
-    req: CreateRequest
-    conv: Conversation
-    cost: RequestCost
-    builder: ev.ResponseBuilder
-    timing: dict[str, Any]  # the response's sim_timing, filled in as it is generated
-    on_output: OnOutput
-    # perf_counter_ns the API-tier clock started at: the modelled first token is due at
-    # arrived_ns + timing["ttft"] (sim_timing.first_token_late_ms; docs/server.md)
-    arrived_ns: int = 0
-    # For --timing-log: which API's shapes the client saw, and its X-Request-ID header.
-    api: str = "responses"
-    request_id: str | None = None
-    first_delta_ns: int | None = None  # the response's first output delta (see Segment)
-
-
-@dataclass(slots=True)
-class Admission:
-    """A create ready for the API tier: validated, its conversation resolved and fitted."""
+    """One create: validated, its conversation resolved and fitted; then, once :meth:`Service.admit`
+    has waited its API-tier work, what generating it needs."""
 
     req: CreateRequest
     conv: Conversation
@@ -159,6 +137,14 @@ class Admission:
     # For --timing-log: which API's shapes the client sees, and its X-Request-ID header.
     api: str = "responses"
     request_id: str | None = None
+    # Set by admit():
+    builder: ev.ResponseBuilder = field(init=False)
+    timing: dict[str, Any] = field(init=False)  # the response's sim_timing, filled in as generated
+    on_output: OnOutput = field(init=False)
+    # perf_counter_ns the API-tier clock started at: the modelled first token is due at
+    # arrived_ns + timing["ttft"] (sim_timing.first_token_late_ms; docs/server.md)
+    arrived_ns: int = field(default=0, init=False)
+    first_delta_ns: int | None = field(default=None, init=False)  # (see Segment)
 
 
 def previous_not_found(response_id: str) -> RequestError:
@@ -364,18 +350,9 @@ class Service:
             self.store.put(response_id, None, conv.chain_items, conv.function_calls)
 
     # -- one response ----------------------------------------------------------------------
-    def builder(self, req: CreateRequest, response_id: str) -> ev.ResponseBuilder:
-        return ev.ResponseBuilder(
-            response_id,
-            model=req.model,
-            created_at=now_s(),
-            request=req.raw,
-            stream_id=req.stream_id,
-        )
-
     async def admit(
         self,
-        a: Admission,
+        job: Job,
         *,
         remember: Callable[[str, Conversation], None] | None = None,
         response_id: str | None = None,
@@ -384,30 +361,31 @@ class Service:
 
         ``response_id`` is given when the id was announced before this wait (background mode).
         """
-        req, conv, cost, fitted = a.req, a.conv, a.cost, a.fitted
-        modelled, arrived_ns = await self.sim.pre_inference_from(cost)
-        timing: dict[str, Any] = dict(modelled)
-        timing["cache"] = a.cache
-        self.counters.context[(cost.websocket, a.cache)] += 1
+        req, conv, cost, fitted = job.req, job.conv, job.cost, job.fitted
+        modelled, job.arrived_ns = await self.sim.pre_inference(cost)
+        timing = job.timing = dict(modelled)
+        timing["cache"] = job.cache
+        self.counters.context[(cost.websocket, job.cache)] += 1
         timing["processed_input_tokens"] = cost.processed_tokens + cost.rehydrated_tokens
-        response_id = response_id or ev.new_id("resp", a.rng)
+        rid = response_id or ev.new_id("resp", job.rng)
         added_from = len(conv.items) - len(req.input_items)
-        parent_stored = a.parent_stored and not (fitted is not None and fitted.truncated)
+        parent_stored = job.parent_stored and not (fitted is not None and fitted.truncated)
         if fitted is not None:
             fitted.record(timing)
 
         def on_output(conv_out: Conversation) -> None:
             if remember is not None:
-                remember(response_id, conv_out)
+                remember(rid, conv_out)
             added = conv_out.items[added_from:]
-            self.store_response(
-                req, response_id, conv_out, parent_stored=parent_stored, added_items=added
-            )
+            self.store_response(req, rid, conv_out, parent_stored=parent_stored, added_items=added)
 
-        builder = self.builder(req, response_id)
-        return Job(req, conv, cost, builder, timing, on_output, arrived_ns, a.api, a.request_id)
+        job.on_output = on_output
+        job.builder = ev.ResponseBuilder(
+            rid, model=req.model, created_at=now_s(), request=req.raw, stream_id=req.stream_id
+        )
+        return job
 
-    async def answer(self, a: Admission, send: Send, *, fail_in_band: bool = False) -> Job:
+    async def answer(self, job: Job, send: Send, *, fail_in_band: bool = False) -> Job:
         """A non-streamed answer: admit, then generate through ``send``.  One awaitable, so
         the disconnect watch covers the API-tier wait too: with a long input, or a queue for
         the API workers, it lasts seconds, and a client that gave up must not hold one.
@@ -415,7 +393,7 @@ class Service:
         ``fail_in_band``: a crash sends the failing events through ``send`` (Chat, Messages)
         instead of raising (``/v1/responses``).
         """
-        job = await self.admit(a)
+        await self.admit(job)
         await (self.generate_or_fail if fail_in_band else self.generate)(job, send)
         return job
 
@@ -658,7 +636,7 @@ class Service:
             self.spawn(self.sim.post_inference(cost))
         else:
             timing["api_post"] = await self.sim.post_inference(cost)
-        conv.extend(seg.conversation_items(builder.output))
+        conv.extend(seg.cursor.conversation_items(builder.output))
         job.on_output(conv)
         usage = seg.usage(seg.output_tokens)
         return await self.finish(builder, send, usage, timing, truncated=seg.truncated)

@@ -129,12 +129,9 @@ class Simulator:
             self._workers = asyncio.Semaphore(self.api.workers)
         return self._workers
 
-    async def pre_inference(self, cost: RequestCost) -> dict[str, float]:
-        """Wait the modelled pre-inference work while holding one API worker."""
-        return (await self.pre_inference_from(cost))[0]
-
-    async def pre_inference_from(self, cost: RequestCost) -> tuple[dict[str, float], int]:
-        """:meth:`pre_inference`, and the ``perf_counter_ns`` its clock started at (the arrival).
+    async def pre_inference(self, cost: RequestCost) -> tuple[dict[str, float], int]:
+        """Wait the modelled pre-inference work while holding one API worker; returns its
+        ``api_pre`` and ``api_queue`` (ms) and the ``perf_counter_ns`` its clock started at.
 
         The modelled first token is due at that arrival + ``sim_timing.ttft``: the instant
         a response's ``first_token_late_ms`` is measured from.

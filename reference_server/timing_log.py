@@ -6,17 +6,11 @@ first token was written, keyed by the id the client saw, the ``X-Request-ID``
 it sent and a tag (``lbq-…``) found in its prompt.  ``make bench-peers`` joins a
 tool's own per-request output to these lines (docs/server.md "Timing log").
 
-Cost on the event loop: one ``deque.append`` of a tuple per response.  The
-tuple holds references only (the request's input items, the ``sim_timing``
-dict, which nothing changes once the response has finished); finding the tag,
-converting the stamps and JSON encoding happen on a writer thread that wakes
-every ``FLUSH_S``.  That thread still needs the GIL, so it gives it back every
-``YIELD_EVERY`` lines: the event loop, woken by a socket, then waits for at most
-a few dozen lines' worth of encoding, not for a whole batch.  The file is opened
-``O_APPEND`` and each batch is one ``write`` of whole lines, so the workers of
-``--workers`` can share one file.  :meth:`TimingLog.close` (the app's lifespan
-end, after the drain of SIGTERM/SIGINT, and the process's exit) writes what is
-left.
+Cost on the event loop: one ``deque.append`` of a tuple of references per response
+(nothing in it changes once the response has finished); a writer thread does the rest,
+handing the GIL back every ``YIELD_EVERY`` lines so a woken event loop waits for a few
+dozen lines' encoding at most.  Each batch is one ``O_APPEND`` write of whole lines, so
+the workers of ``--workers`` can share one file.
 """
 
 from __future__ import annotations

@@ -43,7 +43,6 @@ from reference_server.core.validation import (
 )
 from reference_server.protocols import ARRIVED_KEY, BATCH_EXTENSION, BATCH_KEY
 from reference_server.service import (
-    Admission,
     Job,
     Send,
     Service,
@@ -78,7 +77,6 @@ class _Resolved:
     rehydrated_tokens: int
     parent_stored: bool
     tools_tokens: int
-    same_lane: bool
 
 
 def _lifetime_text(seconds: float) -> str:
@@ -417,7 +415,7 @@ class WsConnection:
         if prev is None:
             tools_tok = tools_tokens(req.tools)
             conv = Conversation.build(req.instructions, [], req.input_items)
-            return _Resolved(conv, "none", conv.tokens + tools_tok, 0, False, tools_tok, False)
+            return _Resolved(conv, "none", conv.tokens + tools_tok, 0, False, tools_tok)
         entry = self.cache.lane(lane)
         same_lane = entry is not None and entry.response_id == prev
         if same_lane:
@@ -435,14 +433,14 @@ class WsConnection:
                 conv = Conversation.build(req.instructions, entry.conversation.chain_items)
                 processed = conv.head_tokens + conv.extend(req.input_items)
             processed += 0 if tools_cached else tools_tok
-            return _Resolved(conv, "hit", processed, 0, entry.stored, tools_tok, same_lane)
+            return _Resolved(conv, "hit", processed, 0, entry.stored, tools_tok)
         stored = await self.s.from_store(req) if req.store else None
         if stored is None:
             raise previous_not_found(prev)
         conv, rehydrated = stored
         tools_tok = tools_tokens(req.tools)
         processed = conv.head_tokens + conv.extend(req.input_items) + tools_tok
-        return _Resolved(conv, "store", processed, rehydrated, True, tools_tok, False)
+        return _Resolved(conv, "store", processed, rehydrated, True, tools_tok)
 
     async def process(self, lane: str | None, body: dict[str, Any], arrived_ns: int | None) -> None:
         if not self.cfg.access_log:
@@ -504,9 +502,9 @@ class WsConnection:
 
         # A WebSocket response has no headers of its own: the upgrade request's X-Request-ID.
         upgrade_id = self.ws.headers.get("x-request-id")
-        admission = Admission(req, res.conv, cost, rng, res.cache, fitted, res.parent_stored)
-        admission.request_id = upgrade_id
-        job = await self.s.admit(admission, remember=remember)
+        job = Job(req, res.conv, cost, rng, res.cache, fitted, res.parent_stored)
+        job.request_id = upgrade_id
+        await self.s.admit(job, remember=remember)
         self.segment_started()
         try:
             if self.append_mode:
@@ -558,7 +556,7 @@ class WsConnection:
                 total_out += seg.output_tokens
                 total_reasoning += seg.reasoning_tokens
                 new_output = builder.output[n_before:]
-                conv.extend(seg.conversation_items(new_output))
+                conv.extend(seg.cursor.conversation_items(new_output))
                 usage = seg.usage(total_out, total_reasoning)
                 if not seg.calls or seg.truncated:
                     break

@@ -12,6 +12,7 @@ into the ``stream: false`` object.  Shapes follow the issue-18 wire contract.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,6 @@ from reference_server.core.validation import (
     REASONING_EFFORTS,
     TOOL_CHOICES,
     CreateRequest,
-    RequestError,
     body_model,
     booleans,
     checked,
@@ -29,6 +29,7 @@ from reference_server.core.validation import (
     function_name,
     invalid,
     missing,
+    number_in,
     objects,
     one_of,
     string_map,
@@ -240,15 +241,13 @@ def _check_scalars(body: dict[str, Any]) -> None:
     booleans(body, ("stream", "parallel_tool_calls", "store", "logprobs"))
     for key, lo, hi in (("temperature", 0, 2), ("top_p", 0, 1)):
         value = body.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        if value is not None and not number_in(value, lo, hi):
             raise invalid(
                 f"Invalid value for '{key}': expected a number from {lo} to {hi}, got {value!r}.",
                 key,
             )
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+    if seed is not None and not number_in(seed, -math.inf, kind=int):
         raise wrong_type("seed", "an integer", seed)
     n = body.get("n")
     if n is not None and n != 1:
@@ -296,15 +295,6 @@ def parse_chat(body: Any) -> ChatRequest:
         raw=raw,
     )
     return ChatRequest(create, include_usage, max_field)
-
-
-def rename_limit_error(err: RequestError, field: str) -> RequestError:
-    """A shared limit error (``max_output_tokens`` too large) in chat terms."""
-    if err.param != "max_output_tokens":
-        return err
-    return RequestError(
-        err.status, err.code, err.message.replace("max_output_tokens", field), field, err.type
-    )
 
 
 def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:

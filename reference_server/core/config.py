@@ -1,11 +1,9 @@
 """Server settings: every option of the reference server, declared once.
 
-Each field is declared once with ``setting(...)`` (reference_server/core/options.py):
-its default, command-line flag, help text and the check its value must pass.  ``ServerConfig.__post_init__`` runs the checks, so a config
-built in code (``create_app(ServerConfig(...))``) is validated exactly like one
-from the command line, and ``reference_server/cli.py`` builds the parser and the
-argv <-> config mapping from the same declarations.  Adding an option is one
-field here (and its row in docs/server.md).
+Each field is declared once with ``setting(...)`` (reference_server/core/options.py): its
+default, flag, help text and check.  ``__post_init__`` runs the checks, so a config built in
+code is validated exactly like one from the command line, whose parser ``cli.py`` builds from
+the same declarations.  Adding an option is one field here (and its row in docs/server.md).
 """
 
 from __future__ import annotations

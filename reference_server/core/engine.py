@@ -4,25 +4,8 @@ Nothing here reads a clock, sleeps or draws from global randomness: times are
 integer nanoseconds passed in, random generators are injected, and the asyncio
 adapter (:mod:`reference_server.sim`) turns the plans into waits.
 
-Decode model (docs/model.md).  Token 0 is due at decode start (it *is* the first
-token, emitted at TTFT); token ``i`` follows token ``i-1`` after ``1/sustained_tps``
-seconds, except inside a **burst**.  A burst imitates a long speculative-decoding
-run in which every drafted token is accepted: a contiguous run of tokens whose
-gaps are ``1/burst_tps``.  Each response independently contains one burst with
-probability ``burst_probability``; its length is uniform in
-``[burst_min_tokens, burst_max_tokens]`` (truncated to the response) and it is
-placed uniformly where it fits.  Why this shape:
-
-* responses without a burst decode at exactly the sustained rate, and with
-  ``burst_probability < 0.5`` more than half the responses have none, so the
-  median decode TPS *is* the sustained rate (not merely close to it);
-* ``burst_min_tokens >= burst_tps * 0.1 s`` makes every burst that fits fill at
-  least one whole 100 ms window at the burst rate, so the burst-TPS peak of a run
-  is the burst rate as soon as one long response bursts: with probability 0.3,
-  24 responses all miss with probability 0.7**24 ≈ 2e-4.
-
-Offsets are computed from gap *counts* (``round(1e9 * (a/sustained + b/burst))``),
-never by accumulating float gaps, so the long-run rate has no drift.
+Decode model: docs/model.md §2 (one burst run per response with probability
+``burst_probability``; offsets from gap counts, so the long-run rate has no drift).
 """
 
 from __future__ import annotations
@@ -148,18 +131,9 @@ class DecodePlan:
         return (self.offset_ns(i) for i in range(self.n_tokens))
 
     @property
-    def offsets_ns(self) -> tuple[int, ...]:
-        """Every offset, materialized (tests and small plans; the server iterates)."""
-        return tuple(self.iter_offsets())
-
-    @property
     def duration_ns(self) -> int:
         """First to last token (what decode TPS divides by)."""
         return self.offset_ns(self.n_tokens - 1) if self.n_tokens else 0
-
-    def batches(self, min_interval_ns: int) -> list[tuple[int, int]]:
-        """:meth:`iter_batches` as a list."""
-        return list(self.iter_batches(min_interval_ns))
 
     def iter_batches(self, min_interval_ns: int) -> Iterator[tuple[int, int]]:
         """Coalesce tokens into emissions at least ``min_interval_ns`` apart, lazily.
@@ -352,9 +326,6 @@ class EngineCapacity:
     _queue: deque[Ticket] = field(default_factory=deque)
     _next_id: int = 0
     _demand_tps: float = 0.0
-    peak_active: int = 0
-    peak_queued: int = 0
-    total_queue_ns: int = 0
     #: each other active stream adds this fraction to every stream's time per token
     slowdown_per_stream: float = 0.0
 
@@ -379,14 +350,7 @@ class EngineCapacity:
             self._admit(ticket, now_ns)
         else:
             self._queue.append(ticket)
-            self.peak_queued = max(self.peak_queued, len(self._queue))
         return ticket
-
-    def admit(self, now_ns: int, demand_tps: float) -> Ticket | None:
-        """A ticket if a slot is free right now, else ``None`` (nothing is queued)."""
-        if self._queue or len(self._active) >= self.max_streams:
-            return None
-        return self.request(now_ns, demand_tps)
 
     def release(self, ticket: Ticket, now_ns: int) -> list[Ticket]:
         """Free ``ticket``'s slot (or drop it from the queue); returns newly admitted tickets."""
@@ -420,5 +384,3 @@ class EngineCapacity:
         ticket.admitted_ns = now_ns
         self._active[ticket.id] = ticket
         self._demand_tps += ticket.demand_tps
-        self.total_queue_ns += ticket.queue_ns
-        self.peak_active = max(self.peak_active, len(self._active))

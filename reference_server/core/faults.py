@@ -3,21 +3,10 @@
 A :class:`FaultSpec` holds rates; :class:`FaultInjector` draws one
 :class:`Fault` per admitted request (an HTTP POST or a WebSocket
 ``response.create``) from its own seeded generator, so the same sequence of
-requests meets the same sequence of faults.  The kinds are mutually
-exclusive, drawn with one uniform number against cumulative rates:
-
-* ``error``: the request is refused with ``status`` (429, 500, 502, 503 or 504)
-  before any work, as an HTTP error body or a WebSocket ``error`` event;
-* ``disconnect``: the stream is cut after its first delta (HTTP: the TCP
-  connection is closed without finishing the chunked body; WebSocket: close
-  with ``--ws-fault-close-code``);
-* ``stall``: after the first delta the stream goes silent for ``stall_s``;
-* ``spike``: ``spike_ms`` of extra latency before the API tier starts;
-* ``evict``: the WebSocket connection's response cache is dropped first.
-
-``lifetime_s`` (not drawn) shortens connections: WebSockets get the lifetime
-limit, and HTTP keep-alive connections older than it are closed after their
-current response (``connection: close``).
+requests meets the same sequence of faults.  The kinds (error, disconnect, stall,
+spike, evict; ``lifetime_s`` is not drawn) are mutually exclusive, drawn with one
+uniform number against cumulative rates; what each does and what a client sees:
+docs/reliability.md's fault table.
 
 Drawing is pure; applying a drawn fault to a live stream (the cut, the stall, the
 spike's wait) is the asyncio edge's: reference_server/fault_send.py.
@@ -172,17 +161,6 @@ def parse_fault_args(items: list[str]) -> dict[str, str]:
         items,
         lambda item: FaultSpecError(f"--fault {item!r}: expected KEY=VALUE, e.g. stall_rate=0.01"),
     )
-
-
-def fault_entries(spec: FaultSpec) -> dict[str, str]:
-    """The ``--fault`` entries that :func:`parse_fault_spec` turns back into ``spec``."""
-    default = FaultSpec()
-    out = {f"error_rate.{status}": repr(rate) for status, rate in spec.error_rate.items()}
-    for key in ("seed", *_RATE_KEYS, *_POSITIVE_KEYS):
-        value = getattr(spec, key)
-        if value != getattr(default, key):
-            out[key] = repr(value)
-    return out
 
 
 class FaultInjector:

@@ -30,7 +30,7 @@ from reference_server.core.chat import error_message, finish_reason, with_sim_ti
 from reference_server.core.conversation import Conversation, tools_tokens
 from reference_server.core.lengths import EFFORTS
 from reference_server.core.reasoning import INCLUDE_ENCRYPTED
-from reference_server.core.validation import CreateRequest, RequestError, type_name
+from reference_server.core.validation import CreateRequest, RequestError, number_in, type_name
 
 MAX_CACHE_BREAKPOINTS = 4
 # A read checks the blocks up to this many before each breakpoint (the API's documented window).
@@ -385,7 +385,7 @@ def _thinking(value: Any, max_tokens: int, effort: str | None) -> tuple[str, int
     if kind != "enabled":
         raise _bad(f"thinking.type: expected 'enabled', 'adaptive' or 'disabled', got {kind!r}.")
     budget = value.get("budget_tokens")
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
+    if not number_in(budget, MIN_THINKING_BUDGET, kind=int):
         raise _bad(
             f"thinking.budget_tokens: Input should be an integer >= {MIN_THINKING_BUDGET}, got {budget!r}."
         )
@@ -414,12 +414,10 @@ def _check_scalars(body: dict[str, Any]) -> None:
     _expect(body.get("stream"), "stream", "a boolean", bool, optional=True)
     for key, hi in (("temperature", 1), ("top_p", 1)):
         value = body.get(key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= hi
-        ):
+        if value is not None and not number_in(value, 0, hi):
             raise _bad(f"{key}: expected a number from 0 to {hi}, got {value!r}.")
     top_k = body.get("top_k")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+    if top_k is not None and not number_in(top_k, 0, kind=int):
         raise _bad(f"top_k: expected an integer >= 0, got {top_k!r}.")
     stops = body.get("stop_sequences")
     if stops is not None and (
@@ -478,11 +476,7 @@ def parse_messages(body: Any) -> MessagesRequest:
     max_tokens = body.get("max_tokens")
     if max_tokens is None:
         raise _bad("max_tokens: Field required.")
-    if (
-        isinstance(max_tokens, bool)
-        or not isinstance(max_tokens, int)
-        or not 1 <= max_tokens <= 1_000_000
-    ):
+    if not number_in(max_tokens, 1, 1_000_000, int):
         raise _bad(f"max_tokens: Input should be an integer from 1 to 1000000, got {max_tokens!r}.")
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -532,17 +526,6 @@ def parse_messages(body: Any) -> MessagesRequest:
     reads, writes = _prompt_cache_keys(conv, built.marks, tools, tool_marks)
     create.cache_prefixes, create.cache_writes = reads, writes
     return MessagesRequest(create, conv, reads, writes)
-
-
-def rename_limit_error(err: RequestError) -> RequestError:
-    """A shared limit error in Messages terms (``max_output_tokens`` is ``max_tokens`` here)."""
-    return RequestError(
-        err.status,
-        err.code,
-        err.message.replace("'max_output_tokens'", "`max_tokens`"),
-        None,
-        err.type,
-    )
 
 
 def cache_usage(

@@ -8,6 +8,7 @@ over HTTP is accepted over WebSocket.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,6 +117,11 @@ def string_map(value: Any, where: str = "metadata") -> dict[str, str]:
     return value
 
 
+def renamed(err: RequestError, old: str, new: str, param: str | None) -> RequestError:
+    """A shared limit error (``max_output_tokens`` too large) in another API's terms."""
+    return RequestError(err.status, err.code, err.message.replace(old, new), param, err.type)
+
+
 def type_name(value: Any) -> str:
     """A JSON value's type as an error message names it (``null`` for None)."""
     return "null" if value is None else type(value).__name__
@@ -141,11 +147,14 @@ def one_of(
     return value
 
 
+def number_in(value: Any, lo: float, hi: float = math.inf, kind: Any = int | float) -> bool:
+    """Whether ``value`` is a JSON number of ``kind`` (never a boolean) from ``lo`` to ``hi``."""
+    return not isinstance(value, bool) and isinstance(value, kind) and lo <= value <= hi
+
+
 def token_cap(value: Any, where: str) -> int | None:
     """An output cap (``max_output_tokens``, ``max_tokens``): absent, or 1 to 1,000,000."""
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000
-    ):
+    if value is not None and not number_in(value, 1, 1_000_000, int):
         raise invalid(
             f"Invalid value for '{where}': expected an integer from 1 to 1000000, got {value!r}.",
             where,

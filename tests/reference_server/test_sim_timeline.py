@@ -31,7 +31,7 @@ def test_api_tier_time_runs_from_arrival_and_hands_its_end_to_the_engine() -> No
         mark_arrival()
         after = time.perf_counter_ns()
         time.sleep(0.003)  # the app parsing the request: inside the modelled time
-        timing = await sim.pre_inference(COST)
+        timing, _ = await sim.pre_inference(COST)
         return before, after, timing, sim_module._API_DONE_NS.get()
 
     before, after, timing, done = asyncio.run(main())
