@@ -24,6 +24,7 @@ from harness.client.messages_api import PATH as MESSAGES_PATH
 from harness.client.messages_api import messages_headers
 from harness.client.options import TransportOptions
 from harness.client.probe import (
+    API_NAMES,
     API_OF,
     AUTH_REFUSED,
     BACKGROUND,
@@ -73,7 +74,6 @@ from harness.client.probe_answers import (
     CHAT_API,
     MESSAGES_API,
     PROBE_LANE,
-    RESPONSES_API,
     StreamReading,
     answer_of,
     background_create,
@@ -208,6 +208,9 @@ class _Prober:
             return status, content_type, error_text(status, raw)
         return status, content_type, read_body(api, raw)
 
+    def failed(self, feature: str, where: str, exc: BaseException) -> Finding:
+        return _failed(feature, where, exc, self.timeout_s)
+
     async def api_answer(
         self,
         feature: str,
@@ -216,48 +219,45 @@ class _Prober:
         judge: Callable[[str, int, str, StreamReading], Finding],
         headers: list[tuple[str, str]] | None = None,
     ) -> tuple[Finding, StreamReading | None]:
-        """The request that asks whether an API is there: its finding, and the answer when
-        the API is there."""
+        """A streamed request of ``feature``'s API: its finding, and the answer when one was
+        read."""
         url = self.base + path
         try:
             status, ctype, got = await self.stream(API_OF[feature] or "", path, body, headers)
         except (TimeoutError, LoopbenchError) as exc:
-            return _failed(feature, f"POST {url}", exc, self.timeout_s), None
+            return self.failed(feature, f"POST {url}", exc), None
         if isinstance(got, str):
             return refused(feature, url, status, got, placeholder_key=self.placeholder_key), None
-        found = judge(url, status, ctype, got)
-        return found, got if found.supported else None
+        return judge(url, status, ctype, got), got
 
-    async def sse(self, store: bool) -> tuple[Finding, StreamReading | None]:
-        return await self.api_answer(
-            SSE, "/responses", http_create(self.model, store=store), judge_sse
-        )
+    async def json(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any] | str]:
+        """(status, :func:`answer_of` the answer)."""
+        status, _, raw = await self.call(method, path, body)
+        return status, answer_of(status, raw)
 
     async def chaining(self, first: StreamReading) -> Finding:
-        where = f"POST {self.post_url}"
         if first.response_id is None:
-            return judge_chain(CHAINING, where, first, first)
+            return judge_chain(CHAINING, f"POST {self.post_url}", first, first)
         body = http_create(self.model, store=True, previous_response_id=first.response_id)
-        try:
-            status, _, got = await self.stream(RESPONSES_API, "/responses", body)
-        except (TimeoutError, LoopbenchError) as exc:
-            return _failed(CHAINING, where, exc, self.timeout_s)
-        if isinstance(got, str):
-            return refused(
-                CHAINING, self.post_url, status, got, placeholder_key=self.placeholder_key
-            )
-        if got.response_id is not None:
+        found, got = await self.api_answer(
+            CHAINING,
+            "/responses",
+            body,
+            lambda url, _status, _ctype, got: judge_chain(CHAINING, f"POST {url}", first, got),
+        )
+        if got is not None and got.response_id is not None:
             self.stored.append(got.response_id)
-        return judge_chain(CHAINING, where, first, got)
+        return found
 
     async def background(self) -> tuple[Finding, str | None]:
         """A background create, polled with GET until it ends (all within the timeout)."""
         url = self.post_url
         try:
-            status, _, raw = await self.call("POST", "/responses", background_create(self.model))
+            status, created = await self.json("POST", "/responses", background_create(self.model))
         except (TimeoutError, LoopbenchError) as exc:
-            return _failed(BACKGROUND, f"POST {url}", exc, self.timeout_s), None
-        created = answer_of(status, raw)
+            return self.failed(BACKGROUND, f"POST {url}", exc), None
         if isinstance(created, str) or not isinstance(created.get("id"), str):
             return judge_background(url, status, created, None, 0), None
         rid = str(created["id"])
@@ -269,8 +269,7 @@ class _Prober:
                     # short first waits: a tiny response ends in well under a second
                     await asyncio.sleep(min(0.05 * 2**polls, 1.0))
                     polls += 1
-                    got_status, _, raw = await self.call("GET", f"/responses/{rid}")
-                    final = answer_of(got_status, raw)
+                    got_status, final = await self.json("GET", f"/responses/{rid}")
                     if isinstance(final, str):
                         final = f"GET /responses/{rid} answered {answered(got_status, final)}"
         except TimeoutError:
@@ -283,24 +282,18 @@ class _Prober:
     async def compaction(self) -> Finding:
         url = self.post_url + "/compact"
         try:
-            status, _, raw = await self.call(
-                "POST", "/responses/compact", compact_request(self.model)
-            )
+            status, got = await self.json("POST", "/responses/compact", compact_request(self.model))
         except (TimeoutError, LoopbenchError) as exc:
-            return _failed(COMPACTION, f"POST {url}", exc, self.timeout_s)
-        return judge_compaction(url, status, answer_of(status, raw))
+            return self.failed(COMPACTION, f"POST {url}", exc)
+        return judge_compaction(url, status, got)
 
     async def retrieve(self, response_id: str) -> Finding:
         url = f"/responses/{response_id}"
         try:
-            status, _, raw = await self.call("GET", f"/responses/{response_id}")
-            got = (status, answer_of(status, raw))
-            deleted = None
-            if not isinstance(got[1], str):
-                status, _, raw = await self.call("DELETE", f"/responses/{response_id}")
-                deleted = (status, answer_of(status, raw))
+            got = await self.json("GET", url)
+            deleted = None if isinstance(got[1], str) else await self.json("DELETE", url)
         except (TimeoutError, LoopbenchError) as exc:
-            return _failed(RETRIEVE, f"GET {url}", exc, self.timeout_s)
+            return self.failed(RETRIEVE, f"GET {url}", exc)
         return judge_retrieve(url, response_id, got, deleted)
 
     async def forget(self, response_id: str) -> None:
@@ -308,55 +301,64 @@ class _Prober:
         with contextlib.suppress(TimeoutError, LoopbenchError):
             await self.call("DELETE", f"/responses/{response_id}")
 
+    async def api_features(
+        self,
+        feature: str,
+        path: str,
+        body: dict[str, Any],
+        judge: Callable[[str, int, str, StreamReading], Finding],
+        rest: list[str],
+        headers: list[tuple[str, str]] | None = None,
+    ) -> tuple[list[Finding], StreamReading | None]:
+        """The request that asks whether an API is there; the features in ``rest`` "not
+        checked" when it is not (the answer comes back only when it is)."""
+        found, got = await self.api_answer(feature, path, body, judge, headers)
+        if found.supported:
+            return [found], got
+        missing = f"no {API_NAMES[API_OF[feature] or '']}"
+        url = self.base + path
+        return [found, *(not_checked_after(f, found, url, missing) for f in rest)], None
+
     async def chat_features(self, wanted: Sequence[str]) -> list[Finding]:
         """The chat completion (and its usage, cached tokens), then a tool call."""
-        url = self.base + "/chat/completions"
         rest = [f for f in (CHAT_USAGE, CHAT_CACHED, CHAT_TOOLS) if f in wanted]
-        found, got = await self.api_answer(CHAT, CHAT_PATH, chat_create(self.model), judge_chat)
+        out, got = await self.api_features(
+            CHAT, CHAT_PATH, chat_create(self.model), judge_chat, rest
+        )
         if got is None:
-            return [
-                found,
-                *(not_checked_after(f, found, url, "no Chat Completions API") for f in rest),
-            ]
-        out = [found]
+            return out
         if CHAT_USAGE in rest:
             out.append(judge_chat_usage(got))
         if CHAT_CACHED in rest:
             out.append(judge_chat_cached(got))
         if CHAT_TOOLS in rest:
+            url = self.base + CHAT_PATH
             try:
                 body = chat_create(self.model, tools=True)
                 status, ctype, tooled = await self.stream(CHAT_API, CHAT_PATH, body)
             except (TimeoutError, LoopbenchError) as exc:
-                out.append(_failed(CHAT_TOOLS, f"POST {url}", exc, self.timeout_s))
+                out.append(self.failed(CHAT_TOOLS, f"POST {url}", exc))
             else:
                 out.append(judge_chat_tools(url, status, ctype, tooled))
         return out
 
-    async def message(self, cached: bool = False) -> tuple[int, str, StreamReading | str]:
-        body = messages_create(self.model, cached=cached)
-        return await self.stream(MESSAGES_API, MESSAGES_PATH, body, messages_headers(self.options))
-
     async def messages_features(self, wanted: Sequence[str]) -> list[Finding]:
         """A tiny message, then (if wanted) the prompt-caching pair."""
-        url = self.base + "/messages"
         rest = [f for f in (MESSAGES_CACHE,) if f in wanted]
-        body, headers = messages_create(self.model), messages_headers(self.options)
-        found, got = await self.api_answer(MESSAGES, MESSAGES_PATH, body, judge_messages, headers)
-        if got is None:
-            return [
-                found,
-                *(not_checked_after(f, found, url, "no Anthropic Messages API") for f in rest),
-            ]
-        out = [found]
-        if MESSAGES_CACHE in rest:
+        headers = messages_headers(self.options)
+        out, got = await self.api_features(
+            MESSAGES, MESSAGES_PATH, messages_create(self.model), judge_messages, rest, headers
+        )
+        if got is not None and rest:
+            url = self.base + MESSAGES_PATH
+            body = messages_create(self.model, cached=True)
             try:
-                first_status, _, first = await self.message(cached=True)
-                second_status, _, second = await self.message(cached=True)
+                first = await self.stream(MESSAGES_API, MESSAGES_PATH, body, headers)
+                second = await self.stream(MESSAGES_API, MESSAGES_PATH, body, headers)
             except (TimeoutError, LoopbenchError) as exc:
-                out.append(_failed(MESSAGES_CACHE, f"POST {url}", exc, self.timeout_s))
+                out.append(self.failed(MESSAGES_CACHE, f"POST {url}", exc))
             else:
-                out.append(judge_prompt_cache(url, (first_status, first), (second_status, second)))
+                out.append(judge_prompt_cache(url, (first[0], first[2]), (second[0], second[2])))
         return out
 
     async def websocket(self, wanted: Sequence[str]) -> list[Finding]:
@@ -515,6 +517,9 @@ def _ws_unanswered(url: str, exc: BaseException, timeout_s: float) -> Finding:
     return Finding(WEBSOCKET, False, ws_refused(url, None, why))
 
 
+_NO_HTTP = "no Responses API stream over HTTP"
+
+
 async def probe_endpoint(
     target: str,
     features: Sequence[str] = ALL_FEATURES,
@@ -537,56 +542,47 @@ async def probe_endpoint(
         if not reach.supported:
             return [reach, *(not_checked(f, "the target is unreachable") for f in rest)]
         out = [reach]
-        http_features = [f for f in rest if f in (SSE, CHAINING, RETRIEVE)]
         first: StreamReading | None = None
-        sse: Finding | None = None
-        if http_features:
+        #: the SSE check when it did not pass: the Responses API's other HTTP routes are worth
+        #: asking only where it answers; where it did not, their rows give the cause it found
+        failed: Finding | None = None
+        if any(f in rest for f in (SSE, CHAINING, RETRIEVE)):
             # store: true only when a chain or a retrieve will follow: a stateless run must not
             # fail the probe on an endpoint that refuses to store (zero data retention).
-            sse, first = await prober.sse(store=CHAINING in rest or RETRIEVE in rest)
-            if SSE in rest:
-                out.append(sse)
-            if CHAINING in rest:
-                out.append(
-                    await prober.chaining(first)
-                    if first is not None
-                    else not_checked_after(
-                        CHAINING, sse, prober.post_url, "no SSE stream to chain on"
-                    )
-                )
-        # The Responses API's other HTTP routes are worth asking only where it answers; where
-        # it did not, their rows give the cause the SSE check found.
-        failed = sse if sse is not None and first is None else None
-        no_http = "no Responses API stream over HTTP"
-        if BACKGROUND in rest:
-            if failed is not None:
-                out.append(not_checked_after(BACKGROUND, failed, prober.post_url, no_http))
-            else:
+            body = http_create(model, store=CHAINING in rest or RETRIEVE in rest)
+            sse, first = await prober.api_answer(SSE, "/responses", body, judge_sse)
+            out.append(sse)
+            if not sse.supported:
+                first, failed = None, sse
+        if failed is not None:
+            why = {
+                CHAINING: "no SSE stream to chain on",
+                RETRIEVE: "no stored response to retrieve",
+            }
+            out += [
+                not_checked_after(f, failed, prober.post_url, why.get(f, _NO_HTTP))
+                for f in rest
+                if f in (CHAINING, BACKGROUND, COMPACTION, RETRIEVE)
+            ]
+        else:
+            if CHAINING in rest and first is not None:
+                out.append(await prober.chaining(first))
+            if BACKGROUND in rest:
                 found, rid = await prober.background()
                 out.append(found)
                 prober.stored += [rid] if rid else []
-        if COMPACTION in rest:
-            out.append(
-                not_checked_after(COMPACTION, failed, prober.post_url, no_http)
-                if failed is not None
-                else await prober.compaction()
-            )
-        if RETRIEVE in rest:
-            if failed is not None:
-                out.append(
-                    not_checked_after(
-                        RETRIEVE, failed, prober.post_url, "no stored response to retrieve"
-                    )
-                )
-            elif first is None or first.response_id is None:
-                out.append(not_checked(RETRIEVE, "no stored response to retrieve"))
-            else:
-                found = await prober.retrieve(first.response_id)
-                out.append(found)
-                if found.supported:
-                    # what the probe stored is deleted where DELETE works
-                    for rid in prober.stored:
-                        await prober.forget(rid)
+            if COMPACTION in rest:
+                out.append(await prober.compaction())
+            if RETRIEVE in rest:
+                if first is None or first.response_id is None:
+                    out.append(not_checked(RETRIEVE, "no stored response to retrieve"))
+                else:
+                    found = await prober.retrieve(first.response_id)
+                    out.append(found)
+                    if found.supported:
+                        # what the probe stored is deleted where DELETE works
+                        for rid in prober.stored:
+                            await prober.forget(rid)
         ws_features = [f for f in rest if f in (WEBSOCKET, WS_CHAINING, WARMUP, LANES)]
         if ws_features:
             out += await prober.websocket(ws_features)
