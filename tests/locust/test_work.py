@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
+import msgpack
 import pytest
 
 from harness.locust_driver.protocol import RunConfig
@@ -19,6 +20,7 @@ from harness.locust_driver.wire import (
     turn_to_row,
 )
 from harness.locust_driver.work import WorkQueue, split_rounds
+from harness.workload.plan import SubagentPlan, TurnPlan
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
@@ -135,6 +137,15 @@ def test_plans_and_records_survive_the_wire() -> None:
     )[0]
     assert all(t.reasoning_tokens == 300 for t in reasoning.turns)
     assert plan_from_wire(plan_to_wire(reasoning)) == reasoning
+    # so do a recorded client's context choices and the sub-agents a turn forks
+    sub = SubagentPlan(1, 2, 3, 4, 5, (TurnPlan(0, 5, 0),), join="detach", ws_chains=True)
+    forking = replace(
+        reasoning,
+        turns=(replace(reasoning.turns[0], subagents=(sub,)), *reasoning.turns[1:]),
+        ws_chains=False,
+        resends_reasoning=True,
+    )
+    assert plan_from_wire(msgpack.unpackb(msgpack.packb(plan_to_wire(forking)))) == forking
     turn = TurnRecord("ws", 4, 2, round=1, sent_ns=10, first_token_ns=25, status="completed")
     turn.sim_cache = "hit"
     back = turn_from_row(turn_to_row(turn))
