@@ -27,7 +27,7 @@ import gevent
 
 from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.locust_driver.clock import now_ns
-from harness.locust_driver.protocol import MSG_WORK, RunConfig, shaping_to_json
+from harness.locust_driver.protocol import MSG_WORK, RunConfig
 from harness.locust_driver.wire import plan_to_wire, rollout_from_row, turn_from_row
 from harness.locust_driver.work import Claim, WorkQueue
 from harness.metrics.summary import Accumulator
@@ -141,7 +141,7 @@ class MasterSide:
             verify_tls=opts.verify_tls,
             api_key_env=opts.api_key_env,
             hints=opts.hints,
-            shaping=shaping_to_json(opts.shaping),
+            shaping=opts.shaping,
             tokenizer=opts.tokenizer,
         )
         load = scenario.load

@@ -39,7 +39,6 @@ from harness.locust_driver.protocol import (
     final_message,
     hello_message,
     rows_message,
-    shaping_from_json,
 )
 from harness.locust_driver.wire import plan_from_wire, rollout_to_row, turn_to_row
 from harness.locust_driver.work import Claim
@@ -268,7 +267,7 @@ def edge_begin(config: RunConfig) -> EdgeBegin:
             keepalive=config.keepalive,
             verify_tls=config.verify_tls,
             request_timeout_s=config.request_timeout_s,
-            shaping=shaping_from_json(config.shaping),
+            shaping=config.shaping,
         ),
         model=config.model,
         hints=config.hints,

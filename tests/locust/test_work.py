@@ -7,6 +7,7 @@ from dataclasses import fields, replace
 import msgpack
 import pytest
 
+from harness.client.shaping import RequestShaping
 from harness.locust_driver.protocol import RunConfig
 from harness.locust_driver.wire import (
     ROLLOUT_INSTANTS,
@@ -155,7 +156,8 @@ def test_plans_and_records_survive_the_wire() -> None:
     assert rollout_to_row(rollout_from_row(rollout_to_row(roll))) == rollout_to_row(roll)
     with pytest.raises(ValueError, match="turn row: expected"):
         turn_from_row([1, 2])
-    config = RunConfig("r", "http://x/v1", "m", 2, keepalive=False, hints=False)
+    shaping = RequestShaping((("X-Team", "a"),), "x-session", {"chat": {"top_k": 5}})
+    config = RunConfig("r", "http://x/v1", "m", 2, keepalive=False, hints=False, shaping=shaping)
     assert RunConfig.from_wire(config.to_wire()) == config
 
 
