@@ -301,32 +301,20 @@ class _Prober:
         with contextlib.suppress(TimeoutError, LoopbenchError):
             await self.call("DELETE", f"/responses/{response_id}")
 
-    async def api_features(
-        self,
-        feature: str,
-        path: str,
-        body: dict[str, Any],
-        judge: Callable[[str, int, str, StreamReading], Finding],
-        rest: list[str],
-        headers: list[tuple[str, str]] | None = None,
-    ) -> tuple[list[Finding], StreamReading | None]:
-        """The request that asks whether an API is there; the features in ``rest`` "not
-        checked" when it is not (the answer comes back only when it is)."""
-        found, got = await self.api_answer(feature, path, body, judge, headers)
-        if found.supported:
-            return [found], got
-        missing = f"no {API_NAMES[API_OF[feature] or '']}"
+    def without_api(self, found: Finding, path: str, rest: list[str]) -> list[Finding]:
+        """``found`` (the check that an API is there, which did not pass) and the features in
+        ``rest`` not checked for it."""
+        missing = f"no {API_NAMES[API_OF[found.feature] or '']}"
         url = self.base + path
-        return [found, *(not_checked_after(f, found, url, missing) for f in rest)], None
+        return [found, *(not_checked_after(f, found, url, missing) for f in rest)]
 
     async def chat_features(self, wanted: Sequence[str]) -> list[Finding]:
         """The chat completion (and its usage, cached tokens), then a tool call."""
         rest = [f for f in (CHAT_USAGE, CHAT_CACHED, CHAT_TOOLS) if f in wanted]
-        out, got = await self.api_features(
-            CHAT, CHAT_PATH, chat_create(self.model), judge_chat, rest
-        )
-        if got is None:
-            return out
+        found, got = await self.api_answer(CHAT, CHAT_PATH, chat_create(self.model), judge_chat)
+        if got is None or not found.supported:
+            return self.without_api(found, CHAT_PATH, rest)
+        out = [found]
         if CHAT_USAGE in rest:
             out.append(judge_chat_usage(got))
         if CHAT_CACHED in rest:
@@ -346,10 +334,13 @@ class _Prober:
         """A tiny message, then (if wanted) the prompt-caching pair."""
         rest = [f for f in (MESSAGES_CACHE,) if f in wanted]
         headers = messages_headers(self.options)
-        out, got = await self.api_features(
-            MESSAGES, MESSAGES_PATH, messages_create(self.model), judge_messages, rest, headers
+        found, got = await self.api_answer(
+            MESSAGES, MESSAGES_PATH, messages_create(self.model), judge_messages, headers
         )
-        if got is not None and rest:
+        if got is None or not found.supported:
+            return self.without_api(found, MESSAGES_PATH, rest)
+        out = [found]
+        if rest:
             url = self.base + MESSAGES_PATH
             body = messages_create(self.model, cached=True)
             try:
