@@ -385,7 +385,7 @@ class _Prober:
                     WEBSOCKET,
                     None if isinstance(first, _NoAnswer) else False,
                     f"{url} upgraded, but {first}",
-                    server_failed=isinstance(first, _NoAnswer),
+                    stopped_by="server" if isinstance(first, _NoAnswer) else None,
                 )
             out = [found]
             if not found.supported:
@@ -463,7 +463,10 @@ def _failed(feature: str, where: str, exc: BaseException, timeout_s: float) -> F
     when the server did not answer in time, which says nothing of the feature."""
     if isinstance(exc, TimeoutError):
         return Finding(
-            feature, None, f"{where}: no complete answer within {timeout_s:g} s", server_failed=True
+            feature,
+            None,
+            f"{where}: no complete answer within {timeout_s:g} s",
+            stopped_by="server",
         )
     return Finding(feature, False, f"{where}: {exc}")
 
@@ -497,7 +500,7 @@ def _ws_unanswered(url: str, exc: BaseException, timeout_s: float) -> Finding:
             WEBSOCKET,
             None,
             f"no answer to the WebSocket upgrade at {url} within {timeout_s:g} s",
-            server_failed=True,
+            stopped_by="server",
         )
     if isinstance(cause, OSError):
         why = _os_reason(cause)
