@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import ssl
 import time
 from collections.abc import Callable, Sequence
@@ -17,7 +16,7 @@ from typing import Any
 
 import websockets
 
-from harness.client.api_errors import answered, error_text
+from harness.client.api_errors import answered, error_text, upgrade_status
 from harness.client.bodies import http_headers
 from harness.client.chat_api import PATH as CHAT_PATH
 from harness.client.messages_api import PATH as MESSAGES_PATH
@@ -360,10 +359,14 @@ class _Prober:
             async with asyncio.timeout(self.timeout_s):
                 conn = await open_ws(self.options, url)
         except (TimeoutError, LoopbenchError) as exc:
-            status, message = _upgrade_answer(exc)
-            if status is None:
+            # the library's refusal, under the edge's TransportError
+            answer = upgrade_status(exc.__cause__ or exc)
+            if answer is None:
                 found = _ws_unanswered(url, exc, self.timeout_s)
             else:
+                status, body = answer
+                # the server's own words (an invalid key, "WebSocket mode is disabled…")
+                message = error_text(status, body) if body else ""
                 # Starlette (vLLM) refuses every upgrade with a bare 403: whether that is about
                 # the key is told by an HTTP request with the same key.
                 bare = status == FORBIDDEN and not message
@@ -469,27 +472,6 @@ def _failed(feature: str, where: str, exc: BaseException, timeout_s: float) -> F
             stopped_by="server",
         )
     return Finding(feature, False, f"{where}: {exc}")
-
-
-_HTTP_STATUS = re.compile(r"\bHTTP/\d(?:\.\d)? (\d{3})\b")
-
-
-def _upgrade_answer(exc: BaseException) -> tuple[int | None, str]:
-    """The HTTP status a refused upgrade was answered with (None: no answer) and the message
-    of its body ("" for none)."""
-    cause = exc.__cause__
-    if isinstance(cause, websockets.exceptions.InvalidStatus):
-        status = cause.response.status_code
-        # the server's own words (an invalid key, "WebSocket mode is disabled…") are the news
-        body = bytes(cause.response.body or b"")
-        return status, error_text(status, body) if body else ""
-    if isinstance(cause, websockets.exceptions.InvalidMessage):
-        # An HTTP/1.0 answer (python -m http.server, some proxies) is a status all the same,
-        # though the library refuses to parse it: "expected HTTP/1.1: HTTP/1.0 404 …".
-        found = _HTTP_STATUS.search(str(cause.__cause__ or ""))
-        if found:
-            return int(found.group(1)), ""
-    return None, ""
 
 
 def _ws_unanswered(url: str, exc: BaseException, timeout_s: float) -> Finding:
