@@ -20,7 +20,8 @@ from harness.locust_driver.wire import (
     turn_from_row,
     turn_to_row,
 )
-from harness.locust_driver.work import WorkQueue, split_rounds
+from harness.locust_driver.work import WorkQueue
+from harness.run.rounds import interleaving_rounds
 from harness.workload.plan import SubagentPlan, TurnPlan
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.rollout import generate_rollouts
@@ -95,7 +96,17 @@ def test_interleaved_rounds_alternate_transports_like_loopbench_run() -> None:
         (2, "http", 2),
         (2, "ws", 2),
     ]
-    assert [len(c) for c in split_rounds(plans[:5], 2)] == [3, 2]
+    # 10 rollouts in 4 rounds: the generator's round tags (3, 2, 3, 2), as `loopbench run`
+    # groups them, not chunks of 3
+    ten = generate_rollouts(
+        validate_scenario(
+            {"name": "w", "rollout": {"count": 10}, "load": {"order": "interleaved", "rounds": 4}}
+        )
+    )
+    queue = WorkQueue(ten, ["http"], open_loop=False, rounds=4)
+    assert [len(p.plans) for p in queue.phases] == [3, 2, 3, 2]
+    assert all(plan.tags["round"] == str(p.round) for p in queue.phases for plan in p.plans)
+    assert [len(c) for c in interleaving_rounds(ten[:5], 1)] == [5]
 
 
 def test_open_loop_claims_carry_the_delay_to_the_intended_start() -> None:
