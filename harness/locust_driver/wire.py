@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from pydantic import TypeAdapter
 
-from harness.workload.plan import RolloutPlan
+from harness.locust_driver.work import Claim
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
 TURN_FIELDS = tuple(csv_fields(TurnRecord))
 ROLLOUT_FIELDS = tuple(csv_fields(RolloutRecord))
-_PLAN = TypeAdapter(RolloutPlan)
+_CLAIM = TypeAdapter(Claim)
 
 
 def turn_to_row(rec: TurnRecord) -> list[Any]:
@@ -38,14 +37,15 @@ def _fields(kind: str, names: tuple[str, ...], row: list[Any]) -> dict[str, Any]
     return dict(zip(names, row, strict=True))
 
 
-def plan_to_wire(plan: RolloutPlan) -> dict[str, Any]:
-    return asdict(plan)
+def work_message(req: int, claim: Claim) -> dict[str, Any]:
+    """The master's answer to claim ``req``: the claim, its plan whole (sub-agents included)."""
+    return {"req": req, **_CLAIM.dump_python(claim)}
 
 
-def plan_from_wire(data: dict[str, Any]) -> RolloutPlan:
-    """The plan :func:`plan_to_wire` sent, whole (sub-agents included): msgpack hands back
-    lists for tuples and may hand back 120 for 120.0, which the adapter converts."""
-    return _PLAN.validate_python(data)
+def claim_from_wire(data: dict[str, Any]) -> Claim:
+    """:func:`work_message` read back: msgpack hands back lists for tuples and may hand back
+    120 for 120.0, which the adapter converts."""
+    return _CLAIM.validate_python(data)
 
 
 #: the instants of each record (a 0 is "did not happen" and stays 0); the other ``_ns``

@@ -12,17 +12,17 @@ from harness.locust_driver.protocol import RunConfig
 from harness.locust_driver.wire import (
     ROLLOUT_INSTANTS,
     TURN_INSTANTS,
-    plan_from_wire,
-    plan_to_wire,
+    claim_from_wire,
     rollout_from_row,
     rollout_to_row,
     shift_instants,
     turn_from_row,
     turn_to_row,
+    work_message,
 )
-from harness.locust_driver.work import WorkQueue
+from harness.locust_driver.work import Claim, WorkQueue
 from harness.run.rounds import interleaving_rounds
-from harness.workload.plan import SubagentPlan, TurnPlan
+from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
@@ -139,16 +139,24 @@ def test_a_queue_needs_transports() -> None:
         WorkQueue([], [], open_loop=False)
 
 
+def _through_the_wire(plan: RolloutPlan) -> RolloutPlan | None:
+    """A claim of ``plan`` as the master sends it and a worker reads it (msgpack between)."""
+    claim = Claim("run", phase=1, transport="ws", round=0, plan=plan, start_in_ns=5)
+    back = claim_from_wire(msgpack.unpackb(msgpack.packb(work_message(7, claim))))
+    assert back == claim
+    return back.plan
+
+
 def test_plans_and_records_survive_the_wire() -> None:
     plans = generate_rollouts(_scenario(mode="open", arrival={"rate": 3}))
     for plan in plans:
-        assert plan_from_wire(plan_to_wire(plan)) == plan
+        assert _through_the_wire(plan) == plan
     # a reasoning turn's budget travels with its plan to the worker that replays it
     reasoning = generate_rollouts(
         validate_scenario({"name": "r", "rollout": {"count": 1, "reasoning_tokens": 300}})
     )[0]
     assert all(t.reasoning_tokens == 300 for t in reasoning.turns)
-    assert plan_from_wire(plan_to_wire(reasoning)) == reasoning
+    assert _through_the_wire(reasoning) == reasoning
     # so do a recorded client's context choices and the sub-agents a turn forks
     sub = SubagentPlan(1, 2, 3, 4, 5, (TurnPlan(0, 5, 0),), join="detach", ws_chains=True)
     forking = replace(
@@ -157,7 +165,7 @@ def test_plans_and_records_survive_the_wire() -> None:
         ws_chains=False,
         resends_reasoning=True,
     )
-    assert plan_from_wire(msgpack.unpackb(msgpack.packb(plan_to_wire(forking)))) == forking
+    assert _through_the_wire(forking) == forking
     turn = TurnRecord("ws", 4, 2, round=1, sent_ns=10, first_token_ns=25, status="completed")
     turn.sim_cache = "hit"
     back = turn_from_row(turn_to_row(turn))
