@@ -450,11 +450,12 @@ def judge_warmup(reading: StreamReading) -> Finding:
             f"a response.create with generate: false failed: {_ended(reading)}",
             reading.server_state,
         )
-    if reading.output_items or reading.deltas or (reading.output_tokens or 0) > 0:
+    items = len(reading.stream.output_items)
+    if items or reading.stream.delta_events or (reading.output_tokens or 0) > 0:
         return Finding(
             WARMUP,
             False,
-            f"generate: false was ignored: the response generated {reading.output_items} "
+            f"generate: false was ignored: the response generated {items} "
             f"output items and {reading.output_tokens or 0} output tokens",
         )
     return Finding(
@@ -576,10 +577,6 @@ def judge_messages(url: str, status: int, content_type: str, reading: StreamRead
     return _streamed(MESSAGES, url, status, content_type, reading, shown)
 
 
-def _cache_usage(reading: StreamReading, key: str) -> int:
-    return reading.used(key) or 0
-
-
 def judge_prompt_cache(
     url: str, first: tuple[int, StreamReading | str], second: tuple[int, StreamReading | str]
 ) -> Finding:
@@ -604,10 +601,10 @@ def judge_prompt_cache(
         return Finding(
             MESSAGES_CACHE, False, "usage carried no cache_read_input_tokens: no prompt caching"
         )
-    written = _cache_usage(a, "cache_creation_input_tokens")
-    read = _cache_usage(b, "cache_read_input_tokens")
+    written = a.used("cache_creation_input_tokens") or 0
+    read = b.used("cache_read_input_tokens") or 0
     total = sum(
-        _cache_usage(a, k)
+        a.used(k) or 0
         for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
     if read > 0:
