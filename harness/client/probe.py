@@ -84,6 +84,19 @@ API_OF: dict[str, str | None] = {
 }
 
 
+#: what an "unknown" that stops a run was about, as a check that builds on it says it: the
+#: endpoint refused the credentials (401); it answered 403 (a key without access to the model
+#: or the API, a gateway's policy); it does not serve the model the requests named; it failed
+#: the request (5xx), was too busy for it (429, 408) or gave no answer in time
+STOPPED_BY = {
+    "credentials": "the server refused the credentials at {url}",
+    "forbidden": "the server answered forbidden at {url}",
+    "model": "the server does not serve the model the probe named at {url}",
+    "server": "the check it builds on got no answer about it at {url} (a server error, a rate "
+    "limit or a time-out)",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One row of the probe table: ``supported`` is None when it could not be told."""
@@ -93,27 +106,13 @@ class Finding:
     evidence: str
     #: False when an earlier finding made this check pointless (its answer is "-")
     checked: bool = True
-    #: the endpoint does not serve the model the requests named: whether the feature is there
-    #: cannot be told, but a run with that model cannot work either
-    model_unknown: bool = False
-    #: the endpoint refused the credentials (401): whether the feature is there cannot be
-    #: told either, and a run with those credentials cannot work
-    auth_failed: bool = False
-    #: the endpoint answered 403: it knows who asked and will not serve them (a key without
-    #: access to the model or the API, a gateway's policy); a run cannot work either
-    forbidden: bool = False
-    #: the endpoint failed the request (5xx), was too busy for it (429, 408) or gave no answer
-    #: in time: that says nothing of the feature, and a run now would meet the same
-    server_failed: bool = False
+    #: why an "unknown" still stops a run, a key of :data:`STOPPED_BY` (None: it does not):
+    #: the answer was about who asked, the model they named or the server's state, not
+    #: about the feature, and a run now would meet the same
+    stopped_by: str | None = None
     #: a "no" a run still goes ahead with (a tool call that arrives whole: its turns are
     #: measured for what they are)
     runs_anyway: bool = False
-
-    @property
-    def stops_a_run(self) -> bool:
-        """The answer was about who asked, what model they named or the server's state, not
-        about the feature: an "unknown" that still stops a run."""
-        return self.model_unknown or self.auth_failed or self.forbidden or self.server_failed
 
     @property
     def answer(self) -> str:
@@ -174,7 +173,7 @@ def refusal(
         for feature in needed_features(spec, compaction=compaction):
             found = by_feature.get(feature)
             if found is not None and (
-                (found.supported is False and not found.runs_anyway) or found.stops_a_run
+                (found.supported is False and not found.runs_anyway) or found.stopped_by is not None
             ):
                 gaps.append((spec.name, found.evidence))
                 break
@@ -249,7 +248,7 @@ def not_an_answer(feature: str, evidence: str, why: str) -> Finding:
         feature,
         None,
         f"{evidence} ({why}, not an answer about {about}; try again later)",
-        server_failed=True,
+        stopped_by="server",
     )
 
 
@@ -286,7 +285,7 @@ def refused(
             f"{url} does not serve the model the probe named ({answered(status, message)}); "
             "give --model (or the scenario's model:) one of the server's models, listed by "
             "GET /models",
-            model_unknown=True,
+            stopped_by="model",
         )
     # Not "no": a gateway answers 401 and 403 before it routes, so the API may well be there.
     hint = f"; {KEY_HINT}" if placeholder_key else ""
@@ -295,14 +294,14 @@ def refused(
             feature,
             None,
             f"{url} refused the credentials ({answered(status, message)}){hint}",
-            auth_failed=True,
+            stopped_by="credentials",
         )
     if status == FORBIDDEN:
         return Finding(
             feature,
             None,
             f"{url} answered forbidden ({answered(status, message)}){hint}",
-            forbidden=True,
+            stopped_by="forbidden",
         )
     if status in NO_ROUTE and api is not None and API_FEATURE[api] == feature:
         return Finding(feature, False, f"no {API_NAMES[api]} at {url}: {answered(status, message)}")
@@ -451,11 +450,12 @@ def judge_warmup(reading: StreamReading) -> Finding:
             f"a response.create with generate: false failed: {_ended(reading)}",
             reading.server_state,
         )
-    if reading.output_items or reading.deltas or (reading.output_tokens or 0) > 0:
+    items = len(reading.stream.output_items)
+    if items or reading.stream.delta_events or (reading.output_tokens or 0) > 0:
         return Finding(
             WARMUP,
             False,
-            f"generate: false was ignored: the response generated {reading.output_items} "
+            f"generate: false was ignored: the response generated {items} "
             f"output items and {reading.output_tokens or 0} output tokens",
         )
     return Finding(
@@ -577,10 +577,6 @@ def judge_messages(url: str, status: int, content_type: str, reading: StreamRead
     return _streamed(MESSAGES, url, status, content_type, reading, shown)
 
 
-def _cache_usage(reading: StreamReading, key: str) -> int:
-    return reading.used(key) or 0
-
-
 def judge_prompt_cache(
     url: str, first: tuple[int, StreamReading | str], second: tuple[int, StreamReading | str]
 ) -> Finding:
@@ -605,10 +601,10 @@ def judge_prompt_cache(
         return Finding(
             MESSAGES_CACHE, False, "usage carried no cache_read_input_tokens: no prompt caching"
         )
-    written = _cache_usage(a, "cache_creation_input_tokens")
-    read = _cache_usage(b, "cache_read_input_tokens")
+    written = a.used("cache_creation_input_tokens") or 0
+    read = b.used("cache_read_input_tokens") or 0
     total = sum(
-        _cache_usage(a, k)
+        a.used(k) or 0
         for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
     if read > 0:
@@ -745,19 +741,9 @@ def not_checked_after(feature: str, earlier: Finding, url: str, otherwise: str) 
     """``feature`` not asked for because ``earlier`` (the check it builds on, at ``url``) did
     not pass: the cause that answer gave, ``otherwise`` (``no Chat Completions API``) only
     when the earlier answer was about the API and not about who asked."""
-    if earlier.auth_failed:
-        why = f"the server refused the credentials at {url}"
-    elif earlier.forbidden:
-        why = f"the server answered forbidden at {url}"
-    elif earlier.model_unknown:
-        why = f"the server does not serve the model the probe named at {url}"
-    elif earlier.server_failed:
-        why = (
-            f"the check it builds on got no answer about it at {url} (a server error, a rate "
-            "limit or a time-out)"
-        )
-    else:
-        why = otherwise
+    why = otherwise
+    if earlier.stopped_by is not None:
+        why = STOPPED_BY[earlier.stopped_by].format(url=url)
     return not_checked(feature, why)
 
 

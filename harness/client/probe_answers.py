@@ -283,14 +283,6 @@ class StreamReading:
     def output_tokens(self) -> int | None:
         return _int((self.stream.usage or {}).get("output_tokens"))
 
-    @property
-    def output_items(self) -> int:
-        return len(self.stream.output_items)
-
-    @property
-    def deltas(self) -> int:
-        return self.stream.delta_events
-
     def used(self, key: str) -> int | None:
         """An integer of the API's own usage object (``prompt_tokens``, ``cache_read_…``)."""
         return _int((self.usage or {}).get(key))

@@ -50,6 +50,7 @@ from harness.run.target import (
 )
 from harness.wire.errors import LoopbenchError, UsageError
 from harness.wire.exit_codes import ExitCode
+from harness.wire.pairs import parse_key_values
 from harness.wire.transports import locust_spec
 from harness.workload.records import RolloutRecord
 from harness.workload.scenario import load_scenario
@@ -98,13 +99,13 @@ def _master_options(environment: Environment) -> MasterOptions:
         _fail("--scenario (or LOOPBENCH_SCENARIO): a scenario file is required on the master")
     if not environment.host:
         _fail("--host: the target base URL is required, e.g. http://127.0.0.1:8000/v1")
-    overrides: dict[str, str] = {}
-    for item in opts.loopbench_set:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            _fail(f"--loopbench-set {item!r}: expected KEY=VALUE, e.g. load.concurrency=4")
-        overrides[key.strip()] = value.strip()
     try:
+        overrides = parse_key_values(
+            opts.loopbench_set,
+            lambda item: UsageError(
+                f"--loopbench-set {item!r}: expected KEY=VALUE, e.g. load.concurrency=4"
+            ),
+        )
         scenario = load_scenario(opts.scenario, overrides or None)
     except LoopbenchError as exc:
         _fail(str(exc))

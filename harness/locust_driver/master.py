@@ -27,8 +27,8 @@ import gevent
 
 from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.locust_driver.clock import now_ns
-from harness.locust_driver.protocol import MSG_WORK, RunConfig, shaping_to_json
-from harness.locust_driver.wire import plan_to_wire, rollout_from_row, turn_from_row
+from harness.locust_driver.protocol import MSG_WORK, RunConfig
+from harness.locust_driver.wire import rollout_from_row, turn_from_row, work_message
 from harness.locust_driver.work import Claim, WorkQueue
 from harness.metrics.summary import Accumulator
 from harness.report.render import render_run_safely
@@ -141,7 +141,7 @@ class MasterSide:
             verify_tls=opts.verify_tls,
             api_key_env=opts.api_key_env,
             hints=opts.hints,
-            shaping=shaping_to_json(opts.shaping),
+            shaping=opts.shaping,
             tokenizer=opts.tokenizer,
         )
         load = scenario.load
@@ -349,19 +349,7 @@ class MasterSide:
             self._send(MSG_WORK, {"req": req, "kind": "done"}, node)
             return
         self._report(node).held.add((claim.phase, claim.plan.rollout_id))
-        self._send(
-            MSG_WORK,
-            {
-                "req": req,
-                "kind": "run",
-                "phase": claim.phase,
-                "transport": claim.transport,
-                "round": claim.round,
-                "plan": plan_to_wire(claim.plan),
-                "start_in_ns": claim.start_in_ns,
-            },
-            node,
-        )
+        self._send(MSG_WORK, work_message(req, claim), node)
 
     def on_rows(self, node: str, data: dict[str, Any]) -> None:
         try:

@@ -20,9 +20,10 @@ workers need nothing but the master's address.
 
 from __future__ import annotations
 
-import json
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import TypeAdapter
 
 from harness.client.shaping import NO_SHAPING, RequestShaping
 
@@ -36,10 +37,6 @@ MSG_FINAL = "loopbench_final"
 RUN_OPTION = "loopbench_run"
 
 
-#: a :class:`RunConfig` field's annotation -> the type its wire value is read as
-_WIRE_TYPES: dict[Any, Any] = {"str": str, "int": int, "float": float, "bool": bool}
-
-
 @dataclass(frozen=True, slots=True)
 class RunConfig:
     run_id: str
@@ -51,8 +48,7 @@ class RunConfig:
     request_timeout_s: float = 120.0
     api_key_env: str = ""
     hints: bool = True
-    #: the run's request shaping as JSON (:func:`shaping_to_json`; "" for none)
-    shaping: str = ""
+    shaping: RequestShaping = NO_SHAPING
     #: the tokenizer.json the master resolved ("" for 4 characters a token); each worker
     #: loads it, so a remote worker needs the same path
     tokenizer: str = ""
@@ -61,19 +57,16 @@ class RunConfig:
     slo: str = ""
 
     def to_wire(self) -> dict[str, Any]:
-        return asdict(self)
+        wire: dict[str, Any] = _RUN_CONFIG.dump_python(self, mode="json")
+        return wire
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> RunConfig:
-        # Each value through its field's type: msgpack may hand back 120 for 120.0.
-        return cls(
-            **{
-                f.name: _WIRE_TYPES[f.type](
-                    data[f.name] if f.default is MISSING else data.get(f.name, f.default)
-                )
-                for f in fields(cls)
-            }
-        )
+        # msgpack may hand back 120 for 120.0 and lists for tuples: the adapter converts
+        return _RUN_CONFIG.validate_python(data)
+
+
+_RUN_CONFIG = TypeAdapter(RunConfig)
 
 
 # -- worker -> master messages: built here only, so a worker and anything that stands in for one
@@ -115,24 +108,3 @@ def final_message(
         "rollouts_total": rollouts_total,
         "health": health,
     }
-
-
-def shaping_to_json(shaping: RequestShaping) -> str:
-    return json.dumps(
-        {
-            "headers": [list(h) for h in shaping.headers],
-            "session_header": shaping.session_header,
-            "extra_body": {api: dict(f) for api, f in shaping.extra_body.items()},
-        }
-    )
-
-
-def shaping_from_json(text: str) -> RequestShaping:
-    if not text:
-        return NO_SHAPING
-    doc = json.loads(text)
-    return RequestShaping(
-        headers=tuple((str(k), str(v)) for k, v in doc.get("headers", [])),
-        session_header=doc.get("session_header"),
-        extra_body=doc.get("extra_body") or {},
-    )

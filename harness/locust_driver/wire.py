@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
-from harness.workload.plan import RolloutPlan, TurnPlan
+from pydantic import TypeAdapter
+
+from harness.locust_driver.work import Claim
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
 
 TURN_FIELDS = tuple(csv_fields(TurnRecord))
 ROLLOUT_FIELDS = tuple(csv_fields(RolloutRecord))
+_CLAIM = TypeAdapter(Claim)
 
 
 def turn_to_row(rec: TurnRecord) -> list[Any]:
@@ -35,34 +37,15 @@ def _fields(kind: str, names: tuple[str, ...], row: list[Any]) -> dict[str, Any]
     return dict(zip(names, row, strict=True))
 
 
-def plan_to_wire(plan: RolloutPlan) -> dict[str, Any]:
-    return asdict(plan)
+def work_message(req: int, claim: Claim) -> dict[str, Any]:
+    """The master's answer to claim ``req``: the claim, its plan whole (sub-agents included)."""
+    return {"req": req, **_CLAIM.dump_python(claim)}
 
 
-def plan_from_wire(data: dict[str, Any]) -> RolloutPlan:
-    turns = tuple(
-        TurnPlan(
-            index=int(t["index"]),
-            output_tokens=int(t["output_tokens"]),
-            tool_calls=int(t["tool_calls"]),
-            tool_latency_ms=tuple(float(x) for x in t["tool_latency_ms"]),
-            tool_output_tokens=tuple(int(x) for x in t["tool_output_tokens"]),
-            think_ms=float(t["think_ms"]),
-            reasoning_tokens=int(t.get("reasoning_tokens", 0)),
-            warmup=bool(t.get("warmup", False)),
-        )
-        for t in data["turns"]
-    )
-    return RolloutPlan(
-        rollout_id=int(data["rollout_id"]),
-        seed=int(data["seed"]),
-        system_tokens=int(data["system_tokens"]),
-        tool_schema_tokens=int(data["tool_schema_tokens"]),
-        user_prompt_tokens=int(data["user_prompt_tokens"]),
-        turns=turns,
-        start_offset_ns=int(data["start_offset_ns"]),
-        tags={str(k): str(v) for k, v in data["tags"].items()},
-    )
+def claim_from_wire(data: dict[str, Any]) -> Claim:
+    """:func:`work_message` read back: msgpack hands back lists for tuples and may hand back
+    120 for 120.0, which the adapter converts."""
+    return _CLAIM.validate_python(data)
 
 
 #: the instants of each record (a 0 is "did not happen" and stays 0); the other ``_ns``

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from harness.run.rounds import interleaving_rounds
 from harness.workload.plan import RolloutPlan
 
 ClaimKind = Literal["run", "wait", "done"]
@@ -62,14 +63,6 @@ class Phase:
         return len(self.finished) + len(self.lost) >= len(self.plans)
 
 
-def split_rounds(plans: Sequence[RolloutPlan], rounds: int) -> list[list[RolloutPlan]]:
-    """The interleaving rounds, chunked as ``loopbench run`` chunks them."""
-    if rounds <= 1:
-        return [list(plans)]
-    size = -(-len(plans) // rounds)
-    return [list(plans[i : i + size]) for i in range(0, len(plans), size)]
-
-
 class WorkQueue:
     def __init__(
         self,
@@ -83,7 +76,7 @@ class WorkQueue:
             raise ValueError("work queue: transports: expected at least one, got none")
         self.open_loop = open_loop
         self.phases: list[Phase] = []
-        for round_index, chunk in enumerate(split_rounds(plans, rounds)):
+        for round_index, chunk in enumerate(interleaving_rounds(plans, rounds)):
             for name in transports:
                 base = min((p.start_offset_ns for p in chunk), default=0)
                 self.phases.append(Phase(name, round_index, chunk, open_loop, base_offset_ns=base))

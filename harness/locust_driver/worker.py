@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any
 
@@ -39,9 +39,8 @@ from harness.locust_driver.protocol import (
     final_message,
     hello_message,
     rows_message,
-    shaping_from_json,
 )
-from harness.locust_driver.wire import plan_from_wire, rollout_to_row, turn_to_row
+from harness.locust_driver.wire import claim_from_wire, rollout_to_row, turn_to_row
 from harness.locust_driver.work import Claim
 from harness.metrics import definitions as D
 from harness.metrics.hdr import Histogram
@@ -182,21 +181,11 @@ class WorkerSide:
         result = self._waiting.pop(int(data["req"]), None)
         if result is None:
             return
-        if data["kind"] != "run":
-            result.set(Claim("done"))
-            return
-        start_in = data.get("start_in_ns")
-        result.set(
-            Claim(
-                "run",
-                phase=int(data["phase"]),
-                transport=str(data["transport"]),
-                round=int(data["round"]),
-                plan=plan_from_wire(data["plan"]),
-                # Anchored on this process's clock when the answer arrived.
-                start_in_ns=None if start_in is None else now_ns() + int(start_in),
-            )
-        )
+        claim = claim_from_wire(data)
+        if claim.start_in_ns is not None:
+            # Anchored on this process's clock when the answer arrived.
+            claim = replace(claim, start_in_ns=now_ns() + claim.start_in_ns)
+        result.set(claim)
 
     def run_claim(self, claim: Claim) -> RolloutRecord:
         """Run a claimed rollout on the edge host; blocks this user until it ends."""
@@ -268,7 +257,7 @@ def edge_begin(config: RunConfig) -> EdgeBegin:
             keepalive=config.keepalive,
             verify_tls=config.verify_tls,
             request_timeout_s=config.request_timeout_s,
-            shaping=shaping_from_json(config.shaping),
+            shaping=config.shaping,
         ),
         model=config.model,
         hints=config.hints,

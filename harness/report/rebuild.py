@@ -37,7 +37,8 @@ REBUILT_REASON = (
 )
 
 
-def _records(table: Any, cls: type) -> Iterable[Any]:
+def row_records(table: Any, cls: type) -> Iterable[Any]:
+    """The records of a results table's rows (an empty cell: the field's default)."""
     names = [f.name for f in fields(cls) if f.name != "itl_ns"]
     types = {f.name: f.type for f in fields(cls)}
     for row in table.itertuples(index=False):
@@ -76,7 +77,7 @@ def _write(run: Run) -> dict[str, Any]:
     examples: dict[str, dict[str, str]] = {}
     rx = RxStampStats()
     turns = 0
-    for rec in _records(run.turns, TurnRecord):
+    for rec in row_records(run.turns, TurnRecord):
         acc.add_turn(rec)
         rx.add(rec)
         turns += 1
@@ -86,7 +87,7 @@ def _write(run: Run) -> dict[str, Any]:
                 kind, rec.error_message.removeprefix(f"{kind}: ")
             )
     rollouts = 0
-    for roll in _records(run.rollouts, RolloutRecord):
+    for roll in row_records(run.rollouts, RolloutRecord):
         acc.add_rollout(roll)
         rollouts += 1
     planned = list(manifest.transports) or acc.transports

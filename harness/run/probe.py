@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import ssl
 import time
 from collections.abc import Callable, Sequence
@@ -17,13 +16,14 @@ from typing import Any
 
 import websockets
 
-from harness.client.api_errors import answered, error_text
+from harness.client.api_errors import answered, error_text, upgrade_status
 from harness.client.bodies import http_headers
 from harness.client.chat_api import PATH as CHAT_PATH
 from harness.client.messages_api import PATH as MESSAGES_PATH
 from harness.client.messages_api import messages_headers
 from harness.client.options import TransportOptions
 from harness.client.probe import (
+    API_NAMES,
     API_OF,
     AUTH_REFUSED,
     BACKGROUND,
@@ -73,7 +73,6 @@ from harness.client.probe_answers import (
     CHAT_API,
     MESSAGES_API,
     PROBE_LANE,
-    RESPONSES_API,
     StreamReading,
     answer_of,
     background_create,
@@ -208,6 +207,9 @@ class _Prober:
             return status, content_type, error_text(status, raw)
         return status, content_type, read_body(api, raw)
 
+    def failed(self, feature: str, where: str, exc: BaseException) -> Finding:
+        return _failed(feature, where, exc, self.timeout_s)
+
     async def api_answer(
         self,
         feature: str,
@@ -216,48 +218,45 @@ class _Prober:
         judge: Callable[[str, int, str, StreamReading], Finding],
         headers: list[tuple[str, str]] | None = None,
     ) -> tuple[Finding, StreamReading | None]:
-        """The request that asks whether an API is there: its finding, and the answer when
-        the API is there."""
+        """A streamed request of ``feature``'s API: its finding, and the answer when one was
+        read."""
         url = self.base + path
         try:
             status, ctype, got = await self.stream(API_OF[feature] or "", path, body, headers)
         except (TimeoutError, LoopbenchError) as exc:
-            return _failed(feature, f"POST {url}", exc, self.timeout_s), None
+            return self.failed(feature, f"POST {url}", exc), None
         if isinstance(got, str):
             return refused(feature, url, status, got, placeholder_key=self.placeholder_key), None
-        found = judge(url, status, ctype, got)
-        return found, got if found.supported else None
+        return judge(url, status, ctype, got), got
 
-    async def sse(self, store: bool) -> tuple[Finding, StreamReading | None]:
-        return await self.api_answer(
-            SSE, "/responses", http_create(self.model, store=store), judge_sse
-        )
+    async def json(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any] | str]:
+        """(status, :func:`answer_of` the answer)."""
+        status, _, raw = await self.call(method, path, body)
+        return status, answer_of(status, raw)
 
     async def chaining(self, first: StreamReading) -> Finding:
-        where = f"POST {self.post_url}"
         if first.response_id is None:
-            return judge_chain(CHAINING, where, first, first)
+            return judge_chain(CHAINING, f"POST {self.post_url}", first, first)
         body = http_create(self.model, store=True, previous_response_id=first.response_id)
-        try:
-            status, _, got = await self.stream(RESPONSES_API, "/responses", body)
-        except (TimeoutError, LoopbenchError) as exc:
-            return _failed(CHAINING, where, exc, self.timeout_s)
-        if isinstance(got, str):
-            return refused(
-                CHAINING, self.post_url, status, got, placeholder_key=self.placeholder_key
-            )
-        if got.response_id is not None:
+        found, got = await self.api_answer(
+            CHAINING,
+            "/responses",
+            body,
+            lambda url, _status, _ctype, got: judge_chain(CHAINING, f"POST {url}", first, got),
+        )
+        if got is not None and got.response_id is not None:
             self.stored.append(got.response_id)
-        return judge_chain(CHAINING, where, first, got)
+        return found
 
     async def background(self) -> tuple[Finding, str | None]:
         """A background create, polled with GET until it ends (all within the timeout)."""
         url = self.post_url
         try:
-            status, _, raw = await self.call("POST", "/responses", background_create(self.model))
+            status, created = await self.json("POST", "/responses", background_create(self.model))
         except (TimeoutError, LoopbenchError) as exc:
-            return _failed(BACKGROUND, f"POST {url}", exc, self.timeout_s), None
-        created = answer_of(status, raw)
+            return self.failed(BACKGROUND, f"POST {url}", exc), None
         if isinstance(created, str) or not isinstance(created.get("id"), str):
             return judge_background(url, status, created, None, 0), None
         rid = str(created["id"])
@@ -269,8 +268,7 @@ class _Prober:
                     # short first waits: a tiny response ends in well under a second
                     await asyncio.sleep(min(0.05 * 2**polls, 1.0))
                     polls += 1
-                    got_status, _, raw = await self.call("GET", f"/responses/{rid}")
-                    final = answer_of(got_status, raw)
+                    got_status, final = await self.json("GET", f"/responses/{rid}")
                     if isinstance(final, str):
                         final = f"GET /responses/{rid} answered {answered(got_status, final)}"
         except TimeoutError:
@@ -283,24 +281,18 @@ class _Prober:
     async def compaction(self) -> Finding:
         url = self.post_url + "/compact"
         try:
-            status, _, raw = await self.call(
-                "POST", "/responses/compact", compact_request(self.model)
-            )
+            status, got = await self.json("POST", "/responses/compact", compact_request(self.model))
         except (TimeoutError, LoopbenchError) as exc:
-            return _failed(COMPACTION, f"POST {url}", exc, self.timeout_s)
-        return judge_compaction(url, status, answer_of(status, raw))
+            return self.failed(COMPACTION, f"POST {url}", exc)
+        return judge_compaction(url, status, got)
 
     async def retrieve(self, response_id: str) -> Finding:
         url = f"/responses/{response_id}"
         try:
-            status, _, raw = await self.call("GET", f"/responses/{response_id}")
-            got = (status, answer_of(status, raw))
-            deleted = None
-            if not isinstance(got[1], str):
-                status, _, raw = await self.call("DELETE", f"/responses/{response_id}")
-                deleted = (status, answer_of(status, raw))
+            got = await self.json("GET", url)
+            deleted = None if isinstance(got[1], str) else await self.json("DELETE", url)
         except (TimeoutError, LoopbenchError) as exc:
-            return _failed(RETRIEVE, f"GET {url}", exc, self.timeout_s)
+            return self.failed(RETRIEVE, f"GET {url}", exc)
         return judge_retrieve(url, response_id, got, deleted)
 
     async def forget(self, response_id: str) -> None:
@@ -308,55 +300,55 @@ class _Prober:
         with contextlib.suppress(TimeoutError, LoopbenchError):
             await self.call("DELETE", f"/responses/{response_id}")
 
+    def without_api(self, found: Finding, path: str, rest: list[str]) -> list[Finding]:
+        """``found`` (the check that an API is there, which did not pass) and the features in
+        ``rest`` not checked for it."""
+        missing = f"no {API_NAMES[API_OF[found.feature] or '']}"
+        url = self.base + path
+        return [found, *(not_checked_after(f, found, url, missing) for f in rest)]
+
     async def chat_features(self, wanted: Sequence[str]) -> list[Finding]:
         """The chat completion (and its usage, cached tokens), then a tool call."""
-        url = self.base + "/chat/completions"
         rest = [f for f in (CHAT_USAGE, CHAT_CACHED, CHAT_TOOLS) if f in wanted]
         found, got = await self.api_answer(CHAT, CHAT_PATH, chat_create(self.model), judge_chat)
-        if got is None:
-            return [
-                found,
-                *(not_checked_after(f, found, url, "no Chat Completions API") for f in rest),
-            ]
+        if got is None or not found.supported:
+            return self.without_api(found, CHAT_PATH, rest)
         out = [found]
         if CHAT_USAGE in rest:
             out.append(judge_chat_usage(got))
         if CHAT_CACHED in rest:
             out.append(judge_chat_cached(got))
         if CHAT_TOOLS in rest:
+            url = self.base + CHAT_PATH
             try:
                 body = chat_create(self.model, tools=True)
                 status, ctype, tooled = await self.stream(CHAT_API, CHAT_PATH, body)
             except (TimeoutError, LoopbenchError) as exc:
-                out.append(_failed(CHAT_TOOLS, f"POST {url}", exc, self.timeout_s))
+                out.append(self.failed(CHAT_TOOLS, f"POST {url}", exc))
             else:
                 out.append(judge_chat_tools(url, status, ctype, tooled))
         return out
 
-    async def message(self, cached: bool = False) -> tuple[int, str, StreamReading | str]:
-        body = messages_create(self.model, cached=cached)
-        return await self.stream(MESSAGES_API, MESSAGES_PATH, body, messages_headers(self.options))
-
     async def messages_features(self, wanted: Sequence[str]) -> list[Finding]:
         """A tiny message, then (if wanted) the prompt-caching pair."""
-        url = self.base + "/messages"
         rest = [f for f in (MESSAGES_CACHE,) if f in wanted]
-        body, headers = messages_create(self.model), messages_headers(self.options)
-        found, got = await self.api_answer(MESSAGES, MESSAGES_PATH, body, judge_messages, headers)
-        if got is None:
-            return [
-                found,
-                *(not_checked_after(f, found, url, "no Anthropic Messages API") for f in rest),
-            ]
+        headers = messages_headers(self.options)
+        found, got = await self.api_answer(
+            MESSAGES, MESSAGES_PATH, messages_create(self.model), judge_messages, headers
+        )
+        if got is None or not found.supported:
+            return self.without_api(found, MESSAGES_PATH, rest)
         out = [found]
-        if MESSAGES_CACHE in rest:
+        if rest:
+            url = self.base + MESSAGES_PATH
+            body = messages_create(self.model, cached=True)
             try:
-                first_status, _, first = await self.message(cached=True)
-                second_status, _, second = await self.message(cached=True)
+                first = await self.stream(MESSAGES_API, MESSAGES_PATH, body, headers)
+                second = await self.stream(MESSAGES_API, MESSAGES_PATH, body, headers)
             except (TimeoutError, LoopbenchError) as exc:
-                out.append(_failed(MESSAGES_CACHE, f"POST {url}", exc, self.timeout_s))
+                out.append(self.failed(MESSAGES_CACHE, f"POST {url}", exc))
             else:
-                out.append(judge_prompt_cache(url, (first_status, first), (second_status, second)))
+                out.append(judge_prompt_cache(url, (first[0], first[2]), (second[0], second[2])))
         return out
 
     async def websocket(self, wanted: Sequence[str]) -> list[Finding]:
@@ -367,10 +359,14 @@ class _Prober:
             async with asyncio.timeout(self.timeout_s):
                 conn = await open_ws(self.options, url)
         except (TimeoutError, LoopbenchError) as exc:
-            status, message = _upgrade_answer(exc)
-            if status is None:
+            # the library's refusal, under the edge's TransportError
+            answer = upgrade_status(exc.__cause__ or exc)
+            if answer is None:
                 found = _ws_unanswered(url, exc, self.timeout_s)
             else:
+                status, body = answer
+                # the server's own words (an invalid key, "WebSocket mode is disabled…")
+                message = error_text(status, body) if body else ""
                 # Starlette (vLLM) refuses every upgrade with a bare 403: whether that is about
                 # the key is told by an HTTP request with the same key.
                 bare = status == FORBIDDEN and not message
@@ -392,7 +388,7 @@ class _Prober:
                     WEBSOCKET,
                     None if isinstance(first, _NoAnswer) else False,
                     f"{url} upgraded, but {first}",
-                    server_failed=isinstance(first, _NoAnswer),
+                    stopped_by="server" if isinstance(first, _NoAnswer) else None,
                 )
             out = [found]
             if not found.supported:
@@ -470,30 +466,12 @@ def _failed(feature: str, where: str, exc: BaseException, timeout_s: float) -> F
     when the server did not answer in time, which says nothing of the feature."""
     if isinstance(exc, TimeoutError):
         return Finding(
-            feature, None, f"{where}: no complete answer within {timeout_s:g} s", server_failed=True
+            feature,
+            None,
+            f"{where}: no complete answer within {timeout_s:g} s",
+            stopped_by="server",
         )
     return Finding(feature, False, f"{where}: {exc}")
-
-
-_HTTP_STATUS = re.compile(r"\bHTTP/\d(?:\.\d)? (\d{3})\b")
-
-
-def _upgrade_answer(exc: BaseException) -> tuple[int | None, str]:
-    """The HTTP status a refused upgrade was answered with (None: no answer) and the message
-    of its body ("" for none)."""
-    cause = exc.__cause__
-    if isinstance(cause, websockets.exceptions.InvalidStatus):
-        status = cause.response.status_code
-        # the server's own words (an invalid key, "WebSocket mode is disabled…") are the news
-        body = bytes(cause.response.body or b"")
-        return status, error_text(status, body) if body else ""
-    if isinstance(cause, websockets.exceptions.InvalidMessage):
-        # An HTTP/1.0 answer (python -m http.server, some proxies) is a status all the same,
-        # though the library refuses to parse it: "expected HTTP/1.1: HTTP/1.0 404 …".
-        found = _HTTP_STATUS.search(str(cause.__cause__ or ""))
-        if found:
-            return int(found.group(1)), ""
-    return None, ""
 
 
 def _ws_unanswered(url: str, exc: BaseException, timeout_s: float) -> Finding:
@@ -504,7 +482,7 @@ def _ws_unanswered(url: str, exc: BaseException, timeout_s: float) -> Finding:
             WEBSOCKET,
             None,
             f"no answer to the WebSocket upgrade at {url} within {timeout_s:g} s",
-            server_failed=True,
+            stopped_by="server",
         )
     if isinstance(cause, OSError):
         why = _os_reason(cause)
@@ -513,6 +491,9 @@ def _ws_unanswered(url: str, exc: BaseException, timeout_s: float) -> Finding:
     else:
         why = str(exc)
     return Finding(WEBSOCKET, False, ws_refused(url, None, why))
+
+
+_NO_HTTP = "no Responses API stream over HTTP"
 
 
 async def probe_endpoint(
@@ -537,56 +518,47 @@ async def probe_endpoint(
         if not reach.supported:
             return [reach, *(not_checked(f, "the target is unreachable") for f in rest)]
         out = [reach]
-        http_features = [f for f in rest if f in (SSE, CHAINING, RETRIEVE)]
         first: StreamReading | None = None
-        sse: Finding | None = None
-        if http_features:
+        #: the SSE check when it did not pass: the Responses API's other HTTP routes are worth
+        #: asking only where it answers; where it did not, their rows give the cause it found
+        failed: Finding | None = None
+        if any(f in rest for f in (SSE, CHAINING, RETRIEVE)):
             # store: true only when a chain or a retrieve will follow: a stateless run must not
             # fail the probe on an endpoint that refuses to store (zero data retention).
-            sse, first = await prober.sse(store=CHAINING in rest or RETRIEVE in rest)
-            if SSE in rest:
-                out.append(sse)
-            if CHAINING in rest:
-                out.append(
-                    await prober.chaining(first)
-                    if first is not None
-                    else not_checked_after(
-                        CHAINING, sse, prober.post_url, "no SSE stream to chain on"
-                    )
-                )
-        # The Responses API's other HTTP routes are worth asking only where it answers; where
-        # it did not, their rows give the cause the SSE check found.
-        failed = sse if sse is not None and first is None else None
-        no_http = "no Responses API stream over HTTP"
-        if BACKGROUND in rest:
-            if failed is not None:
-                out.append(not_checked_after(BACKGROUND, failed, prober.post_url, no_http))
-            else:
+            body = http_create(model, store=CHAINING in rest or RETRIEVE in rest)
+            sse, first = await prober.api_answer(SSE, "/responses", body, judge_sse)
+            out.append(sse)
+            if not sse.supported:
+                first, failed = None, sse
+        if failed is not None:
+            why = {
+                CHAINING: "no SSE stream to chain on",
+                RETRIEVE: "no stored response to retrieve",
+            }
+            out += [
+                not_checked_after(f, failed, prober.post_url, why.get(f, _NO_HTTP))
+                for f in rest
+                if f in (CHAINING, BACKGROUND, COMPACTION, RETRIEVE)
+            ]
+        else:
+            if CHAINING in rest and first is not None:
+                out.append(await prober.chaining(first))
+            if BACKGROUND in rest:
                 found, rid = await prober.background()
                 out.append(found)
                 prober.stored += [rid] if rid else []
-        if COMPACTION in rest:
-            out.append(
-                not_checked_after(COMPACTION, failed, prober.post_url, no_http)
-                if failed is not None
-                else await prober.compaction()
-            )
-        if RETRIEVE in rest:
-            if failed is not None:
-                out.append(
-                    not_checked_after(
-                        RETRIEVE, failed, prober.post_url, "no stored response to retrieve"
-                    )
-                )
-            elif first is None or first.response_id is None:
-                out.append(not_checked(RETRIEVE, "no stored response to retrieve"))
-            else:
-                found = await prober.retrieve(first.response_id)
-                out.append(found)
-                if found.supported:
-                    # what the probe stored is deleted where DELETE works
-                    for rid in prober.stored:
-                        await prober.forget(rid)
+            if COMPACTION in rest:
+                out.append(await prober.compaction())
+            if RETRIEVE in rest:
+                if first is None or first.response_id is None:
+                    out.append(not_checked(RETRIEVE, "no stored response to retrieve"))
+                else:
+                    found = await prober.retrieve(first.response_id)
+                    out.append(found)
+                    if found.supported:
+                        # what the probe stored is deleted where DELETE works
+                        for rid in prober.stored:
+                            await prober.forget(rid)
         ws_features = [f for f in rest if f in (WEBSOCKET, WS_CHAINING, WARMUP, LANES)]
         if ws_features:
             out += await prober.websocket(ws_features)

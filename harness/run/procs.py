@@ -29,12 +29,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from harness.report.rebuild import row_records
 from harness.report.render import render_run_safely
 from harness.report.results import load_run, new_run_id
 from harness.run.embedded import scenario_server
@@ -52,7 +53,7 @@ from harness.run.schedule_stats import ScheduleStats
 from harness.wire.errors import LoopbenchError
 from harness.wire.plural import counted
 from harness.workload.plan import RolloutPlan
-from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
+from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
 
@@ -163,17 +164,7 @@ def _records(run_dir: Path) -> Iterator[TurnRecord | RolloutRecord]:
     """The turn rows, then the rollout rows, of a child's private results folder."""
     run = load_run(run_dir)
     for table, cls in ((run.turns, TurnRecord), (run.rollouts, RolloutRecord)):
-        names = csv_fields(cls)
-        # An optional number (None when not reported) reads back as NaN: None again.
-        optional = {f.name for f in fields(cls) if f.default is None}
-        for row in table[names].itertuples(index=False, name=None):
-            values = {
-                k: (v.item() if hasattr(v, "item") else v) for k, v in zip(names, row, strict=True)
-            }
-            for k in optional:
-                if values[k] != values[k]:
-                    values[k] = None
-            yield cls(**values)
+        yield from row_records(table, cls)
 
 
 def _copy_rows(writer: Any, run_dir: Path) -> None:

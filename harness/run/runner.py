@@ -37,6 +37,7 @@ from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement, pool_size
 from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
 from harness.run.progress import LineProgress, ProgressSink
+from harness.run.rounds import interleaving_rounds
 from harness.run.server_scrape import ServerScraper, embedded_metrics_url
 from harness.transports import Transport, TransportOptions, make_transport
 from harness.transports.rx_socket import resolve_rx_stamp
@@ -201,24 +202,6 @@ def finish_scrape(scraper: ServerScraper | None, run: Measurement) -> dict[str, 
     return {"server_metrics": result.summary()}
 
 
-def _rounds(plans: list[RolloutPlan], scenario: Scenario) -> list[list[RolloutPlan]]:
-    """Rollouts grouped by interleaving round; every transport runs a round before the next.
-
-    Groups follow the generator's ``round`` tag, so each record's ``round``
-    matches its plan and the summary pairs transports per (round, rollout).
-    """
-    load = scenario.load
-    if load.order != "interleaved" or load.rounds == 1:
-        return [plans]
-    if any("round" not in p.tags for p in plans):
-        size = -(-len(plans) // load.rounds)
-        return [plans[i : i + size] for i in range(0, len(plans), size)]
-    groups: dict[int, list[RolloutPlan]] = {}
-    for plan in plans:
-        groups.setdefault(int(plan.tags["round"]), []).append(plan)
-    return [groups[k] for k in sorted(groups)]
-
-
 def open_measurement(
     scenario: Scenario,
     scenario_path: str,
@@ -321,8 +304,9 @@ async def _measure_and_write(
     if progress is None and printer is not None:
         progress = LineProgress(printer, interval_s=1.0)
     options = transport_options(base_url, opts, scenario.load, scenario.rollout, plans)
-    rounds = _rounds(plans, scenario)
-    duration = pass_duration(scenario.load, len(rounds))
+    load = scenario.load
+    rounds = interleaving_rounds(plans, load.rounds if load.order == "interleaved" else 1)
+    duration = pass_duration(load, len(rounds))
     # Built once, before the watch starts, and shared by the rounds: importing a
     # transport and building its TLS context block the loop for tens to hundreds of ms,
     # which is set-up, not the client falling behind.

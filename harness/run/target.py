@@ -9,10 +9,11 @@ pure layers.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import TypeAdapter
 
 from harness.client.shaping import RequestShaping, merge_extra_body, split_extra_body
 from harness.run.tokenizer import load_tokens, resolve_tokenizer_file
@@ -34,29 +35,17 @@ class TargetFlags:
     tokenizer: str | None = None
 
 
+_FLAGS = TypeAdapter(TargetFlags)
+
+
 def target_flags_to_json(flags: TargetFlags) -> str:
     """The flags as JSON, for a process that resolves them itself (the Locust master)."""
-    return json.dumps(
-        {
-            "headers": [list(h) for h in flags.headers],
-            "session_header": flags.session_header,
-            "extra_body": flags.extra_body,
-            "tokenizer": flags.tokenizer,
-        }
-    )
+    return _FLAGS.dump_json(flags).decode()
 
 
 def target_flags_from_json(text: str) -> TargetFlags:
     """:func:`target_flags_to_json` read back ("" gives no flags)."""
-    if not text:
-        return TargetFlags()
-    doc = json.loads(text)
-    return TargetFlags(
-        headers=tuple((str(k), str(v)) for k, v in doc.get("headers", [])),
-        session_header=doc.get("session_header"),
-        extra_body=doc.get("extra_body") or {},
-        tokenizer=doc.get("tokenizer"),
-    )
+    return _FLAGS.validate_json(text) if text else TargetFlags()
 
 
 def resolve_target(

@@ -279,11 +279,6 @@ class ResponseBuilder:
     # -- state ------------------------------------------------------------------------------
 
     @property
-    def sequence_number(self) -> int:
-        """The ``sequence_number`` the next event will carry."""
-        return self._seq
-
-    @property
     def open_item_id(self) -> str | None:
         """The id of the item now open, if any."""
         return None if self._open is None else str(self._open["id"])

@@ -224,7 +224,7 @@ def test_a_stream_ending_in_an_error_event_is_no_answer() -> None:
     }
     body = b"\n\n".join(head) + b"\n\n" + f"data: {json.dumps(error)}\n\n".encode()
     found = judge_sse("U", 200, SSE, read_body(RESPONSES_API, body))
-    assert found.supported is None and found.server_failed, found
+    assert found.supported is None and found.stopped_by == "server", found
     assert found.evidence == (
         "POST U answered 200 text/event-stream, but the server answered with an error "
         "(server_error): m (a server error, not an answer about the Responses API; try again later)"
@@ -313,14 +313,14 @@ def test_a_403_upgrade_is_forbidden_when_nothing_says_the_key_got_in(
 ) -> None:
     """A 403 with the server's words, or where no HTTP request got past the key: forbidden."""
     found = judge_upgrade(WS_URL, 403, message, placeholder_key=True, key_accepted=key_accepted)
-    assert found.supported is None and found.forbidden
+    assert found.supported is None and found.stopped_by == "forbidden"
     assert f"{WS_URL} answered forbidden (HTTP 403" in found.evidence
     assert found.evidence.endswith(KEY_HINT)
 
 
 def test_a_failed_upgrade_is_no_answer() -> None:
     found = judge_upgrade(WS_URL, 503, "", key_accepted=True)
-    assert found.supported is None and found.server_failed
+    assert found.supported is None and found.stopped_by == "server"
 
 
 def _messages(usage: dict[str, int]) -> StreamReading:

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
+import msgpack
 import pytest
 
+from harness.client.shaping import RequestShaping
 from harness.locust_driver.protocol import RunConfig
 from harness.locust_driver.wire import (
     ROLLOUT_INSTANTS,
     TURN_INSTANTS,
-    plan_from_wire,
-    plan_to_wire,
+    claim_from_wire,
     rollout_from_row,
     rollout_to_row,
     shift_instants,
     turn_from_row,
     turn_to_row,
+    work_message,
 )
-from harness.locust_driver.work import WorkQueue, split_rounds
+from harness.locust_driver.work import Claim, WorkQueue
+from harness.run.rounds import interleaving_rounds
+from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import validate_scenario
@@ -92,7 +96,17 @@ def test_interleaved_rounds_alternate_transports_like_loopbench_run() -> None:
         (2, "http", 2),
         (2, "ws", 2),
     ]
-    assert [len(c) for c in split_rounds(plans[:5], 2)] == [3, 2]
+    # 10 rollouts in 4 rounds: the generator's round tags (3, 2, 3, 2), as `loopbench run`
+    # groups them, not chunks of 3
+    ten = generate_rollouts(
+        validate_scenario(
+            {"name": "w", "rollout": {"count": 10}, "load": {"order": "interleaved", "rounds": 4}}
+        )
+    )
+    queue = WorkQueue(ten, ["http"], open_loop=False, rounds=4)
+    assert [len(p.plans) for p in queue.phases] == [3, 2, 3, 2]
+    assert all(plan.tags["round"] == str(p.round) for p in queue.phases for plan in p.plans)
+    assert [len(c) for c in interleaving_rounds(ten[:5], 1)] == [5]
 
 
 def test_open_loop_claims_carry_the_delay_to_the_intended_start() -> None:
@@ -125,16 +139,33 @@ def test_a_queue_needs_transports() -> None:
         WorkQueue([], [], open_loop=False)
 
 
+def _through_the_wire(plan: RolloutPlan) -> RolloutPlan | None:
+    """A claim of ``plan`` as the master sends it and a worker reads it (msgpack between)."""
+    claim = Claim("run", phase=1, transport="ws", round=0, plan=plan, start_in_ns=5)
+    back = claim_from_wire(msgpack.unpackb(msgpack.packb(work_message(7, claim))))
+    assert back == claim
+    return back.plan
+
+
 def test_plans_and_records_survive_the_wire() -> None:
     plans = generate_rollouts(_scenario(mode="open", arrival={"rate": 3}))
     for plan in plans:
-        assert plan_from_wire(plan_to_wire(plan)) == plan
+        assert _through_the_wire(plan) == plan
     # a reasoning turn's budget travels with its plan to the worker that replays it
     reasoning = generate_rollouts(
         validate_scenario({"name": "r", "rollout": {"count": 1, "reasoning_tokens": 300}})
     )[0]
     assert all(t.reasoning_tokens == 300 for t in reasoning.turns)
-    assert plan_from_wire(plan_to_wire(reasoning)) == reasoning
+    assert _through_the_wire(reasoning) == reasoning
+    # so do a recorded client's context choices and the sub-agents a turn forks
+    sub = SubagentPlan(1, 2, 3, 4, 5, (TurnPlan(0, 5, 0),), join="detach", ws_chains=True)
+    forking = replace(
+        reasoning,
+        turns=(replace(reasoning.turns[0], subagents=(sub,)), *reasoning.turns[1:]),
+        ws_chains=False,
+        resends_reasoning=True,
+    )
+    assert _through_the_wire(forking) == forking
     turn = TurnRecord("ws", 4, 2, round=1, sent_ns=10, first_token_ns=25, status="completed")
     turn.sim_cache = "hit"
     back = turn_from_row(turn_to_row(turn))
@@ -144,7 +175,8 @@ def test_plans_and_records_survive_the_wire() -> None:
     assert rollout_to_row(rollout_from_row(rollout_to_row(roll))) == rollout_to_row(roll)
     with pytest.raises(ValueError, match="turn row: expected"):
         turn_from_row([1, 2])
-    config = RunConfig("r", "http://x/v1", "m", 2, keepalive=False, hints=False)
+    shaping = RequestShaping((("X-Team", "a"),), "x-session", {"chat": {"top_k": 5}})
+    config = RunConfig("r", "http://x/v1", "m", 2, keepalive=False, hints=False, shaping=shaping)
     assert RunConfig.from_wire(config.to_wire()) == config
 
 

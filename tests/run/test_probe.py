@@ -185,12 +185,12 @@ def test_plain_web_and_500_servers_are_told_apart() -> None:
         None,
         f"POST {broken}/responses answered HTTP 500 with the body Internal Server Error "
         "(a server error, not an answer about the Responses API; try again later)",
-        server_failed=True,
+        stopped_by="server",
     )
     ws_url = broken.replace("http://", "ws://") + "/responses"
     assert (
         broken_found[checks.WEBSOCKET].supported is None
-        and broken_found[checks.WEBSOCKET].stops_a_run
+        and broken_found[checks.WEBSOCKET].stopped_by is not None
     )
     assert broken_found[checks.WEBSOCKET].evidence.startswith(
         f"the upgrade at {ws_url} was answered with HTTP 500"
@@ -219,7 +219,7 @@ def test_a_rate_limited_gateway_is_not_a_missing_api(tmp_path: Path) -> None:
         (checks.SSE, "the Responses API"),
         (checks.CHAT, "the Chat Completions API"),
     ):
-        assert found[feature].supported is None and found[feature].server_failed
+        assert found[feature].supported is None and found[feature].stopped_by == "server"
         assert found[feature].evidence.endswith(
             f": rate_limit_exceeded: {RATE_LIMIT_MESSAGE} (the server is rate-limiting, not an "
             f"answer about {about}; try again later)"
@@ -284,8 +284,8 @@ def test_an_unknown_about_the_client_stops_a_run_any_other_does_not() -> None:
     """docs/probe.md, "Before a run": refused credentials, a 403 and a model the endpoint does
     not serve stop it; an unknown about the feature itself does not."""
     specs = [transport_spec("ws")]
-    for flag in ("auth_failed", "forbidden", "model_unknown", "server_failed"):
-        found = Finding(checks.WEBSOCKET, None, f"the {flag} evidence", **{flag: True})
+    for flag in ("credentials", "forbidden", "model", "server"):
+        found = Finding(checks.WEBSOCKET, None, f"the {flag} evidence", stopped_by=flag)
         assert refusal([found], specs, "u") == (
             f"transport ws cannot run against u: the {flag} evidence"
         )
@@ -311,7 +311,7 @@ def test_each_checks_error_answer_is_no_unless_the_server_failed_or_was_busy(
     ]
     for f in found:
         assert f.supported is answer, f
-        assert f.server_failed is (answer is None), f
+        assert (f.stopped_by == "server") is (answer is None), f
         if answer is None:
             assert f.evidence.endswith("not an answer about the feature; try again later)"), f
 
@@ -339,7 +339,7 @@ def test_a_stream_that_ends_in_the_servers_error_is_unknown_not_missing(
         judge_sse("http://h/v1/responses", 200, "text/event-stream", reading),
     ):
         assert found.supported is answer, found
-        assert found.stops_a_run or answer is False
+        assert found.stopped_by is not None or answer is False
         assert found.evidence.endswith("try again later)") is (answer is None), found
 
 
@@ -368,7 +368,7 @@ def test_chat_and_messages_streams_ending_in_the_servers_error_are_unknown(
         judge_prompt_cache("http://h/v1/messages", (200, messages), (200, messages)),
     ):
         assert found.supported is answer, found
-        assert found.server_failed is (answer is None), found
+        assert (found.stopped_by == "server") is (answer is None), found
 
 
 def test_lanes_need_the_stream_id_in_every_event() -> None:
@@ -390,7 +390,7 @@ def test_bad_target_url_exits_4() -> None:
 
 def _unknown(feature: str, evidence: str) -> Finding:
     """What a check finds when the server failed to answer: neither yes nor no."""
-    return Finding(feature, None, evidence, server_failed=True)
+    return Finding(feature, None, evidence, stopped_by="server")
 
 
 def test_each_check_is_bounded_by_its_timeout() -> None:
@@ -494,7 +494,9 @@ def test_refused_credentials_are_not_a_missing_api(tmp_path: Path) -> None:
         found = _probe(url)
         code, err = _run(url, tmp_path / "results", "--transports", "http,ws")
     for feature in (checks.SSE, checks.WEBSOCKET):
-        assert found[feature].supported is None and found[feature].auth_failed, found[feature]
+        assert found[feature].supported is None and found[feature].stopped_by == "credentials", (
+            found[feature]
+        )
         assert "refused the credentials (HTTP 401" in found[feature].evidence
         assert "--api-key-env NAME" in found[feature].evidence
     assert code == ExitCode.USAGE
@@ -555,7 +557,7 @@ def test_forbidden_is_not_refused_credentials(tmp_path: Path) -> None:
         code, err = _run(url, tmp_path / "results", "--transports", "http,ws")
     for feature in (checks.SSE, checks.WEBSOCKET, checks.CHAT, checks.MESSAGES):
         row = found[feature]
-        assert row.supported is None and row.forbidden and not row.auth_failed, row
+        assert row.supported is None and row.stopped_by == "forbidden", row
         assert "refused the credentials" not in row.evidence
         assert f"answered forbidden (HTTP 403: model_not_allowed: {FORBIDDEN_MESSAGE})" in (
             row.evidence
@@ -590,7 +592,7 @@ def test_the_key_hint_only_when_the_placeholder_key_was_sent(
             }
             for how, findings in sent.items():
                 for row in findings:
-                    if row.auth_failed or row.forbidden:
+                    if row.stopped_by in ("credentials", "forbidden"):
                         assert (HINT in row.evidence) == (how == "placeholder"), (how, row)
         monkeypatch.setenv("LOOPBENCH_PROBE_TEST_KEY", "sk-the-users-own")
         given = loopbench("probe", "--target", url, "--api-key-env", "LOOPBENCH_PROBE_TEST_KEY")

@@ -255,7 +255,7 @@ def test_an_unknown_model_is_not_a_missing_api() -> None:
     with chat_only_server(model="Qwen/Qwen3-8B") as url:
         found = _probe(url)
         chat = found[checks.CHAT]
-        assert chat.supported is None and chat.model_unknown
+        assert chat.supported is None and chat.stopped_by == "model"
         assert "does not serve the model" in chat.evidence and "--model" in chat.evidence
         assert "no Chat Completions API" not in chat.evidence
         # the rows under it give that cause too, not an API that is not there
