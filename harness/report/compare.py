@@ -2,26 +2,10 @@
 
 The first run is the reference (A); every other run is a candidate compared with it.
 
-**Comparability** first (:func:`run_reasons`, :func:`pair_reasons`), by the rules ``run`` and
-``gate`` apply (:mod:`harness.metrics.validity`): every run must count (finished, not partial,
-valid: its errors within the scenario's ``max_error_rate``, a completed rollout per transport,
-its starts on schedule, a healthy client), and the runs must replay the same workload (same
-scenario name and seed, same scenario content apart from the server, slo, description and
-transport list) and measure the same transports.  Each breach is a reason; ``compare`` exits
-3 with them unless ``--force``.
-
-**One statistic per row.**  For a metric with per-sample values in the row files (per-turn TTFT,
-TTFB, turn latency, decode rate; per-rollout latency), the p50 row is the median *of those
-samples* in both runs: A and B are the two medians, Δ their difference, Δ % = B/A − 1 (the
-ratio of medians), and its 95 % CI is an independent bootstrap of that same ratio, so Δ % and
-the interval always describe one statistic.  The Mann–Whitney p-value tests the same samples.
-With fewer than :data:`~harness.metrics.stats.MIN_CI_PAIRS` samples on a side there is no
-CI and no test ("n=2: too few for a CI").  Verdict ``better``/``worse`` when p < 0.05 *and* the
-interval excludes 1.  Rows without samples (tails, peaks, run-level rates) compare the
-``summary.json`` values and have no test: one value per run.
-
-A transport that did not run, or had no successful turn, in a run keeps its rows: the values
-it has, and the reason in the verdict column.
+The comparability checks (:func:`run_reasons`, :func:`pair_reasons`: the rules ``run`` and
+``gate`` apply, :mod:`harness.metrics.validity`) and the rows, one statistic each (the p50 of
+per-sample metrics is the median of the samples, with a bootstrap CI of the ratio of medians and a
+Mann–Whitney test; other rows compare the ``summary.json`` values), are docs/compare.md §1-§2.
 """
 
 from __future__ import annotations
