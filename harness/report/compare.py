@@ -51,43 +51,12 @@ ALPHA = 0.05
 _MAX_DIFFS = 5
 
 
-@dataclass(frozen=True, slots=True)
-class MetricSpec:
-    """One row of the comparison: a statistic of a metric of the table."""
-
-    metric: D.Metric
-    stat: D.Stat
-
-    @property
-    def path(self) -> tuple[str, str]:
-        """``summary.json`` path under ``transports.<name>``, e.g. ("ttft_ms", "p50")."""
-        return self.metric.group, self.stat.key
-
-    @property
-    def label(self) -> str:
-        return self.metric.title(self.stat.key)
-
-    @property
-    def unit(self) -> str:
-        return self.metric.unit
-
-    @property
-    def lower_is_better(self) -> bool:
-        return self.metric.lower_is_better is not False
-
-    @property
-    def samples(self) -> tuple[str, str] | None:
-        """(table, column) of the per-sample values tested, if any: the median rows of a
-        metric with a column in the row files (a run holds too few tail samples for a test)."""
-        m = self.metric
-        if m.column is None or m.record is None or self.stat.name != "p50":
-            return None
-        return ("turns" if m.record == "turn" else "rollouts", m.column)
-
-
-def metric_specs() -> tuple[MetricSpec, ...]:
-    """The rows ``compare`` shows, from the metric table."""
-    return tuple(MetricSpec(m, s) for m, s in D.compare_rows())
+def _samples(m: D.Metric, stat: D.Stat) -> tuple[str, str] | None:
+    """(table, column) of the per-sample values a row tests, if any: the median rows of a metric
+    with a column in the row files (a run holds too few tail samples for a test)."""
+    if m.column is None or m.record is None or stat.name != "p50":
+        return None
+    return ("turns" if m.record == "turn" else "rollouts", m.column)
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +293,7 @@ def warnings(side: Side) -> list[str]:
 
 
 def _tested_row(
-    spec: MetricSpec, a: np.ndarray, b: np.ndarray, *, n_boot: int, seed: int
+    m: D.Metric, a: np.ndarray, b: np.ndarray, *, n_boot: int, seed: int
 ) -> dict[str, Any]:
     """A median row from the samples: one statistic for A, B, Δ, Δ %, the CI and the test."""
     ma = float(np.median(a)) if len(a) else None
@@ -342,7 +311,7 @@ def _tested_row(
     _, ci = bootstrap_ratio_of_medians(b, a, n_boot=n_boot, seed=seed)
     verdict = "no significant change"
     if p < ALPHA and not (ci[0] <= 1.0 <= ci[1]):
-        verdict = "better" if (ratio < 1.0) == spec.lower_is_better else "worse"
+        verdict = "better" if (ratio < 1.0) == (m.lower_is_better is not False) else "worse"
     out.update(ratio_ci95=ci, p_value=p, verdict=verdict)
     return out
 
@@ -365,26 +334,25 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
     names = A.ordered_transports([*ref.transports, *cand.transports])
     # without reasoning on either side TTFOT repeats TTFT and there are no reasoning tokens
     reasoned = D.has_reasoning(ref.run.summary_model) or D.has_reasoning(cand.run.summary_model)
-    specs = [spec for spec in metric_specs() if reasoned or not spec.metric.reasoning]
+    rows = [(m, stat) for m, stat in D.compare_rows() if reasoned or not m.reasoning]
     out: list[Delta] = []
     for name in names:
         missing = _missing_note(ref, cand, name)
         sa, sb = ref.summary_of(name), cand.summary_of(name)
-        for spec in specs:
+        for m, stat in rows:
             row: dict[str, Any]
-            if spec.samples is not None:
-                table, column = spec.samples
+            if (samples := _samples(m, stat)) is not None:
+                table, column = samples
                 row = _tested_row(
-                    spec,
+                    m,
                     ref.samples(table, column, name),
                     cand.samples(table, column, name),
                     n_boot=n_boot,
                     seed=seed,
                 )
             else:
-                group, key = spec.path
-                va = finite(sa.stat(group, key))
-                vb = finite(sb.stat(group, key))
+                va = finite(sa.stat(m.group, stat.key))
+                vb = finite(sb.stat(m.group, stat.key))
                 row = {"a": va, "b": vb}
                 if va is not None and vb is not None:
                     row["delta"] = vb - va
@@ -396,7 +364,7 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
                 row["verdict"] = ""
             row.setdefault("delta", None)
             row.setdefault("delta_pct", None)
-            out.append(Delta(name, spec.label, spec.unit, candidate=cand.label, **row))
+            out.append(Delta(name, m.title(stat.key), m.unit, candidate=cand.label, **row))
     return out
 
 
