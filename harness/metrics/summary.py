@@ -207,9 +207,10 @@ class _TransportStats:
             self.sim_n[i] += o.sim_n[i]
         for kind, n in o.errors_by_kind.items():
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + n
-        honesty.merge(self.honesty, o.honesty)
+        for counts, theirs in ((self.honesty, o.honesty), (self.token_counts, o.token_counts)):
+            for counter in counts:
+                counts[counter] += theirs[counter]
         cache.merge(self.cache_by_turn, o.cache_by_turn)
-        token_counts.merge(self.token_counts, o.token_counts)
         subagents.merge(self.subagents, o.subagents)
         self.slo_first_ns = _opt(min, self.slo_first_ns, o.slo_first_ns)
         self.slo_last_ns = _opt(max, self.slo_last_ns, o.slo_last_ns)
