@@ -19,7 +19,7 @@ import numpy as np
 
 from harness.metrics import definitions as D
 from harness.metrics.results_model import Comparison as SummaryComparison
-from harness.metrics.results_model import Manifest, TransportSummary
+from harness.metrics.results_model import Manifest
 from harness.metrics.stats import (
     MIN_CI_PAIRS,
     bootstrap_median,
@@ -141,9 +141,6 @@ class Side:
         in the manifest only, and must not vanish from the comparison."""
         planned = list(self.run.manifest_model.transports)
         return A.ordered_transports([*A.run_transports(self.run), *planned])
-
-    def summary_of(self, transport: str) -> TransportSummary:
-        return self.run.figures(transport)
 
     def samples(self, table: str, column: str, transport: str) -> np.ndarray:
         return A.ok_samples(self.table(table), transport, column)
@@ -338,7 +335,7 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
     out: list[Delta] = []
     for name in names:
         missing = _missing_note(ref, cand, name)
-        sa, sb = ref.summary_of(name), cand.summary_of(name)
+        sa, sb = ref.run.figures(name), cand.run.figures(name)
         for m, stat in rows:
             row: dict[str, Any]
             if (samples := _samples(m, stat)) is not None:
@@ -467,21 +464,10 @@ def metric_verdict(d: Delta, ref: str = "A") -> str:
     return f"{text}: {row_verdict(d)}"
 
 
-DELTA_HEADERS = [
-    "transport",
-    "metric",
-    "A",
-    "B",
-    "Δ (B−A)",
-    "Δ % [95 % CI]",
-    "p (Mann–Whitney)",
-    "verdict",
-]
-
-
 def delta_headers(ref: str = "A", cand: str = "B") -> list[str]:
-    """:data:`DELTA_HEADERS` for candidate ``cand`` against reference ``ref``."""
-    return [*DELTA_HEADERS[:2], ref, cand, f"Δ ({cand}−{ref})", *DELTA_HEADERS[5:]]
+    """The delta table's headers for candidate ``cand`` against reference ``ref``."""
+    stats = ["Δ % [95 % CI]", "p (Mann–Whitney)", "verdict"]
+    return ["transport", "metric", ref, cand, f"Δ ({cand}−{ref})", *stats]
 
 
 def delta_rows(deltas: Sequence[Delta]) -> list[list[str]]:
