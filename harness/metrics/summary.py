@@ -603,20 +603,15 @@ class Accumulator:
                 "decode_excluded": t.decode_candidates - decode.count,
             }
         if m.name == "aggregate_tps":
-            span_ns = (
-                t.agg_last_ns - t.agg_first_ns
-                if t.agg_first_ns is not None and t.agg_last_ns is not None
-                else 0
-            )
+            # no stamp: no token, so no bucket either
+            first, last = t.agg_first_ns or 0, t.agg_last_ns or 0
+            span_ns = last - first
             # a bucket the active span only partly covers is diluted by the idle rest (a 0.4 s
             # run would peak below its own mean): the peak is over whole buckets only
             whole = [
                 tokens / (_BUCKET_NS / 1e9)
                 for k, tokens in t.agg_buckets.items()
-                if t.agg_first_ns is not None
-                and t.agg_last_ns is not None
-                and k * _BUCKET_NS >= t.agg_first_ns
-                and (k + 1) * _BUCKET_NS <= t.agg_last_ns
+                if k * _BUCKET_NS >= first and (k + 1) * _BUCKET_NS <= last
             ]
             return {
                 "aggregate_mean": _r(t.agg_tokens * 1e9 / span_ns) if span_ns > 0 else None,
