@@ -26,7 +26,7 @@ from harness.metrics import slo as _slo
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.results_model import FORMAT_VERSION
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
-from harness.metrics.stats import paired_speedup, unpaired_speedup
+from harness.metrics.stats import paired_speedup
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS, buckets_to_series
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import BURST_WINDOW_NS, RolloutRecord, TurnRecord
@@ -677,21 +677,16 @@ class Accumulator:
         }
         if has_rollouts:
             paired = b.rollout_latency_ns.keys() == c.rollout_latency_ns.keys()
-            if paired:
-                keys = sorted(b.rollout_latency_ns)
-                res = paired_speedup(
-                    [b.rollout_latency_ns[k] / 1e6 for k in keys],
-                    [c.rollout_latency_ns[k] / 1e6 for k in keys],
-                    n_boot=n_boot,
-                    seed=seed,
-                )
-            else:
-                res = unpaired_speedup(
-                    [v / 1e6 for v in b.rollout_latency_ns.values()],
-                    [v / 1e6 for v in c.rollout_latency_ns.values()],
-                    n_boot=n_boot,
-                    seed=seed,
-                )
+            # paired: both sides in one order of the rollouts; else each side as it came
+            b_keys = sorted(b.rollout_latency_ns) if paired else list(b.rollout_latency_ns)
+            c_keys = b_keys if paired else list(c.rollout_latency_ns)
+            res = paired_speedup(
+                [b.rollout_latency_ns[k] / 1e6 for k in b_keys],
+                [c.rollout_latency_ns[k] / 1e6 for k in c_keys],
+                paired=paired,
+                n_boot=n_boot,
+                seed=seed,
+            )
             out["rollout_speedup"] = _r(res.median_ratio, 4)
             if res.ci95 is not None:
                 out["rollout_speedup_ci95"] = [_r(res.ci95[0], 4), _r(res.ci95[1], 4)]
