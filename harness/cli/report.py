@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +58,6 @@ from harness.run.goodput import (
     default_param,
     run_goodput_search,
 )
-from harness.run.runner import RunOptions
 from harness.run.sweep import run_sweep
 from harness.wire.errors import ResultsError, UsageError
 from harness.wire.exit_codes import ExitCode
@@ -318,14 +316,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _sweep_options(
-    args: argparse.Namespace, scenario: Scenario
-) -> tuple[RunOptions, Callable[[str], None]]:
-    """The options every run of a sweep or a search shares (``scenario``'s ``target:`` shapes
-    them all), and the progress printer ``-q`` silences."""
-    return run_args.run_options(args, scenario), progress_printer(args.quiet)
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     run_args.check_sweep_args(args)
     if args.search is not None:
@@ -379,16 +369,16 @@ def _cmd_goodput_search(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace, scenario: Scenario, start: Any, *head: Any) -> Any:
-    """Run a sweep or a search (``start``) with the options all of its runs share, serving live
-    metrics while it runs if asked."""
-    opts, printer = _sweep_options(args, scenario)
+    """Run a sweep or a search (``start``) with the options all of its runs share (``scenario``'s
+    ``target:`` shapes them all), serving live metrics while it runs if asked."""
+    opts = run_args.run_options(args, scenario)
     with run_args.live_export(args) as opts.live:
         return start(
             str(args.scenario),
             *head,
             opts,
             sweep_id=args.sweep_id,
-            printer=printer,
+            printer=progress_printer(args.quiet),
             announce=lambda s: print(s, file=sys.stderr, flush=True),
         )
 

@@ -57,11 +57,6 @@ def add(counts: dict[str, int], rec: TurnRecord) -> None:
         counts["output_whole_calls"] += rec.function_calls > 0
 
 
-def merge(counts: dict[str, int], other: Mapping[str, int]) -> None:
-    for key in KEYS:
-        counts[key] += int(other.get(key, 0))
-
-
 def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
     """One line per check that flagged a turn of ``transport`` (none: an empty list)."""
     checked = counted(counts.get("checked_turns", 0), "turn")

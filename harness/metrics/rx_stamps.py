@@ -9,19 +9,14 @@ of the difference (docs/metrics.md §1.9).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from harness.metrics.hdr import nearest_rank
 from harness.workload.records import TurnRecord
 
 #: the diagnostic window: turns per transport that keep both stamps
 DIAGNOSTIC_TURNS = 200
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of sorted ``values`` (not empty)."""
-    rank = max(1, -(-len(values) * q // 100))
-    return values[int(rank) - 1]
 
 
 class RxStampStats:
@@ -72,8 +67,8 @@ class RxStampStats:
         # The same keys with or without samples: every way to run writes one summary shape.
         block["user_minus_kernel_us"] = {
             "count": len(diffs),
-            "p50": round(_percentile(diffs, 50), 2) if diffs else None,
-            "p99": round(_percentile(diffs, 99), 2) if diffs else None,
+            "p50": round(diffs[nearest_rank(50, len(diffs)) - 1], 2) if diffs else None,
+            "p99": round(diffs[nearest_rank(99, len(diffs)) - 1], 2) if diffs else None,
             "max": round(diffs[-1], 2) if diffs else None,
             "mean": round(sum(diffs) / len(diffs), 2) if diffs else None,
         }

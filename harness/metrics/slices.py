@@ -1,25 +1,10 @@
-"""Time slices: per-interval percentiles and throughput per transport.
+"""Time slices: per-interval percentiles and throughput per transport (docs/metrics.md §7).
 
-docs/metrics.md, "Time slices", is the user's side of this module.
-
-The summary's statistics pool a whole pass, so a ramp, a burst or a storm is averaged away.
-A slice is ``slice_ns`` of one transport's pass on the run's clock: slice ``k`` holds the turns
-that *ended* in ``[origin + k·w, origin + (k+1)·w)``, where ``origin`` is the transport's first
-intended start (else its first request) — the records' own timestamps, no clock read here.
-A turn belongs to the slice it ended in, as a turn reaches the live export
-(:mod:`harness.metrics.live`) when it ends, so the two agree on what an interval holds.
-
-Per slice: the p50/p90/p99 of the latency metrics the live export shows (:data:`LIVE_LATENCY`,
-values from the metric table, :func:`harness.metrics.definitions.column`), as exact nearest-rank
-order statistics of the turns' values rounded to the µs as the summary's histograms record them
-(so one slice spanning a whole pass gives the summary's exact percentiles); the sample count of
-each; turns/s and errors/s (turns that ended in the slice, failed ones apart; compactions are not
-turns); and output tokens/s with each response's tokens spread between its first and last token
-(:func:`~harness.metrics.timeseries.token_rate_series`, as the aggregate-TPS plot does).
-
-The computation runs once over the turn rows after the run (``turns.csv.gz``), not per record
-on the hot path: the report (``harness/report/``) writes ``slices.csv.gz`` and the timeline plot
-from it, and ``loopbench report RUN`` rebuilds both from the rows.
+A turn belongs to the slice it *ended* in, as a turn reaches the live export
+(:mod:`harness.metrics.live`) when it ends, so the two agree on what an interval holds; the
+latency values are the metric table's, rounded to the µs as the summary's histograms record
+them, so one slice spanning a whole pass gives the summary's exact percentiles.  Computed once
+over the turn rows after the run, not per record on the hot path.
 """
 
 from __future__ import annotations

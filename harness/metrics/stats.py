@@ -132,14 +132,24 @@ def paired_speedup(
     baseline: Values,
     candidate: Values,
     *,
+    paired: bool = True,
     n_boot: int = 2000,
     seed: int = 0,
     level: float = 0.95,
 ) -> PairedResult:
     """Median per-pair speedup ``baseline[i] / candidate[i]`` with a bootstrap CI over pairs.
 
-    ``baseline[i]`` and ``candidate[i]`` must be latencies of the same rollout.
+    ``baseline[i]`` and ``candidate[i]`` must be latencies of the same rollout.  ``paired``
+    False, the fallback when rollouts cannot be paired: the ratio of medians with an
+    independent bootstrap of each side.
     """
+    if not paired:
+        ratio, boot_ci = bootstrap_ratio_of_medians(
+            baseline, candidate, n_boot=n_boot, seed=seed, level=level
+        )
+        n = min(len(baseline), len(candidate))
+        ci = boot_ci if ci_reason(n) is None else None
+        return PairedResult(ratio, ci, (1.0 - 1.0 / ratio) * 100.0, n, paired=False)
     _check_boot(n_boot, level)
     base, cand = _pairs("paired_speedup", baseline, candidate, _positive_array)
     ratios = base / cand
@@ -170,28 +180,6 @@ def bootstrap_ratio_of_medians(
     rng = np.random.default_rng(seed)
     boot = _bootstrap_medians(arr_a, n_boot, rng) / _bootstrap_medians(arr_b, n_boot, rng)
     return float(np.median(arr_a) / np.median(arr_b)), _ci(boot, level)
-
-
-def unpaired_speedup(
-    baseline: Values,
-    candidate: Values,
-    *,
-    n_boot: int = 2000,
-    seed: int = 0,
-    level: float = 0.95,
-) -> PairedResult:
-    """Fallback when rollouts cannot be paired: ratio of medians, independent bootstrap."""
-    ratio, ci = bootstrap_ratio_of_medians(
-        baseline, candidate, n_boot=n_boot, seed=seed, level=level
-    )
-    n = min(len(baseline), len(candidate))
-    return PairedResult(
-        median_ratio=ratio,
-        ci95=ci if ci_reason(n) is None else None,
-        reduction_pct=(1.0 - 1.0 / ratio) * 100.0,
-        n=n,
-        paired=False,
-    )
 
 
 def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, float]:

@@ -9,35 +9,15 @@ speedup, one integer per completed rollout — so memory does not grow with the
 number of turns.  Accumulators of several processes merge (:meth:`Accumulator.merge`,
 or :meth:`Accumulator.to_state` / :meth:`Accumulator.from_state` over the wire).
 
-Choices the definitions in docs/metrics.md §1 leave open:
-
-* Latency metrics (TTFT, TTFB, turn, ITL, TPOT, decode TPS, breakdown,
-  measurement error) come from successful turns (``status`` completed or
-  incomplete); failed turns are counted in ``turns.errors`` and
-  ``errors_by_kind`` (keyed by ``error_kind``, else ``status``).  Rollout
-  failures with no failed turn are counted there too, as ``rollout:<kind>``.
-* Aggregate TPS counts every output token received, failed turns included: a
-  token that was streamed loaded the engine.  Each turn's tokens are spread
-  uniformly over its first..last token interval and added to one-second
-  buckets (``AGGREGATE_BUCKET_NS``, relative to ``t0_ns``, the buckets the
-  report's plot draws); ``aggregate_peak`` is the fullest bucket,
-  ``aggregate_mean`` is total tokens over the active span (first token of the
-  run to last token), which unlike a mean of buckets is not diluted by the
-  partially filled first and last seconds.
-* Rollout latency is measured from the intended start; rollouts with no
-  intended start (0) fall back to the actual start.  ``rollout_uncorrected_ms``
-  is measured from the actual start (what a coordinated-omission-prone tool
-  would report); the gap between the two is the schedule lag.
-* Rollouts pair across transports by ``(round, rollout_id)``; a comparison is
-  ``paired`` when both transports completed exactly the same set, else it falls
-  back to an unpaired ratio of medians.
+The choices the definitions leave open (failed turns, aggregate-TPS buckets, rollout latency
+from the intended start, pairing by ``(round, rollout_id)``) are docs/metrics.md §1.2, *Choices*.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.metrics import cache, honesty, subagents, token_counts
@@ -46,7 +26,7 @@ from harness.metrics import slo as _slo
 from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.results_model import FORMAT_VERSION
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
-from harness.metrics.stats import paired_speedup, unpaired_speedup
+from harness.metrics.stats import paired_speedup
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS, buckets_to_series
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import BURST_WINDOW_NS, RolloutRecord, TurnRecord
@@ -177,6 +157,41 @@ class _TransportStats:
                 out[m.histogram] = h
         return out
 
+    def to_state(self) -> dict[str, Any]:
+        """Every field but the histograms' views, in JSON (tuple keys as ``[round, id, value]``
+        rows); the histograms encoded."""
+        out: dict[str, Any] = {"histograms": {m: h.encode() for m, h in self.histograms().items()}}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _ROLLOUT_KEYED:
+                value = [[r, i, v] for (r, i), v in value.items()]
+            elif f.name == "agg_buckets":
+                value = list(value.items())
+            if f.name not in _VIEWS:
+                out[f.name] = value
+        return out
+
+    def load_state(self, d: Mapping[str, Any]) -> None:
+        """The fields of :meth:`to_state` (of this version of loopbench) back."""
+        hists = {m: Histogram.decode(s) for m, s in d["histograms"].items()}
+        decoded: list[Any] = []
+        for m in self.layout.metrics:
+            if m.signed:
+                signed = SignedHistogram()
+                signed.pos = hists[m.histogram + "_pos"]
+                signed.neg = hists[m.histogram + "_neg"]
+                decoded.append(signed)
+            else:
+                decoded.append(hists[m.histogram])
+        self.set_histograms(decoded)
+        for name, value in d.items():
+            if name in _ROLLOUT_KEYED:
+                value = {(r, i): v for r, i, v in value}
+            elif name == "agg_buckets":
+                value = {int(k): float(v) for k, v in value}
+            if name != "histograms":
+                setattr(self, name, value)
+
     def merge(self, o: _TransportStats) -> None:
         for name in _SUMMED:
             setattr(self, name, getattr(self, name) + getattr(o, name))
@@ -192,9 +207,10 @@ class _TransportStats:
             self.sim_n[i] += o.sim_n[i]
         for kind, n in o.errors_by_kind.items():
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + n
-        honesty.merge(self.honesty, o.honesty)
+        for counts, theirs in ((self.honesty, o.honesty), (self.token_counts, o.token_counts)):
+            for counter in counts:
+                counts[counter] += theirs[counter]
         cache.merge(self.cache_by_turn, o.cache_by_turn)
-        token_counts.merge(self.token_counts, o.token_counts)
         subagents.merge(self.subagents, o.subagents)
         self.slo_first_ns = _opt(min, self.slo_first_ns, o.slo_first_ns)
         self.slo_last_ns = _opt(max, self.slo_last_ns, o.slo_last_ns)
@@ -212,6 +228,11 @@ class _TransportStats:
             )
         self.rollout_latency_ns.update(o.rollout_latency_ns)
 
+
+#: fields of _TransportStats keyed by (round, rollout_id)
+_ROLLOUT_KEYED = ("rollout_latency_ns", "slo_rollouts")
+#: fields of _TransportStats that are the histograms or views of them (not in the state as such)
+_VIEWS = ("layout", "hists", "turn_h", "rollout_h")
 
 #: the counters of _TransportStats that merge by adding
 _SUMMED = (
@@ -448,36 +469,13 @@ class Accumulator:
 
     def to_state(self) -> dict[str, Any]:
         """A JSON-serialisable snapshot, for shipping an accumulator between processes."""
-        transports: dict[str, Any] = {}
-        for name, t in self._by_transport.items():
-            transports[name] = {
-                "counts": [t.turns, t.turn_errors, t.rollouts, t.rollout_errors],
-                "histograms": {m: h.encode() for m, h in t.histograms().items()},
-                "burst_tokens_max": t.burst_tokens_max,
-                "decode_candidates": t.decode_candidates,
-                "agg_buckets": [[sec, tok] for sec, tok in t.agg_buckets.items()],
-                "agg": [t.agg_tokens, t.agg_first_ns, t.agg_last_ns],
-                "sim_sum": t.sim_sum,
-                "sim_n": t.sim_n,
-                "rollout_ns": [t.tool_ns, t.client_ns, t.recovery_ns, t.rollout_turns],
-                "errors_by_kind": t.errors_by_kind,
-                "honesty": t.honesty,
-                "token_counts": t.token_counts,
-                "subagents": t.subagents,
-                "rollout_latency_ns": [[r, i, ns] for (r, i), ns in t.rollout_latency_ns.items()],
-                "cache_by_turn": t.cache_by_turn,
-                "output_tokens": t.output_tokens,
-                "slo": [t.slo_turns, t.slo_good_turns, t.slo_first_ns, t.slo_last_ns],
-                "slo_rollouts": [[r, i, *v] for (r, i), v in t.slo_rollouts.items()],
-                "slo_folded": t.slo_folded,
-            }
         return {
             "format_version": FORMAT_VERSION,
             "warmup_rollouts": self.warmup_rollouts,
             "burst_window_s": self.burst_window_s,
             "t0_ns": self.t0_ns,
             "slo": self.slo,
-            "transports": transports,
+            "transports": {name: t.to_state() for name, t in self._by_transport.items()},
         }
 
     @classmethod
@@ -494,44 +492,7 @@ class Accumulator:
             slo={str(k): float(v) for k, v in (state.get("slo") or {}).items()},
         )
         for name, d in state["transports"].items():
-            t = acc._stats(name)
-            t.turns, t.turn_errors, t.rollouts, t.rollout_errors = (int(x) for x in d["counts"])
-            hists = {m: Histogram.decode(s) for m, s in d["histograms"].items()}
-            decoded: list[Any] = []
-            for m in acc._layout.metrics:
-                if m.signed:
-                    signed = SignedHistogram()
-                    signed.pos = hists[m.histogram + "_pos"]
-                    signed.neg = hists[m.histogram + "_neg"]
-                    decoded.append(signed)
-                else:
-                    decoded.append(hists[m.histogram])
-            t.set_histograms(decoded)
-            t.burst_tokens_max = int(d["burst_tokens_max"])
-            t.decode_candidates = int(d.get("decode_candidates", 0))
-            t.agg_buckets = {int(sec): float(tok) for sec, tok in d["agg_buckets"]}
-            t.agg_tokens, t.agg_first_ns, t.agg_last_ns = d["agg"]
-            t.sim_sum = [float(x) for x in d["sim_sum"]]
-            t.sim_n = [int(x) for x in d["sim_n"]]
-            t.tool_ns, t.client_ns, t.recovery_ns, t.rollout_turns = (
-                int(x) for x in d["rollout_ns"]
-            )
-            t.errors_by_kind = {str(k): int(v) for k, v in d["errors_by_kind"].items()}
-            honesty.merge(t.honesty, d.get("honesty", {}))
-            token_counts.merge(t.token_counts, d.get("token_counts", {}))
-            subagents.merge(t.subagents, d.get("subagents", {}))
-            t.rollout_latency_ns = {
-                (int(r), int(i)): int(ns) for r, i, ns in d["rollout_latency_ns"]
-            }
-            cache.merge(t.cache_by_turn, d.get("cache_by_turn", []))
-            t.output_tokens = int(d.get("output_tokens", 0))
-            if "slo" in d:
-                t.slo_turns, t.slo_good_turns, t.slo_first_ns, t.slo_last_ns = d["slo"]
-                t.slo_rollouts = {
-                    (int(r), int(i)): [int(m), int(n), int(v)]
-                    for r, i, m, n, v in d["slo_rollouts"]
-                }
-                t.slo_folded = [int(x) for x in d.get("slo_folded", (0, 0))]
+            acc._stats(name).load_state(d)
         return acc
 
     # -- summary -----------------------------------------------------------------------------
@@ -642,20 +603,15 @@ class Accumulator:
                 "decode_excluded": t.decode_candidates - decode.count,
             }
         if m.name == "aggregate_tps":
-            span_ns = (
-                t.agg_last_ns - t.agg_first_ns
-                if t.agg_first_ns is not None and t.agg_last_ns is not None
-                else 0
-            )
+            # no stamp: no token, so no bucket either
+            first, last = t.agg_first_ns or 0, t.agg_last_ns or 0
+            span_ns = last - first
             # a bucket the active span only partly covers is diluted by the idle rest (a 0.4 s
             # run would peak below its own mean): the peak is over whole buckets only
             whole = [
                 tokens / (_BUCKET_NS / 1e9)
                 for k, tokens in t.agg_buckets.items()
-                if t.agg_first_ns is not None
-                and t.agg_last_ns is not None
-                and k * _BUCKET_NS >= t.agg_first_ns
-                and (k + 1) * _BUCKET_NS <= t.agg_last_ns
+                if k * _BUCKET_NS >= first and (k + 1) * _BUCKET_NS <= last
             ]
             return {
                 "aggregate_mean": _r(t.agg_tokens * 1e9 / span_ns) if span_ns > 0 else None,
@@ -721,21 +677,16 @@ class Accumulator:
         }
         if has_rollouts:
             paired = b.rollout_latency_ns.keys() == c.rollout_latency_ns.keys()
-            if paired:
-                keys = sorted(b.rollout_latency_ns)
-                res = paired_speedup(
-                    [b.rollout_latency_ns[k] / 1e6 for k in keys],
-                    [c.rollout_latency_ns[k] / 1e6 for k in keys],
-                    n_boot=n_boot,
-                    seed=seed,
-                )
-            else:
-                res = unpaired_speedup(
-                    [v / 1e6 for v in b.rollout_latency_ns.values()],
-                    [v / 1e6 for v in c.rollout_latency_ns.values()],
-                    n_boot=n_boot,
-                    seed=seed,
-                )
+            # paired: both sides in one order of the rollouts; else each side as it came
+            b_keys = sorted(b.rollout_latency_ns) if paired else list(b.rollout_latency_ns)
+            c_keys = b_keys if paired else list(c.rollout_latency_ns)
+            res = paired_speedup(
+                [b.rollout_latency_ns[k] / 1e6 for k in b_keys],
+                [c.rollout_latency_ns[k] / 1e6 for k in c_keys],
+                paired=paired,
+                n_boot=n_boot,
+                seed=seed,
+            )
             out["rollout_speedup"] = _r(res.median_ratio, 4)
             if res.ci95 is not None:
                 out["rollout_speedup_ci95"] = [_r(res.ci95[0], 4), _r(res.ci95[1], 4)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.metrics.cache import ratio
 from harness.metrics.results_model import Summary, as_summary
 from harness.workload.records import TurnRecord
 
@@ -55,15 +56,6 @@ def add(counts: dict[str, int], rec: TurnRecord) -> None:
         counts["usage_output"] += rec.output_tokens
 
 
-def merge(counts: dict[str, int], other: Mapping[str, int]) -> None:
-    for key in KEYS:
-        counts[key] += int(other.get(key, 0))
-
-
-def _ratio(num: int, den: int) -> float | None:
-    return round(num / den, 4) if den else None
-
-
 def summary(counts: Mapping[str, int]) -> dict[str, Any]:
     """``summary.json``'s ``tokens[transport]`` (docs/metrics.md): totals and ratios.
 
@@ -88,10 +80,8 @@ def summary(counts: Mapping[str, int]) -> dict[str, Any]:
         "input": counts.get("usage_input", 0) if all_usage else counts.get("planned_input", 0),
         "output": counts.get("output", 0),
         "streamed_output": counts.get("streamed_output", 0),
-        "input_ratio": _ratio(counts.get("usage_input", 0), counts.get("usage_planned_input", 0)),
-        "output_ratio": _ratio(
-            counts.get("usage_output", 0), counts.get("usage_planned_output", 0)
-        ),
+        "input_ratio": ratio(counts.get("usage_input", 0), counts.get("usage_planned_input", 0)),
+        "output_ratio": ratio(counts.get("usage_output", 0), counts.get("usage_planned_output", 0)),
     }
 
 

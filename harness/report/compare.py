@@ -2,26 +2,10 @@
 
 The first run is the reference (A); every other run is a candidate compared with it.
 
-**Comparability** first (:func:`run_reasons`, :func:`pair_reasons`), by the rules ``run`` and
-``gate`` apply (:mod:`harness.metrics.validity`): every run must count (finished, not partial,
-valid: its errors within the scenario's ``max_error_rate``, a completed rollout per transport,
-its starts on schedule, a healthy client), and the runs must replay the same workload (same
-scenario name and seed, same scenario content apart from the server, slo, description and
-transport list) and measure the same transports.  Each breach is a reason; ``compare`` exits
-3 with them unless ``--force``.
-
-**One statistic per row.**  For a metric with per-sample values in the row files (per-turn TTFT,
-TTFB, turn latency, decode rate; per-rollout latency), the p50 row is the median *of those
-samples* in both runs: A and B are the two medians, Δ their difference, Δ % = B/A − 1 (the
-ratio of medians), and its 95 % CI is an independent bootstrap of that same ratio, so Δ % and
-the interval always describe one statistic.  The Mann–Whitney p-value tests the same samples.
-With fewer than :data:`~harness.metrics.stats.MIN_CI_PAIRS` samples on a side there is no
-CI and no test ("n=2: too few for a CI").  Verdict ``better``/``worse`` when p < 0.05 *and* the
-interval excludes 1.  Rows without samples (tails, peaks, run-level rates) compare the
-``summary.json`` values and have no test: one value per run.
-
-A transport that did not run, or had no successful turn, in a run keeps its rows: the values
-it has, and the reason in the verdict column.
+The comparability checks (:func:`run_reasons`, :func:`pair_reasons`: the rules ``run`` and
+``gate`` apply, :mod:`harness.metrics.validity`) and the rows, one statistic each (the p50 of
+per-sample metrics is the median of the samples, with a bootstrap CI of the ratio of medians and a
+Mann–Whitney test; other rows compare the ``summary.json`` values), are docs/compare.md §1-§2.
 """
 
 from __future__ import annotations
@@ -35,7 +19,7 @@ import numpy as np
 
 from harness.metrics import definitions as D
 from harness.metrics.results_model import Comparison as SummaryComparison
-from harness.metrics.results_model import Manifest, TransportSummary
+from harness.metrics.results_model import Manifest
 from harness.metrics.stats import (
     MIN_CI_PAIRS,
     bootstrap_median,
@@ -67,43 +51,12 @@ ALPHA = 0.05
 _MAX_DIFFS = 5
 
 
-@dataclass(frozen=True, slots=True)
-class MetricSpec:
-    """One row of the comparison: a statistic of a metric of the table."""
-
-    metric: D.Metric
-    stat: D.Stat
-
-    @property
-    def path(self) -> tuple[str, str]:
-        """``summary.json`` path under ``transports.<name>``, e.g. ("ttft_ms", "p50")."""
-        return self.metric.group, self.stat.key
-
-    @property
-    def label(self) -> str:
-        return self.metric.title(self.stat.key)
-
-    @property
-    def unit(self) -> str:
-        return self.metric.unit
-
-    @property
-    def lower_is_better(self) -> bool:
-        return self.metric.lower_is_better is not False
-
-    @property
-    def samples(self) -> tuple[str, str] | None:
-        """(table, column) of the per-sample values tested, if any: the median rows of a
-        metric with a column in the row files (a run holds too few tail samples for a test)."""
-        m = self.metric
-        if m.column is None or m.record is None or self.stat.name != "p50":
-            return None
-        return ("turns" if m.record == "turn" else "rollouts", m.column)
-
-
-def metric_specs() -> tuple[MetricSpec, ...]:
-    """The rows ``compare`` shows, from the metric table."""
-    return tuple(MetricSpec(m, s) for m, s in D.compare_rows())
+def _samples(m: D.Metric, stat: D.Stat) -> tuple[str, str] | None:
+    """(table, column) of the per-sample values a row tests, if any: the median rows of a metric
+    with a column in the row files (a run holds too few tail samples for a test)."""
+    if m.column is None or m.record is None or stat.name != "p50":
+        return None
+    return ("turns" if m.record == "turn" else "rollouts", m.column)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +141,6 @@ class Side:
         in the manifest only, and must not vanish from the comparison."""
         planned = list(self.run.manifest_model.transports)
         return A.ordered_transports([*A.run_transports(self.run), *planned])
-
-    def summary_of(self, transport: str) -> TransportSummary:
-        return self.run.figures(transport)
 
     def samples(self, table: str, column: str, transport: str) -> np.ndarray:
         return A.ok_samples(self.table(table), transport, column)
@@ -340,7 +290,7 @@ def warnings(side: Side) -> list[str]:
 
 
 def _tested_row(
-    spec: MetricSpec, a: np.ndarray, b: np.ndarray, *, n_boot: int, seed: int
+    m: D.Metric, a: np.ndarray, b: np.ndarray, *, n_boot: int, seed: int
 ) -> dict[str, Any]:
     """A median row from the samples: one statistic for A, B, Δ, Δ %, the CI and the test."""
     ma = float(np.median(a)) if len(a) else None
@@ -358,7 +308,7 @@ def _tested_row(
     _, ci = bootstrap_ratio_of_medians(b, a, n_boot=n_boot, seed=seed)
     verdict = "no significant change"
     if p < ALPHA and not (ci[0] <= 1.0 <= ci[1]):
-        verdict = "better" if (ratio < 1.0) == spec.lower_is_better else "worse"
+        verdict = "better" if (ratio < 1.0) == (m.lower_is_better is not False) else "worse"
     out.update(ratio_ci95=ci, p_value=p, verdict=verdict)
     return out
 
@@ -381,26 +331,25 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
     names = A.ordered_transports([*ref.transports, *cand.transports])
     # without reasoning on either side TTFOT repeats TTFT and there are no reasoning tokens
     reasoned = D.has_reasoning(ref.run.summary_model) or D.has_reasoning(cand.run.summary_model)
-    specs = [spec for spec in metric_specs() if reasoned or not spec.metric.reasoning]
+    rows = [(m, stat) for m, stat in D.compare_rows() if reasoned or not m.reasoning]
     out: list[Delta] = []
     for name in names:
         missing = _missing_note(ref, cand, name)
-        sa, sb = ref.summary_of(name), cand.summary_of(name)
-        for spec in specs:
+        sa, sb = ref.run.figures(name), cand.run.figures(name)
+        for m, stat in rows:
             row: dict[str, Any]
-            if spec.samples is not None:
-                table, column = spec.samples
+            if (samples := _samples(m, stat)) is not None:
+                table, column = samples
                 row = _tested_row(
-                    spec,
+                    m,
                     ref.samples(table, column, name),
                     cand.samples(table, column, name),
                     n_boot=n_boot,
                     seed=seed,
                 )
             else:
-                group, key = spec.path
-                va = finite(sa.stat(group, key))
-                vb = finite(sb.stat(group, key))
+                va = finite(sa.stat(m.group, stat.key))
+                vb = finite(sb.stat(m.group, stat.key))
                 row = {"a": va, "b": vb}
                 if va is not None and vb is not None:
                     row["delta"] = vb - va
@@ -412,7 +361,7 @@ def delta_rows_of(ref: Side, cand: Side, *, n_boot: int = 2000, seed: int = 0) -
                 row["verdict"] = ""
             row.setdefault("delta", None)
             row.setdefault("delta_pct", None)
-            out.append(Delta(name, spec.label, spec.unit, candidate=cand.label, **row))
+            out.append(Delta(name, m.title(stat.key), m.unit, candidate=cand.label, **row))
     return out
 
 
@@ -515,21 +464,10 @@ def metric_verdict(d: Delta, ref: str = "A") -> str:
     return f"{text}: {row_verdict(d)}"
 
 
-DELTA_HEADERS = [
-    "transport",
-    "metric",
-    "A",
-    "B",
-    "Δ (B−A)",
-    "Δ % [95 % CI]",
-    "p (Mann–Whitney)",
-    "verdict",
-]
-
-
 def delta_headers(ref: str = "A", cand: str = "B") -> list[str]:
-    """:data:`DELTA_HEADERS` for candidate ``cand`` against reference ``ref``."""
-    return [*DELTA_HEADERS[:2], ref, cand, f"Δ ({cand}−{ref})", *DELTA_HEADERS[5:]]
+    """The delta table's headers for candidate ``cand`` against reference ``ref``."""
+    stats = ["Δ % [95 % CI]", "p (Mann–Whitney)", "verdict"]
+    return ["transport", "metric", ref, cand, f"Δ ({cand}−{ref})", *stats]
 
 
 def delta_rows(deltas: Sequence[Delta]) -> list[list[str]]:

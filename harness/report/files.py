@@ -124,7 +124,9 @@ def write_report(
     return paths
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (UTF-8) or bytes to ``path`` through a temporary file: a reader never sees
+    half of it."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
     os.replace(tmp, path)

@@ -148,11 +148,8 @@ def write_error(path: Path, exc: OSError, run_dir: Path) -> ResultsWriteError:
 
 
 def _write_json_atomic(path: Path, doc: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(
-        orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
-    )
-    os.replace(tmp, path)
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    write_text_atomic(path, orjson.dumps(doc, option=options) + b"\n")
 
 
 def write_index(root: str | Path, name: str, doc: Any, text: str | None = None) -> Path:

@@ -1,19 +1,8 @@
 """Sweeps: one run per value of a scenario field, and their combined report.
 
-The runs themselves are started by :mod:`harness.run.sweep` (reports never import
-the runner); this module parses the sweep, keeps its index and reports it.
-
-A sweep folder holds ``sweep.json`` (what was swept and which run measured each
-value; rewritten after every run so an interrupted sweep still renders), one
-ordinary run folder per value, and the combined ``report.md`` /
-``report.html`` / ``plots/latency_vs_load.png``.
-
-The knee of a latency-vs-load curve is found as in Kneedle (Satopää et al.,
-2011): with load and latency scaled to [0, 1], it is the point furthest below
-the chord from the lightest to the heaviest load — where a curve that was
-nearly flat turns steep.  Geometric load steps (1, 2, 4, 8, …) are scaled
-on a log axis first, so each step weighs the same.  A curve that never bends
-by more than :data:`KNEE_MIN_BEND` of its range has no knee.
+The runs themselves are started by :mod:`harness.run.sweep` (reports never import the runner);
+this module parses the sweep, keeps its index (``sweep.json``, rewritten after every run so an
+interrupted sweep still renders) and reports it.  The knee is Kneedle's (docs/metrics.md §5).
 """
 
 from __future__ import annotations

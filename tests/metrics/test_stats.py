@@ -12,7 +12,6 @@ from harness.metrics.stats import (
     ci_reason,
     mann_whitney_u,
     paired_speedup,
-    unpaired_speedup,
 )
 
 
@@ -40,7 +39,7 @@ def test_no_ci_below_min_ci_pairs(n: int) -> None:
     assert res.ci95 is None
     assert res.ci_reason == f"n={n}: too few for a CI (need {MIN_CI_PAIRS})"
     assert res.median_ratio > 1.0  # the point estimate is still there
-    un = unpaired_speedup(base, cand, n_boot=200)
+    un = paired_speedup(base, cand, paired=False, n_boot=200)
     assert un.ci95 is None and un.ci_reason == res.ci_reason
 
 
@@ -92,13 +91,15 @@ def test_bootstrap_ci_covers_true_ratio_at_nominal_rate() -> None:
 
 
 def test_unpaired_speedup_is_ratio_of_medians() -> None:
-    res = unpaired_speedup([10.0, 20.0, 30.0], [5.0, 10.0, 15.0, 1000.0], n_boot=300)
+    res = paired_speedup([10.0, 20.0, 30.0], [5.0, 10.0, 15.0, 1000.0], paired=False, n_boot=300)
     assert res.median_ratio == 20.0 / 12.5
     assert res.reduction_pct == pytest.approx((1 - 12.5 / 20.0) * 100)
     assert res.n == 3
     assert not res.paired
     assert res.ci95 is None  # 3 values on the smaller side: too few for a CI
-    res = unpaired_speedup([10.0, 20.0, 30.0, 40.0, 50.0], [5.0, 10.0, 15.0, 20.0, 1000.0])
+    res = paired_speedup(
+        [10.0, 20.0, 30.0, 40.0, 50.0], [5.0, 10.0, 15.0, 20.0, 1000.0], paired=False
+    )
     assert res.ci95 is not None and res.ci95[0] <= res.ci95[1]
 
 
