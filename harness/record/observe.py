@@ -27,7 +27,7 @@ from harness.client.messages_api import MessagesTranslator
 from harness.client.stream import ResponseStream
 from harness.client.translate import TranslatedFeed
 from harness.wire.errors import LoopbenchError
-from harness.wire.events import loads
+from harness.wire.events import TERMINAL_TYPES, loads
 from harness.wire.json_tree import without_key
 from harness.wire.sse import SSEDecoder
 from harness.wire.tokens import count_tokens
@@ -325,9 +325,7 @@ def _item_key(item: Any) -> str:
     return _h({k: v for k, v in item.items() if k not in ("id", "status")})
 
 
-#: the Responses events that end a response, each carrying it whole
-_TERMINAL_TYPES = ("response.completed", "response.incomplete", "response.failed")
-_TERMINAL = tuple(t.encode() for t in _TERMINAL_TYPES)
+_TERMINAL = tuple(t.encode() for t in TERMINAL_TYPES)
 
 
 def _read_response(api: str, transport: str, body: bytes) -> ResponseStream:
@@ -345,7 +343,7 @@ def _read_response(api: str, transport: str, body: bytes) -> ResponseStream:
             sse = transport == "http"
             raws = [m.raw for m in SSEDecoder().feed(body)] if sse else body.split(b"\n")
             ends = [m for m in raws if any(t in m for t in _TERMINAL)]
-            terminal = [e for e in map(loads, ends) if e.get("type") in _TERMINAL_TYPES]
+            terminal = [e for e in map(loads, ends) if e.get("type") in TERMINAL_TYPES]
             body = orjson.dumps(terminal[-1]["response"]) if terminal else b"{}"
         stream.whole(orjson.loads(body), 0)
         return stream
@@ -614,6 +612,10 @@ def _assign(exchanges: Sequence[Exchange], failed: Sequence[Exchange] = ()) -> l
     return convs
 
 
+def _id(conv: _Conv) -> str:
+    return f"conv-{conv.number}"
+
+
 def _failed_between(
     conv: _Conv, nxt: Exchange | None, failed: Sequence[Exchange]
 ) -> list[Exchange]:
@@ -651,7 +653,8 @@ def _prompt_tokens(conv: _Conv) -> tuple[int, int, int]:
     return system, schema, user
 
 
-def _turns(conv: _Conv, ids: dict[int, str]) -> list[TraceTurn]:
+def _turns(conv: _Conv, embedded: set[int]) -> list[TraceTurn]:
+    """The conversation's turns; adds the children it embeds as sub-agents to ``embedded``."""
     turns: list[TraceTurn] = []
     for i, ex in enumerate(conv.turns):
         nxt = conv.turns[i + 1] if i + 1 < len(conv.turns) else None
@@ -674,9 +677,10 @@ def _turns(conv: _Conv, ids: dict[int, str]) -> list[TraceTurn]:
             if j is None:
                 continue  # more forks than calls: the child stays a rollout of its own
             taken.add(j)
+            embedded.add(child.number)
             result = calls[j].output_tokens if nxt else child.last.output_tokens
             calls[j] = TraceToolCall(latency_ms=0.0, output_tokens=result, subagent=len(subagents))
-            subagents.append(_subagent(child, ids, result, nxt))
+            subagents.append(_subagent(child, embedded, result, nxt))
         turns.append(
             TraceTurn(
                 output_tokens=max(1, ex.output_tokens),
@@ -751,18 +755,16 @@ def _finish(turns: list[TraceTurn]) -> tuple[list[TraceTurn], bool]:
     return [*turns, TraceTurn(output_tokens=1)], True
 
 
-def _subagent(
-    child: _Conv, ids: dict[int, str], result: int, nxt: Exchange | None
-) -> TraceSubagent:
+def _subagent(child: _Conv, embedded: set[int], result: int, nxt: Exchange | None) -> TraceSubagent:
     system, schema, user = _prompt_tokens(child)
-    turns, cut = _finish(_turns(child, ids))
+    turns, cut = _finish(_turns(child, embedded))
     detach = nxt is not None and child.last.t_end_ns > nxt.t_start_ns
     meta: dict[str, Any] = {"api": child.turns[0].api, "transport": child.turns[0].transport}
     if cut:
         meta["truncated"] = True
     _content(child, meta)
     return TraceSubagent(
-        id=ids[child.number],
+        id=_id(child),
         join="detach" if detach else "wait",
         system_tokens=system,
         tool_schema_tokens=schema,
@@ -788,30 +790,15 @@ def build_trace(
     """The trace of the recorded exchanges (failed ones are counted in the header, not replayed)."""
     good = [x for x in exchanges if x.ok]
     convs = _assign(good, [x for x in exchanges if not x.ok])
-    ids = {c.number: f"conv-{c.number}" for c in convs}
     rollouts: list[TraceRollout] = []
+    # A parent comes before its children: its turns embed those that become its sub-agents.
     embedded: set[int] = set()
-
-    def mark(conv: _Conv) -> None:
-        for i, ex in enumerate(conv.turns):
-            taken: set[int] = set()
-            nxt = conv.turns[i + 1] if i + 1 < len(conv.turns) else None
-            for child in (c for c in conv.children if c.fork_turn == i):
-                j = _call_for(child, ex, nxt, taken)
-                if j is not None:
-                    taken.add(j)
-                    embedded.add(child.number)
-                    mark(child)
-
-    for conv in convs:
-        if conv.parent is None:
-            mark(conv)
     began = min((x.t_start_ns for x in exchanges), default=0)
     for conv in convs:
         if conv.number in embedded:
             continue
         system, schema, user = _prompt_tokens(conv)
-        turns, cut = _finish(_turns(conv, ids))
+        turns, cut = _finish(_turns(conv, embedded))
         first = conv.turns[0]
         rmeta: dict[str, Any] = {
             "api": first.api,
@@ -822,11 +809,11 @@ def build_trace(
             "start_ms": round(((conv.warmup or first).t_start_ns - began) / 1e6, 3),
         }
         if conv.parent is not None:
-            rmeta["forked_from"] = ids[conv.parent.number]
+            rmeta["forked_from"] = _id(conv.parent)
         if conv.overlapped_with:
-            rmeta["overlapped_with"] = [ids[n] for n in conv.overlapped_with]
+            rmeta["overlapped_with"] = [f"conv-{n}" for n in conv.overlapped_with]
         if conv.follows is not None:
-            rmeta["follows"] = ids[conv.follows.number]
+            rmeta["follows"] = _id(conv.follows)
         if cut:
             rmeta["truncated"] = True
         if conv.failed_after:
@@ -840,7 +827,7 @@ def build_trace(
         rollouts.append(
             TraceRollout(
                 type="rollout",
-                id=ids[conv.number],
+                id=_id(conv),
                 system_tokens=system,
                 tool_schema_tokens=schema,
                 user_prompt_tokens=user,

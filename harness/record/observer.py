@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from harness.record.observe import Exchange, WsDecoder, summarize
+from harness.wire.events import COMPLETED, ERROR, INCOMPLETE, TERMINAL_TYPES
 from harness.wire.ws_frames import deflate_agreed
 
 #: what the observer's process sends first, once it can read steps
@@ -171,9 +172,9 @@ class _WsConnection:
                 queue[0] = (request, t_start, now, events)
             events.append(m)
             kind = event.get("type")
-            if kind in _TERMINAL:
+            if kind in TERMINAL_TYPES or kind == ERROR:
                 queue.popleft()
-                status = 200 if kind in ("response.completed", "response.incomplete") else 500
+                status = 200 if kind in (COMPLETED, INCOMPLETE) else 500
                 self.observer._record(
                     summarize(
                         "responses",
@@ -198,9 +199,6 @@ class _WsConnection:
             for _, t_start, _, _ in queue_:
                 self.observer.failed("responses", "ws", self.conn, t_start, t_ns, 499, why)
         self.pending.clear()
-
-
-_TERMINAL = frozenset(("response.completed", "response.failed", "response.incomplete", "error"))
 
 
 def _event(message: bytes) -> dict[str, Any] | None:
