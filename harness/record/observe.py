@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from harness.client.api_conversation import PATHS
 from harness.client.chat_api import ChatTranslator
 from harness.client.messages_api import MessagesTranslator
 from harness.client.stream import ResponseStream
@@ -79,13 +80,7 @@ def parse_request_head(raw: bytes) -> RequestHead:
 def api_of(path: str) -> str | None:
     """Which API a request path speaks (``None``: not one the proxy records)."""
     path = path.split("?", 1)[0].rstrip("/")
-    if path.endswith("/responses"):
-        return RESPONSES
-    if path.endswith("/chat/completions"):
-        return CHAT
-    if path.endswith("/messages"):
-        return MESSAGES
-    return None
+    return next((api for api, end in PATHS.items() if path.endswith(end)), None)
 
 
 # --- WebSocket frames ---------------------------------------------------------------------
