@@ -334,13 +334,15 @@ def _read_response(api: str, transport: str, body: bytes) -> ResponseStream:
     stream = ResponseStream(0)
     whole = body.lstrip().startswith(b"{") and transport == "http"
     if api == RESPONSES:
-        if not whole:
-            sse = transport == "http"
-            raws = [m.raw for m in SSEDecoder().feed(body)] if sse else body.split(b"\n")
-            ends = [m for m in raws if any(t in m for t in _TERMINAL)]
-            terminal = [e for e in map(loads, ends) if e.get("type") in TERMINAL_TYPES]
-            body = orjson.dumps(terminal[-1]["response"]) if terminal else b"{}"
-        stream.whole(orjson.loads(body), 0)
+        if whole:
+            stream.whole(orjson.loads(body), 0)
+            return stream
+        sse = transport == "http"
+        raws = [m.raw for m in SSEDecoder().feed(body)] if sse else body.split(b"\n")
+        ends = [m for m in raws if any(t in m for t in _TERMINAL)]
+        terminal = [e for e in map(loads, ends) if e.get("type") in TERMINAL_TYPES]
+        if terminal:
+            stream.whole(terminal[-1]["response"], 0)
         return stream
     if whole:
         body = _as_sse(api, orjson.loads(body))
