@@ -377,8 +377,9 @@ def _summarize_response(ex: Exchange, stream: ResponseStream) -> None:
         return  # it never ended: nothing the trace can replay
     output = stream.output_items
     ex.response_id = stream.response_id or ""
-    ex.output_keys = tuple(k for k in map(_item_key, output) if k)
-    ex.output_reasoning = sum(1 for i in output if _is_reasoning(i))
+    if ex.api == RESPONSES:  # the items a Responses client may send back as they came
+        ex.output_keys = tuple(k for k in map(_item_key, output) if k)
+        ex.output_reasoning = sum(1 for i in output if _is_reasoning(i))
     ex.calls = tuple(
         str(i.get("call_id") or i.get("id")) for i in output if i.get("type") in CALL_ITEMS
     )

@@ -294,3 +294,36 @@ def test_chat_and_messages_responses_read_alike_whole_or_streamed(
     whole = orjson.dumps({"id": "r", "output": [answer]})
     same = summarize("responses", "http", 1, req, 200, whole, {}, (0, MS, 2 * MS))
     assert same is not None and e.answer_hash and e.answer_hash == same.answer_hash
+
+
+def test_a_messages_thinking_block_is_reasoning_but_no_resend_evidence() -> None:
+    """Thinking reads as reasoning inside the reported output (as the client measures it),
+    while ``resends_reasoning`` stays a Responses finding: Messages requests' reasoning is not
+    counted, so an answer's thinking block must not count either (it would read as never
+    re-sent)."""
+    thinking = {"type": "thinking", "thinking": "", "signature": ""}
+    body = _sse(
+        {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 20}}},
+        {"type": "content_block_start", "index": 0, "content_block": thinking},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "x" * 400},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "ok"}},
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 120},
+        },
+        {"type": "message_stop"},
+    )
+    req = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    e = summarize("messages", "http", 1, req, 200, body, {}, (0, MS, 2 * MS))
+    assert e is not None and e.ok
+    assert e.reasoning_tokens >= count_tokens("x" * 400) and e.output_tokens >= 1
+    assert e.output_tokens + e.reasoning_tokens == 120
+    assert (e.output_reasoning, e.output_keys) == (0, ())
