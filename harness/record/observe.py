@@ -380,9 +380,8 @@ def _summarize_response(ex: Exchange, stream: ResponseStream) -> None:
     if ex.api == RESPONSES:  # the items a Responses client may send back as they came
         ex.output_keys = tuple(k for k in map(_item_key, output) if k)
         ex.output_reasoning = sum(1 for i in output if _is_reasoning(i))
-    ex.calls = tuple(
-        str(i.get("call_id") or i.get("id")) for i in output if i.get("type") in CALL_ITEMS
-    )
+    calls = [i.get("call_id") or i.get("id") for i in output if i.get("type") in CALL_ITEMS]
+    ex.calls = tuple(str(c) for c in calls if c)  # a call without an id: nothing can answer it
     text = "".join(_text_of(i.get("content")) for i in output if i.get("type") == "message")
     ex.answer_hash = _h(text.encode()) if text else ""  # an empty answer proves nothing
     usage = stream.usage or {}
