@@ -125,7 +125,6 @@ class Exchange:
     connection: int
     t_start_ns: int
     t_end_ns: int
-    t_first_ns: int = 0
     status: int = 200
     model: str = ""
     previous_response_id: str | None = None
@@ -185,14 +184,14 @@ def summarize(
     status: int,
     response_body: bytes,
     response_headers: dict[str, str],
-    times: tuple[int, int, int],
+    times: tuple[int, int],
     keep_content: bool = False,
 ) -> Exchange | None:
     """The :class:`Exchange` of one request/response (``None``: the request is not JSON).
 
     ``response_body`` is the whole body (an SSE stream, a JSON object) or, over WebSocket,
-    the event messages joined by newlines; ``times`` is (request start, first response
-    byte, response end) in nanoseconds.
+    the event messages joined by newlines; ``times`` is (request start, response end) in
+    nanoseconds.
     """
     try:
         req = orjson.loads(request_body)
@@ -200,8 +199,8 @@ def summarize(
         return None
     if not isinstance(req, dict):
         return None
-    t_start, t_first, t_end = times
-    ex = Exchange(api, transport, connection, t_start, t_end, t_first, status)
+    t_start, t_end = times
+    ex = Exchange(api, transport, connection, t_start, t_end, status)
     ex.model = str(req.get("model") or "")
     try:
         _summarize_request(ex, req)

@@ -74,14 +74,14 @@ class Observer:
         status: int,
         response: bytes,
         headers: dict[str, str],
-        times: tuple[int, int, int],
+        times: tuple[int, int],
     ) -> None:
         """An HTTP exchange that ended (its response whole, or cut by a close)."""
         ex = summarize(
             api, "http", conn, request, status, response, headers, times, self.keep_content
         )
         if ex is None:
-            self.failed(api, "http", conn, times[0], times[2], 400, "its request body is not JSON")
+            self.failed(api, "http", conn, times[0], times[1], 400, "its request body is not JSON")
             return
         self._record(ex)
 
@@ -89,7 +89,7 @@ class Observer:
         self, api: str, transport: str, conn: int, t_start: int, t_end: int, status: int, why: str
     ) -> None:
         """An exchange the trace cannot use: counted in the header's ``failed``, with why."""
-        self._record(Exchange(api, transport, conn, t_start, t_end, t_start, status))
+        self._record(Exchange(api, transport, conn, t_start, t_end, status))
         self.out.unread.append(f"connection {conn}: a {api} exchange over {transport}: {why}")
 
     def ws_open(self, conn: int, extensions: str) -> None:
@@ -144,7 +144,7 @@ class _WsConnection:
         self.conn = conn
         self.to_server = to_server
         self.to_client = to_client
-        self.pending: dict[str | None, deque[tuple[bytes, int, int, list[bytes]]]] = {}
+        self.pending: dict[str | None, deque[tuple[bytes, int, list[bytes]]]] = {}
 
     def from_client(self, messages: list[bytes], t_ns: int) -> None:
         for m in messages:
@@ -154,7 +154,7 @@ class _WsConnection:
             if event is None or event.get("type") != "response.create":
                 continue
             lane = _lane_of(event)
-            self.pending.setdefault(lane, deque()).append((m, t_ns, 0, []))
+            self.pending.setdefault(lane, deque()).append((m, t_ns, []))
 
     def from_server(self, messages: list[bytes], t_ns: int) -> None:
         now = t_ns
@@ -167,9 +167,7 @@ class _WsConnection:
             queue = self.pending.get(_lane_of(event)) or self.pending.get(None)
             if not queue:
                 continue
-            request, t_start, t_first, events = queue[0]
-            if not t_first:
-                queue[0] = (request, t_start, now, events)
+            request, t_start, events = queue[0]
             events.append(m)
             kind = event.get("type")
             if kind in TERMINAL_TYPES or kind == ERROR:
@@ -184,7 +182,7 @@ class _WsConnection:
                         status,
                         b"\n".join(events),
                         {},
-                        (t_start, t_first or now, now),
+                        (t_start, now),
                         self.observer.keep_content,
                     )
                 )
@@ -196,7 +194,7 @@ class _WsConnection:
                 why = f"the {side}'s frames could not be read after {decoder.broken}"
                 break
         for queue_ in self.pending.values():
-            for _, t_start, _, _ in queue_:
+            for _, t_start, _ in queue_:
                 self.observer.failed("responses", "ws", self.conn, t_start, t_ns, 499, why)
         self.pending.clear()
 
