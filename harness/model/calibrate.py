@@ -64,7 +64,6 @@ class Turn:
     output_tokens: int
     decode_tps: float | None
     tail_ms: float | None  # last token -> terminal event
-    burst_tokens: int
     model_ttft_ms: float | None = None  # the endpoint's own sim_timing.ttft, if it reports one
     #: usage.output_tokens failed the output-token check: no decode rate (docs/metrics.md §1.5)
     decode_implausible: bool = False
@@ -157,7 +156,6 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
                         output_tokens=rec.output_tokens,
                         decode_tps=D.sample(_DECODE_TPS, rec),
                         tail_ms=(done - last) / 1e6 if done and last else None,
-                        burst_tokens=int(row.get("burst_tokens_max", 0) or 0),
                         model_ttft_ms=_model_ttft(row.get("sim_ttft_ms")),
                         decode_implausible=rec.decode_implausible,
                         run=run,

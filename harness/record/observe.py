@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from harness.client.api_conversation import PATHS
+from harness.client.chat_api import ChatTranslator
+from harness.client.messages_api import MessagesTranslator
+from harness.client.stream import ResponseStream
+from harness.client.translate import TranslatedFeed
+from harness.wire.errors import LoopbenchError
+from harness.wire.events import TERMINAL_TYPES, loads
 from harness.wire.json_tree import without_key
+from harness.wire.sse import SSEDecoder
 from harness.wire.tokens import count_tokens
 from harness.wire.transports import APIS
 from harness.wire.ws_frames import OP_CLOSE, Deflate, FrameError, FrameReader
@@ -72,13 +80,7 @@ def parse_request_head(raw: bytes) -> RequestHead:
 def api_of(path: str) -> str | None:
     """Which API a request path speaks (``None``: not one the proxy records)."""
     path = path.split("?", 1)[0].rstrip("/")
-    if path.endswith("/responses"):
-        return RESPONSES
-    if path.endswith("/chat/completions"):
-        return CHAT
-    if path.endswith("/messages"):
-        return MESSAGES
-    return None
+    return next((api for api, end in PATHS.items() if path.endswith(end)), None)
 
 
 # --- WebSocket frames ---------------------------------------------------------------------
@@ -123,7 +125,6 @@ class Exchange:
     connection: int
     t_start_ns: int
     t_end_ns: int
-    t_first_ns: int = 0
     status: int = 200
     model: str = ""
     previous_response_id: str | None = None
@@ -175,12 +176,6 @@ def _text_of(value: Any) -> str:
     return content_text(value, (*TEXT_KEYS, "input_text", "output_text"), opaque=False)
 
 
-def _answer_hash(parts: list[str]) -> str:
-    """The hash of a final answer's text ("" for none: an empty answer proves nothing)."""
-    text = "".join(parts)
-    return _h(text.encode()) if text else ""
-
-
 def summarize(
     api: str,
     transport: str,
@@ -189,14 +184,14 @@ def summarize(
     status: int,
     response_body: bytes,
     response_headers: dict[str, str],
-    times: tuple[int, int, int],
+    times: tuple[int, int],
     keep_content: bool = False,
 ) -> Exchange | None:
     """The :class:`Exchange` of one request/response (``None``: the request is not JSON).
 
     ``response_body`` is the whole body (an SSE stream, a JSON object) or, over WebSocket,
-    the event messages joined by newlines; ``times`` is (request start, first response
-    byte, response end) in nanoseconds.
+    the event messages joined by newlines; ``times`` is (request start, response end) in
+    nanoseconds.
     """
     try:
         req = orjson.loads(request_body)
@@ -204,8 +199,8 @@ def summarize(
         return None
     if not isinstance(req, dict):
         return None
-    t_start, t_first, t_end = times
-    ex = Exchange(api, transport, connection, t_start, t_end, t_first, status)
+    t_start, t_end = times
+    ex = Exchange(api, transport, connection, t_start, t_end, status)
     ex.model = str(req.get("model") or "")
     try:
         _summarize_request(ex, req)
@@ -219,13 +214,16 @@ def summarize(
             response_body = zlib.decompress(response_body, 47)
         except zlib.error:
             response_body = b""
+    stream = None
     if status < 400:
         try:
-            _summarize_response(ex, response_body)
-        except (TypeError, AttributeError, ValueError):
+            stream = _read_response(api, transport, response_body)
+        except (LoopbenchError, TypeError, AttributeError, ValueError):
             ex.status = 502  # a body that is not what the API defines: not replayable
+        else:
+            _summarize_response(ex, stream)
     if keep_content:
-        ex.content = {"request": req, "output": _output_content(ex.api, response_body)}
+        ex.content = {"request": req, "output": stream and stream.output_items}
     return ex
 
 
@@ -321,150 +319,77 @@ def _item_key(item: Any) -> str:
     return _h({k: v for k, v in item.items() if k not in ("id", "status")})
 
 
-def _events(body: bytes, *needles: bytes) -> Iterator[Any]:
-    """The JSON payloads of the stream's events that contain one of ``needles``.
+_TERMINAL = tuple(t.encode() for t in TERMINAL_TYPES)
 
-    SSE ``data:`` lines, or one JSON message per line (WebSocket); filtering on the raw
-    bytes first keeps the JSON decoding to the few events the trace needs.
+
+def _read_response(api: str, transport: str, body: bytes) -> ResponseStream:
+    """The response read by the client's own machinery: a Chat or Messages stream through its
+    translator (harness/client/translate.py), a whole JSON body as one such stream, into the
+    Responses state machine.  Raises what the client would (an unreadable response).
+
+    A Responses stream is read at its terminal event alone, which carries the whole response:
+    of a long stream only that event is decoded (the observer shares the relay's cores).
     """
-    for line in body.split(b"\n"):
-        if line.startswith(b"data:"):
-            line = line[5:]
-        elif not line.startswith(b"{"):
-            continue
-        if needles and not any(n in line for n in needles):
-            continue
-        try:
-            yield orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
+    stream = ResponseStream(0)
+    whole = body.lstrip().startswith(b"{") and transport == "http"
+    if api == RESPONSES:
+        if whole:
+            stream.whole(orjson.loads(body), 0)
+            return stream
+        sse = transport == "http"
+        raws = [m.raw for m in SSEDecoder().feed(body)] if sse else body.split(b"\n")
+        ends = [m for m in raws if any(t in m for t in _TERMINAL)]
+        terminal = [e for e in map(loads, ends) if e.get("type") in TERMINAL_TYPES]
+        if terminal:
+            stream.whole(terminal[-1]["response"], 0)
+        return stream
+    if whole:
+        body = _as_sse(api, orjson.loads(body))
+    translator = ChatTranslator() if api == CHAT else MessagesTranslator()
+    TranslatedFeed(stream, translator).feed(body, 0)
+    if api == CHAT and stream.usage and "prompt_tokens_details" not in (translator.usage or {}):
+        stream.usage["input_tokens_details"] = {}  # no cache reported: unknown, not 0
+    return stream
 
 
-def _summarize_response(ex: Exchange, body: bytes) -> None:
-    stripped = body.lstrip()
-    whole: Any = None
-    if stripped.startswith(b"{") and ex.transport == "http":
-        try:
-            whole = orjson.loads(stripped)
-        except orjson.JSONDecodeError:
-            whole = None  # not one object: an event stream
-    if ex.api == RESPONSES:
-        if whole is None:
-            for event in _events(
-                body, b"response.completed", b"response.incomplete", b"response.failed"
-            ):
-                if isinstance(event, dict) and isinstance(event.get("response"), dict):
-                    whole = event["response"]
-        if isinstance(whole, dict):
-            _responses_object(ex, whole)
-    elif ex.api == CHAT:
-        chunks = [whole] if whole is not None else list(_events(body))
-        _chat_chunks(ex, chunks)
+def _as_sse(api: str, obj: dict[str, Any]) -> bytes:
+    """A whole Chat completion or Messages message as the stream that would have carried it."""
+    events: list[Any]
+    if api == CHAT:
+        choices = [{**c, "delta": c.get("message")} for c in obj.get("choices") or []]
+        events = [{**obj, "choices": choices}, "[DONE]"]
     else:
-        events = [whole] if whole is not None else list(_events(body))
-        _messages_events(ex, events)
+        events = [{"type": "message_start", "message": {**obj, "content": []}}]
+        for i, block in enumerate(obj.get("content") or []):
+            events.append({"type": "content_block_start", "index": i, "content_block": block})
+            events.append({"type": "content_block_stop", "index": i})
+        stop = {"stop_reason": obj.get("stop_reason")}
+        events += [{"type": "message_delta", "delta": stop}, {"type": "message_stop"}]
+    return b"".join(
+        b"data: " + (e.encode() if isinstance(e, str) else orjson.dumps(e)) + b"\n\n"
+        for e in events
+    )
 
 
-def _responses_object(ex: Exchange, resp: dict[str, Any]) -> None:
-    ex.response_id = str(resp.get("id") or "")
-    calls, text = [], []
-    output = resp.get("output") or []
-    ex.output_keys = tuple(k for k in map(_item_key, output) if k)
-    ex.output_reasoning = sum(1 for i in output if _is_reasoning(i))
-    for item in output:
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") in CALL_ITEMS:
-            calls.append(str(item.get("call_id") or item.get("id")))
-        elif item.get("type") == "message":
-            text.append(_text_of(item.get("content")))
-    ex.calls = tuple(calls)
-    ex.answer_hash = _answer_hash(text)
-    usage = resp.get("usage") or {}
+def _summarize_response(ex: Exchange, stream: ResponseStream) -> None:
+    if stream.response is None:
+        return  # it never ended: nothing the trace can replay
+    output = stream.output_items
+    ex.response_id = stream.response_id or ""
+    if ex.api == RESPONSES:  # the items a Responses client may send back as they came
+        ex.output_keys = tuple(k for k in map(_item_key, output) if k)
+        ex.output_reasoning = sum(1 for i in output if _is_reasoning(i))
+    calls = [i.get("call_id") or i.get("id") for i in output if i.get("type") in CALL_ITEMS]
+    ex.calls = tuple(str(c) for c in calls if c)  # a call without an id: nothing can answer it
+    text = "".join(_text_of(i.get("content")) for i in output if i.get("type") == "message")
+    ex.answer_hash = _h(text.encode()) if text else ""  # an empty answer proves nothing
+    usage = stream.usage or {}
     ex.input_tokens = usage.get("input_tokens")
     ex.cached_tokens = (usage.get("input_tokens_details") or {}).get("cached_tokens")
     ex.reasoning_tokens = int(
         (usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0
     )
     ex.output_tokens = int(usage.get("output_tokens") or 0) - ex.reasoning_tokens
-
-
-def _chat_chunks(ex: Exchange, chunks: Iterable[Any]) -> None:
-    calls: dict[int, str] = {}
-    text: list[str] = []
-    for chunk in chunks:
-        if not isinstance(chunk, dict):
-            continue
-        ex.response_id = ex.response_id or str(chunk.get("id") or "")
-        for choice in chunk.get("choices") or []:
-            part = choice.get("delta") or choice.get("message") or {}
-            for j, call in enumerate(part.get("tool_calls") or []):
-                index = int(call.get("index", j))
-                if call.get("id"):
-                    calls[index] = str(call["id"])
-            if isinstance(part.get("content"), str):
-                text.append(part["content"])
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            ex.input_tokens = usage.get("prompt_tokens")
-            ex.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-            details = usage.get("completion_tokens_details") or {}
-            ex.reasoning_tokens = int(details.get("reasoning_tokens") or 0)
-            ex.output_tokens = int(usage.get("completion_tokens") or 0) - ex.reasoning_tokens
-    ex.calls = tuple(calls[i] for i in sorted(calls))
-    ex.answer_hash = _answer_hash(text)
-
-
-def _messages_events(ex: Exchange, events: Iterable[Any]) -> None:
-    calls: list[str] = []
-    text: list[str] = []
-    for event in events:
-        if not isinstance(event, dict):
-            continue
-        kind = event.get("type")
-        message = event.get("message") if kind == "message_start" else event
-        if kind in ("message_start", "message") and isinstance(message, dict):
-            ex.response_id = str(message.get("id") or "")
-            _messages_usage(ex, message.get("usage") or {})
-            for block in message.get("content") or []:
-                if isinstance(block, dict) and block.get("type") == "tool_use":
-                    calls.append(str(block.get("id")))
-                elif isinstance(block, dict) and block.get("type") == "text":
-                    text.append(str(block.get("text", "")))
-        elif kind == "content_block_start":
-            block = event.get("content_block") or {}
-            if block.get("type") == "tool_use":
-                calls.append(str(block.get("id")))
-        elif kind == "content_block_delta":
-            delta = event.get("delta") or {}
-            if delta.get("type") == "text_delta":
-                text.append(str(delta.get("text", "")))
-        elif kind == "message_delta":
-            _messages_usage(ex, event.get("usage") or {})
-    ex.calls = tuple(calls)
-    ex.answer_hash = _answer_hash(text)
-
-
-def _messages_usage(ex: Exchange, usage: dict[str, Any]) -> None:
-    if "input_tokens" in usage:
-        read = int(usage.get("cache_read_input_tokens") or 0)
-        written = int(usage.get("cache_creation_input_tokens") or 0)
-        ex.input_tokens = int(usage["input_tokens"] or 0) + read + written
-        ex.cached_tokens = read
-    if "output_tokens" in usage:
-        ex.output_tokens = int(usage["output_tokens"] or 0)
-
-
-def _output_content(api: str, body: bytes) -> Any:
-    """The response's content for ``--keep-content``: its final object or its events."""
-    if api == RESPONSES:
-        for event in _events(body, b"response.completed", b"response.incomplete"):
-            if isinstance(event, dict) and "response" in event:
-                return event["response"].get("output")
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return list(_events(body))
 
 
 # --- conversations → trace ------------------------------------------------------------------
@@ -683,6 +608,10 @@ def _assign(exchanges: Sequence[Exchange], failed: Sequence[Exchange] = ()) -> l
     return convs
 
 
+def _id(conv: _Conv) -> str:
+    return f"conv-{conv.number}"
+
+
 def _failed_between(
     conv: _Conv, nxt: Exchange | None, failed: Sequence[Exchange]
 ) -> list[Exchange]:
@@ -720,7 +649,8 @@ def _prompt_tokens(conv: _Conv) -> tuple[int, int, int]:
     return system, schema, user
 
 
-def _turns(conv: _Conv, ids: dict[int, str]) -> list[TraceTurn]:
+def _turns(conv: _Conv, embedded: set[int]) -> list[TraceTurn]:
+    """The conversation's turns; adds the children it embeds as sub-agents to ``embedded``."""
     turns: list[TraceTurn] = []
     for i, ex in enumerate(conv.turns):
         nxt = conv.turns[i + 1] if i + 1 < len(conv.turns) else None
@@ -743,9 +673,10 @@ def _turns(conv: _Conv, ids: dict[int, str]) -> list[TraceTurn]:
             if j is None:
                 continue  # more forks than calls: the child stays a rollout of its own
             taken.add(j)
+            embedded.add(child.number)
             result = calls[j].output_tokens if nxt else child.last.output_tokens
             calls[j] = TraceToolCall(latency_ms=0.0, output_tokens=result, subagent=len(subagents))
-            subagents.append(_subagent(child, ids, result, nxt))
+            subagents.append(_subagent(child, embedded, result, nxt))
         turns.append(
             TraceTurn(
                 output_tokens=max(1, ex.output_tokens),
@@ -820,18 +751,16 @@ def _finish(turns: list[TraceTurn]) -> tuple[list[TraceTurn], bool]:
     return [*turns, TraceTurn(output_tokens=1)], True
 
 
-def _subagent(
-    child: _Conv, ids: dict[int, str], result: int, nxt: Exchange | None
-) -> TraceSubagent:
+def _subagent(child: _Conv, embedded: set[int], result: int, nxt: Exchange | None) -> TraceSubagent:
     system, schema, user = _prompt_tokens(child)
-    turns, cut = _finish(_turns(child, ids))
+    turns, cut = _finish(_turns(child, embedded))
     detach = nxt is not None and child.last.t_end_ns > nxt.t_start_ns
     meta: dict[str, Any] = {"api": child.turns[0].api, "transport": child.turns[0].transport}
     if cut:
         meta["truncated"] = True
     _content(child, meta)
     return TraceSubagent(
-        id=ids[child.number],
+        id=_id(child),
         join="detach" if detach else "wait",
         system_tokens=system,
         tool_schema_tokens=schema,
@@ -857,30 +786,15 @@ def build_trace(
     """The trace of the recorded exchanges (failed ones are counted in the header, not replayed)."""
     good = [x for x in exchanges if x.ok]
     convs = _assign(good, [x for x in exchanges if not x.ok])
-    ids = {c.number: f"conv-{c.number}" for c in convs}
     rollouts: list[TraceRollout] = []
+    # A parent comes before its children: its turns embed those that become its sub-agents.
     embedded: set[int] = set()
-
-    def mark(conv: _Conv) -> None:
-        for i, ex in enumerate(conv.turns):
-            taken: set[int] = set()
-            nxt = conv.turns[i + 1] if i + 1 < len(conv.turns) else None
-            for child in (c for c in conv.children if c.fork_turn == i):
-                j = _call_for(child, ex, nxt, taken)
-                if j is not None:
-                    taken.add(j)
-                    embedded.add(child.number)
-                    mark(child)
-
-    for conv in convs:
-        if conv.parent is None:
-            mark(conv)
     began = min((x.t_start_ns for x in exchanges), default=0)
     for conv in convs:
         if conv.number in embedded:
             continue
         system, schema, user = _prompt_tokens(conv)
-        turns, cut = _finish(_turns(conv, ids))
+        turns, cut = _finish(_turns(conv, embedded))
         first = conv.turns[0]
         rmeta: dict[str, Any] = {
             "api": first.api,
@@ -891,11 +805,11 @@ def build_trace(
             "start_ms": round(((conv.warmup or first).t_start_ns - began) / 1e6, 3),
         }
         if conv.parent is not None:
-            rmeta["forked_from"] = ids[conv.parent.number]
+            rmeta["forked_from"] = _id(conv.parent)
         if conv.overlapped_with:
-            rmeta["overlapped_with"] = [ids[n] for n in conv.overlapped_with]
+            rmeta["overlapped_with"] = [f"conv-{n}" for n in conv.overlapped_with]
         if conv.follows is not None:
-            rmeta["follows"] = ids[conv.follows.number]
+            rmeta["follows"] = _id(conv.follows)
         if cut:
             rmeta["truncated"] = True
         if conv.failed_after:
@@ -909,7 +823,7 @@ def build_trace(
         rollouts.append(
             TraceRollout(
                 type="rollout",
-                id=ids[conv.number],
+                id=_id(conv),
                 system_tokens=system,
                 tool_schema_tokens=schema,
                 user_prompt_tokens=user,

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from harness.record.observe import Exchange, WsDecoder, summarize
+from harness.wire.events import COMPLETED, ERROR, INCOMPLETE, TERMINAL_TYPES
 from harness.wire.ws_frames import deflate_agreed
 
 #: what the observer's process sends first, once it can read steps
@@ -73,14 +74,14 @@ class Observer:
         status: int,
         response: bytes,
         headers: dict[str, str],
-        times: tuple[int, int, int],
+        times: tuple[int, int],
     ) -> None:
         """An HTTP exchange that ended (its response whole, or cut by a close)."""
         ex = summarize(
             api, "http", conn, request, status, response, headers, times, self.keep_content
         )
         if ex is None:
-            self.failed(api, "http", conn, times[0], times[2], 400, "its request body is not JSON")
+            self.failed(api, "http", conn, times[0], times[1], 400, "its request body is not JSON")
             return
         self._record(ex)
 
@@ -88,7 +89,7 @@ class Observer:
         self, api: str, transport: str, conn: int, t_start: int, t_end: int, status: int, why: str
     ) -> None:
         """An exchange the trace cannot use: counted in the header's ``failed``, with why."""
-        self._record(Exchange(api, transport, conn, t_start, t_end, t_start, status))
+        self._record(Exchange(api, transport, conn, t_start, t_end, status))
         self.out.unread.append(f"connection {conn}: a {api} exchange over {transport}: {why}")
 
     def ws_open(self, conn: int, extensions: str) -> None:
@@ -143,7 +144,7 @@ class _WsConnection:
         self.conn = conn
         self.to_server = to_server
         self.to_client = to_client
-        self.pending: dict[str | None, deque[tuple[bytes, int, int, list[bytes]]]] = {}
+        self.pending: dict[str | None, deque[tuple[bytes, int, list[bytes]]]] = {}
 
     def from_client(self, messages: list[bytes], t_ns: int) -> None:
         for m in messages:
@@ -153,7 +154,7 @@ class _WsConnection:
             if event is None or event.get("type") != "response.create":
                 continue
             lane = _lane_of(event)
-            self.pending.setdefault(lane, deque()).append((m, t_ns, 0, []))
+            self.pending.setdefault(lane, deque()).append((m, t_ns, []))
 
     def from_server(self, messages: list[bytes], t_ns: int) -> None:
         now = t_ns
@@ -166,14 +167,12 @@ class _WsConnection:
             queue = self.pending.get(_lane_of(event)) or self.pending.get(None)
             if not queue:
                 continue
-            request, t_start, t_first, events = queue[0]
-            if not t_first:
-                queue[0] = (request, t_start, now, events)
+            request, t_start, events = queue[0]
             events.append(m)
             kind = event.get("type")
-            if kind in _TERMINAL:
+            if kind in TERMINAL_TYPES or kind == ERROR:
                 queue.popleft()
-                status = 200 if kind in ("response.completed", "response.incomplete") else 500
+                status = 200 if kind in (COMPLETED, INCOMPLETE) else 500
                 self.observer._record(
                     summarize(
                         "responses",
@@ -183,7 +182,7 @@ class _WsConnection:
                         status,
                         b"\n".join(events),
                         {},
-                        (t_start, t_first or now, now),
+                        (t_start, now),
                         self.observer.keep_content,
                     )
                 )
@@ -195,12 +194,9 @@ class _WsConnection:
                 why = f"the {side}'s frames could not be read after {decoder.broken}"
                 break
         for queue_ in self.pending.values():
-            for _, t_start, _, _ in queue_:
+            for _, t_start, _ in queue_:
                 self.observer.failed("responses", "ws", self.conn, t_start, t_ns, 499, why)
         self.pending.clear()
-
-
-_TERMINAL = frozenset(("response.completed", "response.failed", "response.incomplete", "error"))
 
 
 def _event(message: bytes) -> dict[str, Any] | None:

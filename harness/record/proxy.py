@@ -318,7 +318,6 @@ class _Relay:
         self.inflight = False
         self.api: str | None = None
         self.t_start = 0
-        self.t_first = 0
         self.body = ResponseParser()
         self.request = bytearray()
         self.resp = ResponseParser()
@@ -416,7 +415,6 @@ class _Relay:
         self.up.write(self.proxy._head_bytes(raw) + rest)
         self.api = api_of(head.target) if head.method == "POST" else None
         self.inflight = True
-        self.t_first = 0
         # A HEAD's answer announces a length it never sends (Claude Code's connectivity check
         # is one): waiting for that body would stall the connection's next request.
         self.resp = ResponseParser(no_body=head.method == "HEAD")
@@ -458,8 +456,6 @@ class _Relay:
             return
         if not self.inflight:
             return  # nothing asked for it: relayed, not observed
-        if not self.t_first:
-            self.t_first = time.perf_counter_ns()
         if self.upgrade:
             # The 101 head ends the HTTP part: what follows are frames, not a body.
             hbuf = self.hbuf = self.hbuf + data
@@ -527,7 +523,7 @@ class _Relay:
                 self.resp.status,
                 bytes(self.response),
                 dict(self.resp.headers),
-                (self.t_start, self.t_first, time.perf_counter_ns()),
+                (self.t_start, time.perf_counter_ns()),
             )
 
     # --- ends -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ Reading the file is the only I/O here; :func:`validate_scenario` is pure.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 import os
@@ -843,7 +844,7 @@ def scenario_problems(
     """
     problems: list[ScenarioError] = []
     reported: list[str] = []
-    work = _deep_copy(data)
+    work = copy.deepcopy(data)
     for _ in range(_MAX_ROUNDS):
         try:
             scenario = Scenario.model_validate(work)
@@ -985,7 +986,7 @@ def validate_scenario(
     if not isinstance(data, dict):
         got = "an empty file" if data is None else _kind_of(data)
         raise ScenarioError(source, "", f"expected a mapping of scenario fields, got {got}")
-    data = _deep_copy(data)
+    data = copy.deepcopy(data)  # overrides mutate it; the caller's data stays as given
     for key, raw in (overrides or {}).items():
         _apply_override(data, key, raw, source)
     scenario, problems = scenario_problems(data, source, overrides)
@@ -1003,15 +1004,6 @@ def _beside(ref: str, source: str) -> str:
         return ref  # a shipped profile's name
     beside = os.path.join(os.path.dirname(source), os.path.expanduser(ref))
     return beside if os.path.isfile(beside) else ref
-
-
-def _deep_copy(value: Any) -> Any:
-    # Overrides mutate the parsed tree; the caller's data must stay as given.
-    if isinstance(value, dict):
-        return {k: _deep_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_deep_copy(v) for v in value]
-    return value
 
 
 class UnknownScenarioError(ScenarioError):

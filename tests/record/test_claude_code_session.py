@@ -43,7 +43,7 @@ def _response(blocks: list[dict[str, Any]], stop: str) -> bytes:
 
 
 def _exchange(body: dict[str, Any], response: bytes, t: int) -> Exchange:
-    ex = summarize(MESSAGES, "http", t, orjson.dumps(body), 200, response, {}, (t, t + 10, t + 20))
+    ex = summarize(MESSAGES, "http", t, orjson.dumps(body), 200, response, {}, (t, t + 20))
     assert ex is not None
     return ex
 

@@ -75,7 +75,7 @@ def _session(
             body = (
                 b"data: " + orjson.dumps({"type": "response.completed", "response": resp}) + b"\n\n"
             )
-        times = (i * 100 * MS, i * 100 * MS + MS, i * 100 * MS + 10 * MS)
+        times = (i * 100 * MS, i * 100 * MS + 10 * MS)
         ex = summarize("responses", transport, 1, orjson.dumps(req), 200, body, {}, times)
         assert ex is not None
         exchanges.append(ex)

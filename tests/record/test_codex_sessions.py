@@ -31,10 +31,11 @@ def exchanges(name: str) -> list[Exchange]:
             r = orjson.loads(line)
             if r["kind"] == "failed":
                 t_start, t_end = r["times"]
-                ex = Exchange(r["api"], r["transport"], r["connection"], t_start, t_end, t_start)
+                ex = Exchange(r["api"], r["transport"], r["connection"], t_start, t_end)
                 ex.status = r["status"]
                 out.append(ex)
                 continue
+            start, *_, end = r["times"]  # older captures hold the first byte's time between
             summary = summarize(
                 r["api"],
                 r["transport"],
@@ -43,7 +44,7 @@ def exchanges(name: str) -> list[Exchange]:
                 r["status"],
                 r["response"].encode(),
                 r["headers"],
-                tuple(r["times"]),
+                (start, end),
             )
             assert summary is not None
             out.append(summary)

@@ -16,7 +16,7 @@ MS = 1_000_000
 
 
 def ex(t0: int, t1: int, rid: str, calls: tuple[str, ...] = (), **kw: object) -> Exchange:
-    e = Exchange("responses", "ws", 1, t0 * MS, t1 * MS, t0 * MS, 200)
+    e = Exchange("responses", "ws", 1, t0 * MS, t1 * MS, 200)
     e.response_id, e.calls, e.output_tokens = rid, calls, 10
     e.user_tokens, e.input_tokens = 5, 50
     for k, v in kw.items():
@@ -185,7 +185,7 @@ def test_every_responses_call_kind_is_answered_by_its_output_item(
             "usage": {"input_tokens": 50, "output_tokens": 10},
         }
         body = b"data: " + orjson.dumps({"type": "response.completed", "response": resp}) + b"\n\n"
-        times = (i * 100 * MS, i * 100 * MS + MS, i * 100 * MS + 10 * MS)
+        times = (i * 100 * MS, i * 100 * MS + 10 * MS)
         e = summarize("responses", "http", 1, orjson.dumps(req), 200, body, {}, times)
         assert e is not None
         return e
@@ -209,3 +209,121 @@ def test_every_responses_call_kind_is_answered_by_its_output_item(
     assert tool_call.subagent is None
     assert tool_call.output_tokens == count_tokens("one two three")
     assert not rollout.meta.get("truncated")
+
+
+def _sse(*events: object) -> bytes:
+    return b"".join(
+        b"data: " + (e.encode() if isinstance(e, str) else orjson.dumps(e)) + b"\n\n"
+        for e in events
+    )
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+CHAT_USAGE = {"prompt_tokens": 50, "completion_tokens": 12}
+CHAT_WHOLE = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Done.", "tool_calls": [CALL]},
+            "finish_reason": "tool_calls",
+        }
+    ],
+    "usage": CHAT_USAGE,
+}
+CHAT_STREAM = _sse(
+    {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": "Do"}}]},
+    {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": "ne."}}]},
+    {
+        "id": "chatcmpl-1",
+        "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, **CALL}]}}],
+    },
+    {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    {"id": "chatcmpl-1", "choices": [], "usage": CHAT_USAGE},
+    "[DONE]",
+)
+TOOL_USE = {"type": "tool_use", "id": "call_1", "name": "ls", "input": {}}
+MESSAGES_WHOLE = {
+    "id": "msg_1",
+    "type": "message",
+    "content": [{"type": "text", "text": "Done."}, TOOL_USE],
+    "stop_reason": "tool_use",
+    "usage": {"input_tokens": 20, "cache_read_input_tokens": 30, "output_tokens": 12},
+}
+MESSAGES_STREAM = _sse(
+    {
+        "type": "message_start",
+        "message": {
+            **MESSAGES_WHOLE,
+            "content": [],
+            "usage": {"input_tokens": 20, "cache_read_input_tokens": 30},
+        },
+    },
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Done."}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "content_block_start", "index": 1, "content_block": TOOL_USE},
+    {"type": "content_block_stop", "index": 1},
+    {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 12}},
+    {"type": "message_stop"},
+)
+
+
+@pytest.mark.parametrize(
+    ("api", "rid", "body"),
+    [
+        ("chat", "chatcmpl-1", orjson.dumps(CHAT_WHOLE)),
+        ("chat", "chatcmpl-1", CHAT_STREAM),
+        ("messages", "msg_1", orjson.dumps(MESSAGES_WHOLE)),
+        ("messages", "msg_1", MESSAGES_STREAM),
+    ],
+)
+def test_chat_and_messages_responses_read_alike_whole_or_streamed(
+    api: str, rid: str, body: bytes
+) -> None:
+    """Both APIs' answers, one JSON body or a stream, read through the client's translators:
+    the same id, tool call, usage and answer."""
+    req = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "list"}]})
+    e = summarize(api, "http", 1, req, 200, body, {}, (0, 2 * MS))
+    assert e is not None and e.ok
+    assert (e.response_id, e.calls, e.input_tokens, e.output_tokens) == (rid, ("call_1",), 50, 12)
+    # a Chat usage without prompt_tokens_details says nothing of the cache: unknown, not 0
+    assert e.cached_tokens == (30 if api == "messages" else None)
+    answer = {"type": "message", "content": [{"type": "output_text", "text": "Done."}]}
+    whole = orjson.dumps({"id": "r", "output": [answer]})
+    same = summarize("responses", "http", 1, req, 200, whole, {}, (0, 2 * MS))
+    assert same is not None and e.answer_hash and e.answer_hash == same.answer_hash
+
+
+def test_a_messages_thinking_block_is_reasoning_but_no_resend_evidence() -> None:
+    """Thinking reads as reasoning inside the reported output (as the client measures it),
+    while ``resends_reasoning`` stays a Responses finding: Messages requests' reasoning is not
+    counted, so an answer's thinking block must not count either (it would read as never
+    re-sent)."""
+    thinking = {"type": "thinking", "thinking": "", "signature": ""}
+    body = _sse(
+        {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 20}}},
+        {"type": "content_block_start", "index": 0, "content_block": thinking},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "x" * 400},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "ok"}},
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 120},
+        },
+        {"type": "message_stop"},
+    )
+    req = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    e = summarize("messages", "http", 1, req, 200, body, {}, (0, 2 * MS))
+    assert e is not None and e.ok
+    assert e.reasoning_tokens >= count_tokens("x" * 400) and e.output_tokens >= 1
+    assert e.output_tokens + e.reasoning_tokens == 120
+    assert (e.output_reasoning, e.output_keys) == (0, ())
