@@ -66,12 +66,14 @@ TURNS = [
     # a forced tool call withheld until it parsed (tests/data/vllm/chat-forced-tool-call-1): the
     # role chunk at 17 ms, the call's name at 53 ms, its 4 argument deltas in one read at 83 ms:
     # TTFT at the release, 36 ms held back, no ITL, TPOT or decode TPS (2 arrivals)
-    TurnRecord("http", 3, 0, sent_ns=8 * S, first_event_ns=8 * S + 17 * MS,
+    # (over Chat Completions: over the Responses API the first event is response.created, on
+    # the request's arrival, and no held-back time is defined)
+    TurnRecord("chat", 3, 0, sent_ns=8 * S, first_event_ns=8 * S + 17 * MS,
                first_token_ns=8 * S + 53 * MS, first_output_ns=8 * S + 53 * MS,
                last_token_ns=8 * S + 83 * MS, done_ns=8 * S + 112 * MS, status="completed",
                output_tokens=48, function_calls=1, output_arrivals=2, itl_ns=[0, 0, 0]),
     # a streamed tool call: 40 arrivals over 78 ms, a decode rate like a text turn's
-    TurnRecord("http", 3, 1, sent_ns=9 * S, first_event_ns=9 * S + 2 * MS,
+    TurnRecord("chat", 3, 1, sent_ns=9 * S, first_event_ns=9 * S + 2 * MS,
                first_token_ns=9 * S + 4 * MS, first_output_ns=9 * S + 4 * MS,
                last_token_ns=9 * S + 82 * MS, done_ns=9 * S + 85 * MS, status="completed",
                output_tokens=40, function_calls=1, output_arrivals=40, itl_ns=[2 * MS] * 39),
@@ -122,11 +124,12 @@ def test_record_column_and_accumulator_agree(metric: D.Metric) -> None:
         (acc.add_turn if metric.record == "turn" else acc.add_rollout)(rec)
     hists = acc.histograms()
     flat = [x for v in per_record if v is not None for x in (v if metric.many else [v])]
-    if metric.signed:
-        count = hists["http", metric.histogram + "_pos"].count
-        count += hists["http", metric.histogram + "_neg"].count
-    else:
-        count = hists["http", metric.histogram].count
+    names = (
+        (metric.histogram + "_pos", metric.histogram + "_neg")
+        if metric.signed
+        else (metric.histogram,)
+    )
+    count = sum(h.count for (_, name), h in hists.items() if name in names)
     assert count == len(flat)
 
 
