@@ -163,3 +163,85 @@ def test_the_summary_splits_ttft_by_kind_and_counts_the_turns_left_out() -> None
         "(2 of them tool calls withheld or sent whole): no ITL, TPOT or decode TPS from them"
     )
     assert chat["tps"]["decode_excluded"] == 3
+
+
+def _released(burst: list[str], rest: list[str], *, rest_reads: int | None = None) -> TurnRecord:
+    """A forced call as vLLM releases one whose JSON parsed: the role chunk at 1 ms, then at
+    30 ms the name and the ``burst`` argument deltas in one read, then ``rest`` one delta a
+    read, 1 ms apart; usage says one token per delta."""
+    rec = TurnRecord("chat", 0, 0)
+    feed = TranslatedFeed(ResponseStream(SENT, rec=rec), ChatTranslator())
+    feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
+    args = [chunk({"tool_calls": [{"index": 0, "function": {"arguments": d}}]}) for d in burst]
+    feed.feed(b"".join([chunk({"tool_calls": [_CALL]}), *args]), SENT + 30 * MS)
+    t = SENT + 30 * MS
+    for d in rest:
+        t += MS
+        feed.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": d}}]}), t)
+    tokens = len(burst) + len(rest) + 1
+    usage = {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 0}
+    feed.feed(chunk({}, "tool_calls") + chunk(None, usage=usage) + b"data: [DONE]\n\n", t + MS)
+    return feed.stream.fill(rec)
+
+
+def test_a_call_released_in_a_burst_then_streamed_is_held_back_and_gives_no_decode_rate() -> None:
+    """vLLM 0.32 in make real-engine's chat+tools window: a forced call held until its JSON
+    parsed, released with what it had (20 tokens here) in one delta, then streamed one token a
+    step.  The old rule (fewer than 4 arrivals) saw a streamed call: no held-back time, and a
+    TPOT over all 61 tokens from the release, as if the 20 had been decoded in no time."""
+    rec = _released(["abcd"] * 20, ["efgh"] * 40)
+    assert rec.first_arrival_tokens == 20  # the 4-character rule: 4 characters a delta
+    assert rec.output_arrivals == 41 >= D.MIN_OUTPUT_ARRIVALS  # streamed after the burst
+    assert _ms("ttfb_ms", rec) == 1.0 and _ms("ttft_tool_ms", rec) == 30.0
+    assert _ms("held_back_ms", rec) == 29.0  # first event -> release
+    assert _ms("tpot_ms", rec) is None and _ms("decode_tps", rec) is None
+
+
+def test_the_first_arrival_is_counted_with_the_runs_tokenizer() -> None:
+    """With --tokenizer the burst is counted in that tokenizer's tokens, not characters / 4."""
+
+    class Words:
+        name = "words"
+
+        @staticmethod
+        def count(text: str) -> int:
+            return len(text.split())
+
+        @staticmethod
+        def make_text(n_tokens: int, rng: Any) -> str:
+            return " w" * n_tokens
+
+    rec = TurnRecord("chat", 0, 0)
+    feed = TranslatedFeed(ResponseStream(SENT, tokens=Words(), rec=rec), ChatTranslator())
+    feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
+    # 3 deltas in the first read: 5 words in 52 characters (13 by the 4-character rule)
+    first = [" a very_long_word_of_many_characters", " b c", " d"]
+    feed.feed(b"".join(chunk({"content": d}) for d in first), SENT + 2 * MS)
+    feed.feed(chunk({"content": " e f"}), SENT + 3 * MS)
+    usage = {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 0}
+    feed.feed(chunk({}, "stop") + chunk(None, usage=usage) + b"data: [DONE]\n\n", SENT + 4 * MS)
+    assert feed.stream.fill(rec).first_arrival_tokens == 5
+
+
+def test_the_reference_servers_paced_deltas_never_trip_the_burst_rule() -> None:
+    """The reference server's pacing (reference_server/sim.py): the first token alone, then ~2
+    tokens a delta (8 characters), 8 a delta in a 4,000 tok/s burst; a text answer and a
+    streamed tool call keep their decode rates and have no held-back time."""
+    paced = ["abcd"] + ["abcdefgh"] * 30 + ["abcdefgh" * 4] * 10 + ["abcdefgh"] * 20
+    text = TurnRecord("chat", 0, 0)
+    feed = TranslatedFeed(ResponseStream(SENT, rec=text), ChatTranslator())
+    feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
+    for i, d in enumerate(paced):
+        feed.feed(chunk({"content": d}), SENT + (20 + 2 * i) * MS)
+    usage = {"prompt_tokens": 10, "completion_tokens": 141, "total_tokens": 0}
+    feed.feed(chunk({}, "stop") + chunk(None, usage=usage) + b"data: [DONE]\n\n", SENT + 200 * MS)
+    feed.stream.fill(text)
+    call = _released([], paced)
+    for rec in (text, call):
+        assert rec.first_arrival_tokens <= 1
+        assert _ms("decode_tps", rec) is not None and _ms("tpot_ms", rec) is not None
+    assert _ms("held_back_ms", call) is None
+    # even the largest paced delta, read first, is half the rule's threshold
+    big = _released(["abcdefgh" * 4], ["abcdefgh"] * 30)
+    assert big.first_arrival_tokens == 8 < D.RELEASED_BURST_MIN_TOKENS
+    assert _ms("tpot_ms", big) is not None and _ms("held_back_ms", big) is None

@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import io
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -302,3 +303,27 @@ def test_a_metric_added_to_the_table_appears_everywhere(
     report = evaluate(cfg, data_b, data_a)
     assert [r.status for r in report.results] == ["pass"] * len(report.results)
     assert {r.kind for r in report.results} >= {"regression", "speedup"}
+
+
+def test_a_burst_first_arrival_gives_no_decode_rate_and_held_back_only_where_the_first_event_follows_the_first_token() -> (
+    None
+):
+    streamed = TURNS[8]  # 40 arrivals over 78 ms
+    rates = {n: D.sample(D.get("tpot_ms"), replace(streamed, first_arrival_tokens=n))
+             for n in (0, D.RELEASED_BURST_MIN_TOKENS - 1, D.RELEASED_BURST_MIN_TOKENS)}  # fmt: skip
+    assert rates[0] == rates[D.RELEASED_BURST_MIN_TOKENS - 1] == pytest.approx(2.0)
+    assert rates[D.RELEASED_BURST_MIN_TOKENS] is None
+    burst = replace(streamed, first_arrival_tokens=D.RELEASED_BURST_MIN_TOKENS)
+    assert D.sample(D.get("held_back_ms"), burst) == 2.0  # chat: role chunk -> release
+    assert D.sample(D.get("held_back_ms"), replace(burst, transport="messages")) == 2.0
+    # over the Responses API the first event is response.created, on the request's arrival
+    for transport in ("http", "http-chained", "ws"):
+        assert D.sample(D.get("held_back_ms"), replace(burst, transport=transport)) is None
+    # a text turn read late in a burst gives no rate either, but nothing was held back
+    text = replace(burst, function_calls=0)
+    assert D.sample(D.get("decode_tps"), text) is None
+    assert D.sample(D.get("held_back_ms"), text) is None
+    # the same on a results table
+    frame = _frame([streamed, burst, replace(burst, transport="http")])
+    assert D.column(D.get("tpot_ms"), frame).isna().tolist() == [False, True, True]
+    assert D.column(D.get("decode_tps"), frame).isna().tolist() == [False, True, True]
