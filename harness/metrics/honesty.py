@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS, WHOLE_OUTPUT_MIN_TOKENS
+from harness.metrics.definitions import (
+    MIN_OUTPUT_ARRIVALS,
+    RELEASED_BURST_MIN_TOKENS,
+    WHOLE_OUTPUT_MIN_TOKENS,
+)
 from harness.wire.plural import counted
 from harness.workload.records import TurnRecord
 
@@ -30,6 +34,10 @@ KEYS = (
     # were tool calls
     "output_whole",
     "output_whole_calls",
+    # turns streamed in enough pieces whose first arrival carried RELEASED_BURST_MIN_TOKENS
+    # tokens or more (withheld, then released at once: no TPOT or decode TPS), and the tool calls
+    "output_burst",
+    "output_burst_calls",
 )
 
 
@@ -55,6 +63,12 @@ def add(counts: dict[str, int], rec: TurnRecord) -> None:
     ):
         counts["output_whole"] += 1
         counts["output_whole_calls"] += rec.function_calls > 0
+    elif (
+        rec.output_arrivals >= MIN_OUTPUT_ARRIVALS
+        and rec.first_arrival_tokens >= RELEASED_BURST_MIN_TOKENS
+    ):
+        counts["output_burst"] += 1
+        counts["output_burst_calls"] += rec.function_calls > 0
 
 
 def merge(counts: dict[str, int], other: Mapping[str, int]) -> None:
@@ -87,6 +101,12 @@ def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
             f"({counts.get('output_whole_calls', 0)} of them tool calls withheld or sent whole): "
             "no ITL, TPOT or decode TPS from them; a tool call's TTFT is when it was released, "
             "its wait after the first event is 'held back'"
+        ),
+        "output_burst": lambda n: (
+            f"{n} of {checked} got {RELEASED_BURST_MIN_TOKENS} or more tokens in their output's "
+            f"first arrival ({counts.get('output_burst_calls', 0)} of them tool calls withheld "
+            "until they parsed, then released at once): no TPOT or decode TPS from them, the "
+            "burst's tokens took time before the first visible output"
         ),
     }
     return [f"{transport}: {line(n)}" for key, line in lines.items() if (n := counts.get(key, 0))]

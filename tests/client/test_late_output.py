@@ -245,3 +245,33 @@ def test_the_reference_servers_paced_deltas_never_trip_the_burst_rule() -> None:
     big = _released(["abcdefgh" * 4], ["abcdefgh"] * 30)
     assert big.first_arrival_tokens == 8 < D.RELEASED_BURST_MIN_TOKENS
     assert _ms("tpot_ms", big) is not None and _ms("held_back_ms", big) is None
+
+
+def test_the_summary_counts_the_burst_released_turns_left_out_and_says_why() -> None:
+    acc = Accumulator()
+    turns = [
+        _released(["abcd"] * 20, ["efgh"] * 40),
+        _released(["abcd"] * 20, ["efgh"] * 40),
+        _handmade([f'"{i}' for i in range(30)], gap_ms=2),
+    ]
+    for i, rec in enumerate(turns):
+        rec.rollout_id = i
+        acc.add_turn(rec)
+        acc.add_rollout(
+            RolloutRecord("chat", i, start_ns=1, end_ns=rec.done_ns, status="completed")
+        )
+    summary = acc.summary("burst")
+    chat = summary["transports"]["chat"]
+    assert chat["tps"]["decode_excluded"] == 2
+    assert chat["tpot_ms"]["p50"] == pytest.approx(2.0, abs=0.01)  # the streamed call only
+    assert chat["held_back_ms"]["count"] == 2 and chat["held_back_ms"]["p50"] == 29.0
+    assert (
+        summary["honesty"]["chat"]["output_burst"],
+        summary["honesty"]["chat"]["output_whole"],
+    ) == (2, 0)
+    (line,) = [w for w in summary["warnings"] if "first arrival" in w]
+    assert line.startswith(
+        f"chat: 2 of 3 turns got {D.RELEASED_BURST_MIN_TOKENS} or more tokens in their output's "
+        "first arrival (2 of them tool calls withheld until they parsed, then released at once): "
+        "no TPOT or decode TPS from them"
+    )
