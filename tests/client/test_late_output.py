@@ -133,21 +133,26 @@ def test_a_streamed_tool_call_gives_its_decode_rate() -> None:
     assert _ms("itl_ms", rec) == [2.0] * 29  # between argument deltas (the name is none)
 
 
-def test_the_summary_splits_ttft_by_kind_and_counts_the_turns_left_out() -> None:
+def _summary(turns: list[TurnRecord]) -> dict[str, Any]:
+    """The summary of one-turn rollouts, one per record."""
     acc = Accumulator()
-    turns = [
-        _capture("chat-forced-tool-call-1")[0],
-        _capture("chat-forced-tool-call-4")[0],
-        _capture("chat-text-4")[0],
-        _handmade([f'"{i}' for i in range(30)], gap_ms=2),
-    ]
     for i, rec in enumerate(turns):
         rec.rollout_id = i
         acc.add_turn(rec)
         acc.add_rollout(
             RolloutRecord("chat", i, start_ns=1, end_ns=rec.done_ns, status="completed")
         )
-    summary = acc.summary("late-output")
+    return acc.summary("late-output")
+
+
+def test_the_summary_splits_ttft_by_kind_and_counts_the_turns_left_out() -> None:
+    turns = [
+        _capture("chat-forced-tool-call-1")[0],
+        _capture("chat-forced-tool-call-4")[0],
+        _capture("chat-text-4")[0],
+        _handmade([f'"{i}' for i in range(30)], gap_ms=2),
+    ]
+    summary = _summary(turns)
     chat = summary["transports"]["chat"]
     assert chat["ttft_text_ms"]["p50"] == pytest.approx(56.85, abs=0.01)
     tool_ttfts = sorted(
@@ -248,19 +253,12 @@ def test_the_reference_servers_paced_deltas_never_trip_the_burst_rule() -> None:
 
 
 def test_the_summary_counts_the_burst_released_turns_left_out_and_says_why() -> None:
-    acc = Accumulator()
     turns = [
         _released(["abcd"] * 20, ["efgh"] * 40),
         _released(["abcd"] * 20, ["efgh"] * 40),
         _handmade([f'"{i}' for i in range(30)], gap_ms=2),
     ]
-    for i, rec in enumerate(turns):
-        rec.rollout_id = i
-        acc.add_turn(rec)
-        acc.add_rollout(
-            RolloutRecord("chat", i, start_ns=1, end_ns=rec.done_ns, status="completed")
-        )
-    summary = acc.summary("burst")
+    summary = _summary(turns)
     chat = summary["transports"]["chat"]
     assert chat["tps"]["decode_excluded"] == 2
     assert chat["tpot_ms"]["p50"] == pytest.approx(2.0, abs=0.01)  # the streamed call only

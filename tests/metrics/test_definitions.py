@@ -305,7 +305,7 @@ def test_a_metric_added_to_the_table_appears_everywhere(
     assert {r.kind for r in report.results} >= {"regression", "speedup"}
 
 
-def test_a_burst_first_arrival_gives_no_decode_rate_and_held_back_only_where_the_first_event_follows_the_first_token() -> (
+def test_a_burst_first_arrival_gives_no_decode_rate_and_held_back_only_over_chat_and_messages() -> (
     None
 ):
     streamed = TURNS[8]  # 40 arrivals over 78 ms
