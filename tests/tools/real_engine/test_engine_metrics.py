@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -160,6 +161,30 @@ def test_forced_tool_calls_judge_the_first_event_and_show_the_held_back_time_apa
     )
     assert held_line.split()[4] == "40"  # a count, not milliseconds
     assert {(r.metric, r.stat) for r in missed(rows)} == {("cached", "sum")}
+
+
+def test_forced_tool_calls_released_in_a_burst_must_all_be_left_out_and_counted() -> None:
+    """vLLM releases a withheld call with what it had, then streams the rest: every such turn
+    (first arrival of RELEASED_BURST_MIN_TOKENS or more) is left out of TPOT and counted."""
+    engine = parse_snapshot(_exposition({0.01: 0, 0.011: 3}, (30, 15)), MODEL)
+    base = {"transport": "chat", "status": "completed", "output_tokens": "80"}
+    burst = {**base, "output_arrivals": "30", "first_arrival_tokens": "20"}
+    name_alone = {**base, "output_arrivals": "30", "first_arrival_tokens": "0"}
+    whole = {**base, "output_arrivals": "2", "first_arrival_tokens": "79"}  # counted apart
+    turns = [burst, burst, name_alone, whole]
+
+    def row(counted: int) -> Any:
+        summary = {"transports": {"chat": {"ttfb_ms": {"p50": 12.0}}},
+                   "honesty": {"chat": {"output_burst": counted}}}  # fmt: skip
+        figures = loopbench_figures(summary, "chat", turns, checked=False, first_event_checked=True)
+        return next(r for r in compare(figures, engine) if r.metric == "burst left out")
+
+    ok = row(2)
+    assert (ok.client, ok.bound, ok.ok) == (2.0, "= 2 released in a burst", True)
+    assert row(1).ok is False and row(1) in missed([row(1)])
+    # the text windows are not judged on it
+    plain = loopbench_figures({"transports": {}}, "chat", turns, checked=True)
+    assert not [r for r in compare(plain, engine) if r.metric == "burst left out"]
 
 
 def test_itl_is_compared_per_token_when_deltas_carry_several_tokens() -> None:
