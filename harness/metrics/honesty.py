@@ -34,10 +34,10 @@ KEYS = (
     # were tool calls
     "output_whole",
     "output_whole_calls",
-    # turns streamed in enough pieces whose first arrival carried RELEASED_BURST_MIN_TOKENS
-    # tokens or more (withheld, then released at once: no TPOT or decode TPS), and the tool calls
+    # tool-call turns streamed in enough pieces whose first arrival carried
+    # RELEASED_BURST_MIN_TOKENS tokens or more (withheld, then released at once: no TPOT or
+    # decode TPS)
     "output_burst",
-    "output_burst_calls",
 )
 
 
@@ -64,11 +64,11 @@ def add(counts: dict[str, int], rec: TurnRecord) -> None:
         counts["output_whole"] += 1
         counts["output_whole_calls"] += rec.function_calls > 0
     elif (
-        rec.output_arrivals >= MIN_OUTPUT_ARRIVALS
+        rec.function_calls > 0
+        and rec.output_arrivals >= MIN_OUTPUT_ARRIVALS
         and rec.first_arrival_tokens >= RELEASED_BURST_MIN_TOKENS
     ):
         counts["output_burst"] += 1
-        counts["output_burst_calls"] += rec.function_calls > 0
 
 
 def merge(counts: dict[str, int], other: Mapping[str, int]) -> None:
@@ -103,10 +103,9 @@ def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
             "its wait after the first event is 'held back'"
         ),
         "output_burst": lambda n: (
-            f"{n} of {checked} got {RELEASED_BURST_MIN_TOKENS} or more tokens in their output's "
-            f"first arrival ({counts.get('output_burst_calls', 0)} of them tool calls withheld "
-            "until they parsed, then released at once): no TPOT or decode TPS from them, the "
-            "burst's tokens took time before the first visible output"
+            f"{n} of {checked} were tool calls released with {RELEASED_BURST_MIN_TOKENS} or more "
+            "tokens at once (withheld until they parsed), then streamed: no TPOT or decode TPS "
+            "from them, the burst's tokens took time before the first visible output"
         ),
     }
     return [f"{transport}: {line(n)}" for key, line in lines.items() if (n := counts.get(key, 0))]

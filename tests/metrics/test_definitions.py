@@ -319,9 +319,10 @@ def test_a_burst_first_arrival_gives_no_decode_rate_and_held_back_only_over_chat
     # over the Responses API the first event is response.created, on the request's arrival
     for transport in ("http", "http-chained", "ws"):
         assert D.sample(D.get("held_back_ms"), replace(burst, transport=transport)) is None
-    # a text turn read late in a burst gives no rate either, but nothing was held back
+    # a text turn read late in a burst is the client's lateness: its rate stays (leaving such
+    # turns out picked a slow engine's turns, TPOT 14-19 % over vLLM's on a loaded machine)
     text = replace(burst, function_calls=0)
-    assert D.sample(D.get("decode_tps"), text) is None
+    assert D.sample(D.get("decode_tps"), text) == D.sample(D.get("decode_tps"), streamed)
     assert D.sample(D.get("held_back_ms"), text) is None
     # the same on a results table
     frame = _frame([streamed, burst, replace(burst, transport="http")])

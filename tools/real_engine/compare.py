@@ -148,6 +148,7 @@ def loopbench_figures(
         1
         for r in streamed
         if r.get("status", "completed") in OK_TURN_STATUSES
+        and _int(r, "function_calls") > 0
         and _int(r, "first_arrival_tokens") >= RELEASED_BURST_MIN_TOKENS
     )
     honesty = summary.get("honesty")

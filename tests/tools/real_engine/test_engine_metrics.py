@@ -167,11 +167,17 @@ def test_forced_tool_calls_released_in_a_burst_must_all_be_left_out_and_counted(
     """vLLM releases a withheld call with what it had, then streams the rest: every such turn
     (first arrival of RELEASED_BURST_MIN_TOKENS or more) is left out of TPOT and counted."""
     engine = parse_snapshot(_exposition({0.01: 0, 0.011: 3}, (30, 15)), MODEL)
-    base = {"transport": "chat", "status": "completed", "output_tokens": "80"}
+    base = {
+        "transport": "chat",
+        "status": "completed",
+        "output_tokens": "80",
+        "function_calls": "1",
+    }
     burst = {**base, "output_arrivals": "30", "first_arrival_tokens": "20"}
     name_alone = {**base, "output_arrivals": "30", "first_arrival_tokens": "0"}
     whole = {**base, "output_arrivals": "2", "first_arrival_tokens": "79"}  # counted apart
-    turns = [burst, burst, name_alone, whole]
+    text = {**burst, "function_calls": "0"}  # a text turn read late: keeps its rate
+    turns = [burst, burst, name_alone, whole, text]
 
     def row(counted: int) -> Any:
         summary = {"transports": {"chat": {"ttfb_ms": {"p50": 12.0}}},
