@@ -16,6 +16,7 @@ from harness.metrics.definitions import (
     MIN_OUTPUT_ARRIVALS,
     RELEASED_BURST_MIN_TOKENS,
     WHOLE_OUTPUT_MIN_TOKENS,
+    released_call,
 )
 from harness.wire.plural import counted
 from harness.workload.records import TurnRecord
@@ -34,9 +35,9 @@ KEYS = (
     # were tool calls
     "output_whole",
     "output_whole_calls",
-    # tool-call turns streamed in enough pieces whose first arrival carried
-    # RELEASED_BURST_MIN_TOKENS tokens or more (withheld, then released at once: no TPOT or
-    # decode TPS)
+    # tool-call turns streamed in enough pieces after a hold (definitions.RELEASED_CALL: the
+    # first arrival was the call's name alone, or RELEASED_BURST_MIN_TOKENS tokens or more): no
+    # TPOT or decode TPS
     "output_burst",
 )
 
@@ -63,10 +64,8 @@ def add(counts: dict[str, int], rec: TurnRecord) -> None:
     ):
         counts["output_whole"] += 1
         counts["output_whole_calls"] += rec.function_calls > 0
-    elif (
-        rec.function_calls > 0
-        and rec.output_arrivals >= MIN_OUTPUT_ARRIVALS
-        and rec.first_arrival_tokens >= RELEASED_BURST_MIN_TOKENS
+    elif rec.output_arrivals >= MIN_OUTPUT_ARRIVALS and released_call(
+        rec.function_calls, rec.first_arrival_tokens
     ):
         counts["output_burst"] += 1
 
@@ -103,9 +102,9 @@ def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
             "its wait after the first event is 'held back'"
         ),
         "output_burst": lambda n: (
-            f"{n} of {checked} were tool calls released with {RELEASED_BURST_MIN_TOKENS} or more "
-            "tokens at once (withheld until they parsed), then streamed: no TPOT or decode TPS "
-            "from them, the burst's tokens took time before the first visible output"
+            f"{n} of {checked} were tool calls held back, then released (the name alone, or "
+            f"{RELEASED_BURST_MIN_TOKENS}+ tokens at once) and streamed: no TPOT or decode TPS "
+            "from them, tokens were decoded before their first visible output"
         ),
     }
     return [f"{transport}: {line(n)}" for key, line in lines.items() if (n := counts.get(key, 0))]

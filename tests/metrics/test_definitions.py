@@ -310,9 +310,10 @@ def test_a_burst_first_arrival_gives_no_decode_rate_and_held_back_only_over_chat
 ):
     streamed = TURNS[8]  # 40 arrivals over 78 ms
     rates = {n: D.sample(D.get("tpot_ms"), replace(streamed, first_arrival_tokens=n))
-             for n in (0, D.RELEASED_BURST_MIN_TOKENS - 1, D.RELEASED_BURST_MIN_TOKENS)}  # fmt: skip
-    assert rates[0] == rates[D.RELEASED_BURST_MIN_TOKENS - 1] == pytest.approx(2.0)
-    assert rates[D.RELEASED_BURST_MIN_TOKENS] is None
+             for n in (-1, 0, 1, D.RELEASED_BURST_MIN_TOKENS - 1, D.RELEASED_BURST_MIN_TOKENS)}  # fmt: skip
+    # -1: a row from before the count keeps its rate; 0: the name alone, a call held back
+    assert rates[-1] == rates[1] == rates[D.RELEASED_BURST_MIN_TOKENS - 1] == pytest.approx(2.0)
+    assert rates[0] is None and rates[D.RELEASED_BURST_MIN_TOKENS] is None
     burst = replace(streamed, first_arrival_tokens=D.RELEASED_BURST_MIN_TOKENS)
     assert D.sample(D.get("held_back_ms"), burst) == 2.0  # chat: role chunk -> release
     assert D.sample(D.get("held_back_ms"), replace(burst, transport="messages")) == 2.0

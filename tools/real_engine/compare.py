@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS, RELEASED_BURST_MIN_TOKENS
+from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS, released_call
 from harness.workload.records import OK_TURN_STATUSES
 from tools.real_engine.engine_metrics import (
     CACHED_TOKENS,
@@ -68,9 +68,9 @@ class ClientFigures:
     tokens_checked: bool = False  # the token counts must equal the engine's (loopbench, any turn)
     #: gaps between deltas per gap between tokens over the streamed turns (None: unknown)
     deltas_per_token: float | None = None
-    #: turns streamed after a first arrival of RELEASED_BURST_MIN_TOKENS or more (a call vLLM
-    #: withheld until it parsed, then released at once), and how many of them the summary left
-    #: out of TPOT and decode TPS and counted (``honesty.<t>.output_burst``)
+    #: tool-call turns streamed after a hold (definitions.RELEASED_CALL: vLLM releases a forced
+    #: call once the JSON before it parsed, with its name alone or a burst), and how many of them
+    #: the summary left out of TPOT and decode TPS and counted (``honesty.<t>.output_burst``)
     released_in_burst: int = 0
     burst_counted: int | None = None
 
@@ -148,8 +148,7 @@ def loopbench_figures(
         1
         for r in streamed
         if r.get("status", "completed") in OK_TURN_STATUSES
-        and _int(r, "function_calls") > 0
-        and _int(r, "first_arrival_tokens") >= RELEASED_BURST_MIN_TOKENS
+        and released_call(_int(r, "function_calls"), _int(r, "first_arrival_tokens"))
     )
     honesty = summary.get("honesty")
     counts = honesty.get(transport) if isinstance(honesty, dict) else None
@@ -258,15 +257,15 @@ def compare(client: ClientFigures, engine: Snapshot) -> list[Row]:
             )
         )
     if client.first_event_checked:
-        # TPOT and decode TPS leave out a turn whose first arrival was a burst (its span from
-        # the release misses the burst's decode): every such turn left out, and counted
-        bound = f"= {client.released_in_burst} released in a burst"
+        # TPOT and decode TPS leave out a call released after a hold (its span from the release
+        # misses what was decoded before): every such turn left out, and counted
+        bound = f"= {client.released_in_burst} released after a hold"
         ok = client.burst_counted == client.released_in_burst
         rows.append(
             Row(
                 client.tool,
                 client.label,
-                "burst left out",
+                "released left out",
                 "count",
                 None if client.burst_counted is None else float(client.burst_counted),
                 None,
