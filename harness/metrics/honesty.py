@@ -102,9 +102,10 @@ def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
             "its wait after the first event is 'held back'"
         ),
         "output_burst": lambda n: (
-            f"{n} of {checked} were tool calls held back, then released (the name alone, or "
-            f"{RELEASED_BURST_MIN_TOKENS}+ tokens at once) and streamed: no TPOT or decode TPS "
-            "from them, tokens were decoded before their first visible output"
+            f"{n} of {checked} were tool calls whose first visible output was the name alone "
+            f"or {RELEASED_BURST_MIN_TOKENS}+ tokens at once (a call held back until it parsed, "
+            "or announced before its arguments): tokens were decoded before it, so no TPOT or "
+            "decode TPS from them"
         ),
     }
     return [f"{transport}: {line(n)}" for key, line in lines.items() if (n := counts.get(key, 0))]

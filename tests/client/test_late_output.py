@@ -269,10 +269,12 @@ def test_the_summary_counts_the_burst_released_turns_left_out_and_says_why() -> 
         summary["honesty"]["chat"]["output_burst"],
         summary["honesty"]["chat"]["output_whole"],
     ) == (2, 0)
-    (line,) = [w for w in summary["warnings"] if "held back, then released" in w]
+    (line,) = [w for w in summary["warnings"] if "first visible output was the name" in w]
     assert line.startswith(
-        "chat: 2 of 3 turns were tool calls held back, then released (the name alone, or "
-        f"{D.RELEASED_BURST_MIN_TOKENS}+ tokens at once) and streamed: no TPOT or decode TPS"
+        "chat: 2 of 3 turns were tool calls whose first visible output was the name alone or "
+        f"{D.RELEASED_BURST_MIN_TOKENS}+ tokens at once (a call held back until it parsed, "
+        "or announced before its arguments): tokens were decoded before it, so no TPOT or "
+        "decode TPS"
     )
 
 

@@ -28,7 +28,8 @@ def test_each_warning_says_how_many_turns_of_how_many_checked() -> None:
     ), decode
     assert whole.startswith("http-chained: 1 of 8 turns got their output in fewer than "), whole
     assert burst.startswith(
-        "http-chained: 3 of 8 turns were tool calls held back, then released (the name alone, or "
+        "http-chained: 3 of 8 turns were tool calls whose first visible output was the name "
+        "alone or "
     ), burst
 
 
