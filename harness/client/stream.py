@@ -120,6 +120,7 @@ class ResponseStream:
     done_ns = _OnRecord[int]()
     delta_events = _OnRecord[int]()
     output_arrivals = _OnRecord[int]()
+    first_arrival_tokens = _OnRecord[int]()
 
     def __init__(
         self,
@@ -166,6 +167,7 @@ class ResponseStream:
         self.first_token_user_ns = 0
         rec.first_event_ns = rec.first_token_ns = rec.first_output_ns = 0
         rec.last_token_ns = rec.done_ns = rec.delta_events = rec.output_arrivals = 0
+        rec.first_arrival_tokens = 0
         #: the record's own list: the gaps are appended where they are kept
         self.itl_ns: list[int] = []
         rec.itl_ns = self.itl_ns
@@ -494,6 +496,7 @@ class ResponseStream:
         self.burst_tokens_max = self._burst()
         # Counted once at the end, off the per-delta path: deltas read together share a stamp.
         self.output_arrivals = len({*self._delta_t, *self._name_t})
+        self.first_arrival_tokens = self._first_arrival_tokens()
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -563,6 +566,23 @@ class ResponseStream:
         if text is not None:
             return self.tokens.count("".join(text))
         return count_tokens("x" * chars) if chars else 0
+
+    def _first_arrival_tokens(self) -> int:
+        """The visible tokens of the deltas stamped with the first visible output's arrival
+        (read together with it): how much output came at once when the output began."""
+        first = self.rec.first_output_ns
+        n = 0
+        for t in self._delta_t:
+            if t != first:
+                break
+            n += 1
+        if not n:
+            return 0
+        lengths = self._delta_len[:n]
+        if self._text is None:
+            return self._counted(None, sum(lengths))
+        # _text holds the deltas that had text, in order
+        return self._counted(self._text[: sum(1 for x in lengths if x)], 0)
 
     def _burst(self) -> int:
         """Highest token count in any window [t_i, t_i + W) starting at a delta (docs/metrics.md §1).

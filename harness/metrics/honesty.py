@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS, WHOLE_OUTPUT_MIN_TOKENS
+from harness.metrics.definitions import (
+    MIN_OUTPUT_ARRIVALS,
+    RELEASED_BURST_MIN_TOKENS,
+    WHOLE_OUTPUT_MIN_TOKENS,
+    released_call,
+)
 from harness.wire.plural import counted
 from harness.workload.records import TurnRecord
 
@@ -30,6 +35,10 @@ KEYS = (
     # were tool calls
     "output_whole",
     "output_whole_calls",
+    # tool-call turns streamed in enough pieces after a hold (definitions.RELEASED_CALL: the
+    # first arrival was the call's name alone, or RELEASED_BURST_MIN_TOKENS tokens or more): no
+    # TPOT or decode TPS
+    "output_burst",
 )
 
 
@@ -55,6 +64,10 @@ def add(counts: dict[str, int], rec: TurnRecord) -> None:
     ):
         counts["output_whole"] += 1
         counts["output_whole_calls"] += rec.function_calls > 0
+    elif rec.output_arrivals >= MIN_OUTPUT_ARRIVALS and released_call(
+        rec.function_calls, rec.first_arrival_tokens
+    ):
+        counts["output_burst"] += 1
 
 
 def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
@@ -82,6 +95,12 @@ def warnings(transport: str, counts: Mapping[str, int]) -> list[str]:
             f"({counts.get('output_whole_calls', 0)} of them tool calls withheld or sent whole): "
             "no ITL, TPOT or decode TPS from them; a tool call's TTFT is when it was released, "
             "its wait after the first event is 'held back'"
+        ),
+        "output_burst": lambda n: (
+            f"{n} of {checked} were tool calls whose first visible output was the name alone "
+            f"or {RELEASED_BURST_MIN_TOKENS}+ tokens at once (a call held back until it parsed, "
+            "or announced before its arguments): tokens were decoded before it, so no TPOT or "
+            "decode TPS from them"
         ),
     }
     return [f"{transport}: {line(n)}" for key, line in lines.items() if (n := counts.get(key, 0))]

@@ -162,10 +162,11 @@ def throughput_caption(doc: Summary | Mapping[str, Any]) -> str:
     return (
         f"Tokens per second. Decode: per turn with a valid decode rate (at least 2 tokens over "
         f"{D.MIN_DECODE_SPAN_NS / 1e6:g} ms or more, first to last token, arriving in at least "
-        f"{D.MIN_OUTPUT_ARRIVALS} pieces)"
+        f"{D.MIN_OUTPUT_ARRIVALS} pieces, a tool call's first fewer than "
+        f"{D.RELEASED_BURST_MIN_TOKENS} tokens)"
         + (
             f"; {counted(excluded, 'turn')} with output {plural(excluded, 'was', 'were')} too "
-            "short or came whole (see the notes) and not counted"
+            "short, came whole or in a burst (see the notes) and not counted"
             if excluded
             else ""
         )

@@ -101,14 +101,16 @@ _CALL = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "r
 
 
 def _handmade(deltas: list[str], gap_ms: float) -> TurnRecord:
-    """A tool call: role chunk at 1 ms, the name at 2 ms, then ``deltas`` of arguments
-    ``gap_ms`` apart, each in its own read; usage says one token per delta."""
+    """A streamed tool call: role chunk at 1 ms, the name with the first of ``deltas`` of
+    arguments at 2 ms (the reference server writes them at once), then the rest ``gap_ms``
+    apart, each in its own read; usage says one token per delta."""
     rec = TurnRecord("chat", 0, 0)
     feed = TranslatedFeed(ResponseStream(SENT, rec=rec), ChatTranslator())
     feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
-    feed.feed(chunk({"tool_calls": [_CALL]}), SENT + 2 * MS)
+    first = {"index": 0, "function": {"arguments": deltas[0]}}
+    feed.feed(chunk({"tool_calls": [_CALL]}) + chunk({"tool_calls": [first]}), SENT + 2 * MS)
     t = SENT + 2 * MS
-    for d in deltas:
+    for d in deltas[1:]:
         t += round(gap_ms * MS)
         feed.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": d}}]}), t)
     usage = {"prompt_tokens": 10, "completion_tokens": len(deltas) + 1, "total_tokens": 0}
@@ -118,7 +120,7 @@ def _handmade(deltas: list[str], gap_ms: float) -> TurnRecord:
 
 def test_a_one_delta_tool_call_gives_no_tpot_or_decode_sample() -> None:
     rec = _handmade(['{"path": "src/module/with/a/long/name.py"}'], gap_ms=40)
-    assert rec.output_arrivals == 2  # the name, then the whole arguments
+    assert rec.output_arrivals == 1  # the name with the whole arguments
     assert _ms("ttft_tool_ms", rec) == 2.0 and _ms("held_back_ms", rec) == 1.0
     for metric in ("itl_ms", "tpot_ms", "decode_tps"):
         assert _ms(metric, rec) is None, metric
@@ -126,28 +128,33 @@ def test_a_one_delta_tool_call_gives_no_tpot_or_decode_sample() -> None:
 
 def test_a_streamed_tool_call_gives_its_decode_rate() -> None:
     rec = _handmade([f'"{i}' for i in range(30)], gap_ms=2)
-    assert rec.output_arrivals == 31
-    # 31 visible tokens (usage) over the 60 ms from the name to the last argument delta
-    assert _ms("decode_tps", rec) == pytest.approx(30 / 0.060)
+    assert rec.output_arrivals == 30 and rec.first_arrival_tokens == 1
+    # 31 visible tokens (usage) over the 58 ms from the name to the last argument delta
+    assert _ms("decode_tps", rec) == pytest.approx(30 / 0.058)
     assert _ms("held_back_ms", rec) is None  # streamed: nothing was withheld
     assert _ms("itl_ms", rec) == [2.0] * 29  # between argument deltas (the name is none)
 
 
-def test_the_summary_splits_ttft_by_kind_and_counts_the_turns_left_out() -> None:
+def _summary(turns: list[TurnRecord]) -> dict[str, Any]:
+    """The summary of one-turn rollouts, one per record."""
     acc = Accumulator()
-    turns = [
-        _capture("chat-forced-tool-call-1")[0],
-        _capture("chat-forced-tool-call-4")[0],
-        _capture("chat-text-4")[0],
-        _handmade([f'"{i}' for i in range(30)], gap_ms=2),
-    ]
     for i, rec in enumerate(turns):
         rec.rollout_id = i
         acc.add_turn(rec)
         acc.add_rollout(
             RolloutRecord("chat", i, start_ns=1, end_ns=rec.done_ns, status="completed")
         )
-    summary = acc.summary("late-output")
+    return acc.summary("late-output")
+
+
+def test_the_summary_splits_ttft_by_kind_and_counts_the_turns_left_out() -> None:
+    turns = [
+        _capture("chat-forced-tool-call-1")[0],
+        _capture("chat-forced-tool-call-4")[0],
+        _capture("chat-text-4")[0],
+        _handmade([f'"{i}' for i in range(30)], gap_ms=2),
+    ]
+    summary = _summary(turns)
     chat = summary["transports"]["chat"]
     assert chat["ttft_text_ms"]["p50"] == pytest.approx(56.85, abs=0.01)
     tool_ttfts = sorted(
@@ -163,3 +170,120 @@ def test_the_summary_splits_ttft_by_kind_and_counts_the_turns_left_out() -> None
         "(2 of them tool calls withheld or sent whole): no ITL, TPOT or decode TPS from them"
     )
     assert chat["tps"]["decode_excluded"] == 3
+
+
+def _released(burst: list[str], rest: list[str], *, rest_reads: int | None = None) -> TurnRecord:
+    """A forced call as vLLM releases one whose JSON parsed: the role chunk at 1 ms, then at
+    30 ms the name and the ``burst`` argument deltas in one read, then ``rest`` one delta a
+    read, 1 ms apart; usage says one token per delta."""
+    rec = TurnRecord("chat", 0, 0)
+    feed = TranslatedFeed(ResponseStream(SENT, rec=rec), ChatTranslator())
+    feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
+    args = [chunk({"tool_calls": [{"index": 0, "function": {"arguments": d}}]}) for d in burst]
+    feed.feed(b"".join([chunk({"tool_calls": [_CALL]}), *args]), SENT + 30 * MS)
+    t = SENT + 30 * MS
+    for d in rest:
+        t += MS
+        feed.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": d}}]}), t)
+    tokens = len(burst) + len(rest) + 1
+    usage = {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 0}
+    feed.feed(chunk({}, "tool_calls") + chunk(None, usage=usage) + b"data: [DONE]\n\n", t + MS)
+    return feed.stream.fill(rec)
+
+
+def test_a_call_released_in_a_burst_then_streamed_is_held_back_and_gives_no_decode_rate() -> None:
+    """vLLM 0.32 in make real-engine's chat+tools window: a forced call held until its JSON
+    parsed, released with what it had (20 tokens here) in one delta, then streamed one token a
+    step.  The old rule (fewer than 4 arrivals) saw a streamed call: no held-back time, and a
+    TPOT over all 61 tokens from the release, as if the 20 had been decoded in no time."""
+    rec = _released(["abcd"] * 20, ["efgh"] * 40)
+    assert rec.first_arrival_tokens == 20  # the 4-character rule: 4 characters a delta
+    assert rec.output_arrivals == 41 >= D.MIN_OUTPUT_ARRIVALS  # streamed after the burst
+    assert _ms("ttfb_ms", rec) == 1.0 and _ms("ttft_tool_ms", rec) == 30.0
+    assert _ms("held_back_ms", rec) == 29.0  # first event -> release
+    assert _ms("tpot_ms", rec) is None and _ms("decode_tps", rec) is None
+
+
+def test_the_first_arrival_is_counted_with_the_runs_tokenizer() -> None:
+    """With --tokenizer the burst is counted in that tokenizer's tokens, not characters / 4."""
+
+    class Words:
+        name = "words"
+
+        @staticmethod
+        def count(text: str) -> int:
+            return len(text.split())
+
+        @staticmethod
+        def make_text(n_tokens: int, rng: Any) -> str:
+            return " w" * n_tokens
+
+    rec = TurnRecord("chat", 0, 0)
+    feed = TranslatedFeed(ResponseStream(SENT, tokens=Words(), rec=rec), ChatTranslator())
+    feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
+    # 3 deltas in the first read: 5 words in 52 characters (13 by the 4-character rule)
+    first = [" a very_long_word_of_many_characters", " b c", " d"]
+    feed.feed(b"".join(chunk({"content": d}) for d in first), SENT + 2 * MS)
+    feed.feed(chunk({"content": " e f"}), SENT + 3 * MS)
+    usage = {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 0}
+    feed.feed(chunk({}, "stop") + chunk(None, usage=usage) + b"data: [DONE]\n\n", SENT + 4 * MS)
+    assert feed.stream.fill(rec).first_arrival_tokens == 5
+
+
+def test_the_reference_servers_paced_deltas_never_trip_the_burst_rule() -> None:
+    """The reference server's pacing (reference_server/sim.py): the first token alone, then ~2
+    tokens a delta (8 characters), 8 a delta in a 4,000 tok/s burst; a text answer and a
+    streamed tool call keep their decode rates and have no held-back time."""
+    paced = ["abcd"] + ["abcdefgh"] * 30 + ["abcdefgh" * 4] * 10 + ["abcdefgh"] * 20
+    text = TurnRecord("chat", 0, 0)
+    feed = TranslatedFeed(ResponseStream(SENT, rec=text), ChatTranslator())
+    feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
+    for i, d in enumerate(paced):
+        feed.feed(chunk({"content": d}), SENT + (20 + 2 * i) * MS)
+    usage = {"prompt_tokens": 10, "completion_tokens": 141, "total_tokens": 0}
+    feed.feed(chunk({}, "stop") + chunk(None, usage=usage) + b"data: [DONE]\n\n", SENT + 200 * MS)
+    feed.stream.fill(text)
+    call = _released(paced[:1], paced[1:])  # the name with the first argument delta
+    for rec in (text, call):
+        assert rec.first_arrival_tokens <= 1
+        assert _ms("decode_tps", rec) is not None and _ms("tpot_ms", rec) is not None
+    assert _ms("held_back_ms", call) is None
+    # even the largest paced delta, read first, is half the rule's threshold
+    big = _released(["abcdefgh" * 4], ["abcdefgh"] * 30)
+    assert big.first_arrival_tokens == 8 < D.RELEASED_BURST_MIN_TOKENS
+    assert _ms("tpot_ms", big) is not None and _ms("held_back_ms", big) is None
+
+
+def test_the_summary_counts_the_burst_released_turns_left_out_and_says_why() -> None:
+    turns = [
+        _released(["abcd"] * 20, ["efgh"] * 40),
+        _released(["abcd"] * 20, ["efgh"] * 40),
+        _handmade([f'"{i}' for i in range(30)], gap_ms=2),
+    ]
+    summary = _summary(turns)
+    chat = summary["transports"]["chat"]
+    assert chat["tps"]["decode_excluded"] == 2
+    assert chat["tpot_ms"]["p50"] == pytest.approx(58 / 30, abs=0.01)  # the streamed call only
+    assert chat["held_back_ms"]["count"] == 2 and chat["held_back_ms"]["p50"] == 29.0
+    assert (
+        summary["honesty"]["chat"]["output_burst"],
+        summary["honesty"]["chat"]["output_whole"],
+    ) == (2, 0)
+    (line,) = [w for w in summary["warnings"] if "first visible output was the name" in w]
+    assert line.startswith(
+        "chat: 2 of 3 turns were tool calls whose first visible output was the name alone or "
+        f"{D.RELEASED_BURST_MIN_TOKENS}+ tokens at once (a call held back until it parsed, "
+        "or announced before its arguments): tokens were decoded before it, so no TPOT or "
+        "decode TPS"
+    )
+
+
+def test_a_call_announced_by_its_name_alone_then_streamed_is_held_back_and_gives_no_rate() -> None:
+    """vLLM's usual release of a forced call (90 of 120 in make real-engine's chat+tools window):
+    the name alone once the JSON before it parsed, then the arguments one token a step.  The
+    tokens before the name were decoded while the client saw nothing: the span from the name
+    over all the tokens read the engine ~18 % fast."""
+    rec = _released([], ["efgh"] * 40)
+    assert rec.first_arrival_tokens == 0 and rec.output_arrivals == 41
+    assert _ms("held_back_ms", rec) == 29.0
+    assert _ms("tpot_ms", rec) is None and _ms("decode_tps", rec) is None

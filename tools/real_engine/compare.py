@@ -13,7 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS
+from harness.metrics.definitions import MIN_OUTPUT_ARRIVALS, released_call
+from harness.workload.records import OK_TURN_STATUSES
 from tools.real_engine.engine_metrics import (
     CACHED_TOKENS,
     GENERATION_TOKENS,
@@ -67,6 +68,11 @@ class ClientFigures:
     tokens_checked: bool = False  # the token counts must equal the engine's (loopbench, any turn)
     #: gaps between deltas per gap between tokens over the streamed turns (None: unknown)
     deltas_per_token: float | None = None
+    #: tool-call turns streamed after a hold (definitions.RELEASED_CALL: vLLM releases a forced
+    #: call once the JSON before it parsed, with its name alone or a burst), and how many of them
+    #: the summary left out of TPOT and decode TPS and counted (``honesty.<t>.output_burst``)
+    released_in_burst: int = 0
+    burst_counted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,16 @@ def loopbench_figures(
         # not per delta: the summary's mean divides by the deltas
         times["itl_ms"]["mean"] = span / token_gaps / 1e6
         deltas_per_token = sum(max(0, _int(r, "delta_events") - 1) for r in streamed) / token_gaps
+    released = sum(
+        1
+        for r in streamed
+        if r.get("status", "completed") in OK_TURN_STATUSES
+        and released_call(_int(r, "function_calls"), _int(r, "first_arrival_tokens"))
+    )
+    honesty = summary.get("honesty")
+    counts = honesty.get(transport) if isinstance(honesty, dict) else None
+    # a summary without the block counted none
+    counted = counts.get("output_burst", 0) if isinstance(counts, dict) else 0
     tokens: dict[str, int | None] = {
         "input": sum(_int(r, "input_tokens") for r in mine),
         "output": sum(_int(r, "output_tokens") for r in mine),
@@ -153,6 +169,8 @@ def loopbench_figures(
         first_event_checked=first_event_checked,
         tokens_checked=True,
         deltas_per_token=deltas_per_token,
+        released_in_burst=released,
+        burst_counted=counted if isinstance(counted, int) else None,
     )
 
 
@@ -236,6 +254,24 @@ def compare(client: ClientFigures, engine: Snapshot) -> list[Row]:
                 None,
                 "",
                 None,
+            )
+        )
+    if client.first_event_checked:
+        # TPOT and decode TPS leave out a call released after a hold (its span from the release
+        # misses what was decoded before): every such turn left out, and counted
+        bound = f"= {client.released_in_burst} released after a hold"
+        ok = client.burst_counted == client.released_in_burst
+        rows.append(
+            Row(
+                client.tool,
+                client.label,
+                "released left out",
+                "count",
+                None if client.burst_counted is None else float(client.burst_counted),
+                None,
+                None,
+                bound,
+                ok,
             )
         )
     for metric in _CLIENT_ONLY:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -160,6 +161,36 @@ def test_forced_tool_calls_judge_the_first_event_and_show_the_held_back_time_apa
     )
     assert held_line.split()[4] == "40"  # a count, not milliseconds
     assert {(r.metric, r.stat) for r in missed(rows)} == {("cached", "sum")}
+
+
+def test_forced_tool_calls_released_in_a_burst_must_all_be_left_out_and_counted() -> None:
+    """vLLM releases a withheld call with what it had, then streams the rest: every such turn
+    (first arrival of RELEASED_BURST_MIN_TOKENS or more) is left out of TPOT and counted."""
+    engine = parse_snapshot(_exposition({0.01: 0, 0.011: 3}, (30, 15)), MODEL)
+    base = {
+        "transport": "chat",
+        "status": "completed",
+        "output_tokens": "80",
+        "function_calls": "1",
+    }
+    burst = {**base, "output_arrivals": "30", "first_arrival_tokens": "20"}
+    name_alone = {**base, "output_arrivals": "30", "first_arrival_tokens": "0"}
+    whole = {**base, "output_arrivals": "2", "first_arrival_tokens": "79"}  # counted apart
+    text = {**burst, "function_calls": "0"}  # a text turn read late: keeps its rate
+    turns = [burst, burst, name_alone, whole, text]
+
+    def row(counted: int) -> Any:
+        summary = {"transports": {"chat": {"ttfb_ms": {"p50": 12.0}}},
+                   "honesty": {"chat": {"output_burst": counted}}}  # fmt: skip
+        figures = loopbench_figures(summary, "chat", turns, checked=False, first_event_checked=True)
+        return next(r for r in compare(figures, engine) if r.metric == "released left out")
+
+    ok = row(3)  # the two bursts and the name alone
+    assert (ok.client, ok.bound, ok.ok) == (3.0, "= 3 released after a hold", True)
+    assert row(2).ok is False and row(2) in missed([row(2)])
+    # the text windows are not judged on it
+    plain = loopbench_figures({"transports": {}}, "chat", turns, checked=True)
+    assert not [r for r in compare(plain, engine) if r.metric == "released left out"]
 
 
 def test_itl_is_compared_per_token_when_deltas_carry_several_tokens() -> None:
