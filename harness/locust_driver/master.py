@@ -470,7 +470,7 @@ class MasterSide:
                 "rows_rollouts": report.rows_rollouts,
                 "cpu_share": round(float(final["health"]["cpu_share"]), 4),
                 "accumulator_turns": {
-                    name: t["counts"][0] for name, t in final["state"]["transports"].items()
+                    name: int(t["turns"]) for name, t in final["state"]["transports"].items()
                 },
             }
             if report.rows_turns != int(final["turns_total"]):
