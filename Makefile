@@ -150,17 +150,20 @@ reproduce: $(STAMP)
 # slow the tests down).  TEST_WORKERS=2 where the machine has other work to do.
 TEST_WORKERS ?= 4
 # The serial pass collects only the files that mark a test serial, not the whole suite again,
-# in two lanes side by side (two pytest processes): the reduced reproduction and then the A/A
-# gate in one, every other serial test one after another in the other.  The serial tests mostly
-# wait on modelled server time (CPU per wall: reproduction ~0.2 of a core, the others 0.3-0.6),
-# so each shares the two cores with at most one other, never with the parallel pass; the A/A
-# runs, which compare runs made one after another, start when the other lane is done (~60 s
-# against ~85 s).  The real-engine checks (vLLM on every core; skipped without .venv-engine)
-# run last, alone.  SERIAL_LANES=1 runs every serial test alone, one after another.
+# in two lanes side by side (two pytest processes): the reduced reproduction, then the A/A
+# gate and the keep-alive calibration in one, the other serial tests (agents and goodput
+# searches, A/B) one after another in the other.  The serial tests mostly wait on modelled
+# server time (CPU per wall: reproduction ~0.2 of a core, the others 0.3-0.6), so each shares
+# the two cores with at most one other, never with the parallel pass; the A/A runs (they compare
+# runs made one after another) and the keep-alive fit (it read a 60 ms connection term as 0
+# once beside the reproduction on the shared machine) start after the other lane is done
+# (~60 s into ~105 s).  The real-engine checks (vLLM on every core; skipped without
+# .venv-engine) run last, alone.  SERIAL_LANES=1 runs every serial test alone, one at a time.
 SERIAL_LANES ?= 2
 SERIAL_FILES = $(sort $(shell grep -rl "pytest.mark.serial" tests))
 SERIAL_ALONE = $(filter tests/tools/real_engine/%,$(SERIAL_FILES))
-SERIAL_LANE_A = tests/harness/test_reproduce.py tests/harness/test_calibrate.py tests/gate/test_aa.py
+SERIAL_LANE_A = tests/harness/test_reproduce.py tests/harness/test_calibrate.py tests/gate/test_aa.py \
+	tests/harness/test_calibrate_honesty.py
 SERIAL_LANE_B = $(filter-out $(SERIAL_LANE_A) $(SERIAL_ALONE),$(SERIAL_FILES))
 test: $(STAMP)
 	@rc=0; \
