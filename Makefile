@@ -173,6 +173,7 @@ test: $(STAMP)
 	else \
 		lane=$$(mktemp); \
 		$(BIN)/python -m pytest -q -m serial --durations=5 $(SERIAL_LANE_A) >$$lane 2>&1 & a=$$!; \
+		trap 'kill $$a 2>/dev/null; rm -f $$lane; exit 130' INT TERM; \
 		$(BIN)/python -m pytest -q -m serial --durations=10 $(SERIAL_LANE_B) || rc=$$((rc ? rc : $$?)); \
 		wait $$a || rc=$$((rc ? rc : $$?)); \
 		echo "--- serial lane: $(SERIAL_LANE_A)"; cat $$lane; rm -f $$lane; \
