@@ -15,9 +15,6 @@ from harness.workload.scenario import load_scenario
 from tests.foreign_sse import foreign_sse_server
 from tests.runs import ROOT, TINY, in_process, run_tiny
 
-# serial: the verdict reads the machine's timing (`make test` runs it alone)
-pytestmark = pytest.mark.serial
-
 CODEX = ROOT / "scenarios" / "reproduce" / "codex-cerebras.yaml"
 #: not the base profile's 25 ms: a copied value cannot pass for a fitted one
 CONNECT_MS = 60.0
@@ -56,6 +53,8 @@ def _calibrate(tmp: Path, name: str, keepalive: bool) -> tuple[str, dict, dict]:
     return console + api_text, yaml.safe_load(api_text), engine
 
 
+# serial: the verdict reads the machine's timing (`make test` runs it alone)
+@pytest.mark.serial
 def test_keepalive_and_no_keepalive_fit_the_same_connection_cost(tmp_path: Path) -> None:
     text_on, on, engine_on = _calibrate(tmp_path, "keepalive", True)
     text_off, off, engine_off = _calibrate(tmp_path, "no-keepalive", False)
@@ -84,6 +83,8 @@ def _significant_digits(value: float) -> int:
 
 
 def test_an_http_only_fit_marks_what_it_could_not_identify(tmp_path: Path) -> None:
+    # Not serial: what is unidentified follows from the run's shape (http only, no keep-alive,
+    # no chain), not from its timing, and the rest is the writer's formatting.
     opts = RunOptions(
         transports=["http"],
         results_root=tmp_path,
@@ -115,6 +116,8 @@ def test_an_http_only_fit_marks_what_it_could_not_identify(tmp_path: Path) -> No
                 assert _significant_digits(value) <= 4, (key, value)
 
 
+# serial: the decode rate bound reads the honest turns' timing (`make test` runs it alone)
+@pytest.mark.serial
 def test_a_server_lying_about_output_tokens_does_not_set_the_decode_rate(tmp_path: Path) -> None:
     # in this process, without a report (calibrate reads the rows): `loopbench run tiny
     # --target URL --no-probe --transports http --set rollout.count=4`
