@@ -149,36 +149,12 @@ reproduce: $(STAMP)
 # 4 workers 229 s, 3 workers 273 s, the same 722 s sum of test durations (the fourth did not
 # slow the tests down).  TEST_WORKERS=2 where the machine has other work to do.
 TEST_WORKERS ?= 4
-# The serial pass collects only the files that mark a test serial, not the whole suite again,
-# in two lanes side by side (two pytest processes): the reduced reproduction, then the A/A
-# gate and the keep-alive calibration in one, the other serial tests (agents and goodput
-# searches, A/B) one after another in the other.  The serial tests mostly wait on modelled
-# server time (CPU per wall: reproduction ~0.2 of a core, the others 0.3-0.6), so each shares
-# the two cores with at most one other, never with the parallel pass; the A/A runs (they compare
-# runs made one after another) and the keep-alive fit (it read a 60 ms connection term as 0
-# once beside the reproduction on the shared machine) start after the other lane is done
-# (~60 s into ~105 s).  The real-engine checks (vLLM on every core; skipped without
-# .venv-engine) run last, alone.  SERIAL_LANES=1 runs every serial test alone, one at a time.
-SERIAL_LANES ?= 2
-SERIAL_FILES = $(sort $(shell grep -rl "pytest.mark.serial" tests))
-SERIAL_ALONE = $(filter tests/tools/real_engine/%,$(SERIAL_FILES))
-SERIAL_LANE_A = tests/harness/test_reproduce.py tests/harness/test_calibrate.py tests/gate/test_aa.py \
-	tests/harness/test_calibrate_honesty.py
-SERIAL_LANE_B = $(filter-out $(SERIAL_LANE_A) $(SERIAL_ALONE),$(SERIAL_FILES))
+# The serial pass collects only the files that mark a test serial, not the whole suite again.
+SERIAL_FILES = $(shell grep -rl "pytest.mark.serial" tests)
 test: $(STAMP)
 	@rc=0; \
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=20 || rc=$$?; \
-	if [ "$(SERIAL_LANES)" = 1 ]; then \
-		$(BIN)/python -m pytest -q -m serial --durations=10 $(SERIAL_LANE_A) $(SERIAL_LANE_B) || rc=$$((rc ? rc : $$?)); \
-	else \
-		lane=$$(mktemp); \
-		$(BIN)/python -m pytest -q -m serial --durations=5 $(SERIAL_LANE_A) >$$lane 2>&1 & a=$$!; \
-		trap 'kill $$a 2>/dev/null; rm -f $$lane; exit 130' INT TERM; \
-		$(BIN)/python -m pytest -q -m serial --durations=10 $(SERIAL_LANE_B) || rc=$$((rc ? rc : $$?)); \
-		wait $$a || rc=$$((rc ? rc : $$?)); \
-		echo "--- serial lane: $(SERIAL_LANE_A)"; cat $$lane; rm -f $$lane; \
-	fi; \
-	$(if $(SERIAL_ALONE),$(BIN)/python -m pytest -q -m serial $(SERIAL_ALONE) || rc=$$((rc ? rc : $$?));) \
+	$(BIN)/python -m pytest -q -m serial --durations=10 $(SERIAL_FILES) || rc=$$((rc ? rc : $$?)); \
 	exit $$rc
 
 # Every Python folder of the project: the product, its development tools and the tests.

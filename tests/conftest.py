@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +17,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     `make test` hands whole files to its workers in collection order
     (``--dist loadfile --no-loadscope-reorder``); a long file handed out last would leave
     one worker running it alone at the end.  Longest first keeps the two busy together.
-    Only there: a run without workers keeps the order it was given (the serial pass's lanes
-    are ordered in the Makefile).
     """
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        return
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
 
