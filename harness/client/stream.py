@@ -568,21 +568,20 @@ class ResponseStream:
         return count_tokens("x" * chars) if chars else 0
 
     def _first_arrival_tokens(self) -> int:
-        """The visible tokens of the deltas stamped with the first visible output's arrival
-        (read together with it): how much output came at once when the output began."""
+        """The visible tokens of the first non-empty delta read with the first visible output
+        (0: the output began with a tool call's name alone).  One delta, not the whole read: an
+        engine releasing a held call sends one delta of many tokens, while a client that read
+        several paced deltas late has them in one read — its lateness, not a release."""
         first = self.rec.first_output_ns
-        n = 0
-        for t in self._delta_t:
+        for i, (t, n) in enumerate(zip(self._delta_t, self._delta_len, strict=True)):
             if t != first:
                 break
-            n += 1
-        if not n:
-            return 0
-        lengths = self._delta_len[:n]
-        if self._text is None:
-            return self._counted(None, sum(lengths))
-        # _text holds the deltas that had text, in order
-        return self._counted(self._text[: sum(1 for x in lengths if x)], 0)
+            if n:
+                if self._text is None:
+                    return self._counted(None, n)
+                # _text holds the deltas that had text, in order: this is the i-th of them
+                return self._counted([self._text[sum(1 for x in self._delta_len[:i] if x)]], 0)
+        return 0
 
     def _burst(self) -> int:
         """Highest token count in any window [t_i, t_i + W) starting at a delta (docs/metrics.md §1).

@@ -193,10 +193,10 @@ PACED_OUTPUT = f"(output_arrivals >= {MIN_OUTPUT_ARRIVALS}) + (output_arrivals =
 WHOLE_OUTPUT = f"(output_arrivals > 0) & (output_arrivals < {MIN_OUTPUT_ARRIVALS})"
 #: the fewest visible tokens the first arrival of a turn's output (``first_arrival_tokens``)
 #: carries when the output was withheld and then released at once (docs/metrics.md §1.2).  Why
-#: 16: an engine-paced stream's first arrival is one delta of one token (vLLM: one per engine
-#: step; the reference server: the first token alone, ~2 a delta after, 8 at most in a
-#: 4,000 tok/s burst), so 16 is twice the most any paced delta carries, and a client would have
-#: to read 16 vLLM steps (8 of the reference server's deltas) late to see that many at once.
+#: 16: an engine-paced stream's first delta holds one token (vLLM: one per engine step; the
+#: reference server: the first token alone, ~2 a delta after, 8 at most in a 4,000 tok/s
+#: burst), so 16 is twice the most any paced delta carries; only the first delta is counted, so
+#: paced deltas a late client read together never add up to it.
 #: vLLM 0.32 releasing a forced call whose JSON parsed: 7-70 tokens in the first arrival.
 RELEASED_BURST_MIN_TOKENS = 16
 #: a tool call the endpoint held back and then released: announced by its name alone, before

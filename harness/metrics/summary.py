@@ -209,7 +209,7 @@ class _TransportStats:
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + n
         for counts, theirs in ((self.honesty, o.honesty), (self.token_counts, o.token_counts)):
             for counter in counts:
-                counts[counter] += theirs[counter]
+                counts[counter] += theirs.get(counter, 0)
         cache.merge(self.cache_by_turn, o.cache_by_turn)
         subagents.merge(self.subagents, o.subagents)
         self.slo_first_ns = _opt(min, self.slo_first_ns, o.slo_first_ns)

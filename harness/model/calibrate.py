@@ -239,9 +239,20 @@ def _timing(transport: str, row: Mapping[str, Any]) -> TurnRecord:
         # output read whole (a front end that held it) gives no decode rate: the table's rule
         delta_events=int(row.get("delta_events", 0) or 0),
         output_arrivals=int(row.get("output_arrivals", 0) or 0),
+        # a tool call released after a hold gives no decode rate either (RELEASED_CALL); a row
+        # from before the count reads -1 and keeps its rate
+        function_calls=int(row.get("function_calls", 0) or 0),
+        first_arrival_tokens=_int_or(row.get("first_arrival_tokens"), -1),
         # a turn whose usage failed the output-token check gives no decode rate (the table's rule)
         decode_implausible=_truthy(row.get("decode_implausible")),
     )
+
+
+def _int_or(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):  # missing, or NaN in a column older rows lack
+        return default
 
 
 def _model_ttft(value: Any) -> float | None:

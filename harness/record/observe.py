@@ -356,12 +356,15 @@ def _as_sse(api: str, obj: dict[str, Any]) -> bytes:
     """A whole Chat completion or Messages message as the stream that would have carried it."""
     events: list[Any]
     if api == CHAT:
-        choices = [{**c, "delta": c.get("message")} for c in obj.get("choices") or []]
+        # a whole message's tool calls carry no index; a stream's deltas are told apart by it
+        choices = [
+            {**c, "delta": _indexed_calls(c.get("message"))} for c in obj.get("choices") or []
+        ]
         events = [{**obj, "choices": choices}, "[DONE]"]
     else:
         events = [{"type": "message_start", "message": {**obj, "content": []}}]
         for i, block in enumerate(obj.get("content") or []):
-            events.append({"type": "content_block_start", "index": i, "content_block": block})
+            events += _block_events(i, block) if isinstance(block, dict) else []
             events.append({"type": "content_block_stop", "index": i})
         stop = {"stop_reason": obj.get("stop_reason")}
         events += [{"type": "message_delta", "delta": stop}, {"type": "message_stop"}]
@@ -369,6 +372,39 @@ def _as_sse(api: str, obj: dict[str, Any]) -> bytes:
         b"data: " + (e.encode() if isinstance(e, str) else orjson.dumps(e)) + b"\n\n"
         for e in events
     )
+
+
+def _indexed_calls(message: object) -> object:
+    if not isinstance(message, dict) or not isinstance(message.get("tool_calls"), list):
+        return message
+    calls = [{**c, "index": j} for j, c in enumerate(message["tool_calls"]) if isinstance(c, dict)]
+    return {**message, "tool_calls": calls}
+
+
+def _block_events(i: int, block: dict[str, Any]) -> list[dict[str, Any]]:
+    """A whole content block as its start and the delta a stream carries its body in (a tool
+    call's input, a thinking block's text and signature come only as deltas)."""
+    kind = block.get("type")
+    if kind == "tool_use":
+        start = {**block, "input": {}}
+        deltas = [
+            {
+                "type": "input_json_delta",
+                "partial_json": orjson.dumps(block.get("input", {})).decode(),
+            }
+        ]
+    elif kind == "thinking":
+        start = {**block, "thinking": "", "signature": ""}
+        deltas = [
+            {"type": "thinking_delta", "thinking": str(block.get("thinking") or "")},
+            {"type": "signature_delta", "signature": str(block.get("signature") or "")},
+        ]
+    else:
+        start, deltas = block, []
+    return [
+        {"type": "content_block_start", "index": i, "content_block": start},
+        *({"type": "content_block_delta", "index": i, "delta": d} for d in deltas),
+    ]
 
 
 def _summarize_response(ex: Exchange, stream: ResponseStream) -> None:

@@ -174,13 +174,15 @@ def test_the_summary_splits_ttft_by_kind_and_counts_the_turns_left_out() -> None
 
 def _released(burst: list[str], rest: list[str], *, rest_reads: int | None = None) -> TurnRecord:
     """A forced call as vLLM releases one whose JSON parsed: the role chunk at 1 ms, then at
-    30 ms the name and the ``burst`` argument deltas in one read, then ``rest`` one delta a
-    read, 1 ms apart; usage says one token per delta."""
+    30 ms the name and the ``burst`` (one token per string) in one argument delta, then ``rest``
+    one delta a read, 1 ms apart; usage says one token per string."""
     rec = TurnRecord("chat", 0, 0)
     feed = TranslatedFeed(ResponseStream(SENT, rec=rec), ChatTranslator())
     feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
-    args = [chunk({"tool_calls": [{"index": 0, "function": {"arguments": d}}]}) for d in burst]
-    feed.feed(b"".join([chunk({"tool_calls": [_CALL]}), *args]), SENT + 30 * MS)
+    args = [chunk({"tool_calls": [{"index": 0, "function": {"arguments": "".join(burst)}}]})]
+    feed.feed(
+        b"".join([chunk({"tool_calls": [_CALL]}), *args[: 1 if burst else 0]]), SENT + 30 * MS
+    )
     t = SENT + 30 * MS
     for d in rest:
         t += MS
@@ -221,13 +223,34 @@ def test_the_first_arrival_is_counted_with_the_runs_tokenizer() -> None:
     rec = TurnRecord("chat", 0, 0)
     feed = TranslatedFeed(ResponseStream(SENT, tokens=Words(), rec=rec), ChatTranslator())
     feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
-    # 3 deltas in the first read: 5 words in 52 characters (13 by the 4-character rule)
-    first = [" a very_long_word_of_many_characters", " b c", " d"]
+    # the first delta: 3 words in 44 characters (11 by the 4-character rule)
+    first = [" a very_long_word_of_many_characters b", " c", " d"]
     feed.feed(b"".join(chunk({"content": d}) for d in first), SENT + 2 * MS)
     feed.feed(chunk({"content": " e f"}), SENT + 3 * MS)
     usage = {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 0}
     feed.feed(chunk({}, "stop") + chunk(None, usage=usage) + b"data: [DONE]\n\n", SENT + 4 * MS)
-    assert feed.stream.fill(rec).first_arrival_tokens == 5
+    assert feed.stream.fill(rec).first_arrival_tokens == 3
+
+
+def test_paced_deltas_read_together_late_are_not_a_release() -> None:
+    """A client that read a streamed call's first 12 paced deltas (2 tokens each, 24 in all) in
+    one read, late: the first delta holds 2 tokens, so the call is no release and keeps its
+    decode rate (it was counted over the whole read and left out, a false 'held back')."""
+    rec = TurnRecord("chat", 0, 0)
+    feed = TranslatedFeed(ResponseStream(SENT, rec=rec), ChatTranslator())
+    feed.feed(chunk({"role": "assistant", "content": ""}), SENT + 1 * MS)
+    args = [chunk({"tool_calls": [{"index": 0, "function": {"arguments": "abcdefgh"}}]})] * 12
+    feed.feed(b"".join([chunk({"tool_calls": [_CALL]}), *args]), SENT + 30 * MS)
+    t = SENT + 30 * MS
+    for _ in range(20):
+        t += 2 * MS
+        feed.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "abcdefgh"}}]}), t)
+    usage = {"prompt_tokens": 10, "completion_tokens": 65, "total_tokens": 0}
+    feed.feed(chunk({}, "tool_calls") + chunk(None, usage=usage) + b"data: [DONE]\n\n", t + MS)
+    rec = feed.stream.fill(rec)
+    assert rec.first_arrival_tokens == 2
+    assert _ms("held_back_ms", rec) is None
+    assert _ms("tpot_ms", rec) is not None and _ms("decode_tps", rec) is not None
 
 
 def test_the_reference_servers_paced_deltas_never_trip_the_burst_rule() -> None:

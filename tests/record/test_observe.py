@@ -296,6 +296,35 @@ def test_chat_and_messages_responses_read_alike_whole_or_streamed(
     assert same is not None and e.answer_hash and e.answer_hash == same.answer_hash
 
 
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_a_whole_answer_keeps_every_tool_call_and_its_arguments(api: str) -> None:
+    """A whole (non-streamed) answer with two tool calls: both are calls the next request may
+    answer, each with its own arguments in --keep-content's output.  (Chat: a whole message's
+    calls carry no index, and read as one stream they merged into one call with arguments
+    '{"x":1}{"y":2}'; Messages: a whole tool_use's input is no delta, and its arguments read
+    empty.)"""
+    if api == "chat":
+        calls = [
+            {"id": f"call_{n}", "type": "function", "function": {"name": n, "arguments": a}}
+            for n, a in (("f", '{"x":1}'), ("g", '{"y":2}'))
+        ]
+        message = {"role": "assistant", "content": None, "tool_calls": calls}
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+        body = {"id": "c", "choices": [choice], "usage": CHAT_USAGE}
+    else:
+        blocks = [
+            {"type": "tool_use", "id": f"call_{n}", "name": n, "input": i}
+            for n, i in (("f", {"x": 1}), ("g", {"y": 2}))
+        ]
+        body = {**MESSAGES_WHOLE, "content": blocks}
+    req = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "go"}]})
+    e = summarize(api, "http", 1, req, 200, orjson.dumps(body), {}, (0, 2 * MS), keep_content=True)
+    assert e is not None and e.ok and e.calls == ("call_f", "call_g")
+    assert e.content is not None
+    got = [(i["name"], orjson.loads(i["arguments"])) for i in e.content["output"]]
+    assert got == [("f", {"x": 1}), ("g", {"y": 2})]
+
+
 def test_a_messages_thinking_block_is_reasoning_but_no_resend_evidence() -> None:
     """Thinking reads as reasoning inside the reported output (as the client measures it),
     while ``resends_reasoning`` stays a Responses finding: Messages requests' reasoning is not
