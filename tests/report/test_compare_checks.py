@@ -12,7 +12,7 @@ import pytest
 from harness.report import load_run
 from harness.report.compare import compare
 from harness.wire.exit_codes import ExitCode
-from tests.runs import NO_MODELLED_WAITS, loopbench, run_tiny
+from tests.runs import NO_MODELLED_WAITS, in_process, loopbench, run_tiny
 
 SIX = {"rollout.count": "6"}
 
@@ -90,18 +90,18 @@ def test_a_transport_without_successful_turns_keeps_its_rows(runs: dict[str, Pat
 
 
 def test_a_missing_run_folder_is_a_usage_error(runs: dict[str, Path], tmp_path: Path) -> None:
-    proc = loopbench("compare", runs["base"], tmp_path / "nope")
-    assert proc.returncode == ExitCode.USAGE
-    assert f"error: compare: {tmp_path / 'nope'}: no such folder; expected a results folder" in (
-        proc.stderr
-    )
-    one = loopbench("compare", runs["base"])
-    assert one.returncode == ExitCode.USAGE
-    assert "expected at least two results folders" in one.stderr
-    assert "Always exits 0" not in loopbench("compare", "--help").stdout
-    boot = loopbench("compare", runs["base"], runs["same"], "--n-boot", "0")
-    assert boot.returncode == ExitCode.USAGE
-    assert "--n-boot: expected a positive integer, got 0" in boot.stderr
+    # refusals before any work: through main in this process (no interpreter start each)
+    code, out = in_process("compare", runs["base"], tmp_path / "nope")
+    assert code == ExitCode.USAGE
+    assert f"error: compare: {tmp_path / 'nope'}: no such folder; expected a results folder" in out
+    code, out = in_process("compare", runs["base"])
+    assert code == ExitCode.USAGE
+    assert "expected at least two results folders" in out
+    code, out = in_process("compare", "--help")
+    assert code == ExitCode.OK and "Always exits 0" not in out
+    code, out = in_process("compare", runs["base"], runs["same"], "--n-boot", "0")
+    assert code == ExitCode.USAGE
+    assert "--n-boot: expected a positive integer, got 0" in out
 
 
 def test_compare_html_is_self_contained_with_a_section_per_transport(
