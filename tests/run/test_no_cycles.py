@@ -12,13 +12,16 @@ rollout before this was fixed.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from harness.run.embedded import embedded_server
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
+from tests.runs import NO_MODELLED_WAITS
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -54,6 +57,13 @@ def _cycles_after(path: Path, opts: RunOptions, run_id: str, rollouts: int) -> i
         return gc.collect()
     finally:
         gc.enable()
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    """A reference server without modelled waits: the cycles are the claim, not the timing."""
+    with embedded_server(extra_args=["--store", ":memory:", *NO_MODELLED_WAITS]) as url:
+        yield url
 
 
 @pytest.mark.parametrize("transport", ["http", "ws", "chat", "messages"])
