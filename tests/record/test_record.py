@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,6 @@ from harness.record.proxy import (
     write_trace,
 )
 from harness.report.results import load_run
-from harness.run.embedded import embedded_server
 from harness.transports import make_transport
 from harness.wire.exit_codes import ExitCode
 from harness.wire.ws_frames import encode_frame
@@ -161,16 +160,6 @@ def _agents_run(base_url: str) -> tuple[Any, list[str]]:
     return _run(go), looked_up
 
 
-@pytest.fixture(scope="module")
-def fast_url() -> Iterator[str]:
-    """:func:`server_url`'s server without modelled waits, for the Agents SDK's sessions: what
-    is recorded and replayed is their claim, not when (a session is ~20 sequential turns)."""
-    with embedded_server(
-        extra_args=["--default-tool-calls", "3", "--store", ":memory:", *NO_MODELLED_WAITS]
-    ) as url:
-        yield url
-
-
 def _record_agents(server_url: str, keep_content: bool) -> tuple[Any, list[str], RecordingProxy]:
     holder: dict[str, Any] = {}
 
@@ -186,8 +175,8 @@ def _record_agents(server_url: str, keep_content: bool) -> tuple[Any, list[str],
     return result, looked_up, holder["proxy"]
 
 
-def test_openai_agents_sdk_is_recorded_then_replayed(fast_url: str, tmp_path: Path) -> None:
-    result, looked_up, proxy = _record_agents(fast_url, keep_content=False)
+def test_openai_agents_sdk_is_recorded_then_replayed(fast_server_url: str, tmp_path: Path) -> None:
+    result, looked_up, proxy = _record_agents(fast_server_url, keep_content=False)
     out = tmp_path / "agents.jsonl"
     write_trace(proxy.exchanges, str(out))
     text = out.read_text()
@@ -254,8 +243,8 @@ def test_openai_agents_sdk_is_recorded_then_replayed(fast_url: str, tmp_path: Pa
     assert int(replayed["tool_ns"]) >= recorded_ms * 1e6 * 0.999
 
 
-def test_keep_content_stores_the_bodies_in_meta(fast_url: str, tmp_path: Path) -> None:
-    _, _, proxy = _record_agents(fast_url, keep_content=True)
+def test_keep_content_stores_the_bodies_in_meta(fast_server_url: str, tmp_path: Path) -> None:
+    _, _, proxy = _record_agents(fast_server_url, keep_content=True)
     out = tmp_path / "kept.jsonl"
     write_trace(proxy.exchanges, str(out))
     text = out.read_text()

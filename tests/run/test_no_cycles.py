@@ -12,16 +12,13 @@ rollout before this was fixed.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from harness.run.embedded import embedded_server
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
-from tests.runs import NO_MODELLED_WAITS
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -59,20 +56,14 @@ def _cycles_after(path: Path, opts: RunOptions, run_id: str, rollouts: int) -> i
         gc.enable()
 
 
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
-    """A reference server without modelled waits: the cycles are the claim, not the timing."""
-    with embedded_server(extra_args=["--store", ":memory:", *NO_MODELLED_WAITS]) as url:
-        yield url
-
-
 @pytest.mark.parametrize("transport", ["http", "ws", "chat", "messages"])
 def test_a_rollout_leaves_no_reference_cycles(
-    server_url: str, tmp_path: Path, transport: str
+    fast_server_url: str, tmp_path: Path, transport: str
 ) -> None:
+    """Against a server without modelled waits: the cycles are the claim, not the timing."""
     path = tmp_path / "cycles.yaml"
     path.write_text(SCENARIO + f"transports: [{transport}]\n")
-    opts = RunOptions(target=server_url, results_root=tmp_path, progress=False, render=False)
+    opts = RunOptions(target=fast_server_url, results_root=tmp_path, progress=False, render=False)
     # 24 rollouts more show a leak of one object per rollout (the defect this was written
     # for left ~60) above a one-off of a dozen objects (a CI run with 12 more read 13)
     _cycles_after(path, opts, "warm", 8)  # first imports and caches out of the way
