@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.run.embedded import embedded_server
-from tests.runs import TINY, run_cli
+from tests.runs import NO_MODELLED_WAITS, TINY, run_cli
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -26,6 +26,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def server_url() -> Iterator[str]:
     """Base URL (``http://127.0.0.1:PORT/v1``) of a reference server with the default profiles."""
     with embedded_server(extra_args=["--default-tool-calls", "3", "--store", ":memory:"]) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def fast_server_url() -> Iterator[str]:
+    """:func:`server_url`'s server without modelled waits (:data:`tests.runs.NO_MODELLED_WAITS`):
+    for tests whose claim is what was sent, recorded or counted, not when."""
+    extra = ["--default-tool-calls", "3", "--store", ":memory:", *NO_MODELLED_WAITS]
+    with embedded_server(extra_args=extra) as url:
         yield url
 
 

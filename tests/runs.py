@@ -33,6 +33,28 @@ from tests.without_reports import no_reports
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "scenarios" / "tiny.yaml"
+#: reference-server options: decode at 200,000 tokens/s (an answer streams in about a millisecond)
+FAST_DECODE = ("--set", "engine.sustained_tps=200000", "--set", "engine.burst_tps=200000")
+#: ... and no modelled connection, per-token, hop, prefill, TTFT or post-response time either: for
+#: tests whose claim is what was sent and recorded, not when (the modelled waits are most of
+#: their wall)
+NO_MODELLED_WAITS = (
+    *FAST_DECODE,
+    *("--set", "engine.prefill_tps=1000000000"),
+    *(
+        arg
+        for key in (
+            "api.connect_ms",
+            "api.fixed_ms",
+            "api.fixed_resolved_ms",
+            "api.hop_ms",
+            "api.post_ms",
+            "api.per_token_us",
+            "engine.base_ttft_ms",
+        )
+        for arg in ("--set", f"{key}=0")
+    ),
+)
 
 
 def _argv(args: tuple[str | Path, ...], *, report: bool = True) -> list[str]:

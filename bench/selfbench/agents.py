@@ -112,7 +112,9 @@ class AgentsOptions:
     @classmethod
     def quick(cls) -> AgentsOptions:
         return cls(
-            start=2,
+            # two steps a transport (4, then 8): the quick run's claim is every figure, and
+            # the search itself is tests/bench/selfbench/test_agents.py's
+            start=4,
             max_agents=8,
             max_steps=4,
             budget_s=60.0,

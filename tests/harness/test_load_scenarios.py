@@ -255,10 +255,12 @@ def test_shipped_shapes_match_their_documentation() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(REDUCED))
-def test_shipped_scenario_runs_reduced(name: str, server_url: str, tmp_path: Path) -> None:
+def test_shipped_scenario_runs_reduced(name: str, fast_server_url: str, tmp_path: Path) -> None:
+    # each shipped scenario runs whole and counts right: its schedule and rollouts are the
+    # claim, not the server's modelled latencies
     path = SCENARIOS / f"{name}.yaml"
     scenario = load_scenario(path, REDUCED[name])
-    opts = RunOptions(target=server_url, results_root=tmp_path, run_id=name, render=False)
+    opts = RunOptions(target=fast_server_url, results_root=tmp_path, run_id=name, render=False)
     summary = run_scenario(scenario, str(path), opts).summary
     planned = summary["load"]["rollouts_planned"]
     assert planned == len(generate_rollouts(scenario))

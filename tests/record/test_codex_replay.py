@@ -63,14 +63,15 @@ def _close(replayed: int | None, recorded: int | None, slack: int = 0) -> bool:
     ids=["ws", "ws-lanes", "http"],
 )
 def test_a_recorded_codex_session_replays_with_its_turns_and_tokens(
-    server_url: str, tmp_path: Path, transport: str, options: tuple[str, ...]
+    fast_server_url: str, tmp_path: Path, transport: str, options: tuple[str, ...]
 ) -> None:
+    """Against a server without modelled waits: turns and tokens are the claim, not when."""
     header, [recorded] = build_trace(exchanges("codex-reconnect"))
     assert sum(1 for t in recorded.turns if t.recovery is not None) == 2
     trace = tmp_path / "codex.jsonl"
     trace.write_text(dump_trace([recorded], header))
 
-    [replay] = _replayed(server_url, trace, transport, tmp_path / "results", *options)
+    [replay] = _replayed(fast_server_url, trace, transport, tmp_path / "results", *options)
     # The warm-up is sent where the recorded client sent one (WebSocket), skipped over HTTP.
     assert (replay.warmup is not None) == (transport == "ws")
     assert len(replay.turns) == len(recorded.turns)

@@ -38,7 +38,7 @@ from harness.wire.exit_codes import ExitCode
 from harness.wire.ws_frames import encode_frame
 from harness.workload.records import TurnRecord
 from harness.workload.trace import TraceRollout, dump_trace, read_trace
-from tests.runs import ROOT, run_cli, run_file, run_plans
+from tests.runs import NO_MODELLED_WAITS, ROOT, run_cli, run_file, run_plans
 from tests.server.conftest import hinted_body
 from tests.transports.test_chat_messages import plans
 
@@ -175,8 +175,8 @@ def _record_agents(server_url: str, keep_content: bool) -> tuple[Any, list[str],
     return result, looked_up, holder["proxy"]
 
 
-def test_openai_agents_sdk_is_recorded_then_replayed(server_url: str, tmp_path: Path) -> None:
-    result, looked_up, proxy = _record_agents(server_url, keep_content=False)
+def test_openai_agents_sdk_is_recorded_then_replayed(fast_server_url: str, tmp_path: Path) -> None:
+    result, looked_up, proxy = _record_agents(fast_server_url, keep_content=False)
     out = tmp_path / "agents.jsonl"
     write_trace(proxy.exchanges, str(out))
     text = out.read_text()
@@ -223,7 +223,7 @@ def test_openai_agents_sdk_is_recorded_then_replayed(server_url: str, tmp_path: 
         "rollout:\n  trace: agents.jsonl\nload:\n  mode: closed\n  concurrency: 1\n"
     )
     # as `loopbench run FILE --run-id r`, in this process, without the report it does not read
-    run_file(scenario, tmp_path / "results")
+    run_file(scenario, tmp_path / "results", server_args=NO_MODELLED_WAITS)
     run = load_run(tmp_path / "results" / "r")
     rows = run.turns[run.turns["rollout_id"] == 0]
     turns = rows[rows["conversation"] == 0].sort_values("turn_index")
@@ -243,8 +243,8 @@ def test_openai_agents_sdk_is_recorded_then_replayed(server_url: str, tmp_path: 
     assert int(replayed["tool_ns"]) >= recorded_ms * 1e6 * 0.999
 
 
-def test_keep_content_stores_the_bodies_in_meta(server_url: str, tmp_path: Path) -> None:
-    _, _, proxy = _record_agents(server_url, keep_content=True)
+def test_keep_content_stores_the_bodies_in_meta(fast_server_url: str, tmp_path: Path) -> None:
+    _, _, proxy = _record_agents(fast_server_url, keep_content=True)
     out = tmp_path / "kept.jsonl"
     write_trace(proxy.exchanges, str(out))
     text = out.read_text()

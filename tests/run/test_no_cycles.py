@@ -58,11 +58,12 @@ def _cycles_after(path: Path, opts: RunOptions, run_id: str, rollouts: int) -> i
 
 @pytest.mark.parametrize("transport", ["http", "ws", "chat", "messages"])
 def test_a_rollout_leaves_no_reference_cycles(
-    server_url: str, tmp_path: Path, transport: str
+    fast_server_url: str, tmp_path: Path, transport: str
 ) -> None:
+    """Against a server without modelled waits: the cycles are the claim, not the timing."""
     path = tmp_path / "cycles.yaml"
     path.write_text(SCENARIO + f"transports: [{transport}]\n")
-    opts = RunOptions(target=server_url, results_root=tmp_path, progress=False, render=False)
+    opts = RunOptions(target=fast_server_url, results_root=tmp_path, progress=False, render=False)
     # 24 rollouts more show a leak of one object per rollout (the defect this was written
     # for left ~60) above a one-off of a dozen objects (a CI run with 12 more read 13)
     _cycles_after(path, opts, "warm", 8)  # first imports and caches out of the way

@@ -57,7 +57,7 @@ from tests.foreign_servers import (
     rate_limited_server,
     silent_server,
 )
-from tests.runs import ROOT, TINY, _argv, loopbench, started
+from tests.runs import ROOT, TINY, _argv, in_process, loopbench, started
 
 PROBE_LINE = "nothing was measured"
 
@@ -76,21 +76,11 @@ def _probe(url: str) -> dict[str, Finding]:
 
 
 def _run(url: str, out: Path, *args: str) -> tuple[int, str]:
-    proc = loopbench(
-        "run",
-        TINY,
-        "--target",
-        url,
-        "--out",
-        str(out),
-        "--run-id",
-        "r",
-        "-q",
-        *args,
-        timeout=120,
-        report=False,
+    """``loopbench run tiny.yaml --target URL -q ARGS`` through ``main`` in this process (what
+    the run says and refuses is the claim, not the process around it): exit code, output."""
+    return in_process(
+        "run", TINY, "--target", url, "--out", out, "--run-id", "r", "-q", *args, report=False
     )
-    return proc.returncode, proc.stderr
 
 
 def test_reference_server_supports_every_responses_feature(server_url: str) -> None:
@@ -432,20 +422,20 @@ def test_a_run_says_what_it_probes_before_waiting_on_a_silent_endpoint(tmp_path:
     time-out and how to give more."""
     with silent_server() as url:
         args = ["run", TINY, "--target", url, "--out", tmp_path / "results", "--run-id", "r"]
-        with started(*args, "--probe-timeout-s", "3") as proc:
+        with started(*args, "--probe-timeout-s", "1.5") as proc:
             assert proc.stderr is not None
             first = proc.stderr.readline()
-            # two checks of 3 s each are still ahead of it: the line came before the waiting
+            # two checks of 1.5 s each are still ahead of it: the line came before the waiting
             waiting = proc.poll() is None
             _, rest = proc.communicate(timeout=120)
         quiet_code, quiet_err = _run(url, tmp_path / "results", "--probe-timeout-s", "0.5")
     ws_url = url.replace("http://", "ws://") + "/responses"
-    assert first == f"probing {url} (http, ws; each check waits up to 3 s) …\n"
+    assert first == f"probing {url} (http, ws; each check waits up to 1.5 s) …\n"
     assert waiting
     assert proc.returncode == ExitCode.USAGE
     [line] = rest.strip().splitlines()
     assert line.startswith(f"error: transports http, ws cannot run against {url}: ")
-    assert "no complete answer within 3 s" in line and f"{ws_url} within 3 s" in line
+    assert "no complete answer within 1.5 s" in line and f"{ws_url} within 1.5 s" in line
     assert line.endswith(
         "(nothing was measured; --no-probe skips this check; --probe-timeout-s waits longer)"
     )
@@ -457,9 +447,11 @@ def test_a_run_says_what_it_probes_before_waiting_on_a_silent_endpoint(tmp_path:
 
 
 def test_the_probe_timeout_must_be_positive() -> None:
-    proc = loopbench("run", TINY, "--target", "http://127.0.0.1:9/v1", "--probe-timeout-s", "0")
-    assert proc.returncode == ExitCode.USAGE
-    assert proc.stderr.strip() == (
+    code, err = in_process(
+        "run", TINY, "--target", "http://127.0.0.1:9/v1", "--probe-timeout-s", "0"
+    )
+    assert code == ExitCode.USAGE
+    assert err.strip() == (
         "error: --probe-timeout-s: expected a positive number of seconds, got 0.0"
     )
 

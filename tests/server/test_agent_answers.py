@@ -19,16 +19,16 @@ import pytest
 
 from harness.wire.sse import SSEDecoder
 from tests.agent_requests import captured
+from tests.runs import FAST_DECODE
 from tests.server.conftest import configured_server
 
-FAST = ("--set", "engine.sustained_tps=200000", "--set", "engine.burst_tps=200000")
 # Each seed is a different server generator: several answers per agent, not one lucky one.
 SEEDS = (1, 2, 3)
 
 
 @pytest.fixture(scope="module", params=SEEDS)
 def url(request: pytest.FixtureRequest) -> Iterator[str]:
-    with configured_server(*FAST, "--seed", str(request.param)) as base:
+    with configured_server(*FAST_DECODE, "--seed", str(request.param)) as base:
         yield base
 
 

@@ -20,10 +20,10 @@ from websockets.asyncio.client import connect
 
 from harness.wire.sse import SSEDecoder
 from tests.agent_requests import bodies, captured
+from tests.runs import FAST_DECODE
 from tests.server.conftest import configured_server, ws_url
 
 # Fast engine: the agents ask for up to 128,000 output tokens; the edges are what is tested.
-FAST = ("--set", "engine.sustained_tps=200000", "--set", "engine.burst_tps=200000")
 # The client library writes these itself (a compressed body or a second handshake key would not be
 # what is tested).
 SKIP_HEADERS = {"accept-encoding", "connection", "upgrade"}
@@ -31,7 +31,7 @@ SKIP_HEADERS = {"accept-encoding", "connection", "upgrade"}
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    with configured_server(*FAST) as base:
+    with configured_server(*FAST_DECODE) as base:
         yield base
 
 

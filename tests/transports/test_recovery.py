@@ -15,17 +15,23 @@ import pytest
 from harness.report.results import Run, load_run
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
+from tests.runs import NO_MODELLED_WAITS
 from tests.transports.conftest import TINY
 
 
-def forced_run(tmp: Path, server_args: list[str], transports: str) -> Run:
+def forced_run(
+    tmp: Path, server_args: list[str], transports: str, *, modelled_waits: bool = False
+) -> Run:
+    """tiny.yaml against a server started with ``server_args``; without its modelled waits
+    unless ``modelled_waits`` (a test whose claim needs time to pass)."""
+    waits = () if modelled_waits else NO_MODELLED_WAITS
     opts = RunOptions(
         transports=transports.split(","),
         results_root=tmp,
         run_id="r",
         progress=False,
         render=False,
-        server_args=["--store", ":memory:", *server_args],
+        server_args=["--store", ":memory:", *waits, *server_args],
     )
     result = run_scenario(load_scenario(TINY), TINY, opts)
     return load_run(result.run_dir)
@@ -71,7 +77,8 @@ def test_previous_response_not_found_resends_the_full_context(cache_miss_run: Ru
 
 
 def test_lifetime_limit_reconnects_and_continues(tmp_path: Path) -> None:
-    run = forced_run(tmp_path, ["--ws-max-lifetime-s", "0.15"], "ws,ws-store")
+    # the connections must outlive 0.15 s: the modelled times make a rollout last that long
+    run = forced_run(tmp_path, ["--ws-max-lifetime-s", "0.15"], "ws,ws-store", modelled_waits=True)
     _no_errors(run)
     for name, resumed_cache in (("ws", "none"), ("ws-store", "store")):
         turns, rollouts = _by(run, name)
