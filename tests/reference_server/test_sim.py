@@ -181,8 +181,10 @@ def test_decode_is_anchored_at_the_actual_first_token() -> None:
 
     async def main() -> dict[str, float | int]:
         async def stall() -> None:
-            await asyncio.sleep(0.025)
-            time.sleep(0.02)  # the event loop is busy right when the first token is due
+            # from 15 ms, well before the first token is due (30 ms): a wake-up a few ms late
+            # on a busy machine still blocks the loop when the token is due
+            await asyncio.sleep(0.015)
+            time.sleep(0.03)  # the event loop is busy right when the first token is due
 
         blocker = asyncio.ensure_future(stall())
         result = await sim.inference([(1, 10)], 10, 300, 7, rec)
