@@ -61,6 +61,7 @@ from harness.locust_driver.worker import SHIP_INTERVAL_S
 from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
 from harness.run.health import CpuMeter
+from harness.wire.version import loopbench_version
 from harness.workload.records import RolloutRecord, TurnRecord
 
 #: turn rows built once per process and sliced per ship (a ship takes consecutive rows)
@@ -211,7 +212,9 @@ class FakeWorker:
         wire = job["parsed_options"].get(RUN_OPTION)
         if self.config is None and wire:
             self.config = RunConfig.from_wire(wire)
-            self.send(MSG_HELLO, hello_message(self.config.run_id, os.getpid()))
+            self.send(
+                MSG_HELLO, hello_message(self.config.run_id, os.getpid(), loopbench_version())
+            )
             self._greenlets += [gevent.spawn(self._agents_and_ship), gevent.spawn(self._report)]
         users = sum(job["user_classes_count"].values())
         for _ in range(max(0, users - self.agents)):

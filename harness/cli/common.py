@@ -9,7 +9,6 @@ import re
 import sys
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -138,15 +137,6 @@ def docs_folder() -> Path:
     package = Path(__file__).resolve().parents[1]
     shipped = package / "docs"
     return shipped if shipped.is_dir() else package.parent / "docs"
-
-
-def version() -> str:
-    """The installed distribution's version; the source tree's when run from a checkout only."""
-    try:
-        return metadata.version("loopbench")
-    except metadata.PackageNotFoundError:
-        # A checkout on sys.path without `pip install -e .`; harness is imported (we are in it).
-        return str(getattr(sys.modules.get("harness"), "__version__", "unknown"))
 
 
 def transports_epilog(

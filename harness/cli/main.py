@@ -14,10 +14,11 @@ import sys
 from collections.abc import Sequence
 
 from harness.cli.commands import COMMANDS, module_of
-from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser, version
+from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import exit_code_help
 from harness.wire.stop_signal import sigterm_as_sigint
+from harness.wire.version import loopbench_version
 from harness.workload.builtin import shadowed_note
 
 
@@ -37,7 +38,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         + "\n\nRun `loopbench COMMAND --help` for a command's options and examples.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"loopbench {version()}")
+    parser.add_argument("--version", action="version", version=f"loopbench {loopbench_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = module_of(list(argv)) if argv is not None else None
     built: set[str] = set()

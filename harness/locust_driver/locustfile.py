@@ -36,7 +36,7 @@ from harness.locust_driver.protocol import (
     MSG_ROWS,
     MSG_WORK,
     RUN_OPTION,
-    RunConfig,
+    VersionMismatch,
 )
 from harness.locust_driver.worker import WorkerSide
 from harness.metrics.results_model import as_summary
@@ -71,6 +71,8 @@ _early_edge = (
 WATCH_INTERVAL_S = 0.25
 #: an orphaned master exits by itself this long after its results are written
 ORPHAN_EXIT_S = 5.0
+#: a worker that refuses the master's version quits this long after saying so to it
+REFUSE_QUIT_S = 1.0
 
 
 @events.init_command_line_parser.add_listener
@@ -228,8 +230,9 @@ def _watch_workers(runner: MasterRunner, master: MasterSide) -> None:
         gevent.sleep(WATCH_INTERVAL_S)
         for node in runner.clients.missing:
             master.worker_lost(node.id, "no heartbeat for 3 s: killed, or its host is gone")
-        if master.write_failed:
-            # The line is said; the table's code for a results file that cannot be written.
+        if master.write_failed or master.refused:
+            # The line is said; the table's code for a results file that cannot be written,
+            # or a worker of another loopbench version.
             runner.environment.process_exit_code = ExitCode.USAGE
             # Locust's own HTML report would meet the same disk: a traceback after the line.
             if runner.environment.parsed_options is not None:
@@ -279,7 +282,17 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
     if not wire:
         log.error("loopbench: the master sent no run settings; is it running this locustfile?")
         return
-    _worker.begin(RunConfig.from_wire(wire))
+    try:
+        config = _worker.read_config(wire)
+    except VersionMismatch as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        runner = environment.runner
+        assert runner is not None
+        environment.process_exit_code = ExitCode.USAGE
+        # Not at once: the hello saying this worker's versions is still on its way.
+        gevent.spawn_later(REFUSE_QUIT_S, runner.quit)
+        return
+    _worker.begin(config)
 
 
 @events.test_stop.add_listener

@@ -27,7 +27,7 @@ import gevent
 
 from harness.client.shaping import NO_SHAPING, RequestShaping
 from harness.locust_driver.clock import now_ns
-from harness.locust_driver.protocol import MSG_WORK, RunConfig
+from harness.locust_driver.protocol import MSG_WORK, RunConfig, version_mismatch
 from harness.locust_driver.wire import rollout_from_row, turn_from_row, work_message
 from harness.locust_driver.work import Claim, WorkQueue
 from harness.metrics.summary import Accumulator
@@ -38,6 +38,7 @@ from harness.run.manifest import build_manifest, client_options
 from harness.run.measurement import Measurement
 from harness.wire.errors import LoopbenchError, ResultsWriteError
 from harness.wire.plural import counted
+from harness.wire.version import loopbench_version
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
 
@@ -124,6 +125,9 @@ class MasterSide:
         self.unrendered: Path | None = None
         #: a results file could not be written: the one line said, the run ended ("" if not)
         self.write_failed = ""
+        #: a worker of another loopbench version joined: the one line said ("" if none did)
+        self.refused = ""
+        self.version = loopbench_version()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -143,6 +147,7 @@ class MasterSide:
             hints=opts.hints,
             shaping=opts.shaping,
             tokenizer=opts.tokenizer,
+            loopbench=self.version,
         )
         load = scenario.load
         plans = generate_rollouts(scenario)
@@ -316,6 +321,16 @@ class MasterSide:
     # -- messages --------------------------------------------------------------------------------
 
     def on_hello(self, node: str, data: dict[str, Any]) -> None:
+        mismatch = version_mismatch(data, self.version, me="master", them=f"worker {node}")
+        if mismatch is not None:
+            # Said once (every worker of the other version says hello); the locustfile ends
+            # the run with the usage code.
+            if not self.refused:
+                self.refused = str(mismatch)
+                print(f"error: {mismatch}", file=sys.stderr, flush=True)
+                # Nothing was measured: no summary of a run that never ran.
+                self._drop_run()
+            return
         run = self.run
         if run is None or data.get("run_id") != run.config.run_id:
             return
@@ -376,6 +391,10 @@ class MasterSide:
             return
         self.write_failed = str(exc)
         print(f"error: {exc}", file=sys.stderr, flush=True)
+        self._drop_run()
+
+    def _drop_run(self) -> None:
+        """End the current run without a summary (the folder reads as a killed run's)."""
         run = self.run
         if run is None:
             return

@@ -2,7 +2,8 @@
 
 Messages (Locust custom messages; payloads are msgpack-able dicts):
 
-* ``loopbench_hello`` worker → master, at test start: the worker takes part in the run;
+* ``loopbench_hello`` worker → master, at test start: the worker takes part in the run,
+  with its loopbench version and :data:`WIRE_FORMAT` (the master refuses another);
 * ``loopbench_claim`` worker → master: ``{req, finished}``, the rollout just run
   (``[phase, rollout_id]`` or None) and a request for the next one;
 * ``loopbench_work`` master → worker: ``{req, kind, ...}`` the answer (``run`` with
@@ -15,17 +16,21 @@ Messages (Locust custom messages; payloads are msgpack-able dicts):
 
 The master hands the run's settings to workers as a Locust parsed option
 (:data:`RUN_OPTION`), which Locust forwards with every spawn message, so
-workers need nothing but the master's address.
+workers need nothing but the master's address.  The settings carry the master's
+loopbench version and :data:`WIRE_FORMAT`, which a worker checks before reading the rest:
+two versions of these messages meet only as one clear refusal (:func:`version_mismatch`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import TypeAdapter
 
 from harness.client.shaping import NO_SHAPING, RequestShaping
+from harness.wire.errors import LoopbenchError
 
 MSG_HELLO = "loopbench_hello"
 MSG_CLAIM = "loopbench_claim"
@@ -35,6 +40,9 @@ MSG_FINAL = "loopbench_final"
 
 #: attribute of ``environment.parsed_options`` carrying :class:`RunConfig` to workers
 RUN_OPTION = "loopbench_run"
+#: the shape of these messages and of :class:`RunConfig`: raised with any change to them
+#: (1: before versions were sent)
+WIRE_FORMAT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +63,9 @@ class RunConfig:
     #: the scenario's SLO thresholds as JSON ({field: ms}; "" for none): every accumulator of
     #: a run judges records by the same ones, or they do not merge
     slo: str = ""
+    #: the master's loopbench version and wire format ("" / 1: a master from before them)
+    loopbench: str = ""
+    wire_format: int = WIRE_FORMAT
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = _RUN_CONFIG.dump_python(self, mode="json")
@@ -69,13 +80,46 @@ class RunConfig:
 _RUN_CONFIG = TypeAdapter(RunConfig)
 
 
+class VersionMismatch(LoopbenchError):
+    """A master and a worker of different loopbench versions (or wire formats) met."""
+
+
+def versions(loopbench: str) -> dict[str, Any]:
+    """What a side says of itself: its loopbench version and this module's wire format."""
+    return {"loopbench": loopbench, "wire_format": WIRE_FORMAT}
+
+
+def version_mismatch(
+    data: Mapping[str, Any], mine: str, *, me: str, them: str
+) -> VersionMismatch | None:
+    """None when ``data`` (a hello, or run settings) comes from the same loopbench as ``mine``
+    and speaks this wire format; else the one line that says both and what to do.
+
+    Read before anything else of ``data``: another version's fields fail validation with a
+    message about a field, not about the versions.
+    """
+    theirs, wire = data.get("loopbench"), data.get("wire_format")
+    if theirs == mine and wire == WIRE_FORMAT:
+        return None
+    said = (
+        f"loopbench {theirs} (wire format {wire})"
+        if theirs
+        else "a loopbench older than this one (its messages carry no version)"
+    )
+    return VersionMismatch(
+        f"the {them} runs {said}, this {me} loopbench {mine} (wire format {WIRE_FORMAT}): "
+        f"install the same loopbench version on the master and every worker"
+    )
+
+
 # -- worker -> master messages: built here only, so a worker and anything that stands in for one
 # (bench/master_sim's fake workers) send the same payloads.
 
 
-def hello_message(run_id: str, pid: int, **extra: Any) -> dict[str, Any]:
-    """The worker takes part in the run; ``extra``: what else it tells the master about itself."""
-    return {"run_id": run_id, "pid": pid, **extra}
+def hello_message(run_id: str, pid: int, loopbench: str, **extra: Any) -> dict[str, Any]:
+    """The worker takes part in the run (or says why it cannot: its versions are in it);
+    ``extra``: what else it tells the master about itself."""
+    return {"run_id": run_id, "pid": pid, **versions(loopbench), **extra}
 
 
 def claim_message(req: int, finished: tuple[int, int] | None) -> dict[str, Any]:

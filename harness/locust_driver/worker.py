@@ -39,6 +39,7 @@ from harness.locust_driver.protocol import (
     final_message,
     hello_message,
     rows_message,
+    version_mismatch,
 )
 from harness.locust_driver.wire import claim_from_wire, rollout_to_row, turn_to_row
 from harness.locust_driver.work import Claim
@@ -48,6 +49,7 @@ from harness.metrics.summary import Accumulator
 from harness.run.edge_frames import EdgeBegin
 from harness.run.health import LOOP_WATCH_INTERVAL_S, ClientHealth, CpuMeter
 from harness.wire.credentials import PLACEHOLDER_API_KEY
+from harness.wire.version import loopbench_version
 from harness.workload.records import RolloutRecord, TurnRecord
 
 SHIP_INTERVAL_S = 0.5
@@ -96,6 +98,18 @@ class WorkerSide:
         self._watchdog: gevent.Greenlet | None = None
         #: the asyncio edge that runs the rollouts (None in tests that feed records directly)
         self.edge: EdgeChild | None = None
+        self.version = loopbench_version()
+
+    def read_config(self, wire: dict[str, Any]) -> RunConfig:
+        """The master's run settings; a master of another loopbench (or wire format) is
+        refused in one line, and told why by a hello carrying this worker's versions."""
+        mismatch = version_mismatch(wire, self.version, me="worker", them="master")
+        if mismatch is not None:
+            self._send(
+                MSG_HELLO, hello_message(str(wire.get("run_id", "")), os.getpid(), self.version)
+            )
+            raise mismatch
+        return RunConfig.from_wire(wire)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -113,6 +127,7 @@ class WorkerSide:
             hello_message(
                 config.run_id,
                 os.getpid(),
+                self.version,
                 edge="asyncio",
                 edge_pid=edge.pid if edge is not None else None,
             ),
