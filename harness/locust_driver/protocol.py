@@ -9,7 +9,7 @@ Messages (Locust custom messages; payloads are msgpack-able dicts):
 * ``loopbench_work`` master → worker: ``{req, kind, ...}`` the answer (``run`` with
   the plan, or ``done``); answers to claims made while a phase drains are held
   until the next phase starts;
-* ``loopbench_rows`` worker → master: record rows, every ~0.5 s;
+* ``loopbench_rows`` worker → master: record rows, every ~2 s;
 * ``loopbench_final`` worker → master, once its users stopped: the
   accumulator state (HDR blobs), the last rows, the worker's own counts and its
   health (CPU share, wall time, event-loop lag histogram).

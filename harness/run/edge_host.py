@@ -26,6 +26,7 @@ from typing import Any
 from harness.run import edge_frames as ef
 from harness.run.event_loop import run_async
 from harness.run.passes import ClientWatch
+from harness.run.short_slice import request_short_slice
 from harness.run.tokenizer import load_tokens
 from harness.transports import Transport, make_transport
 from harness.transports.rollout_loop import run_rollout
@@ -176,6 +177,10 @@ def main() -> None:
     out = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # Beside its worker, its master and often the server on few cores: a first token that
+    # arrives while they run is stamped when this process gets a core (Linux 6.12+: a
+    # waking task with the shorter slice is let in first; elsewhere nothing changes).
+    request_short_slice()
     run_async(serve(0, out))
 
 
