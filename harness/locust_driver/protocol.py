@@ -63,6 +63,9 @@ class RunConfig:
     #: the scenario's SLO thresholds as JSON ({field: ms}; "" for none): every accumulator of
     #: a run judges records by the same ones, or they do not merge
     slo: str = ""
+    #: how the edge host stamps reads, as ``loopbench run --rx-stamp`` (``auto``: the kernel's
+    #: receive time where the worker's machine supports it; resolved there)
+    rx_stamp: str = "auto"
     #: the master's loopbench version and wire format ("" / 1: a master from before them)
     loopbench: str = ""
     wire_format: int = WIRE_FORMAT

@@ -277,6 +277,8 @@ def edge_begin(config: RunConfig) -> EdgeBegin:
             verify_tls=config.verify_tls,
             request_timeout_s=config.request_timeout_s,
             shaping=config.shaping,
+            # the edge host resolves it on its machine (harness.run.edge_host)
+            rx_stamp=config.rx_stamp,
         ),
         model=config.model,
         hints=config.hints,

@@ -30,6 +30,7 @@ from harness.run.short_slice import request_short_slice
 from harness.run.tokenizer import load_tokens
 from harness.transports import Transport, make_transport
 from harness.transports.rollout_loop import run_rollout
+from harness.transports.rx_socket import resolve_rx_stamp
 from harness.workload.records import RolloutRecord, TurnRecord
 
 log = logging.getLogger("loopbench.edge_host")
@@ -56,6 +57,10 @@ class EdgeHost:
                 task.cancel()
         elif kind == "begin":
             begin: ef.EdgeBegin = message[1]
+            # As `loopbench run` does: with kernel stamps a first token's time is the
+            # socket's, not when this process got a core to read it (docs/metrics.md §1.9).
+            rx_stamp = resolve_rx_stamp(begin.options.rx_stamp)
+            begin = replace(begin, options=replace(begin.options, rx_stamp=rx_stamp))
             if begin.tokenizer:
                 tokens = load_tokens(begin.tokenizer)
                 begin = replace(begin, options=replace(begin.options, tokens=tokens))

@@ -20,6 +20,7 @@ import pytest
 from harness.cli.locust import _free_port, stop_children, worker_command
 from harness.metrics.hdr import Histogram, read_hlog
 from harness.report.results import Run, load_run
+from harness.transports.rx_socket import kernel_stamps_supported
 from tests.runs import locust_master_argv
 
 RUN_TIME_S = 5
@@ -176,3 +177,11 @@ def test_merged_percentiles_equal_one_histogram_of_all_samples(run: Run) -> None
     # Workers on different processes stamp on one epoch-anchored origin.
     sent = run.turns["sent_ns"]
     assert sent.max() - sent.min() < (RUN_TIME_S + 10) * 1_000_000_000
+
+
+def test_reads_are_stamped_as_loopbench_run_stamps_them(run: Run) -> None:
+    # `run --rx-stamp auto`: the kernel's receive time where this machine has it (a user-space
+    # stamp holds the edge host's wait for a core: milliseconds beside a busy worker)
+    want = "kernel" if kernel_stamps_supported() else "user"
+    done = run.turns[run.turns["status"] == "completed"]
+    assert len(done) and set(done["rx_stamp"]) == {want}
