@@ -50,7 +50,8 @@ def test_a_small_simulation_handles_every_message_and_reports_sane_figures(
     assert fig["workers"] == fig["workers_seen_by_master"] == 4
     assert fig["agents"] == 80
     assert fig["every_message_handled"] is True
-    assert m["rows_sent"] == m["rows_handled"] > 4 * 4  # ~2 a second each for 4 s and more
+    # every SHIP_INTERVAL_S (2 s) each: at least once in 4 s of load
+    assert m["rows_sent"] == m["rows_handled"] >= 4
     assert m["finals_sent"] == m["finals_handled"] == 4
     assert m["claims_sent"] == m["claims_handled"] > 80  # every agent, and again after a rollout
     assert m["heartbeats_handled"] >= 4 * 4 and m["stats_handled"] >= 4
