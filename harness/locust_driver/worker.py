@@ -4,9 +4,8 @@ Every record goes, in the same step, into this worker's
 :class:`~harness.metrics.summary.Accumulator` (HDR histograms, counters) and
 into a row buffer, and fires Locust ``request`` events so Locust's UI, CSV and
 HTML show the run.  A shipper greenlet sends the row buffer every
-:data:`SHIP_INTERVAL_S` (few, large batches: each one is a burst of the master's work that
-can coincide with a first token on a small machine); when the test stops, the final message carries the
-accumulator's state (histograms as HdrHistogram blobs), the last rows, the
+:data:`SHIP_INTERVAL_S` (few, large batches: fewer bursts of the master's writing beside
+the edge host); when the test stops, the final message carries the accumulator's state (histograms as HdrHistogram blobs), the last rows, the
 worker's own counts, which the master checks against what it received, and its
 health, which the master judges with the run's validity rules: the event-loop lag of
 the edge host (:mod:`harness.run.edge_host`, the asyncio edge in a child of this worker
@@ -54,8 +53,8 @@ from harness.wire.version import loopbench_version
 from harness.workload.records import RolloutRecord, TurnRecord
 
 #: rows travel in batches this far apart: a worker killed meanwhile loses at most this much of
-#: rows (its rollouts count as lost, docs/distributed.md), and each batch costs the master one
-#: burst of writing, whatever its size
+#: its rows (their rollouts count as lost, docs/distributed.md); each batch costs the master one
+#: burst of writing whatever its size
 SHIP_INTERVAL_S = 2.0
 _TTFT, _TURN, _ROLLOUT = D.get("ttft_ms"), D.get("turn_ms"), D.get("rollout_ms")
 
