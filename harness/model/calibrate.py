@@ -102,6 +102,9 @@ class Fit:
     #: output token (a fraction); None: not identifiable (one run, one concurrency)
     ttft_per_active_ms: float | None
     decode_slowdown: float | None
+    #: what a request sent with no other in flight pays on top (the engine waking up, ms);
+    #: None: not identifiable (no run with requests alone and no two busier levels)
+    idle_wake_ms: float | None
     turns: int
     r2: float
     residual_p50_ms: float
@@ -293,6 +296,10 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     several = len({t.run for t in usable}) > 1
     if several:
         columns["k"] = [float(t.others_at_send) for t in usable]
+        # An engine that idles wakes up for a request that finds it alone: a step in TTFT
+        # between no other request in flight and one, apart from the slope beyond (vLLM on
+        # the CPU answers a request faster beside another than alone).
+        columns["w"] = [1.0 if t.others_at_send == 0 else 0.0 for t in usable]
     # A column with no variation of its own (no chained turns, no new connections) is dropped.
     names = [n for n, col in columns.items() if any(col)]
     # A connection column set on every turn of its class (HTTP without keep-alive: each
@@ -329,6 +336,15 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         notes.append(
             "per-token API work not identifiable: every turn processed the same tokens; "
             "the intercept holds it (per_token_us 0)"
+        )
+    if np.linalg.matrix_rank(x) < len(names) and "w" in names:
+        # the requests in flight took two values at most (one level, or 1 and 2): the step
+        # at "alone" and the slope are one and the same; the slope stays
+        names.remove("w")
+        x = np.array([columns[n] for n in names], dtype=np.float64).T
+        notes.append(
+            "idle wake-up not identifiable: the requests in flight at send took two values "
+            "at most (run three concurrencies, e.g. 1, 2 and 4)"
         )
     coef = _robust_lstsq(x, y)
     got = dict(zip(names, (float(c) for c in coef), strict=True))
@@ -440,6 +456,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         burst_max_tokens=burst_max,
         ttft_per_active_ms=got.get("k") if several else None,
         decode_slowdown=slowdown,
+        idle_wake_ms=got.get("w"),
         turns=len(usable),
         r2=r2,
         residual_p50_ms=_median(sorted(abs(float(v)) for v in resid)),
@@ -595,6 +612,8 @@ def profiles_from_fit(
         engine["ttft_per_active_ms"] = _round(max(0.0, f.ttft_per_active_ms))
     if f.decode_slowdown is not None:
         engine["decode_slowdown_per_stream"] = _round(max(0.0, f.decode_slowdown))
+    if f.idle_wake_ms is not None:
+        engine["idle_wake_ms"] = _round(max(0.0, f.idle_wake_ms))
     return api, engine
 
 
@@ -626,7 +645,7 @@ FITTED_API: tuple[str, ...] = ("connect_ms", "fixed_ms", "fixed_resolved_ms", "p
 FITTED_API += ("rehydrate_us", "hops", "hop_ms", "post_ms")
 FITTED_ENGINE: tuple[str, ...] = ("base_ttft_ms", "prefill_tps", "sustained_tps", "burst_tps")
 FITTED_ENGINE += ("burst_probability", "burst_min_tokens", "burst_max_tokens")
-FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream")
+FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream", "idle_wake_ms")
 
 
 def unidentified(f: Fit) -> tuple[list[str], list[str]]:
@@ -642,6 +661,8 @@ def unidentified(f: Fit) -> tuple[list[str], list[str]]:
         engine.append("ttft_per_active_ms")
     if f.decode_slowdown is None:
         engine.append("decode_slowdown_per_stream")
+    if f.idle_wake_ms is None:
+        engine.append("idle_wake_ms")
     return api, engine
 
 
@@ -695,6 +716,7 @@ def describe(f: Fit) -> str:
         f"burst probability:      {show(f.burst_probability, '', 3)}",
         f"TTFT per active request: {show(f.ttft_per_active_ms, 'ms', 3)}",
         f"decode slowdown per active request: {show(f.decode_slowdown, '', 4)}",
+        f"idle engine wake-up:    {show(f.idle_wake_ms, 'ms', 3)}",
     ]
     lines += [f"note: {n}" for n in f.notes]
     return "\n".join(lines)

@@ -44,6 +44,14 @@ class SimRow:
         return self.simulated / self.real
 
     @property
+    def repeat_ratio(self) -> float | None:
+        """vLLM against itself: the fit pass's figure over the judged pass's (the noise floor
+        under ``ratio``)."""
+        if self.real is None or self.again is None or self.real <= 0:
+            return None
+        return self.again / self.real
+
+    @property
     def ok(self) -> bool | None:
         """Within the bound; None when a side has no figure (a miss, not a pass by silence) or
         the level was not judged."""
@@ -115,6 +123,7 @@ def render(rows: Sequence[SimRow]) -> str:
         "real (loopbench→vLLM)",
         "vLLM's own",
         "real, fit pass",
+        "fit/real",
         "simulated",
         "sim/real",
         f"±{BOUND:.0%}",
@@ -132,6 +141,7 @@ def render(rows: Sequence[SimRow]) -> str:
                 _ms(r.real),
                 _ms(r.engine),
                 _ms(r.again),
+                "-" if r.repeat_ratio is None else f"{r.repeat_ratio:.3f}",
                 _ms(r.simulated),
                 "-" if ratio is None else f"{ratio:.3f}",
                 verdict,

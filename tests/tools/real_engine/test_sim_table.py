@@ -56,6 +56,10 @@ def test_each_figure_is_judged_by_its_ratio_and_a_missing_side_is_a_miss() -> No
     again = {1: summary_figures(_summary(30.0, 40.0, 0.85), "chat")}
     shown = compare_levels((1,), real, {}, sim, again)
     assert shown[0].again == 30.0 and shown[0].ok is True
+    # vLLM against itself (fit pass / judged pass): the noise floor, shown, never judged
+    assert shown[0].repeat_ratio == pytest.approx(30.0 / real[1]["ttft_ms", "p50"])
+    assert f"{shown[0].repeat_ratio:.3f}" in render(shown)
+    assert compare_levels((1,), real, {}, sim)[0].repeat_ratio is None
     sim[1] = summary_figures(_summary(11.6, 17.1, 0.92), "chat")  # +16 %
     assert compare_levels((1,), real, {}, sim)[0].ok is False
     # a level run while the machine stayed busy is not judged, either way (and not a pass)
