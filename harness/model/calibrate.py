@@ -318,34 +318,35 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
                 f"connection cost not identifiable: every {cls[2:]} request opened a new "
                 "connection (--no-keepalive?); its intercept includes the connection cost"
             )
-    x = np.array([columns[n] for n in names], dtype=np.float64).T
     y = np.array([t.ttft_ms for t in usable], dtype=np.float64)
-    rank = np.linalg.matrix_rank(x)
-    if rank < len(names) and "q" in names:
-        names.remove("q")
-        x = np.array([columns[n] for n in names], dtype=np.float64).T
-        notes.append(
+    # Columns the others already span are dropped in this order, each said in a note:
+    unseparable = (
+        (
+            "q",
             "prefill rate not identifiable: uncached tokens do not vary apart from the "
-            "processed tokens (run http and ws with varied tool-output sizes)"
-        )
-    if np.linalg.matrix_rank(x) < len(names) and "p" in names:
+            "processed tokens (run http and ws with varied tool-output sizes)",
+        ),
         # every turn processed as many tokens as every other (one prompt size): the per-token
         # work is a constant the intercept holds; a slope would split it by the norm's whim
-        names.remove("p")
-        x = np.array([columns[n] for n in names], dtype=np.float64).T
-        notes.append(
+        (
+            "p",
             "per-token API work not identifiable: every turn processed the same tokens; "
-            "the intercept holds it (per_token_us 0)"
-        )
-    if np.linalg.matrix_rank(x) < len(names) and "w" in names:
+            "the intercept holds it (per_token_us 0)",
+        ),
         # the requests in flight took two values at most (one level, or 1 and 2): the step
         # at "alone" and the slope are one and the same; the slope stays
-        names.remove("w")
-        x = np.array([columns[n] for n in names], dtype=np.float64).T
-        notes.append(
+        (
+            "w",
             "idle wake-up not identifiable: the requests in flight at send took two values "
-            "at most (run three concurrencies, e.g. 1, 2 and 4)"
-        )
+            "at most (run three concurrencies, e.g. 1, 2 and 4)",
+        ),
+    )
+    x = np.array([columns[n] for n in names], dtype=np.float64).T
+    for column, note in unseparable:
+        if column in names and np.linalg.matrix_rank(x) < len(names):
+            names.remove(column)
+            x = np.array([columns[n] for n in names], dtype=np.float64).T
+            notes.append(note)
     coef = _robust_lstsq(x, y)
     got = dict(zip(names, (float(c) for c in coef), strict=True))
     resid = y - x @ coef
