@@ -386,6 +386,11 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         fixed_gap = (a_http - (overhead_http or 0.0)) - (a_ws - (overhead_ws or 0.0))
         connect = got["c_ws"] - fixed_gap
 
+    wake = got.get("w")
+    if wake is not None and wake < 0:
+        # a request alone came sooner than the slope says: no wake-up to model (a busy pass
+        # at concurrency 1, or an engine whose interference is not linear the other way)
+        notes.append(f"idle wake-up {wake:.3g} ms is negative: written as 0")
     slowdown = _decode_slowdown(usable) if several else None
     if slowdown is not None and slowdown < 0:
         notes.append(f"decode slowdown per stream {slowdown:.3g} is negative: set to 0")
@@ -457,7 +462,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         burst_max_tokens=burst_max,
         ttft_per_active_ms=got.get("k") if several else None,
         decode_slowdown=slowdown,
-        idle_wake_ms=got.get("w"),
+        idle_wake_ms=wake,
         turns=len(usable),
         r2=r2,
         residual_p50_ms=_median(sorted(abs(float(v)) for v in resid)),

@@ -278,6 +278,15 @@ def test_an_idle_wake_up_is_told_apart_from_the_slope() -> None:
     assert "idle engine wake-up:    3.000 ms" in describe(f)
 
 
+def test_a_negative_wake_up_is_said_and_written_as_zero() -> None:
+    f = fit(turns_from_rows(_concurrent_rows(k_ms=2.0, wake_ms=-1.0)))
+    assert f.idle_wake_ms == pytest.approx(-1.0, rel=1e-6)
+    assert any("idle wake-up -1 ms is negative" in n for n in f.notes)
+    base_api, base_engine = load_profiles("optimized", "cerebras-spark")
+    _, engine = profiles_from_fit(f, base_api.model_dump(), base_engine.model_dump(), "x")
+    assert engine["idle_wake_ms"] == 0.0
+
+
 def test_two_levels_leave_the_wake_up_unidentified_and_keep_the_slope() -> None:
     f = fit(turns_from_rows(_concurrent_rows((1, 2), k_ms=2.0)))
     assert f.idle_wake_ms is None and "idle_wake_ms" in unidentified(f)[1]
