@@ -36,6 +36,8 @@ class SimRow:
     again: float | None = None
     #: why this level is not judged (the machine stayed busy with other work), or ""
     not_judged: str = ""
+    #: which judged pass (``--rounds``), from 1
+    round: int = 1
 
     @property
     def ratio(self) -> float | None:
@@ -90,6 +92,7 @@ def compare_levels(
     simulated: Mapping[int, Figures],
     again: Mapping[int, Figures] | None = None,
     not_judged: Mapping[int, str] | None = None,
+    round_: int = 1,
 ) -> list[SimRow]:
     return [
         SimRow(
@@ -101,6 +104,7 @@ def compare_levels(
             simulated.get(c, {}).get((metric, stat)),
             (again or {}).get(c, {}).get((metric, stat)),
             (not_judged or {}).get(c, ""),
+            round_,
         )
         for c in levels
         for metric, stat in FIGURES
@@ -129,6 +133,7 @@ def render(rows: Sequence[SimRow]) -> str:
         f"±{BOUND:.0%}",
     )
     lines: list[tuple[str, ...]] = [head]
+    rounds = any(r.round > 1 for r in rows)
     for r in rows:
         ratio = r.ratio
         verdict = "ok" if r.ok else "MISSED" if r.ok is False else "n/a"
@@ -136,7 +141,7 @@ def render(rows: Sequence[SimRow]) -> str:
             verdict = "not judged"
         lines.append(
             (
-                str(r.level),
+                f"{r.level} r{r.round}" if rounds else str(r.level),
                 f"{r.metric.removesuffix('_ms').upper()} {r.stat}",
                 _ms(r.real),
                 _ms(r.engine),

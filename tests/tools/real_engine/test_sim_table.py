@@ -69,6 +69,20 @@ def test_each_figure_is_judged_by_its_ratio_and_a_missing_side_is_a_miss() -> No
     assert render(unjudged).count("not judged") == 3
 
 
+def test_rounds_are_listed_apart_and_each_judged() -> None:
+    real = {1: summary_figures(_summary(10.0, 20.0, 0.8), "chat")}
+    first = compare_levels((1,), real, {}, {1: summary_figures(_summary(10.5, 21.0, 0.8), "chat")})
+    second = compare_levels(
+        (1,), real, {}, {1: summary_figures(_summary(13.0, 21.0, 0.8), "chat")}, None, None, 2
+    )
+    assert {r.round for r in first} == {1} and {r.round for r in second} == {2}
+    # one round: the table as before; several: each row names its round
+    assert "1 r1" not in render(first)
+    table = render(first + second)
+    assert "1 r1  TTFT p50" in table and "1 r2  TTFT p50" in table
+    assert [(r.round, r.metric, r.stat) for r in missed(first + second)] == [(2, "ttft_ms", "p50")]
+
+
 def test_vllms_own_figures_come_from_its_histograms_over_the_window() -> None:
     window = Snapshot(
         {
