@@ -102,6 +102,9 @@ class Fit:
     #: output token (a fraction); None: not identifiable (one run, one concurrency)
     ttft_per_active_ms: float | None
     decode_slowdown: float | None
+    #: what a request sent with no other in flight pays on top (the engine waking up, ms);
+    #: None: not identifiable (no run with requests alone and no two busier levels)
+    idle_wake_ms: float | None
     turns: int
     r2: float
     residual_p50_ms: float
@@ -293,6 +296,10 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     several = len({t.run for t in usable}) > 1
     if several:
         columns["k"] = [float(t.others_at_send) for t in usable]
+        # An engine that idles wakes up for a request that finds it alone: a step in TTFT
+        # between no other request in flight and one, apart from the slope beyond (vLLM on
+        # the CPU answers a request faster beside another than alone).
+        columns["w"] = [1.0 if t.others_at_send == 0 else 0.0 for t in usable]
     # A column with no variation of its own (no chained turns, no new connections) is dropped.
     names = [n for n, col in columns.items() if any(col)]
     # A connection column set on every turn of its class (HTTP without keep-alive: each
@@ -311,25 +318,35 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
                 f"connection cost not identifiable: every {cls[2:]} request opened a new "
                 "connection (--no-keepalive?); its intercept includes the connection cost"
             )
-    x = np.array([columns[n] for n in names], dtype=np.float64).T
     y = np.array([t.ttft_ms for t in usable], dtype=np.float64)
-    rank = np.linalg.matrix_rank(x)
-    if rank < len(names) and "q" in names:
-        names.remove("q")
-        x = np.array([columns[n] for n in names], dtype=np.float64).T
-        notes.append(
+    # Columns the others already span are dropped in this order, each said in a note:
+    unseparable = (
+        (
+            "q",
             "prefill rate not identifiable: uncached tokens do not vary apart from the "
-            "processed tokens (run http and ws with varied tool-output sizes)"
-        )
-    if np.linalg.matrix_rank(x) < len(names) and "p" in names:
+            "processed tokens (run http and ws with varied tool-output sizes)",
+        ),
         # every turn processed as many tokens as every other (one prompt size): the per-token
         # work is a constant the intercept holds; a slope would split it by the norm's whim
-        names.remove("p")
-        x = np.array([columns[n] for n in names], dtype=np.float64).T
-        notes.append(
+        (
+            "p",
             "per-token API work not identifiable: every turn processed the same tokens; "
-            "the intercept holds it (per_token_us 0)"
-        )
+            "the intercept holds it (per_token_us 0)",
+        ),
+        # the requests in flight took two values at most (one level, or 1 and 2): the step
+        # at "alone" and the slope are one and the same; the slope stays
+        (
+            "w",
+            "idle wake-up not identifiable: the requests in flight at send took two values "
+            "at most (run three concurrencies, e.g. 1, 2 and 4)",
+        ),
+    )
+    x = np.array([columns[n] for n in names], dtype=np.float64).T
+    for column, note in unseparable:
+        if column in names and np.linalg.matrix_rank(x) < len(names):
+            names.remove(column)
+            x = np.array([columns[n] for n in names], dtype=np.float64).T
+            notes.append(note)
     coef = _robust_lstsq(x, y)
     got = dict(zip(names, (float(c) for c in coef), strict=True))
     resid = y - x @ coef
@@ -369,6 +386,11 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         fixed_gap = (a_http - (overhead_http or 0.0)) - (a_ws - (overhead_ws or 0.0))
         connect = got["c_ws"] - fixed_gap
 
+    wake = got.get("w")
+    if wake is not None and wake < 0:
+        # a request alone came sooner than the slope says: no wake-up to model (a busy pass
+        # at concurrency 1, or an engine whose interference is not linear the other way)
+        notes.append(f"idle wake-up {wake:.3g} ms is negative: written as 0")
     slowdown = _decode_slowdown(usable) if several else None
     if slowdown is not None and slowdown < 0:
         notes.append(f"decode slowdown per stream {slowdown:.3g} is negative: set to 0")
@@ -440,6 +462,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         burst_max_tokens=burst_max,
         ttft_per_active_ms=got.get("k") if several else None,
         decode_slowdown=slowdown,
+        idle_wake_ms=wake,
         turns=len(usable),
         r2=r2,
         residual_p50_ms=_median(sorted(abs(float(v)) for v in resid)),
@@ -595,6 +618,8 @@ def profiles_from_fit(
         engine["ttft_per_active_ms"] = _round(max(0.0, f.ttft_per_active_ms))
     if f.decode_slowdown is not None:
         engine["decode_slowdown_per_stream"] = _round(max(0.0, f.decode_slowdown))
+    if f.idle_wake_ms is not None:
+        engine["idle_wake_ms"] = _round(max(0.0, f.idle_wake_ms))
     return api, engine
 
 
@@ -626,7 +651,7 @@ FITTED_API: tuple[str, ...] = ("connect_ms", "fixed_ms", "fixed_resolved_ms", "p
 FITTED_API += ("rehydrate_us", "hops", "hop_ms", "post_ms")
 FITTED_ENGINE: tuple[str, ...] = ("base_ttft_ms", "prefill_tps", "sustained_tps", "burst_tps")
 FITTED_ENGINE += ("burst_probability", "burst_min_tokens", "burst_max_tokens")
-FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream")
+FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream", "idle_wake_ms")
 
 
 def unidentified(f: Fit) -> tuple[list[str], list[str]]:
@@ -642,6 +667,8 @@ def unidentified(f: Fit) -> tuple[list[str], list[str]]:
         engine.append("ttft_per_active_ms")
     if f.decode_slowdown is None:
         engine.append("decode_slowdown_per_stream")
+    if f.idle_wake_ms is None:
+        engine.append("idle_wake_ms")
     return api, engine
 
 
@@ -695,6 +722,7 @@ def describe(f: Fit) -> str:
         f"burst probability:      {show(f.burst_probability, '', 3)}",
         f"TTFT per active request: {show(f.ttft_per_active_ms, 'ms', 3)}",
         f"decode slowdown per active request: {show(f.decode_slowdown, '', 4)}",
+        f"idle engine wake-up:    {show(f.idle_wake_ms, 'ms', 3)}",
     ]
     lines += [f"note: {n}" for n in f.notes]
     return "\n".join(lines)

@@ -15,12 +15,14 @@ and the run goes on. docs/server-metrics.md.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
+import statistics
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,29 @@ from harness.wire.plural import counted
 SCRAPE_TIMEOUT_S = 2.0
 #: answers held in memory at most (bytes); past it the poller stops and says so
 MAX_HELD_BYTES = 256 * 1024 * 1024
+#: scrapes that took this long at the median are said on the console.  A server that renders
+#: its metrics in the loop that serves the measured requests holds every stream up that long:
+#: vLLM's API server does (prometheus_client's ASGI app), 16-19 ms for its ~320 kB answer with
+#: fine histogram buckets on a 2-CPU machine, which put +20 ms on a window's TTFT p99
+#: (docs/real-engine.md, "The scrapes").  The reference server's (4.7 kB) takes ~0.5 ms.
+SLOW_SCRAPE_MS = 10.0
+
+
+def slow_scrape_note(url: str, took_ms: Sequence[float], interval_s: float) -> str | None:
+    """The console line when the scrapes of ``url`` took :data:`SLOW_SCRAPE_MS` or longer at
+    the median (None otherwise: one slow scrape is a hiccup of either side, a server that
+    renders in its serving loop is slow every time): how long, and the option that scrapes
+    less often."""
+    # the lower median: of a slow first answer and a fast repeat, the fast one
+    if not took_ms or (typical := statistics.median_low(took_ms)) < SLOW_SCRAPE_MS:
+        return None
+    return (
+        f"warning: --server-metrics {url}: {counted(len(took_ms), 'scrape')} took "
+        f"{typical:.0f} ms at the median (the slowest {max(took_ms):.0f} "
+        "ms); a server that renders its metrics in the loop that serves requests (vLLM does) "
+        f"holds up the turns that meet a scrape by as much, every {interval_s:g} s: a longer "
+        "--server-metrics-interval scrapes less often (docs/server-metrics.md)"
+    )
 
 
 def embedded_metrics_url(base_url: str) -> str:
@@ -84,6 +109,9 @@ class ServerScraper:
             self._context.verify_mode = ssl.CERT_NONE
         self._held: list[tuple[int, bytes]] = []
         self._held_bytes = 0
+        #: how long each scrape took (ms) since the last note on slow ones
+        self._took_ms: list[float] = []
+        self._slow_said = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.result = ScrapeResult(url, interval_s)
@@ -103,7 +131,9 @@ class ServerScraper:
             raise OSError(f"could not connect: {_why(exc.reason)}") from None
         except (OSError, ValueError) as exc:
             raise OSError(f"the request failed: {_why(exc)}") from None
-        return (t0 + self.clock()) // 2, body
+        t1 = self.clock()
+        self._took_ms.append((t1 - t0) / 1e6)
+        return (t0 + t1) // 2, body
 
     def start(self) -> bool:
         """One scrape now, checked; the thread polls on if it was Prometheus text.
@@ -122,6 +152,17 @@ class ServerScraper:
             )
             return False
         self._keep(stamp, body)
+        if self._took_ms[-1] >= SLOW_SCRAPE_MS:
+            # once more before saying so: a server's first answer may be slow for being the
+            # first (a cold route, a fresh connection)
+            with contextlib.suppress(OSError, ValueError):
+                self._keep(*self._fetch())
+        # said before the passes: the user may stop and scrape less often
+        note = slow_scrape_note(self.url, self._took_ms, self.interval_s)
+        if note:
+            self.say(note)
+        self._slow_said = note is not None  # said once, not again at stop()
+        self._took_ms.clear()
         self._thread = threading.Thread(target=self._poll, name="loopbench-server-metrics")
         self._thread.daemon = True
         self._thread.start()
@@ -172,6 +213,9 @@ class ServerScraper:
                 continue
             samples.extend((t_s, name, labels, value) for name, labels, value in rows)
         self._held.clear()
+        note = slow_scrape_note(self.url, self._took_ms, self.interval_s)
+        if note and not self._slow_said:
+            self.say(note)
         if self.result.failed:
             self.say(
                 f"warning: --server-metrics {self.url}: {self.result.failed} of "

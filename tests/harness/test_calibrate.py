@@ -13,6 +13,7 @@ from harness.model.calibrate import (
     FITTED_ENGINE,
     FOLDED_PREFILL_TPS,
     CalibrationError,
+    describe,
     fit,
     folded,
     profile_yaml,
@@ -103,6 +104,7 @@ def test_a_run_without_bursts_marks_the_burst_rate_unidentified() -> None:
         "burst_max_tokens",
         "ttft_per_active_ms",
         "decode_slowdown_per_stream",
+        "idle_wake_ms",
     }
     base_api, base_engine = load_profiles("optimized", "cerebras-spark")
     _, engine = profiles_from_fit(f, base_api.model_dump(), base_engine.model_dump(), "x")
@@ -201,16 +203,20 @@ def test_recovers_the_reference_servers_own_parameters(
 
 
 def _concurrent_rows(
-    levels: tuple[int, ...] = (1, 2, 4), *, k_ms: float = 2.0, slowdown: float = 0.1
+    levels: tuple[int, ...] = (1, 2, 4),
+    *,
+    k_ms: float = 2.0,
+    slowdown: float = 0.1,
+    wake_ms: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Single-turn chat requests of one run per concurrency, lanes in lock-step, timed by a
-    batching engine: TTFT 5 ms + k per other request in flight, time per token 0.8 ms x
-    (1 + slowdown per other request decoding)."""
+    batching engine: TTFT 5 ms + k per other request in flight (+ ``wake_ms`` with none),
+    time per token 0.8 ms x (1 + slowdown per other request decoding)."""
     rows = []
     for run, c in enumerate(levels):
         t = 10**9
         for step in range(8):
-            ttft_ms = 5.0 + k_ms * (c - 1)
+            ttft_ms = 5.0 + k_ms * (c - 1) + (wake_ms if c == 1 else 0.0)
             tpot_ms = 0.8 * (1 + slowdown * (c - 1))
             for lane in range(c):
                 first = t + round(ttft_ms * 1e6)
@@ -256,6 +262,36 @@ def test_interference_is_recovered_from_runs_at_several_concurrencies() -> None:
     assert engine["decode_slowdown_per_stream"] == pytest.approx(0.1, rel=1e-3)
     assert engine["base_ttft_ms"] == pytest.approx(5.0, rel=1e-3)
     assert "ttft_per_active_ms" not in unidentified(f)[1]
+
+
+def test_an_idle_wake_up_is_told_apart_from_the_slope() -> None:
+    """vLLM on the CPU: TTFT alone above TTFT beside one other request (issue 38)."""
+    f = fit(turns_from_rows(_concurrent_rows(k_ms=0.5, wake_ms=3.0)))
+    # alone 8 ms, beside one 5.5, beside three 6.5: a slope alone cannot pass through them
+    assert f.idle_wake_ms == pytest.approx(3.0, rel=1e-6)
+    assert f.ttft_per_active_ms == pytest.approx(0.5, rel=1e-6)
+    base_api, base_engine = load_profiles("optimized", "cerebras-spark")
+    _, engine = profiles_from_fit(f, base_api.model_dump(), base_engine.model_dump(), "x")
+    assert engine["idle_wake_ms"] == pytest.approx(3.0)
+    assert engine["base_ttft_ms"] == pytest.approx(5.0, rel=1e-3)
+    assert "idle_wake_ms" not in unidentified(f)[1]
+    assert "idle engine wake-up:    3.000 ms" in describe(f)
+
+
+def test_a_negative_wake_up_is_said_and_written_as_zero() -> None:
+    f = fit(turns_from_rows(_concurrent_rows(k_ms=2.0, wake_ms=-1.0)))
+    assert f.idle_wake_ms == pytest.approx(-1.0, rel=1e-6)
+    assert any("idle wake-up -1 ms is negative" in n for n in f.notes)
+    base_api, base_engine = load_profiles("optimized", "cerebras-spark")
+    _, engine = profiles_from_fit(f, base_api.model_dump(), base_engine.model_dump(), "x")
+    assert engine["idle_wake_ms"] == 0.0
+
+
+def test_two_levels_leave_the_wake_up_unidentified_and_keep_the_slope() -> None:
+    f = fit(turns_from_rows(_concurrent_rows((1, 2), k_ms=2.0)))
+    assert f.idle_wake_ms is None and "idle_wake_ms" in unidentified(f)[1]
+    assert f.ttft_per_active_ms == pytest.approx(2.0, rel=1e-6)
+    assert any("idle wake-up not identifiable" in n for n in f.notes)
 
 
 def test_one_run_leaves_the_interference_unidentified() -> None:

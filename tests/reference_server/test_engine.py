@@ -377,6 +377,18 @@ def test_first_token_waits_for_the_streams_active_at_admission() -> None:
     assert first_token_ns(2_000, _engine(), others=7) == 70 * NS_PER_MS
 
 
+def test_an_idle_engine_wakes_up_for_a_request_alone() -> None:
+    eng = _engine(ttft_per_active_ms="1.5", idle_wake_ms="2.5")
+    # alone: the wake-up on top; beside others: their interference, no wake-up
+    assert first_token_ns(2_000, eng, others=0) == 70 * NS_PER_MS + 2_500_000
+    assert first_token_ns(2_000, eng, others=1) == 70 * NS_PER_MS + 1_500_000
+    # absent from a profile: 0, every older profile's first token unchanged
+    assert _engine().idle_wake_ms == 0.0
+    assert first_token_ns(2_000, _engine(), others=0) == 70 * NS_PER_MS
+    with pytest.raises(ProfileError, match="idle_wake_ms"):
+        _engine(idle_wake_ms="-1")
+
+
 def test_capacity_batching_slows_every_stream_by_the_others() -> None:
     cap = EngineCapacity(max_streams=10, aggregate_tps=1e9, slowdown_per_stream=0.1)
     first = cap.request(0, 1000)

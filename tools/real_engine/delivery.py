@@ -24,19 +24,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import yaml
-
 from tools.real_engine.compare import TTFT_BOUND_MS, Row, aligned, compare, rank_quantile
-from tools.real_engine.engine import PLACEMENTS, Placed, build_model, place, serving
+from tools.real_engine.engine import PLACEMENTS, Placed, place, serving
 from tools.real_engine.engine_metrics import TTFT, Snapshot
 from tools.real_engine.run import (
     Options,
     _loopbench_window,
     _read_turns,
-    fresh_out,
     machine,
-    text_scenario,
+    prepare,
     warm_up,
+    write_outcome,
 )
 
 #: at most this many reads (or events) for a 128-token answer is a whole delivery
@@ -89,15 +87,9 @@ def _figure(rows: Sequence[Row], metric: str, stat: str) -> str:
 
 
 def run(opts: Options, names: Sequence[str], rounds: int) -> list[dict[str, object]]:
-    fresh_out(opts.out)
-    hf_home = opts.out / "hf"
-    (opts.out / "runs").mkdir()
-    model = build_model(opts.engine_venv, opts.out / "model", hf_home, opts.out / "build.log")
-    tokenizer = model / "tokenizer.json"
-    scenarios = opts.out / "scenarios"
-    scenarios.mkdir()
-    text = scenarios / "text.yaml"
-    text.write_text(yaml.safe_dump(text_scenario(opts), sort_keys=False))
+    ready = prepare(opts)
+    hf_home, model, tokenizer = ready.hf_home, ready.model, ready.tokenizer
+    scenarios, text = ready.scenarios, ready.text
     groups: dict[tuple[tuple[str, str], ...], list[Setting]] = {}
     for name in names:
         s = SETTINGS[name]
@@ -179,11 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = run(opts, names, args.rounds)
     table = render(found)
     doc = {**machine(t0, load0), "windows": found}
-    (opts.out / "delivery.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (opts.out / "table.txt").write_text(table + "\n")
-    print()
-    print(table)
-    print(f"\nload average {doc['load_average_at_start']} -> {doc['load_average']}")
+    write_outcome(opts.out, "delivery.json", doc, table)
+    print(f"\n{table}\n\nload average {doc['load_average_at_start']} -> {doc['load_average']}")
     return 0
 
 

@@ -62,6 +62,13 @@ EXTRA_BODY = {
     "responses": {"ignore_eos": True, "max_output_tokens": "{output_tokens}"},
     "messages": {"ignore_eos": True, "max_tokens": "{output_tokens}"},
 }
+#: loopbench's own ``--server-metrics`` interval in a measured window.  vLLM builds its
+#: /metrics answer (~300 kB with the fine buckets) in its API server's event loop, 20-60 ms
+#: during which no stream moves: a turn whose first token meets a scrape arrives that much
+#: late (docs/real-engine.md, "The scrapes").  The comparison needs only vLLM's state before
+#: and after the window, which this tool scrapes itself, so loopbench scrapes once at its start
+#: and once at its end: an interval longer than any window never meets a measured turn.
+SCRAPE_INTERVAL_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class Options:
     engine_url: str | None = None  # measure an engine already running (started as serve_argv)
     placement: str = PLACEMENT  # where vLLM's processes run (engine.PLACEMENTS)
     run_timeout_s: float = 600.0
+    scrape_interval_s: float = SCRAPE_INTERVAL_S  # loopbench's --server-metrics-interval
 
 
 @dataclass
@@ -118,7 +126,13 @@ def text_scenario(
 
 
 def loopbench_argv(
-    scenario: Path, engine: Engine, transports: str, tokenizer: Path, out: Path, run_id: str
+    scenario: Path,
+    engine: Engine,
+    transports: str,
+    tokenizer: Path,
+    out: Path,
+    run_id: str,
+    scrape_interval_s: float = SCRAPE_INTERVAL_S,
 ) -> list[str]:
     return [
         sys.executable,
@@ -139,7 +153,7 @@ def loopbench_argv(
         "--server-metrics",
         engine.metrics_url,
         "--server-metrics-interval",
-        "2",
+        f"{scrape_interval_s:g}",
         "--out",
         str(out),
         "--run-id",
@@ -203,6 +217,29 @@ def print_outcome(table: str, doc: dict[str, Any], out: Path, notes: Sequence[st
 def fresh_out(out: Path) -> None:
     """``out`` emptied for one run's files (only a folder this tool made, or an empty one)."""
     fresh_folder(out, marker=MARKER, option="--out", made_by="tools.real_engine", error=EngineError)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    hf_home: Path
+    model: Path
+    tokenizer: Path
+    scenarios: Path
+    text: Path  # the text window's scenario
+
+
+def prepare(opts: Options) -> Prepared:
+    """``opts.out`` emptied, the model built and the text window's scenario written: where
+    the side-by-side comparisons (delivery, scrape_cost) start."""
+    fresh_out(opts.out)
+    hf_home = opts.out / "hf"
+    (opts.out / "runs").mkdir()
+    model = build_model(opts.engine_venv, opts.out / "model", hf_home, opts.out / "build.log")
+    scenarios = opts.out / "scenarios"
+    scenarios.mkdir()
+    text = scenarios / "text.yaml"
+    text.write_text(yaml.safe_dump(text_scenario(opts), sort_keys=False))
+    return Prepared(hf_home, model, model / "tokenizer.json", scenarios, text)
 
 
 def warm_up(
@@ -334,7 +371,9 @@ def _loopbench_window(
     label = label or transport
     run_id = f"loopbench-{label.replace('+', '-')}"
     runs = opts.out / "runs"
-    argv = loopbench_argv(scenario, engine, transport, tokenizer, runs, run_id)
+    argv = loopbench_argv(
+        scenario, engine, transport, tokenizer, runs, run_id, opts.scrape_interval_s
+    )
     say(f"loopbench over {label}: {opts.requests} rollouts, {opts.concurrency} at a time ...")
     before = engine.scrape()
     rc, wall, _ = timed(

@@ -36,12 +36,22 @@ class SimRow:
     again: float | None = None
     #: why this level is not judged (the machine stayed busy with other work), or ""
     not_judged: str = ""
+    #: which judged pass (``--rounds``), from 1
+    round: int = 1
 
     @property
     def ratio(self) -> float | None:
         if self.real is None or self.simulated is None or self.real <= 0:
             return None
         return self.simulated / self.real
+
+    @property
+    def repeat_ratio(self) -> float | None:
+        """vLLM against itself: the fit pass's figure over the judged pass's (the noise floor
+        under ``ratio``)."""
+        if self.real is None or self.again is None or self.real <= 0:
+            return None
+        return self.again / self.real
 
     @property
     def ok(self) -> bool | None:
@@ -82,6 +92,7 @@ def compare_levels(
     simulated: Mapping[int, Figures],
     again: Mapping[int, Figures] | None = None,
     not_judged: Mapping[int, str] | None = None,
+    round_: int = 1,
 ) -> list[SimRow]:
     return [
         SimRow(
@@ -93,6 +104,7 @@ def compare_levels(
             simulated.get(c, {}).get((metric, stat)),
             (again or {}).get(c, {}).get((metric, stat)),
             (not_judged or {}).get(c, ""),
+            round_,
         )
         for c in levels
         for metric, stat in FIGURES
@@ -115,11 +127,13 @@ def render(rows: Sequence[SimRow]) -> str:
         "real (loopbench→vLLM)",
         "vLLM's own",
         "real, fit pass",
+        "fit/real",
         "simulated",
         "sim/real",
         f"±{BOUND:.0%}",
     )
     lines: list[tuple[str, ...]] = [head]
+    rounds = any(r.round > 1 for r in rows)
     for r in rows:
         ratio = r.ratio
         verdict = "ok" if r.ok else "MISSED" if r.ok is False else "n/a"
@@ -127,11 +141,12 @@ def render(rows: Sequence[SimRow]) -> str:
             verdict = "not judged"
         lines.append(
             (
-                str(r.level),
+                f"{r.level} r{r.round}" if rounds else str(r.level),
                 f"{r.metric.removesuffix('_ms').upper()} {r.stat}",
                 _ms(r.real),
                 _ms(r.engine),
                 _ms(r.again),
+                "-" if r.repeat_ratio is None else f"{r.repeat_ratio:.3f}",
                 _ms(r.simulated),
                 "-" if ratio is None else f"{ratio:.3f}",
                 verdict,

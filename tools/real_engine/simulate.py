@@ -81,6 +81,9 @@ class SimOptions:
     #: a level's pair of runs is repeated while other processes kept the machine busy, at
     #: most this many times in all; then its figures are not judged (bench/selfbench/busy.py)
     attempts: int = BUSY_ATTEMPTS
+    #: the judged pass this many times over (vLLM and the simulator alternating level by level
+    #: in each): how far vLLM strays from itself between rounds shows beside every ratio
+    rounds: int = 1
 
 
 @dataclass
@@ -128,12 +131,8 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
         if opts.engine_url
         else serving(opts.engine_venv, model, hf_home, out / "vllm.log", placement=base.placement)
     )
-    real: dict[int, Figures] = {}
-    engine_side: dict[int, Figures] = {}
-    simulated: dict[int, Figures] = {}
     again: dict[int, Figures] = {}
-    unjudged: dict[int, str] = {}
-    busy_doc: dict[int, dict[str, float | bool]] = {}
+    busy_doc: dict[str, dict[str, float | bool]] = {}
     notes: list[str] = []
     with running as engine:
         say(f"{engine.name} answers at {engine.api} after {time.perf_counter() - t0:.0f} s")
@@ -158,41 +157,61 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
             "api_profile": str(api_yaml.resolve()),
             "engine_profile": str(engine_yaml.resolve()),
         }
-        for c in opts.levels:
-            sim_scenario = scenarios / f"sim-c{c}.yaml"
-            sim_scenario.write_text(yaml.safe_dump(_scenario(base, c, server), sort_keys=False))
-            run_id = f"sim-c{c}"
-            sim_argv = [sys.executable, "-m", "harness", "run", str(sim_scenario)]
-            sim_argv += ["--transports", "chat", "--no-probe", "--out", str(runs)]
-            sim_argv += ["--run-id", run_id, "-q"]
+        for r in range(1, opts.rounds + 1):
+            # each round the judged pass again, level by level: vLLM, then the simulator
+            tag = "" if opts.rounds == 1 else f"-r{r}"
+            real: dict[int, Figures] = {}
+            engine_side: dict[int, Figures] = {}
+            simulated: dict[int, Figures] = {}
+            unjudged: dict[int, str] = {}
+            for c in opts.levels:
+                sim_scenario = scenarios / f"sim-c{c}.yaml"
+                sim_scenario.write_text(yaml.safe_dump(_scenario(base, c, server), sort_keys=False))
+                run_id = f"sim-c{c}{tag}"
+                sim_argv = [sys.executable, "-m", "harness", "run", str(sim_scenario)]
+                sim_argv += ["--transports", "chat", "--no-probe", "--out", str(runs)]
+                sim_argv += ["--run-id", run_id, "-q"]
 
-            def pair(c: int = c, sim_argv: list[str] = sim_argv, run_id: str = run_id) -> None:
-                """vLLM, then the calibrated server, back to back (timed as one step)."""
-                for folder in (runs / f"real-c{c}", runs / run_id):
-                    if folder.exists():  # a repeat after a busy attempt: one run's files
-                        shutil.rmtree(folder)
-                _, real[c], engine_side[c] = _real_window(base, engine, c, "real", tokenizer, say)
-                say(
-                    f"reference server ({PROFILE}) at concurrency {c}: {opts.requests} rollouts ..."
-                )
-                rc, simulated[c], wall = _window(
-                    sim_argv, runs / run_id, runs / f"{run_id}.log", opts.run_timeout_s
-                )
-                say(f"  exit {rc}, {wall:.1f} s")
-                if not simulated[c]:
-                    notes.append(f"simulated run at concurrency {c}: exit {rc}, no summary")
+                def pair(
+                    c: int = c,
+                    sim_argv: list[str] = sim_argv,
+                    run_id: str = run_id,
+                    tag: str = tag,
+                    real: dict[int, Figures] = real,
+                    engine_side: dict[int, Figures] = engine_side,
+                    simulated: dict[int, Figures] = simulated,
+                ) -> None:
+                    """vLLM, then the calibrated server, back to back (timed as one step)."""
+                    for folder in (runs / f"real-c{c}{tag}", runs / run_id):
+                        if folder.exists():  # a repeat after a busy attempt: one run's files
+                            shutil.rmtree(folder)
+                    _, real[c], engine_side[c] = _real_window(
+                        base, engine, c, "real", tokenizer, say, tag
+                    )
+                    say(
+                        f"reference server ({PROFILE}) at concurrency {c}: "
+                        f"{opts.requests} rollouts ..."
+                    )
+                    rc, simulated[c], wall = _window(
+                        sim_argv, runs / run_id, runs / f"{run_id}.log", opts.run_timeout_s
+                    )
+                    say(f"  exit {rc}, {wall:.1f} s")
+                    if not simulated[c]:
+                        notes.append(f"simulated run at concurrency {c}: exit {rc}, no summary")
 
-            _, busy = until_quiet(pair, say, opts.attempts)
-            if busy is not None:
-                busy_doc[c] = busy.as_dict()
-                if busy.busy:
-                    unjudged[c] = busy.not_judged()
-                    say(f"  {unjudged[c]}")
-    outcome.rows = compare_levels(opts.levels, real, engine_side, simulated, again, unjudged)
+                _, busy = until_quiet(pair, say, opts.attempts)
+                if busy is not None:
+                    busy_doc[f"{c}{tag}"] = busy.as_dict()
+                    if busy.busy:
+                        unjudged[c] = busy.not_judged()
+                        say(f"  {unjudged[c]}")
+            outcome.rows += compare_levels(
+                opts.levels, real, engine_side, simulated, again, unjudged, r
+            )
     outcome.doc = {
         **machine(t0, load0),
         "bound": BOUND,
-        "busy": {str(c): b for c, b in busy_doc.items()},
+        "busy": busy_doc,
         "rows": [{**r.__dict__, "ratio": r.ratio, "ok": r.ok} for r in outcome.rows],
         "notes": notes,
         "profile": {
@@ -211,9 +230,10 @@ def _real_window(
     stage: str,
     tokenizer: Path,
     say: Callable[[str], None],
+    tag: str = "",
 ) -> tuple[Path, Figures, Figures]:
     """One loopbench run against vLLM at concurrency ``c``, with vLLM's own figures over it."""
-    runs, run_id = base.out / "runs", f"{stage}-c{c}"
+    runs, run_id = base.out / "runs", f"{stage}-c{c}{tag}"
     scenario = base.out / "scenarios" / f"{run_id}.yaml"
     scenario.write_text(yaml.safe_dump(_scenario(base, c), sort_keys=False))
     say(f"vLLM at concurrency {c} ({stage}): {base.requests} rollouts ...")
@@ -252,13 +272,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"are left unjudged (default {BUSY_ATTEMPTS})",
     )
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=SimOptions.rounds,
+        help="the judged pass this many times (each: vLLM, then the simulator, level by level; "
+        "default 1); every round's figures are listed and judged",
+    )
+    p.add_argument(
         "--check",
         action="store_true",
         help=f"exit {int(ExitCode.INVALID)} when a simulated figure is off the real one by "
         f"more than {BOUND * 100:g} %%",
     )
     args = p.parse_args(argv)
-    opts = options_from(SimOptions, args, attempts=max(1, args.attempts))
+    opts = options_from(
+        SimOptions, args, attempts=max(1, args.attempts), rounds=max(1, args.rounds)
+    )
     try:
         outcome = run_sim(opts)
     except LoopbenchError as exc:

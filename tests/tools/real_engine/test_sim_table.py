@@ -56,6 +56,10 @@ def test_each_figure_is_judged_by_its_ratio_and_a_missing_side_is_a_miss() -> No
     again = {1: summary_figures(_summary(30.0, 40.0, 0.85), "chat")}
     shown = compare_levels((1,), real, {}, sim, again)
     assert shown[0].again == 30.0 and shown[0].ok is True
+    # vLLM against itself (fit pass / judged pass): the noise floor, shown, never judged
+    assert shown[0].repeat_ratio == pytest.approx(30.0 / real[1]["ttft_ms", "p50"])
+    assert f"{shown[0].repeat_ratio:.3f}" in render(shown)
+    assert compare_levels((1,), real, {}, sim)[0].repeat_ratio is None
     sim[1] = summary_figures(_summary(11.6, 17.1, 0.92), "chat")  # +16 %
     assert compare_levels((1,), real, {}, sim)[0].ok is False
     # a level run while the machine stayed busy is not judged, either way (and not a pass)
@@ -63,6 +67,20 @@ def test_each_figure_is_judged_by_its_ratio_and_a_missing_side_is_a_miss() -> No
     unjudged = compare_levels((1,), real, {}, sim, None, busy)
     assert all(r.ok is None for r in unjudged) and len(missed(unjudged)) == 3
     assert render(unjudged).count("not judged") == 3
+
+
+def test_rounds_are_listed_apart_and_each_judged() -> None:
+    real = {1: summary_figures(_summary(10.0, 20.0, 0.8), "chat")}
+    first = compare_levels((1,), real, {}, {1: summary_figures(_summary(10.5, 21.0, 0.8), "chat")})
+    second = compare_levels(
+        (1,), real, {}, {1: summary_figures(_summary(13.0, 21.0, 0.8), "chat")}, None, None, 2
+    )
+    assert {r.round for r in first} == {1} and {r.round for r in second} == {2}
+    # one round: the table as before; several: each row names its round
+    assert "1 r1" not in render(first)
+    table = render(first + second)
+    assert "1 r1  TTFT p50" in table and "1 r2  TTFT p50" in table
+    assert [(r.round, r.metric, r.stat) for r in missed(first + second)] == [(2, "ttft_ms", "p50")]
 
 
 def test_vllms_own_figures_come_from_its_histograms_over_the_window() -> None:

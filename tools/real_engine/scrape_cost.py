@@ -1,0 +1,223 @@
+"""What loopbench's own ``--server-metrics`` scrapes cost vLLM's TTFT: ``python -m
+tools.real_engine.scrape_cost``.
+
+vLLM serves ``/metrics`` from its API server's event loop (prometheus_client's ASGI app
+renders the whole registry synchronously), and with the fine buckets of `make real-engine` the
+answer is ~300 kB.  While it renders, no stream of that server moves.  This times GET /metrics
+on the engine, then runs loopbench's chat window at several ``--server-metrics-interval``
+settings, alternating window by window on one engine, and sets beside each window loopbench's
+TTFT minus vLLM's at p50 and p99 and how many turns met a scrape (docs/real-engine.md, "The
+scrapes").
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from tools.real_engine.capture import Reads, post_stream
+from tools.real_engine.compare import TTFT_BOUND_MS, aligned, compare, rank_quantile
+from tools.real_engine.engine import MODEL_NAME, attached, serving
+from tools.real_engine.engine_metrics import TTFT
+from tools.real_engine.run import (
+    SCRAPE_INTERVAL_S,
+    Options,
+    _loopbench_window,
+    _read_turns,
+    machine,
+    prepare,
+    warm_up,
+    write_outcome,
+)
+
+#: setting name -> loopbench's --server-metrics-interval (s)
+SETTINGS = {"every-1s": 1.0, "every-2s": 2.0, "ends-only": SCRAPE_INTERVAL_S}
+#: a scrape "meets" a turn when its midpoint lies between the turn's send (less this, the
+#: longest scrape measured here) and its first token
+MEET_MS = 60.0
+
+
+def time_scrapes(url: str, n: int) -> dict[str, float]:
+    """``n`` GETs of ``url`` one after another: the size and the time of each (ms)."""
+    took: list[float] = []
+    size = 0
+    for _ in range(n):
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            size = len(resp.read())
+        took.append((time.perf_counter() - t0) * 1000)
+    return {
+        "n": n,
+        "bytes": size,
+        "min_ms": round(min(took), 1),
+        "p50_ms": round(rank_quantile(took, 0.5) or 0, 1),
+        "max_ms": round(max(took), 1),
+    }
+
+
+def _stream_into(reads: list[Reads], base_url: str, body: Mapping[str, object]) -> None:
+    reads.append(post_stream(base_url, "/v1/chat/completions", body))
+
+
+def stalls(base_url: str, metrics_url: str, pairs: int) -> dict[str, list[float]]:
+    """The longest gap between two reads of a 128-token chat stream (ms), with one GET
+    /metrics sent 40 ms into the stream and without, alternating ``pairs`` times."""
+    body = {
+        "model": MODEL_NAME,
+        "messages": [{"role": "user", "content": "read the failing test and fix the module"}],
+        "stream": True,
+        "ignore_eos": True,
+        "min_tokens": 128,
+        "max_completion_tokens": 128,
+    }
+    found: dict[str, list[float]] = {"with_scrape": [], "without": []}
+    for _ in range(pairs):
+        for arm in found:
+            reads: list[Reads] = []
+            streaming = threading.Thread(
+                target=_stream_into, args=(reads, base_url, body), name="stream"
+            )
+            streaming.start()
+            time.sleep(0.04)
+            if arm == "with_scrape":
+                time_scrapes(metrics_url, 1)
+            streaming.join()
+            stamps = [t for t, _ in reads[0]]
+            # from the second read on: the first holds the head and the role
+            gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(stamps[1:])]
+            # a stream read in one or two pieces (the client starved) has no gap to show
+            if gaps and len(stamps) > 16:
+                found[arm].append(round(max(gaps), 1))
+    return found
+
+
+def scrape_stamps(folder: Path) -> list[int]:
+    """The instants (perf_counter ns, the clock of turns.csv) of the run's own scrapes."""
+    path = folder / "server_metrics.csv.gz"
+    if not path.exists():
+        return []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return sorted({round(float(r["t_s"]) * 1e9) for r in csv.DictReader(f)})
+
+
+def meetings(
+    turns: Sequence[Mapping[str, str]], stamps: Sequence[int], late_ms: float | None
+) -> dict[str, int]:
+    """``met``: turns between whose send and first token a scrape fell; ``late``: turns whose
+    TTFT exceeds ``late_ms`` (vLLM's p99 over the window + the front end's bound); and the
+    late turns that met a scrape."""
+    met = late = late_met = 0
+    for r in turns:
+        sent, first = int(r["sent_ns"]), int(r["first_token_ns"])
+        hit = any(sent - MEET_MS * 1e6 <= s <= first for s in stamps)
+        is_late = late_ms is not None and (first - sent) / 1e6 > late_ms
+        met += hit
+        late += is_late
+        late_met += hit and is_late
+    return {"met": met, "late": late, "late_met": late_met}
+
+
+def _diff(rows: Sequence[object], stat: str) -> float | None:
+    for r in rows:
+        if getattr(r, "metric", "") == "ttft_ms" and getattr(r, "stat", "") == stat:
+            d = r.diff  # type: ignore[attr-defined]
+            return None if d is None else round(d, 2)
+    return None
+
+
+def run(
+    opts: Options, names: Sequence[str], rounds: int, engine_url: str | None, stall_pairs: int
+) -> dict[str, object]:
+    ready = prepare(opts)
+    hf_home, model, tokenizer = ready.hf_home, ready.model, ready.tokenizer
+    scenarios, text = ready.scenarios, ready.text
+    running = (
+        attached(engine_url)
+        if engine_url
+        else serving(opts.engine_venv, model, hf_home, opts.out / "vllm.log")
+    )
+    windows: list[dict[str, object]] = []
+    with running as engine:
+        warm_up(opts, engine, "chat", tokenizer, scenarios)
+        idle = time_scrapes(engine.metrics_url, 10)
+        print(f"GET /metrics, idle engine: {json.dumps(idle)}")
+        stalled = stalls(engine.base_url, engine.metrics_url, stall_pairs)
+        print(f"longest gap between reads of one stream (ms): {json.dumps(stalled)}")
+        for r in range(1, rounds + 1):
+            for name in names:
+                label = f"{name}+{r}"
+                figures, delta, note = _loopbench_window(
+                    replace(opts, scrape_interval_s=SETTINGS[name]),
+                    engine,
+                    text,
+                    "chat",
+                    tokenizer,
+                    print,
+                    checked=True,
+                    label=label,
+                )
+                folder = opts.out / "runs" / f"loopbench-{name}-{r}"
+                turns = _read_turns(folder / "turns.csv.gz")
+                hist = delta.histograms.get(TTFT)
+                p99 = hist.quantile(0.99) if hist is not None else None
+                late_ms = None if p99 is None else p99[0] * 1000 + TTFT_BOUND_MS
+                rows = compare(figures, delta) if figures is not None else []
+                windows.append(
+                    {
+                        "setting": name,
+                        "round": r,
+                        "turns": len(turns),
+                        "scrapes": len(scrape_stamps(folder)),
+                        **meetings(turns, scrape_stamps(folder), late_ms),
+                        "ttft_p50_diff": _diff(rows, "p50"),
+                        "ttft_p99_diff": _diff(rows, "p99"),
+                        "note": note,
+                    }
+                )
+                print(json.dumps(windows[-1]))
+    return {"get_metrics_idle": idle, "stream_gaps_ms": stalled, "windows": windows}
+
+
+def render(windows: Sequence[Mapping[str, object]]) -> str:
+    keys: tuple[str, ...] = ("setting", "round", "turns", "scrapes", "met", "late", "late_met")
+    keys += ("ttft_p50_diff", "ttft_p99_diff")
+    return aligned([keys] + [tuple(str(w[k]) for k in keys) for w in windows])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.real_engine.scrape_cost", description=__doc__)
+    p.add_argument("--out", type=Path, default=Path("results/real-engine-scrapes"))
+    p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
+    p.add_argument("--engine-url", default=None, help="an engine already running (see run.py)")
+    p.add_argument("--settings", default=",".join(SETTINGS), help=f"of {', '.join(SETTINGS)}")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--requests", type=int, default=60, help="per window (default 60)")
+    p.add_argument("--stall-pairs", type=int, default=10, help="streams with and without a scrape")
+    args = p.parse_args(argv)
+    names = [n for n in args.settings.split(",") if n]
+    unknown = [n for n in names if n not in SETTINGS]
+    if unknown:
+        p.error(f"--settings: unknown {', '.join(unknown)}; expected some of {', '.join(SETTINGS)}")
+    opts = replace(Options(), out=args.out, engine_venv=args.engine_venv, requests=args.requests)
+    load0, t0 = os.getloadavg(), time.perf_counter()
+    found = run(opts, names, args.rounds, args.engine_url, args.stall_pairs)
+    table = render(found["windows"])  # type: ignore[arg-type]
+    doc = {**machine(t0, load0), **found}
+    write_outcome(opts.out, "scrape-cost.json", doc, table)
+    print(f"\n{table}\n\nload average {doc['load_average_at_start']} -> {doc['load_average']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
