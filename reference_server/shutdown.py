@@ -43,8 +43,8 @@ class _QuietCancelled(logging.Filter):
 
 
 def _is_websocket(protocol: Any) -> bool:
-    # Subclasses too (reference_server/protocols.py).
-    return any(
+    # Ours (reference_server/protocols.py) or, without it, uvicorn's own.
+    return getattr(protocol, "websocket", False) or any(
         cls.__module__.startswith("uvicorn.protocols.websockets") for cls in type(protocol).__mro__
     )
 
