@@ -245,7 +245,7 @@ class ServerWebSocket(asyncio.Protocol):
                     self._schedule_ping()
             else:  # close
                 if not self.close_sent:
-                    # Echo the peer's code (RFC 6455 §5.5.1), then the peer closes TCP.
+                    # Echo the peer's code (RFC 6455 §5.5.1); the server closes TCP first (§7.1.1).
                     self._write(wsf.encode_frame(wsf.OP_CLOSE, payload[:2], masked=False))
                     self.close_sent = True
                     reason = payload[2:].decode()
