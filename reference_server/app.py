@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Route
 from starlette.websockets import WebSocket
 
 from harness.wire import events as ev
@@ -70,7 +70,6 @@ class ReferenceServer:
                 Route("/v1/messages", self.messages.create, methods=["POST"]),
                 Route("/v1/responses/compact", self.http_compact, methods=["POST"]),
                 *self.lifecycle_routes(),
-                WebSocketRoute("/v1/responses", self.websocket),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/metrics", self.metrics, methods=["GET"]),
@@ -79,7 +78,7 @@ class ReferenceServer:
             lifespan=self._lifespan,
         )
         self.guard = ConnectionGuard(
-            self.starlette,
+            _WebSocketRoute(self.starlette, "/v1/responses", self.websocket),
             send_timeout_s=config.send_timeout_s,
             http_lifetime_s=config.faults.lifetime_s,
         )
@@ -309,6 +308,28 @@ def _too_large(size: int, limit: int) -> RequestError:
         "request_too_large",
         f"Request body of {size} bytes exceeds the limit of {limit} bytes.",
     )
+
+
+class _WebSocketRoute:
+    """``path``'s WebSocket straight to its handler; anything else to the Starlette app.
+
+    A token sent through Starlette's error middleware, exception middleware and router
+    crossed two more wrapped ``send`` coroutines each, and every upgrade paid for the
+    route matching: CPU on the event loop that paces every stream (BENCHMARKS.md, issue
+    39).  Starlette handles nothing for a WebSocket that the handler does not: an
+    exception ends the connection either way (an error before the 101 is a 500).
+    """
+
+    def __init__(self, app: Any, path: str, handler: Any) -> None:
+        self.app = app
+        self.path = path
+        self.handler = handler
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket" and scope["path"] == self.path:
+            await self.handler(WebSocket(scope, receive, send))
+        else:
+            await self.app(scope, receive, send)
 
 
 class _StampArrival:

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import importlib.util
 import socket
-from typing import Any
 
 import uvicorn
 
@@ -62,16 +61,14 @@ def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> in
     own_socket = sock is None  # a worker's supervisor has announced the port already
     if sock is None:
         sock = bind(config.host, config.port)
-    protocols: dict[str, Any] = {"ws": "websockets-sansio" if _has_ws_sansio() else "websockets"}
-    # Arrival stamps and batched WebSocket sends (reference_server/protocols.py).
-    protocols.update(uvicorn_protocols())
     uvloop = _has_uvloop()
     uv_config = uvicorn.Config(
         server_app.app,
         log_level=config.log_level,
         access_log=False,
         loop="uvloop" if uvloop else "asyncio",
-        **protocols,
+        # Arrival stamps, our WebSocket protocol, batched sends (reference_server/protocols.py).
+        **uvicorn_protocols(),
         # Frames a little over the app's limit still reach it and get a message_too_large
         # error event; far larger ones are refused by the protocol layer (close 1009).
         ws_max_size=config.max_ws_message_bytes + 1024 * 1024,
@@ -114,14 +111,3 @@ def _run_uvloop(server: DrainingServer, sock: socket.socket) -> None:
 
 def _has_uvloop() -> bool:
     return importlib.util.find_spec("uvloop") is not None
-
-
-def _has_ws_sansio() -> bool:
-    # uvicorn >= 0.35 ships a sans-I/O websockets protocol; older versions do not.
-    try:
-        return (
-            importlib.util.find_spec("uvicorn.protocols.websockets.websockets_sansio_impl")
-            is not None
-        )
-    except ModuleNotFoundError:
-        return False

@@ -43,10 +43,8 @@ class _QuietCancelled(logging.Filter):
 
 
 def _is_websocket(protocol: Any) -> bool:
-    # Subclasses too (reference_server/protocols.py).
-    return any(
-        cls.__module__.startswith("uvicorn.protocols.websockets") for cls in type(protocol).__mro__
-    )
+    # reference_server/protocols.py's: its app drains it; uvicorn's HTTP ones are shut down.
+    return getattr(protocol, "websocket", False) is True
 
 
 class DrainingServer(uvicorn.Server):

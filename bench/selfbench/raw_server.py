@@ -25,8 +25,6 @@ listening on PORT`` and serves until SIGTERM.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import signal
 import socket
 import sys
@@ -46,7 +44,6 @@ DELTA_TEXT = " tok"
 #: events of the stream besides its deltas (created, in_progress, item added, part added,
 #: text done, part done, item done, completed)
 LIFECYCLE_EVENTS = 8
-_WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _MAX_HEAD = 64 * 1024
 #: a request frame larger than this is not the bench's
 _MAX_REQUEST = 1 << 20
@@ -99,10 +96,6 @@ def encode_streams(deltas: int) -> Streams:
         sse.append(f"{len(block):x}\r\n".encode() + block + b"\r\n")
         ws.append(wsf.encode_frame(wsf.OP_TEXT, json_payload(block), masked=False))
     return Streams(tuple(sse), tuple(ws))
-
-
-def ws_accept(key: str) -> str:
-    return base64.b64encode(hashlib.sha1(key.encode() + _WS_GUID).digest()).decode()
 
 
 class _Conn(asyncio.Protocol):
@@ -168,7 +161,7 @@ class _Conn(asyncio.Protocol):
             headers[name.strip().lower()] = value.strip()
         if "websocket" in headers.get("upgrade", "").lower():
             del self.buf[: end + 4]
-            accept = ws_accept(headers.get("sec-websocket-key", ""))
+            accept = wsf.accept_key(headers.get("sec-websocket-key", ""))
             self._write(
                 b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
                 b"connection: Upgrade\r\nsec-websocket-accept: " + accept.encode() + b"\r\n\r\n"

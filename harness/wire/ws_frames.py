@@ -18,6 +18,8 @@ Errors are :class:`FrameError` with the close code the reading side answers with
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import zlib
 from dataclasses import dataclass
@@ -40,6 +42,22 @@ NO_STATUS = 1005
 _SENDABLE = frozenset((1000, 1001, 1002, 1003, *range(1007, 1015)))
 #: what permessage-deflate strips from the end of every compressed message (RFC 7692 §7.2.1)
 _DEFLATE_TAIL = b"\x00\x00\xff\xff"
+#: appended to a client's key for the server's accept value (RFC 6455 §1.3)
+_KEY_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def accept_key(key: str | bytes) -> str:
+    """``Sec-WebSocket-Accept`` for the client's ``Sec-WebSocket-Key`` (RFC 6455 §4.2.2)."""
+    raw = key.encode() if isinstance(key, str) else key
+    return base64.b64encode(hashlib.sha1(raw + _KEY_GUID).digest()).decode()
+
+
+def valid_key(key: bytes) -> bool:
+    """A ``Sec-WebSocket-Key``: 16 bytes in base64 (RFC 6455 §4.1, item 7)."""
+    try:
+        return len(base64.b64decode(key, validate=True)) == 16
+    except ValueError:
+        return False
 
 
 class FrameError(Exception):
@@ -74,6 +92,87 @@ def deflate_agreed(extensions: str) -> tuple[Deflate, Deflate] | None:
         Deflate("client_no_context_takeover" in ext),
         Deflate("server_no_context_takeover" in ext),
     )
+
+
+def negotiate_deflate(offers: str, window_bits: int = 15) -> tuple[str, Deflate, Deflate] | None:
+    """A server's answer to the client's ``Sec-WebSocket-Extensions`` offers (RFC 7692 §7.1).
+
+    The first permessage-deflate offer whose parameters it can honour is accepted:
+    ``(the answer's header value, client-to-server settings, server-to-client settings)``.
+    The server compresses with at most ``window_bits`` (it may say so unasked, §7.1.2.1)
+    and inflates with any window, so ``client_max_window_bits`` needs no answer.
+    None: no offer it can accept (the connection goes on uncompressed).
+    """
+    for offer in offers.split(","):
+        name, *params = (p.strip() for p in offer.split(";"))
+        if name.lower() != "permessage-deflate":
+            continue
+        seen: dict[str, str | None] = {}
+        for param in params:
+            key, _, value = param.partition("=")
+            key = key.strip().lower()
+            if key in seen:
+                break
+            seen[key] = value.strip().strip('"') or None
+        else:
+            if not set(seen) <= _DEFLATE_PARAMS:
+                continue
+            # zlib cannot compress within a 256-byte window: an offer asking for 8 is declined.
+            server_bits = _window_bits(seen.get("server_max_window_bits", str(window_bits)))
+            if server_bits is None or server_bits < 9:
+                continue
+            client_bits = seen.get("client_max_window_bits")
+            if client_bits is not None and _window_bits(client_bits) is None:
+                continue
+            answer = [
+                "permessage-deflate",
+                f"server_max_window_bits={min(server_bits, window_bits)}",
+            ]
+            for flag in ("server_no_context_takeover", "client_no_context_takeover"):
+                if flag in seen:
+                    answer.append(flag)
+            return (
+                "; ".join(answer),
+                Deflate("client_no_context_takeover" in seen),
+                Deflate("server_no_context_takeover" in seen),
+            )
+    return None
+
+
+def _window_bits(value: str | None) -> int | None:
+    """A ``*_max_window_bits`` value (8-15), None when missing or out of range."""
+    if value is None or not value.isdigit() or not 8 <= int(value) <= 15:
+        return None
+    return int(value)
+
+
+_DEFLATE_PARAMS = frozenset(
+    (
+        "server_no_context_takeover",
+        "client_no_context_takeover",
+        "server_max_window_bits",
+        "client_max_window_bits",
+    )
+)
+
+
+class Compressor:
+    """permessage-deflate of one sending direction: a message in, its compressed payload out
+    (to send with RSV1 set on its first frame, RFC 7692 §7.2.1)."""
+
+    __slots__ = ("_deflate", "_mem_level", "_wbits", "_z")
+
+    def __init__(self, deflate: Deflate, window_bits: int = 15, mem_level: int = 8) -> None:
+        self._deflate = deflate
+        self._wbits = -window_bits
+        self._mem_level = mem_level
+        self._z = zlib.compressobj(wbits=self._wbits, memLevel=mem_level)
+
+    def compress(self, message: bytes) -> bytes:
+        data = self._z.compress(message) + self._z.flush(zlib.Z_SYNC_FLUSH)
+        if self._deflate.reset:
+            self._z = zlib.compressobj(wbits=self._wbits, memLevel=self._mem_level)
+        return data[:-4] if data.endswith(_DEFLATE_TAIL) else data
 
 
 class FrameReader:

@@ -31,9 +31,8 @@ from reference_server.protocols import (
     BATCH_EXTENSION,
     BATCH_KEY,
     CONNECTION_KEY,
+    ServerWebSocket,
     StampedHttpToolsProtocol,
-    StampedWebSocketProtocol,
-    available,
     uvicorn_protocols,
 )
 
@@ -51,7 +50,7 @@ async def serving(
     app: Any,
     *,
     http: type[asyncio.Protocol] = StampedHttpToolsProtocol,
-    ws: type[asyncio.Protocol] = StampedWebSocketProtocol,
+    ws: type[asyncio.Protocol] = ServerWebSocket,
     lifespan: str = "off",
 ) -> AsyncIterator[int]:
     """Serve ``app`` in this event loop on a free loopback port; yields the port.
@@ -170,7 +169,7 @@ class _CountingTransport:
         return getattr(self._inner, name)
 
 
-class _WriteCountingWs(StampedWebSocketProtocol):
+class _WriteCountingWs(ServerWebSocket):
     instances: ClassVar[list[_WriteCountingWs]] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -181,9 +180,8 @@ class _WriteCountingWs(StampedWebSocketProtocol):
         super().connection_made(_CountingTransport(transport))  # type: ignore[arg-type]
 
 
-def test_protocols_are_available_with_this_uvicorn() -> None:
-    assert available()
-    assert uvicorn_protocols() == {"http": StampedHttpToolsProtocol, "ws": StampedWebSocketProtocol}
+def test_the_server_runs_these_protocols() -> None:
+    assert uvicorn_protocols() == {"http": StampedHttpToolsProtocol, "ws": ServerWebSocket}
 
 
 # -- HTTP ---------------------------------------------------------------------------------
@@ -390,7 +388,7 @@ def test_batch_send_after_client_left_raises_client_disconnected() -> None:
 # -- reference cycles ---------------------------------------------------------------------
 
 CONNECTIONS = 20
-PROTOCOL_BASES = (HttpToolsProtocol, WebSocketsSansIOProtocol)
+PROTOCOL_BASES = (HttpToolsProtocol, WebSocketsSansIOProtocol, ServerWebSocket)
 
 
 def _cyclic_protocols(procedure: Callable[[], None]) -> Counter[str]:
@@ -470,7 +468,7 @@ def _open_and_close(
     return lambda: run(main())
 
 
-STAMPED = (StampedHttpToolsProtocol, StampedWebSocketProtocol)
+STAMPED = (StampedHttpToolsProtocol, ServerWebSocket)
 STOCK = (HttpToolsProtocol, WebSocketsSansIOProtocol)
 
 
