@@ -151,8 +151,17 @@ reproduce: $(STAMP)
 TEST_WORKERS ?= 4
 # The serial pass collects only the files that mark a test serial, not the whole suite again.
 SERIAL_FILES = $(shell grep -rl "pytest.mark.serial" tests)
+# Compiled modules are kept in __pycache__, as Python does by default: where the environment
+# sets PYTHONDONTWRITEBYTECODE (this CI machine does), every process compiled every module it
+# imported, each worker's collection of the suite 12.5 s of CPU instead of 5.6 s, and each
+# loopbench or server child started by a test compiled the product again.  Two collections
+# side by side first (two halves of tests/) compile the test modules, pytest's rewritten
+# asserts included, so the four workers load them instead of each compiling them all:
+# collection cold 46 s of CPU, warmed 33-38 s in all on the shared machine.
 test: $(STAMP)
-	@rc=0; \
+	@unset PYTHONDONTWRITEBYTECODE; rc=0; \
+	$(BIN)/python -m pytest -q --collect-only tests/[a-q]* >/dev/null 2>&1 & \
+	$(BIN)/python -m pytest -q --collect-only tests/[r-z]* >/dev/null 2>&1; wait; \
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=20 || rc=$$?; \
 	$(BIN)/python -m pytest -q -m serial --durations=10 $(SERIAL_FILES) || rc=$$((rc ? rc : $$?)); \
 	exit $$rc

@@ -7,9 +7,12 @@ import asyncio
 import contextlib
 import io
 import json
+import os
+import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
@@ -136,6 +139,58 @@ def in_process(*args: str | Path, report: bool = True) -> tuple[int, str]:
             code = 0
     assert isinstance(code, int), code
     return code, out.getvalue()
+
+
+@contextlib.contextmanager
+def loopbench_process() -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
+    """One ``loopbench`` process, without reports, that runs commands one after another
+    (:func:`tests.without_reports.serve_commands`), as ``run(*ARGS, timeout=S)``: each command
+    ends with the exit code, stdout and stderr a process of its own would have, without an
+    interpreter start and the imports per command (~0.6 s of CPU each).  For many runs whose
+    claim is a process's outcome; a command that kills the process fails its test and the
+    ones after it."""
+    read, write = os.pipe()
+    # anything written past the redirections (a crash's last words) lands in the log
+    with tempfile.TemporaryFile("w+") as log, os.fdopen(read) as results:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.without_reports", "--commands-to-fd", str(write)],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=log,
+            text=True,
+            cwd=ROOT,
+            pass_fds=(write,),
+        )
+        os.close(write)
+        assert proc.stdin is not None
+        stdin = proc.stdin
+
+        def run(*args: str | Path, timeout: float) -> subprocess.CompletedProcess[str]:
+            argv = [str(a) for a in args]
+            stdin.write(json.dumps(argv) + "\n")
+            stdin.flush()
+            ready, _, _ = select.select([results], [], [], timeout)
+            line = results.readline() if ready else ""
+            if not line:
+                proc.kill()
+                log.seek(0)
+                raise AssertionError(
+                    f"loopbench {' '.join(argv)}: no answer in {timeout} s, its process exited"
+                    f" {proc.wait(timeout=30)}: {log.read()[-3000:]}"
+                )
+            code, out, err = json.loads(line)
+            return subprocess.CompletedProcess(argv, code, out, err)
+
+        try:
+            yield run
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                stdin.close()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
 
 
 def run_tiny(out: Path, transports: list[str], sets: dict[str, str], **options: Any) -> Run:

@@ -3,20 +3,24 @@
 Each mode of :mod:`tests.hostile_server` breaks the protocol one way (malformed SSE,
 events that are not JSON, out-of-order events, oversized lines and frames, slowloris
 streams, resets, bad HTTP, bad WebSocket frames and close codes).  For each, a real
-``loopbench run`` subprocess (``--no-probe``: the probe would refuse these endpoints;
-a 2 s idle timeout; no report rendered, see :mod:`tests.without_reports`) must exit 3 (an invalid run, not a crash), write its results
-folder, and record every turn as an error of the kind the mode deserves
-(``harness/client/api_errors.py:error_kind``).
+``loopbench run`` in a process apart from the test's (``--no-probe``: the probe would refuse
+these endpoints; a 2 s idle timeout; no report rendered, see :mod:`tests.without_reports`)
+must exit 3 (an invalid run, not a crash), write its results folder, and record every turn
+as an error of the kind the mode deserves (``harness/client/api_errors.py:error_kind``).
 
-The runs are started together, a few at a time, by one module fixture: each waits mostly
-on its server or its idle timeout, so running them side by side overlaps the waits; each
-mode still has its own server, subprocess, results folder and test.
+One module fixture runs them in a few lanes side by side: each run waits mostly on its
+server or its idle timeout, so the lanes overlap the waits.  A lane is one ``loopbench``
+process running its modes one after another (:func:`tests.runs.loopbench_process`: each
+run's exit code, stdout and stderr as from a process of its own, without 35 interpreter
+starts, which were most of this module's CPU); each mode still has its own server, run,
+results folder and test.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,7 +28,7 @@ import pytest
 
 from harness.report.results import read_csv_gz
 from tests.hostile_server import HTTP_ACTS, HTTP_MODES, WS_ACTS, WS_MODES, hostile_server
-from tests.runs import ROOT, TINY, _argv
+from tests.runs import TINY, loopbench_process
 
 WS_CLOSED = {"recovery_exhausted", "connection_closed", "connection"}
 #: mode -> the error kinds its turns may end with
@@ -75,22 +79,26 @@ def test_every_mode_has_an_expectation() -> None:
     assert set(EXPECTED) == {*HTTP_MODES, *HTTP_ACTS, *WS_MODES, *WS_ACTS}
 
 
-#: runs at once: enough to overlap the idle timeouts, few enough that the 2 s timeout is
-#: never reached by a client merely waiting for a core
+#: lanes (runs at once): enough to overlap the idle timeouts, few enough that the 2 s timeout
+#: is never reached by a client merely waiting for a core
 PARALLEL = 4
 
 
-def _run_against(mode: str, out: Path) -> subprocess.CompletedProcess[str]:
-    transport = "ws" if mode.startswith("ws_") else "http"
-    with hostile_server(mode) as url:
-        args = ["run", str(TINY), "--target", url, "--no-probe", "--transports", transport]
-        args += ["--set", "rollout.count=1", "--set", "load.concurrency=1"]
-        args += ["--request-timeout-s", "2", "--out", str(out), "--run-id", mode, "-q"]
-        # without the report: 35 renderings of error-only runs were most of this module's CPU;
-        # an error-only run's report is test_outcomes' (dead and invalid targets)
-        return subprocess.run(
-            _argv(tuple(args), report=False), capture_output=True, text=True, timeout=120, cwd=ROOT
-        )
+def _run_lane(modes: Sequence[str], out: Path) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Each of ``modes`` against its own hostile server, one after another in one process."""
+    done = {}
+    with loopbench_process() as run:
+        for mode in modes:
+            transport = "ws" if mode.startswith("ws_") else "http"
+            with hostile_server(mode) as url:
+                args = ["run", str(TINY), "--target", url, "--no-probe", "--transports", transport]
+                args += ["--set", "rollout.count=1", "--set", "load.concurrency=1"]
+                args += ["--request-timeout-s", "2", "--out", str(out), "--run-id", mode, "-q"]
+                # without the report (loopbench_process renders none): 35 renderings of
+                # error-only runs were most of this module's CPU; an error-only run's report is
+                # test_outcomes' (dead and invalid targets)
+                done[mode] = run(*args, timeout=120)
+    return done
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +113,11 @@ def hostile_runs(
         if item.module is request.module
         and getattr(item, "originalname", "") == "test_the_harness_survives_a_hostile_endpoint"
     ]
+    lanes = [modes[i::PARALLEL] for i in range(PARALLEL)]
+    procs: dict[str, subprocess.CompletedProcess[str]] = {}
     with ThreadPoolExecutor(PARALLEL) as pool:
-        procs = dict(zip(modes, pool.map(lambda m: _run_against(m, out), modes), strict=True))
+        for done in pool.map(lambda lane: _run_lane(lane, out), lanes):
+            procs.update(done)
     return out, procs
 
 

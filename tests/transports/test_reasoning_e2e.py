@@ -10,6 +10,7 @@ the gate; the visible decode rate is not diluted by the reasoning (no honesty fl
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import pandas as pd
 import pytest
@@ -32,7 +33,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Run, str]]
     # not depend on timing.  One after the other, in the main thread: each runs `main` in this
     # process, whose console capture and signal handlers are the process's own; with their
     # reports, whose table a test reads.
-    plain = loopbench_run(out, "plain", *transports, report=True)
+    # the plain run's report is read for its table only: without plots (~2 s of CPU; a tiny
+    # run's plots are the report tests'); the reasoning run's report is whole
+    with mock.patch("harness.report.plots.write_plots", return_value=[]):
+        plain = loopbench_run(out, "plain", *transports, report=True)
     reasoning = loopbench_run(
         out,
         "reasoning",
