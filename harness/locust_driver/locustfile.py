@@ -342,6 +342,8 @@ class ScenarioShape(LoadTestShape):
             return None
         if master.run is None:
             config = master.begin()
+            if config is None:
+                return None
             assert self.runner is not None
             setattr(self.runner.environment.parsed_options, RUN_OPTION, config.to_wire())
         if master.should_stop():

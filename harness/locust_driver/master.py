@@ -52,6 +52,8 @@ FINAL_WAIT_S = 30.0
 #: when the master process itself is quitting (SIGTERM to it, the web UI's quit): its
 #: workers got the quit at the same moment, so their finals are due at once
 QUIT_WAIT_S = 2.0
+#: the manifest's ``client_options.rx_stamp`` of a Locust run: each worker resolves its own
+PER_WORKER = "per-worker"
 
 
 @dataclass(slots=True)
@@ -131,7 +133,14 @@ class MasterSide:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def begin(self) -> RunConfig:
+    def begin(self) -> RunConfig | None:
+        """Start the run: its settings for the workers, its queue and results folder.
+
+        None once a version refusal or a failed write ended the run: the shape's next tick
+        must not start a second run that would never run, with a summary of its own.
+        """
+        if self.refused or self.write_failed:
+            return None
         opts = self.options
         scenario = opts.scenario
         run_id = self._fresh_run_id()
@@ -172,6 +181,10 @@ class MasterSide:
                 request_timeout_s=config.request_timeout_s,
                 shaping=opts.shaping.describe(),
                 tokenizer=opts.tokenizer or "4-chars",
+                # each worker's edge host resolves the option on its own machine; the summary
+                # counts the turns stamped each way (docs/metrics.md §1.9)
+                rx_stamp=PER_WORKER,
+                rx_stamp_option=config.rx_stamp,
             ),
         )
         manifest["driver"] = "locust"

@@ -8,6 +8,7 @@ mismatch is one line naming both and what to do, with the usage exit code.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -97,6 +98,25 @@ def test_a_master_refuses_a_worker_of_another_version_once(
         "the master and every worker"
     )
     assert capsys.readouterr().err == f"error: {master.refused}\n"
+
+
+def test_a_refused_master_begins_no_second_run(tmp_path: Path) -> None:
+    """The shape ticks once a second: a tick after the refusal must not start a run that
+    never runs (a new results folder, then a summary of nothing at quit)."""
+    scenario = load_scenario("quickstart")
+    options = MasterOptions(scenario, "quickstart", ["http"], "http://127.0.0.1:9/v1", False,
+                            tmp_path / "out", None, None)  # fmt: skip
+    master = MasterSide(options, lambda *a: None)
+    first = master.begin()
+    assert first is not None and master.run is not None
+    # the manifest says each worker resolves the read stamps on its own machine
+    manifest = json.loads((tmp_path / "out" / first.run_id / "manifest.json").read_text())
+    client = manifest["client_options"]
+    assert (client["rx_stamp"], client["rx_stamp_option"]) == ("per-worker", "auto")
+    master.on_hello("w1", hello_message(first.run_id, 12, "0.0.1"))
+    assert master.refused and master.run is None
+    assert master.begin() is None and master.run is None
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [first.run_id]
 
 
 def _other_version(folder: Path, version: str) -> dict[str, str]:
