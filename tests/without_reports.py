@@ -13,10 +13,12 @@ one after another (:func:`serve_commands`; the parent's side is ``tests.runs.loo
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from unittest import mock
@@ -63,8 +65,33 @@ def serve_commands(results_fd: int) -> None:
                 except BaseException:
                     traceback.print_exc()
                     code = 1
+                code = _as_at_exit(code, err)
             results.write(json.dumps([code, out.getvalue(), err.getvalue()]) + "\n")
             results.flush()
+
+
+#: the exit code of a command that left what would have kept its own process from ending
+LEFT_RUNNING = 70
+
+
+def _as_at_exit(code: int, err: io.StringIO) -> int:
+    """What a process of its own would have shown as it ended: an object whose finaliser
+    raises (``Exception ignored in …`` on stderr, through :func:`sys.unraisablehook`, which
+    Python calls with the redirected stderr), and a non-daemon thread still running (the
+    process would not have exited: :data:`LEFT_RUNNING`)."""
+    hook, sys.unraisablehook = sys.unraisablehook, sys.__unraisablehook__
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    stuck = [t.name for t in threading.enumerate()
+             if t is not threading.main_thread() and not t.daemon]  # fmt: skip
+    if stuck:
+        print(f"threads left running, the process would not exit: {stuck} (all: {alive})",
+              file=err)  # fmt: skip
+        return LEFT_RUNNING
+    return code
 
 
 if __name__ == "__main__":

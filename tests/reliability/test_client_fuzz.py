@@ -144,3 +144,38 @@ def test_the_harness_survives_a_hostile_endpoint(
     for msg in rows["error_message"][rows["status"] != "completed"]:
         assert msg and "Traceback" not in msg and not msg.startswith("<"), msg
     assert summary["errors"][transport], summary["errors"]
+
+
+def test_a_lane_still_sees_what_a_process_would_show_as_it_ended() -> None:
+    """The lanes run their modes in one process: what only the end of a process of its own
+    would show (a finaliser that raises, a thread that keeps the process alive) is checked
+    after every command instead."""
+    import contextlib
+    import io
+    import threading
+
+    from tests.without_reports import LEFT_RUNNING, _as_at_exit
+
+    class RaisesWhenFreed:
+        def __del__(self) -> None:
+            raise RuntimeError("freed badly")
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        holder = [RaisesWhenFreed()]
+        holder.append(holder)  # a cycle: freed only by the collector, as at a process's end
+        del holder
+        assert _as_at_exit(3, err) == 3
+    assert "Exception ignored" in err.getvalue() and "freed badly" in err.getvalue()
+
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, name="never-joined")
+    stuck.start()
+    try:
+        err = io.StringIO()
+        assert _as_at_exit(3, err) == LEFT_RUNNING
+        assert "never-joined" in err.getvalue()
+    finally:
+        release.set()
+        stuck.join()
+    assert _as_at_exit(3, io.StringIO()) == 3
