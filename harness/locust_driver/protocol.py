@@ -110,7 +110,7 @@ def version_mismatch(
         else "a loopbench older than this one (its messages carry no version)"
     )
     return VersionMismatch(
-        f"the {them} runs {said}, this {me} loopbench {mine} (wire format {WIRE_FORMAT}): "
+        f"the {them} has {said}, this {me} loopbench {mine} (wire format {WIRE_FORMAT}): "
         f"install the same loopbench version on the master and every worker"
     )
 

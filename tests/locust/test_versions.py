@@ -62,7 +62,7 @@ def test_a_worker_refuses_an_older_masters_settings_in_one_line_naming_both() ->
     line = str(err.value)
     assert "\n" not in line
     assert line == (
-        "the master runs a loopbench older than this one (its messages carry no version), "
+        "the master has a loopbench older than this one (its messages carry no version), "
         f"this worker loopbench {MINE} (wire format {WIRE_FORMAT}): install the same loopbench "
         "version on the master and every worker"
     )
@@ -74,7 +74,7 @@ def test_a_worker_refuses_an_older_masters_settings_in_one_line_naming_both() ->
 def test_a_worker_refuses_a_newer_master_even_when_its_fields_would_read() -> None:
     side, _ = _worker()
     with pytest.raises(
-        VersionMismatch, match=r"the master runs loopbench 9\.9\.9 \(wire format 9\)"
+        VersionMismatch, match=r"the master has loopbench 9\.9\.9 \(wire format 9\)"
     ):
         side.read_config(_settings(loopbench="9.9.9", wire_format=9))
     with pytest.raises(VersionMismatch, match=rf"this worker loopbench {MINE} "):
@@ -93,7 +93,7 @@ def test_a_master_refuses_a_worker_of_another_version_once(
     master.on_hello("w1", hello_message("r1", 12, "0.0.1"))
     master.on_hello("w2", {"run_id": "r1", "pid": 13})  # an older worker: no versions
     assert master.refused == (
-        f"the worker w1 runs loopbench 0.0.1 (wire format {WIRE_FORMAT}), this master "
+        f"the worker w1 has loopbench 0.0.1 (wire format {WIRE_FORMAT}), this master "
         f"loopbench {MINE} (wire format {WIRE_FORMAT}): install the same loopbench version on "
         "the master and every worker"
     )
@@ -156,10 +156,10 @@ def test_real_processes_of_two_versions_end_with_the_usage_code_and_one_line_eac
                 proc.kill()
     said = "install the same loopbench version on the master and every worker"
     assert master.returncode == ExitCode.USAGE, master_err[-3000:]
-    assert f"runs loopbench 9.9.9 (wire format {WIRE_FORMAT}), this master loopbench {MINE}" in (
+    assert f"has loopbench 9.9.9 (wire format {WIRE_FORMAT}), this master loopbench {MINE}" in (
         master_err
     )
     assert worker.returncode == ExitCode.USAGE, worker_err[-3000:]
-    assert f"error: the master runs loopbench {MINE} (wire format {WIRE_FORMAT}), this worker " \
+    assert f"error: the master has loopbench {MINE} (wire format {WIRE_FORMAT}), this worker " \
         f"loopbench 9.9.9 (wire format {WIRE_FORMAT}): {said}" in worker_err  # fmt: skip
     assert "ValidationError" not in master_err + worker_err
