@@ -161,5 +161,7 @@ def loopbench_argv(
         "--run-id",
         run_id,
         "--no-probe",
+        # the peers write their JSON and no plots: loopbench's client CPU leaves its plots out
+        "--no-report",
         "-q",
     ]

@@ -32,6 +32,7 @@ from harness.cli.run_args import (
 from harness.cli.summary_table import print_summary
 from harness.metrics.results_model import Summary, as_summary
 from harness.report.error_summary import error_lines
+from harness.run.locust_options import NO_REPORT_HELP
 from harness.run.probe import DEFAULT_TIMEOUT_S as PROBE_TIMEOUT_S
 from harness.run.probe import probe_for_run
 from harness.run.procs import run_procs
@@ -101,6 +102,7 @@ def add_parser(sub: Any) -> None:
         "not verified, as the run made it. Not with --target: give an https:// URL there",
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    run.add_argument("--no-report", action="store_true", help=NO_REPORT_HELP)
     run.add_argument(
         "--procs",
         type=int,
@@ -117,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = run_scenario_of(args)
     if not args.target:
         check_server_profiles(scenario, args.scenario)
-    opts = run_options(args, scenario, run_id=args.run_id)
+    opts = run_options(args, scenario, run_id=args.run_id, render=not args.no_report)
     line = shaping_line(opts.shaping, opts.tokens)
     if line and not args.quiet:
         print(line, file=sys.stderr)

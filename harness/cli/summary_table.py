@@ -260,3 +260,5 @@ def print_summary(
     console.print(Text(f"results: {run_dir}"))
     if (run_dir / "report.html").exists():
         console.print(Text(f"report:  {run_dir / 'report.html'}"))
+    else:
+        console.print(Text(f"report:  none; `loopbench report {run_dir}` renders it"))

@@ -141,6 +141,7 @@ def _master_options(environment: Environment) -> MasterOptions:
         verify_tls=not opts.loopbench_insecure,
         api_key_env=opts.loopbench_api_key_env,
         hints=not opts.loopbench_no_hints,
+        render=not opts.loopbench_no_report,
         shaping=shaping,
         tokenizer=str(tokenizer[1]) if tokenizer is not None else "",
         extra_manifest={

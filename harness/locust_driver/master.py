@@ -114,6 +114,8 @@ class MasterOptions:
     #: the scenario's target: and the flags, resolved; the tokenizer file ("" for none)
     shaping: RequestShaping = NO_SHAPING
     tokenizer: str = ""
+    #: False: --no-report (results without report.md, report.html and plots/)
+    render: bool = True
 
 
 class MasterSide:
@@ -559,7 +561,7 @@ class MasterSide:
     def render_pending(self) -> None:
         """report.md, report.html and plots of the last results folder, as `loopbench run` writes."""
         run_dir, self.unrendered = self.unrendered, None
-        if run_dir is None:
+        if run_dir is None or not self.options.render:
             return
         # Reports failures on stderr; the measured results are on disk already.
         render_run_safely(run_dir)

@@ -58,6 +58,13 @@ class LocustOption:
         return [self.flag, str(value)] if value else []
 
 
+#: ``--no-report`` of ``run`` and ``locust``
+NO_REPORT_HELP = (
+    "write the results (summary.json, the row files) but not report.md, report.html and plots/: "
+    "a CI job that reads only the summary saves the plotting's CPU; `loopbench report DIR` "
+    "renders them later"
+)
+
 LOCUST_OPTIONS: tuple[LocustOption, ...] = (
     LocustOption(
         "transports",
@@ -88,6 +95,7 @@ LOCUST_OPTIONS: tuple[LocustOption, ...] = (
         "send no loopbench.* metadata hints (for endpoints other than the reference server)",
         kind="flag",
     ),
+    LocustOption("no-report", NO_REPORT_HELP, kind="flag"),
     LocustOption(
         "stop-file",
         "when this file appears, end the run gracefully (results are still written)",

@@ -37,12 +37,17 @@ def test_concurrency_is_split_as_evenly_as_possible() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_client_processes_and_two_server_workers_merge_into_one_run(tmp_path: Path) -> None:
-    # main() in this process without the report: the two client processes and the server's
-    # two workers are still processes; SIGINT to a --procs run from outside is test_outcomes'
+    # main() in this process, --no-report: the two client processes and the server's two
+    # workers are still processes; SIGINT to a --procs run from outside is test_outcomes'
     code, out = in_process(
-        "run", TINY, "--procs", "2", "--out", tmp_path, "--run-id", "procs", "-q", report=False
+        "run", TINY, "--procs", "2", "--out", tmp_path, "--run-id", "procs", "-q", "--no-report"
     )
     assert code == 0, out[:3000]
+    # --no-report: the results without report.md, report.html and plots/, and the console
+    # says how to render them
+    assert not [p.name for p in (tmp_path / "procs").glob("report.*")]
+    assert not (tmp_path / "procs" / "plots").exists()
+    assert f"report:  none; `loopbench report {tmp_path / 'procs'}` renders it" in out
     run = load_run(tmp_path / "procs")
     assert run.manifest["procs"] == 2
     summary = run.summary
