@@ -52,8 +52,8 @@ CONNECTION_KEY = "loopbench.connection"
 BATCH_EXTENSION = "loopbench.send_batch"
 BATCH_KEY = "loopbench.texts"
 
-#: permessage-deflate's window for what the server sends (2**12 bytes), as uvicorn's own
-#: protocols set it: a few KiB of compressor state per connection instead of a few hundred
+#: permessage-deflate's largest window either way (2**12 bytes), as uvicorn's own protocols
+#: set it: a few KiB of compressor and inflater state per connection instead of a few hundred
 _WINDOW_BITS = 12
 _log = logging.getLogger("uvicorn.error")
 
@@ -169,7 +169,7 @@ class ServerWebSocket(asyncio.Protocol):
         self.reader = wsf.FrameReader(
             config.ws_max_size, masked=True, deflate=agreed[1] if agreed else None
         )
-        self.compressor = wsf.Compressor(agreed[2], _WINDOW_BITS, mem_level=5) if agreed else None
+        self.compressor = wsf.Compressor(agreed[2], mem_level=5) if agreed else None
         self.messages: deque[dict[str, Any]] = deque([{"type": "websocket.connect"}])
         self.waiter: asyncio.Future[None] | None = None
         self.read_paused = False
