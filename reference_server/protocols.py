@@ -85,8 +85,8 @@ class StampedHttpToolsProtocol(HttpToolsProtocol):
     def handle_websocket_upgrade(self) -> None:
         """Hand the parsed request and the transport to :class:`ServerWebSocket`."""
         self.connections.discard(self)
-        headers = dict(self.headers)
-        refused = _check_upgrade(self.scope["method"], headers)
+        headers, repeated = _upgrade_headers(self.headers)
+        refused = _check_upgrade(self.scope["method"], headers, repeated)
         if refused is not None:
             self.transport.write(refused)
             self.transport.close()
@@ -452,9 +452,34 @@ def uvicorn_protocols() -> dict[str, Any]:
     return {"http": StampedHttpToolsProtocol, "ws": ServerWebSocket}
 
 
-def _check_upgrade(method: str, headers: dict[bytes, bytes]) -> bytes | None:
+#: may be split over several header lines (RFC 6455 §11.3.2, §11.3.4): joined with commas
+_LIST_HEADERS = (b"sec-websocket-extensions", b"sec-websocket-protocol")
+#: must come once (§11.3.1, §11.3.5): a second line makes the handshake invalid
+_SINGLE_HEADERS = (b"sec-websocket-key", b"sec-websocket-version")
+
+
+def _upgrade_headers(lines: list[tuple[bytes, bytes]]) -> tuple[dict[bytes, bytes], bool]:
+    """An upgrade request's header lines by name, and whether a single-use one came twice."""
+    headers: dict[bytes, bytes] = {}
+    repeated = False
+    for name, value in lines:
+        if name in headers and name in _LIST_HEADERS:
+            headers[name] += b", " + value
+            continue
+        repeated = repeated or (name in headers and name in _SINGLE_HEADERS)
+        headers[name] = value
+    return headers, repeated
+
+
+def _check_upgrade(method: str, headers: dict[bytes, bytes], repeated: bool) -> bytes | None:
     """A refusal of an upgrade request that is not a WebSocket handshake (RFC 6455 §4.2.1)."""
-    if headers.get(b"sec-websocket-version") != b"13":
+    if repeated:
+        reason, extra, status = (
+            "invalid WebSocket handshake (Sec-WebSocket-Key or Sec-WebSocket-Version sent twice)",
+            [],
+            400,
+        )
+    elif headers.get(b"sec-websocket-version") != b"13":
         reason = "unsupported WebSocket version (13 is the one supported)"
         extra = [b"sec-websocket-version: 13\r\n"]
         status = 426

@@ -231,6 +231,49 @@ def test_a_handshake_that_is_not_rfc_6455_is_refused_before_the_app(
     assert app.scopes == []
 
 
+def test_extensions_and_subprotocols_split_over_header_lines_are_joined() -> None:
+    """RFC 6455 §11.3.2/§11.3.4: these headers may come as several lines; each line counts."""
+    app = Echo()
+
+    async def body() -> None:
+        extra = (
+            "sec-websocket-extensions: permessage-deflate; server_max_window_bits=10\r\n"
+            "sec-websocket-protocol: chat\r\n"
+            "sec-websocket-extensions: x-webkit-deflate-frame\r\n"
+            "sec-websocket-protocol: v2, v3\r\n"
+        )
+        transport, _ = connect(app, upgrade(extra))
+        await settle()
+        head = transport.take()
+        assert head.startswith(b"HTTP/1.1 101 ")
+        assert (
+            b"sec-websocket-extensions: permessage-deflate; server_max_window_bits=10\r\n" in head
+        )
+
+    run(body)
+    assert app.scopes[0]["subprotocols"] == ["chat", "v2", "v3"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [f"sec-websocket-key: {KEY}\r\n", "sec-websocket-version: 13\r\n"],
+    ids=["key", "version"],
+)
+def test_a_repeated_key_or_version_is_refused_with_400(extra: str) -> None:
+    app = Echo()
+
+    async def body() -> None:
+        transport, _ = connect(app, upgrade(extra))
+        await settle()
+        answer = transport.take()
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        assert answer.endswith(b"(Sec-WebSocket-Key or Sec-WebSocket-Version sent twice).\n")
+        assert transport.closed
+
+    run(body)
+    assert app.scopes == []
+
+
 def test_deflate_is_agreed_when_offered_and_what_the_app_sends_is_compressed() -> None:
     app = Echo()
 
