@@ -52,8 +52,8 @@ CONNECTION_KEY = "loopbench.connection"
 BATCH_EXTENSION = "loopbench.send_batch"
 BATCH_KEY = "loopbench.texts"
 
-#: permessage-deflate's window for what the server sends (2**12 bytes), as uvicorn's own
-#: protocols set it: a few KiB of compressor state per connection instead of a few hundred
+#: permessage-deflate's largest window either way (2**12 bytes), as uvicorn's own protocols
+#: set it: a few KiB of compressor and inflater state per connection instead of a few hundred
 _WINDOW_BITS = 12
 _log = logging.getLogger("uvicorn.error")
 
@@ -85,8 +85,8 @@ class StampedHttpToolsProtocol(HttpToolsProtocol):
     def handle_websocket_upgrade(self) -> None:
         """Hand the parsed request and the transport to :class:`ServerWebSocket`."""
         self.connections.discard(self)
-        headers = dict(self.headers)
-        refused = _check_upgrade(self.scope["method"], headers)
+        headers, repeated = _upgrade_headers(self.headers)
+        refused = _check_upgrade(self.scope["method"], headers, repeated)
         if refused is not None:
             self.transport.write(refused)
             self.transport.close()
@@ -169,7 +169,7 @@ class ServerWebSocket(asyncio.Protocol):
         self.reader = wsf.FrameReader(
             config.ws_max_size, masked=True, deflate=agreed[1] if agreed else None
         )
-        self.compressor = wsf.Compressor(agreed[2], _WINDOW_BITS, mem_level=5) if agreed else None
+        self.compressor = wsf.Compressor(agreed[2], mem_level=5) if agreed else None
         self.messages: deque[dict[str, Any]] = deque([{"type": "websocket.connect"}])
         self.waiter: asyncio.Future[None] | None = None
         self.read_paused = False
@@ -452,9 +452,34 @@ def uvicorn_protocols() -> dict[str, Any]:
     return {"http": StampedHttpToolsProtocol, "ws": ServerWebSocket}
 
 
-def _check_upgrade(method: str, headers: dict[bytes, bytes]) -> bytes | None:
+#: may be split over several header lines (RFC 6455 §11.3.2, §11.3.4): joined with commas
+_LIST_HEADERS = (b"sec-websocket-extensions", b"sec-websocket-protocol")
+#: must come once (§11.3.1, §11.3.5): a second line makes the handshake invalid
+_SINGLE_HEADERS = (b"sec-websocket-key", b"sec-websocket-version")
+
+
+def _upgrade_headers(lines: list[tuple[bytes, bytes]]) -> tuple[dict[bytes, bytes], bool]:
+    """An upgrade request's header lines by name, and whether a single-use one came twice."""
+    headers: dict[bytes, bytes] = {}
+    repeated = False
+    for name, value in lines:
+        if name in headers and name in _LIST_HEADERS:
+            headers[name] += b", " + value
+            continue
+        repeated = repeated or (name in headers and name in _SINGLE_HEADERS)
+        headers[name] = value
+    return headers, repeated
+
+
+def _check_upgrade(method: str, headers: dict[bytes, bytes], repeated: bool) -> bytes | None:
     """A refusal of an upgrade request that is not a WebSocket handshake (RFC 6455 §4.2.1)."""
-    if headers.get(b"sec-websocket-version") != b"13":
+    if repeated:
+        reason, extra, status = (
+            "invalid WebSocket handshake (Sec-WebSocket-Key or Sec-WebSocket-Version sent twice)",
+            [],
+            400,
+        )
+    elif headers.get(b"sec-websocket-version") != b"13":
         reason = "unsupported WebSocket version (13 is the one supported)"
         extra = [b"sec-websocket-version: 13\r\n"]
         status = 426

@@ -77,9 +77,11 @@ class FrameError(Exception):
 @dataclass(frozen=True, slots=True)
 class Deflate:
     """permessage-deflate as agreed for one direction: ``reset`` when its sender asked for no
-    context takeover (each message compressed on its own)."""
+    context takeover (each message compressed on its own); ``window_bits``: the LZ77 window
+    its sender compresses with at most, and so the one its reader keeps (RFC 7692 §7.1.2)."""
 
     reset: bool = False
+    window_bits: int = 15
 
 
 def deflate_agreed(extensions: str) -> tuple[Deflate, Deflate] | None:
@@ -99,8 +101,10 @@ def negotiate_deflate(offers: str, window_bits: int = 15) -> tuple[str, Deflate,
 
     The first permessage-deflate offer whose parameters it can honour is accepted:
     ``(the answer's header value, client-to-server settings, server-to-client settings)``.
-    The server compresses with at most ``window_bits`` (it may say so unasked, §7.1.2.1)
-    and inflates with any window, so ``client_max_window_bits`` needs no answer.
+    The server compresses with at most ``window_bits`` or the smaller window the client
+    asked for (it may say so unasked, §7.1.2.1).  A client that offers
+    ``client_max_window_bits`` is held to ``window_bits`` too, so the server's inflater
+    keeps no more; one that does not offer it may use 15 bits, and the inflater keeps those.
     None: no offer it can accept (the connection goes on uncompressed).
     """
     for offer in offers.split(","):
@@ -121,20 +125,23 @@ def negotiate_deflate(offers: str, window_bits: int = 15) -> tuple[str, Deflate,
             server_bits = _window_bits(seen.get("server_max_window_bits", str(window_bits)))
             if server_bits is None or server_bits < 9:
                 continue
-            client_bits = seen.get("client_max_window_bits")
-            if client_bits is not None and _window_bits(client_bits) is None:
-                continue
-            answer = [
-                "permessage-deflate",
-                f"server_max_window_bits={min(server_bits, window_bits)}",
-            ]
+            server_bits = min(server_bits, window_bits)
+            answer = ["permessage-deflate", f"server_max_window_bits={server_bits}"]
+            client_bits = 15
+            if "client_max_window_bits" in seen:
+                # No value: the client takes whatever the answer names (§7.1.2.2).
+                offered = _window_bits(seen["client_max_window_bits"] or "15")
+                if offered is None:
+                    continue
+                client_bits = min(offered, window_bits)
+                answer.append(f"client_max_window_bits={client_bits}")
             for flag in ("server_no_context_takeover", "client_no_context_takeover"):
                 if flag in seen:
                     answer.append(flag)
             return (
                 "; ".join(answer),
-                Deflate("client_no_context_takeover" in seen),
-                Deflate("server_no_context_takeover" in seen),
+                Deflate("client_no_context_takeover" in seen, client_bits),
+                Deflate("server_no_context_takeover" in seen, server_bits),
             )
     return None
 
@@ -158,13 +165,13 @@ _DEFLATE_PARAMS = frozenset(
 
 class Compressor:
     """permessage-deflate of one sending direction: a message in, its compressed payload out
-    (to send with RSV1 set on its first frame, RFC 7692 §7.2.1)."""
+    (to send with RSV1 set on its first frame, RFC 7692 §7.2.1), within the agreed window."""
 
     __slots__ = ("_deflate", "_mem_level", "_wbits", "_z")
 
-    def __init__(self, deflate: Deflate, window_bits: int = 15, mem_level: int = 8) -> None:
+    def __init__(self, deflate: Deflate, mem_level: int = 8) -> None:
         self._deflate = deflate
-        self._wbits = -window_bits
+        self._wbits = -deflate.window_bits
         self._mem_level = mem_level
         self._z = zlib.compressobj(wbits=self._wbits, memLevel=mem_level)
 
@@ -205,7 +212,7 @@ class FrameReader:
         self.max_size = max_size
         self._mask_bit = _MASKED if masked else 0
         self._deflate = deflate
-        self._inflater = zlib.decompressobj(-15) if deflate is not None else None
+        self._inflater = zlib.decompressobj(-deflate.window_bits) if deflate is not None else None
         #: bytes of an incomplete frame, and how many it needs before parsing can go on
         self._chunks: list[bytes] = []
         self._have = 0
@@ -344,7 +351,7 @@ class FrameReader:
                 1009, f"a message of over {self.max_size:,} bytes once inflated (limit)"
             )
         if self._deflate.reset:
-            self._inflater = zlib.decompressobj(-15)
+            self._inflater = zlib.decompressobj(-self._deflate.window_bits)
         return data
 
 

@@ -8,12 +8,16 @@ what it writes is read back with the same codec, as a client would.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import uvicorn
 from uvicorn.server import ServerState
+from websockets.extensions.permessage_deflate import PerMessageDeflate
+from websockets.frames import Frame, Opcode
+from websockets.streams import StreamReader
 
 from harness.wire import ws_frames as wsf
 from reference_server.protocols import ARRIVED_KEY, ServerWebSocket, StampedHttpToolsProtocol
@@ -97,8 +101,10 @@ class Echo:
                 await send({"type": "websocket.send", "text": f"echo:{msg.get('text')}"})
 
 
-def connect(app: Any, request: bytes, *, deflate: bool = True) -> tuple[FakeTransport, Any]:
-    config = uvicorn.Config(app, ws_max_size=1000, ws_per_message_deflate=deflate)
+def connect(
+    app: Any, request: bytes, *, deflate: bool = True, max_size: int = 1000
+) -> tuple[FakeTransport, Any]:
+    config = uvicorn.Config(app, ws_max_size=max_size, ws_per_message_deflate=deflate)
     config.load()
     config.ws_protocol_class = ServerWebSocket
     transport = FakeTransport()
@@ -225,6 +231,49 @@ def test_a_handshake_that_is_not_rfc_6455_is_refused_before_the_app(
     assert app.scopes == []
 
 
+def test_extensions_and_subprotocols_split_over_header_lines_are_joined() -> None:
+    """RFC 6455 §11.3.2/§11.3.4: these headers may come as several lines; each line counts."""
+    app = Echo()
+
+    async def body() -> None:
+        extra = (
+            "sec-websocket-extensions: permessage-deflate; server_max_window_bits=10\r\n"
+            "sec-websocket-protocol: chat\r\n"
+            "sec-websocket-extensions: x-webkit-deflate-frame\r\n"
+            "sec-websocket-protocol: v2, v3\r\n"
+        )
+        transport, _ = connect(app, upgrade(extra))
+        await settle()
+        head = transport.take()
+        assert head.startswith(b"HTTP/1.1 101 ")
+        assert (
+            b"sec-websocket-extensions: permessage-deflate; server_max_window_bits=10\r\n" in head
+        )
+
+    run(body)
+    assert app.scopes[0]["subprotocols"] == ["chat", "v2", "v3"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [f"sec-websocket-key: {KEY}\r\n", "sec-websocket-version: 13\r\n"],
+    ids=["key", "version"],
+)
+def test_a_repeated_key_or_version_is_refused_with_400(extra: str) -> None:
+    app = Echo()
+
+    async def body() -> None:
+        transport, _ = connect(app, upgrade(extra))
+        await settle()
+        answer = transport.take()
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        assert answer.endswith(b"(Sec-WebSocket-Key or Sec-WebSocket-Version sent twice).\n")
+        assert transport.closed
+
+    run(body)
+    assert app.scopes == []
+
+
 def test_deflate_is_agreed_when_offered_and_what_the_app_sends_is_compressed() -> None:
     app = Echo()
 
@@ -241,6 +290,53 @@ def test_deflate_is_agreed_when_offered_and_what_the_app_sends_is_compressed() -
         assert frames(wire, wsf.Deflate()) == [(wsf.OP_TEXT, b"echo:hi")]
 
     run(body)
+
+
+def test_deflate_keeps_to_the_windows_it_answered() -> None:
+    """A client told ``server_max_window_bits=9`` inflates with a 512-byte window (websockets' own
+    inflater here): every echo reads back.  The client is asked for at most 12 bits and, compressing
+    with them, round-trips too."""
+    app = Echo()
+    # No repeat inside it: the next echo's copy refers ~900 bytes back, beyond a 9-bit window.
+    text = "".join(random.Random(1).choices("abcdefghijklmnopqrstuvwxyz", k=900)).encode()
+
+    async def body() -> None:
+        offer = (
+            "sec-websocket-extensions: permessage-deflate; server_max_window_bits=9; "
+            "client_max_window_bits\r\n"
+        )
+        transport, ws = connect(app, upgrade(offer), max_size=4000)
+        await settle()
+        head = transport.take()
+        assert (
+            b"sec-websocket-extensions: permessage-deflate; server_max_window_bits=9; "
+            b"client_max_window_bits=12\r\n" in head
+        )
+        client = PerMessageDeflate(
+            remote_no_context_takeover=False,
+            local_no_context_takeover=False,
+            remote_max_window_bits=9,
+            local_max_window_bits=12,
+        )
+        for _ in range(3):
+            sent = client.encode(Frame(Opcode.TEXT, text))
+            ws.data_received(wsf.encode_frame(wsf.OP_TEXT, sent.data, rsv=4))
+            await settle()
+            assert their_frame(transport.take(), client).data == b"echo:" + text
+
+    run(body)
+    assert [m["text"].encode() for m in app.received] == [text] * 3
+
+
+def their_frame(data: bytes, deflate: PerMessageDeflate) -> Frame:
+    """The one frame in ``data``, parsed and inflated by websockets (not our codec)."""
+    reader = StreamReader()
+    reader.feed_data(data)
+    parse = Frame.parse(reader.read_exact, mask=False, extensions=[deflate])
+    with pytest.raises(StopIteration) as done:
+        next(parse)
+    frame: Frame = done.value.value
+    return frame
 
 
 def test_denial_before_the_handshake_is_a_plain_http_answer() -> None:
