@@ -341,14 +341,34 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
             "at most (run three concurrencies, e.g. 1, 2 and 4)",
         ),
     )
-    x = np.array([columns[n] for n in names], dtype=np.float64).T
+
+    def design(cols: Sequence[str]) -> NDArray[np.float64]:
+        return np.array([columns[n] for n in cols], dtype=np.float64).T
+
     for column, note in unseparable:
-        if column in names and np.linalg.matrix_rank(x) < len(names):
-            names.remove(column)
-            x = np.array([columns[n] for n in names], dtype=np.float64).T
+        # Only a column the others span goes: a rank-deficient matrix alone does not say
+        # which one (a dependent w must not take q and p with it).
+        rest = [n for n in names if n != column]
+        if column in names and np.linalg.matrix_rank(design(rest)) == np.linalg.matrix_rank(
+            design(names)
+        ):
+            names = rest
             notes.append(note)
+    x = design(names)
     coef = _robust_lstsq(x, y)
     got = dict(zip(names, (float(c) for c in coef), strict=True))
+    wake = got.get("w")
+    if wake is not None and wake < 0:
+        # A request alone came sooner than the slope says: no wake-up to model (a busy pass at
+        # concurrency 1, or an engine whose interference is not linear the other way).  The
+        # intercept and slope were fitted beside the negative step, so they over-predict a
+        # request alone by as much: refitted without it.
+        notes.append(f"idle wake-up {wake:.3g} ms is negative: refitted without it (0)")
+        names.remove("w")
+        x = design(names)
+        coef = _robust_lstsq(x, y)
+        got = dict(zip(names, (float(c) for c in coef), strict=True))
+        wake = 0.0
     resid = y - x @ coef
     ss_tot = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else 1.0
@@ -386,11 +406,6 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         fixed_gap = (a_http - (overhead_http or 0.0)) - (a_ws - (overhead_ws or 0.0))
         connect = got["c_ws"] - fixed_gap
 
-    wake = got.get("w")
-    if wake is not None and wake < 0:
-        # a request alone came sooner than the slope says: no wake-up to model (a busy pass
-        # at concurrency 1, or an engine whose interference is not linear the other way)
-        notes.append(f"idle wake-up {wake:.3g} ms is negative: written as 0")
     slowdown = _decode_slowdown(usable) if several else None
     if slowdown is not None and slowdown < 0:
         notes.append(f"decode slowdown per stream {slowdown:.3g} is negative: set to 0")
@@ -509,6 +524,10 @@ def _robust_lstsq(
         mad = float(np.median(np.abs(resid[keep] - med))) or 1e-9
         new_keep = np.abs(resid - med) <= 4 * 1.4826 * mad
         if new_keep.sum() < x.shape[1] + 2 or bool(np.all(new_keep == keep)):
+            break
+        # turns that alone show a column (a whole concurrency level off a line through the
+        # others) are not outliers: dropping them would leave that column to the norm's whim
+        if np.linalg.matrix_rank(x[new_keep]) < np.linalg.matrix_rank(x):
             break
         keep = new_keep
         coef, *_ = np.linalg.lstsq(x[keep], y[keep], rcond=None)

@@ -109,7 +109,7 @@ class ServerScraper:
             self._context.verify_mode = ssl.CERT_NONE
         self._held: list[tuple[int, bytes]] = []
         self._held_bytes = 0
-        #: how long each scrape took (ms) since the last note on slow ones
+        #: how long each scrape took (ms), the start's included
         self._took_ms: list[float] = []
         self._slow_said = False
         self._stop = threading.Event()
@@ -162,7 +162,8 @@ class ServerScraper:
         if note:
             self.say(note)
         self._slow_said = note is not None  # said once, not again at stop()
-        self._took_ms.clear()
+        # the start's timings stay: a run shorter than the interval scrapes once more, at its
+        # end, and that one slow scrape beside fast ones is a hiccup, not a slow server
         self._thread = threading.Thread(target=self._poll, name="loopbench-server-metrics")
         self._thread.daemon = True
         self._thread.start()

@@ -78,5 +78,9 @@ def test_the_calibrated_server_finds_the_batching_of_a_known_engine(tmp_path: Pa
     assert engine["decode_slowdown_per_stream"] == pytest.approx(0.2, abs=0.1)
     assert 1.0 < engine["ttft_per_active_ms"] < 8.0
     assert engine["sustained_tps"] == pytest.approx(1000, rel=0.1)
-    # one prompt size: prefill is left in the intercept, not copied from the base profile
-    assert engine["prefill_tps"] == 1e9
+    # one prompt size, but the server's prefix cache served some requests more of it than
+    # others: the uncached tokens vary apart from the processed ones, so the prefill rate is
+    # fitted (truth 40,000/s, the base profile's), not left in the intercept because the
+    # constant per-token column made the matrix rank-deficient.  A 54-token difference is
+    # ~1.4 ms: only the order of magnitude is judged on a shared machine.
+    assert 10_000 < engine["prefill_tps"] < 160_000
