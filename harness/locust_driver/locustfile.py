@@ -29,7 +29,6 @@ from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 from harness.locust_driver.clock import now_ns
 from harness.locust_driver.edge import EdgeChild, EdgeGone
 from harness.locust_driver.master import QUIT_WAIT_S, MasterOptions, MasterSide
-from harness.locust_driver.priority import step_aside
 from harness.locust_driver.protocol import (
     MSG_CLAIM,
     MSG_FINAL,
@@ -185,10 +184,6 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
             gevent.spawn(_watch_stop_file, runner, master, Path(stop_file))
         if isinstance(runner, MasterRunner):
             gevent.spawn(_watch_workers, runner, master)
-    if runner is not None:
-        # After the edge host started (it keeps the nice value it was born with): the
-        # bookkeeping of both sides yields to it (harness/locust_driver/priority.py).
-        step_aside()
     parent = watched_parent()
     if parent is not None and runner is not None:
         gevent.spawn(_watch_parent, runner, parent)
