@@ -507,6 +507,10 @@ def _decode_slowdown(turns: Sequence[Turn]) -> float | None:
     return slope / t1 if t1 > 0 else None
 
 
+#: the most of a fit's turns the outlier rounds may leave out
+MAX_OUTLIER_SHARE = 0.1
+
+
 def _robust_lstsq(
     x: NDArray[np.float64], y: NDArray[np.float64], rounds: int = 3
 ) -> NDArray[np.float64]:
@@ -514,20 +518,32 @@ def _robust_lstsq(
 
     Measured TTFTs have a long right tail (a GC pause, a scheduler hiccup on a
     busy host) that plain least squares lets drag the intercepts and slopes;
-    turns beyond 4 MADs of the residuals are dropped and the fit repeated.
+    turns beyond 4 MADs of the residuals are dropped and the fit repeated, never
+    more than :data:`MAX_OUTLIER_SHARE` of them, never the only turns that show a column.
     """
     keep = np.ones(len(y), dtype=bool)
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    full_rank = np.linalg.matrix_rank(x)
     for _ in range(rounds):
         resid = y - x @ coef
         med = float(np.median(resid[keep]))
         mad = float(np.median(np.abs(resid[keep] - med))) or 1e-9
-        new_keep = np.abs(resid - med) <= 4 * 1.4826 * mad
+        off = np.abs(resid - med)
+        new_keep = off <= 4 * 1.4826 * mad
+        # turns that alone show a column (a whole concurrency level off a line through the
+        # others, a connection's first turn) are not outliers: dropping them would leave that
+        # column to the norm's whim.  They come back, least far off first, until every
+        # column shows again; the other far-off turns stay dropped.
+        for i in np.argsort(off):
+            if np.linalg.matrix_rank(x[new_keep]) == full_rank:
+                break
+            new_keep[i] = True
         if new_keep.sum() < x.shape[1] + 2 or bool(np.all(new_keep == keep)):
             break
-        # turns that alone show a column (a whole concurrency level off a line through the
-        # others) are not outliers: dropping them would leave that column to the norm's whim
-        if np.linalg.matrix_rank(x[new_keep]) < np.linalg.matrix_rank(x):
+        # outliers are a tail (a GC pause, a hiccup); more than a tenth of the turns far off
+        # is the model not following the engine (a level off the line), which the fit must
+        # average, not cut away
+        if (~new_keep).sum() > MAX_OUTLIER_SHARE * len(y):
             break
         keep = new_keep
         coef, *_ = np.linalg.lstsq(x[keep], y[keep], rcond=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +335,40 @@ def test_a_wake_up_the_levels_cannot_show_leaves_prefill_and_per_token_work_fitt
     assert any("idle wake-up not identifiable" in n for n in f.notes)
     assert not any("prefill rate not identifiable" in n for n in f.notes)
     assert not any("per-token API work not identifiable" in n for n in f.notes)
+
+
+def test_far_off_turns_that_alone_show_a_column_come_back_and_true_outliers_stay_out() -> None:
+    """Two WebSocket connections whose first turns cost 5 and 50 ms are the only turns that show
+    the connection column, and both sit far off the fit; three turns 200 ms late are a GC
+    pause's.  The connection turns come back (enough of them to show the column), the late
+    ones stay dropped: before, the outlier rounds were abandoned and the late turns dragged
+    every coefficient (prefill not identifiable, per-token work 1.47 us against 1.0)."""
+    rng = random.Random(3)
+    turns = []
+    for run, c in enumerate((1, 2, 4)):
+        for _ in range(12 * c):
+            processed = rng.randint(1000, 5000)
+            uncached = rng.randint(0, processed)
+            ttft = 5.0 + 0.001 * processed + 0.0005 * uncached + 2.0 * (c - 1) + 3.0 * (c == 1)
+            turns.append(
+                Turn("chat", ttft, processed, uncached, 0, False, 128, None, None,
+                     run=run, others_at_send=c - 1)
+            )  # fmt: skip
+    for connect_ms in (5.0, 50.0):
+        for turn in range(10):
+            processed = rng.randint(1000, 5000)
+            uncached = rng.randint(0, processed)
+            ttft = 5.0 + 0.001 * processed + 0.0005 * uncached + (connect_ms if turn == 0 else 0)
+            turns.append(
+                Turn("ws", ttft, processed, uncached, 0, turn == 0, 128, None, None, run=0)
+            )  # fmt: skip
+    for i in (3, 40, 70):
+        turns[i] = replace(turns[i], ttft_ms=turns[i].ttft_ms + 200.0)
+    f = fit(turns)
+    assert f.prefill_tps == pytest.approx(2_000_000, rel=0.01)
+    assert f.per_token_us == pytest.approx(1.0, rel=0.01)
+    assert f.ttft_per_active_ms == pytest.approx(2.0, rel=0.02)
+    assert f.idle_wake_ms == pytest.approx(3.0, rel=0.05)
 
 
 def test_one_run_leaves_the_interference_unidentified() -> None:

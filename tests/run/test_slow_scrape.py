@@ -103,6 +103,15 @@ def test_one_slow_scrape_at_the_end_of_a_short_run_is_a_hiccup() -> None:
     assert scraper.stop().scrapes == 2 and said == []
 
 
+def test_a_cold_first_scrape_answered_fast_again_does_not_count_at_the_end() -> None:
+    """Cold (42), its repeat fast (1), the end's slow (42): the cold one was slow for being
+    the first and is not a slow scrape; the end's alone is a hiccup."""
+    said: list[str] = []
+    scraper = _scraper(URL, [42.0, 1.0, 42.0], said)
+    assert scraper.start() and said == []
+    assert scraper.stop().scrapes == 3 and said == []
+
+
 def test_the_note_goes_by_the_median_scrape() -> None:
     assert slow_scrape_note("u", [SLOW_SCRAPE_MS - 0.1] * 3, 1.0) is None
     assert slow_scrape_note("u", [1.0, 1.0, 90.0], 1.0) is None  # one hiccup
