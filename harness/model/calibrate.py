@@ -508,7 +508,7 @@ def _decode_slowdown(turns: Sequence[Turn]) -> float | None:
 
 
 #: the most of a fit's turns the outlier rounds may leave out
-MAX_OUTLIER_SHARE = 0.1
+MAX_OUTLIER_SHARE = 0.25
 
 
 def _robust_lstsq(
@@ -540,7 +540,7 @@ def _robust_lstsq(
             new_keep[i] = True
         if new_keep.sum() < x.shape[1] + 2 or bool(np.all(new_keep == keep)):
             break
-        # outliers are a tail (a GC pause, a hiccup); more than a tenth of the turns far off
+        # outliers are a tail (a GC pause, a hiccup); more than a quarter of the turns far off
         # is the model not following the engine (a level off the line), which the fit must
         # average, not cut away
         if (~new_keep).sum() > MAX_OUTLIER_SHARE * len(y):
