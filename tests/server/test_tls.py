@@ -9,12 +9,15 @@ Bad certificate and key files end the server at startup with one line naming the
 from __future__ import annotations
 
 import contextlib
+import queue
 import re
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -91,6 +94,33 @@ def test_sdk_over_https_streamed_and_not(tls_server: tuple[str, str]) -> None:
     assert kinds[-1] in ("response.completed", "response.incomplete")
 
 
+def _connect_within(sdk: OpenAI, options: dict[str, object], deadline_s: float) -> tuple[Any, Any]:
+    """``sdk.responses.connect`` entered, tried twice, each attempt given ``deadline_s``."""
+    for attempt in range(2):
+        done: queue.Queue[tuple[Any, Any] | BaseException] = queue.Queue()
+
+        def enter(done: queue.Queue[tuple[Any, Any] | BaseException]) -> None:
+            try:
+                cm = sdk.responses.connect(websocket_connection_options=options)  # type: ignore[arg-type]
+                done.put((cm, cm.__enter__()))
+            except BaseException as exc:  # handed to the test's thread
+                done.put(exc)
+
+        threading.Thread(
+            target=enter, args=(done,), daemon=True, name=f"wss-connect-{attempt}"
+        ).start()
+        try:
+            got = done.get(timeout=deadline_s)
+        except queue.Empty:
+            continue  # the 101 never came; the attempt's thread is left behind
+        if isinstance(got, TimeoutError):
+            continue
+        if isinstance(got, BaseException):
+            raise got
+        return got
+    pytest.fail(f"no 101 for the SDK's wss upgrade in two attempts of {deadline_s:g} s")
+
+
 @SDK_WS_LEGACY
 def test_sdk_websocket_session_over_wss(tls_server: tuple[str, str]) -> None:
     base_url, cert = tls_server
@@ -101,16 +131,15 @@ def test_sdk_websocket_session_over_wss(tls_server: tuple[str, str]) -> None:
     # suite's heaviest tests; the test checks wss works, not how fast, and a hung server still
     # fails it.
     options = {"ssl": ctx, "open_timeout": 60}
-    # One retry of the opening handshake: on 2026-12-07 one fresh-clone CI run of five waited
-    # 60 s for the 101 on a quiet machine (not reproduced in 20 runs alone; an open question in
-    # the closing note). The retry keeps the claim (a wss session over the SDK works) while
-    # that is found; a server that never answers still fails.
-    try:
-        conn_cm = sdk.responses.connect(websocket_connection_options=options)  # type: ignore[arg-type]
-        conn = conn_cm.__enter__()
-    except TimeoutError:
-        conn_cm = sdk.responses.connect(websocket_connection_options=options)  # type: ignore[arg-type]
-        conn = conn_cm.__enter__()
+    # One retry of the opening handshake: in about one fresh-clone CI run of five, under the
+    # suite's load, the 101 never came (with uvicorn's WebSocket protocol and with the server's
+    # own; not reproduced in 20 runs alone; an open question in the closing notes). The retry
+    # keeps the claim (a wss session over the SDK works) while that is found; a server that
+    # never answers still fails.  Each attempt runs in a thread of its own with a deadline:
+    # after its handshake timeout, websockets' client joins a reader thread blocked in an SSL
+    # read that nothing wakes, so a timed-out attempt would hang the test until pytest's
+    # timeout instead of reaching the retry (a daemon thread is left behind instead).
+    conn_cm, conn = _connect_within(sdk, options, 75)
     with contextlib.ExitStack() as stack:
         stack.push(conn_cm)
         previous = None
