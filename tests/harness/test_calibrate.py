@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -301,17 +302,26 @@ def test_two_levels_leave_the_wake_up_unidentified_and_keep_the_slope() -> None:
     assert any("idle wake-up not identifiable" in n for n in f.notes)
 
 
-def _varied_turns(levels: tuple[int, ...]) -> list[Turn]:
+def _varied_turns(
+    levels: tuple[int, ...],
+    *,
+    seed: int = 7,
+    per_level: int = 12,
+    wake_ms: float = 0.0,
+    late: Callable[[random.Random, int], float] | None = None,
+) -> list[Turn]:
     """Chat turns, one run per concurrency, whose processed and uncached tokens vary apart:
     TTFT 5 ms + 1 us per processed token + 0.5 us per uncached one (2,000,000 tokens/s)
-    + 2 ms per other request in flight."""
-    rng = random.Random(7)
+    + 2 ms per other request in flight (+ ``wake_ms`` with none; + ``late(rng, i)`` for the
+    level's i-th turn)."""
+    rng = random.Random(seed)
     turns = []
     for run, c in enumerate(levels):
-        for _ in range(12 * c):
+        for i in range(per_level * c):
             processed = rng.randint(1000, 5000)
             uncached = rng.randint(0, processed)
             ttft = 5.0 + 0.001 * processed + 0.0005 * uncached + 2.0 * (c - 1)
+            ttft += (wake_ms if c == 1 else 0.0) + (late(rng, i) if late else 0.0)
             turns.append(
                 Turn("chat", ttft, processed, uncached, 0, False, 128, None, None,
                      run=run, others_at_send=c - 1)
@@ -343,17 +353,8 @@ def test_far_off_turns_that_alone_show_a_column_come_back_and_true_outliers_stay
     pause's.  The connection turns come back (enough of them to show the column), the late
     ones stay dropped: before, the outlier rounds were abandoned and the late turns dragged
     every coefficient (prefill not identifiable, per-token work 1.47 us against 1.0)."""
+    turns = _varied_turns((1, 2, 4), seed=3, wake_ms=3.0)
     rng = random.Random(3)
-    turns = []
-    for run, c in enumerate((1, 2, 4)):
-        for _ in range(12 * c):
-            processed = rng.randint(1000, 5000)
-            uncached = rng.randint(0, processed)
-            ttft = 5.0 + 0.001 * processed + 0.0005 * uncached + 2.0 * (c - 1) + 3.0 * (c == 1)
-            turns.append(
-                Turn("chat", ttft, processed, uncached, 0, False, 128, None, None,
-                     run=run, others_at_send=c - 1)
-            )  # fmt: skip
     for connect_ms in (5.0, 50.0):
         for turn in range(10):
             processed = rng.randint(1000, 5000)
@@ -376,18 +377,12 @@ def test_a_heavy_tail_of_late_turns_is_still_left_out() -> None:
     around a tight core.  They are a tail, not a level off the line: a cap of a tenth on
     what the rounds may leave out kept them all in, and the fitted slope read 8.9 ms per
     active request where 1.3 was right (make real-engine-sim, 17:43 UTC)."""
-    rng = random.Random(11)
-    turns = []
-    for run, c in enumerate((1, 2, 4)):
-        for i in range(20 * c):
-            processed = rng.randint(1000, 5000)
-            uncached = rng.randint(0, processed)
-            ttft = 5.0 + 0.001 * processed + 0.0005 * uncached + 2.0 * (c - 1)
-            ttft += rng.gauss(0, 0.05) + (rng.uniform(5, 40) if i % 6 == 0 else 0.0)
-            turns.append(
-                Turn("chat", ttft, processed, uncached, 0, False, 128, None, None,
-                     run=run, others_at_send=c - 1)
-            )  # fmt: skip
+    turns = _varied_turns(
+        (1, 2, 4),
+        seed=11,
+        per_level=20,
+        late=lambda rng, i: rng.gauss(0, 0.05) + (rng.uniform(5, 40) if i % 6 == 0 else 0.0),
+    )
     f = fit(turns)
     assert f.ttft_per_active_ms == pytest.approx(2.0, rel=0.1)
     assert f.intercept_http_ms == pytest.approx(5.0, abs=0.5)
