@@ -129,6 +129,9 @@ class Sent:
     rollout_rows: int = 0
     stats_reports: int = 0
     agents: int = 0
+    # When the first rollout began: the rows' own clock starts there, whatever the master's
+    # handling stamps say (on a busy machine they bunch up and shrink the window).
+    load_started_ns: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -143,6 +146,7 @@ class Sent:
             "rollout_rows": self.rollout_rows,
             "stats_reports": self.stats_reports,
             "agents": self.agents,
+            "load_started_ns": self.load_started_ns,
         }
 
 
@@ -235,6 +239,8 @@ class FakeWorker:
         if data["kind"] != "run":
             return  # this agent is idle from now on, as a real one
         turns = len(data["plan"]["turns"])
+        if not self.sent.load_started_ns:
+            self.sent.load_started_ns = time.monotonic_ns()
         end = time.monotonic() + turns / self.turn_rate
         heapq.heappush(
             self._running,

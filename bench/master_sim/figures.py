@@ -77,6 +77,11 @@ def figures(
     starts = [s[0] for stamps in rows_handled.values() for s in stamps]
     ends = [s[1] for stamps in rows_handled.values() for s in stamps]
     window_s = (max(ends) - min(starts)) / 1e9 if starts else 0.0
+    # The rows shipped over the time the fake agents made them: from the first rollout's
+    # start to the last shipment, on the workers' clock.
+    began = [int(log.get("load_started_ns") or 0) for log in sent_logs]
+    shipped = [ns for log in sent_logs for ns in log["rows_sent_ns"]]
+    made_s = (max(shipped) - min(b for b in began if b)) / 1e9 if shipped and any(began) else 0.0
     rows_ns = sum(s[1] - s[0] for stamps in rows_handled.values() for s in stamps)
     rows_in_messages = sum(s[2] for stamps in rows_handled.values() for s in stamps)
 
@@ -129,7 +134,7 @@ def figures(
             "turn_rows_on_disk": rows_on_disk,
             "rollout_rows_sent": rollout_rows_sent,
             "rollout_rows_on_disk": rollout_rows_on_disk,
-            "turn_rows_per_s": round(turn_rows_sent / window_s, 1) if window_s else None,
+            "turn_rows_per_s": round(turn_rows_sent / made_s, 1) if made_s > 0 else None,
             "rows_per_message": spread([s[2] for v in rows_handled.values() for s in v], 50, 99),
         },
         "master_cpu_share": None if cpu is None else round(cpu, 3),

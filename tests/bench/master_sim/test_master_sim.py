@@ -194,3 +194,21 @@ def test_the_verdict_judges_keeping_up_only_on_a_quiet_machine() -> None:
     assert code == 3 and "reports 2/2" in why and "turn rows on disk 20/20" in why
     fig = quiet({"a": [_at(1, 2), _at(501, 502)]})
     assert verdict(fig, check=True) == (0, "the master kept up: report lag p99 2.0 ms")
+
+
+def test_turn_rows_per_second_follow_the_workers_clock_not_the_masters_bunched_stamps() -> None:
+    # 50 rows made from 0 to 1,000 ms on the workers' clock; a busy master handled them all
+    # within 10 ms: the rate is still 50 a second.
+    logs = [_log("a", [500 * MS, 1000 * MS], turns=20), _log("b", [700 * MS], turns=10)]
+    logs[0]["load_started_ns"], logs[1]["load_started_ns"] = 1, 100 * MS
+    rows = {"a": [_at(1001, 1002), _at(1003, 1005)], "b": [_at(1006, 1011)]}
+    fig = figures(
+        logs, _master(rows, {}), rows_on_disk=50, rollout_rows_on_disk=0, offered_turns_per_s=50
+    )
+    assert fig["rows"]["turn_rows_per_s"] == 50.0
+    assert fig["load_window_s"] == 0.01
+    del logs[0]["load_started_ns"], logs[1]["load_started_ns"]
+    fig = figures(
+        logs, _master(rows, {}), rows_on_disk=50, rollout_rows_on_disk=0, offered_turns_per_s=50
+    )
+    assert fig["rows"]["turn_rows_per_s"] is None  # no start on record: no rate, not a guess
