@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bench.options import options_from
 from tools.real_engine import side_by_side
 from tools.real_engine.compare import TTFT_BOUND_MS, Row, aligned, rank_quantile
 from tools.real_engine.engine import PLACEMENTS, Placed, place, serving
@@ -135,12 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python -m tools.real_engine.delivery",
         __doc__,
         "results/real-engine-delivery",
-        SETTINGS,
+        tuple(SETTINGS),
         rounds=2,
         requests=30,
     )
     args = p.parse_args(argv)
-    opts, names = side_by_side.options(p, args, SETTINGS)
+    opts, names = options_from(Options, args), args.settings
     assert set(s.placement for s in SETTINGS.values()) <= set(PLACEMENTS)
     since = side_by_side.started()
     found = run(opts, names, args.rounds)

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from bench.options import options_from
 from tools.real_engine import side_by_side
 from tools.real_engine.capture import Reads, post_stream
 from tools.real_engine.compare import TTFT_BOUND_MS, aligned, rank_quantile
@@ -175,14 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python -m tools.real_engine.scrape_cost",
         __doc__,
         "results/real-engine-scrapes",
-        SETTINGS,
+        tuple(SETTINGS),
         rounds=3,
         requests=60,
     )
     p.add_argument("--engine-url", default=None, help="an engine already running (see run.py)")
     p.add_argument("--stall-pairs", type=int, default=10, help="streams with and without a scrape")
     args = p.parse_args(argv)
-    opts, names = side_by_side.options(p, args, SETTINGS)
+    opts, names = options_from(Options, args), args.settings
     since = side_by_side.started()
     found = run(opts, names, args.rounds, args.engine_url, args.stall_pairs)
     table = render(found["windows"])  # type: ignore[arg-type]

@@ -5,13 +5,14 @@ compares several settings window by window; only the settings and what is counte
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from bench.cli_args import names_of
+from harness.wire.exit_codes import UsageParser
 from tools.real_engine.compare import ClientFigures, Row, compare
 from tools.real_engine.engine import Engine
 from tools.real_engine.engine_metrics import TTFT, Snapshot
@@ -55,30 +56,24 @@ def chat_window(opts: Options, engine: Engine, ready: Prepared, label: str) -> C
 
 
 def parser(
-    prog: str, doc: str | None, out: str, settings: Collection[str], rounds: int, requests: int
-) -> argparse.ArgumentParser:
-    """The options every side-by-side comparison takes; ``settings`` are what it compares."""
-    p = argparse.ArgumentParser(prog=prog, description=doc)
+    prog: str, doc: str | None, out: str, settings: Sequence[str], rounds: int, requests: int
+) -> UsageParser:
+    """The options every side-by-side comparison takes (``bench.options.options_from`` turns
+    them into :class:`Options`); ``--settings`` names some of ``settings``, what it compares."""
+    p = UsageParser(prog=prog, description=doc)
     p.add_argument("--out", type=Path, default=Path(out))
     p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
-    p.add_argument("--settings", default=",".join(settings), help=f"of {', '.join(settings)}")
+    p.add_argument(
+        "--settings",
+        type=names_of(settings),
+        default=tuple(settings),
+        help=f"of {', '.join(settings)}",
+    )
     p.add_argument("--rounds", type=int, default=rounds)
     p.add_argument(
         "--requests", type=int, default=requests, help=f"per window (default {requests})"
     )
     return p
-
-
-def options(
-    p: argparse.ArgumentParser, args: argparse.Namespace, settings: Collection[str]
-) -> tuple[Options, list[str]]:
-    """The run's options and the settings named by ``--settings`` (an unknown one: usage error)."""
-    names = [n for n in args.settings.split(",") if n]
-    unknown = [n for n in names if n not in settings]
-    if unknown:
-        p.error(f"--settings: unknown {', '.join(unknown)}; expected some of {', '.join(settings)}")
-    opts = replace(Options(), out=args.out, engine_venv=args.engine_venv, requests=args.requests)
-    return opts, names
 
 
 def started() -> tuple[float, tuple[float, float, float]]:
