@@ -32,7 +32,7 @@ from harness.transports.rollout_loop import run_rollout
 from harness.workload.plan import RolloutPlan
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.scenario import load_scenario, validate_scenario
-from tests.without_reports import no_reports
+from tests.without_reports import no_reports, own_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "scenarios" / "tiny.yaml"
@@ -62,9 +62,13 @@ NO_MODELLED_WAITS = (
 
 def _argv(args: tuple[str | Path, ...], *, report: bool = True) -> list[str]:
     """The command line of ``loopbench ARGS``; ``report=False``: the same command without
-    rendering reports (:mod:`tests.without_reports`)."""
-    entry = "harness" if report else "tests.without_reports"
-    return [sys.executable, "-m", entry, *map(str, args)]
+    rendering reports (its own ``--no-report``, else :mod:`tests.without_reports`)."""
+    argv = [str(a) for a in args]
+    if report:
+        return [sys.executable, "-m", "harness", *argv]
+    if (flagged := own_flag(argv)) is not None:
+        return [sys.executable, "-m", "harness", *flagged]
+    return [sys.executable, "-m", "tests.without_reports", *argv]
 
 
 def loopbench(
@@ -125,14 +129,15 @@ def in_process(*args: str | Path, report: bool = True) -> tuple[int, str]:
     from harness.cli.main import main
 
     out = io.StringIO()
+    argv: list[str] | None = [str(a) for a in args]
     with contextlib.ExitStack() as stack:
         if not report:
-            stack.enter_context(no_reports())
+            argv = stack.enter_context(no_reports(argv))
         stack.enter_context(contextlib.chdir(ROOT))
         stack.enter_context(contextlib.redirect_stdout(out))
         stack.enter_context(contextlib.redirect_stderr(out))
         try:
-            main([str(a) for a in args])
+            main(argv)
         except SystemExit as exc:
             code = exc.code
         else:

@@ -1,10 +1,12 @@
 """``loopbench`` without rendering run and sweep reports, for tests that read only a run's files.
 
-The plots are most of a small run's CPU.  :func:`no_reports` stubs the renderer where the
-runner, the sweep and ``--procs`` call it; ``python -m tests.without_reports ARGS`` is
-``loopbench ARGS`` in a process of its own under it (for tests whose claim needs the
-process: its exit code, its stderr, several runs side by side).  Nothing heavy is imported
-here, so that process is a ``loopbench`` process and nothing more.
+The plots are most of a small run's CPU.  ``run`` and ``locust`` leave them out by their own
+``--no-report`` (:func:`own_flag`); for the commands without it (``sweep``), :func:`no_reports`
+stubs the renderer where the runner, the sweep and ``--procs`` call it, and
+``python -m tests.without_reports ARGS`` is ``loopbench ARGS`` in a process of its own under it
+(for tests whose claim needs the process: its exit code, its stderr, several runs side by
+side).  Nothing heavy is imported here, so that process is a ``loopbench`` process and nothing
+more.
 
 ``python -m tests.without_reports --commands-to-fd FD`` runs many commands in that one process,
 one after another (:func:`serve_commands`; the parent's side is ``tests.runs.loopbench_process``).
@@ -25,14 +27,27 @@ from unittest import mock
 
 #: the modules that render a report after a run (the name each imported it under)
 RENDERING = ("harness.run.runner", "harness.run.sweep", "harness.run.procs")
+#: the commands that leave their reports out by a ``--no-report`` of their own
+WITH_FLAG = frozenset({"run", "locust"})
+
+
+def own_flag(argv: list[str]) -> list[str] | None:
+    """``argv`` with its command's own ``--no-report``; None for a command without one."""
+    return [*argv, "--no-report"] if argv[:1] and argv[0] in WITH_FLAG else None
 
 
 @contextlib.contextmanager
-def no_reports() -> Iterator[None]:
+def no_reports(argv: list[str] | None = None) -> Iterator[list[str] | None]:
+    """``argv`` as the command runs it without reports: with its own ``--no-report``, or
+    unchanged under a stub of the renderer (a command without the flag; also ``argv=None``,
+    the command line of this process)."""
+    if argv is not None and (flagged := own_flag(argv)) is not None:
+        yield flagged
+        return
     with contextlib.ExitStack() as stack:
         for module in RENDERING:
             stack.enter_context(mock.patch(f"{module}.render_run_safely", return_value=None))
-        yield
+        yield argv
 
 
 def _exit_code(exc: SystemExit, stderr: io.StringIO) -> int:
@@ -56,9 +71,10 @@ def serve_commands(results_fd: int) -> None:
     with os.fdopen(results_fd, "w") as results:
         for line in sys.stdin:
             out, err = io.StringIO(), io.StringIO()
-            with no_reports(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            with no_reports(json.loads(line)) as argv, contextlib.redirect_stdout(out), \
+                    contextlib.redirect_stderr(err):  # fmt: skip
                 try:
-                    main(json.loads(line))
+                    main(argv)
                     code = 0
                 except SystemExit as exc:
                     code = _exit_code(exc, err)
@@ -100,5 +116,5 @@ if __name__ == "__main__":
     else:
         from harness.cli.main import main
 
-        with no_reports():
-            main()
+        with no_reports(sys.argv[1:]) as argv:
+            main(argv)

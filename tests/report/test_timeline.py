@@ -130,12 +130,14 @@ def test_a_burst_shows_in_its_slices(tmp_path: Path) -> None:
     )
     table = _check_slices(tmp_path / "b", 0.5)
     before = table[table["end_s"] <= 2.0]
-    burst = table[(table["start_s"] >= 2.0) & (table["start_s"] < 3.0)]
-    assert len(before) == 4 and len(burst) == 2, table
+    assert len(before) == 4 and len(table[(table["start_s"] >= 2.0) & (table["end_s"] <= 3.0)]) == 2
+    # From 2 s to the end, not only the second after it: the burst's 40 turns all end after
+    # 2 s however long a busy machine stretches them, while how many end within that second
+    # is the machine's doing (the trickle before holds a few turns, Poisson at 1 agent/s).
+    burst = table[table["start_s"] >= 2.0]
+    assert burst["turns"].sum() >= 40 > before["turns"].sum(), table.to_string()
     # 20 rollouts of 2 turns start at 2 s: their slices hold more turns/s than any slice before
     assert burst["turns_per_s"].max() > before["turns_per_s"].max(), table.to_string()
-    # and most of its 40 turns (how many end within the second depends on the machine's load)
-    assert burst["turns"].sum() > before["turns"].sum(), table.to_string()
     assert burst["output_tokens_per_s"].max() > before["output_tokens_per_s"].max()
 
 

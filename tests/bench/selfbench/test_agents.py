@@ -35,9 +35,15 @@ def test_agents_search_finds_the_servers_connection_limit() -> None:
     opts = dataclasses.replace(
         AgentsOptions.quick(),
         transports=("ws", "http"),
-        start=2,
+        # From 4, not 2: the search from 2 passes 2, then doubles to 4 and goes on exactly
+        # as from 4 (4, 8, 6, 5 for ws), so 2 was one step a transport that tells nothing.
+        start=4,
         max_agents=12,
         max_steps=6,
+        # Half a second of starting rollouts a step, not the quick run's second: a refused
+        # connection fails the step above the limit whatever its length, and 5 agents still
+        # end ~40 turns in the steady window for the cost figures asserted below.
+        step_seconds=0.5,
         error_p99_max_ms=1e9,
         server_args=("--max-connections-per-client", str(limit)),
     )
