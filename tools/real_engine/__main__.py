@@ -58,6 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_placement(p)
     p.add_argument(
+        "--wire",
+        action="store_true",
+        help="capture each loopbench window's loopback segments with the kernel's stamps "
+        "(root) and split every turn's TTFT into the client's send delay and the server's "
+        "time (runs/*.wire.json; docs/real-engine.md)",
+    )
+    p.add_argument(
         "--capture",
         type=Path,
         default=None,
