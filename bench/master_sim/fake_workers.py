@@ -29,7 +29,7 @@ import random
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -132,22 +132,6 @@ class Sent:
     # When the first rollout began: the rows' own clock starts there, whatever the master's
     # handling stamps say (on a busy machine they bunch up and shrink the window).
     load_started_ns: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "rows_sent_ns": self.rows_sent_ns,
-            "rows_sizes": self.rows_sizes,
-            "claims": self.claims,
-            "works": self.works,
-            "final_sent_ns": self.final_sent_ns,
-            "final_rows": list(self.final_rows),
-            "turn_rows": self.turn_rows,
-            "rollout_rows": self.rollout_rows,
-            "stats_reports": self.stats_reports,
-            "agents": self.agents,
-            "load_started_ns": self.load_started_ns,
-        }
 
 
 class FakeWorker:
@@ -386,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     gevent.joinall([gevent.spawn(w.done.wait) for w in workers], timeout=args.deadline_s)
     share = cpu.read(Histogram()).cpu_share
     Path(args.out).write_text(
-        json.dumps([{**w.sent.as_dict(), "process_cpu_share": share} for w in workers]),
+        json.dumps([{**asdict(w.sent), "process_cpu_share": share} for w in workers]),
         encoding="utf-8",
     )
     for worker in workers:

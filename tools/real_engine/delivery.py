@@ -15,27 +15,17 @@ its setting's name.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from tools.real_engine.compare import TTFT_BOUND_MS, Row, aligned, compare, rank_quantile
+from bench.options import options_from
+from tools.real_engine import side_by_side
+from tools.real_engine.compare import TTFT_BOUND_MS, Row, aligned, rank_quantile
 from tools.real_engine.engine import PLACEMENTS, Placed, place, serving
-from tools.real_engine.engine_metrics import TTFT, Snapshot
-from tools.real_engine.run import (
-    Options,
-    _loopbench_window,
-    _read_turns,
-    machine,
-    prepare,
-    warm_up,
-    write_outcome,
-)
+from tools.real_engine.run import Options, prepare, warm_up
+from tools.real_engine.side_by_side import ChatWindow
 
 #: at most this many reads (or events) for a 128-token answer is a whole delivery
 WHOLE_READS = 2
@@ -88,8 +78,6 @@ def _figure(rows: Sequence[Row], metric: str, stat: str) -> str:
 
 def run(opts: Options, names: Sequence[str], rounds: int) -> list[dict[str, object]]:
     ready = prepare(opts)
-    hf_home, model, tokenizer = ready.hf_home, ready.model, ready.tokenizer
-    scenarios, text = ready.scenarios, ready.text
     groups: dict[tuple[tuple[str, str], ...], list[Setting]] = {}
     for name in names:
         s = SETTINGS[name]
@@ -98,42 +86,32 @@ def run(opts: Options, names: Sequence[str], rounds: int) -> list[dict[str, obje
     for n, group in enumerate(groups.values()):
         log = opts.out / f"vllm-{n}.log"
         with serving(
-            opts.engine_venv, model, hf_home, log, placement=group[0].placement, env=group[0].env
+            opts.engine_venv,
+            ready.model,
+            ready.hf_home,
+            log,
+            placement=group[0].placement,
+            env=group[0].env,
         ) as engine:
             assert engine.proc is not None
-            warm_up(opts, engine, "chat", tokenizer, scenarios)
+            warm_up(opts, engine, "chat", ready.tokenizer, ready.scenarios)
             for r in range(1, rounds + 1):
                 for s in group:
                     where = place(engine.proc.pid, s.placement, reset=True)
-                    figures, delta, note = _loopbench_window(
-                        opts,
-                        engine,
-                        text,
-                        "chat",
-                        tokenizer,
-                        print,
-                        checked=True,
-                        label=f"{s.name}+{r}",
-                    )
-                    found.append(_window(opts, s, r, figures, delta, note, where))
+                    window = side_by_side.chat_window(opts, engine, ready, f"{s.name}+{r}")
+                    found.append(_window(s, r, window, where))
                     print(json.dumps(found[-1]))
     return found
 
 
-def _window(
-    opts: Options, s: Setting, r: int, figures: object, delta: Snapshot, note: str, where: Placed
-) -> dict[str, object]:
-    folder = opts.out / "runs" / f"loopbench-{s.name}-{r}"
-    turns = _read_turns(folder / "turns.csv.gz") if (folder / "turns.csv.gz").exists() else []
-    hist = delta.histograms.get(TTFT)
-    got = hist.quantile(0.99) if hist is not None else None
-    rows = compare(figures, delta) if figures is not None else []  # type: ignore[arg-type]
-    ttft = [(int(t["first_token_ns"]) - int(t["sent_ns"])) / 1e6 for t in turns]
+def _window(s: Setting, r: int, window: ChatWindow, where: Placed) -> dict[str, object]:
+    rows = window.rows
+    ttft = [(int(t["first_token_ns"]) - int(t["sent_ns"])) / 1e6 for t in window.turns]
     return {
         "setting": s.name if where.applied else f"{s.name} (not applied)",
         "applied": where.applied,
         "round": r,
-        **deliveries(turns, None if got is None else got[0] * 1000),
+        **deliveries(window.turns, window.engine_p99_ms),
         "ttft_p50": _figure(rows, "ttft_ms", "p50"),
         "ttft_p99": _figure(rows, "ttft_ms", "p99"),
         "itl_p50": _figure(rows, "itl_ms", "p50"),
@@ -141,7 +119,7 @@ def _window(
         "ttft_max": round(max(ttft), 1) if ttft else None,
         "p90": rank_quantile(ttft, 0.9),
         "placement": where.text,
-        "note": note,
+        "note": window.note,
     }
 
 
@@ -154,25 +132,21 @@ def render(found: Sequence[Mapping[str, object]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.real_engine.delivery", description=__doc__)
-    p.add_argument("--out", type=Path, default=Path("results/real-engine-delivery"))
-    p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
-    p.add_argument("--settings", default=",".join(SETTINGS), help=f"of {', '.join(SETTINGS)}")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--requests", type=int, default=30, help="per window (default 30)")
+    p = side_by_side.parser(
+        "python -m tools.real_engine.delivery",
+        __doc__,
+        "results/real-engine-delivery",
+        tuple(SETTINGS),
+        rounds=2,
+        requests=30,
+    )
     args = p.parse_args(argv)
-    names = [n for n in args.settings.split(",") if n]
-    unknown = [n for n in names if n not in SETTINGS]
-    if unknown:
-        p.error(f"--settings: unknown {', '.join(unknown)}; expected some of {', '.join(SETTINGS)}")
+    opts, names = options_from(Options, args), args.settings
     assert set(s.placement for s in SETTINGS.values()) <= set(PLACEMENTS)
-    opts = replace(Options(), out=args.out, engine_venv=args.engine_venv, requests=args.requests)
-    load0, t0 = os.getloadavg(), time.perf_counter()
+    since = side_by_side.started()
     found = run(opts, names, args.rounds)
     table = render(found)
-    doc = {**machine(t0, load0), "windows": found}
-    write_outcome(opts.out, "delivery.json", doc, table)
-    print(f"\n{table}\n\nload average {doc['load_average_at_start']} -> {doc['load_average']}")
+    side_by_side.finish(opts, "delivery.json", since, {"windows": found}, table)
     return 0
 
 

@@ -361,6 +361,11 @@ def run(opts: Options, say: Callable[[str], None] = print) -> Outcome:
     return outcome
 
 
+def window_id(label: str) -> str:
+    """The run id (and folder name under ``runs/``) of loopbench's window ``label``."""
+    return f"loopbench-{label.replace('+', '-')}"
+
+
 def _loopbench_window(
     opts: Options,
     engine: Engine,
@@ -374,7 +379,7 @@ def _loopbench_window(
     label: str | None = None,
 ) -> tuple[ClientFigures | None, Snapshot, str]:
     label = label or transport
-    run_id = f"loopbench-{label.replace('+', '-')}"
+    run_id = window_id(label)
     runs = opts.out / "runs"
     argv = loopbench_argv(
         scenario, engine, transport, tokenizer, runs, run_id, opts.scrape_interval_s

@@ -12,12 +12,10 @@ scrapes").
 
 from __future__ import annotations
 
-import argparse
 import csv
 import gzip
 import itertools
 import json
-import os
 import sys
 import threading
 import time
@@ -26,20 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from bench.options import options_from
+from tools.real_engine import side_by_side
 from tools.real_engine.capture import Reads, post_stream
-from tools.real_engine.compare import TTFT_BOUND_MS, aligned, compare, rank_quantile
+from tools.real_engine.compare import TTFT_BOUND_MS, aligned, rank_quantile
 from tools.real_engine.engine import MODEL_NAME, attached, serving
-from tools.real_engine.engine_metrics import TTFT
-from tools.real_engine.run import (
-    SCRAPE_INTERVAL_S,
-    Options,
-    _loopbench_window,
-    _read_turns,
-    machine,
-    prepare,
-    warm_up,
-    write_outcome,
-)
+from tools.real_engine.run import SCRAPE_INTERVAL_S, Options, prepare, warm_up
 
 #: setting name -> loopbench's --server-metrics-interval (s)
 SETTINGS = {"every-1s": 1.0, "every-2s": 2.0, "ends-only": SCRAPE_INTERVAL_S}
@@ -140,49 +130,35 @@ def run(
     opts: Options, names: Sequence[str], rounds: int, engine_url: str | None, stall_pairs: int
 ) -> dict[str, object]:
     ready = prepare(opts)
-    hf_home, model, tokenizer = ready.hf_home, ready.model, ready.tokenizer
-    scenarios, text = ready.scenarios, ready.text
     running = (
         attached(engine_url)
         if engine_url
-        else serving(opts.engine_venv, model, hf_home, opts.out / "vllm.log")
+        else serving(opts.engine_venv, ready.model, ready.hf_home, opts.out / "vllm.log")
     )
     windows: list[dict[str, object]] = []
     with running as engine:
-        warm_up(opts, engine, "chat", tokenizer, scenarios)
+        warm_up(opts, engine, "chat", ready.tokenizer, ready.scenarios)
         idle = time_scrapes(engine.metrics_url, 10)
         print(f"GET /metrics, idle engine: {json.dumps(idle)}")
         stalled = stalls(engine.base_url, engine.metrics_url, stall_pairs)
         print(f"longest gap between reads of one stream (ms): {json.dumps(stalled)}")
         for r in range(1, rounds + 1):
             for name in names:
-                label = f"{name}+{r}"
-                figures, delta, note = _loopbench_window(
-                    replace(opts, scrape_interval_s=SETTINGS[name]),
-                    engine,
-                    text,
-                    "chat",
-                    tokenizer,
-                    print,
-                    checked=True,
-                    label=label,
-                )
-                folder = opts.out / "runs" / f"loopbench-{name}-{r}"
-                turns = _read_turns(folder / "turns.csv.gz")
-                hist = delta.histograms.get(TTFT)
-                p99 = hist.quantile(0.99) if hist is not None else None
-                late_ms = None if p99 is None else p99[0] * 1000 + TTFT_BOUND_MS
-                rows = compare(figures, delta) if figures is not None else []
+                setting = replace(opts, scrape_interval_s=SETTINGS[name])
+                window = side_by_side.chat_window(setting, engine, ready, f"{name}+{r}")
+                p99 = window.engine_p99_ms
+                late_ms = None if p99 is None else p99 + TTFT_BOUND_MS
+                stamps = scrape_stamps(window.folder)
                 windows.append(
                     {
                         "setting": name,
                         "round": r,
-                        "turns": len(turns),
-                        "scrapes": len(scrape_stamps(folder)),
-                        **meetings(turns, scrape_stamps(folder), late_ms),
-                        "ttft_p50_diff": _diff(rows, "p50"),
-                        "ttft_p99_diff": _diff(rows, "p99"),
-                        "note": note,
+                        "turns": len(window.turns),
+                        "scrapes": len(stamps),
+                        **meetings(window.turns, stamps, late_ms),
+                        "ttft_p50_diff": _diff(window.rows, "p50"),
+                        "ttft_p99_diff": _diff(window.rows, "p99"),
+                        "note": window.note,
                     }
                 )
                 print(json.dumps(windows[-1]))
@@ -196,26 +172,22 @@ def render(windows: Sequence[Mapping[str, object]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.real_engine.scrape_cost", description=__doc__)
-    p.add_argument("--out", type=Path, default=Path("results/real-engine-scrapes"))
-    p.add_argument("--engine-venv", type=Path, default=Path(".venv-engine"))
+    p = side_by_side.parser(
+        "python -m tools.real_engine.scrape_cost",
+        __doc__,
+        "results/real-engine-scrapes",
+        tuple(SETTINGS),
+        rounds=3,
+        requests=60,
+    )
     p.add_argument("--engine-url", default=None, help="an engine already running (see run.py)")
-    p.add_argument("--settings", default=",".join(SETTINGS), help=f"of {', '.join(SETTINGS)}")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--requests", type=int, default=60, help="per window (default 60)")
     p.add_argument("--stall-pairs", type=int, default=10, help="streams with and without a scrape")
     args = p.parse_args(argv)
-    names = [n for n in args.settings.split(",") if n]
-    unknown = [n for n in names if n not in SETTINGS]
-    if unknown:
-        p.error(f"--settings: unknown {', '.join(unknown)}; expected some of {', '.join(SETTINGS)}")
-    opts = replace(Options(), out=args.out, engine_venv=args.engine_venv, requests=args.requests)
-    load0, t0 = os.getloadavg(), time.perf_counter()
+    opts, names = options_from(Options, args), args.settings
+    since = side_by_side.started()
     found = run(opts, names, args.rounds, args.engine_url, args.stall_pairs)
     table = render(found["windows"])  # type: ignore[arg-type]
-    doc = {**machine(t0, load0), **found}
-    write_outcome(opts.out, "scrape-cost.json", doc, table)
-    print(f"\n{table}\n\nload average {doc['load_average_at_start']} -> {doc['load_average']}")
+    side_by_side.finish(opts, "scrape-cost.json", since, found, table)
     return 0
 
 

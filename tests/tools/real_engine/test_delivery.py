@@ -3,13 +3,12 @@ whose placement did not take (pure)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from tools.real_engine.delivery import SETTINGS, _window, deliveries, render
 from tools.real_engine.engine import Placed
 from tools.real_engine.engine_metrics import Snapshot
-from tools.real_engine.run import Options
+from tools.real_engine.side_by_side import read_window
 
 
 def _turn(first_ms: float, reads: int, events: int) -> dict[str, str]:
@@ -35,9 +34,9 @@ def test_whole_merged_and_late_answers_are_counted_apart() -> None:
 
 
 def test_a_round_whose_placement_did_not_take_is_marked_not_applied(tmp_path: Path) -> None:
-    opts = replace(Options(), out=tmp_path)
-    took = _window(opts, SETTINGS["vllm"], 1, None, Snapshot(), "", Placed("placed", True))
-    refused = _window(opts, SETTINGS["vllm"], 2, None, Snapshot(), "", Placed("niced", False))
+    nothing = read_window(tmp_path, None, Snapshot(), "")
+    took = _window(SETTINGS["vllm"], 1, nothing, Placed("placed", True))
+    refused = _window(SETTINGS["vllm"], 2, nothing, Placed("niced", False))
     assert (took["setting"], took["applied"]) == ("vllm", True)
     assert (refused["setting"], refused["applied"]) == ("vllm (not applied)", False)
     assert refused["placement"] == "niced"
