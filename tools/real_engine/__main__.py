@@ -58,6 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_placement(p)
     p.add_argument(
+        "--client-nice",
+        type=int,
+        default=0,
+        help="run the measuring clients (loopbench, the peers) at this niceness (default 0; "
+        "a negative one needs root or CAP_SYS_NICE)",
+    )
+    p.add_argument(
         "--wire",
         action="store_true",
         help="capture each loopbench window's loopback segments with the kernel's stamps "

@@ -93,6 +93,7 @@ class Options:
     run_timeout_s: float = 600.0
     scrape_interval_s: float = SCRAPE_INTERVAL_S  # loopbench's --server-metrics-interval
     wire: bool = False  # capture each loopbench window's loopback segments (wire.py, root)
+    client_nice: int = 0  # the measuring clients' niceness (loopbench's and the peers')
 
 
 @dataclass
@@ -165,6 +166,12 @@ def loopbench_argv(
         run_id,
         "-q",
     ]
+
+
+def niced(argv: list[str], nice: int) -> list[str]:
+    """``argv`` run at niceness ``nice`` (coreutils' ``nice``; 0: as it is).  A negative one
+    needs CAP_SYS_NICE; without it ``nice`` says so on the log and runs it unchanged."""
+    return argv if nice == 0 else ["nice", "-n", str(nice), *argv]
 
 
 def settled(engine: Engine, before: Snapshot, requests: int) -> Snapshot:
@@ -257,7 +264,10 @@ def warm_up(
         yaml.safe_dump({**doc, "rollout": {**doc["rollout"], "count": 4}}, sort_keys=False)
     )
     timed(
-        loopbench_argv(warm, engine, transports, tokenizer, opts.out / "runs", "warmup"),
+        niced(
+            loopbench_argv(warm, engine, transports, tokenizer, opts.out / "runs", "warmup"),
+            opts.client_nice,
+        ),
         env=dict(os.environ),
         log=opts.out / "warmup.log",
         timeout_s=opts.run_timeout_s,
@@ -389,7 +399,10 @@ def _loopbench_window(
     wire_file = runs / f"{run_id}.wire.jsonl"
     with wire_capture(engine, wire_file) if opts.wire else nullcontext():
         rc, wall, _ = timed(
-            argv, env=dict(os.environ), log=runs / f"{run_id}.log", timeout_s=opts.run_timeout_s
+            niced(argv, opts.client_nice),
+            env=dict(os.environ),
+            log=runs / f"{run_id}.log",
+            timeout_s=opts.run_timeout_s,
         )
     folder = runs / run_id
     turns = _read_turns(folder / "turns.csv.gz") if (folder / "turns.csv.gz").exists() else []
@@ -503,7 +516,12 @@ def _peer_windows(
         (folder / "command.txt").write_text(" ".join(argv) + "\n")
         say(f"{tool}: {opts.requests} requests, {opts.concurrency} at a time ...")
         before = engine.scrape()
-        rc, wall, _ = timed(argv, env=env, log=folder / "output.log", timeout_s=opts.run_timeout_s)
+        rc, wall, _ = timed(
+            niced(argv, opts.client_nice),
+            env=env,
+            log=folder / "output.log",
+            timeout_s=opts.run_timeout_s,
+        )
         measured = []
         note = ""
         if rc == 0 and output.exists():
