@@ -84,6 +84,8 @@ class Segment:
     cursor: OutputCursor  # what the conversation keeps of its output: cursor.conversation_items
     # perf_counter_ns just after the first output delta was handed to the transport
     first_delta_ns: int | None
+    # ... and just after the last one (the decode span the server wrote, sim_timing)
+    last_delta_ns: int | None = None
 
     def record(self, timing: dict[str, Any], arrived_ns: int | None = None) -> None:
         """Add this segment's engine times to a response's ``sim_timing``.
@@ -106,6 +108,12 @@ class Segment:
             timing["first_token_late_ms"] = (
                 self.first_delta_ns - arrived_ns - round(ttft * NS_PER_MS)
             ) / NS_PER_MS
+        if arrived_ns and self.last_delta_ns is not None:
+            # The same for the last token (due a modelled decode after the first): a client's
+            # decode span that is longer than the modelled one is the server's by this much
+            # (minus the first token's lateness), the rest the wire's and the client's.
+            due_ns = arrived_ns + round((ttft + timing["decode"]) * NS_PER_MS)
+            timing["last_token_late_ms"] = (self.last_delta_ns - due_ns) / NS_PER_MS
 
     def usage(self, output_tokens: int, reasoning_tokens: int | None = None) -> dict[str, Any]:
         """``usage`` of the response; ``reasoning_tokens`` defaults to this segment's."""
@@ -468,10 +476,10 @@ class Service:
             context_paths=mentioned_paths(conv.items) if unhinted_calls else (),
         )
         cursor = OutputCursor(builder, plan, rng)
-        first_delta_ns = 0
+        first_delta_ns = last_delta_ns = 0
 
         async def emit(sizes: Sequence[int]) -> None:
-            nonlocal first_delta_ns
+            nonlocal first_delta_ns, last_delta_ns
             if len(sizes) == 1:
                 events = cursor.emit(sizes[0])
             else:
@@ -480,10 +488,11 @@ class Service:
                     events.extend(cursor.emit(k))
             if events:  # hidden reasoning tokens without a summary produce none
                 await send(events)
+                # The clock read of a response's lateness: the send has handed the bytes
+                # to the transport (encoding and the ASGI layers included).
+                last_delta_ns = time.perf_counter_ns()
                 if not first_delta_ns:
-                    # The one clock read of a response's lateness: the send has handed
-                    # the bytes to the transport (encoding and the ASGI layers included).
-                    first_delta_ns = time.perf_counter_ns()
+                    first_delta_ns = last_delta_ns
 
         input_tokens = conv.tokens + tools_tok
         static_prefix: tuple[int, int] | None = (hash(orjson.dumps(req.tools)), tools_tok)
@@ -527,6 +536,7 @@ class Service:
             reasoning_tokens=plan.reasoning_tokens,
             cursor=cursor,
             first_delta_ns=first_delta_ns or None,
+            last_delta_ns=last_delta_ns or None,
         )
 
     async def fail_mid_stream(

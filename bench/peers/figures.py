@@ -84,7 +84,37 @@ def run_figures(result: MatchResult, reported: int) -> dict[str, Any]:
         "ttft_ms": spread([p.measured.ttft_ms for p in ok], 50, 99),  # type: ignore[misc]
         "modelled_ttft_ms": spread([p.entry.modelled_ttft_ms for p in ok], 50, 99),  # type: ignore[misc]
         "decode_tps": spread(tps, 1, 50, 99, nd=1),
+        **_decode_span(ok),
     }
+
+
+def _decode_span(pairs: Sequence[Any]) -> dict[str, Any]:
+    """Where a measured decode span longer than modelled went (issue 39: the ws row's decode
+    p1): the server's share (its last token's lateness − its first's, sim_timing), the
+    rest the wire's and the client's; and how often the last token's read also carried the
+    terminal event — one stamp for both, the later one's: the kernel merges segments left
+    unread and keeps the last one's stamp (docs/peers.md).  Empty when a side is unknown."""
+    spans = [
+        (p.measured.decode_ms - p.entry.decode_ms, p.entry.last_late_ms - p.entry.late_ms)
+        for p in pairs
+        if p.measured.decode_ms is not None
+        and p.entry.decode_ms is not None
+        and p.entry.last_late_ms is not None
+        and p.entry.late_ms is not None
+    ]
+    shared = [
+        p.measured.last_with_terminal for p in pairs if p.measured.last_with_terminal is not None
+    ]
+    out: dict[str, Any] = {}
+    if spans:
+        out["decode_span_extra_ms"] = {
+            "measured": spread([x for x, _ in spans], 50, 99),
+            "server": spread([s for _, s in spans], 50, 99),
+            "wire_and_client": spread([x - s for x, s in spans], 50, 99),
+        }
+    if shared:
+        out["last_token_read_with_terminal_pct"] = round(100 * sum(shared) / len(shared), 1)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

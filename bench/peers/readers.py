@@ -55,6 +55,10 @@ class Measured:
     # how long the request waited before the server read it (its arrival stamp − the tool's
     # send stamp, one clock): only loopbench has both on one clock (None: not known)
     server_read_ms: float | None = None
+    # the measured first-to-last output token span, and whether the last token's read also
+    # carried the terminal event (one stamp for both: loopbench's rows; None: not known)
+    decode_ms: float | None = None
+    last_with_terminal: bool | None = None
 
 
 def find_tag(text: str) -> str | None:
@@ -251,6 +255,7 @@ def read_loopbench(text: str, transport: str, warmup_rollouts: int) -> list[Meas
         sent, first = _int(row, "sent_ns"), _int(row, "first_token_ns")
         start_out = _int(row, "first_output_ns") or first
         last = _int(row, "last_token_ns")
+        done = _int(row, "done_ns")
         ttft = (first - sent) / 1e6 if first > 0 and sent > 0 else None
         out.append(
             Measured(
@@ -261,6 +266,8 @@ def read_loopbench(text: str, transport: str, warmup_rollouts: int) -> list[Meas
                 input_tokens=_int(row, "input_tokens"),
                 output_tokens=_int(row, "output_tokens"),
                 server_read_ms=_ms_or_none(row, "server_read_ms"),
+                decode_ms=(last - start_out) / 1e6 if last > start_out > 0 else None,
+                last_with_terminal=last == done if last > 0 and done > 0 else None,
             )
         )
     return out

@@ -37,6 +37,10 @@ class ServerEntry:
     # sim_timing.first_token_late_ms: how late the server wrote the first token (absent: None)
     late_ms: float | None
     first_token_unix_ns: int | None = None
+    # sim_timing.decode (modelled first-to-last token) and last_token_late_ms: with late_ms,
+    # the server's share of a measured decode span longer than modelled (None: not given)
+    decode_ms: float | None = None
+    last_late_ms: float | None = None
 
 
 def _opt_str(value: Any) -> str | None:
@@ -75,6 +79,8 @@ def parse_entry(obj: Any, where: str) -> ServerEntry:
         first_token_unix_ns=first
         if isinstance(first, int) and not isinstance(first, bool)
         else None,
+        decode_ms=_opt_float(sim.get("decode")),
+        last_late_ms=_opt_float(sim.get("last_token_late_ms")),
     )
 
 

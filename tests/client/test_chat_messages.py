@@ -20,7 +20,7 @@ from harness.wire.transports import TRANSPORTS, transport_spec
 from harness.workload.agent import TurnInput
 from harness.workload.plan import TurnPlan
 from harness.workload.records import TurnRecord
-from reference_server.core.predict import request_cost
+from tools.model_predict import request_cost
 
 MS = 1_000_000
 USER = {"type": "message", "role": "user", "content": "fix the bug"}

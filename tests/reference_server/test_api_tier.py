@@ -14,7 +14,8 @@ from reference_server.core.api_tier import (
     api_pre_ms,
     post_blocks_completion,
 )
-from reference_server.core.predict import (
+from reference_server.core.profiles import ApiProfile, EngineProfile, load_profiles
+from tools.model_predict import (
     CodexRollout,
     predict_rollout,
     predict_turn_ms,
@@ -22,7 +23,6 @@ from reference_server.core.predict import (
     predicted_ttft_reduction_pct,
     request_cost,
 )
-from reference_server.core.profiles import ApiProfile, EngineProfile, load_profiles
 
 OPT, CEREBRAS = load_profiles("optimized", "cerebras-spark")
 LEGACY, GPU = load_profiles("legacy", "gpu-legacy")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -27,22 +28,34 @@ def _run(coro: Coroutine[Any, Any, T], loop: str) -> T:
 
 @pytest.mark.parametrize("loop", LOOPS)
 def test_sleepers_wake_in_deadline_order_and_never_early(loop: str) -> None:
-    async def main() -> list[tuple[int, int]]:
+    # Deliberately out of order, and two sharing one deadline.
+    offsets = [9_000_000, 3_000_000, 6_000_000, 3_000_000, 12_000_000, 1_000_000]
+
+    async def main() -> tuple[list[tuple[int, int]], int]:
         woke: list[tuple[int, int]] = []
+        registered: list[int] = []
         base = time.perf_counter_ns()
-        # Deliberately out of order, and two sharing one deadline.
-        offsets = [9_000_000, 3_000_000, 6_000_000, 3_000_000, 12_000_000, 1_000_000]
 
         async def one(i: int, off: int) -> None:
+            registered.append(time.perf_counter_ns())
             await sleep_until(base + off)
             woke.append((i, time.perf_counter_ns() - base - off))
 
         await asyncio.gather(*(one(i, off) for i, off in enumerate(offsets)))
-        order = [i for i, _ in woke]
-        assert [offsets[i] for i in order] == sorted(offsets)
-        return woke
+        return woke, max(registered) - base
 
-    woke = _run(main(), loop)
+    # The order is only the timer's to keep when every sleeper was waiting before the first
+    # deadline; a process descheduled for a millisecond while the six start (a busy machine)
+    # hands the timer deadlines already past, which may wake in any order.  Such a try is
+    # repeated, not judged.
+    for _ in range(20):
+        woke, all_waiting_ns = _run(main(), loop)
+        if all_waiting_ns < min(offsets) - COALESCE_NS:
+            break
+    else:
+        pytest.fail("the six sleepers never all started within 1 ms in 20 tries")
+    order = [i for i, _ in woke]
+    assert [offsets[i] for i in order] == sorted(offsets)
     # How early a wake-up may be: the fine timer's coalescing, else the coarse fallback's.
     coarse = 500_000 if loop == "uvloop" else 1_000
     early = COALESCE_NS if timer._LIBC is not None else coarse
@@ -75,24 +88,31 @@ def test_a_past_deadline_returns_at_once(loop: str) -> None:
 
 @pytest.mark.skipif(timer._LIBC is None, reason="timerfd is Linux-only")
 def test_uvloop_fine_timer_beats_its_millisecond_timers_on_the_same_waits() -> None:
-    """The point of the module, as a ratio in one run: mean lateness vs asyncio.sleep on uvloop."""
+    """The point of the module, as a ratio in one run: lateness vs asyncio.sleep on uvloop.
+
+    The two sleeps alternate wait by wait and their medians are compared, so a machine that
+    deschedules the test now and then (other processes, CI's parallel workers) delays both
+    alike instead of deciding the comparison; uvloop's millisecond timers stay late by their
+    rounding (~0.5 ms on these waits) whatever the load.
+    """
     uvloop = pytest.importorskip("uvloop")
     waits_ns = [1_300_000 + 170_000 * i for i in range(30)]
 
-    async def lateness(fine: bool) -> float:
-        total = 0
-        for w in waits_ns:
-            deadline = time.perf_counter_ns() + w
-            if fine:
-                await sleep_until(deadline)
-            else:
-                await asyncio.sleep(w / 1e9)
-            total += abs(time.perf_counter_ns() - deadline)
-        return total / len(waits_ns)
+    async def late_ns(w: int, fine: bool) -> int:
+        deadline = time.perf_counter_ns() + w
+        if fine:
+            await sleep_until(deadline)
+        else:
+            await asyncio.sleep(w / 1e9)
+        return abs(time.perf_counter_ns() - deadline)
 
-    async def main() -> tuple[float, float]:
-        return await lateness(True), await lateness(False)
+    async def main() -> tuple[list[int], list[int]]:
+        fine, coarse = [], []
+        for w in waits_ns:
+            fine.append(await late_ns(w, True))
+            coarse.append(await late_ns(w, False))
+        return fine, coarse
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         fine, coarse = runner.run(main())
-    assert fine < coarse, (fine, coarse)
+    assert statistics.median(fine) < statistics.median(coarse), (fine, coarse)

@@ -25,7 +25,7 @@ from harness.wire.transports import (
     transport_spec,
 )
 from harness.workload.scenario import validate_scenario
-from reference_server.core.predict import request_cost
+from tools.model_predict import request_cost
 
 
 def test_each_transport_is_declared_once_with_a_colour_and_a_one_line_description() -> None:

@@ -283,3 +283,29 @@ def test_the_locust_row_is_held_to_the_precision_bound_and_runs_loopbench_locust
     argv = locust_row.locust_argv("py", Path("s.yaml"), "http://h:1", "chat", Path("out"), "run")
     assert argv[:4] == ["py", "-m", "harness", "locust"] and argv[-2:] == ["--workers", "1"]
     assert "--no-probe" not in argv and "--target" in argv and "http://h:1/v1" in argv
+
+
+def test_a_decode_span_longer_than_modelled_splits_into_the_servers_share_and_the_rest() -> None:
+    """Known records: spans 0.5 and 3.0 ms over the modelled 199 ms; the server wrote the last
+    token 0.4 and 1.0 ms later than the first (relative to plan), so the wire and the client
+    took 0.1 and 2.0 ms — the second one's last token shared its read with the terminal event."""
+
+    def pair(span: float, first_late: float, last_late: float, shared: bool) -> Pair:
+        m = Measured(True, 40.0, 1000.0, response_id="x", decode_ms=span, last_with_terminal=shared)
+        e = ServerEntry(
+            "responses", "x", None, None, 1, "completed", 38.0, first_late,
+            decode_ms=199.0, last_late_ms=last_late,
+        )  # fmt: skip
+        return Pair(m, e, BY_RESPONSE_ID)
+
+    f = run_figures(
+        MatchResult(pairs=[pair(199.5, 0.1, 0.5, False), pair(202.0, 0.2, 1.2, True)]), 2
+    )
+    span = f["decode_span_extra_ms"]
+    assert span["measured"]["mean"] == pytest.approx(1.75)
+    assert span["server"]["mean"] == pytest.approx(0.7)
+    assert span["wire_and_client"]["p50"] == pytest.approx(1.05)
+    assert span["wire_and_client"]["mean"] == pytest.approx(1.05)
+    assert f["last_token_read_with_terminal_pct"] == 50.0
+    # a peer's row (no span of its own, no lateness of the last token): nothing is invented
+    assert "decode_span_extra_ms" not in run_figures(MatchResult(pairs=[_pair(40.0, 38.0, 0.5)]), 1)

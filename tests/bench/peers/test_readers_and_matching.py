@@ -171,3 +171,27 @@ def test_loopbench_reader_keeps_the_server_read_delay_where_the_turn_knows_it() 
     got = read_loopbench(text, "ws", 0)
     assert [m.server_read_ms for m in got] == [0.25, None]
     assert got[0].ttft_ms == 40.0
+
+
+def test_loopbench_reader_gives_the_decode_span_and_whether_the_last_token_shared_a_read() -> None:
+    """The last token stamped with the terminal event (last_token_ns == done_ns: one read) is
+    what made the ws row's decode p1 low (docs/peers.md); a later terminal event is not."""
+    head = "transport,rollout_id,response_id,sent_ns,first_token_ns,last_token_ns,done_ns,status\n"
+    text = head + (
+        "ws,0,resp_a,1000000,41000000,241500000,241500000,completed\n"
+        "ws,1,resp_b,1000000,41000000,240000000,260000000,completed\n"
+        "ws,2,resp_c,1000000,41000000,,,failed\n"
+    )
+    got = read_loopbench(text, "ws", 0)
+    assert [m.decode_ms for m in got] == [200.5, 199.0, None]
+    assert [m.last_with_terminal for m in got] == [True, False, None]
+
+
+def test_the_timing_log_gives_the_modelled_decode_and_the_last_tokens_lateness() -> None:
+    line = (
+        '{"id":"resp_a","arrived_unix_ns":1,"sim_timing":{"ttft":61.0,"decode":199.0,'
+        '"first_token_late_ms":0.25,"last_token_late_ms":2.5}}\n{"id":"resp_b","arrived_unix_ns":2}'
+    )
+    a, b = parse_timing_log(line.splitlines())
+    assert (a.decode_ms, a.late_ms, a.last_late_ms) == (199.0, 0.25, 2.5)
+    assert (b.decode_ms, b.last_late_ms) == (None, None)

@@ -5,7 +5,8 @@ numbers and the tests cannot drift from the model: per-turn latency for each
 transport, and whole-rollout predictions for the codex-style workload used to
 calibrate the shipped profiles (docs/model.md §9).  Predictions assume an idle
 server (no API or engine queueing) and use the *expected* decode time over the
-burst distribution.
+burst distribution.  A development check, not part of the installed packages: only the
+tests that hold docs/model.md's figures to the model import it.
 """
 
 from __future__ import annotations
