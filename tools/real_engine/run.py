@@ -75,6 +75,10 @@ EXTRA_BODY = {
 SCRAPE_INTERVAL_S = 600.0
 
 
+#: the capture's niceness (it runs in the clients' session)
+WIRE_NICE = 19
+
+
 @dataclass(frozen=True)
 class Options:
     out: Path = Path("results/real-engine")
@@ -434,16 +438,10 @@ def wire_capture(engine: Engine, out: Path) -> Iterator[None]:
     port = urlsplit(engine.base_url).port or 80
     log = out.with_suffix(".log")
     with log.open("w") as err:
+        # at nice 19: its reads may come late (the stamps are the kernel's), the client's may not
+        argv = [sys.executable, "-m", "tools.real_engine.wire", "--port", str(port)]
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tools.real_engine.wire",
-                "--port",
-                str(port),
-                "--out",
-                str(out),
-            ],
+            niced([*argv, "--out", str(out)], WIRE_NICE),
             stderr=subprocess.PIPE,
             text=True,
         )

@@ -36,6 +36,9 @@ ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
 PACKET_HOST = 0  # the receiving side's copy: stamped as the receiving socket sees it
 SO_ATTACH_FILTER = 26
+#: how long the capture sleeps once it has read every queued segment (its 64 MiB buffer holds
+#: minutes of one window's segments)
+DRAIN_S = 0.05
 #: the line ``main`` writes to stderr once it captures (what a caller waits for)
 READY = "capturing"
 SO_RCVBUFFORCE = 33
@@ -139,14 +142,15 @@ def read_segments(lines: Iterable[str]) -> list[Segment]:
 
 def capture(port: int, out: TextIO, stop: Any, iface: str = "lo", ready: Any = lambda: None) -> int:
     """Segments of ``port`` on ``iface`` as JSON lines into ``out`` until ``stop()`` is true
-    (checked at least every 0.2 s); ``ready()`` once the socket listens; returns how many."""
+    (checked every :data:`DRAIN_S` when idle); ``ready()`` once the socket listens; returns
+    how many."""
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     try:
         _attach(sock, port_filter(port))
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 * 1024 * 1024)
         sock.bind((iface, ETH_P_ALL))
-        sock.settimeout(0.2)
+        sock.setblocking(False)
         clock = RealtimeClock()
         anc = socket.CMSG_SPACE(_TIMESPEC.size)
         n = 0
@@ -154,7 +158,10 @@ def capture(port: int, out: TextIO, stop: Any, iface: str = "lo", ready: Any = l
         while not stop():
             try:
                 frame, ancdata, _, _ = sock.recvmsg(SNAP, anc)
-            except TimeoutError:
+            except BlockingIOError:
+                # The kernel stamped every segment as it came: waking per segment would only
+                # take CPU from the client and vLLM it watches, so drain in batches.
+                time.sleep(DRAIN_S)
                 continue
             real = 0
             for level, kind, data in ancdata:
