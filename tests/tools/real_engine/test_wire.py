@@ -100,6 +100,11 @@ def test_the_window_doc_sets_the_split_beside_vllms_slowest_ttft() -> None:
     assert doc["vllm_ms"]["ttft_max_at_most"] == 12.0
     assert doc["read_ms"]["p99"] == 156.507 and doc["server_ms"]["max"] == 11.053
     assert "read 156.507" in wire.wire_summary([turn], Snapshot({TTFT: hist}))
+    # arrival is before the head (4.011 ms), vLLM's TTFT at most 12 ms: 11.053 - 4.011 - 12 < 0
+    assert doc["slowest"][0]["outside_vllm_ttft_at_least_ms"] == 0.0
+    quick = Histogram({0.002: 0.0, 0.003: 1.0, float("inf"): 1.0}, 0.0025, 1.0)
+    doc = wire.wire_doc([turn], Snapshot({TTFT: quick}))
+    assert doc["slowest"][0]["outside_vllm_ttft_at_least_ms"] == 4.042  # 11.053 - 4.011 - 3
 
 
 def test_the_kernel_filter_keeps_one_copy_of_the_ports_segments() -> None:
