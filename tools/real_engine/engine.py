@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
+from harness.wire.stop_signal import sigterm_as_sigint
 from tools.real_engine.engine_metrics import BUCKETS, Snapshot, parse_snapshot
 
 #: the name the model is served under, and the peers load its tokenizer by
@@ -469,6 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     argv_ = serve_argv(python, args.model, args.port)
+    sigterm_as_sigint()  # so that a SIGTERM stops the server too (KeyboardInterrupt below)
     # its own session, so that stopping it stops the engine core and worker it forks
     proc = subprocess.Popen(argv_, env=engine_env(args.hf_home), start_new_session=True)
     try:
