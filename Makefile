@@ -106,8 +106,11 @@ $(ENGINE_STAMP):
 # messages) and the peers over their own windows, print each beside vLLM's histograms.
 # Exit 3 when loopbench misses a target. Not part of `make test` (which runs a reduced form
 # when .venv-engine exists).
+# As root, each loopbench window's loopback segments are captured too (--wire: where a slow
+# turn's time goes, docs/real-engine.md); the capture needs CAP_NET_RAW.
+REAL_ENGINE_WIRE := $(if $(filter 0,$(shell id -u)),--wire)
 real-engine: $(STAMP) $(ENGINE_STAMP) $(PEERS_STAMP)
-	$(BIN)/python -m tools.real_engine --check --engine-venv $(ENGINE_VENV) --peers-venv $(PEERS_VENV) --out results/real-engine
+	$(BIN)/python -m tools.real_engine --check --engine-venv $(ENGINE_VENV) --peers-venv $(PEERS_VENV) --out results/real-engine $(REAL_ENGINE_WIRE)
 
 .PHONY: real-engine-sim
 # The reference server calibrated on loopbench runs against vLLM (concurrency 1, 2, 4), then

@@ -10,6 +10,7 @@ from bench.cli_args import names_of
 from bench.options import options_from
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
+from harness.wire.stop_signal import sigterm_as_sigint
 from tools.real_engine.compare import INTERVAL_BOUND, TTFT_BOUND_MS, render
 from tools.real_engine.engine import add_placement
 from tools.real_engine.run import PEERS, TRANSPORTS, Options, print_outcome, run
@@ -58,6 +59,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_placement(p)
     p.add_argument(
+        "--client-nice",
+        type=int,
+        default=0,
+        help="run the measuring clients (loopbench, the peers) at this niceness (default 0; "
+        "a negative one needs root or CAP_SYS_NICE)",
+    )
+    p.add_argument(
+        "--wire",
+        action="store_true",
+        help="capture each loopbench window's loopback segments with the kernel's stamps "
+        "(root) and split every turn's TTFT into the client's send delay and the server's "
+        "time (runs/*.wire.json; docs/real-engine.md)",
+    )
+    p.add_argument(
         "--capture",
         type=Path,
         default=None,
@@ -76,11 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     opts = options_from(Options, args, tool_turns=not args.no_tool_turns)
+    # a SIGTERM (a `timeout`, a CI step cancelled) must stop the vLLM this run started
+    sigterm_as_sigint()
     try:
         outcome = run(opts)
     except LoopbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
+    except KeyboardInterrupt:
+        print("interrupted: vLLM stopped, no table", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
     print_outcome(render(outcome.rows, outcome.engine), outcome.doc, opts.out, outcome.notes)
     misses = outcome.missed
     if misses:

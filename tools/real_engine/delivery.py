@@ -44,6 +44,7 @@ SETTINGS = {
         Setting("vllm", "vllm"),
         Setting("core-niced", "core-niced"),
         Setting("engine-niced", "engine-niced"),
+        Setting("group-niced", "group-niced"),
         Setting("core-with-worker", "core-with-worker"),
         # the worker unbound: the kernel spreads worker, engine core and API server over both
         Setting("nobind", "vllm", {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}),

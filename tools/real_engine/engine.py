@@ -8,6 +8,7 @@ group (it forks an engine-core process), so stopping it stops both.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
+from harness.wire.stop_signal import sigterm_as_sigint
 from tools.real_engine.engine_metrics import BUCKETS, Snapshot, parse_snapshot
 
 #: the name the model is served under, and the peers load its tokenizer by
@@ -41,10 +43,14 @@ TOOL_PARSER = "hermes"
 #: ``vllm`` leaves vLLM's own placement; ``core-niced`` gives the engine core's threads nice 19,
 #: so that a woken client or API server takes the CPU from the loop; ``engine-niced`` does so
 #: for the worker too (it polls for the next step the same way, for 1 s after each);
-#: ``core-with-worker`` moves the engine core onto the worker's CPUs.
+#: ``core-with-worker`` moves the engine core onto the worker's CPUs.  A niceness ranks a
+#: thread only inside its autogroup (one per session, kernel.sched_autogroup_enabled): vLLM,
+#: started in its own session, competes with the client's session as one nice-0 group, and
+#: the client read whole answers late behind it (docs/real-engine.md, "Where a slow turn's
+#: time goes").  ``group-niced`` is ``engine-niced`` with vLLM's autogroup at nice 19 too.
 #: `python -m tools.real_engine.delivery` compares them.
-PLACEMENTS = ("core-niced", "engine-niced", "core-with-worker", "vllm")
-PLACEMENT = "engine-niced"
+PLACEMENTS = ("group-niced", "core-niced", "engine-niced", "core-with-worker", "vllm")
+PLACEMENT = "group-niced"
 #: the niceness of what ``core-niced`` and ``engine-niced`` lower (the lowest priority)
 CORE_NICE = 19
 
@@ -273,9 +279,12 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
         )
     worker_cpus = os.sched_getaffinity(workers[0])
     core_cpus = worker_cpus if placement == "core-with-worker" else os.sched_getaffinity(0)
-    nice = CORE_NICE if placement in ("core-niced", "engine-niced") else 0
-    worker_nice = CORE_NICE if placement == "engine-niced" else 0
+    nice = CORE_NICE if placement in ("core-niced", "engine-niced", "group-niced") else 0
+    worker_nice = CORE_NICE if placement in ("engine-niced", "group-niced") else 0
+    group_nice = CORE_NICE if placement == "group-niced" else 0
     touch = placement != "vllm" or reset
+    # vLLM's own session only: in the caller's, its autogroup would be the caller's too
+    own_group = _autogroup(root) is not None and _autogroup(root) != _autogroup(os.getpid())
     if touch:
         # every thread: Linux applies an affinity and a niceness to one thread, and the engine
         # core has several (its output thread sends each step's tokens to the API server)
@@ -284,16 +293,22 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
             _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
         for pid in workers:
             _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, worker_nice))
+        if own_group:
+            with contextlib.suppress(OSError):  # lowering it needs CAP_SYS_NICE: read back
+                Path(f"/proc/{root}/autogroup").write_text(f"{group_nice}\n")
+    group = _autogroup(root)
     got_cpus = _read_threads(cores, lambda tid: tuple(sorted(os.sched_getaffinity(tid))))
     got_nice = _read_threads(cores, lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
     got_worker_nice = _read_threads(workers, lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
     missed = []
     if touch:
-        wanted = (
+        wanted: list[tuple[str, set[Any], set[Any]]] = [
             ("engine core on CPUs", got_cpus, {tuple(sorted(core_cpus))}),
             ("engine core at nice", got_nice, {nice}),
             ("worker at nice", got_worker_nice, {worker_nice}),
-        )
+        ]
+        if own_group and group is not None:
+            wanted.append(("vLLM's autogroup at nice", {group[1]}, {group_nice}))
         missed = [
             f"{what} {_shown(want)} (it is {_shown(got)}"
             + ("; lowering a niceness needs CAP_SYS_NICE)" if "nice" in what else ")")
@@ -305,10 +320,25 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
         f"{sorted(worker_cpus)}, engine core on {_shown(got_cpus)} at nice {_shown(got_nice)}, "
         f"worker at nice {_shown(got_worker_nice)}, API server on "
         f"{sorted(os.sched_getaffinity(root))}"
+        + (f", vLLM's autogroup at nice {group[1]}" if group is not None and own_group else "")
     )
+    if group_nice and not own_group:
+        text += "; vLLM has no autogroup of its own (not its own session, or autogroups off)"
     if missed:
         text += "; NOT applied: " + ", ".join(missed)
     return Placed(text, not missed)
+
+
+def _autogroup(pid: int) -> tuple[str, int] | None:
+    """The autogroup of ``pid`` and its niceness (``/proc/PID/autogroup``); None without
+    autogroups (a kernel built without, or ``kernel.sched_autogroup_enabled`` 0)."""
+    try:
+        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "0":
+            return None
+        name, _, nice = Path(f"/proc/{pid}/autogroup").read_text().split()
+        return name, int(nice)
+    except (OSError, ValueError):
+        return None
 
 
 def _each_thread(pid: int, apply: Callable[[int], object]) -> None:
@@ -418,8 +448,9 @@ def add_placement(p: argparse.ArgumentParser) -> None:
         choices=PLACEMENTS,
         default=PLACEMENT,
         help=f"where vLLM's processes run (default {PLACEMENT}: its engine core and worker at "
-        "nice 19, so that the API server and the clients are not starved on 2 CPUs; vllm "
-        "leaves them as vLLM puts them; docs/real-engine.md)",
+        "nice 19, and its session's autogroup at nice 19, so that the API server and the "
+        "clients are not starved on 2 CPUs; vllm leaves them as vLLM puts them; "
+        "docs/real-engine.md)",
     )
 
 
@@ -439,6 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     argv_ = serve_argv(python, args.model, args.port)
+    sigterm_as_sigint()  # so that a SIGTERM stops the server too (KeyboardInterrupt below)
     # its own session, so that stopping it stops the engine core and worker it forks
     proc = subprocess.Popen(argv_, env=engine_env(args.hf_home), start_new_session=True)
     try:

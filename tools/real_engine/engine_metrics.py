@@ -17,7 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 TPOT = "vllm:request_time_per_output_token_seconds"
-HISTOGRAMS = (TTFT, ITL, TPOT)
+#: the engine core's share of a TTFT: queued -> scheduled, scheduled -> first token (its clock)
+QUEUE = "vllm:request_queue_time_seconds"
+PREFILL = "vllm:request_prefill_time_seconds"
+HISTOGRAMS = (TTFT, ITL, TPOT, QUEUE, PREFILL)
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 CACHED_TOKENS = "vllm:prompt_tokens_cached_total"
@@ -39,10 +42,12 @@ def geometric_edges(low_s: float, high_s: float, step: float) -> list[float]:
 
 
 #: the buckets `make real-engine` gives vLLM: 2 % steps for TTFT (1 ms .. 30 s), 1 % for the
-#: token-interval family (ITL and TPOT, 0.2 ms .. 2 s)
+#: token-interval family (ITL and TPOT, 0.2 ms .. 2 s), 5 % for the request-latency family
+#: (queue, prefill, e2e: 0.1 ms .. 60 s; vLLM's own start at 300 ms)
 BUCKETS = {
     "time_to_first_token": geometric_edges(0.001, 30.0, 0.02),
     "inter_token_latency": geometric_edges(0.0002, 2.0, 0.01),
+    "request_latency": geometric_edges(0.0001, 60.0, 0.05),
 }
 
 

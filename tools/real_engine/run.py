@@ -12,13 +12,16 @@ import csv
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -46,6 +49,7 @@ from tools.real_engine.engine import (
     serving,
 )
 from tools.real_engine.engine_metrics import TTFT, Snapshot
+from tools.real_engine.wire import decompose, read_segments, wire_doc, wire_summary
 
 #: marks --out as this tool's, so that the next run may empty it
 MARKER = ".loopbench-real-engine"
@@ -71,6 +75,10 @@ EXTRA_BODY = {
 SCRAPE_INTERVAL_S = 600.0
 
 
+#: the capture's niceness (it runs in the clients' session)
+WIRE_NICE = 19
+
+
 @dataclass(frozen=True)
 class Options:
     out: Path = Path("results/real-engine")
@@ -88,6 +96,8 @@ class Options:
     placement: str = PLACEMENT  # where vLLM's processes run (engine.PLACEMENTS)
     run_timeout_s: float = 600.0
     scrape_interval_s: float = SCRAPE_INTERVAL_S  # loopbench's --server-metrics-interval
+    wire: bool = False  # capture each loopbench window's loopback segments (wire.py, root)
+    client_nice: int = 0  # the measuring clients' niceness (loopbench's and the peers')
 
 
 @dataclass
@@ -160,6 +170,12 @@ def loopbench_argv(
         run_id,
         "-q",
     ]
+
+
+def niced(argv: list[str], nice: int) -> list[str]:
+    """``argv`` run at niceness ``nice`` (coreutils' ``nice``; 0: as it is).  A negative one
+    needs CAP_SYS_NICE; without it ``nice`` says so on the log and runs it unchanged."""
+    return argv if nice == 0 else ["nice", "-n", str(nice), *argv]
 
 
 def settled(engine: Engine, before: Snapshot, requests: int) -> Snapshot:
@@ -252,7 +268,10 @@ def warm_up(
         yaml.safe_dump({**doc, "rollout": {**doc["rollout"], "count": 4}}, sort_keys=False)
     )
     timed(
-        loopbench_argv(warm, engine, transports, tokenizer, opts.out / "runs", "warmup"),
+        niced(
+            loopbench_argv(warm, engine, transports, tokenizer, opts.out / "runs", "warmup"),
+            opts.client_nice,
+        ),
         env=dict(os.environ),
         log=opts.out / "warmup.log",
         timeout_s=opts.run_timeout_s,
@@ -381,14 +400,24 @@ def _loopbench_window(
     )
     say(f"loopbench over {label}: {opts.requests} rollouts, {opts.concurrency} at a time ...")
     before = engine.scrape()
-    rc, wall, _ = timed(
-        argv, env=dict(os.environ), log=runs / f"{run_id}.log", timeout_s=opts.run_timeout_s
-    )
+    wire_file = runs / f"{run_id}.wire.jsonl"
+    with wire_capture(engine, wire_file) if opts.wire else nullcontext():
+        rc, wall, _ = timed(
+            niced(argv, opts.client_nice),
+            env=dict(os.environ),
+            log=runs / f"{run_id}.log",
+            timeout_s=opts.run_timeout_s,
+        )
     folder = runs / run_id
     turns = _read_turns(folder / "turns.csv.gz") if (folder / "turns.csv.gz").exists() else []
     after = settled(engine, before, len(turns))
     delta = after.minus(before)
     note = ""
+    if opts.wire and wire_file.exists():
+        with wire_file.open(encoding="utf-8") as f:
+            split = decompose(turns, read_segments(f))
+        (runs / f"{run_id}.wire.json").write_text(json.dumps(wire_doc(split, delta), indent=1))
+        say(f"  wire: {wire_summary(split, delta)}")
     if rc != 0 or not turns:
         note = f"loopbench over {label}: exit {rc} ({runs / f'{run_id}.log'})"
         say(note)
@@ -401,6 +430,34 @@ def _loopbench_window(
     )
     figures.label = label
     return figures, delta, note
+
+
+@contextmanager
+def wire_capture(engine: Engine, out: Path) -> Iterator[None]:
+    """``python -m tools.real_engine.wire`` on the engine's port for the block's duration."""
+    port = urlsplit(engine.base_url).port or 80
+    log = out.with_suffix(".log")
+    with log.open("w") as err:
+        # at nice 19: its reads may come late (the stamps are the kernel's), the client's may not
+        argv = [sys.executable, "-m", "tools.real_engine.wire", "--port", str(port)]
+        proc = subprocess.Popen(
+            niced([*argv, "--out", str(out)], WIRE_NICE),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # READY, or the error it stopped with
+        err.write(line)
+        try:
+            yield
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                _, rest = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, rest = proc.communicate()
+            err.write(rest)
 
 
 def _peer_windows(
@@ -457,7 +514,12 @@ def _peer_windows(
         (folder / "command.txt").write_text(" ".join(argv) + "\n")
         say(f"{tool}: {opts.requests} requests, {opts.concurrency} at a time ...")
         before = engine.scrape()
-        rc, wall, _ = timed(argv, env=env, log=folder / "output.log", timeout_s=opts.run_timeout_s)
+        rc, wall, _ = timed(
+            niced(argv, opts.client_nice),
+            env=env,
+            log=folder / "output.log",
+            timeout_s=opts.run_timeout_s,
+        )
         measured = []
         note = ""
         if rc == 0 and output.exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from bench.options import options_from
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode
 from tests.tools.real_engine.engine_venv import assert_usage_errors
+from tools.real_engine import __main__ as cli
 from tools.real_engine import simulate
 from tools.real_engine.__main__ import main
 from tools.real_engine.engine import PLACEMENT
@@ -59,3 +61,23 @@ def test_the_simulation_takes_the_placement_the_main_runner_does(
         with pytest.raises(SystemExit):
             runner(["--help"])
         assert "leaves them as vLLM puts them" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_sigterm_stops_the_run_as_ctrl_c_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `timeout` or a cancelled CI step sends SIGTERM: it must unwind through the run (whose
+    `serving` block stops the vLLM it started) instead of ending the process at once."""
+
+    def run(opts: Options) -> None:
+        signal.raise_signal(signal.SIGTERM)
+        raise AssertionError("not reached: SIGTERM is raised as KeyboardInterrupt")
+
+    monkeypatch.setattr(cli, "run", run)
+    term, intr = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        assert main(["--out", str(tmp_path / "out")]) == ExitCode.INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, term)
+        signal.signal(signal.SIGINT, intr)
+    assert "interrupted: vLLM stopped" in capsys.readouterr().err

@@ -5,11 +5,13 @@ The kernel is real: affinities and nicenesses are set and read back through it."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +119,45 @@ def test_a_niceness_that_could_not_be_lowered_is_reported_as_it_is(
     assert f"engine core on {sorted(os.sched_getaffinity(0))} at nice {CORE_NICE}," in said.text
     assert "NOT applied: engine core at nice 0 (it is 19" in said.text
     assert "worker at nice 0 (it is 19" in said.text
+
+
+def _group_nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+
+
+needs_autogroups = pytest.mark.skipif(
+    engine._autogroup(os.getpid()) is None, reason="the kernel schedules without autogroups"
+)
+
+
+@needs_autogroups
+def test_group_niced_nices_vllms_own_session_and_says_so(tree: int) -> None:
+    said = place(tree, "group-niced")
+    assert _group_nice(tree) == CORE_NICE
+    assert _nices(tree, "VLLM::Worker") == {CORE_NICE}
+    assert said.applied
+    assert said.text.endswith(f"vLLM's autogroup at nice {CORE_NICE}")
+    said = place(tree, "vllm", reset=True)
+    assert _group_nice(tree) == 0
+    assert said.text.endswith("vLLM's autogroup at nice 0")
+
+
+@needs_autogroups
+def test_group_niced_leaves_the_callers_own_session_alone() -> None:
+    """A server started in the caller's session shares the caller's autogroup: nicing it
+    would nice the measuring client too."""
+    proc = subprocess.Popen([sys.executable, "-c", _TREE])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not _named(_descendants(proc.pid), "VLLM::Worker"):
+            time.sleep(0.05)
+        mine = _group_nice(os.getpid())
+        said = place(proc.pid, "group-niced")
+        assert _group_nice(os.getpid()) == mine
+        assert "vLLM has no autogroup of its own" in said.text
+    finally:
+        for pid in _descendants(proc.pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+        proc.kill()
+        proc.wait()
