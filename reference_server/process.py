@@ -81,6 +81,18 @@ def serve_process(config: ServerConfig, sock: socket.socket | None = None) -> in
         ssl_certfile=config.tls_cert,
         ssl_keyfile=config.tls_key,
     )
+    if uv_config.is_ssl:
+        # No TLS 1.3 session tickets.  A client that reads in one thread while it writes in
+        # another on one ssl.SSLSocket (websockets' sync client, so the openai SDK's
+        # responses.connect: its reader thread starts before the upgrade request is sent)
+        # processed the tickets in SSL_read while SSL_write sent the request, and the
+        # request never left it: about 1 wss handshake in 700 on a loaded machine got no
+        # 101 (tests/server/test_tls.py).  Without tickets nothing comes after the
+        # handshake to race with; a benchmark's connections are not resumed anyway.
+        # Loaded here, not in serve(), so the context is changed before its first use.
+        uv_config.load()
+        assert uv_config.ssl is not None
+        uv_config.ssl.num_tickets = 0
     # After uvicorn.Config, which configures logging: intentional drops are not errors.
     install_log_filter()
     ready = ready_line(sock, tls=config.tls)
