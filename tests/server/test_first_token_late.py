@@ -27,8 +27,11 @@ from reference_server.core.config import ServerConfig
 from tests.server.test_protocols import serving
 
 BASE_TTFT_MS = 1000.0
-BLOCK_FROM_S = 0.3  # after the requests are sent: all have arrived, none is due yet
-BLOCK_S = 1.2  # ends ~0.5 s after the first tokens are due
+# The block starts once all four hold an engine slot (arrived, none due for ~1 s), not after
+# a fixed delay: on a busy machine a WebSocket's upgrade alone can take longer than any delay
+# short enough to leave the tokens due inside the block.
+ARRIVALS_WITHIN_S = 5.0
+BLOCK_S = 1.2  # ends ~0.2 s or more after the last first token is due
 HINTS = {"loopbench.output_tokens": "6", "loopbench.reasoning_tokens": "0"}
 TAGS = {"http": "lbq-http", "ws": "lbq-ws", "chat": "lbq-chat", "messages": "lbq-msg"}
 
@@ -94,10 +97,20 @@ async def one_response(port: int, api: str) -> dict[str, Any]:
     return {"sent_ns": sent_ns, "first_ns": first_ns, "timing": timing}
 
 
-async def round_of_four(port: int, block: bool) -> tuple[dict[str, dict[str, Any]], int, int]:
+async def _all_in_the_engine(server: ReferenceServer, n: int) -> None:
+    slots = server.service.sim.capacity
+    deadline = time.monotonic() + ARRIVALS_WITHIN_S
+    while slots.active < n:
+        assert time.monotonic() < deadline, f"{slots.active} of {n} requests reached the engine"
+        await asyncio.sleep(0.002)
+
+
+async def round_of_four(
+    server: ReferenceServer, port: int, block: bool
+) -> tuple[dict[str, dict[str, Any]], int, int]:
     apis = list(TAGS)
     tasks = [asyncio.ensure_future(one_response(port, api)) for api in apis]
-    await asyncio.sleep(BLOCK_FROM_S)
+    await _all_in_the_engine(server, len(apis))
     block_start = time.perf_counter_ns()
     if block:
         time.sleep(BLOCK_S)  # the server's event loop too: no token can be written meanwhile
@@ -119,8 +132,8 @@ def test_lateness_covers_a_blocked_event_loop_for_every_api(tmp_path: Path) -> N
 
     async def main() -> list[tuple[dict[str, dict[str, Any]], int, int]]:
         async with serving(server.app, lifespan="on") as port:
-            blocked = await round_of_four(port, block=True)
-            free = await round_of_four(port, block=False)
+            blocked = await round_of_four(server, port, block=True)
+            free = await round_of_four(server, port, block=False)
         return [blocked, free]
 
     (blocked, block_start, block_end), (free, _, _) = asyncio.run(asyncio.wait_for(main(), 60))
