@@ -142,7 +142,7 @@ def timed(
 
     The CPU time is the ``RUSAGE_CHILDREN`` difference around the run: the tool's own
     process and every worker it waited for.  A process it left running, or one that
-    outlived it, is not counted.  On timeout the whole process group is killed.
+    outlived it, is not counted.  On timeout or an interrupt the whole process group is killed.
     """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -156,6 +156,12 @@ def timed(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             rc = -int(signal.SIGKILL)
+        except BaseException:
+            # Ctrl-C or a SIGTERM turned into one: the tool runs in a session of its own, so
+            # nothing else would stop it loading the target after this process is gone.
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)

@@ -99,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     except KeyboardInterrupt:
-        print("interrupted: vLLM stopped, no table", file=sys.stderr)
+        stopped = "left running (--engine-url)" if opts.engine_url else "stopped"
+        print(f"interrupted: vLLM {stopped}, no table", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
     print_outcome(render(outcome.rows, outcome.engine), outcome.doc, opts.out, outcome.notes)
     misses = outcome.missed

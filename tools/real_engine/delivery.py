@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bench.options import options_from
+from harness.wire.exit_codes import ExitCode
 from tools.real_engine import side_by_side
 from tools.real_engine.compare import TTFT_BOUND_MS, Row, aligned, rank_quantile
 from tools.real_engine.engine import PLACEMENTS, Placed, place, serving
@@ -145,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts, names = options_from(Options, args), args.settings
     assert set(s.placement for s in SETTINGS.values()) <= set(PLACEMENTS)
     since = side_by_side.started()
-    found = run(opts, names, args.rounds)
+    found = side_by_side.interruptible(lambda: run(opts, names, args.rounds))
+    if found is None:
+        return int(ExitCode.INTERRUPTED)
     table = render(found)
     side_by_side.finish(opts, "delivery.json", since, {"windows": found}, table)
     return 0

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.options import options_from
+from harness.wire.exit_codes import ExitCode
 from tools.real_engine import side_by_side
 from tools.real_engine.capture import Reads, post_stream
 from tools.real_engine.compare import TTFT_BOUND_MS, aligned, rank_quantile
@@ -185,7 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     opts, names = options_from(Options, args), args.settings
     since = side_by_side.started()
-    found = run(opts, names, args.rounds, args.engine_url, args.stall_pairs)
+    found = side_by_side.interruptible(
+        lambda: run(opts, names, args.rounds, args.engine_url, args.stall_pairs)
+    )
+    if found is None:
+        return int(ExitCode.INTERRUPTED)
     table = render(found["windows"])  # type: ignore[arg-type]
     side_by_side.finish(opts, "scrape-cost.json", since, found, table)
     return 0

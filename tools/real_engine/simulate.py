@@ -34,6 +34,7 @@ from bench.peers.bench import timed
 from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
+from harness.wire.stop_signal import sigterm_as_sigint
 from tools.real_engine.engine import (
     PLACEMENT,
     Engine,
@@ -288,11 +289,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = options_from(
         SimOptions, args, attempts=max(1, args.attempts), rounds=max(1, args.rounds)
     )
+    # a SIGTERM (a `timeout`, a CI step cancelled) must stop the vLLM this run started
+    sigterm_as_sigint()
     try:
         outcome = run_sim(opts)
     except LoopbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
+    except KeyboardInterrupt:
+        print("interrupted: vLLM stopped, no table", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
     print()
     print(outcome.calibration.strip())
     print_outcome(render(outcome.rows), outcome.doc, opts.out, outcome.doc["notes"])

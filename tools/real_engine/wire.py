@@ -14,7 +14,6 @@ beside anything (SIGTERM or SIGINT ends it).
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import math
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.transports.rx_socket import SO_TIMESTAMPNS, RealtimeClock
+from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.engine_metrics import PREFILL, QUEUE, TTFT, Snapshot
 
 ETH_P_ALL = 0x0003
@@ -155,10 +155,14 @@ def capture(port: int, out: TextIO, stop: Any, iface: str = "lo", ready: Any = l
         anc = socket.CMSG_SPACE(_TIMESPEC.size)
         n = 0
         ready()
-        while not stop():
+        while True:
             try:
                 frame, ancdata, _, _ = sock.recvmsg(SNAP, anc)
             except BlockingIOError:
+                # Told to stop: only once what the socket still holds is written (the window's
+                # last turns arrive last and would otherwise be lost).
+                if stop():
+                    break
                 # The kernel stamped every segment as it came: waking per segment would only
                 # take CPU from the client and vLLM it watches, so drain in batches.
                 time.sleep(DRAIN_S)
@@ -375,7 +379,7 @@ def wire_summary(split: Sequence[TurnWire], engine: Snapshot) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = UsageParser(
         prog="python -m tools.real_engine.wire",
         description="Capture the loopback segments of one TCP port with the kernel's receive "
         "stamps (perf_counter clock) as JSON lines, until SIGTERM/SIGINT (needs root).",
@@ -403,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     except PermissionError:
         print("error: an AF_PACKET capture needs root (CAP_NET_RAW)", file=sys.stderr)
-        return 2
+        return int(ExitCode.USAGE)
     print(f"{n} segments of port {args.port} in {args.out}", file=sys.stderr)
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -12,7 +13,7 @@ from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode
 from tests.tools.real_engine.engine_venv import assert_usage_errors
 from tools.real_engine import __main__ as cli
-from tools.real_engine import simulate
+from tools.real_engine import delivery, scrape_cost, simulate
 from tools.real_engine.__main__ import main
 from tools.real_engine.engine import PLACEMENT
 from tools.real_engine.run import Options
@@ -63,20 +64,30 @@ def test_the_simulation_takes_the_placement_the_main_runner_does(
         assert "leaves them as vLLM puts them" in " ".join(capsys.readouterr().out.split())
 
 
+@pytest.mark.parametrize(
+    ("module", "measure"),
+    [(cli, "run"), (simulate, "run_sim"), (delivery, "run"), (scrape_cost, "run")],
+    ids=["real_engine", "simulate", "delivery", "scrape_cost"],
+)
 def test_a_sigterm_stops_the_run_as_ctrl_c_does(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    module: ModuleType,
+    measure: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A `timeout` or a cancelled CI step sends SIGTERM: it must unwind through the run (whose
-    `serving` block stops the vLLM it started) instead of ending the process at once."""
+    `serving` block stops the vLLM it started) instead of ending the process at once, in
+    every command that starts vLLM."""
 
-    def run(opts: Options) -> None:
+    def run(*args: object, **kwargs: object) -> None:
         signal.raise_signal(signal.SIGTERM)
         raise AssertionError("not reached: SIGTERM is raised as KeyboardInterrupt")
 
-    monkeypatch.setattr(cli, "run", run)
+    monkeypatch.setattr(module, measure, run)
     term, intr = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     try:
-        assert main(["--out", str(tmp_path / "out")]) == ExitCode.INTERRUPTED
+        assert module.main(["--out", str(tmp_path / "out")]) == ExitCode.INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, term)
         signal.signal(signal.SIGINT, intr)

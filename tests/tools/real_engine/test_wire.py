@@ -107,13 +107,17 @@ def test_the_window_doc_sets_the_split_beside_vllms_slowest_ttft() -> None:
     assert doc["slowest"][0]["outside_vllm_ttft_at_least_ms"] == 4.042  # 11.053 - 4.011 - 3
 
 
-def test_the_kernel_filter_keeps_one_copy_of_the_ports_segments() -> None:
-    """Over real sockets: only the kernel runs the BPF program and stamps the segments."""
+def _root_or_skip() -> None:
     try:
         probe = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(wire.ETH_P_ALL))
     except PermissionError:
         pytest.skip("an AF_PACKET socket needs root (CAP_NET_RAW)")
     probe.close()
+
+
+def _captured(linger_s: float) -> tuple[str, int, int]:
+    """A capture of one request and answer on a fresh port (another port's traffic beside
+    it), told to stop ``linger_s`` after the answer: (its lines, the port, the send's stamp)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
@@ -138,15 +142,34 @@ def test_the_kernel_filter_keeps_one_copy_of_the_ports_segments() -> None:
                 s.recv(64)
                 s.sendall(b"HTTP/1.1 200 OK\r\n\r\n")
                 c.recv(64)
-        time.sleep(0.3)
+        time.sleep(linger_s)
     finally:
         stop.set()
         th.join(5)
         srv.close()
         other.close()
-    segs = wire.read_segments(out.getvalue().splitlines())
+    return out.getvalue(), port, sent
+
+
+def test_the_kernel_filter_keeps_one_copy_of_the_ports_segments() -> None:
+    """Over real sockets: only the kernel runs the BPF program and stamps the segments."""
+    _root_or_skip()
+    lines, port, sent = _captured(0.3)
+    segs = wire.read_segments(lines.splitlines())
     data = [g for g in segs if g.length > 0]
     assert [(g.to_server, g.length) for g in data] == [(True, 19), (False, 19)]
     assert all(g.client != port for g in segs) and any(g.syn for g in segs)
     # the request's stamp lies in the send, on the perf_counter clock
     assert 0 <= data[0].t_ns - sent < 50_000_000
+
+
+def test_segments_still_queued_when_told_to_stop_are_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The window's last segments arrive last: a capture asleep between its batches when the
+    run ends must still write what the socket holds."""
+    _root_or_skip()
+    monkeypatch.setattr(wire, "DRAIN_S", 1.0)  # asleep through the exchange and the stop
+    lines, _, _ = _captured(0.0)
+    data = [g for g in wire.read_segments(lines.splitlines()) if g.length > 0]
+    assert [(g.to_server, g.length) for g in data] == [(True, 19), (False, 19)]
