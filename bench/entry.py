@@ -11,13 +11,14 @@ from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode
 
 
-def exit_code(body: Callable[[], int]) -> int:
-    """``body()``'s exit code, or the table's for what it raised."""
+def exit_code(body: Callable[[], int], *, interrupted: str = "interrupted") -> int:
+    """``body()``'s exit code, or the table's for what it raised (``interrupted``: the line
+    a Ctrl-C prints)."""
     try:
         return body()
     except LoopbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(interrupted, file=sys.stderr)
         return int(ExitCode.INTERRUPTED)

@@ -8,11 +8,9 @@ from pathlib import Path
 
 from bench.cli_args import names_of
 from bench.options import options_from
-from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
-from harness.wire.stop_signal import sigterm_as_sigint
 from tools.real_engine.compare import INTERVAL_BOUND, TTFT_BOUND_MS, render
-from tools.real_engine.engine import add_placement
+from tools.real_engine.engine import add_placement, stopping_vllm
 from tools.real_engine.run import PEERS, TRANSPORTS, Options, print_outcome, run
 
 
@@ -91,24 +89,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     opts = options_from(Options, args, tool_turns=not args.no_tool_turns)
-    # a SIGTERM (a `timeout`, a CI step cancelled) must stop the vLLM this run started
-    sigterm_as_sigint()
-    try:
-        outcome = run(opts)
-    except LoopbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return int(ExitCode.USAGE)
-    except KeyboardInterrupt:
-        stopped = "left running (--engine-url)" if opts.engine_url else "stopped"
-        print(f"interrupted: vLLM {stopped}, no table", file=sys.stderr)
-        return int(ExitCode.INTERRUPTED)
+    return stopping_vllm(lambda: _measured(opts, args.check), engine_url=opts.engine_url)
+
+
+def _measured(opts: Options, check: bool) -> int:
+    outcome = run(opts)
     print_outcome(render(outcome.rows, outcome.engine), outcome.doc, opts.out, outcome.notes)
     misses = outcome.missed
     if misses:
         print(f"{len(misses)} target(s) missed or not evaluated:", file=sys.stderr)
         for r in misses:
             print(f"  {r.tool} {r.label} {r.metric} {r.stat}: {r.bound}", file=sys.stderr)
-        if args.check:
+        if check:
             return int(ExitCode.INVALID)
     return int(ExitCode.OK)
 

@@ -21,10 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bench.options import options_from
-from harness.wire.exit_codes import ExitCode
 from tools.real_engine import side_by_side
 from tools.real_engine.compare import TTFT_BOUND_MS, Row, aligned, rank_quantile
-from tools.real_engine.engine import PLACEMENTS, Placed, place, serving
+from tools.real_engine.engine import PLACEMENTS, Placed, place, serving, stopping_vllm
 from tools.real_engine.run import Options, prepare, warm_up
 from tools.real_engine.side_by_side import ChatWindow
 
@@ -145,12 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     opts, names = options_from(Options, args), args.settings
     assert set(s.placement for s in SETTINGS.values()) <= set(PLACEMENTS)
+    return stopping_vllm(lambda: _measured(opts, names, args.rounds))
+
+
+def _measured(opts: Options, names: Sequence[str], rounds: int) -> int:
     since = side_by_side.started()
-    found = side_by_side.interruptible(lambda: run(opts, names, args.rounds))
-    if found is None:
-        return int(ExitCode.INTERRUPTED)
-    table = render(found)
-    side_by_side.finish(opts, "delivery.json", since, {"windows": found}, table)
+    found = run(opts, names, rounds)
+    side_by_side.finish(opts, "delivery.json", since, {"windows": found}, render(found))
     return 0
 
 

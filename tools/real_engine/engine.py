@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench.entry import exit_code
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
 from harness.wire.stop_signal import sigterm_as_sigint
@@ -452,6 +453,15 @@ def add_placement(p: argparse.ArgumentParser) -> None:
         "clients are not starved on 2 CPUs; vllm leaves them as vLLM puts them; "
         "docs/real-engine.md)",
     )
+
+
+def stopping_vllm(body: Callable[[], int], *, engine_url: str | None = None) -> int:
+    """``body()``'s exit code, with a SIGTERM (a `timeout`, a cancelled CI step) taken as
+    Ctrl-C: it unwinds through :func:`serving`, which stops the vLLM the run started, and
+    exits 130; an error a user can act on exits 4 in one line (bench.entry)."""
+    sigterm_as_sigint()
+    stopped = "left running (--engine-url)" if engine_url else "stopped"
+    return exit_code(body, interrupted=f"interrupted: vLLM {stopped}, no table")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

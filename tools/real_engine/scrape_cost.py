@@ -25,11 +25,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.options import options_from
-from harness.wire.exit_codes import ExitCode
 from tools.real_engine import side_by_side
 from tools.real_engine.capture import Reads, post_stream
 from tools.real_engine.compare import TTFT_BOUND_MS, aligned, rank_quantile
-from tools.real_engine.engine import MODEL_NAME, attached, serving
+from tools.real_engine.engine import MODEL_NAME, attached, serving, stopping_vllm
 from tools.real_engine.run import SCRAPE_INTERVAL_S, Options, prepare, warm_up
 
 #: setting name -> loopbench's --server-metrics-interval (s)
@@ -185,12 +184,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--stall-pairs", type=int, default=10, help="streams with and without a scrape")
     args = p.parse_args(argv)
     opts, names = options_from(Options, args), args.settings
-    since = side_by_side.started()
-    found = side_by_side.interruptible(
-        lambda: run(opts, names, args.rounds, args.engine_url, args.stall_pairs)
+    return stopping_vllm(
+        lambda: _measured(opts, names, args.rounds, args.engine_url, args.stall_pairs),
+        engine_url=args.engine_url,
     )
-    if found is None:
-        return int(ExitCode.INTERRUPTED)
+
+
+def _measured(
+    opts: Options, names: Sequence[str], rounds: int, engine_url: str | None, stall_pairs: int
+) -> int:
+    since = side_by_side.started()
+    found = run(opts, names, rounds, engine_url, stall_pairs)
     table = render(found["windows"])  # type: ignore[arg-type]
     side_by_side.finish(opts, "scrape-cost.json", since, found, table)
     return 0

@@ -6,16 +6,13 @@ compares several settings window by window; only the settings and what is counte
 from __future__ import annotations
 
 import os
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from bench.cli_args import names_of
 from harness.wire.exit_codes import UsageParser
-from harness.wire.stop_signal import sigterm_as_sigint
 from tools.real_engine.compare import ClientFigures, Row, compare
 from tools.real_engine.engine import Engine
 from tools.real_engine.engine_metrics import TTFT, Snapshot
@@ -77,20 +74,6 @@ def parser(
         "--requests", type=int, default=requests, help=f"per window (default {requests})"
     )
     return p
-
-
-T = TypeVar("T")
-
-
-def interruptible(measure: Callable[[], T]) -> T | None:
-    """``measure()`` with a SIGTERM taken as Ctrl-C (a `timeout`, a cancelled CI step), so the
-    vLLM it started is stopped on the way out; None, said on stderr, when interrupted."""
-    sigterm_as_sigint()
-    try:
-        return measure()
-    except KeyboardInterrupt:
-        print("interrupted: vLLM stopped, no table", file=sys.stderr)
-        return None
 
 
 def started() -> tuple[float, tuple[float, float, float]]:

@@ -34,7 +34,6 @@ from bench.peers.bench import timed
 from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
-from harness.wire.stop_signal import sigterm_as_sigint
 from tools.real_engine.engine import (
     PLACEMENT,
     Engine,
@@ -42,6 +41,7 @@ from tools.real_engine.engine import (
     attached,
     build_model,
     serving,
+    stopping_vllm,
 )
 from tools.real_engine.run import (
     Options,
@@ -289,16 +289,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = options_from(
         SimOptions, args, attempts=max(1, args.attempts), rounds=max(1, args.rounds)
     )
-    # a SIGTERM (a `timeout`, a CI step cancelled) must stop the vLLM this run started
-    sigterm_as_sigint()
-    try:
-        outcome = run_sim(opts)
-    except LoopbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return int(ExitCode.USAGE)
-    except KeyboardInterrupt:
-        print("interrupted: vLLM stopped, no table", file=sys.stderr)
-        return int(ExitCode.INTERRUPTED)
+    return stopping_vllm(lambda: _measured(opts, args.check))
+
+
+def _measured(opts: SimOptions, check: bool) -> int:
+    outcome = run_sim(opts)
     print()
     print(outcome.calibration.strip())
     print_outcome(render(outcome.rows), outcome.doc, opts.out, outcome.doc["notes"])
@@ -309,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{len(misses) - unjudged} of {len(outcome.rows)} figures off by more than "
             f"{BOUND:.0%} or without a figure; {unjudged} not judged (the machine was busy)"
         )
-        if args.check:
+        if check:
             return int(ExitCode.INVALID)
     return int(ExitCode.OK)
 
