@@ -207,12 +207,27 @@ def precision_target(runs: Sequence[dict[str, Any]], streams: int = PRECISION_ST
         passed = passed and ok
         key = "locust" if run["tool"] == LOCUST_ROW else str(run.get("transport"))
         detail[key] = {"client_error_p99_ms": p99, "decode_tps": [t1, t99]}
+        decode_ok = lo <= t1 and t99 <= hi
         parts.append(
             f"{name} client-side error p99 {p99:.2f} ms, decode TPS {t1:,.0f}–{t99:,.0f}"
             + ("" if ok else " (missed)")
+            + ("" if decode_ok else _whose_decode_span(figs))
         )
     head = "PASS" if passed else "FAIL"
     return Verdict(passed, f"{head}: at {streams} streams, " + "; ".join(parts), detail)
+
+
+def _whose_decode_span(figs: dict[str, Any]) -> str:
+    """Where a missed decode band's extra span went, when the server timed its writes: a
+    reader must not take the reference server's late last token for the client's error."""
+    split = figs.get("decode_span_extra_ms") or {}
+    measured = (split.get("measured") or {}).get("p99")
+    server = (split.get("server") or {}).get("p99")
+    if not isinstance(measured, int | float) or not isinstance(server, int | float):
+        return ""
+    return (
+        f" [extra decode span p99 {measured:.2f} ms, of it the server writing late {server:.2f} ms]"
+    )
 
 
 def combined(*verdicts: Verdict) -> bool | None:

@@ -144,6 +144,18 @@ def test_every_loopbench_row_is_held_to_the_client_error_and_decode_tps_of_issue
     assert "(missed)" in v.text and v.text.count("(missed)") == 1
     runs[1] = _precise("ws", 0.3, tps=(974.0, 1000.0))  # decode p1 more than 1 % below 1,000
     assert precision_target(runs, 64).passed is False
+    # ... and where the extra span went, when the server timed its writes
+    runs[1]["figures"]["decode_span_extra_ms"] = {
+        "measured": {"p99": 2.62},
+        "server": {"p99": 2.58},
+        "wire_and_client": {"p99": 0.08},
+    }
+    v = precision_target(runs, 64)
+    assert v.passed is False
+    assert (
+        "decode TPS 974–1,000 (missed) [extra decode span p99 2.62 ms, of it the server" in v.text
+    )
+    assert v.text.count("[extra decode span") == 1  # only the row that missed its decode band
     runs[1] = _precise("ws", 0.3, tps=(995.0, 1011.0))
     assert precision_target(runs, 64).passed is False
     runs[1] = {**_precise("ws", 0.3), "status": "failed (exit 4)"}
