@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import math
 import re
 import signal
 import socket
@@ -30,6 +29,7 @@ from typing import Any, TextIO
 
 from harness.transports.rx_socket import SO_TIMESTAMPNS, RealtimeClock
 from harness.wire.exit_codes import ExitCode, UsageParser
+from tools.real_engine.compare import rank_quantile
 from tools.real_engine.engine_metrics import PREFILL, QUEUE, TTFT, Snapshot
 
 ETH_P_ALL = 0x0003
@@ -310,14 +310,6 @@ def _ms(snap: Snapshot, name: str, q: float) -> float | None:
     return None if got is None else round(got[0] * 1000, 3)
 
 
-def _rank(values: Sequence[float], q: float) -> float | None:
-    """The value at rank ceil(q * n), as loopbench's summary reads its quantiles."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
 def _outside(turn: TurnWire, vllm_max_ms: float | None) -> float | None:
     if vllm_max_ms is None or turn.head_ms < 0:
         return None
@@ -332,8 +324,8 @@ def wire_doc(split: Sequence[TurnWire], engine: Snapshot) -> dict[str, Any]:
 
     def stats(values: Sequence[float]) -> dict[str, float | None]:
         return {
-            "p50": _rank(values, 0.5),
-            "p99": _rank(values, 0.99),
+            "p50": rank_quantile(values, 0.5),
+            "p99": rank_quantile(values, 0.99),
             "max": max(values, default=None),
         }
 
