@@ -19,71 +19,20 @@ one-line :class:`~harness.wire.errors.ScenarioError` messages.
 
 from __future__ import annotations
 
-import difflib
 import math
 import random
-import re
 from statistics import NormalDist as _StdNormal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
+
+from harness.wire.validation import KnownFields, invalid, shown
 
 DIST_KINDS = ("constant", "uniform", "normal", "lognormal", "empirical")
 
 # z such that P(Z <= z) = 0.95 for a standard normal: sigma = ln(p95/median) / z.
 _Z95 = _StdNormal().inv_cdf(0.95)
 _STD = _StdNormal()
-
-
-def describe_value(value: Any) -> str:
-    """How a received value is shown in an error: as the user wrote it in YAML, short."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    text = _flow(value) if isinstance(value, list | tuple | dict) else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _flow(value: Any) -> str:
-    # YAML flow style reads closer to the user's file than Python's repr.
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_flow(v) for v in value) + "]"
-    if isinstance(value, str) and _PLAIN.match(value) and value.lower() not in _YAML_WORDS:
-        return value
-    return describe_value(value)
-
-
-_PLAIN = re.compile(r"^[A-Za-z_][\w.-]*$")
-_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
-
-
-def shown(x: Any) -> str:
-    """A validated value in an error: floats the user wrote as `3` are shown as 3."""
-    if x is None:
-        return "nothing"
-    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
-        return describe_value(int(x))
-    if isinstance(x, list | tuple):
-        return "[" + ", ".join(shown(v) for v in x) + "]"
-    return describe_value(x)
-
-
-def invalid(field: str | None, expected: str, got: Any) -> PydanticCustomError:
-    """An error for ``field`` (relative to the model being validated) in the project's wording.
-
-    ``got`` is a validated value; ``None`` reads as "nothing" (the field is absent).
-    """
-    return PydanticCustomError(
-        "loopbench",
-        "expected {expected}, got {got}",
-        {"expected": expected, "got": shown(got), "field": field or ""},
-    )
 
 
 def scalars_as_text(value: Any) -> Any:
@@ -100,32 +49,10 @@ def scalars_as_text(value: Any) -> Any:
     return out
 
 
-def _unknown_field(key: str, allowed: list[str]) -> PydanticCustomError:
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    hint = (
-        f" (did you mean {close[0]!r}?)" if close else f" (expected one of: {', '.join(allowed)})"
-    )
-    return PydanticCustomError("unknown_field", "unknown field{hint}", {"field": key, "hint": hint})
-
-
-class StrictModel(BaseModel):
-    """Base of every scenario model: strict types, frozen, and helpful unknown-key errors.
-
-    ``extra="forbid"`` alone reports an unknown key without saying what was
-    meant; the before-validator catches it first and suggests the closest name.
-    """
+class StrictModel(KnownFields):
+    """Base of every scenario model: strict types, frozen, and helpful unknown-key errors."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_fields(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            allowed = [f.alias or name for name, f in cls.model_fields.items()]
-            for key in data:
-                if key not in allowed:
-                    raise _unknown_field(str(key), allowed)
-        return data
 
 
 class _DistBase(StrictModel):
@@ -174,7 +101,7 @@ class UniformDist(_DistBase):
     @model_validator(mode="after")
     def _ordered(self) -> UniformDist:
         if not self.max > self.min:
-            raise invalid("max", f"a number greater than min ({shown(self.min)})", self.max)
+            raise invalid("max", f"a number > min ({shown(self.min)})", self.max)
         return self
 
     def sample(self, rng: random.Random) -> float:
@@ -209,13 +136,13 @@ class NormalDist(_DistBase):
     @model_validator(mode="after")
     def _bounds(self) -> NormalDist:
         if self.min is not None and self.max is not None and not self.max > self.min:
-            raise invalid("max", f"a number greater than min ({shown(self.min)})", self.max)
+            raise invalid("max", f"a number > min ({shown(self.min)})", self.max)
         # A mean outside the bounds leaves almost no mass inside them, which makes
         # the distribution a surprise to whoever reads the scenario.
         if self.min is not None and self.mean_ < self.min:
-            raise invalid("mean", f"a number at least min ({shown(self.min)})", self.mean_)
+            raise invalid("mean", f"a number ≥ min ({shown(self.min)})", self.mean_)
         if self.max is not None and self.mean_ > self.max:
-            raise invalid("mean", f"a number at most max ({shown(self.max)})", self.mean_)
+            raise invalid("mean", f"a number ≤ max ({shown(self.max)})", self.mean_)
         return self
 
     def _cdf_bounds(self) -> tuple[float, float]:
@@ -266,7 +193,7 @@ class LognormalDist(_DistBase):
     @model_validator(mode="after")
     def _ordered(self) -> LognormalDist:
         if not self.p95 > self.median:
-            raise invalid("p95", f"a number greater than median ({shown(self.median)})", self.p95)
+            raise invalid("p95", f"a number > median ({shown(self.median)})", self.p95)
         return self
 
     @property

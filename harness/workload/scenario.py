@@ -13,7 +13,6 @@ Reading the file is the only I/O here; :func:`validate_scenario` is pure.
 from __future__ import annotations
 
 import copy
-import difflib
 import math
 import os
 import re
@@ -33,6 +32,16 @@ from pydantic_core import ErrorDetails
 
 from harness.wire.errors import ScenarioError
 from harness.wire.transports import TRANSPORT_NAMES
+from harness.wire.validation import (
+    NAME_PATTERN,
+    bound,
+    describe_error,
+    invalid,
+    join_field,
+    kind_of,
+    set_override,
+    shown,
+)
 from harness.workload.builtin import (
     builtin_hint,
     builtin_path,
@@ -45,10 +54,7 @@ from harness.workload.distributions import (
     Distribution,
     StrictModel,
     constant_field,
-    describe_value,
-    invalid,
     scalars_as_text,
-    shown,
 )
 from harness.workload.slo import SloConfig
 from harness.workload.target import TargetConfig
@@ -65,7 +71,6 @@ else:
 # problem disguised as a benchmark, so it is refused at validation time.
 MAX_OPEN_LOOP_ROLLOUTS = 1_000_000
 
-_NAME_PATTERN = r"^[a-z0-9-]+$"
 # The reference server's default engine profile's window (engine.context_window_tokens).
 DEFAULT_CONTEXT_WINDOW_TOKENS = 400_000
 # ... and its output cap (engine.max_output_tokens), which may not exceed the window.
@@ -73,9 +78,7 @@ DEFAULT_MAX_OUTPUT_TOKENS = 128_000
 
 
 def _bound_word(minimum: float) -> str:
-    if minimum == 0:
-        return "a non-negative number"
-    return f"a number at least {shown(minimum)}"
+    return bound("ge", minimum, "a number")
 
 
 def _bare_at_least(minimum: float) -> Any:
@@ -94,7 +97,7 @@ def _support_at_least(minimum: float) -> Any:
         field, low = dist.lower_bound()
         if field is not None and low < minimum:
             if field == "values":
-                raise invalid(field, f"values that are all at least {shown(minimum)}", dist.values)
+                raise invalid(field, f"values that are all ≥ {shown(minimum)}", dist.values)
             raise invalid(field, _bound_word(minimum), low)
         return dist
 
@@ -297,7 +300,7 @@ class Arrival(StrictModel):
     def _gamma_shape(self) -> Arrival:
         if self.process == "gamma":
             if self.cv is None and self.burstiness is None:
-                raise invalid("cv", "a positive number (or burstiness) for process gamma", None)
+                raise invalid("cv", "a number > 0 (or burstiness) for process gamma", None)
             if self.cv is not None and self.burstiness is not None:
                 raise invalid("burstiness", "either cv or burstiness, not both", self.burstiness)
         else:
@@ -510,7 +513,7 @@ class Scenario(StrictModel):
     """A whole scenario file."""
 
     name: str = Field(
-        pattern=_NAME_PATTERN,
+        pattern=NAME_PATTERN,
         description="Scenario name: lowercase letters, digits and '-'. Names the results folder; runs compare only with runs of the same name.",
     )
     description: str = Field(
@@ -574,7 +577,7 @@ class Scenario(StrictModel):
         if count_bounded and load.warmup_rollouts >= count:
             raise invalid(
                 "load.warmup_rollouts",
-                f"a number less than rollout.count ({count})",
+                f"a number < rollout.count ({count})",
                 load.warmup_rollouts,
             )
         compact_at = self.rollout.compact_at_tokens
@@ -586,7 +589,7 @@ class Scenario(StrictModel):
                 compact_at,
             )
         if load.order == "interleaved" and count_bounded and load.rounds > count:
-            raise invalid("load.rounds", f"at most rollout.count ({count})", load.rounds)
+            raise invalid("load.rounds", f"≤ rollout.count ({count})", load.rounds)
         if load.mode == "open":
             expected = load.expected_base_rollouts(count) + sum(b.extra for b in load.bursts)
             if expected > MAX_OPEN_LOOP_ROLLOUTS:
@@ -647,121 +650,6 @@ def scenario_json_schema() -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- errors
-
-
-def _dotted(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in DIST_KINDS:
-            # pydantic inserts the discriminated union's tag; the user never wrote it.
-            continue
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def _join(base: str, field: str) -> str:
-    if not field:
-        return base
-    if not base or field.startswith("["):
-        return base + field
-    return f"{base}.{field}"
-
-
-def _choices(ctx_expected: str) -> list[str]:
-    return re.findall(r"'([^']*)'", ctx_expected)
-
-
-def _did_you_mean(got: Any, choices: list[str]) -> str:
-    if not isinstance(got, str):
-        return ""
-    close = difflib.get_close_matches(got, choices, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _bound(kind: str, bound: Any) -> str:
-    noun = "an integer" if isinstance(bound, int) else "a number"
-    if kind == "gt" and bound == 0:
-        return "a positive integer" if isinstance(bound, int) else "a positive number"
-    if kind == "ge" and bound == 0:
-        return "a non-negative integer" if isinstance(bound, int) else "a non-negative number"
-    phrase = {
-        "gt": "greater than",
-        "ge": "at least",
-        "lt": "less than",
-        "le": "at most",
-    }[kind]
-    return f"{noun} {phrase} {describe_value(bound)}"
-
-
-_TYPE_WORDS = {
-    "int_type": "an integer",
-    "int_parsing": "an integer",
-    "int_from_float": "an integer",
-    "float_type": "a number",
-    "float_parsing": "a number",
-    "finite_number": "a finite number",
-    "string_type": "a string",
-    "bool_type": "true or false",
-    "bool_parsing": "true or false",
-    "list_type": "a list",
-    "tuple_type": "a list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
-    "model_attributes_type": "a mapping",
-}
-
-
-def describe_error(err: ErrorDetails) -> tuple[str, str]:
-    """(dotted field, message) for one pydantic error, in the project's wording."""
-    kind = err["type"]
-    ctx: dict[str, Any] = dict(err.get("ctx") or {})
-    field = _dotted(err["loc"])
-    got = err.get("input")
-    if kind == "loopbench":
-        return _join(field, ctx.get("field", "")), f"expected {ctx['expected']}, got {ctx['got']}"
-    if kind == "unknown_field":
-        return _join(field, ctx["field"]), "unknown field" + ctx["hint"]
-    if kind == "missing":
-        return field, "required field missing"
-    if kind in _TYPE_WORDS:
-        expected = _TYPE_WORDS[kind]
-    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        key = next(k for k in ("gt", "ge", "lt", "le") if k in ctx)
-        expected = _bound(key, ctx[key])
-    elif kind == "literal_error":
-        raw = str(ctx.get("expected", ""))
-        choices = _choices(raw) or [c.strip() for c in re.split(r",| or ", raw) if c.strip()]
-        return field, (
-            f"expected one of {', '.join(choices)}, got {describe_value(got)}"
-            + _did_you_mean(got, choices)
-        )
-    elif kind == "union_tag_invalid":
-        choices = _choices(str(ctx.get("expected_tags", "")))
-        tag = ctx.get("tag")
-        disc = str(ctx.get("discriminator", "")).strip("'")
-        return _join(field, disc), (
-            f"expected one of {', '.join(choices)}, got {describe_value(tag)}"
-            + _did_you_mean(tag, choices)
-        )
-    elif kind == "string_pattern_mismatch":
-        if ctx.get("pattern") == _NAME_PATTERN:
-            expected = "lowercase letters, digits and '-'"
-        else:
-            expected = f"a string matching {ctx.get('pattern')}"
-    elif kind == "string_too_short":
-        need = ctx.get("min_length", 1)
-        expected = "a non-empty string" if need == 1 else f"a string of at least {need} characters"
-    elif kind == "too_short":
-        need = ctx.get("min_length", 1)
-        expected = "a non-empty list" if need == 1 else f"a list of at least {need} items"
-    elif kind == "too_long":
-        expected = f"a list of at most {ctx.get('max_length')} items"
-    else:
-        return field, f"{err['msg']}, got {describe_value(got)}"
-    return field, f"expected {expected}, got {describe_value(got)}"
 
 
 def _from_override(field: str, overrides: Mapping[str, str] | None) -> str:
@@ -854,7 +742,7 @@ def scenario_problems(
             return (scenario if not problems else None), problems
         progressed = False
         for err in errors:
-            field, message = describe_error(err)
+            field, message = describe_error(err, tags=DIST_KINDS)
             if not any(_related(field, seen) for seen in reported):
                 message += _from_override(field, overrides)
                 problems.append(ScenarioError(source, field, message))
@@ -863,7 +751,7 @@ def scenario_problems(
                 meant = re.search(r"did you mean '([^']+)'", message)
                 if err["type"] == "unknown_field" and meant:
                     parent = field.rpartition(".")[0]
-                    reported.append(_join(parent, meant.group(1)))
+                    reported.append(join_field(parent, meant.group(1)))
             progressed = _set_aside(work, _data_path(err)) or progressed
         if not progressed:
             break
@@ -922,57 +810,17 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise ScenarioError(source, "", f"invalid YAML: {exc}") from None
 
 
-def _kind_of(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, list):
-        return f"a list {describe_value(value)}"
-    return describe_value(value)
-
-
 def _apply_override(data: dict[str, Any], key: str, raw: str, source: str) -> None:
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
     parts = key.split(".")
     if not key or any(not p for p in parts):
         raise ScenarioError(source, key, "expected a dotted field path like load.concurrency")
     # Server override keys contain dots themselves ("engine.sustained_tps").
     if len(parts) > 3 and parts[:2] == ["server", "set"]:
         parts = [*parts[:2], ".".join(parts[2:])]
-    node: Any = data
-    for depth, part in enumerate(parts[:-1]):
-        here = ".".join(parts[: depth + 1])
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ScenarioError(
-                    source,
-                    key,
-                    f"expected an index below {len(node)} into {'.'.join(parts[:depth])}, "
-                    f"got {part!r}",
-                )
-            child = node[int(part)]
-        elif isinstance(node, dict):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-        else:
-            break
-        if not isinstance(child, dict | list):
-            raise ScenarioError(
-                source,
-                key,
-                f"expected a mapping at {here} to set a field in, got {_kind_of(child)}",
-            )
-        node = child
-    last = parts[-1]
-    if isinstance(node, list):
-        if not last.isdigit() or int(last) >= len(node):
-            raise ScenarioError(source, key, f"expected an index below {len(node)}, got {last!r}")
-        node[int(last)] = value
-    else:
-        node[last] = value
+    try:
+        set_override(data, parts, raw)
+    except ValueError as exc:
+        raise ScenarioError(source, key, str(exc)) from None
 
 
 def validate_scenario(
@@ -984,7 +832,7 @@ def validate_scenario(
     for data that is not a mapping or an override that cannot be applied).
     """
     if not isinstance(data, dict):
-        got = "an empty file" if data is None else _kind_of(data)
+        got = "an empty file" if data is None else kind_of(data)
         raise ScenarioError(source, "", f"expected a mapping of scenario fields, got {got}")
     data = copy.deepcopy(data)  # overrides mutate it; the caller's data stays as given
     for key, raw in (overrides or {}).items():

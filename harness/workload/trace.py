@@ -27,10 +27,10 @@ from pydantic import Field, ValidationError
 from pydantic import model_validator as _model_validator
 
 from harness.wire.errors import ScenarioError
-from harness.workload.distributions import StrictModel, invalid
+from harness.wire.validation import describe_error
+from harness.workload.distributions import DIST_KINDS, StrictModel, invalid
 from harness.workload.jsonl import json_lines
 from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, derive_seed
-from harness.workload.scenario import describe_error
 
 #: the version :func:`dump_trace` writes when a rollout uses a version 2 field
 TRACE_VERSION: Literal[2] = 2
@@ -287,7 +287,7 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> list[TraceRoll
         try:
             parsed = model.model_validate(data)
         except ValidationError as exc:
-            field, message = describe_error(exc.errors(include_url=False)[0])
+            field, message = describe_error(exc.errors(include_url=False)[0], tags=DIST_KINDS)
             raise _line_error(source, lineno, field, message) from None
         if isinstance(parsed, TraceRollout):
             rollouts.append(parsed)

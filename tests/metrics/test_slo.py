@@ -124,7 +124,7 @@ def test_slo_section_errors_name_file_field_and_expected_value() -> None:
     s = load_scenario("tiny", {"slo.ttft_ms": "500", "slo.rollout_ms": "9000"})
     assert s.slo.thresholds() == {"ttft_ms": 500.0, "rollout_ms": 9000.0}
     with pytest.raises(
-        ScenarioError, match=r"tiny\.yaml: slo\.turn_ms: expected a positive number, got 0"
+        ScenarioError, match=r"tiny\.yaml: slo\.turn_ms: expected a number > 0, got 0"
     ):
         load_scenario("tiny", {"slo.turn_ms": "0"})
     with pytest.raises(

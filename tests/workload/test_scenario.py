@@ -41,11 +41,11 @@ BAD: list[tuple[str, str | None]] = [
     ),
     (
         "name: x\nrollout:\n  tool_calls: {dist: uniform, min: 8, max: 3}\n",
-        "rollout.tool_calls.max: expected a number greater than min (8), got 3",
+        "rollout.tool_calls.max: expected a number > min (8), got 3",
     ),
     (
         "name: x\nload:\n  mode: open\n  arrival: {process: poisson, rate: -2}\n",
-        "load.arrival.rate: expected a positive number, got -2",
+        "load.arrival.rate: expected a number > 0, got -2",
     ),
     ("description: no name\n", "name: required field missing"),
     ("name: Quick Start\n", "name: expected lowercase letters, digits and '-', got 'Quick Start'"),
@@ -58,7 +58,7 @@ BAD: list[tuple[str, str | None]] = [
     ("name: x\ntransports: [ws, ws]\n", "transports[1]: expected each transport once, got 'ws'"),
     (
         "name: x\nrollout:\n  tool_output_tokens: {dist: lognormal, median: 400, p95: 300}\n",
-        "rollout.tool_output_tokens.p95: expected a number greater than median (400), got 300",
+        "rollout.tool_output_tokens.p95: expected a number > median (400), got 300",
     ),
     (
         "name: x\nrollout:\n  tool_latency_ms: {dist: logn, median: 1, p95: 2}\n",
@@ -75,15 +75,15 @@ BAD: list[tuple[str, str | None]] = [
         "rollout.tool_latency_ms.p99: unknown field (did you mean 'p95'?)",
     ),
     ("name: x\nrollout:\n  count: 4.5\n", "rollout.count: expected an integer, got 4.5"),
-    ("name: x\nrollout:\n  count: 0\n", "rollout.count: expected an integer at least 1, got 0"),
+    ("name: x\nrollout:\n  count: 0\n", "rollout.count: expected an integer ≥ 1, got 0"),
     ("name: x\nrollout:\n  count: '6'\n", "rollout.count: expected an integer, got '6'"),
     (
         "name: x\nrollout:\n  final_answer_tokens: -5\n",
-        "rollout.final_answer_tokens: expected a non-negative number, got -5",
+        "rollout.final_answer_tokens: expected a number ≥ 0, got -5",
     ),
     (
         "name: x\nrollout:\n  parallel_calls: {dist: uniform, min: 0, max: 3}\n",
-        "rollout.parallel_calls.min: expected a number at least 1, got 0",
+        "rollout.parallel_calls.min: expected a number ≥ 1, got 0",
     ),
     (
         "name: x\nrollout:\n  think_ms: yes\n",
@@ -95,8 +95,7 @@ BAD: list[tuple[str, str | None]] = [
     ),
     (
         "name: x\nload:\n  mode: open\n  arrival: {process: gamma, rate: 2}\n",
-        "load.arrival.cv: expected a positive number (or burstiness) for process gamma, "
-        "got nothing",
+        "load.arrival.cv: expected a number > 0 (or burstiness) for process gamma, got nothing",
     ),
     (
         "name: x\nload:\n  mode: open\n  arrival: {process: poisson, rate: 2, cv: 3}\n",
@@ -113,7 +112,7 @@ BAD: list[tuple[str, str | None]] = [
     ),
     (
         "name: x\nload:\n  stages: [{duration_s: 0, rate: 1}]\n",
-        "load.stages[0].duration_s: expected a positive number, got 0",
+        "load.stages[0].duration_s: expected a number > 0, got 0",
     ),
     (
         "name: x\nload:\n  mode: burst\n",
@@ -125,7 +124,7 @@ BAD: list[tuple[str, str | None]] = [
     ),
     (
         "name: x\nload:\n  mode: throughput\n  throughput: {tps: 0}\n",
-        "load.throughput.tps: expected a positive number, got 0",
+        "load.throughput.tps: expected a number > 0, got 0",
     ),
     (
         "name: x\nload:\n  mode: throughput\n  throughput: {tps: 1000, bursts: [{at_s: 5, tps: 4000}]}\n",
@@ -144,11 +143,11 @@ BAD: list[tuple[str, str | None]] = [
     ),
     (
         "name: x\nload:\n  mode: open\n  arrival: {rate: 1}\n  max_in_flight: 0\n",
-        "load.max_in_flight: expected an integer at least 1, got 0",
+        "load.max_in_flight: expected an integer ≥ 1, got 0",
     ),
     (
         "name: x\nload:\n  max_schedule_lag_ms: -1\n",
-        "load.max_schedule_lag_ms: expected a positive number, got -1",
+        "load.max_schedule_lag_ms: expected a number > 0, got -1",
     ),
     (
         "name: x\nrollout:\n  trace: traces/a.jsonl\n  tool_calls: 5\n",
@@ -158,7 +157,7 @@ BAD: list[tuple[str, str | None]] = [
     ("name: x\nrollout:\n  trace: ''\n", "rollout.trace: expected a non-empty string, got ''"),
     (
         "name: x\nrollout:\n  reasoning_tokens: -300\n",
-        "rollout.reasoning_tokens: expected a non-negative number, got -300",
+        "rollout.reasoning_tokens: expected a number ≥ 0, got -300",
     ),
     (
         "name: x\nrollout:\n  reasoning_tokens: {dist: lognormal, median: 300}\n",
@@ -166,7 +165,7 @@ BAD: list[tuple[str, str | None]] = [
     ),
     (
         "name: x\nrollout:\n  reasoning_tokens: {dist: uniform, min: -5, max: 10}\n",
-        "rollout.reasoning_tokens.min: expected a non-negative number, got -5",
+        "rollout.reasoning_tokens.min: expected a number ≥ 0, got -5",
     ),
     (
         "name: x\nrollout:\n  reasoning_tokens: '300'\n",
@@ -179,7 +178,7 @@ BAD: list[tuple[str, str | None]] = [
     ),
     (
         "name: x\nrollout:\n  count: 3\nload:\n  warmup_rollouts: 3\n",
-        "load.warmup_rollouts: expected a number less than rollout.count (3), got 3",
+        "load.warmup_rollouts: expected a number < rollout.count (3), got 3",
     ),
     ("name: x\nload: [1, 2]\n", "load: expected a mapping, got [1, 2]"),
     ("name: x\nseed: .nan\n", "seed: expected an integer, got nan"),
@@ -304,7 +303,7 @@ def test_override_into_existing_distribution(tmp_path: Path) -> None:
         ),
         (
             {"rollout.tool_calls.max": "3"},
-            "rollout.tool_calls.max: expected a number greater than min (8), got 3 "
+            "rollout.tool_calls.max: expected a number > min (8), got 3 "
             "(from override rollout.tool_calls.max=3)",
         ),
         (
@@ -383,9 +382,9 @@ def test_every_mistake_of_a_file_in_one_pass(
         f"{path}: name: expected lowercase letters, digits and '-', got 'My Bench'",
         f"{path}: transports[1]: expected one of {', '.join(TRANSPORT_NAMES)}, "
         "got 'sdk-http' (did you mean 'http'?)",
-        f"{path}: rollout.tool_calls.max: expected a number greater than min (8), got 3",
+        f"{path}: rollout.tool_calls.max: expected a number > min (8), got 3",
         f"{path}: load.concurency: unknown field (did you mean 'concurrency'?)",
-        f"{path}: load.duration_s: expected a positive number, got -5",
+        f"{path}: load.duration_s: expected a number > 0, got -5",
     ]
     with pytest.raises(InvalidScenarioError) as info:
         load_scenario(path)
@@ -410,8 +409,8 @@ def _problems(tmp_path: Path, body: str) -> list[tuple[str | None, str]]:
 def test_cross_field_checks_run_behind_field_errors(tmp_path: Path) -> None:
     body = "name: x\nseed: -1\nrollout: {count: 3}\nload: {warmup_rollouts: 3}\n"
     assert _problems(tmp_path, body) == [
-        ("seed", "expected a non-negative integer, got -1"),
-        ("load.warmup_rollouts", "expected a number less than rollout.count (3), got 3"),
+        ("seed", "expected an integer ≥ 0, got -1"),
+        ("load.warmup_rollouts", "expected a number < rollout.count (3), got 3"),
     ]
 
 
@@ -443,7 +442,7 @@ def test_each_problem_is_named_once_by_its_field(
 def test_missing_name_does_not_hide_the_rest(tmp_path: Path) -> None:
     assert _problems(tmp_path, "rollout: {count: 2}\nload: {warmup_rollouts: 2}\n") == [
         ("name", "required field missing"),
-        ("load.warmup_rollouts", "expected a number less than rollout.count (2), got 2"),
+        ("load.warmup_rollouts", "expected a number < rollout.count (2), got 2"),
     ]
 
 

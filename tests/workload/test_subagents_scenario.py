@@ -38,7 +38,7 @@ def test_bad_fields_are_named_with_the_expected_value(tmp_path: Path) -> None:
     assert problems["rollout.subagents.join"] == "expected one of wait, detach, got 'later'"
     assert problems["rollout.subagents.turns[0]"].startswith("expected ")
     assert "-1" in problems["rollout.subagents.turns[0]"]
-    assert problems["rollout.subagents.tool_calls"] == "expected a non-negative number, got -2"
+    assert problems["rollout.subagents.tool_calls"] == "expected a number ≥ 0, got -2"
     assert problems["rollout.subagents.ws"] == (
         "expected one of connection, lanes, got 'lane' (did you mean 'lanes'?)"
     )

@@ -70,7 +70,7 @@ def test_round_trip() -> None:
         ([], "t.jsonl: expected at least one rollout line, got none"),
         (
             ["", _line(user_prompt_tokens=0)],
-            "t.jsonl: line 2: user_prompt_tokens: expected an integer at least 1, got 0",
+            "t.jsonl: line 2: user_prompt_tokens: expected an integer ≥ 1, got 0",
         ),
         (
             [
@@ -84,7 +84,7 @@ def test_round_trip() -> None:
                     ]
                 )
             ],
-            "t.jsonl: line 1: turns[0].tool_calls[0].latency_ms: expected a non-negative number, got -1",
+            "t.jsonl: line 1: turns[0].tool_calls[0].latency_ms: expected a number ≥ 0, got -1",
         ),
         (
             [_line(turns=[{"output_tokens": 5}, {"output_tokens": 1}])],
@@ -240,7 +240,7 @@ NAMES_SUB_1: list[dict[str, Any]] = V2_TURNS[0]["tool_calls"][:2]
     [
         (
             _sub_error(subagents=[V2_TURNS[0]["subagents"][0], {**SUB, "user_prompt_tokens": 0}]),
-            "line 1: turns[0].subagents[1].user_prompt_tokens: expected an integer at least 1",
+            "line 1: turns[0].subagents[1].user_prompt_tokens: expected an integer ≥ 1",
         ),
         (
             _sub_error(
@@ -249,7 +249,7 @@ NAMES_SUB_1: list[dict[str, Any]] = V2_TURNS[0]["tool_calls"][:2]
                     {**SUB, "turns": [SUB["turns"][0], {**SUB["turns"][1], "output_tokens": 0}]},
                 ]
             ),
-            "line 1: turns[0].subagents[1].turns[1].output_tokens: expected an integer at least 1",
+            "line 1: turns[0].subagents[1].turns[1].output_tokens: expected an integer ≥ 1",
         ),
         (
             _sub_error(subagents=[V2_TURNS[0]["subagents"][0], {**SUB, "join": "later"}]),
@@ -286,7 +286,7 @@ NAMES_SUB_1: list[dict[str, Any]] = V2_TURNS[0]["tool_calls"][:2]
         ),
         (
             _sub_error(reasoning_tokens=-1),
-            "line 1: turns[0].reasoning_tokens: expected a non-negative integer, got -1",
+            "line 1: turns[0].reasoning_tokens: expected an integer ≥ 0, got -1",
         ),
     ],
 )

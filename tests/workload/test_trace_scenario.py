@@ -136,7 +136,7 @@ def test_the_cli_validates_shows_and_refuses_a_malformed_trace(tmp_path: Path) -
         refused = loopbench(*argv)
         assert refused.returncode == 4, (argv, refused.stdout, refused.stderr)
         assert (
-            f"{bad}: line 2: turns[1].output_tokens: expected an integer at least 1, got 0"
+            f"{bad}: line 2: turns[1].output_tokens: expected an integer ≥ 1, got 0"
             in refused.stderr
         ), refused.stderr
         assert "YAML" not in refused.stderr
