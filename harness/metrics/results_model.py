@@ -28,6 +28,7 @@ from typing import Annotated, Any, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from harness.wire.json_tree import without_key
+from harness.wire.validation import describe_error
 
 #: the results format (summary.json, manifest.json, the row files), one version for all:
 #: the ``format_version`` this loopbench writes
@@ -482,11 +483,8 @@ def _read(model: type[_M], doc: Mapping[str, Any], where: str) -> _M:
     try:
         out = model.model_validate(reader(doc))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        path = ".".join(str(p) for p in first["loc"])
-        raise ResultsFormatError(
-            f"{where}: {path}: {first['msg']} (got {first.get('input')!r})"
-        ) from None
+        field, message = describe_error(exc.errors(include_url=False)[0])
+        raise ResultsFormatError(f"{where}: {field}: {message}") from None
     # the document keeps the version it was read as; it is written back in the current one
     out.format_version = FORMAT_VERSION
     return out

@@ -10,16 +10,17 @@ name (``api-optimized``) or by a path to a user YAML, then adjusted with
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import annotated_types as at
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.wire.errors import LocatedError
+from harness.wire.validation import KnownFields, describe_error, kind_of, set_override, shown
 from reference_server.core.lengths import EFFORTS, lognormal_tokens
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
@@ -32,7 +33,7 @@ DEFAULT_MAX_OUTPUT_TOKENS = 128_000
 class ProfileError(LocatedError):
     """A profile file or override is missing, unreadable or invalid.
 
-    ``str(err)`` is one line: ``--set api.fixed_ms: expected a number >= 0, got '-3'``.
+    ``str(err)`` is one line: ``--set api.fixed_ms: expected a number ≥ 0, got -3``.
     """
 
     def __init__(self, source: str, key: str, message: str, *, profile: Kind | None = None) -> None:
@@ -42,7 +43,7 @@ class ProfileError(LocatedError):
         self.profile = profile
 
 
-_Blame = tuple[str, str, Any]  # (key, expected, received)
+_Blame = tuple[str, str]  # (key, message)
 
 
 class _CrossFieldError(ValueError):
@@ -55,8 +56,7 @@ class _CrossFieldError(ValueError):
     def __init__(self, primary: _Blame, other: _Blame) -> None:
         self.primary = primary
         self.other = other
-        key, expected, got = primary
-        super().__init__(f"{key}: expected {expected}, got {got!r}")
+        super().__init__(": ".join(primary))
 
 
 def _in_order(profile: BaseModel, low: str, high: str, noun: str, *, blame_low: bool) -> None:
@@ -64,13 +64,9 @@ def _in_order(profile: BaseModel, low: str, high: str, noun: str, *, blame_low: 
     lo, hi = getattr(profile, low), getattr(profile, high)
     if lo <= hi:
         return
-    low_side = (low, f"{noun} <= {high} ({_num(hi)})", lo)
-    high_side = (high, f"{noun} >= {low} ({_num(lo)})", hi)
+    low_side = (low, f"expected {noun} ≤ {high} ({shown(hi)}), got {shown(lo)}")
+    high_side = (high, f"expected {noun} ≥ {low} ({shown(lo)}), got {shown(hi)}")
     raise _CrossFieldError(*((low_side, high_side) if blame_low else (high_side, low_side)))
-
-
-def _num(value: float) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 # The bounds of most parameters (what a profile error names as expected).
@@ -80,7 +76,7 @@ AtLeastOne = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
-class _Profile(BaseModel):
+class _Profile(KnownFields):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1)
@@ -107,7 +103,7 @@ class ApiProfile(_Profile):
         return self
 
 
-class TokenSpread(BaseModel):
+class TokenSpread(KnownFields):
     """Tokens of one kind of output when no hint names them (core/lengths.py).
 
     Lognormal around ``median`` with log-spread ``sigma``, clamped to ``[min, max]``;
@@ -132,7 +128,7 @@ class TokenSpread(BaseModel):
         return lognormal_tokens(z, self.median, self.sigma, self.min, self.max)
 
 
-class EffortTokens(BaseModel):
+class EffortTokens(KnownFields):
     """Median reasoning tokens per effort (``reasoning.effort``, ``reasoning_effort``,
     Messages ``output_config.effort``), and the log-spread of the draw around them."""
 
@@ -318,11 +314,6 @@ def load_profiles(
                 key,
                 "expected a key of the form api.<param> or engine.<param>",
             )
-        model = _MODELS[kind]
-        # A nested parameter by its dotted path (engine.text_tokens.median=100).
-        if param.partition(".")[0] not in model.model_fields:
-            known = ", ".join(f for f in model.model_fields if f not in ("name", "description"))
-            raise ProfileError("--set", key, f"unknown {kind} parameter; expected one of: {known}")
         per_kind[kind][param] = raw
     api_profile, engine_profile = (
         _validate(_MODELS[kind], *read[kind], per_kind[kind], kind) for kind in ("api", "engine")
@@ -367,7 +358,7 @@ def _read(kind: Kind, ref: str) -> tuple[str, dict[str, Any]]:
         raise ProfileError(
             source,
             "",
-            f"expected a mapping of parameters, got {type(data).__name__}",
+            f"expected a mapping of parameters, got {kind_of(data)}",
             profile=kind,
         )
     return source, data
@@ -387,76 +378,32 @@ def _validate(
     overrides: dict[str, str],
     kind: Kind,
 ) -> _Profile:
-    merged = dict(data)
+    merged = copy.deepcopy(data)
     for param, raw in overrides.items():
-        head, dot, sub = param.partition(".")
-        if not dot:
-            merged[head] = _parse_scalar(raw)
-            continue
-        inner = merged.get(head)
-        if not isinstance(inner, dict):
-            default = model.model_fields[head].get_default(call_default_factory=True)
-            inner = default.model_dump() if isinstance(default, BaseModel) else dict(default or {})
-        merged[head] = {**inner, sub: _parse_scalar(raw)}
+        head, dot, _ = param.partition(".")
+        declared = model.model_fields.get(head)
+        if dot and declared is not None and not isinstance(merged.get(head), dict):
+            # one nested parameter overridden: the others keep the profile's default
+            default = declared.get_default(call_default_factory=True)
+            merged[head] = default.model_dump() if isinstance(default, BaseModel) else dict(default)
+        try:
+            set_override(merged, param.split("."), raw)
+        except ValueError as exc:
+            raise ProfileError("--set", f"{kind}.{param}", str(exc)) from None
     try:
         return model.model_validate(merged)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = exc.errors(include_url=False)[0]
         ctx_err = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_err, _CrossFieldError):
             # A nested model's fields are named by their path from the profile.
             where = "".join(f"{p}." for p in err["loc"])
-            primary, other = ctx_err.primary, ctx_err.other
-            blame = (where + primary[0], *primary[1:])
-            if blame[0] not in overrides and where + other[0] in overrides:
-                blame = (where + other[0], *other[1:])
-            key, expected, got = blame
+            side = ctx_err.primary
+            if where + side[0] not in overrides and where + ctx_err.other[0] in overrides:
+                side = ctx_err.other
+            key, message = where + side[0], side[1]
         else:
-            key = ".".join(str(p) for p in err["loc"])
-            expected = _expected(model, key, err["type"])
-            got = err.get("input")
+            key, message = describe_error(err)
         if key in overrides:
-            raise ProfileError(
-                "--set", f"{kind}.{key}", f"expected {expected}, got {overrides[key]!r}"
-            ) from None
-        if err["type"] == "missing":
-            raise ProfileError(
-                source, key, f"expected {expected}, got nothing (missing)", profile=kind
-            ) from None
-        raise ProfileError(source, key, f"expected {expected}, got {got!r}", profile=kind) from None
-
-
-def _parse_scalar(raw: str) -> Any:
-    try:
-        return yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return raw
-
-
-def _expected(model: type[BaseModel], key: str, err_type: str) -> str:
-    head, dot, rest = key.partition(".")
-    if dot and head in model.model_fields:
-        sub = model.model_fields[head].annotation
-        if isinstance(sub, type) and issubclass(sub, BaseModel):
-            return _expected(sub, rest, err_type)
-        if err_type == "greater_than_equal":
-            return "a number >= 0"
-    if err_type == "extra_forbidden":
-        known = ", ".join(model.model_fields)
-        return f"a known parameter (one of: {known})"
-    field = model.model_fields.get(key)
-    if field is None:
-        return "a valid value"
-    noun = _NOUNS.get(field.annotation, "a value")
-    bounds: list[str] = []
-    for meta in field.metadata:
-        if isinstance(meta, at.MinLen):
-            bounds.append("non-empty")
-        for kind, attr, sign in _BOUNDS:
-            if isinstance(meta, kind):
-                bounds.append(f"{sign} {getattr(meta, attr)}")
-    return f"{noun} {' and '.join(bounds)}".strip()
-
-
-_NOUNS: dict[Any, str] = {int: "an integer", float: "a number", str: "a string"}
-_BOUNDS = ((at.Ge, "ge", ">="), (at.Gt, "gt", ">"), (at.Le, "le", "<="), (at.Lt, "lt", "<"))
+            raise ProfileError("--set", f"{kind}.{key}", message) from None
+        raise ProfileError(source, key, message, profile=kind) from None

@@ -206,13 +206,13 @@ def test_the_window_the_scenario_gives_the_embedded_server_is_checked_too(
     cases = {
         "set": (
             "context_window_tokens: 60000\nserver:\n  set:\n    engine.max_output_tokens: 70000\n",
-            "server.set.engine.max_output_tokens: expected an integer <= context_window_tokens "
-            "(60000), got '70000'",
+            "server.set.engine.max_output_tokens: expected an integer ≤ context_window_tokens "
+            "(60000), got 70000",
         ),
         "window": (
             f"context_window_tokens: 200000\nserver:\n  engine_profile: {engine}\n",
             "context_window_tokens: the embedded server's engine.context_window_tokens (set from "
-            "it): expected an integer >= max_output_tokens (300000), got '200000'",
+            "it): expected an integer ≥ max_output_tokens (300000), got 200000",
         ),
     }
     for name, (body, message) in cases.items():

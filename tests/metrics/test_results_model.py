@@ -78,7 +78,7 @@ def test_a_run_summary_round_trips_and_declares_every_key_it_writes(tmp_path: Pa
         ({"format_version": 99}, "summary.json: format_version: expected one of 1, got 99"),
         (
             {"format_version": 1, "transports": {"ws": {"turns": {"count": "many"}}}},
-            "summary.json: transports.ws.turns.count: Input should be a valid integer",
+            "summary.json: transports.ws.turns.count: expected an integer, got 'many'",
         ),
     ],
 )

@@ -84,38 +84,38 @@ def _error(**kwargs: object) -> str:
 def test_override_errors_name_key_expected_and_received() -> None:
     assert (
         _error(overrides={"api.fixed_ms": "-3"})
-        == "--set: api.fixed_ms: expected a number >= 0, got '-3'"
+        == "--set: api.fixed_ms: expected a number ≥ 0, got -3"
     )
     assert (
         _error(overrides={"api.fixed_ms": "fast"})
-        == "--set: api.fixed_ms: expected a number >= 0, got 'fast'"
+        == "--set: api.fixed_ms: expected a number, got 'fast'"
     )
     assert (
         _error(overrides={"engine.max_streams": "1.5"})
-        == "--set: engine.max_streams: expected an integer >= 1, got '1.5'"
+        == "--set: engine.max_streams: expected an integer, got 1.5"
     )
     assert _error(overrides={"engine.burst_probability": "2"}) == (
-        "--set: engine.burst_probability: expected a number >= 0 and <= 1, got '2'"
+        "--set: engine.burst_probability: expected a number ≤ 1, got 2"
     )
     assert (
         _error(overrides={"engine.sustained_tps": "0"})
-        == "--set: engine.sustained_tps: expected a number > 0, got '0'"
+        == "--set: engine.sustained_tps: expected a number > 0, got 0"
     )
 
 
 def test_override_cross_field_errors() -> None:
     assert _error(overrides={"engine.burst_tps": "900"}) == (
-        "--set: engine.burst_tps: expected a number >= sustained_tps (1000), got '900'"
+        "--set: engine.burst_tps: expected a number ≥ sustained_tps (1000), got 900"
     )
     # The message blames the override that was actually given, not the file.
     assert _error(overrides={"engine.sustained_tps": "5000"}) == (
-        "--set: engine.sustained_tps: expected a number <= burst_tps (4000), got '5000'"
+        "--set: engine.sustained_tps: expected a number ≤ burst_tps (4000), got 5000"
     )
     assert _error(overrides={"engine.burst_min_tokens": "5000"}) == (
-        "--set: engine.burst_min_tokens: expected an integer <= burst_max_tokens (1200), got '5000'"
+        "--set: engine.burst_min_tokens: expected an integer ≤ burst_max_tokens (1200), got 5000"
     )
     assert _error(overrides={"api.fixed_resolved_ms": "50"}) == (
-        "--set: api.fixed_resolved_ms: expected a number <= fixed_ms (12), got '50'"
+        "--set: api.fixed_resolved_ms: expected a number ≤ fixed_ms (12), got 50"
     )
 
 
@@ -135,25 +135,21 @@ def test_nested_output_policy_overrides() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("text_tokens.median", "0", "expected an integer >= 1 and <= 1000000"),
-        ("text_tokens.min", "300", "expected an integer <= median (250)"),
+        ("text_tokens.median", "0", "expected an integer ≥ 1, got 0"),
+        ("text_tokens.min", "300", "expected an integer ≤ median (250), got 300"),
         # more effort never plans fewer tokens
-        ("reasoning_effort_tokens.low", "99999", "expected an integer <= medium (512)"),
-        ("tool_weights.x", "-1", "expected a number >= 0"),
-        ("text_tokens.mean", "1", "expected a known parameter (one of: median, sigma, min, max)"),
+        ("reasoning_effort_tokens.low", "99999", "expected an integer ≤ medium (512), got 99999"),
+        ("tool_weights.x", "-1", "expected a number ≥ 0, got -1"),
+        ("text_tokens.mean", "1", "unknown field (did you mean 'median'?)"),
     ],
 )
 def test_nested_override_errors(key: str, value: str, message: str) -> None:
-    assert _error(overrides={f"engine.{key}": value}) == (
-        f"--set: engine.{key}: {message}, got {value!r}"
-    )
+    assert _error(overrides={f"engine.{key}": value}) == (f"--set: engine.{key}: {message}")
 
 
 def test_unknown_and_malformed_override_keys() -> None:
     msg = _error(overrides={"api.fixd_ms": "3"})
-    assert msg.startswith(
-        "--set: api.fixd_ms: unknown api parameter; expected one of: workers, connect_ms, fixed_ms"
-    )
+    assert msg == "--set: api.fixd_ms: unknown field (did you mean 'fixed_ms'?)"
     assert _error(overrides={"fixed_ms": "3"}) == (
         "--set: fixed_ms: expected a key of the form api.<param> or engine.<param>"
     )
@@ -175,25 +171,22 @@ def test_invalid_user_files(tmp_path: Path) -> None:
     extra.write_text(yaml.safe_dump({**base, "turbo": True}))
     msg = _error(api=str(extra))
     assert msg.startswith(
-        f"{extra}: turbo: expected a known parameter (one of: name, description, workers"
+        f"{extra}: turbo: unknown field (expected one of: name, description, workers"
     )
-    assert msg.endswith("got True")
 
     missing = tmp_path / "missing.yaml"
     missing.write_text(yaml.safe_dump({k: v for k, v in base.items() if k != "hops"}))
-    assert (
-        _error(api=str(missing))
-        == f"{missing}: hops: expected an integer >= 0, got nothing (missing)"
-    )
+    assert _error(api=str(missing)) == f"{missing}: hops: required field missing"
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**base, "workers": 0}))
-    assert _error(api=str(bad)) == f"{bad}: workers: expected an integer >= 1, got 0"
+    assert _error(api=str(bad)) == f"{bad}: workers: expected an integer ≥ 1, got 0"
 
     not_mapping = tmp_path / "list.yaml"
     not_mapping.write_text("- 1\n- 2\n")
     assert (
-        _error(api=str(not_mapping)) == f"{not_mapping}: expected a mapping of parameters, got list"
+        _error(api=str(not_mapping))
+        == f"{not_mapping}: expected a mapping of parameters, got a list [1, 2]"
     )
 
     broken = tmp_path / "broken.yaml"
