@@ -135,8 +135,9 @@ def _dotted(loc: tuple[int | str, ...], tags: Collection[str]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in tags:
-            # pydantic inserts the discriminated union's tag; the user never wrote it.
+        elif part in tags or part == "[key]":
+            # pydantic inserts the discriminated union's tag (and marks a bad mapping key);
+            # the user never wrote either.
             continue
         else:
             out += ("." if out else "") + str(part)

@@ -16,10 +16,20 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from harness.wire.pairs import parse_key_values
+from harness.wire.validation import KnownFields, describe_error
 
 ERROR_STATUSES: dict[int, tuple[str, str, str]] = {
     # status: (type, code, message) in the shapes the public API uses for each
@@ -47,17 +57,52 @@ class FaultSpecError(ValueError):
     """A fault option or file entry is invalid (one line: which key, expected, got)."""
 
 
-@dataclass(frozen=True, slots=True)
-class FaultSpec:
+def _status_number(key: Any) -> Any:
+    # ``--fault error_rate.503=...`` names the status as text
+    return int(key) if isinstance(key, str) and key.strip().isdigit() else key
+
+
+if TYPE_CHECKING:
+    Status = int
+else:
+    Status = Annotated[Literal[tuple(ERROR_STATUSES)], BeforeValidator(_status_number)]
+Rate = Annotated[float, Field(ge=0, le=1)]
+Positive = Annotated[float, Field(gt=0)]
+
+
+class FaultSpec(KnownFields):
+    """Probabilities per request of each fault, and its parameters (docs/reliability.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
     seed: int = 0
-    error_rate: Mapping[int, float] = field(default_factory=dict)
-    disconnect_rate: float = 0.0
-    stall_rate: float = 0.0
-    stall_s: float = 3600.0
-    spike_rate: float = 0.0
-    spike_ms: float = 500.0
-    evict_rate: float = 0.0
-    lifetime_s: float | None = None
+    error_rate: dict[Status, Rate] = Field(default_factory=dict)
+    disconnect_rate: Rate = 0.0
+    stall_rate: Rate = 0.0
+    stall_s: Positive = 3600.0
+    spike_rate: Rate = 0.0
+    spike_ms: Positive = 500.0
+    evict_rate: Rate = 0.0
+    lifetime_s: Positive | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dotted_statuses(cls, data: Any) -> Any:
+        """``error_rate.503: 0.1`` (a ``--fault`` entry) into the ``error_rate`` mapping."""
+        if not isinstance(data, Mapping):
+            return data
+        out = {str(k).strip(): v for k, v in data.items()}
+        for key in [k for k in out if k.startswith("error_rate.")]:
+            out["error_rate"] = {
+                **out.get("error_rate", {}),
+                key[len("error_rate.") :]: out.pop(key),
+            }
+        return out
+
+    @field_validator("error_rate")
+    @classmethod
+    def _by_status(cls, rates: dict[int, float]) -> dict[int, float]:
+        return dict(sorted(rates.items()))
 
     @property
     def enabled(self) -> bool:
@@ -84,16 +129,6 @@ _RATE_KEYS = ("disconnect_rate", "stall_rate", "spike_rate", "evict_rate")
 _POSITIVE_KEYS = ("stall_s", "spike_ms", "lifetime_s")
 
 
-def _number(key: str, raw: Any) -> float:
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise FaultSpecError(f"fault {key}: expected a number, got {raw!r}") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise FaultSpecError(f"fault {key}: expected a finite number, got {raw!r}")
-    return value
-
-
 def parse_fault_spec(entries: Mapping[str, Any]) -> FaultSpec:
     """Build a spec from ``key: value`` pairs (command line ``--fault`` or a YAML ``faults:`` map).
 
@@ -102,57 +137,17 @@ def parse_fault_spec(entries: Mapping[str, Any]) -> FaultSpec:
     ``evict_rate``, ``lifetime_s``.  Rates are probabilities per request; their
     sum must not exceed 1.
     """
-    values: dict[str, Any] = {}
-    errors: dict[int, float] = {}
-    for key, raw in entries.items():
-        key = str(key).strip()
-        if key == "error_rate" and isinstance(raw, Mapping):
-            for status, rate in raw.items():
-                where = f"error_rate.{status}"
-                errors[_status(where, status)] = _rate(where, rate)
-        elif key.startswith("error_rate."):
-            errors[_status(key, key.partition(".")[2])] = _rate(key, raw)
-        elif key == "seed":
-            try:
-                values["seed"] = int(raw)
-            except (TypeError, ValueError):
-                raise FaultSpecError(f"fault seed: expected an integer, got {raw!r}") from None
-        elif key in _RATE_KEYS:
-            values[key] = _rate(key, raw)
-        elif key in _POSITIVE_KEYS:
-            value = _number(key, raw)
-            if value <= 0:
-                raise FaultSpecError(f"fault {key}: expected a positive number, got {raw!r}")
-            values[key] = value
-        else:
-            known = ", ".join(("seed", "error_rate.<status>", *_RATE_KEYS, *_POSITIVE_KEYS))
-            raise FaultSpecError(f"fault {key!r}: unknown key; expected one of {known}")
-    spec = FaultSpec(error_rate=dict(sorted(errors.items())), **values)
+    try:
+        spec = FaultSpec.model_validate(entries)
+    except ValidationError as exc:
+        field, message = describe_error(exc.errors(include_url=False)[0])
+        raise FaultSpecError(f"fault {field}: {message}") from None
     if spec.total_rate > 1.0 + 1e-9:
         raise FaultSpecError(
             f"faults: rates add up to {spec.total_rate:g}; expected at most 1 "
             "(each request meets at most one fault)"
         )
     return spec
-
-
-def _rate(key: str, raw: Any) -> float:
-    value = _number(key, raw)
-    if not 0.0 <= value <= 1.0:
-        raise FaultSpecError(f"fault {key}: expected a probability from 0 to 1, got {raw!r}")
-    return value
-
-
-def _status(key: str, raw: Any) -> int:
-    try:
-        status = int(raw)
-    except (TypeError, ValueError):
-        status = 0
-    if status not in ERROR_STATUSES:
-        raise FaultSpecError(
-            f"fault {key}: expected a status among {', '.join(map(str, ERROR_STATUSES))}, got {raw!r}"
-        )
-    return status
 
 
 def parse_fault_args(items: list[str]) -> dict[str, str]:
