@@ -7,7 +7,6 @@ significant; the exit codes and why either condition alone is noise: docs/ci.md.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,7 +39,7 @@ def _expand(transport: str, available: Sequence[str]) -> list[str]:
 
 def _name(rule: SloRule | RegressionRule | SelfCheckRule, t: str) -> str:
     """The rule's testcase name for transport ``t`` (a ``*`` rule gives one per transport)."""
-    return dataclasses.replace(rule, transport=t).label
+    return rule.model_copy(update={"transport": t}).label
 
 
 def _outcome_text(regressed: bool, significant: bool, large: bool) -> str:

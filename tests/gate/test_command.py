@@ -137,7 +137,7 @@ def test_unfinished_run_exits_3_missing_folder_exits_4(
                 "--candidate-server-set",
                 "api.nope=1",
             ],
-            "candidate server: --set: api.nope: unknown api parameter",
+            "candidate server: --set: api.nope: unknown field",
         ),
         (
             [str(BASELINE), "--baseline", str(BASELINE), "--rules", "missing.yaml"],
@@ -158,4 +158,4 @@ def test_broken_rules_file_exits_4(tmp_path: Path, capsys: pytest.CaptureFixture
     rules.write_text("regression:\n  - {metric: ws.rollout_ms.p50, max_increase_pct: -1}\n")
     assert gate(str(BASELINE), "--baseline", str(BASELINE), "--rules", str(rules)) == 4
     err = capsys.readouterr().err
-    assert f"{rules}: regression[0].max_increase_pct: expected a number >= 0, got -1" in err
+    assert f"{rules}: regression[0].max_increase_pct: expected a number ≥ 0, got -1" in err
