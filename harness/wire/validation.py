@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import yaml
@@ -163,10 +163,13 @@ def _one_of(choices: list[str], got: Any) -> str:
     return f"expected one of {', '.join(choices)}, got {describe_value(got)}{hint}"
 
 
-def describe_error(err: ErrorDetails, *, tags: Collection[str] = ()) -> tuple[str, str]:
+def describe_error(
+    err: ErrorDetails, *, tags: Collection[str] = (), words: Mapping[str, str] | None = None
+) -> tuple[str, str]:
     """(dotted field, message) for one pydantic error, in the project's wording.
 
-    ``tags`` are the discriminators of tagged unions, left out of the field's path.
+    ``tags`` are the discriminators of tagged unions, left out of the field's path;
+    ``words`` replace the type words of :data:`_TYPE_WORDS` where the input is not YAML.
     """
     kind = err["type"]
     ctx: dict[str, Any] = dict(err.get("ctx") or {})
@@ -181,7 +184,9 @@ def describe_error(err: ErrorDetails, *, tags: Collection[str] = ()) -> tuple[st
     if kind == "missing":
         return field, "required field missing"
     if kind in _TYPE_WORDS:
-        expected = _TYPE_WORDS[kind]
+        expected = (words or {}).get(kind, _TYPE_WORDS[kind])
+    elif kind == "is_instance_of":
+        expected = f"a {ctx.get('class')}"
     elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         key = next(k for k in ("gt", "ge", "lt", "le") if k in ctx)
         expected = bound(key, ctx[key])

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.wire.validation import shown
 from reference_server.core.faults import FaultSpec
 from reference_server.core.options import (
     Option,
@@ -194,14 +195,16 @@ def _check_tls(config: ServerConfig) -> None:
         raise ServerConfigError(
             given,
             f"--{given.replace('_', '-')}",
-            "no certificate file with --tls-self-signed (it makes its own)",
-            getattr(config, given),
+            "expected no certificate file with --tls-self-signed (it makes its own), "
+            f"got {shown(getattr(config, given))}",
         )
     if (config.tls_cert is None) != (config.tls_key is None):
         missing = "tls_key" if config.tls_key is None else "tls_cert"
         other = "--tls-cert" if missing == "tls_key" else "--tls-key"
         raise ServerConfigError(
-            missing, f"--{missing.replace('_', '-')}", f"a PEM file, since {other} is given", None
+            missing,
+            f"--{missing.replace('_', '-')}",
+            f"expected a PEM file, since {other} is given, got nothing",
         )
 
 

@@ -11,28 +11,31 @@ from __future__ import annotations
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import annotated_types as at
+from pydantic import BaseModel, InstanceOf, Strict, TypeAdapter, ValidationError
 
 from harness.wire.errors import LoopbenchError
+from harness.wire.validation import describe_error, join_field, shown
 
-# What a value must be, as a phrase ("an integer >= 1"), or None when it is fine.
-Check = Callable[[Any], str | None]
+#: What a value must be: a bound pydantic checks (``at_least(1)``), or a function giving the
+#: phrase for what it should have been ("a WebSocket close code"), or None when it is fine.
+Check = at.BaseMetadata | Callable[[Any], str | None]
 
 
 class ServerConfigError(LoopbenchError):
     """A server option has a bad value.
 
-    ``str(err)``: ``max_body_bytes (--max-body-bytes): expected an integer >= 1, got 0``;
+    ``str(err)``: ``max_body_bytes (--max-body-bytes): expected an integer ≥ 1, got 0``;
     ``detail`` is the part after the option's names.
     """
 
-    def __init__(self, name: str, flag: str | None, expected: str, got: Any) -> None:
+    def __init__(self, name: str, flag: str | None, detail: str) -> None:
         self.name = name
         self.flag = flag
-        self.expected = expected
-        self.got = got
-        self.detail = f"expected {expected}, got {_shown(got)}"
-        super().__init__(f"{name} ({flag}): {self.detail}" if flag else f"{name}: {self.detail}")
+        self.detail = detail
+        super().__init__(f"{name} ({flag}): {detail}" if flag else f"{name}: {detail}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +69,11 @@ def setting(
 
 
 def at_least(n: int) -> Check:
-    return lambda v: None if v >= n else f"an integer >= {n}"
+    return at.Ge(n)
 
 
-def positive(v: float) -> str | None:
-    return None if v > 0 else "a positive number"
-
-
-def non_negative(v: float) -> str | None:
-    return None if v >= 0 else "a number >= 0"
+positive: Check = at.Gt(0)
+non_negative: Check = at.Ge(0)
 
 
 def non_empty(v: str) -> str | None:
@@ -93,6 +92,7 @@ def close_code(v: int) -> str | None:
 
 Declared = list[tuple[str, Any, Option]]
 _DECLARED: dict[type, Declared] = {}  # resolving type hints takes longer than a check
+_ADAPTERS: dict[type, list[TypeAdapter[Any]]] = {}
 
 
 def declared(cls: type) -> Declared:
@@ -101,6 +101,24 @@ def declared(cls: type) -> Declared:
         hints = typing.get_type_hints(cls)
         _DECLARED[cls] = [(f.name, hints[f.name], f.metadata["option"]) for f in fields(cls)]
     return _DECLARED[cls]
+
+
+def _adapter(hint: Any, opt: Option) -> TypeAdapter[Any]:
+    """The declared type, choices and bound as pydantic checks them: strictly, so a config
+    built in code is refused what the command line could never have given."""
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    if optional:
+        hint = next(a for a in args if a is not type(None))
+    if opt.choices:
+        hint = Literal[opt.choices]
+    elif isinstance(hint, type) and issubclass(hint, BaseModel):
+        hint = InstanceOf[hint]  # type: ignore[misc]  # (an Annotated alias to mypy)
+    else:
+        hint = Annotated[hint, Strict()]
+    if isinstance(opt.check, at.BaseMetadata):
+        hint = Annotated[hint, opt.check]
+    return TypeAdapter(hint | None if optional else hint)
 
 
 def default_value(cls: type, name: str) -> Any:
@@ -112,48 +130,17 @@ def default_value(cls: type, name: str) -> Any:
 
 def validate(instance: Any) -> None:
     """Raise :class:`ServerConfigError` for the first field that is not what it declares."""
-    for name, hint, opt in declared(type(instance)):
+    cls = type(instance)
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = [_adapter(hint, opt) for _, hint, opt in declared(cls)]
+    for (name, _, opt), adapter in zip(declared(cls), _ADAPTERS[cls], strict=True):
         value = getattr(instance, name)
-        expected = _type_problem(hint, value)
-        if expected is None and value is not None:
-            if opt.choices and value not in opt.choices:
-                expected = "one of " + ", ".join(opt.choices)
-            elif opt.check is not None:
-                expected = opt.check(value)
+        try:
+            adapter.validate_python(value)
+        except ValidationError as exc:
+            # a Python tuple is what the command line builds; YAML's word for it is "a list"
+            field, message = describe_error(exc.errors()[0], words={"tuple_type": "a tuple"})
+            raise ServerConfigError(join_field(name, field), opt.flag, message) from None
+        expected = opt.check(value) if callable(opt.check) and value is not None else None
         if expected is not None:
-            raise ServerConfigError(name, opt.flag, expected, value)
-
-
-def _type_problem(hint: Any, value: Any) -> str | None:
-    """What ``value`` should have been if it is not of the declared type, else None."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if value is None:
-            return None
-        hint = next(a for a in args if a is not type(None))
-    origin = typing.get_origin(hint) or hint
-    if hint is bool:
-        return None if isinstance(value, bool) else "true or false"
-    if isinstance(value, bool):  # bool is an int subclass: never a number here
-        return _type_name(origin)
-    if hint is float:
-        return None if isinstance(value, int | float) and value == value else "a number"
-    if origin is tuple:
-        ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
-        return None if ok else "a tuple of strings"
-    if origin is dict:
-        ok = isinstance(value, dict) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-        )
-        return None if ok else "a mapping of strings to strings"
-    return None if isinstance(value, origin) else _type_name(origin)
-
-
-def _type_name(cls: type) -> str:
-    return {int: "an integer", str: "a string"}.get(cls, f"a {cls.__name__}")
-
-
-def _shown(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    return repr(value) if isinstance(value, str) else str(value)
+            raise ServerConfigError(name, opt.flag, f"expected {expected}, got {shown(value)}")
