@@ -158,16 +158,16 @@ def test_mooncake_recovers_interleaved_conversations() -> None:
         ("[1, 2]", r"^m.jsonl: line 2: expected a \{timestamp, input_length"),
         (
             '{"timestamp": 1, "output_length": 3}',
-            r"^m.jsonl: line 2: input_length: expected a whole number of tokens ≥ 0, got "
+            r"^m.jsonl: line 2: input_length: expected an integer ≥ 0, got "
             r"'nothing'$",
         ),
         (
             '{"timestamp": 1, "input_length": -4, "output_length": 3}',
-            r"^m.jsonl: line 2: input_length: expected a whole number ≥ 0, got -4$",
+            r"^m.jsonl: line 2: input_length: expected an integer ≥ 0, got -4$",
         ),
         (
             '{"timestamp": 1, "input_length": 4, "output_length": 2.5}',
-            r"^m.jsonl: line 2: output_length: expected a whole number ≥ 0, got 2.5$",
+            r"^m.jsonl: line 2: output_length: expected an integer ≥ 0, got 2.5$",
         ),
         (
             '{"timestamp": "soon", "input_length": 4, "output_length": 2}',
@@ -227,11 +227,11 @@ def test_azure_2024_timestamps_with_an_offset() -> None:
         ([], r"^a.csv: line 1: expected a header .* got an empty file"),
         (
             ["TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:15:46,12,x"],
-            r"^a.csv: line 2: GeneratedTokens: expected a whole number ≥ 0, got 'x'$",
+            r"^a.csv: line 2: GeneratedTokens: expected an integer ≥ 0, got 'x'$",
         ),
         (
             ["TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:15:46,,4"],
-            r"^a.csv: line 2: ContextTokens: expected a whole number of tokens ≥ 0, got 'nothing'",
+            r"^a.csv: line 2: ContextTokens: expected an integer ≥ 0, got 'nothing'",
         ),
         (
             ["TIMESTAMP,ContextTokens,GeneratedTokens", "yesterday,1,4"],

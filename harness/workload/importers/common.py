@@ -47,17 +47,17 @@ def whole_field(
     value = row.get(field)
     if value is None or value == "":
         if required:
-            raise bad_field(source, line, field, "a whole number of tokens ≥ 0", "nothing")
+            raise bad_field(source, line, field, "an integer ≥ 0", "nothing")
         return None
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
-            raise bad_field(source, line, field, "a whole number ≥ 0", value) from None
+            raise bad_field(source, line, field, "an integer ≥ 0", value) from None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad_field(source, line, field, "a whole number ≥ 0", value)
+        raise bad_field(source, line, field, "an integer ≥ 0", value)
     if value < 0 or value != int(value):
-        raise bad_field(source, line, field, "a whole number ≥ 0", value)
+        raise bad_field(source, line, field, "an integer ≥ 0", value)
     return int(value)
 
 
