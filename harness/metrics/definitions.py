@@ -161,9 +161,7 @@ VISIBLE_TOKENS = "(output_tokens - reasoning_tokens)"
 #: (0) keep theirs.  Why 4: docs/metrics.md §1.2, "Late or whole output".
 MIN_OUTPUT_ARRIVALS = 4
 #: the fewest visible tokens of a turn the summary's warning counts when its output came in fewer
-#: than MIN_OUTPUT_ARRIVALS pieces: 16 tokens in at most 3 pieces is 5+ tokens a piece, which no
-#: engine-paced stream sends (vLLM sends 1, the reference server ~2); a shorter turn in few pieces
-#: is mostly a short answer, left out with the too-short ones (``tps.decode_excluded``)
+#: than MIN_OUTPUT_ARRIVALS pieces (why 16: docs/metrics.md §1.2, ``WHOLE_OUTPUT_MIN_TOKENS``)
 WHOLE_OUTPUT_MIN_TOKENS = 16
 #: the turn's output was paced: enough arrivals, or a row from before they were counted
 PACED_OUTPUT = f"(output_arrivals >= {MIN_OUTPUT_ARRIVALS}) + (output_arrivals == 0)"
@@ -285,10 +283,8 @@ METRICS: list[Metric] = [
             ("tool", "tool call", "> 0", {"report": (("p50", 1),), "measured_only": True}),
         )
     ),
-    # a tool call whose output came whole (fewer than MIN_OUTPUT_ARRIVALS arrivals) or was
-    # released after a hold (RELEASED_CALL): from the response's first event (Chat Completions'
-    # role chunk, Messages' message_start: vLLM sends them on the engine's first iteration) to
-    # the call's release — the time the endpoint held the call back; none over the Responses API
+    # how long the endpoint held back a tool call that came whole or was released after a hold
+    # (docs/metrics.md §1.2, "held back"); none over the Responses API
     _latency(
         "held_back_ms",
         "held back",
