@@ -462,10 +462,8 @@ METRICS: list[Metric] = [
         report=(("decode_p50", 0), ("decode_mean", 0)),
         cli=("decode_p50",),
     ),
-    # the fastest one stream was seen decoding: the most tokens in any burst window of a
-    # response that fills the window (failed turns count), and at least every valid per-turn
-    # decode rate, so no decode TPS column exceeds it; null with a reason when no response
-    # filled a window (docs/metrics.md §1.2)
+    # the fastest one stream was seen decoding, at least every valid per-turn decode rate so no
+    # decode TPS column exceeds it (docs/metrics.md §1.2, "Burst TPS peak")
     _rate(
         "burst_tps",
         "burst TPS",
@@ -579,9 +577,8 @@ METRICS: list[Metric] = [
         report_table="throughput",
         measured_only=True,
     ),
-    # the share of rollouts (and of turns) that meet the scenario's slo: section, with a
-    # Wilson 95 % interval; without thresholds, the success rate (harness/metrics/slo.py,
-    # docs/metrics.md "SLOs and goodput"); the gate reads e.g. ws.slo.rollout_attainment
+    # the share of rollouts (and of turns) that meet the scenario's slo: section
+    # (harness/metrics/slo.py, docs/metrics.md §1.8); the gate reads ws.slo.rollout_attainment
     _rate(
         "slo_attainment",
         "SLO",
