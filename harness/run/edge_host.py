@@ -93,7 +93,7 @@ class EdgeHost:
                 round_index=job.round,
                 model=begin.model,
                 on_turn=self._turn,
-                hints=begin.hints,
+                hints=begin.options.hints,
                 rollout_key=job.rollout_key,
             )
         except asyncio.CancelledError:
