@@ -1,18 +1,10 @@
-"""``GET /metrics``: the server's own state in the Prometheus text format (docs/server.md).
+"""``GET /metrics``: the server's own state in the Prometheus text format.
 
-Cost on the hot path is what decides the shape. Whatever the server already
-keeps (engine slots and queue, prefix-cache hits and misses, open WebSocket
-connections, the modelled time the simulator adds up) is read when a scrape
-arrives, by :class:`ServerCollector`; only what nothing else counts is counted
-as it happens, in plain ints and dicts (:class:`ServerCounters`: one event loop
-per process, so no lock), and one ASGI layer (:class:`HttpMetrics`) counts the
-HTTP requests. Nothing is rendered until someone scrapes.
-
-Every app has its own :class:`~prometheus_client.CollectorRegistry`, never the
-global one: tests start several servers in one process. Under ``--workers N``
-each worker process answers for itself (a scrape reaches whichever worker the
-kernel hands the connection to); every series carries that worker's ``worker``
-label, and ``loopbench_server_info`` its pid.
+Cost on the hot path decides the shape: what the server keeps anyway is read when a scrape
+arrives (:class:`ServerCollector`); only what nothing else counts is counted as it happens
+(:class:`ServerCounters`: plain ints, one event loop per process, so no lock), and one ASGI
+layer (:class:`HttpMetrics`) counts the HTTP requests.  The series, the per-app registry and
+``--workers``: docs/server.md, "Server-side metrics".
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Graceful shutdown on SIGTERM (or SIGINT): drain, bounded, then close WebSockets with 1001.
 
-uvicorn's own shutdown lets HTTP responses in progress finish but closes every
-WebSocket at once with 1012.  Here, on the first signal:
-
-1. the listening sockets close (no new connections);
-2. HTTP connections finish the response in progress and then close (idle
-   keep-alive connections close at once);
-3. every WebSocket refuses new ``response.create`` (``server_shutting_down``),
-   lets the responses it already started finish, then closes with 1001
-   ("going away", which clients treat as reconnectable);
-4. whatever is still running after ``drain_timeout_s`` is cut: WebSockets are
-   closed with 1001 and HTTP tasks are cancelled;
-5. the app's lifespan ends, which flushes and closes the SQLite store.
-
-A second signal forces an immediate exit, as uvicorn does.
+Why not uvicorn's own: it lets HTTP responses in progress finish but closes every WebSocket at
+once with 1012.  The steps on the first signal, and the second signal's immediate exit:
+docs/reliability.md, "Graceful shutdown".
 """
 
 from __future__ import annotations

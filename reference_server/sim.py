@@ -3,14 +3,9 @@
 Everything here *waits* modelled time while holding modelled resources (an API
 worker slot, an engine stream slot); nothing burns CPU to imitate work.
 
-Clock: ``time.perf_counter_ns``, read fresh at every decision.  ``loop.time()``
-will not do: uvloop caches it once per loop iteration in whole milliseconds, so
-a busy iteration hands out a "now" that is milliseconds stale, and deadlines
-anchored on it make the first token late and every later one on time — a
-decode span that is short by the staleness, i.e. a decode rate biased high.
-Decode is anchored at the first token's *actual* emission: if the wake-up after
-prefill is late, the lateness shows in TTFT (the harness's measured − modelled)
-and the decode rate stays exact.
+Clock: ``time.perf_counter_ns``, read fresh at every decision, never ``loop.time()``; decode
+is anchored at the first token's *actual* emission.  Why, and why deltas are batched 2 ms
+apart by default: docs/model.md §2, "Pacing" and "Delta batching".
 
 Waits end on :mod:`reference_server.timer` (a timerfd on Linux: tens of
 microseconds, not uvloop's millisecond ticks).  The API-tier wait and the
@@ -19,16 +14,6 @@ end of the API-tier work, not at whenever that wake-up happened to run, so the
 lateness of the first wake-up is absorbed by the prefill wait instead of adding
 to TTFT.  The hand-over travels in a context variable because both waits run in
 the request's task (or a task created from it), with the app's own work between.
-
-Default delta interval: 2 ms.  At 1,000 TPS that is 2 tokens per delta, 500
-events/s per stream (one token per delta would be 1,000/s per stream and, at a
-few dozen concurrent streams, more SSE/WS frames than a 2-core box serves
-without the event loop falling behind); at 4,000 TPS bursts it is 8 tokens per
-delta.  Because each batch carries the due time of its last token, batching
-never makes a token early, and a 100 ms burst window can gain at most one batch
-(8 tokens, 2 %) and never lose any: a 2 ms granularity is 50x finer than the
-window, so the burst peak is measured, not smeared.  ``min_delta_interval_ms=0``
-restores one token per delta.
 """
 
 from __future__ import annotations

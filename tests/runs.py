@@ -15,12 +15,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from harness.cli.locust import LOCUSTFILE
-from harness.client.options import TransportOptions
+from harness.client.options import ClientSettings, TransportOptions
 from harness.metrics.hdr import Histogram
 from harness.report.results import Run, load_run, read_csv_gz
 from harness.run.health import ClientHealth
@@ -207,6 +207,14 @@ def run_tiny(out: Path, transports: list[str], sets: dict[str, str], **options: 
     return run_file(TINY, out, sets, transports=transports, **options)
 
 
+def run_options(**options: Any) -> RunOptions:
+    """:class:`RunOptions` with the :class:`ClientSettings` among ``options`` given flat, as the
+    run's flags give them (``keepalive=False``)."""
+    names = {f.name for f in fields(ClientSettings)}
+    client = ClientSettings(**{k: v for k, v in options.items() if k in names})
+    return RunOptions(client=client, **{k: v for k, v in options.items() if k not in names})
+
+
 def run_file(
     scenario: Path | str, out: Path, sets: dict[str, str] | None = None, **options: Any
 ) -> Run:
@@ -214,7 +222,7 @@ def run_file(
     without the interpreter start and the report (for tests that read only the rows and the
     summary); :func:`run_tiny`'s defaults."""
     options.setdefault("run_id", "r")
-    opts = RunOptions(results_root=out, progress=False, render=False, **options)
+    opts = run_options(results_root=out, progress=False, render=False, **options)
     loaded = load_scenario(str(scenario), sets)
     return load_run(run_scenario(loaded, str(scenario), opts).run_dir)
 

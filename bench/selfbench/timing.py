@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.client.options import ClientSettings
 from harness.run.event_loop import run_async
 from harness.run.runner import RunOptions, run_plans
 from harness.workload.records import TurnRecord
@@ -84,7 +85,7 @@ def run_once(
             progress=False,
             render=False,
             turn_hook=turn_hook,
-            rx_stamp=rx_stamp,
+            client=ClientSettings(rx_stamp=rx_stamp),
         )
         t0 = time.perf_counter()
         result = run_async(

@@ -28,6 +28,7 @@ from harness.cli.common import (
     transports_epilog,
 )
 from harness.cli.run_args import add_target_options, scenario_sets, target_flags
+from harness.client.options import ClientSettings
 from harness.gate.ab import ABOptions, Side, run_ab
 from harness.gate.codes import EXIT_INVALID, EXIT_USAGE
 from harness.gate.evaluate import evaluate
@@ -222,9 +223,7 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
         run_id=args.run_id,
         rounds=args.rounds,
         transports=transports,
-        api_key=key,
-        verify_tls=not args.insecure,
-        shaping=shaping,
+        client=ClientSettings(api_key=key, verify_tls=not args.insecure, shaping=shaping),
         tokens=tokens,
     )
     printer = progress_printer(args.quiet)

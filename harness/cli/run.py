@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -120,25 +121,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.target:
         check_server_profiles(scenario, args.scenario)
     opts = run_options(args, scenario, run_id=args.run_id, render=not args.no_report)
-    line = shaping_line(opts.shaping, opts.tokens)
+    line = shaping_line(opts.client.shaping, opts.tokens)
     if line and not args.quiet:
         print(line, file=sys.stderr)
     if args.tls:
         # The run makes the certificate, so there is nothing to verify it against.
         opts.server_args = [*opts.server_args, "--tls-self-signed"]
-        opts.verify_tls = False
+        opts.client = replace(opts.client, verify_tls=False)
     refused = probe_for_run(
         args.target,
         opts.transports or scenario.transports,
-        api_key=opts.api_key,
-        verify_tls=opts.verify_tls,
+        api_key=opts.client.api_key,
+        verify_tls=opts.client.verify_tls,
         model=scenario.model,
         enabled=not args.no_probe,
         say=lambda m: print(m, file=sys.stderr),
         progress=None if args.quiet else lambda m: print(m, file=sys.stderr, flush=True),
         timeout_s=args.probe_timeout_s,
         compaction=scenario.rollout.compact_at_tokens is not None,
-        shaping=opts.shaping,
+        shaping=opts.client.shaping,
     )
     if refused is not None:
         return refused

@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.cli.common import api_key, parse_transports, scenario_overrides
 from harness.client.messages_api import CACHE_CONTROL
-from harness.client.options import RECOVER_FROM, WS_SUBAGENTS
+from harness.client.options import RECOVER_FROM, WS_SUBAGENTS, ClientSettings
 from harness.client.shaping import RequestShaping, parse_header, redacted
 from harness.report.sweep import parse_sweep_sets, split_values
 from harness.run.goodput import SEARCH_DEFAULTS
@@ -325,23 +325,20 @@ def run_scenario_of(args: argparse.Namespace) -> Scenario:
     return load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
 
 
-def client_run_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The :class:`~harness.run.runner.RunOptions` fields :func:`add_client_options` sets."""
-    return {
-        "server_metrics": args.server_metrics,
-        "server_metrics_interval_s": args.server_metrics_interval,
-        "scrape_embedded": not args.no_server_metrics,
-        "api_key": api_key(args.api_key_env),
-        "keepalive": not args.no_keepalive,
-        "verify_tls": not args.insecure,
-        "cache_control": args.cache_control,
-        "hints": not args.no_hints,
-        "request_timeout_s": args.request_timeout_s,
-        "recover_from": args.recover_from,
-        "slice_s": getattr(args, "slice_s", None),
-        "ws_subagents": args.ws_subagents,
-        "rx_stamp": args.rx_stamp,
-    }
+def client_settings(args: argparse.Namespace, shaping: RequestShaping) -> ClientSettings:
+    """The :class:`ClientSettings` that :func:`add_client_options` and ``shaping`` give."""
+    return ClientSettings(
+        api_key=api_key(args.api_key_env),
+        hints=not args.no_hints,
+        keepalive=not args.no_keepalive,
+        verify_tls=not args.insecure,
+        request_timeout_s=args.request_timeout_s,
+        cache_control=args.cache_control,
+        recover_from=args.recover_from,
+        shaping=shaping,
+        ws_subagents=args.ws_subagents,
+        rx_stamp=args.rx_stamp,
+    )
 
 
 def run_options(args: argparse.Namespace, scenario: Scenario, **extra: Any) -> RunOptions:
@@ -351,11 +348,14 @@ def run_options(args: argparse.Namespace, scenario: Scenario, **extra: Any) -> R
     return RunOptions(
         transports=parse_transports(args.transports),
         target=args.target,
+        client=client_settings(args, shaping),
+        tokens=tokens,
         results_root=Path(args.out),
         baseline=args.baseline,
-        shaping=shaping,
-        tokens=tokens,
-        **client_run_options(args),
+        server_metrics=args.server_metrics,
+        server_metrics_interval_s=args.server_metrics_interval,
+        scrape_embedded=not args.no_server_metrics,
+        slice_s=getattr(args, "slice_s", None),
         **extra,
     )
 

@@ -13,22 +13,15 @@ from harness.wire.transports import TransportSpec
 from harness.workload.records import TurnRecord
 
 #: a chained turn whose reported input is below this share of the history the client holds
-#: ignored ``previous_response_id``.  Why a half: a server that continues the chain counts the
-#: whole conversation (cached or not), which the client estimates at chars / 4; real
-#: tokenizers differ from that estimate by well under 2x on text, so an honest count stays
-#: above half of it, while a server that dropped the chain counts only what this request
-#: carried.  A turn whose new input is most of the history cannot be judged and passes.
+#: ignored ``previous_response_id`` (why a half: docs/metrics.md §1.5)
 CHAIN_MIN_SHARE = 0.5
 #: reported (visible) output tokens above this multiple of the streamed text's estimate, plus
-#: :data:`OUTPUT_SLACK_TOKENS`, were not streamed.  Why 4x: a real tokenizer packs at most a few
-#: characters per token differently from chars / 4; four times the streamed text is no
-#: tokenizer, it is output the client never received.
+#: :data:`OUTPUT_SLACK_TOKENS`, were not streamed (why 4x: docs/metrics.md §1.5)
 OUTPUT_MAX_RATIO = 4
 #: slack for short answers, where rounding and framing tokens dominate ("{}" is one token)
 OUTPUT_SLACK_TOKENS = 16
-#: a per-stream decode rate above this is no decode rate.  Why 20,000 tokens/s: about five
-#: times the fastest per-stream decoding of any engine in 2026; above it the deltas arrived
-#: together (a buffering proxy) or ``output_tokens`` overstates the stream.
+#: a per-stream decode rate above this is no decode rate (why 20,000 tokens/s:
+#: docs/metrics.md §1.5)
 DECODE_MAX_TPS = 20_000.0
 #: responses shorter than this are not judged by rate: two deltas read back to back on a busy
 #: host give any rate at all

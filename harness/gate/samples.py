@@ -19,6 +19,8 @@ import numpy.typing as npt
 
 from harness.metrics import definitions as D
 from harness.metrics.results_model import Manifest, Summary
+from harness.metrics.validity import RolloutKey
+from harness.report import analysis as A
 from harness.wire.plural import counted
 
 if TYPE_CHECKING:
@@ -33,8 +35,6 @@ FloatArray = npt.NDArray[np.float64]
 MEASUREMENT_ERROR = D.get("measurement_error_ms").name
 #: pseudo-metric: the modelled TTFT itself (ms), for relative self-checks
 MODELLED_TTFT = "modelled_ttft_ms"
-#: not a latency: each turn's history size (first turns fingerprint the replayed rollouts)
-HISTORY_TOKENS = "history_tokens"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +75,8 @@ class RunData:
     samples: Mapping[tuple[str, str], Samples] = field(default_factory=dict)
     #: completed (non-warm-up) rollouts per transport, from the CSVs
     rollouts: Mapping[str, int] = field(default_factory=dict)
+    #: per transport, :func:`harness.report.analysis.first_turns`
+    first_turns: Mapping[str, Mapping[RolloutKey, float]] = field(default_factory=dict)
     #: the results folder, for messages ("" for runs built in memory)
     path: str = ""
 
@@ -106,20 +108,13 @@ KEY_COLUMNS: dict[D.RecordKind, list[str]] = {
 
 def run_data(run: Run) -> RunData:
     """Extract the gate's samples from a loaded results folder."""
-    warm = run.manifest_model.scenario_facts.warmup_rollouts
-    samples: dict[tuple[str, str], Samples] = {}
-    rollouts: dict[str, int] = {}
-    frames: dict[D.RecordKind, pd.DataFrame] = {"rollout": run.rollouts, "turn": run.turns}
-    for kind, df in frames.items():
-        if len(df):
-            frames[kind] = df[df["rollout_id"] >= warm]
+    frames: dict[D.RecordKind, pd.DataFrame] = {
+        "rollout": A.rollout_table(run),
+        "turn": A.turn_table(run),
+    }
     # the metrics its rules may name, and the self-check's
     metrics = [D.get(name) for name in (*D.gate_metrics(), MEASUREMENT_ERROR)]
-
-    ro = frames["rollout"]
-    for transport, g in ro.groupby("transport", sort=True) if len(ro) else ():
-        rollouts[str(transport)] = int((g["status"].isin(D.ROLLOUT_OK) & (g["end_ns"] > 0)).sum())
-
+    samples: dict[tuple[str, str], Samples] = {}
     for kind, df in frames.items():
         for transport, g in df.groupby("transport", sort=True) if len(df) else ():
             name = str(transport)
@@ -132,17 +127,13 @@ def run_data(run: Run) -> RunData:
                 if m.name == MEASUREMENT_ERROR:
                     modelled = rows["sim_ttft_ms"].astype(np.float64)
                     samples[(name, MODELLED_TTFT)] = _keyed(rows, KEY_COLUMNS[kind], modelled)
-            if kind == "turn":
-                ok = g[g["status"].isin(D.TURN_OK) & (g["sent_ns"] > 0)]
-                samples[(name, HISTORY_TOKENS)] = _keyed(
-                    ok, KEY_COLUMNS[kind], ok["history_tokens"]
-                )
-
+    ro, turns = frames["rollout"], frames["turn"]
     return RunData(
         run_id=run.run_id,
         manifest=run.manifest_model,
         summary=run.summary_model,
         samples=samples,
-        rollouts=rollouts,
+        rollouts={str(t): int(g["ok"].sum()) for t, g in ro.groupby("transport", sort=True)},
+        first_turns={str(t): A.first_turns(turns, str(t)) for t in turns["transport"].unique()},
         path=str(run.path),
     )

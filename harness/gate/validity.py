@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from harness.gate.outcome import RuleResult
 from harness.gate.rules import GateConfig
-from harness.gate.samples import HISTORY_TOKENS, RunData
+from harness.gate.samples import RunData
 from harness.metrics.validity import (
     Limits,
-    RolloutKey,
     comparability,
     recorded_reasons,
     rollouts_differ,
@@ -36,14 +35,9 @@ def _comparable(base: RunData, cand: RunData) -> str | None:
     )
 
 
-def _first_turns(run: RunData, transport: str) -> dict[RolloutKey, float]:
-    s = run.get(transport, HISTORY_TOKENS)
-    return {(k[0], k[1]): v for k, v in zip(s.keys, s.values.tolist(), strict=True) if k[-1] == 0}
-
-
 def _same_rollouts(base: RunData, cand: RunData) -> str | None:
     for t in cand.transports:
-        found = rollouts_differ(t, _first_turns(base, t), _first_turns(cand, t))
+        found = rollouts_differ(t, base.first_turns.get(t, {}), cand.first_turns.get(t, {}))
         if found:
             return found
     return None

@@ -26,6 +26,7 @@ from locust import LoadTestShape, User, argument_parser, constant, events, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
+from harness.client.options import ClientSettings
 from harness.locust_driver.clock import now_ns
 from harness.locust_driver.edge import EdgeChild, EdgeGone
 from harness.locust_driver.master import QUIT_WAIT_S, MasterOptions, MasterSide
@@ -136,12 +137,14 @@ def _master_options(environment: Environment) -> MasterOptions:
         results_root=Path(opts.loopbench_out),
         run_id=opts.loopbench_run_id or None,
         time_limit_s=opts.loopbench_run_time or None,
-        keepalive=not opts.loopbench_no_keepalive,
-        verify_tls=not opts.loopbench_insecure,
+        client=ClientSettings(
+            keepalive=not opts.loopbench_no_keepalive,
+            verify_tls=not opts.loopbench_insecure,
+            hints=not opts.loopbench_no_hints,
+            shaping=shaping,
+        ),
         api_key_env=opts.loopbench_api_key_env,
-        hints=not opts.loopbench_no_hints,
         render=not opts.loopbench_no_report,
-        shaping=shaping,
         tokenizer=str(tokenizer[1]) if tokenizer is not None else "",
         extra_manifest={
             "version": locust.__version__,

@@ -25,7 +25,7 @@ from typing import Any
 
 import gevent
 
-from harness.client.shaping import NO_SHAPING, RequestShaping
+from harness.client.options import DEFAULT_SETTINGS, ClientSettings
 from harness.locust_driver.clock import now_ns
 from harness.locust_driver.protocol import MSG_WORK, RunConfig, version_mismatch
 from harness.locust_driver.wire import rollout_from_row, turn_from_row, work_message
@@ -34,7 +34,7 @@ from harness.metrics.summary import Accumulator
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
 from harness.run.health import ClientHealth
-from harness.run.manifest import build_manifest, client_options
+from harness.run.manifest import build_manifest
 from harness.run.measurement import Measurement
 from harness.wire.errors import LoopbenchError, ResultsWriteError
 from harness.wire.plural import counted
@@ -106,13 +106,11 @@ class MasterOptions:
     results_root: Path
     run_id: str | None
     time_limit_s: float | None
-    keepalive: bool = True
-    verify_tls: bool = True
+    #: the flags and the scenario's target: resolved (no API key: the workers read their own)
+    client: ClientSettings = DEFAULT_SETTINGS
     api_key_env: str = ""
-    hints: bool = True
     extra_manifest: dict[str, Any] = field(default_factory=dict)
-    #: the scenario's target: and the flags, resolved; the tokenizer file ("" for none)
-    shaping: RequestShaping = NO_SHAPING
+    #: the tokenizer file ("" for none)
     tokenizer: str = ""
     #: False: --no-report (results without report.md, report.html and plots/)
     render: bool = True
@@ -152,11 +150,8 @@ class MasterSide:
             model=scenario.model,
             warmup_rollouts=scenario.load.warmup_rollouts,
             slo=json.dumps(scenario.slo.thresholds()),
-            keepalive=opts.keepalive,
-            verify_tls=opts.verify_tls,
+            client=opts.client,
             api_key_env=opts.api_key_env,
-            hints=opts.hints,
-            shaping=opts.shaping,
             tokenizer=opts.tokenizer,
             loopbench=self.version,
         )
@@ -176,18 +171,9 @@ class MasterSide:
             opts.target,
             opts.embedded,
             run_id,
-            client_options(
-                hints=opts.hints,
-                keepalive=opts.keepalive,
-                verify_tls=opts.verify_tls,
-                request_timeout_s=config.request_timeout_s,
-                shaping=opts.shaping.describe(),
-                tokenizer=opts.tokenizer or "4-chars",
-                # each worker's edge host resolves the option on its own machine; the summary
-                # counts the turns stamped each way (docs/metrics.md §1.9)
-                rx_stamp=PER_WORKER,
-                rx_stamp_option=config.rx_stamp,
-            ),
+            # each worker's edge host resolves --rx-stamp on its own machine; the summary
+            # counts the turns stamped each way (docs/metrics.md §1.9)
+            opts.client.manifest_dict(tokenizer=opts.tokenizer or "4-chars", rx_stamp=PER_WORKER),
         )
         manifest["driver"] = "locust"
         manifest["locust"] = dict(opts.extra_manifest)

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from harness.client.shaping import NO_SHAPING, RequestShaping
+from harness.client.options import DEFAULT_SETTINGS, ClientSettings
 from harness.wire.errors import LoopbenchError
 
 MSG_HELLO = "loopbench_hello"
@@ -41,8 +41,8 @@ MSG_FINAL = "loopbench_final"
 #: attribute of ``environment.parsed_options`` carrying :class:`RunConfig` to workers
 RUN_OPTION = "loopbench_run"
 #: the shape of these messages and of :class:`RunConfig`: raised with any change to them
-#: (1: before versions were sent)
-WIRE_FORMAT = 2
+#: (1: before versions were sent; 2: before the client settings travelled as one object)
+WIRE_FORMAT = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,21 +51,16 @@ class RunConfig:
     target: str
     model: str
     warmup_rollouts: int
-    keepalive: bool = True
-    verify_tls: bool = True
-    request_timeout_s: float = 120.0
+    #: the client settings; ``api_key`` stays the placeholder here (each worker reads its
+    #: own key from ``api_key_env``), so no key travels over the wire
+    client: ClientSettings = DEFAULT_SETTINGS
     api_key_env: str = ""
-    hints: bool = True
-    shaping: RequestShaping = NO_SHAPING
     #: the tokenizer.json the master resolved ("" for 4 characters a token); each worker
     #: loads it, so a remote worker needs the same path
     tokenizer: str = ""
     #: the scenario's SLO thresholds as JSON ({field: ms}; "" for none): every accumulator of
     #: a run judges records by the same ones, or they do not merge
     slo: str = ""
-    #: how the edge host stamps reads, as ``loopbench run --rx-stamp`` (``auto``: the kernel's
-    #: receive time where the worker's machine supports it; resolved there)
-    rx_stamp: str = "auto"
     #: the master's loopbench version and wire format ("" / 1: a master from before them)
     loopbench: str = ""
     wire_format: int = WIRE_FORMAT

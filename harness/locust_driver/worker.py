@@ -269,18 +269,13 @@ def edge_begin(config: RunConfig) -> EdgeBegin:
     worker (``--loopbench-api-key-env``), and the tokenizer is loaded by the host."""
     key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
     return EdgeBegin(
-        TransportOptions(
-            base_url=config.target,
-            api_key=key or PLACEHOLDER_API_KEY,
-            keepalive=config.keepalive,
-            verify_tls=config.verify_tls,
-            request_timeout_s=config.request_timeout_s,
-            shaping=config.shaping,
+        TransportOptions.of(
+            replace(config.client, api_key=key or PLACEHOLDER_API_KEY),
+            config.target,
             # the edge host resolves it on its machine (harness.run.edge_host)
-            rx_stamp=config.rx_stamp,
+            rx_stamp=config.client.rx_stamp,
         ),
         model=config.model,
-        hints=config.hints,
         tokenizer=config.tokenizer,
     )
 

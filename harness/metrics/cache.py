@@ -2,10 +2,7 @@
 prefix cache, per transport and by turn index (docs/metrics.md §1.2, ``cached_ratio``).
 
 The ratio is of token sums, ``sum(cached_tokens) / sum(input_tokens)``, over the turns that
-reported input tokens (a failed turn with no usage says nothing about the cache, and a
-compaction is no turn of the conversation).  A sum rather than a mean of per-turn ratios:
-a long turn's cache hit saves more prefill than a short one's, and the tokens are what the
-server bills and computes.
+reported input tokens; why sums and which turns: docs/observability.md §2.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """The metric table: every metric loopbench reports, declared once (docs/metrics.md §1).
 
-A per-record metric is two expressions over the fields of one record kind
-(:class:`~harness.workload.records.TurnRecord` or ``RolloutRecord``): ``when``
-(does this record give a sample) and ``value`` (the sample, in ``raw`` units).
-The expressions use only arithmetic, comparisons, ``round()``, ``known(field)`` (the
-field of an optional value holds one: not None, not NaN) and ``&`` (which joins
-conditions; it is never a bitwise and of numbers), so the same text evaluates on
-one record (scalars) and on a results table (pandas columns):
-
-* the streaming :class:`~harness.metrics.summary.Accumulator` compiles the
-  table into one straight-line function per record kind (:func:`compile_adder`),
-  so adding a metric costs the hot path one inlined ``if``, not a call per metric;
-* :func:`column` evaluates the same expressions on ``turns.csv.gz`` /
-  ``rollouts.csv.gz`` rows for the report, notebooks, ``compare`` and the gate.
-
-Run-level metrics (burst and aggregate TPS, the breakdown, error counts) are
-declared here too — name, unit, direction, label, where shown — but computed by
-the accumulator from state that is not one value per record.
-
-Where a metric is shown is part of its declaration: ``compare`` (statistics
-``loopbench compare`` diffs), ``report`` (columns of the report's latency or
-throughput table, with digits), ``cli`` (the end-of-run table) and ``gate``
-(regression and speedup rules may name it).
+What a :class:`Metric` declares, the expression language of its ``when`` and ``value`` and the
+three readers of one text (:func:`compile_adder`, :func:`column`, :func:`sample`):
+docs/metrics.md §6.  In an expression ``&`` joins conditions; it is never a bitwise and of
+numbers.
 """
 
 from __future__ import annotations
@@ -175,38 +157,24 @@ VISIBLE_START = "(first_output_ns + (first_output_ns == 0) * first_token_ns)"
 VISIBLE_TOKENS = "(output_tokens - reasoning_tokens)"
 
 #: the fewest arrivals of visible output (``output_arrivals``: deltas read together are one) a
-#: turn needs to give ITL, TPOT and decode-TPS samples (docs/metrics.md §1.2).  Why 4: those
-#: figures describe how tokens were paced; a turn whose output came in 1–3 pieces gives at most
-#: two gaps, and its span is how the server or its front end grouped the output — a tool call
-#: withheld until its JSON parsed and released whole (vLLM, tests/data/vllm/), or a starved
-#: front end writing 150 tokens in two reads — not how fast the engine decoded (those turns read
-#: 2–3x the engine's rate).  Rows written before the count existed (0) keep their samples.
+#: turn needs to give ITL, TPOT and decode-TPS samples; rows written before the count existed
+#: (0) keep theirs.  Why 4: docs/metrics.md §1.2, "Late or whole output".
 MIN_OUTPUT_ARRIVALS = 4
 #: the fewest visible tokens of a turn the summary's warning counts when its output came in fewer
-#: than MIN_OUTPUT_ARRIVALS pieces: 16 tokens in at most 3 pieces is 5+ tokens a piece, which no
-#: engine-paced stream sends (vLLM sends 1, the reference server ~2); a shorter turn in few pieces
-#: is mostly a short answer, left out with the too-short ones (``tps.decode_excluded``)
+#: than MIN_OUTPUT_ARRIVALS pieces (why 16: docs/metrics.md §1.2, ``WHOLE_OUTPUT_MIN_TOKENS``)
 WHOLE_OUTPUT_MIN_TOKENS = 16
 #: the turn's output was paced: enough arrivals, or a row from before they were counted
 PACED_OUTPUT = f"(output_arrivals >= {MIN_OUTPUT_ARRIVALS}) + (output_arrivals == 0)"
 #: output that came whole or nearly (fewer than MIN_OUTPUT_ARRIVALS arrivals)
 WHOLE_OUTPUT = f"(output_arrivals > 0) & (output_arrivals < {MIN_OUTPUT_ARRIVALS})"
 #: the fewest visible tokens the first arrival of a turn's output (``first_arrival_tokens``)
-#: carries when the output was withheld and then released at once (docs/metrics.md §1.2).  Why
-#: 16: an engine-paced stream's first delta holds one token (vLLM: one per engine step; the
-#: reference server: the first token alone, ~2 a delta after, 8 at most in a 4,000 tok/s
-#: burst), so 16 is twice the most any paced delta carries; only the first delta is counted, so
-#: paced deltas a late client read together never add up to it.
-#: vLLM 0.32 releasing a forced call whose JSON parsed: 7-70 tokens in the first arrival.
+#: carries when the output was withheld and then released at once; only the first delta is
+#: counted, so paced deltas a late client read together never add up to it.  Why 16:
+#: docs/metrics.md §1.2, "Released after a hold".
 RELEASED_BURST_MIN_TOKENS = 16
-#: a tool call the endpoint held back and then released: announced by its name alone, before
-#: any of its arguments (0 tokens: vLLM sends the name once the JSON before it parsed), or with
-#: a burst of what it had.  Either way tokens were decoded before its first visible output that
-#: the decode span from it leaves out, so it gives no rate.  A call that streams from its first
-#: token comes with its first argument delta (the reference server writes both at once).  Tool
-#: calls only: a text turn read late in a burst is the client's lateness, and leaving those out
-#: picks the turns of a slow engine (on a loaded machine the engine runs fastest while the
-#: clients wait for the CPU): text-turn TPOT read 14-19 % over vLLM's.
+#: a tool call the endpoint held back and then released: announced by its name alone (0
+#: tokens) or with a burst of what it had; it gives no decode rate.  Why tool calls only:
+#: docs/metrics.md §1.2, "Released after a hold".
 RELEASED_CALL = (
     "((function_calls > 0) & ((first_arrival_tokens == 0) "
     f"+ (first_arrival_tokens >= {RELEASED_BURST_MIN_TOKENS}) > 0))"
@@ -221,10 +189,8 @@ def released_call(function_calls: int, first_arrival_tokens: int) -> bool:
 
 
 #: the transports whose first event follows the engine's first token, so that first event →
-#: release is a time the endpoint held output back: Chat Completions' role chunk and Messages'
-#: message_start (vLLM sends both on the engine's first iteration).  Over the Responses API
-#: ``response.created`` comes on the request's arrival (vLLM sends it before asking the engine),
-#: so the difference would hold the prefill: no held-back time there.
+#: release is a time the endpoint held output back; not the Responses API, whose first event
+#: comes on the request's arrival (docs/metrics.md §1.2, "Late or whole output").
 FIRST_EVENT_AT_FIRST_TOKEN = (
     "("
     + " + ".join(f"(transport == {t.name!r})" for t in TRANSPORTS if t.api != "responses")
@@ -232,11 +198,10 @@ FIRST_EVENT_AT_FIRST_TOKEN = (
 )
 
 #: the shortest first-to-last-token span whose decode rate is a measurement rather than the
-#: jitter of two reads: 1 ms of arrival noise moves a 20 ms rate by 5 %, a 2 ms one by 50 %
+#: jitter of two reads (docs/metrics.md §1.2, "A valid decode rate")
 MIN_DECODE_SPAN_NS = 20_000_000
-#: a turn with a valid decode rate (docs/metrics.md §1.2): every condition holds.  The one
-#: predicate of decode TPS, TPOT and the burst peak's per-turn part; a check that flags a turn's
-#: rate (e.g. output tokens the stream did not carry) extends this tuple, and every reader follows.
+#: a turn with a valid decode rate: every condition holds.  The one predicate of decode TPS,
+#: TPOT and the burst peak's per-turn part; a check that flags a rate extends this tuple.
 VALID_DECODE_CONDITIONS: tuple[str, ...] = (
     f"{VISIBLE_TOKENS} >= 2",
     "first_token_ns > 0",
@@ -318,10 +283,8 @@ METRICS: list[Metric] = [
             ("tool", "tool call", "> 0", {"report": (("p50", 1),), "measured_only": True}),
         )
     ),
-    # a tool call whose output came whole (fewer than MIN_OUTPUT_ARRIVALS arrivals) or was
-    # released after a hold (RELEASED_CALL): from the response's first event (Chat Completions'
-    # role chunk, Messages' message_start: vLLM sends them on the engine's first iteration) to
-    # the call's release — the time the endpoint held the call back; none over the Responses API
+    # how long the endpoint held back a tool call that came whole or was released after a hold
+    # (docs/metrics.md §1.2, "held back"); none over the Responses API
     _latency(
         "held_back_ms",
         "held back",
@@ -499,10 +462,8 @@ METRICS: list[Metric] = [
         report=(("decode_p50", 0), ("decode_mean", 0)),
         cli=("decode_p50",),
     ),
-    # the fastest one stream was seen decoding: the most tokens in any burst window of a
-    # response that fills the window (failed turns count), and at least every valid per-turn
-    # decode rate, so no decode TPS column exceeds it; null with a reason when no response
-    # filled a window (docs/metrics.md §1.2)
+    # the fastest one stream was seen decoding, at least every valid per-turn decode rate so no
+    # decode TPS column exceeds it (docs/metrics.md §1.2, "Burst TPS peak")
     _rate(
         "burst_tps",
         "burst TPS",
@@ -616,9 +577,8 @@ METRICS: list[Metric] = [
         report_table="throughput",
         measured_only=True,
     ),
-    # the share of rollouts (and of turns) that meet the scenario's slo: section, with a
-    # Wilson 95 % interval; without thresholds, the success rate (harness/metrics/slo.py,
-    # docs/metrics.md "SLOs and goodput"); the gate reads e.g. ws.slo.rollout_attainment
+    # the share of rollouts (and of turns) that meet the scenario's slo: section
+    # (harness/metrics/slo.py, docs/metrics.md §1.8); the gate reads ws.slo.rollout_attainment
     _rate(
         "slo_attainment",
         "SLO",

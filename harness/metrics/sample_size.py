@@ -1,15 +1,10 @@
 """When a sample is too small for a statistic (docs/metrics.md §1.4): one rule, stated once.
 
-Percentiles are nearest-rank order statistics (:mod:`harness.metrics.hdr`).  The
-``p``-th percentile of fewer than ``100 / (100 - p)`` values is the sample's maximum
-(p99 of 60 values, p90 of 9): it is still computed and written, but it says
-nothing about the tail beyond "the largest value seen", so the summary lists it
-under ``too_few_samples`` and every renderer marks it.  A speedup's confidence
-interval needs :data:`~harness.metrics.stats.MIN_CI_PAIRS` pairs; below that the
-summary carries the point estimate and ``rollout_speedup_ci_reason``.
-
-:func:`sample_size_reasons` turns both into sentences for a run's validity
-reasons and the console.
+A percentile from too few values (the sample's maximum, not the tail) is still written but
+listed under ``too_few_samples``; a speedup from fewer than
+:data:`~harness.metrics.stats.MIN_CI_PAIRS` pairs carries its point estimate and
+``rollout_speedup_ci_reason``.  :func:`sample_size_reasons` turns both into sentences for a
+run's validity reasons and the console.
 """
 
 from __future__ import annotations

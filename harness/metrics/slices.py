@@ -1,10 +1,8 @@
 """Time slices: per-interval percentiles and throughput per transport (docs/metrics.md §7).
 
-A turn belongs to the slice it *ended* in, as a turn reaches the live export
-(:mod:`harness.metrics.live`) when it ends, so the two agree on what an interval holds; the
-latency values are the metric table's, rounded to the µs as the summary's histograms record
-them, so one slice spanning a whole pass gives the summary's exact percentiles.  Computed once
-over the turn rows after the run, not per record on the hot path.
+What a slice holds, and why one slice spanning a whole pass gives the summary's exact
+percentiles: docs/metrics.md §7.  Computed once over the turn rows after the run, not per
+record on the hot path.
 """
 
 from __future__ import annotations

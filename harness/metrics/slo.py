@@ -1,22 +1,9 @@
-"""SLO attainment and goodput (docs/metrics.md "SLOs and goodput"): the pure rules.
+"""SLO attainment and goodput: the pure rules.
 
-A turn meets the SLO when it succeeded and every per-turn threshold of the scenario's
-``slo:`` holds on it; a threshold on a value the turn did not give (no first token)
-does not hold.  A rollout is good when it succeeded, every one of its turns met the SLO
-and its latency (the ``rollout_ms`` metric: from the intended start) is within
-``rollout_ms``.  A compaction row is not a turn of the model: it is judged by the
-rollout's latency only.  Without thresholds a rollout is good when it succeeds, so
-every run has an attainment (its success rate) and a goodput.
-
-The per-turn values are the metric table's own expressions
-(:mod:`harness.metrics.definitions`), compiled once per threshold set, so the SLO
-judges exactly the numbers the summary reports.
-
-Attainment is a proportion: its 95 % interval is Wilson's score interval, which stays
-inside [0, 1] and keeps its coverage near 0 and 1, where attainment targets live
-(a Wald interval at 100 of 100 good is [1, 1]).  Below :data:`MIN_ATTAINMENT_N`
-records no interval is given: even a perfect record of 9 has a lower bound of 0.70,
-and one record moves the point estimate by more than ten points.
+Which turn meets the SLO, which rollout is good, and why the interval is Wilson's and none is
+given below :data:`MIN_ATTAINMENT_N` records: docs/metrics.md §1.8.  The per-turn values are
+the metric table's own expressions (:mod:`harness.metrics.definitions`), compiled once per
+threshold set, so the SLO judges exactly the numbers the summary reports.
 """
 
 from __future__ import annotations

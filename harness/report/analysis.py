@@ -19,6 +19,7 @@ from harness.metrics import slices as SL
 from harness.metrics.results_model import Summary, as_summary
 from harness.metrics.stats import PairedResult, paired_speedup
 from harness.metrics.timeseries import pick_bucket_ns, turns_rate_series
+from harness.metrics.validity import RolloutKey
 from harness.wire.transports import TRANSPORT_NAMES
 from harness.workload.records import BURST_WINDOW_NS
 
@@ -107,6 +108,21 @@ def rollout_table(run: Run) -> pd.DataFrame:
     df = df[df["rollout_id"] >= warmup_rollouts(run)].copy()
     df["ok"] = df["status"].isin(D.ROLLOUT_OK) & (df["end_ns"] > 0)
     return add_metric_columns(df, "rollout")
+
+
+def first_turns(turns: pd.DataFrame, transport: str) -> dict[RolloutKey, float]:
+    """Each rollout's first-turn history size by ``(round, rollout_id)``, from
+    :func:`turn_table` rows: the fingerprint of the rollouts a run replayed, by which
+    ``compare`` and ``gate`` tell that two runs replayed the same ones."""
+    if turns.empty or "history_tokens" not in turns:
+        return {}
+    first = turns[(turns["transport"] == transport) & turns["ok"] & (turns["turn_index"] == 0)]
+    return {
+        (int(r), int(i)): float(h)
+        for r, i, h in zip(
+            first["round"], first["rollout_id"], first["history_tokens"], strict=True
+        )
+    }
 
 
 def ok_samples(df: pd.DataFrame, transport: str, column: str) -> np.ndarray:

@@ -145,6 +145,9 @@ class Side:
     def samples(self, table: str, column: str, transport: str) -> np.ndarray:
         return A.ok_samples(self.table(table), transport, column)
 
+    def first_turns(self, transport: str) -> dict[RolloutKey, float]:
+        return A.first_turns(self.table("turns"), transport)
+
     def health(self, transport: str) -> TransportHealth:
         if transport not in self._health:
             self._health[transport] = self._count(transport)
@@ -241,20 +244,6 @@ def run_reasons(side: Side) -> list[str]:
     return reasons
 
 
-def _first_turns(side: Side, transport: str) -> dict[RolloutKey, float]:
-    """Each rollout's first-turn history size: the fingerprint of the rollouts replayed."""
-    df = side.table("turns")
-    if df.empty or "history_tokens" not in df:
-        return {}
-    first = df[(df["transport"] == transport) & df["ok"] & (df["turn_index"] == 0)]
-    return {
-        (int(r), int(i)): float(h)
-        for r, i, h in zip(
-            first["round"], first["rollout_id"], first["history_tokens"], strict=True
-        )
-    }
-
-
 def pair_reasons(ref: Side, cand: Side) -> list[str]:
     """Why ``cand`` does not measure what ``ref`` measured: scenario, seed, the rollouts
     replayed, transports."""
@@ -262,7 +251,7 @@ def pair_reasons(ref: Side, cand: Side) -> list[str]:
     if not reasons:
         labels = (ref.label, cand.label)
         for name in A.ordered_transports(t for t in cand.transports if t in ref.transports):
-            found = rollouts_differ(name, _first_turns(ref, name), _first_turns(cand, name), labels)
+            found = rollouts_differ(name, ref.first_turns(name), cand.first_turns(name), labels)
             if found:
                 reasons.append(f"{cand.label}: {found}")
                 break

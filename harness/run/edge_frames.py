@@ -38,7 +38,6 @@ class EdgeBegin:
 
     options: TransportOptions
     model: str
-    hints: bool
     #: a tokenizer.json for the host to load ("" for 4 characters a token)
     tokenizer: str = ""
 

@@ -1,15 +1,10 @@
 """The asyncio edge for a Locust worker: ``python -m harness.run.edge_host``, the worker's child.
 
-A Locust worker is a gevent process (importing locust monkey-patches it), and its
-greenlet client measured about ten times fewer agents than the asyncio edge at
-twenty-five times the error (docs/distributed.md).  So the worker keeps what Locust
-does well (users, claims, stats, messages to the master) and hands each claimed
-rollout to this unpatched child, which runs it with the rollout loop ``loopbench run``
-uses (:func:`harness.transports.rollout_loop.run_rollout`) on the same event loop
-(uvloop), under the same watch over its own health
-(:class:`~harness.run.passes.ClientWatch`), and streams the records back
-(:mod:`harness.run.edge_frames`).  The child ends when its stdin does: a worker that
-dies takes its edge with it.
+Why a child and what crosses the pipe: docs/distributed.md, "The asyncio edge in a child of
+each worker".  It runs each claimed rollout with the rollout loop ``loopbench run`` uses
+(:func:`harness.transports.rollout_loop.run_rollout`), under the same watch over its own
+health (:class:`~harness.run.passes.ClientWatch`), and streams the records back
+(:mod:`harness.run.edge_frames`).  It ends when its stdin does.
 """
 
 from __future__ import annotations
@@ -98,7 +93,7 @@ class EdgeHost:
                 round_index=job.round,
                 model=begin.model,
                 on_turn=self._turn,
-                hints=begin.hints,
+                hints=begin.options.hints,
                 rollout_key=job.rollout_key,
             )
         except asyncio.CancelledError:

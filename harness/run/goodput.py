@@ -1,18 +1,9 @@
 """``loopbench sweep --search goodput``: the highest offered load that still meets the SLO.
 
-Per transport, short runs at loads chosen by bracketing (doubling from ``start`` until a
-step fails or ``max_load`` is reached; halving when the first step already fails) then
-bisection between the highest passing and the lowest failing load, until the two are
-one step of resolution apart (1 for a whole number of agents, :data:`RATE_RESOLUTION`
-of the load for an arrival rate) or ``max_steps`` runs were made.
-
-Noise (docs/metrics.md §5): a step's attainment is a proportion of a few hundred rollouts
-at most, so every step carries its Wilson 95 % interval and a confidence:
-``confident`` when the whole interval is on one side of the target, ``within noise``
-when it straddles it.  The search moves on the pass rule: ``point`` (default: the
-point estimate reaches the target; a "within noise" pass is reported as such) or
-``ci-lower`` (the interval's lower bound reaches it: a pass is then a claim at 95 %
-confidence, which at a 99 % target needs 381 good rollouts and no bad one).
+Per transport, short runs at loads chosen by bracketing then bisection, until the highest
+passing and the lowest failing load are one step of resolution apart (1 agent,
+:data:`RATE_RESOLUTION` of a rate) or ``max_steps`` runs were made; each step's confidence
+and the pass rules: docs/metrics.md §5, "The goodput search".
 
 The search itself (:class:`GoodputSearch`) is pure; :func:`run_goodput_search` runs
 its steps with :func:`~harness.run.runner.run_scenario` into one sweep folder.

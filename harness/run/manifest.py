@@ -47,48 +47,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def client_options(
-    *,
-    hints: bool,
-    keepalive: bool,
-    cache_control: str = "conversation",
-    verify_tls: bool,
-    request_timeout_s: float,
-    recover_from: str = "full",
-    shaping: Mapping[str, Any] | None = None,
-    tokenizer: str = "4-chars",
-    ws_subagents: str | None = None,
-    rx_stamp: str | None = None,
-    rx_stamp_option: str | None = None,
-) -> dict[str, Any]:
-    """The manifest's ``client_options``: the client settings that can change a measurement.
-
-    ``shaping`` is :meth:`RequestShaping.describe` (header names, never their values);
-    ``tokenizer`` the token convention's name.
-    """
-    out: dict[str, Any] = {
-        "hints": hints,
-        "keepalive": keepalive,
-        # only when not the default, so manifests of runs without it read as before
-        **({"cache_control": cache_control} if cache_control != "conversation" else {}),
-        "verify_tls": verify_tls,
-        "request_timeout_s": request_timeout_s,
-        "recover_from": recover_from,
-        "tokenizer": tokenizer,
-    }
-    if shaping is not None:
-        out["shaping"] = dict(shaping)
-    if ws_subagents is not None:
-        # --ws-subagents, only when given (else the scenario's rollout.subagents.ws decides)
-        out["ws_subagents"] = ws_subagents
-    if rx_stamp is not None:
-        # how the asyncio client stamped reads (kernel or user; TLS connections: user) and
-        # the --rx-stamp that chose it (docs/metrics.md §1.9)
-        out["rx_stamp"] = rx_stamp
-        out["rx_stamp_option"] = rx_stamp_option or rx_stamp
-    return out
-
-
 def _scenario_record(scenario: Scenario) -> dict[str, Any]:
     """The scenario as the manifest keeps it: header values of ``target:`` left out (they
     may be credentials; the names say what was sent)."""
@@ -108,7 +66,8 @@ def build_manifest(
     run_id: str,
     client: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """``client`` is :func:`client_options` of the client that measures."""
+    """``client`` is :meth:`~harness.client.options.ClientSettings.manifest_dict` of the client
+    that measures."""
     return {
         "run_id": run_id,
         "scenario": _scenario_record(scenario),

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.client.shaping import NO_SHAPING, RequestShaping
+from harness.client.options import DEFAULT_SETTINGS, ClientSettings
 from harness.metrics.results_model import Summary
 from harness.report.render import render_run_safely
 from harness.report.results import new_run_id
@@ -33,7 +33,7 @@ from harness.run.embedded import scenario_server
 from harness.run.event_loop import run_async
 from harness.run.interrupt import RunInterrupts
 from harness.run.live_export import LiveExport
-from harness.run.manifest import build_manifest, client_options
+from harness.run.manifest import build_manifest
 from harness.run.measurement import Measurement, pool_size
 from harness.run.passes import ClientWatch, PassCounts, pass_duration, run_pass
 from harness.run.progress import LineProgress, ProgressSink
@@ -42,7 +42,6 @@ from harness.run.server_scrape import ServerScraper, embedded_metrics_url
 from harness.transports import Transport, TransportOptions, make_transport
 from harness.transports.rx_socket import resolve_rx_stamp
 from harness.wire import quiet_gc
-from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import ResultsError, ResultsWriteError
 from harness.wire.tokens import FIXED_WIDTH, TokenConvention
 from harness.workload.plan import RolloutPlan, conversations
@@ -62,21 +61,14 @@ def _say_stderr(message: str) -> None:
 class RunOptions:
     transports: Sequence[str] | None = None
     target: str | None = None
-    api_key: str = PLACEHOLDER_API_KEY
+    client: ClientSettings = DEFAULT_SETTINGS
+    # sizes the synthetic text and counts streamed tokens (--tokenizer; default 4 characters)
+    tokens: TokenConvention = FIXED_WIDTH
     results_root: Path = Path("results")
     run_id: str | None = None
-    keepalive: bool = True
-    verify_tls: bool = True
-    # the messages transport's prompt-cache breakpoints (harness/client/messages_api.py)
-    cache_control: str = "conversation"
     progress: bool = True
     baseline: str | None = None
-    request_timeout_s: float = 120.0
     server_args: Sequence[str] = ()
-    # False: send no loopbench.* metadata hints (what a real endpoint sees; nothing else changes).
-    hints: bool = True
-    # previous_response_not_found after a compaction: resend everything or the compacted base
-    recover_from: str = "full"
     # Called synchronously with every turn record.  Tests use a blocking hook to stand in
     # for a slow, CPU-bound client and check that the run reports it fell behind.
     turn_hook: Callable[[TurnRecord], None] | None = None
@@ -92,34 +84,17 @@ class RunOptions:
     # Where the run's warnings go (an unreachable --server-metrics URL).
     # A module-level function, not a lambda: --procs sends the options to its children (pickled).
     say: Callable[[str], None] = field(default=_say_stderr)
-    # extra headers, session-affinity header, extra body fields (the scenario's target: and flags)
-    shaping: RequestShaping = NO_SHAPING
-    # sizes the synthetic text and counts streamed tokens (--tokenizer; default 4 characters)
-    tokens: TokenConvention = FIXED_WIDTH
     # the run id in each rollout's session-affinity value; None: the measurement's run id
     # (a --procs child measures under its own id, but its rollouts belong to the parent's run)
     session_run_id: str | None = None
     # --slice-s: the report's time-slice width, kept in manifest.json so `loopbench report`
     # rebuilds the same slices (None: automatic)
     slice_s: float | None = None
-    # --ws-subagents: connection or lanes; None: the scenario's rollout.subagents.ws
-    ws_subagents: str | None = None
-    # --rx-stamp: auto, kernel or user (docs/metrics.md §1.9); resolved where the client runs
-    rx_stamp: str = "auto"
 
     def client_options(self) -> dict[str, Any]:
-        return client_options(
-            hints=self.hints,
-            keepalive=self.keepalive,
-            cache_control=self.cache_control,
-            verify_tls=self.verify_tls,
-            request_timeout_s=self.request_timeout_s,
-            recover_from=self.recover_from,
-            shaping=self.shaping.describe(),
-            tokenizer=self.tokens.name,
-            ws_subagents=self.ws_subagents,
-            rx_stamp=resolve_rx_stamp(self.rx_stamp),
-            rx_stamp_option=self.rx_stamp,
+        """The manifest's ``client_options`` of this run."""
+        return self.client.manifest_dict(
+            tokenizer=self.tokens.name, rx_stamp=resolve_rx_stamp(self.client.rx_stamp)
         )
 
 
@@ -155,23 +130,17 @@ def transport_options(
     widest = max(
         (len(conversations(p)) for p in plans if any(t.subagents for t in p.turns)), default=1
     )
-    ws_subagents = opts.ws_subagents
+    ws_subagents = opts.client.ws_subagents
     if ws_subagents is None:
         subagents = rollout.subagents if rollout is not None else None
         ws_subagents = subagents.ws if subagents is not None else "connection"
-    return TransportOptions(
-        base_url=base_url,
-        api_key=opts.api_key,
-        keepalive=opts.keepalive,
-        verify_tls=opts.verify_tls,
-        cache_control=opts.cache_control,
-        request_timeout_s=opts.request_timeout_s,
+    return TransportOptions.of(
+        opts.client,
+        base_url,
         max_connections=pool_size(load) * widest,
-        recover_from=opts.recover_from,
-        shaping=opts.shaping,
         tokens=opts.tokens,
         ws_subagents=ws_subagents,
-        rx_stamp=resolve_rx_stamp(opts.rx_stamp),
+        rx_stamp=resolve_rx_stamp(opts.client.rx_stamp),
     )
 
 
@@ -183,7 +152,7 @@ def server_scraper(opts: RunOptions, base_url: str, *, embedded: bool) -> Server
     if url is None:
         return None
     scraper = ServerScraper(
-        url, opts.server_metrics_interval_s, say=opts.say, verify_tls=opts.verify_tls
+        url, opts.server_metrics_interval_s, say=opts.say, verify_tls=opts.client.verify_tls
     )
     return scraper if scraper.start() else None
 
@@ -253,7 +222,7 @@ def measured_pass(
         live,
         run.schedules[transport.name],
         duration_s,
-        hints=opts.hints,
+        hints=opts.client.hints,
         turn_hook=opts.turn_hook,
         run_id=opts.session_run_id or run.run_id,
     )

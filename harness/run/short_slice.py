@@ -1,13 +1,9 @@
 """Ask Linux's scheduler for a short time slice, so that a relay that wakes runs sooner.
 
-A relay process (``loopbench record``, the bench's bare relay) sleeps until bytes arrive and
-then works for tens of microseconds.  On a machine whose cores the agent and the upstream keep
-busy, what it adds to a turn's tail is mostly the wait for a core after each wake-up.  Since
-Linux 6.6 the fair scheduler is EEVDF: a task's deadline is its virtual runtime plus its
-*slice*, and since 6.12 a task may set its own slice (``sched_setattr`` with
-``sched_runtime``; no privilege needed) and a waking task whose slice is shorter than the
-running one's preempts it.  So the relay asks for the shortest slice the kernel accepts.  It
-takes no more CPU than before (its bursts are short anyway); it is only let in earlier.
+Why a relay (``loopbench record``, the bench's bare relay) wants one, and what EEVDF does
+with it: docs/traces.md, "Overhead".  Since Linux 6.12 a task may set its own slice
+(``sched_setattr`` with ``sched_runtime``, no privilege needed); the relay asks for the
+shortest the kernel accepts.
 
 Per thread: the thread that calls it, and the threads and processes it starts afterwards
 (they inherit it).  So a relay asks once its helpers (the observer's process or thread)

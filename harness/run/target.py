@@ -1,10 +1,7 @@
 """The request shaping and token convention of a run: the scenario's ``target:`` and the flags.
 
-The flags (``--header``, ``--session-header``, ``--extra-body``, ``--tokenizer``) go on top
-of the section: a flag's header replaces the section's of the same name, its extra body
-fields are merged over the section's, its session header and tokenizer replace the
-section's.  Loading the tokenizer reads files, which is why this is here and not in the
-pure layers.
+The flags go on top of the section (docs/targets.md, "The `target:` section and its flags").
+Loading the tokenizer reads files, which is why this is here and not in the pure layers.
 """
 
 from __future__ import annotations

@@ -11,15 +11,9 @@ sets, before each ``data_received``:
   transports give ``data_received`` today);
 * ``rx_kernel``: whether ``rx_ns`` is the kernel's.
 
-What the kernel stamp measures: for TCP, the stamp delivered with a read is the one of the
-*last* socket buffer (skb) the read consumed, taken when that packet entered the receive
-path (``netif_rx``/``__netif_receive_skb``).  On loopback that happens in the sending
-process's ``write``/``send`` call, before the receiver is even woken: it is the moment the
-server's bytes were queued to the client socket, so ``rx_user_ns - rx_ns`` is the whole
-client-side delay (wake-up, the event loop's turn, other callbacks before ours).  On a real
-NIC it is the softirq's receive time.  A read that covers several packets carries the last
-one's stamp, which is never earlier than the first's: the kernel stamp can only be late,
-never early, for the first event of such a read.
+What the kernel stamp measures (the *last* packet's entry into the receive path: on
+loopback, inside the server's ``send``; late, never early, for a read of several packets):
+docs/metrics.md §1.9.
 
 Scope: plain TCP only (TLS keeps the loop's transport and user-space stamps), one protocol,
 write buffering with the loop's flow-control callbacks, EOF and half-close, pause/resume of

@@ -72,10 +72,8 @@ class TurnRecord:
     # name counts as output
     output_arrivals: int = 0
     # the visible tokens of the first delta of the first of those arrivals (the stream's token
-    # convention: chars / 4, or the run's --tokenizer); a tool call's name is output without
-    # text, so a call announced before any of its arguments reads 0, and one released with what
-    # it had in one delta, a burst
-    # (docs/metrics.md §1.2, RELEASED_CALL); -1: not counted (a row written before the count)
+    # convention); a call announced by its name alone reads 0 (docs/metrics.md §1.2,
+    # RELEASED_CALL); -1: not counted (a row written before the count)
     first_arrival_tokens: int = -1
     # function calls in the output: a tool-call turn (> 0) or a text turn (docs/metrics.md §1.2)
     function_calls: int = 0

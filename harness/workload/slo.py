@@ -1,10 +1,7 @@
 """A scenario's ``slo:`` section: the latency targets a turn and a rollout must meet.
 
 Validated like every other section (file, field, expected value); ``--slo`` on the
-command line overrides it field by field.  What "meets" means is
-docs/metrics.md "SLOs and goodput": a turn meets the SLO when every per-turn
-threshold holds; a rollout is good when it succeeded, every turn met the SLO and its
-latency is within ``rollout_ms``.  A threshold left out does not constrain.
+command line overrides it field by field.  What "meets" means: docs/metrics.md §1.8.
 """
 
 from __future__ import annotations

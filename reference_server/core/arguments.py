@@ -1,18 +1,9 @@
 """Function-call arguments that a real agent's tool dispatch accepts (pure, seeded).
 
-The walker follows the tool's JSON Schema: types (an integer is an integer, and a
-``number`` is drawn as an integer too, since agents parse ``timeout_ms: number`` into
-integer types), ``required``, ``enum``, ``const``, numeric bounds and ``multipleOf``,
-string lengths, ``pattern`` when one of its candidates matches, ``format``, arrays
-(``items``, ``prefixItems``, ``minItems``/``maxItems``, ``uniqueItems``), nested
-objects, ``additionalProperties``, ``anyOf``/``oneOf`` (one branch), ``allOf``, and
-local ``$ref``.  Strings are short and look like what their property names ask for:
-a path, a command, a URL, an id, a search pattern.  docs/model.md "Tool calls".
-
-The arguments' length in tokens follows the output plan by lengthening one
-free-text property (``content``, ``new_string``, ``patch`` …); paths, ids, URLs and
-enums never grow.  Under loopbench's exact hint a command may grow too (its synthetic
-tool has nothing else), with filler after a ``#``.
+The schema keywords the walker follows, the strings it draws by property name, and how the
+arguments reach the planned length (one free-text property grows; paths, ids, URLs and enums
+never do): docs/model.md §11, the "Content." item.  A ``number`` is drawn as an integer too,
+since agents parse ``timeout_ms: number`` into integer types.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The compaction endpoint's model (``POST /v1/responses/compact``), pure.
 
-Compaction replaces a long conversation by one opaque ``compaction`` item standing for
-it (docs/model.md §14).  The API lists the user's messages before that item; the
-SDK's output type cannot hold a user message under strict validation, so here the
-output is the item alone and a client keeps its user messages itself (as Codex does).  The item's
-``encrypted_content`` is loopbench's, not encrypted: a header naming the tokens it
-stands for, padded to 4 characters a token, so a client that sends it back carries
-the bytes a real one would and the server charges it as those tokens.
+Compaction replaces a long conversation by one opaque ``compaction`` item standing for it
+(docs/model.md §14).  Why the output is the item alone, and what its ``encrypted_content``
+holds: docs/server.md, "Compaction".
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The model's context window: refuse what does not fit, or drop the oldest items (pure).
 
-A request's input (instructions, the inherited chain, the new items and the tool
-definitions) plus the output it asks for must fit the engine profile's
-``context_window_tokens`` (docs/model.md §13).  With ``truncation: "disabled"`` (the
-default) a request that does not fit is refused with HTTP 400
-``context_length_exceeded`` before any modelled work; with ``"auto"`` the oldest items
-are dropped, whole, until it fits.  Both run before the API tier's wait, so a refused
-5 MB body costs its parsing, not its modelled prefill.
+What must fit and the two ``truncation`` modes: docs/model.md §13 and docs/server.md,
+"Context window and truncation".  Both run before the API tier's wait, so a refused 5 MB
+body costs its parsing, not its modelled prefill.
 """
 
 from __future__ import annotations
@@ -83,14 +79,9 @@ def check_max_output(req: CreateRequest, limits: Limits) -> None:
 
 
 def requested_output(req: CreateRequest, unhinted: int, limits: Limits) -> int:
-    """Output tokens the window must leave room for.
-
-    ``max_output_tokens`` when the request sets it (the API reserves a request's
-    limit, whatever it then writes), else the most the output policy may plan (the
-    ``loopbench.output_tokens`` hint, else ``unhinted``: ``--default-output-tokens``
-    or the longest draw of the profile's length distributions), never more than the
-    model's output cap.
-    """
+    """Output tokens the window must leave room for: ``max_output_tokens`` when set, else the
+    most the output policy may plan (the hint, else ``unhinted``), at most the model's output
+    cap (docs/model.md §13)."""
     if req.max_output_tokens is not None:
         return min(req.max_output_tokens, limits.max_output_tokens)
     raw = req.metadata.get(HINT_OUTPUT_TOKENS)

@@ -6,7 +6,7 @@ engine profile's ``tool_weights`` say so as name patterns (shell-style,
 case-insensitive, first match wins) → weight; a tool no pattern matches weighs 1.
 Only ``function`` tools are ever called: server tools (web search, Anthropic's
 typed tools), Responses ``custom`` (free-form, e.g. Codex's ``apply_patch``) tools
-and tools marked ``defer_loading`` are accepted, never called (docs/model.md "Tool calls").
+and tools marked ``defer_loading`` are accepted, never called (docs/model.md §11, "Which tool.").
 """
 
 from __future__ import annotations

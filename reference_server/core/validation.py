@@ -285,7 +285,7 @@ REASONING_SUMMARIES = ("auto", "concise", "detailed")
 
 @dataclass(frozen=True, slots=True)
 class ReasoningOptions:
-    """What a create asks of the model's reasoning (docs/server.md "Reasoning")."""
+    """What a create asks of the model's reasoning (docs/model.md §12)."""
 
     effort: str | None = None
     summary: bool = False

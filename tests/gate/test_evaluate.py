@@ -13,7 +13,7 @@ from harness.gate.codes import EXIT_INVALID, EXIT_PASS, EXIT_REGRESSION, EXIT_SL
 from harness.gate.evaluate import evaluate
 from harness.gate.ratios import median_order_ci, ratio_with_ci
 from harness.gate.rules import GateRulesError, parse_rules_text
-from harness.gate.samples import HISTORY_TOKENS, MEASUREMENT_ERROR, MODELLED_TTFT, RunData, Samples
+from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData, Samples
 from harness.metrics.results_model import Manifest, Summary
 
 SCENARIO = {
@@ -51,6 +51,7 @@ def run(
     summary: dict[str, Any] | None = None,
     keys: Sequence[tuple[int, ...]] | None = None,
     extra: Mapping[tuple[str, str], Samples] | None = None,
+    first_turns: Mapping[str, Mapping[tuple[int, int], float]] | None = None,
 ) -> RunData:
     samples: dict[tuple[str, str], Samples] = {}
     for t, values in rollout_ms.items():
@@ -63,6 +64,7 @@ def run(
         summary=Summary.of(summary if summary is not None else _summary(list(rollout_ms))),
         samples=samples,
         rollouts={t: len(v) for t, v in rollout_ms.items()},
+        first_turns=first_turns or {},
     )
 
 
@@ -235,16 +237,16 @@ def test_server_and_description_may_differ_between_comparable_runs() -> None:
 
 
 def test_different_rollouts_behind_the_same_scenario_are_not_comparable() -> None:
-    def hist(first: float, later: float) -> dict[tuple[str, str], Samples]:
-        return {("ws", HISTORY_TOKENS): Samples.of([(0, 4, 0), (0, 4, 1)], [first, later])}
+    def first(tokens: float) -> dict[str, dict[tuple[int, int], float]]:
+        return {"ws": {(0, 4): tokens}}
 
-    # Later turns include the server's answers, which may differ: still comparable.
+    # (later turns include the server's answers: test_analysis shows they are not compared)
     same = evaluate(
-        REL, run({"ws": BASE}, extra=hist(100, 190)), run({"ws": BASE}, extra=hist(100, 170))
+        REL, run({"ws": BASE}, first_turns=first(100)), run({"ws": BASE}, first_turns=first(100))
     )
     assert same.exit_code == EXIT_PASS
     report = evaluate(
-        REL, run({"ws": BASE}, extra=hist(120, 170)), run({"ws": BASE}, extra=hist(100, 170))
+        REL, run({"ws": BASE}, first_turns=first(120)), run({"ws": BASE}, first_turns=first(100))
     )
     assert report.exit_code == EXIT_INVALID
     assert (

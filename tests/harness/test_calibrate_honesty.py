@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.client.options import ClientSettings
 from harness.run.runner import RunOptions, run_scenario
 from harness.workload.scenario import load_scenario
 from tests.foreign_sse import foreign_sse_server
@@ -41,7 +42,7 @@ def _calibrate(tmp: Path, name: str, keepalive: bool) -> tuple[str, dict, dict]:
         transports=["http", "ws"],
         results_root=tmp / name,
         run_id="r",
-        keepalive=keepalive,
+        client=ClientSettings(keepalive=keepalive),
         progress=False,
         render=False,
     )
@@ -89,7 +90,7 @@ def test_an_http_only_fit_marks_what_it_could_not_identify(tmp_path: Path) -> No
         transports=["http"],
         results_root=tmp_path,
         run_id="r",
-        keepalive=False,
+        client=ClientSettings(keepalive=False),
         progress=False,
         render=False,
     )

@@ -16,10 +16,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.run.runner import RunOptions, RunResult, run_scenario
+from harness.run.runner import RunResult, run_scenario
 from harness.workload.records import TurnRecord
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario, validate_scenario
+from tests.runs import run_options
 
 ROLLOUT: dict[str, Any] = {
     "system_tokens": 50,
@@ -39,7 +40,7 @@ def _scenario(load: dict[str, Any], **rollout: Any) -> Scenario:
 
 
 def _run(scenario: Scenario, url: str, out: Path, transports: list[str], **opts: Any) -> RunResult:
-    options = RunOptions(
+    options = run_options(
         transports=transports,
         target=url,
         results_root=out,

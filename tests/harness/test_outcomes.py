@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from harness.client.options import ClientSettings
 from harness.run.health import ClientHealth
 from harness.run.runner import RunOptions, run_scenario
 from harness.run.validity import MIN_JUDGED_WALL_S, validity_reasons
@@ -33,7 +34,7 @@ def _run_target(tmp_path: Path, url: str, transports: list[str]) -> dict[str, An
         run_id="r",
         progress=False,
         render=False,
-        request_timeout_s=10,
+        client=ClientSettings(request_timeout_s=10),
     )
     result = run_scenario(load_scenario(str(TINY)), str(TINY), opts)
     return result.summary

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.cli.locust import _free_port, worker_command
+from harness.client.options import ClientSettings
 from harness.locust_driver.master import MasterOptions, MasterSide
 from harness.locust_driver.protocol import (
     MSG_HELLO,
@@ -25,7 +27,8 @@ from harness.locust_driver.protocol import (
     VersionMismatch,
     hello_message,
 )
-from harness.locust_driver.worker import WorkerSide
+from harness.locust_driver.worker import WorkerSide, edge_begin
+from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.exit_codes import ExitCode
 from harness.wire.version import loopbench_version
 from harness.workload.scenario import load_scenario
@@ -50,6 +53,19 @@ def test_a_worker_reads_settings_of_its_own_version() -> None:
     side, sent = _worker()
     assert side.read_config(_settings()).run_id == "r1"
     assert sent == []
+
+
+def test_a_worker_reads_the_api_key_from_its_own_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The settings reach the workers whole, but the key is not among them: each worker reads
+    the variable ``--loopbench-api-key-env`` names."""
+    config = RunConfig("r", "http://x/v1", "m", 0, client=ClientSettings(keepalive=False))
+    assert config.to_wire()["client"]["api_key"] == PLACEHOLDER_API_KEY
+    monkeypatch.setenv("LB_TEST_KEY", "sk-worker")
+    begin = edge_begin(replace(config, api_key_env="LB_TEST_KEY"))
+    assert (begin.options.api_key, begin.options.keepalive) == ("sk-worker", False)
+    assert edge_begin(config).options.api_key == PLACEHOLDER_API_KEY
 
 
 def test_a_worker_refuses_an_older_masters_settings_in_one_line_naming_both() -> None:

@@ -7,6 +7,7 @@ from dataclasses import fields, replace
 import msgpack
 import pytest
 
+from harness.client.options import ClientSettings
 from harness.client.shaping import RequestShaping
 from harness.locust_driver.protocol import RunConfig
 from harness.locust_driver.wire import (
@@ -176,7 +177,8 @@ def test_plans_and_records_survive_the_wire() -> None:
     with pytest.raises(ValueError, match="turn row: expected"):
         turn_from_row([1, 2])
     shaping = RequestShaping((("X-Team", "a"),), "x-session", {"chat": {"top_k": 5}})
-    config = RunConfig("r", "http://x/v1", "m", 2, keepalive=False, hints=False, shaping=shaping)
+    client = ClientSettings(keepalive=False, hints=False, shaping=shaping)
+    config = RunConfig("r", "http://x/v1", "m", 2, client=client)
     assert RunConfig.from_wire(config.to_wire()) == config
 
 

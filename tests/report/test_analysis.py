@@ -6,6 +6,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
@@ -104,3 +105,21 @@ def test_breakdown_adds_up_to_the_mean_turn(run: Run) -> None:
         turn_mean = (run.summary or {})["transports"][name]["turn_ms"]["mean"]
         assert table.loc[name, server].sum() == pytest.approx(turn_mean, abs=0.01)
     assert table.loc["http", "decode"] == 40.0
+
+
+def test_first_turns_fingerprint_the_replayed_rollouts_by_their_first_successful_turn() -> None:
+    """compare and gate tell two runs replayed the same rollouts by this one view: a first
+    turn's history is the plan's; later turns carry the server's answers, which may differ."""
+    rows = [
+        # transport, round, rollout, turn, ok, history
+        ("ws", 0, 4, 0, True, 100),
+        ("ws", 0, 4, 1, True, 190),  # a later turn: not part of the fingerprint
+        ("ws", 1, 4, 0, True, 101),  # the same rollout in another round: its own key
+        ("ws", 0, 5, 0, False, 999),  # failed: what it sent is not known to be the plan's
+        ("http", 0, 4, 0, True, 300),
+    ]
+    cols = ["transport", "round", "rollout_id", "turn_index", "ok", "history_tokens"]
+    turns = pd.DataFrame(rows, columns=cols)
+    assert A.first_turns(turns, "ws") == {(0, 4): 100.0, (1, 4): 101.0}
+    assert A.first_turns(turns, "http") == {(0, 4): 300.0}
+    assert A.first_turns(turns.drop(columns="history_tokens"), "ws") == {}

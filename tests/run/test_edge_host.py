@@ -52,7 +52,7 @@ def test_a_cancelled_rollout_reports_nothing_and_the_end_comes_after_every_recor
     async def go() -> list[tuple[Any, ...]]:
         said: list[tuple[Any, ...]] = []
         host = EdgeHost(said.append)
-        host.handle(("begin", ef.EdgeBegin(OPTIONS, model="m", hints=True)))
+        host.handle(("begin", ef.EdgeBegin(OPTIONS, model="m")))
         later = time.perf_counter_ns() + 30_000_000_000
         host.handle(("run", ef.EdgeRollout(1, "http", _plan(), later, 0, None)))
         # against a closed port: the rollout fails at once and is reported as failed
@@ -86,7 +86,7 @@ def test_the_host_ends_by_itself_when_its_worker_is_gone() -> None:
         assert ef.read_message(proc.stdout.read) == ("ready",)
         later = time.perf_counter_ns() + 60_000_000_000
         for message in (
-            ("begin", ef.EdgeBegin(OPTIONS, model="m", hints=True)),
+            ("begin", ef.EdgeBegin(OPTIONS, model="m")),
             ("run", ef.EdgeRollout(1, "ws", _plan(), later, 0, None)),
         ):
             proc.stdin.write(ef.frame(message))

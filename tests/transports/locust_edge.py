@@ -52,7 +52,7 @@ def drive_edge_host(
                 proc.stdin.write(frame(message))
                 proc.stdin.flush()
 
-            send(("begin", EdgeBegin(options, model=model, hints=True)))
+            send(("begin", EdgeBegin(options, model=model)))
             for key, (transport, plan) in enumerate(jobs):
                 send(("run", EdgeRollout(key, transport, plan, None, 0, None)))
                 while (message := _read(proc.stdout))[0] == "turn":

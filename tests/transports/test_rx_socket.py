@@ -15,6 +15,7 @@ from typing import Any, cast
 import pytest
 import uvloop
 
+from harness.client.options import ClientSettings
 from harness.report.rebuild import rebuild_summary
 from harness.run.runner import RunOptions
 from harness.transports import rx_socket
@@ -257,7 +258,7 @@ def test_without_kernel_support_auto_falls_back_to_user_stamps_and_kernel_is_ref
     assert resolve_rx_stamp("user") == "user"
     with pytest.raises(ValueError, match="--rx-stamp kernel: this machine cannot stamp"):
         resolve_rx_stamp("kernel")
-    options = RunOptions(rx_stamp="auto").client_options()
+    options = RunOptions(client=ClientSettings(rx_stamp="auto")).client_options()
     assert (options["rx_stamp"], options["rx_stamp_option"]) == ("user", "auto")
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.client.options import ClientSettings
 from harness.report.results import Run, load_run
 from harness.run.runner import RunOptions, run_scenario
 from harness.wire.transports import TRANSPORT_NAMES
@@ -61,7 +62,7 @@ def test_http_keepalive_off_pays_a_connection_every_turn(
         transports=["http"],
         results_root=tmp_path,
         run_id="nokeep",
-        keepalive=False,  # what --no-keepalive sets
+        client=ClientSettings(keepalive=False),  # what --no-keepalive sets
         progress=False,
         render=False,
         server_args=["--store", ":memory:"],
