@@ -126,7 +126,6 @@ NO_FAULT = Fault("")
 #: kinds that act at a response's first delta, so counted when they do (FaultInjector.applied)
 _AT_FIRST_DELTA = ("disconnect", "stall")
 _RATE_KEYS = ("disconnect_rate", "stall_rate", "spike_rate", "evict_rate")
-_POSITIVE_KEYS = ("stall_s", "spike_ms", "lifetime_s")
 
 
 def parse_fault_spec(entries: Mapping[str, Any]) -> FaultSpec:

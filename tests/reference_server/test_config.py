@@ -12,7 +12,7 @@ import pytest
 from reference_server.app import create_app
 from reference_server.cli import add_server_arguments, config_from_args, parser
 from reference_server.core.config import ServerConfig, default_of, options
-from reference_server.core.faults import _POSITIVE_KEYS, _RATE_KEYS, FaultSpec, parse_fault_spec
+from reference_server.core.faults import FaultSpec, parse_fault_spec
 from reference_server.core.options import ServerConfigError
 
 # Set by the program, never by the user: the only fields without a flag.
@@ -45,7 +45,7 @@ def _fault_entries(spec: FaultSpec) -> dict[str, str]:
     """The ``--fault`` entries that ``parse_fault_spec`` turns back into ``spec``."""
     default = FaultSpec()
     out = {f"error_rate.{status}": repr(rate) for status, rate in spec.error_rate.items()}
-    for key in ("seed", *_RATE_KEYS, *_POSITIVE_KEYS):
+    for key in (k for k in FaultSpec.model_fields if k != "error_rate"):
         if getattr(spec, key) != getattr(default, key):
             out[key] = repr(getattr(spec, key))
     return out
