@@ -14,7 +14,8 @@ from pydantic import BeforeValidator, Field
 from pydantic import model_validator as _model_validator
 
 from harness.wire.transports import APIS
-from harness.workload.distributions import StrictModel, invalid, scalars_as_text
+from harness.wire.validation import invalid
+from harness.workload.distributions import StrictModel, scalars_as_text
 
 #: the APIs whose bodies ``extra_body`` can address, one key each in the per-API form: all
 EXTRA_BODY_APIS = APIS

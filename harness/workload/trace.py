@@ -27,8 +27,8 @@ from pydantic import Field, ValidationError
 from pydantic import model_validator as _model_validator
 
 from harness.wire.errors import ScenarioError
-from harness.wire.validation import describe_error
-from harness.workload.distributions import DIST_KINDS, StrictModel, invalid
+from harness.wire.validation import describe_error, invalid
+from harness.workload.distributions import DIST_KINDS, StrictModel
 from harness.workload.jsonl import json_lines
 from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, derive_seed
 
