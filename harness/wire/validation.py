@@ -176,9 +176,8 @@ def describe_error(
     field = _dotted(err["loc"], tags)
     got = err.get("input")
     if kind == "loopbench":
-        return join_field(
-            field, ctx.get("field", "")
-        ), f"expected {ctx['expected']}, got {ctx['got']}"
+        where = join_field(field, ctx.get("field", ""))
+        return where, f"expected {ctx['expected']}, got {ctx['got']}"
     if kind == "unknown_field":
         return join_field(field, ctx["field"]), "unknown field" + ctx["hint"]
     if kind == "missing":
@@ -195,10 +194,8 @@ def describe_error(
         choices = _choices(raw) or [c.strip() for c in re.split(r",| or ", raw) if c.strip()]
         return field, _one_of(choices, got)
     elif kind == "union_tag_invalid":
-        disc = str(ctx.get("discriminator", "")).strip("'")
-        return join_field(field, disc), _one_of(
-            _choices(str(ctx.get("expected_tags", ""))), ctx.get("tag")
-        )
+        where = join_field(field, str(ctx.get("discriminator", "")).strip("'"))
+        return where, _one_of(_choices(str(ctx.get("expected_tags", ""))), ctx.get("tag"))
     elif kind == "string_pattern_mismatch":
         pattern = ctx.get("pattern")
         expected = _PATTERN_WORDS.get(str(pattern), f"a string matching {pattern}")
