@@ -13,10 +13,11 @@ transport means every transport the run holds (baseline and candidate share).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -25,23 +26,32 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from harness.metrics import definitions as D
 from harness.wire.errors import UsageError
 from harness.wire.validation import KnownFields, describe_error, invalid
 
-#: statistics a relative rule or a self-check may compare
-STATISTICS = ("p50", "p90", "p99", "mean")
-
 Op = Literal["<", "<=", ">", ">="]
+#: statistics a relative rule or a self-check may compare
 Statistic = Literal["p50", "p90", "p99", "mean"]
 Test = Literal["bootstrap", "mann-whitney"]
 SampleUnit = Literal["auto", "rollout", "turn", "round"]
-if TYPE_CHECKING:
-    GateMetric = str
-else:
-    # the metrics with per-record samples, as a Literal: pydantic names them when one is wrong
-    GateMetric = Literal[D.gate_metrics()]
+
+
+def _gate_metric(name: str) -> str:
+    # read at each validation, not at import: a metric added to the table is one at once
+    choices = D.gate_metrics()
+    if name not in choices:
+        expected = ", ".join(map(repr, choices))
+        raise PydanticCustomError(
+            "literal_error", "Input should be {expected}", {"expected": expected}
+        )
+    return name
+
+
+#: a metric with per-record samples, refused like a Literal (its names listed) when not one
+GateMetric = Annotated[str, AfterValidator(_gate_metric)]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 NonNegative = Annotated[float, Field(ge=0)]
 
