@@ -167,7 +167,9 @@ def run_locust_step(
             url,
             "--scenario",
             str(scenario),
-            *locust_argv({"out": tmp, "run_id": name}),
+            # The step reads summary.json and the turn rows; report.md, report.html and
+            # plots/ would cost the master ~4 s of rendering after the run, then be deleted.
+            *locust_argv({"out": tmp, "run_id": name, "no_report": True}),
             *quiet,
         )
         worker_cmd = _locust(root, "--worker", "--master-host", "127.0.0.1", "--master-port", port)

@@ -82,8 +82,10 @@ def running_locust(
     scenario = tmp_path / "faults.yaml"
     scenario.write_text(SCENARIO)
     proc = subprocess.Popen(
+        # --no-report: every claim here reads summary.json and the rows; the plots would cost
+        # the master seconds of CPU after each run that ends by itself
         _argv(("locust", scenario, "--workers", "2", "--target", server_url,
-               "--out", tmp_path, "--run-id", run_id, "-q")),
+               "--out", tmp_path, "--run-id", run_id, "-q"), report=False),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip
     pids: list[int] = []
