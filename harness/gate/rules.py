@@ -24,13 +24,14 @@ from pydantic import (
     PrivateAttr,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from harness.metrics import definitions as D
 from harness.wire.errors import UsageError
-from harness.wire.validation import KnownFields, describe_error, invalid
+from harness.wire.validation import KnownFields, describe_error, invalid, unknown_field
 
 Op = Literal["<", "<=", ">", ">="]
 #: statistics a relative rule or a self-check may compare
@@ -65,6 +66,10 @@ class GateRulesError(UsageError):
         super().__init__(f"{source}: {where}: {message}" if where else f"{source}: {message}")
 
 
+#: the validation context of a rules document as written (not rules the program builds)
+WRITTEN = "written"
+
+
 def _number_text(text: str) -> Any:
     """A number written in a one-line rule, or the text itself for the error message."""
     try:
@@ -83,7 +88,7 @@ class _Rules(KnownFields):
 
     @model_validator(mode="before")
     @classmethod
-    def _written(cls, raw: Any) -> Any:
+    def _written(cls, raw: Any, info: ValidationInfo) -> Any:
         """A rule as its fields: a one-line rule parsed, a dotted ``metric`` split."""
         if isinstance(raw, str) and cls.one_line is not None:
             pattern, form = cls.one_line
@@ -92,13 +97,22 @@ class _Rules(KnownFields):
                 raise invalid(None, form, raw)
             found = {k: v for k, v in match.groupdict().items() if v is not None}
             raw = {k: _number_text(v) if k in _NUMBERS else v for k, v in found.items()}
-        if not cls.metric_form or not isinstance(raw, dict) or "transport" in raw:
-            return raw  # (written field by field, as the program builds rules)
+        if not cls.metric_form or not isinstance(raw, dict):
+            return raw
+        if not (info.context or {}).get(WRITTEN):
+            return raw  # built by the program, field by field
+        # a regression names exactly <transport>.<metric>.<statistic>; an SLO any summary path
+        exact = "<statistic>" in cls.metric_form
+        # a rules file names these only through the dotted metric: written beside it they
+        # would be overwritten by the split, so they are unknown keys there
+        filled = ("transport", "statistic") if exact else ("transport", "path")
+        for key in raw:
+            if key in filled:
+                allowed = ["metric", *(n for n in cls.model_fields if n not in (*filled, "metric"))]
+                raise unknown_field(str(key), allowed)
         raw = dict(raw)
         metric = raw.pop("metric", None)
         split = metric.strip().split(".") if isinstance(metric, str) else []
-        # a regression names exactly <transport>.<metric>.<statistic>; an SLO any summary path
-        exact = "<statistic>" in cls.metric_form
         if len(split) < 2 or (exact and len(split) != 3) or not all(split):
             raise invalid("metric", cls.metric_form, metric)
         if exact:
@@ -306,7 +320,9 @@ regression:
 def parse_rules(document: Any, source: str = "<rules>") -> GateConfig:
     """Validate a parsed rules document (see docs/ci.md) into a :class:`GateConfig`."""
     try:
-        config = GateConfig.model_validate({} if document is None else document)
+        config = GateConfig.model_validate(
+            {} if document is None else document, context={WRITTEN: True}
+        )
     except ValidationError as exc:
         raise GateRulesError(source, *describe_error(exc.errors(include_url=False)[0])) from None
     config._source = source

@@ -75,7 +75,7 @@ def invalid(field: str | None, expected: str, got: Any) -> PydanticCustomError:
     )
 
 
-def _unknown_field(key: str, allowed: list[str]) -> PydanticCustomError:
+def unknown_field(key: str, allowed: list[str]) -> PydanticCustomError:
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     hint = (
         f" (did you mean {close[0]!r}?)" if close else f" (expected one of: {', '.join(allowed)})"
@@ -97,7 +97,7 @@ class KnownFields(BaseModel):
             allowed = [f.alias or name for name, f in cls.model_fields.items()]
             for key in data:
                 if key not in allowed:
-                    raise _unknown_field(str(key), allowed)
+                    raise unknown_field(str(key), allowed)
         return data
 
 

@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from harness.wire.pairs import parse_key_values
-from harness.wire.validation import KnownFields, describe_error
+from harness.wire.validation import KnownFields, describe_error, invalid
 
 ERROR_STATUSES: dict[int, tuple[str, str, str]] = {
     # status: (type, code, message) in the shapes the public API uses for each
@@ -92,6 +92,10 @@ class FaultSpec(KnownFields):
         if not isinstance(data, Mapping):
             return data
         out = {str(k).strip(): v for k, v in data.items()}
+        if not isinstance(out.get("error_rate", {}), Mapping) and any(
+            k.startswith("error_rate.") for k in out
+        ):
+            raise invalid("error_rate", "a mapping of status to rate", out["error_rate"])
         for key in [k for k in out if k.startswith("error_rate.")]:
             out["error_rate"] = {
                 **out.get("error_rate", {}),

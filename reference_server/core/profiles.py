@@ -385,7 +385,10 @@ def _validate(
         if dot and declared is not None and not isinstance(merged.get(head), dict):
             # one nested parameter overridden: the others keep the profile's default
             default = declared.get_default(call_default_factory=True)
-            merged[head] = default.model_dump() if isinstance(default, BaseModel) else dict(default)
+            if isinstance(default, BaseModel):
+                merged[head] = default.model_dump()
+            elif isinstance(default, dict):
+                merged[head] = dict(default)
         try:
             set_override(merged, param.split("."), raw)
         except ValueError as exc:
@@ -404,6 +407,7 @@ def _validate(
             key, message = where + side[0], side[1]
         else:
             key, message = describe_error(err)
-        if key in overrides:
+        # an unknown nested key (``--set api.bogus.x=1``) is named by its head only
+        if key in overrides or any(param.startswith(f"{key}.") for param in overrides):
             raise ProfileError("--set", f"{kind}.{key}", message) from None
         raise ProfileError(source, key, message, profile=kind) from None

@@ -129,6 +129,19 @@ self_check:
             "validity: {min_rollouts: true}",
             "g.yaml: validity.min_rollouts: expected an integer, got true",
         ),
+        # the dotted metric fills these: written beside it they would be silently overwritten
+        (
+            "regression: [{metric: ws.ttft_ms.p50, max_increase_pct: 1, statistic: p90}]",
+            "g.yaml: regression[0].statistic: unknown field (expected one of: metric,",
+        ),
+        (
+            "regression: [{transport: ws, metric: ttft_ms, statistic: p50, max_increase_pct: 5}]",
+            "g.yaml: regression[0].transport: unknown field",
+        ),
+        (
+            "slo: [{metric: ws.ttft_ms.p99, op: '<', value: 5, path: [ttft_ms, p50]}]",
+            "g.yaml: slo[0].path: unknown field (expected one of: metric, op, value, name)",
+        ),
         ("slo: [\n  - a: b", "g.yaml: line "),
     ],
 )

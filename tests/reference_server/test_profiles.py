@@ -154,6 +154,12 @@ def test_unknown_and_malformed_override_keys() -> None:
         "--set: fixed_ms: expected a key of the form api.<param> or engine.<param>"
     )
     assert _error(overrides={"gpu.fixed_ms": "3"}).startswith("--set: gpu.fixed_ms: expected a key")
+    # an unknown parameter with a nested path is still the override's fault, not the file's
+    assert _error(overrides={"api.bogus.x": "1"}).startswith("--set: api.bogus: unknown field")
+    # a nested path under a number: one line, not a TypeError
+    assert _error(overrides={"api.fixed_ms.x": "1"}) == (
+        "--set: api.fixed_ms.x: expected a mapping at fixed_ms to set a field in, got 12"
+    )
 
 
 def test_unknown_profile_name() -> None:

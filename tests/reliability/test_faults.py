@@ -42,6 +42,11 @@ def test_spec_accepts_dotted_and_nested_error_rates() -> None:
         ({"spike_ms": -1}, "fault spike_ms: expected a number > 0, got -1"),
         ({"stall_rate": "x"}, "fault stall_rate: expected a number, got 'x'"),
         ({"stall_rate": 0.6, "evict_rate": 0.6}, "rates add up to 1.2; expected at most 1"),
+        # a file's empty ``error_rate:`` beside ``--fault error_rate.503=…``: one line, no TypeError
+        (
+            {"error_rate": None, "error_rate.503": "0.1"},
+            "fault error_rate: expected a mapping of status to rate, got nothing",
+        ),
     ],
 )
 def test_spec_errors_name_the_key_and_what_was_expected(
