@@ -96,9 +96,8 @@ def runs(
         # loops (a loaded machine once made `run --procs` exit 3, invalid), and these tests
         # judge turns, not timing
         lag = ("--set", "load.max_schedule_lag_ms=10000")
-        # without reports but the Locust master's (which still renders a chat and messages
-        # run): the tests read turn counts and exit codes, and a report that fails to render
-        # only warns (render_run_safely)
+        # without reports (the Locust master too, through --no-report): the tests read turn
+        # counts and exit codes
         return loopbench(
             *args,
             "--transports",
