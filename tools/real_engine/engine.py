@@ -55,8 +55,20 @@ TOOL_PARSER = "hermes"
 #: caller (the clients it starts, the reference server) on the others: nothing of the front
 #: end or the client runs where the engine computes, so the engine's step time does not
 #: follow how busy the clients are (docs/real-engine.md, "Which placement repeats itself").
+#: ``worker-alone`` is ``pinned`` with the engine core on the front CPUs instead (at nice 19,
+#: its polling yields to the API server and the clients there): the worker has its CPU alone.
 #: `python -m tools.real_engine.delivery` compares them.
-PLACEMENTS = ("group-niced", "core-niced", "engine-niced", "core-with-worker", "pinned", "vllm")
+PLACEMENTS = (
+    "group-niced",
+    "core-niced",
+    "engine-niced",
+    "core-with-worker",
+    "pinned",
+    "worker-alone",
+    "vllm",
+)
+#: the placements that split the CPUs between vLLM's worker and its front end and clients
+SPLIT = ("pinned", "worker-alone")
 PLACEMENT = "group-niced"
 #: the niceness of what ``core-niced`` and ``engine-niced`` lower (the lowest priority)
 CORE_NICE = 19
@@ -286,10 +298,17 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
         )
     worker_cpus = os.sched_getaffinity(workers[0])
     front, back = split_cpus()
-    if placement == "pinned":
+    if placement in SPLIT:
         worker_cpus = back
-    core_cpus = worker_cpus if placement in ("core-with-worker", "pinned") else front | back
-    nice = CORE_NICE if placement in ("core-niced", "engine-niced", "group-niced", "pinned") else 0
+    core_cpus = (
+        worker_cpus
+        if placement in ("core-with-worker", "pinned")
+        else front
+        if placement == "worker-alone"
+        else front | back
+    )
+    niced = ("core-niced", "engine-niced", "group-niced", *SPLIT)
+    nice = CORE_NICE if placement in niced else 0
     worker_nice = CORE_NICE if placement in ("engine-niced", "group-niced") else 0
     group_nice = CORE_NICE if placement == "group-niced" else 0
     touch = placement != "vllm" or reset
@@ -303,11 +322,11 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
             _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
         for pid in workers:
             _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, worker_nice))
-            if placement == "pinned":  # vLLM binds the OpenMP thread only, not its others
+            if placement in SPLIT:  # vLLM binds the OpenMP thread only, not its others
                 _each_thread(pid, lambda tid: os.sched_setaffinity(tid, back))
         # the API server beside the clients, off the engine's CPU (and back when reset)
-        api_cpus = front if placement == "pinned" else front | back
-        if placement == "pinned" or reset:
+        api_cpus = front if placement in SPLIT else front | back
+        if placement in SPLIT or reset:
             _each_thread(root, lambda tid: os.sched_setaffinity(tid, api_cpus))
         if own_group:
             with contextlib.suppress(OSError):  # lowering it needs CAP_SYS_NICE: read back
@@ -324,7 +343,7 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
             ("engine core at nice", got_nice, {nice}),
             ("worker at nice", got_worker_nice, {worker_nice}),
         ]
-        if placement == "pinned":
+        if placement in SPLIT:
             wanted.append(("worker on CPUs", got_worker_cpus, {tuple(sorted(back))}))
         if own_group and group is not None:
             wanted.append(("vLLM's autogroup at nice", {group[1]}, {group_nice}))
@@ -349,7 +368,7 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
 
 
 def split_cpus() -> tuple[set[int], set[int]]:
-    """The caller's CPUs as (front, back): ``pinned`` runs vLLM's worker and engine core on
+    """The caller's CPUs as (front, back): ``pinned`` runs vLLM's worker (and engine core) on
     ``back`` (the last CPU) and the API server and the clients on ``front`` (the others; all
     of them on a machine of one CPU, where nothing can be split)."""
     cpus = sorted(os.sched_getaffinity(0))
@@ -358,8 +377,9 @@ def split_cpus() -> tuple[set[int], set[int]]:
 
 def placement_env(placement: str) -> dict[str, str]:
     """vLLM's own settings a placement needs before vLLM starts: ``pinned`` has vLLM bind the
-    worker's one OpenMP thread to the back CPU (its default binds it to CPU 0)."""
-    if placement != "pinned":
+    worker's one OpenMP thread to the back CPU (its default binds it to CPU 0); so does
+    ``worker-alone``."""
+    if placement not in SPLIT:
         return {}
     _, back = split_cpus()
     return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(back)))}
@@ -370,7 +390,7 @@ def caller_placed(placement: str) -> Iterator[None]:
     """The caller (and every process it starts meanwhile: loopbench's clients, the reference
     server) on the front CPUs under ``pinned``, off the CPU vLLM computes on; its own CPUs
     again on leaving."""
-    if placement != "pinned":
+    if placement not in SPLIT:
         yield
         return
     mine = os.sched_getaffinity(0)

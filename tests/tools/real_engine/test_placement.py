@@ -213,3 +213,20 @@ def test_pinned_binds_vllms_openmp_thread_and_the_caller_apart() -> None:
     assert sorted(os.sched_getaffinity(0)) == cpus
     with engine.caller_placed("engine-niced"):
         assert sorted(os.sched_getaffinity(0)) == cpus
+
+
+@needs_two_cpus
+def test_worker_alone_gives_the_worker_the_last_cpu_and_the_niced_core_the_others(
+    tree: int,
+) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    back, front = (cpus[-1],), tuple(cpus[:-1])
+    said = place(tree, "worker-alone")
+    under = _descendants(tree)
+    (worker,), (core,) = _named(under, "VLLM::Worker"), _named(under, "VLLM::EngineCor")
+    assert _cpus(worker) == {back}
+    assert _cpus(core) == {front}
+    assert _nices(tree, "VLLM::EngineCor") == {CORE_NICE}
+    assert _cpus(tree) == {front}
+    assert said.applied
+    assert engine.placement_env("worker-alone") == {"VLLM_CPU_OMP_THREADS_BIND": str(cpus[-1])}
