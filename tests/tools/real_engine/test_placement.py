@@ -173,24 +173,29 @@ needs_two_cpus = pytest.mark.skipif(
 
 
 @needs_two_cpus
-def test_pinned_puts_the_engine_on_the_last_cpu_and_the_front_end_on_the_others(
-    tree: int,
+@pytest.mark.parametrize("placement", ["pinned", "worker-alone"])
+def test_a_split_puts_the_worker_on_the_last_cpu_and_the_front_end_on_the_others(
+    tree: int, placement: str
 ) -> None:
+    """``pinned`` keeps the engine core beside the worker, ``worker-alone`` beside the API
+    server; both nice it so that its polling yields."""
     cpus = sorted(os.sched_getaffinity(0))
     back, front = (cpus[-1],), tuple(cpus[:-1])
-    said = place(tree, "pinned")
+    core_on = back if placement == "pinned" else front
+    said = place(tree, placement)
     under = _descendants(tree)
     (worker,), (core,) = _named(under, "VLLM::Worker"), _named(under, "VLLM::EngineCor")
     assert _cpus(worker) == {back}
-    assert _cpus(core) == {back}  # both threads of the engine core
+    assert _cpus(core) == {core_on}  # both threads of the engine core
     assert _nices(tree, "VLLM::EngineCor") == {CORE_NICE}
-    assert _nices(tree, "VLLM::Worker") == {0}  # the core's polling yields to the worker
+    assert _nices(tree, "VLLM::Worker") == {0}
     assert _cpus(tree) == {front}
     assert said.applied
-    assert f"worker on CPUs {list(back)}, engine core on {list(back)} at nice {CORE_NICE}" in (
+    assert f"worker on CPUs {list(back)}, engine core on {list(core_on)} at nice {CORE_NICE}" in (
         said.text
     )
     assert f"API server on {list(front)}" in said.text
+    assert engine.placement_env(placement) == {"VLLM_CPU_OMP_THREADS_BIND": str(cpus[-1])}
     said = place(tree, "vllm", reset=True)
     assert _cpus(core) == {tuple(cpus)}
     assert _cpus(tree) == {tuple(cpus)}
@@ -213,20 +218,3 @@ def test_pinned_binds_vllms_openmp_thread_and_the_caller_apart() -> None:
     assert sorted(os.sched_getaffinity(0)) == cpus
     with engine.caller_placed("engine-niced"):
         assert sorted(os.sched_getaffinity(0)) == cpus
-
-
-@needs_two_cpus
-def test_worker_alone_gives_the_worker_the_last_cpu_and_the_niced_core_the_others(
-    tree: int,
-) -> None:
-    cpus = sorted(os.sched_getaffinity(0))
-    back, front = (cpus[-1],), tuple(cpus[:-1])
-    said = place(tree, "worker-alone")
-    under = _descendants(tree)
-    (worker,), (core,) = _named(under, "VLLM::Worker"), _named(under, "VLLM::EngineCor")
-    assert _cpus(worker) == {back}
-    assert _cpus(core) == {front}
-    assert _nices(tree, "VLLM::EngineCor") == {CORE_NICE}
-    assert _cpus(tree) == {front}
-    assert said.applied
-    assert engine.placement_env("worker-alone") == {"VLLM_CPU_OMP_THREADS_BIND": str(cpus[-1])}
