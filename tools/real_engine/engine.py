@@ -57,6 +57,9 @@ TOOL_PARSER = "hermes"
 #: follow how busy the clients are (docs/real-engine.md, "Which placement repeats itself").
 #: ``worker-alone`` is ``pinned`` with the engine core on the front CPUs instead (at nice 19,
 #: its polling yields to the API server and the clients there): the worker has its CPU alone.
+#: ``pinned-loop`` is ``pinned`` with only the engine core's main thread (its polling loop) at
+#: nice 19: its threads that wait for input and send output are woken at nice 0 and take the
+#: CPU from the worker at once, so a newcomer is not queued behind the running steps.
 #: `python -m tools.real_engine.delivery` compares them.
 PLACEMENTS = (
     "group-niced",
@@ -64,11 +67,12 @@ PLACEMENTS = (
     "engine-niced",
     "core-with-worker",
     "pinned",
+    "pinned-loop",
     "worker-alone",
     "vllm",
 )
 #: the placements that split the CPUs between vLLM's worker and its front end and clients
-SPLIT = ("pinned", "worker-alone")
+SPLIT = ("pinned", "pinned-loop", "worker-alone")
 PLACEMENT = "group-niced"
 #: the niceness of what ``core-niced`` and ``engine-niced`` lower (the lowest priority)
 CORE_NICE = 19
@@ -302,7 +306,7 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
         worker_cpus = back
     core_cpus = (
         worker_cpus
-        if placement in ("core-with-worker", "pinned")
+        if placement in ("core-with-worker", "pinned", "pinned-loop")
         else front
         if placement == "worker-alone"
         else front | back
@@ -319,7 +323,12 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
         # core has several (its output thread sends each step's tokens to the API server)
         for pid in cores:
             _each_thread(pid, lambda tid: os.sched_setaffinity(tid, core_cpus))
-            _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
+            _each_thread(
+                pid,
+                lambda tid, pid=pid: os.setpriority(  # type: ignore[misc]
+                    os.PRIO_PROCESS, tid, _core_nice(placement, nice, pid, tid)
+                ),
+            )
         for pid in workers:
             _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, worker_nice))
             if placement in SPLIT:  # vLLM binds the OpenMP thread only, not its others
@@ -340,7 +349,7 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
     if touch:
         wanted: list[tuple[str, set[Any], set[Any]]] = [
             ("engine core on CPUs", got_cpus, {tuple(sorted(core_cpus))}),
-            ("engine core at nice", got_nice, {nice}),
+            ("engine core at nice", got_nice, _core_nices(cores, placement, nice)),
             ("worker at nice", got_worker_nice, {worker_nice}),
         ]
         if placement in SPLIT:
@@ -365,6 +374,21 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
     if missed:
         text += "; NOT applied: " + ", ".join(missed)
     return Placed(text, not missed)
+
+
+def _core_nice(placement: str, nice: int, pid: int, tid: int) -> int:
+    """The niceness of one engine-core thread: ``pinned-loop`` nices the main thread only."""
+    return 0 if placement == "pinned-loop" and tid != pid else nice
+
+
+def _core_nices(cores: Sequence[int], placement: str, nice: int) -> set[int]:
+    """The nicenesses the engine core's threads should read back."""
+    want: set[int] = set()
+    for pid in cores:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                want.add(_core_nice(placement, nice, pid, int(task.name)))
+    return want or {nice}
 
 
 def split_cpus() -> tuple[set[int], set[int]]:

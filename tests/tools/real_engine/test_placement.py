@@ -218,3 +218,18 @@ def test_pinned_binds_vllms_openmp_thread_and_the_caller_apart() -> None:
     assert sorted(os.sched_getaffinity(0)) == cpus
     with engine.caller_placed("engine-niced"):
         assert sorted(os.sched_getaffinity(0)) == cpus
+
+
+@needs_two_cpus
+def test_pinned_loop_nices_the_engine_cores_main_thread_only(tree: int) -> None:
+    """Its other threads (here the stand-in's second) wait for input and send output: at
+    nice 0 they take the CPU from the worker as soon as they wake."""
+    said = place(tree, "pinned-loop")
+    (core,) = _named(_descendants(tree), "VLLM::EngineCor")
+    nices = {
+        int(t): os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir(f"/proc/{core}/task")
+    }
+    assert nices.pop(core) == CORE_NICE
+    assert set(nices.values()) == {0}
+    assert said.applied
+    assert f"at nice 0 / {CORE_NICE}" in said.text
