@@ -540,16 +540,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def add_placement(p: argparse.ArgumentParser) -> None:
+def add_placement(p: argparse.ArgumentParser, default: str = PLACEMENT) -> None:
     """``--placement``, as every command that starts vLLM takes it."""
     p.add_argument(
         "--placement",
         choices=PLACEMENTS,
-        default=PLACEMENT,
-        help=f"where vLLM's processes run (default {PLACEMENT}: its engine core and worker at "
-        "nice 19, and its session's autogroup at nice 19, so that the API server and the "
-        "clients are not starved on 2 CPUs; vllm leaves them as vLLM puts them; "
-        "docs/real-engine.md)",
+        default=default,
+        help=f"where vLLM's processes run (default {default}; group-niced: its engine core and "
+        "worker at nice 19, and its session's autogroup at nice 19, so that the API server and "
+        "the clients are not starved on 2 CPUs; pinned: the worker and the engine core on the "
+        "last CPU, the API server and the clients on the others; vllm leaves them as vLLM puts "
+        "them; docs/real-engine.md)",
     )
 
 

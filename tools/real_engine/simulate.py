@@ -35,7 +35,6 @@ from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.engine import (
-    PLACEMENT,
     Engine,
     add_placement,
     attached,
@@ -67,6 +66,12 @@ from tools.real_engine.sim_table import (
 
 LEVELS = (1, 2, 4)
 PROFILE = "vllm-cpu"
+#: where vLLM runs for the sim (engine.PLACEMENTS): the placement under which vLLM repeated
+#: itself best between two windows of the same level (docs/real-engine.md, "Which placement
+#: repeats itself"); `make real-engine` keeps engine.PLACEMENT, chosen for the clients' reads
+SIM_PLACEMENT = "pinned"
+#: turns per window: a p99 of 60 is the slowest turn or two; 120 keeps the command under ~6 min
+SIM_REQUESTS = 120
 #: a level's fit window and its judged window against vLLM, in this order at the first level,
 #: the other way round at the next, and so on (:func:`paired_windows`)
 FIT_FIRST = ("fit", "real")
@@ -86,9 +91,9 @@ class SimOptions:
     out: Path = Path("results/real-engine-sim")
     engine_venv: Path = Path(".venv-engine")
     engine_url: str | None = None
-    placement: str = PLACEMENT  # where vLLM's processes run (engine.PLACEMENTS)
+    placement: str = SIM_PLACEMENT  # where vLLM's processes run (engine.PLACEMENTS)
     levels: tuple[int, ...] = LEVELS
-    requests: int = 60  # per window, as the real-engine check's
+    requests: int = SIM_REQUESTS  # per window
     output_tokens: int = 128
     run_timeout_s: float = 300.0
     #: a level's pair of runs is repeated while other processes kept the machine busy, at
@@ -293,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=SimOptions.out, help="emptied first")
     p.add_argument("--engine-venv", type=Path, default=SimOptions.engine_venv)
     p.add_argument("--engine-url", default=None, help="an engine already running (see run.py)")
-    add_placement(p)
+    add_placement(p, SIM_PLACEMENT)
     p.add_argument(
         "--levels",
         type=positive_ints("concurrencies like 1,2,4"),
