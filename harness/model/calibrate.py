@@ -73,6 +73,9 @@ class Turn:
     others_at_send: int = 0
     #: other requests of the same run in flight during this one's decode, overlap-weighted
     others_decoding: float = 0.0
+    #: other requests of the same run sent after this one and before its first token (they
+    #: arrive while it waits: an engine that was idle at the send is not idle for it)
+    others_joining: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,7 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
                         run=run,
                         others_at_send=max(0, act.at(rec.sent_ns) - 1),
                         others_decoding=act.others_over(rec.first_token_ns, last),
+                        others_joining=act.sent_within(rec.sent_ns, rec.first_token_ns),
                     )
                 )
             # A failed turn breaks the chain: the next one's "new" tokens are unknown.
@@ -213,6 +217,10 @@ class _Activity:
     def at(self, t: int) -> int:
         """Requests in flight at ``t`` (sent at or before it, last token after it)."""
         return bisect_right(self._starts, t) - bisect_right(self._ends, t)
+
+    def sent_within(self, start: int, end: int) -> int:
+        """Requests sent after ``start`` and at or before ``end``."""
+        return max(0, bisect_right(self._starts, end) - bisect_right(self._starts, start))
 
     def _integral(self, t: int) -> float:
         i = bisect_right(self._t, t) - 1
@@ -299,11 +307,18 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     # Interference only from several runs: within one the concurrency is nearly constant.
     several = len({t.run for t in usable}) > 1
     if several:
-        columns["k"] = [float(t.others_at_send) for t in usable]
+        # the others a request waits beside: in flight at its send, or sent before its first
+        # token (they share its prefill step)
+        columns["k"] = [float(t.others_at_send + t.others_joining) for t in usable]
         # An engine that idles wakes up for a request that finds it alone: a step in TTFT
         # between no other request in flight and one, apart from the slope beyond (vLLM on
         # the CPU answers a request faster beside another than alone).
-        columns["w"] = [1.0 if t.others_at_send == 0 else 0.0 for t in usable]
+        # Alone means alone until the first token: a request sent just before another shares
+        # its wait with it (two lanes of a concurrency-2 run often send a moment apart, and
+        # with vLLM's worker pinned such a turn waited as long as one sent beside the other).
+        columns["w"] = [
+            1.0 if t.others_at_send == 0 and t.others_joining == 0 else 0.0 for t in usable
+        ]
     # A column with no variation of its own (no chained turns, no new connections) is dropped.
     names = [n for n, col in columns.items() if any(col)]
     # A connection column set on every turn of its class (HTTP without keep-alive: each

@@ -302,6 +302,25 @@ def test_a_negative_wake_up_is_written_as_a_busy_admission() -> None:
     assert "busy_admit_ms" not in unidentified(f)[1]
 
 
+def test_a_request_joined_before_its_first_token_is_not_alone() -> None:
+    """At concurrency 2 one lane sends 0.5 ms after the other: the first finds nobody in
+    flight at its send, yet waits beside the second (vLLM with its worker pinned: such turns
+    took as long as the others).  Counted alone, they pulled the fitted intercept from the
+    4 ms alone towards the 7 ms beside one (issue 38)."""
+    rows = _concurrent_rows(k_ms=2.0, wake_ms=-1.0)
+    for r in rows:
+        if r["run"] == 1 and r["rollout_id"] % 2 == 1:
+            for key in ("sent_ns", "first_token_ns", "last_token_ns", "done_ns"):
+                r[key] += 500_000
+    turns = turns_from_rows(rows)
+    early = [t for t in turns if t.run == 1 and t.others_at_send == 0]
+    assert len(early) >= 7 and all(t.others_joining == 1 for t in early)
+    f = fit(turns)
+    assert f.busy_admit_ms == pytest.approx(1.0, rel=1e-3)
+    assert f.ttft_per_active_ms == pytest.approx(2.0, rel=1e-3)
+    assert f.intercept_http_ms == pytest.approx(4.0, rel=1e-3)
+
+
 def test_a_positive_wake_up_charges_no_busy_admission() -> None:
     f = fit(turns_from_rows(_concurrent_rows(k_ms=0.5, wake_ms=3.0)))
     assert f.busy_admit_ms == 0.0
