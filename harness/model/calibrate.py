@@ -307,9 +307,9 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     # Interference only from several runs: within one the concurrency is nearly constant.
     several = len({t.run for t in usable}) > 1
     if several:
-        # the others a request waits beside: in flight at its send, or sent before its first
-        # token (they share its prefill step)
-        columns["k"] = [float(t.others_at_send + t.others_joining) for t in usable]
+        # the slope counts the others in flight at the send, as the reference server charges
+        # them (its streams active at admission): a replay must pay what the fit found
+        columns["k"] = [float(t.others_at_send) for t in usable]
         # An engine that idles wakes up for a request that finds it alone: a step in TTFT
         # between no other request in flight and one, apart from the slope beyond (vLLM on
         # the CPU answers a request faster beside another than alone).
