@@ -73,6 +73,9 @@ class Turn:
     others_at_send: int = 0
     #: other requests of the same run in flight during this one's decode, overlap-weighted
     others_decoding: float = 0.0
+    #: other requests of the same run sent after this one and before its first token (they
+    #: arrive while it waits: an engine that was idle at the send is not idle for it)
+    others_joining: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,10 @@ class Fit:
     turns: int
     r2: float
     residual_p50_ms: float
+    #: what a request sent beside others pays on top, once (ms): the step at "alone" the
+    #: other way round, an engine that admits a newcomer slowest when it is busy; 0 where the
+    #: step went the idle way, None where the step is not identifiable (as ``idle_wake_ms``)
+    busy_admit_ms: float | None = None
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -164,6 +171,7 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
                         run=run,
                         others_at_send=max(0, act.at(rec.sent_ns) - 1),
                         others_decoding=act.others_over(rec.first_token_ns, last),
+                        others_joining=act.sent_within(rec.sent_ns, rec.first_token_ns),
                     )
                 )
             # A failed turn breaks the chain: the next one's "new" tokens are unknown.
@@ -209,6 +217,10 @@ class _Activity:
     def at(self, t: int) -> int:
         """Requests in flight at ``t`` (sent at or before it, last token after it)."""
         return bisect_right(self._starts, t) - bisect_right(self._ends, t)
+
+    def sent_within(self, start: int, end: int) -> int:
+        """Requests sent after ``start`` and at or before ``end``."""
+        return max(0, bisect_right(self._starts, end) - bisect_right(self._starts, start))
 
     def _integral(self, t: int) -> float:
         i = bisect_right(self._t, t) - 1
@@ -295,11 +307,18 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     # Interference only from several runs: within one the concurrency is nearly constant.
     several = len({t.run for t in usable}) > 1
     if several:
+        # the slope counts the others in flight at the send, as the reference server charges
+        # them (its streams active at admission): a replay must pay what the fit found
         columns["k"] = [float(t.others_at_send) for t in usable]
         # An engine that idles wakes up for a request that finds it alone: a step in TTFT
         # between no other request in flight and one, apart from the slope beyond (vLLM on
         # the CPU answers a request faster beside another than alone).
-        columns["w"] = [1.0 if t.others_at_send == 0 else 0.0 for t in usable]
+        # Alone means alone until the first token: a request sent just before another shares
+        # its wait with it (two lanes of a concurrency-2 run often send a moment apart, and
+        # with vLLM's worker pinned such a turn waited as long as one sent beside the other).
+        columns["w"] = [
+            1.0 if t.others_at_send == 0 and t.others_joining == 0 else 0.0 for t in usable
+        ]
     # A column with no variation of its own (no chained turns, no new connections) is dropped.
     names = [n for n, col in columns.items() if any(col)]
     # A connection column set on every turn of its class (HTTP without keep-alive: each
@@ -358,17 +377,21 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     coef = _robust_lstsq(x, y)
     got = dict(zip(names, (float(c) for c in coef), strict=True))
     wake = got.get("w")
+    busy: float | None = None if wake is None else 0.0
     if wake is not None and wake < 0:
-        # A request alone came sooner than the slope says: no wake-up to model (a busy pass at
-        # concurrency 1, or an engine whose interference is not linear the other way).  The
-        # intercept and slope were fitted beside the negative step, so they over-predict a
-        # request alone by as much: refitted without it.
-        notes.append(f"idle wake-up {wake:.3g} ms is negative: refitted without it (0)")
-        names.remove("w")
-        x = design(names)
-        coef = _robust_lstsq(x, y)
-        got = dict(zip(names, (float(c) for c in coef), strict=True))
-        wake = 0.0
+        # A request alone came sooner than the line through the busier levels: an engine
+        # that pays once for admitting a newcomer while it decodes others (vLLM on 2 CPUs with
+        # its worker pinned: the newcomer waits for the running step).  The same fit, written
+        # the other way round: every intercept is the request alone, and the step is paid by
+        # a request sent beside others (docs/model.md §2, "Busy admission").
+        notes.append(
+            f"idle wake-up {wake:.3g} ms is negative: a request beside others pays "
+            f"{-wake:.3g} ms once (busy_admit_ms)"
+        )
+        for name in got:
+            if name.startswith("a:"):
+                got[name] += wake
+        busy, wake = -wake, 0.0
     resid = y - x @ coef
     ss_tot = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else 1.0
@@ -478,6 +501,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         ttft_per_active_ms=got.get("k") if several else None,
         decode_slowdown=slowdown,
         idle_wake_ms=wake,
+        busy_admit_ms=busy,
         turns=len(usable),
         r2=r2,
         residual_p50_ms=_median(sorted(abs(float(v)) for v in resid)),
@@ -655,6 +679,8 @@ def profiles_from_fit(
         engine["decode_slowdown_per_stream"] = _round(max(0.0, f.decode_slowdown))
     if f.idle_wake_ms is not None:
         engine["idle_wake_ms"] = _round(max(0.0, f.idle_wake_ms))
+    if f.busy_admit_ms is not None:
+        engine["busy_admit_ms"] = _round(max(0.0, f.busy_admit_ms))
     return api, engine
 
 
@@ -687,6 +713,7 @@ FITTED_API += ("rehydrate_us", "hops", "hop_ms", "post_ms")
 FITTED_ENGINE: tuple[str, ...] = ("base_ttft_ms", "prefill_tps", "sustained_tps", "burst_tps")
 FITTED_ENGINE += ("burst_probability", "burst_min_tokens", "burst_max_tokens")
 FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream", "idle_wake_ms")
+FITTED_ENGINE += ("busy_admit_ms",)
 
 
 def unidentified(f: Fit) -> tuple[list[str], list[str]]:
@@ -704,6 +731,8 @@ def unidentified(f: Fit) -> tuple[list[str], list[str]]:
         engine.append("decode_slowdown_per_stream")
     if f.idle_wake_ms is None:
         engine.append("idle_wake_ms")
+    if f.busy_admit_ms is None:
+        engine.append("busy_admit_ms")
     return api, engine
 
 
@@ -758,6 +787,7 @@ def describe(f: Fit) -> str:
         f"TTFT per active request: {show(f.ttft_per_active_ms, 'ms', 3)}",
         f"decode slowdown per active request: {show(f.decode_slowdown, '', 4)}",
         f"idle engine wake-up:    {show(f.idle_wake_ms, 'ms', 3)}",
+        f"busy engine admission:  {show(f.busy_admit_ms, 'ms', 3)}",
     ]
     lines += [f"note: {n}" for n in f.notes]
     return "\n".join(lines)

@@ -38,10 +38,12 @@ def base_ttft_ns(profile: EngineProfile) -> int:
 
 def first_token_ns(uncached_tokens: int, profile: EngineProfile, others: int = 0) -> int:
     """Engine time from admission to the first output token: prefill + base TTFT, plus
-    ``ttft_per_active_ms`` for each of the ``others`` streams active at admission, or
-    ``idle_wake_ms`` when there is none (the engine wakes up for it)."""
+    ``ttft_per_active_ms`` for each of the ``others`` streams active at admission and
+    ``busy_admit_ms`` once, or ``idle_wake_ms`` when there is none (the engine wakes up for
+    it)."""
     interference = round(max(0, others) * profile.ttft_per_active_ms * NS_PER_MS)
-    wake = round(profile.idle_wake_ms * NS_PER_MS) if others <= 0 else 0
+    step = profile.idle_wake_ms if others <= 0 else profile.busy_admit_ms
+    wake = round(step * NS_PER_MS)
     return prefill_ns(uncached_tokens, profile) + base_ttft_ns(profile) + interference + wake
 
 

@@ -229,6 +229,11 @@ class EngineProfile(_Profile):
     # wake-up"); one arriving at a busy engine joins its next step.  vLLM on the CPU: its
     # TTFT at concurrency 2 is below that at 1.  0 (the default) keeps every older profile.
     idle_wake_ms: NonNegative = 0.0
+    # The step the other way: a request arriving while other streams are active pays this
+    # much once on its first token, on top of ttft_per_active_ms (docs/model.md §2, "Busy
+    # admission"): vLLM on 2 CPUs with its worker pinned admits a newcomer after the running
+    # step.  0 (the default) keeps every older profile.
+    busy_admit_ms: NonNegative = 0.0
     # Reasoning tokens decoded before the visible output of every response that names no
     # budget (docs/model.md "Reasoning"); 0 keeps a profile a non-reasoning model.
     reasoning_tokens: int = Field(default=0, ge=0, le=1_000_000)

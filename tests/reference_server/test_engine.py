@@ -389,6 +389,18 @@ def test_an_idle_engine_wakes_up_for_a_request_alone() -> None:
         _engine(idle_wake_ms="-1")
 
 
+def test_a_busy_engine_charges_a_newcomer_once() -> None:
+    """vLLM with its worker pinned to one CPU: a request beside others waits once for the
+    running step, then each other stream adds its share."""
+    eng = _engine(ttft_per_active_ms="1.5", busy_admit_ms="4")
+    assert first_token_ns(2_000, eng, others=0) == 70 * NS_PER_MS
+    assert first_token_ns(2_000, eng, others=1) == 70 * NS_PER_MS + 5_500_000
+    assert first_token_ns(2_000, eng, others=3) == 70 * NS_PER_MS + 8_500_000
+    assert _engine().busy_admit_ms == 0.0
+    with pytest.raises(ProfileError, match="busy_admit_ms"):
+        _engine(busy_admit_ms="-1")
+
+
 def test_capacity_batching_slows_every_stream_by_the_others() -> None:
     cap = EngineCapacity(max_streams=10, aggregate_tps=1e9, slowdown_per_stream=0.1)
     first = cap.request(0, 1000)

@@ -49,8 +49,30 @@ TOOL_PARSER = "hermes"
 #: started in its own session, competes with the client's session as one nice-0 group, and
 #: the client read whole answers late behind it (docs/real-engine.md, "Where a slow turn's
 #: time goes").  ``group-niced`` is ``engine-niced`` with vLLM's autogroup at nice 19 too.
+#: ``pinned`` splits the CPUs instead of ranking threads on them: the worker (its one OpenMP
+#: thread bound by vLLM itself, ``VLLM_CPU_OMP_THREADS_BIND``) and the engine core on the last
+#: CPU, the core at nice 19 so that its polling yields to the worker; the API server and the
+#: caller (the clients it starts, the reference server) on the others: nothing of the front
+#: end or the client runs where the engine computes, so the engine's step time does not
+#: follow how busy the clients are (docs/real-engine.md, "Which placement repeats itself").
+#: ``worker-alone`` is ``pinned`` with the engine core on the front CPUs instead (at nice 19,
+#: its polling yields to the API server and the clients there): the worker has its CPU alone.
+#: ``pinned-loop`` is ``pinned`` with only the engine core's main thread (its polling loop) at
+#: nice 19: its threads that wait for input and send output are woken at nice 0 and take the
+#: CPU from the worker at once, so a newcomer is not queued behind the running steps.
 #: `python -m tools.real_engine.delivery` compares them.
-PLACEMENTS = ("group-niced", "core-niced", "engine-niced", "core-with-worker", "vllm")
+PLACEMENTS = (
+    "group-niced",
+    "core-niced",
+    "engine-niced",
+    "core-with-worker",
+    "pinned",
+    "pinned-loop",
+    "worker-alone",
+    "vllm",
+)
+#: the placements that split the CPUs between vLLM's worker and its front end and clients
+SPLIT = ("pinned", "pinned-loop", "worker-alone")
 PLACEMENT = "group-niced"
 #: the niceness of what ``core-niced`` and ``engine-niced`` lower (the lowest priority)
 CORE_NICE = 19
@@ -279,8 +301,18 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
             f"placement {placement}: no vLLM worker or engine-core process under {root}", False
         )
     worker_cpus = os.sched_getaffinity(workers[0])
-    core_cpus = worker_cpus if placement == "core-with-worker" else os.sched_getaffinity(0)
-    nice = CORE_NICE if placement in ("core-niced", "engine-niced", "group-niced") else 0
+    front, back = split_cpus()
+    if placement in SPLIT:
+        worker_cpus = back
+    core_cpus = (
+        worker_cpus
+        if placement in ("core-with-worker", "pinned", "pinned-loop")
+        else front
+        if placement == "worker-alone"
+        else front | back
+    )
+    niced = ("core-niced", "engine-niced", "group-niced", *SPLIT)
+    nice = CORE_NICE if placement in niced else 0
     worker_nice = CORE_NICE if placement in ("engine-niced", "group-niced") else 0
     group_nice = CORE_NICE if placement == "group-niced" else 0
     touch = placement != "vllm" or reset
@@ -291,9 +323,20 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
         # core has several (its output thread sends each step's tokens to the API server)
         for pid in cores:
             _each_thread(pid, lambda tid: os.sched_setaffinity(tid, core_cpus))
-            _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
+            _each_thread(
+                pid,
+                lambda tid, pid=pid: os.setpriority(  # type: ignore[misc]
+                    os.PRIO_PROCESS, tid, _core_nice(placement, nice, pid, tid)
+                ),
+            )
         for pid in workers:
             _each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, worker_nice))
+            if placement in SPLIT:  # vLLM binds the OpenMP thread only, not its others
+                _each_thread(pid, lambda tid: os.sched_setaffinity(tid, back))
+        # the API server beside the clients, off the engine's CPU (and back when reset)
+        api_cpus = front if placement in SPLIT else front | back
+        if placement in SPLIT or reset:
+            _each_thread(root, lambda tid: os.sched_setaffinity(tid, api_cpus))
         if own_group:
             with contextlib.suppress(OSError):  # lowering it needs CAP_SYS_NICE: read back
                 Path(f"/proc/{root}/autogroup").write_text(f"{group_nice}\n")
@@ -301,13 +344,16 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
     got_cpus = _read_threads(cores, lambda tid: tuple(sorted(os.sched_getaffinity(tid))))
     got_nice = _read_threads(cores, lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
     got_worker_nice = _read_threads(workers, lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
+    got_worker_cpus = _read_threads(workers, lambda tid: tuple(sorted(os.sched_getaffinity(tid))))
     missed = []
     if touch:
         wanted: list[tuple[str, set[Any], set[Any]]] = [
             ("engine core on CPUs", got_cpus, {tuple(sorted(core_cpus))}),
-            ("engine core at nice", got_nice, {nice}),
+            ("engine core at nice", got_nice, _core_nices(cores, placement, nice)),
             ("worker at nice", got_worker_nice, {worker_nice}),
         ]
+        if placement in SPLIT:
+            wanted.append(("worker on CPUs", got_worker_cpus, {tuple(sorted(back))}))
         if own_group and group is not None:
             wanted.append(("vLLM's autogroup at nice", {group[1]}, {group_nice}))
         missed = [
@@ -318,7 +364,7 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
         ]
     text = (
         f"placement {placement}{'' if touch else ' (as vLLM placed them)'}: worker on CPUs "
-        f"{sorted(worker_cpus)}, engine core on {_shown(got_cpus)} at nice {_shown(got_nice)}, "
+        f"{_shown(got_worker_cpus)}, engine core on {_shown(got_cpus)} at nice {_shown(got_nice)}, "
         f"worker at nice {_shown(got_worker_nice)}, API server on "
         f"{sorted(os.sched_getaffinity(root))}"
         + (f", vLLM's autogroup at nice {group[1]}" if group is not None and own_group else "")
@@ -328,6 +374,56 @@ def place(root: int, placement: str, *, reset: bool = False) -> Placed:
     if missed:
         text += "; NOT applied: " + ", ".join(missed)
     return Placed(text, not missed)
+
+
+def _core_nice(placement: str, nice: int, pid: int, tid: int) -> int:
+    """The niceness of one engine-core thread: ``pinned-loop`` nices the main thread only."""
+    return 0 if placement == "pinned-loop" and tid != pid else nice
+
+
+def _core_nices(cores: Sequence[int], placement: str, nice: int) -> set[int]:
+    """The nicenesses the engine core's threads should read back."""
+    want: set[int] = set()
+    for pid in cores:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                want.add(_core_nice(placement, nice, pid, int(task.name)))
+    return want or {nice}
+
+
+def split_cpus() -> tuple[set[int], set[int]]:
+    """The caller's CPUs as (front, back): ``pinned`` runs vLLM's worker (and engine core) on
+    ``back`` (the last CPU) and the API server and the clients on ``front`` (the others; all
+    of them on a machine of one CPU, where nothing can be split)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (set(cpus[:-1]) or set(cpus)), {cpus[-1]}
+
+
+def placement_env(placement: str) -> dict[str, str]:
+    """vLLM's own settings a placement needs before vLLM starts: ``pinned`` has vLLM bind the
+    worker's one OpenMP thread to the back CPU (its default binds it to CPU 0); so does
+    ``worker-alone``."""
+    if placement not in SPLIT:
+        return {}
+    _, back = split_cpus()
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(back)))}
+
+
+@contextmanager
+def caller_placed(placement: str) -> Iterator[None]:
+    """The caller (and every process it starts meanwhile: loopbench's clients, the reference
+    server) on the front CPUs under ``pinned``, off the CPU vLLM computes on; its own CPUs
+    again on leaving."""
+    if placement not in SPLIT:
+        yield
+        return
+    mine = os.sched_getaffinity(0)
+    front, _ = split_cpus()
+    os.sched_setaffinity(0, front)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
 def _autogroup(pid: int) -> tuple[str, int] | None:
@@ -392,14 +488,16 @@ def serving(
             serve_argv(python, model, port),
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**engine_env(hf_home), **(env or {})},
+            env={**engine_env(hf_home), **placement_env(placement), **(env or {})},
             start_new_session=True,
         )
     engine = Engine(f"http://127.0.0.1:{port}", proc, log)
     try:
         wait_healthy(engine, proc)
         # said in the run's notes: vLLM's own log is written at its own offset, not appended
-        yield replace(engine, placement=place(proc.pid, placement).text)
+        placed = place(proc.pid, placement).text
+        with caller_placed(placement):
+            yield replace(engine, placement=placed)
     finally:
         _stop(proc)
 
@@ -442,16 +540,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def add_placement(p: argparse.ArgumentParser) -> None:
+def add_placement(p: argparse.ArgumentParser, default: str = PLACEMENT) -> None:
     """``--placement``, as every command that starts vLLM takes it."""
     p.add_argument(
         "--placement",
         choices=PLACEMENTS,
-        default=PLACEMENT,
-        help=f"where vLLM's processes run (default {PLACEMENT}: its engine core and worker at "
-        "nice 19, and its session's autogroup at nice 19, so that the API server and the "
-        "clients are not starved on 2 CPUs; vllm leaves them as vLLM puts them; "
-        "docs/real-engine.md)",
+        default=default,
+        help=f"where vLLM's processes run (default {default}; group-niced: its engine core and "
+        "worker at nice 19, and its session's autogroup at nice 19, so that the API server and "
+        "the clients are not starved on 2 CPUs; pinned: the worker and the engine core on the "
+        "last CPU, the API server and the clients on the others; vllm leaves them as vLLM puts "
+        "them; docs/real-engine.md)",
     )
 
 
@@ -482,7 +581,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv_ = serve_argv(python, args.model, args.port)
     sigterm_as_sigint()  # so that a SIGTERM stops the server too (KeyboardInterrupt below)
     # its own session, so that stopping it stops the engine core and worker it forks
-    proc = subprocess.Popen(argv_, env=engine_env(args.hf_home), start_new_session=True)
+    env = {**engine_env(args.hf_home), **placement_env(args.placement)}
+    proc = subprocess.Popen(argv_, env=env, start_new_session=True)
     try:
         wait_healthy(Engine(f"http://127.0.0.1:{args.port}", proc, None), proc)
         print(place(proc.pid, args.placement).text, flush=True)

@@ -35,7 +35,6 @@ from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.engine import (
-    PLACEMENT,
     Engine,
     add_placement,
     attached,
@@ -67,6 +66,24 @@ from tools.real_engine.sim_table import (
 
 LEVELS = (1, 2, 4)
 PROFILE = "vllm-cpu"
+#: where vLLM runs for the sim (engine.PLACEMENTS): the placement under which vLLM repeated
+#: itself best between two windows of the same level (docs/real-engine.md, "Which placement
+#: repeats itself"); `make real-engine` keeps engine.PLACEMENT, chosen for the clients' reads
+SIM_PLACEMENT = "pinned"
+#: turns per window: a p99 of 60 is the slowest turn or two; 120 keeps the command under ~6 min
+SIM_REQUESTS = 120
+#: a level's fit window and its judged window against vLLM, in this order at the first level,
+#: the other way round at the next, and so on (:func:`paired_windows`)
+FIT_FIRST = ("fit", "real")
+
+
+def paired_windows(levels: Sequence[int]) -> list[tuple[int, tuple[str, str]]]:
+    """Each level's two windows against vLLM, in the order they run: the window the profile
+    is fitted to and the judged one side by side (distinct turns), which one comes first
+    alternating level by level, so that vLLM's slow drift over the pass lands on the fitted
+    and the judged side alike, not wholly on one (docs/real-engine.md, "Which placement
+    repeats itself")."""
+    return [(c, FIT_FIRST if i % 2 == 0 else FIT_FIRST[::-1]) for i, c in enumerate(levels)]
 
 
 @dataclass(frozen=True)
@@ -74,9 +91,9 @@ class SimOptions:
     out: Path = Path("results/real-engine-sim")
     engine_venv: Path = Path(".venv-engine")
     engine_url: str | None = None
-    placement: str = PLACEMENT  # where vLLM's processes run (engine.PLACEMENTS)
+    placement: str = SIM_PLACEMENT  # where vLLM's processes run (engine.PLACEMENTS)
     levels: tuple[int, ...] = LEVELS
-    requests: int = 60  # per window, as the real-engine check's
+    requests: int = SIM_REQUESTS  # per window
     output_tokens: int = 128
     run_timeout_s: float = 300.0
     #: a level's pair of runs is repeated while other processes kept the machine busy, at
@@ -140,10 +157,30 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
         if engine.placement:
             notes.append(engine.placement)
         warm_up(base, engine, "chat", tokenizer, scenarios)
-        fitted = []
-        for c in opts.levels:
-            folder, again[c], _ = _real_window(base, engine, c, "fit", tokenizer, say)
+        fitted: list[Path] = []
+        first: dict[str, dict[int, Figures]] = {"real": {}, "engine": {}}
+        unjudged_first: dict[int, str] = {}
+        for c, order in paired_windows(opts.levels):
+
+            def fit_and_real(c: int = c, order: tuple[str, str] = order) -> Path:
+                fit_folder = runs / f"fit-c{c}"
+                for stage in order:
+                    if (runs / f"{stage}-c{c}").exists():  # a repeat after a busy attempt
+                        shutil.rmtree(runs / f"{stage}-c{c}")
+                    _, figures, engine_side = _real_window(base, engine, c, stage, tokenizer, say)
+                    if stage == "fit":
+                        again[c] = figures
+                    else:
+                        first["real"][c], first["engine"][c] = figures, engine_side
+                return fit_folder
+
+            folder, busy = until_quiet(fit_and_real, say, opts.attempts)
             fitted.append(folder)
+            if busy is not None:
+                busy_doc[f"fit-{c}"] = busy.as_dict()
+                if busy.busy:
+                    unjudged_first[c] = busy.not_judged()
+                    say(f"  {unjudged_first[c]}")
         say(f"loopbench calibrate on {len(fitted)} runs ...")
         argv = [sys.executable, "-m", "harness", "calibrate", *map(str, fitted)]
         argv += ["--name", PROFILE, "--out", str(profile), "--transports", "chat"]
@@ -159,12 +196,13 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
             "engine_profile": str(engine_yaml.resolve()),
         }
         for r in range(1, opts.rounds + 1):
-            # each round the judged pass again, level by level: vLLM, then the simulator
+            # round 1 judges the real windows measured beside the fit ones; each further
+            # round measures vLLM again, then the simulator, level by level
             tag = "" if opts.rounds == 1 else f"-r{r}"
-            real: dict[int, Figures] = {}
-            engine_side: dict[int, Figures] = {}
+            real: dict[int, Figures] = dict(first["real"]) if r == 1 else {}
+            engine_side: dict[int, Figures] = dict(first["engine"]) if r == 1 else {}
             simulated: dict[int, Figures] = {}
-            unjudged: dict[int, str] = {}
+            unjudged: dict[int, str] = dict(unjudged_first) if r == 1 else {}
             for c in opts.levels:
                 sim_scenario = scenarios / f"sim-c{c}.yaml"
                 sim_scenario.write_text(yaml.safe_dump(_scenario(base, c, server), sort_keys=False))
@@ -178,17 +216,21 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
                     sim_argv: list[str] = sim_argv,
                     run_id: str = run_id,
                     tag: str = tag,
+                    r: int = r,
                     real: dict[int, Figures] = real,
                     engine_side: dict[int, Figures] = engine_side,
                     simulated: dict[int, Figures] = simulated,
                 ) -> None:
-                    """vLLM, then the calibrated server, back to back (timed as one step)."""
+                    """vLLM (from round 2), then the calibrated server (timed as one step)."""
                     for folder in (runs / f"real-c{c}{tag}", runs / run_id):
-                        if folder.exists():  # a repeat after a busy attempt: one run's files
+                        if r > 1 and folder.exists():  # a repeat after a busy attempt
                             shutil.rmtree(folder)
-                    _, real[c], engine_side[c] = _real_window(
-                        base, engine, c, "real", tokenizer, say, tag
-                    )
+                    if (runs / run_id).exists():
+                        shutil.rmtree(runs / run_id)
+                    if r > 1:
+                        _, real[c], engine_side[c] = _real_window(
+                            base, engine, c, "real", tokenizer, say, tag
+                        )
                     say(
                         f"reference server ({PROFILE}) at concurrency {c}: "
                         f"{opts.requests} rollouts ..."
@@ -256,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=SimOptions.out, help="emptied first")
     p.add_argument("--engine-venv", type=Path, default=SimOptions.engine_venv)
     p.add_argument("--engine-url", default=None, help="an engine already running (see run.py)")
-    add_placement(p)
+    add_placement(p, SIM_PLACEMENT)
     p.add_argument(
         "--levels",
         type=positive_ints("concurrencies like 1,2,4"),

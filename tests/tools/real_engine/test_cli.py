@@ -15,9 +15,8 @@ from tests.tools.real_engine.engine_venv import assert_usage_errors
 from tools.real_engine import __main__ as cli
 from tools.real_engine import delivery, scrape_cost, simulate
 from tools.real_engine.__main__ import main
-from tools.real_engine.engine import PLACEMENT
 from tools.real_engine.run import Options
-from tools.real_engine.simulate import SimOptions
+from tools.real_engine.simulate import SIM_PLACEMENT, SIM_REQUESTS, SimOptions
 
 
 def test_help_lists_the_targets(capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,7 +44,8 @@ def test_a_bad_argument_or_a_missing_engine_is_a_usage_error(
 def test_the_simulation_takes_the_placement_the_main_runner_does(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """docs/real-engine.md says `--placement vllm` restores vLLM's own for both runners."""
+    """docs/real-engine.md says `--placement vllm` restores vLLM's own for both runners; the
+    sim's default is its own (the placement where vLLM repeated itself best)."""
     seen: list[SimOptions] = []
 
     def stop(opts: SimOptions) -> None:
@@ -56,7 +56,8 @@ def test_the_simulation_takes_the_placement_the_main_runner_does(
     assert simulate.main(["--placement", "vllm"]) == ExitCode.USAGE
     assert simulate.main([]) == ExitCode.USAGE
     # run_sim hands the placement to the real-engine options it starts vLLM with
-    assert [options_from(Options, o).placement for o in seen] == ["vllm", PLACEMENT]
+    assert [options_from(Options, o).placement for o in seen] == ["vllm", SIM_PLACEMENT]
+    assert [o.requests for o in seen] == [SIM_REQUESTS, SIM_REQUESTS]
     capsys.readouterr()
     for runner in (main, simulate.main):
         with pytest.raises(SystemExit):

@@ -161,3 +161,75 @@ def test_group_niced_leaves_the_callers_own_session_alone() -> None:
                 os.kill(pid, 9)
         proc.kill()
         proc.wait()
+
+
+def _cpus(pid: int) -> set[tuple[int, ...]]:
+    return {tuple(sorted(os.sched_getaffinity(int(t)))) for t in _tasks(pid)}
+
+
+needs_two_cpus = pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="pinned splits the CPUs: it needs two"
+)
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("placement", ["pinned", "worker-alone"])
+def test_a_split_puts_the_worker_on_the_last_cpu_and_the_front_end_on_the_others(
+    tree: int, placement: str
+) -> None:
+    """``pinned`` keeps the engine core beside the worker, ``worker-alone`` beside the API
+    server; both nice it so that its polling yields."""
+    cpus = sorted(os.sched_getaffinity(0))
+    back, front = (cpus[-1],), tuple(cpus[:-1])
+    core_on = back if placement == "pinned" else front
+    said = place(tree, placement)
+    under = _descendants(tree)
+    (worker,), (core,) = _named(under, "VLLM::Worker"), _named(under, "VLLM::EngineCor")
+    assert _cpus(worker) == {back}
+    assert _cpus(core) == {core_on}  # both threads of the engine core
+    assert _nices(tree, "VLLM::EngineCor") == {CORE_NICE}
+    assert _nices(tree, "VLLM::Worker") == {0}
+    assert _cpus(tree) == {front}
+    assert said.applied
+    assert f"worker on CPUs {list(back)}, engine core on {list(core_on)} at nice {CORE_NICE}" in (
+        said.text
+    )
+    assert f"API server on {list(front)}" in said.text
+    assert engine.placement_env(placement) == {"VLLM_CPU_OMP_THREADS_BIND": str(cpus[-1])}
+    said = place(tree, "vllm", reset=True)
+    assert _cpus(core) == {tuple(cpus)}
+    assert _cpus(tree) == {tuple(cpus)}
+
+
+@needs_two_cpus
+def test_pinned_binds_vllms_openmp_thread_and_the_caller_apart() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    assert engine.placement_env("pinned") == {"VLLM_CPU_OMP_THREADS_BIND": str(cpus[-1])}
+    assert engine.placement_env("group-niced") == {}
+    with engine.caller_placed("pinned"):
+        assert sorted(os.sched_getaffinity(0)) == cpus[:-1]
+        child = subprocess.run(
+            [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert child.stdout.strip() == str(cpus[:-1])  # what the caller starts runs there too
+    assert sorted(os.sched_getaffinity(0)) == cpus
+    with engine.caller_placed("engine-niced"):
+        assert sorted(os.sched_getaffinity(0)) == cpus
+
+
+@needs_two_cpus
+def test_pinned_loop_nices_the_engine_cores_main_thread_only(tree: int) -> None:
+    """Its other threads (here the stand-in's second) wait for input and send output: at
+    nice 0 they take the CPU from the worker as soon as they wake."""
+    said = place(tree, "pinned-loop")
+    (core,) = _named(_descendants(tree), "VLLM::EngineCor")
+    nices = {
+        int(t): os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir(f"/proc/{core}/task")
+    }
+    assert nices.pop(core) == CORE_NICE
+    assert set(nices.values()) == {0}
+    assert said.applied
+    assert f"at nice 0 / {CORE_NICE}" in said.text
