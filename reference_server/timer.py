@@ -19,6 +19,14 @@ close to its deadline instead of consistently after it.
 
 Where ``timerfd`` is unavailable (not Linux, or ``perf_counter`` is another
 clock) :func:`sleep_until` falls back to ``asyncio.sleep`` loops.
+
+Due deadlines before new work (:func:`yield_to_due`): every sleeper here is a modelled
+instant — a token's write, a first token, the end of an API-tier wait.  Work that no
+deadline is waiting for (a WebSocket upgrade, a new ``response.create``'s parsing and
+validation) would otherwise run whenever its bytes arrive, and a closed loop of streams
+in step brings it exactly when the others' last tokens are due (docs/server.md).  Such
+work first lets the sleepers due within :data:`DUE_WINDOW_NS` go: it waits for that
+wake-up and is released after them, so their writes are done before it starts.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ import weakref
 
 #: a waiter due this close to a wake-up is released with it (never later than due + jitter)
 COALESCE_NS = 50_000
+#: new work first lets the sleepers due this soon run (about one step of it: an upgrade, a parse)
+DUE_WINDOW_NS = 1_000_000
 #: fallback: uvloop timers round to whole milliseconds; within half a tick counts as due
 _COARSE_TOLERANCE_NS = 500_000
 
@@ -86,6 +96,9 @@ class FineTimer:
         self.loop = loop
         self._fd = fd
         self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        # yield_to_due's waiters: released after the sleepers of the same wake-up
+        self._yielders: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._released = False  # sleepers were released and have not all resumed yet
         self._armed_ns = 0  # deadline the fd is armed at; 0 = disarmed
         self._order = itertools.count()
         self._spec = _Itimerspec()
@@ -100,6 +113,23 @@ class FineTimer:
         heapq.heappush(self._heap, (deadline_ns, next(self._order), fut))
         if not self._armed_ns or deadline_ns < self._armed_ns:
             self._arm(deadline_ns)
+        await fut
+
+    async def yield_to_due(self, within_ns: int = DUE_WINDOW_NS) -> None:
+        """Return once the sleepers due within ``within_ns`` from now have run (at once if
+        none is).  Waits for one wake-up only: new work is delayed at most that long,
+        however densely the deadlines follow each other."""
+        if self._released:
+            # Sleepers released by a wake-up that has not all resumed yet: behind them.
+            await asyncio.sleep(0)
+        heap = self._heap
+        if not heap or heap[0][0] > time.perf_counter_ns() + within_ns:
+            return
+        deadline = heap[0][0]
+        fut: asyncio.Future[None] = self.loop.create_future()
+        heapq.heappush(self._yielders, (deadline, next(self._order), fut))
+        if not self._armed_ns or deadline < self._armed_ns:
+            self._arm(deadline)
         await fut
 
     def _arm(self, deadline_ns: int) -> None:
@@ -119,14 +149,26 @@ class FineTimer:
         with contextlib.suppress(BlockingIOError):
             os.read(self._fd, 8)
         self._armed_ns = 0
-        heap = self._heap
         due = time.perf_counter_ns() + COALESCE_NS
-        while heap and heap[0][0] <= due:
-            fut = heapq.heappop(heap)[2]
-            if not fut.done():  # a cancelled sleeper leaves its entry behind
-                fut.set_result(None)
-        if heap:
-            self._arm(heap[0][0])
+        released = False
+        # Sleepers first: a task resumes in the order its future was resolved, so every
+        # due sleeper has written before a yielder's new work starts.
+        for heap in (self._heap, self._yielders):
+            while heap and heap[0][0] <= due:
+                fut = heapq.heappop(heap)[2]
+                if not fut.done():  # a cancelled sleeper leaves its entry behind
+                    fut.set_result(None)
+                    released = True
+        heads = [h[0][0] for h in (self._heap, self._yielders) if h]
+        if heads:
+            self._arm(min(heads))
+        if released and not self._released:
+            self._released = True
+            # Runs after the tasks just released have taken their step (call_soon is FIFO).
+            self.loop.call_soon(self._ran)
+
+    def _ran(self) -> None:
+        self._released = False
 
 
 _TIMERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FineTimer] = (
@@ -151,6 +193,16 @@ def tolerance_ns(loop: asyncio.AbstractEventLoop) -> int:
     if type(loop).__module__.startswith("uvloop"):
         return _COARSE_TOLERANCE_NS
     return 1_000
+
+
+async def yield_to_due(within_ns: int = DUE_WINDOW_NS) -> None:
+    """Let the running loop's sleepers due within ``within_ns`` run before the caller goes
+    on (:meth:`FineTimer.yield_to_due`); without timerfd, return at once."""
+    if _LIBC is None:
+        return
+    timer = _TIMERS.get(asyncio.get_running_loop())
+    if timer is not None:  # no timer yet: nobody sleeps on it
+        await timer.yield_to_due(within_ns)
 
 
 async def sleep_until(deadline_ns: int) -> None:

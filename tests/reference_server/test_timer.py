@@ -116,3 +116,77 @@ def test_uvloop_fine_timer_beats_its_millisecond_timers_on_the_same_waits() -> N
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         fine, coarse = runner.run(main())
     assert statistics.median(fine) < statistics.median(coarse), (fine, coarse)
+
+
+def _fine(loop: asyncio.AbstractEventLoop) -> timer.FineTimer:
+    fine = timer.fine_timer(loop)
+    if fine is None:
+        pytest.skip("no timerfd here: yield_to_due returns at once")
+    return fine
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_new_work_waits_for_a_sleeper_due_within_the_window(loop: str) -> None:
+    """A token due in 0.4 ms is written before new work that arrived first; the new work
+    is held up by that one wake-up only, and not at all by a deadline beyond the window."""
+
+    async def main() -> tuple[list[str], int]:
+        _fine(asyncio.get_running_loop())
+        order: list[str] = []
+
+        async def token(after_ns: int, name: str) -> None:
+            await sleep_until(time.perf_counter_ns() + after_ns)
+            order.append(name)
+
+        far = asyncio.ensure_future(token(20_000_000, "far token"))
+        due = asyncio.ensure_future(token(400_000, "token"))
+        await asyncio.sleep(0)  # both are asleep on the timer
+        t0 = time.perf_counter_ns()
+        await timer.yield_to_due(1_000_000)
+        order.append("new work")
+        waited = time.perf_counter_ns() - t0
+        await asyncio.gather(due, far)
+        return order, waited
+
+    for _ in range(20):
+        order, waited = _run(main(), loop)
+        if waited < 5_000_000:  # else the process was descheduled: not the timer's doing
+            break
+    assert order == ["token", "new work", "far token"]
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_new_work_goes_behind_sleepers_released_but_not_yet_resumed(loop: str) -> None:
+    """The wake-up already released a due sleeper whose task has not run: new work that the
+    loop happens to run first (its bytes came in the same poll) still goes behind it."""
+
+    async def main() -> list[str]:
+        fine = _fine(asyncio.get_running_loop())
+        order: list[str] = []
+
+        async def token() -> None:
+            await sleep_until(time.perf_counter_ns() + 200_000)
+            order.append("token")
+
+        sleeper = asyncio.ensure_future(token())
+        await asyncio.sleep(0)
+        while time.perf_counter_ns() < fine._heap[0][0]:
+            pass  # past its deadline, with this task still running
+        fine._fire()  # what the timerfd's callback does: the sleeper is released, not resumed
+        await timer.yield_to_due(1_000_000)
+        order.append("new work")
+        await sleeper
+        return order
+
+    assert _run(main(), loop) == ["token", "new work"]
+
+
+def test_without_a_timer_yield_to_due_does_not_suspend() -> None:
+    """No sleeper ever used the loop's timer: nothing can be due, new work goes on at once."""
+
+    async def main() -> bool:
+        step = asyncio.ensure_future(asyncio.sleep(0))
+        await timer.yield_to_due()
+        return step.done()
+
+    assert asyncio.run(main()) is False
