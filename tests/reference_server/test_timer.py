@@ -126,33 +126,66 @@ def _fine(loop: asyncio.AbstractEventLoop) -> timer.FineTimer:
 
 
 @pytest.mark.parametrize("loop", LOOPS)
-def test_new_work_waits_for_a_sleeper_due_within_the_window(loop: str) -> None:
-    """A token due in 0.4 ms is written before new work that arrived first; the new work
-    is held up by that one wake-up only, and not at all by a deadline beyond the window."""
+def test_new_work_waits_for_a_gap_before_the_next_deadline(loop: str) -> None:
+    """Tokens due in 0.3 and 0.6 ms are written before new work that arrived first (each
+    less than the 0.5 ms window after the one before); one due 8 ms later is not waited for."""
 
     async def main() -> tuple[list[str], int]:
-        _fine(asyncio.get_running_loop())
+        fine = _fine(asyncio.get_running_loop())
         order: list[str] = []
 
         async def token(after_ns: int, name: str) -> None:
             await sleep_until(time.perf_counter_ns() + after_ns)
             order.append(name)
 
-        far = asyncio.ensure_future(token(20_000_000, "far token"))
-        due = asyncio.ensure_future(token(400_000, "token"))
-        await asyncio.sleep(0)  # both are asleep on the timer
+        tokens = [
+            asyncio.ensure_future(token(after, name))
+            for after, name in ((8_600_000, "far"), (300_000, "first"), (600_000, "second"))
+        ]
+        await asyncio.sleep(0)  # all asleep on the timer
         t0 = time.perf_counter_ns()
-        await timer.yield_to_due(1_000_000)
+        await fine.yield_to_due(500_000, 4_000_000)
         order.append("new work")
         waited = time.perf_counter_ns() - t0
-        await asyncio.gather(due, far)
+        await asyncio.gather(*tokens)
         return order, waited
 
     for _ in range(20):
         order, waited = _run(main(), loop)
-        if waited < 5_000_000:  # else the process was descheduled: not the timer's doing
+        if waited < 3_000_000:  # else the process was descheduled: not the timer's doing
             break
-    assert order == ["token", "new work", "far token"]
+    assert order == ["first", "second", "new work", "far"]
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_new_work_is_not_starved_by_dense_deadlines(loop: str) -> None:
+    """Deadlines every 0.2 ms for 20 ms: new work gives up waiting after ``at_most_ns``,
+    and every token due before then was written first."""
+
+    async def main() -> tuple[list[int], int, int]:
+        fine = _fine(asyncio.get_running_loop())
+        written: list[int] = []
+        base = time.perf_counter_ns()
+
+        async def token(due: int) -> None:
+            await sleep_until(due)
+            written.append(due)
+
+        tokens = [asyncio.ensure_future(token(base + k * 200_000)) for k in range(1, 100)]
+        await asyncio.sleep(0)
+        await fine.yield_to_due(500_000, 3_000_000)
+        done = time.perf_counter_ns()
+        before = list(written)
+        await asyncio.gather(*tokens)
+        return before, done - base, base
+
+    for _ in range(20):
+        before, waited, base = _run(main(), loop)
+        if waited < 5_000_000:
+            break
+    assert 3_000_000 <= waited < 5_000_000
+    # every token due up to the give-up was written before the new work went on
+    assert before and max(before) - base >= 3_000_000 - COALESCE_NS - 200_000
 
 
 @pytest.mark.parametrize("loop", LOOPS)
@@ -173,7 +206,7 @@ def test_new_work_goes_behind_sleepers_released_but_not_yet_resumed(loop: str) -
         while time.perf_counter_ns() < fine._heap[0][0]:
             pass  # past its deadline, with this task still running
         fine._fire()  # what the timerfd's callback does: the sleeper is released, not resumed
-        await timer.yield_to_due(1_000_000)
+        await fine.yield_to_due(1_000_000)
         order.append("new work")
         await sleeper
         return order
