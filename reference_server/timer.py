@@ -23,11 +23,12 @@ clock) :func:`sleep_until` falls back to ``asyncio.sleep`` loops.
 Due deadlines before new work (:func:`yield_to_due`): every sleeper here is a modelled
 instant — a token's write, a first token, the end of an API-tier wait.  Work that no
 deadline is waiting for (a WebSocket upgrade, a new ``response.create``'s parsing and
-validation) would otherwise run whenever its bytes arrive, and a closed loop of streams
-in step brings it exactly when the others' last tokens are due (docs/server.md).  Such
-work first waits until no sleeper is due within :data:`DUE_WINDOW_NS`: it waits for each
-wake-up before that and is released after the sleepers it woke, so their writes are done
-before it starts — for at most :data:`MAX_DEFER_NS`, so it is never starved.
+validation, a finished response's tail) would otherwise run whenever it comes, and a
+closed loop of streams in step brings it in bursts exactly when the others' last tokens
+are due (docs/server.md).  While a sleeper is due within :data:`DUE_WINDOW_NS`, such work
+waits for the next wake-up and resumes after the sleepers it released, one piece per
+wake-up, so a token is delayed by at most one piece's cost, never by a burst of them; all
+of it goes once no deadline is that close, and none waits longer than :data:`MAX_DEFER_NS`.
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ import os
 import sys
 import time
 import weakref
+from collections import deque
 
 #: a waiter due this close to a wake-up is released with it (never later than due + jitter)
 COALESCE_NS = 50_000
-#: new work waits for a gap this long before the next deadline (a step of it, an upgrade or a
-#: create's validation, costs ~0.1-0.3 ms of CPU)...
+#: new work goes one piece per wake-up while a deadline is due this soon (a piece of it, an
+#: upgrade or a create's validation, costs ~0.1-0.3 ms of CPU)...
 DUE_WINDOW_NS = 500_000
-#: ... but no longer than this (two of the default 2 ms delta intervals): it is never starved
+#: ... and waits no longer than this (two of the default 2 ms delta intervals): never starved
 MAX_DEFER_NS = 4_000_000
 #: fallback: uvloop timers round to whole milliseconds; within half a tick counts as due
 _COARSE_TOLERANCE_NS = 500_000
@@ -100,10 +102,11 @@ class FineTimer:
         self.loop = loop
         self._fd = fd
         self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
-        # yield_to_due's waiters: released after the sleepers of the same wake-up
-        self._yielders: list[tuple[int, int, asyncio.Future[None]]] = []
+        # yield_to_due's waiters, oldest first: (when it began waiting, its future)
+        self._yielders: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._released = False  # sleepers were released and have not all resumed yet
         self._armed_ns = 0  # deadline the fd is armed at; 0 = disarmed
+        self._within_ns, self._at_most_ns = DUE_WINDOW_NS, MAX_DEFER_NS
         self._order = itertools.count()
         self._spec = _Itimerspec()
         loop.add_reader(fd, self._fire)
@@ -122,24 +125,29 @@ class FineTimer:
     async def yield_to_due(
         self, within_ns: int = DUE_WINDOW_NS, at_most_ns: int = MAX_DEFER_NS
     ) -> None:
-        """Return once no sleeper is due within ``within_ns`` (at once if none is), waiting
-        for each wake-up before that and resuming after the sleepers it released; but no
-        later than ``at_most_ns`` from now, however densely the deadlines follow each other."""
-        give_up = time.perf_counter_ns() + at_most_ns
-        while True:
-            if self._released:
-                # Sleepers released by a wake-up that have not all resumed: behind them.
-                await asyncio.sleep(0)
-            heap = self._heap
-            now = time.perf_counter_ns()
-            if not heap or heap[0][0] > now + within_ns or now >= give_up:
-                return
-            deadline = heap[0][0]
-            fut: asyncio.Future[None] = self.loop.create_future()
-            heapq.heappush(self._yielders, (deadline, next(self._order), fut))
-            if not self._armed_ns or deadline < self._armed_ns:
-                self._arm(deadline)
-            await fut
+        """Return at once if no sleeper is due within ``within_ns`` and no other new work
+        waits; else after the next wake-up's sleepers have resumed, one waiter per wake-up
+        (:meth:`_ran`), or sooner once no sleeper is due within ``within_ns``, or once it has
+        waited ``at_most_ns``."""
+        heap = self._heap
+        now = time.perf_counter_ns()
+        if not (self._released or self._yielders or (heap and heap[0][0] <= now + within_ns)):
+            return
+        fut: asyncio.Future[None] = self.loop.create_future()
+        self._yielders.append((now, fut))
+        self._within_ns, self._at_most_ns = within_ns, at_most_ns
+        if not self._released:
+            self._wake_yielders_soon()
+        await fut
+
+    def _wake_yielders_soon(self) -> None:
+        heap = self._heap
+        if heap and heap[0][0] <= time.perf_counter_ns() + self._within_ns:
+            if not self._armed_ns or heap[0][0] < self._armed_ns:
+                self._arm(heap[0][0])
+        else:
+            self._released = True
+            self.loop.call_soon(self._ran)
 
     def _arm(self, deadline_ns: int) -> None:
         value = self._spec.it_value
@@ -159,25 +167,39 @@ class FineTimer:
             os.read(self._fd, 8)
         self._armed_ns = 0
         due = time.perf_counter_ns() + COALESCE_NS
+        heap = self._heap
         released = False
-        # Sleepers first: a task resumes in the order its future was resolved, so every
-        # due sleeper has written before a yielder's new work starts.
-        for heap in (self._heap, self._yielders):
-            while heap and heap[0][0] <= due:
-                fut = heapq.heappop(heap)[2]
-                if not fut.done():  # a cancelled sleeper leaves its entry behind
-                    fut.set_result(None)
-                    released = True
-        heads = [h[0][0] for h in (self._heap, self._yielders) if h]
-        if heads:
-            self._arm(min(heads))
-        if released and not self._released:
+        while heap and heap[0][0] <= due:
+            fut = heapq.heappop(heap)[2]
+            if not fut.done():  # a cancelled sleeper leaves its entry behind
+                fut.set_result(None)
+                released = True
+        if heap:
+            self._arm(heap[0][0])
+        if (released or self._yielders) and not self._released:
             self._released = True
             # Runs after the tasks just released have taken their step (call_soon is FIFO).
             self.loop.call_soon(self._ran)
 
     def _ran(self) -> None:
+        """The sleepers of a wake-up have written: now new work, one piece per wake-up while
+        deadlines follow within the window (each delays the next one by its own cost at
+        most), all of it once none does, and any that has waited too long."""
         self._released = False
+        waiting = self._yielders
+        if not waiting:
+            return
+        now = time.perf_counter_ns()
+        heap = self._heap
+        busy = bool(heap) and heap[0][0] <= now + self._within_ns
+        released = 0
+        while waiting and (not busy or released == 0 or waiting[0][0] + self._at_most_ns <= now):
+            fut = waiting.popleft()[1]
+            if not fut.done():
+                fut.set_result(None)
+                released += 1
+        if waiting:
+            self._wake_yielders_soon()
 
 
 _TIMERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FineTimer] = (
