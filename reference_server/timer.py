@@ -147,7 +147,7 @@ class FineTimer:
                 self._arm(heap[0][0])
         else:
             self._released = True
-            self.loop.call_soon(self._ran)
+            self.loop.call_soon(self._ran, False)
 
     def _arm(self, deadline_ns: int) -> None:
         value = self._spec.it_value
@@ -179,27 +179,32 @@ class FineTimer:
         if (released or self._yielders) and not self._released:
             self._released = True
             # Runs after the tasks just released have taken their step (call_soon is FIFO).
-            self.loop.call_soon(self._ran)
+            self.loop.call_soon(self._ran, True)
 
-    def _ran(self) -> None:
-        """The sleepers of a wake-up have written: now new work, one piece per wake-up while
-        deadlines follow within the window (each delays the next one by its own cost at
-        most), all of it once none does, and any that has waited too long."""
+    def _ran(self, woke: bool) -> None:
+        """The sleepers released before this have resumed: now one piece of new work, if
+        no deadline is due within the window or this follows a wake-up (so dense deadlines
+        spread it out, one piece each, instead of starving it), and every piece that has
+        waited too long.  The next piece is considered after this one has run."""
         self._released = False
         waiting = self._yielders
-        if not waiting:
-            return
         now = time.perf_counter_ns()
         heap = self._heap
-        busy = bool(heap) and heap[0][0] <= now + self._within_ns
-        released = 0
-        while waiting and (not busy or released == 0 or waiting[0][0] + self._at_most_ns <= now):
+        room = not heap or heap[0][0] > now + self._within_ns
+        released = False
+        while waiting and (
+            ((room or woke) and not released) or waiting[0][0] + self._at_most_ns <= now
+        ):
             fut = waiting.popleft()[1]
             if not fut.done():
                 fut.set_result(None)
-                released += 1
+                released = True
         if waiting:
-            self._wake_yielders_soon()
+            if released:
+                self._released = True
+                self.loop.call_soon(self._ran, False)  # after that piece has run
+            else:
+                self._wake_yielders_soon()
 
 
 _TIMERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FineTimer] = (

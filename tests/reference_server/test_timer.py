@@ -135,10 +135,14 @@ def test_new_work_goes_after_the_tokens_due_one_piece_per_wake_up(loop: str) -> 
     async def main() -> tuple[list[str], int]:
         fine = _fine(asyncio.get_running_loop())
         order: list[str] = []
+        base = time.perf_counter_ns()
+        first_woke = [0]
 
         async def token(after_ns: int, name: str) -> None:
-            await sleep_until(time.perf_counter_ns() + after_ns)
+            await sleep_until(base + after_ns)
             order.append(name)
+            if name == "first":
+                first_woke[0] = time.perf_counter_ns() - base
 
         async def work(name: str) -> None:
             await fine.yield_to_due(500_000, 4_000_000)
@@ -149,15 +153,14 @@ def test_new_work_goes_after_the_tokens_due_one_piece_per_wake_up(loop: str) -> 
             for after, name in ((8_600_000, "far"), (300_000, "first"), (600_000, "second"))
         ]
         await asyncio.sleep(0)  # all asleep on the timer
-        t0 = time.perf_counter_ns()
-        await asyncio.gather(work("work A"), work("work B"))
-        waited = time.perf_counter_ns() - t0
-        await asyncio.gather(*tokens)
-        return order, waited
+        await asyncio.gather(work("work A"), work("work B"), *tokens)
+        return order, first_woke[0]
 
     for _ in range(20):
-        order, waited = _run(main(), loop)
-        if waited < 3_000_000:  # else the process was descheduled: not the timer's doing
+        order, first_woke = _run(main(), loop)
+        # Woken after the second token was due too (a descheduled process): both go in one
+        # wake-up, and the order is not the one judged here.  Repeated, not judged.
+        if first_woke < 550_000 - COALESCE_NS:
             break
     assert order == ["first", "work A", "second", "work B", "far"]
 
