@@ -72,12 +72,9 @@ def test_a_websocket_responses_tail_waits_for_the_token_due_first() -> None:
             pytest.skip("no timerfd here: nothing is ordered")
         service = Service(ServerConfig(store_path=":memory:"))
         req = parse_create({"model": "m", "input": "hi", "store": False}, websocket=True)
+        # a new WebSocket connection's first create (new_connection, websocket)
         cost = RequestCost(
-            new_connection=True,
-            websocket=True,
-            connection_resolved=False,
-            processed_tokens=1,
-            rehydrated_tokens=0,
+            True, True, connection_resolved=False, processed_tokens=1, rehydrated_tokens=0
         )
         job = Job(req, Conversation.build(req.instructions, [], req.input_items), cost, Random(1))
         await service.admit(job)
