@@ -104,7 +104,9 @@ class FineTimer:
         self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
         # yield_to_due's waiters, oldest first: (when it began waiting, its future)
         self._yielders: deque[tuple[int, asyncio.Future[None]]] = deque()
-        self._released = False  # sleepers were released and have not all resumed yet
+        # _ran callbacks scheduled and not run yet: sleepers or new work released before
+        # them have not all resumed
+        self._pending = 0
         self._armed_ns = 0  # deadline the fd is armed at; 0 = disarmed
         self._within_ns, self._at_most_ns = DUE_WINDOW_NS, MAX_DEFER_NS
         self._order = itertools.count()
@@ -131,12 +133,12 @@ class FineTimer:
         waited ``at_most_ns``."""
         heap = self._heap
         now = time.perf_counter_ns()
-        if not (self._released or self._yielders or (heap and heap[0][0] <= now + within_ns)):
+        if not (self._pending or self._yielders or (heap and heap[0][0] <= now + within_ns)):
             return
         fut: asyncio.Future[None] = self.loop.create_future()
         self._yielders.append((now, fut))
         self._within_ns, self._at_most_ns = within_ns, at_most_ns
-        if not self._released:
+        if not self._pending:
             self._wake_yielders_soon()
         await fut
 
@@ -146,7 +148,7 @@ class FineTimer:
             if not self._armed_ns or heap[0][0] < self._armed_ns:
                 self._arm(heap[0][0])
         else:
-            self._released = True
+            self._pending += 1
             self.loop.call_soon(self._ran, False)
 
     def _arm(self, deadline_ns: int) -> None:
@@ -176,8 +178,8 @@ class FineTimer:
                 released = True
         if heap:
             self._arm(heap[0][0])
-        if (released or self._yielders) and not self._released:
-            self._released = True
+        if released or self._yielders:
+            self._pending += 1
             # Runs after the tasks just released have taken their step (call_soon is FIFO).
             self.loop.call_soon(self._ran, True)
 
@@ -186,7 +188,7 @@ class FineTimer:
         no deadline is due within the window or this follows a wake-up (so dense deadlines
         spread it out, one piece each, instead of starving it), and every piece that has
         waited too long.  The next piece is considered after this one has run."""
-        self._released = False
+        self._pending -= 1
         waiting = self._yielders
         now = time.perf_counter_ns()
         heap = self._heap
@@ -201,7 +203,7 @@ class FineTimer:
                 released = True
         if waiting:
             if released:
-                self._released = True
+                self._pending += 1
                 self.loop.call_soon(self._ran, False)  # after that piece has run
             else:
                 self._wake_yielders_soon()
