@@ -45,6 +45,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.utils import ClientDisconnected
 
 from harness.wire import ws_frames as wsf
+from reference_server.timer import yield_to_due
 
 ARRIVED_KEY = "loopbench.arrived_ns"
 #: ``scope[CONNECTION_KEY]``: ``(loop time the HTTP connection opened, its request number from 1)``
@@ -311,6 +312,8 @@ class ServerWebSocket(asyncio.Protocol):
 
     async def run_asgi(self) -> None:
         try:
+            # The handshake and the app's admission are new work: tokens due first.
+            await yield_to_due()
             await self.app(self.scope, self.receive, self.send)
         except ClientDisconnected:
             pass

@@ -50,6 +50,7 @@ from reference_server.service import (
     previous_not_found,
 )
 from reference_server.sim import mark_arrival
+from reference_server.timer import yield_to_due
 
 
 class _Closed(Exception):
@@ -188,6 +189,9 @@ class WsConnection:
             self.cache.clear()
 
     async def on_message(self, msg: Mapping[str, Any]) -> None:
+        # Parsing a message is new work: the tokens due in the meantime are written first
+        # (reference_server/timer.py).  Its API-tier clock started when its bytes arrived.
+        await yield_to_due()
         text = msg.get("text")
         if text is None:
             await self.error(
@@ -455,6 +459,7 @@ class WsConnection:
 
     async def _process(self, lane: str | None, body: dict[str, Any], arrived_ns: int | None) -> str:
         """One response.create; returns how it ended (the access log's outcome)."""
+        await yield_to_due()  # validating and resolving a create: after the tokens due
         fault = await self.s.draw_fault(websocket=True)
         if fault.kind == "error":
             err = fault_error(fault)

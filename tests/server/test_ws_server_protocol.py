@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from websockets.streams import StreamReader
 
 from harness.wire import ws_frames as wsf
 from reference_server.protocols import ARRIVED_KEY, ServerWebSocket, StampedHttpToolsProtocol
+from reference_server.timer import fine_timer, sleep_until
 
 KEY = "dGhlIHNhbXBsZSBub25jZQ=="
 
@@ -359,3 +361,33 @@ def test_denial_before_the_handshake_is_a_plain_http_answer() -> None:
         assert got == b'{"error":{}}' and transport.closed
 
     run(body)
+
+
+def test_the_handshake_waits_for_a_token_due_first() -> None:
+    """A token due in 0.5 ms is written before an upgrade that arrived first reaches the
+    app (reference_server/timer.py yield_to_due): over WebSocket the next turn's upgrade
+    comes exactly when the other streams' last tokens are due."""
+    order: list[str] = []
+
+    class Recording(Echo):
+        async def __call__(self, scope: Message, receive: Any, send: Any) -> None:
+            order.append("app")
+            await super().__call__(scope, receive, send)
+
+    async def body() -> None:
+        if fine_timer(asyncio.get_running_loop()) is None:
+            pytest.skip("no timerfd here: nothing is ordered")
+
+        async def token() -> None:
+            await sleep_until(time.perf_counter_ns() + 500_000)
+            order.append("token")
+
+        due = asyncio.ensure_future(token())
+        await asyncio.sleep(0)
+        transport, _ = connect(Recording(), upgrade())
+        await due
+        await settle()
+        assert transport.take().startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+
+    run(body)
+    assert order == ["token", "app"]
