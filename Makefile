@@ -113,9 +113,9 @@ real-engine: $(STAMP) $(ENGINE_STAMP) $(PEERS_STAMP)
 	$(BIN)/python -m tools.real_engine --check --engine-venv $(ENGINE_VENV) --peers-venv $(PEERS_VENV) --out results/real-engine $(REAL_ENGINE_WIRE)
 
 .PHONY: real-engine-sim
-# The reference server calibrated on loopbench runs against vLLM (concurrency 1, 2, 4), then
-# vLLM and the calibrated server driven by the same scenario level by level, back to back:
-# TTFT p50/p99 and TPOT p50 side by side; exit 3 when one is off by more than 15 %.
+# The reference server calibrated on loopbench runs against vLLM (concurrency 1, 2, 4; each
+# level's fit window beside a judged window of its own), then the calibrated server driven by
+# the same scenario: TTFT p50/p99 and TPOT p50 side by side; exit 3 when one is off by > 15 %.
 real-engine-sim: $(STAMP) $(ENGINE_STAMP)
 	$(BIN)/python -m tools.real_engine.simulate --check --engine-venv $(ENGINE_VENV) --out results/real-engine-sim
 

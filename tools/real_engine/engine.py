@@ -391,11 +391,15 @@ def _core_nices(cores: Sequence[int], placement: str, nice: int) -> set[int]:
     return want or {nice}
 
 
-def split_cpus() -> tuple[set[int], set[int]]:
-    """The caller's CPUs as (front, back): ``pinned`` runs vLLM's worker (and engine core) on
-    ``back`` (the last CPU) and the API server and the clients on ``front`` (the others; all
-    of them on a machine of one CPU, where nothing can be split)."""
-    cpus = sorted(os.sched_getaffinity(0))
+#: the CPUs this process started with: a split is taken from them, not from the CPUs of the
+#: moment (inside :func:`caller_placed` the caller is already on the front CPUs only)
+_STARTING_CPUS = tuple(sorted(os.sched_getaffinity(0)))
+
+
+def split_cpus(cpus: Sequence[int] = _STARTING_CPUS) -> tuple[set[int], set[int]]:
+    """``cpus`` as (front, back): ``pinned`` runs vLLM's worker (and engine core) on ``back``
+    (the last CPU) and the API server and the clients on ``front`` (the others; all of them
+    on a machine of one CPU, where nothing can be split)."""
     return (set(cpus[:-1]) or set(cpus)), {cpus[-1]}
 
 

@@ -215,6 +215,10 @@ def test_pinned_binds_vllms_openmp_thread_and_the_caller_apart() -> None:
             check=True,
         )
         assert child.stdout.strip() == str(cpus[:-1])  # what the caller starts runs there too
+        # a placement made from inside (delivery places vLLM afresh there) still splits the
+        # CPUs the process started with, not the front it is now confined to
+        assert engine.split_cpus() == (set(cpus[:-1]), {cpus[-1]})
+        assert engine.placement_env("pinned") == {"VLLM_CPU_OMP_THREADS_BIND": str(cpus[-1])}
     assert sorted(os.sched_getaffinity(0)) == cpus
     with engine.caller_placed("engine-niced"):
         assert sorted(os.sched_getaffinity(0)) == cpus
