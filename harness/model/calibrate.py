@@ -379,7 +379,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
             names = rest
             notes.append(note)
     x = design(names)
-    coef = _robust_lstsq(x, y)
+    coef = _robust_lstsq(x, y, np.array([t.run for t in usable]))
     got = dict(zip(names, (float(c) for c in coef), strict=True))
     wake = got.get("w")
     busy: float | None = None if wake is None else 0.0
@@ -588,24 +588,38 @@ MAX_OUTLIER_SHARE = 0.25
 
 
 def _robust_lstsq(
-    x: NDArray[np.float64], y: NDArray[np.float64], rounds: int = 3
+    x: NDArray[np.float64],
+    y: NDArray[np.float64],
+    groups: NDArray[np.int_] | None = None,
+    rounds: int = 3,
 ) -> NDArray[np.float64]:
     """Least squares, refitted without the turns far off the fit.
 
     Measured TTFTs have a long right tail (a GC pause, a scheduler hiccup on a
     busy host) that plain least squares lets drag the intercepts and slopes;
-    turns beyond 4 MADs of the residuals are dropped and the fit repeated, never
-    more than :data:`MAX_OUTLIER_SHARE` of them, never the only turns that show a column.
+    turns beyond 4 MADs of the residuals of their own group (run) are dropped and the
+    fit repeated, never more than :data:`MAX_OUTLIER_SHARE` of them, never the only
+    turns that show a column.
     """
     keep = np.ones(len(y), dtype=bool)
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     full_rank = np.linalg.matrix_rank(x)
+    group_of = np.zeros(len(y), dtype=np.int_) if groups is None else groups
     for _ in range(rounds):
         resid = y - x @ coef
-        med = float(np.median(resid[keep]))
-        mad = float(np.median(np.abs(resid[keep] - med))) or 1e-9
-        off = np.abs(resid - med)
-        new_keep = off <= 4 * 1.4826 * mad
+        # Each run against its own spread: a level whose TTFTs spread wider (vLLM at
+        # concurrency 4) measured by a pooled MAD lost a fifth of its turns, all of them
+        # above the line, and the line sat under that level (the TTFT spread, docs/model.md §10).
+        off = np.zeros(len(y))
+        bound = np.zeros(len(y))
+        for g in np.unique(group_of):
+            member = group_of == g
+            kept = resid[member & keep]
+            med = float(np.median(kept)) if kept.size else 0.0
+            mad = float(np.median(np.abs(kept - med))) if kept.size else 0.0
+            off[member] = np.abs(resid[member] - med)
+            bound[member] = 4 * 1.4826 * (mad or 1e-9)
+        new_keep = off <= bound
         # turns that alone show a column (a whole concurrency level off a line through the
         # others, a connection's first turn) are not outliers: dropping them would leave that
         # column to the norm's whim.  They come back, least far off first, until every
