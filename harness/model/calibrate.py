@@ -608,7 +608,7 @@ def _robust_lstsq(
     for _ in range(rounds):
         resid = y - x @ coef
         # Each run against its own spread: a level whose TTFTs spread wider (vLLM at
-        # concurrency 4) measured by a pooled MAD lost a fifth of its turns, all of them
+        # concurrency 4) measured by a pooled MAD lost up to 15 % of its turns, all of them
         # above the line, and the line sat under that level (the TTFT spread, docs/model.md §10).
         off = np.zeros(len(y))
         bound = np.zeros(len(y))

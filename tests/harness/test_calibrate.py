@@ -499,7 +499,7 @@ def test_calibrate_recovers_the_ttft_spread_the_engine_model_drew() -> None:
     assert f.ttft_spread_per_active_ms == pytest.approx(2.0, rel=0.15)
     # the fixed part is still found (truth 5 ms, 3 ms busy, 1 ms per other), each run's tail
     # trimmed against its own spread; the trimmed mean sits ~0.13 x scale under the mean.
-    # Trimmed against the pooled spread, concurrency 4 lost a fifth of its turns, all late:
+    # Trimmed against the pooled spread, concurrency 4 lost 15 % of its turns, all late:
     # 1 ms per other read -0.26, and a replay's concurrency 4 came 3 ms early
     assert f.intercept_http_ms == pytest.approx(5.0, abs=0.3)
     assert f.busy_admit_ms == pytest.approx(3.0, abs=0.3)
