@@ -204,12 +204,15 @@ class Simulator:
             t_admit = ticket.admitted_ns if ticket.admitted_ns is not None else _now_ns()
             hashes = with_static_prefix(prefix_hashes, static_prefix)
             cached = min(self.prefix_cache.lookup(hashes), max(0, input_tokens))
-            first_ns = first_token_ns(input_tokens - cached, self.engine, self.capacity.active - 1)
+            # Planned while the prefill is waited, not after it: for a long output the
+            # plan costs milliseconds that would otherwise delay the first token.  The TTFT
+            # spread draws after the plan's three numbers, so plans are unchanged by it.
+            rng = random.Random(_mix(self.seed, rng_seed))
+            plan = decode_plan(output_tokens, rng, self.engine)
+            others = self.capacity.active - 1
+            first_ns = first_token_ns(input_tokens - cached, self.engine, others, rng)
             t0 = t_admit + first_ns
             tolerance = tolerance_ns(loop)
-            # Planned while the prefill is waited, not after it: for a long output the
-            # plan costs milliseconds that would otherwise delay the first token.
-            plan = decode_plan(output_tokens, random.Random(_mix(self.seed, rng_seed)), self.engine)
             batches = plan.iter_batches(self._min_interval_ns)
             # The first visible token is token `reasoning_tokens` of the plan (none past the end).
             visible_at = min(reasoning_tokens, output_tokens - 1)

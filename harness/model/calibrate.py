@@ -115,6 +115,11 @@ class Fit:
     #: other way round, an engine that admits a newcomer slowest when it is busy; 0 where the
     #: step went the idle way, None where the step is not identifiable (as ``idle_wake_ms``)
     busy_admit_ms: float | None = None
+    #: the TTFT spread around the fitted line (docs/model.md §2, "TTFT spread"): the scale of a
+    #: mean-0 exponential draw with no other request in flight (ms), and what each other adds
+    #: to it; None: not identifiable (one run, or too few turns a run for its p99)
+    ttft_spread_ms: float | None = None
+    ttft_spread_per_active_ms: float | None = None
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -374,7 +379,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
             names = rest
             notes.append(note)
     x = design(names)
-    coef = _robust_lstsq(x, y)
+    coef = _robust_lstsq(x, y, np.array([t.run for t in usable]))
     got = dict(zip(names, (float(c) for c in coef), strict=True))
     wake = got.get("w")
     busy: float | None = None if wake is None else 0.0
@@ -429,6 +434,13 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         fixed_gap = (a_http - (overhead_http or 0.0)) - (a_ws - (overhead_ws or 0.0))
         connect = got["c_ws"] - fixed_gap
 
+    spread = _ttft_spread(usable, resid) if several else None
+    if spread is not None and spread[1] < 0:
+        notes.append(
+            f"TTFT spread per other request {spread[1]:.3g} ms is negative: one spread "
+            "for every level"
+        )
+        spread = (_median([s for _, s in _spread_points(usable, resid)]), 0.0)
     slowdown = _decode_slowdown(usable) if several else None
     if slowdown is not None and slowdown < 0:
         notes.append(f"decode slowdown per stream {slowdown:.3g} is negative: set to 0")
@@ -502,11 +514,51 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         decode_slowdown=slowdown,
         idle_wake_ms=wake,
         busy_admit_ms=busy,
+        ttft_spread_ms=max(0.0, spread[0]) if spread is not None else None,
+        ttft_spread_per_active_ms=spread[1] if spread is not None else None,
         turns=len(usable),
         r2=r2,
         residual_p50_ms=_median(sorted(abs(float(v)) for v in resid)),
         notes=notes,
     )
+
+
+#: turns a run needs for its TTFT p99 to be more than its slowest turn
+SPREAD_MIN_TURNS = 20
+_LN50 = math.log(50.0)
+
+
+def _spread_points(turns: Sequence[Turn], resid: NDArray[np.float64]) -> list[tuple[float, float]]:
+    """Per run: its median requests in flight at send, and the scale of the mean-0 exponential
+    whose p99 − p50 is that of the run's TTFT residuals (``(p99 − p50) / ln 50``): the p99 is
+    the figure the spread is for, and a run's median leaves its level's offset from the line
+    out."""
+    per_run: dict[int, list[tuple[int, float]]] = {}
+    for t, r in zip(turns, resid, strict=True):
+        per_run.setdefault(t.run, []).append((t.others_at_send, float(r)))
+    points = []
+    for pairs in per_run.values():
+        if len(pairs) >= SPREAD_MIN_TURNS:
+            r = np.array([v for _, v in pairs])
+            scale = (float(np.percentile(r, 99)) - float(np.median(r))) / _LN50
+            points.append((_median(sorted(float(o) for o, _ in pairs)), scale))
+    return points
+
+
+def _ttft_spread(turns: Sequence[Turn], resid: NDArray[np.float64]) -> tuple[float, float] | None:
+    """``(ttft_spread_ms, ttft_spread_per_active_ms)``: the line through each run's spread
+    over its median requests in flight (as the decode slowdown, a run's figures shrug off a
+    turn's); one spread for all when the runs' concurrency hardly differs.  None when no
+    run holds :data:`SPREAD_MIN_TURNS` turns."""
+    points = _spread_points(turns, resid)
+    if not points:
+        return None
+    if len(points) < 2 or max(o for o, _ in points) - min(o for o, _ in points) < 0.5:
+        return _median(sorted(s for _, s in points)), 0.0
+    x = np.array([[1.0, o] for o, _ in points], dtype=np.float64)
+    y = np.array([s for _, s in points], dtype=np.float64)
+    base, slope = (float(c) for c in np.linalg.lstsq(x, y, rcond=None)[0])
+    return base, slope
 
 
 def _decode_slowdown(turns: Sequence[Turn]) -> float | None:
@@ -536,24 +588,38 @@ MAX_OUTLIER_SHARE = 0.25
 
 
 def _robust_lstsq(
-    x: NDArray[np.float64], y: NDArray[np.float64], rounds: int = 3
+    x: NDArray[np.float64],
+    y: NDArray[np.float64],
+    groups: NDArray[np.int_] | None = None,
+    rounds: int = 3,
 ) -> NDArray[np.float64]:
     """Least squares, refitted without the turns far off the fit.
 
     Measured TTFTs have a long right tail (a GC pause, a scheduler hiccup on a
     busy host) that plain least squares lets drag the intercepts and slopes;
-    turns beyond 4 MADs of the residuals are dropped and the fit repeated, never
-    more than :data:`MAX_OUTLIER_SHARE` of them, never the only turns that show a column.
+    turns beyond 4 MADs of the residuals of their own group (run) are dropped and the
+    fit repeated, never more than :data:`MAX_OUTLIER_SHARE` of them, never the only
+    turns that show a column.
     """
     keep = np.ones(len(y), dtype=bool)
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     full_rank = np.linalg.matrix_rank(x)
+    group_of = np.zeros(len(y), dtype=np.int_) if groups is None else groups
     for _ in range(rounds):
         resid = y - x @ coef
-        med = float(np.median(resid[keep]))
-        mad = float(np.median(np.abs(resid[keep] - med))) or 1e-9
-        off = np.abs(resid - med)
-        new_keep = off <= 4 * 1.4826 * mad
+        # Each run against its own spread: a level whose TTFTs spread wider (vLLM at
+        # concurrency 4) measured by a pooled MAD lost up to 15 % of its turns, all of them
+        # above the line, and the line sat under that level (the TTFT spread, docs/model.md §10).
+        off = np.zeros(len(y))
+        bound = np.zeros(len(y))
+        for g in np.unique(group_of):
+            member = group_of == g
+            kept = resid[member & keep]
+            med = float(np.median(kept)) if kept.size else 0.0
+            mad = float(np.median(np.abs(kept - med))) if kept.size else 0.0
+            off[member] = np.abs(resid[member] - med)
+            bound[member] = 4 * 1.4826 * (mad or 1e-9)
+        new_keep = off <= bound
         # turns that alone show a column (a whole concurrency level off a line through the
         # others, a connection's first turn) are not outliers: dropping them would leave that
         # column to the norm's whim.  They come back, least far off first, until every
@@ -681,6 +747,10 @@ def profiles_from_fit(
         engine["idle_wake_ms"] = _round(max(0.0, f.idle_wake_ms))
     if f.busy_admit_ms is not None:
         engine["busy_admit_ms"] = _round(max(0.0, f.busy_admit_ms))
+    if f.ttft_spread_ms is not None:
+        engine["ttft_spread_ms"] = _round(max(0.0, f.ttft_spread_ms))
+    if f.ttft_spread_per_active_ms is not None:
+        engine["ttft_spread_per_active_ms"] = _round(max(0.0, f.ttft_spread_per_active_ms))
     return api, engine
 
 
@@ -713,7 +783,7 @@ FITTED_API += ("rehydrate_us", "hops", "hop_ms", "post_ms")
 FITTED_ENGINE: tuple[str, ...] = ("base_ttft_ms", "prefill_tps", "sustained_tps", "burst_tps")
 FITTED_ENGINE += ("burst_probability", "burst_min_tokens", "burst_max_tokens")
 FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream", "idle_wake_ms")
-FITTED_ENGINE += ("busy_admit_ms",)
+FITTED_ENGINE += ("busy_admit_ms", "ttft_spread_ms", "ttft_spread_per_active_ms")
 
 
 def unidentified(f: Fit) -> tuple[list[str], list[str]]:
@@ -733,6 +803,8 @@ def unidentified(f: Fit) -> tuple[list[str], list[str]]:
         engine.append("idle_wake_ms")
     if f.busy_admit_ms is None:
         engine.append("busy_admit_ms")
+    if f.ttft_spread_ms is None:
+        engine += ["ttft_spread_ms", "ttft_spread_per_active_ms"]
     return api, engine
 
 
@@ -788,6 +860,8 @@ def describe(f: Fit) -> str:
         f"decode slowdown per active request: {show(f.decode_slowdown, '', 4)}",
         f"idle engine wake-up:    {show(f.idle_wake_ms, 'ms', 3)}",
         f"busy engine admission:  {show(f.busy_admit_ms, 'ms', 3)}",
+        f"TTFT spread:            {show(f.ttft_spread_ms, 'ms', 3)}",
+        f"TTFT spread per active request: {show(f.ttft_spread_per_active_ms, 'ms', 3)}",
     ]
     lines += [f"note: {n}" for n in f.notes]
     return "\n".join(lines)

@@ -36,15 +36,34 @@ def base_ttft_ns(profile: EngineProfile) -> int:
     return round(profile.base_ttft_ms * NS_PER_MS)
 
 
-def first_token_ns(uncached_tokens: int, profile: EngineProfile, others: int = 0) -> int:
+def first_token_ns(
+    uncached_tokens: int,
+    profile: EngineProfile,
+    others: int = 0,
+    rng: random.Random | None = None,
+) -> int:
     """Engine time from admission to the first output token: prefill + base TTFT, plus
     ``ttft_per_active_ms`` for each of the ``others`` streams active at admission and
     ``busy_admit_ms`` once, or ``idle_wake_ms`` when there is none (the engine wakes up for
-    it)."""
+    it); plus, with ``rng``, the profile's TTFT spread (:func:`ttft_spread_ns`)."""
     interference = round(max(0, others) * profile.ttft_per_active_ms * NS_PER_MS)
     step = profile.idle_wake_ms if others <= 0 else profile.busy_admit_ms
     wake = round(step * NS_PER_MS)
-    return prefill_ns(uncached_tokens, profile) + base_ttft_ns(profile) + interference + wake
+    fixed = prefill_ns(uncached_tokens, profile) + base_ttft_ns(profile) + interference + wake
+    spread = ttft_spread_ns(profile, others, rng) if rng is not None else 0
+    return max(0, fixed + spread)
+
+
+def ttft_spread_ns(profile: EngineProfile, others: int, rng: random.Random) -> int:
+    """One request's draw of the TTFT spread: ``scale × (Exp(1) − 1)``, scale
+    ``ttft_spread_ms + others × ttft_spread_per_active_ms``.  Mean 0, so every expected
+    figure (``tools.model_predict``) stays the fixed part's; as early as ``−scale``, a tail
+    as late as the draw (docs/model.md §2, "TTFT spread").  No draw at scale 0: a profile
+    without a spread consumes nothing of ``rng``."""
+    scale_ms = profile.ttft_spread_ms + max(0, others) * profile.ttft_spread_per_active_ms
+    if scale_ms <= 0:
+        return 0
+    return round(scale_ms * (rng.expovariate(1.0) - 1.0) * NS_PER_MS)
 
 
 class PrefixCache:

@@ -234,6 +234,13 @@ class EngineProfile(_Profile):
     # admission"): vLLM on 2 CPUs with its worker pinned admits a newcomer after the running
     # step.  0 (the default) keeps every older profile.
     busy_admit_ms: NonNegative = 0.0
+    # Each request's first token moves by a seeded draw of mean 0: (Exp(1) - 1) times
+    # ttft_spread_ms + ttft_spread_per_active_ms per other stream active at admission
+    # (docs/model.md §2, "TTFT spread"): where in the running streams' steps a newcomer
+    # lands.  vLLM on the CPU: its TTFT p99 is 1.7-2.5x its p50, the fixed model's 1.2-1.5x.
+    # 0 (the default) keeps every older profile: no draw changes its first token.
+    ttft_spread_ms: NonNegative = 0.0
+    ttft_spread_per_active_ms: NonNegative = 0.0
     # Reasoning tokens decoded before the visible output of every response that names no
     # budget (docs/model.md "Reasoning"); 0 keeps a profile a non-reasoning model.
     reasoning_tokens: int = Field(default=0, ge=0, le=1_000_000)

@@ -262,3 +262,24 @@ def test_batching_interference_reaches_the_streams() -> None:
     assert sorted(r["prefill"] for r in four) == pytest.approx(
         [prefill + 3.0 * k for k in range(4)]
     )
+
+
+def test_the_ttft_spread_reaches_each_first_token_seeded_by_the_turn() -> None:
+    """The profile's TTFT spread is wired into the adapter and drawn from the response's own
+    seed: the same turn (seed) gets the same first token on every request, other turns other
+    ones, and the draws move the modelled first token both ways around the fixed part."""
+    sets = {"engine.ttft_spread_ms": "2", "engine.base_ttft_ms": "3", "engine.prefill_tps": "1e9"}
+    sim = _sim(overrides=sets)
+
+    async def emit(sizes: Sequence[int]) -> None:
+        return None
+
+    async def first(seed: int, prompt: int) -> float:
+        # a prompt never seen before: one uncached token, whatever the seed
+        return float((await sim.inference([(prompt, 1)], 1, 2, seed, emit))["prefill"])
+
+    draws = [asyncio.run(first(seed, seed)) for seed in range(12)]
+    again = [asyncio.run(first(seed, 100 + seed)) for seed in range(12)]
+    assert draws == again
+    assert len(set(draws)) == 12
+    assert min(draws) < 3.0 < max(draws) and min(draws) >= 1.0
