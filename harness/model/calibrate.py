@@ -298,39 +298,43 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
             f"got {len(usable)}"
         )
     notes: list[str] = []
-    columns: dict[str, list[float]] = {
-        f"a:{name}": [1.0 if t.transport == name else 0.0 for t in usable]
-        for name in sorted({t.transport for t in usable})
-    }
-    columns |= {
-        "p": [float(t.processed) for t in usable],
-        "q": [float(t.uncached) for t in usable],
-        "r": [float(t.rehydrated) for t in usable],
-        "c_http": [1.0 if t.new_connection and t.transport in HTTP_LIKE else 0.0 for t in usable],
-        "c_ws": [1.0 if t.new_connection and t.transport in WS_LIKE else 0.0 for t in usable],
-    }
     # Interference only from several runs: within one the concurrency is nearly constant.
     several = len({t.run for t in usable}) > 1
+    line = usable
+    if several:
+        # A request alone at its send that another joined before its first token is neither
+        # alone nor beside others: the reference server charges it the idle step (it was alone
+        # at admission), while with vLLM's worker pinned such a turn waited as long as one
+        # sent beside the other.  It stays out of the TTFT line, so neither label is forced
+        # on it (forced either way, a server of known parameters was fitted wrong).
+        joined = [t for t in usable if not (t.others_at_send == 0 and t.others_joining > 0)]
+        line = joined if len(joined) >= 8 else usable
+    columns: dict[str, list[float]] = {
+        f"a:{name}": [1.0 if t.transport == name else 0.0 for t in line]
+        for name in sorted({t.transport for t in line})
+    }
+    columns |= {
+        "p": [float(t.processed) for t in line],
+        "q": [float(t.uncached) for t in line],
+        "r": [float(t.rehydrated) for t in line],
+        "c_http": [1.0 if t.new_connection and t.transport in HTTP_LIKE else 0.0 for t in line],
+        "c_ws": [1.0 if t.new_connection and t.transport in WS_LIKE else 0.0 for t in line],
+    }
     if several:
         # the slope counts the others in flight at the send, as the reference server charges
         # them (its streams active at admission): a replay must pay what the fit found
-        columns["k"] = [float(t.others_at_send) for t in usable]
+        columns["k"] = [float(t.others_at_send) for t in line]
         # An engine that idles wakes up for a request that finds it alone: a step in TTFT
         # between no other request in flight and one, apart from the slope beyond (vLLM on
         # the CPU answers a request faster beside another than alone).
-        # Alone means alone until the first token: a request sent just before another shares
-        # its wait with it (two lanes of a concurrency-2 run often send a moment apart, and
-        # with vLLM's worker pinned such a turn waited as long as one sent beside the other).
-        columns["w"] = [
-            1.0 if t.others_at_send == 0 and t.others_joining == 0 else 0.0 for t in usable
-        ]
+        columns["w"] = [1.0 if t.others_at_send == 0 else 0.0 for t in line]
     # A column with no variation of its own (no chained turns, no new connections) is dropped.
     names = [n for n, col in columns.items() if any(col)]
     # A connection column set on every turn of its class (HTTP without keep-alive: each
     # request opens a connection) is a second intercept: the connection cost cannot be told
     # apart from the fixed work, so the column goes, and the intercept keeps both.
     all_new = {
-        cls: [t.new_connection for t in usable if t.transport in kinds]
+        cls: [t.new_connection for t in line if t.transport in kinds]
         for cls, kinds in (("c_http", HTTP_LIKE), ("c_ws", WS_LIKE))
     }
     connect_in_intercept = False
@@ -342,7 +346,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
                 f"connection cost not identifiable: every {cls[2:]} request opened a new "
                 "connection (--no-keepalive?); its intercept includes the connection cost"
             )
-    y = np.array([t.ttft_ms for t in usable], dtype=np.float64)
+    y = np.array([t.ttft_ms for t in line], dtype=np.float64)
     # Columns the others already span are dropped in this order, each said in a note:
     unseparable = (
         (
@@ -379,7 +383,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
             names = rest
             notes.append(note)
     x = design(names)
-    coef = _robust_lstsq(x, y, np.array([t.run for t in usable]))
+    coef = _robust_lstsq(x, y, np.array([t.run for t in line]))
     got = dict(zip(names, (float(c) for c in coef), strict=True))
     wake = got.get("w")
     busy: float | None = None if wake is None else 0.0
@@ -434,13 +438,13 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         fixed_gap = (a_http - (overhead_http or 0.0)) - (a_ws - (overhead_ws or 0.0))
         connect = got["c_ws"] - fixed_gap
 
-    spread = _ttft_spread(usable, resid) if several else None
+    spread = _ttft_spread(line, resid) if several else None
     if spread is not None and spread[1] < 0:
         notes.append(
             f"TTFT spread per other request {spread[1]:.3g} ms is negative: one spread "
             "for every level"
         )
-        spread = (_median([s for _, s in _spread_points(usable, resid)]), 0.0)
+        spread = (_median([s for _, s in _spread_points(line, resid)]), 0.0)
     slowdown = _decode_slowdown(usable) if several else None
     if slowdown is not None and slowdown < 0:
         notes.append(f"decode slowdown per stream {slowdown:.3g} is negative: set to 0")
