@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -55,6 +55,9 @@ class ReferenceServer:
         self._seen_clients: OrderedDict[tuple[str, int], None] = OrderedDict()
         # Open WebSocket connections, so a shutdown can drain and close them.
         self.ws_connections: set[WsConnection] = set()
+        #: set by a graceful shutdown (reference_server/shutdown.py): drains a WebSocket
+        #: that registers after the shutdown listed the open ones
+        self.drain_ws: Callable[[WsConnection], None] | None = None
         edges: dict[str, Any] = {
             "refusal": self._refusal,
             "read_json": self._read_json,
@@ -296,6 +299,8 @@ class ReferenceServer:
         conn = WsConnection(self.service, ws, append_mode=append)
         self.ws_connections.add(conn)
         self.service.counters.ws_opened += 1
+        if self.drain_ws is not None:
+            self.drain_ws(conn)
         try:
             await conn.run()
         finally:

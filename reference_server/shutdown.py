@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 
 from reference_server.app import ReferenceServer
+from reference_server.ws_connection import WsConnection
 
 GOING_AWAY = 1001
 _POLL_S = 0.05
@@ -74,10 +75,18 @@ class DrainingServer(uvicorn.Server):
         for protocol in list(self.server_state.connections):
             if not _is_websocket(protocol):
                 protocol.shutdown()
-        ws_drain = [
-            asyncio.ensure_future(conn.shutdown(GOING_AWAY, self.drain_timeout_s))
-            for conn in list(self.ref.ws_connections)
-        ]
+        ws_drain: list[asyncio.Future[None]] = []
+
+        def drain(conn: WsConnection) -> None:
+            conn.draining = True  # before a create already read can be accepted
+            remaining = max(0.0, deadline - loop.time())
+            ws_drain.append(asyncio.ensure_future(conn.shutdown(GOING_AWAY, remaining)))
+
+        for conn in list(self.ref.ws_connections):
+            drain(conn)
+        # An upgrade waiting for due tokens now (reference_server/protocols.py) opens its
+        # WebSocket after this listing: drained when it registers, not cut with 1012 later.
+        self.ref.drain_ws = drain
         # Background responses are drained too (they hold no connection); the lifespan's end
         # cuts those still running.
         while (

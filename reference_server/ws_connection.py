@@ -459,7 +459,11 @@ class WsConnection:
 
     async def _process(self, lane: str | None, body: dict[str, Any], arrived_ns: int | None) -> str:
         """One response.create; returns how it ended (the access log's outcome)."""
-        await yield_to_due()  # validating and resolving a create: after the tokens due
+        if arrived_ns is None:
+            # Validating and resolving a create that waited behind others is new work now,
+            # after the tokens due.  One that started at once already waited in on_message:
+            # a second wait would add its own cap to the first (docs/server.md).
+            await yield_to_due()
         fault = await self.s.draw_fault(websocket=True)
         if fault.kind == "error":
             err = fault_error(fault)

@@ -194,9 +194,43 @@ def test_new_work_is_spread_over_dense_deadlines_and_never_starved(loop: str) ->
         order, done = _run(main(), loop)
         if done < 2_000_000:
             break
+    assert done < 2_000_000, f"five pieces took {done / 1e6:.2f} ms in each of 20 runs"
     assert order[0] == "token"
     works = [i for i, what in enumerate(order) if what == "work"]
     assert len(works) == 5 and all(b - a >= 2 for a, b in itertools.pairwise(works)), order[:20]
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_no_new_work_waits_past_the_cap_when_it_outnumbers_the_wake_ups(loop: str) -> None:
+    """Deadlines every 0.2 ms for 20 ms and 40 pieces of new work at once, capped at 2 ms:
+    one piece per wake-up would hold the last ones ~8 ms; the cap lets every piece go
+    within 2 ms (plus a wake-up and scheduling slack)."""
+    at_most_ns = 2_000_000
+
+    async def main() -> int:
+        fine = _fine(asyncio.get_running_loop())
+        base = time.perf_counter_ns()
+
+        async def work() -> int:
+            began = time.perf_counter_ns()
+            await fine.yield_to_due(500_000, at_most_ns)
+            return time.perf_counter_ns() - began
+
+        tokens = [asyncio.ensure_future(sleep_until(base + k * 200_000)) for k in range(1, 100)]
+        await asyncio.sleep(0)
+        waits = await asyncio.gather(*(work() for _ in range(40)))
+        await asyncio.gather(*tokens)
+        return max(waits)
+
+    # The longest wait reaches the cap (more pieces than wake-ups) and ends there.  A
+    # descheduled process can overrun any bound, or pause past every deadline before the
+    # first sleep so that nothing is due: repeated, not judged.
+    band = range(at_most_ns - 500_000, at_most_ns + 1_000_000)
+    for _ in range(10):
+        longest = _run(main(), loop)
+        if longest in band:
+            break
+    assert longest in band, f"the longest wait was {longest / 1e6:.2f} ms"
 
 
 @pytest.mark.parametrize("loop", LOOPS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
@@ -11,8 +12,15 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 import websockets
 
+from reference_server import protocols
+from reference_server.app import ReferenceServer
+from reference_server.core.config import ServerConfig
+from reference_server.process import bind
+from reference_server.protocols import uvicorn_protocols
+from reference_server.shutdown import DrainingServer
 from tests.server.conftest import hinted_body
 from tools.soak import ServerProcess, server_process
 
@@ -133,3 +141,53 @@ def test_idle_server_exits_cleanly_on_signal(sig: signal.Signals) -> None:
         except subprocess.TimeoutExpired:
             pytest.fail("server ignored the signal")
     assert code in (0, -sig)
+
+
+def test_an_upgrade_parked_behind_due_tokens_when_the_drain_begins_is_drained_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An upgrade waits for due tokens before the app sees it (reference_server/timer.py
+    yield_to_due).  If the drain lists the open WebSockets during that wait, the connection
+    registers afterwards: it must still refuse creates and close with 1001, not accept work
+    and be cut with 1012 at the drain timeout.  End to end, in-process: only a real server's
+    shutdown lists its connections; the wait is held open by a stand-in for yield_to_due."""
+    parked, release = asyncio.Event(), asyncio.Event()
+
+    async def held_wait() -> None:
+        parked.set()
+        await release.wait()
+
+    monkeypatch.setattr(protocols, "yield_to_due", held_wait)
+
+    async def main() -> tuple[list[str], int | None, float]:
+        config = ServerConfig(store_path=":memory:", drain_timeout_s=5.0)
+        app = ReferenceServer(config)
+        sock = bind("127.0.0.1", 0)
+        uv = uvicorn.Config(app.app, log_level="warning", lifespan="on", **uvicorn_protocols())
+        server = DrainingServer(uv, app, config.drain_timeout_s)
+        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        url = f"ws://127.0.0.1:{sock.getsockname()[1]}/v1/responses"
+        connecting = asyncio.ensure_future(websockets.connect(url, compression=None))
+        await asyncio.wait_for(parked.wait(), 10)
+        t0 = time.monotonic()
+        server.should_exit = True  # what SIGTERM does (uvicorn's handle_exit)
+        while server.servers[0].is_serving():  # closed, then the WebSockets listed, at once
+            await asyncio.sleep(0.005)
+        release.set()
+        seen: list[str] = []
+        async with await asyncio.wait_for(connecting, 10) as conn:
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await conn.send(json.dumps({"type": "response.create", **hinted_body(10)}))
+                async for raw in conn:
+                    event = json.loads(raw)
+                    seen.append(event.get("error", {}).get("code") or event["type"])
+        await asyncio.wait_for(serving, 30)
+        return seen, conn.close_code, time.monotonic() - t0
+
+    seen, code, took_s = asyncio.run(main())
+    assert code == 1001, (code, seen)
+    # Closed at once (nothing had started), or the create refused first.
+    assert seen in ([], ["server_shutting_down"]), seen
+    assert took_s < 4.0, took_s  # not held until the drain timeout

@@ -16,11 +16,13 @@ from typing import Any
 import orjson
 import pytest
 
+from reference_server import ws_connection
 from reference_server.core.api_tier import RequestCost
 from reference_server.core.config import ServerConfig
 from reference_server.core.conversation import Conversation
 from reference_server.core.output import OutputCursor, OutputPlan
 from reference_server.core.validation import parse_create
+from reference_server.protocols import ARRIVED_KEY
 from reference_server.service import Job, Segment, Service
 from reference_server.timer import fine_timer, sleep_until
 from reference_server.ws_connection import WsConnection
@@ -102,3 +104,39 @@ def test_a_websocket_responses_tail_waits_for_the_token_due_first() -> None:
 
     asyncio.run(asyncio.wait_for(main(), 5))
     assert order == ["token", "stored", "response.completed"]
+
+
+class _EventSocket(_Socket):
+    """Records the type of every event sent."""
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.order.append(orjson.loads(message["text"])["type"])
+
+
+def test_a_create_waits_for_due_tokens_once_from_its_arrival(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two creates on one lane: the first starts at once and waits only when its message is
+    parsed (each wait has its own 4 ms cap, so two would add up to 8 ms inside its API-tier
+    time); the second waits behind the first, so it waits again when it starts.  Three
+    waits, not four."""
+    waits: list[int] = []
+    order: list[str] = []
+
+    async def counted() -> None:
+        waits.append(1)
+
+    monkeypatch.setattr(ws_connection, "yield_to_due", counted)
+
+    async def main() -> None:
+        socket: Any = _EventSocket(order)
+        conn = WsConnection(Service(ServerConfig(store_path=":memory:")), socket, append_mode=False)
+        create = orjson.dumps({"type": "response.create", "model": "m", "input": "hi"}).decode()
+        for _ in range(2):
+            stamp = time.perf_counter_ns()
+            await conn.on_message({"type": "websocket.receive", "text": create, ARRIVED_KEY: stamp})
+        await asyncio.gather(*conn.workers.values())
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert order.count("response.completed") == 2, order
+    assert len(waits) == 3
