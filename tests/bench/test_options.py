@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.options import options_from
 from tools.real_engine.run import Options
-from tools.real_engine.simulate import SimOptions
+from tools.real_engine.simulate import SIM_PLACEMENT, SimOptions
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ def test_same_named_flags_fill_fields_overrides_win_and_the_rest_keep_defaults()
 
 def test_the_real_engine_options_the_simulation_shares_are_carried_over() -> None:
     sim = SimOptions(out=Path("o"), requests=7, output_tokens=9, run_timeout_s=1.5)
+    # the placement too: the simulation's own default (pinned) where the check's differs
     assert options_from(Options, sim) == Options(
-        out=Path("o"), requests=7, output_tokens=9, run_timeout_s=1.5
+        out=Path("o"), requests=7, output_tokens=9, run_timeout_s=1.5, placement=SIM_PLACEMENT
     )
