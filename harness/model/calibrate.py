@@ -743,18 +743,18 @@ def profiles_from_fit(
             lo = max(1, math.ceil(engine["burst_tps"] * BURST_WINDOW_S))
             engine["burst_min_tokens"] = lo
             engine["burst_max_tokens"] = max(lo, f.burst_max_tokens or lo)
-    if f.ttft_per_active_ms is not None:
-        engine["ttft_per_active_ms"] = _round(max(0.0, f.ttft_per_active_ms))
-    if f.decode_slowdown is not None:
-        engine["decode_slowdown_per_stream"] = _round(max(0.0, f.decode_slowdown))
-    if f.idle_wake_ms is not None:
-        engine["idle_wake_ms"] = _round(max(0.0, f.idle_wake_ms))
-    if f.busy_admit_ms is not None:
-        engine["busy_admit_ms"] = _round(max(0.0, f.busy_admit_ms))
-    if f.ttft_spread_ms is not None:
-        engine["ttft_spread_ms"] = _round(max(0.0, f.ttft_spread_ms))
-    if f.ttft_spread_per_active_ms is not None:
-        engine["ttft_spread_per_active_ms"] = _round(max(0.0, f.ttft_spread_per_active_ms))
+    # the interference terms, each written where identified (never below 0)
+    interference = {
+        "ttft_per_active_ms": f.ttft_per_active_ms,
+        "decode_slowdown_per_stream": f.decode_slowdown,
+        "idle_wake_ms": f.idle_wake_ms,
+        "busy_admit_ms": f.busy_admit_ms,
+        "ttft_spread_ms": f.ttft_spread_ms,
+        "ttft_spread_per_active_ms": f.ttft_spread_per_active_ms,
+    }
+    for key, value in interference.items():
+        if value is not None:
+            engine[key] = _round(max(0.0, value))
     return api, engine
 
 

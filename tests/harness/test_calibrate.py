@@ -528,12 +528,14 @@ def test_one_run_or_few_turns_leave_the_spread_unidentified() -> None:
         assert {"ttft_spread_ms", "ttft_spread_per_active_ms"} <= set(unidentified(f)[1])
 
 
-def _server_charged_rows(seed: int, *, wake_ms: float = 0.0, busy_ms: float = 0.0) -> list[dict]:
+def _server_charged_rows(
+    seed: int, *, wake_ms: float = 0.0, busy_ms: float = 0.0
+) -> list[dict[str, Any]]:
     """Turns at concurrency 1, 2 and 4 with think time between a lane's turns, each first
     token charged as the reference server charges it: 7 ms, 1 ms per other stream active at
     the send, and the idle step (or the busy admission) by who was active at the send."""
     rng = random.Random(seed)
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     for run, c in enumerate((1, 2, 4)):
         lanes = [10**9 + rng.randint(0, 3_000_000) for _ in range(c)]
         spans: list[tuple[int, int]] = []
@@ -545,25 +547,7 @@ def _server_charged_rows(seed: int, *, wake_ms: float = 0.0, busy_ms: float = 0.
             first = sent + round(ttft * 1e6)
             last = first + round(127 * 0.8e6)
             spans.append((sent, last))
-            rows.append(
-                {
-                    "run": run,
-                    "transport": "chat",
-                    "round": 0,
-                    "rollout_id": rid,
-                    "turn_index": 0,
-                    "status": "completed",
-                    "sent_ns": sent,
-                    "first_token_ns": first,
-                    "last_token_ns": last,
-                    "done_ns": last + 100_000,
-                    "input_tokens": 383,
-                    "cached_tokens": 0,
-                    "output_tokens": 128,
-                    "output_arrivals": 128,
-                    "new_connection": False,
-                }
-            )
+            rows.append(_chat_row(run, rid, sent, first, last))
             lanes[lane] = last + 100_000 + rng.randint(0, 150_000_000)
     return rows
 
