@@ -96,17 +96,22 @@ class TraceClient(StrictModel):
         return self.ws_chains is not None or self.resends_reasoning is not None
 
 
+def _v1_default(value: object) -> bool:
+    # a v2 field at its default is not written, so a v1 trace stays as v1 wrote it
+    return not value
+
+
 class TraceTurn(StrictModel):
     """One model call: its output tokens and the tool calls it asked for (none: final answer)."""
 
     output_tokens: int = Field(ge=1)
     tool_calls: list[TraceToolCall] = Field(default_factory=list)
     think_ms: float = Field(default=0.0, ge=0.0)
-    reasoning_tokens: int = Field(default=0, ge=0)
+    reasoning_tokens: int = Field(default=0, ge=0, exclude_if=_v1_default)
     #: what the recorded endpoint reported (informational: the replay computes its own)
     input_tokens: int | None = Field(default=None, ge=0)
     cached_tokens: int | None = Field(default=None, ge=0)
-    subagents: list[TraceSubagent] = Field(default_factory=list)
+    subagents: list[TraceSubagent] = Field(default_factory=list, exclude_if=_v1_default)
     #: set when the recorded client got this turn answered only after failed attempts
     recovery: TraceRecovery | None = None
 
@@ -302,8 +307,9 @@ def dump_trace(rollouts: Sequence[TraceRollout], header: TraceHeader | None = No
     """The JSONL text of a trace (header first), one rollout per line.
 
     The header states the lowest version that describes the rollouts, and fields left
-    at their v2 defaults are omitted: a trace that uses no v2 feature is written
-    exactly as version 1 wrote it (older readers keep reading it).
+    at their v2 defaults are omitted (``None``, and the turn fields marked ``exclude_if``):
+    a trace that uses no v2 feature is written exactly as version 1 wrote it (older
+    readers keep reading it).  Fields are written in declaration order.
     """
     out = []
     if header is not None:
@@ -311,67 +317,8 @@ def dump_trace(rollouts: Sequence[TraceRollout], header: TraceHeader | None = No
         header = header.model_copy(update={"version": version})
         out.append(orjson.dumps(header.model_dump(mode="json")).decode())
     for r in rollouts:
-        out.append(orjson.dumps(_rollout_json(r)).decode())
+        out.append(orjson.dumps(r.model_dump(mode="json", exclude_none=True)).decode())
     return "\n".join(out) + "\n"
-
-
-def _turn_json(turn: TraceTurn) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "output_tokens": turn.output_tokens,
-        "tool_calls": [
-            {"latency_ms": c.latency_ms, "output_tokens": c.output_tokens}
-            | ({} if c.subagent is None else {"subagent": c.subagent})
-            for c in turn.tool_calls
-        ],
-        "think_ms": turn.think_ms,
-    }
-    if turn.reasoning_tokens:
-        out["reasoning_tokens"] = turn.reasoning_tokens
-    if turn.input_tokens is not None:
-        out["input_tokens"] = turn.input_tokens
-    if turn.cached_tokens is not None:
-        out["cached_tokens"] = turn.cached_tokens
-    if turn.subagents:
-        out["subagents"] = [_subagent_json(s) for s in turn.subagents]
-    if turn.recovery is not None:
-        out["recovery"] = turn.recovery.model_dump(mode="json", exclude_none=True)
-    return out
-
-
-def _subagent_json(sub: TraceSubagent) -> dict[str, Any]:
-    return {
-        "id": sub.id,
-        "join": sub.join,
-        "system_tokens": sub.system_tokens,
-        "tool_schema_tokens": sub.tool_schema_tokens,
-        "user_prompt_tokens": sub.user_prompt_tokens,
-        "result_tokens": sub.result_tokens,
-        "turns": [_turn_json(t) for t in sub.turns],
-        **_client_json(sub.client),
-        "meta": sub.meta,
-    }
-
-
-def _client_json(client: TraceClient | None) -> dict[str, Any]:
-    if client is None:
-        return {}
-    return {"client": client.model_dump(mode="json", exclude_none=True)}
-
-
-def _rollout_json(r: TraceRollout) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "type": r.type,
-        "id": r.id,
-        "system_tokens": r.system_tokens,
-        "tool_schema_tokens": r.tool_schema_tokens,
-        "user_prompt_tokens": r.user_prompt_tokens,
-        "turns": [_turn_json(t) for t in r.turns],
-    }
-    if r.warmup is not None:
-        out["warmup"] = r.warmup.model_dump(mode="json", exclude_none=True)
-    out |= _client_json(r.client)
-    out["meta"] = r.meta
-    return out
 
 
 def resolve_trace_path(trace: str, scenario_source: str) -> str:
