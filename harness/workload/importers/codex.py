@@ -9,7 +9,6 @@ time in these files, so it is 0.  Parsing is pure over lines; only
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ import orjson
 from harness.wire.tokens import count_tokens
 from harness.workload.importers.common import SessionImportError, import_files
 from harness.workload.jsonl import json_lines
-from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
+from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn, split_tokens
 
 # User-role messages Codex injects itself (not typed by the user): context, not a new task.
 CONTEXT_PREFIXES = (
@@ -258,18 +257,7 @@ def _tool_tokens(step: _Step, nxt: _Step | None) -> list[int]:
     grown = in_next - in_now - visible
     if grown <= 0:
         return by_text
-    weight = sum(by_text)
-    if weight <= 0:
-        share = [grown // len(by_text)] * len(by_text)
-        share[0] += grown - sum(share)
-        return share
-    # Largest-remainder split keeps the total exact.
-    raw = [grown * w / weight for w in by_text]
-    share = [math.floor(x) for x in raw]
-    order = sorted(range(len(raw)), key=lambda i: raw[i] - share[i], reverse=True)
-    for i in order[: grown - sum(share)]:
-        share[i] += 1
-    return share
+    return split_tokens(grown, by_text)
 
 
 def _task_rollout(task: _Task, index: int, session: str, model: str) -> TraceRollout | None:

@@ -84,19 +84,6 @@ class Request:
     cached_tokens: int | None = None
 
 
-def _measured(req: Request, cumulative: bool) -> dict[str, Any]:
-    """The v2 per-turn counts the source reported (a request's input is the turn's whole
-    context only when the trace is cumulative)."""
-    out: dict[str, Any] = {}
-    if cumulative:
-        out["input_tokens"] = req.input_tokens
-    if req.reasoning_tokens:
-        out["reasoning_tokens"] = req.reasoning_tokens
-    if req.cached_tokens is not None:
-        out["cached_tokens"] = req.cached_tokens
-    return out
-
-
 def chain_rollout(
     requests: list[Request],
     rollout_id: str,
@@ -122,9 +109,14 @@ def chain_rollout(
     gap_from_arrivals = False
     for i, req in enumerate(requests):
         output = max(1, req.output_tokens)
-        measured = _measured(req, cumulative)
+        # a request's input is the turn's whole context only when the trace is cumulative
+        usage: dict[str, Any] = {
+            "input_tokens": req.input_tokens if cumulative else None,
+            "cached_tokens": req.cached_tokens,
+            "reasoning_tokens": req.reasoning_tokens or 0,
+        }
         if i == len(requests) - 1:
-            turns.append(TraceTurn(output_tokens=output, **measured))
+            turns.append(TraceTurn(output_tokens=output, **usage))
             break
         nxt = requests[i + 1]
         if cumulative:
@@ -143,7 +135,7 @@ def chain_rollout(
         else:
             latency = 0.0
         call = TraceToolCall(latency_ms=round(latency, 3), output_tokens=max(0, grown))
-        turns.append(TraceTurn(output_tokens=output, tool_calls=[call], **measured))
+        turns.append(TraceTurn(output_tokens=output, tool_calls=[call], **usage))
     meta = dict(meta)
     meta["lines"] = [r.line for r in requests]
     if first.arrival_ms is not None:
