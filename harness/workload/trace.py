@@ -21,10 +21,10 @@ import dataclasses
 import math
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError
 from pydantic import model_validator as _model_validator
 
 from harness.wire.errors import ScenarioError
@@ -157,21 +157,24 @@ class TraceTurn(StrictModel):
         return self
 
 
-def _check_turns(turns: Sequence[TraceTurn]) -> None:
+def _check_turns(turns: list[TraceTurn]) -> list[TraceTurn]:
     # The agent loop stops at the first turn without tool calls, so one in the
     # middle would silently cut the replay short.
     *steps, final = turns
     for i, turn in enumerate(steps):
         if not turn.tool_calls:
-            raise invalid(
-                f"turns[{i}].tool_calls", "at least one tool call before the last turn", []
-            )
+            raise invalid(f"[{i}].tool_calls", "at least one tool call before the last turn", [])
     if final.tool_calls:
         raise invalid(
-            f"turns[{len(steps)}].tool_calls",
+            f"[{len(steps)}].tool_calls",
             "no tool calls on the last turn (the final answer)",
             len(final.tool_calls),
         )
+    return turns
+
+
+#: a conversation's turns: tool-calling turns, then the final answer
+Turns = Annotated[list[TraceTurn], Field(min_length=1), AfterValidator(_check_turns)]
 
 
 class TraceSubagent(StrictModel):
@@ -183,15 +186,10 @@ class TraceSubagent(StrictModel):
     tool_schema_tokens: int = Field(default=0, ge=0)
     user_prompt_tokens: int = Field(ge=1)
     result_tokens: int = Field(ge=0)
-    turns: list[TraceTurn] = Field(min_length=1)
+    turns: Turns
     #: what the recorded client did with this conversation's context (v2)
     client: TraceClient | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
-
-    @_model_validator(mode="after")
-    def _ends_with_answer(self) -> TraceSubagent:
-        _check_turns(self.turns)
-        return self
 
 
 class TraceRollout(StrictModel):
@@ -202,17 +200,12 @@ class TraceRollout(StrictModel):
     system_tokens: int = Field(ge=0)
     tool_schema_tokens: int = Field(default=0, ge=0)
     user_prompt_tokens: int = Field(ge=1)
-    turns: list[TraceTurn] = Field(min_length=1)
+    turns: Turns
     #: the recorded client warmed its connection up before the first turn (v2)
     warmup: TraceWarmup | None = None
     #: what the recorded client did with the context: chained or re-sent, reasoning kept (v2)
     client: TraceClient | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
-
-    @_model_validator(mode="after")
-    def _ends_with_answer(self) -> TraceRollout:
-        _check_turns(self.turns)
-        return self
 
     @property
     def uses_v2(self) -> bool:
