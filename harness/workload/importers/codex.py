@@ -309,7 +309,6 @@ def _task_rollout(task: _Task, index: int, session: str, model: str) -> TraceRol
         type="rollout",
         id=f"{session}#{index}",
         system_tokens=system,
-        tool_schema_tokens=0,
         user_prompt_tokens=task.prompt_tokens,
         turns=turns,
         meta=meta,

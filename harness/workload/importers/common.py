@@ -153,7 +153,6 @@ def chain_rollout(
         type="rollout",
         id=rollout_id,
         system_tokens=system,
-        tool_schema_tokens=0,
         user_prompt_tokens=max(1, first.input_tokens - system),
         turns=turns,
         meta=meta,

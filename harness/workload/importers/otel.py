@@ -333,7 +333,6 @@ def _rollout(conv: _Conversation, label: str) -> TraceRollout:
         type="rollout",
         id=conv.key,
         system_tokens=0,
-        tool_schema_tokens=0,
         user_prompt_tokens=max(1, first_in or 0),
         turns=turns,
         meta=meta,
