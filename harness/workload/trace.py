@@ -1,15 +1,8 @@
-"""Recorded agent sessions: the generic JSONL trace format (docs/traces.md).
+"""Recorded agent sessions: the generic JSONL trace format, versions 1 and 2 (docs/traces.md,
+"The generic trace format" and "Trace format version 2", which describe every field).
 
-A trace file holds one JSON object per line: an optional header
-``{"type": "trace", "version": 1 | 2, ...}`` and then one ``{"type": "rollout",
-...}`` per recorded task, each with its turns (model calls) and, per turn, the
-tool calls the client ran after it.  Version 2 adds reasoning tokens, the
-input/cached tokens the recorded endpoint reported, and sub-agents: a turn's
-tool call answered by a conversation of its own (``subagent`` on the call, the
-conversation in the turn's ``subagents``), recursively.  A version 1 file is a
-version 2 file that uses none of these.  A scenario with ``rollout.trace: FILE``
-replays these rollouts instead of drawing them from distributions, so every
-transport sends the same recorded work (paired, as with generated rollouts).
+A scenario with ``rollout.trace: FILE`` replays these rollouts instead of drawing them from
+distributions, so every transport sends the same recorded work (paired).
 
 Parsing is pure (text in, models out); :func:`read_trace` is the one
 file-reading helper, like :func:`~harness.workload.scenario.load_scenario`.
@@ -38,12 +31,8 @@ TRACE_VERSION: Literal[2] = 2
 
 
 class TraceToolCall(StrictModel):
-    """One tool the client ran: how long it took and how many tokens it returned.
-
-    ``subagent`` (v2) is the index in the turn's ``subagents`` of the conversation that
-    answered this call; its ``latency_ms`` is then ignored on replay (the sub-agent's own
-    time replaces it) and ``output_tokens`` is the sub-agent's ``result_tokens``.
-    """
+    """One tool the client ran: how long it took and how many tokens it returned (v2:
+    ``subagent``, the turn's sub-agent that answered it)."""
 
     latency_ms: float = Field(ge=0.0)
     output_tokens: int = Field(ge=0)
@@ -51,14 +40,8 @@ class TraceToolCall(StrictModel):
 
 
 class TraceRecovery(StrictModel):
-    """How the client got this turn answered after its first request failed (v2).
-
-    Informational: the replay sends the turn once.  The recorded client re-sent the whole
-    conversation without a chain (a new WebSocket after the old one closed mid-response,
-    as Codex CLI does); ``failed_attempts`` requests failed before, the last with
-    ``status`` (499: the connection closed before the response ended), and ``lost_ms``
-    passed from the first failed request to the one that was answered.
-    """
+    """How the client got this turn answered after its first request failed (v2;
+    informational: the replay sends the turn once)."""
 
     failed_attempts: int = Field(ge=0)
     status: int | None = Field(default=None, ge=100, le=599)
@@ -66,28 +49,15 @@ class TraceRecovery(StrictModel):
 
 
 class TraceWarmup(StrictModel):
-    """A ``generate: false`` request that prepared the rollout's connection (v2).
-
-    The WebSocket transports (``ws``, ``ws-store``) replay it before the first turn, which
-    then chains from it (``previous_response_id``), as the recorded client did; the HTTP
-    transports have no warm-up and skip it.  ``input_tokens``: what the recorded endpoint
-    reported for it (informational).
-    """
+    """A ``generate: false`` request that prepared the rollout's connection (v2; replayed by
+    the WebSocket transports only)."""
 
     input_tokens: int | None = Field(default=None, ge=0)
 
 
 class TraceClient(StrictModel):
-    """What the recorded client did with its conversation's context (v2), as the recording saw it.
-
-    ``ws_chains``: over WebSocket, whether each turn named the previous response
-    (``previous_response_id``) or re-sent the whole input (``false``); recorded only for a
-    conversation that went over WebSocket, where the client chooses (over HTTP the replay's
-    transport decides: ``http`` re-sends, ``http-chained`` chains).  ``resends_reasoning``:
-    whether a request that re-sent the context carried the reasoning items of the earlier
-    responses back (``false``: the model's reasoning never re-entered its context).  ``None``:
-    not seen (the replay does what its transport does).
-    """
+    """What the recorded client did with its conversation's context (v2), as the recording
+    saw it; ``None``: not seen (the replay does what its transport does)."""
 
     ws_chains: bool | None = None
     resends_reasoning: bool | None = None
@@ -386,12 +356,8 @@ def recording_gaps(path: str | os.PathLike[str]) -> list[str]:
 def trace_plan(
     rollout: TraceRollout, rollout_id: int, seed: int, start_offset_ns: int, tags: dict[str, str]
 ) -> RolloutPlan:
-    """The replayable plan of one recorded rollout (content text still comes from ``seed``).
-
-    Sub-agents become :class:`SubagentPlan` s numbered 1, 2, … depth-first in fork order
-    (a sub-agent's own forks are numbered before its next sibling), each seeded from the
-    rollout's seed and its number.
-    """
+    """The replayable plan of one recorded rollout (content text still comes from ``seed``);
+    sub-agents are numbered and seeded as docs/traces.md "Trace format version 2" says."""
     counter = [0]
     turns = _turn_plans(rollout.turns, seed, counter)
     if rollout.warmup is not None:
