@@ -119,7 +119,6 @@ class _SessionParser:
     # -- helpers ---------------------------------------------------------------------------
 
     def _open_task(self, prompt_tokens: int, compacted: bool = False) -> _Task:
-        self._close_task()
         task = _Task(
             prompt_tokens=max(1, prompt_tokens),
             context_tokens=self.history_tokens,
@@ -131,10 +130,6 @@ class _SessionParser:
         self.task = task
         self.step = None
         return task
-
-    def _close_task(self) -> None:
-        self.task = None
-        self.step = None
 
     def _model_step(self) -> _Step:
         if self.task is None:
@@ -230,7 +225,6 @@ class _SessionParser:
     # -- result ----------------------------------------------------------------------------
 
     def rollouts(self, file_label: str) -> list[TraceRollout]:
-        self._close_task()
         out: list[TraceRollout] = []
         for index, task in enumerate(self.tasks):
             rollout = _task_rollout(task, index, self.session_id or file_label, self.model)
