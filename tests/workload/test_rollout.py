@@ -15,12 +15,11 @@ from harness.workload.plan import RolloutPlan, TurnPlan
 from harness.workload.rollout import (
     derive_seed,
     generate_rollouts,
-    history_tokens,
-    new_tokens,
     throughput_derivation,
 )
 from harness.workload.scenario import Scenario, load_scenario, validate_scenario
 from harness.workload.schedule import schedule_starts
+from tests.plan_tokens import history_tokens, new_tokens
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
