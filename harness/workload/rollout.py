@@ -303,7 +303,7 @@ def check_context_window(scenario: Scenario, plans: Sequence[RolloutPlan]) -> No
     if scenario.rollout.compact_at_tokens is not None:
         return  # validated below the window: the history is compacted before it gets there
     for root in plans:
-        for conv_id, plan in conversations(root) if _forks(root) else [(0, root)]:
+        for conv_id, plan in conversations(root):
             for index, (history, output) in enumerate(context_tokens(plan)):
                 if history + output <= window:
                     continue
@@ -317,7 +317,3 @@ def check_context_window(scenario: Scenario, plans: Sequence[RolloutPlan]) -> No
                     "below the window, shorten the rollout, or set context_window_tokens to "
                     "your endpoint's",
                 )
-
-
-def _forks(plan: RolloutPlan) -> bool:
-    return any(t.subagents for t in plan.turns)
