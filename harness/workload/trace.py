@@ -11,7 +11,6 @@ file-reading helper, like :func:`~harness.workload.scenario.load_scenario`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
@@ -283,18 +282,6 @@ def dump_trace(rollouts: Sequence[TraceRollout], header: TraceHeader | None = No
     for r in rollouts:
         out.append(orjson.dumps(r.model_dump(mode="json", exclude_none=True)).decode())
     return "\n".join(out) + "\n"
-
-
-def split_tokens(total: int, weights: Sequence[int]) -> list[int]:
-    """``total`` shared over parallel calls in proportion to ``weights`` (evenly when they are
-    all 0), by largest remainder so the shares add up to ``total`` exactly."""
-    weights = weights if sum(weights) > 0 else [1] * len(weights)
-    raw = [total * w / sum(weights) for w in weights]
-    share = [math.floor(x) for x in raw]
-    order = sorted(range(len(raw)), key=lambda i: raw[i] - share[i], reverse=True)
-    for i in order[: total - sum(share)]:
-        share[i] += 1
-    return share
 
 
 def resolve_trace_path(trace: str, scenario_source: str) -> str:

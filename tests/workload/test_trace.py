@@ -16,7 +16,6 @@ from harness.workload.trace import (
     read_trace,
     recording_gaps,
     resolve_trace_path,
-    split_tokens,
     trace_plan,
 )
 
@@ -342,10 +341,3 @@ def test_recording_gaps_are_the_headers_lost_reasons_and_nothing_else(tmp_path: 
         "garbled": [],
         "missing": [],
     }
-
-
-def test_split_tokens_is_proportional_exact_and_even_without_weights() -> None:
-    # the codex importer splits by text weight, otel evenly: one largest-remainder split
-    assert split_tokens(10, [1, 1, 2]) == [3, 2, 5]
-    assert split_tokens(5, [0, 0, 0]) == [2, 2, 1]
-    assert split_tokens(7, [3]) == [7]

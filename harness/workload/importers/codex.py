@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
-from harness.workload.importers.common import SessionImportError, import_files
+from harness.workload.importers.common import SessionImportError, import_files, split_tokens
 from harness.workload.jsonl import json_lines
-from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn, split_tokens
+from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
 
 # User-role messages Codex injects itself (not typed by the user): context, not a new task.
 CONTEXT_PREFIXES = (

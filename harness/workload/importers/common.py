@@ -3,6 +3,7 @@ line and field, and the rollouts a chain of requests becomes."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -33,6 +34,18 @@ def import_files(
         except UnicodeDecodeError:
             raise SessionImportError(f"{path}: expected UTF-8 {text}, got binary") from None
     return rollouts
+
+
+def split_tokens(total: int, weights: Sequence[int]) -> list[int]:
+    """``total`` shared over parallel calls in proportion to ``weights`` (evenly when they are
+    all 0), by largest remainder so the shares add up to ``total`` exactly."""
+    weights = weights if sum(weights) > 0 else [1] * len(weights)
+    raw = [total * w / sum(weights) for w in weights]
+    share = [math.floor(x) for x in raw]
+    order = sorted(range(len(raw)), key=lambda i: raw[i] - share[i], reverse=True)
+    for i in order[: total - sum(share)]:
+        share[i] += 1
+    return share
 
 
 def bad_field(source: str, line: int, field: str, expected: str, got: Any) -> SessionImportError:

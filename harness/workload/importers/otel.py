@@ -18,14 +18,8 @@ from typing import Any
 
 import orjson
 
-from harness.workload.importers.common import SessionImportError, import_files
-from harness.workload.trace import (
-    TraceRollout,
-    TraceSubagent,
-    TraceToolCall,
-    TraceTurn,
-    split_tokens,
-)
+from harness.workload.importers.common import SessionImportError, import_files, split_tokens
+from harness.workload.trace import TraceRollout, TraceSubagent, TraceToolCall, TraceTurn
 
 MODEL_OPERATIONS = ("chat", "text_completion", "generate_content")
 _INPUT_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
