@@ -119,7 +119,7 @@ class ChatTranslator:
     event.  ``[DONE]`` before any finish reason is a truncated stream.
     """
 
-    __slots__ = ("_emit", "_model", "_sim_timing", "ended", "reason", "usage")
+    __slots__ = ("_emit", "ended", "reason", "usage")
 
     def __init__(self) -> None:
         self._emit = ResponsesEmitter()
@@ -127,8 +127,6 @@ class ChatTranslator:
         self.reason: str | None = None
         #: the usage chunk's ``usage``, as the server sent it
         self.usage: dict[str, Any] | None = None
-        self._sim_timing: object = None
-        self._model: object = None
         self.ended = False
 
     def feed(self, msg: SSEMessage) -> list[Event]:
@@ -144,13 +142,12 @@ class ChatTranslator:
             return emit.error(err.get("code") or err.get("type"), err.get("message"))
         events: list[Event] = []
         if not emit.started:
-            self._model = chunk.get("model")
-            events += emit.created(str(chunk.get("id") or "chatcmpl"), self._model)
+            events += emit.created(str(chunk.get("id") or "chatcmpl"), chunk.get("model"))
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
         if "sim_timing" in chunk:
-            self._sim_timing = chunk["sim_timing"]
+            emit.sim_timing = chunk["sim_timing"]
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             return events
@@ -214,8 +211,6 @@ class ChatTranslator:
         return self._emit.terminal(
             self.reason in INCOMPLETE_REASONS,
             None if self.usage is None else _usage(self.usage),
-            self._sim_timing,
-            self._model,
         )
 
 

@@ -184,9 +184,7 @@ class MessagesTranslator:
 
     __slots__ = (
         "_emit",
-        "_model",
         "_pending",
-        "_sim_timing",
         "_thinking",
         "ended",
         "reason",
@@ -199,8 +197,6 @@ class MessagesTranslator:
         self.usage: dict[str, Any] = {}
         #: the stop reason, once ``message_delta`` gave one
         self.reason: str | None = None
-        self._sim_timing: object = None
-        self._model: object = None
         self._pending: set[object] = set()  # thinking blocks started, no token yet
         self._thinking = False  # the response had a thinking block
         self.ended = False
@@ -219,9 +215,8 @@ class MessagesTranslator:
         if etype == "message_start":
             message = event.get("message")
             message = message if isinstance(message, dict) else {}
-            self._model = message.get("model")
             self._merge_usage(message.get("usage"))
-            return emit.created(str(message.get("id") or "msg"), self._model)
+            return emit.created(str(message.get("id") or "msg"), message.get("model"))
         if not emit.started:
             return []  # ping and anything else before message_start: not part of a message yet
         key = event.get("index")
@@ -240,16 +235,11 @@ class MessagesTranslator:
                 self.reason = str(delta["stop_reason"])
             self._merge_usage(event.get("usage"))
             if "sim_timing" in event:
-                self._sim_timing = event["sim_timing"]
+                emit.sim_timing = event["sim_timing"]
             return []
         if etype == "message_stop":
             self.ended = True
-            return emit.terminal(
-                self.reason in INCOMPLETE_REASONS,
-                self._responses_usage(),
-                self._sim_timing,
-                self._model,
-            )
+            return emit.terminal(self.reason in INCOMPLETE_REASONS, self._responses_usage())
         return []  # ping, unknown events
 
     def _start(self, key: object, block: dict[str, Any]) -> list[Event]:

@@ -1,22 +1,14 @@
 """The agent loop, sans I/O: think, send a turn, run the tools, record; written once for both edges.
 
-:class:`RolloutSteps` walks a :class:`~harness.workload.plan.RolloutPlan` and tells
-its edge what to do next; the edge only sleeps, does the turn's I/O and supplies
-the clock.  The edge calls :meth:`~RolloutSteps.next` until it returns
-``Step.DONE``: on ``Step.SLEEP`` it sleeps ``sleep_s``; on ``Step.TURN`` it sends
-``turn_input`` and reports :meth:`~RolloutSteps.answered` with the stream or
-:meth:`~RolloutSteps.failed` with the error; then :meth:`~RolloutSteps.finish`
-gives the rollout record.
-
-Sub-agents (docs/metrics.md §1.7): after a turn that forks them, ``next`` returns ``Step.FORK``:
-the edge starts each of :attr:`~RolloutSteps.forks` (steppers of their own, over a
-session of their own or a lane of this one) as a concurrent task, then goes on with this
-conversation's tools.  ``Step.JOIN`` asks it to wait until every stepper in
-:attr:`~RolloutSteps.joining` is done before calling ``next`` again; at ``Step.DONE``
-it waits for all the conversation's sub-agents (the detached ones too) before
-``finish``, so the rollout's record spans the whole tree.  The edge, one short loop:
-harness/transports/rollout_loop.py (asyncio; a Locust worker runs it too, in its edge
-host).
+:class:`RolloutSteps` walks a :class:`~harness.workload.plan.RolloutPlan` and tells its edge
+what to do next, one :class:`Step` at a time (each member says what the edge does before it
+calls :meth:`~RolloutSteps.next` again); the edge only sleeps, does the turn's I/O and
+supplies the clock.  Sub-agents (docs/metrics.md §1.7) are steppers of their own, over a
+session of their own or a lane of this one, started at ``Step.FORK`` as concurrent tasks; at
+``Step.DONE`` the edge waits for all of them (the detached ones too) before
+:meth:`~RolloutSteps.finish`, so the rollout's record spans the whole tree.  The edge, one
+short loop: harness/transports/rollout_loop.py (asyncio; a Locust worker runs it too, in its
+edge host).
 
 The pure :class:`~harness.workload.agent.Transcript` decides what each turn
 sends; the steps keep the rollout record (model, tool, client and recovery time)

@@ -65,8 +65,10 @@ class ResponsesEmitter:
         "_items",
         "_open",
         "_output",
+        "model",
         "reasoning_chars",
         "response_id",
+        "sim_timing",
         "visible_chars",
     )
 
@@ -79,6 +81,9 @@ class ResponsesEmitter:
         #: streamed characters of the visible output (text, arguments) and of reasoning text
         self.visible_chars = 0
         self.reasoning_chars = 0
+        #: the source's model name and the reference server's ``sim_timing``, for the terminal
+        self.model: object = None
+        self.sim_timing: object = None
 
     @property
     def started(self) -> bool:
@@ -86,7 +91,8 @@ class ResponsesEmitter:
 
     def created(self, response_id: str, model: object = None) -> list[Event]:
         self.response_id = response_id
-        return [{"type": CREATED, "response": self._response("in_progress", model=model)}]
+        self.model = model
+        return [{"type": CREATED, "response": self._response("in_progress")}]
 
     def is_open(self, key: object) -> bool:
         return key in self._items
@@ -172,18 +178,16 @@ class ResponsesEmitter:
             events.extend(self.close(key))
         return events
 
-    def terminal(
-        self, incomplete: bool, usage: Event | None, sim_timing: object, model: object = None
-    ) -> list[Event]:
+    def terminal(self, incomplete: bool, usage: Event | None) -> list[Event]:
         """Close what is open, then ``response.completed`` (or ``.incomplete``)."""
         events = self.close_all()
         status = "incomplete" if incomplete else "completed"
-        resp = self._response(status, model=model)
+        resp = self._response(status)
         resp["output"] = list(self._output)
         if usage is not None:
             resp["usage"] = usage
-        if isinstance(sim_timing, dict):
-            resp["sim_timing"] = sim_timing
+        if isinstance(self.sim_timing, dict):
+            resp["sim_timing"] = self.sim_timing
         events.append({"type": INCOMPLETE if incomplete else COMPLETED, "response": resp})
         return events
 
@@ -197,10 +201,10 @@ class ResponsesEmitter:
             }
         ]
 
-    def _response(self, status: str, model: object = None) -> Event:
+    def _response(self, status: str) -> Event:
         resp: Event = {"id": self.response_id, "object": "response", "status": status}
-        if isinstance(model, str):
-            resp["model"] = model
+        if isinstance(self.model, str):
+            resp["model"] = self.model
         return resp
 
 

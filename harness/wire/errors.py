@@ -30,14 +30,6 @@ class ScenarioError(LocatedError):
     positive number, got -2``.
     """
 
-    @property
-    def path(self) -> str:
-        return self.source
-
-    @property
-    def field(self) -> str:
-        return self.key
-
 
 class ProtocolError(LoopbenchError):
     """The peer sent something the Responses protocol does not allow here.

@@ -129,11 +129,6 @@ def chunked_text(n_tokens: int, rng: random.Random) -> str:
     )
 
 
-def token_pieces(n_tokens: int, rng: random.Random) -> list[str]:
-    """The same text as :func:`make_text`, split into one string per token."""
-    return [" " + w for w in rng.choices(_WORDS, k=max(0, n_tokens))]
-
-
 class TokenConvention(Protocol):
     """How many tokens a text is, and text of a given number of tokens."""
 

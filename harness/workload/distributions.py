@@ -24,7 +24,7 @@ import random
 from statistics import NormalDist as _StdNormal
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from harness.wire.validation import KnownFields, invalid, shown
 
@@ -263,14 +263,3 @@ Distribution = Annotated[
     _AnyDist, BeforeValidator(_from_yaml, json_schema_input_type=float | _AnyDist)
 ]
 """A distribution field: a bare number or a ``{dist: ...}`` mapping."""
-
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(Distribution)
-
-
-def parse_distribution(
-    value: Any,
-) -> ConstantDist | UniformDist | NormalDist | LognormalDist | EmpiricalDist:
-    """Validate one distribution outside a scenario (raises :class:`pydantic.ValidationError`)."""
-    result: ConstantDist | UniformDist | NormalDist | LognormalDist | EmpiricalDist
-    result = _ADAPTER.validate_python(value)
-    return result

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.wire.errors import ScenarioError
-from harness.wire.plural import counted
 from harness.workload.agent import ITEM_OVERHEAD_TOKENS, requested_output_tokens
 from harness.workload.distributions import Distribution
 from harness.workload.plan import RolloutPlan, SubagentPlan, TurnPlan, conversations, derive_seed
@@ -304,7 +303,7 @@ def check_context_window(scenario: Scenario, plans: Sequence[RolloutPlan]) -> No
     if scenario.rollout.compact_at_tokens is not None:
         return  # validated below the window: the history is compacted before it gets there
     for root in plans:
-        for conv_id, plan in conversations(root) if _forks(root) else [(0, root)]:
+        for conv_id, plan in conversations(root):
             for index, (history, output) in enumerate(context_tokens(plan)):
                 if history + output <= window:
                     continue
@@ -318,37 +317,3 @@ def check_context_window(scenario: Scenario, plans: Sequence[RolloutPlan]) -> No
                     "below the window, shorten the rollout, or set context_window_tokens to "
                     "your endpoint's",
                 )
-
-
-def _forks(plan: RolloutPlan) -> bool:
-    return any(t.subagents for t in plan.turns)
-
-
-def _check_index(plan: RolloutPlan, turn_index: int) -> None:
-    if not 0 <= turn_index < len(plan.turns):
-        raise IndexError(
-            f"turn {turn_index} out of range for rollout {plan.rollout_id} "
-            f"({counted(len(plan.turns), 'turn')})"
-        )
-
-
-def new_tokens(plan: RolloutPlan, turn_index: int) -> int:
-    """Input tokens turn ``turn_index`` adds: the user prompt, then the previous turn's tool outputs."""
-    _check_index(plan, turn_index)
-    if turn_index == 0:
-        return plan.user_prompt_tokens
-    return sum(plan.turns[turn_index - 1].tool_output_tokens)
-
-
-def history_tokens(plan: RolloutPlan, turn_index: int) -> int:
-    """Input tokens of the whole conversation at turn ``turn_index`` (what stateless HTTP re-sends).
-
-    System prompt + tool schemas + user prompt + every earlier turn's output (its reasoning
-    too: stateless HTTP re-sends the reasoning items) and tool outputs (so it includes
-    :func:`new_tokens` of this turn).
-    """
-    _check_index(plan, turn_index)
-    total = plan.system_tokens + plan.tool_schema_tokens + plan.user_prompt_tokens
-    for turn in plan.turns[:turn_index]:
-        total += turn.output_tokens + turn.reasoning_tokens + sum(turn.tool_output_tokens)
-    return total

@@ -77,16 +77,12 @@ DEFAULT_CONTEXT_WINDOW_TOKENS = 400_000
 DEFAULT_MAX_OUTPUT_TOKENS = 128_000
 
 
-def _bound_word(minimum: float) -> str:
-    return bound("ge", minimum, "a number")
-
-
 def _bare_at_least(minimum: float) -> Any:
     def check(value: Any) -> Any:
         # Checked before the number becomes {dist: constant, value: ...} so the
         # error names the field itself, not a `.value` the user never wrote.
         if isinstance(value, int | float) and not isinstance(value, bool) and value < minimum:
-            raise invalid(None, _bound_word(minimum), value)
+            raise invalid(None, bound("ge", minimum, "a number"), value)
         return value
 
     return check
@@ -98,7 +94,7 @@ def _support_at_least(minimum: float) -> Any:
         if field is not None and low < minimum:
             if field == "values":
                 raise invalid(field, f"values that are all ≥ {shown(minimum)}", dist.values)
-            raise invalid(field, _bound_word(minimum), low)
+            raise invalid(field, bound("ge", minimum, "a number"), low)
         return dist
 
     return check

@@ -192,10 +192,3 @@ def schedule_starts(
     # Stable sort: at equal offsets a base start stays ahead of a burst start.
     starts.sort(key=lambda s: s.offset_ns)
     return starts
-
-
-def intended_starts(
-    load: Load, count: int, rng: random.Random, mean_output_tokens: float | None = None
-) -> list[int]:
-    """Intended start offsets (ns from the run start), sorted ascending."""
-    return [s.offset_ns for s in schedule_starts(load, count, rng, mean_output_tokens)]

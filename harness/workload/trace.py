@@ -1,15 +1,8 @@
-"""Recorded agent sessions: the generic JSONL trace format (docs/traces.md).
+"""Recorded agent sessions: the generic JSONL trace format, versions 1 and 2 (docs/traces.md,
+"The generic trace format" and "Trace format version 2", which describe every field).
 
-A trace file holds one JSON object per line: an optional header
-``{"type": "trace", "version": 1 | 2, ...}`` and then one ``{"type": "rollout",
-...}`` per recorded task, each with its turns (model calls) and, per turn, the
-tool calls the client ran after it.  Version 2 adds reasoning tokens, the
-input/cached tokens the recorded endpoint reported, and sub-agents: a turn's
-tool call answered by a conversation of its own (``subagent`` on the call, the
-conversation in the turn's ``subagents``), recursively.  A version 1 file is a
-version 2 file that uses none of these.  A scenario with ``rollout.trace: FILE``
-replays these rollouts instead of drawing them from distributions, so every
-transport sends the same recorded work (paired, as with generated rollouts).
+A scenario with ``rollout.trace: FILE`` replays these rollouts instead of drawing them from
+distributions, so every transport sends the same recorded work (paired).
 
 Parsing is pure (text in, models out); :func:`read_trace` is the one
 file-reading helper, like :func:`~harness.workload.scenario.load_scenario`.
@@ -20,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError
 from pydantic import model_validator as _model_validator
 
 from harness.wire.errors import ScenarioError
@@ -37,12 +30,8 @@ TRACE_VERSION: Literal[2] = 2
 
 
 class TraceToolCall(StrictModel):
-    """One tool the client ran: how long it took and how many tokens it returned.
-
-    ``subagent`` (v2) is the index in the turn's ``subagents`` of the conversation that
-    answered this call; its ``latency_ms`` is then ignored on replay (the sub-agent's own
-    time replaces it) and ``output_tokens`` is the sub-agent's ``result_tokens``.
-    """
+    """One tool the client ran: how long it took and how many tokens it returned (v2:
+    ``subagent``, the turn's sub-agent that answered it)."""
 
     latency_ms: float = Field(ge=0.0)
     output_tokens: int = Field(ge=0)
@@ -50,14 +39,8 @@ class TraceToolCall(StrictModel):
 
 
 class TraceRecovery(StrictModel):
-    """How the client got this turn answered after its first request failed (v2).
-
-    Informational: the replay sends the turn once.  The recorded client re-sent the whole
-    conversation without a chain (a new WebSocket after the old one closed mid-response,
-    as Codex CLI does); ``failed_attempts`` requests failed before, the last with
-    ``status`` (499: the connection closed before the response ended), and ``lost_ms``
-    passed from the first failed request to the one that was answered.
-    """
+    """How the client got this turn answered after its first request failed (v2;
+    informational: the replay sends the turn once)."""
 
     failed_attempts: int = Field(ge=0)
     status: int | None = Field(default=None, ge=100, le=599)
@@ -65,28 +48,15 @@ class TraceRecovery(StrictModel):
 
 
 class TraceWarmup(StrictModel):
-    """A ``generate: false`` request that prepared the rollout's connection (v2).
-
-    The WebSocket transports (``ws``, ``ws-store``) replay it before the first turn, which
-    then chains from it (``previous_response_id``), as the recorded client did; the HTTP
-    transports have no warm-up and skip it.  ``input_tokens``: what the recorded endpoint
-    reported for it (informational).
-    """
+    """A ``generate: false`` request that prepared the rollout's connection (v2; replayed by
+    the WebSocket transports only)."""
 
     input_tokens: int | None = Field(default=None, ge=0)
 
 
 class TraceClient(StrictModel):
-    """What the recorded client did with its conversation's context (v2), as the recording saw it.
-
-    ``ws_chains``: over WebSocket, whether each turn named the previous response
-    (``previous_response_id``) or re-sent the whole input (``false``); recorded only for a
-    conversation that went over WebSocket, where the client chooses (over HTTP the replay's
-    transport decides: ``http`` re-sends, ``http-chained`` chains).  ``resends_reasoning``:
-    whether a request that re-sent the context carried the reasoning items of the earlier
-    responses back (``false``: the model's reasoning never re-entered its context).  ``None``:
-    not seen (the replay does what its transport does).
-    """
+    """What the recorded client did with its conversation's context (v2), as the recording
+    saw it; ``None``: not seen (the replay does what its transport does)."""
 
     ws_chains: bool | None = None
     resends_reasoning: bool | None = None
@@ -96,17 +66,22 @@ class TraceClient(StrictModel):
         return self.ws_chains is not None or self.resends_reasoning is not None
 
 
+def _v1_default(value: object) -> bool:
+    # a v2 field at its default is not written, so a v1 trace stays as v1 wrote it
+    return not value
+
+
 class TraceTurn(StrictModel):
     """One model call: its output tokens and the tool calls it asked for (none: final answer)."""
 
     output_tokens: int = Field(ge=1)
     tool_calls: list[TraceToolCall] = Field(default_factory=list)
     think_ms: float = Field(default=0.0, ge=0.0)
-    reasoning_tokens: int = Field(default=0, ge=0)
+    reasoning_tokens: int = Field(default=0, ge=0, exclude_if=_v1_default)
     #: what the recorded endpoint reported (informational: the replay computes its own)
     input_tokens: int | None = Field(default=None, ge=0)
     cached_tokens: int | None = Field(default=None, ge=0)
-    subagents: list[TraceSubagent] = Field(default_factory=list)
+    subagents: list[TraceSubagent] = Field(default_factory=list, exclude_if=_v1_default)
     #: set when the recorded client got this turn answered only after failed attempts
     recovery: TraceRecovery | None = None
 
@@ -151,21 +126,24 @@ class TraceTurn(StrictModel):
         return self
 
 
-def _check_turns(turns: Sequence[TraceTurn]) -> None:
+def _check_turns(turns: list[TraceTurn]) -> list[TraceTurn]:
     # The agent loop stops at the first turn without tool calls, so one in the
     # middle would silently cut the replay short.
     *steps, final = turns
     for i, turn in enumerate(steps):
         if not turn.tool_calls:
-            raise invalid(
-                f"turns[{i}].tool_calls", "at least one tool call before the last turn", []
-            )
+            raise invalid(f"[{i}].tool_calls", "at least one tool call before the last turn", [])
     if final.tool_calls:
         raise invalid(
-            f"turns[{len(steps)}].tool_calls",
+            f"[{len(steps)}].tool_calls",
             "no tool calls on the last turn (the final answer)",
             len(final.tool_calls),
         )
+    return turns
+
+
+#: a conversation's turns: tool-calling turns, then the final answer
+Turns = Annotated[list[TraceTurn], Field(min_length=1), AfterValidator(_check_turns)]
 
 
 class TraceSubagent(StrictModel):
@@ -177,15 +155,10 @@ class TraceSubagent(StrictModel):
     tool_schema_tokens: int = Field(default=0, ge=0)
     user_prompt_tokens: int = Field(ge=1)
     result_tokens: int = Field(ge=0)
-    turns: list[TraceTurn] = Field(min_length=1)
+    turns: Turns
     #: what the recorded client did with this conversation's context (v2)
     client: TraceClient | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
-
-    @_model_validator(mode="after")
-    def _ends_with_answer(self) -> TraceSubagent:
-        _check_turns(self.turns)
-        return self
 
 
 class TraceRollout(StrictModel):
@@ -196,17 +169,12 @@ class TraceRollout(StrictModel):
     system_tokens: int = Field(ge=0)
     tool_schema_tokens: int = Field(default=0, ge=0)
     user_prompt_tokens: int = Field(ge=1)
-    turns: list[TraceTurn] = Field(min_length=1)
+    turns: Turns
     #: the recorded client warmed its connection up before the first turn (v2)
     warmup: TraceWarmup | None = None
     #: what the recorded client did with the context: chained or re-sent, reasoning kept (v2)
     client: TraceClient | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
-
-    @_model_validator(mode="after")
-    def _ends_with_answer(self) -> TraceRollout:
-        _check_turns(self.turns)
-        return self
 
     @property
     def uses_v2(self) -> bool:
@@ -302,8 +270,9 @@ def dump_trace(rollouts: Sequence[TraceRollout], header: TraceHeader | None = No
     """The JSONL text of a trace (header first), one rollout per line.
 
     The header states the lowest version that describes the rollouts, and fields left
-    at their v2 defaults are omitted: a trace that uses no v2 feature is written
-    exactly as version 1 wrote it (older readers keep reading it).
+    at their v2 defaults are omitted (``None``, and the turn fields marked ``exclude_if``):
+    a trace that uses no v2 feature is written exactly as version 1 wrote it (older
+    readers keep reading it).  Fields are written in declaration order.
     """
     out = []
     if header is not None:
@@ -311,67 +280,8 @@ def dump_trace(rollouts: Sequence[TraceRollout], header: TraceHeader | None = No
         header = header.model_copy(update={"version": version})
         out.append(orjson.dumps(header.model_dump(mode="json")).decode())
     for r in rollouts:
-        out.append(orjson.dumps(_rollout_json(r)).decode())
+        out.append(orjson.dumps(r.model_dump(mode="json", exclude_none=True)).decode())
     return "\n".join(out) + "\n"
-
-
-def _turn_json(turn: TraceTurn) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "output_tokens": turn.output_tokens,
-        "tool_calls": [
-            {"latency_ms": c.latency_ms, "output_tokens": c.output_tokens}
-            | ({} if c.subagent is None else {"subagent": c.subagent})
-            for c in turn.tool_calls
-        ],
-        "think_ms": turn.think_ms,
-    }
-    if turn.reasoning_tokens:
-        out["reasoning_tokens"] = turn.reasoning_tokens
-    if turn.input_tokens is not None:
-        out["input_tokens"] = turn.input_tokens
-    if turn.cached_tokens is not None:
-        out["cached_tokens"] = turn.cached_tokens
-    if turn.subagents:
-        out["subagents"] = [_subagent_json(s) for s in turn.subagents]
-    if turn.recovery is not None:
-        out["recovery"] = turn.recovery.model_dump(mode="json", exclude_none=True)
-    return out
-
-
-def _subagent_json(sub: TraceSubagent) -> dict[str, Any]:
-    return {
-        "id": sub.id,
-        "join": sub.join,
-        "system_tokens": sub.system_tokens,
-        "tool_schema_tokens": sub.tool_schema_tokens,
-        "user_prompt_tokens": sub.user_prompt_tokens,
-        "result_tokens": sub.result_tokens,
-        "turns": [_turn_json(t) for t in sub.turns],
-        **_client_json(sub.client),
-        "meta": sub.meta,
-    }
-
-
-def _client_json(client: TraceClient | None) -> dict[str, Any]:
-    if client is None:
-        return {}
-    return {"client": client.model_dump(mode="json", exclude_none=True)}
-
-
-def _rollout_json(r: TraceRollout) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "type": r.type,
-        "id": r.id,
-        "system_tokens": r.system_tokens,
-        "tool_schema_tokens": r.tool_schema_tokens,
-        "user_prompt_tokens": r.user_prompt_tokens,
-        "turns": [_turn_json(t) for t in r.turns],
-    }
-    if r.warmup is not None:
-        out["warmup"] = r.warmup.model_dump(mode="json", exclude_none=True)
-    out |= _client_json(r.client)
-    out["meta"] = r.meta
-    return out
 
 
 def resolve_trace_path(trace: str, scenario_source: str) -> str:
@@ -433,12 +343,8 @@ def recording_gaps(path: str | os.PathLike[str]) -> list[str]:
 def trace_plan(
     rollout: TraceRollout, rollout_id: int, seed: int, start_offset_ns: int, tags: dict[str, str]
 ) -> RolloutPlan:
-    """The replayable plan of one recorded rollout (content text still comes from ``seed``).
-
-    Sub-agents become :class:`SubagentPlan` s numbered 1, 2, … depth-first in fork order
-    (a sub-agent's own forks are numbered before its next sibling), each seeded from the
-    rollout's seed and its number.
-    """
+    """The replayable plan of one recorded rollout (content text still comes from ``seed``);
+    sub-agents are numbered and seeded as docs/traces.md "Trace format version 2" says."""
     counter = [0]
     turns = _turn_plans(rollout.turns, seed, counter)
     if rollout.warmup is not None:

@@ -15,8 +15,9 @@ import pytest
 from harness.cli.main import main
 from harness.run.runner import RunOptions, run_scenario
 from harness.wire.transports import TRANSPORT_NAMES
-from harness.workload.rollout import generate_rollouts, history_tokens, load_scenario_trace
+from harness.workload.rollout import generate_rollouts, load_scenario_trace
 from harness.workload.scenario import load_scenario
+from tests.plan_tokens import history_tokens
 from tests.runs import ROOT, run_cli
 
 SCENARIOS = ROOT / "scenarios"

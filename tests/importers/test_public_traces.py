@@ -23,6 +23,7 @@ from harness.wire.errors import UsageError
 from harness.workload.importers import IMPORTERS, find_session_files, import_sessions
 from harness.workload.importers.azure import import_azure_files, parse_azure
 from harness.workload.importers.codex import SessionImportError
+from harness.workload.importers.common import split_tokens
 from harness.workload.importers.mooncake import import_mooncake_files, parse_mooncake
 from harness.workload.importers.otel import import_otel_files, parse_otel
 from harness.workload.trace import TraceRollout, TraceTurn, read_trace
@@ -442,3 +443,10 @@ def test_bad_otel_input() -> None:
         parse_otel('{"resourceSpans": []}\n{oops\n', "o.json")
     with pytest.raises(SessionImportError, match=r"^o.json: line 2: expected an OTLP JSON"):
         parse_otel('{"resourceSpans": []}\n[1]\n', "o.json")
+
+
+def test_split_tokens_is_proportional_exact_and_even_without_weights() -> None:
+    # the codex importer splits by text weight, otel evenly: one largest-remainder split
+    assert split_tokens(10, [1, 1, 2]) == [3, 2, 5]
+    assert split_tokens(5, [0, 0, 0]) == [2, 2, 1]
+    assert split_tokens(7, [3]) == [7]

@@ -14,7 +14,7 @@ import random
 import tracemalloc
 
 from harness.wire.events import ResponseBuilder
-from harness.wire.tokens import token_pieces
+from harness.wire.tokens import make_text
 from reference_server.core.engine import NS_PER_MS, decode_plan
 from reference_server.core.output import OutputCursor
 from reference_server.core.profiles import load_profiles
@@ -86,7 +86,7 @@ def test_lazy_text_is_the_text_eager_planning_made() -> None:
     step = random.Random(1)
     while cursor.seg < len(cursor.segments):
         deltas += [e["delta"] for e in cursor.emit(step.randint(1, 700)) if "delta" in e]
-    eager = "".join(token_pieces(5000, random.Random(9)))
+    eager = make_text(5000, random.Random(9))
     assert "".join(deltas) == eager
     assert builder.output[-1]["content"][0]["text"] == eager
 

@@ -15,12 +15,11 @@ from harness.workload.plan import RolloutPlan, TurnPlan
 from harness.workload.rollout import (
     derive_seed,
     generate_rollouts,
-    history_tokens,
-    new_tokens,
     throughput_derivation,
 )
 from harness.workload.scenario import Scenario, load_scenario, validate_scenario
-from harness.workload.schedule import intended_starts
+from harness.workload.schedule import schedule_starts
+from tests.plan_tokens import history_tokens, new_tokens
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -168,7 +167,8 @@ def test_open_loop_offsets_come_from_the_schedule() -> None:
         }
     )
     plans = generate_rollouts(scenario)
-    expected = intended_starts(scenario.load, 8, random.Random(derive_seed(42, "schedule")))
+    rng = random.Random(derive_seed(42, "schedule"))
+    expected = [s.offset_ns for s in schedule_starts(scenario.load, 8, rng)]
     assert [p.start_offset_ns for p in plans] == expected
     assert len(plans) == 11
     assert sum(p.tags["arrival"] == "burst" for p in plans) == 3

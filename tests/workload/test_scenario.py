@@ -210,7 +210,7 @@ def test_bad_scenario_gives_one_exact_line(tmp_path: Path, body: str, message: s
         load_scenario(path)
     assert str(info.value) == f"{path}: {message}"
     assert "\n" not in str(info.value)
-    assert info.value.path == str(path)
+    assert info.value.source == str(path)
 
 
 def test_catalogue_is_large() -> None:
@@ -227,7 +227,7 @@ def test_unknown_key_without_close_match_lists_fields(tmp_path: Path) -> None:
     path = _write(tmp_path, "name: x\nflavour: spicy\n")
     with pytest.raises(ScenarioError) as info:
         load_scenario(path)
-    assert info.value.field == "flavour"
+    assert info.value.key == "flavour"
     assert str(info.value).startswith(f"{path}: flavour: unknown field (expected one of: name, ")
 
 
@@ -390,7 +390,7 @@ def test_every_mistake_of_a_file_in_one_pass(
         load_scenario(path)
     assert [str(p) for p in info.value.problems] == expected
     assert str(info.value) == "\n".join(expected)
-    assert (info.value.field, info.value.path) == ("name", str(path))
+    assert (info.value.key, info.value.source) == ("name", str(path))
     with pytest.raises(SystemExit) as exc:
         main(["validate", str(path)])
     assert exc.value.code == ExitCode.USAGE
@@ -403,7 +403,7 @@ def _problems(tmp_path: Path, body: str) -> list[tuple[str | None, str]]:
     """(field, detail) of each problem a scenario file of ``body`` is refused for, in order."""
     with pytest.raises(InvalidScenarioError) as info:
         load_scenario(_write(tmp_path, body))
-    return [(p.field, p.detail) for p in info.value.problems]
+    return [(p.key, p.detail) for p in info.value.problems]
 
 
 def test_cross_field_checks_run_behind_field_errors(tmp_path: Path) -> None:

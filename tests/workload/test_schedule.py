@@ -12,7 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.workload.scenario import Load
-from harness.workload.schedule import NS_PER_S, intended_starts, schedule_starts, throughput_load
+from harness.workload.schedule import NS_PER_S, schedule_starts, throughput_load
+
+
+def intended_starts(
+    load: Load, count: int, rng: random.Random, mean_output_tokens: float | None = None
+) -> list[int]:
+    """Intended start offsets (ns from the run start), sorted ascending."""
+    return [s.offset_ns for s in schedule_starts(load, count, rng, mean_output_tokens)]
 
 
 def _load(**fields: Any) -> Load:

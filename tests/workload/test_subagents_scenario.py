@@ -34,7 +34,7 @@ def test_bad_fields_are_named_with_the_expected_value(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidScenarioError) as info:
         _load(tmp_path, extra)
-    problems = {p.field: p.detail for p in info.value.problems}
+    problems = {p.key: p.detail for p in info.value.problems}
     assert problems["rollout.subagents.join"] == "expected one of wait, detach, got 'later'"
     assert problems["rollout.subagents.turns[0]"].startswith("expected ")
     assert "-1" in problems["rollout.subagents.turns[0]"]
@@ -100,5 +100,5 @@ def test_a_trace_brings_its_own_subagents(tmp_path: Path) -> None:
     with pytest.raises(InvalidScenarioError) as info:
         load_scenario(str(path))
     (problem,) = info.value.problems
-    assert problem.field == "rollout.subagents"
+    assert problem.key == "rollout.subagents"
     assert problem.detail.startswith("expected no section next to rollout.trace")

@@ -9,7 +9,6 @@ time in these files, so it is 0.  Parsing is pure over lines; only
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from typing import Any
 import orjson
 
 from harness.wire.tokens import count_tokens
-from harness.workload.importers.common import SessionImportError, import_files
+from harness.workload.importers.common import SessionImportError, import_files, split_tokens
 from harness.workload.jsonl import json_lines
 from harness.workload.trace import TraceRollout, TraceToolCall, TraceTurn
 
@@ -120,7 +119,6 @@ class _SessionParser:
     # -- helpers ---------------------------------------------------------------------------
 
     def _open_task(self, prompt_tokens: int, compacted: bool = False) -> _Task:
-        self._close_task()
         task = _Task(
             prompt_tokens=max(1, prompt_tokens),
             context_tokens=self.history_tokens,
@@ -132,10 +130,6 @@ class _SessionParser:
         self.task = task
         self.step = None
         return task
-
-    def _close_task(self) -> None:
-        self.task = None
-        self.step = None
 
     def _model_step(self) -> _Step:
         if self.task is None:
@@ -231,7 +225,6 @@ class _SessionParser:
     # -- result ----------------------------------------------------------------------------
 
     def rollouts(self, file_label: str) -> list[TraceRollout]:
-        self._close_task()
         out: list[TraceRollout] = []
         for index, task in enumerate(self.tasks):
             rollout = _task_rollout(task, index, self.session_id or file_label, self.model)
@@ -258,18 +251,7 @@ def _tool_tokens(step: _Step, nxt: _Step | None) -> list[int]:
     grown = in_next - in_now - visible
     if grown <= 0:
         return by_text
-    weight = sum(by_text)
-    if weight <= 0:
-        share = [grown // len(by_text)] * len(by_text)
-        share[0] += grown - sum(share)
-        return share
-    # Largest-remainder split keeps the total exact.
-    raw = [grown * w / weight for w in by_text]
-    share = [math.floor(x) for x in raw]
-    order = sorted(range(len(raw)), key=lambda i: raw[i] - share[i], reverse=True)
-    for i in order[: grown - sum(share)]:
-        share[i] += 1
-    return share
+    return split_tokens(grown, by_text)
 
 
 def _task_rollout(task: _Task, index: int, session: str, model: str) -> TraceRollout | None:
@@ -321,7 +303,6 @@ def _task_rollout(task: _Task, index: int, session: str, model: str) -> TraceRol
         type="rollout",
         id=f"{session}#{index}",
         system_tokens=system,
-        tool_schema_tokens=0,
         user_prompt_tokens=task.prompt_tokens,
         turns=turns,
         meta=meta,

@@ -3,6 +3,7 @@ line and field, and the rollouts a chain of requests becomes."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -33,6 +34,18 @@ def import_files(
         except UnicodeDecodeError:
             raise SessionImportError(f"{path}: expected UTF-8 {text}, got binary") from None
     return rollouts
+
+
+def split_tokens(total: int, weights: Sequence[int]) -> list[int]:
+    """``total`` shared over parallel calls in proportion to ``weights`` (evenly when they are
+    all 0), by largest remainder so the shares add up to ``total`` exactly."""
+    weights = weights if sum(weights) > 0 else [1] * len(weights)
+    raw = [total * w / sum(weights) for w in weights]
+    share = [math.floor(x) for x in raw]
+    order = sorted(range(len(raw)), key=lambda i: raw[i] - share[i], reverse=True)
+    for i in order[: total - sum(share)]:
+        share[i] += 1
+    return share
 
 
 def bad_field(source: str, line: int, field: str, expected: str, got: Any) -> SessionImportError:
@@ -84,19 +97,6 @@ class Request:
     cached_tokens: int | None = None
 
 
-def _measured(req: Request, cumulative: bool) -> dict[str, Any]:
-    """The v2 per-turn counts the source reported (a request's input is the turn's whole
-    context only when the trace is cumulative)."""
-    out: dict[str, Any] = {}
-    if cumulative:
-        out["input_tokens"] = req.input_tokens
-    if req.reasoning_tokens:
-        out["reasoning_tokens"] = req.reasoning_tokens
-    if req.cached_tokens is not None:
-        out["cached_tokens"] = req.cached_tokens
-    return out
-
-
 def chain_rollout(
     requests: list[Request],
     rollout_id: str,
@@ -122,9 +122,14 @@ def chain_rollout(
     gap_from_arrivals = False
     for i, req in enumerate(requests):
         output = max(1, req.output_tokens)
-        measured = _measured(req, cumulative)
+        # a request's input is the turn's whole context only when the trace is cumulative
+        usage: dict[str, Any] = {
+            "input_tokens": req.input_tokens if cumulative else None,
+            "cached_tokens": req.cached_tokens,
+            "reasoning_tokens": req.reasoning_tokens or 0,
+        }
         if i == len(requests) - 1:
-            turns.append(TraceTurn(output_tokens=output, **measured))
+            turns.append(TraceTurn(output_tokens=output, **usage))
             break
         nxt = requests[i + 1]
         if cumulative:
@@ -143,7 +148,7 @@ def chain_rollout(
         else:
             latency = 0.0
         call = TraceToolCall(latency_ms=round(latency, 3), output_tokens=max(0, grown))
-        turns.append(TraceTurn(output_tokens=output, tool_calls=[call], **measured))
+        turns.append(TraceTurn(output_tokens=output, tool_calls=[call], **usage))
     meta = dict(meta)
     meta["lines"] = [r.line for r in requests]
     if first.arrival_ms is not None:
@@ -161,7 +166,6 @@ def chain_rollout(
         type="rollout",
         id=rollout_id,
         system_tokens=system,
-        tool_schema_tokens=0,
         user_prompt_tokens=max(1, first.input_tokens - system),
         turns=turns,
         meta=meta,

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from harness.workload.importers.common import SessionImportError, import_files
+from harness.workload.importers.common import SessionImportError, import_files, split_tokens
 from harness.workload.trace import TraceRollout, TraceSubagent, TraceToolCall, TraceTurn
 
 MODEL_OPERATIONS = ("chat", "text_completion", "generate_content")
@@ -182,13 +182,6 @@ def _documents(text: str, source: str) -> list[_Span]:
     return _spans_of(doc, source, "")
 
 
-def _split(total: int, parts: int) -> list[int]:
-    share = [total // parts] * parts
-    for i in range(total - sum(share)):
-        share[i] += 1
-    return share
-
-
 def _conversations(spans: list[_Span]) -> list[_Conversation]:
     by_id = {(s.trace_id, s.span_id): s for s in spans}
 
@@ -258,19 +251,6 @@ def _calls_by_turn(conv: _Conversation) -> tuple[list[list[_Span]], int]:
     return calls_of, early
 
 
-def _measured(model: _Span) -> dict[str, Any]:
-    """What the endpoint reported for one model call, into the v2 per-turn fields."""
-    out: dict[str, Any] = {}
-    for name, keys in (("input_tokens", _INPUT_KEYS), ("cached_tokens", _CACHED_KEYS)):
-        value = model.usage(keys)
-        if value is not None:
-            out[name] = value
-    reasoning = model.usage(_REASONING_KEYS)
-    if reasoning:
-        out["reasoning_tokens"] = reasoning
-    return out
-
-
 def _rollout(conv: _Conversation, label: str) -> TraceRollout:
     models = conv.models
     calls_of, early = _calls_by_turn(conv)
@@ -300,7 +280,7 @@ def _rollout(conv: _Conversation, label: str) -> TraceRollout:
                 synthetic += 1
                 latencies = [max(0.0, (nxt.start_ns - model.end_ns) / 1e6)]
                 ready_ns = nxt.start_ns
-            returned = _split(grown, len(latencies))
+            returned = split_tokens(grown, [1] * len(latencies))
             # Client time between the last tool's end and the next request.
             next_think_ms = round(max(0.0, (nxt.start_ns - ready_ns) / 1e6), 3)
         tool_calls = [
@@ -312,7 +292,9 @@ def _rollout(conv: _Conversation, label: str) -> TraceRollout:
                 output_tokens=max(1, output or 0),
                 tool_calls=tool_calls,
                 think_ms=think_ms,
-                **_measured(model),
+                input_tokens=model.usage(_INPUT_KEYS),
+                cached_tokens=model.usage(_CACHED_KEYS),
+                reasoning_tokens=model.usage(_REASONING_KEYS) or 0,
             )
         )
         think_ms = next_think_ms
@@ -345,7 +327,6 @@ def _rollout(conv: _Conversation, label: str) -> TraceRollout:
         type="rollout",
         id=conv.key,
         system_tokens=0,
-        tool_schema_tokens=0,
         user_prompt_tokens=max(1, first_in or 0),
         turns=turns,
         meta=meta,
