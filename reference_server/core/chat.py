@@ -300,14 +300,7 @@ class ChatChunks:
     _calls: int = field(default=0, init=False)
 
     def _frame(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": None,
-            "choices": choices,
-        }
+        return _envelope(self.id, "chat.completion.chunk", self.created, self.model, choices)
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
@@ -385,20 +378,22 @@ def chat_completion(response: dict[str, Any], completion_id: str, created: int) 
         message["tool_calls"] = calls
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
-    doc: dict[str, Any] = {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": response.get("model"),
-        "system_fingerprint": None,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": finish_reason(response),
-            }
-        ],
-        "usage": chat_usage(response.get("usage") or {}),
-    }
+    reason = finish_reason(response)
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+    doc = _envelope(completion_id, "chat.completion", created, response.get("model"), [choice])
+    doc["usage"] = chat_usage(response.get("usage") or {})
     return with_sim_timing(doc, response)
+
+
+def _envelope(
+    doc_id: str, kind: str, created: int, model: Any, choices: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What a ``chat.completion`` and each of its chunks carry around their choices."""
+    return {
+        "id": doc_id,
+        "object": kind,
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": choices,
+    }
