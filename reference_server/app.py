@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -52,7 +51,6 @@ class ReferenceServer:
         self.config = config
         self.service = Service(config, store)
         self.lifecycle = Lifecycle(self.service, config)
-        self._seen_clients: OrderedDict[tuple[str, int], None] = OrderedDict()
         # Open WebSocket connections, so a shutdown can drain and close them.
         self.ws_connections: set[WsConnection] = set()
         #: set by a graceful shutdown (reference_server/shutdown.py): drains a WebSocket
@@ -121,23 +119,10 @@ class ReferenceServer:
             self.service.timing_log.close()  # after the drain: every response has its line
 
     def _new_http_connection(self, request: Request) -> bool:
-        # ASGI hides the TCP connection: the stamping protocol says which request of its
-        # connection this is; without it, the client's (host, port) identifies the connection
-        # while it is open.
+        # ASGI hides the TCP connection: the stamp (the protocol's, else the guard's) says
+        # which request of its connection this is.
         stamped = request.scope.get(CONNECTION_KEY)
-        if stamped is not None:
-            return bool(stamped[1] == 1)
-        client = request.client
-        if client is None:
-            return True
-        key = (client.host, client.port)
-        if key in self._seen_clients:
-            self._seen_clients.move_to_end(key)
-            return False
-        self._seen_clients[key] = None
-        if len(self._seen_clients) > 65536:
-            self._seen_clients.popitem(last=False)
-        return True
+        return stamped is None or stamped[1] == 1
 
     def _admit(self, client_host: str | None, headers: Any) -> RequestError | None:
         """Connection limits, then the API key: whatever refuses a request or a WebSocket first."""
