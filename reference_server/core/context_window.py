@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_server.core.conversation import Conversation, item_tokens
-from reference_server.core.output import HINT_OUTPUT_TOKENS
+from reference_server.core.output import HINT_OUTPUT_TOKENS, int_hint
 from reference_server.core.validation import CreateRequest, RequestError
 
 TRUNCATION_MODES = ("auto", "disabled")
@@ -84,11 +84,8 @@ def requested_output(req: CreateRequest, unhinted: int, limits: Limits) -> int:
     cap (docs/model.md §13)."""
     if req.max_output_tokens is not None:
         return min(req.max_output_tokens, limits.max_output_tokens)
-    raw = req.metadata.get(HINT_OUTPUT_TOKENS)
-    planned = unhinted
-    if raw is not None and len(raw) <= 20 and raw.strip().isdigit():
-        planned = max(1, int(raw))
-    return min(planned, limits.max_output_tokens)
+    hint = int_hint(req.metadata, HINT_OUTPUT_TOKENS)
+    return min(unhinted if hint is None else max(1, hint), limits.max_output_tokens)
 
 
 def context_error(input_tokens: int, output_tokens: int, window: int) -> RequestError:
