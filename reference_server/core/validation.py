@@ -240,8 +240,10 @@ def _normalize_item(where: str, item: dict[str, Any]) -> dict[str, Any]:
         return _reasoning_item(item, where)
     if kind == "item_reference":
         return item
-    if kind == "compaction":
-        return _compaction_input(item, where)
+    if kind == "compaction":  # POST /v1/responses/compact's output sent back
+        if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
+            raise missing(f"{where}.encrypted_content")
+        return item
     if kind in CONTEXT_ITEM_TYPES:
         return item
     raise invalid(
@@ -310,13 +312,6 @@ def reasoning_options(body: dict[str, Any]) -> ReasoningOptions:
     if not isinstance(include, list) or not all(isinstance(v, str) for v in include):
         raise wrong_type("include", "an array of strings", include)
     return ReasoningOptions(effort, summary is not None, "reasoning.encrypted_content" in include)
-
-
-def _compaction_input(item: dict[str, Any], where: str) -> dict[str, Any]:
-    """A compaction item sent back (``POST /v1/responses/compact``'s output): its content is required."""
-    if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
-        raise missing(f"{where}.encrypted_content")
-    return item
 
 
 def function_tool(fn: dict[str, Any], where: str, seen: set[str]) -> str:
