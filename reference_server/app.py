@@ -148,8 +148,6 @@ class ReferenceServer:
     def _request_id(self) -> str:
         return ev.new_id("req", self.service.rng())
 
-    error_response = staticmethod(error_response)
-
     async def health(self, request: Request) -> Response:
         sim = self.service.sim
         doc: dict[str, Any] = {"status": "ok", "model": sim.describe()}
@@ -179,13 +177,13 @@ class ReferenceServer:
         request_id = self._request_id()
         denied = self.service.check_api_key(request.headers)
         if denied is not None:
-            return self.error_response(denied, request_id)
+            return error_response(denied, request_id)
         model = {"id": self.config.model, "object": "model", "owned_by": "loopbench"}
         return json_response({"object": "list", "data": [model]}, request_id)
 
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         err = RequestError(404, "not_found", f"Unknown route: {request.method} {request.url.path}.")
-        return self.error_response(err, self._request_id())
+        return error_response(err, self._request_id())
 
     async def _method_not_allowed(self, request: Request, exc: Exception) -> Response:
         err = RequestError(
@@ -193,7 +191,7 @@ class ReferenceServer:
             "method_not_allowed",
             f"Method {request.method} is not allowed on {request.url.path}.",
         )
-        return self.error_response(err, self._request_id())
+        return error_response(err, self._request_id())
 
     # -- HTTP ------------------------------------------------------------------------------
     async def _read_json(self, request: Request) -> Any:
@@ -241,7 +239,7 @@ class ReferenceServer:
             conv, rehydrated, _ = await self.service.resolve_http(req)
             summary = compaction.check_window(self.service, conv)
         except RequestError as err:
-            return self.error_response(err, request_id, retry_headers(err))
+            return error_response(err, request_id, retry_headers(err))
         except ClientDisconnect:
             return Response(status_code=499)
         doc = await compaction.compact(
@@ -272,7 +270,7 @@ class ReferenceServer:
             )
         if denied is not None:
             # Refused before the 101, as the API does: the client sees an HTTP status.
-            await ws.send_denial_response(self.error_response(denied, request_id))
+            await ws.send_denial_response(error_response(denied, request_id))
             counters = self.service.counters
             counters.ws_refused[denied.status] += 1
             counters.ws_error(denied.status, denied.code or "")
