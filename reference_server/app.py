@@ -27,7 +27,7 @@ from reference_server import compaction
 from reference_server.access_log import AccessLog, log_ws_refused
 from reference_server.allocator import malloc_report
 from reference_server.core.config import ServerConfig
-from reference_server.core.validation import RequestError, parse_create
+from reference_server.core.validation import RequestError, invalid, parse_create
 from reference_server.guard import ConnectionGuard
 from reference_server.http_api import ChatApi, MessagesApi, ResponsesApi
 from reference_server.json_answers import error_response, json_response, retry_headers
@@ -200,8 +200,8 @@ class ReferenceServer:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise RequestError(
-                400, "invalid_json", f"We could not parse the JSON body of your request: {exc}."
+            raise invalid(
+                f"We could not parse the JSON body of your request: {exc}.", None, "invalid_json"
             ) from None
 
     async def _read_body(self, request: Request) -> bytes:

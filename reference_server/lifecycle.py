@@ -40,7 +40,7 @@ from reference_server.core.lifecycle import (
     page,
     parse_list_query,
 )
-from reference_server.core.validation import CreateRequest, RequestError
+from reference_server.core.validation import CreateRequest, RequestError, invalid
 from reference_server.event_stream import SseResponse
 from reference_server.json_answers import error_response, json_response
 from reference_server.service import Job, Service, now_s
@@ -185,9 +185,7 @@ class Lifecycle:
         req, conv = job.req, job.conv
         if not req.store:
             return error_response(
-                RequestError(
-                    400,
-                    "invalid_value",
+                invalid(
                     "Invalid value for 'background': background mode requires 'store' to be true.",
                     "background",
                 ),
@@ -283,9 +281,7 @@ def _starting_after(value: str | None) -> int:
     except ValueError:
         after = -2
     if after < -1:
-        raise RequestError(
-            400,
-            "invalid_value",
+        raise invalid(
             f"Invalid 'starting_after': expected a sequence number (an integer >= 0), got {value!r}.",
             "starting_after",
         )

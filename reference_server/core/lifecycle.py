@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reference_server.core.validation import RequestError
+from reference_server.core.validation import RequestError, invalid
 
 QUEUED = "queued"
 IN_PROGRESS = "in_progress"
@@ -76,21 +76,14 @@ def parse_list_query(params: dict[str, str]) -> ListQuery:
     limit = LIST_LIMIT_DEFAULT
     if raw_limit is not None:
         if not raw_limit.strip().isdigit() or not 1 <= int(raw_limit) <= LIST_LIMIT_MAX:
-            raise RequestError(
-                400,
-                "invalid_value",
+            raise invalid(
                 f"Invalid 'limit': expected an integer from 1 to {LIST_LIMIT_MAX}, got {raw_limit!r}.",
                 "limit",
             )
         limit = int(raw_limit)
     order = params.get("order", "desc")
     if order not in ORDERS:
-        raise RequestError(
-            400,
-            "invalid_value",
-            f"Invalid 'order': expected 'asc' or 'desc', got {order!r}.",
-            "order",
-        )
+        raise invalid(f"Invalid 'order': expected 'asc' or 'desc', got {order!r}.", "order")
     after = params.get("after") or None
     return ListQuery(limit, order, after)
 
@@ -106,11 +99,8 @@ def page(items: list[dict[str, Any]], query: ListQuery) -> dict[str, Any]:
     if query.after is not None:
         ids = [it.get("id") for it in ordered]
         if query.after not in ids:
-            raise RequestError(
-                400,
-                "invalid_value",
-                f"Invalid 'after': no input item with id '{query.after}' in this response.",
-                "after",
+            raise invalid(
+                f"Invalid 'after': no input item with id '{query.after}' in this response.", "after"
             )
         start = ids.index(query.after) + 1
     data = ordered[start : start + query.limit]
