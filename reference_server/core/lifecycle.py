@@ -144,31 +144,21 @@ def _view(item: dict[str, Any], kind: str) -> dict[str, Any] | None:
     if kind == "message":
         role = item.get("role")
         content = item.get("content")
+        status = "completed"
         if role == "assistant":
+            status = item.get("status") or status
             parts = (
                 [{"type": "output_text", "text": content, "annotations": []}]
                 if isinstance(content, str)
                 else [_output_part(p) for p in content or []]
             )
-            return {
-                "id": item.get("id"),
-                "type": "message",
-                "role": "assistant",
-                "status": item.get("status") or "completed",
-                "content": parts,
-            }
-        parts = (
-            [{"type": "input_text", "text": content}]
-            if isinstance(content, str)
-            else list(content or [])
-        )
-        return {
-            "id": item.get("id"),
-            "type": "message",
-            "role": role,
-            "status": "completed",
-            "content": parts,
-        }
+        else:
+            parts = (
+                [{"type": "input_text", "text": content}]
+                if isinstance(content, str)
+                else list(content or [])
+            )
+        return dict(id=item.get("id"), type="message", role=role, status=status, content=parts)
     if kind in ("function_call", "function_call_output", "reasoning"):
         view = dict(item)
         view["status"] = item.get("status") or "completed"
