@@ -132,7 +132,7 @@ class ConnectionGuard:
     def _close_after(self, scope: Scope, now: float) -> bool:
         """True if this HTTP request's keep-alive connection has outlived ``http_lifetime_s``."""
         stamped = scope.get(CONNECTION_KEY)
-        if self.http_lifetime_s is None or stamped is None:
+        if self.http_lifetime_s is None or scope["type"] != "http" or stamped is None:
             return False
         if now - stamped[0] < self.http_lifetime_s:
             return False
