@@ -1,9 +1,5 @@
-"""``--access-log``: one line per HTTP request and per WebSocket ``response.create``, on stderr.
-
-Off by default: a benchmark's server should spend nothing on logging. When on, the
-HTTP layer is wrapped once (:class:`AccessLog`), so the off path costs nothing at all.
-A line is written when the response is complete (the last SSE byte sent), so the
-duration is the whole request as the server saw it, streaming included.
+"""``--access-log``: one line per HTTP request and per WebSocket ``response.create``, on stderr
+(docs/server.md, "Logging").  Off, the HTTP layer is not wrapped: the off path costs nothing.
 """
 
 from __future__ import annotations

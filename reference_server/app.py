@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -28,7 +27,7 @@ from reference_server import compaction
 from reference_server.access_log import AccessLog, log_ws_refused
 from reference_server.allocator import malloc_report
 from reference_server.core.config import ServerConfig
-from reference_server.core.validation import RequestError, parse_create
+from reference_server.core.validation import RequestError, invalid, parse_create
 from reference_server.guard import ConnectionGuard
 from reference_server.http_api import ChatApi, MessagesApi, ResponsesApi
 from reference_server.json_answers import error_response, json_response, retry_headers
@@ -52,7 +51,6 @@ class ReferenceServer:
         self.config = config
         self.service = Service(config, store)
         self.lifecycle = Lifecycle(self.service, config)
-        self._seen_clients: OrderedDict[tuple[str, int], None] = OrderedDict()
         # Open WebSocket connections, so a shutdown can drain and close them.
         self.ws_connections: set[WsConnection] = set()
         #: set by a graceful shutdown (reference_server/shutdown.py): drains a WebSocket
@@ -121,23 +119,10 @@ class ReferenceServer:
             self.service.timing_log.close()  # after the drain: every response has its line
 
     def _new_http_connection(self, request: Request) -> bool:
-        # ASGI hides the TCP connection: the stamping protocol says which request of its
-        # connection this is; without it, the client's (host, port) identifies the connection
-        # while it is open.
+        # ASGI hides the TCP connection: the stamp (the protocol's, else the guard's) says
+        # which request of its connection this is.
         stamped = request.scope.get(CONNECTION_KEY)
-        if stamped is not None:
-            return bool(stamped[1] == 1)
-        client = request.client
-        if client is None:
-            return True
-        key = (client.host, client.port)
-        if key in self._seen_clients:
-            self._seen_clients.move_to_end(key)
-            return False
-        self._seen_clients[key] = None
-        if len(self._seen_clients) > 65536:
-            self._seen_clients.popitem(last=False)
-        return True
+        return stamped is None or stamped[1] == 1
 
     def _admit(self, client_host: str | None, headers: Any) -> RequestError | None:
         """Connection limits, then the API key: whatever refuses a request or a WebSocket first."""
@@ -162,8 +147,6 @@ class ReferenceServer:
 
     def _request_id(self) -> str:
         return ev.new_id("req", self.service.rng())
-
-    error_response = staticmethod(error_response)
 
     async def health(self, request: Request) -> Response:
         sim = self.service.sim
@@ -194,13 +177,13 @@ class ReferenceServer:
         request_id = self._request_id()
         denied = self.service.check_api_key(request.headers)
         if denied is not None:
-            return self.error_response(denied, request_id)
+            return error_response(denied, request_id)
         model = {"id": self.config.model, "object": "model", "owned_by": "loopbench"}
         return json_response({"object": "list", "data": [model]}, request_id)
 
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         err = RequestError(404, "not_found", f"Unknown route: {request.method} {request.url.path}.")
-        return self.error_response(err, self._request_id())
+        return error_response(err, self._request_id())
 
     async def _method_not_allowed(self, request: Request, exc: Exception) -> Response:
         err = RequestError(
@@ -208,7 +191,7 @@ class ReferenceServer:
             "method_not_allowed",
             f"Method {request.method} is not allowed on {request.url.path}.",
         )
-        return self.error_response(err, self._request_id())
+        return error_response(err, self._request_id())
 
     # -- HTTP ------------------------------------------------------------------------------
     async def _read_json(self, request: Request) -> Any:
@@ -217,8 +200,8 @@ class ReferenceServer:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise RequestError(
-                400, "invalid_json", f"We could not parse the JSON body of your request: {exc}."
+            raise invalid(
+                f"We could not parse the JSON body of your request: {exc}.", None, "invalid_json"
             ) from None
 
     async def _read_body(self, request: Request) -> bytes:
@@ -256,7 +239,7 @@ class ReferenceServer:
             conv, rehydrated, _ = await self.service.resolve_http(req)
             summary = compaction.check_window(self.service, conv)
         except RequestError as err:
-            return self.error_response(err, request_id, retry_headers(err))
+            return error_response(err, request_id, retry_headers(err))
         except ClientDisconnect:
             return Response(status_code=499)
         doc = await compaction.compact(
@@ -287,7 +270,7 @@ class ReferenceServer:
             )
         if denied is not None:
             # Refused before the 101, as the API does: the client sees an HTTP status.
-            await ws.send_denial_response(self.error_response(denied, request_id))
+            await ws.send_denial_response(error_response(denied, request_id))
             counters = self.service.counters
             counters.ws_refused[denied.status] += 1
             counters.ws_error(denied.status, denied.code or "")

@@ -27,7 +27,7 @@ from typing import Any
 from harness.wire import events as ev
 from harness.wire.sse import encode_event
 from reference_server.core.lifecycle import IN_PROGRESS, QUEUED, TERMINAL, can_move
-from reference_server.core.validation import RequestError
+from reference_server.core.validation import RequestError, invalid
 from reference_server.store import SqliteStore
 
 # Events one running background response keeps in memory (its SSE frames); beyond it the
@@ -46,9 +46,7 @@ class EventGap(Exception):
 
 
 def gap_error(response_id: str, first_kept: int) -> RequestError:
-    return RequestError(
-        400,
-        "invalid_value",
+    return invalid(
         f"Events of response '{response_id}' before sequence_number {first_kept} are no longer "
         f"kept (at most {MAX_EVENT_BYTES // (1024 * 1024)} MiB per response); "
         f"resume with starting_after >= {first_kept - 1}.",

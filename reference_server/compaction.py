@@ -1,9 +1,5 @@
-"""``POST /v1/responses/compact``: one compaction, with its modelled cost (docs/model.md §14).
-
-What it costs is what a response costs: the API tier's work on the input, then the
-engine prefilling the input (its prefix cache applies) and decoding the compacted
-summary, then the bookkeeping.  Nothing is streamed and nothing is stored: the
-client sends the compaction item back as input of its next request.
+"""``POST /v1/responses/compact``: one compaction, with its modelled cost (docs/model.md §14):
+a response's, the summary being its output.  Nothing is streamed or stored (docs/server.md).
 """
 
 from __future__ import annotations

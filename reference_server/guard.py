@@ -56,8 +56,9 @@ class ConnectionGuard:
         self.app = app
         self.send_timeout_s = send_timeout_s
         self.http_lifetime_s = http_lifetime_s
-        # When each open HTTP connection (client host, port) was first seen; bounded LRU.
-        self._http_seen: OrderedDict[tuple[str, int], float] = OrderedDict()
+        # Without the stamping protocol: each HTTP connection (client host, port) while it
+        # is open, [first seen, requests so far]; a bounded LRU.
+        self._http_seen: OrderedDict[tuple[str, int], list[Any]] = OrderedDict()
         self.open = 0
         self.per_client: dict[str, int] = {}
         self.dropped_slow = 0
@@ -80,6 +81,7 @@ class ConnectionGuard:
         self._conns.add(conn)
         self.open += 1
         self.per_client[host] = self.per_client.get(host, 0) + 1
+        self._stamp_connection(scope, loop.time())
         close_after = self._close_after(scope, loop.time())
 
         async def guarded_send(message: Message) -> None:
@@ -110,27 +112,34 @@ class ConnectionGuard:
             else:
                 del self.per_client[host]
 
-    def _close_after(self, scope: Scope, now: float) -> bool:
-        """True if this HTTP request's keep-alive connection has outlived ``http_lifetime_s``."""
+    def _stamp_connection(self, scope: Scope, now: float) -> None:
+        """``scope[CONNECTION_KEY]`` as reference_server/protocols.py stamps it, under another
+        ASGI server: the connection is the client's (host, port) while it is open."""
         client = scope.get("client")
-        if self.http_lifetime_s is None or scope["type"] != "http" or not client:
-            return False
-        stamped = scope.get(CONNECTION_KEY)
-        if stamped is not None:
-            return bool(now - stamped[0] >= self.http_lifetime_s)
-        # Without the stamping protocol (another ASGI server): the connection's first request
-        # by its (host, port), in a bounded LRU.
+        if scope["type"] != "http" or CONNECTION_KEY in scope or not client:
+            return
         key = (str(client[0]), int(client[1]))
-        first = self._http_seen.get(key)
-        if first is None:
-            first = self._http_seen[key] = now
+        seen = self._http_seen.get(key)
+        if seen is None:
+            seen = self._http_seen[key] = [now, 0]
             if len(self._http_seen) > 65536:
                 self._http_seen.popitem(last=False)
-        if now - first >= self.http_lifetime_s:
-            # The next request from this port is a new connection.
-            del self._http_seen[key]
-            return True
-        return False
+        else:
+            self._http_seen.move_to_end(key)
+        seen[1] += 1
+        scope[CONNECTION_KEY] = (seen[0], seen[1])
+
+    def _close_after(self, scope: Scope, now: float) -> bool:
+        """True if this HTTP request's keep-alive connection has outlived ``http_lifetime_s``."""
+        stamped = scope.get(CONNECTION_KEY)
+        if self.http_lifetime_s is None or scope["type"] != "http" or stamped is None:
+            return False
+        if now - stamped[0] < self.http_lifetime_s:
+            return False
+        client = scope.get("client")
+        if client:  # the next request from this port is a new connection
+            self._http_seen.pop((str(client[0]), int(client[1])), None)
+        return True
 
     async def _watch(self) -> None:
         period = max(0.05, min(1.0, self.send_timeout_s / 4))

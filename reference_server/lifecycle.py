@@ -40,7 +40,7 @@ from reference_server.core.lifecycle import (
     page,
     parse_list_query,
 )
-from reference_server.core.validation import CreateRequest, RequestError
+from reference_server.core.validation import CreateRequest, RequestError, invalid
 from reference_server.event_stream import SseResponse
 from reference_server.json_answers import error_response, json_response
 from reference_server.service import Job, Service, now_s
@@ -61,11 +61,11 @@ def _route(handler: Handler) -> Callable[[Lifecycle, Request], Awaitable[Respons
         request_id = self._request_id()
         denied = self.service.check_api_key(request.headers)
         if denied is not None:
-            return self._error(denied, request_id)
+            return error_response(denied, request_id)
         try:
             return await handler(self, request, request_id, request.path_params["response_id"])
         except RequestError as err:
-            return self._error(err, request_id)
+            return error_response(err, request_id)
 
     return route
 
@@ -81,9 +81,6 @@ class Lifecycle:
     def _request_id(self) -> str:
         return ev.new_id("req", self.service.rng())
 
-    _json = staticmethod(json_response)
-    _error = staticmethod(error_response)
-
     def _stream(self, frames: Frames, request_id: str, ended: Callable[[], bool]) -> Response:
         headers = {"x-request-id": request_id}
         return _FrameStream(frames, headers, done_marker=self._done_marker, ended=ended)
@@ -95,11 +92,11 @@ class Lifecycle:
             return await self._replay(rid, request, request_id)
         run = self.runs.get(rid)
         if run is not None:
-            return self._json(run.current(), request_id)
+            return json_response(run.current(), request_id)
         stored = await self.store.get_object(rid)
         if stored is None:
             raise not_found(rid)
-        return self._json(stored.response, request_id)
+        return json_response(stored.response, request_id)
 
     async def _replay(self, rid: str, request: Request, request_id: str) -> Response:
         after = _starting_after(request.query_params.get("starting_after"))
@@ -135,14 +132,14 @@ class Lifecycle:
             await self.runs.stop(run, "cancelled")
         if not await self.store.delete(rid):
             raise not_found(rid)
-        return self._json({"id": rid, "object": "response", "deleted": True}, request_id)
+        return json_response({"id": rid, "object": "response", "deleted": True}, request_id)
 
     # -- GET /v1/responses/{id}/input_items ----------------------------------------------------
     @_route
     async def input_items(self, request: Request, request_id: str, rid: str) -> Response:
         query = parse_list_query(dict(request.query_params))
         items = await self._inputs(rid)
-        return self._json(page(input_item_views(items, rid), query), request_id)
+        return json_response(page(input_item_views(items, rid), query), request_id)
 
     async def _inputs(self, rid: str) -> list[dict[str, Any]]:
         """Every item the response was generated from: its chain's, then its own input."""
@@ -168,7 +165,7 @@ class Lifecycle:
             refused = cancel_refusal(True, run.status) if run.status != "cancelled" else None
             if refused is not None:
                 raise refused
-            return self._json(run.snapshot, request_id)
+            return json_response(run.snapshot, request_id)
         stored = await self.store.get_object(rid)
         if stored is None:
             raise not_found(rid)
@@ -177,20 +174,18 @@ class Lifecycle:
         if refused is not None:
             raise refused
         if status in TERMINAL:
-            return self._json(stored.response, request_id)  # cancelled already: idempotent
+            return json_response(stored.response, request_id)  # cancelled already: idempotent
         # Queued or in progress here but run by no task of this process (a restart cut it).
         response = dict(stored.response, status="cancelled")
         self.store.put_object(rid, response, background=True, n_output=0)
-        return self._json(response, request_id)
+        return json_response(response, request_id)
 
     # -- POST /v1/responses with background: true ---------------------------------------------
     async def create_background(self, job: Job, request_id: str) -> Response:
         req, conv = job.req, job.conv
         if not req.store:
-            return self._error(
-                RequestError(
-                    400,
-                    "invalid_value",
+            return error_response(
+                invalid(
                     "Invalid value for 'background': background mode requires 'store' to be true.",
                     "background",
                 ),
@@ -198,7 +193,7 @@ class Lifecycle:
             )
         refused = self.runs.refusal()
         if refused is not None:
-            return self._error(refused, request_id)
+            return error_response(refused, request_id)
         response_id = ev.new_id("resp", job.rng)
         announce = ev.ResponseBuilder(
             response_id, model=req.model, created_at=now_s(), request=req.raw
@@ -225,7 +220,7 @@ class Lifecycle:
 
         self.runs.start(run, generation)
         if not req.stream:
-            return self._json(run.snapshot, request_id)
+            return json_response(run.snapshot, request_id)
         return self._follow(run, -1, request_id)
 
     def _follow(self, run: BackgroundRun, after: int, request_id: str) -> Response:
@@ -286,9 +281,7 @@ def _starting_after(value: str | None) -> int:
     except ValueError:
         after = -2
     if after < -1:
-        raise RequestError(
-            400,
-            "invalid_value",
+        raise invalid(
             f"Invalid 'starting_after': expected a sequence number (an integer >= 0), got {value!r}.",
             "starting_after",
         )

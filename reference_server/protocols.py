@@ -1,32 +1,14 @@
 """uvicorn protocol classes that tell the app when a request's bytes arrived.
 
-The modelled API-tier time stands for the work a real server does from the moment a
-request reaches it; started when the app first sees the request, it would leave out
-uvicorn's reading, parsing and task scheduling, which then showed up as measurement
-overhead (docs/server.md "Under uvicorn", BENCHMARKS.md).  These subclasses stamp
-``perf_counter_ns`` when ``data_received`` is entered and pass it to the app:
-
-* HTTP: ``scope["loopbench.arrived_ns"]`` (left out for a pipelined request,
-  which waits for the one before it);
-* WebSocket: ``message["loopbench.arrived_ns"]`` on each ``websocket.receive``.
-
-A WebSocket upgrade is handed, parsed, to :class:`ServerWebSocket`, a protocol of our
-own framed by the project's one codec (harness/wire/ws_frames.py): the request is not
-serialized and parsed again by a second library, and a frame costs one pass of the
-codec.  It offers one ASGI extension, ``scope["extensions"]["loopbench.send_batch"]``:
-a ``websocket.send`` message carrying ``"loopbench.texts"`` (a list of UTF-8 encoded
-text messages) is sent as that many frames in one transport write — the events a
-response emits together (an output item opening with its first delta, say) cost one
-syscall and one trip through the ASGI stack instead of one each.
-
-On a WebSocket upgrade the HTTP protocol also drops its parser, whose callbacks
-point back at it: otherwise each closed WebSocket connection lingers as cyclic
-garbage until a collection pause frees it.
-
-Both are optional to the app: it falls back to stamping arrival itself and to
-one ASGI message per event under another ASGI server.  They depend on uvicorn
-internals (the httptools protocol's ``data_received``, ``on_message_begin``,
-``handle_websocket_upgrade`` and the request it has parsed).
+Why, and what they cost and save: docs/server.md, "Under uvicorn: arrival stamps, batched
+writes".  Each stamps ``perf_counter_ns`` when ``data_received`` is entered: HTTP in
+``scope["loopbench.arrived_ns"]`` (left out for a pipelined request, which waits for the one
+before it), WebSocket in ``message["loopbench.arrived_ns"]`` of each ``websocket.receive``.
+A WebSocket upgrade is handed, parsed, to :class:`ServerWebSocket` (framed by
+harness/wire/ws_frames.py), whose ASGI extension ``loopbench.send_batch`` sends a
+``websocket.send`` carrying ``"loopbench.texts"`` (UTF-8 texts) as that many frames in one
+write.  They depend on uvicorn internals (the httptools protocol's ``data_received``,
+``on_message_begin``, ``handle_websocket_upgrade`` and the request it has parsed).
 """
 
 from __future__ import annotations

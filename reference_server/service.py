@@ -50,7 +50,7 @@ from reference_server.core.output import (
 )
 from reference_server.core.profiles import load_profiles
 from reference_server.core.reasoning import reasoning_budget
-from reference_server.core.validation import CreateRequest, RequestError, reasoning_options
+from reference_server.core.validation import CreateRequest, RequestError, invalid, reasoning_options
 from reference_server.metrics import ServerCounters
 from reference_server.sim import Simulator, decode_seed, mark_arrival
 from reference_server.store import SqliteStore
@@ -157,11 +157,10 @@ class Job:
 
 
 def previous_not_found(response_id: str) -> RequestError:
-    return RequestError(
-        400,
-        "previous_response_not_found",
+    return invalid(
         f"Previous response with id '{response_id}' not found.",
         "previous_response_id",
+        "previous_response_not_found",
     )
 
 

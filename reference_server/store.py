@@ -1,19 +1,9 @@
 """Where ``store: true`` responses live between requests: SQLite, off the event loop.
 
-Each response is one row holding only what it *added* to its chain (its new
-input items and its output items) and a pointer to its predecessor, so a chain
-of N turns costs O(N) storage, not O(N²); :meth:`SqliteStore.get` walks the
-pointers with one recursive query and returns the whole context.
-
-Every SQLite call runs on one dedicated thread (a single-worker executor): the
-event loop only submits jobs and awaits their futures.  Because that worker runs
-jobs in submission order, :meth:`SqliteStore.put` need not be awaited: a ``get``
-submitted after a ``put`` always sees it.  The server relies on that to keep
-the write off the response's critical path.
-
-``path=":memory:"`` keeps the database in process (lost on exit); any other
-path is a file in WAL mode that survives restarts (:func:`default_store_path`
-when none is given).
+The rows, the one recursive query and the one worker thread: docs/server.md, "The store".
+That thread runs jobs in submission order, so :meth:`SqliteStore.put` need not be awaited:
+a ``get`` submitted after a ``put`` always sees it, and the write stays off the response's
+critical path.  ``path=":memory:"`` keeps the database in process (lost on exit).
 """
 
 from __future__ import annotations

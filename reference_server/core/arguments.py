@@ -204,12 +204,6 @@ def _realistic(kind: str, rng: random.Random) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(2, 6)))
 
 
-def _formatted(fmt: str, rng: random.Random) -> str | None:
-    """A value of a JSON Schema ``format``, or None for a format this walker does not know."""
-    draw = _FORMATS.get(fmt)
-    return None if draw is None else draw(rng)
-
-
 def _finite(schema: dict[str, Any], key: str) -> float | None:
     value = schema.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -385,9 +379,9 @@ class _Walker:
 
     def string(self, s: dict[str, Any], name: str) -> str:
         fmt = s.get("format")
-        text = _formatted(fmt, self.rng) if isinstance(fmt, str) else None
-        if text is None:
-            text = self.realistic(_kind_of_name(name))
+        # A format this walker does not know gets the value its property's name suggests.
+        draw = _FORMATS.get(fmt) if isinstance(fmt, str) else None
+        text = draw(self.rng) if draw is not None else self.realistic(_kind_of_name(name))
         patterns = [s.get("pattern"), *s.get(_MORE_PATTERNS, [])]
         wanted = [p for p in patterns if isinstance(p, str)]
         if wanted:

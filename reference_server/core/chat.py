@@ -20,13 +20,12 @@ from typing import Any
 from harness.wire import events as ev
 from reference_server.core.validation import (
     REASONING_EFFORTS,
-    TOOL_CHOICES,
     CreateRequest,
     body_model,
     booleans,
     checked,
     content_parts,
-    function_name,
+    function_tool,
     invalid,
     missing,
     number_in,
@@ -34,6 +33,7 @@ from reference_server.core.validation import (
     one_of,
     string_map,
     token_cap,
+    tool_choice,
     wrong_type,
 )
 
@@ -168,66 +168,13 @@ def chat_tools(value: Any) -> list[dict[str, Any]]:
         fn = tool.get("function")
         if not isinstance(fn, dict):
             raise missing(f"{where}.function")
-        name = function_name(fn.get("name"), f"{where}.function.name")
-        if name in seen:
-            raise invalid(
-                f"Invalid '{where}.function.name': duplicate function name {name!r}.",
-                f"{where}.function.name",
-            )
-        seen.add(name)
-        params = checked(
-            fn.get("parameters"), f"{where}.function.parameters", "a JSON schema object", dict
-        )
-        if isinstance(params, dict) and params.get("type", "object") != "object":
-            raise invalid(
-                f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"'.",
-                f"{where}.function.parameters",
-                "invalid_function_parameters",
-            )
+        name = function_tool(fn, f"{where}.function", seen)
         out: dict[str, Any] = {"type": "function", "name": name}
         for key in ("description", "parameters", "strict"):
             if fn.get(key) is not None:
                 out[key] = fn[key]
         tools.append(out)
     return tools
-
-
-def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
-    """The Responses ``tool_choice`` of a chat one (``allowed_tools`` read as its mode)."""
-    functions = [t for t in tools if t.get("type") == "function"]
-    if value is None:
-        return "auto"
-    if isinstance(value, dict) and value.get("type") == "allowed_tools":
-        allowed = value.get("allowed_tools")
-        value = allowed.get("mode", "auto") if isinstance(allowed, dict) else None
-        if value not in ("auto", "required"):
-            raise invalid(
-                "Invalid value for 'tool_choice.allowed_tools.mode': expected 'auto' or 'required'.",
-                "tool_choice.allowed_tools.mode",
-            )
-    if isinstance(value, str):
-        one_of(value, "tool_choice", TOOL_CHOICES, " or an object")
-        if value == "required" and not functions:
-            raise invalid(
-                "Tool choice 'required' needs at least one function in 'tools'.", "tool_choice"
-            )
-        return value
-    if isinstance(value, dict) and value.get("type") == "function":
-        fn = value.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if not any(t["name"] == name for t in functions):
-            raise invalid(
-                f"Invalid value for 'tool_choice.function.name': no function in 'tools' is named {name!r}.",
-                "tool_choice.function.name",
-            )
-        return {"type": "function", "name": name}
-    if isinstance(value, dict) and value.get("type") == "custom":
-        return "none"  # a custom tool forced is one the simulated model never calls: it answers
-    raise invalid(
-        "Invalid value for 'tool_choice': expected 'auto', 'none', 'required' or an object "
-        "of type 'function', 'custom' or 'allowed_tools'.",
-        "tool_choice",
-    )
 
 
 def _max_tokens(body: dict[str, Any]) -> tuple[int | None, str]:
@@ -263,7 +210,7 @@ def parse_chat(body: Any) -> ChatRequest:
     body, model = body_model(body)
     items = chat_items(body.get("messages"))
     tools = chat_tools(body.get("tools"))
-    tool_choice = _tool_choice(body.get("tool_choice"), tools)
+    choice = tool_choice(body.get("tool_choice"), tools, chat=True)
     max_tokens, max_field = _max_tokens(body)
     _check_scalars(body)
     stream = body.get("stream") is True
@@ -286,7 +233,7 @@ def parse_chat(body: Any) -> ChatRequest:
         model=model,
         input_items=items,
         tools=tools,
-        tool_choice=tool_choice,
+        tool_choice=choice,
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         store=False,
         stream=stream,
@@ -353,14 +300,7 @@ class ChatChunks:
     _calls: int = field(default=0, init=False)
 
     def _frame(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": None,
-            "choices": choices,
-        }
+        return _envelope(self.id, "chat.completion.chunk", self.created, self.model, choices)
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
@@ -438,20 +378,22 @@ def chat_completion(response: dict[str, Any], completion_id: str, created: int) 
         message["tool_calls"] = calls
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
-    doc: dict[str, Any] = {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": response.get("model"),
-        "system_fingerprint": None,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": finish_reason(response),
-            }
-        ],
-        "usage": chat_usage(response.get("usage") or {}),
-    }
+    reason = finish_reason(response)
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+    doc = _envelope(completion_id, "chat.completion", created, response.get("model"), [choice])
+    doc["usage"] = chat_usage(response.get("usage") or {})
     return with_sim_timing(doc, response)
+
+
+def _envelope(
+    doc_id: str, kind: str, created: int, model: Any, choices: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What a ``chat.completion`` and each of its chunks carry around their choices."""
+    return {
+        "id": doc_id,
+        "object": kind,
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": choices,
+    }

@@ -8,7 +8,6 @@ holds: docs/server.md, "Compaction".
 from __future__ import annotations
 
 import random
-import re
 from typing import Any
 
 from harness.wire import events as ev
@@ -18,7 +17,6 @@ from harness.wire.tokens import CHARS_PER_TOKEN
 SUMMARY_SHARE = 0.10
 MIN_SUMMARY_TOKENS = 512
 _HEADER = "lbcmp1."
-_HEADER_RE = re.compile(r"lbcmp1\.(\d{1,9})\.")
 _FILL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 
@@ -32,14 +30,6 @@ def encrypted_content(tokens: int, rng: random.Random) -> str:
     head = f"{_HEADER}{tokens}."
     size = max(len(head), tokens * CHARS_PER_TOKEN)
     return head + "".join(rng.choices(_FILL, k=size - len(head)))
-
-
-def content_tokens(content: str) -> int:
-    """The tokens a compaction item stands for: its header's count, else its length / 4."""
-    found = _HEADER_RE.match(content)
-    if found:
-        return int(found.group(1))
-    return (len(content) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 
 def compaction_item(tokens: int, rng: random.Random) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_server.core.conversation import Conversation, item_tokens
-from reference_server.core.output import HINT_OUTPUT_TOKENS
-from reference_server.core.validation import CreateRequest, RequestError
+from reference_server.core.output import HINT_OUTPUT_TOKENS, int_hint
+from reference_server.core.validation import CreateRequest, RequestError, invalid
 
 TRUNCATION_MODES = ("auto", "disabled")
 # The public API's wording; what follows it is loopbench's, with the numbers a client can act on.
@@ -56,11 +56,8 @@ def truncation_mode(req: CreateRequest) -> str:
         return "disabled"
     if value not in TRUNCATION_MODES:
         shown = value if isinstance(value, str) else type(value).__name__
-        raise RequestError(
-            400,
-            "invalid_value",
-            f"Invalid value: '{shown}'. Supported values are: 'auto' and 'disabled'.",
-            "truncation",
+        raise invalid(
+            f"Invalid value: '{shown}'. Supported values are: 'auto' and 'disabled'.", "truncation"
         )
     return str(value)
 
@@ -69,12 +66,11 @@ def check_max_output(req: CreateRequest, limits: Limits) -> None:
     """``max_output_tokens`` above the model's cap is refused, as the API refuses it."""
     mot = req.max_output_tokens
     if mot is not None and mot > limits.max_output_tokens:
-        raise RequestError(
-            400,
-            "integer_above_max_value",
+        raise invalid(
             f"Invalid 'max_output_tokens': integer above maximum value. Expected a value "
             f"<= {limits.max_output_tokens}, but got {mot} instead.",
             "max_output_tokens",
+            "integer_above_max_value",
         )
 
 
@@ -84,20 +80,16 @@ def requested_output(req: CreateRequest, unhinted: int, limits: Limits) -> int:
     cap (docs/model.md §13)."""
     if req.max_output_tokens is not None:
         return min(req.max_output_tokens, limits.max_output_tokens)
-    raw = req.metadata.get(HINT_OUTPUT_TOKENS)
-    planned = unhinted
-    if raw is not None and len(raw) <= 20 and raw.strip().isdigit():
-        planned = max(1, int(raw))
-    return min(planned, limits.max_output_tokens)
+    hint = int_hint(req.metadata, HINT_OUTPUT_TOKENS)
+    return min(unhinted if hint is None else max(1, hint), limits.max_output_tokens)
 
 
 def context_error(input_tokens: int, output_tokens: int, window: int) -> RequestError:
-    return RequestError(
-        400,
-        "context_length_exceeded",
+    return invalid(
         f"{CONTEXT_MESSAGE} (loopbench: {input_tokens} input tokens + {output_tokens} "
         f"requested output tokens exceed the context window of {window} tokens.)",
         "input",
+        "context_length_exceeded",
     )
 
 

@@ -9,7 +9,7 @@ the harness measures, so the server does the real work it models.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -126,14 +126,7 @@ class Conversation:
 
     def fork(self) -> Conversation:
         """A copy that can be extended without changing this one (lists are copied, items shared)."""
-        return Conversation(
-            list(self.items),
-            list(self.prefix_hashes),
-            self.tokens,
-            self.function_calls,
-            self.head,
-            self.head_tokens,
-        )
+        return replace(self, items=list(self.items), prefix_hashes=list(self.prefix_hashes))
 
     @classmethod
     def build(

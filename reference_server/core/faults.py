@@ -1,15 +1,9 @@
-"""Seeded fault injection: what goes wrong with which request.
+"""Seeded fault injection: what goes wrong with which request (docs/reliability.md's table).
 
-A :class:`FaultSpec` holds rates; :class:`FaultInjector` draws one
-:class:`Fault` per admitted request (an HTTP POST or a WebSocket
-``response.create``) from its own seeded generator, so the same sequence of
-requests meets the same sequence of faults.  The kinds (error, disconnect, stall,
-spike, evict; ``lifetime_s`` is not drawn) are mutually exclusive, drawn with one
-uniform number against cumulative rates; what each does and what a client sees:
-docs/reliability.md's fault table.
-
-Drawing is pure; applying a drawn fault to a live stream (the cut, the stall, the
-spike's wait) is the asyncio edge's: reference_server/fault_send.py.
+:class:`FaultInjector` draws one :class:`Fault` per admitted request from its own seeded
+generator, so the same requests meet the same faults; the kinds are mutually exclusive (one
+uniform draw against cumulative rates).  Applying one to a live stream is
+reference_server/fault_send.py's.
 """
 
 from __future__ import annotations

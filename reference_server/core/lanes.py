@@ -55,7 +55,6 @@ class LaneCache:
         self.max_bytes = max_bytes
         self._lanes: OrderedDict[str | None, CachedResponse] = OrderedDict()
         self.total_bytes = 0
-        self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._lanes)
@@ -81,7 +80,6 @@ class LaneCache:
         while self.total_bytes > self.max_bytes and self._lanes:
             name, gone = self._lanes.popitem(last=False)
             self.total_bytes -= gone.nbytes
-            self.evictions += 1
             evicted.append(name)
         return evicted
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reference_server.core.validation import RequestError
+from reference_server.core.validation import RequestError, invalid
 
 QUEUED = "queued"
 IN_PROGRESS = "in_progress"
@@ -76,21 +76,14 @@ def parse_list_query(params: dict[str, str]) -> ListQuery:
     limit = LIST_LIMIT_DEFAULT
     if raw_limit is not None:
         if not raw_limit.strip().isdigit() or not 1 <= int(raw_limit) <= LIST_LIMIT_MAX:
-            raise RequestError(
-                400,
-                "invalid_value",
+            raise invalid(
                 f"Invalid 'limit': expected an integer from 1 to {LIST_LIMIT_MAX}, got {raw_limit!r}.",
                 "limit",
             )
         limit = int(raw_limit)
     order = params.get("order", "desc")
     if order not in ORDERS:
-        raise RequestError(
-            400,
-            "invalid_value",
-            f"Invalid 'order': expected 'asc' or 'desc', got {order!r}.",
-            "order",
-        )
+        raise invalid(f"Invalid 'order': expected 'asc' or 'desc', got {order!r}.", "order")
     after = params.get("after") or None
     return ListQuery(limit, order, after)
 
@@ -106,11 +99,8 @@ def page(items: list[dict[str, Any]], query: ListQuery) -> dict[str, Any]:
     if query.after is not None:
         ids = [it.get("id") for it in ordered]
         if query.after not in ids:
-            raise RequestError(
-                400,
-                "invalid_value",
-                f"Invalid 'after': no input item with id '{query.after}' in this response.",
-                "after",
+            raise invalid(
+                f"Invalid 'after': no input item with id '{query.after}' in this response.", "after"
             )
         start = ids.index(query.after) + 1
     data = ordered[start : start + query.limit]
@@ -154,31 +144,21 @@ def _view(item: dict[str, Any], kind: str) -> dict[str, Any] | None:
     if kind == "message":
         role = item.get("role")
         content = item.get("content")
+        status = "completed"
         if role == "assistant":
+            status = item.get("status") or status
             parts = (
                 [{"type": "output_text", "text": content, "annotations": []}]
                 if isinstance(content, str)
                 else [_output_part(p) for p in content or []]
             )
-            return {
-                "id": item.get("id"),
-                "type": "message",
-                "role": "assistant",
-                "status": item.get("status") or "completed",
-                "content": parts,
-            }
-        parts = (
-            [{"type": "input_text", "text": content}]
-            if isinstance(content, str)
-            else list(content or [])
-        )
-        return {
-            "id": item.get("id"),
-            "type": "message",
-            "role": role,
-            "status": "completed",
-            "content": parts,
-        }
+        else:
+            parts = (
+                [{"type": "input_text", "text": content}]
+                if isinstance(content, str)
+                else list(content or [])
+            )
+        return dict(id=item.get("id"), type="message", role=role, status=status, content=parts)
     if kind in ("function_call", "function_call_output", "reasoning"):
         view = dict(item)
         view["status"] = item.get("status") or "completed"

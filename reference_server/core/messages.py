@@ -8,13 +8,9 @@ into the conversation items the ``http`` transport sends, one item per block.
 ``message_start`` … ``message_stop`` stream, :func:`message_object` the finished
 response into the ``stream: false`` message.
 
-Prompt caching (docs/model.md "Prompt caching"): the blocks marked with
-``cache_control`` are the only prefixes the engine caches or reads for this request.
-:attr:`MessagesRequest.cache_writes` are their keys and token positions, in the
-API's prompt order (tools, system, messages), and :attr:`MessagesRequest.cache_reads`
-the block boundaries a read may hit; the engine's prefix cache looks those up and
-inserts these as it does conversation prefixes, so the tokens read skip prefill, and
-:func:`cache_usage` splits the input as the API reports it.
+Prompt caching (docs/model.md "Prompt caching"): the blocks marked with ``cache_control``
+are the only prefixes the engine caches or reads for this request
+(:attr:`MessagesRequest.cache_writes`, :attr:`MessagesRequest.cache_reads`).
 """
 
 from __future__ import annotations

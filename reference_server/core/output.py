@@ -87,7 +87,8 @@ class OutputPlan:
         return self.reasoning_tokens + self.text_tokens + sum(c.tokens for c in self.calls)
 
 
-def _int_hint(metadata: dict[str, str], key: str, limit: int | None = None) -> int | None:
+def int_hint(metadata: dict[str, str], key: str, limit: int | None = None) -> int | None:
+    """A ``loopbench.*`` metadata hint as an integer ≥ 0 (at most ``limit``); None if it is not one."""
     raw = metadata.get(key)
     if raw is None or len(raw) > 20:
         return None
@@ -145,7 +146,7 @@ def plan_output(
         )
 
     function_tools = callable_tools(tools)
-    hint = _int_hint(metadata, HINT_OUTPUT_TOKENS, MAX_HINT_OUTPUT_TOKENS)
+    hint = int_hint(metadata, HINT_OUTPUT_TOKENS, MAX_HINT_OUTPUT_TOKENS)
     limit = max_output_tokens
     if limit is not None and reasoning_tokens > 0:
         if reasoning_tokens >= limit:
@@ -164,7 +165,7 @@ def plan_output(
     elif tool_choice == "none":
         call = False
     else:  # auto: a scripted agent makes K calls along the chain, then answers
-        k = _int_hint(metadata, HINT_TOOL_CALLS)
+        k = int_hint(metadata, HINT_TOOL_CALLS)
         k = default_auto_tool_calls if k is None else k
         call = bool(function_tools) and chain_function_calls < k
 
@@ -175,7 +176,7 @@ def plan_output(
 
     n_calls = 1
     if parallel_tool_calls:
-        n_calls = max(1, _int_hint(metadata, HINT_PARALLEL_CALLS, MAX_PARALLEL_CALLS) or 1)
+        n_calls = max(1, int_hint(metadata, HINT_PARALLEL_CALLS, MAX_PARALLEL_CALLS) or 1)
     calls: list[PlannedCall] = []
     budget = limit
     hinted_left = max(1, hint) if hint is not None else 0

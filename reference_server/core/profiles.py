@@ -217,28 +217,13 @@ class EngineProfile(_Profile):
     max_streams: AtLeastOne
     aggregate_tps: Positive
     prefix_cache_entries: NonNegativeInt
-    # Batching (docs/model.md §2, "Interference"): an engine that steps every active stream
-    # together takes longer per step the more streams the step holds.  Each other active
-    # stream adds this fraction to every stream's time per output token, and this much to
-    # a newcomer's first token (its prefill waits for, and shares, their decode steps).
-    # 0 (the default) is an engine whose streams never slow each other below aggregate_tps.
+    # How streams slow each other (batching, idle wake-up, busy admission, the TTFT spread):
+    # docs/model.md's engine table and §2.  0, each one's default, keeps every older profile
+    # as it was (no draw changes its first token).
     decode_slowdown_per_stream: float = Field(default=0.0, ge=0, le=10)
     ttft_per_active_ms: NonNegative = 0.0
-    # An engine that idles between requests wakes up for one arriving with no other stream
-    # active: that request's first token comes this much later (docs/model.md §2, "Idle
-    # wake-up"); one arriving at a busy engine joins its next step.  vLLM on the CPU: its
-    # TTFT at concurrency 2 is below that at 1.  0 (the default) keeps every older profile.
     idle_wake_ms: NonNegative = 0.0
-    # The step the other way: a request arriving while other streams are active pays this
-    # much once on its first token, on top of ttft_per_active_ms (docs/model.md §2, "Busy
-    # admission"): vLLM on 2 CPUs with its worker pinned admits a newcomer after the running
-    # step.  0 (the default) keeps every older profile.
     busy_admit_ms: NonNegative = 0.0
-    # Each request's first token moves by a seeded draw of mean 0: (Exp(1) - 1) times
-    # ttft_spread_ms + ttft_spread_per_active_ms per other stream active at admission
-    # (docs/model.md §2, "TTFT spread"): where in the running streams' steps a newcomer
-    # lands.  vLLM on the CPU: its TTFT p99 is 1.7-2.5x its p50, the fixed model's 1.2-1.5x.
-    # 0 (the default) keeps every older profile: no draw changes its first token.
     ttft_spread_ms: NonNegative = 0.0
     ttft_spread_per_active_ms: NonNegative = 0.0
     # Reasoning tokens decoded before the visible output of every response that names no

@@ -240,8 +240,10 @@ def _normalize_item(where: str, item: dict[str, Any]) -> dict[str, Any]:
         return _reasoning_item(item, where)
     if kind == "item_reference":
         return item
-    if kind == "compaction":
-        return _compaction_input(item, where)
+    if kind == "compaction":  # POST /v1/responses/compact's output sent back
+        if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
+            raise missing(f"{where}.encrypted_content")
+        return item
     if kind in CONTEXT_ITEM_TYPES:
         return item
     raise invalid(
@@ -312,73 +314,81 @@ def reasoning_options(body: dict[str, Any]) -> ReasoningOptions:
     return ReasoningOptions(effort, summary is not None, "reasoning.encrypted_content" in include)
 
 
-def _compaction_input(item: dict[str, Any], where: str) -> dict[str, Any]:
-    """A compaction item sent back (``POST /v1/responses/compact``'s output): its content is required."""
-    if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
-        raise missing(f"{where}.encrypted_content")
-    return item
-
-
-def _validate_tool(where: str, tool: dict[str, Any]) -> dict[str, Any]:
-    if tool.get("type") != "function":
-        # Hosted tools (web_search, …) are accepted and never called by the simulated model.
-        if isinstance(tool.get("type"), str):
-            return tool
-        raise missing(f"{where}.type")
-    name = function_name(tool.get("name"), f"{where}.name")
-    params = checked(tool.get("parameters"), f"{where}.parameters", "a JSON schema object", dict)
+def function_tool(fn: dict[str, Any], where: str, seen: set[str]) -> str:
+    """A function tool's name (unique among ``seen``, which it joins) and ``parameters``, checked."""
+    name = function_name(fn.get("name"), f"{where}.name")
+    if name in seen:
+        raise invalid(f"Invalid '{where}.name': duplicate function name {name!r}.", f"{where}.name")
+    seen.add(name)
+    params = checked(fn.get("parameters"), f"{where}.parameters", "a JSON schema object", dict)
     if isinstance(params, dict) and params.get("type", "object") != "object":
         raise invalid(
             f"Invalid schema for function '{name}': schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{params.get('type')}\"'.",
             f"{where}.parameters",
             "invalid_function_parameters",
         )
+    return name
+
+
+def _validate_tool(where: str, tool: dict[str, Any], seen: set[str]) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        # Hosted tools (web_search, …) are accepted and never called by the simulated model.
+        if isinstance(tool.get("type"), str):
+            return tool
+        raise missing(f"{where}.type")
+    function_tool(tool, where, seen)
     return tool
 
 
-def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
+def tool_choice(value: Any, tools: list[dict[str, Any]], *, chat: bool = False) -> Any:
     """``tool_choice`` as the output model reads it: a mode, or the one function forced.
 
     ``allowed_tools`` is read as its ``mode`` (the simulated model picks among every
     function tool); a hosted or custom tool forced is one it never calls, so it answers.
+    ``chat``: the Chat Completions shape, whose objects nest the name and the mode.
     """
     if value is None:
         return "auto"
-    if isinstance(value, str):
-        choice: Any = one_of(value, "tool_choice", TOOL_CHOICES, " or an object")
+    functions = {t.get("name") for t in tools if t.get("type") == "function"}
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "function":
+        fn = value.get("function") if chat else value
+        name = fn.get("name") if isinstance(fn, dict) else None
+        where = "tool_choice.function.name" if chat else "tool_choice.name"
+        if name not in functions:
+            raise invalid(f"Invalid value for '{where}': no function tool named {name!r}.", where)
+        return {"type": "function", "name": name}
+    if kind == "allowed_tools":
+        allowed = value.get("allowed_tools") if chat else value
+        value = allowed.get("mode", "auto") if isinstance(allowed, dict) else None
+        where = "tool_choice.allowed_tools.mode" if chat else "tool_choice.mode"
+        if value not in ("auto", "required"):
+            raise invalid(
+                f"Invalid value for '{where}': expected 'auto' or 'required', got {value!r}.",
+                where,
+            )
+    elif chat and not isinstance(value, str) and kind != "custom":
+        raise invalid(
+            "Invalid value for 'tool_choice': expected 'auto', 'none', 'required' or an object "
+            "of type 'function', 'custom' or 'allowed_tools'.",
+            "tool_choice",
+        )
     elif isinstance(value, dict):
-        kind = value.get("type")
         if not isinstance(kind, str):
             raise missing("tool_choice.type")
-        functions = [t for t in tools if t.get("type") == "function"]
-        if kind == "function":
-            if not any(t.get("name") == value.get("name") for t in functions):
-                raise invalid(
-                    f"Invalid value for 'tool_choice.name': no function tool named {value.get('name')!r}.",
-                    "tool_choice.name",
-                )
-            return value
-        if kind == "allowed_tools":
-            mode = value.get("mode", "auto")
-            if mode not in ("auto", "required"):
-                raise invalid(
-                    f"Invalid value for 'tool_choice.mode': expected 'auto' or 'required', got {mode!r}.",
-                    "tool_choice.mode",
-                )
-            choice = mode
-        else:
-            choice = "none"
-    else:
+        return "none"
+    elif not isinstance(value, str):
         raise invalid(
             f"Invalid type for 'tool_choice': got {type_name(value)}.",
             "tool_choice",
             "invalid_type",
         )
-    if choice == "required" and not any(t.get("type") == "function" for t in tools):
+    one_of(value, "tool_choice", TOOL_CHOICES, " or an object")
+    if value == "required" and not functions:
         raise invalid(
             "Tool choice 'required' needs at least one function tool in 'tools'.", "tool_choice"
         )
-    return choice
+    return value
 
 
 def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
@@ -389,17 +399,9 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
     if items is None:
         raise wrong_type("input", "a string or an array of input items", raw_input)
     tools_raw = checked(body.get("tools") or [], "tools", "an array", list)
-    tools = [_validate_tool(*t) for t in objects(tools_raw, "tools")]
     seen: set[str] = set()
-    for i, t in enumerate(tools):
-        if t.get("type") == "function":
-            if t["name"] in seen:
-                raise invalid(
-                    f"Invalid 'tools[{i}].name': duplicate function name {t['name']!r}.",
-                    f"tools[{i}].name",
-                )
-            seen.add(t["name"])
-    tool_choice = _tool_choice(body.get("tool_choice"), tools)
+    tools = [_validate_tool(*t, seen) for t in objects(tools_raw, "tools")]
+    choice = tool_choice(body.get("tool_choice"), tools)
     mot = token_cap(body.get("max_output_tokens"), "max_output_tokens")
     metadata = string_map(body.get("metadata"))
     prev = body.get("previous_response_id")
@@ -423,7 +425,7 @@ def parse_create(body: Any, *, websocket: bool = False) -> CreateRequest:
         input_items=items,
         instructions=instructions,
         tools=tools,
-        tool_choice=tool_choice,
+        tool_choice=choice,
         parallel_tool_calls=body.get("parallel_tool_calls", True) is not False,
         previous_response_id=prev,
         store=body.get("store", True) is not False,
