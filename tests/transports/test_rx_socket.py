@@ -353,9 +353,10 @@ def test_a_unit_read_before_the_first_token_keeps_its_own_segments_stamp(
     when its loop was busy): one read of both gives the first the second's stamp, as the kernel
     stamps a read with the last segment it copied.  With the framing's ``unit_end`` each read
     ends with a unit, and the first is stamped before the second, except where the kernel had
-    already merged the two segments into one buffer (it keeps the later stamp: a fresh
-    connection's first exchanges, docs/metrics.md §1.9), so some, not every, round must show
-    it.  A real loopback socket: only the kernel's stamping is the defect."""
+    already merged the two segments into one buffer, keeping the later stamp: on a fresh
+    connection's first exchange, whose segments are ACKed at once (docs/metrics.md §1.9), so
+    most rounds, not each, must show it.  A real loopback socket: only the kernel's stamping
+    is the defect."""
     unit_end, first, second = framing()
     both = len(first + second)
 
@@ -391,4 +392,5 @@ def test_a_unit_read_before_the_first_token_keeps_its_own_segments_stamp(
     for chunks, stamps in rounds:
         assert chunks == [first, second], "a read did not end with its unit"
         assert all(stamps) and stamps[0] <= stamps[1]
-    assert any(stamps[0] < stamps[1] for _, stamps in rounds), rounds
+    apart = sum(stamps[0] < stamps[1] for _, stamps in rounds)
+    assert apart >= len(rounds) // 2, rounds
