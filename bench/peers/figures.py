@@ -105,7 +105,12 @@ def _decode_span(pairs: Sequence[Any]) -> dict[str, Any]:
     shared = [
         p.measured.last_with_terminal for p in pairs if p.measured.last_with_terminal is not None
     ]
+    merged = [p.measured.first_read_deltas for p in pairs if p.measured.first_read_deltas]
     out: dict[str, Any] = {}
+    if merged:
+        # the first token read together with a later delta: stamped with the later segment's
+        # arrival (docs/metrics.md §1.9), the TTFT a delta interval long and the decode short
+        out["first_token_read_merged"] = sum(1 for n in merged if n > 1)
     if spans:
         out["decode_span_extra_ms"] = {
             "measured": spread([x for x, _ in spans], 50, 99),

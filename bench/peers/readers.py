@@ -59,6 +59,9 @@ class Measured:
     # carried the terminal event (one stamp for both: loopbench's rows; None: not known)
     decode_ms: float | None = None
     last_with_terminal: bool | None = None
+    # the visible deltas the first token's read carried (turns.csv.gz first_arrival_deltas:
+    # more than 1, the first token carries a later segment's stamp; None: not known)
+    first_read_deltas: int | None = None
 
 
 def find_tag(text: str) -> str | None:
@@ -256,6 +259,7 @@ def read_loopbench(text: str, transport: str, warmup_rollouts: int) -> list[Meas
         start_out = _int(row, "first_output_ns") or first
         last = _int(row, "last_token_ns")
         done = _int(row, "done_ns")
+        together = _int(row, "first_arrival_deltas") if row.get("first_arrival_deltas") else -1
         ttft = (first - sent) / 1e6 if first > 0 and sent > 0 else None
         out.append(
             Measured(
@@ -268,6 +272,7 @@ def read_loopbench(text: str, transport: str, warmup_rollouts: int) -> list[Meas
                 server_read_ms=_ms_or_none(row, "server_read_ms"),
                 decode_ms=(last - start_out) / 1e6 if last > start_out > 0 else None,
                 last_with_terminal=last == done if last > 0 and done > 0 else None,
+                first_read_deltas=together if together >= 0 else None,
             )
         )
     return out

@@ -175,6 +175,43 @@ class ResponseParser:
             return out[0]
         return b"".join(out)
 
+    def unit_end(self, data: bytes) -> int:
+        """How many bytes of ``data``, the next bytes :meth:`feed` would take, complete the next
+        unit of the response: its head, a chunk with its CRLF, or (a body not chunked) a line
+        of it, which is where an SSE event can end; 0 when none ends in ``data``.
+
+        A kernel-stamping reader consumes exactly that many, so that the read that completes
+        an event ends in the segment that carried its last byte (docs/metrics.md §1.9).  A
+        unit ends no later than the event it completes, never past it: a short unit costs a
+        read, a long one would give the event a later segment's stamp.  Nothing is checked
+        here: :meth:`feed` judges the bytes when it gets them.
+        """
+        state = self._state
+        if state == _HEAD:
+            buf = self._buf + data
+            stop = buf.find(b"\r\n\r\n")
+            return stop + 4 - len(self._buf) if stop >= 0 else 0
+        if state == _CHUNK_SIZE:
+            buf = self._buf + data
+            stop = buf.find(b"\r\n")
+            try:
+                size = int(buf[:stop].split(b";", 1)[0], 16) if stop >= 0 else 0
+            except ValueError:
+                return 0
+            end = stop + 2 + size + 2 - len(self._buf)
+            return end if size and end <= len(data) else 0
+        if state == _CHUNK_DATA:
+            end = self._remaining + 2
+            return end if end <= len(data) else 0
+        if state == _CHUNK_CRLF:
+            # the chunk's data was delivered: its CRLF ends the unit
+            end = 2 - len(self._buf)
+            return end if end <= len(data) else 0
+        if state in (_LENGTH, _UNTIL_CLOSE):
+            ends = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
+            return min(ends) + 1 if ends else 0
+        return 0
+
     def eof(self) -> None:
         """The peer closed: completes a body delimited by the close, else raises."""
         if self._state == _UNTIL_CLOSE:

@@ -121,6 +121,7 @@ class ResponseStream:
     delta_events = _OnRecord[int]()
     output_arrivals = _OnRecord[int]()
     first_arrival_tokens = _OnRecord[int]()
+    first_arrival_deltas = _OnRecord[int]()
 
     def __init__(
         self,
@@ -168,6 +169,7 @@ class ResponseStream:
         rec.first_event_ns = rec.first_token_ns = rec.first_output_ns = 0
         rec.last_token_ns = rec.done_ns = rec.delta_events = rec.output_arrivals = 0
         rec.first_arrival_tokens = 0
+        rec.first_arrival_deltas = 0
         #: the record's own list: the gaps are appended where they are kept
         self.itl_ns: list[int] = []
         rec.itl_ns = self.itl_ns
@@ -497,6 +499,13 @@ class ResponseStream:
         # Counted once at the end, off the per-delta path: deltas read together share a stamp.
         self.output_arrivals = len({*self._delta_t, *self._name_t})
         self.first_arrival_tokens = self._first_arrival_tokens()
+        first = self.rec.first_output_ns
+        together = 0
+        for t in self._delta_t:
+            if t != first:
+                break
+            together += 1
+        self.first_arrival_deltas = together
 
     # -- checks ------------------------------------------------------------------------------
 

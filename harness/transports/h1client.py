@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from harness.client.api_errors import describe_os_error, lost_mid_response
 from harness.client.h1 import H1Error, ResponseParser, encode_request
+from harness.client.stream import ResponseStream
 from harness.transports.rx_socket import RxTransport, stamped_transport, tcp_socket
 from harness.wire.errors import ErrorKind, LoopbenchError, StaleConnection, TransportError
 
@@ -68,6 +69,9 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.parser = ResponseParser()
         self.sink: BodySink | None = None
+        #: the response the sink feeds, while its first visible output is still to come: reads
+        #: over a kernel-stamping transport end at the parser's unit boundaries until then
+        self.awaiting: ResponseStream | None = None
         self.body: list[bytes] = []
         self.body_bytes = 0
         self.done: asyncio.Future[None] | None = None
@@ -125,6 +129,11 @@ class _Conn(asyncio.Protocol):
         # dripping one byte a second) do not push the idle timeout back.
         if progress != 0:
             self.last_io = self.loop.time()
+        awaiting = self.awaiting
+        if awaiting is not None and (awaiting.rec.first_output_ns or awaiting.done):
+            self.awaiting = None
+            if rx is not None:
+                rx.unit_end = None
         if self.parser.complete and self.done is not None and not self.done.done():
             self.done.set_result(None)
 
@@ -173,10 +182,17 @@ class _Conn(asyncio.Protocol):
             self.transport.close()
 
     # -- one exchange --------------------------------------------------------------------------
-    def start(self, request: bytes, sink: BodySink | None) -> None:
+    def start(
+        self, request: bytes, sink: BodySink | None, stream: ResponseStream | None = None
+    ) -> None:
         assert self.transport is not None
         self.parser = ResponseParser()
         self.sink = sink
+        if self.rx is not None:
+            # Until the first token, each read ends where a unit of the response does: the
+            # kernel stamps a read with its last segment's arrival (docs/metrics.md §1.9).
+            self.awaiting = stream
+            self.rx.unit_end = self.parser.unit_end if stream is not None else None
         self.body = []
         self.body_bytes = 0
         self.received = False
@@ -310,8 +326,13 @@ class H1Pool:
         headers: list[tuple[str, str]],
         body: bytes,
         sink: BodySink | None = None,
+        stream: ResponseStream | None = None,
     ) -> Response:
-        """Send one request; body bytes go to ``sink`` as they arrive (else into ``body``)."""
+        """Send one request; body bytes go to ``sink`` as they arrive (else into ``body``).
+
+        ``stream``: the response the sink feeds; over a kernel-stamping connection, the reads
+        before its first visible output end at unit boundaries, so that the first token is
+        stamped with its own segment's arrival (docs/metrics.md §1.9)."""
         head = [("host", self.authority), *headers]
         if not self.keepalive:
             head.append(("connection", "close"))
@@ -324,7 +345,7 @@ class H1Pool:
                 if conn is None:
                     conn, stamps = await self._connect()
                     connected_ns = time.perf_counter_ns()
-                conn.start(wire, sink)
+                conn.start(wire, sink, stream)
                 try:
                     await self._wait(conn)
                 except StaleConnection:

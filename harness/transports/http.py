@@ -73,7 +73,9 @@ class HttpSession:
         feed = conv.http_sent(rec, time.perf_counter_ns())
         # The whole body is read even after the terminal event, so the connection goes
         # back to the pool (a response left unread would cost a new connection per turn).
-        resp = await t.pool.request("POST", conv.path, self.headers, payload, feed.feed)
+        resp = await t.pool.request(
+            "POST", conv.path, self.headers, payload, feed.feed, feed.stream
+        )
         return conv.http_answer(rec, feed, resp)
 
     async def close(self) -> None:

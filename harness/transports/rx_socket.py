@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 #: ``SO_TIMESTAMPNS`` (= ``SCM_TIMESTAMPNS``) in asm-generic/socket.h, which these machines use;
@@ -214,6 +215,11 @@ class RxTransport(asyncio.Transport):
         #: the last read's raw user-space minus converted kernel stamp (ns; may be slightly
         #: negative by the clock offset's error): what the diagnostic window records
         self.rx_diff_ns = 0
+        #: set by the protocol while a response's first token is still to come: given the
+        #: bytes waiting (peeked), how many complete the next unit of its framing (0: none).
+        #: The read then takes exactly those, so that its stamp is the segment's that holds
+        #: the unit's last byte, not a later one's (docs/metrics.md §1.9)
+        self.unit_end: Callable[[bytes], int] | None = None
         self._extra: dict[str, Any] = {"socket": sock}
         with contextlib.suppress(OSError):
             self._extra["peername"] = sock.getpeername()
@@ -225,8 +231,21 @@ class RxTransport(asyncio.Transport):
 
     # -- reading -------------------------------------------------------------------------------
     def _read_ready(self) -> None:
+        bufs = self._bufs
+        unit_end = self.unit_end
+        if unit_end is not None:
+            try:
+                n = self._sock.recv_into(self._view, READ_SIZE, socket.MSG_PEEK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._fatal(exc)
+                return
+            end = unit_end(bytes(self._view[:n])) if n else 0
+            if 0 < end < n:
+                bufs = [self._view[:end]]
         try:
-            n, ancdata, _flags, _addr = self._sock.recvmsg_into(self._bufs, _ANCBUF)
+            n, ancdata, _flags, _addr = self._sock.recvmsg_into(bufs, _ANCBUF)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:

@@ -92,6 +92,18 @@ class WsConnection(asyncio.Protocol):
             self.rx = transport
 
     def data_received(self, data: bytes) -> None:
+        self._receive(data)
+        rx = self.rx
+        if rx is not None and self._hs is None:
+            # Until the reading turn's first visible output (or while no turn reads: the next
+            # one's may be coming), each read ends at a frame's end: the kernel stamps a read
+            # with its last segment's arrival (docs/metrics.md §1.9).
+            stream = self.sink
+            units = stream is None or not (stream.rec.first_output_ns or stream.done)
+            if units != (rx.unit_end is not None):
+                rx.unit_end = self.reader.frame_end if units else None
+
+    def _receive(self, data: bytes) -> None:
         # Stamped before anything is parsed: every event these bytes complete arrived now.
         user_ns = time.perf_counter_ns()
         rx = self.rx

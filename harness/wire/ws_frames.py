@@ -238,6 +238,28 @@ class FrameReader:
             raise
         return out
 
+    def frame_end(self, data: bytes) -> int:
+        """How many bytes of ``data``, the next bytes :meth:`feed` would take, complete the frame
+        being read; 0 when they do not complete it (or its head is not whole yet).
+
+        A kernel-stamping reader consumes exactly that many, so that a frame's read ends in
+        the segment that carried the frame's last byte (docs/metrics.md §1.9).  Nothing is
+        checked here: :meth:`feed` judges the frame when it gets it.
+        """
+        have = self._have if self._chunks else 0
+        head = (b"".join(self._chunks)[:14] + data[:14]) if have else data
+        if len(head) < 2:
+            return 0
+        length = head[1] & 0x7F
+        size = 2
+        if length > 125:
+            size = 4 if length == 126 else 10
+            if len(head) < size:
+                return 0
+            length = int.from_bytes(head[2:size], "big")
+        end = size + (4 if self._mask_bit else 0) + length - have
+        return end if end <= len(data) else 0
+
     def _parse(self, data: bytes, out: list[tuple[int, bytes]]) -> None:
         n = len(data)
         pos = 0

@@ -108,3 +108,55 @@ def test_the_answer_to_a_head_request_ends_with_its_head() -> None:
     waiting = ResponseParser()
     waiting.feed(wire)
     assert not waiting.complete  # the same head as a GET's answer: 118 bytes still to come
+
+
+# -- unit_end: where a kernel-stamping reader ends a read before the first token (§1.9) ----
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def test_unit_end_stops_at_the_head_then_at_each_chunk_of_a_chunked_event_stream() -> None:
+    p = ResponseParser()
+    first, second = _chunk(BODY[0]), _chunk(BODY[1])
+    wire = HEAD + first + second
+    assert p.unit_end(wire) == len(HEAD)
+    assert p.feed(wire[: len(HEAD)]) == b""
+    assert p.unit_end(first + second) == len(first)
+    assert p.feed(first) == BODY[0]
+    assert p.unit_end(second) == len(second)
+
+
+def test_unit_end_of_a_head_or_chunk_split_over_reads_counts_what_the_parser_holds() -> None:
+    p = ResponseParser()
+    p.feed(HEAD[:10])
+    assert p.unit_end(HEAD[10:] + _chunk(b"x")) == len(HEAD) - 10
+    p.feed(HEAD[10:])
+    chunk = _chunk(BODY[0])
+    p.feed(chunk[:1])  # inside the size line
+    assert p.unit_end(chunk[1:] + _chunk(b"x")) == len(chunk) - 1
+    p.feed(chunk[1:6])  # inside the data
+    assert p.unit_end(chunk[6:] + _chunk(b"x")) == len(chunk) - 6
+    p.feed(chunk[6:-1])  # the data whole, its CRLF not
+    assert p.unit_end(chunk[-1:] + _chunk(b"x")) == 1
+
+
+def test_unit_end_is_zero_until_a_unit_is_whole() -> None:
+    p = ResponseParser()
+    assert p.unit_end(HEAD[:-1]) == 0
+    p.feed(HEAD)
+    big = _chunk(b"e" * 300_000)  # a chunk larger than one read
+    assert p.unit_end(big[:4]) == 0
+    assert p.unit_end(big[: 256 * 1024]) == 0
+    p.feed(big[:1000])
+    assert p.unit_end(big[1000:-1]) == 0
+    assert p.unit_end(big[1000:]) == len(big) - 1000
+
+
+def test_unit_end_of_a_body_not_chunked_is_each_line_where_an_event_may_end() -> None:
+    p = ResponseParser()
+    p.feed(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n")
+    assert p.unit_end(b"data: 1\n\ndata: 2\n\n") == len(b"data: 1\n")
+    assert p.unit_end(b"\ndata: 2\n\n") == 1
+    assert p.unit_end(b"data: 1") == 0

@@ -294,6 +294,25 @@ def test_timestamps_itl_and_delta_count() -> None:
     assert s.itl_ns == rec.itl_ns
 
 
+@pytest.mark.parametrize(
+    ("delta_ms", "together"),
+    [
+        ([10, 13, 20, 30], 1),  # each delta its own read
+        ([13, 13, 20, 30], 2),  # the first read late: it carried the second delta too
+        ([30, 30, 30, 30], 4),  # every delta in one read
+    ],
+)
+def test_first_arrival_deltas_counts_the_deltas_sharing_the_first_ones_stamp(
+    delta_ms: list[int], together: int
+) -> None:
+    """docs/metrics.md §1.9: a first token stamped with a later delta's arrival is counted."""
+    events = text_stream([" abc", " def", " ghi", " jkl"])
+    times = [5, 6, 7, 8, *delta_ms, 31, 32, 33, 40]
+    rec = record(run(events, [t * MS for t in times]))
+    assert rec.first_arrival_deltas == together
+    assert TurnRecord("http", 0, 0).first_arrival_deltas == -1  # a row written before the count
+
+
 def _burst_events(out_tokens: int | None) -> tuple[Events, list[int]]:
     # delta (t ms, chars): (0,8) (40,4) (100,16) (130,4) (190,4) (230,4): 40 chars = 10 tokens
     pieces = ["a" * 8, "b" * 4, "c" * 16, "d" * 4, "e" * 4, "f" * 4]

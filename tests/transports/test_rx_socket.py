@@ -15,6 +15,7 @@ from typing import Any, cast
 import pytest
 import uvloop
 
+from harness.client.h1 import ResponseParser
 from harness.client.options import ClientSettings
 from harness.report.rebuild import rebuild_summary
 from harness.run.runner import RunOptions
@@ -28,6 +29,7 @@ from harness.transports.rx_socket import (
     stamped_transport,
     tcp_socket,
 )
+from harness.wire.ws_frames import OP_TEXT, FrameReader, encode_frame
 from tests.transports.conftest import loopbench_run
 
 pytestmark = pytest.mark.skipif(
@@ -325,3 +327,70 @@ def test_paused_reading_holds_data_back_and_abort_ends_the_connection_at_once() 
                 assert transport.get_write_buffer_size() == 0
 
     uvloop.run(main())
+
+
+def _chunked_units() -> tuple[Callable[[bytes], int], bytes, bytes]:
+    parser = ResponseParser()
+    parser.feed(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    one, two = b"data: first token\n\n", b"data: second\n\n"
+    return parser.unit_end, b"%x\r\n%s\r\n" % (len(one), one), b"%x\r\n%s\r\n" % (len(two), two)
+
+
+def _ws_units() -> tuple[Callable[[bytes], int], bytes, bytes]:
+    one, two = b'{"type":"first token"}', b'{"type":"second"}'
+    return (
+        FrameReader(1 << 20).frame_end,
+        encode_frame(OP_TEXT, one, masked=False),
+        encode_frame(OP_TEXT, two, masked=False),
+    )
+
+
+@pytest.mark.parametrize("framing", [_chunked_units, _ws_units], ids=["http-chunk", "ws-frame"])
+def test_a_unit_read_before_the_first_token_keeps_its_own_segments_stamp(
+    framing: Callable[[], tuple[Callable[[bytes], int], bytes, bytes]],
+) -> None:
+    """Two units sent as two segments, a moment apart, both waiting when the client reads (as
+    when its loop was busy): one read of both gives the first the second's stamp, as the kernel
+    stamps a read with the last segment it copied.  With the framing's ``unit_end`` each read
+    ends with a unit, and the first is stamped before the second, except where the kernel had
+    already merged the two segments into one buffer, keeping the later stamp: on a fresh
+    connection's first exchange, whose segments are ACKed at once (docs/metrics.md §1.9), so
+    most rounds, not each, must show it.  A real loopback socket: only the kernel's stamping
+    is the defect."""
+    unit_end, first, second = framing()
+    both = len(first + second)
+
+    async def main() -> list[tuple[list[bytes], list[int]]]:
+        loop = asyncio.get_running_loop()
+        rounds: list[tuple[list[bytes], list[int]]] = []
+        async with rx_pair() as (server, transport, proto):
+            transport.unit_end = unit_end
+            client: socket.socket = transport.get_extra_info("socket")
+            with server:
+                server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                for _ in range(8):
+                    transport.pause_reading()
+                    server.send(first)
+                    await asyncio.sleep(0.002)  # the second segment a moment later
+                    server.send(second)
+                    async with asyncio.timeout(10):
+                        while len(client.recv(4096, socket.MSG_PEEK)) < both:
+                            await asyncio.sleep(0.001)
+                    start = len(proto.chunks)
+                    transport.resume_reading()
+                    async with asyncio.timeout(10):
+                        while sum(map(len, proto.chunks[start:])) < both:
+                            await asyncio.sleep(0.001)
+                    stamps = [kernel and rx_ns for rx_ns, _, kernel, _ in proto.stamps[start:]]
+                    rounds.append((proto.chunks[start:], stamps))
+                    transport.write(b"next")  # the client's next request, as between turns
+                    await loop.sock_recv(server, 16)
+            transport.close()
+        return rounds
+
+    rounds = uvloop.run(main())
+    for chunks, stamps in rounds:
+        assert chunks == [first, second], "a read did not end with its unit"
+        assert all(stamps) and stamps[0] <= stamps[1]
+    apart = sum(stamps[0] < stamps[1] for _, stamps in rounds)
+    assert apart >= len(rounds) // 2, rounds

@@ -326,3 +326,37 @@ def test_what_came_before_a_broken_frame_in_the_same_read_is_kept_on_the_error()
         FrameReader(100).feed(wire)
     assert caught.value.before == [(OP_TEXT, b'{"type":"response.created"}'), (OP_PING, b"p")]
     assert caught.value.code == 1002
+
+
+# -- frame_end: where a kernel-stamping reader ends a read before the first token (§1.9) ---
+
+
+def _server(payload: bytes) -> bytes:
+    return encode_frame(OP_TEXT, payload, masked=False)
+
+
+def test_frame_end_stops_at_the_first_whole_frame_of_the_waiting_bytes() -> None:
+    first, second = _server(b'{"type":"a"}'), _server(b'{"type":"b"}')
+    assert FrameReader(1 << 20).frame_end(first + second) == len(first)
+    # a masked (client's) frame counts its key; a 126-length head its two length bytes
+    masked = encode_frame(OP_TEXT, b"x" * 200, key=b"abcd")
+    assert FrameReader(1 << 20, masked=True).frame_end(masked + first) == len(masked)
+
+
+def test_frame_end_of_a_frame_split_over_two_reads_counts_what_the_reader_already_holds() -> None:
+    first, second = _server(b"y" * 300), _server(b"z")
+    for cut in (1, 3, 10, len(first) - 1):  # inside the head, its length, the payload
+        reader = FrameReader(1 << 20)
+        assert reader.feed(first[:cut]) == []
+        assert reader.frame_end(first[cut:] + second) == len(first) - cut
+
+
+def test_frame_end_is_zero_until_the_frame_is_whole() -> None:
+    big = _server(b"w" * 70_000)  # an 8-byte length, larger than one read here
+    assert FrameReader(1 << 20).frame_end(big[:1]) == 0
+    assert FrameReader(1 << 20).frame_end(big[:5]) == 0  # the length not whole
+    assert FrameReader(1 << 20).frame_end(big[:4096]) == 0
+    reader = FrameReader(1 << 20)
+    reader.feed(big[:4096])
+    assert reader.frame_end(big[4096:-1]) == 0
+    assert reader.frame_end(big[4096:]) == len(big) - 4096

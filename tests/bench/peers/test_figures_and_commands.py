@@ -319,5 +319,18 @@ def test_a_decode_span_longer_than_modelled_splits_into_the_servers_share_and_th
     assert span["wire_and_client"]["p50"] == pytest.approx(1.05)
     assert span["wire_and_client"]["mean"] == pytest.approx(1.05)
     assert f["last_token_read_with_terminal_pct"] == 50.0
+    assert "first_token_read_merged" not in f  # not known for these rows
+
+
+def test_the_turns_whose_first_token_shares_a_later_deltas_stamp_are_counted() -> None:
+    pairs = [
+        Pair(
+            Measured(True, 40.0, 1000.0, response_id=f"r{n}", first_read_deltas=n),
+            e,
+            BY_RESPONSE_ID,
+        )
+        for n, e in zip((1, 2, 1, 5), [_pair(40.0, 38.0, 0.5).entry] * 4, strict=True)
+    ]
+    assert run_figures(MatchResult(pairs=pairs), 4)["first_token_read_merged"] == 2
     # a peer's row (no span of its own, no lateness of the last token): nothing is invented
     assert "decode_span_extra_ms" not in run_figures(MatchResult(pairs=[_pair(40.0, 38.0, 0.5)]), 1)

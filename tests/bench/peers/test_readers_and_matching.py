@@ -187,6 +187,19 @@ def test_loopbench_reader_gives_the_decode_span_and_whether_the_last_token_share
     assert [m.last_with_terminal for m in got] == [True, False, None]
 
 
+def test_loopbench_reader_gives_the_deltas_sharing_the_first_tokens_stamp() -> None:
+    """first_arrival_deltas (docs/metrics.md §1.9): over 1, the first token carries a later
+    delta's arrival; -1 (a row written before the count) and a missing column are not known."""
+    head = "transport,rollout_id,response_id,sent_ns,first_token_ns,status,first_arrival_deltas\n"
+    text = head + (
+        "ws,0,a,1000000,41000000,completed,1\n"
+        "ws,1,b,1000000,41000000,completed,3\n"
+        "ws,2,c,1000000,41000000,completed,-1\n"
+    )
+    assert [m.first_read_deltas for m in read_loopbench(text, "ws", 0)] == [1, 3, None]
+    assert all(m.first_read_deltas is None for m in _loopbench(warmup=0))
+
+
 def test_the_timing_log_gives_the_modelled_decode_and_the_last_tokens_lateness() -> None:
     line = (
         '{"id":"resp_a","arrived_unix_ns":1,"sim_timing":{"ttft":61.0,"decode":199.0,'
