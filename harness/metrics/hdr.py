@@ -38,7 +38,6 @@ HdrHistogram readers skip.
 from __future__ import annotations
 
 import math
-import re
 import time
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -463,12 +462,6 @@ class SignedHistogram:
 
 # -- interval logs ---------------------------------------------------------------------------
 
-_COUNTERS_RE = re.compile(
-    r"#\[loopbench-counters: Tag=(?P<tag>[^,\]]*), unit=(?P<unit>\w+), below=(?P<below>\d+), "
-    r"above=(?P<above>\d+), sum=(?P<sum>\d+)\]"
-)
-_START_RE = re.compile(r"#\[StartTime: *([\d.]+)")
-
 
 def write_hlog(
     path: str | Path,
@@ -511,41 +504,3 @@ def write_hlog(
             f"{top / _HLOG_MAX_RATIO[hist.unit]:.3f},{hist.payload()}"
         )
     Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def read_hlog(path: str | Path) -> tuple[float, dict[str, list[tuple[float, float, Histogram]]]]:
-    """Read a log written by :func:`write_hlog` (or any tagged HdrHistogram log).
-
-    Returns ``(start_time_s, {tag: [(start_s, end_s, histogram), ...]})``; the
-    loopbench counter comments, when present, restore below/above/sum.  Untagged
-    lines get the tag ``""``.
-    """
-    start_time_s = 0.0
-    out: dict[str, list[tuple[float, float, Histogram]]] = {}
-    pending: dict[str, str] | None = None
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line or line.startswith('"'):
-            continue
-        if line.startswith("#"):
-            if m := _START_RE.match(line):
-                start_time_s = float(m.group(1))
-            elif m := _COUNTERS_RE.match(line):
-                pending = m.groupdict()
-            continue
-        tag = ""
-        body = line
-        if line.startswith("Tag="):
-            tag, _, body = line[4:].partition(",")
-        parts = body.split(",", 3)
-        if len(parts) != 4:
-            raise ValueError(f"{path}:{lineno}: expected start,length,max,payload, got {line!r}")
-        start_s, length_s = float(parts[0]), float(parts[1])
-        encoded = parts[3]
-        if pending is not None and pending["tag"] == tag:
-            encoded += (
-                f"{_SUFFIX_SEP}unit={pending['unit']};below={pending['below']};"
-                f"above={pending['above']};sum={pending['sum']}"
-            )
-        pending = None
-        out.setdefault(tag, []).append((start_s, start_s + length_s, Histogram.decode(encoded)))
-    return start_time_s, out
