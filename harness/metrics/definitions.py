@@ -149,6 +149,15 @@ def _rate(
 
 
 _TTFT_WHEN = "(first_token_ns > 0) & (sent_ns > 0)"
+
+
+def _signed(name: str, label: str, when: str, value: str, **kw: Any) -> Metric:
+    """A signed per-turn TTFT difference (ms, neither way better): ``when`` adds to TTFT's."""
+    group, stat = f"{name}_ms", stats("p50", "p99")
+    kw.update(histogram=name, signed=True)
+    return Metric(group, label, "ms", None, group, stat, "turn", _TTFT_WHEN + when, value, **kw)
+
+
 #: where the visible output starts: the first visible delta; a row written before
 #: ``first_output_ns`` existed (0) starts at its first token, as it was measured then
 VISIBLE_START = "(first_output_ns + (first_output_ns == 0) * first_token_ns)"
@@ -522,56 +531,30 @@ METRICS: list[Metric] = [
         report=(("cached_ratio", 2),),
         cli=("cached_ratio",),
     ),
-    Metric(
-        "measurement_error_ms",
+    _signed(
+        "measurement_error",
         "TTFT measured−modelled",
-        "ms",
-        None,
-        "measurement_error_ms",
-        stats("p50", "p99"),
-        record="turn",
-        when=_TTFT_WHEN + " & (sim_ttft_ms >= 0)",
+        when=" & (sim_ttft_ms >= 0)",
         value="first_token_ns - sent_ns - round(sim_ttft_ms * 1e6)",
-        histogram="measurement_error",
-        signed=True,
         column="measurement_error_ms",
         report=(("p50", 2), ("p99", 2)),
         report_table="throughput",
     ),
     # how late the server wrote the first token (sim_timing.first_token_late_ms): the part of
     # measurement_error_ms that is the server's, on the same cores, not the client's
-    Metric(
-        "server_late_ms",
-        "server late",
-        "ms",
-        None,
-        "server_late_ms",
-        stats("p50", "p99"),
-        record="turn",
-        when=_TTFT_WHEN + " & known(server_late_ms)",
-        value="round(server_late_ms * 1e6)",
-        histogram="server_late",
-        signed=True,
-        # the record's own server_late_ms is the row files' column
+    # the record's own server_late_ms is the row files' column
+    _signed(
+        "server_late", "server late", " & known(server_late_ms)", "round(server_late_ms * 1e6)"
     ),
     # measurement_error_ms without the server's lateness and, on one host, without the time the
     # request waited before the server read it: what the client itself adds (stamping late,
     # its own event loop, the loopback hop) to the TTFT it measures
-    Metric(
-        "client_error_ms",
+    _signed(
+        "client_error",
         "TTFT client error",
-        "ms",
-        None,
-        "client_error_ms",
-        stats("p50", "p99"),
-        record="turn",
-        when=_TTFT_WHEN + " & (sim_ttft_ms >= 0) & known(server_late_ms) & known(server_read_ms)",
-        value=(
-            "first_token_ns - sent_ns - round(sim_ttft_ms * 1e6) - round(server_late_ms * 1e6)"
-            " - round(server_read_ms * 1e6)"
-        ),
-        histogram="client_error",
-        signed=True,
+        " & (sim_ttft_ms >= 0) & known(server_late_ms) & known(server_read_ms)",
+        "first_token_ns - sent_ns - round(sim_ttft_ms * 1e6) - round(server_late_ms * 1e6)"
+        " - round(server_read_ms * 1e6)",
         column="client_error_ms",
         report=(("p50", 2), ("p99", 2)),
         report_table="throughput",
