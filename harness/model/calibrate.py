@@ -104,7 +104,7 @@ class Fit:
     #: what each other active request adds to a first token (ms), and to the time per
     #: output token (a fraction); None: not identifiable (one run, one concurrency)
     ttft_per_active_ms: float | None
-    decode_slowdown: float | None
+    decode_slowdown_per_stream: float | None
     #: what a request sent with no other in flight pays on top (the engine waking up, ms);
     #: None: not identifiable (no run with requests alone and no two busier levels)
     idle_wake_ms: float | None
@@ -121,9 +121,6 @@ class Fit:
     ttft_spread_ms: float | None = None
     ttft_spread_per_active_ms: float | None = None
     notes: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
 
 
 def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
@@ -515,7 +512,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         burst_probability=burst_p,
         burst_max_tokens=burst_max,
         ttft_per_active_ms=got.get("k") if several else None,
-        decode_slowdown=slowdown,
+        decode_slowdown_per_stream=slowdown,
         idle_wake_ms=wake,
         busy_admit_ms=busy,
         ttft_spread_ms=max(0.0, spread[0]) if spread is not None else None,
@@ -557,10 +554,16 @@ def _ttft_spread(turns: Sequence[Turn], resid: NDArray[np.float64]) -> tuple[flo
     points = _spread_points(turns, resid)
     if not points:
         return None
+    return _line(points) or (_median(sorted(s for _, s in points)), 0.0)
+
+
+def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """Intercept and slope of the least-squares line through per-run ``(others, y)`` points;
+    None when fewer than two runs differ by half a request in flight or more."""
     if len(points) < 2 or max(o for o, _ in points) - min(o for o, _ in points) < 0.5:
-        return _median(sorted(s for _, s in points)), 0.0
+        return None
     x = np.array([[1.0, o] for o, _ in points], dtype=np.float64)
-    y = np.array([s for _, s in points], dtype=np.float64)
+    y = np.array([v for _, v in points], dtype=np.float64)
     base, slope = (float(c) for c in np.linalg.lstsq(x, y, rcond=None)[0])
     return base, slope
 
@@ -579,11 +582,10 @@ def _decode_slowdown(turns: Sequence[Turn]) -> float | None:
         for pairs in per_run.values()
         if len(pairs) >= 4
     ]
-    if len(points) < 2 or max(o for o, _ in points) - min(o for o, _ in points) < 0.5:
+    line = _line(points)
+    if line is None:
         return None
-    x = np.array([[1.0, o] for o, _ in points], dtype=np.float64)
-    y = np.array([ms for _, ms in points], dtype=np.float64)
-    t1, slope = (float(c) for c in np.linalg.lstsq(x, y, rcond=None)[0])
+    t1, slope = line
     return slope / t1 if t1 > 0 else None
 
 
@@ -744,18 +746,15 @@ def profiles_from_fit(
             engine["burst_min_tokens"] = lo
             engine["burst_max_tokens"] = max(lo, f.burst_max_tokens or lo)
     # the interference terms, each written where identified (never below 0)
-    interference = {
-        "ttft_per_active_ms": f.ttft_per_active_ms,
-        "decode_slowdown_per_stream": f.decode_slowdown,
-        "idle_wake_ms": f.idle_wake_ms,
-        "busy_admit_ms": f.busy_admit_ms,
-        "ttft_spread_ms": f.ttft_spread_ms,
-        "ttft_spread_per_active_ms": f.ttft_spread_per_active_ms,
-    }
-    for key, value in interference.items():
-        if value is not None:
+    for key in INTERFERENCE:
+        if (value := getattr(f, key)) is not None:
             engine[key] = _round(max(0.0, value))
     return api, engine
+
+
+#: the interference terms: engine profile keys and :class:`Fit` fields (None: not identified)
+INTERFERENCE: tuple[str, ...] = ("ttft_per_active_ms", "decode_slowdown_per_stream", "idle_wake_ms")
+INTERFERENCE += ("busy_admit_ms", "ttft_spread_ms", "ttft_spread_per_active_ms")
 
 
 #: the prefill rate a fitted profile names when the run could not separate prefill from the
@@ -786,8 +785,7 @@ FITTED_API: tuple[str, ...] = ("connect_ms", "fixed_ms", "fixed_resolved_ms", "p
 FITTED_API += ("rehydrate_us", "hops", "hop_ms", "post_ms")
 FITTED_ENGINE: tuple[str, ...] = ("base_ttft_ms", "prefill_tps", "sustained_tps", "burst_tps")
 FITTED_ENGINE += ("burst_probability", "burst_min_tokens", "burst_max_tokens")
-FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream", "idle_wake_ms")
-FITTED_ENGINE += ("busy_admit_ms", "ttft_spread_ms", "ttft_spread_per_active_ms")
+FITTED_ENGINE += INTERFERENCE
 
 
 def unidentified(f: Fit) -> tuple[list[str], list[str]]:
@@ -799,16 +797,7 @@ def unidentified(f: Fit) -> tuple[list[str], list[str]]:
         engine += [k for k in FITTED_ENGINE if k.startswith(("sustained", "burst"))]
     elif f.burst_tps is None:
         engine += ["burst_tps", "burst_min_tokens", "burst_max_tokens"]
-    if f.ttft_per_active_ms is None:
-        engine.append("ttft_per_active_ms")
-    if f.decode_slowdown is None:
-        engine.append("decode_slowdown_per_stream")
-    if f.idle_wake_ms is None:
-        engine.append("idle_wake_ms")
-    if f.busy_admit_ms is None:
-        engine.append("busy_admit_ms")
-    if f.ttft_spread_ms is None:
-        engine += ["ttft_spread_ms", "ttft_spread_per_active_ms"]
+    engine += [key for key in INTERFERENCE if getattr(f, key) is None]
     return api, engine
 
 
@@ -861,7 +850,7 @@ def describe(f: Fit) -> str:
         f"burst decode:           {show(f.burst_tps, 'tokens/s', 0)}",
         f"burst probability:      {show(f.burst_probability, '', 3)}",
         f"TTFT per active request: {show(f.ttft_per_active_ms, 'ms', 3)}",
-        f"decode slowdown per active request: {show(f.decode_slowdown, '', 4)}",
+        f"decode slowdown per active request: {show(f.decode_slowdown_per_stream, '', 4)}",
         f"idle engine wake-up:    {show(f.idle_wake_ms, 'ms', 3)}",
         f"busy engine admission:  {show(f.busy_admit_ms, 'ms', 3)}",
         f"TTFT spread:            {show(f.ttft_spread_ms, 'ms', 3)}",
