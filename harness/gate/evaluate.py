@@ -25,11 +25,11 @@ from harness.gate.rules import (
     SloRule,
     SpeedupRule,
 )
-from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData
+from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData, Samples
 from harness.gate.validity import check_validity, missing_transports
 from harness.metrics import definitions as D
 from harness.metrics.results_model import Summary
-from harness.metrics.stats import MIN_CI_PAIRS, ci_reason, mann_whitney_u
+from harness.metrics.stats import ci_reason, mann_whitney_u
 from harness.wire.plural import counted
 
 
@@ -198,13 +198,8 @@ def _speedup_value(
     run: RunData, rule: SpeedupRule, cfg: GateConfig
 ) -> tuple[float, tuple[float, float], int, bool] | str:
     """The speedup, its CI, n and pairing; or why it is not measurable."""
-    bs, cs = run.get(rule.baseline, rule.metric), run.get(rule.candidate, rule.metric)
-    if len(bs) < MIN_CI_PAIRS or len(cs) < MIN_CI_PAIRS:
-        n = min(len(bs), len(cs))
-        return f"{rule.metric} samples of {rule.candidate} vs {rule.baseline}: " + (
-            ci_reason(n) or ""
-        )
-    b, c, paired = align(bs, cs)
+    # below MIN_CI_PAIRS a side, pairing keeps every sample or none: n is the smaller side
+    b, c, paired = align(run.get(rule.baseline, rule.metric), run.get(rule.candidate, rule.metric))
     if (reason := ci_reason(int(min(b.size, c.size)))) is not None:
         return f"{rule.metric} samples of {rule.candidate} vs {rule.baseline}: {reason}"
     # ratio_with_ci gives second/first: pass the candidate transport first for baseline/candidate.
@@ -289,9 +284,8 @@ def _self_check_results(
             problems.append(f"{value:.2f} ms > {rule.max_ms:g} ms")
         if rule.max_pct is not None and not (pct <= rule.max_pct):
             problems.append(f"{pct:.1f}% of modelled > {rule.max_pct:g}%")
-        before = None
-        if base is not None and len(base.get(t, MEASUREMENT_ERROR)):
-            before = statistic(base.get(t, MEASUREMENT_ERROR).values, rule.statistic)
+        was = base.get(t, MEASUREMENT_ERROR) if base is not None else Samples.of([], [])
+        before = statistic(was.values, rule.statistic) if len(was) else None
         out.append(
             RuleResult(
                 "self_check",
@@ -302,7 +296,7 @@ def _self_check_results(
                 + (f"; {'; '.join(problems)}" if problems else ""),
                 baseline=before,
                 candidate=value,
-                n=(len(base.get(t, MEASUREMENT_ERROR)) if base else 0, len(err)),
+                n=(len(was), len(err)),
                 limit=limit,
                 unit="ms",
             )
