@@ -16,7 +16,7 @@ from the intended start, pairing by ``(round, rollout_id)``) are docs/metrics.md
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -393,14 +393,6 @@ class Accumulator:
             if not rec.errors:
                 kind = "rollout:" + (rec.error_kind or rec.status)
                 t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
-
-    def add_turns(self, recs: Iterable[TurnRecord]) -> None:
-        for rec in recs:
-            self.add_turn(rec)
-
-    def add_rollouts(self, recs: Iterable[RolloutRecord]) -> None:
-        for rec in recs:
-            self.add_rollout(rec)
 
     # -- combining ---------------------------------------------------------------------------
 

@@ -136,8 +136,10 @@ def test_record_column_and_accumulator_agree(metric: D.Metric) -> None:
 
 def test_summary_values_are_the_table_statistics_of_the_samples() -> None:
     acc = Accumulator()
-    acc.add_turns(TURNS)
-    acc.add_rollouts(ROLLOUTS)
+    for rec in TURNS:
+        acc.add_turn(rec)
+    for rec in ROLLOUTS:
+        acc.add_rollout(rec)
     t = acc.summary("s")["transports"]["http"]
     assert t["ttft_ms"]["p50"] == pytest.approx(5.0, abs=0.01)  # 5 ms and 7 ms: rank 1
     assert t["rollout_ms"]["mean"] == pytest.approx((3000 + 1000) / 2)  # intended start, else start
@@ -210,8 +212,10 @@ def test_expressions_reject_what_a_column_cannot_compute() -> None:
 
 def test_summary_groups_are_the_table() -> None:
     acc = Accumulator()
-    acc.add_turns(TURNS)
-    acc.add_rollouts(ROLLOUTS)
+    for rec in TURNS:
+        acc.add_turn(rec)
+    for rec in ROLLOUTS:
+        acc.add_rollout(rec)
     t = acc.summary("s")["transports"]["http"]
     assert list(t)[2:-1] == list(dict.fromkeys(m.group for m in D.METRICS))
     assert list(t)[-1] == "too_few_samples"
@@ -227,8 +231,10 @@ def test_compare_report_cli_and_gate_name_only_table_metrics() -> None:
     # compare's rows are the table's compare statistics (harness/report/compare.py reads them)
     assert {(m.group, s.key) for m, s in D.compare_rows()} <= stats
     acc = Accumulator()
-    acc.add_turns(TURNS)
-    acc.add_rollouts(ROLLOUTS)
+    for rec in TURNS:
+        acc.add_turn(rec)
+    for rec in ROLLOUTS:
+        acc.add_rollout(rec)
     summary = acc.summary("s")
     titles = {m.title(s.key, with_unit=w) for m in D.METRICS for s in m.stats for w in (0, 1)}
     assert set(latency_table(summary).headers[5:]) <= titles

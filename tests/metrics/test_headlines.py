@@ -141,10 +141,13 @@ def test_output_shorter_than_a_whole_bucket_gives_no_aggregate_peak_but_a_reason
 def test_merged_accumulators_keep_the_peak_and_the_excluded_count() -> None:
     turns = [_turn(0, S, [100_000] * 9), _turn(1, 2 * S, [MS] * 150), _turn(2, 3 * S, [MS] * 40)]
     one = Accumulator()
-    one.add_turns(turns)
+    for rec in turns:
+        one.add_turn(rec)
     a, b = Accumulator(), Accumulator()
-    a.add_turns(turns[:1])
-    b.add_turns(turns[1:])
+    for rec in turns[:1]:
+        a.add_turn(rec)
+    for rec in turns[1:]:
+        b.add_turn(rec)
     merged = Accumulator.from_state(a.to_state()).merge(Accumulator.from_state(b.to_state()))
     assert merged.summary("s")["transports"] == one.summary("s")["transports"]
     assert one.summary("s")["transports"]["http"]["tps"]["decode_excluded"] == 1

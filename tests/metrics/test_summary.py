@@ -102,8 +102,10 @@ def _rollouts() -> list[RolloutRecord]:
 
 def _filled(**kw: object) -> Accumulator:
     acc = Accumulator(warmup_rollouts=1, **kw)  # type: ignore[arg-type]
-    acc.add_turns(_turns())
-    acc.add_rollouts(_rollouts())
+    for rec in _turns():
+        acc.add_turn(rec)
+    for rec in _rollouts():
+        acc.add_rollout(rec)
     return acc
 
 
