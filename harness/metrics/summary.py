@@ -27,7 +27,7 @@ from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.results_model import FORMAT_VERSION
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
 from harness.metrics.stats import paired_speedup
-from harness.metrics.timeseries import AGGREGATE_BUCKET_NS, buckets_to_series
+from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import BURST_WINDOW_NS, RolloutRecord, TurnRecord
 
@@ -445,17 +445,6 @@ class Accumulator:
                 "histograms": {m: t.hist(m).snapshot() for m in metrics},
             }
         return out
-
-    def aggregate_tps_series(self, transport: str) -> list[tuple[float, float]]:
-        """Aggregate TPS of ``transport`` per aggregate bucket: ``[(start_s, tokens/s)]``.
-
-        Seconds are relative to ``t0_ns``; seconds with no output inside the
-        active span are 0.  Empty for a transport with no output token.
-        """
-        stats = self._by_transport.get(transport)
-        if stats is None:
-            return []
-        return buckets_to_series(stats.agg_buckets, _BUCKET_NS / 1e9)
 
     # -- wire form ---------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from harness.metrics import definitions as D
 from harness.metrics.summary import Accumulator
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS, token_rate_series
 from harness.workload.records import BURST_WINDOW_NS, TurnRecord
+from tests.metrics.bucket_series import aggregate_tps_series
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -172,5 +173,5 @@ def test_the_summary_peak_is_the_fullest_bucket_of_the_plot_series() -> None:
     tps = acc.summary("s")["transports"]["http"]["tps"]
     assert tps["aggregate_peak"] == pytest.approx(float(rates[whole].max()), abs=1e-3)
     assert tps["aggregate_peak"] >= tps["aggregate_mean"]
-    series = acc.aggregate_tps_series("http")
+    series = aggregate_tps_series(acc, "http")
     assert series[1][0] - series[0][0] == AGGREGATE_BUCKET_NS / 1e9
