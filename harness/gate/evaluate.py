@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from harness.gate.codes import EXIT_INVALID
 from harness.gate.outcome import GateReport, Kind, RuleResult
 from harness.gate.ratios import MIN_SAMPLES, align, per_round, ratio_with_ci, statistic
 from harness.gate.rules import (
@@ -30,6 +29,7 @@ from harness.gate.validity import check_validity, missing_transports
 from harness.metrics import definitions as D
 from harness.metrics.results_model import Summary
 from harness.metrics.stats import ci_reason, mann_whitney_u
+from harness.wire.exit_codes import ExitCode
 from harness.wire.plural import counted
 
 
@@ -222,7 +222,7 @@ def _speedup_result(
             "fail",
             f"not measurable: {got}; re-measure with more rollouts",
             limit=limit,
-            code=EXIT_INVALID,
+            code=ExitCode.INVALID,
         )
     ratio, ci, n, paired = got
     before = None
