@@ -15,6 +15,7 @@ from the intended start, pairing by ``(round, rollout_id)``) are docs/metrics.md
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -70,15 +71,8 @@ class _Layout:
         ]
 
 
-_LAYOUTS: dict[tuple[D.Metric, ...], _Layout] = {}
-
-
-def _layout() -> _Layout:
-    table = tuple(D.METRICS)
-    layout = _LAYOUTS.get(table)
-    if layout is None:
-        layout = _LAYOUTS[table] = _Layout(table)
-    return layout
+#: one layout per table (a test may swap the table), shared by that table's accumulators
+_layout = functools.cache(_Layout)
 
 
 _N_SIM = len(D.SERVER_BREAKDOWN)
@@ -284,7 +278,7 @@ class Accumulator:
         self._burst_window_ns = round(burst_window_s * 1e9)
         self.t0_ns = t0_ns
         self._by_transport: dict[str, _TransportStats] = {}
-        self._layout = layout = _layout()
+        self._layout = layout = _layout(tuple(D.METRICS))
         self._add_turn = layout.adders["turn"]
         self._add_rollout = layout.adders["rollout"]
         self.slo = dict(slo or {})
