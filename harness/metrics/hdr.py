@@ -1,38 +1,17 @@
-"""The project's one histogram layout: HdrHistogram, 3 significant digits.
+"""The project's one histogram layout: HdrHistogram, 3 significant digits (docs/metrics.md §2).
 
-Two units share the class:
+Two units share the class: ``"us"`` (latencies, 0 … 3,600,000,000 µs = 1 h) and ``"tps"``
+(integer tokens/s, 0 … 1,000,000).  One bucket layout per unit, so histograms of any process
+or host merge losslessly.  Out-of-range values are counted in ``below``/``above`` and clamped,
+never dropped; zero is in range (an exactly on-time schedule lag of 0 is a measurement).
 
-* ``"us"`` — latencies in microseconds, trackable range 0 … 3,600,000,000 (1 h),
-  resolution 1 µs up to 2 ms, 0.1 % beyond;
-* ``"tps"`` — throughput in integer tokens/s, 0 … 1,000,000.
-
-Every histogram of a unit has the same bucket layout, so histograms from any
-process or host merge losslessly (count arrays are added).
-
-Out-of-range values are never dropped: a negative value is counted in
-``below`` and recorded as 0, a value above the top is counted in ``above`` and
-recorded as the top value.  Zero is in range, as in HdrHistogram itself (the
-lowest *discernible* value is 1 unit); an exactly on-time schedule lag of 0 is a
-legitimate measurement, not an error.
-
-Percentiles use the nearest-rank definition: the ``p``-th percentile of ``n``
-values is the ``ceil(p/100 * n)``-th smallest (at least the first), so p99 of 60
-values is the largest and p50 of 1..4 is 2 (HdrHistogram's Java implementation
-does the same; the Python ``hdrh`` rounds the rank, which drops the maximum from
-p99 of fewer than 100 values).  While a histogram holds at most
-:data:`EXACT_MAX` values it also keeps them (integers in its unit), and its
-percentiles, min and max are exact order statistics of those; beyond that they
-are HdrHistogram values (the highest value of the sample's bucket: exact below
-2,048 units, within 0.1 % above).  Merging keeps the values while the merged
-count stays within :data:`EXACT_MAX`, so exactness survives ``--procs`` and
-Locust workers; ``.hlog`` files carry only the buckets.
-
-Besides the counts, a histogram keeps the exact sum of the (integer, clamped)
-recorded values, so ``mean`` is exact rather than a bucket-midpoint estimate.
-``below``, ``above`` and the sum travel with :meth:`Histogram.encode` as a
-suffix after the standard payload (see :func:`Histogram.encode`), and in
-``.hlog`` files as a comment line before each interval line, which standard
-HdrHistogram readers skip.
+Percentiles use the nearest rank, the ``ceil(p/100 * n)``-th smallest value, as HdrHistogram's
+Java implementation does (the Python ``hdrh`` rounds the rank, which drops the maximum from
+p99 of fewer than 100 values).  Up to :data:`EXACT_MAX` values are also kept, and the
+order statistics are exact while they are (merges keep them within that count); the exact sum
+makes ``mean`` exact.  ``below``, ``above``, the sum and the kept values travel after the
+standard payload (:meth:`Histogram.encode`); ``.hlog`` files carry the buckets, and the counters
+in a comment line before each interval, which standard readers skip.
 """
 
 from __future__ import annotations
