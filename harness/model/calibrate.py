@@ -299,11 +299,8 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     several = len({t.run for t in usable}) > 1
     line = usable
     if several:
-        # A request alone at its send that another joined before its first token is neither
-        # alone nor beside others: the reference server charges it the idle step (it was alone
-        # at admission), while with vLLM's worker pinned such a turn waited as long as one
-        # sent beside the other.  It stays out of the TTFT line, so neither label is forced
-        # on it (forced either way, a server of known parameters was fitted wrong).
+        # alone at its send but joined before its first token: neither label fits, so the turn
+        # stays out of the TTFT line (docs/model.md §10, "Interference")
         joined = [t for t in usable if not (t.others_at_send == 0 and t.others_joining > 0)]
         line = joined if len(joined) >= 8 else usable
     columns: dict[str, list[float]] = {
@@ -385,11 +382,9 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     wake = got.get("w")
     busy: float | None = None if wake is None else 0.0
     if wake is not None and wake < 0:
-        # A request alone came sooner than the line through the busier levels: an engine
-        # that pays once for admitting a newcomer while it decodes others (vLLM on 2 CPUs with
-        # its worker pinned: the newcomer waits for the running step).  The same fit, written
-        # the other way round: every intercept is the request alone, and the step is paid by
-        # a request sent beside others (docs/model.md §2, "Busy admission").
+        # A request alone came sooner than the line through the busier levels: the same fit
+        # written the other way round, a step paid by a request sent beside others
+        # (docs/model.md §2, "Busy admission").
         notes.append(
             f"idle wake-up {wake:.3g} ms is negative: a request beside others pays "
             f"{-wake:.3g} ms once (busy_admit_ms)"
@@ -599,23 +594,15 @@ def _robust_lstsq(
     groups: NDArray[np.int_] | None = None,
     rounds: int = 3,
 ) -> NDArray[np.float64]:
-    """Least squares, refitted without the turns far off the fit.
-
-    Measured TTFTs have a long right tail (a GC pause, a scheduler hiccup on a
-    busy host) that plain least squares lets drag the intercepts and slopes;
-    turns beyond 4 MADs of the residuals of their own group (run) are dropped and the
-    fit repeated, never more than :data:`MAX_OUTLIER_SHARE` of them, never the only
-    turns that show a column.
-    """
+    """Least squares, refitted without the turns beyond 4 MADs of their own group's (run's)
+    residuals: the outlier rounds of docs/model.md §10, and why each rule."""
     keep = np.ones(len(y), dtype=bool)
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     full_rank = np.linalg.matrix_rank(x)
     group_of = np.zeros(len(y), dtype=np.int_) if groups is None else groups
     for _ in range(rounds):
         resid = y - x @ coef
-        # Each run against its own spread: a level whose TTFTs spread wider (vLLM at
-        # concurrency 4) measured by a pooled MAD lost up to 15 % of its turns, all of them
-        # above the line, and the line sat under that level (the TTFT spread, docs/model.md §10).
+        # each run against its own spread, not a pooled one
         off = np.zeros(len(y))
         bound = np.zeros(len(y))
         for g in np.unique(group_of):
@@ -626,19 +613,14 @@ def _robust_lstsq(
             off[member] = np.abs(resid[member] - med)
             bound[member] = 4 * 1.4826 * (mad or 1e-9)
         new_keep = off <= bound
-        # turns that alone show a column (a whole concurrency level off a line through the
-        # others, a connection's first turn) are not outliers: dropping them would leave that
-        # column to the norm's whim.  They come back, least far off first, until every
-        # column shows again; the other far-off turns stay dropped.
+        # turns that alone show a column come back, least far off first, until every one shows
         for i in np.argsort(off):
             if np.linalg.matrix_rank(x[new_keep]) == full_rank:
                 break
             new_keep[i] = True
         if new_keep.sum() < x.shape[1] + 2 or bool(np.all(new_keep == keep)):
             break
-        # outliers are a tail (a GC pause, a hiccup); more than a quarter of the turns far off
-        # is the model not following the engine (a level off the line), which the fit must
-        # average, not cut away
+        # more than MAX_OUTLIER_SHARE far off is the model's misfit, to be averaged, not a tail
         if (~new_keep).sum() > MAX_OUTLIER_SHARE * len(y):
             break
         keep = new_keep
