@@ -501,19 +501,15 @@ METRICS: list[Metric] = [
     ),
     # mean ms per turn by component (BREAKDOWN); the report shows it as its own table
     Metric("breakdown_ms", "latency breakdown", "ms", True, "breakdown_ms", ()),
-    Metric(
+    _latency(
         "schedule_lag_ms",
         "schedule lag",
-        "ms",
-        True,
-        "schedule_lag_ms",
-        stats("p50", "p99"),
+        stats=stats("p50", "p99"),
         record="rollout",
         when="(start_ns > 0) & (intended_start_ns > 0)",
         value="(start_ns - intended_start_ns) * (start_ns > intended_start_ns)",
         failed_too=True,
         histogram="schedule_lag",
-        column="schedule_lag_ms",
         report=(("p50", 2), ("p99", 2)),
         report_table="throughput",
     ),
