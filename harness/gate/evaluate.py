@@ -152,8 +152,9 @@ def _regression_result(
         return RuleResult(
             "regression", name, "skip", "non-positive latencies: no ratio", limit=limit
         )
+    boot = cfg.bootstrap
     ratio, ci = ratio_with_ci(
-        b, c, stat, paired=paired, alpha=cfg.alpha, resamples=cfg.resamples, seed=cfg.seed
+        b, c, stat, paired=paired, alpha=cfg.alpha, resamples=boot.resamples, seed=boot.seed
     )
     u, p = mann_whitney_u(c, b)
     worse_by_rank = u > c.size * b.size / 2.0
@@ -203,8 +204,9 @@ def _speedup_value(
     if (reason := ci_reason(int(min(b.size, c.size)))) is not None:
         return f"{rule.metric} samples of {rule.candidate} vs {rule.baseline}: {reason}"
     # ratio_with_ci gives second/first: pass the candidate transport first for baseline/candidate.
+    boot = cfg.bootstrap
     ratio, ci = ratio_with_ci(
-        c, b, "p50", paired=paired, alpha=cfg.alpha, resamples=cfg.resamples, seed=cfg.seed
+        c, b, "p50", paired=paired, alpha=cfg.alpha, resamples=boot.resamples, seed=boot.seed
     )
     return ratio, ci, int(min(b.size, c.size)), paired
 
