@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from harness.metrics.results_model import Summary
+from harness.metrics.results_model import Summary, as_summary
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.wire.transports import TRANSPORTS
 from harness.workload.records import (
@@ -623,15 +623,9 @@ def compare_rows() -> Iterator[tuple[Metric, Stat]]:
 def measured(summary: Summary | Mapping[str, Any] | None, group: str) -> bool:
     """Whether any transport of a summary (its model or its document) has a value above 0 in
     ``group``."""
-    if not summary:
-        return False
-    typed = summary if isinstance(summary, Summary) else Summary.of(summary)
-    for t in typed.transports.values():
-        block = t.group(group)
-        values = block.to_json().values() if block is not None else ()
-        if any(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values):
-            return True
-    return False
+    blocks = (t.group(group) for t in (as_summary(summary) or Summary()).transports.values())
+    values = (v for b in blocks if b is not None for v in b.to_json().values())
+    return any(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values)
 
 
 def shown(m: Metric, summary: Any, reasoned: bool) -> bool:
