@@ -16,6 +16,7 @@ in a comment line before each interval, which standard readers skip.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from array import array
@@ -209,10 +210,7 @@ class Histogram:
             return [float(ordered[min(self.count, max(1, r)) - 1]) for r, _ in ranks]
         cum = np.cumsum(self.counts_array())
         idx = np.searchsorted(cum, [max(1, r) for r, _ in ranks], side="left")
-        return [
-            (_lowest_at_index if low else _value_at_index)(self, int(i))
-            for i, (_, low) in zip(idx, ranks, strict=True)
-        ]
+        return [_at_index(self, int(i), low) for i, (_, low) in zip(idx, ranks, strict=True)]
 
     def percentile(self, p: float) -> float:
         return self.percentiles((p,))[0]
@@ -378,25 +376,19 @@ class Histogram:
         return out
 
 
-_LAYOUTS: dict[str, Any] = {}
-
-
+@functools.cache
 def _layout(unit: str) -> Any:
     """An empty hdrh histogram of ``unit``: the index <-> value arithmetic of the layout."""
-    h = _LAYOUTS.get(unit)
-    if h is None:
-        h = _LAYOUTS[unit] = HdrHistogram(LOWEST, UNITS[unit], SIGNIFICANT_DIGITS)
-    return h
+    return HdrHistogram(LOWEST, UNITS[unit], SIGNIFICANT_DIGITS)
 
 
-def _lowest_at_index(hist: Histogram, idx: int) -> float:
+def _at_index(hist: Histogram, idx: int, lowest: bool) -> float:
+    """The highest (or ``lowest``) value equivalent to bucket ``idx``'s."""
     layout = _layout(hist.unit)
-    return float(layout.get_lowest_equivalent_value(layout.get_value_from_index(idx)))
-
-
-def _value_at_index(hist: Histogram, idx: int) -> float:
-    layout = _layout(hist.unit)
-    return float(layout.get_highest_equivalent_value(layout.get_value_from_index(idx)))
+    value = layout.get_value_from_index(idx)
+    if lowest:
+        return float(layout.get_lowest_equivalent_value(value))
+    return float(layout.get_highest_equivalent_value(value))
 
 
 class SignedHistogram:
