@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from harness.metrics import definitions as D
+from harness.metrics.validity import finite
 from harness.wire.errors import LoopbenchError
 from harness.wire.plural import counted
 from harness.wire.transports import TRANSPORTS
@@ -129,17 +130,14 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
     Chained transports send only what is new; how much that is comes from the
     usage the endpoint reported: ``input(t) - input(t-1) - output(t-1)``.
     """
-    rows = list(rows)
     by_conv: dict[tuple[int, str, int, int], list[Mapping[str, Any]]] = {}
+    by_run: dict[int, list[Mapping[str, Any]]] = {}
     for row in rows:
-        key = (
-            int(row.get("run", 0) or 0),
-            str(row["transport"]),
-            int(row.get("round", 0)),
-            int(row["rollout_id"]),
-        )
+        run = int(row.get("run", 0) or 0)
+        by_run.setdefault(run, []).append(row)
+        key = (run, str(row["transport"]), int(row.get("round", 0)), int(row["rollout_id"]))
         by_conv.setdefault(key, []).append(row)
-    activity = {run: _Activity(rs) for run, rs in _by_run(rows).items()}
+    activity = {run: _Activity(rs) for run, rs in by_run.items()}
     out: list[Turn] = []
     for (run, transport, _, _), conv in sorted(by_conv.items()):
         conv.sort(key=lambda r: int(r["turn_index"]))
@@ -179,13 +177,6 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
             # A failed turn breaks the chain: the next one's "new" tokens are unknown.
             prev = row if rec.ok else None
     return out
-
-
-def _by_run(rows: Iterable[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
-    runs: dict[int, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        runs.setdefault(int(row.get("run", 0) or 0), []).append(row)
-    return runs
 
 
 class _Activity:
@@ -273,11 +264,8 @@ def _int_or(value: Any, default: int) -> int:
 
 
 def _model_ttft(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) and v >= 0 else None
+    v = finite(value)
+    return v if v is not None and v >= 0 else None
 
 
 def _truthy(value: Any) -> bool:
