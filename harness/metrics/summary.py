@@ -167,17 +167,9 @@ class _TransportStats:
 
     def load_state(self, d: Mapping[str, Any]) -> None:
         """The fields of :meth:`to_state` (of this version of loopbench) back."""
-        hists = {m: Histogram.decode(s) for m, s in d["histograms"].items()}
-        decoded: list[Any] = []
-        for m in self.layout.metrics:
-            if m.signed:
-                signed = SignedHistogram()
-                signed.pos = hists[m.histogram + "_pos"]
-                signed.neg = hists[m.histogram + "_neg"]
-                decoded.append(signed)
-            else:
-                decoded.append(hists[m.histogram])
-        self.set_histograms(decoded)
+        self.set_histograms(self.layout.new_histograms())
+        for name, h in self.histograms().items():
+            h.merge(Histogram.decode(d["histograms"][name]))
         for name, value in d.items():
             if name in _ROLLOUT_KEYED:
                 value = {(r, i): v for r, i, v in value}
