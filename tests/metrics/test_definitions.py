@@ -139,8 +139,8 @@ def _summary() -> dict[str, Any]:
     acc = Accumulator()
     for rec in TURNS:
         acc.add_turn(rec)
-    for rec in ROLLOUTS:
-        acc.add_rollout(rec)
+    for rollout in ROLLOUTS:
+        acc.add_rollout(rollout)
     return acc.summary("s")
 
 

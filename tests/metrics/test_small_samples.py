@@ -26,8 +26,8 @@ def _accumulator(n_rollouts: int, turns_per_rollout: int = 1) -> Accumulator:
     turns, rollouts = _records(n_rollouts, turns_per_rollout)
     for rec in turns:
         acc.add_turn(rec)
-    for rec in rollouts:
-        acc.add_rollout(rec)
+    for rollout in rollouts:
+        acc.add_rollout(rollout)
     return acc
 
 
@@ -220,8 +220,8 @@ def test_reasoning_statistics_are_named_only_when_the_run_reasoned() -> None:
                     output_tokens=rec.output_tokens + reasoning,
                 )
             )
-        for rec in rollouts:
-            acc.add_rollout(rec)
+        for rollout in rollouts:
+            acc.add_rollout(rollout)
         (http,) = [r for r in sample_size_reasons(acc.summary("s")) if r.startswith("http:")]
         return http
 

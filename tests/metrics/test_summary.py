@@ -105,8 +105,8 @@ def _filled(**kw: object) -> Accumulator:
     acc = Accumulator(warmup_rollouts=1, **kw)  # type: ignore[arg-type]
     for rec in _turns():
         acc.add_turn(rec)
-    for rec in _rollouts():
-        acc.add_rollout(rec)
+    for rollout in _rollouts():
+        acc.add_rollout(rollout)
     return acc
 
 
