@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.cli.common import (
+    EXIT_INVALID,
+    EXIT_USAGE,
     SCENARIO_HELP,
     add_command,
     api_key,
@@ -30,7 +32,6 @@ from harness.cli.common import (
 from harness.cli.run_args import add_target_options, scenario_sets, target_flags
 from harness.client.options import ClientSettings
 from harness.gate.ab import ABOptions, Side, run_ab
-from harness.gate.codes import EXIT_INVALID, EXIT_USAGE
 from harness.gate.evaluate import evaluate
 from harness.gate.junit import render_junit
 from harness.gate.markdown import render_markdown

@@ -34,7 +34,7 @@ from harness.transports import make_transport
 from harness.workload.plan import RolloutPlan
 from harness.workload.rollout import generate_rollouts
 from harness.workload.scenario import Scenario
-from reference_server.core.profiles import load_profiles
+from reference_server.core.profiles import ApiProfile, load_profiles
 
 SIDES = ("baseline", "candidate")
 
@@ -238,16 +238,9 @@ def run_ab(
         return run_async(coro)
 
 
-#: API-tier parameters that are service times (scaled by :func:`scaled_api_overrides`)
-API_TIME_PARAMS = (
-    "connect_ms",
-    "fixed_ms",
-    "fixed_resolved_ms",
-    "per_token_us",
-    "rehydrate_us",
-    "hop_ms",
-    "post_ms",
-)
+#: API-tier parameters that are service times (scaled by :func:`scaled_api_overrides`): the
+#: profile's fields in ms and µs
+API_TIME_PARAMS = tuple(n for n in ApiProfile.model_fields if n.endswith(("_ms", "_us")))
 
 
 def scaled_api_overrides(api_profile: str, factor: float) -> dict[str, str]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from harness.gate.codes import EXIT_INVALID
 from harness.gate.outcome import GateReport, Kind, RuleResult
 from harness.gate.ratios import MIN_SAMPLES, align, per_round, ratio_with_ci, statistic
 from harness.gate.rules import (
@@ -25,11 +25,12 @@ from harness.gate.rules import (
     SloRule,
     SpeedupRule,
 )
-from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData
+from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData, Samples
 from harness.gate.validity import check_validity, missing_transports
 from harness.metrics import definitions as D
 from harness.metrics.results_model import Summary
-from harness.metrics.stats import MIN_CI_PAIRS, ci_reason, mann_whitney_u
+from harness.metrics.stats import ci_reason, mann_whitney_u
+from harness.wire.exit_codes import ExitCode
 from harness.wire.plural import counted
 
 
@@ -81,56 +82,45 @@ def _summary_value(
     return node
 
 
-def _slo_results(
-    rule: SloRule, cand: RunData, base: RunData | None, cfg: GateConfig
-) -> list[RuleResult]:
-    out = []
+def _slo_result(
+    rule: SloRule, t: str, cand: RunData, base: RunData | None, cfg: GateConfig
+) -> RuleResult:
     assert cand.summary is not None
-    for t in _expand(rule.transport, cand.transports):
-        name = _name(rule, t)
-        value = _summary_value(cand.summary, t, rule.path, cfg.source, rule.label)
-        before = None
-        if base is not None and base.summary is not None and t in base.transports:
-            try:
-                b = _summary_value(base.summary, t, rule.path, cfg.source, rule.label)
-                before = float(b) if isinstance(b, int | float) else None
-            except GateRulesError:
-                before = None
-        limit = f"{rule.op} {rule.value:g}"
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            out.append(
-                RuleResult(
-                    "slo",
-                    name,
-                    "fail",
-                    f"{t}.{'.'.join(rule.path)}: no value in the run (got {value!r})",
-                    baseline=before,
-                    limit=limit,
-                )
-            )
-            continue
-        ok = _OPS[rule.op](float(value), rule.value)
-        out.append(
-            RuleResult(
-                "slo",
-                name,
-                "pass" if ok else "fail",
-                f"{t}.{'.'.join(rule.path)} = {float(value):.4g} ({'meets' if ok else 'breaches'} {limit})",
-                baseline=before,
-                candidate=float(value),
-                limit=limit,
-            )
+    name = _name(rule, t)
+    value = _summary_value(cand.summary, t, rule.path, cfg.source, rule.label)
+    before = None
+    if base is not None and base.summary is not None and t in base.transports:
+        try:
+            b = _summary_value(base.summary, t, rule.path, cfg.source, rule.label)
+            before = float(b) if isinstance(b, int | float) else None
+        except GateRulesError:
+            before = None
+    limit = f"{rule.op} {rule.value:g}"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return RuleResult(
+            "slo",
+            name,
+            "fail",
+            f"{t}.{'.'.join(rule.path)}: no value in the run (got {value!r})",
+            baseline=before,
+            limit=limit,
         )
-    return out
+    ok = _OPS[rule.op](float(value), rule.value)
+    return RuleResult(
+        "slo",
+        name,
+        "pass" if ok else "fail",
+        f"{t}.{'.'.join(rule.path)} = {float(value):.4g} ({'meets' if ok else 'breaches'} {limit})",
+        baseline=before,
+        candidate=float(value),
+        limit=limit,
+    )
 
 
 def _regression_result(
-    rule: RegressionRule, t: str, cand: RunData, base: RunData, cfg: GateConfig
+    rule: RegressionRule, t: str, cand: RunData, base: RunData | None, cfg: GateConfig
 ) -> RuleResult:
+    assert base is not None  # evaluate refuses relative rules without a baseline
     name = _name(rule, t)
     limit = f"<= +{rule.max_increase_pct:g}% ({rule.test})"
     bs, cs = base.get(t, rule.metric), cand.get(t, rule.metric)
@@ -152,8 +142,9 @@ def _regression_result(
         return RuleResult(
             "regression", name, "skip", "non-positive latencies: no ratio", limit=limit
         )
+    boot = cfg.bootstrap
     ratio, ci = ratio_with_ci(
-        b, c, stat, paired=paired, alpha=cfg.alpha, resamples=cfg.resamples, seed=cfg.seed
+        b, c, stat, paired=paired, alpha=cfg.alpha, resamples=boot.resamples, seed=boot.seed
     )
     u, p = mann_whitney_u(c, b)
     worse_by_rank = u > c.size * b.size / 2.0
@@ -198,18 +189,14 @@ def _speedup_value(
     run: RunData, rule: SpeedupRule, cfg: GateConfig
 ) -> tuple[float, tuple[float, float], int, bool] | str:
     """The speedup, its CI, n and pairing; or why it is not measurable."""
-    bs, cs = run.get(rule.baseline, rule.metric), run.get(rule.candidate, rule.metric)
-    if len(bs) < MIN_CI_PAIRS or len(cs) < MIN_CI_PAIRS:
-        n = min(len(bs), len(cs))
-        return f"{rule.metric} samples of {rule.candidate} vs {rule.baseline}: " + (
-            ci_reason(n) or ""
-        )
-    b, c, paired = align(bs, cs)
+    # below MIN_CI_PAIRS a side, pairing keeps every sample or none: n is the smaller side
+    b, c, paired = align(run.get(rule.baseline, rule.metric), run.get(rule.candidate, rule.metric))
     if (reason := ci_reason(int(min(b.size, c.size)))) is not None:
         return f"{rule.metric} samples of {rule.candidate} vs {rule.baseline}: {reason}"
     # ratio_with_ci gives second/first: pass the candidate transport first for baseline/candidate.
+    boot = cfg.bootstrap
     ratio, ci = ratio_with_ci(
-        c, b, "p50", paired=paired, alpha=cfg.alpha, resamples=cfg.resamples, seed=cfg.seed
+        c, b, "p50", paired=paired, alpha=cfg.alpha, resamples=boot.resamples, seed=boot.seed
     )
     return ratio, ci, int(min(b.size, c.size)), paired
 
@@ -227,7 +214,7 @@ def _speedup_result(
             "fail",
             f"not measurable: {got}; re-measure with more rollouts",
             limit=limit,
-            code=EXIT_INVALID,
+            code=ExitCode.INVALID,
         )
     ratio, ci, n, paired = got
     before = None
@@ -259,72 +246,63 @@ def _speedup_result(
     )
 
 
-def _self_check_results(
-    rule: SelfCheckRule, cand: RunData, base: RunData | None
-) -> list[RuleResult]:
-    out = []
+def _self_check_result(
+    rule: SelfCheckRule, t: str, cand: RunData, base: RunData | None
+) -> RuleResult:
     limit = rule.limit()
-    for t in _expand(rule.transport, cand.transports):
-        name = _name(rule, t)
-        err = cand.get(t, MEASUREMENT_ERROR)
-        if len(err) == 0:
-            out.append(
-                RuleResult(
-                    "self_check",
-                    name,
-                    "skip",
-                    f"{t}: no sim_timing in the run (target is not the reference server?)",
-                    limit=limit,
-                )
-            )
-            continue
-        value = statistic(err.values, rule.statistic)
-        modelled = cand.get(t, MODELLED_TTFT).values
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.where(modelled > 0, err.values / modelled * 100.0, np.nan)
-        rel = rel[np.isfinite(rel)]
-        pct = statistic(rel, rule.statistic) if rel.size else float("nan")
-        problems = []
-        if rule.max_ms is not None and value > rule.max_ms:
-            problems.append(f"{value:.2f} ms > {rule.max_ms:g} ms")
-        if rule.max_pct is not None and not (pct <= rule.max_pct):
-            problems.append(f"{pct:.1f}% of modelled > {rule.max_pct:g}%")
-        before = None
-        if base is not None and len(base.get(t, MEASUREMENT_ERROR)):
-            before = statistic(base.get(t, MEASUREMENT_ERROR).values, rule.statistic)
-        out.append(
-            RuleResult(
-                "self_check",
-                name,
-                "fail" if problems else "pass",
-                f"{t}: measured - modelled TTFT {rule.statistic} {value:.2f} ms "
-                f"({pct:.1f}% of modelled) over {counted(len(err), 'turn')}"
-                + (f"; {'; '.join(problems)}" if problems else ""),
-                baseline=before,
-                candidate=value,
-                n=(len(base.get(t, MEASUREMENT_ERROR)) if base else 0, len(err)),
-                limit=limit,
-                unit="ms",
-            )
+    name = _name(rule, t)
+    err = cand.get(t, MEASUREMENT_ERROR)
+    if len(err) == 0:
+        return RuleResult(
+            "self_check",
+            name,
+            "skip",
+            f"{t}: no sim_timing in the run (target is not the reference server?)",
+            limit=limit,
         )
-    return out
+    value = statistic(err.values, rule.statistic)
+    modelled = cand.get(t, MODELLED_TTFT).values
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(modelled > 0, err.values / modelled * 100.0, np.nan)
+    rel = rel[np.isfinite(rel)]
+    pct = statistic(rel, rule.statistic) if rel.size else float("nan")
+    problems = []
+    if rule.max_ms is not None and value > rule.max_ms:
+        problems.append(f"{value:.2f} ms > {rule.max_ms:g} ms")
+    if rule.max_pct is not None and not (pct <= rule.max_pct):
+        problems.append(f"{pct:.1f}% of modelled > {rule.max_pct:g}%")
+    was = base.get(t, MEASUREMENT_ERROR) if base is not None else Samples.of([], [])
+    before = statistic(was.values, rule.statistic) if len(was) else None
+    return RuleResult(
+        "self_check",
+        name,
+        "fail" if problems else "pass",
+        f"{t}: measured - modelled TTFT {rule.statistic} {value:.2f} ms "
+        f"({pct:.1f}% of modelled) over {counted(len(err), 'turn')}"
+        + (f"; {'; '.join(problems)}" if problems else ""),
+        baseline=before,
+        candidate=value,
+        n=(len(was), len(err)),
+        limit=limit,
+        unit="ms",
+    )
 
 
-def _rule_names(
-    cfg: GateConfig, cand: RunData, common: Sequence[str]
-) -> Iterable[tuple[Kind, str]]:
-    """Every testcase the rules would produce, for reporting them as skipped."""
+def _cases(
+    cfg: GateConfig, cand: RunData, base: RunData | None, common: Sequence[str]
+) -> Iterator[tuple[Kind, str, Callable[[], RuleResult]]]:
+    """Every testcase the rules produce, in the report's order: its kind, name and judge."""
     for s in cfg.slo:
         for t in _expand(s.transport, cand.transports):
-            yield "slo", _name(s, t)
+            yield "slo", _name(s, t), partial(_slo_result, s, t, cand, base, cfg)
     for r in cfg.regression:
         for t in _expand(r.transport, common):
-            yield "regression", _name(r, t)
+            yield "regression", _name(r, t), partial(_regression_result, r, t, cand, base, cfg)
     for sp in cfg.speedup:
-        yield "speedup", sp.label
+        yield "speedup", sp.label, partial(_speedup_result, sp, cand, base, cfg)
     for c in cfg.self_check:
         for t in _expand(c.transport, cand.transports):
-            yield "self_check", _name(c, t)
+            yield "self_check", _name(c, t), partial(_self_check_result, c, t, cand, base)
 
 
 def evaluate(cfg: GateConfig, candidate: RunData, baseline: RunData | None) -> GateReport:
@@ -339,24 +317,13 @@ def evaluate(cfg: GateConfig, candidate: RunData, baseline: RunData | None) -> G
     for problem in missing_transports(cfg, candidate, baseline):
         results.append(RuleResult("validity", "transports named by the rules", "fail", problem))
     common = [t for t in candidate.transports if baseline is None or t in baseline.transports]
-    if any(r.failed for r in results):
-        results += [
-            RuleResult(kind, name, "skip", "not evaluated: the runs failed validity")
-            for kind, name in _rule_names(cfg, candidate, common)
-        ]
-    else:
-        for slo in cfg.slo:
-            results += _slo_results(slo, candidate, baseline, cfg)
-        for reg in cfg.regression:
-            assert baseline is not None
-            results += [
-                _regression_result(reg, t, candidate, baseline, cfg)
-                for t in _expand(reg.transport, common)
-            ]
-        for sp in cfg.speedup:
-            results.append(_speedup_result(sp, candidate, baseline, cfg))
-        for chk in cfg.self_check:
-            results += _self_check_results(chk, candidate, baseline)
+    invalid = any(r.failed for r in results)
+    results += [
+        RuleResult(kind, name, "skip", "not evaluated: the runs failed validity")
+        if invalid
+        else judge()
+        for kind, name, judge in _cases(cfg, candidate, baseline, common)
+    ]
     return GateReport(
         results=tuple(results),
         candidate_id=candidate.run_id,

@@ -6,18 +6,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harness.gate.codes import EXIT_INVALID, EXIT_PASS, EXIT_REGRESSION, EXIT_SLO, VERDICTS
+from harness.wire.exit_codes import ExitCode
 
 Kind = Literal["validity", "slo", "regression", "speedup", "self_check"]
 Status = Literal["pass", "fail", "skip"]
 
 #: exit code of a failed rule of each kind
 KIND_EXIT: dict[str, int] = {
-    "validity": EXIT_INVALID,
-    "slo": EXIT_SLO,
-    "speedup": EXIT_SLO,
-    "regression": EXIT_REGRESSION,
-    "self_check": EXIT_REGRESSION,
+    "validity": ExitCode.INVALID,
+    "slo": ExitCode.SLO_BREACH,
+    "speedup": ExitCode.SLO_BREACH,
+    "regression": ExitCode.REGRESSION,
+    "self_check": ExitCode.REGRESSION,
+}
+#: the gate's verdict by its exit code
+VERDICTS: dict[int, str] = {
+    ExitCode.OK: "pass",
+    ExitCode.REGRESSION: "regression",
+    ExitCode.SLO_BREACH: "SLO breach",
+    ExitCode.INVALID: "invalid or not comparable",
 }
 
 
@@ -49,7 +56,7 @@ class RuleResult:
     def exit_code(self) -> int:
         """What this result contributes to the gate's exit code (0 unless it failed)."""
         if not self.failed:
-            return EXIT_PASS
+            return ExitCode.OK
         return self.code if self.code is not None else KIND_EXIT[self.kind]
 
 
@@ -67,7 +74,7 @@ class GateReport:
     @property
     def exit_code(self) -> int:
         codes = [r.exit_code for r in self.results if r.failed]
-        return max(codes, default=EXIT_PASS)
+        return max(codes, default=ExitCode.OK)
 
     @property
     def verdict(self) -> str:

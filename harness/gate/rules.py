@@ -280,14 +280,6 @@ class GateConfig(_Rules):
     _source: str = PrivateAttr(default="<rules>")
 
     @property
-    def resamples(self) -> int:
-        return self.bootstrap.resamples
-
-    @property
-    def seed(self) -> int:
-        return self.bootstrap.seed
-
-    @property
     def source(self) -> str:
         return self._source
 

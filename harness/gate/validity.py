@@ -115,14 +115,11 @@ def missing_transports(cfg: GateConfig, cand: RunData, base: RunData | None) -> 
     for name, needs_base in sorted(named):
         if name == "*":
             continue
-        if name not in cand.transports:
-            problems.append(
-                f"{cfg.source}: transport {name!r} is not in candidate {cand.where} "
-                f"(has {', '.join(cand.transports) or 'none'})"
-            )
-        if needs_base and base is not None and name not in base.transports:
-            problems.append(
-                f"{cfg.source}: transport {name!r} is not in baseline {base.where} "
-                f"(has {', '.join(base.transports) or 'none'})"
-            )
+        sides = [("candidate", cand)] + ([("baseline", base)] if needs_base and base else [])
+        problems += [
+            f"{cfg.source}: transport {name!r} is not in {label} {run.where} "
+            f"(has {', '.join(run.transports) or 'none'})"
+            for label, run in sides
+            if name not in run.transports
+        ]
     return problems

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from harness.metrics.results_model import Summary
+from harness.metrics.results_model import Summary, as_summary
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.wire.transports import TRANSPORTS
 from harness.workload.records import (
@@ -149,6 +149,15 @@ def _rate(
 
 
 _TTFT_WHEN = "(first_token_ns > 0) & (sent_ns > 0)"
+
+
+def _signed(name: str, label: str, when: str, value: str, **kw: Any) -> Metric:
+    """A signed per-turn TTFT difference (ms, neither way better): ``when`` adds to TTFT's."""
+    group, stat = f"{name}_ms", stats("p50", "p99")
+    kw.update(histogram=name, signed=True)
+    return Metric(group, label, "ms", None, group, stat, "turn", _TTFT_WHEN + when, value, **kw)
+
+
 #: where the visible output starts: the first visible delta; a row written before
 #: ``first_output_ns`` existed (0) starts at its first token, as it was measured then
 VISIBLE_START = "(first_output_ns + (first_output_ns == 0) * first_token_ns)"
@@ -492,19 +501,15 @@ METRICS: list[Metric] = [
     ),
     # mean ms per turn by component (BREAKDOWN); the report shows it as its own table
     Metric("breakdown_ms", "latency breakdown", "ms", True, "breakdown_ms", ()),
-    Metric(
+    _latency(
         "schedule_lag_ms",
         "schedule lag",
-        "ms",
-        True,
-        "schedule_lag_ms",
-        stats("p50", "p99"),
+        stats=stats("p50", "p99"),
         record="rollout",
         when="(start_ns > 0) & (intended_start_ns > 0)",
         value="(start_ns - intended_start_ns) * (start_ns > intended_start_ns)",
         failed_too=True,
         histogram="schedule_lag",
-        column="schedule_lag_ms",
         report=(("p50", 2), ("p99", 2)),
         report_table="throughput",
     ),
@@ -522,56 +527,30 @@ METRICS: list[Metric] = [
         report=(("cached_ratio", 2),),
         cli=("cached_ratio",),
     ),
-    Metric(
-        "measurement_error_ms",
+    _signed(
+        "measurement_error",
         "TTFT measured−modelled",
-        "ms",
-        None,
-        "measurement_error_ms",
-        stats("p50", "p99"),
-        record="turn",
-        when=_TTFT_WHEN + " & (sim_ttft_ms >= 0)",
+        when=" & (sim_ttft_ms >= 0)",
         value="first_token_ns - sent_ns - round(sim_ttft_ms * 1e6)",
-        histogram="measurement_error",
-        signed=True,
         column="measurement_error_ms",
         report=(("p50", 2), ("p99", 2)),
         report_table="throughput",
     ),
     # how late the server wrote the first token (sim_timing.first_token_late_ms): the part of
     # measurement_error_ms that is the server's, on the same cores, not the client's
-    Metric(
-        "server_late_ms",
-        "server late",
-        "ms",
-        None,
-        "server_late_ms",
-        stats("p50", "p99"),
-        record="turn",
-        when=_TTFT_WHEN + " & known(server_late_ms)",
-        value="round(server_late_ms * 1e6)",
-        histogram="server_late",
-        signed=True,
-        # the record's own server_late_ms is the row files' column
+    # the record's own server_late_ms is the row files' column
+    _signed(
+        "server_late", "server late", " & known(server_late_ms)", "round(server_late_ms * 1e6)"
     ),
     # measurement_error_ms without the server's lateness and, on one host, without the time the
     # request waited before the server read it: what the client itself adds (stamping late,
     # its own event loop, the loopback hop) to the TTFT it measures
-    Metric(
-        "client_error_ms",
+    _signed(
+        "client_error",
         "TTFT client error",
-        "ms",
-        None,
-        "client_error_ms",
-        stats("p50", "p99"),
-        record="turn",
-        when=_TTFT_WHEN + " & (sim_ttft_ms >= 0) & known(server_late_ms) & known(server_read_ms)",
-        value=(
-            "first_token_ns - sent_ns - round(sim_ttft_ms * 1e6) - round(server_late_ms * 1e6)"
-            " - round(server_read_ms * 1e6)"
-        ),
-        histogram="client_error",
-        signed=True,
+        " & (sim_ttft_ms >= 0) & known(server_late_ms) & known(server_read_ms)",
+        "first_token_ns - sent_ns - round(sim_ttft_ms * 1e6) - round(server_late_ms * 1e6)"
+        " - round(server_read_ms * 1e6)",
         column="client_error_ms",
         report=(("p50", 2), ("p99", 2)),
         report_table="throughput",
@@ -644,15 +623,9 @@ def compare_rows() -> Iterator[tuple[Metric, Stat]]:
 def measured(summary: Summary | Mapping[str, Any] | None, group: str) -> bool:
     """Whether any transport of a summary (its model or its document) has a value above 0 in
     ``group``."""
-    if not summary:
-        return False
-    typed = summary if isinstance(summary, Summary) else Summary.of(summary)
-    for t in typed.transports.values():
-        block = t.group(group)
-        values = block.to_json().values() if block is not None else ()
-        if any(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values):
-            return True
-    return False
+    blocks = (t.group(group) for t in (as_summary(summary) or Summary()).transports.values())
+    values = (v for b in blocks if b is not None for v in b.to_json().values())
+    return any(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values)
 
 
 def shown(m: Metric, summary: Any, reasoned: bool) -> bool:

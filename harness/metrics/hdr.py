@@ -1,44 +1,23 @@
-"""The project's one histogram layout: HdrHistogram, 3 significant digits.
+"""The project's one histogram layout: HdrHistogram, 3 significant digits (docs/metrics.md §2).
 
-Two units share the class:
+Two units share the class: ``"us"`` (latencies, 0 … 3,600,000,000 µs = 1 h) and ``"tps"``
+(integer tokens/s, 0 … 1,000,000).  One bucket layout per unit, so histograms of any process
+or host merge losslessly.  Out-of-range values are counted in ``below``/``above`` and clamped,
+never dropped; zero is in range (an exactly on-time schedule lag of 0 is a measurement).
 
-* ``"us"`` — latencies in microseconds, trackable range 0 … 3,600,000,000 (1 h),
-  resolution 1 µs up to 2 ms, 0.1 % beyond;
-* ``"tps"`` — throughput in integer tokens/s, 0 … 1,000,000.
-
-Every histogram of a unit has the same bucket layout, so histograms from any
-process or host merge losslessly (count arrays are added).
-
-Out-of-range values are never dropped: a negative value is counted in
-``below`` and recorded as 0, a value above the top is counted in ``above`` and
-recorded as the top value.  Zero is in range, as in HdrHistogram itself (the
-lowest *discernible* value is 1 unit); an exactly on-time schedule lag of 0 is a
-legitimate measurement, not an error.
-
-Percentiles use the nearest-rank definition: the ``p``-th percentile of ``n``
-values is the ``ceil(p/100 * n)``-th smallest (at least the first), so p99 of 60
-values is the largest and p50 of 1..4 is 2 (HdrHistogram's Java implementation
-does the same; the Python ``hdrh`` rounds the rank, which drops the maximum from
-p99 of fewer than 100 values).  While a histogram holds at most
-:data:`EXACT_MAX` values it also keeps them (integers in its unit), and its
-percentiles, min and max are exact order statistics of those; beyond that they
-are HdrHistogram values (the highest value of the sample's bucket: exact below
-2,048 units, within 0.1 % above).  Merging keeps the values while the merged
-count stays within :data:`EXACT_MAX`, so exactness survives ``--procs`` and
-Locust workers; ``.hlog`` files carry only the buckets.
-
-Besides the counts, a histogram keeps the exact sum of the (integer, clamped)
-recorded values, so ``mean`` is exact rather than a bucket-midpoint estimate.
-``below``, ``above`` and the sum travel with :meth:`Histogram.encode` as a
-suffix after the standard payload (see :func:`Histogram.encode`), and in
-``.hlog`` files as a comment line before each interval line, which standard
-HdrHistogram readers skip.
+Percentiles use the nearest rank, the ``ceil(p/100 * n)``-th smallest value, as HdrHistogram's
+Java implementation does (the Python ``hdrh`` rounds the rank, which drops the maximum from
+p99 of fewer than 100 values).  Up to :data:`EXACT_MAX` values are also kept, and the
+order statistics are exact while they are (merges keep them within that count); the exact sum
+makes ``mean`` exact.  ``below``, ``above``, the sum and the kept values travel after the
+standard payload (:meth:`Histogram.encode`); ``.hlog`` files carry the buckets, and the counters
+in a comment line before each interval, which standard readers skip.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import re
 import time
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -231,10 +210,7 @@ class Histogram:
             return [float(ordered[min(self.count, max(1, r)) - 1]) for r, _ in ranks]
         cum = np.cumsum(self.counts_array())
         idx = np.searchsorted(cum, [max(1, r) for r, _ in ranks], side="left")
-        return [
-            (_lowest_at_index if low else _value_at_index)(self, int(i))
-            for i, (_, low) in zip(idx, ranks, strict=True)
-        ]
+        return [_at_index(self, int(i), low) for i, (_, low) in zip(idx, ranks, strict=True)]
 
     def percentile(self, p: float) -> float:
         return self.percentiles((p,))[0]
@@ -400,25 +376,19 @@ class Histogram:
         return out
 
 
-_LAYOUTS: dict[str, Any] = {}
-
-
+@functools.cache
 def _layout(unit: str) -> Any:
     """An empty hdrh histogram of ``unit``: the index <-> value arithmetic of the layout."""
-    h = _LAYOUTS.get(unit)
-    if h is None:
-        h = _LAYOUTS[unit] = HdrHistogram(LOWEST, UNITS[unit], SIGNIFICANT_DIGITS)
-    return h
+    return HdrHistogram(LOWEST, UNITS[unit], SIGNIFICANT_DIGITS)
 
 
-def _lowest_at_index(hist: Histogram, idx: int) -> float:
+def _at_index(hist: Histogram, idx: int, lowest: bool) -> float:
+    """The highest (or ``lowest``) value equivalent to bucket ``idx``'s."""
     layout = _layout(hist.unit)
-    return float(layout.get_lowest_equivalent_value(layout.get_value_from_index(idx)))
-
-
-def _value_at_index(hist: Histogram, idx: int) -> float:
-    layout = _layout(hist.unit)
-    return float(layout.get_highest_equivalent_value(layout.get_value_from_index(idx)))
+    value = layout.get_value_from_index(idx)
+    if lowest:
+        return float(layout.get_lowest_equivalent_value(value))
+    return float(layout.get_highest_equivalent_value(value))
 
 
 class SignedHistogram:
@@ -463,12 +433,6 @@ class SignedHistogram:
 
 # -- interval logs ---------------------------------------------------------------------------
 
-_COUNTERS_RE = re.compile(
-    r"#\[loopbench-counters: Tag=(?P<tag>[^,\]]*), unit=(?P<unit>\w+), below=(?P<below>\d+), "
-    r"above=(?P<above>\d+), sum=(?P<sum>\d+)\]"
-)
-_START_RE = re.compile(r"#\[StartTime: *([\d.]+)")
-
 
 def write_hlog(
     path: str | Path,
@@ -511,41 +475,3 @@ def write_hlog(
             f"{top / _HLOG_MAX_RATIO[hist.unit]:.3f},{hist.payload()}"
         )
     Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def read_hlog(path: str | Path) -> tuple[float, dict[str, list[tuple[float, float, Histogram]]]]:
-    """Read a log written by :func:`write_hlog` (or any tagged HdrHistogram log).
-
-    Returns ``(start_time_s, {tag: [(start_s, end_s, histogram), ...]})``; the
-    loopbench counter comments, when present, restore below/above/sum.  Untagged
-    lines get the tag ``""``.
-    """
-    start_time_s = 0.0
-    out: dict[str, list[tuple[float, float, Histogram]]] = {}
-    pending: dict[str, str] | None = None
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line or line.startswith('"'):
-            continue
-        if line.startswith("#"):
-            if m := _START_RE.match(line):
-                start_time_s = float(m.group(1))
-            elif m := _COUNTERS_RE.match(line):
-                pending = m.groupdict()
-            continue
-        tag = ""
-        body = line
-        if line.startswith("Tag="):
-            tag, _, body = line[4:].partition(",")
-        parts = body.split(",", 3)
-        if len(parts) != 4:
-            raise ValueError(f"{path}:{lineno}: expected start,length,max,payload, got {line!r}")
-        start_s, length_s = float(parts[0]), float(parts[1])
-        encoded = parts[3]
-        if pending is not None and pending["tag"] == tag:
-            encoded += (
-                f"{_SUFFIX_SEP}unit={pending['unit']};below={pending['below']};"
-                f"above={pending['above']};sum={pending['sum']}"
-            )
-        pending = None
-        out.setdefault(tag, []).append((start_s, start_s + length_s, Histogram.decode(encoded)))
-    return start_time_s, out

@@ -16,15 +16,12 @@ from harness.metrics import definitions as D
 from harness.metrics import stats
 from harness.metrics.results_model import Goodput, Summary, as_summary
 from harness.workload.records import OK_TURN_STATUSES, RolloutRecord, TurnRecord
+from harness.workload.slo import ROLLOUT_SLO_FIELDS, TURN_SLO_FIELDS
 
 #: fewest records (rollouts or turns) an attainment's confidence interval is given for
 MIN_ATTAINMENT_N = 10
 #: the normal quantile of a two-sided 95 % interval
 Z95 = 1.959963984540054
-
-#: the per-turn threshold fields and the metric (of the table) each bounds
-TURN_THRESHOLD_METRIC = {"ttft_ms": "ttft_ms", "ttfot_ms": "ttfot_ms", "turn_ms": "turn_ms"}
-ROLLOUT_THRESHOLD_METRIC = {"rollout_ms": "rollout_ms"}
 
 
 def wilson(good: int, n: int, z: float = Z95) -> tuple[float, float] | None:
@@ -49,14 +46,13 @@ def ci_reason(n: int) -> str | None:
 
 
 def _expr_check(
-    kind: D.RecordKind, limits: Mapping[str, str], thresholds: Mapping[str, float]
+    kind: D.RecordKind, fields: tuple[str, ...], thresholds: Mapping[str, float]
 ) -> str:
     parts = []
     for field, limit_ms in thresholds.items():
-        name = limits.get(field)
-        if name is None:
+        if field not in fields:
             continue
-        m = D.get(name)
+        m = D.get(field)  # a threshold is named as the metric it bounds
         assert m.record == kind
         when = D._on_record(m, m.when)
         value = D._on_record(m, m.value)
@@ -65,11 +61,11 @@ def _expr_check(
 
 
 def _compile_check(
-    kind: D.RecordKind, limits: Mapping[str, str], thresholds: Mapping[str, float]
+    kind: D.RecordKind, fields: tuple[str, ...], thresholds: Mapping[str, float]
 ) -> Callable[[Any], bool]:
     statuses = OK_TURN_STATUSES if kind == "turn" else D.ROLLOUT_OK
     ok = " or ".join(f"rec.status == {s!r}" for s in statuses)
-    expr = f"({ok}) and {_expr_check(kind, limits, thresholds)}"
+    expr = f"({ok}) and {_expr_check(kind, fields, thresholds)}"
     check: Callable[[Any], bool] = eval(
         compile(f"lambda rec: bool({expr})", f"<slo: {kind}>", "eval"), {}
     )
@@ -78,13 +74,13 @@ def _compile_check(
 
 def compile_turn_check(thresholds: Mapping[str, float]) -> Callable[[TurnRecord], bool]:
     """``check(turn) -> bool``: the turn succeeded and meets every per-turn threshold."""
-    return _compile_check("turn", TURN_THRESHOLD_METRIC, thresholds)
+    return _compile_check("turn", TURN_SLO_FIELDS, thresholds)
 
 
 def compile_rollout_check(thresholds: Mapping[str, float]) -> Callable[[RolloutRecord], bool]:
     """``check(rollout) -> bool``: the rollout succeeded and is within ``rollout_ms`` (its
     turns are judged apart, by :func:`compile_turn_check`)."""
-    return _compile_check("rollout", ROLLOUT_THRESHOLD_METRIC, thresholds)
+    return _compile_check("rollout", ROLLOUT_SLO_FIELDS, thresholds)
 
 
 def _ratio(good: int, n: int) -> float | None:

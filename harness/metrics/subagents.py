@@ -37,11 +37,10 @@ def add(counts: dict[str, Any], rec: RolloutRecord) -> None:
         counts["through_subagent"] += 1
     _bump(counts["wait_permille"], round(1000 * rec.subagent_wait_ns / span))
     _bump(counts["path_turns"], rec.critical_path_turns)
-    paths = counts.setdefault("paths", {})
-    paths[rec.critical_path] = paths.get(rec.critical_path, 0) + 1
+    _bump(counts.setdefault("paths", {}), rec.critical_path)
 
 
-def _bump(hist: dict[str, int], value: int) -> None:
+def _bump(hist: dict[str, int], value: int | str) -> None:
     # string keys: the counts travel as JSON between processes
     key = str(value)
     hist[key] = hist.get(key, 0) + 1

@@ -15,8 +15,9 @@ from the intended start, pairing by ``(round, rollout_id)``) are docs/metrics.md
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -27,7 +28,7 @@ from harness.metrics.hdr import Histogram, SignedHistogram
 from harness.metrics.results_model import FORMAT_VERSION
 from harness.metrics.sample_size import TOO_FEW_KEY, too_few_for
 from harness.metrics.stats import paired_speedup
-from harness.metrics.timeseries import AGGREGATE_BUCKET_NS, buckets_to_series
+from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.wire.transports import comparison_pairs
 from harness.workload.records import BURST_WINDOW_NS, RolloutRecord, TurnRecord
 
@@ -70,15 +71,8 @@ class _Layout:
         ]
 
 
-_LAYOUTS: dict[tuple[D.Metric, ...], _Layout] = {}
-
-
-def _layout() -> _Layout:
-    table = tuple(D.METRICS)
-    layout = _LAYOUTS.get(table)
-    if layout is None:
-        layout = _LAYOUTS[table] = _Layout(table)
-    return layout
+#: one layout per table (a test may swap the table), shared by that table's accumulators
+_layout = functools.cache(_Layout)
 
 
 _N_SIM = len(D.SERVER_BREAKDOWN)
@@ -173,17 +167,9 @@ class _TransportStats:
 
     def load_state(self, d: Mapping[str, Any]) -> None:
         """The fields of :meth:`to_state` (of this version of loopbench) back."""
-        hists = {m: Histogram.decode(s) for m, s in d["histograms"].items()}
-        decoded: list[Any] = []
-        for m in self.layout.metrics:
-            if m.signed:
-                signed = SignedHistogram()
-                signed.pos = hists[m.histogram + "_pos"]
-                signed.neg = hists[m.histogram + "_neg"]
-                decoded.append(signed)
-            else:
-                decoded.append(hists[m.histogram])
-        self.set_histograms(decoded)
+        self.set_histograms(self.layout.new_histograms())
+        for name, h in self.histograms().items():
+            h.merge(Histogram.decode(d["histograms"][name]))
         for name, value in d.items():
             if name in _ROLLOUT_KEYED:
                 value = {(r, i): v for r, i, v in value}
@@ -284,7 +270,7 @@ class Accumulator:
         self._burst_window_ns = round(burst_window_s * 1e9)
         self.t0_ns = t0_ns
         self._by_transport: dict[str, _TransportStats] = {}
-        self._layout = layout = _layout()
+        self._layout = layout = _layout(tuple(D.METRICS))
         self._add_turn = layout.adders["turn"]
         self._add_rollout = layout.adders["rollout"]
         self.slo = dict(slo or {})
@@ -394,14 +380,6 @@ class Accumulator:
                 kind = "rollout:" + (rec.error_kind or rec.status)
                 t.errors_by_kind[kind] = t.errors_by_kind.get(kind, 0) + 1
 
-    def add_turns(self, recs: Iterable[TurnRecord]) -> None:
-        for rec in recs:
-            self.add_turn(rec)
-
-    def add_rollouts(self, recs: Iterable[RolloutRecord]) -> None:
-        for rec in recs:
-            self.add_rollout(rec)
-
     # -- combining ---------------------------------------------------------------------------
 
     def merge(self, other: Accumulator) -> Accumulator:
@@ -453,17 +431,6 @@ class Accumulator:
                 "histograms": {m: t.hist(m).snapshot() for m in metrics},
             }
         return out
-
-    def aggregate_tps_series(self, transport: str) -> list[tuple[float, float]]:
-        """Aggregate TPS of ``transport`` per aggregate bucket: ``[(start_s, tokens/s)]``.
-
-        Seconds are relative to ``t0_ns``; seconds with no output inside the
-        active span are 0.  Empty for a transport with no output token.
-        """
-        stats = self._by_transport.get(transport)
-        if stats is None:
-            return []
-        return buckets_to_series(stats.agg_buckets, _BUCKET_NS / 1e9)
 
     # -- wire form ---------------------------------------------------------------------------
 

@@ -123,16 +123,6 @@ def _cumulative_sorted(
     return np.asarray(e * (ra - rb) - (ma - mb), dtype=np.float64)
 
 
-def buckets_to_series(
-    buckets: dict[int, float], bucket_s: float = 1.0
-) -> list[tuple[float, float]]:
-    """``{bucket index: tokens}`` -> ``[(start_s, tokens/s)]``, gaps filled with 0."""
-    if not buckets:
-        return []
-    lo, hi = min(buckets), max(buckets)
-    return [(k * bucket_s, buckets.get(k, 0.0) / bucket_s) for k in range(lo, hi + 1)]
-
-
 def pick_bucket_ns(span_ns: int, target_buckets: int = 120) -> int:
     """A readable bucket width for a timeline of ``span_ns``: 10 ms … 60 s, about ``target_buckets``."""
     steps = (10, 20, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 30000, 60000)

@@ -1,14 +1,6 @@
-"""Planned vs server-reported tokens, per transport: does the endpoint see the work we planned?
-
-The plan sizes every request and answer in the run's token convention (4 characters
-a token, or ``--tokenizer``); the endpoint's ``usage`` says what its tokenizer counted.
-Where usage exists it is what the summary reports (a turn without usage falls back to
-the client's count of the streamed text); the planned figures are beside it so that a
-tokenizer mismatch, or a server that ignores the requested output length (no
-``ignore_eos``/``min_tokens``), shows as a ratio far from 1 instead of going unnoticed.
-
-Counters only (summed over successful model turns, compactions left out), mergeable
-across processes like :mod:`harness.metrics.honesty`.
+"""Planned vs server-reported tokens per transport (docs/metrics.md §1.6: what each figure is,
+and what a ratio far from 1 means): counters over successful model turns, compactions left
+out, mergeable across processes like :mod:`harness.metrics.honesty`.
 """
 
 from __future__ import annotations
@@ -57,13 +49,7 @@ def add(counts: dict[str, int], rec: TurnRecord) -> None:
 
 
 def summary(counts: Mapping[str, int]) -> dict[str, Any]:
-    """``summary.json``'s ``tokens[transport]`` (docs/metrics.md): totals and ratios.
-
-    ``input`` and ``output`` prefer what the server reported: the usage totals when every
-    turn had usage, else the planned input (the client's count) and the output as counted.
-    The ``*_ratio`` figures compare reported with planned over the turns that had usage
-    (None without any).
-    """
+    """``summary.json``'s ``tokens[transport]``: totals and ratios (docs/metrics.md §1.6)."""
     turns = counts.get("turns", 0)
     usage_turns = counts.get("usage_turns", 0)
     all_usage = turns > 0 and usage_turns == turns

@@ -1,25 +1,11 @@
-"""Whether a run counts, and whether two runs compare: the rules, once.
+"""Whether a run counts, and whether two runs compare: the rules, once (docs/metrics.md §1.3).
 
-``run`` (and ``run --procs``, ``gate --ab``, the Locust master, every ``sweep`` point:
-they all finish through :class:`harness.run.measurement.Measurement`) judges its run with
-these rules and writes the verdict into ``summary.json``; ``gate`` and ``compare`` read that
-verdict and re-judge ``summary.json`` with the same functions, so a folder counts for all
-of them or for none.  Pure: documents and numbers in, sentences out.
-
-**A run counts** when, per transport,
-
-* its failed *turns* are at most ``load.max_error_rate`` of its turns, and at least one turn
-  succeeded.  Turns, not turns + rollouts: a rollout fails exactly when one of its turns
-  (or a sub-agent's turn) fails, so counting both counts one failure twice, in a unit mix
-  whose share means nothing (1 failed turn of a 10-turn rollout was "2 of 11");
-* it completed at least ``min_rollouts`` measured rollouts (:data:`MIN_ROLLOUTS` unless a
-  gate rules file asks for more): a latency distribution of no rollout is not a measurement;
-* its starts lagged the schedule by at most ``load.max_schedule_lag_ms`` at p99;
-
-and the client that measured it was healthy (:func:`client_reasons`).  The limits are the
-scenario's (:meth:`Limits.of_manifest`); the gate's rules file may override them.
-
-**Two runs compare** when they replay the same workload: same scenario name and seed, and
+Every way of measuring a run finishes through :class:`harness.run.measurement.Measurement`,
+which judges it with these rules and writes the verdict into ``summary.json``; ``gate`` and
+``compare`` read that verdict and re-judge ``summary.json`` with the same functions, so a
+folder counts for all of them or for none.  Pure: documents and numbers in, sentences out.
+The limits are the scenario's (:meth:`Limits.of_manifest`); a gate rules file may override
+them.  Two runs compare when they replay the same workload: same scenario name and seed, and
 the same scenario content apart from :data:`FREE_SCENARIO_KEYS`.
 """
 

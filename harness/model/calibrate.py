@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from harness.metrics import definitions as D
+from harness.metrics.validity import finite
 from harness.wire.errors import LoopbenchError
 from harness.wire.plural import counted
 from harness.wire.transports import TRANSPORTS
@@ -104,7 +105,7 @@ class Fit:
     #: what each other active request adds to a first token (ms), and to the time per
     #: output token (a fraction); None: not identifiable (one run, one concurrency)
     ttft_per_active_ms: float | None
-    decode_slowdown: float | None
+    decode_slowdown_per_stream: float | None
     #: what a request sent with no other in flight pays on top (the engine waking up, ms);
     #: None: not identifiable (no run with requests alone and no two busier levels)
     idle_wake_ms: float | None
@@ -122,9 +123,6 @@ class Fit:
     ttft_spread_per_active_ms: float | None = None
     notes: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
-
 
 def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
     """Successful turns with a first token, in conversation order, with the tokens each processed.
@@ -132,17 +130,14 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
     Chained transports send only what is new; how much that is comes from the
     usage the endpoint reported: ``input(t) - input(t-1) - output(t-1)``.
     """
-    rows = list(rows)
     by_conv: dict[tuple[int, str, int, int], list[Mapping[str, Any]]] = {}
+    by_run: dict[int, list[Mapping[str, Any]]] = {}
     for row in rows:
-        key = (
-            int(row.get("run", 0) or 0),
-            str(row["transport"]),
-            int(row.get("round", 0)),
-            int(row["rollout_id"]),
-        )
+        run = int(row.get("run", 0) or 0)
+        by_run.setdefault(run, []).append(row)
+        key = (run, str(row["transport"]), int(row.get("round", 0)), int(row["rollout_id"]))
         by_conv.setdefault(key, []).append(row)
-    activity = {run: _Activity(rs) for run, rs in _by_run(rows).items()}
+    activity = {run: _Activity(rs) for run, rs in by_run.items()}
     out: list[Turn] = []
     for (run, transport, _, _), conv in sorted(by_conv.items()):
         conv.sort(key=lambda r: int(r["turn_index"]))
@@ -182,13 +177,6 @@ def turns_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Turn]:
             # A failed turn breaks the chain: the next one's "new" tokens are unknown.
             prev = row if rec.ok else None
     return out
-
-
-def _by_run(rows: Iterable[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
-    runs: dict[int, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        runs.setdefault(int(row.get("run", 0) or 0), []).append(row)
-    return runs
 
 
 class _Activity:
@@ -276,11 +264,8 @@ def _int_or(value: Any, default: int) -> int:
 
 
 def _model_ttft(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) and v >= 0 else None
+    v = finite(value)
+    return v if v is not None and v >= 0 else None
 
 
 def _truthy(value: Any) -> bool:
@@ -302,11 +287,8 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     several = len({t.run for t in usable}) > 1
     line = usable
     if several:
-        # A request alone at its send that another joined before its first token is neither
-        # alone nor beside others: the reference server charges it the idle step (it was alone
-        # at admission), while with vLLM's worker pinned such a turn waited as long as one
-        # sent beside the other.  It stays out of the TTFT line, so neither label is forced
-        # on it (forced either way, a server of known parameters was fitted wrong).
+        # alone at its send but joined before its first token: neither label fits, so the turn
+        # stays out of the TTFT line (docs/model.md §10, "Interference")
         joined = [t for t in usable if not (t.others_at_send == 0 and t.others_joining > 0)]
         line = joined if len(joined) >= 8 else usable
     columns: dict[str, list[float]] = {
@@ -388,11 +370,9 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
     wake = got.get("w")
     busy: float | None = None if wake is None else 0.0
     if wake is not None and wake < 0:
-        # A request alone came sooner than the line through the busier levels: an engine
-        # that pays once for admitting a newcomer while it decodes others (vLLM on 2 CPUs with
-        # its worker pinned: the newcomer waits for the running step).  The same fit, written
-        # the other way round: every intercept is the request alone, and the step is paid by
-        # a request sent beside others (docs/model.md §2, "Busy admission").
+        # A request alone came sooner than the line through the busier levels: the same fit
+        # written the other way round, a step paid by a request sent beside others
+        # (docs/model.md §2, "Busy admission").
         notes.append(
             f"idle wake-up {wake:.3g} ms is negative: a request beside others pays "
             f"{-wake:.3g} ms once (busy_admit_ms)"
@@ -515,7 +495,7 @@ def fit(turns: Sequence[Turn], *, burst_window_s: float = BURST_WINDOW_S) -> Fit
         burst_probability=burst_p,
         burst_max_tokens=burst_max,
         ttft_per_active_ms=got.get("k") if several else None,
-        decode_slowdown=slowdown,
+        decode_slowdown_per_stream=slowdown,
         idle_wake_ms=wake,
         busy_admit_ms=busy,
         ttft_spread_ms=max(0.0, spread[0]) if spread is not None else None,
@@ -557,10 +537,16 @@ def _ttft_spread(turns: Sequence[Turn], resid: NDArray[np.float64]) -> tuple[flo
     points = _spread_points(turns, resid)
     if not points:
         return None
+    return _line(points) or (_median(sorted(s for _, s in points)), 0.0)
+
+
+def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """Intercept and slope of the least-squares line through per-run ``(others, y)`` points;
+    None when fewer than two runs differ by half a request in flight or more."""
     if len(points) < 2 or max(o for o, _ in points) - min(o for o, _ in points) < 0.5:
-        return _median(sorted(s for _, s in points)), 0.0
+        return None
     x = np.array([[1.0, o] for o, _ in points], dtype=np.float64)
-    y = np.array([s for _, s in points], dtype=np.float64)
+    y = np.array([v for _, v in points], dtype=np.float64)
     base, slope = (float(c) for c in np.linalg.lstsq(x, y, rcond=None)[0])
     return base, slope
 
@@ -579,11 +565,10 @@ def _decode_slowdown(turns: Sequence[Turn]) -> float | None:
         for pairs in per_run.values()
         if len(pairs) >= 4
     ]
-    if len(points) < 2 or max(o for o, _ in points) - min(o for o, _ in points) < 0.5:
+    line = _line(points)
+    if line is None:
         return None
-    x = np.array([[1.0, o] for o, _ in points], dtype=np.float64)
-    y = np.array([ms for _, ms in points], dtype=np.float64)
-    t1, slope = (float(c) for c in np.linalg.lstsq(x, y, rcond=None)[0])
+    t1, slope = line
     return slope / t1 if t1 > 0 else None
 
 
@@ -597,23 +582,15 @@ def _robust_lstsq(
     groups: NDArray[np.int_] | None = None,
     rounds: int = 3,
 ) -> NDArray[np.float64]:
-    """Least squares, refitted without the turns far off the fit.
-
-    Measured TTFTs have a long right tail (a GC pause, a scheduler hiccup on a
-    busy host) that plain least squares lets drag the intercepts and slopes;
-    turns beyond 4 MADs of the residuals of their own group (run) are dropped and the
-    fit repeated, never more than :data:`MAX_OUTLIER_SHARE` of them, never the only
-    turns that show a column.
-    """
+    """Least squares, refitted without the turns beyond 4 MADs of their own group's (run's)
+    residuals: the outlier rounds of docs/model.md §10, and why each rule."""
     keep = np.ones(len(y), dtype=bool)
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     full_rank = np.linalg.matrix_rank(x)
     group_of = np.zeros(len(y), dtype=np.int_) if groups is None else groups
     for _ in range(rounds):
         resid = y - x @ coef
-        # Each run against its own spread: a level whose TTFTs spread wider (vLLM at
-        # concurrency 4) measured by a pooled MAD lost up to 15 % of its turns, all of them
-        # above the line, and the line sat under that level (the TTFT spread, docs/model.md §10).
+        # each run against its own spread, not a pooled one
         off = np.zeros(len(y))
         bound = np.zeros(len(y))
         for g in np.unique(group_of):
@@ -624,19 +601,14 @@ def _robust_lstsq(
             off[member] = np.abs(resid[member] - med)
             bound[member] = 4 * 1.4826 * (mad or 1e-9)
         new_keep = off <= bound
-        # turns that alone show a column (a whole concurrency level off a line through the
-        # others, a connection's first turn) are not outliers: dropping them would leave that
-        # column to the norm's whim.  They come back, least far off first, until every
-        # column shows again; the other far-off turns stay dropped.
+        # turns that alone show a column come back, least far off first, until every one shows
         for i in np.argsort(off):
             if np.linalg.matrix_rank(x[new_keep]) == full_rank:
                 break
             new_keep[i] = True
         if new_keep.sum() < x.shape[1] + 2 or bool(np.all(new_keep == keep)):
             break
-        # outliers are a tail (a GC pause, a hiccup); more than a quarter of the turns far off
-        # is the model not following the engine (a level off the line), which the fit must
-        # average, not cut away
+        # more than MAX_OUTLIER_SHARE far off is the model's misfit, to be averaged, not a tail
         if (~new_keep).sum() > MAX_OUTLIER_SHARE * len(y):
             break
         keep = new_keep
@@ -744,18 +716,15 @@ def profiles_from_fit(
             engine["burst_min_tokens"] = lo
             engine["burst_max_tokens"] = max(lo, f.burst_max_tokens or lo)
     # the interference terms, each written where identified (never below 0)
-    interference = {
-        "ttft_per_active_ms": f.ttft_per_active_ms,
-        "decode_slowdown_per_stream": f.decode_slowdown,
-        "idle_wake_ms": f.idle_wake_ms,
-        "busy_admit_ms": f.busy_admit_ms,
-        "ttft_spread_ms": f.ttft_spread_ms,
-        "ttft_spread_per_active_ms": f.ttft_spread_per_active_ms,
-    }
-    for key, value in interference.items():
-        if value is not None:
+    for key in INTERFERENCE:
+        if (value := getattr(f, key)) is not None:
             engine[key] = _round(max(0.0, value))
     return api, engine
+
+
+#: the interference terms: engine profile keys and :class:`Fit` fields (None: not identified)
+INTERFERENCE: tuple[str, ...] = ("ttft_per_active_ms", "decode_slowdown_per_stream", "idle_wake_ms")
+INTERFERENCE += ("busy_admit_ms", "ttft_spread_ms", "ttft_spread_per_active_ms")
 
 
 #: the prefill rate a fitted profile names when the run could not separate prefill from the
@@ -786,8 +755,7 @@ FITTED_API: tuple[str, ...] = ("connect_ms", "fixed_ms", "fixed_resolved_ms", "p
 FITTED_API += ("rehydrate_us", "hops", "hop_ms", "post_ms")
 FITTED_ENGINE: tuple[str, ...] = ("base_ttft_ms", "prefill_tps", "sustained_tps", "burst_tps")
 FITTED_ENGINE += ("burst_probability", "burst_min_tokens", "burst_max_tokens")
-FITTED_ENGINE += ("ttft_per_active_ms", "decode_slowdown_per_stream", "idle_wake_ms")
-FITTED_ENGINE += ("busy_admit_ms", "ttft_spread_ms", "ttft_spread_per_active_ms")
+FITTED_ENGINE += INTERFERENCE
 
 
 def unidentified(f: Fit) -> tuple[list[str], list[str]]:
@@ -799,16 +767,7 @@ def unidentified(f: Fit) -> tuple[list[str], list[str]]:
         engine += [k for k in FITTED_ENGINE if k.startswith(("sustained", "burst"))]
     elif f.burst_tps is None:
         engine += ["burst_tps", "burst_min_tokens", "burst_max_tokens"]
-    if f.ttft_per_active_ms is None:
-        engine.append("ttft_per_active_ms")
-    if f.decode_slowdown is None:
-        engine.append("decode_slowdown_per_stream")
-    if f.idle_wake_ms is None:
-        engine.append("idle_wake_ms")
-    if f.busy_admit_ms is None:
-        engine.append("busy_admit_ms")
-    if f.ttft_spread_ms is None:
-        engine += ["ttft_spread_ms", "ttft_spread_per_active_ms"]
+    engine += [key for key in INTERFERENCE if getattr(f, key) is None]
     return api, engine
 
 
@@ -861,7 +820,7 @@ def describe(f: Fit) -> str:
         f"burst decode:           {show(f.burst_tps, 'tokens/s', 0)}",
         f"burst probability:      {show(f.burst_probability, '', 3)}",
         f"TTFT per active request: {show(f.ttft_per_active_ms, 'ms', 3)}",
-        f"decode slowdown per active request: {show(f.decode_slowdown, '', 4)}",
+        f"decode slowdown per active request: {show(f.decode_slowdown_per_stream, '', 4)}",
         f"idle engine wake-up:    {show(f.idle_wake_ms, 'ms', 3)}",
         f"busy engine admission:  {show(f.busy_admit_ms, 'ms', 3)}",
         f"TTFT spread:            {show(f.ttft_spread_ms, 'ms', 3)}",

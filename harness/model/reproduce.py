@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.metrics import definitions as D
 from harness.metrics.results_model import Summary
 from harness.metrics.stats import paired_speedup
 from harness.report.results import load_run, write_index
@@ -142,26 +143,17 @@ class Row:
     note: str = ""
 
 
-def _get(doc: Mapping[str, Any] | None, *path: str) -> float | None:
-    node: Any = doc
-    for key in path:
-        if not isinstance(node, Mapping) or key not in node:
-            return None
-        node = node[key]
-    if isinstance(node, bool) or not isinstance(node, int | float):
-        return None
-    value = float(node)
-    return value if math.isfinite(value) else None
+def _get(doc: Summary | None, transport: str, group: str, key: str) -> float | None:
+    t = doc.transport(transport) if doc is not None else None
+    value = t.stat(group, key) if t is not None else None
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def _comparison(
-    summary: Mapping[str, Any] | None,
-    base: str,
-    cand: str,
-    key: str = "rollout_latency_reduction_pct",
+    doc: Summary | None, base: str, cand: str, key: str = "rollout_latency_reduction_pct"
 ) -> float | None:
-    for comp in (summary or {}).get("comparisons", []):
-        if comp.get("baseline") == base and comp.get("candidate") == cand:
+    for comp in doc.comparisons if doc is not None else ():
+        if (comp.baseline, comp.candidate) == (base, cand):
             value = comp.get(key)
             return float(value) if isinstance(value, int | float) else None
     return None
@@ -180,17 +172,17 @@ def measurements_from(
     part is keyed ``<part>/<transport>``.  ``gpu_reduction_pct`` is the paired
     reduction computed across the side-by-side folders (:func:`paired_reduction_pct`).
     """
-    codex = summaries.get("codex-cerebras")
-    legacy = summaries.get("codex-legacy-api")
-    decode = summaries.get("decode-cerebras")
-    gpu_http = summaries.get("codex-gpu-legacy/http") or summaries.get("codex-gpu-legacy")
-    gpu_ws = summaries.get("codex-gpu-legacy/ws") or summaries.get("codex-gpu-legacy")
+    typed = {part: Summary.of(doc) for part, doc in summaries.items()}
+    codex = typed.get("codex-cerebras")
+    legacy = typed.get("codex-legacy-api")
+    decode = typed.get("decode-cerebras")
+    gpu_http = typed.get("codex-gpu-legacy/http") or typed.get("codex-gpu-legacy")
+    gpu_ws = typed.get("codex-gpu-legacy/ws") or typed.get("codex-gpu-legacy")
     rollout_p50: dict[str, float] = {}
     missing = dict(missing_transports or {})
-    for name in (codex or {}).get("transports", {}):
-        value = _get(codex, "transports", name, "rollout_ms", "p50")
-        failed = _get(codex, "transports", name, "rollouts", "errors") or 0
-        total = _get(codex, "transports", name, "rollouts", "count") or 0
+    for name, t in (codex.transports if codex is not None else {}).items():
+        value = _get(codex, name, "rollout_ms", "p50")
+        failed, total = t.rollouts.errors, t.rollouts.count
         if failed:
             # A transport that failed some rollouts has no comparable latency.
             missing[name] = f"{failed:.0f} of {total:.0f} {plural(total, 'rollout')} failed"
@@ -199,24 +191,24 @@ def measurements_from(
     gpu_decode = [
         v
         for doc, name in ((gpu_http, "http"), (gpu_ws, "ws"))
-        if (v := _get(doc, "transports", name, "tps", "decode_p50")) is not None
+        if (v := _get(doc, name, "tps", "decode_p50")) is not None
     ]
     fast_decode, bursts = (
         [
             v
-            for name in (decode or {}).get("transports", {})
-            if (v := _get(decode, "transports", name, "tps", key)) is not None
+            for name in (decode.transports if decode is not None else ())
+            if (v := _get(decode, name, "tps", key)) is not None
         ]
         for key in ("decode_p50", "burst_peak")
     )
     if gpu_reduction_pct is None:
-        gpu_reduction_pct = _comparison(summaries.get("codex-gpu-legacy"), "http", "ws")
-    reasoning = summaries.get("codex-reasoning")
-    reasoning_names = list((reasoning or {}).get("transports", {}))
+        gpu_reduction_pct = _comparison(typed.get("codex-gpu-legacy"), "http", "ws")
+    reasoning = typed.get("codex-reasoning")
+    reasoning_names = list(reasoning.transports if reasoning is not None else ())
     return Measurements(
         ws_vs_http_reduction_pct=_comparison(codex, "http", "ws"),
-        ttft_p50_optimized_ms=_get(codex, "transports", "http", "ttft_ms", "p50"),
-        ttft_p50_legacy_ms=_get(legacy, "transports", "http", "ttft_ms", "p50"),
+        ttft_p50_optimized_ms=_get(codex, "http", "ttft_ms", "p50"),
+        ttft_p50_legacy_ms=_get(legacy, "http", "ttft_ms", "p50"),
         # The worst transport decides: every stream must decode at the rate.
         decode_p50_fast_tps=_worst(fast_decode, 1000.0),
         decode_p50_legacy_tps=_worst(gpu_decode, 65.0),
@@ -225,12 +217,12 @@ def measurements_from(
         reasoning_ws_vs_http_reduction_pct=_comparison(reasoning, "http", "ws"),
         reasoning_ws_vs_http_speedup=_comparison(reasoning, "http", "ws", "rollout_speedup"),
         ws_vs_http_speedup=_comparison(codex, "http", "ws", "rollout_speedup"),
-        reasoning_tokens_mean=_get(reasoning, "transports", "http", "reasoning_tokens", "mean"),
+        reasoning_tokens_mean=_get(reasoning, "http", "reasoning_tokens", "mean"),
         reasoning_ttfot_p50_ms={
             f"{name}/{key}": v
             for name in reasoning_names
             for key in ("ttft_ms", "ttfot_ms")
-            if (v := _get(reasoning, "transports", name, key, "p50")) is not None
+            if (v := _get(reasoning, name, key, "p50")) is not None
         },
         http_body_kb_mean=dict(http_body_kb_mean or {}),
         rollout_p50_ms=rollout_p50,
@@ -567,11 +559,10 @@ def _http_body_kb_mean(run_dir: Path) -> float | None:
 
 
 def _rollout_latencies(run: Any) -> dict[tuple[int, int], float]:
-    """Completed rollouts' latencies (ms) by ``(round, rollout_id)``, from the intended start."""
-    out: dict[tuple[int, int], float] = {}
-    for row in run.rollouts.itertuples(index=False):
-        if row.status != "completed" or not row.end_ns:
-            continue
-        start = row.intended_start_ns or row.start_ns
-        out[(int(row.round), int(row.rollout_id))] = (int(row.end_ns) - int(start)) / 1e6
-    return out
+    """Completed rollouts' ``rollout_ms`` (the metric table's) by ``(round, rollout_id)``."""
+    ms = D.column(D.get("rollout_ms"), run.rollouts).dropna()
+    rows = run.rollouts.loc[ms.index]
+    keys = zip(
+        rows["round"].astype(int).tolist(), rows["rollout_id"].astype(int).tolist(), strict=True
+    )
+    return dict(zip(keys, ms.tolist(), strict=True))

@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.gate.codes import EXIT_INVALID, EXIT_PASS, EXIT_REGRESSION, EXIT_SLO
 from harness.gate.evaluate import evaluate
 from harness.gate.ratios import median_order_ci, ratio_with_ci
 from harness.gate.rules import GateRulesError, parse_rules_text
 from harness.gate.samples import MEASUREMENT_ERROR, MODELLED_TTFT, RunData, Samples
 from harness.metrics.results_model import Manifest, Summary
+from harness.wire.exit_codes import ExitCode
 
 SCENARIO = {
     "name": "s",
@@ -85,7 +85,7 @@ def test_significant_and_large_change_is_a_regression() -> None:
     base = run({"ws": BASE}, run_id="b")
     cand = run({"ws": jitter(BASE, 1.3, 0.02, 1)}, run_id="c")
     report = evaluate(REL, cand, base)
-    assert report.exit_code == EXIT_REGRESSION and report.verdict == "regression"
+    assert report.exit_code == ExitCode.REGRESSION and report.verdict == "regression"
     (res,) = [r for r in report.results if r.kind == "regression"]
     assert res.failed and 1.25 < (res.ratio or 0) < 1.35
     assert res.ci is not None and res.ci[0] > 1.2
@@ -117,7 +117,7 @@ def test_large_but_unproven_change_passes() -> None:
 def test_faster_candidate_is_never_a_regression() -> None:
     base = run({"ws": BASE})
     cand = run({"ws": jitter(BASE, 0.7, 0.01, 3)})
-    assert evaluate(REL, cand, base).exit_code == EXIT_PASS
+    assert evaluate(REL, cand, base).exit_code == ExitCode.OK
 
 
 def test_mann_whitney_on_unpaired_samples() -> None:
@@ -181,7 +181,7 @@ def test_slo_breach_exits_2_and_wins_over_a_regression() -> None:
         ("slo", "ws.ttft_ms.p99 < 80"),
         ("regression", "ws.rollout_ms.p50 vs baseline <= +10%"),
     }
-    assert report.exit_code == EXIT_SLO
+    assert report.exit_code == ExitCode.SLO_BREACH
     # the wildcard expands over the candidate's transports
     slo_names = [r.name for r in report.results if r.kind == "slo"]
     assert slo_names == [
@@ -202,7 +202,7 @@ def test_slo_without_a_value_fails() -> None:
     summary["transports"]["ws"]["ttft_ms"]["p99"] = None
     rules = parse_rules_text("slo: ['ws.ttft_ms.p99 < 80']")
     report = evaluate(rules, run({"ws": BASE}, summary=summary), None)
-    assert report.exit_code == EXIT_SLO
+    assert report.exit_code == ExitCode.SLO_BREACH
     assert "no value" in next(r.message for r in report.results if r.kind == "slo")
 
 
@@ -223,7 +223,7 @@ def test_slo_without_a_value_fails() -> None:
 def test_not_comparable_exits_3_and_judges_nothing(manifest: dict[str, Any], expected: str) -> None:
     rules = parse_rules_text("regression: ['*.rollout_ms.p50 +10%']\nslo: ['ws.ttft_ms.p99 < 1']")
     report = evaluate(rules, run({"ws": BASE}, manifest=manifest), run({"ws": BASE}))
-    assert report.exit_code == EXIT_INVALID
+    assert report.exit_code == ExitCode.INVALID
     (bad,) = [r for r in report.results if r.failed]
     assert bad.kind == "validity" and expected in bad.message
     # every rule still has its testcase, marked skipped
@@ -244,11 +244,11 @@ def test_different_rollouts_behind_the_same_scenario_are_not_comparable() -> Non
     same = evaluate(
         REL, run({"ws": BASE}, first_turns=first(100)), run({"ws": BASE}, first_turns=first(100))
     )
-    assert same.exit_code == EXIT_PASS
+    assert same.exit_code == ExitCode.OK
     report = evaluate(
         REL, run({"ws": BASE}, first_turns=first(120)), run({"ws": BASE}, first_turns=first(100))
     )
-    assert report.exit_code == EXIT_INVALID
+    assert report.exit_code == ExitCode.INVALID
     assert (
         "ws rollout 4 (round 0): first-turn history 100 tokens in the baseline, 120 in the candidate"
         in next(r.message for r in report.results if r.failed)
@@ -258,15 +258,15 @@ def test_different_rollouts_behind_the_same_scenario_are_not_comparable() -> Non
 def test_invalid_or_erroring_runs_exit_3() -> None:
     invalid = run({"ws": BASE}, summary=_summary(["ws"], valid=False))
     report = evaluate(REL, invalid, run({"ws": BASE}))
-    assert report.exit_code == EXIT_INVALID
+    assert report.exit_code == ExitCode.INVALID
     assert any("client CPU saturated" in r.message for r in report.results if r.failed)
     # failed turns per turn, within the scenario's load.max_error_rate (5 % by default) as in
     # run and compare; a rules file's own limit is stricter
     within = run({"ws": BASE}, summary=_summary(["ws"], errors=3))
-    assert evaluate(REL, run({"ws": BASE}), within).exit_code == EXIT_PASS
+    assert evaluate(REL, run({"ws": BASE}), within).exit_code == ExitCode.OK
     erroring = run({"ws": BASE}, summary=_summary(["ws"], errors=4))
     report = evaluate(REL, run({"ws": BASE}), erroring)
-    assert report.exit_code == EXIT_INVALID
+    assert report.exit_code == ExitCode.INVALID
     assert any(
         "baseline r: ws: 7% of 60 turns failed, above load.max_error_rate 5%" in r.message
         for r in report.results
@@ -275,23 +275,23 @@ def test_invalid_or_erroring_runs_exit_3() -> None:
         "validity: {max_error_rate: 0.0}\nregression: ['*.rollout_ms.p50 +10%']"
     )
     report = evaluate(strict, run({"ws": BASE}), within)
-    assert report.exit_code == EXIT_INVALID
+    assert report.exit_code == ExitCode.INVALID
     assert any(
         "baseline r: ws: 5% of 60 turns failed, above validity.max_error_rate 0%" in r.message
         for r in report.results
     )
     unfinished = dataclasses.replace(run({"ws": BASE}), summary=None)
-    assert evaluate(REL, unfinished, run({"ws": BASE})).exit_code == EXIT_INVALID
+    assert evaluate(REL, unfinished, run({"ws": BASE})).exit_code == ExitCode.INVALID
     lenient = parse_rules_text(
         "validity: {require_valid: false}\nregression: ['*.rollout_ms.p50 +10%']"
     )
-    assert evaluate(lenient, invalid, run({"ws": BASE})).exit_code == EXIT_PASS
+    assert evaluate(lenient, invalid, run({"ws": BASE})).exit_code == ExitCode.OK
 
 
 def test_rules_naming_an_absent_transport_exit_3() -> None:
     rules = parse_rules_text("regression: ['http.rollout_ms.p50 +10%']", "g.yaml")
     report = evaluate(rules, run({"ws": BASE}), run({"ws": BASE}))
-    assert report.exit_code == EXIT_INVALID
+    assert report.exit_code == ExitCode.INVALID
     assert "g.yaml: transport 'http' is not in candidate r (has ws)" in [
         r.message for r in report.results
     ]
@@ -310,7 +310,7 @@ def test_speedup_between_transports() -> None:
     slow = run({"http": BASE, "ws": jitter(BASE, 1 / 1.1, 0.01, 7)})
     report = evaluate(rules, slow, ok)
     (res,) = [r for r in report.results if r.kind == "speedup"]
-    assert res.failed and report.exit_code == EXIT_SLO
+    assert res.failed and report.exit_code == ExitCode.SLO_BREACH
     assert res.baseline == pytest.approx(1.5, rel=0.03)  # the baseline run's speedup, for context
 
 
@@ -329,7 +329,7 @@ def test_self_check_bounds_measured_minus_modelled() -> None:
     http = res["self-check http measured-modelled TTFT p50 <= 5 ms and <= 10% of modelled"]
     assert ws.status == "pass" and "2.00 ms (5.0% of modelled)" in ws.message
     assert http.failed and "9.00 ms > 5 ms; 15.0% of modelled > 10%" in http.message
-    assert report.exit_code == EXIT_REGRESSION
+    assert report.exit_code == ExitCode.REGRESSION
     # A target that is not the reference server reports no model: nothing to check.
     report = evaluate(rules, run({"ws": BASE}), None)
     assert [r.status for r in report.results if r.kind == "self_check"] == ["skip"]
@@ -355,7 +355,7 @@ def test_a_run_measured_on_a_busy_client_is_invalid() -> None:
     quiet = _summary(["ws"])
     quiet["client"] = {"loop_lag_ms": {"p99": 3.0}}
     report = evaluate(REL, run({"ws": BASE}, summary=busy), run({"ws": BASE}, summary=quiet))
-    assert report.exit_code == EXIT_INVALID
+    assert report.exit_code == ExitCode.INVALID
     (bad,) = [r for r in report.results if r.failed]
     assert bad.name == "candidate measured on a quiet client"
     assert "client event loop woke 60.0 ms late at p99 (validity.max_loop_lag_ms 50)" in bad.message

@@ -40,7 +40,7 @@ self_check:
 """,
         "g.yaml",
     )
-    assert cfg.alpha == 0.01 and cfg.resamples == 500 and cfg.seed == 3
+    assert cfg.alpha == 0.01 and cfg.bootstrap.resamples == 500 and cfg.bootstrap.seed == 3
     assert cfg.validity.max_error_rate == 0.02 and not cfg.validity.require_valid
     assert cfg.slo == (
         SloRule(transport="ws", path=("ttft_ms", "p99"), op="<", value=250.0),

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from harness.gate.codes import EXIT_INVALID, EXIT_PASS, EXIT_SLO
 from harness.gate.evaluate import evaluate
 from harness.gate.markdown import render_markdown
 from harness.gate.outcome import RuleResult
 from harness.gate.rules import parse_rules_text
+from harness.wire.exit_codes import ExitCode
 from tests.gate.test_evaluate import BASE, jitter, run
 
 RULES = parse_rules_text("speedup: ['ws vs http >= 1.2']", "g.yaml")
@@ -35,7 +35,7 @@ def test_point_estimate_above_min_but_ci_below_fails() -> None:
     assert res.ratio is not None and res.ratio > 1.2
     assert res.ci is not None and res.ci[0] < 1.0
     assert res.failed
-    assert report.exit_code == EXIT_SLO
+    assert report.exit_code == ExitCode.SLO_BREACH
     assert "CI lower bound" in res.message and "not shown" in res.message
     assert "meets" not in res.message
 
@@ -44,7 +44,7 @@ def test_ci_entirely_above_min_passes() -> None:
     report = evaluate(RULES, run({"http": BASE, "ws": jitter(BASE, 1 / 1.5, 0.01, 6)}), None)
     res = _speedup(report.results)
     assert res.ci is not None and res.ci[0] >= 1.2
-    assert report.exit_code == EXIT_PASS
+    assert report.exit_code == ExitCode.OK
     assert "CI lower bound" in res.message and "meets >= 1.2x" in res.message
 
 
@@ -55,7 +55,7 @@ def test_too_few_rollouts_for_a_ci_is_not_measurable(n: int) -> None:
     report = evaluate(RULES, run({"http": http, "ws": ws}), None)
     res = _speedup(report.results)
     assert res.failed
-    assert report.exit_code == EXIT_INVALID  # re-measure, not an SLO breach
+    assert report.exit_code == ExitCode.INVALID  # re-measure, not an SLO breach
     assert f"n={n}: too few for a CI (need 5)" in res.message
     assert res.message.startswith("not measurable")
     md = render_markdown(report)
@@ -69,4 +69,4 @@ def test_five_rollouts_are_enough_for_the_rule() -> None:
     res = _speedup(report.results)
     # five pairs: a CI exists (the sign-test interval of five values is their full range)
     assert res.ci is not None
-    assert report.exit_code == EXIT_PASS
+    assert report.exit_code == ExitCode.OK

@@ -260,7 +260,7 @@ def test_interference_is_recovered_from_runs_at_several_concurrencies() -> None:
     assert {round(t.others_decoding, 6) for t in turns} == {0.0, 1.0, 3.0}
     f = fit(turns)
     assert f.ttft_per_active_ms == pytest.approx(2.0, rel=1e-6)
-    assert f.decode_slowdown == pytest.approx(0.1, rel=1e-3)
+    assert f.decode_slowdown_per_stream == pytest.approx(0.1, rel=1e-3)
     # the sustained rate is the rate alone, not the median over the levels
     assert f.sustained_tps == pytest.approx(1000 / 0.8, rel=1e-3)
     assert f.burst_probability == 0.0
@@ -430,7 +430,7 @@ def test_a_heavy_tail_of_late_turns_is_still_left_out() -> None:
 
 def test_one_run_leaves_the_interference_unidentified() -> None:
     f = fit(turns_from_rows([r for r in _concurrent_rows() if r["run"] == 2]))
-    assert f.ttft_per_active_ms is None and f.decode_slowdown is None
+    assert f.ttft_per_active_ms is None and f.decode_slowdown_per_stream is None
 
 
 def test_output_read_whole_gives_no_decode_rate() -> None:
@@ -454,7 +454,7 @@ def test_a_few_stalled_turns_do_not_move_the_slowdown() -> None:
     for r in rows[-32::5]:  # every fifth turn of the run at concurrency 4
         r["last_token_ns"] += 80_000_000
     f = fit(turns_from_rows(rows))
-    assert f.decode_slowdown == pytest.approx(0.1, rel=0.2)
+    assert f.decode_slowdown_per_stream == pytest.approx(0.1, rel=0.2)
 
 
 def _spread_rows(

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from harness.cli.locust import _free_port, stop_children, worker_command
-from harness.metrics.hdr import Histogram, read_hlog
+from harness.metrics.hdr import Histogram
 from harness.report.results import Run, load_run
 from harness.transports.rx_socket import kernel_stamps_supported
+from tests.hlog_reader import read_hlog
 from tests.runs import locust_master_argv
 
 RUN_TIME_S = 5

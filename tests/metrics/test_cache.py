@@ -61,7 +61,8 @@ RECORDS = [
 
 def _acc(records: list[TurnRecord] = RECORDS) -> Accumulator:
     acc = Accumulator(warmup_rollouts=1)
-    acc.add_turns(records)
+    for rec in records:
+        acc.add_turn(rec)
     return acc
 
 

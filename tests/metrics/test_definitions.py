@@ -134,11 +134,18 @@ def test_record_column_and_accumulator_agree(metric: D.Metric) -> None:
     assert count == len(flat)
 
 
-def test_summary_values_are_the_table_statistics_of_the_samples() -> None:
+def _summary() -> dict[str, Any]:
+    """The summary of TURNS and ROLLOUTS."""
     acc = Accumulator()
-    acc.add_turns(TURNS)
-    acc.add_rollouts(ROLLOUTS)
-    t = acc.summary("s")["transports"]["http"]
+    for rec in TURNS:
+        acc.add_turn(rec)
+    for rollout in ROLLOUTS:
+        acc.add_rollout(rollout)
+    return acc.summary("s")
+
+
+def test_summary_values_are_the_table_statistics_of_the_samples() -> None:
+    t = _summary()["transports"]["http"]
     assert t["ttft_ms"]["p50"] == pytest.approx(5.0, abs=0.01)  # 5 ms and 7 ms: rank 1
     assert t["rollout_ms"]["mean"] == pytest.approx((3000 + 1000) / 2)  # intended start, else start
     assert t["rollout_uncorrected_ms"]["mean"] == pytest.approx((2997 + 1000) / 2)
@@ -209,10 +216,7 @@ def test_expressions_reject_what_a_column_cannot_compute() -> None:
 
 
 def test_summary_groups_are_the_table() -> None:
-    acc = Accumulator()
-    acc.add_turns(TURNS)
-    acc.add_rollouts(ROLLOUTS)
-    t = acc.summary("s")["transports"]["http"]
+    t = _summary()["transports"]["http"]
     assert list(t)[2:-1] == list(dict.fromkeys(m.group for m in D.METRICS))
     assert list(t)[-1] == "too_few_samples"
     for m in D.METRICS:
@@ -226,10 +230,7 @@ def test_compare_report_cli_and_gate_name_only_table_metrics() -> None:
     stats = {(m.group, s.key) for m in D.METRICS for s in m.stats}
     # compare's rows are the table's compare statistics (harness/report/compare.py reads them)
     assert {(m.group, s.key) for m, s in D.compare_rows()} <= stats
-    acc = Accumulator()
-    acc.add_turns(TURNS)
-    acc.add_rollouts(ROLLOUTS)
-    summary = acc.summary("s")
+    summary = _summary()
     titles = {m.title(s.key, with_unit=w) for m in D.METRICS for s in m.stats for w in (0, 1)}
     assert set(latency_table(summary).headers[5:]) <= titles
     for table in throughput_tables(summary):

@@ -12,7 +12,8 @@ from hdrh.log import HistogramLogReader
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.metrics.hdr import EXACT_MAX, UNITS, Histogram, SignedHistogram, read_hlog, write_hlog
+from harness.metrics.hdr import EXACT_MAX, UNITS, Histogram, SignedHistogram, write_hlog
+from tests.hlog_reader import read_hlog
 
 HOUR_US = 3_600_000_000
 

@@ -112,7 +112,8 @@ def test_one_slice_over_the_pass_gives_the_summary_percentiles() -> None:
         for i in range(1, 301)
     ]
     acc = Accumulator()
-    acc.add_turns(recs)
+    for rec in recs:
+        acc.add_turn(rec)
     summary = acc.summary("r")["transports"]["http"]["ttft_ms"]
     row = SL.slice_table(_frame(recs), 10 * S).iloc[0]
     for stat in SL.STATS:

@@ -24,8 +24,10 @@ S = 1_000_000_000
 def _accumulator(n_rollouts: int, turns_per_rollout: int = 1) -> Accumulator:
     acc = Accumulator()
     turns, rollouts = _records(n_rollouts, turns_per_rollout)
-    acc.add_turns(turns)
-    acc.add_rollouts(rollouts)
+    for rec in turns:
+        acc.add_turn(rec)
+    for rollout in rollouts:
+        acc.add_rollout(rollout)
     return acc
 
 
@@ -218,7 +220,8 @@ def test_reasoning_statistics_are_named_only_when_the_run_reasoned() -> None:
                     output_tokens=rec.output_tokens + reasoning,
                 )
             )
-        acc.add_rollouts(rollouts)
+        for rollout in rollouts:
+            acc.add_rollout(rollout)
         (http,) = [r for r in sample_size_reasons(acc.summary("s")) if r.startswith("http:")]
         return http
 

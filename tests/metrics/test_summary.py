@@ -11,6 +11,7 @@ from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
 from harness.metrics.timeseries import token_rate_series
 from harness.workload.records import RolloutRecord, TurnRecord
+from tests.metrics.bucket_series import aggregate_tps_series
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -102,8 +103,10 @@ def _rollouts() -> list[RolloutRecord]:
 
 def _filled(**kw: object) -> Accumulator:
     acc = Accumulator(warmup_rollouts=1, **kw)  # type: ignore[arg-type]
-    acc.add_turns(_turns())
-    acc.add_rollouts(_rollouts())
+    for rec in _turns():
+        acc.add_turn(rec)
+    for rollout in _rollouts():
+        acc.add_rollout(rollout)
     return acc
 
 
@@ -587,7 +590,7 @@ def test_aggregate_tps_series_matches_vectorised_series() -> None:
         acc.add_turn(
             _turn(("ws", i, 0), "completed", (first - 1, 0, first, last, last), output_tokens=n)
         )
-    series = acc.aggregate_tps_series("ws")
+    series = aggregate_tps_series(acc, "ws")
     starts, rates = token_rate_series(
         [t[0] for t in turns],
         [t[1] for t in turns],
@@ -599,4 +602,3 @@ def test_aggregate_tps_series_matches_vectorised_series() -> None:
     assert [r for _, r in series] == pytest.approx(list(rates))
     # relative to t0: 300 tokens over 0.25..1.75 s (150 + 150), 7 at 0.85 s, 50 over 3.75..4.25 s
     assert [r for _, r in series] == pytest.approx([157.0, 150.0, 0.0, 25.0, 25.0])
-    assert acc.aggregate_tps_series("nope") == []

@@ -15,11 +15,12 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
-from harness.metrics.hdr import Histogram, read_hlog
+from harness.metrics.hdr import Histogram
 from harness.metrics.summary import Accumulator
 from harness.report import ResultsWriter, load_run, new_run_id, read_csv_gz
 from harness.wire.errors import ResultsError
 from harness.workload.records import RolloutRecord, TurnRecord, csv_fields
+from tests.hlog_reader import read_hlog
 
 ROOT = Path(__file__).resolve().parents[2]
 
