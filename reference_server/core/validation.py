@@ -349,7 +349,7 @@ def tool_choice(value: Any, tools: list[dict[str, Any]], *, chat: bool = False) 
     """
     if value is None:
         return "auto"
-    functions = {t.get("name") for t in tools if t.get("type") == "function"}
+    functions = [t.get("name") for t in tools if t.get("type") == "function"]
     kind = value.get("type") if isinstance(value, dict) else None
     if kind == "function":
         fn = value.get("function") if chat else value

@@ -268,3 +268,29 @@ def test_chat_custom_tools_and_allowed_tools_choice() -> None:
     with pytest.raises(RequestError) as err:
         parse_chat(body)
     assert err.value.param == "tools[0].custom.name"
+
+
+@pytest.mark.parametrize("name", [["f"], {"n": "f"}, None])
+def test_a_forced_function_named_by_a_non_string_is_a_400_in_either_api(name: Any) -> None:
+    """The forced name is looked up among the tools' names by equality: a list or object
+    there (unhashable) is the same 400 as an unknown name, never a TypeError (a 500)."""
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+    with pytest.raises(RequestError) as err:
+        parse_create(
+            {
+                "model": "m",
+                "input": "x",
+                "tools": tools,
+                "tool_choice": {"type": "function", "name": name},
+            }
+        )
+    assert (err.value.status, err.value.param) == (400, "tool_choice.name")
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        "tools": [TOOL],
+        "tool_choice": {"type": "function", "function": {"name": name}},
+    }
+    with pytest.raises(RequestError) as err:
+        parse_chat(body)
+    assert (err.value.status, err.value.param) == (400, "tool_choice.function.name")
