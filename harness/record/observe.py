@@ -275,23 +275,22 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
             continue
         kind, role = item.get("type"), item.get("role")
         if api == RESPONSES and kind in OUTPUT_ITEMS:
-            text = _text_of(item.get("output"))
-            ex.outputs[str(item.get("call_id"))] = (count_tokens(text), _h(text.encode()))
+            _add_output(ex, item.get("call_id"), item.get("output"))
         elif api == CHAT and role == "tool":
-            text = _text_of(item.get("content"))
-            ex.outputs[str(item.get("tool_call_id"))] = (count_tokens(text), _h(text.encode()))
+            _add_output(ex, item.get("tool_call_id"), item.get("content"))
         elif api == MESSAGES and role == "user" and isinstance(item.get("content"), list):
             for part in item["content"]:
                 if isinstance(part, dict) and part.get("type") == "tool_result":
-                    text = _text_of(part.get("content"))
-                    ex.outputs[str(part.get("tool_use_id"))] = (
-                        count_tokens(text),
-                        _h(text.encode()),
-                    )
+                    _add_output(ex, part.get("tool_use_id"), part.get("content"))
                 elif isinstance(part, dict) and part.get("type") == "text":
                     ex.user_tokens += count_tokens(str(part.get("text", "")))
         elif role == "user" and (kind in (None, "message")):
             ex.user_tokens += count_tokens(_text_of(item.get("content")))
+
+
+def _add_output(ex: Exchange, call_id: Any, content: Any) -> None:
+    text = _text_of(content)
+    ex.outputs[str(call_id)] = (count_tokens(text), _h(text.encode()))
 
 
 def _is_reasoning(item: Any) -> bool:
@@ -788,30 +787,34 @@ def _finish(turns: list[TraceTurn]) -> tuple[list[TraceTurn], bool]:
 
 
 def _subagent(child: _Conv, embedded: set[int], result: int, nxt: Exchange | None) -> TraceSubagent:
-    system, schema, user = _prompt_tokens(child)
-    turns, cut = _finish(_turns(child, embedded))
     detach = nxt is not None and child.last.t_end_ns > nxt.t_start_ns
     meta: dict[str, Any] = {"api": child.turns[0].api, "transport": child.turns[0].transport}
-    if cut:
-        meta["truncated"] = True
-    _content(child, meta)
     return TraceSubagent(
-        id=_id(child),
         join="detach" if detach else "wait",
-        system_tokens=system,
-        tool_schema_tokens=schema,
-        user_prompt_tokens=user,
         result_tokens=result,
-        turns=turns,
-        client=_client(child),
-        meta=meta,
+        **_body(child, embedded, meta),
     )
 
 
-def _content(conv: _Conv, meta: dict[str, Any]) -> None:
+def _body(conv: _Conv, embedded: set[int], meta: dict[str, Any]) -> dict[str, Any]:
+    """What a rollout and a sub-agent share: id, prompt tokens, turns, client and ``meta``
+    (which gains ``truncated`` and the kept ``content``)."""
+    system, schema, user = _prompt_tokens(conv)
+    turns, cut = _finish(_turns(conv, embedded))
+    if cut:
+        meta["truncated"] = True
     kept = [x.content for x in conv.turns if x.content is not None]
     if kept:
         meta["content"] = kept
+    return {
+        "id": _id(conv),
+        "system_tokens": system,
+        "tool_schema_tokens": schema,
+        "user_prompt_tokens": user,
+        "turns": turns,
+        "client": _client(conv),
+        "meta": meta,
+    }
 
 
 def build_trace(
@@ -829,8 +832,6 @@ def build_trace(
     for conv in convs:
         if conv.number in embedded:
             continue
-        system, schema, user = _prompt_tokens(conv)
-        turns, cut = _finish(_turns(conv, embedded))
         first = conv.turns[0]
         rmeta: dict[str, Any] = {
             "api": first.api,
@@ -846,27 +847,18 @@ def build_trace(
             rmeta["overlapped_with"] = [f"conv-{n}" for n in conv.overlapped_with]
         if conv.follows is not None:
             rmeta["follows"] = _id(conv.follows)
-        if cut:
-            rmeta["truncated"] = True
         if conv.failed_after:
             # Closed where its last request failed: the replay ends there too.
             rmeta["ended_on_failure"] = {
                 "requests": len(conv.failed_after),
                 "status": conv.failed_after[-1].status,
             }
-        _content(conv, rmeta)
         warm = conv.warmup
         rollouts.append(
             TraceRollout(
                 type="rollout",
-                id=_id(conv),
-                system_tokens=system,
-                tool_schema_tokens=schema,
-                user_prompt_tokens=user,
-                turns=turns,
                 warmup=None if warm is None else TraceWarmup(input_tokens=warm.input_tokens),
-                client=_client(conv),
-                meta=rmeta,
+                **_body(conv, embedded, rmeta),
             )
         )
     header_meta = dict(meta or {})
