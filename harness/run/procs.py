@@ -398,6 +398,3 @@ def _run(
     if opts.render:
         render_run_safely(run.run_dir)
     return RunResult(run.run_dir, summary, run)
-
-
-__all__ = ["partition", "run_procs", "split_concurrency"]

@@ -22,15 +22,6 @@ from rich.table import Table
 
 from harness.metrics.results_model import Schedule, Summary, as_summary
 
-__all__ = [
-    "LineProgress",
-    "PassProgress",
-    "ProgressSink",
-    "RichProgress",
-    "format_line",
-    "make_progress",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class PassProgress:
