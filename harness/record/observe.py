@@ -470,10 +470,7 @@ class _Conv:
     def waiting_at(self, t_ns: int) -> bool:
         """Whether this conversation was running its tools at ``t_ns``."""
         last = [x for x in self.turns if x.t_start_ns <= t_ns]
-        if not last or not last[-1].calls or last[-1].t_end_ns > t_ns:
-            return False
-        later = [x for x in self.turns if x.t_start_ns > t_ns]
-        return True if not later else later[0].t_start_ns > t_ns
+        return bool(last and last[-1].calls and last[-1].t_end_ns <= t_ns)
 
 
 def _continues(conv: _Conv, ex: Exchange) -> bool:
@@ -587,10 +584,11 @@ def _assign(exchanges: Sequence[Exchange], failed: Sequence[Exchange] = ()) -> l
                 conv.candidates = [(fork_of, _turn_at(fork_of, ex.t_start_ns))]
                 conv.forked = True
             else:
-                waiting = [c for c in convs if c.waiting_at(ex.t_start_ns)]
+                waiting = [
+                    (c, _turn_at(c, ex.t_start_ns)) for c in convs if c.waiting_at(ex.t_start_ns)
+                ]
                 # latest-ended first: the default when no answer names the parent
-                waiting.sort(key=lambda c: -_last_before(c, ex.t_start_ns).t_end_ns)
-                conv.candidates = [(c, _turn_at(c, ex.t_start_ns)) for c in waiting]
+                conv.candidates = sorted(waiting, key=lambda ci: -ci[0].turns[ci[1]].t_end_ns)
             convs.append(conv)
         # The whole context this request had: a chained one (or one that only adds to its
         # connection's conversation) sends only what it adds.
@@ -666,10 +664,6 @@ def _failed_between(
 
 def _turn_at(conv: _Conv, t_ns: int) -> int:
     return max(i for i, x in enumerate(conv.turns) if x.t_start_ns <= t_ns)
-
-
-def _last_before(conv: _Conv, t_ns: int) -> Exchange:
-    return [x for x in conv.turns if x.t_start_ns <= t_ns][-1]
 
 
 def _prompt_tokens(conv: _Conv) -> tuple[int, int, int]:
