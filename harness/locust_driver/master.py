@@ -1,13 +1,8 @@
-"""Master side of a distributed run: hand out work, collect rows and histograms, write results.
+"""Master side of a distributed run: hand out work, collect rows and histograms, write results
+(docs/distributed.md, "What runs where").
 
-The master owns the plan (:class:`~.work.WorkQueue`), answers claims, writes
-record rows as workers ship them, and at the end merges the workers'
-accumulators — HDR histograms merged bucket by bucket, so merged percentiles
-are exactly those of one histogram of every sample — into the run's
-:class:`~harness.run.measurement.Measurement`, the lifecycle ``loopbench run``
-uses: the same results folder, summary and validity rules.  The master counts
-the schedule from the rollout rows it receives; each worker reports its own CPU
-share and event-loop lag, judged as a ``--procs`` child's would be.
+The workers' accumulators merge into the run's :class:`~harness.run.measurement.Measurement`
+bucket by bucket, so merged percentiles are exactly those of one histogram of every sample.
 """
 
 from __future__ import annotations

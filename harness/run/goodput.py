@@ -1,12 +1,7 @@
-"""``loopbench sweep --search goodput``: the highest offered load that still meets the SLO.
+"""``loopbench sweep --search goodput``: the highest offered load that still meets the SLO,
+by bracketing then bisection per transport (docs/metrics.md §5, "The goodput search").
 
-Per transport, short runs at loads chosen by bracketing then bisection, until the highest
-passing and the lowest failing load are one step of resolution apart (1 agent,
-:data:`RATE_RESOLUTION` of a rate) or ``max_steps`` runs were made; each step's confidence
-and the pass rules: docs/metrics.md §5, "The goodput search".
-
-The search itself (:class:`GoodputSearch`) is pure; :func:`run_goodput_search` runs
-its steps with :func:`~harness.run.runner.run_scenario` into one sweep folder.
+:class:`GoodputSearch` is pure; :func:`run_goodput_search` runs its steps into one sweep folder.
 """
 
 from __future__ import annotations
