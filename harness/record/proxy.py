@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -83,12 +83,6 @@ class Upstream:
         return path
 
 
-@dataclass
-class _Stats:
-    connections: int = 0
-    errors: list[str] = field(default_factory=list)
-
-
 class RecordingProxy:
     """Listen on ``host:port``, forward to ``upstream``, collect :class:`Exchange` summaries.
 
@@ -105,7 +99,8 @@ class RecordingProxy:
         self.upstream = upstream
         self.keep_content = keep_content
         self.observer = observer
-        self.stats = _Stats()
+        #: why connections broke (an unparsable head, a reset): the relay goes on
+        self.errors: list[str] = []
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._relays: set[_Relay] = set()
@@ -301,7 +296,6 @@ class _Relay:
 
     def __init__(self, proxy: RecordingProxy, client: asyncio.Transport) -> None:
         proxy._conn_ids += 1
-        proxy.stats.connections += 1
         proxy._relays.add(self)
         self.proxy = proxy
         self.conn = proxy._conn_ids
@@ -573,7 +567,7 @@ class _Relay:
 
     def lost(self, upstream: bool, exc: Exception | None) -> None:
         if exc is not None:
-            self.proxy.stats.errors.append(
+            self.proxy.errors.append(
                 f"connection {self.conn}: {type(exc).__name__}: {exc}"
                 + (" (upstream)" if upstream else "")
             )
@@ -595,7 +589,7 @@ class _Relay:
         self.close()
 
     def _error(self, exc: Exception) -> None:
-        self.proxy.stats.errors.append(f"connection {self.conn}: {type(exc).__name__}: {exc}")
+        self.proxy.errors.append(f"connection {self.conn}: {type(exc).__name__}: {exc}")
         self.close()
 
     def close(self) -> None:
