@@ -121,27 +121,24 @@ class WorkQueue:
 
     def finish(self, phase_index: int, rollout_id: int) -> None:
         """A claimed rollout was run to its end (successfully or not); unknown ones are ignored."""
-        if not 0 <= phase_index < len(self.phases):
-            return
-        phase = self.phases[phase_index]
-        if rollout_id in phase.finished | phase.lost or rollout_id not in phase.claimed:
-            return
-        phase.finished.add(rollout_id)
-        self.finished += 1
-        self._advance()
+        self._end(phase_index, rollout_id, lost=False)
 
     def lose(self, phase_index: int, rollout_id: int) -> bool:
         """A claimed rollout will never be reported (its worker died): end it as lost.
 
         False if it had already ended (or was never claimed).
         """
+        return self._end(phase_index, rollout_id, lost=True)
+
+    def _end(self, phase_index: int, rollout_id: int, *, lost: bool) -> bool:
         if not 0 <= phase_index < len(self.phases):
             return False
         phase = self.phases[phase_index]
         if rollout_id in phase.finished | phase.lost or rollout_id not in phase.claimed:
             return False
-        phase.lost.add(rollout_id)
-        self.lost += 1
+        (phase.lost if lost else phase.finished).add(rollout_id)
+        self.lost += lost
+        self.finished += not lost
         self._advance()
         return True
 
