@@ -110,19 +110,13 @@ def _master_options(environment: Environment) -> MasterOptions:
             ),
         )
         scenario = load_scenario(opts.scenario, overrides or None)
-    except LoopbenchError as exc:
-        _fail(str(exc))
-    transports = (
-        [t.strip() for t in opts.transports.split(",") if t.strip()]
-        if opts.transports
-        else list(scenario.transports)
-    )
-    for name in transports:
-        try:
+        transports = (
+            [t.strip() for t in opts.transports.split(",") if t.strip()]
+            if opts.transports
+            else list(scenario.transports)
+        )
+        for name in transports:
             locust_spec(name)
-        except UsageError as exc:
-            _fail(str(exc))
-    try:
         flags = target_flags_from_json(os.environ.get(SHAPING_ENV, ""))
         shaping, _ = resolve_target(scenario, flags)
         tokenizer = tokenizer_file(scenario, flags)
