@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -489,16 +489,26 @@ def _resent(convs: Sequence[_Conv], ex: Exchange) -> _Conv | None:
     """
     if ex.api != RESPONSES or ex.previous_response_id or not ex.item_keys:
         return None
+    return _extended(convs, ex, ex.item_keys, lambda c: (*c.context, *c.last.output_keys))
+
+
+def _extended(
+    convs: Sequence[_Conv],
+    ex: Exchange,
+    items: tuple[str, ...],
+    history: Callable[[_Conv], tuple[str, ...]],
+) -> _Conv | None:
+    """The conversation of ``ex``'s API and head whose ``history`` ``items`` extends; the
+    longest wins (an empty history is shared by everything: no evidence)."""
     best: _Conv | None = None
     best_len = 0
     for c in convs:
-        seen = (*c.context, *c.last.output_keys)
+        seen = history(c)
         if (
-            c.last.api == RESPONSES
+            c.last.api == ex.api
             and c.last.head_hash == ex.head_hash
-            and len(seen) > best_len
-            and len(seen) < len(ex.item_keys)
-            and ex.item_keys[: len(seen)] == seen
+            and best_len < len(seen) < len(items)
+            and items[: len(seen)] == seen
         ):
             best, best_len = c, len(seen)
     return best
@@ -529,18 +539,7 @@ def _assign(exchanges: Sequence[Exchange], failed: Sequence[Exchange] = ()) -> l
             else:
                 fork_of = prev
         elif not ex.previous_response_id:
-            best: _Conv | None = None
-            for c in convs:
-                seen = c.last.item_hashes
-                if (
-                    seen  # an empty history is shared by everything: no evidence
-                    and c.last.api == ex.api
-                    and c.last.head_hash == ex.head_hash
-                    and len(seen) < len(ex.item_hashes)
-                    and ex.item_hashes[: len(seen)] == seen
-                    and (best is None or len(seen) > len(best.last.item_hashes))
-                ):
-                    best = c
+            best = _extended(convs, ex, ex.item_hashes, lambda c: c.last.item_hashes)
             if best is not None:
                 if _continues(best, ex):
                     conv = best
