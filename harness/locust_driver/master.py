@@ -73,12 +73,10 @@ class WorkerReport:
 @dataclass(slots=True)
 class MasterRun:
     config: RunConfig
-    scenario: Scenario
     queue: WorkQueue
     measurement: Measurement
     started_wall_s: float
     started_mono_s: float
-    time_limit_s: float | None
     workers: dict[str, WorkerReport] = field(default_factory=dict)
     pending: list[tuple[str, int]] = field(default_factory=list)
     users: int = 0
@@ -187,12 +185,10 @@ class MasterSide:
             )
         self.run = MasterRun(
             config=config,
-            scenario=scenario,
             queue=queue,
             measurement=measurement,
             started_wall_s=time.time(),
             started_mono_s=time.monotonic(),
-            time_limit_s=opts.time_limit_s,
             phase_of={(p.round, p.transport): i for i, p in enumerate(queue.phases)},
         )
         log.info("loopbench run %s: %d rollouts to run", run_id, queue.total)
@@ -212,7 +208,7 @@ class MasterSide:
         """Locust users wanted now (see docs/distributed.md, "Load shapes")."""
         run = self.run
         assert run is not None
-        load = run.scenario.load
+        load = self.options.scenario.load
         queue = run.queue
         if load.mode == "closed":
             longest = max((len(p.plans) for p in queue.phases), default=1)
@@ -234,7 +230,7 @@ class MasterSide:
             return False
         if run.queue.done:
             return True
-        limit = run.time_limit_s
+        limit = self.options.time_limit_s
         if limit is not None and time.monotonic() - run.started_mono_s >= limit:
             run.partial = True
             return True
@@ -261,8 +257,8 @@ class MasterSide:
         if report is None:
             report = run.workers[node] = WorkerReport(
                 Accumulator(
-                    warmup_rollouts=run.scenario.load.warmup_rollouts,
-                    slo=run.scenario.slo.thresholds(),
+                    warmup_rollouts=self.options.scenario.load.warmup_rollouts,
+                    slo=self.options.scenario.slo.thresholds(),
                 )
             )
         return report
@@ -493,7 +489,7 @@ class MasterSide:
                     f"worker {node}: rows received {report.rows_turns}, "
                     f"worker measured {counted(int(final['turns_total']), 'turn')}"
                 )
-        warmup = run.scenario.load.warmup_rollouts
+        warmup = self.options.scenario.load.warmup_rollouts
         for name, sched in measurement.schedules.items():
             # Begun but never recorded (in flight at the stop, or held by a lost worker)
             # shows as cancelled: intended = started + cancelled + dropped + not_started.
