@@ -199,8 +199,7 @@ def summarize(
         return None
     if not isinstance(req, dict):
         return None
-    t_start, t_end = times
-    ex = Exchange(api, transport, connection, t_start, t_end, status)
+    ex = Exchange(api, transport, connection, *times, status)
     ex.model = str(req.get("model") or "")
     try:
         _summarize_request(ex, req)
