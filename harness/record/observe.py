@@ -762,10 +762,7 @@ def _call_for(child: _Conv, ex: Exchange, nxt: Exchange | None, taken: set[int])
                 return j
     if not child.forked:
         return None  # its answer fed no call of this turn: it replaces none of them
-    for j in range(len(ex.calls)):
-        if j not in taken:
-            return j
-    return None
+    return next((j for j in range(len(ex.calls)) if j not in taken), None)
 
 
 def _finish(turns: list[TraceTurn]) -> tuple[list[TraceTurn], bool]:
