@@ -114,24 +114,20 @@ class RecordingProxy:
         self._process: ObserverProcess | None = None
         #: where a step goes: the thread observer's queue, or the observer process
         self._put: Callable[[tuple[int, str, tuple[Any, ...]]], None] = self._steps.put
-        #: the thread observer's (read as it goes), or the process observer's once stopped
-        self._observed = Observed()
+        #: the exchanges read, and why any could not be: the thread observer's (read as it
+        #: goes), or the process observer's (complete once stopped)
+        self.observed = Observed()
         #: the port it listens on, once started
         self.port = 0
 
     @property
     def exchanges(self) -> list[Exchange]:
-        return self._observed.exchanges
+        return self.observed.exchanges
 
     @property
     def open_connections(self) -> int:
         """Client connections being relayed now."""
         return len(self._relays)
-
-    @property
-    def observed(self) -> Observed:
-        """The exchanges read, and why any could not be (complete once stopped)."""
-        return self._observed
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Start the observer, then listen; returns the port.
@@ -155,7 +151,7 @@ class RecordingProxy:
         self.port = int(self._server.sockets[0].getsockname()[1])
         if self._process is None:
             observer = Observer(self.keep_content)
-            self._observed = observer.out
+            self.observed = observer.out
             self._worker = threading.Thread(
                 target=self._observe_here, args=(observer,), name="loopbench-record-observer"
             )
@@ -185,7 +181,7 @@ class RecordingProxy:
             await asyncio.to_thread(self._worker.join)
             self._worker = None
         if self._process is not None:
-            self._observed = await self._process.stop()
+            self.observed = await self._process.stop()
 
     def _observe(self, conn: int, step: str, *args: Any) -> None:
         """Queue one observing step (a name in ``STEPS``) for the observer: the relay goes on."""
