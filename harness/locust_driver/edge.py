@@ -158,7 +158,6 @@ class EdgeChild:
             proc.kill()
             proc.wait(timeout=5)
         self._reader.kill(block=False)
-        self._writer.kill(block=False)
 
     def _read(self) -> None:
         stdout = self._proc.stdout

@@ -41,7 +41,7 @@ from harness.locust_driver.protocol import (
 )
 from harness.locust_driver.worker import WorkerSide
 from harness.metrics.results_model import as_summary
-from harness.run.locust_options import LOCUST_OPTIONS
+from harness.run.locust_options import LOCUST_OPTIONS, locust_transports
 from harness.run.orphans import watched_parent
 from harness.run.target import (
     SHAPING_ENV,
@@ -52,7 +52,6 @@ from harness.run.target import (
 from harness.wire.errors import LoopbenchError, UsageError
 from harness.wire.exit_codes import ExitCode
 from harness.wire.pairs import parse_key_values
-from harness.wire.transports import locust_spec
 from harness.workload.records import RolloutRecord
 from harness.workload.scenario import load_scenario
 
@@ -110,19 +109,7 @@ def _master_options(environment: Environment) -> MasterOptions:
             ),
         )
         scenario = load_scenario(opts.scenario, overrides or None)
-    except LoopbenchError as exc:
-        _fail(str(exc))
-    transports = (
-        [t.strip() for t in opts.transports.split(",") if t.strip()]
-        if opts.transports
-        else list(scenario.transports)
-    )
-    for name in transports:
-        try:
-            locust_spec(name)
-        except UsageError as exc:
-            _fail(str(exc))
-    try:
+        transports = locust_transports(opts.transports, scenario)
         flags = target_flags_from_json(os.environ.get(SHAPING_ENV, ""))
         shaping, _ = resolve_target(scenario, flags)
         tokenizer = tokenizer_file(scenario, flags)

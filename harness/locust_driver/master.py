@@ -1,13 +1,8 @@
-"""Master side of a distributed run: hand out work, collect rows and histograms, write results.
+"""Master side of a distributed run: hand out work, collect rows and histograms, write results
+(docs/distributed.md, "What runs where").
 
-The master owns the plan (:class:`~.work.WorkQueue`), answers claims, writes
-record rows as workers ship them, and at the end merges the workers'
-accumulators — HDR histograms merged bucket by bucket, so merged percentiles
-are exactly those of one histogram of every sample — into the run's
-:class:`~harness.run.measurement.Measurement`, the lifecycle ``loopbench run``
-uses: the same results folder, summary and validity rules.  The master counts
-the schedule from the rollout rows it receives; each worker reports its own CPU
-share and event-loop lag, judged as a ``--procs`` child's would be.
+The workers' accumulators merge into the run's :class:`~harness.run.measurement.Measurement`
+bucket by bucket, so merged percentiles are exactly those of one histogram of every sample.
 """
 
 from __future__ import annotations
@@ -78,12 +73,10 @@ class WorkerReport:
 @dataclass(slots=True)
 class MasterRun:
     config: RunConfig
-    scenario: Scenario
     queue: WorkQueue
     measurement: Measurement
     started_wall_s: float
     started_mono_s: float
-    time_limit_s: float | None
     workers: dict[str, WorkerReport] = field(default_factory=dict)
     pending: list[tuple[str, int]] = field(default_factory=list)
     users: int = 0
@@ -192,12 +185,10 @@ class MasterSide:
             )
         self.run = MasterRun(
             config=config,
-            scenario=scenario,
             queue=queue,
             measurement=measurement,
             started_wall_s=time.time(),
             started_mono_s=time.monotonic(),
-            time_limit_s=opts.time_limit_s,
             phase_of={(p.round, p.transport): i for i, p in enumerate(queue.phases)},
         )
         log.info("loopbench run %s: %d rollouts to run", run_id, queue.total)
@@ -217,7 +208,7 @@ class MasterSide:
         """Locust users wanted now (see docs/distributed.md, "Load shapes")."""
         run = self.run
         assert run is not None
-        load = run.scenario.load
+        load = self.options.scenario.load
         queue = run.queue
         if load.mode == "closed":
             longest = max((len(p.plans) for p in queue.phases), default=1)
@@ -239,7 +230,7 @@ class MasterSide:
             return False
         if run.queue.done:
             return True
-        limit = run.time_limit_s
+        limit = self.options.time_limit_s
         if limit is not None and time.monotonic() - run.started_mono_s >= limit:
             run.partial = True
             return True
@@ -266,8 +257,8 @@ class MasterSide:
         if report is None:
             report = run.workers[node] = WorkerReport(
                 Accumulator(
-                    warmup_rollouts=run.scenario.load.warmup_rollouts,
-                    slo=run.scenario.slo.thresholds(),
+                    warmup_rollouts=self.options.scenario.load.warmup_rollouts,
+                    slo=self.options.scenario.slo.thresholds(),
                 )
             )
         return report
@@ -498,7 +489,7 @@ class MasterSide:
                     f"worker {node}: rows received {report.rows_turns}, "
                     f"worker measured {counted(int(final['turns_total']), 'turn')}"
                 )
-        warmup = run.scenario.load.warmup_rollouts
+        warmup = self.options.scenario.load.warmup_rollouts
         for name, sched in measurement.schedules.items():
             # Begun but never recorded (in flight at the stop, or held by a lost worker)
             # shows as cancelled: intended = started + cancelled + dropped + not_started.

@@ -1,25 +1,7 @@
 """Master-side work distribution: what a free Locust user runs next.  Pure; the clock is passed in.
 
-``loopbench run`` replays the scenario's rollouts over each transport in turn
-(per interleaving round), all of them, with ``load.concurrency`` agents or at
-the open-loop schedule's intended starts.  A distributed run must do the same
-work to produce the same results, so the master holds the plan and hands out
-one rollout per claim:
-
-* work is split into **phases**, one per ``(round, transport)`` in the order
-  ``loopbench run`` uses; a phase starts when the previous one has finished
-  (every rollout reported back), so transports never load the server at the
-  same time and each rollout id is measured once per transport (paired
-  comparisons);
-* closed loop: a claim gets the next rollout at once; open loop: the claim
-  also gets the delay until the rollout's intended start, measured from the
-  phase's start (the first claim of the phase), so the worker starts it on
-  time and records any lateness as schedule lag;
-* a claim that arrives while a phase drains is told to wait; once every phase
-  has finished, claims are told the run is done;
-* a rollout whose worker died is **lost** (:meth:`WorkQueue.lose`): it counts
-  as ended so its phase can finish, and is not run again (its turns so far are
-  already in the rows; a second run of the same rollout id would pair twice).
+Phases, claims, waits and lost rollouts: docs/distributed.md, "What runs where", "Faults" and
+"Load shapes".  A lost rollout is not run again: the same rollout id run twice would pair twice.
 """
 
 from __future__ import annotations
@@ -121,27 +103,24 @@ class WorkQueue:
 
     def finish(self, phase_index: int, rollout_id: int) -> None:
         """A claimed rollout was run to its end (successfully or not); unknown ones are ignored."""
-        if not 0 <= phase_index < len(self.phases):
-            return
-        phase = self.phases[phase_index]
-        if rollout_id in phase.finished | phase.lost or rollout_id not in phase.claimed:
-            return
-        phase.finished.add(rollout_id)
-        self.finished += 1
-        self._advance()
+        self._end(phase_index, rollout_id, lost=False)
 
     def lose(self, phase_index: int, rollout_id: int) -> bool:
         """A claimed rollout will never be reported (its worker died): end it as lost.
 
         False if it had already ended (or was never claimed).
         """
+        return self._end(phase_index, rollout_id, lost=True)
+
+    def _end(self, phase_index: int, rollout_id: int, *, lost: bool) -> bool:
         if not 0 <= phase_index < len(self.phases):
             return False
         phase = self.phases[phase_index]
         if rollout_id in phase.finished | phase.lost or rollout_id not in phase.claimed:
             return False
-        phase.lost.add(rollout_id)
-        self.lost += 1
+        (phase.lost if lost else phase.finished).add(rollout_id)
+        self.lost += lost
+        self.finished += not lost
         self._advance()
         return True
 

@@ -1,16 +1,10 @@
 """Worker side of a distributed run: run claimed rollouts, measure, ship to the master.
 
-Every record goes, in the same step, into this worker's
-:class:`~harness.metrics.summary.Accumulator` (HDR histograms, counters) and into a row buffer,
-and fires Locust ``request`` events so Locust's UI, CSV and HTML show the run. A shipper
-greenlet sends the row buffer every :data:`SHIP_INTERVAL_S` (few, large batches: fewer bursts
-of the master's writing beside the edge host); when the test stops, the final message carries
-the accumulator's state (histograms as HdrHistogram blobs), the last rows, the worker's own
-counts, which the master checks against what it received, and its health, which the master
-judges with the run's validity rules: the event-loop lag of the edge host
-(:mod:`harness.run.edge_host`, the asyncio edge in a child of this worker that runs each
-claimed rollout) together with this process's gevent loop lag, and the CPU share of the busier
-of the two.
+Every record goes, in one step, into this worker's accumulator, a row buffer shipped every
+:data:`SHIP_INTERVAL_S`, and Locust's ``request`` events; the final message carries the
+accumulator's state, the last rows, the worker's own counts and its health: the edge host's
+(:mod:`harness.run.edge_host`) and this gevent loop's lag, and the busier one's CPU share
+(docs/distributed.md, "What runs where").
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,8 +199,7 @@ def summarize(
         return None
     if not isinstance(req, dict):
         return None
-    t_start, t_end = times
-    ex = Exchange(api, transport, connection, t_start, t_end, status)
+    ex = Exchange(api, transport, connection, *times, status)
     ex.model = str(req.get("model") or "")
     try:
         _summarize_request(ex, req)
@@ -275,23 +274,22 @@ def _summarize_request(ex: Exchange, req: dict[str, Any]) -> None:
             continue
         kind, role = item.get("type"), item.get("role")
         if api == RESPONSES and kind in OUTPUT_ITEMS:
-            text = _text_of(item.get("output"))
-            ex.outputs[str(item.get("call_id"))] = (count_tokens(text), _h(text.encode()))
+            _add_output(ex, item.get("call_id"), item.get("output"))
         elif api == CHAT and role == "tool":
-            text = _text_of(item.get("content"))
-            ex.outputs[str(item.get("tool_call_id"))] = (count_tokens(text), _h(text.encode()))
+            _add_output(ex, item.get("tool_call_id"), item.get("content"))
         elif api == MESSAGES and role == "user" and isinstance(item.get("content"), list):
             for part in item["content"]:
                 if isinstance(part, dict) and part.get("type") == "tool_result":
-                    text = _text_of(part.get("content"))
-                    ex.outputs[str(part.get("tool_use_id"))] = (
-                        count_tokens(text),
-                        _h(text.encode()),
-                    )
+                    _add_output(ex, part.get("tool_use_id"), part.get("content"))
                 elif isinstance(part, dict) and part.get("type") == "text":
                     ex.user_tokens += count_tokens(str(part.get("text", "")))
         elif role == "user" and (kind in (None, "message")):
             ex.user_tokens += count_tokens(_text_of(item.get("content")))
+
+
+def _add_output(ex: Exchange, call_id: Any, content: Any) -> None:
+    text = _text_of(content)
+    ex.outputs[str(call_id)] = (count_tokens(text), _h(text.encode()))
 
 
 def _is_reasoning(item: Any) -> bool:
@@ -471,10 +469,7 @@ class _Conv:
     def waiting_at(self, t_ns: int) -> bool:
         """Whether this conversation was running its tools at ``t_ns``."""
         last = [x for x in self.turns if x.t_start_ns <= t_ns]
-        if not last or not last[-1].calls or last[-1].t_end_ns > t_ns:
-            return False
-        later = [x for x in self.turns if x.t_start_ns > t_ns]
-        return True if not later else later[0].t_start_ns > t_ns
+        return bool(last and last[-1].calls and last[-1].t_end_ns <= t_ns)
 
 
 def _continues(conv: _Conv, ex: Exchange) -> bool:
@@ -493,16 +488,26 @@ def _resent(convs: Sequence[_Conv], ex: Exchange) -> _Conv | None:
     """
     if ex.api != RESPONSES or ex.previous_response_id or not ex.item_keys:
         return None
+    return _extended(convs, ex, ex.item_keys, lambda c: (*c.context, *c.last.output_keys))
+
+
+def _extended(
+    convs: Sequence[_Conv],
+    ex: Exchange,
+    items: tuple[str, ...],
+    history: Callable[[_Conv], tuple[str, ...]],
+) -> _Conv | None:
+    """The conversation of ``ex``'s API and head whose ``history`` ``items`` extends; the
+    longest wins (an empty history is shared by everything: no evidence)."""
     best: _Conv | None = None
     best_len = 0
     for c in convs:
-        seen = (*c.context, *c.last.output_keys)
+        seen = history(c)
         if (
-            c.last.api == RESPONSES
+            c.last.api == ex.api
             and c.last.head_hash == ex.head_hash
-            and len(seen) > best_len
-            and len(seen) < len(ex.item_keys)
-            and ex.item_keys[: len(seen)] == seen
+            and best_len < len(seen) < len(items)
+            and items[: len(seen)] == seen
         ):
             best, best_len = c, len(seen)
     return best
@@ -533,18 +538,7 @@ def _assign(exchanges: Sequence[Exchange], failed: Sequence[Exchange] = ()) -> l
             else:
                 fork_of = prev
         elif not ex.previous_response_id:
-            best: _Conv | None = None
-            for c in convs:
-                seen = c.last.item_hashes
-                if (
-                    seen  # an empty history is shared by everything: no evidence
-                    and c.last.api == ex.api
-                    and c.last.head_hash == ex.head_hash
-                    and len(seen) < len(ex.item_hashes)
-                    and ex.item_hashes[: len(seen)] == seen
-                    and (best is None or len(seen) > len(best.last.item_hashes))
-                ):
-                    best = c
+            best = _extended(convs, ex, ex.item_hashes, lambda c: c.last.item_hashes)
             if best is not None:
                 if _continues(best, ex):
                     conv = best
@@ -588,10 +582,11 @@ def _assign(exchanges: Sequence[Exchange], failed: Sequence[Exchange] = ()) -> l
                 conv.candidates = [(fork_of, _turn_at(fork_of, ex.t_start_ns))]
                 conv.forked = True
             else:
-                waiting = [c for c in convs if c.waiting_at(ex.t_start_ns)]
+                waiting = [
+                    (c, _turn_at(c, ex.t_start_ns)) for c in convs if c.waiting_at(ex.t_start_ns)
+                ]
                 # latest-ended first: the default when no answer names the parent
-                waiting.sort(key=lambda c: -_last_before(c, ex.t_start_ns).t_end_ns)
-                conv.candidates = [(c, _turn_at(c, ex.t_start_ns)) for c in waiting]
+                conv.candidates = sorted(waiting, key=lambda ci: -ci[0].turns[ci[1]].t_end_ns)
             convs.append(conv)
         # The whole context this request had: a chained one (or one that only adds to its
         # connection's conversation) sends only what it adds.
@@ -667,10 +662,6 @@ def _failed_between(
 
 def _turn_at(conv: _Conv, t_ns: int) -> int:
     return max(i for i, x in enumerate(conv.turns) if x.t_start_ns <= t_ns)
-
-
-def _last_before(conv: _Conv, t_ns: int) -> Exchange:
-    return [x for x in conv.turns if x.t_start_ns <= t_ns][-1]
 
 
 def _prompt_tokens(conv: _Conv) -> tuple[int, int, int]:
@@ -771,10 +762,7 @@ def _call_for(child: _Conv, ex: Exchange, nxt: Exchange | None, taken: set[int])
                 return j
     if not child.forked:
         return None  # its answer fed no call of this turn: it replaces none of them
-    for j in range(len(ex.calls)):
-        if j not in taken:
-            return j
-    return None
+    return next((j for j in range(len(ex.calls)) if j not in taken), None)
 
 
 def _finish(turns: list[TraceTurn]) -> tuple[list[TraceTurn], bool]:
@@ -788,30 +776,34 @@ def _finish(turns: list[TraceTurn]) -> tuple[list[TraceTurn], bool]:
 
 
 def _subagent(child: _Conv, embedded: set[int], result: int, nxt: Exchange | None) -> TraceSubagent:
-    system, schema, user = _prompt_tokens(child)
-    turns, cut = _finish(_turns(child, embedded))
     detach = nxt is not None and child.last.t_end_ns > nxt.t_start_ns
     meta: dict[str, Any] = {"api": child.turns[0].api, "transport": child.turns[0].transport}
-    if cut:
-        meta["truncated"] = True
-    _content(child, meta)
     return TraceSubagent(
-        id=_id(child),
         join="detach" if detach else "wait",
-        system_tokens=system,
-        tool_schema_tokens=schema,
-        user_prompt_tokens=user,
         result_tokens=result,
-        turns=turns,
-        client=_client(child),
-        meta=meta,
+        **_body(child, embedded, meta),
     )
 
 
-def _content(conv: _Conv, meta: dict[str, Any]) -> None:
+def _body(conv: _Conv, embedded: set[int], meta: dict[str, Any]) -> dict[str, Any]:
+    """What a rollout and a sub-agent share: id, prompt tokens, turns, client and ``meta``
+    (which gains ``truncated`` and the kept ``content``)."""
+    system, schema, user = _prompt_tokens(conv)
+    turns, cut = _finish(_turns(conv, embedded))
+    if cut:
+        meta["truncated"] = True
     kept = [x.content for x in conv.turns if x.content is not None]
     if kept:
         meta["content"] = kept
+    return {
+        "id": _id(conv),
+        "system_tokens": system,
+        "tool_schema_tokens": schema,
+        "user_prompt_tokens": user,
+        "turns": turns,
+        "client": _client(conv),
+        "meta": meta,
+    }
 
 
 def build_trace(
@@ -829,8 +821,6 @@ def build_trace(
     for conv in convs:
         if conv.number in embedded:
             continue
-        system, schema, user = _prompt_tokens(conv)
-        turns, cut = _finish(_turns(conv, embedded))
         first = conv.turns[0]
         rmeta: dict[str, Any] = {
             "api": first.api,
@@ -846,27 +836,18 @@ def build_trace(
             rmeta["overlapped_with"] = [f"conv-{n}" for n in conv.overlapped_with]
         if conv.follows is not None:
             rmeta["follows"] = _id(conv.follows)
-        if cut:
-            rmeta["truncated"] = True
         if conv.failed_after:
             # Closed where its last request failed: the replay ends there too.
             rmeta["ended_on_failure"] = {
                 "requests": len(conv.failed_after),
                 "status": conv.failed_after[-1].status,
             }
-        _content(conv, rmeta)
         warm = conv.warmup
         rollouts.append(
             TraceRollout(
                 type="rollout",
-                id=_id(conv),
-                system_tokens=system,
-                tool_schema_tokens=schema,
-                user_prompt_tokens=user,
-                turns=turns,
                 warmup=None if warm is None else TraceWarmup(input_tokens=warm.input_tokens),
-                client=_client(conv),
-                meta=rmeta,
+                **_body(conv, embedded, rmeta),
             )
         )
     header_meta = dict(meta or {})

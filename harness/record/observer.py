@@ -1,11 +1,8 @@
 """What the recording proxy hands over, read into :class:`Exchange` summaries.
 
-The relay (``harness.record.proxy``) forwards every byte first and then hands a copy of
-what it saw to the observer as a *step*: a name from :data:`STEPS` and plain, picklable
-arguments.  The :class:`Observer` holds every piece of state the reading needs (each
-WebSocket connection's frame decoders and requests in flight), so it runs on a thread of
-the proxy's process or, by default, in a process of its own at a lower priority, where
-its JSON work never holds the GIL the relay needs (docs/traces.md, "Overhead").
+The relay hands over a copy of what it forwarded as *steps* (a name from :data:`STEPS`, plain
+picklable arguments); the :class:`Observer` holds all the state the reading needs, so it runs
+on a thread of the proxy's process or in a process of its own (docs/traces.md, "Overhead").
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The observer's process as the relay sees it: started, fed by the relay's own loop, stopped.
 
-The steps (:mod:`harness.record.observer`) one loop iteration queued go out as one pickled
-batch, written by the relay's loop just after the callbacks that forwarded the bytes,
-through a non-blocking pipe transport: no feeder thread to share the GIL with the loop
-(docs/traces.md, "Recording any agent" and "Overhead").  Two bounds keep a slow or stuck
-observer from taking the relay down with it: the backlog is capped
-(:data:`MAX_BACKLOG_BYTES`; a WebSocket's frames cannot be skipped and picked up again, so
-the cut is for good), and a stop gives up on an observer that neither drained its pipe nor
-used CPU for :data:`STALL_S`.  The frames are those of
-:class:`multiprocessing.connection.Connection`, so the observer reads them with ``recv``.
+The steps one loop iteration queued go out as one pickled batch through a non-blocking pipe
+transport: no feeder thread to share the GIL with the loop (docs/traces.md, "Overhead").  A
+slow or stuck observer cannot take the relay down (:data:`MAX_BACKLOG_BYTES`, :data:`STALL_S`).
+The frames are :class:`multiprocessing.connection.Connection`'s: the observer ``recv``s them.
 """
 
 from __future__ import annotations

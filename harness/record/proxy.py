@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -83,12 +83,6 @@ class Upstream:
         return path
 
 
-@dataclass
-class _Stats:
-    connections: int = 0
-    errors: list[str] = field(default_factory=list)
-
-
 class RecordingProxy:
     """Listen on ``host:port``, forward to ``upstream``, collect :class:`Exchange` summaries.
 
@@ -105,7 +99,8 @@ class RecordingProxy:
         self.upstream = upstream
         self.keep_content = keep_content
         self.observer = observer
-        self.stats = _Stats()
+        #: why connections broke (an unparsable head, a reset): the relay goes on
+        self.errors: list[str] = []
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._relays: set[_Relay] = set()
@@ -119,24 +114,20 @@ class RecordingProxy:
         self._process: ObserverProcess | None = None
         #: where a step goes: the thread observer's queue, or the observer process
         self._put: Callable[[tuple[int, str, tuple[Any, ...]]], None] = self._steps.put
-        #: the thread observer's (read as it goes), or the process observer's once stopped
-        self._observed = Observed()
+        #: the exchanges read, and why any could not be: the thread observer's (read as it
+        #: goes), or the process observer's (complete once stopped)
+        self.observed = Observed()
         #: the port it listens on, once started
         self.port = 0
 
     @property
     def exchanges(self) -> list[Exchange]:
-        return self._observed.exchanges
+        return self.observed.exchanges
 
     @property
     def open_connections(self) -> int:
         """Client connections being relayed now."""
         return len(self._relays)
-
-    @property
-    def observed(self) -> Observed:
-        """The exchanges read, and why any could not be (complete once stopped)."""
-        return self._observed
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Start the observer, then listen; returns the port.
@@ -160,7 +151,7 @@ class RecordingProxy:
         self.port = int(self._server.sockets[0].getsockname()[1])
         if self._process is None:
             observer = Observer(self.keep_content)
-            self._observed = observer.out
+            self.observed = observer.out
             self._worker = threading.Thread(
                 target=self._observe_here, args=(observer,), name="loopbench-record-observer"
             )
@@ -190,7 +181,7 @@ class RecordingProxy:
             await asyncio.to_thread(self._worker.join)
             self._worker = None
         if self._process is not None:
-            self._observed = await self._process.stop()
+            self.observed = await self._process.stop()
 
     def _observe(self, conn: int, step: str, *args: Any) -> None:
         """Queue one observing step (a name in ``STEPS``) for the observer: the relay goes on."""
@@ -301,7 +292,6 @@ class _Relay:
 
     def __init__(self, proxy: RecordingProxy, client: asyncio.Transport) -> None:
         proxy._conn_ids += 1
-        proxy.stats.connections += 1
         proxy._relays.add(self)
         self.proxy = proxy
         self.conn = proxy._conn_ids
@@ -573,7 +563,7 @@ class _Relay:
 
     def lost(self, upstream: bool, exc: Exception | None) -> None:
         if exc is not None:
-            self.proxy.stats.errors.append(
+            self.proxy.errors.append(
                 f"connection {self.conn}: {type(exc).__name__}: {exc}"
                 + (" (upstream)" if upstream else "")
             )
@@ -595,7 +585,7 @@ class _Relay:
         self.close()
 
     def _error(self, exc: Exception) -> None:
-        self.proxy.stats.errors.append(f"connection {self.conn}: {type(exc).__name__}: {exc}")
+        self.proxy.errors.append(f"connection {self.conn}: {type(exc).__name__}: {exc}")
         self.close()
 
     def close(self) -> None:

@@ -1,15 +1,11 @@
 """What a Locust worker and its edge host say over the host's stdin and stdout.  Pure.
 
-The worker (a gevent process) hands rollouts to a child running the asyncio edge
-(:mod:`harness.run.edge_host`) and reads back every record.  Both ends are this code,
-started together by the worker, so a frame is a 4-byte length and a pickle: records
-and plans cross whole (``itl_ns`` included) with no second wire form to keep in step.
-
-Worker -> host: ``("begin", EdgeBegin)``, ``("run", EdgeRollout)``, ``("cancel", key)``,
-``("end",)``.  Host -> worker: ``("ready",)`` once imported, ``("turn", values)`` (:func:`pack_turn`),
-``("rollout", key, RolloutRecord)``, ``("ended", health state)`` after every record of
-the run.  Timestamps are the host's ``perf_counter_ns``: the worker moves them onto
-its own clock.
+A frame is a 4-byte length and a pickle (why: docs/distributed.md, "The asyncio edge in a
+child of each worker").  Worker -> host: ``("begin", EdgeBegin)``, ``("run", EdgeRollout)``,
+``("cancel", key)``, ``("end",)``.  Host -> worker: ``("ready",)`` once imported,
+``("turn", values)`` (:func:`pack_turn`), ``("rollout", key, RolloutRecord)``,
+``("ended", health state)`` after every record of the run.  Timestamps are the host's
+``perf_counter_ns``: the worker moves them onto its own clock.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
-"""``loopbench sweep --search goodput``: the highest offered load that still meets the SLO.
+"""``loopbench sweep --search goodput``: the highest offered load that still meets the SLO,
+by bracketing then bisection per transport (docs/metrics.md §5, "The goodput search").
 
-Per transport, short runs at loads chosen by bracketing then bisection, until the highest
-passing and the lowest failing load are one step of resolution apart (1 agent,
-:data:`RATE_RESOLUTION` of a rate) or ``max_steps`` runs were made; each step's confidence
-and the pass rules: docs/metrics.md §5, "The goodput search".
-
-The search itself (:class:`GoodputSearch`) is pure; :func:`run_goodput_search` runs
-its steps with :func:`~harness.run.runner.run_scenario` into one sweep folder.
+:class:`GoodputSearch` is pure; :func:`run_goodput_search` runs its steps into one sweep folder.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,10 +62,14 @@ SEARCH_DEFAULTS: dict[str, Any] = {
 LOAD_PARAMS = {param: mode for mode, param in DEFAULT_PARAM.items()}
 
 
+def _ci95(good: int, n: int) -> tuple[float, float] | None:
+    """The Wilson 95 % interval; None below :data:`~harness.metrics.slo.MIN_ATTAINMENT_N`."""
+    return wilson(good, n) if ci_reason(n) is None else None
+
+
 def confidence(good: int, n: int, target: float) -> str:
-    """Where the step's Wilson 95 % interval lies against ``target``; no interval (and no
-    confidence) below :data:`~harness.metrics.slo.MIN_ATTAINMENT_N` rollouts."""
-    ci = wilson(good, n) if ci_reason(n) is None else None
+    """Where the step's interval lies against ``target`` (no interval, no confidence)."""
+    ci = _ci95(good, n)
     if ci is None:
         return f"no CI (n={n})"
     lo, hi = ci
@@ -85,7 +84,7 @@ def passes(good: int, n: int, target: float, rule: PassRule) -> bool:
     if n == 0:
         return False
     if rule == "ci-lower":
-        ci = wilson(good, n) if ci_reason(n) is None else None
+        ci = _ci95(good, n)
         return ci is not None and ci[0] >= target
     return good / n >= target
 
@@ -239,7 +238,7 @@ def step_record(doc: Summary | Mapping[str, Any], transport: str, target: float)
     good_put = (t.goodput if t is not None else None) or Goodput()
     n = slo.rollouts
     good = slo.good_rollouts
-    ci = wilson(good, n) if ci_reason(n) is None else None
+    ci = _ci95(good, n)
     return {
         "rollouts": n,
         "good_rollouts": good,
@@ -278,15 +277,9 @@ def run_goodput_search(
     )
     doc["search"] = {
         "kind": "goodput",
-        "param": settings.param,
+        **asdict(settings),
         "unit": UNITS.get(settings.param, f"({settings.param})"),
         "integer": integer,
-        "target": settings.target,
-        "pass_rule": settings.pass_rule,
-        "start": settings.start,
-        "max_load": settings.max_load,
-        "max_steps": settings.max_steps,
-        "rollouts_per_agent": settings.rollouts_per_agent,
         "slo": base.slo.thresholds(),
         "steps": [],
         "answers": {},

@@ -12,6 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from harness.wire.transports import locust_spec
+from harness.workload.scenario import Scenario
+
 
 @dataclass(frozen=True, slots=True)
 class LocustOption:
@@ -113,3 +116,12 @@ LOCUST_OPTIONS: tuple[LocustOption, ...] = (
 def locust_argv(values: Mapping[str, Any]) -> list[str]:
     """The locustfile's arguments for every option in ``values`` (keyed by ``dest``)."""
     return [arg for opt in LOCUST_OPTIONS for arg in opt.argv(values.get(opt.dest, opt.default))]
+
+
+def locust_transports(listed: str, scenario: Scenario) -> list[str]:
+    """The transports ``--transports`` lists (comma-separated; "" for the scenario's), each
+    checked to be one the Locust edge runs (a :class:`UsageError` otherwise)."""
+    names = [t.strip() for t in listed.split(",") if t.strip()] if listed else scenario.transports
+    for name in names:
+        locust_spec(name)
+    return list(names)

@@ -95,7 +95,6 @@ async def run_pass(
     load = scenario.load
     warmup = load.warmup_rollouts
     late_ns = round(load.max_schedule_lag_ms * 1e6)
-    hook = turn_hook
     sched.intended += sum(1 for p in plans if p.rollout_id >= warmup)
 
     def turn_sink(rec: TurnRecord) -> None:
@@ -105,8 +104,8 @@ async def run_pass(
         elif (ttft := D.sample(_TTFT, rec)) is not None:
             live.ttft_ms.append(ttft)
         on_turn(rec)
-        if hook is not None:
-            hook(rec)
+        if turn_hook is not None:
+            turn_hook(rec)
 
     async def one(plan: RolloutPlan, intended: int) -> None:
         rec = await run_rollout(

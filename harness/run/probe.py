@@ -208,7 +208,16 @@ class _Prober:
         return status, content_type, read_body(api, raw)
 
     def failed(self, feature: str, where: str, exc: BaseException) -> Finding:
-        return _failed(feature, where, exc, self.timeout_s)
+        """A check that got no answer: "no" when the exchange broke, "unknown" (that stops a
+        run) when the server did not answer in time, which says nothing of the feature."""
+        if isinstance(exc, TimeoutError):
+            return Finding(
+                feature,
+                None,
+                f"{where}: no complete answer within {self.timeout_s:g} s",
+                stopped_by="server",
+            )
+        return Finding(feature, False, f"{where}: {exc}")
 
     async def api_answer(
         self,
@@ -459,19 +468,6 @@ def _os_reason(exc: OSError) -> str:
             "--insecure skips the verification"
         )
     return (exc.strerror or str(exc) or type(exc).__name__).lower()
-
-
-def _failed(feature: str, where: str, exc: BaseException, timeout_s: float) -> Finding:
-    """A check that got no answer: "no" when the exchange broke, "unknown" (that stops a run)
-    when the server did not answer in time, which says nothing of the feature."""
-    if isinstance(exc, TimeoutError):
-        return Finding(
-            feature,
-            None,
-            f"{where}: no complete answer within {timeout_s:g} s",
-            stopped_by="server",
-        )
-    return Finding(feature, False, f"{where}: {exc}")
 
 
 def _ws_unanswered(url: str, exc: BaseException, timeout_s: float) -> Finding:

@@ -189,11 +189,10 @@ def _salvage(run: Measurement, dead: _Dead, part: Sequence[RolloutPlan]) -> None
             rows += 1
             if isinstance(rec, TurnRecord):
                 run.add_turn(rec)
-                begun.setdefault(rec.transport, set()).add(rec.rollout_id)
             else:
                 run.acc.add_rollout(rec)
                 run.add_rollout_row(rec)
-                begun.setdefault(rec.transport, set()).add(rec.rollout_id)
+            begun.setdefault(rec.transport, set()).add(rec.rollout_id)
     except (LoopbenchError, OSError) as exc:
         dead.why += f"; its rows could not be read ({exc})"
     measured = sum(1 for p in part if p.rollout_id >= warmup)
@@ -398,6 +397,3 @@ def _run(
     if opts.render:
         render_run_safely(run.run_dir)
     return RunResult(run.run_dir, summary, run)
-
-
-__all__ = ["partition", "run_procs", "split_concurrency"]

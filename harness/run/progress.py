@@ -22,15 +22,6 @@ from rich.table import Table
 
 from harness.metrics.results_model import Schedule, Summary, as_summary
 
-__all__ = [
-    "LineProgress",
-    "PassProgress",
-    "ProgressSink",
-    "RichProgress",
-    "format_line",
-    "make_progress",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class PassProgress:
@@ -198,6 +189,10 @@ def titled_table(title: str, first: str, *rest: str) -> Table:
     return table
 
 
+#: the schedule's counts of starts: intended = started + cancelled + dropped + not started
+_START_COUNTS = ("intended", "started", "late", "dropped", "cancelled", "not_started")
+
+
 def schedule_table(doc: Summary | Mapping[str, Any]) -> Any:
     """The load generator's own figures (intended vs actual starts), or None for a closed loop.
 
@@ -210,12 +205,7 @@ def schedule_table(doc: Summary | Mapping[str, Any]) -> Any:
     table = titled_table(
         "load generator (intended vs actual starts)",
         "transport",
-        "intended",
-        "started",
-        "late",
-        "dropped",
-        "cancelled",
-        "not started",
+        *(key.replace("_", " ") for key in _START_COUNTS),
         "lag p50 ms",
         "lag p99 ms",
         "lag max ms",
@@ -231,13 +221,7 @@ def schedule_table(doc: Summary | Mapping[str, Any]) -> Any:
 
         table.add_row(
             name,
-            count("intended"),
-            count("started"),
-            count("late"),
-            count("dropped"),
-            # intended = started + cancelled + dropped + not started: every start accounted for
-            count("cancelled"),
-            count("not_started"),
+            *map(count, _START_COUNTS),
             _num(t.stat("schedule_lag_ms", "p50"), ".2f"),
             _num(t.stat("schedule_lag_ms", "p99"), ".2f"),
             _num(sched.lag_max_ms if sched else None, ".2f"),

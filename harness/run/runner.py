@@ -340,10 +340,7 @@ def write_failure(exc: BaseException) -> ResultsWriteError | None:
     if isinstance(exc, ResultsWriteError):
         return exc
     if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = write_failure(inner)
-            if found is not None:
-                return found
+        return next(filter(None, map(write_failure, exc.exceptions)), None)
     return None
 
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 from typing import Any
 
 from harness.workload.records import RolloutRecord
-
-_FIELDS = ("intended", "started", "late", "dropped", "not_started", "lag_max_ns", "lag_sum_ns")
 
 
 @dataclass(slots=True)
@@ -51,18 +49,17 @@ class ScheduleStats:
         return max(0, self.intended - self.started - self.dropped - self.not_started)
 
     def merge(self, other: ScheduleStats) -> None:
-        for name in _FIELDS:
-            if name == "lag_max_ns":
-                self.lag_max_ns = max(self.lag_max_ns, other.lag_max_ns)
-            else:
-                setattr(self, name, getattr(self, name) + getattr(other, name))
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            setattr(self, f.name, max(mine, theirs) if f.name == "lag_max_ns" else mine + theirs)
 
     def to_state(self) -> list[int]:
-        return [getattr(self, name) for name in _FIELDS]
+        """The fields' values in their declared order."""
+        return list(astuple(self))
 
     @classmethod
     def from_state(cls, state: Sequence[int]) -> ScheduleStats:
-        return cls(**dict(zip(_FIELDS, (int(x) for x in state), strict=True)))
+        return cls(*(int(x) for x in state))
 
     def as_dict(self) -> dict[str, Any]:
         started = self.started

@@ -18,8 +18,6 @@ import platform
 import struct
 import sys
 
-__all__ = ["SLICE_NS", "request_short_slice", "thread_slice_ns"]
-
 #: the shortest slice Linux accepts for a fair task (0.1 ms)
 SLICE_NS = 100_000
 

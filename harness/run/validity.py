@@ -15,29 +15,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from harness.metrics.results_model import Summary, as_summary
-from harness.metrics.validity import (
-    CPU_SATURATION_SHARE,
-    MIN_JUDGED_TURNS,
-    MIN_JUDGED_WALL_S,
-    Limits,
-    completed_turns,
-    schedule_reason,
-    transport_reasons,
-)
+from harness.metrics.validity import Limits, completed_turns, schedule_reason, transport_reasons
 from harness.metrics.validity import client_reasons as _client_reasons
 from harness.report.error_summary import kinds_text
 from harness.run.health import ClientHealth
 from harness.run.schedule_stats import ScheduleStats
 from harness.workload.scenario import Load
-
-__all__ = [
-    "CPU_SATURATION_SHARE",
-    "MIN_JUDGED_TURNS",
-    "MIN_JUDGED_WALL_S",
-    "client_reasons",
-    "schedule_reasons",
-    "validity_reasons",
-]
 
 
 def schedule_reasons(

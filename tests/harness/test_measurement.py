@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.metrics.hdr import Histogram
+from harness.metrics.validity import MIN_JUDGED_TURNS
 from harness.run.health import ClientHealth
 from harness.run.measurement import Measurement, pool_size
 from harness.run.runner import RunOptions, transport_options
 from harness.run.schedule_stats import ScheduleStats
-from harness.run.validity import MIN_JUDGED_TURNS, client_reasons
+from harness.run.validity import client_reasons
 from harness.workload.records import RolloutRecord, TurnRecord
 from harness.workload.scenario import Scenario, validate_scenario
 

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from harness.client.options import ClientSettings
+from harness.metrics.validity import MIN_JUDGED_WALL_S
 from harness.run.health import ClientHealth
 from harness.run.runner import RunOptions, run_scenario
-from harness.run.validity import MIN_JUDGED_WALL_S, validity_reasons
+from harness.run.validity import validity_reasons
 from harness.workload.scenario import load_scenario, validate_scenario
 from tests.foreign_http import ANSWER_500, ANSWER_GARBAGE, ANSWER_JSON, closed_port, foreign_server
 from tests.runs import TINY, loopbench, rows_flushed, started

@@ -84,7 +84,7 @@ def test_each_api_is_recorded_as_the_client_ran_it(
                 assert proxy._process is not None and proxy._process.child.pid != os.getpid()
             client = make_transport(transport, TransportOptions(_base(proxy)))
             await run_plans(client, rollouts, records.append)
-        assert not proxy.stats.errors
+        assert not proxy.errors
         return build_trace(proxy.exchanges)[1]
 
     trace = _run(main)
@@ -669,7 +669,7 @@ def test_concurrent_runs_are_recorded_as_the_rollouts_they_ran(
         return proxy
 
     proxy = _run(main)
-    assert not proxy.stats.errors
+    assert not proxy.errors
     run = load_run(tmp_path / "r")
     header, trace = build_trace(proxy.exchanges)
     assert header.meta["failed"] == 0
