@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import EXIT_OK, EXIT_USAGE, add_command, examples
+from harness.cli.common import EXIT_OK, add_command, examples
+from harness.wire.errors import UsageError
 from harness.workload.builtin import builtin_hint, builtin_scenarios
 from harness.workload.scenario import load_scenario
 from harness.workload.starter import starter_scenario
@@ -51,13 +51,10 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     if args.path:
         path = found.get(args.path.removesuffix(".yaml"))
         if path is None:
-            print(
-                f"error: --path: no built-in scenario named {args.path!r}"
-                f"{builtin_hint(args.path)}; "
-                f"built-ins: {', '.join(found)}",
-                file=sys.stderr,
+            raise UsageError(
+                f"--path: no built-in scenario named {args.path!r}{builtin_hint(args.path)}; "
+                f"built-ins: {', '.join(found)}"
             )
-            return EXIT_USAGE
         print(path)
         return EXIT_OK
     width = max(len(name) for name in found)
@@ -75,22 +72,17 @@ def cmd_init(args: argparse.Namespace) -> int:
         path = path.with_name(path.name + ".yaml")
     name = path.stem
     if not _NAME.match(name):
-        print(
-            f"error: init: expected a scenario name of lowercase letters, digits and '-', "
-            f"got {name!r}",
-            file=sys.stderr,
+        raise UsageError(
+            f"init: expected a scenario name of lowercase letters, digits and '-', got {name!r}"
         )
-        return EXIT_USAGE
     try:
         # "x": exclusive creation, so an existing file is never overwritten, even by a race.
         with path.open("x", encoding="utf-8") as fh:
             fh.write(starter_scenario(name))
     except FileExistsError:
-        print(f"error: {path}: already exists; not overwritten", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"{path}: already exists; not overwritten") from None
     except OSError as exc:
-        print(f"error: {path}: cannot write: {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"{path}: cannot write: {exc.strerror}") from None
     print(
         f"wrote {path}; check it with `loopbench validate {path}`, run it with `loopbench run {path}`"
     )

@@ -80,27 +80,23 @@ PROBE_SESSION = "loopbench-probe"
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    try:
-        if not args.timeout_s > 0:
-            raise UsageError(
-                f"--timeout-s: expected a positive number of seconds, got {args.timeout_s}"
-            )
-        flags = target_flags(args)
-        findings = probe(
-            args.target,
-            api_key=api_key(args.api_key_env),
-            verify_tls=not args.insecure,
-            timeout_s=args.timeout_s,
-            model=args.model,
-            # The probe is one session of its own: its id is a fixed name, on every request.
-            shaping=RequestShaping(
-                headers=flags.headers
-                + (((flags.session_header, PROBE_SESSION),) if flags.session_header else ())
-            ),
+    if not args.timeout_s > 0:
+        raise UsageError(
+            f"--timeout-s: expected a positive number of seconds, got {args.timeout_s}"
         )
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    flags = target_flags(args)
+    findings = probe(
+        args.target,
+        api_key=api_key(args.api_key_env),
+        verify_tls=not args.insecure,
+        timeout_s=args.timeout_s,
+        model=args.model,
+        # The probe is one session of its own: its id is a fixed name, on every request.
+        shaping=RequestShaping(
+            headers=flags.headers
+            + (((flags.session_header, PROBE_SESSION),) if flags.session_header else ())
+        ),
+    )
     reach = next(f for f in findings if f.feature == REACHABLE)
     if not reach.supported:
         # the one line that matters, first

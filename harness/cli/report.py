@@ -245,37 +245,32 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load_runs(paths: list[str]) -> list[Run] | str:
-    """The runs, or the one-line reason they cannot be read (a usage error: exit 4)."""
+def _load_runs(paths: list[str]) -> list[Run]:
+    """The runs, or a :class:`UsageError` naming why they cannot be read (exit 4)."""
     if len(paths) < 2:
-        return f"compare: expected at least two results folders (the reference first), got {len(paths)}"
+        raise UsageError(
+            f"compare: expected at least two results folders (the reference first), got {len(paths)}"
+        )
     runs = []
     for p in paths:
         path = Path(p)
         if not path.is_dir():
             what = "a file, not a folder" if path.exists() else "no such folder"
-            return (
+            raise UsageError(
                 f"compare: {path}: {what}; expected a results folder written by loopbench run, "
                 "e.g. results/20261202-110203-quickstart"
             )
         try:
             runs.append(load_run(path))
         except ResultsError as exc:
-            return f"compare: {exc}"
+            raise UsageError(f"compare: {exc}") from None
     return runs
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.n_boot < 1:
-        print(
-            f"error: compare: --n-boot: expected a positive integer, got {args.n_boot}",
-            file=sys.stderr,
-        )
-        return ExitCode.USAGE
+        raise UsageError(f"compare: --n-boot: expected a positive integer, got {args.n_boot}")
     runs = _load_runs(list(args.runs))
-    if isinstance(runs, str):
-        print(f"error: {runs}", file=sys.stderr)
-        return ExitCode.USAGE
     cmp = compare(runs, n_boot=args.n_boot)
     console = Console() if sys.stdout.isatty() else Console(width=200)
     console.print(f"[bold]Verdict:[/] {escape(verdict_line(cmp))}", highlight=False)
