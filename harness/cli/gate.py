@@ -2,9 +2,8 @@
 
 Exit codes are the gate's contract with CI and never collide: 0 pass,
 1 regression, 2 SLO breach, 3 invalid run / not comparable, 4 usage error.
-Argument errors exit 4 (the shared parser of ``harness.cli.common``), and every
-error is caught and mapped rather than left to the generic handler of
-``harness.cli.main``.
+Argument errors and an unwritable report file exit 4 (``harness.cli.main``); an error
+measuring or reading the runs is mapped here.
 """
 
 from __future__ import annotations
@@ -292,17 +291,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
         # A/B measurement failures (server did not start, target unreachable): nothing to judge.
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    try:
-        if args.junit:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-            _write(
-                args.junit,
-                render_junit(report, timestamp=stamp, elapsed_s=time.monotonic() - started),
-            )
-        if args.markdown:
-            _write(args.markdown, render_markdown(report))
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    if args.junit:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        _write(
+            args.junit, render_junit(report, timestamp=stamp, elapsed_s=time.monotonic() - started)
+        )
+    if args.markdown:
+        _write(args.markdown, render_markdown(report))
     print_report(report)
     return report.exit_code

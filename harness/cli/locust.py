@@ -30,6 +30,7 @@ from harness.cli.common import (
     add_command,
     epilog,
     examples,
+    parse_transports,
     scenario_overrides,
     transports_epilog,
 )
@@ -260,12 +261,7 @@ def _check_scenario(args: argparse.Namespace) -> Scenario:
             "loopbench locust: a scenario (a YAML file or a built-in name) is required, or --worker"
         )
     scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
-    names = (
-        [t.strip() for t in args.transports.split(",") if t.strip()]
-        if args.transports
-        else list(scenario.transports)
-    )
-    for name in names:
+    for name in parse_transports(args.transports or None) or scenario.transports:
         locust_spec(name)
     if scenario.rollout.compact_at_tokens is not None:
         raise UsageError(
