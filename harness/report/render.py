@@ -45,7 +45,7 @@ from harness.report.files import (
     write_report,
 )
 from harness.report.results import SLICES, Run, load_run, write_table_gz
-from harness.report.server_section import server_section
+from harness.report.server_plots import server_section
 from harness.report.sweep import is_sweep, render_sweep
 from harness.report.verdict import verdict_kind, verdict_line
 from harness.wire.plural import counted, plural
