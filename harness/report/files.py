@@ -64,18 +64,6 @@ def fmt_ci(lo: Any, hi: Any, digits: int = 2, reason: str | None = None) -> str:
     return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
 
 
-def fmt_stat(
-    transport: TransportSummary | Mapping[str, Any], group: str, key: str, digits: int = 1
-) -> str:
-    """Statistic ``<group>.<key>`` of one transport's summary for a table cell, followed by
-    :data:`TOO_FEW_MARK` when it rests on fewer samples than it needs."""
-    t = as_transport(transport)
-    text = fmt(t.stat(group, key), digits)
-    if text != "-" and f"{group}.{key}" in t.too_few_samples:
-        text += TOO_FEW_MARK
-    return text
-
-
 def stat_cell(
     transport: TransportSummary | Mapping[str, Any],
     group: str,
@@ -84,13 +72,17 @@ def stat_cell(
     *,
     why: bool = True,
 ) -> str:
-    """Statistic ``<group>.<key>`` for a table cell (:func:`fmt_stat`), or ``n/a`` where the
-    summary says why it is null (with the reason in parentheses when ``why``)."""
+    """Statistic ``<group>.<key>`` for a table cell, followed by :data:`TOO_FEW_MARK` when it
+    rests on fewer samples than it needs, or ``n/a`` where the summary says why it is null
+    (with the reason in parentheses when ``why``)."""
     t = as_transport(transport)
     reason = na_reason(t, group, key)
     if reason:
         return f"n/a ({reason})" if why else "n/a"
-    return fmt_stat(t, group, key, digits)
+    text = fmt(t.stat(group, key), digits)
+    if text != "-" and f"{group}.{key}" in t.too_few_samples:
+        text += TOO_FEW_MARK
+    return text
 
 
 def na_reason(t: TransportSummary, group: str, key: str) -> str | None:
