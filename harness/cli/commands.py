@@ -40,12 +40,12 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "trace",
-        "trace",
+        "scenario",
         "print what a trace holds: rollouts, turns, tokens, tool time, warm-ups, recoveries, "
         "sub-agents",
     ),
-    Command("scenarios", "catalog", "list the built-in scenarios with their descriptions"),
-    Command("init", "catalog", "write NAME.yaml, a commented starter scenario"),
+    Command("scenarios", "scenario", "list the built-in scenarios with their descriptions"),
+    Command("init", "scenario", "write NAME.yaml, a commented starter scenario"),
     Command(
         "gate",
         "gate",
