@@ -29,7 +29,6 @@ from harness.cli.common import (
 from harness.cli.run_args import add_target_options, scenario_sets, target_flags
 from harness.client.options import ClientSettings
 from harness.gate.ab import ABOptions, Side, run_ab
-from harness.gate.codes import EXIT_INVALID, EXIT_USAGE
 from harness.gate.evaluate import evaluate
 from harness.gate.junit import render_junit
 from harness.gate.markdown import render_markdown
@@ -44,6 +43,7 @@ from harness.wire.errors import (
     ScenarioError,
     UsageError,
 )
+from harness.wire.exit_codes import ExitCode
 from harness.workload.scenario import load_scenario
 
 if TYPE_CHECKING:
@@ -283,14 +283,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
     except (UsageError, ScenarioError, NotAResultsFolder) as exc:
         # NotAResultsFolder: a mistyped path, which re-measuring (3) would not help.
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except ResultsError as exc:
         print(f"error: invalid run: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return ExitCode.INVALID
     except LoopbenchError as exc:
         # A/B measurement failures (server did not start, target unreachable): nothing to judge.
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return ExitCode.INVALID
     if args.junit:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         _write(

@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.common import (
-    EXIT_INTERRUPTED,
-    EXIT_INVALID,
     SCENARIO_HELP,
     add_command,
     epilog,
@@ -251,7 +249,7 @@ def _run_workers(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             # The workers got the same Ctrl-C and quit by themselves (telling the master).
             stop_children(procs, grace_s=10.0)
-            return EXIT_INTERRUPTED
+            return ExitCode.INTERRUPTED
     return max(codes, default=0)
 
 
@@ -345,7 +343,7 @@ def _run_master(args: argparse.Namespace) -> int:
             stop_file.touch()
             with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
                 master.wait(STOP_WAIT_S)
-            code = EXIT_INTERRUPTED
+            code = ExitCode.INTERRUPTED
         finally:
             signal.signal(signal.SIGTERM, previous)
     return _report(run_dir, code)
@@ -358,14 +356,14 @@ def _report(run_dir: Path, code: int) -> int:
         run = load_run(run_dir)
     except ResultsError as exc:
         print(f"error: no results: {exc}", file=sys.stderr)
-        return code or EXIT_INVALID
+        return code or ExitCode.INVALID
     if run.summary is None:
         print(f"error: {run_dir}: the run did not finish (no summary.json)", file=sys.stderr)
-        return code or EXIT_INVALID
+        return code or ExitCode.INVALID
     outcome = print_outcome(run.summary, run_dir)
     # Locust exits 1 when any request failed; loopbench reports errors in the summary instead,
     # and judges the run as `loopbench run` does. Locust's other codes are not the table's
     # (its own 2 would read as an SLO breach to CI).
     if code in (0, 1):
         return outcome
-    return EXIT_INTERRUPTED if code == EXIT_INTERRUPTED else EXIT_INVALID
+    return ExitCode.INTERRUPTED if code == ExitCode.INTERRUPTED else ExitCode.INVALID

@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from harness.cli.commands import COMMANDS, module_of
-from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser
+from harness.cli.common import HelpFormatter, Parser
 from harness.wire.errors import LoopbenchError
-from harness.wire.exit_codes import exit_code_help
+from harness.wire.exit_codes import ExitCode, exit_code_help
 from harness.wire.stop_signal import sigterm_as_sigint
 from harness.wire.version import loopbench_version
 from harness.workload.builtin import shadowed_note
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)
-            sys.exit(EXIT_USAGE)
+            sys.exit(ExitCode.USAGE)
         for note in _scenario_notes(args):
             print(f"note: {note}", file=sys.stderr)
         # Every command stops on SIGTERM as on Ctrl-C (the table's 130 for both): by default
@@ -82,13 +82,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Whatever reaches here was raised before or instead of a verdict: a bad file, flag,
         # path or target. A command with a verdict (run, gate, compare) returns its own code.
         print(f"error: {exc}", file=sys.stderr)
-        code = EXIT_USAGE
+        code = ExitCode.USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        code = EXIT_INTERRUPTED
+        code = ExitCode.INTERRUPTED
     except BrokenPipeError:
         # `loopbench scenarios | head -1`: the reader left, which is not a failure of ours;
         # stdout is pointed at devnull so the interpreter's final flush does not raise again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = EXIT_OK
+        code = ExitCode.OK
     sys.exit(code)

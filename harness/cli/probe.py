@@ -8,12 +8,13 @@ import json
 import sys
 from typing import Any
 
-from harness.cli.common import EXIT_OK, EXIT_USAGE, add_command, api_key, examples
+from harness.cli.common import add_command, api_key, examples
 from harness.cli.run_args import target_flags
 from harness.client.probe import REACHABLE, as_json, table
 from harness.client.shaping import RequestShaping
 from harness.run.probe import DEFAULT_MODEL, DEFAULT_TIMEOUT_S, probe
 from harness.wire.errors import UsageError
+from harness.wire.exit_codes import ExitCode
 from harness.wire.plural import counted
 
 
@@ -116,4 +117,4 @@ def cmd_probe(args: argparse.Namespace) -> int:
             print(f"not checked: {counted(len(skipped), 'feature')} (the target is unreachable)")
     else:
         print(table(args.target, findings))
-    return EXIT_OK if reach.supported else EXIT_USAGE
+    return ExitCode.OK if reach.supported else ExitCode.USAGE

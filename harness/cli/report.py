@@ -17,7 +17,6 @@ from rich.table import Table
 
 from harness.cli import run_args
 from harness.cli.common import (
-    EXIT_OK,
     SCENARIO_HELP,
     add_command,
     epilog,
@@ -242,7 +241,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"        {rendered.report_md}")
     for p in rendered.plots:
         print(f"plot:   {p}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _load_runs(paths: list[str]) -> list[Run]:
@@ -308,7 +307,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         written = write_comparison(cmp, out, n_boot=args.n_boot)
         console.print(f"report: {written.html}", highlight=False)
         console.print(f"        {written.md}", highlight=False)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -383,4 +382,4 @@ def _sweep_done(result: Any) -> int:
     if result.rendered is not None:
         print(f"report: {result.rendered.report_html}")
     print(f"sweep: {result.path}")
-    return EXIT_OK
+    return ExitCode.OK

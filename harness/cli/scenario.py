@@ -10,16 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import (
-    EXIT_OK,
-    EXIT_USAGE,
-    add_command,
-    epilog,
-    examples,
-    transports_epilog,
-)
+from harness.cli.common import add_command, epilog, examples, transports_epilog
 from harness.cli.run_args import check_server_profiles
 from harness.wire.errors import LoopbenchError, ScenarioError, UsageError
+from harness.wire.exit_codes import ExitCode
 from harness.workload.builtin import builtin_hint, builtin_scenarios
 from harness.workload.importers import IMPORTERS, import_sessions
 from harness.workload.rollout import generate_rollouts
@@ -182,18 +176,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except LoopbenchError as exc:
             failed += 1
             print(str(exc), file=sys.stderr)
-    return EXIT_USAGE if failed else EXIT_OK
+    return ExitCode.USAGE if failed else ExitCode.OK
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
     print(json.dumps(scenario_json_schema(), indent=2))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     report = import_sessions(args.format, args.paths, args.output, args.block_size)
     print(report)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_trace_show(args: argparse.Namespace) -> int:
@@ -208,7 +202,7 @@ def cmd_trace_show(args: argparse.Namespace) -> int:
         if i:
             print()
         print("\n".join(trace_summary_lines(path, rollouts, read_trace_header(path))))
-    return EXIT_USAGE if failed else EXIT_OK
+    return ExitCode.USAGE if failed else ExitCode.OK
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
@@ -221,11 +215,11 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
                 f"built-ins: {', '.join(found)}"
             )
         print(path)
-        return EXIT_OK
+        return ExitCode.OK
     width = max(len(name) for name in found)
     for name, path in found.items():
         print(f"{name:<{width}}  {load_scenario(path).description}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 _NAME = re.compile(r"^[a-z0-9-]+$")
@@ -251,4 +245,4 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(
         f"wrote {path}; check it with `loopbench validate {path}`, run it with `loopbench run {path}`"
     )
-    return EXIT_OK
+    return ExitCode.OK
