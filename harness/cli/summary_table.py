@@ -23,11 +23,11 @@ from harness.metrics import slo, token_counts
 from harness.metrics.results_model import Summary, TransportSummary, as_summary
 from harness.report.files import (
     COUNT_HEADERS,
+    SPEEDUP_HEADERS,
     TOO_FEW_MARK,
     count_cells,
-    fmt,
-    fmt_ci,
     na_reason,
+    speedup_cells,
     stat_cell,
     too_few_note,
 )
@@ -185,28 +185,8 @@ def _relayout(table: Table | None, width: int) -> list[Table]:
 
 
 def comparison_rows(doc: Summary | Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = [
-        "candidate vs baseline",
-        "rollout speedup",
-        "95 % CI",
-        "rollout latency reduction",
-        "TTFT p50 reduction",
-    ]
-    rows = []
     summary = as_summary(doc) or Summary()
-    for c in summary.comparisons:
-        lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
-        ci = fmt_ci(lo, hi, 2, c.rollout_speedup_ci_reason)
-        rows.append(
-            [
-                c.pair,
-                f"{fmt(c.rollout_speedup, 2)}x",
-                ci,
-                f"{fmt(c.rollout_latency_reduction_pct)} %",
-                f"{fmt(c.ttft_p50_reduction_pct)} %",
-            ]
-        )
-    return headers, rows
+    return SPEEDUP_HEADERS, [speedup_cells(c, 2, "x") for c in summary.comparisons]
 
 
 def print_summary(

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.results_model import Summary, TransportSummary, as_summary, as_transport
+from harness.metrics.results_model import (
+    Comparison,
+    Summary,
+    TransportSummary,
+    as_summary,
+    as_transport,
+)
 from harness.metrics.sample_size import min_samples
 from harness.report.document import Document, to_html, to_markdown
 
@@ -62,6 +68,28 @@ def fmt_ci(lo: Any, hi: Any, digits: int = 2, reason: str | None = None) -> str:
     if lo is None or hi is None:
         return "-"
     return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
+
+
+#: the first columns of every speedup table (console and report): :func:`speedup_cells`
+SPEEDUP_HEADERS = [
+    "candidate vs baseline",
+    "rollout speedup",
+    "95 % CI",
+    "rollout latency reduction",
+    "TTFT p50 reduction",
+]
+
+
+def speedup_cells(c: Comparison, digits: int, times: str = "×") -> list[str]:
+    """The :data:`SPEEDUP_HEADERS` cells of one comparison of the summary."""
+    lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
+    return [
+        c.pair,
+        fmt(c.rollout_speedup, digits, times),
+        fmt_ci(lo, hi, digits, c.rollout_speedup_ci_reason),
+        fmt(c.rollout_latency_reduction_pct, 1, " %"),
+        fmt(c.ttft_p50_reduction_pct, 1, " %"),
+    ]
 
 
 def stat_cell(

@@ -36,10 +36,12 @@ from harness.report.document import (
 from harness.report.files import (
     COUNT_HEADERS,
     PLOTS_DIR,
+    SPEEDUP_HEADERS,
     Rendered,
     count_cells,
     fmt,
     fmt_ci,
+    speedup_cells,
     stat_cell,
     too_few_note,
     write_report,
@@ -184,32 +186,18 @@ def comparison_table(run: Run) -> Table | None:
         return None
     rows = []
     for c in comps:
-        lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
         ttft = A.paired_ttft_speedup(run, c.baseline, c.candidate)
         ttft_lo, ttft_hi = ttft.ci95 if ttft is not None and ttft.ci95 is not None else (None, None)
         rows.append(
             [
-                c.pair,
-                fmt(c.rollout_speedup, 3, "×"),
-                fmt_ci(lo, hi, 3, c.rollout_speedup_ci_reason),
-                fmt(c.rollout_latency_reduction_pct, 1, " %"),
-                fmt(c.ttft_p50_reduction_pct, 1, " %"),
+                *speedup_cells(c, 3),
                 fmt(ttft.median_ratio, 3, "×") if ttft else "-",
                 fmt_ci(ttft_lo, ttft_hi, 3, ttft.ci_reason) if ttft else "-",
                 "yes" if c.paired else "no",
             ]
         )
     return Table(
-        [
-            "candidate vs baseline",
-            "rollout speedup",
-            "95 % CI",
-            "rollout latency reduction",
-            "TTFT p50 reduction",
-            "TTFT speedup (per turn)",
-            "95 % CI",
-            "paired",
-        ],
+        [*SPEEDUP_HEADERS, "TTFT speedup (per turn)", "95 % CI", "paired"],
         rows,
         caption="Speedup = baseline latency / candidate latency on the same seeded rollouts: median "
         "of per-rollout ratios with a bootstrap 95 % confidence interval (ratio of medians when not "
