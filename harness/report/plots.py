@@ -23,6 +23,7 @@ from harness.metrics import slices as SL
 from harness.metrics.results_model import CacheStats
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
+from harness.report.files import na_reason
 from harness.wire.transports import BY_NAME
 
 if TYPE_CHECKING:
@@ -369,9 +370,8 @@ def plot_decode_tps(run: Run) -> Figure | None:
         )
         p50 = float(g["decode_tps"].median())
         ax.axhline(p50, color="#222222", lw=1.5, label=f"sustained (p50) {p50:,.0f} tok/s")
-        tps = run.figures(name).group("tps")
-        peak = tps.stat("burst_peak") if tps is not None else None
-        peak_reason = tps.get("burst_peak_reason") if tps is not None else None
+        peak = run.figures(name).stat("tps", "burst_peak")
+        peak_reason = na_reason(run.figures(name), "tps", "burst_peak")
         if peak:
             ax.axhline(
                 peak,
