@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,10 +149,6 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_gate)
 
 
-def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
-    return parse_pairs(items, option, "api.fixed_ms=15")
-
-
 _AB_ONLY = (
     "baseline_target",
     "candidate_target",
@@ -191,7 +186,9 @@ _SHAPING_FLAGS = ("header", "session_header", "extra_body", "model", "tokenizer"
 
 
 def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
-    scenario = load_scenario(args.subject, _pairs(scenario_sets(args), "--set") or None)
+    scenario = load_scenario(
+        args.subject, parse_pairs(scenario_sets(args), "--set", "api.fixed_ms=15") or None
+    )
     shaping, tokens = resolve_target(scenario, target_flags(args))
     transports = parse_transports(args.transports)
     key = api_key(args.api_key_env)
@@ -200,7 +197,9 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
             target=getattr(args, f"{side}_target"),
             api_profile=getattr(args, f"{side}_api_profile"),
             engine_profile=getattr(args, f"{side}_engine_profile"),
-            server_set=_pairs(getattr(args, f"{side}_server_set"), f"--{side}-server-set"),
+            server_set=parse_pairs(
+                getattr(args, f"{side}_server_set"), f"--{side}-server-set", "api.fixed_ms=15"
+            ),
         )
         for side in ("baseline", "candidate")
     ]
