@@ -405,17 +405,14 @@ def check_sweep_args(args: argparse.Namespace) -> None:
         )
     if args.baseline is not None:
         named = parse_transports(args.transports)
-        if named is not None:
-            _check_baseline(args.baseline, [named])
-        else:
+        if named is None:
             key, values, fixed = parse_sweep_sets(args.set)
-            _check_baseline(
-                args.baseline,
-                [
-                    load_scenario(args.scenario, {**fixed, key: v}).transports
-                    for v in dict.fromkeys(values)
-                ],
+            scenarios = (
+                load_scenario(args.scenario, {**fixed, key: v}) for v in dict.fromkeys(values)
             )
+            _check_baseline(args.baseline, [s.transports for s in scenarios])
+        else:
+            _check_baseline(args.baseline, [named])
 
 
 def _check_common(args: argparse.Namespace) -> None:
