@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -89,19 +90,13 @@ def na_notes(doc: Summary | Mapping[str, Any]) -> list[str]:
 
 def _min_header_width(text: str, lines: int = 2) -> int:
     """The narrowest column that shows ``text`` in at most ``lines`` lines, wrapped at spaces."""
-    words = text.split()
-    longest = max((len(w) for w in words), default=0)
-    for width in range(longest, len(text) + 1):
-        used, n = 0, 1
-        for w in words:
-            if used and used + 1 + len(w) > width:
-                n += 1
-                used = len(w)
-            else:
-                used = used + 1 + len(w) if used else len(w)
-        if n <= lines:
-            return width
-    return len(text)
+    shortest = max((len(w) for w in text.split()), default=1)
+    fits = (
+        width
+        for width in range(shortest, len(text) + 1)
+        if len(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)) <= lines
+    )
+    return next(fits, len(text))
 
 
 def _column_widths(
