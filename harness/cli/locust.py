@@ -1,11 +1,7 @@
-"""``loopbench locust``: a Locust master and workers as subprocesses (never gevent in this process).
+"""``loopbench locust``: a Locust master and workers as subprocesses (docs/distributed.md).
 
-Importing locust monkey-patches the importing process with gevent, so this
-command only builds command lines and supervises children: the embedded
-reference server (unless ``--target``), one ``locust --master`` running
-:mod:`harness.locust_driver.locustfile`, and ``--workers`` local
-``locust --worker`` processes.  ``--worker --master-host H`` starts only
-workers that join a master on another machine.  See ``docs/distributed.md``.
+Importing locust monkey-patches the importing process with gevent, so this command only
+builds command lines and supervises the children (never gevent in this process).
 """
 
 from __future__ import annotations

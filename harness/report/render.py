@@ -1,11 +1,5 @@
-"""``report.md``, ``report.html`` and ``plots/*.png`` of a results folder.
-
-:func:`render_run` (re)builds them from the files of the run alone, so
-``loopbench report RUN`` gives the same report as the run itself did.
-:func:`render_run_safely` is what the runner calls after ``summary.json`` is
-written: a plotting failure there is reported on stderr and never costs the
-measured results.
-"""
+"""``report.md``, ``report.html`` and ``plots/*.png`` of a results folder, from its files alone
+(so ``loopbench report RUN`` gives the report the run itself did)."""
 
 from __future__ import annotations
 

@@ -153,11 +153,8 @@ def _write_json_atomic(path: Path, doc: Any) -> None:
 
 
 def write_index(root: str | Path, name: str, doc: Any, text: str | None = None) -> Path:
-    """Write ``<root>/<name>.json`` (and ``<name>.md`` from ``text``) next to run folders.
-
-    For documents that span several runs (``loopbench reproduce`` writes its
-    verdict table here); returns the JSON path.
-    """
+    """Write ``<root>/<name>.json`` (and ``<name>.md`` from ``text``), a document that spans
+    several runs; returns the JSON path."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{name}.json"
