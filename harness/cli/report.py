@@ -304,9 +304,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         console.print(f"markdown: {args.md}")
     if not args.no_html:
         out = Path(args.out) if args.out else default_out_dir(cmp)
-        written = write_comparison(cmp, out, n_boot=args.n_boot)
-        console.print(f"report: {written.html}", highlight=False)
-        console.print(f"        {written.md}", highlight=False)
+        md, page = write_comparison(cmp, out, n_boot=args.n_boot)
+        console.print(f"report: {page}", highlight=False)
+        console.print(f"        {md}", highlight=False)
     return ExitCode.OK
 
 
