@@ -303,10 +303,8 @@ def write_summary(
 
 def write_table_gz(path: Path, table: pd.DataFrame) -> Path:
     """Write a derived table (``slices.csv.gz``) atomically: a reader never sees half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", newline="") as f:
-        table.to_csv(f, index=False, float_format="%.10g")
-    os.replace(tmp, path)
+    text = table.to_csv(index=False, float_format="%.10g", lineterminator="\n")
+    write_text_atomic(path, gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0))
     return path
 
 
