@@ -9,11 +9,10 @@ import sys
 from typing import Any
 
 from harness.cli.common import add_command, api_key, examples
-from harness.cli.run_args import target_flags
+from harness.cli.run_args import check_seconds, target_flags
 from harness.client.probe import REACHABLE, as_json, table
 from harness.client.shaping import RequestShaping
 from harness.run.probe import DEFAULT_MODEL, DEFAULT_TIMEOUT_S, probe
-from harness.wire.errors import UsageError
 from harness.wire.exit_codes import ExitCode
 from harness.wire.plural import counted
 
@@ -81,10 +80,7 @@ PROBE_SESSION = "loopbench-probe"
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    if not args.timeout_s > 0:
-        raise UsageError(
-            f"--timeout-s: expected a positive number of seconds, got {args.timeout_s}"
-        )
+    check_seconds(args, "timeout_s")
     flags = target_flags(args)
     findings = probe(
         args.target,

@@ -223,8 +223,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    if args.slice_s is not None and not args.slice_s > 0:
-        raise UsageError(f"--slice-s: expected a positive number of seconds, got {args.slice_s:g}")
+    run_args.check_seconds(args, "slice_s")
     if args.slice_s is not None and is_sweep(args.run):
         # the sweep report does not re-render its runs: the width would be silently unused
         raise UsageError(
