@@ -124,10 +124,6 @@ class Side:
     _tables: dict[str, Any] = field(default_factory=dict)
     _health: dict[str, TransportHealth] = field(default_factory=dict)
 
-    @property
-    def name(self) -> str:
-        return f"{self.label} ({self.run.run_id})"
-
     def table(self, kind: str) -> Any:
         if kind not in self._tables:
             self._tables[kind] = (
