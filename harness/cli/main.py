@@ -1,8 +1,7 @@
 """The ``loopbench`` entry point: a parser built from the command table, and the dispatch.
 
-Each module named in :data:`harness.cli.commands.COMMANDS` registers its subcommands with
-``add_parser(subparsers)`` and handles each with a ``cmd_*`` function that returns the
-exit code.  Only the module of the command on the line is imported.
+A module of :data:`harness.cli.commands.COMMANDS` registers its commands with
+``add_parser(subparsers)``; each ``cmd_*`` returns the exit code.
 """
 
 from __future__ import annotations
@@ -23,11 +22,8 @@ from harness.workload.builtin import shadowed_note
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The parser for ``argv``: every command in full without ``argv``, else only its own.
-
-    The other commands are listed by name and help line, which is all ``--help`` and a
-    usage error show of them.
-    """
+    """The parser for ``argv``: every command in full without ``argv``, else only its own (the
+    others by name and help line, all that ``--help`` and a usage error show of them)."""
     parser = Parser(
         prog="loopbench",
         description="Latency benchmarking and load testing for agentic LLM workloads: the same "

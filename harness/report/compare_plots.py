@@ -1,8 +1,6 @@
 """Plots of ``loopbench compare``: several runs overlaid, one set of figures per transport.
 
-In a run's plots a colour is a transport; here, within one transport's figures, a colour is a
-run (A, the reference, first).  The style, figure helpers and breakdown colours are the run
-report's (:mod:`harness.report.plots`).
+Within one transport's figures a colour is a run (A, the reference, first), not a transport.
 """
 
 from __future__ import annotations

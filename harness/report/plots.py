@@ -1,11 +1,8 @@
 """The run's plots: matplotlib figures with one style, titled, axes labelled with units.
 
-Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot), so
-this module never touches the global backend: it renders headless through
-Agg in :func:`write_plots`, and a notebook displays the returned figures
-inline.  Each ``plot_*`` function takes a loaded :class:`Run` and returns a
-figure, or ``None`` when the run has nothing to draw for it (e.g. no output
-tokens); :data:`PLOTS` lists them with the caption the reports print.
+Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot), so this module
+never touches the global backend: headless through Agg in :func:`write_plots`, inline in a
+notebook.  A ``plot_*`` returns ``None`` when the run has nothing to draw for it.
 """
 
 from __future__ import annotations

@@ -248,13 +248,8 @@ class ResultsWriter:
         start_time_s: float | None = None,
         end_time_s: float | None = None,
     ) -> None:
-        """Close the row files, write ``histograms/<transport>.<metric>.hlog`` and ``summary.json``.
-
-        A whole-run :class:`Histogram` becomes one interval from ``start_time_s``
-        (wall clock, default: when the writer was created) to ``end_time_s``
-        (default: now); an empty one writes no file.  ``summary.json`` is written last and atomically: its
-        presence marks a finished run.
-        """
+        """Close the row files and :func:`write_summary`; ``start_time_s`` (wall clock) defaults
+        to when the writer was created."""
         self.close()
         start = self._created_wall_s if start_time_s is None else start_time_s
         write_summary(self.path, summary, histograms, start_time_s=start, end_time_s=end_time_s)
@@ -268,11 +263,10 @@ def write_summary(
     start_time_s: float | None = None,
     end_time_s: float | None = None,
 ) -> None:
-    """Write ``histograms/*.hlog`` and, last and atomically, ``summary.json`` into ``path``.
-
-    :meth:`ResultsWriter.finish` ends a run with it; :mod:`harness.report.rebuild` writes
-    the summary of a killed run with it.
-    """
+    """Write ``histograms/<transport>.<metric>.hlog`` and, last and atomically, ``summary.json``
+    (its presence marks a finished run) into ``path``. A whole-run :class:`Histogram` is one
+    interval from ``start_time_s`` to ``end_time_s`` (wall clock; default: now); an empty one
+    writes no file."""
     end = time.time() if end_time_s is None else end_time_s
     start = end if start_time_s is None else start_time_s
     hist_dir = path / HISTOGRAMS
@@ -364,9 +358,7 @@ def read_csv_gz(path: str | Path, columns: Sequence[str] | None = None) -> pd.Da
 class Run:
     """A results folder loaded for analysis; ``summary`` is None if the run did not finish.
 
-    ``summary_model`` and ``manifest_model`` are the same documents typed
-    (:mod:`harness.metrics.results_model`); ``summary`` and ``manifest`` stay the JSON
-    objects for the readers not yet converted to attributes.
+    ``summary`` and ``manifest`` are the JSON objects; ``*_model`` the same documents typed.
     """
 
     path: Path
