@@ -56,11 +56,8 @@ def ordered_transports(names: Iterable[str]) -> list[str]:
 
 def run_transports(run: Run) -> list[str]:
     """The transports of a run: from the summary, else the manifest, else the rows."""
-    names: list[str] = []
-    if run.summary_model is not None:
-        names = list(run.summary_model.transports)
-    if not names:
-        names = list(run.manifest_model.transports)
+    summary = run.summary_model
+    names = list(summary.transports if summary else ()) or list(run.manifest_model.transports)
     if not names and len(run.turns):
         names = [str(n) for n in run.turns["transport"].unique()]
     return ordered_transports(names)
