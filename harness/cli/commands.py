@@ -77,12 +77,10 @@ COMMANDS: tuple[Command, ...] = (
     ),
 )
 
-_HELP = {c.name: c.help for c in COMMANDS}
-
 
 def command_help(name: str) -> str:
     """The one-line help of command ``name``."""
-    return _HELP[name]
+    return next(c.help for c in COMMANDS if c.name == name)
 
 
 def module_of(argv: list[str] | tuple[str, ...]) -> str | None:
