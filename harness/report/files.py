@@ -15,7 +15,6 @@ from harness.metrics.results_model import (
     Comparison,
     Summary,
     TransportSummary,
-    as_summary,
     as_transport,
 )
 from harness.metrics.sample_size import min_samples
@@ -122,10 +121,9 @@ def na_reason(t: TransportSummary, group: str, key: str) -> str | None:
     return str(reason) if reason else None
 
 
-def too_few_note(doc: Summary | Mapping[str, Any]) -> str | None:
+def too_few_note(summary: Summary) -> str | None:
     """The footnote explaining :data:`TOO_FEW_MARK`, when a transport of ``summary`` has one."""
-    summary = as_summary(doc)
-    if summary is None or not any(t.too_few_samples for t in summary.transports.values()):
+    if not any(t.too_few_samples for t in summary.transports.values()):
         return None
     # short enough for one 80-column line: the summary's too_few_samples has the counts
     return (

@@ -96,7 +96,7 @@ def _columns(
     ]
 
 
-def _note(summary: Summary | Mapping[str, Any]) -> str:
+def _note(summary: Summary) -> str:
     note = too_few_note(summary)
     return f" {note}" if note else ""
 
@@ -147,10 +147,9 @@ def throughput_tables(doc: Summary | Mapping[str, Any]) -> tuple[Table, Table]:
     )
 
 
-def throughput_caption(doc: Summary | Mapping[str, Any]) -> str:
+def throughput_caption(summary: Summary) -> str:
     window = f"{BURST_WINDOW_NS / 1e6:g} ms"
     bucket = f"{AGGREGATE_BUCKET_NS / 1e9:g} s"
-    summary = as_summary(doc) or Summary()
     excluded = sum(
         int(t.tps.stat("decode_excluded") or 0) if t.tps is not None else 0
         for t in summary.transports.values()
