@@ -206,7 +206,7 @@ def aggregate_tps(
     return pd.concat(frames, ignore_index=True)
 
 
-def breakdown_table(summary: Summary | Mapping[str, Any]) -> pd.DataFrame:
+def breakdown_table(summary: Summary | Mapping[str, Any] | None) -> pd.DataFrame:
     """Mean time per turn (ms) by component, one row per transport, from ``summary.json``
     (docs/metrics.md, "Latency breakdown"): the server and ``unmodelled`` parts (clipped at 0)
     add up to the mean turn latency."""

@@ -168,8 +168,8 @@ def plot_breakdowns(runs: Sequence[PlotRun], transport: str) -> Figure | None:
     """Mean time per turn by component, one bar per run, side by side."""
     rows: list[tuple[str, pd.Series]] = []
     for r in runs:
-        table = A.breakdown_table(r.run.summary or {}) if r.run.summary else None
-        if table is not None and not table.empty and transport in table.index:
+        table = A.breakdown_table(r.run.summary_model)
+        if transport in table.index:
             rows.append((r.name, table.loc[transport]))
     if not rows:
         return None

@@ -292,8 +292,6 @@ def plot_turn_latency_growth(run: Run) -> Figure | None:
 
 def plot_cache_ratio(run: Run) -> Figure | None:
     """Cached / input tokens by turn index, one line per transport (the summary's ``cache``)."""
-    if not run.summary:
-        return None
     series = []
     for i, name in enumerate(A.run_transports(run)):
         cache = run.figures(name).cache or CacheStats()
@@ -324,9 +322,7 @@ def plot_cache_ratio(run: Run) -> Figure | None:
 
 def plot_latency_breakdown(run: Run) -> Figure | None:
     """Stacked mean time per turn by component, per transport."""
-    if not run.summary:
-        return None
-    table = A.breakdown_table(run.summary)
+    table = A.breakdown_table(run.summary_model)
     if table.empty:
         return None
     fig, (ax,) = _figure(11.5, 2.8 + 0.6 * len(table))
