@@ -40,12 +40,12 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "trace",
-        "trace",
+        "scenario",
         "print what a trace holds: rollouts, turns, tokens, tool time, warm-ups, recoveries, "
         "sub-agents",
     ),
-    Command("scenarios", "catalog", "list the built-in scenarios with their descriptions"),
-    Command("init", "catalog", "write NAME.yaml, a commented starter scenario"),
+    Command("scenarios", "scenario", "list the built-in scenarios with their descriptions"),
+    Command("init", "scenario", "write NAME.yaml, a commented starter scenario"),
     Command(
         "gate",
         "gate",
@@ -77,12 +77,10 @@ COMMANDS: tuple[Command, ...] = (
     ),
 )
 
-_HELP = {c.name: c.help for c in COMMANDS}
-
 
 def command_help(name: str) -> str:
     """The one-line help of command ``name``."""
-    return _HELP[name]
+    return next(c.help for c in COMMANDS if c.name == name)
 
 
 def module_of(argv: list[str] | tuple[str, ...]) -> str | None:

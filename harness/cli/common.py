@@ -15,15 +15,9 @@ from typing import Any
 from harness.cli.commands import command_help
 from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import UsageError
-from harness.wire.exit_codes import ExitCode, UsageParser
+from harness.wire.exit_codes import UsageParser
 from harness.wire.pairs import parse_key_values
 from harness.wire.transports import TRANSPORT_NAMES, TRANSPORTS, TransportSpec, transport_help
-
-EXIT_OK = ExitCode.OK
-EXIT_REGRESSION = ExitCode.REGRESSION
-EXIT_INVALID = ExitCode.INVALID
-EXIT_USAGE = ExitCode.USAGE
-EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 
 #: the help of every positional scenario argument: a file, or a name `loopbench scenarios` lists
 SCENARIO_HELP = "scenario YAML file, or a built-in name (loopbench scenarios), e.g. quickstart"

@@ -2,9 +2,8 @@
 
 Exit codes are the gate's contract with CI and never collide: 0 pass,
 1 regression, 2 SLO breach, 3 invalid run / not comparable, 4 usage error.
-Argument errors exit 4 (the shared parser of ``harness.cli.common``), and every
-error is caught and mapped rather than left to the generic handler of
-``harness.cli.main``.
+Argument errors and an unwritable report file exit 4 (``harness.cli.main``); an error
+measuring or reading the runs is mapped here.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +44,7 @@ from harness.wire.errors import (
     ScenarioError,
     UsageError,
 )
+from harness.wire.exit_codes import ExitCode
 from harness.workload.scenario import load_scenario
 
 if TYPE_CHECKING:
@@ -152,10 +151,6 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_gate)
 
 
-def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
-    return parse_pairs(items, option, "api.fixed_ms=15")
-
-
 _AB_ONLY = (
     "baseline_target",
     "candidate_target",
@@ -193,7 +188,9 @@ _SHAPING_FLAGS = ("header", "session_header", "extra_body", "model", "tokenizer"
 
 
 def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
-    scenario = load_scenario(args.subject, _pairs(scenario_sets(args), "--set") or None)
+    scenario = load_scenario(
+        args.subject, parse_pairs(scenario_sets(args), "--set", "api.fixed_ms=15") or None
+    )
     shaping, tokens = resolve_target(scenario, target_flags(args))
     transports = parse_transports(args.transports)
     key = api_key(args.api_key_env)
@@ -202,7 +199,9 @@ def _measure_ab(args: argparse.Namespace) -> tuple[Path, Path]:
             target=getattr(args, f"{side}_target"),
             api_profile=getattr(args, f"{side}_api_profile"),
             engine_profile=getattr(args, f"{side}_engine_profile"),
-            server_set=_pairs(getattr(args, f"{side}_server_set"), f"--{side}-server-set"),
+            server_set=parse_pairs(
+                getattr(args, f"{side}_server_set"), f"--{side}-server-set", "api.fixed_ms=15"
+            ),
         )
         for side in ("baseline", "candidate")
     ]
@@ -285,25 +284,20 @@ def cmd_gate(args: argparse.Namespace) -> int:
     except (UsageError, ScenarioError, NotAResultsFolder) as exc:
         # NotAResultsFolder: a mistyped path, which re-measuring (3) would not help.
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except ResultsError as exc:
         print(f"error: invalid run: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return ExitCode.INVALID
     except LoopbenchError as exc:
         # A/B measurement failures (server did not start, target unreachable): nothing to judge.
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    try:
-        if args.junit:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-            _write(
-                args.junit,
-                render_junit(report, timestamp=stamp, elapsed_s=time.monotonic() - started),
-            )
-        if args.markdown:
-            _write(args.markdown, render_markdown(report))
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.INVALID
+    if args.junit:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        _write(
+            args.junit, render_junit(report, timestamp=stamp, elapsed_s=time.monotonic() - started)
+        )
+    if args.markdown:
+        _write(args.markdown, render_markdown(report))
     print_report(report)
     return report.exit_code

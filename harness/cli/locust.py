@@ -1,11 +1,7 @@
-"""``loopbench locust``: a Locust master and workers as subprocesses (never gevent in this process).
+"""``loopbench locust``: a Locust master and workers as subprocesses (docs/distributed.md).
 
-Importing locust monkey-patches the importing process with gevent, so this
-command only builds command lines and supervises children: the embedded
-reference server (unless ``--target``), one ``locust --master`` running
-:mod:`harness.locust_driver.locustfile`, and ``--workers`` local
-``locust --worker`` processes.  ``--worker --master-host H`` starts only
-workers that join a master on another machine.  See ``docs/distributed.md``.
+Importing locust monkey-patches the importing process with gevent, so this command only
+builds command lines and supervises the children (never gevent in this process).
 """
 
 from __future__ import annotations
@@ -24,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.common import (
-    EXIT_INTERRUPTED,
-    EXIT_INVALID,
     SCENARIO_HELP,
     add_command,
     epilog,
     examples,
+    parse_transports,
     scenario_overrides,
     transports_epilog,
 )
@@ -250,7 +245,7 @@ def _run_workers(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             # The workers got the same Ctrl-C and quit by themselves (telling the master).
             stop_children(procs, grace_s=10.0)
-            return EXIT_INTERRUPTED
+            return ExitCode.INTERRUPTED
     return max(codes, default=0)
 
 
@@ -260,12 +255,7 @@ def _check_scenario(args: argparse.Namespace) -> Scenario:
             "loopbench locust: a scenario (a YAML file or a built-in name) is required, or --worker"
         )
     scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
-    names = (
-        [t.strip() for t in args.transports.split(",") if t.strip()]
-        if args.transports
-        else list(scenario.transports)
-    )
-    for name in names:
+    for name in parse_transports(args.transports or None) or scenario.transports:
         locust_spec(name)
     if scenario.rollout.compact_at_tokens is not None:
         raise UsageError(
@@ -349,7 +339,7 @@ def _run_master(args: argparse.Namespace) -> int:
             stop_file.touch()
             with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
                 master.wait(STOP_WAIT_S)
-            code = EXIT_INTERRUPTED
+            code = ExitCode.INTERRUPTED
         finally:
             signal.signal(signal.SIGTERM, previous)
     return _report(run_dir, code)
@@ -362,14 +352,14 @@ def _report(run_dir: Path, code: int) -> int:
         run = load_run(run_dir)
     except ResultsError as exc:
         print(f"error: no results: {exc}", file=sys.stderr)
-        return code or EXIT_INVALID
+        return code or ExitCode.INVALID
     if run.summary is None:
         print(f"error: {run_dir}: the run did not finish (no summary.json)", file=sys.stderr)
-        return code or EXIT_INVALID
+        return code or ExitCode.INVALID
     outcome = print_outcome(run.summary, run_dir)
     # Locust exits 1 when any request failed; loopbench reports errors in the summary instead,
     # and judges the run as `loopbench run` does. Locust's other codes are not the table's
     # (its own 2 would read as an SLO breach to CI).
     if code in (0, 1):
         return outcome
-    return EXIT_INTERRUPTED if code == EXIT_INTERRUPTED else EXIT_INVALID
+    return ExitCode.INTERRUPTED if code == ExitCode.INTERRUPTED else ExitCode.INVALID

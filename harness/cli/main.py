@@ -1,8 +1,7 @@
 """The ``loopbench`` entry point: a parser built from the command table, and the dispatch.
 
-Each module named in :data:`harness.cli.commands.COMMANDS` registers its subcommands with
-``add_parser(subparsers)`` and handles each with a ``cmd_*`` function that returns the
-exit code.  Only the module of the command on the line is imported.
+A module of :data:`harness.cli.commands.COMMANDS` registers its commands with
+``add_parser(subparsers)``; each ``cmd_*`` returns the exit code.
 """
 
 from __future__ import annotations
@@ -14,20 +13,17 @@ import sys
 from collections.abc import Sequence
 
 from harness.cli.commands import COMMANDS, module_of
-from harness.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HelpFormatter, Parser
+from harness.cli.common import HelpFormatter, Parser
 from harness.wire.errors import LoopbenchError
-from harness.wire.exit_codes import exit_code_help
+from harness.wire.exit_codes import ExitCode, exit_code_help
 from harness.wire.stop_signal import sigterm_as_sigint
 from harness.wire.version import loopbench_version
 from harness.workload.builtin import shadowed_note
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The parser for ``argv``: every command in full without ``argv``, else only its own.
-
-    The other commands are listed by name and help line, which is all ``--help`` and a
-    usage error show of them.
-    """
+    """The parser for ``argv``: every command in full without ``argv``, else only its own (the
+    others by name and help line, all that ``--help`` and a usage error show of them)."""
     parser = Parser(
         prog="loopbench",
         description="Latency benchmarking and load testing for agentic LLM workloads: the same "
@@ -71,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)
-            sys.exit(EXIT_USAGE)
+            sys.exit(ExitCode.USAGE)
         for note in _scenario_notes(args):
             print(f"note: {note}", file=sys.stderr)
         # Every command stops on SIGTERM as on Ctrl-C (the table's 130 for both): by default
@@ -82,13 +78,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Whatever reaches here was raised before or instead of a verdict: a bad file, flag,
         # path or target. A command with a verdict (run, gate, compare) returns its own code.
         print(f"error: {exc}", file=sys.stderr)
-        code = EXIT_USAGE
+        code = ExitCode.USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        code = EXIT_INTERRUPTED
+        code = ExitCode.INTERRUPTED
     except BrokenPipeError:
         # `loopbench scenarios | head -1`: the reader left, which is not a failure of ours;
         # stdout is pointed at devnull so the interpreter's final flush does not raise again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = EXIT_OK
+        code = ExitCode.OK
     sys.exit(code)

@@ -9,15 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import (
-    EXIT_OK,
-    EXIT_REGRESSION,
-    add_command,
-    epilog,
-    examples,
-    progress_printer,
-    transports_epilog,
-)
+from harness.cli.common import add_command, epilog, examples, progress_printer, transports_epilog
 from harness.model.calibrate import (
     FITTED_API,
     FITTED_ENGINE,
@@ -34,6 +26,7 @@ from harness.model.calibrate import (
 from harness.model.reproduce import PARTS, REPRODUCE_DIR, all_passed, format_table, run_reproduction
 from harness.report.results import load_run
 from harness.wire.errors import LoopbenchError
+from harness.wire.exit_codes import ExitCode
 from harness.wire.transports import TRANSPORTS
 from reference_server.core.profiles import load_profiles
 
@@ -143,7 +136,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     print(format_table(result.rows))
     verdict = "all rows pass" if all_passed(result.rows) else "NOT all rows pass"
     print(f"\n{verdict}; {result.wall_s:.0f} s; results: {out}")
-    return EXIT_OK if all_passed(result.rows) else EXIT_REGRESSION
+    return ExitCode.OK if all_passed(result.rows) else ExitCode.REGRESSION
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -188,4 +181,4 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     load_profiles(str(api_path), str(engine_path))
     print(f"wrote {api_path} and {engine_path}")
     print(f"replay: loopbench serve --api-profile {api_path} --engine-profile {engine_path}")
-    return EXIT_OK
+    return ExitCode.OK

@@ -8,12 +8,12 @@ import json
 import sys
 from typing import Any
 
-from harness.cli.common import EXIT_OK, EXIT_USAGE, add_command, api_key, examples
-from harness.cli.run_args import target_flags
+from harness.cli.common import add_command, api_key, examples
+from harness.cli.run_args import check_seconds, target_flags
 from harness.client.probe import REACHABLE, as_json, table
 from harness.client.shaping import RequestShaping
 from harness.run.probe import DEFAULT_MODEL, DEFAULT_TIMEOUT_S, probe
-from harness.wire.errors import UsageError
+from harness.wire.exit_codes import ExitCode
 from harness.wire.plural import counted
 
 
@@ -80,27 +80,20 @@ PROBE_SESSION = "loopbench-probe"
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    try:
-        if not args.timeout_s > 0:
-            raise UsageError(
-                f"--timeout-s: expected a positive number of seconds, got {args.timeout_s}"
-            )
-        flags = target_flags(args)
-        findings = probe(
-            args.target,
-            api_key=api_key(args.api_key_env),
-            verify_tls=not args.insecure,
-            timeout_s=args.timeout_s,
-            model=args.model,
-            # The probe is one session of its own: its id is a fixed name, on every request.
-            shaping=RequestShaping(
-                headers=flags.headers
-                + (((flags.session_header, PROBE_SESSION),) if flags.session_header else ())
-            ),
-        )
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    check_seconds(args, "timeout_s")
+    flags = target_flags(args)
+    findings = probe(
+        args.target,
+        api_key=api_key(args.api_key_env),
+        verify_tls=not args.insecure,
+        timeout_s=args.timeout_s,
+        model=args.model,
+        # The probe is one session of its own: its id is a fixed name, on every request.
+        shaping=RequestShaping(
+            headers=flags.headers
+            + (((flags.session_header, PROBE_SESSION),) if flags.session_header else ())
+        ),
+    )
     reach = next(f for f in findings if f.feature == REACHABLE)
     if not reach.supported:
         # the one line that matters, first
@@ -120,4 +113,4 @@ def cmd_probe(args: argparse.Namespace) -> int:
             print(f"not checked: {counted(len(skipped), 'feature')} (the target is unreachable)")
     else:
         print(table(args.target, findings))
-    return EXIT_OK if reach.supported else EXIT_USAGE
+    return ExitCode.OK if reach.supported else ExitCode.USAGE

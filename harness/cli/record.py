@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from harness.cli.common import EXIT_INTERRUPTED, EXIT_INVALID, add_command, examples
+from harness.cli.common import add_command, examples
 from harness.record.proxy import (
     OBSERVERS,
     READY_PREFIX,
@@ -19,6 +19,7 @@ from harness.record.proxy import (
 )
 from harness.run.embedded import embedded_server
 from harness.run.event_loop import run_async
+from harness.wire.exit_codes import ExitCode
 from harness.wire.plural import counted, plural
 
 
@@ -127,4 +128,4 @@ def cmd_record(args: argparse.Namespace) -> int:
     )
     # Only Ctrl-C or SIGTERM ends a recording: 130, the table's row for both, unless the
     # trace misses exchanges (3: record again, which a stop cannot hide).
-    return EXIT_INVALID if observed.lost else EXIT_INTERRUPTED
+    return ExitCode.INVALID if observed.lost else ExitCode.INTERRUPTED

@@ -17,7 +17,6 @@ from rich.table import Table
 
 from harness.cli import run_args
 from harness.cli.common import (
-    EXIT_OK,
     SCENARIO_HELP,
     add_command,
     epilog,
@@ -224,8 +223,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    if args.slice_s is not None and not args.slice_s > 0:
-        raise UsageError(f"--slice-s: expected a positive number of seconds, got {args.slice_s:g}")
+    run_args.check_seconds(args, "slice_s")
     if args.slice_s is not None and is_sweep(args.run):
         # the sweep report does not re-render its runs: the width would be silently unused
         raise UsageError(
@@ -242,40 +240,35 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"        {rendered.report_md}")
     for p in rendered.plots:
         print(f"plot:   {p}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
-def _load_runs(paths: list[str]) -> list[Run] | str:
-    """The runs, or the one-line reason they cannot be read (a usage error: exit 4)."""
+def _load_runs(paths: list[str]) -> list[Run]:
+    """The runs, or a :class:`UsageError` naming why they cannot be read (exit 4)."""
     if len(paths) < 2:
-        return f"compare: expected at least two results folders (the reference first), got {len(paths)}"
+        raise UsageError(
+            f"compare: expected at least two results folders (the reference first), got {len(paths)}"
+        )
     runs = []
     for p in paths:
         path = Path(p)
         if not path.is_dir():
             what = "a file, not a folder" if path.exists() else "no such folder"
-            return (
+            raise UsageError(
                 f"compare: {path}: {what}; expected a results folder written by loopbench run, "
                 "e.g. results/20261202-110203-quickstart"
             )
         try:
             runs.append(load_run(path))
         except ResultsError as exc:
-            return f"compare: {exc}"
+            raise UsageError(f"compare: {exc}") from None
     return runs
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.n_boot < 1:
-        print(
-            f"error: compare: --n-boot: expected a positive integer, got {args.n_boot}",
-            file=sys.stderr,
-        )
-        return ExitCode.USAGE
+        raise UsageError(f"compare: --n-boot: expected a positive integer, got {args.n_boot}")
     runs = _load_runs(list(args.runs))
-    if isinstance(runs, str):
-        print(f"error: {runs}", file=sys.stderr)
-        return ExitCode.USAGE
     cmp = compare(runs, n_boot=args.n_boot)
     console = Console() if sys.stdout.isatty() else Console(width=200)
     console.print(f"[bold]Verdict:[/] {escape(verdict_line(cmp))}", highlight=False)
@@ -310,10 +303,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         console.print(f"markdown: {args.md}")
     if not args.no_html:
         out = Path(args.out) if args.out else default_out_dir(cmp)
-        written = write_comparison(cmp, out, n_boot=args.n_boot)
-        console.print(f"report: {written.html}", highlight=False)
-        console.print(f"        {written.md}", highlight=False)
-    return EXIT_OK
+        md, page = write_comparison(cmp, out, n_boot=args.n_boot)
+        console.print(f"report: {page}", highlight=False)
+        console.print(f"        {md}", highlight=False)
+    return ExitCode.OK
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -388,4 +381,4 @@ def _sweep_done(result: Any) -> int:
     if result.rendered is not None:
         print(f"report: {result.rendered.report_html}")
     print(f"sweep: {result.path}")
-    return EXIT_OK
+    return ExitCode.OK

@@ -9,16 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import (
-    EXIT_INTERRUPTED,
-    EXIT_INVALID,
-    EXIT_OK,
-    SCENARIO_HELP,
-    add_command,
-    epilog,
-    examples,
-    transports_epilog,
-)
+from harness.cli.common import SCENARIO_HELP, add_command, epilog, examples, transports_epilog
 from harness.cli.run_args import (
     add_client_options,
     add_endpoint_options,
@@ -39,6 +30,7 @@ from harness.run.probe import probe_for_run
 from harness.run.procs import run_procs
 from harness.run.progress import make_progress
 from harness.run.runner import run_scenario
+from harness.wire.exit_codes import ExitCode
 from harness.wire.stop_signal import sigterm_as_sigint
 from harness.workload.rollout import scenario_trace_gaps
 
@@ -166,10 +158,10 @@ def print_outcome(summary: dict[str, Any], run_dir: Path) -> int:
     """The console's account of a finished run (docs/reliability.md quotes its first line);
     returns the exit code."""
     code, line = run_outcome(summary)
-    if code != EXIT_OK:
+    if code != ExitCode.OK:
         # a valid run's first line is the summary's verdict line
         print(line)
-    print_summary(summary, run_dir, reasons_said=code == EXIT_INVALID)
+    print_summary(summary, run_dir, reasons_said=code == ExitCode.INVALID)
     for err in error_lines(summary):
         print(err)
     return code
@@ -203,11 +195,11 @@ def run_outcome(doc: Summary | Mapping[str, Any]) -> tuple[int, str]:
     assert summary is not None
     if summary.interrupted:
         rest = not_run_text(summary)
-        return EXIT_INTERRUPTED, "run interrupted: partial results written" + (
+        return ExitCode.INTERRUPTED, "run interrupted: partial results written" + (
             f"; {rest}" if rest else ""
         )
     if summary.valid is False:
         # every reason, here only: the summary after it does not repeat them
         reasons = summary.invalid_reasons
-        return EXIT_INVALID, "run INVALID: " + ("; ".join(reasons) or "no reason recorded")
-    return EXIT_OK, "run valid"
+        return ExitCode.INVALID, "run INVALID: " + ("; ".join(reasons) or "no reason recorded")
+    return ExitCode.OK, "run valid"

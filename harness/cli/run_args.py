@@ -405,35 +405,36 @@ def check_sweep_args(args: argparse.Namespace) -> None:
         )
     if args.baseline is not None:
         named = parse_transports(args.transports)
-        if named is not None:
-            _check_baseline(args.baseline, [named])
-        else:
+        if named is None:
             key, values, fixed = parse_sweep_sets(args.set)
-            _check_baseline(
-                args.baseline,
-                [
-                    load_scenario(args.scenario, {**fixed, key: v}).transports
-                    for v in dict.fromkeys(values)
-                ],
+            scenarios = (
+                load_scenario(args.scenario, {**fixed, key: v}) for v in dict.fromkeys(values)
             )
+            _check_baseline(args.baseline, [s.transports for s in scenarios])
+        else:
+            _check_baseline(args.baseline, [named])
+
+
+def check_seconds(args: argparse.Namespace, *options: str) -> None:
+    """Each of ``options`` that was given is a positive number of seconds, else a UsageError."""
+    for option in options:
+        seconds = getattr(args, option, None)
+        # "not > 0" also refuses nan, which compares false with everything.
+        if seconds is not None and not seconds > 0:
+            flag = option.replace("_", "-")
+            raise UsageError(f"--{flag}: expected a positive number of seconds, got {seconds}")
 
 
 def _check_common(args: argparse.Namespace) -> None:
     parse_transports(args.transports)
-    for option in (
+    check_seconds(
+        args,
         "slice_s",
         "prometheus_interval_s",
         "server_metrics_interval",
         "request_timeout_s",
         "probe_timeout_s",
-    ):
-        seconds = getattr(args, option, None)
-        # "not > 0" also refuses nan, which compares false with everything.
-        if seconds is not None and not seconds > 0:
-            raise UsageError(
-                f"--{option.replace('_', '-')}: expected a positive number of seconds, "
-                f"got {seconds}"
-            )
+    )
     port = getattr(args, "prometheus_port", None)
     if port is not None and not 0 <= port <= 65535:
         raise UsageError(f"--prometheus-port: expected a port from 0 to 65535, got {port}")

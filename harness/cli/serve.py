@@ -6,13 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from harness.cli.common import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_USAGE,
-    add_command,
-    examples,
-)
+from harness.cli.common import add_command, examples
+from harness.wire.exit_codes import ExitCode
 from reference_server.cli import SERVES, add_server_arguments, config_from_args
 from reference_server.serve import serve
 
@@ -45,5 +40,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not isinstance(exc.code, str):
             raise
         print(exc.code, file=sys.stderr)
-        return EXIT_USAGE
-    return EXIT_OK if stopped_by is None else EXIT_INTERRUPTED
+        return ExitCode.USAGE
+    return ExitCode.OK if stopped_by is None else ExitCode.INTERRUPTED

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,11 @@ from harness.metrics import slo, token_counts
 from harness.metrics.results_model import Summary, TransportSummary, as_summary
 from harness.report.files import (
     COUNT_HEADERS,
+    SPEEDUP_HEADERS,
     TOO_FEW_MARK,
     count_cells,
-    fmt,
-    fmt_ci,
     na_reason,
+    speedup_cells,
     stat_cell,
     too_few_note,
 )
@@ -89,19 +90,13 @@ def na_notes(doc: Summary | Mapping[str, Any]) -> list[str]:
 
 def _min_header_width(text: str, lines: int = 2) -> int:
     """The narrowest column that shows ``text`` in at most ``lines`` lines, wrapped at spaces."""
-    words = text.split()
-    longest = max((len(w) for w in words), default=0)
-    for width in range(longest, len(text) + 1):
-        used, n = 0, 1
-        for w in words:
-            if used and used + 1 + len(w) > width:
-                n += 1
-                used = len(w)
-            else:
-                used = used + 1 + len(w) if used else len(w)
-        if n <= lines:
-            return width
-    return len(text)
+    shortest = max((len(w) for w in text.split()), default=1)
+    fits = (
+        width
+        for width in range(shortest, len(text) + 1)
+        if len(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)) <= lines
+    )
+    return next(fits, len(text))
 
 
 def _column_widths(
@@ -185,28 +180,8 @@ def _relayout(table: Table | None, width: int) -> list[Table]:
 
 
 def comparison_rows(doc: Summary | Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = [
-        "candidate vs baseline",
-        "rollout speedup",
-        "95 % CI",
-        "rollout latency reduction",
-        "TTFT p50 reduction",
-    ]
-    rows = []
     summary = as_summary(doc) or Summary()
-    for c in summary.comparisons:
-        lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
-        ci = fmt_ci(lo, hi, 2, c.rollout_speedup_ci_reason)
-        rows.append(
-            [
-                c.pair,
-                f"{fmt(c.rollout_speedup, 2)}x",
-                ci,
-                f"{fmt(c.rollout_latency_reduction_pct)} %",
-                f"{fmt(c.ttft_p50_reduction_pct)} %",
-            ]
-        )
-    return headers, rows
+    return SPEEDUP_HEADERS, [speedup_cells(c, 2, "x") for c in summary.comparisons]
 
 
 def print_summary(

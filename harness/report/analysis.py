@@ -56,11 +56,8 @@ def ordered_transports(names: Iterable[str]) -> list[str]:
 
 def run_transports(run: Run) -> list[str]:
     """The transports of a run: from the summary, else the manifest, else the rows."""
-    names: list[str] = []
-    if run.summary_model is not None:
-        names = list(run.summary_model.transports)
-    if not names:
-        names = list(run.manifest_model.transports)
+    summary = run.summary_model
+    names = list(summary.transports if summary else ()) or list(run.manifest_model.transports)
     if not names and len(run.turns):
         names = [str(n) for n in run.turns["transport"].unique()]
     return ordered_transports(names)
@@ -174,14 +171,12 @@ def paired_ttft_speedup(
 def aggregate_tps(
     run: Run, bucket_ns: int | None = None, *, grid_origin_ns: int | None = None
 ) -> pd.DataFrame:
-    """Aggregate output tokens/s per transport over time: columns ``transport``, ``t_s``, ``tps``.
+    """Aggregate output tokens/s per transport over time: columns ``transport``, ``t_s`` (the
+    bucket start, seconds after the transport's first request) and ``tps``; failed turns'
+    tokens count, as in the summary (docs/metrics.md, "Aggregate TPS").
 
-    ``t_s`` is the bucket start in seconds after the transport's first request;
-    failed turns' tokens count (they loaded the engine), as in the summary.
-    ``bucket_ns`` defaults to a width giving ~60 buckets over the longest transport.
-    Buckets start at the transport's first request, or, with ``grid_origin_ns``, at
-    multiples of ``bucket_ns`` from that clock reading: ``grid_origin_ns=0`` with
-    ``AGGREGATE_BUCKET_NS`` gives the summary's buckets (its ``aggregate_peak``).
+    ``bucket_ns``: default ~60 buckets over the longest transport. Buckets start at the
+    transport's first request, or at multiples of ``bucket_ns`` from ``grid_origin_ns``.
     """
     import pandas as pd  # pandas: only when a table is built
 
@@ -211,15 +206,10 @@ def aggregate_tps(
     return pd.concat(frames, ignore_index=True)
 
 
-def breakdown_table(summary: Summary | Mapping[str, Any]) -> pd.DataFrame:
-    """Mean time per turn (ms) by component, one row per transport (from ``summary.json``).
-
-    Server components come from ``sim_timing`` (means over turns that reported
-    it; ``api_post`` is 0 where it is overlapped); ``unmodelled`` is the mean
-    measured turn latency minus their sum (network, framing, client I/O; clipped
-    at 0); ``tool``, ``client`` and ``recovery`` are rollout time per turn.
-    The server and unmodelled parts add up to the mean turn latency.
-    """
+def breakdown_table(summary: Summary | Mapping[str, Any] | None) -> pd.DataFrame:
+    """Mean time per turn (ms) by component, one row per transport, from ``summary.json``
+    (docs/metrics.md, "Latency breakdown"): the server and ``unmodelled`` parts (clipped at 0)
+    add up to the mean turn latency."""
     import pandas as pd  # pandas: only when a table is built
 
     rows = {}

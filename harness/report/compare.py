@@ -124,10 +124,6 @@ class Side:
     _tables: dict[str, Any] = field(default_factory=dict)
     _health: dict[str, TransportHealth] = field(default_factory=dict)
 
-    @property
-    def name(self) -> str:
-        return f"{self.label} ({self.run.run_id})"
-
     def table(self, kind: str) -> Any:
         if kind not in self._tables:
             self._tables[kind] = (
@@ -685,25 +681,15 @@ COMPARE_MD = "compare.md"
 COMPARE_HTML = "compare.html"
 
 
-@dataclass(frozen=True, slots=True)
-class WrittenComparison:
-    folder: Path
-    html: Path
-    md: Path
-    json: Path
-    plots: list[Path]
-
-
 def write_comparison(
     cmp: Comparison, out_dir: Path, *, n_boot: int = 2000, seed: int = 0
-) -> WrittenComparison:
+) -> tuple[Path, Path]:
     """Write ``compare.html`` (self-contained: plots inlined), ``compare.md`` with ``plots/``
-    beside it, and ``compare.json`` into ``out_dir``."""
+    beside it, and ``compare.json`` into ``out_dir``; returns the Markdown and HTML paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = [PlotRun(s.label, s.run, s.table("turns"), s.table("rollouts")) for s in cmp.sides]
     names = A.ordered_transports(t for s in cmp.sides for t in s.transports)
     plots: dict[str, list[tuple[str, str, str]]] = {}
-    written: list[Path] = []
     for name in names:
         medians = {s.label: rollout_ci(s, name, n_boot=n_boot, seed=seed) for s in cmp.sides}
         ratios = {
@@ -719,8 +705,5 @@ def write_comparison(
         }
         files = write_compare_plots(runs, name, out_dir / PLOTS_DIR, medians, ratios)
         plots[name] = [(f"{PLOTS_DIR}/{p.name}", spec.title, spec.caption) for spec, p in files]
-        written += [p for _, p in files]
-    doc = compare_document(cmp, plots)
-    md, page = write_report(doc, out_dir, COMPARE_MD, COMPARE_HTML)
-    js = write_index(out_dir, "compare", comparison_json(cmp))
-    return WrittenComparison(out_dir, page, md, js, written)
+    write_index(out_dir, "compare", comparison_json(cmp))
+    return write_report(compare_document(cmp, plots), out_dir, COMPARE_MD, COMPARE_HTML)

@@ -1,8 +1,6 @@
 """Plots of ``loopbench compare``: several runs overlaid, one set of figures per transport.
 
-In a run's plots a colour is a transport; here, within one transport's figures, a colour is a
-run (A, the reference, first).  The style, figure helpers and breakdown colours are the run
-report's (:mod:`harness.report.plots`).
+Within one transport's figures a colour is a run (A, the reference, first), not a transport.
 """
 
 from __future__ import annotations
@@ -170,8 +168,8 @@ def plot_breakdowns(runs: Sequence[PlotRun], transport: str) -> Figure | None:
     """Mean time per turn by component, one bar per run, side by side."""
     rows: list[tuple[str, pd.Series]] = []
     for r in runs:
-        table = A.breakdown_table(r.run.summary or {}) if r.run.summary else None
-        if table is not None and not table.empty and transport in table.index:
+        table = A.breakdown_table(r.run.summary_model)
+        if transport in table.index:
             rows.append((r.name, table.loc[transport]))
     if not rows:
         return None

@@ -1,8 +1,7 @@
 """What went wrong in a run, per transport: each error kind once, with its count and one example.
 
-Pure: the counts come from the summary's ``errors_by_kind``, the examples from the
-run's first failed turn of each kind.  The summary's ``errors`` block and the
-console's error lines are both built here, so they always say the same thing.
+Pure: counts from the summary's ``errors_by_kind``, examples from the run's first failed turn
+of each kind; the summary's ``errors`` block and the console's error lines both come from here.
 """
 
 from __future__ import annotations

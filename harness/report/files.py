@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.metrics.results_model import Summary, TransportSummary, as_summary, as_transport
+from harness.metrics.results_model import (
+    Comparison,
+    Summary,
+    TransportSummary,
+    as_transport,
+)
 from harness.metrics.sample_size import min_samples
 from harness.report.document import Document, to_html, to_markdown
 
@@ -64,16 +69,26 @@ def fmt_ci(lo: Any, hi: Any, digits: int = 2, reason: str | None = None) -> str:
     return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
 
 
-def fmt_stat(
-    transport: TransportSummary | Mapping[str, Any], group: str, key: str, digits: int = 1
-) -> str:
-    """Statistic ``<group>.<key>`` of one transport's summary for a table cell, followed by
-    :data:`TOO_FEW_MARK` when it rests on fewer samples than it needs."""
-    t = as_transport(transport)
-    text = fmt(t.stat(group, key), digits)
-    if text != "-" and f"{group}.{key}" in t.too_few_samples:
-        text += TOO_FEW_MARK
-    return text
+#: the first columns of every speedup table (console and report): :func:`speedup_cells`
+SPEEDUP_HEADERS = [
+    "candidate vs baseline",
+    "rollout speedup",
+    "95 % CI",
+    "rollout latency reduction",
+    "TTFT p50 reduction",
+]
+
+
+def speedup_cells(c: Comparison, digits: int, times: str = "×") -> list[str]:
+    """The :data:`SPEEDUP_HEADERS` cells of one comparison of the summary."""
+    lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
+    return [
+        c.pair,
+        fmt(c.rollout_speedup, digits, times),
+        fmt_ci(lo, hi, digits, c.rollout_speedup_ci_reason),
+        fmt(c.rollout_latency_reduction_pct, 1, " %"),
+        fmt(c.ttft_p50_reduction_pct, 1, " %"),
+    ]
 
 
 def stat_cell(
@@ -84,13 +99,17 @@ def stat_cell(
     *,
     why: bool = True,
 ) -> str:
-    """Statistic ``<group>.<key>`` for a table cell (:func:`fmt_stat`), or ``n/a`` where the
-    summary says why it is null (with the reason in parentheses when ``why``)."""
+    """Statistic ``<group>.<key>`` for a table cell, followed by :data:`TOO_FEW_MARK` when it
+    rests on fewer samples than it needs, or ``n/a`` where the summary says why it is null
+    (with the reason in parentheses when ``why``)."""
     t = as_transport(transport)
     reason = na_reason(t, group, key)
     if reason:
         return f"n/a ({reason})" if why else "n/a"
-    return fmt_stat(t, group, key, digits)
+    text = fmt(t.stat(group, key), digits)
+    if text != "-" and f"{group}.{key}" in t.too_few_samples:
+        text += TOO_FEW_MARK
+    return text
 
 
 def na_reason(t: TransportSummary, group: str, key: str) -> str | None:
@@ -102,10 +121,9 @@ def na_reason(t: TransportSummary, group: str, key: str) -> str | None:
     return str(reason) if reason else None
 
 
-def too_few_note(doc: Summary | Mapping[str, Any]) -> str | None:
+def too_few_note(summary: Summary) -> str | None:
     """The footnote explaining :data:`TOO_FEW_MARK`, when a transport of ``summary`` has one."""
-    summary = as_summary(doc)
-    if summary is None or not any(t.too_few_samples for t in summary.transports.values()):
+    if not any(t.too_few_samples for t in summary.transports.values()):
         return None
     # short enough for one 80-column line: the summary's too_few_samples has the counts
     return (

@@ -1,11 +1,8 @@
 """The run's plots: matplotlib figures with one style, titled, axes labelled with units.
 
-Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot), so
-this module never touches the global backend: it renders headless through
-Agg in :func:`write_plots`, and a notebook displays the returned figures
-inline.  Each ``plot_*`` function takes a loaded :class:`Run` and returns a
-figure, or ``None`` when the run has nothing to draw for it (e.g. no output
-tokens); :data:`PLOTS` lists them with the caption the reports print.
+Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot), so this module
+never touches the global backend: headless through Agg in :func:`write_plots`, inline in a
+notebook.  A ``plot_*`` returns ``None`` when the run has nothing to draw for it.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from harness.metrics import slices as SL
 from harness.metrics.results_model import CacheStats
 from harness.metrics.timeseries import AGGREGATE_BUCKET_NS
 from harness.report import analysis as A
+from harness.report.files import na_reason
 from harness.wire.transports import BY_NAME
 
 if TYPE_CHECKING:
@@ -294,8 +292,6 @@ def plot_turn_latency_growth(run: Run) -> Figure | None:
 
 def plot_cache_ratio(run: Run) -> Figure | None:
     """Cached / input tokens by turn index, one line per transport (the summary's ``cache``)."""
-    if not run.summary:
-        return None
     series = []
     for i, name in enumerate(A.run_transports(run)):
         cache = run.figures(name).cache or CacheStats()
@@ -326,9 +322,7 @@ def plot_cache_ratio(run: Run) -> Figure | None:
 
 def plot_latency_breakdown(run: Run) -> Figure | None:
     """Stacked mean time per turn by component, per transport."""
-    if not run.summary:
-        return None
-    table = A.breakdown_table(run.summary)
+    table = A.breakdown_table(run.summary_model)
     if table.empty:
         return None
     fig, (ax,) = _figure(11.5, 2.8 + 0.6 * len(table))
@@ -369,9 +363,8 @@ def plot_decode_tps(run: Run) -> Figure | None:
         )
         p50 = float(g["decode_tps"].median())
         ax.axhline(p50, color="#222222", lw=1.5, label=f"sustained (p50) {p50:,.0f} tok/s")
-        tps = run.figures(name).group("tps")
-        peak = tps.stat("burst_peak") if tps is not None else None
-        peak_reason = tps.get("burst_peak_reason") if tps is not None else None
+        peak = run.figures(name).stat("tps", "burst_peak")
+        peak_reason = na_reason(run.figures(name), "tps", "burst_peak")
         if peak:
             ax.axhline(
                 peak,

@@ -1,13 +1,9 @@
-"""``summary.json`` rebuilt from the rows of a run that never wrote one (a ``kill -9``).
+"""``summary.json`` rebuilt from the flushed rows of a run that never wrote one (a ``kill -9``).
 
-A run writes its rows as it goes (``turns.csv.gz``, ``rollouts.csv.gz``, one complete
-gzip member per block, :mod:`harness.report.results`) and its summary only at the end.
-When the harness is killed, the folder holds the manifest and every flushed row;
-:func:`rebuild_summary` folds those rows into the same accumulator a live run uses and
-writes a summary that says what it is: ``rebuilt: true``, ``partial``, ``interrupted``,
-and invalid with the reason first, so the report's verdict line opens with it.  What only
-the live process knew (schedule lag, client CPU and loop lag, rollouts never begun) is
-absent, not guessed.
+The rows go through the accumulator a live run uses; the summary says what it is
+(``rebuilt``, ``partial``, ``interrupted``, invalid with that reason first, so the verdict
+line opens with it).  What only the live process knew (schedule lag, client CPU and loop
+lag, rollouts never begun) is absent, not guessed.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""``report.md``, ``report.html`` and ``plots/*.png`` of a results folder.
-
-:func:`render_run` (re)builds them from the files of the run alone, so
-``loopbench report RUN`` gives the same report as the run itself did.
-:func:`render_run_safely` is what the runner calls after ``summary.json`` is
-written: a plotting failure there is reported on stderr and never costs the
-measured results.
-"""
+"""``report.md``, ``report.html`` and ``plots/*.png`` of a results folder, from its files alone
+(so ``loopbench report RUN`` gives the report the run itself did)."""
 
 from __future__ import annotations
 
@@ -36,16 +30,18 @@ from harness.report.document import (
 from harness.report.files import (
     COUNT_HEADERS,
     PLOTS_DIR,
+    SPEEDUP_HEADERS,
     Rendered,
     count_cells,
     fmt,
     fmt_ci,
+    speedup_cells,
     stat_cell,
     too_few_note,
     write_report,
 )
 from harness.report.results import SLICES, Run, load_run, write_table_gz
-from harness.report.server_section import server_section
+from harness.report.server_plots import server_section
 from harness.report.sweep import is_sweep, render_sweep
 from harness.report.verdict import verdict_kind, verdict_line
 from harness.wire.plural import counted, plural
@@ -100,7 +96,7 @@ def _columns(
     ]
 
 
-def _note(summary: Summary | Mapping[str, Any]) -> str:
+def _note(summary: Summary) -> str:
     note = too_few_note(summary)
     return f" {note}" if note else ""
 
@@ -151,10 +147,9 @@ def throughput_tables(doc: Summary | Mapping[str, Any]) -> tuple[Table, Table]:
     )
 
 
-def throughput_caption(doc: Summary | Mapping[str, Any]) -> str:
+def throughput_caption(summary: Summary) -> str:
     window = f"{BURST_WINDOW_NS / 1e6:g} ms"
     bucket = f"{AGGREGATE_BUCKET_NS / 1e9:g} s"
-    summary = as_summary(doc) or Summary()
     excluded = sum(
         int(t.tps.stat("decode_excluded") or 0) if t.tps is not None else 0
         for t in summary.transports.values()
@@ -184,32 +179,18 @@ def comparison_table(run: Run) -> Table | None:
         return None
     rows = []
     for c in comps:
-        lo, hi = (c.rollout_speedup_ci95 or [None, None])[:2]
         ttft = A.paired_ttft_speedup(run, c.baseline, c.candidate)
         ttft_lo, ttft_hi = ttft.ci95 if ttft is not None and ttft.ci95 is not None else (None, None)
         rows.append(
             [
-                c.pair,
-                fmt(c.rollout_speedup, 3, "×"),
-                fmt_ci(lo, hi, 3, c.rollout_speedup_ci_reason),
-                fmt(c.rollout_latency_reduction_pct, 1, " %"),
-                fmt(c.ttft_p50_reduction_pct, 1, " %"),
+                *speedup_cells(c, 3),
                 fmt(ttft.median_ratio, 3, "×") if ttft else "-",
                 fmt_ci(ttft_lo, ttft_hi, 3, ttft.ci_reason) if ttft else "-",
                 "yes" if c.paired else "no",
             ]
         )
     return Table(
-        [
-            "candidate vs baseline",
-            "rollout speedup",
-            "95 % CI",
-            "rollout latency reduction",
-            "TTFT p50 reduction",
-            "TTFT speedup (per turn)",
-            "95 % CI",
-            "paired",
-        ],
+        [*SPEEDUP_HEADERS, "TTFT speedup (per turn)", "95 % CI", "paired"],
         rows,
         caption="Speedup = baseline latency / candidate latency on the same seeded rollouts: median "
         "of per-rollout ratios with a bootstrap 95 % confidence interval (ratio of medians when not "

@@ -153,11 +153,8 @@ def _write_json_atomic(path: Path, doc: Any) -> None:
 
 
 def write_index(root: str | Path, name: str, doc: Any, text: str | None = None) -> Path:
-    """Write ``<root>/<name>.json`` (and ``<name>.md`` from ``text``) next to run folders.
-
-    For documents that span several runs (``loopbench reproduce`` writes its
-    verdict table here); returns the JSON path.
-    """
+    """Write ``<root>/<name>.json`` (and ``<name>.md`` from ``text``), a document that spans
+    several runs; returns the JSON path."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{name}.json"
@@ -251,13 +248,8 @@ class ResultsWriter:
         start_time_s: float | None = None,
         end_time_s: float | None = None,
     ) -> None:
-        """Close the row files, write ``histograms/<transport>.<metric>.hlog`` and ``summary.json``.
-
-        A whole-run :class:`Histogram` becomes one interval from ``start_time_s``
-        (wall clock, default: when the writer was created) to ``end_time_s``
-        (default: now); an empty one writes no file.  ``summary.json`` is written last and atomically: its
-        presence marks a finished run.
-        """
+        """Close the row files and :func:`write_summary`; ``start_time_s`` (wall clock) defaults
+        to when the writer was created."""
         self.close()
         start = self._created_wall_s if start_time_s is None else start_time_s
         write_summary(self.path, summary, histograms, start_time_s=start, end_time_s=end_time_s)
@@ -271,11 +263,10 @@ def write_summary(
     start_time_s: float | None = None,
     end_time_s: float | None = None,
 ) -> None:
-    """Write ``histograms/*.hlog`` and, last and atomically, ``summary.json`` into ``path``.
-
-    :meth:`ResultsWriter.finish` ends a run with it; :mod:`harness.report.rebuild` writes
-    the summary of a killed run with it.
-    """
+    """Write ``histograms/<transport>.<metric>.hlog`` and, last and atomically, ``summary.json``
+    (its presence marks a finished run) into ``path``. A whole-run :class:`Histogram` is one
+    interval from ``start_time_s`` to ``end_time_s`` (wall clock; default: now); an empty one
+    writes no file."""
     end = time.time() if end_time_s is None else end_time_s
     start = end if start_time_s is None else start_time_s
     hist_dir = path / HISTOGRAMS
@@ -306,10 +297,8 @@ def write_summary(
 
 def write_table_gz(path: Path, table: pd.DataFrame) -> Path:
     """Write a derived table (``slices.csv.gz``) atomically: a reader never sees half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", newline="") as f:
-        table.to_csv(f, index=False, float_format="%.10g")
-    os.replace(tmp, path)
+    text = table.to_csv(index=False, float_format="%.10g", lineterminator="\n")
+    write_text_atomic(path, gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0))
     return path
 
 
@@ -369,9 +358,7 @@ def read_csv_gz(path: str | Path, columns: Sequence[str] | None = None) -> pd.Da
 class Run:
     """A results folder loaded for analysis; ``summary`` is None if the run did not finish.
 
-    ``summary_model`` and ``manifest_model`` are the same documents typed
-    (:mod:`harness.metrics.results_model`); ``summary`` and ``manifest`` stay the JSON
-    objects for the readers not yet converted to attributes.
+    ``summary`` and ``manifest`` are the JSON objects; ``*_model`` the same documents typed.
     """
 
     path: Path

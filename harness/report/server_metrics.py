@@ -1,10 +1,7 @@
 """``server_metrics.csv.gz``: the server's Prometheus series scraped during a run, and its reader.
 
-Long format, one row per sample per scrape (docs/server-metrics.md):
-``t_s`` (seconds on the clock of ``turns.csv``'s ``*_ns`` columns, ``time.perf_counter``,
-so ``t_s * 1e9`` compares with ``sent_ns``), ``name``, ``labels`` (``k="v",...``
-sorted by key, empty for none) and ``value``. Written once, when the run ends
-(the scrapes are held until then so that nothing is parsed during the measurement).
+Long format, one row per sample per scrape; the columns are docs/server-metrics.md's. Written
+once, when the run ends (so that nothing is parsed during the measurement).
 """
 
 from __future__ import annotations

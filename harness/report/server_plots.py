@@ -1,4 +1,5 @@
-"""The server-side metrics figure: the latency timeline, and under it the scraped series.
+"""The report's "Server-side metrics": the latency timeline with the scraped series under it,
+and the list of the series the run scraped.
 
 One time axis for both: seconds after the run's first request, on the clock both
 ``turns.csv`` and ``server_metrics.csv.gz`` are stamped with. Gauges are drawn as
@@ -11,14 +12,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from harness.metrics.results_model import ServerMetrics
 from harness.metrics.server_series import default_series, is_counter, pick_series, rates
 from harness.report import analysis as A
-from harness.report.plots import _subtitle, transport_color
+from harness.report.document import Block, Heading, Paragraph, Table
+from harness.report.plots import (
+    PlotFile,
+    PlotSpec,
+    _subtitle,
+    plot_style,
+    save_figure,
+    transport_color,
+)
+from harness.report.server_metrics import SERVER_METRICS, load_server_metrics
 from harness.wire.plural import counted
 
 if TYPE_CHECKING:
@@ -151,4 +163,57 @@ def series_table(df: pd.DataFrame) -> list[list[str]]:
     for name, g in df.groupby("name", sort=True):
         kind = "counter (rate)" if is_counter(str(name)) else "gauge"
         out.append([str(name), kind, str(g["labels"].nunique()), str(len(g))])
+    return out
+
+
+PLOT_NAME = "server_metrics"
+
+
+@dataclass(slots=True)
+class ServerSection:
+    plot: PlotFile | None = None
+    blocks: list[Block] = field(default_factory=list)
+
+
+def server_section(run: Run, plots_dir: Path, wanted: Sequence[str] = ()) -> ServerSection:
+    """The plot (written into ``plots_dir``) and the report blocks; empty if nothing was scraped."""
+    df = load_server_metrics(run.path)
+    if df is None or df.empty:
+        return ServerSection()
+    sel = select(df, wanted)
+    out = ServerSection()
+    with plot_style():
+        fig = plot_server_metrics(run, df, sel)
+    if fig is not None:
+        plots_dir.mkdir(parents=True, exist_ok=True)
+        spec = PlotSpec(PLOT_NAME, "Server-side metrics", CAPTION, lambda _: None)
+        out.plot = PlotFile(spec, save_figure(fig, plots_dir / f"{PLOT_NAME}.png"))
+    block = (run.summary_model.server_metrics if run.summary_model else None) or ServerMetrics()
+    scrapes = df["t_s"].nunique()
+    where = (
+        f"{block.url} every {'?' if block.interval_s is None else block.interval_s} s"
+        if block.url
+        else "the server"
+    )
+    text = (
+        f"Scraped {where}: {counted(scrapes, 'scrape')}, "
+        f"{counted(df['name'].nunique(), 'series name')} "
+        f"({SERVER_METRICS}; docs/server-metrics.md)."
+    )
+    if block.failed_scrapes:
+        text += f" {counted(block.failed_scrapes, 'scrape')} failed."
+    plotted = ", ".join(name for name, _ in sel.series) or "none"
+    text += f" Plotted: {plotted}."
+    if sel.missing:
+        text += f" Asked for but not scraped: {', '.join(sel.missing)}."
+    out.blocks = [
+        Heading("Server-side metrics"),
+        Paragraph(text),
+        Table(
+            ["series", "kind", "label sets", "samples"],
+            series_table(df),
+            align="llrr",
+            caption="Every series scraped during the run (histogram buckets are not kept).",
+        ),
+    ]
     return out

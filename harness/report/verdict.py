@@ -1,8 +1,7 @@
 """The one-line verdict every run report opens with: valid?, the headline speedup, the worst error.
 
-Pure: a summary (its model, or the ``summary.json`` document) in, one line out.  The console (``print_summary``),
-``report.md`` and ``report.html`` print the same line, so a reader (and a CI log) gets
-the outcome before any table.
+Pure: a summary in, one line out; the console, ``report.md`` and ``report.html`` print it
+first, so a reader (and a CI log) gets the outcome before any table.
 """
 
 from __future__ import annotations

@@ -33,7 +33,6 @@ from bench.proxy.latency import (
     orders,
     run_bench,
 )
-from harness.cli.common import EXIT_INTERRUPTED
 from harness.record.proxy import Upstream
 from harness.transports.rx_socket import kernel_stamps_supported
 from harness.wire.exit_codes import ExitCode
@@ -202,7 +201,7 @@ def test_a_bench_stopped_by_sigterm_stops_the_processes_it_started() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert proc.returncode == ExitCode.INTERRUPTED, err
     assert err.strip().splitlines()[-1] == "interrupted", err
     deadline = time.monotonic() + 10  # the server notices its parent's end within 0.5 s
     while time.monotonic() < deadline and any(_alive(k) for k in kids):
