@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.cli.common import (
-    EXIT_INVALID,
-    EXIT_USAGE,
     SCENARIO_HELP,
     add_command,
     api_key,
