@@ -173,7 +173,7 @@ def aggregate_tps(
 ) -> pd.DataFrame:
     """Aggregate output tokens/s per transport over time: columns ``transport``, ``t_s`` (the
     bucket start, seconds after the transport's first request) and ``tps``; failed turns'
-    tokens count, as in the summary (docs/metrics.md, "Aggregate TPS").
+    tokens count, as in the summary (docs/metrics.md §1.2, *Aggregate TPS*).
 
     ``bucket_ns``: default ~60 buckets over the longest transport. Buckets start at the
     transport's first request, or at multiples of ``bucket_ns`` from ``grid_origin_ns``.
@@ -208,7 +208,7 @@ def aggregate_tps(
 
 def breakdown_table(summary: Summary | Mapping[str, Any] | None) -> pd.DataFrame:
     """Mean time per turn (ms) by component, one row per transport, from ``summary.json``
-    (docs/metrics.md, "Latency breakdown"): the server and ``unmodelled`` parts (clipped at 0)
+    (docs/metrics.md §1.2, *Latency breakdown*): the server and ``unmodelled`` parts (clipped at 0)
     add up to the mean turn latency."""
     import pandas as pd  # pandas: only when a table is built
 
