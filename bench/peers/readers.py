@@ -59,7 +59,7 @@ class Measured:
     # carried the terminal event (one stamp for both: loopbench's rows; None: not known)
     decode_ms: float | None = None
     last_with_terminal: bool | None = None
-    # the visible deltas the first token's read carried (turns.csv.gz first_arrival_deltas:
+    # the visible outputs the first token's read carried (turns.csv.gz first_arrival_deltas:
     # more than 1, the first token carries a later segment's stamp; None: not known)
     first_read_deltas: int | None = None
 

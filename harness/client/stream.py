@@ -501,10 +501,13 @@ class ResponseStream:
         self.first_arrival_tokens = self._first_arrival_tokens()
         first = self.rec.first_output_ns
         together = 0
-        for t in self._delta_t:
-            if t != first:
-                break
-            together += 1
+        # Visible output is a delta or a tool call's name (as in output_arrivals); each list
+        # is in arrival order, so what shares the first stamp leads it.
+        for stamps in (self._delta_t, self._name_t):
+            for t in stamps:
+                if t != first:
+                    break
+                together += 1
         self.first_arrival_deltas = together
 
     # -- checks ------------------------------------------------------------------------------

@@ -241,9 +241,13 @@ class RxTransport(asyncio.Transport):
             except OSError as exc:
                 self._fatal(exc)
                 return
-            end = unit_end(bytes(self._view[:n])) if n else 0
-            if 0 < end < n:
-                bufs = [self._view[:end]]
+            if n:
+                # Never more than was peeked, even when the unit ends where the peeked bytes
+                # do (the common case) or not in them at all: a segment that came after the
+                # peek would join this read and give it its later stamp.  What is left stays
+                # waiting: the reader is level-triggered.
+                end = unit_end(bytes(self._view[:n]))
+                bufs = [self._view[: end if 0 < end <= n else n]]
         try:
             n, ancdata, _flags, _addr = self._sock.recvmsg_into(bufs, _ANCBUF)
         except (BlockingIOError, InterruptedError):

@@ -191,6 +191,7 @@ class _WsConversation:
             payload = turn.request(self.stream_id)
             self._forget_stale()
             stream = turn.start(time.perf_counter_ns())
+            conn.expect_output(stream)
             try:
                 await conn.send(payload)
                 await self._receive(conn, stream, timeout_s)
@@ -198,6 +199,8 @@ class _WsConversation:
                 # turn.recover raises when the turn must fail instead
                 await self._lost(turn.recover(exc))
                 continue
+            finally:
+                conn.output_seen(stream)
             return turn.finish()
 
     async def _warm_up(self, payload: bytes, rec: TurnRecord) -> None:
@@ -347,13 +350,14 @@ class WsLaneSession(_WsConversation):
             queue.get_nowait()  # what a failed response or a closed connection left
 
     async def _receive(self, conn: WsConnection, stream: ResponseStream, timeout_s: float) -> None:
-        await _read_lane(self.queue, stream, timeout_s)
+        await _read_lane(conn, self.queue, stream, timeout_s)
 
     async def close(self) -> None:
         await self.mux.release(self.stream_id)
 
 
 async def _read_lane(
+    conn: WsConnection,
     queue: asyncio.Queue[tuple[str | bytes | None, int, int]],
     stream: ResponseStream,
     idle_timeout_s: float | None,
@@ -361,6 +365,7 @@ async def _read_lane(
     """:meth:`WsConnection.read_into` for one lane: its events, as the connection's reader
     stamped them."""
     loop = asyncio.get_running_loop()
+    waiting = True  # for the first visible output: the connection reads frame by frame
     try:
         async with asyncio.timeout(idle_timeout_s) as timer:
             while True:
@@ -370,6 +375,9 @@ async def _read_lane(
                 if idle_timeout_s:
                     timer.reschedule(loop.time() + idle_timeout_s)
                 feed_ws_message(stream, raw, t_ns, user_ns)
+                if waiting and (stream.rec.first_output_ns or stream.done):
+                    waiting = False
+                    conn.output_seen(stream)
                 if stream.done:
                     return
     except TimeoutError:

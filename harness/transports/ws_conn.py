@@ -72,6 +72,10 @@ class WsConnection(asyncio.Protocol):
         self._opened: asyncio.Future[None] = self.loop.create_future()
         #: the turn reading now, and the future that wakes it
         self.sink: ResponseStream | None = None
+        #: the turns on this connection (one, or one per lane) whose first visible output is
+        #: still to come: while there is one, each read ends at a frame's end, as the kernel
+        #: stamps a read with its last segment's arrival (docs/metrics.md §1.9)
+        self.awaiting: list[ResponseStream] = []
         self.waiter: asyncio.Future[None] | None = None
         self.backlog: deque[Message] = deque()
         self.last_io = 0.0
@@ -93,15 +97,8 @@ class WsConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._receive(data)
-        rx = self.rx
-        if rx is not None and self._hs is None:
-            # Until the reading turn's first visible output (or while no turn reads: the next
-            # one's may be coming), each read ends at a frame's end: the kernel stamps a read
-            # with its last segment's arrival (docs/metrics.md §1.9).
-            stream = self.sink
-            units = stream is None or not (stream.rec.first_output_ns or stream.done)
-            if units != (rx.unit_end is not None):
-                rx.unit_end = self.reader.frame_end if units else None
+        if self.awaiting:
+            self.output_seen()
 
     def _receive(self, data: bytes) -> None:
         # Stamped before anything is parsed: every event these bytes complete arrived now.
@@ -259,6 +256,26 @@ class WsConnection(asyncio.Protocol):
         return False
 
     # -- one turn --------------------------------------------------------------------------------
+    def expect_output(self, stream: ResponseStream) -> None:
+        """``stream``'s request is about to go out: unit reads until its first visible output."""
+        self.awaiting.append(stream)
+        self._unit_reads()
+
+    def output_seen(self, stream: ResponseStream | None = None) -> None:
+        """Forget the awaited turns whose first visible output came or that ended, and
+        ``stream`` whatever its state (its reader gave up); full reads once none is left."""
+        self.awaiting = [
+            s for s in self.awaiting if s is not stream and not (s.rec.first_output_ns or s.done)
+        ]
+        self._unit_reads()
+
+    def _unit_reads(self) -> None:
+        rx = self.rx
+        if rx is not None and self._hs is None:
+            units = bool(self.awaiting)
+            if units != (rx.unit_end is not None):
+                rx.unit_end = self.reader.frame_end if units else None
+
     async def send(self, text: bytes) -> None:
         """One text message (``text``: its UTF-8 bytes)."""
         if self.gone is not None:

@@ -246,8 +246,16 @@ class FrameReader:
         the segment that carried the frame's last byte (docs/metrics.md §1.9).  Nothing is
         checked here: :meth:`feed` judges the frame when it gets it.
         """
-        have = self._have if self._chunks else 0
-        head = (b"".join(self._chunks)[:14] + data[:14]) if have else data
+        chunks = self._chunks
+        have = self._have if chunks else 0
+        head = data
+        if have:
+            # A head is at most 14 bytes: joining every buffered chunk for it, read after read
+            # of a large frame, would copy the frame over and over.
+            head = chunks[0]
+            if len(head) < 14:
+                head = b"".join(chunks)[:14] if have < 14 else _first_bytes(chunks, 14)
+                head += data[:14]
         if len(head) < 2:
             return 0
         length = head[1] & 0x7F
@@ -441,3 +449,14 @@ def check_close(payload: bytes) -> None:
         payload[2:].decode()
     except UnicodeDecodeError:
         raise FrameError(1007, "a close frame whose reason is not valid UTF-8") from None
+
+
+def _first_bytes(chunks: list[bytes], n: int) -> bytes:
+    """The first ``n`` bytes of ``chunks`` (which hold at least that many), joining no more of
+    them than it takes."""
+    size = 0
+    for i, chunk in enumerate(chunks):
+        size += len(chunk)
+        if size >= n:
+            return b"".join(chunks[: i + 1])[:n]
+    return b"".join(chunks)

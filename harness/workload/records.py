@@ -75,10 +75,11 @@ class TurnRecord:
     # convention); a call announced by its name alone reads 0 (docs/metrics.md §1.2,
     # RELEASED_CALL); -1: not counted (a row written before the count)
     first_arrival_tokens: int = -1
-    # the visible deltas read together with the first one (they share its stamp): 1 when the
-    # read that carried the first visible output ended with it; more when later deltas came in
-    # the same read, which stamps the first token with the later segment's arrival
-    # (docs/metrics.md §1.9); 0: no visible delta; -1: not counted (a row written before it)
+    # the visible outputs (deltas, Chat tool calls' names) that share the first one's stamp: 1 when
+    # the read that carried the first visible output ended with it; more when later output came
+    # in the same read, which stamps the first token with the later segment's arrival
+    # (docs/metrics.md §1.9); 0: no visible output, or the response never ended (counted at its
+    # terminal event); -1: not counted (a row written before the count)
     first_arrival_deltas: int = -1
     # function calls in the output: a tool-call turn (> 0) or a text turn (docs/metrics.md §1.2)
     function_calls: int = 0

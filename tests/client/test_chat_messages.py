@@ -453,3 +453,20 @@ def test_the_server_predicts_both_like_http() -> None:
             assert request_cost(name, history, new, new_connection=fresh) == request_cost(
                 "http", history, new, new_connection=fresh
             )
+
+
+@pytest.mark.parametrize(("args_with_the_name", "together"), [(False, 1), (True, 2)])
+def test_first_arrival_deltas_counts_a_tool_calls_name_as_output(
+    args_with_the_name: bool, together: int
+) -> None:
+    """A Chat tool call's name is the first visible output (no delta): read alone it is 1
+    output in its read, read with the first arguments 2, as two deltas would be (docs/metrics.md
+    §1.6's turn-row table)."""
+    call = {"type": "function", "function": {"name": "run_tool", "arguments": ""}}
+    name = chunk({"tool_calls": [{"index": 0, "id": "call_x", **call}]})
+    args = chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"command": "ls"}'}}]})
+    reads = [name + args] if args_with_the_name else [name, args]
+    end = [chunk({}, "tool_calls"), chunk(None, usage=CHAT_USAGE), b"data: [DONE]\n\n"]
+    rec = record(feed_all(ChatTranslator(), [*reads, *end]))
+    assert rec.status == "completed" and rec.first_output_ns == MS
+    assert rec.first_arrival_deltas == together

@@ -311,6 +311,8 @@ def test_first_arrival_deltas_counts_the_deltas_sharing_the_first_ones_stamp(
     rec = record(run(events, [t * MS for t in times]))
     assert rec.first_arrival_deltas == together
     assert TurnRecord("http", 0, 0).first_arrival_deltas == -1  # a row written before the count
+    # counted at the terminal event: a stream cut before it reads 0, as docs/metrics.md says
+    assert record(run(events[:-1], [t * MS for t in times[:-1]])).first_arrival_deltas == 0
 
 
 def _burst_events(out_tokens: int | None) -> tuple[Events, list[int]]:

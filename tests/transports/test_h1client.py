@@ -43,14 +43,15 @@ async def serve(handler: Handler) -> tuple[asyncio.Server, int, list[int]]:
     return server, server.sockets[0].getsockname()[1], conns
 
 
-def pool(port: int, **kw: float) -> H1Pool:
+def pool(port: int, read_timeout_s: float = 5.0, rx_stamp: str = "user") -> H1Pool:
     return H1Pool(
         f"http://127.0.0.1:{port}/v1",
         max_connections=4,
         keepalive=True,
         verify_tls=True,
         connect_timeout_s=5.0,
-        read_timeout_s=kw.get("read_timeout_s", 5.0),
+        read_timeout_s=read_timeout_s,
+        rx_stamp=rx_stamp,
     )
 
 

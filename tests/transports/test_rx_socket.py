@@ -394,3 +394,43 @@ def test_a_unit_read_before_the_first_token_keeps_its_own_segments_stamp(
         assert all(stamps) and stamps[0] <= stamps[1]
     apart = sum(stamps[0] < stamps[1] for _, stamps in rounds)
     assert apart >= len(rounds) // 2, rounds
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["unit-ends-with-the-peek", "no-unit-end"])
+def test_a_unit_read_takes_no_byte_that_arrived_after_its_peek(partial: bool) -> None:
+    """A segment that arrives between the peek and the read stays for the next read, both
+    when the unit ends exactly where the peeked bytes end and when no unit ends in them: read
+    with the peeked bytes, it would give them its later stamp (docs/metrics.md §1.9).  The
+    late segment is sent from inside ``unit_end``, so it is waiting before the read, every
+    time; a real socket, as only its receive queue can hold bytes the peek did not see."""
+
+    async def main() -> list[bytes]:
+        async with rx_pair() as (server, transport, proto):
+            client: socket.socket = transport.get_extra_info("socket")
+            calls: list[bytes] = []
+
+            def unit_end(data: bytes) -> int:
+                calls.append(data)
+                if len(calls) == 1:
+                    server.send(b"late")
+                    for _ in range(10_000):  # until the kernel queued it for the client
+                        if len(client.recv(64, socket.MSG_PEEK)) >= len(data) + 4:
+                            break
+                    return 0 if partial else len(data)
+                return len(data)
+
+            with server:
+                transport.pause_reading()
+                server.send(b"unit")
+                async with asyncio.timeout(10):
+                    while len(client.recv(64, socket.MSG_PEEK)) < 4:
+                        await asyncio.sleep(0.001)
+                transport.unit_end = unit_end
+                transport.resume_reading()
+                async with asyncio.timeout(10):
+                    while sum(map(len, proto.chunks)) < 8:
+                        await asyncio.sleep(0.001)
+            transport.close()
+        return proto.chunks
+
+    assert uvloop.run(main()) == [b"unit", b"late"]
