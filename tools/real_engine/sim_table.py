@@ -38,6 +38,10 @@ class SimRow:
     not_judged: str = ""
     #: which judged pass (``--rounds``), from 1
     round: int = 1
+    #: the real figure's sampling spread over its pooled turns (half-width of its 95 %
+    #: bootstrap interval over the figure, 0.2 = ±20 %): above :data:`BOUND`, the turns
+    #: measured cannot tell a 15 % error from chance, whatever the simulator does
+    spread: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -93,6 +97,7 @@ def compare_levels(
     again: Mapping[int, Figures] | None = None,
     not_judged: Mapping[int, str] | None = None,
     round_: int = 1,
+    spreads: Mapping[int, Figures] | None = None,
 ) -> list[SimRow]:
     return [
         SimRow(
@@ -105,6 +110,7 @@ def compare_levels(
             (again or {}).get(c, {}).get((metric, stat)),
             (not_judged or {}).get(c, ""),
             round_,
+            (spreads or {}).get(c, {}).get((metric, stat)),
         )
         for c in levels
         for metric, stat in FIGURES
@@ -119,6 +125,13 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _spread(value: float | None) -> str:
+    """The real figure's own sampling spread; flagged where it alone exceeds the bound."""
+    if value is None:
+        return "-"
+    return f"±{value:.0%}" + (f" (> {BOUND:.0%})" if value > BOUND else "")
+
+
 def render(rows: Sequence[SimRow]) -> str:
     """The table `make real-engine-sim` prints (BENCHMARKS.md and docs/model.md show it)."""
     head = (
@@ -130,6 +143,7 @@ def render(rows: Sequence[SimRow]) -> str:
         "fit/real",
         "simulated",
         "sim/real",
+        "real's spread",
         f"±{BOUND:.0%}",
     )
     lines: list[tuple[str, ...]] = [head]
@@ -149,6 +163,7 @@ def render(rows: Sequence[SimRow]) -> str:
                 "-" if r.repeat_ratio is None else f"{r.repeat_ratio:.3f}",
                 _ms(r.simulated),
                 "-" if ratio is None else f"{ratio:.3f}",
+                _spread(r.spread),
                 verdict,
             )
         )

@@ -16,7 +16,7 @@ from tools.real_engine.sim_table import (
     render,
     summary_figures,
 )
-from tools.real_engine.simulate import main, paired_windows
+from tools.real_engine.simulate import main
 
 
 def _summary(ttft50: float, ttft99: float, tpot50: float) -> dict[str, object]:
@@ -101,12 +101,3 @@ def test_usage_errors_exit_4_before_any_engine_starts(
 ) -> None:
     expected = "expected concurrencies like 1,2,4"
     assert_usage_errors(main, ["--levels", "0,2"], expected, tmp_path, capsys)
-
-
-def test_each_level_is_fitted_and_judged_on_windows_side_by_side_in_alternating_order() -> None:
-    """The fit and the judged window of a level run back to back (vLLM drifts over minutes),
-    and the one that runs first alternates: a drift over the pass lands on both sides."""
-    got = paired_windows((1, 2, 4))
-    assert got == [(1, ("fit", "real")), (2, ("real", "fit")), (4, ("fit", "real"))]
-    assert all(sorted(stages) == ["fit", "real"] for _, stages in got)  # distinct turns
-    assert paired_windows((8,)) == [(8, ("fit", "real"))]
