@@ -58,6 +58,22 @@ def block_sizes(turns: int, k: int) -> list[int]:
     return [turns // k + (i < turns % k) for i in range(k)]
 
 
+def halves(order: Sequence[str], ran: Sequence[Path]) -> dict[str, list[Path]]:
+    """The same blocks as the old design's two windows: the first half of them in time as the
+    side that opened, the second half as the other (one window a side, back to back), so that
+    vLLM's agreement with itself before and after the blocks reads off the same turns."""
+    k = len(ran) // 2
+    other = next(side for side in SIDES if side != order[0])
+    return {order[0]: list(ran[:k]), other: list(ran[k:])}
+
+
+def ratios(
+    num: Mapping[tuple[str, str], float], den: Mapping[tuple[str, str], float]
+) -> dict[tuple[str, str], float]:
+    """``num / den`` figure by figure, where both have one (and ``den`` is positive)."""
+    return {key: num[key] / den[key] for key in num.keys() & den.keys() if den[key] > 0}
+
+
 def measured_turns(folder: Path, transport: str = "chat") -> pd.DataFrame:
     """The turns of one block that count: its transport's, after its warm-up rollouts."""
     run = load_run(folder)

@@ -42,6 +42,9 @@ class SimRow:
     #: bootstrap interval over the figure, 0.2 = ±20 %): above :data:`BOUND`, the turns
     #: measured cannot tell a 15 % error from chance, whatever the simulator does
     spread: float | None = None
+    #: ``fit/real`` as the old design would have read it over the same turns: the first half
+    #: of the level's blocks in time as one window, the second half as the other
+    repeat_one_window: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -98,6 +101,7 @@ def compare_levels(
     not_judged: Mapping[int, str] | None = None,
     round_: int = 1,
     spreads: Mapping[int, Figures] | None = None,
+    one_window: Mapping[int, Figures] | None = None,
 ) -> list[SimRow]:
     return [
         SimRow(
@@ -111,6 +115,7 @@ def compare_levels(
             (not_judged or {}).get(c, ""),
             round_,
             (spreads or {}).get(c, {}).get((metric, stat)),
+            (one_window or {}).get(c, {}).get((metric, stat)),
         )
         for c in levels
         for metric, stat in FIGURES
@@ -141,6 +146,7 @@ def render(rows: Sequence[SimRow]) -> str:
         "vLLM's own",
         "real, fit pass",
         "fit/real",
+        "fit/real, 1 window a side",
         "simulated",
         "sim/real",
         "real's spread",
@@ -161,6 +167,7 @@ def render(rows: Sequence[SimRow]) -> str:
                 _ms(r.engine),
                 _ms(r.again),
                 "-" if r.repeat_ratio is None else f"{r.repeat_ratio:.3f}",
+                "-" if r.repeat_one_window is None else f"{r.repeat_one_window:.3f}",
                 _ms(r.simulated),
                 "-" if ratio is None else f"{ratio:.3f}",
                 _spread(r.spread),

@@ -39,9 +39,11 @@ from harness.wire.exit_codes import ExitCode, UsageParser
 from tools.real_engine.blocks import (
     SIDES,
     block_sizes,
+    halves,
     level_blocks,
     pool,
     pooled_snapshot,
+    ratios,
     side_turns,
     spreads,
 )
@@ -165,6 +167,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
         fitted: list[Path] = []
         first: dict[str, dict[int, Figures]] = {"real": {}, "engine": {}}
         spread_first: dict[int, Figures] = {}
+        one_window: dict[int, Figures] = {}
         unjudged_first: dict[int, str] = {}
         sizes = block_sizes(opts.requests, opts.blocks)
         for c, order in level_blocks(opts.levels, opts.blocks):
@@ -172,6 +175,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
             def fit_and_real(c: int = c, order: list[str] = order) -> Path:
                 """The level's blocks in ``order``, then each side's turns pooled."""
                 folders: dict[str, list[Path]] = {side: [] for side in SIDES}
+                ran: list[Path] = []
                 deltas: list[Snapshot] = []
                 for stage in order:
                     n = len(folders[stage])
@@ -185,6 +189,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
                         f"-b{n + 1}",
                     )
                     folders[stage].append(folder)
+                    ran.append(folder)
                     if stage == "real":
                         deltas.append(delta)
                 pooled = {side: runs / f"{side}-c{c}" for side in SIDES}
@@ -192,6 +197,12 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
                 first["real"][c] = pool(folders["real"], pooled["real"])
                 first["engine"][c] = engine_figures(pooled_snapshot(deltas))
                 spread_first[c] = spreads(side_turns(folders, "real"))
+                # the old design over the same turns: one window a side, back to back
+                old = halves(order, ran)
+                one_window[c] = ratios(
+                    pool(old["fit"], runs / "one-window" / f"fit-c{c}"),
+                    pool(old["real"], runs / "one-window" / f"real-c{c}"),
+                )
                 return pooled["fit"]
 
             folder, busy = until_quiet(fit_and_real, say, opts.attempts)
@@ -286,7 +297,15 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
                         unjudged[c] = busy.not_judged()
                         say(f"  {unjudged[c]}")
             outcome.rows += compare_levels(
-                opts.levels, real, engine_side, simulated, again, unjudged, r, spread
+                opts.levels,
+                real,
+                engine_side,
+                simulated,
+                again,
+                unjudged,
+                r,
+                spread,
+                one_window if r == 1 else {},
             )
     outcome.doc = {
         **machine(t0, load0),

@@ -16,10 +16,12 @@ from harness.workload.records import RolloutRecord, TurnRecord
 from tools.real_engine.blocks import (
     abba,
     block_sizes,
+    halves,
     level_blocks,
     measured_turns,
     pool,
     pooled_snapshot,
+    ratios,
     spreads,
 )
 from tools.real_engine.engine_metrics import TTFT, Histogram, Snapshot
@@ -92,6 +94,10 @@ def test_each_level_runs_its_blocks_abba_so_a_linear_drift_lands_on_both_sides()
         assert sum(where["fit"]) == sum(where["real"])
     # one block a side: the old pair of windows, the side that opens alternating
     assert level_blocks((1, 2), 1) == [(1, ["fit", "real"]), (2, ["real", "fit"])]
+    # the old design over the same blocks: the first half in time as the opening side's window
+    ran = [Path(f"b{i}") for i in range(8)]
+    assert halves(abba(4, "real"), ran) == {"real": ran[:4], "fit": ran[4:]}
+    assert halves(["fit", "real"], ran[:2]) == {"fit": ran[:1], "real": ran[1:2]}
     assert block_sizes(120, 4) == [30, 30, 30, 30]
     assert block_sizes(10, 4) == [3, 3, 2, 2]
     with pytest.raises(ValueError, match="blocks"):
@@ -144,9 +150,13 @@ def test_the_spread_of_a_p99_of_few_turns_is_shown_beside_the_ratio_and_flagged(
     assert got["tpot_ms", "p50"] == pytest.approx(0.0, abs=0.01)  # every turn 1.5 ms a token
     assert spreads(turns) == got  # seeded: the same table twice
     real = {1: {("ttft_ms", "p50"): 12.0, ("ttft_ms", "p99"): 25.0, ("tpot_ms", "p50"): 1.0}}
-    rows = compare_levels((1,), real, {}, real, None, None, 1, {1: got})
+    fit = {("ttft_ms", "p50"): 15.0, ("ttft_ms", "p99"): 25.0}
+    one = {1: ratios(fit, real[1])}
+    assert one[1] == {("ttft_ms", "p50"): 1.25, ("ttft_ms", "p99"): 1.0}
+    rows = compare_levels((1,), real, {}, real, None, None, 1, {1: got}, one)
     assert rows[1].spread == got["ttft_ms", "p99"]
+    assert rows[0].repeat_one_window == 1.25 and rows[2].repeat_one_window is None
     table = render(rows)
-    assert "real's spread" in table
+    assert "real's spread" in table and "fit/real, 1 window a side" in table and "1.250" in table
     assert f"±{got['ttft_ms', 'p99']:.0%} (> 15%)" in table
     assert f"±{got['ttft_ms', 'p50']:.0%} " in table and table.count("(> 15%)") == 1
