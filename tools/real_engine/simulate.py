@@ -129,8 +129,14 @@ def _window(
     return rc, summary_figures(json.loads(summary.read_text()), "chat"), wall
 
 
-def _scenario(base: Options, c: int, server: dict[str, str] | None = None) -> dict[str, Any]:
+def _scenario(
+    base: Options, c: int, server: dict[str, str] | None = None, block: int = 0
+) -> dict[str, Any]:
+    """The text scenario at concurrency ``c``; block ``block`` (from 0) of a side draws other
+    prompts than the side's earlier blocks, as the rollouts of one long window would (the same
+    seed would send the first block's prompts again, prefix-cached by then)."""
     doc = text_scenario(replace(base, concurrency=c))
+    doc["seed"] += block
     if server:
         doc["server"] = server
     return doc
@@ -187,6 +193,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
                         tokenizer,
                         say,
                         f"-b{n + 1}",
+                        n,
                     )
                     folders[stage].append(folder)
                     ran.append(folder)
@@ -258,6 +265,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
                                 tokenizer,
                                 say,
                                 f"{tag}-b{i + 1}",
+                                i,
                             )
                             for i, n in enumerate(sizes)
                         ]
@@ -272,7 +280,7 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
                     for i, n in enumerate(sizes):
                         run_id = f"sim-c{c}{tag}-b{i + 1}"
                         scenario = scenarios / f"{run_id}.yaml"
-                        doc = _scenario(replace(base, requests=n), c, server)
+                        doc = _scenario(replace(base, requests=n), c, server, i)
                         scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
                         argv = [sys.executable, "-m", "harness", "run", str(scenario)]
                         argv += ["--transports", "chat", "--no-probe", "--no-report"]
@@ -331,6 +339,7 @@ def _real_window(
     tokenizer: Path,
     say: Callable[[str], None],
     tag: str = "",
+    block: int = 0,
 ) -> tuple[Path, Snapshot]:
     """One loopbench run of ``base.requests`` turns against vLLM at concurrency ``c``; its
     folder and vLLM's own counts over it (a scrape difference)."""
@@ -338,7 +347,7 @@ def _real_window(
     if (runs / run_id).exists():  # a repeat after a busy attempt
         shutil.rmtree(runs / run_id)
     scenario = base.out / "scenarios" / f"{run_id}.yaml"
-    scenario.write_text(yaml.safe_dump(_scenario(base, c), sort_keys=False))
+    scenario.write_text(yaml.safe_dump(_scenario(base, c, block=block), sort_keys=False))
     say(f"vLLM at concurrency {c} ({stage}{tag}): {base.requests} rollouts ...")
     before = engine.scrape()
     # the report is rendered later if wanted (`loopbench report DIR`): its plots cost seconds
