@@ -111,8 +111,10 @@ def pool(
     write_table_gz(into / TURNS, pooled_turns)
     write_table_gz(into / ROLLOUTS, pooled_rollouts)
     acc = Accumulator()
-    acc.add_turns(row_records(pooled_turns, TurnRecord))
-    acc.add_rollouts(row_records(pooled_rollouts, RolloutRecord))
+    for turn in row_records(pooled_turns, TurnRecord):
+        acc.add_turn(turn)
+    for rollout in row_records(pooled_rollouts, RolloutRecord):
+        acc.add_rollout(rollout)
     return summary_figures(acc.summary(run_id=into.name, comparisons=()), transport)
 
 
