@@ -114,7 +114,7 @@ real-engine: $(STAMP) $(ENGINE_STAMP) $(PEERS_STAMP)
 
 .PHONY: real-engine-sim
 # The reference server calibrated on loopbench runs against vLLM (concurrency 1, 2, 4; each
-# level's fit window beside a judged window of its own), then the calibrated server driven by
+# level's fit and judged turns in 4 blocks a side, run ABBA, pooled), then the calibrated server driven by
 # the same scenario: TTFT p50/p99 and TPOT p50 side by side; exit 3 when one is off by > 15 %.
 real-engine-sim: $(STAMP) $(ENGINE_STAMP)
 	$(BIN)/python -m tools.real_engine.simulate --check --engine-venv $(ENGINE_VENV) --out results/real-engine-sim

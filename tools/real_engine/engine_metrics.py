@@ -66,6 +66,16 @@ class Histogram:
             self.count - before.count,
         )
 
+    def plus(self, other: Histogram) -> Histogram:
+        return Histogram(
+            {
+                le: self.buckets.get(le, 0.0) + other.buckets.get(le, 0.0)
+                for le in self.buckets | other.buckets
+            },
+            self.total + other.total,
+            self.count + other.count,
+        )
+
     @property
     def mean(self) -> float | None:
         return self.total / self.count if self.count > 0 else None
@@ -99,6 +109,20 @@ class Snapshot:
                 for name, h in self.histograms.items()
             },
             {name: v - before.counters.get(name, 0.0) for name, v in self.counters.items()},
+        )
+
+    def plus(self, other: Snapshot) -> Snapshot:
+        """Two windows' counts together (two scrape differences of one engine)."""
+        names = self.histograms | other.histograms
+        return Snapshot(
+            {
+                n: self.histograms.get(n, Histogram()).plus(other.histograms.get(n, Histogram()))
+                for n in names
+            },
+            {
+                n: self.counters.get(n, 0.0) + other.counters.get(n, 0.0)
+                for n in self.counters | other.counters
+            },
         )
 
 

@@ -38,6 +38,13 @@ class SimRow:
     not_judged: str = ""
     #: which judged pass (``--rounds``), from 1
     round: int = 1
+    #: the real figure's sampling spread over its pooled turns (half-width of its 95 %
+    #: bootstrap interval over the figure, 0.2 = ±20 %): above :data:`BOUND`, the turns
+    #: measured cannot tell a 15 % error from chance, whatever the simulator does
+    spread: float | None = None
+    #: ``fit/real`` as the old design would have read it over the same turns: the first half
+    #: of the level's blocks in time as one window, the second half as the other
+    repeat_one_window: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -93,6 +100,8 @@ def compare_levels(
     again: Mapping[int, Figures] | None = None,
     not_judged: Mapping[int, str] | None = None,
     round_: int = 1,
+    spreads: Mapping[int, Figures] | None = None,
+    one_window: Mapping[int, Figures] | None = None,
 ) -> list[SimRow]:
     return [
         SimRow(
@@ -105,6 +114,8 @@ def compare_levels(
             (again or {}).get(c, {}).get((metric, stat)),
             (not_judged or {}).get(c, ""),
             round_,
+            (spreads or {}).get(c, {}).get((metric, stat)),
+            (one_window or {}).get(c, {}).get((metric, stat)),
         )
         for c in levels
         for metric, stat in FIGURES
@@ -119,6 +130,13 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _spread(value: float | None) -> str:
+    """The real figure's own sampling spread; flagged where it alone exceeds the bound."""
+    if value is None:
+        return "-"
+    return f"±{value:.0%}" + (f" (> {BOUND:.0%})" if value > BOUND else "")
+
+
 def render(rows: Sequence[SimRow]) -> str:
     """The table `make real-engine-sim` prints (BENCHMARKS.md and docs/model.md show it)."""
     head = (
@@ -128,8 +146,10 @@ def render(rows: Sequence[SimRow]) -> str:
         "vLLM's own",
         "real, fit pass",
         "fit/real",
+        "fit/real, 1 window a side",
         "simulated",
         "sim/real",
+        "real's spread",
         f"±{BOUND:.0%}",
     )
     lines: list[tuple[str, ...]] = [head]
@@ -147,8 +167,10 @@ def render(rows: Sequence[SimRow]) -> str:
                 _ms(r.engine),
                 _ms(r.again),
                 "-" if r.repeat_ratio is None else f"{r.repeat_ratio:.3f}",
+                "-" if r.repeat_one_window is None else f"{r.repeat_one_window:.3f}",
                 _ms(r.simulated),
                 "-" if ratio is None else f"{ratio:.3f}",
+                _spread(r.spread),
                 verdict,
             )
         )

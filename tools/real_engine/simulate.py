@@ -1,13 +1,15 @@
 """`make real-engine-sim`: the reference server, calibrated on vLLM, predicts vLLM (issue 38 item 4).
 
 1. vLLM serves the tiny model (as `make real-engine` starts it); a warm-up outside every window.
-2. **Fit pass**: loopbench runs the text scenario of the real-engine check (single-turn chat,
-   the same shaping) against vLLM at each concurrency; ``loopbench calibrate`` fits one
-   engine/API profile to those runs together (several concurrencies: the batching
-   interference too).
-3. **Judged pass**, level by level and back to back: the same scenario against vLLM again
-   (fresh turns, not the ones fitted), then against the reference server started with the
-   fitted profile.  Each figure (TTFT p50/p99, TPOT p50) of the simulated run is set beside
+2. **Fit and judged turns**, level by level: the text scenario of the real-engine check
+   (single-turn chat, the same shaping) against vLLM, each side's turns in ``--blocks``
+   blocks run ABBA (fit, judged, judged, fit, …; tools/real_engine/blocks.py), so both
+   sides sample the same vLLM and a linear drift cancels.  Each side's blocks are pooled:
+   ``loopbench calibrate`` fits one engine/API profile to the pooled fit turns of every
+   level together (several concurrencies: the batching interference too); the judged
+   figures are those of the pooled judged turns, with their sampling spread (a bootstrap).
+3. **Simulated**, level by level: the reference server started with the fitted profile,
+   one run of the same number of turns.  Each figure (TTFT p50/p99, TPOT p50) is set beside
    the real one; a ratio off by more than 15 % is a miss (exit 3 with ``--check``).
 
 The simulated runs send the length hints (the reference server honours them; vLLM gets its
@@ -34,6 +36,17 @@ from bench.peers.bench import timed
 from bench.selfbench.busy import BUSY_ATTEMPTS, until_quiet
 from harness.wire.errors import LoopbenchError
 from harness.wire.exit_codes import ExitCode, UsageParser
+from tools.real_engine.blocks import (
+    SIDES,
+    block_sizes,
+    halves,
+    level_blocks,
+    pool,
+    pooled_snapshot,
+    ratios,
+    side_turns,
+    spreads,
+)
 from tools.real_engine.engine import (
     Engine,
     add_placement,
@@ -42,6 +55,7 @@ from tools.real_engine.engine import (
     serving,
     stopping_vllm,
 )
+from tools.real_engine.engine_metrics import Snapshot
 from tools.real_engine.run import (
     Options,
     fresh_out,
@@ -72,18 +86,9 @@ PROFILE = "vllm-cpu"
 SIM_PLACEMENT = "pinned"
 #: turns per window: a p99 of 60 is the slowest turn or two; 120 keeps the command under ~6 min
 SIM_REQUESTS = 120
-#: a level's fit window and its judged window against vLLM, in this order at the first level,
-#: the other way round at the next, and so on (:func:`paired_windows`)
-FIT_FIRST = ("fit", "real")
-
-
-def paired_windows(levels: Sequence[int]) -> list[tuple[int, tuple[str, str]]]:
-    """Each level's two windows against vLLM, in the order they run: the window the profile
-    is fitted to and the judged one side by side (distinct turns), which one comes first
-    alternating level by level, so that vLLM's slow drift over the pass lands on the fitted
-    and the judged side alike, not wholly on one (docs/real-engine.md, "Which placement
-    repeats itself")."""
-    return [(c, FIT_FIRST if i % 2 == 0 else FIT_FIRST[::-1]) for i, c in enumerate(levels)]
+#: each side's turns of a level in this many blocks, run ABBA (tools/real_engine/blocks.py):
+#: two windows of one block each sampled two states of vLLM minutes apart
+BLOCKS = 4
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,8 @@ class SimOptions:
     #: the judged pass this many times over (vLLM and the simulator alternating level by level
     #: in each): how far vLLM strays from itself between rounds shows beside every ratio
     rounds: int = 1
+    #: each side's ``requests`` turns of a level in this many blocks, run ABBA
+    blocks: int = BLOCKS
 
 
 @dataclass
@@ -122,8 +129,14 @@ def _window(
     return rc, summary_figures(json.loads(summary.read_text()), "chat"), wall
 
 
-def _scenario(base: Options, c: int, server: dict[str, str] | None = None) -> dict[str, Any]:
+def _scenario(
+    base: Options, c: int, server: dict[str, str] | None = None, block: int = 0
+) -> dict[str, Any]:
+    """The text scenario at concurrency ``c``; block ``block`` (from 0) of a side draws other
+    prompts than the side's earlier blocks, as the rollouts of one long window would (the same
+    seed would send the first block's prompts again, prefix-cached by then)."""
     doc = text_scenario(replace(base, concurrency=c))
+    doc["seed"] += block
     if server:
         doc["server"] = server
     return doc
@@ -159,20 +172,45 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
         warm_up(base, engine, "chat", tokenizer, scenarios)
         fitted: list[Path] = []
         first: dict[str, dict[int, Figures]] = {"real": {}, "engine": {}}
+        spread_first: dict[int, Figures] = {}
+        one_window: dict[int, Figures] = {}
         unjudged_first: dict[int, str] = {}
-        for c, order in paired_windows(opts.levels):
+        sizes = block_sizes(opts.requests, opts.blocks)
+        for c, order in level_blocks(opts.levels, opts.blocks):
 
-            def fit_and_real(c: int = c, order: tuple[str, str] = order) -> Path:
-                fit_folder = runs / f"fit-c{c}"
+            def fit_and_real(c: int = c, order: list[str] = order) -> Path:
+                """The level's blocks in ``order``, then each side's turns pooled."""
+                folders: dict[str, list[Path]] = {side: [] for side in SIDES}
+                ran: list[Path] = []
+                deltas: list[Snapshot] = []
                 for stage in order:
-                    if (runs / f"{stage}-c{c}").exists():  # a repeat after a busy attempt
-                        shutil.rmtree(runs / f"{stage}-c{c}")
-                    _, figures, engine_side = _real_window(base, engine, c, stage, tokenizer, say)
-                    if stage == "fit":
-                        again[c] = figures
-                    else:
-                        first["real"][c], first["engine"][c] = figures, engine_side
-                return fit_folder
+                    n = len(folders[stage])
+                    folder, delta = _real_window(
+                        replace(base, requests=sizes[n]),
+                        engine,
+                        c,
+                        stage,
+                        tokenizer,
+                        say,
+                        f"-b{n + 1}",
+                        n,
+                    )
+                    folders[stage].append(folder)
+                    ran.append(folder)
+                    if stage == "real":
+                        deltas.append(delta)
+                pooled = {side: runs / f"{side}-c{c}" for side in SIDES}
+                again[c] = pool(folders["fit"], pooled["fit"])
+                first["real"][c] = pool(folders["real"], pooled["real"])
+                first["engine"][c] = engine_figures(pooled_snapshot(deltas))
+                spread_first[c] = spreads(side_turns(folders, "real"))
+                # the old design over the same turns: one window a side, back to back
+                old = halves(order, ran)
+                one_window[c] = ratios(
+                    pool(old["fit"], runs / "one-window" / f"fit-c{c}"),
+                    pool(old["real"], runs / "one-window" / f"real-c{c}"),
+                )
+                return pooled["fit"]
 
             folder, busy = until_quiet(fit_and_real, say, opts.attempts)
             fitted.append(folder)
@@ -200,47 +238,65 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
             # round measures vLLM again, then the simulator, level by level
             tag = "" if opts.rounds == 1 else f"-r{r}"
             real: dict[int, Figures] = dict(first["real"]) if r == 1 else {}
+            spread: dict[int, Figures] = dict(spread_first) if r == 1 else {}
             engine_side: dict[int, Figures] = dict(first["engine"]) if r == 1 else {}
             simulated: dict[int, Figures] = {}
             unjudged: dict[int, str] = dict(unjudged_first) if r == 1 else {}
             for c in opts.levels:
-                sim_scenario = scenarios / f"sim-c{c}.yaml"
-                sim_scenario.write_text(yaml.safe_dump(_scenario(base, c, server), sort_keys=False))
-                run_id = f"sim-c{c}{tag}"
-                sim_argv = [sys.executable, "-m", "harness", "run", str(sim_scenario)]
-                sim_argv += ["--transports", "chat", "--no-probe", "--out", str(runs)]
-                sim_argv += ["--run-id", run_id, "-q"]
 
                 def pair(
                     c: int = c,
-                    sim_argv: list[str] = sim_argv,
-                    run_id: str = run_id,
                     tag: str = tag,
                     r: int = r,
                     real: dict[int, Figures] = real,
                     engine_side: dict[int, Figures] = engine_side,
                     simulated: dict[int, Figures] = simulated,
+                    spread: dict[int, Figures] = spread,
                 ) -> None:
-                    """vLLM (from round 2), then the calibrated server (timed as one step)."""
-                    for folder in (runs / f"real-c{c}{tag}", runs / run_id):
-                        if r > 1 and folder.exists():  # a repeat after a busy attempt
-                            shutil.rmtree(folder)
-                    if (runs / run_id).exists():
-                        shutil.rmtree(runs / run_id)
+                    """vLLM (from round 2), then the calibrated server (timed as one step),
+                    each in the blocks of the fit pass, pooled."""
                     if r > 1:
-                        _, real[c], engine_side[c] = _real_window(
-                            base, engine, c, "real", tokenizer, say, tag
-                        )
+                        blocks = [
+                            _real_window(
+                                replace(base, requests=n),
+                                engine,
+                                c,
+                                "real",
+                                tokenizer,
+                                say,
+                                f"{tag}-b{i + 1}",
+                                i,
+                            )
+                            for i, n in enumerate(sizes)
+                        ]
+                        folders = [folder for folder, _ in blocks]
+                        real[c] = pool(folders, runs / f"real-c{c}{tag}")
+                        engine_side[c] = engine_figures(pooled_snapshot([d for _, d in blocks]))
+                        spread[c] = spreads(side_turns({"real": folders}, "real"))
                     say(
-                        f"reference server ({PROFILE}) at concurrency {c}: "
-                        f"{opts.requests} rollouts ..."
+                        f"reference server ({PROFILE}) at concurrency {c}: {opts.requests} rollouts ..."
                     )
-                    rc, simulated[c], wall = _window(
-                        sim_argv, runs / run_id, runs / f"{run_id}.log", opts.run_timeout_s
-                    )
-                    say(f"  exit {rc}, {wall:.1f} s")
-                    if not simulated[c]:
-                        notes.append(f"simulated run at concurrency {c}: exit {rc}, no summary")
+                    sims = []
+                    for i, n in enumerate(sizes):
+                        run_id = f"sim-c{c}{tag}-b{i + 1}"
+                        scenario = scenarios / f"{run_id}.yaml"
+                        doc = _scenario(replace(base, requests=n), c, server, i)
+                        scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
+                        argv = [sys.executable, "-m", "harness", "run", str(scenario)]
+                        argv += ["--transports", "chat", "--no-probe", "--no-report"]
+                        argv += ["--out", str(runs), "--run-id", run_id, "-q"]
+                        if (runs / run_id).exists():  # a repeat after a busy attempt
+                            shutil.rmtree(runs / run_id)
+                        rc, _, wall = _window(
+                            argv, runs / run_id, runs / f"{run_id}.log", opts.run_timeout_s
+                        )
+                        say(f"  block {i + 1}: exit {rc}, {wall:.1f} s")
+                        if not (runs / run_id / "summary.json").exists():
+                            notes.append(f"simulated run at concurrency {c}: exit {rc}, no summary")
+                            simulated[c] = {}
+                            return
+                        sims.append(runs / run_id)
+                    simulated[c] = pool(sims, runs / f"sim-c{c}{tag}")
 
                 _, busy = until_quiet(pair, say, opts.attempts)
                 if busy is not None:
@@ -249,11 +305,20 @@ def run_sim(opts: SimOptions, say: Callable[[str], None] = print) -> SimOutcome:
                         unjudged[c] = busy.not_judged()
                         say(f"  {unjudged[c]}")
             outcome.rows += compare_levels(
-                opts.levels, real, engine_side, simulated, again, unjudged, r
+                opts.levels,
+                real,
+                engine_side,
+                simulated,
+                again,
+                unjudged,
+                r,
+                spread,
+                one_window if r == 1 else {},
             )
     outcome.doc = {
         **machine(t0, load0),
         "bound": BOUND,
+        "blocks": opts.blocks,
         "busy": busy_doc,
         "rows": [{**r.__dict__, "ratio": r.ratio, "ok": r.ok} for r in outcome.rows],
         "notes": notes,
@@ -274,18 +339,24 @@ def _real_window(
     tokenizer: Path,
     say: Callable[[str], None],
     tag: str = "",
-) -> tuple[Path, Figures, Figures]:
-    """One loopbench run against vLLM at concurrency ``c``, with vLLM's own figures over it."""
+    block: int = 0,
+) -> tuple[Path, Snapshot]:
+    """One loopbench run of ``base.requests`` turns against vLLM at concurrency ``c``; its
+    folder and vLLM's own counts over it (a scrape difference)."""
     runs, run_id = base.out / "runs", f"{stage}-c{c}{tag}"
+    if (runs / run_id).exists():  # a repeat after a busy attempt
+        shutil.rmtree(runs / run_id)
     scenario = base.out / "scenarios" / f"{run_id}.yaml"
-    scenario.write_text(yaml.safe_dump(_scenario(base, c), sort_keys=False))
-    say(f"vLLM at concurrency {c} ({stage}): {base.requests} rollouts ...")
+    scenario.write_text(yaml.safe_dump(_scenario(base, c, block=block), sort_keys=False))
+    say(f"vLLM at concurrency {c} ({stage}{tag}): {base.requests} rollouts ...")
     before = engine.scrape()
-    argv = loopbench_argv(scenario, engine, "chat", tokenizer, runs, run_id)
-    rc, figures, wall = _window(argv, runs / run_id, runs / f"{run_id}.log", base.run_timeout_s)
+    # the report is rendered later if wanted (`loopbench report DIR`): its plots cost seconds
+    # per window, and the blocks are many
+    argv = [*loopbench_argv(scenario, engine, "chat", tokenizer, runs, run_id), "--no-report"]
+    rc, _, wall = _window(argv, runs / run_id, runs / f"{run_id}.log", base.run_timeout_s)
     delta = settled(engine, before, base.requests).minus(before)
     say(f"  exit {rc}, {wall:.1f} s")
-    return runs / run_id, figures, engine_figures(delta)
+    return runs / run_id, delta
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -305,7 +376,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=LEVELS,
         help="concurrencies (1,2,4)",
     )
-    p.add_argument("--requests", type=int, default=SimOptions.requests, help="per window")
+    p.add_argument("--requests", type=int, default=SimOptions.requests, help="per side and level")
+    p.add_argument(
+        "--blocks",
+        type=int,
+        default=SimOptions.blocks,
+        help=f"each side's turns of a level in this many blocks, run ABBA (default {BLOCKS})",
+    )
     p.add_argument("--output-tokens", type=int, default=SimOptions.output_tokens)
     p.add_argument(
         "--attempts",
@@ -328,6 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"more than {BOUND * 100:g} %%",
     )
     args = p.parse_args(argv)
+    if not 1 <= args.blocks <= args.requests:
+        p.error(f"--blocks: expected 1 to --requests ({args.requests}), got {args.blocks}")
     opts = options_from(
         SimOptions, args, attempts=max(1, args.attempts), rounds=max(1, args.rounds)
     )

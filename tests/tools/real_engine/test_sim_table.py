@@ -9,6 +9,7 @@ import pytest
 
 from tests.tools.real_engine.engine_venv import assert_usage_errors
 from tools.real_engine.engine_metrics import TPOT, TTFT, Histogram, Snapshot
+from tools.real_engine.run import Options
 from tools.real_engine.sim_table import (
     compare_levels,
     engine_figures,
@@ -16,7 +17,7 @@ from tools.real_engine.sim_table import (
     render,
     summary_figures,
 )
-from tools.real_engine.simulate import main, paired_windows
+from tools.real_engine.simulate import _scenario, main
 
 
 def _summary(ttft50: float, ttft99: float, tpot50: float) -> dict[str, object]:
@@ -103,10 +104,10 @@ def test_usage_errors_exit_4_before_any_engine_starts(
     assert_usage_errors(main, ["--levels", "0,2"], expected, tmp_path, capsys)
 
 
-def test_each_level_is_fitted_and_judged_on_windows_side_by_side_in_alternating_order() -> None:
-    """The fit and the judged window of a level run back to back (vLLM drifts over minutes),
-    and the one that runs first alternates: a drift over the pass lands on both sides."""
-    got = paired_windows((1, 2, 4))
-    assert got == [(1, ("fit", "real")), (2, ("real", "fit")), (4, ("fit", "real"))]
-    assert all(sorted(stages) == ["fit", "real"] for _, stages in got)  # distinct turns
-    assert paired_windows((8,)) == [(8, ("fit", "real"))]
+def test_each_block_of_a_side_sends_other_prompts_than_its_earlier_blocks() -> None:
+    """With one seed, every block would send the first block's prompts again, prefix-cached by
+    then (the closure run stopped identifying the prefill rate: every turn's uncached tokens
+    were the same)."""
+    base = Options(requests=30)
+    seeds = [_scenario(base, 2, block=b)["seed"] for b in range(4)]
+    assert len(set(seeds)) == 4 and seeds[0] == _scenario(base, 2)["seed"]
