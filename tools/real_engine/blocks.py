@@ -104,10 +104,17 @@ def pool(
     if into.exists():
         shutil.rmtree(into)
     into.mkdir(parents=True)
-    manifest = json.loads((blocks[0] / MANIFEST).read_text())
-    (into / MANIFEST).write_text(json.dumps(manifest, indent=1))
     pooled_turns = pd.concat(turns, ignore_index=True)
     pooled_rollouts = pd.concat(rollouts, ignore_index=True)
+    # The first block's manifest, made true of the pooled rows: their warm-ups are already
+    # dropped (a reader honouring the manifest would drop as many again) and they are renumbered.
+    manifest = json.loads((blocks[0] / MANIFEST).read_text())
+    manifest["run_id"] = into.name
+    scenario = manifest.setdefault("scenario", {})
+    scenario.setdefault("load", {})["warmup_rollouts"] = 0
+    scenario.setdefault("rollout", {})["count"] = len(pooled_rollouts)
+    manifest["rollouts_planned"] = len(pooled_rollouts)
+    (into / MANIFEST).write_text(json.dumps(manifest, indent=1))
     write_table_gz(into / TURNS, pooled_turns)
     write_table_gz(into / ROLLOUTS, pooled_rollouts)
     acc = Accumulator()

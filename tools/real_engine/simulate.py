@@ -89,6 +89,9 @@ SIM_REQUESTS = 120
 #: each side's turns of a level in this many blocks, run ABBA (tools/real_engine/blocks.py):
 #: two windows of one block each sampled two states of vLLM minutes apart
 BLOCKS = 4
+#: a level's blocks take seeds ``text_scenario``'s + this × c + block: apart from every other
+#: level's and from the warm-up's (the text scenario's own seed)
+SEEDS_PER_LEVEL = 100
 
 
 @dataclass(frozen=True)
@@ -133,10 +136,11 @@ def _scenario(
     base: Options, c: int, server: dict[str, str] | None = None, block: int = 0
 ) -> dict[str, Any]:
     """The text scenario at concurrency ``c``; block ``block`` (from 0) of a side draws other
-    prompts than the side's earlier blocks, as the rollouts of one long window would (the same
-    seed would send the first block's prompts again, prefix-cached by then)."""
+    prompts than the side's earlier blocks and than every other level's, as the rollouts of one
+    long window would (a repeated seed would send prompts vLLM's prefix cache already holds,
+    while each simulated block starts with an empty cache)."""
     doc = text_scenario(replace(base, concurrency=c))
-    doc["seed"] += block
+    doc["seed"] += SEEDS_PER_LEVEL * c + block
     if server:
         doc["server"] = server
     return doc

@@ -125,6 +125,10 @@ def test_a_sides_figures_are_those_of_its_pooled_turns_not_averaged_percentiles(
     assert len(run.turns) == 40 and run.turns["rollout_id"].nunique() == 40
     assert len(run.rollouts) == 40
     assert list(measured_turns(tmp_path / "b1")["rollout_id"]) == list(range(1, 31))
+    # and its manifest says so: a reader honouring the first block's warm-up would drop
+    # pooled rollout 0 again
+    assert len(measured_turns(tmp_path / "pooled")) == 40
+    assert run.manifest_model.scenario_facts.warmup_rollouts == 0
     # pooled again (a repeat after a busy attempt) replaces the folder
     assert pool(folders[1:], tmp_path / "pooled")["ttft_ms", "p50"] > 29.0
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.tools.real_engine.engine_venv import assert_usage_errors
 from tools.real_engine.engine_metrics import TPOT, TTFT, Histogram, Snapshot
-from tools.real_engine.run import Options
+from tools.real_engine.run import Options, text_scenario
 from tools.real_engine.sim_table import (
     compare_levels,
     engine_figures,
@@ -111,3 +111,7 @@ def test_each_block_of_a_side_sends_other_prompts_than_its_earlier_blocks() -> N
     base = Options(requests=30)
     seeds = [_scenario(base, 2, block=b)["seed"] for b in range(4)]
     assert len(set(seeds)) == 4 and seeds[0] == _scenario(base, 2)["seed"]
+    # nor the blocks of another level, or the warm-up's, which vLLM's prefix cache keeps over
+    # the whole pass while every simulated block starts empty
+    every = [_scenario(base, c, block=b)["seed"] for c in (1, 2, 4) for b in range(4)]
+    assert len(set(every)) == 12 and text_scenario(base)["seed"] not in every
