@@ -17,7 +17,7 @@ from harness.wire.credentials import PLACEHOLDER_API_KEY
 from harness.wire.errors import UsageError
 from harness.wire.exit_codes import UsageParser
 from harness.wire.pairs import parse_key_values
-from harness.wire.transports import TRANSPORT_NAMES, TRANSPORTS, TransportSpec, transport_help
+from harness.wire.transports import TRANSPORTS, TransportSpec, transport_help
 
 #: the help of every positional scenario argument: a file, or a name `loopbench scenarios` lists
 SCENARIO_HELP = "scenario YAML file, or a built-in name (loopbench scenarios), e.g. quickstart"
@@ -138,25 +138,6 @@ def transports_epilog(
 ) -> str:
     """The ``--help`` epilog naming the transports (from the registry) with what each does."""
     return f"{heading}:\n" + transport_help(transports)
-
-
-def parse_transports(value: str | None) -> list[str] | None:
-    """``--transports http,ws``: the names, each known and named once; None if not given."""
-    if value is None:
-        return None
-    expected = f"expected one or more of {', '.join(TRANSPORT_NAMES)}, separated by commas"
-    names = [t.strip() for t in value.split(",")]
-    if not any(names):
-        raise UsageError(f"--transports {value!r}: no transport named; {expected}")
-    for t in names:
-        if not t:
-            raise UsageError(f"--transports {value!r}: an empty name between commas; {expected}")
-        if t not in TRANSPORT_NAMES:
-            raise UsageError(f"--transports {value!r}: unknown transport {t!r}; {expected}")
-    twice = sorted({t for t in names if names.count(t) > 1})
-    if twice:
-        raise UsageError(f"--transports {value!r}: {', '.join(twice)} named more than once")
-    return names
 
 
 def parse_pairs(items: Sequence[str], option: str, example: str) -> dict[str, str]:

@@ -21,7 +21,6 @@ from harness.cli.common import (
     epilog,
     examples,
     parse_pairs,
-    parse_transports,
     progress_printer,
     transports_epilog,
 )
@@ -43,6 +42,7 @@ from harness.wire.errors import (
     UsageError,
 )
 from harness.wire.exit_codes import ExitCode
+from harness.wire.transports import parse_transports
 from harness.workload.scenario import load_scenario
 
 if TYPE_CHECKING:

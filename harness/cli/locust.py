@@ -24,7 +24,6 @@ from harness.cli.common import (
     add_command,
     epilog,
     examples,
-    parse_transports,
     scenario_overrides,
     transports_epilog,
 )
@@ -32,12 +31,12 @@ from harness.cli.run import print_outcome
 from harness.cli.run_args import add_target_options, scenario_sets, target_flags
 from harness.report.results import check_writable, load_run, new_run_id
 from harness.run.embedded import scenario_server
-from harness.run.locust_options import LOCUST_OPTIONS, locust_argv
+from harness.run.locust_options import LOCUST_OPTIONS, locust_argv, locust_transports
 from harness.run.orphans import watched_env
 from harness.run.target import SHAPING_ENV, resolve_target, target_flags_to_json
 from harness.wire.errors import ResultsError, UsageError
 from harness.wire.exit_codes import ExitCode
-from harness.wire.transports import TRANSPORTS, locust_spec
+from harness.wire.transports import TRANSPORTS
 from harness.workload.scenario import Scenario, load_scenario
 
 #: the locustfile, located without importing it (importing it would import locust)
@@ -255,8 +254,7 @@ def _check_scenario(args: argparse.Namespace) -> Scenario:
             "loopbench locust: a scenario (a YAML file or a built-in name) is required, or --worker"
         )
     scenario = load_scenario(args.scenario, scenario_overrides(scenario_sets(args)))
-    for name in parse_transports(args.transports or None) or scenario.transports:
-        locust_spec(name)
+    locust_transports(args.transports, scenario)
     if scenario.rollout.compact_at_tokens is not None:
         raise UsageError(
             f"{scenario.source}: rollout.compact_at_tokens: compaction runs under loopbench run "

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import api_key, parse_transports, scenario_overrides
+from harness.cli.common import api_key, scenario_overrides
 from harness.client.messages_api import CACHE_CONTROL
 from harness.client.options import RECOVER_FROM, WS_SUBAGENTS, ClientSettings
 from harness.client.shaping import RequestShaping, parse_header, redacted
@@ -28,6 +28,7 @@ from harness.run.target import TargetFlags, resolve_target
 from harness.transports.rx_socket import RX_STAMP_MODES, resolve_rx_stamp
 from harness.wire.errors import ScenarioError, UsageError
 from harness.wire.tokens import TokenConvention
+from harness.wire.transports import parse_transports
 from harness.workload.scenario import Scenario, load_scenario
 from harness.workload.slo import SLO_FIELDS
 from harness.workload.target import HEADER_NAME, extra_body_problem

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.wire.transports import locust_spec
+from harness.wire.transports import locust_spec, parse_transports
 from harness.workload.scenario import Scenario
 
 
@@ -118,10 +118,10 @@ def locust_argv(values: Mapping[str, Any]) -> list[str]:
     return [arg for opt in LOCUST_OPTIONS for arg in opt.argv(values.get(opt.dest, opt.default))]
 
 
-def locust_transports(listed: str, scenario: Scenario) -> list[str]:
-    """The transports ``--transports`` lists (comma-separated; "" for the scenario's), each
+def locust_transports(listed: str | None, scenario: Scenario) -> list[str]:
+    """The transports ``--transports`` lists (comma-separated; none or "" for the scenario's), each
     checked to be one the Locust edge runs (a :class:`UsageError` otherwise)."""
-    names = [t.strip() for t in listed.split(",") if t.strip()] if listed else scenario.transports
+    names = parse_transports(listed or None) or scenario.transports
     for name in names:
         locust_spec(name)
     return list(names)

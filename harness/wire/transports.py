@@ -117,3 +117,22 @@ def transport_help(transports: Iterable[TransportSpec] = TRANSPORTS) -> str:
     specs = list(transports)
     width = max(len(t.name) for t in specs)
     return "\n".join(f"  {t.name:<{width}}  {t.description}" for t in specs)
+
+
+def parse_transports(value: str | None) -> list[str] | None:
+    """``--transports http,ws``: the names, each known and named once; None if not given."""
+    if value is None:
+        return None
+    expected = f"expected one or more of {', '.join(TRANSPORT_NAMES)}, separated by commas"
+    names = [t.strip() for t in value.split(",")]
+    if not any(names):
+        raise UsageError(f"--transports {value!r}: no transport named; {expected}")
+    for t in names:
+        if not t:
+            raise UsageError(f"--transports {value!r}: an empty name between commas; {expected}")
+        if t not in TRANSPORT_NAMES:
+            raise UsageError(f"--transports {value!r}: unknown transport {t!r}; {expected}")
+    twice = sorted({t for t in names if names.count(t) > 1})
+    if twice:
+        raise UsageError(f"--transports {value!r}: {', '.join(twice)} named more than once")
+    return names

@@ -15,8 +15,11 @@ import pytest
 
 from harness.cli.locust import LOCUSTFILE, _report, master_command, worker_command
 from harness.cli.main import build_parser, main
-from harness.run.locust_options import LOCUST_OPTIONS
+from harness.run.locust_options import LOCUST_OPTIONS, locust_transports
+from harness.wire.errors import UsageError
 from harness.wire.exit_codes import ExitCode
+from harness.wire.transports import parse_transports
+from harness.workload.scenario import load_scenario
 from tests.foreign_http import closed_port
 from tests.runs import ROOT, loopbench
 
@@ -148,3 +151,16 @@ def test_a_finished_locust_run_is_judged_as_loopbench_run_judges_it(
     printed = " ".join(out.split())
     assert all(printed.count(" ".join(r.split())) == 1 for r in reasons), out
     assert _report(tmp_path / "dead", 130) == ExitCode.INTERRUPTED
+
+
+@pytest.mark.parametrize("listed", ["ws,,http", "http,nope", "http,http"])
+def test_the_locustfile_reads_transports_by_the_one_rule_of_run(listed: str) -> None:
+    """`locust -f` (through ``locust_transports``) and `loopbench run` refuse the same
+    ``--transports`` with the same words: one reader of the flag."""
+    scenario = load_scenario("quickstart")
+    with pytest.raises(UsageError) as run_side:
+        parse_transports(listed)
+    with pytest.raises(UsageError) as locust_side:
+        locust_transports(listed, scenario)
+    assert str(locust_side.value) == str(run_side.value)
+    assert locust_transports("", scenario) == list(scenario.transports)
